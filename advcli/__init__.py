@@ -1,0 +1,29 @@
+"""advcli: offline advantages for LLM RL rollouts, with the semantics of verl, NeMo RL, ROLL,
+OpenRLHF or TRL, streamed from Parquet to Parquet.
+
+Library use::
+
+    import advcli
+    result = advcli.run("rollouts.parquet", "out.parquet", flavor="verl",
+                        settings={"algorithm.adv_estimator": "grpo"})
+
+Importing advcli does not import torch; the math modules do, when first used.
+"""
+__version__ = "0.1.0"
+
+
+def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
+        chunk_rows: int = 4096, device: str = "auto", force: bool = False):
+    """Run the pipeline like ``advcli run`` and return its :class:`advcli.pipeline.RunResult`.
+
+    ``inputs``: a path or a list of paths/directories/globs; ``output``: a path, or None to compute
+    without writing; ``settings``: the flavor's own keys (``{"algorithm.adv_estimator": "gae"}``).
+    """
+    from .flavors import resolve
+    from .pipeline import run_pipeline
+
+    specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)
+    specs = [str(s) for s in specs]
+    cfg, native = resolve(flavor, list((settings or {}).items()))
+    return run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
+                        column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force)

@@ -1,0 +1,257 @@
+"""The ``advcli`` command line: parsing and printing only (the math lives in advcli.pipeline)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+import typer
+
+from . import __version__
+from .errors import AdvcliError
+
+app = typer.Typer(
+    name="advcli",
+    help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
+         "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF or TRL.\n\n"
+         "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
+    no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _err(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]advcli: error:[/] {msg}", markup=True)
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"advcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")):
+    pass
+
+
+def _default_settings(flavor: Optional[str], inputs: List[str], settings: list) -> tuple[str, list, str | None]:
+    """With no --flavor: verl, and GRPO when the dump has a group id (GAE when it has values)."""
+    if flavor is not None:
+        return flavor, settings, None
+    if any(k == "algorithm.adv_estimator" for k, _ in settings):
+        return "verl", settings, None
+    import pyarrow.parquet as pq
+
+    from .io.reader import expand_inputs, open_parquet
+
+    names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
+    if "prompt_id" in names:
+        est, why = "grpo", "the dump has prompt_id"
+    elif "values" in names:
+        est, why = "gae", "the dump has values and no prompt_id"
+    else:
+        raise AdvcliError("no --flavor or estimator given and the dump has neither prompt_id (for GRPO) nor "
+                          "values (for GAE)", hint="choose one: --flavor verl --set algorithm.adv_estimator=NAME")
+    del pq
+    return "verl", settings + [("algorithm.adv_estimator", est)], f"verl {est} ({why})"
+
+
+RUN_EPILOG = """
+[bold]Examples[/]
+
+  advcli run sample_data/rollouts.parquet --output out.parquet
+  advcli run dump.parquet -o out.parquet --flavor verl --set algorithm.adv_estimator=gae --set algorithm.gamma=0.99
+  advcli run dump.parquet -o out.parquet --flavor verl --set algorithm.adv_estimator=grpo \\
+      --set algorithm.use_kl_in_reward=true --set algorithm.kl_penalty=low_var_kl
+  advcli run dump.parquet -o out.parquet --flavor advcli --set estimator.name=rloo --set reward.normalize.mean=batch
+  advcli run dump.parquet -o out.parquet --column reward=score --config my_run.yaml --chunk-rows 2048
+
+Keys are the framework's own (see `advcli explain --flavor NAME --keys`); a key not given takes the
+framework's default. VALUE is YAML: true, 0.95, null, [acc,fmt].
+"""
+
+
+@app.command(epilog=RUN_EPILOG)
+def run(
+    inputs: List[str] = typer.Argument(..., help="Input Parquet file(s), a directory or a glob.", show_default=False),
+    output: str = typer.Option(..., "--output", "-o", help="Output Parquet file (a directory for several inputs).",
+                               show_default=False),
+    flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
+                                         help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli "
+                                              "(canonical keys). Default: verl, GRPO when the dump has prompt_id."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
+                                             help="A flavor key, VALUE parsed as YAML. Repeatable."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys."),
+    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
+                                               help="Read a role from another column, e.g. reward=score."),
+    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once (results do not "
+                                                              "depend on it)."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary (errors still print)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON on stdout."),
+):
+    """Compute advantages and returns for a rollout dump and write it back with the new columns."""
+    from .config import parse_column_maps, parse_set
+
+    settings = parse_set(set_)
+    columns = parse_column_maps(column)
+    flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
+    from .flavors import resolve
+
+    cfg, native = resolve(flavor, settings, config)
+    show = not quiet and not json_out
+    from .pipeline import run_pipeline  # imports torch
+
+    progress_cb, stop = _progress(show)
+    try:
+        result = run_pipeline(inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
+                              chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb)
+    finally:
+        stop()
+    if json_out:
+        typer.echo(json.dumps(_summary_dict(result, flavor, native), default=str))
+    elif show:
+        _print_summary(result, flavor, native, auto_note)
+
+
+def _progress(show: bool):
+    if not show or not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} rows"),
+                    TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=True,
+                    console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True))
+    tasks: dict[str, int] = {}
+    prog.start()
+
+    def cb(name: str, done: int, total: int):
+        if name not in tasks:
+            tasks[name] = prog.add_task(name, total=total, rate="")
+        t = prog.tasks[tasks[name]]
+        rate = f"{t.speed:,.0f} rows/s" if t.speed else ""
+        prog.update(tasks[name], completed=done, rate=rate)
+
+    return cb, prog.stop
+
+
+def _summary_dict(result, flavor, native) -> dict:
+    return {"flavor": flavor, "settings": native, "inputs": result.inputs, "outputs": result.outputs,
+            "rows": result.rows, "tokens": result.tokens, "valid_tokens": result.valid_tokens,
+            "seconds": round(result.seconds, 3), "metrics": result.metrics, "per_step": result.per_step,
+            "warnings": result.warnings, "estimator": result.config["estimator"]}
+
+
+def _print_summary(result, flavor, native, auto_note) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(stderr=True, highlight=False)
+    est = result.config["estimator"]["name"]
+    what = auto_note or f"{flavor} {est}"
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_row("ran", f"[bold]{what}[/]" + (f"  {native}" if native else ""))
+    t.add_row("input", ", ".join(result.inputs))
+    if result.outputs:
+        t.add_row("output", ", ".join(result.outputs))
+    rate = result.tokens / result.seconds / 1e6 if result.seconds else 0
+    t.add_row("rows", f"{result.rows:,}  ({result.tokens:,} tokens, {result.valid_tokens:,} with mask=1)")
+    t.add_row("time", f"{result.seconds:.2f} s  ({rate:.1f} M tokens/s)")
+    m = result.metrics
+    if m.get("advantages/mean") is not None:
+        t.add_row("advantages", f"mean {m['advantages/mean']:.4g}  min {m['advantages/min']:.4g}  "
+                                f"max {m['advantages/max']:.4g}  (valid tokens)")
+    for w in result.warnings:
+        t.add_row("[yellow]warning[/]", w)
+    con.print(t)
+
+
+EXPLAIN_EPILOG = """
+[bold]Examples[/]
+
+  advcli explain --flavor verl --set algorithm.adv_estimator=grpo
+  advcli explain --flavor verl --keys
+  advcli explain --flavor advcli --set estimator.name=gae --set estimator.gamma=0.99
+"""
+
+
+@app.command(epilog=EXPLAIN_EPILOG)
+def explain(
+    flavor: str = typer.Option("verl", "--flavor", "-f", help="Flavor whose keys are given."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys."),
+    keys: bool = typer.Option(False, "--keys", help="List the flavor's keys and defaults instead."),
+):
+    """Print the resolved canonical configuration and the formulas that will run."""
+    from .config import parse_set
+    from .explain import explain_text, keys_text
+    from .flavors import get, resolve
+
+    if keys:
+        typer.echo(keys_text(get(flavor)))
+        return
+    cfg, native = resolve(flavor, parse_set(set_), config)
+    typer.echo(explain_text(get(flavor), cfg, native))
+
+
+SAMPLE_EPILOG = """
+[bold]Examples[/]
+
+  advcli sample big.parquet --rows 16384 --min-len 64 --max-len 2048 --group-size 16
+  advcli sample steps.parquet --rows 4000 --steps 4
+"""
+
+
+@app.command(epilog=SAMPLE_EPILOG)
+def sample(
+    output: str = typer.Argument(..., help="Parquet file to write."),
+    rows: int = typer.Option(512, "--rows", "-n", help="Number of responses."),
+    group_size: int = typer.Option(8, "--group-size", help="Responses per prompt."),
+    min_len: int = typer.Option(16, "--min-len", help="Shortest response (tokens)."),
+    max_len: int = typer.Option(512, "--max-len", help="Longest response (tokens)."),
+    steps: int = typer.Option(1, "--steps", help="Training steps (adds a step column when > 1)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same file)."),
+    contiguous: bool = typer.Option(False, "--contiguous", help="Keep each group's rows together (for "
+                                                                "position-grouped flavors)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+):
+    """Write a synthetic rollout dump (ragged, groups scattered, masked spans) for trials and benchmarks."""
+    import pyarrow.parquet as pq
+
+    from .io.writer import check_output_path
+    from .sample import make_table
+
+    if rows < 1 or group_size < 1 or min_len < 1 or max_len < min_len or steps < 1:
+        raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
+    check_output_path(output, [], force)
+    table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps)
+    tmp = output + ".advcli-tmp-%d" % os.getpid()
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, output)
+    typer.echo(f"wrote {output}: {table.num_rows:,} rows, "
+               f"{sum(len(x) for x in table.column('response_mask').to_pylist()):,} tokens", err=True)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except AdvcliError as e:
+        _err(str(e))
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        _err("interrupted; nothing was written at the output path")
+        sys.exit(130)
+    except __import__("click").exceptions.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except __import__("click").exceptions.Abort:
+        _err("aborted")
+        sys.exit(130)
+    except SystemExit:
+        raise

@@ -1,0 +1,99 @@
+"""Column roles: which input column plays which part, detection, and type checks with clear errors."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from .errors import AdvcliError, did_you_mean
+
+# role -> (default column name, kind, meaning)
+ROLE_INFO: dict[str, tuple[str, str, str]] = {
+    "prompt_id": ("prompt_id", "key", "group key (string or integer)"),
+    "reward": ("reward", "scalar", "response-level reward"),
+    "token_level_scores": ("token_level_scores", "tokens", "token-level scores (verl)"),
+    "response_mask": ("response_mask", "tokens", "1 = trained token"),
+    "old_log_probs": ("old_log_probs", "tokens", "policy log-probs of the sampled tokens"),
+    "ref_log_probs": ("ref_log_probs", "tokens", "reference log-probs"),
+    "values": ("values", "tokens", "critic values"),
+    "reward_baseline": ("reward_baseline", "scalar", "greedy response reward (ReMax)"),
+    "sum_pi_squared": ("sum_pi_squared", "tokens", "Σ_v π(v)² per token (optimal token baselines)"),
+    "teacher_log_probs": ("teacher_log_probs", "tokens", "teacher log-probs (NeMo opd)"),
+    "step": ("step", "int", "training step: each step is its own batch"),
+    "domain": ("domain", "key", "ROLL domain"),
+}
+TOKEN_ROLES = tuple(r for r, info in ROLE_INFO.items() if info[1] == "tokens")
+
+
+def is_list_type(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+@dataclass
+class ColumnMap:
+    """role -> column name actually present in the input (roles absent from the input are left out)."""
+
+    names: dict[str, str]
+    schema: pa.Schema
+    file: str
+
+    def has(self, role: str) -> bool:
+        return role in self.names
+
+    def __getitem__(self, role: str) -> str:
+        return self.names[role]
+
+    def require(self, role: str, why: str) -> str:
+        if role not in self.names:
+            default = ROLE_INFO.get(role, (role,))[0]
+            raise AdvcliError(
+                f"{self.file}: missing column {default!r} ({why}).{did_you_mean(default, self.schema.names)}"
+                f" Columns present: {', '.join(self.schema.names)}",
+                hint=f"map another column to it with --column {role}=NAME")
+        return self.names[role]
+
+
+def resolve_columns(schema: pa.Schema, overrides: dict[str, str], file: str) -> ColumnMap:
+    """Find each role's column: an explicit ``--column role=name`` (which must exist) or the default name."""
+    names: dict[str, str] = {}
+    for role, (default, _, _) in ROLE_INFO.items():
+        if role in overrides:
+            col = overrides[role]
+            if col not in schema.names:
+                raise AdvcliError(f"{file}: --column {role}={col}: no column {col!r}."
+                                  f"{did_you_mean(col, schema.names)} Columns present: {', '.join(schema.names)}")
+            names[role] = col
+        elif default in schema.names:
+            names[role] = default
+    for role, col in overrides.items():
+        if role not in names:
+            names[role] = col
+    cmap = ColumnMap(names, schema, file)
+    for role, col in names.items():
+        check_type(schema, role, col, file)
+    return cmap
+
+
+def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
+    if col not in schema.names:
+        raise AdvcliError(f"{file}: no column {col!r}.{did_you_mean(col, schema.names)}")
+    t = schema.field(col).type
+    kind = ROLE_INFO.get(role, (col, "scalar", ""))[1]
+    if kind == "tokens":
+        if not is_list_type(t) or not is_numeric(t.value_type):
+            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected a list of numbers "
+                              "(e.g. list<float32>, list<int8> for the mask)")
+    elif kind == "scalar":
+        if not is_numeric(t):
+            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected a number per row")
+    elif kind == "int":
+        if not pa.types.is_integer(t):
+            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected integers")
+    elif kind == "key":
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+                or pa.types.is_dictionary(t) or pa.types.is_binary(t)):
+            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected strings or integers")

@@ -1,0 +1,246 @@
+"""advcli's canonical configuration: every stage of the pipeline and its switches.
+
+A configuration is a nested dict with the keys of :data:`SCHEMA` (dotted paths) plus
+``estimator.*``, whose keys depend on the estimator (see ``advcli.estimators``). Flavors translate a
+framework's own keys into this form; ``--flavor advcli`` takes it directly. ``--set KEY=VALUE``
+parses VALUE as YAML. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import AdvcliError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Key:
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    kind: str = "any"  # "bool", "float", "int", "str", "clip", "list", "any"
+
+
+# The pipeline, in order: columns -> grouping -> reward -> kl -> estimator -> advantage -> output.
+SCHEMA: dict[str, Key] = {
+    # ----------------------------------------------------------------------------- grouping/scope
+    "grouping.by": Key("auto", "how rows form groups: `id` (the prompt_id column, rows anywhere in the "
+                       "file), `position` (consecutive blocks of grouping.size rows), `none`, or `auto` "
+                       "(id when the column exists)", ("auto", "id", "position", "none"), "str"),
+    "grouping.size": Key(None, "group size for grouping.by=position", None, "int"),
+    "grouping.scope": Key("step", "scope of batch statistics: `step` (each value of the step column is "
+                          "its own batch, in ascending order; the whole input when there is no step "
+                          "column), `step_domain` (per step and domain, ROLL) or `all`",
+                          ("step", "step_domain", "all"), "str"),
+    # ----------------------------------------------------------------------------------- reward
+    "reward.source": Key("auto", "the row reward: `reward` (scalar column), `token_level_scores` "
+                         "(token list column, verl), `components` (weighted sum of reward.components) "
+                         "or `auto` (token_level_scores if present, else reward)",
+                         ("auto", "reward", "token_level_scores", "components"), "str"),
+    "reward.components": Key(None, "component reward columns, e.g. [acc, fmt]", None, "list"),
+    "reward.weights": Key(None, "weights of the components (default all 1)", None, "list"),
+    "reward.normalize.mean": Key("none", "subtract the `batch` or `group` mean of the row reward "
+                                 "before it is placed on tokens", ("none", "batch", "group"), "str"),
+    "reward.normalize.std": Key("none", "divide by the `batch` or `group` std (unbiased) + eps",
+                                ("none", "batch", "group"), "str"),
+    "reward.normalize.eps": Key(1e-6, "epsilon added to the std", None, "float"),
+    "reward.clip": Key(None, "clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]", None, "clip"),
+    "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
+                            "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae)", ("last", "last_valid"), "str"),
+    "reward.mask_placed": Key(False, "multiply the placed token rewards by the mask (ROLL: a row ending "
+                              "in a masked token loses its reward)", None, "bool"),
+    # --------------------------------------------------------------------------------------- kl
+    "kl.in_reward": Key(False, "token_level_rewards = scores − β·KL before the estimator", None, "bool"),
+    "kl.estimator": Key("k1", "per-token KL estimate of logp − ref: k1, abs, k2, k3", ("k1", "abs", "k2", "k3"), "str"),
+    "kl.input_clamp": Key(None, "clamp of ref − logp before the estimate (verl k3: 20)", None, "float"),
+    "kl.output_clamp": Key(None, "clamp of the estimate (verl k3: 10)", None, "float"),
+    "kl.coef": Key(0.001, "β (the initial β of an adaptive controller)", None, "float"),
+    "kl.controller": Key("fixed", "`fixed` or `adaptive` (Ziegler et al.: β ← β·(1 + clip(kl/target − 1, "
+                         "±0.2)·n/horizon) after each step; a step uses β from before its update)",
+                         ("fixed", "adaptive"), "str"),
+    "kl.target": Key(0.1, "adaptive controller target KL", None, "float"),
+    "kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
+    "kl.mask": Key(True, "multiply the KL by the response mask before subtracting it", None, "bool"),
+    "kl.token_clip": Key(None, "clamp of the token-level rewards after the KL term (ROLL's second "
+                         "reward_clip)", None, "clip"),
+    # -------------------------------------------------------------------------------- advantage
+    "advantage.whiten": Key(False, "whiten the advantages over the mask=1 tokens of each scope", None, "bool"),
+    "advantage.whiten_unbiased": Key(True, "unbiased (N/(N−1)) variance in whitening", None, "bool"),
+    "advantage.whiten_eps": Key(1e-8, "whitening epsilon", None, "float"),
+    "advantage.whiten_eps_mode": Key("add", "`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))", ("add", "max"), "str"),
+    "advantage.whiten_scale": Key(True, "divide by the std (false: centre only)", None, "bool"),
+    "advantage.remask": Key(False, "multiply the final advantages by the mask", None, "bool"),
+    "advantage.clip": Key(None, "clamp of the final advantages: c for [-c, c], or [lo, hi]", None, "clip"),
+    # ---------------------------------------------------------------------------------- numeric
+    "precision": Key("float32", "`float32` reproduces the frameworks (float32 artefacts included); "
+                     "`float64` computes the intended math", ("float32", "float64"), "str"),
+}
+
+ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
+         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "step", "domain")
+
+
+def default_config() -> dict:
+    cfg: dict = {}
+    for path, key in SCHEMA.items():
+        set_path(cfg, path, copy.deepcopy(key.default))
+    cfg["columns"] = {}
+    cfg["estimator"] = {"name": "grpo"}
+    return cfg
+
+
+def set_path(cfg: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = cfg
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def get_path(cfg: dict, path: str, default: Any = None) -> Any:
+    node: Any = cfg
+    for p in path.split("."):
+        if not isinstance(node, dict) or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
+def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, path + "."))
+        else:
+            out[path] = v
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A --set VALUE, parsed as YAML (``true``, ``0.95``, ``null``, ``[acc,fmt]``)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text) if text.strip() != "" else ""
+    except yaml.YAMLError as e:
+        raise AdvcliError(f"cannot parse value {text!r} as YAML: {str(e).splitlines()[0]}") from None
+
+
+def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
+    """``["a.b=1", ...]`` -> ``[("a.b", 1), ...]`` in order."""
+    out = []
+    for item in items or []:
+        if "=" not in item:
+            raise AdvcliError(f"--set {item!r}: expected KEY=VALUE, e.g. --set algorithm.gamma=0.99")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise AdvcliError(f"--set {item!r}: the key is empty")
+        out.append((k, parse_value(v)))
+    return out
+
+
+def parse_column_maps(items: list[str] | None) -> dict[str, str]:
+    """``--column reward=score`` -> {"reward": "score"}."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise AdvcliError(f"--column {item!r}: expected ROLE=NAME, e.g. --column reward=score")
+        role, name = (s.strip() for s in item.split("=", 1))
+        if role not in ROLES and not role.startswith("reward/"):
+            raise AdvcliError(f"--column {item!r}: unknown role {role!r}.{did_you_mean(role, ROLES)} "
+                              f"Roles: {', '.join(ROLES)}")
+        out[role] = name
+    return out
+
+
+def load_config_file(path: str) -> dict:
+    """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}."""
+    p = Path(path)
+    if not p.is_file():
+        raise AdvcliError(f"config file {path}: no such file")
+    text = p.read_text()
+    try:
+        if p.suffix.lower() == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as e:  # noqa: BLE001 - any parse error is the user's file
+        raise AdvcliError(f"config file {path}: cannot parse: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise AdvcliError(f"config file {path}: expected a mapping of keys to values")
+    return flatten_keys(data)
+
+
+def flatten_keys(data: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts to dotted keys; leaves (including lists) kept as values."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten_keys(v, path + "."))
+        else:
+            out[path] = v
+    return out
+
+
+def coerce(path: str, value: Any, key: Key) -> Any:
+    """Check and normalise one canonical value; raise AdvcliError naming the key."""
+    if value is None:
+        return None
+    kind = key.kind
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            raise ValueError
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind == "str":
+            value = str(value)
+        if kind == "list":
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            return list(value)
+        if kind == "clip":
+            return normalize_clip(value)
+    except (TypeError, ValueError):
+        raise AdvcliError(f"key {path}: {value!r} is not a valid {kind} ({key.doc})") from None
+    if key.choices is not None and value not in key.choices:
+        raise AdvcliError(f"key {path}: unknown value {value!r}.{did_you_mean(value, key.choices)} "
+                          f"Valid: {', '.join(map(str, key.choices))}")
+    return value
+
+
+def normalize_clip(value: Any) -> list[float] | None:
+    """``c`` -> [-c, c]; ``[lo, hi]`` kept; 0/false/null -> None."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        c = float(value)
+        return [-abs(c), abs(c)]
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        lo = None if value[0] is None else float(value[0])
+        hi = None if value[1] is None else float(value[1])
+        return [lo, hi]
+    raise ValueError
+
+
+def to_json(cfg: dict) -> str:
+    return json.dumps(cfg, sort_keys=True, default=str)

@@ -1,0 +1,90 @@
+"""The estimator registry: one module per family, each estimator registered once by name.
+
+An estimator is either
+
+- **row-level** (``level="row"``): a function of the per-row table of the *whole* input (row scores,
+  groups, valid lengths, scopes) returning one advantage per row; the token output is that value on
+  every token (× mask unless ``mask_output`` is false). GRPO, RLOO, OPO, GPG, ... live here; their
+  group statistics are exact over every member of a group, wherever it sits in the file.
+- **token-level** (``level="token"``): a function of one chunk of token rows (token rewards,
+  values, log-probs, ...) plus row-level inputs, returning ``(advantages, returns)`` flat tensors.
+  GAE, REINFORCE++, ReMax live here. Those that need statistics over the tokens of a whole group
+  (the optimal token baselines) declare ``token_group_stats``.
+
+Adding an estimator is one new module in this package calling :func:`register`; modules are
+discovered automatically.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import Key
+from ..errors import AdvcliError, did_you_mean
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    name: str
+    level: str  # "row" | "token"
+    formula: str
+    source: str  # the framework function it matches (file, commit)
+    params: dict[str, Key] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()  # extra column roles (values, reward_baseline, ...)
+    uses_groups: bool = False
+    row_fn: Callable | None = None
+    token_fn: Callable | None = None
+    row_constant: bool = False  # token advantages are a per-row value (× mask): whitening stats from rows
+    token_group_stats: Callable | None = None  # (chunk, params, ctx) -> accumulate per (group, position)
+
+
+REGISTRY: dict[str, EstimatorSpec] = {}
+_LOADED = False
+
+
+def register(spec: EstimatorSpec) -> EstimatorSpec:
+    if spec.name in REGISTRY:
+        raise RuntimeError(f"estimator {spec.name!r} registered twice")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def _load_all() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    _LOADED = True
+
+
+def get(name: str) -> EstimatorSpec:
+    _load_all()
+    if name not in REGISTRY:
+        raise AdvcliError(f"key estimator.name: unknown estimator {name!r}.{did_you_mean(name, REGISTRY)} "
+                          f"Known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def all_specs() -> dict[str, EstimatorSpec]:
+    _load_all()
+    return dict(REGISTRY)
+
+
+def resolve_params(spec: EstimatorSpec, given: dict[str, Any]) -> dict[str, Any]:
+    """The estimator's parameters: defaults overlaid with ``given`` (unknown keys refused)."""
+    from ..config import coerce
+
+    out = {k: key.default for k, key in spec.params.items()}
+    for k, v in given.items():
+        if k == "name":
+            continue
+        if k not in spec.params:
+            valid = sorted(spec.params)
+            raise AdvcliError(f"key estimator.{k}: not a parameter of estimator {spec.name!r}."
+                              f"{did_you_mean(k, valid)} Its parameters: {', '.join(valid) or '(none)'}")
+        out[k] = coerce(f"estimator.{k}", v, spec.params[k])
+    return out

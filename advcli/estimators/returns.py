@@ -1,0 +1,84 @@
+"""Token-level estimators built on reverse scans: GAE, REINFORCE-style returns, ReMax."""
+from __future__ import annotations
+
+import torch
+
+from ..batch import TokenChunk
+from ..config import Key
+from ..errors import AdvcliError
+from ..ops import scans
+from . import EstimatorSpec, register
+
+GAMMA = Key(1.0, "discount γ", None, "float")
+HOLES = Key("skip", "mask=0 tokens inside a row: `skip` (the scan jumps over them, verl/NeMo), "
+            "`step` (they count as discount steps with reward 0, ROLL/OpenRLHF)", ("skip", "step"), "str")
+
+
+# -------------------------------------------------------------------------------------------- gae
+def gae_token(chunk: TokenChunk, p: dict):
+    """GAE(γ, λ). ``holes=skip``: verl ``compute_gae_advantage_return`` (core_algos L215-263
+    @1dda039b) and NeMo PPO gae; ``holes=step``: every column is a step with the given values
+    (ROLL passes unmasked values; OpenRLHF zeroes V and R at mask=0 first: ``zero_masked``)."""
+    values = chunk.tokens["values"]
+    r = chunk.token_rewards
+    if p["holes"] == "skip":
+        adv = scans.gae_skip_masked(r, values, chunk.mask, chunk.layout, p["gamma"], p["lam"])
+    else:
+        if p["zero_masked"]:
+            values = values * chunk.mask
+            r = r * chunk.mask
+        adv = scans.gae_all_positions(r, values, chunk.layout, p["gamma"], p["lam"])
+    return adv, adv + values
+
+
+register(EstimatorSpec(
+    name="gae", level="token", token_fn=gae_token, needs=("values",),
+    formula="δ_t = r_t + γ·V_next − V_t;  A_t = δ_t + γλ·A_next;  returns = A + V",
+    source="verl core_algos.compute_gae_advantage_return (L215-263 @1dda039b)",
+    params={"gamma": GAMMA, "lam": Key(1.0, "GAE λ", None, "float"), "holes": HOLES,
+            "zero_masked": Key(False, "with holes=step: multiply V and r by the mask first (OpenRLHF)",
+                               None, "bool")}))
+
+
+# -------------------------------------------------------------------------------- discounted returns
+def returns_token(chunk: TokenChunk, p: dict):
+    """REINFORCE return-to-go ``G_t = r_t + γ·G_{t+1}``.
+
+    ``holes=skip``: verl ``compute_reinforce_plus_plus_outcome_advantage`` (L693-731 @1dda039b,
+    after PR #7300): rewards at mask=0 dropped, γ not applied across holes, returns 0 at mask=0.
+    ``holes=step``: every column is a step (ROLL ``compute_reinforce_return``; OpenRLHF
+    ``get_cumulative_returns`` after ``R ← M·R``, selected with ``mask_rewards``).
+    """
+    r = chunk.token_rewards
+    if p["holes"] == "skip":
+        ret = scans.returns_skip_masked(r, chunk.mask, chunk.layout, p["gamma"])
+    else:
+        if p["mask_rewards"]:
+            r = r * chunk.mask
+        ret = scans.reverse_discounted_cumsum(r, chunk.layout, p["gamma"])
+    return ret, ret
+
+
+register(EstimatorSpec(
+    name="reinforce_plus_plus", level="token", token_fn=returns_token,
+    formula="G_t = r_t + γ·G_{t+1} over the valid tokens; advantages = whiten(G) (advantage.whiten)",
+    source="verl core_algos.compute_reinforce_plus_plus_outcome_advantage (L693-731 @1dda039b)",
+    params={"gamma": GAMMA, "holes": HOLES,
+            "mask_rewards": Key(False, "with holes=step: multiply the rewards by the mask first", None, "bool")}))
+
+
+# ------------------------------------------------------------------------------------------ remax
+def remax_token(chunk: TokenChunk, p: dict):
+    """verl ``compute_remax_outcome_advantage`` (L734-767 @1dda039b):
+    ``G = reverse cumsum of r·m`` (γ = 1, not masked inside holes), ``A = G − b_i·m``."""
+    if "reward_baseline" not in chunk.rows:
+        raise AdvcliError("remax needs the reward_baseline column (the greedy response's reward)")
+    g = scans.reverse_discounted_cumsum(chunk.token_rewards * chunk.mask, chunk.layout, 1.0)
+    b = chunk.layout.broadcast(chunk.rows["reward_baseline"].to(g.dtype))
+    return g - b * chunk.mask, g
+
+
+register(EstimatorSpec(
+    name="remax", level="token", token_fn=remax_token, needs=("reward_baseline",),
+    formula="G_t = Σ_{u≥t} r_u·m_u;  A_t = G_t − b_i·m_t  (b_i: the greedy response's reward)",
+    source="verl core_algos.compute_remax_outcome_advantage (L734-767 @1dda039b)", params={}))

@@ -1,0 +1,86 @@
+"""``advcli explain``: the resolved canonical configuration and the formulas that will run."""
+from __future__ import annotations
+
+import json
+
+from .config import SCHEMA
+
+
+def keys_text(flavor) -> str:
+    lines = [f"{flavor.name} keys ({flavor.framework}); defaults are the framework's:", ""]
+    width = max(len(k) for k in flavor.keys)
+    for k, key in flavor.keys.items():
+        choices = f" [{', '.join(map(str, key.choices))}]" if key.choices else ""
+        lines.append(f"  {k:<{width}}  default {json.dumps(key.default)}{choices}")
+        lines.append(f"  {'':<{width}}  {key.doc}")
+    if flavor.aliases:
+        lines += ["", "older names accepted: " + ", ".join(f"{a} -> {b}" for a, b in flavor.aliases.items())]
+    if flavor.name == "advcli":
+        from .estimators import all_specs
+
+        lines += ["", "estimator.name: " + ", ".join(sorted(all_specs())),
+                  "estimator.<param>: see `advcli explain --flavor advcli --set estimator.name=NAME`"]
+    return "\n".join(lines)
+
+
+def explain_text(flavor, cfg: dict, native: dict) -> str:
+    from .estimators import get, resolve_params
+
+    spec = get(cfg["estimator"]["name"])
+    params = resolve_params(spec, cfg["estimator"])
+    out = [f"flavor   {flavor.name}: {flavor.framework}"]
+    if native:
+        out.append("given    " + ", ".join(f"{k}={json.dumps(v)}" for k, v in native.items()))
+    out += ["", "pipeline (in order):"]
+    r, k, a = cfg["reward"], cfg["kl"], cfg["advantage"]
+    src = r["source"] if r["source"] != "auto" else "token_level_scores if present, else the reward column"
+    out.append(f"  1. row reward       r_i = {src}"
+               + (f", components {r['components']} weights {r['weights'] or 'all 1'}" if r["components"] else ""))
+    if r["normalize"]["mean"] != "none" or r["normalize"]["std"] != "none":
+        out.append(f"     normalise        (r − mean_{r['normalize']['mean']})/(std_{r['normalize']['std']} + "
+                   f"{r['normalize']['eps']:g})  (unbiased std)")
+    if r["clip"]:
+        out.append(f"     clip             r ← clamp(r, {r['clip'][0]}, {r['clip'][1]})")
+    place = "position L_i−1 (the last token, masked or not)" if r["placement"] == "last" else "the last mask=1 token"
+    out.append(f"  2. token rewards    R_it = r_i at {place}" + (" × mask" if r["mask_placed"] else ""))
+    if k["in_reward"]:
+        from .ops.kl import KL_KINDS
+
+        clamps = []
+        if k["input_clamp"] is not None:
+            clamps.append(f"ref−logp clamped to ±{k['input_clamp']:g}")
+        if k["output_clamp"] is not None:
+            clamps.append(f"value clamped to ±{k['output_clamp']:g}")
+        ctrl = (f"fixed β = {k['coef']:g}" if k["controller"] == "fixed" else
+                f"adaptive β0 = {k['coef']:g}, target {k['target']:g}, horizon {k['horizon']:g}; each step uses "
+                "β from before its update; β ← β·(1 + clip(kl/target − 1, ±0.2)·rows/horizon)")
+        out.append(f"     KL               R_it −= β·KL_it{'·m_it' if k['mask'] else ''}, KL = {k['estimator']}: "
+                   f"{KL_KINDS[k['estimator']].formula}" + (f" ({'; '.join(clamps)})" if clamps else ""))
+        out.append(f"     controller       {ctrl}")
+        if k["token_clip"]:
+            out.append(f"     clip             R ← clamp(R, {k['token_clip'][0]}, {k['token_clip'][1]})")
+    else:
+        out.append("     KL               not in the reward")
+    out.append(f"  3. estimator        {spec.name}: {spec.formula}")
+    out.append(f"     matches          {spec.source}")
+    if params:
+        out.append("     parameters       " + ", ".join(f"{p}={json.dumps(v)}" for p, v in params.items()))
+    if spec.level == "row":
+        out.append("     groups           exact over the whole input (rows of a group may sit anywhere), per step")
+    if a["whiten"]:
+        var = "unbiased" if a["whiten_unbiased"] else "biased"
+        eps = (f"rsqrt(var + {a['whiten_eps']:g})" if a["whiten_eps_mode"] == "add"
+               else f"rsqrt(max(var, {a['whiten_eps']:g}))")
+        out.append(f"  4. whiten           A ← (A − μ)·{eps if a['whiten_scale'] else '1'} over the mask=1 tokens of "
+                   f"each step ({var} variance)" + ("; then × mask" if a["remask"] else "; masked positions not re-masked"))
+    elif a["remask"]:
+        out.append("  4. mask             A ← A × mask")
+    if a["clip"]:
+        out.append(f"  5. clip             A ← clamp(A, {a['clip'][0]}, {a['clip'][1]})")
+    out.append(f"  precision          {cfg['precision']}")
+    if flavor.notes:
+        out += ["", f"{flavor.name} semantics to know:", "  " + flavor.notes]
+    out += ["", "canonical configuration (use with --flavor advcli):",
+            json.dumps({k: v for k, v in cfg.items()}, indent=2, default=str)]
+    del SCHEMA
+    return "\n".join(out)

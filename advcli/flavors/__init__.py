@@ -1,0 +1,84 @@
+"""Flavors: a framework's own configuration keys and defaults -> advcli's canonical configuration.
+
+A flavor never holds math. It names the framework and commit whose semantics it reproduces, lists
+the native keys with the framework's defaults, and translates a set of native values into the
+canonical configuration (``advcli.config``). Adding a flavor is one module here defining
+``FLAVOR = Flavor(...)``; modules are discovered automatically.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import Key, load_config_file
+from ..errors import AdvcliError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Flavor:
+    name: str
+    framework: str  # "verl-project/verl @ 1dda039b"
+    keys: dict[str, Key]
+    translate: Callable[[dict[str, Any]], dict]  # full native dict (defaults filled) -> canonical config
+    notes: str = ""  # how this framework's semantics differ (for `advcli explain`)
+    aliases: dict[str, str] = field(default_factory=dict)  # old key name -> current key name
+    open_prefixes: tuple[str, ...] = ()  # key prefixes accepted without a fixed list (advcli: estimator.*)
+
+
+FLAVORS: dict[str, Flavor] = {}
+
+
+def _load() -> None:
+    if FLAVORS:
+        return
+    for mod in pkgutil.iter_modules(__path__):
+        if mod.name.startswith("_"):
+            continue
+        m = importlib.import_module(f"{__name__}.{mod.name}")
+        fl = getattr(m, "FLAVOR", None)
+        if fl is not None:
+            FLAVORS[fl.name] = fl
+
+
+def names() -> list[str]:
+    _load()
+    return sorted(FLAVORS)
+
+
+def get(name: str) -> Flavor:
+    _load()
+    if name not in FLAVORS:
+        raise AdvcliError(f"--flavor {name!r}: unknown flavor.{did_you_mean(name, FLAVORS)} "
+                          f"Known: {', '.join(sorted(FLAVORS))}")
+    return FLAVORS[name]
+
+
+def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The flavor's defaults overlaid with the given settings, each key checked and coerced."""
+    from ..config import coerce
+
+    values = {k: key.default for k, key in flavor.keys.items()}
+    for k, v in settings:
+        k = flavor.aliases.get(k, k)
+        if k in flavor.keys:
+            values[k] = coerce(k, v, flavor.keys[k])
+        elif any(k.startswith(p) for p in flavor.open_prefixes):
+            values[k] = v
+        else:
+            valid = list(flavor.keys) + list(flavor.aliases)
+            raise AdvcliError(f"key {k!r} is not a {flavor.name} setting.{did_you_mean(k, valid)}",
+                              hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
+    return values
+
+
+def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str | None = None):
+    """(canonical config, the native settings that were given) for a flavor and its --set values."""
+    flavor = get(flavor_name)
+    items = list(load_config_file(config_file).items()) if config_file else []
+    items += settings
+    values = native_values(flavor, items)
+    given = {flavor.aliases.get(k, k): v for k, v in items}
+    given = {k: values[k] for k in given if k in values}
+    return flavor.translate(values), given

@@ -1,0 +1,108 @@
+"""``--flavor verl``: verl's trainer semantics (verl-project/verl @ 1dda039b, ``AlgoConfig`` /
+``ppo_trainer.yaml``): ``apply_kl_penalty`` when ``use_kl_in_reward``, then
+``ray_trainer.compute_advantage`` with the arguments the trainer passes (``spec/verl.md`` §3).
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError, did_you_mean
+from . import Flavor
+
+ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
+              "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
+              "optimal_token_baseline", "tir_optimal_token_baseline")
+KL_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+KEYS = {
+    "algorithm.adv_estimator": Key("gae", "advantage estimator", ESTIMATORS, "str"),
+    "algorithm.gamma": Key(1.0, "discount factor (gae, reinforce_plus_plus)", None, "float"),
+    "algorithm.lam": Key(1.0, "GAE λ", None, "float"),
+    "algorithm.norm_adv_by_std_in_grpo": Key(True, "divide by the group std (grpo, grpo_passk; the trainer "
+                                             "does not forward it to grpo_vectorized or gdpo)", None, "bool"),
+    "algorithm.use_kl_in_reward": Key(False, "token_level_rewards = scores − β·kld·mask", None, "bool"),
+    "algorithm.kl_penalty": Key("kl", "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3 (a trailing + is the "
+                                "straight-through variant: same value)", None, "str"),
+    "algorithm.kl_ctrl.type": Key("fixed", "fixed or adaptive", None, "str"),
+    "algorithm.kl_ctrl.kl_coef": Key(0.001, "β (initial β for adaptive)", None, "float"),
+    "algorithm.kl_ctrl.target_kl": Key(0.1, "adaptive target", None, "float"),
+    "algorithm.kl_ctrl.horizon": Key(10000, "adaptive horizon", None, "float"),
+    "algorithm.gdpo_reward_keys": Key(None, "component reward columns for gdpo", None, "list"),
+    "algorithm.gdpo_reward_weights": Key(None, "component weights (default all 1)", None, "list"),
+    "algorithm.use_pf_ppo": Key(False, "PF-PPO resampling (not supported offline: it resamples rows)", None, "bool"),
+}
+
+
+def kl_settings(name: str) -> dict:
+    """verl ``kl_penalty`` (core_algos.py L2187-2250): strip a trailing '+', then dispatch."""
+    base = name[:-1] if name.endswith("+") else name
+    if base == "full":
+        raise AdvcliError("key algorithm.kl_penalty=full needs full-vocabulary log-probs, which a rollout dump "
+                          "does not hold (verl raises NotImplementedError)")
+    if base not in KL_NAMES:
+        raise AdvcliError(f"key algorithm.kl_penalty: unknown value {name!r}.{did_you_mean(base, KL_NAMES)} "
+                          f"Valid: {', '.join(KL_NAMES)} (optionally with a trailing +)")
+    kind = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}[base]
+    clamp = kind == "k3"
+    return {"estimator": kind, "input_clamp": 20.0 if clamp else None, "output_clamp": 10.0 if clamp else None}
+
+
+def translate(v: dict) -> dict:
+    cfg = default_config()
+    est = v["algorithm.adv_estimator"]
+    if v["algorithm.use_pf_ppo"]:
+        raise AdvcliError("key algorithm.use_pf_ppo: PF-PPO resamples the batch at random after GAE; an offline "
+                      "recomputation cannot reproduce it. Leave it false")
+    ctrl = v["algorithm.kl_ctrl.type"]
+    if ctrl not in ("fixed", "adaptive"):
+        raise AdvcliError(f"key algorithm.kl_ctrl.type: unknown value {ctrl!r}.{did_you_mean(ctrl, ['fixed', 'adaptive'])}"
+                          " Valid: fixed, adaptive")
+    cfg["reward"]["placement"] = "last"
+    cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"]))
+    cfg["kl"].update({"in_reward": v["algorithm.use_kl_in_reward"], "coef": v["algorithm.kl_ctrl.kl_coef"],
+                      "controller": ctrl, "target": v["algorithm.kl_ctrl.target_kl"],
+                      "horizon": v["algorithm.kl_ctrl.horizon"], "mask": True})
+    if ctrl == "adaptive" and not (v["algorithm.kl_ctrl.horizon"] and v["algorithm.kl_ctrl.horizon"] > 0):
+        raise AdvcliError(f"key algorithm.kl_ctrl.horizon must be > 0 (got {v['algorithm.kl_ctrl.horizon']})")
+    whiten = {"whiten": True, "whiten_unbiased": True, "whiten_eps": 1e-8, "whiten_eps_mode": "add"}
+    norm = v["algorithm.norm_adv_by_std_in_grpo"]
+    gamma, lam = v["algorithm.gamma"], v["algorithm.lam"]
+    e: dict = {"name": est}
+    if est == "gae":
+        e.update(gamma=gamma, lam=lam, holes="skip")
+        cfg["advantage"].update(whiten)  # masked_whiten, not re-masked
+    elif est == "grpo":
+        e.update(norm_by_std=norm, eps=1e-6, std="torch")
+    elif est == "grpo_vectorized":
+        e.update(norm_by_std=True, eps=1e-6)  # the trainer does not pass the flag (PR #7893 open)
+    elif est == "grpo_passk":
+        e.update(norm_by_std=norm, eps=1e-6)  # read from config
+    elif est == "gdpo":
+        keys = v["algorithm.gdpo_reward_keys"]
+        if not keys:
+            raise AdvcliError("gdpo needs algorithm.gdpo_reward_keys, the component reward columns, "
+                              "e.g. --set 'algorithm.gdpo_reward_keys=[acc,fmt]'")
+        cfg["reward"]["components"] = list(keys)
+        cfg["reward"]["source"] = "reward"
+        e.update(weights=v["algorithm.gdpo_reward_weights"], norm_by_std=True, eps=1e-6)
+        cfg["advantage"].update(whiten, remask=True)
+    elif est == "reinforce_plus_plus":
+        e.update(gamma=gamma, holes="skip")
+        cfg["advantage"].update(whiten, remask=True)
+    elif est == "reinforce_plus_plus_baseline":
+        cfg["advantage"].update(whiten, remask=True)
+    elif est in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        e.update(handle_zero_tail=True, eps=1e-8)
+    # rloo, rloo_vectorized, opo, gpg, remax take no parameters from the trainer
+    cfg["estimator"] = e
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
+    keys=KEYS, translate=translate,
+    notes="Group statistics on s_i = Σ_t token_level_rewards (mask not applied), torch.std unbiased, "
+          "(s−μ)/(σ+1e-6); a group of one gets s/(1+1e-6) in grpo, raw s in rloo, 0 in rloo_vectorized; "
+          "the reward sits at position L_i−1 even when that token is masked (row-sum estimators keep it, "
+          "gae/rf++/remax drop it); gae skips masked tokens and is whitened (unbiased, var+1e-8) without "
+          "re-masking; k3 KL clamps ref−logp to ±20 and the value to ±10; the adaptive controller uses β "
+          "from before the step's update, n_steps = rows in the step.")

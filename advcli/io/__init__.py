@@ -1,0 +1,1 @@
+"""Parquet in and out: reading in chunks, Arrow <-> torch without copies, atomic writing."""

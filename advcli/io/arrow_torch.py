@@ -1,0 +1,99 @@
+"""Arrow list columns <-> flat torch tensors, without copying where Arrow allows it.
+
+A ``list<float32>`` chunk is an offsets buffer plus a flat values buffer. A sliced ListArray's
+``.values`` is the whole unsliced child, so the values are taken from ``offsets[0]`` to
+``offsets[-1]`` and the offsets rebased to 0. Results go back the same way: the flat result tensor
+plus the input's (rebased) offsets is the output list column.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..errors import AdvcliError
+
+FLOAT_TYPES = (pa.float16(), pa.float32(), pa.float64())
+
+
+def list_offsets(arr: pa.Array) -> np.ndarray:
+    """int64 offsets [B+1] starting at 0 (fixed-size lists too)."""
+    if pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        return np.arange(len(arr) + 1, dtype=np.int64) * size
+    offs = np.asarray(arr.offsets, dtype=np.int64)
+    return offs - offs[0]
+
+
+def list_values(arr: pa.Array) -> pa.Array:
+    """The flat child values covering exactly this (possibly sliced) array's rows."""
+    if pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        return arr.values.slice(arr.offset * size, len(arr) * size)
+    offs = arr.offsets
+    start, stop = offs[0].as_py(), offs[-1].as_py()
+    return arr.values.slice(start, stop - start)
+
+
+def values_to_tensor(values: pa.Array, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A flat Arrow numeric array as a torch tensor (zero-copy for float/int without nulls)."""
+    if pa.types.is_boolean(values.type):
+        np_vals = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int8)
+    else:
+        np_vals = values.to_numpy(zero_copy_only=values.null_count == 0)
+    if not np_vals.flags.writeable:
+        t = torch.from_numpy(np_vals.copy()) if np_vals.size else torch.from_numpy(np.array(np_vals))
+    else:
+        t = torch.from_numpy(np_vals)
+    return t.to(dtype) if dtype is not None and t.dtype != dtype else t
+
+
+def readonly_view(np_vals: np.ndarray) -> torch.Tensor:
+    """torch.from_numpy on a read-only buffer without the warning and without a copy."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np_vals)
+
+
+def list_column_to_tensor(arr: pa.Array, dtype: torch.dtype | None = None) -> tuple[np.ndarray, torch.Tensor]:
+    """(offsets int64 [B+1] from 0, flat values tensor [N]) of a list column chunk."""
+    offsets = list_offsets(arr)
+    vals = list_values(arr)
+    if pa.types.is_boolean(vals.type):
+        t = torch.from_numpy(np.asarray(vals.to_numpy(zero_copy_only=False), dtype=np.int8))
+    else:
+        t = readonly_view(vals.to_numpy(zero_copy_only=True))
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    return offsets, t
+
+
+def tensor_to_list_array(values: torch.Tensor, offsets: np.ndarray) -> pa.Array:
+    """A flat float32 tensor plus offsets from 0 -> ``list<float32>`` (the values are not copied)."""
+    np_vals = values.detach().to("cpu", torch.float32).contiguous().numpy()
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32), type=pa.int32()),
+                                    pa.array(np_vals, type=pa.float32()))
+
+
+def scalar_column_to_tensor(arr: pa.Array, dtype: torch.dtype) -> torch.Tensor:
+    np_vals = arr.to_numpy(zero_copy_only=False)
+    return torch.from_numpy(np.ascontiguousarray(np_vals)).to(dtype)
+
+
+def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None:
+    """Refuse null rows and null elements inside lists, naming the first bad row."""
+    if arr.null_count:
+        bad = int(np.nonzero(~np.asarray(arr.is_valid()))[0][0])
+        raise AdvcliError(f"{file}: column {column!r}, row {row_base + bad}: null value",
+                          hint="fill or drop the rows with missing values before running advcli")
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+        vals = list_values(arr)
+        if vals.null_count:
+            offs = list_offsets(arr)
+            pos = int(np.nonzero(~np.asarray(vals.is_valid()))[0][0])
+            row = int(np.searchsorted(offs, pos, side="right") - 1)
+            raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}: null element at position "
+                              f"{pos - offs[row]} of the list",
+                              hint="token lists must be complete; fill nulls (e.g. 0 for padding) or drop the row")

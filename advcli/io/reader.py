@@ -1,0 +1,99 @@
+"""Reading Parquet inputs in chunks: one file, several files, a directory or a glob."""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import AdvcliError
+
+
+def expand_inputs(specs: list[str]) -> list[str]:
+    """Files from paths, directories (their *.parquet, sorted) and globs, in the order given."""
+    out: list[str] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found = sorted(glob.glob(os.path.join(spec, "*.parquet")))
+            if not found:
+                raise AdvcliError(f"{spec}: directory holds no *.parquet files")
+            out.extend(found)
+        elif any(ch in spec for ch in "*?["):
+            found = sorted(glob.glob(spec))
+            if not found:
+                raise AdvcliError(f"{spec}: no file matches this pattern")
+            out.extend(found)
+        elif not os.path.exists(spec):
+            raise AdvcliError(f"{spec}: no such file", hint="check the path; INPUT may be a file, a directory or a glob")
+        else:
+            out.append(spec)
+    seen = set()
+    uniq = []
+    for p in out:
+        key = os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(p)
+    return uniq
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    if os.path.isdir(path):
+        raise AdvcliError(f"{path}: is a directory, expected a Parquet file")
+    try:
+        return pq.ParquetFile(path, pre_buffer=False)
+    except PermissionError:
+        raise AdvcliError(f"{path}: permission denied", hint="check the file's read permissions") from None
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise AdvcliError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})",
+                          hint="advcli reads Parquet dumps; convert JSONL with pandas or pyarrow first") from None
+
+
+@dataclass
+class InputSet:
+    """The input files, opened once, with one common schema."""
+
+    paths: list[str]
+    files: list[pq.ParquetFile]
+    schema: pa.Schema
+
+    @staticmethod
+    def open(specs: list[str]) -> "InputSet":
+        paths = expand_inputs(specs)
+        files = [open_parquet(p) for p in paths]
+        schema = files[0].schema_arrow
+        for p, f in zip(paths[1:], files[1:]):
+            other = f.schema_arrow
+            for field in schema:
+                if field.name in other.names and not other.field(field.name).type.equals(field.type):
+                    raise AdvcliError(f"{p}: column {field.name!r} has type {other.field(field.name).type} "
+                                      f"but {paths[0]} has {field.type}; all inputs must share one schema")
+            missing = [n for n in schema.names if n not in other.names]
+            if missing:
+                raise AdvcliError(f"{p}: lacks column(s) {missing} that {paths[0]} has; all inputs must share "
+                                  "one schema")
+        return InputSet(paths, files, schema)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(f.metadata.num_rows for f in self.files)
+
+    def file_rows(self) -> list[int]:
+        return [f.metadata.num_rows for f in self.files]
+
+    def iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        """(file index, first row of the batch in that file, batch) over every file in order."""
+        for fi, (path, f) in enumerate(zip(self.paths, self.files)):
+            row = 0
+            try:
+                for batch in f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=True):
+                    if batch.num_rows == 0:
+                        continue
+                    yield fi, row, batch
+                    row += batch.num_rows
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+                raise AdvcliError(f"{path}: cannot read rows after row {row} ({str(e).splitlines()[0]}); "
+                                  "the file may be truncated or corrupt") from None

@@ -1,0 +1,1 @@
+"""Pure tensor operations the estimators are built from (no I/O, no configuration)."""

@@ -1,0 +1,41 @@
+"""Row-level reward postprocessing: normalisation (batch / group mean and std) and clipping.
+
+``r̃ = (r − mean)/(std + eps)`` with mean and std each ``none``, ``batch`` (over the scope) or
+``group`` (over the row's group), unbiased std. ROLL ``reward_norm`` (roll/utils/functionals.py
+L564-600 @8eb27cc2) with its ``[G, n]`` reshape is the reference shape, so group statistics use
+``torch.std(dim=1)`` on the stacked groups.
+"""
+from __future__ import annotations
+
+import torch
+
+from .groups import GroupIndex
+
+
+def normalize_rewards(r: torch.Tensor, scopes: GroupIndex, groups: GroupIndex | None, mean_kind: str,
+                      std_kind: str, eps: float) -> torch.Tensor:
+    if mean_kind == "none" and std_kind == "none":
+        return r
+    if mean_kind == "group" or std_kind == "group":
+        assert groups is not None
+    if mean_kind == "batch":
+        mean = scopes.per_row(scopes.mean_f32(r))
+    elif mean_kind == "group":
+        mean = groups.per_row(groups.mean_f32(r))
+    else:
+        mean = torch.zeros_like(r)
+    out = r - mean
+    if std_kind == "batch":
+        std = scopes.per_row(scopes.std_1d(r, scopes.mean_f32(r)))
+    elif std_kind == "group":
+        std = groups.per_row(groups.std_dim(r))
+    else:
+        return out
+    return out / (std + eps)
+
+
+def clip(x: torch.Tensor, bounds: list | None) -> torch.Tensor:
+    if not bounds:
+        return x
+    lo, hi = bounds
+    return x.clamp(min=lo, max=hi)

@@ -1,0 +1,651 @@
+"""Plan the passes, stream the chunks, compute, write.
+
+The canonical pipeline, for every row ``i`` and token ``t``::
+
+    r_i    row reward (reward column, weighted components, or Σ token_level_scores)
+    r̃_i    = clip(normalize(r_i))                                  reward.normalize / reward.clip
+    R_it   = r̃_i at the placement token (or token_level_scores) − β_step·KL_it      kl.*
+    A, G   = estimator(R, mask, values, groups, ...)                estimator.*
+    A      = clip(whiten(A))                                        advantage.*
+
+Passes (only those a configuration needs):
+
+1. **rows**: the small columns (group id, step, rewards) and, where a row feature needs them, the
+   token columns reduced per row (Σ mask, Σ KL). Builds the per-row table of the whole input.
+2. in memory, on that table: the KL coefficient of every step (an adaptive controller is stepped
+   in ascending step order), reward normalisation, and every row-level estimator — exact over
+   whole groups and steps wherever their rows sit.
+3. **token statistics** (only for whitening of token-varying advantages): per-step moments.
+4. **write**: every column, chunk by chunk, with the new columns appended; row order kept.
+
+Memory is bounded by the chunk plus the per-row table (a few tens of bytes per row).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from . import __version__
+from .batch import RowTable, TokenChunk
+from .columns import ColumnMap, resolve_columns
+from .config import get_path
+from .errors import AdvcliError
+from .estimators import EstimatorSpec, get as get_estimator, resolve_params
+from .io.arrow_torch import check_no_nulls, list_column_to_tensor, list_offsets, tensor_to_list_array
+from .io.reader import InputSet
+from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
+from .ops import kl as kl_ops
+from .ops.groups import GroupIndex
+from .ops.rewards import clip as clip_values, normalize_rewards
+from .ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
+from .ragged import Ragged
+
+ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
+
+
+# ------------------------------------------------------------------------------------------ plan
+@dataclass
+class Plan:
+    cfg: dict
+    spec: EstimatorSpec
+    params: dict
+    cmap: ColumnMap
+    device: torch.device
+    dtype: torch.dtype
+    reward_source: str
+    components: list[str]
+    kl_on: bool
+    group_by: str
+    token_roles: list[str]  # token columns the math reads
+    output_tlr: bool
+
+    @property
+    def whiten(self) -> bool:
+        return bool(get_path(self.cfg, "advantage.whiten"))
+
+    def whiten_spec(self) -> WhitenSpec:
+        g = lambda k: get_path(self.cfg, f"advantage.{k}")  # noqa: E731
+        return WhitenSpec(unbiased=g("whiten_unbiased"), eps=g("whiten_eps"), eps_mode=g("whiten_eps_mode"),
+                          scale=g("whiten_scale"))
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AdvcliError("--device cuda: no CUDA device is available here", hint="use --device auto or cpu")
+    if name not in ("cpu", "cuda"):
+        raise AdvcliError(f"--device {name!r}: expected auto, cpu or cuda")
+    return torch.device(name)
+
+
+def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto") -> Plan:
+    overrides = dict(get_path(cfg, "columns", {}) or {})
+    overrides.update(column_overrides)
+    cmap = resolve_columns(inputs.schema, overrides, inputs.paths[0])
+    spec = get_estimator(get_path(cfg, "estimator.name"))
+    params = resolve_params(spec, {k: v for k, v in cfg["estimator"].items() if k != "name"})
+    file = inputs.paths[0]
+
+    cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
+    source = get_path(cfg, "reward.source")
+    components = list(get_path(cfg, "reward.components") or [])
+    if source == "auto":
+        source = "components" if components and spec.name != "gdpo" else (
+            "token_level_scores" if cmap.has("token_level_scores") else "reward")
+    if source == "components" and not components:
+        raise AdvcliError("key reward.source=components needs reward.components (a list of columns)")
+    if source == "reward" and spec.name != "gdpo":
+        cmap.require("reward", "the response-level reward")
+    if source == "token_level_scores":
+        cmap.require("token_level_scores", "reward.source=token_level_scores")
+        if get_path(cfg, "reward.normalize.mean") != "none" or get_path(cfg, "reward.normalize.std") != "none":
+            raise AdvcliError("reward.normalize works on a scalar reward; it cannot be used with token_level_scores")
+    for c in components:
+        if c not in inputs.schema.names:
+            from .errors import did_you_mean
+            raise AdvcliError(f"{file}: reward component column {c!r} not found.{did_you_mean(c, inputs.schema.names)}"
+                              f" Columns present: {', '.join(inputs.schema.names)}")
+        from .columns import check_type
+        check_type(inputs.schema, "reward", c, file)
+    kl_on = bool(get_path(cfg, "kl.in_reward"))
+    if kl_on:
+        cmap.require("old_log_probs", "KL in the reward needs the policy log-probs")
+        cmap.require("ref_log_probs", "KL in the reward needs the reference log-probs")
+    for role in spec.needs:
+        cmap.require(role, f"estimator {spec.name} needs it")
+    group_by = get_path(cfg, "grouping.by")
+    if group_by == "auto":
+        group_by = "id" if cmap.has("prompt_id") else "none"
+    if group_by == "position" and not get_path(cfg, "grouping.size"):
+        raise AdvcliError("grouping.by=position needs grouping.size (the number of responses per prompt)")
+    if group_by == "id":
+        cmap.require("prompt_id", "grouping.by=id groups rows by it")
+    needs_groups = spec.uses_groups or "group" in (get_path(cfg, "reward.normalize.mean"),
+                                                    get_path(cfg, "reward.normalize.std"))
+    if needs_groups and group_by == "none":
+        raise AdvcliError(f"{file}: estimator {spec.name} needs groups but the input has no "
+                          f"{cmap.names.get('prompt_id', 'prompt_id')!r} column",
+                          hint="map the group column with --column prompt_id=NAME, or group by position "
+                               "with --set grouping.by=position --set grouping.size=N")
+    token_roles = ["response_mask"] + [r for r in spec.needs if r in ("values", "sum_pi_squared",
+                                                                       "teacher_log_probs", "old_log_probs",
+                                                                       "ref_log_probs")]
+    if source == "token_level_scores":
+        token_roles.append("token_level_scores")
+    if kl_on:
+        token_roles += ["old_log_probs", "ref_log_probs"]
+    token_roles = list(dict.fromkeys(token_roles))
+    dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
+    return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
+                reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
+                token_roles=token_roles, output_tlr=kl_on)
+
+
+# --------------------------------------------------------------------------------------- results
+@dataclass
+class RunResult:
+    inputs: list[str]
+    outputs: list[str]
+    rows: int
+    tokens: int
+    valid_tokens: int
+    seconds: float
+    config: dict
+    metrics: dict[str, Any] = field(default_factory=dict)
+    per_step: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------- helpers
+def _file_fingerprint(paths: list[str]) -> str:
+    """sha256 over each input's size and Parquet footer (cheap, changes with the content)."""
+    h = hashlib.sha256()
+    for p in paths:
+        st = os.stat(p)
+        h.update(os.path.basename(p).encode())
+        h.update(str(st.st_size).encode())
+        with open(p, "rb") as fh:
+            fh.seek(max(0, st.st_size - 65536))
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+class _ChunkReader:
+    """Reads one chunk's token columns as flat tensors with shared offsets, checking each row."""
+
+    def __init__(self, plan: Plan, inputs: InputSet):
+        self.plan = plan
+        self.inputs = inputs
+
+    def tokens(self, batch: pa.RecordBatch, file: str, row_base: int, roles: list[str]):
+        plan = self.plan
+        mask_name = plan.cmap["response_mask"]
+        mask_arr = batch.column(mask_name)
+        check_no_nulls(mask_arr, file, mask_name, row_base)
+        offsets, mask = list_column_to_tensor(mask_arr)
+        out = {"response_mask": mask}
+        for role in roles:
+            if role == "response_mask":
+                continue
+            name = plan.cmap[role]
+            arr = batch.column(name)
+            check_no_nulls(arr, file, name, row_base)
+            offs, vals = list_column_to_tensor(arr)
+            if not np.array_equal(offs, offsets):
+                lm, lc = np.diff(offsets), np.diff(offs)
+                bad = int(np.nonzero(lm != lc)[0][0])
+                raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
+                                  f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
+                                  "same length")
+            if role in ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
+                        "teacher_log_probs"):
+                vals = vals.to(plan.dtype)
+                if not bool(torch.isfinite(vals).all()):
+                    pos = int(torch.nonzero(~torch.isfinite(vals))[0])
+                    row = int(np.searchsorted(offsets, pos, side="right") - 1)
+                    raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
+                                      f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
+                                      hint="NaN or infinite log-probs/values would poison every statistic; "
+                                           "drop or repair the row")
+            out[role] = vals
+        return offsets, out
+
+
+def _scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype) -> torch.Tensor:
+    arr = batch.column(name)
+    check_no_nulls(arr, file, name, row_base)
+    t = torch.from_numpy(np.ascontiguousarray(arr.to_numpy(zero_copy_only=False))).to(dtype)
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int(torch.nonzero(~torch.isfinite(t))[0])
+        raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(t[bad])} is not finite",
+                          hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
+                               "it. Drop the row or give it a real reward")
+    return t
+
+
+def _factorize(values: list[pa.Array], file_label: str) -> np.ndarray:
+    """int64 codes (first-appearance order) for a key column split over several arrays."""
+    import pandas as pd
+
+    arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    np_vals = arr.to_numpy(zero_copy_only=False)
+    codes, _ = pd.factorize(np_vals, sort=False)
+    return codes.astype(np.int64)
+
+
+def _kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
+    c = plan.cfg["kl"]
+    kld = kl_ops.kl_per_token(tok["old_log_probs"], tok["ref_log_probs"], c["estimator"], c["input_clamp"],
+                              c["output_clamp"])
+    return kld * mask if c["mask"] else kld
+
+
+def _placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Tensor:
+    """Flat index of each row's reward token (-1: nowhere, e.g. an empty row)."""
+    if get_path(plan.cfg, "reward.placement") == "last_valid":
+        idx = layout.last_true_index(mask.bool())
+        # OpenRLHF: an all-zero mask row gets eos = T-1 (its reward is masked out later anyway)
+        return torch.where(idx >= 0, idx, layout.last_index())
+    return layout.last_index()
+
+
+# ----------------------------------------------------------------------------------------- pass 1
+def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None):
+    cmap = plan.cmap
+    roles = ["response_mask"]
+    if plan.reward_source == "token_level_scores":
+        roles.append("token_level_scores")
+    if plan.kl_on:
+        roles += ["old_log_probs", "ref_log_probs"]
+    cols = list(roles_to_columns(plan, roles))
+    scalar_roles = []
+    if plan.reward_source == "reward" and cmap.has("reward"):
+        scalar_roles.append("reward")
+    if cmap.has("reward_baseline") and "reward_baseline" in plan.spec.needs:
+        scalar_roles.append("reward_baseline")
+    for r in scalar_roles:
+        cols.append(cmap[r])
+    cols += plan.components
+    key_cols = []
+    if plan.group_by == "id":
+        key_cols.append(cmap["prompt_id"])
+    if cmap.has("step") and get_path(plan.cfg, "grouping.scope") != "all":
+        key_cols.append(cmap["step"])
+    cols = list(dict.fromkeys(cols + key_cols))
+
+    reader = _ChunkReader(plan, inputs)
+    parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
+                                              "score_sum", "reward_baseline")}
+    comp_parts: dict[str, list] = {c: [] for c in plan.components}
+    keys: dict[str, list] = {c: [] for c in key_cols}
+    done, total = 0, inputs.num_rows
+    for fi, row_base, batch in inputs.iter_batches(cols, chunk_rows):
+        file = inputs.paths[fi]
+        offsets, tok = reader.tokens(batch, file, row_base, roles)
+        layout = Ragged(torch.from_numpy(offsets))
+        mask = tok["response_mask"].to(plan.dtype)
+        parts["length"].append(layout.lengths)
+        parts["valid"].append(layout.row_sum(tok["response_mask"].to(torch.int64)))
+        place = _placement_index(plan, layout, mask)
+        keep = torch.zeros(layout.num_rows, dtype=torch.bool)
+        ok = place >= 0
+        keep[ok] = mask[place[ok]] > 0
+        parts["keep"].append(keep)
+        if plan.reward_source == "reward":
+            parts["reward"].append(_scalar(batch, cmap["reward"], file, row_base, plan.dtype))
+        elif plan.reward_source == "token_level_scores":
+            parts["score_sum"].append(layout.row_sum(tok["token_level_scores"]))
+        for c in plan.components:
+            comp_parts[c].append(_scalar(batch, c, file, row_base, plan.dtype))
+        if "reward_baseline" in scalar_roles:
+            parts["reward_baseline"].append(_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
+        if plan.kl_on:
+            kld = _kl_token(plan, tok, mask)
+            parts["kl_sum"].append(layout.row_sum(kld))  # Σ_t of the KL term as it enters the rewards
+            # verl apply_kl_penalty: masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)
+            parts["kl_mean"].append(layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8))
+        for c in key_cols:
+            arr = batch.column(c)
+            check_no_nulls(arr, file, c, row_base)
+            keys[c].append(arr)
+        done += batch.num_rows
+        if progress:
+            progress("rows", done, total)
+    cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
+    return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
+
+
+def roles_to_columns(plan: Plan, roles: list[str]):
+    for r in roles:
+        yield plan.cmap[r]
+
+
+# ----------------------------------------------------------------------------------- resolve rows
+def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
+    cmap = plan.cmap
+    step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
+    if step_col and step_col in keys:
+        steps = pa.chunked_array(keys[step_col]).to_numpy()
+        uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
+        step_values = uniq.tolist()
+    else:
+        scope_codes = np.zeros(num_rows, dtype=np.int64)
+        step_values = [None]
+    scopes = GroupIndex(torch.from_numpy(scope_codes.astype(np.int64)), len(step_values))
+    groups = None
+    if plan.group_by == "id":
+        pid_codes = _factorize(keys[cmap["prompt_id"]], file)
+        combined = scope_codes.astype(np.int64) * (int(pid_codes.max()) + 1 if num_rows else 1) + pid_codes
+        _, gcodes = np.unique(combined, return_inverse=True)
+        groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
+    elif plan.group_by == "position":
+        n = int(get_path(plan.cfg, "grouping.size"))
+        # position inside each scope, in input order
+        order = np.argsort(scope_codes, kind="stable")
+        rank = np.empty(num_rows, dtype=np.int64)
+        sizes = np.bincount(scope_codes, minlength=len(step_values))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
+        for si, size in enumerate(sizes.tolist()):
+            if size % n:
+                where = f" in step {step_values[si]}" if step_values[si] is not None else ""
+                raise AdvcliError(f"{file}: {size} rows{where} do not split into groups of {n} consecutive rows",
+                                  hint="positional grouping needs contiguous blocks of grouping.size rows; "
+                                       "check the group size or group by prompt_id")
+        block = rank // n
+        offsets = np.concatenate([[0], np.cumsum(sizes // n)[:-1]])
+        gcodes = offsets[scope_codes] + block
+        groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
+    return scopes, groups, step_values
+
+
+def _kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
+    """β used by each scope (value before that scope's update) and each scope's current_kl."""
+    c = plan.cfg["kl"]
+    value = float(c["coef"])
+    betas, kls = [], []
+    for s in range(scopes.num_groups):
+        rows = scopes.codes == s
+        current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
+        betas.append(value)
+        kls.append(current)
+        if c["controller"] == "adaptive":
+            if not c["horizon"] or c["horizon"] <= 0:
+                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {c['horizon']})")
+            err = float(np.clip(current / c["target"] - 1, -0.2, 0.2))
+            value *= 1 + err * int(rows.sum()) / c["horizon"]
+    return betas, kls
+
+
+# -------------------------------------------------------------------------------- per-chunk math
+@dataclass
+class _Resolved:
+    scopes: GroupIndex
+    groups: GroupIndex | None
+    step_values: list
+    beta_row: torch.Tensor  # [R]
+    reward_row: torch.Tensor  # [R] r̃ (post-processed, before placement)
+    adv_row: torch.Tensor | None  # [R] row-level estimator output
+    table: RowTable
+    whiten_mean: torch.Tensor | None = None  # [S] float64
+    whiten_rstd: torch.Tensor | None = None
+
+
+def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool):
+    """(advantages, returns, token_level_rewards) flat tensors for rows row0..row0+B-1."""
+    dev, dt = plan.device, plan.dtype
+    B = layout.num_rows
+    rows = slice(row0, row0 + B)
+    layout = layout.to(dev)
+    mask = tok["response_mask"].to(dev, non_blocking=True).to(dt)
+    tok = {k: v.to(dev, non_blocking=True) for k, v in tok.items() if k != "response_mask"}
+    # token-level rewards
+    if plan.reward_source == "token_level_scores":
+        tlr = tok["token_level_scores"].to(dt).clone()
+    else:
+        tlr = torch.zeros(layout.num_tokens, dtype=dt, device=dev)
+        place = _placement_index(plan, layout, mask)
+        ok = place >= 0
+        r = res.reward_row[rows].to(dev)
+        tlr[place[ok]] = r[ok]
+        if get_path(plan.cfg, "reward.mask_placed"):
+            tlr = tlr * mask
+    if plan.kl_on:
+        kld = _kl_token(plan, tok, mask)
+        tlr = tlr - layout.broadcast(res.beta_row[rows].to(dev, dt)) * kld
+        tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
+    # estimator
+    if plan.spec.level == "row":
+        a = layout.broadcast(res.adv_row[rows].to(dev, dt))
+        if plan.params.get("mask_output", True):
+            a = a * mask
+        adv, ret = a, a
+    else:
+        chunk = TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok,
+                           rows={k: v[rows].to(dev) for k, v in res.table.columns.items()})
+        adv, ret = plan.spec.token_fn(chunk, plan.params)
+    if apply_whiten and plan.whiten:
+        scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
+        mean = res.whiten_mean.to(dev)[scope_tok]
+        rstd = res.whiten_rstd.to(dev)[scope_tok]
+        adv = ((adv.to(torch.float64) - mean) * rstd).to(dt)
+        if get_path(plan.cfg, "advantage.remask"):
+            adv = adv * mask
+    elif get_path(plan.cfg, "advantage.remask"):
+        adv = adv * mask
+    adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
+    return adv, ret, tlr, mask
+
+
+# ------------------------------------------------------------------------------------------- run
+def output_paths(inputs: InputSet, output: str) -> list[str]:
+    """One output per input: OUTPUT itself for one input file, else OUTPUT/<input name>."""
+    multi = len(inputs.paths) > 1 or output.endswith(os.sep) or os.path.isdir(output)
+    if not multi:
+        return [output]
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise AdvcliError(f"{output}: several inputs need an output directory, but this is a file")
+    os.makedirs(output, exist_ok=True)
+    names = [os.path.basename(p) for p in inputs.paths]
+    if len(set(names)) != len(names):
+        raise AdvcliError("several inputs share a file name; their outputs would collide in one directory")
+    return [os.path.join(output, n) for n in names]
+
+
+def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
+                 native: dict | None = None, column_overrides: dict[str, str] | None = None,
+                 chunk_rows: int = 4096, device: str = "auto", force: bool = False,
+                 progress: ProgressFn | None = None) -> RunResult:
+    t0 = time.perf_counter()
+    if chunk_rows is not None and chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    inputs = InputSet.open(input_specs)
+    plan = make_plan(cfg, inputs, column_overrides or {}, device)
+    outs: list[str] = []
+    if output is not None:
+        outs = output_paths(inputs, output)
+        for o in outs:
+            check_output_path(o, inputs.paths, force)
+    chunk_rows = chunk_rows or max(inputs.num_rows, 1)
+
+    # pass 1: the row table
+    row, comps, keys = _row_pass(plan, inputs, chunk_rows, progress)
+    R = inputs.num_rows
+    scopes, groups, step_values = _scopes_and_groups(plan, keys, R, inputs.paths[0])
+    betas, kls = _kl_coefs(plan, scopes, row.get("kl_mean"))
+    beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)
+    if plan.reward_source == "components":
+        weights = get_path(cfg, "reward.weights") or [1.0] * len(plan.components)
+        if len(weights) != len(plan.components):
+            raise AdvcliError(f"key reward.weights: {len(weights)} weights for {len(plan.components)} components")
+        raw = sum(torch.tensor(float(w), dtype=plan.dtype) * comps[c] for w, c in zip(weights, plan.components))
+    elif plan.reward_source == "reward":
+        raw = row.get("reward", torch.zeros(R, dtype=plan.dtype))
+    else:
+        raw = row["score_sum"]
+    ncfg = plan.cfg["reward"]["normalize"]
+    reward_row = raw
+    if plan.reward_source != "token_level_scores":
+        reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
+        reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))
+    # the row score the group estimators see: Σ_t token_level_rewards
+    if plan.reward_source == "token_level_scores":
+        score = raw.clone()
+    else:
+        keep = row["keep"] if get_path(cfg, "reward.mask_placed") else (row["length"] > 0)
+        score = torch.where(keep, reward_row, torch.zeros_like(reward_row))
+    if plan.kl_on:
+        score = (score - (beta_row * row["kl_sum"].to(torch.float64)).to(plan.dtype))
+    columns = {f"component:{c}": comps[c] for c in plan.components}
+    if "reward_baseline" in row:
+        columns["reward_baseline"] = row["reward_baseline"]
+    if plan.spec.name == "gdpo" and not plan.components:
+        columns["component:score"] = score
+    table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
+                     columns=columns)
+    adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
+    res = _Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
+    warnings: list[str] = []
+
+    # pass 2: whitening statistics
+    if plan.whiten:
+        sums = MomentSums.zeros(scopes.num_groups)
+        if plan.spec.level == "row":
+            w = row["valid"].to(torch.float64)
+            sums.add(adv_row.to(torch.float64), w, scopes.codes)
+        else:
+            reader = _ChunkReader(plan, inputs)
+            cols = list(roles_to_columns(plan, plan.token_roles))
+            row0 = 0
+            for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+                offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+                layout = Ragged(torch.from_numpy(offsets))
+                adv, _, _, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False)
+                sums.add(adv, mask, layout.broadcast(scopes.codes[row0:row0 + batch.num_rows]).to(adv.device))
+                row0 += batch.num_rows
+                if progress:
+                    progress("statistics", row0, R)
+        for s in range(scopes.num_groups):
+            if float(sums.count[s]) <= 1:
+                where = f" in step {step_values[s]}" if step_values[s] is not None else ""
+                raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}{where}",
+                                  hint="verl and ROLL raise here too (masked_var); turn advantage.whiten off "
+                                       "or check the response_mask column")
+        res.whiten_mean, res.whiten_rstd = scope_mean_rstd(sums, plan.whiten_spec())
+
+    # pass 3: compute and write
+    result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
+                       valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
+    stats = _RunStats(plan.dtype)
+    if output is not None:
+        _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress)
+    else:
+        _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress)
+    result.metrics = stats.summary()
+    result.per_step = [{"step": sv, "rows": int(n), "kl_coef": b if plan.kl_on else None,
+                        "kl": k if plan.kl_on else None}
+                       for sv, n, b, k in zip(step_values, scopes.sizes.tolist(), betas, kls)]
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+class _RunStats:
+    """Running figures over valid tokens (the terminal summary; reports build on it)."""
+
+    def __init__(self, dtype):
+        self.n = 0
+        self.adv_sum = 0.0
+        self.adv_min = float("inf")
+        self.adv_max = float("-inf")
+        self.nonfinite = 0
+
+    def add(self, adv: torch.Tensor, mask: torch.Tensor) -> None:
+        m = mask.bool()
+        a = adv[m]
+        if a.numel():
+            self.n += a.numel()
+            self.adv_sum += float(a.double().sum())
+            self.adv_min = min(self.adv_min, float(a.min()))
+            self.adv_max = max(self.adv_max, float(a.max()))
+        self.nonfinite += int((~torch.isfinite(adv)).sum())
+
+    def summary(self) -> dict:
+        return {"advantages/mean": self.adv_sum / self.n if self.n else None,
+                "advantages/min": self.adv_min if self.n else None,
+                "advantages/max": self.adv_max if self.n else None,
+                "advantages/nonfinite": self.nonfinite}
+
+
+def _metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
+    prov = {"advcli_version": __version__, "flavor": flavor, "flavor_config": native or {},
+            "config": plan.cfg, "estimator_params": plan.params, "inputs": [os.path.basename(p) for p in inputs.paths],
+            "input_fingerprint": _file_fingerprint(inputs.paths)}
+    return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
+
+
+def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress):
+    reader = _ChunkReader(plan, inputs)
+    schema = inputs.schema
+    new_fields = [pa.field("advantages", pa.list_(pa.float32())), pa.field("returns", pa.list_(pa.float32()))]
+    if plan.output_tlr:
+        new_fields.append(pa.field("token_level_rewards", pa.list_(pa.float32())))
+    clash = [f.name for f in new_fields if f.name in schema.names]
+    base_fields = [f for f in schema if f.name not in clash]
+    out_schema = pa.schema(base_fields + new_fields, metadata={**(schema.metadata or {}),
+                                                               **_metadata(plan, inputs, flavor, native)})
+    for o in outs:
+        clean_stale_temps(o)
+    writers: list[AtomicParquetWriter | None] = [None] * len(outs)
+    R = inputs.num_rows
+    row0 = 0
+    try:
+        for fi, rb, batch in inputs.iter_batches(schema.names, chunk_rows):
+            if writers[fi] is None:
+                writers[fi] = AtomicParquetWriter(outs[fi], out_schema)
+            offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+            layout = Ragged(torch.from_numpy(offsets))
+            adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True)
+            stats.add(adv, mask)
+            arrays = [batch.column(f.name) for f in base_fields]
+            arrays.append(tensor_to_list_array(adv, offsets))
+            arrays.append(tensor_to_list_array(ret, offsets))
+            if plan.output_tlr:
+                arrays.append(tensor_to_list_array(tlr, offsets))
+            writers[fi].write(pa.RecordBatch.from_arrays(arrays, schema=out_schema))
+            row0 += batch.num_rows
+            if progress:
+                progress("write", row0, R)
+        for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
+            if writers[i] is None:
+                writers[i] = AtomicParquetWriter(o, out_schema)
+        for w in writers:
+            w.commit()
+    except BaseException:
+        for w in writers:
+            if w is not None:
+                w.abort()
+        raise
+
+
+def _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress):
+    reader = _ChunkReader(plan, inputs)
+    cols = list(roles_to_columns(plan, plan.token_roles))
+    row0 = 0
+    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+        adv, _, _, mask = _chunk_math(plan, res, Ragged(torch.from_numpy(offsets)), tok, row0, apply_whiten=True)
+        stats.add(adv, mask)
+        row0 += batch.num_rows
+        if progress:
+            progress("compute", row0, inputs.num_rows)

@@ -1,0 +1,107 @@
+"""The ragged batch: token columns as one flat tensor per column plus row offsets.
+
+A chunk of ``B`` responses with lengths ``L_0..L_{B-1}`` holds every token-level column as a flat
+tensor of ``N = sum(L_i)`` values. ``offsets`` (int64, ``B+1``, starting at 0) delimit the rows:
+row ``i`` is ``flat[offsets[i]:offsets[i+1]]``. Nothing is padded, so a batch costs what its tokens
+cost. The helpers here are the segment operations every estimator is written with; none of them
+loops in Python over rows or tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Ragged:
+    """Row layout of a chunk: ``offsets`` [B+1] and the derived per-token row index and position."""
+
+    offsets: torch.Tensor  # int64 [B+1], offsets[0] == 0
+    _row_index: torch.Tensor | None = field(default=None, repr=False)
+    _position: torch.Tensor | None = field(default=None, repr=False)
+
+    @staticmethod
+    def from_lengths(lengths: torch.Tensor) -> "Ragged":
+        lengths = lengths.to(torch.int64)
+        offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        return Ragged(offsets)
+
+    @property
+    def device(self) -> torch.device:
+        return self.offsets.device
+
+    @property
+    def num_rows(self) -> int:
+        return self.offsets.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def row_index(self) -> torch.Tensor:
+        """int64 [N]: the row each token belongs to."""
+        if self._row_index is None:
+            self._row_index = torch.repeat_interleave(
+                torch.arange(self.num_rows, device=self.device), self.lengths, output_size=self.num_tokens)
+        return self._row_index
+
+    @property
+    def position(self) -> torch.Tensor:
+        """int64 [N]: each token's position inside its row (0..L_i-1)."""
+        if self._position is None:
+            self._position = torch.arange(self.num_tokens, device=self.device) - self.offsets[:-1][self.row_index]
+        return self._position
+
+    def to(self, device) -> "Ragged":
+        return Ragged(self.offsets.to(device))
+
+    # --------------------------------------------------------------------------- segment helpers
+    def row_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Σ_t values[i, t] for every row (empty rows give 0), in the values' dtype."""
+        out = torch.zeros(self.num_rows, dtype=values.dtype, device=values.device)
+        return out.index_add_(0, self.row_index, values)
+
+    def broadcast(self, per_row: torch.Tensor) -> torch.Tensor:
+        """Per-row values repeated over each row's tokens: [B] -> [N]."""
+        return torch.repeat_interleave(per_row, self.lengths, output_size=self.num_tokens)
+
+    def last_index(self) -> torch.Tensor:
+        """Flat index of each row's last token (L_i-1); -1 for empty rows."""
+        ends = self.offsets[1:] - 1
+        return torch.where(self.lengths > 0, ends, torch.full_like(ends, -1))
+
+    def last_true_index(self, flags: torch.Tensor) -> torch.Tensor:
+        """Flat index of each row's last token where ``flags`` is true; -1 where a row has none."""
+        idx = torch.where(flags, torch.arange(self.num_tokens, device=self.device), torch.full_like(self.row_index, -1))
+        out = torch.full((self.num_rows,), -1, dtype=torch.int64, device=self.device)
+        if self.num_tokens:
+            out.scatter_reduce_(0, self.row_index, idx, reduce="amax", include_self=True)
+        return out
+
+    def compact(self, keep: torch.Tensor) -> tuple["Ragged", torch.Tensor]:
+        """The rows restricted to the tokens where ``keep`` is true: (new layout, kept flat indices)."""
+        kept_counts = self.row_sum(keep.to(torch.int64))
+        return Ragged.from_lengths(kept_counts), torch.nonzero(keep, as_tuple=True)[0]
+
+    def next_kept_value(self, keep: torch.Tensor, compact_values: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        """Expand values defined on the kept tokens back to every token.
+
+        A kept token takes its own value; a dropped token takes the value of the next kept token of
+        its row, or ``fill`` when none follows (trailing masked tokens). This is how verl and NeMo RL
+        treat observation spans in GAE: the carry skips them.
+        """
+        kept_before = torch.cumsum(keep.to(torch.int64), 0) - keep.to(torch.int64)  # exclusive count
+        compact_layout = Ragged.from_lengths(self.row_sum(keep.to(torch.int64)))
+        row_end = compact_layout.offsets[1:][self.row_index]
+        valid = kept_before < row_end
+        src = torch.clamp(kept_before, max=max(compact_values.numel() - 1, 0))
+        if compact_values.numel() == 0:
+            return torch.full(keep.shape, fill, dtype=compact_values.dtype, device=compact_values.device)
+        return torch.where(valid, compact_values[src], torch.full_like(compact_values[src], fill))

@@ -93,6 +93,10 @@ def run(
                                                               "depend on it)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
+    padded: Optional[bool] = typer.Option(None, "--padded/--ragged",
+                                          help="Token lists are right-padded to one width (row length = last "
+                                               "mask=1 position + 1) or ragged. Default: padded only for "
+                                               "fixed-size list columns."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary (errors still print)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON on stdout."),
 ):
@@ -105,6 +109,8 @@ def run(
     from .flavors import resolve
 
     cfg, native = resolve(flavor, settings, config)
+    if padded is not None:
+        cfg["padded"] = padded
     show = not quiet and not json_out
     from .pipeline import run_pipeline  # imports torch
 

@@ -74,6 +74,9 @@ SCHEMA: dict[str, Key] = {
     "advantage.whiten_scale": Key(True, "divide by the std (false: centre only)", None, "bool"),
     "advantage.remask": Key(False, "multiply the final advantages by the mask", None, "bool"),
     "advantage.clip": Key(None, "clamp of the final advantages: c for [-c, c], or [lo, hi]", None, "clip"),
+    "padded": Key("auto", "token lists are right-padded to a fixed width with mask 0: a row's length L_i "
+                  "(where `reward.placement=last` puts the reward) is then its last mask=1 position + 1. "
+                  "`auto`: true when the mask column is a fixed-size list", ("auto", True, False), "any"),
     # ---------------------------------------------------------------------------------- numeric
     "precision": Key("float32", "`float32` reproduces the frameworks (float32 artefacts included); "
                      "`float64` computes the intended math", ("float32", "float64"), "str"),

@@ -66,6 +66,7 @@ class Plan:
     group_by: str
     token_roles: list[str]  # token columns the math reads
     output_tlr: bool
+    padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
 
     @property
     def whiten(self) -> bool:
@@ -147,7 +148,14 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
-                token_roles=token_roles, output_tlr=kl_on)
+                token_roles=token_roles, output_tlr=kl_on, padded=_is_padded(cfg, inputs, cmap))
+
+
+def _is_padded(cfg: dict, inputs: InputSet, cmap: ColumnMap) -> bool:
+    setting = get_path(cfg, "padded", "auto")
+    if setting == "auto":
+        return pa.types.is_fixed_size_list(inputs.schema.field(cmap["response_mask"]).type)
+    return bool(setting)
 
 
 # --------------------------------------------------------------------------------------- results
@@ -253,7 +261,7 @@ def _kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
 
 def _placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Tensor:
     """Flat index of each row's reward token (-1: nowhere, e.g. an empty row)."""
-    if get_path(plan.cfg, "reward.placement") == "last_valid":
+    if get_path(plan.cfg, "reward.placement") == "last_valid" or plan.padded:
         idx = layout.last_true_index(mask.bool())
         # OpenRLHF: an all-zero mask row gets eos = T-1 (its reward is masked out later anyway)
         return torch.where(idx >= 0, idx, layout.last_index())

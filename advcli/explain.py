@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 
-from .config import SCHEMA
-
 
 def keys_text(flavor) -> str:
     lines = [f"{flavor.name} keys ({flavor.framework}); defaults are the framework's:", ""]
@@ -82,5 +80,4 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
         out += ["", f"{flavor.name} semantics to know:", "  " + flavor.notes]
     out += ["", "canonical configuration (use with --flavor advcli):",
             json.dumps({k: v for k, v in cfg.items()}, indent=2, default=str)]
-    del SCHEMA
     return "\n".join(out)

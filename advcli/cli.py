@@ -16,7 +16,7 @@ app = typer.Typer(
     help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
          "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF or TRL.\n\n"
          "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
-    no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    no_args_is_help=True, add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -261,3 +261,9 @@ def main() -> None:
         sys.exit(130)
     except SystemExit:
         raise
+    except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request
+        if os.environ.get("ADVCLI_DEBUG"):
+            raise
+        _err(f"internal error: {type(e).__name__}: {e}\n  this is a bug in advcli; rerun with ADVCLI_DEBUG=1 "
+             "for the traceback and report it")
+        sys.exit(1)

@@ -43,7 +43,8 @@ SCHEMA: dict[str, Key] = {
     "reward.components": Key(None, "component reward columns, e.g. [acc, fmt]", None, "list"),
     "reward.weights": Key(None, "weights of the components (default all 1)", None, "list"),
     "reward.normalize.mean": Key("none", "subtract the `batch` or `group` mean of the row reward "
-                                 "before it is placed on tokens", ("none", "batch", "group"), "str"),
+                                 "before it is placed on tokens, or `loo` (the mean of the group's other "
+                                 "rows, OpenRLHF rloo)", ("none", "batch", "group", "loo"), "str"),
     "reward.normalize.std": Key("none", "divide by the `batch` or `group` std (unbiased) + eps",
                                 ("none", "batch", "group"), "str"),
     "reward.normalize.eps": Key(1e-6, "epsilon added to the std", None, "float"),
@@ -52,6 +53,9 @@ SCHEMA: dict[str, Key] = {
                             "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae)", ("last", "last_valid"), "str"),
     "reward.mask_placed": Key(False, "multiply the placed token rewards by the mask (ROLL: a row ending "
                               "in a masked token loses its reward)", None, "bool"),
+    "reward.whiten_tokens": Key(False, "whiten the token-level rewards (after KL and kl.token_clip) over the "
+                                "mask=1 tokens of each scope, then multiply by the mask (ROLL whiten_rewards: "
+                                "unbiased, rsqrt(var + 1e-8); skipped in a scope with <= 1 valid token)", None, "bool"),
     # --------------------------------------------------------------------------------------- kl
     "kl.in_reward": Key(False, "token_level_rewards = scores − β·KL before the estimator", None, "bool"),
     "kl.estimator": Key("k1", "per-token KL estimate of logp − ref: k1, abs, k2, k3", ("k1", "abs", "k2", "k3"), "str"),
@@ -72,6 +76,9 @@ SCHEMA: dict[str, Key] = {
     "advantage.whiten_eps": Key(1e-8, "whitening epsilon", None, "float"),
     "advantage.whiten_eps_mode": Key("add", "`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))", ("add", "max"), "str"),
     "advantage.whiten_scale": Key(True, "divide by the std (false: centre only)", None, "bool"),
+    "advantage.whiten_small": Key("error", "a scope with <= 1 valid token: `error` (verl masked_var raises), "
+                                  "`skip` (ROLL: no whitening in that scope) or `compute` (OpenRLHF: biased "
+                                  "statistics, no check)", ("error", "skip", "compute"), "str"),
     "advantage.remask": Key(False, "multiply the final advantages by the mask", None, "bool"),
     "advantage.clip": Key(None, "clamp of the final advantages: c for [-c, c], or [lo, hi]", None, "clip"),
     "padded": Key("auto", "token lists are right-padded to a fixed width with mask 0: a row's length L_i "
@@ -83,7 +90,7 @@ SCHEMA: dict[str, Key] = {
 }
 
 ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
-         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "step", "domain")
+         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain")
 
 
 def default_config() -> dict:

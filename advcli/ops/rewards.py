@@ -16,12 +16,14 @@ def normalize_rewards(r: torch.Tensor, scopes: GroupIndex, groups: GroupIndex | 
                       std_kind: str, eps: float) -> torch.Tensor:
     if mean_kind == "none" and std_kind == "none":
         return r
-    if mean_kind == "group" or std_kind == "group":
+    if mean_kind in ("group", "loo") or std_kind == "group":
         assert groups is not None
     if mean_kind == "batch":
         mean = scopes.per_row(scopes.mean_f32(r))
     elif mean_kind == "group":
         mean = groups.per_row(groups.mean_f32(r))
+    elif mean_kind == "loo":  # leave-one-out mean of the other rows (OpenRLHF rloo); NaN for a group of one
+        mean = (groups.per_row(groups.sum(r)) - r) / (groups.row_size.to(r.dtype) - 1)
     else:
         mean = torch.zeros_like(r)
     out = r - mean

@@ -1,0 +1,87 @@
+"""Reward shaping over positional groups: the ``[G, n]`` reshape of each batch, as ROLL and OpenRLHF do it.
+
+ROLL ``reward_norm`` (roll/utils/functionals.py L564-600 @8eb27cc2) and OpenRLHF
+``compute_advantages_and_returns`` (openrlhf/trainer/ppo_utils/experience_maker.py L246-270
+@3c3be623) never see a group id: each batch (ROLL: one domain of a step; OpenRLHF: one step) is
+reshaped to ``R = r.reshape(-1, n)`` and the group statistics are torch reductions along the last
+dim of that matrix. The bits of those reductions depend on the matrix shape (``torch.std`` of a
+``[1, n]`` matrix takes the 1-D path, float64 squares: ``0.9×3`` gives 7.3e-8; a ``[G≥2, n]`` matrix
+takes the Welford kernel: exactly 0), so the same calls are made here on the same shapes, one
+batch at a time (a loop over the scopes — steps or step×domain — never over groups or rows)::
+
+    mean  batch: mean(r)         group: mean(R, -1)        loo: (Σ_g R − R)/(n − 1)      none: 0
+    std   batch: std(r) (unb.)   group: std(R, -1) (unb.)                                none: —
+    r̃ = (base − mean)/(std + eps)   or   base − mean     (base = R for group/loo means, else r)
+
+``loo`` is OpenRLHF ``rloo``'s leave-one-out baseline. A group of one gives NaN with a group std
+(torch.std of one element) and 0 with a group mean, as both frameworks do.
+"""
+from __future__ import annotations
+
+import torch
+
+from .groups import GroupIndex
+
+
+def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int, mean_kind: str, std_kind: str,
+                    eps: float) -> torch.Tensor:
+    """``r̃`` [R] for rows grouped in consecutive blocks of ``n`` inside each scope (input order)."""
+    if mean_kind == "none" and std_kind == "none":
+        return r
+    out = torch.empty_like(r)
+    grouped = mean_kind in ("group", "loo") or std_kind == "group"
+    for s in range(scopes.num_groups):
+        rows = torch.nonzero(scopes.codes == s, as_tuple=True)[0]
+        if rows.numel() == 0:
+            continue
+        x = r[rows]
+        R = x.reshape(-1, n) if grouped else None
+        if mean_kind == "batch":
+            mean = x.mean()
+        elif mean_kind == "group":
+            mean = R.mean(dim=-1, keepdim=True)
+        elif mean_kind == "loo":
+            mean = (R.sum(dim=-1, keepdim=True) - R) / (n - 1) if n > 1 else torch.full_like(R, float("nan"))
+        else:
+            mean = 0.0
+        base = R if mean_kind in ("group", "loo") else x
+        if std_kind == "batch":
+            y = (base - mean) / (x.std() + eps)
+        elif std_kind == "group":
+            y = (base - mean) / (torch.std(R, dim=-1, keepdim=True) + eps)
+        else:
+            y = base - mean
+        out[rows] = y.reshape(-1)
+    return out
+
+
+def check_blocks_against_ids(block: torch.Tensor, ids: torch.Tensor, scope: torch.Tensor):
+    """First disagreement between positional blocks and a prompt-id column, or None.
+
+    ``block`` [R] positional group code, ``ids`` [R] prompt-id code, ``scope`` [R] scope code.
+    Returns ``("mixed", i, j)`` when rows i and j share a block but not an id, or
+    ``("split", i, j)`` when rows i and j share an id (in one scope) but not a block; i < j are the
+    first such rows in input order.
+    """
+    R = block.numel()
+    if R == 0:
+        return None
+    idx = torch.arange(R)
+    nb = int(block.max()) + 1
+    # a block holding several ids: compare every row with the first row of its block
+    first_of_block = torch.full((nb,), R, dtype=torch.int64).scatter_reduce(0, block, idx, "amin")
+    head = first_of_block[block]
+    bad = torch.nonzero(ids != ids[head], as_tuple=True)[0]
+    mixed = (int(head[bad[0]]), int(bad[0])) if bad.numel() else None
+    # an id spanning several blocks (inside one scope)
+    key = scope * (int(ids.max()) + 1) + ids
+    _, kcode = torch.unique(key, return_inverse=True)
+    first_of_key = torch.full((int(kcode.max()) + 1,), R, dtype=torch.int64).scatter_reduce(0, kcode, idx, "amin")
+    khead = first_of_key[kcode]
+    bad = torch.nonzero(block != block[khead], as_tuple=True)[0]
+    split = (int(khead[bad[0]]), int(bad[0])) if bad.numel() else None
+    if mixed and (not split or mixed[1] <= split[1]):
+        return ("mixed",) + mixed
+    if split:
+        return ("split",) + split
+    return None

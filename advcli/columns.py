@@ -78,22 +78,33 @@ def resolve_columns(schema: pa.Schema, overrides: dict[str, str], file: str) -> 
     return cmap
 
 
+def _type_name(t: pa.DataType) -> str:
+    """``list<float>`` rather than pyarrow's ``list<element: float>``."""
+    if is_list_type(t):
+        return f"list<{_type_name(t.value_type)}>"
+    return str(t)
+
+
 def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
     if col not in schema.names:
         raise AdvcliError(f"{file}: no column {col!r}.{did_you_mean(col, schema.names)}")
     t = schema.field(col).type
     kind = ROLE_INFO.get(role, (col, "scalar", ""))[1]
+    what = f"{file}: column {col!r}" + (f" ({role})" if role != col else "") + f" has type {_type_name(t)}"
+    other = f"or map another column to the role with --column {role}=NAME"
     if kind == "tokens":
         if not is_list_type(t) or not is_numeric(t.value_type):
-            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected a list of numbers "
-                              "(e.g. list<float32>, list<int8> for the mask)")
+            raise AdvcliError(f"{what}; expected a list of numbers per row (list<float32>; list<int8> for the mask)",
+                              hint=f"store one number per token, e.g. table.cast(...) in pyarrow, {other}")
     elif kind == "scalar":
         if not is_numeric(t):
-            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected a number per row")
+            raise AdvcliError(f"{what}; expected one number per row",
+                              hint=f"cast it to float32 (pyarrow: pc.cast(col, pa.float32())), {other}")
     elif kind == "int":
         if not pa.types.is_integer(t):
-            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected integers")
+            raise AdvcliError(f"{what}; expected integers", hint=f"cast it to int64, {other}")
     elif kind == "key":
         if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
                 or pa.types.is_dictionary(t) or pa.types.is_binary(t)):
-            raise AdvcliError(f"{file}: column {col!r} ({role}) has type {t}; expected strings or integers")
+            raise AdvcliError(f"{what}; expected strings or integers (a float key would group by rounded "
+                              "values)", hint=f"cast the ids to string or int64, {other}")

@@ -39,7 +39,7 @@ from .columns import ColumnMap, resolve_columns
 from .config import get_path
 from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
-from .io.arrow_torch import check_no_nulls, list_column_to_tensor, list_offsets, tensor_to_list_array
+from .io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets, tensor_to_list_array
 from .io.reader import InputSet
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
 from .ops import kl as kl_ops
@@ -200,6 +200,7 @@ class _ChunkReader:
         mask_arr = batch.column(mask_name)
         check_no_nulls(mask_arr, file, mask_name, row_base)
         offsets, mask = list_column_to_tensor(mask_arr)
+        check_mask_values(mask, offsets, file, mask_name, row_base)
         out = {"response_mask": mask}
         for role in roles:
             if role == "response_mask":
@@ -244,6 +245,8 @@ def _factorize(values: list[pa.Array], file_label: str) -> np.ndarray:
     """int64 codes (first-appearance order) for a key column split over several arrays."""
     import pandas as pd
 
+    if not values:  # an input of 0 rows
+        return np.zeros(0, dtype=np.int64)
     arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
     if pa.types.is_dictionary(arr.type):
         arr = arr.cast(arr.type.value_type)
@@ -330,6 +333,17 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         done += batch.num_rows
         if progress:
             progress("rows", done, total)
+    if not parts["length"]:  # an input of 0 rows: empty tables, an empty output
+        parts["length"] = parts["valid"] = [torch.zeros(0, dtype=torch.int64)]
+        parts["keep"] = [torch.zeros(0, dtype=torch.bool)]
+        if plan.reward_source == "reward":
+            parts["reward"] = [torch.zeros(0, dtype=plan.dtype)]
+        if plan.reward_source == "token_level_scores":
+            parts["score_sum"] = [torch.zeros(0, dtype=plan.dtype)]
+        if plan.kl_on:
+            parts["kl_sum"] = parts["kl_mean"] = [torch.zeros(0, dtype=plan.dtype)]
+        if "reward_baseline" in scalar_roles:
+            parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
     cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
 
@@ -344,7 +358,7 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
     cmap = plan.cmap
     step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
     if step_col and step_col in keys:
-        steps = pa.chunked_array(keys[step_col]).to_numpy()
+        steps = pa.chunked_array(keys[step_col] or [pa.array([], pa.int64())]).to_numpy()
         uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
         step_values = uniq.tolist()
     else:

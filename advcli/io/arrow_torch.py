@@ -97,3 +97,20 @@ def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None
             raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}: null element at position "
                               f"{pos - offs[row]} of the list",
                               hint="token lists must be complete; fill nulls (e.g. 0 for padding) or drop the row")
+
+
+def check_mask_values(mask: torch.Tensor, offsets: np.ndarray, file: str, column: str, row_base: int) -> None:
+    """Refuse a response mask holding anything but 0 and 1, naming the first bad row and position.
+
+    Every framework multiplies by the mask (a weight of 2 would count a token twice, -1 would flip
+    its sign) and counts Σm as the number of trained tokens, so only 0/1 masks have a meaning."""
+    if mask.dtype == torch.bool or mask.numel() == 0:
+        return
+    bad = (mask != 0) & (mask != 1)
+    if bool(bad.any()):
+        pos = int(torch.nonzero(bad)[0])
+        row = int(np.searchsorted(offsets, pos, side="right") - 1)
+        raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}, position {pos - offsets[row]}: mask "
+                          f"value {mask[pos].item()}; a response mask holds only 0 or 1",
+                          hint="1 marks a trained token, 0 a masked one (prompt padding, tool output); "
+                               "convert the column, e.g. (mask != 0).astype(int8)")

@@ -82,12 +82,27 @@ def check_output_path(target: str, inputs: list[str], force: bool) -> None:
     d = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(d):
         raise AdvcliError(f"{target}: the output directory {d} does not exist", hint=f"create it: mkdir -p {d}")
-    if not os.access(d, os.W_OK):
-        raise AdvcliError(f"{target}: the output directory {d} is not writable")
     if os.path.isdir(target):
         raise AdvcliError(f"{target}: is a directory; give a file path for the output")
     if os.path.exists(target) and not force:
         raise AdvcliError(f"{target}: already exists", hint="pass --force to replace it")
+    _probe_writable(target, d)
+
+
+def _probe_writable(target: str, d: str) -> None:
+    """Create and remove a file in the output directory: os.access says yes to root even on a
+    read-only file system or /proc, so only a real attempt tells (before any work is done)."""
+    if not os.access(d, os.W_OK):
+        raise AdvcliError(f"{target}: the output directory {d} is not writable",
+                          hint="choose another --output directory or fix its permissions")
+    probe = temp_path_for(target) + "-probe"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise AdvcliError(f"{target}: the output directory {d} is not writable ({e.strerror})",
+                          hint="choose another --output directory or fix its permissions") from None
 
 
 class AtomicParquetWriter:
@@ -97,12 +112,16 @@ class AtomicParquetWriter:
         self.target = target
         self.tmp = temp_path_for(target)
         self.schema = schema
-        self._writer = pq.ParquetWriter(
-            self.tmp, schema, compression="zstd",
-            use_dictionary=_dict_columns(schema),
-            use_byte_stream_split=_float_columns(schema) or False,
-            write_statistics=False,
-        )
+        try:
+            self._writer = pq.ParquetWriter(
+                self.tmp, schema, compression="zstd",
+                use_dictionary=_dict_columns(schema),
+                use_byte_stream_split=_float_columns(schema) or False,
+                write_statistics=False,
+            )
+        except OSError as e:  # includes pyarrow's ArrowIOError
+            raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
+                              hint="check that the output directory exists and is writable") from None
         self._error: BaseException | None = None
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None

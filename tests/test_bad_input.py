@@ -1,0 +1,430 @@
+"""The bad-input corpus: every malformed input or configuration gives ONE clear message naming the
+file, row, column or key (and what to do), exit code 2, no traceback, the input untouched and nothing
+at the output path (an existing output stays byte-for-byte as it was).
+
+The corpus is generated at test time into a ``bad_inputs/`` temporary directory from a small valid
+dump (``advcli.sample.make_table``); each case states what advcli must say. The cases run the real
+command-line entry point (``advcli.cli.main``) in-process, which is what ``advcli`` runs, so a
+case costs milliseconds; a few run as real subprocesses too. docs/errors.md lists the decisions
+(NaN rewards, zero-length responses, empty files ...).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from advcli.sample import make_table
+
+from conftest import run_cli
+
+GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+GAE = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+KL = GRPO + ["--set", "algorithm.use_kl_in_reward=true"]
+
+
+def base_table() -> pa.Table:
+    """24 rows, groups of 4 scattered, lengths 1..6, masked spans (a valid dump)."""
+    return make_table(24, group_size=4, min_len=1, max_len=6, seed=3, masked_span_frac=0.5)
+
+
+def set_column(t: pa.Table, name: str, arr) -> pa.Table:
+    arr = arr if isinstance(arr, (pa.Array, pa.ChunkedArray)) else pa.array(arr)
+    if name in t.column_names:
+        return t.set_column(t.column_names.index(name), name, arr)
+    return t.append_column(name, arr)
+
+
+def replace_row(t: pa.Table, name: str, row: int, value, typ=None) -> pa.Table:
+    vals = t.column(name).to_pylist()
+    vals[row] = value
+    return set_column(t, name, pa.array(vals, type=typ or t.schema.field(name).type))
+
+
+def good_bytes() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    pq.write_table(base_table(), buf)
+    return buf.getvalue()
+
+
+@dataclass
+class Case:
+    name: str
+    build: object  # (dir) -> list of input paths (written into dir)
+    args: list = field(default_factory=lambda: list(GRPO))
+    expect: tuple = ()  # fragments the message must contain ({input}: the first input path)
+    output: str = "out.parquet"  # relative to the case dir ({input}: the input itself)
+    existing_output: bool = False  # put a file at the output path first; it must stay as it was
+    skip_if: object = None  # () -> reason or None
+
+
+def write(t: pa.Table, name: str = "in.parquet"):
+    def build(d):
+        p = os.path.join(d, name)
+        pq.write_table(t, p)
+        return [p]
+    return build
+
+
+def raw(data: bytes, name: str = "in.parquet"):
+    def build(d):
+        p = os.path.join(d, name)
+        with open(p, "wb") as fh:
+            fh.write(data)
+        return [p]
+    return build
+
+
+def two_files(t1: pa.Table, t2: pa.Table):
+    def build(d):
+        ps = [os.path.join(d, "a.parquet"), os.path.join(d, "b.parquet")]
+        pq.write_table(t1, ps[0])
+        pq.write_table(t2, ps[1])
+        return ps
+    return build
+
+
+def corrupt_pages() -> bytes:
+    """A file whose footer is intact but whose data pages are garbage (uncompressed, no checksum:
+    the decoder fails on the level/length data)."""
+    import io
+
+    buf = io.BytesIO()
+    pq.write_table(base_table(), buf, compression="zstd")
+    data = bytearray(buf.getvalue())
+    start = 4
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    stop = len(data) - 8 - footer_len
+    rng = np.random.default_rng(0)
+    data[start:stop] = rng.integers(0, 256, stop - start, dtype=np.uint8).tobytes()
+    return bytes(data)
+
+
+def with_nan(col: str, row: int, value=float("nan")):
+    t = base_table()
+    if col in ("reward",):
+        return replace_row(t, col, row, value)
+    vals = t.column(col).to_pylist()
+    vals[row] = list(vals[row])
+    vals[row][-1] = value
+    return set_column(t, col, pa.array(vals, type=t.schema.field(col).type))
+
+
+def longer_row(col: str, row: int):
+    t = base_table()
+    vals = t.column(col).to_pylist()
+    vals[row] = list(vals[row]) + [0.0]
+    return set_column(t, col, pa.array(vals, type=t.schema.field(col).type))
+
+
+def mask_values(v):
+    t = base_table()
+    vals = t.column("response_mask").to_pylist()
+    vals[5] = [v] * len(vals[5])
+    return set_column(t, "response_mask", pa.array(vals, type=pa.list_(pa.int8())))
+
+
+def _t(**changes):
+    t = base_table()
+    for k, v in changes.items():
+        if v is None:
+            t = t.drop_columns([k])
+        else:
+            t = set_column(t, k, v)
+    return t
+
+
+def _renamed(old, new):
+    t = base_table()
+    return t.rename_columns([new if c == old else c for c in t.column_names])
+
+
+def _root():
+    return "running as root: file permissions do not bind" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+def _unreadable(d):
+    p = os.path.join(d, "in.parquet")
+    pq.write_table(base_table(), p)
+    os.chmod(p, 0)
+    return [p]
+
+
+def _config_file(text, suffix=".yaml"):
+    def build(d):
+        p = os.path.join(d, "in.parquet")
+        pq.write_table(base_table(), p)
+        with open(os.path.join(d, "run" + suffix), "w") as fh:
+            fh.write(text)
+        return [p]
+    return build
+
+
+def _missing(d):
+    return [os.path.join(d, "nope.parquet")]
+
+
+def _empty_dir(d):
+    sub = os.path.join(d, "dumps")
+    os.makedirs(sub)
+    return [sub]
+
+
+def _glob(d):
+    return [os.path.join(d, "step_*.parquet")]
+
+
+def _gdpo_table():
+    return base_table()
+
+
+N = base_table().num_rows
+CASES = [
+    # ------------------------------------------------------------------- files that are not Parquet
+    Case("not_parquet", raw(b"prompt_id,reward\nabc,1.0\n"), expect=("{input}", "not a readable Parquet file",
+                                                                      "convert")),
+    Case("empty_bytes", raw(b""), expect=("{input}", "not a readable Parquet file")),
+    Case("truncated_half", raw(good_bytes()[: len(good_bytes()) // 2]), expect=("{input}", "Parquet")),
+    Case("truncated_footer", raw(good_bytes()[:-10]), expect=("{input}", "Parquet")),
+    Case("corrupt_pages", raw(corrupt_pages()), expect=("{input}", "corrupt")),
+    Case("missing_file", _missing, expect=("nope.parquet", "no such file")),
+    Case("dir_without_parquet", _empty_dir, expect=("dumps", "no *.parquet")),
+    Case("glob_no_match", _glob, expect=("step_*.parquet", "no file matches")),
+    Case("unreadable", _unreadable, expect=("{input}", "permission"), skip_if=_root),
+    # ----------------------------------------------------------------- missing and mistyped columns
+    Case("missing_mask", write(_t(response_mask=None)), expect=("{input}", "'response_mask'", "--column")),
+    Case("misspelt_mask", write(_renamed("response_mask", "respons_mask")),
+         expect=("{input}", "'response_mask'", "Did you mean 'respons_mask'")),
+    Case("missing_reward", write(_t(reward=None)), expect=("{input}", "'reward'")),
+    Case("column_map_typo", write(base_table()), args=GRPO + ["--column", "reward=rewrd"],
+         expect=("{input}", "'rewrd'", "Did you mean 'reward'")),
+    Case("unknown_role", write(base_table()), args=GRPO + ["--column", "rewrd=reward"],
+         expect=("unknown role 'rewrd'", "Did you mean 'reward'")),
+    Case("reward_is_string", write(_t(reward=pa.array([str(i) for i in range(N)]))),
+         expect=("{input}", "'reward'", "string", "number")),
+    Case("reward_is_list", write(_t(reward=pa.array([[1.0]] * N, type=pa.list_(pa.float32())))),
+         expect=("{input}", "'reward'", "list")),
+    Case("mask_not_a_list", write(_t(response_mask=pa.array([1] * N, type=pa.int8()))),
+         expect=("{input}", "'response_mask'", "list")),
+    Case("logprobs_of_strings", write(_t(old_log_probs=pa.array(
+        [["x"] * len(v) for v in base_table().column("old_log_probs").to_pylist()]))),
+         args=KL, expect=("{input}", "'old_log_probs'", "list<string>", "list of numbers")),
+    Case("prompt_id_float", write(_t(prompt_id=pa.array(np.arange(N) // 4, type=pa.float64()))),
+         expect=("{input}", "'prompt_id'", "double")),
+    Case("step_float", write(_t(step=pa.array(np.zeros(N), type=pa.float64()))),
+         expect=("{input}", "'step'", "integers")),
+    # --------------------------------------------------------------------------------- nulls
+    Case("null_reward", write(replace_row(base_table(), "reward", 5, None)),
+         expect=("{input}", "'reward'", "row 5", "null")),
+    Case("null_mask_row", write(replace_row(base_table(), "response_mask", 3, None)),
+         expect=("{input}", "'response_mask'", "row 3", "null")),
+    Case("null_inside_list", write(with_nan("old_log_probs", 7, None)), args=KL,
+         expect=("{input}", "'old_log_probs'", "row 7", "null element")),
+    Case("null_prompt_id", write(replace_row(base_table(), "prompt_id", 11, None)),
+         expect=("{input}", "'prompt_id'", "row 11", "null")),
+    Case("null_step", write(replace_row(_t(step=pa.array(np.zeros(N, dtype=np.int64))), "step", 2, None)),
+         expect=("{input}", "'step'", "row 2", "null")),
+    # ---------------------------------------------------------------- lists that disagree in length
+    Case("values_longer_than_mask", write(longer_row("values", 9)), args=GAE,
+         expect=("{input}", "row 9", "'values'", "'response_mask'")),
+    Case("logprobs_longer_than_mask", write(longer_row("ref_log_probs", 4)), args=KL,
+         expect=("{input}", "row 4", "'ref_log_probs'")),
+    # --------------------------------------------------------------------- NaN and infinite numbers
+    Case("nan_reward", write(with_nan("reward", 6)), expect=("{input}", "'reward'", "row 6", "nan")),
+    Case("inf_reward", write(with_nan("reward", 8, float("inf"))), expect=("{input}", "'reward'", "row 8", "inf")),
+    Case("nan_logprob", write(with_nan("old_log_probs", 10)), args=KL,
+         expect=("{input}", "'old_log_probs'", "row 10", "nan")),
+    Case("inf_values", write(with_nan("values", 12, float("-inf"))), args=GAE,
+         expect=("{input}", "'values'", "row 12", "inf")),
+    # ------------------------------------------------------------------------------ mask contents
+    Case("mask_value_2", write(mask_values(2)), expect=("{input}", "'response_mask'", "row 5", "0 or 1")),
+    Case("mask_value_negative", write(mask_values(-1)), expect=("{input}", "'response_mask'", "row 5", "0 or 1")),
+    Case("gae_no_valid_tokens", write(_t(response_mask=pa.array(
+        [[0] * len(v) for v in base_table().column("response_mask").to_pylist()], type=pa.list_(pa.int8())))),
+         args=GAE, expect=("whiten", "response_mask")),
+    # ----------------------------------------------------------------- several inputs that disagree
+    Case("group_id_mixed_types", two_files(base_table(), _t(prompt_id=pa.array(np.arange(N) // 4))),
+         expect=("b.parquet", "'prompt_id'", "int64", "string")),
+    Case("inputs_lack_column", two_files(base_table(), _t(values=None)), expect=("b.parquet", "values")),
+    # --------------------------------------------------------------------- keys and values
+    Case("unknown_key", write(base_table()), args=GRPO + ["--set", "algorithm.gama=0.9"],
+         expect=("'algorithm.gama'", "Did you mean 'algorithm.gamma'")),
+    Case("unknown_estimator", write(base_table()), args=["--flavor", "verl", "--set", "algorithm.adv_estimator=grop"],
+         expect=("algorithm.adv_estimator", "'grop'", "Did you mean 'grpo'")),
+    Case("unknown_flavor", write(base_table()), args=["--flavor", "verll"], expect=("verll", "Did you mean 'verl'")),
+    Case("unknown_kl_penalty", write(base_table()), args=KL + ["--set", "algorithm.kl_penalty=low_var_kll"],
+         expect=("algorithm.kl_penalty", "Did you mean 'low_var_kl'")),
+    Case("value_wrong_type", write(base_table()), args=GRPO + ["--set", "algorithm.gamma=abc"],
+         expect=("algorithm.gamma", "'abc'", "float")),
+    Case("value_bad_yaml", write(base_table()), args=GRPO + ["--set", "algorithm.gamma=[1,"], expect=("YAML",)),
+    Case("set_without_equals", write(base_table()), args=GRPO + ["--set", "algorithm.gamma"],
+         expect=("KEY=VALUE",)),
+    Case("config_file_missing", write(base_table()), args=GRPO + ["--config", "no_such.yaml"],
+         expect=("no_such.yaml", "no such file")),
+    Case("config_file_unparsable", _config_file("algorithm: [unclosed\n"), args=GRPO + ["--config", "{dir}/run.yaml"],
+         expect=("run.yaml", "cannot parse")),
+    Case("config_file_unknown_key", _config_file("algorithm:\n  lamda: 0.9\n"),
+         args=GRPO + ["--config", "{dir}/run.yaml"], expect=("'algorithm.lamda'", "Did you mean 'algorithm.lam'")),
+    Case("gdpo_missing_component", write(base_table()),
+         args=["--flavor", "verl", "--set", "algorithm.adv_estimator=gdpo", "--set", "algorithm.gdpo_reward_keys=[acc,fmtt]"],
+         expect=("{input}", "'fmtt'", "Did you mean 'fmt'")),
+    Case("chunk_rows_zero", write(base_table()), args=GRPO + ["--chunk-rows", "0"], expect=("--chunk-rows",)),
+    Case("position_groups_uneven", write(base_table().slice(0, 23)),
+         args=["--flavor", "advcli", "--set", "estimator.name=grpo", "--set", "grouping.by=position",
+               "--set", "grouping.size=4"], expect=("{input}", "23 rows", "groups of 4")),
+    # ----------------------------------------------------------------------------- output paths
+    Case("output_is_input", write(base_table()), output="{input}", expect=("{input}", "input")),
+    Case("output_dir_missing", write(base_table()), output="no/such/dir/out.parquet",
+         expect=("no/such/dir", "does not exist", "mkdir")),
+    Case("output_not_writable", write(base_table()), output="/proc/advcli-out.parquet",
+         expect=("/proc", "not writable")),
+    Case("output_exists", write(base_table()), existing_output=True, expect=("out.parquet", "already exists",
+                                                                                "--force")),
+    Case("several_inputs_output_is_file", two_files(base_table(), base_table()), existing_output=True,
+         args=GRPO + ["--force"], expect=("out.parquet", "several inputs need an output directory")),
+]
+
+
+def sha(path: str) -> str | None:
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``advcli ARGV`` through the real entry point, in this process."""
+    from advcli.cli import main
+
+    old = sys.argv
+    sys.argv = ["advcli", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def prepare(case: Case, tmp: str):
+    d = os.path.join(tmp, "bad_inputs", case.name)
+    os.makedirs(d)
+    inputs = case.build(d)
+    first = inputs[0]
+    fmt = lambda s: s.replace("{input}", first).replace("{dir}", d)  # noqa: E731
+    output = fmt(case.output)
+    if not os.path.isabs(output):
+        output = os.path.join(d, output)
+    if case.existing_output:
+        with open(output, "wb") as fh:
+            fh.write(b"an earlier output")
+    args = [fmt(a) if a.startswith("{dir}") else a for a in case.args]
+    argv = ["run", *inputs, "--output", output, "--chunk-rows", "5", *args]
+    return d, inputs, output, argv, [fmt(e) for e in case.expect]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input(case: Case, tmp_path, capsys, monkeypatch):
+    reason = case.skip_if() if case.skip_if else None
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.chdir(tmp_path)
+    d, inputs, output, argv, expect = prepare(case, str(tmp_path))
+    before = {p: sha(p) for p in inputs}
+    out_before = sha(output)
+    listing_before = sorted(os.listdir(d))
+    code, out, err = run_main(argv, capsys)
+    assert code == 2, f"exit {code}\n{err}"
+    assert "Traceback" not in err and "Traceback" not in out
+    assert "internal error" not in err
+    assert err.count("advcli: error:") == 1, err
+    low = err.lower()
+    for frag in expect:
+        assert frag.lower() in low, f"{frag!r} not in message:\n{err}"
+    assert {p: sha(p) for p in inputs} == before, "an input changed"
+    assert sha(output) == out_before, "something was written at the output path"
+    leftovers = [f for f in os.listdir(d) if f not in listing_before and f != os.path.basename(output)]
+    assert not leftovers, leftovers
+    if not case.existing_output and case.name != "output_is_input":
+        assert not os.path.exists(output)
+
+
+def test_corpus_size():
+    assert len(CASES) >= 25
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+# -------------------------------------------------------------------- valid odd inputs (no error)
+def _zero_length_rows() -> pa.Table:
+    t = base_table()
+    cols = {}
+    for name in ("response_mask", "old_log_probs", "ref_log_probs", "values"):
+        vals = t.column(name).to_pylist()
+        vals[0] = []
+        vals[13] = []
+        cols[name] = pa.array(vals, type=t.schema.field(name).type)
+    for k, v in cols.items():
+        t = set_column(t, k, v)
+    return t
+
+
+@pytest.mark.parametrize("est", ["grpo", "rloo", "gae", "reinforce_plus_plus"])
+def test_zero_length_responses_are_valid(est, tmp_path, capsys):
+    """A response of no tokens (L_i = 0) is a valid row: its output lists are empty, the other rows
+    are computed as usual (for grpo the empty row's score is 0: there is no token to hold its reward)."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(_zero_length_rows(), src)
+    code, _, err = run_main(["run", str(src), "-o", str(tmp_path / "o.parquet"), "--flavor", "verl",
+                             "--set", f"algorithm.adv_estimator={est}", "-q"], capsys)
+    assert code == 0, err
+    out = pq.read_table(tmp_path / "o.parquet")
+    adv = out.column("advantages").to_pylist()
+    assert adv[0] == [] and adv[13] == []
+    assert [len(a) for a in adv] == [len(m) for m in out.column("response_mask").to_pylist()]
+    assert all(np.isfinite(x) for a in adv for x in a)
+
+
+def test_empty_file_gives_empty_output(tmp_path, capsys):
+    """0 rows in, 0 rows out, with the output schema (new columns added)."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(base_table().slice(0, 0), src)
+    code, _, err = run_main(["run", str(src), "-o", str(tmp_path / "o.parquet"), *GRPO, "-q"], capsys)
+    assert code == 0, err
+    out = pq.read_table(tmp_path / "o.parquet")
+    assert out.num_rows == 0
+    assert "advantages" in out.column_names and "returns" in out.column_names
+
+
+def test_output_exists_with_force_is_replaced(tmp_path, capsys):
+    src = tmp_path / "in.parquet"
+    pq.write_table(base_table(), src)
+    dst = tmp_path / "o.parquet"
+    dst.write_bytes(b"old")
+    code, _, err = run_main(["run", str(src), "-o", str(dst), *GRPO, "--force", "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(dst).num_rows == N
+
+
+@pytest.mark.parametrize("name", ["not_parquet", "nan_reward", "unknown_key"])
+def test_bad_input_subprocess(name, tmp_path):
+    """The same cases through a real ``python -m advcli`` process: exit 2, one line, no traceback."""
+    case = next(c for c in CASES if c.name == name)
+    d, inputs, output, argv, expect = prepare(case, str(tmp_path))
+    p = run_cli(*argv)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr
+    assert p.stderr.count("advcli: error:") == 1
+    for frag in expect:
+        assert frag.lower() in p.stderr.lower()
+    assert not os.path.exists(output)

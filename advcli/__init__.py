@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 
 def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
-        chunk_rows: int = 4096, device: str = "auto", force: bool = False):
+        chunk_rows: int = 4096, device: str = "auto", force: bool = False, precision: str | None = None):
     """Run the pipeline like ``advcli run`` and return its :class:`advcli.pipeline.RunResult`.
 
     ``inputs``: a path or a list of paths/directories/globs; ``output``: a path, or None to compute
@@ -25,5 +25,8 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)
     specs = [str(s) for s in specs]
     cfg, native = resolve(flavor, list((settings or {}).items()))
+    if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
+        from .config import SCHEMA, coerce
+        cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
     return run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
                         column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force)

@@ -97,6 +97,10 @@ def run(
                                           help="Token lists are right-padded to one width (row length = last "
                                                "mask=1 position + 1) or ragged. Default: padded only for "
                                                "fixed-size list columns."),
+    precision: Optional[str] = typer.Option(None, "--precision",
+                                            help="float32 (default) reproduces the frameworks, float32 "
+                                                 "artefacts included; float64 computes the intended math "
+                                                 "(outputs are still written as float32)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary (errors still print)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON on stdout."),
 ):
@@ -111,6 +115,12 @@ def run(
     cfg, native = resolve(flavor, settings, config)
     if padded is not None:
         cfg["padded"] = padded
+    if precision is not None:
+        if precision not in ("float32", "float64"):
+            from .errors import did_you_mean
+            raise AdvcliError(f"--precision {precision!r}: expected float32 or float64."
+                              f"{did_you_mean(precision, ['float32', 'float64'])}")
+        cfg["precision"] = precision
     show = not quiet and not json_out
     from .pipeline import run_pipeline  # imports torch
 
@@ -170,9 +180,9 @@ def _print_summary(result, flavor, native, auto_note) -> None:
     t.add_row("rows", f"{result.rows:,}  ({result.tokens:,} tokens, {result.valid_tokens:,} with mask=1)")
     t.add_row("time", f"{result.seconds:.2f} s  ({rate:.1f} M tokens/s)")
     m = result.metrics
-    if m.get("advantages/mean") is not None:
-        t.add_row("advantages", f"mean {m['advantages/mean']:.4g}  min {m['advantages/min']:.4g}  "
-                                f"max {m['advantages/max']:.4g}  (valid tokens)")
+    if m.get("critic/advantages/mean") is not None:
+        t.add_row("advantages", f"mean {m['critic/advantages/mean']:.4g}  min {m['critic/advantages/min']:.4g}  "
+                                f"max {m['critic/advantages/max']:.4g}  (valid tokens)")
     for w in result.warnings:
         t.add_row("[yellow]warning[/]", w)
     con.print(t)

@@ -47,6 +47,7 @@ from .ops.groups import GroupIndex
 from .ops.rewards import clip as clip_values, normalize_rewards
 from .ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
 from .ragged import Ragged
+from .stats import RunObserver
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
 
@@ -171,6 +172,8 @@ class RunResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     per_step: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    histograms: dict[str, Any] = field(default_factory=dict)  # advcli.stats (module docstring)
+    diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)
 
 
 # --------------------------------------------------------------------------------------- helpers
@@ -422,6 +425,8 @@ class _Resolved:
     table: RowTable
     whiten_mean: torch.Tensor | None = None  # [S] float64
     whiten_rstd: torch.Tensor | None = None
+    raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
+    row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
 
 
 def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool):
@@ -538,6 +543,7 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                      columns=columns)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = _Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
+    res.raw_score, res.row_keys = raw, keys
     warnings: list[str] = []
 
     # pass 2: whitening statistics
@@ -569,44 +575,14 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     # pass 3: compute and write
     result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-    stats = _RunStats(plan.dtype)
+    stats = RunObserver(plan, res, row, betas, kls)
     if output is not None:
         _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress)
     else:
         _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress)
-    result.metrics = stats.summary()
-    result.per_step = [{"step": sv, "rows": int(n), "kl_coef": b if plan.kl_on else None,
-                        "kl": k if plan.kl_on else None}
-                       for sv, n, b, k in zip(step_values, scopes.sizes.tolist(), betas, kls)]
+    stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
     result.seconds = time.perf_counter() - t0
     return result
-
-
-class _RunStats:
-    """Running figures over valid tokens (the terminal summary; reports build on it)."""
-
-    def __init__(self, dtype):
-        self.n = 0
-        self.adv_sum = 0.0
-        self.adv_min = float("inf")
-        self.adv_max = float("-inf")
-        self.nonfinite = 0
-
-    def add(self, adv: torch.Tensor, mask: torch.Tensor) -> None:
-        m = mask.bool()
-        a = adv[m]
-        if a.numel():
-            self.n += a.numel()
-            self.adv_sum += float(a.double().sum())
-            self.adv_min = min(self.adv_min, float(a.min()))
-            self.adv_max = max(self.adv_max, float(a.max()))
-        self.nonfinite += int((~torch.isfinite(adv)).sum())
-
-    def summary(self) -> dict:
-        return {"advantages/mean": self.adv_sum / self.n if self.n else None,
-                "advantages/min": self.adv_min if self.n else None,
-                "advantages/max": self.adv_max if self.n else None,
-                "advantages/nonfinite": self.nonfinite}
 
 
 def _metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
@@ -638,7 +614,7 @@ def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, prog
             offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
             layout = Ragged(torch.from_numpy(offsets))
             adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True)
-            stats.add(adv, mask)
+            stats.add(row0, layout, mask, adv, ret, tlr, tok)
             arrays = [batch.column(f.name) for f in base_fields]
             arrays.append(tensor_to_list_array(adv, offsets))
             arrays.append(tensor_to_list_array(ret, offsets))
@@ -666,8 +642,9 @@ def _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress):
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
-        adv, _, _, mask = _chunk_math(plan, res, Ragged(torch.from_numpy(offsets)), tok, row0, apply_whiten=True)
-        stats.add(adv, mask)
+        layout = Ragged(torch.from_numpy(offsets))
+        adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True)
+        stats.add(row0, layout, mask, adv, ret, tlr, tok)
         row0 += batch.num_rows
         if progress:
             progress("compute", row0, inputs.num_rows)

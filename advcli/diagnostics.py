@@ -1,0 +1,320 @@
+"""Numerical and semantic hazards no framework reports, counted per run with the rows concerned.
+
+:meth:`Diagnostics.finish` returns ``RunResult.diagnostics``: a list of plain JSON-able dicts ::
+
+    {"kind": str,           # see below
+     "count": int,          # how many groups / rows / tokens are concerned (0: checked, none found)
+     "unit": "groups" | "rows" | "tokens",
+     "severity": "info" | "warning",
+     "examples": [dict, ...],   # the first MAX_EXAMPLES, with global row numbers (0-based, input
+                                # order across all input files) and group ids (prompt_id, or "#k")
+     "explanation": str}
+
+Only the kinds that apply to the configuration are listed. Kinds:
+
+- ``groups_of_one`` (info): groups with a single row. Examples give the row, its score and the
+  advantage the estimator gave it (verl grpo: s/(1+1e-6); rloo: s; rloo_vectorized, NeMo: 0; ROLL
+  with a group std: NaN), and the explanation says which of these happened.
+- ``all_equal_groups`` (info): groups of ≥ 2 rows whose estimator row scores are all equal (no
+  learning signal; the intended advantage is 0).
+- ``float32_cancellation`` (warning): row-level group estimators only. The estimator is run a
+  second time on the same row table in the other precision (float64 when the run is float32, and
+  vice versa), so A32 is what the framework computes and A64 the intended math. A group is flagged
+  when its float64 std is 0 or below 1e-6·|mean| while max|A32| > :data:`ATOL`, or when
+  max|A32 − A64| > ATOL + RTOL·max|A64| (``spec/README.md`` §3). Examples: group id, rows,
+  rewards, float64 mean/std, the A32 and A64 values and the framework rule responsible.
+- ``dropped_rewards`` (warning): rows whose reward sits on a mask=0 token where the configuration
+  then discards it: verl gae / reinforce_plus_plus / remax (they read rewards at mask=1 tokens
+  only), ROLL's ``×mask`` (``reward.mask_placed``), OpenRLHF's ``R ← M·R``. For
+  ``token_level_scores`` inputs: non-zero scores on mask=0 tokens under such an estimator.
+- ``kl_input_clamp`` / ``kl_output_clamp`` (info): tokens whose log-ratio ``ref − logp`` exceeded
+  the input clamp, or whose KL estimate exceeded the output clamp (only when KL enters the reward;
+  counted over the tokens the KL term applies to).
+- ``nonfinite_advantages`` (warning): rows with NaN/inf advantages on valid tokens.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from .batch import RowTable
+from .ops import kl as kl_ops
+from .ops.groups import GroupIndex
+from .ragged import Ragged
+
+MAX_EXAMPLES = 10
+ATOL = 1e-4
+RTOL = 1e-3
+REL_STD = 1e-6
+
+
+def _f(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def id_lookup(key_arrays: list | None) -> Callable[[list[int]], list]:
+    """rows -> group ids read from the prompt_id arrays of the row pass (strings), or None each."""
+    if not key_arrays:
+        return lambda rows: [None] * len(rows)
+    import pyarrow as pa
+
+    col = pa.chunked_array(key_arrays)
+
+    def look(rows: list[int]) -> list:
+        if not rows:
+            return []
+        return [v if isinstance(v, (str, int, float)) or v is None else str(v)
+                for v in col.take(pa.array(rows, type=pa.int64())).to_pylist()]
+    return look
+
+
+def drops_masked_rewards(spec, params: dict, cfg: dict) -> bool:
+    """Does this configuration discard a reward that sits on a mask=0 token?"""
+    if spec.level != "token":
+        return False
+    if params.get("holes") == "skip" or params.get("mask_rewards") or params.get("zero_masked"):
+        return True
+    return spec.name == "remax"  # verl: G = reverse cumsum of r·m
+
+
+def _cast_table(table: RowTable, dtype: torch.dtype) -> RowTable:
+    cast = lambda t: t.to(dtype) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
+    return RowTable(score=cast(table.score), valid_len=table.valid_len, length=table.length, scopes=table.scopes,
+                    groups=table.groups, columns={k: cast(v) for k, v in table.columns.items()})
+
+
+def _rule(spec, params: dict) -> str:
+    eps = params.get("eps")
+    text = f"estimator {spec.name} ({spec.source})"
+    if any(isinstance(v, str) and "one_pass" in v for v in params.values()):
+        text += " computes the variance in one pass, E[x²] − E[x]², which cancels catastrophically in float32;"
+    if eps is not None:
+        text += (f" divides by (σ + {eps:g}): for equal non-dyadic rewards the float32 group mean lands an ulp "
+                 f"away from the value and σ comes out as a tiny residue instead of 0, which eps={eps:g} does "
+                 "not absorb")
+    else:
+        text += " computes its group statistics in float32; for equal non-dyadic rewards they leave a residue"
+    return text
+
+
+class Diagnostics:
+    """Collects the diagnostics of one run: row-level checks once, token-level ones per chunk."""
+
+    def __init__(self, *, ids: Callable[[list[int]], list] | None = None, kl_cfg: dict | None = None,
+                 drops: bool = False, token_scores: bool = False):
+        self.ids = ids or (lambda rows: [None] * len(rows))
+        self.kl_cfg = kl_cfg  # the kl section of the canonical config when KL enters the reward
+        self.drops = drops
+        self.token_scores = token_scores
+        self.items: list[dict] = []
+        self.groups: GroupIndex | None = None
+        # token-level accumulators
+        self.kl_in = {"count": 0, "rows": 0, "examples": []}
+        self.kl_out = {"count": 0, "rows": 0, "examples": []}
+        self.tls_dropped = {"count": 0, "tokens": 0, "examples": []}
+        self.nonfinite = {"count": 0, "examples": []}
+
+    def _gid(self, rows: list[int], codes: list[int]) -> list:
+        ids = self.ids(rows)
+        return [i if i is not None else f"#{c}" for i, c in zip(ids, codes)]
+
+    # ------------------------------------------------------------------------------- row level
+    def rows(self, *, spec, params: dict, table: RowTable, adv_row: torch.Tensor | None, run_dtype: torch.dtype,
+             reward_row: torch.Tensor | None = None, keep: torch.Tensor | None = None,
+             mask_placed: bool = False) -> None:
+        """Checks on the per-row table (groups of one, all-equal groups, float32 cancellation,
+        rewards placed on masked tokens)."""
+        g = table.groups
+        self.groups = g
+        if spec.uses_groups and g is not None and g.num_groups:
+            self._singletons(g, table, adv_row)
+            self._all_equal(g, table, adv_row)
+            if spec.level == "row" and adv_row is not None:
+                self._cancellation(spec, params, table, adv_row, run_dtype)
+        if reward_row is not None and keep is not None and (self.drops or mask_placed) and not self.token_scores:
+            bad = (table.length > 0) & ~keep & (reward_row != 0)
+            rows = torch.nonzero(bad, as_tuple=True)[0][:MAX_EXAMPLES].tolist()
+            why = ("reward.mask_placed multiplies the placed rewards by the mask (ROLL)" if mask_placed else
+                   f"estimator {spec.name} reads rewards only at mask=1 tokens ({spec.source})")
+            self.items.append({
+                "kind": "dropped_rewards", "count": int(bad.sum()), "unit": "rows", "severity": "warning",
+                "examples": [{"row": r, "reward": _f(reward_row[r]), "length": int(table.length[r]),
+                              "valid_tokens": int(table.valid_len[r])} for r in rows],
+                "explanation": "the row reward is placed on a token with mask=0 (a row ending in masked tokens) "
+                               f"and is lost: {why}. These rows train on no outcome reward."})
+
+    def _singletons(self, g: GroupIndex, table: RowTable, adv_row: torch.Tensor | None) -> None:
+        single = g.row_size == 1
+        n = int(single.sum())
+        rows = torch.nonzero(single, as_tuple=True)[0][:MAX_EXAMPLES].tolist()
+        ex = []
+        for r, gid in zip(rows, self._gid(rows, g.codes[rows].tolist())):
+            e = {"row": r, "group": gid, "score": _f(table.score[r])}
+            if adv_row is not None:
+                e["advantage"] = _f(adv_row[r])
+            ex.append(e)
+        what = "no baseline can be formed from a single response"
+        if adv_row is not None and n:
+            a = adv_row[single].to(torch.float64)
+            s = table.score[single].to(torch.float64)
+            if bool(torch.isnan(a).any()):
+                what += "; the estimator gives NaN (an unbiased std of one value)"
+            elif bool((a == 0).all()):
+                what += "; the estimator gives 0 (no learning signal)"
+            elif bool(torch.allclose(a, s, rtol=1e-5, atol=1e-6)):
+                what += "; the estimator passes the raw score through as the advantage (baseline 0, std 1)"
+            else:
+                what += "; the advantages these rows got are listed"
+        self.items.append({"kind": "groups_of_one", "count": n, "unit": "groups", "severity": "info",
+                           "examples": ex, "explanation": what + "."})
+
+    def _all_equal(self, g: GroupIndex, table: RowTable, adv_row: torch.Tensor | None) -> None:
+        s = table.score.to(torch.float64)
+        smin = torch.full((g.num_groups,), math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, s, "amin")
+        smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, s, "amax")
+        eq = (smin == smax) & (g.sizes > 1)
+        gids = torch.nonzero(eq, as_tuple=True)[0][:MAX_EXAMPLES].tolist()
+        amax = None
+        if adv_row is not None:
+            amax = torch.zeros(g.num_groups, dtype=torch.float64).scatter_reduce_(
+                0, g.codes, torch.nan_to_num(adv_row.to(torch.float64).abs(), nan=math.inf), "amax")
+        ex = []
+        for k in gids:
+            rows = torch.nonzero(g.codes == k, as_tuple=True)[0].tolist()
+            e = {"group": self._gid(rows[:1], [k])[0], "size": len(rows), "value": _f(smin[k]),
+                 "rows": rows[:MAX_EXAMPLES]}
+            if amax is not None:
+                e["max_abs_advantage"] = _f(amax[k])
+            ex.append(e)
+        noisy = int(((amax > ATOL) & eq).sum()) if amax is not None else 0
+        text = "every row of the group has the same score, so the group carries no learning signal and the " \
+               "intended advantage is 0."
+        if noisy:
+            text += f" {noisy} of them got |advantage| > {ATOL:g} anyway (see float32_cancellation)."
+        self.items.append({"kind": "all_equal_groups", "count": int(eq.sum()), "unit": "groups",
+                           "severity": "info", "examples": ex, "explanation": text})
+
+    def _cancellation(self, spec, params: dict, table: RowTable, adv: torch.Tensor, run_dtype: torch.dtype) -> None:
+        g = table.groups
+        other = torch.float64 if run_dtype != torch.float64 else torch.float32
+        try:
+            a_other = spec.row_fn(_cast_table(table, other), params)
+        except Exception:  # noqa: BLE001 - a diagnostic must never break a run
+            return
+        a32, a64 = (adv, a_other) if other == torch.float64 else (a_other, adv)
+        a32, a64 = a32.to(torch.float64), a64.to(torch.float64)
+        s = table.score.to(torch.float64)
+        n = g.sizes.to(torch.float64)
+        mean = g.sum(s) / n.clamp(min=1)
+        dev = s - mean[g.codes]
+        var = g.sum(dev * dev) / (n - 1).clamp(min=1)
+        std = torch.sqrt(var)
+        degenerate = (g.sizes > 1) & ((std == 0) | (std < REL_STD * mean.abs()))
+        gmax = lambda x: torch.zeros(g.num_groups, dtype=torch.float64).scatter_reduce_(  # noqa: E731
+            0, g.codes, torch.nan_to_num(x, nan=0.0), "amax")
+        max32, max64, dmax = gmax(a32.abs()), gmax(a64.abs()), gmax((a32 - a64).abs())
+        flag = (degenerate & (max32 > ATOL)) | (dmax > ATOL + RTOL * max64)
+        gids = torch.nonzero(flag, as_tuple=True)[0]
+        order = torch.argsort(dmax[gids], descending=True, stable=True)
+        ex = []
+        for k in gids[order][:MAX_EXAMPLES].tolist():
+            rows = torch.nonzero(g.codes == k, as_tuple=True)[0].tolist()
+            ex.append({"group": self._gid(rows[:1], [k])[0], "size": len(rows), "rows": rows[:16],
+                       "rewards": [_f(x) for x in table.score[rows[:16]].tolist()],
+                       "mean_float64": _f(mean[k]), "std_float64": _f(std[k]),
+                       "adv_float32": [_f(x) for x in a32[rows[:16]].tolist()],
+                       "adv_float64": [_f(x) for x in a64[rows[:16]].tolist()],
+                       "max_abs_diff": _f(dmax[k]), "rule": _rule(spec, params)})
+        mode = ("this run is float32 (the framework's numbers); --precision float64 gives the float64 values"
+                if other == torch.float64 else
+                "this run is float64; the framework (float32) would have given the float32 values")
+        summary = f"{int(flag.sum())} groups whose advantages are float32 rounding noise"
+        if ex:
+            e0 = ex[0]
+            summary += (f", e.g. group {e0['group']!r} ({e0['size']} rows, rewards {e0['rewards'][0]:.6g}...): "
+                        f"float32 A={e0['adv_float32'][0]:.4g}, float64 A={e0['adv_float64'][0]:.4g}")
+        self.items.append({
+            "kind": "float32_cancellation", "count": int(flag.sum()), "unit": "groups", "severity": "warning",
+            "summary": summary, "examples": ex,
+            "explanation": "groups whose advantages are large only because of float32 rounding: their float64 "
+                           f"std is 0 (or < {REL_STD:g}·|mean|) while the float32 |advantage| exceeds {ATOL:g}, or "
+                           f"float32 and float64 differ by more than {ATOL:g} + {RTOL:g}·|A64|. " + _rule(spec, params)
+                           + f". They carry no learning signal but can dominate the batch; {mode}."})
+
+    # -------------------------------------------------------------------------------- per chunk
+    def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, tok: dict) -> None:
+        """One chunk of the write pass: KL clamps, token scores on masked tokens, non-finite advantages."""
+        layout = layout.to("cpu")
+        m = mask.detach().to("cpu") > 0
+        adv = adv.detach().to("cpu")
+        bad = ~torch.isfinite(adv) & m
+        if bool(bad.any()):
+            rows = torch.unique(layout.row_index[bad])
+            self.nonfinite["count"] += rows.numel()
+            for r in rows.tolist():
+                if len(self.nonfinite["examples"]) < MAX_EXAMPLES:
+                    self.nonfinite["examples"].append({"row": row0 + r})
+        if self.kl_cfg is not None and "old_log_probs" in tok and "ref_log_probs" in tok:
+            c = self.kl_cfg
+            lp, ref = tok["old_log_probs"].detach().to("cpu"), tok["ref_log_probs"].detach().to("cpu")
+            applies = m if c.get("mask", True) else torch.ones_like(m)
+            x = ref - lp
+            for acc, clamp, flags_fn in (
+                    (self.kl_in, c.get("input_clamp"), lambda: x.abs() > c["input_clamp"]),
+                    (self.kl_out, c.get("output_clamp"), lambda: kl_ops.KL_KINDS[c["estimator"]].fn(
+                        x.clamp(-c["input_clamp"], c["input_clamp"]) if c.get("input_clamp") is not None else x
+                    ).abs() > c["output_clamp"])):
+                if clamp is None:
+                    acc["checked"] = False
+                    continue
+                acc["checked"] = True
+                f = flags_fn() & applies
+                if not bool(f.any()):
+                    continue
+                acc["count"] += int(f.sum())
+                per_row = layout.row_sum(f.to(torch.int64))
+                rows = torch.nonzero(per_row, as_tuple=True)[0]
+                acc["rows"] += rows.numel()
+                if len(acc["examples"]) < MAX_EXAMPLES:
+                    maxabs = torch.zeros(layout.num_rows, dtype=x.dtype).scatter_reduce_(
+                        0, layout.row_index, x.abs(), "amax")
+                    for r in rows[:MAX_EXAMPLES - len(acc["examples"])].tolist():
+                        acc["examples"].append({"row": row0 + r, "tokens": int(per_row[r]),
+                                                "max_abs_log_ratio": _f(maxabs[r])})
+        if self.token_scores and self.drops and "token_level_scores" in tok:
+            s = tok["token_level_scores"].detach().to("cpu")
+            f = (s != 0) & ~m
+            if bool(f.any()):
+                per_row = layout.row_sum(f.to(torch.int64))
+                rows = torch.nonzero(per_row, as_tuple=True)[0]
+                self.tls_dropped["count"] += rows.numel()
+                self.tls_dropped["tokens"] += int(f.sum())
+                for r in rows[:MAX_EXAMPLES - len(self.tls_dropped["examples"])].tolist():
+                    self.tls_dropped["examples"].append({"row": row0 + r, "tokens": int(per_row[r])})
+
+    def finish(self) -> list[dict[str, Any]]:
+        out = list(self.items)
+        if self.token_scores and self.drops:
+            out.append({"kind": "dropped_rewards", "count": self.tls_dropped["count"], "unit": "rows",
+                        "severity": "warning", "examples": self.tls_dropped["examples"],
+                        "explanation": f"non-zero token_level_scores on mask=0 tokens ({self.tls_dropped['tokens']} "
+                                       "tokens): the estimator reads rewards only at mask=1 tokens, so they are lost."})
+        if self.kl_cfg is not None:
+            for kind, acc, what in (("kl_input_clamp", self.kl_in, f"|ref − logp| > {self.kl_cfg.get('input_clamp')}"),
+                                    ("kl_output_clamp", self.kl_out,
+                                     f"|KL estimate| > {self.kl_cfg.get('output_clamp')}")):
+                if not acc.get("checked"):
+                    continue
+                out.append({"kind": kind, "count": acc["count"], "unit": "tokens", "severity": "info",
+                            "examples": acc["examples"],
+                            "explanation": f"{acc['count']} tokens in {acc['rows']} rows had {what} and were cut by "
+                                           f"the clamp (KL estimator {self.kl_cfg.get('estimator')}); their KL penalty "
+                                           "is bounded, not the true value."})
+        out.append({"kind": "nonfinite_advantages", "count": self.nonfinite["count"], "unit": "rows",
+                    "severity": "warning", "examples": self.nonfinite["examples"],
+                    "explanation": "rows with NaN or infinite advantages on valid tokens (e.g. an unbiased std of a "
+                                   "group of one); they poison a training step's loss."})
+        return out

@@ -1,0 +1,134 @@
+"""Hazard diagnostics (advcli.diagnostics) and --precision float64.
+
+The float32 figures are verl's own: ``spec/README.md`` §3 lists verl ``grpo`` on ``12×0.7`` giving
+|A| = 0.106 and on ``8×0.1`` giving 0.0074 (confirmed there by running
+verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage @1dda039b on CPU, torch 2.13);
+float64 gives 0 (all-equal groups have std 0 and mean equal to the value).
+"""
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import advcli
+from tests.conftest import run_cli
+
+
+def _hazard_dump(path):
+    pid, rew, mask = [], [], []
+    for _ in range(12):
+        pid.append("a"); rew.append(0.7); mask.append([1, 1, 1])  # noqa: E702
+    for r in (1, 0, 1, 0):
+        pid.append("b"); rew.append(r); mask.append([1, 1, 0, 1])  # noqa: E702
+    pid.append("c"); rew.append(0.5); mask.append([1, 0])  # noqa: E702 - a group of one (row 16)
+    for _ in range(8):
+        pid.append("d"); rew.append(0.1); mask.append([1, 1])  # noqa: E702
+    pq.write_table(pa.table({"prompt_id": pid, "reward": pa.array(rew, pa.float32()),
+                             "response_mask": pa.array(mask, pa.list_(pa.int8()))}), path)
+    return str(path)
+
+
+def _adv(path):
+    return [a[0] for a in pq.read_table(path).column("advantages").to_pylist()]
+
+
+def _diag(res, kind):
+    found = [d for d in res.diagnostics if d["kind"] == kind]
+    assert len(found) == 1, [d["kind"] for d in res.diagnostics]
+    return found[0]
+
+
+def test_float32_hazard_reproduced_flagged_and_float64_gives_zero(tmp_path):
+    src = _hazard_dump(tmp_path / "in.parquet")
+    settings = {"algorithm.adv_estimator": "grpo"}
+    r32 = advcli.run(src, tmp_path / "o32.parquet", flavor="verl", settings=settings, chunk_rows=5)
+    a32 = _adv(tmp_path / "o32.parquet")
+    assert a32[0] == pytest.approx(0.106, abs=5e-4)  # verl float32: 12×0.7
+    assert abs(a32[17]) == pytest.approx(0.0074, abs=5e-4)  # verl float32: 8×0.1
+    haz = _diag(r32, "float32_cancellation")
+    assert haz["count"] == 2 and {e["group"] for e in haz["examples"]} == {"a", "d"}
+    ex = {e["group"]: e for e in haz["examples"]}
+    assert ex["a"]["rows"] == list(range(12)) and ex["a"]["std_float64"] == 0.0
+    assert ex["a"]["adv_float32"][0] == pytest.approx(a32[0]) and ex["a"]["adv_float64"][0] == 0.0
+    assert ex["a"]["rewards"][0] == pytest.approx(0.7) and "σ + 1e-06" in ex["a"]["rule"]
+    assert any("float32" in w for w in r32.warnings)
+
+    r64 = advcli.run(src, tmp_path / "o64.parquet", flavor="verl", settings=settings, precision="float64")
+    a64 = _adv(tmp_path / "o64.parquet")
+    assert a64[0] == 0.0 and a64[17] == 0.0
+    assert pq.read_table(tmp_path / "o64.parquet").schema.field("advantages").type == pa.list_(pa.float32())
+    # binary group b is unaffected: ±sqrt(3)/2 · 1/(1+1e-6·...) in both precisions
+    assert a64[12] == pytest.approx(0.5 / np.std([1, 0, 1, 0], ddof=1), rel=1e-5)
+    assert a32[12] == pytest.approx(a64[12], rel=1e-6)
+    # the float64 run still reports what the framework's float32 would have given
+    haz64 = _diag(r64, "float32_cancellation")
+    assert haz64["count"] == 2
+    assert {e["group"]: e for e in haz64["examples"]}["a"]["adv_float32"][0] == pytest.approx(a32[0])
+
+
+def test_cli_precision_option(tmp_path):
+    src = _hazard_dump(tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    p = run_cli("run", src, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                "--precision", "float64", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert _adv(out)[0] == 0.0
+    p = run_cli("run", src, "-o", out, "--force", "--precision", "float46", "--quiet")
+    assert p.returncode == 2 and "float64" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_groups_of_one_and_all_equal_groups(tmp_path):
+    src = _hazard_dump(tmp_path / "in.parquet")
+    res = advcli.run(src, tmp_path / "o.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    one = _diag(res, "groups_of_one")
+    assert one["count"] == 1 and one["examples"][0]["row"] == 16 and one["examples"][0]["group"] == "c"
+    # verl grpo: a group of one gets s/(1 + 1e-6) (mean 0, std 1)
+    assert one["examples"][0]["advantage"] == pytest.approx(0.5 / (1 + 1e-6))
+    eq = _diag(res, "all_equal_groups")
+    assert eq["count"] == 2 and {e["group"] for e in eq["examples"]} == {"a", "d"}
+    # rloo_vectorized gives groups of one 0
+    res = advcli.run(src, tmp_path / "o2.parquet", flavor="verl",
+                     settings={"algorithm.adv_estimator": "rloo_vectorized"})
+    one = _diag(res, "groups_of_one")
+    assert one["examples"][0]["advantage"] == 0.0 and "gives 0" in one["explanation"]
+
+
+def test_dropped_reward_on_masked_last_token(tmp_path):
+    """verl gae reads rewards at mask=1 tokens only: a row ending in a masked token loses its reward;
+    verl grpo sums token_level_rewards without the mask and keeps it."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({
+        "prompt_id": ["a", "a", "b"], "reward": pa.array([1.0, 0.0, 2.0], pa.float32()),
+        "response_mask": pa.array([[1, 1, 0], [1, 1, 0], [1, 1, 1]], pa.list_(pa.int8())),
+        "values": pa.array([[0, 0, 0]] * 3, pa.list_(pa.float32()))}), src)
+    res = advcli.run(str(src), tmp_path / "o.parquet", flavor="verl", settings={"algorithm.adv_estimator": "gae"})
+    d = _diag(res, "dropped_rewards")
+    assert d["count"] == 1 and d["examples"][0]["row"] == 0  # row 1 ends masked too but its reward is 0
+    ret = pq.read_table(tmp_path / "o.parquet").column("returns").to_pylist()
+    assert ret[0] == [0.0, 0.0, 0.0]  # the reward is indeed gone
+    res = advcli.run(str(src), tmp_path / "o2.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    assert not [x for x in res.diagnostics if x["kind"] == "dropped_rewards"]
+
+
+def test_kl_clamps_counted(tmp_path):
+    """verl low_var_kl: x = clamp(ref − logp, ±20), kl = clamp(e^x − x − 1, ±10) (core_algos L2215-2250)."""
+    lp = [[-1.0, -30.0, -1.0], [-1.0, -1.0, -40.0]]
+    ref = [[-1.0, -1.0, -6.0], [-25.0, -1.0, -1.0]]
+    mask = [[1, 1, 1], [1, 1, 0]]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a"], "reward": pa.array([1.0, 0.0], pa.float32()),
+                             "response_mask": pa.array(mask, pa.list_(pa.int8())),
+                             "old_log_probs": pa.array(lp, pa.list_(pa.float32())),
+                             "ref_log_probs": pa.array(ref, pa.list_(pa.float32()))}), src)
+    res = advcli.run(str(src), tmp_path / "o.parquet", flavor="verl",
+                     settings={"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True,
+                               "algorithm.kl_penalty": "low_var_kl"})
+    x = np.array(ref, dtype=np.float64) - np.array(lp)
+    m = np.array(mask, bool)
+    n_in = int(((np.abs(x) > 20) & m).sum())  # 29 at (0,1); -24 at (1,0); (1,2) is masked
+    k3 = np.exp(np.clip(x, -20, 20)) - np.clip(x, -20, 20) - 1
+    n_out = int(((np.abs(k3) > 10) & m).sum())  # x=29→clip 20, x=-5 → e^-5+4 = 4.0 (no), x=-24 → 19 (yes)
+    assert (n_in, n_out) == (2, 2)
+    assert _diag(res, "kl_input_clamp")["count"] == n_in
+    assert _diag(res, "kl_output_clamp")["count"] == n_out
+    assert [e["row"] for e in _diag(res, "kl_input_clamp")["examples"]] == [0, 1]

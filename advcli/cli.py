@@ -103,6 +103,9 @@ def run(
                                                  "(outputs are still written as float32)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary (errors still print)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON on stdout."),
+    report: Optional[str] = typer.Option(None, "--report", "-r",
+                                         help="Also write a report: PATH.json (every figure), .md or .html "
+                                              "(a page with plots)."),
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .config import parse_column_maps, parse_set
@@ -122,6 +125,10 @@ def run(
                               f"{did_you_mean(precision, ['float32', 'float64'])}")
         cfg["precision"] = precision
     show = not quiet and not json_out
+    if report:
+        from .report import check_report_path
+
+        check_report_path(report, list(inputs) + [output])
     from .pipeline import run_pipeline  # imports torch
 
     progress_cb, stop = _progress(show)
@@ -130,62 +137,79 @@ def run(
                               chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb)
     finally:
         stop()
+    rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
+    if report:
+        from .report import write_report
+
+        write_report(report, rep)
     if json_out:
-        typer.echo(json.dumps(_summary_dict(result, flavor, native), default=str))
+        typer.echo(json.dumps(rep, default=str))
     elif show:
-        _print_summary(result, flavor, native, auto_note)
+        from .report import print_summary
+
+        print_summary(rep)
+        if report:
+            typer.echo(f"report: {report}", err=True)
 
 
 def _progress(show: bool):
+    """(callback(name, rows done, rows total), stop) drawing rich progress bars on stderr.
+
+    Only on a terminal and only for work that lasts: a bar appears after 0.5 s, shows rows done,
+    rows/s, elapsed time and an ETA, and disappears when the pass ends.
+    """
     if not show or not sys.stderr.isatty():
         return None, lambda: None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    import time
 
-    prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} rows"),
-                    TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=True,
-                    console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True))
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
+                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                    TimeRemainingColumn(), transient=True, console=Console(stderr=True))
     tasks: dict[str, int] = {}
-    prog.start()
+    t0 = time.monotonic()
+    started = [False]
 
     def cb(name: str, done: int, total: int):
+        if not started[0]:
+            if time.monotonic() - t0 < 0.5 and done < total:
+                return
+            prog.start()
+            started[0] = True
         if name not in tasks:
             tasks[name] = prog.add_task(name, total=total, rate="")
         t = prog.tasks[tasks[name]]
         rate = f"{t.speed:,.0f} rows/s" if t.speed else ""
         prog.update(tasks[name], completed=done, rate=rate)
 
-    return cb, prog.stop
+    def stop():
+        if started[0]:
+            prog.stop()
+
+    return cb, stop
 
 
-def _summary_dict(result, flavor, native) -> dict:
-    return {"flavor": flavor, "settings": native, "inputs": result.inputs, "outputs": result.outputs,
-            "rows": result.rows, "tokens": result.tokens, "valid_tokens": result.valid_tokens,
-            "seconds": round(result.seconds, 3), "metrics": result.metrics, "per_step": result.per_step,
-            "warnings": result.warnings, "estimator": result.config["estimator"]}
+def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False) -> dict:
+    """The report dict of a run (advcli.report): what --json prints and --report writes."""
+    from .report import build_report
+
+    extra = {"seconds": round(result.seconds, 3)}
+    if with_positions and result.outputs:
+        from .commands.stats import output_by_position
+
+        mask_col = (result.config.get("columns") or {}).get("response_mask", "response_mask") \
+            if isinstance(result.config, dict) else "response_mask"
+        extra["by_position"] = output_by_position(list(result.outputs), mask_col)
+    return build_report(result, flavor=flavor, native=native, command="run", note=auto_note, extra=extra)
 
 
 def _print_summary(result, flavor, native, auto_note) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from .report import print_summary
 
-    con = Console(stderr=True, highlight=False)
-    est = result.config["estimator"]["name"]
-    what = auto_note or f"{flavor} {est}"
-    t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_row("ran", f"[bold]{what}[/]" + (f"  {native}" if native else ""))
-    t.add_row("input", ", ".join(result.inputs))
-    if result.outputs:
-        t.add_row("output", ", ".join(result.outputs))
-    rate = result.tokens / result.seconds / 1e6 if result.seconds else 0
-    t.add_row("rows", f"{result.rows:,}  ({result.tokens:,} tokens, {result.valid_tokens:,} with mask=1)")
-    t.add_row("time", f"{result.seconds:.2f} s  ({rate:.1f} M tokens/s)")
-    m = result.metrics
-    if m.get("critic/advantages/mean") is not None:
-        t.add_row("advantages", f"mean {m['critic/advantages/mean']:.4g}  min {m['critic/advantages/min']:.4g}  "
-                                f"max {m['critic/advantages/max']:.4g}  (valid tokens)")
-    for w in result.warnings:
-        t.add_row("[yellow]warning[/]", w)
-    con.print(t)
+    print_summary(_summary_dict(result, flavor, native, auto_note))
 
 
 EXPLAIN_EPILOG = """
@@ -252,6 +276,11 @@ def sample(
     os.replace(tmp, output)
     typer.echo(f"wrote {output}: {table.num_rows:,} rows, "
                f"{sum(len(x) for x in table.column('response_mask').to_pylist()):,} tokens", err=True)
+
+
+from .commands import register as _register_commands  # noqa: E402  (inspect, validate, stats, compare)
+
+_register_commands(app)
 
 
 def main() -> None:

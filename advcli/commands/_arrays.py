@@ -1,0 +1,90 @@
+"""Reading Parquet columns as numpy for the commands that only look (inspect, stats, compare).
+
+No torch here: these commands must start fast and work where only pyarrow is at hand.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..columns import is_list_type
+from ..errors import AdvcliError
+
+
+def list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets [R+1] starting at 0, flat values) of a list column chunk; slices and fixed-size lists too."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_fixed_size_list(arr.type):
+        n = arr.type.list_size
+        offsets = np.arange(len(arr) + 1, dtype=np.int64) * n
+        values = arr.flatten()
+    else:
+        offsets = np.asarray(arr.offsets, dtype=np.int64)
+        offsets = offsets - offsets[0]
+        values = arr.flatten()
+    return offsets, values.to_numpy(zero_copy_only=False)
+
+
+def list_lengths(arr: pa.Array) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def row_sums(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Σ over each row's values (float64), empty rows 0."""
+    c = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    return c[offsets[1:]] - c[offsets[:-1]]
+
+
+def numeric(arr, name: str, file: str) -> np.ndarray:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count:
+        raise AdvcliError(f"{file}: column {name!r} has {arr.null_count} null value(s)")
+    return np.asarray(arr.to_numpy(zero_copy_only=False))
+
+
+def keys_codes(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(codes [R] in first-appearance order, unique values) of a key column."""
+    import pandas as pd
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    codes, uniques = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
+    return codes.astype(np.int64), np.asarray(uniques)
+
+
+def is_token_column(schema: pa.Schema, name: str) -> bool:
+    return name in schema.names and is_list_type(schema.field(name).type)
+
+
+def aligned_batches(files: list, columns: list[list[str]], batch_rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """Batches of several Parquet files read in lock step: each yield holds the same rows of every file."""
+    iters = [f.iter_batches(batch_size=batch_rows, columns=cols, use_threads=True) for f, cols in zip(files, columns)]
+    bufs: list[pa.RecordBatch | None] = [None] * len(files)
+    while True:
+        for i, it in enumerate(iters):
+            while bufs[i] is None or bufs[i].num_rows == 0:
+                nxt = next(it, None)
+                if nxt is None:
+                    bufs[i] = None
+                    break
+                bufs[i] = nxt
+        if any(b is None for b in bufs):
+            return
+        n = min(b.num_rows for b in bufs)
+        yield [b.slice(0, n) for b in bufs]
+        bufs = [b.slice(n) for b in bufs]
+
+
+def quantiles(x: np.ndarray, qs=(0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)) -> dict[str, float]:
+    if x.size == 0:
+        return {}
+    vals = np.quantile(x.astype(np.float64), qs)
+    return {f"p{round(q * 100):02d}": float(v) for q, v in zip(qs, vals)}

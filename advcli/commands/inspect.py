@@ -1,0 +1,327 @@
+"""``advcli inspect DUMP``: what is in a rollout dump and what it can feed. Never imports torch.
+
+Reads the schema, the small columns (group id, step, rewards) and only the *offsets* of one token
+column (its list lengths) plus the mask values; nothing else of the token data.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+from typing import List, Optional
+
+import numpy as np
+import typer
+
+from ..errors import AdvcliError
+
+EPILOG = """
+[bold]Examples[/]
+
+  advcli inspect sample_data/rollouts.parquet
+  advcli inspect sample_data/rollouts.parquet --json | python -m json.tool
+  advcli inspect dump.parquet --column reward=score --column prompt_id=uid
+  advcli inspect 'dumps/*.parquet'
+
+Shows the schema with each column's role, rows and tokens, the distributions of response length and
+group size, the steps, the reward, and which estimators the dump can feed (and what the others lack).
+Then try: advcli validate DUMP --flavor verl --set algorithm.adv_estimator=grpo
+"""
+
+
+def estimator_requirements() -> dict[str, dict]:
+    """name -> {level, needs, uses_groups} of every registered estimator, read from the estimator
+    modules' ``register(EstimatorSpec(...))`` calls without importing them (they import torch).
+
+    When torch is already imported the registry itself answers.
+    """
+    import sys
+
+    if "torch" in sys.modules:
+        from ..estimators import all_specs
+
+        return {n: {"level": s.level, "needs": list(s.needs), "uses_groups": s.uses_groups}
+                for n, s in sorted(all_specs().items())}
+    pkg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "estimators")
+    out: dict[str, dict] = {}
+    for fname in sorted(os.listdir(pkg)):
+        if not fname.endswith(".py") or fname.startswith("_"):
+            continue
+        try:
+            with open(os.path.join(pkg, fname), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            if getattr(fn, "id", getattr(fn, "attr", None)) != "EstimatorSpec":
+                continue
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+
+            def lit(key, default):
+                try:
+                    return ast.literal_eval(kw[key]) if key in kw else default
+                except ValueError:
+                    return default
+
+            name = lit("name", None)
+            if isinstance(name, str):
+                out[name] = {"level": lit("level", "?"), "needs": list(lit("needs", ()) or ()),
+                             "uses_groups": bool(lit("uses_groups", False))}
+    return dict(sorted(out.items()))
+
+
+def _dist(x: np.ndarray) -> dict:
+    if x.size == 0:
+        return {"count": 0}
+    q = np.quantile(x.astype(np.float64), [0.05, 0.5, 0.95])
+    return {"count": int(x.size), "min": float(x.min()), "p05": float(q[0]), "median": float(q[1]),
+            "p95": float(q[2]), "max": float(x.max()), "mean": float(x.mean())}
+
+
+def _pos_blocks(codes: np.ndarray, step_codes: np.ndarray | None) -> int | None:
+    """n when the rows form contiguous equal blocks of n (per step), each one group; else None."""
+    if codes.size == 0:
+        return None
+    change = np.flatnonzero(np.diff(codes) != 0) + 1
+    starts = np.concatenate([[0], change])
+    sizes = np.diff(np.concatenate([starts, [codes.size]]))
+    if len(np.unique(codes)) != len(starts) or len(set(sizes.tolist())) != 1:
+        return None
+    return int(sizes[0])
+
+
+def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
+    """Everything ``advcli inspect`` shows, as a JSON-able dict."""
+    import pyarrow as pa
+
+    from ..columns import ROLE_INFO, resolve_columns
+    from ..io.reader import InputSet
+    from ._arrays import keys_codes, list_parts, numeric
+
+    ins = InputSet.open(inputs)
+    file0 = ins.paths[0]
+    cmap = resolve_columns(ins.schema, column_overrides, file0)
+    role_of = {col: role for role, col in cmap.names.items()}
+    meta = ins.schema.metadata or {}
+    prov = None
+    if b"advcli" in meta:
+        try:
+            prov = json.loads(meta[b"advcli"])
+        except ValueError:
+            prov = None
+    schema = []
+    for f in ins.schema:
+        role = role_of.get(f.name)
+        if role is None and f.name in ("advantages", "returns", "token_level_rewards"):
+            info = "advcli output"
+        elif role is None:
+            info = ""
+        else:
+            info = ROLE_INFO[role][2]
+        schema.append({"column": f.name, "type": str(f.type), "role": role, "meaning": info})
+    data: dict = {"inputs": ins.paths, "files": len(ins.paths), "rows": ins.num_rows,
+                  "row_groups": sum(f.metadata.num_row_groups for f in ins.files),
+                  "bytes": sum(os.path.getsize(p) for p in ins.paths), "schema": schema,
+                  "roles": dict(cmap.names), "advcli_output": prov is not None}
+    if prov is not None:
+        data["produced_by"] = {k: prov.get(k) for k in ("advcli_version", "flavor", "flavor_config", "inputs")}
+
+    small = [cmap[r] for r in ("prompt_id", "step", "reward", "domain") if cmap.has(r)]
+    mask_col = cmap.names.get("response_mask")
+    cols = list(dict.fromkeys(small + ([mask_col] if mask_col else [])))
+    parts: dict[str, list] = {c: [] for c in cols}
+    lengths, valid, interior, ends_masked, starts_masked = [], [], 0, 0, 0
+    for fi, rb, batch in ins.iter_batches(cols, 65536) if cols else []:
+        for c in small:
+            parts[c].append(batch.column(c))
+        if mask_col:
+            offs, vals = list_parts(batch.column(mask_col))
+            vals = vals.astype(np.int64) != 0
+            ln = np.diff(offs)
+            c = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])
+            v = c[offs[1:]] - c[offs[:-1]]
+            lengths.append(ln)
+            valid.append(v)
+            nz = ln > 0
+            last = np.zeros(len(ln), dtype=bool)
+            first = np.zeros(len(ln), dtype=bool)
+            last[nz] = vals[offs[1:][nz] - 1]
+            first[nz] = vals[offs[:-1][nz]]
+            ends_masked += int((nz & ~last).sum())
+            starts_masked += int((nz & ~first).sum())
+            # rows with a mask=0 span between two mask=1 tokens: 0 -> 1 transitions beyond the first
+            rise = np.zeros(vals.size, dtype=bool)
+            if vals.size > 1:
+                rise[1:] = vals[1:] & ~vals[:-1]
+            rise[offs[:-1][nz]] = False
+            cr = np.concatenate([[0], np.cumsum(rise, dtype=np.int64)])
+            interior += int(((cr[offs[1:]] - cr[offs[:-1]]) > 0).sum())
+    R = ins.num_rows
+    if mask_col:
+        L = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        V = np.concatenate(valid) if valid else np.zeros(0, np.int64)
+        data["tokens"] = int(L.sum())
+        data["valid_tokens"] = int(V.sum())
+        data["length"] = _dist(L)
+        data["valid_length"] = _dist(V)
+        data["mask"] = {"rows_with_interior_masked_spans": interior, "rows_ending_masked": ends_masked,
+                        "rows_starting_masked": starts_masked, "rows_all_masked": int(((V == 0) & (L > 0)).sum()),
+                        "empty_rows": int((L == 0).sum())}
+        if L.size:
+            lo, hi = int(L.min()), int(L.max()) + 1
+            edges = np.unique(np.linspace(lo, hi, 11).round().astype(np.int64))  # equal widths, [a, b)
+            if edges.size >= 2:
+                counts, e = np.histogram(L, bins=edges)
+                data["length_histogram"] = {"edges": e.tolist(), "counts": counts.tolist()}
+    step_codes = None
+    if cmap.has("step"):
+        st = numeric(pa.chunked_array(parts[cmap["step"]]), cmap["step"], file0) if parts[cmap["step"]] else \
+            np.zeros(0, np.int64)
+        vals_, counts_ = np.unique(st, return_counts=True)
+        data["steps"] = {"count": int(vals_.size),
+                         "rows_per_step": {str(int(v)): int(c) for v, c in zip(vals_[:50], counts_[:50])}}
+        step_codes = st
+    if cmap.has("prompt_id") and parts[cmap["prompt_id"]]:
+        codes, uniq = keys_codes(pa.chunked_array(parts[cmap["prompt_id"]]))
+        key = codes if step_codes is None else codes * (int(step_codes.max() - step_codes.min()) + 1) + \
+            (step_codes - step_codes.min())
+        _, key = np.unique(key, return_inverse=True)
+        sizes = np.bincount(key.ravel())
+        sz, cnt = np.unique(sizes, return_counts=True)
+        n_blocks = _pos_blocks(codes, step_codes)
+        data["groups"] = {"count": int(sizes.size), "size_counts": {str(int(s)): int(c) for s, c in zip(sz, cnt)},
+                          "singletons": int((sizes == 1).sum()),
+                          "contiguous_blocks_of": n_blocks,
+                          "layout": "contiguous equal blocks" if n_blocks else "scattered or unequal"}
+    if cmap.has("reward") and parts[cmap["reward"]]:
+        r = numeric(pa.chunked_array(parts[cmap["reward"]]), cmap["reward"], file0).astype(np.float64)
+        fin = np.isfinite(r)
+        d = _dist(r[fin])
+        d["nonfinite"] = int((~fin).sum())
+        d["distinct"] = int(np.unique(r[fin]).size)
+        d["share_positive"] = float((r[fin] > 0).mean()) if fin.any() else None
+        data["reward"] = d
+        if "groups" in data and fin.all():
+            codes_ = key
+            gmin = np.full(sizes.size, np.inf)
+            gmax = np.full(sizes.size, -np.inf)
+            np.minimum.at(gmin, codes_, r)
+            np.maximum.at(gmax, codes_, r)
+            data["groups"]["all_equal_reward"] = int(((gmin == gmax) & (sizes > 1)).sum())
+    data["estimators"] = feeds(cmap, ins.schema.names, data)
+    data["kl_in_reward"] = cmap.has("old_log_probs") and cmap.has("ref_log_probs")
+    return data
+
+
+def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
+    """For each estimator: can this dump feed it, and if not, what is missing."""
+    out = {}
+    has_reward = cmap.has("reward") or cmap.has("token_level_scores")
+    for name, req in estimator_requirements().items():
+        missing = [r for r in req["needs"] if not cmap.has(r)]
+        if not has_reward and name != "gdpo":
+            missing.append("reward")
+        note = ""
+        if req["uses_groups"] and not cmap.has("prompt_id"):
+            note = "no prompt_id: needs positional groups (grouping.by=position, grouping.size=N)"
+        if name == "gdpo":
+            comps = [c for c in names if c.startswith("reward/")] or [c for c in ("acc", "fmt") if c in names]
+            note = (f"reward components: {', '.join(comps)}" if comps else
+                    "needs reward component columns (algorithm.gdpo_reward_keys=[...])")
+            if not comps and not has_reward:
+                missing.append("reward components")
+        out[name] = {"ok": not missing, "missing": missing, "note": note, "level": req["level"]}
+    return out
+
+
+def _print(data: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..report import fmt_num
+
+    con = Console(highlight=False, soft_wrap=False)
+    mb = data["bytes"] / 2**20
+    con.print(f"[bold]{', '.join(data['inputs'])}[/]  {data['files']} file(s), {data['rows']:,} rows, "
+              f"{data['row_groups']} row group(s), {mb:.1f} MiB")
+    if data.get("advcli_output"):
+        p = data.get("produced_by") or {}
+        con.print(f"advcli output (advcli {p.get('advcli_version')}, flavor {p.get('flavor')}, "
+                  f"{json.dumps(p.get('flavor_config') or {})})")
+    t = Table(title="columns", title_justify="left", show_edge=False)
+    for h in ("column", "type", "role", "meaning"):
+        t.add_column(h)
+    for c in data["schema"]:
+        t.add_row(c["column"], c["type"], c["role"] or "", c["meaning"])
+    con.print(t)
+    if "tokens" in data:
+        con.print(f"tokens  {data['tokens']:,}  ({data['valid_tokens']:,} with mask=1)")
+        for label, key in (("length L_i", "length"), ("mask=1 per row", "valid_length")):
+            d = data[key]
+            if d.get("count"):
+                con.print(f"{label:<15} min {fmt_num(d['min'])}  p5 {fmt_num(d['p05'])}  median "
+                          f"{fmt_num(d['median'])}  p95 {fmt_num(d['p95'])}  max {fmt_num(d['max'])}  "
+                          f"mean {d['mean']:.1f}")
+        m = data["mask"]
+        con.print(f"mask            {m['rows_with_interior_masked_spans']:,} rows with interior masked spans, "
+                  f"{m['rows_ending_masked']:,} ending in mask=0, {m['rows_all_masked']:,} all masked, "
+                  f"{m['empty_rows']:,} empty")
+        h = data.get("length_histogram")
+        if h:
+            top = max(h["counts"]) or 1
+            ht = Table(title="length distribution", title_justify="left", show_edge=False)
+            ht.add_column("L_i")
+            ht.add_column("rows", justify="right")
+            ht.add_column("")
+            for i, c in enumerate(h["counts"]):
+                ht.add_row(f"{h['edges'][i]}–{h['edges'][i + 1] - 1}", f"{c:,}", "█" * round(30 * c / top))
+            con.print(ht)
+    if "steps" in data:
+        s = data["steps"]
+        con.print(f"steps           {s['count']}: " + ", ".join(f"{k}: {v:,} rows"
+                                                               for k, v in list(s["rows_per_step"].items())[:12]))
+    g = data.get("groups")
+    if g:
+        sizes = ", ".join(f"{c:,}×{s}" for s, c in list(g["size_counts"].items())[:12])
+        con.print(f"groups          {g['count']:,} (sizes: {sizes}); {g['singletons']:,} of one; layout: "
+                  f"{g['layout']}" + (f" (n={g['contiguous_blocks_of']}: usable by roll/openrlhf/trl)"
+                                      if g.get("contiguous_blocks_of") else ""))
+        if "all_equal_reward" in g:
+            con.print(f"                {g['all_equal_reward']:,} groups where every reward is equal "
+                      "(zero advantage under GRPO/RLOO)")
+    r = data.get("reward")
+    if r and r.get("count"):
+        con.print(f"reward          mean {fmt_num(r['mean'])}  min {fmt_num(r['min'])}  max {fmt_num(r['max'])}  "
+                  f"{r['distinct']:,} distinct values, {100 * (r['share_positive'] or 0):.1f}% > 0"
+                  + (f", [red]{r['nonfinite']} not finite[/]" if r["nonfinite"] else ""))
+    con.print(f"KL in reward    {'possible (old_log_probs and ref_log_probs present)' if data['kl_in_reward'] else 'not possible (needs old_log_probs and ref_log_probs)'}")
+    ok = [n for n, e in data["estimators"].items() if e["ok"]]
+    no = {n: e for n, e in data["estimators"].items() if not e["ok"]}
+    con.print(f"[green]can feed[/]        {', '.join(ok) or '–'}")
+    for n, e in no.items():
+        con.print(f"[red]cannot feed[/]     {n}: missing {', '.join(e['missing'])}")
+    notes = {e["note"] for n, e in data["estimators"].items() if e["note"] and e["ok"]}
+    for note in sorted(notes):
+        con.print(f"note            {note}")
+
+
+def inspect_cmd(
+    inputs: List[str] = typer.Argument(..., help="Parquet file(s), a directory or a glob.", show_default=False),
+    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
+                                               help="Read a role from another column, e.g. reward=score."),
+    json_out: bool = typer.Option(False, "--json", help="Print everything as JSON on stdout."),
+):
+    """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
+    from ..config import parse_column_maps
+
+    data = inspect_data(inputs, parse_column_maps(column))
+    if json_out:
+        typer.echo(json.dumps(data, default=str))
+    else:
+        _print(data)
+
+
+__all__ = ["inspect_cmd", "inspect_data", "estimator_requirements", "EPILOG", "AdvcliError"]

@@ -1,0 +1,295 @@
+"""``advcli stats DUMP``: the statistics of any dump or advcli output, in the run report's formats.
+
+The figures are those of ``advcli run`` (advcli.stats.RunStats, verl's metric names), fed from the
+file instead of the pipeline:
+
+- sequence score (``critic/score``): Σ ``token_level_scores`` when the file has them, else the
+  ``reward`` column; sequence reward (``critic/rewards``): Σ ``token_level_rewards`` when the file
+  has them (an advcli output with KL in the reward), else the score;
+- advantages/returns (``critic/advantages``, ``critic/returns``): the ``advantages``/``returns``
+  columns over the mask=1 tokens — only for advcli outputs (a raw dump has none, and those figures
+  are left out); ``critic/values`` when there is a ``values`` column;
+- groups by ``prompt_id`` within each ``step``; per step when there is a ``step`` column.
+
+Plus :func:`by_position`: the mean and std of the advantage at each token position (mask=1 tokens),
+bucketed to at most :data:`POSITION_POINTS` points; memory is one accumulator per position.
+
+Two reads of the file: the small columns and the mask (the row table the collector needs first),
+then the token columns.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import List, Optional
+
+import numpy as np
+import typer
+
+from ..errors import AdvcliError
+
+POSITION_POINTS = 200
+
+EPILOG = """
+[bold]Examples[/]
+
+  advcli stats sample_data/rollouts.parquet
+  advcli run sample_data/rollouts.parquet -o out.parquet && advcli stats out.parquet --report stats.html
+  advcli stats out.parquet --report stats.md
+  advcli stats out.parquet --json | python -m json.tool
+
+On a raw dump: score, reward, response-length and group figures. On an advcli output: also the
+advantages and returns (mean/min/max, quantiles, histogram, advantage by token position) and the
+configuration that produced them. --report writes .json, .md or .html (a page with plots).
+"""
+
+
+def by_position(files_batches, mask_col: str | None, points: int = POSITION_POINTS) -> dict | None:
+    """Mean/std/count of ``advantages`` per token position over mask=1 tokens, bucketed to ``points``.
+
+    ``files_batches`` yields record batches holding ``advantages`` (and ``mask_col``).
+    """
+    from ._arrays import list_parts
+
+    cnt = np.zeros(0, np.float64)
+    s1 = np.zeros(0, np.float64)
+    s2 = np.zeros(0, np.float64)
+    for batch in files_batches:
+        offs, adv = list_parts(batch.column("advantages"))
+        if mask_col and mask_col in batch.schema.names:
+            _, m = list_parts(batch.column(mask_col))
+            m = m.astype(bool)
+        else:
+            m = np.ones(adv.size, dtype=bool)
+        lens = np.diff(offs)
+        pos = np.arange(adv.size, dtype=np.int64) - np.repeat(offs[:-1], lens)
+        pos, a = pos[m], adv[m].astype(np.float64)
+        fin = np.isfinite(a)
+        pos, a = pos[fin], a[fin]
+        if pos.size == 0:
+            continue
+        n = int(pos.max()) + 1
+        if n > cnt.size:
+            cnt, s1, s2 = (np.concatenate([x, np.zeros(n - x.size)]) for x in (cnt, s1, s2))
+        cnt[:n] += np.bincount(pos, minlength=n)
+        s1[:n] += np.bincount(pos, weights=a, minlength=n)
+        s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
+    if cnt.size == 0:
+        return None
+    width = max(1, -(-cnt.size // points))
+    nb = -(-cnt.size // width)
+    pad = nb * width - cnt.size
+    c, t1, t2 = (np.concatenate([x, np.zeros(pad)]).reshape(nb, width).sum(1) for x in (cnt, s1, s2))
+    keep = c > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = t1 / c
+        std = np.sqrt(np.maximum(t2 / c - mean * mean, 0))
+    starts = np.arange(nb) * width
+    return {"positions": starts[keep].tolist(), "bucket_width": width, "mean": mean[keep].tolist(),
+            "std": std[keep].tolist(), "lo": (mean - std)[keep].tolist(), "hi": (mean + std)[keep].tolist(),
+            "count": c[keep].astype(np.int64).tolist(), "band": "mean ± 1 std",
+            "note": "advantage at each token position (0 = first response token), mask=1 tokens"
+                    + (f", positions bucketed by {width}" if width > 1 else "")}
+
+
+def output_by_position(paths: list[str], mask_col: str = "response_mask", chunk_rows: int = 8192) -> dict | None:
+    """:func:`by_position` of advcli output file(s) (reads only ``advantages`` and the mask)."""
+    from ..io.reader import InputSet
+
+    ins = InputSet.open(paths)
+    if "advantages" not in ins.schema.names:
+        return None
+    cols = ["advantages"] + ([mask_col] if mask_col in ins.schema.names else [])
+    return by_position((b for _, _, b in ins.iter_batches(cols, chunk_rows)), mask_col)
+
+
+def file_statistics(inputs: list[str], column_overrides: dict | None = None, chunk_rows: int = 8192,
+                    progress=None) -> dict:
+    """The report dict (see advcli.report) of a dump or an advcli output."""
+    import pyarrow as pa
+    import torch
+
+    from ..columns import resolve_columns
+    from ..io.reader import InputSet
+    from ..ops.groups import GroupIndex
+    from ..ragged import Ragged
+    from ..report import build_report
+    from ..stats import RunStats
+    from ._arrays import keys_codes, list_parts, numeric, row_sums
+
+    t0 = time.perf_counter()
+    ins = InputSet.open(inputs)
+    file0 = ins.paths[0]
+    cmap = resolve_columns(ins.schema, column_overrides or {}, file0)
+    names = ins.schema.names
+    cmap.require("response_mask", "the statistics are over the mask=1 tokens")
+    mask_col = cmap["response_mask"]
+    padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
+    meta = ins.schema.metadata or {}
+    prov = None
+    if b"advcli" in meta:
+        try:
+            prov = json.loads(meta[b"advcli"])
+        except ValueError:
+            prov = None
+    has_adv = "advantages" in names
+    has_ret = "returns" in names
+    tlr_col = "token_level_rewards" if "token_level_rewards" in names else None
+    tls_col = cmap.names.get("token_level_scores")
+    val_col = cmap.names.get("values")
+    if not (has_adv or tls_col or cmap.has("reward")):
+        raise AdvcliError(f"{file0}: neither 'advantages' nor a reward ('reward' or 'token_level_scores') to "
+                          f"describe. Columns present: {', '.join(names)}",
+                          hint="map the reward column with --column reward=NAME")
+
+    # pass 1: the row table
+    small = [cmap[r] for r in ("prompt_id", "step", "reward") if cmap.has(r)]
+    cols1 = list(dict.fromkeys(small + [mask_col] + [c for c in (tls_col, tlr_col) if c]))
+    parts: dict[str, list] = {c: [] for c in small}
+    valid, score_parts, tlr_parts = [], [], []
+    R = ins.num_rows
+    done = 0
+    for fi, rb, batch in ins.iter_batches(cols1, chunk_rows):
+        for c in small:
+            parts[c].append(batch.column(c))
+        offs, m = list_parts(batch.column(mask_col))
+        valid.append(row_sums(offs, (m != 0).astype(np.float64)).astype(np.int64))
+        if tls_col:
+            o2, v2 = list_parts(batch.column(tls_col))
+            score_parts.append(row_sums(o2, v2))
+        if tlr_col:
+            o3, v3 = list_parts(batch.column(tlr_col))
+            tlr_parts.append(row_sums(o3, v3))
+        done += batch.num_rows
+        if progress:
+            progress("rows", done, R)
+    V = np.concatenate(valid) if valid else np.zeros(0, np.int64)
+    if tls_col:
+        raw = np.concatenate(score_parts) if score_parts else np.zeros(0)
+    elif cmap.has("reward"):
+        raw = numeric(pa.chunked_array(parts[cmap["reward"]], type=ins.schema.field(cmap["reward"]).type),
+                      cmap["reward"], file0).astype(np.float64)
+    else:
+        raw = np.zeros(R)
+    seq = np.concatenate(tlr_parts) if tlr_col and tlr_parts else raw
+    if cmap.has("step") and R:
+        st = numeric(pa.chunked_array(parts[cmap["step"]], type=ins.schema.field(cmap["step"]).type),
+                     cmap["step"], file0)
+        step_values, scode = np.unique(st, return_inverse=True)
+        step_values = [int(v) for v in step_values]
+        scode = scode.ravel()
+    else:
+        step_values, scode = [None], np.zeros(R, np.int64)
+    groups = None
+    if cmap.has("prompt_id") and R:
+        codes, _ = keys_codes(pa.chunked_array(parts[cmap["prompt_id"]],
+                                               type=ins.schema.field(cmap["prompt_id"]).type))
+        _, g = np.unique(np.stack([scode, codes]), axis=1, return_inverse=True)
+        groups = GroupIndex.from_codes(torch.from_numpy(g.ravel().astype(np.int64)))
+    scopes = GroupIndex.from_codes(torch.from_numpy(scode.astype(np.int64)))
+    rs = RunStats(R, padded=padded)
+    rs.set_rows(raw_score=torch.from_numpy(raw), score=torch.from_numpy(np.asarray(seq, np.float64)),
+                scopes=scopes, step_values=step_values, groups=groups, valid_len=torch.from_numpy(V),
+                has_values=val_col is not None and has_adv)
+
+    # pass 2: the token columns
+    cols2 = list(dict.fromkeys([mask_col] + [c for c in ("advantages", "returns" if has_ret else None, tlr_col,
+                                                         val_col if has_adv else None) if c]))
+    row0 = 0
+    pos_batches = []
+    for fi, rb, batch in ins.iter_batches(cols2, chunk_rows):
+        offs, m = list_parts(batch.column(mask_col))
+        layout = Ragged(torch.from_numpy(offs))
+        mask = torch.from_numpy((m != 0).astype(np.float32))
+        B = batch.num_rows
+        zeros = torch.zeros(layout.num_tokens, dtype=torch.float32)
+        adv = torch.from_numpy(list_parts(batch.column("advantages"))[1].astype(np.float32)) if has_adv else zeros
+        ret = torch.from_numpy(list_parts(batch.column("returns"))[1].astype(np.float32)) if has_ret else zeros
+        if tlr_col:
+            tlr = torch.from_numpy(list_parts(batch.column(tlr_col))[1].astype(np.float64))
+        else:  # the sequence score on the row's last token: Σ_t gives the score
+            tlr = torch.zeros(layout.num_tokens, dtype=torch.float64)
+            last = layout.last_index()
+            ok = last >= 0
+            tlr[last[ok]] = torch.from_numpy(np.asarray(raw[row0:row0 + B], np.float64))[ok]
+        values = torch.from_numpy(list_parts(batch.column(val_col))[1].astype(np.float32)) \
+            if val_col and has_adv else None
+        rs.add_chunk(row0, layout, mask, adv, ret, tlr, values)
+        if has_adv:
+            pos_batches.append(batch.select(["advantages", mask_col]))
+        row0 += B
+        if progress:
+            progress("tokens", row0, R)
+    out = rs.finish()
+    metrics, per_step, hist = out["metrics"], out["per_step"], out["histograms"]
+    if not has_adv:  # a raw dump: no advantages to describe
+        drop = ("critic/advantages", "critic/returns", "critic/values", "critic/vf_explained_var", "groups/adv_sign")
+        metrics = {k: v for k, v in metrics.items() if not k.startswith(drop)}
+        per_step = [{k: v for k, v in s.items() if not k.startswith(drop)} for s in per_step]
+        hist.pop("advantages", None)
+    if not has_ret:
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
+        per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
+    for s in per_step:
+        for k in ("kl_coef", "kl"):
+            if s.get(k) is None:
+                s.pop(k, None)
+    seconds = time.perf_counter() - t0
+
+    class _R:  # the fields build_report reads
+        pass
+
+    r = _R()
+    r.inputs, r.outputs, r.rows = ins.paths, [], R
+    r.tokens, r.valid_tokens = int(rs.resp_len.sum()), int(V.sum())
+    r.seconds = seconds
+    r.config = (prov or {}).get("config") or {}
+    r.metrics, r.per_step, r.histograms = metrics, per_step, hist
+    r.diagnostics, r.warnings = [], []
+    if has_adv:
+        r.by_position = by_position(iter(pos_batches), mask_col)
+    flavor = (prov or {}).get("flavor")
+    native = (prov or {}).get("flavor_config")
+    note = None
+    if prov:
+        note = f"statistics of an advcli output ({flavor} {((prov.get('config') or {}).get('estimator') or {}).get('name', '')})"
+    else:
+        note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
+    return build_report(r, flavor=flavor, native=native, command="stats", note=note,
+                        extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
+                                                                        "input_fingerprint")}} if prov else None)
+
+
+def stats_cmd(
+    inputs: List[str] = typer.Argument(..., help="A dump or an advcli output (files, a directory or a glob).",
+                                       show_default=False),
+    report: Optional[str] = typer.Option(None, "--report", "-r", help="Write the figures to PATH: .json, .md or "
+                                                                      ".html."),
+    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
+                                               help="Read a role from another column, e.g. reward=score."),
+    chunk_rows: int = typer.Option(8192, "--chunk-rows", help="Rows held in memory at once."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
+    json_out: bool = typer.Option(False, "--json", help="Print every figure as JSON on stdout."),
+):
+    """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
+    from ..config import parse_column_maps
+    from ..report import check_report_path, print_summary, write_report
+
+    if report:
+        check_report_path(report, inputs)
+    from ..cli import _progress
+
+    show = not quiet and not json_out
+    cb, stop = _progress(show)
+    try:
+        rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
+    finally:
+        stop()
+    if report:
+        write_report(report, rep)
+    if json_out:
+        typer.echo(json.dumps(rep, default=str))
+    elif show:
+        print_summary(rep)
+        if report:
+            typer.echo(f"report: {report}", err=True)

@@ -1,0 +1,101 @@
+"""``advcli validate DUMP``: everything ``advcli run`` would reject, without writing anything.
+
+It is ``run`` with no output: the same configuration resolution, the same plan, and every pass that
+reads and checks the data (types, ragged lengths that disagree, nulls, NaN rewards and log-probs,
+groups that do not split, whitening with too few tokens ...). The math runs too — a check that
+only a pass over the token columns can make must not be skipped — but nothing is written.
+"""
+from __future__ import annotations
+
+import json
+from typing import List, Optional
+
+import typer
+
+EPILOG = """
+[bold]Examples[/]
+
+  advcli validate sample_data/rollouts.parquet
+  advcli validate sample_data/rollouts.parquet --flavor verl --set algorithm.adv_estimator=gae
+  advcli validate dump.parquet --flavor verl --set algorithm.use_kl_in_reward=true --output out.parquet
+  advcli validate dump.parquet --flavor roll --set adv_estimator=grpo \\
+      --set actor_infer.generating_args.num_return_sequences=8 --json
+
+Exit code 0: `advcli run` with the same options would succeed. Exit code 2: the message says what it
+would reject (file, row, column or key). With --output the output path is checked too.
+"""
+
+
+def validate_cmd(
+    inputs: List[str] = typer.Argument(..., help="Input Parquet file(s), a directory or a glob.", show_default=False),
+    flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
+                                         help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli. "
+                                              "Default: as `advcli run`."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
+                                             help="A flavor key, VALUE parsed as YAML. Repeatable."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys."),
+    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
+                                               help="Read a role from another column, e.g. reward=score."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Also check that this output path is "
+                                                                      "usable (nothing is written)."),
+    force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),
+    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once."),
+    padded: Optional[bool] = typer.Option(None, "--padded/--ragged", help="As `advcli run`."),
+    device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda (default cpu: validating needs no GPU)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON on stdout."),
+):
+    """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
+    from ..errors import AdvcliError
+
+    try:
+        result, what = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device)
+    except AdvcliError as e:
+        if json_out:
+            typer.echo(json.dumps({"valid": False, "error": e.message, "hint": e.hint}))
+        raise
+    diags = [d for d in (getattr(result, "diagnostics", None) or []) if d.get("count")]
+    est = result.config["estimator"]["name"]
+    verdict = {"valid": True, "ran": what, "estimator": est, "inputs": result.inputs, "rows": result.rows,
+               "tokens": result.tokens, "valid_tokens": result.valid_tokens,
+               "warnings": list(getattr(result, "warnings", []) or []), "diagnostics": diags}
+    if json_out:
+        typer.echo(json.dumps(verdict, default=str))
+        return
+    typer.echo(f"ok: {', '.join(result.inputs)} is valid for {what}: {result.rows:,} rows, {result.tokens:,} tokens "
+               f"({result.valid_tokens:,} with mask=1)")
+    for w in verdict["warnings"]:
+        typer.echo(f"warning: {w}", err=True)
+    for d in diags:
+        if d.get("severity") != "warning":
+            typer.echo(f"note: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip(), err=True)
+
+
+def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device):
+    """(RunResult of a run without output, what ran) — raising the AdvcliError `run` would raise."""
+    import os
+
+    from ..cli import _default_settings
+    from ..config import parse_column_maps, parse_set
+    from ..flavors import resolve
+
+    settings = parse_set(set_)
+    columns = parse_column_maps(column)
+    flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
+    cfg, native = resolve(flavor, settings, config)
+    if padded is not None:
+        cfg["padded"] = padded
+    from ..io.reader import InputSet
+    from ..io.writer import check_output_path
+    from ..pipeline import output_paths, run_pipeline
+
+    if output is not None:
+        ins = InputSet.open(inputs)
+        existed = os.path.isdir(output)
+        outs = output_paths(ins, output)  # may create an output directory for several inputs
+        if not existed and os.path.isdir(output) and not os.listdir(output):
+            os.rmdir(output)
+        for o in outs:
+            check_output_path(o, ins.paths, force)
+    result = run_pipeline(inputs, None, cfg, flavor=flavor, native=native, column_overrides=columns,
+                          chunk_rows=chunk_rows, device=device, force=force)
+    return result, auto_note or f"{flavor} {result.config['estimator']['name']}"

@@ -40,7 +40,8 @@ SCHEMA: dict[str, Key] = {
                          "(token list column, verl), `components` (weighted sum of reward.components) "
                          "or `auto` (token_level_scores if present, else reward)",
                          ("auto", "reward", "token_level_scores", "components"), "str"),
-    "reward.components": Key(None, "component reward columns, e.g. [acc, fmt]", None, "list"),
+    "reward.components": Key(None, "component reward columns, e.g. [acc, fmt]; a name with `*` stands for "
+                             "every matching column, sorted by name (NeMo gdpo: [\"reward/*\"])", None, "list"),
     "reward.weights": Key(None, "weights of the components (default all 1)", None, "list"),
     "reward.normalize.mean": Key("none", "subtract the `batch` or `group` mean of the row reward "
                                  "before it is placed on tokens, or `loo` (the mean of the group's other "
@@ -50,7 +51,8 @@ SCHEMA: dict[str, Key] = {
     "reward.normalize.eps": Key(1e-6, "epsilon added to the std", None, "float"),
     "reward.clip": Key(None, "clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]", None, "clip"),
     "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
-                            "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae)", ("last", "last_valid"), "str"),
+                            "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo "
+                            "RL's REINFORCE++ and raw_reward)", ("last", "last_valid", "all"), "str"),
     "reward.mask_placed": Key(False, "multiply the placed token rewards by the mask (ROLL: a row ending "
                               "in a masked token loses its reward)", None, "bool"),
     "reward.whiten_tokens": Key(False, "whiten the token-level rewards (after KL and kl.token_clip) over the "

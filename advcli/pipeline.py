@@ -99,7 +99,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
 
     cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
     source = get_path(cfg, "reward.source")
-    components = list(get_path(cfg, "reward.components") or [])
+    components = _expand_components(list(get_path(cfg, "reward.components") or []), inputs.schema.names, file)
     if source == "auto":
         source = "components" if components and spec.name != "gdpo" else (
             "token_level_scores" if cmap.has("token_level_scores") else "reward")
@@ -150,6 +150,25 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, output_tlr=kl_on, padded=_is_padded(cfg, inputs, cmap))
+
+
+def _expand_components(components: list, names: list[str], file: str) -> list[str]:
+    """A component name with ``*`` stands for every matching column, sorted by name (NeMo RL's GDPO
+    takes every ``reward/*`` key, sorted: nemo_rl/algorithms/utils.py L35-39 @7ea279ab)."""
+    import fnmatch
+
+    out: list[str] = []
+    for c in components:
+        c = str(c)
+        if "*" in c:
+            hits = sorted(n for n in names if fnmatch.fnmatchcase(n, c))
+            if not hits:
+                raise AdvcliError(f"{file}: no column matches the reward components pattern {c!r}. "
+                                  f"Columns present: {', '.join(names)}")
+            out += hits
+        else:
+            out.append(c)
+    return list(dict.fromkeys(out))
 
 
 def _is_padded(cfg: dict, inputs: InputSet, cmap: ColumnMap) -> bool:
@@ -441,11 +460,14 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
     if plan.reward_source == "token_level_scores":
         tlr = tok["token_level_scores"].to(dt).clone()
     else:
-        tlr = torch.zeros(layout.num_tokens, dtype=dt, device=dev)
-        place = _placement_index(plan, layout, mask)
-        ok = place >= 0
         r = res.reward_row[rows].to(dev)
-        tlr[place[ok]] = r[ok]
+        if get_path(plan.cfg, "reward.placement") == "all":  # NeMo RF++ / raw_reward: every position
+            tlr = layout.broadcast(r.to(dt))
+        else:
+            tlr = torch.zeros(layout.num_tokens, dtype=dt, device=dev)
+            place = _placement_index(plan, layout, mask)
+            ok = place >= 0
+            tlr[place[ok]] = r[ok]
         if get_path(plan.cfg, "reward.mask_placed"):
             tlr = tlr * mask
     if plan.kl_on:

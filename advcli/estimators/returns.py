@@ -21,14 +21,20 @@ def gae_token(chunk: TokenChunk, p: dict):
     (ROLL passes unmasked values; OpenRLHF zeroes V and R at mask=0 first: ``zero_masked``)."""
     values = chunk.tokens["values"]
     r = chunk.token_rewards
-    if p["holes"] == "skip":
-        adv = scans.gae_skip_masked(r, values, chunk.mask, chunk.layout, p["gamma"], p["lam"])
-    else:
-        if p["zero_masked"]:
-            values = values * chunk.mask
-            r = r * chunk.mask
-        adv = scans.gae_all_positions(r, values, chunk.layout, p["gamma"], p["lam"])
-    return adv, adv + values
+    if p["holes"] != "skip" and p["zero_masked"]:
+        values = values * chunk.mask
+        r = r * chunk.mask
+
+    def run(lam):
+        if p["holes"] == "skip":
+            return scans.gae_skip_masked(r, values, chunk.mask, chunk.layout, p["gamma"], lam)
+        return scans.gae_all_positions(r, values, chunk.layout, p["gamma"], lam)
+    adv = run(p["lam"])
+    # NeMo RL VAPO decoupled GAE (advantage_estimator.py L466-490 @7ea279ab): returns from a second
+    # run with the value λ
+    lam_ret = p.get("returns_lam")
+    adv_ret = adv if lam_ret is None or lam_ret == p["lam"] else run(lam_ret)
+    return adv, adv_ret + values
 
 
 register(EstimatorSpec(
@@ -37,7 +43,9 @@ register(EstimatorSpec(
     source="verl core_algos.compute_gae_advantage_return (L215-263 @1dda039b)",
     params={"gamma": GAMMA, "lam": Key(1.0, "GAE λ", None, "float"), "holes": HOLES,
             "zero_masked": Key(False, "with holes=step: multiply V and r by the mask first (OpenRLHF)",
-                               None, "bool")}))
+                               None, "bool"),
+            "returns_lam": Key(None, "λ of the returns when it differs from the advantages' λ (NeMo RL "
+                               "gae_lambda_value); default: lam", None, "float")}))
 
 
 # -------------------------------------------------------------------------------- discounted returns

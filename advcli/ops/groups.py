@@ -109,3 +109,79 @@ class GroupIndex:
 
     def per_row(self, per_group: torch.Tensor) -> torch.Tensor:
         return per_group[self.codes]
+
+    # ------------------------------------------------------------- leave-one-out / NaN-aware forms
+    def stacked(self, x: torch.Tensor, fn) -> torch.Tensor:
+        """[R] ``fn(x[mat])`` per size bucket, where ``fn`` maps a ``[G_n, n]`` stack (groups in code
+        order, rows in input order — the shape of a framework's ``view(-1, n)``) to ``[G_n, n]``."""
+        out = torch.empty_like(x)
+        for _, _, mat in self.buckets():
+            out[mat] = fn(x[mat])
+        return out
+
+    def onepass_baseline_std(self, x: torch.Tensor, leave_one_out: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """[R] baseline and [R] std as NeMo RL ``calculate_baseline_and_std_per_prompt``
+        (nemo_rl/algorithms/utils.py L104-198 @7ea279ab, valid_mask = 1).
+
+        For a group of n > 1 rows with ``W = 1 − I`` (leave-one-out) or all ones, ``k = n − [loo]``::
+
+            b = W·x / k,   q = W·x² / k,   std = nan_to_num(sqrt((q − b²)·(k/(k−1))), 0)
+
+        so the non-LOO std is the unbiased group std by the one-pass ``E[x²] − E[x]²`` and the LOO
+        std is per row: the unbiased std of the *other* rows (LOO n = 2: k/(k−1) = inf, q − b² = 0 →
+        NaN → 0). n ≤ 1: baseline = x, std = 0.
+
+        NeMo forms ``W·x`` with one ``torch.matmul`` (a BLAS gemv) per group, whose summation order
+        depends on the row's position; in float32 the order decides the residue of ``q − b²`` for
+        all-equal non-dyadic rewards (``7×0.3 + 1×0.9`` → std 9.3e-5 for the 0.9 row, A ≈ 6367).
+        Each bucket of equal-size groups is computed with one batched product; the groups whose
+        result can depend on the order — float32, ``q − b²`` below 1% of ``q`` on some row, and values
+        whose partial sums are not all exact (:func:`order_free`) — are recomputed with NeMo's own
+        per-group call, so the artefacts come out bit for bit. That loop visits only those groups.
+        """
+        base = x.clone()
+        std = torch.zeros_like(x)
+        exact_needed = x.dtype == torch.float32
+        free = order_free(x, self) if exact_needed else None
+        for n, ids, mat in self.buckets():
+            if n <= 1:
+                continue
+            w = (1 - torch.eye(n, dtype=x.dtype)) if leave_one_out else torch.ones((n, n), dtype=x.dtype)
+            k = torch.tensor(float(n), dtype=x.dtype) - int(leave_one_out)
+            vals = x[mat]
+            sq = torch.pow(vals, 2)
+            s1 = vals @ w.T
+            s2 = sq @ w.T
+            if exact_needed:
+                b, q = s1 / k, s2 / k
+                degenerate = ((q - b.square()) < 1e-2 * q.abs()).any(dim=1) & ~free[ids]
+                for gi in torch.nonzero(degenerate, as_tuple=True)[0].tolist():
+                    v = vals[gi].clone()  # a fresh, aligned vector as NeMo passes to matmul
+                    s1[gi] = torch.matmul(w, v)
+                    s2[gi] = torch.matmul(w, torch.pow(v, 2))
+            b, q = s1 / k, s2 / k
+            sd = ((q - b.square()) * (k / (k - 1))).sqrt().nan_to_num(0)
+            base[mat] = b
+            std[mat] = sd
+        return base, std
+
+
+def order_free(x: torch.Tensor, groups: GroupIndex) -> torch.Tensor:
+    """[G] bool: every partial sum of the group's values and of their squares is exact in x's dtype,
+    whatever the order (e.g. binary or 0.5-step rewards), so no summation order can change a result.
+
+    Each value is a multiple of 2^-f (f = its fractional bits); a group with f_max fractional bits is
+    order-free when Σ|x|·2^f_max and Σx²·2^(2·f_max) stay below 2^p (p = 24 for float32)."""
+    p = 24 if x.dtype == torch.float32 else 53
+    m, e = torch.frexp(x.to(torch.float64))
+    mant = (m.abs() * 2.0 ** p).to(torch.int64)
+    low = mant & (-mant)  # lowest set bit
+    tz = torch.where(mant > 0, torch.log2(low.to(torch.float64)).round().to(torch.int64), torch.zeros_like(mant))
+    frac = torch.where(mant > 0, (p - e.to(torch.int64) - tz).clamp(min=0), torch.zeros_like(mant))
+    fmax = torch.zeros(groups.num_groups, dtype=torch.int64).scatter_reduce_(0, groups.codes, frac, "amax")
+    scale = torch.pow(2.0, fmax.to(torch.float64))
+    xd = x.to(torch.float64)
+    s_abs = groups.sum(xd.abs()) * scale
+    s_sq = groups.sum(xd * xd) * scale * scale
+    lim = 2.0 ** p
+    return (s_abs < lim) & (s_sq < lim) & (fmax <= p)

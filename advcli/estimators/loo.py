@@ -1,0 +1,105 @@
+"""Group estimators with a leave-one-out (or mean) baseline and a per-row one-pass std: the GRPO and
+GDPO estimators of NVIDIA NeMo RL's GRPO loop.
+
+Both match ``nemo_rl/algorithms/advantage_estimator.py`` at NVIDIA-NeMo/RL @ 7ea279ab (line numbers
+there) and take their statistics from :meth:`GroupIndex.onepass_baseline_std` (NeMo
+``calculate_baseline_and_std_per_prompt``), float32 residues included. NeMo broadcasts the advantage
+over every position of the row, masked ones too (``mask_output`` false).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..batch import RowTable
+from ..config import Key
+from ..errors import AdvcliError
+from . import EstimatorSpec, register
+
+LOO = Key(True, "leave-one-out baseline and per-row leave-one-out std (false: group mean and group std)",
+          None, "bool")
+NORMALIZE = Key(True, "divide by std + eps, only on rows whose std is > 0", None, "bool")
+EPS = Key(1e-6, "epsilon added to the std (where the std is > 0)", None, "float")
+MASK_OUTPUT = Key(False, "multiply the broadcast advantage by the response mask (NeMo RL: false)", None, "bool")
+
+
+def _groups(table: RowTable):
+    if table.groups is None:
+        raise AdvcliError("this estimator needs groups: give a prompt_id column")
+    return table.groups
+
+
+def grpo_loo_adv(groups, r: torch.Tensor, leave_one_out: bool, normalize: bool, eps: float) -> torch.Tensor:
+    """NeMo ``GRPOAdvantageEstimator.compute_advantage`` (L57-98)::
+
+        b, σ = baseline_and_std(r)             (leave-one-out or group; n ≤ 1: b = r, σ = 0)
+        A_i  = r_i − b_i
+        A_i  = A_i / (σ_i + eps)   only where σ_i > 0
+
+    Rows whose std is 0 keep the unnormalised ``r − b`` (LOO ``[1,0,0,0]``: row 0 gets 1.0; LOO
+    n = 2: ±(r_1 − r_2)); a group of one gets 0.
+    """
+    base, std = groups.onepass_baseline_std(r, leave_one_out)
+    adv = r - base
+    if normalize:
+        pos = std > 0
+        adv = torch.where(pos, adv / (std + torch.tensor(eps, dtype=r.dtype)), adv)
+    return adv
+
+
+def grpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
+    return grpo_loo_adv(_groups(table), table.score, p["leave_one_out"], p["normalize"], p["eps"])
+
+
+register(EstimatorSpec(
+    name="grpo_loo", level="row", uses_groups=True, row_constant=True, row_fn=grpo_loo_row,
+    formula="A_i = r_i − b_i, / (σ_i + eps) where σ_i > 0; b_i = mean of the other rows (leave_one_out) or "
+            "of the group, σ_i their unbiased one-pass std sqrt((E[r²] − E[r]²)·k/(k−1)); n=1: 0",
+    source="NeMo RL GRPOAdvantageEstimator + calculate_baseline_and_std_per_prompt "
+           "(advantage_estimator.py L57-98, utils.py L104-198 @7ea279ab)",
+    params={"leave_one_out": LOO, "normalize": NORMALIZE, "eps": EPS, "mask_output": MASK_OUTPUT}))
+
+
+def batch_zscore_rows(x: torch.Tensor, scopes) -> torch.Tensor:
+    """Per scope: ``(x − mean(x))/std(x)`` if ``std(x) > 0`` else ``x − mean(x)`` (torch.std unbiased,
+    no eps; one row: std NaN → centred → 0). NeMo ``GDPOAdvantageEstimator`` L184-188. The loop is
+    over scopes (training steps), each reduced with the same full-tensor torch calls NeMo makes."""
+    out = torch.empty_like(x)
+    for s in range(scopes.num_groups):
+        idx = torch.nonzero(scopes.codes == s, as_tuple=True)[0]
+        a = x[idx]
+        sd = a.std()
+        out[idx] = (a - a.mean()) / sd if bool(sd > 0) else a - a.mean()
+    return out
+
+
+def gdpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
+    """NeMo ``GDPOAdvantageEstimator.compute_advantage`` (L101-190): every component through
+    :func:`grpo_loo_adv`, ``A = Σ_k w_k A^k`` in component order, then a z-score over the rows of the
+    batch (:func:`batch_zscore_rows`). NeMo takes the ``reward/*`` keys sorted by name; the flavor
+    passes them in that order."""
+    g = _groups(table)
+    comps = [k for k in table.columns if k.startswith("component:")]
+    if len(comps) < 2:
+        names = [c.split(":", 1)[1] for c in comps]
+        raise AdvcliError(f"gdpo needs at least 2 reward components (reward/<name> columns); found "
+                          f"{len(comps)}: {names}. NeMo raises ValueError here; use grpo instead")
+    weights = p["weights"] if p["weights"] is not None else [1.0] * len(comps)
+    if len(weights) != len(comps):
+        names = [c.split(":", 1)[1] for c in comps]
+        raise AdvcliError(f"gdpo: {len(weights)} reward weights for {len(comps)} reward components {names} "
+                          "(one weight per component, in the sorted order of the names)")
+    total = None
+    for w, name in zip(weights, comps):
+        r = table.columns[name].to(table.score.dtype)
+        a = torch.tensor(float(w), dtype=r.dtype) * grpo_loo_adv(g, r, p["leave_one_out"], p["normalize"], p["eps"])
+        total = a if total is None else total + a
+    return batch_zscore_rows(total, table.scopes)
+
+
+register(EstimatorSpec(
+    name="gdpo_loo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_loo_row,
+    formula="A = zscore_batch(Σ_k w_k · grpo_loo(r_k)), zscore over the batch's rows: (A − mean)/std if "
+            "std > 0 (unbiased, no eps), else A − mean",
+    source="NeMo RL GDPOAdvantageEstimator (advantage_estimator.py L101-190 @7ea279ab)",
+    params={"weights": Key(None, "component weights in reward.components order (default all 1)", None, "list"),
+            "leave_one_out": LOO, "normalize": NORMALIZE, "eps": EPS, "mask_output": MASK_OUTPUT}))

@@ -1,0 +1,156 @@
+"""NaN-aware sequence-level group estimators: Hugging Face TRL's GRPOTrainer and RLOOTrainer.
+
+Both match huggingface/trl @ f2cd5771 (``trl/trainer/grpo_trainer.py`` L2679-2730,
+``trl/trainer/rloo_trainer.py`` L1505-1561, ``nanstd`` in ``trl/trainer/utils.py`` L857-886). TRL
+groups by position (``view(-1, G)``); each size bucket of the group index is that ``[G_n, n]`` view,
+so the float32 reductions are the same torch calls on the same shapes. Batch statistics run once per
+scope (a TRL generation batch). A NaN reward (a reward function returned None) is skipped by the
+statistics and the row ends with advantage 0 (``nan_to_num``). TRL broadcasts the advantage over
+every completion position, so ``mask_output`` is false.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..batch import RowTable
+from ..config import Key
+from ..errors import AdvcliError
+from . import EstimatorSpec, register
+
+EPS = Key(1e-4, "epsilon added to the std (always, no std > 0 guard)", None, "float")
+MASK_OUTPUT = Key(False, "multiply the broadcast advantage by the response mask (TRL: false)", None, "bool")
+
+
+def nanstd(t: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """TRL ``nanstd``: ``sqrt(nanmean((t − nanmean t)²)·c/(c−1))``, c = non-NaN count (NaN when c ≤ 1);
+    two-pass and unbiased."""
+    mean = torch.nanmean(t, dim=dim, keepdim=True)
+    variance = torch.nanmean((t - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(t), dim=dim, keepdim=True)
+    correction = (count / (count - 1)).to(t.dtype)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    std = torch.sqrt(variance * correction)
+    if keepdim:
+        return std
+    return std.squeeze() if dim is None else std.squeeze(dim)
+
+
+def _groups(table: RowTable):
+    if table.groups is None:
+        raise AdvcliError("this estimator needs groups: set grouping.by=position with grouping.size "
+                          "(TRL: num_generations)")
+    return table.groups
+
+
+def _per_scope(x: torch.Tensor, scopes, fn) -> torch.Tensor:
+    """``fn`` on the 1-D values of each scope (a handful of training steps)."""
+    out = torch.empty_like(x)
+    for s in range(scopes.num_groups):
+        idx = torch.nonzero(scopes.codes == s, as_tuple=True)[0]
+        out[idx] = fn(x[idx])
+    return out
+
+
+def _components(table: RowTable, dtype) -> tuple[list[str], torch.Tensor]:
+    comps = [k for k in table.columns if k.startswith("component:")]
+    if not comps:
+        return ["score"], table.score[:, None]
+    return [c.split(":", 1)[1] for c in comps], torch.stack([table.columns[c].to(dtype) for c in comps], dim=1)
+
+
+# ------------------------------------------------------------------------------------------ GRPO
+def grpo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
+    """TRL ``GRPOTrainer._generate_and_score_completions`` (L2679-2730).
+
+    ``sum_then_normalize``: ``R = Σ_k w_k r_k`` (the row score), ``μ`` = group nanmean,
+    ``A = (R − μ)/(σ + 1e-4)`` with σ the group nanstd (``scale=group``), the batch nanstd
+    (``scale=batch``: group mean, batch std) or no division (``scale=none``).
+    ``normalize_then_sum``: per component ``(r_k − μ_g)/(σ_g + 1e-4)``, ``R = Σ_k w_k ·`` those,
+    ``A = (R − nanmean_B R)/(nanstd_B R + 1e-4)``. Finally ``A = nan_to_num(A, 0)``.
+    """
+    g = _groups(table)
+    eps = p["eps"]
+    dt = table.score.dtype
+    names, per_func = _components(table, dt)
+    unscorable = torch.isnan(per_func).all(dim=1)
+    if p["aggregation"] == "sum_then_normalize":
+        rewards = table.score.clone()
+        rewards[unscorable] = torch.nan
+        mean = g.stacked(rewards, lambda v: torch.nanmean(v, dim=1)[:, None].expand_as(v))
+        if p["scale"] == "batch":
+            std = _per_scope(rewards, table.scopes,
+                             lambda v: nanstd(v).expand_as(v) if v.numel() > 1 else torch.zeros_like(v))
+        else:
+            std = g.stacked(rewards, lambda v: nanstd(v, dim=1)[:, None].expand_as(v) if v.shape[1] > 1
+                            else torch.zeros_like(v))
+        adv = rewards - mean
+        if p["scale"] != "none":
+            adv = adv / (std + eps)
+    elif p["aggregation"] == "normalize_then_sum":
+        K = per_func.shape[1]
+        weights = torch.tensor(p["weights"] if p["weights"] is not None else [1.0] * K, dtype=dt)
+        if weights.numel() != K:
+            raise AdvcliError(f"{weights.numel()} reward weights for {K} reward functions {names}")
+        normed = torch.empty_like(per_func)
+        for _, _, mat in g.buckets():
+            grouped = per_func[mat]  # [G_n, n, K], as TRL's view(-1, G, K)
+            mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+            std_k = nanstd(grouped, dim=1, keepdim=True) if grouped.shape[1] > 1 else torch.zeros_like(mean_k)
+            normed[mat] = (grouped - mean_k) / (std_k + eps)
+        rewards = (normed * weights[None, :]).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+
+        def zscore(v):
+            sd = nanstd(v).expand_as(v) if v.numel() > 1 else torch.zeros_like(v)
+            return (v - torch.nanmean(v)) / (sd + eps)
+        adv = _per_scope(rewards, table.scopes, zscore)
+    else:
+        raise AdvcliError(f"multi_objective_aggregation {p['aggregation']!r}: expected sum_then_normalize or "
+                          "normalize_then_sum")
+    return torch.nan_to_num(adv, nan=0.0)
+
+
+register(EstimatorSpec(
+    name="grpo_nan", level="row", uses_groups=True, row_constant=True, row_fn=grpo_nan_row,
+    formula="A_i = (R_i − nanmean_g R)/(σ + eps), σ = nanstd of the group (scale=group) or of the batch "
+            "(scale=batch), no division for scale=none; normalize_then_sum: per-component group z-scores, "
+            "weighted sum, batch z-score; NaN → 0",
+    source="TRL GRPOTrainer._generate_and_score_completions (grpo_trainer.py L2679-2730 @f2cd5771)",
+    params={"scale": Key("group", "std of the group, of the batch, or none", ("group", "batch", "none"), "str"),
+            "aggregation": Key("sum_then_normalize", "sum_then_normalize or normalize_then_sum (GDPO)",
+                               ("sum_then_normalize", "normalize_then_sum"), "str"),
+            "weights": Key(None, "per-component weights for normalize_then_sum (default all 1)", None, "list"),
+            "eps": EPS, "mask_output": MASK_OUTPUT}))
+
+
+# ------------------------------------------------------------------------------------------ RLOO
+def rloo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
+    """TRL ``RLOOTrainer`` (rloo_trainer.py L1538-1561) on ``R`` = the row score (weighted reward,
+    clipped, minus β·Σ_t (old_lp − ref_lp)·mask when KL enters the reward)::
+
+        b_i = (nansum_g R − R_i)/(count_scorable_g − 1);  A_i = R_i − b_i   (n = 1: 0)
+        normalize: A = (A − nanmean_B A)/(nanstd_B A + 1e-4);  A = nan_to_num(A, 0)
+    """
+    g = _groups(table)
+    names, per_func = _components(table, table.score.dtype)
+    rewards = table.score.clone()
+    rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+
+    def loo(v):
+        if v.shape[1] <= 1:
+            return torch.zeros_like(v)
+        counts = (~torch.isnan(v)).sum(dim=1, keepdim=True)
+        total = torch.nansum(v, dim=1, keepdim=True)
+        return v - (total - v) / (counts - 1)
+    adv = g.stacked(rewards, loo)
+    if p["normalize"]:
+        adv = _per_scope(adv, table.scopes, lambda v: (v - torch.nanmean(v)) / (nanstd(v) + p["eps"]))
+    return torch.nan_to_num(adv, nan=0.0)
+
+
+register(EstimatorSpec(
+    name="rloo_nan", level="row", uses_groups=True, row_constant=True, row_fn=rloo_nan_row,
+    formula="A_i = R_i − (nansum_g R − R_i)/(count_g − 1) (n=1: 0); optional batch z-score (std + eps); NaN → 0",
+    source="TRL RLOOTrainer._generate_and_score_completions (rloo_trainer.py L1538-1561 @f2cd5771)",
+    params={"normalize": Key(False, "batch z-score of the advantages (normalize_advantages)", None, "bool"),
+            "eps": EPS, "mask_output": MASK_OUTPUT}))

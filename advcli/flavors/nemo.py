@@ -1,0 +1,133 @@
+"""``--flavor nemo``: NVIDIA NeMo RL's advantage estimators (NVIDIA-NeMo/RL @ 7ea279ab;
+``AdvEstimatorConfig``, ``ClippedPGLossConfig``, ``ppo.py``; ``spec/nemo.md``).
+
+Without ``ppo.adv_estimator.name`` the GRPO loop runs: ``grpo.adv_estimator.name`` (grpo, gdpo,
+reinforce_plus_plus, opd), then ``grpo.advantage_clip_low/high`` (``_clip_grpo_advantages``). With it,
+the PPO estimator runs (gae or raw_reward). Groups are the rows sharing a ``prompt_id`` (NeMo groups
+the rows whose initial-prompt token ids are equal), anywhere in the file; each step is one batch.
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError
+from . import Flavor
+
+GRPO_ESTIMATORS = ("grpo", "gdpo", "reinforce_plus_plus", "opd")
+PPO_ESTIMATORS = ("gae", "raw_reward")
+KL_TYPES = ("k1", "k2", "k3")
+
+KEYS = {
+    "grpo.adv_estimator.name": Key("grpo", "GRPO-loop estimator", GRPO_ESTIMATORS, "str"),
+    "grpo.adv_estimator.normalize_rewards": Key(True, "grpo/gdpo: divide by std + 1e-6 where the std is > 0",
+                                                None, "bool"),
+    "grpo.adv_estimator.use_leave_one_out_baseline": Key(True, "grpo/gdpo: leave-one-out baseline and per-sample "
+                                                         "leave-one-out std", None, "bool"),
+    "grpo.adv_estimator.minus_baseline": Key(True, "reinforce_plus_plus: subtract the group mean", None, "bool"),
+    "grpo.adv_estimator.reward_weights": Key(None, "gdpo: weights in the sorted order of the reward/* names "
+                                             "(default all 1.0)", None, "list"),
+    "grpo.advantage_clip_low": Key(None, "lower clamp of the final advantages (GRPO loop)", None, "float"),
+    "grpo.advantage_clip_high": Key(None, "upper clamp of the final advantages (GRPO loop)", None, "float"),
+    "loss_fn.use_kl_in_reward": Key(False, "reinforce_plus_plus / gae: subtract β·KL from the reward", None, "bool"),
+    "loss_fn.reference_policy_kl_penalty": Key(0.01, "β", None, "float"),
+    "loss_fn.reference_policy_kl_type": Key("k3", "calculate_kl estimator (input clamp 20, output clamp 10)",
+                                            KL_TYPES, "str"),
+    "ppo.adv_estimator.name": Key(None, "PPO estimator: gae or raw_reward (unset: the GRPO loop runs)",
+                                  PPO_ESTIMATORS, "str"),
+    "ppo.adv_estimator.gae_lambda": Key(0.95, "GAE λ", None, "float"),
+    "ppo.adv_estimator.gae_gamma": Key(1.0, "GAE γ", None, "float"),
+    "ppo.adv_estimator.normalize_advantages": Key(True, "gae: masked whitening (unbiased, var+1e-8); raw_reward: "
+                                                  "global z-score (biased, max(var,1e-8))", None, "bool"),
+    "ppo.adv_estimator.gae_lambda_value": Key(None, "VAPO: λ of the returns (default gae_lambda)", None, "float"),
+    "ppo.adv_estimator.gae_lambda_policy": Key(None, "VAPO: λ of the advantages (default gae_lambda)", None, "float"),
+    "ppo.adv_estimator.length_adaptive_alpha": Key(0.0, "VAPO length-adaptive policy λ (only 0 is supported)",
+                                                   None, "float"),
+}
+
+# grpo_math_1B.yaml: adv_estimator.normalize_rewards: ${grpo.normalize_rewards}, likewise the LOO flag
+ALIASES = {"grpo.normalize_rewards": "grpo.adv_estimator.normalize_rewards",
+           "grpo.use_leave_one_out_baseline": "grpo.adv_estimator.use_leave_one_out_baseline"}
+
+CALCULATE_KL_CLAMPS = {"input_clamp": 20.0, "output_clamp": 10.0}  # calculate_kl defaults (utils.py L42-101)
+
+
+def _kl(v: dict, mask: bool) -> dict:
+    return {"estimator": v["loss_fn.reference_policy_kl_type"], **CALCULATE_KL_CLAMPS, "mask": mask,
+            "coef": v["loss_fn.reference_policy_kl_penalty"], "controller": "fixed"}
+
+
+def translate(v: dict) -> dict:
+    cfg = default_config()
+    cfg["grouping"]["by"] = "id"
+    cfg["reward"]["source"] = "reward"
+    ppo = v["ppo.adv_estimator.name"]
+    beta = v["loss_fn.reference_policy_kl_penalty"]
+    if ppo is not None:
+        return _translate_ppo(cfg, v, ppo, beta)
+    est = v["grpo.adv_estimator.name"]
+    loo = v["grpo.adv_estimator.use_leave_one_out_baseline"]
+    norm = v["grpo.adv_estimator.normalize_rewards"]
+    if est == "grpo":  # GRPOAdvantageEstimator (L57-98)
+        cfg["estimator"] = {"name": "grpo_loo", "leave_one_out": loo, "normalize": norm, "eps": 1e-6,
+                            "mask_output": False}
+    elif est == "gdpo":  # GDPOAdvantageEstimator (L101-190): every reward/* key, sorted by name
+        cfg["reward"].update(source="components", components=["reward/*"])
+        cfg["estimator"] = {"name": "gdpo_loo", "weights": v["grpo.adv_estimator.reward_weights"],
+                            "leave_one_out": loo, "normalize": norm, "eps": 1e-6, "mask_output": False}
+    elif est == "reinforce_plus_plus":  # ReinforcePlusPlusAdvantageEstimator (L193-267)
+        cfg["reward"]["placement"] = "all"
+        if v["grpo.adv_estimator.minus_baseline"]:
+            cfg["reward"]["normalize"].update(mean="group", std="none")
+        cfg["kl"].update(_kl(v, mask=False), in_reward=v["loss_fn.use_kl_in_reward"])
+        cfg["estimator"] = {"name": "token_rewards"}
+        cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
+                                remask=False)
+    elif est == "opd":  # OPDAdvantageEstimator (L551-627)
+        cfg["estimator"] = {"name": "distill"}
+    lo, hi = v["grpo.advantage_clip_low"], v["grpo.advantage_clip_high"]
+    if lo is not None or hi is not None:  # _clip_grpo_advantages (grpo.py L2302-2313)
+        if lo is not None and hi is not None and lo > hi:
+            raise AdvcliError(f"keys grpo.advantage_clip_low={lo} > grpo.advantage_clip_high={hi}")
+        cfg["advantage"]["clip"] = [lo, hi]
+    return cfg
+
+
+def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
+    if name == "raw_reward":  # RawRewardAdvantageEstimator (L270-299): r_i everywhere, optional z-score
+        cfg["reward"]["placement"] = "all"
+        cfg["estimator"] = {"name": "token_rewards"}
+        if v["ppo.adv_estimator.normalize_advantages"]:
+            cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max")
+        return cfg
+    # GeneralizedAdvantageEstimator (L302-548)
+    alpha = v["ppo.adv_estimator.length_adaptive_alpha"]
+    if alpha:
+        raise AdvcliError(f"key ppo.adv_estimator.length_adaptive_alpha={alpha}: a per-row λ (VAPO length-adaptive "
+                          "GAE) is not supported; leave it 0 (or set ppo.adv_estimator.gae_lambda_policy)")
+    lam = v["ppo.adv_estimator.gae_lambda"]
+    lam_value = v["ppo.adv_estimator.gae_lambda_value"]
+    lam_policy = v["ppo.adv_estimator.gae_lambda_policy"]
+    lam_value = lam if lam_value is None else lam_value
+    lam_policy = lam if lam_policy is None else lam_policy
+    # _build_token_level_rewards: (−β·KL + r_i·[t = last M=1 token])·M, KL only when use_kl_in_reward and β > 0
+    cfg["reward"].update(placement="last_valid", mask_placed=True)
+    cfg["kl"].update(_kl(v, mask=True), in_reward=bool(v["loss_fn.use_kl_in_reward"] and beta > 0))
+    cfg["estimator"] = {"name": "gae", "gamma": v["ppo.adv_estimator.gae_gamma"], "lam": lam_policy,
+                        "returns_lam": lam_value, "holes": "skip"}
+    if v["ppo.adv_estimator.normalize_advantages"]:  # _reward_whiten: masked_mean/masked_var (unbiased)
+        cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add")
+    cfg["advantage"]["remask"] = True  # masked_fill(~mask, 0), always
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
+    keys=KEYS, translate=translate, aliases=ALIASES,
+    notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "
+          "leave-one-out std from the one-pass E[r²]−E[r]² in float32 (so all-equal non-dyadic groups can give "
+          "huge values, e.g. 7×0.3+1×0.9 → 6367), A/(σ+1e-6) only where σ>0, groups of one 0, LOO n=2 "
+          "unnormalised; gdpo sums the weighted reward/* components (sorted by name) and z-scores the rows of "
+          "the batch (unbiased, no eps). reinforce_plus_plus: (r−μ_g) − β·KL_t per token (calculate_kl, clamps "
+          "20/10, logr = ref − lp), then a biased z-score over all mask=1 tokens with max(var,1e-8). The GRPO-loop "
+          "estimators do not zero masked positions; advantage_clip_low/high clamp them at the end. PPO gae skips "
+          "masked spans, places r on the last mask=1 token, whitens (unbiased, var+1e-8) and zeroes M=0; "
+          "returns = A + V before whitening. raw_reward: r_i everywhere, biased z-score.")

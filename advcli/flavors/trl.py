@@ -1,0 +1,109 @@
+"""``--flavor trl``: Hugging Face TRL's GRPOTrainer and RLOOTrainer advantages (huggingface/trl @
+f2cd5771; ``GRPOConfig`` / ``RLOOConfig``; ``spec/trl.md``).
+
+TRL groups by position: each prompt's ``num_generations`` completions are consecutive rows
+(``view(-1, G)``), so the canonical grouping is ``grouping.by=position`` with ``grouping.size=G``.
+Advantages are one value per sample, broadcast over all L_i positions (not masked), as TRL
+broadcasts them over the completion tokens in its loss.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import Key, default_config, normalize_clip
+from ..errors import AdvcliError, did_you_mean
+from . import Flavor
+
+TRAINERS = ("grpo", "rloo")
+SCALES = ("group", "batch", "none")
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+DEFAULT_G = {"grpo": 8, "rloo": 2}  # grpo_config.py L474-475, rloo_config.py L297-298
+DEFAULT_BETA = {"grpo": 0.0, "rloo": 0.05}  # grpo_config.py L671, rloo_config.py L494-495
+
+KEYS = {
+    "trainer": Key("grpo", "advcli selector (not a TRL field): grpo = GRPOTrainer, rloo = RLOOTrainer", TRAINERS, "str"),
+    "num_generations": Key(None, "group size G: consecutive rows per prompt (GRPO default 8, RLOO 2)", None, "int"),
+    "reward_funcs": Key(None, "trainer argument: the reward columns, in the order the weights refer to "
+                        "(default: the single reward column)", None, "list"),
+    "reward_weights": Key(None, "weight per reward function (default all 1)", None, "list"),
+    "scale_rewards": Key("group", "GRPO: group, batch (group mean, batch std) or none; true = group, false = none",
+                         None, "any"),
+    "multi_objective_aggregation": Key("sum_then_normalize", "GRPO: sum_then_normalize or normalize_then_sum (GDPO; "
+                                       "scale_rewards is then ignored)", AGGREGATIONS, "str"),
+    "beta": Key(None, "RLOO: reward −= β·Σ_t (old_lp − ref_lp)·mask before the baseline (default 0.05). GRPO's "
+                "beta acts only in the loss and is not used", None, "float"),
+    "normalize_advantages": Key(False, "RLOO: batch z-score of the advantages (std + 1e-4)", None, "bool"),
+    "reward_clip_range": Key(None, "RLOO: [lo, hi] clamp of the weighted reward, before the KL term", None, "clip"),
+}
+
+
+def _scale(value: Any) -> str:
+    """GRPOConfig.__post_init__ (L1057): True → "group", False → "none"."""
+    if value is True:
+        return "group"
+    if value is False or value is None:
+        return "none"
+    s = str(value)
+    if s not in SCALES:
+        raise AdvcliError(f"key scale_rewards: unknown value {value!r}.{did_you_mean(s, SCALES)} "
+                          "Valid: group, batch, none, true, false")
+    return s
+
+
+def translate(v: dict) -> dict:
+    cfg = default_config()
+    trainer = v["trainer"]
+    g = v["num_generations"] if v["num_generations"] is not None else DEFAULT_G[trainer]
+    if g < 1:
+        raise AdvcliError(f"key num_generations must be at least 1 (got {g})")
+    cfg["grouping"].update(by="position", size=g)
+    funcs, weights = v["reward_funcs"], v["reward_weights"]
+    if funcs:
+        funcs = [str(f) for f in funcs]
+        if weights is not None and len(weights) != len(funcs):
+            raise AdvcliError(f"key reward_weights: {len(weights)} weights for {len(funcs)} reward_funcs {funcs} "
+                              "(TRL raises ValueError here)")
+    elif weights is not None:
+        if len(weights) != 1:
+            raise AdvcliError(f"key reward_weights: {len(weights)} weights but one reward function (the reward "
+                              "column); name the reward columns with reward_funcs, e.g. --set 'reward_funcs=[acc,fmt]'")
+        funcs = ["reward"]
+    if funcs:
+        # rewards_per_func · weights, nansum over functions
+        cfg["reward"].update(source="components", components=funcs, weights=weights)
+    else:
+        cfg["reward"]["source"] = "reward"
+    if trainer == "grpo":
+        if v["normalize_advantages"] or v["reward_clip_range"] is not None:
+            raise AdvcliError("keys normalize_advantages and reward_clip_range are RLOOConfig fields; GRPOConfig has "
+                              "neither (use --set trainer=rloo)")
+        cfg["estimator"] = {"name": "grpo_nan", "scale": _scale(v["scale_rewards"]),
+                            "aggregation": v["multi_objective_aggregation"], "weights": weights, "eps": 1e-4,
+                            "mask_output": False}
+        return cfg
+    # RLOOTrainer
+    if v["multi_objective_aggregation"] != "sum_then_normalize" or _scale(v["scale_rewards"]) != "group":
+        raise AdvcliError("keys scale_rewards and multi_objective_aggregation are GRPOConfig fields; RLOOConfig has "
+                          "neither (its options: beta, normalize_advantages, reward_clip_range)")
+    clip = normalize_clip(v["reward_clip_range"]) if v["reward_clip_range"] is not None else None
+    cfg["reward"]["clip"] = clip
+    beta = v["beta"] if v["beta"] is not None else DEFAULT_BETA["rloo"]
+    if beta != 0.0:  # rloo_trainer.py L1526-1535: k1 summed over the completion tokens, unclamped
+        cfg["kl"].update(in_reward=True, estimator="k1", input_clamp=None, output_clamp=None, mask=True,
+                         coef=beta, controller="fixed")
+    cfg["estimator"] = {"name": "rloo_nan", "normalize": v["normalize_advantages"], "eps": 1e-4,
+                        "mask_output": False}
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
+    keys=KEYS, translate=translate,
+    notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
+          "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
+          "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "
+          "non-dyadic group gives ~6e-4 instead of 0. normalize_then_sum z-scores each reward in its group, sums "
+          "with the weights and z-scores over the batch. RLOO: R = clip(Σ w r) − β·Σ_t (old_lp − ref_lp)·mask "
+          "(k1, unclamped) before the leave-one-out baseline; optional batch z-score (std + 1e-4). NaN rewards "
+          "are skipped by the statistics and get 0 (nan_to_num). One advantage per sample, broadcast over all "
+          "L_i positions (masked ones included).")

@@ -19,6 +19,8 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "reward_baseline": ("reward_baseline", "scalar", "greedy response reward (ReMax)"),
     "sum_pi_squared": ("sum_pi_squared", "tokens", "Σ_v π(v)² per token (optimal token baselines)"),
     "teacher_log_probs": ("teacher_log_probs", "tokens", "teacher log-probs (NeMo opd)"),
+    "rollout_is_weights": ("rollout_is_weights", "tokens", "rollout importance-sampling weights (verl "
+                           "optimal token baselines, optional)"),
     "step": ("step", "int", "training step: each step is its own batch"),
     "domain": ("domain", "key", "ROLL domain"),
 }

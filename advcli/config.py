@@ -83,6 +83,9 @@ SCHEMA: dict[str, Key] = {
                                   "statistics, no check)", ("error", "skip", "compute"), "str"),
     "advantage.remask": Key(False, "multiply the final advantages by the mask", None, "bool"),
     "advantage.clip": Key(None, "clamp of the final advantages: c for [-c, c], or [lo, hi]", None, "clip"),
+    "advantage.returns": Key("estimator", "the `returns` column: the estimator's returns (`estimator`) or the "
+                             "final advantages (`advantages`: verl gdpo and reinforce_plus_plus_baseline return "
+                             "the whitened advantages)", ("estimator", "advantages"), "str"),
     "padded": Key("auto", "token lists are right-padded to a fixed width with mask 0: a row's length L_i "
                   "(where `reward.placement=last` puts the reward) is then its last mask=1 position + 1. "
                   "`auto`: true when the mask column is a fixed-size list", ("auto", True, False), "any"),

@@ -145,6 +145,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         token_roles.append("token_level_scores")
     if kl_on:
         token_roles += ["old_log_probs", "ref_log_probs"]
+    token_roles += [r for r in spec.optional if cmap.has(r)]
     token_roles = list(dict.fromkeys(token_roles))
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
@@ -238,7 +239,7 @@ class _ChunkReader:
                                   f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
                                   "same length")
             if role in ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
-                        "teacher_log_probs"):
+                        "teacher_log_probs", "rollout_is_weights"):
                 vals = vals.to(plan.dtype)
                 if not bool(torch.isfinite(vals).all()):
                     pos = int(torch.nonzero(~torch.isfinite(vals))[0])
@@ -444,12 +445,14 @@ class _Resolved:
     table: RowTable
     whiten_mean: torch.Tensor | None = None  # [S] float64
     whiten_rstd: torch.Tensor | None = None
+    token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
 
 
-def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool):
-    """(advantages, returns, token_level_rewards) flat tensors for rows row0..row0+B-1."""
+def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int) -> TokenChunk:
+    """The estimator's view of rows row0..row0+B-1: token rewards (placed reward − β·KL), mask, token
+    columns and per-row inputs, on the compute device."""
     dev, dt = plan.device, plan.dtype
     B = layout.num_rows
     rows = slice(row0, row0 + B)
@@ -474,6 +477,43 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
         kld = _kl_token(plan, tok, mask)
         tlr = tlr - layout.broadcast(res.beta_row[rows].to(dev, dt)) * kld
         tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
+    row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
+    if res.groups is not None:
+        row_inputs["group"] = res.groups.codes[rows].to(dev)
+    return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
+                      stats=res.token_stats)
+
+
+def _token_group_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows: int,
+                      progress: ProgressFn | None):
+    """Token statistics per (group, position) over the whole input, for estimators that declare
+    ``token_group_stats`` (verl's optimal token baselines): one read of the token columns into flat
+    tables of Σ_g (longest row of g) slots (``batch.TokenGroupStats``)."""
+    from .batch import TokenGroupStats
+
+    g = res.groups
+    width = torch.zeros(g.num_groups, dtype=torch.int64).scatter_reduce_(
+        0, g.codes, res.table.length.to(torch.int64), reduce="amax")
+    ctx = TokenGroupStats(groups=g, width=width, table=res.table)
+    reader = _ChunkReader(plan, inputs)
+    cols = list(roles_to_columns(plan, plan.token_roles))
+    row0 = 0
+    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+        chunk = _token_chunk(plan, res, Ragged(torch.from_numpy(offsets)), tok, row0)
+        plan.spec.token_group_stats(chunk, plan.params, ctx)
+        row0 += batch.num_rows
+        if progress:
+            progress("token statistics", row0, inputs.num_rows)
+    return ctx
+
+
+def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool):
+    """(advantages, returns, token_level_rewards) flat tensors for rows row0..row0+B-1."""
+    dev, dt = plan.device, plan.dtype
+    rows = slice(row0, row0 + layout.num_rows)
+    chunk = _token_chunk(plan, res, layout, tok, row0)
+    layout, mask, tlr = chunk.layout, chunk.mask, chunk.token_rewards
     # estimator
     if plan.spec.level == "row":
         a = layout.broadcast(res.adv_row[rows].to(dev, dt))
@@ -481,8 +521,6 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
             a = a * mask
         adv, ret = a, a
     else:
-        chunk = TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok,
-                           rows={k: v[rows].to(dev) for k, v in res.table.columns.items()})
         adv, ret = plan.spec.token_fn(chunk, plan.params)
     if apply_whiten and plan.whiten:
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
@@ -494,6 +532,8 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
     elif get_path(plan.cfg, "advantage.remask"):
         adv = adv * mask
     adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
+    if get_path(plan.cfg, "advantage.returns") == "advantages":
+        ret = adv
     return adv, ret, tlr, mask
 
 
@@ -565,6 +605,8 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                      columns=columns)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = _Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
+    if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
+        res.token_stats = _token_group_pass(plan, inputs, res, chunk_rows, progress)
     res.raw_score, res.row_keys = raw, keys
     warnings: list[str] = []
 

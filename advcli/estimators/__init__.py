@@ -33,6 +33,7 @@ class EstimatorSpec:
     source: str  # the framework function it matches (file, commit)
     params: dict[str, Key] = field(default_factory=dict)
     needs: tuple[str, ...] = ()  # extra column roles (values, reward_baseline, ...)
+    optional: tuple[str, ...] = ()  # column roles read when the input has them (rollout_is_weights)
     uses_groups: bool = False
     row_fn: Callable | None = None
     token_fn: Callable | None = None

@@ -81,15 +81,15 @@ def translate(v: dict) -> dict:
         if not keys:
             raise AdvcliError("gdpo needs algorithm.gdpo_reward_keys, the component reward columns, "
                               "e.g. --set 'algorithm.gdpo_reward_keys=[acc,fmt]'")
+        # the components are the estimator's rewards; token_level_rewards (output) stay the scores − β·KL
         cfg["reward"]["components"] = list(keys)
-        cfg["reward"]["source"] = "reward"
         e.update(weights=v["algorithm.gdpo_reward_weights"], norm_by_std=True, eps=1e-6)
-        cfg["advantage"].update(whiten, remask=True)
+        cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L468)
     elif est == "reinforce_plus_plus":
         e.update(gamma=gamma, holes="skip")
         cfg["advantage"].update(whiten, remask=True)
     elif est == "reinforce_plus_plus_baseline":
-        cfg["advantage"].update(whiten, remask=True)
+        cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L584)
     elif est in ("optimal_token_baseline", "tir_optimal_token_baseline"):
         e.update(handle_zero_tail=True, eps=1e-8)
     # rloo, rloo_vectorized, opo, gpg, remax take no parameters from the trainer

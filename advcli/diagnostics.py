@@ -116,6 +116,7 @@ class Diagnostics:
         self.kl_out = {"count": 0, "rows": 0, "examples": []}
         self.tls_dropped = {"count": 0, "tokens": 0, "examples": []}
         self.nonfinite = {"count": 0, "examples": []}
+        self.canc = {"checked": False, "count": 0, "examples": [], "rules": [], "other": torch.float64}
 
     def _gid(self, rows: list[int], codes: list[int]) -> list:
         ids = self.ids(rows)
@@ -198,20 +199,42 @@ class Diagnostics:
                            "severity": "info", "examples": ex, "explanation": text})
 
     def _cancellation(self, spec, params: dict, table: RowTable, adv: torch.Tensor, run_dtype: torch.dtype) -> None:
-        g = table.groups
         other = torch.float64 if run_dtype != torch.float64 else torch.float32
         try:
             a_other = spec.row_fn(_cast_table(table, other), params)
         except Exception:  # noqa: BLE001 - a diagnostic must never break a run
             return
-        a32, a64 = (adv, a_other) if other == torch.float64 else (a_other, adv)
+        self.compare_precisions(stage=f"estimator {spec.name}", values=table.score, run_result=adv,
+                                other_result=a_other, run_dtype=run_dtype, groups=table.groups,
+                                rule=_rule(spec, params))
+
+    def reward_normalization(self, norm_fn: Callable[[torch.Tensor], torch.Tensor], raw: torch.Tensor,
+                             normalized: torch.Tensor, run_dtype: torch.dtype, groups: GroupIndex | None,
+                             rule: str) -> None:
+        """The same check on the reward post-processing stage (ROLL reward_norm, OpenRLHF group_norm
+        shaping, ...): ``norm_fn`` is rerun on the raw rewards in the other precision."""
+        other = torch.float64 if run_dtype != torch.float64 else torch.float32
+        try:
+            r_other = norm_fn(raw.to(other))
+        except Exception:  # noqa: BLE001
+            return
+        self.compare_precisions(stage="reward normalisation", values=raw, run_result=normalized,
+                                other_result=r_other, run_dtype=run_dtype, groups=groups, rule=rule)
+
+    def compare_precisions(self, *, stage: str, values: torch.Tensor, run_result: torch.Tensor,
+                           other_result: torch.Tensor, run_dtype: torch.dtype, groups: GroupIndex | None,
+                           rule: str) -> None:
+        """Flag the groups (rows, without groups) where the float32 and float64 results disagree, or where
+        the float64 spread of ``values`` is 0 while the float32 result is not small."""
+        g = groups if groups is not None else GroupIndex.from_codes(torch.arange(values.numel()))
+        other = torch.float64 if run_dtype != torch.float64 else torch.float32
+        a32, a64 = (run_result, other_result) if other == torch.float64 else (other_result, run_result)
         a32, a64 = a32.to(torch.float64), a64.to(torch.float64)
-        s = table.score.to(torch.float64)
+        s = values.to(torch.float64)
         n = g.sizes.to(torch.float64)
         mean = g.sum(s) / n.clamp(min=1)
         dev = s - mean[g.codes]
-        var = g.sum(dev * dev) / (n - 1).clamp(min=1)
-        std = torch.sqrt(var)
+        std = torch.sqrt(g.sum(dev * dev) / (n - 1).clamp(min=1))
         degenerate = (g.sizes > 1) & ((std == 0) | (std < REL_STD * mean.abs()))
         gmax = lambda x: torch.zeros(g.num_groups, dtype=torch.float64).scatter_reduce_(  # noqa: E731
             0, g.codes, torch.nan_to_num(x, nan=0.0), "amax")
@@ -222,27 +245,39 @@ class Diagnostics:
         ex = []
         for k in gids[order][:MAX_EXAMPLES].tolist():
             rows = torch.nonzero(g.codes == k, as_tuple=True)[0].tolist()
-            ex.append({"group": self._gid(rows[:1], [k])[0], "size": len(rows), "rows": rows[:16],
-                       "rewards": [_f(x) for x in table.score[rows[:16]].tolist()],
+            ex.append({"stage": stage, "group": self._gid(rows[:1], [k])[0], "size": len(rows), "rows": rows[:16],
+                       "rewards": [_f(x) for x in s[rows[:16]].tolist()],
                        "mean_float64": _f(mean[k]), "std_float64": _f(std[k]),
                        "adv_float32": [_f(x) for x in a32[rows[:16]].tolist()],
                        "adv_float64": [_f(x) for x in a64[rows[:16]].tolist()],
-                       "max_abs_diff": _f(dmax[k]), "rule": _rule(spec, params)})
-        mode = ("this run is float32 (the framework's numbers); --precision float64 gives the float64 values"
-                if other == torch.float64 else
-                "this run is float64; the framework (float32) would have given the float32 values")
-        summary = f"{int(flag.sum())} groups whose advantages are float32 rounding noise"
+                       "max_abs_diff": _f(dmax[k]), "rule": rule})
+        self.canc["checked"] = True
+        self.canc["count"] += int(flag.sum())
+        self.canc["examples"] = (self.canc["examples"] + ex)[:MAX_EXAMPLES]
+        self.canc["rules"].append(rule)
+        self.canc["other"] = other
+
+    def _cancellation_item(self) -> dict[str, Any] | None:
+        c = self.canc
+        if not c["checked"]:
+            return None
+        ex = c["examples"]
+        summary = f"{c['count']} groups whose advantages are float32 rounding noise"
         if ex:
             e0 = ex[0]
-            summary += (f", e.g. group {e0['group']!r} ({e0['size']} rows, rewards {e0['rewards'][0]:.6g}...): "
-                        f"float32 A={e0['adv_float32'][0]:.4g}, float64 A={e0['adv_float64'][0]:.4g}")
-        self.items.append({
-            "kind": "float32_cancellation", "count": int(flag.sum()), "unit": "groups", "severity": "warning",
+            summary += (f", e.g. group {e0['group']!r} ({e0['size']} rows, rewards {e0['rewards'][0]:.6g}...; "
+                        f"{e0['stage']}): float32 {e0['adv_float32'][0]:.4g}, float64 {e0['adv_float64'][0]:.4g}")
+        mode = ("this run is float32 (the framework's numbers); --precision float64 gives the float64 values"
+                if c["other"] == torch.float64 else
+                "this run is float64; the framework (float32) would have given the float32 values")
+        return {
+            "kind": "float32_cancellation", "count": c["count"], "unit": "groups", "severity": "warning",
             "summary": summary, "examples": ex,
-            "explanation": "groups whose advantages are large only because of float32 rounding: their float64 "
-                           f"std is 0 (or < {REL_STD:g}·|mean|) while the float32 |advantage| exceeds {ATOL:g}, or "
-                           f"float32 and float64 differ by more than {ATOL:g} + {RTOL:g}·|A64|. " + _rule(spec, params)
-                           + f". They carry no learning signal but can dominate the batch; {mode}."})
+            "explanation": "groups whose advantages (or normalised rewards: see each example's stage) are large "
+                           "only because of float32 rounding: the float64 std of their rewards is 0 (or < "
+                           f"{REL_STD:g}·|mean|) while the float32 result exceeds {ATOL:g}, or float32 and float64 "
+                           f"differ by more than {ATOL:g} + {RTOL:g}·|float64|. " + " ".join(dict.fromkeys(c["rules"]))
+                           + f". They carry no learning signal but can dominate the batch; {mode}."}
 
     # -------------------------------------------------------------------------------- per chunk
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, tok: dict) -> None:
@@ -297,6 +332,9 @@ class Diagnostics:
 
     def finish(self) -> list[dict[str, Any]]:
         out = list(self.items)
+        canc = self._cancellation_item()
+        if canc is not None:
+            out.append(canc)
         if self.token_scores and self.drops:
             out.append({"kind": "dropped_rewards", "count": self.tls_dropped["count"], "unit": "rows",
                         "severity": "warning", "examples": self.tls_dropped["examples"],

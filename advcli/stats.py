@@ -525,6 +525,16 @@ class RunObserver:
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
                        reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
 
+        ncfg = plan.cfg["reward"]["normalize"]
+        if (plan.reward_source != "token_level_scores" and (ncfg["mean"], ncfg["std"]) != ("none", "none")
+                and getattr(res, "raw_score", None) is not None):
+            self.diag.reward_normalization(lambda r: _normalize_like_pipeline(plan, res, r), res.raw_score,
+                                           res.reward_row, plan.dtype, res.groups,
+                                           f"reward normalisation (mean {ncfg['mean']}, std {ncfg['std']}, "
+                                           f"eps {ncfg['eps']:g}) in float32: for equal non-dyadic rewards the "
+                                           "group mean is an ulp off and the std a tiny residue instead of 0, "
+                                           f"which eps={ncfg['eps']:g} does not absorb")
+
     def add(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict) -> None:
         self.stats.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"))
         self.diag.add_chunk(row0, layout, mask, adv, tok)
@@ -542,3 +552,18 @@ class RunObserver:
             if d["severity"] == "warning" and d["count"]:
                 rows = [e.get("row", e.get("group")) for e in d["examples"][:5]]
                 result.warnings.append(d.get("summary") or f"{d['kind']}: {d['count']} {d['unit']} (e.g. {rows})")
+
+
+def _normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
+    """The pipeline's reward post-processing (same ops, same switches) on ``raw`` in raw's dtype."""
+    from .config import get_path
+    from .ops.rewards import clip as clip_values, normalize_rewards
+
+    ncfg = plan.cfg["reward"]["normalize"]
+    if plan.group_by == "position":
+        from .ops.blocks import block_normalize
+        out = block_normalize(raw, res.scopes, int(get_path(plan.cfg, "grouping.size")), ncfg["mean"], ncfg["std"],
+                              ncfg["eps"])
+    else:
+        out = normalize_rewards(raw, res.scopes, res.groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
+    return clip_values(out, get_path(plan.cfg, "reward.clip"))

@@ -624,7 +624,8 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                 offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
                 layout = Ragged(torch.from_numpy(offsets))
                 adv, _, _, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False)
-                sums.add(adv, mask, layout.broadcast(scopes.codes[row0:row0 + batch.num_rows]).to(adv.device))
+                sums.add(adv, mask, layout.broadcast(scopes.codes[row0:row0 + batch.num_rows]).to(adv.device),
+                         layout=layout)
                 row0 += batch.num_rows
                 if progress:
                     progress("statistics", row0, R)

@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -105,8 +106,92 @@ def _probe_writable(target: str, d: str) -> None:
                           hint="choose another --output directory or fix its permissions") from None
 
 
+# Row groups and the pieces inside them are cut at places that depend only on the data, never on
+# how the caller chunked it (--chunk-rows), so that the same input and configuration give the same
+# bytes. Parquet's column writer checks the page size at the end of every array it is handed, so
+# the arrays handed to it must be the same too: pieces of PIECE_ROWS consecutive rows (global row
+# ranges [k·P, (k+1)·P)); a row group closes after the piece where its weight (rows + the list
+# values of every list column) reaches ROW_GROUP_WEIGHT. A piece that straddles two incoming
+# batches is concatenated (a copy of at most PIECE_ROWS rows); every other piece is a zero-copy slice.
+PIECE_ROWS = 256
+ROW_GROUP_WEIGHT = 1 << 22
+
+
+def _concat_batches(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(parts) == 1:
+        return parts[0]
+    if hasattr(pa, "concat_batches"):
+        return pa.concat_batches(parts)
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+class _Rebatcher:
+    """Cuts a stream of record batches into row groups (lists of pieces) at data-determined places."""
+
+    def __init__(self, schema: pa.Schema, piece_rows: int = PIECE_ROWS, group_weight: int = ROW_GROUP_WEIGHT):
+        self.piece_rows = piece_rows
+        self.group_weight = group_weight
+        self.list_cols = [i for i, f in enumerate(schema)
+                          if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)
+                          or pa.types.is_fixed_size_list(f.type)]
+        self._parts: list[pa.RecordBatch] = []  # slices making up the current piece
+        self._part_rows = 0
+        self._part_weight = 0
+        self._pieces: list[pa.RecordBatch] = []  # complete pieces of the current row group
+        self._weight = 0
+
+    def _row_weights(self, batch: pa.RecordBatch) -> np.ndarray:
+        w = np.ones(batch.num_rows, dtype=np.int64)
+        for i in self.list_cols:
+            arr = batch.column(i)
+            if pa.types.is_fixed_size_list(arr.type):
+                w += arr.type.list_size
+            else:
+                w += np.diff(np.asarray(arr.offsets, dtype=np.int64))
+        return w
+
+    def add(self, batch: pa.RecordBatch) -> list[list[pa.RecordBatch]]:
+        """Row groups completed by this batch."""
+        done: list[list[pa.RecordBatch]] = []
+        n = batch.num_rows
+        if n == 0:
+            return done
+        csum = np.concatenate([[0], np.cumsum(self._row_weights(batch))])
+        pos = 0
+        while pos < n:  # a loop over pieces (PIECE_ROWS rows each), not rows
+            take = min(self.piece_rows - self._part_rows, n - pos)
+            self._parts.append(batch.slice(pos, take))
+            self._part_rows += take
+            self._part_weight += int(csum[pos + take] - csum[pos])
+            pos += take
+            if self._part_rows == self.piece_rows:
+                group = self._close_piece()
+                if group:
+                    done.append(group)
+        return done
+
+    def _close_piece(self) -> list[pa.RecordBatch] | None:
+        self._pieces.append(_concat_batches(self._parts))
+        self._weight += self._part_weight
+        self._parts, self._part_rows, self._part_weight = [], 0, 0
+        if self._weight >= self.group_weight:
+            group, self._pieces, self._weight = self._pieces, [], 0
+            return group
+        return None
+
+    def finish(self) -> list[pa.RecordBatch] | None:
+        """The last (partial) row group, if any."""
+        if self._parts:
+            self._close_piece()
+        group, self._pieces, self._weight = self._pieces, [], 0
+        return group or None
+
+
 class AtomicParquetWriter:
-    """Writes record batches from a background thread into a temp file; ``commit()`` renames it."""
+    """Writes record batches from a background thread into a temp file; ``commit()`` renames it.
+
+    The batches may come in any sizes: the file's row groups and pages depend only on the rows
+    (see ``_Rebatcher``), so the output bytes do not depend on the caller's chunk size."""
 
     def __init__(self, target: str, schema: pa.Schema, threaded: bool = True):
         self.target = target
@@ -123,6 +208,7 @@ class AtomicParquetWriter:
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
                               hint="check that the output directory exists and is writable") from None
         self._error: BaseException | None = None
+        self._rebatch = _Rebatcher(schema)
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None
         if threaded:
@@ -137,17 +223,26 @@ class AtomicParquetWriter:
                 return
             if self._error is None:
                 try:
-                    self._writer.write_batch(item)
+                    self._write_group(item)
                 except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                     self._error = e
+
+    def _write_group(self, pieces: list[pa.RecordBatch]) -> None:
+        """One row group made of exactly these pieces."""
+        table = pa.Table.from_batches(pieces, schema=self.schema)
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+
+    def _emit(self, group: list[pa.RecordBatch]) -> None:
+        if self._queue is None:
+            self._write_group(group)
+        else:
+            self._queue.put(group)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._error is not None:
             raise self._error
-        if self._queue is None:
-            self._writer.write_batch(batch)
-        else:
-            self._queue.put(batch)
+        for group in self._rebatch.add(batch):
+            self._emit(group)
 
     def _finish_thread(self) -> None:
         if self._thread is not None:
@@ -156,6 +251,10 @@ class AtomicParquetWriter:
             self._thread = None
 
     def commit(self) -> None:
+        if self._error is None:
+            last = self._rebatch.finish()
+            if last:
+                self._emit(last)
         self._finish_thread()
         if self._error is not None:
             self.abort()

@@ -22,32 +22,119 @@ from dataclasses import dataclass
 import torch
 
 
+class ExactSums:
+    """Exact per-scope sums of float64 values, whatever their order, chunking, device or threads.
+
+    A float64 ``x = M·2^(e−53)`` (``torch.frexp``: ``|M| < 2^53`` an integer). Each value's ``M``
+    is split into 27 + 26 bits and added, as int64, into a bin per (scope, exponent ``e``): integer
+    addition is associative, so the bins hold the exact sums in any order (int64 holds 2^36 values
+    per bin and chunk). ``totals()`` adds the bins exactly (Python integers) and rounds once. So a
+    scope split over any chunks gets the same correctly rounded Σ, and the output bytes do not
+    depend on --chunk-rows (plain float64 ``index_add_`` differed by one ulp between chunkings).
+    Non-finite values are summed apart in float64 and added at the end (NaN and ±inf propagate).
+    """
+
+    _NE = 2200  # frexp exponents of float64 lie in [-1073, 1024]
+    _BIAS = 1100
+
+    def __init__(self, num_scopes: int):
+        self.num_scopes = num_scopes
+        self.bins: dict[tuple[int, int], int] = {}
+        self.special = torch.zeros(num_scopes, dtype=torch.float64)
+
+    _MAX = 1 << 25  # values per call: bin sums of 27-bit halves stay exact integers in float64
+
+    def add(self, x: torch.Tensor, scope: torch.Tensor) -> list[int]:
+        """Accumulate ``x`` (float64) into ``scope`` (int64, same shape); returns the scopes touched."""
+        if x.numel() == 0:
+            return []
+        if x.numel() > self._MAX:
+            touched: set[int] = set()
+            for i in range(0, x.numel(), self._MAX):
+                touched.update(self.add(x[i:i + self._MAX], scope[i:i + self._MAX]))
+            return sorted(touched)
+        lo_s, hi_s = int(scope.min()), int(scope.max())
+        local = scope - lo_s
+        plain = torch.zeros(hi_s - lo_s + 1, dtype=torch.float64, device=x.device).index_add_(0, local, x)
+        if not bool(torch.isfinite(plain).all()):  # NaN/inf: summed apart, so that they propagate
+            finite = torch.isfinite(x)
+            bad = ~finite
+            self.special.index_add_(0, scope[bad].cpu(), x[bad].cpu())
+            x = torch.where(finite, x, torch.zeros_like(x))
+        mant, exp = torch.frexp(x)  # x = mant·2^exp, 0.5 <= |mant| < 1
+        m = mant * 9007199254740992.0  # ·2^53: an integer-valued float64, |m| < 2^53
+        hi = torch.floor(m * (1.0 / 67108864.0))  # m = hi·2^26 + lo, exactly
+        lo = m - hi * 67108864.0
+        key = local * self._NE + (exp.to(torch.int64) + self._BIAS)
+        acc = torch.zeros(2, (hi_s - lo_s + 1) * self._NE, dtype=torch.float64, device=x.device)
+        acc[0].index_add_(0, key, hi)  # integer-valued partial sums < 2^53: exact in any order
+        acc[1].index_add_(0, key, lo)
+        nz = torch.nonzero((acc[0] != 0) | (acc[1] != 0)).flatten()
+        for k, h, l in zip(nz.tolist(), acc[0, nz].tolist(), acc[1, nz].tolist()):
+            s, e = divmod(k, self._NE)
+            b = (s + lo_s, e - self._BIAS)
+            self.bins[b] = self.bins.get(b, 0) + (int(h) << 26) + int(l)
+        return list(range(lo_s, hi_s + 1))
+
+    def total(self, s: int) -> float:
+        from fractions import Fraction
+
+        ints = [(e, v) for (sc, e), v in self.bins.items() if sc == s and v]
+        exact = 0.0
+        if ints:
+            e0 = min(e for e, _ in ints)
+            num = sum(v << (e - e0) for e, v in ints)  # Σ v·2^(e−53) = num·2^(e0−53)
+            exact = float(Fraction(num) * Fraction(2) ** (e0 - 53))
+        return exact + float(self.special[s]) if float(self.special[s]) != 0 else exact
+
+    def totals(self, scopes: list[int] | None = None) -> torch.Tensor:
+        return torch.tensor([self.total(s) for s in (scopes if scopes is not None else range(self.num_scopes))],
+                            dtype=torch.float64)
+
+
 @dataclass
 class MomentSums:
-    """Per-scope float64 sums Σm, Σvm, Σv²m."""
+    """Per-scope sums Σm, Σvm, Σv²m: exact (``ExactSums``), held as float64 tensors."""
 
     count: torch.Tensor
     total: torch.Tensor
     total_sq: torch.Tensor
+    _exact: list | None = None
 
     @staticmethod
     def zeros(num_scopes: int) -> "MomentSums":
         z = lambda: torch.zeros(num_scopes, dtype=torch.float64)  # noqa: E731
-        return MomentSums(z(), z(), z())
+        return MomentSums(z(), z(), z(), [ExactSums(num_scopes) for _ in range(3)])
 
-    def add(self, values: torch.Tensor, weights: torch.Tensor, scope_of_token: torch.Tensor) -> None:
-        """Accumulate one chunk (any device); the sums stay on the CPU in float64."""
+    def add(self, values: torch.Tensor, weights: torch.Tensor, scope_of_token: torch.Tensor, layout=None) -> None:
+        """Accumulate one chunk (any device); the sums stay on the CPU.
+
+        With ``layout`` (the chunk's ``Ragged``), each row is first reduced on its own (float64
+        ``index_add_``: a row's sum depends only on that row, never on where the chunk starts),
+        and only the per-row sums go through the exact accumulator: chunk-independent and cheap."""
         v = values.to(torch.float64)
         w = weights.to(torch.float64)
         vw = v * w
-        parts = torch.zeros(3, self.count.numel(), dtype=torch.float64, device=v.device)
-        parts[0].index_add_(0, scope_of_token, w)
-        parts[1].index_add_(0, scope_of_token, vw)
-        parts[2].index_add_(0, scope_of_token, v * vw)
-        parts = parts.cpu()
-        self.count += parts[0]
-        self.total += parts[1]
-        self.total_sq += parts[2]
+        scope = scope_of_token.to(torch.int64)
+        parts = (w, vw, v * vw)
+        if layout is not None and v.numel():
+            layout = layout.to(v.device)
+            rows = layout.row_index
+            parts = tuple(layout.row_sum(x) for x in parts)
+            scope_row = torch.zeros(layout.num_rows, dtype=torch.int64, device=v.device)
+            scope_row.scatter_(0, rows, scope)
+            keep = layout.lengths > 0
+            parts = tuple(x[keep] for x in parts)
+            scope = scope_row[keep]
+        touched: set[int] = set()
+        for acc, x in zip(self._exact, parts):
+            touched.update(acc.add(x, scope))
+        if not touched:
+            return
+        idx = sorted(touched)
+        where = torch.tensor(idx, dtype=torch.int64)
+        for tensor, acc in zip((self.count, self.total, self.total_sq), self._exact):
+            tensor[where] = acc.totals(idx)
 
 
 @dataclass(frozen=True)

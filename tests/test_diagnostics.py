@@ -132,3 +132,25 @@ def test_kl_clamps_counted(tmp_path):
     assert _diag(res, "kl_input_clamp")["count"] == n_in
     assert _diag(res, "kl_output_clamp")["count"] == n_out
     assert [e["row"] for e in _diag(res, "kl_input_clamp")["examples"]] == [0, 1]
+
+
+def test_reward_normalisation_stage_is_checked_too(tmp_path):
+    """Group z-score of the row reward on the [G, n] reshape before a token-level estimator (ROLL
+    reward_norm): 0.9×3 gives 0.0596 in float32 (spec/README.md §3, ROLL grpo row, confirmed with
+    ROLL's code @8eb27cc2) and 0 in float64."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"reward": pa.array([0.9] * 3 + [1.0, 0.0, 1.0], pa.float32()),
+                             "response_mask": pa.array([[1, 1]] * 6, pa.list_(pa.int8()))}), src)
+    settings = {"estimator.name": "reinforce_plus_plus", "reward.normalize.mean": "group",
+                "reward.normalize.std": "group", "grouping.by": "position", "grouping.size": 3}
+    r32 = advcli.run(str(src), tmp_path / "o32.parquet", flavor="advcli", settings=settings)
+    r64 = advcli.run(str(src), tmp_path / "o64.parquet", flavor="advcli", settings=settings, precision="float64")
+    a32, a64 = _adv(tmp_path / "o32.parquet"), _adv(tmp_path / "o64.parquet")
+    assert a32[0] == pytest.approx(0.0596, abs=5e-4) and a64[:3] == [0.0, 0.0, 0.0]
+    # the second group: (1 − 2/3)/(std([1,0,1], ddof=1) + 1e-6) in both precisions
+    assert a64[3] == pytest.approx((1 - 2 / 3) / np.std([1, 0, 1], ddof=1), rel=1e-5)
+    haz = _diag(r32, "float32_cancellation")
+    assert haz["count"] == 1 and haz["examples"][0]["group"] == "#0"
+    assert haz["examples"][0]["stage"] == "reward normalisation"
+    assert haz["examples"][0]["adv_float32"][0] == pytest.approx(a32[0]) and haz["examples"][0]["adv_float64"][0] == 0
+    assert _diag(r64, "float32_cancellation")["count"] == 1

@@ -104,7 +104,7 @@ def report_format(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise AdvcliError(f"--report {path}: unknown report format {ext or '(no extension)'!r}."
-                          f"{did_you_mean(ext, list(FORMATS))}",
+                          f"{did_you_mean(ext, ['.json', '.md', '.html'])}",
                           hint="name the file .json (every figure), .md (Markdown) or .html (a page with plots)")
     return FORMATS[ext]
 
@@ -193,12 +193,13 @@ def metric_sections(metrics: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
 
 
 def _step_columns(steps: list[dict]) -> list[str]:
+    """The numeric per-step fields, in first-seen order, leaving out those that are None everywhere."""
     cols: list[str] = []
     for e in steps:
         for k, v in e.items():
             if k not in cols and (v is None or _is_num(v)):
                 cols.append(k)
-    return cols
+    return [c for c in cols if c == "step" or any(_is_num(e.get(c)) for e in steps)]
 
 
 def headline(report: dict) -> list[tuple[str, str]]:
@@ -387,7 +388,7 @@ def svg_histogram(edges: list, counts: list, title: str, w: int = 560, h: int = 
     top = max(max(counts[:n]), 1)
     sx = lambda v: x0 + (float(v) - lo) / span * (x1 - x0)  # noqa: E731
     parts = [f'<svg class="plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-             f'aria-label="{_e(title)}" xmlns="http://www.w3.org/2000/svg">',
+             f'aria-label="{_e(title)}">',
              f'<text x="{w / 2}" y="16" class="t">{_e(title)}</text>',
              f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" class="ax"/>',
              f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" class="ax"/>']
@@ -426,7 +427,7 @@ def svg_lines(xs: list, series: dict[str, list], title: str, xlabel: str = "", w
     sx = lambda v: x0 + (float(v) - xlo) / xspan * (x1 - x0)  # noqa: E731
     sy = lambda v: y0 - (float(v) - ylo) / (yhi - ylo) * (y0 - y1)  # noqa: E731
     parts = [f'<svg class="plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-             f'aria-label="{_e(title)}" xmlns="http://www.w3.org/2000/svg">',
+             f'aria-label="{_e(title)}">',
              f'<text x="{w / 2}" y="16" class="t">{_e(title)}</text>',
              f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" class="ax"/>',
              f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" class="ax"/>']
@@ -475,7 +476,9 @@ def svg_lines(xs: list, series: dict[str, list], title: str, xlabel: str = "", w
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;color:#111;
 background:#f7f7f8}
-main{max-width:1200px;margin:0 auto;padding:24px}
+main{max-width:1200px;margin:0 auto;padding:24px;overflow-wrap:anywhere}
+.scroll{overflow-x:auto;max-width:100%}.scroll td,.scroll th{white-space:nowrap}
+details{margin-top:4px}summary{cursor:pointer;font-size:12px;color:#555}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .sub{color:#666;margin-bottom:16px}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin:16px 0}
@@ -547,12 +550,23 @@ def to_html(report: dict) -> str:
     warns = report.get("warnings") or []
     if diags or warns:
         H.append("<h2>Diagnostics and warnings</h2>")
-        for d in diags:
-            ex = f"<br><small>examples: {_e(fmt_examples(d['examples']))}</small>" if d.get("examples") else ""
-            H.append(f'<div class="diag"><b>{_e(d.get("kind", ""))}</b>: {_e(d.get("count"))}. '
-                     f'{_e(d.get("explanation", ""))}{ex}</div>')
         for w in warns:
             H.append(f'<div class="warn">{_e(str(w))}</div>')
+        for d in diags:
+            if not d.get("count"):
+                continue
+            ex = ""
+            if d.get("examples"):
+                shown = d["examples"][:3]
+                more = f" (first {len(shown)} of {len(d['examples'])} listed)" if len(d["examples"]) > 3 else ""
+                ex = (f"<details><summary>examples: {_e(short_examples(d['examples'], 3))}{_e(more)}</summary>"
+                      f"<pre>{_e(json.dumps(shown, indent=1, default=str, ensure_ascii=False))}</pre></details>")
+            unit = f" {d['unit']}" if d.get("unit") else ""
+            H.append(f'<div class="diag"><b>{_e(d.get("kind", ""))}</b>: {_e(d.get("count"))}{_e(unit)}. '
+                     f'{_e(d.get("explanation", ""))}{ex}</div>')
+        clean = [d.get("kind", "") for d in diags if not d.get("count")]
+        if clean:
+            H.append(f'<p class="ok">checked, none found: {_e(", ".join(clean))}</p>')
     plots = []
     for name, h in (report.get("histograms") or {}).items():
         plots.append(svg_histogram(h.get("edges") or [], h.get("counts") or [], f"histogram: {name}"))
@@ -582,7 +596,13 @@ def to_html(report: dict) -> str:
                                                                         if not isinstance(v, (dict, list))]))
     if steps:
         cols = _step_columns(steps)
-        H.append("<h2>Per step</h2>" + _html_table(cols, [[s.get(c) for c in cols] for s in steps]))
+        if len(steps) <= 12:  # one column per step reads better
+            head = ["step"] + [fmt_num(s.get("step")) for s in steps]
+            body = [[c] + [s.get(c) for s in steps] for c in cols if c != "step"]
+            H.append('<h2>Per step</h2><div class="scroll">' + _html_table(head, body) + "</div>")
+        else:
+            H.append('<h2>Per step</h2><div class="scroll">'
+                     + _html_table(cols, [[s.get(c) for c in cols] for s in steps]) + "</div>")
     if report.get("config"):
         H.append("<h2>Resolved configuration</h2><pre>" + _e(json.dumps(report["config"], indent=2, default=str))
                  + "</pre>")

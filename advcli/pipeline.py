@@ -68,6 +68,7 @@ class Plan:
     token_roles: list[str]  # token columns the math reads
     output_tlr: bool
     padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
+    scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
 
     @property
     def whiten(self) -> bool:
@@ -131,8 +132,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         raise AdvcliError("grouping.by=position needs grouping.size (the number of responses per prompt)")
     if group_by == "id":
         cmap.require("prompt_id", "grouping.by=id groups rows by it")
-    needs_groups = spec.uses_groups or "group" in (get_path(cfg, "reward.normalize.mean"),
-                                                    get_path(cfg, "reward.normalize.std"))
+    needs_groups = spec.uses_groups or bool({"group", "loo"} & {get_path(cfg, "reward.normalize.mean"),
+                                                                 get_path(cfg, "reward.normalize.std")})
     if needs_groups and group_by == "none":
         raise AdvcliError(f"{file}: estimator {spec.name} needs groups but the input has no "
                           f"{cmap.names.get('prompt_id', 'prompt_id')!r} column",
@@ -312,10 +313,12 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         cols.append(cmap[r])
     cols += plan.components
     key_cols = []
-    if plan.group_by == "id":
-        key_cols.append(cmap["prompt_id"])
+    if plan.group_by == "id" or (plan.group_by == "position" and cmap.has("prompt_id")):
+        key_cols.append(cmap["prompt_id"])  # position: only to check the blocks against the ids
     if cmap.has("step") and get_path(plan.cfg, "grouping.scope") != "all":
         key_cols.append(cmap["step"])
+    if cmap.has("domain") and get_path(plan.cfg, "grouping.scope") == "step_domain":
+        key_cols.append(cmap["domain"])
     cols = list(dict.fromkeys(cols + key_cols))
 
     reader = _ChunkReader(plan, inputs)
@@ -387,6 +390,21 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
     else:
         scope_codes = np.zeros(num_rows, dtype=np.int64)
         step_values = [None]
+    dom_col = cmap.names.get("domain") if get_path(plan.cfg, "grouping.scope") == "step_domain" else None
+    if dom_col and dom_col in keys:
+        # ROLL RLVR: each domain of a step is its own batch, domains in order of first appearance
+        # inside the step (rlvr_pipeline.py L680-723 @8eb27cc2)
+        dom_codes = _factorize(keys[dom_col], file) if num_rows else np.zeros(0, dtype=np.int64)
+        dom_names = pa.chunked_array(keys[dom_col]).to_pylist() if num_rows else []
+        nd = int(dom_codes.max()) + 1 if num_rows else 1
+        pair = scope_codes.astype(np.int64) * nd + dom_codes
+        uniq_pair, first = np.unique(pair, return_index=True)
+        rank_in_step = np.empty(len(uniq_pair), dtype=np.int64)
+        order = np.lexsort((first, uniq_pair // nd))  # by step, then first appearance
+        rank_in_step[order] = np.arange(len(uniq_pair))
+        scope_codes = rank_in_step[np.searchsorted(uniq_pair, pair)]
+        step_values = [step_values[int(uniq_pair[k] // nd)] for k in order]
+        plan.scope_domains = [dom_names[int(first[k])] for k in order]
     scopes = GroupIndex(torch.from_numpy(scope_codes.astype(np.int64)), len(step_values))
     groups = None
     if plan.group_by == "id":
@@ -404,7 +422,7 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
         rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
         for si, size in enumerate(sizes.tolist()):
             if size % n:
-                where = f" in step {step_values[si]}" if step_values[si] is not None else ""
+                where = _scope_where(plan, step_values, si)
                 raise AdvcliError(f"{file}: {size} rows{where} do not split into groups of {n} consecutive rows",
                                   hint="positional grouping needs contiguous blocks of grouping.size rows; "
                                        "check the group size or group by prompt_id")
@@ -412,7 +430,46 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
         offsets = np.concatenate([[0], np.cumsum(sizes // n)[:-1]])
         gcodes = offsets[scope_codes] + block
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
+        if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows:
+            _check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values)
     return scopes, groups, step_values
+
+
+def _scope_where(plan: Plan, step_values: list, s: int) -> str:
+    """' in step 3, domain "math"' for scope s (empty for a whole-input scope)."""
+    parts = [f"step {step_values[s]}"] if step_values[s] is not None else []
+    if plan.scope_domains is not None:
+        parts.append(f"domain {plan.scope_domains[s]!r}")
+    return " in " + ", ".join(parts) if parts else ""
+
+
+def _check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, rank, n: int, step_values):
+    """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks."""
+    from .ops.blocks import check_blocks_against_ids
+
+    col = plan.cmap["prompt_id"]
+    pid = _factorize(keys[col], file)
+    found = check_blocks_against_ids(torch.from_numpy(gcodes.astype(np.int64)), torch.from_numpy(pid),
+                                     torch.from_numpy(scope_codes.astype(np.int64)))
+    if found is None:
+        return
+    kind, i, j = found
+    ids = pa.chunked_array(keys[col])
+    a, b = ids[i].as_py(), ids[j].as_py()
+    where = _scope_where(plan, step_values, int(scope_codes[j]))
+    def blk(r):
+        rows = np.nonzero(gcodes == gcodes[r])[0]
+        return f"rows {rows[0]}-{rows[-1]}" if rows[-1] - rows[0] == len(rows) - 1 else f"rows {rows.tolist()}"
+    if kind == "mixed":
+        msg = (f"{file}: positional group of {n} ({blk(j)}{where}) holds several {col!r} values: row {i} has "
+               f"{a!r}, row {j} has {b!r}")
+    else:
+        msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
+               f"row {j} ({blk(j)})")
+    raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
+                      f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
+                      "size; if rows were reordered after the run, restore the rollout order (each prompt's "
+                      "responses contiguous); to group by position only, drop the id column from the dump")
 
 
 def _kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
@@ -445,6 +502,8 @@ class _Resolved:
     table: RowTable
     whiten_mean: torch.Tensor | None = None  # [S] float64
     whiten_rstd: torch.Tensor | None = None
+    tlr_mean: torch.Tensor | None = None  # [S] float64: reward.whiten_tokens statistics
+    tlr_rstd: torch.Tensor | None = None
     token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
@@ -477,6 +536,10 @@ def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: in
         kld = _kl_token(plan, tok, mask)
         tlr = tlr - layout.broadcast(res.beta_row[rows].to(dev, dt)) * kld
         tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
+    if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
+        scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
+        tlr = ((tlr.to(torch.float64) - res.tlr_mean.to(dev)[scope_tok]) * res.tlr_rstd.to(dev)[scope_tok]).to(dt)
+        tlr = tlr * mask
     row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
     if res.groups is not None:
         row_inputs["group"] = res.groups.codes[rows].to(dev)
@@ -508,12 +571,15 @@ def _token_group_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows: 
     return ctx
 
 
-def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool):
+def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool,
+                rewards_only: bool = False):
     """(advantages, returns, token_level_rewards) flat tensors for rows row0..row0+B-1."""
     dev, dt = plan.device, plan.dtype
     rows = slice(row0, row0 + layout.num_rows)
     chunk = _token_chunk(plan, res, layout, tok, row0)
     layout, mask, tlr = chunk.layout, chunk.mask, chunk.token_rewards
+    if rewards_only:
+        return None, None, tlr, mask
     # estimator
     if plan.spec.level == "row":
         a = layout.broadcast(res.adv_row[rows].to(dev, dt))
@@ -531,7 +597,8 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
             adv = adv * mask
     elif get_path(plan.cfg, "advantage.remask"):
         adv = adv * mask
-    adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
+    if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
+        adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
     if get_path(plan.cfg, "advantage.returns") == "advantages":
         ret = adv
     return adv, ret, tlr, mask
@@ -552,22 +619,17 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
     return [os.path.join(output, n) for n in names]
 
 
-def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
-                 native: dict | None = None, column_overrides: dict[str, str] | None = None,
-                 chunk_rows: int = 4096, device: str = "auto", force: bool = False,
-                 progress: ProgressFn | None = None) -> RunResult:
-    t0 = time.perf_counter()
-    if chunk_rows is not None and chunk_rows < 1:
-        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
-    inputs = InputSet.open(input_specs)
-    plan = make_plan(cfg, inputs, column_overrides or {}, device)
-    outs: list[str] = []
-    if output is not None:
-        outs = output_paths(inputs, output)
-        for o in outs:
-            check_output_path(o, inputs.paths, force)
-    chunk_rows = chunk_rows or max(inputs.num_rows, 1)
+def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
+            token_moments: Callable | None = None):
+    """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
+    groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
+    statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
 
+    ``token_moments`` (default :func:`_token_moment_pass`, same signature) computes the per-scope
+    moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
+    """
+    cfg = plan.cfg
+    token_moments = token_moments or _token_moment_pass
     # pass 1: the row table
     row, comps, keys = _row_pass(plan, inputs, chunk_rows, progress)
     R = inputs.num_rows
@@ -586,7 +648,12 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     ncfg = plan.cfg["reward"]["normalize"]
     reward_row = raw
     if plan.reward_source != "token_level_scores":
-        reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
+        if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
+            from .ops.blocks import block_normalize
+            reward_row = block_normalize(raw, scopes, int(get_path(cfg, "grouping.size")), ncfg["mean"],
+                                         ncfg["std"], ncfg["eps"])
+        else:
+            reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
         reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))
     # the row score the group estimators see: Σ_t token_level_rewards
     if plan.reward_source == "token_level_scores":
@@ -605,37 +672,48 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                      columns=columns)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = _Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
+    res.raw_score, res.row_keys = raw, keys
     if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
         res.token_stats = _token_group_pass(plan, inputs, res, chunk_rows, progress)
-    res.raw_score, res.row_keys = raw, keys
     warnings: list[str] = []
 
+    # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
+    if get_path(cfg, "reward.whiten_tokens"):
+        sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=True)
+        res.tlr_mean, res.tlr_rstd = _whiten_stats(plan, sums, WhitenSpec(), step_values, "skip")
     # pass 2: whitening statistics
     if plan.whiten:
-        sums = MomentSums.zeros(scopes.num_groups)
         if plan.spec.level == "row":
+            sums = MomentSums.zeros(scopes.num_groups)
             w = row["valid"].to(torch.float64)
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
-            reader = _ChunkReader(plan, inputs)
-            cols = list(roles_to_columns(plan, plan.token_roles))
-            row0 = 0
-            for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
-                offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
-                layout = Ragged(torch.from_numpy(offsets))
-                adv, _, _, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False)
-                sums.add(adv, mask, layout.broadcast(scopes.codes[row0:row0 + batch.num_rows]).to(adv.device),
-                         layout=layout)
-                row0 += batch.num_rows
-                if progress:
-                    progress("statistics", row0, R)
-        for s in range(scopes.num_groups):
-            if float(sums.count[s]) <= 1:
-                where = f" in step {step_values[s]}" if step_values[s] is not None else ""
-                raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}{where}",
-                                  hint="verl and ROLL raise here too (masked_var); turn advantage.whiten off "
-                                       "or check the response_mask column")
-        res.whiten_mean, res.whiten_rstd = scope_mean_rstd(sums, plan.whiten_spec())
+            sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
+        res.whiten_mean, res.whiten_rstd = _whiten_stats(plan, sums, plan.whiten_spec(), step_values,
+                                                         get_path(cfg, "advantage.whiten_small", "error"))
+    return res, row, betas, kls, warnings
+
+
+def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
+                 native: dict | None = None, column_overrides: dict[str, str] | None = None,
+                 chunk_rows: int = 4096, device: str = "auto", force: bool = False,
+                 progress: ProgressFn | None = None) -> RunResult:
+    t0 = time.perf_counter()
+    if chunk_rows is not None and chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    inputs = InputSet.open(input_specs)
+    plan = make_plan(cfg, inputs, column_overrides or {}, device)
+    outs: list[str] = []
+    if output is not None:
+        outs = output_paths(inputs, output)
+        for o in outs:
+            check_output_path(o, inputs.paths, force)
+    chunk_rows = chunk_rows or max(inputs.num_rows, 1)
+
+    # passes 1-2: the row table and the statistics resolved from it
+    res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress)
+    R = inputs.num_rows
+    scopes, step_values = res.scopes, res.step_values
 
     # pass 3: compute and write
     result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
@@ -646,8 +724,46 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     else:
         _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress)
     stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
+    if plan.scope_domains is not None:
+        for entry, dom in zip(result.per_step, plan.scope_domains):
+            entry["domain"] = dom
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _token_moment_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows: int, progress, rewards: bool):
+    """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages."""
+    sums = MomentSums.zeros(res.scopes.num_groups)
+    reader = _ChunkReader(plan, inputs)
+    cols = list(roles_to_columns(plan, plan.token_roles))
+    row0 = 0
+    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+        layout = Ragged(torch.from_numpy(offsets))
+        adv, _, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
+        v = tlr if rewards else adv
+        sums.add(v, mask, layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows]).to(v.device), layout=layout)
+        row0 += batch.num_rows
+        if progress:
+            progress("statistics", row0, inputs.num_rows)
+    return sums
+
+
+def _whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: list, small: str):
+    """(mean, rstd) per scope; a scope with <= 1 valid token raises (``error``), is left as it is
+    (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``)."""
+    few = sums.count <= 1
+    if small == "error" and bool(few.any()):
+        s = int(torch.nonzero(few)[0])
+        raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"
+                          f"{_scope_where(plan, step_values, s)}",
+                          hint="verl raises here too (masked_var); turn advantage.whiten off "
+                               "or check the response_mask column")
+    mean, rstd = scope_mean_rstd(sums, spec)
+    if small == "skip":
+        mean = torch.where(few, torch.zeros_like(mean), mean)
+        rstd = torch.where(few, torch.ones_like(rstd), rstd)
+    return mean, rstd
 
 
 def _metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
@@ -657,8 +773,9 @@ def _metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) ->
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
 
 
-def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress):
-    reader = _ChunkReader(plan, inputs)
+def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None):
+    """(input fields kept, output schema): every input column (an input column named like a new
+    one is replaced), then advantages, returns [, token_level_rewards]; provenance in the metadata."""
     schema = inputs.schema
     new_fields = [pa.field("advantages", pa.list_(pa.float32())), pa.field("returns", pa.list_(pa.float32()))]
     if plan.output_tlr:
@@ -667,6 +784,23 @@ def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, prog
     base_fields = [f for f in schema if f.name not in clash]
     out_schema = pa.schema(base_fields + new_fields, metadata={**(schema.metadata or {}),
                                                                **_metadata(plan, inputs, flavor, native)})
+    return base_fields, out_schema
+
+
+def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offsets) -> pa.RecordBatch:
+    """One output record batch: the input batch's kept columns plus the new list columns."""
+    arrays = [batch.column(f.name) for f in base_fields]
+    arrays.append(tensor_to_list_array(adv, offsets))
+    arrays.append(tensor_to_list_array(ret, offsets))
+    if plan.output_tlr:
+        arrays.append(tensor_to_list_array(tlr, offsets))
+    return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+
+def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress):
+    reader = _ChunkReader(plan, inputs)
+    schema = inputs.schema
+    base_fields, out_schema = output_schema(plan, inputs, flavor, native)
     for o in outs:
         clean_stale_temps(o)
     writers: list[AtomicParquetWriter | None] = [None] * len(outs)
@@ -680,12 +814,7 @@ def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, prog
             layout = Ragged(torch.from_numpy(offsets))
             adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True)
             stats.add(row0, layout, mask, adv, ret, tlr, tok)
-            arrays = [batch.column(f.name) for f in base_fields]
-            arrays.append(tensor_to_list_array(adv, offsets))
-            arrays.append(tensor_to_list_array(ret, offsets))
-            if plan.output_tlr:
-                arrays.append(tensor_to_list_array(tlr, offsets))
-            writers[fi].write(pa.RecordBatch.from_arrays(arrays, schema=out_schema))
+            writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets))
             row0 += batch.num_rows
             if progress:
                 progress("write", row0, R)

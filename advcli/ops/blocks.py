@@ -18,6 +18,8 @@ batch at a time (a loop over the scopes — steps or step×domain — never over
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .groups import GroupIndex
@@ -48,7 +50,10 @@ def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int, mean_kind: str,
         if std_kind == "batch":
             y = (base - mean) / (x.std() + eps)
         elif std_kind == "group":
-            y = (base - mean) / (torch.std(R, dim=-1, keepdim=True) + eps)
+            with warnings.catch_warnings():  # n = 1: NaN, as the frameworks get (their torch warns too)
+                warnings.simplefilter("ignore", UserWarning)
+                std = torch.std(R, dim=-1, keepdim=True)
+            y = (base - mean) / (std + eps)
         else:
             y = base - mean
         out[rows] = y.reshape(-1)

@@ -1,0 +1,123 @@
+"""``--flavor openrlhf``: OpenRLHF's ``compute_advantages_and_returns`` (OpenRLHF/OpenRLHF @ 3c3be623,
+``openrlhf/trainer/ppo_utils/experience_maker.py`` L237-330, ``openrlhf/models/utils.py`` L64-126,
+flags of ``openrlhf/cli/train_ppo_ray.py``; ``spec/openrlhf.md``):
+
+1. group shaping of the scalar reward on the positional ``[G, n]`` reshape of the step (L246-270):
+   ``rloo`` r − (Σ_g r − r)/(n − 1); ``reinforce_baseline``, ``dr_grpo`` r − mean_g;
+   ``group_norm`` (r − mean_g)/(std_g + 1e-9) (torch.std, unbiased); ``gae``, ``reinforce`` unchanged;
+2. ``compute_reward``: clamp to ``reward.clip_range``; the reward at the last mask=1 token plus
+   ``−β·k_t`` at **every** position (k1/k2/k3 clamped to ±10 at the output, no input clamp); no reward
+   KL when β ≤ 0 (no reference model) or with ``algo.kl.use_loss``;
+3. ``gae``: GAE on M·R and M·V over every position (no hole skipping), returns = A + M·V; the others:
+   cumulative returns of M·R (holes carry the next valid token's return), γ forced to 1.0 except for
+   ``reinforce``;
+4. ``gae``, ``reinforce``, ``reinforce_baseline``: normalisation over all action tokens of the step,
+   biased variance, ``max(var, 1e-8)^-½``, applied at every position (``no_std_norm``: centre only).
+
+A flavor holds no math: this module only maps OpenRLHF's flags onto the canonical configuration.
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError, did_you_mean
+from . import Flavor
+
+ESTIMATORS = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+NORMALISED = ("gae", "reinforce", "reinforce_baseline")
+KL_NAMES = ("k1", "k2", "k3")
+
+KEYS = {
+    "algo.advantage.estimator": Key("gae", "advantage estimator", ESTIMATORS, "str"),
+    "rollout.n_samples_per_prompt": Key(1, "group size n: n consecutive rows form a group", None, "int"),
+    "algo.advantage.gamma": Key(1.0, "discount (forced to 1.0 for rloo, reinforce_baseline, group_norm, dr_grpo)",
+                                None, "float"),
+    "algo.advantage.lambd": Key(1.0, "GAE λ", None, "float"),
+    "algo.advantage.no_std_norm": Key(False, "centre only in the global normalisation (gae, reinforce, "
+                                      "reinforce_baseline)", None, "bool"),
+    "algo.kl.init_coef": Key(0.01, "β; 0 means no reference model and no reward KL", None, "float"),
+    "algo.kl.estimator": Key("k1", "KL estimator: k1 (lp−ref), k2 (½Δ²), k3 (e^(ref−lp) − 1 + lp − ref); output "
+                             "clamp ±10", KL_NAMES, "str"),
+    "algo.kl.use_loss": Key(False, "the KL goes to the actor loss: no reward KL", None, "bool"),
+    "algo.kl.target": Key(None, "adaptive controller target (not reproducible offline: see the error)", None, "float"),
+    "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
+    "reward.clip_range": Key([-10.0, 10.0], "clamp [lo, hi] of the group-shaped scalar reward", None, "list"),
+}
+ALIASES = {
+    "advantage_estimator": "algo.advantage.estimator", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
+    "gamma": "algo.advantage.gamma", "lambd": "algo.advantage.lambd",
+    "no_advantage_std_norm": "algo.advantage.no_std_norm", "init_kl_coef": "algo.kl.init_coef",
+    "kl_estimator": "algo.kl.estimator", "use_kl_loss": "algo.kl.use_loss", "kl_target": "algo.kl.target",
+    "kl_horizon": "algo.kl.horizon", "reward_clip_range": "reward.clip_range",
+}
+
+
+def _clip_range(value) -> list[float] | None:
+    if value is None or value is False or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return None  # `if reward_clip_range:` in compute_reward
+    try:
+        lo, hi = (float(x) for x in value)
+    except (TypeError, ValueError):
+        raise AdvcliError(f"key reward.clip_range: expected two numbers [lo, hi], got {value!r}") from None
+    return [lo, hi]
+
+
+def translate(v: dict) -> dict:
+    cfg = default_config()
+    est = v["algo.advantage.estimator"]
+    n = v["rollout.n_samples_per_prompt"]
+    if n is None or n < 1:
+        raise AdvcliError(f"key rollout.n_samples_per_prompt must be at least 1 (got {n})")
+    if est in GROUP_ESTIMATORS and n <= 1:
+        raise AdvcliError(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses it "
+                          "too (train_ppo_ray.py L612-615)",
+                          hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
+    if v["algo.kl.target"]:
+        raise AdvcliError("key algo.kl.target: OpenRLHF's adaptive controller is updated after each PPO step from "
+                          "the KL of the training pass (ppo_trainer.py L250-253), which a rollout dump does not "
+                          "hold; the β a step used cannot be recomputed",
+                          hint="give the step's β with algo.kl.init_coef (one step per run) and leave "
+                               "algo.kl.target unset")
+    kl_name = v["algo.kl.estimator"]
+    if kl_name not in KL_NAMES:
+        raise AdvcliError(f"key algo.kl.estimator: unknown value {kl_name!r}.{did_you_mean(kl_name, KL_NAMES)}")
+    beta = max(float(v["algo.kl.init_coef"]), 0.0)  # compute_reward: kl_coef <= 0 → 0
+    kl_on = beta > 0 and not v["algo.kl.use_loss"]
+    if est in GROUP_ESTIMATORS:
+        cfg["grouping"].update(by="position", size=n, scope="step")
+    else:
+        cfg["grouping"].update(by="none", size=None, scope="step")
+    mean, std, eps = {"rloo": ("loo", "none", 1e-6), "reinforce_baseline": ("group", "none", 1e-6),
+                      "dr_grpo": ("group", "none", 1e-6), "group_norm": ("group", "group", 1e-9)}.get(
+        est, ("none", "none", 1e-6))
+    cfg["reward"].update(source="reward", clip=_clip_range(v["reward.clip_range"]), placement="last_valid",
+                         mask_placed=False, whiten_tokens=False)
+    cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
+    cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None, "output_clamp": 10.0,
+                      "coef": beta, "controller": "fixed", "mask": False, "token_clip": None})
+    if est == "gae":
+        e = {"name": "gae", "gamma": v["algo.advantage.gamma"], "lam": v["algo.advantage.lambd"], "holes": "step",
+             "zero_masked": True}
+    else:
+        gamma = v["algo.advantage.gamma"] if est == "reinforce" else 1.0
+        e = {"name": "reinforce_plus_plus", "gamma": gamma, "holes": "step", "mask_rewards": True}
+    cfg["estimator"] = e
+    cfg["advantage"].update(whiten=est in NORMALISED, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
+                            whiten_scale=not v["algo.advantage.no_std_norm"], whiten_small="compute",
+                            remask=False, clip=None)
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="openrlhf",
+    framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
+    keys=KEYS, translate=translate, aliases=ALIASES,
+    notes="Groups are n consecutive rows (no ids); the group shaping acts on the scalar reward (rloo: "
+          "leave-one-out; reinforce_baseline/dr_grpo: group mean; group_norm: (r − μ)/(σ + 1e-9) with "
+          "torch.std unbiased on the [G, n] reshape, so float32 all-equal groups can reach 59.6 before the "
+          "clip), then reward.clip_range clamps the shaped scalar; the reward sits on the last mask=1 token; "
+          "−β·KL is added at every position (unmasked in token_level_rewards), KL clamped to ±10 at the "
+          "output only; returns are cumulative over M·R (holes carry the next token's return), γ forced to 1 "
+          "except reinforce/gae; gae has no hole skipping (phantom γ·V terms); gae/reinforce/"
+          "reinforce_baseline are normalised over the step's action tokens (biased, max(var, 1e-8)) at every "
+          "position, so padding becomes (0 − μ)·rstd; the CLI refuses n = 1 for group estimators.")

@@ -1,0 +1,133 @@
+"""``--flavor roll``: ROLL's RLVR chain (alibaba/ROLL @ 8eb27cc2, ``PPOConfig`` / ``RLVRConfig``).
+
+Per step and per ``domain`` (in order of first appearance; ``rlvr_pipeline.py`` L680-723), as
+``roll/utils/functionals.py`` does it (``spec/roll.md`` §1-§6):
+
+1. ``reward_postprocess`` (L650-678): ``reward_norm`` (L564-600) on the positional ``[G, n]``
+   reshape of the domain's rewards (``grpo`` forces group/group), then ``reward_clip`` ±c;
+2. ``compute_token_reward`` (L614-647): reward at position L_i−1, ``− β·kld`` with ``kld`` masked
+   (``add_token_level_kl``; kinds kl/abs/mse/k3, k3 clamped to ±10 at the output only), ``reward_clip``
+   again on the token rewards; one KL controller (fixed, or adaptive when ``target_kl`` is set)
+   stepped after each domain with n_steps = rows of the domain;
+3. ``compute_advantage`` (L1085-1193): ``whiten_rewards`` (masked_whiten, unbiased, var+1e-8), × mask;
+   ``gae`` over every column with unmasked values (values beyond L_i: 0) or ``reinforce``/``grpo``
+   (``A_t = r_t + γA_{t+1}`` over every column: masked columns count as discount steps);
+   ``whiten_advantages`` over the domain's valid tokens (both whitenings skipped when the domain has
+   ≤ 1 valid token); × mask; ``advantage_clip``. Returns are neither masked, whitened nor clipped.
+
+A flavor holds no math: this module only maps ROLL's keys onto the canonical configuration.
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError, did_you_mean
+from . import Flavor
+
+ESTIMATORS = ("gae", "reinforce", "grpo")
+AGENTIC = ("gigpo", "step_reinforce", "agentic_reinforce")
+KL_NAMES = ("kl", "abs", "mse", "k3")
+NORM_TYPES = ("batch", "group", "running")
+N_KEY = "actor_infer.generating_args.num_return_sequences"
+
+KEYS = {
+    "adv_estimator": Key("gae", "advantage estimator: gae, reinforce, grpo (grpo forces the group/group "
+                         "reward norm)", None, "str"),
+    N_KEY: Key(1, "group size n: consecutive blocks of n rows of a domain form a group (RLVRConfig sets it "
+               "from num_return_sequences_in_group)", None, "int"),
+    "gamma": Key(1.0, "discount (reinforce/grpo count masked columns as discount steps)", None, "float"),
+    "lambd": Key(0.95, "GAE λ", None, "float"),
+    "norm_mean_type": Key(None, "response-reward mean: batch, group or null", NORM_TYPES, "str"),
+    "norm_std_type": Key(None, "response-reward std (unbiased) + 1e-6: batch, group (only with mean group) "
+                         "or null", NORM_TYPES, "str"),
+    "reward_clip": Key(None, "clamp ±c of the normalised response reward and again of the token rewards "
+                       "after the KL term (0/null: off)", None, "float"),
+    "add_token_level_kl": Key(False, "token_level_rewards −= β·kld", None, "bool"),
+    "kl_penalty": Key("kl", "KL estimator: kl (lp−ref), abs, mse (½Δ²), k3 (output clamp ±10)", None, "str"),
+    "init_kl_coef": Key(0.2, "β (initial β of the adaptive controller)", None, "float"),
+    "target_kl": Key(None, "null: fixed controller; a value: adaptive, updated after each domain", None, "float"),
+    "kl_horizon": Key(10000, "adaptive horizon", None, "float"),
+    "whiten_advantages": Key(False, "masked whitening of the advantages over the domain batch", None, "bool"),
+    "whiten_rewards": Key(False, "masked whitening of the token-level rewards before the estimator", None, "bool"),
+    "advantage_clip": Key(None, "clamp ±c of the advantages after masking (0 zeroes them; null: off)", None, "float"),
+}
+ALIASES = {"num_return_sequences_in_group": N_KEY}
+
+
+def _kl_settings(name: str) -> dict:
+    """ROLL ``compute_approx_kl`` (functionals.py L181-211): no input clamp; k3 output clamp ±10."""
+    if name == "full":
+        raise AdvcliError("key kl_penalty=full needs full-vocabulary log-probs, which a rollout dump does not hold")
+    if name not in KL_NAMES:
+        raise AdvcliError(f"key kl_penalty: unknown value {name!r}.{did_you_mean(name, KL_NAMES)} "
+                          f"Valid: {', '.join(KL_NAMES)} (ROLL raises NotImplementedError for others)")
+    kind = {"kl": "k1", "abs": "abs", "mse": "k2", "k3": "k3"}[name]
+    return {"estimator": kind, "input_clamp": None, "output_clamp": 10.0 if kind == "k3" else None}
+
+
+def translate(v: dict) -> dict:
+    cfg = default_config()
+    est = v["adv_estimator"]
+    if est in AGENTIC:
+        raise AdvcliError(f"key adv_estimator={est}: an estimator of ROLL's agentic pipeline (trajectory and step "
+                          "rewards, keyed groups); --flavor roll reproduces the RLVR chain. "
+                          f"Valid: {', '.join(ESTIMATORS)}")
+    if est not in ESTIMATORS:
+        raise AdvcliError(f"key adv_estimator: unknown value {est!r}.{did_you_mean(est, ESTIMATORS)} "
+                          f"Valid: {', '.join(ESTIMATORS)}")
+    n = v[N_KEY]
+    mean_t, std_t = v["norm_mean_type"], v["norm_std_type"]
+    if est == "grpo":  # reward_postprocess L655-656: overrides the configured types
+        mean_t = std_t = "group"
+    if "running" in (mean_t, std_t):
+        raise AdvcliError("norm_mean_type/norm_std_type=running is not supported: ROLL's reward_norm reads "
+                          "running_ctrl['domain'] (the literal key) while the RLVR pipeline stores one "
+                          "RunningMoments per domain name, so ROLL itself raises KeyError: 'domain' "
+                          "(functionals.py L571, rlvr_pipeline.py L373-375)",
+                          hint="use batch or group")
+    if std_t == "group" and mean_t != "group":
+        raise AdvcliError(f"norm_std_type=group with norm_mean_type={mean_t}: ROLL cannot run this pairing — a "
+                          "flat [B] reward combined with the [G, 1] group std broadcasts to [G, B] and fails "
+                          "(functionals.py L590-600)",
+                          hint="norm_std_type=group works only with norm_mean_type=group (GRPO)")
+    grouped = "group" in (mean_t, std_t)
+    if grouped and (n is None or n < 1):
+        raise AdvcliError(f"key {N_KEY} must be at least 1 for a group reward norm (got {n})")
+    cfg["grouping"].update(by="position" if grouped else "none", size=n if grouped else None, scope="step_domain")
+    clip = v["reward_clip"]
+    clip = [-clip, clip] if clip else None  # `if pipeline_config.reward_clip:` (0 and null: off)
+    cfg["reward"].update(source="reward", clip=clip, placement="last", mask_placed=True,
+                         whiten_tokens=v["whiten_rewards"])
+    cfg["reward"]["normalize"].update(mean=mean_t or "none", std=std_t or "none", eps=1e-6)
+    target = v["target_kl"]
+    if target is not None and not (v["kl_horizon"] and v["kl_horizon"] > 0):
+        raise AdvcliError(f"key kl_horizon must be > 0 for the adaptive controller (got {v['kl_horizon']})")
+    cfg["kl"].update(_kl_settings(v["kl_penalty"]))
+    cfg["kl"].update({"in_reward": v["add_token_level_kl"], "coef": v["init_kl_coef"],
+                      "controller": "fixed" if target is None else "adaptive",
+                      "target": target if target is not None else 0.1, "horizon": v["kl_horizon"],
+                      "mask": True, "token_clip": clip})
+    if est == "gae":
+        e = {"name": "gae", "gamma": v["gamma"], "lam": v["lambd"], "holes": "step", "zero_masked": False}
+    else:  # compute_reinforce_return (L488-499): lambd unused
+        e = {"name": "reinforce_plus_plus", "gamma": v["gamma"], "holes": "step", "mask_rewards": True}
+    cfg["estimator"] = e
+    aclip = v["advantage_clip"]
+    cfg["advantage"].update(whiten=v["whiten_advantages"], whiten_unbiased=True, whiten_eps=1e-8,
+                            whiten_eps_mode="add", whiten_scale=True, whiten_small="skip", remask=True,
+                            clip=None if aclip is None else [-aclip, aclip])
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
+    keys=KEYS, translate=translate, aliases=ALIASES,
+    notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
+          "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "
+          "[G, n] reshape: (r − μ)/(σ + 1e-6) with torch.std unbiased, a group of one gives NaN with a group "
+          "std and 0 with a group mean; float32 all-equal non-dyadic groups are not 0 (0.9×3 → 0.0596); "
+          "reward_clip clamps the response reward and again the token rewards after KL; the reward sits at "
+          "L_i−1 and is then × mask (a row ending in a masked token loses it); KL kinds kl/abs/mse/k3, k3 "
+          "clamped to ±10 at the output only; the controller steps after every domain with n_steps = its "
+          "rows; reinforce/grpo returns count masked columns as discount steps; gae uses unmasked values over "
+          "every column; optional whitening (unbiased, var+1e-8, skipped at ≤ 1 valid token); advantages × "
+          "mask, then advantage_clip; returns unmasked, unwhitened, unclipped.")

@@ -1,0 +1,260 @@
+"""--flavor roll: ROLL's RLVR chain (alibaba/ROLL @ 8eb27cc2, roll/utils/functionals.py).
+
+Every expected number below was produced by running ROLL's own, unmodified functions
+(``reward_postprocess``, ``compute_token_reward``, ``compute_advantage`` and the kernels they call,
+functionals.py @8eb27cc2, with ``get_kl_controller`` from roll/utils/kl_controller.py) on CPU,
+torch 2.13, float32, one domain at a time in ROLL's order with one shared KL controller; the
+response part of each [B, S-1] output is pasted here.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from _flavor_rows import assert_rows_close, run_rows
+from advcli.errors import AdvcliError
+
+N = "actor_infer.generating_args.num_return_sequences"
+
+# ----------------------------------------------------------------------------- float32 hazards
+HAZARD_ROWS = [dict(prompt_id="a", reward=0.9, mask=[1, 1, 1]), dict(prompt_id="a", reward=0.9, mask=[1, 1]),
+               dict(prompt_id="a", reward=0.9, mask=[1]), dict(prompt_id="b", reward=0.0, mask=[1, 1]),
+               dict(prompt_id="b", reward=1.0, mask=[1, 0, 1]), dict(prompt_id="b", reward=1.0, mask=[1, 1, 0])]
+HAZARD_ADV = [
+    [0.05960464, 0.05960464, 0.05960464],  # 0.9×3: std of the [2, 3] reshape is exactly 0, mean 1 ulp off
+    [0.05960464, 0.05960464],
+    [0.05960464],
+    [-1.154699, -1.154699],
+    [0.5773492, 0.0, 0.5773492],  # interior hole: reinforce return carries, then × mask
+    [0.0, 0.0, 0.0],  # ends on a masked token: the reward at L_i-1 is masked away
+]
+
+
+def test_grpo_float32_hazard_0_9x3(tmp_path):
+    out, _ = run_rows(tmp_path, HAZARD_ROWS, "roll", {"adv_estimator": "grpo", N: 3})
+    assert_rows_close(out["advantages"], HAZARD_ADV)
+    # returns are not masked: the hole of row 4 keeps the carried return
+    assert_rows_close(out["returns"], HAZARD_ADV[:4] + [[0.5773492, 0.5773492, 0.5773492], [0.0, 0.0, 0.0]])
+
+
+def test_grpo_float32_hazard_0_7x12(tmp_path):
+    rows = [dict(reward=0.7, mask=[1, 1]) for _ in range(12)] + [dict(reward=float(i % 2), mask=[1]) for i in range(12)]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 12}, chunk_rows=5)
+    assert out["advantages"][0] == pytest.approx([0.11920929, 0.11920929], rel=1e-6)
+    assert out["advantages"][12] == pytest.approx([-0.9574253], rel=1e-6)
+    assert out["advantages"][13] == pytest.approx([0.9574253], rel=1e-6)
+
+
+# --------------------------------------------------------------------- multi-step, multi-domain
+MD_ROWS = [
+    dict(step=1, domain="code", reward=1.0, mask=[1, 1, 0, 1], old=[-0.5, -1.2, -0.3, -2.0], ref=[-0.7, -1.0, -0.3, -1.5]),
+    dict(step=0, domain="math", reward=0.9, mask=[1, 1, 1], old=[-0.1, -0.2, -0.3], ref=[-0.4, -0.1, -0.9]),
+    dict(step=0, domain="code", reward=-0.5, mask=[1, 0, 0, 1, 1], old=[-1.0, -2.0, -0.5, -0.1, -0.2],
+         ref=[-1.5, -30.0, -0.4, -0.3, -0.2]),
+    dict(step=0, domain="math", reward=0.2, mask=[1], old=[-0.6], ref=[-0.2]),
+    dict(step=1, domain="math", reward=2.5, mask=[1, 1, 1, 0], old=[-0.3, -0.2, -25.0, -0.1], ref=[-0.1, -0.2, -0.4, -0.2]),
+    dict(step=0, domain="code", reward=0.7, mask=[1, 1], old=[-0.2, -0.9], ref=[-0.5, -0.6]),
+    dict(step=0, domain="math", reward=-1.5, mask=[1, 1, 0, 0, 1, 1], old=[-0.4, -0.8, -0.1, -0.1, -1.1, -0.6],
+         ref=[-0.6, -0.9, -0.3, -0.1, -1.0, -0.5]),
+    dict(step=1, domain="code", reward=0.0, mask=[1, 1], old=[-0.2, -0.4], ref=[-0.2, -0.7]),
+    dict(step=1, domain="math", reward=0.4, mask=[1, 1], old=[-1.0, -0.5], ref=[-0.9, -0.8]),
+    dict(step=0, domain="math", reward=1.1, mask=[1, 1, 1, 1, 0], old=[-0.2, -0.3, -0.4, -0.5, -0.6],
+         ref=[-0.3, -0.3, -0.2, -0.9, -0.1]),
+]
+MD_SETTINGS = {"adv_estimator": "reinforce", "gamma": 0.99, "norm_mean_type": "batch", "norm_std_type": "batch",
+               "reward_clip": 0.8, "add_token_level_kl": True, "kl_penalty": "k3", "init_kl_coef": 0.1,
+               "target_kl": 0.01, "kl_horizon": 10, "whiten_rewards": True, "whiten_advantages": True,
+               "advantage_clip": 2.5}
+# β used by (step 0, math), (step 0, code), (step 1, code), (step 1, math): ROLL's controller stepped after each
+MD_BETAS = [0.1, 0.108, 0.11232, 0.1168128]
+MD_ADV = [
+    [0.7220789, 0.7270653, 0.0, 0.7416542],
+    [1.295708, 1.283198, 1.263988],
+    [-0.7140431, -0.0, -0.0, -0.7320257, -0.7446806],
+    [0.192636],
+    [1.352699, 0.1137251, -1.148111, 0.0],
+    [1.090918, 1.099831],
+    [-1.132362, -1.173471, -0.0, -0.0, -1.245108, -1.289857],
+    [-1.087355, -1.103443],
+    [0.4687183, -0.7870317],
+    [0.2459268, 0.2161775, 0.1852355, 0.1579281, 0.0],
+]
+MD_RET = [
+    [1.373068, 1.380712, 1.389044, 1.403074],
+    [2.105621, 2.082842, 2.047861],
+    [-1.363232, -1.363129, -1.376898, -1.390806, -1.410211],
+    [0.09700045],
+    [0.2733568, -0.4558985, -1.19861, 0.0],
+    [1.404461, 1.418128],
+    [-2.315732, -2.390589, -2.470868, -2.495826, -2.521036, -2.602521],
+    [-1.400544, -1.425204],
+    [-0.2469507, -0.9860806],
+    [0.1940396, 0.139868, 0.08352472, 0.03379978, 0.0],
+]
+MD_TLR = [
+    [0.006163586, 0.005558201, 0.0, 1.403074],
+    [0.04360802, 0.0554594, 2.047861],
+    [-0.01373397, 0.0, 0.0, 0.005302723, -1.410211],
+    [0.09700045],
+    [0.7246963, 0.7307257, -1.19861, 0.0],
+    [0.0005137408, 1.418128],
+    [0.05095127, 0.05557029, 0.0, 0.0, 0.0554594, -2.602521],
+    [0.01040742, -1.425204],
+    [0.729269, -0.9860806],
+    [0.05557029, 0.05717854, 0.05006294, 0.03379978, 0.0],
+]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 100])
+def test_multi_step_domain_chain(tmp_path, chunk_rows):
+    """batch/batch reward norm, reward_clip twice, k3 KL (a log-ratio of 29.5), adaptive controller stepped
+    per domain, whiten_rewards, whiten_advantages, advantage_clip — per (step, domain) batch."""
+    out, result = run_rows(tmp_path, MD_ROWS, "roll", MD_SETTINGS, chunk_rows=chunk_rows)
+    assert_rows_close(out["advantages"], MD_ADV, rtol=2e-5, atol=2e-6)
+    assert_rows_close(out["returns"], MD_RET, rtol=2e-5, atol=2e-6)
+    assert_rows_close(out["token_level_rewards"], MD_TLR, rtol=2e-5, atol=2e-6)
+    assert [(s["step"], s["domain"]) for s in result.per_step] == [(0, "math"), (0, "code"), (1, "code"), (1, "math")]
+    assert [s["rows"] for s in result.per_step] == [4, 2, 2, 2]
+    assert [s["kl_coef"] for s in result.per_step] == pytest.approx(MD_BETAS)
+
+
+# ------------------------------------------------------------------------------ gae (LitePPO)
+GAE_ROWS = [dict(reward=r, mask=m, old=o, ref=rf, values=v) for r, m, o, rf, v in [
+    (1.0, [1, 1, 1], [-0.1, -0.2, -0.3], [-0.2, -0.2, -0.1], [0.5, 0.4, 0.3]),
+    (0.0, [1, 0, 1, 0], [-0.5, -0.1, -0.2, -0.3], [-0.4, -0.3, -0.2, -0.1], [0.2, -0.1, 0.3, 0.7]),
+    (0.5, [1], [-1.0], [-0.5], [0.9]),
+    (0.25, [1, 1, 1, 1, 1], [-0.3, -0.3, -0.3, -0.3, -0.3], [-0.1, -0.5, -0.3, -0.2, -0.6], [0.1, 0.2, 0.3, 0.4, 0.5]),
+]]
+GAE_ADV = [
+    [0.4986974, 0.6820398, 0.8810772],
+    [-0.1234213, 0.0, -0.2307, -0.0],
+    [-0.5822307],
+    [-0.1766298, -0.3194498, -0.4561727, -0.6197225, -0.8077693],
+]
+GAE_RET = [  # A + V with the unmasked critic values
+    [0.9986974, 1.08204, 1.181077],
+    [0.07657871, 0.09144636, 0.06930006, 0.0],
+    [0.3177693],
+    [-0.07662978, -0.1194498, -0.1561727, -0.2197225, -0.3077693],
+]
+GAE_TLR = [
+    [-0.005, 0.0, 1.181077],
+    [0.005, 0.0, 0.0, -0.0],
+    [0.3177693],
+    [0.01, -0.01, 0.0, 0.005, -0.3077693],
+]
+
+
+def test_gae_group_mean_batch_std(tmp_path):
+    """LitePPO pairing (group mean, batch std), n=2 by position, gae over every column with unmasked
+    values (the masked last token keeps V=0.7 in δ), fixed β=0.05 with the plain `kl` estimator."""
+    out, _ = run_rows(tmp_path, GAE_ROWS, "roll", {"adv_estimator": "gae", N: 2, "gamma": 0.99, "lambd": 0.9,
+                                                   "norm_mean_type": "group", "norm_std_type": "batch",
+                                                   "add_token_level_kl": True, "init_kl_coef": 0.05})
+    assert_rows_close(out["advantages"], GAE_ADV)
+    assert_rows_close(out["returns"], GAE_RET)
+    assert_rows_close(out["token_level_rewards"], GAE_TLR)
+
+
+def test_defaults_are_gae_without_normalisation(tmp_path):
+    """Defaults: gae, γ=1, λ=0.95, no norm, no KL in the reward: A_t by hand for one row."""
+    rows = [dict(reward=1.0, mask=[1, 1], values=[0.5, 0.25])]
+    out, _ = run_rows(tmp_path, rows, "roll", {})
+    # δ1 = 1 − 0.25 = 0.75; δ0 = 0 + 0.25 − 0.5 = −0.25; A0 = −0.25 + 0.95·0.75 = 0.4625
+    assert out["advantages"][0] == pytest.approx([0.4625, 0.75])
+    assert out["returns"][0] == pytest.approx([0.9625, 1.0])
+    assert "token_level_rewards" not in out
+
+
+# ------------------------------------------------------------------------------- edge cases
+def test_group_of_one_with_group_std_is_nan(tmp_path):
+    """grpo with n=1: torch.std of one element is NaN, and so is every advantage (ROLL does the same)."""
+    rows = [dict(reward=1.0, mask=[1, 1]), dict(reward=0.0, mask=[1])]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo"})
+    assert all(math.isnan(x) for row in out["advantages"] for x in row)
+
+
+def test_group_mean_only_with_n1_gives_zero(tmp_path):
+    rows = [dict(reward=1.0, mask=[1, 1]), dict(reward=-3.0, mask=[1])]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "norm_mean_type": "group"})
+    assert out["advantages"] == [[0.0, 0.0], [0.0]]
+
+
+def test_whitening_skipped_in_a_domain_with_one_valid_token(tmp_path):
+    """compute_advantage L1099-1106: ≤ 1 valid token in the domain → no whitening there; the other domain
+    is whitened over its own tokens (unbiased, var + 1e-8)."""
+    rows = [dict(domain="a", reward=1.0, mask=[0, 1, 0]),
+            dict(domain="b", reward=1.0, mask=[1, 1]), dict(domain="b", reward=0.0, mask=[1, 1])]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "whiten_advantages": True})
+    # domain a: the reward sits on the masked L_i-1 → 0; not whitened, × mask
+    assert out["advantages"][0] == [0.0, 0.0, 0.0]
+    # domain b: values [1, 1, 0, 0]: μ = 0.5, unbiased var = 1/3 → ±0.5/sqrt(1/3 + 1e-8)
+    w = 0.5 / math.sqrt(1 / 3 + 1e-8)
+    assert out["advantages"][1] == pytest.approx([w, w], rel=1e-6)
+    assert out["advantages"][2] == pytest.approx([-w, -w], rel=1e-6)
+
+
+def test_reward_clip_zero_is_off_advantage_clip_zero_zeroes(tmp_path):
+    rows = [dict(reward=3.0, mask=[1, 1])]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "reward_clip": 0})
+    assert out["advantages"] == [[3.0, 3.0]]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "advantage_clip": 0})
+    assert out["advantages"] == [[0.0, 0.0]] and out["returns"] == [[3.0, 3.0]]
+
+
+def test_old_flat_group_size_alias(tmp_path):
+    out, _ = run_rows(tmp_path, HAZARD_ROWS, "roll", {"adv_estimator": "grpo", "num_return_sequences_in_group": 3})
+    assert_rows_close(out["advantages"], HAZARD_ADV)
+
+
+# --------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("settings, words", [
+    ({"norm_mean_type": "running"}, "KeyError: 'domain'"),
+    ({"norm_std_type": "running", "norm_mean_type": "batch"}, "KeyError: 'domain'"),
+    ({"norm_std_type": "group"}, "norm_mean_type=group"),
+    ({"norm_std_type": "group", "norm_mean_type": "batch"}, "[G, B]"),
+    ({"adv_estimator": "gigpo"}, "agentic"),
+    ({"adv_estimator": "grop"}, "Did you mean 'grpo'"),
+    ({"kl_penalty": "full"}, "full-vocabulary"),
+    ({"kl_penalty": "low_var_kl"}, "Valid: kl, abs, mse, k3"),
+    ({"norm_mean_type": "grup"}, "Did you mean 'group'"),
+])
+def test_refused_configurations(tmp_path, settings, words):
+    with pytest.raises(AdvcliError) as e:
+        run_rows(tmp_path, HAZARD_ROWS, "roll", settings)
+    assert words in str(e.value)
+
+
+def test_rows_not_divisible_into_groups(tmp_path):
+    rows = HAZARD_ROWS[:5]
+    with pytest.raises(AdvcliError, match="do not split into groups of 3"):
+        run_rows(tmp_path, [dict(r, prompt_id="x") for r in rows], "roll", {"adv_estimator": "grpo", N: 3})
+
+
+# ------------------------------------------------------------------- positional blocks vs ids
+def test_block_holding_two_prompt_ids_is_refused(tmp_path):
+    rows = [dict(r) for r in HAZARD_ROWS]
+    rows[2]["prompt_id"] = "b"
+    rows[3]["prompt_id"] = "a"
+    with pytest.raises(AdvcliError) as e:
+        run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 3})
+    msg = str(e.value)
+    assert "rows 0-2" in msg and "row 0 has 'a'" in msg and "row 2 has 'b'" in msg
+
+
+def test_prompt_id_spanning_two_blocks_is_refused(tmp_path):
+    rows = [dict(r, prompt_id="a") for r in HAZARD_ROWS]
+    with pytest.raises(AdvcliError) as e:
+        run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 3})
+    assert "'a' spans several positional groups of 3" in str(e.value) and "row 3" in str(e.value)
+
+
+def test_same_prompt_id_in_two_domains_is_fine(tmp_path):
+    """Blocks are per domain; a prompt id reused by another domain (its own batch) is not a conflict."""
+    rows = [dict(r, domain="x" if i < 3 else "y", prompt_id="p") for i, r in enumerate(HAZARD_ROWS)]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 3})
+    # each domain is a single [1, 3] group now: the 0.9×3 block takes torch's 1-D std path (7.3e-8), so
+    # ROLL gives 5.96e-8/(7.3e-8 + 1e-6) = 0.05555 here instead of 0.0596
+    assert out["advantages"][0] == pytest.approx([0.05554951] * 3, rel=1e-6)
+    assert out["advantages"][3] == pytest.approx([-1.154699, -1.154699], rel=1e-5)

@@ -138,6 +138,8 @@ class GroupIndex:
         result can depend on the order — float32, ``q − b²`` below 1% of ``q`` on some row, and values
         whose partial sums are not all exact (:func:`order_free`) — are recomputed with NeMo's own
         per-group call, so the artefacts come out bit for bit. That loop visits only those groups.
+        In float64 (``--precision float64``, the intended math) the std is two-pass over each row's
+        set (a ``[G_n, n, n]`` product): an all-equal set gives exactly 0.
         """
         base = x.clone()
         std = torch.zeros_like(x)
@@ -160,7 +162,11 @@ class GroupIndex:
                     s1[gi] = torch.matmul(w, v)
                     s2[gi] = torch.matmul(w, torch.pow(v, 2))
             b, q = s1 / k, s2 / k
-            sd = ((q - b.square()) * (k / (k - 1))).sqrt().nan_to_num(0)
+            if exact_needed:
+                sd = ((q - b.square()) * (k / (k - 1))).sqrt().nan_to_num(0)
+            else:  # float64, the intended math: two-pass over each row's set, so equal values give 0
+                dev = vals[:, None, :] - b[:, :, None]  # [G_n, n, n]: value j against row i's baseline
+                sd = ((dev * dev * w).sum(dim=2) / (k - 1)).sqrt().nan_to_num(0)
             base[mat] = b
             std[mat] = sd
         return base, std

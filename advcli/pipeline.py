@@ -173,25 +173,6 @@ def _expand_components(components: list, names: list[str], file: str) -> list[st
     return list(dict.fromkeys(out))
 
 
-def _expand_components(components: list, names: list[str], file: str) -> list[str]:
-    """A component name with ``*`` stands for every matching column, sorted by name (NeMo RL's GDPO
-    takes every ``reward/*`` key, sorted: nemo_rl/algorithms/utils.py L35-39 @7ea279ab)."""
-    import fnmatch
-
-    out: list[str] = []
-    for c in components:
-        c = str(c)
-        if "*" in c:
-            hits = sorted(n for n in names if fnmatch.fnmatchcase(n, c))
-            if not hits:
-                raise AdvcliError(f"{file}: no column matches the reward components pattern {c!r}. "
-                                  f"Columns present: {', '.join(names)}")
-            out += hits
-        else:
-            out.append(c)
-    return list(dict.fromkeys(out))
-
-
 def _is_padded(cfg: dict, inputs: InputSet, cmap: ColumnMap) -> bool:
     setting = get_path(cfg, "padded", "auto")
     if setting == "auto":

@@ -1,0 +1,324 @@
+"""inspect, validate, stats, compare — and every command's --help leading to a working call.
+
+Expected figures are computed here from the Parquet files with pyarrow/numpy, or from the
+estimators' formulas (verl core_algos.py @1dda039b: GRPO (s − mean)/(std + 1e-6), RLOO
+n/(n−1)·(s − mean)).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, SAMPLE
+
+
+def invoke(*args):
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    res.returncode = res.exit_code
+    return res
+
+
+def main_rc(capsys, *args):
+    """``advcli ARGS`` through main() in-process: (exit code, stdout, stderr) — errors included."""
+    from advcli.cli import main
+
+    capsys.readouterr()
+    saved = sys.argv
+    sys.argv = ["advcli", *map(str, args)]
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code or 0
+    finally:
+        sys.argv = saved
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+COMMANDS = ["run", "explain", "sample", "inspect", "validate", "stats", "compare"]
+
+
+def _help_text(cmd: str) -> str:
+    r = invoke(cmd, "--help")
+    assert r.returncode == 0
+    return re.sub(r"[│╭╮╰╯─]", " ", r.stdout)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_every_help_has_examples(cmd):
+    text = _help_text(cmd)
+    assert "Examples" in text
+    assert "advcli " + cmd in text
+
+
+def _example_lines(cmd: str) -> list[str]:
+    """The example command lines of a --help on the sample data (continuations joined)."""
+    text = _help_text(cmd)
+    lines, cur = [], ""
+    for raw in text.splitlines():
+        s = raw.strip()
+        if cur:
+            cur += " " + s.rstrip("\\").strip()
+            if not s.endswith("\\"):
+                lines.append(cur)
+                cur = ""
+            continue
+        if s.startswith("advcli " + cmd) and "sample_data/rollouts.parquet" in s:
+            if s.endswith("\\"):
+                cur = s.rstrip("\\").strip()
+            else:
+                lines.append(s)
+    return lines
+
+
+@pytest.mark.parametrize("cmd", ["run", "inspect", "validate", "stats", "compare"])
+def test_help_leads_to_a_working_call_on_the_sample(cmd, tmp_path):
+    """Copy the first sample-data example out of --help and run it as a new user would."""
+    lines = _example_lines(cmd)
+    assert lines, f"`advcli {cmd} --help` has no example on sample_data/rollouts.parquet"
+    line = lines[0].split("&&")[0].split("|")[0].strip()
+    args = shlex.split(line)[1:]
+    args = [os.path.join(ROOT, a) if a.startswith("sample_data/") else a for a in args]
+    args = [str(tmp_path / a) if a.endswith((".parquet", ".html", ".md", ".json")) and not os.path.isabs(a) else a
+            for a in args]
+    r = invoke(*args)
+    assert r.returncode == 0, (line, r.stdout, r.stderr)
+
+
+def test_help_and_inspect_do_not_import_torch():
+    code = ("import sys\n"
+            "from advcli.cli import main\n"
+            "for argv in (['advcli', '--help'], ['advcli', 'compare', '--help'], ['advcli', 'stats', '--help'],\n"
+            "             ['advcli', 'inspect', sys.argv[1], '--json']):\n"
+            "    sys.argv = argv\n"
+            "    try:\n"
+            "        main()\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code, SAMPLE], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("TORCH False"), r.stdout[-500:]
+
+
+# ----------------------------------------------------------------------------------------- inspect
+def test_inspect_figures_match_the_file():
+    r = invoke("inspect", SAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    t = pq.read_table(SAMPLE)
+    masks = t.column("response_mask").to_pylist()
+    lens = np.array([len(m) for m in masks])
+    assert d["rows"] == t.num_rows == 384
+    assert d["tokens"] == int(lens.sum())
+    assert d["valid_tokens"] == sum(sum(m) for m in masks)
+    assert d["length"]["min"] == lens.min() and d["length"]["max"] == lens.max()
+    assert d["mask"]["rows_ending_masked"] == sum(1 for m in masks if m and m[-1] == 0)
+    interior = sum(1 for m in masks if "10" in "".join(map(str, m)).strip("0") and
+                   re.search("10+1", "".join(map(str, m))))
+    assert d["mask"]["rows_with_interior_masked_spans"] == interior
+    df = t.select(["prompt_id", "step", "reward"]).to_pandas()
+    g = df.groupby(["step", "prompt_id"])
+    assert d["groups"]["count"] == g.ngroups
+    assert d["groups"]["size_counts"] == {str(k): int(v) for k, v in g.size().value_counts().items()}
+    assert d["groups"]["all_equal_reward"] == int((g["reward"].nunique() == 1).sum())
+    assert d["steps"]["count"] == df["step"].nunique()
+    assert d["reward"]["mean"] == pytest.approx(df["reward"].astype(float).mean())
+    est = d["estimators"]
+    assert est["grpo"]["ok"] and est["gae"]["ok"] and est["remax"]["ok"]
+    assert not est["optimal_token_baseline"]["ok"] and est["optimal_token_baseline"]["missing"] == ["sum_pi_squared"]
+    assert d["kl_in_reward"] is True
+    assert sum(d["length_histogram"]["counts"]) == 384
+
+
+def test_inspect_estimator_table_matches_the_registry():
+    """inspect reads the estimators' requirements from their source (no torch); it must agree with
+    the registry that `run` uses."""
+    import advcli.commands.inspect as ins
+    from advcli.estimators import all_specs
+
+    specs = all_specs()
+    saved = sys.modules.pop("torch")
+    try:
+        static = ins.estimator_requirements()
+    finally:
+        sys.modules["torch"] = saved
+    assert set(static) == set(specs)
+    for name, s in specs.items():
+        assert static[name]["needs"] == list(s.needs), name
+        assert static[name]["uses_groups"] == s.uses_groups, name
+
+
+def test_inspect_positional_blocks_and_an_advcli_output(tmp_path):
+    n = 4
+    rows = 12
+    tbl = pa.table({"prompt_id": [f"p{i // n}" for i in range(rows)], "reward": [float(i % 2) for i in range(rows)],
+                    "response_mask": pa.array([[1] * (i + 1) for i in range(rows)], pa.list_(pa.int8()))})
+    src = tmp_path / "blocks.parquet"
+    pq.write_table(tbl, src)
+    d = json.loads(invoke("inspect", src, "--json").stdout)
+    assert d["groups"]["contiguous_blocks_of"] == n
+    assert not d["estimators"]["gae"]["ok"] and d["estimators"]["gae"]["missing"] == ["values"]
+    out = tmp_path / "out.parquet"
+    assert invoke("run", src, "-o", out, "-q").returncode == 0
+    d = json.loads(invoke("inspect", out, "--json").stdout)
+    assert d["advcli_output"] and d["produced_by"]["flavor"] == "verl"
+    roles = {c["column"]: c["meaning"] for c in d["schema"]}
+    assert roles["advantages"] == "advcli output"
+
+
+# ---------------------------------------------------------------------------------------- validate
+def test_validate_ok_and_writes_nothing(tmp_path):
+    out = tmp_path / "out.parquet"
+    r = invoke("validate", SAMPLE, "--flavor", "verl", "--set", "algorithm.adv_estimator=gae", "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["valid"] and d["rows"] == 384 and d["estimator"] == "gae"
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_validate_rejects_what_run_rejects(tmp_path, capsys):
+    t = pq.read_table(SAMPLE)
+    rewards = t.column("reward").to_numpy().copy()
+    rewards[17] = np.nan
+    bad = tmp_path / "nan.parquet"
+    pq.write_table(t.set_column(t.column_names.index("reward"), "reward", pa.array(rewards, pa.float32())), bad)
+    v = main_rc(capsys, "validate", bad)
+    r = main_rc(capsys, "run", bad, "-o", tmp_path / "o.parquet")
+    assert v[0] == 2 and r[0] == 2
+    assert "row 17" in v[2] and "'reward'" in v[2]
+    assert v[2].strip() == r[2].strip()  # the same message as run
+    assert not (tmp_path / "o.parquet").exists()
+    code, out, err = main_rc(capsys, "validate", SAMPLE, "--set", "algorithm.adv_estimater=gae", "--json")
+    assert code == 2
+    assert json.loads(out)["valid"] is False
+    assert "Did you mean 'algorithm.adv_estimator'" in err
+    assert "Traceback" not in err
+
+
+def test_validate_checks_the_output_path(tmp_path, capsys):
+    out = tmp_path / "exists.parquet"
+    out.write_bytes(b"x")
+    code, _, err = main_rc(capsys, "validate", SAMPLE, "-o", out)
+    assert code == 2 and "--force" in err
+    assert out.read_bytes() == b"x"
+
+
+# ------------------------------------------------------------------------------------------- stats
+def test_stats_of_a_raw_dump():
+    r = invoke("stats", SAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    t = pq.read_table(SAMPLE, columns=["reward", "response_mask", "step"])
+    reward = t.column("reward").to_numpy().astype(np.float64)
+    lens = np.array([len(m) for m in t.column("response_mask").to_pylist()])
+    m = d["metrics"]
+    assert m["critic/score/mean"] == pytest.approx(reward.mean())
+    assert m["critic/score/p50"] == pytest.approx(np.quantile(reward, 0.5))
+    assert m["response_length/mean"] == pytest.approx(lens.mean())
+    assert not any(k.startswith("critic/advantages") for k in m)  # a raw dump has none
+    assert "by_position" not in d
+    assert [s["step"] for s in d["per_step"]] == [0, 1]
+    assert d["histograms"]["group_size"]["counts"][-1] == 48
+
+
+def test_stats_report_formats(tmp_path):
+    for ext in ("json", "md", "html"):
+        p = tmp_path / f"s.{ext}"
+        r = invoke("stats", SAMPLE, "--report", p, "-q")
+        assert r.returncode == 0 and p.stat().st_size > 500
+    assert "critic/score/mean" in (tmp_path / "s.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------- compare
+def test_split_configurations():
+    from advcli.commands.compare import split_configurations
+
+    raw = ["d.parquet", "--set", "x=1", "--flavor", "verl", "-s", "a=grpo", "--top", "3", "--flavor=advcli",
+           "--set=a=rloo", "--config", "c.yaml"]
+    assert split_configurations(raw) == [{"flavor": "verl", "set": ["x=1", "a=grpo"], "config": None},
+                                         {"flavor": "advcli", "set": ["x=1", "a=rloo"], "config": "c.yaml"}]
+
+
+def test_compare_grpo_with_rloo_on_one_dump(tmp_path):
+    """RLOO = n/(n−1)·(s − mean) and GRPO = (s − mean)/(std + ε): the row advantages of a group are
+    proportional with a positive factor, so every sign agrees wherever both are non-zero."""
+    r = invoke("compare", SAMPLE, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+               "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo", "--json", "--top", "3")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["a"]["label"].endswith('"grpo"') and d["b"]["label"].endswith('"rloo"')
+    # expected, from the formulas on the reward column (float64; per step and prompt)
+    df = pq.read_table(SAMPLE, columns=["prompt_id", "step", "reward", "response_mask"]).to_pandas()
+    s = df["reward"].astype(np.float64)
+    g = df.groupby(["step", "prompt_id"])["reward"]
+    n = g.transform("size")
+    mean = g.transform("mean").astype(np.float64)
+    std = g.transform(lambda x: x.astype(np.float64).std(ddof=1))
+    grpo = (s - mean) / (std + 1e-6)
+    rloo = (s - mean) * n / (n - 1)
+    valid = df["response_mask"].map(lambda m: int(np.sum(m, dtype=np.int64))).to_numpy()
+    w = valid.astype(np.float64)
+    a, b = grpo.to_numpy(), rloo.to_numpy()
+    cov = np.sum(w * (a - np.average(a, weights=w)) * (b - np.average(b, weights=w)))
+    var_a = np.sum(w * (a - np.average(a, weights=w)) ** 2)
+    var_b = np.sum(w * (b - np.average(b, weights=w)) ** 2)
+    assert d["tokens"]["pearson"] == pytest.approx(cov / np.sqrt(var_a * var_b), abs=2e-4)
+    assert d["row_level"]["pearson"] == pytest.approx(np.corrcoef(a, b)[0, 1], abs=2e-4)
+    assert d["valid_tokens"] == int(valid.sum())
+    assert d["groups"]["count"] == g.ngroups
+    # the most different group: mean |A − B| over its rows, from the formulas
+    top = d["groups"]["most_different"][0]
+    key = df.assign(diff=np.abs(a - b)).groupby(["step", "prompt_id"])["diff"].mean()
+    assert top["mean_abs_diff"] == pytest.approx(key.max(), rel=1e-4)
+    assert top["mean_abs_diff"] >= d["groups"]["most_different"][1]["mean_abs_diff"]
+    assert len(d["groups"]["most_different"]) == 3
+
+
+def test_compare_two_outputs(tmp_path):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert invoke("run", SAMPLE, "-o", a, "-q").returncode == 0
+    assert invoke("run", SAMPLE, "-o", b, "-q", "--set", "algorithm.adv_estimator=gae").returncode == 0
+    same = json.loads(invoke("compare", a, a, "--json").stdout)
+    assert same["tokens"]["pearson"] == pytest.approx(1.0)
+    assert same["tokens"]["sign_agreement"] == 1.0 and same["tokens"]["max_abs_diff"] == 0.0
+    assert same["row_level"]["sign_flips"] == 0
+    d = json.loads(invoke("compare", a, b, "--json").stdout)
+    ta = pq.read_table(a, columns=["advantages", "response_mask"])
+    tb = pq.read_table(b, columns=["advantages"])
+    m = np.array([x for r in ta.column("response_mask").to_pylist() for x in r]) > 0
+    xa = np.array([x for r in ta.column("advantages").to_pylist() for x in r], dtype=np.float64)[m]
+    xb = np.array([x for r in tb.column("advantages").to_pylist() for x in r], dtype=np.float64)[m]
+    assert d["tokens"]["pearson"] == pytest.approx(np.corrcoef(xa, xb)[0, 1], abs=1e-9)
+    assert d["tokens"]["sign_agreement"] == pytest.approx(np.mean(np.sign(xa) == np.sign(xb)))
+    assert d["tokens"]["max_abs_diff"] == pytest.approx(np.abs(xa - xb).max(), rel=1e-9)
+    # the terminal form
+    r = invoke("compare", a, b, "--top", "2")
+    assert r.returncode == 0 and "groups that differ most" in r.stdout and "sign agreement" in r.stdout
+
+
+def test_compare_refuses_mismatched_inputs(tmp_path, capsys):
+    a = tmp_path / "a.parquet"
+    assert invoke("run", SAMPLE, "-o", a, "-q").returncode == 0
+    code, _, err = main_rc(capsys, "compare", a, SAMPLE)
+    assert code == 2 and "no 'advantages' column" in err
+    code, _, err = main_rc(capsys, "compare", SAMPLE, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo")
+    assert code == 2 and "exactly two configurations" in err
+    short = tmp_path / "short.parquet"
+    pq.write_table(pq.read_table(a).slice(0, 10), short)
+    code, _, err = main_rc(capsys, "compare", a, short)
+    assert code == 2 and "same rows" in err

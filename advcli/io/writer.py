@@ -115,6 +115,7 @@ def _probe_writable(target: str, d: str) -> None:
 # batches is concatenated (a copy of at most PIECE_ROWS rows); every other piece is a zero-copy slice.
 PIECE_ROWS = 256
 ROW_GROUP_WEIGHT = 1 << 22
+DATA_PAGE_SIZE = None  # pyarrow's default (1 MiB); tests lower it to cut many pages
 
 
 def _concat_batches(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -128,9 +129,9 @@ def _concat_batches(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
 class _Rebatcher:
     """Cuts a stream of record batches into row groups (lists of pieces) at data-determined places."""
 
-    def __init__(self, schema: pa.Schema, piece_rows: int = PIECE_ROWS, group_weight: int = ROW_GROUP_WEIGHT):
-        self.piece_rows = piece_rows
-        self.group_weight = group_weight
+    def __init__(self, schema: pa.Schema, piece_rows: int | None = None, group_weight: int | None = None):
+        self.piece_rows = piece_rows or PIECE_ROWS
+        self.group_weight = group_weight or ROW_GROUP_WEIGHT
         self.list_cols = [i for i, f in enumerate(schema)
                           if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)
                           or pa.types.is_fixed_size_list(f.type)]
@@ -203,6 +204,7 @@ class AtomicParquetWriter:
                 use_dictionary=_dict_columns(schema),
                 use_byte_stream_split=_float_columns(schema) or False,
                 write_statistics=False,
+                data_page_size=DATA_PAGE_SIZE,
             )
         except OSError as e:  # includes pyarrow's ArrowIOError
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",

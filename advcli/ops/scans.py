@@ -22,6 +22,11 @@ import torch
 from ..ragged import Ragged
 
 BLOCK = 64
+# The in-block GEMM runs on fixed tiles of GEMM_TILE blocks (the last one zero-padded): BLAS picks
+# its kernel, and so its rounding, by the matrix shape (M = 1 or 2 takes another path than M = 100),
+# so a GEMM over "all blocks of this chunk" gave results that moved in the last bit with
+# --chunk-rows. With one fixed shape every row gets the same bits whatever chunk it is in.
+GEMM_TILE = 128
 
 
 def _powers_matrix(c: float, block: int, dtype, device) -> torch.Tensor:
@@ -53,7 +58,9 @@ def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float, bl
     grid[slot] = values
     grid = grid.view(total_blocks, block)
     # 1) scan inside every block with one GEMM: local[b, i] = Σ_{j>=i} c^(j-i) x[b, j]
-    local = grid @ _powers_matrix(c, block, dtype, device).T
+    pad = (-total_blocks) % GEMM_TILE
+    tiles = torch.cat([grid, grid.new_zeros(pad, block)]).view(-1, GEMM_TILE, block)
+    local = (tiles @ _powers_matrix(c, block, dtype, device).T).reshape(-1, block)[:total_blocks]
     # 2) block-start values follow y0_k = local0_k + c^block · y0_{k+1} within a row
     if total_blocks > int((nblocks_row > 0).sum()):  # some row has more than one block
         block_layout = Ragged(block_offsets)

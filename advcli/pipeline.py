@@ -290,8 +290,13 @@ def _placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Te
     """Flat index of each row's reward token (-1: nowhere, e.g. an empty row)."""
     if get_path(plan.cfg, "reward.placement") == "last_valid" or plan.padded:
         idx = layout.last_true_index(mask.bool())
-        # OpenRLHF: an all-zero mask row gets eos = T-1 (its reward is masked out later anyway)
-        return torch.where(idx >= 0, idx, layout.last_index())
+        # OpenRLHF: an all-zero mask row gets eos = T-1 of the *padded batch* (its reward is masked out
+        # later anyway): inside the row only for fixed-width (padded) dumps; a ragged row has no T-1 of
+        # the batch, so the reward lands nowhere (token_level_rewards then hold only the KL term, as
+        # OpenRLHF's do for every row shorter than the batch width)
+        if plan.padded:
+            return torch.where(idx >= 0, idx, layout.last_index())
+        return idx
     return layout.last_index()
 
 

@@ -28,7 +28,8 @@ NORMALISED = ("gae", "reinforce", "reinforce_baseline")
 KL_NAMES = ("k1", "k2", "k3")
 
 KEYS = {
-    "algo.advantage.estimator": Key("gae", "advantage estimator", ESTIMATORS, "str"),
+    "algo.advantage.estimator": Key("gae", "advantage estimator: " + ", ".join(ESTIMATORS) + " (group_norm is "
+                                    "OpenRLHF's GRPO)", None, "str"),
     "rollout.n_samples_per_prompt": Key(1, "group size n: n consecutive rows form a group", None, "int"),
     "algo.advantage.gamma": Key(1.0, "discount (forced to 1.0 for rloo, reinforce_baseline, group_norm, dr_grpo)",
                                 None, "float"),
@@ -65,6 +66,10 @@ def _clip_range(value) -> list[float] | None:
 def translate(v: dict) -> dict:
     cfg = default_config()
     est = v["algo.advantage.estimator"]
+    if est not in ESTIMATORS:
+        extra = " OpenRLHF's GRPO is group_norm (Dr. GRPO: dr_grpo)." if "grpo" in est.lower() else ""
+        raise AdvcliError(f"key algo.advantage.estimator: unknown value {est!r}.{did_you_mean(est, ESTIMATORS)}"
+                          f"{extra} Valid: {', '.join(ESTIMATORS)}")
     n = v["rollout.n_samples_per_prompt"]
     if n is None or n < 1:
         raise AdvcliError(f"key rollout.n_samples_per_prompt must be at least 1 (got {n})")

@@ -1,0 +1,187 @@
+"""--flavor openrlhf: OpenRLHF's compute_advantages_and_returns (OpenRLHF/OpenRLHF @ 3c3be623).
+
+Every expected number below was produced by running OpenRLHF's own, unmodified code on CPU, torch 2.13,
+float32: ``compute_approx_kl`` and ``compute_reward`` (openrlhf/models/utils.py @3c3be623) and
+``RemoteExperienceMaker.compute_advantages_and_returns`` / ``get_advantages_and_returns`` /
+``get_cumulative_returns`` (openrlhf/trainer/ppo_utils/experience_maker.py @3c3be623) on one step of
+right-padded experiences; the first L_i positions of each row are pasted here.
+"""
+from __future__ import annotations
+
+import pytest
+
+from _flavor_rows import assert_rows_close, run_rows
+from advcli.errors import AdvcliError
+
+EST, N = "algo.advantage.estimator", "rollout.n_samples_per_prompt"
+
+# interior holes, trailing masked tokens, a length-1 row, an all-masked row, log-ratios of 29.5 and -24.9
+ROWS = [dict(reward=r, mask=m, old=o, ref=rf, values=v) for r, m, o, rf, v in [
+    (1.0, [1, 1, 0, 1], [-0.5, -1.2, -0.3, -2.0], [-0.7, -1.0, -0.3, -1.5], [0.5, 0.4, 0.3, 0.2]),
+    (0.0, [1, 1, 1], [-0.1, -0.2, -0.3], [-0.4, -0.1, -0.9], [0.1, -0.2, 0.3]),
+    (0.5, [1, 0, 0, 1, 1, 0], [-1.0, -2.0, -0.5, -0.1, -0.2, -0.4], [-1.5, -30.0, -0.4, -0.3, -0.2, -0.1],
+     [0.3, 0.2, 0.1, 0.0, -0.1, 0.6]),
+    (2.0, [1], [-0.6], [-0.2], [0.7]),
+    (-1.0, [1, 1, 0], [-25.0, -0.2, -0.1], [-0.1, -0.2, -0.2], [0.2, 0.3, 0.9]),
+    (0.25, [0, 0], [-0.2, -0.9], [-0.5, -0.6], [0.4, 0.5]),
+]]
+
+
+def test_gae_k2(tmp_path):
+    """GAE without hole skipping on M·R, M·V; k2 KL (clamped to 10) at every position of
+    token_level_rewards; global normalisation (biased, max(var, 1e-8)) at every position, so the
+    trailing masked tokens and the all-masked row hold (0 − μ)·rstd = −0.0980."""
+    out, _ = run_rows(tmp_path, ROWS, "openrlhf", {EST: "gae", N: 2, "algo.advantage.gamma": 0.99,
+                                                   "algo.advantage.lambd": 0.95, "algo.kl.init_coef": 0.05,
+                                                   "algo.kl.estimator": "k2"})
+    assert_rows_close(out["advantages"], [
+        [0.344157, 0.5118441, 1.084, 0.8953182],
+        [-0.2311369, 0.1599559, -0.4847035],
+        [0.002112719, 0.4159455, 0.4484605, 0.4830325, 0.6528524, -0.09800961],
+        [1.523852],
+        [-2.132407, -1.724877, -0.09800961],
+        [-0.09800961, -0.09800961],
+    ])
+    assert_rows_close(out["returns"], [
+        [0.8533272, 0.8873229, 0.9445219, 0.99375],
+        [-0.006379567, 0.006135479, -0.009000003],
+        [0.3800059, 0.4106921, 0.4366742, 0.4643001, 0.5, 0.0],
+        [1.996],
+        [-1.42565, -0.9999999, 0.0],
+        [0.0, 0.0],
+    ])
+    assert_rows_close(out["token_level_rewards"], [
+        [-0.0009999999, -0.001000001, 0.0, 0.99375],
+        [-0.00225, -0.00025, -0.008999999],
+        [-0.00625, -0.5, -0.00025, -0.001, 0.5, -0.00225],
+        [1.996],
+        [-0.5, -1.0, -0.00025],
+        [-0.00225, -0.002249999],
+    ])
+
+
+def test_reinforce_k3_gamma_and_clip_range(tmp_path):
+    """reinforce keeps γ=0.9; the scalar is clamped to [-0.5, 0.5]; k3 with e^(ref−lp) − 1 + (lp − ref)."""
+    out, _ = run_rows(tmp_path, ROWS, "openrlhf", {EST: "reinforce", "algo.advantage.gamma": 0.9,
+                                                   "algo.kl.init_coef": 0.02, "algo.kl.estimator": "k3",
+                                                   "reward.clip_range": [-0.5, 0.5]}, chunk_rows=2)
+    assert_rows_close(out["advantages"], [
+        [0.5414521, 0.648499, 0.7675967, 0.8986729],
+        [-0.4208466, -0.4194274, -0.4199395],
+        [0.4467087, 0.5483742, 0.6550924, 0.7736684, 0.9065171, -0.4120906],
+        [0.9016738],
+        [-2.126281, -1.730698, -0.4120906],
+        [-0.4120906, -0.4120906],
+    ])
+    assert_rows_close(out["returns"], [
+        [0.3615718, 0.4021627, 0.447323, 0.4970256],
+        [-0.00332019, -0.002782028, -0.002976233],
+        [0.3256463, 0.3641965, 0.4046628, 0.4496254, 0.5, 0.0],
+        [0.4981635],
+        [-0.65, -0.5, 0.0],
+        [0.0, 0.0],
+    ])
+    assert_rows_close(out["token_level_rewards"], [
+        [-0.0003746152, -0.0004280543, 0.0, 0.4970256],
+        [-0.0008163642, -0.0001034193, -0.002976233],
+        [-0.002130613, -0.2, -0.0001034194, -0.0003746146, 0.5, -0.0009971773],
+        [0.4981635],
+        [-0.2, -0.5, -9.674862e-05],
+        [-0.0008163642, -0.0009971762],
+    ])
+
+
+def test_reinforce_baseline_no_std_norm_old_flat_names(tmp_path):
+    """The pre-ed62d0e2 flat flag names; γ=0.9 is forced to 1.0; normalisation centres only."""
+    out, _ = run_rows(tmp_path, ROWS, "openrlhf", {"advantage_estimator": "reinforce_baseline",
+                                                   "n_samples_per_prompt": 3, "gamma": 0.9, "init_kl_coef": 0.01,
+                                                   "kl_estimator": "k1", "no_advantage_std_norm": True})
+    assert_rows_close(out["advantages"], [
+        [0.6014166, 0.6034166, 0.6014166, 0.6014166],
+        [-0.4115834, -0.4085833, -0.4095833],
+        [0.08941665, 0.09441665, 0.09441665, 0.09441665, 0.09641664, 0.09641664],
+        [1.68375],
+        [-1.22025, -1.32025, 0.09641664],
+        [0.09641664, 0.09641664],
+    ])
+    assert_rows_close(out["returns"], [
+        [0.505, 0.507, 0.505, 0.505],
+        [-0.508, -0.505, -0.506],
+        [-0.007, -0.002, -0.002, -0.002, 0.0, 0.0],
+        [1.587333],
+        [-1.316667, -1.416667, 0.0],
+        [0.0, 0.0],
+    ])
+
+
+def test_dr_grpo_without_kl(tmp_path):
+    """β = 0: no reference model, no reward KL, no token_level_rewards column; holes carry the return."""
+    out, _ = run_rows(tmp_path, ROWS, "openrlhf", {EST: "dr_grpo", N: 2, "algo.kl.init_coef": 0.0})
+    expected = [[0.5] * 4, [-0.5] * 3, [-0.75] * 5 + [0.0], [0.75], [-0.625, -0.625, 0.0], [0.0, 0.0]]
+    assert_rows_close(out["advantages"], expected)
+    assert_rows_close(out["returns"], expected)
+    assert "token_level_rewards" not in out
+
+
+def test_rloo_with_kl_in_the_loss(tmp_path):
+    """algo.kl.use_loss: the KL goes to the actor loss, rewards carry none; LOO baseline r − (Σ − r)/(n − 1)."""
+    out, _ = run_rows(tmp_path, ROWS, "openrlhf", {EST: "rloo", N: 3, "algo.kl.init_coef": 0.05,
+                                                   "algo.kl.use_loss": True})
+    assert_rows_close(out["advantages"], [[0.75] * 4, [-0.75] * 3, [0.0] * 6, [2.375], [-2.125, -2.125, 0.0],
+                                          [0.0, 0.0]])
+    assert "token_level_rewards" not in out
+
+
+# ----------------------------------------------------------------------------- float32 hazards
+HAZARD = [dict(reward=0.9, mask=[1, 1, 1]), dict(reward=0.9, mask=[1, 1]), dict(reward=0.9, mask=[1]),
+          dict(reward=0.0, mask=[1, 1]), dict(reward=1.0, mask=[1, 0, 1]), dict(reward=1.0, mask=[1, 1, 0])]
+
+
+def test_group_norm_hazard_with_two_groups_is_clipped_to_10(tmp_path):
+    """0.9×3 next to another group: torch.std of the [2, 3] reshape is exactly 0, the mean 1 ulp off:
+    6e-8/1e-9 ≈ 59.6, clipped to 10 by reward.clip_range."""
+    out, _ = run_rows(tmp_path, HAZARD, "openrlhf", {EST: "group_norm", N: 3, "algo.kl.init_coef": 0.0})
+    assert_rows_close(out["advantages"], [
+        [10.0, 10.0, 10.0], [10.0, 10.0], [10.0],
+        [-1.154701, -1.154701], [0.5773503, 0.5773503, 0.5773503], [0.5773503, 0.5773503, 0.0]])
+
+
+def test_group_norm_hazard_alone_is_0_805(tmp_path):
+    """The same group alone in its step: the [1, 3] std takes the 1-D path (7.3e-8) → 0.805. A second
+    step holding another group must not change it: statistics are per step, on that step's shape."""
+    out, _ = run_rows(tmp_path, HAZARD[:3], "openrlhf", {EST: "group_norm", N: 3, "algo.kl.init_coef": 0.0})
+    assert_rows_close(out["advantages"], [[0.8054629] * 3, [0.8054629] * 2, [0.8054629]])
+    steps = [dict(r, step=0 if i < 3 else 1) for i, r in enumerate(HAZARD)]
+    out, _ = run_rows(tmp_path, steps, "openrlhf", {EST: "group_norm", N: 3, "algo.kl.init_coef": 0.0})
+    assert out["advantages"][0] == pytest.approx([0.8054629] * 3, rel=1e-6)
+
+
+# --------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("est", ["rloo", "reinforce_baseline", "group_norm", "dr_grpo"])
+def test_group_estimators_refuse_n_1(tmp_path, est):
+    with pytest.raises(AdvcliError, match="requires rollout.n_samples_per_prompt > 1"):
+        run_rows(tmp_path, HAZARD, "openrlhf", {EST: est})
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({EST: "grpo"}, "OpenRLHF's GRPO is group_norm"),
+    ({"algo.kl.estimator": "low_var_kl"}, "algo.kl.estimator"),
+    ({"algo.kl.target": 0.1}, "adaptive controller"),
+    ({"reward.clip_range": [1]}, "two numbers"),
+    ({"algo.advantage.estimatr": "gae"}, "Did you mean 'algo.advantage.estimator'"),
+])
+def test_refused_settings(tmp_path, settings, words):
+    with pytest.raises(AdvcliError) as e:
+        run_rows(tmp_path, ROWS, "openrlhf", settings)
+    assert words in str(e.value) + (e.value.hint or "")
+
+
+def test_positional_blocks_checked_against_prompt_id(tmp_path):
+    rows = [dict(r, prompt_id=p) for r, p in zip(HAZARD, ["a", "a", "b", "b", "c", "c"])]
+    with pytest.raises(AdvcliError, match="holds several 'prompt_id' values"):
+        run_rows(tmp_path, rows, "openrlhf", {EST: "rloo", N: 3, "algo.kl.init_coef": 0.0})
+    ok = [dict(r, prompt_id=p) for r, p in zip(HAZARD, "aaabbb")]
+    out, _ = run_rows(tmp_path, ok, "openrlhf", {EST: "rloo", N: 3, "algo.kl.init_coef": 0.0})
+    # rloo, 0.9×3 → 0.9 − (2.7 − 0.9)/2 in float32 (≈ 0); [0, 1, 1]: −1, 0.5, 0.5
+    assert out["advantages"][3] == [-1.0, -1.0] and out["advantages"][4] == [0.5, 0.5, 0.5]
+    assert abs(out["advantages"][0][0]) < 1e-7

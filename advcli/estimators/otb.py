@@ -36,17 +36,33 @@ NO_TAIL = torch.iinfo(torch.int64).max
 def _row_cumsum(x: torch.Tensor, layout: Ragged) -> tuple[torch.Tensor, torch.Tensor]:
     """(forward, reverse) inclusive cumulative sums inside each row, in x's dtype.
 
-    Accumulated in float64 and rounded once per token: what torch's CPU ``cumsum`` does for float32
-    (its accumulator is a double), so ``flip().cumsum().flip()`` and ``cumsum`` of verl give the
-    same bits.
+    verl's ``cumsum`` and ``flip().cumsum().flip()`` over a right-padded ``[B, T]`` row; torch's CPU
+    ``cumsum`` accumulates float32 in a double and rounds each output, so a float64 cumsum rounded
+    once gives verl's bits. Rows are padded per length bucket (lengths in (2^(k−1), 2^k]: at most
+    twice the tokens, a loop over a handful of buckets), so each row's sums depend on that row alone,
+    never on the chunk around it.
     """
+    n = x.numel()
+    if n == 0:
+        return x.clone(), x.clone()
     x64 = x.to(torch.float64)
-    cs = torch.cumsum(x64, 0)
-    cs0 = torch.cat([torch.zeros(1, dtype=cs.dtype, device=cs.device), cs])
-    before = cs0[layout.offsets[:-1]]  # Σ of the tokens of earlier rows
-    total = cs0[layout.offsets[1:]] - before  # row totals
-    fwd = cs - layout.broadcast(before)
-    rev = layout.broadcast(total) - fwd + x64
+    fwd = torch.empty_like(x64)
+    rev = torch.empty_like(x64)
+    lengths = layout.lengths
+    bucket = torch.ceil(torch.log2(lengths.clamp(min=1).to(torch.float64))).to(torch.int64)
+    row, pos = layout.row_index, layout.position
+    tok_bucket = bucket[row]
+    for b in torch.unique(bucket[lengths > 0]).tolist():
+        rows_b = torch.nonzero((bucket == b) & (lengths > 0), as_tuple=True)[0]
+        slot = torch.full((layout.num_rows,), -1, dtype=torch.int64, device=x.device)
+        slot[rows_b] = torch.arange(rows_b.numel(), device=x.device)
+        tok = torch.nonzero(tok_bucket == b, as_tuple=True)[0]
+        width = int(lengths[rows_b].max())
+        mat = torch.zeros(rows_b.numel(), width, dtype=torch.float64, device=x.device)
+        r, c = slot[row[tok]], pos[tok]
+        mat[r, c] = x64[tok]
+        fwd[tok] = mat.cumsum(1)[r, c]
+        rev[tok] = mat.flip(1).cumsum(1).flip(1)[r, c]
     return fwd.to(x.dtype), rev.to(x.dtype)
 
 

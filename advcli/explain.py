@@ -39,7 +39,8 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
                    f"{r['normalize']['eps']:g})  (unbiased std)")
     if r["clip"]:
         out.append(f"     clip             r ← clamp(r, {r['clip'][0]}, {r['clip'][1]})")
-    place = "position L_i−1 (the last token, masked or not)" if r["placement"] == "last" else "the last mask=1 token"
+    place = {"last": "position L_i−1 (the last token, masked or not)", "all": "every position of the row"}.get(
+        r["placement"], "the last mask=1 token")
     out.append(f"  2. token rewards    R_it = r_i at {place}" + (" × mask" if r["mask_placed"] else ""))
     if k["in_reward"]:
         from .ops.kl import KL_KINDS

@@ -80,7 +80,7 @@ def translate(v: dict) -> dict:
         cfg["kl"].update(_kl(v, mask=False), in_reward=v["loss_fn.use_kl_in_reward"])
         cfg["estimator"] = {"name": "token_rewards"}
         cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
-                                remask=False)
+                                remask=False, whiten_small="compute")  # NeMo never refuses a tiny batch
     elif est == "opd":  # OPDAdvantageEstimator (L551-627)
         cfg["estimator"] = {"name": "distill"}
     lo, hi = v["grpo.advantage_clip_low"], v["grpo.advantage_clip_high"]
@@ -96,7 +96,8 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
         cfg["reward"]["placement"] = "all"
         cfg["estimator"] = {"name": "token_rewards"}
         if v["ppo.adv_estimator.normalize_advantages"]:
-            cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max")
+            cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
+                                    whiten_small="compute")
         return cfg
     # GeneralizedAdvantageEstimator (L302-548)
     alpha = v["ppo.adv_estimator.length_adaptive_alpha"]
@@ -114,7 +115,8 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
     cfg["estimator"] = {"name": "gae", "gamma": v["ppo.adv_estimator.gae_gamma"], "lam": lam_policy,
                         "returns_lam": lam_value, "holes": "skip"}
     if v["ppo.adv_estimator.normalize_advantages"]:  # _reward_whiten: masked_mean/masked_var (unbiased)
-        cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add")
+        cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add",
+                                whiten_small="compute")
     cfg["advantage"]["remask"] = True  # masked_fill(~mask, 0), always
     return cfg
 

@@ -32,8 +32,8 @@ def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int, mean_kind: str,
         return r
     out = torch.empty_like(r)
     grouped = mean_kind in ("group", "loo") or std_kind == "group"
-    for s in range(scopes.num_groups):
-        rows = torch.nonzero(scopes.codes == s, as_tuple=True)[0]
+    order = torch.argsort(scopes.codes, stable=True)  # each scope's rows, in input order
+    for rows in torch.split(order, scopes.sizes.tolist()):
         if rows.numel() == 0:
             continue
         x = r[rows]

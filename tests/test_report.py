@@ -249,3 +249,22 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 30_000  # a page of tables and plots, not a blank canvas (a blank 1280x2000 PNG is ~10 kB)
+
+
+def test_api_doc_examples_run(tmp_path, monkeypatch):
+    """Every Python block of docs/api.md runs, in order, from a directory holding sample_data/."""
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.symlink(os.path.join(root, "sample_data"), tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    text = open(os.path.join(root, "docs", "api.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 6
+    ns: dict = {}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/api.md block {i}", "exec"), ns)  # noqa: S102 - our own documentation
+    # the numbers the page prints in its comments
+    assert ns["result"].rows == 384 and (tmp_path / "report.html").exists()
+    assert [round(float(x), 4) for x in ns["adv"]] == [0.9, 0.8, 0.7, 0.5, 0.4]
+    assert sum(ns["result"].histograms["advantages"]["counts"]) == ns["result"].valid_tokens

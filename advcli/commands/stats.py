@@ -44,52 +44,62 @@ configuration that produced them. --report writes .json, .md or .html (a page wi
 """
 
 
-def by_position(files_batches, mask_col: str | None, points: int = POSITION_POINTS) -> dict | None:
-    """Mean/std/count of ``advantages`` per token position over mask=1 tokens, bucketed to ``points``.
+class PositionStats:
+    """Streaming count/Σ/Σ² of the advantage per token position over mask=1 tokens (one slot per position)."""
 
-    ``files_batches`` yields record batches holding ``advantages`` (and ``mask_col``).
-    """
-    from ._arrays import list_parts
+    def __init__(self):
+        self.cnt = np.zeros(0, np.float64)
+        self.s1 = np.zeros(0, np.float64)
+        self.s2 = np.zeros(0, np.float64)
 
-    cnt = np.zeros(0, np.float64)
-    s1 = np.zeros(0, np.float64)
-    s2 = np.zeros(0, np.float64)
-    for batch in files_batches:
-        offs, adv = list_parts(batch.column("advantages"))
-        if mask_col and mask_col in batch.schema.names:
-            _, m = list_parts(batch.column(mask_col))
-            m = m.astype(bool)
-        else:
-            m = np.ones(adv.size, dtype=bool)
+    def add(self, offs: np.ndarray, adv: np.ndarray, mask: np.ndarray | None) -> None:
+        m = np.ones(adv.size, dtype=bool) if mask is None else mask.astype(bool)
         lens = np.diff(offs)
         pos = np.arange(adv.size, dtype=np.int64) - np.repeat(offs[:-1], lens)
         pos, a = pos[m], adv[m].astype(np.float64)
         fin = np.isfinite(a)
         pos, a = pos[fin], a[fin]
         if pos.size == 0:
-            continue
+            return
         n = int(pos.max()) + 1
-        if n > cnt.size:
-            cnt, s1, s2 = (np.concatenate([x, np.zeros(n - x.size)]) for x in (cnt, s1, s2))
-        cnt[:n] += np.bincount(pos, minlength=n)
-        s1[:n] += np.bincount(pos, weights=a, minlength=n)
-        s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
-    if cnt.size == 0:
-        return None
-    width = max(1, -(-cnt.size // points))
-    nb = -(-cnt.size // width)
-    pad = nb * width - cnt.size
-    c, t1, t2 = (np.concatenate([x, np.zeros(pad)]).reshape(nb, width).sum(1) for x in (cnt, s1, s2))
-    keep = c > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = t1 / c
-        std = np.sqrt(np.maximum(t2 / c - mean * mean, 0))
-    starts = np.arange(nb) * width
-    return {"positions": starts[keep].tolist(), "bucket_width": width, "mean": mean[keep].tolist(),
-            "std": std[keep].tolist(), "lo": (mean - std)[keep].tolist(), "hi": (mean + std)[keep].tolist(),
-            "count": c[keep].astype(np.int64).tolist(), "band": "mean ± 1 std",
-            "note": "advantage at each token position (0 = first response token), mask=1 tokens"
-                    + (f", positions bucketed by {width}" if width > 1 else "")}
+        if n > self.cnt.size:
+            self.cnt, self.s1, self.s2 = (np.concatenate([x, np.zeros(n - x.size)]) for x in (self.cnt, self.s1, self.s2))
+        self.cnt[:n] += np.bincount(pos, minlength=n)
+        self.s1[:n] += np.bincount(pos, weights=a, minlength=n)
+        self.s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
+
+    def result(self, points: int = POSITION_POINTS) -> dict | None:
+        if self.cnt.size == 0:
+            return None
+        width = max(1, -(-self.cnt.size // points))
+        nb = -(-self.cnt.size // width)
+        pad = nb * width - self.cnt.size
+        c, t1, t2 = (np.concatenate([x, np.zeros(pad)]).reshape(nb, width).sum(1) for x in (self.cnt, self.s1, self.s2))
+        keep = c > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = t1 / c
+            std = np.sqrt(np.maximum(t2 / c - mean * mean, 0))
+        starts = np.arange(nb) * width
+        return {"positions": starts[keep].tolist(), "bucket_width": width, "mean": mean[keep].tolist(),
+                "std": std[keep].tolist(), "lo": (mean - std)[keep].tolist(), "hi": (mean + std)[keep].tolist(),
+                "count": c[keep].astype(np.int64).tolist(), "band": "mean ± 1 std",
+                "note": "advantage at each token position (0 = first response token), mask=1 tokens"
+                        + (f", positions bucketed by {width}" if width > 1 else "")}
+
+
+def by_position(batches, mask_col: str | None, points: int = POSITION_POINTS) -> dict | None:
+    """Mean/std/count of ``advantages`` per token position over mask=1 tokens, bucketed to ``points``.
+
+    ``batches`` yields record batches holding ``advantages`` (and ``mask_col``).
+    """
+    from ._arrays import list_parts
+
+    acc = PositionStats()
+    for batch in batches:
+        offs, adv = list_parts(batch.column("advantages"))
+        m = list_parts(batch.column(mask_col))[1] if mask_col and mask_col in batch.schema.names else None
+        acc.add(offs, adv, m)
+    return acc.result(points)
 
 
 def output_by_position(paths: list[str], mask_col: str = "response_mask", chunk_rows: int = 8192) -> dict | None:
@@ -196,14 +206,15 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     cols2 = list(dict.fromkeys([mask_col] + [c for c in ("advantages", "returns" if has_ret else None, tlr_col,
                                                          val_col if has_adv else None) if c]))
     row0 = 0
-    pos_batches = []
+    positions = PositionStats()
     for fi, rb, batch in ins.iter_batches(cols2, chunk_rows):
         offs, m = list_parts(batch.column(mask_col))
         layout = Ragged(torch.from_numpy(offs))
         mask = torch.from_numpy((m != 0).astype(np.float32))
         B = batch.num_rows
         zeros = torch.zeros(layout.num_tokens, dtype=torch.float32)
-        adv = torch.from_numpy(list_parts(batch.column("advantages"))[1].astype(np.float32)) if has_adv else zeros
+        adv_np = list_parts(batch.column("advantages"))[1] if has_adv else None
+        adv = torch.from_numpy(adv_np.astype(np.float32)) if has_adv else zeros
         ret = torch.from_numpy(list_parts(batch.column("returns"))[1].astype(np.float32)) if has_ret else zeros
         if tlr_col:
             tlr = torch.from_numpy(list_parts(batch.column(tlr_col))[1].astype(np.float64))
@@ -216,7 +227,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
             if val_col and has_adv else None
         rs.add_chunk(row0, layout, mask, adv, ret, tlr, values)
         if has_adv:
-            pos_batches.append(batch.select(["advantages", mask_col]))
+            positions.add(offs, adv_np, m != 0)
         row0 += B
         if progress:
             progress("tokens", row0, R)
@@ -247,7 +258,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     r.metrics, r.per_step, r.histograms = metrics, per_step, hist
     r.diagnostics, r.warnings = [], []
     if has_adv:
-        r.by_position = by_position(iter(pos_batches), mask_col)
+        r.by_position = positions.result()
     flavor = (prov or {}).get("flavor")
     native = (prov or {}).get("flavor_config")
     note = None

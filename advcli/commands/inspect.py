@@ -221,7 +221,8 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
     out = {}
     has_reward = cmap.has("reward") or cmap.has("token_level_scores")
     for name, req in estimator_requirements().items():
-        missing = [r for r in req["needs"] if not cmap.has(r)]
+        missing = ([] if cmap.has("response_mask") else ["response_mask"]) + [r for r in req["needs"]
+                                                                             if not cmap.has(r)]
         if not has_reward and name != "gdpo":
             missing.append("reward")
         note = ""

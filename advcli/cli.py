@@ -283,21 +283,43 @@ from .commands import register as _register_commands  # noqa: E402  (inspect, va
 _register_commands(app)
 
 
+_INTERRUPTED = "interrupted: nothing was written; an earlier file at the output path is as it was"
+_signal_exit = {"code": 130}
+
+
+def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like Ctrl-C, then exits 143
+    _signal_exit["code"] = 128 + signum
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
     try:
-        app(standalone_mode=False)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not the main thread
+        pass
+    try:
+        rv = app(standalone_mode=False)
+        # typer turns KeyboardInterrupt into Exit(130) and, without standalone mode, *returns* the
+        # code (it would otherwise exit 0 in silence after Ctrl-C); other Exit codes come back too
+        if isinstance(rv, int) and not isinstance(rv, bool) and rv:
+            if rv == 130:
+                _err(_INTERRUPTED)
+                sys.exit(_signal_exit["code"])
+            sys.exit(rv)
     except AdvcliError as e:
         _err(str(e))
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        _err("interrupted; nothing was written at the output path")
-        sys.exit(130)
+        _err(_INTERRUPTED)
+        sys.exit(_signal_exit["code"])
     except __import__("click").exceptions.ClickException as e:
         e.show()
         sys.exit(2)
-    except __import__("click").exceptions.Abort:
-        _err("aborted")
-        sys.exit(130)
+    except __import__("click").exceptions.Abort:  # click turns KeyboardInterrupt into Abort
+        _err(_INTERRUPTED)
+        sys.exit(_signal_exit["code"])
     except SystemExit:
         raise
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request

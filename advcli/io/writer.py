@@ -211,6 +211,9 @@ class AtomicParquetWriter:
                               hint="check that the output directory exists and is writable") from None
         self._error: BaseException | None = None
         self._rebatch = _Rebatcher(schema)
+        # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
+        # that a test can interrupt a run mid-write on a small dump. Never set it in production.
+        self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None
         if threaded:
@@ -243,6 +246,10 @@ class AtomicParquetWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if self._error is not None:
             raise self._error
+        if self._test_delay:
+            import time
+
+            time.sleep(self._test_delay)
         for group in self._rebatch.add(batch):
             self._emit(group)
 

@@ -1,0 +1,206 @@
+"""Interruption: SIGINT, SIGTERM or SIGKILL at any moment leaves nothing at the output path and an
+earlier output intact; SIGINT/SIGTERM exit with one short message (130 / 143); the temporary file a
+killed run leaves behind is recognised and removed by the next run for that output.
+
+Real processes are interrupted mid-write with the test-only hook ``ADVCLI_TEST_SLOW_WRITE``
+(seconds to sleep before each written batch, advcli/io/writer.py), so a small dump stays in its
+write pass long enough. In-process tests raise KeyboardInterrupt at every chunk boundary of every
+pass, and inside the final rename, to cover "any moment" deterministically.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from advcli.sample import make_table
+
+GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+EARLIER = b"PAR1 an earlier output that must survive PAR1"
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    p = tmp_path_factory.mktemp("intr") / "in.parquet"
+    pq.write_table(make_table(400, group_size=8, min_len=4, max_len=64, seed=5), p)
+    return str(p)
+
+
+def sha(p) -> str:
+    with open(p, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def temps(out) -> list[str]:
+    d, name = os.path.split(str(out))
+    return [p for p in glob.glob(os.path.join(d, f".{name}.advcli-tmp-*")) if not p.endswith("-probe")]
+
+
+def start(dump, out, delay="0.25", extra=()):
+    env = dict(os.environ, ADVCLI_TEST_SLOW_WRITE=delay)
+    return subprocess.Popen([sys.executable, "-m", "advcli", "run", dump, "-o", str(out), *GRPO, "--chunk-rows", "20",
+                             "-q", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_temp(proc, out, timeout=120.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if temps(out):
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before writing: rc={proc.returncode} {proc.stderr.read()}")
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail("no temporary output appeared")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_write_keeps_earlier_output(sig, code, dump, tmp_path):
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    proc = start(dump, out, extra=("--force",))
+    wait_for_temp(proc, out)
+    time.sleep(0.4)  # a few batches into the temporary file
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert err.count("advcli: error:") == 1 and "interrupted" in err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == []
+
+
+def test_sigkill_mid_write_then_next_run_cleans_up(dump, tmp_path):
+    out = tmp_path / "out.parquet"
+    proc = start(dump, out)
+    wait_for_temp(proc, out)
+    time.sleep(0.3)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()  # nothing half-written at the output path
+    left = temps(out)
+    assert len(left) == 1 and left[0].endswith(f"-{proc.pid}")  # the killed run's temporary file
+    # the next run recognises it (its process is gone), removes it and writes the output
+    from conftest import run_cli
+
+    p = run_cli("run", dump, "-o", out, *GRPO, "-q")
+    assert p.returncode == 0, p.stderr
+    assert temps(out) == []
+    assert pq.read_table(out).num_rows == 400
+
+
+def test_a_live_runs_temp_is_not_removed(tmp_path):
+    """Only temporary files of dead processes are stale: a running advcli's is left alone."""
+    from advcli.io.writer import TMP_TAG, clean_stale_temps
+
+    out = tmp_path / "o.parquet"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine = tmp_path / f".o.parquet{TMP_TAG}{live.pid}"
+        mine.write_bytes(b"x")
+        dead = tmp_path / f".o.parquet{TMP_TAG}999999999"
+        dead.write_bytes(b"x")
+        other = tmp_path / f".other.parquet{TMP_TAG}999999999"  # another output's: not ours to touch
+        other.write_bytes(b"x")
+        removed = clean_stale_temps(str(out))
+        assert removed == [str(dead)]
+        assert mine.exists() and other.exists() and not dead.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+# --------------------------------------------------------------------- in-process, every moment
+def _run_main(argv, capsys):
+    from advcli.cli import main
+
+    old = sys.argv
+    sys.argv = ["advcli", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err
+
+
+def _count_batches(dump, monkeypatch, tmp_path, capsys):
+    from advcli.io.reader import InputSet
+
+    orig = InputSet.iter_batches
+    calls = {"n": 0}
+
+    def counting(self, *a, **k):
+        for item in orig(self, *a, **k):
+            calls["n"] += 1
+            yield item
+
+    monkeypatch.setattr(InputSet, "iter_batches", counting)
+    code, err = _run_main(["run", dump, "-o", str(tmp_path / "count.parquet"), *GRPO, "--chunk-rows", "100", "-q"],
+                          capsys)
+    assert code == 0, err
+    monkeypatch.setattr(InputSet, "iter_batches", orig)
+    return calls["n"]
+
+
+def test_keyboard_interrupt_at_every_chunk_of_every_pass(dump, tmp_path, monkeypatch, capsys):
+    from advcli.io.reader import InputSet
+
+    total = _count_batches(dump, monkeypatch, tmp_path, capsys)
+    assert total >= 8  # 4 chunks in each of >= 2 passes
+    orig = InputSet.iter_batches
+    for k in range(total + 1):
+        out = tmp_path / f"out{k}.parquet"
+        out.write_bytes(EARLIER)
+        seen = {"n": 0}
+
+        def interrupting(self, *a, **kw):
+            for item in orig(self, *a, **kw):
+                if seen["n"] == k:
+                    raise KeyboardInterrupt
+                seen["n"] += 1
+                yield item
+
+        monkeypatch.setattr(InputSet, "iter_batches", interrupting)
+        code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--chunk-rows", "100", "--force", "-q"], capsys)
+        if k < total:
+            assert code == 130, (k, err)
+            assert "interrupted" in err and "Traceback" not in err
+            assert out.read_bytes() == EARLIER, k
+        else:  # past the last chunk: the run completes
+            assert code == 0, err
+            assert pq.read_table(out).num_rows == 400
+        assert temps(out) == [], k
+    monkeypatch.setattr(InputSet, "iter_batches", orig)
+
+
+def test_keyboard_interrupt_at_the_rename(dump, tmp_path, monkeypatch, capsys):
+    """Interrupted just before the temporary file would be renamed: the target is untouched."""
+    from advcli.io import writer
+
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+
+    class _OS:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def replace(a, b):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "os", _OS())
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "-q"], capsys)
+    assert code == 130, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == []

@@ -474,7 +474,8 @@ def _check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, 
     raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
                       "size; if rows were reordered after the run, restore the rollout order (each prompt's "
-                      "responses contiguous); to group by position only, drop the id column from the dump")
+                      "responses contiguous). To group by the ids instead, run the canonical configuration that "
+                      "`advcli explain --flavor ...` prints with --flavor advcli --set grouping.by=id")
 
 
 def _kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:

@@ -92,6 +92,14 @@ def run(
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once (results do not "
                                                               "depend on it)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
+    engine: str = typer.Option("local", "--engine",
+                               help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
+                                    "directory of part files in row order; pip install 'advcli[ray]'). "
+                                    "See docs/distributed.md."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR",
+                                              help="With --engine ray: the cluster to join (e.g. "
+                                                   "ray://head:10001 or auto). Default: RAY_ADDRESS, else a "
+                                                   "local Ray instance."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
     padded: Optional[bool] = typer.Option(None, "--padded/--ragged",
                                           help="Token lists are right-padded to one width (row length = last "
@@ -109,7 +117,9 @@ def run(
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .config import parse_column_maps, parse_set
+    from .engines import check_engine
 
+    check_engine(engine)
     settings = parse_set(set_)
     columns = parse_column_maps(column)
     flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
@@ -129,12 +139,13 @@ def run(
         from .report import check_report_path
 
         check_report_path(report, list(inputs) + [output])
-    from .pipeline import run_pipeline  # imports torch
+    from .engines import run as run_engine  # imports torch (and ray for --engine ray)
 
     progress_cb, stop = _progress(show)
     try:
-        result = run_pipeline(inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
-                              chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb)
+        result = run_engine(engine, inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
+                            chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb,
+                            ray_address=ray_address)
     finally:
         stop()
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))

@@ -1,0 +1,499 @@
+"""``advcli run --engine ray``: the canonical pipeline on a Ray cluster, with Ray Data.
+
+The passes are those of the local engine (:mod:`advcli.pipeline`), placed where they scale:
+
+1. **driver**: the row pass over the small columns (group id, step, rewards, Σ mask, Σ KL),
+   ``_scopes_and_groups``, ``_kl_coefs``, reward normalisation, the row-level estimator — all of
+   :func:`advcli.pipeline.resolve`. This is a few tens of bytes per row; the token columns a row
+   feature needs (mask, log-probs for Σ KL) are read here too, reduced per row.
+2. **workers** (only where configured): per-scope moments of token-level advantages or token
+   rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
+   per-batch float64 sums in row order.
+3. **workers**: ``ray.data.read_parquet`` → ``map_batches(_Worker, batch_format="pyarrow")`` (an
+   actor class, one GPU each when the cluster has GPUs) applying the same per-chunk math
+   (:func:`advcli.pipeline._chunk_math`) to each batch → ``write_parquet``.
+
+The resolved per-row table is broadcast once with ``ray.put``. Each batch is aligned with it by
+its rows' **global index**: ``read_parquet(include_row_hash=True)`` gives every row a uint64
+``row_hash = splitmix64(md5(path)[:8] + row in file)`` (Ray Data
+``_internal/datasource_v2/common/synthesized_columns.py:_compute_row_hashes``, Ray 2.60). The
+splitmix64 finaliser is a bijection, so :class:`RowLocator` inverts it and recovers (file, row in
+file) exactly; a row that does not decode to a row of an input file is an error, never a silent
+misalignment. The math therefore does not depend on how Ray cuts or orders batches.
+
+**Output**: a directory (``--output DIR``) of Parquet files ``part-<first global row:012d>.parquet``,
+so that file name order is input row order (global over all input files), each file's rows in
+order. Ray Data keeps batches in input order (``DataContext.execution_options.preserve_order``);
+the writer (:func:`_ordered_sink`) does not rely on it: every row carries its global index to the
+writer, which sorts within a file and checks that the files tile rows 0..R-1 exactly. Reading the
+directory (pyarrow.dataset, pandas, ``ray.data.read_parquet``, :func:`read_output`) gives the local
+engine's rows, columns, values and schema metadata. It is written to a temporary directory beside
+it and renamed into place when complete.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from ..errors import AdvcliError
+from ..io.reader import InputSet
+from ..io.writer import TMP_TAG
+from ..ops.groups import GroupIndex
+from ..ops.whiten import MomentSums
+from ..pipeline import (ProgressFn, RunResult, _chunk_math, _ChunkReader, make_plan, output_batch, output_schema,
+                        resolve, roles_to_columns)
+from ..ragged import Ragged
+
+ROW_HASH = "row_hash"
+ROW_COL = "__advcli_row"  # global row index, carried from the workers to the writer (not written)
+INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60')"
+
+
+def import_ray():
+    """``ray`` with Ray Data, or an AdvcliError saying how to get it."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise AdvcliError("--engine ray needs Ray Data, which is not installed in this environment",
+                          hint=INSTALL_HINT) from None
+    if "include_row_hash" not in inspect.signature(ray.data.read_parquet).parameters:
+        raise AdvcliError(f"--engine ray needs ray.data.read_parquet(include_row_hash=...); Ray {ray.__version__} "
+                          "lacks it", hint=INSTALL_HINT)
+    return ray
+
+
+# ------------------------------------------------------------------------------------ row index
+_M64 = 1 << 64
+_C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_I1, _I2 = pow(_C1, -1, _M64), pow(_C2, -1, _M64)
+
+
+def path_seed(path: str) -> int:
+    """Ray's per-file seed: the first 8 bytes of md5(path), little-endian."""
+    return int.from_bytes(hashlib.md5(path.encode("utf-8")).digest()[:8], "little")
+
+
+def row_keys(hashes: np.ndarray) -> np.ndarray:
+    """Invert splitmix64's finaliser (x ^= x>>30; x *= C1; x ^= x>>27; x *= C2; x ^= x>>31):
+    ``row_hash`` -> ``seed(path) + row in file`` (mod 2^64). Each xor-shift by s is undone by
+    x ^ x>>s ^ x>>2s ^ ..., each multiplication by the inverse of the odd constant mod 2^64."""
+    x = np.array(hashes, dtype=np.uint64, copy=True)
+    u = np.uint64
+    with np.errstate(over="ignore"):
+        x ^= (x >> u(31)) ^ (x >> u(62))
+        x *= u(_I2)
+        x ^= (x >> u(27)) ^ (x >> u(54))
+        x *= u(_I1)
+        x ^= (x >> u(30)) ^ (x >> u(60))
+    return x
+
+
+class RowLocator:
+    """Global row index (input order over all files) of each row, from its ``row_hash``."""
+
+    def __init__(self, paths: list[str], file_rows: list[int]):
+        seeds = np.array([path_seed(p) for p in paths], dtype=np.uint64)
+        order = np.argsort(seeds, kind="stable")
+        base = np.concatenate([[0], np.cumsum(np.asarray(file_rows, dtype=np.int64))[:-1]]).astype(np.int64)
+        self.paths = list(paths)
+        self.seeds = seeds[order]
+        self.file = order.astype(np.int64)
+        self.rows = np.asarray(file_rows, dtype=np.uint64)[order]
+        self.base = base[order]
+
+    def locate(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(global row, file index, row in file), int64 each."""
+        keys = row_keys(hashes)
+        j = np.searchsorted(self.seeds, keys, side="right") - 1
+        j[j < 0] = len(self.seeds) - 1  # seed + row wrapped past 2^64
+        with np.errstate(over="ignore"):
+            off = keys - self.seeds[j]
+        bad = off >= self.rows[j]
+        if bool(bad.any()):
+            raise AdvcliError("--engine ray: a row's row_hash does not decode to a row of an input file; this "
+                              "Ray version hashes rows differently from the one advcli was built against "
+                              "(Ray 2.60)", hint="use --engine local, or the Ray version named in docs/distributed.md")
+        off = off.astype(np.int64)
+        return self.base[j] + off, self.file[j], off
+
+
+def take_rows(res, idx: torch.Tensor):
+    """The resolved tables restricted to rows ``idx`` (in that order): per-row tensors gathered,
+    per-scope/per-group statistics kept whole (row codes still index them)."""
+    def gi(g):
+        return None if g is None else GroupIndex(g.codes[idx], g.num_groups)
+
+    t = res.table
+    table = dataclasses.replace(t, score=t.score[idx], valid_len=t.valid_len[idx], length=t.length[idx],
+                                scopes=gi(t.scopes), groups=gi(t.groups),
+                                columns={k: v[idx] for k, v in t.columns.items()})
+    return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), beta_row=res.beta_row[idx],
+                               reward_row=res.reward_row[idx],
+                               adv_row=None if res.adv_row is None else res.adv_row[idx], table=table)
+
+
+def _record_batch(table: pa.Table) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
+
+
+# -------------------------------------------------------------------------------------- workers
+class _Worker:
+    """One Ray Data actor: the per-chunk math on each batch, aligned by global row index."""
+
+    def __init__(self, payload):
+        import ray
+
+        if isinstance(payload, ray.ObjectRef):
+            payload = ray.get(payload)
+        self.plan = dataclasses.replace(payload["plan"], device=torch.device(payload["device"]))
+        self.res = payload["res"]
+        self.locator: RowLocator = payload["locator"]
+        self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages"
+        self.base_fields = payload.get("base_fields")
+        self.out_schema = payload.get("out_schema")
+        self.stats = payload.get("stats")
+        self.reader = _ChunkReader(self.plan, None)
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        try:
+            return self._call(table)
+        except AdvcliError as e:  # Ray Data re-wraps and drops __cause__: carry it in the message
+            raise RuntimeError(_ERR_MARK + json.dumps([e.message, e.hint]) + _ERR_MARK) from None
+
+    def _call(self, table: pa.Table) -> pa.Table:
+        plan = self.plan
+        grow, fidx, off = self.locator.locate(table.column(ROW_HASH).to_numpy())
+        batch = _record_batch(table.drop_columns([ROW_HASH]))
+        file = self.locator.paths[int(fidx[0])] if len(fidx) else ""
+        offsets, tok = self.reader.tokens(batch, file, int(off[0]) if len(off) else 0, plan.token_roles)
+        sub = take_rows(self.res, torch.from_numpy(grow))
+        layout = Ragged(torch.from_numpy(offsets))
+        if self.mode.startswith("moments"):
+            rewards = self.mode == "moments:rewards"
+            adv, _, tlr, mask = _chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
+            v = tlr if rewards else adv
+            sums = MomentSums.zeros(self.res.scopes.num_groups)
+            sums.add(v, mask, layout.broadcast(sub.scopes.codes.to(v.device)))
+            return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
+                             "count": [sums.count.tolist()], "total": [sums.total.tolist()],
+                             "total_sq": [sums.total_sq.tolist()]})
+        adv, ret, tlr, mask = _chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
+        if self.stats is not None:
+            m = mask.bool()
+            a = adv[m].double()
+            import ray
+
+            ray.get(self.stats.add.remote(int(a.numel()), float(a.sum()) if a.numel() else 0.0,
+                                          float(a.min()) if a.numel() else None,
+                                          float(a.max()) if a.numel() else None,
+                                          int((~torch.isfinite(adv)).sum())))
+        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets)
+        return pa.Table.from_batches([rb], schema=self.out_schema).append_column(
+            ROW_COL, pa.array(grow, type=pa.int64()))
+
+
+class _StatsSink:
+    """The run's summary figures over valid tokens, added to by every worker (a tiny Ray actor)."""
+
+    def __init__(self):
+        self.n, self.total, self.lo, self.hi, self.nonfinite = 0, 0.0, float("inf"), float("-inf"), 0
+
+    def add(self, n, total, lo, hi, nonfinite):
+        if n:
+            self.n += n
+            self.total += total
+            self.lo = min(self.lo, lo)
+            self.hi = max(self.hi, hi)
+        self.nonfinite += nonfinite
+        return True
+
+    def summary(self) -> dict:
+        """verl's names (advcli.stats) for the token figures the workers can add up exactly."""
+        n = self.n
+        return {"critic/advantages/mean": self.total / n if n else None,
+                "critic/advantages/min": self.lo if n else None, "critic/advantages/max": self.hi if n else None,
+                "critic/advantages/count": n, "critic/advantages/nonfinite": self.nonfinite}
+
+
+# --------------------------------------------------------------------------------------- engine
+@dataclasses.dataclass
+class _Cluster:
+    ray: object
+    device: str  # worker device
+    num_gpus: float
+    concurrency: int
+    chunk_rows: int
+    override_num_blocks: int | None
+
+
+_ERR_MARK = "<<advcli-error>>"
+
+
+def _unwrap(e: BaseException) -> BaseException:
+    """The AdvcliError a worker or the driver raised, wherever Ray wrapped it; else ``e``."""
+    seen = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, AdvcliError):
+            return x
+        text = str(x)
+        if _ERR_MARK in text:
+            message, hint = json.loads(text.split(_ERR_MARK)[1])
+            return AdvcliError(message, hint=hint)
+        stack += [getattr(x, "cause", None), x.__cause__, x.__context__]
+    return e
+
+
+def _dataset(cl: _Cluster, paths: list[str], columns: list[str] | None):
+    ray = cl.ray
+    ds = ray.data.read_parquet(paths, include_row_hash=True, file_extensions=None, partitioning=None,
+                               override_num_blocks=cl.override_num_blocks)
+    if columns is not None:
+        ds = ds.select_columns(list(dict.fromkeys(columns)) + [ROW_HASH])
+    return ds
+
+
+def _map(cl: _Cluster, ds, payload_ref):
+    kw = {"num_gpus": 1} if cl.num_gpus else {"num_cpus": 1}
+    return ds.map_batches(_Worker, fn_constructor_args=(payload_ref,), batch_format="pyarrow",
+                          batch_size=cl.chunk_rows, compute=cl.ray.data.ActorPoolStrategy(size=cl.concurrency),
+                          zero_copy_batch=True, **kw)
+
+
+def _moments_fn(cl: _Cluster, paths: list[str]):
+    """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers."""
+    def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
+        payload = {"plan": plan, "res": res, "locator": RowLocator(paths, inputs.file_rows()), "device": cl.device,
+                   "mode": "moments:rewards" if rewards else "moments:advantages"}
+        ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
+        parts = sorted(ds.take_all(), key=lambda r: r["first_row"])  # add in row order: deterministic
+        sums = MomentSums.zeros(res.scopes.num_groups)
+        for p in parts:
+            sums.count += torch.tensor(p["count"], dtype=torch.float64)
+            sums.total += torch.tensor(p["total"], dtype=torch.float64)
+            sums.total_sq += torch.tensor(p["total_sq"], dtype=torch.float64)
+        if progress:
+            progress("statistics", inputs.num_rows, inputs.num_rows)
+        return sums
+    return token_moments
+
+
+def _check_output_dir(output: str, inputs: list[str], force: bool) -> None:
+    real = os.path.realpath(output)
+    for p in inputs:
+        rp = os.path.realpath(p)
+        if rp == real or rp.startswith(real + os.sep):
+            raise AdvcliError(f"{output}: the output directory is or holds an input; advcli never overwrites "
+                              "its input", hint="choose another --output path")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise AdvcliError(f"{output}: the output directory's parent {parent} does not exist",
+                          hint=f"create it: mkdir -p {parent}")
+    if not os.access(parent, os.W_OK):
+        raise AdvcliError(f"{output}: {parent} is not writable", hint="choose another --output directory")
+    if os.path.exists(output) and not force:
+        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
+
+
+def _tmp_dir(output: str) -> str:
+    d, name = os.path.split(os.path.abspath(output.rstrip(os.sep)))
+    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
+
+
+def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int):
+    """A Ray Data sink writing ``part-<first global row:012d>.parquet`` files, each file's rows in
+    global row order, and checking on completion that the files tile rows 0..R-1 exactly.
+
+    Not ``Dataset.write_parquet``: its writer (``pyarrow.dataset.write_dataset(use_threads=True)``,
+    Ray 2.60 ``ParquetDatasink``) may reorder the blocks of one write task inside the file; seen
+    here as two 97-row batches swapped. Each file goes through advcli's own writer
+    (:class:`advcli.io.writer.AtomicParquetWriter`: project write settings, temp file + rename)."""
+    from ray.data.datasource import Datasink
+
+    from ..io.writer import AtomicParquetWriter
+
+    class OrderedParquetSink(Datasink):
+        def get_name(self) -> str:
+            return "AdvcliParquet"
+
+        @property
+        def min_rows_per_write(self):
+            return rows_per_file
+
+        def write(self, blocks, ctx):
+            tables = [t for t in blocks if t.num_rows]
+            if not tables:
+                return []
+            t = pa.concat_tables(tables)
+            rows = t.column(ROW_COL).to_numpy()
+            if bool((np.diff(rows) <= 0).any()):
+                order = np.argsort(rows, kind="stable")
+                t, rows = t.take(pa.array(order)), rows[order]
+            w = AtomicParquetWriter(os.path.join(directory, f"part-{int(rows[0]):012d}.parquet"), out_schema,
+                                    threaded=False)
+            try:
+                for b in t.drop_columns([ROW_COL]).to_batches():
+                    w.write(b)
+                w.commit()
+            except BaseException:
+                w.abort()
+                raise
+            return [(int(rows[0]), int(rows[-1]), int(len(rows)))]
+
+        def on_write_complete(self, write_result):
+            spans = sorted(x for r in write_result.write_returns for x in (r or []))
+            nxt = 0
+            for first, last, n in spans:
+                if first != nxt or last - first + 1 != n:
+                    raise AdvcliError(f"--engine ray: the written files do not hold rows {nxt}.. in order "
+                                      f"(a file holds rows {first}..{last}, {n} rows); nothing was written",
+                                      hint="please report this with your Ray version; --engine local is unaffected")
+                nxt = last + 1
+            if nxt != num_rows:
+                raise AdvcliError(f"--engine ray: {nxt} rows were written, the input has {num_rows}")
+
+    return OrderedParquetSink()
+
+
+def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_blocks: int | None,
+           quiet: bool) -> tuple[_Cluster, bool]:
+    started = False
+    if not ray.is_initialized():
+        kw = {"include_dashboard": False} if address is None else {}
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=not quiet, **kw)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise AdvcliError(f"--ray-address {address}: cannot connect to a Ray cluster ({str(e).splitlines()[0]})",
+                              hint="start one with `ray start --head`, or leave --ray-address out for a local "
+                                   "instance") from None
+        started = True
+    res = ray.cluster_resources()
+    gpus, cpus = float(res.get("GPU", 0)), float(res.get("CPU", 1))
+    if device == "cuda" and gpus < 1:
+        raise AdvcliError("--device cuda: the Ray cluster has no GPU", hint="use --device auto or cpu")
+    if device not in ("auto", "cpu", "cuda"):
+        raise AdvcliError(f"--device {device!r}: expected auto, cpu or cuda")
+    use_gpu = gpus >= 1 and device != "cpu"
+    # CPU workers leave one CPU to the read and write tasks
+    conc = int(gpus) if use_gpu else max(1, int(cpus) - 1)
+    return _Cluster(ray, "cuda" if use_gpu else "cpu", 1 if use_gpu else 0, conc, chunk_rows,
+                    override_num_blocks), started
+
+
+def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
+            native: dict | None = None, column_overrides: dict[str, str] | None = None, chunk_rows: int = 4096,
+            device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
+            address: str | None = None, override_num_blocks: int | None = None,
+            rows_per_file: int | None = None) -> RunResult:
+    """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
+    ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
+    least number of rows Ray gathers into one output file). ``output`` is a directory."""
+    ray = import_ray()
+    t0 = time.perf_counter()
+    if output is None:
+        raise AdvcliError("--engine ray writes its result: give --output DIR")
+    if chunk_rows is not None and chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    inputs = InputSet.open(input_specs)
+    if ROW_COL in inputs.schema.names:
+        raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_COL!r}, which --engine ray uses itself",
+                          hint="rename that column, or use --engine local")
+    if ROW_HASH in inputs.schema.names:
+        raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_HASH!r}, which Ray Data's reader "
+                          "overwrites (advcli uses it to keep row order)",
+                          hint="rename that column, or use --engine local")
+    plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
+    _check_output_dir(output, inputs.paths, force)
+    chunk_rows = chunk_rows or max(inputs.num_rows, 1)
+    rows_per_file = rows_per_file or 16 * chunk_rows
+    paths = [os.path.abspath(p) for p in inputs.paths]
+
+    cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = progress is not None
+    tmp = _tmp_dir(output)
+    data_log = logging.getLogger("ray.data")
+    saved_level = data_log.level
+    if progress is None:
+        data_log.setLevel(logging.CRITICAL)  # a worker's AdvcliError is re-raised here as one message
+    try:
+        try:
+            # passes 1-2: driver row table; token moments on the workers
+            res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress,
+                                                     token_moments=_moments_fn(cl, paths))
+            # pass 3: compute and write
+            base_fields, out_schema = output_schema(plan, inputs, flavor, native)
+            sink = ray.remote(num_cpus=0)(_StatsSink).remote()
+            payload = {"plan": plan, "res": res, "locator": RowLocator(paths, inputs.file_rows()), "device": cl.device,
+                       "mode": "write", "base_fields": base_fields, "out_schema": out_schema, "stats": sink}
+            ds = _map(cl, _dataset(cl, paths, None), ray.put(payload))
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file))
+            if not glob.glob(os.path.join(tmp, "*.parquet")):  # no rows: one empty file keeps the schema
+                pq.write_table(out_schema.empty_table(), os.path.join(tmp, f"part-{0:012d}.parquet"))
+            metrics = ray.get(sink.summary.remote())
+        except Exception as e:  # noqa: BLE001 - Ray wraps the workers' errors
+            shutil.rmtree(tmp, ignore_errors=True)
+            err = _unwrap(e)
+            if err is e:
+                raise
+            raise err from None
+        _replace_dir(tmp, output)
+    finally:
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+        data_log.setLevel(saved_level)
+        if started:
+            ray.shutdown()
+    R = inputs.num_rows
+    scopes, step_values = res.scopes, res.step_values
+    result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=int(row["length"].sum()),
+                       valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
+    result.metrics = metrics
+    result.per_step = [{"step": sv, "rows": int(n), "kl_coef": b if plan.kl_on else None,
+                        "kl": k if plan.kl_on else None}
+                       for sv, n, b, k in zip(step_values, scopes.sizes.tolist(), betas, kls)]
+    if getattr(plan, "scope_domains", None) is not None:
+        for entry, dom in zip(result.per_step, plan.scope_domains):
+            entry["domain"] = dom
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _replace_dir(tmp: str, output: str) -> None:
+    """Move the finished temporary directory to ``output`` (replacing what --force allowed)."""
+    old = None
+    if os.path.lexists(output):
+        old = tmp + "-old"
+        os.replace(output, old)
+    os.replace(tmp, output)
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.remove(old)
+
+
+def read_output(path: str) -> pa.Table:
+    """The Ray engine's output directory as one table, in input row order (file name order)."""
+    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    return pa.concat_tables([pq.read_table(f) for f in files])

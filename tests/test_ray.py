@@ -1,0 +1,231 @@
+"""--engine ray: the same outputs as the local engine (rows, order, columns, values, metadata).
+
+The Ray tests start one local Ray instance for the module (``ray.init(num_cpus=2)``, ~3 s) and
+are skipped when Ray is not installed (``pip install 'advcli[ray]'``). Inputs are generated dumps
+with groups scattered inside steps, a step column, two input files and small read blocks and
+batches, so every group and step statistic spans blocks, batches and files.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from advcli.errors import AdvcliError
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
+
+
+# ------------------------------------------------------------------ no cluster needed
+def _splitmix_forward(path: str, rows: np.ndarray) -> np.ndarray:
+    """Ray's row_hash written out from its description: splitmix64 finaliser of md5(path)[:8] + row
+    (Steele, Lea & Flood 2014; Ray 2.60 datasource_v2/common/synthesized_columns.py)."""
+    seed = int.from_bytes(hashlib.md5(path.encode()).digest()[:8], "little")
+    out = []
+    for r in rows.tolist():
+        x = (seed + r) % 2**64
+        x ^= x >> 30
+        x = (x * 0xBF58476D1CE4E5B9) % 2**64
+        x ^= x >> 27
+        x = (x * 0x94D049BB133111EB) % 2**64
+        x ^= x >> 31
+        out.append(x)
+    return np.array(out, dtype=np.uint64)
+
+
+def test_row_locator_inverts_row_hash():
+    from advcli.engines.ray_engine import RowLocator
+
+    paths = ["/data/a.parquet", "/data/b.parquet", "/data/c.parquet"]
+    sizes = [5, 0, 7]
+    loc = RowLocator(paths, sizes)
+    # rows of c, then a, in a scattered order
+    hashes = np.concatenate([_splitmix_forward(paths[2], np.array([6, 0, 3])),
+                             _splitmix_forward(paths[0], np.array([4, 0]))])
+    grow, fidx, off = loc.locate(hashes)
+    assert grow.tolist() == [5 + 6, 5 + 0, 5 + 3, 4, 0]
+    assert fidx.tolist() == [2, 2, 2, 0, 0]
+    assert off.tolist() == [6, 0, 3, 4, 0]
+    # a row beyond its file, or a hash of another scheme, is refused, never misplaced
+    with pytest.raises(AdvcliError, match="row_hash"):
+        loc.locate(_splitmix_forward(paths[0], np.array([5])))
+    with pytest.raises(AdvcliError, match="row_hash"):
+        loc.locate(np.array([12345], dtype=np.uint64))
+
+
+@needs_ray
+def test_row_locator_matches_rays_own_hash():
+    from ray.data._internal.datasource_v2.common.synthesized_columns import _compute_row_hashes
+
+    from advcli.engines.ray_engine import RowLocator
+
+    loc = RowLocator(["/x/one.parquet", "/x/two.parquet"], [10, 1000])
+    grow, _, _ = loc.locate(_compute_row_hashes("/x/two.parquet", 990, 10))
+    assert grow.tolist() == list(range(1000, 1010))
+
+
+def test_missing_ray_says_how_to_install(monkeypatch):
+    from advcli.engines.ray_engine import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(AdvcliError, match=r"pip install 'advcli\[ray\]'"):
+        import_ray()
+
+
+def test_unknown_engine_suggests_nearest():
+    from advcli.engines import check_engine
+
+    with pytest.raises(AdvcliError, match="Did you mean 'ray'"):
+        check_engine("rya")
+
+
+# ------------------------------------------------------------------ against the local engine
+@pytest.fixture(scope="module")
+def ray_session():
+    if not HAVE_RAY:
+        pytest.skip("ray is not installed")
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024  # small blocks: many blocks, batches and output files
+    yield ray
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    """Two files of one dump: 3 steps, groups of 6 scattered inside each step, masked spans."""
+    from advcli.sample import make_table
+
+    d = tmp_path_factory.mktemp("raydump")
+    t = make_table(1500, 6, 2, 40, 7, shuffle=True, steps=3)
+    a, b = str(d / "a.parquet"), str(d / "b.parquet")
+    pq.write_table(t.slice(0, 830), a, row_group_size=200)  # a step and many groups straddle the files
+    pq.write_table(t.slice(830), b, row_group_size=200)
+    return [a, b]
+
+
+def _local(paths, tmp_path, flavor, settings, chunk_rows=128):
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve(flavor, settings)
+    out = tmp_path / "local"
+    run_pipeline(paths, str(out) + ("/" if len(paths) > 1 else ""), cfg, flavor=flavor, native=native,
+                 chunk_rows=chunk_rows, device="cpu")
+    files = [out / p.rsplit("/", 1)[1] for p in paths] if len(paths) > 1 else [out]
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def _ray(paths, tmp_path, flavor, settings, **kw):
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.flavors import resolve
+
+    cfg, native = resolve(flavor, settings)
+    out = str(tmp_path / "ray")
+    result = run_ray(paths, out, cfg, flavor=flavor, native=native, device="cpu", **kw)
+    return read_output(out), result, out
+
+
+def _same(local: pa.Table, got: pa.Table, tol: float | None = None):
+    assert got.schema.names == local.schema.names
+    assert got.schema.equals(local.schema, check_metadata=False)
+    assert got.num_rows == local.num_rows
+    for name in local.schema.names:
+        if tol is not None and name in ("advantages", "returns"):
+            x = local[name].combine_chunks()
+            y = got[name].combine_chunks()
+            assert x.offsets.equals(y.offsets)
+            np.testing.assert_allclose(y.flatten().to_numpy(), x.flatten().to_numpy(), rtol=tol, atol=tol)
+        else:
+            assert got[name].equals(local[name]), name
+    meta_l = local.schema.metadata[b"advcli"]
+    assert got.schema.metadata[b"advcli"] == meta_l  # same provenance: config, inputs, fingerprint
+
+
+def test_verl_grpo_scattered_groups_small_blocks(ray_session, dump, tmp_path):
+    settings = [("algorithm.adv_estimator", "grpo")]
+    local = _local(dump, tmp_path, "verl", settings)
+    got, result, out = _ray(dump, tmp_path, "verl", settings, chunk_rows=37, override_num_blocks=9,
+                            rows_per_file=150)
+    _same(local, got)
+    import os
+
+    files = sorted(os.listdir(out))
+    assert len(files) >= 5 and files[0] == "part-000000000000.parquet"  # several files, named by first row
+    steps = np.bincount(local["step"].to_numpy()).tolist()
+    assert result.rows == 1500 and [s["rows"] for s in result.per_step] == steps and len(steps) == 3
+    m = result.metrics
+    adv = local["advantages"].combine_chunks().flatten().to_numpy()
+    mask = local["response_mask"].combine_chunks().flatten().to_numpy().astype(bool)
+    assert m["critic/advantages/count"] == int(mask.sum())
+    assert m["critic/advantages/max"] == pytest.approx(float(adv[mask].max()))
+
+
+def test_verl_gae_adaptive_kl_per_step(ray_session, dump, tmp_path):
+    settings = [("algorithm.adv_estimator", "gae"), ("algorithm.gamma", 0.99), ("algorithm.lam", 0.95),
+                ("algorithm.use_kl_in_reward", True), ("algorithm.kl_penalty", "low_var_kl"),
+                ("algorithm.kl_ctrl.type", "adaptive"), ("algorithm.kl_ctrl.kl_coef", 0.05),
+                ("algorithm.kl_ctrl.target_kl", 0.01), ("algorithm.kl_ctrl.horizon", 500)]
+    local = _local(dump, tmp_path, "verl", settings)
+    got, result, _ = _ray(dump, tmp_path, "verl", settings, chunk_rows=53, override_num_blocks=7)
+    _same(local, got)
+    assert "token_level_rewards" in got.schema.names
+    betas = [s["kl_coef"] for s in result.per_step]
+    assert betas[0] == 0.05 and len(set(betas)) == 3  # the controller moved from step to step
+
+
+def test_nemo_gae_whitening_moments_on_workers(ray_session, dump, tmp_path):
+    # per-step whitening of token-level advantages: the moments pass runs on the workers
+    settings = [("ppo.adv_estimator.name", "gae"), ("ppo.adv_estimator.gae_lambda", 0.9),
+                ("ppo.adv_estimator.gae_gamma", 0.99)]
+    local = _local(dump, tmp_path, "nemo", settings)
+    got, _, _ = _ray(dump, tmp_path, "nemo", settings, chunk_rows=64, override_num_blocks=5)
+    _same(local, got, tol=2e-6)  # float64 moments summed over other batch boundaries
+
+
+def test_worker_side_bad_input_is_one_clear_error(ray_session, tmp_path):
+    # values are read only by the workers (the driver's row pass does not need them)
+    from advcli.sample import make_table
+
+    t = make_table(40, 4, 3, 9, 1, shuffle=True)
+    vals = t.column("values").to_pylist()
+    vals[17][1] = float("nan")
+    t = t.set_column(t.schema.get_field_index("values"), "values",
+                     pa.array(vals, type=t.schema.field("values").type))
+    p = str(tmp_path / "bad.parquet")
+    pq.write_table(t, p)
+    with pytest.raises(AdvcliError, match=r"'values', row 17, position 1"):
+        _ray([p], tmp_path, "verl", [("algorithm.adv_estimator", "gae")], chunk_rows=8)
+    assert not (tmp_path / "ray").exists()  # nothing left at the output path
+
+
+def test_cli_engine_ray_on_sample_data(ray_session, tmp_path):
+    import os
+
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+    from advcli.engines.ray_engine import read_output
+
+    sample = os.path.join(os.path.dirname(__file__), "..", "sample_data", "rollouts.parquet")
+    out_l, out_r = str(tmp_path / "l.parquet"), str(tmp_path / "r")
+    runner = CliRunner()
+    r1 = runner.invoke(app, ["run", sample, "-o", out_l, "-q", "--chunk-rows", "100"])
+    assert r1.exit_code == 0, r1.output
+    r2 = runner.invoke(app, ["run", sample, "-o", out_r, "-q", "--engine", "ray", "--chunk-rows", "50"])
+    assert r2.exit_code == 0, r2.output
+    _same(pq.read_table(out_l), read_output(out_r))
+    r3 = runner.invoke(app, ["run", sample, "-o", out_r, "-q", "--engine", "ray"])
+    assert r3.exit_code != 0 and "already exists" in str(r3.exception or r3.output)

@@ -130,6 +130,30 @@ class RowLocator:
         return self.base[j] + off, self.file[j], off
 
 
+# _Resolved fields take_rows gathers per row, those it keeps whole (per scope / per group), and
+# those the workers never read (dropped from the broadcast by lean()).
+_PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
+_WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
+_DRIVER_ONLY = {"raw_score", "row_keys"}
+
+
+def lean(res):
+    """The resolved tables as broadcast to the workers: without what only the driver's statistics
+    read (``row_keys`` holds every row's prompt id) and without cached group buckets. A field
+    this module does not know is refused rather than guessed per row or per scope."""
+    unknown = [f.name for f in dataclasses.fields(res) if f.name not in _PER_ROW | _WHOLE | _DRIVER_ONLY]
+    if unknown:
+        raise RuntimeError(f"advcli.engines.ray_engine does not know _Resolved field(s) {unknown}: say in "
+                           "take_rows/lean whether they are per row, per scope or driver-only")
+
+    def gi(g):
+        return None if g is None else GroupIndex(g.codes, g.num_groups)
+
+    table = dataclasses.replace(res.table, scopes=gi(res.table.scopes), groups=gi(res.table.groups))
+    return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), table=table,
+                               **{k: None for k in _DRIVER_ONLY})
+
+
 def take_rows(res, idx: torch.Tensor):
     """The resolved tables restricted to rows ``idx`` (in that order): per-row tensors gathered,
     per-scope/per-group statistics kept whole (row codes still index them)."""
@@ -171,7 +195,13 @@ class _Worker:
         try:
             return self._call(table)
         except AdvcliError as e:  # Ray Data re-wraps and drops __cause__: carry it in the message
-            raise RuntimeError(_ERR_MARK + json.dumps([e.message, e.hint]) + _ERR_MARK) from None
+            raise RuntimeError(_ERR_MARK + json.dumps(["advcli", e.message, e.hint]) + _ERR_MARK) from None
+        except Exception as e:  # an advcli bug: one line on the driver, the traceback in the worker's log
+            import traceback
+
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            msg = f"{type(e).__name__}: {e} (in a Ray worker, {os.path.basename(where.filename)}:{where.lineno})"
+            raise RuntimeError(_ERR_MARK + json.dumps(["internal", msg, None]) + _ERR_MARK) from e
 
     def _call(self, table: pa.Table) -> pa.Table:
         plan = self.plan
@@ -255,8 +285,8 @@ def _unwrap(e: BaseException) -> BaseException:
             return x
         text = str(x)
         if _ERR_MARK in text:
-            message, hint = json.loads(text.split(_ERR_MARK)[1])
-            return AdvcliError(message, hint=hint)
+            kind, message, hint = json.loads(text.split(_ERR_MARK)[1])
+            return AdvcliError(message, hint=hint) if kind == "advcli" else RuntimeError(message)
         stack += [getattr(x, "cause", None), x.__cause__, x.__context__]
     return e
 
@@ -280,8 +310,8 @@ def _map(cl: _Cluster, ds, payload_ref):
 def _moments_fn(cl: _Cluster, paths: list[str]):
     """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
-        payload = {"plan": plan, "res": res, "locator": RowLocator(paths, inputs.file_rows()), "device": cl.device,
-                   "mode": "moments:rewards" if rewards else "moments:advantages"}
+        payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
+                   "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
         ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
         parts = sorted(ds.take_all(), key=lambda r: r["first_row"])  # add in row order: deterministic
         sums = MomentSums.zeros(res.scopes.num_groups)
@@ -443,8 +473,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native)
             sink = ray.remote(num_cpus=0)(_StatsSink).remote()
-            payload = {"plan": plan, "res": res, "locator": RowLocator(paths, inputs.file_rows()), "device": cl.device,
-                       "mode": "write", "base_fields": base_fields, "out_schema": out_schema, "stats": sink}
+            payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
+                       "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema, "stats": sink}
             ds = _map(cl, _dataset(cl, paths, None), ray.put(payload))
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)

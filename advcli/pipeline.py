@@ -39,7 +39,8 @@ from .columns import ColumnMap, resolve_columns
 from .config import get_path
 from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
-from .io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets, tensor_to_list_array
+from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets, offsets_array,
+                             tensor_to_list_array)
 from .io.reader import InputSet
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
 from .ops import kl as kl_ops
@@ -242,7 +243,9 @@ class _ChunkReader:
             if role in ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
                         "teacher_log_probs", "rollout_is_weights"):
                 vals = vals.to(plan.dtype)
-                if not bool(torch.isfinite(vals).all()):
+                # one reduction instead of a bool tensor per column: a NaN/inf makes the sum
+                # non-finite; a finite sum that overflowed only sends us to the exact check
+                if not bool(torch.isfinite(vals.sum())) and not bool(torch.isfinite(vals).all()):
                     pos = int(torch.nonzero(~torch.isfinite(vals))[0])
                     row = int(np.searchsorted(offsets, pos, side="right") - 1)
                     raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
@@ -301,12 +304,22 @@ def _placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Te
 
 
 # ----------------------------------------------------------------------------------------- pass 1
-def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None):
+def _defer_row_kl(plan: Plan) -> bool:
+    """Whether the per-row KL (Σ_t and verl's masked mean) can wait for the write pass: nothing
+    before it depends on it — a fixed controller (β does not depend on the KL), an estimator that
+    reads tokens, not row scores, and no group diagnostics over the row scores. Then pass 1 reads no
+    log-prob column and the KL is computed once, where the token rewards need it anyway."""
+    return (plan.kl_on and plan.cfg["kl"]["controller"] != "adaptive" and plan.spec.level != "row"
+            and not plan.spec.uses_groups and plan.spec.token_group_stats is None)
+
+
+def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None, row_kl: bool = True):
     cmap = plan.cmap
     roles = ["response_mask"]
     if plan.reward_source == "token_level_scores":
         roles.append("token_level_scores")
-    if plan.kl_on:
+    row_kl = plan.kl_on and row_kl
+    if row_kl:
         roles += ["old_log_probs", "ref_log_probs"]
     cols = list(roles_to_columns(plan, roles))
     scalar_roles = []
@@ -352,11 +365,10 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
             comp_parts[c].append(_scalar(batch, c, file, row_base, plan.dtype))
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
-        if plan.kl_on:
-            kld = _kl_token(plan, tok, mask)
-            parts["kl_sum"].append(layout.row_sum(kld))  # Σ_t of the KL term as it enters the rewards
-            # verl apply_kl_penalty: masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)
-            parts["kl_mean"].append(layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8))
+        if row_kl:
+            kl_sum, kl_mean = _row_kl(layout, _kl_token(plan, tok, mask), mask)
+            parts["kl_sum"].append(kl_sum)
+            parts["kl_mean"].append(kl_mean)
         for c in key_cols:
             arr = batch.column(c)
             check_no_nulls(arr, file, c, row_base)
@@ -371,12 +383,18 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
             parts["reward"] = [torch.zeros(0, dtype=plan.dtype)]
         if plan.reward_source == "token_level_scores":
             parts["score_sum"] = [torch.zeros(0, dtype=plan.dtype)]
-        if plan.kl_on:
+        if row_kl:
             parts["kl_sum"] = parts["kl_mean"] = [torch.zeros(0, dtype=plan.dtype)]
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
     cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
+
+
+def _row_kl(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ_t kld, verl apply_kl_penalty's masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)) per row;
+    ``kld`` is the KL term as it enters the rewards."""
+    return layout.row_sum(kld), layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8)
 
 
 def roles_to_columns(plan: Plan, roles: list[str]):
@@ -479,7 +497,8 @@ def _check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, 
 
 
 def _kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
-    """β used by each scope (value before that scope's update) and each scope's current_kl."""
+    """β used by each scope (value before that scope's update) and each scope's current_kl
+    (0.0 where ``kl_mean`` is not known yet: :func:`_defer_row_kl`)."""
     c = plan.cfg["kl"]
     value = float(c["coef"])
     betas, kls = [], []
@@ -513,11 +532,14 @@ class _Resolved:
     token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
+    kl_deferred: bool = False  # the per-row KL is computed by the write pass (_defer_row_kl)
 
 
-def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int) -> TokenChunk:
+def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int,
+                 extras: dict | None = None) -> TokenChunk:
     """The estimator's view of rows row0..row0+B-1: token rewards (placed reward − β·KL), mask, token
-    columns and per-row inputs, on the compute device."""
+    columns and per-row inputs, on the compute device. ``extras`` (a dict) receives ``kld``, the KL
+    term as it enters the rewards, when KL is on."""
     dev, dt = plan.device, plan.dtype
     B = layout.num_rows
     rows = slice(row0, row0 + B)
@@ -540,6 +562,8 @@ def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: in
             tlr = tlr * mask
     if plan.kl_on:
         kld = _kl_token(plan, tok, mask)
+        if extras is not None:
+            extras["kld"] = kld
         tlr = tlr - layout.broadcast(res.beta_row[rows].to(dev, dt)) * kld
         tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
@@ -578,11 +602,12 @@ def _token_group_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows: 
 
 
 def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool,
-                rewards_only: bool = False):
-    """(advantages, returns, token_level_rewards) flat tensors for rows row0..row0+B-1."""
+                rewards_only: bool = False, extras: dict | None = None):
+    """(advantages, returns, token_level_rewards, mask) flat tensors for rows row0..row0+B-1
+    (``extras``: see :func:`_token_chunk`)."""
     dev, dt = plan.device, plan.dtype
     rows = slice(row0, row0 + layout.num_rows)
-    chunk = _token_chunk(plan, res, layout, tok, row0)
+    chunk = _token_chunk(plan, res, layout, tok, row0, extras)
     layout, mask, tlr = chunk.layout, chunk.mask, chunk.token_rewards
     if rewards_only:
         return None, None, tlr, mask
@@ -626,10 +651,14 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
 
 
 def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
-            token_moments: Callable | None = None):
+            token_moments: Callable | None = None, defer_kl: bool = False):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
     groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
     statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
+
+    ``defer_kl``: where :func:`_defer_row_kl` allows, leave the per-row KL (``row["kl_sum"]``,
+    ``row["kl_mean"]``, ``kls`` and the KL part of the row score) to the write pass, which must then
+    call :func:`_finish_row_kl` (``res.kl_deferred`` says so).
 
     ``token_moments`` (default :func:`_token_moment_pass`, same signature) computes the per-scope
     moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
@@ -637,7 +666,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     cfg = plan.cfg
     token_moments = token_moments or _token_moment_pass
     # pass 1: the row table
-    row, comps, keys = _row_pass(plan, inputs, chunk_rows, progress)
+    deferred = defer_kl and _defer_row_kl(plan)
+    row, comps, keys = _row_pass(plan, inputs, chunk_rows, progress, row_kl=not deferred)
     R = inputs.num_rows
     scopes, groups, step_values = _scopes_and_groups(plan, keys, R, inputs.paths[0])
     betas, kls = _kl_coefs(plan, scopes, row.get("kl_mean"))
@@ -667,7 +697,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     else:
         keep = row["keep"] if get_path(cfg, "reward.mask_placed") else (row["length"] > 0)
         score = torch.where(keep, reward_row, torch.zeros_like(reward_row))
-    if plan.kl_on:
+    if plan.kl_on and not deferred:
         score = (score - (beta_row * row["kl_sum"].to(torch.float64)).to(plan.dtype))
     columns = {f"component:{c}": comps[c] for c in plan.components}
     if "reward_baseline" in row:
@@ -678,7 +708,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                      columns=columns)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = _Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
-    res.raw_score, res.row_keys = raw, keys
+    res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
         res.token_stats = _token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = []
@@ -700,13 +730,40 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     return res, row, betas, kls, warnings
 
 
+OUTPUT_MODES = ("full", "sidecar")
+CHUNK_TOKENS = 1 << 20  # tokens per chunk: each float32 column of a chunk stays around 4 MiB
+SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
+
+
+def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None, chunk_tokens: int | None = CHUNK_TOKENS) -> int:
+    """Rows per chunk: ``chunk_rows`` (the user's bound; None: no bound), lowered so that a chunk
+    holds about ``chunk_tokens`` tokens on average (from the Parquet metadata; None: no token bound).
+
+    Chunks of 0.5-2M tokens keep every per-token temporary small enough for the allocator to reuse
+    (larger ones go through mmap and fault their pages in again on every op) and the read-compute-
+    write overlap fine-grained. Results never depend on the chunking."""
+    R = inputs.num_rows
+    rows = chunk_rows or max(R, 1)
+    if chunk_tokens and R:
+        n = inputs.list_tokens(plan.cmap["response_mask"])
+        if n > 0:
+            rows = min(rows, max(1, int(chunk_tokens * R // n)))
+    return rows
+
+
 def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
                  native: dict | None = None, column_overrides: dict[str, str] | None = None,
-                 chunk_rows: int = 4096, device: str = "auto", force: bool = False,
-                 progress: ProgressFn | None = None) -> RunResult:
+                 chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
+                 progress: ProgressFn | None = None, output_mode: str = "full",
+                 chunk_tokens: int | None = CHUNK_TOKENS) -> RunResult:
+    """Every pass of one run (module docstring). ``output_mode``: ``full`` (the input plus the new
+    columns) or ``sidecar`` (the new columns plus the row keys: :func:`output_schema`)."""
     t0 = time.perf_counter()
     if chunk_rows is not None and chunk_rows < 1:
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    if output_mode not in OUTPUT_MODES:
+        from .errors import did_you_mean
+        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar.{did_you_mean(output_mode, OUTPUT_MODES)}")
     inputs = InputSet.open(input_specs)
     plan = make_plan(cfg, inputs, column_overrides or {}, device)
     outs: list[str] = []
@@ -714,21 +771,18 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         outs = output_paths(inputs, output)
         for o in outs:
             check_output_path(o, inputs.paths, force)
-    chunk_rows = chunk_rows or max(inputs.num_rows, 1)
+    chunk_rows = chunk_rows_for(plan, inputs, chunk_rows, chunk_tokens)
 
     # passes 1-2: the row table and the statistics resolved from it
-    res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress)
+    res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress, defer_kl=True)
     R = inputs.num_rows
-    scopes, step_values = res.scopes, res.step_values
 
-    # pass 3: compute and write
+    # pass 3: compute (and write)
     result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
     stats = RunObserver(plan, res, row, betas, kls)
-    if output is not None:
-        _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress)
-    else:
-        _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress)
+    _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs if output is not None else None,
+                 output_mode, flavor, native)
     stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
     if plan.scope_domains is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
@@ -779,72 +833,116 @@ def _metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) ->
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
 
 
-def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None):
-    """(input fields kept, output schema): every input column (an input column named like a new
-    one is replaced), then advantages, returns [, token_level_rewards]; provenance in the metadata."""
+def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None, mode: str = "full"):
+    """(input fields kept, output schema); provenance in the metadata.
+
+    ``full``: every input column (an input column named like a new one is replaced), then
+    advantages, returns [, token_level_rewards]. ``sidecar``: ``row_index`` (int64, the row's
+    position in its input file), the input's group id and step columns where it has them, then the
+    new columns — a file that joins back to its input on ``row_index`` (or simply side by side: it
+    holds the same rows in the same order)."""
     schema = inputs.schema
     new_fields = [pa.field("advantages", pa.list_(pa.float32())), pa.field("returns", pa.list_(pa.float32()))]
     if plan.output_tlr:
         new_fields.append(pa.field("token_level_rewards", pa.list_(pa.float32())))
+    meta = _metadata(plan, inputs, flavor, native)
+    if mode == "sidecar":
+        keys = [plan.cmap[r] for r in ("prompt_id", "step") if plan.cmap.has(r)]
+        skip = {SIDECAR_ROW} | {f.name for f in new_fields}
+        base_fields = [schema.field(k) for k in dict.fromkeys(keys) if k not in skip]
+        meta[b"advcli_sidecar"] = json.dumps({"join_on": SIDECAR_ROW, "keys": [f.name for f in base_fields],
+                                              "columns": [f.name for f in new_fields]}).encode()
+        return base_fields, pa.schema([pa.field(SIDECAR_ROW, pa.int64())] + base_fields + new_fields,
+                                      metadata=meta)
     clash = [f.name for f in new_fields if f.name in schema.names]
     base_fields = [f for f in schema if f.name not in clash]
-    out_schema = pa.schema(base_fields + new_fields, metadata={**(schema.metadata or {}),
-                                                               **_metadata(plan, inputs, flavor, native)})
+    out_schema = pa.schema(base_fields + new_fields, metadata={**(schema.metadata or {}), **meta})
     return base_fields, out_schema
 
 
-def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offsets) -> pa.RecordBatch:
-    """One output record batch: the input batch's kept columns plus the new list columns."""
-    arrays = [batch.column(f.name) for f in base_fields]
-    arrays.append(tensor_to_list_array(adv, offsets))
-    arrays.append(tensor_to_list_array(ret, offsets))
+def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offsets,
+                 row_base: int | None = None) -> pa.RecordBatch:
+    """One output record batch: the input batch's kept columns plus the new list columns (which
+    share one offsets buffer). A sidecar schema (:func:`output_schema`) starts with ``row_index``:
+    ``row_base`` is then the batch's first row in its input file."""
+    arrays = []
+    if out_schema.names[0] == SIDECAR_ROW and (not base_fields or base_fields[0].name != SIDECAR_ROW):
+        arrays.append(pa.array(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
+    arrays += [batch.column(f.name) for f in base_fields]
+    offs = offsets_array(offsets)
+    arrays.append(tensor_to_list_array(adv, offs))
+    arrays.append(tensor_to_list_array(ret, offs))
     if plan.output_tlr:
-        arrays.append(tensor_to_list_array(tlr, offsets))
+        arrays.append(tensor_to_list_array(tlr, offs))
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
-def _write_pass(plan, inputs, res, outs, chunk_rows, flavor, native, stats, progress):
+def _finish_row_kl(plan: Plan, res: _Resolved, row: dict, kl_sum: torch.Tensor, kl_mean: torch.Tensor,
+                   stats: RunObserver | None) -> None:
+    """The per-row KL that :func:`resolve` deferred to the write pass: into ``row``, the row score
+    (exactly as resolve computes it) and the run statistics, before they are finished."""
+    row["kl_sum"], row["kl_mean"] = kl_sum, kl_mean
+    _, kls = _kl_coefs(plan, res.scopes, kl_mean)
+    res.table.score = res.table.score - (res.beta_row * kl_sum.to(torch.float64)).to(plan.dtype)
+    res.kl_deferred = False
+    st = getattr(stats, "stats", None)
+    if st is not None and getattr(st, "rows_set", False):
+        st.kl_row = kl_mean.detach().to(torch.float64)
+        st.kls = kls
+        st.score = res.table.score.detach().to(torch.float64)
+
+
+def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
+                 native=None):
+    """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
+
+    Overlap: the reader thread decodes chunk k+1 and the writer thread encodes chunk k-1 while this
+    thread computes chunk k (pyarrow releases the GIL in both)."""
     reader = _ChunkReader(plan, inputs)
-    schema = inputs.schema
-    base_fields, out_schema = output_schema(plan, inputs, flavor, native)
-    for o in outs:
-        clean_stale_temps(o)
-    writers: list[AtomicParquetWriter | None] = [None] * len(outs)
+    tok_cols = list(roles_to_columns(plan, plan.token_roles))
+    writing = outs is not None
+    if writing:
+        base_fields, out_schema = output_schema(plan, inputs, flavor, native, mode)
+        cols = inputs.schema.names if mode == "full" else list(dict.fromkeys(
+            tok_cols + [f.name for f in base_fields]))
+        for o in outs:
+            clean_stale_temps(o)
+    else:
+        cols = tok_cols
+    writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
+    kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
     R = inputs.num_rows
     row0 = 0
     try:
-        for fi, rb, batch in inputs.iter_batches(schema.names, chunk_rows):
-            if writers[fi] is None:
+        for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+            if writing and writers[fi] is None:
                 writers[fi] = AtomicParquetWriter(outs[fi], out_schema)
             offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
             layout = Ragged(torch.from_numpy(offsets))
-            adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True)
+            extras = {} if kl_parts is not None else None
+            adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
+            if kl_parts is not None:
+                ks, km = _row_kl(layout.to(mask.device), extras["kld"], mask)
+                kl_parts[0].append(ks.cpu())
+                kl_parts[1].append(km.cpu())
             stats.add(row0, layout, mask, adv, ret, tlr, tok)
-            writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets))
+            if writing:
+                writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb))
             row0 += batch.num_rows
             if progress:
-                progress("write", row0, R)
-        for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
-            if writers[i] is None:
-                writers[i] = AtomicParquetWriter(o, out_schema)
-        for w in writers:
-            w.commit()
+                progress("write" if writing else "compute", row0, R)
+        if kl_parts is not None:
+            empty = torch.zeros(0, dtype=plan.dtype)
+            _finish_row_kl(plan, res, row, torch.cat(kl_parts[0]) if kl_parts[0] else empty,
+                           torch.cat(kl_parts[1]) if kl_parts[1] else empty, stats)
+        if writing:
+            for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
+                if writers[i] is None:
+                    writers[i] = AtomicParquetWriter(o, out_schema)
+            for w in writers:
+                w.commit()
     except BaseException:
         for w in writers:
             if w is not None:
                 w.abort()
         raise
-
-
-def _compute_only_pass(plan, inputs, res, chunk_rows, stats, progress):
-    reader = _ChunkReader(plan, inputs)
-    cols = list(roles_to_columns(plan, plan.token_roles))
-    row0 = 0
-    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
-        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
-        layout = Ragged(torch.from_numpy(offsets))
-        adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True)
-        stats.add(row0, layout, mask, adv, ret, tlr, tok)
-        row0 += batch.num_rows
-        if progress:
-            progress("compute", row0, inputs.num_rows)

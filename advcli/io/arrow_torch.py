@@ -70,11 +70,18 @@ def list_column_to_tensor(arr: pa.Array, dtype: torch.dtype | None = None) -> tu
     return offsets, t
 
 
-def tensor_to_list_array(values: torch.Tensor, offsets: np.ndarray) -> pa.Array:
-    """A flat float32 tensor plus offsets from 0 -> ``list<float32>`` (the values are not copied)."""
+def offsets_array(offsets: np.ndarray) -> pa.Array:
+    """int32 offsets from 0 as an Arrow array, to be shared by several output list columns."""
+    return pa.array(offsets.astype(np.int32, copy=False), type=pa.int32())
+
+
+def tensor_to_list_array(values: torch.Tensor, offsets) -> pa.Array:
+    """A flat tensor plus offsets from 0 (numpy, or an Arrow int32 array from :func:`offsets_array`
+    to share one buffer between columns) -> ``list<float32>``. A float32 CPU tensor's values are
+    not copied: the Arrow array views the tensor's memory (and keeps it alive)."""
     np_vals = values.detach().to("cpu", torch.float32).contiguous().numpy()
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32), type=pa.int32()),
-                                    pa.array(np_vals, type=pa.float32()))
+    offs = offsets if isinstance(offsets, pa.Array) else offsets_array(offsets)
+    return pa.ListArray.from_arrays(offs, pa.array(np_vals, type=pa.float32()))
 
 
 def scalar_column_to_tensor(arr: pa.Array, dtype: torch.dtype) -> torch.Tensor:

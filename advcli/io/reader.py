@@ -1,8 +1,16 @@
-"""Reading Parquet inputs in chunks: one file, several files, a directory or a glob."""
+"""Reading Parquet inputs in chunks: one file, several files, a directory or a glob.
+
+Memory: files are opened with ``pre_buffer=False`` and a bounded read buffer (:data:`READ_BUFFER`),
+so a column chunk is streamed page by page instead of being loaded whole (a row group of a big dump
+can hold hundreds of MB per column). :meth:`InputSet.iter_batches` decodes the next batch on a
+background thread while the caller computes on the current one (pyarrow releases the GIL).
+"""
 from __future__ import annotations
 
 import glob
 import os
+import queue
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -40,11 +48,15 @@ def expand_inputs(specs: list[str]) -> list[str]:
     return uniq
 
 
+READ_BUFFER = 1 << 22  # bytes read from a column chunk at a time (0 would read whole column chunks)
+PREFETCH = 1  # batches decoded ahead of the consumer
+
+
 def open_parquet(path: str) -> pq.ParquetFile:
     if os.path.isdir(path):
         raise AdvcliError(f"{path}: is a directory, expected a Parquet file")
     try:
-        return pq.ParquetFile(path, pre_buffer=False)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER)
     except PermissionError:
         raise AdvcliError(f"{path}: permission denied", hint="check the file's read permissions") from None
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
@@ -84,8 +96,30 @@ class InputSet:
     def file_rows(self) -> list[int]:
         return [f.metadata.num_rows for f in self.files]
 
-    def iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
-        """(file index, first row of the batch in that file, batch) over every file in order."""
+    def list_tokens(self, column: str) -> int:
+        """Σ list lengths of ``column`` over every file, from the Parquet metadata alone (an empty or
+        null list counts 1: an upper bound, exact for dumps without them)."""
+        total = 0
+        for f in self.files:
+            md = f.metadata
+            idx = [i for i in range(md.num_columns)
+                   if md.schema.column(i).path.split(".")[0] == column]
+            if not idx:
+                return 0
+            total += sum(md.row_group(g).column(idx[0]).num_values for g in range(md.num_row_groups))
+        return total
+
+    def iter_batches(self, columns: list[str], batch_rows: int,
+                     prefetch: int | None = None) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        """(file index, first row of the batch in that file, batch) over every file in order.
+
+        The next ``prefetch`` batches (default :data:`PREFETCH`; 0: none) are read and decoded on a
+        background thread while the caller works on the current one."""
+        it = self._iter_batches(columns, batch_rows)
+        depth = PREFETCH if prefetch is None else prefetch
+        return _prefetched(it, depth) if depth > 0 else it
+
+    def _iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         for fi, (path, f) in enumerate(zip(self.paths, self.files)):
             row = 0
             try:
@@ -97,3 +131,51 @@ class InputSet:
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
                 raise AdvcliError(f"{path}: cannot read rows after row {row} ({str(e).splitlines()[0]}); "
                                   "the file may be truncated or corrupt") from None
+
+
+_END = object()
+
+
+class _Failed:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _prefetched(it: Iterator, depth: int) -> Iterator:
+    """``it``'s items, produced ``depth`` ahead on a daemon thread. An exception in the producer is
+    re-raised in the consumer at the same place in the sequence; a consumer that stops early (an
+    error in its loop, ``break``) stops the producer."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in it:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(_Failed(e))
+
+    t = threading.Thread(target=produce, name="advcli-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        t.join()

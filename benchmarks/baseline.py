@@ -1,0 +1,122 @@
+"""The padded-and-looped baseline: what users do today without advcli, written the way the
+frameworks do it.
+
+Load the whole dump, pad every token column to ``[rows, max_len]``, then
+
+* ``gae``: verl ``apply_kl_penalty`` (k3 / ``low_var_kl``, fixed β = 0.001) and
+  ``compute_gae_advantage_return`` — a Python loop over the token positions, right to left, on
+  ``[rows]`` column vectors, then ``masked_whiten`` (verl/trainer/ppo/core_algos.py L216-263,
+  ray_trainer.py ``apply_kl_penalty`` @1dda039b; γ = λ = 1, verl's defaults);
+* ``grpo``: verl ``compute_grpo_outcome_advantage`` — Python loops over the rows into a dict of
+  scores per prompt id, ``torch.mean``/``torch.std`` per group, a loop over the rows to normalise
+  (core_algos.py L268-331 @1dda039b);
+
+and unpad the results into list columns and write the dump back with them, with the same fast
+writer settings as the floor (so the baseline is not penalised for its writer).
+
+This is benchmark code written after the frameworks' structure, not their code.
+``python benchmarks/baseline.py gae|grpo IN OUT``.
+"""
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from floor import _float_cols
+
+
+def padded(col: pa.ChunkedArray, width: int, dtype) -> torch.Tensor:
+    arr = col.combine_chunks()
+    offs = np.asarray(arr.offsets, dtype=np.int64)
+    vals = arr.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]]
+    offs = offs - offs[0]
+    lengths = np.diff(offs)
+    out = np.zeros((len(arr), width), dtype=dtype)
+    row = np.repeat(np.arange(len(arr)), lengths)
+    pos = np.arange(len(vals)) - np.repeat(offs[:-1], lengths)
+    out[row, pos] = vals
+    return torch.from_numpy(out)
+
+
+def masked_mean(x, m):
+    return (x * m).sum() / m.sum()
+
+
+def masked_whiten(x, m):
+    mean = masked_mean(x, m)
+    centered = x - mean
+    var = masked_mean(centered ** 2, m)
+    var = var * m.sum() / (m.sum() - 1)
+    return (x - mean) * torch.rsqrt(var + 1e-8)
+
+
+def gae(table, lengths, width):
+    mask = padded(table.column("response_mask"), width, np.float32)
+    old = padded(table.column("old_log_probs"), width, np.float32)
+    ref = padded(table.column("ref_log_probs"), width, np.float32)
+    values = padded(table.column("values"), width, np.float32)
+    reward = torch.from_numpy(table.column("reward").to_numpy().copy())
+    scores = torch.zeros_like(mask)
+    scores[torch.arange(len(lengths)), torch.from_numpy(lengths - 1)] = reward
+    kl = torch.clamp(ref - old, -20, 20)  # low_var_kl
+    kld = torch.clamp(torch.exp(kl) - kl - 1, -10, 10) * mask
+    rewards = scores - 0.001 * kld
+    gamma = lam = 1.0
+    nextvalues, lastgaelam, rev = 0, 0, []
+    for t in reversed(range(width)):
+        delta = rewards[:, t] + gamma * nextvalues - values[:, t]
+        lastgaelam_ = delta + gamma * lam * lastgaelam
+        nextvalues = values[:, t] * mask[:, t] + (1 - mask[:, t]) * nextvalues
+        lastgaelam = lastgaelam_ * mask[:, t] + (1 - mask[:, t]) * lastgaelam
+        rev.append(lastgaelam)
+    adv = torch.stack(rev[::-1], dim=1)
+    ret = adv + values
+    return masked_whiten(adv, mask), ret
+
+
+def grpo(table, lengths, width, eps=1e-6):
+    mask = padded(table.column("response_mask"), width, np.float32)
+    reward = torch.from_numpy(table.column("reward").to_numpy().copy())
+    rewards = torch.zeros_like(mask)
+    rewards[torch.arange(len(lengths)), torch.from_numpy(lengths - 1)] = reward
+    scores = rewards.sum(dim=-1)
+    index = table.column("prompt_id").to_numpy(zero_copy_only=False)
+    id2score, id2mean, id2std = defaultdict(list), {}, {}
+    for i in range(scores.shape[0]):
+        id2score[index[i]].append(scores[i])
+    for idx in id2score:
+        if len(id2score[idx]) == 1:
+            id2mean[idx], id2std[idx] = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            s = torch.stack(id2score[idx])
+            id2mean[idx], id2std[idx] = torch.mean(s), torch.std(s)
+    for i in range(scores.shape[0]):
+        scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + eps)
+    adv = scores.unsqueeze(-1) * mask
+    return adv, adv
+
+
+def unpad(x: torch.Tensor, offsets: pa.Array, lengths: np.ndarray) -> pa.Array:
+    keep = torch.arange(x.shape[1])[None, :] < torch.from_numpy(lengths)[:, None]
+    return pa.ListArray.from_arrays(offsets, pa.array(x[keep].numpy()))
+
+
+def main(kind: str, src: str, dst: str) -> None:
+    table = pq.read_table(src)
+    mask = table.column("response_mask").combine_chunks()
+    offsets = pa.array(np.asarray(mask.offsets, dtype=np.int32) - mask.offsets[0].as_py())
+    lengths = np.diff(np.asarray(offsets, dtype=np.int64))
+    width = int(lengths.max())
+    adv, ret = (gae if kind == "gae" else grpo)(table, lengths, width)
+    table = table.append_column("advantages", unpad(adv, offsets, lengths))
+    table = table.append_column("returns", unpad(ret, offsets, lengths))
+    dict_cols = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
+    pq.write_table(table, dst, compression="zstd", use_dictionary=dict_cols,
+                   use_byte_stream_split=_float_cols(table.schema), write_statistics=False)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

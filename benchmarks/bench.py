@@ -1,0 +1,203 @@
+"""advcli against the I/O floor and a padded-and-looped baseline, side by side in one run.
+
+    python benchmarks/bench.py                 # 16,384 rows (~17.3M tokens) + a half-size dump
+    python benchmarks/bench.py --runs 5        # medians of 5 rounds (default 3)
+    python benchmarks/bench.py --big           # also the 8x dump (~140M tokens, ~1.5 GB): peak RSS
+                                               # of every estimator; the dump is deleted afterwards
+
+Every measurement is a fresh subprocess (start-up included) timed from outside; its CPU time and
+peak RSS come from ``os.wait4``. The rounds interleave the cases, so a burst of load from other
+processes on the machine hits them alike; medians are reported.
+
+* floor:    ``benchmarks/floor.py`` — pyarrow read of every column + write of the augmented table
+* advcli:   ``advcli run`` (verl GAE with k3 KL in the reward; verl GRPO)
+* baseline: ``benchmarks/baseline.py`` — load all, pad, the frameworks' Python loops, write back
+
+Per-token cost is the slope between the half-size and the full dump (seconds per million tokens),
+so start-up and fixed costs drop out; the whole-run figures include them.
+Data lives in ``bench_data/`` (git-ignored).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DATA = os.path.join(ROOT, "bench_data")
+PY = sys.executable
+
+ADVCLI = {
+    "gae": ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae", "--set", "algorithm.use_kl_in_reward=true",
+            "--set", "algorithm.kl_penalty=low_var_kl"],
+    "grpo": ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+}
+# --big: every verl estimator the sample dump can feed (gdpo reads the acc/fmt components)
+BIG_ESTIMATORS = ["gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg",
+                  "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gdpo"]
+
+
+def measure(cmd: list[str], env: dict | None = None) -> dict:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (MiB) of one subprocess."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
+                         env={**os.environ, **(env or {})})
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{err}")
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024}
+
+
+def advcli_cmd(src: str, dst: str, est: str, extra: list[str] = ()) -> list[str]:
+    args = ADVCLI.get(est) or ["--flavor", "verl", "--set", f"algorithm.adv_estimator={est}"]
+    if est == "gdpo":
+        args = args + ["--set", "algorithm.gdpo_reward_keys=[acc,fmt]"]
+    return [PY, "-m", "advcli", "run", src, "-o", dst, "--force", "-q", *args, *extra]
+
+
+def ensure_dump(path: str, rows: int, seed: int = 0) -> None:
+    if not os.path.exists(path):
+        print(f"generating {path} ({rows:,} rows)", file=sys.stderr)
+        subprocess.run([PY, "-m", "advcli", "sample", path, "--rows", str(rows), "--min-len", "64", "--max-len",
+                        "2048", "--group-size", "16", "--seed", str(seed), "--force"], check=True, cwd=ROOT)
+
+
+def tokens_of(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    md = pq.ParquetFile(path).metadata
+    col = [i for i in range(md.num_columns) if md.schema.column(i).path.startswith("response_mask.")][0]
+    return sum(md.row_group(g).column(col).num_values for g in range(md.num_row_groups))
+
+
+def make_big(path: str, pieces: int = 8, rows: int = 16384) -> None:
+    """``pieces`` sample dumps of ``rows`` rows in one file, prompt ids reassigned so that every group
+    of 16 is scattered over the whole file (a random permutation of all rows)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, ROOT)
+    from advcli.sample import make_table
+
+    perm = np.random.default_rng(7).permutation(pieces * rows)
+    tmp = path + ".tmp"
+    writer = None
+    for k in range(pieces):
+        t = make_table(rows, 16, 64, 2048, seed=100 + k)
+        gid = perm[k * rows:(k + 1) * rows] // 16
+        t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id",
+                         pa.array([f"prompt-{g:06d}" for g in gid.tolist()]))
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, t.schema, compression="zstd")
+        writer.write_table(t, row_group_size=rows)
+        del t
+    writer.close()
+    os.replace(tmp, path)
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--big", action="store_true", help="also measure peak RSS on the 8x dump (~1.5 GB, deleted after)")
+    ap.add_argument("--keep-big", action="store_true", help="keep the 8x dump for the next --big")
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--json", default=os.path.join(DATA, "results.json"))
+    args = ap.parse_args()
+    os.makedirs(DATA, exist_ok=True)
+    full, half = os.path.join(DATA, "dump.parquet"), os.path.join(DATA, "half.parquet")
+    ensure_dump(full, 16384)
+    ensure_dump(half, 8192, seed=1)
+    ntok = {full: tokens_of(full), half: tokens_of(half)}
+    out = os.path.join(DATA, "out.parquet")
+
+    cases: dict[str, list] = {}
+    for name, src in (("full", full), ("half", half)):
+        cases[f"floor/{name}"] = [PY, os.path.join(HERE, "floor.py"), src, out]
+        for est in ADVCLI:
+            cases[f"advcli {est}/{name}"] = advcli_cmd(src, out, est)
+    cases["advcli gae sidecar/full"] = advcli_cmd(full, out, "gae", ["--output-mode", "sidecar"])
+    cases["advcli grpo sidecar/full"] = advcli_cmd(full, out, "grpo", ["--output-mode", "sidecar"])
+    if not args.no_baseline:
+        for est in ADVCLI:
+            cases[f"baseline {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out]
+    res: dict[str, list] = {k: [] for k in cases}
+    for r in range(args.runs):
+        for k, cmd in cases.items():
+            m = measure(cmd)
+            res[k].append(m)
+            print(f"round {r + 1}/{args.runs} {k:28s} {m['wall']:6.2f} s wall {m['cpu']:6.2f} s cpu "
+                  f"{m['rss_mib']:7.0f} MiB", file=sys.stderr)
+    if os.path.exists(out):
+        os.remove(out)
+
+    summary = {k: {"wall": med([m["wall"] for m in v]), "cpu": med([m["cpu"] for m in v]),
+                   "rss_mib": max(m["rss_mib"] for m in v), "walls": [round(m["wall"], 2) for m in v]}
+               for k, v in res.items()}
+    dtok = (ntok[full] - ntok[half]) / 1e6
+
+    def slope(kind: str, what: str) -> float:  # seconds per million tokens, per round then median
+        return med([(a[what] - b[what]) / dtok for a, b in zip(res[f"{kind}/full"], res[f"{kind}/half"])])
+
+    rows = []
+    print(f"\n{platform.node()} · {os.cpu_count()} cores · load average {os.getloadavg()[0]:.1f} · "
+          f"{ntok[full] / 1e6:.1f}M / {ntok[half] / 1e6:.1f}M tokens · medians of {args.runs} rounds\n")
+    print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor | baseline ÷ advcli (wall) |")
+    print("|---|---|---|---|---|---|---|")
+    fl = slope("floor", "wall")
+    for kind in ["floor"] + [f"advcli {e}" for e in ADVCLI]:
+        s = summary[f"{kind}/full"]
+        sl = slope(kind, "wall")
+        est = kind.split()[-1]
+        speed = ""
+        if kind != "floor" and f"baseline {est}/full" in summary:
+            speed = f"{summary[f'baseline {est}/full']['wall'] / s['wall']:.2f}x"
+        print(f"| {kind} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | {sl:.3f} | {sl / fl:.2f}x | {speed} |")
+        rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": sl / fl})
+    for k in summary:
+        if "sidecar" in k or k.startswith("baseline"):
+            s = summary[k]
+            print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | |")
+    result = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version()},
+              "tokens": {"full": ntok[full], "half": ntok[half]}, "runs": args.runs, "summary": summary,
+              "table": rows}
+
+    if args.big:
+        big = os.path.join(DATA, "big.parquet")
+        if not os.path.exists(big):
+            print("generating the 8x dump", file=sys.stderr)
+            make_big(big)
+        ntok["big"] = tokens_of(big)
+        print(f"\n8x dump: {ntok['big'] / 1e6:.1f}M tokens, groups of 16 scattered over the whole file\n")
+        print("| estimator | wall s | CPU s | peak RSS MiB |")
+        print("|---|---|---|---|")
+        result["big"] = {"tokens": ntok["big"], "runs": {}}
+        bigout = os.path.join(DATA, "big_out.parquet")
+        for est in BIG_ESTIMATORS:
+            m = measure(advcli_cmd(big, bigout, est))
+            result["big"]["runs"][est] = m
+            print(f"| {est} | {m['wall']:.1f} | {m['cpu']:.1f} | {m['rss_mib']:.0f} |", flush=True)
+        for p in [bigout] + ([] if args.keep_big else [big]):
+            if os.path.exists(p):
+                os.remove(p)
+    with open(args.json, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(f"\nfigures: {args.json}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -406,7 +406,7 @@ def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_
            quiet: bool) -> tuple[_Cluster, bool]:
     started = False
     if not ray.is_initialized():
-        kw = {"include_dashboard": False} if address is None else {}
+        kw = {"include_dashboard": False} if address is None and not os.environ.get("RAY_ADDRESS") else {}
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=not quiet, **kw)
         except (ConnectionError, ValueError, RuntimeError) as e:

@@ -230,3 +230,21 @@ def test_cli_engine_ray_on_sample_data(ray_session, tmp_path):
     _same(pq.read_table(out_l), read_output(out_r))
     r3 = runner.invoke(app, ["run", sample, "-o", out_r, "-q", "--engine", "ray"])
     assert r3.exit_code != 0 and "already exists" in str(r3.exception or r3.output)
+
+
+def test_roll_positional_groups_reward_whitening(ray_session, tmp_path):
+    # ROLL: positional groups of 4 per step, group reward norm, KL in the token rewards, token-reward
+    # whitening (the workers' moments:rewards pass) then advantage whitening (moments:advantages)
+    from advcli.sample import make_table
+
+    t = make_table(600, 4, 2, 30, 3, shuffle=False, steps=2)
+    paths = [str(tmp_path / "r1.parquet"), str(tmp_path / "r2.parquet")]
+    pq.write_table(t.slice(0, 352), paths[0], row_group_size=100)
+    pq.write_table(t.slice(352), paths[1], row_group_size=100)
+    settings = [("adv_estimator", "gae"), ("actor_infer.generating_args.num_return_sequences", 4),
+                ("norm_mean_type", "group"), ("norm_std_type", "group"), ("reward_clip", 5.0),
+                ("add_token_level_kl", True), ("kl_penalty", "k3"), ("init_kl_coef", 0.1),
+                ("whiten_rewards", True), ("whiten_advantages", True), ("lambd", 0.9), ("gamma", 0.99)]
+    local = _local(paths, tmp_path, "roll", settings, chunk_rows=50)
+    got, _, _ = _ray(paths, tmp_path, "roll", settings, chunk_rows=29)
+    _same(local, got, tol=2e-6)

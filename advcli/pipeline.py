@@ -651,7 +651,7 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
 
 
 def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
-            token_moments: Callable | None = None, defer_kl: bool = False):
+            token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
     groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
     statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
@@ -662,12 +662,13 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
 
     ``token_moments`` (default :func:`_token_moment_pass`, same signature) computes the per-scope
     moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
+    ``row_pass`` (default :func:`_row_pass`, same signature and result) likewise for pass 1.
     """
     cfg = plan.cfg
     token_moments = token_moments or _token_moment_pass
     # pass 1: the row table
     deferred = defer_kl and _defer_row_kl(plan)
-    row, comps, keys = _row_pass(plan, inputs, chunk_rows, progress, row_kl=not deferred)
+    row, comps, keys = (row_pass or _row_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred)
     R = inputs.num_rows
     scopes, groups, step_values = _scopes_and_groups(plan, keys, R, inputs.paths[0])
     betas, kls = _kl_coefs(plan, scopes, row.get("kl_mean"))

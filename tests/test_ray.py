@@ -248,3 +248,14 @@ def test_roll_positional_groups_reward_whitening(ray_session, tmp_path):
     local = _local(paths, tmp_path, "roll", settings, chunk_rows=50)
     got, _, _ = _ray(paths, tmp_path, "roll", settings, chunk_rows=29)
     _same(local, got, tol=2e-6)
+
+
+def test_row_pass_on_workers(ray_session, dump, tmp_path):
+    # pass 1 on the workers (the default on a multi-node cluster): the same per-row table, so the
+    # same outputs; adaptive KL makes the row pass read the log-prob columns and the step keys
+    settings = [("algorithm.adv_estimator", "rloo"), ("algorithm.use_kl_in_reward", True),
+                ("algorithm.kl_ctrl.type", "adaptive"), ("algorithm.kl_penalty", "k2")]
+    local = _local(dump, tmp_path, "verl", settings)
+    got, result, _ = _ray(dump, tmp_path, "verl", settings, chunk_rows=41, row_pass="workers")
+    _same(local, got)
+    assert len({s["kl_coef"] for s in result.per_step}) == 3

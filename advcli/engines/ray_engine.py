@@ -52,8 +52,8 @@ from ..io.reader import InputSet
 from ..io.writer import TMP_TAG
 from ..ops.groups import GroupIndex
 from ..ops.whiten import MomentSums
-from ..pipeline import (ProgressFn, RunResult, _chunk_math, _ChunkReader, make_plan, output_batch, output_schema,
-                        resolve, roles_to_columns)
+from ..pipeline import (ProgressFn, RunResult, _chunk_math, _ChunkReader, _row_pass, make_plan, output_batch,
+                        output_schema, resolve, roles_to_columns)
 from ..ragged import Ragged
 
 ROW_HASH = "row_hash"
@@ -189,6 +189,7 @@ class _Worker:
         self.base_fields = payload.get("base_fields")
         self.out_schema = payload.get("out_schema")
         self.stats = payload.get("stats")
+        self.row_kl = payload.get("row_kl", True)
         self.reader = _ChunkReader(self.plan, None)
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -208,6 +209,16 @@ class _Worker:
         grow, fidx, off = self.locator.locate(table.column(ROW_HASH).to_numpy())
         batch = _record_batch(table.drop_columns([ROW_HASH]))
         file = self.locator.paths[int(fidx[0])] if len(fidx) else ""
+        if self.mode == "rows":  # pass 1 on this batch: advcli.pipeline._row_pass itself
+            one = _OneBatch(self.locator.paths, int(fidx[0]) if len(fidx) else 0, int(off[0]) if len(off) else 0,
+                            batch)
+            row, comps, keys = _row_pass(plan, one, max(batch.num_rows, 1), None, row_kl=self.row_kl)
+            cols = {ROW_COL: pa.array(grow, type=pa.int64())}
+            cols.update({f"row:{k}": pa.array(v.numpy()) for k, v in row.items()})
+            cols.update({f"comp:{k}": pa.array(v.numpy()) for k, v in comps.items()})
+            cols.update({f"key:{k}": pa.chunked_array(v).combine_chunks() if v else pa.array([])
+                         for k, v in keys.items()})
+            return pa.table(cols)
         offsets, tok = self.reader.tokens(batch, file, int(off[0]) if len(off) else 0, plan.token_roles)
         sub = take_rows(self.res, torch.from_numpy(grow))
         layout = Ragged(torch.from_numpy(offsets))
@@ -325,6 +336,48 @@ def _moments_fn(cl: _Cluster, paths: list[str]):
     return token_moments
 
 
+class _OneBatch:
+    """The slice of :class:`advcli.io.reader.InputSet` that ``_row_pass`` uses, over one batch."""
+
+    def __init__(self, paths: list[str], file_index: int, row_base: int, batch: pa.RecordBatch | None):
+        self.paths, self.fi, self.row_base, self.batch = paths, file_index, row_base, batch
+        self.num_rows = 0 if batch is None else batch.num_rows
+        self.columns: list[str] | None = None
+
+    def iter_batches(self, columns: list[str], batch_rows: int):
+        self.columns = list(columns)
+        if self.batch is not None and self.batch.num_rows:
+            yield self.fi, self.row_base, self.batch.select(self.columns)
+
+
+def _row_pass_fn(cl: _Cluster, paths: list[str]):
+    """``row_pass`` for :func:`advcli.pipeline.resolve` on the workers: each batch runs
+    ``_row_pass`` itself; the driver puts the per-row results in global row order."""
+    def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
+        probe = _OneBatch(paths, 0, 0, None)  # the columns _row_pass reads (and its empty result)
+        empty = _row_pass(plan, probe, chunk_rows, None, row_kl=row_kl)
+        R = inputs.num_rows
+        if R == 0:
+            return empty
+        payload = {"plan": plan, "res": None, "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
+                   "mode": "rows", "row_kl": row_kl}
+        ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
+        t = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
+        rows = t.column(ROW_COL).to_numpy()
+        order = np.argsort(rows, kind="stable")
+        if len(rows) != R or not np.array_equal(rows[order], np.arange(R)):
+            raise AdvcliError(f"--engine ray: the row pass returned {len(rows)} rows for an input of {R}")
+        t = t.take(pa.array(order))
+        tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
+        row = {k: tens(f"row:{k}") for k in empty[0]}
+        comps = {k: tens(f"comp:{k}") for k in empty[1]}
+        keys = {k: [t.column(f"key:{k}").combine_chunks()] for k in empty[2]}
+        if progress:
+            progress("rows", R, R)
+        return row, comps, keys
+    return row_pass
+
+
 def _check_output_dir(output: str, inputs: list[str], force: bool) -> None:
     real = os.path.realpath(output)
     for p in inputs:
@@ -431,10 +484,12 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             native: dict | None = None, column_overrides: dict[str, str] | None = None, chunk_rows: int = 4096,
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,
-            rows_per_file: int | None = None) -> RunResult:
+            rows_per_file: int | None = None, row_pass: str = "auto") -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
-    least number of rows Ray gathers into one output file). ``output`` is a directory."""
+    least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
+    columns and the mask, ``driver``, ``workers`` or ``auto`` = workers on a cluster of several nodes).
+    ``output`` is a directory."""
     ray = import_ray()
     t0 = time.perf_counter()
     if output is None:
@@ -468,8 +523,13 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     try:
         try:
             # passes 1-2: driver row table; token moments on the workers
-            res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress,
-                                                     token_moments=_moments_fn(cl, paths))
+            if row_pass not in ("auto", "driver", "workers"):
+                raise AdvcliError(f"row_pass {row_pass!r}: expected auto, driver or workers")
+            if row_pass == "auto":
+                row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
+            res, row, betas, kls, warnings = resolve(
+                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths),
+                row_pass=_row_pass_fn(cl, paths) if row_pass == "workers" else None)
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native)
             sink = ray.remote(num_cpus=0)(_StatsSink).remote()

@@ -94,7 +94,7 @@ def run(
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
     engine: str = typer.Option("local", "--engine",
                                help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
-                                    "directory of part files in row order; pip install 'advcli[ray]'). "
+                                    "directory of part files in row order; pip install 'advcli\\[ray]'). "
                                     "See docs/distributed.md."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR",
                                               help="With --engine ray: the cluster to join (e.g. "

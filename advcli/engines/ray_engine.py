@@ -58,7 +58,7 @@ from ..ragged import Ragged
 
 ROW_HASH = "row_hash"
 ROW_COL = "__advcli_row"  # global row index, carried from the workers to the writer (not written)
-INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60')"
+INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
 
 def import_ray():
@@ -69,6 +69,13 @@ def import_ray():
     except ImportError:
         raise AdvcliError("--engine ray needs Ray Data, which is not installed in this environment",
                           hint=INSTALL_HINT) from None
+    import importlib.util
+
+    if importlib.util.find_spec("fsspec") and not importlib.util.find_spec("aiohttp"):
+        # torch brings fsspec; Ray Data's path resolution imports fsspec.implementations.http from
+        # several threads, and without aiohttp one of them can fail with an ImportError mid-read
+        raise AdvcliError("--engine ray needs aiohttp next to fsspec (Ray Data's file listing imports fsspec's "
+                          "http module, which fails intermittently without it)", hint=INSTALL_HINT)
     if "include_row_hash" not in inspect.signature(ray.data.read_parquet).parameters:
         raise AdvcliError(f"--engine ray needs ray.data.read_parquet(include_row_hash=...); Ray {ray.__version__} "
                           "lacks it", hint=INSTALL_HINT)
@@ -134,14 +141,15 @@ class RowLocator:
 # those the workers never read (dropped from the broadcast by lean()).
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
 _WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
-_DRIVER_ONLY = {"raw_score", "row_keys"}
+_DRIVER_ONLY = {"raw_score", "row_keys", "token_cache"}  # token_cache: the local engine's chunk cache
 
 
 def lean(res):
     """The resolved tables as broadcast to the workers: without what only the driver's statistics
     read (``row_keys`` holds every row's prompt id) and without cached group buckets. A field
     this module does not know is refused rather than guessed per row or per scope."""
-    unknown = [f.name for f in dataclasses.fields(res) if f.name not in _PER_ROW | _WHOLE | _DRIVER_ONLY]
+    names = [f.name for f in dataclasses.fields(res)]
+    unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY]
     if unknown:
         raise RuntimeError(f"advcli.engines.ray_engine does not know _Resolved field(s) {unknown}: say in "
                            "take_rows/lean whether they are per row, per scope or driver-only")
@@ -151,7 +159,7 @@ def lean(res):
 
     table = dataclasses.replace(res.table, scopes=gi(res.table.scopes), groups=gi(res.table.groups))
     return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), table=table,
-                               **{k: None for k in _DRIVER_ONLY})
+                               **{k: None for k in _DRIVER_ONLY if k in names})
 
 
 def take_rows(res, idx: torch.Tensor):

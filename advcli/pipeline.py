@@ -69,6 +69,7 @@ class Plan:
     token_roles: list[str]  # token columns the math reads
     output_tlr: bool
     padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
+    checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
 
     @property
@@ -212,6 +213,10 @@ def _file_fingerprint(paths: list[str]) -> str:
     return h.hexdigest()
 
 
+_FLOAT_ROLES = ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
+                "teacher_log_probs", "rollout_is_weights")
+
+
 class _ChunkReader:
     """Reads one chunk's token columns as flat tensors with shared offsets, checking each row."""
 
@@ -223,15 +228,22 @@ class _ChunkReader:
         plan = self.plan
         mask_name = plan.cmap["response_mask"]
         mask_arr = batch.column(mask_name)
-        check_no_nulls(mask_arr, file, mask_name, row_base)
+        done = plan.checked_roles  # checked by an earlier pass over the same rows: not again
+        if "response_mask" not in done:
+            check_no_nulls(mask_arr, file, mask_name, row_base)
         offsets, mask = list_column_to_tensor(mask_arr)
-        check_mask_values(mask, offsets, file, mask_name, row_base)
+        if "response_mask" not in done:
+            check_mask_values(mask, offsets, file, mask_name, row_base)
         out = {"response_mask": mask}
         for role in roles:
             if role == "response_mask":
                 continue
             name = plan.cmap[role]
             arr = batch.column(name)
+            if role in done:
+                out[role] = list_column_to_tensor(arr)[1].to(plan.dtype) if role in _FLOAT_ROLES else \
+                    list_column_to_tensor(arr)[1]
+                continue
             check_no_nulls(arr, file, name, row_base)
             offs, vals = list_column_to_tensor(arr)
             if not np.array_equal(offs, offsets):
@@ -240,8 +252,7 @@ class _ChunkReader:
                 raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
                                   f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
                                   "same length")
-            if role in ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
-                        "teacher_log_probs", "rollout_is_weights"):
+            if role in _FLOAT_ROLES:
                 vals = vals.to(plan.dtype)
                 # one reduction instead of a bool tensor per column: a NaN/inf makes the sum
                 # non-finite; a finite sum that overflowed only sends us to the exact check
@@ -376,6 +387,7 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         done += batch.num_rows
         if progress:
             progress("rows", done, total)
+    plan.checked_roles |= set(roles)  # every row of these columns passed the checks
     if not parts["length"]:  # an input of 0 rows: empty tables, an empty output
         parts["length"] = parts["valid"] = [torch.zeros(0, dtype=torch.int64)]
         parts["keep"] = [torch.zeros(0, dtype=torch.bool)]
@@ -530,6 +542,7 @@ class _Resolved:
     tlr_mean: torch.Tensor | None = None  # [S] float64: reward.whiten_tokens statistics
     tlr_rstd: torch.Tensor | None = None
     token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
+    token_cache: dict | None = None  # row0 -> _CachedChunk from the statistics pass (_token_moment_pass)
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (_defer_row_kl)
@@ -619,6 +632,15 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
         adv, ret = a, a
     else:
         adv, ret = plan.spec.token_fn(chunk, plan.params)
+    return _chunk_final(plan, res, layout, adv, ret, tlr, mask, row0, apply_whiten)
+
+
+def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask, row0: int, apply_whiten: bool):
+    """The estimator's output -> the final values: whitening (``apply_whiten``), re-masking, clip,
+    returns. Without ``apply_whiten`` (statistics passes) only the re-masking, whose result the
+    final values can start from again (x·1 = x on the valid tokens, which are all that whitening reads)."""
+    dev, dt = plan.device, plan.dtype
+    rows = slice(row0, row0 + layout.num_rows)
     if apply_whiten and plan.whiten:
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
         mean = res.whiten_mean.to(dev)[scope_tok]
@@ -792,21 +814,57 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     return result
 
 
+TOKEN_CACHE_BYTES = 256 << 20  # the statistics pass keeps its results for the write pass up to this size
+
+
+@dataclass
+class _CachedChunk:
+    rows: int
+    adv: torch.Tensor  # before whitening (re-masked where configured)
+    ret: torch.Tensor  # the estimator's returns
+    tlr: torch.Tensor
+    row_kl: tuple | None  # (Σ kld, masked mean) per row where the row KL is deferred
+
+
 def _token_moment_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows: int, progress, rewards: bool):
-    """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages."""
+    """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages.
+
+    For the advantages, when the input's advantages, returns and token rewards fit in
+    :data:`TOKEN_CACHE_BYTES`, each chunk's results are kept (``res.token_cache``, by first row) so
+    that the write pass only whitens them instead of computing the estimator a second time; a
+    bigger input is computed twice, in bounded memory."""
     sums = MomentSums.zeros(res.scopes.num_groups)
     reader = _ChunkReader(plan, inputs)
     cols = list(roles_to_columns(plan, plan.token_roles))
+    total = int(res.table.length.sum()) if res.table.length.numel() else 0
+    elem = torch.empty(0, dtype=plan.dtype).element_size()
+    cache: dict | None = None
+    if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES:
+        cache = {}
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
         layout = Ragged(torch.from_numpy(offsets))
-        adv, _, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
+        extras = {} if cache is not None and res.kl_deferred else None
+        if cache is not None and plan.spec.level != "row":  # (row-level whitening never comes here)
+            chunk = _token_chunk(plan, res, layout, tok, row0, extras)
+            ret = plan.spec.token_fn(chunk, plan.params)
+            adv, _, tlr, mask = _chunk_final(plan, res, chunk.layout, ret[0], ret[1], chunk.token_rewards,
+                                             chunk.mask, row0, apply_whiten=False)
+            ret = ret[1]
+            row_kl = None
+            if extras is not None:
+                row_kl = tuple(x.cpu() for x in _row_kl(chunk.layout, extras["kld"], mask))
+            cache[row0] = _CachedChunk(batch.num_rows, adv, ret, tlr, row_kl)
+        else:
+            adv, _, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
         sums.add(v, mask, layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows]).to(v.device), layout=layout)
         row0 += batch.num_rows
         if progress:
             progress("statistics", row0, inputs.num_rows)
+    if cache is not None:
+        res.token_cache = cache
     return sums
 
 
@@ -893,12 +951,52 @@ def _finish_row_kl(plan: Plan, res: _Resolved, row: dict, kl_sum: torch.Tensor, 
         st.score = res.table.score.detach().to(torch.float64)
 
 
+class _Ordered:
+    """``fn(*args)`` for every :meth:`submit`, in submission order, on one daemon thread (at most
+    ``depth`` waiting). An exception there is re-raised here, at the next submit or at :meth:`close`."""
+
+    def __init__(self, fn: Callable, depth: int = 2, name: str = "advcli-worker"):
+        import queue
+        import threading
+
+        self.fn = fn
+        self.error: BaseException | None = None
+        self.q: "queue.Queue" = queue.Queue(maxsize=depth)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            if self.error is None:
+                try:
+                    self.fn(*item)
+                except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                    self.error = e
+
+    def submit(self, *args) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put(args)
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.q.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            raise self.error
+
+
 def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
 
-    Overlap: the reader thread decodes chunk k+1 and the writer thread encodes chunk k-1 while this
-    thread computes chunk k (pyarrow releases the GIL in both)."""
+    Overlap: while this thread computes chunk k, the reader thread decodes chunk k+1, a statistics
+    thread accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes
+    the chunks before (pyarrow and torch release the GIL)."""
     reader = _ChunkReader(plan, inputs)
     tok_cols = list(roles_to_columns(plan, plan.token_roles))
     writing = outs is not None
@@ -914,24 +1012,35 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
     kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
     R = inputs.num_rows
     row0 = 0
+    observer = _Ordered(stats.add, name="advcli-stats")
     try:
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
             if writing and writers[fi] is None:
                 writers[fi] = AtomicParquetWriter(outs[fi], out_schema)
             offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
             layout = Ragged(torch.from_numpy(offsets))
-            extras = {} if kl_parts is not None else None
-            adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
+            hit = res.token_cache.pop(row0, None) if res.token_cache else None
+            if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
+                mask = tok["response_mask"].to(plan.device, non_blocking=True).to(plan.dtype)
+                adv, ret, tlr, mask = _chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
+                                                   mask, row0, apply_whiten=True)
+                row_kl = hit.row_kl
+                del hit
+            else:
+                extras = {} if kl_parts is not None else None
+                adv, ret, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
+                row_kl = _row_kl(layout.to(mask.device), extras["kld"], mask) if kl_parts is not None else None
             if kl_parts is not None:
-                ks, km = _row_kl(layout.to(mask.device), extras["kld"], mask)
-                kl_parts[0].append(ks.cpu())
-                kl_parts[1].append(km.cpu())
-            stats.add(row0, layout, mask, adv, ret, tlr, tok)
+                kl_parts[0].append(row_kl[0].cpu())
+                kl_parts[1].append(row_kl[1].cpu())
+            observer.submit(row0, layout, mask, adv, ret, tlr, tok)
             if writing:
                 writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb))
             row0 += batch.num_rows
             if progress:
                 progress("write" if writing else "compute", row0, R)
+        observer.close()
+        res.token_cache = None
         if kl_parts is not None:
             empty = torch.zeros(0, dtype=plan.dtype)
             _finish_row_kl(plan, res, row, torch.cat(kl_parts[0]) if kl_parts[0] else empty,
@@ -943,6 +1052,10 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
             for w in writers:
                 w.commit()
     except BaseException:
+        try:
+            observer.close()
+        except BaseException:  # noqa: BLE001 - the first error is the one to report
+            pass
         for w in writers:
             if w is not None:
                 w.abort()

@@ -169,11 +169,11 @@ class _ScopeAcc:
         self.seen = True
         x = x.detach().to("cpu", torch.float64)
         scope = scope.to("cpu")
-        fin = torch.isfinite(x)
-        if not bool(fin.all()):
+        if not bool(torch.isfinite(x.sum())):  # one reduction; the mask only when something is off
+            fin = torch.isfinite(x)
             self.nonfinite.index_add_(0, scope[~fin], torch.ones(int((~fin).sum()), dtype=torch.int64))
             x, scope = x[fin], scope[fin]
-        self.count.index_add_(0, scope, torch.ones_like(scope))
+        self.count += torch.bincount(scope, minlength=self.count.numel())
         self.sum.index_add_(0, scope, x)
         self.sumsq.index_add_(0, scope, x * x)
         self.min.scatter_reduce_(0, scope, x, reduce="amin")
@@ -231,7 +231,8 @@ class _StreamHist:
 
     def add(self, x: torch.Tensor) -> None:
         x = x.detach().to("cpu", torch.float64)
-        x = x[torch.isfinite(x)]
+        if not bool(torch.isfinite(x.sum())):
+            x = x[torch.isfinite(x)]
         if x.numel() == 0:
             return
         if self.edges is None:
@@ -240,11 +241,13 @@ class _StreamHist:
             self.edges = torch.linspace(lo - span / 2, hi + span / 2, self.bins + 1, dtype=torch.float64)
         e = self.edges
         under, over = x < e[0], x > e[-1]
-        self.under += int(under.sum())
-        self.over += int(over.sum())
-        x = x[~under & ~over]
+        n_under, n_over = int(under.sum()), int(over.sum())
+        self.under += n_under
+        self.over += n_over
+        if n_under or n_over:
+            x = x[~under & ~over]
         idx = torch.clamp(torch.bucketize(x, e, right=True) - 1, 0, self.bins - 1)
-        self.counts.index_add_(0, idx, torch.ones_like(idx))
+        self.counts += torch.bincount(idx, minlength=self.bins)
 
     def result(self, note: str) -> dict[str, Any]:
         return {"edges": [] if self.edges is None else self.edges.tolist(), "counts": self.counts.tolist(),
@@ -312,22 +315,25 @@ class RunStats:
             self.resp_len[rows] = torch.where(last >= 0, last - layout.offsets[:-1] + 1, torch.zeros_like(last))
         else:
             self.resp_len[rows] = layout.lengths
-        self.valid[rows] = layout.row_sum(m.to(torch.int64))
-        a64 = adv.to(torch.float64)
-        vrow = layout.row_index[m]
-        av = a64[m]
+        # the valid tokens' flat indices, found once and gathered with (the boolean-mask form
+        # searches the mask again for every tensor it selects from)
+        sel = torch.nonzero(m, as_tuple=True)[0]
+        vrow = layout.row_index[sel]
+        self.valid[rows] = torch.bincount(vrow, minlength=B)
+        av = adv[sel].to(torch.float64)
         self.adv_sum[rows] = torch.zeros(B, dtype=torch.float64).index_add_(0, vrow, av)
         amin = torch.full((B,), math.inf, dtype=torch.float64).scatter_reduce_(0, vrow, av, reduce="amin")
         amax = torch.full((B,), -math.inf, dtype=torch.float64).scatter_reduce_(0, vrow, av, reduce="amax")
         self.adv_min[rows], self.adv_max[rows] = amin, amax
         scope_tok = self.scopes.codes[rows][vrow] if self.scopes is not None else torch.zeros_like(vrow)
         self.adv.add(av, scope_tok)
-        self.ret.add(ret[m], scope_tok)
+        rv = ret[sel]
+        self.ret.add(rv, scope_tok)
         if values is not None and self.has_values:
-            v = values.detach().to("cpu")[m]
+            v = values.detach().to("cpu")[sel]
             self.val.add(v, scope_tok)
-            self.ret_minus_val.add(ret[m].to(torch.float64) - v.to(torch.float64), scope_tok)
-        gidx = self.token_base + torch.nonzero(m, as_tuple=True)[0]
+            self.ret_minus_val.add(rv.to(torch.float64) - v.to(torch.float64), scope_tok)
+        gidx = self.token_base + sel
         self.reservoir.add(av, gidx)
         self.adv_hist.add(av)
         self.token_base += layout.num_tokens

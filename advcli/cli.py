@@ -92,6 +92,10 @@ def run(
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once (results do not "
                                                               "depend on it)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
+    output_mode: str = typer.Option("full", "--output-mode",
+                                    help="full (the input plus the new columns) or sidecar (only the new "
+                                         "columns plus the row keys row_index, prompt_id, step: a smaller file "
+                                         "that joins back to the input; see docs/performance.md)."),
     engine: str = typer.Option("local", "--engine",
                                help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
                                     "directory of part files in row order; pip install 'advcli\\[ray]'). "
@@ -120,6 +124,12 @@ def run(
     from .engines import check_engine
 
     check_engine(engine)
+    if output_mode not in ("full", "sidecar"):
+        from .errors import did_you_mean
+        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
+                          f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
+    if output_mode != "full" and engine != "local":
+        raise AdvcliError(f"--output-mode {output_mode} works with --engine local only")
     settings = parse_set(set_)
     columns = parse_column_maps(column)
     flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
@@ -145,6 +155,7 @@ def run(
     try:
         result = run_engine(engine, inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
                             chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb,
+                            **({"output_mode": output_mode} if output_mode != "full" else {}),
                             ray_address=ray_address)
     finally:
         stop()

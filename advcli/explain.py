@@ -5,9 +5,12 @@ import json
 
 
 def keys_text(flavor) -> str:
+    from .flavors import flavor_keys
+
+    keys = flavor_keys(flavor)
     lines = [f"{flavor.name} keys ({flavor.framework}); defaults are the framework's:", ""]
-    width = max(len(k) for k in flavor.keys)
-    for k, key in flavor.keys.items():
+    width = max(len(k) for k in keys)
+    for k, key in keys.items():
         choices = f" [{', '.join(map(str, key.choices))}]" if key.choices else ""
         lines.append(f"  {k:<{width}}  default {json.dumps(key.default)}{choices}")
         lines.append(f"  {'':<{width}}  {key.doc}")

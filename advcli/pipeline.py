@@ -267,6 +267,15 @@ class _ChunkReader:
         return offsets, out
 
 
+def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """A host tensor on the compute device. CUDA: through pinned (page-locked) host memory, from
+    torch's caching host allocator, so the copy is asynchronous (``non_blocking``) and the next
+    kernels queue behind it instead of waiting; CPU: the tensor itself."""
+    if dev.type != "cuda" or t.device.type == "cuda":
+        return t
+    return t.pin_memory().to(dev, non_blocking=True)
+
+
 def _scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype) -> torch.Tensor:
     arr = batch.column(name)
     check_no_nulls(arr, file, name, row_base)
@@ -504,8 +513,8 @@ def _check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, 
     raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
                       "size; if rows were reordered after the run, restore the rollout order (each prompt's "
-                      "responses contiguous). To group by the ids instead, run the canonical configuration that "
-                      "`advcli explain --flavor ...` prints with --flavor advcli --set grouping.by=id")
+                      "responses contiguous). To group by the ids instead, keeping this flavor's semantics, add "
+                      "--set advcli.group_by=id")
 
 
 def _kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
@@ -557,8 +566,8 @@ def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: in
     B = layout.num_rows
     rows = slice(row0, row0 + B)
     layout = layout.to(dev)
-    mask = tok["response_mask"].to(dev, non_blocking=True).to(dt)
-    tok = {k: v.to(dev, non_blocking=True) for k, v in tok.items() if k != "response_mask"}
+    mask = to_device(tok["response_mask"], dev).to(dt)
+    tok = {k: to_device(v, dev) for k, v in tok.items() if k != "response_mask"}
     # token-level rewards
     if plan.reward_source == "token_level_scores":
         tlr = tok["token_level_scores"].to(dt).clone()
@@ -1021,7 +1030,7 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
             layout = Ragged(torch.from_numpy(offsets))
             hit = res.token_cache.pop(row0, None) if res.token_cache else None
             if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
-                mask = tok["response_mask"].to(plan.device, non_blocking=True).to(plan.dtype)
+                mask = to_device(tok["response_mask"], plan.device).to(plan.dtype)
                 adv, ret, tlr, mask = _chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
                                                    mask, row0, apply_whiten=True)
                 row_kl = hit.row_kl

@@ -29,6 +29,15 @@ class Flavor:
 
 FLAVORS: dict[str, Flavor] = {}
 
+# advcli's own keys, accepted by every framework flavor (not the framework's): they change how the dump
+# is read, never the math.
+EXTENSION_KEYS: dict[str, Key] = {
+    "advcli.group_by": Key("flavor", "advcli extension: `id` groups rows by the prompt_id column instead of "
+                           "the framework's consecutive blocks of n rows (ROLL, OpenRLHF, TRL), for dumps whose "
+                           "rows were reordered; `flavor` keeps the framework's own grouping",
+                           ("flavor", "id"), "str"),
+}
+
 
 def _load() -> None:
     if FLAVORS:
@@ -59,18 +68,30 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
     """The flavor's defaults overlaid with the given settings, each key checked and coerced."""
     from ..config import coerce
 
-    values = {k: key.default for k, key in flavor.keys.items()}
+    keys = flavor_keys(flavor)
+    values = {k: key.default for k, key in keys.items()}
     for k, v in settings:
         k = flavor.aliases.get(k, k)
-        if k in flavor.keys:
-            values[k] = coerce(k, v, flavor.keys[k])
+        if k in keys:
+            values[k] = coerce(k, v, keys[k])
         elif any(k.startswith(p) for p in flavor.open_prefixes):
             values[k] = v
         else:
-            valid = list(flavor.keys) + list(flavor.aliases)
+            valid = list(keys) + list(flavor.aliases)
             raise AdvcliError(f"key {k!r} is not a {flavor.name} setting.{did_you_mean(k, valid)}",
                               hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return values
+
+
+def flavor_keys(flavor: Flavor) -> dict[str, Key]:
+    """The flavor's own keys plus advcli's extension keys (the canonical flavor has its own grouping keys)."""
+    return dict(flavor.keys) if flavor.name == "advcli" else {**flavor.keys, **EXTENSION_KEYS}
+
+
+def _apply_extensions(cfg: dict, values: dict) -> dict:
+    if values.get("advcli.group_by") == "id" and cfg.get("grouping", {}).get("by") == "position":
+        cfg["grouping"]["by"] = "id"  # the same per-group math, groups taken from prompt_id
+    return cfg
 
 
 def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str | None = None):
@@ -81,4 +102,5 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
     values = native_values(flavor, items)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
-    return flavor.translate(values), given
+    translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}
+    return _apply_extensions(flavor.translate(translated), values), given

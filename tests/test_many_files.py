@@ -1,0 +1,89 @@
+"""Many input files: INPUT may be several files, a directory or a glob; OUTPUT is then a directory
+with one output per input, names kept. Groups span the files (prompt ids scattered over all of
+them), so every group statistic must be the same as for the one-file dump."""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from advcli import pipeline
+from advcli.errors import AdvcliError
+from advcli.flavors import resolve
+from advcli.sample import make_table
+
+SETTINGS = {
+    "grpo": {"algorithm.adv_estimator": "grpo"},
+    "gae_k3": {"algorithm.adv_estimator": "gae", "algorithm.use_kl_in_reward": True,
+               "algorithm.kl_penalty": "low_var_kl"},
+    "rloo_kl_adaptive": {"algorithm.adv_estimator": "rloo", "algorithm.use_kl_in_reward": True,
+                         "algorithm.kl_ctrl.type": "adaptive"},
+}
+CUTS = [0, 70, 71, 190, 240]  # four files of 70, 1, 119 and 50 rows
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    d = tmp_path_factory.mktemp("many")
+    table = make_table(240, group_size=6, min_len=1, max_len=40, seed=5, steps=2)
+    whole = d / "whole.parquet"
+    pq.write_table(table, whole)
+    parts = d / "parts"
+    parts.mkdir()
+    for k, (a, b) in enumerate(zip(CUTS[:-1], CUTS[1:])):
+        pq.write_table(table.slice(a, b - a), parts / f"part-{k}.parquet")
+    return str(whole), str(parts), table
+
+
+def run(inputs, out, settings, **kw):
+    cfg, native = resolve("verl", list(settings.items()))
+    return pipeline.run_pipeline([str(i) for i in inputs], str(out), cfg, flavor="verl", native=native,
+                                 device="cpu", force=True, **kw)
+
+
+def test_groups_span_files(dumps):
+    whole, parts, table = dumps
+    ids = table.column("prompt_id").to_pylist()
+    spanning = set(ids[:70]) & set(ids[71:120])  # step 0 spans files 0, 1 and 2
+    assert spanning, "the fixture must scatter groups over several files"
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+@pytest.mark.parametrize("form", ["directory", "glob", "files"])
+def test_split_input_gives_the_one_file_result(name, form, dumps, tmp_path):
+    whole, parts, _ = dumps
+    ref = run([whole], tmp_path / "whole_out.parquet", SETTINGS[name], chunk_rows=50)
+    want = pq.read_table(tmp_path / "whole_out.parquet")
+    names = sorted(os.listdir(parts))
+    inputs = {"directory": [parts], "glob": [os.path.join(parts, "part-*.parquet")],
+              "files": [os.path.join(parts, n) for n in names]}[form]
+    out = tmp_path / "out"
+    got = run(inputs, out, SETTINGS[name], chunk_rows=17)
+    assert sorted(os.listdir(out)) == names  # one output per input, names kept
+    pieces = [pq.read_table(out / n) for n in names]
+    assert [p.num_rows for p in pieces] == [b - a for a, b in zip(CUTS[:-1], CUTS[1:])]
+    for n, p in zip(names, pieces):  # each output keeps its own input's rows
+        assert p.column("prompt_id").equals(pq.read_table(os.path.join(parts, n)).column("prompt_id"))
+    joined = pa.concat_tables([p.replace_schema_metadata(None) for p in pieces])
+    for c in want.column_names:
+        assert joined.column(c).to_pylist() == want.column(c).to_pylist(), c
+    assert got.metrics["critic/advantages/mean"] == pytest.approx(ref.metrics["critic/advantages/mean"])
+    assert got.rows == ref.rows == 240
+
+
+def test_several_inputs_need_an_output_directory(dumps, tmp_path):
+    whole, parts, _ = dumps
+    target = tmp_path / "a_file.parquet"
+    target.write_bytes(b"x")
+    with pytest.raises(AdvcliError, match="several inputs need an output directory"):
+        run([parts], target, SETTINGS["grpo"])
+
+
+def test_inputs_must_share_a_schema(dumps, tmp_path):
+    whole, parts, table = dumps
+    odd = tmp_path / "odd.parquet"
+    pq.write_table(table.drop_columns(["values"]), odd)
+    with pytest.raises(AdvcliError, match="lacks column"):
+        run([whole, str(odd)], tmp_path / "o", SETTINGS["grpo"])

@@ -1,0 +1,148 @@
+"""Streaming: the output and the run's figures do not depend on how the input is cut into chunks
+(rows per chunk 1, 7, 257 or everything; the token bound), on the reader's prefetching, on whether
+the statistics pass keeps its results for the write pass, or on whether the per-row KL is read in
+pass 1 or computed in the write pass."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from advcli import pipeline
+from advcli.errors import AdvcliError
+from advcli.flavors import resolve
+from advcli.io import reader as reader_mod
+from advcli.io.reader import InputSet, _prefetched
+from advcli.sample import make_table
+
+NEW = ["advantages", "returns", "token_level_rewards"]
+CONFIGS = {
+    # token estimator + fixed KL: per-row KL deferred to the write pass; whitening: cached chunks
+    "gae_k3": {"algorithm.adv_estimator": "gae", "algorithm.use_kl_in_reward": True,
+               "algorithm.kl_penalty": "low_var_kl", "algorithm.gamma": 0.99, "algorithm.lam": 0.95},
+    # adaptive controller over steps: the KL must be known in pass 1
+    "gae_adaptive": {"algorithm.adv_estimator": "gae", "algorithm.use_kl_in_reward": True,
+                     "algorithm.kl_ctrl.type": "adaptive", "algorithm.kl_ctrl.kl_coef": 0.1},
+    "grpo_kl": {"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True},
+    "rloo": {"algorithm.adv_estimator": "rloo"},
+    "reinforce_plus_plus": {"algorithm.adv_estimator": "reinforce_plus_plus"},
+}
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    p = tmp_path_factory.mktemp("stream") / "in.parquet"
+    # 3 steps, groups of 5 scattered inside each step, lengths 1..48, masked spans and tails
+    pq.write_table(make_table(300, group_size=5, min_len=1, max_len=48, seed=3, steps=3), p, row_group_size=64)
+    return str(p)
+
+
+def run(src, out, settings, output_mode="full", **kw):
+    cfg, native = resolve("verl", list(settings.items()))
+    return pipeline.run_pipeline([str(src)], str(out), cfg, flavor="verl", native=native, device="cpu", force=True,
+                                 output_mode=output_mode, **kw)
+
+
+def new_columns(path):
+    t = pq.read_table(path)
+    return {c: t.column(c).to_pylist() for c in NEW if c in t.column_names}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_same_output_and_figures_for_any_chunking(name, dump, tmp_path):
+    ref = run(dump, tmp_path / "ref.parquet", CONFIGS[name], chunk_rows=None, chunk_tokens=None)
+    want = new_columns(tmp_path / "ref.parquet")
+    assert want["advantages"] and len(want["advantages"]) == 300
+    for i, (rows, tokens) in enumerate([(1, None), (7, None), (257, None), (4096, 200), (None, 1000)]):
+        got = run(dump, tmp_path / f"o{i}.parquet", CONFIGS[name], chunk_rows=rows, chunk_tokens=tokens)
+        assert new_columns(tmp_path / f"o{i}.parquet") == want, (rows, tokens)
+        for k in ("actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "critic/advantages/mean",
+                  "critic/rewards/mean", "critic/score/mean"):
+            if ref.metrics.get(k) is None:
+                assert got.metrics.get(k) is None, k
+            else:
+                assert got.metrics[k] == pytest.approx(ref.metrics[k], rel=1e-12, abs=1e-15), k
+        assert [s.get("kl") for s in got.per_step] == [s.get("kl") for s in ref.per_step]
+
+
+def test_deferred_row_kl_equals_pass_one_kl(dump, tmp_path, monkeypatch):
+    """GAE with a fixed β computes the per-row KL in the write pass; forcing it into pass 1 (as an
+    adaptive controller needs) gives the same file and the same KL figures."""
+    settings = CONFIGS["gae_k3"]
+    plan_defers = run(dump, tmp_path / "a.parquet", settings, chunk_rows=31)
+    monkeypatch.setattr(pipeline, "_defer_row_kl", lambda plan: False)
+    in_pass1 = run(dump, tmp_path / "b.parquet", settings, chunk_rows=31)
+    assert new_columns(tmp_path / "a.parquet") == new_columns(tmp_path / "b.parquet")
+    assert plan_defers.metrics["actor/reward_kl_penalty"] == in_pass1.metrics["actor/reward_kl_penalty"]
+    assert plan_defers.metrics["actor/reward_kl_penalty"] > 0
+    assert [s["kl"] for s in plan_defers.per_step] == [s["kl"] for s in in_pass1.per_step]
+    assert plan_defers.metrics["critic/rewards/mean"] == in_pass1.metrics["critic/rewards/mean"]
+
+
+def test_defer_only_where_nothing_needs_the_kl_before_the_write_pass():
+    import tempfile
+
+    from advcli.pipeline import _defer_row_kl, make_plan
+
+    with tempfile.TemporaryDirectory() as d:
+        p = f"{d}/x.parquet"
+        pq.write_table(make_table(20, group_size=4, min_len=2, max_len=8, seed=0), p)
+        inputs = InputSet.open([p])
+        for name, want in (("gae_k3", True), ("gae_adaptive", False), ("grpo_kl", False)):
+            cfg, _ = resolve("verl", list(CONFIGS[name].items()))
+            assert _defer_row_kl(make_plan(cfg, inputs, {}, "cpu")) is want, name
+
+
+def test_token_cache_and_recompute_agree(dump, tmp_path, monkeypatch):
+    """Whitened GAE: the write pass reuses the statistics pass's chunks when they fit the cache
+    budget, and computes them again otherwise; same bytes of output values."""
+    settings = CONFIGS["gae_k3"]
+    run(dump, tmp_path / "cached.parquet", settings, chunk_rows=50)
+    monkeypatch.setattr(pipeline, "TOKEN_CACHE_BYTES", 0)
+    run(dump, tmp_path / "recomputed.parquet", settings, chunk_rows=50)
+    assert new_columns(tmp_path / "cached.parquet") == new_columns(tmp_path / "recomputed.parquet")
+
+
+def test_prefetch_on_and_off_agree(dump, tmp_path, monkeypatch):
+    settings = CONFIGS["grpo_kl"]
+    run(dump, tmp_path / "a.parquet", settings, chunk_rows=13)
+    monkeypatch.setattr(reader_mod, "PREFETCH", 0)
+    run(dump, tmp_path / "b.parquet", settings, chunk_rows=13)
+    assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+
+
+def test_prefetch_keeps_order_and_reraises_in_the_consumer():
+    def gen():
+        yield from range(5)
+        raise AdvcliError("broken file after row 5")
+
+    got = []
+    with pytest.raises(AdvcliError, match="after row 5"):
+        for x in _prefetched(gen(), 2):
+            got.append(x)
+    assert got == [0, 1, 2, 3, 4]
+    # a consumer that stops early stops the producer (no hang)
+    it = _prefetched(iter(range(1000)), 1)
+    assert next(it) == 0
+    it.close()
+
+
+def test_chunk_rows_from_the_token_bound(tmp_path):
+    """Rows per chunk = min(--chunk-rows, chunk_tokens / mean row length), the length from the
+    Parquet metadata alone."""
+    lengths = [10] * 50 + [30] * 50  # mean 20
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    n = int(offsets[-1])
+    t = pa.table({"response_mask": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(n, np.int8))),
+                  "reward": pa.array(np.zeros(100, np.float32))})
+    p = tmp_path / "t.parquet"
+    pq.write_table(t, p, row_group_size=30)
+    inputs = InputSet.open([str(p)])
+    assert inputs.list_tokens("response_mask") == n == 2000
+    cfg, _ = resolve("verl", [("algorithm.adv_estimator", "reinforce_plus_plus")])
+    plan = pipeline.make_plan(cfg, inputs, {}, "cpu")
+    assert pipeline.chunk_rows_for(plan, inputs, 4096, 1000) == 50
+    assert pipeline.chunk_rows_for(plan, inputs, 7, 1000) == 7
+    assert pipeline.chunk_rows_for(plan, inputs, None, None) == 100
+    assert pipeline.chunk_rows_for(plan, inputs, 4096, 5) == 1

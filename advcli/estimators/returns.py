@@ -39,8 +39,11 @@ def gae_token(chunk: TokenChunk, p: dict):
 
 register(EstimatorSpec(
     name="gae", level="token", token_fn=gae_token, needs=("values",),
-    formula="δ_t = r_t + γ·V_next − V_t;  A_t = δ_t + γλ·A_next;  returns = A + V",
-    source="verl core_algos.compute_gae_advantage_return (L215-263 @1dda039b)",
+    formula="δ_t = r_t + γ·V_next − V_t;  A_t = δ_t + γλ·A_next;  returns = A + V  (holes=skip: the scan "
+            "jumps over mask=0 tokens, V_next = the next trained token's value; holes=step: every position "
+            "is a step, V_L = 0)",
+    source="holes=skip: verl core_algos.compute_gae_advantage_return (L215-263 @1dda039b), NeMo RL ppo gae; "
+           "holes=step: ROLL compute_gae_advantage_return, OpenRLHF get_advantages_and_returns (zero_masked)",
     params={"gamma": GAMMA, "lam": Key(1.0, "GAE λ", None, "float"), "holes": HOLES,
             "zero_masked": Key(False, "with holes=step: multiply V and r by the mask first (OpenRLHF)",
                                None, "bool"),
@@ -69,8 +72,10 @@ def returns_token(chunk: TokenChunk, p: dict):
 
 register(EstimatorSpec(
     name="reinforce_plus_plus", level="token", token_fn=returns_token,
-    formula="G_t = r_t + γ·G_{t+1} over the valid tokens; advantages = whiten(G) (advantage.whiten)",
-    source="verl core_algos.compute_reinforce_plus_plus_outcome_advantage (L693-731 @1dda039b)",
+    formula="G_t = r_t + γ·G_{t+1};  A = G  (holes=skip: over the mask=1 tokens only, carried across holes, "
+            "0 at mask=0; holes=step: every position is a discount step)",
+    source="holes=skip: verl core_algos.compute_reinforce_plus_plus_outcome_advantage (L693-731 @1dda039b); "
+           "holes=step: ROLL compute_reinforce_return, OpenRLHF get_cumulative_returns (mask_rewards)",
     params={"gamma": GAMMA, "holes": HOLES,
             "mask_rewards": Key(False, "with holes=step: multiply the rewards by the mask first", None, "bool")}))
 

@@ -41,6 +41,7 @@ from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
 from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets, offsets_array,
                              tensor_to_list_array)
+from .io.memory import trim as trim_heap
 from .io.reader import InputSet
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
 from .ops import kl as kl_ops
@@ -394,6 +395,8 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
             check_no_nulls(arr, file, c, row_base)
             keys[c].append(arr)
         done += batch.num_rows
+        if (done // max(batch.num_rows, 1)) % TRIM_EVERY == 0:
+            trim_heap()
         if progress:
             progress("rows", done, total)
     plan.checked_roles |= set(roles)  # every row of these columns passed the checks
@@ -651,9 +654,12 @@ def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask
     dev, dt = plan.device, plan.dtype
     rows = slice(row0, row0 + layout.num_rows)
     if apply_whiten and plan.whiten:
-        scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
-        mean = res.whiten_mean.to(dev)[scope_tok]
-        rstd = res.whiten_rstd.to(dev)[scope_tok]
+        if res.scopes.num_groups == 1:  # one scope: the same element-wise ops with a scalar
+            mean, rstd = res.whiten_mean[0].to(dev), res.whiten_rstd[0].to(dev)
+        else:
+            scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
+            mean = res.whiten_mean.to(dev)[scope_tok]
+            rstd = res.whiten_rstd.to(dev)[scope_tok]
         adv = ((adv.to(torch.float64) - mean) * rstd).to(dt)
         if get_path(plan.cfg, "advantage.remask"):
             adv = adv * mask
@@ -763,7 +769,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
 
 
 OUTPUT_MODES = ("full", "sidecar")
-CHUNK_TOKENS = 1 << 20  # tokens per chunk: each float32 column of a chunk stays around 4 MiB
+CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
+TRIM_EVERY = 8  # chunks between returns of freed heap memory to the OS (advcli.io.memory)
 SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
 
 
@@ -870,6 +877,8 @@ def _token_moment_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows:
         v = tlr if rewards else adv
         sums.add(v, mask, layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows]).to(v.device), layout=layout)
         row0 += batch.num_rows
+        if (row0 // max(batch.num_rows, 1)) % TRIM_EVERY == 0:
+            trim_heap()
         if progress:
             progress("statistics", row0, inputs.num_rows)
     if cache is not None:
@@ -1020,8 +1029,8 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
     writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
     kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
     R = inputs.num_rows
-    row0 = 0
-    observer = _Ordered(stats.add, name="advcli-stats")
+    row0 = chunks = 0
+    observer = _Ordered(stats.add, depth=1, name="advcli-stats")
     try:
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
             if writing and writers[fi] is None:
@@ -1046,6 +1055,9 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
             if writing:
                 writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb))
             row0 += batch.num_rows
+            chunks += 1
+            if chunks % TRIM_EVERY == 0:
+                trim_heap()
             if progress:
                 progress("write" if writing else "compute", row0, R)
         observer.close()

@@ -830,6 +830,7 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     return result
 
 
+MOMENT_WORKERS = 2  # chunks computed at once by the statistics pass
 TOKEN_CACHE_BYTES = 256 << 20  # the statistics pass keeps its results for the write pass up to this size
 
 
@@ -857,30 +858,57 @@ def _token_moment_pass(plan: Plan, inputs: InputSet, res: _Resolved, chunk_rows:
     cache: dict | None = None
     if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES:
         cache = {}
-    row0 = 0
-    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+
+    def work(fi: int, rb: int, batch: pa.RecordBatch, row0: int):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
         layout = Ragged(torch.from_numpy(offsets))
         extras = {} if cache is not None and res.kl_deferred else None
+        entry = None
         if cache is not None and plan.spec.level != "row":  # (row-level whitening never comes here)
             chunk = _token_chunk(plan, res, layout, tok, row0, extras)
             ret = plan.spec.token_fn(chunk, plan.params)
             adv, _, tlr, mask = _chunk_final(plan, res, chunk.layout, ret[0], ret[1], chunk.token_rewards,
                                              chunk.mask, row0, apply_whiten=False)
-            ret = ret[1]
             row_kl = None
             if extras is not None:
                 row_kl = tuple(x.cpu() for x in _row_kl(chunk.layout, extras["kld"], mask))
-            cache[row0] = _CachedChunk(batch.num_rows, adv, ret, tlr, row_kl)
+            entry = _CachedChunk(batch.num_rows, adv, ret[1], tlr, row_kl)
         else:
             adv, _, tlr, mask = _chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
-        sums.add(v, mask, layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows]).to(v.device), layout=layout)
-        row0 += batch.num_rows
-        if (row0 // max(batch.num_rows, 1)) % TRIM_EVERY == 0:
+        scope_tok = layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows]).to(v.device)
+        return row0, batch.num_rows, v, mask, scope_tok, layout, entry
+
+    # chunks are independent here (the moments are summed exactly, in row order, below): compute
+    # MOMENT_WORKERS of them at once; most segment ops run single-threaded inside torch
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    done = 0
+    pending: deque = deque()
+
+    def consume(fut) -> None:
+        nonlocal done
+        r0, n, v, mask, scope_tok, layout, entry = fut.result()
+        sums.add(v, mask, scope_tok, layout=layout)
+        if entry is not None:
+            cache[r0] = entry
+        done += 1
+        if done % TRIM_EVERY == 0:
             trim_heap()
         if progress:
-            progress("statistics", row0, inputs.num_rows)
+            progress("statistics", r0 + n, inputs.num_rows)
+
+    workers = max(1, min(MOMENT_WORKERS, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="advcli-stats-pass") as ex:
+        row0 = 0
+        for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+            pending.append(ex.submit(work, fi, rb, batch, row0))
+            row0 += batch.num_rows
+            if len(pending) >= workers:
+                consume(pending.popleft())
+        while pending:
+            consume(pending.popleft())
     if cache is not None:
         res.token_cache = cache
     return sums

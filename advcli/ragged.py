@@ -97,11 +97,12 @@ class Ragged:
         its row, or ``fill`` when none follows (trailing masked tokens). This is how verl and NeMo RL
         treat observation spans in GAE: the carry skips them.
         """
-        kept_before = torch.cumsum(keep.to(torch.int64), 0) - keep.to(torch.int64)  # exclusive count
-        compact_layout = Ragged.from_lengths(self.row_sum(keep.to(torch.int64)))
+        k64 = keep.to(torch.int64)
+        kept_before = torch.cumsum(k64, 0) - k64  # exclusive count
+        compact_layout = Ragged.from_lengths(self.row_sum(k64))
         row_end = compact_layout.offsets[1:][self.row_index]
         valid = kept_before < row_end
-        src = torch.clamp(kept_before, max=max(compact_values.numel() - 1, 0))
         if compact_values.numel() == 0:
             return torch.full(keep.shape, fill, dtype=compact_values.dtype, device=compact_values.device)
-        return torch.where(valid, compact_values[src], torch.full_like(compact_values[src], fill))
+        out = compact_values[torch.clamp_(kept_before, max=compact_values.numel() - 1)]  # one gather
+        return out.masked_fill_(~valid, fill)

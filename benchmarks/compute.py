@@ -1,0 +1,96 @@
+"""Compute-only throughput of each estimator (tokens/s): the per-chunk math of the write pass on
+chunks already in memory — no Parquet reading, writing or run statistics.
+
+    python benchmarks/compute.py [--device cuda] [--rows 4096] [--chunk-tokens 524288]
+
+On a GPU it also prints the memory-bandwidth bound: the bytes each token must at least move
+(token columns read once, advantages and returns written once) over the card's bandwidth
+(``--bandwidth`` GB/s; H100 SXM 3350, H200 4800), and the share of it reached.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import pyarrow as pa
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from advcli import pipeline  # noqa: E402
+from advcli.flavors import resolve  # noqa: E402
+from advcli.io.reader import InputSet  # noqa: E402
+from advcli.ragged import Ragged  # noqa: E402
+from advcli.sample import make_table  # noqa: E402
+
+ESTIMATORS = {
+    "gae+k3": [("algorithm.adv_estimator", "gae"), ("algorithm.use_kl_in_reward", True),
+               ("algorithm.kl_penalty", "low_var_kl")],
+    "grpo": [("algorithm.adv_estimator", "grpo")],
+    "rloo": [("algorithm.adv_estimator", "rloo")],
+    "reinforce_plus_plus": [("algorithm.adv_estimator", "reinforce_plus_plus"), ("algorithm.gamma", 0.99)],
+    "remax": [("algorithm.adv_estimator", "remax")],
+    "opo": [("algorithm.adv_estimator", "opo")],
+    "gpg": [("algorithm.adv_estimator", "gpg")],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--chunk-tokens", type=int, default=1 << 19)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bandwidth", type=float, default=3350.0, help="GB/s of the card (H100 SXM: 3350)")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "dump.parquet")
+        import pyarrow.parquet as pq
+
+        pq.write_table(make_table(args.rows, 16, 64, 2048, seed=0), src)
+        inputs = InputSet.open([src])
+        print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else os.cpu_count()} "
+              f"{'' if dev.type == 'cuda' else 'cores'}), {args.rows} rows", flush=True)
+        print("| estimator | tokens | s (median) | M tokens/s | bytes/token | bound M tokens/s | share |")
+        print("|---|---|---|---|---|---|---|")
+        for name, sets in ESTIMATORS.items():
+            cfg, _ = resolve("verl", sets)
+            plan = pipeline.make_plan(cfg, inputs, {}, args.device)
+            rows = pipeline.chunk_rows_for(plan, inputs, None, args.chunk_tokens)
+            res, *_ = pipeline.resolve(plan, inputs, rows)
+            reader = pipeline._ChunkReader(plan, inputs)
+            cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
+            chunks, row0 = [], 0
+            for fi, rb, batch in inputs.iter_batches(cols, rows):
+                offsets, tok = reader.tokens(batch, src, rb, plan.token_roles)
+                tok = {k: v.clone().to(dev) for k, v in tok.items()}  # resident on the device
+                chunks.append((Ragged(torch.from_numpy(offsets)).to(dev), tok, row0))
+                row0 += batch.num_rows
+            n = sum(int(c[0].num_tokens) for c in chunks)
+            bytes_tok = sum(v.element_size() for v in chunks[0][1].values()) + 8  # inputs + adv, ret
+            times = []
+            for _ in range(args.repeat):
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for layout, tok, r0 in chunks:
+                    pipeline._chunk_math(plan, res, layout, tok, r0, apply_whiten=True)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            t = sorted(times)[len(times) // 2]
+            rate = n / t / 1e6
+            bound = args.bandwidth * 1e9 / bytes_tok / 1e6 if dev.type == "cuda" else float("nan")
+            share = f"{rate / bound:.1%}" if dev.type == "cuda" else ""
+            print(f"| {name} | {n / 1e6:.1f}M | {t:.3f} | {rate:.0f} | {bytes_tok} | "
+                  f"{'' if dev.type != 'cuda' else f'{bound:.0f}'} | {share} |", flush=True)
+        del pa
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,6 @@
 """The ``advcli`` command line: parsing and printing only (the math lives in advcli.pipeline)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import List, Optional
@@ -37,6 +36,22 @@ def _version(value: bool):
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit.")):
     pass
+
+
+def resolve_cli_config(inputs: List[str], flavor: Optional[str], set_: Optional[List[str]], config: Optional[str],
+                       column: Optional[List[str]], padded: Optional[bool]):
+    """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
+    `run`, `validate` and `compare` share."""
+    from .config import parse_column_maps, parse_set
+    from .flavors import resolve
+
+    settings = parse_set(set_)
+    columns = parse_column_maps(column)
+    flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
+    cfg, native = resolve(flavor, settings, config)
+    if padded is not None:
+        cfg["padded"] = padded
+    return flavor, cfg, native, columns, auto_note
 
 
 def _default_settings(flavor: Optional[str], inputs: List[str], settings: list) -> tuple[str, list, str | None]:
@@ -120,7 +135,6 @@ def run(
                                               "(a page with plots)."),
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
-    from .config import parse_column_maps, parse_set
     from .engines import check_engine
 
     check_engine(engine)
@@ -130,14 +144,7 @@ def run(
                           f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
     if output_mode != "full" and engine != "local":
         raise AdvcliError(f"--output-mode {output_mode} works with --engine local only")
-    settings = parse_set(set_)
-    columns = parse_column_maps(column)
-    flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
-    from .flavors import resolve
-
-    cfg, native = resolve(flavor, settings, config)
-    if padded is not None:
-        cfg["padded"] = padded
+    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
     if precision is not None:
         if precision not in ("float32", "float64"):
             from .errors import did_you_mean
@@ -160,18 +167,9 @@ def run(
     finally:
         stop()
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
-    if report:
-        from .report import write_report
+    from .report import emit
 
-        write_report(report, rep)
-    if json_out:
-        typer.echo(json.dumps(rep, default=str))
-    elif show:
-        from .report import print_summary
-
-        print_summary(rep)
-        if report:
-            typer.echo(f"report: {report}", err=True)
+    emit(rep, report, json_out, show)
 
 
 def _progress(show: bool):

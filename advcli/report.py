@@ -154,6 +154,20 @@ def write_report(path: str, report: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------- formatting
+def emit(report: dict, path: str | None, json_out: bool, show: bool) -> None:
+    """What `run` and `stats` do with a finished report: write PATH, print JSON on stdout, or the summary."""
+    if path:
+        write_report(path, report)
+    if json_out:
+        print(json.dumps(report, default=str))
+    elif show:
+        import sys
+
+        print_summary(report)
+        if path:
+            print(f"report: {path}", file=sys.stderr)
+
+
 def fmt_num(v: Any) -> str:
     if v is None:
         return "–"

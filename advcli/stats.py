@@ -71,7 +71,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from .ops.groups import GroupIndex

@@ -6,7 +6,6 @@ EXPECTED below was computed by running the unmodified classes of
 float32) on ROWS, padded to [B, T] with mask 0, prompt ids = the group letter's index. Only the
 first L_i positions of each row are compared (advcli keeps the rows ragged).
 """
-import math
 import os
 
 import pyarrow as pa

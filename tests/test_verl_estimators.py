@@ -18,7 +18,6 @@ produced them is not part of this repository.
 Every case also runs with --chunk-rows 1, 7, 257 and "all rows" and must give identical outputs.
 """
 import json
-import os
 import subprocess
 import sys
 

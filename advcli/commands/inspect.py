@@ -159,7 +159,6 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
             rise[offs[:-1][nz]] = False
             cr = np.concatenate([[0], np.cumsum(rise, dtype=np.int64)])
             interior += int(((cr[offs[1:]] - cr[offs[:-1]]) > 0).sum())
-    R = ins.num_rows
     if mask_col:
         L = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         V = np.concatenate(valid) if valid else np.zeros(0, np.int64)

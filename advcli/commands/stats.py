@@ -284,7 +284,7 @@ def stats_cmd(
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
-    from ..report import check_report_path, print_summary, write_report
+    from ..report import check_report_path, emit
 
     if report:
         check_report_path(report, inputs)
@@ -296,11 +296,4 @@ def stats_cmd(
         rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
     finally:
         stop()
-    if report:
-        write_report(report, rep)
-    if json_out:
-        typer.echo(json.dumps(rep, default=str))
-    elif show:
-        print_summary(rep)
-        if report:
-            typer.echo(f"report: {report}", err=True)
+    emit(rep, report, json_out, show)

@@ -74,16 +74,9 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
     """(RunResult of a run without output, what ran) — raising the AdvcliError `run` would raise."""
     import os
 
-    from ..cli import _default_settings
-    from ..config import parse_column_maps, parse_set
-    from ..flavors import resolve
+    from ..cli import resolve_cli_config
 
-    settings = parse_set(set_)
-    columns = parse_column_maps(column)
-    flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
-    cfg, native = resolve(flavor, settings, config)
-    if padded is not None:
-        cfg["padded"] = padded
+    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
     from ..io.reader import InputSet
     from ..io.writer import check_output_path
     from ..pipeline import output_paths, run_pipeline

@@ -1,7 +1,6 @@
 """Token-level estimators built on reverse scans: GAE, REINFORCE-style returns, ReMax."""
 from __future__ import annotations
 
-import torch
 
 from ..batch import TokenChunk
 from ..config import Key

@@ -11,11 +11,18 @@ Load the whole dump, pad every token column to ``[rows, max_len]``, then
   scores per prompt id, ``torch.mean``/``torch.std`` per group, a loop over the rows to normalise
   (core_algos.py L268-331 @1dda039b);
 
-and unpad the results into list columns and write the dump back with them, with the same fast
-writer settings as the floor (so the baseline is not penalised for its writer).
+and unpad the results into list columns and write the dump back with them.
+
+Two variants of the loading and writing around those loops:
+
+* default — as a user would without tuning: pad with ``torch.nn.utils.rnn.pad_sequence`` over one
+  tensor per row (what the frameworks' collate functions do), unpad row by row, write with
+  pyarrow's default writer settings (``pq.write_table``: snappy, dictionary encoding on every column);
+* ``--lean`` — the same loops with vectorised numpy padding/unpadding and the floor's tuned writer
+  (zstd, dictionary only on id/text columns, byte-stream-split floats): the baseline at its best.
 
 This is benchmark code written after the frameworks' structure, not their code.
-``python benchmarks/baseline.py gae|grpo IN OUT``.
+``python benchmarks/baseline.py gae|grpo IN OUT [--lean]``.
 """
 import sys
 from collections import defaultdict
@@ -28,7 +35,17 @@ import torch
 from floor import _float_cols
 
 
+LEAN = "--lean" in sys.argv
+
+
 def padded(col: pa.ChunkedArray, width: int, dtype) -> torch.Tensor:
+    if not LEAN:  # one tensor per row, then pad_sequence (frameworks' collate)
+        arr = col.combine_chunks()
+        offs = np.asarray(arr.offsets, dtype=np.int64)
+        vals = arr.values.to_numpy(zero_copy_only=False)
+        rows = [torch.from_numpy(vals[offs[i]:offs[i + 1]].astype(dtype)) for i in range(len(arr))]
+        out = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+        return torch.nn.functional.pad(out, (0, width - out.shape[1]))
     arr = col.combine_chunks()
     offs = np.asarray(arr.offsets, dtype=np.int64)
     vals = arr.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]]
@@ -100,6 +117,8 @@ def grpo(table, lengths, width, eps=1e-6):
 
 
 def unpad(x: torch.Tensor, offsets: pa.Array, lengths: np.ndarray) -> pa.Array:
+    if not LEAN:  # row by row
+        return pa.array([x[i, :n].numpy() for i, n in enumerate(lengths.tolist())], type=pa.list_(pa.float32()))
     keep = torch.arange(x.shape[1])[None, :] < torch.from_numpy(lengths)[:, None]
     return pa.ListArray.from_arrays(offsets, pa.array(x[keep].numpy()))
 
@@ -113,10 +132,13 @@ def main(kind: str, src: str, dst: str) -> None:
     adv, ret = (gae if kind == "gae" else grpo)(table, lengths, width)
     table = table.append_column("advantages", unpad(adv, offsets, lengths))
     table = table.append_column("returns", unpad(ret, offsets, lengths))
+    if not LEAN:
+        pq.write_table(table, dst)
+        return
     dict_cols = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
     pq.write_table(table, dst, compression="zstd", use_dictionary=dict_cols,
                    use_byte_stream_split=_float_cols(table.schema), write_statistics=False)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*[a for a in sys.argv[1:] if a != "--lean"][:3])

@@ -172,6 +172,14 @@ class _ScopeAcc:
             fin = torch.isfinite(x)
             self.nonfinite.index_add_(0, scope[~fin], torch.ones(int((~fin).sum()), dtype=torch.int64))
             x, scope = x[fin], scope[fin]
+        if self.count.numel() == 1:  # one scope: plain reductions (min/max exact, the sums as before)
+            if x.numel():
+                self.count += x.numel()
+                self.min = torch.minimum(self.min, x.min().reshape(1))
+                self.max = torch.maximum(self.max, x.max().reshape(1))
+            self.sum.index_add_(0, scope, x)
+            self.sumsq.index_add_(0, scope, x * x)
+            return
         self.count += torch.bincount(scope, minlength=self.count.numel())
         self.sum.index_add_(0, scope, x)
         self.sumsq.index_add_(0, scope, x * x)

@@ -40,6 +40,10 @@ SCHEMA: dict[str, Key] = {
                          "(token list column, verl), `components` (weighted sum of reward.components) "
                          "or `auto` (token_level_scores if present, else reward)",
                          ("auto", "reward", "token_level_scores", "components"), "str"),
+    "reward.nan": Key("refuse", "missing (null or NaN) row rewards: `refuse` (the run stops, naming the row) or "
+                      "`allow` (TRL: a reward function's None is NaN; NaN components count as 0 in the weighted "
+                      "sum, a row with no reward at all is unscorable and gets advantage 0)",
+                      ("refuse", "allow"), "str"),
     "reward.components": Key(None, "component reward columns, e.g. [acc, fmt]; a name with `*` stands for "
                              "every matching column, sorted by name (NeMo gdpo: [\"reward/*\"])", None, "list"),
     "reward.weights": Key(None, "weights of the components (default all 1)", None, "list"),

@@ -277,16 +277,25 @@ def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t.pin_memory().to(dev, non_blocking=True)
 
 
-def _scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype) -> torch.Tensor:
+def _scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype, allow_nan: bool = False) -> torch.Tensor:
+    """A per-row number column as a tensor; nulls, NaN and ±inf refused (``allow_nan``: nulls and NaN
+    become NaN, as TRL reads a reward function's None; ±inf still refused)."""
     arr = batch.column(name)
+    if allow_nan and arr.null_count:
+        arr = arr.cast(pa.float64()).fill_null(float("nan"))
     check_no_nulls(arr, file, name, row_base)
     t = torch.from_numpy(np.ascontiguousarray(arr.to_numpy(zero_copy_only=False))).to(dtype)
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        bad = int(torch.nonzero(~torch.isfinite(t))[0])
+    bad_mask = torch.isinf(t) if allow_nan and t.is_floating_point() else ~torch.isfinite(t)
+    if t.is_floating_point() and bool(bad_mask.any()):
+        bad = int(torch.nonzero(bad_mask)[0])
         raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(t[bad])} is not finite",
                           hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
                                "it. Drop the row or give it a real reward")
     return t
+
+
+def _allow_nan(plan: Plan) -> bool:
+    return get_path(plan.cfg, "reward.nan", "refuse") == "allow"
 
 
 def _factorize(values: list[pa.Array], file_label: str) -> np.ndarray:
@@ -379,11 +388,11 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         keep[ok] = mask[place[ok]] > 0
         parts["keep"].append(keep)
         if plan.reward_source == "reward":
-            parts["reward"].append(_scalar(batch, cmap["reward"], file, row_base, plan.dtype))
+            parts["reward"].append(_scalar(batch, cmap["reward"], file, row_base, plan.dtype, _allow_nan(plan)))
         elif plan.reward_source == "token_level_scores":
             parts["score_sum"].append(layout.row_sum(tok["token_level_scores"]))
         for c in plan.components:
-            comp_parts[c].append(_scalar(batch, c, file, row_base, plan.dtype))
+            comp_parts[c].append(_scalar(batch, c, file, row_base, plan.dtype, _allow_nan(plan)))
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
         if row_kl:
@@ -714,7 +723,12 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         weights = get_path(cfg, "reward.weights") or [1.0] * len(plan.components)
         if len(weights) != len(plan.components):
             raise AdvcliError(f"key reward.weights: {len(weights)} weights for {len(plan.components)} components")
-        raw = sum(torch.tensor(float(w), dtype=plan.dtype) * comps[c] for w, c in zip(weights, plan.components))
+        if _allow_nan(plan):  # TRL: (rewards_per_func * weights).nansum(dim=1); NaN where every function is NaN
+            per_func = torch.stack([comps[c] for c in plan.components], dim=1)
+            raw = (per_func * torch.tensor([float(w) for w in weights], dtype=plan.dtype)).nansum(dim=1)
+            raw[torch.isnan(per_func).all(dim=1)] = float("nan")
+        else:
+            raw = sum(torch.tensor(float(w), dtype=plan.dtype) * comps[c] for w, c in zip(weights, plan.components))
     elif plan.reward_source == "reward":
         raw = row.get("reward", torch.zeros(R, dtype=plan.dtype))
     else:

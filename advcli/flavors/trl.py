@@ -68,6 +68,7 @@ def translate(v: dict) -> dict:
             raise AdvcliError(f"key reward_weights: {len(weights)} weights but one reward function (the reward "
                               "column); name the reward columns with reward_funcs, e.g. --set 'reward_funcs=[acc,fmt]'")
         funcs = ["reward"]
+    cfg["reward"]["nan"] = "allow"  # a reward function's None is NaN (grpo_trainer.py L1663); nan-aware stats
     if funcs:
         # rewards_per_func · weights, nansum over functions
         cfg["reward"].update(source="components", components=funcs, weights=weights)

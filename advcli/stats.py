@@ -348,6 +348,7 @@ class RunStats:
     # ---------------------------------------------------------------------------------- figures
     def _row_figs(self, x: torch.Tensor, sel: torch.Tensor) -> dict[str, Any]:
         v = x[sel]
+        v = v[~torch.isnan(v)]  # unscored rows (TRL's None rewards) are left out, as TRL's nanmean does
         if v.numel() == 0:
             return {"mean": None, "max": None, "min": None, "std": None}
         return {"mean": _f(v.mean()), "max": _f(v.max()), "min": _f(v.min()),
@@ -449,7 +450,7 @@ class RunStats:
         non_aborted = ~aborted
         for name, x in (("critic/score", self.raw_score), ("critic/rewards", self.seq_reward)):
             metrics[f"{name}/std"] = self._row_figs(x, non_aborted)["std"]
-            for k, v in quantiles(x[non_aborted]).items():
+            for k, v in quantiles(x[non_aborted & ~torch.isnan(x)]).items():
                 metrics[f"{name}/{k}"] = v
         a = self.adv.figures(None)
         metrics["critic/advantages/std"] = a["std"]
@@ -481,9 +482,9 @@ class RunStats:
             per_step.append(d)
 
         hist = {
-            "score": histogram(self.raw_score[non_aborted], bins=self.bins, over="rows",
+            "score": histogram(self.raw_score[non_aborted & ~torch.isnan(self.raw_score)], bins=self.bins, over="rows",
                                note="sequence score (before normalisation and KL), non-aborted rows"),
-            "rewards": histogram(self.seq_reward[non_aborted], bins=self.bins, over="rows",
+            "rewards": histogram(self.seq_reward[non_aborted & ~torch.isnan(self.seq_reward)], bins=self.bins, over="rows",
                                  note="sequence reward Σ token_level_rewards, non-aborted rows"),
         }
         if const:

@@ -39,7 +39,7 @@ from .columns import ColumnMap, resolve_columns
 from .config import get_path
 from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
-from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets, offsets_array,
+from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, offsets_array,
                              tensor_to_list_array)
 from .io.memory import trim as trim_heap
 from .io.reader import InputSet

@@ -14,7 +14,6 @@ import os
 import sys
 import time
 
-import pyarrow as pa
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -89,7 +88,6 @@ def main() -> None:
             share = f"{rate / bound:.1%}" if dev.type == "cuda" else ""
             print(f"| {name} | {n / 1e6:.1f}M | {t:.3f} | {rate:.0f} | {bytes_tok} | "
                   f"{'' if dev.type != 'cuda' else f'{bound:.0f}'} | {share} |", flush=True)
-        del pa
 
 
 if __name__ == "__main__":

@@ -10,16 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
-def _float_cols(schema):
-    out = []
-    for f in schema:
-        t = f.type
-        while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-            t = t.value_type
-        if pa.types.is_floating(t):
-            out.append(f.name)
-    return out
+from advcli.io.writer import _float_columns as float_columns  # the same float columns advcli writes split
 
 
 def main(src: str, dst: str) -> None:
@@ -31,7 +22,7 @@ def main(src: str, dst: str) -> None:
     table = table.append_column("advantages", new).append_column("returns", new)
     dict_cols = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
     pq.write_table(table, dst, compression="zstd", use_dictionary=dict_cols,
-                   use_byte_stream_split=_float_cols(table.schema), write_statistics=False)
+                   use_byte_stream_split=float_columns(table.schema), write_statistics=False)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,19 @@ from ..columns import is_list_type
 from ..errors import AdvcliError
 
 
+def provenance(schema: pa.Schema) -> dict | None:
+    """The ``advcli`` key-value metadata of an advcli output (version, flavor, config, ...), or None."""
+    import json
+
+    raw = (schema.metadata or {}).get(b"advcli")
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
 def list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets [R+1] starting at 0, flat values) of a list column chunk; slices and fixed-size lists too."""
     if isinstance(arr, pa.ChunkedArray):

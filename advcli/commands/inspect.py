@@ -99,19 +99,13 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
 
     from ..columns import ROLE_INFO, resolve_columns
     from ..io.reader import InputSet
-    from ._arrays import keys_codes, list_parts, numeric
+    from ._arrays import keys_codes, list_parts, numeric, provenance
 
     ins = InputSet.open(inputs)
     file0 = ins.paths[0]
     cmap = resolve_columns(ins.schema, column_overrides, file0)
     role_of = {col: role for role, col in cmap.names.items()}
-    meta = ins.schema.metadata or {}
-    prov = None
-    if b"advcli" in meta:
-        try:
-            prov = json.loads(meta[b"advcli"])
-        except ValueError:
-            prov = None
+    prov = provenance(ins.schema)
     schema = []
     for f in ins.schema:
         role = role_of.get(f.name)

@@ -19,7 +19,6 @@ then the token columns.
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import List, Optional
 
@@ -125,7 +124,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..ragged import Ragged
     from ..report import build_report
     from ..stats import RunStats
-    from ._arrays import keys_codes, list_parts, numeric, row_sums
+    from ._arrays import keys_codes, list_parts, numeric, provenance, row_sums
 
     t0 = time.perf_counter()
     ins = InputSet.open(inputs)
@@ -135,13 +134,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     cmap.require("response_mask", "the statistics are over the mask=1 tokens")
     mask_col = cmap["response_mask"]
     padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
-    meta = ins.schema.metadata or {}
-    prov = None
-    if b"advcli" in meta:
-        try:
-            prov = json.loads(meta[b"advcli"])
-        except ValueError:
-            prov = None
+    prov = provenance(ins.schema)
     has_adv = "advantages" in names
     has_ret = "returns" in names
     tlr_col = "token_level_rewards" if "token_level_rewards" in names else None

@@ -16,6 +16,24 @@ def run_cli(*args, cwd=None, env=None):
                           cwd=cwd, env=e)
 
 
+def run_main(argv: list, capsys) -> tuple[int, str, str]:
+    """``advcli ARGV`` through the real entry point (advcli.cli.main), in this process:
+    (exit code, stdout, stderr)."""
+    from advcli.cli import main
+
+    old = sys.argv
+    sys.argv = ["advcli", *map(str, argv)]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.fixture
 def sample_path():
     return SAMPLE

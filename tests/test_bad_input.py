@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +21,7 @@ import pytest
 
 from advcli.sample import make_table
 
-from conftest import run_cli
+from conftest import run_cli, run_main
 
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
 GAE = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
@@ -298,23 +297,6 @@ def sha(path: str) -> str | None:
         return None
     with open(path, "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()
-
-
-def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``advcli ARGV`` through the real entry point, in this process."""
-    from advcli.cli import main
-
-    old = sys.argv
-    sys.argv = ["advcli", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def prepare(case: Case, tmp: str):

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from advcli.sample import make_table
+from conftest import run_main
 
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
 EARLIER = b"PAR1 an earlier output that must survive PAR1"
@@ -120,18 +121,8 @@ def test_a_live_runs_temp_is_not_removed(tmp_path):
 
 # --------------------------------------------------------------------- in-process, every moment
 def _run_main(argv, capsys):
-    from advcli.cli import main
-
-    old = sys.argv
-    sys.argv = ["advcli", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+    code, _, err = run_main(argv, capsys)
+    return code, err
 
 
 def _count_batches(dump, monkeypatch, tmp_path, capsys):

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 
 import numpy as np
@@ -21,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import advcli
 from advcli.errors import AdvcliError
+from conftest import run_main
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -157,8 +157,6 @@ def _plant(table: pa.Table, defect: str, row: int) -> tuple[pa.Table, str]:
 @settings(SETTINGS, max_examples=16)
 @given(data=st.data())
 def test_invalid_dumps_refused_cleanly(data, capsys):
-    from advcli.cli import main
-
     table = data.draw(dumps(min_valid_per_step=2))
     defect = data.draw(st.sampled_from(["nan_reward", "null_reward", "null_mask", "mask_3", "values_longer",
                                         "inf_value", "null_prompt_id", "reward_as_string"]))
@@ -167,17 +165,8 @@ def test_invalid_dumps_refused_cleanly(data, capsys):
     with tempfile.TemporaryDirectory() as d:
         src, dst = os.path.join(d, "in.parquet"), os.path.join(d, "out.parquet")
         pq.write_table(bad, src)
-        old = sys.argv
-        sys.argv = ["advcli", "run", src, "-o", dst, "--flavor", "verl", "--set", "algorithm.adv_estimator=gae",
-                    "--chunk-rows", str(data.draw(st.integers(1, 30))), "-q"]
-        try:
-            main()
-            code = 0
-        except SystemExit as e:
-            code = e.code
-        finally:
-            sys.argv = old
-        err = capsys.readouterr().err
+        code, _, err = run_main(["run", src, "-o", dst, "--flavor", "verl", "--set", "algorithm.adv_estimator=gae",
+                                 "--chunk-rows", str(data.draw(st.integers(1, 30))), "-q"], capsys)
         assert code == 2, (defect, err)
         assert "Traceback" not in err and "internal error" not in err
         assert err.count("advcli: error:") == 1

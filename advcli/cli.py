@@ -226,12 +226,6 @@ def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool =
     return build_report(result, flavor=flavor, native=native, command="run", note=auto_note, extra=extra)
 
 
-def _print_summary(result, flavor, native, auto_note) -> None:
-    from .report import print_summary
-
-    print_summary(_summary_dict(result, flavor, native, auto_note))
-
-
 EXPLAIN_EPILOG = """
 [bold]Examples[/]
 

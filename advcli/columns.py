@@ -24,7 +24,6 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "step": ("step", "int", "training step: each step is its own batch"),
     "domain": ("domain", "key", "ROLL domain"),
 }
-TOKEN_ROLES = tuple(r for r, info in ROLE_INFO.items() if info[1] == "tokens")
 
 
 def is_list_type(t: pa.DataType) -> bool:

@@ -8,7 +8,6 @@ parses VALUE as YAML. Nothing here imports torch.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,7 +258,3 @@ def normalize_clip(value: Any) -> list[float] | None:
         hi = None if value[1] is None else float(value[1])
         return [lo, hi]
     raise ValueError
-
-
-def to_json(cfg: dict) -> str:
-    return json.dumps(cfg, sort_keys=True, default=str)

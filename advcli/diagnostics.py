@@ -297,16 +297,13 @@ class Diagnostics:
             lp, ref = tok["old_log_probs"].detach().to("cpu"), tok["ref_log_probs"].detach().to("cpu")
             applies = m if c.get("mask", True) else torch.ones_like(m)
             x = ref - lp
-            for acc, clamp, flags_fn in (
-                    (self.kl_in, c.get("input_clamp"), lambda: x.abs() > c["input_clamp"]),
-                    (self.kl_out, c.get("output_clamp"), lambda: kl_ops.KL_KINDS[c["estimator"]].fn(
-                        x.clamp(-c["input_clamp"], c["input_clamp"]) if c.get("input_clamp") is not None else x
-                    ).abs() > c["output_clamp"])):
-                if clamp is None:
+            flags = kl_ops.kl_clamp_flags(lp, ref, c["estimator"], c.get("input_clamp"), c.get("output_clamp"))
+            for acc, flag in zip((self.kl_in, self.kl_out), flags):
+                if flag is None:
                     acc["checked"] = False
                     continue
                 acc["checked"] = True
-                f = flags_fn() & applies
+                f = flag & applies
                 if not bool(f.any()):
                     continue
                 acc["count"] += int(f.sum())

@@ -298,7 +298,7 @@ def _allow_nan(plan: Plan) -> bool:
     return get_path(plan.cfg, "reward.nan", "refuse") == "allow"
 
 
-def _factorize(values: list[pa.Array], file_label: str) -> np.ndarray:
+def _factorize(values: list[pa.Array]) -> np.ndarray:
     """int64 codes (first-appearance order) for a key column split over several arrays."""
     import pandas as pd
 
@@ -450,7 +450,7 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
     if dom_col and dom_col in keys:
         # ROLL RLVR: each domain of a step is its own batch, domains in order of first appearance
         # inside the step (rlvr_pipeline.py L680-723 @8eb27cc2)
-        dom_codes = _factorize(keys[dom_col], file) if num_rows else np.zeros(0, dtype=np.int64)
+        dom_codes = _factorize(keys[dom_col]) if num_rows else np.zeros(0, dtype=np.int64)
         dom_names = pa.chunked_array(keys[dom_col]).to_pylist() if num_rows else []
         nd = int(dom_codes.max()) + 1 if num_rows else 1
         pair = scope_codes.astype(np.int64) * nd + dom_codes
@@ -464,7 +464,7 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
     scopes = GroupIndex(torch.from_numpy(scope_codes.astype(np.int64)), len(step_values))
     groups = None
     if plan.group_by == "id":
-        pid_codes = _factorize(keys[cmap["prompt_id"]], file)
+        pid_codes = _factorize(keys[cmap["prompt_id"]])
         combined = scope_codes.astype(np.int64) * (int(pid_codes.max()) + 1 if num_rows else 1) + pid_codes
         _, gcodes = np.unique(combined, return_inverse=True)
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
@@ -504,7 +504,7 @@ def _check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, 
     from .ops.blocks import check_blocks_against_ids
 
     col = plan.cmap["prompt_id"]
-    pid = _factorize(keys[col], file)
+    pid = _factorize(keys[col])
     found = check_blocks_against_ids(torch.from_numpy(gcodes.astype(np.int64)), torch.from_numpy(pid),
                                      torch.from_numpy(scope_codes.astype(np.int64)))
     if found is None:

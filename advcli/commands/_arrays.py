@@ -9,7 +9,6 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..columns import is_list_type
 from ..errors import AdvcliError
 
 
@@ -41,12 +40,6 @@ def list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values.to_numpy(zero_copy_only=False)
 
 
-def list_lengths(arr: pa.Array) -> np.ndarray:
-    import pyarrow.compute as pc
-
-    return np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def row_sums(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Σ over each row's values (float64), empty rows 0."""
     c = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
@@ -71,10 +64,6 @@ def keys_codes(arr) -> tuple[np.ndarray, np.ndarray]:
         arr = arr.cast(arr.type.value_type)
     codes, uniques = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
     return codes.astype(np.int64), np.asarray(uniques)
-
-
-def is_token_column(schema: pa.Schema, name: str) -> bool:
-    return name in schema.names and is_list_type(schema.field(name).type)
 
 
 def aligned_batches(files: list, columns: list[list[str]], batch_rows: int) -> Iterator[list[pa.RecordBatch]]:

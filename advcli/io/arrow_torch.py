@@ -13,9 +13,6 @@ import torch
 
 from ..errors import AdvcliError
 
-FLOAT_TYPES = (pa.float16(), pa.float32(), pa.float64())
-
-
 def list_offsets(arr: pa.Array) -> np.ndarray:
     """int64 offsets [B+1] starting at 0 (fixed-size lists too)."""
     if pa.types.is_fixed_size_list(arr.type):
@@ -33,19 +30,6 @@ def list_values(arr: pa.Array) -> pa.Array:
     offs = arr.offsets
     start, stop = offs[0].as_py(), offs[-1].as_py()
     return arr.values.slice(start, stop - start)
-
-
-def values_to_tensor(values: pa.Array, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A flat Arrow numeric array as a torch tensor (zero-copy for float/int without nulls)."""
-    if pa.types.is_boolean(values.type):
-        np_vals = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int8)
-    else:
-        np_vals = values.to_numpy(zero_copy_only=values.null_count == 0)
-    if not np_vals.flags.writeable:
-        t = torch.from_numpy(np_vals.copy()) if np_vals.size else torch.from_numpy(np.array(np_vals))
-    else:
-        t = torch.from_numpy(np_vals)
-    return t.to(dtype) if dtype is not None and t.dtype != dtype else t
 
 
 def readonly_view(np_vals: np.ndarray) -> torch.Tensor:
@@ -82,11 +66,6 @@ def tensor_to_list_array(values: torch.Tensor, offsets) -> pa.Array:
     np_vals = values.detach().to("cpu", torch.float32).contiguous().numpy()
     offs = offsets if isinstance(offsets, pa.Array) else offsets_array(offsets)
     return pa.ListArray.from_arrays(offs, pa.array(np_vals, type=pa.float32()))
-
-
-def scalar_column_to_tensor(arr: pa.Array, dtype: torch.dtype) -> torch.Tensor:
-    np_vals = arr.to_numpy(zero_copy_only=False)
-    return torch.from_numpy(np.ascontiguousarray(np_vals)).to(dtype)
 
 
 def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None:

@@ -69,13 +69,13 @@ def kl_per_token(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, input_cl
     return kl
 
 
-def kl_clamp_counts(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, input_clamp: float | None,
-                    output_clamp: float | None, mask: torch.Tensor) -> tuple[int, int]:
-    """How many masked tokens the input clamp and the output clamp changed (diagnostics)."""
+def kl_clamp_flags(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, input_clamp: float | None,
+                   output_clamp: float | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Per-token flags of where :func:`kl_per_token`'s input clamp and output clamp changed the value
+    (None for a clamp that is off). For the diagnostics: the same rule as the estimate itself."""
     x = ref_logp - logp
-    m = mask.bool()
-    n_in = int(((x.abs() > input_clamp) & m).sum()) if input_clamp is not None else 0
+    flag_in = x.abs() > input_clamp if input_clamp is not None else None
     if input_clamp is not None:
         x = x.clamp(-input_clamp, input_clamp)
-    n_out = int(((KL_KINDS[kind].fn(x).abs() > output_clamp) & m).sum()) if output_clamp is not None else 0
-    return n_in, n_out
+    flag_out = KL_KINDS[kind].fn(x).abs() > output_clamp if output_clamp is not None else None
+    return flag_in, flag_out

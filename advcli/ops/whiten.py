@@ -144,7 +144,6 @@ class WhitenSpec:
     eps_mode: str = "add"  # "add": rsqrt(var + eps); "max": rsqrt(max(var, eps))
     mean_eps: float = 1e-8  # μ = Σvm/(Σm + mean_eps)
     scale: bool = True  # False: centre only
-    require_two: bool = True  # verl/ROLL masked_var raise for N <= 1 (reported as an error)
 
 
 def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,6 +41,7 @@ from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
 from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, offsets_array,
                              tensor_to_list_array)
+from .io.lists import primitive_numpy
 from .io.memory import trim as trim_heap
 from .io.reader import InputSet
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
@@ -284,7 +285,7 @@ def _scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype, a
     if allow_nan and arr.null_count:
         arr = arr.cast(pa.float64()).fill_null(float("nan"))
     check_no_nulls(arr, file, name, row_base)
-    t = torch.from_numpy(np.ascontiguousarray(arr.to_numpy(zero_copy_only=False))).to(dtype)
+    t = torch.from_numpy(np.array(primitive_numpy(arr))).to(dtype)
     bad_mask = torch.isinf(t) if allow_nan and t.is_floating_point() else ~torch.isfinite(t)
     if t.is_floating_point() and bool(bad_mask.any()):
         bad = int(torch.nonzero(bad_mask)[0])
@@ -299,17 +300,21 @@ def _allow_nan(plan: Plan) -> bool:
 
 
 def _factorize(values: list[pa.Array]) -> np.ndarray:
-    """int64 codes (first-appearance order) for a key column split over several arrays."""
-    import pandas as pd
+    """int64 codes (first-appearance order) for a key column split over several arrays.
 
+    Arrow's hash dictionary encoding (pandas.factorize's codes; importing pandas alone costs ~0.3 s of
+    start-up). Float keys keep pandas.factorize, whose NaN -> -1 rule the callers rely on."""
     if not values:  # an input of 0 rows
         return np.zeros(0, dtype=np.int64)
     arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
     if pa.types.is_dictionary(arr.type):
         arr = arr.cast(arr.type.value_type)
-    np_vals = arr.to_numpy(zero_copy_only=False)
-    codes, _ = pd.factorize(np_vals, sort=False)
-    return codes.astype(np.int64)
+    if pa.types.is_floating(arr.type):
+        import pandas as pd
+
+        codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
+        return codes.astype(np.int64)
+    return primitive_numpy(arr.dictionary_encode().indices).astype(np.int64)
 
 
 def _kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
@@ -440,7 +445,7 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
     cmap = plan.cmap
     step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
     if step_col and step_col in keys:
-        steps = pa.chunked_array(keys[step_col] or [pa.array([], pa.int64())]).to_numpy()
+        steps = primitive_numpy(pa.chunked_array(keys[step_col] or [pa.array([], pa.int64())]).combine_chunks())
         uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
         step_values = uniq.tolist()
     else:

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import AdvcliError
+from ..io.lists import offsets_numpy
 
 
 def provenance(schema: pa.Schema) -> dict | None:
@@ -34,7 +35,7 @@ def list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         offsets = np.arange(len(arr) + 1, dtype=np.int64) * n
         values = arr.flatten()
     else:
-        offsets = np.asarray(arr.offsets, dtype=np.int64)
+        offsets = offsets_numpy(arr)
         offsets = offsets - offsets[0]
         values = arr.flatten()
     return offsets, values.to_numpy(zero_copy_only=False)

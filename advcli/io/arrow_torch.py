@@ -12,13 +12,14 @@ import pyarrow as pa
 import torch
 
 from ..errors import AdvcliError
+from .lists import offsets_numpy, primitive_numpy
 
 def list_offsets(arr: pa.Array) -> np.ndarray:
     """int64 offsets [B+1] starting at 0 (fixed-size lists too)."""
     if pa.types.is_fixed_size_list(arr.type):
         size = arr.type.list_size
         return np.arange(len(arr) + 1, dtype=np.int64) * size
-    offs = np.asarray(arr.offsets, dtype=np.int64)
+    offs = offsets_numpy(arr)
     return offs - offs[0]
 
 
@@ -48,7 +49,7 @@ def list_column_to_tensor(arr: pa.Array, dtype: torch.dtype | None = None) -> tu
     if pa.types.is_boolean(vals.type):
         t = torch.from_numpy(np.asarray(vals.to_numpy(zero_copy_only=False), dtype=np.int8))
     else:
-        t = readonly_view(vals.to_numpy(zero_copy_only=True))
+        t = readonly_view(primitive_numpy(vals))
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     return offsets, t

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
+from .lists import offsets_numpy
 
 TMP_TAG = ".advcli-tmp-"
 
@@ -148,7 +149,7 @@ class _Rebatcher:
             if pa.types.is_fixed_size_list(arr.type):
                 w += arr.type.list_size
             else:
-                w += np.diff(np.asarray(arr.offsets, dtype=np.int64))
+                w += np.diff(offsets_numpy(arr))
         return w
 
     def add(self, batch: pa.RecordBatch) -> list[list[pa.RecordBatch]]:

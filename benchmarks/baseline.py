@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from floor import _float_cols
+from floor import float_columns as _float_cols
 
 
 LEAN = "--lean" in sys.argv

@@ -9,7 +9,9 @@ Every measurement is a fresh subprocess (start-up included) timed from outside; 
 peak RSS come from ``os.wait4``. The rounds interleave the cases, so a burst of load from other
 processes on the machine hits them alike; medians are reported.
 
-* floor:    ``benchmarks/floor.py`` — pyarrow read of every column + write of the augmented table
+* floor:    ``benchmarks/floor.py`` — pyarrow read of every column + write of the augmented table:
+  ``floor`` with two columns of zeros, ``floor grpo``/``floor gae`` with the columns advcli writes
+  for that estimator (row-constant / token-varying floats, taken from the input without math)
 * advcli:   ``advcli run`` (verl GAE with k3 KL in the reward; verl GRPO)
 * baseline: ``benchmarks/baseline.py`` — load all, pad, the frameworks' Python loops, write back
   (default: pad_sequence + pyarrow's default writer; ``baseline-lean``: vectorised + tuned writer)
@@ -40,6 +42,10 @@ ADVCLI = {
     "grpo": ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
 }
 # --big: every verl estimator the sample dump can feed (gdpo reads the acc/fmt components)
+# the floor writes the table advcli writes, without the math: "floor" two columns of zeros (the
+# issue's floor, a lower bound), "floor grpo" the two row-constant columns of a row-level estimator,
+# "floor gae" the three token-varying columns of GAE with KL in the reward (see floor.py)
+FLOORS = {"zeros": "floor", "grpo": "floor grpo", "gae": "floor gae"}
 BIG_ESTIMATORS = ["gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg",
                   "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gdpo"]
 
@@ -127,7 +133,8 @@ def main() -> None:
 
     cases: dict[str, list] = {}
     for name, src in (("full", full), ("half", half)):
-        cases[f"floor/{name}"] = [PY, os.path.join(HERE, "floor.py"), src, out]
+        for like in FLOORS:
+            cases[f"{FLOORS[like]}/{name}"] = [PY, os.path.join(HERE, "floor.py"), src, out, "--like", like]
         for est in ADVCLI:
             cases[f"advcli {est}/{name}"] = advcli_cmd(src, out, est)
     cases["advcli gae sidecar/full"] = advcli_cmd(full, out, "gae", ["--output-mode", "sidecar"])
@@ -157,21 +164,24 @@ def main() -> None:
     rows = []
     print(f"\n{platform.node()} · {os.cpu_count()} cores · load average {os.getloadavg()[0]:.1f} · "
           f"{ntok[full] / 1e6:.1f}M / {ntok[half] / 1e6:.1f}M tokens · medians of {args.runs} rounds\n")
-    print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor "
-          "| baseline ÷ advcli (wall) | lean baseline ÷ advcli |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor (zeros) "
+          "| vs its floor | baseline ÷ advcli (wall) | lean baseline ÷ advcli |")
+    print("|---|---|---|---|---|---|---|---|---|")
     fl = slope("floor", "wall")
-    for kind in ["floor"] + [f"advcli {e}" for e in ADVCLI]:
+    for kind in list(FLOORS.values()) + [f"advcli {e}" for e in ADVCLI]:
         s = summary[f"{kind}/full"]
         sl = slope(kind, "wall")
         est = kind.split()[-1]
+        own = slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/full" in summary else None
         speed = ["", ""]
         for i, b in enumerate(("baseline", "baseline-lean")):
-            if kind != "floor" and f"{b} {est}/full" in summary:
+            if kind.startswith("advcli") and f"{b} {est}/full" in summary:
                 speed[i] = f"{summary[f'{b} {est}/full']['wall'] / s['wall']:.2f}x"
+        own_s = f"{sl / own:.2f}x" if own else ""
         print(f"| {kind} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | {sl:.3f} | {sl / fl:.2f}x "
-              f"| {speed[0]} | {speed[1]} |")
-        rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": sl / fl, "speedup": speed})
+              f"| {own_s} | {speed[0]} | {speed[1]} |")
+        rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": sl / fl,
+                     "vs_own_floor": (sl / own) if own else None, "speedup": speed})
     for k in summary:
         if "sidecar" in k or k.startswith("baseline"):
             s = summary[k]

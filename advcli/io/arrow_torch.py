@@ -14,6 +14,7 @@ import torch
 from ..errors import AdvcliError
 from .lists import offsets_numpy, primitive_numpy
 
+
 def list_offsets(arr: pa.Array) -> np.ndarray:
     """int64 offsets [B+1] starting at 0 (fixed-size lists too)."""
     if pa.types.is_fixed_size_list(arr.type):

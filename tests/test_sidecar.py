@@ -96,3 +96,16 @@ def test_cli_output_mode(dump, tmp_path):
 def test_unknown_mode_in_the_api(dump, tmp_path):
     with pytest.raises(AdvcliError, match="expected full or sidecar"):
         run([dump], tmp_path / "x.parquet", {"algorithm.adv_estimator": "grpo"}, "narrow")
+
+
+def test_library_entry_point_output_mode(dump, tmp_path):
+    """advcli.run(..., output_mode="sidecar") writes the same sidecar as the CLI."""
+    import advcli
+
+    advcli.run(dump, tmp_path / "lib.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"},
+               output_mode="sidecar", force=True)
+    run([dump], tmp_path / "cli.parquet", {"algorithm.adv_estimator": "grpo"}, "sidecar")
+    lib, cli = pq.read_table(tmp_path / "lib.parquet"), pq.read_table(tmp_path / "cli.parquet")
+    assert lib.column_names == ["row_index", "prompt_id", "step", "advantages", "returns"]
+    for c in lib.column_names:
+        assert lib.column(c).equals(cli.column(c)), c

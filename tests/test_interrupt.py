@@ -195,3 +195,22 @@ def test_keyboard_interrupt_at_the_rename(dump, tmp_path, monkeypatch, capsys):
     assert code == 130, err
     assert out.read_bytes() == EARLIER
     assert temps(out) == []
+
+
+def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback():
+    """A KeyboardInterrupt raised while the entry point imports the CLI (the first ~0.2 s) ends with
+    one line and status 130, like an interrupt during a run."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class Boom(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'advcli.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Boom())\n"
+        "from advcli._entry import main\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip() == "advcli: error: interrupted while starting: nothing was read or written"

@@ -384,13 +384,13 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         file = inputs.paths[fi]
         offsets, tok = reader.tokens(batch, file, row_base, roles)
         layout = Ragged(torch.from_numpy(offsets))
-        mask = tok["response_mask"].to(plan.dtype)
+        mask01 = tok["response_mask"]  # int8/bool 0-1 (checked by the reader)
         parts["length"].append(layout.lengths)
-        parts["valid"].append(layout.row_sum(tok["response_mask"].to(torch.int64)))
-        place = _placement_index(plan, layout, mask)
+        parts["valid"].append(_count_per_row(layout, mask01))
+        place = _placement_index(plan, layout, mask01)
         keep = torch.zeros(layout.num_rows, dtype=torch.bool)
         ok = place >= 0
-        keep[ok] = mask[place[ok]] > 0
+        keep[ok] = mask01[place[ok]] > 0
         parts["keep"].append(keep)
         if plan.reward_source == "reward":
             parts["reward"].append(_scalar(batch, cmap["reward"], file, row_base, plan.dtype, _allow_nan(plan)))
@@ -401,6 +401,7 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
         if row_kl:
+            mask = mask01.to(plan.dtype)
             kl_sum, kl_mean = _row_kl(layout, _kl_token(plan, tok, mask), mask)
             parts["kl_sum"].append(kl_sum)
             parts["kl_mean"].append(kl_mean)
@@ -427,6 +428,16 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
             parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
     cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
+
+
+def _count_per_row(layout: Ragged, flags01: torch.Tensor) -> torch.Tensor:
+    """int64 [B]: Σ_t flags per row, for a 0/1 tensor — an exact integer prefix sum read at the row
+    offsets (no per-token row index, no int64 copy of the flags)."""
+    csum = torch.zeros(flags01.numel() + 1, dtype=torch.int64, device=flags01.device)
+    if flags01.numel():
+        torch.cumsum(flags01, 0, dtype=torch.int64, out=csum[1:])
+    offs = layout.offsets.to(flags01.device)
+    return csum[offs[1:]] - csum[offs[:-1]]
 
 
 def _row_kl(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

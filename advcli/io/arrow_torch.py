@@ -94,8 +94,8 @@ def check_mask_values(mask: torch.Tensor, offsets: np.ndarray, file: str, column
     its sign) and counts Σm as the number of trained tokens, so only 0/1 masks have a meaning."""
     if mask.dtype == torch.bool or mask.numel() == 0:
         return
-    if mask.dtype == torch.int8 and not bool((mask.view(torch.uint8) > 1).any()):
-        return  # one comparison: as uint8, exactly 0 and 1 are <= 1
+    if mask.dtype == torch.int8 and int(mask.view(torch.uint8).max()) <= 1:
+        return  # one reduction: as uint8, exactly 0 and 1 are <= 1
     bad = (mask != 0) & (mask != 1)
     if bool(bad.any()):
         pos = int(torch.nonzero(bad)[0])

@@ -37,6 +37,64 @@ def _powers_matrix(c: float, block: int, dtype, device) -> torch.Tensor:
     return mat.to(dtype)
 
 
+def _tail_powers(c: float, block: int, dtype, device) -> torch.Tensor:
+    """``c^(block-i)`` for i = 0..block-1: what the value at the next block's start weighs at lane i."""
+    return torch.pow(torch.tensor(c, dtype=torch.float64, device=device),
+                     torch.arange(block, 0, -1, device=device, dtype=torch.float64)).to(dtype)
+
+
+def _grid_shape(counts: torch.Tensor, block: int, spare: bool) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Blocks of each row in the padded grid: (blocks per row [B], block offsets [B+1], used blocks,
+    grid cells rounded up to whole GEMM tiles).
+
+    ``counts`` [B] int64 are the scanned elements per row. With ``spare`` every row gets room for
+    one more element (``counts // block + 1`` blocks): that cell, right after the row's last
+    element, stays 0 through the scan, so it serves as "the next element" of the last one and as
+    the value of dropped tokens that no kept token follows.
+    """
+    nblocks = counts // block + 1 if spare else (counts + block - 1) // block
+    block_offsets = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
+    torch.cumsum(nblocks, 0, out=block_offsets[1:])
+    nb = int(block_offsets[-1])
+    cells = -(-nb // GEMM_TILE) * GEMM_TILE * block
+    return nblocks, block_offsets, nb, cells
+
+
+def _row_constant(per_row: torch.Tensor, offsets: torch.Tensor, n: int) -> torch.Tensor:
+    """int64 [N]: ``per_row[i]`` on every token of row i, by a cumsum of the steps at row starts
+    (cheaper than ``repeat_interleave``)."""
+    steps = torch.zeros(n + 1, dtype=torch.int64, device=per_row.device)
+    jumps = torch.diff(per_row, prepend=per_row.new_zeros(1))
+    steps.index_add_(0, offsets[:-1], jumps)  # empty rows share a start: their steps add up
+    return torch.cumsum(steps[:n], 0, out=steps[:n])
+
+
+def _scan_grid(grid: torch.Tensor, nblocks: torch.Tensor, block_offsets: torch.Tensor, nb: int, c: float,
+               block: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Blocked scan of a flat grid ``[cells]`` (``cells`` a whole number of GEMM tiles, zero past
+    the rows' blocks); row ``i`` holds blocks ``block_offsets[i]..block_offsets[i+1]``. Returns a
+    flat tensor ``[cells + 1]``: the scanned grid and one trailing 0 cell, written into the front of
+    ``out`` when given (a dead buffer of at least ``cells + 1`` elements, not overlapping ``grid``)."""
+    cells = grid.numel()
+    dtype, device = grid.dtype, grid.device
+    out = torch.empty(cells + 1, dtype=dtype, device=device) if out is None else out[:cells + 1]
+    out[cells] = 0
+    # 1) scan inside every block with one GEMM per fixed-shape tile: local[b, i] = Σ_{j>=i} c^(j-i) x[b, j]
+    torch.matmul(grid.view(-1, GEMM_TILE, block), _powers_matrix(c, block, dtype, device).T,
+                 out=out[:cells].view(-1, GEMM_TILE, block))
+    # 2) block-start values follow y0_k = local0_k + c^block · y0_{k+1} within a row
+    if nb > int(torch.count_nonzero(nblocks)):  # some row has more than one block
+        local = out[:nb * block].view(nb, block)
+        start_full = reverse_discounted_cumsum(local[:, 0].contiguous(), Ragged(block_offsets), c ** block, block)
+        # value carried into block k from block k+1 of the same row (0 for a row's last block)
+        nxt = torch.empty_like(start_full)
+        nxt[:-1] = start_full[1:]
+        nxt[-1] = 0
+        nxt[block_offsets[1:][nblocks > 0] - 1] = 0
+        local += nxt[:, None] * _tail_powers(c, block, dtype, device)[None, :]
+    return out
+
+
 def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float, block: int = BLOCK) -> torch.Tensor:
     """``y_t = x_t + c·y_{t+1}`` inside each row of ``layout`` (rows independent, y = 0 past the end).
 
@@ -46,37 +104,35 @@ def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float, bl
     n = values.numel()
     if n == 0:
         return values.clone()
-    device, dtype = values.device, values.dtype
-    lengths = layout.lengths
-    nblocks_row = (lengths + block - 1) // block
-    block_offsets = torch.zeros(layout.num_rows + 1, dtype=torch.int64, device=device)
-    torch.cumsum(nblocks_row, 0, out=block_offsets[1:])
-    total_blocks = int(block_offsets[-1])
-    # slot of each token in the padded [total_blocks, block] grid
-    slot = block_offsets[:-1][layout.row_index] * block + layout.position
-    grid = torch.zeros(total_blocks * block, dtype=dtype, device=device)
-    grid[slot] = values
-    grid = grid.view(total_blocks, block)
-    # 1) scan inside every block with one GEMM: local[b, i] = Σ_{j>=i} c^(j-i) x[b, j]
-    pad = (-total_blocks) % GEMM_TILE
-    tiles = torch.cat([grid, grid.new_zeros(pad, block)]).view(-1, GEMM_TILE, block)
-    local = (tiles @ _powers_matrix(c, block, dtype, device).T).reshape(-1, block)[:total_blocks]
-    # 2) block-start values follow y0_k = local0_k + c^block · y0_{k+1} within a row
-    if total_blocks > int((nblocks_row > 0).sum()):  # some row has more than one block
-        block_layout = Ragged(block_offsets)
-        start_full = reverse_discounted_cumsum(local[:, 0].contiguous(), block_layout, c ** block, block)
-        # value carried into block k from block k+1 of the same row (0 for a row's last block)
-        nxt = torch.zeros(total_blocks, dtype=dtype, device=device)
-        not_last = torch.ones(total_blocks, dtype=torch.bool, device=device)
-        not_last[block_offsets[1:][nblocks_row > 0] - 1] = False
-        idx = torch.nonzero(not_last, as_tuple=True)[0]
-        nxt[idx] = start_full[idx + 1]
-        tail_pow = torch.pow(torch.tensor(c, dtype=torch.float64, device=device),
-                             torch.arange(block, 0, -1, device=device, dtype=torch.float64)).to(dtype)
-        local = local + nxt[:, None] * tail_pow[None, :]
-    return local.reshape(-1)[slot]
+    offsets = layout.offsets
+    nblocks, block_offsets, nb, cells = _grid_shape(layout.lengths, block, spare=False)
+    # slot of each token in the padded [blocks, block] grid: t + (row's first cell − row's offset)
+    slot = _row_constant(block_offsets[:-1] * block - offsets[:-1], offsets, n)
+    slot += torch.arange(n, device=values.device)
+    grid = values.new_zeros(cells)
+    grid.scatter_(0, slot, values)
+    return _scan_grid(grid, nblocks, block_offsets, nb, c, block).index_select(0, slot)
 
 
+def _kept_slots(keep: torch.Tensor, layout: Ragged, block: int):
+    """Grid slots of a mask's kept tokens compacted row by row, each row with a spare cell.
+
+    Returns (slot [N], scatter slot [N], blocks per row, block offsets, used blocks, grid cells):
+    ``slot`` of a kept token is its cell; of a dropped token, the cell of the next kept token of its
+    row, or the row's spare cell when none follows. ``scatter slot`` sends each dropped token to a
+    cell of its own past ``cells + 1`` instead, so a scatter writes every cell at most once.
+    """
+    n = keep.numel()
+    offsets = layout.offsets
+    kept_before = torch.zeros(n + 1, dtype=torch.int64, device=keep.device)  # exclusive count of kept tokens
+    torch.cumsum(keep, 0, out=kept_before[1:])
+    kept_at = kept_before.index_select(0, offsets)  # kept tokens before each row start
+    nblocks, block_offsets, nb, cells = _grid_shape(kept_at[1:] - kept_at[:-1], block, spare=True)
+    # kept tokens before t + (row's first cell − kept tokens before the row)
+    slot = _row_constant(block_offsets[:-1] * block - kept_at[:-1], offsets, n)
+    slot += kept_before[:-1]
+    scatter_slot = torch.where(keep, slot, torch.arange(cells + 1, cells + 1 + n, device=keep.device))
+    return slot, scatter_slot, nblocks, block_offsets, nb, cells
 def reverse_discounted_cumsum_reference(values: torch.Tensor, layout: Ragged, c: float) -> torch.Tensor:
     """Loop version of :func:`reverse_discounted_cumsum`, for tests only."""
     out = torch.empty_like(values)
@@ -101,20 +157,31 @@ def gae_skip_masked(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Ten
     which is exactly GAE on the kept tokens compacted (``δ_k = r_k + γV_{k+1} − V_k``), each dropped
     token taking the value of the next kept token of its row (0 when none follows). Rewards on
     mask=0 tokens are ignored. Returns the pre-whitening advantages [N].
+
+    The kept tokens go straight into the scan's grid (one scatter per column), where ``V_{k+1}`` is
+    the next cell (the row's spare cell, 0, after its last kept token); reading the scanned grid at
+    each token's slot gives kept tokens their value and dropped ones the next kept token's.
     """
+    n = rewards.numel()
+    dtype = torch.result_type(rewards, values)
+    if n == 0:
+        return torch.zeros(0, dtype=dtype, device=rewards.device)
     keep = mask.bool()
-    clayout, kept = layout.compact(keep)
-    r_k, v_k = rewards[kept], values[kept]
-    v_next = torch.zeros_like(v_k)
-    if v_k.numel():
-        has_next = torch.ones_like(v_k, dtype=torch.bool)
-        ends = clayout.offsets[1:][clayout.lengths > 0] - 1
-        has_next[ends] = False
-        nxt = torch.nonzero(has_next, as_tuple=True)[0]
-        v_next[nxt] = v_k[nxt + 1]
-    delta = r_k + gamma * v_next - v_k
-    adv_k = reverse_discounted_cumsum(delta, clayout, gamma * lam)
-    return layout.next_kept_value(keep, adv_k, 0.0)
+    slot, scatter_slot, nblocks, block_offsets, nb, cells = _kept_slots(keep, layout, BLOCK)
+    grid_r = torch.empty(cells + 1 + n, dtype=dtype, device=rewards.device)
+    grid_v = torch.empty_like(grid_r)
+    grid_r[:cells + 1].zero_()
+    grid_v[:cells + 1].zero_()
+    grid_r.scatter_(0, scatter_slot, rewards.to(dtype))
+    grid_v.scatter_(0, scatter_slot, values.to(dtype))
+    # δ_k = r_k + γ·V_{k+1} − V_k on every cell (0 on the padding: r = V = 0 there)
+    delta = grid_v[1:cells + 1] * gamma
+    delta += grid_r[:cells]
+    delta -= grid_v[:cells]
+    # a row's last cell is never a kept token's (the spare cell comes first), but its "next cell" is the
+    # next row's first: keep it 0
+    delta[block_offsets[1:] * BLOCK - 1] = 0
+    return _scan_grid(delta, nblocks, block_offsets, nb, gamma * lam, BLOCK, out=grid_r).index_select(0, slot)
 
 
 def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragged, gamma: float,
@@ -125,13 +192,11 @@ def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragge
     OpenRLHF ``get_advantages_and_returns`` does the same after zeroing V and R at mask=0 (the
     caller multiplies by the mask first).
     """
-    v_next = torch.zeros_like(values)
+    v_next = torch.empty_like(values)
     if values.numel():
-        has_next = torch.ones_like(values, dtype=torch.bool)
-        ends = layout.offsets[1:][layout.lengths > 0] - 1
-        has_next[ends] = False
-        nxt = torch.nonzero(has_next, as_tuple=True)[0]
-        v_next[nxt] = values[nxt + 1]
+        v_next[:-1] = values[1:]  # the next token's value, then 0 at every row's last token
+        v_next[-1] = 0
+        v_next[layout.offsets[1:][layout.lengths > 0] - 1] = 0
     delta = rewards + gamma * v_next - values
     return reverse_discounted_cumsum(delta, layout, gamma * lam)
 
@@ -143,9 +208,14 @@ def returns_skip_masked(rewards: torch.Tensor, mask: torch.Tensor, layout: Ragge
     PR #7300): ``new = r_t + γ·run; ret_t = new·m_t; run = new if m_t else run``. Rewards on mask=0
     tokens are dropped and γ is not applied across a hole.
     """
+    n = rewards.numel()
+    if n == 0:
+        return rewards.clone()
     keep = mask.bool()
-    clayout, kept = layout.compact(keep)
-    ret_k = reverse_discounted_cumsum(rewards[kept], clayout, gamma)
-    out = torch.zeros_like(rewards)
-    out[kept] = ret_k
-    return out
+    slot, scatter_slot, nblocks, block_offsets, nb, cells = _kept_slots(keep, layout, BLOCK)
+    grid = torch.empty(cells + 1 + n, dtype=rewards.dtype, device=rewards.device)
+    grid[:cells + 1].zero_()
+    grid.scatter_(0, scatter_slot, rewards)
+    # dropped tokens read the scanned grid's trailing 0 cell
+    read = torch.where(keep, slot, cells)
+    return _scan_grid(grid[:cells], nblocks, block_offsets, nb, gamma, BLOCK).index_select(0, read)

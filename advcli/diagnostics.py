@@ -280,18 +280,32 @@ class Diagnostics:
                            + f". They carry no learning signal but can dominate the batch; {mode}."}
 
     # -------------------------------------------------------------------------------- per chunk
-    def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, tok: dict) -> None:
-        """One chunk of the write pass: KL clamps, token scores on masked tokens, non-finite advantages."""
+    def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, tok: dict,
+                  row_adv: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """One chunk of the write pass: KL clamps, token scores on masked tokens, non-finite advantages.
+
+        ``row_adv`` = (advantage [B], valid tokens [B]) when every valid token of a row holds its
+        row's advantage (row-level estimators, see :class:`advcli.stats.RunObserver`): the
+        non-finite check is then made on the rows (a row is flagged when it has a valid token and a
+        non-finite value), with no pass over the tokens."""
         layout = layout.to("cpu")
-        m = mask.detach().to("cpu") > 0
-        adv = adv.detach().to("cpu")
-        bad = ~torch.isfinite(adv) & m
-        if bool(bad.any()):
-            rows = torch.unique(layout.row_index[bad])
-            self.nonfinite["count"] += rows.numel()
-            for r in rows.tolist():
-                if len(self.nonfinite["examples"]) < MAX_EXAMPLES:
-                    self.nonfinite["examples"].append({"row": row0 + r})
+        m = None
+        if row_adv is not None:
+            v, n = row_adv
+            bad_rows = torch.nonzero((n.to("cpu") > 0) & ~torch.isfinite(v.to("cpu")), as_tuple=True)[0]
+        elif bool(torch.isfinite(adv.detach().sum())):  # one reduction: no non-finite value anywhere
+            bad_rows = None
+        else:
+            m = mask.detach().to("cpu") > 0
+            bad = ~torch.isfinite(adv.detach().to("cpu")) & m
+            bad_rows = torch.unique(layout.row_index[bad]) if bool(bad.any()) else None
+        if bad_rows is not None and bad_rows.numel():
+            self.nonfinite["count"] += bad_rows.numel()
+            for r in bad_rows[:max(MAX_EXAMPLES - len(self.nonfinite["examples"]), 0)].tolist():
+                self.nonfinite["examples"].append({"row": row0 + r})
+        if m is None and ((self.kl_cfg is not None and "old_log_probs" in tok and "ref_log_probs" in tok)
+                          or (self.token_scores and self.drops and "token_level_scores" in tok)):
+            m = mask.detach().to("cpu") > 0
         if self.kl_cfg is not None and "old_log_probs" in tok and "ref_log_probs" in tok:
             c = self.kl_cfg
             lp, ref = tok["old_log_probs"].detach().to("cpu"), tok["ref_log_probs"].detach().to("cpu")

@@ -6,7 +6,8 @@ The collector is fed twice by the pipeline:
    the estimator's row score, groups, steps, valid lengths, the per-row KL of verl's
    ``apply_kl_penalty`` and the β used by each step);
 2. :meth:`RunStats.add_chunk` for every chunk of the write pass (advantages, returns, token-level
-   rewards, values, mask, the chunk's layout).
+   rewards, values, mask, the chunk's layout), or :meth:`RunStats.add_row_chunk` (the rows'
+   advantage and return instead of the tokens') when they are row-constant (see "How" below).
 
 :meth:`RunStats.finish` then returns plain JSON-able structures (no tensors, no NaN: a figure that
 cannot be computed is ``None``). They end up on :class:`advcli.pipeline.RunResult`:
@@ -33,17 +34,20 @@ definitions (``verl/trainer/ppo/metric_utils.py::compute_data_metrics`` and
 
 advcli's additions (not logged by verl):
 
-- ``critic/{advantages,returns}/count`` and ``.../nonfinite`` (tokens), ``critic/rewards/std``,
-  ``critic/score/std``, ``critic/advantages/std`` (population std).
+- ``critic/{advantages,returns}/count`` (finite valid tokens; mean/std/min/max are over these) and
+  ``.../nonfinite`` (valid tokens holding NaN/±inf), ``critic/rewards/std``, ``critic/score/std``,
+  ``critic/advantages/std`` (population std).
 - quantiles ``critic/{score,rewards,advantages}/p{1,5,25,50,75,95,99}`` (numpy's default linear
   interpolation). Row quantities (score, rewards) are exact, over the non-aborted rows. Token
-  advantages are exact whenever every row's valid advantages are one value (every row-level
-  estimator, whitened or not): the row values weighted by their valid-token counts give the token
-  distribution. Otherwise (GAE, REINFORCE++, ...) they come from a bounded reservoir of
-  :data:`RESERVOIR` tokens: each valid token gets a pseudo-random key from a fixed hash of its global
-  token index (seed :data:`SEED`) and the tokens with the smallest keys are kept — a uniform sample
-  that does not depend on ``--chunk-rows``, and exact when the run has at most RESERVOIR valid
-  tokens. ``critic/advantages/quantiles_exact`` says which.
+  advantages (the finite valid ones) are exact whenever every row's finite valid advantages are one
+  value (every row-level estimator, whitened or not): the row values weighted by their token counts
+  give the token distribution. Otherwise (GAE, REINFORCE++, ...) they come from a fixed sample of
+  :data:`RESERVOIR` valid tokens drawn by ordinal (:func:`sample_ordinals`): the run's V valid tokens,
+  in input order, are cut into RESERVOIR strata of V/RESERVOIR (±1) consecutive tokens and each
+  stratum gives the token at an offset set by a fixed hash of the stratum number (seed :data:`SEED`)
+  — a stratified sample that does not depend on ``--chunk-rows``, non-finite values left out, and
+  exact when the run has at most RESERVOIR valid tokens. ``critic/advantages/quantiles_exact`` says
+  which.
 - group figures (when rows are grouped): ``groups/count``, ``groups/size/{mean,min,max}``,
   ``groups/singleton_share``, ``groups/all_equal_share`` (groups of ≥ 2 rows whose estimator row
   scores are all equal), ``groups/solve_rate`` (share of rows with score > 0),
@@ -58,13 +62,22 @@ that step (score, rewards, advantages, returns, values, response_length, reward 
 ``histograms`` — ``{name: {"edges": [b+1 floats], "counts": [b ints], "underflow": int,
 "overflow": int, "over": "rows" | "tokens", "exact": bool, "note": str}}`` for ``score``,
 ``rewards`` (rows, :data:`BINS` equal bins between the exact min and max), ``advantages`` (tokens)
-and ``group_size`` (integer bins). Advantages: when they are row-constant, exact counts over
-equal bins between the exact min and max, from the row table; otherwise the edges are fixed from
-the first chunk that has valid tokens (its [min, max] widened by half its span on each side) and
-every later token is counted exactly, values outside those edges in ``underflow``/``overflow``.
+and ``group_size`` (integer bins). Advantages (finite valid tokens): when they are row-constant,
+exact counts over equal bins between the exact min and max, from the row table; otherwise the edges
+are fixed from the run's first RESERVOIR finite valid tokens (their [min, max] widened by half their
+span on each side; all of them when the run has fewer) and every token is counted exactly against
+those edges — a value in bin k when ``e_k <= x < e_k+1``, the last bin closed, as numpy —, values
+outside them in ``underflow``/``overflow``. Neither depends on ``--chunk-rows``.
+
+How (cost): the token sums are taken per row in float64 (each row reduced on its own), then added to
+each scope's totals row by row in input order, so no figure depends on how rows are cut into chunks.
+For row-level estimators :class:`RunObserver` feeds the rows' final values instead of the tokens
+(:meth:`RunStats.add_row_chunk`): the valid-token counts of the row table weight them, and the only
+per-token work left is Σ token_level_rewards per row.
 
 Memory: a few float64/int64 entries per row (like the row table) plus per-step accumulators, the
-reservoir and the histogram counts; nothing grows with the number of tokens.
+sample and the histogram counts (and, until the histogram's edges are fixed, up to one chunk of
+advantages); nothing grows with the number of tokens.
 """
 from __future__ import annotations
 
@@ -150,8 +163,120 @@ def histogram(values: torch.Tensor, weights: torch.Tensor | None = None, bins: i
 
 
 # ------------------------------------------------------------------------------ token accumulators
+def _seg(x: torch.Tensor, offsets: torch.Tensor, reduce: str) -> torch.Tensor:
+    """Per-segment ``reduce`` ("sum" | "min" | "max") of the flat ``x`` cut at ``offsets`` [B+1]; each
+    segment is reduced on its own (sequentially, in order), so a row's value does not depend on the
+    chunk it sits in. Empty segments give 0 / +inf / −inf; NaN propagates."""
+    if x.numel() == 0:
+        fill = {"sum": 0.0, "min": math.inf, "max": -math.inf}[reduce]
+        return torch.full((offsets.numel() - 1,), fill, dtype=x.dtype)
+    return torch.segment_reduce(x, reduce, offsets=offsets)
+
+
+def row_sums64(offsets: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """float64 Σ per row of a flat token tensor (any device, any float dtype), on the CPU."""
+    return _seg(x.detach().to("cpu", torch.float64), offsets.to("cpu"), "sum")
+
+
+def _rows_constant(x: torch.Tensor, voff: torch.Tensor) -> bool:
+    """Do all the values of each row of ``x`` (cut at ``voff``) compare equal? One comparison of
+    neighbours, the pairs that straddle a row boundary excused."""
+    n = x.numel()
+    if n < 2:
+        return True
+    neq = x[1:] != x[:-1]
+    b = voff[1:-1] - 1  # neq[b]: last token of a row vs first of the next
+    neq[b[(b >= 0) & (b < n - 1)]] = False
+    return not bool(neq.any())
+
+
+class _Partials:
+    """One chunk's per-row partial figures of the values of its valid tokens (float64 / int64 [B]):
+    Σ and Σx² of the finite values, their count, the count of non-finite values, min and max of the
+    finite values (+inf / −inf where a row has none) and ``raw_sum`` = Σ of all values (NaN
+    propagates: a row's mean advantage is NaN when one of its tokens is). ``rows_minmax`` false:
+    ``mn``/``mx`` are the chunk's (one element) instead of per row. ``nonconstant``: some row holds
+    two different finite values (then ``mn``/``mx`` need not be per row)."""
+
+    __slots__ = ("all_finite", "count", "mn", "mx", "nonconstant", "nonfinite", "raw_sum", "rows_minmax", "sum",
+                 "sumsq")
+
+    @staticmethod
+    def of_tokens(x: torch.Tensor, voff: torch.Tensor, rows_minmax: bool, check_const: bool = False) -> _Partials:
+        """``x`` float64 [n]: the valid tokens' values in order; ``voff`` [B+1]: where each row starts.
+        ``check_const``: find out whether every row is constant and, if so, give per-row min/max
+        (its value) whatever ``rows_minmax`` says."""
+        p = _Partials()
+        p.nonconstant = False
+        s = _seg(x, voff, "sum")
+        p.raw_sum = s
+        cnt = voff[1:] - voff[:-1]
+        if bool(torch.isfinite(s.sum())):  # one reduction: every value finite (the common case)
+            p.all_finite = True
+            p.sum, p.count, p.nonfinite = s, cnt, torch.zeros_like(cnt)
+            p.sumsq = _seg(x * x, voff, "sum")
+            if check_const:
+                if _rows_constant(x, voff):
+                    has = cnt > 0
+                    first = x[torch.clamp(voff[:-1], max=max(x.numel() - 1, 0))] if x.numel() else \
+                        torch.zeros(cnt.numel(), dtype=x.dtype)
+                    p.mn = torch.where(has, first, torch.full_like(first, math.inf))
+                    p.mx = torch.where(has, first, torch.full_like(first, -math.inf))
+                    p.rows_minmax = True
+                    return p
+                p.nonconstant = True
+            p.rows_minmax = rows_minmax
+            if rows_minmax:
+                p.mn, p.mx = _seg(x, voff, "min"), _seg(x, voff, "max")
+            elif x.numel():
+                mn, mx = torch.aminmax(x)
+                p.mn, p.mx = mn.reshape(1), mx.reshape(1)
+            else:
+                p.mn = torch.full((1,), math.inf, dtype=torch.float64)
+                p.mx = torch.full((1,), -math.inf, dtype=torch.float64)
+            return p
+        p.all_finite = False
+        fin = torch.isfinite(x)
+        xf = torch.where(fin, x, torch.zeros_like(x))
+        p.sum = _seg(xf, voff, "sum")
+        p.sumsq = _seg(xf * xf, voff, "sum")
+        p.count = _seg(fin.to(torch.float64), voff, "sum").to(torch.int64)
+        p.nonfinite = cnt - p.count
+        p.mn = _seg(torch.where(fin, x, torch.full_like(x, math.inf)), voff, "min")
+        p.mx = _seg(torch.where(fin, x, torch.full_like(x, -math.inf)), voff, "max")
+        p.rows_minmax = True
+        p.nonconstant = bool(((p.mn != p.mx) & (p.count > 0)).any())
+        return p
+
+    @staticmethod
+    def of_rows(v: torch.Tensor, n: torch.Tensor) -> _Partials:
+        """Rows whose ``n`` [B] valid tokens all hold the value ``v`` [B] (float64): the same figures
+        as :meth:`of_tokens` on the expanded tokens (Σ = v·n and Σx² = v²·n in one rounding)."""
+        p = _Partials()
+        p.rows_minmax = True
+        n = n.to(torch.int64)
+        has = n > 0
+        fin = torch.isfinite(v)
+        nf = n.to(torch.float64)
+        zero = torch.zeros_like(v)
+        p.raw_sum = torch.where(has, v * nf, zero)
+        ok = fin & has
+        p.sum = torch.where(ok, v * nf, zero)
+        p.sumsq = torch.where(ok, v * v * nf, zero)
+        p.count = torch.where(fin, n, torch.zeros_like(n))
+        p.nonfinite = n - p.count
+        p.mn = torch.where(ok, v, torch.full_like(v, math.inf))
+        p.mx = torch.where(ok, v, torch.full_like(v, -math.inf))
+        p.all_finite = bool(fin[has].all())
+        p.nonconstant = False
+        return p
+
+
 class _ScopeAcc:
-    """count, Σx, Σx², min, max of finite values per scope (float64), plus non-finite counts."""
+    """count, Σx, Σx², min, max of finite values per scope (float64), plus non-finite counts.
+
+    Fed with per-row partials (:class:`_Partials`); each scope's sums add the row sums one row at a
+    time in input order, so the totals do not depend on how rows are cut into chunks."""
 
     def __init__(self, num_scopes: int):
         S = max(num_scopes, 1)
@@ -161,30 +286,20 @@ class _ScopeAcc:
         self.min = torch.full((S,), math.inf, dtype=torch.float64)
         self.max = torch.full((S,), -math.inf, dtype=torch.float64)
         self.nonfinite = torch.zeros(S, dtype=torch.int64)
-        self.seen = False
 
-    def add(self, x: torch.Tensor, scope: torch.Tensor) -> None:
-        """``x`` float [n] already restricted to the valid tokens, ``scope`` int64 [n]."""
-        self.seen = True
-        x = x.detach().to("cpu", torch.float64)
-        scope = scope.to("cpu")
-        if not bool(torch.isfinite(x.sum())):  # one reduction; the mask only when something is off
-            fin = torch.isfinite(x)
-            self.nonfinite.index_add_(0, scope[~fin], torch.ones(int((~fin).sum()), dtype=torch.int64))
-            x, scope = x[fin], scope[fin]
-        if self.count.numel() == 1:  # one scope: plain reductions (min/max exact, the sums as before)
-            if x.numel():
-                self.count += x.numel()
-                self.min = torch.minimum(self.min, x.min().reshape(1))
-                self.max = torch.maximum(self.max, x.max().reshape(1))
-            self.sum.index_add_(0, scope, x)
-            self.sumsq.index_add_(0, scope, x * x)
-            return
-        self.count += torch.bincount(scope, minlength=self.count.numel())
-        self.sum.index_add_(0, scope, x)
-        self.sumsq.index_add_(0, scope, x * x)
-        self.min.scatter_reduce_(0, scope, x, reduce="amin")
-        self.max.scatter_reduce_(0, scope, x, reduce="amax")
+    def add(self, p: _Partials, scope: torch.Tensor) -> None:
+        """``scope`` int64 [B]: each row's scope."""
+        self.count.index_add_(0, scope, p.count)
+        self.nonfinite.index_add_(0, scope, p.nonfinite)
+        self.sum.index_add_(0, scope, p.sum)
+        self.sumsq.index_add_(0, scope, p.sumsq)
+        if p.rows_minmax:
+            self.min.scatter_reduce_(0, scope, p.mn, reduce="amin")
+            self.max.scatter_reduce_(0, scope, p.mx, reduce="amax")
+        else:  # one scope, the chunk's min and max
+            assert self.min.numel() == 1
+            self.min = torch.minimum(self.min, p.mn)
+            self.max = torch.maximum(self.max, p.mx)
 
     def figures(self, s: int | None = None) -> dict[str, Any]:
         """{mean, max, min, std, count, nonfinite} of scope ``s`` (all scopes when None)."""
@@ -201,62 +316,120 @@ class _ScopeAcc:
                 "count": n, "nonfinite": nf}
 
 
-class _Reservoir:
-    """The ``size`` valid tokens with the smallest hash keys of their global index (a uniform sample)."""
+def sample_ordinals(total: int, size: int, seed: int = SEED) -> torch.Tensor:
+    """The sorted ordinals (0-based, among a run's ``total`` valid tokens in input order) that the
+    advantage sample keeps: all of ``0 .. size−1`` when ``total <= size``; otherwise ``size`` strata
+    ``[⌊j·total/size⌋, ⌊(j+1)·total/size⌋)`` and from stratum j the token at offset
+    ``hash_keys(j, seed) mod (stratum width)``."""
+    if total <= size:
+        return torch.arange(size, dtype=torch.int64)
+    j = torch.arange(size, dtype=torch.int64)
+    lo = j * total // size
+    width = (j + 1) * total // size - lo
+    return lo + torch.remainder(hash_keys(j, seed), width)
 
-    def __init__(self, size: int = RESERVOIR):
-        self.size = size
-        self.keys = torch.zeros(0, dtype=torch.int64)
-        self.values = torch.zeros(0, dtype=torch.float64)
-        self.total = 0
 
-    def add(self, values: torch.Tensor, global_index: torch.Tensor) -> None:
-        values = values.detach().to("cpu", torch.float64)
-        keys = hash_keys(global_index.to("cpu"))
-        self.total += values.numel()
-        if self.keys.numel() >= self.size:  # only keys below the current K-th smallest can enter
-            thresh = self.keys.max()
-            sel = keys < thresh
-            keys, values = keys[sel], values[sel]
-        keys = torch.cat([self.keys, keys])
-        values = torch.cat([self.values, values])
-        if keys.numel() > self.size:
-            idx = torch.topk(keys, self.size, largest=False, sorted=False).indices
-            keys, values = keys[idx], values[idx]
-        self.keys, self.values = keys, values
+class _Sample:
+    """A fixed sample of the run's valid-token advantages, drawn by ordinal (see
+    :func:`sample_ordinals`): each chunk costs a search in the sorted ordinals plus one gather of the
+    tokens that fall in it, whatever the chunk size; non-finite values are left out."""
+
+    def __init__(self, size: int = RESERVOIR, seed: int = SEED):
+        self.size, self.seed = size, seed
+        self.ordinals: torch.Tensor | None = None
+        self.expected = 0
+        self.parts: list[torch.Tensor] = []
+        self.total = 0  # valid tokens seen
+
+    def prepare(self, total: int) -> None:
+        """``total``: the run's number of valid tokens (known from the row pass)."""
+        self.expected = int(total)
+        self.ordinals = sample_ordinals(self.expected, self.size, self.seed)
+
+    def add(self, x: torch.Tensor) -> None:
+        """``x`` float64: the next valid tokens' values, in input order."""
+        if self.ordinals is None:
+            self.prepare(0)
+        base, n = self.total, x.numel()
+        self.total += n
+        lo, hi = torch.searchsorted(self.ordinals, torch.tensor([base, base + n])).tolist()
+        if hi > lo:
+            v = x[self.ordinals[lo:hi] - base]
+            self.parts.append(v[torch.isfinite(v)])
+
+    @property
+    def values(self) -> torch.Tensor:
+        return torch.cat(self.parts) if self.parts else torch.zeros(0, dtype=torch.float64)
+
+    @property
+    def exact(self) -> bool:
+        """Every valid token is in the sample."""
+        return self.expected <= self.size and self.total <= self.size
 
 
 class _StreamHist:
-    """Exact token counts over edges fixed from the first non-empty chunk (see the module docstring)."""
+    """Exact token counts over :data:`BINS` equal bins whose edges are fixed from the run's first
+    ``seed_tokens`` finite valid tokens (see the module docstring); the tokens before that are held."""
 
-    def __init__(self, bins: int = BINS):
+    def __init__(self, bins: int = BINS, seed_tokens: int = RESERVOIR):
         self.bins = bins
+        self.seed_tokens = seed_tokens
         self.edges: torch.Tensor | None = None
+        self.linear = False  # torch.histogram (linear estimate + local search) gives the same bins
         self.counts = torch.zeros(bins, dtype=torch.int64)
         self.under = 0
         self.over = 0
+        self.pending: list[torch.Tensor] = []
+        self.npending = 0
 
     def add(self, x: torch.Tensor) -> None:
-        x = x.detach().to("cpu", torch.float64)
-        if not bool(torch.isfinite(x.sum())):
-            x = x[torch.isfinite(x)]
+        """``x`` float64: the next finite valid tokens' values, in input order."""
         if x.numel() == 0:
             return
         if self.edges is None:
-            lo, hi = float(x.min()), float(x.max())
-            span = hi - lo if hi > lo else max(abs(hi), 1.0)
-            self.edges = torch.linspace(lo - span / 2, hi + span / 2, self.bins + 1, dtype=torch.float64)
+            self.pending.append(x)
+            self.npending += x.numel()
+            if self.npending >= self.seed_tokens:
+                self._fix()
+            return
+        self._count(x)
+
+    def _fix(self) -> None:
+        x = torch.cat(self.pending)
+        self.pending, self.npending = [], 0
+        lo, hi = (float(t) for t in torch.aminmax(x[:self.seed_tokens]))
+        span = hi - lo if hi > lo else max(abs(hi), 1.0)
+        self.edges = torch.linspace(lo - span / 2, hi + span / 2, self.bins + 1, dtype=torch.float64)
+        e0, e1 = float(self.edges[0]), float(self.edges[-1])
+        # torch.histogram maps a value to its bin by (x − e0)/(e1 − e0)·bins, then corrects by one bin
+        # either way against these same linspace edges: exact unless a bin spans only a few ulps
+        width_ok = (e1 - e0) / self.bins > 1e-9 * max(abs(e0), abs(e1))
+        if width_ok and math.isfinite(e1 - e0):
+            _, e = torch.histogram(self.edges[:1], bins=self.bins, range=(e0, e1))
+            self.linear = bool(torch.equal(e, self.edges))
+        self._count(x)
+
+    def _count(self, x: torch.Tensor) -> None:
         e = self.edges
-        under, over = x < e[0], x > e[-1]
-        n_under, n_over = int(under.sum()), int(over.sum())
-        self.under += n_under
-        self.over += n_over
-        if n_under or n_over:
-            x = x[~under & ~over]
-        idx = torch.clamp(torch.bucketize(x, e, right=True) - 1, 0, self.bins - 1)
-        self.counts += torch.bincount(idx, minlength=self.bins)
+        e0, e1 = float(e[0]), float(e[-1])
+        under = int((x < e0).sum())
+        if self.linear:
+            h, _ = torch.histogram(x, bins=self.bins, range=(e0, e1))
+            h = h.to(torch.int64)
+            inside = int(h.sum())
+        else:
+            keep = (x >= e0) & (x <= e1)
+            xi = x[keep]
+            inside = xi.numel()
+            h = torch.bincount(torch.clamp(torch.bucketize(xi, e, right=True) - 1, 0, self.bins - 1),
+                               minlength=self.bins)
+        self.counts += h
+        self.under += under
+        self.over += x.numel() - inside - under
 
     def result(self, note: str) -> dict[str, Any]:
+        if self.edges is None and self.pending:
+            self._fix()
         return {"edges": [] if self.edges is None else self.edges.tolist(), "counts": self.counts.tolist(),
                 "underflow": self.under, "overflow": self.over, "over": "tokens", "exact": True, "note": note}
 
@@ -274,12 +447,13 @@ class RunStats:
         self.seq_reward = torch.zeros(R, dtype=torch.float64)
         self.resp_len = torch.zeros(R, dtype=torch.int64)
         self.valid = torch.zeros(R, dtype=torch.int64)
-        self.adv_sum = torch.zeros(R, dtype=torch.float64)
-        self.adv_min = torch.full((R,), math.inf, dtype=torch.float64)
+        self.adv_sum = torch.zeros(R, dtype=torch.float64)  # Σ of the valid advantages (NaN propagates)
+        self.adv_min = torch.full((R,), math.inf, dtype=torch.float64)  # of the finite valid advantages
         self.adv_max = torch.full((R,), -math.inf, dtype=torch.float64)
-        self.token_base = 0
-        self.reservoir = _Reservoir(reservoir)
-        self.adv_hist = _StreamHist(bins)
+        self.adv_finite = torch.zeros(R, dtype=torch.int64)  # how many valid advantages are finite
+        self.adv_nonconstant = False  # a row with two different finite valid advantages was seen
+        self.reservoir = _Sample(reservoir)
+        self.adv_hist = _StreamHist(bins, seed_tokens=reservoir)
         self.rows_set = False
         self.scopes: GroupIndex | None = None
 
@@ -288,7 +462,8 @@ class RunStats:
                  groups: GroupIndex | None, valid_len: torch.Tensor, kl_on: bool = False,
                  kl_row: torch.Tensor | None = None, betas: list[float] | None = None,
                  kls: list[float] | None = None, has_values: bool = False) -> None:
-        """The per-row table of the whole input (CPU tensors, [R] each) and the per-step KL figures."""
+        """The per-row table of the whole input (CPU tensors, [R] each) and the per-step KL figures.
+        ``valid_len`` (Σ mask per row) also fixes which valid tokens the advantage sample takes."""
         self.raw_score = raw_score.detach().to(torch.float64)
         self.score = score.detach().to(torch.float64)
         self.scopes = scopes
@@ -304,46 +479,80 @@ class RunStats:
         self.ret = _ScopeAcc(self.S)
         self.val = _ScopeAcc(self.S)
         self.ret_minus_val = _ScopeAcc(self.S)
+        self.reservoir.prepare(int(self.valid_len.sum()))
         self.rows_set = True
 
     # ------------------------------------------------------------------------------ chunk feed
+    def _row_scope(self, rows: slice, B: int) -> torch.Tensor:
+        return self.scopes.codes[rows] if self.scopes is not None else torch.zeros(B, dtype=torch.int64)
+
+    def _rows_common(self, rows: slice, layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor,
+                     sel: torch.Tensor | None = None, voff: torch.Tensor | None = None) -> None:
+        """seq_reward and resp_len of the chunk's rows (``m``: mask > 0 on the CPU, needed when padded)."""
+        self.seq_reward[rows] = row_sums64(layout.offsets, tlr)
+        if self.padded:
+            if sel is None:
+                sel = torch.nonzero(m, as_tuple=True)[0]
+                voff = torch.searchsorted(sel, layout.offsets)
+            n = voff[1:] - voff[:-1]
+            last = sel[torch.clamp(voff[1:] - 1, min=0)] if sel.numel() else torch.zeros_like(n)
+            self.resp_len[rows] = torch.where(n > 0, last - layout.offsets[:-1] + 1, torch.zeros_like(n))
+        else:
+            self.resp_len[rows] = layout.lengths
+
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
                   tlr: torch.Tensor, values: torch.Tensor | None = None) -> None:
-        """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device)."""
+        """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device),
+        token by token: the valid tokens are found once, each quantity is reduced per row (float64)
+        and the row figures are added to the scopes in row order."""
         layout = layout.to("cpu")
         B = layout.num_rows
         rows = slice(row0, row0 + B)
         m = mask.detach().to("cpu") > 0
-        adv = adv.detach().to("cpu")
-        ret = ret.detach().to("cpu")
-        self.seq_reward[rows] = layout.row_sum(tlr.detach().to("cpu", torch.float64))
-        if self.padded:
-            last = layout.last_true_index(m)
-            self.resp_len[rows] = torch.where(last >= 0, last - layout.offsets[:-1] + 1, torch.zeros_like(last))
-        else:
-            self.resp_len[rows] = layout.lengths
-        # the valid tokens' flat indices, found once and gathered with (the boolean-mask form
-        # searches the mask again for every tensor it selects from)
+        # the valid tokens' flat indices, found once and gathered with; voff[i]: valid tokens before row i
         sel = torch.nonzero(m, as_tuple=True)[0]
-        vrow = layout.row_index[sel]
-        self.valid[rows] = torch.bincount(vrow, minlength=B)
-        av = adv[sel].to(torch.float64)
-        self.adv_sum[rows] = torch.zeros(B, dtype=torch.float64).index_add_(0, vrow, av)
-        amin = torch.full((B,), math.inf, dtype=torch.float64).scatter_reduce_(0, vrow, av, reduce="amin")
-        amax = torch.full((B,), -math.inf, dtype=torch.float64).scatter_reduce_(0, vrow, av, reduce="amax")
-        self.adv_min[rows], self.adv_max[rows] = amin, amax
-        scope_tok = self.scopes.codes[rows][vrow] if self.scopes is not None else torch.zeros_like(vrow)
-        self.adv.add(av, scope_tok)
-        rv = ret[sel]
-        self.ret.add(rv, scope_tok)
+        voff = torch.searchsorted(sel, layout.offsets)
+        self._rows_common(rows, layout, m, tlr, sel, voff)
+        self.valid[rows] = voff[1:] - voff[:-1]
+        scope = self._row_scope(rows, B)
+        av = adv.detach().to("cpu")[sel].to(torch.float64)
+        one = self.S == 1
+        pa = _Partials.of_tokens(av, voff, rows_minmax=not one, check_const=not self.adv_nonconstant)
+        self.adv.add(pa, scope)
+        self.adv_sum[rows] = pa.raw_sum
+        self.adv_finite[rows] = pa.count
+        self.adv_nonconstant |= pa.nonconstant
+        if not self.adv_nonconstant:  # per-row min/max only matter while the run may be row-constant
+            self.adv_min[rows], self.adv_max[rows] = pa.mn, pa.mx
+        rv = ret.detach().to("cpu")[sel].to(torch.float64)
+        self.ret.add(_Partials.of_tokens(rv, voff, rows_minmax=not one), scope)
         if values is not None and self.has_values:
-            v = values.detach().to("cpu")[sel]
-            self.val.add(v, scope_tok)
-            self.ret_minus_val.add(rv.to(torch.float64) - v.to(torch.float64), scope_tok)
-        gidx = self.token_base + sel
-        self.reservoir.add(av, gidx)
-        self.adv_hist.add(av)
-        self.token_base += layout.num_tokens
+            vv = values.detach().to("cpu")[sel].to(torch.float64)
+            self.val.add(_Partials.of_tokens(vv, voff, rows_minmax=not one), scope)
+            self.ret_minus_val.add(_Partials.of_tokens(rv - vv, voff, rows_minmax=not one), scope)
+        finite = av if pa.all_finite else av[torch.isfinite(av)]
+        self.reservoir.add(av)
+        self.adv_hist.add(finite)
+
+    def add_row_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor | None, tlr: torch.Tensor,
+                      adv_row: torch.Tensor, ret_row: torch.Tensor) -> None:
+        """One chunk whose every valid token of row i holds the advantage ``adv_row[i]`` and the return
+        ``ret_row[i]`` (row-level estimators; see :class:`RunObserver`): the figures of :meth:`add_chunk`
+        from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
+        only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
+        layout = layout.to("cpu")
+        B = layout.num_rows
+        rows = slice(row0, row0 + B)
+        m = mask.detach().to("cpu") > 0 if self.padded else None
+        self._rows_common(rows, layout, m, tlr)
+        n = self.valid_len[rows]
+        self.valid[rows] = n
+        scope = self._row_scope(rows, B)
+        pa = _Partials.of_rows(adv_row.detach().to("cpu", torch.float64), n)
+        self.adv.add(pa, scope)
+        self.adv_sum[rows] = pa.raw_sum
+        self.adv_min[rows], self.adv_max[rows], self.adv_finite[rows] = pa.mn, pa.mx, pa.count
+        self.ret.add(_Partials.of_rows(ret_row.detach().to("cpu", torch.float64), n), scope)
 
     # ---------------------------------------------------------------------------------- figures
     def _row_figs(self, x: torch.Tensor, sel: torch.Tensor) -> dict[str, Any]:
@@ -398,7 +607,10 @@ class RunStats:
         return torch.where(self.valid > 0, self.adv_sum / self.valid.clamp(min=1), torch.full_like(self.adv_sum, math.nan))
 
     def row_constant(self) -> bool:
-        has = self.valid > 0
+        """Every row's finite valid advantages are one value (always so for row-level estimators)."""
+        if self.adv_nonconstant:
+            return False
+        has = self.adv_finite > 0
         return bool((self.adv_min[has] == self.adv_max[has]).all())
 
     def _group_figs(self) -> dict[str, Any]:
@@ -460,13 +672,13 @@ class RunStats:
         metrics["critic/returns/count"] = r["count"]
         metrics["critic/returns/nonfinite"] = r["nonfinite"]
         const = self.row_constant()
-        has = (self.valid > 0) & torch.isfinite(self.adv_min)
+        has = self.adv_finite > 0
         if const:
-            q = quantiles(self.adv_min[has], self.valid[has])
+            q = quantiles(self.adv_min[has], self.adv_finite[has])
             exact = True
         else:
             q = quantiles(self.reservoir.values)
-            exact = self.reservoir.total <= self.reservoir.size
+            exact = self.reservoir.exact
         metrics.update({f"critic/advantages/{k}": v for k, v in q.items()})
         metrics["critic/advantages/quantiles_exact"] = exact
         metrics.update(self._group_figs())
@@ -488,13 +700,13 @@ class RunStats:
                                  note="sequence reward Σ token_level_rewards, non-aborted rows"),
         }
         if const:
-            hist["advantages"] = histogram(self.adv_min[has], self.valid[has], bins=self.bins, over="tokens",
+            hist["advantages"] = histogram(self.adv_min[has], self.adv_finite[has], bins=self.bins, over="tokens",
                                            note="valid tokens; row-constant advantages: exact, edges from the "
                                                 "exact min and max")
         else:
-            hist["advantages"] = self.adv_hist.result("valid tokens; edges fixed from the first chunk with valid "
-                                                      "tokens ([min, max] widened by half the span each side), "
-                                                      "counts exact")
+            hist["advantages"] = self.adv_hist.result(
+                f"valid tokens; edges fixed from the run's first {self.adv_hist.seed_tokens} finite valid tokens "
+                "([min, max] widened by half the span each side), counts exact")
         if self.groups is not None and self.groups.num_groups:
             sizes = self.groups.sizes[self.groups.sizes > 0]
             top = int(sizes.max())
@@ -513,7 +725,19 @@ class RunObserver:
     every chunk of the write (or compute-only) pass; ``finish(result)`` fills ``result.metrics``,
     ``per_step``, ``histograms``, ``diagnostics`` and adds a warning line per diagnostic of severity
     ``warning`` with a non-zero count.
+
+    Row-level estimators (``spec.level == "row"``, ``spec.row_constant``): the write pass gives every
+    token of row i ``broadcast(adv_row[i])`` (× mask), then the element-wise final ops of
+    :func:`advcli.pipeline._chunk_final` (whitening by scope, re-masking, clip, returns), so every
+    valid token of a row holds one advantage and one return. :meth:`add` then runs that same
+    ``_chunk_final`` on the chunk's ``[B]`` row values (one token per row, mask 1: element-wise ops,
+    the same bits) and feeds :meth:`RunStats.add_row_chunk` and the diagnostics per row; per token
+    only Σ token_level_rewards per row is left. Each chunk checks its rows' last token (when valid)
+    against the row values and stops the run on a mismatch (a broken assumption, never silent
+    figures). Not taken when the run reads a ``values`` column or :attr:`ROW_PATH` is false.
     """
+
+    ROW_PATH = True  # tests set it false to compare with the token-by-token figures
 
     def __init__(self, plan, res, row: dict, betas: list, kls: list):
         from .config import get_path
@@ -521,6 +745,7 @@ class RunObserver:
 
         table = res.table
         R = table.num_rows
+        self.plan, self.res = plan, res
         self.stats = RunStats(R, padded=bool(getattr(plan, "padded", False)))
         raw = getattr(res, "raw_score", None)
         if raw is None:
@@ -529,6 +754,8 @@ class RunObserver:
                             groups=res.groups, valid_len=table.valid_len, kl_on=plan.kl_on,
                             kl_row=row.get("kl_mean"), betas=betas, kls=kls,
                             has_values="values" in plan.token_roles)
+        self.row_path = (self.ROW_PATH and plan.spec.level == "row" and bool(getattr(plan.spec, "row_constant", False))
+                         and getattr(res, "adv_row", None) is not None and not self.stats.has_values)
         keys = getattr(res, "row_keys", None) or {}
         pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
         drops = drops_masked_rewards(plan.spec, plan.params, plan.cfg)
@@ -550,8 +777,44 @@ class RunObserver:
                                            f"which eps={ncfg['eps']:g} does not absorb")
 
     def add(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict) -> None:
+        if self.row_path:
+            adv_row, ret_row = self._row_values(row0, layout, mask, adv, ret)
+            self.stats.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
+            self.diag.add_chunk(row0, layout, mask, adv, tok,
+                                row_adv=(adv_row, self.stats.valid_len[row0:row0 + layout.num_rows]))
+            return
         self.stats.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"))
         self.diag.add_chunk(row0, layout, mask, adv, tok)
+
+    def _row_values(self, row0: int, layout: Ragged, mask, adv, ret) -> tuple[torch.Tensor, torch.Tensor]:
+        """The final advantage and return [B] (plan dtype, CPU) of the chunk's rows: the pipeline's own
+        row broadcast (``_chunk_math``) and ``_chunk_final`` on one token per row."""
+        from . import pipeline
+
+        plan, res = self.plan, self.res
+        dev, dt = plan.device, plan.dtype
+        B = layout.num_rows
+        a = res.adv_row[row0:row0 + B].to(dev, dt)
+        ones = torch.ones(B, dtype=dt, device=dev)
+        if plan.params.get("mask_output", True):
+            a = a * ones
+        per_row = Ragged(torch.arange(B + 1, device=dev))
+        fa, fr, _, _ = pipeline._chunk_final(plan, res, per_row, a, a, None, ones, row0, apply_whiten=True)
+        fa, fr = fa.detach().to("cpu"), fr.detach().to("cpu")
+        # the assumption, checked on one token per row: the row's last token where it is valid
+        last = layout.to("cpu").last_index()
+        rows = torch.nonzero(last >= 0, as_tuple=True)[0]
+        if rows.numel():
+            idx = last[rows].to(adv.device)
+            valid = (mask.detach()[idx] > 0).to("cpu")
+            for got, want in ((adv.detach()[idx].to("cpu"), fa[rows]), (ret.detach()[idx].to("cpu"), fr[rows])):
+                same = (got == want) | (torch.isnan(got) & torch.isnan(want)) | ~valid
+                if not bool(same.all()):
+                    r = int(rows[~same][0])
+                    raise RuntimeError(f"internal: row {row0 + r}'s written advantages/returns ({float(got[~same][0])})"
+                                       f" differ from the row-level value ({float(want[~same][0])}) the statistics "
+                                       "assume; please report this")
+        return fa, fr
 
     def finish(self, result) -> None:
         out = self.stats.finish()
@@ -571,7 +834,8 @@ class RunObserver:
 def _normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
     """The pipeline's reward post-processing (same ops, same switches) on ``raw`` in raw's dtype."""
     from .config import get_path
-    from .ops.rewards import clip as clip_values, normalize_rewards
+    from .ops.rewards import clip as clip_values
+    from .ops.rewards import normalize_rewards
 
     ncfg = plan.cfg["reward"]["normalize"]
     if plan.group_by == "position":

@@ -1,6 +1,7 @@
 """Run statistics (advcli.stats) checked against figures computed independently from the output file
 with numpy, using verl's definitions (verl/trainer/ppo/metric_utils.py::compute_data_metrics and
 ray_trainer.py::apply_kl_penalty @1dda039b)."""
+import itertools
 import json
 
 import numpy as np
@@ -154,13 +155,292 @@ def test_weighted_quantiles_equal_numpy_on_expanded_values():
         assert q[f"p{p}"] == pytest.approx(np.quantile(expanded, p / 100))
 
 
-def test_reservoir_is_uniform_bounded_and_chunk_independent():
-    x = torch.arange(10_000, dtype=torch.float64)
-    a, b = st._Reservoir(500), st._Reservoir(500)
-    a.add(x, torch.arange(10_000))
-    for lo in range(0, 10_000, 733):  # other chunking, same global indices
-        hi = min(lo + 733, 10_000)
-        b.add(x[lo:hi], torch.arange(lo, hi))
-    assert a.values.numel() == 500
-    assert sorted(a.values.tolist()) == sorted(b.values.tolist())
-    assert abs(float(a.values.mean()) - 4999.5) < 400  # a uniform sample of 0..9999
+# ------------------------------------------------------------------------ row-level: rows vs tokens
+def _mixed_dump(path, padded=False, seed=5):
+    """3 steps, groups of 1..4 (rows scattered), interior and trailing masked spans, rows with no
+    valid token and empty rows (fixed-width lists with mask-0 padding when ``padded``)."""
+    rng = np.random.default_rng(seed)
+    rows = 60
+    pid = [f"p{int(k)}" for k in rng.integers(0, 22, rows)]
+    step = [int(p[1:]) % 3 for p in pid]
+    lens = rng.integers(0, 11, rows)
+    width = int(lens.max())
+    masks, lps, refs = [], [], []
+    for i, n in enumerate(lens):
+        m = (rng.random(n) > 0.3).astype(np.int8)
+        if i % 9 == 4:
+            m[:] = 0  # no valid token
+        if padded:
+            m = np.concatenate([m, np.zeros(width - n, np.int8)])
+        masks.append(m.tolist())
+        lps.append((-rng.random(len(m)) * 2).astype(np.float32).tolist())
+        refs.append((-rng.random(len(m)) * 2).astype(np.float32).tolist())
+    ltype = (lambda t: pa.list_(t, width)) if padded else pa.list_
+    reward = rng.choice([0.0, 1.0, 0.25, 0.7], rows).astype(np.float32)
+    return _write(path, {
+        "prompt_id": pid, "step": pa.array(step, pa.int64()), "reward": pa.array(reward, pa.float32()),
+        "response_mask": pa.array(masks, ltype(pa.int8())),
+        "old_log_probs": pa.array(lps, ltype(pa.float32())), "ref_log_probs": pa.array(refs, ltype(pa.float32()))})
+
+
+ROW_CONFIGS = {
+    # verl grpo, KL in the reward (token-varying rewards, row-constant advantages), 3 steps
+    "verl_grpo_kl": ("verl", {"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True,
+                              "algorithm.kl_ctrl.kl_coef": 0.1}),
+    # whitened per step, clipped, re-masked, returns = the final advantages
+    "whiten_clip": ("advcli", {"estimator.name": "rloo", "advantage.whiten": True, "advantage.clip": 0.8,
+                               "advantage.remask": True, "advantage.returns": "advantages"}),
+    # whitened (centre only), returns the estimator's (unwhitened) ones, unmasked output
+    "whiten_returns_estimator": ("advcli", {"estimator.name": "grpo_loo", "advantage.whiten": True,
+                                            "advantage.whiten_scale": False, "advantage.clip": [-0.3, 0.5]}),
+    # group z-score of the reward: the group of one gets NaN advantages
+    "nan_rows": ("advcli", {"estimator.name": "grpo", "reward.normalize.mean": "group",
+                            "reward.normalize.std": "group"}),
+    "opo": ("verl", {"algorithm.adv_estimator": "opo"}),
+}
+
+
+def _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=7):
+    """The run with the row-constant statistics, then with the token-by-token ones."""
+    calls = {"rows": 0, "tokens": 0}
+    row_chunk, tok_chunk = st.RunStats.add_row_chunk, st.RunStats.add_chunk
+
+    def rows(self, *a, **k):
+        calls["rows"] += 1
+        return row_chunk(self, *a, **k)
+
+    def toks(self, *a, **k):
+        calls["tokens"] += 1
+        return tok_chunk(self, *a, **k)
+    monkeypatch.setattr(st.RunStats, "add_row_chunk", rows)
+    monkeypatch.setattr(st.RunStats, "add_chunk", toks)
+    fast = advcli.run(src, tmp_path / "fast.parquet", flavor=flavor, settings=settings, chunk_rows=chunk_rows,
+                      force=True, device="cpu")
+    assert calls["rows"] > 1 and calls["tokens"] == 0  # the row path was taken, chunk by chunk
+    monkeypatch.setattr(st.RunObserver, "ROW_PATH", False)
+    slow = advcli.run(src, tmp_path / "slow.parquet", flavor=flavor, settings=settings, chunk_rows=chunk_rows,
+                      force=True, device="cpu")
+    assert calls["tokens"] > 1
+    return fast, slow
+
+
+def _same(a, b, where=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, bool) and b is not None:
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("name", list(ROW_CONFIGS))
+def test_row_path_gives_the_token_path_figures(tmp_path, monkeypatch, name, padded):
+    """Every figure of the row-constant path (metrics, per-step blocks, histograms, diagnostics) equals
+    the token-by-token one on the same run: per-step scopes, whitening, clip, NaN rows, rows without
+    valid tokens, empty rows, fixed-width lists."""
+    flavor, settings = ROW_CONFIGS[name]
+    src = _mixed_dump(tmp_path / "in.parquet", padded=padded)
+    fast, slow = _run_both(tmp_path, monkeypatch, src, flavor, settings)
+    assert fast.metrics["critic/advantages/quantiles_exact"] is True and len(fast.per_step) == 3
+    _same(fast.metrics, slow.metrics, "metrics")
+    _same(fast.per_step, slow.per_step, "per_step")
+    _same(fast.histograms, slow.histograms, "histograms")
+    _same(fast.diagnostics, slow.diagnostics, "diagnostics")
+
+
+def _valid_tokens(out_path, col):
+    t = pq.read_table(out_path)
+    masks = [np.asarray(m, bool) for m in t.column("response_mask").to_pylist()]
+    vals = [np.asarray(a, np.float64) for a in t.column(col).to_pylist()]
+    return np.concatenate([v[m] for v, m in zip(vals, masks)]), masks, vals
+
+
+def test_row_path_nan_rows_against_the_file(tmp_path, monkeypatch):
+    """NaN advantages (a group of one under a group z-score): count/nonfinite/mean/min/max, quantiles
+    and histogram of the finite valid tokens, the rows flagged, all from the output file."""
+    flavor, settings = ROW_CONFIGS["nan_rows"]
+    src = _mixed_dump(tmp_path / "in.parquet")
+    fast, _ = _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=5)
+    va, masks, vals = _valid_tokens(tmp_path / "fast.parquet", "advantages")
+    fin = va[np.isfinite(va)]
+    assert 0 < fin.size < va.size  # some NaN tokens, some finite ones
+    m = fast.metrics
+    assert m["critic/advantages/count"] == fin.size and m["critic/advantages/nonfinite"] == va.size - fin.size
+    assert m["critic/advantages/mean"] == pytest.approx(fin.mean(), rel=1e-9, abs=1e-12)
+    assert m["critic/advantages/std"] == pytest.approx(fin.std(), rel=1e-9, abs=1e-12)
+    assert (m["critic/advantages/min"], m["critic/advantages/max"]) == (fin.min(), fin.max())
+    for q in st.QUANTILES:
+        assert m[f"critic/advantages/p{q}"] == pytest.approx(np.quantile(fin, q / 100), abs=1e-9)
+    h = fast.histograms["advantages"]
+    assert h["counts"] == np.histogram(fin, bins=st.BINS, range=(fin.min(), fin.max()))[0].tolist()
+    bad = [i for i, (v, mk) in enumerate(zip(vals, masks)) if (~np.isfinite(v[mk])).any()]
+    d = next(x for x in fast.diagnostics if x["kind"] == "nonfinite_advantages")
+    assert d["count"] == len(bad) > 0 and [e["row"] for e in d["examples"]] == bad[:10]
+
+
+def test_row_path_stops_on_advantages_that_are_not_the_row_values(tmp_path, monkeypatch):
+    """The per-chunk check of the row path's assumption (one token per row against the row value)."""
+    src = _mixed_dump(tmp_path / "in.parquet")
+    add = st.RunObserver.add
+    monkeypatch.setattr(st.RunObserver, "add", lambda self, row0, layout, mask, adv, ret, tlr, tok:
+                        add(self, row0, layout, mask, adv + 0.001, ret, tlr, tok))
+    with pytest.raises(RuntimeError, match="internal"):
+        advcli.run(src, tmp_path / "o.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"},
+                   force=True, device="cpu")
+
+
+# ---------------------------------------------------------------------------- token-varying path
+def _token_chunks(seed=3, rows=90, scopes=3, nonfinite=True):
+    """Ragged rows with token-varying values (some NaN/±inf), rows with no valid token, empty rows."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(0, 40, (rows,), generator=g)
+    lens[7] = 0
+    T = int(lens.sum())
+    mask = (torch.rand(T, generator=g) > 0.25).to(torch.float32)
+    lay = st.Ragged.from_lengths(lens)
+    mask[lay.offsets[11]:lay.offsets[12]] = 0  # row 11: no valid token
+    adv = torch.randn(T, generator=g, dtype=torch.float32)
+    if nonfinite:
+        adv[torch.randint(0, T, (6,), generator=g)] = float("nan")
+        adv[torch.randint(0, T, (2,), generator=g)] = float("inf")
+    ret = adv * 2 + 0.5
+    vals = torch.randn(T, generator=g, dtype=torch.float32)
+    tlr = torch.randn(T, generator=g, dtype=torch.float32)
+    codes = torch.randint(0, scopes, (rows,), generator=g)
+    return lens, mask, adv, ret, vals, tlr, codes
+
+
+def _feed(lens, mask, adv, ret, vals, tlr, codes, cuts, reservoir=st.RESERVOIR):
+    from advcli.ops.groups import GroupIndex
+
+    R = lens.numel()
+    rs = st.RunStats(R, reservoir=reservoir)
+    lay = st.Ragged.from_lengths(lens)
+    valid = lay.row_sum((mask > 0).to(torch.int64))
+    rs.set_rows(raw_score=torch.zeros(R), score=torch.zeros(R), scopes=GroupIndex.from_codes(codes),
+                step_values=list(range(int(codes.max()) + 1)), groups=None, valid_len=valid, has_values=True)
+    bounds = [0] + [c for c in cuts if 0 < c < R] + [R]
+    for a, b in itertools.pairwise(bounds):
+        t0, t1 = int(lay.offsets[a]), int(lay.offsets[b])
+        rs.add_chunk(a, st.Ragged.from_lengths(lens[a:b]), mask[t0:t1], adv[t0:t1], ret[t0:t1], tlr[t0:t1],
+                     vals[t0:t1])
+    return rs
+
+
+def _brute(x, m, scope_tok, s=None):
+    sel = m & ((scope_tok == s) if s is not None else True)
+    v = x[sel].astype(np.float64)
+    f = v[np.isfinite(v)]
+    return {"count": f.size, "nonfinite": v.size - f.size, "mean": f.mean() if f.size else None,
+            "min": f.min() if f.size else None, "max": f.max() if f.size else None,
+            "std": f.std() if f.size else None}
+
+
+def test_token_path_figures_per_scope_against_brute_force():
+    lens, mask, adv, ret, vals, tlr, codes = _token_chunks()
+    rs = _feed(lens, mask, adv, ret, vals, tlr, codes, cuts=[5, 6, 30, 31, 70])
+    row_of = np.repeat(np.arange(lens.numel()), lens.numpy())
+    scope_tok = codes.numpy()[row_of]
+    m = mask.numpy() > 0
+    for acc, x in ((rs.adv, adv.numpy()), (rs.ret, ret.numpy()), (rs.val, vals.numpy()),
+                   (rs.ret_minus_val, ret.numpy().astype(np.float64) - vals.numpy())):
+        for s in (None, 0, 1, 2):
+            got, want = acc.figures(s), _brute(x, m, scope_tok, s)
+            assert got["count"] == want["count"] and got["nonfinite"] == want["nonfinite"], s
+            for k in ("mean", "min", "max", "std"):
+                assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-14), (s, k)
+    # per row: valid tokens, Σ token_level_rewards (float64), mean advantage (NaN where a token is)
+    lay = st.Ragged.from_lengths(lens)
+    for i in range(lens.numel()):
+        a, b = int(lay.offsets[i]), int(lay.offsets[i + 1])
+        mi = m[a:b]
+        assert int(rs.valid[i]) == mi.sum()
+        assert float(rs.seq_reward[i]) == pytest.approx(tlr[a:b].double().sum().item(), rel=1e-12, abs=1e-12)
+        va = adv[a:b].numpy()[mi].astype(np.float64)
+        want = va.mean() if va.size else float("nan")
+        got = float(rs.row_advantage()[i])
+        assert (np.isnan(got) and np.isnan(want)) or got == pytest.approx(want, rel=1e-12, abs=1e-14), i
+    assert not rs.row_constant()
+
+
+def test_token_path_is_independent_of_chunking():
+    """Same bits for every figure, sample and histogram whatever the chunks (row sums are per row)."""
+    data = _token_chunks(seed=9, rows=120)
+    ref = _feed(*data, cuts=[], reservoir=100).finish()
+    for cuts in ([1, 2, 3, 50], list(range(0, 120, 7)), [119]):
+        got = _feed(*data, cuts=cuts, reservoir=100).finish()
+        assert got == ref, cuts
+    # the sample: the valid tokens at the drawn ordinals (input order), the non-finite ones left out
+    mask, adv = data[1], data[2]
+    valid = adv[mask > 0].double()
+    k = st.sample_ordinals(valid.numel(), 100)
+    want = valid[k][torch.isfinite(valid[k])]
+    assert bool((~torch.isfinite(valid)).any())
+    assert torch.equal(_feed(*data, cuts=[33], reservoir=100).reservoir.values, want)
+    # with a sample holding every token, the quantiles are exact (finite valid tokens)
+    exact = _feed(*data, cuts=[10, 40]).finish()["metrics"]
+    a = adv.numpy()[mask.numpy() > 0].astype(np.float64)
+    a = a[np.isfinite(a)]
+    assert exact["critic/advantages/quantiles_exact"] is True
+    assert ref["metrics"]["critic/advantages/quantiles_exact"] is False
+    for q in st.QUANTILES:
+        assert exact[f"critic/advantages/p{q}"] == pytest.approx(np.quantile(a, q / 100), abs=1e-12)
+
+
+def test_token_path_histogram_counts_every_finite_token_against_numpy():
+    lens, mask, adv, ret, vals, tlr, codes = _token_chunks(seed=4, rows=200)
+    adv[-40:-30], adv[-20:-15], mask[-40:] = 50.0, -40.0, 1.0  # outside the edges fixed early on
+    h = _feed(lens, mask, adv, ret, vals, tlr, codes, cuts=[3, 100], reservoir=50).finish()
+    h = h["histograms"]["advantages"]
+    a = adv.numpy()[mask.numpy() > 0].astype(np.float64)
+    a = a[np.isfinite(a)]
+    head = a[:50]  # the edges come from the run's first `reservoir` finite valid tokens
+    span = head.max() - head.min()
+    e = np.asarray(h["edges"])
+    assert e[0] == head.min() - span / 2 and e[-1] == head.max() + span / 2
+    inside = a[(a >= e[0]) & (a <= e[-1])]
+    assert h["counts"] == np.histogram(inside, bins=e)[0].tolist()
+    assert (h["underflow"], h["overflow"]) == ((a < e[0]).sum(), (a > e[-1]).sum()) == (5, 10)
+
+
+def test_stream_histogram_is_exact_at_bin_edges():
+    """Values on the edges and one ulp either side land where a binary search over the edges puts
+    them (numpy's rule: [e_k, e_k+1), the last bin closed), through torch.histogram's linear map."""
+    hist = st._StreamHist(bins=50, seed_tokens=2)
+    hist.add(torch.tensor([-1.3, 2.9], dtype=torch.float64))  # edges from these two
+    assert hist.linear
+    e = hist.edges.numpy()
+    x = np.concatenate([e, np.nextafter(e, np.inf), np.nextafter(e, -np.inf), np.linspace(e[0], e[-1], 997)])
+    hist.add(torch.from_numpy(x))
+    want = np.histogram(np.concatenate([[-1.3, 2.9], x[(x >= e[0]) & (x <= e[-1])]]), bins=e)[0]
+    assert hist.counts.tolist() == want.tolist()
+    assert hist.under == 1 and hist.over == 1  # one ulp outside the outer edges
+
+
+def test_sample_ordinals_one_per_stratum_and_chunk_independent():
+    total, size = 10_007, 500
+    k = st.sample_ordinals(total, size)
+    assert k.numel() == size and bool((k[1:] > k[:-1]).all()) and int(k[0]) >= 0 and int(k[-1]) < total
+    strata = torch.arange(size) * total // size
+    assert torch.equal(torch.searchsorted(k, strata, right=False), torch.arange(size))  # one in each stratum
+    x = torch.arange(total, dtype=torch.float64)
+    a, b = st._Sample(size), st._Sample(size)
+    a.prepare(total)
+    b.prepare(total)
+    a.add(x)
+    for lo in range(0, total, 733):
+        b.add(x[lo:lo + 733])
+    assert torch.equal(a.values, x[k]) and torch.equal(b.values, a.values)
+    assert not a.exact and abs(float(a.values.mean()) - (total - 1) / 2) < 50  # stratified: close to the mean
+    small = st._Sample(size)
+    small.prepare(300)
+    small.add(x[:120])
+    small.add(x[120:300])
+    assert small.exact and torch.equal(small.values, x[:300])

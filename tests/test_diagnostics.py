@@ -154,3 +154,32 @@ def test_reward_normalisation_stage_is_checked_too(tmp_path):
     assert haz["examples"][0]["stage"] == "reward normalisation"
     assert haz["examples"][0]["adv_float32"][0] == pytest.approx(a32[0]) and haz["examples"][0]["adv_float64"][0] == 0
     assert _diag(r64, "float32_cancellation")["count"] == 1
+
+
+def test_nonfinite_advantages_per_token_and_per_row_agree():
+    """Rows with a NaN/inf advantage on a valid token are flagged; a NaN on a masked token is not. The
+    row form (row-level estimators: one value per row and its valid-token count) flags the same rows."""
+    import torch
+
+    from advcli.diagnostics import Diagnostics
+    from advcli.ragged import Ragged
+
+    lens = torch.tensor([3, 2, 0, 4, 2, 1])
+    row_val = torch.tensor([0.5, float("nan"), 1.0, float("inf"), float("nan"), -1.0])
+    lay = Ragged.from_lengths(lens)
+    mask = torch.tensor([1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 0, 1], dtype=torch.float32)
+    valid = lay.row_sum(mask.to(torch.int64))  # row 4 (NaN) has no valid token
+    adv = lay.broadcast(row_val).clone()
+    adv[2] = float("nan")  # masked token of row 0: not a valid advantage
+    by_tok, by_row = Diagnostics(), Diagnostics()
+    # two chunks: rows 0-2 and rows 3-5 (global rows 10.. and 13..)
+    for d, rows in ((by_tok, None), (by_row, True)):
+        for a, b in ((0, 3), (3, 6)):
+            t0, t1 = int(lay.offsets[a]), int(lay.offsets[b])
+            sub = Ragged.from_lengths(lens[a:b])
+            kw = {"row_adv": (row_val[a:b], valid[a:b])} if rows else {}
+            d.add_chunk(10 + a, sub, mask[t0:t1], adv[t0:t1], {}, **kw)
+    want = [11, 13]  # row 1 (NaN, valid tokens) and row 3 (inf); not row 0 (masked NaN) nor row 4 (no valid)
+    for d in (by_tok, by_row):
+        item = next(x for x in d.finish() if x["kind"] == "nonfinite_advantages")
+        assert item["count"] == 2 and [e["row"] for e in item["examples"]] == want

@@ -60,24 +60,30 @@ def _grid_shape(counts: torch.Tensor, block: int, spare: bool) -> tuple[torch.Te
     return nblocks, block_offsets, nb, cells
 
 
-def _row_constant(per_row: torch.Tensor, offsets: torch.Tensor, n: int) -> torch.Tensor:
-    """int64 [N]: ``per_row[i]`` on every token of row i, by a cumsum of the steps at row starts
-    (cheaper than ``repeat_interleave``)."""
-    steps = torch.zeros(n + 1, dtype=torch.int64, device=per_row.device)
-    jumps = torch.diff(per_row, prepend=per_row.new_zeros(1))
-    steps.index_add_(0, offsets[:-1], jumps)  # empty rows share a start: their steps add up
-    return torch.cumsum(steps[:n], 0, out=steps[:n])
+def _slots(step: torch.Tensor | None, row_base: torch.Tensor, offsets: torch.Tensor, n: int) -> torch.Tensor:
+    """int64 [N]: ``Σ_{u<t} step[u] + row_base[row(t)]`` (``step`` None: 1 per token, so the sum is t),
+    as one cumsum of the steps plus the jumps of ``row_base`` at row starts (no per-token row index)."""
+    steps = torch.empty(n + 1, dtype=torch.int64, device=offsets.device)
+    steps[0] = 0
+    if step is None:
+        steps[1:].fill_(1)
+    else:
+        steps[1:] = step
+    # empty rows share their start with the next row: their jumps add up
+    steps.index_add_(0, offsets[:-1], torch.diff(row_base, prepend=row_base.new_zeros(1)))
+    return steps[:n].cumsum_(0)
 
 
 def _scan_grid(grid: torch.Tensor, nblocks: torch.Tensor, block_offsets: torch.Tensor, nb: int, c: float,
                block: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Blocked scan of a flat grid ``[cells]`` (``cells`` a whole number of GEMM tiles, zero past
     the rows' blocks); row ``i`` holds blocks ``block_offsets[i]..block_offsets[i+1]``. Returns a
-    flat tensor ``[cells + 1]``: the scanned grid and one trailing 0 cell, written into the front of
-    ``out`` when given (a dead buffer of at least ``cells + 1`` elements, not overlapping ``grid``)."""
+    flat tensor ``[cells + 1]``: the scanned grid and one trailing 0 cell; or, when given, ``out`` (at
+    least ``cells + 1`` elements, not overlapping ``grid``) with those written into its front."""
     cells = grid.numel()
     dtype, device = grid.dtype, grid.device
-    out = torch.empty(cells + 1, dtype=dtype, device=device) if out is None else out[:cells + 1]
+    if out is None:
+        out = torch.empty(cells + 1, dtype=dtype, device=device)
     out[cells] = 0
     # 1) scan inside every block with one GEMM per fixed-shape tile: local[b, i] = Σ_{j>=i} c^(j-i) x[b, j]
     torch.matmul(grid.view(-1, GEMM_TILE, block), _powers_matrix(c, block, dtype, device).T,
@@ -107,8 +113,7 @@ def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float, bl
     offsets = layout.offsets
     nblocks, block_offsets, nb, cells = _grid_shape(layout.lengths, block, spare=False)
     # slot of each token in the padded [blocks, block] grid: t + (row's first cell − row's offset)
-    slot = _row_constant(block_offsets[:-1] * block - offsets[:-1], offsets, n)
-    slot += torch.arange(n, device=values.device)
+    slot = _slots(None, block_offsets[:-1] * block - offsets[:-1], offsets, n)
     grid = values.new_zeros(cells)
     grid.scatter_(0, slot, values)
     return _scan_grid(grid, nblocks, block_offsets, nb, c, block).index_select(0, slot)
@@ -124,13 +129,14 @@ def _kept_slots(keep: torch.Tensor, layout: Ragged, block: int):
     """
     n = keep.numel()
     offsets = layout.offsets
-    kept_before = torch.zeros(n + 1, dtype=torch.int64, device=keep.device)  # exclusive count of kept tokens
-    torch.cumsum(keep, 0, out=kept_before[1:])
-    kept_at = kept_before.index_select(0, offsets)  # kept tokens before each row start
+    # kept tokens before each row start, from a cumsum of the mask
+    kept_before = torch.empty(n + 1, dtype=torch.int32 if n < 2**31 - 1 else torch.int64, device=keep.device)
+    kept_before[0] = 0
+    torch.cumsum(keep, 0, dtype=kept_before.dtype, out=kept_before[1:])
+    kept_at = kept_before.index_select(0, offsets).to(torch.int64)
     nblocks, block_offsets, nb, cells = _grid_shape(kept_at[1:] - kept_at[:-1], block, spare=True)
     # kept tokens before t + (row's first cell − kept tokens before the row)
-    slot = _row_constant(block_offsets[:-1] * block - kept_at[:-1], offsets, n)
-    slot += kept_before[:-1]
+    slot = _slots(keep, block_offsets[:-1] * block - kept_at[:-1], offsets, n)
     scatter_slot = torch.where(keep, slot, torch.arange(cells + 1, cells + 1 + n, device=keep.device))
     return slot, scatter_slot, nblocks, block_offsets, nb, cells
 def reverse_discounted_cumsum_reference(values: torch.Tensor, layout: Ragged, c: float) -> torch.Tensor:
@@ -212,10 +218,12 @@ def returns_skip_masked(rewards: torch.Tensor, mask: torch.Tensor, layout: Ragge
     if n == 0:
         return rewards.clone()
     keep = mask.bool()
-    slot, scatter_slot, nblocks, block_offsets, nb, cells = _kept_slots(keep, layout, BLOCK)
+    _, scatter_slot, nblocks, block_offsets, nb, cells = _kept_slots(keep, layout, BLOCK)
     grid = torch.empty(cells + 1 + n, dtype=rewards.dtype, device=rewards.device)
     grid[:cells + 1].zero_()
     grid.scatter_(0, scatter_slot, rewards)
-    # dropped tokens read the scanned grid's trailing 0 cell
-    read = torch.where(keep, slot, cells)
-    return _scan_grid(grid[:cells], nblocks, block_offsets, nb, gamma, BLOCK).index_select(0, read)
+    # the scanned grid keeps the same layout with 0 in the dropped tokens' own cells: one gather
+    # gives the kept tokens their return and the dropped ones 0
+    out = torch.empty_like(grid)
+    out[cells + 1:].zero_()
+    return _scan_grid(grid[:cells], nblocks, block_offsets, nb, gamma, BLOCK, out=out).index_select(0, scatter_slot)

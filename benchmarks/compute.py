@@ -1,7 +1,11 @@
 """Compute-only throughput of each estimator (tokens/s): the per-chunk math of the write pass on
 chunks already in memory — no Parquet reading, writing or run statistics.
 
-    python benchmarks/compute.py [--device cuda] [--rows 4096] [--chunk-tokens 524288]
+    python benchmarks/compute.py [--device cuda] [--rows 4096] [--chunk-tokens 524288] [--scans]
+
+``--scans`` adds the reverse scans alone (``advcli.ops.scans``: GAE with holes skipped, the
+REINFORCE++ return, GAE over every position, the plain discounted cumsum) on one chunk of about
+``--chunk-tokens`` tokens of the same sample (rows of 64..2048 tokens, masked spans and tails).
 
 On a GPU it also prints the memory-bandwidth bound: the bytes each token must at least move
 (token columns read once, advantages and returns written once) over the card's bandwidth
@@ -21,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from advcli import pipeline  # noqa: E402
 from advcli.flavors import resolve  # noqa: E402
 from advcli.io.reader import InputSet  # noqa: E402
+from advcli.ops import scans  # noqa: E402
 from advcli.ragged import Ragged  # noqa: E402
 from advcli.sample import make_table  # noqa: E402
 
@@ -43,6 +48,7 @@ def main() -> None:
     ap.add_argument("--chunk-tokens", type=int, default=1 << 19)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bandwidth", type=float, default=3350.0, help="GB/s of the card (H100 SXM: 3350)")
+    ap.add_argument("--scans", action="store_true", help="also time the reverse scans alone on one chunk")
     args = ap.parse_args()
     dev = torch.device(args.device)
     import tempfile
@@ -88,6 +94,50 @@ def main() -> None:
             share = f"{rate / bound:.1%}" if dev.type == "cuda" else ""
             print(f"| {name} | {n / 1e6:.1f}M | {t:.3f} | {rate:.0f} | {bytes_tok} | "
                   f"{'' if dev.type != 'cuda' else f'{bound:.0f}'} | {share} |", flush=True)
+
+    if args.scans:
+        scan_table(dev, args.chunk_tokens, args.repeat)
+
+
+def _median_time(fn, repeat: int, dev: torch.device) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def scan_table(dev: torch.device, chunk_tokens: int, repeat: int) -> None:
+    """The scans alone on one float32 chunk of the sample (a fresh layout per call, as in a run)."""
+    import numpy as np
+
+    rows = max(1, chunk_tokens // 1056)  # mean length of 64..2048
+    t = make_table(rows, 16, 64, 2048, seed=0)
+    m = t.column("response_mask").combine_chunks()
+    offsets = torch.from_numpy(m.offsets.to_numpy().astype(np.int64)).to(dev)
+    mask = torch.from_numpy(m.values.to_numpy(zero_copy_only=False).astype(np.float32)).to(dev)
+    values = torch.from_numpy(t.column("values").combine_chunks().values.to_numpy().copy()).to(dev)
+    rewards = torch.zeros_like(values)
+    rewards[offsets[1:] - 1] = torch.from_numpy(t.column("reward").to_numpy().copy()).to(dev)
+    n = mask.numel()
+    ops = {
+        "gae_skip_masked": lambda: scans.gae_skip_masked(rewards, values, mask, Ragged(offsets), 0.99, 0.95),
+        "returns_skip_masked": lambda: scans.returns_skip_masked(rewards, mask, Ragged(offsets), 0.99),
+        "gae_all_positions": lambda: scans.gae_all_positions(rewards, values, Ragged(offsets), 0.99, 0.95),
+        "reverse_discounted_cumsum": lambda: scans.reverse_discounted_cumsum(rewards, Ragged(offsets), 0.99),
+    }
+    print(f"\nscans alone, one chunk of {n} tokens ({rows} rows), {torch.get_num_threads()} threads")
+    print("| scan | ms (median) | M tokens/s |")
+    print("|---|---|---|")
+    for name, fn in ops.items():
+        s = _median_time(fn, max(repeat, 3), dev)
+        print(f"| {name} | {s * 1e3:.2f} | {n / s / 1e6:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -136,14 +136,14 @@ def test_skip_masked_scans_match_loops_on_awkward_rows(seed, long_rows):
     v = torch.randn(n, generator=g, dtype=torch.float64)
     for gamma, lam in ((0.99, 0.95), (1.0, 1.0), (0.5, 0.0)):
         got = scans.gae_skip_masked(r, v, m, layout, gamma, lam)
-        want = _per_row(layout, lambda rr, vv, mm: _gae_loop(rr, vv, mm, gamma, lam), r, v, m)
+        want = _per_row(layout, lambda rr, vv, mm, g_=gamma, l_=lam: _gae_loop(rr, vv, mm, g_, l_), r, v, m)
         torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
         got = scans.returns_skip_masked(r, m, layout, gamma)
-        want = _per_row(layout, lambda rr, mm: _returns_loop(rr, mm, gamma), r, m)
+        want = _per_row(layout, lambda rr, mm, g_=gamma: _returns_loop(rr, mm, g_), r, m)
         torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
         assert torch.equal(got[m == 0], torch.zeros(int((m == 0).sum()), dtype=got.dtype))
         got = scans.gae_all_positions(r, v, layout, gamma, lam)
-        want = _per_row(layout, lambda rr, vv: _gae_all_loop(rr, vv, gamma, lam), r, v)
+        want = _per_row(layout, lambda rr, vv, g_=gamma, l_=lam: _gae_all_loop(rr, vv, g_, l_), r, v)
         torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
 
 
@@ -215,7 +215,7 @@ def test_slots_by_brute_force():
 def test_kept_slots_semantics():
     layout, m, _ = _awkward_case(5, (64 * 64 + 9,))
     keep = m.bool()
-    slot, sslot, nblocks, block_offsets, nb, cells = scans._kept_slots(keep, layout, scans.BLOCK)
+    slot, sslot, _, block_offsets, nb, cells = scans._kept_slots(keep, layout, scans.BLOCK)
     offs, bo = layout.offsets.tolist(), block_offsets.tolist()
     assert cells % (scans.BLOCK * scans.GEMM_TILE) == 0 and cells >= nb * scans.BLOCK == bo[-1] * scans.BLOCK
     for i in range(layout.num_rows):

@@ -14,6 +14,13 @@ the frameworks compute with a Python loop over token positions (verl ``core_algo
 Only non-negative powers of ``c`` appear, so it is stable for any ``c`` in [0, 1] and any length
 (scaling by ``c^-t`` inside a cumsum, the usual trick, overflows for long rows). Cost is
 O(N·BLOCK) multiply-adds in a GEMM, a handful of kernels on a GPU.
+
+Data movement is one scatter of each input column into the padded grid and one gather back, at
+each token's *slot* (its cell), computed with cumsums (no per-token row index). The variants that
+skip mask=0 tokens (verl/NeMo GAE, verl REINFORCE++) pack each row's kept tokens at the front of its
+blocks, with one spare cell after them that stays 0: ``V_{k+1}`` is then the next cell, and a
+dropped token reads the cell of the next kept token of its row (the spare cell, 0, when none
+follows), which is the frameworks' carry over holes.
 """
 from __future__ import annotations
 
@@ -139,6 +146,8 @@ def _kept_slots(keep: torch.Tensor, layout: Ragged, block: int):
     slot = _slots(keep, block_offsets[:-1] * block - kept_at[:-1], offsets, n)
     scatter_slot = torch.where(keep, slot, torch.arange(cells + 1, cells + 1 + n, device=keep.device))
     return slot, scatter_slot, nblocks, block_offsets, nb, cells
+
+
 def reverse_discounted_cumsum_reference(values: torch.Tensor, layout: Ragged, c: float) -> torch.Tensor:
     """Loop version of :func:`reverse_discounted_cumsum`, for tests only."""
     out = torch.empty_like(values)

@@ -156,9 +156,10 @@ def test_weighted_quantiles_equal_numpy_on_expanded_values():
 
 
 # ------------------------------------------------------------------------ row-level: rows vs tokens
-def _mixed_dump(path, padded=False, seed=5):
+def _mixed_dump(path, padded=False, seed=5, trl=False):
     """3 steps, groups of 1..4 (rows scattered), interior and trailing masked spans, rows with no
-    valid token and empty rows (fixed-width lists with mask-0 padding when ``padded``)."""
+    valid token and empty rows (fixed-width lists with mask-0 padding when ``padded``). ``trl``: no
+    id or step column (TRL groups consecutive rows) and missing (NaN) rewards in some rows."""
     rng = np.random.default_rng(seed)
     rows = 60
     pid = [f"p{int(k)}" for k in rng.integers(0, 22, rows)]
@@ -177,9 +178,12 @@ def _mixed_dump(path, padded=False, seed=5):
         refs.append((-rng.random(len(m)) * 2).astype(np.float32).tolist())
     ltype = (lambda t: pa.list_(t, width)) if padded else pa.list_
     reward = rng.choice([0.0, 1.0, 0.25, 0.7], rows).astype(np.float32)
+    cols = {"prompt_id": pid, "step": pa.array(step, pa.int64())}
+    if trl:
+        cols = {}
+        reward[[1, 8, 9, 10, 11, 30]] = np.nan  # rows 8-11: a whole group unscored
     return _write(path, {
-        "prompt_id": pid, "step": pa.array(step, pa.int64()), "reward": pa.array(reward, pa.float32()),
-        "response_mask": pa.array(masks, ltype(pa.int8())),
+        **cols, "reward": pa.array(reward, pa.float32()), "response_mask": pa.array(masks, ltype(pa.int8())),
         "old_log_probs": pa.array(lps, ltype(pa.float32())), "ref_log_probs": pa.array(refs, ltype(pa.float32()))})
 
 
@@ -197,6 +201,9 @@ ROW_CONFIGS = {
     "nan_rows": ("advcli", {"estimator.name": "grpo", "reward.normalize.mean": "group",
                             "reward.normalize.std": "group"}),
     "opo": ("verl", {"algorithm.adv_estimator": "opo"}),
+    # TRL: missing rewards (NaN) allowed, nan-aware group statistics, unmasked output, KL in the reward
+    "trl_nan_rewards": ("trl", {"trainer": "grpo", "num_generations": 4}),
+    "trl_rloo": ("trl", {"trainer": "rloo", "num_generations": 4}),
 }
 
 
@@ -246,9 +253,10 @@ def test_row_path_gives_the_token_path_figures(tmp_path, monkeypatch, name, padd
     the token-by-token one on the same run: per-step scopes, whitening, clip, NaN rows, rows without
     valid tokens, empty rows, fixed-width lists."""
     flavor, settings = ROW_CONFIGS[name]
-    src = _mixed_dump(tmp_path / "in.parquet", padded=padded)
+    src = _mixed_dump(tmp_path / "in.parquet", padded=padded, trl=flavor == "trl")
     fast, slow = _run_both(tmp_path, monkeypatch, src, flavor, settings)
-    assert fast.metrics["critic/advantages/quantiles_exact"] is True and len(fast.per_step) == 3
+    assert fast.metrics["critic/advantages/quantiles_exact"] is True
+    assert len(fast.per_step) == (1 if flavor == "trl" else 3)
     _same(fast.metrics, slow.metrics, "metrics")
     _same(fast.per_step, slow.per_step, "per_step")
     _same(fast.histograms, slow.histograms, "histograms")

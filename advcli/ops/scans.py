@@ -144,7 +144,8 @@ def _kept_slots(keep: torch.Tensor, layout: Ragged, block: int):
     nblocks, block_offsets, nb, cells = _grid_shape(kept_at[1:] - kept_at[:-1], block, spare=True)
     # kept tokens before t + (row's first cell − kept tokens before the row)
     slot = _slots(keep, block_offsets[:-1] * block - kept_at[:-1], offsets, n)
-    scatter_slot = torch.where(keep, slot, torch.arange(cells + 1, cells + 1 + n, device=keep.device))
+    scatter_slot = torch.arange(cells + 1, cells + 1 + n, device=keep.device)
+    torch.where(keep, slot, scatter_slot, out=scatter_slot)
     return slot, scatter_slot, nblocks, block_offsets, nb, cells
 
 

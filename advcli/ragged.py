@@ -84,25 +84,3 @@ class Ragged:
         if self.num_tokens:
             out.scatter_reduce_(0, self.row_index, idx, reduce="amax", include_self=True)
         return out
-
-    def compact(self, keep: torch.Tensor) -> tuple["Ragged", torch.Tensor]:
-        """The rows restricted to the tokens where ``keep`` is true: (new layout, kept flat indices)."""
-        kept_counts = self.row_sum(keep.to(torch.int64))
-        return Ragged.from_lengths(kept_counts), torch.nonzero(keep, as_tuple=True)[0]
-
-    def next_kept_value(self, keep: torch.Tensor, compact_values: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-        """Expand values defined on the kept tokens back to every token.
-
-        A kept token takes its own value; a dropped token takes the value of the next kept token of
-        its row, or ``fill`` when none follows (trailing masked tokens). This is how verl and NeMo RL
-        treat observation spans in GAE: the carry skips them.
-        """
-        k64 = keep.to(torch.int64)
-        kept_before = torch.cumsum(k64, 0) - k64  # exclusive count
-        compact_layout = Ragged.from_lengths(self.row_sum(k64))
-        row_end = compact_layout.offsets[1:][self.row_index]
-        valid = kept_before < row_end
-        if compact_values.numel() == 0:
-            return torch.full(keep.shape, fill, dtype=compact_values.dtype, device=compact_values.device)
-        out = compact_values[torch.clamp_(kept_before, max=compact_values.numel() - 1)]  # one gather
-        return out.masked_fill_(~valid, fill)

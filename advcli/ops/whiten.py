@@ -112,20 +112,31 @@ class MomentSums:
         With ``layout`` (the chunk's ``Ragged``), each row is first reduced on its own (float64
         ``index_add_``: a row's sum depends only on that row, never on where the chunk starts),
         and only the per-row sums go through the exact accumulator: chunk-independent and cheap."""
+        if layout is not None and values.numel():
+            layout = layout.to(values.device)
+            scope_row = torch.zeros(layout.num_rows, dtype=torch.int64, device=values.device)
+            scope_row.scatter_(0, layout.row_index, scope_of_token.to(torch.int64))
+            self.add_rows(*self.row_partials(values, weights, layout, scope_row))
+            return
         v = values.to(torch.float64)
         w = weights.to(torch.float64)
         vw = v * w
-        scope = scope_of_token.to(torch.int64)
-        parts = (w, vw, v * vw)
-        if layout is not None and v.numel():
-            layout = layout.to(v.device)
-            rows = layout.row_index
-            parts = tuple(layout.row_sum(x) for x in parts)
-            scope_row = torch.zeros(layout.num_rows, dtype=torch.int64, device=v.device)
-            scope_row.scatter_(0, rows, scope)
-            keep = layout.lengths > 0
-            parts = tuple(x[keep] for x in parts)
-            scope = scope_row[keep]
+        self.add_rows((w, vw, v * vw), scope_of_token.to(torch.int64))
+
+    @staticmethod
+    def row_partials(values: torch.Tensor, weights: torch.Tensor, layout, scope_row: torch.Tensor):
+        """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes): the per-token part of
+        :meth:`add`, which needs no shared state — a worker thread can run it; the caller then hands
+        the result to :meth:`add_rows` in row order."""
+        v = values.to(torch.float64)
+        w = weights.to(torch.float64)
+        vw = v * w
+        parts = tuple(layout.row_sum(x) for x in (w, vw, v * vw))
+        keep = layout.lengths.to(v.device) > 0
+        return tuple(x[keep] for x in parts), scope_row.to(v.device)[keep]
+
+    def add_rows(self, parts: tuple, scope: torch.Tensor) -> None:
+        """Accumulate (Σm, Σvm, Σv²m) values, each with its scope, exactly."""
         touched: set[int] = set()
         for acc, x in zip(self._exact, parts):
             touched.update(acc.add(x, scope))

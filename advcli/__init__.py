@@ -14,13 +14,14 @@ __version__ = "0.1.0"
 
 def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
         chunk_rows: int = 4096, device: str = "auto", force: bool = False, precision: str | None = None,
-        output_mode: str = "full"):
+        output_mode: str = "full", write_columns: list[str] | None = None):
     """Run the pipeline like ``advcli run`` and return its :class:`advcli.pipeline.RunResult`.
 
     ``inputs``: a path or a list of paths/directories/globs; ``output``: a path, or None to compute
     without writing; ``settings``: the flavor's own keys (``{"algorithm.adv_estimator": "gae"}``);
     ``output_mode``: ``"full"`` (the input plus the new columns) or ``"sidecar"`` (the new columns plus
-    the row keys, ``--output-mode sidecar``).
+    the row keys, ``--output-mode sidecar``); ``write_columns``: the new columns to write (a subset of
+    ``["advantages", "returns", "token_level_rewards"]``; None: all the run produces).
     """
     from .flavors import resolve
     from .pipeline import run_pipeline
@@ -33,4 +34,4 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
         cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
     return run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
                         column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
-                        output_mode=output_mode)
+                        output_mode=output_mode, write_columns=write_columns)

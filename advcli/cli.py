@@ -111,6 +111,10 @@ def run(
                                     help="full (the input plus the new columns) or sidecar (only the new "
                                          "columns plus the row keys row_index, prompt_id, step: a smaller file "
                                          "that joins back to the input; see docs/performance.md)."),
+    write_columns: Optional[str] = typer.Option(None, "--write-columns", metavar="A,B",
+                                                help="Which new columns to write, comma-separated: advantages, "
+                                                     "returns, token_level_rewards (written when KL enters the "
+                                                     "reward). Default: all the run produces."),
     engine: str = typer.Option("local", "--engine",
                                help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
                                     "directory of part files in row order; pip install 'advcli\\[ray]'). "
@@ -163,6 +167,7 @@ def run(
         result = run_engine(engine, inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
                             chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb,
                             **({"output_mode": output_mode} if output_mode != "full" else {}),
+                            **({"write_columns": write_columns} if write_columns is not None else {}),
                             ray_address=ray_address)
     finally:
         stop()

@@ -70,8 +70,9 @@ class Plan:
     kl_on: bool
     group_by: str
     token_roles: list[str]  # token columns the math reads
-    output_tlr: bool
-    padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
+    padded: bool = False
+    # the new columns written, in this order (a subset of NEW_COLUMNS the run produces; --write-columns)
+    output_columns: list = field(default_factory=lambda: ["advantages", "returns"])  # fixed-width lists: L_i = last mask=1 position + 1
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
 
@@ -156,7 +157,32 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
-                token_roles=token_roles, output_tlr=kl_on, padded=_is_padded(cfg, inputs, cmap))
+                token_roles=token_roles, padded=_is_padded(cfg, inputs, cmap),
+                output_columns=["advantages", "returns"] + (["token_level_rewards"] if kl_on else []))
+
+
+NEW_COLUMNS = ("advantages", "returns", "token_level_rewards")
+
+
+def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
+    """Restrict the new columns to ``wanted`` (names or one comma-separated string; None: all the run
+    produces — advantages, returns, and token_level_rewards when KL enters the reward)."""
+    if wanted is None:
+        return
+    if isinstance(wanted, str):
+        wanted = [w.strip() for w in wanted.split(",") if w.strip()]
+    from .errors import did_you_mean
+
+    for w in wanted:
+        if w not in NEW_COLUMNS:
+            raise AdvcliError(f"--write-columns: unknown column {w!r}; expected some of "
+                              f"{', '.join(NEW_COLUMNS)}.{did_you_mean(w, NEW_COLUMNS)}")
+        if w not in plan.output_columns:
+            raise AdvcliError(f"--write-columns: this run produces no {w!r} (KL does not enter the reward)",
+                              hint=f"the run produces {', '.join(plan.output_columns)}")
+    if not wanted:
+        raise AdvcliError("--write-columns: name at least one of " + ", ".join(plan.output_columns))
+    plan.output_columns = [c for c in plan.output_columns if c in wanted]
 
 
 def _expand_components(components: list, names: list[str], file: str) -> list[str]:
@@ -857,9 +883,10 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                  native: dict | None = None, column_overrides: dict[str, str] | None = None,
                  chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
                  progress: ProgressFn | None = None, output_mode: str = "full",
-                 chunk_tokens: int | None = CHUNK_TOKENS) -> RunResult:
+                 chunk_tokens: int | None = CHUNK_TOKENS, write_columns: list[str] | str | None = None) -> RunResult:
     """Every pass of one run (module docstring). ``output_mode``: ``full`` (the input plus the new
-    columns) or ``sidecar`` (the new columns plus the row keys: :func:`output_schema`)."""
+    columns) or ``sidecar`` (the new columns plus the row keys: :func:`output_schema`);
+    ``write_columns``: which new columns to write (:func:`choose_output_columns`)."""
     t0 = time.perf_counter()
     if chunk_rows is not None and chunk_rows < 1:
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
@@ -868,6 +895,7 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar.{did_you_mean(output_mode, OUTPUT_MODES)}")
     inputs = InputSet.open(input_specs)
     plan = make_plan(cfg, inputs, column_overrides or {}, device)
+    choose_output_columns(plan, write_columns)
     outs: list[str] = []
     if output is not None:
         outs = output_paths(inputs, output)
@@ -999,7 +1027,7 @@ def _whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: l
 def _metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
     prov = {"advcli_version": __version__, "flavor": flavor, "flavor_config": native or {},
             "config": plan.cfg, "estimator_params": plan.params, "inputs": [os.path.basename(p) for p in inputs.paths],
-            "input_fingerprint": _file_fingerprint(inputs.paths)}
+            "input_fingerprint": _file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns)}
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
 
 
@@ -1007,14 +1035,12 @@ def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None
     """(input fields kept, output schema); provenance in the metadata.
 
     ``full``: every input column (an input column named like a new one is replaced), then
-    advantages, returns [, token_level_rewards]. ``sidecar``: ``row_index`` (int64, the row's
+    the new columns (``plan.output_columns``: advantages, returns [, token_level_rewards]). ``sidecar``: ``row_index`` (int64, the row's
     position in its input file), the input's group id and step columns where it has them, then the
     new columns — a file that joins back to its input on ``row_index`` (or simply side by side: it
     holds the same rows in the same order)."""
     schema = inputs.schema
-    new_fields = [pa.field("advantages", pa.list_(pa.float32())), pa.field("returns", pa.list_(pa.float32()))]
-    if plan.output_tlr:
-        new_fields.append(pa.field("token_level_rewards", pa.list_(pa.float32())))
+    new_fields = [pa.field(name, pa.list_(pa.float32())) for name in plan.output_columns]
     meta = _metadata(plan, inputs, flavor, native)
     if mode == "sidecar":
         keys = [plan.cmap[r] for r in ("prompt_id", "step") if plan.cmap.has(r)]
@@ -1040,10 +1066,8 @@ def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offs
         arrays.append(pa.array(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
     arrays += [batch.column(f.name) for f in base_fields]
     offs = offsets_array(offsets)
-    arrays.append(tensor_to_list_array(adv, offs))
-    arrays.append(tensor_to_list_array(ret, offs))
-    if plan.output_tlr:
-        arrays.append(tensor_to_list_array(tlr, offs))
+    values = {"advantages": adv, "returns": ret, "token_level_rewards": tlr}
+    arrays += [tensor_to_list_array(values[name], offs) for name in plan.output_columns]
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 

@@ -52,7 +52,8 @@ from ..io.reader import InputSet
 from ..io.writer import TMP_TAG
 from ..ops.groups import GroupIndex
 from ..ops.whiten import MomentSums
-from ..pipeline import (ProgressFn, RunResult, _chunk_math, _ChunkReader, _row_pass, make_plan, output_batch,
+from ..pipeline import (ProgressFn, RunResult, _chunk_math, _ChunkReader, _row_pass, choose_output_columns,
+                        make_plan, output_batch,
                         output_schema, resolve, roles_to_columns)
 from ..ragged import Ragged
 
@@ -494,7 +495,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             native: dict | None = None, column_overrides: dict[str, str] | None = None, chunk_rows: int = 4096,
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,
-            rows_per_file: int | None = None, row_pass: str = "auto") -> RunResult:
+            rows_per_file: int | None = None, row_pass: str = "auto",
+            write_columns: list[str] | str | None = None) -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
@@ -515,6 +517,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
+    choose_output_columns(plan, write_columns)
     _check_output_dir(output, inputs.paths, force)
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)
     rows_per_file = rows_per_file or 16 * chunk_rows

@@ -303,21 +303,22 @@ class Diagnostics:
             self.nonfinite["count"] += bad_rows.numel()
             for r in bad_rows[:max(MAX_EXAMPLES - len(self.nonfinite["examples"]), 0)].tolist():
                 self.nonfinite["examples"].append({"row": row0 + r})
-        if m is None and ((self.kl_cfg is not None and "old_log_probs" in tok and "ref_log_probs" in tok)
-                          or (self.token_scores and self.drops and "token_level_scores" in tok)):
+        if m is None and self.token_scores and self.drops and "token_level_scores" in tok:
             m = mask.detach().to("cpu") > 0
         if self.kl_cfg is not None and "old_log_probs" in tok and "ref_log_probs" in tok:
             c = self.kl_cfg
             lp, ref = tok["old_log_probs"].detach().to("cpu"), tok["ref_log_probs"].detach().to("cpu")
-            applies = m if c.get("mask", True) else torch.ones_like(m)
-            x = ref - lp
             flags = kl_ops.kl_clamp_flags(lp, ref, c["estimator"], c.get("input_clamp"), c.get("output_clamp"))
             for acc, flag in zip((self.kl_in, self.kl_out), flags):
                 if flag is None:
                     acc["checked"] = False
                     continue
                 acc["checked"] = True
-                f = flag & applies
+                if flag.dim() == 0 and not bool(flag):  # the clamp provably changed nothing here
+                    continue
+                if m is None:
+                    m = mask.detach().to("cpu") > 0
+                f = flag & m if c.get("mask", True) else flag
                 if not bool(f.any()):
                     continue
                 acc["count"] += int(f.sum())
@@ -325,6 +326,7 @@ class Diagnostics:
                 rows = torch.nonzero(per_row, as_tuple=True)[0]
                 acc["rows"] += rows.numel()
                 if len(acc["examples"]) < MAX_EXAMPLES:
+                    x = ref - lp
                     maxabs = torch.zeros(layout.num_rows, dtype=x.dtype).scatter_reduce_(
                         0, layout.row_index, x.abs(), "amax")
                     for r in rows[:MAX_EXAMPLES - len(acc["examples"])].tolist():

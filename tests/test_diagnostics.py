@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 import advcli
 from tests.conftest import run_cli
@@ -183,3 +184,27 @@ def test_nonfinite_advantages_per_token_and_per_row_agree():
     for d in (by_tok, by_row):
         item = next(x for x in d.finish() if x["kind"] == "nonfinite_advantages")
         assert item["count"] == 2 and [e["row"] for e in item["examples"]] == want
+
+
+@pytest.mark.parametrize("kind", ["k1", "abs", "k2", "k3"])
+@pytest.mark.parametrize("spread", [0.5, 2.0, 2.5, 3.5, 15.0, 25.0])
+def test_kl_clamp_flags_shortcut_agrees_with_the_per_token_rule(kind, spread):
+    """kl_clamp_flags may answer 'nothing clamped' from min/max x alone: it must agree with the rule
+    applied token by token, f(clamp(x)) vs the clamps, whatever the chunk's spread (k3 reaches its ±10
+    output clamp near x = 2.53 and x = -11)."""
+    from advcli.ops import kl as kl_ops
+
+    g = torch.Generator().manual_seed(int(spread * 10))
+    for clamps in ((20.0, 10.0), (None, 10.0), (20.0, None), (None, None), (1.0, 0.4)):
+        lp = torch.randn(5000, generator=g) * spread
+        ref = torch.zeros(5000)
+        flag_in, flag_out = kl_ops.kl_clamp_flags(lp, ref, kind, *clamps)
+        x = ref - lp
+        want_in = x.abs() > clamps[0] if clamps[0] is not None else None
+        xc = x.clamp(-clamps[0], clamps[0]) if clamps[0] is not None else x
+        want_out = kl_ops.KL_KINDS[kind].fn(xc).abs() > clamps[1] if clamps[1] is not None else None
+        for got, want in ((flag_in, want_in), (flag_out, want_out)):
+            if want is None:
+                assert got is None
+            else:
+                assert torch.equal(got.expand_as(want), want), (kind, spread, clamps)

@@ -25,31 +25,34 @@ class KLKind:
     name: str
     formula: str
     fn: Callable[[torch.Tensor], torch.Tensor]  # of x = −d = ref − logp, already input-clamped
+    # |fn| is non-decreasing in |x| on each side of 0 (fn(0) = 0): over any interval of x its largest
+    # |value| is at one of the two ends — lets kl_clamp_flags rule out the output clamp from min/max x
+    ends_bound: bool = False
 
 
-def register_kl(name: str, formula: str):
+def register_kl(name: str, formula: str, ends_bound: bool = False):
     def deco(fn):
-        KL_KINDS[name] = KLKind(name, formula, fn)
+        KL_KINDS[name] = KLKind(name, formula, fn, ends_bound)
         return fn
     return deco
 
 
-@register_kl("k1", "d = logp − ref")
+@register_kl("k1", "d = logp − ref", ends_bound=True)
 def _k1(x):
     return -x
 
 
-@register_kl("abs", "|logp − ref|")
+@register_kl("abs", "|logp − ref|", ends_bound=True)
 def _abs(x):
     return x.abs()
 
 
-@register_kl("k2", "½·(logp − ref)²")
+@register_kl("k2", "½·(logp − ref)²", ends_bound=True)
 def _k2(x):
     return 0.5 * x * x
 
 
-@register_kl("k3", "e^x − x − 1, x = ref − logp")
+@register_kl("k3", "e^x − x − 1, x = ref − logp", ends_bound=True)
 def _k3(x):
     return torch.exp(x) - x - 1
 
@@ -72,8 +75,26 @@ def kl_per_token(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, input_cl
 def kl_clamp_flags(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, input_clamp: float | None,
                    output_clamp: float | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Per-token flags of where :func:`kl_per_token`'s input clamp and output clamp changed the value
-    (None for a clamp that is off). For the diagnostics: the same rule as the estimate itself."""
+    (None for a clamp that is off). For the diagnostics: the same rule as the estimate itself.
+
+    A clamp that provably changed nothing in the chunk gives a 0-dim ``False`` instead of a per-token
+    tensor (it broadcasts the same): the input clamp when max|x| ≤ input_clamp; the output clamp,
+    for kinds whose |f| is largest at the ends of x's range (``ends_bound``), when |f| at min x and
+    max x stays below the clamp by a 1e-3 margin (so an ulp of rounding in f cannot matter). One
+    min/max pass instead of the ~8 element-wise passes of the flags, on every chunk with no clamp."""
     x = ref_logp - logp
+    if x.numel():
+        lo, hi = torch.aminmax(x)
+        lo, hi = float(lo), float(hi)
+        no = torch.zeros((), dtype=torch.bool, device=x.device)
+        inside = input_clamp is None or max(-lo, hi) <= input_clamp
+        if inside and (output_clamp is None or KL_KINDS[kind].ends_bound):
+            flag_in = None if input_clamp is None else no
+            if output_clamp is None:
+                return flag_in, None
+            ends = KL_KINDS[kind].fn(torch.tensor([lo, hi], dtype=x.dtype, device=x.device)).abs()
+            if float(ends.max()) <= output_clamp * (1 - 1e-3):
+                return flag_in, no
     flag_in = x.abs() > input_clamp if input_clamp is not None else None
     if input_clamp is not None:
         x = x.clamp(-input_clamp, input_clamp)

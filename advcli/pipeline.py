@@ -648,7 +648,12 @@ def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: in
         kld = _kl_token(plan, tok, mask)
         if extras is not None:
             extras["kld"] = kld
-        tlr = tlr - layout.broadcast(res.beta_row[rows].to(dev, dt)) * kld
+        beta = res.beta_row[rows].to(dev, dt)
+        if beta.numel() and bool((beta == beta[0]).all()):  # one β for the chunk (one step, a fixed β):
+            beta = beta[:1]  # the same product per token, without a [N] copy of β
+        else:
+            beta = layout.broadcast(beta)
+        tlr = tlr - beta * kld
         tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))

@@ -60,6 +60,9 @@ class Ragged:
         return self._position
 
     def to(self, device) -> "Ragged":
+        """This layout on ``device`` (itself, with its cached row index and positions, when already there)."""
+        if self.offsets.device == torch.device(device):
+            return self
         return Ragged(self.offsets.to(device))
 
     # --------------------------------------------------------------------------- segment helpers

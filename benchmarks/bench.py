@@ -36,15 +36,18 @@ ROOT = os.path.dirname(HERE)
 DATA = os.path.join(ROOT, "bench_data")
 PY = sys.executable
 
+GAE_K3 = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae", "--set", "algorithm.use_kl_in_reward=true",
+          "--set", "algorithm.kl_penalty=low_var_kl"]
+# the floor writes two new list columns: GAE is timed writing those two (advantages, returns);
+# "advcli gae+tlr" is the default run, which also writes token_level_rewards (KL enters the reward)
 ADVCLI = {
-    "gae": ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae", "--set", "algorithm.use_kl_in_reward=true",
-            "--set", "algorithm.kl_penalty=low_var_kl"],
+    "gae": GAE_K3 + ["--write-columns", "advantages,returns"],
     "grpo": ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
 }
 # --big: every verl estimator the sample dump can feed (gdpo reads the acc/fmt components)
-# the floor writes the table advcli writes, without the math: "floor" two columns of zeros (the
-# issue's floor, a lower bound), "floor grpo" the two row-constant columns of a row-level estimator,
-# "floor gae" the three token-varying columns of GAE with KL in the reward (see floor.py)
+# the floor writes the table advcli writes, without the math: "floor" two columns of zeros (a lower
+# bound), "floor grpo" the two row-constant columns of a row-level estimator, "floor gae" two
+# token-varying float columns like GAE's advantages and returns (see floor.py)
 FLOORS = {"zeros": "floor", "grpo": "floor grpo", "gae": "floor gae"}
 BIG_ESTIMATORS = ["gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg",
                   "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gdpo"]
@@ -121,6 +124,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--big", action="store_true", help="also measure peak RSS on the 8x dump (~1.5 GB, deleted after)")
     ap.add_argument("--keep-big", action="store_true", help="keep the 8x dump for the next --big")
+    ap.add_argument("--big-only", action="store_true", help="only the 8x dump's peak-RSS table (implies --big)")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", default=os.path.join(DATA, "results.json"))
     args = ap.parse_args()
@@ -137,14 +141,17 @@ def main() -> None:
             cases[f"{FLOORS[like]}/{name}"] = [PY, os.path.join(HERE, "floor.py"), src, out, "--like", like]
         for est in ADVCLI:
             cases[f"advcli {est}/{name}"] = advcli_cmd(src, out, est)
+    cases["advcli gae+tlr/full"] = [PY, "-m", "advcli", "run", full, "-o", out, "--force", "-q", *GAE_K3]
     cases["advcli gae sidecar/full"] = advcli_cmd(full, out, "gae", ["--output-mode", "sidecar"])
     cases["advcli grpo sidecar/full"] = advcli_cmd(full, out, "grpo", ["--output-mode", "sidecar"])
     if not args.no_baseline:
         for est in ADVCLI:
             cases[f"baseline {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out]
             cases[f"baseline-lean {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out, "--lean"]
+    if args.big_only:
+        args.big, cases = True, {}
     res: dict[str, list] = {k: [] for k in cases}
-    for r in range(args.runs):
+    for r in range(args.runs if cases else 0):
         for k, cmd in cases.items():
             m = measure(cmd)
             res[k].append(m)
@@ -153,39 +160,41 @@ def main() -> None:
     if os.path.exists(out):
         os.remove(out)
 
-    summary = {k: {"wall": med([m["wall"] for m in v]), "cpu": med([m["cpu"] for m in v]),
-                   "rss_mib": max(m["rss_mib"] for m in v), "walls": [round(m["wall"], 2) for m in v]}
-               for k, v in res.items()}
-    dtok = (ntok[full] - ntok[half]) / 1e6
+    summary: dict = {}
+    rows: list = []
+    if cases:
+        summary = {k: {"wall": med([m["wall"] for m in v]), "cpu": med([m["cpu"] for m in v]),
+                       "rss_mib": max(m["rss_mib"] for m in v), "walls": [round(m["wall"], 2) for m in v]}
+                   for k, v in res.items()}
+        dtok = (ntok[full] - ntok[half]) / 1e6
 
-    def slope(kind: str, what: str) -> float:  # seconds per million tokens, per round then median
-        return med([(a[what] - b[what]) / dtok for a, b in zip(res[f"{kind}/full"], res[f"{kind}/half"])])
+        def slope(kind: str, what: str) -> float:  # seconds per million tokens, per round then median
+            return med([(a[what] - b[what]) / dtok for a, b in zip(res[f"{kind}/full"], res[f"{kind}/half"])])
 
-    rows = []
-    print(f"\n{platform.node()} · {os.cpu_count()} cores · load average {os.getloadavg()[0]:.1f} · "
-          f"{ntok[full] / 1e6:.1f}M / {ntok[half] / 1e6:.1f}M tokens · medians of {args.runs} rounds\n")
-    print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor (zeros) "
-          "| vs its floor | baseline ÷ advcli (wall) | lean baseline ÷ advcli |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    fl = slope("floor", "wall")
-    for kind in list(FLOORS.values()) + [f"advcli {e}" for e in ADVCLI]:
-        s = summary[f"{kind}/full"]
-        sl = slope(kind, "wall")
-        est = kind.split()[-1]
-        own = slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/full" in summary else None
-        speed = ["", ""]
-        for i, b in enumerate(("baseline", "baseline-lean")):
-            if kind.startswith("advcli") and f"{b} {est}/full" in summary:
-                speed[i] = f"{summary[f'{b} {est}/full']['wall'] / s['wall']:.2f}x"
-        own_s = f"{sl / own:.2f}x" if own else ""
-        print(f"| {kind} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | {sl:.3f} | {sl / fl:.2f}x "
-              f"| {own_s} | {speed[0]} | {speed[1]} |")
-        rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": sl / fl,
-                     "vs_own_floor": (sl / own) if own else None, "speedup": speed})
-    for k in summary:
-        if "sidecar" in k or k.startswith("baseline"):
-            s = summary[k]
-            print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | | |")
+        print(f"\n{platform.node()} · {os.cpu_count()} cores · load average {os.getloadavg()[0]:.1f} · "
+              f"{ntok[full] / 1e6:.1f}M / {ntok[half] / 1e6:.1f}M tokens · medians of {args.runs} rounds\n")
+        print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor (zeros) "
+              "| vs its floor | baseline ÷ advcli (wall) | lean baseline ÷ advcli |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        fl = slope("floor", "wall")
+        for kind in list(FLOORS.values()) + [f"advcli {e}" for e in ADVCLI]:
+            s = summary[f"{kind}/full"]
+            sl = slope(kind, "wall")
+            est = kind.split()[-1]
+            own = slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/full" in summary else None
+            speed = ["", ""]
+            for i, b in enumerate(("baseline", "baseline-lean")):
+                if kind.startswith("advcli") and f"{b} {est}/full" in summary:
+                    speed[i] = f"{summary[f'{b} {est}/full']['wall'] / s['wall']:.2f}x"
+            own_s = f"{sl / own:.2f}x" if own else ""
+            print(f"| {kind} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | {sl:.3f} | {sl / fl:.2f}x "
+                  f"| {own_s} | {speed[0]} | {speed[1]} |")
+            rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": sl / fl,
+                         "vs_own_floor": (sl / own) if own else None, "speedup": speed})
+        for k in summary:
+            if "sidecar" in k or "+tlr" in k or k.startswith("baseline"):
+                s = summary[k]
+                print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | | |")
     result = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()},
               "tokens": {"full": ntok[full], "half": ntok[half]}, "runs": args.runs, "summary": summary,
@@ -195,7 +204,9 @@ def main() -> None:
         big = os.path.join(DATA, "big.parquet")
         if not os.path.exists(big):
             print("generating the 8x dump", file=sys.stderr)
-            make_big(big)
+            # in a child: Linux reports a child's peak RSS as at least its parent's at fork time, so
+            # the parent must not have held the pieces while the estimators run
+            subprocess.run([PY, "-c", f"import bench; bench.make_big({big!r})"], check=True, cwd=HERE)
         ntok["big"] = tokens_of(big)
         print(f"\n8x dump: {ntok['big'] / 1e6:.1f}M tokens, groups of 16 scattered over the whole file\n")
         print("| estimator | wall s | CPU s | peak RSS MiB |")
@@ -203,7 +214,10 @@ def main() -> None:
         result["big"] = {"tokens": ntok["big"], "runs": {}}
         bigout = os.path.join(DATA, "big_out.parquet")
         for est in BIG_ESTIMATORS:
-            m = measure(advcli_cmd(big, bigout, est))
+            # the default run (GAE also writes token_level_rewards): memory of what users run
+            cmd = [PY, "-m", "advcli", "run", big, "-o", bigout, "--force", "-q", *GAE_K3] if est == "gae" else \
+                advcli_cmd(big, bigout, est)
+            m = measure(cmd)
             result["big"]["runs"][est] = m
             print(f"| {est} | {m['wall']:.1f} | {m['cpu']:.1f} | {m['rss_mib']:.0f} |", flush=True)
         for p in [bigout] + ([] if args.keep_big else [big]):

@@ -7,9 +7,9 @@ id/text columns, byte-stream-split float columns. No math.
 * ``zeros`` (default): two ``list<float32>`` columns of zeros (what compresses best: a lower bound);
 * ``grpo``: the table ``advcli run`` writes for a row-level estimator — ``advantages`` and ``returns``
   hold one value per row on its mask=1 tokens (the reward column broadcast, 0 on mask=0);
-* ``gae``: the table ``advcli run`` writes for GAE with KL in the reward — ``advantages``,
-  ``returns`` and ``token_level_rewards``, token-varying floats (the ``values``, ``old_log_probs`` and
-  ``ref_log_probs`` data of the input reused: float noise that compresses like real advantages).
+* ``gae``: the table ``advcli run --write-columns advantages,returns`` writes for GAE —
+  ``advantages`` and ``returns``, token-varying floats (the ``values`` and ``old_log_probs`` data of
+  the input reused: float noise that compresses like real advantages).
 
 The data for the new columns is taken from the input without computing anything (a broadcast or a
 buffer shared with an input column), so the floor stays read + write.
@@ -37,7 +37,7 @@ def new_columns(table: pa.Table, like: str) -> dict[str, pa.Array]:
         return {"advantages": vals, "returns": vals}
     if like == "gae":
         out = {}
-        for new, src in (("advantages", "values"), ("returns", "old_log_probs"), ("token_level_rewards", "ref_log_probs")):
+        for new, src in (("advantages", "values"), ("returns", "old_log_probs")):
             col = table.column(src).combine_chunks()
             out[new] = pa.ListArray.from_arrays(col.offsets, col.values)
         return out

@@ -161,6 +161,9 @@ def run(
 
         check_report_path(report, list(inputs) + [output])
     from .engines import run as run_engine  # imports torch (and ray for --engine ray)
+    from .io.memory import tune_for_streaming
+
+    tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
 
     progress_cb, stop = _progress(show)
     try:

@@ -33,3 +33,26 @@ def trim() -> bool:
         return False
     _libc.malloc_trim(0)
     return True
+
+
+# mallopt parameters (glibc malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 8 << 20  # above every per-chunk tensor of a 512k-token chunk (2-4 MiB)
+TRIM_THRESHOLD = 64 << 20
+
+
+def tune_for_streaming() -> bool:
+    """Fixed malloc thresholds for a streaming run (glibc; False where unavailable).
+
+    By default glibc serves a chunk-sized tensor by ``mmap`` until the first one is freed, then
+    from the heap, and gives the heap's top back to the OS whenever more than twice that is free:
+    every chunk's temporaries are faulted in page by page again (~450k page faults, ~1.2 s of
+    system time for GAE + k3 on the 17.3M-token dump). With blocks up to 8 MiB always from the heap
+    and automatic trimming only above 64 MiB free, they are reused: −30 % page faults, −0.25 s wall
+    there; peak RSS on the 138.6M-token dump 892 MiB instead of 877 (the periodic :func:`trim`
+    still bounds it). Process-wide, so only the ``advcli`` command calls it, not the library."""
+    if _libc is None or not hasattr(_libc, "mallopt"):
+        return False
+    ok = _libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    return bool(_libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok)

@@ -49,7 +49,7 @@ def tune_for_streaming() -> bool:
     from the heap, and gives the heap's top back to the OS whenever more than twice that is free:
     every chunk's temporaries are faulted in page by page again (~450k page faults, ~1.2 s of
     system time for GAE + k3 on the 17.3M-token dump). With blocks up to 8 MiB always from the heap
-    and automatic trimming only above 64 MiB free, they are reused: −30 % page faults, −0.25 s wall
+    and automatic trimming only above 64 MiB free, they are reused: −30 % page faults, −0.1 s wall
     there; peak RSS on the 138.6M-token dump 857-892 MiB (877 before; the periodic :func:`trim`
     still bounds it). Process-wide, so only the ``advcli`` command calls it, not the library."""
     if _libc is None or not hasattr(_libc, "mallopt"):

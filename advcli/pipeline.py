@@ -44,6 +44,7 @@ from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_t
                              tensor_to_list_array)
 from .io.lists import primitive_numpy
 from .io.memory import trim as trim_heap
+from .io.ordered import OrderedWorker
 from .io.reader import InputSet
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
 from .ops import kl as kl_ops
@@ -1091,45 +1092,6 @@ def _finish_row_kl(plan: Plan, res: _Resolved, row: dict, kl_sum: torch.Tensor, 
         st.score = res.table.score.detach().to(torch.float64)
 
 
-class _Ordered:
-    """``fn(*args)`` for every :meth:`submit`, in submission order, on one daemon thread (at most
-    ``depth`` waiting). An exception there is re-raised here, at the next submit or at :meth:`close`."""
-
-    def __init__(self, fn: Callable, depth: int = 2, name: str = "advcli-worker"):
-        import queue
-        import threading
-
-        self.fn = fn
-        self.error: BaseException | None = None
-        self.q: "queue.Queue" = queue.Queue(maxsize=depth)
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            if self.error is None:
-                try:
-                    self.fn(*item)
-                except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                    self.error = e
-
-    def submit(self, *args) -> None:
-        if self.error is not None:
-            raise self.error
-        self.q.put(args)
-
-    def close(self) -> None:
-        if self.thread is not None:
-            self.q.put(None)
-            self.thread.join()
-            self.thread = None
-        if self.error is not None:
-            raise self.error
-
-
 def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
@@ -1152,7 +1114,7 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
     kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
     R = inputs.num_rows
     row0 = chunks = 0
-    observer = _Ordered(stats.add, depth=1, name="advcli-stats")
+    observer = OrderedWorker(stats.add, depth=1, name="advcli-stats")
     try:
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
             if writing and writers[fi] is None:

@@ -4,6 +4,7 @@ the statistics pass keeps its results for the write pass, or on whether the per-
 pass 1 or computed in the write pass."""
 from __future__ import annotations
 
+import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -146,3 +147,30 @@ def test_chunk_rows_from_the_token_bound(tmp_path):
     assert pipeline.chunk_rows_for(plan, inputs, 7, 1000) == 7
     assert pipeline.chunk_rows_for(plan, inputs, None, None) == 100
     assert pipeline.chunk_rows_for(plan, inputs, 4096, 5) == 1
+
+
+def test_an_error_on_the_writer_thread_is_one_message_and_leaves_nothing(tmp_path, monkeypatch):
+    """The encoding thread's failure (a full disk, say) reaches the caller as AdvcliError naming the
+    output; the temp file is removed and nothing appears at the target."""
+    import pyarrow as pa
+
+    from advcli.errors import AdvcliError
+    from advcli.io import writer as writer_mod
+
+    def full_disk(self, pieces):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(writer_mod.AtomicParquetWriter, "_write_group", full_disk)
+    monkeypatch.setattr(writer_mod, "ROW_GROUP_WEIGHT", 200)
+    t = pa.table({"a": list(range(2000))})
+    target = tmp_path / "o.parquet"
+    w = writer_mod.AtomicParquetWriter(str(target), t.schema)
+    with pytest.raises((AdvcliError, OSError)) as err:
+        for b in t.to_batches(max_chunksize=100):
+            w.write(b)
+        w.commit()
+    if not isinstance(err.value, AdvcliError):  # surfaced at a later write(): the caller aborts
+        w.abort()
+    else:
+        assert str(target) in str(err.value) and "No space left" in str(err.value)
+    assert not target.exists() and not os.path.exists(w.tmp)

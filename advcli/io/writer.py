@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import glob
 import os
-import queue
-import threading
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +19,7 @@ import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
 from .lists import offsets_numpy
+from .ordered import OrderedWorker
 
 TMP_TAG = ".advcli-tmp-"
 
@@ -210,28 +209,15 @@ class AtomicParquetWriter:
         except OSError as e:  # includes pyarrow's ArrowIOError
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
                               hint="check that the output directory exists and is writable") from None
-        self._error: BaseException | None = None
         self._rebatch = _Rebatcher(schema)
         # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
         self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
-        self._queue: queue.Queue | None = None
-        self._thread: threading.Thread | None = None
-        if threaded:
-            self._queue = queue.Queue(maxsize=2)
-            self._thread = threading.Thread(target=self._drain, name="advcli-writer", daemon=True)
-            self._thread.start()
+        self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
 
-    def _drain(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self._error is None:
-                try:
-                    self._write_group(item)
-                except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                    self._error = e
+    @property
+    def _error(self) -> BaseException | None:
+        return self._worker.error if self._worker is not None else None
 
     def _write_group(self, pieces: list[pa.RecordBatch]) -> None:
         """One row group made of exactly these pieces."""
@@ -239,10 +225,10 @@ class AtomicParquetWriter:
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
 
     def _emit(self, group: list[pa.RecordBatch]) -> None:
-        if self._queue is None:
+        if self._worker is None:
             self._write_group(group)
         else:
-            self._queue.put(group)
+            self._worker.submit(group)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._error is not None:
@@ -255,16 +241,18 @@ class AtomicParquetWriter:
             self._emit(group)
 
     def _finish_thread(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        if self._worker is not None:
+            self._worker.close(raise_error=False)  # commit/abort decide what an error means
 
     def commit(self) -> None:
         if self._error is None:
             last = self._rebatch.finish()
             if last:
-                self._emit(last)
+                try:
+                    self._emit(last)
+                except BaseException:
+                    if self._error is None:  # not the writer thread's error (that one is reported below)
+                        raise
         self._finish_thread()
         if self._error is not None:
             self.abort()

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from . import __version__
+from .commands import _options as opt
 from .errors import AdvcliError
 
 app = typer.Typer(
@@ -93,17 +94,15 @@ framework's default. VALUE is YAML: true, 0.95, null, [acc,fmt].
 
 @app.command(epilog=RUN_EPILOG)
 def run(
-    inputs: List[str] = typer.Argument(..., help="Input Parquet file(s), a directory or a glob.", show_default=False),
+    inputs: List[str] = opt.INPUTS,
     output: str = typer.Option(..., "--output", "-o", help="Output Parquet file (a directory for several inputs).",
                                show_default=False),
     flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
                                          help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli "
                                               "(canonical keys). Default: verl, GRPO when the dump has prompt_id."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
-                                             help="A flavor key, VALUE parsed as YAML. Repeatable."),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys."),
-    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
-                                               help="Read a role from another column, e.g. reward=score."),
+    set_: Optional[List[str]] = opt.SET,
+    config: Optional[str] = opt.CONFIG,
+    column: Optional[List[str]] = opt.COLUMN,
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once (results do not "
                                                               "depend on it)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),

@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import typer
 
+from . import _options as opt
+
 EPILOG = """
 [bold]Examples[/]
 
@@ -27,15 +29,13 @@ would reject (file, row, column or key). With --output the output path is checke
 
 
 def validate_cmd(
-    inputs: List[str] = typer.Argument(..., help="Input Parquet file(s), a directory or a glob.", show_default=False),
+    inputs: List[str] = opt.INPUTS,
     flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
                                          help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli. "
                                               "Default: as `advcli run`."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
-                                             help="A flavor key, VALUE parsed as YAML. Repeatable."),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys."),
-    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
-                                               help="Read a role from another column, e.g. reward=score."),
+    set_: Optional[List[str]] = opt.SET,
+    config: Optional[str] = opt.CONFIG,
+    column: Optional[List[str]] = opt.COLUMN,
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Also check that this output path is "
                                                                       "usable (nothing is written)."),
     force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),

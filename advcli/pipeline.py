@@ -71,9 +71,9 @@ class Plan:
     kl_on: bool
     group_by: str
     token_roles: list[str]  # token columns the math reads
-    padded: bool = False
-    # the new columns written, in this order (a subset of NEW_COLUMNS the run produces; --write-columns)
-    output_columns: list = field(default_factory=lambda: ["advantages", "returns"])  # fixed-width lists: L_i = last mask=1 position + 1
+    # the new columns written, in this order (those of NEW_COLUMNS the run produces; --write-columns)
+    output_columns: list[str]
+    padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
 
@@ -414,7 +414,7 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
         layout = Ragged(torch.from_numpy(offsets))
         mask01 = tok["response_mask"]  # int8/bool 0-1 (checked by the reader)
         parts["length"].append(layout.lengths)
-        parts["valid"].append(_count_per_row(layout, mask01))
+        parts["valid"].append(layout.count_per_row(mask01))
         place = _placement_index(plan, layout, mask01)
         keep = torch.zeros(layout.num_rows, dtype=torch.bool)
         ok = place >= 0
@@ -458,16 +458,6 @@ def _row_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressF
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
 
 
-def _count_per_row(layout: Ragged, flags01: torch.Tensor) -> torch.Tensor:
-    """int64 [B]: Σ_t flags per row, for a 0/1 tensor — an exact integer prefix sum read at the row
-    offsets (no per-token row index, no int64 copy of the flags)."""
-    csum = torch.zeros(flags01.numel() + 1, dtype=torch.int64, device=flags01.device)
-    if flags01.numel():
-        torch.cumsum(flags01, 0, dtype=torch.int64, out=csum[1:])
-    offs = layout.offsets.to(flags01.device)
-    return csum[offs[1:]] - csum[offs[:-1]]
-
-
 def _row_kl(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
             masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(Σ_t kld, verl apply_kl_penalty's masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)) per row;
@@ -476,7 +466,7 @@ def _row_kl(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
     float from an integer prefix sum."""
     total = layout.row_sum(kld)
     if masked:
-        count = _count_per_row(layout, mask).to(mask.dtype)
+        count = layout.count_per_row(mask).to(mask.dtype)
         return total, total / (count + 1e-8)
     return total, layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8)
 

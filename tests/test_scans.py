@@ -233,3 +233,15 @@ def test_kept_slots_semantics():
     assert torch.equal(sslot[keep], kept_cells)
     trash = sslot[~keep]
     assert trash.unique().numel() == trash.numel() and bool((trash > cells).all())
+
+
+def test_count_per_row_equals_the_row_sum_of_the_flags():
+    g = torch.Generator().manual_seed(5)
+    lengths = torch.tensor([0, 3, 1, 0, 70, 5, 0])
+    layout = Ragged.from_lengths(lengths)
+    flags = torch.randint(0, 2, (int(lengths.sum()),), generator=g)
+    want = layout.row_sum(flags.to(torch.int64))
+    for f in (flags.to(torch.int8), flags.bool(), flags.to(torch.float32)):
+        got = layout.count_per_row(f)
+        assert got.dtype == torch.int64 and torch.equal(got, want)
+    assert torch.equal(Ragged.from_lengths(torch.tensor([0, 0])).count_per_row(torch.zeros(0)), torch.zeros(2, dtype=torch.int64))

@@ -159,10 +159,10 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, padded=_is_padded(cfg, inputs, cmap),
-                output_columns=["advantages", "returns"] + (["token_level_rewards"] if kl_on else []))
+                output_columns=list(NEW_COLUMNS if kl_on else NEW_COLUMNS[:2]))
 
 
-NEW_COLUMNS = ("advantages", "returns", "token_level_rewards")
+NEW_COLUMNS = ("advantages", "returns", "token_level_rewards")  # the last one only when KL enters the reward
 
 
 def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:

@@ -236,7 +236,7 @@ class _Worker:
             adv, _, tlr, mask = _chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
             v = tlr if rewards else adv
             sums = MomentSums.zeros(self.res.scopes.num_groups)
-            sums.add(v, mask, layout.broadcast(sub.scopes.codes.to(v.device)))
+            sums.add_rows(*MomentSums.row_partials(v, mask, layout.to(v.device), sub.scopes.codes))  # as the local engine
             return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
                              "count": [sums.count.tolist()], "total": [sums.total.tolist()],
                              "total_sq": [sums.total_sq.tolist()]})

@@ -106,18 +106,10 @@ class MomentSums:
         z = lambda: torch.zeros(num_scopes, dtype=torch.float64)  # noqa: E731
         return MomentSums(z(), z(), z(), [ExactSums(num_scopes) for _ in range(3)])
 
-    def add(self, values: torch.Tensor, weights: torch.Tensor, scope_of_token: torch.Tensor, layout=None) -> None:
-        """Accumulate one chunk (any device); the sums stay on the CPU.
-
-        With ``layout`` (the chunk's ``Ragged``), each row is first reduced on its own (float64
-        ``index_add_``: a row's sum depends only on that row, never on where the chunk starts),
-        and only the per-row sums go through the exact accumulator: chunk-independent and cheap."""
-        if layout is not None and values.numel():
-            layout = layout.to(values.device)
-            scope_row = torch.zeros(layout.num_rows, dtype=torch.int64, device=values.device)
-            scope_row.scatter_(0, layout.row_index, scope_of_token.to(torch.int64))
-            self.add_rows(*self.row_partials(values, weights, layout, scope_row))
-            return
+    def add(self, values: torch.Tensor, weights: torch.Tensor, scope_of_token: torch.Tensor) -> None:
+        """Accumulate values token by token (any device; the sums stay on the CPU). For a chunk of
+        rows, :meth:`row_partials` + :meth:`add_rows` reduce each row on its own first: cheaper, and a
+        row's sum depends only on that row, never on where its chunk starts."""
         v = values.to(torch.float64)
         w = weights.to(torch.float64)
         vw = v * w
@@ -125,9 +117,9 @@ class MomentSums:
 
     @staticmethod
     def row_partials(values: torch.Tensor, weights: torch.Tensor, layout, scope_row: torch.Tensor):
-        """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes): the per-token part of
-        :meth:`add`, which needs no shared state — a worker thread can run it; the caller then hands
-        the result to :meth:`add_rows` in row order."""
+        """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes) of a chunk laid out by
+        ``layout``: the per-token work, with no shared state — a worker thread can run it; the caller
+        then hands the result to :meth:`add_rows` in row order."""
         v = values.to(torch.float64)
         w = weights.to(torch.float64)
         vw = v * w

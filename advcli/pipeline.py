@@ -685,21 +685,23 @@ def _chunk_math(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: int
                 rewards_only: bool = False, extras: dict | None = None):
     """(advantages, returns, token_level_rewards, mask) flat tensors for rows row0..row0+B-1
     (``extras``: see :func:`_token_chunk`)."""
-    dev, dt = plan.device, plan.dtype
-    rows = slice(row0, row0 + layout.num_rows)
     chunk = _token_chunk(plan, res, layout, tok, row0, extras)
     layout, mask, tlr = chunk.layout, chunk.mask, chunk.token_rewards
     if rewards_only:
         return None, None, tlr, mask
     # estimator
     if plan.spec.level == "row":
-        a = layout.broadcast(res.adv_row[rows].to(dev, dt))
-        if plan.params.get("mask_output", True):
-            a = a * mask
-        adv, ret = a, a
+        adv = ret = _row_level_tokens(plan, res, layout, mask, row0)
     else:
         adv, ret = plan.spec.token_fn(chunk, plan.params)
     return _chunk_final(plan, res, layout, adv, ret, tlr, mask, row0, apply_whiten)
+
+
+def _row_level_tokens(plan: Plan, res: _Resolved, layout: Ragged, mask: torch.Tensor, row0: int) -> torch.Tensor:
+    """A row-level estimator's token values: each row's advantage over its tokens, × mask unless the
+    estimator keeps masked positions (``mask_output``). Advantages and returns both start from it."""
+    a = layout.broadcast(res.adv_row[row0:row0 + layout.num_rows].to(plan.device, plan.dtype))
+    return a * mask if plan.params.get("mask_output", True) else a
 
 
 def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask, row0: int, apply_whiten: bool):

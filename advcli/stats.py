@@ -788,17 +788,15 @@ class RunObserver:
 
     def _row_values(self, row0: int, layout: Ragged, mask, adv, ret) -> tuple[torch.Tensor, torch.Tensor]:
         """The final advantage and return [B] (plan dtype, CPU) of the chunk's rows: the pipeline's own
-        row broadcast (``_chunk_math``) and ``_chunk_final`` on one token per row."""
+        ``_row_level_tokens`` and ``_chunk_final`` on one token per row."""
         from . import pipeline
 
         plan, res = self.plan, self.res
         dev, dt = plan.device, plan.dtype
         B = layout.num_rows
-        a = res.adv_row[row0:row0 + B].to(dev, dt)
         ones = torch.ones(B, dtype=dt, device=dev)
-        if plan.params.get("mask_output", True):
-            a = a * ones
         per_row = Ragged(torch.arange(B + 1, device=dev))
+        a = pipeline._row_level_tokens(plan, res, per_row, ones, row0)
         fa, fr, _, _ = pipeline._chunk_final(plan, res, per_row, a, a, None, ones, row0, apply_whiten=True)
         fa, fr = fa.detach().to("cpu"), fr.detach().to("cpu")
         # the assumption, checked on one token per row: the row's last token where it is valid

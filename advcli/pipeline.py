@@ -42,7 +42,7 @@ from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
 from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, offsets_array,
                              tensor_to_list_array)
-from .io.lists import primitive_numpy
+from .io.lists import arrow_from_numpy, primitive_numpy
 from .io.memory import trim as trim_heap
 from .io.ordered import OrderedWorker
 from .io.reader import InputSet
@@ -481,7 +481,7 @@ def _scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: s
     cmap = plan.cmap
     step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
     if step_col and step_col in keys:
-        steps = primitive_numpy(pa.chunked_array(keys[step_col] or [pa.array([], pa.int64())]).combine_chunks())
+        steps = primitive_numpy(pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
         uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
         step_values = uniq.tolist()
     else:
@@ -1061,7 +1061,7 @@ def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offs
     ``row_base`` is then the batch's first row in its input file."""
     arrays = []
     if out_schema.names[0] == SIDECAR_ROW and (not base_fields or base_fields[0].name != SIDECAR_ROW):
-        arrays.append(pa.array(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
+        arrays.append(arrow_from_numpy(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
     arrays += [batch.column(f.name) for f in base_fields]
     offs = offsets_array(offsets)
     values = {"advantages": adv, "returns": ret, "token_level_rewards": tlr}

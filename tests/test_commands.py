@@ -322,3 +322,24 @@ def test_compare_refuses_mismatched_inputs(tmp_path, capsys):
     pq.write_table(pq.read_table(a).slice(0, 10), short)
     code, _, err = main_rc(capsys, "compare", a, short)
     assert code == 2 and "same rows" in err
+
+
+def test_run_does_not_import_pandas(tmp_path):
+    """pandas costs ~0.2-0.3 s to import; `advcli run` never needs it (pyarrow's ``pa.array`` and
+    ``to_numpy`` import it lazily, so the run path builds and reads Arrow buffers itself)."""
+    out = tmp_path / "o.parquet"
+    code = ("import sys\n"
+            "from advcli.cli import main\n"
+            "src, out = sys.argv[1:3]\n"
+            "for extra in ([], ['--output-mode', 'sidecar'], ['--set', 'algorithm.adv_estimator=gae',\n"
+            "              '--set', 'algorithm.use_kl_in_reward=true']):\n"
+            "    sys.argv = ['advcli', 'run', src, '-o', out, '--force', *extra]\n"
+            "    try:\n"
+            "        main()\n"
+            "    except SystemExit as e:\n"
+            "        assert not e.code, e.code\n"
+            "print('PANDAS', 'pandas' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code, SAMPLE, str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("PANDAS False"), r.stdout[-500:]
+    assert pq.read_table(out).num_rows == pq.ParquetFile(SAMPLE).metadata.num_rows

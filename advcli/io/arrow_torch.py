@@ -12,7 +12,7 @@ import pyarrow as pa
 import torch
 
 from ..errors import AdvcliError
-from .lists import offsets_numpy, primitive_numpy
+from .lists import arrow_from_numpy, offsets_numpy, primitive_numpy
 
 
 def list_offsets(arr: pa.Array) -> np.ndarray:
@@ -58,7 +58,7 @@ def list_column_to_tensor(arr: pa.Array, dtype: torch.dtype | None = None) -> tu
 
 def offsets_array(offsets: np.ndarray) -> pa.Array:
     """int32 offsets from 0 as an Arrow array, to be shared by several output list columns."""
-    return pa.array(offsets.astype(np.int32, copy=False), type=pa.int32())
+    return arrow_from_numpy(np.asarray(offsets).astype(np.int32, copy=False))
 
 
 def tensor_to_list_array(values: torch.Tensor, offsets) -> pa.Array:
@@ -67,7 +67,7 @@ def tensor_to_list_array(values: torch.Tensor, offsets) -> pa.Array:
     not copied: the Arrow array views the tensor's memory (and keeps it alive)."""
     np_vals = values.detach().to("cpu", torch.float32).contiguous().numpy()
     offs = offsets if isinstance(offsets, pa.Array) else offsets_array(offsets)
-    return pa.ListArray.from_arrays(offs, pa.array(np_vals, type=pa.float32()))
+    return pa.ListArray.from_arrays(offs, arrow_from_numpy(np_vals))
 
 
 def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None:

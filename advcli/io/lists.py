@@ -36,3 +36,19 @@ def primitive_numpy(arr: pa.Array) -> np.ndarray:
         return np.zeros(0, dtype=dtype)
     item = np.dtype(dtype).itemsize
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * item)
+
+
+_ARROW = {np.dtype(v): k for k, v in _NUMPY.items()}
+
+
+def arrow_from_numpy(values: np.ndarray) -> pa.Array:
+    """A 1-D numeric numpy array as an Arrow array viewing its memory (no copy; it keeps ``values``
+    alive).
+
+    ``pa.array(ndarray)`` does the same but imports pandas (~0.2 s) the first time it is called,
+    which in a run is when the first output batch is built: on the critical path."""
+    typ = _ARROW.get(values.dtype)
+    if typ is None or values.ndim != 1:
+        return pa.array(values)
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(typ, len(values), [None, pa.py_buffer(values)])

@@ -174,3 +174,74 @@ def test_an_error_on_the_writer_thread_is_one_message_and_leaves_nothing(tmp_pat
     else:
         assert str(target) in str(err.value) and "No space left" in str(err.value)
     assert not target.exists() and not os.path.exists(w.tmp)
+
+
+def test_flush_behind_syncs_while_writing_and_leaves_no_descriptor(tmp_path, monkeypatch):
+    """The writer hands each row group's bytes to the disk as it goes (fdatasync on its own thread),
+    so the commit's fsync has only the tail left; its descriptor is closed on commit and on abort."""
+    from advcli.io import writer as writer_mod
+
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(writer_mod.os, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_size), real(fd)))
+    monkeypatch.setattr(writer_mod, "ROW_GROUP_WEIGHT", 200)
+    t = pa.table({"a": list(range(2000))})
+    fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for finish in ("commit", "abort"):
+        target = tmp_path / f"{finish}.parquet"
+        w = writer_mod.AtomicParquetWriter(str(target), t.schema)
+        for b in t.to_batches(max_chunksize=100):
+            w.write(b)
+        getattr(w, finish)()
+        assert target.exists() == (finish == "commit") and not os.path.exists(w.tmp)
+    assert synced and min(synced) > 0  # flushed while row groups were being written
+    assert pq.read_table(tmp_path / "commit.parquet").column("a").to_pylist() == list(range(2000))
+    if fds is not None:
+        assert set(os.listdir("/proc/self/fd")) <= fds | {str(max(map(int, fds)) + 1)}
+
+
+@pytest.mark.parametrize("weight", [1, 150, 200, 400, 1000])
+def test_every_row_is_written_whatever_piece_completes_the_last_row_group(tmp_path, monkeypatch, weight):
+    """Regression: when the last, partial piece made its row group heavy enough to close, finish()
+    dropped that row group (up to PIECE_ROWS - 1 rows lost, silently)."""
+    from advcli.io import writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "ROW_GROUP_WEIGHT", weight)
+    monkeypatch.setattr(writer_mod, "PIECE_ROWS", 64)
+    for n in (1, 63, 64, 65, 200, 208, 2000):
+        t = pa.table({"a": list(range(n)), "l": [[0.5] * (i % 3) for i in range(n)]})
+        target = tmp_path / f"{weight}-{n}.parquet"
+        w = writer_mod.AtomicParquetWriter(str(target), t.schema)
+        for b in t.to_batches(max_chunksize=50):
+            w.write(b)
+        w.commit()
+        assert pq.read_table(target).column("a").to_pylist() == list(range(n)), (weight, n)
+
+
+def test_a_commit_that_lost_rows_is_refused(tmp_path, monkeypatch):
+    """The committed file's footer must count every row handed to write(); if it does not (a bug
+    like the dropped last row group above), nothing appears at the target."""
+    from advcli.io import writer as writer_mod
+
+    monkeypatch.setattr(writer_mod._Rebatcher, "finish", lambda self: None)  # loses the tail
+    t = pa.table({"a": list(range(300))})
+    target = tmp_path / "o.parquet"
+    w = writer_mod.AtomicParquetWriter(str(target), t.schema)
+    w.write(t.to_batches()[0])
+    with pytest.raises(AdvcliError, match="300 rows were handed to the writer but the file holds 0"):
+        w.commit()
+    assert not target.exists() and not os.path.exists(w.tmp)
+
+
+def test_a_run_keeps_every_row_when_the_last_piece_closes_a_row_group(tmp_path, monkeypatch):
+    import advcli
+    from advcli.io import writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "PIECE_ROWS", 16)
+    monkeypatch.setattr(writer_mod, "ROW_GROUP_WEIGHT", 300)
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    t = make_table(203, 4, 4, 12, seed=3)
+    pq.write_table(t, src)
+    advcli.run(str(src), str(out), settings={"algorithm.adv_estimator": "grpo"}, chunk_rows=50)
+    got = pq.read_table(out)
+    assert got.num_rows == 203 and got.column("prompt_id").equals(t.column("prompt_id"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -183,9 +184,46 @@ class _Rebatcher:
     def finish(self) -> list[pa.RecordBatch] | None:
         """The last (partial) row group, if any."""
         if self._parts:
-            self._close_piece()
+            group = self._close_piece()
+            if group:  # the last piece completed a row group (and emptied self._pieces)
+                return group
         group, self._pieces, self._weight = self._pieces, [], 0
         return group or None
+
+
+class _FlushBehind:
+    """Starts writing what the Parquet writer has written so far to the disk on a thread of its own
+    (``fdatasync`` waits on the device, not the CPU, and releases the GIL), so that the ``fsync``
+    before the rename finds only the last row groups still dirty instead of the whole file: the
+    durability the commit promises, without a flush of the whole output at the end of the run."""
+
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_RDONLY)
+        self._wake = threading.Event()
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, name="advcli-flush", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stop:
+                return
+            try:
+                os.fdatasync(self.fd)
+            except OSError:  # the commit's fsync reports what matters
+                return
+
+    def poke(self) -> None:
+        """More data was written: flush it (coalesced with a flush already running)."""
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self.thread.join()
+        os.close(self.fd)
 
 
 class AtomicParquetWriter:
@@ -210,6 +248,8 @@ class AtomicParquetWriter:
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
                               hint="check that the output directory exists and is writable") from None
         self._rebatch = _Rebatcher(schema)
+        self._rows_in = 0  # rows handed to write(): the committed file must hold exactly these
+        self._flush = _FlushBehind(self.tmp) if threaded else None
         # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
         self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
@@ -223,6 +263,8 @@ class AtomicParquetWriter:
         """One row group made of exactly these pieces."""
         table = pa.Table.from_batches(pieces, schema=self.schema)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        if self._flush is not None:
+            self._flush.poke()
 
     def _emit(self, group: list[pa.RecordBatch]) -> None:
         if self._worker is None:
@@ -237,12 +279,16 @@ class AtomicParquetWriter:
             import time
 
             time.sleep(self._test_delay)
+        self._rows_in += batch.num_rows
         for group in self._rebatch.add(batch):
             self._emit(group)
 
     def _finish_thread(self) -> None:
         if self._worker is not None:
             self._worker.close(raise_error=False)  # commit/abort decide what an error means
+        if self._flush is not None:
+            self._flush.close()
+            self._flush = None
 
     def commit(self) -> None:
         if self._error is None:
@@ -258,6 +304,12 @@ class AtomicParquetWriter:
             self.abort()
             raise AdvcliError(f"{self.target}: writing failed: {self._error}")
         self._writer.close()
+        written = pq.read_metadata(self.tmp).num_rows  # the footer: nothing lost on the way
+        if written != self._rows_in:
+            self.abort()
+            raise AdvcliError(f"{self.target}: internal error: {self._rows_in} rows were handed to the writer "
+                              f"but the file holds {written}; nothing was written",
+                              hint="this is a bug in advcli; please report it with the input's row count")
         with open(self.tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(self.tmp, self.target)

@@ -13,16 +13,20 @@ Load the whole dump, pad every token column to ``[rows, max_len]``, then
 
 and unpad the results into list columns and write the dump back with them.
 
-Two variants of the loading and writing around those loops:
+Three variants of the loading and writing around those loops:
 
-* default — as a user would without tuning: pad with ``torch.nn.utils.rnn.pad_sequence`` over one
-  tensor per row (what the frameworks' collate functions do), unpad row by row, write with
-  pyarrow's default writer settings (``pq.write_table``: snappy, dictionary encoding on every column);
+* default — pyarrow without tuning: ``pq.read_table``, pad the columns the estimator reads with
+  ``torch.nn.utils.rnn.pad_sequence`` over one tensor per row (what the frameworks' collate
+  functions do), unpad row by row, write with pyarrow's default writer settings
+  (``pq.write_table``: snappy, dictionary encoding on every column);
 * ``--lean`` — the same loops with vectorised numpy padding/unpadding and the floor's tuned writer
-  (zstd, dictionary only on id/text columns, byte-stream-split floats): the baseline at its best.
+  (zstd, dictionary only on id/text columns, byte-stream-split floats): the baseline at its best;
+* ``--pandas`` — the route most scripts take: ``pd.read_parquet``, the whole dump padded into one
+  batch (every token list column, one ``torch.tensor`` per row + ``pad_sequence``, as a trainer's
+  batch holds them), the results put back into the DataFrame row by row, ``df.to_parquet``.
 
 This is benchmark code written after the frameworks' structure, not their code.
-``python benchmarks/baseline.py gae|grpo IN OUT [--lean]``.
+``python benchmarks/baseline.py gae|grpo IN OUT [--lean | --pandas]``.
 """
 import sys
 from collections import defaultdict
@@ -36,6 +40,7 @@ from floor import float_columns as _float_cols
 
 
 LEAN = "--lean" in sys.argv
+PANDAS = "--pandas" in sys.argv
 
 
 def padded(col: pa.ChunkedArray, width: int, dtype) -> torch.Tensor:
@@ -70,12 +75,8 @@ def masked_whiten(x, m):
     return (x - mean) * torch.rsqrt(var + 1e-8)
 
 
-def gae(table, lengths, width):
-    mask = padded(table.column("response_mask"), width, np.float32)
-    old = padded(table.column("old_log_probs"), width, np.float32)
-    ref = padded(table.column("ref_log_probs"), width, np.float32)
-    values = padded(table.column("values"), width, np.float32)
-    reward = torch.from_numpy(table.column("reward").to_numpy().copy())
+def gae(batch, reward, index, lengths, width):
+    mask, old, ref, values = (batch[c] for c in ("response_mask", "old_log_probs", "ref_log_probs", "values"))
     scores = torch.zeros_like(mask)
     scores[torch.arange(len(lengths)), torch.from_numpy(lengths - 1)] = reward
     kl = torch.clamp(ref - old, -20, 20)  # low_var_kl
@@ -94,13 +95,11 @@ def gae(table, lengths, width):
     return masked_whiten(adv, mask), ret
 
 
-def grpo(table, lengths, width, eps=1e-6):
-    mask = padded(table.column("response_mask"), width, np.float32)
-    reward = torch.from_numpy(table.column("reward").to_numpy().copy())
+def grpo(batch, reward, index, lengths, width, eps=1e-6):
+    mask = batch["response_mask"]
     rewards = torch.zeros_like(mask)
     rewards[torch.arange(len(lengths)), torch.from_numpy(lengths - 1)] = reward
     scores = rewards.sum(dim=-1)
-    index = table.column("prompt_id").to_numpy(zero_copy_only=False)
     id2score, id2mean, id2std = defaultdict(list), {}, {}
     for i in range(scores.shape[0]):
         id2score[index[i]].append(scores[i])
@@ -123,13 +122,37 @@ def unpad(x: torch.Tensor, offsets: pa.Array, lengths: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.array(x[keep].numpy()))
 
 
+READS = {"gae": ("response_mask", "old_log_probs", "ref_log_probs", "values"), "grpo": ("response_mask",)}
+
+
+def main_pandas(kind: str, src: str, dst: str) -> None:
+    import pandas as pd
+
+    df = pd.read_parquet(src)
+    list_cols = [c for c in df.columns if df[c].dtype == object and isinstance(df[c].iloc[0], np.ndarray)]
+    batch = {c: torch.nn.utils.rnn.pad_sequence([torch.tensor(x, dtype=torch.float32) for x in df[c]],
+                                                batch_first=True) for c in list_cols}
+    lengths = df["response_mask"].map(len).to_numpy()
+    reward = torch.tensor(df["reward"].to_numpy())
+    adv, ret = (gae if kind == "gae" else grpo)(batch, reward, df["prompt_id"].to_numpy(), lengths,
+                                                 int(lengths.max()))
+    df["advantages"] = [adv[i, :n].numpy() for i, n in enumerate(lengths.tolist())]
+    df["returns"] = [ret[i, :n].numpy() for i, n in enumerate(lengths.tolist())]
+    df.to_parquet(dst)
+
+
 def main(kind: str, src: str, dst: str) -> None:
+    if PANDAS:
+        return main_pandas(kind, src, dst)
     table = pq.read_table(src)
     mask = table.column("response_mask").combine_chunks()
     offsets = pa.array(np.asarray(mask.offsets, dtype=np.int32) - mask.offsets[0].as_py())
     lengths = np.diff(np.asarray(offsets, dtype=np.int64))
     width = int(lengths.max())
-    adv, ret = (gae if kind == "gae" else grpo)(table, lengths, width)
+    batch = {c: padded(table.column(c), width, np.float32) for c in READS[kind]}
+    reward = torch.from_numpy(table.column("reward").to_numpy().copy())
+    index = table.column("prompt_id").to_numpy(zero_copy_only=False)
+    adv, ret = (gae if kind == "gae" else grpo)(batch, reward, index, lengths, width)
     table = table.append_column("advantages", unpad(adv, offsets, lengths))
     table = table.append_column("returns", unpad(ret, offsets, lengths))
     if not LEAN:
@@ -141,4 +164,4 @@ def main(kind: str, src: str, dst: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*[a for a in sys.argv[1:] if a != "--lean"][:3])
+    main(*[a for a in sys.argv[1:] if not a.startswith("--")][:3])

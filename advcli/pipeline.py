@@ -649,7 +649,8 @@ def _token_chunk(plan: Plan, res: _Resolved, layout: Ragged, tok: dict, row0: in
         tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
-        tlr = ((tlr.to(torch.float64) - res.tlr_mean.to(dev)[scope_tok]) * res.tlr_rstd.to(dev)[scope_tok]).to(dt)
+        tlr = ((tlr.to(torch.float64) - torch.index_select(res.tlr_mean.to(dev), 0, scope_tok))
+               * torch.index_select(res.tlr_rstd.to(dev), 0, scope_tok)).to(dt)
         tlr = tlr * mask
     row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
     if res.groups is not None:
@@ -716,8 +717,8 @@ def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask
             mean, rstd = res.whiten_mean[0].to(dev), res.whiten_rstd[0].to(dev)
         else:
             scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
-            mean = res.whiten_mean.to(dev)[scope_tok]
-            rstd = res.whiten_rstd.to(dev)[scope_tok]
+            mean = torch.index_select(res.whiten_mean.to(dev), 0, scope_tok)  # (faster than [scope_tok])
+            rstd = torch.index_select(res.whiten_rstd.to(dev), 0, scope_tok)
         # (v − μ)·rstd in float64, in place on one fresh copy (the input may be a cached tensor)
         x = adv.to(torch.float64, copy=True)
         adv = x.sub_(mean).mul_(rstd).to(dt)

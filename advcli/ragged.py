@@ -56,7 +56,8 @@ class Ragged:
     def position(self) -> torch.Tensor:
         """int64 [N]: each token's position inside its row (0..L_i-1)."""
         if self._position is None:
-            self._position = torch.arange(self.num_tokens, device=self.device) - self.offsets[:-1][self.row_index]
+            self._position = (torch.arange(self.num_tokens, device=self.device)
+                              - torch.index_select(self.offsets[:-1], 0, self.row_index))
         return self._position
 
     def to(self, device) -> "Ragged":

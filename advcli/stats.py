@@ -515,7 +515,8 @@ class RunStats:
         self._rows_common(rows, layout, m, tlr, sel, voff)
         self.valid[rows] = voff[1:] - voff[:-1]
         scope = self._row_scope(rows, B)
-        av = adv.detach().to("cpu")[sel].to(torch.float64)
+        # index_select, not x[sel]: the generic indexing kernel is ~3x slower for a flat gather
+        av = torch.index_select(adv.detach().to("cpu"), 0, sel).to(torch.float64)
         one = self.S == 1
         pa = _Partials.of_tokens(av, voff, rows_minmax=not one, check_const=not self.adv_nonconstant)
         self.adv.add(pa, scope)
@@ -524,10 +525,10 @@ class RunStats:
         self.adv_nonconstant |= pa.nonconstant
         if not self.adv_nonconstant:  # per-row min/max only matter while the run may be row-constant
             self.adv_min[rows], self.adv_max[rows] = pa.mn, pa.mx
-        rv = ret.detach().to("cpu")[sel].to(torch.float64)
+        rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
         self.ret.add(_Partials.of_tokens(rv, voff, rows_minmax=not one), scope)
         if values is not None and self.has_values:
-            vv = values.detach().to("cpu")[sel].to(torch.float64)
+            vv = torch.index_select(values.detach().to("cpu"), 0, sel).to(torch.float64)
             self.val.add(_Partials.of_tokens(vv, voff, rows_minmax=not one), scope)
             self.ret_minus_val.add(_Partials.of_tokens(rv - vv, voff, rows_minmax=not one), scope)
         finite = av if pa.all_finite else av[torch.isfinite(av)]

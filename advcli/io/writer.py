@@ -192,38 +192,47 @@ class _Rebatcher:
 
 
 class _FlushBehind:
-    """Starts writing what the Parquet writer has written so far to the disk on a thread of its own
-    (``fdatasync`` waits on the device, not the CPU, and releases the GIL), so that the ``fsync``
-    before the rename finds only the last row groups still dirty instead of the whole file: the
-    durability the commit promises, without a flush of the whole output at the end of the run."""
+    """Hands what the Parquet writers have written so far to the disk, on one daemon thread shared
+    by every writer of the process (``fdatasync`` waits on the device, not the CPU, and releases the
+    GIL), so that the ``fsync`` before each rename finds only the last row groups still dirty
+    instead of the whole file: the durability the commit promises, without a flush of the whole
+    output at the end of the run. No descriptor is held between flushes (a run with one output
+    per input keeps all its writers open until the end); a file renamed or removed meanwhile is
+    skipped — the commit's own fsync is what reports errors."""
 
-    def __init__(self, path: str):
-        self.fd = os.open(path, os.O_RDONLY)
-        self._wake = threading.Event()
-        self._stop = False
-        self.thread = threading.Thread(target=self._run, name="advcli-flush", daemon=True)
-        self.thread.start()
+    _lock = threading.Lock()
+    _dirty: dict[str, None] = {}
+    _wake = threading.Event()
+    _thread: threading.Thread | None = None
 
-    def _run(self) -> None:
+    @classmethod
+    def poke(cls, path: str) -> None:
+        """More of ``path`` was written: flush it (coalesced with flushes already asked for)."""
+        with cls._lock:
+            cls._dirty[path] = None
+            if cls._thread is None or not cls._thread.is_alive():
+                cls._thread = threading.Thread(target=cls._run, name="advcli-flush", daemon=True)
+                cls._thread.start()
+        cls._wake.set()
+
+    @classmethod
+    def _run(cls) -> None:
         while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stop:
-                return
-            try:
-                os.fdatasync(self.fd)
-            except OSError:  # the commit's fsync reports what matters
-                return
-
-    def poke(self) -> None:
-        """More data was written: flush it (coalesced with a flush already running)."""
-        self._wake.set()
-
-    def close(self) -> None:
-        self._stop = True
-        self._wake.set()
-        self.thread.join()
-        os.close(self.fd)
+            cls._wake.wait()
+            cls._wake.clear()
+            with cls._lock:
+                paths, cls._dirty = list(cls._dirty), {}
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError:  # committed (renamed) or aborted (removed) meanwhile
+                    continue
+                try:
+                    os.fdatasync(fd)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
 
 
 class AtomicParquetWriter:
@@ -249,7 +258,7 @@ class AtomicParquetWriter:
                               hint="check that the output directory exists and is writable") from None
         self._rebatch = _Rebatcher(schema)
         self._rows_in = 0  # rows handed to write(): the committed file must hold exactly these
-        self._flush = _FlushBehind(self.tmp) if threaded else None
+        self._flush_behind = threaded
         # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
         self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
@@ -263,8 +272,8 @@ class AtomicParquetWriter:
         """One row group made of exactly these pieces."""
         table = pa.Table.from_batches(pieces, schema=self.schema)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        if self._flush is not None:
-            self._flush.poke()
+        if self._flush_behind:
+            _FlushBehind.poke(self.tmp)
 
     def _emit(self, group: list[pa.RecordBatch]) -> None:
         if self._worker is None:
@@ -286,9 +295,6 @@ class AtomicParquetWriter:
     def _finish_thread(self) -> None:
         if self._worker is not None:
             self._worker.close(raise_error=False)  # commit/abort decide what an error means
-        if self._flush is not None:
-            self._flush.close()
-            self._flush = None
 
     def commit(self) -> None:
         if self._error is None:

@@ -26,13 +26,15 @@ import json
 import os
 import shutil
 import tempfile
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-import numpy as np
 import typer
 from typer.core import TyperCommand
 
 from ..errors import AdvcliError
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
+    import numpy as np
 
 EPILOG = """
 [bold]Examples[/]
@@ -118,6 +120,7 @@ class _Moments:
         self.sa = self.sb = self.saa = self.sbb = self.sab = 0.0
 
     def add(self, a: np.ndarray, b: np.ndarray) -> None:
+        import numpy as np
         a = a.astype(np.float64)
         b = b.astype(np.float64)
         self.n += a.size
@@ -128,6 +131,7 @@ class _Moments:
         self.sab += float(a @ b)
 
     def pearson(self) -> float | None:
+        import numpy as np
         if self.n < 2:
             return None
         n = self.n
@@ -140,6 +144,7 @@ class _Moments:
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    import numpy as np
     if a.size < 2:
         return None
     a = a - a.mean()
@@ -159,6 +164,7 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
 def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = None, top: int = 10,
                   batch_rows: int = 8192, column_overrides: dict | None = None) -> dict:
     """The comparison of two advcli outputs of the same rows, as a JSON-able dict."""
+    import numpy as np
     import pyarrow as pa
 
     from ..io.reader import open_parquet
@@ -284,6 +290,7 @@ def _aligned(fa, fb, cols_a, cols_b, batch_rows):
 
 
 def _f(x) -> float | None:
+    import numpy as np
     return None if x is None or not np.isfinite(x) else float(x)
 
 
@@ -297,6 +304,7 @@ def _row_example(i: int, A, B, pids, rewards) -> dict:
 
 
 def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
+    import numpy as np
     G = int(key.max()) + 1 if key.size else 0
     w = ok.astype(np.float64)
     a0, b0 = np.where(ok, A, 0.0), np.where(ok, B, 0.0)
@@ -306,6 +314,7 @@ def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
     agree = np.bincount(key, weights=(ok & (np.sign(a0) == np.sign(b0))).astype(np.float64), minlength=G)
 
     def spread(x):
+        import numpy as np
         s1 = np.bincount(key, weights=x, minlength=G)
         s2 = np.bincount(key, weights=x * x, minlength=G)
         with np.errstate(invalid="ignore", divide="ignore"):

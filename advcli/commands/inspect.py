@@ -8,12 +8,14 @@ from __future__ import annotations
 import ast
 import json
 import os
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-import numpy as np
 import typer
 
 from ..errors import AdvcliError
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
+    import numpy as np
 
 EPILOG = """
 [bold]Examples[/]
@@ -74,6 +76,7 @@ def estimator_requirements() -> dict[str, dict]:
 
 
 def _dist(x: np.ndarray) -> dict:
+    import numpy as np
     if x.size == 0:
         return {"count": 0}
     q = np.quantile(x.astype(np.float64), [0.05, 0.5, 0.95])
@@ -83,6 +86,7 @@ def _dist(x: np.ndarray) -> dict:
 
 def _pos_blocks(codes: np.ndarray, step_codes: np.ndarray | None) -> int | None:
     """n when the rows form contiguous equal blocks of n (per step), each one group; else None."""
+    import numpy as np
     if codes.size == 0:
         return None
     change = np.flatnonzero(np.diff(codes) != 0) + 1
@@ -95,6 +99,7 @@ def _pos_blocks(codes: np.ndarray, step_codes: np.ndarray | None) -> int | None:
 
 def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     """Everything ``advcli inspect`` shows, as a JSON-able dict."""
+    import numpy as np
     import pyarrow as pa
 
     from ..columns import ROLE_INFO, resolve_columns

@@ -20,12 +20,14 @@ then the token columns.
 from __future__ import annotations
 
 import time
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-import numpy as np
 import typer
 
 from ..errors import AdvcliError
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
+    import numpy as np
 
 POSITION_POINTS = 200
 
@@ -47,11 +49,13 @@ class PositionStats:
     """Streaming count/Σ/Σ² of the advantage per token position over mask=1 tokens (one slot per position)."""
 
     def __init__(self):
+        import numpy as np
         self.cnt = np.zeros(0, np.float64)
         self.s1 = np.zeros(0, np.float64)
         self.s2 = np.zeros(0, np.float64)
 
     def add(self, offs: np.ndarray, adv: np.ndarray, mask: np.ndarray | None) -> None:
+        import numpy as np
         m = np.ones(adv.size, dtype=bool) if mask is None else mask.astype(bool)
         lens = np.diff(offs)
         pos = np.arange(adv.size, dtype=np.int64) - np.repeat(offs[:-1], lens)
@@ -68,6 +72,7 @@ class PositionStats:
         self.s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
 
     def result(self, points: int = POSITION_POINTS) -> dict | None:
+        import numpy as np
         if self.cnt.size == 0:
             return None
         width = max(1, -(-self.cnt.size // points))
@@ -115,6 +120,7 @@ def output_by_position(paths: list[str], mask_col: str = "response_mask", chunk_
 def file_statistics(inputs: list[str], column_overrides: dict | None = None, chunk_rows: int = 8192,
                     progress=None) -> dict:
     """The report dict (see advcli.report) of a dump or an advcli output."""
+    import numpy as np
     import pyarrow as pa
     import torch
 

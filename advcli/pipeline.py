@@ -1110,6 +1110,7 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
     else:
         cols = tok_cols
     writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
+    last_fi: int | None = None  # the input whose output is being written
     kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
     R = inputs.num_rows
     row0 = chunks = 0
@@ -1117,7 +1118,10 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
     try:
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
             if writing and writers[fi] is None:
+                if last_fi is not None:  # that input is done: close its output (renamed at the end)
+                    writers[last_fi].prepare()
                 writers[fi] = AtomicParquetWriter(outs[fi], out_schema)
+                last_fi = fi
             offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
             layout = Ragged(torch.from_numpy(offsets))
             hit = res.token_cache.pop(row0, None) if res.token_cache else None

@@ -87,3 +87,51 @@ def test_inputs_must_share_a_schema(dumps, tmp_path):
     pq.write_table(table.drop_columns(["values"]), odd)
     with pytest.raises(AdvcliError, match="lacks column"):
         run([whole, str(odd)], tmp_path / "o", SETTINGS["grpo"])
+
+
+def test_many_more_inputs_than_open_files_allowed(tmp_path):
+    """A directory of shards runs under a descriptor limit far below the number of files: no input
+    stays open between reads and a finished input's output is closed (and renamed at the end)."""
+    import subprocess
+    import sys
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    t = make_table(150 * 4, group_size=4, min_len=2, max_len=6, seed=5)
+    for i in range(150):
+        pq.write_table(t.slice(4 * i, 4), src / f"part-{i:04d}.parquet")
+    code = ("import resource, sys\n"
+            "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+            "import advcli\n"
+            "r = advcli.run(sys.argv[1], sys.argv[2] + '/', settings={'algorithm.adv_estimator': 'grpo'}, force=True)\n"
+            "print('ROWS', r.rows)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("ROWS 600")
+    names = sorted(os.listdir(out))
+    assert names == [f"part-{i:04d}.parquet" for i in range(150)]
+    got = pa.concat_tables([pq.read_table(out / n) for n in names])
+    assert got.column("prompt_id").to_pylist() == t.column("prompt_id").to_pylist()
+
+
+def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(dumps, tmp_path, monkeypatch):
+    """Finished inputs' outputs are closed early but renamed only when the whole run succeeded: an
+    error in the last input leaves no output and no temporary file at all."""
+    _, parts, _ = dumps
+    out = tmp_path / "out"
+    out.mkdir()
+    real = pipeline.output_batch
+
+    def failing(plan, batch, *a, **k):
+        if failing.calls == 3:  # the last input (files of 70, 1, 119 and 50 rows; chunks of 50)
+            raise KeyboardInterrupt
+        failing.calls += 1
+        return real(plan, batch, *a, **k)
+
+    failing.calls = 0
+    monkeypatch.setattr(pipeline, "output_batch", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run([parts], str(out) + os.sep, {"algorithm.adv_estimator": "grpo"}, chunk_rows=200)
+    assert os.listdir(out) == []

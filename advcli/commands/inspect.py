@@ -122,7 +122,7 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
             info = ROLE_INFO[role][2]
         schema.append({"column": f.name, "type": str(f.type), "role": role, "meaning": info})
     data: dict = {"inputs": ins.paths, "files": len(ins.paths), "rows": ins.num_rows,
-                  "row_groups": sum(f.metadata.num_row_groups for f in ins.files),
+                  "row_groups": sum(md.num_row_groups for md in ins.metadata),
                   "bytes": sum(os.path.getsize(p) for p in ins.paths), "schema": schema,
                   "roles": dict(cmap.names), "advcli_output": prov is not None}
     if prov is not None:

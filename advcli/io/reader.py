@@ -66,19 +66,27 @@ def open_parquet(path: str) -> pq.ParquetFile:
 
 @dataclass
 class InputSet:
-    """The input files, opened once, with one common schema."""
+    """The input files with one common schema: their paths and footers. No file stays open between
+    reads (each pass opens one file at a time), so a directory of thousands of shards needs no more
+    descriptors than one file."""
 
     paths: list[str]
-    files: list[pq.ParquetFile]
+    metadata: list[pq.FileMetaData]
     schema: pa.Schema
 
     @staticmethod
     def open(specs: list[str]) -> "InputSet":
         paths = expand_inputs(specs)
-        files = [open_parquet(p) for p in paths]
-        schema = files[0].schema_arrow
-        for p, f in zip(paths[1:], files[1:]):
-            other = f.schema_arrow
+        metadata, schemas = [], []
+        for p in paths:
+            f = open_parquet(p)
+            try:
+                metadata.append(f.metadata)
+                schemas.append(f.schema_arrow)
+            finally:
+                f.close()
+        schema = schemas[0]
+        for p, other in zip(paths[1:], schemas[1:]):
             for field in schema:
                 if field.name in other.names and not other.field(field.name).type.equals(field.type):
                     raise AdvcliError(f"{p}: column {field.name!r} has type {other.field(field.name).type} "
@@ -87,21 +95,20 @@ class InputSet:
             if missing:
                 raise AdvcliError(f"{p}: lacks column(s) {missing} that {paths[0]} has; all inputs must share "
                                   "one schema")
-        return InputSet(paths, files, schema)
+        return InputSet(paths, metadata, schema)
 
     @property
     def num_rows(self) -> int:
-        return sum(f.metadata.num_rows for f in self.files)
+        return sum(md.num_rows for md in self.metadata)
 
     def file_rows(self) -> list[int]:
-        return [f.metadata.num_rows for f in self.files]
+        return [md.num_rows for md in self.metadata]
 
     def list_tokens(self, column: str) -> int:
         """Σ list lengths of ``column`` over every file, from the Parquet metadata alone (an empty or
         null list counts 1: an upper bound, exact for dumps without them)."""
         total = 0
-        for f in self.files:
-            md = f.metadata
+        for md in self.metadata:
             idx = [i for i in range(md.num_columns)
                    if md.schema.column(i).path.split(".")[0] == column]
             if not idx:
@@ -120,8 +127,9 @@ class InputSet:
         return _prefetched(it, depth) if depth > 0 else it
 
     def _iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
-        for fi, (path, f) in enumerate(zip(self.paths, self.files)):
+        for fi, path in enumerate(self.paths):
             row = 0
+            f = open_parquet(path)  # one file open at a time
             try:
                 for batch in f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=True):
                     if batch.num_rows == 0:
@@ -131,6 +139,8 @@ class InputSet:
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
                 raise AdvcliError(f"{path}: cannot read rows after row {row} ({str(e).splitlines()[0]}); "
                                   "the file may be truncated or corrupt") from None
+            finally:
+                f.close()
 
 
 _END = object()

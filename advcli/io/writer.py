@@ -258,6 +258,7 @@ class AtomicParquetWriter:
                               hint="check that the output directory exists and is writable") from None
         self._rebatch = _Rebatcher(schema)
         self._rows_in = 0  # rows handed to write(): the committed file must hold exactly these
+        self._prepared = False
         self._flush_behind = threaded
         # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
@@ -296,7 +297,13 @@ class AtomicParquetWriter:
         if self._worker is not None:
             self._worker.close(raise_error=False)  # commit/abort decide what an error means
 
-    def commit(self) -> None:
+    def prepare(self) -> None:
+        """Everything of :meth:`commit` but the rename: the last row group, the footer, the row-count
+        check and the fsync. The encoding thread and the file are released, so a run with one
+        output per input holds nothing open for the inputs it has finished; :meth:`commit` then only
+        renames (all outputs at the end of the run: nothing appears before the whole run succeeded)."""
+        if self._prepared:
+            return
         if self._error is None:
             last = self._rebatch.finish()
             if last:
@@ -307,8 +314,9 @@ class AtomicParquetWriter:
                         raise
         self._finish_thread()
         if self._error is not None:
+            error = self._error
             self.abort()
-            raise AdvcliError(f"{self.target}: writing failed: {self._error}")
+            raise AdvcliError(f"{self.target}: writing failed: {error}")
         self._writer.close()
         written = pq.read_metadata(self.tmp).num_rows  # the footer: nothing lost on the way
         if written != self._rows_in:
@@ -318,6 +326,10 @@ class AtomicParquetWriter:
                               hint="this is a bug in advcli; please report it with the input's row count")
         with open(self.tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        self._prepared = True
+
+    def commit(self) -> None:
+        self.prepare()
         os.replace(self.tmp, self.target)
         try:
             dfd = os.open(os.path.dirname(os.path.abspath(self.target)), os.O_RDONLY)

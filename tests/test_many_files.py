@@ -135,3 +135,29 @@ def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(dumps, 
     with pytest.raises(KeyboardInterrupt):
         run([parts], str(out) + os.sep, {"algorithm.adv_estimator": "grpo"}, chunk_rows=200)
     assert os.listdir(out) == []
+
+
+def test_too_many_open_files_is_named_as_such(tmp_path):
+    """EMFILE is the process's limit, not a bad file: the message says so and what to do."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "x.parquet"
+    pq.write_table(make_table(4, group_size=2, min_len=2, max_len=4, seed=1), p)
+    code = ("import resource, sys\n"
+            "from advcli.io.reader import open_parquet\n"
+            "from advcli.errors import AdvcliError\n"
+            "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (32, hard))\n"
+            "held = []\n"
+            "try:\n"
+            "    while True:\n"
+            "        held.append(open(sys.argv[1], 'rb'))\n"
+            "except OSError:\n"
+            "    pass\n"
+            "try:\n"
+            "    open_parquet(sys.argv[1])\n"
+            "except AdvcliError as e:\n"
+            "    print('MSG', e, '|', e.hint)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True)
+    assert "too many open files" in r.stdout and "ulimit -n" in r.stdout, (r.stdout, r.stderr[-1000:])

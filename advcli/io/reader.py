@@ -60,7 +60,11 @@ def open_parquet(path: str) -> pq.ParquetFile:
     except PermissionError:
         raise AdvcliError(f"{path}: permission denied", hint="check the file's read permissions") from None
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-        raise AdvcliError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})",
+        first = str(e).splitlines()[0]
+        if "Too many open files" in first:  # EMFILE: the process, not the file
+            raise AdvcliError(f"{path}: cannot open it: too many open files in this process",
+                              hint="raise the limit (ulimit -n) or run on fewer inputs at once") from None
+        raise AdvcliError(f"{path}: not a readable Parquet file ({first})",
                           hint="advcli reads Parquet dumps; convert JSONL with pandas or pyarrow first") from None
 
 

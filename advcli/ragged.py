@@ -8,6 +8,7 @@ loops in Python over rows or tokens.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -67,16 +68,24 @@ class Ragged:
         return Ragged(self.offsets.to(device))
 
     # --------------------------------------------------------------------------- segment helpers
+    def row_reduce(self, values: torch.Tensor, reduce: str) -> torch.Tensor:
+        """Per-row ``reduce`` ("sum" | "min" | "max") of flat floating-point ``values`` [N], by
+        ``torch.segment_reduce``: each row is reduced on its own, left to right, so a row's result
+        depends only on that row (never on the chunk around it). Empty rows give 0 / +inf / −inf;
+        NaN propagates."""
+        if values.numel() == 0:  # (segment_reduce refuses an empty input)
+            fill = {"sum": 0.0, "min": math.inf, "max": -math.inf}[reduce]
+            return torch.full((self.num_rows,), fill, dtype=values.dtype, device=values.device)
+        return torch.segment_reduce(values, reduce, offsets=self.offsets.to(values.device))
+
     def row_sum(self, values: torch.Tensor) -> torch.Tensor:
         """Σ_t values[i, t] for every row (empty rows give 0), in the values' dtype.
 
-        Each row is summed left to right on the CPU, so a row's sum depends only on that row
-        (never on the chunk around it). Floating-point values go through ``torch.segment_reduce``
-        (no per-token row index; ~4x faster than ``index_add_`` on the CPU, and bit-identical to
-        it there: both add a row's tokens in order, tests/test_ragged.py); integers and an
-        all-empty chunk through ``index_add_``."""
-        if values.is_floating_point() and values.dim() == 1 and values.numel():
-            return torch.segment_reduce(values, "sum", lengths=self.lengths.to(values.device))
+        Floating-point values go through :meth:`row_reduce` (no per-token row index; ~4x faster than
+        ``index_add_`` on the CPU, and bit-identical to it there: both add a row's tokens in order,
+        tests/test_ragged.py); integers through ``index_add_``."""
+        if values.is_floating_point() and values.dim() == 1:
+            return self.row_reduce(values, "sum")
         out = torch.zeros(self.num_rows, dtype=values.dtype, device=values.device)
         return out.index_add_(0, self.row_index.to(values.device), values)
 

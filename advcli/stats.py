@@ -163,19 +163,9 @@ def histogram(values: torch.Tensor, weights: torch.Tensor | None = None, bins: i
 
 
 # ------------------------------------------------------------------------------ token accumulators
-def _seg(x: torch.Tensor, offsets: torch.Tensor, reduce: str) -> torch.Tensor:
-    """Per-segment ``reduce`` ("sum" | "min" | "max") of the flat ``x`` cut at ``offsets`` [B+1]; each
-    segment is reduced on its own (sequentially, in order), so a row's value does not depend on the
-    chunk it sits in. Empty segments give 0 / +inf / −inf; NaN propagates."""
-    if x.numel() == 0:
-        fill = {"sum": 0.0, "min": math.inf, "max": -math.inf}[reduce]
-        return torch.full((offsets.numel() - 1,), fill, dtype=x.dtype)
-    return torch.segment_reduce(x, reduce, offsets=offsets)
-
-
 def row_sums64(offsets: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """float64 Σ per row of a flat token tensor (any device, any float dtype), on the CPU."""
-    return _seg(x.detach().to("cpu", torch.float64), offsets.to("cpu"), "sum")
+    return Ragged(offsets.to("cpu")).row_sum(x.detach().to("cpu", torch.float64))
 
 
 def _rows_constant(x: torch.Tensor, voff: torch.Tensor) -> bool:
@@ -208,13 +198,14 @@ class _Partials:
         (its value) whatever ``rows_minmax`` says."""
         p = _Partials()
         p.nonconstant = False
-        s = _seg(x, voff, "sum")
+        rows = Ragged(voff)  # the valid tokens, row by row
+        s = rows.row_reduce(x, "sum")
         p.raw_sum = s
         cnt = voff[1:] - voff[:-1]
         if bool(torch.isfinite(s.sum())):  # one reduction: every value finite (the common case)
             p.all_finite = True
             p.sum, p.count, p.nonfinite = s, cnt, torch.zeros_like(cnt)
-            p.sumsq = _seg(x * x, voff, "sum")
+            p.sumsq = rows.row_reduce(x * x, "sum")
             if check_const:
                 if _rows_constant(x, voff):
                     has = cnt > 0
@@ -227,7 +218,7 @@ class _Partials:
                 p.nonconstant = True
             p.rows_minmax = rows_minmax
             if rows_minmax:
-                p.mn, p.mx = _seg(x, voff, "min"), _seg(x, voff, "max")
+                p.mn, p.mx = rows.row_reduce(x, "min"), rows.row_reduce(x, "max")
             elif x.numel():
                 mn, mx = torch.aminmax(x)
                 p.mn, p.mx = mn.reshape(1), mx.reshape(1)
@@ -238,12 +229,12 @@ class _Partials:
         p.all_finite = False
         fin = torch.isfinite(x)
         xf = torch.where(fin, x, torch.zeros_like(x))
-        p.sum = _seg(xf, voff, "sum")
-        p.sumsq = _seg(xf * xf, voff, "sum")
-        p.count = _seg(fin.to(torch.float64), voff, "sum").to(torch.int64)
+        p.sum = rows.row_reduce(xf, "sum")
+        p.sumsq = rows.row_reduce(xf * xf, "sum")
+        p.count = rows.row_reduce(fin.to(torch.float64), "sum").to(torch.int64)
         p.nonfinite = cnt - p.count
-        p.mn = _seg(torch.where(fin, x, torch.full_like(x, math.inf)), voff, "min")
-        p.mx = _seg(torch.where(fin, x, torch.full_like(x, -math.inf)), voff, "max")
+        p.mn = rows.row_reduce(torch.where(fin, x, torch.full_like(x, math.inf)), "min")
+        p.mx = rows.row_reduce(torch.where(fin, x, torch.full_like(x, -math.inf)), "max")
         p.rows_minmax = True
         p.nonconstant = bool(((p.mn != p.mx) & (p.count > 0)).any())
         return p

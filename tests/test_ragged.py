@@ -50,3 +50,14 @@ def test_row_sum_integers_and_empty_chunks():
     assert empty_rows.row_sum(torch.zeros(0)).tolist() == [0.0, 0.0]
     assert Ragged.from_lengths(torch.zeros(0, dtype=torch.int64)).row_sum(torch.zeros(0)).numel() == 0
     np.testing.assert_array_equal(layout.row_sum(torch.ones(5, dtype=torch.float64)).numpy(), [2.0, 0.0, 3.0])
+
+
+def test_row_reduce_min_max_and_empty_rows():
+    layout = Ragged.from_lengths(torch.tensor([2, 0, 3]))
+    x = torch.tensor([3.0, -1.0, 5.0, float("nan"), 2.0], dtype=torch.float64)
+    assert layout.row_reduce(x, "min")[[0, 1]].tolist() == [-1.0, float("inf")]
+    assert layout.row_reduce(x, "max")[[0, 1]].tolist() == [3.0, float("-inf")]
+    assert torch.isnan(layout.row_reduce(x, "max")[2])  # NaN propagates
+    none = Ragged.from_lengths(torch.tensor([0, 0]))
+    for reduce, fill in (("sum", 0.0), ("min", float("inf")), ("max", float("-inf"))):
+        assert none.row_reduce(torch.zeros(0, dtype=torch.float64), reduce).tolist() == [fill, fill]

@@ -110,22 +110,24 @@ class MomentSums:
         """Accumulate values token by token (any device; the sums stay on the CPU). For a chunk of
         rows, :meth:`row_partials` + :meth:`add_rows` reduce each row on its own first: cheaper, and a
         row's sum depends only on that row, never on where its chunk starts."""
+        self.add_rows(MomentSums._terms(values, weights), scope_of_token.to(torch.int64))
+
+    @staticmethod
+    def _terms(values: torch.Tensor, weights: torch.Tensor) -> tuple:
+        """(m, v·m, v²·m) per token in float64: what Σm, Σvm, Σv²m sum."""
         v = values.to(torch.float64)
         w = weights.to(torch.float64)
         vw = v * w
-        self.add_rows((w, vw, v * vw), scope_of_token.to(torch.int64))
+        return w, vw, v * vw
 
     @staticmethod
     def row_partials(values: torch.Tensor, weights: torch.Tensor, layout, scope_row: torch.Tensor):
         """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes) of a chunk laid out by
         ``layout``: the per-token work, with no shared state — a worker thread can run it; the caller
         then hands the result to :meth:`add_rows` in row order."""
-        v = values.to(torch.float64)
-        w = weights.to(torch.float64)
-        vw = v * w
-        parts = tuple(layout.row_sum(x) for x in (w, vw, v * vw))
-        keep = layout.lengths.to(v.device) > 0
-        return tuple(x[keep] for x in parts), scope_row.to(v.device)[keep]
+        parts = tuple(layout.row_sum(x) for x in MomentSums._terms(values, weights))
+        keep = layout.lengths.to(values.device) > 0
+        return tuple(x[keep] for x in parts), scope_row.to(values.device)[keep]
 
     def add_rows(self, parts: tuple, scope: torch.Tensor) -> None:
         """Accumulate (Σm, Σvm, Σv²m) values, each with its scope, exactly."""

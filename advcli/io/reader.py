@@ -52,11 +52,12 @@ READ_BUFFER = 1 << 22  # bytes read from a column chunk at a time (0 would read 
 PREFETCH = 1  # batches decoded ahead of the consumer
 
 
-def open_parquet(path: str) -> pq.ParquetFile:
+def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """``path`` opened for streaming reads; ``metadata``: its footer, already read (not read again)."""
     if os.path.isdir(path):
         raise AdvcliError(f"{path}: is a directory, expected a Parquet file")
     try:
-        return pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER)
+        return pq.ParquetFile(path, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
     except PermissionError:
         raise AdvcliError(f"{path}: permission denied", hint="check the file's read permissions") from None
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
@@ -131,9 +132,9 @@ class InputSet:
         return _prefetched(it, depth) if depth > 0 else it
 
     def _iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
-        for fi, path in enumerate(self.paths):
+        for fi, (path, md) in enumerate(zip(self.paths, self.metadata)):
             row = 0
-            f = open_parquet(path)  # one file open at a time
+            f = open_parquet(path, md)  # one file open at a time, its footer read once by open()
             try:
                 for batch in f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=True):
                     if batch.num_rows == 0:

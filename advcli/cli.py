@@ -313,6 +313,12 @@ def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like C
     raise KeyboardInterrupt
 
 
+# The usage errors typer raises without standalone mode: typer >= 0.2x vendors click, whose
+# exceptions derive from typer.TyperException (click itself need not be installed); older typer
+# raises click's own ClickException. typer.Abort is the right Abort in both.
+_USAGE_ERROR = getattr(typer, "TyperException", None) or __import__("click").exceptions.ClickException
+
+
 def main() -> None:
     import signal
 
@@ -335,10 +341,13 @@ def main() -> None:
     except KeyboardInterrupt:
         _err(_INTERRUPTED)
         sys.exit(_signal_exit["code"])
-    except __import__("click").exceptions.ClickException as e:
-        e.show()
+    except _USAGE_ERROR as e:
+        if hasattr(e, "show"):
+            e.show()
+        else:
+            _err(e.format_message())
         sys.exit(2)
-    except __import__("click").exceptions.Abort:  # click turns KeyboardInterrupt into Abort
+    except typer.Abort:  # typer (and click) turn KeyboardInterrupt into Abort
         _err(_INTERRUPTED)
         sys.exit(_signal_exit["code"])
     except SystemExit:

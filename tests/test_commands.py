@@ -360,3 +360,17 @@ def test_run_does_not_import_pandas(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith("PANDAS False"), r.stdout[-500:]
     assert pq.read_table(out).num_rows == pq.ParquetFile(SAMPLE).metadata.num_rows
+
+
+def test_a_usage_error_is_a_usage_error_even_without_click():
+    """typer >= 0.2x vendors click: its usage errors are not click's, and click may not be installed
+    at all. A mistyped option is a one-line usage error with exit status 2 — not an 'internal error'
+    (what it printed when the CLI caught click's exception class), nor a ModuleNotFoundError."""
+    code = ("import sys\n"
+            "sys.modules['click'] = None  # as on a machine where nothing else installed click\n"
+            "from advcli.cli import main\n"
+            "sys.argv = ['advcli', 'run', 'x.parquet', '-o', 'y.parquet', '--bogus']\n"
+            "main()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "--bogus" in r.stderr and "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -271,7 +271,7 @@ SAMPLE_EPILOG = """
 
 @app.command(epilog=SAMPLE_EPILOG)
 def sample(
-    output: str = typer.Argument(..., help="Parquet file to write."),
+    output: str = typer.Argument(..., metavar="OUTPUT", help="Parquet file to write."),
     rows: int = typer.Option(512, "--rows", "-n", help="Number of responses."),
     group_size: int = typer.Option(8, "--group-size", help="Responses per prompt."),
     min_len: int = typer.Option(16, "--min-len", help="Shortest response (tokens)."),

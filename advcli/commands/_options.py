@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-INPUTS = typer.Argument(..., help="Input Parquet file(s), a directory or a glob.", show_default=False)
+INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a directory or a glob.", show_default=False)
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
 CONFIG = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys.")
 COLUMN = typer.Option(None, "--column", metavar="ROLE=NAME", help="Read a role from another column, e.g. reward=score.")

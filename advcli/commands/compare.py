@@ -406,7 +406,7 @@ def print_comparison(res: dict) -> None:
 # -------------------------------------------------------------------------------------- command
 def compare_cmd(
     ctx: typer.Context,
-    paths: List[str] = typer.Argument(..., help="Two advcli outputs, or one dump with --flavor/--set twice.",
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Two advcli outputs, or one dump with --flavor/--set twice.",
                                       show_default=False),
     flavor: Optional[List[str]] = typer.Option(None, "--flavor", "-f", help="Starts a configuration (give it "
                                                                             "twice, each followed by its --set)."),

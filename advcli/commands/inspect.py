@@ -308,7 +308,7 @@ def _print(data: dict) -> None:
 
 
 def inspect_cmd(
-    inputs: List[str] = typer.Argument(..., help="Parquet file(s), a directory or a glob.", show_default=False),
+    inputs: List[str] = typer.Argument(..., metavar="INPUT", help="Parquet file(s), a directory or a glob.", show_default=False),
     column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
                                                help="Read a role from another column, e.g. reward=score."),
     json_out: bool = typer.Option(False, "--json", help="Print everything as JSON on stdout."),

@@ -271,7 +271,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 
 
 def stats_cmd(
-    inputs: List[str] = typer.Argument(..., help="A dump or an advcli output (files, a directory or a glob).",
+    inputs: List[str] = typer.Argument(..., metavar="INPUT", help="A dump or an advcli output (files, a directory or a glob).",
                                        show_default=False),
     report: Optional[str] = typer.Option(None, "--report", "-r", help="Write the figures to PATH: .json, .md or "
                                                                       ".html."),

@@ -59,10 +59,9 @@ def id_lookup(key_arrays: list | None) -> Callable[[list[int]], list]:
     """rows -> group ids read from the prompt_id arrays of the row pass (strings), or None each."""
     if not key_arrays:
         return lambda rows: [None] * len(rows)
-    import numpy as np
     import pyarrow as pa
 
-    from .io.lists import arrow_from_numpy
+    from .io.lists import take
 
     col = pa.chunked_array(key_arrays)
 
@@ -70,7 +69,7 @@ def id_lookup(key_arrays: list | None) -> Callable[[list[int]], list]:
         if not rows:
             return []
         return [v if isinstance(v, (str, int, float)) or v is None else str(v)
-                for v in col.take(arrow_from_numpy(np.asarray(rows, dtype=np.int64))).to_pylist()]
+                for v in take(col, rows).to_pylist()]
     return look
 
 

@@ -42,7 +42,7 @@ from .errors import AdvcliError
 from .estimators import EstimatorSpec, get as get_estimator, resolve_params
 from .io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor, offsets_array,
                              tensor_to_list_array)
-from .io.lists import arrow_from_numpy, primitive_numpy
+from .io.lists import arrow_from_numpy, dictionary_codes, primitive_numpy
 from .io.memory import trim as trim_heap
 from .io.ordered import OrderedWorker
 from .io.reader import InputSet
@@ -343,7 +343,7 @@ def _factorize(values: list[pa.Array]) -> np.ndarray:
 
         codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
         return codes.astype(np.int64)
-    return primitive_numpy(arr.dictionary_encode().indices).astype(np.int64)
+    return dictionary_codes(arr)
 
 
 def _kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:

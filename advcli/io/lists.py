@@ -52,3 +52,26 @@ def arrow_from_numpy(values: np.ndarray) -> pa.Array:
         return pa.array(values)
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(typ, len(values), [None, pa.py_buffer(values)])
+
+
+def _compute(name: str, *args):
+    """Arrow compute function ``name`` on ``args``. ``Array.dictionary_encode()``, ``.take()`` and
+    the like import ``pyarrow.compute``, whose function docstrings pull in ``pydoc`` (~0.06 s, on a
+    run's critical path); the kernels live in ``pyarrow._compute``, called directly when present."""
+    try:
+        from pyarrow._compute import call_function
+    except ImportError:  # a pyarrow that moved it: the public route
+        import pyarrow.compute as pc
+
+        return getattr(pc, name)(*args)
+    return call_function(name, list(args))
+
+
+def dictionary_codes(arr: pa.Array) -> np.ndarray:
+    """int64 codes of ``arr``'s values in first-appearance order (Arrow's hash dictionary encoding)."""
+    return primitive_numpy(_compute("dictionary_encode", arr).indices).astype(np.int64)
+
+
+def take(arr, indices: np.ndarray):
+    """``arr.take(indices)`` (an Array or ChunkedArray) without importing ``pyarrow.compute``."""
+    return _compute("take", arr, arrow_from_numpy(np.asarray(indices, dtype=np.int64)))

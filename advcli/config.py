@@ -80,11 +80,18 @@ SCHEMA: dict[str, Key] = {
     "advantage.whiten_unbiased": Key(True, "unbiased (N/(N−1)) variance in whitening", None, "bool"),
     "advantage.whiten_eps": Key(1e-8, "whitening epsilon", None, "float"),
     "advantage.whiten_eps_mode": Key("add", "`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))", ("add", "max"), "str"),
+    "advantage.whiten_divisor": Key("n_eps", "what the masked mean and variance divide their sums by: `n_eps` "
+                                    "Σm + 1e-8 (verl, ROLL, NeMo gae), `n` Σm (OpenRLHF, NeMo "
+                                    "reinforce_plus_plus: a scope with no valid token gives NaN), `max1` "
+                                    "max(Σm, 1) (NeMo raw_reward)", ("n_eps", "n", "max1"), "str"),
     "advantage.whiten_scale": Key(True, "divide by the std (false: centre only)", None, "bool"),
     "advantage.whiten_small": Key("error", "a scope with <= 1 valid token: `error` (verl masked_var raises), "
-                                  "`skip` (ROLL: no whitening in that scope) or `compute` (OpenRLHF: biased "
-                                  "statistics, no check)", ("error", "skip", "compute"), "str"),
-    "advantage.remask": Key(False, "multiply the final advantages by the mask", None, "bool"),
+                                  "`skip` (ROLL: no whitening in that scope) or `compute` (OpenRLHF, NeMo: no "
+                                  "check; an unbiased variance of one token is NaN, none at all NaN or 0 "
+                                  "by whiten_divisor)", ("error", "skip", "compute"), "str"),
+    "advantage.remask": Key(False, "zero the final advantages at mask=0 positions: `true` multiplies by the mask "
+                            "(A·M: a NaN or inf there stays NaN; verl, ROLL), `fill` sets them to 0 whatever they "
+                            "hold (masked_fill; NeMo gae)", (False, True, "fill"), "any"),
     "advantage.clip": Key(None, "clamp of the final advantages: c for [-c, c], or [lo, hi]", None, "clip"),
     "advantage.returns": Key("estimator", "the `returns` column: the estimator's returns (`estimator`) or the "
                              "final advantages (`advantages`: verl gdpo and reinforce_plus_plus_baseline return "

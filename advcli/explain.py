@@ -74,7 +74,7 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
         eps = (f"rsqrt(var + {a['whiten_eps']:g})" if a["whiten_eps_mode"] == "add"
                else f"rsqrt(max(var, {a['whiten_eps']:g}))")
         out.append(f"  4. whiten           A ← (A − μ)·{eps if a['whiten_scale'] else '1'} over the mask=1 tokens of "
-                   f"each {'step and domain' if cfg['grouping']['scope'] == 'step_domain' else 'step'} ({var} variance)" + ("; then × mask" if a["remask"] else "; masked positions not re-masked"))
+                   f"each {'step and domain' if cfg['grouping']['scope'] == 'step_domain' else 'step'} ({var} variance)" + ("; then masked_fill(M=0, 0)" if a["remask"] == "fill" else "; then × mask" if a["remask"] else "; masked positions not re-masked"))
     elif a["remask"]:
         out.append("  4. mask             A ← A × mask")
     if a["clip"]:

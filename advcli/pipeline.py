@@ -85,7 +85,7 @@ class Plan:
     def whiten_spec(self) -> WhitenSpec:
         g = lambda k: get_path(self.cfg, f"advantage.{k}")  # noqa: E731
         return WhitenSpec(unbiased=g("whiten_unbiased"), eps=g("whiten_eps"), eps_mode=g("whiten_eps_mode"),
-                          scale=g("whiten_scale"))
+                          divisor=g("whiten_divisor"), scale=g("whiten_scale"))
 
 
 def pick_device(name: str) -> torch.device:
@@ -722,8 +722,13 @@ def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask
         # (v − μ)·rstd in float64, in place on one fresh copy (the input may be a cached tensor)
         x = adv.to(torch.float64, copy=True)
         adv = x.sub_(mean).mul_(rstd).to(dt)
-        if get_path(plan.cfg, "advantage.remask"):
-            adv.mul_(mask)  # a fresh tensor: x itself or its float32 copy
+        remask = get_path(plan.cfg, "advantage.remask")
+        if remask == "fill":
+            adv.masked_fill_(mask == 0, 0.0)  # a fresh tensor: x itself or its float32 copy
+        elif remask:
+            adv.mul_(mask)
+    elif get_path(plan.cfg, "advantage.remask") == "fill":
+        adv = adv.masked_fill(mask == 0, 0.0)
     elif get_path(plan.cfg, "advantage.remask"):
         adv = adv * mask
     if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages

@@ -231,3 +231,54 @@ def test_gae_length_adaptive_refused(tmp_path):
 def test_unknown_key_suggests(tmp_path):
     with pytest.raises(AdvcliError, match="grpo.adv_estimator.normalize_rewards"):
         _run(tmp_path, {"grpo.adv_estimator.normalise_rewards": True})
+
+
+# ------------------------------------------------------------------- tiny and empty batches
+def _run_small(tmp_path, rows, settings):
+    """rows: (prompt_id, reward, mask, values); log-probs are equal (no KL)."""
+    from _flavor_rows import run_rows
+
+    dicts = [dict(prompt_id=p, reward=r, mask=m, old=[-0.5] * len(m), ref=[-0.5] * len(m), values=v)
+             for p, r, m, v in rows]
+    return run_rows(tmp_path, dicts, "nemo", settings)[0]
+
+
+def test_reinforce_plus_plus_without_a_valid_token_is_nan(tmp_path):
+    """advantage_estimator.py L262-265: μ = Σ a·M / Σ M with no epsilon: Σ M = 0 gives 0/0 = NaN at
+    every position (masked positions are not zeroed). (advcli gave ±5000 with Σ M + 1e-8.)"""
+    from _flavor_rows import assert_rows_close
+
+    nan = float("nan")
+    got = _run_small(tmp_path, [("p", 1.0, [0, 0], [0.0, 0.0]), ("p", 0.0, [0], [0.0])],
+                     {"grpo.adv_estimator.name": "reinforce_plus_plus"})
+    assert_rows_close(got["advantages"], [[nan, nan], [nan]])
+
+
+def test_reinforce_plus_plus_all_equal_is_exactly_zero(tmp_path):
+    """minus_baseline off, every a = 1: μ = 3/3 = 1 exactly, σ² = 0 → max(σ², 1e-8): A = 0. A mean
+    over Σ M + 1e-8 would leave (1 − 3/(3 + 1e-8))·1e4 ≈ 3.3e-5."""
+    got = _run_small(tmp_path, [("p", 1.0, [1, 1, 0], [0.0] * 3), ("q", 1.0, [1], [0.0])],
+                     {"grpo.adv_estimator.name": "reinforce_plus_plus", "grpo.adv_estimator.minus_baseline": False})
+    assert got["advantages"] == [[0.0, 0.0, 0.0], [0.0]]
+
+
+def test_raw_reward_divides_by_max_n_1(tmp_path):
+    """L292-293: μ = Σ a·M / max(Σ M, 1). One valid token (r = 1): μ = 1, σ² = 0 → rstd = 1e4;
+    A = (r − 1)·1e4 everywhere (not masked): row 0 → 0 exactly, row 1 (r = 0.5) → −5000."""
+    got = _run_small(tmp_path, [("p", 1.0, [1, 0], [0.0, 0.0]), ("q", 0.5, [0], [0.0])],
+                     {"ppo.adv_estimator.name": "raw_reward"})
+    assert got["advantages"][0] == [0.0, 0.0]
+    assert got["advantages"][1] == pytest.approx([-5000.0], rel=1e-6)
+
+
+def test_gae_whitening_of_one_valid_token(tmp_path):
+    """_reward_whiten with one mask=1 token: masked_var multiplies a variance of exactly 0 by
+    1/(1 − 1) = inf → NaN at that token; masked_fill(~mask, 0) then zeroes every other position
+    (L493-495). GAE by hand: δ_0 = 1 − 0.25 = 0.75 (the masked token after it carries nv = g = 0);
+    returns = A + V = [1.0, 0.5] and [0 + 0.5]."""
+    from _flavor_rows import assert_rows_close
+
+    got = _run_small(tmp_path, [("p", 1.0, [1, 0], [0.25, 0.5]), ("q", 0.0, [0], [0.5])],
+                     {"ppo.adv_estimator.name": "gae"})
+    assert_rows_close(got["advantages"], [[float("nan"), 0.0], [0.0]])
+    assert_rows_close(got["returns"], [[1.0, 0.5], [0.5]])

@@ -185,3 +185,24 @@ def test_positional_blocks_checked_against_prompt_id(tmp_path):
     # rloo, 0.9×3 → 0.9 − (2.7 − 0.9)/2 in float32 (≈ 0); [0, 1, 1]: −1, 0.5, 0.5
     assert out["advantages"][3] == [-1.0, -1.0] and out["advantages"][4] == [0.5, 0.5, 0.5]
     assert abs(out["advantages"][0][0]) < 1e-7
+
+
+# ------------------------------------------------------------------------ step normalisation
+def test_step_normalisation_mean_has_no_epsilon(tmp_path):
+    """experience_maker.py L318-323: mean = Σ(A·m)/num_actions, no epsilon. All advantages 1 (reward 1
+    on the last token, γ = 1, no KL): mean 1 exactly, var 0 → clamp 1e-8: A = 0. A mean over
+    Σm + 1e-8 would leave (1 − 3/(3 + 1e-8))·1e4 ≈ 3.3e-5."""
+    rows = [dict(reward=1.0, mask=[1, 1], old=[-0.5, -0.5], ref=[-0.5, -0.5]),
+            dict(reward=1.0, mask=[1], old=[-0.5], ref=[-0.5])]
+    out, _ = run_rows(tmp_path, rows, "openrlhf", {EST: "reinforce", "algo.kl.init_coef": 0.0})
+    assert out["advantages"] == [[0.0, 0.0], [0.0]]
+
+
+def test_step_without_action_tokens_is_nan(tmp_path):
+    """num_actions = 0: mean = 0/0 = NaN, and every position of the step is NaN (OpenRLHF does not
+    re-mask the normalised advantages)."""
+    nan = float("nan")
+    rows = [dict(reward=1.0, mask=[0, 0], old=[-0.5, -0.5], ref=[-0.5, -0.5]),
+            dict(reward=0.5, mask=[0], old=[-0.5], ref=[-0.5])]
+    out, _ = run_rows(tmp_path, rows, "openrlhf", {EST: "reinforce", "algo.kl.init_coef": 0.0})
+    assert_rows_close(out["advantages"], [[nan, nan], [nan]])

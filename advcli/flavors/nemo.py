@@ -80,7 +80,8 @@ def translate(v: dict) -> dict:
         cfg["kl"].update(_kl(v, mask=False), in_reward=v["loss_fn.use_kl_in_reward"])
         cfg["estimator"] = {"name": "token_rewards"}
         cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
-                                remask=False, whiten_small="compute")  # NeMo never refuses a tiny batch
+                                whiten_divisor="n", remask=False,  # Σ a·M / Σ M (L262): Σ M = 0 → NaN
+                                whiten_small="compute")  # NeMo never refuses a tiny batch
     elif est == "opd":  # OPDAdvantageEstimator (L551-627)
         cfg["estimator"] = {"name": "distill"}
     lo, hi = v["grpo.advantage_clip_low"], v["grpo.advantage_clip_high"]
@@ -97,7 +98,7 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
         cfg["estimator"] = {"name": "token_rewards"}
         if v["ppo.adv_estimator.normalize_advantages"]:
             cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
-                                    whiten_small="compute")
+                                    whiten_divisor="max1", whiten_small="compute")  # / ΣM.clamp(min=1)
         return cfg
     # GeneralizedAdvantageEstimator (L302-548)
     alpha = v["ppo.adv_estimator.length_adaptive_alpha"]
@@ -117,7 +118,7 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
     if v["ppo.adv_estimator.normalize_advantages"]:  # _reward_whiten: masked_mean/masked_var (unbiased)
         cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add",
                                 whiten_small="compute")
-    cfg["advantage"]["remask"] = True  # masked_fill(~mask, 0), always
+    cfg["advantage"]["remask"] = "fill"  # masked_fill(~mask, 0), always (L495): a NaN there becomes 0
     return cfg
 
 

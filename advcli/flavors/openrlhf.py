@@ -108,6 +108,7 @@ def translate(v: dict) -> dict:
         e = {"name": "reinforce_plus_plus", "gamma": gamma, "holes": "step", "mask_rewards": True}
     cfg["estimator"] = e
     cfg["advantage"].update(whiten=est in NORMALISED, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
+                            whiten_divisor="n",  # Σ(A·m)/num_actions, no epsilon (L318-323)
                             whiten_scale=not v["algo.advantage.no_std_norm"], whiten_small="compute",
                             remask=False, clip=None)
     return cfg

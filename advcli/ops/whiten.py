@@ -10,7 +10,11 @@ frameworks use are parameters:
   (NeMo RF++, OpenRLHF);
 - ``shift_mean``: subtract the mean (always) and ``scale`` (divide by the std; OpenRLHF's
   ``no_std_norm`` centres only);
-- ``mean_eps``: verl and ROLL divide the masked sums by ``Σm + 1e-8``.
+- ``divisor``: what the masked mean and variance divide their sums by: ``n_eps`` → ``Σm + 1e-8``
+  (verl and ROLL ``masked_mean``, NeMo gae), ``n`` → ``Σm`` exactly (OpenRLHF
+  experience_maker.py L318-323 @3c3be623, NeMo reinforce_plus_plus advantage_estimator.py L262-263
+  @7ea279ab: a scope without a valid token gives 0/0 = NaN, as there), ``max1`` → ``max(Σm, 1)``
+  (NeMo raw_reward L292-293).
 
 verl ``masked_whiten`` (verl/utils/torch_functional.py L273-346 @1dda039b):
 ``(v − μ)·rsqrt(var + 1e-8)``, ``μ = Σvm/(Σm + 1e-8)``, ``var = Σ(v−μ)²m/(Σm + 1e-8) · N/(N−1)``.
@@ -147,19 +151,30 @@ class WhitenSpec:
     unbiased: bool = True
     eps: float = 1e-8
     eps_mode: str = "add"  # "add": rsqrt(var + eps); "max": rsqrt(max(var, eps))
-    mean_eps: float = 1e-8  # μ = Σvm/(Σm + mean_eps)
+    divisor: str = "n_eps"  # μ = Σvm/D, var = Σ(v−μ)²m/D; D = Σm + 1e-8 ("n_eps"), Σm ("n"), max(Σm, 1) ("max1")
     scale: bool = True  # False: centre only
 
 
+DIVISORS = ("n_eps", "n", "max1")
+
+
 def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-scope (mean, 1/std) in float64 from accumulated sums."""
+    """Per-scope (mean, 1/std) in float64 from accumulated sums.
+
+    With ``unbiased``, a scope of exactly one valid token gets a NaN variance: the frameworks that
+    compute it (NeMo ``masked_var``, utils.py L260-274) multiply a variance of exactly 0 (in float32
+    ``1 + 1e-8`` is 1, so μ is that token's value) by ``1/(1 − 1) = inf``. verl raises there and ROLL
+    skips the scope; the caller decides (``advantage.whiten_small``)."""
     n = sums.count
-    mean = sums.total / (n + spec.mean_eps)
+    if spec.divisor not in DIVISORS:
+        raise ValueError(f"whitening divisor {spec.divisor!r}: expected one of {DIVISORS}")
+    denom = {"n_eps": n + 1e-8, "n": n, "max1": n.clamp(min=1)}[spec.divisor]
+    mean = sums.total / denom
     # Σ(v−μ)²m = Σv²m − 2μΣvm + μ²Σm
     ss = (sums.total_sq - 2 * mean * sums.total + mean * mean * n).clamp(min=0)
-    var = ss / (n + spec.mean_eps)
+    var = ss / denom
     if spec.unbiased:
-        var = var * n / (n - 1).clamp(min=1e-300)
+        var = torch.where(n == 1, torch.full_like(var, float("nan")), var * n / (n - 1).clamp(min=1e-300))
     if not spec.scale:
         rstd = torch.ones_like(var)
     elif spec.eps_mode == "max":

@@ -23,8 +23,11 @@ app = typer.Typer(
 
 def _err(msg: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]advcli: error:[/] {msg}", markup=True)
+    # the message is plain text: "[acc, fmt]" in a hint must print as written, not as markup
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]advcli: error:[/] {escape(msg)}",
+                                                                markup=True)
 
 
 def _version(value: bool):

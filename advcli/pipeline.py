@@ -131,6 +131,14 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if kl_on:
         cmap.require("old_log_probs", "KL in the reward needs the policy log-probs")
         cmap.require("ref_log_probs", "KL in the reward needs the reference log-probs")
+        kl = cfg["kl"]
+        if kl["controller"] == "adaptive":  # checked before any data is read
+            if not kl["horizon"] or kl["horizon"] <= 0:
+                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {kl['horizon']})")
+            if not kl["target"] or kl["target"] <= 0:
+                raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl['target']}): "
+                                  "β is updated by clip(kl/target − 1, ±0.2)",
+                                  hint="set the target KL, or use kl.controller=fixed")
     for role in spec.needs:
         cmap.require(role, f"estimator {spec.name} needs it")
     group_by = get_path(cfg, "grouping.by")
@@ -582,9 +590,7 @@ def _kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> t
         current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
         betas.append(value)
         kls.append(current)
-        if c["controller"] == "adaptive":
-            if not c["horizon"] or c["horizon"] <= 0:
-                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {c['horizon']})")
+        if c["controller"] == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
             err = float(np.clip(current / c["target"] - 1, -0.2, 0.2))
             value *= 1 + err * int(rows.sum()) / c["horizon"]
     return betas, kls
@@ -1025,8 +1031,9 @@ def _whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: l
         s = int(torch.nonzero(few)[0])
         raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"
                           f"{_scope_where(plan, step_values, s)}",
-                          hint="verl raises here too (masked_var); turn advantage.whiten off "
-                               "or check the response_mask column")
+                          hint="verl raises here too (masked_var: N/(N−1) with N ≤ 1): check the "
+                               "response_mask column of that step. With --flavor advcli, "
+                               "advantage.whiten_small=skip leaves such a step unwhitened (ROLL's rule)")
     mean, rstd = scope_mean_rstd(sums, spec)
     if small == "skip":
         mean = torch.where(few, torch.zeros_like(mean), mean)

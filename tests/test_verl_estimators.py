@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import advcli
+from advcli.errors import AdvcliError
 
 # D: 11 rows, groups scattered (a: 4 rows, b: 3, c: 2, singletons s and e); interior masked spans,
 # masked tails (row 7 ends masked, its reward sits on a masked token), rows of length 1, log-ratios
@@ -487,3 +488,20 @@ def test_big_dump_chunkings(tmp_path, est):
         advcli.run(str(src), str(dst), settings=s, chunk_rows=chunk, device="cpu", force=True)
         outs.append(pq.read_table(dst).select(["advantages", "returns"]).to_pydict())
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_adaptive_controller_settings_are_inert_without_kl_in_reward(tmp_path, sample_path):
+    """verl builds the KL controller only with use_kl_in_reward (ray_trainer.py @1dda039b), so a
+    horizon or target_kl of 0 there is not an error, and changes nothing."""
+    outs = []
+    for extra in ({}, {"algorithm.kl_ctrl.type": "adaptive", "algorithm.kl_ctrl.horizon": 0,
+                       "algorithm.kl_ctrl.target_kl": 0}):
+        dst = tmp_path / f"o{len(extra)}.parquet"
+        advcli.run(str(sample_path), str(dst), settings={"algorithm.adv_estimator": "grpo", **extra},
+                   device="cpu", force=True)
+        outs.append(pq.read_table(dst).select(["advantages", "returns"]).to_pydict())
+    assert outs[0] == outs[1]
+    with pytest.raises(AdvcliError, match="target_kl must be > 0"):
+        advcli.run(str(sample_path), str(tmp_path / "x.parquet"), device="cpu", force=True,
+                   settings={"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True,
+                             "algorithm.kl_ctrl.type": "adaptive", "algorithm.kl_ctrl.target_kl": 0})

@@ -78,7 +78,7 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
             values[k] = v
         else:
             valid = list(keys) + list(flavor.aliases)
-            raise AdvcliError(f"key {k!r} is not a {flavor.name} setting.{did_you_mean(k, valid)}",
+            raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}.{did_you_mean(k, valid)}",
                               hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return values
 

@@ -46,6 +46,11 @@ def kl_settings(name: str) -> dict:
     return {"estimator": kind, "input_clamp": 20.0 if clamp else None, "output_clamp": 10.0 if clamp else None}
 
 
+def _num(x) -> str:
+    """A config number as the user wrote it: 0 not 0.0, None as null."""
+    return "null" if x is None else format(x, "g") if isinstance(x, (int, float)) else repr(x)
+
+
 def translate(v: dict) -> dict:
     cfg = default_config()
     est = v["algorithm.adv_estimator"]
@@ -61,8 +66,14 @@ def translate(v: dict) -> dict:
     cfg["kl"].update({"in_reward": v["algorithm.use_kl_in_reward"], "coef": v["algorithm.kl_ctrl.kl_coef"],
                       "controller": ctrl, "target": v["algorithm.kl_ctrl.target_kl"],
                       "horizon": v["algorithm.kl_ctrl.horizon"], "mask": True})
-    if ctrl == "adaptive" and not (v["algorithm.kl_ctrl.horizon"] and v["algorithm.kl_ctrl.horizon"] > 0):
-        raise AdvcliError(f"key algorithm.kl_ctrl.horizon must be > 0 (got {v['algorithm.kl_ctrl.horizon']})")
+    if ctrl == "adaptive" and v["algorithm.use_kl_in_reward"]:  # verl builds the controller only then
+        horizon, target = v["algorithm.kl_ctrl.horizon"], v["algorithm.kl_ctrl.target_kl"]
+        if not (horizon and horizon > 0):  # get_kl_controller asserts it (core_algos.py)
+            raise AdvcliError(f"key algorithm.kl_ctrl.horizon must be > 0 (got {_num(horizon)})")
+        if not (target and target > 0):  # AdaptiveKLController.update divides by it
+            raise AdvcliError(f"key algorithm.kl_ctrl.target_kl must be > 0 for the adaptive controller (got "
+                              f"{_num(target)}): verl's update divides the step's KL by it",
+                              hint="set algorithm.kl_ctrl.target_kl, or algorithm.kl_ctrl.type=fixed")
     whiten = {"whiten": True, "whiten_unbiased": True, "whiten_eps": 1e-8, "whiten_eps_mode": "add"}
     norm = v["algorithm.norm_adv_by_std_in_grpo"]
     gamma, lam = v["algorithm.gamma"], v["algorithm.lam"]

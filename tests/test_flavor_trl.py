@@ -118,6 +118,7 @@ def test_chunking_does_not_matter(tmp_path):
     ({"trainer": "grpo", "normalize_advantages": True}, "RLOOConfig"),
     ({"trainer": "rloo", "scale_rewards": "batch"}, "GRPOConfig"),
     ({"num_generations": 5}, "groups of 5"),
+    ({"scale_rewards": None}, "unknown value None"),  # TRL: "Invalid value for scale_rewards: None"
     ({"num_generation": 4}, "num_generations"),
 ])
 def test_bad_settings(tmp_path, settings, match):

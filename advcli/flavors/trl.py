@@ -41,7 +41,7 @@ def _scale(value: Any) -> str:
     """GRPOConfig.__post_init__ (L1057): True → "group", False → "none"."""
     if value is True:
         return "group"
-    if value is False or value is None:
+    if value is False:
         return "none"
     s = str(value)
     if s not in SCALES:

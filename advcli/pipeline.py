@@ -47,6 +47,7 @@ from .io.memory import trim as trim_heap
 from .io.ordered import OrderedWorker
 from .io.reader import InputSet
 from .io import writer as writer_module
+from .io.splice import SplicedParquetWriter, spliceable
 from .io.writer import AtomicParquetWriter, check_output_path, clean_stale_temps
 from .ops import kl as kl_ops
 from .ops.groups import GroupIndex
@@ -848,6 +849,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
 OUTPUT_MODES = ("full", "sidecar")
 CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
 TRIM_EVERY = 8  # chunks between returns of freed heap memory to the OS (advcli.io.memory)
+SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
 
 
@@ -1113,14 +1115,28 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
     reader = _ChunkReader(plan, inputs)
     tok_cols = list(roles_to_columns(plan, plan.token_roles))
     writing = outs is not None
+    splice = False
     if writing:
         base_fields, out_schema = output_schema(plan, inputs, flavor, native, mode)
-        cols = inputs.schema.names if mode == "full" else list(dict.fromkeys(
-            tok_cols + [f.name for f in base_fields]))
+        # full output: the input's column chunks are copied, not decoded and encoded again, where
+        # every input allows it (advcli.io.splice); the pass then reads only what the math reads
+        splice = mode == "full" and SPLICE and all(spliceable(p, plan.output_columns) for p in inputs.paths)
+        if splice:
+            cols = tok_cols
+            new_schema = pa.schema([out_schema.field(n) for n in plan.output_columns])
+        else:
+            cols = inputs.schema.names if mode == "full" else list(dict.fromkeys(
+                tok_cols + [f.name for f in base_fields]))
         for o in outs:
             clean_stale_temps(o)
     else:
         cols = tok_cols
+
+    def open_writer(i: int):
+        if splice:
+            return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns)
+        return AtomicParquetWriter(outs[i], out_schema)
+
     writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
     last_fi: int | None = None  # the input whose output is being written
     kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
@@ -1132,7 +1148,7 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
             if writing and writers[fi] is None:
                 if last_fi is not None:  # that input is done: close its output (renamed at the end)
                     writers[last_fi].prepare()
-                writers[fi] = AtomicParquetWriter(outs[fi], out_schema)
+                writers[fi] = open_writer(fi)
                 last_fi = fi
             offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
             layout = Ragged(torch.from_numpy(offsets))
@@ -1152,7 +1168,9 @@ def _stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode
                 kl_parts[0].append(row_kl[0].cpu())
                 kl_parts[1].append(row_kl[1].cpu())
             observer.submit(row0, layout, mask, adv, ret, tlr, tok)
-            if writing:
+            if splice:
+                writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb))
+            elif writing:
                 writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb))
             row0 += batch.num_rows
             chunks += 1

@@ -258,6 +258,10 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         self._run(("flush", self._group))
         self._group += 1
 
+    def _flush_last(self) -> None:
+        while self._group < len(self.bounds):
+            self._end_row_group()
+
     def write(self, batch: pa.RecordBatch) -> None:
         if self._error is not None:
             raise self._error
@@ -324,18 +328,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
     def prepare(self) -> None:
         if self._prepared:
             return
-        if self._error is None:
-            while self._group < len(self.bounds):
-                try:
-                    self._end_row_group()
-                except BaseException:
-                    if self._error is None:
-                        raise
-        self._finish_thread()
-        if self._error is not None:
-            error = self._error
-            self.abort()
-            raise AdvcliError(f"{self.target}: writing failed: {error}")
+        self._drain(self._flush_last)
         total = self.bounds[-1] if self.bounds else 0
         if self._rows_in != total:
             self.abort()
@@ -346,8 +339,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
             self._fh.flush()
             os.fsync(self._fh.fileno())
         finally:
-            self._fh.close()
-            self._close_spills()
+            _writer.close_quietly(self._fh, *self._spill[1:])
         md = pq.read_metadata(self.tmp)  # the footer reads back: rows and columns as promised
         got = pq.read_schema(self.tmp)
         if md.num_rows != total or got.names != self.schema.names or not got.equals(self.schema):
@@ -357,24 +349,5 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
                               hint="this is a bug in advcli; please report it")
         self._prepared = True
 
-    def _close_spills(self) -> None:
-        for f in self._spill[1:]:
-            try:
-                f.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    def abort(self) -> None:
-        try:
-            self._finish_thread()
-        except BaseException:  # noqa: BLE001
-            pass
-        try:
-            self._fh.close()
-        except Exception:  # noqa: BLE001
-            pass
-        self._close_spills()
-        try:
-            os.remove(self.tmp)
-        except OSError:
-            pass
+    def _close_output(self) -> None:
+        _writer.close_quietly(self._fh, *self._spill[1:])

@@ -235,6 +235,15 @@ class _FlushBehind:
                     os.close(fd)
 
 
+def close_quietly(*handles) -> None:
+    """Close each handle, ignoring errors (on the way out of a failed write)."""
+    for h in handles:
+        try:
+            h.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 class AtomicParquetWriter:
     """Writes record batches from a background thread into a temp file; ``commit()`` renames it.
 
@@ -293,6 +302,26 @@ class AtomicParquetWriter:
         for group in self._rebatch.add(batch):
             self._emit(group)
 
+    def _flush_last(self) -> None:
+        last = self._rebatch.finish()
+        if last:
+            self._emit(last)
+
+    def _drain(self, flush_last) -> None:
+        """Hand the writer thread what is left (``flush_last``), wait for it, and raise (after
+        removing the temp file) if it failed."""
+        if self._error is None:
+            try:
+                flush_last()
+            except BaseException:
+                if self._error is None:  # not the writer thread's error (that one is reported below)
+                    raise
+        self._finish_thread()
+        if self._error is not None:
+            error = self._error
+            self.abort()
+            raise AdvcliError(f"{self.target}: writing failed: {error}")
+
     def _finish_thread(self) -> None:
         if self._worker is not None:
             self._worker.close(raise_error=False)  # commit/abort decide what an error means
@@ -304,19 +333,7 @@ class AtomicParquetWriter:
         renames (all outputs at the end of the run: nothing appears before the whole run succeeded)."""
         if self._prepared:
             return
-        if self._error is None:
-            last = self._rebatch.finish()
-            if last:
-                try:
-                    self._emit(last)
-                except BaseException:
-                    if self._error is None:  # not the writer thread's error (that one is reported below)
-                        raise
-        self._finish_thread()
-        if self._error is not None:
-            error = self._error
-            self.abort()
-            raise AdvcliError(f"{self.target}: writing failed: {error}")
+        self._drain(self._flush_last)
         self._writer.close()
         written = pq.read_metadata(self.tmp).num_rows  # the footer: nothing lost on the way
         if written != self._rows_in:
@@ -338,15 +355,16 @@ class AtomicParquetWriter:
         except OSError:
             pass
 
+    def _close_output(self) -> None:
+        """Release the temp file (errors ignored: abort removes it anyway)."""
+        close_quietly(self._writer)
+
     def abort(self) -> None:
         try:
             self._finish_thread()
         except BaseException:  # noqa: BLE001
             pass
-        try:
-            self._writer.close()
-        except Exception:  # noqa: BLE001
-            pass
+        self._close_output()
         try:
             os.remove(self.tmp)
         except OSError:

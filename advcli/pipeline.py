@@ -719,6 +719,7 @@ def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask
     final values can start from again (x·1 = x on the valid tokens, which are all that whitening reads)."""
     dev, dt = plan.device, plan.dtype
     rows = slice(row0, row0 + layout.num_rows)
+    fresh = False  # adv is a tensor of this function's own (may be changed in place)
     if apply_whiten and plan.whiten:
         if res.scopes.num_groups == 1:  # one scope: the same element-wise ops with a scalar
             mean, rstd = res.whiten_mean[0].to(dev), res.whiten_rstd[0].to(dev)
@@ -728,16 +729,13 @@ def _chunk_final(plan: Plan, res: _Resolved, layout: Ragged, adv, ret, tlr, mask
             rstd = torch.index_select(res.whiten_rstd.to(dev), 0, scope_tok)
         # (v − μ)·rstd in float64, in place on one fresh copy (the input may be a cached tensor)
         x = adv.to(torch.float64, copy=True)
-        adv = x.sub_(mean).mul_(rstd).to(dt)
-        remask = get_path(plan.cfg, "advantage.remask")
-        if remask == "fill":
-            adv.masked_fill_(mask == 0, 0.0)  # a fresh tensor: x itself or its float32 copy
-        elif remask:
-            adv.mul_(mask)
-    elif get_path(plan.cfg, "advantage.remask") == "fill":
-        adv = adv.masked_fill(mask == 0, 0.0)
-    elif get_path(plan.cfg, "advantage.remask"):
-        adv = adv * mask
+        adv = x.sub_(mean).mul_(rstd).to(dt)  # x itself or its float32 copy
+        fresh = True
+    remask = get_path(plan.cfg, "advantage.remask")
+    if remask == "fill":  # masked_fill: 0 at M=0 whatever adv holds there (NaN included)
+        adv = adv.masked_fill_(mask == 0, 0.0) if fresh else adv.masked_fill(mask == 0, 0.0)
+    elif remask:  # A·M: a NaN at M=0 stays NaN
+        adv = adv.mul_(mask) if fresh else adv * mask
     if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
         adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
     if get_path(plan.cfg, "advantage.returns") == "advantages":

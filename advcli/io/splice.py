@@ -24,15 +24,17 @@ way (:func:`spliceable` says which). The committed file is checked: row count an
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import os
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
 from . import writer as _writer
-from .thrift_compact import BINARY, I32, I64, LIST, STRUCT, Struct, ThriftError, decode_struct, encode_struct
+from .thrift_compact import I32, I64, LIST, STRUCT, Struct, ThriftError, decode_struct, encode_struct
 
 MAGIC = b"PAR1"
 
@@ -113,8 +115,6 @@ def _skip(schema: list, i: int) -> int:
 def _pieces_by_row_group(batch: pa.RecordBatch, row0: int, bounds: list[int]) -> list[tuple[int, pa.RecordBatch]]:
     """Split ``batch`` (global rows ``row0``…) at the input's row-group boundaries ``bounds``
     (cumulative row counts): [(row group, slice)]."""
-    import bisect
-
     out, pos, n = [], 0, batch.num_rows
     while pos < n:
         g = bisect.bisect_right(bounds, row0 + pos)
@@ -149,9 +149,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
 
     def __init__(self, target: str, source: str, out_schema: pa.Schema, new_names: list[str],
                  threaded: bool = True):
-        self.target = target
-        self.tmp = _writer.temp_path_for(target)
-        self.schema = out_schema
+        self._setup(target, out_schema, threaded)
         self.source = source
         self.new_schema = pa.schema([out_schema.field(n) for n in new_names])
         self.meta, self.data_end = _read_footer(source)
@@ -162,18 +160,12 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         self._orders_tail: list | None = None
         self._rebatch = _writer._Rebatcher(self.new_schema)
         self._group = 0  # the input row group being filled
-        self._rows_in = 0
-        self._prepared = False
-        self._flush_behind = threaded
-        self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
         try:
             self._fh = open(self.tmp, "wb")
         except OSError as e:
             raise AdvcliError(f"{target}: cannot create the output ({e.strerror})",
                               hint="check that the output directory exists and is writable") from None
         self._offset = 0
-        import tempfile
-
         # the new columns after the first wait here until their row group is complete (anonymous
         # files beside the output: gone with the process whatever happens)
         self._spill = [None] + [tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(target)))
@@ -262,13 +254,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         while self._group < len(self.bounds):
             self._end_row_group()
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._test_delay:
-            import time
-
-            time.sleep(self._test_delay)
+    def _add(self, batch: pa.RecordBatch) -> None:
         for g, part in _pieces_by_row_group(batch, self._rows_in, self.bounds):
             while g > self._group:  # the input's row group ended: its last piece closes here
                 self._end_row_group()

@@ -251,9 +251,7 @@ class AtomicParquetWriter:
     (see ``_Rebatcher``), so the output bytes do not depend on the caller's chunk size."""
 
     def __init__(self, target: str, schema: pa.Schema, threaded: bool = True):
-        self.target = target
-        self.tmp = temp_path_for(target)
-        self.schema = schema
+        self._setup(target, schema, threaded)
         try:
             self._writer = pq.ParquetWriter(
                 self.tmp, schema, compression="zstd",
@@ -266,13 +264,19 @@ class AtomicParquetWriter:
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
                               hint="check that the output directory exists and is writable") from None
         self._rebatch = _Rebatcher(schema)
+        self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
+
+    def _setup(self, target: str, schema: pa.Schema, threaded: bool) -> None:
+        """The state every writer of this module starts with."""
+        self.target = target
+        self.tmp = temp_path_for(target)
+        self.schema = schema
         self._rows_in = 0  # rows handed to write(): the committed file must hold exactly these
         self._prepared = False
         self._flush_behind = threaded
         # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
         self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
-        self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
 
     @property
     def _error(self) -> BaseException | None:
@@ -298,6 +302,10 @@ class AtomicParquetWriter:
             import time
 
             time.sleep(self._test_delay)
+        self._add(batch)
+
+    def _add(self, batch: pa.RecordBatch) -> None:
+        """Count ``batch``'s rows and hand its completed row groups to the writer thread."""
         self._rows_in += batch.num_rows
         for group in self._rebatch.add(batch):
             self._emit(group)

@@ -133,6 +133,8 @@ def test_rloo_with_kl_in_the_loss(tmp_path):
 
 
 # ----------------------------------------------------------------------------- float32 hazards
+# Three equal values: their float32 sum and deviations round alike in any summation order, so these
+# literals hold on every machine (larger all-equal groups do not: tests/_float32_refs.py).
 HAZARD = [dict(reward=0.9, mask=[1, 1, 1]), dict(reward=0.9, mask=[1, 1]), dict(reward=0.9, mask=[1]),
           dict(reward=0.0, mask=[1, 1]), dict(reward=1.0, mask=[1, 0, 1]), dict(reward=1.0, mask=[1, 1, 0])]
 

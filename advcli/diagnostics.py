@@ -287,7 +287,7 @@ class Diagnostics:
         """One chunk of the write pass: KL clamps, token scores on masked tokens, non-finite advantages.
 
         ``row_adv`` = (advantage [B], valid tokens [B]) when every valid token of a row holds its
-        row's advantage (row-level estimators, see :class:`advcli.stats.RunObserver`): the
+        row's advantage (row-level estimators, see :class:`advcli.pipeline.observe.RunObserver`): the
         non-finite check is then made on the rows (a row is flagged when it has a valid token and a
         non-finite value), with no pass over the tokens."""
         layout = layout.to("cpu")

@@ -71,7 +71,7 @@ outside them in ``underflow``/``overflow``. Neither depends on ``--chunk-rows``.
 
 How (cost): the token sums are taken per row in float64 (each row reduced on its own), then added to
 each scope's totals row by row in input order, so no figure depends on how rows are cut into chunks.
-For row-level estimators :class:`RunObserver` feeds the rows' final values instead of the tokens
+For row-level estimators :class:`advcli.pipeline.observe.RunObserver` feeds the rows' final values instead of the tokens
 (:meth:`RunStats.add_row_chunk`): the valid-token counts of the row table weight them, and the only
 per-token work left is Σ token_level_rewards per row.
 
@@ -529,7 +529,7 @@ class RunStats:
     def add_row_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor | None, tlr: torch.Tensor,
                       adv_row: torch.Tensor, ret_row: torch.Tensor) -> None:
         """One chunk whose every valid token of row i holds the advantage ``adv_row[i]`` and the return
-        ``ret_row[i]`` (row-level estimators; see :class:`RunObserver`): the figures of :meth:`add_chunk`
+        ``ret_row[i]`` (row-level estimators; see :class:`advcli.pipeline.observe.RunObserver`): the figures of :meth:`add_chunk`
         from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
         only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
         layout = layout.to("cpu")
@@ -709,129 +709,3 @@ class RunStats:
         return {"metrics": metrics, "per_step": per_step, "histograms": hist}
 
 
-# ------------------------------------------------------------------------------ pipeline glue
-class RunObserver:
-    """What the pipeline feeds: :class:`RunStats` plus :class:`advcli.diagnostics.Diagnostics`.
-
-    ``RunObserver(plan, res, row, betas, kls)`` after the row table is resolved; ``add(...)`` for
-    every chunk of the write (or compute-only) pass; ``finish(result)`` fills ``result.metrics``,
-    ``per_step``, ``histograms``, ``diagnostics`` and adds a warning line per diagnostic of severity
-    ``warning`` with a non-zero count.
-
-    Row-level estimators (``spec.level == "row"``, ``spec.row_constant``): the write pass gives every
-    token of row i ``broadcast(adv_row[i])`` (× mask), then the element-wise final ops of
-    :func:`advcli.pipeline._chunk_final` (whitening by scope, re-masking, clip, returns), so every
-    valid token of a row holds one advantage and one return. :meth:`add` then runs that same
-    ``_chunk_final`` on the chunk's ``[B]`` row values (one token per row, mask 1: element-wise ops,
-    the same bits) and feeds :meth:`RunStats.add_row_chunk` and the diagnostics per row; per token
-    only Σ token_level_rewards per row is left. Each chunk checks its rows' last token (when valid)
-    against the row values and stops the run on a mismatch (a broken assumption, never silent
-    figures). Not taken when the run reads a ``values`` column or :attr:`ROW_PATH` is false.
-    """
-
-    ROW_PATH = True  # tests set it false to compare with the token-by-token figures
-
-    def __init__(self, plan, res, row: dict, betas: list, kls: list):
-        from .config import get_path
-        from .diagnostics import Diagnostics, drops_masked_rewards, id_lookup
-
-        table = res.table
-        R = table.num_rows
-        self.plan, self.res = plan, res
-        self.stats = RunStats(R, padded=bool(getattr(plan, "padded", False)))
-        raw = getattr(res, "raw_score", None)
-        if raw is None:
-            raw = table.score
-        self.stats.set_rows(raw_score=raw, score=table.score, scopes=res.scopes, step_values=res.step_values,
-                            groups=res.groups, valid_len=table.valid_len, kl_on=plan.kl_on,
-                            kl_row=row.get("kl_mean"), betas=betas, kls=kls,
-                            has_values="values" in plan.token_roles)
-        self.row_path = (self.ROW_PATH and plan.spec.level == "row" and bool(getattr(plan.spec, "row_constant", False))
-                         and getattr(res, "adv_row", None) is not None and not self.stats.has_values)
-        keys = getattr(res, "row_keys", None) or {}
-        pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
-        drops = drops_masked_rewards(plan.spec, plan.params, plan.cfg)
-        mask_placed = bool(get_path(plan.cfg, "reward.mask_placed"))
-        self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None),
-                                kl_cfg=dict(plan.cfg["kl"]) if plan.kl_on else None, drops=drops,
-                                token_scores=plan.reward_source == "token_level_scores")
-        self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
-                       reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
-
-        ncfg = plan.cfg["reward"]["normalize"]
-        if (plan.reward_source != "token_level_scores" and (ncfg["mean"], ncfg["std"]) != ("none", "none")
-                and getattr(res, "raw_score", None) is not None):
-            self.diag.reward_normalization(lambda r: _normalize_like_pipeline(plan, res, r), res.raw_score,
-                                           res.reward_row, plan.dtype, res.groups,
-                                           f"reward normalisation (mean {ncfg['mean']}, std {ncfg['std']}, "
-                                           f"eps {ncfg['eps']:g}) in float32: for equal non-dyadic rewards the "
-                                           "group mean is an ulp off and the std a tiny residue instead of 0, "
-                                           f"which eps={ncfg['eps']:g} does not absorb")
-
-    def add(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict) -> None:
-        if self.row_path:
-            adv_row, ret_row = self._row_values(row0, layout, mask, adv, ret)
-            self.stats.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
-            self.diag.add_chunk(row0, layout, mask, adv, tok,
-                                row_adv=(adv_row, self.stats.valid_len[row0:row0 + layout.num_rows]))
-            return
-        self.stats.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"))
-        self.diag.add_chunk(row0, layout, mask, adv, tok)
-
-    def _row_values(self, row0: int, layout: Ragged, mask, adv, ret) -> tuple[torch.Tensor, torch.Tensor]:
-        """The final advantage and return [B] (plan dtype, CPU) of the chunk's rows: the pipeline's own
-        ``_row_level_tokens`` and ``_chunk_final`` on one token per row."""
-        from . import pipeline
-
-        plan, res = self.plan, self.res
-        dev, dt = plan.device, plan.dtype
-        B = layout.num_rows
-        ones = torch.ones(B, dtype=dt, device=dev)
-        per_row = Ragged(torch.arange(B + 1, device=dev))
-        a = pipeline._row_level_tokens(plan, res, per_row, ones, row0)
-        fa, fr, _, _ = pipeline._chunk_final(plan, res, per_row, a, a, None, ones, row0, apply_whiten=True)
-        fa, fr = fa.detach().to("cpu"), fr.detach().to("cpu")
-        # the assumption, checked on one token per row: the row's last token where it is valid
-        last = layout.to("cpu").last_index()
-        rows = torch.nonzero(last >= 0, as_tuple=True)[0]
-        if rows.numel():
-            idx = last[rows].to(adv.device)
-            valid = (mask.detach()[idx] > 0).to("cpu")
-            for got, want in ((adv.detach()[idx].to("cpu"), fa[rows]), (ret.detach()[idx].to("cpu"), fr[rows])):
-                same = (got == want) | (torch.isnan(got) & torch.isnan(want)) | ~valid
-                if not bool(same.all()):
-                    r = int(rows[~same][0])
-                    raise RuntimeError(f"internal: row {row0 + r}'s written advantages/returns ({float(got[~same][0])})"
-                                       f" differ from the row-level value ({float(want[~same][0])}) the statistics "
-                                       "assume; please report this")
-        return fa, fr
-
-    def finish(self, result) -> None:
-        out = self.stats.finish()
-        result.metrics = out["metrics"]
-        result.per_step = out["per_step"]
-        if hasattr(result, "histograms"):
-            result.histograms = out["histograms"]
-        diags = self.diag.finish()
-        if hasattr(result, "diagnostics"):
-            result.diagnostics = diags
-        for d in diags:
-            if d["severity"] == "warning" and d["count"]:
-                rows = [e.get("row", e.get("group")) for e in d["examples"][:5]]
-                result.warnings.append(d.get("summary") or f"{d['kind']}: {d['count']} {d['unit']} (e.g. {rows})")
-
-
-def _normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
-    """The pipeline's reward post-processing (same ops, same switches) on ``raw`` in raw's dtype."""
-    from .config import get_path
-    from .ops.rewards import clip as clip_values
-    from .ops.rewards import normalize_rewards
-
-    ncfg = plan.cfg["reward"]["normalize"]
-    if plan.group_by == "position":
-        from .ops.blocks import block_normalize
-        out = block_normalize(raw, res.scopes, int(get_path(plan.cfg, "grouping.size")), ncfg["mean"], ncfg["std"],
-                              ncfg["eps"])
-    else:
-        out = normalize_rewards(raw, res.scopes, res.groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
-    return clip_values(out, get_path(plan.cfg, "reward.clip"))

@@ -68,7 +68,7 @@ def main() -> None:
             plan = pipeline.make_plan(cfg, inputs, {}, args.device)
             rows = pipeline.chunk_rows_for(plan, inputs, None, args.chunk_tokens)
             res, *_ = pipeline.resolve(plan, inputs, rows)
-            reader = pipeline._ChunkReader(plan, inputs)
+            reader = pipeline.ChunkReader(plan, inputs)
             cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
             chunks, row0 = [], 0
             for fi, rb, batch in inputs.iter_batches(cols, rows):
@@ -84,7 +84,7 @@ def main() -> None:
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 for layout, tok, r0 in chunks:
-                    pipeline._chunk_math(plan, res, layout, tok, r0, apply_whiten=True)
+                    pipeline.chunk_math(plan, res, layout, tok, r0, apply_whiten=True)
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)

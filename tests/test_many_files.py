@@ -131,7 +131,7 @@ def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(dumps, 
         return real(plan, batch, *a, **k)
 
     failing.calls = 0
-    monkeypatch.setattr(pipeline, "output_batch", failing)
+    monkeypatch.setattr(pipeline.write, "output_batch", failing)
     with pytest.raises(KeyboardInterrupt):
         run([parts], str(out) + os.sep, {"algorithm.adv_estimator": "grpo"}, chunk_rows=200)
     assert os.listdir(out) == []

@@ -32,7 +32,7 @@ def _rewrite(src: str, dst: str, **options) -> str:
 
 
 def _run(src: str, dst: str, settings: dict, use_splice: bool, chunk_rows: int | None = None, monkeypatch=None):
-    monkeypatch.setattr(pipeline, "SPLICE", use_splice)
+    monkeypatch.setattr(pipeline.write, "SPLICE", use_splice)
     extra = {"chunk_rows": chunk_rows} if chunk_rows else {}
     advcli.run(src, dst, flavor="verl", settings=settings, device="cpu", force=True, **extra)
     return dst

@@ -12,6 +12,7 @@ import torch
 
 import advcli
 from advcli import stats as st
+from advcli.pipeline.observe import RunObserver
 
 
 def _write(path, cols):
@@ -224,7 +225,7 @@ def _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=7):
     fast = advcli.run(src, tmp_path / "fast.parquet", flavor=flavor, settings=settings, chunk_rows=chunk_rows,
                       force=True, device="cpu")
     assert calls["rows"] > 1 and calls["tokens"] == 0  # the row path was taken, chunk by chunk
-    monkeypatch.setattr(st.RunObserver, "ROW_PATH", False)
+    monkeypatch.setattr(RunObserver, "ROW_PATH", False)
     slow = advcli.run(src, tmp_path / "slow.parquet", flavor=flavor, settings=settings, chunk_rows=chunk_rows,
                       force=True, device="cpu")
     assert calls["tokens"] > 1
@@ -296,8 +297,8 @@ def test_row_path_nan_rows_against_the_file(tmp_path, monkeypatch):
 def test_row_path_stops_on_advantages_that_are_not_the_row_values(tmp_path, monkeypatch):
     """The per-chunk check of the row path's assumption (one token per row against the row value)."""
     src = _mixed_dump(tmp_path / "in.parquet")
-    add = st.RunObserver.add
-    monkeypatch.setattr(st.RunObserver, "add", lambda self, row0, layout, mask, adv, ret, tlr, tok:
+    add = RunObserver.add
+    monkeypatch.setattr(RunObserver, "add", lambda self, row0, layout, mask, adv, ret, tlr, tok:
                         add(self, row0, layout, mask, adv + 0.001, ret, tlr, tok))
     with pytest.raises(RuntimeError, match="internal"):
         advcli.run(src, tmp_path / "o.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"},

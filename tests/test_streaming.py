@@ -72,7 +72,7 @@ def test_deferred_row_kl_equals_pass_one_kl(dump, tmp_path, monkeypatch):
     adaptive controller needs) gives the same file and the same KL figures."""
     settings = CONFIGS["gae_k3"]
     plan_defers = run(dump, tmp_path / "a.parquet", settings, chunk_rows=31)
-    monkeypatch.setattr(pipeline, "_defer_row_kl", lambda plan: False)
+    monkeypatch.setattr(pipeline.prepare, "defer_row_kl", lambda plan: False)
     in_pass1 = run(dump, tmp_path / "b.parquet", settings, chunk_rows=31)
     assert new_columns(tmp_path / "a.parquet") == new_columns(tmp_path / "b.parquet")
     assert plan_defers.metrics["actor/reward_kl_penalty"] == in_pass1.metrics["actor/reward_kl_penalty"]
@@ -84,7 +84,8 @@ def test_deferred_row_kl_equals_pass_one_kl(dump, tmp_path, monkeypatch):
 def test_defer_only_where_nothing_needs_the_kl_before_the_write_pass():
     import tempfile
 
-    from advcli.pipeline import _defer_row_kl, make_plan
+    from advcli.pipeline import make_plan
+    from advcli.pipeline.rows import defer_row_kl
 
     with tempfile.TemporaryDirectory() as d:
         p = f"{d}/x.parquet"
@@ -92,7 +93,7 @@ def test_defer_only_where_nothing_needs_the_kl_before_the_write_pass():
         inputs = InputSet.open([p])
         for name, want in (("gae_k3", True), ("gae_adaptive", False), ("grpo_kl", False)):
             cfg, _ = resolve("verl", list(CONFIGS[name].items()))
-            assert _defer_row_kl(make_plan(cfg, inputs, {}, "cpu")) is want, name
+            assert defer_row_kl(make_plan(cfg, inputs, {}, "cpu")) is want, name
 
 
 def test_token_cache_and_recompute_agree(dump, tmp_path, monkeypatch):
@@ -100,7 +101,7 @@ def test_token_cache_and_recompute_agree(dump, tmp_path, monkeypatch):
     budget, and computes them again otherwise; same bytes of output values."""
     settings = CONFIGS["gae_k3"]
     run(dump, tmp_path / "cached.parquet", settings, chunk_rows=50)
-    monkeypatch.setattr(pipeline, "TOKEN_CACHE_BYTES", 0)
+    monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
     run(dump, tmp_path / "recomputed.parquet", settings, chunk_rows=50)
     assert new_columns(tmp_path / "cached.parquet") == new_columns(tmp_path / "recomputed.parquet")
 

@@ -3,7 +3,7 @@
 The passes are those of the local engine (:mod:`advcli.pipeline`), placed where they scale:
 
 1. **driver**: the row pass over the small columns (group id, step, rewards, Σ mask, Σ KL),
-   ``_scopes_and_groups``, ``_kl_coefs``, reward normalisation, the row-level estimator — all of
+   ``scopes_and_groups``, ``kl_coefs``, reward normalisation, the row-level estimator — all of
    :func:`advcli.pipeline.resolve`. This is a few tens of bytes per row; the token columns a row
    feature needs (mask, log-probs for Σ KL) are read here too, reduced per row.
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
@@ -11,7 +11,7 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    per-batch float64 sums in row order.
 3. **workers**: ``ray.data.read_parquet`` → ``map_batches(_Worker, batch_format="pyarrow")`` (an
    actor class, one GPU each when the cluster has GPUs) applying the same per-chunk math
-   (:func:`advcli.pipeline._chunk_math`) to each batch → ``write_parquet``.
+   (:func:`advcli.pipeline.chunk_math`) to each batch → ``write_parquet``.
 
 The resolved per-row table is broadcast once with ``ray.put``. Each batch is aligned with it by
 its rows' **global index**: ``read_parquet(include_row_hash=True)`` gives every row a uint64
@@ -52,9 +52,9 @@ from ..io.reader import InputSet
 from ..io.writer import TMP_TAG
 from ..ops.groups import GroupIndex
 from ..ops.whiten import MomentSums
-from ..pipeline import (ProgressFn, RunResult, _chunk_math, _ChunkReader, _row_pass, choose_output_columns,
-                        make_plan, output_batch,
-                        output_schema, resolve, roles_to_columns)
+from ..pipeline import (ChunkReader, ProgressFn, RunResult, choose_output_columns, chunk_math, make_plan,
+                        output_batch, output_schema, resolve, roles_to_columns)
+from ..pipeline.rows import row_table_pass
 from ..ragged import Ragged
 
 ROW_HASH = "row_hash"
@@ -138,7 +138,7 @@ class RowLocator:
         return self.base[j] + off, self.file[j], off
 
 
-# _Resolved fields take_rows gathers per row, those it keeps whole (per scope / per group), and
+# Resolved fields take_rows gathers per row, those it keeps whole (per scope / per group), and
 # those the workers never read (dropped from the broadcast by lean()).
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
 _WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
@@ -152,7 +152,7 @@ def lean(res):
     names = [f.name for f in dataclasses.fields(res)]
     unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY]
     if unknown:
-        raise RuntimeError(f"advcli.engines.ray_engine does not know _Resolved field(s) {unknown}: say in "
+        raise RuntimeError(f"advcli.engines.ray_engine does not know Resolved field(s) {unknown}: say in "
                            "take_rows/lean whether they are per row, per scope or driver-only")
 
     def gi(g):
@@ -199,7 +199,7 @@ class _Worker:
         self.out_schema = payload.get("out_schema")
         self.stats = payload.get("stats")
         self.row_kl = payload.get("row_kl", True)
-        self.reader = _ChunkReader(self.plan, None)
+        self.reader = ChunkReader(self.plan, None)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         try:
@@ -218,10 +218,10 @@ class _Worker:
         grow, fidx, off = self.locator.locate(table.column(ROW_HASH).to_numpy())
         batch = _record_batch(table.drop_columns([ROW_HASH]))
         file = self.locator.paths[int(fidx[0])] if len(fidx) else ""
-        if self.mode == "rows":  # pass 1 on this batch: advcli.pipeline._row_pass itself
+        if self.mode == "rows":  # pass 1 on this batch: advcli.pipeline.row_table_pass itself
             one = _OneBatch(self.locator.paths, int(fidx[0]) if len(fidx) else 0, int(off[0]) if len(off) else 0,
                             batch)
-            row, comps, keys = _row_pass(plan, one, max(batch.num_rows, 1), None, row_kl=self.row_kl)
+            row, comps, keys = row_table_pass(plan, one, max(batch.num_rows, 1), None, row_kl=self.row_kl)
             cols = {ROW_COL: pa.array(grow, type=pa.int64())}
             cols.update({f"row:{k}": pa.array(v.numpy()) for k, v in row.items()})
             cols.update({f"comp:{k}": pa.array(v.numpy()) for k, v in comps.items()})
@@ -233,14 +233,14 @@ class _Worker:
         layout = Ragged(torch.from_numpy(offsets))
         if self.mode.startswith("moments"):
             rewards = self.mode == "moments:rewards"
-            adv, _, tlr, mask = _chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
+            adv, _, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
             v = tlr if rewards else adv
             sums = MomentSums.zeros(self.res.scopes.num_groups)
             sums.add_rows(*MomentSums.row_partials(v, mask, layout.to(v.device), sub.scopes.codes))  # as the local engine
             return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
                              "count": [sums.count.tolist()], "total": [sums.total.tolist()],
                              "total_sq": [sums.total_sq.tolist()]})
-        adv, ret, tlr, mask = _chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
+        adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
         if self.stats is not None:
             m = mask.bool()
             a = adv[m].double()
@@ -346,7 +346,7 @@ def _moments_fn(cl: _Cluster, paths: list[str]):
 
 
 class _OneBatch:
-    """The slice of :class:`advcli.io.reader.InputSet` that ``_row_pass`` uses, over one batch."""
+    """The slice of :class:`advcli.io.reader.InputSet` that ``row_table_pass`` uses, over one batch."""
 
     def __init__(self, paths: list[str], file_index: int, row_base: int, batch: pa.RecordBatch | None):
         self.paths, self.fi, self.row_base, self.batch = paths, file_index, row_base, batch
@@ -361,10 +361,10 @@ class _OneBatch:
 
 def _row_pass_fn(cl: _Cluster, paths: list[str]):
     """``row_pass`` for :func:`advcli.pipeline.resolve` on the workers: each batch runs
-    ``_row_pass`` itself; the driver puts the per-row results in global row order."""
+    ``row_table_pass`` itself; the driver puts the per-row results in global row order."""
     def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
-        probe = _OneBatch(paths, 0, 0, None)  # the columns _row_pass reads (and its empty result)
-        empty = _row_pass(plan, probe, chunk_rows, None, row_kl=row_kl)
+        probe = _OneBatch(paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
+        empty = row_table_pass(plan, probe, chunk_rows, None, row_kl=row_kl)
         R = inputs.num_rows
         if R == 0:
             return empty

@@ -1,0 +1,125 @@
+"""Pass 2, token statistics: per-scope moments of the token rewards or advantages for whitening,
+computed on worker threads (results cached for the write pass when they fit).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pyarrow as pa
+import torch
+
+from ..errors import AdvcliError
+from ..io.memory import trim as trim_heap
+from ..io.reader import InputSet
+from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
+from ..ragged import Ragged
+from .plan import Plan
+from .read import ChunkReader, TRIM_EVERY, roles_to_columns
+from .rows import Resolved, row_kl_sums, scope_where
+from .tokens import chunk_final, chunk_math, token_chunk
+
+
+MOMENT_WORKERS = 2  # chunks computed at once by the statistics pass
+
+
+TOKEN_CACHE_BYTES = 256 << 20  # the statistics pass keeps its results for the write pass up to this size
+
+
+@dataclass
+class CachedChunk:
+    rows: int
+    adv: torch.Tensor  # before whitening (re-masked where configured)
+    ret: torch.Tensor  # the estimator's returns
+    tlr: torch.Tensor
+    row_kl: tuple | None  # (Σ kld, masked mean) per row where the row KL is deferred
+
+
+def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int, progress, rewards: bool):
+    """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages.
+
+    For the advantages, when the input's advantages, returns and token rewards fit in
+    :data:`TOKEN_CACHE_BYTES`, each chunk's results are kept (``res.token_cache``, by first row) so
+    that the write pass only whitens them instead of computing the estimator a second time; a
+    bigger input is computed twice, in bounded memory."""
+    sums = MomentSums.zeros(res.scopes.num_groups)
+    reader = ChunkReader(plan, inputs)
+    cols = list(roles_to_columns(plan, plan.token_roles))
+    total = int(res.table.length.sum()) if res.table.length.numel() else 0
+    elem = torch.empty(0, dtype=plan.dtype).element_size()
+    cache: dict | None = None
+    if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES:
+        cache = {}
+
+    def work(fi: int, rb: int, batch: pa.RecordBatch, row0: int):
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+        layout = Ragged(torch.from_numpy(offsets))
+        extras = {} if cache is not None and res.kl_deferred else None
+        entry = None
+        if cache is not None and plan.spec.level != "row":  # (row-level whitening never comes here)
+            chunk = token_chunk(plan, res, layout, tok, row0, extras)
+            ret = plan.spec.token_fn(chunk, plan.params)
+            adv, _, tlr, mask = chunk_final(plan, res, chunk.layout, ret[0], ret[1], chunk.token_rewards,
+                                             chunk.mask, row0, apply_whiten=False)
+            row_kl = None
+            if extras is not None:
+                row_kl = tuple(x.cpu() for x in row_kl_sums(chunk.layout, extras["kld"], mask, plan.cfg["kl"]["mask"]))
+            entry = CachedChunk(batch.num_rows, adv, ret[1], tlr, row_kl)
+        else:
+            adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
+        v = tlr if rewards else adv
+        # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
+        partials = MomentSums.row_partials(v, mask, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
+        return row0, batch.num_rows, partials, entry
+
+    # chunks are independent here (the moments are summed exactly, in row order, below): compute
+    # MOMENT_WORKERS of them at once; most segment ops run single-threaded inside torch
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    done = 0
+    pending: deque = deque()
+
+    def consume(fut) -> None:
+        nonlocal done
+        r0, n, partials, entry = fut.result()
+        sums.add_rows(*partials)
+        if entry is not None:
+            cache[r0] = entry
+        done += 1
+        if done % TRIM_EVERY == 0:
+            trim_heap()
+        if progress:
+            progress("statistics", r0 + n, inputs.num_rows)
+
+    workers = max(1, min(MOMENT_WORKERS, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="advcli-stats-pass") as ex:
+        row0 = 0
+        for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+            pending.append(ex.submit(work, fi, rb, batch, row0))
+            row0 += batch.num_rows
+            if len(pending) >= workers:
+                consume(pending.popleft())
+        while pending:
+            consume(pending.popleft())
+    if cache is not None:
+        res.token_cache = cache
+    return sums
+
+
+def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: list, small: str):
+    """(mean, rstd) per scope; a scope with <= 1 valid token raises (``error``), is left as it is
+    (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``)."""
+    few = sums.count <= 1
+    if small == "error" and bool(few.any()):
+        s = int(torch.nonzero(few)[0])
+        raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"
+                          f"{scope_where(plan, step_values, s)}",
+                          hint="verl raises here too (masked_var: N/(N−1) with N ≤ 1): check the "
+                               "response_mask column of that step. With --flavor advcli, "
+                               "advantage.whiten_small=skip leaves such a step unwhitened (ROLL's rule)")
+    mean, rstd = scope_mean_rstd(sums, spec)
+    if small == "skip":
+        mean = torch.where(few, torch.zeros_like(mean), mean)
+        rstd = torch.where(few, torch.ones_like(rstd), rstd)
+    return mean, rstd

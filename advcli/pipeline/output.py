@@ -1,0 +1,99 @@
+"""The output's shape: one output path per input, the output schema (full or sidecar) with the
+provenance metadata, and the record batch of one chunk.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from .. import __version__
+from ..errors import AdvcliError
+from ..io.arrow_torch import (offsets_array,
+                              tensor_to_list_array)
+from ..io.lists import arrow_from_numpy
+from ..io.reader import InputSet
+from .plan import Plan
+
+
+OUTPUT_MODES = ("full", "sidecar")
+
+
+SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
+
+
+def output_paths(inputs: InputSet, output: str) -> list[str]:
+    """One output per input: OUTPUT itself for one input file, else OUTPUT/<input name>."""
+    multi = len(inputs.paths) > 1 or output.endswith(os.sep) or os.path.isdir(output)
+    if not multi:
+        return [output]
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise AdvcliError(f"{output}: several inputs need an output directory, but this is a file")
+    os.makedirs(output, exist_ok=True)
+    names = [os.path.basename(p) for p in inputs.paths]
+    if len(set(names)) != len(names):
+        raise AdvcliError("several inputs share a file name; their outputs would collide in one directory")
+    return [os.path.join(output, n) for n in names]
+
+
+def file_fingerprint(paths: list[str]) -> str:
+    """sha256 over each input's size and Parquet footer (cheap, changes with the content)."""
+    h = hashlib.sha256()
+    for p in paths:
+        st = os.stat(p)
+        h.update(os.path.basename(p).encode())
+        h.update(str(st.st_size).encode())
+        with open(p, "rb") as fh:
+            fh.seek(max(0, st.st_size - 65536))
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+def provenance_metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
+    prov = {"advcli_version": __version__, "flavor": flavor, "flavor_config": native or {},
+            "config": plan.cfg, "estimator_params": plan.params, "inputs": [os.path.basename(p) for p in inputs.paths],
+            "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns)}
+    return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
+
+
+def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None, mode: str = "full"):
+    """(input fields kept, output schema); provenance in the metadata.
+
+    ``full``: every input column (an input column named like a new one is replaced), then
+    the new columns (``plan.output_columns``: advantages, returns [, token_level_rewards]). ``sidecar``: ``row_index`` (int64, the row's
+    position in its input file), the input's group id and step columns where it has them, then the
+    new columns — a file that joins back to its input on ``row_index`` (or simply side by side: it
+    holds the same rows in the same order)."""
+    schema = inputs.schema
+    new_fields = [pa.field(name, pa.list_(pa.float32())) for name in plan.output_columns]
+    meta = provenance_metadata(plan, inputs, flavor, native)
+    if mode == "sidecar":
+        keys = [plan.cmap[r] for r in ("prompt_id", "step") if plan.cmap.has(r)]
+        skip = {SIDECAR_ROW} | {f.name for f in new_fields}
+        base_fields = [schema.field(k) for k in dict.fromkeys(keys) if k not in skip]
+        meta[b"advcli_sidecar"] = json.dumps({"join_on": SIDECAR_ROW, "keys": [f.name for f in base_fields],
+                                              "columns": [f.name for f in new_fields]}).encode()
+        return base_fields, pa.schema([pa.field(SIDECAR_ROW, pa.int64())] + base_fields + new_fields,
+                                      metadata=meta)
+    clash = [f.name for f in new_fields if f.name in schema.names]
+    base_fields = [f for f in schema if f.name not in clash]
+    out_schema = pa.schema(base_fields + new_fields, metadata={**(schema.metadata or {}), **meta})
+    return base_fields, out_schema
+
+
+def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offsets,
+                 row_base: int | None = None) -> pa.RecordBatch:
+    """One output record batch: the input batch's kept columns plus the new list columns (which
+    share one offsets buffer). A sidecar schema (:func:`output_schema`) starts with ``row_index``:
+    ``row_base`` is then the batch's first row in its input file."""
+    arrays = []
+    if out_schema.names[0] == SIDECAR_ROW and (not base_fields or base_fields[0].name != SIDECAR_ROW):
+        arrays.append(arrow_from_numpy(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
+    arrays += [batch.column(f.name) for f in base_fields]
+    offs = offsets_array(offsets)
+    values = {"advantages": adv, "returns": ret, "token_level_rewards": tlr}
+    arrays += [tensor_to_list_array(values[name], offs) for name in plan.output_columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=out_schema)

@@ -1,0 +1,182 @@
+"""The plan of a run: which columns, estimator, reward source, grouping, KL and outputs a
+configuration needs, checked against the input's schema before any data is read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+import torch
+
+from ..columns import ColumnMap, resolve_columns
+from ..config import get_path
+from ..errors import AdvcliError
+from ..estimators import EstimatorSpec, get as get_estimator, resolve_params
+from ..io.reader import InputSet
+from ..ops.whiten import WhitenSpec
+
+
+ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
+
+
+@dataclass
+class Plan:
+    cfg: dict
+    spec: EstimatorSpec
+    params: dict
+    cmap: ColumnMap
+    device: torch.device
+    dtype: torch.dtype
+    reward_source: str
+    components: list[str]
+    kl_on: bool
+    group_by: str
+    token_roles: list[str]  # token columns the math reads
+    # the new columns written, in this order (those of NEW_COLUMNS the run produces; --write-columns)
+    output_columns: list[str]
+    padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
+    checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
+    scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
+
+    @property
+    def whiten(self) -> bool:
+        return bool(get_path(self.cfg, "advantage.whiten"))
+
+    def whiten_spec(self) -> WhitenSpec:
+        g = lambda k: get_path(self.cfg, f"advantage.{k}")  # noqa: E731
+        return WhitenSpec(unbiased=g("whiten_unbiased"), eps=g("whiten_eps"), eps_mode=g("whiten_eps_mode"),
+                          divisor=g("whiten_divisor"), scale=g("whiten_scale"))
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AdvcliError("--device cuda: no CUDA device is available here", hint="use --device auto or cpu")
+    if name not in ("cpu", "cuda"):
+        raise AdvcliError(f"--device {name!r}: expected auto, cpu or cuda")
+    return torch.device(name)
+
+
+def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto") -> Plan:
+    overrides = dict(get_path(cfg, "columns", {}) or {})
+    overrides.update(column_overrides)
+    cmap = resolve_columns(inputs.schema, overrides, inputs.paths[0])
+    spec = get_estimator(get_path(cfg, "estimator.name"))
+    params = resolve_params(spec, {k: v for k, v in cfg["estimator"].items() if k != "name"})
+    file = inputs.paths[0]
+
+    cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
+    source = get_path(cfg, "reward.source")
+    components = expand_components(list(get_path(cfg, "reward.components") or []), inputs.schema.names, file)
+    if source == "auto":
+        source = "components" if components and spec.name != "gdpo" else (
+            "token_level_scores" if cmap.has("token_level_scores") else "reward")
+    if source == "components" and not components:
+        raise AdvcliError("key reward.source=components needs reward.components (a list of columns)")
+    if source == "reward" and spec.name != "gdpo":
+        cmap.require("reward", "the response-level reward")
+    if source == "token_level_scores":
+        cmap.require("token_level_scores", "reward.source=token_level_scores")
+        if get_path(cfg, "reward.normalize.mean") != "none" or get_path(cfg, "reward.normalize.std") != "none":
+            raise AdvcliError("reward.normalize works on a scalar reward; it cannot be used with token_level_scores")
+    for c in components:
+        if c not in inputs.schema.names:
+            from ..errors import did_you_mean
+            raise AdvcliError(f"{file}: reward component column {c!r} not found.{did_you_mean(c, inputs.schema.names)}"
+                              f" Columns present: {', '.join(inputs.schema.names)}")
+        from ..columns import check_type
+        check_type(inputs.schema, "reward", c, file)
+    kl_on = bool(get_path(cfg, "kl.in_reward"))
+    if kl_on:
+        cmap.require("old_log_probs", "KL in the reward needs the policy log-probs")
+        cmap.require("ref_log_probs", "KL in the reward needs the reference log-probs")
+        kl = cfg["kl"]
+        if kl["controller"] == "adaptive":  # checked before any data is read
+            if not kl["horizon"] or kl["horizon"] <= 0:
+                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {kl['horizon']})")
+            if not kl["target"] or kl["target"] <= 0:
+                raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl['target']}): "
+                                  "β is updated by clip(kl/target − 1, ±0.2)",
+                                  hint="set the target KL, or use kl.controller=fixed")
+    for role in spec.needs:
+        cmap.require(role, f"estimator {spec.name} needs it")
+    group_by = get_path(cfg, "grouping.by")
+    if group_by == "auto":
+        group_by = "id" if cmap.has("prompt_id") else "none"
+    if group_by == "position" and not get_path(cfg, "grouping.size"):
+        raise AdvcliError("grouping.by=position needs grouping.size (the number of responses per prompt)")
+    if group_by == "id":
+        cmap.require("prompt_id", "grouping.by=id groups rows by it")
+    needs_groups = spec.uses_groups or bool({"group", "loo"} & {get_path(cfg, "reward.normalize.mean"),
+                                                                 get_path(cfg, "reward.normalize.std")})
+    if needs_groups and group_by == "none":
+        raise AdvcliError(f"{file}: estimator {spec.name} needs groups but the input has no "
+                          f"{cmap.names.get('prompt_id', 'prompt_id')!r} column",
+                          hint="map the group column with --column prompt_id=NAME, or group by position "
+                               "with --set grouping.by=position --set grouping.size=N")
+    token_roles = ["response_mask"] + [r for r in spec.needs if r in ("values", "sum_pi_squared",
+                                                                       "teacher_log_probs", "old_log_probs",
+                                                                       "ref_log_probs")]
+    if source == "token_level_scores":
+        token_roles.append("token_level_scores")
+    if kl_on:
+        token_roles += ["old_log_probs", "ref_log_probs"]
+    token_roles += [r for r in spec.optional if cmap.has(r)]
+    token_roles = list(dict.fromkeys(token_roles))
+    dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
+    return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
+                reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
+                token_roles=token_roles, padded=is_padded(cfg, inputs, cmap),
+                output_columns=list(NEW_COLUMNS if kl_on else NEW_COLUMNS[:2]))
+
+
+NEW_COLUMNS = ("advantages", "returns", "token_level_rewards")  # the last one only when KL enters the reward
+
+
+def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
+    """Restrict the new columns to ``wanted`` (names or one comma-separated string; None: all the run
+    produces — advantages, returns, and token_level_rewards when KL enters the reward)."""
+    if wanted is None:
+        return
+    if isinstance(wanted, str):
+        wanted = [w.strip() for w in wanted.split(",") if w.strip()]
+    from ..errors import did_you_mean
+
+    for w in wanted:
+        if w not in NEW_COLUMNS:
+            raise AdvcliError(f"--write-columns: unknown column {w!r}; expected some of "
+                              f"{', '.join(NEW_COLUMNS)}.{did_you_mean(w, NEW_COLUMNS)}")
+        if w not in plan.output_columns:
+            raise AdvcliError(f"--write-columns: this run produces no {w!r} (KL does not enter the reward)",
+                              hint=f"the run produces {', '.join(plan.output_columns)}")
+    if not wanted:
+        raise AdvcliError("--write-columns: name at least one of " + ", ".join(plan.output_columns))
+    plan.output_columns = [c for c in plan.output_columns if c in wanted]
+
+
+def expand_components(components: list, names: list[str], file: str) -> list[str]:
+    """A component name with ``*`` stands for every matching column, sorted by name (NeMo RL's GDPO
+    takes every ``reward/*`` key, sorted: nemo_rl/algorithms/utils.py L35-39 @7ea279ab)."""
+    import fnmatch
+
+    out: list[str] = []
+    for c in components:
+        c = str(c)
+        if "*" in c:
+            hits = sorted(n for n in names if fnmatch.fnmatchcase(n, c))
+            if not hits:
+                raise AdvcliError(f"{file}: no column matches the reward components pattern {c!r}. "
+                                  f"Columns present: {', '.join(names)}")
+            out += hits
+        else:
+            out.append(c)
+    return list(dict.fromkeys(out))
+
+
+def is_padded(cfg: dict, inputs: InputSet, cmap: ColumnMap) -> bool:
+    setting = get_path(cfg, "padded", "auto")
+    if setting == "auto":
+        return pa.types.is_fixed_size_list(inputs.schema.field(cmap["response_mask"]).type)
+    return bool(setting)

@@ -1,0 +1,149 @@
+"""Reading chunks: the chunk size, the token columns of a chunk as flat tensors with shared
+offsets (checked row by row), per-row number columns, group keys as integer codes.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..config import get_path
+from ..errors import AdvcliError
+from ..io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor)
+from ..io.lists import dictionary_codes, primitive_numpy
+from ..io.reader import InputSet
+from ..io import writer as writer_module
+from .plan import Plan
+
+
+CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
+
+
+TRIM_EVERY = 8  # chunks between returns of freed heap memory to the OS (advcli.io.memory)
+
+
+def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None, chunk_tokens: int | None = CHUNK_TOKENS) -> int:
+    """Rows per chunk: ``chunk_rows`` (the user's bound; None: no bound), lowered so that a chunk
+    holds about ``chunk_tokens`` tokens on average (from the Parquet metadata; None: no token bound).
+
+    Chunks of 0.5-2M tokens keep every per-token temporary small enough for the allocator to reuse
+    (larger ones go through mmap and fault their pages in again on every op) and the read-compute-
+    write overlap fine-grained. Results never depend on the chunking."""
+    R = inputs.num_rows
+    bound = rows = chunk_rows or max(R, 1)
+    if chunk_tokens and R:
+        n = inputs.list_tokens(plan.cmap["response_mask"])
+        if n > 0:
+            rows = min(rows, max(1, int(chunk_tokens * R // n)))
+            piece = writer_module.PIECE_ROWS
+            if piece <= rows < bound:  # a whole number of the writer's pieces: none straddles two chunks
+                rows = min(bound, max(piece, (rows + piece // 2) // piece * piece))  # (no concatenation copy)
+    return rows
+
+
+FLOAT_ROLES = ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
+                "teacher_log_probs", "rollout_is_weights")
+
+
+class ChunkReader:
+    """Reads one chunk's token columns as flat tensors with shared offsets, checking each row."""
+
+    def __init__(self, plan: Plan, inputs: InputSet):
+        self.plan = plan
+        self.inputs = inputs
+
+    def tokens(self, batch: pa.RecordBatch, file: str, row_base: int, roles: list[str]):
+        plan = self.plan
+        mask_name = plan.cmap["response_mask"]
+        mask_arr = batch.column(mask_name)
+        done = plan.checked_roles  # checked by an earlier pass over the same rows: not again
+        if "response_mask" not in done:
+            check_no_nulls(mask_arr, file, mask_name, row_base)
+        offsets, mask = list_column_to_tensor(mask_arr)
+        if "response_mask" not in done:
+            check_mask_values(mask, offsets, file, mask_name, row_base)
+        out = {"response_mask": mask}
+        for role in roles:
+            if role == "response_mask":
+                continue
+            name = plan.cmap[role]
+            arr = batch.column(name)
+            if role in done:
+                out[role] = list_column_to_tensor(arr)[1].to(plan.dtype) if role in FLOAT_ROLES else \
+                    list_column_to_tensor(arr)[1]
+                continue
+            check_no_nulls(arr, file, name, row_base)
+            offs, vals = list_column_to_tensor(arr)
+            if not np.array_equal(offs, offsets):
+                lm, lc = np.diff(offsets), np.diff(offs)
+                bad = int(np.nonzero(lm != lc)[0][0])
+                raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
+                                  f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
+                                  "same length")
+            if role in FLOAT_ROLES:
+                vals = vals.to(plan.dtype)
+                # one reduction instead of a bool tensor per column: a NaN/inf makes the sum
+                # non-finite; a finite sum that overflowed only sends us to the exact check
+                if not bool(torch.isfinite(vals.sum())) and not bool(torch.isfinite(vals).all()):
+                    pos = int(torch.nonzero(~torch.isfinite(vals))[0])
+                    row = int(np.searchsorted(offsets, pos, side="right") - 1)
+                    raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
+                                      f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
+                                      hint="NaN or infinite log-probs/values would poison every statistic; "
+                                           "drop or repair the row")
+            out[role] = vals
+        return offsets, out
+
+
+def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """A host tensor on the compute device. CUDA: through pinned (page-locked) host memory, from
+    torch's caching host allocator, so the copy is asynchronous (``non_blocking``) and the next
+    kernels queue behind it instead of waiting; CPU: the tensor itself."""
+    if dev.type != "cuda" or t.device.type == "cuda":
+        return t
+    return t.pin_memory().to(dev, non_blocking=True)
+
+
+def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype, allow_nan: bool = False) -> torch.Tensor:
+    """A per-row number column as a tensor; nulls, NaN and ±inf refused (``allow_nan``: nulls and NaN
+    become NaN, as TRL reads a reward function's None; ±inf still refused)."""
+    arr = batch.column(name)
+    if allow_nan and arr.null_count:
+        arr = arr.cast(pa.float64()).fill_null(float("nan"))
+    check_no_nulls(arr, file, name, row_base)
+    t = torch.from_numpy(np.array(primitive_numpy(arr))).to(dtype)
+    bad_mask = torch.isinf(t) if allow_nan and t.is_floating_point() else ~torch.isfinite(t)
+    if t.is_floating_point() and bool(bad_mask.any()):
+        bad = int(torch.nonzero(bad_mask)[0])
+        raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(t[bad])} is not finite",
+                          hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
+                               "it. Drop the row or give it a real reward")
+    return t
+
+
+def allows_nan(plan: Plan) -> bool:
+    return get_path(plan.cfg, "reward.nan", "refuse") == "allow"
+
+
+def factorize(values: list[pa.Array]) -> np.ndarray:
+    """int64 codes (first-appearance order) for a key column split over several arrays.
+
+    Arrow's hash dictionary encoding (pandas.factorize's codes; importing pandas alone costs ~0.3 s of
+    start-up). Float keys keep pandas.factorize, whose NaN -> -1 rule the callers rely on."""
+    if not values:  # an input of 0 rows
+        return np.zeros(0, dtype=np.int64)
+    arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    if pa.types.is_floating(arr.type):
+        import pandas as pd
+
+        codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
+        return codes.astype(np.int64)
+    return dictionary_codes(arr)
+
+
+def roles_to_columns(plan: Plan, roles: list[str]):
+    for r in roles:
+        yield plan.cmap[r]

@@ -1,0 +1,24 @@
+"""What a run returns: :class:`RunResult`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+
+
+@dataclass
+class RunResult:
+    inputs: list[str]
+    outputs: list[str]
+    rows: int
+    tokens: int
+    valid_tokens: int
+    seconds: float
+    config: dict
+    metrics: dict[str, Any] = field(default_factory=dict)
+    per_step: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    histograms: dict[str, Any] = field(default_factory=dict)  # advcli.stats (module docstring)
+    diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)

@@ -1,0 +1,280 @@
+"""Pass 1, the row table: per-row lengths, rewards, KL sums and group keys over the whole input;
+scopes (steps, domains), groups and the KL coefficient of every step resolved from them, and
+:class:`Resolved`, what the token passes receive.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..batch import RowTable
+from ..config import get_path
+from ..errors import AdvcliError
+from ..io.arrow_torch import (check_no_nulls)
+from ..io.lists import arrow_from_numpy, primitive_numpy
+from ..io.memory import trim as trim_heap
+from ..io.reader import InputSet
+from ..ops import kl as kl_ops
+from ..ops.groups import GroupIndex
+from ..ragged import Ragged
+from .plan import Plan, ProgressFn
+from .read import ChunkReader, TRIM_EVERY, allows_nan, factorize, read_scalar, roles_to_columns
+
+
+def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
+    c = plan.cfg["kl"]
+    kld = kl_ops.kl_per_token(tok["old_log_probs"], tok["ref_log_probs"], c["estimator"], c["input_clamp"],
+                              c["output_clamp"])
+    return kld * mask if c["mask"] else kld
+
+
+def placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Tensor:
+    """Flat index of each row's reward token (-1: nowhere, e.g. an empty row)."""
+    if get_path(plan.cfg, "reward.placement") == "last_valid" or plan.padded:
+        idx = layout.last_true_index(mask.bool())
+        # OpenRLHF: an all-zero mask row gets eos = T-1 of the *padded batch* (its reward is masked out
+        # later anyway): inside the row only for fixed-width (padded) dumps; a ragged row has no T-1 of
+        # the batch, so the reward lands nowhere (token_level_rewards then hold only the KL term, as
+        # OpenRLHF's do for every row shorter than the batch width)
+        if plan.padded:
+            return torch.where(idx >= 0, idx, layout.last_index())
+        return idx
+    return layout.last_index()
+
+
+def defer_row_kl(plan: Plan) -> bool:
+    """Whether the per-row KL (Σ_t and verl's masked mean) can wait for the write pass: nothing
+    before it depends on it — a fixed controller (β does not depend on the KL), an estimator that
+    reads tokens, not row scores, and no group diagnostics over the row scores. Then pass 1 reads no
+    log-prob column and the KL is computed once, where the token rewards need it anyway."""
+    return (plan.kl_on and plan.cfg["kl"]["controller"] != "adaptive" and plan.spec.level != "row"
+            and not plan.spec.uses_groups and plan.spec.token_group_stats is None)
+
+
+def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None, row_kl: bool = True):
+    cmap = plan.cmap
+    roles = ["response_mask"]
+    if plan.reward_source == "token_level_scores":
+        roles.append("token_level_scores")
+    row_kl = plan.kl_on and row_kl
+    if row_kl:
+        roles += ["old_log_probs", "ref_log_probs"]
+    cols = list(roles_to_columns(plan, roles))
+    scalar_roles = []
+    if plan.reward_source == "reward" and cmap.has("reward"):
+        scalar_roles.append("reward")
+    if cmap.has("reward_baseline") and "reward_baseline" in plan.spec.needs:
+        scalar_roles.append("reward_baseline")
+    for r in scalar_roles:
+        cols.append(cmap[r])
+    cols += plan.components
+    key_cols = []
+    if plan.group_by == "id" or (plan.group_by == "position" and cmap.has("prompt_id")):
+        key_cols.append(cmap["prompt_id"])  # position: only to check the blocks against the ids
+    if cmap.has("step") and get_path(plan.cfg, "grouping.scope") != "all":
+        key_cols.append(cmap["step"])
+    if cmap.has("domain") and get_path(plan.cfg, "grouping.scope") == "step_domain":
+        key_cols.append(cmap["domain"])
+    cols = list(dict.fromkeys(cols + key_cols))
+
+    reader = ChunkReader(plan, inputs)
+    parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
+                                              "score_sum", "reward_baseline")}
+    comp_parts: dict[str, list] = {c: [] for c in plan.components}
+    keys: dict[str, list] = {c: [] for c in key_cols}
+    done, total = 0, inputs.num_rows
+    for fi, row_base, batch in inputs.iter_batches(cols, chunk_rows):
+        file = inputs.paths[fi]
+        offsets, tok = reader.tokens(batch, file, row_base, roles)
+        layout = Ragged(torch.from_numpy(offsets))
+        mask01 = tok["response_mask"]  # int8/bool 0-1 (checked by the reader)
+        parts["length"].append(layout.lengths)
+        parts["valid"].append(layout.count_per_row(mask01))
+        place = placement_index(plan, layout, mask01)
+        keep = torch.zeros(layout.num_rows, dtype=torch.bool)
+        ok = place >= 0
+        keep[ok] = mask01[place[ok]] > 0
+        parts["keep"].append(keep)
+        if plan.reward_source == "reward":
+            parts["reward"].append(read_scalar(batch, cmap["reward"], file, row_base, plan.dtype, allows_nan(plan)))
+        elif plan.reward_source == "token_level_scores":
+            parts["score_sum"].append(layout.row_sum(tok["token_level_scores"]))
+        for c in plan.components:
+            comp_parts[c].append(read_scalar(batch, c, file, row_base, plan.dtype, allows_nan(plan)))
+        if "reward_baseline" in scalar_roles:
+            parts["reward_baseline"].append(read_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
+        if row_kl:
+            mask = mask01.to(plan.dtype)
+            kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.cfg["kl"]["mask"])
+            parts["kl_sum"].append(kl_sum)
+            parts["kl_mean"].append(kl_mean)
+        for c in key_cols:
+            arr = batch.column(c)
+            check_no_nulls(arr, file, c, row_base)
+            keys[c].append(arr)
+        done += batch.num_rows
+        if (done // max(batch.num_rows, 1)) % TRIM_EVERY == 0:
+            trim_heap()
+        if progress:
+            progress("rows", done, total)
+    plan.checked_roles |= set(roles)  # every row of these columns passed the checks
+    if not parts["length"]:  # an input of 0 rows: empty tables, an empty output
+        parts["length"] = parts["valid"] = [torch.zeros(0, dtype=torch.int64)]
+        parts["keep"] = [torch.zeros(0, dtype=torch.bool)]
+        if plan.reward_source == "reward":
+            parts["reward"] = [torch.zeros(0, dtype=plan.dtype)]
+        if plan.reward_source == "token_level_scores":
+            parts["score_sum"] = [torch.zeros(0, dtype=plan.dtype)]
+        if row_kl:
+            parts["kl_sum"] = parts["kl_mean"] = [torch.zeros(0, dtype=plan.dtype)]
+        if "reward_baseline" in scalar_roles:
+            parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
+    cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
+    return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
+
+
+def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
+            masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ_t kld, verl apply_kl_penalty's masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)) per row;
+    ``kld`` is the KL term as it enters the rewards. ``masked``: ``kld`` is already ``kld·m`` (0/1
+    mask), so ``kld·m`` is ``kld`` bit for bit and Σ kld is taken once; Σm, a count, is the same
+    float from an integer prefix sum."""
+    total = layout.row_sum(kld)
+    if masked:
+        count = layout.count_per_row(mask).to(mask.dtype)
+        return total, total / (count + 1e-8)
+    return total, layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8)
+
+
+def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
+    cmap = plan.cmap
+    step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
+    if step_col and step_col in keys:
+        steps = primitive_numpy(pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
+        uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
+        step_values = uniq.tolist()
+    else:
+        scope_codes = np.zeros(num_rows, dtype=np.int64)
+        step_values = [None]
+    dom_col = cmap.names.get("domain") if get_path(plan.cfg, "grouping.scope") == "step_domain" else None
+    if dom_col and dom_col in keys:
+        # ROLL RLVR: each domain of a step is its own batch, domains in order of first appearance
+        # inside the step (rlvr_pipeline.py L680-723 @8eb27cc2)
+        dom_codes = factorize(keys[dom_col]) if num_rows else np.zeros(0, dtype=np.int64)
+        dom_names = pa.chunked_array(keys[dom_col]).to_pylist() if num_rows else []
+        nd = int(dom_codes.max()) + 1 if num_rows else 1
+        pair = scope_codes.astype(np.int64) * nd + dom_codes
+        uniq_pair, first = np.unique(pair, return_index=True)
+        rank_in_step = np.empty(len(uniq_pair), dtype=np.int64)
+        order = np.lexsort((first, uniq_pair // nd))  # by step, then first appearance
+        rank_in_step[order] = np.arange(len(uniq_pair))
+        scope_codes = rank_in_step[np.searchsorted(uniq_pair, pair)]
+        step_values = [step_values[int(uniq_pair[k] // nd)] for k in order]
+        plan.scope_domains = [dom_names[int(first[k])] for k in order]
+    scopes = GroupIndex(torch.from_numpy(scope_codes.astype(np.int64)), len(step_values))
+    groups = None
+    if plan.group_by == "id":
+        pid_codes = factorize(keys[cmap["prompt_id"]])
+        combined = scope_codes.astype(np.int64) * (int(pid_codes.max()) + 1 if num_rows else 1) + pid_codes
+        _, gcodes = np.unique(combined, return_inverse=True)
+        groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
+    elif plan.group_by == "position":
+        n = int(get_path(plan.cfg, "grouping.size"))
+        # position inside each scope, in input order
+        order = np.argsort(scope_codes, kind="stable")
+        rank = np.empty(num_rows, dtype=np.int64)
+        sizes = np.bincount(scope_codes, minlength=len(step_values))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
+        for si, size in enumerate(sizes.tolist()):
+            if size % n:
+                where = scope_where(plan, step_values, si)
+                raise AdvcliError(f"{file}: {size} rows{where} do not split into groups of {n} consecutive rows",
+                                  hint="positional grouping needs contiguous blocks of grouping.size rows; "
+                                       "check the group size or group by prompt_id")
+        block = rank // n
+        offsets = np.concatenate([[0], np.cumsum(sizes // n)[:-1]])
+        gcodes = offsets[scope_codes] + block
+        groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
+        if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows:
+            check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values)
+    return scopes, groups, step_values
+
+
+def scope_where(plan: Plan, step_values: list, s: int) -> str:
+    """' in step 3, domain "math"' for scope s (empty for a whole-input scope)."""
+    parts = [f"step {step_values[s]}"] if step_values[s] is not None else []
+    if plan.scope_domains is not None:
+        parts.append(f"domain {plan.scope_domains[s]!r}")
+    return " in " + ", ".join(parts) if parts else ""
+
+
+def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, rank, n: int, step_values):
+    """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks."""
+    from ..ops.blocks import check_blocks_against_ids
+
+    col = plan.cmap["prompt_id"]
+    pid = factorize(keys[col])
+    found = check_blocks_against_ids(torch.from_numpy(gcodes.astype(np.int64)), torch.from_numpy(pid),
+                                     torch.from_numpy(scope_codes.astype(np.int64)))
+    if found is None:
+        return
+    kind, i, j = found
+    ids = pa.chunked_array(keys[col])
+    a, b = ids[i].as_py(), ids[j].as_py()
+    where = scope_where(plan, step_values, int(scope_codes[j]))
+    def blk(r):
+        rows = np.nonzero(gcodes == gcodes[r])[0]
+        return f"rows {rows[0]}-{rows[-1]}" if rows[-1] - rows[0] == len(rows) - 1 else f"rows {rows.tolist()}"
+    if kind == "mixed":
+        msg = (f"{file}: positional group of {n} ({blk(j)}{where}) holds several {col!r} values: row {i} has "
+               f"{a!r}, row {j} has {b!r}")
+    else:
+        msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
+               f"row {j} ({blk(j)})")
+    raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
+                      f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
+                      "size; if rows were reordered after the run, restore the rollout order (each prompt's "
+                      "responses contiguous). To group by the ids instead, keeping this flavor's semantics, add "
+                      "--set advcli.group_by=id")
+
+
+def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
+    """β used by each scope (value before that scope's update) and each scope's current_kl
+    (0.0 where ``kl_mean`` is not known yet: :func:`defer_row_kl`)."""
+    c = plan.cfg["kl"]
+    value = float(c["coef"])
+    betas, kls = [], []
+    for s in range(scopes.num_groups):
+        rows = scopes.codes == s
+        current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
+        betas.append(value)
+        kls.append(current)
+        if c["controller"] == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
+            err = float(np.clip(current / c["target"] - 1, -0.2, 0.2))
+            value *= 1 + err * int(rows.sum()) / c["horizon"]
+    return betas, kls
+
+
+@dataclass
+class Resolved:
+    scopes: GroupIndex
+    groups: GroupIndex | None
+    step_values: list
+    beta_row: torch.Tensor  # [R]
+    reward_row: torch.Tensor  # [R] r̃ (post-processed, before placement)
+    adv_row: torch.Tensor | None  # [R] row-level estimator output
+    table: RowTable
+    whiten_mean: torch.Tensor | None = None  # [S] float64
+    whiten_rstd: torch.Tensor | None = None
+    tlr_mean: torch.Tensor | None = None  # [S] float64: reward.whiten_tokens statistics
+    tlr_rstd: torch.Tensor | None = None
+    token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
+    token_cache: dict | None = None  # row0 -> CachedChunk from the statistics pass (token_moment_pass)
+    raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
+    row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
+    kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)

@@ -1,0 +1,142 @@
+"""The token math of one chunk: token rewards (placed reward − β·KL), the estimator, then the
+final element-wise steps (whitening, re-masking, clip, returns); and the per-(group, position)
+token statistics pass of the optimal token baselines.
+"""
+from __future__ import annotations
+
+
+import torch
+
+from ..batch import TokenChunk
+from ..config import get_path
+from ..io.reader import InputSet
+from ..ops.rewards import clip as clip_values
+from ..ragged import Ragged
+from .plan import Plan, ProgressFn
+from .read import ChunkReader, roles_to_columns, to_device
+from .rows import Resolved, kl_token, placement_index
+
+
+def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
+                 extras: dict | None = None) -> TokenChunk:
+    """The estimator's view of rows row0..row0+B-1: token rewards (placed reward − β·KL), mask, token
+    columns and per-row inputs, on the compute device. ``extras`` (a dict) receives ``kld``, the KL
+    term as it enters the rewards, when KL is on."""
+    dev, dt = plan.device, plan.dtype
+    B = layout.num_rows
+    rows = slice(row0, row0 + B)
+    layout = layout.to(dev)
+    mask = to_device(tok["response_mask"], dev).to(dt)
+    tok = {k: to_device(v, dev) for k, v in tok.items() if k != "response_mask"}
+    # token-level rewards
+    if plan.reward_source == "token_level_scores":
+        tlr = tok["token_level_scores"].to(dt).clone()
+    else:
+        r = res.reward_row[rows].to(dev)
+        if get_path(plan.cfg, "reward.placement") == "all":  # NeMo RF++ / raw_reward: every position
+            tlr = layout.broadcast(r.to(dt))
+        else:
+            tlr = torch.zeros(layout.num_tokens, dtype=dt, device=dev)
+            place = placement_index(plan, layout, mask)
+            ok = place >= 0
+            tlr[place[ok]] = r[ok]
+        if get_path(plan.cfg, "reward.mask_placed"):
+            tlr = tlr * mask
+    if plan.kl_on:
+        kld = kl_token(plan, tok, mask)
+        if extras is not None:
+            extras["kld"] = kld
+        beta = res.beta_row[rows].to(dev, dt)
+        if beta.numel() and bool((beta == beta[0]).all()):  # one β for the chunk (one step, a fixed β):
+            beta = beta[:1]  # the same product per token, without a [N] copy of β
+        else:
+            beta = layout.broadcast(beta)
+        tlr = tlr - beta * kld
+        tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
+    if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
+        scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
+        tlr = ((tlr.to(torch.float64) - torch.index_select(res.tlr_mean.to(dev), 0, scope_tok))
+               * torch.index_select(res.tlr_rstd.to(dev), 0, scope_tok)).to(dt)
+        tlr = tlr * mask
+    row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
+    if res.groups is not None:
+        row_inputs["group"] = res.groups.codes[rows].to(dev)
+    return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
+                      stats=res.token_stats)
+
+
+def token_group_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int,
+                      progress: ProgressFn | None):
+    """Token statistics per (group, position) over the whole input, for estimators that declare
+    ``token_group_stats`` (verl's optimal token baselines): one read of the token columns into flat
+    tables of Σ_g (longest row of g) slots (``batch.TokenGroupStats``)."""
+    from ..batch import TokenGroupStats
+
+    g = res.groups
+    width = torch.zeros(g.num_groups, dtype=torch.int64).scatter_reduce_(
+        0, g.codes, res.table.length.to(torch.int64), reduce="amax")
+    ctx = TokenGroupStats(groups=g, width=width, table=res.table)
+    reader = ChunkReader(plan, inputs)
+    cols = list(roles_to_columns(plan, plan.token_roles))
+    row0 = 0
+    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+        chunk = token_chunk(plan, res, Ragged(torch.from_numpy(offsets)), tok, row0)
+        plan.spec.token_group_stats(chunk, plan.params, ctx)
+        row0 += batch.num_rows
+        if progress:
+            progress("token statistics", row0, inputs.num_rows)
+    return ctx
+
+
+def chunk_math(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool,
+                rewards_only: bool = False, extras: dict | None = None):
+    """(advantages, returns, token_level_rewards, mask) flat tensors for rows row0..row0+B-1
+    (``extras``: see :func:`token_chunk`)."""
+    chunk = token_chunk(plan, res, layout, tok, row0, extras)
+    layout, mask, tlr = chunk.layout, chunk.mask, chunk.token_rewards
+    if rewards_only:
+        return None, None, tlr, mask
+    # estimator
+    if plan.spec.level == "row":
+        adv = ret = row_level_tokens(plan, res, layout, mask, row0)
+    else:
+        adv, ret = plan.spec.token_fn(chunk, plan.params)
+    return chunk_final(plan, res, layout, adv, ret, tlr, mask, row0, apply_whiten)
+
+
+def row_level_tokens(plan: Plan, res: Resolved, layout: Ragged, mask: torch.Tensor, row0: int) -> torch.Tensor:
+    """A row-level estimator's token values: each row's advantage over its tokens, × mask unless the
+    estimator keeps masked positions (``mask_output``). Advantages and returns both start from it."""
+    a = layout.broadcast(res.adv_row[row0:row0 + layout.num_rows].to(plan.device, plan.dtype))
+    return a * mask if plan.params.get("mask_output", True) else a
+
+
+def chunk_final(plan: Plan, res: Resolved, layout: Ragged, adv, ret, tlr, mask, row0: int, apply_whiten: bool):
+    """The estimator's output -> the final values: whitening (``apply_whiten``), re-masking, clip,
+    returns. Without ``apply_whiten`` (statistics passes) only the re-masking, whose result the
+    final values can start from again (x·1 = x on the valid tokens, which are all that whitening reads)."""
+    dev, dt = plan.device, plan.dtype
+    rows = slice(row0, row0 + layout.num_rows)
+    fresh = False  # adv is a tensor of this function's own (may be changed in place)
+    if apply_whiten and plan.whiten:
+        if res.scopes.num_groups == 1:  # one scope: the same element-wise ops with a scalar
+            mean, rstd = res.whiten_mean[0].to(dev), res.whiten_rstd[0].to(dev)
+        else:
+            scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
+            mean = torch.index_select(res.whiten_mean.to(dev), 0, scope_tok)  # (faster than [scope_tok])
+            rstd = torch.index_select(res.whiten_rstd.to(dev), 0, scope_tok)
+        # (v − μ)·rstd in float64, in place on one fresh copy (the input may be a cached tensor)
+        x = adv.to(torch.float64, copy=True)
+        adv = x.sub_(mean).mul_(rstd).to(dt)  # x itself or its float32 copy
+        fresh = True
+    remask = get_path(plan.cfg, "advantage.remask")
+    if remask == "fill":  # masked_fill: 0 at M=0 whatever adv holds there (NaN included)
+        adv = adv.masked_fill_(mask == 0, 0.0) if fresh else adv.masked_fill(mask == 0, 0.0)
+    elif remask:  # A·M: a NaN at M=0 stays NaN
+        adv = adv.mul_(mask) if fresh else adv * mask
+    if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
+        adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
+    if get_path(plan.cfg, "advantage.returns") == "advantages":
+        ret = adv
+    return adv, ret, tlr, mask

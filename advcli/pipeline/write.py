@@ -1,0 +1,134 @@
+"""Pass 3, the write pass: every chunk's math, statistics and output batch, with reading,
+computing, statistics and writing overlapped on their own threads.
+"""
+from __future__ import annotations
+
+
+import pyarrow as pa
+import torch
+
+from ..io.memory import trim as trim_heap
+from ..io.ordered import OrderedWorker
+from ..io.splice import SplicedParquetWriter, spliceable
+from ..io.writer import AtomicParquetWriter, clean_stale_temps
+from ..ragged import Ragged
+from .observe import RunObserver
+from .output import output_batch, output_schema
+from .plan import Plan
+from .read import ChunkReader, TRIM_EVERY, roles_to_columns, to_device
+from .rows import Resolved, kl_coefs, row_kl_sums
+from .tokens import chunk_final, chunk_math
+
+
+SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
+
+
+def finish_row_kl(plan: Plan, res: Resolved, row: dict, kl_sum: torch.Tensor, kl_mean: torch.Tensor,
+                   stats: RunObserver | None) -> None:
+    """The per-row KL that :func:`resolve` deferred to the write pass: into ``row``, the row score
+    (exactly as resolve computes it) and the run statistics, before they are finished."""
+    row["kl_sum"], row["kl_mean"] = kl_sum, kl_mean
+    _, kls = kl_coefs(plan, res.scopes, kl_mean)
+    res.table.score = res.table.score - (res.beta_row * kl_sum.to(torch.float64)).to(plan.dtype)
+    res.kl_deferred = False
+    st = getattr(stats, "stats", None)
+    if st is not None and getattr(st, "rows_set", False):
+        st.kl_row = kl_mean.detach().to(torch.float64)
+        st.kls = kls
+        st.score = res.table.score.detach().to(torch.float64)
+
+
+def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
+                 native=None):
+    """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
+
+    Overlap: while this thread computes chunk k, the reader thread decodes chunk k+1, a statistics
+    thread accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes
+    the chunks before (pyarrow and torch release the GIL)."""
+    reader = ChunkReader(plan, inputs)
+    tok_cols = list(roles_to_columns(plan, plan.token_roles))
+    writing = outs is not None
+    splice = False
+    if writing:
+        base_fields, out_schema = output_schema(plan, inputs, flavor, native, mode)
+        # full output: the input's column chunks are copied, not decoded and encoded again, where
+        # every input allows it (advcli.io.splice); the pass then reads only what the math reads
+        splice = mode == "full" and SPLICE and all(spliceable(p, plan.output_columns) for p in inputs.paths)
+        if splice:
+            cols = tok_cols
+            new_schema = pa.schema([out_schema.field(n) for n in plan.output_columns])
+        else:
+            cols = inputs.schema.names if mode == "full" else list(dict.fromkeys(
+                tok_cols + [f.name for f in base_fields]))
+        for o in outs:
+            clean_stale_temps(o)
+    else:
+        cols = tok_cols
+
+    def open_writer(i: int):
+        if splice:
+            return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns)
+        return AtomicParquetWriter(outs[i], out_schema)
+
+    writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
+    last_fi: int | None = None  # the input whose output is being written
+    kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
+    R = inputs.num_rows
+    row0 = chunks = 0
+    observer = OrderedWorker(stats.add, depth=1, name="advcli-stats")
+    try:
+        for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+            if writing and writers[fi] is None:
+                if last_fi is not None:  # that input is done: close its output (renamed at the end)
+                    writers[last_fi].prepare()
+                writers[fi] = open_writer(fi)
+                last_fi = fi
+            offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+            layout = Ragged(torch.from_numpy(offsets))
+            hit = res.token_cache.pop(row0, None) if res.token_cache else None
+            if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
+                mask = to_device(tok["response_mask"], plan.device).to(plan.dtype)
+                adv, ret, tlr, mask = chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
+                                                   mask, row0, apply_whiten=True)
+                row_kl = hit.row_kl
+                del hit
+            else:
+                extras = {} if kl_parts is not None else None
+                adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
+                row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], mask, plan.cfg["kl"]["mask"])
+                          if kl_parts is not None else None)
+            if kl_parts is not None:
+                kl_parts[0].append(row_kl[0].cpu())
+                kl_parts[1].append(row_kl[1].cpu())
+            observer.submit(row0, layout, mask, adv, ret, tlr, tok)
+            if splice:
+                writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb))
+            elif writing:
+                writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb))
+            row0 += batch.num_rows
+            chunks += 1
+            if chunks % TRIM_EVERY == 0:
+                trim_heap()
+            if progress:
+                progress("write" if writing else "compute", row0, R)
+        observer.close()
+        res.token_cache = None
+        if kl_parts is not None:
+            empty = torch.zeros(0, dtype=plan.dtype)
+            finish_row_kl(plan, res, row, torch.cat(kl_parts[0]) if kl_parts[0] else empty,
+                           torch.cat(kl_parts[1]) if kl_parts[1] else empty, stats)
+        if writing:
+            for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
+                if writers[i] is None:
+                    writers[i] = AtomicParquetWriter(o, out_schema)
+            for w in writers:
+                w.commit()
+    except BaseException:
+        try:
+            observer.close()
+        except BaseException:  # noqa: BLE001 - the first error is the one to report
+            pass
+        for w in writers:
+            if w is not None:
+                w.abort()
+        raise

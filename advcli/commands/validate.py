@@ -90,5 +90,5 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
         for o in outs:
             check_output_path(o, ins.paths, force)
     result = run_pipeline(inputs, None, cfg, flavor=flavor, native=native, column_overrides=columns,
-                          chunk_rows=chunk_rows, device=device, force=force)
+                          chunk_rows=chunk_rows, device=device, force=force, check_values=True)
     return result, auto_note or f"{flavor} {result.config['estimator']['name']}"

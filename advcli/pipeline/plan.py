@@ -9,7 +9,7 @@ from typing import Callable
 import pyarrow as pa
 import torch
 
-from ..columns import ColumnMap, resolve_columns
+from ..columns import ROLE_INFO, ColumnMap, is_list_type, resolve_columns
 from ..config import get_path
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, get as get_estimator, resolve_params
@@ -33,9 +33,11 @@ class Plan:
     kl_on: bool
     group_by: str
     token_roles: list[str]  # token columns the math reads
+    verify_roles: list[str]  # the dump's other token-role columns: checked (lengths, nulls), not read by the math
     # the new columns written, in this order (those of NEW_COLUMNS the run produces; --write-columns)
     output_columns: list[str]
     padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
+    check_values: bool = False  # verify_roles' values too (finite floats, 0/1 masks): `advcli validate`
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
 
@@ -107,10 +109,13 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         group_by = "id" if cmap.has("prompt_id") else "none"
     if group_by == "position" and not get_path(cfg, "grouping.size"):
         raise AdvcliError("grouping.by=position needs grouping.size (the number of responses per prompt)")
-    if group_by == "id":
-        cmap.require("prompt_id", "grouping.by=id groups rows by it")
     needs_groups = spec.uses_groups or bool({"group", "loo"} & {get_path(cfg, "reward.normalize.mean"),
                                                                  get_path(cfg, "reward.normalize.std")})
+    if group_by == "id" and not needs_groups and not cmap.has("prompt_id"):
+        group_by = "none"  # the flavor groups by id, but nothing this run computes reads a group
+    if group_by == "id":
+        cmap.require("prompt_id", f"estimator {spec.name} groups rows by it" if spec.uses_groups
+                     else "reward.normalize groups rows by it")
     if needs_groups and group_by == "none":
         raise AdvcliError(f"{file}: estimator {spec.name} needs groups but the input has no "
                           f"{cmap.names.get('prompt_id', 'prompt_id')!r} column",
@@ -125,10 +130,14 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         token_roles += ["old_log_probs", "ref_log_probs"]
     token_roles += [r for r in spec.optional if cmap.has(r)]
     token_roles = list(dict.fromkeys(token_roles))
+    # the other token columns the dump has: the math does not read them, but a trainer will read them
+    # beside the new columns, so their lengths are checked too (values as well with check_values)
+    verify_roles = [r for r, (_, kind, _) in ROLE_INFO.items() if kind == "tokens" and cmap.has(r)
+                    and r not in token_roles and is_list_type(inputs.schema.field(cmap[r]).type)]
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
-                token_roles=token_roles, padded=is_padded(cfg, inputs, cmap),
+                token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(cfg, inputs, cmap),
                 output_columns=list(NEW_COLUMNS if kl_on else NEW_COLUMNS[:2]))
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ..config import get_path
 from ..errors import AdvcliError
-from ..io.arrow_torch import (check_mask_values, check_no_nulls, list_column_to_tensor)
+from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
 from ..io.lists import dictionary_codes, primitive_numpy
 from ..io.reader import InputSet
 from ..io import writer as writer_module
@@ -53,7 +53,12 @@ class ChunkReader:
         self.plan = plan
         self.inputs = inputs
 
-    def tokens(self, batch: pa.RecordBatch, file: str, row_base: int, roles: list[str]):
+    def tokens(self, batch: pa.RecordBatch, file: str, row_base: int, roles: list[str],
+               verify: list[str] | tuple = ()):
+        """(offsets, {role: flat tensor}) of the chunk's ``roles``, each checked once per run: no null
+        list, the mask's 0/1 values, the same length as the mask in every row, finite floats.
+        ``verify``: roles checked the same way but not returned (lengths and nulls; values too with
+        ``plan.check_values``): the dump's token columns the math does not read."""
         plan = self.plan
         mask_name = plan.cmap["response_mask"]
         mask_arr = batch.column(mask_name)
@@ -75,25 +80,48 @@ class ChunkReader:
                 continue
             check_no_nulls(arr, file, name, row_base)
             offs, vals = list_column_to_tensor(arr)
-            if not np.array_equal(offs, offsets):
-                lm, lc = np.diff(offsets), np.diff(offs)
-                bad = int(np.nonzero(lm != lc)[0][0])
-                raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
-                                  f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
-                                  "same length")
+            _check_lengths(offsets, offs, file, name, mask_name, row_base)
             if role in FLOAT_ROLES:
                 vals = vals.to(plan.dtype)
-                # one reduction instead of a bool tensor per column: a NaN/inf makes the sum
-                # non-finite; a finite sum that overflowed only sends us to the exact check
-                if not bool(torch.isfinite(vals.sum())) and not bool(torch.isfinite(vals).all()):
-                    pos = int(torch.nonzero(~torch.isfinite(vals))[0])
-                    row = int(np.searchsorted(offsets, pos, side="right") - 1)
-                    raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
-                                      f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
-                                      hint="NaN or infinite log-probs/values would poison every statistic; "
-                                           "drop or repair the row")
+                _check_finite(vals, offsets, file, name, row_base)
             out[role] = vals
+        for role in verify:
+            if role in done or role in roles:
+                continue
+            name = plan.cmap[role]
+            arr = batch.column(name)
+            check_no_nulls(arr, file, name, row_base)
+            if plan.check_values:
+                offs, vals = list_column_to_tensor(arr)
+                _check_lengths(offsets, offs, file, name, mask_name, row_base)
+                if role in FLOAT_ROLES:
+                    _check_finite(vals.to(plan.dtype), offsets, file, name, row_base)
+            else:  # the offsets alone: no copy of the values
+                _check_lengths(offsets, list_offsets(arr), file, name, mask_name, row_base)
         return offsets, out
+
+
+def _check_lengths(mask_offsets: np.ndarray, offs: np.ndarray, file: str, name: str, mask_name: str,
+                   row_base: int) -> None:
+    if not np.array_equal(offs, mask_offsets):
+        lm, lc = np.diff(mask_offsets), np.diff(offs)
+        bad = int(np.nonzero(lm != lc)[0][0])
+        raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
+                          f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
+                          "same length", hint="a trainer reading this dump beside the new columns would "
+                                              "misalign them: repair or drop the row")
+
+
+def _check_finite(vals: torch.Tensor, offsets: np.ndarray, file: str, name: str, row_base: int) -> None:
+    # one reduction instead of a bool tensor per column: a NaN/inf makes the sum non-finite; a finite
+    # sum that overflowed only sends us to the exact check
+    if not bool(torch.isfinite(vals.sum())) and not bool(torch.isfinite(vals).all()):
+        pos = int(torch.nonzero(~torch.isfinite(vals))[0])
+        row = int(np.searchsorted(offsets, pos, side="right") - 1)
+        raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
+                          f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
+                          hint="NaN or infinite log-probs/values would poison every statistic; "
+                               "drop or repair the row")
 
 
 def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:

@@ -63,7 +63,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     row_kl = plan.kl_on and row_kl
     if row_kl:
         roles += ["old_log_probs", "ref_log_probs"]
-    cols = list(roles_to_columns(plan, roles))
+    verify = [r for r in plan.verify_roles if r not in roles]  # checked here, once, never read again
+    cols = list(roles_to_columns(plan, roles + verify))
     scalar_roles = []
     if plan.reward_source == "reward" and cmap.has("reward"):
         scalar_roles.append("reward")
@@ -89,7 +90,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     done, total = 0, inputs.num_rows
     for fi, row_base, batch in inputs.iter_batches(cols, chunk_rows):
         file = inputs.paths[fi]
-        offsets, tok = reader.tokens(batch, file, row_base, roles)
+        offsets, tok = reader.tokens(batch, file, row_base, roles, verify)
         layout = Ragged(torch.from_numpy(offsets))
         mask01 = tok["response_mask"]  # int8/bool 0-1 (checked by the reader)
         parts["length"].append(layout.lengths)
@@ -121,7 +122,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             trim_heap()
         if progress:
             progress("rows", done, total)
-    plan.checked_roles |= set(roles)  # every row of these columns passed the checks
+    plan.checked_roles |= set(roles) | set(verify)  # every row of these columns passed the checks
     if not parts["length"]:  # an input of 0 rows: empty tables, an empty output
         parts["length"] = parts["valid"] = [torch.zeros(0, dtype=torch.int64)]
         parts["keep"] = [torch.zeros(0, dtype=torch.bool)]

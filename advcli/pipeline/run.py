@@ -49,10 +49,13 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                  native: dict | None = None, column_overrides: dict[str, str] | None = None,
                  chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
                  progress: ProgressFn | None = None, output_mode: str = "full",
-                 chunk_tokens: int | None = CHUNK_TOKENS, write_columns: list[str] | str | None = None) -> RunResult:
+                 chunk_tokens: int | None = CHUNK_TOKENS, write_columns: list[str] | str | None = None,
+                 check_values: bool = False) -> RunResult:
     """Every pass of one run (module docstring). ``output_mode``: ``full`` (the input plus the new
     columns) or ``sidecar`` (the new columns plus the row keys: :func:`output_schema`);
-    ``write_columns``: which new columns to write (:func:`choose_output_columns`)."""
+    ``write_columns``: which new columns to write (:func:`choose_output_columns`). Every token column
+    the dump has is checked (nulls, lengths against the mask), read by the math or not;
+    ``check_values`` checks the values of those the math does not read too (``advcli validate``)."""
     t0 = time.perf_counter()
     if chunk_rows is not None and chunk_rows < 1:
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
@@ -62,6 +65,7 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     inputs = InputSet.open(input_specs)
     plan = make_plan(cfg, inputs, column_overrides or {}, device)
     choose_output_columns(plan, write_columns)
+    plan.check_values = check_values
     outs: list[str] = []
     if output is not None:
         outs = output_paths(inputs, output)

@@ -8,7 +8,10 @@ from typing import List, Optional
 import typer
 
 from . import __version__
-from .commands import _options as opt
+from .commands import helpstyle, register
+from .commands import options as opt
+from .commands.progress import progress
+from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
 
 app = typer.Typer(
@@ -16,7 +19,7 @@ app = typer.Typer(
     help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
          "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF or TRL.\n\n"
          "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
-    no_args_is_help=True, add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
+    cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -42,44 +45,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     pass
 
 
-def resolve_cli_config(inputs: List[str], flavor: Optional[str], set_: Optional[List[str]], config: Optional[str],
-                       column: Optional[List[str]], padded: Optional[bool]):
-    """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
-    `run`, `validate` and `compare` share."""
-    from .config import parse_column_maps, parse_set
-    from .flavors import resolve
-
-    settings = parse_set(set_)
-    columns = parse_column_maps(column)
-    flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
-    cfg, native = resolve(flavor, settings, config)
-    if padded is not None:
-        cfg["padded"] = padded
-    return flavor, cfg, native, columns, auto_note
-
-
-def _default_settings(flavor: Optional[str], inputs: List[str], settings: list) -> tuple[str, list, str | None]:
-    """With no --flavor: verl, and GRPO when the dump has a group id (GAE when it has values)."""
-    if flavor is not None:
-        return flavor, settings, None
-    if any(k == "algorithm.adv_estimator" for k, _ in settings):
-        return "verl", settings, None
-    import pyarrow.parquet as pq
-
-    from .io.reader import expand_inputs, open_parquet
-
-    names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
-    if "prompt_id" in names:
-        est, why = "grpo", "the dump has prompt_id"
-    elif "values" in names:
-        est, why = "gae", "the dump has values and no prompt_id"
-    else:
-        raise AdvcliError("no --flavor or estimator given and the dump has neither prompt_id (for GRPO) nor "
-                          "values (for GAE)", hint="choose one: --flavor verl --set algorithm.adv_estimator=NAME")
-    del pq
-    return "verl", settings + [("algorithm.adv_estimator", est)], f"verl {est} ({why})"
-
-
 RUN_EPILOG = """
 [bold]Examples[/]
 
@@ -91,25 +56,21 @@ RUN_EPILOG = """
   advcli run dump.parquet -o out.parquet --column reward=score --config my_run.yaml --chunk-rows 2048
 
 Keys are the framework's own (see `advcli explain --flavor NAME --keys`); a key not given takes the
-framework's default. VALUE is YAML: true, 0.95, null, [acc,fmt].
+framework's default. VALUE is YAML: true, 0.95, null, \\[acc,fmt].
 """
 
 
-@app.command(epilog=RUN_EPILOG)
+@app.command(epilog=RUN_EPILOG, cls=helpstyle.Command)
 def run(
     inputs: List[str] = opt.INPUTS,
-    output: str = typer.Option(..., "--output", "-o", help="Output Parquet file (a directory for several inputs).",
-                               show_default=False),
-    flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
-                                         help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli "
-                                              "(canonical keys). Default: verl, GRPO when the dump has prompt_id."),
+    output: str = opt.OUTPUT,
+    flavor: Optional[str] = opt.FLAVOR,
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
-    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once (results do not "
-                                                              "depend on it)."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
-    output_mode: str = typer.Option("full", "--output-mode",
+    chunk_rows: int = opt.chunk_rows(),
+    device: str = opt.device(),
+    output_mode: str = typer.Option("full", "--output-mode", metavar="MODE",
                                     help="full (the input plus the new columns) or sidecar (only the new "
                                          "columns plus the row keys row_index, prompt_id, step: a smaller file "
                                          "that joins back to the input; see docs/performance.md)."),
@@ -117,7 +78,7 @@ def run(
                                                 help="Which new columns to write, comma-separated: advantages, "
                                                      "returns, token_level_rewards (written when KL enters the "
                                                      "reward). Default: all the run produces."),
-    engine: str = typer.Option("local", "--engine",
+    engine: str = typer.Option("local", "--engine", metavar="ENGINE",
                                help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
                                     "directory of part files in row order; pip install 'advcli\\[ray]'). "
                                     "See docs/distributed.md."),
@@ -125,20 +86,15 @@ def run(
                                               help="With --engine ray: the cluster to join (e.g. "
                                                    "ray://head:10001 or auto). Default: RAY_ADDRESS, else a "
                                                    "local Ray instance."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
-    padded: Optional[bool] = typer.Option(None, "--padded/--ragged",
-                                          help="Token lists are right-padded to one width (row length = last "
-                                               "mask=1 position + 1) or ragged. Default: padded only for "
-                                               "fixed-size list columns."),
-    precision: Optional[str] = typer.Option(None, "--precision",
+    force: bool = opt.FORCE,
+    padded: Optional[bool] = opt.PADDED,
+    precision: Optional[str] = typer.Option(None, "--precision", metavar="DTYPE",
                                             help="float32 (default) reproduces the frameworks, float32 "
                                                  "artefacts included; float64 computes the intended math "
                                                  "(outputs are still written as float32)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary (errors still print)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON on stdout."),
-    report: Optional[str] = typer.Option(None, "--report", "-r",
-                                         help="Also write a report: PATH.json (every figure), .md or .html "
-                                              "(a page with plots)."),
+    quiet: bool = opt.QUIET,
+    json_out: bool = opt.json_out("the run summary"),
+    report: Optional[str] = opt.REPORT,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .engines import check_engine
@@ -167,7 +123,7 @@ def run(
 
     tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
 
-    progress_cb, stop = _progress(show)
+    progress_cb, stop = progress(show)
     try:
         result = run_engine(engine, inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
                             chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb,
@@ -180,46 +136,6 @@ def run(
     from .report import emit
 
     emit(rep, report, json_out, show)
-
-
-def _progress(show: bool):
-    """(callback(name, rows done, rows total), stop) drawing rich progress bars on stderr.
-
-    Only on a terminal and only for work that lasts: a bar appears after 0.5 s, shows rows done,
-    rows/s, elapsed time and an ETA, and disappears when the pass ends.
-    """
-    if not show or not sys.stderr.isatty():
-        return None, lambda: None
-    import time
-
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
-    prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
-                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn(), transient=True, console=Console(stderr=True))
-    tasks: dict[str, int] = {}
-    t0 = time.monotonic()
-    started = [False]
-
-    def cb(name: str, done: int, total: int):
-        if not started[0]:
-            if time.monotonic() - t0 < 0.5 and done < total:
-                return
-            prog.start()
-            started[0] = True
-        if name not in tasks:
-            tasks[name] = prog.add_task(name, total=total, rate="")
-        t = prog.tasks[tasks[name]]
-        rate = f"{t.speed:,.0f} rows/s" if t.speed else ""
-        prog.update(tasks[name], completed=done, rate=rate)
-
-    def stop():
-        if started[0]:
-            prog.stop()
-
-    return cb, stop
 
 
 def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False) -> dict:
@@ -245,11 +161,11 @@ EXPLAIN_EPILOG = """
 """
 
 
-@app.command(epilog=EXPLAIN_EPILOG)
+@app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command)
 def explain(
-    flavor: str = typer.Option("verl", "--flavor", "-f", help="Flavor whose keys are given."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key."),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML or TOML file of the same keys."),
+    flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME", help="Flavor whose keys are given."),
+    set_: Optional[List[str]] = opt.SET,
+    config: Optional[str] = opt.CONFIG,
     keys: bool = typer.Option(False, "--keys", help="List the flavor's keys and defaults instead."),
 ):
     """Print the resolved canonical configuration and the formulas that will run."""
@@ -272,18 +188,18 @@ SAMPLE_EPILOG = """
 """
 
 
-@app.command(epilog=SAMPLE_EPILOG)
+@app.command(epilog=SAMPLE_EPILOG, cls=helpstyle.Command)
 def sample(
     output: str = typer.Argument(..., metavar="OUTPUT", help="Parquet file to write."),
-    rows: int = typer.Option(512, "--rows", "-n", help="Number of responses."),
-    group_size: int = typer.Option(8, "--group-size", help="Responses per prompt."),
-    min_len: int = typer.Option(16, "--min-len", help="Shortest response (tokens)."),
-    max_len: int = typer.Option(512, "--max-len", help="Longest response (tokens)."),
-    steps: int = typer.Option(1, "--steps", help="Training steps (adds a step column when > 1)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same file)."),
+    rows: int = typer.Option(512, "--rows", "-n", metavar="N", help="Number of responses."),
+    group_size: int = typer.Option(8, "--group-size", metavar="N", help="Responses per prompt."),
+    min_len: int = typer.Option(16, "--min-len", metavar="N", help="Shortest response (tokens)."),
+    max_len: int = typer.Option(512, "--max-len", metavar="N", help="Longest response (tokens)."),
+    steps: int = typer.Option(1, "--steps", metavar="N", help="Training steps (adds a step column when > 1)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Random seed (same seed, same file)."),
     contiguous: bool = typer.Option(False, "--contiguous", help="Keep each group's rows together (for "
                                                                 "position-grouped flavors)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+    force: bool = opt.FORCE,
 ):
     """Write a synthetic rollout dump (ragged, groups scattered, masked spans) for trials and benchmarks."""
     import pyarrow.parquet as pq
@@ -302,9 +218,7 @@ def sample(
                f"{sum(len(x) for x in table.column('response_mask').to_pylist()):,} tokens", err=True)
 
 
-from .commands import register as _register_commands  # noqa: E402  (inspect, validate, stats, compare)
-
-_register_commands(app)
+register(app)  # inspect, validate, stats, compare: after run, explain and sample in `advcli --help`
 
 
 _INTERRUPTED = "interrupted: nothing was written; an earlier file at the output path is as it was"

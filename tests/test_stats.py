@@ -13,6 +13,7 @@ import torch
 import advcli
 from advcli import stats as st
 from advcli.pipeline.observe import RunObserver
+from advcli.ragged import Ragged
 
 
 def _write(path, cols):
@@ -313,7 +314,7 @@ def _token_chunks(seed=3, rows=90, scopes=3, nonfinite=True):
     lens[7] = 0
     T = int(lens.sum())
     mask = (torch.rand(T, generator=g) > 0.25).to(torch.float32)
-    lay = st.Ragged.from_lengths(lens)
+    lay = Ragged.from_lengths(lens)
     mask[lay.offsets[11]:lay.offsets[12]] = 0  # row 11: no valid token
     adv = torch.randn(T, generator=g, dtype=torch.float32)
     if nonfinite:
@@ -331,14 +332,14 @@ def _feed(lens, mask, adv, ret, vals, tlr, codes, cuts, reservoir=st.RESERVOIR):
 
     R = lens.numel()
     rs = st.RunStats(R, reservoir=reservoir)
-    lay = st.Ragged.from_lengths(lens)
+    lay = Ragged.from_lengths(lens)
     valid = lay.row_sum((mask > 0).to(torch.int64))
     rs.set_rows(raw_score=torch.zeros(R), score=torch.zeros(R), scopes=GroupIndex.from_codes(codes),
                 step_values=list(range(int(codes.max()) + 1)), groups=None, valid_len=valid, has_values=True)
     bounds = [0] + [c for c in cuts if 0 < c < R] + [R]
     for a, b in itertools.pairwise(bounds):
         t0, t1 = int(lay.offsets[a]), int(lay.offsets[b])
-        rs.add_chunk(a, st.Ragged.from_lengths(lens[a:b]), mask[t0:t1], adv[t0:t1], ret[t0:t1], tlr[t0:t1],
+        rs.add_chunk(a, Ragged.from_lengths(lens[a:b]), mask[t0:t1], adv[t0:t1], ret[t0:t1], tlr[t0:t1],
                      vals[t0:t1])
     return rs
 
@@ -366,7 +367,7 @@ def test_token_path_figures_per_scope_against_brute_force():
             for k in ("mean", "min", "max", "std"):
                 assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-14), (s, k)
     # per row: valid tokens, Σ token_level_rewards (float64), mean advantage (NaN where a token is)
-    lay = st.Ragged.from_lengths(lens)
+    lay = Ragged.from_lengths(lens)
     for i in range(lens.numel()):
         a, b = int(lay.offsets[i]), int(lay.offsets[i + 1])
         mi = m[a:b]
@@ -422,7 +423,7 @@ def test_token_path_histogram_counts_every_finite_token_against_numpy():
 def test_stream_histogram_is_exact_at_bin_edges():
     """Values on the edges and one ulp either side land where a binary search over the edges puts
     them (numpy's rule: [e_k, e_k+1), the last bin closed), through torch.histogram's linear map."""
-    hist = st._StreamHist(bins=50, seed_tokens=2)
+    hist = st.StreamHistogram(bins=50, seed_tokens=2)
     hist.add(torch.tensor([-1.3, 2.9], dtype=torch.float64))  # edges from these two
     assert hist.linear
     e = hist.edges.numpy()
@@ -440,7 +441,7 @@ def test_sample_ordinals_one_per_stratum_and_chunk_independent():
     strata = torch.arange(size) * total // size
     assert torch.equal(torch.searchsorted(k, strata, right=False), torch.arange(size))  # one in each stratum
     x = torch.arange(total, dtype=torch.float64)
-    a, b = st._Sample(size), st._Sample(size)
+    a, b = st.TokenSample(size), st.TokenSample(size)
     a.prepare(total)
     b.prepare(total)
     a.add(x)
@@ -448,7 +449,7 @@ def test_sample_ordinals_one_per_stratum_and_chunk_independent():
         b.add(x[lo:lo + 733])
     assert torch.equal(a.values, x[k]) and torch.equal(b.values, a.values)
     assert not a.exact and abs(float(a.values.mean()) - (total - 1) / 2) < 50  # stratified: close to the mean
-    small = st._Sample(size)
+    small = st.TokenSample(size)
     small.prepare(300)
     small.add(x[:120])
     small.add(x[120:300])

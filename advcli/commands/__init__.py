@@ -3,17 +3,22 @@
 Each lives in its own module and is registered on the typer app by :func:`register` (called from
 advcli.cli). Modules import only typer at import time; heavy imports happen inside the commands, so
 ``advcli --help`` and ``advcli inspect`` never import torch.
+
+What the commands and advcli.cli share lives here too, below both (advcli.cli imports this package,
+never the reverse): :mod:`.options` (the options declared once), :mod:`.resolve` (options to
+configuration), :mod:`.progress` (progress bars) and :mod:`.helpstyle` (how ``--help`` renders).
 """
 from __future__ import annotations
 
 
 def register(app) -> None:
     from .compare import EPILOG as COMPARE_EPILOG, RawArgsCommand, compare_cmd
+    from .helpstyle import Command
     from .inspect import EPILOG as INSPECT_EPILOG, inspect_cmd
     from .stats import EPILOG as STATS_EPILOG, stats_cmd
     from .validate import EPILOG as VALIDATE_EPILOG, validate_cmd
 
-    app.command("inspect", epilog=INSPECT_EPILOG)(inspect_cmd)
-    app.command("validate", epilog=VALIDATE_EPILOG)(validate_cmd)
-    app.command("stats", epilog=STATS_EPILOG)(stats_cmd)
+    app.command("inspect", epilog=INSPECT_EPILOG, cls=Command)(inspect_cmd)
+    app.command("validate", epilog=VALIDATE_EPILOG, cls=Command)(validate_cmd)
+    app.command("stats", epilog=STATS_EPILOG, cls=Command)(stats_cmd)
     app.command("compare", epilog=COMPARE_EPILOG, cls=RawArgsCommand)(compare_cmd)

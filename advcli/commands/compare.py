@@ -29,9 +29,10 @@ import tempfile
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from typer.core import TyperCommand
 
 from ..errors import AdvcliError
+from . import options as opt
+from .helpstyle import Command
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
     import numpy as np
@@ -58,7 +59,7 @@ first --flavor apply to both.
 """
 
 
-class RawArgsCommand(TyperCommand):
+class RawArgsCommand(Command):
     """Keeps the raw argument list (click loses the interleaving of --flavor and --set)."""
 
     def parse_args(self, ctx, args):
@@ -408,17 +409,18 @@ def compare_cmd(
     ctx: typer.Context,
     paths: List[str] = typer.Argument(..., metavar="PATH", help="Two advcli outputs, or one dump with --flavor/--set twice.",
                                       show_default=False),
-    flavor: Optional[List[str]] = typer.Option(None, "--flavor", "-f", help="Starts a configuration (give it "
-                                                                            "twice, each followed by its --set)."),
+    flavor: Optional[List[str]] = typer.Option(None, "--flavor", "-f", metavar="NAME",
+                                               help="Starts a configuration (give it twice, each followed by its "
+                                                    "--set)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
                                              help="A key of the configuration started by the last --flavor."),
-    config: Optional[List[str]] = typer.Option(None, "--config", "-c", help="YAML/TOML keys for the configuration."),
-    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
-                                               help="Read a role from another column, e.g. reward=score."),
-    top: int = typer.Option(10, "--top", help="How many differing groups and flipped rows to list."),
-    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda (for the two configurations)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+    config: Optional[List[str]] = typer.Option(None, "--config", "-c", metavar="PATH",
+                                               help="YAML/TOML keys for the configuration."),
+    column: Optional[List[str]] = opt.COLUMN,
+    top: int = typer.Option(10, "--top", metavar="N", help="How many differing groups and flipped rows to list."),
+    chunk_rows: int = opt.chunk_rows(),
+    device: str = opt.device("auto", "auto, cpu or cuda (for the two configurations)."),
+    json_out: bool = opt.json_out("the comparison"),
 ):
     """Compare two sets of advantages: correlation, sign agreement, per-group differences."""
     from ..config import parse_column_maps

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import AdvcliError
+from . import options as opt
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
     import numpy as np
@@ -308,10 +309,9 @@ def _print(data: dict) -> None:
 
 
 def inspect_cmd(
-    inputs: List[str] = typer.Argument(..., metavar="INPUT", help="Parquet file(s), a directory or a glob.", show_default=False),
-    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
-                                               help="Read a role from another column, e.g. reward=score."),
-    json_out: bool = typer.Option(False, "--json", help="Print everything as JSON on stdout."),
+    inputs: List[str] = opt.INPUTS,
+    column: Optional[List[str]] = opt.COLUMN,
+    json_out: bool = opt.json_out("everything"),
 ):
     """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
     from ..config import parse_column_maps

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import AdvcliError
+from . import options as opt
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
     import numpy as np
@@ -273,13 +274,11 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 def stats_cmd(
     inputs: List[str] = typer.Argument(..., metavar="INPUT", help="A dump or an advcli output (files, a directory or a glob).",
                                        show_default=False),
-    report: Optional[str] = typer.Option(None, "--report", "-r", help="Write the figures to PATH: .json, .md or "
-                                                                      ".html."),
-    column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
-                                               help="Read a role from another column, e.g. reward=score."),
-    chunk_rows: int = typer.Option(8192, "--chunk-rows", help="Rows held in memory at once."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
-    json_out: bool = typer.Option(False, "--json", help="Print every figure as JSON on stdout."),
+    report: Optional[str] = opt.REPORT,
+    column: Optional[List[str]] = opt.COLUMN,
+    chunk_rows: int = opt.chunk_rows(8192),
+    quiet: bool = opt.QUIET,
+    json_out: bool = opt.json_out("every figure"),
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
@@ -287,10 +286,10 @@ def stats_cmd(
 
     if report:
         check_report_path(report, inputs)
-    from ..cli import _progress
+    from .progress import progress
 
     show = not quiet and not json_out
-    cb, stop = _progress(show)
+    cb, stop = progress(show)
     try:
         rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
     finally:

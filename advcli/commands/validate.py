@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from . import _options as opt
+from . import options as opt
 
 EPILOG = """
 [bold]Examples[/]
@@ -30,19 +30,17 @@ would reject (file, row, column or key). With --output the output path is checke
 
 def validate_cmd(
     inputs: List[str] = opt.INPUTS,
-    flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
-                                         help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli. "
-                                              "Default: as `advcli run`."),
+    flavor: Optional[str] = opt.FLAVOR,
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Also check that this output path is "
-                                                                      "usable (nothing is written)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="PATH",
+                                         help="Also check that this output path is usable (nothing is written)."),
     force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),
-    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once."),
-    padded: Optional[bool] = typer.Option(None, "--padded/--ragged", help="As `advcli run`."),
-    device: str = typer.Option("cpu", "--device", help="auto, cpu or cuda (default cpu: validating needs no GPU)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON on stdout."),
+    chunk_rows: int = opt.chunk_rows(),
+    padded: Optional[bool] = opt.PADDED,
+    device: str = opt.device("cpu", "auto, cpu or cuda (default cpu: validating needs no GPU)."),
+    json_out: bool = opt.json_out("the verdict"),
 ):
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
@@ -74,7 +72,7 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
     """(RunResult of a run without output, what ran) — raising the AdvcliError `run` would raise."""
     import os
 
-    from ..cli import resolve_cli_config
+    from .resolve import resolve_cli_config
 
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
     from ..io.reader import InputSet

@@ -1,0 +1,47 @@
+"""The command-line options that several commands share, each declared once: the same flag, metavar
+and help wherever it appears (``run``, ``validate``, ``compare``, ``inspect``, ``stats``, ``explain``
+and the commands to come).
+
+A constant is an option that means the same in every command; a function builds one whose default
+(or the thing it prints) differs between commands. Every option that takes a value names it with a
+metavar (``PATH``, ``N``, ``KEY=VALUE`` ...), which ``--help`` shows as click does; a flag shows none
+(see :mod:`advcli.commands.helpstyle`). Only typer is imported here: ``advcli --help`` stays fast.
+"""
+from __future__ import annotations
+
+import typer
+
+INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a directory or a glob.", show_default=False)
+
+FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
+                      help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli (canonical keys). "
+                           "Default: verl, GRPO when the dump has prompt_id.")
+SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
+CONFIG = typer.Option(None, "--config", "-c", metavar="PATH", help="YAML or TOML file of the same keys.")
+COLUMN = typer.Option(None, "--column", metavar="ROLE=NAME", help="Read a role from another column, e.g. reward=score.")
+PADDED = typer.Option(None, "--padded/--ragged",
+                      help="Token lists are right-padded to one width (row length = last mask=1 position + 1) or "
+                           "ragged. Default: padded only for fixed-size list columns.")
+
+OUTPUT = typer.Option(..., "--output", "-o", metavar="PATH",
+                      help="Output Parquet file (a directory for several inputs).", show_default=False)
+FORCE = typer.Option(False, "--force", help="Replace an existing output.")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress or summary (errors still print).")
+REPORT = typer.Option(None, "--report", "-r", metavar="PATH",
+                      help="Also write a report: PATH.json (every figure), .md or .html (a page with plots).")
+
+
+def chunk_rows(default: int = 4096):
+    """``--chunk-rows N``: the rows one chunk holds (``stats`` reads fewer columns and takes more)."""
+    return typer.Option(default, "--chunk-rows", metavar="N",
+                        help="Rows held in memory at once (results do not depend on it).")
+
+
+def device(default: str = "auto", text: str = "auto (CUDA when present), cpu or cuda."):
+    """``--device DEVICE``: where the math runs (``validate`` defaults to cpu, the others to auto)."""
+    return typer.Option(default, "--device", metavar="DEVICE", help=text)
+
+
+def json_out(what: str):
+    """``--json``: print ``what`` as JSON on stdout instead of the terminal summary."""
+    return typer.Option(False, "--json", help=f"Print {what} as JSON on stdout.")

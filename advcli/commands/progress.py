@@ -1,0 +1,50 @@
+"""The progress bars of the commands that pass over a whole dump (``run``, ``stats``)."""
+from __future__ import annotations
+
+import sys
+
+
+def progress(show: bool):
+    """(callback(name, rows done, rows total), stop) drawing rich progress bars on stderr.
+
+    Only on a terminal and only for work that lasts: a bar appears after 0.5 s, shows rows done,
+    rows/s, elapsed time and an ETA, and disappears when the pass ends.
+    """
+    if not show or not sys.stderr.isatty():
+        return None, lambda: None
+    import time
+
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
+                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                    TimeRemainingColumn(), transient=True, console=Console(stderr=True))
+    tasks: dict[str, int] = {}
+    t0 = time.monotonic()
+    started = [False]
+
+    def cb(name: str, done: int, total: int):
+        if not started[0]:
+            if time.monotonic() - t0 < 0.5 and done < total:
+                return
+            prog.start()
+            started[0] = True
+        if name not in tasks:
+            tasks[name] = prog.add_task(name, total=total, rate="")
+        t = prog.tasks[tasks[name]]
+        rate = f"{t.speed:,.0f} rows/s" if t.speed else ""
+        prog.update(tasks[name], completed=done, rate=rate)
+
+    def stop():
+        if started[0]:
+            prog.stop()
+
+    return cb, stop

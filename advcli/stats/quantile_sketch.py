@@ -1,0 +1,103 @@
+"""Quantiles of the run's figures: exact weighted quantiles (:func:`quantiles`) and the fixed,
+chunk-independent sample of valid-token advantages they use when a run's advantages are not
+row-constant (:func:`sample_ordinals`, :class:`TokenSample`). See :mod:`advcli.stats` for which
+figure uses which."""
+from __future__ import annotations
+
+import torch
+
+from .json_values import figure
+
+QUANTILES = (1, 5, 25, 50, 75, 95, 99)
+RESERVOIR = 65536
+SEED = 0x5EED
+
+_M1 = 0x9E3779B97F4A7C15 - (1 << 64)  # splitmix64 constants as signed int64
+_M2 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_M3 = 0x94D049BB133111EB - (1 << 64)
+
+
+def hash_keys(index: torch.Tensor, seed: int = SEED) -> torch.Tensor:
+    """splitmix64 of ``index + seed`` in int64 arithmetic (wrapping): a fixed pseudo-random key per index."""
+    x = index.to(torch.int64) + seed
+    x = x * _M1
+    x = x ^ ((x >> 30) & ((1 << 34) - 1))
+    x = x * _M2
+    x = x ^ ((x >> 27) & ((1 << 37) - 1))
+    x = x * _M3
+    x = x ^ ((x >> 31) & ((1 << 33) - 1))
+    return x
+
+
+def quantiles(values: torch.Tensor, weights: torch.Tensor | None = None) -> dict[str, float | None]:
+    """``{"p1": ..., "p99": ...}`` as ``np.quantile(expanded, q)`` (linear), where ``expanded`` repeats
+    each value ``weights`` times (integer weights; all 1 when None). Exact, no expansion."""
+    v = values.to(torch.float64).flatten()
+    w = torch.ones_like(v, dtype=torch.int64) if weights is None else weights.to(torch.int64).flatten()
+    keep = w > 0
+    v, w = v[keep], w[keep]
+    n = int(w.sum())
+    if n == 0:
+        return {f"p{q}": None for q in QUANTILES}
+    order = torch.argsort(v)
+    v, w = v[order], w[order]
+    cum = torch.cumsum(w, 0)  # token k (0-based) has value v[searchsorted(cum, k, right=True)]
+    pos = torch.tensor([q / 100 * (n - 1) for q in QUANTILES], dtype=torch.float64)
+    lo = torch.floor(pos).to(torch.int64)
+    hi = torch.clamp(lo + 1, max=n - 1)
+    frac = pos - lo.to(torch.float64)
+    vlo = v[torch.searchsorted(cum, lo, right=True)]
+    vhi = v[torch.searchsorted(cum, hi, right=True)]
+    out = vlo + frac * (vhi - vlo)
+    return {f"p{q}": figure(x) for q, x in zip(QUANTILES, out.tolist())}
+
+
+def sample_ordinals(total: int, size: int, seed: int = SEED) -> torch.Tensor:
+    """The sorted ordinals (0-based, among a run's ``total`` valid tokens in input order) that the
+    advantage sample keeps: all of ``0 .. size−1`` when ``total <= size``; otherwise ``size`` strata
+    ``[⌊j·total/size⌋, ⌊(j+1)·total/size⌋)`` and from stratum j the token at offset
+    ``hash_keys(j, seed) mod (stratum width)``."""
+    if total <= size:
+        return torch.arange(size, dtype=torch.int64)
+    j = torch.arange(size, dtype=torch.int64)
+    lo = j * total // size
+    width = (j + 1) * total // size - lo
+    return lo + torch.remainder(hash_keys(j, seed), width)
+
+
+class TokenSample:
+    """A fixed sample of the run's valid-token advantages, drawn by ordinal (see
+    :func:`sample_ordinals`): each chunk costs a search in the sorted ordinals plus one gather of the
+    tokens that fall in it, whatever the chunk size; non-finite values are left out."""
+
+    def __init__(self, size: int = RESERVOIR, seed: int = SEED):
+        self.size, self.seed = size, seed
+        self.ordinals: torch.Tensor | None = None
+        self.expected = 0
+        self.parts: list[torch.Tensor] = []
+        self.total = 0  # valid tokens seen
+
+    def prepare(self, total: int) -> None:
+        """``total``: the run's number of valid tokens (known from the row pass)."""
+        self.expected = int(total)
+        self.ordinals = sample_ordinals(self.expected, self.size, self.seed)
+
+    def add(self, x: torch.Tensor) -> None:
+        """``x`` float64: the next valid tokens' values, in input order."""
+        if self.ordinals is None:
+            self.prepare(0)
+        base, n = self.total, x.numel()
+        self.total += n
+        lo, hi = torch.searchsorted(self.ordinals, torch.tensor([base, base + n])).tolist()
+        if hi > lo:
+            v = x[self.ordinals[lo:hi] - base]
+            self.parts.append(v[torch.isfinite(v)])
+
+    @property
+    def values(self) -> torch.Tensor:
+        return torch.cat(self.parts) if self.parts else torch.zeros(0, dtype=torch.float64)
+
+    @property
+    def exact(self) -> bool:
+        """Every valid token is in the sample."""
+        return self.expected <= self.size and self.total <= self.size

@@ -1,0 +1,219 @@
+"""The run statistics collector: fed with the row table once and every chunk of the write pass,
+it keeps a few float64/int64 entries per row and per-scope running sums, and gives every figure at
+the end (:meth:`RunStats.finish`; the figures: :mod:`advcli.stats`)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..ops.groups import GroupIndex
+from ..ragged import Ragged
+from .histograms import BINS, StreamHistogram, histogram
+from .json_values import figure
+from .quantile_sketch import RESERVOIR, TokenSample, quantiles
+from .sums import RowPartials, ScopeSums, row_sums64
+from .verl_metrics import group_figures, metric_block, row_figures
+
+
+class RunStats:
+    """Streaming statistics of one run (every figure: the docstring of :mod:`advcli.stats`)."""
+
+    def __init__(self, num_rows: int, *, padded: bool = False, reservoir: int = RESERVOIR, bins: int = BINS):
+        R = num_rows
+        self.R = R
+        self.padded = padded
+        self.bins = bins
+        # per row, filled chunk by chunk
+        self.seq_reward = torch.zeros(R, dtype=torch.float64)
+        self.resp_len = torch.zeros(R, dtype=torch.int64)
+        self.valid = torch.zeros(R, dtype=torch.int64)
+        self.adv_sum = torch.zeros(R, dtype=torch.float64)  # Σ of the valid advantages (NaN propagates)
+        self.adv_min = torch.full((R,), math.inf, dtype=torch.float64)  # of the finite valid advantages
+        self.adv_max = torch.full((R,), -math.inf, dtype=torch.float64)
+        self.adv_finite = torch.zeros(R, dtype=torch.int64)  # how many valid advantages are finite
+        self.adv_nonconstant = False  # a row with two different finite valid advantages was seen
+        self.reservoir = TokenSample(reservoir)
+        self.adv_hist = StreamHistogram(bins, seed_tokens=reservoir)
+        self.rows_set = False
+        self.scopes: GroupIndex | None = None
+
+    # ------------------------------------------------------------------------------- row feed
+    def set_rows(self, *, raw_score: torch.Tensor, score: torch.Tensor, scopes: GroupIndex, step_values: list,
+                 groups: GroupIndex | None, valid_len: torch.Tensor, kl_on: bool = False,
+                 kl_row: torch.Tensor | None = None, betas: list[float] | None = None,
+                 kls: list[float] | None = None, has_values: bool = False) -> None:
+        """The per-row table of the whole input (CPU tensors, [R] each) and the per-step KL figures.
+        ``valid_len`` (Σ mask per row) also fixes which valid tokens the advantage sample takes."""
+        self.raw_score = raw_score.detach().to(torch.float64)
+        self.score = score.detach().to(torch.float64)
+        self.scopes = scopes
+        self.S = max(scopes.num_groups, 1)
+        self.step_values = step_values
+        self.groups = groups
+        self.valid_len = valid_len.to(torch.int64)
+        self.kl_on = kl_on
+        self.kl_row = None if kl_row is None else kl_row.detach().to(torch.float64)
+        self.betas, self.kls = betas or [], kls or []
+        self.has_values = has_values
+        self.adv = ScopeSums(self.S)
+        self.ret = ScopeSums(self.S)
+        self.val = ScopeSums(self.S)
+        self.ret_minus_val = ScopeSums(self.S)
+        self.reservoir.prepare(int(self.valid_len.sum()))
+        self.rows_set = True
+
+    # ------------------------------------------------------------------------------ chunk feed
+    def _row_scope(self, rows: slice, B: int) -> torch.Tensor:
+        return self.scopes.codes[rows] if self.scopes is not None else torch.zeros(B, dtype=torch.int64)
+
+    def _rows_common(self, rows: slice, layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor,
+                     sel: torch.Tensor | None = None, voff: torch.Tensor | None = None) -> None:
+        """seq_reward and resp_len of the chunk's rows (``m``: mask > 0 on the CPU, needed when padded)."""
+        self.seq_reward[rows] = row_sums64(layout.offsets, tlr)
+        if self.padded:
+            if sel is None:
+                sel = torch.nonzero(m, as_tuple=True)[0]
+                voff = torch.searchsorted(sel, layout.offsets)
+            n = voff[1:] - voff[:-1]
+            last = sel[torch.clamp(voff[1:] - 1, min=0)] if sel.numel() else torch.zeros_like(n)
+            self.resp_len[rows] = torch.where(n > 0, last - layout.offsets[:-1] + 1, torch.zeros_like(n))
+        else:
+            self.resp_len[rows] = layout.lengths
+
+    def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
+                  tlr: torch.Tensor, values: torch.Tensor | None = None) -> None:
+        """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device),
+        token by token: the valid tokens are found once, each quantity is reduced per row (float64)
+        and the row figures are added to the scopes in row order."""
+        layout = layout.to("cpu")
+        B = layout.num_rows
+        rows = slice(row0, row0 + B)
+        m = mask.detach().to("cpu") > 0
+        # the valid tokens' flat indices, found once and gathered with; voff[i]: valid tokens before row i
+        sel = torch.nonzero(m, as_tuple=True)[0]
+        voff = torch.searchsorted(sel, layout.offsets)
+        self._rows_common(rows, layout, m, tlr, sel, voff)
+        self.valid[rows] = voff[1:] - voff[:-1]
+        scope = self._row_scope(rows, B)
+        # index_select, not x[sel]: the generic indexing kernel is ~3x slower for a flat gather
+        av = torch.index_select(adv.detach().to("cpu"), 0, sel).to(torch.float64)
+        one = self.S == 1
+        pa = RowPartials.of_tokens(av, voff, rows_minmax=not one, check_const=not self.adv_nonconstant)
+        self.adv.add(pa, scope)
+        self.adv_sum[rows] = pa.raw_sum
+        self.adv_finite[rows] = pa.count
+        self.adv_nonconstant |= pa.nonconstant
+        if not self.adv_nonconstant:  # per-row min/max only matter while the run may be row-constant
+            self.adv_min[rows], self.adv_max[rows] = pa.mn, pa.mx
+        rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
+        self.ret.add(RowPartials.of_tokens(rv, voff, rows_minmax=not one), scope)
+        if values is not None and self.has_values:
+            vv = torch.index_select(values.detach().to("cpu"), 0, sel).to(torch.float64)
+            self.val.add(RowPartials.of_tokens(vv, voff, rows_minmax=not one), scope)
+            self.ret_minus_val.add(RowPartials.of_tokens(rv - vv, voff, rows_minmax=not one), scope)
+        finite = av if pa.all_finite else av[torch.isfinite(av)]
+        self.reservoir.add(av)
+        self.adv_hist.add(finite)
+
+    def add_row_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor | None, tlr: torch.Tensor,
+                      adv_row: torch.Tensor, ret_row: torch.Tensor) -> None:
+        """One chunk whose every valid token of row i holds the advantage ``adv_row[i]`` and the return
+        ``ret_row[i]`` (row-level estimators; see :class:`advcli.pipeline.observe.RunObserver`): the figures of :meth:`add_chunk`
+        from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
+        only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
+        layout = layout.to("cpu")
+        B = layout.num_rows
+        rows = slice(row0, row0 + B)
+        m = mask.detach().to("cpu") > 0 if self.padded else None
+        self._rows_common(rows, layout, m, tlr)
+        n = self.valid_len[rows]
+        self.valid[rows] = n
+        scope = self._row_scope(rows, B)
+        pa = RowPartials.of_rows(adv_row.detach().to("cpu", torch.float64), n)
+        self.adv.add(pa, scope)
+        self.adv_sum[rows] = pa.raw_sum
+        self.adv_min[rows], self.adv_max[rows], self.adv_finite[rows] = pa.mn, pa.mx, pa.count
+        self.ret.add(RowPartials.of_rows(ret_row.detach().to("cpu", torch.float64), n), scope)
+
+    def row_advantage(self) -> torch.Tensor:
+        """[R] each row's mean advantage over its valid tokens (NaN for rows with none)."""
+        return torch.where(self.valid > 0, self.adv_sum / self.valid.clamp(min=1), torch.full_like(self.adv_sum, math.nan))
+
+    def row_constant(self) -> bool:
+        """Every row's finite valid advantages are one value (always so for row-level estimators)."""
+        if self.adv_nonconstant:
+            return False
+        has = self.adv_finite > 0
+        return bool((self.adv_min[has] == self.adv_max[has]).all())
+
+    def finish(self) -> dict[str, Any]:
+        """``{"metrics": {...}, "per_step": [...], "histograms": {...}}`` (JSON-able)."""
+        R = self.R
+        allrows = torch.ones(R, dtype=torch.bool)
+        metrics = metric_block(self, allrows, None)
+        L = self.resp_len
+        aborted = L == 0
+        na = L[~aborted].to(torch.float64)
+        metrics["response_length_non_aborted/mean"] = figure(na.mean()) if na.numel() else None
+        metrics["response_length_non_aborted/max"] = figure(na.max()) if na.numel() else None
+        metrics["response_length_non_aborted/min"] = figure(na.min()) if na.numel() else None
+        metrics["response/aborted_ratio"] = figure(aborted.to(torch.float64).mean()) if R else None
+        non_aborted = ~aborted
+        for name, x in (("critic/score", self.raw_score), ("critic/rewards", self.seq_reward)):
+            metrics[f"{name}/std"] = row_figures(x, non_aborted)["std"]
+            for k, v in quantiles(x[non_aborted & ~torch.isnan(x)]).items():
+                metrics[f"{name}/{k}"] = v
+        a = self.adv.figures(None)
+        metrics["critic/advantages/std"] = a["std"]
+        metrics["critic/advantages/count"] = a["count"]
+        metrics["critic/advantages/nonfinite"] = a["nonfinite"]
+        r = self.ret.figures(None)
+        metrics["critic/returns/count"] = r["count"]
+        metrics["critic/returns/nonfinite"] = r["nonfinite"]
+        const = self.row_constant()
+        has = self.adv_finite > 0
+        if const:
+            q = quantiles(self.adv_min[has], self.adv_finite[has])
+            exact = True
+        else:
+            q = quantiles(self.reservoir.values)
+            exact = self.reservoir.exact
+        metrics.update({f"critic/advantages/{k}": v for k, v in q.items()})
+        metrics["critic/advantages/quantiles_exact"] = exact
+        metrics.update(group_figures(self))
+
+        per_step = []
+        for s in range(self.S):
+            sel = self.scopes.codes == s
+            kl_on = self.kl_on
+            d: dict[str, Any] = {"step": self.step_values[s] if s < len(self.step_values) else None,
+                                 "rows": int(sel.sum()),
+                                 "kl_coef": figure(self.betas[s]) if kl_on and s < len(self.betas) else None,
+                                 "kl": figure(self.kls[s]) if kl_on and s < len(self.kls) else None}
+            d.update(metric_block(self, sel, s))
+            per_step.append(d)
+
+        hist = {
+            "score": histogram(self.raw_score[non_aborted & ~torch.isnan(self.raw_score)], bins=self.bins, over="rows",
+                               note="sequence score (before normalisation and KL), non-aborted rows"),
+            "rewards": histogram(self.seq_reward[non_aborted & ~torch.isnan(self.seq_reward)], bins=self.bins, over="rows",
+                                 note="sequence reward Σ token_level_rewards, non-aborted rows"),
+        }
+        if const:
+            hist["advantages"] = histogram(self.adv_min[has], self.adv_finite[has], bins=self.bins, over="tokens",
+                                           note="valid tokens; row-constant advantages: exact, edges from the "
+                                                "exact min and max")
+        else:
+            hist["advantages"] = self.adv_hist.result(
+                f"valid tokens; edges fixed from the run's first {self.adv_hist.seed_tokens} finite valid tokens "
+                "([min, max] widened by half the span each side), counts exact")
+        if self.groups is not None and self.groups.num_groups:
+            sizes = self.groups.sizes[self.groups.sizes > 0]
+            top = int(sizes.max())
+            counts = torch.bincount(sizes, minlength=top + 1)[1:]
+            hist["group_size"] = {"edges": [k + 0.5 for k in range(top + 1)], "counts": counts.tolist(),
+                                  "underflow": 0, "overflow": 0, "over": "groups", "exact": True,
+                                  "note": "groups per size (bin k holds the groups of k rows)"}
+        return {"metrics": metrics, "per_step": per_step, "histograms": hist}

@@ -1,0 +1,99 @@
+"""The figures of a run under verl's metric names (``critic/score/mean``, ``critic/advantages/max``,
+``response_length/mean``, ``actor/reward_kl_penalty``, ...) and advcli's group figures, computed from
+a fed :class:`~advcli.stats.run_stats.RunStats` (``st`` below; it calls these, they only read its
+fields; definitions: :mod:`advcli.stats`)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .json_values import figure
+
+
+def row_figures(x: torch.Tensor, sel: torch.Tensor) -> dict[str, Any]:
+    """{mean, max, min, std (population)} of a per-row figure ``x`` [R] over the rows ``sel``."""
+    v = x[sel]
+    v = v[~torch.isnan(v)]  # unscored rows (TRL's None rewards) are left out, as TRL's nanmean does
+    if v.numel() == 0:
+        return {"mean": None, "max": None, "min": None, "std": None}
+    return {"mean": figure(v.mean()), "max": figure(v.max()), "min": figure(v.min()),
+            "std": figure(v.std(unbiased=False))}
+
+
+def metric_block(st, rows_sel: torch.Tensor, s: int | None) -> dict[str, Any]:
+    """verl's metric block for the rows ``rows_sel`` (bool [R]) and scope ``s`` (None: all)."""
+    out: dict[str, Any] = {}
+    non_aborted = rows_sel & (st.resp_len > 0)
+    for name, x in (("critic/score", st.raw_score), ("critic/rewards", st.seq_reward)):
+        f = row_figures(x, non_aborted)
+        out.update({f"{name}/{k}": f[k] for k in ("mean", "max", "min")})
+    for name, acc in (("critic/advantages", st.adv), ("critic/returns", st.ret)):
+        f = acc.figures(s)
+        out.update({f"{name}/{k}": f[k] for k in ("mean", "max", "min")})
+    if st.has_values:
+        f = st.val.figures(s)
+        out.update({f"critic/values/{k}": f[k] for k in ("mean", "max", "min")})
+        out["critic/vf_explained_var"] = explained_var(st, s)
+    L = st.resp_len[rows_sel].to(torch.float64)
+    out["response_length/mean"] = figure(L.mean()) if L.numel() else None
+    out["response_length/max"] = figure(L.max()) if L.numel() else None
+    out["response_length/min"] = figure(L.min()) if L.numel() else None
+    if st.kl_on and st.kl_row is not None:
+        if s is None:
+            out["actor/reward_kl_penalty"] = figure(st.kl_row.mean()) if st.R else None
+            sizes = st.scopes.sizes.to(torch.float64)
+            b = torch.tensor(st.betas, dtype=torch.float64)
+            out["actor/reward_kl_penalty_coeff"] = figure((b * sizes).sum() / sizes.sum()) if st.R else None
+        else:
+            out["actor/reward_kl_penalty"] = figure(st.kls[s])
+            out["actor/reward_kl_penalty_coeff"] = figure(st.betas[s])
+    return out
+
+
+def explained_var(st, s: int | None) -> float | None:
+    """verl: 1 − var(G − V)/(var(G) + 1e-5), torch.var unbiased over the valid tokens."""
+    d, g = st.ret_minus_val.figures(s), st.ret.figures(s)
+    n = g["count"]
+    if not n or n < 2 or d["count"] < 2:
+        return None
+    var_d = d["std"] ** 2 * d["count"] / (d["count"] - 1)
+    var_g = g["std"] ** 2 * n / (n - 1)
+    return figure(1.0 - var_d / (var_g + 1e-5))
+
+
+def group_figures(st) -> dict[str, Any]:
+    """advcli's ``groups/...`` figures (sizes, solve rates, advantage signs per group); empty without groups."""
+    g = st.groups
+    out: dict[str, Any] = {}
+    if g is None or g.num_groups == 0:
+        return out
+    sizes = g.sizes
+    present = sizes > 0
+    sz = sizes[present].to(torch.float64)
+    G = int(present.sum())
+    out["groups/count"] = G
+    out["groups/size/mean"] = figure(sz.mean())
+    out["groups/size/min"] = int(sz.min())
+    out["groups/size/max"] = int(sz.max())
+    out["groups/singleton_share"] = figure((sizes[present] == 1).to(torch.float64).mean())
+    smin = torch.full((g.num_groups,), math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amin")
+    smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amax")
+    multi = sizes > 1
+    out["groups/all_equal_share"] = figure(((smin == smax) & multi).sum() / max(int(multi.sum()), 1))
+    solved = (st.raw_score > 0).to(torch.int64)
+    out["groups/solve_rate"] = figure(solved.to(torch.float64).mean()) if st.R else None
+    ns = g.sum(solved)[present]
+    out["groups/solved_all_share"] = figure((ns == sizes[present]).to(torch.float64).mean())
+    out["groups/solved_none_share"] = figure((ns == 0).to(torch.float64).mean())
+    out["groups/solved_some_share"] = figure(((ns > 0) & (ns < sizes[present])).to(torch.float64).mean())
+    a = st.row_advantage()
+    pos = g.sum((a > 0).to(torch.int64))[present]
+    neg = g.sum((a < 0).to(torch.int64))[present]
+    out["groups/adv_sign/mixed_share"] = figure(((pos > 0) & (neg > 0)).to(torch.float64).mean())
+    out["groups/adv_sign/only_pos_share"] = figure(((pos > 0) & (neg == 0)).to(torch.float64).mean())
+    out["groups/adv_sign/only_neg_share"] = figure(((neg > 0) & (pos == 0)).to(torch.float64).mean())
+    out["groups/adv_sign/all_zero_share"] = figure(((neg == 0) & (pos == 0)).to(torch.float64).mean())
+    out["groups/adv_sign/balance_mean"] = figure(((pos - neg).to(torch.float64) / sz).mean())
+    return out

@@ -1,0 +1,124 @@
+"""`advcli --help` and every command's --help render options as click users know them (issue 14,
+part 4): a flag shows no placeholder (`--force`, not `--force <bool>`), an option that takes a value
+shows a metavar that says what the value is (`--chunk-rows N`, `--set KEY=VALUE`), an argument
+shows as `INPUT...` — never typer 0.2x's `<bool>`, `<str>`, `<int>`, `<float>`, `<list[str]>`.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import typer
+from conftest import ROOT
+
+PLACEHOLDER = re.compile(r"<(bool|str|int|float|path|list\[[a-z]+\])>")
+
+
+def _group():
+    from advcli.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _commands():
+    return sorted(_group().commands)
+
+
+def _help(*argv: str) -> str:
+    """The --help text as a terminal 200 columns wide shows it, box drawing removed."""
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+
+    res = CliRunner().invoke(app, [*argv, "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"},
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return re.sub(r"[│╭╮╰╯─]", " ", res.stdout)
+
+
+def _option_line(text: str, opt: str) -> str:
+    """The help line that starts with option ``opt`` (its first line: the metavar is on it)."""
+    lines = [ln for ln in text.splitlines() if re.search(rf"(^|\s){re.escape(opt)}(\s|$)", ln)]
+    assert lines, f"{opt} is not in the help:\n{text}"
+    return lines[0]
+
+
+def test_the_commands_are_all_here():
+    assert set(_commands()) >= {"run", "explain", "sample", "inspect", "validate", "stats", "compare"}
+
+
+@pytest.mark.parametrize("cmd", [None, *_commands()])
+def test_no_type_placeholder(cmd):
+    text = _help(*([cmd] if cmd else []))
+    found = PLACEHOLDER.findall(text)
+    assert not found, f"`advcli {cmd or ''} --help` shows {found}:\n{text}"
+    usage = next(ln for ln in text.splitlines() if "Usage:" in ln)
+    assert "{" not in usage, usage  # typer 0.2x writes a required argument as {INPUT}
+
+
+@pytest.mark.parametrize("cmd", _commands())
+def test_flags_show_nothing_and_values_show_their_metavar(cmd):
+    text = _help(cmd)
+    command = _group().commands[cmd]
+    for p in command.params:
+        if p.param_type_name == "argument":
+            assert p.metavar and p.metavar.isupper(), f"{cmd}: argument {p.name} has no upper-case metavar"
+            shown = p.metavar + ("..." if p.nargs != 1 else "")
+            usage = next(ln for ln in text.splitlines() if "Usage:" in ln)
+            assert usage.rstrip().endswith(shown), usage  # click's usage: `[OPTIONS] INPUT...`
+            assert re.search(rf"\*\s+{re.escape(shown)}\s", text), f"{cmd}: {shown} missing:\n{text}"
+            continue
+        long = next(o for o in p.opts if o.startswith("--"))
+        line = _option_line(text, long)
+        after = line.split(long, 1)[1]
+        if p.is_flag:
+            # e.g. "--force      Replace an existing output." / "--padded  --ragged  Token lists ..."
+            words = after.split()
+            if p.secondary_opts:
+                assert words[0] == p.secondary_opts[0], line
+                words = words[1:]
+            short = [o for o in p.opts if not o.startswith("--")]
+            if short:
+                assert words[0] == short[0], line
+                words = words[1:]
+            assert not re.fullmatch(r"[A-Z][A-Z0-9_=,|.]*", words[0]), f"{cmd}: flag {long} shows a metavar: {line}"
+        else:
+            assert p.metavar, f"`advcli {cmd}` {long} takes a value but declares no metavar"
+            assert re.search(rf"\s{re.escape(p.metavar)}\s", line + " "), f"{cmd}: {long} hides {p.metavar}: {line}"
+
+
+def test_flags_the_user_knows():
+    run = _help("run")
+    assert re.search(r"--force\s+Replace an existing output", run)
+    assert re.search(r"--chunk-rows\s+N\s", run)
+    assert re.search(r"--set\s+-s\s+KEY=VALUE\s", run)
+    assert re.search(r"--column\s+ROLE=NAME\s", run)
+    assert re.search(r"--help\s+-h\s+Show this message", run)
+    assert "Usage: " in run and "[OPTIONS] INPUT..." in run
+    assert "[acc,fmt]" in run  # the epilog's YAML example is text, not rich markup
+    root = _help()
+    assert re.search(r"--version\s+Print the version", root)
+
+
+def test_help_through_the_real_entry_point():
+    """`python -m advcli run --help` (the installed command's path, terminal of 120 columns)."""
+    import os
+
+    env = dict(os.environ, COLUMNS="120", PYTHONPATH=ROOT)
+    for argv in ([], ["run"], ["validate"]):
+        r = subprocess.run([sys.executable, "-m", "advcli", *argv, "--help"], capture_output=True, text=True,
+                           cwd=ROOT, env=env, check=False)
+        assert r.returncode == 0, r.stderr
+        assert not PLACEHOLDER.findall(r.stdout), r.stdout
+
+
+def test_value_options_are_declared_once():
+    """run and validate take the same --flavor/--set/--config/--column/--padded/--chunk-rows: one declaration."""
+    group = _group()
+    by_cmd = {c: {p.name: p for p in group.commands[c].params} for c in ("run", "validate")}
+    for name in ("inputs", "flavor", "set_", "config", "column", "padded", "chunk_rows"):
+        a, b = by_cmd["run"][name], by_cmd["validate"][name]
+        assert (a.opts, a.secondary_opts, a.metavar, a.help, a.default) == \
+            (b.opts, b.secondary_opts, b.metavar, b.help, b.default), name

@@ -85,12 +85,14 @@ def drops_masked_rewards(spec, params: dict, cfg: dict) -> bool:
 def _cast_table(table: RowTable, dtype: torch.dtype) -> RowTable:
     cast = lambda t: t.to(dtype) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
     return RowTable(score=cast(table.score), valid_len=table.valid_len, length=table.length, scopes=table.scopes,
-                    groups=table.groups, columns={k: cast(v) for k, v in table.columns.items()})
+                    groups=table.groups, columns={k: cast(v) for k, v in table.columns.items()}, labels=table.labels)
 
 
 def _rule(spec, params: dict) -> str:
     eps = params.get("eps")
     text = f"estimator {spec.name} ({spec.source})"
+    if getattr(spec, "float32_rule", ""):
+        return f"{text}: {spec.float32_rule}"
     if any(isinstance(v, str) and "one_pass" in v for v in params.values()):
         text += " computes the variance in one pass, E[x²] − E[x]², which cancels catastrophically in float32;"
     if eps is not None:

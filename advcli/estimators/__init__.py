@@ -39,6 +39,7 @@ class EstimatorSpec:
     token_fn: Callable | None = None
     row_constant: bool = False  # token advantages are a per-row value (× mask): whitening stats from rows
     token_group_stats: Callable | None = None  # (chunk, params, ctx) -> accumulate per (group, position)
+    float32_rule: str = ""  # the framework's float32 rule that can make artefacts (named by the diagnostics)
 
 
 REGISTRY: dict[str, EstimatorSpec] = {}

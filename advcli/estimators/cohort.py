@@ -176,6 +176,28 @@ def max_rl_cohort_row(table: RowTable, p: dict) -> torch.Tensor:
     return _scatter(table, idx, a)
 
 
+REL_MEAN = 1e-6  # spec/primerl.md §4.3: flag cohorts with |μ| < ~1e-6·max|r|
+
+
+def max_rl_hazard(table: RowTable, p: dict) -> torch.Tensor:
+    """[G] bool over ``table.groups``: cohorts whose mean is a rounding residue, ``|μ| < 1e-6·max|r|``
+    (float64 mean of the trainable rewards), where ``(r − μ)/μ`` divides by noise or the ``μ ≤ 0`` test
+    flips on it; a cohort whose mean is exactly 0 in float32 and float64 alike is left out (0 either way)."""
+    g = _cohort_groups(table)
+    idx, sub = _active_cohorts(table)
+    r = table.score[idx]
+    parent = torch.zeros(sub.num_groups, dtype=torch.int64)
+    parent[sub.codes] = g.codes[idx]
+    mu64 = sub.sum(r.to(torch.float64)) / sub.sizes.clamp(min=1).to(torch.float64)
+    mu32 = sub.mean_f32(r.to(torch.float32)).to(torch.float64)
+    amax = torch.zeros(sub.num_groups, dtype=torch.float64).scatter_reduce_(
+        0, sub.codes, r.to(torch.float64).abs(), "amax")
+    risky = (amax > 0) & (mu64.abs() < REL_MEAN * amax) & ~((mu64 == 0) & (mu32 == 0))
+    out = torch.zeros(g.num_groups, dtype=torch.bool)
+    out[parent[risky]] = True
+    return out
+
+
 register(EstimatorSpec(
     name="max_rl_cohort", level="row", uses_groups=True, row_constant=True, row_fn=max_rl_cohort_row,
     optional=("trainable", "episode_id"),
@@ -185,7 +207,8 @@ register(EstimatorSpec(
     float32_rule="(r − μ)/μ with the float32 cohort mean μ, no eps, and A = 0 when μ <= 0 (max_rl.py L25-26): a "
                  "cohort whose rewards sum to ~0 with mixed signs has a float32 mean of exactly 0 or a residue "
                  "of ~1e-8, so the μ <= 0 test and the division by that residue decide between 0 and "
-                 "advantages of order 1e7-1e8"))
+                 "advantages of order 1e7-1e8",
+    float32_hazard=max_rl_hazard))
 
 
 # ------------------------------------------------------------------------------ hierarchical_grpo

@@ -232,6 +232,28 @@ def test_length_penalty_reads_the_count_columns_not_the_mask(tmp_path):
     _close(got, _spread(ref_grpo(ROWS)), atol=1e-6)
 
 
+def test_a_zero_weight_needs_no_column(tmp_path):
+    """w·x/max with w = 0 adds ±0.0 in prime-rl: the same numbers without the column."""
+    settings = {**SETTINGS["grpo_lp_weights"], P + "length_penalty.num_turns_weight": 0.0}
+    a, _ = _run(tmp_path, settings)
+    b, _ = _run(tmp_path, settings, drop=("num_turns", "num_total_tokens"))
+    assert a == b
+    _close(a, _spread(ref_grpo(ROWS, (0.5, 0.0, 0.0))))
+
+
+def test_rae_without_a_group_column(tmp_path):
+    """group_size 1 is allowed: with no prompt_id the scoring order is the row order (per step)."""
+    rows = [("x", 0, r, [1, 1], True, 0, 0, 0, "agent", f"e{i}") for i, r in enumerate([1.0, 0.0, 0.5, 1.0])]
+    got, _ = _run(tmp_path, {P + "type": "rae", P + "decay": 0.5}, rows=rows, drop=("prompt_id",))
+    b, want = 0.0, []
+    for r in rows:
+        want.append(r[2] - b)
+        b = 0.5 * b + 0.5 * r[2]
+    _close(got, _spread(want, rows))
+    with pytest.raises(AdvcliError, match="prompt_id"):
+        _run(tmp_path, {}, rows=rows, drop=("prompt_id",))
+
+
 def test_max_rl_binary_and_tiny_mean():
     """spec/primerl.md §4.3: pass rate p → (1−p)/p for a success, −1 for a failure; [0.001, 0, 0, 0, 0] →
     [4, −1, −1, −1, −1] (no eps)."""

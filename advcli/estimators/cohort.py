@@ -97,7 +97,8 @@ def _count(table: RowTable, role: str, idx: torch.Tensor, dtype: torch.dtype) ->
     if col is None:
         raise AdvcliError(f"the length penalty needs the column {role!r} (prime-rl trace.{role}, from the provider "
                           "usage and the sampled nodes, not from the mask)",
-                          hint=f"map it with --column {role}=NAME, or turn orchestrator.algo.length_penalty off")
+                          hint=f"map it with --column {role}=NAME, or set the weight of its term to 0 (or turn "
+                               "orchestrator.algo.length_penalty off)")
     return col[idx].to(dtype)  # torch.tensor([...ints], dtype=float32): round to nearest
 
 
@@ -122,15 +123,18 @@ def grpo_cohort_row(table: RowTable, p: dict) -> torch.Tensor:
     if lp is None:
         return _scatter(table, idx, r - mean)
     w_out, w_in, w_turn = (float(w) for w in lp)
-    out = _count(table, "num_output_tokens", idx, r.dtype)
-    total = _count(table, "num_total_tokens", idx, r.dtype)
-    turns = _count(table, "num_turns", idx, r.dtype)
-    inp = total - out
 
     def rel(x: torch.Tensor) -> torch.Tensor:  # x / x.max().clamp(min=1) within the cohort
         return x / g.per_row(_group_max(g, x).clamp(min=1))
 
-    frac = w_out * rel(out) + w_in * rel(inp) + w_turn * rel(turns)
+    def term(w: float, x) -> torch.Tensor:
+        # a zero weight adds ±0.0, which changes no sum: its column is not needed
+        return torch.zeros_like(r) if w == 0 else w * rel(x())
+
+    out = lambda: _count(table, "num_output_tokens", idx, r.dtype)  # noqa: E731
+    inp = lambda: _count(table, "num_total_tokens", idx, r.dtype) - out()  # noqa: E731
+    turns = lambda: _count(table, "num_turns", idx, r.dtype)  # noqa: E731
+    frac = term(w_out, out) + term(w_in, inp) + term(w_turn, turns)
     shaped = r - mean * frac
     return _scatter(table, idx, shaped - g.per_row(g.mean_f32(shaped)))
 

@@ -164,8 +164,9 @@ register(EstimatorSpec(
     params={"length_penalty": Key(None, "weights [output tokens, input tokens, turns] of the pass-rate-scaled "
                                   "linear length penalty (prime-rl default when on: [0.25, 0.1, 0.1]); null: off",
                                   None, "list")},
-    float32_rule="A = r − mean(r) of the cohort's float32 tensor (grpo.py L27-30) with no std and no division, "
-                 "so its rounding residues stay at ~1e-7 and are never amplified"))
+    float32_rule="A = r − mean(r) of the cohort's float32 tensor (grpo.py L27-30), no std and no division: the "
+                 "float32 mean's rounding error (~6e-8·|mean|, and the length penalty's terms alike) is never "
+                 "amplified, so it shows only where the rewards are large against their spread"))
 
 
 # ----------------------------------------------------------------------------------------- max_rl

@@ -388,3 +388,78 @@ def test_explain_lists_the_keys_with_defaults():
               "orchestrator.algo.decay", "orchestrator.algo.episode_agents"):
         assert k in text
     assert 'default "grpo"' in text and "default 0.95" in text
+
+
+# ------------------------------------------------- the estimators against prime-rl's torch calls, per cohort
+def _random_table(seed, n=600, agents=3):
+    from advcli.batch import RowTable
+    from advcli.ops.groups import GroupIndex
+
+    g = torch.Generator().manual_seed(seed)
+    cohort = torch.randint(0, 60, (n,), generator=g)
+    kind = torch.randint(0, 3, (60,), generator=g)[cohort]  # binary, uniform, zero-sum-ish
+    r = torch.where(kind == 0, torch.randint(0, 2, (n,), generator=g).float(),
+                    torch.rand(n, generator=g) * 2 - (kind == 2).float())
+    valid = torch.randint(0, 5, (n,), generator=g)  # 0: no sampled token
+    cols = {"trainable": torch.rand(n, generator=g) > 0.1,
+            "num_output_tokens": torch.randint(0, 400, (n,), generator=g),
+            "num_total_tokens": torch.randint(0, 1200, (n,), generator=g),
+            "num_turns": torch.randint(0, 5, (n,), generator=g),
+            "agent_name": torch.randint(0, agents, (n,), generator=g)}
+    scopes = GroupIndex.from_codes(torch.zeros(n, dtype=torch.int64))
+    table = RowTable(score=r, valid_len=valid, length=valid + 1, scopes=scopes, groups=GroupIndex.from_codes(cohort),
+                     columns=cols, labels={"agent_name": [f"a{k}" for k in range(agents)]})
+    return table, cohort
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cohort_estimators_give_prime_rls_float32_bits(seed):
+    """Each cohort through the same torch calls prime-rl makes (grpo.py L27-43, max_rl.py L24-26) on the
+    running machine: advcli's vectorised estimators give the same bits (rows in input order)."""
+    from advcli.estimators.cohort import grpo_cohort_row, max_rl_cohort_row
+
+    table, cohort = _random_table(seed)
+    active = table.columns["trainable"] & (table.valid_len > 0)
+    lp = [0.25, 0.1, 0.3]
+    got = {"grpo": grpo_cohort_row(table, {"length_penalty": None}),
+           "lp": grpo_cohort_row(table, {"length_penalty": lp}),
+           "max_rl": max_rl_cohort_row(table, {})}
+    for c in torch.unique(cohort).tolist():
+        rows = torch.nonzero((cohort == c) & active, as_tuple=True)[0]
+        if not rows.numel():
+            continue
+        rewards = torch.tensor(table.score[rows].tolist(), dtype=torch.float32)
+        assert torch.equal(got["grpo"][rows], rewards - rewards.mean())
+        output = torch.tensor(table.columns["num_output_tokens"][rows].tolist(), dtype=rewards.dtype)
+        total = torch.tensor(table.columns["num_total_tokens"][rows].tolist(), dtype=rewards.dtype)
+        turns = torch.tensor(table.columns["num_turns"][rows].tolist(), dtype=rewards.dtype)
+        inp = total - output
+        frac = (lp[0] * (output / output.max().clamp(min=1)) + lp[1] * (inp / inp.max().clamp(min=1))
+                + lp[2] * (turns / turns.max().clamp(min=1)))
+        shaped = rewards - rewards.mean() * frac
+        assert torch.equal(got["lp"][rows], shaped - shaped.mean())
+        mean = rewards.mean()
+        assert torch.equal(got["max_rl"][rows], torch.zeros_like(rewards) if mean <= 0 else (rewards - mean) / mean)
+    assert bool((got["grpo"][~active] == 0).all()) and bool((got["max_rl"][~active] == 0).all())
+
+
+@pytest.mark.parametrize("decay", [0.0, 0.5, 0.95, 0.999])
+def test_ema_scan_equals_prime_rls_loop(decay):
+    """rae.py L39-43 as a loop over the rows in order (one cohort per row here keeps the row order the
+    scoring order) against the per-agent scan."""
+    from advcli.estimators.cohort import ema_baseline_row
+    from advcli.ops.groups import GroupIndex
+
+    table, _ = _random_table(7, n=3000)
+    table.groups = GroupIndex.from_codes(torch.arange(table.num_rows))
+    got = ema_baseline_row(table, {"decay": decay})
+    b, want = {}, []
+    for i in range(table.num_rows):
+        if bool(table.columns["trainable"][i]) and int(table.valid_len[i]) > 0:
+            agent, r = int(table.columns["agent_name"][i]), float(table.score[i])
+            base = b.get(agent, 0.0)
+            want.append(r - base)
+            b[agent] = decay * base + (1.0 - decay) * r
+        else:
+            want.append(0.0)
+    assert torch.allclose(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=1e-7)

@@ -463,3 +463,19 @@ def test_ema_scan_equals_prime_rls_loop(decay):
         else:
             want.append(0.0)
     assert torch.allclose(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=1e-7)
+
+
+def test_rl_toml_table_translates(tmp_path):
+    """The [orchestrator.algo] table of prime-rl's rl TOML, as --config reads it."""
+    from advcli.flavors import resolve
+
+    path = os.path.join(tmp_path, "rl.toml")
+    with open(path, "w") as fh:
+        fh.write('[orchestrator.algo]\ntype = "echo"\n\n[orchestrator.algo.length_penalty]\nnum_turns_weight = 0.2\n')
+    cfg, given = resolve("prime-rl", [], path)
+    assert cfg["estimator"] == {"name": "grpo_cohort", "length_penalty": [0.25, 0.1, 0.2]}
+    assert given == {P + "type": "echo", P + "length_penalty.num_turns_weight": 0.2}
+    with open(path, "w") as fh:
+        fh.write('[orchestrator.algo]\ntype = "hierarchical_grpo"\nepisode_agents = ["solver"]\n')
+    cfg, _ = resolve("prime-rl", [], path)
+    assert cfg["estimator"] == {"name": "grpo_peers", "episode_agents": ["solver"]}

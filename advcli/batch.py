@@ -23,6 +23,7 @@ class RowTable:
     scopes: GroupIndex  # the batch (step) of every row
     groups: GroupIndex | None  # group (prompt) of every row, codes unique across scopes
     columns: dict[str, torch.Tensor] = field(default_factory=dict)  # other per-row inputs
+    labels: dict[str, list] = field(default_factory=dict)  # key-column role -> its values, by code in columns
 
     @property
     def num_rows(self) -> int:

@@ -23,6 +23,16 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
                            "optimal token baselines, optional)"),
     "step": ("step", "int", "training step: each step is its own batch"),
     "domain": ("domain", "key", "ROLL domain"),
+    # per-trace inputs of prime-rl's estimators (spec/primerl.md §2)
+    "trainable": ("trainable", "scalar", "false (0) = errored or untrainable trace: left out of every statistic, "
+                  "advantage 0 (prime-rl); missing = every row trainable"),
+    "num_output_tokens": ("num_output_tokens", "scalar", "provider usage completion tokens of the trace "
+                          "(prime-rl length penalty)"),
+    "num_total_tokens": ("num_total_tokens", "scalar", "provider usage prompt + cached + completion tokens of "
+                         "the trace (prime-rl length penalty)"),
+    "num_turns": ("num_turns", "scalar", "sampled turns of the trace (prime-rl length penalty)"),
+    "agent_name": ("agent_name", "key", "agent role of the trace (prime-rl hierarchical_grpo, rae)"),
+    "episode_id": ("episode_id", "key", "episode the trace belongs to (prime-rl hierarchical_grpo)"),
 }
 
 

@@ -105,7 +105,8 @@ SCHEMA: dict[str, Key] = {
 }
 
 ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
-         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain")
+         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain",
+         "trainable", "num_output_tokens", "num_total_tokens", "num_turns", "agent_name", "episode_id")
 
 
 def default_config() -> dict:

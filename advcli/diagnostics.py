@@ -85,12 +85,14 @@ def drops_masked_rewards(spec, params: dict, cfg: dict) -> bool:
 def _cast_table(table: RowTable, dtype: torch.dtype) -> RowTable:
     cast = lambda t: t.to(dtype) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
     return RowTable(score=cast(table.score), valid_len=table.valid_len, length=table.length, scopes=table.scopes,
-                    groups=table.groups, columns={k: cast(v) for k, v in table.columns.items()})
+                    groups=table.groups, columns={k: cast(v) for k, v in table.columns.items()}, labels=table.labels)
 
 
 def _rule(spec, params: dict) -> str:
     eps = params.get("eps")
     text = f"estimator {spec.name} ({spec.source})"
+    if getattr(spec, "float32_rule", ""):
+        return f"{text}: {spec.float32_rule}"
     if any(isinstance(v, str) and "one_pass" in v for v in params.values()):
         text += " computes the variance in one pass, E[x²] − E[x]², which cancels catastrophically in float32;"
     if eps is not None:
@@ -206,9 +208,10 @@ class Diagnostics:
             a_other = spec.row_fn(_cast_table(table, other), params)
         except Exception:  # noqa: BLE001 - a diagnostic must never break a run
             return
+        hazard = getattr(spec, "float32_hazard", None)
         self.compare_precisions(stage=f"estimator {spec.name}", values=table.score, run_result=adv,
                                 other_result=a_other, run_dtype=run_dtype, groups=table.groups,
-                                rule=_rule(spec, params))
+                                rule=_rule(spec, params), extra=hazard(table, params) if hazard else None)
 
     def reward_normalization(self, norm_fn: Callable[[torch.Tensor], torch.Tensor], raw: torch.Tensor,
                              normalized: torch.Tensor, run_dtype: torch.dtype, groups: GroupIndex | None,
@@ -225,9 +228,11 @@ class Diagnostics:
 
     def compare_precisions(self, *, stage: str, values: torch.Tensor, run_result: torch.Tensor,
                            other_result: torch.Tensor, run_dtype: torch.dtype, groups: GroupIndex | None,
-                           rule: str) -> None:
+                           rule: str, extra: torch.Tensor | None = None) -> None:
         """Flag the groups (rows, without groups) where the float32 and float64 results disagree, or where
-        the float64 spread of ``values`` is 0 while the float32 result is not small."""
+        the float64 spread of ``values`` is 0 while the float32 result is not small and the float64 one is
+        (a length-shaped advantage of equal rewards is real), or that ``extra`` ([G] bool: the estimator's
+        own hazard test, ``EstimatorSpec.float32_hazard``) marks."""
         g = groups if groups is not None else GroupIndex.from_codes(torch.arange(values.numel()))
         other = torch.float64 if run_dtype != torch.float64 else torch.float32
         a32, a64 = (run_result, other_result) if other == torch.float64 else (other_result, run_result)
@@ -241,7 +246,9 @@ class Diagnostics:
         gmax = lambda x: torch.zeros(g.num_groups, dtype=torch.float64).scatter_reduce_(  # noqa: E731
             0, g.codes, torch.nan_to_num(x, nan=0.0), "amax")
         max32, max64, dmax = gmax(a32.abs()), gmax(a64.abs()), gmax((a32 - a64).abs())
-        flag = (degenerate & (max32 > ATOL)) | (dmax > ATOL + RTOL * max64)
+        flag = (degenerate & (max32 > ATOL) & (max64 <= ATOL)) | (dmax > ATOL + RTOL * max64)
+        if extra is not None:
+            flag = flag | extra
         gids = torch.nonzero(flag, as_tuple=True)[0]
         order = torch.argsort(dmax[gids], descending=True, stable=True)
         ex = []

@@ -39,6 +39,8 @@ class EstimatorSpec:
     token_fn: Callable | None = None
     row_constant: bool = False  # token advantages are a per-row value (× mask): whitening stats from rows
     token_group_stats: Callable | None = None  # (chunk, params, ctx) -> accumulate per (group, position)
+    float32_rule: str = ""  # the framework's float32 rule that can make artefacts (named by the diagnostics)
+    float32_hazard: Callable | None = None  # (table, params) -> [G] bool: groups that rule puts at risk
 
 
 REGISTRY: dict[str, EstimatorSpec] = {}

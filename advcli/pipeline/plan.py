@@ -128,7 +128,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         token_roles.append("token_level_scores")
     if kl_on:
         token_roles += ["old_log_probs", "ref_log_probs"]
-    token_roles += [r for r in spec.optional if cmap.has(r)]
+    token_roles += [r for r in spec.optional if cmap.has(r) and ROLE_INFO.get(r, ("", "tokens"))[1] == "tokens"]
     token_roles = list(dict.fromkeys(token_roles))
     # the other token columns the dump has: the math does not read them, but a trainer will read them
     # beside the new columns, so their lengths are checked too (values as well with check_values)

@@ -17,7 +17,7 @@ from ..ops.whiten import MomentSums, WhitenSpec
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
 from .read import allows_nan
-from .rows import Resolved, defer_row_kl, kl_coefs, row_table_pass, scopes_and_groups
+from .rows import Resolved, defer_row_kl, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
 from .tokens import token_group_pass
 
 
@@ -81,8 +81,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         columns["reward_baseline"] = row["reward_baseline"]
     if plan.spec.name == "gdpo" and not plan.components:
         columns["component:score"] = score
+    inputs_cols, labels = row_inputs(plan, keys, R)
+    columns.update(inputs_cols)
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
-                     columns=columns)
+                     columns=columns, labels=labels)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred

@@ -80,6 +80,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         key_cols.append(cmap["step"])
     if cmap.has("domain") and get_path(plan.cfg, "grouping.scope") == "step_domain":
         key_cols.append(cmap["domain"])
+    key_cols += [cmap[r] for r in row_input_roles(plan)]  # read as they are; row_inputs() converts them
     cols = list(dict.fromkeys(cols + key_cols))
 
     reader = ChunkReader(plan, inputs)
@@ -279,3 +280,41 @@ class Resolved:
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
+
+
+def row_input_roles(plan: Plan) -> list[str]:
+    """Per-row columns the estimator reads besides the reward (``needs``/``optional`` roles of kind
+    scalar or key, e.g. prime-rl's ``trainable``, ``num_turns``, ``agent_name``), present in the input."""
+    from ..columns import ROLE_INFO
+
+    special = ("reward", "reward_baseline", "prompt_id", "step", "domain")
+    return [r for r in dict.fromkeys((*plan.spec.needs, *plan.spec.optional))
+            if r not in special and plan.cmap.has(r) and ROLE_INFO.get(r, ("", "tokens"))[1] in ("scalar", "key", "int")]
+
+
+def row_inputs(plan: Plan, keys: dict, num_rows: int) -> tuple[dict, dict]:
+    """(columns, labels) of :func:`row_input_roles` for the row table: numbers as tensors (float in the
+    run's dtype, integers int64, booleans bool), key columns as int64 codes in first-appearance order
+    with their values in ``labels``."""
+    from ..columns import ROLE_INFO
+    from ..io.lists import take
+
+    columns, labels = {}, {}
+    for role in row_input_roles(plan):
+        arrays = keys[plan.cmap[role]]
+        if ROLE_INFO[role][1] == "key":
+            codes = factorize(arrays)
+            columns[role] = torch.from_numpy(codes)
+            labels[role] = []
+            if num_rows:
+                _, first = np.unique(codes, return_index=True)
+                labels[role] = take(pa.chunked_array(arrays), first).to_pylist()
+            continue
+        arr = pa.chunked_array(arrays).combine_chunks() if arrays else pa.array([], pa.float64())
+        t = torch.from_numpy(np.array(primitive_numpy(arr)))
+        if t.is_floating_point():
+            t = t.to(plan.dtype)
+        elif t.dtype != torch.bool:
+            t = t.to(torch.int64)
+        columns[role] = t
+    return columns, labels

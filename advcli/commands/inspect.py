@@ -124,7 +124,7 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
         schema.append({"column": f.name, "type": str(f.type), "role": role, "meaning": info})
     data: dict = {"inputs": ins.paths, "files": len(ins.paths), "rows": ins.num_rows,
                   "row_groups": sum(md.num_row_groups for md in ins.metadata),
-                  "bytes": sum(os.path.getsize(p) for p in ins.paths), "schema": schema,
+                  "bytes": sum(_size(p) for p in ins.paths), "schema": schema,
                   "roles": dict(cmap.names), "advcli_output": prov is not None}
     if prov is not None:
         data["produced_by"] = {k: prov.get(k) for k in ("advcli_version", "flavor", "flavor_config", "inputs")}
@@ -324,3 +324,9 @@ def inspect_cmd(
 
 
 __all__ = ["inspect_cmd", "inspect_data", "estimator_requirements", "EPILOG", "AdvcliError"]
+
+
+def _size(path: str) -> int:
+    from ..io import remote
+
+    return remote.size(path) if remote.is_uri(path) else os.path.getsize(path)

@@ -18,13 +18,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
+from . import remote
 
 
 def expand_inputs(specs: list[str]) -> list[str]:
     """Files from paths, directories (their *.parquet, sorted) and globs, in the order given."""
     out: list[str] = []
     for spec in specs:
-        if os.path.isdir(spec):
+        spec = remote.local_path(str(spec))
+        if remote.is_uri(spec):  # object storage: s3://, gs://, hdfs://, ... (advcli.io.remote)
+            out.extend(remote.expand(spec))
+        elif os.path.isdir(spec):
             found = sorted(glob.glob(os.path.join(spec, "*.parquet")))
             if not found:
                 raise AdvcliError(f"{spec}: directory holds no *.parquet files")
@@ -41,7 +45,7 @@ def expand_inputs(specs: list[str]) -> list[str]:
     seen = set()
     uniq = []
     for p in out:
-        key = os.path.realpath(p)
+        key = p if remote.is_uri(p) else os.path.realpath(p)
         if key not in seen:
             seen.add(key)
             uniq.append(p)
@@ -54,6 +58,13 @@ PREFETCH = 1  # batches decoded ahead of the consumer
 
 def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
     """``path`` opened for streaming reads; ``metadata``: its footer, already read (not read again)."""
+    if remote.is_uri(path):
+        source = remote.open_input(path)  # ranged reads on the store, never a whole download
+        try:
+            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            source.close()
+            raise AdvcliError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
     if os.path.isdir(path):
         raise AdvcliError(f"{path}: is a directory, expected a Parquet file")
     try:
@@ -89,7 +100,7 @@ class InputSet:
                 metadata.append(f.metadata)
                 schemas.append(f.schema_arrow)
             finally:
-                f.close()
+                f.close(force=True)
         schema = schemas[0]
         for p, other in zip(paths[1:], schemas[1:]):
             for field in schema:
@@ -145,7 +156,7 @@ class InputSet:
                 raise AdvcliError(f"{path}: cannot read rows after row {row} ({str(e).splitlines()[0]}); "
                                   "the file may be truncated or corrupt") from None
             finally:
-                f.close()
+                f.close(force=True)
 
 
 _END = object()

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
+from . import remote
 from .lists import offsets_numpy
 from .ordered import OrderedWorker
 
@@ -26,6 +27,15 @@ TMP_TAG = ".advcli-tmp-"
 
 
 def temp_path_for(target: str) -> str:
+    """The local temporary file an output is written to: beside the target, or for an output on
+    object storage in the system's temporary directory (uploaded by :meth:`AtomicParquetWriter.commit`)."""
+    if remote.is_uri(target):
+        import hashlib
+        import tempfile
+
+        tag = hashlib.sha256(target.encode()).hexdigest()[:12]
+        return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{target.rsplit('/', 1)[-1]}"
+                                                   f"{TMP_TAG}{os.getpid()}")
     d, name = os.path.split(os.path.abspath(target))
     return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
 
@@ -42,6 +52,8 @@ def _pid_alive(pid: int) -> bool:
 
 def clean_stale_temps(target: str) -> list[str]:
     """Remove temporary files of earlier advcli runs for ``target`` whose process is gone."""
+    if remote.is_uri(target):
+        return remote.clean_stale_temps(target)
     d, name = os.path.split(os.path.abspath(target))
     removed = []
     for p in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(name)}{TMP_TAG}*")):
@@ -76,6 +88,9 @@ def _dict_columns(schema: pa.Schema) -> list[str]:
 
 def check_output_path(target: str, inputs: list[str], force: bool) -> None:
     """Refuse outputs that are an input, in a missing or read-only directory, or exist without --force."""
+    if remote.is_uri(target):
+        remote.check_output(target, inputs, force)
+        return
     real_t = os.path.realpath(target)
     for p in inputs:
         if os.path.realpath(p) == real_t:
@@ -355,6 +370,15 @@ class AtomicParquetWriter:
 
     def commit(self) -> None:
         self.prepare()
+        if remote.is_uri(self.target):  # complete and checked: now upload it (atomic on the store)
+            try:
+                remote.upload(self.tmp, self.target)
+            finally:
+                try:
+                    os.remove(self.tmp)
+                except OSError:
+                    pass
+            return
         os.replace(self.tmp, self.target)
         try:
             dfd = os.open(os.path.dirname(os.path.abspath(self.target)), os.O_RDONLY)

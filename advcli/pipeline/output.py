@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from .. import __version__
 from ..errors import AdvcliError
+from ..io import remote
 from ..io.arrow_torch import (offsets_array,
                               tensor_to_list_array)
 from ..io.lists import arrow_from_numpy
@@ -27,6 +28,14 @@ SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (
 
 def output_paths(inputs: InputSet, output: str) -> list[str]:
     """One output per input: OUTPUT itself for one input file, else OUTPUT/<input name>."""
+    if remote.is_uri(output):  # a prefix on object storage: nothing to create
+        multi = len(inputs.paths) > 1 or output.endswith("/") or remote.is_dir(output)
+        if not multi:
+            return [output]
+        names = [p.rsplit("/", 1)[-1] for p in inputs.paths]
+        if len(set(names)) != len(names):
+            raise AdvcliError("several inputs share a file name; their outputs would collide in one directory")
+        return [f"{output.rstrip('/')}/{n}" for n in names]
     multi = len(inputs.paths) > 1 or output.endswith(os.sep) or os.path.isdir(output)
     if not multi:
         return [output]
@@ -43,8 +52,14 @@ def file_fingerprint(paths: list[str]) -> str:
     """sha256 over each input's size and Parquet footer (cheap, changes with the content)."""
     h = hashlib.sha256()
     for p in paths:
+        h.update(p.rsplit("/", 1)[-1].encode() if remote.is_uri(p) else os.path.basename(p).encode())
+        if remote.is_uri(p):  # the same bytes, by a ranged read of the object's tail
+            size = remote.size(p)
+            h.update(str(size).encode())
+            with remote.open_input(p) as fh:
+                h.update(fh.read_at(min(size, 65536), max(0, size - 65536)))
+            continue
         st = os.stat(p)
-        h.update(os.path.basename(p).encode())
         h.update(str(st.st_size).encode())
         with open(p, "rb") as fh:
             fh.seek(max(0, st.st_size - 65536))

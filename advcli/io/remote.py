@@ -1,0 +1,224 @@
+"""Inputs and outputs on object storage (``s3://``, ``gs://``, ``hdfs://``, any filesystem pyarrow knows).
+
+A path with a URI scheme goes through :mod:`pyarrow.fs`; credentials and endpoint come from the
+standard environment as pyarrow reads them (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_REGION``, ``AWS_ENDPOINT_URL`` or ``AWS_ENDPOINT_URL_S3`` for an S3-compatible store; Google's
+application default credentials for ``gs://``; ``HADOOP_HOME``/``CLASSPATH`` for HDFS). Local paths
+never come here.
+
+Reading is ranged: a Parquet file is opened as a random-access file on the store, so a run reads the
+footer and then only the column chunks it needs, page by page (:mod:`advcli.io.reader`), never the
+whole object first.
+
+Writing is atomic: the output is written to a local temporary file (as for a local output), and
+only when it is complete and checked it is uploaded to a temporary key beside the target, copied
+onto the target key by the store (a single server-side copy: the target appears whole or not at
+all, and an existing target is replaced only then), and the temporary key is deleted. An
+interrupted or failed run leaves neither the target nor a temporary key (the temporary key is
+deleted on the way out; only a process killed during its upload can leave one, named
+``.NAME.advcli-tmp-PID`` like the local temporary files, which the next run to that target removes).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from functools import lru_cache
+
+from ..errors import AdvcliError
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+COPY_CHUNK = 8 << 20  # bytes per write of an upload (the store's multipart part size is its own)
+
+
+def is_uri(path: str) -> bool:
+    """True for ``scheme://...`` paths other than ``file://`` (those are local files)."""
+    m = _SCHEME.match(str(path))
+    return bool(m) and m.group(1).lower() != "file"
+
+
+def local_path(path: str) -> str:
+    """``file:///x`` -> ``/x``; other paths unchanged."""
+    p = str(path)
+    return p[len("file://"):] if p.lower().startswith("file://") else p
+
+
+@lru_cache(maxsize=16)
+def _filesystem(scheme: str, authority: str):
+    import pyarrow.fs as pafs
+
+    if scheme == "s3":
+        # pyarrow reads the credentials and region from the environment; the endpoint of an
+        # S3-compatible store (MinIO, Ceph, a local test server) from AWS_ENDPOINT_URL[_S3]
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        kwargs = {}
+        if endpoint:
+            m = _SCHEME.match(endpoint)
+            kwargs["endpoint_override"] = endpoint[m.end():] if m else endpoint
+            kwargs["scheme"] = m.group(1) if m else "https"
+        if os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
+            kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return pafs.S3FileSystem(**kwargs)
+    fs, _ = pafs.FileSystem.from_uri(f"{scheme}://{authority}/")
+    return fs
+
+
+def resolve(uri: str):
+    """(pyarrow filesystem, path inside it) of a URI; an error naming the URI if pyarrow cannot
+    reach that kind of store."""
+    m = _SCHEME.match(uri)
+    scheme = m.group(1).lower()
+    rest = uri[m.end():]
+    authority, _, key = rest.partition("/")
+    try:
+        fs = _filesystem(scheme, authority)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for an unknown or unbuilt scheme
+        raise AdvcliError(f"{uri}: cannot open a filesystem for {scheme}:// ({str(e).splitlines()[0]})",
+                          hint="advcli reaches object stores through pyarrow.fs: s3://, gs://, hdfs:// "
+                               "(with its libraries), or a local path") from None
+    return fs, f"{authority}/{key}" if key else authority
+
+
+def _uri(scheme_of: str, path: str) -> str:
+    scheme = _SCHEME.match(scheme_of).group(1)
+    return f"{scheme}://{path}"
+
+
+def _info(uri: str):
+    fs, path = resolve(uri)
+    try:
+        return fs, path, fs.get_file_info(path)
+    except OSError as e:
+        raise AdvcliError(f"{uri}: cannot reach it ({str(e).splitlines()[0]})",
+                          hint="check the URI, the credentials (AWS_ACCESS_KEY_ID, ...) and the endpoint "
+                               "(AWS_ENDPOINT_URL)") from None
+
+
+def exists(uri: str) -> bool:
+    import pyarrow.fs as pafs
+
+    return _info(uri)[2].type != pafs.FileType.NotFound
+
+
+def is_dir(uri: str) -> bool:
+    import pyarrow.fs as pafs
+
+    return _info(uri)[2].type == pafs.FileType.Directory
+
+
+def expand(spec: str) -> list[str]:
+    """The Parquet files of one input URI: the object itself, every ``*.parquet`` directly under a
+    prefix ("directory"), or the objects matching a glob in its last part, sorted by name."""
+    import pyarrow.fs as pafs
+
+    has_glob = any(ch in spec for ch in "*?[")
+    if not has_glob:
+        fs, path, info = _info(spec)
+        if info.type == pafs.FileType.File:
+            return [spec]
+        if info.type == pafs.FileType.NotFound:
+            raise AdvcliError(f"{spec}: no such object", hint="check the URI; INPUT may be an object, a prefix "
+                                                              "(directory) or a glob")
+        found = _list(fs, path, "*.parquet")
+        if not found:
+            raise AdvcliError(f"{spec}: directory holds no *.parquet files")
+        return [_uri(spec, p) for p in found]
+    parent, _, pattern = spec.rstrip("/").rpartition("/")
+    if any(ch in parent for ch in "*?["):
+        raise AdvcliError(f"{spec}: a glob on object storage may only be in the last part of the path",
+                          hint="e.g. s3://bucket/run/step_*.parquet")
+    fs, path, info = _info(parent)
+    found = _list(fs, path, pattern) if info.type == pafs.FileType.Directory else []
+    if not found:
+        raise AdvcliError(f"{spec}: no object matches this pattern")
+    return [_uri(spec, p) for p in found]
+
+
+def _list(fs, path: str, pattern: str) -> list[str]:
+    import pyarrow.fs as pafs
+
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File and fnmatch.fnmatchcase(i.base_name, pattern))
+
+
+def open_input(uri: str):
+    """A random-access file on the store (ranged reads)."""
+    fs, path = resolve(uri)
+    try:
+        return fs.open_input_file(path)
+    except FileNotFoundError:
+        raise AdvcliError(f"{uri}: no such object") from None
+    except OSError as e:
+        raise AdvcliError(f"{uri}: cannot open it ({str(e).splitlines()[0]})") from None
+
+
+def size(uri: str) -> int:
+    return int(_info(uri)[2].size or 0)
+
+
+def temp_key(target: str) -> str:
+    parent, _, name = target.rpartition("/")
+    return f"{parent}/.{name}.advcli-tmp-{os.getpid()}"
+
+
+def upload(local: str, target: str) -> None:
+    """Put the complete local file ``local`` at ``target`` atomically (module docstring)."""
+    fs, dst = resolve(target)
+    _, tmp = resolve(temp_key(target))
+    try:
+        try:
+            with open(local, "rb") as src, fs.open_output_stream(tmp) as out:
+                while True:
+                    block = src.read(COPY_CHUNK)
+                    if not block:
+                        break
+                    out.write(block)
+            fs.copy_file(tmp, dst)  # server-side: the target appears whole
+        except OSError as e:
+            raise AdvcliError(f"{target}: upload failed ({str(e).splitlines()[0]}); nothing was written there",
+                              hint="check the credentials, the endpoint and that the bucket exists") from None
+    finally:
+        try:
+            fs.delete_file(tmp)
+        except OSError:
+            pass
+
+
+def clean_stale_temps(target: str) -> list[str]:
+    """Remove temporary keys of earlier runs for ``target`` whose process is gone on this machine
+    (keys of live processes, or of other machines' runs that happen to share a PID, are kept when
+    the PID is alive here)."""
+    from .writer import TMP_TAG, _pid_alive
+
+    parent, _, name = target.rpartition("/")
+    fs, path = resolve(parent)
+    removed = []
+    try:
+        for p in _list(fs, path, f".{name}{TMP_TAG}*"):
+            try:
+                pid = int(p.rsplit(TMP_TAG, 1)[1])
+            except ValueError:
+                continue
+            if pid != os.getpid() and not _pid_alive(pid):
+                fs.delete_file(p)
+                removed.append(_uri(target, p))
+    except OSError:
+        pass
+    return removed
+
+
+def check_output(target: str, inputs: list[str], force: bool) -> None:
+    """The checks of :func:`advcli.io.writer.check_output_path` for a URI output: not an input, not a
+    prefix with objects under it, and --force to replace an existing object. The bucket must exist:
+    advcli never creates one."""
+    if any(str(p).rstrip("/") == target.rstrip("/") for p in inputs):
+        raise AdvcliError(f"{target}: the output path is an input file; advcli never overwrites its input",
+                          hint="choose another --output path")
+    parent = target.rstrip("/").rpartition("/")[0]
+    if "/" not in parent.split("://", 1)[1] and not exists(parent):
+        raise AdvcliError(f"{target}: the bucket {parent} does not exist", hint="create it first; advcli never "
+                                                                                "creates buckets")
+    if is_dir(target):
+        raise AdvcliError(f"{target}: is a directory (a prefix with objects under it); give an object key")
+    if exists(target) and not force:
+        raise AdvcliError(f"{target}: already exists", hint="pass --force to replace it")

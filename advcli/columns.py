@@ -23,6 +23,8 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
                            "optimal token baselines, optional)"),
     "step": ("step", "int", "training step: each step is its own batch"),
     "domain": ("domain", "key", "ROLL domain"),
+    "is_last_step": ("is_last_step", "scalar", "true on the last turn of a step-wise trajectory (SkyRL "
+                     "generator.step_wise_trajectories; rows of a trajectory are contiguous)"),
 }
 
 

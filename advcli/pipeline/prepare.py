@@ -79,10 +79,17 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     columns = {f"component:{c}": comps[c] for c in plan.components}
     if "reward_baseline" in row:
         columns["reward_baseline"] = row["reward_baseline"]
+    if "is_last_step" in row:
+        columns["is_last_step"] = row["is_last_step"]
     if plan.spec.name == "gdpo" and not plan.components:
         columns["component:score"] = score
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
                      columns=columns)
+    if plan.kl_on and plan.spec.level == "row" and get_path(cfg, "kl.score_sum") == "right_aligned":
+        # pass 1c (SkyRL): s_i = token_level_rewards.sum(-1) on the step's right-aligned float32 grid
+        from .scores import right_aligned_scores
+        table.score = right_aligned_scores(plan, inputs, Resolved(scopes, groups, step_values, beta_row, reward_row,
+                                                                  None, table), chunk_rows, progress)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
@@ -98,10 +105,19 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     if plan.whiten:
         if plan.spec.level == "row":
             sums = MomentSums.zeros(scopes.num_groups)
-            w = row["valid"].to(torch.float64)
+            w = row["length" if get_path(cfg, "advantage.whiten_mask") == "all" else "valid"].to(torch.float64)
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
-        res.whiten_mean, res.whiten_rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
-                                                         get_path(cfg, "advantage.whiten_small", "error"))
+        if get_path(cfg, "advantage.whiten"):
+            mean, rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
+                                      get_path(cfg, "advantage.whiten_small", "error"))
+        else:
+            mean = torch.zeros(scopes.num_groups, dtype=torch.float64)
+            rstd = torch.ones(scopes.num_groups, dtype=torch.float64)
+        if get_path(cfg, "advantage.batch_normalize"):  # SkyRL advantage_batch_normalize (ops.batchnorm)
+            from ..ops import batchnorm
+            mean, rstd = batchnorm.compose(sums, mean, rstd,
+                                           batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups))
+        res.whiten_mean, res.whiten_rstd = mean, rstd
     return res, row, betas, kls, warnings

@@ -69,6 +69,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         scalar_roles.append("reward")
     if cmap.has("reward_baseline") and "reward_baseline" in plan.spec.needs:
         scalar_roles.append("reward_baseline")
+    if "is_last_step" in plan.spec.needs:  # step-wise trajectories (estimators.stepwise)
+        scalar_roles.append("is_last_step")
     for r in scalar_roles:
         cols.append(cmap[r])
     cols += plan.components
@@ -83,7 +85,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
 
     reader = ChunkReader(plan, inputs)
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
-                                              "score_sum", "reward_baseline")}
+                                              "score_sum", "reward_baseline", "is_last_step")}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
     keys: dict[str, list] = {c: [] for c in key_cols}
     done, total = 0, inputs.num_rows
@@ -107,6 +109,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             comp_parts[c].append(read_scalar(batch, c, file, row_base, plan.dtype, allows_nan(plan)))
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(read_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
+        if "is_last_step" in scalar_roles:
+            parts["is_last_step"].append(read_scalar(batch, cmap["is_last_step"], file, row_base, torch.float32))
         if row_kl:
             mask = mask01.to(plan.dtype)
             kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.cfg["kl"]["mask"])
@@ -252,7 +256,7 @@ def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tu
     for s in range(scopes.num_groups):
         rows = scopes.codes == s
         current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
-        betas.append(value)
+        betas.append(value if c.get("coef_min") is None else max(value, float(c["coef_min"])))  # SkyRL max(0, β)
         kls.append(current)
         if c["controller"] == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
             err = float(np.clip(current / c["target"] - 1, -0.2, 0.2))

@@ -80,6 +80,12 @@ SCHEMA: dict[str, Key] = {
     "kl.target": Key(0.1, "adaptive controller target KL", None, "float"),
     "kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
     "kl.mask": Key(True, "multiply the KL by the response mask before subtracting it", None, "bool"),
+    "kl.score_sum": Key("exact", "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when KL "
+                        "enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or "
+                        "`right_aligned` (the float32 torch.sum of the row laid out right-aligned in its step's "
+                        "[B, longest row] grid, as SkyRL sums it: the same last bits, which a group of equal "
+                        "rewards, told apart only by the KL term, divides by its tiny std)",
+                        ("exact", "right_aligned"), "str"),
     "kl.token_clip": Key(None, "clamp of the token-level rewards after the KL term (ROLL's second "
                          "reward_clip)", None, "clip"),
     # -------------------------------------------------------------------------------- advantage

@@ -130,7 +130,7 @@ def translate(v: dict) -> dict:
     cfg["kl"].update(in_reward=v[A + "use_kl_in_reward"], estimator=kind, input_clamp=20.0 if k3 else None,
                      output_clamp=10.0 if k3 else None, coef=v[A + "kl_loss_coef"], coef_min=0.0,
                      controller=v[A + "kl_ctrl.type"], target=v[A + "kl_ctrl.kl_target"],
-                     horizon=v[A + "kl_ctrl.horizon"], mask=True)
+                     horizon=v[A + "kl_ctrl.horizon"], mask=True, score_sum="right_aligned")
     # the estimators see SkyRL's response_mask: every response position
     cfg["advantage"]["whiten_mask"] = "all"
     gamma, lam = v[A + "gamma"], v[A + "lambd"]

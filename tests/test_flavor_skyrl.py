@@ -335,3 +335,19 @@ def test_explain_lists_the_keys():
     for key in ("trainer.algorithm.advantage_estimator", "trainer.algorithm.lambd", "kl_ctrl.kl_target",
                 "advantage_batch_normalize", "generator.step_wise_trajectories"):
         assert key in out
+
+
+def test_batch_normalize_of_equal_advantages_is_flagged(tmp_path):
+    """A step of one row: its advantage equals the grid mean, the variance is 0 and SkyRL multiplies the
+    float32 residue of its mean by rsqrt(1e-8) = 1e4 (trainer.py L1477-1481). The intended value (float64)
+    is 0; the diagnostics flag the step."""
+    rows = [("a", 0.3, [1, 1, 0], [-0.1] * 3, [-0.1] * 3, [0.0] * 3, 0, True)] + \
+           [r for r in ROWS if r[6] == 1]
+    settings = {A + "advantage_estimator": "maxrl", A + "advantage_batch_normalize": True}
+    got, res = _run(tmp_path, settings, rows=rows)
+    diag = {d["kind"]: d for d in res.diagnostics}
+    assert diag["float32_amplified_normalization"]["count"] == 1
+    assert diag["float32_amplified_normalization"]["examples"][0]["step"] == 0
+    got64, _ = _run(tmp_path, settings, rows=rows, precision="float64")
+    assert got64["advantages"][0] == [0.0, 0.0, 0.0]
+    _close(got64["advantages"][1:], got["advantages"][1:])  # step 1 is ordinary

@@ -52,3 +52,15 @@ def compose(sums: MomentSums, mean: torch.Tensor, rstd: torch.Tensor,
     new_mean = torch.where(empty, mean, mean + m / rstd)
     new_rstd = torch.where(empty, rstd, rstd * r2)
     return new_mean, new_rstd
+
+
+AMPLIFIED_RSTD = 1e3  # a final scale this large means the variance sat at (or near) its epsilon floor
+
+
+def amplified(sums: MomentSums, rstd: torch.Tensor) -> torch.Tensor:
+    """[S] bool: scopes whose values are not all 0 but whose final scale ``rstd`` is at least
+    :data:`AMPLIFIED_RSTD` — the variance is at or below the epsilon floor (values all but equal), so the
+    normalisation multiplies the framework's float32 rounding residues (its mean an ulp off the common
+    value, a group estimator's residue) by up to ``rsqrt(1e-8) = 1e4``: such advantages are float32
+    artefacts, not signal, and cannot be reproduced across summation orders."""
+    return (rstd >= AMPLIFIED_RSTD) & (sums.total_sq > 0) & (sums.count > 0)

@@ -21,6 +21,33 @@ from .rows import Resolved, defer_row_kl, kl_coefs, row_table_pass, scopes_and_g
 from .tokens import token_group_pass
 
 
+def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torch.Tensor, step_values: list) -> dict:
+    """The ``float32_amplified_normalization`` diagnostic: steps whose whitening / batch normalisation
+    divides by a variance at its 1e-8 floor (values all but equal), multiplying float32 residues by ~1e4."""
+    from ..ops.batchnorm import amplified
+
+    flag = amplified(sums, rstd)
+    n = sums.count.clamp(min=1)
+    ex = [{"step": step_values[s], "tokens": int(sums.count[s]), "mean": float(sums.total[s] / n[s]),
+           "rms": float((sums.total_sq[s] / n[s]).sqrt()), "scale": float(rstd[s])}
+          for s in torch.nonzero(flag, as_tuple=True)[0][:10].tolist()]
+    a = plan.cfg["advantage"]
+    how = []
+    if a["whiten"]:
+        how.append(f"whitening multiplies by rsqrt(var {'+' if a['whiten_eps_mode'] == 'add' else 'floored at'} "
+                   f"{a['whiten_eps']:g})")
+    if a.get("batch_normalize"):
+        how.append("advantage_batch_normalize multiplies by rsqrt(max(var, 1e-8)) (SkyRL _normalize_advantages, "
+                   "trainer.py L1477-1481 @a9564572)")
+    return {"kind": "float32_amplified_normalization", "count": int(flag.sum()), "unit": "steps",
+            "severity": "warning", "examples": ex,
+            "explanation": "steps whose advantages are (all but) equal before normalisation, so the variance sits at "
+                           "its floor and " + " and ".join(how) + " of up to 1e4: the framework's float32 rounding "
+                           "residues (its mean an ulp off the common value, an estimator's residue) become advantages "
+                           "of order 1e-4..1 that depend on its summation order and cannot be reproduced exactly; "
+                           "the intended values are those of --precision float64."}
+
+
 def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
             token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
@@ -120,4 +147,5 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
             mean, rstd = batchnorm.compose(sums, mean, rstd,
                                            batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups))
         res.whiten_mean, res.whiten_rstd = mean, rstd
+        res.diagnostics.append(_amplified_item(plan, sums, mean, rstd, step_values))
     return res, row, betas, kls, warnings

@@ -4,7 +4,7 @@ scopes (steps, domains), groups and the KL coefficient of every step resolved fr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -282,3 +282,4 @@ class Resolved:
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
+    diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.diagnostics)

@@ -137,8 +137,8 @@ def translate(v: dict) -> dict:
     if est == "grpo":
         e = {"name": "grpo", "norm_by_std": v[A + "grpo_norm_by_std"], "eps": 1e-6, "std": "torch",
              "mask_output": False}
-    elif est == "rloo":  # (s − μ)·n/(n−1), a group of one 0: verl rloo_vectorized's semantics
-        e = {"name": "rloo_vectorized", "mask_output": False}
+    elif est == "rloo":  # (s − μ)·n/(n−1) in SkyRL's float32 form, a group of one 0
+        e = {"name": "rloo", "form": "centred", "singleton": "zero", "mask_output": False}
     elif est == "maxrl":
         e = {"name": "maxrl", "eps": 1e-6, "mask_output": False}
     elif est == "reinforce++":  # every column a discount step (the reset only acts on the left padding)

@@ -39,8 +39,11 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
     if a.get("batch_normalize"):
         how.append("advantage_batch_normalize multiplies by rsqrt(max(var, 1e-8)) (SkyRL _normalize_advantages, "
                    "trainer.py L1477-1481 @a9564572)")
+    summary = (f"float32_amplified_normalization: {int(flag.sum())} steps normalised at the variance floor (scale up to "
+               f"{max((e['scale'] for e in ex), default=0):.3g}, e.g. step {ex[0]['step']}); their advantages are float32 "
+               "residues ×1e4, not signal" if ex else None)
     return {"kind": "float32_amplified_normalization", "count": int(flag.sum()), "unit": "steps",
-            "severity": "warning", "examples": ex,
+            "severity": "warning", "examples": ex, "summary": summary,
             "explanation": "steps whose advantages are (all but) equal before normalisation, so the variance sits at "
                            "its floor and " + " and ".join(how) + " of up to 1e4: the framework's float32 rounding "
                            "residues (its mean an ulp off the common value, an estimator's residue) become advantages "

@@ -40,7 +40,8 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
         how.append("advantage_batch_normalize multiplies by rsqrt(max(var, 1e-8)) (SkyRL _normalize_advantages, "
                    "trainer.py L1477-1481 @a9564572)")
     summary = (f"float32_amplified_normalization: {int(flag.sum())} steps normalised at the variance floor (scale up to "
-               f"{max((e['scale'] for e in ex), default=0):.3g}, e.g. step {ex[0]['step']}); their advantages are float32 "
+               f"{max((e['scale'] for e in ex), default=0):.3g}, e.g. "
+               f"{'the whole input' if ex[0]['step'] is None else 'step ' + str(ex[0]['step'])}); their advantages are float32 "
                "residues ×1e4, not signal" if ex else None)
     return {"kind": "float32_amplified_normalization", "count": int(flag.sum()), "unit": "steps",
             "severity": "warning", "examples": ex, "summary": summary,

@@ -33,6 +33,8 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "num_turns": ("num_turns", "scalar", "sampled turns of the trace (prime-rl length penalty)"),
     "agent_name": ("agent_name", "key", "agent role of the trace (prime-rl hierarchical_grpo, rae)"),
     "episode_id": ("episode_id", "key", "episode the trace belongs to (prime-rl hierarchical_grpo)"),
+    "is_last_step": ("is_last_step", "scalar", "true on the last turn of a step-wise trajectory (SkyRL "
+                     "generator.step_wise_trajectories; rows of a trajectory are contiguous)"),
 }
 
 

@@ -34,6 +34,11 @@ SCHEMA: dict[str, Key] = {
                           "its own batch, in ascending order; the whole input when there is no step "
                           "column), `step_domain` (per step and domain, ROLL) or `all`",
                           ("step", "step_domain", "all"), "str"),
+    "grouping.trajectories": Key("none", "`last_step`: rows are the turns of step-wise trajectories (a contiguous run "
+                                 "of rows ending at a row whose is_last_step column is true); a row-level estimator "
+                                 "runs on the last-step rows only (grouped by their prompt_id) and every turn of a "
+                                 "trajectory gets its last step's value (SkyRL generator.step_wise_trajectories)",
+                                 ("none", "last_step"), "str"),
     # ----------------------------------------------------------------------------------- reward
     "reward.source": Key("auto", "the row reward: `reward` (scalar column), `token_level_scores` "
                          "(token list column, verl), `components` (weighted sum of reward.components) "
@@ -67,12 +72,20 @@ SCHEMA: dict[str, Key] = {
     "kl.input_clamp": Key(None, "clamp of ref − logp before the estimate (verl k3: 20)", None, "float"),
     "kl.output_clamp": Key(None, "clamp of the estimate (verl k3: 10)", None, "float"),
     "kl.coef": Key(0.001, "β (the initial β of an adaptive controller)", None, "float"),
+    "kl.coef_min": Key(None, "lower bound of the β a step applies (SkyRL: 0, rewards −= kl·max(0, β)); an "
+                       "adaptive controller keeps updating its own, unbounded value", None, "float"),
     "kl.controller": Key("fixed", "`fixed` or `adaptive` (Ziegler et al.: β ← β·(1 + clip(kl/target − 1, "
                          "±0.2)·n/horizon) after each step; a step uses β from before its update)",
                          ("fixed", "adaptive"), "str"),
     "kl.target": Key(0.1, "adaptive controller target KL", None, "float"),
     "kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
     "kl.mask": Key(True, "multiply the KL by the response mask before subtracting it", None, "bool"),
+    "kl.score_sum": Key("exact", "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when KL "
+                        "enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or "
+                        "`right_aligned` (the float32 torch.sum of the row laid out right-aligned in its step's "
+                        "[B, longest row] grid, as SkyRL sums it: the same last bits, which a group of equal "
+                        "rewards, told apart only by the KL term, divides by its tiny std)",
+                        ("exact", "right_aligned"), "str"),
     "kl.token_clip": Key(None, "clamp of the token-level rewards after the KL term (ROLL's second "
                          "reward_clip)", None, "clip"),
     # -------------------------------------------------------------------------------- advantage
@@ -92,6 +105,16 @@ SCHEMA: dict[str, Key] = {
     "advantage.remask": Key(False, "zero the final advantages at mask=0 positions: `true` multiplies by the mask "
                             "(A·M: a NaN or inf there stays NaN; verl, ROLL), `fill` sets them to 0 whatever they "
                             "hold (masked_fill; NeMo gae)", (False, True, "fill"), "any"),
+    "advantage.whiten_mask": Key("response_mask", "the tokens the whitening and batch_normalize statistics count: "
+                                 "`response_mask` (the mask=1 tokens) or `all` (every position of the row: SkyRL, "
+                                 "whose estimators take a response mask that covers observation tokens; its loss "
+                                 "mask, the response_mask column, masks only the KL term)",
+                                 ("response_mask", "all"), "str"),
+    "advantage.batch_normalize": Key(False, "after the estimator (and its whitening), per scope: mean = Σ A / (B·T) "
+                                     "over the [B rows, T = longest row] grid whose padding cells are 0, var = "
+                                     "Σ (A − mean)² / N over the N tokens advantage.whiten_mask counts (biased), "
+                                     "A ← (A − mean)·rsqrt(max(var, 1e-8)) (SkyRL advantage_batch_normalize); "
+                                     "returns unchanged", None, "bool"),
     "advantage.clip": Key(None, "clamp of the final advantages: c for [-c, c], or [lo, hi]", None, "clip"),
     "advantage.returns": Key("estimator", "the `returns` column: the estimator's returns (`estimator`) or the "
                              "final advantages (`advantages`: verl gdpo and reinforce_plus_plus_baseline return "
@@ -99,6 +122,9 @@ SCHEMA: dict[str, Key] = {
     "padded": Key("auto", "token lists are right-padded to a fixed width with mask 0: a row's length L_i "
                   "(where `reward.placement=last` puts the reward) is then its last mask=1 position + 1. "
                   "`auto`: true when the mask column is a fixed-size list", ("auto", True, False), "any"),
+    # ------------------------------------------------------------------------------ diagnostics
+    "diagnostics.rule": Key(None, "the framework rule the float32 diagnostics name for the estimator's "
+                            "artefacts (a flavor sets it; default: the estimator's own source)", None, "str"),
     # ---------------------------------------------------------------------------------- numeric
     "precision": Key("float32", "`float32` reproduces the frameworks (float32 artefacts included); "
                      "`float64` computes the intended math", ("float32", "float64"), "str"),
@@ -106,7 +132,8 @@ SCHEMA: dict[str, Key] = {
 
 ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
          "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain",
-         "trainable", "num_output_tokens", "num_total_tokens", "num_turns", "agent_name", "episode_id")
+         "trainable", "num_output_tokens", "num_total_tokens", "num_turns", "agent_name", "episode_id",
+         "is_last_step")
 
 
 def default_config() -> dict:

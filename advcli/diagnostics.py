@@ -108,8 +108,9 @@ class Diagnostics:
     """Collects the diagnostics of one run: row-level checks once, token-level ones per chunk."""
 
     def __init__(self, *, ids: Callable[[list[int]], list] | None = None, kl_cfg: dict | None = None,
-                 drops: bool = False, token_scores: bool = False):
+                 drops: bool = False, token_scores: bool = False, rule: str | None = None):
         self.ids = ids or (lambda rows: [None] * len(rows))
+        self.rule = rule  # the framework's float32 rule, as the flavor names it (config diagnostics.rule)
         self.kl_cfg = kl_cfg  # the kl section of the canonical config when KL enters the reward
         self.drops = drops
         self.token_scores = token_scores
@@ -211,7 +212,7 @@ class Diagnostics:
         hazard = getattr(spec, "float32_hazard", None)
         self.compare_precisions(stage=f"estimator {spec.name}", values=table.score, run_result=adv,
                                 other_result=a_other, run_dtype=run_dtype, groups=table.groups,
-                                rule=_rule(spec, params), extra=hazard(table, params) if hazard else None)
+                                rule=self.rule or _rule(spec, params), extra=hazard(table, params) if hazard else None)
 
     def reward_normalization(self, norm_fn: Callable[[torch.Tensor], torch.Tensor], raw: torch.Tensor,
                              normalized: torch.Tensor, run_dtype: torch.dtype, groups: GroupIndex | None,

@@ -58,6 +58,8 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
                 "β from before its update; β ← β·(1 + clip(kl/target − 1, ±0.2)·rows/horizon)")
         out.append(f"     KL               R_it −= β·KL_it{'·m_it' if k['mask'] else ''}, KL = {k['estimator']}: "
                    f"{KL_KINDS[k['estimator']].formula}" + (f" ({'; '.join(clamps)})" if clamps else ""))
+        if k.get("coef_min") is not None:
+            ctrl += f"; the penalty uses max({k['coef_min']:g}, β)"
         out.append(f"     controller       {ctrl}")
         if k["token_clip"]:
             out.append(f"     clip             R ← clamp(R, {k['token_clip'][0]}, {k['token_clip'][1]})")
@@ -69,14 +71,21 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
         out.append("     parameters       " + ", ".join(f"{p}={json.dumps(v)}" for p, v in params.items()))
     if spec.level == "row":
         out.append("     groups           exact over the whole input (rows of a group may sit anywhere), per step")
+    if cfg["grouping"].get("trajectories") == "last_step":
+        out.append("     trajectories     step-wise: the estimator runs on the is_last_step rows only; every turn "
+                   "of a trajectory (rows up to its last step) gets its last step's value")
     if a["whiten"]:
         var = "unbiased" if a["whiten_unbiased"] else "biased"
         eps = (f"rsqrt(var + {a['whiten_eps']:g})" if a["whiten_eps_mode"] == "add"
                else f"rsqrt(max(var, {a['whiten_eps']:g}))")
-        out.append(f"  4. whiten           A ← (A − μ)·{eps if a['whiten_scale'] else '1'} over the mask=1 tokens of "
+        where = "every position" if a.get("whiten_mask") == "all" else "the mask=1 tokens"
+        out.append(f"  4. whiten           A ← (A − μ)·{eps if a['whiten_scale'] else '1'} over {where} of "
                    f"each {'step and domain' if cfg['grouping']['scope'] == 'step_domain' else 'step'} ({var} variance)" + ("; then masked_fill(M=0, 0)" if a["remask"] == "fill" else "; then × mask" if a["remask"] else "; masked positions not re-masked"))
     elif a["remask"]:
         out.append("  4. mask             A ← A × mask")
+    if a.get("batch_normalize"):
+        out.append("     batch normalize  A ← (A − mean)·rsqrt(max(var, 1e-8)) per step, mean = Σ A/(rows·longest row), "
+                   "var biased over " + ("every position" if a.get("whiten_mask") == "all" else "the mask=1 tokens"))
     if a["clip"]:
         out.append(f"  5. clip             A ← clamp(A, {a['clip'][0]}, {a['clip'][1]})")
     out.append(f"  precision          {cfg['precision']}")

@@ -88,21 +88,34 @@ register(EstimatorSpec(
 
 # ------------------------------------------------------------------------------------------- rloo
 def rloo_row(table: RowTable, p: dict) -> torch.Tensor:
-    """verl ``compute_rloo_outcome_advantage`` (L587-636): n>1: s·n/(n−1) − μ·n/(n−1); n=1: raw s."""
+    """verl ``compute_rloo_outcome_advantage`` (L587-636): n>1: s·n/(n−1) − μ·n/(n−1); n=1: raw s.
+
+    ``form=centred``, ``singleton=zero``: SkyRL ``compute_rloo_outcome_advantage`` (ppo_utils.py
+    L1259-1309 @a9564572): ``(s − μ)·f`` with the Python float ``f = n/(n−1)`` (float32 in the product),
+    a group of one 0 — the same math, SkyRL's float32 residues for equal non-dyadic scores."""
     g = _groups(table)
     s = table.score
     n = g.row_size
     mean = _mean_singleton_zero(table, s)
-    nf = n.to(s.dtype)
-    adv = s * nf / (nf - 1) - mean * nf / (nf - 1)
-    return torch.where(n > 1, adv, s)
+    if p.get("form", "split") == "centred":
+        factor = (n.to(torch.float64) / (n - 1).clamp(min=1).to(torch.float64)).to(s.dtype)
+        adv = (s - mean) * factor
+    else:
+        nf = n.to(s.dtype)
+        adv = s * nf / (nf - 1) - mean * nf / (nf - 1)
+    return torch.where(n > 1, adv, s if p.get("singleton", "score") == "score" else torch.zeros_like(s))
 
 
 register(EstimatorSpec(
     name="rloo", level="row", uses_groups=True, row_constant=True, row_fn=rloo_row,
     formula="A_i = s_i − mean_{j≠i} s_j = n/(n−1)·(s_i − μ_g); n=1: A_i = s_i",
-    source="verl core_algos.compute_rloo_outcome_advantage (L587-636 @1dda039b)",
-    params={"mask_output": MASK_OUTPUT}))
+    source="verl core_algos.compute_rloo_outcome_advantage (L587-636 @1dda039b); form=centred, singleton=zero: "
+           "SkyRL ppo_utils.compute_rloo_outcome_advantage (L1259-1309 @a9564572)",
+    params={"mask_output": MASK_OUTPUT,
+            "singleton": Key("score", "a group of one: `score` (the raw s, verl) or `zero` (SkyRL)", ("score", "zero"),
+                             "str"),
+            "form": Key("split", "the float32 form: `split` s·n/(n−1) − μ·n/(n−1) (verl) or `centred` (s − μ)·n/(n−1) "
+                        "(SkyRL)", ("split", "centred"), "str")}))
 
 
 def rloo_vectorized_row(table: RowTable, p: dict) -> torch.Tensor:

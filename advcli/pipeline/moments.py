@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import torch
 
+from ..config import get_path
 from ..errors import AdvcliError
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
@@ -69,7 +70,8 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
         # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
-        partials = MomentSums.row_partials(v, mask, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
+        w = torch.ones_like(mask) if get_path(plan.cfg, "advantage.whiten_mask") == "all" and not rewards else mask
+        partials = MomentSums.row_partials(v, w, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
         return row0, batch.num_rows, partials, entry
 
     # chunks are independent here (the moments are summed exactly, in row order, below): compute

@@ -55,7 +55,9 @@ class RunObserver:
         mask_placed = bool(get_path(plan.cfg, "reward.mask_placed"))
         self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None),
                                 kl_cfg=dict(plan.cfg["kl"]) if plan.kl_on else None, drops=drops,
-                                token_scores=plan.reward_source == "token_level_scores")
+                                token_scores=plan.reward_source == "token_level_scores",
+                                rule=get_path(plan.cfg, "diagnostics.rule"))
+        self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by resolve (prepare.py)
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
                        reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
 

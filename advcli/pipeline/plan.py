@@ -43,7 +43,7 @@ class Plan:
 
     @property
     def whiten(self) -> bool:
-        return bool(get_path(self.cfg, "advantage.whiten"))
+        return bool(get_path(self.cfg, "advantage.whiten") or get_path(self.cfg, "advantage.batch_normalize"))
 
     def whiten_spec(self) -> WhitenSpec:
         g = lambda k: get_path(self.cfg, f"advantage.{k}")  # noqa: E731
@@ -68,6 +68,9 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     spec = get_estimator(get_path(cfg, "estimator.name"))
     params = resolve_params(spec, {k: v for k, v in cfg["estimator"].items() if k != "name"})
     file = inputs.paths[0]
+    if get_path(cfg, "grouping.trajectories", "none") == "last_step":  # SkyRL step-wise trajectories
+        from ..estimators.stepwise import last_step
+        spec = last_step(spec)
 
     cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
     source = get_path(cfg, "reward.source")

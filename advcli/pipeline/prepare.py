@@ -21,6 +21,37 @@ from .rows import Resolved, defer_row_kl, kl_coefs, row_inputs, row_table_pass, 
 from .tokens import token_group_pass
 
 
+def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torch.Tensor, step_values: list) -> dict:
+    """The ``float32_amplified_normalization`` diagnostic: steps whose whitening / batch normalisation
+    divides by a variance at its 1e-8 floor (values all but equal), multiplying float32 residues by ~1e4."""
+    from ..ops.batchnorm import amplified
+
+    flag = amplified(sums, rstd)
+    n = sums.count.clamp(min=1)
+    ex = [{"step": step_values[s], "tokens": int(sums.count[s]), "mean": float(sums.total[s] / n[s]),
+           "rms": float((sums.total_sq[s] / n[s]).sqrt()), "scale": float(rstd[s])}
+          for s in torch.nonzero(flag, as_tuple=True)[0][:10].tolist()]
+    a = plan.cfg["advantage"]
+    how = []
+    if a["whiten"]:
+        how.append(f"whitening multiplies by rsqrt(var {'+' if a['whiten_eps_mode'] == 'add' else 'floored at'} "
+                   f"{a['whiten_eps']:g})")
+    if a.get("batch_normalize"):
+        how.append("advantage_batch_normalize multiplies by rsqrt(max(var, 1e-8)) (SkyRL _normalize_advantages, "
+                   "trainer.py L1477-1481 @a9564572)")
+    summary = (f"float32_amplified_normalization: {int(flag.sum())} steps normalised at the variance floor (scale up to "
+               f"{max((e['scale'] for e in ex), default=0):.3g}, e.g. "
+               f"{'the whole input' if ex[0]['step'] is None else 'step ' + str(ex[0]['step'])}); their advantages are float32 "
+               "residues ×1e4, not signal" if ex else None)
+    return {"kind": "float32_amplified_normalization", "count": int(flag.sum()), "unit": "steps",
+            "severity": "warning", "examples": ex, "summary": summary,
+            "explanation": "steps whose advantages are (all but) equal before normalisation, so the variance sits at "
+                           "its floor and " + " and ".join(how) + " of up to 1e4: the framework's float32 rounding "
+                           "residues (its mean an ulp off the common value, an estimator's residue) become advantages "
+                           "of order 1e-4..1 that depend on its summation order and cannot be reproduced exactly; "
+                           "the intended values are those of --precision float64."}
+
+
 def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
             token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
@@ -79,12 +110,19 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     columns = {f"component:{c}": comps[c] for c in plan.components}
     if "reward_baseline" in row:
         columns["reward_baseline"] = row["reward_baseline"]
+    if "is_last_step" in row:
+        columns["is_last_step"] = row["is_last_step"]
     if plan.spec.name == "gdpo" and not plan.components:
         columns["component:score"] = score
     inputs_cols, labels = row_inputs(plan, keys, R)
     columns.update(inputs_cols)
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
                      columns=columns, labels=labels)
+    if plan.kl_on and plan.spec.level == "row" and get_path(cfg, "kl.score_sum") == "right_aligned":
+        # pass 1c (SkyRL): s_i = token_level_rewards.sum(-1) on the step's right-aligned float32 grid
+        from .scores import right_aligned_scores
+        table.score = right_aligned_scores(plan, inputs, Resolved(scopes, groups, step_values, beta_row, reward_row,
+                                                                  None, table), chunk_rows, progress)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
@@ -100,10 +138,20 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     if plan.whiten:
         if plan.spec.level == "row":
             sums = MomentSums.zeros(scopes.num_groups)
-            w = row["valid"].to(torch.float64)
+            w = row["length" if get_path(cfg, "advantage.whiten_mask") == "all" else "valid"].to(torch.float64)
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
-        res.whiten_mean, res.whiten_rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
-                                                         get_path(cfg, "advantage.whiten_small", "error"))
+        if get_path(cfg, "advantage.whiten"):
+            mean, rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
+                                      get_path(cfg, "advantage.whiten_small", "error"))
+        else:
+            mean = torch.zeros(scopes.num_groups, dtype=torch.float64)
+            rstd = torch.ones(scopes.num_groups, dtype=torch.float64)
+        if get_path(cfg, "advantage.batch_normalize"):  # SkyRL advantage_batch_normalize (ops.batchnorm)
+            from ..ops import batchnorm
+            mean, rstd = batchnorm.compose(sums, mean, rstd,
+                                           batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups))
+        res.whiten_mean, res.whiten_rstd = mean, rstd
+        res.diagnostics.append(_amplified_item(plan, sums, mean, rstd, step_values))
     return res, row, betas, kls, warnings

@@ -4,7 +4,7 @@ scopes (steps, domains), groups and the KL coefficient of every step resolved fr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         scalar_roles.append("reward")
     if cmap.has("reward_baseline") and "reward_baseline" in plan.spec.needs:
         scalar_roles.append("reward_baseline")
+    if "is_last_step" in plan.spec.needs:  # step-wise trajectories (estimators.stepwise)
+        scalar_roles.append("is_last_step")
     for r in scalar_roles:
         cols.append(cmap[r])
     cols += plan.components
@@ -85,7 +87,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
 
     reader = ChunkReader(plan, inputs)
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
-                                              "score_sum", "reward_baseline")}
+                                              "score_sum", "reward_baseline", "is_last_step")}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
     keys: dict[str, list] = {c: [] for c in key_cols}
     done, total = 0, inputs.num_rows
@@ -109,6 +111,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             comp_parts[c].append(read_scalar(batch, c, file, row_base, plan.dtype, allows_nan(plan)))
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(read_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
+        if "is_last_step" in scalar_roles:
+            parts["is_last_step"].append(read_scalar(batch, cmap["is_last_step"], file, row_base, torch.float32))
         if row_kl:
             mask = mask01.to(plan.dtype)
             kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.cfg["kl"]["mask"])
@@ -254,7 +258,7 @@ def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tu
     for s in range(scopes.num_groups):
         rows = scopes.codes == s
         current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
-        betas.append(value)
+        betas.append(value if c.get("coef_min") is None else max(value, float(c["coef_min"])))  # SkyRL max(0, β)
         kls.append(current)
         if c["controller"] == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
             err = float(np.clip(current / c["target"] - 1, -0.2, 0.2))
@@ -280,6 +284,7 @@ class Resolved:
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
+    diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.diagnostics)
 
 
 def row_input_roles(plan: Plan) -> list[str]:

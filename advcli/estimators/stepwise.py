@@ -1,0 +1,77 @@
+"""Step-wise trajectories: a row-level estimator run on the last turn of each trajectory, broadcast to
+all of its turns (``grouping.trajectories=last_step``).
+
+SkyRL ``RayPPOTrainer.compute_advantages_and_returns``, step-wise branch (skyrl/train/trainer.py
+L1142-1180 @a9564572), for one training batch::
+
+    traj_id  = cumsum([False] + is_last_step[:-1])        # positional: a trajectory is a contiguous run
+                                                          # of rows ending at an is_last_step row
+    A_last   = estimator(rewards[is_last_step], uids[is_last_step])   # grpo / rloo / maxrl
+    A[i]     = A_last[traj_id[i]]                          # every turn of a trajectory
+
+The earlier turns' rewards are ignored; their group ids are not used. SkyRL asserts that the batch's
+last row ends a trajectory; so does this.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..batch import RowTable
+from ..errors import AdvcliError
+from ..ops.groups import GroupIndex
+from . import EstimatorSpec
+
+COLUMN = "is_last_step"
+SOURCE = "step-wise: SkyRL RayPPOTrainer.compute_advantages_and_returns (trainer.py L1142-1180 @a9564572)"
+
+
+def trajectories(last: torch.Tensor, scopes: GroupIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``order``, ``traj``): the rows sorted by scope (input order inside a scope), and for each of
+    them the index of its trajectory among the last-step rows of that order (``order[last[order]]``).
+
+    Raises :class:`AdvcliError` where a scope's last row is not a last step (SkyRL's assert)."""
+    order = torch.argsort(scopes.codes, stable=True)
+    last_o = last[order].to(torch.int64)
+    sizes = scopes.sizes
+    ends = torch.cumsum(sizes, 0)[sizes > 0] - 1
+    open_end = last_o[ends] == 0
+    if bool(open_end.any()):
+        row = int(order[ends[open_end][0]])
+        raise AdvcliError(f"column {COLUMN!r}: row {row}, the last row of its training batch, has is_last_step=false, "
+                          "so its trajectory never ends. SkyRL derives trajectories by position (a contiguous run "
+                          "of rows ending at an is_last_step row) and asserts that every one ends",
+                          hint="keep each trajectory's turns contiguous and in order, its last turn flagged, and "
+                               "every step's rows complete")
+    traj = torch.cumsum(last_o, 0) - last_o
+    return order, traj
+
+
+def last_step(inner: EstimatorSpec) -> EstimatorSpec:
+    """``inner`` (a row-level estimator) run on the last-step rows, each trajectory getting its value."""
+    if inner.level != "row" or inner.row_fn is None:
+        raise AdvcliError(f"grouping.trajectories=last_step needs an outcome (row-level) estimator; {inner.name} "
+                          "computes per-token advantages, which a trajectory-wide broadcast would discard")
+
+    def row_fn(table: RowTable, p: dict) -> torch.Tensor:
+        if table.num_rows == 0:
+            return inner.row_fn(table, p)
+        last = table.columns[COLUMN] != 0
+        order, traj = trajectories(last, table.scopes)
+        rows = order[last[order]]  # the last steps, by scope then input order (SkyRL's index[is_last_step])
+        groups = None
+        if table.groups is not None:
+            _, codes = torch.unique(table.groups.codes[rows], return_inverse=True)
+            groups = GroupIndex.from_codes(codes)
+        sub = RowTable(score=table.score[rows], valid_len=table.valid_len[rows], length=table.length[rows],
+                       scopes=GroupIndex(table.scopes.codes[rows], table.scopes.num_groups), groups=groups,
+                       columns={k: v[rows] for k, v in table.columns.items()})
+        a = inner.row_fn(sub, p)
+        out = torch.empty(table.num_rows, dtype=a.dtype)
+        out[order] = a[traj]
+        return out
+
+    return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
+                               source=f"{inner.source}; {SOURCE}",
+                               formula=f"{inner.formula} — on each trajectory's last step, broadcast to its turns")

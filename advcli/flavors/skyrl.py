@@ -1,0 +1,172 @@
+"""``--flavor skyrl``: NovaSky-AI/SkyRL's trainer (@ a9564572, ``SkyRLTrainConfig``; ``spec/skyrl.md``):
+``postprocess_generator_output`` → ``apply_reward_kl_penalty`` (when ``use_kl_in_reward``) →
+``compute_advantages_and_returns`` → step 1 of ``_normalize_advantages`` (``advantage_batch_normalize``).
+
+What sets SkyRL apart, and the canonical switches it maps to:
+
+- Its estimators take SkyRL's own ``response_mask``, 1 on *every* response position (observation
+  tokens included); the input's ``response_mask`` column is SkyRL's ``loss_mask``, which only masks
+  the KL term. So ``advantage.whiten_mask=all`` and: outcome estimators write their value on every position
+  (``mask_output`` false), reinforce++/gae scan every position (``holes=step``) and whiten over all
+  of them (``masked_whiten``: unbiased, ``rsqrt(var + 1e-8)``, ``masked_mean`` divides by
+  ``max(Σm, 1)``), not re-masked.
+- The reward sits on the last response token (L_i − 1) whatever its loss mask; groups are uids
+  (``prompt_id``) anywhere in the batch; each ``step`` is one training batch.
+- KL: ``compute_approx_kl`` (k1/abs/k2/k3; k3 clamps ref − old to ±20 and the value to ±10), × loss
+  mask, ``rewards −= kl·max(0, β)``; β from ``kl_loss_coef`` (fixed) or verl's adaptive controller
+  (``n_steps`` = rows of the step, the value from before the step's update).
+- ``advantage_batch_normalize``: mean over the step's whole ``[B, T = max L_i]`` grid (padding cells
+  0), biased variance over all response positions, ``(A − mean)·rsqrt(max(var, 1e-8))``; returns kept.
+- ``generator.step_wise_trajectories``: the estimator runs on the ``is_last_step`` rows only, each
+  trajectory (a contiguous run of rows ending at its last step) gets its last step's value.
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError
+from . import Flavor
+
+COMMIT = "a9564572"
+ESTIMATORS = ("grpo", "rloo", "maxrl", "reinforce++", "gae")
+KL_TYPES = ("k1", "abs", "k2", "k3")
+LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean", "token_mean_legacy")
+A = "trainer.algorithm."
+
+KEYS = {
+    A + "advantage_estimator": Key("grpo", "advantage estimator", ESTIMATORS, "str"),
+    A + "grpo_norm_by_std": Key(True, "grpo: divide by the group std + 1e-6 (false: s − μ, Dr. GRPO)", None, "bool"),
+    A + "gamma": Key(1.0, "discount (reinforce++, gae)", None, "float"),
+    A + "lambd": Key(1.0, "GAE λ (SkyRL spells it lambd)", None, "float"),
+    A + "use_kl_in_reward": Key(False, "token rewards −= max(0, β)·kl·loss_mask before the estimator", None, "bool"),
+    A + "use_kl_loss": Key(True, "KL in the policy loss (no effect on advantages); SkyRL refuses it together "
+                           "with use_kl_in_reward", None, "bool"),
+    A + "kl_estimator_type": Key("k3", "KL estimate of old − ref: k1, abs, k2 (½d²), k3 (clamped e^x − x − 1)",
+                                 KL_TYPES, "str"),
+    A + "kl_loss_coef": Key(0.001, "β of the fixed controller, initial β of the adaptive one", None, "float"),
+    A + "kl_ctrl.type": Key("fixed", "KL controller: fixed or adaptive", ("fixed", "adaptive"), "str"),
+    A + "kl_ctrl.kl_target": Key(0.1, "adaptive controller target KL", None, "float"),
+    A + "kl_ctrl.horizon": Key(10000, "adaptive controller horizon (must be > 0)", None, "int"),
+    A + "advantage_batch_normalize": Key(False, "z-score the advantages over the step after the estimator "
+                                         "(unmasked grid mean, masked biased variance)", None, "bool"),
+    A + "zero_variance_filter": Key(False, "zero the loss mask of zero-variance groups (no effect on the "
+                                    "advantages; not supported together with use_kl_in_reward)", None, "bool"),
+    A + "zero_variance_filter_tol": Key(1e-6, "tolerance of zero_variance_filter", None, "float"),
+    A + "loss_reduction": Key("token_mean", "loss-side rescaling of the advantages per mini-batch, applied after "
+                              "the values advcli writes (accepted, not applied)", LOSS_REDUCTIONS, "str"),
+    A + "max_seq_len": Key(None, "normaliser of loss_reduction=seq_mean_token_sum_norm (loss side)", None, "int"),
+    "generator.n_samples_per_prompt": Key(5, "samples per prompt (SkyRL groups by uid, not by this number)",
+                                          None, "int"),
+    "generator.step_wise_trajectories": Key(False, "step-wise trajectories: one row per turn, the estimator runs on "
+                                            "the is_last_step rows and each trajectory's value is broadcast to "
+                                            "all of its turns", None, "bool"),
+}
+
+# The framework function each estimator matches, and its float32 rule (named by the diagnostics).
+_PPO = f"skyrl/backends/skyrl_train/utils/ppo_utils.py @{COMMIT}"
+RULES = {
+    "grpo": f"SkyRL compute_grpo_outcome_advantage ({_PPO} L1343-1393) divides by (torch.std + 1e-6) of the "
+            "float32 group scores: for equal non-dyadic scores the float32 torch.mean lands an ulp away from the "
+            "value and the std comes out as a tiny residue instead of 0, which 1e-6 does not absorb",
+    "rloo": f"SkyRL compute_rloo_outcome_advantage ({_PPO} L1259-1309) computes (s − torch.mean)·n/(n − 1) in "
+            "float32: for equal non-dyadic scores the mean is an ulp off and leaves a residue",
+    "maxrl": f"SkyRL compute_maxrl_advantage ({_PPO} L1396-1428) divides (s − μ) by (μ + 1e-6) with μ the float32 "
+             "torch.mean: for equal non-dyadic scores μ is an ulp off and leaves a residue, and a group mean "
+             "near 0 amplifies it by up to 1e6",
+}
+
+
+def _check(v: dict) -> None:
+    """The combinations SkyRL itself refuses (``validate_cfg``, skyrl/train/utils/utils.py L307-395
+    @a9564572; ``get_kl_controller``, ppo_utils.py L73-85), with its reasons."""
+    est = v[A + "advantage_estimator"]
+    if v[A + "use_kl_in_reward"] and v[A + "use_kl_loss"]:
+        raise AdvcliError(f"keys {A}use_kl_in_reward=true and {A}use_kl_loss=true: SkyRL asserts that they are "
+                          "mutually exclusive (validate_cfg: the KL goes either into the reward or into the loss)",
+                          hint=f"add --set {A}use_kl_loss=false")
+    if v["generator.step_wise_trajectories"] and est in ("gae", "reinforce++"):
+        raise AdvcliError(f"key {A}advantage_estimator={est} is not supported with "
+                          "generator.step_wise_trajectories=true: SkyRL refuses it (validate_cfg) because the "
+                          "step-wise branch collapses each trajectory to one scalar advantage, which discards the "
+                          "per-token structure of gae/reinforce++",
+                          hint="use grpo, rloo or maxrl, or turn step_wise_trajectories off")
+    if v["generator.step_wise_trajectories"] and v[A + "loss_reduction"] == "token_mean_legacy":
+        raise AdvcliError(f"key {A}loss_reduction=token_mean_legacy is not supported with step-wise training "
+                          "(SkyRL validate_cfg refuses it)", hint=f"use {A}loss_reduction=token_mean")
+    if v[A + "loss_reduction"] == "seq_mean_token_sum_norm" and v[A + "max_seq_len"] is None:
+        raise AdvcliError(f"key {A}loss_reduction=seq_mean_token_sum_norm needs {A}max_seq_len: SkyRL's "
+                          "validate_cfg refuses it without one", hint=f"set {A}max_seq_len")
+    if v[A + "use_kl_in_reward"] and v[A + "kl_ctrl.type"] == "adaptive":
+        horizon = v[A + "kl_ctrl.horizon"]
+        if horizon is None or horizon <= 0:  # get_kl_controller raises ValueError
+            raise AdvcliError(f"key {A}kl_ctrl.horizon must be larger than 0 for the adaptive controller "
+                              f"(got {horizon}; SkyRL get_kl_controller raises ValueError)")
+        if not v[A + "kl_ctrl.kl_target"]:  # AdaptiveKLController.update divides by it
+            raise AdvcliError(f"key {A}kl_ctrl.kl_target must not be 0 for the adaptive controller: its update "
+                              "divides the step's KL by it (ZeroDivisionError in SkyRL)")
+    if v[A + "advantage_batch_normalize"] and est == "gae":
+        raise AdvcliError(f"keys {A}advantage_estimator=gae with {A}advantage_batch_normalize=true cannot be "
+                          "reproduced from a rollout dump: SkyRL's batch mean averages the whole right-aligned "
+                          "[B, T] grid, and for gae its left-padding cells hold the GAE recursion continued over "
+                          "the critic's values at prompt positions, which the dump does not hold",
+                          hint="recompute gae without advantage_batch_normalize")
+    if v[A + "zero_variance_filter"] and v[A + "use_kl_in_reward"]:
+        raise AdvcliError(f"key {A}zero_variance_filter=true with {A}use_kl_in_reward=true is not supported: "
+                          "SkyRL zeroes the loss mask of zero-variance groups before the KL penalty, so their rows "
+                          "get no KL term; advcli does not model that filter",
+                          hint=f"leave {A}zero_variance_filter false (without KL in the reward it changes no "
+                               "advantage)")
+
+
+def translate(v: dict) -> dict:
+    _check(v)
+    cfg = default_config()
+    est = v[A + "advantage_estimator"]
+    cfg["grouping"].update(by="id", scope="step")  # uids, one training batch per step
+    # postprocess_generator_output L1103-1106: the reward on the last response token whatever its mask
+    cfg["reward"].update(source="reward", placement="last", mask_placed=False)
+    kind = v[A + "kl_estimator_type"]
+    k3 = kind == "k3"
+    # apply_reward_kl_penalty (trainer.py L1409-1464): compute_approx_kl(old, ref, loss_mask) · max(0, β)
+    cfg["kl"].update(in_reward=v[A + "use_kl_in_reward"], estimator=kind, input_clamp=20.0 if k3 else None,
+                     output_clamp=10.0 if k3 else None, coef=v[A + "kl_loss_coef"], coef_min=0.0,
+                     controller=v[A + "kl_ctrl.type"], target=v[A + "kl_ctrl.kl_target"],
+                     horizon=v[A + "kl_ctrl.horizon"], mask=True, score_sum="right_aligned")
+    # the estimators see SkyRL's response_mask: every response position
+    cfg["advantage"]["whiten_mask"] = "all"
+    gamma, lam = v[A + "gamma"], v[A + "lambd"]
+    if est == "grpo":
+        e = {"name": "grpo", "norm_by_std": v[A + "grpo_norm_by_std"], "eps": 1e-6, "std": "torch",
+             "mask_output": False}
+    elif est == "rloo":  # (s − μ)·n/(n−1) in SkyRL's float32 form, a group of one 0
+        e = {"name": "rloo", "form": "centred", "singleton": "zero", "mask_output": False}
+    elif est == "maxrl":
+        e = {"name": "maxrl", "eps": 1e-6, "mask_output": False}
+    elif est == "reinforce++":  # every column a discount step (the reset only acts on the left padding)
+        e = {"name": "reinforce_plus_plus", "gamma": gamma, "holes": "step", "mask_rewards": False}
+    else:  # gae: vanilla over every position, returns = A + V before whitening
+        e = {"name": "gae", "gamma": gamma, "lam": lam, "holes": "step", "zero_masked": False}
+    if est in ("reinforce++", "gae"):  # masked_whiten(x, response_mask) (ppo_utils.py L129-153)
+        cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add",
+                                whiten_divisor="max1", whiten_small="error", remask=False)
+    cfg["advantage"]["batch_normalize"] = v[A + "advantage_batch_normalize"]
+    if v["generator.step_wise_trajectories"]:  # trainer.py L1142-1180
+        cfg["grouping"]["trajectories"] = "last_step"
+    cfg["estimator"] = e
+    cfg["diagnostics"] = {"rule": RULES.get(est)}
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
+                            "skyrl/train/trainer.py)",
+    keys=KEYS, translate=translate,
+    notes="Groups by uid (prompt_id) anywhere in the step. The estimators see every response position "
+          "(observation tokens included): grpo/rloo/maxrl write their value on all L_i positions, reinforce++ "
+          "and gae scan every position and whiten over all of them (unbiased, rsqrt(var + 1e-8)), not re-masked; "
+          "the response_mask column (SkyRL's loss_mask) masks only the KL term. grpo = (s−μ)/(torch.std+1e-6), "
+          "a group of one s/(1+1e-6); rloo = (s−μ)·n/(n−1), a group of one 0; maxrl = (s−μ)/(μ+1e-6), a group "
+          "of one s. The reward sits on position L_i−1 even when it is loss-masked. KL: k3 by default (clamps "
+          "20/10), rewards −= kl·max(0, β), β = kl_loss_coef (fixed) or the adaptive controller (n_steps = "
+          "rows of the step). advantage_batch_normalize: grid mean Σ A/(B·max L_i), biased variance over the "
+          "response positions, (A − mean)·rsqrt(max(var, 1e-8)). Step-wise: trajectories end at is_last_step "
+          "rows; each gets its last step's value.")

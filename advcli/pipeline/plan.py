@@ -15,6 +15,7 @@ from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, get as get_estimator, resolve_params
 from ..io.reader import InputSet
 from ..ops.whiten import WhitenSpec
+from . import roles
 
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
@@ -89,9 +90,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         from ..columns import check_type
         check_type(inputs.schema, "reward", c, file)
     kl_on = bool(get_path(cfg, "kl.in_reward"))
+    klr = roles.kl_roles(cfg, cmap) if kl_on else []
     if kl_on:
-        cmap.require("old_log_probs", "KL in the reward needs the policy log-probs")
-        cmap.require("ref_log_probs", "KL in the reward needs the reference log-probs")
         kl = cfg["kl"]
         if kl["controller"] == "adaptive":  # checked before any data is read
             if not kl["horizon"] or kl["horizon"] <= 0:
@@ -111,6 +111,12 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         cmap.require("prompt_id", "grouping.by=id groups rows by it")
     needs_groups = spec.uses_groups or bool({"group", "loo"} & {get_path(cfg, "reward.normalize.mean"),
                                                                  get_path(cfg, "reward.normalize.std")})
+    needs_groups = needs_groups or roles.norm_uses_groups(cfg)
+    if group_by == "runs":  # AReaL: groups only where a group level asks for them
+        if needs_groups:
+            cmap.require("prompt_id", "grouping.by=runs groups consecutive rows of equal prompt_id")
+        elif not cmap.has("prompt_id"):
+            group_by = "none"
     if needs_groups and group_by == "none":
         raise AdvcliError(f"{file}: estimator {spec.name} needs groups but the input has no "
                           f"{cmap.names.get('prompt_id', 'prompt_id')!r} column",
@@ -122,8 +128,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if source == "token_level_scores":
         token_roles.append("token_level_scores")
     if kl_on:
-        token_roles += ["old_log_probs", "ref_log_probs"]
-    token_roles += [r for r in spec.optional if cmap.has(r)]
+        token_roles += klr
+    token_roles += [r for r in spec.optional if cmap.has(r) and roles.role_kind(r) == "tokens"]
     token_roles = list(dict.fromkeys(token_roles))
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
     return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,

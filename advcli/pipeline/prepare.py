@@ -12,8 +12,9 @@ from ..batch import RowTable
 from ..config import get_path
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..ops.rewards import clip as clip_values, normalize_rewards
+from ..ops.rewards import clip as clip_values, normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
+from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
 from .read import allows_nan
@@ -59,8 +60,16 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     else:
         raw = row["score_sum"]
     ncfg = plan.cfg["reward"]["normalize"]
+    if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
+        raw = shape_rewards(raw, row["valid"], cfg["reward"])
     reward_row = raw
-    if plan.reward_source != "token_level_scores":
+    norm = role_rules.norm_spec(cfg)
+    if norm is not None and plan.reward_source != "token_level_scores":  # AReaL NormConfig (reward_norm)
+        from ..ops.normcfg import normalize_rows
+        g = groups if groups is not None else scopes
+        reward_row = normalize_rows(raw, g.codes, g.sizes, role_rules.group_scope(g, scopes), scopes.num_groups,
+                                    norm, round32=plan.dtype == torch.float32)[0]
+    elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
             reward_row = block_normalize(raw, scopes, int(get_path(cfg, "grouping.size")), ncfg["mean"],
@@ -68,6 +77,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         else:
             reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
         reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))
+    if get_path(cfg, "reward.zero_truncated") and "truncated" in row:  # AReaL mask_no_eos_with_zero
+        reward_row = torch.where(row["truncated"] != 0, torch.zeros_like(reward_row), reward_row)
     # the row score the group estimators see: Σ_t token_level_rewards
     if plan.reward_source == "token_level_scores":
         score = raw.clone()
@@ -79,6 +90,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     columns = {f"component:{c}": comps[c] for c in plan.components}
     if "reward_baseline" in row:
         columns["reward_baseline"] = row["reward_baseline"]
+    for r in role_rules.row_scalar_roles(plan):
+        columns[r] = row[r]
+    if "reward_row" in plan.spec.optional:  # the row reward as placed, for the estimator (AReaL turn GAE)
+        columns["reward_row"] = reward_row
     if plan.spec.name == "gdpo" and not plan.components:
         columns["component:score"] = score
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,

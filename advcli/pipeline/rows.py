@@ -21,14 +21,15 @@ from ..io.reader import InputSet
 from ..ops import kl as kl_ops
 from ..ops.groups import GroupIndex
 from ..ragged import Ragged
+from . import roles as role_rules
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, TRIM_EVERY, allows_nan, factorize, read_scalar, roles_to_columns
 
 
 def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
     c = plan.cfg["kl"]
-    kld = kl_ops.kl_per_token(tok["old_log_probs"], tok["ref_log_probs"], c["estimator"], c["input_clamp"],
-                              c["output_clamp"])
+    lp, ref = role_rules.kl_inputs(plan.cfg, tok, mask)
+    kld = kl_ops.kl_per_token(lp, ref, c["estimator"], c["input_clamp"], c["output_clamp"])
     return kld * mask if c["mask"] else kld
 
 
@@ -62,18 +63,20 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         roles.append("token_level_scores")
     row_kl = plan.kl_on and row_kl
     if row_kl:
-        roles += ["old_log_probs", "ref_log_probs"]
+        roles += role_rules.kl_roles(plan.cfg, cmap)
     cols = list(roles_to_columns(plan, roles))
     scalar_roles = []
     if plan.reward_source == "reward" and cmap.has("reward"):
         scalar_roles.append("reward")
     if cmap.has("reward_baseline") and "reward_baseline" in plan.spec.needs:
         scalar_roles.append("reward_baseline")
+    extra_roles = role_rules.row_scalar_roles(plan)
+    scalar_roles += extra_roles
     for r in scalar_roles:
         cols.append(cmap[r])
     cols += plan.components
     key_cols = []
-    if plan.group_by == "id" or (plan.group_by == "position" and cmap.has("prompt_id")):
+    if plan.group_by in ("id", "runs") or (plan.group_by == "position" and cmap.has("prompt_id")):
         key_cols.append(cmap["prompt_id"])  # position: only to check the blocks against the ids
     if cmap.has("step") and get_path(plan.cfg, "grouping.scope") != "all":
         key_cols.append(cmap["step"])
@@ -83,7 +86,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
 
     reader = ChunkReader(plan, inputs)
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
-                                              "score_sum", "reward_baseline")}
+                                              "score_sum", "reward_baseline", *extra_roles)}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
     keys: dict[str, list] = {c: [] for c in key_cols}
     done, total = 0, inputs.num_rows
@@ -107,6 +110,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             comp_parts[c].append(read_scalar(batch, c, file, row_base, plan.dtype, allows_nan(plan)))
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(read_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
+        for r in extra_roles:
+            parts[r].append(read_scalar(batch, cmap[r], file, row_base, plan.dtype))
         if row_kl:
             mask = mask01.to(plan.dtype)
             kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.cfg["kl"]["mask"])
@@ -133,6 +138,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts["kl_sum"] = parts["kl_mean"] = [torch.zeros(0, dtype=plan.dtype)]
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
+        for r in extra_roles:
+            parts[r] = [torch.zeros(0, dtype=plan.dtype)]
     cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
 
@@ -202,6 +209,8 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
         if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows:
             check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values)
+    elif plan.group_by == "runs":  # AReaL: runs of consecutive equal prompt_id
+        groups = role_rules.run_groups(factorize(keys[cmap["prompt_id"]]), scope_codes)
     return scopes, groups, step_values
 
 

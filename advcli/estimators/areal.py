@@ -30,7 +30,7 @@ from ..batch import TokenChunk, TokenGroupStats
 from ..config import Key
 from ..errors import AdvcliError
 from ..ops import normcfg
-from ..ops.rowscan import gae_kept, kept_layout
+from ..ops.rowscan import gae_kept, gae_sequential, kept_layout
 from . import EstimatorSpec, register
 
 LAMBDA_FNS = ("constant", "vapo_length_adaptive", "relative_position")
@@ -124,8 +124,13 @@ def _pre_norm(chunk: TokenChunk, p: dict):
         coef = gamma * row_lambda(p["lam_fn"], p["lam_kwargs"] or {}, n, dt)
     else:
         coef = gamma * float(p["lam"])
+    sequential = p["order"] == "sequential" or (p["order"] == "auto" and dt == torch.float32
+                                                 and p["norm"] is not None)
+    gae = gae_sequential if sequential else gae_kept
+    if torch.is_tensor(coef):
+        coef = coef.to(mask.device)
     if not turn:
-        adv = gae_kept(chunk.token_rewards, values, keep, layout, gamma, coef, boot)
+        adv = gae(chunk.token_rewards, values, keep, layout, gamma, coef, boot)
         return adv, adv + values
     # turn timesteps: the outcome alone is the GAE reward; the token's KL reward is added afterwards
     kept, klay, turn_of, tlay, new = turns
@@ -137,7 +142,7 @@ def _pre_norm(chunk: TokenChunk, p: dict):
     T = tlay.num_tokens
     r_turn = torch.zeros(T, dtype=dt, device=mask.device).index_add_(0, turn_of, outcome[kept])
     v_turn = values[kept][new]
-    a_turn = gae_kept(r_turn, v_turn, torch.ones(T, dtype=torch.bool, device=mask.device), tlay, gamma, coef, boot)
+    a_turn = gae(r_turn, v_turn, torch.ones(T, dtype=torch.bool, device=mask.device), tlay, gamma, coef, boot)
     adv = torch.zeros_like(chunk.token_rewards)
     adv[kept] = a_turn[turn_of]
     ret = values.clone()
@@ -190,32 +195,42 @@ def areal_token(chunk: TokenChunk, p: dict):
 
 
 def areal_diagnostics(ctx, p: dict, ids) -> list[dict]:
-    """``float32_group_mean`` (warning): groups where adv_norm's float32 group mean (AReaL's rule,
-    areal/utils/data.py L1459-1480 @cbff54d6: ``mean = torch.zeros_like(x)`` holds the float64 group
-    mean in float32, and ``x − mean`` is taken in float32) moves the advantages by more than
-    1e-5 + 1e-4·|A| against the float64 mean."""
+    """The adv_norm check of :func:`float32_group_mean_item`, from the token-statistics pass."""
     spec = _norm(p)
-    if spec is None or ctx is None or spec.mean_level != "group" or spec.leave1out:
+    if spec is None or ctx is None:
         return []
     gn = _group_norm(ctx, p, round32=True)
     mom = ctx.extra.get("areal_mom")
     if gn is None or mom is None:
         return []
-    flagged = normcfg.hazard_groups(mom, gn)
+    # the advantages come out of a float32 GAE: a few ulps of each value (AReaL's own loop order)
+    return [float32_group_mean_item("adv_norm", mom, gn, ctx.groups.codes, ids, noise_ulps=8.0)]
+
+
+def float32_group_mean_item(stage: str, mom, gn, group_codes: torch.Tensor, ids, noise_ulps: float = 1.0) -> dict:
+    """``float32_norm`` (warning): groups where a NormConfig group mean rounded to float32 (AReaL's
+    rule, areal/utils/data.py Normalization.__call__ @cbff54d6: ``mean = torch.zeros_like(x)`` holds the
+    float64 group mean in float32, and ``x − mean`` is taken in float32) moves the result by more than
+    1e-5 + 1e-4·|float64 result| (``normcfg.hazard_groups``)."""
+    flagged = normcfg.hazard_groups(mom, gn, noise_ulps)
     ex = []
     for g in flagged[:10].tolist():
-        rows = torch.nonzero(ctx.groups.codes == g, as_tuple=True)[0].tolist()
-        ex.append({"group": ids(rows[:1])[0] if ids else None, "rows": rows[:16], "tokens": int(mom.count[g]),
-                   "mean_float64": float(gn.a64[g]), "mean_float32": float(gn.mean[g]),
-                   "std_plus_eps": float(gn.denom[g]), "shift": float((gn.mean[g] - gn.a64[g]) / gn.denom[g])})
-    return [{"kind": "float32_group_mean", "count": int(flagged.numel()), "unit": "groups", "severity": "warning",
-             "examples": ex,
-             "explanation": "adv_norm with mean_level=group: AReaL computes the group mean in float64 but stores it "
-                            "in a float32 tensor (Normalization.__call__, mean = torch.zeros_like(x), "
-                            "areal/utils/data.py @cbff54d6) and centres in float32; in these groups the advantages "
-                            "are nearly equal, so that rounding (up to half an ulp of the mean) divided by their tiny "
-                            "std shifts every advantage by more than 1e-5 + 1e-4·|A|. The run reproduces AReaL's "
-                            "float32 numbers; --precision float64 gives the float64 mean."}]
+        rows = torch.nonzero(group_codes == g, as_tuple=True)[0].tolist()
+        ex.append({"stage": stage, "group": ids(rows[:1])[0] if ids else None, "rows": rows[:16],
+                   "elements": int(mom.count[g]), "mean_float64": float(gn.a64[g]),
+                   "mean_float32": float(gn.mean[g]), "std_plus_eps": float(gn.denom[g]),
+                   "shift": float((gn.mean[g] - gn.a64[g]) / gn.denom[g])})
+    what = "normalised rewards" if stage == "reward_norm" else "advantages"
+    return {"kind": "float32_norm", "stage": stage, "count": int(flagged.numel()), "unit": "groups",
+            "severity": "warning", "examples": ex,
+            "explanation": f"{stage}: AReaL's Normalization (areal/utils/data.py L1382-1638 @cbff54d6) divides by the "
+                           f"std of nearly equal {what} in these groups, so float32 rounding is magnified past "
+                           "1e-5 + 1e-4·|value|: a group mean is computed in float64 but stored in a float32 tensor "
+                           "(mean = torch.zeros_like(x)) and x − mean is taken in float32"
+                           + ("; the advantages themselves come from AReaL's float32 GAE loop, a few ulps off the "
+                              "exact values" if stage == "adv_norm" else "")
+                           + ". This run reproduces AReaL's float32 numbers (its own operation order); --precision "
+                           "float64 gives the intended values."}
 
 
 register(EstimatorSpec(
@@ -235,6 +250,10 @@ register(EstimatorSpec(
                           (None,) + LAMBDA_FNS, "any"),
             "lam_kwargs": Key(None, "keyword arguments of lam_fn (value / alpha / q)", None, "any"),
             "timestep": Key("token", "GAE timestep: token or turn (needs turn_ids)", ("token", "turn"), "str"),
+            "order": Key("auto", "GAE evaluation: `scan` (the blocked scan, fast), `sequential` (AReaL's reverse "
+                         "loop over positions: its float32 bits) or `auto` (sequential in a float32 run with adv_norm, "
+                         "whose division by a tiny std can magnify the scan's ulp differences)",
+                         ("auto", "scan", "sequential"), "str"),
             "norm": Key(None, "adv_norm: a NormConfig mapping (mean_level, mean_leave1out, std_level, std_unbiased, "
                         "eps) applied with the mask, per group and step; null: off", None, "any")},
     diagnostics=areal_diagnostics))

@@ -150,6 +150,6 @@ FLAVOR = Flavor(
           "lost; truncated rows bootstrap from bootstrap_value) → adv_norm. Groups are runs of consecutive equal "
           "prompt_id of any size; each step is a batch. NormConfig: float64 statistics, std about the chosen mean, "
           "/(std + 1e-5), std_level null → no eps, masked outputs 0, group mean rounded to float32 before "
-          "centring (the one float32 artefact, flagged as float32_group_mean). Without adv_norm the masked "
+          "centring (the one float32 artefact, flagged as float32_norm). Without adv_norm the masked "
           "positions keep the GAE carry. No truncated column: no row is flagged (AReaL flags the batch's longest "
           "prompt+response, which a dump cannot show).")

@@ -194,8 +194,10 @@ class GroupNorm:
     std64: torch.Tensor  # float64 [G]: the std from the float64 mean (diagnostics)
 
 
-def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool) -> GroupNorm:
-    """The constants of :func:`apply_norm` from the group moments (module docstring)."""
+def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool, ss_direct: torch.Tensor | None = None) -> GroupNorm:
+    """The constants of :func:`apply_norm` from the group moments (module docstring). ``ss_direct``:
+    Σ((x − mean_j)·m)² per group computed from the elements themselves (the rows, in memory: exact,
+    the float32 rounding of leave-one-out means included) instead of from the moments."""
     G = mom.count.numel()
     S = mom.num_scopes
     f64 = torch.float64
@@ -258,7 +260,7 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool) -> GroupNorm:
         return std
 
     eps = 0.0 if spec.std_level is None else spec.eps
-    std = std_of(ss)
+    std = std_of(ss if ss_direct is None else ss_direct)
     if round32 and spec.std_level == "group":  # std = torch.zeros_like(x): float32, then + eps in float32
         denom = (std.to(torch.float32) + torch.tensor(eps, dtype=torch.float32)).to(f64)
     else:
@@ -271,27 +273,40 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool) -> GroupNorm:
 def apply_norm(x: torch.Tensor, mask: torch.Tensor | None, group: torch.Tensor, gn: GroupNorm,
                out_dtype: torch.dtype) -> torch.Tensor:
     """``((x − mean)·m)/(std + eps)`` per element (``group``: each element's group code)."""
+    centred = _centred(x, mask, group, gn)
+    g = group.to(x.device)
+    out = centred / gn.denom.to(x.device)[g]
+    out = torch.where(gn.identity.to(x.device)[g], x.to(torch.float64), out)
+    return out.to(out_dtype)
+
+
+def _element_mean(x: torch.Tensor, mask: torch.Tensor | None, group: torch.Tensor, gn: GroupNorm) -> torch.Tensor:
+    """Each element's mean (float64 values; float32-representable where ``gn.center32``: AReaL stores a
+    group or null mean in ``torch.zeros_like(x)``)."""
     dev = x.device
     g = group.to(dev)
-    m = torch.ones_like(x) if mask is None else mask
-    m64 = m.to(torch.float64)
     x64 = x.to(torch.float64)
     if gn.loo:
+        m64 = torch.ones_like(x64) if mask is None else mask.to(torch.float64)
         total, n = gn.total.to(dev)[g], gn.n.to(dev)[g]
         loo_mean = (total - x64 * m64) / (n - m64).clamp(min=1)
         plain = torch.where(n > 0, total / n.clamp(min=1), torch.zeros_like(total))
         mean = torch.where(n <= 0, torch.zeros_like(total), torch.where(m64 > 0, loo_mean, plain))
-        self_mean = gn.self_mean.to(dev)[g]
-        mean = torch.where(self_mean, x64, mean)
+        mean = torch.where(gn.self_mean.to(dev)[g], x64, mean)
     else:
         mean = gn.mean.to(dev)[g]
     if gn.center32:
-        centred = (x.to(torch.float32) - mean.to(torch.float32)).to(torch.float64) * m64
-    else:
-        centred = (x64 - mean) * m64
-    out = centred / gn.denom.to(dev)[g]
-    out = torch.where(gn.identity.to(dev)[g], x64, out)
-    return out.to(out_dtype)
+        mean = mean.to(torch.float32).to(torch.float64)
+    return mean
+
+
+def _centred(x: torch.Tensor, mask: torch.Tensor | None, group: torch.Tensor, gn: GroupNorm) -> torch.Tensor:
+    """``(x − mean_j)·m_j`` as AReaL's output takes it: in float32 where ``gn.center32``, else float64."""
+    mean = _element_mean(x, mask, group, gn)
+    m64 = torch.ones_like(mean) if mask is None else mask.to(torch.float64)
+    if gn.center32:
+        return (x.to(torch.float32) - mean.to(torch.float32)).to(torch.float64) * m64
+    return (x.to(torch.float64) - mean) * m64
 
 
 def normalize_rows(x: torch.Tensor, group: torch.Tensor, group_rows: torch.Tensor, group_scope: torch.Tensor,
@@ -301,16 +316,25 @@ def normalize_rows(x: torch.Tensor, group: torch.Tensor, group_rows: torch.Tenso
     acc.add(x, None, group)
     mom = acc.finish()
     gn = plan_norm(mom, spec, round32)
+    if spec.std_level is not None:  # the rows are all here: Σ(x − mean_j)² from the elements themselves,
+        # in float64 about the stored (float32-rounded) means, as AReaL's _compute_std takes it
+        c = x.to(torch.float64) - _element_mean(x, None, group, gn)
+        ss = torch.zeros(mom.count.numel(), dtype=torch.float64).index_add_(0, group, c * c)
+        gn = plan_norm(mom, spec, round32, ss_direct=ss)
     return apply_norm(x, None, group, gn, x.dtype), gn, mom
 
 
-def hazard_groups(mom: GroupMoments, gn: GroupNorm, rtol: float = 1e-4, atol: float = 1e-5) -> torch.Tensor:
-    """Groups where the float32 rounding of the group mean moves the output by more than ``atol + rtol·|A64|``
-    (|A64| the group's largest float64 output): what a float64 re-run would not reproduce."""
-    if not gn.center32:
-        return torch.zeros(0, dtype=torch.int64)
-    delta = (gn.mean - gn.a64).abs() / gn.denom
+def hazard_groups(mom: GroupMoments, gn: GroupNorm, noise_ulps: float = 0.0, rtol: float = 1e-4,
+                  atol: float = 1e-5) -> torch.Tensor:
+    """Groups whose float32 result a float64 computation would not reproduce to ``atol + rtol·|A64|``
+    (|A64| the group's largest float64 output): the float32 rounding of the group mean (where
+    ``gn.center32``) plus ``noise_ulps`` float32 ulps of the values (the error the float32 computation
+    of x itself carries, e.g. AReaL's float32 GAE), divided by ``std + eps``."""
+    big = torch.maximum(mom.hi.abs(), mom.lo.abs()).nan_to_num(0.0, 0.0, 0.0)
+    err = noise_ulps * big * 2.0 ** -24
+    if gn.center32:
+        err = err + (gn.mean - gn.a64).abs()
     spread = torch.maximum((mom.hi - gn.a64).abs(), (mom.lo - gn.a64).abs())
     a64max = torch.where(mom.count > 0, spread / gn.std64, torch.zeros_like(spread))
-    flag = (mom.count > 0) & ~gn.identity & (delta > atol + rtol * a64max)
+    flag = (mom.count > 0) & ~gn.identity & (err / gn.denom > atol + rtol * a64max)
     return torch.nonzero(flag, as_tuple=True)[0]

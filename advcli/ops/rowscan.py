@@ -77,3 +77,42 @@ def gae_kept(rewards: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, la
     adv_k = reverse_scan(delta, klay, coef)
     out = torch.zeros_like(rewards)
     return torch.where(has_next, adv_k[nxt.clamp(max=max(adv_k.numel() - 1, 0))] if adv_k.numel() else out, out)
+
+
+def gae_sequential(rewards: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, layout: Ragged, gamma: float,
+                   coef: float | torch.Tensor, next_value: torch.Tensor) -> torch.Tensor:
+    """:func:`gae_kept` in AReaL's own operation order: the reverse loop over token positions of
+    ``_compute_token_level_gae`` (gae.py L10-36 @cbff54d6), vectorised over rows, on a ``[B, L_max]``
+    grid (positions past a row's end are masked and carry, as AReaL's padding does)::
+
+        delta = r[:, t] + γ·nv − V[:, t] ;  new = delta + γλ·g
+        nv = nv·(1 − m) + V·m ;  g = g·(1 − m) + new·m ;  A[:, t] = g
+
+    float32 addition is not associative, so only this order gives AReaL's float32 bits; the blocked
+    scan of :func:`gae_kept` differs by a few ulps per token. That matters only where a normalisation
+    divides by a tiny std (AReaL's adv_norm over nearly equal advantages), which is when the
+    ``areal_gae`` estimator uses this loop. Costs one step per position of the chunk's longest row."""
+    n = rewards.numel()
+    if n == 0:
+        return rewards.clone()
+    dt, dev = rewards.dtype, rewards.device
+    B = layout.num_rows
+    L = int(layout.lengths.max())
+    row, pos = layout.row_index, layout.position
+    grid = torch.zeros(3, B, L, dtype=dt, device=dev)
+    grid[0, row, pos] = rewards
+    grid[1, row, pos] = values.to(dt)
+    grid[2, row, pos] = keep.to(dt)
+    R, V, M = grid[0], grid[1], grid[2]
+    out = torch.empty(B, L, dtype=dt, device=dev)
+    nv = next_value.to(dev, dt).clone()
+    g = torch.zeros(B, dtype=dt, device=dev)
+    for t in reversed(range(L)):
+        delta = R[:, t] + gamma * nv - V[:, t]
+        new = delta + coef * g
+        m = M[:, t]
+        inv = 1 - m
+        nv = nv * inv + V[:, t] * m
+        g = g * inv + new * m
+        out[:, t] = g
+    return out[row, pos]

@@ -60,6 +60,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     else:
         raw = row["score_sum"]
     ncfg = plan.cfg["reward"]["normalize"]
+    norm_checks: list = []
     if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
         raw = shape_rewards(raw, row["valid"], cfg["reward"])
     reward_row = raw
@@ -67,8 +68,9 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     if norm is not None and plan.reward_source != "token_level_scores":  # AReaL NormConfig (reward_norm)
         from ..ops.normcfg import normalize_rows
         g = groups if groups is not None else scopes
-        reward_row = normalize_rows(raw, g.codes, g.sizes, role_rules.group_scope(g, scopes), scopes.num_groups,
-                                    norm, round32=plan.dtype == torch.float32)[0]
+        reward_row, gn, mom = normalize_rows(raw, g.codes, g.sizes, role_rules.group_scope(g, scopes),
+                                             scopes.num_groups, norm, round32=plan.dtype == torch.float32)
+        norm_checks = [("reward_norm", mom, gn, g.codes)] if gn.center32 else []
     elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
@@ -101,6 +103,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
+    res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
     if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = []

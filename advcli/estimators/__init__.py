@@ -39,6 +39,7 @@ class EstimatorSpec:
     token_fn: Callable | None = None
     row_constant: bool = False  # token advantages are a per-row value (× mask): whitening stats from rows
     token_group_stats: Callable | None = None  # (chunk, params, ctx) -> accumulate per (group, position)
+    token_stats_needed: Callable | None = None  # (params) -> whether this run needs token_group_stats (None: yes)
     diagnostics: Callable | None = None  # (token stats ctx, params, ids) -> extra diagnostics items (advcli.diagnostics)
 
 

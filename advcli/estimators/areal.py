@@ -235,7 +235,8 @@ def float32_group_mean_item(stage: str, mom, gn, group_codes: torch.Tensor, ids,
 
 register(EstimatorSpec(
     name="areal_gae", level="token", token_fn=areal_token, token_group_stats=areal_stats,
-    optional=("values", "turn_ids", "truncated", "bootstrap_value", "reward_row"),
+    token_stats_needed=lambda p: p.get("norm") is not None,  # the statistics pass is adv_norm's only
+    optional=("values", "turn_ids", "truncated", "bootstrap_value"),
     formula="token: δ_t = r_t + γ·V_next − V_t, A_t = δ_t + γλ_i·A_next over the trained tokens (carried over the "
             "others; V_next after the last trained token = bootstrap_value of a truncated row, else 0); turn: the "
             "same over turns (turn reward = outcome, turn value = V at its first trained token), then + the token's "

@@ -94,8 +94,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         columns["reward_baseline"] = row["reward_baseline"]
     for r in role_rules.row_scalar_roles(plan):
         columns[r] = row[r]
-    if "reward_row" in plan.spec.optional:  # the row reward as placed, for the estimator (AReaL turn GAE)
-        columns["reward_row"] = reward_row
+    columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
     if plan.spec.name == "gdpo" and not plan.components:
         columns["component:score"] = score
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
@@ -104,7 +103,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
-    if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
+    if plan.spec.token_group_stats is not None and (plan.spec.token_stats_needed is None
+                                                    or plan.spec.token_stats_needed(plan.params)):  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = []
 

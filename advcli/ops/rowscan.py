@@ -82,8 +82,7 @@ def gae_kept(rewards: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, la
 def gae_sequential(rewards: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, layout: Ragged, gamma: float,
                    coef: float | torch.Tensor, next_value: torch.Tensor) -> torch.Tensor:
     """:func:`gae_kept` in AReaL's own operation order: the reverse loop over token positions of
-    ``_compute_token_level_gae`` (gae.py L10-36 @cbff54d6), vectorised over rows, on a ``[B, L_max]``
-    grid (positions past a row's end are masked and carry, as AReaL's padding does)::
+    ``_compute_token_level_gae`` (gae.py L10-36 @cbff54d6), vectorised over rows::
 
         delta = r[:, t] + γ·nv − V[:, t] ;  new = delta + γλ·g
         nv = nv·(1 − m) + V·m ;  g = g·(1 − m) + new·m ;  A[:, t] = g
@@ -91,28 +90,38 @@ def gae_sequential(rewards: torch.Tensor, values: torch.Tensor, keep: torch.Tens
     float32 addition is not associative, so only this order gives AReaL's float32 bits; the blocked
     scan of :func:`gae_kept` differs by a few ulps per token. That matters only where a normalisation
     divides by a tiny std (AReaL's adv_norm over nearly equal advantages), which is when the
-    ``areal_gae`` estimator uses this loop. Costs one step per position of the chunk's longest row."""
+    ``areal_gae`` estimator uses this loop. Rows are sorted by length (longest first) on a
+    position-major grid, so step ``t`` touches only the rows longer than ``t`` (a contiguous prefix):
+    the work is the chunk's tokens, the steps its longest row. ``torch.where`` replaces AReaL's
+    ``x·(1 − m) + y·m``, the same numbers for finite values."""
     n = rewards.numel()
     if n == 0:
         return rewards.clone()
     dt, dev = rewards.dtype, rewards.device
-    B = layout.num_rows
-    L = int(layout.lengths.max())
-    row, pos = layout.row_index, layout.position
-    grid = torch.zeros(3, B, L, dtype=dt, device=dev)
-    grid[0, row, pos] = rewards
-    grid[1, row, pos] = values.to(dt)
-    grid[2, row, pos] = keep.to(dt)
-    R, V, M = grid[0], grid[1], grid[2]
-    out = torch.empty(B, L, dtype=dt, device=dev)
-    nv = next_value.to(dev, dt).clone()
+    lengths = layout.lengths
+    order = torch.argsort(lengths, descending=True, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=dev)
+    L = int(lengths.max())
+    B = int((lengths > 0).sum())
+    col, pos = rank[layout.row_index], layout.position
+    grid = torch.zeros(3, L, B, dtype=dt, device=dev)
+    grid[0, pos, col] = rewards
+    grid[1, pos, col] = values.to(dt)
+    grid[2, pos, col] = keep.to(dt)
+    R, V, M = grid[0], grid[1], grid[2] > 0
+    ascending = lengths[order][:B].flip(0).contiguous()
+    active = (B - torch.searchsorted(ascending, torch.arange(L, device=dev), right=True)).tolist()  # rows longer than t
+    out = torch.empty(L, B, dtype=dt, device=dev)
+    nv = next_value.to(dev, dt)[order][:B].clone()
     g = torch.zeros(B, dtype=dt, device=dev)
-    for t in reversed(range(L)):
-        delta = R[:, t] + gamma * nv - V[:, t]
-        new = delta + coef * g
-        m = M[:, t]
-        inv = 1 - m
-        nv = nv * inv + V[:, t] * m
-        g = g * inv + new * m
-        out[:, t] = g
-    return out[row, pos]
+    c = coef.to(dev, dt)[order][:B] if torch.is_tensor(coef) else coef
+    for t in range(L - 1, -1, -1):
+        k = active[t]
+        ck = c[:k] if torch.is_tensor(c) else c
+        new = (R[t, :k] + gamma * nv[:k] - V[t, :k]) + ck * g[:k]
+        m = M[t, :k]
+        nv[:k] = torch.where(m, V[t, :k], nv[:k])
+        g[:k] = torch.where(m, new, g[:k])
+        out[t, :k] = g[:k]
+    return out[pos, col]

@@ -332,3 +332,11 @@ def test_explain_keys_lists_defaults():
                          ("actor.gae_timestep_unit", '"token"'), ("actor.max_new_tokens", "1024")):
         line = next(line for line in text.splitlines() if line.strip().startswith(key + " "))
         assert f"default {default}" in line
+
+
+def test_kl_clamp_diagnostic_reads_the_policy_column(tmp_path):
+    """AReaL clamps every KL estimate to ±10: row 5's last token (lp −0.5, ref −12: d = 11.5) is cut, and
+    the diagnostics count it on the rollout_log_probs the KL reads."""
+    _, res = run(tmp_path, {})
+    flag = next(d for d in res.diagnostics if d["kind"] == "kl_output_clamp")
+    assert flag["count"] == 1 and flag["examples"][0]["row"] == 5

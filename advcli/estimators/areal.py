@@ -86,15 +86,16 @@ def _turns(chunk: TokenChunk, keep: torch.Tensor):
     krow = klay.row_index
     if tid.numel() and bool((tid < 0).any()):
         k = int(torch.nonzero(tid < 0)[0])
-        raise AdvcliError(f"turn_ids: a trained token of chunk row {int(krow[k])} has turn id {int(tid[k])}; AReaL "
-                          "requires turn ids ≥ 0 on every trained token")
+        raise AdvcliError(f"turn_ids: a trained token (response_mask 1) has turn id {int(tid[k])}; AReaL requires "
+                          "turn ids ≥ 0 on every trained token (gae.py _validate_turn_ids)",
+                          hint="give every trained token the index of its turn; -1 only on masked tokens")
     new = torch.ones_like(tid, dtype=torch.bool)
     if tid.numel() > 1:
         same_row = krow[1:] == krow[:-1]
         if bool((same_row & (tid[1:] < tid[:-1])).any()):
             k = int(torch.nonzero(same_row & (tid[1:] < tid[:-1]))[0]) + 1
-            raise AdvcliError(f"turn_ids: chunk row {int(krow[k])} goes back from turn {int(tid[k - 1])} to "
-                              f"{int(tid[k])} on its trained tokens; AReaL requires them non-decreasing")
+            raise AdvcliError(f"turn_ids: a row goes back from turn {int(tid[k - 1])} to {int(tid[k])} on its trained "
+                              "tokens; AReaL requires them non-decreasing (gae.py _validate_turn_ids)")
         new[1:] = (tid[1:] != tid[:-1]) | ~same_row
     turn_of = torch.cumsum(new.to(torch.int64), 0) - 1
     per_row = torch.zeros(chunk.layout.num_rows, dtype=torch.int64, device=tid.device).index_add_(

@@ -34,6 +34,7 @@ from ..ops.rowscan import gae_kept, gae_sequential, kept_layout
 from . import EstimatorSpec, register
 
 LAMBDA_FNS = ("constant", "vapo_length_adaptive", "relative_position")
+CACHE_BYTES = 256 << 20  # pre-norm advantages the statistics pass keeps for the write pass
 
 
 def check_lambda(fn: str | None, kwargs: dict, lam) -> None:
@@ -172,8 +173,13 @@ def areal_stats(chunk: TokenChunk, p: dict, ctx: TokenGroupStats) -> None:
         if g.codes.numel():
             scope.scatter_(0, g.codes, ctx.table.scopes.codes)
         acc = ctx.extra["areal_acc"] = normcfg.MomentAccumulator(g.sizes, scope, ctx.table.scopes.num_groups)
-    adv, _ = _pre_norm(chunk, p)
+    adv, ret = _pre_norm(chunk, p)
     acc.add(adv, chunk.mask, chunk.layout.broadcast(_group_codes(chunk)))
+    # keep the chunk's GAE for the write pass (same chunks, same bits) while it fits CACHE_BYTES
+    used = ctx.extra.get("areal_cache_bytes", 0) + 2 * adv.numel() * adv.element_size()
+    if chunk.layout.num_rows and "row" in chunk.rows and used <= CACHE_BYTES:
+        ctx.extra.setdefault("areal_cache", {})[int(chunk.rows["row"][0])] = (chunk.layout.num_rows, adv, ret)
+        ctx.extra["areal_cache_bytes"] = used
 
 
 def _group_norm(ctx: TokenGroupStats, p: dict, round32: bool):
@@ -186,7 +192,14 @@ def _group_norm(ctx: TokenGroupStats, p: dict, round32: bool):
 
 
 def areal_token(chunk: TokenChunk, p: dict):
-    adv, ret = _pre_norm(chunk, p)
+    cache = getattr(chunk.stats, "extra", {}).get("areal_cache")
+    hit = None
+    if cache and chunk.layout.num_rows and "row" in chunk.rows:
+        hit = cache.pop(int(chunk.rows["row"][0]), None)
+    if hit is not None and hit[0] == chunk.layout.num_rows and hit[1].numel() == chunk.mask.numel():
+        adv, ret = hit[1], hit[2]
+    else:
+        adv, ret = _pre_norm(chunk, p)
     spec = _norm(p)
     if spec is not None:
         gn = _group_norm(chunk.stats, p, round32=adv.dtype == torch.float32)

@@ -62,6 +62,7 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
     if res.groups is not None:
         row_inputs["group"] = res.groups.codes[rows].to(dev)
     row_inputs["scope"] = res.scopes.codes[rows].to(dev)
+    row_inputs["row"] = torch.arange(row0, row0 + B, device=dev)  # global row numbers (0-based, input order)
     return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
                       stats=res.token_stats)
 

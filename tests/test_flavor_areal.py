@@ -11,7 +11,6 @@ rows flagged ``truncated`` given P_i = W − L_i (AReaL flags exactly the rows w
 Outputs were read at the response positions and rounded to 9 significant digits. These inputs are
 well conditioned (no near-equal normalised groups), so the comparison tolerance is far below 1e-4.
 """
-import math
 import os
 
 import numpy as np

@@ -31,6 +31,7 @@ from ..config import Key
 from ..errors import AdvcliError
 from ..ops import normcfg
 from ..ops.rowscan import gae_kept, gae_sequential, kept_layout
+from ..ragged import Ragged
 from . import EstimatorSpec, register
 
 LAMBDA_FNS = ("constant", "vapo_length_adaptive", "relative_position")
@@ -101,7 +102,6 @@ def _turns(chunk: TokenChunk, keep: torch.Tensor):
     turn_of = torch.cumsum(new.to(torch.int64), 0) - 1
     per_row = torch.zeros(chunk.layout.num_rows, dtype=torch.int64, device=tid.device).index_add_(
         0, krow, new.to(torch.int64))
-    from ..ragged import Ragged
     toffs = torch.zeros(chunk.layout.num_rows + 1, dtype=torch.int64, device=tid.device)
     torch.cumsum(per_row, 0, out=toffs[1:])
     return kept, klay, turn_of, Ragged(toffs), new

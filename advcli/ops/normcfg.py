@@ -26,7 +26,9 @@ group's first trained value) and the exact sums ``S' = Σ(x − c)m`` and ``Q' =
 (``ExactSums``: the same totals in any chunking). Every ``ss`` above is then
 ``Q' − 2(a − c)S' + N(a − c)²`` for the group's mean ``a``, with no cancellation for tight groups,
 and a leave-one-out ``ss`` is ``(N/(N − 1))²`` times the ``ss`` about the plain mean (exact algebra;
-AReaL's float32 rounding of each leave-one-out mean is not reproduced inside the std).
+for token advantages AReaL's float32 rounding of each group leave-one-out mean is not reproduced
+inside the std). The rows of ``reward_norm`` are all in memory: their ``ss`` is summed from the
+elements themselves, about the means exactly as AReaL stores them (:func:`normalize_rows`).
 """
 from __future__ import annotations
 

@@ -107,6 +107,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                                                     or plan.spec.token_stats_needed(plan.params)):  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = []
+    if get_path(cfg, "reward.zero_truncated") and "truncated" not in row:
+        warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
+                        "no row is treated as truncated (AReaL flags the rows whose prompt + response fill the batch "
+                        "width; map that flag with --column truncated=NAME)")
 
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
     if get_path(cfg, "reward.whiten_tokens"):

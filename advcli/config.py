@@ -27,8 +27,10 @@ class Key:
 SCHEMA: dict[str, Key] = {
     # ----------------------------------------------------------------------------- grouping/scope
     "grouping.by": Key("auto", "how rows form groups: `id` (the prompt_id column, rows anywhere in the "
-                       "file), `position` (consecutive blocks of grouping.size rows), `none`, or `auto` "
-                       "(id when the column exists)", ("auto", "id", "position", "none"), "str"),
+                       "file), `position` (consecutive blocks of grouping.size rows), `runs` (each maximal run of "
+                       "consecutive rows with equal prompt_id, any size: AReaL's per-prompt trajectory dicts), "
+                       "`none`, or `auto` (id when the column exists)", ("auto", "id", "position", "runs", "none"),
+                       "str"),
     "grouping.size": Key(None, "group size for grouping.by=position", None, "int"),
     "grouping.scope": Key("step", "scope of batch statistics: `step` (each value of the step column is "
                           "its own batch, in ascending order; the whole input when there is no step "
@@ -58,6 +60,22 @@ SCHEMA: dict[str, Key] = {
                                 ("none", "batch", "group"), "str"),
     "reward.normalize.eps": Key(1e-6, "epsilon added to the std", None, "float"),
     "reward.clip": Key(None, "clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]", None, "clip"),
+    # AReaL's reward shaping (PPOActor._compute_advantages L186-212 @cbff54d6), applied in this order
+    # before reward.normalize / reward.norm: overlong penalty, then clip((r + bias)·scale)
+    "reward.overlong.tokens": Key(None, "DAPO overlong penalty: r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) "
+                                  "with n = Σ mask (trained tokens), before bias/scale; null: off", None, "int"),
+    "reward.overlong.factor": Key(None, "overlong penalty factor", None, "float"),
+    "reward.overlong.max_tokens": Key(1024, "overlong penalty: the maximum response length", None, "int"),
+    "reward.bias": Key(0.0, "r ← (r + bias)·scale, before normalisation", None, "float"),
+    "reward.scale": Key(1.0, "r ← (r + bias)·scale, before normalisation", None, "float"),
+    "reward.shape_clip": Key(None, "clamp of (r + bias)·scale, before normalisation: c for [-c, c], or [lo, hi]",
+                             None, "clip"),
+    "reward.norm": Key(None, "AReaL NormConfig normalisation of the row reward, instead of reward.normalize: a "
+                       "mapping {mean_level: batch|group|null, mean_leave1out, std_level: batch|group|null, "
+                       "std_unbiased, eps}; float64 statistics, std about the chosen mean, (r − mean)/(std + eps), "
+                       "std_level null: std 1 and eps 0; groups are grouping.by's (AReaL: runs)", None, "any"),
+    "reward.zero_truncated": Key(False, "rows whose `truncated` column is true get row reward 0 after "
+                                 "normalisation (AReaL mask_no_eos_with_zero)", None, "bool"),
     "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
                             "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo "
                             "RL's REINFORCE++ and raw_reward)", ("last", "last_valid", "all"), "str"),
@@ -71,6 +89,10 @@ SCHEMA: dict[str, Key] = {
     "kl.estimator": Key("k1", "per-token KL estimate of logp − ref: k1, abs, k2, k3", ("k1", "abs", "k2", "k3"), "str"),
     "kl.input_clamp": Key(None, "clamp of ref − logp before the estimate (verl k3: 20)", None, "float"),
     "kl.output_clamp": Key(None, "clamp of the estimate (verl k3: 10)", None, "float"),
+    "kl.policy": Key("old_log_probs", "the policy log-probs the KL reads: `old_log_probs` (recomputed) or "
+                     "`rollout_log_probs` (the inference engine's)", ("old_log_probs", "rollout_log_probs"), "str"),
+    "kl.missing": Key("refuse", "a missing policy or reference log-prob column: `refuse`, or `zeros` (AReaL: no ref "
+                      "model means ref = 0)", ("refuse", "zeros"), "str"),
     "kl.coef": Key(0.001, "β (the initial β of an adaptive controller)", None, "float"),
     "kl.coef_min": Key(None, "lower bound of the β a step applies (SkyRL: 0, rewards −= kl·max(0, β)); an "
                        "adaptive controller keeps updating its own, unbounded value", None, "float"),
@@ -133,7 +155,7 @@ SCHEMA: dict[str, Key] = {
 ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
          "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain",
          "trainable", "num_output_tokens", "num_total_tokens", "num_turns", "agent_name", "episode_id",
-         "is_last_step")
+         "is_last_step", "rollout_log_probs", "truncated", "bootstrap_value", "turn_ids")
 
 
 def default_config() -> dict:

@@ -315,9 +315,13 @@ class Diagnostics:
                 self.nonfinite["examples"].append({"row": row0 + r})
         if m is None and self.token_scores and self.drops and "token_level_scores" in tok:
             m = mask.detach().to("cpu") > 0
-        if self.kl_cfg is not None and "old_log_probs" in tok and "ref_log_probs" in tok:
+        policy = (self.kl_cfg or {}).get("policy", "old_log_probs")  # kl.policy; kl.missing=zeros: zeros
+        zeros_ok = (self.kl_cfg or {}).get("missing") == "zeros" and (policy in tok or "ref_log_probs" in tok)
+        if self.kl_cfg is not None and ((policy in tok and "ref_log_probs" in tok) or zeros_ok):
             c = self.kl_cfg
-            lp, ref = tok["old_log_probs"].detach().to("cpu"), tok["ref_log_probs"].detach().to("cpu")
+            z = torch.zeros_like(mask.detach().to("cpu"))
+            lp = tok[policy].detach().to("cpu") if policy in tok else z
+            ref = tok["ref_log_probs"].detach().to("cpu") if "ref_log_probs" in tok else z
             flags = kl_ops.kl_clamp_flags(lp, ref, c["estimator"], c.get("input_clamp"), c.get("output_clamp"))
             for acc, flag in zip((self.kl_in, self.kl_out), flags):
                 if flag is None:

@@ -37,6 +37,7 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
     src = r["source"] if r["source"] != "auto" else "token_level_scores if present, else the reward column"
     out.append(f"  1. row reward       r_i = {src}"
                + (f", components {r['components']} weights {r['weights'] or 'all 1'}" if r["components"] else ""))
+    out += _shaping_lines(r)
     if r["normalize"]["mean"] != "none" or r["normalize"]["std"] != "none":
         out.append(f"     normalise        (r − mean_{r['normalize']['mean']})/(std_{r['normalize']['std']} + "
                    f"{r['normalize']['eps']:g})  (unbiased std)")
@@ -56,6 +57,9 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
         ctrl = (f"fixed β = {k['coef']:g}" if k["controller"] == "fixed" else
                 f"adaptive β0 = {k['coef']:g}, target {k['target']:g}, horizon {k['horizon']:g}; each step uses "
                 "β from before its update; β ← β·(1 + clip(kl/target − 1, ±0.2)·rows/horizon)")
+        if k.get("policy", "old_log_probs") != "old_log_probs" or k.get("missing", "refuse") != "refuse":
+            out.append(f"     log-probs        logp = {k.get('policy')}"
+                       + ("; a missing logp or ref column counts as zeros" if k.get("missing") == "zeros" else ""))
         out.append(f"     KL               R_it −= β·KL_it{'·m_it' if k['mask'] else ''}, KL = {k['estimator']}: "
                    f"{KL_KINDS[k['estimator']].formula}" + (f" ({'; '.join(clamps)})" if clamps else ""))
         if k.get("coef_min") is not None:
@@ -94,3 +98,24 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
     out += ["", "canonical configuration (use with --flavor advcli):",
             json.dumps({k: v for k, v in cfg.items()}, indent=2, default=str)]
     return "\n".join(out)
+
+
+def _shaping_lines(r: dict) -> list[str]:
+    """AReaL's reward shaping and NormConfig (reward.overlong, bias/scale/shape_clip, norm, zero_truncated)."""
+    out = []
+    over = r.get("overlong") or {}
+    if over.get("tokens") is not None:
+        out.append(f"     overlong         r += min(−(n − ({over['max_tokens']} − {over['tokens']}))/{over['tokens']}·"
+                   f"{over['factor']:g}, 0), n = Σ mask")
+    if r.get("bias", 0.0) != 0.0 or r.get("scale", 1.0) != 1.0 or r.get("shape_clip"):
+        clip = r.get("shape_clip")
+        out.append(f"     shape            r ← (r + {r.get('bias', 0.0):g})·{r.get('scale', 1.0):g}"
+                   + (f", clamped to [{clip[0]:g}, {clip[1]:g}]" if clip else ""))
+    if r.get("norm"):
+        n = r["norm"]
+        out.append(f"     normalise        NormConfig: mean {n['mean_level']}{' (leave-one-out)' if n['mean_leave1out'] else ''}, "
+                   f"std {n['std_level']} ({'unbiased' if n['std_unbiased'] else 'biased'}, about that mean), "
+                   f"(r − mean)/(std + {n['eps'] if n['std_level'] else 0:g}); float64 statistics")
+    if r.get("zero_truncated"):
+        out.append("     truncated        r ← 0 where the truncated column is true (after normalisation)")
+    return out

@@ -25,6 +25,7 @@ class Flavor:
     notes: str = ""  # how this framework's semantics differ (for `advcli explain`)
     aliases: dict[str, str] = field(default_factory=dict)  # old key name -> current key name
     open_prefixes: tuple[str, ...] = ()  # key prefixes accepted without a fixed list (advcli: estimator.*)
+    given_keys: bool = False  # translate(values, given=set of keys given) (AReaL: a section is on once a key is set)
 
 
 FLAVORS: dict[str, Flavor] = {}
@@ -103,4 +104,5 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}
-    return _apply_extensions(flavor.translate(translated), values), given
+    cfg = flavor.translate(translated, given=set(given)) if flavor.given_keys else flavor.translate(translated)
+    return _apply_extensions(cfg, values), given

@@ -41,3 +41,22 @@ def clip(x: torch.Tensor, bounds: list | None) -> torch.Tensor:
         return x
     lo, hi = bounds
     return x.clamp(min=lo, max=hi)
+
+
+def shape_rewards(r: torch.Tensor, valid: torch.Tensor, rcfg: dict) -> torch.Tensor:
+    """AReaL's reward shaping before normalisation (PPOActor._compute_advantages L186-206 @cbff54d6):
+    the DAPO overlong penalty ``r += min(−(n − (max_tokens − tokens))/tokens·factor, 0)`` (``n = Σ mask``,
+    functional.py L937 ``reward_overlong_penalty``; not capped), then ``clip((r + bias)·scale)``.
+    Returns ``r`` itself when nothing is set."""
+    over = rcfg.get("overlong") or {}
+    tokens, factor = over.get("tokens"), over.get("factor")
+    bias, scale, bounds = rcfg.get("bias", 0.0), rcfg.get("scale", 1.0), rcfg.get("shape_clip")
+    if tokens is not None:
+        expected = int(over.get("max_tokens", 1024)) - int(tokens)
+        excess = (valid.to(torch.int64) - expected).to(r.dtype)  # exact integers
+        penalty = torch.clamp(-excess / int(tokens) * float(factor), max=0)
+        r = r + penalty
+    if bias != 0.0 or scale != 1.0 or bounds:
+        r = (r + bias) * scale
+        r = clip(r, bounds)
+    return r

@@ -60,6 +60,12 @@ class RunObserver:
         self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by resolve (prepare.py)
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
                        reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
+        hook = getattr(plan.spec, "diagnostics", None)  # an estimator's own checks (AReaL adv_norm float32 mean)
+        if hook is not None and plan.dtype == torch.float32:
+            self.diag.items += hook(getattr(res, "token_stats", None), plan.params, self.diag.ids)
+        for stage, mom, gn, codes in getattr(res, "norm_checks", []):  # AReaL reward_norm float32 group mean
+            from ..estimators.areal import float32_group_mean_item
+            self.diag.items.append(float32_group_mean_item(stage, mom, gn, codes, self.diag.ids))
 
         ncfg = plan.cfg["reward"]["normalize"]
         if (plan.reward_source != "token_level_scores" and (ncfg["mean"], ncfg["std"]) != ("none", "none")

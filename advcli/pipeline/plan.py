@@ -15,6 +15,7 @@ from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, get as get_estimator, resolve_params
 from ..io.reader import InputSet
 from ..ops.whiten import WhitenSpec
+from . import roles
 
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
@@ -94,9 +95,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         from ..columns import check_type
         check_type(inputs.schema, "reward", c, file)
     kl_on = bool(get_path(cfg, "kl.in_reward"))
+    klr = roles.kl_roles(cfg, cmap) if kl_on else []
     if kl_on:
-        cmap.require("old_log_probs", "KL in the reward needs the policy log-probs")
-        cmap.require("ref_log_probs", "KL in the reward needs the reference log-probs")
         kl = cfg["kl"]
         if kl["controller"] == "adaptive":  # checked before any data is read
             if not kl["horizon"] or kl["horizon"] <= 0:
@@ -114,6 +114,12 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         raise AdvcliError("grouping.by=position needs grouping.size (the number of responses per prompt)")
     needs_groups = spec.uses_groups or bool({"group", "loo"} & {get_path(cfg, "reward.normalize.mean"),
                                                                  get_path(cfg, "reward.normalize.std")})
+    needs_groups = needs_groups or roles.norm_uses_groups(cfg)
+    if group_by == "runs":  # AReaL: groups only where a group level asks for them
+        if needs_groups:
+            cmap.require("prompt_id", "grouping.by=runs groups consecutive rows of equal prompt_id")
+        elif not cmap.has("prompt_id"):
+            group_by = "none"
     if group_by == "id" and not needs_groups and not cmap.has("prompt_id"):
         group_by = "none"  # the flavor groups by id, but nothing this run computes reads a group
     if group_by == "id":
@@ -130,8 +136,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if source == "token_level_scores":
         token_roles.append("token_level_scores")
     if kl_on:
-        token_roles += ["old_log_probs", "ref_log_probs"]
-    token_roles += [r for r in spec.optional if cmap.has(r) and ROLE_INFO.get(r, ("", "tokens"))[1] == "tokens"]
+        token_roles += klr
+    token_roles += [r for r in spec.optional if cmap.has(r) and roles.role_kind(r) == "tokens"]
     token_roles = list(dict.fromkeys(token_roles))
     # the other token columns the dump has: the math does not read them, but a trainer will read them
     # beside the new columns, so their lengths are checked too (values as well with check_values)

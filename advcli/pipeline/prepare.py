@@ -12,8 +12,9 @@ from ..batch import RowTable
 from ..config import get_path
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..ops.rewards import clip as clip_values, normalize_rewards
+from ..ops.rewards import clip as clip_values, normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
+from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
 from .read import allows_nan
@@ -90,8 +91,18 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     else:
         raw = row["score_sum"]
     ncfg = plan.cfg["reward"]["normalize"]
+    norm_checks: list = []
+    if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
+        raw = shape_rewards(raw, row["valid"], cfg["reward"])
     reward_row = raw
-    if plan.reward_source != "token_level_scores":
+    norm = role_rules.norm_spec(cfg)
+    if norm is not None and plan.reward_source != "token_level_scores":  # AReaL NormConfig (reward_norm)
+        from ..ops.normcfg import normalize_rows
+        g = groups if groups is not None else scopes
+        reward_row, gn, mom = normalize_rows(raw, g.codes, g.sizes, role_rules.group_scope(g, scopes),
+                                             scopes.num_groups, norm, round32=plan.dtype == torch.float32)
+        norm_checks = [("reward_norm", mom, gn, g.codes)] if gn.center32 else []
+    elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
             reward_row = block_normalize(raw, scopes, int(get_path(cfg, "grouping.size")), ncfg["mean"],
@@ -99,6 +110,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         else:
             reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
         reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))
+    if get_path(cfg, "reward.zero_truncated") and "truncated" in row:  # AReaL mask_no_eos_with_zero
+        reward_row = torch.where(row["truncated"] != 0, torch.zeros_like(reward_row), reward_row)
     # the row score the group estimators see: Σ_t token_level_rewards
     if plan.reward_source == "token_level_scores":
         score = raw.clone()
@@ -112,6 +125,9 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         columns["reward_baseline"] = row["reward_baseline"]
     if "is_last_step" in row:
         columns["is_last_step"] = row["is_last_step"]
+    for r in role_rules.row_scalar_roles(plan):
+        columns[r] = row[r]
+    columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
     if plan.spec.name == "gdpo" and not plan.components:
         columns["component:score"] = score
     inputs_cols, labels = row_inputs(plan, keys, R)
@@ -126,9 +142,15 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
-    if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
+    res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
+    if plan.spec.token_group_stats is not None and (plan.spec.token_stats_needed is None
+                                                    or plan.spec.token_stats_needed(plan.params)):  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = []
+    if get_path(cfg, "reward.zero_truncated") and "truncated" not in row:
+        warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
+                        "no row is treated as truncated (AReaL flags the rows whose prompt + response fill the batch "
+                        "width; map that flag with --column truncated=NAME)")
 
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
     if get_path(cfg, "reward.whiten_tokens"):

@@ -21,14 +21,15 @@ from ..io.reader import InputSet
 from ..ops import kl as kl_ops
 from ..ops.groups import GroupIndex
 from ..ragged import Ragged
+from . import roles as role_rules
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, TRIM_EVERY, allows_nan, factorize, read_scalar, roles_to_columns
 
 
 def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
     c = plan.cfg["kl"]
-    kld = kl_ops.kl_per_token(tok["old_log_probs"], tok["ref_log_probs"], c["estimator"], c["input_clamp"],
-                              c["output_clamp"])
+    lp, ref = role_rules.kl_inputs(plan.cfg, tok, mask)
+    kld = kl_ops.kl_per_token(lp, ref, c["estimator"], c["input_clamp"], c["output_clamp"])
     return kld * mask if c["mask"] else kld
 
 
@@ -62,7 +63,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         roles.append("token_level_scores")
     row_kl = plan.kl_on and row_kl
     if row_kl:
-        roles += ["old_log_probs", "ref_log_probs"]
+        roles += role_rules.kl_roles(plan.cfg, cmap)
     verify = [r for r in plan.verify_roles if r not in roles]  # checked here, once, never read again
     cols = list(roles_to_columns(plan, roles + verify))
     scalar_roles = []
@@ -72,11 +73,15 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         scalar_roles.append("reward_baseline")
     if "is_last_step" in plan.spec.needs:  # step-wise trajectories (estimators.stepwise)
         scalar_roles.append("is_last_step")
+    # per-row numbers of the reward stage and the estimator (AReaL: truncated, bootstrap_value), in the
+    # run's dtype; is_last_step is read above (estimators also get their roles typed through row_inputs)
+    extra_roles = [r for r in role_rules.row_scalar_roles(plan) if r != "is_last_step"]
+    scalar_roles += extra_roles
     for r in scalar_roles:
         cols.append(cmap[r])
     cols += plan.components
     key_cols = []
-    if plan.group_by == "id" or (plan.group_by == "position" and cmap.has("prompt_id")):
+    if plan.group_by in ("id", "runs") or (plan.group_by == "position" and cmap.has("prompt_id")):
         key_cols.append(cmap["prompt_id"])  # position: only to check the blocks against the ids
     if cmap.has("step") and get_path(plan.cfg, "grouping.scope") != "all":
         key_cols.append(cmap["step"])
@@ -87,7 +92,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
 
     reader = ChunkReader(plan, inputs)
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
-                                              "score_sum", "reward_baseline", "is_last_step")}
+                                              "score_sum", "reward_baseline", "is_last_step", *extra_roles)}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
     keys: dict[str, list] = {c: [] for c in key_cols}
     done, total = 0, inputs.num_rows
@@ -113,6 +118,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts["reward_baseline"].append(read_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
         if "is_last_step" in scalar_roles:
             parts["is_last_step"].append(read_scalar(batch, cmap["is_last_step"], file, row_base, torch.float32))
+        for r in extra_roles:
+            parts[r].append(read_scalar(batch, cmap[r], file, row_base, plan.dtype))
         if row_kl:
             mask = mask01.to(plan.dtype)
             kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.cfg["kl"]["mask"])
@@ -139,6 +146,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts["kl_sum"] = parts["kl_mean"] = [torch.zeros(0, dtype=plan.dtype)]
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
+        for r in extra_roles:
+            parts[r] = [torch.zeros(0, dtype=plan.dtype)]
     cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
 
@@ -208,6 +217,8 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
         if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows:
             check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values)
+    elif plan.group_by == "runs":  # AReaL: runs of consecutive equal prompt_id
+        groups = role_rules.run_groups(factorize(keys[cmap["prompt_id"]]), scope_codes)
     return scopes, groups, step_values
 
 

@@ -61,6 +61,8 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
     row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
     if res.groups is not None:
         row_inputs["group"] = res.groups.codes[rows].to(dev)
+    row_inputs["scope"] = res.scopes.codes[rows].to(dev)
+    row_inputs["row"] = torch.arange(row0, row0 + B, device=dev)  # global row numbers (0-based, input order)
     return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
                       stats=res.token_stats)
 
@@ -72,7 +74,7 @@ def token_group_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: in
     tables of Σ_g (longest row of g) slots (``batch.TokenGroupStats``)."""
     from ..batch import TokenGroupStats
 
-    g = res.groups
+    g = res.groups if res.groups is not None else res.scopes
     width = torch.zeros(g.num_groups, dtype=torch.int64).scatter_reduce_(
         0, g.codes, res.table.length.to(torch.int64), reduce="amax")
     ctx = TokenGroupStats(groups=g, width=width, table=res.table)

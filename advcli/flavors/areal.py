@@ -1,0 +1,155 @@
+"""``--flavor areal``: AReaL's advantage pipeline (areal-project/AReaL, formerly inclusionAI/AReaL, @
+cbff54d6; ``PPOActorConfig`` / ``NormConfig`` in areal/api/cli_args.py, ``PPOActor._compute_advantages``
+in areal/trainer/ppo/actor.py L178-325; ``spec/areal.md``).
+
+AReaL has no estimator key: every configuration runs the same chain, translated here stage by stage:
+
+1. overlong penalty → ``reward.overlong.*``; ``clip((r + reward_bias)·reward_scaling, ±reward_clip)`` →
+   ``reward.bias/scale/shape_clip``; ``reward_norm`` → ``reward.norm`` over ``grouping.by=runs``
+   (the per-prompt trajectory dicts: maximal runs of consecutive equal prompt_id), per step;
+   ``mask_no_eos_with_zero`` → ``reward.zero_truncated``; the reward sits on the last response token.
+2. KL reward ``−kl_ctl·clamp(k(lp, ref), ±10)·m`` → ``kl.*`` (always in the reward, as AReaL; ref = 0
+   without a ``ref_log_probs`` column; lp = ``rollout_log_probs`` unless ``recompute_logprob`` and not
+   ``use_decoupled_loss``, then ``old_log_probs``).
+3. GAE (V = 0 without ``values``), token or turn timesteps, a per-row λ function, the bootstrap of
+   truncated rows, then ``adv_norm`` → estimator ``areal_gae``.
+
+A ``NormConfig`` is on as soon as any of its sub-keys is given (the others then take NormConfig's
+defaults: OmegaConf merges the section into the structured dataclass), and off otherwise.
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError
+from ..estimators.areal import check_lambda
+from ..ops.normcfg import NormSpec
+from . import Flavor
+
+LEVEL = ("batch", "group", None)
+LAMBDA_PATHS = {
+    "areal.trainer.ppo.lambda_fn.constant_gae_lambda": "constant",
+    "areal.trainer.ppo.lambda_fn.vapo_length_adaptive_gae": "vapo_length_adaptive",
+    "areal.trainer.ppo.lambda_fn.relative_position_gae_lambda": "relative_position",
+}
+
+
+def _norm_keys(section: str, what: str) -> dict[str, Key]:
+    p = f"actor.{section}."
+    return {
+        p + "mean_level": Key("batch", f"{what}: mean level, batch / group / null (no centring); the section is off "
+                              "unless one of its keys is given", LEVEL, "any"),
+        p + "mean_leave1out": Key(False, f"{what}: leave-one-out mean (a group of one row → itself → 0)", None, "bool"),
+        p + "std_level": Key("batch", f"{what}: std level, batch / group / null (std 1 and eps 0); the std is taken "
+                             "about the chosen mean", LEVEL, "any"),
+        p + "std_unbiased": Key(True, f"{what}: N−1 denominator (N ≤ 1 → std 1)", None, "bool"),
+        p + "eps": Key(1e-5, f"{what}: added to the std", None, "float"),
+        p + "group_size": Key(1, f"{what}: fallback fixed group size; the trainer passes the actual per-prompt "
+                              "group sizes, so it does not change the result", None, "int"),
+    }
+
+
+KEYS = {
+    "actor.reward_bias": Key(0.0, "added to the scalar reward before scaling", None, "float"),
+    "actor.reward_scaling": Key(1.0, "multiplies (reward + bias)", None, "float"),
+    "actor.reward_clip": Key(20.0, "clip to ±value after scaling, before reward_norm", None, "float"),
+    "actor.overlong_reward_penalty": Key(False, "DAPO length penalty on the reward, before bias/scaling: r += "
+                                         "min(−(n − (max_new_tokens − overlong_tokens))/overlong_tokens·factor, 0), "
+                                         "n = trained tokens", None, "bool"),
+    "actor.overlong_tokens": Key(None, "tail length of the penalty (required when on)", None, "int"),
+    "actor.overlong_penalty_factor": Key(None, "penalty factor (required when on)", None, "float"),
+    "actor.max_new_tokens": Key(1024, "max response length used by the penalty", None, "int"),
+    **_norm_keys("reward_norm", "reward_norm (scalar rewards, per trajectory group / step)"),
+    **_norm_keys("adv_norm", "adv_norm (token advantages over the trained tokens)"),
+    "actor.kl_ctl": Key(0.1, "coefficient of the per-token KL reward −kl_ctl·clamp(k(lp, ref), ±10) (ref = 0 "
+                        "without a ref_log_probs column)", None, "float"),
+    "actor.kl_estimator": Key("k1", "k1 = d, k2 = d²/2, k3 = e^−d − 1 + d, d = lp − ref; all clamped to ±10",
+                              ("k1", "k2", "k3"), "str"),
+    "actor.recompute_logprob": Key(False, "with use_decoupled_loss=false: the KL uses old_log_probs (recomputed) "
+                                   "instead of rollout_log_probs", None, "bool"),
+    "actor.use_decoupled_loss": Key(False, "when true the KL always uses rollout_log_probs", None, "bool"),
+    "actor.discount": Key(1.0, "γ", None, "float"),
+    "actor.gae_lambda": Key(1.0, "λ: a number, or the dotted path of a per-row λ function: "
+                            + ", ".join(LAMBDA_PATHS), None, "any"),
+    "actor.gae_lambda_kwargs": Key({}, "keyword arguments of the λ function, as actor.gae_lambda_kwargs.<name> "
+                                   "(value / alpha / q); ignored when gae_lambda is a number", None, "any"),
+    "actor.gae_timestep_unit": Key("token", "token (GAE over trained tokens) or turn (one GAE step per turn, "
+                                   "needs turn_ids)", ("token", "turn"), "str"),
+    "actor.mask_no_eos_with_zero": Key(False, "rows with truncated=true get outcome reward 0 (they still count in "
+                                       "reward_norm)", None, "bool"),
+}
+
+NORM_FIELDS = ("mean_level", "mean_leave1out", "std_level", "std_unbiased", "eps", "group_size")
+
+
+def _norm(v: dict, section: str, given: set) -> dict | None:
+    keys = [f"actor.{section}.{f}" for f in NORM_FIELDS]
+    if not any(k in given for k in keys):
+        return None
+    spec = NormSpec.parse({f: v[k] for f, k in zip(NORM_FIELDS, keys)}, f"actor.{section}")
+    return spec.as_dict()
+
+
+def _lambda(v: dict) -> tuple[float, str | None, dict | None]:
+    lam = v["actor.gae_lambda"]
+    kwargs = {k.split(".", 2)[2]: x for k, x in v.items() if k.startswith("actor.gae_lambda_kwargs.")}
+    base = v.get("actor.gae_lambda_kwargs") or {}
+    if not isinstance(base, dict):
+        raise AdvcliError(f"key actor.gae_lambda_kwargs: expected a mapping, got {base!r}",
+                          hint="e.g. --set actor.gae_lambda_kwargs.alpha=0.05")
+    kwargs = {**base, **kwargs}
+    if isinstance(lam, str):
+        if not lam:
+            raise AdvcliError("key actor.gae_lambda: the function path must not be empty (AReaL refuses it)")
+        fn = LAMBDA_PATHS.get(lam)
+        if fn is None:
+            raise AdvcliError(f"key actor.gae_lambda={lam!r}: advcli knows AReaL's own λ functions only: "
+                              f"{', '.join(LAMBDA_PATHS)}; it does not import other code",
+                              hint="or give λ as a number")
+        check_lambda(fn, kwargs, None)
+        return 1.0, fn, kwargs
+    check_lambda(None, {}, lam)
+    return float(lam), None, None  # kwargs are ignored with a number (cli_args.py L1747-1755)
+
+
+def translate(v: dict, given: set | None = None) -> dict:
+    given = set(given or ())
+    cfg = default_config()
+    cfg["grouping"].update(by="runs", scope="step")
+    r = cfg["reward"]
+    r.update(source="reward", placement="last", mask_placed=False)
+    if v["actor.overlong_reward_penalty"]:  # actor.py L186-198: both asserted not None
+        tokens, factor = v["actor.overlong_tokens"], v["actor.overlong_penalty_factor"]
+        if tokens is None or factor is None:
+            raise AdvcliError("actor.overlong_reward_penalty=true needs actor.overlong_tokens and "
+                              "actor.overlong_penalty_factor (AReaL asserts both are set)")
+        if tokens <= 0:
+            raise AdvcliError(f"key actor.overlong_tokens must be a positive number of tokens (got {tokens}): the "
+                              "penalty divides by it")
+        r["overlong"] = {"tokens": tokens, "factor": factor, "max_tokens": v["actor.max_new_tokens"]}
+    c = v["actor.reward_clip"]
+    r.update(bias=v["actor.reward_bias"], scale=v["actor.reward_scaling"], shape_clip=[-c, c])
+    r["norm"] = _norm(v, "reward_norm", given)
+    r["zero_truncated"] = v["actor.mask_no_eos_with_zero"]
+    policy = ("old_log_probs" if v["actor.recompute_logprob"] and not v["actor.use_decoupled_loss"]
+              else "rollout_log_probs")
+    cfg["kl"].update(in_reward=True, estimator=v["actor.kl_estimator"], input_clamp=None, output_clamp=10.0,
+                     coef=v["actor.kl_ctl"], controller="fixed", mask=True, policy=policy, missing="zeros")
+    lam, fn, kwargs = _lambda(v)
+    cfg["estimator"] = {"name": "areal_gae", "gamma": v["actor.discount"], "lam": lam, "lam_fn": fn,
+                        "lam_kwargs": kwargs, "timestep": v["actor.gae_timestep_unit"],
+                        "norm": _norm(v, "adv_norm", given)}
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
+    keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True,
+    notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "
+          "−kl_ctl·clamp(k(lp, ref), ±10) on trained tokens (on by default: kl_ctl 0.1, ref = 0 without a ref "
+          "column) → GAE over the trained tokens (V = 0 without values; the outcome on a masked last token is "
+          "lost; truncated rows bootstrap from bootstrap_value) → adv_norm. Groups are runs of consecutive equal "
+          "prompt_id of any size; each step is a batch. NormConfig: float64 statistics, std about the chosen mean, "
+          "/(std + 1e-5), std_level null → no eps, masked outputs 0, group mean rounded to float32 before "
+          "centring (the one float32 artefact, flagged as float32_norm). Without adv_norm the masked "
+          "positions keep the GAE carry. No truncated column: no row is flagged (AReaL flags the batch's longest "
+          "prompt+response, which a dump cannot show).")

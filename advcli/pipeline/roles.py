@@ -1,0 +1,84 @@
+"""Optional column roles and the grouping/normalisation switches added with ``--flavor areal``.
+
+The KL's policy column (``kl.policy``) and missing columns as zeros (``kl.missing``); per-row number
+roles an estimator reads (``truncated``, ``bootstrap_value``); ``grouping.by=runs`` (AReaL's
+per-prompt trajectory groups); the NormConfig of ``reward.norm``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..columns import ColumnMap, ROLE_INFO
+from ..config import get_path
+from ..ops.groups import GroupIndex
+
+
+def role_kind(role: str) -> str:
+    """``tokens``, ``scalar``, ``int`` or ``key`` (columns.ROLE_INFO); unknown names count as token columns."""
+    return ROLE_INFO.get(role, (role, "tokens", ""))[1]
+
+
+def kl_roles(cfg: dict, cmap: ColumnMap) -> list[str]:
+    """The log-prob columns the KL reads: ``kl.policy`` and the reference; with ``kl.missing=zeros`` only
+    those present (a missing one counts as zeros), else both are required."""
+    roles = [get_path(cfg, "kl.policy", "old_log_probs"), "ref_log_probs"]
+    if get_path(cfg, "kl.missing", "refuse") == "zeros":
+        return [r for r in roles if cmap.has(r)]
+    cmap.require(roles[0], "KL in the reward needs the policy log-probs")
+    cmap.require(roles[1], "KL in the reward needs the reference log-probs")
+    return roles
+
+
+def kl_inputs(cfg: dict, tok: dict, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(policy log-probs, reference log-probs) of a chunk; zeros for a column ``kl.missing=zeros`` let pass."""
+    lp, ref = tok.get(get_path(cfg, "kl.policy", "old_log_probs")), tok.get("ref_log_probs")
+    if lp is None or ref is None:
+        zero = torch.zeros_like(mask)
+        lp, ref = (zero if lp is None else lp), (zero if ref is None else ref)
+    return lp, ref
+
+
+def norm_spec(cfg: dict):
+    from ..ops.normcfg import NormSpec
+
+    return NormSpec.parse(get_path(cfg, "reward.norm"), "reward.norm")
+
+
+def norm_uses_groups(cfg: dict) -> bool:
+    """Whether reward.norm or the estimator's ``norm`` (AReaL adv_norm) has a group level."""
+    from ..ops.normcfg import NormSpec
+
+    specs = [norm_spec(cfg), NormSpec.parse((cfg.get("estimator") or {}).get("norm"), "estimator.norm")]
+    return any(s is not None and s.uses_groups for s in specs)
+
+
+def row_scalar_roles(plan) -> list[str]:
+    """Per-row number columns the estimator or the reward stage reads (AReaL: truncated, bootstrap_value),
+    those present in the input."""
+    want = [r for r in (*plan.spec.needs, *plan.spec.optional) if role_kind(r) == "scalar" and r != "reward_baseline"]
+    if get_path(plan.cfg, "reward.zero_truncated"):
+        want.append("truncated")
+    return [r for r in dict.fromkeys(want) if plan.cmap.has(r)]
+
+
+def run_groups(pid: np.ndarray, scope_codes: np.ndarray) -> GroupIndex:
+    """AReaL's trajectory groups: each maximal run of consecutive rows (inside a scope, in input order)
+    with equal prompt_id code is one group, whatever its size (GroupedRolloutWorkflow concatenates one
+    prompt's episodes into one dict; actor.py L207-212 @cbff54d6 normalises per dict)."""
+    n = len(scope_codes)
+    if n == 0:
+        return GroupIndex.from_codes(torch.zeros(0, dtype=torch.int64))
+    order = np.argsort(scope_codes, kind="stable")
+    p, sc = pid[order], scope_codes[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (p[1:] != p[:-1]) | (sc[1:] != sc[:-1])
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return GroupIndex.from_codes(torch.from_numpy(codes))
+
+
+def group_scope(groups: GroupIndex, scopes: GroupIndex) -> torch.Tensor:
+    """int64 [G]: the scope of each group (groups never straddle scopes)."""
+    out = torch.zeros(groups.num_groups, dtype=torch.int64)
+    return out.scatter_(0, groups.codes, scopes.codes) if groups.codes.numel() else out

@@ -153,6 +153,7 @@ class WhitenSpec:
     eps_mode: str = "add"  # "add": rsqrt(var + eps); "max": rsqrt(max(var, eps))
     divisor: str = "n_eps"  # μ = Σvm/D, var = Σ(v−μ)²m/D; D = Σm + 1e-8 ("n_eps"), Σm ("n"), max(Σm, 1) ("max1")
     scale: bool = True  # False: centre only
+    one_pass: torch.dtype | None = None  # slime: E[x²] − E[x]² from the sums rounded to this dtype
 
 
 DIVISORS = ("n_eps", "n", "max1")
@@ -165,6 +166,8 @@ def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, t
     compute it (NeMo ``masked_var``, utils.py L260-274) multiply a variance of exactly 0 (in float32
     ``1 + 1e-8`` is 1, so μ is that token's value) by ``1/(1 − 1) = inf``. verl raises there and ROLL
     skips the scope; the caller decides (``advantage.whiten_small``)."""
+    if spec.one_pass is not None:
+        return one_pass_mean_rstd(sums, spec)
     n = sums.count
     if spec.divisor not in DIVISORS:
         raise ValueError(f"whitening divisor {spec.divisor!r}: expected one of {DIVISORS}")
@@ -182,6 +185,25 @@ def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, t
     else:
         rstd = torch.rsqrt(var + spec.eps)
     return mean, rstd
+
+
+def one_pass_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """slime ``distributed_masked_whiten`` (slime/utils/distributed_utils.py L111-170 @624b824a):
+    the three sums ``[Σx·m, Σx²·m, Σm]`` become one float32 tensor (all-reduced), then, in float32,
+    ``μ = S1/N``, ``var = S2/N − μ²``, ``var ·= N/(N − 1)`` only when ``N ≥ 2``, ``rstd =
+    rsqrt(var + eps)``. In float32 ``S2/N − μ²`` cancels when ``|μ| ≫ σ`` (even to a negative variance
+    and a NaN). Here the sums are exact (:class:`ExactSums`) and rounded once to ``spec.one_pass``
+    (float32: the framework's rounding of its own float32 sums up to their summation order; float64:
+    the intended math). A scope of one valid token keeps the biased variance 0 (``(x − μ)·1e4`` for
+    eps 1e-8); a scope of none gives NaN here, and the caller refuses it (slime raises ValueError)."""
+    dt = spec.one_pass
+    n, s1, s2 = sums.count.to(dt), sums.total.to(dt), sums.total_sq.to(dt)
+    mean = s1 / n
+    var = s2 / n - mean * mean
+    if spec.unbiased:
+        var = torch.where(n >= 2, var * (n / (n - 1)), var)
+    rstd = torch.rsqrt(var + spec.eps) if spec.scale else torch.ones_like(var)
+    return mean.to(torch.float64), rstd.to(torch.float64)
 
 
 def apply_whiten(values: torch.Tensor, mean_tok: torch.Tensor, rstd_tok: torch.Tensor) -> torch.Tensor:

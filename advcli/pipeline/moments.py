@@ -111,6 +111,11 @@ def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: li
     """(mean, rstd) per scope; a scope with <= 1 valid token raises (``error``), is left as it is
     (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``)."""
     few = sums.count <= 1
+    if small == "error_empty" and bool((sums.count == 0).any()):  # slime distributed_masked_whiten
+        s = int(torch.nonzero(sums.count == 0)[0])
+        raise AdvcliError(f"whitening found no valid token{scope_where(plan, step_values, s)}: the framework "
+                          "raises here (slime distributed_masked_whiten: ValueError, the global mask sum is zero)",
+                          hint="check the response_mask column of that step")
     if small == "error" and bool(few.any()):
         s = int(torch.nonzero(few)[0])
         raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"

@@ -130,8 +130,8 @@ def normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
     ncfg = plan.cfg["reward"]["normalize"]
     if plan.group_by == "position":
         from ..ops.blocks import block_normalize
-        out = block_normalize(raw, res.scopes, int(get_path(plan.cfg, "grouping.size")), ncfg["mean"], ncfg["std"],
-                              ncfg["eps"])
+        out = block_normalize(raw, res.scopes, plan.block_sizes or int(get_path(plan.cfg, "grouping.size")),
+                              ncfg["mean"], ncfg["std"], ncfg["eps"], bool(ncfg.get("centre_first")))
     else:
         out = normalize_rewards(raw, res.scopes, res.groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
     return clip_values(out, get_path(plan.cfg, "reward.clip"))

@@ -63,8 +63,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     if plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
-            reward_row = block_normalize(raw, scopes, int(get_path(cfg, "grouping.size")), ncfg["mean"],
-                                         ncfg["std"], ncfg["eps"])
+            reward_row = block_normalize(raw, scopes, plan.block_sizes or int(get_path(cfg, "grouping.size")),
+                                         ncfg["mean"], ncfg["std"], ncfg["eps"], bool(ncfg.get("centre_first")))
         else:
             reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
         reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))

@@ -34,6 +34,10 @@ SCHEMA: dict[str, Key] = {
                              "(null: not a multiple of grouping.size): `error` (the run stops) or `scope` (that scope "
                              "is one group: slime's silent whole-batch fallback, rollout.py L620-623)",
                              ("error", "scope"), "str"),
+    "grouping.id_check": Key("strict", "with grouping.by=position and a prompt_id column whose ids disagree with the "
+                             "blocks (a block holds several ids, or an id spans several blocks): `strict` stops the "
+                             "run, `warn` keeps the blocks and adds a warning (slime, which never reads the ids)",
+                             ("strict", "warn"), "str"),
     "grouping.scope_rows": Key(None, "with grouping.by=position: the rows every scope must have for the blocks of "
                                "grouping.size to apply (slime: rollout_batch_size × n_samples_per_prompt); null: any "
                                "multiple of grouping.size", None, "int"),
@@ -65,6 +69,9 @@ SCHEMA: dict[str, Key] = {
     "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
                             "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo "
                             "RL's REINFORCE++ and raw_reward)", ("last", "last_valid", "all"), "str"),
+    "reward.unplaced": Key("drop", "a row with no mask=1 token under reward.placement=last_valid: `drop` (its "
+                           "reward lands nowhere) or `error` (the run stops, as slime's reinforce_plus_plus asserts)",
+                           ("drop", "error"), "str"),
     "reward.mask_placed": Key(False, "multiply the placed token rewards by the mask (ROLL: a row ending "
                               "in a masked token loses its reward)", None, "bool"),
     "reward.whiten_tokens": Key(False, "whiten the token-level rewards (after KL and kl.token_clip) over the "

@@ -105,12 +105,14 @@ def translate(v: dict) -> dict:
     n = v["n_samples_per_prompt"]
     rbs = v["rollout_batch_size"]
     # grouping: blocks of n per step, or the whole step when its rows are not rollout_batch_size·n
-    cfg["grouping"].update(by="position", size=n, scope="step", fallback="scope",
-                           scope_rows=None if rbs is None else rbs * n)
     # rollout-side normalisation (rollout.py L613-628); n = 1 forces the std off (arguments.py L1981)
     norm = v["rewards_normalization"] and (est in GRPO_FAMILY or est == "reinforce_plus_plus_baseline")
+    # groups exist only for that normalisation: blocks of n per step, or the whole step when its row count
+    # is not rollout_batch_size·n
+    cfg["grouping"].update(by="position" if norm else "none", size=n if norm else None, scope="step",
+                           fallback="scope", scope_rows=None if rbs is None else rbs * n, id_check="warn")
     std = norm and est in GRPO_FAMILY and v["grpo_std_normalization"] and n != 1
-    cfg["reward"].update(source="reward", clip=None, mask_placed=False,
+    cfg["reward"].update(source="reward", clip=None, mask_placed=False, unplaced="error",
                          placement={"reinforce_plus_plus": "last_valid", "ppo": "last"}.get(est, "all"))
     cfg["reward"]["normalize"].update(mean="group" if norm else "none", std="group" if std else "none", eps=1e-6,
                                       centre_first=True)

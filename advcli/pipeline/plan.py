@@ -41,6 +41,7 @@ class Plan:
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
     block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
+    group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
 
     @property
     def whiten(self) -> bool:

@@ -42,6 +42,13 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred)
     R = inputs.num_rows
     scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0])
+    if get_path(cfg, "reward.unplaced", "drop") == "error" and get_path(cfg, "reward.placement") == "last_valid":
+        empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
+        if empty.numel():
+            raise AdvcliError(f"{inputs.paths[0]}: row {int(empty[0])} has no mask=1 token, so its reward has no "
+                              f"token to sit on ({empty.numel()} such rows); the framework stops here (slime "
+                              "reinforce_plus_plus: assert full_mask.sum() > 0, ppo_utils.py L415)",
+                              hint="drop the fully masked rows, or use another estimator")
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)
     if plan.reward_source == "components":
@@ -88,7 +95,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
-    warnings: list[str] = []
+    warnings: list[str] = list(plan.group_warnings)
 
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
     if get_path(cfg, "reward.whiten_tokens"):
@@ -104,4 +111,9 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
         res.whiten_mean, res.whiten_rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
                                                          get_path(cfg, "advantage.whiten_small", "error"))
+        if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
+            import dataclasses
+            from ..ops.whiten import scope_mean_rstd
+            other = torch.float64 if plan.dtype == torch.float32 else torch.float32
+            res.whiten_other = scope_mean_rstd(sums, dataclasses.replace(plan.whiten_spec(), one_pass=other)) + (other,)
     return res, row, betas, kls, warnings

@@ -249,6 +249,10 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     else:
         msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
                f"row {j} ({blk(j)})")
+    if get_path(plan.cfg, "grouping.id_check", "strict") == "warn":  # slime never reads the ids
+        plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
+                                   "(--set advcli.group_by=id groups by the ids instead)")
+        return
     raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
                       "size; if rows were reordered after the run, restore the rollout order (each prompt's "
@@ -291,3 +295,4 @@ class Resolved:
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
+    whiten_other: tuple | None = None  # advantage.whiten_one_pass: (mean, rstd, dtype) in the other precision

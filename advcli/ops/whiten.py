@@ -104,6 +104,7 @@ class MomentSums:
     total: torch.Tensor
     total_sq: torch.Tensor
     _exact: list | None = None
+    ordered: tuple | None = None  # (count, total, total_sq) of ordered_float32_sums, where a pass kept them
 
     @staticmethod
     def zeros(num_scopes: int) -> "MomentSums":
@@ -204,6 +205,26 @@ def one_pass_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor
         var = torch.where(n >= 2, var * (n / (n - 1)), var)
     rstd = torch.rsqrt(var + spec.eps) if spec.scale else torch.ones_like(var)
     return mean.to(torch.float64), rstd.to(torch.float64)
+
+
+def ordered_float32_sums(values: torch.Tensor, mask: torch.Tensor, scope_of_token: torch.Tensor,
+                         num_scopes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per scope ``(Σm, Σx·m, Σx²·m)`` as slime's ``distributed_masked_whiten`` takes them: each scope's
+    tokens concatenated in row order (``torch.cat(advantages)``, loss.py L820), then float32
+    ``(values * mask).sum()``, ``((values ** 2) * mask).sum()``, ``mask.sum()`` (distributed_utils.py
+    L138-140), stacked into one float32 tensor. The same torch calls on the same tensor give the same
+    bits, so even the residue of an all-equal step (whose exact variance is 0) is the framework's.
+    Returned as float64 tensors holding those float32 values. ``values`` float32 [N] on the CPU, in row
+    order; ``mask`` 0/1; ``scope_of_token`` int64 [N]."""
+    out = torch.zeros(3, num_scopes, dtype=torch.float64)
+    x = values.to(torch.float32)
+    m = mask.to(torch.int32)
+    for s in range(num_scopes):
+        sel = scope_of_token == s
+        v, w = (x, m) if num_scopes == 1 else (x[sel].contiguous(), m[sel].contiguous())
+        stats = torch.tensor([(v * w).sum(), ((v ** 2) * w).sum(), w.sum()], dtype=torch.float32)
+        out[:, s] = torch.stack([stats[2], stats[0], stats[1]]).to(torch.float64)
+    return out[0], out[1], out[2]
 
 
 def apply_whiten(values: torch.Tensor, mean_tok: torch.Tensor, rstd_tok: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,10 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     cache: dict | None = None
     if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES:
         cache = {}
+    # slime's float32 one-pass whitening sums each step's concatenated tokens with torch: kept in order
+    # (CPU) to make the same calls on the same tensor (ops.whiten.ordered_float32_sums), within bounds
+    ordered: list | None = [] if (not rewards and plan.whiten_spec().one_pass == torch.float32
+                                  and total * 16 <= TOKEN_CACHE_BYTES) else None
 
     def work(fi: int, rb: int, batch: pa.RecordBatch, row0: int):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
@@ -70,6 +74,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
         v = tlr if rewards else adv
         # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
         partials = MomentSums.row_partials(v, mask, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
+        if ordered is not None:
+            entry = (entry, (v.detach().cpu(), mask.detach().cpu(),
+                             layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows])))
         return row0, batch.num_rows, partials, entry
 
     # chunks are independent here (the moments are summed exactly, in row order, below): compute
@@ -83,6 +90,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     def consume(fut) -> None:
         nonlocal done
         r0, n, partials, entry = fut.result()
+        if ordered is not None:
+            entry, tokens = entry
+            ordered.append(tokens)
         sums.add_rows(*partials)
         if entry is not None:
             cache[r0] = entry
@@ -104,6 +114,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             consume(pending.popleft())
     if cache is not None:
         res.token_cache = cache
+    if ordered:
+        from ..ops.whiten import ordered_float32_sums
+        sums.ordered = ordered_float32_sums(*(torch.cat(x) for x in zip(*ordered)), res.scopes.num_groups)
     return sums
 
 

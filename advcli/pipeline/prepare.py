@@ -109,7 +109,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
-        res.whiten_mean, res.whiten_rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
+        run_sums = sums  # slime float32 one-pass: the sums in the framework's own summation order, where kept
+        if plan.whiten_spec().one_pass == torch.float32 and getattr(sums, "ordered", None) is not None:
+            run_sums = MomentSums(*sums.ordered)
+        res.whiten_mean, res.whiten_rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values,
                                                          get_path(cfg, "advantage.whiten_small", "error"))
         if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
             import dataclasses

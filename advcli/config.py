@@ -32,6 +32,17 @@ SCHEMA: dict[str, Key] = {
                        "`none`, or `auto` (id when the column exists)", ("auto", "id", "position", "runs", "none"),
                        "str"),
     "grouping.size": Key(None, "group size for grouping.by=position", None, "int"),
+    "grouping.fallback": Key("error", "with grouping.by=position, a scope whose row count is not grouping.scope_rows "
+                             "(null: not a multiple of grouping.size): `error` (the run stops) or `scope` (that scope "
+                             "is one group: slime's silent whole-batch fallback, rollout.py L620-623)",
+                             ("error", "scope"), "str"),
+    "grouping.id_check": Key("strict", "with grouping.by=position and a prompt_id column whose ids disagree with the "
+                             "blocks (a block holds several ids, or an id spans several blocks): `strict` stops the "
+                             "run, `warn` keeps the blocks and adds a warning (slime, which never reads the ids)",
+                             ("strict", "warn"), "str"),
+    "grouping.scope_rows": Key(None, "with grouping.by=position: the rows every scope must have for the blocks of "
+                               "grouping.size to apply (slime: rollout_batch_size × n_samples_per_prompt); null: any "
+                               "multiple of grouping.size", None, "int"),
     "grouping.scope": Key("step", "scope of batch statistics: `step` (each value of the step column is "
                           "its own batch, in ascending order; the whole input when there is no step "
                           "column), `step_domain` (per step and domain, ROLL) or `all`",
@@ -59,6 +70,8 @@ SCHEMA: dict[str, Key] = {
     "reward.normalize.std": Key("none", "divide by the `batch` or `group` std (unbiased) + eps",
                                 ("none", "batch", "group"), "str"),
     "reward.normalize.eps": Key(1e-6, "epsilon added to the std", None, "float"),
+    "reward.normalize.centre_first": Key(False, "take the std of the centred rewards r − mean (slime "
+                                         "_post_process_rewards); the same math, other float32 bits", None, "bool"),
     "reward.clip": Key(None, "clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]", None, "clip"),
     # AReaL's reward shaping (PPOActor._compute_advantages L186-212 @cbff54d6), applied in this order
     # before reward.normalize / reward.norm: overlong penalty, then clip((r + bias)·scale)
@@ -79,6 +92,9 @@ SCHEMA: dict[str, Key] = {
     "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
                             "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo "
                             "RL's REINFORCE++ and raw_reward)", ("last", "last_valid", "all"), "str"),
+    "reward.unplaced": Key("drop", "a row with no mask=1 token under reward.placement=last_valid: `drop` (its "
+                           "reward lands nowhere) or `error` (the run stops, as slime's reinforce_plus_plus asserts)",
+                           ("drop", "error"), "str"),
     "reward.mask_placed": Key(False, "multiply the placed token rewards by the mask (ROLL: a row ending "
                               "in a masked token loses its reward)", None, "bool"),
     "reward.whiten_tokens": Key(False, "whiten the token-level rewards (after KL and kl.token_clip) over the "
@@ -101,6 +117,9 @@ SCHEMA: dict[str, Key] = {
                          ("fixed", "adaptive"), "str"),
     "kl.target": Key(0.1, "adaptive controller target KL", None, "float"),
     "kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
+    "kl.log_probs": Key("old_log_probs", "the policy log-probs the KL (and advantage.distill_coef) read: "
+                        "`old_log_probs` or `rollout_log_probs` (the inference engine's; slime "
+                        "--use-rollout-logprobs)", ("old_log_probs", "rollout_log_probs"), "str"),
     "kl.mask": Key(True, "multiply the KL by the response mask before subtracting it", None, "bool"),
     "kl.score_sum": Key("exact", "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when KL "
                         "enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or "
@@ -112,6 +131,15 @@ SCHEMA: dict[str, Key] = {
                          "reward_clip)", None, "clip"),
     # -------------------------------------------------------------------------------- advantage
     "advantage.whiten": Key(False, "whiten the advantages over the mask=1 tokens of each scope", None, "bool"),
+    "advantage.distill_coef": Key(None, "on-policy distillation term after the estimator, before whitening: "
+                                  "A_t −= coef·(logp_t − teacher_log_probs_t) on every position (slime --use-opd, "
+                                  "loss.py L663-700); null: off", None, "float"),
+    "advantage.distill_returns": Key(False, "the distillation term also lands in the returns (slime "
+                                     "reinforce_plus_plus_baseline, whose returns are the advantages' list)",
+                                     None, "bool"),
+    "advantage.whiten_one_pass": Key(False, "whitening statistics in one pass in the run's precision: S1 = Σxm, S2 = "
+                                     "Σx²m, N = Σm rounded to it, var = S2/N − (S1/N)², × N/(N−1) only when N ≥ 2 "
+                                     "(slime distributed_masked_whiten; float32 cancels when |μ| ≫ σ)", None, "bool"),
     "advantage.whiten_unbiased": Key(True, "unbiased (N/(N−1)) variance in whitening", None, "bool"),
     "advantage.whiten_eps": Key(1e-8, "whitening epsilon", None, "float"),
     "advantage.whiten_eps_mode": Key("add", "`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))", ("add", "max"), "str"),
@@ -121,9 +149,10 @@ SCHEMA: dict[str, Key] = {
                                     "max(Σm, 1) (NeMo raw_reward)", ("n_eps", "n", "max1"), "str"),
     "advantage.whiten_scale": Key(True, "divide by the std (false: centre only)", None, "bool"),
     "advantage.whiten_small": Key("error", "a scope with <= 1 valid token: `error` (verl masked_var raises), "
-                                  "`skip` (ROLL: no whitening in that scope) or `compute` (OpenRLHF, NeMo: no "
+                                  "`skip` (ROLL: no whitening in that scope), `compute` (OpenRLHF, NeMo: no "
                                   "check; an unbiased variance of one token is NaN, none at all NaN or 0 "
-                                  "by whiten_divisor)", ("error", "skip", "compute"), "str"),
+                                  "by whiten_divisor) or `error_empty` (slime: only a scope with no valid token "
+                                  "raises)", ("error", "skip", "compute", "error_empty"), "str"),
     "advantage.remask": Key(False, "zero the final advantages at mask=0 positions: `true` multiplies by the mask "
                             "(A·M: a NaN or inf there stays NaN; verl, ROLL), `fill` sets them to 0 whatever they "
                             "hold (masked_fill; NeMo gae)", (False, True, "fill"), "any"),

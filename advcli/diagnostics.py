@@ -31,6 +31,8 @@ Only the kinds that apply to the configuration are listed. Kinds:
   the input clamp, or whose KL estimate exceeded the output clamp (only when KL enters the reward;
   counted over the tokens the KL term applies to).
 - ``nonfinite_advantages`` (warning): rows with NaN/inf advantages on valid tokens.
+- ``float32_whitening`` (warning, unit ``steps``): only with ``advantage.whiten_one_pass`` (slime): steps
+  whose one-pass whitening statistics differ between float32 and float64 (``E[x²] − E[x]²`` cancels).
 """
 from __future__ import annotations
 
@@ -288,6 +290,36 @@ class Diagnostics:
                            f"{REL_STD:g}·|mean|) while the float32 result exceeds {ATOL:g}, or float32 and float64 "
                            f"differ by more than {ATOL:g} + {RTOL:g}·|float64|. " + " ".join(dict.fromkeys(c["rules"]))
                            + f". They carry no learning signal but can dominate the batch; {mode}."}
+
+    def whitening(self, mean: torch.Tensor, rstd: torch.Tensor, mean_other: torch.Tensor, rstd_other: torch.Tensor,
+                  other: torch.dtype, run_dtype: torch.dtype, steps: list) -> None:
+        """``float32_whitening``: steps whose one-pass whitening statistics (``advantage.whiten_one_pass``,
+        slime ``distributed_masked_whiten``) differ between float32 and float64 — ``var = E[x²] − E[x]²``
+        cancels in float32 when ``|μ| ≫ σ`` (down to a negative variance and NaN advantages)."""
+        m32, r32, m64, r64 = (mean, rstd, mean_other, rstd_other) if other == torch.float64 else \
+            (mean_other, rstd_other, mean, rstd)
+        m32, r32, m64, r64 = (x.to(torch.float64) for x in (m32, r32, m64, r64))
+        fin32, fin64 = torch.isfinite(r32) & torch.isfinite(m32), torch.isfinite(r64) & torch.isfinite(m64)
+        rel = ((r32 - r64).abs() / r64.abs().clamp(min=1e-300)).nan_to_num(nan=math.inf)
+        shift = ((m32 - m64).abs() * r64.abs()).nan_to_num(nan=math.inf)  # μ error in units of σ
+        flag = (fin32 != fin64) | (fin64 & ((rel > RTOL) | (shift > ATOL)))
+        ex = [{"step": steps[s] if s < len(steps) else s, "mean_float32": _f(m32[s]), "mean_float64": _f(m64[s]),
+               "rstd_float32": _f(r32[s]), "rstd_float64": _f(r64[s])}
+              for s in torch.nonzero(flag, as_tuple=True)[0][:MAX_EXAMPLES].tolist()]
+        mode = ("this run is float32 (the framework's numbers); --precision float64 gives the float64 values"
+                if run_dtype != torch.float64 else
+                "this run is float64; the framework (float32) would have given the float32 statistics")
+        self.items.append({
+            "kind": "float32_whitening", "count": int(flag.sum()), "unit": "steps", "severity": "warning",
+            "examples": ex, "summary": f"float32_whitening: {int(flag.sum())} steps whose one-pass float32 whitening "
+                                       "statistics (slime distributed_masked_whiten) are rounding artefacts"
+                                       + (f", e.g. step {ex[0]['step']}: 1/std float32 {ex[0]['rstd_float32']}, "
+                                          f"float64 {ex[0]['rstd_float64']}" if ex else ""),
+            "explanation": "steps whose whitening statistics are float32 artefacts: slime distributed_masked_whiten "
+                           "(slime/utils/distributed_utils.py L111-170 @624b824a) puts Σx·m, Σx²·m and Σm in one float32 "
+                           "tensor and takes var = Σx²m/N − (Σxm/N)², which cancels when |mean| ≫ std (a negative "
+                           f"variance gives NaN advantages); flagged where 1/std differs by more than {RTOL:g} "
+                           f"(relative) or the mean by more than {ATOL:g} std between float32 and float64; {mode}."})
 
     # -------------------------------------------------------------------------------- per chunk
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, tok: dict,

@@ -78,13 +78,22 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
     if cfg["grouping"].get("trajectories") == "last_step":
         out.append("     trajectories     step-wise: the estimator runs on the is_last_step rows only; every turn "
                    "of a trajectory (rows up to its last step) gets its last step's value")
+    if a.get("distill_coef") is not None:
+        out.append(f"     distillation     A_t −= {a['distill_coef']:g}·(logp_t − teacher_t) on every position"
+                   + (" (the returns too)" if a.get("distill_returns") else ""))
+    g = cfg["grouping"]
+    if g["by"] == "position" and g.get("fallback") == "scope":
+        rows = f"{g['scope_rows']} rows" if g.get("scope_rows") is not None else f"a multiple of {g['size']} rows"
+        out.append(f"     fallback         a step without {rows} is one group (its reward statistics over the whole step)")
     if a["whiten"]:
         var = "unbiased" if a["whiten_unbiased"] else "biased"
         eps = (f"rsqrt(var + {a['whiten_eps']:g})" if a["whiten_eps_mode"] == "add"
                else f"rsqrt(max(var, {a['whiten_eps']:g}))")
         where = "every position" if a.get("whiten_mask") == "all" else "the mask=1 tokens"
         out.append(f"  4. whiten           A ← (A − μ)·{eps if a['whiten_scale'] else '1'} over {where} of "
-                   f"each {'step and domain' if cfg['grouping']['scope'] == 'step_domain' else 'step'} ({var} variance)" + ("; then masked_fill(M=0, 0)" if a["remask"] == "fill" else "; then × mask" if a["remask"] else "; masked positions not re-masked"))
+                   f"each {'step and domain' if cfg['grouping']['scope'] == 'step_domain' else 'step'} ({var} variance"
+                   + (", one pass: Σx²m/N − (Σxm/N)² in the run's precision" if a.get("whiten_one_pass") else "")
+                   + ")" + ("; then masked_fill(M=0, 0)" if a["remask"] == "fill" else "; then × mask" if a["remask"] else "; masked positions not re-masked"))
     elif a["remask"]:
         out.append("  4. mask             A ← A × mask")
     if a.get("batch_normalize"):

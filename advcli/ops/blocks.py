@@ -25,15 +25,34 @@ import torch
 from .groups import GroupIndex
 
 
-def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int, mean_kind: str, std_kind: str,
-                    eps: float) -> torch.Tensor:
-    """``r̃`` [R] for rows grouped in consecutive blocks of ``n`` inside each scope (input order)."""
+def block_sizes(scope_rows: list[int], n: int, expected: int | None, fallback: str) -> list[int]:
+    """The block size of every scope for positional groups of ``n``: ``n``, or the scope's whole row
+    count where it is not ``expected`` (None: not a multiple of ``n``) and ``fallback="scope"``.
+
+    slime ``RolloutManager._post_process_rewards`` (slime/ray/rollout.py L619-623 @624b824a):
+    ``r.reshape(-1, n)`` when ``len(r) == n·rollout_batch_size``, else ``r.view(-1, len(r))`` — one
+    group of the whole batch, silently. With ``fallback="error"`` a mismatch returns -1 for the caller
+    to refuse."""
+    out = []
+    for size in scope_rows:
+        ok = size % n == 0 if expected is None else size == expected
+        out.append(n if ok else (size if fallback == "scope" else -1))
+    return out
+
+
+def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int | list[int], mean_kind: str, std_kind: str,
+                    eps: float, centre_first: bool = False) -> torch.Tensor:
+    """``r̃`` [R] for rows grouped in consecutive blocks of ``n`` inside each scope (input order).
+
+    ``n`` may be a list: the block size of each scope (:func:`block_sizes`). ``centre_first``: the
+    std is taken of ``base − mean`` (slime: ``r = r − mean; r / (r.std(-1) + 1e-6)``), not of ``r``."""
     if mean_kind == "none" and std_kind == "none":
         return r
     out = torch.empty_like(r)
     grouped = mean_kind in ("group", "loo") or std_kind == "group"
     order = torch.argsort(scopes.codes, stable=True)  # each scope's rows, in input order
-    for rows in torch.split(order, scopes.sizes.tolist()):
+    sizes = n if isinstance(n, (list, tuple)) else [n] * scopes.num_groups
+    for rows, n in zip(torch.split(order, scopes.sizes.tolist()), sizes):
         if rows.numel() == 0:
             continue
         x = r[rows]
@@ -47,15 +66,16 @@ def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int, mean_kind: str,
         else:
             mean = 0.0
         base = R if mean_kind in ("group", "loo") else x
+        centred = base - mean
         if std_kind == "batch":
-            y = (base - mean) / (x.std() + eps)
+            y = centred / ((centred.std() if centre_first else x.std()) + eps)
         elif std_kind == "group":
             with warnings.catch_warnings():  # n = 1: NaN, as the frameworks get (their torch warns too)
                 warnings.simplefilter("ignore", UserWarning)
-                std = torch.std(R, dim=-1, keepdim=True)
-            y = (base - mean) / (std + eps)
+                std = torch.std(centred if centre_first else R, dim=-1, keepdim=True)
+            y = centred / (std + eps)
         else:
-            y = base - mean
+            y = centred
         out[rows] = y.reshape(-1)
     return out
 

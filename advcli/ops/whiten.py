@@ -104,6 +104,7 @@ class MomentSums:
     total: torch.Tensor
     total_sq: torch.Tensor
     _exact: list | None = None
+    ordered: tuple | None = None  # (count, total, total_sq) of ordered_float32_sums, where a pass kept them
 
     @staticmethod
     def zeros(num_scopes: int) -> "MomentSums":
@@ -153,6 +154,7 @@ class WhitenSpec:
     eps_mode: str = "add"  # "add": rsqrt(var + eps); "max": rsqrt(max(var, eps))
     divisor: str = "n_eps"  # μ = Σvm/D, var = Σ(v−μ)²m/D; D = Σm + 1e-8 ("n_eps"), Σm ("n"), max(Σm, 1) ("max1")
     scale: bool = True  # False: centre only
+    one_pass: torch.dtype | None = None  # slime: E[x²] − E[x]² from the sums rounded to this dtype
 
 
 DIVISORS = ("n_eps", "n", "max1")
@@ -165,6 +167,8 @@ def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, t
     compute it (NeMo ``masked_var``, utils.py L260-274) multiply a variance of exactly 0 (in float32
     ``1 + 1e-8`` is 1, so μ is that token's value) by ``1/(1 − 1) = inf``. verl raises there and ROLL
     skips the scope; the caller decides (``advantage.whiten_small``)."""
+    if spec.one_pass is not None:
+        return one_pass_mean_rstd(sums, spec)
     n = sums.count
     if spec.divisor not in DIVISORS:
         raise ValueError(f"whitening divisor {spec.divisor!r}: expected one of {DIVISORS}")
@@ -182,6 +186,45 @@ def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, t
     else:
         rstd = torch.rsqrt(var + spec.eps)
     return mean, rstd
+
+
+def one_pass_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """slime ``distributed_masked_whiten`` (slime/utils/distributed_utils.py L111-170 @624b824a):
+    the three sums ``[Σx·m, Σx²·m, Σm]`` become one float32 tensor (all-reduced), then, in float32,
+    ``μ = S1/N``, ``var = S2/N − μ²``, ``var ·= N/(N − 1)`` only when ``N ≥ 2``, ``rstd =
+    rsqrt(var + eps)``. In float32 ``S2/N − μ²`` cancels when ``|μ| ≫ σ`` (even to a negative variance
+    and a NaN). Here the sums are exact (:class:`ExactSums`) and rounded once to ``spec.one_pass``
+    (float32: the framework's rounding of its own float32 sums up to their summation order; float64:
+    the intended math). A scope of one valid token keeps the biased variance 0 (``(x − μ)·1e4`` for
+    eps 1e-8); a scope of none gives NaN here, and the caller refuses it (slime raises ValueError)."""
+    dt = spec.one_pass
+    n, s1, s2 = sums.count.to(dt), sums.total.to(dt), sums.total_sq.to(dt)
+    mean = s1 / n
+    var = s2 / n - mean * mean
+    if spec.unbiased:
+        var = torch.where(n >= 2, var * (n / (n - 1)), var)
+    rstd = torch.rsqrt(var + spec.eps) if spec.scale else torch.ones_like(var)
+    return mean.to(torch.float64), rstd.to(torch.float64)
+
+
+def ordered_float32_sums(values: torch.Tensor, mask: torch.Tensor, scope_of_token: torch.Tensor,
+                         num_scopes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per scope ``(Σm, Σx·m, Σx²·m)`` as slime's ``distributed_masked_whiten`` takes them: each scope's
+    tokens concatenated in row order (``torch.cat(advantages)``, loss.py L820), then float32
+    ``(values * mask).sum()``, ``((values ** 2) * mask).sum()``, ``mask.sum()`` (distributed_utils.py
+    L138-140), stacked into one float32 tensor. The same torch calls on the same tensor give the same
+    bits, so even the residue of an all-equal step (whose exact variance is 0) is the framework's.
+    Returned as float64 tensors holding those float32 values. ``values`` float32 [N] on the CPU, in row
+    order; ``mask`` 0/1; ``scope_of_token`` int64 [N]."""
+    out = torch.zeros(3, num_scopes, dtype=torch.float64)
+    x = values.to(torch.float32)
+    m = mask.to(torch.int32)
+    for s in range(num_scopes):
+        sel = scope_of_token == s
+        v, w = (x, m) if num_scopes == 1 else (x[sel].contiguous(), m[sel].contiguous())
+        stats = torch.tensor([(v * w).sum(), ((v ** 2) * w).sum(), w.sum()], dtype=torch.float32)
+        out[:, s] = torch.stack([stats[2], stats[0], stats[1]]).to(torch.float64)
+    return out[0], out[1], out[2]
 
 
 def apply_whiten(values: torch.Tensor, mean_tok: torch.Tensor, rstd_tok: torch.Tensor) -> torch.Tensor:

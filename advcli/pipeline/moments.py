@@ -51,6 +51,10 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     cache: dict | None = None
     if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES:
         cache = {}
+    # slime's float32 one-pass whitening sums each step's concatenated tokens with torch: kept in order
+    # (CPU) to make the same calls on the same tensor (ops.whiten.ordered_float32_sums), within bounds
+    ordered: list | None = [] if (not rewards and plan.whiten_spec().one_pass == torch.float32
+                                  and total * 16 <= TOKEN_CACHE_BYTES) else None
 
     def work(fi: int, rb: int, batch: pa.RecordBatch, row0: int):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
@@ -72,6 +76,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
         # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
         w = torch.ones_like(mask) if get_path(plan.cfg, "advantage.whiten_mask") == "all" and not rewards else mask
         partials = MomentSums.row_partials(v, w, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
+        if ordered is not None:
+            entry = (entry, (v.detach().cpu(), w.detach().cpu(),
+                             layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows])))
         return row0, batch.num_rows, partials, entry
 
     # chunks are independent here (the moments are summed exactly, in row order, below): compute
@@ -85,6 +92,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     def consume(fut) -> None:
         nonlocal done
         r0, n, partials, entry = fut.result()
+        if ordered is not None:
+            entry, tokens = entry
+            ordered.append(tokens)
         sums.add_rows(*partials)
         if entry is not None:
             cache[r0] = entry
@@ -106,6 +116,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             consume(pending.popleft())
     if cache is not None:
         res.token_cache = cache
+    if ordered:
+        from ..ops.whiten import ordered_float32_sums
+        sums.ordered = ordered_float32_sums(*(torch.cat(x) for x in zip(*ordered)), res.scopes.num_groups)
     return sums
 
 
@@ -113,6 +126,11 @@ def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: li
     """(mean, rstd) per scope; a scope with <= 1 valid token raises (``error``), is left as it is
     (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``)."""
     few = sums.count <= 1
+    if small == "error_empty" and bool((sums.count == 0).any()):  # slime distributed_masked_whiten
+        s = int(torch.nonzero(sums.count == 0)[0])
+        raise AdvcliError(f"whitening found no valid token{scope_where(plan, step_values, s)}: the framework "
+                          "raises here (slime distributed_masked_whiten: ValueError, the global mask sum is zero)",
+                          hint="check the response_mask column of that step")
     if small == "error" and bool(few.any()):
         s = int(torch.nonzero(few)[0])
         raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"

@@ -70,12 +70,18 @@ class RunObserver:
         ncfg = plan.cfg["reward"]["normalize"]
         if (plan.reward_source != "token_level_scores" and (ncfg["mean"], ncfg["std"]) != ("none", "none")
                 and getattr(res, "raw_score", None) is not None):
+            rule = (f"reward normalisation (mean {ncfg['mean']}, std {ncfg['std']}, "
+                    f"eps {ncfg['eps']:g}) in float32: for equal non-dyadic rewards the "
+                    "group mean is an ulp off and the std a tiny residue instead of 0, "
+                    f"which eps={ncfg['eps']:g} does not absorb")
+            if ncfg.get("centre_first"):
+                rule = ("slime RolloutManager._post_process_rewards (slime/ray/rollout.py L608-633 @624b824a): float32 "
+                        "rewards reshaped to [-1, n] (or [1, rows] where the step is one group), r − mean(r, -1), "
+                        f"then / (std(r − mean, -1) + {ncfg['eps']:g}): " + rule)
             self.diag.reward_normalization(lambda r: normalize_like_pipeline(plan, res, r), res.raw_score,
-                                           res.reward_row, plan.dtype, res.groups,
-                                           f"reward normalisation (mean {ncfg['mean']}, std {ncfg['std']}, "
-                                           f"eps {ncfg['eps']:g}) in float32: for equal non-dyadic rewards the "
-                                           "group mean is an ulp off and the std a tiny residue instead of 0, "
-                                           f"which eps={ncfg['eps']:g} does not absorb")
+                                           res.reward_row, plan.dtype, res.groups, rule)
+        if getattr(res, "whiten_other", None) is not None:
+            self.diag.whitening(res.whiten_mean, res.whiten_rstd, *res.whiten_other, plan.dtype, res.step_values)
 
     def add(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict) -> None:
         if self.row_path:
@@ -138,8 +144,8 @@ def normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
     ncfg = plan.cfg["reward"]["normalize"]
     if plan.group_by == "position":
         from ..ops.blocks import block_normalize
-        out = block_normalize(raw, res.scopes, int(get_path(plan.cfg, "grouping.size")), ncfg["mean"], ncfg["std"],
-                              ncfg["eps"])
+        out = block_normalize(raw, res.scopes, plan.block_sizes or int(get_path(plan.cfg, "grouping.size")),
+                              ncfg["mean"], ncfg["std"], ncfg["eps"], bool(ncfg.get("centre_first")))
     else:
         out = normalize_rewards(raw, res.scopes, res.groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
     return clip_values(out, get_path(plan.cfg, "reward.clip"))

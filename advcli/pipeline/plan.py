@@ -41,6 +41,8 @@ class Plan:
     check_values: bool = False  # verify_roles' values too (finite floats, 0/1 masks): `advcli validate`
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
+    block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
+    group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
 
     @property
     def whiten(self) -> bool:
@@ -49,7 +51,8 @@ class Plan:
     def whiten_spec(self) -> WhitenSpec:
         g = lambda k: get_path(self.cfg, f"advantage.{k}")  # noqa: E731
         return WhitenSpec(unbiased=g("whiten_unbiased"), eps=g("whiten_eps"), eps_mode=g("whiten_eps_mode"),
-                          divisor=g("whiten_divisor"), scale=g("whiten_scale"))
+                          divisor=g("whiten_divisor"), scale=g("whiten_scale"),
+                          one_pass=self.dtype if g("whiten_one_pass") else None)
 
 
 def pick_device(name: str) -> torch.device:
@@ -72,6 +75,14 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if get_path(cfg, "grouping.trajectories", "none") == "last_step":  # SkyRL step-wise trajectories
         from ..estimators.stepwise import last_step
         spec = last_step(spec)
+    # --- slime: the OPD term after the estimator, and the policy log-probs the KL/OPD read ---
+    distill = get_path(cfg, "advantage.distill_coef")
+    if distill is not None:
+        from ..estimators.distill_term import with_distill_term
+        spec = with_distill_term(spec, float(distill), bool(get_path(cfg, "advantage.distill_returns")))
+    if get_path(cfg, "kl.log_probs", "old_log_probs") == "rollout_log_probs":
+        if cmap.has("rollout_log_probs") or get_path(cfg, "kl.in_reward") or distill is not None:
+            cmap.names["old_log_probs"] = cmap.require("rollout_log_probs", "kl.log_probs=rollout_log_probs")
 
     cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
     source = get_path(cfg, "reward.source")

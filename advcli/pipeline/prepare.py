@@ -74,6 +74,13 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred)
     R = inputs.num_rows
     scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0])
+    if get_path(cfg, "reward.unplaced", "drop") == "error" and get_path(cfg, "reward.placement") == "last_valid":
+        empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
+        if empty.numel():
+            raise AdvcliError(f"{inputs.paths[0]}: row {int(empty[0])} has no mask=1 token, so its reward has no "
+                              f"token to sit on ({empty.numel()} such rows); the framework stops here (slime "
+                              "reinforce_plus_plus: assert full_mask.sum() > 0, ppo_utils.py L415)",
+                              hint="drop the fully masked rows, or use another estimator")
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)
     if plan.reward_source == "components":
@@ -105,8 +112,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
-            reward_row = block_normalize(raw, scopes, int(get_path(cfg, "grouping.size")), ncfg["mean"],
-                                         ncfg["std"], ncfg["eps"])
+            reward_row = block_normalize(raw, scopes, plan.block_sizes or int(get_path(cfg, "grouping.size")),
+                                         ncfg["mean"], ncfg["std"], ncfg["eps"], bool(ncfg.get("centre_first")))
         else:
             reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
         reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))
@@ -146,7 +153,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     if plan.spec.token_group_stats is not None and (plan.spec.token_stats_needed is None
                                                     or plan.spec.token_stats_needed(plan.params)):  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
-    warnings: list[str] = []
+    warnings: list[str] = list(plan.group_warnings)
     if get_path(cfg, "reward.zero_truncated") and "truncated" not in row:
         warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
                         "no row is treated as truncated (AReaL flags the rows whose prompt + response fill the batch "
@@ -164,8 +171,11 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
+        run_sums = sums  # slime float32 one-pass: the sums in the framework's own summation order, where kept
+        if plan.whiten_spec().one_pass == torch.float32 and getattr(sums, "ordered", None) is not None:
+            run_sums = MomentSums(*sums.ordered)
         if get_path(cfg, "advantage.whiten"):
-            mean, rstd = whiten_stats(plan, sums, plan.whiten_spec(), step_values,
+            mean, rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values,
                                       get_path(cfg, "advantage.whiten_small", "error"))
         else:
             mean = torch.zeros(scopes.num_groups, dtype=torch.float64)
@@ -176,4 +186,9 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                                            batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups))
         res.whiten_mean, res.whiten_rstd = mean, rstd
         res.diagnostics.append(_amplified_item(plan, sums, mean, rstd, step_values))
+        if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
+            import dataclasses
+            from ..ops.whiten import scope_mean_rstd
+            other = torch.float64 if plan.dtype == torch.float32 else torch.float32
+            res.whiten_other = scope_mean_rstd(sums, dataclasses.replace(plan.whiten_spec(), one_pass=other)) + (other,)
     return res, row, betas, kls, warnings

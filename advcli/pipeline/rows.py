@@ -198,6 +198,7 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
         _, gcodes = np.unique(combined, return_inverse=True)
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
     elif plan.group_by == "position":
+        from ..ops.blocks import block_sizes
         n = int(get_path(plan.cfg, "grouping.size"))
         # position inside each scope, in input order
         order = np.argsort(scope_codes, kind="stable")
@@ -205,18 +206,25 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
         sizes = np.bincount(scope_codes, minlength=len(step_values))
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
-        for si, size in enumerate(sizes.tolist()):
-            if size % n:
+        expected = get_path(plan.cfg, "grouping.scope_rows")
+        ns = block_sizes(sizes.tolist(), n, expected, get_path(plan.cfg, "grouping.fallback", "error"))
+        for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)):
+            if ni < 0:
                 where = scope_where(plan, step_values, si)
-                raise AdvcliError(f"{file}: {size} rows{where} do not split into groups of {n} consecutive rows",
+                want = f"not the {expected} rows of grouping.scope_rows" if expected is not None else \
+                    f"do not split into groups of {n} consecutive rows"
+                raise AdvcliError(f"{file}: {size} rows{where} {want}",
                                   hint="positional grouping needs contiguous blocks of grouping.size rows; "
                                        "check the group size or group by prompt_id")
-        block = rank // n
-        offsets = np.concatenate([[0], np.cumsum(sizes // n)[:-1]])
+        plan.block_sizes = ns
+        per_scope = np.asarray(ns, dtype=np.int64)
+        block = rank // per_scope[scope_codes] if num_rows else rank
+        offsets = np.concatenate([[0], np.cumsum(sizes // np.maximum(per_scope, 1))[:-1]])
         gcodes = offsets[scope_codes] + block
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
-        if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows:
-            check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values)
+        blocked = per_scope[scope_codes] == n  # a scope that fell back to one group has no blocks to check
+        if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows and bool(blocked.any()):
+            check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values, blocked)
     elif plan.group_by == "runs":  # AReaL: runs of consecutive equal prompt_id
         groups = role_rules.run_groups(factorize(keys[cmap["prompt_id"]]), scope_codes)
     return scopes, groups, step_values
@@ -230,17 +238,21 @@ def scope_where(plan: Plan, step_values: list, s: int) -> str:
     return " in " + ", ".join(parts) if parts else ""
 
 
-def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, rank, n: int, step_values):
-    """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks."""
+def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, rank, n: int, step_values,
+                       rows=None):
+    """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks
+    (``rows``: a bool mask of the rows to check, None: all)."""
     from ..ops.blocks import check_blocks_against_ids
 
     col = plan.cmap["prompt_id"]
     pid = factorize(keys[col])
-    found = check_blocks_against_ids(torch.from_numpy(gcodes.astype(np.int64)), torch.from_numpy(pid),
-                                     torch.from_numpy(scope_codes.astype(np.int64)))
+    sel = np.arange(len(gcodes)) if rows is None else np.nonzero(rows)[0]
+    found = check_blocks_against_ids(torch.from_numpy(gcodes[sel].astype(np.int64)), torch.from_numpy(pid[sel]),
+                                     torch.from_numpy(scope_codes[sel].astype(np.int64)))
     if found is None:
         return
     kind, i, j = found
+    i, j = int(sel[i]), int(sel[j])
     ids = pa.chunked_array(keys[col])
     a, b = ids[i].as_py(), ids[j].as_py()
     where = scope_where(plan, step_values, int(scope_codes[j]))
@@ -253,6 +265,10 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     else:
         msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
                f"row {j} ({blk(j)})")
+    if get_path(plan.cfg, "grouping.id_check", "strict") == "warn":  # slime never reads the ids
+        plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
+                                   "(--set advcli.group_by=id groups by the ids instead)")
+        return
     raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
                       "size; if rows were reordered after the run, restore the rollout order (each prompt's "
@@ -296,6 +312,7 @@ class Resolved:
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
     diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.diagnostics)
+    whiten_other: tuple | None = None  # advantage.whiten_one_pass: (mean, rstd, dtype) in the other precision
 
 
 def row_input_roles(plan: Plan) -> list[str]:

@@ -1,0 +1,154 @@
+"""``--flavor slime``: THUDM/slime @ 624b824a (argparse dests of ``slime/utils/arguments.py``).
+
+One rollout (one value of the ``step`` column) goes through (``spec/slime.md`` §8):
+
+1. ``RolloutManager._post_process_rewards`` (slime/ray/rollout.py L608-633): for grpo/gspo/cispo and
+   reinforce_plus_plus_baseline with ``rewards_normalization``, the float32 rewards are reshaped to
+   ``[-1, n]`` when the batch has ``rollout_batch_size·n`` rows and to ``[1, rows]`` otherwise (one
+   group of the whole batch, silently), centred, and for grpo/gspo/cispo with
+   ``grpo_std_normalization`` divided by ``(std(centred, unbiased) + 1e-6)``. ``n = 1`` turns the std
+   off (``slime_validate_args`` L1981-1983), so each singleton gets 0.
+2. ``compute_advantages_and_returns`` (slime/backends/megatron_utils/loss.py L704-880):
+   ``compute_approx_kl`` (ppo_utils.py L11-51: k1, k2, k3 unclamped, low_var_kl = k3 clamped to
+   ±10), then the estimator — grpo/gspo/cispo: the reward on every position, KL ignored
+   (``get_grpo_returns`` L361); reinforce_plus_plus: ``−β·kl·m`` plus the reward at the last m=1
+   token, discounted over every position (L371-445); reinforce_plus_plus_baseline: ``r̃ − β·kl``,
+   token-local and unmasked (L448-475); ppo: ``−β·kl`` plus the reward at L_i−1, vanilla GAE over
+   every position with V_L = 0 (L478-583, L695) — then the OPD term ``A −= coef·(lp − teacher)``
+   on every position (L663-700), then, with ``normalize_advantages``, one-pass float32 whitening over
+   the m=1 tokens applied to every position (``distributed_masked_whiten``, distributed_utils.py
+   L111-170). Returns are never whitened.
+
+A flavor holds no math: this module only maps slime's keys onto the canonical configuration.
+"""
+from __future__ import annotations
+
+from ..config import Key, default_config
+from ..errors import AdvcliError, did_you_mean
+from . import Flavor
+
+GRPO_FAMILY = ("grpo", "gspo", "cispo")
+ESTIMATORS = GRPO_FAMILY + ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+KL_TYPES = ("k1", "k2", "k3", "low_var_kl")
+OPD_TYPES = ("sglang", "megatron")
+SOURCE = "THUDM/slime @ 624b824a"
+
+KEYS = {
+    "advantage_estimator": Key("grpo", "grpo, gspo, cispo (one advantage path: the normalised reward on every "
+                               "position, KL ignored), reinforce_plus_plus, reinforce_plus_plus_baseline, ppo",
+                               None, "str"),
+    "n_samples_per_prompt": Key(1, "group size n: consecutive blocks of n rows of a step (prompt_id is not read). "
+                                "n = 1 turns grpo_std_normalization off, so group-normalised rewards are 0", None, "int"),
+    "rollout_batch_size": Key(None, "prompts per rollout (slime requires it). Not given: rows of the step // n. A "
+                              "step whose rows are not rollout_batch_size·n is normalised as ONE group (slime's "
+                              "silent whole-batch fallback)", None, "int"),
+    "grpo_std_normalization": Key(True, "grpo/gspo/cispo: divide the centred rewards by (unbiased std + 1e-6) "
+                                  "(--disable-grpo-std-normalization sets false)", None, "bool"),
+    "rewards_normalization": Key(True, "rollout-side group normalisation for grpo/gspo/cispo and "
+                                 "reinforce_plus_plus_baseline (--disable-rewards-normalization sets false)",
+                                 None, "bool"),
+    "kl_coef": Key(0.0, "fixed KL-in-reward β: reinforce_plus_plus (masked, summed into the return), "
+                   "reinforce_plus_plus_baseline (token-local, unmasked), ppo (unmasked); grpo/gspo/cispo ignore it",
+                   None, "float"),
+    "kl_loss_type": Key("k1", "k1 = lp−ref; k2 = ½(lp−ref)²; k3 = exp(ref−lp)−1+(lp−ref), unclamped; "
+                        "low_var_kl = k3 clamped to ±10", KL_TYPES, "str"),
+    "use_rollout_logprobs": Key(False, "the KL and OPD read rollout_log_probs (the inference engine's) instead "
+                                "of old_log_probs", None, "bool"),
+    "gamma": Key(1.0, "discount of the reinforce_plus_plus returns and ppo GAE (masked positions count as steps)",
+                 None, "float"),
+    "lambd": Key(1.0, "GAE λ (ppo)", None, "float"),
+    "normalize_advantages": Key(False, "whitening over the m=1 tokens of the step (one-pass float32 unbiased "
+                                "variance, rsqrt(var + 1e-8)) applied to every position; required by slime for "
+                                "reinforce_plus_plus and reinforce_plus_plus_baseline", None, "bool"),
+    "use_opd": Key(False, "on-policy distillation: A −= opd_kl_coef·(lp − teacher_log_probs) on every position, "
+                   "after the estimator, before whitening", None, "bool"),
+    "opd_type": Key(None, "sglang or megatron (required with use_opd; where the teacher log-probs came from, no "
+                    "numeric effect)", None, "str"),
+    "opd_kl_coef": Key(1.0, "OPD coefficient", None, "float"),
+}
+
+
+def _check(v: dict) -> None:
+    """The refusals slime itself makes (argparse choices and ``slime_validate_args``)."""
+    est = v["advantage_estimator"]
+    if est not in ESTIMATORS:
+        raise AdvcliError(f"key advantage_estimator: unknown value {est!r}.{did_you_mean(est, ESTIMATORS)} "
+                          f"Valid: {', '.join(ESTIMATORS)} (slime's argparse choices, arguments.py L941)")
+    if v["kl_loss_type"] not in KL_TYPES:
+        raise AdvcliError(f"key kl_loss_type: unknown value {v['kl_loss_type']!r}. Valid: {', '.join(KL_TYPES)}")
+    n = v["n_samples_per_prompt"]
+    if n is None or n < 1:
+        raise AdvcliError(f"key n_samples_per_prompt must be at least 1 (got {n})")
+    rbs = v["rollout_batch_size"]
+    if rbs is not None and rbs < 1:
+        raise AdvcliError(f"key rollout_batch_size must be at least 1 (got {rbs})",
+                          hint="leave it out to take the rows of each step // n_samples_per_prompt")
+    if est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not v["normalize_advantages"]:
+        raise AdvcliError(f"advantage_estimator={est} with normalize_advantages=false: slime refuses to start "
+                          "(arguments.py L1848: 'The reinforce_plus_plus and reinforce_plus_plus_baseline advantage "
+                          "estimators require advantage normalization')",
+                          hint="add --set normalize_advantages=true")
+    if v["use_opd"]:
+        if v["opd_type"] is None:
+            raise AdvcliError("use_opd=true without opd_type: slime refuses to start (arguments.py L1786: "
+                              "'--opd-type must be specified when --use-opd is enabled')",
+                              hint="add --set opd_type=sglang (or megatron; it has no numeric effect)")
+    if v["opd_type"] is not None and v["opd_type"] not in OPD_TYPES:
+        raise AdvcliError(f"key opd_type: unknown value {v['opd_type']!r}.{did_you_mean(v['opd_type'], OPD_TYPES)} "
+                          f"Valid: {', '.join(OPD_TYPES)}")
+
+
+def translate(v: dict) -> dict:
+    _check(v)
+    cfg = default_config()
+    est = v["advantage_estimator"]
+    n = v["n_samples_per_prompt"]
+    rbs = v["rollout_batch_size"]
+    # grouping: blocks of n per step, or the whole step when its rows are not rollout_batch_size·n
+    # rollout-side normalisation (rollout.py L613-628); n = 1 forces the std off (arguments.py L1981)
+    norm = v["rewards_normalization"] and (est in GRPO_FAMILY or est == "reinforce_plus_plus_baseline")
+    # groups exist only for that normalisation: blocks of n per step, or the whole step when its row count
+    # is not rollout_batch_size·n
+    cfg["grouping"].update(by="position" if norm else "none", size=n if norm else None, scope="step",
+                           fallback="scope", scope_rows=None if rbs is None else rbs * n, id_check="warn")
+    std = norm and est in GRPO_FAMILY and v["grpo_std_normalization"] and n != 1
+    cfg["reward"].update(source="reward", clip=None, mask_placed=False, unplaced="error",
+                         placement={"reinforce_plus_plus": "last_valid", "ppo": "last"}.get(est, "all"))
+    cfg["reward"]["normalize"].update(mean="group" if norm else "none", std="group" if std else "none", eps=1e-6,
+                                      centre_first=True)
+    # KL (loss.py L731-761): zero when kl_coef is 0; grpo/gspo/cispo never read it
+    kind = v["kl_loss_type"]
+    cfg["kl"].update(estimator="k1" if kind == "k1" else ("k2" if kind == "k2" else "k3"), input_clamp=None,
+                     output_clamp=10.0 if kind == "low_var_kl" else None, coef=v["kl_coef"], controller="fixed",
+                     in_reward=est not in GRPO_FAMILY and v["kl_coef"] != 0, mask=est == "reinforce_plus_plus",
+                     log_probs="rollout_log_probs" if v["use_rollout_logprobs"] else "old_log_probs")
+    if est == "reinforce_plus_plus":  # get_reinforce_plus_plus_returns: every position a discount step
+        cfg["estimator"] = {"name": "reinforce_plus_plus", "gamma": v["gamma"], "holes": "step", "mask_rewards": False}
+    elif est == "ppo":  # vanilla GAE over every position, V_L = 0, unmasked values
+        cfg["estimator"] = {"name": "gae", "gamma": v["gamma"], "lam": v["lambd"], "holes": "step",
+                            "zero_masked": False}
+    else:  # grpo family and rf++-baseline: the token rewards themselves (r̃ [− β·kl]) on every position
+        cfg["estimator"] = {"name": "token_rewards"}
+    cfg["advantage"].update(
+        whiten=v["normalize_advantages"], whiten_one_pass=True, whiten_unbiased=True, whiten_eps=1e-8,
+        whiten_eps_mode="add", whiten_divisor="n", whiten_scale=True, whiten_small="error_empty", remask=False,
+        clip=None, returns="estimator",
+        distill_coef=v["opd_kl_coef"] if v["use_opd"] else None,
+        distill_returns=est == "reinforce_plus_plus_baseline")  # returns = advantages (loss.py L804)
+    return cfg
+
+
+FLAVOR = Flavor(
+    name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
+                            "slime/utils/ppo_utils.py)",
+    keys=KEYS, translate=translate,
+    notes="groups are consecutive blocks of n_samples_per_prompt rows of a step; a step whose row count is not "
+          "rollout_batch_size·n (default: rows // n, so a count that is not a multiple of n) is normalised as one "
+          "group; grpo/gspo/cispo: (r − μ)/(std(r − μ) + 1e-6) on the [G, n] float32 reshape (12×0.7 gives 0.119), "
+          "n = 1 gives 0, broadcast to every position (masked ones too), KL ignored, returns = advantages; "
+          "reinforce_plus_plus_baseline: (r − μ) − β·kl_t, unmasked, returns = advantages after OPD; "
+          "reinforce_plus_plus: raw reward at the last m=1 token, − β·kl·m, discounted over every position; ppo: "
+          "raw reward at L_i−1 whatever its mask, − β·kl unmasked, vanilla GAE over every position, returns = A + V; "
+          "k3 unclamped, low_var_kl clamped ±10; OPD A −= coef·(lp − teacher) unmasked before whitening; whitening "
+          "one-pass in float32 (E[x²] − E[x]², unbiased for N ≥ 2, rsqrt(var + 1e-8)) over the m=1 tokens of the "
+          "step, applied to every position and never re-masked; returns never whitened.")

@@ -21,6 +21,8 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "teacher_log_probs": ("teacher_log_probs", "tokens", "teacher log-probs (NeMo opd)"),
     "rollout_is_weights": ("rollout_is_weights", "tokens", "rollout importance-sampling weights (verl "
                            "optimal token baselines, optional)"),
+    "rollout_log_probs": ("rollout_log_probs", "tokens", "the inference engine's log-probs of the sampled "
+                          "tokens (rollout correction)"),
     "step": ("step", "int", "training step: each step is its own batch"),
     "domain": ("domain", "key", "ROLL domain"),
 }

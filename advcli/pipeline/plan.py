@@ -40,6 +40,8 @@ class Plan:
     check_values: bool = False  # verify_roles' values too (finite floats, 0/1 masks): `advcli validate`
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
+    correction: object = None  # rollout correction spec (advcli.correction.plan_correction), None: off
+    warnings: list = field(default_factory=list)  # found while planning, reported with the run's
 
     @property
     def whiten(self) -> bool:
@@ -135,13 +137,17 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     verify_roles = [r for r, (_, kind, _) in ROLE_INFO.items() if kind == "tokens" and cmap.has(r)
                     and r not in token_roles and is_list_type(inputs.schema.field(cmap[r]).type)]
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
-    return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
+    plan = Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(cfg, inputs, cmap),
-                output_columns=list(NEW_COLUMNS if kl_on else NEW_COLUMNS[:2]))
+                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
+    from ..correction import plan_correction  # rollout correction: roles, output columns (advcli.correction)
+    plan.correction = plan_correction(plan, plan.warnings)
+    return plan
 
 
-NEW_COLUMNS = ("advantages", "returns", "token_level_rewards")  # the last one only when KL enters the reward
+# token_level_rewards only when KL enters the reward; the last two from the rollout correction
+NEW_COLUMNS = ("advantages", "returns", "token_level_rewards", "rollout_is_weights", "response_mask_after_rs")
 
 
 def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:

@@ -42,6 +42,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred)
     R = inputs.num_rows
     scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0])
+    correction = None
+    if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
+        from ..correction import correction_pass
+        correction, row["valid"] = correction_pass(plan, inputs, scopes, step_values, chunk_rows, progress)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)
     if plan.reward_source == "components":
@@ -86,9 +90,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
+    res.correction = correction
     if plan.spec.token_group_stats is not None:  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
-    warnings: list[str] = []
+    warnings: list[str] = list(plan.warnings)
 
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
     if get_path(cfg, "reward.whiten_tokens"):

@@ -43,7 +43,7 @@ def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None, chunk_t
 
 
 FLOAT_ROLES = ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
-                "teacher_log_probs", "rollout_is_weights")
+                "teacher_log_probs", "rollout_is_weights", "rollout_log_probs")
 
 
 class ChunkReader:

@@ -279,3 +279,4 @@ class Resolved:
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
+    correction: Any = None  # advcli.correction.CorrectionState (rollout correction), None: off

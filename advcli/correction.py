@@ -1,0 +1,152 @@
+"""Pipeline glue of the rollout correction (the math is :mod:`advcli.ops.rollout_correction`).
+
+Where it sits, in verl's order (``ray_trainer.py`` L1638-1675 @1dda039b): reward → KL penalty (on the
+**input** mask) → rollout correction → estimator on the **corrected** mask. So:
+
+- :func:`plan_correction` (from ``make_plan``) decides whether it runs: canonical
+  ``rollout_correction.mode`` ``on`` (an IS or RS option was given: both log-prob columns required),
+  ``auto`` (verl: whenever the input holds ``rollout_log_probs``; metrics only unless options are set)
+  or ``off``. It adds the output columns ``rollout_is_weights`` (when IS is on) and
+  ``response_mask_after_rs`` and refuses an input that already has a column of either name: an
+  input's ``rollout_is_weights`` is never overwritten silently (with IS off it stays what it was,
+  an input role that the optimal-token-baseline estimators read).
+- :func:`correction_pass` (from ``resolve``, once the steps are known): one read of the mask and the
+  two log-prob columns; per step the metric sums (:class:`~advcli.ops.rollout_correction.MetricSums`),
+  the batch-normalisation factor, and per row Σ corrected mask (the row table's ``valid_len`` is the
+  corrected mask's, as verl's estimators count it). A step without any valid token is refused as
+  verl refuses it.
+- :func:`apply_chunk` (from ``_token_chunk``, after the KL term): the chunk's weights (normalised
+  by their step's factor) and corrected mask; recomputed per chunk (rows are whole: the sequence
+  quantities are row-local) instead of stored.
+- :func:`finish` adds the ``rollout_corr/*`` metrics to ``RunResult.per_step`` and ``metrics``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import get_path
+from .errors import AdvcliError
+from .ops import rollout_correction as rc
+from .ragged import Ragged
+
+OUTPUT_WEIGHTS = "rollout_is_weights"
+OUTPUT_MASK = "response_mask_after_rs"
+COLUMNS = (OUTPUT_WEIGHTS, OUTPUT_MASK)
+
+
+@dataclass
+class CorrectionState:
+    """What the correction pass resolved for the write pass and the report."""
+
+    spec: rc.CorrectionSpec
+    sums: rc.MetricSums
+    factors: list  # per step: μ or None
+    factor_row: torch.Tensor | None  # [R] float64 μ of each row's step (1 where none), with batch norm
+
+
+def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
+    """The correction this run applies (None: none), after checking columns; adds the output columns
+    to ``plan.output_columns`` and the log-prob roles to ``plan.token_roles``."""
+    section = get_path(plan.cfg, "rollout_correction") or {}
+    mode = section.get("mode", "off")
+    if mode == "off":
+        return None
+    cmap, file = plan.cmap, plan.cmap.file
+    if mode == "auto" and not cmap.has("rollout_log_probs"):
+        return None
+    if mode == "auto" and not cmap.has("old_log_probs"):
+        warnings.append(f"{file}: a rollout_log_probs column but no old_log_probs: no rollout_corr/* metrics "
+                        "(verl's correction needs both)")
+        return None
+    spec = rc.spec_from_config(section)
+    why = "the rollout correction (algorithm.rollout_correction.*) compares the two policies' log-probs"
+    cmap.require("rollout_log_probs", why + "; this is the inference engine's (verl batch['rollout_log_probs'])")
+    cmap.require("old_log_probs", why + "; this is the trainer's recompute (verl batch['old_log_probs'])")
+    names = plan.cmap.schema.names
+    if spec.weights:
+        if cmap.has("rollout_is_weights") or OUTPUT_WEIGHTS in names:
+            col = cmap.names.get("rollout_is_weights", OUTPUT_WEIGHTS)
+            raise AdvcliError(f"{file}: the input already has a rollout_is_weights column ({col!r}), and "
+                              "algorithm.rollout_correction.rollout_is computes new weights under that name (verl "
+                              "overwrites batch['rollout_is_weights']); advcli does not replace an input column "
+                              "silently",
+                              hint="drop or rename that column to recompute the weights, or leave "
+                                   "algorithm.rollout_correction.rollout_is null to keep the input's weights "
+                                   "(estimators that read them still do)")
+    if OUTPUT_MASK in names:
+        raise AdvcliError(f"{file}: the input already has a column {OUTPUT_MASK!r}, which the rollout correction "
+                          "writes; advcli does not replace an input column silently",
+                          hint="drop or rename that column")
+    plan.token_roles = list(dict.fromkeys(plan.token_roles + ["old_log_probs", "rollout_log_probs"]))
+    plan.verify_roles = [r for r in plan.verify_roles if r not in plan.token_roles]
+    if "rollout_is_weights" in plan.token_roles and spec.weights:
+        plan.token_roles.remove("rollout_is_weights")
+    plan.output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if spec.weights else []) + [OUTPUT_MASK]
+    return spec
+
+
+def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None):
+    """(CorrectionState, valid_after [R] int64): one read of mask, old and rollout log-probs."""
+    from .pipeline.read import ChunkReader  # (the pipeline imports this module lazily)
+
+    spec = plan.correction
+    roles = ["response_mask", "old_log_probs", "rollout_log_probs"]
+    reader = ChunkReader(plan, inputs)
+    cols = [plan.cmap[r] for r in roles]
+    sums = rc.MetricSums(scopes.num_groups)
+    valid: list[torch.Tensor] = []
+    row0 = 0
+    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, roles)
+        layout = Ragged(torch.from_numpy(offsets))
+        mask = tok["response_mask"].to(plan.dtype)
+        out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])
+        sums.add(out.rows, scopes.codes[row0:row0 + layout.num_rows])
+        valid.append(layout.count_per_row(out.mask > 0))
+        row0 += layout.num_rows
+        if progress:
+            progress("rollout correction", row0, inputs.num_rows)
+    plan.checked_roles |= set(roles)
+    for s in range(scopes.num_groups):
+        if sums.acc and sums.get("n", s) == 0 and sums.get("rows", s) > 0:
+            where = f" in step {step_values[s]}" if step_values[s] is not None else ""
+            raise AdvcliError(f"{inputs.paths[0]}: the response mask has no valid token{where}; verl's rollout "
+                              "correction refuses such a batch (ValueError: response_mask must contain at least "
+                              "one valid token)")
+    factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize else [None] * scopes.num_groups
+    factor_row = None
+    if any(f is not None for f in factors):
+        factor_row = scopes.per_row(torch.tensor([1.0 if f is None else f for f in factors], dtype=torch.float64))
+    state = CorrectionState(spec, sums, factors, factor_row)
+    v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
+    return state, v
+
+
+def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor, tok: dict, row0: int):
+    """(weights or None, corrected mask) of one chunk (on the chunk's device, plan dtype)."""
+    out = rc.correct_chunk(state.spec, layout, mask, tok["old_log_probs"].to(plan.dtype),
+                           tok["rollout_log_probs"].to(plan.dtype), metrics=False)
+    w = out.weights
+    if w is not None and state.factor_row is not None:
+        f = state.factor_row[row0:row0 + layout.num_rows].to(w.device, w.dtype)
+        w = w / layout.broadcast(f)
+    return w, out.mask
+
+
+def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
+    """``rollout_corr/*`` per step into ``result.per_step``; overall: the step's own figures for a
+    one-step input, else each metric's row-weighted mean over the steps (like
+    ``actor/reward_kl_penalty``)."""
+    if state is None:
+        return
+    per = [rc.step_metrics(state.spec, state.sums, s, state.factors[s], dtype) for s in range(state.sums.S)]
+    for entry, m in zip(result.per_step, per):
+        entry.update(m)
+    if not per:
+        return
+    rows = [state.sums.get("rows", s) for s in range(state.sums.S)]
+    total = sum(rows) or 1.0
+    overall = {k: sum(p[k] * r for p, r in zip(per, rows)) / total for k in per[0]} if len(per) > 1 else per[0]
+    result.metrics.update(overall)

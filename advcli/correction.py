@@ -136,17 +136,60 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
 
 
 def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
-    """``rollout_corr/*`` per step into ``result.per_step``; overall: the step's own figures for a
-    one-step input, else each metric's row-weighted mean over the steps (like
-    ``actor/reward_kl_penalty``)."""
+    """``rollout_corr/*`` per step into ``result.per_step`` and overall into ``result.metrics``
+    (:func:`add_metrics`)."""
     if state is None:
         return
-    per = [rc.step_metrics(state.spec, state.sums, s, state.factors[s], dtype) for s in range(state.sums.S)]
-    for entry, m in zip(result.per_step, per):
-        entry.update(m)
-    if not per:
+    add_metrics(result.per_step, result.metrics, state.spec, state.sums, state.factors, dtype)
+
+
+def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc.MetricSums, factors: list,
+                dtype: torch.dtype) -> None:
+    """Each step's ``rollout_corr/*`` figures into its ``per_step`` entry (a step without a valid token
+    has none); overall: the step's own figures for a one-step input, else each metric's row-weighted
+    mean over the steps that have it (like ``actor/reward_kl_penalty``)."""
+    per = []
+    for s in range(sums.S):
+        m = rc.step_metrics(spec, sums, s, factors[s], dtype) if sums.acc and sums.get("n", s) > 0 else {}
+        per.append(m)
+        if s < len(per_step):
+            per_step[s].update(m)
+    have = [(p, sums.get("rows", s)) for s, p in enumerate(per) if p]
+    if not have:
         return
-    rows = [state.sums.get("rows", s) for s in range(state.sums.S)]
-    total = sum(rows) or 1.0
-    overall = {k: sum(p[k] * r for p, r in zip(per, rows)) / total for k in per[0]} if len(per) > 1 else per[0]
-    result.metrics.update(overall)
+    if len(have) == 1:
+        metrics.update(have[0][0])
+        return
+    total = sum(r for _, r in have)
+    metrics.update({k: sum(p[k] * r for p, r in have) / total for k in have[0][0]})
+
+
+def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, config: dict | None,
+                 chunk_rows: int, per_step: list, metrics: dict) -> bool:
+    """``advcli stats``: the ``rollout_corr/*`` figures of a file with both log-prob columns, as verl logs
+    them for that batch: with the correction an advcli output was produced with (its provenance
+    ``config``), else with every option off (the off-policy metrics only). False when the file lacks a
+    log-prob column."""
+    if not (cmap.has("old_log_probs") and cmap.has("rollout_log_probs")):
+        return False
+    section = dict(get_path(config or {}, "rollout_correction") or {})
+    if section.get("mode", "off") == "off":
+        section = {"mode": "auto"}
+    spec = rc.spec_from_config(section)
+    dtype = torch.float64 if get_path(config or {}, "precision") == "float64" else torch.float32
+    from .io.arrow_torch import list_column_to_tensor
+
+    cols = [cmap[r] for r in ("response_mask", "old_log_probs", "rollout_log_probs")]
+    sums = rc.MetricSums(num_scopes)
+    row0 = 0
+    for _, _, batch in ins.iter_batches(cols, chunk_rows):
+        offsets, mask = list_column_to_tensor(batch.column(cols[0]))
+        old = list_column_to_tensor(batch.column(cols[1]))[1].to(dtype)
+        roll = list_column_to_tensor(batch.column(cols[2]))[1].to(dtype)
+        layout = Ragged(torch.from_numpy(offsets))
+        out = rc.correct_chunk(spec, layout, (mask != 0).to(dtype), old, roll)
+        sums.add(out.rows, scope_codes[row0:row0 + layout.num_rows])
+        row0 += layout.num_rows
+    factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize else [None] * num_scopes
+    add_metrics(per_step, metrics, spec, sums, factors, dtype)
+    return True

@@ -139,6 +139,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     names = ins.schema.names
     cmap.require("response_mask", "the statistics are over the mask=1 tokens")
     mask_col = cmap["response_mask"]
+    if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}):
+        mask_col = "response_mask_after_rs"  # an output of verl's rollout correction: the mask its estimator used
     padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
     prov = provenance(ins.schema)
     has_adv = "advantages" in names
@@ -240,6 +242,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     if not has_ret:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
         per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
+    from ..correction import file_metrics  # rollout_corr/* where both log-prob columns are there
+    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, (prov or {}).get("config"), chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
             if s.get(k) is None:

@@ -517,6 +517,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
+    if plan.correction is not None:
+        raise AdvcliError("the rollout correction (algorithm.rollout_correction.*, or a rollout_log_probs column "
+                          "with --flavor verl) is not implemented for --engine ray yet",
+                          hint="run it with the local engine (leave out --engine ray)")
     choose_output_columns(plan, write_columns)
     _check_output_dir(output, inputs.paths, force)
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)

@@ -164,7 +164,10 @@ def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
             raise AdvcliError(f"--write-columns: unknown column {w!r}; expected some of "
                               f"{', '.join(NEW_COLUMNS)}.{did_you_mean(w, NEW_COLUMNS)}")
         if w not in plan.output_columns:
-            raise AdvcliError(f"--write-columns: this run produces no {w!r} (KL does not enter the reward)",
+            why = "KL does not enter the reward" if w == "token_level_rewards" else (
+                "no rollout correction: it needs rollout_log_probs" if w == "response_mask_after_rs" else
+                "no IS weights: algorithm.rollout_correction.rollout_is is not set")
+            raise AdvcliError(f"--write-columns: this run produces no {w!r} ({why})",
                               hint=f"the run produces {', '.join(plan.output_columns)}")
     if not wanted:
         raise AdvcliError("--write-columns: name at least one of " + ", ".join(plan.output_columns))

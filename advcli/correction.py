@@ -44,6 +44,10 @@ class CorrectionState:
     sums: rc.MetricSums
     factors: list  # per step: μ or None
     factor_row: torch.Tensor | None  # [R] float64 μ of each row's step (1 where none), with batch norm
+    hist: torch.Tensor | None = None  # [HIST_BINS] int64: weights (before normalisation) over mask=1 tokens
+
+
+HIST_BINS = 50
 
 
 def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
@@ -97,6 +101,7 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
     cols = [plan.cmap[r] for r in roles]
     sums = rc.MetricSums(scopes.num_groups)
     valid: list[torch.Tensor] = []
+    hist = torch.zeros(HIST_BINS, dtype=torch.int64) if spec.weights else None
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, roles)
@@ -105,6 +110,10 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
         out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])
         sums.add(out.rows, scopes.codes[row0:row0 + layout.num_rows])
         valid.append(layout.count_per_row(out.mask > 0))
+        if hist is not None:  # bins of width upper/HIST_BINS on [0, upper]: every weight is in there
+            w = out.weights[mask > 0].to(torch.float64)
+            b = (w * (HIST_BINS / spec.upper)).floor().clamp_(0, HIST_BINS - 1).to(torch.int64)
+            hist += torch.bincount(b, minlength=HIST_BINS)
         row0 += layout.num_rows
         if progress:
             progress("rollout correction", row0, inputs.num_rows)
@@ -119,7 +128,7 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
     factor_row = None
     if any(f is not None for f in factors):
         factor_row = scopes.per_row(torch.tensor([1.0 if f is None else f for f in factors], dtype=torch.float64))
-    state = CorrectionState(spec, sums, factors, factor_row)
+    state = CorrectionState(spec, sums, factors, factor_row, hist)
     v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
     return state, v
 
@@ -141,6 +150,29 @@ def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
     if state is None:
         return
     add_metrics(result.per_step, result.metrics, state.spec, state.sums, state.factors, dtype)
+    if state.hist is not None and hasattr(result, "histograms"):
+        result.histograms["rollout_is_weights"] = weights_histogram(state)
+
+
+def weights_histogram(state: CorrectionState) -> dict:
+    """The IS weights over the input's mask=1 tokens (the report's histogram format, advcli.stats):
+    exact counts on equal bins over [0, upper] — truncation and IcePop keep every weight in there.
+    With batch normalisation of a one-step input the edges are divided by the step's μ (the bins of
+    the final weights); with several steps the counts are of the weights before normalisation."""
+    spec = state.spec
+    scale = 1.0
+    note = "rollout IS weights, mask=1 tokens of the input"
+    known = [f for f in state.factors if f is not None]
+    if spec.batch_normalize and known:
+        if len(state.factors) == 1:
+            scale = 1.0 / known[0]
+            note += f"; after batch normalisation (÷ {known[0]:.6g})"
+        else:
+            note += "; before batch normalisation (each step has its own factor)"
+    edges = [spec.upper * k / HIST_BINS * scale for k in range(HIST_BINS + 1)]
+    return {"edges": edges, "counts": state.hist.tolist(), "underflow": 0, "overflow": 0, "over": "tokens",
+            "exact": True, "note": note + (" (IcePop: 0 outside the band)" if spec.icepop else
+                                           f" (truncated at {spec.upper:g})")}
 
 
 def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc.MetricSums, factors: list,

@@ -264,3 +264,18 @@ def test_public_case(tmp_path, chunk_rows):
             assert all(_close(x, y, case["rtol"], case["atol"]) for x, y in zip(g, e)), col
     for k, want in case["verl_metrics"].items():
         assert _close(res.per_step[0][k], want, 1e-3, 1e-7), (k, res.per_step[0][k], want)
+
+
+def test_weights_histogram(tmp_path):
+    """The report's histogram of the weights: exact counts over the input's mask=1 tokens, on [0, u]
+    (÷ μ with batch normalisation of one step), whatever the chunking."""
+    _, r1 = _run(tmp_path, CONFIGS["A"], chunk_rows=1)
+    _, r2 = _run(tmp_path, CONFIGS["A"], chunk_rows=4096)
+    h = r1.histograms["rollout_is_weights"]
+    assert h == r2.histograms["rollout_is_weights"]
+    assert sum(h["counts"]) == sum(sum(r[2]) for r in ROWS) and h["edges"][-1] == 2.0
+    flat = [w for row, m in zip(EXPECTED_WEIGHTS["A"], (r[2] for r in ROWS)) for w, k in zip(row, m) if k]
+    assert h["counts"][-1] == sum(w >= 2.0 - 2.0 / 50 for w in flat)  # the truncated ones sit in the last bin
+    _, r3 = _run(tmp_path, CONFIGS["C"])
+    mu = EXPECTED_METRICS["C"]["rollout_corr/rollout_is_batch_norm_factor"]
+    assert _close(r3.histograms["rollout_is_weights"]["edges"][-1], 1.5 / mu, 1e-5)

@@ -144,6 +144,32 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
     return w, out.mask
 
 
+def explain_lines(cfg: dict) -> list[str]:
+    """``advcli explain``: the correction's lines of the pipeline (none when it is off)."""
+    sec = get_path(cfg, "rollout_correction") or {}
+    if sec.get("mode", "off") == "off":
+        return []
+    spec = rc.spec_from_config(sec)
+    when = ("whenever the input has rollout_log_probs (metrics only unless an option is set)"
+            if sec.get("mode") == "auto" else "needs rollout_log_probs and old_log_probs")
+    out = [f"     rollout corr.    {when}; lr = old_log_probs − rollout_log_probs, C = clamp ±20, S_i = Σ lr·m"]
+    if spec.weights:
+        base = "exp(C(lr_t))·m_t" if spec.level == "token" else "exp(C(S_i))·m_t"
+        cut = (f"w if {spec.lower:g} ≤ w ≤ {spec.upper:g} else 0 (IcePop)" if spec.icepop
+               else f"min(w, {spec.upper:g}) (TIS)")
+        out.append(f"     IS weights       w = {base}, then {cut}"
+                   + ("; ÷ the step mean" if spec.batch_normalize else "") + "; not zeroed at rejected tokens")
+    for o in spec.rs:
+        stat = {"token": f"{o.kind} per token", "sum": f"Σ_t {o.kind}·m", "mean": f"Σ {o.kind}·m/(Σm + 1e-8)",
+                "max": f"max {o.kind} over m=1"}[o.agg]
+        lo = f"{o.lo:.6g} ≤ " if o.lo is not None else ""
+        out.append(f"     reject {o.name:<11} keep where {lo}{stat} ≤ {o.hi:.6g}")
+    if spec.rs:
+        out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); all options must pass)")
+    out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
+    return out
+
+
 def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
     """``rollout_corr/*`` per step into ``result.per_step`` and overall into ``result.metrics``
     (:func:`add_metrics`)."""

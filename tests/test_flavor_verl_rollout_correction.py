@@ -279,3 +279,27 @@ def test_weights_histogram(tmp_path):
     _, r3 = _run(tmp_path, CONFIGS["C"])
     mu = EXPECTED_METRICS["C"]["rollout_corr/rollout_is_batch_norm_factor"]
     assert _close(r3.histograms["rollout_is_weights"]["edges"][-1], 1.5 / mu, 1e-5)
+
+
+def test_explain_shows_the_correction():
+    from advcli.explain import explain_text
+    from advcli.flavors import get, resolve
+
+    cfg, native = resolve("verl", list(CONFIGS["A"].items()))
+    text = explain_text(get("verl"), cfg, native)
+    assert "IS weights       w = exp(C(lr_t))·m_t, then min(w, 2) (TIS)" in text
+    assert f"keep where {math.log(0.5):.6g} ≤ k1 per token ≤ {math.log(4.0):.6g}" in text
+    assert text.index("rollout corr.") < text.index("3. estimator")
+
+
+def test_canonical_keys_with_flavor_advcli(tmp_path):
+    """--flavor advcli takes the canonical section directly: the same numbers as verl's config A."""
+    src = _write(tmp_path / "in.parquet")
+    out = str(tmp_path / "out.parquet")
+    advcli.run(src, out, flavor="advcli", device="cpu", force=True, settings={
+        "estimator.name": "grpo", "rollout_correction.mode": "on", "rollout_correction.is_level": "token",
+        "rollout_correction.rs": [["token_k1", math.log(0.5), math.log(4.0)]]})
+    t = pq.read_table(out)
+    assert t.column("response_mask_after_rs").to_pylist() == EXPECTED_MASK["A"]
+    for got, want in zip(t.column("rollout_is_weights").to_pylist(), EXPECTED_WEIGHTS["A"]):
+        assert all(_close(g, e, 1e-5) for g, e in zip(got, want))

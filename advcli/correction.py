@@ -165,7 +165,8 @@ def explain_lines(cfg: dict) -> list[str]:
         lo = f"{o.lo:.6g} ≤ " if o.lo is not None else ""
         out.append(f"     reject {o.name:<11} keep where {lo}{stat} ≤ {o.hi:.6g}")
     if spec.rs:
-        out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); all options must pass)")
+        out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); "
+                   "all options must pass)")
     out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
     return out
 

@@ -83,7 +83,8 @@ def parse_rs(options, thresholds) -> list[list]:
         if not o:
             continue
         if o not in RS_OPTIONS:
-            raise _err("rollout_rs", f"unknown option {o!r}.{did_you_mean(o, RS_OPTIONS)} Valid: {', '.join(RS_OPTIONS)}")
+            raise _err("rollout_rs", f"unknown option {o!r}.{did_you_mean(o, RS_OPTIONS)} "
+                       f"Valid: {', '.join(RS_OPTIONS)}")
         if o not in names:
             names.append(o)
     if not names:

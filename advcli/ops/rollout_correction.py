@@ -332,13 +332,37 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
                  dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """verl's ``rollout_corr/*`` metrics of step ``s`` (names as verl logs them).
 
-    Token means are Σ x·m / (Σm + 1e-8) over the step; row means run over every row unless noted.
-    ``factor``: the step's batch-normalisation μ (None: weights left as they were, factor 1.0)."""
+    ``mmean(x)`` = Σ x·m / (Σm + 1e-8) over the step's tokens; "rows" = every row of the step, "valid
+    rows" = those with Σm > 0; u/lo the IS thresholds (lo = 1/u for TIS); w the weights before batch
+    normalisation, w' = clamp(w, 0, u), q_i = Σ_t w·m/(Σm_i + 1e-8):
+
+    - off-policy (``compute_offpolicy_metrics``): ``kl`` mmean(rollout − old); ``k3_kl`` mmean(e^lr − lr − 1)
+      (unclamped); ``training_ppl``/``rollout_ppl`` mean over rows of exp(−row mean log-prob) and
+      ``*_log_ppl`` of −row mean; ``log_ppl_diff*`` mean/|·|-mean/max/min of d_i = row mean rollout −
+      row mean old; ``ppl_ratio`` mean e^{d_i}; ``chi2_token`` mmean(e^{2C(lr)}) − 1; ``chi2_seq`` mean over
+      rows of e^{2C(S_i)} − 1.
+    - IS (``compute_is_metrics``): ``mean`` mmean(w); token: ``max``/``min`` over mask=1 tokens,
+      ``ratio_fraction_high/low`` mmean(raw > u), mmean(raw < lo); sequence: ``max`` e^{min(max S, 20)},
+      ``min`` e^{min S} (no clamp), fractions of rows with S > log u, S < log lo; ``std`` sqrt(max(mmean(w'²)
+      − mmean(w')², 0)) (0 for ≤ 1 token); ``eff_sample_size`` 1/mmean((w'/(mmean(w') + 1e-8))²);
+      ``seq_mean/std/max/min`` of q over rows (unbiased std), ``seq_max_deviation`` max |q − 1|,
+      ``seq_fraction_high/low`` of the rows' raw-weight means against u, lo; ``oob_ratio`` (IcePop)
+      mmean(raw ∉ [lo, hi]); ``batch_norm_factor`` μ (1.0 when not applied).
+    - RS per option (``compute_rs_metrics``), on the option's statistic (a row statistic stands on each
+      of its tokens): ``mean`` mmean; ``max/min`` (token: over mask=1 tokens; sequence: over valid
+      rows); ``fraction_high/low`` (token: mmean; sequence: over valid rows; low only for k1, else 0);
+      ``std`` of the statistic clamped to [lo or 0, hi] as for IS; ``seq_*`` over valid rows of the row
+      values (token options: the row's masked mean), ``seq_fraction_low`` only for k1;
+      ``masked_fraction`` mmean(1 − keep), ``seq_masked_fraction`` valid rows with a rejected token.
+      Totals: ``rollout_rs_masked_fraction`` mmean(1 − Π keep), ``rollout_rs_seq_masked_fraction`` the
+      share of all rows with a rejected mask=1 token.
+
+    ``factor``: the step's batch-normalisation μ (None: weights left as they were, factor 1.0);
+    ``dtype``: the precision of the std subtraction (:func:`_std_of_means`)."""
     g = lambda k: sums.get(k, s)  # noqa: E731
     N, R, V = g("n"), g("rows"), g("valid_rows")
     out: dict[str, float] = {}
     if spec.weights:
-        u = spec.upper
         out["rollout_is_mean"] = _mmean(g("w"), N)
         if spec.level == "token":
             out["rollout_is_max"], out["rollout_is_min"] = g("w_max"), g("w_min")
@@ -365,11 +389,9 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
             out["rollout_is_oob_ratio"] = _mmean(g("oob"), N)
         if spec.batch_normalize:
             out["rollout_is_batch_norm_factor"] = 1.0 if factor is None else factor
-        del u
     for opt in spec.rs:
         p, k = f"rs:{opt.name}:", f"rollout_rs_{opt.name}"
         seq_level = opt.agg != "token"
-        lo_thr = opt.lo if opt.lo is not None else 0.0
         out[f"{k}_mean"] = _mmean(g(p + "sum"), N)
         out[f"{k}_max"], out[f"{k}_min"] = g(p + "max"), g(p + "min")
         if seq_level:
@@ -392,7 +414,6 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
             out[f"{k}_seq_fraction_low"] = g(p + "s_low") / V
         out[f"{k}_masked_fraction"] = _mmean(g(p + "rej"), N)
         out[f"{k}_seq_masked_fraction"] = g(p + "rej_rows") / V
-        del lo_thr
     if spec.rs:
         out["rollout_rs_masked_fraction"] = _mmean(g("rs_rejected"), N)
         out["rollout_rs_seq_masked_fraction"] = g("rs_rows_hit") / R

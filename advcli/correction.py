@@ -124,6 +124,13 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
             raise AdvcliError(f"{inputs.paths[0]}: the response mask has no valid token{where}; verl's rollout "
                               "correction refuses such a batch (ValueError: response_mask must contain at least "
                               "one valid token)")
+        if spec.weights and sums.get("n", s) > 0 and sums.get("wc2", s) == 0:
+            where = f" in step {step_values[s]}" if step_values[s] is not None else ""
+            band = f" (the IcePop band [{spec.lower:g}, {spec.upper:g}] excludes every token)" if spec.icepop else ""
+            raise AdvcliError(f"{inputs.paths[0]}: every IS weight{where} is 0{band}, and verl's metrics then "
+                              "divide by zero (compute_is_metrics: rollout_is_eff_sample_size = 1/0, "
+                              "ZeroDivisionError): verl stops at this batch",
+                              hint="widen algorithm.rollout_correction.rollout_is_threshold")
     factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize else [None] * scopes.num_groups
     factor_row = None
     if any(f is not None for f in factors):

@@ -303,3 +303,9 @@ def test_canonical_keys_with_flavor_advcli(tmp_path):
     assert t.column("response_mask_after_rs").to_pylist() == EXPECTED_MASK["A"]
     for got, want in zip(t.column("rollout_is_weights").to_pylist(), EXPECTED_WEIGHTS["A"]):
         assert all(_close(g, e, 1e-5) for g, e in zip(got, want))
+
+
+def test_all_weights_zero_is_refused_as_verl_fails(tmp_path):
+    """An IcePop band that excludes every token: verl's ESS metric divides by zero (ZeroDivisionError)."""
+    with pytest.raises(AdvcliError, match="every IS weight is 0"):
+        _run(tmp_path, {P + "rollout_is": "token", P + "rollout_is_threshold": "5.0_6.0"})

@@ -378,7 +378,8 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
             out["rollout_is_std"] = _std_of_means(mc, _mmean(g("wc2"), N), dtype)
         else:
             out["rollout_is_std"] = 0.0
-        out["rollout_is_eff_sample_size"] = 1.0 / (_mmean(g("wc2"), N) / (mc + 1e-8) ** 2)
+        ess = _mmean(g("wc2"), N) / (mc + 1e-8) ** 2  # 0 when every weight is: verl divides by zero
+        out["rollout_is_eff_sample_size"] = 1.0 / ess if ess > 0 else None
         out["rollout_is_seq_mean"] = g("q") / R
         out["rollout_is_seq_std"] = _std_unbiased(g("q"), g("q2"), R)
         out["rollout_is_seq_max"], out["rollout_is_seq_min"] = g("q_max"), g("q_min")

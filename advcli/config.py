@@ -123,8 +123,8 @@ SCHEMA: dict[str, Key] = {
 }
 
 ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
-         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "rollout_log_probs", "step",
-         "domain")
+         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights",
+         "rollout_log_probs", "step", "domain")
 
 
 def default_config() -> dict:

@@ -113,6 +113,8 @@ def output_by_position(paths: list[str], mask_col: str = "response_mask", chunk_
     ins = InputSet.open(paths)
     if "advantages" not in ins.schema.names:
         return None
+    if "response_mask_after_rs" in ins.schema.names:  # verl's rollout correction: the mask the estimator used
+        mask_col = "response_mask_after_rs"
     cols = ["advantages"] + ([mask_col] if mask_col in ins.schema.names else [])
     return by_position((b for _, _, b in ins.iter_batches(cols, chunk_rows)), mask_col)
 

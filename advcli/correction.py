@@ -226,8 +226,10 @@ def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc
     if len(have) == 1:
         metrics.update(have[0][0])
         return
-    total = sum(r for _, r in have)
-    metrics.update({k: sum(p[k] * r for p, r in have) / total for k in have[0][0]})
+    for k in have[0][0]:
+        vals = [(p[k], r) for p, r in have if p.get(k) is not None]
+        total = sum(r for _, r in vals)
+        metrics[k] = sum(v * r for v, r in vals) / total if vals and total else None
 
 
 def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, config: dict | None,

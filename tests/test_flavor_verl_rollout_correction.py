@@ -148,6 +148,9 @@ def test_chunk_size_independent(tmp_path, est):
                 if k.startswith("rollout_corr/"):
                     assert _close(s1[k], v, 1e-12, 1e-15), k
     assert len(base_r.per_step) == 2
+    s0, s1 = base_r.per_step  # several steps: the overall figure is the row-weighted mean of the steps'
+    k = "rollout_corr/kl"
+    assert _close(base_r.metrics[k], (s0["rows"] * s0[k] + s1["rows"] * s1[k]) / (s0["rows"] + s1["rows"]), 1e-12)
     assert base_r.per_step[0]["rollout_corr/rollout_is_batch_norm_factor"] != \
         base_r.per_step[1]["rollout_corr/rollout_is_batch_norm_factor"]
 

@@ -312,3 +312,8 @@ def test_all_weights_zero_is_refused_as_verl_fails(tmp_path):
     """An IcePop band that excludes every token: verl's ESS metric divides by zero (ZeroDivisionError)."""
     with pytest.raises(AdvcliError, match="every IS weight is 0"):
         _run(tmp_path, {P + "rollout_is": "token", P + "rollout_is_threshold": "5.0_6.0"})
+
+
+def test_bypass_only_keys_are_said_to_be_ignored(tmp_path):
+    _, res = _run(tmp_path, {P + "loss_type": "reinforce"})
+    assert any("loss_type=reinforce" in w and "bypass mode only" in w for w in res.warnings)

@@ -154,5 +154,8 @@ def translate(v: dict, cfg: dict) -> None:
         rc["is_upper"], rc["is_lower"] = parse_is_threshold(thr)
     if v[P + "rollout_rs"] is not None:
         rc["rs"] = parse_rs(v[P + "rollout_rs"], v[P + "rollout_rs_threshold"])
+    if v[P + "loss_type"] != "ppo_clip":  # read by bypass mode only: said in the run's warnings
+        rc["ignored"] = [f"{P}loss_type={v[P + 'loss_type']} applies to bypass mode only (out of scope); "
+                         "decoupled mode, which advcli recomputes, does not read it"]
     if level is not None or rc["rs"]:
         rc["mode"] = "on"  # an option was asked for: the log-prob columns are required

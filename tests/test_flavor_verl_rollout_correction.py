@@ -317,3 +317,24 @@ def test_all_weights_zero_is_refused_as_verl_fails(tmp_path):
 def test_bypass_only_keys_are_said_to_be_ignored(tmp_path):
     _, res = _run(tmp_path, {P + "loss_type": "reinforce"})
     assert any("loss_type=reinforce" in w and "bypass mode only" in w for w in res.warnings)
+
+
+# verl 1dda039b ray_trainer.compute_advantage (gamma = lam = 1) after compute_rollout_correction_and_add_to_batch,
+# on ROWS with rewards at L_i − 1 and values 0.1·(t + 1), float64 (harness as above)
+EXPECTED_ADV = {
+    ("reinforce_plus_plus_baseline", "A"): [[1.1954775375359206] * 3, [-0.853912526811372, 0.0, -0.853912526811372, -0.853912526811372], [0.0], [-0.5123475160868233, -0.5123475160868233, 0.0], [0.0, 0.0]],  # noqa: E501
+    ("reinforce_plus_plus_baseline", "D"): [[0.7302967258131002] * 3, [0.0] * 4, [0.0], [-1.0954450887196503, -1.0954450887196503, 0.0], [0.0, 0.0]],  # noqa: E501
+    ("gae", "A"): [[1.3665610627715792, 1.181264645608564, 0.9959682146398899], [-0.4864030812472565, -0.8569959293789459, -0.8569959293789459, -1.0422923327363025], [-0.3011066640842412], [-0.4864030812472565, -0.6716994984102719, -0.3011066640842412], [-0.3011066640842412, -0.3011066640842412]],  # noqa: E501
+    ("gae", "D"): [[0.9120136710513894, 0.7220108211461439, 0.532007957084583], [-0.79801194978319] * 4, [-0.79801194978319], [-0.9880147996884355, -1.1780176495936812, -0.79801194978319], [-0.79801194978319] * 2],  # noqa: E501
+}
+
+
+@pytest.mark.parametrize("est, name", sorted(EXPECTED_ADV))
+def test_masked_statistics_use_the_corrected_mask(tmp_path, est, name):
+    """Estimators whose statistics are masked (the baseline's whitening, gae's scan and whitening) change
+    for the kept rows too (verl_rc_rs_rfpp_baseline in the spec)."""
+    values = pa.array([[0.1 * (t + 1) for t in range(len(r[2]))] for r in ROWS], pa.list_(pa.float32()))
+    src = _write(tmp_path / "in.parquet", extra={"values": values})
+    t, _ = _run(tmp_path, CONFIGS[name], src=src, est=est)
+    for i, (got, want) in enumerate(zip(t.column("advantages").to_pylist(), EXPECTED_ADV[(est, name)])):
+        assert all(_close(g, e, 1e-5, 1e-6) for g, e in zip(got, want)), (i, got, want)

@@ -15,7 +15,7 @@ Where it sits, in verl's order (``ray_trainer.py`` L1638-1675 @1dda039b): reward
   the batch-normalisation factor, and per row Σ corrected mask (the row table's ``valid_len`` is the
   corrected mask's, as verl's estimators count it). A step without any valid token is refused as
   verl refuses it.
-- :func:`apply_chunk` (from ``_token_chunk``, after the KL term): the chunk's weights (normalised
+- :func:`apply_chunk` (from ``pipeline.tokens.token_chunk``, after the KL term): the chunk's weights (normalised
   by their step's factor) and corrected mask; recomputed per chunk (rows are whole: the sequence
   quantities are row-local) instead of stored.
 - :func:`finish` adds the ``rollout_corr/*`` metrics to ``RunResult.per_step`` and ``metrics``.
@@ -33,7 +33,6 @@ from .ragged import Ragged
 
 OUTPUT_WEIGHTS = "rollout_is_weights"
 OUTPUT_MASK = "response_mask_after_rs"
-COLUMNS = (OUTPUT_WEIGHTS, OUTPUT_MASK)
 
 
 @dataclass
@@ -125,14 +124,16 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
             raise AdvcliError(f"{inputs.paths[0]}: the response mask has no valid token{where}; verl's rollout "
                               "correction refuses such a batch (ValueError: response_mask must contain at least "
                               "one valid token)")
-        if spec.weights and sums.get("n", s) > 0 and sums.get("wc2", s) == 0:
+        if spec.weights and sums.acc and sums.get("n", s) > 0 and sums.get("wc2", s) == 0:
             where = f" in step {step_values[s]}" if step_values[s] is not None else ""
             band = f" (the IcePop band [{spec.lower:g}, {spec.upper:g}] excludes every token)" if spec.icepop else ""
             raise AdvcliError(f"{inputs.paths[0]}: every IS weight{where} is 0{band}, and verl's metrics then "
                               "divide by zero (compute_is_metrics: rollout_is_eff_sample_size = 1/0, "
                               "ZeroDivisionError): verl stops at this batch",
                               hint="widen algorithm.rollout_correction.rollout_is_threshold")
-    factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize else [None] * scopes.num_groups
+    factors = [None] * scopes.num_groups
+    if spec.weights and spec.batch_normalize and sums.acc:
+        factors = rc.norm_factors(spec, sums)
     factor_row = None
     if any(f is not None for f in factors):
         factor_row = scopes.per_row(torch.tensor([1.0 if f is None else f for f in factors], dtype=torch.float64))
@@ -259,6 +260,6 @@ def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, config: 
         out = rc.correct_chunk(spec, layout, (mask != 0).to(dtype), old, roll)
         sums.add(out.rows, scope_codes[row0:row0 + layout.num_rows])
         row0 += layout.num_rows
-    factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize else [None] * num_scopes
+    factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize and sums.acc else [None] * num_scopes
     add_metrics(per_step, metrics, spec, sums, factors, dtype)
     return True

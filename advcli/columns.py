@@ -22,7 +22,7 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "rollout_is_weights": ("rollout_is_weights", "tokens", "rollout importance-sampling weights (verl "
                            "optimal token baselines, optional)"),
     "rollout_log_probs": ("rollout_log_probs", "tokens", "the inference engine's log-probs of the sampled tokens "
-                          "(slime --use-rollout-logprobs)"),
+                          "(rollout correction; slime --use-rollout-logprobs; AReaL's KL)"),
     "truncated": ("truncated", "scalar", "true when the response was cut off (no EOS): AReaL bootstraps its GAE "
                   "from bootstrap_value and mask_no_eos_with_zero zeroes its reward"),
     "bootstrap_value": ("bootstrap_value", "scalar", "critic value after a truncated response's last token "

@@ -129,6 +129,24 @@ SCHEMA: dict[str, Key] = {
                         ("exact", "right_aligned"), "str"),
     "kl.token_clip": Key(None, "clamp of the token-level rewards after the KL term (ROLL's second "
                          "reward_clip)", None, "clip"),
+    # ------------------------------------------------------------------------ rollout correction
+    # (advcli.ops.rollout_correction; docs/rollout-correction.md): between the KL penalty and the estimator
+    "rollout_correction.mode": Key("off", "`off`; `auto`: run when the input has a rollout_log_probs column "
+                                   "(verl: whenever the batch holds them); `on`: require it",
+                                   ("off", "auto", "on"), "str"),
+    "rollout_correction.is_level": Key(None, "IS weights: null (none), `token` exp(clamp(lr, ±20)), `sequence` "
+                                       "exp(clamp(Σ lr·m, ±20)); lr = old_log_probs − rollout_log_probs",
+                                       (None, "token", "sequence"), "any"),
+    "rollout_correction.is_upper": Key(2.0, "TIS: w = min(w, upper); with is_lower, IcePop's upper bound "
+                                       "(null: no weights)", None, "float"),
+    "rollout_correction.is_lower": Key(None, "IcePop: weights outside [is_lower, is_upper] become 0 (null: TIS)",
+                                       None, "float"),
+    "rollout_correction.is_batch_normalize": Key(False, "divide the weights by their step mean (token: token-"
+                                                 "weighted; sequence: one vote per non-empty row)", None, "bool"),
+    "rollout_correction.rs": Key(None, "rejection options, each [name, lo, hi] on the option's statistic (name "
+                                 "token_kX, seq_sum_kX, seq_mean_kX, seq_max_kX; k1 = −clamp(lr), k2 = ½l², k3 = "
+                                 "eˡ−1−l; lo null: no lower test); a row or token is kept when every option "
+                                 "passes", None, "list"),
     # -------------------------------------------------------------------------------- advantage
     "advantage.whiten": Key(False, "whiten the advantages over the mask=1 tokens of each scope", None, "bool"),
     "advantage.distill_coef": Key(None, "on-policy distillation term after the estimator, before whitening: "

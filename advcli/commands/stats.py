@@ -114,6 +114,8 @@ def output_by_position(paths: list[str], mask_col: str = "response_mask", chunk_
     ins = InputSet.open(paths)
     if "advantages" not in ins.schema.names:
         return None
+    if "response_mask_after_rs" in ins.schema.names:  # verl's rollout correction: the mask the estimator used
+        mask_col = "response_mask_after_rs"
     cols = ["advantages"] + ([mask_col] if mask_col in ins.schema.names else [])
     return by_position((b for _, _, b in ins.iter_batches(cols, chunk_rows)), mask_col)
 
@@ -140,6 +142,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     names = ins.schema.names
     cmap.require("response_mask", "the statistics are over the mask=1 tokens")
     mask_col = cmap["response_mask"]
+    if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}):
+        mask_col = "response_mask_after_rs"  # an output of verl's rollout correction: the mask its estimator used
     padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
     prov = provenance(ins.schema)
     has_adv = "advantages" in names
@@ -241,6 +245,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     if not has_ret:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
         per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
+    from ..correction import file_metrics  # rollout_corr/* where both log-prob columns are there
+    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, (prov or {}).get("config"), chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
             if s.get(k) is None:

@@ -143,7 +143,8 @@ class RowLocator:
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
 _WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
 _DRIVER_ONLY = {"raw_score", "row_keys", "token_cache",  # token_cache: the local engine's chunk cache
-                "diagnostics", "whiten_other"}  # diagnostics the driver reports (SkyRL, slime)
+                "diagnostics", "whiten_other",  # diagnostics the driver reports (SkyRL, slime)
+                "correction"}  # the rollout correction is refused on Ray (run_ray)
 
 
 def lean(res):
@@ -518,6 +519,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
+    if plan.correction is not None:
+        raise AdvcliError("the rollout correction (algorithm.rollout_correction.*, or a rollout_log_probs column "
+                          "with --flavor verl) is not implemented for --engine ray yet",
+                          hint="run it with the local engine (leave out --engine ray)")
     choose_output_columns(plan, write_columns)
     _check_output_dir(output, inputs.paths, force)
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
+from . import _verl_rollout_correction as rollout_correction
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
               "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
@@ -30,6 +31,7 @@ KEYS = {
     "algorithm.gdpo_reward_weights": Key(None, "component weights (default all 1)", None, "list"),
     "algorithm.use_pf_ppo": Key(False, "PF-PPO resampling (not supported offline: it resamples rows)", None, "bool"),
 }
+KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_rollout_correction.py)
 
 
 def kl_settings(name: str) -> dict:
@@ -105,6 +107,7 @@ def translate(v: dict) -> dict:
         e.update(handle_zero_tail=True, eps=1e-8)
     # rloo, rloo_vectorized, opo, gpg, remax take no parameters from the trainer
     cfg["estimator"] = e
+    rollout_correction.translate(v, cfg)  # between the KL penalty and the estimator, as verl's trainer
     return cfg
 
 

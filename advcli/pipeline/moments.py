@@ -49,7 +49,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     total = int(res.table.length.sum()) if res.table.length.numel() else 0
     elem = torch.empty(0, dtype=plan.dtype).element_size()
     cache: dict | None = None
-    if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES:
+    if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES and res.correction is None:
         cache = {}
     # slime's float32 one-pass whitening sums each step's concatenated tokens with torch: kept in order
     # (CPU) to make the same calls on the same tensor (ops.whiten.ordered_float32_sums), within bounds

@@ -100,7 +100,7 @@ def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None
 
 
 def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offsets,
-                 row_base: int | None = None) -> pa.RecordBatch:
+                 row_base: int | None = None, extra: dict | None = None) -> pa.RecordBatch:
     """One output record batch: the input batch's kept columns plus the new list columns (which
     share one offsets buffer). A sidecar schema (:func:`output_schema`) starts with ``row_index``:
     ``row_base`` is then the batch's first row in its input file."""
@@ -109,6 +109,6 @@ def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offs
         arrays.append(arrow_from_numpy(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
     arrays += [batch.column(f.name) for f in base_fields]
     offs = offsets_array(offsets)
-    values = {"advantages": adv, "returns": ret, "token_level_rewards": tlr}
+    values = {"advantages": adv, "returns": ret, "token_level_rewards": tlr, **(extra or {})}
     arrays += [tensor_to_list_array(values[name], offs) for name in plan.output_columns]
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)

@@ -43,6 +43,8 @@ class Plan:
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
     block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
+    correction: object = None  # rollout correction spec (advcli.correction.plan_correction), None: off
+    warnings: list = field(default_factory=list)  # found while planning, reported with the run's
 
     @property
     def whiten(self) -> bool:
@@ -155,13 +157,17 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     verify_roles = [r for r, (_, kind, _) in ROLE_INFO.items() if kind == "tokens" and cmap.has(r)
                     and r not in token_roles and is_list_type(inputs.schema.field(cmap[r]).type)]
     dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
-    return Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
+    plan = Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(cfg, inputs, cmap),
-                output_columns=list(NEW_COLUMNS if kl_on else NEW_COLUMNS[:2]))
+                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
+    from ..correction import plan_correction  # rollout correction: roles, output columns (advcli.correction)
+    plan.correction = plan_correction(plan, plan.warnings)
+    return plan
 
 
-NEW_COLUMNS = ("advantages", "returns", "token_level_rewards")  # the last one only when KL enters the reward
+# token_level_rewards only when KL enters the reward; the last two from the rollout correction
+NEW_COLUMNS = ("advantages", "returns", "token_level_rewards", "rollout_is_weights", "response_mask_after_rs")
 
 
 def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
@@ -178,7 +184,10 @@ def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
             raise AdvcliError(f"--write-columns: unknown column {w!r}; expected some of "
                               f"{', '.join(NEW_COLUMNS)}.{did_you_mean(w, NEW_COLUMNS)}")
         if w not in plan.output_columns:
-            raise AdvcliError(f"--write-columns: this run produces no {w!r} (KL does not enter the reward)",
+            why = "KL does not enter the reward" if w == "token_level_rewards" else (
+                "no rollout correction: it needs rollout_log_probs" if w == "response_mask_after_rs" else
+                "no IS weights: algorithm.rollout_correction.rollout_is is not set")
+            raise AdvcliError(f"--write-columns: this run produces no {w!r} ({why})",
                               hint=f"the run produces {', '.join(plan.output_columns)}")
     if not wanted:
         raise AdvcliError("--write-columns: name at least one of " + ", ".join(plan.output_columns))

@@ -81,6 +81,10 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                               f"token to sit on ({empty.numel()} such rows); the framework stops here (slime "
                               "reinforce_plus_plus: assert full_mask.sum() > 0, ppo_utils.py L415)",
                               hint="drop the fully masked rows, or use another estimator")
+    correction = None
+    if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
+        from ..correction import correction_pass
+        correction, row["valid"] = correction_pass(plan, inputs, scopes, step_values, chunk_rows, progress)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)
     if plan.reward_source == "components":
@@ -150,10 +154,11 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
+    res.correction = correction
     if plan.spec.token_group_stats is not None and (plan.spec.token_stats_needed is None
                                                     or plan.spec.token_stats_needed(plan.params)):  # pass 1b: per-(group, position) token sums
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
-    warnings: list[str] = list(plan.group_warnings)
+    warnings: list[str] = list(plan.group_warnings) + list(plan.warnings)
     if get_path(cfg, "reward.zero_truncated") and "truncated" not in row:
         warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
                         "no row is treated as truncated (AReaL flags the rows whose prompt + response fill the batch "

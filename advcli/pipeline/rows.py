@@ -313,6 +313,7 @@ class Resolved:
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
     diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.diagnostics)
     whiten_other: tuple | None = None  # advantage.whiten_one_pass: (mean, rstd, dtype) in the other precision
+    correction: Any = None  # advcli.correction.CorrectionState (rollout correction), None: off
 
 
 def row_input_roles(plan: Plan) -> list[str]:

@@ -85,6 +85,9 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs if output is not None else None,
                      output_mode, flavor, native)
     stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
+    if res.correction is not None:
+        from ..correction import finish as finish_correction
+        finish_correction(result, res.correction, plan.dtype)  # rollout_corr/* per step and overall
     if plan.scope_domains is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
             entry["domain"] = dom

@@ -58,6 +58,13 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
         tlr = ((tlr.to(torch.float64) - torch.index_select(res.tlr_mean.to(dev), 0, scope_tok))
                * torch.index_select(res.tlr_rstd.to(dev), 0, scope_tok)).to(dt)
         tlr = tlr * mask
+    if res.correction is not None:  # verl: after the KL penalty; the estimator sees the corrected mask
+        from ..correction import apply_chunk
+        weights, mask = apply_chunk(plan, res.correction, layout, mask, tok, row0)
+        if weights is not None:
+            tok["rollout_is_weights"] = weights  # (verl's estimators read batch["rollout_is_weights"])
+        if extras is not None:
+            extras["rollout_is_weights"] = weights
     row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
     if res.groups is not None:
         row_inputs["group"] = res.groups.codes[rows].to(dev)

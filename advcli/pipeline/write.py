@@ -93,7 +93,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
                 row_kl = hit.row_kl
                 del hit
             else:
-                extras = {} if kl_parts is not None else None
+                extras = {} if kl_parts is not None or res.correction is not None else None
                 adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
                 row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], mask, plan.cfg["kl"]["mask"])
                           if kl_parts is not None else None)
@@ -101,10 +101,13 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
                 kl_parts[0].append(row_kl[0].cpu())
                 kl_parts[1].append(row_kl[1].cpu())
             observer.submit(row0, layout, mask, adv, ret, tlr, tok)
+            extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
+                     if res.correction is not None else None)
             if splice:
-                writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb))
+                writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))
             elif writing:
-                writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb))
+                writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb,
+                                               extra))
             row0 += batch.num_rows
             chunks += 1
             if chunks % TRIM_EVERY == 0:

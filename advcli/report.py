@@ -132,10 +132,11 @@ def render(report: dict, fmt: str) -> str:
     raise AdvcliError(f"unknown report format {fmt!r}")
 
 
-def write_report(path: str, report: dict) -> str:
-    """Write ``report`` to ``path`` in the format its extension names; atomically. Returns the format."""
+def write_report(path: str, report: dict, renderer=None) -> str:
+    """Write ``report`` to ``path`` in the format its extension names; atomically. Returns the format.
+    ``renderer(report, fmt) -> str``: another command's own rendering (default :func:`render`)."""
     fmt = report_format(path)
-    text = render(report, fmt)
+    text = (renderer or render)(report, fmt)
     d, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(d, f".{name}.advcli-tmp-{os.getpid()}")
     try:

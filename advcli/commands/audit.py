@@ -96,12 +96,29 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool) -> list[tuple[str,
     return uniq
 
 
+# the key that names the estimator in each flavor (its value leads a configuration's label)
+ESTIMATOR_KEYS = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator.name", "trl": "trainer",
+                  "openrlhf": "algo.advantage.estimator", "roll": "adv_estimator", "advcli": "estimator.name"}
+
+
 def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
-    est = ((cfg or {}).get("estimator") or {}).get("name")
-    shown = {k: v for k, v in settings.items() if k != "advcli.group_by"}
+    """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
+    the framework's default), then the other settings given."""
+    from ..flavors import get
+
+    ek = ESTIMATOR_KEYS.get(flavor)
+    est = settings.get(ek) if ek else None
+    if ek and est is None:
+        try:
+            est = get(flavor).keys[ek].default
+        except (AdvcliError, KeyError):
+            est = None
+    if flavor == "nemo" and settings.get("ppo.adv_estimator.name"):
+        est = "ppo " + str(settings["ppo.adv_estimator.name"])
+    shown = {k: v for k, v in settings.items() if k not in ("advcli.group_by", ek)}
     s = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in shown.items())
-    base = f"{flavor}" + (f" {est}" if est and not any(str(v) == est for v in shown.values()) else "")
-    return base + (f" with {s}" if s else "") + (" (groups by prompt_id)" if "advcli.group_by" in settings else "")
+    return (f"{flavor}" + (f" {est}" if est else "") + (f" with {s}" if s else "")
+            + (" (groups by prompt_id)" if settings.get("advcli.group_by") == "id" else ""))
 
 
 # ------------------------------------------------------------------------------------------ passes

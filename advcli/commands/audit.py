@@ -439,26 +439,24 @@ def print_audit(rep: dict) -> None:
 
 def audit_cmd(
     inputs: List[str] = opt.INPUTS,
-    flavor: Optional[str] = typer.Option(None, "--flavor", "-f",
-                                         help="Whose semantics to recompute with: verl, nemo, roll, openrlhf, trl "
-                                              "or advcli. Default: as `advcli run`."),
+    flavor: Optional[str] = opt.FLAVOR,
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
     against: Optional[str] = typer.Option(None, "--against", metavar="COLUMN",
                                           help="The logged advantages (default: advantages, else advantage)."),
-    rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance."),
-    atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance."),
+    rtol: float = typer.Option(1e-4, "--rtol", metavar="X", help="Relative tolerance."),
+    atol: float = typer.Option(1e-5, "--atol", metavar="X", help="Absolute tolerance."),
     search: bool = typer.Option(True, "--search/--no-search", help="On disagreement, try other flavors and "
                                                                    "settings and name those that reproduce the "
                                                                    "logged values."),
-    top: int = typer.Option(10, "--top", help="How many of the worst rows to list."),
-    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    report: Optional[str] = typer.Option(None, "--report", "-r", help="Write the audit to PATH: .json, .md or "
-                                                                      ".html."),
+    top: int = typer.Option(10, "--top", metavar="N", help="How many of the worst rows to list."),
+    chunk_rows: int = opt.chunk_rows(),
+    device: str = opt.device(),
+    report: Optional[str] = typer.Option(None, "--report", "-r", metavar="PATH",
+                                         help="Write the audit to PATH: .json, .md or .html."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal (the exit code says)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the audit as JSON on stdout."),
+    json_out: bool = opt.json_out("the audit"),
 ):
     """Check logged advantages against advcli's recomputation (exit 0 = agree, 1 = disagree, 2 = error)."""
     from ..report import check_report_path

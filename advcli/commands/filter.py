@@ -31,8 +31,8 @@ summary (and --report .json/.md/.html) says what was dropped, per step and data 
 
 def filter_cmd(
     inputs: List[str] = opt.INPUTS,
-    output: str = typer.Option(..., "--output", "-o", help="Output Parquet file (one file for all inputs).",
-                               show_default=False),
+    output: str = typer.Option(..., "--output", "-o", metavar="PATH",
+                               help="Output Parquet file (one file for all inputs).", show_default=False),
     metric: Optional[str] = typer.Option(None, "--metric", metavar="COLUMN",
                                          help="The per-row number groups are judged by (default: reward)."),
     drop_uniform: bool = opt.DROP_UNIFORM,
@@ -42,12 +42,12 @@ def filter_cmd(
                                      help="Data-source column for the per-source figures (default: the first of "
                                           "data_source, domain, source, dataset, task present)."),
     column: Optional[List[str]] = opt.COLUMN,
-    chunk_rows: int = typer.Option(8192, "--chunk-rows", help="Rows held in memory at once while copying."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
-    report: Optional[str] = typer.Option(None, "--report", "-r", help="Write what was dropped to PATH: .json, "
-                                                                      ".md or .html."),
+    chunk_rows: int = opt.chunk_rows(8192),
+    force: bool = opt.FORCE,
+    report: Optional[str] = typer.Option(None, "--report", "-r", metavar="PATH",
+                                         help="Write what was dropped to PATH: .json, .md or .html."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    json_out: bool = opt.json_out("the summary"),
 ):
     """Keep or drop whole groups (uniform reward, solve rate, group size); rows and columns unchanged."""
     from ..config import parse_column_maps

@@ -197,3 +197,89 @@ def test_help_example_works(tmp_path):
     r = invoke(*args)
     assert r.returncode == 0, (line, r.stdout)
     assert "Examples" in invoke("audit", "--help").stdout
+
+
+# ------------------------------------------------------------------------------- group health (part 2)
+def _health_dump(tmp_path, seed=11):
+    """make_dump without NaN rewards (a GRPO run needs numbers) plus a reward/acc component."""
+    src = make_dump(tmp_path / "h.parquet", seed=seed)
+    t = pq.read_table(src)
+    r = np.nan_to_num(t.column("reward").to_numpy(zero_copy_only=False))
+    t = t.set_column(t.schema.get_field_index("reward"), "reward", pa.array(r, pa.float32()))
+    t = t.append_column("reward/acc", t.column("acc"))
+    pq.write_table(t, src)
+    return src, t.to_pandas()
+
+
+def _pandas_block(df: pd.DataFrame, metric="reward") -> dict:
+    g = df.groupby(["step", "prompt_id"], sort=False)[metric]
+    uni = g.nunique(dropna=False) == 1
+    size = g.size()
+    usual = size.value_counts().idxmax()
+    return {"groups": len(size), "rows": len(df), "uniform_groups": int(uni.sum()),
+            "uniform_share": uni.mean(), "singleton_groups": int((size == 1).sum()),
+            "partial_groups": int((size < usual).sum()), "solve_rate": g.mean().mean()}
+
+
+def test_group_health_in_stats_matches_pandas(tmp_path, capsys):
+    src, df = _health_dump(tmp_path)
+    code, out, err = main_rc(capsys, "stats", src, "--json")
+    assert code == 0, err
+    h = json.loads(out)["group_health"]
+    want = _pandas_block(df)
+    for k, v in want.items():
+        assert h["overall"][k] == pytest.approx(v), k
+    assert "zero_adv_token_share" not in h["overall"]  # a raw dump has no advantages
+    assert h["binary_rewards"] is True
+    # per step and per data source (a group's source: its first row's; here one source per group)
+    for e in h["per_step"]:
+        sub = df[df["step"] == e["step"]]
+        for k, v in _pandas_block(sub).items():
+            if k != "partial_groups":  # "partial" is against the whole run's usual size
+                assert e[k] == pytest.approx(v), (e["step"], k)
+    assert {e["source"] for e in h["per_source"]} == set(df["data_source"])
+    for e in h["per_source"]:
+        sub = df[df["data_source"] == e["source"]]
+        assert e["rows"] == len(sub)
+        assert e["uniform_groups"] == int((sub.groupby(["step", "prompt_id"])["reward"].nunique() == 1).sum())
+    # solve-rate histogram: 0/1 rewards, 10 bins over [0, 1] (the last closed), groups per mean reward
+    means = df.assign(r=df["reward"].astype(np.float64)).groupby(["step", "prompt_id"])["r"].mean().to_numpy()
+    counts, _ = np.histogram(means, bins=10, range=(0.0, 1.0))
+    assert h["solve_rate_histogram"]["counts"] == counts.tolist()
+    sizes = df.groupby(["step", "prompt_id"]).size().value_counts().sort_index()
+    assert h["group_sizes"]["sizes"] == sizes.index.tolist() and h["group_sizes"]["counts"] == sizes.tolist()
+    assert any("singleton" in f for f in h["group_sizes"]["flags"])
+    lens = df["response_mask"].map(len)
+    solved = df["reward"] > 0
+    assert h["length_by_outcome"]["solved"]["mean"] == pytest.approx(lens[solved].mean())
+    assert h["length_by_outcome"]["unsolved"]["median"] == pytest.approx(lens[~solved].median())
+    comp = {c["component"]: c for c in h["per_component"]}["reward/acc"]
+    assert comp["uniform_groups"] == _pandas_block(df, "reward/acc")["uniform_groups"]
+
+
+def test_group_health_in_run_and_in_the_html_report(tmp_path, capsys):
+    src, df = _health_dump(tmp_path, seed=12)
+    out = tmp_path / "o.parquet"
+    code, stdout, err = main_rc(capsys, "run", src, "-o", out, "--flavor", "verl", "--set",
+                                "algorithm.adv_estimator=grpo", "--device", "cpu", "--json")
+    assert code == 0, err
+    h = json.loads(stdout)["group_health"]
+    o = pq.read_table(out).to_pandas()
+    adv = np.concatenate(o["advantages"].to_numpy())
+    m = np.concatenate(o["response_mask"].to_numpy()) != 0
+    assert h["overall"]["zero_adv_token_share"] == pytest.approx(float((adv[m] == 0).mean()))
+    assert h["overall"]["uniform_groups"] == _pandas_block(df)["uniform_groups"]
+    # stats of the output: the same zero-advantage share; the HTML report plots group health
+    rp = tmp_path / "s.html"
+    code, stdout, err = main_rc(capsys, "stats", out, "--json", "--report", rp)
+    assert code == 0, err
+    assert json.loads(stdout)["group_health"]["overall"]["zero_adv_token_share"] == pytest.approx(
+        h["overall"]["zero_adv_token_share"])
+    html = rp.read_text()
+    assert "<h2>Group health</h2>" in html and "solve rate (mean 0/1 reward) per group" in html
+    assert "share of uniform groups by source" in html
+    md = tmp_path / "s.md"
+    code, _, err = main_rc(capsys, "stats", out, "-q", "--report", md)
+    assert code == 0 and "## Group health" in md.read_text()
+    code, _, err = main_rc(capsys, "stats", out)
+    assert code == 0 and "group health" in err

@@ -132,7 +132,8 @@ def run(
     if spec.active:  # DAPO-style: the groups dropped before anything is computed (advcli.commands.filter)
         from .commands.filter import prefilter_for_run
 
-        prefiltered, kept = prefilter_for_run(inputs, output, spec, columns, chunk_rows, force)
+        prefiltered, kept = prefilter_for_run(inputs, output, spec, columns, chunk_rows, force,
+                                            output_mode=output_mode)
     progress_cb, stop = progress(show)
     try:
         result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,

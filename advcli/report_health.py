@@ -44,7 +44,7 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     for key, label in (("per_step", "step"), ("per_source", "source")):
         for e in h.get(key) or []:
             rows.append([f"{label} {e[label]}"] + [_cell(k, e.get(k)) for k, _ in cols])
-    out.append(("Group health", [""] + [n for _, n in cols], rows))
+    out.append(("Per step and data source", [""] + [n for _, n in cols], rows))
     comps = h.get("per_component") or []
     if comps:
         out.append(("Group health per reward component", ["component", "uniform groups", "uniform", "solve rate"],

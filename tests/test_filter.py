@@ -169,6 +169,11 @@ def test_run_with_drop_uniform_equals_run_on_the_filtered_rows(tmp_path, capsys)
     assert any("had not been sampled" in w for w in rep["warnings"])
     assert rep["inputs"] == [str(src)]
     assert not [p for p in tmp_path.iterdir() if "advcli-filter" in p.name]  # the temporary file is gone
+    code, _, err = main_rc(capsys, "run", src, "-o", tmp_path / "side.parquet", *conf, "--drop-uniform",
+                           "--output-mode", "sidecar")
+    assert code == 2 and "row_index" in err
+    code, _, err = main_rc(capsys, "run", src, "-o", src, *conf, "--drop-uniform")
+    assert code == 2 and "input" in err
 
 
 def test_group_decisions_pure():

@@ -164,9 +164,13 @@ def print_filter_summary(rep: dict) -> None:
 
 # ------------------------------------------------------------------------------- advcli run --drop-...
 def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,
-                      force: bool = False, metric: str | None = None) -> tuple[str, dict]:
+                      force: bool = False, metric: str | None = None, output_mode: str = "full") -> tuple[str, dict]:
     """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
     group-filter options. The file lies beside ``output`` (the caller removes it)."""
+    if output_mode != "full":  # its row_index would count the kept rows, not the input's
+        raise AdvcliError(f"--output-mode {output_mode} with --drop-uniform/--solve-rate/--min-group-size: the "
+                          "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
+                          hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
     from ..curate import filter_file
     from ..io.reader import expand_inputs
     from ..io.writer import check_output_path

@@ -288,3 +288,19 @@ def test_group_health_in_run_and_in_the_html_report(tmp_path, capsys):
     assert code == 0 and "## Group health" in md.read_text()
     code, _, err = main_rc(capsys, "stats", out)
     assert code == 0 and "group health" in err
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_group_health_row_path_equals_token_path(tmp_path, monkeypatch, estimator):
+    """The zero-advantage counts of the row-constant path (one value per row) equal the token path's."""
+    import advcli
+    from advcli.pipeline.observe import RunObserver
+
+    src, _ = _health_dump(tmp_path, seed=13)
+    got = []
+    for row_path in (True, False):
+        monkeypatch.setattr(RunObserver, "ROW_PATH", row_path)
+        res = advcli.run(src, None, flavor="verl", settings={"algorithm.adv_estimator": estimator}, chunk_rows=7,
+                         device="cpu")
+        got.append(res.group_health)
+    assert got[0] == got[1] and got[0]["overall"]["zero_adv_token_share"] > 0

@@ -284,3 +284,24 @@ def test_classify_pure():
     assert p["c"] == pytest.approx(3.0)
     h = hypothesis_agreement(offs, L, A, m, np.array([0, 1]), p, 1e-4, 1e-5)
     assert h["scale"].sum() == 0 and h["group_scale"].sum() == 0 and h["sign"].sum() == 4
+
+
+def test_padded_lists(tmp_path, capsys):
+    """Fixed-width lists: advcli's rows end at the last mask=1 token; the padding is not compared."""
+    cols, gid, masks = make_dump(11)
+    ref = verl_grpo(cols["reward"], gid, masks)
+    W = max(len(m) for m in masks) + 3
+
+    def fixed(rows, typ):
+        flat = [x for r in rows for x in list(r) + [0] * (W - len(r))]
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat, typ), W)
+
+    ref[4] = [a + 2.0 for a in ref[4]]
+    t = pa.table({"prompt_id": cols["prompt_id"], "step": pa.array(cols["step"]),
+                  "reward": pa.array(cols["reward"], pa.float32()),
+                  "response_mask": fixed(masks, pa.int8()), "advantages": fixed(ref, pa.float32())})
+    p = str(tmp_path / "padded.parquet")
+    pq.write_table(t, p)
+    code, rep = audit_json(capsys, p, *VERL, "--no-search", "--chunk-rows", "5")
+    assert code == 1 and rep["rows_disagreeing"] == 1 and rep["worst"][0]["row"] == 4
+    assert rep["valid_tokens"] == sum(sum(m) for m in masks)

@@ -197,8 +197,7 @@ def _flat(batch, col: str, is_list: bool, offs_mask):
     return np.repeat(arr.to_numpy(zero_copy_only=False).astype(np.float64), np.diff(offs_mask))
 
 
-def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol, chunk_rows, extra=None,
-                 hyp=None):
+def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol, chunk_rows, hyp=None):
     """One pass. Without ``hyp``: the RowTable of run 0. With ``hyp`` = (params, row_group): the
     per-hypothesis disagreeing-token counts (run 1, when given, is the float64 recomputation)."""
     import numpy as np
@@ -206,10 +205,17 @@ def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol
     from ..audit import RowTable, compare_chunk, hypothesis_agreement
     from ._arrays import list_parts
 
+    import pyarrow as pa
+
     parts, counts, row0 = [], {}, 0
     for b, sides in _pairs(in_paths, side_paths, [logged_col, mask_col], chunk_rows):
         offs, m = list_parts(b.column(mask_col))
         L = _flat(b, logged_col, is_list, offs)
+        if pa.types.is_fixed_size_list(b.column(mask_col).type):
+            # padded lists: advcli's rows end at the last mask=1 token (L_i); compare those positions
+            keep = _trim_index(offs, list_parts(sides[0].column("advantages"))[0])
+            L, m = L[keep], m[keep]
+            offs = list_parts(sides[0].column("advantages"))[0]
         A = _flat(sides[0], "advantages", True, offs)
         mask = m != 0
         if hyp is None:
@@ -222,6 +228,16 @@ def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol
                 counts[k] = counts.get(k, 0) + int(v.sum())
         row0 += b.num_rows
     return RowTable.concat(parts) if hyp is None else counts
+
+
+def _trim_index(offs_full, offs_short):
+    """Flat indices of the first ``len_short[i]`` tokens of each row of a padded layout."""
+    import numpy as np
+
+    n = np.diff(offs_short)
+    if (n > np.diff(offs_full)).any():
+        raise AdvcliError("the recomputed rows are longer than the padded lists; please report this")
+    return np.repeat(offs_full[:-1], n) + (np.arange(int(n.sum())) - np.repeat(offs_short[:-1], n))
 
 
 def _groups(ins, cmap, cfg):

@@ -55,7 +55,7 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool) -> list[tuple[str,
     out: list[tuple[str, dict]] = []
     fl = get(flavor)
     for k, key in fl.keys.items():
-        if key.kind == "bool" and k in fl.keys:
+        if key.kind == "bool":
             cur = given.get(k, key.default)
             if isinstance(cur, bool):
                 out.append((flavor, {**given, k: not cur}))
@@ -200,12 +200,10 @@ def _flat(batch, col: str, is_list: bool, offs_mask):
 def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol, chunk_rows, hyp=None):
     """One pass. Without ``hyp``: the RowTable of run 0. With ``hyp`` = (params, row_group): the
     per-hypothesis disagreeing-token counts (run 1, when given, is the float64 recomputation)."""
-    import numpy as np
+    import pyarrow as pa
 
     from ..audit import RowTable, compare_chunk, hypothesis_agreement
     from ._arrays import list_parts
-
-    import pyarrow as pa
 
     parts, counts, row0 = [], {}, 0
     for b, sides in _pairs(in_paths, side_paths, [logged_col, mask_col], chunk_rows):
@@ -281,11 +279,9 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
     import numpy as np
 
     from ..audit import classify, fit_params, mixup_rows, worst_rows
-    from .resolve import resolve_cli_config
     from ..columns import resolve_columns
-    from ..config import parse_set
-    from ..flavors import resolve
     from ..io.reader import InputSet
+    from .resolve import resolve_cli_config
 
     if rtol < 0 or atol < 0:
         raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
@@ -296,8 +292,7 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
     logged_col, is_list = _logged_column(ins.schema, against, file0)
     cmap = resolve_columns(ins.schema, {**((cfg.get("columns") or {})), **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
-    given = dict(parse_set(set_)) if set_ else {}
-    given = {**given, **(native or {})}
+    given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
     what = auto_note or label(flavor, native or {}, cfg)
     tmp = tempfile.mkdtemp(prefix="advcli-audit-")
     try:

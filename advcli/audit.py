@@ -45,6 +45,8 @@ EXPLAIN = {
                    "left out of the group statistics)",
     "mixup": "a group mix-up: the logged values of the disagreeing rows are the recomputed values of other rows "
              "(rows permuted, or grouped under other ids)",
+    "nonfinite": "non-finite logged values: NaN or ±inf on mask=1 tokens where advcli's values are finite (a "
+                 "division by a zero std, an overflow, a NaN reward)",
     "masked": "masked positions: values differ on mask=0 tokens, which the loss does not read (not counted)",
     "isolated": "isolated rows: a few rows disagree while every other row agrees; no transform explains them "
                 "(corrupted, planted or overwritten values)",
@@ -237,12 +239,15 @@ def classify(rt: RowTable, hyp_bad: dict[str, int], mixup: int, rows_total: int)
             out.append({"kind": "masked", "tokens": masked, "rows": int((rt.bad_masked > 0).sum()),
                         "explanation": EXPLAIN["masked"]})
         return out
+    if int(rt.nonfinite_logged.sum()) > int(rt.nonfinite_recomputed.sum()):
+        out.append({"kind": "nonfinite", "explanation": EXPLAIN["nonfinite"],
+                    "tokens": int(rt.nonfinite_logged.sum()), "rows": int((rt.nonfinite_logged > 0).sum())})
     explained = [h for h in HYPOTHESES if h in hyp_bad and hyp_bad[h] == 0]
     for h in explained:
         out.append({"kind": h, "explanation": EXPLAIN[h], "tokens": bad_tokens, "rows": bad_rows})
     if not explained and bad_rows >= 2 and mixup == bad_rows:
         out.append({"kind": "mixup", "explanation": EXPLAIN["mixup"], "tokens": bad_tokens, "rows": bad_rows})
-    if not out:
+    if not explained and not any(f["kind"] == "mixup" for f in out):
         # partial explanations: a hypothesis that explains most of the disagreeing tokens
         best = min(((v, h) for h, v in hyp_bad.items()), default=None)
         if bad_rows <= max(3, rows_total // 100) and bad_rows < rows_total:

@@ -152,6 +152,8 @@ def run(
         result.inputs = list(inputs)
         result.warnings.insert(0, run_filter_note(spec, kept))
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
+    if prefiltered:
+        rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
     from .report import emit
 
     emit(rep, report, json_out, show)

@@ -305,3 +305,13 @@ def test_padded_lists(tmp_path, capsys):
     code, rep = audit_json(capsys, p, *VERL, "--no-search", "--chunk-rows", "5")
     assert code == 1 and rep["rows_disagreeing"] == 1 and rep["worst"][0]["row"] == 4
     assert rep["valid_tokens"] == sum(sum(m) for m in masks)
+
+
+def test_nonfinite_logged_values(tmp_path, capsys):
+    cols, masks, ref = _ref(12)
+    ref[2] = [float("nan")] * len(ref[2])
+    p = write(cols, tmp_path / "nan.parquet", ref)
+    code, rep = audit_json(capsys, p, *VERL, "--no-search")
+    assert code == 1 and rep["nonfinite_logged"] == sum(masks[2])
+    kinds = [f["kind"] for f in rep["findings"]]
+    assert kinds[:2] == ["nonfinite", "isolated"] and rep["worst"][0]["row"] == 2

@@ -167,6 +167,7 @@ def test_run_with_drop_uniform_equals_run_on_the_filtered_rows(tmp_path, capsys)
     for c in ("advantages", "returns", "prompt_id", "reward", "old_log_probs"):
         assert got.column(c).to_pylist() == ref.column(c).to_pylist()
     assert any("had not been sampled" in w for w in rep["warnings"])
+    assert rep["filter"]["rows_dropped"] == int((~keep).sum()) and rep["filter"]["per_step"]
     assert rep["inputs"] == [str(src)]
     assert not [p for p in tmp_path.iterdir() if "advcli-filter" in p.name]  # the temporary file is gone
     code, _, err = main_rc(capsys, "run", src, "-o", tmp_path / "side.parquet", *conf, "--drop-uniform",

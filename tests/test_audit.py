@@ -151,6 +151,9 @@ def test_names_the_setting_that_reproduces_the_logged_values(tmp_path, capsys):
     code, rep = audit_json(capsys, p, *VERL)
     assert code == 1
     assert "verl grpo with algorithm.norm_adv_by_std_in_grpo=false" in rep["matches"]
+    # every other flavor's group estimators ran on this dump (position flavors on its prompt_id groups)
+    ran = {c["flavor"] for c in rep["search"] if "skipped" not in c}
+    assert ran == {"verl", "nemo", "trl", "openrlhf", "roll", "advcli"}
     assert any(f["kind"] == "group_scale" for f in rep["findings"])  # std normalisation: one factor per group
     # the named configuration itself passes
     code, _ = audit_json(capsys, p, *VERL, "--set", "algorithm.norm_adv_by_std_in_grpo=false")

@@ -43,13 +43,13 @@ candidates does); 2: an error.
 LOGGED_DEFAULTS = ("advantages", "advantage")  # NeMo / slime / verl dumps; TRL
 
 
-def candidates(flavor: str, given: dict, has_prompt_id: bool) -> list[tuple[str, dict]]:
+def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | None = None) -> list[tuple[str, dict]]:
     """Configurations to try when the logged values disagree: (flavor, settings).
 
     The given flavor with one setting changed (every bool key flipped; TRL's scale_rewards), then the
     group estimators of every flavor (position-grouped flavors read the prompt_id groups,
-    ``advcli.group_by=id``), then canonical GRPO with other epsilons. A configuration the dump cannot
-    run (a missing column) is skipped."""
+    ``advcli.group_by=id``, with the dump's usual ``group_size`` as their n), then canonical GRPO with
+    other epsilons. A configuration the dump cannot run (a missing column) is skipped."""
     from ..flavors import get
 
     out: list[tuple[str, dict]] = []
@@ -64,6 +64,8 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool) -> list[tuple[str,
             out.append(("trl", {**given, "scale_rewards": s}))
     if has_prompt_id:
         by_id = {"advcli.group_by": "id"}
+        n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators
+        orl = {"rollout.n_samples_per_prompt": n, **by_id}
         out += [
             ("verl", {"algorithm.adv_estimator": "grpo"}),
             ("verl", {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False}),
@@ -76,14 +78,14 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool) -> list[tuple[str,
             ("nemo", {"grpo.adv_estimator.normalize_rewards": False}),
             ("nemo", {"grpo.adv_estimator.use_leave_one_out_baseline": False,
                       "grpo.adv_estimator.normalize_rewards": False}),
-            ("trl", {"scale_rewards": "group", **by_id}),
-            ("trl", {"scale_rewards": "batch", **by_id}),
-            ("trl", {"scale_rewards": "none", **by_id}),
-            ("trl", {"trainer": "rloo", "beta": 0.0, **by_id}),
-            ("openrlhf", {"algo.advantage.estimator": "group_norm", **by_id}),
-            ("openrlhf", {"algo.advantage.estimator": "dr_grpo", **by_id}),
-            ("openrlhf", {"algo.advantage.estimator": "rloo", "algo.kl.init_coef": 0.0, **by_id}),
-            ("roll", {"adv_estimator": "grpo", **by_id}),
+            ("trl", {"scale_rewards": "group", "num_generations": n, **by_id}),
+            ("trl", {"scale_rewards": "batch", "num_generations": n, **by_id}),
+            ("trl", {"scale_rewards": "none", "num_generations": n, **by_id}),
+            ("trl", {"trainer": "rloo", "beta": 0.0, "num_generations": n, **by_id}),
+            ("openrlhf", {"algo.advantage.estimator": "group_norm", **orl}),
+            ("openrlhf", {"algo.advantage.estimator": "dr_grpo", **orl}),
+            ("openrlhf", {"algo.advantage.estimator": "rloo", "algo.kl.init_coef": 0.0, **orl}),
+            ("roll", {"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n, **by_id}),
             ("advcli", {"estimator.name": "grpo", "estimator.eps": 1e-4}),
             ("advcli", {"estimator.name": "grpo", "estimator.eps": 1e-8}),
         ]
@@ -115,7 +117,10 @@ def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
             est = None
     if flavor == "nemo" and settings.get("ppo.adv_estimator.name"):
         est = "ppo " + str(settings["ppo.adv_estimator.name"])
-    shown = {k: v for k, v in settings.items() if k not in ("advcli.group_by", ek)}
+    hide = {"advcli.group_by", ek}
+    if settings.get("advcli.group_by") == "id":  # the group size keys say nothing once groups come from prompt_id
+        hide |= {"num_generations", "rollout.n_samples_per_prompt", "actor_infer.generating_args.num_return_sequences"}
+    shown = {k: v for k, v in settings.items() if k not in hide}
     s = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in shown.items())
     return (f"{flavor}" + (f" {est}" if est else "") + (f" with {s}" if s else "")
             + (" (groups by prompt_id)" if settings.get("advcli.group_by") == "id" else ""))
@@ -337,7 +342,9 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
         rep["findings"] = findings
         if bad_tokens and search:
             rep["search"] = _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col,
-                                    rtol, atol, chunk_rows, device, progress)
+                                    rtol, atol, chunk_rows, device, progress,
+                                    group_size=int(np.bincount(np.bincount(group)).argmax()) if group is not None
+                                    and group.size else None)
             matches = [c for c in rep["search"] if c.get("tokens_disagreeing") == 0]
             rep["matches"] = [c["label"] for c in matches]
     finally:
@@ -347,11 +354,11 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
 
 
 def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col, rtol, atol, chunk_rows,
-            device, progress):
+            device, progress, group_size=None):
     from ..flavors import resolve
 
     out = []
-    cands = candidates(flavor, given, cmap.has("prompt_id"))
+    cands = candidates(flavor, given, cmap.has("prompt_id"), group_size)
     for i, (fl, settings) in enumerate(cands):
         entry = {"flavor": fl, "settings": settings}
         try:

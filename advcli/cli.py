@@ -95,6 +95,9 @@ def run(
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("the run summary"),
     report: Optional[str] = opt.REPORT,
+    drop_uniform: bool = opt.DROP_UNIFORM,
+    solve_rate: Optional[str] = opt.SOLVE_RATE,
+    min_group_size: Optional[int] = opt.MIN_GROUP_SIZE,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .engines import check_engine
@@ -123,16 +126,34 @@ def run(
 
     tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
 
+    from .curate import make_spec
+
+    spec, prefiltered, kept = make_spec(drop_uniform, solve_rate, min_group_size), None, None
+    if spec.active:  # DAPO-style: the groups dropped before anything is computed (advcli.commands.filter)
+        from .commands.filter import prefilter_for_run
+
+        prefiltered, kept = prefilter_for_run(inputs, output, spec, columns, chunk_rows, force,
+                                            output_mode=output_mode)
     progress_cb, stop = progress(show)
     try:
-        result = run_engine(engine, inputs, output, cfg, flavor=flavor, native=native, column_overrides=columns,
-                            chunk_rows=chunk_rows, device=device, force=force, progress=progress_cb,
+        result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,
+                            native=native, column_overrides=columns, chunk_rows=chunk_rows, device=device,
+                            force=force, progress=progress_cb,
                             **({"output_mode": output_mode} if output_mode != "full" else {}),
                             **({"write_columns": write_columns} if write_columns is not None else {}),
                             ray_address=ray_address)
     finally:
         stop()
+        if prefiltered:
+            os.remove(prefiltered)
+    if prefiltered:
+        from .commands.filter import run_filter_note
+
+        result.inputs = list(inputs)
+        result.warnings.insert(0, run_filter_note(spec, kept))
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
+    if prefiltered:
+        rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
     from .report import emit
 
     emit(rep, report, json_out, show)

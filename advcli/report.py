@@ -33,7 +33,7 @@ import math
 import os
 from typing import Any, Iterable
 
-from . import __version__
+from . import __version__, report_health
 from .errors import AdvcliError, did_you_mean
 
 FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
@@ -92,7 +92,7 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
         "diagnostics": list(g("diagnostics", None) or []),
         "warnings": list(g("warnings", None) or []),
     }
-    for name in ("by_position", "groups"):
+    for name in ("by_position", "groups", "group_health"):
         if g(name) is not None:
             rep[name] = g(name)
     if extra:
@@ -133,10 +133,11 @@ def render(report: dict, fmt: str) -> str:
     raise AdvcliError(f"unknown report format {fmt!r}")
 
 
-def write_report(path: str, report: dict) -> str:
-    """Write ``report`` to ``path`` in the format its extension names; atomically. Returns the format."""
+def write_report(path: str, report: dict, renderer=None) -> str:
+    """Write ``report`` to ``path`` in the format its extension names; atomically. Returns the format.
+    ``renderer(report, fmt) -> str``: another command's own rendering (default :func:`render`)."""
     fmt = report_format(path)
-    text = render(report, fmt)
+    text = (renderer or render)(report, fmt)
     d, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(d, f".{name}.advcli-tmp-{os.getpid()}")
     try:
@@ -268,6 +269,8 @@ def print_summary(report: dict, console=None) -> None:
     steps = report.get("per_step") or []
     if len(steps) > 1:
         t.add_row("steps", f"{len(steps)} (per-step figures in --report or --json)")
+    if report.get("group_health"):
+        t.add_row("group health", _rich_escape(report_health.headline(report["group_health"])))
     for d in report.get("diagnostics") or []:
         count = d.get("count")
         if not count:
@@ -344,6 +347,7 @@ def to_markdown(report: dict) -> str:
     if groups:
         L += ["", "## Groups", ""] + _md_table(["figure", "value"], [[k, v] for k, v in groups.items()
                                                                       if not isinstance(v, (dict, list))])
+    L += report_health.markdown_lines(report.get("group_health"))
     for name, h in (report.get("histograms") or {}).items():
         edges, counts = h.get("edges") or [], h.get("counts") or []
         if not counts:
@@ -599,6 +603,7 @@ def to_html(report: dict) -> str:
     plots = [p for p in plots if p]
     if plots:
         H.append("<h2>Plots</h2><div class=\"grid\">" + "".join(plots) + "</div>")
+    H += report_health.html_parts(report.get("group_health"))
     metrics = report.get("metrics") or {}
     if metrics:
         H.append("<h2>Metrics</h2><div class=\"cols\">")

@@ -1,4 +1,5 @@
-"""The commands that look at data rather than compute it: inspect, validate, stats, compare.
+"""The commands besides run/explain/sample: inspect, validate, stats, compare (look at data), audit
+(recompute and check logged advantages) and filter (curate whole groups).
 
 Each lives in its own module and is registered on the typer app by :func:`register` (called from
 advcli.cli). Modules import only typer at import time; heavy imports happen inside the commands, so
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 
 def register(app) -> None:
+    from .audit import EPILOG as AUDIT_EPILOG, audit_cmd
     from .compare import EPILOG as COMPARE_EPILOG, RawArgsCommand, compare_cmd
+    from .filter import EPILOG as FILTER_EPILOG, filter_cmd
     from .helpstyle import Command
     from .inspect import EPILOG as INSPECT_EPILOG, inspect_cmd
     from .stats import EPILOG as STATS_EPILOG, stats_cmd
@@ -22,3 +25,5 @@ def register(app) -> None:
     app.command("validate", epilog=VALIDATE_EPILOG, cls=Command)(validate_cmd)
     app.command("stats", epilog=STATS_EPILOG, cls=Command)(stats_cmd)
     app.command("compare", epilog=COMPARE_EPILOG, cls=RawArgsCommand)(compare_cmd)
+    app.command("audit", epilog=AUDIT_EPILOG, cls=Command)(audit_cmd)
+    app.command("filter", epilog=FILTER_EPILOG, cls=Command)(filter_cmd)

@@ -45,3 +45,10 @@ def device(default: str = "auto", text: str = "auto (CUDA when present), cpu or 
 def json_out(what: str):
     """``--json``: print ``what`` as JSON on stdout instead of the terminal summary."""
     return typer.Option(False, "--json", help=f"Print {what} as JSON on stdout.")
+
+# group curation: `filter`, and `run` before computing (advcli.curate)
+DROP_UNIFORM = typer.Option(False, "--drop-uniform", help="Drop groups whose metric (reward) is the same for every "
+                                                          "row: they carry no learning signal.")
+SOLVE_RATE = typer.Option(None, "--solve-rate", metavar="LO:HI", help="Keep only groups whose mean metric lies in "
+                                                                      "[LO, HI], e.g. 0.1:0.9.")
+MIN_GROUP_SIZE = typer.Option(None, "--min-group-size", metavar="N", help="Drop groups with fewer than N rows.")

@@ -158,6 +158,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 
     # pass 1: the row table
     small = [cmap[r] for r in ("prompt_id", "step", "reward") if cmap.has(r)]
+    health_cols = _health_columns(ins.schema, cmap, prov)  # data source and reward components (group health)
+    small += [c for c in health_cols["source"] + health_cols["components"] if c not in small]
     cols1 = list(dict.fromkeys(small + [mask_col] + [c for c in (tls_col, tlr_col) if c]))
     parts: dict[str, list] = {c: [] for c in small}
     valid, score_parts, tlr_parts = [], [], []
@@ -235,7 +237,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         row0 += B
         if progress:
             progress("tokens", row0, R)
+    rs.has_advantages = has_adv  # a raw dump: no zero-advantage share
     out = rs.finish()
+    health = _group_health(rs, parts, ins.schema, health_cols) if out.get("group_health") else None
     metrics, per_step, hist = out["metrics"], out["per_step"], out["histograms"]
     if not has_adv:  # a raw dump: no advantages to describe
         drop = ("critic/advantages", "critic/returns", "critic/values", "critic/vf_explained_var", "groups/adv_sign")
@@ -262,6 +266,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     r.seconds = seconds
     r.config = (prov or {}).get("config") or {}
     r.metrics, r.per_step, r.histograms = metrics, per_step, hist
+    r.group_health = health
     r.diagnostics, r.warnings = [], []
     if has_adv:
         r.by_position = positions.result()
@@ -275,6 +280,46 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
                         extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
                                                                         "input_fingerprint")}} if prov else None)
+
+
+def _health_columns(schema, cmap, prov) -> dict:
+    """The columns group health splits by: the data source (advcli.curate.SOURCE_COLUMNS, or the
+    ``domain`` role) and the reward components (the run's ``reward.components`` for an advcli output,
+    and ``reward/*`` columns)."""
+    import pyarrow as pa
+
+    from ..curate import find_source_column
+
+    names = schema.names
+    src = find_source_column(names) or (cmap.names.get("domain") if cmap.has("domain") else None)
+    comps = list(((((prov or {}).get("config") or {}).get("reward") or {}).get("components")) or [])
+    comps += [c for c in names if c.startswith("reward/")]
+    numeric = lambda c: c in names and (pa.types.is_floating(schema.field(c).type)  # noqa: E731
+                                        or pa.types.is_integer(schema.field(c).type))
+    return {"source": [src] if src else [], "components": [c for c in dict.fromkeys(comps) if numeric(c)]}
+
+
+def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
+    """advcli.stats.group_health of the collector, split by data source and reward component."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..stats.group_health import of_run_stats
+
+    def col(c):
+        arr = pa.chunked_array(parts[c], type=schema.field(c).type)
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.cast(arr.type.value_type)
+        return arr.to_numpy(zero_copy_only=False)
+
+    source = names = None
+    if cols["source"]:
+        import pandas as pd
+
+        codes, uniq = pd.factorize(col(cols["source"][0]), sort=False, use_na_sentinel=False)
+        source, names = codes.astype(np.int64), [str(u) for u in uniq]
+    comps = {c: np.asarray(col(c), np.float64) for c in cols["components"]}
+    return of_run_stats(rs, source=source, source_names=names, components=comps or None)
 
 
 def stats_cmd(

@@ -125,6 +125,7 @@ class RunObserver:
         result.per_step = out["per_step"]
         if hasattr(result, "histograms"):
             result.histograms = out["histograms"]
+        result.group_health = out.get("group_health")
         diags = self.diag.finish()
         if hasattr(result, "diagnostics"):
             result.diagnostics = diags

@@ -22,3 +22,4 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     histograms: dict[str, Any] = field(default_factory=dict)  # advcli.stats (module docstring)
     diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)
+    group_health: dict | None = None  # advcli.stats.group_health (runs with groups)

@@ -34,6 +34,7 @@ class RunStats:
         self.adv_max = torch.full((R,), -math.inf, dtype=torch.float64)
         self.adv_finite = torch.zeros(R, dtype=torch.int64)  # how many valid advantages are finite
         self.adv_nonconstant = False  # a row with two different finite valid advantages was seen
+        self.adv_zero = torch.zeros(R, dtype=torch.int64)  # valid tokens whose advantage is 0 (group health)
         self.reservoir = TokenSample(reservoir)
         self.adv_hist = StreamHistogram(bins, seed_tokens=reservoir)
         self.rows_set = False
@@ -113,6 +114,8 @@ class RunStats:
             vv = torch.index_select(values.detach().to("cpu"), 0, sel).to(torch.float64)
             self.val.add(RowPartials.of_tokens(vv, voff, rows_minmax=not one), scope)
             self.ret_minus_val.add(RowPartials.of_tokens(rv - vv, voff, rows_minmax=not one), scope)
+        zc = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum((av == 0).to(torch.int64), 0)])
+        self.adv_zero[rows] = zc[voff[1:]] - zc[voff[:-1]]
         finite = av if pa.all_finite else av[torch.isfinite(av)]
         self.reservoir.add(av)
         self.adv_hist.add(finite)
@@ -132,6 +135,7 @@ class RunStats:
         self.valid[rows] = n
         scope = self._row_scope(rows, B)
         pa = RowPartials.of_rows(adv_row.detach().to("cpu", torch.float64), n)
+        self.adv_zero[rows] = torch.where(adv_row.detach().to("cpu") == 0, n, torch.zeros_like(n))
         self.adv.add(pa, scope)
         self.adv_sum[rows] = pa.raw_sum
         self.adv_min[rows], self.adv_max[rows], self.adv_finite[rows] = pa.mn, pa.mx, pa.count
@@ -216,4 +220,6 @@ class RunStats:
             hist["group_size"] = {"edges": [k + 0.5 for k in range(top + 1)], "counts": counts.tolist(),
                                   "underflow": 0, "overflow": 0, "over": "groups", "exact": True,
                                   "note": "groups per size (bin k holds the groups of k rows)"}
-        return {"metrics": metrics, "per_step": per_step, "histograms": hist}
+        from .group_health import of_run_stats
+
+        return {"metrics": metrics, "per_step": per_step, "histograms": hist, "group_health": of_run_stats(self)}

@@ -1,0 +1,70 @@
+"""Reports made of sections (``advcli audit``, ``advcli filter``): one list of sections, rendered as
+JSON (the report dict itself), Markdown or a self-contained HTML page in the style of advcli.report.
+
+A section is ``(title, kind, payload)``: ``kv`` [(label, value)], ``table`` (header, rows), ``text``
+[lines], ``svg`` [svg strings] (HTML only).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+Section = tuple[str, str, Any]
+
+
+def render_sections(report: dict, fmt: str, title: str, sections: list[Section]) -> str:
+    from ..report import CSS, _e, _html_table, _md_table
+
+    if fmt == "json":
+        return json.dumps(report, indent=2, default=str) + "\n"
+    if fmt == "md":
+        L = [f"# {title}", "", f"advcli {report.get('advcli_version', '')} · {report.get('created', '')}"]
+        for name, kind, payload in sections:
+            if kind == "svg" or not payload:
+                continue
+            L += ["", f"## {name}", ""]
+            if kind == "kv":
+                L += _md_table(["", ""], [[a, b] for a, b in payload])
+            elif kind == "table":
+                L += _md_table(payload[0], payload[1])
+            else:
+                L += [f"- {x}" for x in payload]
+        return "\n".join(L) + "\n"
+    H = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">",
+         f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>", f"<h1>{_e(title)}</h1>",
+         f'<div class="sub">advcli {_e(report.get("advcli_version", ""))} · {_e(report.get("created", ""))}</div>']
+    for name, kind, payload in sections:
+        if not payload:
+            continue
+        H.append(f"<h2>{_e(name)}</h2>")
+        if kind == "kv":
+            H.append(_html_table(None, [[a, b] for a, b in payload]))
+        elif kind == "table":
+            H.append('<div class="scroll">' + _html_table(payload[0], payload[1]) + "</div>")
+        elif kind == "svg":
+            H.append('<div class="grid">' + "".join(p for p in payload if p) + "</div>")
+        else:
+            H.append("".join(f"<p>{_e(x)}</p>" for x in payload))
+    H.append("</main></body></html>\n")
+    return "\n".join(H)
+
+
+def stamp(report: dict, command: str) -> dict:
+    """The fields every advcli report starts with."""
+    import datetime as dt
+
+    from .. import __version__
+
+    return {"report": "advcli/1", "command": command, "advcli_version": __version__,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **report}
+
+
+def write(path: str, report: dict, sections_of: Callable[[dict], tuple[str, list[Section]]]) -> None:
+    from ..report import write_report
+
+    def renderer(rep: dict, fmt: str) -> str:
+        title, sections = sections_of(rep)
+        return render_sections(rep, fmt, title, sections)
+
+    write_report(path, report, renderer)

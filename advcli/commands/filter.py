@@ -1,0 +1,194 @@
+"""``advcli filter DUMP --output OUT``: keep or drop whole groups (advcli.curate), rows unchanged.
+
+Also :func:`prefilter_for_run`: what ``advcli run --drop-uniform/--solve-rate/--min-group-size``
+does first — the kept rows into a temporary file beside the output, so that the run computes every
+group and batch statistic as if the dropped groups had never been sampled (DAPO's dynamic sampling).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional
+
+import typer
+
+from . import options as opt
+from ..errors import AdvcliError
+
+EPILOG = """
+[bold]Examples[/]
+
+  advcli filter sample_data/rollouts.parquet -o curated.parquet --drop-uniform
+  advcli filter dump.parquet -o curated.parquet --solve-rate 0.1:0.9 --min-group-size 4
+  advcli filter dump.parquet -o curated.parquet --metric acc --drop-uniform --report dropped.html
+  advcli run dump.parquet -o out.parquet --flavor verl --set algorithm.adv_estimator=grpo --drop-uniform
+
+A group is the rows sharing a prompt_id within a step (map another column with --column
+prompt_id=NAME). The output holds the kept rows in input order with every column unchanged; the
+summary (and --report .json/.md/.html) says what was dropped, per step and data source.
+"""
+
+
+def filter_cmd(
+    inputs: List[str] = opt.INPUTS,
+    output: str = typer.Option(..., "--output", "-o", metavar="PATH",
+                               help="Output Parquet file (one file for all inputs).", show_default=False),
+    metric: Optional[str] = typer.Option(None, "--metric", metavar="COLUMN",
+                                         help="The per-row number groups are judged by (default: reward)."),
+    drop_uniform: bool = opt.DROP_UNIFORM,
+    solve_rate: Optional[str] = opt.SOLVE_RATE,
+    min_group_size: Optional[int] = opt.MIN_GROUP_SIZE,
+    by: Optional[str] = typer.Option(None, "--by", metavar="COLUMN",
+                                     help="Data-source column for the per-source figures (default: the first of "
+                                          "data_source, domain, source, dataset, task present)."),
+    column: Optional[List[str]] = opt.COLUMN,
+    chunk_rows: int = opt.chunk_rows(8192),
+    force: bool = opt.FORCE,
+    report: Optional[str] = typer.Option(None, "--report", "-r", metavar="PATH",
+                                         help="Write what was dropped to PATH: .json, .md or .html."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
+    json_out: bool = opt.json_out("the summary"),
+):
+    """Keep or drop whole groups (uniform reward, solve rate, group size); rows and columns unchanged."""
+    from ..config import parse_column_maps
+    from ..curate import filter_file, make_spec
+    from ..report import check_report_path
+
+    spec = make_spec(drop_uniform, solve_rate, min_group_size)
+    if not spec.active:
+        raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI or "
+                                                              "--min-group-size N")
+    if report:
+        check_report_path(report, list(inputs) + [output])
+    from .progress import progress as _progress
+
+    cb, stop = _progress(not quiet and not json_out)
+    try:
+        summary = filter_file(inputs, output, spec, metric=metric, by=by, column_overrides=parse_column_maps(column),
+                              chunk_rows=chunk_rows, force=force, progress=cb)
+    finally:
+        stop()
+    from ._sections import stamp, write
+
+    rep = stamp(summary, "filter")
+    if report:
+        write(report, rep, filter_sections)
+    if json_out:
+        typer.echo(json.dumps(rep, default=str))
+    elif not quiet:
+        print_filter_summary(rep)
+        if report:
+            typer.echo(f"report: {report}", err=True)
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.1f}%" if b else "–"
+
+
+def filter_sections(rep: dict):
+    head = [("filter", _describe(rep.get("filter") or {})), ("metric", (rep.get("columns") or {}).get("metric")),
+            ("input", ", ".join(rep.get("inputs") or [])), ("output", rep.get("output")),
+            ("groups", f"{rep['groups']:,}: {rep['groups_kept']:,} kept, {rep['groups_dropped']:,} dropped "
+                       f"({_pct(rep['groups_dropped'], rep['groups'])})"),
+            ("rows", f"{rep['rows']:,}: {rep['rows_kept']:,} kept, {rep['rows_dropped']:,} dropped "
+                     f"({_pct(rep['rows_dropped'], rep['rows'])})"),
+            ("uniform groups", f"{rep['uniform_groups']:,} ({_pct(rep['uniform_groups'], rep['groups'])})"),
+            ("dropped: too small / uniform / solve rate",
+             f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} "
+             "groups (a group may have several reasons)")]
+    cols = ["groups", "groups_dropped", "rows", "rows_dropped", "uniform_groups", "dropped_min_group_size",
+            "dropped_uniform", "dropped_solve_rate"]
+    sections = [("Summary", "kv", head)]
+    svgs = []
+    for key, label in (("per_step", "step"), ("per_source", "source")):
+        entries = rep.get(key) or []
+        if entries:
+            sections.append((f"Per {label}", "table", ([label] + cols, [[str(e[label])] + [e[c] for c in cols]
+                                                                       for e in entries])))
+    steps = rep.get("per_step") or []
+    if len(steps) > 1:
+        from ..report import svg_lines
+
+        svgs.append(svg_lines([e["step"] for e in steps],
+                              {"groups dropped": [e["groups_dropped"] for e in steps],
+                               "uniform groups": [e["uniform_groups"] for e in steps]}, "groups by step", "step"))
+    sections.append(("Plots", "svg", svgs))
+    ex = rep.get("examples_dropped") or []
+    if ex:
+        sections.append(("Dropped groups (first listed)", "table",
+                         (["group", "step", "size", "mean metric", "reasons"],
+                          [[str(e["group"]), "" if e["step"] is None else str(e["step"]), e["size"], e["mean_metric"],
+                            ", ".join(e["reasons"])] for e in ex])))
+    return "advcli filter report", sections
+
+
+def _describe(f: dict) -> str:
+    parts = []
+    if f.get("drop_uniform"):
+        parts.append("--drop-uniform")
+    if f.get("solve_rate"):
+        parts.append(f"--solve-rate {f['solve_rate'][0]:g}:{f['solve_rate'][1]:g}")
+    if f.get("min_group_size"):
+        parts.append(f"--min-group-size {f['min_group_size']}")
+    return " ".join(parts)
+
+
+def print_filter_summary(rep: dict) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(stderr=True, highlight=False)
+    _, sections = filter_sections(rep)
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    for a, b in sections[0][2]:
+        t.add_row(escape(str(a)), escape(str(b)))
+    con.print(t)
+    for name, kind, payload in sections[1:]:
+        if kind != "table" or not payload:
+            continue
+        header, rows = payload
+        if len(rows) > 20:
+            con.print(f"[bold]{escape(name)}[/]: {len(rows)} entries (all in --report or --json)")
+            continue
+        tt = Table(title=name, title_justify="left", show_edge=False)
+        for h in header:
+            tt.add_column(h, justify="right")
+        for r in rows:
+            tt.add_row(*[escape(x if isinstance(x, str) else ("–" if x is None else f"{x:,}" if isinstance(x, int)
+                                                               else f"{x:.4g}")) for x in r])
+        con.print(tt)
+
+
+# ------------------------------------------------------------------------------- advcli run --drop-...
+def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,
+                      force: bool = False, metric: str | None = None, output_mode: str = "full") -> tuple[str, dict]:
+    """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
+    group-filter options. The file lies beside ``output`` (the caller removes it)."""
+    if output_mode != "full":  # its row_index would count the kept rows, not the input's
+        raise AdvcliError(f"--output-mode {output_mode} with --drop-uniform/--solve-rate/--min-group-size: the "
+                          "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
+                          hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
+    from ..curate import filter_file
+    from ..io.reader import expand_inputs
+    from ..io.writer import check_output_path
+
+    files = expand_inputs(inputs)
+    if len(files) != 1:
+        raise AdvcliError("--drop-uniform/--solve-rate/--min-group-size on `run` take one input file",
+                          hint="filter several files into one first: advcli filter IN... -o kept.parquet "
+                               "--drop-uniform, then advcli run kept.parquet")
+    check_output_path(output, files, force)  # before any work, against the real input
+    d, name = os.path.split(os.path.abspath(output))
+    tmp = os.path.join(d, f".{name}.advcli-filter-{os.getpid()}.parquet")
+    summary = filter_file(inputs, tmp, spec, metric=metric, column_overrides=column_overrides,
+                          chunk_rows=max(chunk_rows, 1), force=True)
+    return tmp, summary
+
+
+def run_filter_note(spec, summary: dict) -> str:
+    return (f"{spec.describe()}: advantages computed as if the {summary['groups_dropped']:,} dropped group(s) "
+            f"({summary['rows_dropped']:,} of {summary['rows']:,} rows) had not been sampled (DAPO dynamic "
+            f"sampling); the output holds the {summary['rows_kept']:,} kept rows in input order")

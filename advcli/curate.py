@@ -1,0 +1,323 @@
+"""Group curation: which whole groups ``advcli filter`` (and ``advcli run --drop-uniform ...``) keeps.
+
+A group is the rows sharing a ``prompt_id`` within one ``step`` (the same key ``advcli stats`` and the
+GRPO-style estimators use). For each group, over its metric values ``m`` (default the ``reward``
+column):
+
+- ``--drop-uniform`` drops it when every row has the same value (``nunique(m, dropna=False) == 1``:
+  an all-NaN group is uniform, a group mixing NaN and numbers is not). Such a group carries no
+  learning signal: every group-relative advantage is 0 (DAPO's dynamic sampling drops them);
+- ``--solve-rate LO:HI`` keeps it only when ``LO <= mean(m) <= HI`` (the mean over the non-NaN
+  values, in float64; a group with no number is dropped);
+- ``--min-group-size N`` drops it when it has fewer than ``N`` rows.
+
+:func:`group_decisions` is the pure, vectorised part (numpy over the small columns, no loop over
+rows or groups); :func:`read_small_columns` reads those columns in one streaming pass and
+:func:`copy_kept_rows` streams every column of the kept rows, unchanged and in order, into an atomic
+output (:class:`advcli.io.writer.AtomicParquetWriter`). Memory: the small columns of the whole input
+(a few bytes per row) plus one chunk.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import AdvcliError
+
+SOURCE_COLUMNS = ("data_source", "domain", "source", "dataset", "task")  # data-source-like columns, first found
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """What to drop. ``solve_rate``: (lo, hi) inclusive, or None."""
+
+    drop_uniform: bool = False
+    solve_rate: tuple[float, float] | None = None
+    min_group_size: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.drop_uniform or self.solve_rate is not None or (self.min_group_size or 0) > 1
+
+    def describe(self) -> str:
+        parts = []
+        if self.drop_uniform:
+            parts.append("--drop-uniform")
+        if self.solve_rate is not None:
+            parts.append(f"--solve-rate {self.solve_rate[0]:g}:{self.solve_rate[1]:g}")
+        if self.min_group_size:
+            parts.append(f"--min-group-size {self.min_group_size}")
+        return " ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"drop_uniform": self.drop_uniform, "solve_rate": list(self.solve_rate) if self.solve_rate else None,
+                "min_group_size": self.min_group_size}
+
+
+def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
+    """``"LO:HI"`` -> (lo, hi), checked (0.1:0.9, :0.5 for 0..0.5, 0.2: for 0.2..1)."""
+    if text is None:
+        return None
+    if ":" not in text:
+        raise AdvcliError(f"--solve-rate {text!r}: expected LO:HI, e.g. 0.1:0.9 (keeps groups whose mean metric lies "
+                          "in [LO, HI])")
+    lo_s, hi_s = text.split(":", 1)
+    try:
+        lo = float(lo_s) if lo_s.strip() else 0.0
+        hi = float(hi_s) if hi_s.strip() else 1.0
+    except ValueError:
+        raise AdvcliError(f"--solve-rate {text!r}: LO and HI must be numbers, e.g. 0.1:0.9") from None
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        raise AdvcliError(f"--solve-rate {text!r}: need finite LO <= HI")
+    return lo, hi
+
+
+def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None) -> FilterSpec:
+    if min_group_size is not None and min_group_size < 1:
+        raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
+    return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size)
+
+
+def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec) -> dict[str, np.ndarray]:
+    """Per group ``g`` (codes ``0..G-1`` in ``group``, one per row) the figures and the decision.
+
+    Returns ``size``, ``mean`` (nanmean of the metric, float64), ``uniform``, the per-reason drop flags
+    ``drop_min_size``, ``drop_uniform``, ``drop_solve_rate`` and ``keep`` (no reason applies), all of
+    length G. Vectorised: one stable sort of the codes and ``reduceat`` over the sorted metric.
+    """
+    group = np.asarray(group, np.int64)
+    m = np.asarray(metric, np.float64)
+    G = int(group.max()) + 1 if group.size else 0
+    size = np.bincount(group, minlength=G)
+    nan = np.isnan(m)
+    n_nan = np.bincount(group, weights=nan.astype(np.float64), minlength=G)
+    mz = np.where(nan, 0.0, m)
+    s = np.bincount(group, weights=mz, minlength=G)
+    n_num = size - n_nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n_num > 0, s / np.maximum(n_num, 1), np.nan)
+    # min and max over the numbers of each group: sort by group, reduceat at the group starts
+    order = np.argsort(group, kind="stable")
+    gs = group[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]]) if gs.size else np.zeros(0, np.int64)
+    lo_v = np.where(nan, np.inf, m)[order]
+    hi_v = np.where(nan, -np.inf, m)[order]
+    gmin = np.full(G, np.inf)
+    gmax = np.full(G, -np.inf)
+    if gs.size:
+        gmin[gs[starts]] = np.minimum.reduceat(lo_v, starts)
+        gmax[gs[starts]] = np.maximum.reduceat(hi_v, starts)
+    uniform = (n_nan == size) | ((n_nan == 0) & (gmin == gmax))
+    drop_min = size < spec.min_group_size if spec.min_group_size else np.zeros(G, bool)
+    drop_uni = uniform if spec.drop_uniform else np.zeros(G, bool)
+    if spec.solve_rate is not None:
+        lo, hi = spec.solve_rate
+        with np.errstate(invalid="ignore"):
+            drop_sr = ~((mean >= lo) & (mean <= hi))  # NaN mean: dropped
+    else:
+        drop_sr = np.zeros(G, bool)
+    keep = ~(drop_min | drop_uni | drop_sr)
+    return {"size": size, "mean": mean, "uniform": uniform, "drop_min_size": drop_min, "drop_uniform": drop_uni,
+            "drop_solve_rate": drop_sr, "keep": keep}
+
+
+@dataclass
+class SmallColumns:
+    """The whole input's small columns, one entry per row (input order, files concatenated)."""
+
+    rows: int
+    group: np.ndarray  # group code per row ((step, prompt_id) pairs, first-appearance order)
+    group_ids: list  # the prompt_id of each group code
+    group_steps: list  # the step of each group code (None without a step column)
+    metric: np.ndarray  # float64
+    step: np.ndarray | None
+    source: np.ndarray | None  # data-source code per row
+    source_names: list = field(default_factory=list)
+    columns: dict = field(default_factory=dict)  # role -> column name used
+
+
+def find_source_column(names: list[str], explicit: str | None = None) -> str | None:
+    if explicit:
+        if explicit not in names:
+            from .errors import did_you_mean
+            raise AdvcliError(f"--by {explicit!r}: no such column.{did_you_mean(explicit, names)}")
+        return explicit
+    return next((c for c in SOURCE_COLUMNS if c in names), None)
+
+
+def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk_rows: int = 65536) -> SmallColumns:
+    """One streaming pass over the group id, step, metric and data-source columns of ``ins``."""
+    import pyarrow as pa
+
+    from .commands._arrays import keys_codes, numeric
+
+    file0 = ins.paths[0]
+    pid = cmap.require("prompt_id", "groups are the rows sharing a prompt_id (within a step)")
+    if metric_col not in ins.schema.names:
+        from .errors import did_you_mean
+        raise AdvcliError(f"{file0}: no metric column {metric_col!r}.{did_you_mean(metric_col, ins.schema.names)} "
+                          f"Columns present: {', '.join(ins.schema.names)}", hint="name it with --metric COLUMN")
+    mt = ins.schema.field(metric_col).type
+    if not (pa.types.is_integer(mt) or pa.types.is_floating(mt) or pa.types.is_boolean(mt)):
+        raise AdvcliError(f"{file0}: metric column {metric_col!r} has type {mt}; expected one number per row",
+                          hint="name a numeric column with --metric COLUMN")
+    step_col = cmap.names.get("step")
+    cols = list(dict.fromkeys(c for c in (pid, metric_col, step_col, source_col) if c))
+    parts: dict[str, list] = {c: [] for c in cols}
+    for _, _, batch in ins.iter_batches(cols, chunk_rows):
+        for c in cols:
+            parts[c].append(batch.column(c))
+    R = ins.num_rows
+
+    def chunked(c):
+        return pa.chunked_array(parts[c], type=ins.schema.field(c).type)
+
+    metric = np.asarray(chunked(metric_col).to_numpy(zero_copy_only=False), np.float64) if R else np.zeros(0)
+    pcodes, puniq = keys_codes(chunked(pid)) if R else (np.zeros(0, np.int64), np.zeros(0))
+    if (pcodes < 0).any():
+        raise AdvcliError(f"{file0}: column {pid!r} has null group ids; every row needs one")
+    step = None
+    if step_col:
+        step = numeric(chunked(step_col), step_col, file0).astype(np.int64) if R else np.zeros(0, np.int64)
+        pair = np.stack([step, pcodes])
+        # first-appearance order of the (step, prompt_id) pairs
+        _, first, inv = np.unique(pair, axis=1, return_index=True, return_inverse=True)
+        rank = np.empty(first.size, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+        group = rank[inv.ravel()]
+        order = np.sort(first)
+        gids, gsteps = [puniq[pcodes[i]] for i in order], [int(step[i]) for i in order]
+    else:
+        group = pcodes
+        gids, gsteps = list(puniq), [None] * len(puniq)
+    source, source_names = None, []
+    if source_col:
+        arr = chunked(source_col)
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.cast(arr.type.value_type)
+        vals = arr.to_numpy(zero_copy_only=False)
+        import pandas as pd
+        codes, uniq = pd.factorize(vals, sort=False, use_na_sentinel=False)
+        source, source_names = codes.astype(np.int64), [None if (u is None or u != u) else _plain(u) for u in uniq]
+    return SmallColumns(R, np.asarray(group, np.int64), [_plain(g) for g in gids], gsteps, metric, step, source,
+                        source_names, {"prompt_id": pid, "metric": metric_col, "step": step_col, "source": source_col})
+
+
+def _plain(v):
+    """numpy scalars and bytes as JSON-able Python values."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def summarize(small: SmallColumns, dec: dict[str, np.ndarray], spec: FilterSpec, top: int = 10) -> dict:
+    """What was kept and dropped: totals, and per step and data source (rows and groups, by reason)."""
+    keep_row = dec["keep"][small.group]
+    G = dec["keep"].size
+    gsize = dec["size"]
+
+    def block(gmask: np.ndarray, rmask: np.ndarray) -> dict:
+        return {"groups": int(gmask.sum()), "rows": int(rmask.sum()),
+                "groups_kept": int((gmask & dec["keep"]).sum()), "rows_kept": int((rmask & keep_row).sum()),
+                "groups_dropped": int((gmask & ~dec["keep"]).sum()), "rows_dropped": int((rmask & ~keep_row).sum()),
+                "dropped_min_group_size": int((gmask & dec["drop_min_size"]).sum()),
+                "dropped_uniform": int((gmask & dec["drop_uniform"]).sum()),
+                "dropped_solve_rate": int((gmask & dec["drop_solve_rate"]).sum()),
+                "uniform_groups": int((gmask & dec["uniform"]).sum())}
+
+    allg = np.ones(G, bool)
+    out = {"filter": spec.as_dict(), "columns": small.columns, **block(allg, np.ones(small.rows, bool))}
+    if small.step is not None:
+        gstep = np.asarray(small.group_steps, np.int64)
+        out["per_step"] = [{"step": int(s), **block(gstep == s, small.step == s)} for s in np.unique(gstep)]
+    if small.source is not None:
+        # a group's source: that of its first row (a group normally has one)
+        first = np.full(G, -1, np.int64)
+        first[small.group[::-1]] = np.arange(small.rows)[::-1]
+        gsrc = small.source[first]
+        out["per_source"] = [{"source": name, **block(gsrc == k, small.source == k)}
+                             for k, name in enumerate(small.source_names)]
+        mixed = np.bincount(small.group, minlength=G)  # rows per group
+        same = np.bincount(small.group, weights=(small.source == gsrc[small.group]).astype(float), minlength=G)
+        n_mixed = int((same != mixed).sum())
+        if n_mixed:
+            out["groups_with_several_sources"] = n_mixed
+    dropped = np.flatnonzero(~dec["keep"])[:top]
+    out["examples_dropped"] = [
+        {"group": small.group_ids[g], "step": small.group_steps[g], "size": int(gsize[g]),
+         "mean_metric": None if not np.isfinite(dec["mean"][g]) else float(dec["mean"][g]),
+         "reasons": [r for r, k in (("min_group_size", "drop_min_size"), ("uniform", "drop_uniform"),
+                                    ("solve_rate", "drop_solve_rate")) if dec[k][g]]} for g in dropped]
+    return out
+
+
+def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, metadata_note: dict | None = None,
+                   progress=None) -> int:
+    """Every column of the rows with ``keep_row`` (input order, files concatenated) into ``target``,
+    unchanged and in order; atomic (nothing at ``target`` unless complete). Returns the rows written."""
+    import pyarrow as pa
+
+    from .io.writer import AtomicParquetWriter
+
+    schema = ins.schema
+    if metadata_note is not None:
+        meta = dict(schema.metadata or {})
+        meta[b"advcli_filter"] = json.dumps(metadata_note, default=str).encode()
+        schema = schema.with_metadata(meta)
+    w = AtomicParquetWriter(target, schema)
+    row0 = 0
+    written = 0
+    try:
+        for _, _, batch in ins.iter_batches(schema.names, chunk_rows):
+            n = batch.num_rows
+            k = keep_row[row0:row0 + n]
+            row0 += n
+            if k.all():
+                out = batch
+            elif not k.any():
+                continue
+            else:
+                out = batch.filter(pa.array(k))
+            w.write(out.replace_schema_metadata(schema.metadata))
+            written += out.num_rows
+            if progress:
+                progress("copy", row0, keep_row.size)
+        w.commit()
+    except BaseException:
+        w.abort()
+        raise
+    return written
+
+
+def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str | None = None,
+                by: str | None = None, column_overrides: dict | None = None, chunk_rows: int = 8192,
+                force: bool = False, progress=None) -> dict:
+    """``advcli filter``: decide per group from the small columns, then copy the kept rows. Returns the
+    summary dict (:func:`summarize` plus inputs/output/rows_written)."""
+    from .columns import resolve_columns
+    from .io.reader import InputSet
+    from .io.writer import check_output_path, clean_stale_temps
+
+    if chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    ins = InputSet.open(inputs)
+    check_output_path(output, ins.paths, force)
+    cmap = resolve_columns(ins.schema, column_overrides or {}, ins.paths[0])
+    metric_col = metric or (cmap.names.get("reward") or "reward")
+    source_col = find_source_column(ins.schema.names, by)
+    small = read_small_columns(ins, cmap, metric_col, source_col)
+    dec = group_decisions(small.group, small.metric, spec)
+    summary = summarize(small, dec, spec)
+    clean_stale_temps(output)
+    n = copy_kept_rows(ins, dec["keep"][small.group], output, chunk_rows,
+                       metadata_note={"filter": spec.as_dict(), "metric": metric_col,
+                                      "inputs": [os.path.basename(p) for p in ins.paths],
+                                      "rows_in": small.rows, "rows_kept": summary["rows_kept"]},
+                       progress=progress)
+    summary.update(inputs=ins.paths, output=output, rows_written=n)
+    return summary

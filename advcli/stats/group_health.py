@@ -1,0 +1,157 @@
+"""Group health: how much learning signal the groups of a dump carry (issue 16, part 2).
+
+A group (the rows of one prompt within one step) whose rewards are all equal gives every
+group-relative estimator (GRPO, RLOO, ...) a zero advantage: no gradient. Users want to count those,
+see them per step and per data source, and filter them (``advcli filter --drop-uniform``). Figures,
+from the per-row table only (numpy, vectorised; no pass over the tokens):
+
+- per block (the whole run, each step, each data source): ``groups``, ``rows``, ``uniform_groups`` /
+  ``uniform_share`` (every reward equal, ``nunique(dropna=False) == 1``, groups of one included),
+  ``zero_adv_token_share`` (valid tokens whose advantage is exactly 0; when there are advantages),
+  ``singleton_groups``, ``partial_groups`` (fewer rows than the usual group size), ``solve_rate`` (mean
+  over groups of the group's mean reward), ``solved_all_share`` / ``solved_none_share`` (0/1 rewards);
+- ``solve_rate_histogram``: groups per mean reward — the solve rate when rewards are 0/1 (10 bins over
+  [0, 1], the last one closed), else the mean reward over [min, max];
+- ``group_sizes``: groups per size, the usual (most common) size, and flags for uneven sizes,
+  partial and singleton groups;
+- ``length_by_outcome``: response length (the list length L_i) of solved rows (reward > 0) and
+  unsolved rows: count, mean, median;
+- ``per_component``: per reward component column (``reward.components``, ``reward/*``): uniform
+  groups and solve rate of that component alone.
+
+A data source is a ``data_source``/``domain``-like column (advcli.curate.SOURCE_COLUMNS); a group's
+source is its first row's.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SOLVE_BINS = 10
+
+
+def _f(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def _binary(r: np.ndarray) -> bool:
+    fin = r[np.isfinite(r)]
+    return fin.size > 0 and bool(np.isin(fin, (0.0, 1.0)).all())
+
+
+def _per_group(group: np.ndarray, reward: np.ndarray):
+    from ..curate import FilterSpec, group_decisions
+
+    d = group_decisions(group, reward, FilterSpec())
+    return d["size"], d["mean"], d["uniform"]
+
+
+def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, length: np.ndarray, *,
+                 step: np.ndarray | None = None, step_values: list | None = None,
+                 source: np.ndarray | None = None, source_names: list | None = None,
+                 zero_adv: np.ndarray | None = None, components: dict[str, np.ndarray] | None = None) -> dict:
+    """The group-health figures (module docstring). ``group``: group code per row (0..G-1, first
+    appearance or any order); ``step``: step code per row (0..S-1, values ``step_values``);
+    ``source``: source code per row (names ``source_names``); ``zero_adv``: valid tokens with
+    advantage 0 per row (None: no advantages); ``components``: {name: reward per row}."""
+    group = np.asarray(group, np.int64)
+    reward = np.asarray(reward, np.float64)
+    valid = np.asarray(valid, np.int64)
+    length = np.asarray(length, np.int64)
+    R = group.size
+    size, mean, uniform = _per_group(group, reward)
+    G = size.size
+    present = size > 0
+    sizes = size[present]
+    usual = int(np.bincount(sizes).argmax()) if sizes.size else 0
+    binary = _binary(reward)
+    first = np.full(G, -1, np.int64)
+    first[group[::-1]] = np.arange(R)[::-1]
+
+    def block(gsel: np.ndarray, rsel: np.ndarray) -> dict[str, Any]:
+        gsel = gsel & present
+        n = int(gsel.sum())
+        out: dict[str, Any] = {"groups": n, "rows": int(rsel.sum()),
+                               "uniform_groups": int((uniform & gsel).sum()),
+                               "uniform_share": _f((uniform & gsel).sum() / n) if n else None,
+                               "singleton_groups": int(((size == 1) & gsel).sum()),
+                               "partial_groups": int(((size < usual) & gsel).sum()),
+                               "solve_rate": _f(np.nanmean(mean[gsel])) if n and np.isfinite(mean[gsel]).any() else None}
+        if binary and n:
+            out["solved_all_share"] = _f(((mean == 1.0) & gsel).sum() / n)
+            out["solved_none_share"] = _f(((mean == 0.0) & gsel).sum() / n)
+        if zero_adv is not None:
+            v = int(valid[rsel].sum())
+            out["zero_adv_token_share"] = _f(np.asarray(zero_adv)[rsel].sum() / v) if v else None
+        return out
+
+    h: dict[str, Any] = {"overall": block(np.ones(G, bool), np.ones(R, bool)), "binary_rewards": binary}
+    if step is not None and step_values is not None and len(step_values) > 1:
+        step = np.asarray(step, np.int64)
+        gstep = step[first.clip(min=0)]
+        h["per_step"] = [{"step": sv, **block(gstep == k, step == k)} for k, sv in enumerate(step_values)]
+    if source is not None and source_names:
+        source = np.asarray(source, np.int64)
+        gsrc = source[first.clip(min=0)]
+        h["per_source"] = [{"source": str(nm), **block(gsrc == k, source == k)} for k, nm in enumerate(source_names)]
+    # solve-rate histogram: groups per mean reward
+    gm = mean[present & np.isfinite(mean)]
+    if gm.size:
+        lo, hi = (0.0, 1.0) if binary else (float(gm.min()), float(gm.max()))
+        if hi == lo:
+            hi = lo + 1.0
+        counts, edges = np.histogram(gm, bins=SOLVE_BINS, range=(lo, hi))
+        h["solve_rate_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist(), "over": "groups",
+                                     "note": ("solve rate (mean 0/1 reward) per group" if binary
+                                              else "mean reward per group")}
+    # group sizes
+    if sizes.size:
+        bc = np.bincount(sizes)
+        flags = []
+        if np.count_nonzero(bc) > 1:
+            flags.append(f"uneven group sizes ({np.count_nonzero(bc)} different sizes; usual {usual})")
+        n_partial = int((sizes < usual).sum())
+        if n_partial:
+            flags.append(f"{n_partial} partial group(s) with fewer than {usual} rows")
+        n_single = int((sizes == 1).sum())
+        if n_single:
+            flags.append(f"{n_single} singleton group(s): group-relative advantages are 0 (or the raw reward)")
+        h["group_sizes"] = {"sizes": [int(k) for k in np.flatnonzero(bc)], "counts": [int(c) for c in bc[bc > 0]],
+                            "usual": usual, "min": int(sizes.min()), "max": int(sizes.max()), "flags": flags}
+    # response length by outcome
+    fin = np.isfinite(reward)
+    solved = fin & (reward > 0)
+    unsolved = fin & ~(reward > 0)
+    lbo = {}
+    for name, sel in (("solved", solved), ("unsolved", unsolved)):
+        x = length[sel]
+        lbo[name] = {"rows": int(sel.sum()), "mean": _f(x.mean()) if x.size else None,
+                     "median": _f(np.median(x)) if x.size else None}
+    h["length_by_outcome"] = lbo
+    comps = []
+    for name, vals in (components or {}).items():
+        cv = np.asarray(vals, np.float64)
+        s2, m2, u2 = _per_group(group, cv)
+        p2 = s2 > 0
+        n = int(p2.sum())
+        comps.append({"component": name, "uniform_groups": int((u2 & p2).sum()),
+                      "uniform_share": _f((u2 & p2).sum() / n) if n else None,
+                      "solve_rate": _f(np.nanmean(m2[p2])) if n and np.isfinite(m2[p2]).any() else None,
+                      "binary": _binary(cv)})
+    if comps:
+        h["per_component"] = comps
+    return h
+
+
+def of_run_stats(st, source=None, source_names=None, components=None) -> dict | None:
+    """:func:`group_health` of a :class:`advcli.stats.RunStats` after its chunks (None without groups)."""
+    g = st.groups
+    if g is None or g.num_groups == 0:
+        return None
+    step = st.scopes.codes.numpy() if st.scopes is not None else None
+    zero = st.adv_zero.numpy() if getattr(st, "has_advantages", True) else None
+    return group_health(g.codes.numpy(), st.raw_score.numpy(), st.valid.numpy(), st.resp_len.numpy(),
+                        step=step, step_values=st.step_values, source=source, source_names=source_names,
+                        zero_adv=zero, components=components)

@@ -10,6 +10,7 @@ import typer
 from . import __version__
 from .commands import _options as opt
 from .errors import AdvcliError
+from .formats import check_config, finish_outputs, open_inputs
 
 app = typer.Typer(
     name="advcli",
@@ -53,6 +54,7 @@ def resolve_cli_config(inputs: List[str], flavor: Optional[str], set_: Optional[
     columns = parse_column_maps(column)
     flavor, settings, auto_note = _default_settings(flavor, inputs, settings)
     cfg, native = resolve(flavor, settings, config)
+    check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     if padded is not None:
         cfg["padded"] = padded
     return flavor, cfg, native, columns, auto_note
@@ -106,6 +108,7 @@ def run(
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
+    from_: Optional[str] = opt.FROM,
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once (results do not "
                                                               "depend on it)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when present), cpu or cuda."),
@@ -144,6 +147,7 @@ def run(
     from .engines import check_engine
 
     check_engine(engine)
+    inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     if output_mode not in ("full", "sidecar"):
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
@@ -176,6 +180,7 @@ def run(
                             ray_address=ray_address)
     finally:
         stop()
+    finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     from .report import emit
 

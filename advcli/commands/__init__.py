@@ -1,4 +1,4 @@
-"""The commands that look at data rather than compute it: inspect, validate, stats, compare.
+"""The commands that look at data rather than compute it: inspect, validate, stats, compare, convert.
 
 Each lives in its own module and is registered on the typer app by :func:`register` (called from
 advcli.cli). Modules import only typer at import time; heavy imports happen inside the commands, so
@@ -12,8 +12,10 @@ def register(app) -> None:
     from .inspect import EPILOG as INSPECT_EPILOG, inspect_cmd
     from .stats import EPILOG as STATS_EPILOG, stats_cmd
     from .validate import EPILOG as VALIDATE_EPILOG, validate_cmd
+    from .convert import EPILOG as CONVERT_EPILOG, convert_cmd
 
     app.command("inspect", epilog=INSPECT_EPILOG)(inspect_cmd)
     app.command("validate", epilog=VALIDATE_EPILOG)(validate_cmd)
     app.command("stats", epilog=STATS_EPILOG)(stats_cmd)
     app.command("compare", epilog=COMPARE_EPILOG, cls=RawArgsCommand)(compare_cmd)
+    app.command("convert", epilog=CONVERT_EPILOG)(convert_cmd)

@@ -419,6 +419,8 @@ def compare_cmd(
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows held in memory at once."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda (for the two configurations)."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT", help="Read the dump as this trainer dump "
+                                        "format (default: recognised from file names and keys)."),
 ):
     """Compare two sets of advantages: correlation, sign agreement, per-group differences."""
     from ..config import parse_column_maps
@@ -437,6 +439,9 @@ def compare_cmd(
             raise AdvcliError(f"compare: one input needs exactly two configurations; got {len(configs)}",
                               hint="advcli compare DUMP --flavor verl --set algorithm.adv_estimator=grpo "
                                    "--flavor verl --set algorithm.adv_estimator=rloo")
+        from ..formats import open_inputs
+
+        paths = open_inputs(paths, from_)  # a trainer dump -> canonical Parquet
         res = compare_configurations(paths[0], configs, columns=columns, top=top, chunk_rows=chunk_rows,
                                      device=device, quiet=json_out)
     else:

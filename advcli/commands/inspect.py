@@ -312,11 +312,18 @@ def inspect_cmd(
     column: Optional[List[str]] = typer.Option(None, "--column", metavar="ROLE=NAME",
                                                help="Read a role from another column, e.g. reward=score."),
     json_out: bool = typer.Option(False, "--json", help="Print everything as JSON on stdout."),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT", help="Read INPUT as this trainer dump "
+                                        "format (default: recognised from file names and keys)."),
 ):
     """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
     from ..config import parse_column_maps
 
-    data = inspect_data(inputs, parse_column_maps(column))
+    from ..formats import describe, open_inputs, print_dump
+
+    inputs = open_inputs(inputs, from_, synth_mask=False)  # trainer dumps -> canonical Parquet
+    data = describe(inspect_data(inputs, parse_column_maps(column)), inputs)
+    if not json_out:
+        print_dump(data)
     if json_out:
         typer.echo(json.dumps(data, default=str))
     else:

@@ -280,6 +280,8 @@ def stats_cmd(
     chunk_rows: int = typer.Option(8192, "--chunk-rows", help="Rows held in memory at once."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
     json_out: bool = typer.Option(False, "--json", help="Print every figure as JSON on stdout."),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT", help="Read INPUT as this trainer dump "
+                                        "format (default: recognised from file names and keys)."),
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
@@ -289,6 +291,9 @@ def stats_cmd(
         check_report_path(report, inputs)
     from ..cli import _progress
 
+    from ..formats import open_inputs
+
+    inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
     show = not quiet and not json_out
     cb, stop = _progress(show)
     try:

@@ -36,6 +36,7 @@ def validate_cmd(
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
+    from_: Optional[str] = opt.FROM,
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Also check that this output path is "
                                                                       "usable (nothing is written)."),
     force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),
@@ -47,7 +48,10 @@ def validate_cmd(
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
 
+    from ..formats import open_inputs
+
     try:
+        inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
         result, what = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device)
     except AdvcliError as e:
         if json_out:

@@ -550,7 +550,7 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         if key not in _CONVERTED:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
-            target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{stem}.parquet")
+            target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{stem}.{forced.name if forced else 'dump'}.parquet")
             info = convert(spec, target, forced, synth_mask=synth_mask)
             _CONVERTED[key] = info
             IMPORTED[target] = info

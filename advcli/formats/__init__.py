@@ -471,13 +471,15 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool):
             if k not in f.columns and k not in extra_names:
                 extra_names.append(k)
     for k in extra_names:
-        vals = [r.get(k) for r in rows]
+        first = next((r[k] for r in rows if r.get(k) is not None), None)  # the first record's type rules
         try:
-            typ = pa.array(vals).type
+            typ = pa.array([first]).type
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             typ = pa.string()
         if pa.types.is_null(typ):
             typ = pa.string()
+        if pa.types.is_integer(typ) and any(isinstance(r.get(k), float) for r in rows):
+            typ = pa.float64()  # 1 and 0.5 in one field: a float field
         if pa.types.is_floating(typ):
             typ = pa.float64()
         fields.append(pa.field(k, typ))
@@ -563,6 +565,14 @@ def info_for(path: str) -> ImportInfo | None:
 
 
 # ------------------------------------------------------------------------- response-level runs
+# token-level estimators whose result is one value per row in these settings: the return of a reward
+# placed at the last token with γ = 1 is that reward at every token; a reward placed on every token and
+# passed through is that reward
+ROW_CONSTANT = {
+    "reinforce_plus_plus": lambda cfg: float(cfg["estimator"].get("gamma", 1.0)) == 1.0
+    and cfg["reward"].get("placement") in ("last", "last_valid"),
+    "token_rewards": lambda cfg: cfg["reward"].get("placement") == "all",
+}
 LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by its token count)"}
 
 
@@ -578,7 +588,8 @@ def check_config(inputs: list[str], cfg: dict) -> None:
     name = get_path(cfg, "estimator.name")
     spec = get_estimator(name)
     missing = None
-    if spec.level == "token":
+    row_constant = ROW_CONSTANT.get(name)
+    if spec.level == "token" and not (row_constant and row_constant(cfg)):
         needs = ["response_mask"] + [r for r in spec.needs]
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
     elif name in LENGTH_ESTIMATORS:
@@ -651,7 +662,7 @@ def estimator_support(info: ImportInfo, columns: list[str]) -> dict[str, dict]:
     for name, req in estimator_requirements().items():
         missing = []
         if info.level == "response":
-            if req["level"] == "token":
+            if req["level"] == "token" and name not in ROW_CONSTANT:
                 missing.append("token data (" + ", ".join(["response_mask", *req["needs"]]) + ")")
             elif name in LENGTH_ESTIMATORS:
                 missing.append("response lengths")

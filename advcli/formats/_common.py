@@ -10,6 +10,7 @@ F32 = pa.float32()
 F64 = pa.float64()
 I64 = pa.int64()
 STR = pa.string()
+BOOL = pa.bool_()
 MASK = pa.list_(pa.int8())
 F32_LIST = pa.list_(pa.float32())
 

@@ -252,6 +252,32 @@ def _classify(path: str, forced: Format | None) -> Format | None:
     return cands[0]
 
 
+# framework pickles: loading them runs the framework's classes; refused with how to export them
+PICKLES = (
+    (r"(^|/)gen_batch\.dp$|\.dp$", "a verl RolloutSkip cache (pickle of verl's DataProto)",
+     "in an environment with verl installed: b = pickle.load(open(P, 'rb')); write b.batch's tensors and "
+     "b.non_tensor_batch to Parquet (one row per response: response_mask, rewards, ...), or rerun with "
+     "trainer.rollout_data_dir=DIR to get {step}.jsonl files advcli reads (--from verl-jsonl)"),
+    (r"(^|/)dumped_data/global_step_\d+_training_input\.pkl$", "a SkyRL training batch (pickle of "
+     "TrainingInputBatch; it holds no rewards)", "in an environment with skyrl installed, load it and write its "
+     "tensors to Parquet; for rewards use the eval dumps (dumped_evals/, --from skyrl-evals)"),
+    (r"(^|/)step_\d+\.pkl$", "a ROLL rollout-mock dump (pickle of ROLL's DataProto)",
+     "in an environment with roll installed, load it and write response_mask / scores to Parquet, or set "
+     "rollout_dump_dir=/abs/path to get rollout_dump_data.step_N.jsonl files (--from roll-dump)"),
+    (r"\.pkl$", "a Python pickle", "advcli never unpickles arbitrary classes; export the data to Parquet or "
+     "JSON Lines where the producing framework is installed"),
+)
+
+
+def _pickle_refusal(path: str) -> AdvcliError | None:
+    p = _norm(path)
+    for pat, what, how in PICKLES:
+        if re.search(pat, p):
+            return AdvcliError(f"{path}: {what}; loading it would run the framework's own classes, which advcli "
+                               "never does", hint=f"export it: {how}")
+    return None
+
+
 def discover(spec: str, forced: Format | None = None) -> Found:
     """The dump files under ``spec`` (a file or a directory, walked recursively, sorted by step),
     their format, and the files skipped (companions, wandb/TensorBoard folders) with the reason."""
@@ -282,6 +308,10 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                               + (f"; skipped {len(skipped)}" if skipped else ""))
     else:
         candidates = [spec]
+    for p in candidates:
+        refused = _pickle_refusal(p)
+        if refused is not None:
+            raise refused
     by_file = [(p, _classify(p, forced)) for p in candidates]
     chosen = forced
     if chosen is None:

@@ -365,22 +365,27 @@ def discover(spec: str, forced: Format | None = None) -> Found:
 
 
 def is_dump(spec: str) -> bool:
-    """Whether ``spec`` looks like a trainer dump (rather than advcli's own Parquet)."""
+    """Whether ``spec`` is a trainer dump rather than advcli's own Parquet: a file whose name or suffix
+    says so (a Parquet file only when a format's name and columns match), or a directory holding one
+    (walked until the first hit). Anything else goes to the Parquet reader and its own messages."""
     _load()
-    if any(ch in spec for ch in "*?[") and not os.path.exists(spec):
-        return False
     if os.path.isfile(spec):
         if spec.endswith(".parquet"):
             fmt = _classify(spec, None)
             return fmt is not None and _sniff(spec, fmt)
-        return True
+        return spec.endswith(DATA_SUFFIXES) or _classify(spec, None) is not None
     if os.path.isdir(spec):
-        import glob
-
-        if glob.glob(os.path.join(spec, "*.parquet")) and not any(
-                _classify(p, None) for p in glob.glob(os.path.join(spec, "*.parquet"))):
-            return False  # advcli's own directory of Parquet parts
-        return True
+        for root, dirs, files in os.walk(spec):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            for fname in files:
+                p = os.path.join(root, fname)
+                if fname.endswith(".parquet"):
+                    fmt = _classify(p, None)
+                    if fmt is not None and _sniff(p, fmt):
+                        return True
+                elif fname.endswith(DATA_SUFFIXES) and (_classify(p, None) is not None
+                                                        or _pickle_refusal(p) is not None):
+                    return True
     return False
 
 

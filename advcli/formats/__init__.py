@@ -745,6 +745,6 @@ def print_dump(data: dict) -> None:
         typer.echo(f"note            {n}")
 
 
-__all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert", "open_inputs", "check_config",
-           "finish_outputs", "info_for", "estimator_support", "iter_json_lines", "first_json_record", "require",
-           "number", "extras", "ImportInfo"]
+__all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
+           "open_inputs", "check_config", "finish_outputs", "info_for", "estimator_support", "iter_json_lines",
+           "first_json_record", "require", "number", "extras", "ImportInfo"]

@@ -12,6 +12,8 @@ Group: ``task_id``, keyed with the file (several executor processes can reuse a 
 """
 from __future__ import annotations
 
+import re
+
 from . import Context, Format, extras, iter_json_lines, number, require
 from ._common import F32, I64, STR, text_key
 
@@ -31,6 +33,12 @@ def read(path: str, ctx: Context):
         yield line, row
 
 
+def _key(path: str):
+    """(kind, version, task): two trials under one root repeat it; one task's appends share one file."""
+    m = re.search(PATTERN, path.replace("\\", "/"))
+    return (m.group("kind"), int(m.group("step")), int(m.group("task"))) if m else path
+
+
 def sniff(rec: dict) -> bool:
     return {"task_id", "reward"} <= set(rec) and ("sample_idx" in rec or "seqlen" in rec)
 
@@ -42,7 +50,7 @@ FORMAT = Format(
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_length": I64, "prompt": STR,
              "completion": STR},
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
-    companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=lambda p: p,
+    companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
     provides=("prompt_id", "step", "reward"),
     example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor verl "
             "--set algorithm.adv_estimator=grpo",

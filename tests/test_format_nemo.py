@@ -63,7 +63,7 @@ def write_step(path, samples, step_seed=0):
             rec = {"content": [[f"prompt {p}", f"answer {r}"]], "rewards": [rew], "input_lengths": [L],
                    "token_ids": [p + r + [PAD] * pad], "token_loss_mask": [mask], "sample_loss_mask": [1.0],
                    "advantages": [[adv[i]] * width], "generation_logprobs": [gen], "prev_logprobs": [prev],
-                   "idx": [i]}
+                   "idx": i}  # logger.py L1096 adds idx unwrapped: {**sample, "idx": i}
             fh.write(json.dumps(rec) + "\n")
     return adv
 
@@ -75,7 +75,7 @@ def dump(tmp_path):
     adv1 = write_step(d / "train_data_step1.jsonl", SAMPLES, 1)
     adv2 = write_step(d / "train_data_step2.jsonl", SAMPLES[::-1], 2)  # another order: groups still found
     (d / "val_data_step1.jsonl").write_text(json.dumps({"content": [[{"role": "user", "content": "x"}]],
-                                                        "rewards": [1.0], "idx": [0]}) + "\n")
+                                                        "rewards": [1.0], "idx": 0}) + "\n")
     return d, adv1 + adv2
 
 

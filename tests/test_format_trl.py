@@ -5,6 +5,7 @@ A = (R − group mean) / (group std (Bessel) + 1e-4), groups = num_generations c
 import math
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -31,10 +32,10 @@ def write_step(path, step, seed, weights=(1.0, 1.0)):
     acc = [float(x) for x in rng.integers(0, 2, len(prompts))]
     fmt = [float(x) for x in rng.choice([0.0, 0.5, 1.0], len(prompts))]
     adv = trl_grpo(acc, fmt, weights)
-    t = pa.table({"step": pa.array([step] * len(prompts), pa.int64()), "prompt": prompts,
+    # as TRL writes it (grpo_trainer.py L3311-3325 @f2cd5771): a pandas DataFrame, to_parquet with its index
+    pd.DataFrame({"step": [step] * len(prompts), "prompt": prompts,
                   "completion": [f"answer {i}" for i in range(len(prompts))],
-                  "accuracy_reward": acc, "format_reward": fmt, "advantage": adv})
-    pq.write_table(t, path)
+                  "accuracy_reward": acc, "format_reward": fmt, "advantage": adv}).to_parquet(path)
     return adv
 
 

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 from ..errors import AdvcliError, did_you_mean
 
 BATCH_ROWS = 2048  # rows per Arrow batch handed to the writer
-BATCH_VALUES = 1 << 20  # ... or fewer rows when they hold this many token values
+BATCH_VALUES = 1 << 20  # ... or fewer rows when their token lists hold this many values in all
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth")
 SKIPPED_DIRS = {"wandb": "wandb run folder", "tensorboard": "TensorBoard folder", "tb_logs": "TensorBoard folder",
                 ".git": "git folder", "__pycache__": "Python cache", ".ipynb_checkpoints": "notebook checkpoints"}
@@ -457,8 +457,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 where.append((path, line))
                 key = (row.get("step"), row.get("prompt_id"))
                 sizes[key] = sizes.get(key, 0) + 1
-                for col in ("response_mask",):
-                    v = row.get(col)
+                for v in row.values():  # token lists are Python objects here (~32 bytes a value)
                     if isinstance(v, list):
                         values += len(v)
                 if len(buf) >= batch_rows or values >= BATCH_VALUES:

@@ -71,8 +71,8 @@ def read(path: str, ctx: Context):
             row["rewards"] = number(ctx, line, _one(ctx, line, rec, "rewards"), "rewards", allow_none=True)
         if "sample_loss_mask" in rec:
             row["sample_loss_mask"] = number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"), "sample_loss_mask")
-        if "idx" in rec:
-            row["idx"] = _one(ctx, line, rec, "idx")
+        if "idx" in rec:  # the writer adds it unwrapped: {**sample, "idx": i} (logger.py L1096)
+            row["idx"] = rec["idx"][0] if isinstance(rec["idx"], list) and len(rec["idx"]) == 1 else rec["idx"]
         if "content" in rec:
             import json
 

@@ -113,3 +113,17 @@ def test_inspect(tmp_path, capsys):
     code, out, err = run_main(["inspect", d], capsys)
     assert code == 0, err
     assert "verl-jsonl" in out and "uid without its last two" in out and "response-level" in out
+
+
+def test_python_api_reads_dumps(tmp_path):
+    import advcli
+
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(4, 5)
+    write(d / "4.jsonl", recs)
+    res = advcli.run(str(d), str(tmp_path / "o.parquet"), flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    assert res.rows == len(recs)
+    t = pq.read_table(tmp_path / "o.parquet")
+    exp = verl_grpo([r["score"] for r in recs], [r["uid"].rsplit("_", 2)[0] for r in recs])
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)

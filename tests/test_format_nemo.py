@@ -177,3 +177,17 @@ def test_nan_literal_reward(tmp_path, capsys):
     code, _, err = run_main(["convert", str(d), "-o", tmp_path / "o.parquet"], capsys)
     assert code == 0, err
     assert math.isnan(pq.read_table(tmp_path / "o.parquet").column("reward")[1].as_py())
+
+
+def test_row_without_generated_token_joins_its_prompt(tmp_path, capsys):
+    d = tmp_path / "e"
+    d.mkdir()
+    samples = [([5, 6], [10, 11], [1, 1], 1.0), ([5, 6], [12, 13], [0, 0], 0.0), ([5, 6], [14], [1], 0.5)]
+    exp = write_step(d / "train_data_step1.jsonl", samples)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert len({r["prompt_id"] for r in t}) == 1 and t[1]["response_mask"] == [0, 0]
+    for r, e in zip(t, exp):
+        assert np.allclose(r["advantages"], [e] * len(r["advantages"]), rtol=1e-5, atol=1e-6)

@@ -53,7 +53,15 @@ def read(path: str, ctx: Context):
             raise ctx.error(line, f"field 'input_lengths' is {L!r}; expected a non-negative integer")
         ids = _tokens(ctx, line, rec, "token_ids", L)
         mask = _tokens(ctx, line, rec, "token_loss_mask", L)
-        s = next((i for i in range(L) if mask[i]), L)
+        s = next((i for i in range(L) if mask[i]), None)
+        if s is None:  # no generated token: the previous row's prompt if it is a prefix (rows of a prompt
+            prev = ctx.state.get("prev_prompt")  # are contiguous, repeat_interleave), else the whole row
+            s = len(prev) if prev is not None and len(prev) <= L and ids[:len(prev)] == prev else L
+            if "maskless" not in ctx.state:
+                ctx.state["maskless"] = True
+                ctx.notes.append(f"{path}:{line}: a row without token_loss_mask=1 (no generated token): grouped "
+                                 "with the previous row's prompt when it starts with it, else on its own")
+        ctx.state["prev_prompt"] = ids[:s]
         rkey = "filtered_rewards" if "filtered_rewards" in rec else "rewards"
         if rkey == "filtered_rewards" and not noted:
             ctx.notes.append("reward = filtered_rewards (dynamic sampling: the rewards field is the unfiltered list)")

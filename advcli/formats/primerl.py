@@ -90,7 +90,7 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
                 lps.append(0.0)
         ids += t
         mask += m
-    start = next((i for i, s in enumerate(mask) if s), len(mask))
+    start = next((i for i, s in enumerate(mask) if s), 0)  # no sampled token: the whole branch, all masked
     calls = tr.get("calls") or []
     by_node = {c.get("node"): c for c in calls if c.get("node") is not None}
     bcalls = [by_node[i] for i in path if i in by_node]

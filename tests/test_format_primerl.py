@@ -130,3 +130,27 @@ def test_errored_trace_not_trainable_and_bad_graph(tmp_path, capsys):
     p.write_text("\n".join(lines) + "\n")
     code, _, err = run_main(["convert", tmp_path / "out", "-o", tmp_path / "d.parquet"], capsys)
     assert code == 2 and "step_2/train/all/traces.jsonl:1: trace t" in err and "mask values" in err
+
+
+def test_two_branches(tmp_path, capsys):
+    # root (prompt) -> a1 (sampled) ; root -> a2 (sampled, a regenerated answer): two branches
+    nodes = [{"message": {"role": "user", "content": "q"}, "sampled": False, "token_ids": [1, 2], "mask": [False] * 2},
+             {"parent": 0, "message": {"role": "assistant", "content": "a"}, "sampled": True, "token_ids": [5, 6],
+              "mask": [True, True], "logprobs": [-0.1, -0.2]},
+             {"parent": 0, "message": {"role": "assistant", "content": "b"}, "sampled": True, "token_ids": [7, 8, 9],
+              "mask": [False, True, True], "logprobs": [-0.3, -0.4]}]
+    calls = [{"node": 1, "usage": {"prompt_tokens": 2, "completion_tokens": 2}},
+             {"node": 2, "usage": {"prompt_tokens": 2, "cached_input_tokens": 1, "completion_tokens": 3}}]
+    ep = {"id": "e", "group": {"id": "g"}, "ok": True,
+          "traces": [{"id": "t", "agent": {"name": "solver"}, "nodes": nodes, "calls": calls,
+                      "rewards": {"acc": {"score": 1.0}, "len": {"score": 0.5, "weight": -0.2}, "none": None}}]}
+    d = tmp_path / "rollouts" / "step_3" / "train" / "all"
+    d.mkdir(parents=True)
+    (d / "traces.jsonl").write_text(json.dumps(ep) + "\n")
+    code, _, err = run_main(["convert", tmp_path / "rollouts", "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    assert "several branches" in err
+    r = pq.read_table(tmp_path / "c.parquet").to_pylist()[0]
+    assert r["response_mask"] == [1, 1] and r["rollout_log_probs"] == pytest.approx([-0.3, -0.4])
+    assert r["num_output_tokens"] == 5 and r["num_total_tokens"] == 4 + 6 and r["num_turns"] == 2
+    assert r["reward"] == pytest.approx(0.9) and r["agent_name"] == "solver" and r["step"] == 3

@@ -15,9 +15,9 @@ traces. One canonical row per trace:
   observations and scaffold; ``rollout_log_probs`` = the compact ``logprobs`` spread onto the sampled
   positions, 0 elsewhere (``Branch.spread``);
 * ``trainable`` = ``trace.ok`` and ``agent.trainable``; ``agent_name``, ``episode_id``;
-* ``num_output_tokens`` = Σ ``usage.completion_tokens`` over the branch's calls, ``num_total_tokens`` = the
-  branch's last call's ``prompt + cached + completion`` tokens, ``num_turns`` = sampled nodes
-  (``Trace.num_output_tokens`` / ``num_total_tokens`` / ``num_turns``: usage counts, not the mask).
+* ``num_output_tokens`` = Σ over branches of their calls' ``usage.completion_tokens``, ``num_total_tokens``
+  = Σ over branches of the last call's ``prompt + cached + completion`` tokens, ``num_turns`` = sampled
+  nodes (``Trace.num_output_tokens`` / ``num_total_tokens`` / ``num_turns``: usage counts, not the mask).
 
 Recompute from ``all`` (every completed episode, complete cohorts). ``effective`` (the traces shipped
 to the trainer, zero-advantage ones filtered out) is read only for the logged advantages: its
@@ -57,21 +57,39 @@ def _logged(ctx: Context) -> dict:
     return out
 
 
-def _branch(nodes: list) -> list[int]:
-    """The last root-to-leaf path (verifiers graph.leaves: nodes that are no node's parent)."""
+def _branches(nodes: list) -> list[list[int]]:
+    """Every root-to-leaf path, leaves in node order (verifiers graph.leaves / Trace.branches)."""
     has_child = {n.get("parent") for n in nodes if n.get("parent") is not None}
-    leaves = [i for i in range(len(nodes)) if i not in has_child]
-    path, nid = [], (leaves[-1] if leaves else None)
-    while nid is not None:
-        path.append(nid)
-        nid = nodes[nid].get("parent")
-    return path[::-1]
+    out = []
+    for leaf in (i for i in range(len(nodes)) if i not in has_child):
+        path, nid = [], leaf
+        while nid is not None:
+            path.append(nid)
+            nid = nodes[nid].get("parent")
+        out.append(path[::-1])
+    return out
+
+
+def _counts(tr: dict, branches: list[list[int]]) -> tuple[int, int]:
+    """Trace.num_output_tokens (Σ over branches of their calls' completion tokens) and num_total_tokens (Σ over
+    branches of the last call's prompt + cached + completion tokens), verifiers trace.py."""
+    by_node = {c.get("node"): c for c in tr.get("calls") or [] if c.get("node") is not None}
+    out = total = 0
+    for path in branches:
+        usage = [by_node[i].get("usage") for i in path if i in by_node and by_node[i].get("usage")]
+        out += sum(int(u.get("completion_tokens") or 0) for u in usage)
+        if usage:
+            u = usage[-1]
+            total += int(u.get("prompt_tokens") or 0) + int(u.get("cached_input_tokens") or 0) + \
+                int(u.get("completion_tokens") or 0)
+    return out, total
 
 
 def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:
     nodes = tr.get("nodes") or []
-    path = _branch(nodes)
-    if len(path) != len(nodes) and "branches" not in ctx.state:
+    branches = _branches(nodes)
+    path = branches[-1] if branches else []
+    if len(branches) > 1 and "branches" not in ctx.state:
         ctx.state["branches"] = True
         ctx.notes.append("traces with several branches: the last branch's tokens are used (the scalar "
                          "advantage is the same on every branch)")
@@ -91,11 +109,7 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
         ids += t
         mask += m
     start = next((i for i, s in enumerate(mask) if s), 0)  # no sampled token: the whole branch, all masked
-    calls = tr.get("calls") or []
-    by_node = {c.get("node"): c for c in calls if c.get("node") is not None}
-    bcalls = [by_node[i] for i in path if i in by_node]
-    usage = [c.get("usage") or {} for c in bcalls]
-    last = next((u for u in reversed(usage) if u), {})
+    n_out, n_total = _counts(tr, branches)
     rewards = tr.get("rewards") or {}
     reward = 0.0
     for name, r in rewards.items():
@@ -107,9 +121,7 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
     return {"prompt_id": str((ep.get("group") or {}).get("id")), "step": step, "reward": reward,
             "response_mask": [1 if s else 0 for s in mask[start:]], "rollout_log_probs": lps[start:],
             "trainable": bool(tr.get("ok", True)) and bool(agent.get("trainable", True)),
-            "num_output_tokens": sum(int(u.get("completion_tokens") or 0) for u in usage),
-            "num_total_tokens": int(last.get("prompt_tokens") or 0) + int(last.get("cached_input_tokens") or 0)
-            + int(last.get("completion_tokens") or 0),
+            "num_output_tokens": n_out, "num_total_tokens": n_total,
             "num_turns": sum(1 for n in nodes if n.get("sampled")),
             "agent_name": agent.get("name", "agent"), "episode_id": ep.get("id"), "trace_id": tr.get("id"),
             "prompt_length": start, "env": (ep.get("env") or {}).get("name"),

@@ -77,11 +77,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the dump sizes")
     ap.add_argument("--keep", action="store_true", help="keep bench_data/formats afterwards")
+    ap.add_argument("--only", choices=("nemo", "verl"), help="one of the two dump kinds")
     a = ap.parse_args()
     os.makedirs(DATA, exist_ok=True)
     results = []
     try:
-        for mult in (1, 4):
+        for mult in (1, 4) if a.only != "verl" else ():
             rows = int(2048 * mult * a.scale)
             d = os.path.join(DATA, f"nemo_{mult}x", "exp_001")
             os.makedirs(d, exist_ok=True)
@@ -93,7 +94,7 @@ def main() -> None:
                 results.append({"dump": f"nemo-jsonl {rows} rows", "bytes": size, "command": name, **r})
                 print(json.dumps(results[-1]), flush=True)
             shutil.rmtree(os.path.dirname(d))
-        for files in (int(500 * a.scale), int(2000 * a.scale)):
+        for files in (int(500 * a.scale), int(2000 * a.scale)) if a.only != "nemo" else ():
             d = os.path.join(DATA, f"verl_{files}")
             size = verl_dir(d, files)
             out = os.path.join(DATA, "out.parquet")

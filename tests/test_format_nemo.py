@@ -76,6 +76,8 @@ def dump(tmp_path):
     adv2 = write_step(d / "train_data_step2.jsonl", SAMPLES[::-1], 2)  # another order: groups still found
     (d / "val_data_step1.jsonl").write_text(json.dumps({"content": [[{"role": "user", "content": "x"}]],
                                                         "rewards": [1.0], "idx": 0}) + "\n")
+    (d / "metrics.jsonl").write_text('{"loss": 0.1}\n')  # a file no format names: skipped, saying so
+    (d / "config.yaml").write_text("grpo: {}\n")
     return d, adv1 + adv2
 
 
@@ -84,7 +86,7 @@ def test_convert_roles_and_slices(dump, tmp_path, capsys):
     out = tmp_path / "c.parquet"
     code, _, err = run_main(["convert", str(d.parent), "--output", out], capsys)
     assert code == 0, err
-    assert "val_data_step1.jsonl" in err and "skipped" in err
+    assert "val_data_step1.jsonl" in err and "skipped" in err and "metrics.jsonl (not a NeMo" in err
     t = pq.read_table(out).to_pylist()
     assert len(t) == 14
     assert [r["step"] for r in t] == [1] * 7 + [2] * 7

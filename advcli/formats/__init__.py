@@ -324,10 +324,9 @@ def discover(spec: str, forced: Format | None = None) -> Found:
         chosen = max(set(known), key=lambda f: (sum(1 for g in known if g is f), -list(FORMATS).index(f.name)))
     files = []
     for p, f in by_file:
-        if f is None and forced is None:
-            raise AdvcliError(f"{p}: not a {chosen.title} file (its name does not match); it sits among the "
-                              f"{chosen.name} dumps of {spec}",
-                              hint="move it out of the dump directory, or point advcli at the dump files")
+        if f is None and forced is None:  # a file no format names (notes, configs): not read, reported
+            skipped.append(f"{p} (not a {chosen.title} file name)")
+            continue
         if f is not None and f is not chosen:
             raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",
                               hint="one run reads one format: move it out, or point advcli at one dump directory")

@@ -721,6 +721,10 @@ def describe(data: dict, inputs: list[str]) -> dict:
         for name, e in estimator_support(info, cols).items():
             if name in data.get("estimators", {}):
                 data["estimators"][name].update(ok=e["ok"], missing=e["missing"])
+                if name in ROW_CONSTANT:
+                    data["estimators"][name]["note"] = ("at response level: only as one value per response "
+                                                        "(γ = 1, reward on the last token; token_rewards: "
+                                                        "reward.placement=all), without KL or whitening")
     return data
 
 
@@ -735,6 +739,11 @@ def print_dump(data: dict) -> None:
                f"{'token-level' if d['level'] == 'token' else 'response-level (no token data)'}")
     typer.echo(f"grouped by      {d['group_rule']}")
     typer.echo(f"groups          {d['groups']:,} (sizes: {sizes})")
+    if len(d["group_sizes"]) == 1:
+        n = next(iter(d["group_sizes"]))
+        typer.echo(f"group size      {n} in every group: for a flavor that groups by position give it, e.g. "
+                   f"--flavor trl --set num_generations={n}, --flavor roll --set "
+                   f"actor_infer.generating_args.num_return_sequences={n}")
     if d.get("logged"):
         typer.echo(f"trainer's own   {d['logged']} (the advantages the trainer computed, kept for comparison)")
     for s in d["skipped"]:

@@ -86,3 +86,10 @@ def test_type_change_names_line(tmp_path, capsys):
     p.write_text("\n".join(lines) + "\n")
     code, _, err = run_main(["convert", tmp_path / "trial", "-o", tmp_path / "c.parquet"], capsys)
     assert code == 2 and "rollout/2/7.jsonl:3: field 'head_version'" in err
+
+
+def test_inspect(tmp_path, capsys):
+    build(tmp_path / "trial")
+    code, out, err = run_main(["inspect", tmp_path / "trial"], capsys)
+    assert code == 0, err
+    assert "areal-jsonl" in out and "task_id" in out and "6 (sizes: 6×4)" in out

@@ -154,3 +154,10 @@ def test_two_branches(tmp_path, capsys):
     assert r["response_mask"] == [1, 1] and r["rollout_log_probs"] == pytest.approx([-0.3, -0.4])
     assert r["num_output_tokens"] == 5 and r["num_total_tokens"] == 4 + 6 and r["num_turns"] == 2
     assert r["reward"] == pytest.approx(0.9) and r["agent_name"] == "solver" and r["step"] == 3
+
+
+def test_inspect(tmp_path, capsys):
+    build(tmp_path / "out")
+    code, out, err = run_main(["inspect", tmp_path / "out"], capsys)
+    assert code == 0, err
+    assert "primerl-traces" in out and "token-level" in out and "logged_advantage" in out

@@ -100,3 +100,12 @@ def test_unequal_columns_and_truncation(tmp_path, capsys):
     code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
     assert code == 2 and "step_1.jsonl:1: truncated" in err
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_inspect(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "rollout_dump_data.step_2.jsonl").write_text(json.dumps(rlvr(2, 3)))
+    code, out, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    assert "roll-dump" in out and "tag or domain" in out and f"num_return_sequences={N}" in out

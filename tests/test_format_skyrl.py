@@ -87,3 +87,10 @@ def test_missing_field(dump, tmp_path, capsys):
                              "--set", "algorithm.adv_estimator=grpo"], capsys)
     assert code == 2 and "global_step_20_evals/math.jsonl:5: missing field(s) 'score'" in err
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_inspect(dump, capsys):
+    root, _ = dump
+    code, out, err = run_main(["inspect", root, "--from", "skyrl-evals"], capsys)
+    assert code == 0, err
+    assert "skyrl-evals" in out and "input_prompt" in out and "aggregated_results.jsonl" in out

@@ -110,3 +110,10 @@ def test_dict_rewards(tmp_path, capsys):
     assert code == 0, err
     t = pq.read_table(out).to_pylist()
     assert [r["advantages"][0] for r in t] == pytest.approx([-2 / 3, 2 / 3, -2 / 3, 2 / 3], abs=1e-6)
+
+
+def test_inspect(dump, capsys):
+    root, _ = dump
+    code, out, err = run_main(["inspect", root / "rollout_data"], capsys)
+    assert code == 0, err
+    assert "slime-pt" in out and "group_index" in out and "eval_0.pt" in out

@@ -127,3 +127,23 @@ def test_python_api_reads_dumps(tmp_path):
     t = pq.read_table(tmp_path / "o.parquet")
     exp = verl_grpo([r["score"] for r in recs], [r["uid"].rsplit("_", 2)[0] for r in recs])
     assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+
+
+def test_converted_parquet_runs_like_the_dump(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "2.jsonl", v1_records(2, 9))
+    conv = tmp_path / "conv.parquet"
+    code, _, err = run_main(["convert", d, "-o", conv], capsys)
+    assert code == 0, err
+    assert "response_mask" not in pq.read_schema(conv).names
+    outs = []
+    for src in (d, conv):
+        out = tmp_path / f"o{len(outs)}.parquet"
+        code, _, err = run_main(["run", src, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                                 "-q"], capsys)
+        assert code == 0, err
+        outs.append(pq.read_table(out))
+    assert outs[0].column("advantages").equals(outs[1].column("advantages"))
+    assert outs[1].schema.field("advantages").type == pa.float32() and "response_mask" not in outs[1].schema.names
+    assert pq.read_schema(conv).names == [n for n in outs[1].schema.names if n not in ("advantages", "returns")]

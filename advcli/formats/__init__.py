@@ -570,8 +570,6 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
     Parquet in a temporary directory, whose path replaces it. ``synth_mask``: response-level dumps
     get a one-token mask (for run/validate/compare; inspect and convert leave it out)."""
     if source in (None, "", "auto"):
-        if not any(is_dump(s) for s in inputs):
-            return list(inputs)
         forced = None
     elif source == "parquet":
         return list(inputs)
@@ -580,7 +578,8 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
     out = []
     for spec in inputs:
         if forced is None and not is_dump(spec):
-            out.append(spec)
+            level = _converted_level(spec) if synth_mask else None
+            out.append(_with_mask(spec) if level == "response" else spec)
             continue
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         if key not in _CONVERTED:
@@ -591,6 +590,54 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
             IMPORTED[target] = info
         out.append(_CONVERTED[key].output)
     return out
+
+
+def _converted_level(spec: str) -> str | None:
+    """The level recorded in a Parquet file that ``advcli convert`` wrote (None for any other input)."""
+    if not (os.path.isfile(spec) and spec.endswith(".parquet")):
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(spec).metadata or {}
+        rec = json.loads(meta.get(b"advcli.import", b"null"))
+    except Exception:  # noqa: BLE001 - not ours: the Parquet reader will say what is wrong
+        return None
+    return rec.get("level") if isinstance(rec, dict) and not rec.get("synthetic_mask") else None
+
+
+def _with_mask(spec: str) -> str:
+    """A converted response-level Parquet file (``advcli convert``'s output) with the one-token mask a run
+    needs, streamed into the temporary directory; the file itself is left as it is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    key = (os.path.realpath(spec), "converted", True)
+    if key in _CONVERTED:
+        return _CONVERTED[key].output
+    f = pq.ParquetFile(spec)
+    old = f.schema_arrow
+    if "response_mask" in old.names:
+        return spec
+    rec = json.loads(old.metadata[b"advcli.import"])
+    rec["synthetic_mask"] = True
+    meta = dict(old.metadata)
+    meta[b"advcli.import"] = json.dumps(rec).encode()
+    schema = pa.schema(list(old) + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
+    target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{os.path.basename(spec)}")
+    with pq.ParquetWriter(target, schema, compression="zstd") as w:
+        for b in f.iter_batches(batch_size=65536):
+            offs = pa.array(range(b.num_rows + 1), pa.int32())
+            mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
+            w.write_batch(pa.RecordBatch.from_arrays(list(b.columns) + [mask], schema=schema))
+    _load()
+    fmt = FORMATS.get(rec.get("format"))
+    info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
+                      group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
+                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None)
+    _CONVERTED[key] = info
+    IMPORTED[target] = info
+    return target
 
 
 def info_for(path: str) -> ImportInfo | None:

@@ -578,8 +578,7 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
     out = []
     for spec in inputs:
         if forced is None and not is_dump(spec):
-            level = _converted_level(spec) if synth_mask else None
-            out.append(_with_mask(spec) if level == "response" else spec)
+            out.append(_with_mask(spec, synth_mask) if _converted_level(spec) == "response" else spec)
             continue
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         if key not in _CONVERTED:
@@ -606,13 +605,14 @@ def _converted_level(spec: str) -> str | None:
     return rec.get("level") if isinstance(rec, dict) and not rec.get("synthetic_mask") else None
 
 
-def _with_mask(spec: str) -> str:
-    """A converted response-level Parquet file (``advcli convert``'s output) with the one-token mask a run
-    needs, streamed into the temporary directory; the file itself is left as it is."""
+def _with_mask(spec: str, synth_mask: bool) -> str:
+    """A converted response-level Parquet file (``advcli convert``'s output), recorded as an import; with
+    ``synth_mask``, copied into the temporary directory with the one-token mask a run needs (the file
+    itself is left as it is)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    key = (os.path.realpath(spec), "converted", True)
+    key = (os.path.realpath(spec), "converted", synth_mask)
     if key in _CONVERTED:
         return _CONVERTED[key].output
     f = pq.ParquetFile(spec)
@@ -620,16 +620,18 @@ def _with_mask(spec: str) -> str:
     if "response_mask" in old.names:
         return spec
     rec = json.loads(old.metadata[b"advcli.import"])
-    rec["synthetic_mask"] = True
-    meta = dict(old.metadata)
-    meta[b"advcli.import"] = json.dumps(rec).encode()
-    schema = pa.schema(list(old) + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
-    target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{os.path.basename(spec)}")
-    with pq.ParquetWriter(target, schema, compression="zstd") as w:
-        for b in f.iter_batches(batch_size=65536):
-            offs = pa.array(range(b.num_rows + 1), pa.int32())
-            mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
-            w.write_batch(pa.RecordBatch.from_arrays(list(b.columns) + [mask], schema=schema))
+    target = spec
+    if synth_mask:
+        rec["synthetic_mask"] = True
+        meta = dict(old.metadata)
+        meta[b"advcli.import"] = json.dumps(rec).encode()
+        schema = pa.schema(list(old) + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
+        target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{os.path.basename(spec)}")
+        with pq.ParquetWriter(target, schema, compression="zstd") as w:
+            for b in f.iter_batches(batch_size=65536):
+                offs = pa.array(range(b.num_rows + 1), pa.int32())
+                mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
+                w.write_batch(pa.RecordBatch.from_arrays(list(b.columns) + [mask], schema=schema))
     _load()
     fmt = FORMATS.get(rec.get("format"))
     info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
@@ -785,7 +787,8 @@ def print_dump(data: dict) -> None:
     typer.echo(f"format          {d['format']} ({d['title']}), {len(d['files'])} file(s), {d['rows']:,} rows, "
                f"{'token-level' if d['level'] == 'token' else 'response-level (no token data)'}")
     typer.echo(f"grouped by      {d['group_rule']}")
-    typer.echo(f"groups          {d['groups']:,} (sizes: {sizes})")
+    if d["groups"]:  # (a converted file read back: inspect's own group figures follow)
+        typer.echo(f"groups          {d['groups']:,} (sizes: {sizes})")
     if len(d["group_sizes"]) == 1:
         n = next(iter(d["group_sizes"]))
         typer.echo(f"group size      {n} in every group: for a flavor that groups by position give it, e.g. "

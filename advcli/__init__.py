@@ -39,5 +39,5 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     result = run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
                           column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
                           output_mode=output_mode, write_columns=write_columns)
-    finish_outputs(specs, list(result.outputs))
+    finish_outputs(specs, list(result.outputs), result)
     return result

@@ -180,7 +180,7 @@ def run(
                             ray_address=ray_address)
     finally:
         stop()
-    finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
+    finish_outputs(inputs, list(result.outputs), result)  # response-level dumps: scalar advantages
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     from .report import emit
 

@@ -48,11 +48,12 @@ def validate_cmd(
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
 
-    from ..formats import open_inputs
+    from ..formats import name_sources, open_inputs
 
     try:
         inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
         result, what = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device)
+        name_sources(result)
     except AdvcliError as e:
         if json_out:
             typer.echo(json.dumps({"valid": False, "error": e.message, "hint": e.hint}))

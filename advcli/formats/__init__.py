@@ -687,9 +687,17 @@ def check_config(inputs: list[str], cfg: dict) -> None:
                                "(`advcli inspect DUMP` lists them)")
 
 
-def finish_outputs(inputs: list[str], outputs: list[str]) -> None:
+def name_sources(result) -> None:
+    """A RunResult whose inputs name the dumps rather than their temporary Parquet (for its summary)."""
+    if result is not None and getattr(result, "inputs", None):
+        result.inputs = [IMPORTED[p].source if p in IMPORTED else p for p in result.inputs]
+
+
+def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:
     """A response-level run's outputs: ``advantages``/``returns`` (one-token lists) become float32
-    scalars and the one-token mask is dropped, file by file (rewritten through a temporary file)."""
+    scalars and the one-token mask is dropped, file by file (rewritten through a temporary file).
+    ``result`` (a RunResult): its inputs name the dumps rather than their temporary Parquet."""
+    name_sources(result)
     flags = [p in IMPORTED and IMPORTED[p].level == "response" for p in inputs]
     if not any(flags):
         return
@@ -803,5 +811,5 @@ def print_dump(data: dict) -> None:
 
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
-           "open_inputs", "check_config", "finish_outputs", "info_for", "estimator_support", "iter_json_lines",
+           "open_inputs", "check_config", "finish_outputs", "name_sources", "info_for", "estimator_support", "iter_json_lines",
            "first_json_record", "require", "number", "extras", "ImportInfo"]

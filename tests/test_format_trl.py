@@ -128,3 +128,11 @@ def test_file_of_another_format_among_dumps(dump, tmp_path, capsys):
     (d / "3.jsonl").write_text('{"input": "q", "output": "a", "score": 1.0, "step": 3}\n')
     code, _, err = run_main(["convert", d, "-o", tmp_path / "o.parquet"], capsys)
     assert code == 2 and "3.jsonl" in err and "among the trl-completions dumps" in err
+
+
+def test_convert_never_writes_over_its_input(dump, capsys):
+    d, _ = dump
+    f = d / "completions_00010.parquet"
+    before = f.read_bytes()
+    code, _, err = run_main(["convert", f, "-o", f, "--force"], capsys)
+    assert code == 2 and "is the input" in err and f.read_bytes() == before

@@ -43,6 +43,8 @@ def convert_cmd(
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise AdvcliError(f"{output}: the directory {parent} does not exist")
+    if os.path.exists(path) and os.path.isfile(path) and os.path.realpath(path) == os.path.realpath(output):
+        raise AdvcliError(f"{output}: is the input; advcli never writes over its input")
     info = convert(path, output, from_ if from_ not in (None, "", "auto") else None)
     if json_out:
         typer.echo(json.dumps(info.as_dict(), default=str))

@@ -544,7 +544,8 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                 except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
                     shown = repr(v)
                     shown = shown if len(shown) < 80 else shown[:77] + "..."
-                    raise AdvcliError(f"{path}:{line}: field {fld.name!r} is {shown}, but earlier records give it "
+                    at = f"{path}:{line}" if str(path).endswith((".jsonl", ".json")) else f"{path}, record {line}"
+                    raise AdvcliError(f"{at}: field {fld.name!r} is {shown}, but earlier records give it "
                                       f"type {fld.type}") from None
             raise
     return pa.RecordBatch.from_arrays(cols, schema=schema)

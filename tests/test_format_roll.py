@@ -109,3 +109,20 @@ def test_inspect(tmp_path, capsys):
     code, out, err = run_main(["inspect", d], capsys)
     assert code == 0, err
     assert "roll-dump" in out and "tag or domain" in out and f"num_return_sequences={N}" in out
+
+
+def test_same_dataset_row_twice_in_a_step(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    o = rlvr(1, 4)
+    o["id"] = ["1"] * N + ["2"] * N + ["1"] * N + ["2"] * N  # both domains' ids restart at 1...
+    o["domain"] = ["math"] * (4 * N)
+    o["tag"] = ["gsm"] * (4 * N)  # ...here one source: rows 1 and 2 drawn twice
+    (d / "rollout_dump_data.step_1.jsonl").write_text(json.dumps(o))
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "roll", "--set", "adv_estimator=grpo",
+                             "--set", f"actor_infer.generating_args.num_return_sequences={N}", "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out)
+    assert t.column("prompt_id").to_pylist()[2 * N] == "gsm/1#2"
+    assert np.allclose(t.column("advantages").to_pylist(), roll_grpo(o["scores"]), rtol=1e-5, atol=1e-5)

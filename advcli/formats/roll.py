@@ -9,7 +9,9 @@ response-level dump):
 * RLVR: the dataset's columns (``id``, ``prompt``, ``messages``, ``tag``, ``domain``, ...) plus
   ``responses``, ``scores`` (the raw reward), ``sampling_params``, ``global_step``. Group: ROLL groups
   ``num_return_sequences`` consecutive rows inside each domain; ``prompt_id`` = (tag or domain, id), or a
-  hash of the prompt (messages) when there is no id. ``domain`` is kept (ROLL normalises per domain).
+  hash of the prompt (messages) when there is no id; the same dataset row drawn again later in the step
+  (a later run of rows) gets ``#run`` appended: another group, as in ROLL. ``domain`` is kept (ROLL
+  normalises per domain).
 * agentic (agent_native env manager): ``trajectory_data`` (JSON text), ``messages``, ``tools``,
   ``exp_name``, ``global_step``. Group: ROLL's ``traj_group_id`` =
   ``{tag}_{group_id}_{episode_id}_{seed}`` from ``trajectory_data.env_info``; reward =
@@ -63,6 +65,7 @@ def read(path: str, ctx: Context):
     if "scores" not in obj:
         raise ctx.error(1, "missing column 'scores' (RLVR) or 'trajectory_data' (agentic) of a ROLL dump")
     keys = list(obj)
+    prev, run = None, -1
     for i in range(n):
         rec = {k: obj[k][i] for k in keys}
         step = rec.get("global_step", ctx.step)
@@ -71,7 +74,9 @@ def read(path: str, ctx: Context):
             pid = f"{scope}/{rec['id']}"
         else:
             pid = f"{scope}/{text_key(rec.get('prompt', rec.get('messages')))}"
-        row = {"prompt_id": pid, "step": step, "reward": number(ctx, 1, rec["scores"], f"scores[{i}]")}
+        if pid != prev:  # a run of rows: the same dataset row drawn again later in the batch is another group
+            run, prev = run + 1, pid
+        row = {"prompt_id": pid if run == _first_run(ctx, pid, run) else f"{pid}#{run}", "step": step, "reward": number(ctx, 1, rec["scores"], f"scores[{i}]")}
         for k, v in rec.items():
             if k in ("scores", "global_step"):
                 continue
@@ -79,6 +84,12 @@ def read(path: str, ctx: Context):
         if "id" in row and row["id"] is not None:
             row["id"] = str(row["id"])
         yield 1, row
+
+
+def _first_run(ctx: Context, pid: str, run: int) -> int:
+    """The run in which ``pid`` first appeared in this file (its later runs get a ``#run`` suffix)."""
+    seen = ctx.state.setdefault(("runs", ctx.path), {})
+    return seen.setdefault(pid, run)
 
 
 def _agentic(obj: dict, n: int, ctx: Context):

@@ -7,8 +7,9 @@ token-level rewards, summed here), ``stop_reason``, ``env_class``, ``env_extras`
 Evaluation data, no token data: a response-level dump. ``aggregated_results.jsonl`` (eval metrics) sits
 beside them and is skipped.
 
-Group: identical ``input_prompt`` within one data source (``eval_n_samples_per_prompt`` repeats);
-``prompt_id`` is a hash of (data source, prompt). Step: the N of the directory (``eval_only``: 0).
+Group: identical ``input_prompt`` within one data source (``eval_n_samples_per_prompt`` repeats), and
+the same ``env_extras.extra_info.index`` when the dataset has one (two dataset rows with one prompt stay
+apart); ``prompt_id`` is a hash of (data source, prompt, index). Step: the N of the directory (``eval_only``: 0).
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def read(path: str, ctx: Context):
                 ctx.state["list_score"] = True
                 ctx.notes.append("score lists (token-level rewards) are summed into one reward per response")
             score = sum(number(ctx, line, v, "score") for v in score)
-        row = {"prompt_id": text_key(rec.get("data_source", ""), rec["input_prompt"]), "step": step,
+        extra = (rec.get("env_extras") or {}).get("extra_info") if isinstance(rec.get("env_extras"), dict) else None
+        index = extra.get("index") if isinstance(extra, dict) else None  # the dataset row, when it has one
+        row = {"prompt_id": text_key(rec.get("data_source", ""), rec["input_prompt"], index), "step": step,
                "reward": number(ctx, line, score, "score")}
         row.update(extras(rec, ("score",)))
         yield line, row
@@ -48,7 +51,7 @@ def key(path: str):
 FORMAT = Format(
     name="skyrl-evals", title="SkyRL dumped_evals JSONL",
     pattern=PATTERN, level="response",
-    group_rule="identical input_prompt within a data source (eval_n_samples_per_prompt repeats)",
+    group_rule="identical input_prompt (and env_extras.extra_info.index, when present) within a data source",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "input_prompt": STR, "output_response": STR},
     read=read, sniff=sniff, required=("input_prompt", "output_response", "score"),
     companions=(r"(^|/)aggregated_results\.jsonl$",), key=key, provides=("prompt_id", "step", "reward"),

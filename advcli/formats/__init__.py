@@ -812,5 +812,5 @@ def print_dump(data: dict) -> None:
 
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
-           "open_inputs", "check_config", "finish_outputs", "name_sources", "info_for", "estimator_support", "iter_json_lines",
-           "first_json_record", "require", "number", "extras", "ImportInfo"]
+           "open_inputs", "check_config", "finish_outputs", "name_sources", "info_for", "estimator_support",
+           "iter_json_lines", "first_json_record", "require", "number", "extras", "ImportInfo"]

@@ -76,7 +76,8 @@ def read(path: str, ctx: Context):
             pid = f"{scope}/{text_key(rec.get('prompt', rec.get('messages')))}"
         if pid != prev:  # a run of rows: the same dataset row drawn again later in the batch is another group
             run, prev = run + 1, pid
-        row = {"prompt_id": pid if run == _first_run(ctx, pid, run) else f"{pid}#{run}", "step": step, "reward": number(ctx, 1, rec["scores"], f"scores[{i}]")}
+        row = {"prompt_id": pid if run == _first_run(ctx, pid, run) else f"{pid}#{run}", "step": step,
+               "reward": number(ctx, 1, rec["scores"], f"scores[{i}]")}
         for k, v in rec.items():
             if k in ("scores", "global_step"):
                 continue

@@ -26,7 +26,8 @@ reward, step, response_mask, old_log_probs, ...). The format is recognised from 
 def convert_cmd(
     path: str = typer.Argument(..., metavar="PATH", help="A trainer dump: a file, or the directory the trainer "
                                                          "wrote (every step under it).", show_default=False),
-    output: str = typer.Option(..., "--output", "-o", help="The Parquet file to write.", show_default=False),
+    output: str = typer.Option(..., "--output", "-o", metavar="PATH", help="The Parquet file to write.",
+                               show_default=False),
     from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT",
                                         help="The dump's format (default: recognised from file names and keys)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),

@@ -136,3 +136,17 @@ def test_convert_never_writes_over_its_input(dump, capsys):
     before = f.read_bytes()
     code, _, err = run_main(["convert", f, "-o", f, "--force"], capsys)
     assert code == 2 and "is the input" in err and f.read_bytes() == before
+
+
+def test_rloo_needs_beta_zero(dump, tmp_path, capsys):
+    d, _ = dump
+    base = ["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set", "trainer=rloo",
+            "--set", f"num_generations={G}", "--set", "reward_funcs=[accuracy_reward,format_reward]", "-q"]
+    code, _, err = run_main(base, capsys)
+    assert code == 2 and "beta=0.0" in err
+    code, _, err = run_main(base + ["--set", "beta=0.0"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "o.parquet")
+    r = (t.column("accuracy_reward").to_numpy() + t.column("format_reward").to_numpy()).reshape(-1, G)
+    exp = (r - (r.sum(1, keepdims=True) - r) / (G - 1)).ravel()  # RLOO: r_i − mean of the others
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)

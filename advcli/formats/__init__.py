@@ -678,7 +678,8 @@ def check_config(inputs: list[str], cfg: dict) -> None:
     elif name in LENGTH_ESTIMATORS:
         missing = f"estimator {name} needs {LENGTH_ESTIMATORS[name]}"
     elif get_path(cfg, "kl.in_reward"):
-        missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"
+        missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
+                   "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")
     elif get_path(cfg, "advantage.whiten") or get_path(cfg, "reward.whiten_tokens"):
         missing = "whitening over tokens needs each response's token mask (response_mask)"
     if missing:

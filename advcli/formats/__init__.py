@@ -87,7 +87,6 @@ class Format:
     key: Callable[[str], Any] | None = None
     required: tuple[str, ...] = ()  # keys every record must have (for the messages)
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
-    provides: tuple[str, ...] = ()  # column roles the canonical rows carry
     refuse: Callable[[str], str | None] | None = None  # a reason this file cannot be read (pickles)
     first_record: Callable[[str], dict | None] | None = None  # default: first JSON line
 
@@ -774,6 +773,7 @@ def describe(data: dict, inputs: list[str]) -> dict:
         return data
     info = infos[0]
     data["dump"] = info.as_dict()
+    data["dump"]["example"] = FORMATS[info.format].example if info.format in FORMATS else None
     data["inputs"] = [i.source for i in infos] + [p for p in inputs if p not in IMPORTED]
     if info.level == "response":
         cols = [c["column"] for c in data.get("schema", [])]
@@ -804,6 +804,8 @@ def print_dump(data: dict) -> None:
         typer.echo(f"group size      {n} in every group: for a flavor that groups by position give it, e.g. "
                    f"--flavor trl --set num_generations={n}, --flavor roll --set "
                    f"actor_infer.generating_args.num_return_sequences={n}")
+    if d.get("example"):
+        typer.echo(f"read it with    {d['example']}")
     if d.get("logged"):
         typer.echo(f"trainer's own   {d['logged']} (the advantages the trainer computed, kept for comparison)")
     for s in d["skipped"]:

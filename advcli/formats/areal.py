@@ -51,7 +51,6 @@ FORMAT = Format(
              "completion": STR},
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
     companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
-    provides=("prompt_id", "step", "reward"),
     example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor verl "
             "--set algorithm.adv_estimator=grpo",
 )

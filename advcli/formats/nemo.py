@@ -107,6 +107,5 @@ FORMAT = Format(
              "input_lengths": I64, "rewards": F32, "sample_loss_mask": F32, "idx": I64, "content": STR},
     read=read, sniff=sniff, required=("token_ids", "token_loss_mask", "input_lengths", "rewards"),
     companions=(r"(^|/)val_data_step\d+\.jsonl$",), logged="logged_advantages",
-    provides=("prompt_id", "step", "reward", "response_mask", "old_log_probs"),
     example="advcli run logs/exp_001 --output out.parquet --flavor nemo",
 )

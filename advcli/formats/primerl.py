@@ -163,6 +163,5 @@ FORMAT = Format(
     read=read, sniff=sniff, required=("group", "traces"),
     companions=(r"(^|/)rollouts/step_\d+/eval/",),
     key=lambda p: (FORMAT.step_of(p), _subset(p)), logged="logged_advantage",
-    provides=("prompt_id", "step", "reward", "response_mask"),
     example="advcli run outputs/rollouts --output out.parquet --flavor prime-rl",
 )

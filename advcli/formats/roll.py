@@ -142,7 +142,7 @@ FORMAT = Format(
     group_rule="RLVR: (tag or domain, id), or the prompt text; agentic: {tag}_{group_id}_{episode_id}_{seed} "
                "from trajectory_data.env_info (ROLL itself groups num_return_sequences consecutive rows)",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "domain": STR, "id": STR},
-    read=read, sniff=sniff, first_record=first, required=("scores",), provides=("prompt_id", "step", "reward"),
+    read=read, sniff=sniff, first_record=first, required=("scores",),
     example="advcli run /abs/rollout_dump --output out.parquet --flavor roll --set adv_estimator=grpo "
             "--set actor_infer.generating_args.num_return_sequences=8",
 )

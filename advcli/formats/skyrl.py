@@ -54,6 +54,6 @@ FORMAT = Format(
     group_rule="identical input_prompt (and env_extras.extra_info.index, when present) within a data source",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "input_prompt": STR, "output_response": STR},
     read=read, sniff=sniff, required=("input_prompt", "output_response", "score"),
-    companions=(r"(^|/)aggregated_results\.jsonl$",), key=key, provides=("prompt_id", "step", "reward"),
+    companions=(r"(^|/)aggregated_results\.jsonl$",), key=key,
     example="advcli run exports/dumped_evals --output out.parquet --flavor verl --set algorithm.adv_estimator=grpo",
 )

@@ -71,6 +71,6 @@ FORMAT = Format(
     level="response",
     group_rule="uid without its last two _ fields (v1 trainer); without uid, identical input text",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "input": STR, "output": STR},
-    read=read, sniff=sniff, required=("input", "output", "score"), provides=("prompt_id", "step", "reward"),
+    read=read, sniff=sniff, required=("input", "output", "score"),
     example="advcli run rollout_data --output out.parquet --flavor verl --set algorithm.adv_estimator=grpo",
 )

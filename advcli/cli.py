@@ -11,6 +11,7 @@ from . import __version__
 from .commands import _options as opt
 from .errors import AdvcliError
 from .formats import check_config, finish_outputs, open_inputs
+from .formats import explain as name_dump_rows
 
 app = typer.Typer(
     name="advcli",
@@ -344,7 +345,7 @@ def main() -> None:
                 sys.exit(_signal_exit["code"])
             sys.exit(rv)
     except AdvcliError as e:
-        _err(str(e))
+        _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _err(_INTERRUPTED)

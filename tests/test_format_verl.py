@@ -147,3 +147,17 @@ def test_converted_parquet_runs_like_the_dump(tmp_path, capsys):
     assert outs[0].column("advantages").equals(outs[1].column("advantages"))
     assert outs[1].schema.field("advantages").type == pa.float32() and "response_mask" not in outs[1].schema.names
     assert pq.read_schema(conv).names == [n for n in outs[1].schema.names if n not in ("advantages", "returns")]
+
+
+def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    recs = v1_records(2, 2)
+    recs[4]["score"] = float("inf")  # json writes the Infinity literal, as verl's writer does
+    write(d / "2.jsonl", recs)
+    assert "Infinity" in (d / "2.jsonl").read_text()
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2, err
+    assert f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump" in err and "advcli-import" not in err

@@ -403,6 +403,7 @@ class ImportInfo:
     logged: str | None
     groups: int = 0
     group_sizes: dict = field(default_factory=dict)  # size -> number of groups
+    starts: list = field(default_factory=list)  # (first canonical row, file) of every file read
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -426,6 +427,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     schema = None
     rows_total = 0
     sizes: dict = {}
+    starts: list[tuple[int, str]] = []  # (first canonical row, file): where a row came from, for messages
     dropped: set = set()
     try:
         buf: list[dict] = []
@@ -450,6 +452,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
 
         for path in found.files:
             ctx.path, ctx.step = path, f.step_of(path)
+            starts.append((sum(sizes.values()), path))
             for line, row in f.read(path, ctx):
                 buf.append(row)
                 where.append((path, line))
@@ -485,7 +488,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         hist[n] = hist.get(n, 0) + 1
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
-                      logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())))
+                      logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts)
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):
@@ -640,6 +643,38 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     _CONVERTED[key] = info
     IMPORTED[target] = info
     return target
+
+
+def locate(info: ImportInfo, row: int) -> str:
+    """``FILE:LINE`` of canonical row ``row`` of a converted dump (the file is read again up to that row:
+    this runs only when a message names a row)."""
+    first, path = max(((a, p) for a, p in info.starts if a <= row), default=(0, info.source))
+    if not info.starts:
+        return info.source
+    fmt = FORMATS[info.format]
+    ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=[p for _, p in info.starts])
+    for k, (line, _) in enumerate(fmt.read(path, ctx)):
+        if k == row - first:
+            return f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
+    return path
+
+
+def explain(message: str) -> str:
+    """An error message naming a converted dump's temporary Parquet, rewritten to name the dump: the file
+    and line a row came from where the message names a row (``TMP: column 'reward', row 7: ...`` ->
+    ``steps/3.jsonl:2: column 'reward', row 7 of the dump: ...``), else the dump's path."""
+    for tmp, info in IMPORTED.items():
+        if tmp == info.source or tmp not in message:
+            continue
+        m = re.search(re.escape(tmp) + r"([^\n]*?)\brow (\d+)\b", message)
+        if m and info.starts:
+            try:
+                where = locate(info, int(m.group(2)))
+            except AdvcliError:
+                where = info.source
+            message = message.replace(tmp, where, 1).replace(f"row {m.group(2)}", f"row {m.group(2)} of the dump", 1)
+        message = message.replace(tmp, info.source)
+    return message
 
 
 def info_for(path: str) -> ImportInfo | None:
@@ -815,5 +850,5 @@ def print_dump(data: dict) -> None:
 
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
-           "open_inputs", "check_config", "finish_outputs", "name_sources", "info_for", "estimator_support",
+           "open_inputs", "check_config", "finish_outputs", "name_sources", "explain", "info_for", "estimator_support",
            "iter_json_lines", "first_json_record", "require", "number", "extras", "ImportInfo"]

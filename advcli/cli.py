@@ -10,7 +10,7 @@ import typer
 from . import __version__
 from .commands import _options as opt
 from .errors import AdvcliError
-from .formats import check_config, finish_outputs, open_inputs
+from .formats import check_config, finish_outputs, name_sources, open_inputs
 from .formats import explain as name_dump_rows
 
 app = typer.Typer(
@@ -181,8 +181,9 @@ def run(
                             ray_address=ray_address)
     finally:
         stop()
-    finish_outputs(inputs, list(result.outputs), result)  # response-level dumps: scalar advantages
+    name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
+    finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
     from .report import emit
 
     emit(rep, report, json_out, show)

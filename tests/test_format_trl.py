@@ -150,3 +150,14 @@ def test_rloo_needs_beta_zero(dump, tmp_path, capsys):
     r = (t.column("accuracy_reward").to_numpy() + t.column("format_reward").to_numpy()).reshape(-1, G)
     exp = (r - (r.sum(1, keepdims=True) - r) / (G - 1)).ravel()  # RLOO: r_i − mean of the others
     assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("report", ["r.json", "r.html"])
+def test_report_of_a_response_level_run(dump, tmp_path, capsys, report):
+    d, _ = dump
+    out, rep = tmp_path / "o.parquet", tmp_path / report
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "trl", "--set", f"num_generations={G}", "-q",
+                             "--report", rep], capsys)
+    assert code == 0, err
+    assert rep.exists() and pq.read_schema(out).field("advantages").type == pa.float32()
+    assert "advcli-import" not in rep.read_text()

@@ -161,3 +161,22 @@ def test_report_of_a_response_level_run(dump, tmp_path, capsys, report):
     assert code == 0, err
     assert rep.exists() and pq.read_schema(out).field("advantages").type == pa.float32()
     assert "advcli-import" not in rep.read_text()
+
+
+def test_compare_and_stats_read_response_level_outputs(dump, tmp_path, capsys):
+    d, _ = dump
+    outs = []
+    for scale in ("group", "none"):
+        out = tmp_path / f"{scale}.parquet"
+        code, _, err = run_main(["run", d, "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
+                                 "--set", f"scale_rewards={scale}", "-q"], capsys)
+        assert code == 0, err
+        outs.append(out)
+    code, out, err = run_main(["compare", *outs, "--json"], capsys)
+    assert code == 0, err
+    import json
+    res = json.loads(out)
+    assert res["a"]["path"].endswith("group.parquet") or "group.parquet" in json.dumps(res["a"])
+    code, out, err = run_main(["stats", outs[0], "--json"], capsys)
+    assert code == 0, err
+    assert pq.read_schema(outs[0]).field("advantages").type == pa.float32()  # the outputs are not modified

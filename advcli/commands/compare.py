@@ -429,6 +429,9 @@ def compare_cmd(
     raw = ctx.meta.get("advcli_raw_args") or []
     configs = split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
+    from ..formats import open_inputs
+
+    paths = open_inputs(paths, from_)  # trainer dumps (and response-level outputs) -> canonical Parquet
     if len(paths) == 2:
         if configs:
             raise AdvcliError("compare: give either two outputs, or one dump with two configurations "
@@ -439,9 +442,6 @@ def compare_cmd(
             raise AdvcliError(f"compare: one input needs exactly two configurations; got {len(configs)}",
                               hint="advcli compare DUMP --flavor verl --set algorithm.adv_estimator=grpo "
                                    "--flavor verl --set algorithm.adv_estimator=rloo")
-        from ..formats import open_inputs
-
-        paths = open_inputs(paths, from_)  # a trainer dump -> canonical Parquet
         res = compare_configurations(paths[0], configs, columns=columns, top=top, chunk_rows=chunk_rows,
                                      device=device, quiet=json_out)
     else:

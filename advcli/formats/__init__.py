@@ -567,6 +567,14 @@ def _tmpdir() -> str:
     return _TMP["dir"]
 
 
+def _tmp_path(name: str) -> str:
+    """A fresh path named ``name`` in the temporary directory (one sub-directory per conversion, so the
+    name a command shows is the dump's own)."""
+    d = os.path.join(_tmpdir(), str(len(_CONVERTED)))
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
+
+
 def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: bool = True) -> list[str]:
     """The input edge of every command: Parquet inputs as they are; each trainer dump (recognised from
     its file names and keys, or the format ``source`` names: ``--from``) streamed into canonical
@@ -586,7 +594,7 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         if key not in _CONVERTED:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
-            target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{stem}.{forced.name if forced else 'dump'}.parquet")
+            target = _tmp_path(f"{stem}.parquet")
             info = convert(spec, target, forced, synth_mask=synth_mask)
             _CONVERTED[key] = info
             IMPORTED[target] = info
@@ -628,13 +636,18 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
         rec["synthetic_mask"] = True
         meta = dict(old.metadata)
         meta[b"advcli.import"] = json.dumps(rec).encode()
-        schema = pa.schema(list(old) + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
-        target = os.path.join(_tmpdir(), f"{len(_CONVERTED)}-{os.path.basename(spec)}")
+        # scalar advantages/returns of a response-level run's output read back as one-token lists, like the mask
+        scalars = [n for n in RESERVED if n in old.names and not pa.types.is_list(old.field(n).type)]
+        fields = [pa.field(fl.name, pa.list_(fl.type)) if fl.name in scalars else fl for fl in old]
+        schema = pa.schema(fields + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
+        target = _tmp_path(os.path.basename(spec))
         with pq.ParquetWriter(target, schema, compression="zstd") as w:
             for b in f.iter_batches(batch_size=65536):
                 offs = pa.array(range(b.num_rows + 1), pa.int32())
+                cols = [pa.ListArray.from_arrays(offs, b.column(n)) if n in scalars else b.column(n)
+                        for n in old.names]
                 mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
-                w.write_batch(pa.RecordBatch.from_arrays(list(b.columns) + [mask], schema=schema))
+                w.write_batch(pa.RecordBatch.from_arrays(cols + [mask], schema=schema))
     _load()
     fmt = FORMATS.get(rec.get("format"))
     info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
@@ -758,7 +771,12 @@ def _scalarize(path: str) -> None:
     lists = [n for n in RESERVED if n in old.names and pa.types.is_list(old.field(n).type)]
     drop = {"response_mask"} if "response_mask" in old.names else set()
     fields = [pa.field(fl.name, pa.float32()) if fl.name in lists else fl for fl in old if fl.name not in drop]
-    schema = pa.schema(fields, metadata=old.metadata)
+    meta = dict(old.metadata or {})
+    if b"advcli.import" in meta:  # the one-token mask is gone: reading this file back adds it again
+        rec = json.loads(meta[b"advcli.import"])
+        rec["synthetic_mask"] = False
+        meta[b"advcli.import"] = json.dumps(rec).encode()
+    schema = pa.schema(fields, metadata=meta)
     tmp = path + ".advcli-tmp"
     w = pq.ParquetWriter(tmp, schema, compression="zstd")
     try:

@@ -14,24 +14,30 @@ __version__ = "0.1.0"
 
 def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
         chunk_rows: int = 4096, device: str = "auto", force: bool = False, precision: str | None = None,
-        output_mode: str = "full", write_columns: list[str] | None = None):
+        output_mode: str = "full", write_columns: list[str] | None = None, source: str | None = None):
     """Run the pipeline like ``advcli run`` and return its :class:`advcli.pipeline.RunResult`.
 
     ``inputs``: a path or a list of paths/directories/globs; ``output``: a path, or None to compute
     without writing; ``settings``: the flavor's own keys (``{"algorithm.adv_estimator": "gae"}``);
     ``output_mode``: ``"full"`` (the input plus the new columns) or ``"sidecar"`` (the new columns plus
     the row keys, ``--output-mode sidecar``); ``write_columns``: the new columns to write (a subset of
-    ``["advantages", "returns", "token_level_rewards"]``; None: all the run produces).
+    ``["advantages", "returns", "token_level_rewards"]``; None: all the run produces); ``source``: a
+    trainer dump format (``--from``; default: recognised from file names and keys, docs/formats.md).
     """
     from .flavors import resolve
     from .pipeline import run_pipeline
 
     specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)
-    specs = [str(s) for s in specs]
+    from .formats import check_config, finish_outputs, open_inputs
+
+    specs = open_inputs([str(s) for s in specs], source)  # trainer dumps -> canonical Parquet
     cfg, native = resolve(flavor, list((settings or {}).items()))
+    check_config(specs, cfg)
     if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
         from .config import SCHEMA, coerce
         cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
-    return run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
-                        column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
-                        output_mode=output_mode, write_columns=write_columns)
+    result = run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
+                          column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
+                          output_mode=output_mode, write_columns=write_columns)
+    finish_outputs(specs, list(result.outputs), result)
+    return result

@@ -13,6 +13,8 @@ from .commands import options as opt
 from .commands.progress import progress
 from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
+from .formats import finish_outputs, name_sources, open_inputs
+from .formats import explain as name_dump_rows
 
 app = typer.Typer(
     name="advcli",
@@ -68,6 +70,7 @@ def run(
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
+    from_: Optional[str] = opt.FROM,
     chunk_rows: int = opt.chunk_rows(),
     device: str = opt.device(),
     output_mode: str = typer.Option("full", "--output-mode", metavar="MODE",
@@ -103,6 +106,7 @@ def run(
     from .engines import check_engine
 
     check_engine(engine)
+    inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     if output_mode not in ("full", "sidecar"):
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
@@ -151,7 +155,9 @@ def run(
 
         result.inputs = list(inputs)
         result.warnings.insert(0, run_filter_note(spec, kept))
+    name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
+    finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
     if prefiltered:
         rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
     from .report import emit
@@ -274,7 +280,7 @@ def main() -> None:
                 sys.exit(_signal_exit["code"])
             sys.exit(rv)
     except AdvcliError as e:
-        _err(str(e))
+        _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _err(_INTERRUPTED)

@@ -1,5 +1,6 @@
 """The commands besides run/explain/sample: inspect, validate, stats, compare (look at data), audit
-(recompute and check logged advantages) and filter (curate whole groups).
+(recompute and check logged advantages), filter (curate whole groups) and convert (a trainer's dump to
+canonical Parquet).
 
 Each lives in its own module and is registered on the typer app by :func:`register` (called from
 advcli.cli). Modules import only typer at import time; heavy imports happen inside the commands, so
@@ -20,6 +21,7 @@ def register(app) -> None:
     from .inspect import EPILOG as INSPECT_EPILOG, inspect_cmd
     from .stats import EPILOG as STATS_EPILOG, stats_cmd
     from .validate import EPILOG as VALIDATE_EPILOG, validate_cmd
+    from .convert import EPILOG as CONVERT_EPILOG, convert_cmd
 
     app.command("inspect", epilog=INSPECT_EPILOG, cls=Command)(inspect_cmd)
     app.command("validate", epilog=VALIDATE_EPILOG, cls=Command)(validate_cmd)
@@ -27,3 +29,4 @@ def register(app) -> None:
     app.command("compare", epilog=COMPARE_EPILOG, cls=RawArgsCommand)(compare_cmd)
     app.command("audit", epilog=AUDIT_EPILOG, cls=Command)(audit_cmd)
     app.command("filter", epilog=FILTER_EPILOG, cls=Command)(filter_cmd)
+    app.command("convert", epilog=CONVERT_EPILOG, cls=Command)(convert_cmd)

@@ -421,6 +421,7 @@ def compare_cmd(
     chunk_rows: int = opt.chunk_rows(),
     device: str = opt.device("auto", "auto, cpu or cuda (for the two configurations)."),
     json_out: bool = opt.json_out("the comparison"),
+    from_: Optional[str] = opt.FROM,
 ):
     """Compare two sets of advantages: correlation, sign agreement, per-group differences."""
     from ..config import parse_column_maps
@@ -429,6 +430,9 @@ def compare_cmd(
     raw = ctx.meta.get("advcli_raw_args") or []
     configs = split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
+    from ..formats import open_inputs
+
+    paths = open_inputs(paths, from_)  # trainer dumps (and response-level outputs) -> canonical Parquet
     if len(paths) == 2:
         if configs:
             raise AdvcliError("compare: give either two outputs, or one dump with two configurations "

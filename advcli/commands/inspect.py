@@ -312,11 +312,17 @@ def inspect_cmd(
     inputs: List[str] = opt.INPUTS,
     column: Optional[List[str]] = opt.COLUMN,
     json_out: bool = opt.json_out("everything"),
+    from_: Optional[str] = opt.FROM,
 ):
     """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
     from ..config import parse_column_maps
 
-    data = inspect_data(inputs, parse_column_maps(column))
+    from ..formats import describe, open_inputs, print_dump
+
+    inputs = open_inputs(inputs, from_, synth_mask=False)  # trainer dumps -> canonical Parquet
+    data = describe(inspect_data(inputs, parse_column_maps(column)), inputs)
+    if not json_out:
+        print_dump(data)
     if json_out:
         typer.echo(json.dumps(data, default=str))
     else:

@@ -18,6 +18,8 @@ FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
                            "Default: verl, GRPO when the dump has prompt_id.")
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
 CONFIG = typer.Option(None, "--config", "-c", metavar="PATH", help="YAML or TOML file of the same keys.")
+FROM = typer.Option(None, "--from", metavar="FORMAT", help="Read INPUT as this trainer dump format (default: "
+                    "recognised from file names and keys; docs/formats.md).")
 COLUMN = typer.Option(None, "--column", metavar="ROLE=NAME", help="Read a role from another column, e.g. reward=score.")
 PADDED = typer.Option(None, "--padded/--ragged",
                       help="Token lists are right-padded to one width (row length = last mask=1 position + 1) or "

@@ -17,6 +17,9 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     columns = parse_column_maps(column)
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
     cfg, native = resolve(flavor, settings, config)
+    from ..formats import check_config
+
+    check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     if padded is not None:
         cfg["padded"] = padded
     return flavor, cfg, native, columns, auto_note

@@ -330,6 +330,7 @@ def stats_cmd(
     chunk_rows: int = opt.chunk_rows(8192),
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("every figure"),
+    from_: Optional[str] = opt.FROM,
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
@@ -339,6 +340,9 @@ def stats_cmd(
         check_report_path(report, inputs)
     from .progress import progress
 
+    from ..formats import open_inputs
+
+    inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
     show = not quiet and not json_out
     cb, stop = progress(show)
     try:

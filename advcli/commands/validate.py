@@ -34,6 +34,7 @@ def validate_cmd(
     set_: Optional[List[str]] = opt.SET,
     config: Optional[str] = opt.CONFIG,
     column: Optional[List[str]] = opt.COLUMN,
+    from_: Optional[str] = opt.FROM,
     output: Optional[str] = typer.Option(None, "--output", "-o", metavar="PATH",
                                          help="Also check that this output path is usable (nothing is written)."),
     force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),
@@ -45,8 +46,12 @@ def validate_cmd(
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
 
+    from ..formats import name_sources, open_inputs
+
     try:
+        inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
         result, what = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device)
+        name_sources(result)
     except AdvcliError as e:
         if json_out:
             typer.echo(json.dumps({"valid": False, "error": e.message, "hint": e.hint}))

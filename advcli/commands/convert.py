@@ -1,0 +1,59 @@
+"""``advcli convert DUMP --output OUT.parquet``: a trainer's dump as advcli's canonical Parquet, nothing
+computed (advcli.formats does the reading)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import typer
+
+from ..errors import AdvcliError
+
+EPILOG = """
+[bold]Examples[/]
+
+  advcli convert logs/exp_001 --output nemo.parquet                    (NeMo RL train_data_step*.jsonl)
+  advcli convert outputs/completions --output trl.parquet              (TRL completions_*.parquet)
+  advcli convert rollout_data/12.jsonl --output step12.parquet --from verl-jsonl
+
+One row per response, the dump's fields as columns under role names where a role exists (prompt_id,
+reward, step, response_mask, old_log_probs, ...). The format is recognised from file names and keys;
+--from forces one. docs/formats.md shows every format.
+"""
+
+
+def convert_cmd(
+    path: str = typer.Argument(..., metavar="PATH", help="A trainer dump: a file, or the directory the trainer "
+                                                         "wrote (every step under it).", show_default=False),
+    output: str = typer.Option(..., "--output", "-o", metavar="PATH", help="The Parquet file to write.",
+                               show_default=False),
+    from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT",
+                                        help="The dump's format (default: recognised from file names and keys)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+):
+    """Write a trainer's rollout dump as advcli's canonical Parquet, computing nothing."""
+    from ..formats import convert
+
+    if os.path.exists(output) and not force:
+        raise AdvcliError(f"{output}: already exists", hint="add --force to replace it")
+    if os.path.isdir(output):
+        raise AdvcliError(f"{output}: is a directory; expected a .parquet file path")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise AdvcliError(f"{output}: the directory {parent} does not exist")
+    if os.path.exists(path) and os.path.isfile(path) and os.path.realpath(path) == os.path.realpath(output):
+        raise AdvcliError(f"{output}: is the input; advcli never writes over its input")
+    info = convert(path, output, from_ if from_ not in (None, "", "auto") else None)
+    if json_out:
+        typer.echo(json.dumps(info.as_dict(), default=str))
+        return
+    if not quiet:
+        typer.echo(f"wrote {output}: {info.rows:,} rows from {len(info.files)} {info.title} file(s); "
+                   f"{info.groups:,} groups ({info.group_rule})", err=True)
+        for s in info.skipped:
+            typer.echo(f"skipped {s}", err=True)
+        for n in info.notes:
+            typer.echo(f"note: {n}", err=True)

@@ -1,0 +1,56 @@
+"""``areal-jsonl``: AReaL's ``rollout/{version}/{task_id}.jsonl`` (inclusionAI/AReaL @ 4aef98d8,
+``areal/infra/workflow_executor.py`` L818-921, ``rollout.dump_to_file=true``; ``spec/dumps.md`` §8).
+
+One JSON object per line, one file per prompt group (``GroupedRolloutWorkflow`` puts the n samples of one
+prompt in one task): ``task_id``, ``sample_idx``, ``seqlen``, ``prompt_len``, ``head_version``,
+``tail_version``, ``reward``, ``prompt``, ``completion``. No token data (only lengths): a response-level
+dump, with ``response_length = seqlen − prompt_len``.
+
+Group: ``task_id``, keyed with the file (several executor processes can reuse a task id): ``prompt_id`` =
+``{version}/{task_id}`` plus a hash of the prompt. Step: the version directory. Evaluation rollouts
+(``eval-rollout/``) met in a directory walk are skipped; point at one of their files to read it.
+"""
+from __future__ import annotations
+
+import re
+
+from . import Context, Format, extras, iter_json_lines, number, require
+from ._common import F32, I64, STR, text_key
+
+PATTERN = r"(^|/)(?P<kind>eval-rollout|rollout)/(?P<step>\d+)/(?P<task>\d+)\.jsonl$"
+
+
+def read(path: str, ctx: Context):
+    for line, rec in iter_json_lines(path, ctx):
+        require(ctx, line, rec, ("task_id", "reward"))
+        seqlen, plen = rec.get("seqlen"), rec.get("prompt_len")
+        row = {"prompt_id": f"{ctx.step}/{rec['task_id']}/{text_key(path, rec.get('prompt', ''))}",
+               "step": ctx.step if ctx.step is not None else rec.get("tail_version"),
+               "reward": number(ctx, line, rec["reward"], "reward")}
+        if isinstance(seqlen, int) and isinstance(plen, int):
+            row["response_length"] = seqlen - plen
+        row.update(extras(rec, ("reward",)))
+        yield line, row
+
+
+def _key(path: str):
+    """(kind, version, task): two trials under one root repeat it; one task's appends share one file."""
+    m = re.search(PATTERN, path.replace("\\", "/"))
+    return (m.group("kind"), int(m.group("step")), int(m.group("task"))) if m else path
+
+
+def sniff(rec: dict) -> bool:
+    return {"task_id", "reward"} <= set(rec) and ("sample_idx" in rec or "seqlen" in rec)
+
+
+FORMAT = Format(
+    name="areal-jsonl", title="AReaL rollout/{version}/{task_id}.jsonl",
+    pattern=PATTERN, level="response",
+    group_rule="task_id (one file per prompt group), keyed with its file and version",
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "response_length": I64, "prompt": STR,
+             "completion": STR},
+    read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
+    companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
+    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor verl "
+            "--set algorithm.adv_estimator=grpo",
+)

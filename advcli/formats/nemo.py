@@ -1,0 +1,111 @@
+"""``nemo-jsonl``: NeMo RL's ``train_data_step{N}.jsonl`` (NVIDIA-NeMo/RL @ 7ea279ab,
+``nemo_rl/utils/logger.py`` L1071-1098 ``log_batched_dict_as_jsonl``, called by ``grpo_train``,
+``nemo_rl/algorithms/grpo.py`` L3630-3655; ``spec/dumps.md`` §2).
+
+Every field of a line is a one-element list (``make_microbatch_iterator(1)``): scalars ``[x]``, per-token
+rows ``[[...]]`` over the full right-padded sequence (prompt + response + padding). A row's response is
+the positions ``s .. L-1``, with ``s`` the first position where ``token_loss_mask`` is 1 and ``L`` =
+``input_lengths``: ``response_mask`` = ``token_loss_mask[s:L]`` (0 on tool/env tokens inside),
+``old_log_probs`` = ``prev_logprobs[s:L]``, ``rollout_log_probs`` = ``generation_logprobs[s:L]`` and
+``logged_advantages`` = ``advantages[s:L]`` (NeMo's own result, which ``--flavor nemo`` reproduces).
+
+Group: NeMo groups rows whose initial prompt token ids are equal
+(``calculate_baseline_and_std_per_prompt``); the dump has no id, so ``prompt_id`` is a hash of
+``token_ids[:s]``, the tokens before the first generated one (exact for single-turn rows). Reward:
+``filtered_rewards`` when present (dynamic sampling: ``rewards`` is then the unfiltered list and does not
+line up with the rows), else ``rewards``. Step: the N of the file name.
+"""
+from __future__ import annotations
+
+from . import Context, Format, iter_json_lines, number, require
+from ._common import F32, F32_LIST, I64, MASK, STR, text_key
+
+LISTS = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
+KNOWN = set(LISTS) | {"rewards", "filtered_rewards", "input_lengths", "sample_loss_mask", "idx", "content",
+                      "agent_ref"}
+
+
+def _one(ctx: Context, line: int, rec: dict, key: str):
+    v = rec[key]
+    if not isinstance(v, list) or len(v) != 1:
+        raise ctx.error(line, f"field {key!r} is not a one-element list (NeMo RL writes every field as [value])",
+                        hint="is this a NeMo RL train_data_step file? force another format with --from")
+    return v[0]
+
+
+def _tokens(ctx: Context, line: int, rec: dict, key: str, n: int) -> list:
+    v = _one(ctx, line, rec, key)
+    if not isinstance(v, list) or len(v) < n:
+        raise ctx.error(line, f"field {key!r} holds {len(v) if isinstance(v, list) else type(v).__name__} "
+                        f"values; input_lengths is {n}")
+    return v
+
+
+def read(path: str, ctx: Context):
+    step = ctx.step
+    noted = False
+    for line, rec in iter_json_lines(path, ctx):
+        require(ctx, line, rec, ("token_ids", "token_loss_mask", "input_lengths"))
+        if "filtered_rewards" not in rec and "rewards" not in rec:
+            require(ctx, line, rec, ("rewards",))
+        L = _one(ctx, line, rec, "input_lengths")
+        if not isinstance(L, int) or L < 0:
+            raise ctx.error(line, f"field 'input_lengths' is {L!r}; expected a non-negative integer")
+        ids = _tokens(ctx, line, rec, "token_ids", L)
+        mask = _tokens(ctx, line, rec, "token_loss_mask", L)
+        s = next((i for i in range(L) if mask[i]), None)
+        if s is None:  # no generated token: the previous row's prompt if it is a prefix (rows of a prompt
+            prev = ctx.state.get("prev_prompt")  # are contiguous, repeat_interleave), else the whole row
+            s = len(prev) if prev is not None and len(prev) <= L and ids[:len(prev)] == prev else L
+            if "maskless" not in ctx.state:
+                ctx.state["maskless"] = True
+                ctx.notes.append(f"{path}:{line}: a row without token_loss_mask=1 (no generated token): grouped "
+                                 "with the previous row's prompt when it starts with it, else on its own")
+        ctx.state["prev_prompt"] = ids[:s]
+        rkey = "filtered_rewards" if "filtered_rewards" in rec else "rewards"
+        if rkey == "filtered_rewards" and not noted:
+            ctx.notes.append("reward = filtered_rewards (dynamic sampling: the rewards field is the unfiltered list)")
+            noted = True
+        row = {"prompt_id": text_key(ids[:s]), "step": step,
+               "reward": number(ctx, line, _one(ctx, line, rec, rkey), rkey),
+               "response_mask": [1 if m else 0 for m in mask[s:L]], "prompt_length": s, "input_lengths": L}
+        if "prev_logprobs" in rec:
+            row["old_log_probs"] = _tokens(ctx, line, rec, "prev_logprobs", L)[s:L]
+        if "generation_logprobs" in rec:
+            row["rollout_log_probs"] = _tokens(ctx, line, rec, "generation_logprobs", L)[s:L]
+        if "advantages" in rec:
+            row["logged_advantages"] = _tokens(ctx, line, rec, "advantages", L)[s:L]
+        if rkey == "filtered_rewards" and "rewards" in rec:
+            row["rewards"] = number(ctx, line, _one(ctx, line, rec, "rewards"), "rewards", allow_none=True)
+        if "sample_loss_mask" in rec:
+            row["sample_loss_mask"] = number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"), "sample_loss_mask")
+        if "idx" in rec:  # the writer adds it unwrapped: {**sample, "idx": i} (logger.py L1096)
+            row["idx"] = rec["idx"][0] if isinstance(rec["idx"], list) and len(rec["idx"]) == 1 else rec["idx"]
+        if "content" in rec:
+            import json
+
+            row["content"] = json.dumps(_one(ctx, line, rec, "content"), ensure_ascii=False, default=str)
+        for k, v in rec.items():
+            if k not in KNOWN and isinstance(v, list) and len(v) == 1 and not isinstance(v[0], (list, dict)):
+                row[k] = v[0]
+        yield line, row
+
+
+def sniff(rec: dict) -> bool:
+    return ("token_ids" in rec and "token_loss_mask" in rec and isinstance(rec.get("token_ids"), list)
+            and len(rec["token_ids"]) == 1)
+
+
+FORMAT = Format(
+    name="nemo-jsonl", title="NeMo RL train_data_step{N}.jsonl",
+    pattern=r"(^|/)train_data_step(?P<step>\d+)\.jsonl$",
+    level="token",
+    group_rule="rows whose prompt tokens (token_ids before the first token_loss_mask=1) are equal "
+               "(NeMo's initial-prompt grouping); prompt_id = a hash of those tokens",
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "old_log_probs": F32_LIST,
+             "rollout_log_probs": F32_LIST, "logged_advantages": F32_LIST, "prompt_length": I64,
+             "input_lengths": I64, "rewards": F32, "sample_loss_mask": F32, "idx": I64, "content": STR},
+    read=read, sniff=sniff, required=("token_ids", "token_loss_mask", "input_lengths", "rewards"),
+    companions=(r"(^|/)val_data_step\d+\.jsonl$",), logged="logged_advantages",
+    example="advcli run logs/exp_001 --output out.parquet --flavor nemo",
+)

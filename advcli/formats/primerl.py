@@ -1,0 +1,167 @@
+"""``primerl-traces``: prime-rl's ``rollouts/step_N/train/{all,effective}/traces.jsonl``
+(PrimeIntellect-ai/prime-rl @ 559b4477, ``src/prime_rl/monitors/file.py`` L43-59; record format
+verifiers @ a60a606e, ``verifiers/v1/episode.py`` ``Episode.to_record`` L149-155 and
+``verifiers/v1/trace.py`` / ``graph.py``; ``spec/primerl.md`` §7).
+
+Each line is one **episode** (orjson of ``model_dump(mode="json", exclude_none=True)``) holding its
+traces. One canonical row per trace:
+
+* ``prompt_id`` = ``episode.group.id`` (the cohort uuid); ``step`` = the step of the file where the
+  cohort **first** appears (a cohort can straddle two step files);
+* ``reward`` = Σ over ``trace.rewards`` of ``score × weight`` (``Trace.reward``, None entries skipped);
+* tokens: the trace's branch (root-to-leaf path over ``nodes[].parent``; the last branch when there
+  are several, ``Trace.messages``' choice), concatenated ``token_ids``; the response starts at the
+  first sampled token (``mask`` true): ``response_mask`` = the mask from there, interior zeros being
+  observations and scaffold; ``rollout_log_probs`` = the compact ``logprobs`` spread onto the sampled
+  positions, 0 elsewhere (``Branch.spread``);
+* ``trainable`` = ``trace.ok`` and ``agent.trainable``; ``agent_name``, ``episode_id``;
+* ``num_output_tokens`` = Σ over branches of their calls' ``usage.completion_tokens``, ``num_total_tokens``
+  = Σ over branches of the last call's ``prompt + cached + completion`` tokens, ``num_turns`` = sampled
+  nodes (``Trace.num_output_tokens`` / ``num_total_tokens`` / ``num_turns``: usage counts, not the mask).
+
+Recompute from ``all`` (every completed episode, complete cohorts). ``effective`` (the traces shipped
+to the trainer, zero-advantage ones filtered out) is read only for the logged advantages: its
+``info.advantage`` per trace id becomes ``logged_advantage`` (null for traces not shipped). Read alone,
+``effective`` files give rows with a note that cohorts are incomplete there.
+"""
+from __future__ import annotations
+
+import re
+
+from . import Context, Format, iter_json_lines, number, require
+from ._common import BOOL, F32, F32_LIST, I64, MASK, STR
+
+PATTERN = r"(^|/)rollouts/step_(?P<step>\d+)/train/(?P<subset>all|effective)/traces\.jsonl$"
+
+
+def _subset(path: str) -> str:
+    m = re.search(PATTERN, path.replace("\\", "/"))
+    return m.group("subset") if m else "all"
+
+
+def _logged(ctx: Context) -> dict:
+    """trace id -> info.advantage over every effective file of the dump (one float per shipped trace)."""
+    if "logged" in ctx.state:
+        return ctx.state["logged"]
+    out: dict = {}
+    for p in ctx.files:
+        if _subset(p) != "effective":
+            continue
+        sub = Context(fmt=ctx.fmt, path=p)
+        for line, ep in iter_json_lines(p, sub):
+            for tr in ep.get("traces") or []:
+                adv = (tr.get("info") or {}).get("advantage")
+                if tr.get("id") is not None and adv is not None:
+                    out[tr["id"]] = number(sub, line, adv, "info.advantage")
+    ctx.state["logged"] = out
+    return out
+
+
+def _branches(nodes: list) -> list[list[int]]:
+    """Every root-to-leaf path, leaves in node order (verifiers graph.leaves / Trace.branches)."""
+    has_child = {n.get("parent") for n in nodes if n.get("parent") is not None}
+    out = []
+    for leaf in (i for i in range(len(nodes)) if i not in has_child):
+        path, nid = [], leaf
+        while nid is not None:
+            path.append(nid)
+            nid = nodes[nid].get("parent")
+        out.append(path[::-1])
+    return out
+
+
+def _counts(tr: dict, branches: list[list[int]]) -> tuple[int, int]:
+    """Trace.num_output_tokens (Σ over branches of their calls' completion tokens) and num_total_tokens (Σ over
+    branches of the last call's prompt + cached + completion tokens), verifiers trace.py."""
+    by_node = {c.get("node"): c for c in tr.get("calls") or [] if c.get("node") is not None}
+    out = total = 0
+    for path in branches:
+        usage = [by_node[i].get("usage") for i in path if i in by_node and by_node[i].get("usage")]
+        out += sum(int(u.get("completion_tokens") or 0) for u in usage)
+        if usage:
+            u = usage[-1]
+            total += int(u.get("prompt_tokens") or 0) + int(u.get("cached_input_tokens") or 0) + \
+                int(u.get("completion_tokens") or 0)
+    return out, total
+
+
+def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:
+    nodes = tr.get("nodes") or []
+    branches = _branches(nodes)
+    path = branches[-1] if branches else []
+    if len(branches) > 1 and "branches" not in ctx.state:
+        ctx.state["branches"] = True
+        ctx.notes.append("traces with several branches: the last branch's tokens are used (the scalar "
+                         "advantage is the same on every branch)")
+    ids, mask, lps = [], [], []
+    for i in path:
+        n = nodes[i]
+        t, m, lp = n.get("token_ids") or [], [bool(x) for x in (n.get("mask") or [])], n.get("logprobs") or []
+        if len(m) != len(t):
+            raise ctx.error(line, f"trace {tr.get('id')}: node {i} has {len(t)} token_ids but {len(m)} mask values")
+        k = 0
+        for s in m:
+            if s:
+                lps.append(float(lp[k]) if k < len(lp) else 0.0)
+                k += 1
+            else:
+                lps.append(0.0)
+        ids += t
+        mask += m
+    start = next((i for i, s in enumerate(mask) if s), 0)  # no sampled token: the whole branch, all masked
+    n_out, n_total = _counts(tr, branches)
+    rewards = tr.get("rewards") or {}
+    reward = 0.0
+    for name, r in rewards.items():
+        if r is None or r.get("score") is None:
+            continue
+        reward += number(ctx, line, r["score"], f"rewards.{name}.score") * \
+            number(ctx, line, r.get("weight", 1.0), f"rewards.{name}.weight")
+    agent = tr.get("agent") or {}
+    return {"prompt_id": str((ep.get("group") or {}).get("id")), "step": step, "reward": reward,
+            "response_mask": [1 if s else 0 for s in mask[start:]], "rollout_log_probs": lps[start:],
+            "trainable": bool(tr.get("ok", True)) and bool(agent.get("trainable", True)),
+            "num_output_tokens": n_out, "num_total_tokens": n_total,
+            "num_turns": sum(1 for n in nodes if n.get("sampled")),
+            "agent_name": agent.get("name", "agent"), "episode_id": ep.get("id"), "trace_id": tr.get("id"),
+            "prompt_length": start, "env": (ep.get("env") or {}).get("name"),
+            "logged_advantage": logged.get(tr.get("id")), "stop_condition": tr.get("stop_condition")}
+
+
+def read(path: str, ctx: Context):
+    subsets = {_subset(p) for p in ctx.files}
+    if _subset(path) == "effective" and "all" in subsets:
+        return  # effective files only give the logged advantages (read in _logged)
+    if _subset(path) == "effective" and "effective_only" not in ctx.state:
+        ctx.state["effective_only"] = True
+        ctx.notes.append("reading effective/ files only: they hold the shipped traces, without the "
+                         "zero-advantage ones, so cohorts are incomplete; recompute from all/")
+    logged = _logged(ctx)
+    first_step = ctx.state.setdefault("group_step", {})
+    for line, ep in iter_json_lines(path, ctx):
+        require(ctx, line, ep, ("group", "traces"))
+        gid = (ep.get("group") or {}).get("id")
+        if gid is None:
+            raise ctx.error(line, "episode without group.id (the cohort key)")
+        step = first_step.setdefault(gid, ctx.step)
+        for tr in ep["traces"] or []:
+            yield line, _row(ctx, line, ep, tr, step, logged)
+
+
+def sniff(rec: dict) -> bool:
+    return "traces" in rec and "group" in rec
+
+
+FORMAT = Format(
+    name="primerl-traces", title="prime-rl rollouts/step_N/train/{all,effective}/traces.jsonl",
+    pattern=PATTERN, level="token",
+    group_rule="episode.group.id (the cohort uuid), at the step of the file where the cohort first appears",
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
+             "trainable": BOOL, "num_output_tokens": I64, "num_total_tokens": I64, "num_turns": I64,
+             "agent_name": STR, "episode_id": STR, "trace_id": STR, "prompt_length": I64, "env": STR,
+             "logged_advantage": F32, "stop_condition": STR},
+    read=read, sniff=sniff, required=("group", "traces"),
+    companions=(r"(^|/)rollouts/step_\d+/eval/",),
+    key=lambda p: (FORMAT.step_of(p), _subset(p)), logged="logged_advantage",
+    example="advcli run outputs/rollouts --output out.parquet --flavor prime-rl",
+)

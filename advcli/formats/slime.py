@@ -1,0 +1,148 @@
+"""``slime-pt``: slime's rollout dumps, ``--save-debug-rollout-data TEMPLATE`` or ``--dump-details DIR``
+(``DIR/rollout_data/{rollout_id}.pt``) (THUDM/slime @ 624b824a, writer
+``slime/observability/rollout_data_utils.py`` L140-153, ``Sample.to_dict`` ``slime/utils/types.py``
+L222-228; ``spec/dumps.md`` §6.1).
+
+A file is ``torch.save({"rollout_id": id, "samples": [Sample.to_dict(), ...]})``: plain dicts, lists,
+strings and numbers, loaded here with ``torch.load(weights_only=True)`` (no class is ever unpickled; a
+file that needs more is refused with how to re-save it). One canonical row per sample:
+
+* ``prompt_id`` = ``group_index`` (slime's prompt-group counter); ``step`` = ``rollout_id``;
+* ``reward`` = ``reward`` (a dict of several rewards becomes ``reward/<name>`` columns: pick one with
+  ``--column reward=reward/NAME``, as slime's ``--reward-key`` does);
+* ``response_mask`` = ``loss_mask`` (None: all ones over ``response_length``; 0 on tool/env tokens);
+  ``rollout_log_probs`` = ``rollout_log_probs`` (the inference engine's, per response token).
+
+The train dump (``--save-debug-train-data``, ``format_version`` 2) holds no group key (its rows join
+the rollout dump on ``sample_index``) and is refused with that reason; ``--dump-details`` directories are
+read through their ``rollout_data/`` files, ``train_data/`` and ``eval_*`` rollouts being skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from . import Context, Format, number
+from ._common import F32, F32_LIST, I64, MASK, STR
+
+PATTERN = r"(^|/)rollout_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+\.pt$|\.pt$"
+_CACHE: dict = {}
+
+EXPORT = ("load it where slime is installed and save plain values: d = torch.load(P, weights_only=False); "
+          "torch.save({'rollout_id': d['rollout_id'], 'samples': [{k: v for k, v in s.items() if k != "
+          "'metadata'} for s in d['samples']]}, OUT)")
+
+
+def load(path: str):
+    """The file's object (cached for the content check and the read), loaded without unpickling classes."""
+    key = (os.path.realpath(path), os.path.getmtime(path))
+    if key in _CACHE:
+        return _CACHE[key]
+    import pickle
+
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, ModuleNotFoundError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        obj = RuntimeError(f"cannot be loaded without unpickling Python classes ({first[:160]})")
+    except (EOFError, OSError, ValueError) as e:
+        obj = RuntimeError(f"truncated or not a torch.save file ({type(e).__name__}: {str(e)[:120]})")
+    _CACHE.clear()
+    _CACHE[key] = obj
+    return obj
+
+
+def first(path: str) -> dict | None:
+    if not path.endswith(".pt"):
+        return None
+    obj = load(path)
+    if isinstance(obj, Exception):
+        return {"__error__": str(obj)}
+    return obj if isinstance(obj, dict) else None
+
+
+def refuse(path: str) -> str | None:
+    obj = load(path) if path.endswith(".pt") else None
+    if isinstance(obj, Exception):
+        return f"{obj}; advcli never unpickles arbitrary classes. To read it, {EXPORT}"
+    if isinstance(obj, dict) and "format_version" in obj:
+        return ("a slime train dump (--save-debug-train-data): it holds no group key (its samples join the "
+                "rollout dump on sample_index); read the rollout dump instead (--save-debug-rollout-data, or "
+                "the rollout_data/ folder of --dump-details)")
+    return None
+
+
+def _plain(v):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    return json.dumps(v, ensure_ascii=False, default=str)
+
+
+def read(path: str, ctx: Context):
+    obj = load(path)
+    samples = obj.get("samples")
+    if not isinstance(samples, list):
+        raise ctx.error(None, "no 'samples' list (slime rollout dumps are {'rollout_id', 'samples'})")
+    step = obj.get("rollout_id", ctx.step)
+    if not isinstance(step, int):
+        step = ctx.step
+    for i, s in enumerate(samples, 1):
+        if not isinstance(s, dict):
+            raise ctx.error(i, f"sample {i - 1} is {type(s).__name__}; expected a dict (Sample.to_dict())")
+        where = f"sample {i - 1}"
+        for k in ("group_index", "reward", "response_length"):
+            if k not in s:
+                raise ctx.error(None, f"{where}: missing field {k!r} of a slime sample")
+        n = s["response_length"]
+        lm = s.get("loss_mask")
+        if lm is None:
+            lm = [1] * n
+        lm = lm.tolist() if hasattr(lm, "tolist") else list(lm)
+        if len(lm) != n:
+            raise ctx.error(None, f"{where}: loss_mask has {len(lm)} values but response_length is {n}")
+        row = {"prompt_id": str(s["group_index"]), "step": step, "response_mask": [1 if x else 0 for x in lm]}
+        r = s["reward"]
+        if isinstance(r, dict):
+            for k, v in r.items():
+                row[f"reward/{k}"] = number(ctx, None, v, f"{where}: reward.{k}", allow_none=True)
+            if "reward_dict" not in ctx.state:
+                ctx.state["reward_dict"] = True
+                ctx.notes.append(f"rewards are dicts ({', '.join(r)}): pick one with --column reward=reward/NAME")
+        else:
+            row["reward"] = number(ctx, None, r, f"{where}: reward", allow_none=True)
+        lp = s.get("rollout_log_probs")
+        if lp is not None:
+            lp = lp.tolist() if hasattr(lp, "tolist") else list(lp)
+            if len(lp) != n:
+                raise ctx.error(None, f"{where}: rollout_log_probs has {len(lp)} values but response_length is {n}")
+            row["rollout_log_probs"] = [float(x) for x in lp]
+        toks = s.get("tokens")
+        if toks is not None:
+            row["tokens"] = toks.tolist() if hasattr(toks, "tolist") else list(toks)
+        for k in ("index", "response_length", "response", "label", "status", "remove_sample", "prompt",
+                  "weight_versions", "rollout_id"):
+            if k in s and k not in row:
+                row["sample_rollout_id" if k == "rollout_id" else k] = _plain(s[k])
+        yield i, row
+
+
+def sniff(rec: dict) -> bool:
+    return "samples" in rec or "format_version" in rec or "__error__" in rec
+
+
+FORMAT = Format(
+    name="slime-pt", title="slime rollout dump (.pt)",
+    pattern=PATTERN, level="token",
+    group_rule="group_index (slime's prompt-group counter)",
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
+             "tokens": __import__("pyarrow").list_(I64), "index": I64, "response_length": I64},
+    read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
+    companions=(r"(^|/)train_data/\d+\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),
+    key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
+    example="advcli run dump_details/rollout_data --output out.parquet --flavor verl "
+            "--set algorithm.adv_estimator=grpo",
+)

@@ -1,0 +1,81 @@
+"""``trl-completions``: TRL GRPOTrainer's ``completions/completions_{step:05d}.parquet``
+(huggingface/trl @ f2cd5771, ``trl/trainer/grpo_trainer.py`` L3293-3327, ``log_completions=True``;
+``spec/dumps.md`` §3).
+
+Columns: ``step``, ``prompt``, ``completion``, one column per reward function (unweighted, NaN where
+the function returned None), extra ``log_extra`` columns, and ``advantage`` (the scalar TRL trained on,
+which ``--flavor trl`` reproduces). No token data: a response-level dump.
+
+Group: TRL's groups are ``num_generations`` consecutive rows with the same prompt
+(``rewards.view(-1, G)``); ``prompt_id`` numbers the runs of equal ``prompt`` in each file (so the
+positional blocks of ``--flavor trl`` are checked against it). ``reward`` = the unweighted nansum of the
+reward-function columns (every numeric column other than ``step`` and ``advantage``); for weights, name
+them: ``--flavor trl --set 'reward_funcs=[a,b]' --set 'reward_weights=[1.0,0.5]'``.
+"""
+from __future__ import annotations
+
+import math
+
+from . import Context, Format
+from ._common import F32, F64, I64, STR, schema_record, text_key
+
+FIXED = ("step", "prompt", "completion", "advantage")
+
+
+def read(path: str, ctx: Context):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        f = pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001
+        raise ctx.error(None, f"not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    schema = f.schema_arrow
+    missing = [c for c in ("prompt", "completion", "advantage") if c not in schema.names]
+    if missing:
+        raise ctx.error(None, f"missing column(s) {', '.join(missing)} of a TRL completions file")
+    funcs = [n for n in schema.names if n not in FIXED and (pa.types.is_floating(schema.field(n).type)
+                                                          or pa.types.is_integer(schema.field(n).type))]
+    if not funcs:
+        raise ctx.error(None, "no reward-function column (TRL writes one numeric column per reward function)")
+    key = ctx.state.setdefault("funcs", funcs)
+    if key != funcs:
+        raise ctx.error(None, f"reward-function columns {funcs} differ from {key} in the first file")
+    if "noted" not in ctx.state:
+        ctx.notes.append(f"reward = unweighted nansum of {', '.join(funcs)} (weights: --flavor trl --set "
+                         f"'reward_funcs=[{','.join(funcs)}]' --set 'reward_weights=[...]')")
+        ctx.state["noted"] = True
+    row_no = 0
+    run, prev = -1, object()
+    for batch in f.iter_batches(batch_size=4096):
+        for rec in batch.to_pylist():
+            row_no += 1
+            p = rec["prompt"]
+            if p != prev:
+                run += 1
+                prev = p
+            vals = [rec[c] for c in funcs]
+            fin = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+            step = rec.get("step") if rec.get("step") is not None else ctx.step
+            row = {"prompt_id": f"{step}:{run}:{text_key(p)}", "step": step,
+                   "reward": sum(fin) if fin else float("nan")}
+            row.update({k: v for k, v in rec.items() if k not in ("step",)})
+            yield row_no, row
+
+
+def sniff(rec: dict) -> bool:
+    return {"prompt", "completion", "advantage"} <= set(rec)
+
+
+FORMAT = Format(
+    name="trl-completions", title="TRL completions_{step}.parquet",
+    pattern=r"(^|/)completions_(?P<step>\d+)\.parquet$",
+    level="response",
+    group_rule="consecutive rows with the same prompt (TRL's blocks of num_generations); prompt_id numbers "
+               "those runs",
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "prompt": STR, "completion": STR,
+             "advantage": F64},
+    read=read, sniff=sniff, first_record=schema_record, required=("prompt", "completion", "advantage"),
+    logged="advantage",
+    example="advcli run outputs/completions --output out.parquet --flavor trl --set num_generations=8",
+)

@@ -1,0 +1,195 @@
+"""nemo-jsonl: NeMo RL's train_data_step{N}.jsonl, built here from the field list of spec/dumps.md §2
+(every field a one-element list, token rows over the right-padded full sequence), with the
+``advantages`` NeMo would log computed independently below (GRPO: leave-one-out baseline and
+per-sample leave-one-out unbiased std, divided by σ + 1e-6 only where σ > 0; spec/nemo.md §2-3)."""
+import json
+import math
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import run_main
+
+PAD = 0
+
+
+def nemo_grpo(rewards, groups, loo=True, normalize=True):
+    """NeMo RL calculate_baseline_and_std_per_prompt + GRPOAdvantageEstimator, float64, Python loops."""
+    out = []
+    for i, (r, g) in enumerate(zip(rewards, groups)):
+        members = [j for j, h in enumerate(groups) if h == g]
+        n = len(members)
+        if n <= 1:
+            out.append(0.0)
+            continue
+        others = [rewards[j] for j in members if j != i] if loo else [rewards[j] for j in members]
+        k = len(others)
+        b = sum(others) / k
+        var = (sum(x * x for x in others) / k - b * b) * k / (k - 1) if k > 1 else float("nan")
+        std = math.sqrt(var) if var == var and var > 0 else 0.0
+        a = r - b
+        if normalize and std > 0:
+            a = a / (std + 1e-6)
+        out.append(a)
+    return out
+
+
+# (prompt tokens, response tokens, response mask (tool tokens 0), reward); groups of 4, 2 and 1
+SAMPLES = [
+    ([5, 6, 7], [10, 11, 12], [1, 1, 1], 1.0),
+    ([5, 6, 7], [13, 14], [1, 1], 0.0),
+    ([5, 6, 7], [15, 16, 17, 18], [1, 0, 0, 1], 0.5),
+    ([5, 6, 7], [19], [1], 0.0),
+    ([8, 9], [20, 21, 22], [1, 1, 0], 1.0),
+    ([8, 9], [23, 24], [1, 1], 0.25),
+    ([30, 31, 32, 33], [40, 41], [1, 1], 0.75),
+]
+
+
+def write_step(path, samples, step_seed=0):
+    rng = np.random.default_rng(step_seed)
+    width = max(len(p) + len(r) for p, r, _, _ in samples) + 3  # right padding, as NeMo pads to the batch max
+    rewards = [s[3] for s in samples]
+    adv = nemo_grpo(rewards, [tuple(s[0]) for s in samples])
+    with open(path, "w") as fh:
+        for i, (p, r, m, rew) in enumerate(samples):
+            L = len(p) + len(r)
+            pad = width - L
+            mask = [0] * len(p) + m + [0] * pad
+            gen = [0.0] * len(p) + [float(x) for x in rng.uniform(-2, 0, len(r))] + [0.0] * pad
+            prev = [0.0] + [float(x) for x in rng.uniform(-3, 0, L - 1)] + [0.0] * pad
+            rec = {"content": [[f"prompt {p}", f"answer {r}"]], "rewards": [rew], "input_lengths": [L],
+                   "token_ids": [p + r + [PAD] * pad], "token_loss_mask": [mask], "sample_loss_mask": [1.0],
+                   "advantages": [[adv[i]] * width], "generation_logprobs": [gen], "prev_logprobs": [prev],
+                   "idx": i}  # logger.py L1096 adds idx unwrapped: {**sample, "idx": i}
+            fh.write(json.dumps(rec) + "\n")
+    return adv
+
+
+@pytest.fixture
+def dump(tmp_path):
+    d = tmp_path / "logs" / "exp_001"
+    d.mkdir(parents=True)
+    adv1 = write_step(d / "train_data_step1.jsonl", SAMPLES, 1)
+    adv2 = write_step(d / "train_data_step2.jsonl", SAMPLES[::-1], 2)  # another order: groups still found
+    (d / "val_data_step1.jsonl").write_text(json.dumps({"content": [[{"role": "user", "content": "x"}]],
+                                                        "rewards": [1.0], "idx": 0}) + "\n")
+    (d / "metrics.jsonl").write_text('{"loss": 0.1}\n')  # a file no format names: skipped, saying so
+    (d / "config.yaml").write_text("grpo: {}\n")
+    return d, adv1 + adv2
+
+
+def test_convert_roles_and_slices(dump, tmp_path, capsys):
+    d, _ = dump
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", str(d.parent), "--output", out], capsys)
+    assert code == 0, err
+    assert "val_data_step1.jsonl" in err and "skipped" in err and "metrics.jsonl (not a NeMo" in err
+    t = pq.read_table(out).to_pylist()
+    assert len(t) == 14
+    assert [r["step"] for r in t] == [1] * 7 + [2] * 7
+    r2 = t[2]
+    assert r2["response_mask"] == [1, 0, 0, 1] and r2["reward"] == 0.5 and r2["prompt_length"] == 3
+    assert len(r2["old_log_probs"]) == 4 and len(r2["logged_advantages"]) == 4
+    ids = [r["prompt_id"] for r in t[:7]]
+    assert ids[0] == ids[1] == ids[2] == ids[3] != ids[4] == ids[5] != ids[6]
+    assert {r["prompt_id"] for r in t[:7]} == {r["prompt_id"] for r in t[7:]}
+
+
+@pytest.mark.parametrize("chunk", ["4096", "3"])
+def test_flavor_nemo_equals_logged_advantages(dump, tmp_path, capsys, chunk):
+    d, expected = dump
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", str(d), "--output", out, "--flavor", "nemo", "--chunk-rows", chunk, "-q"],
+                            capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    for row, exp in zip(t, expected):
+        assert np.allclose(row["advantages"], row["logged_advantages"], rtol=1e-5, atol=1e-6)
+        assert np.allclose(row["advantages"], [exp] * len(row["advantages"]), rtol=1e-5, atol=1e-6)
+    assert any(abs(e) > 0.5 for e in expected)
+
+
+def test_inspect_says_format_and_grouping(dump, capsys):
+    d, _ = dump
+    code, out, err = run_main(["inspect", str(d)], capsys)
+    assert code == 0, err
+    assert "nemo-jsonl" in out and "prompt tokens" in out and "val_data_step1.jsonl" in out
+
+
+def test_from_forces_format_on_renamed_file(dump, tmp_path, capsys):
+    d, _ = dump
+    renamed = tmp_path / "steps.jsonl"
+    renamed.write_text((d / "train_data_step1.jsonl").read_text())
+    code, _, err = run_main(["convert", renamed, "-o", tmp_path / "x.parquet"], capsys)
+    assert code == 2 and "not a dump format" in err
+    code, _, err = run_main(["convert", renamed, "-o", tmp_path / "x.parquet", "--from", "nemo-jsonl"], capsys)
+    assert code == 0, err
+
+
+def test_truncated_line_names_file_and_line(dump, tmp_path, capsys):
+    d, _ = dump
+    p = d / "train_data_step2.jsonl"
+    text = p.read_text()
+    p.write_text(text[: len(text) - 40])  # the writer stopped inside the last record
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", str(d), "--output", out, "--flavor", "nemo"], capsys)
+    assert code == 2
+    assert "train_data_step2.jsonl:7: truncated line" in err
+    assert not out.exists()
+
+
+def test_missing_field_and_not_one_element(dump, tmp_path, capsys):
+    d, _ = dump
+    p = d / "train_data_step1.jsonl"
+    lines = p.read_text().splitlines()
+    rec = json.loads(lines[3])
+    del rec["input_lengths"]
+    lines[3] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    code, _, err = run_main(["convert", str(d), "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "train_data_step1.jsonl:4: missing field(s) 'input_lengths'" in err
+    rec["input_lengths"] = 7
+    lines[3] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    code, _, err = run_main(["convert", str(d), "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and ":4: field 'input_lengths' is not a one-element list" in err
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_duplicate_step_files(dump, tmp_path, capsys):
+    d, _ = dump
+    other = d.parent / "exp_002"
+    other.mkdir()
+    (other / "train_data_step1.jsonl").write_text((d / "train_data_step1.jsonl").read_text())
+    code, _, err = run_main(["convert", str(d.parent), "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "duplicate step file" in err and "train_data_step1.jsonl" in err
+
+
+def test_nan_literal_reward(tmp_path, capsys):
+    d = tmp_path / "n"
+    d.mkdir()
+    write_step(d / "train_data_step3.jsonl", SAMPLES[:2])
+    p = d / "train_data_step3.jsonl"
+    lines = p.read_text().splitlines()
+    lines[1] = lines[1].replace('"rewards": [0.0]', '"rewards": [NaN]')
+    p.write_text("\n".join(lines) + "\n")
+    code, _, err = run_main(["convert", str(d), "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 0, err
+    assert math.isnan(pq.read_table(tmp_path / "o.parquet").column("reward")[1].as_py())
+
+
+def test_row_without_generated_token_joins_its_prompt(tmp_path, capsys):
+    d = tmp_path / "e"
+    d.mkdir()
+    samples = [([5, 6], [10, 11], [1, 1], 1.0), ([5, 6], [12, 13], [0, 0], 0.0), ([5, 6], [14], [1], 0.5)]
+    exp = write_step(d / "train_data_step1.jsonl", samples)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert len({r["prompt_id"] for r in t}) == 1 and t[1]["response_mask"] == [0, 0]
+    for r, e in zip(t, exp):
+        assert np.allclose(r["advantages"], [e] * len(r["advantages"]), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,119 @@
+"""slime-pt: slime's --save-debug-rollout-data files, built here from the Sample field list of
+spec/dumps.md §6.1 (torch.save of {"rollout_id", "samples": [dict]}). Expected advantages computed
+independently: verl GRPO ((s − μ_g)/(σ_g unbiased + 1e-6), × mask)."""
+import math
+import pickle
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from conftest import run_main
+
+
+def sample(g, idx, rng, reward):
+    n = int(rng.integers(1, 6))
+    lm = [1] * n
+    if n > 2:
+        lm[1] = 0  # a tool token inside the response
+    return {"group_index": g, "index": idx, "rollout_id": None, "prompt": [{"role": "user", "content": f"q{g}"}],
+            "tokens": [1, 2, 3] + [10 + j for j in range(n)], "response_length": n, "response": "x", "label": "1",
+            "reward": reward, "loss_mask": lm if idx % 2 else None, "rollout_log_probs": [-0.5] * n,
+            "weight_versions": ["1"], "status": "completed", "remove_sample": False, "metadata": {}}
+
+
+def build(d, rollout_id, seed, groups=3, n=4):
+    rng = np.random.default_rng(seed)
+    samples = [sample(rollout_id * 10 + g, rollout_id * 100 + g * n + k, rng, float(rng.choice([0.0, 0.5, 1.0])))
+               for g in range(groups) for k in range(n)]
+    torch.save({"rollout_id": rollout_id, "samples": samples}, d / f"{rollout_id}.pt")
+    return samples
+
+
+@pytest.fixture
+def dump(tmp_path):
+    d = tmp_path / "details" / "rollout_data"
+    d.mkdir(parents=True)
+    s = build(d, 0, 0) + build(d, 1, 1)
+    torch.save({"rollout_id": "eval_0", "samples": s[:2]}, d / "eval_0.pt")
+    t = tmp_path / "details" / "train_data"
+    t.mkdir()
+    torch.save({"format_version": 2, "samples": [], "raw_reward": []}, t / "0.pt")
+    return tmp_path / "details", s
+
+
+@pytest.mark.parametrize("chunk", ["4096", "5"])
+def test_grpo(dump, tmp_path, capsys, chunk):
+    root, samples = dump
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", root, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                             "--chunk-rows", chunk, "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert len(t) == len(samples)
+    for r, s in zip(t, samples):
+        m = [x["reward"] for x in samples if x["group_index"] == s["group_index"]]
+        mu = sum(m) / len(m)
+        sd = math.sqrt(sum((x - mu) ** 2 for x in m) / (len(m) - 1))
+        a = (s["reward"] - mu) / (sd + 1e-6)
+        mask = s["loss_mask"] or [1] * s["response_length"]
+        assert r["response_mask"] == mask
+        assert np.allclose(r["advantages"], [a * x for x in mask], rtol=1e-5, atol=1e-5)
+
+
+def test_companions_and_train_dump_refused(dump, tmp_path, capsys):
+    root, _ = dump
+    code, _, err = run_main(["convert", root, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    assert "train_data/0.pt" in err and "eval_0.pt" in err
+    code, _, err = run_main(["convert", root / "train_data" / "0.pt", "-o", tmp_path / "d.parquet"], capsys)
+    assert code == 2 and "train dump" in err and "rollout dump" in err
+
+
+class Custom:
+    pass
+
+
+def test_arbitrary_classes_refused(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    torch.save({"rollout_id": 3, "samples": [{"group_index": 0, "reward": 1.0, "response_length": 1,
+                                              "metadata": Custom()}]}, d / "3.pt")
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and "never unpickles" in err and "torch.save" in err
+    assert not (tmp_path / "c.parquet").exists()
+
+
+def test_framework_pickles_refused(tmp_path, capsys):
+    p = tmp_path / "dumped_data"
+    p.mkdir()
+    f = p / "global_step_3_training_input.pkl"
+    f.write_bytes(pickle.dumps({"x": 1}))
+    code, _, err = run_main(["inspect", f], capsys)
+    assert code == 2 and "SkyRL training batch" in err and "export it" in err
+    g = tmp_path / "gen_batch.dp"
+    g.write_bytes(pickle.dumps({"x": 1}))
+    code, _, err = run_main(["run", g, "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "verl RolloutSkip" in err
+
+
+def test_dict_rewards(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    samples = [sample(0, k, rng, {"acc": float(k % 2), "fmt": 0.5}) for k in range(4)]
+    torch.save({"rollout_id": 5, "samples": samples}, d / "5.pt")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo",
+                             "--column", "reward=reward/acc", "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert [r["advantages"][0] for r in t] == pytest.approx([-2 / 3, 2 / 3, -2 / 3, 2 / 3], abs=1e-6)
+
+
+def test_inspect(dump, capsys):
+    root, _ = dump
+    code, out, err = run_main(["inspect", root / "rollout_data"], capsys)
+    assert code == 0, err
+    assert "slime-pt" in out and "group_index" in out and "eval_0.pt" in out

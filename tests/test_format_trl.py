@@ -1,0 +1,182 @@
+"""trl-completions: TRL GRPOTrainer's completions/completions_{step:05d}.parquet, built here from the
+column list of spec/dumps.md §3 (step, prompt, completion, one column per reward function, advantage),
+with ``advantage`` computed independently below as TRL's GRPO does it: R = nansum_k w_k r_k,
+A = (R − group mean) / (group std (Bessel) + 1e-4), groups = num_generations consecutive rows."""
+import math
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import run_main
+
+G = 4
+
+
+def trl_grpo(acc, fmt, weights=(1.0, 1.0)):
+    out = []
+    R = [np.nansum([weights[0] * a, weights[1] * f]) for a, f in zip(acc, fmt)]
+    for g in range(0, len(R), G):
+        block = R[g:g + G]
+        mean = sum(block) / G
+        std = math.sqrt(sum((x - mean) ** 2 for x in block) / (G - 1))
+        out += [(x - mean) / (std + 1e-4) for x in block]
+    return out
+
+
+def write_step(path, step, seed, weights=(1.0, 1.0)):
+    rng = np.random.default_rng(seed)
+    prompts = [f"user\nquestion {seed}-{i}\nassistant\n" for i in range(3) for _ in range(G)]
+    acc = [float(x) for x in rng.integers(0, 2, len(prompts))]
+    fmt = [float(x) for x in rng.choice([0.0, 0.5, 1.0], len(prompts))]
+    adv = trl_grpo(acc, fmt, weights)
+    # as TRL writes it (grpo_trainer.py L3311-3325 @f2cd5771): a pandas DataFrame, to_parquet with its index
+    pd.DataFrame({"step": [step] * len(prompts), "prompt": prompts,
+                  "completion": [f"answer {i}" for i in range(len(prompts))],
+                  "accuracy_reward": acc, "format_reward": fmt, "advantage": adv}).to_parquet(path)
+    return adv
+
+
+@pytest.fixture
+def dump(tmp_path):
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    adv = write_step(d / "completions_00010.parquet", 10, 1) + write_step(d / "completions_00020.parquet", 20, 2)
+    return d, adv
+
+
+@pytest.mark.parametrize("chunk", ["4096", "5"])
+def test_flavor_trl_equals_logged_advantage(dump, tmp_path, capsys, chunk):
+    d, expected = dump
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", str(d.parent), "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
+                             "--set", "reward_funcs=[accuracy_reward,format_reward]", "--chunk-rows", chunk, "-q"],
+                            capsys)
+    assert code == 0, err
+    t = pq.read_table(out)
+    assert t.schema.field("advantages").type == pa.float32()  # response level: one scalar per response
+    assert "response_mask" not in t.schema.names
+    got = np.array(t.column("advantages").to_pylist())
+    assert np.allclose(got, t.column("advantage").to_numpy(), rtol=1e-5, atol=1e-5)
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_weighted_reward(tmp_path, capsys):
+    d = tmp_path / "completions"
+    d.mkdir()
+    exp = write_step(d / "completions_00001.parquet", 1, 3, weights=(1.0, 0.5))
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", str(d), "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
+                             "--set", "reward_funcs=[accuracy_reward,format_reward]",
+                             "--set", "reward_weights=[1.0,0.5]", "-q"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+
+
+def test_convert_columns(dump, tmp_path, capsys):
+    d, _ = dump
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", d / "completions_00010.parquet", "-o", out], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert len(t) == 12 and t[0]["step"] == 10
+    assert t[0]["reward"] == t[0]["accuracy_reward"] + t[0]["format_reward"]
+    assert [r["prompt_id"] for r in t[:G]] == [t[0]["prompt_id"]] * G and t[G]["prompt_id"] != t[0]["prompt_id"]
+    assert "response_mask" not in t[0]
+
+
+def test_wrong_group_size_is_caught(dump, tmp_path, capsys):
+    d, _ = dump
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl",
+                             "--set", "num_generations=8"], capsys)
+    assert code == 2 and "positional group" in err
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_token_estimators_refused(dump, tmp_path, capsys):
+    d, _ = dump
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=gae"], capsys)
+    assert code == 2 and "no token data" in err and "values" in err
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=opo"], capsys)
+    assert code == 2 and "response lengths" in err
+    code, _, err = run_main(["validate", str(d), "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                             "--set", "algorithm.use_kl_in_reward=true"], capsys)
+    assert code == 2 and "log-probs" in err
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=rloo"], capsys)
+    assert code == 0, err
+
+
+def test_inspect_lists_feedable_estimators(dump, capsys):
+    d, _ = dump
+    code, out, err = run_main(["inspect", str(d), "--json"], capsys)
+    assert code == 0, err
+    import json
+    data = json.loads(out)
+    assert data["dump"]["format"] == "trl-completions" and data["dump"]["level"] == "response"
+    assert data["dump"]["group_sizes"] == {"4": 6}
+    assert data["estimators"]["grpo"]["ok"] and not data["estimators"]["gae"]["ok"]
+    assert "token data" in data["estimators"]["gae"]["missing"][0]
+
+
+def test_file_of_another_format_among_dumps(dump, tmp_path, capsys):
+    d, _ = dump
+    (d / "3.jsonl").write_text('{"input": "q", "output": "a", "score": 1.0, "step": 3}\n')
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "3.jsonl" in err and "among the trl-completions dumps" in err
+
+
+def test_convert_never_writes_over_its_input(dump, capsys):
+    d, _ = dump
+    f = d / "completions_00010.parquet"
+    before = f.read_bytes()
+    code, _, err = run_main(["convert", f, "-o", f, "--force"], capsys)
+    assert code == 2 and "is the input" in err and f.read_bytes() == before
+
+
+def test_rloo_needs_beta_zero(dump, tmp_path, capsys):
+    d, _ = dump
+    base = ["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set", "trainer=rloo",
+            "--set", f"num_generations={G}", "--set", "reward_funcs=[accuracy_reward,format_reward]", "-q"]
+    code, _, err = run_main(base, capsys)
+    assert code == 2 and "beta=0.0" in err
+    code, _, err = run_main(base + ["--set", "beta=0.0"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "o.parquet")
+    r = (t.column("accuracy_reward").to_numpy() + t.column("format_reward").to_numpy()).reshape(-1, G)
+    exp = (r - (r.sum(1, keepdims=True) - r) / (G - 1)).ravel()  # RLOO: r_i − mean of the others
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("report", ["r.json", "r.html"])
+def test_report_of_a_response_level_run(dump, tmp_path, capsys, report):
+    d, _ = dump
+    out, rep = tmp_path / "o.parquet", tmp_path / report
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "trl", "--set", f"num_generations={G}", "-q",
+                             "--report", rep], capsys)
+    assert code == 0, err
+    assert rep.exists() and pq.read_schema(out).field("advantages").type == pa.float32()
+    assert "advcli-import" not in rep.read_text()
+
+
+def test_compare_and_stats_read_response_level_outputs(dump, tmp_path, capsys):
+    d, _ = dump
+    outs = []
+    for scale in ("group", "none"):
+        out = tmp_path / f"{scale}.parquet"
+        code, _, err = run_main(["run", d, "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
+                                 "--set", f"scale_rewards={scale}", "-q"], capsys)
+        assert code == 0, err
+        outs.append(out)
+    code, out, err = run_main(["compare", *outs, "--json"], capsys)
+    assert code == 0, err
+    import json
+    res = json.loads(out)
+    assert res["a"]["path"].endswith("group.parquet") or "group.parquet" in json.dumps(res["a"])
+    code, out, err = run_main(["stats", outs[0], "--json"], capsys)
+    assert code == 0, err
+    assert pq.read_schema(outs[0]).field("advantages").type == pa.float32()  # the outputs are not modified

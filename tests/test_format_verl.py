@@ -1,0 +1,163 @@
+"""verl-jsonl: verl's rollout_data_dir {step}.jsonl, built here from the field lists of spec/dumps.md
+§1 (v1 trainer: uid = {prompt_uid}_{session}_{output_index}; legacy trainer: no uid, reward extras).
+Expected GRPO advantages computed independently below as verl's compute_grpo_outcome_advantage does:
+(s − group mean) / (unbiased group std + 1e-6), a group of one: mean 0, std 1."""
+import json
+import math
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import run_main
+
+
+def verl_grpo(scores, groups):
+    out = []
+    for s, g in zip(scores, groups):
+        m = [scores[j] for j, h in enumerate(groups) if h == g]
+        if len(m) == 1:
+            mean, std = 0.0, 1.0
+        else:
+            mean = sum(m) / len(m)
+            std = math.sqrt(sum((x - mean) ** 2 for x in m) / (len(m) - 1))
+        out.append((s - mean) / (std + 1e-6))
+    return out
+
+
+def v1_records(step, seed, n=3):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for p in range(4):
+        pu = str(uuid.UUID(int=int(rng.integers(1 << 62)) + p))
+        for sess in range(n):
+            recs.append({"input": f"user\nq{p}\nassistant\n", "output": f"a{sess}", "gts": str(p),
+                         "score": float(rng.choice([0.0, 0.5, 1.0])), "step": step, "uid": f"{pu}_{sess}_0"})
+    return recs
+
+
+def write(path, recs):
+    with open(path, "w") as fh:
+        for r in recs:
+            fh.write(json.dumps(r) + "\n")
+
+
+@pytest.mark.parametrize("chunk", ["4096", "5"])
+def test_v1_grpo(tmp_path, capsys, chunk):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 1) + v1_records(2, 2)
+    write(d / "1.jsonl", recs[:12])
+    write(d / "2.jsonl", recs[12:])
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                             "--chunk-rows", chunk, "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out)
+    assert t.schema.field("advantages").type == pa.float32()
+    exp = verl_grpo([r["score"] for r in recs], [(r["step"], r["uid"].rsplit("_", 2)[0]) for r in recs])
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+    assert t.column("prompt_id").to_pylist()[0] == recs[0]["uid"].rsplit("_", 2)[0]
+
+
+def test_v1_multi_output_keeps_last_output_of_each_session(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    pu = "3f2b0c9e-8d1a-4c55-9e2f-0a1b2c3d4e5f"
+    recs = [{"input": "q", "output": f"turn{k}", "gts": "1", "score": float(k == 2 and s == 0), "step": 5,
+             "uid": f"{pu}_{s}_{k}"} for s in range(2) for k in range(3)]
+    write(d / "5.jsonl", recs)
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", d, "-o", out], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert [r["output"] for r in t] == ["turn2", "turn2"] and [r["reward"] for r in t] == [1.0, 0.0]
+    assert "left out" in err
+
+
+def test_v0_text_grouping_extras_and_nan(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    recs = [{"input": f"q{i % 2}", "output": "x", "gts": "1", "score": [1.0, 0.0, 1.0, 0.0][i], "step": 3,
+             "acc": bool(i % 3), "pred": str(i)} for i in range(4)]
+    write(d / "3.jsonl", recs)
+    (d / "3.jsonl").write_text((d / "3.jsonl").read_text().replace('"score": 0.0', '"score": NaN', 1))
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", d, "-o", out], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert t[0]["prompt_id"] == t[2]["prompt_id"] != t[1]["prompt_id"]
+    assert math.isnan(t[1]["reward"]) and t[0]["acc"] is False and t[3]["pred"] == "3"
+    assert "identical input text" in err
+
+
+def test_bad_uid_and_step(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    write(d / "1.jsonl", [{"input": "q", "output": "a", "score": 1.0, "step": 1, "uid": "nounderscore"}])
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and "1.jsonl:1: field 'uid'" in err
+    write(d / "1.jsonl", [{"input": "q", "output": "a", "score": 1.0, "step": 1},
+                          {"input": "q", "output": "a", "score": "high", "step": 1}])
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and "1.jsonl:2: field 'score' is 'high'" in err
+    assert not (tmp_path / "c.parquet").exists()
+
+
+def test_inspect(tmp_path, capsys):
+    d = tmp_path / "rollout"
+    d.mkdir()
+    write(d / "7.jsonl", v1_records(7, 3))
+    code, out, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    assert "verl-jsonl" in out and "uid without its last two" in out and "response-level" in out
+
+
+def test_python_api_reads_dumps(tmp_path):
+    import advcli
+
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(4, 5)
+    write(d / "4.jsonl", recs)
+    res = advcli.run(str(d), str(tmp_path / "o.parquet"), flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    assert res.rows == len(recs)
+    t = pq.read_table(tmp_path / "o.parquet")
+    exp = verl_grpo([r["score"] for r in recs], [r["uid"].rsplit("_", 2)[0] for r in recs])
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+
+
+def test_converted_parquet_runs_like_the_dump(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "2.jsonl", v1_records(2, 9))
+    conv = tmp_path / "conv.parquet"
+    code, _, err = run_main(["convert", d, "-o", conv], capsys)
+    assert code == 0, err
+    assert "response_mask" not in pq.read_schema(conv).names
+    outs = []
+    for src in (d, conv):
+        out = tmp_path / f"o{len(outs)}.parquet"
+        code, _, err = run_main(["run", src, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                                 "-q"], capsys)
+        assert code == 0, err
+        outs.append(pq.read_table(out))
+    assert outs[0].column("advantages").equals(outs[1].column("advantages"))
+    assert outs[1].schema.field("advantages").type == pa.float32() and "response_mask" not in outs[1].schema.names
+    assert pq.read_schema(conv).names == [n for n in outs[1].schema.names if n not in ("advantages", "returns")]
+
+
+def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    recs = v1_records(2, 2)
+    recs[4]["score"] = float("inf")  # json writes the Infinity literal, as verl's writer does
+    write(d / "2.jsonl", recs)
+    assert "Infinity" in (d / "2.jsonl").read_text()
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2, err
+    assert f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump" in err and "advcli-import" not in err

@@ -109,7 +109,7 @@ class RowTable:
     nonfinite_recomputed: np.ndarray
 
     @staticmethod
-    def concat(parts: list["RowTable"]) -> "RowTable":
+    def concat(parts: list[RowTable]) -> RowTable:
         names = RowTable.__dataclass_fields__
         return RowTable(**{k: np.concatenate([getattr(p, k) for p in parts]) if parts else np.zeros(0)
                            for k in names})

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
 
 import typer
 
@@ -13,8 +12,8 @@ from .commands import options as opt
 from .commands.progress import progress
 from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
-from .formats import finish_outputs, name_sources, open_inputs
 from .formats import explain as name_dump_rows
+from .formats import finish_outputs, name_sources, open_inputs
 
 app = typer.Typer(
     name="advcli",
@@ -64,20 +63,20 @@ framework's default. VALUE is YAML: true, 0.95, null, \\[acc,fmt].
 
 @app.command(epilog=RUN_EPILOG, cls=helpstyle.Command)
 def run(
-    inputs: List[str] = opt.INPUTS,
+    inputs: list[str] = opt.INPUTS,
     output: str = opt.OUTPUT,
-    flavor: Optional[str] = opt.FLAVOR,
-    set_: Optional[List[str]] = opt.SET,
-    config: Optional[str] = opt.CONFIG,
-    column: Optional[List[str]] = opt.COLUMN,
-    from_: Optional[str] = opt.FROM,
+    flavor: str | None = opt.FLAVOR,
+    set_: list[str] | None = opt.SET,
+    config: str | None = opt.CONFIG,
+    column: list[str] | None = opt.COLUMN,
+    from_: str | None = opt.FROM,
     chunk_rows: int = opt.chunk_rows(),
     device: str = opt.device(),
     output_mode: str = typer.Option("full", "--output-mode", metavar="MODE",
                                     help="full (the input plus the new columns) or sidecar (only the new "
                                          "columns plus the row keys row_index, prompt_id, step: a smaller file "
                                          "that joins back to the input; see docs/performance.md)."),
-    write_columns: Optional[str] = typer.Option(None, "--write-columns", metavar="A,B",
+    write_columns: str | None = typer.Option(None, "--write-columns", metavar="A,B",
                                                 help="Which new columns to write, comma-separated: advantages, "
                                                      "returns, token_level_rewards (written when KL enters the "
                                                      "reward). Default: all the run produces."),
@@ -85,22 +84,22 @@ def run(
                                help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
                                     "directory of part files in row order; pip install 'advcli\\[ray]'). "
                                     "See docs/distributed.md."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR",
+    ray_address: str | None = typer.Option(None, "--ray-address", metavar="ADDR",
                                               help="With --engine ray: the cluster to join (e.g. "
                                                    "ray://head:10001 or auto). Default: RAY_ADDRESS, else a "
                                                    "local Ray instance."),
     force: bool = opt.FORCE,
-    padded: Optional[bool] = opt.PADDED,
-    precision: Optional[str] = typer.Option(None, "--precision", metavar="DTYPE",
+    padded: bool | None = opt.PADDED,
+    precision: str | None = typer.Option(None, "--precision", metavar="DTYPE",
                                             help="float32 (default) reproduces the frameworks, float32 "
                                                  "artefacts included; float64 computes the intended math "
                                                  "(outputs are still written as float32)."),
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("the run summary"),
-    report: Optional[str] = opt.REPORT,
+    report: str | None = opt.REPORT,
     drop_uniform: bool = opt.DROP_UNIFORM,
-    solve_rate: Optional[str] = opt.SOLVE_RATE,
-    min_group_size: Optional[int] = opt.MIN_GROUP_SIZE,
+    solve_rate: str | None = opt.SOLVE_RATE,
+    min_group_size: int | None = opt.MIN_GROUP_SIZE,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .engines import check_engine
@@ -191,8 +190,8 @@ EXPLAIN_EPILOG = """
 @app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command)
 def explain(
     flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME", help="Flavor whose keys are given."),
-    set_: Optional[List[str]] = opt.SET,
-    config: Optional[str] = opt.CONFIG,
+    set_: list[str] | None = opt.SET,
+    config: str | None = opt.CONFIG,
     keys: bool = typer.Option(False, "--keys", help="List the flavor's keys and defaults instead."),
 ):
     """Print the resolved canonical configuration and the formulas that will run."""

@@ -37,7 +37,8 @@ Only the kinds that apply to the configuration are listed. Kinds:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -23,7 +23,7 @@ class Ragged:
     _position: torch.Tensor | None = field(default=None, repr=False)
 
     @staticmethod
-    def from_lengths(lengths: torch.Tensor) -> "Ragged":
+    def from_lengths(lengths: torch.Tensor) -> Ragged:
         lengths = lengths.to(torch.int64)
         offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
@@ -61,7 +61,7 @@ class Ragged:
                               - torch.index_select(self.offsets[:-1], 0, self.row_index))
         return self._position
 
-    def to(self, device) -> "Ragged":
+    def to(self, device) -> Ragged:
         """This layout on ``device`` (itself, with its cached row index and positions, when already there)."""
         if self.offsets.device == torch.device(device):
             return self

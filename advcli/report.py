@@ -31,7 +31,8 @@ import html as _html
 import json
 import math
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import __version__, report_health
 from .errors import AdvcliError, did_you_mean

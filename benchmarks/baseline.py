@@ -35,9 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-
 from floor import float_columns as _float_cols
-
 
 LEAN = "--lean" in sys.argv
 PANDAS = "--pandas" in sys.argv

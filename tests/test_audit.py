@@ -17,13 +17,11 @@ Rewards are dyadic (0, 0.25, 0.5, 1) so that float32 holds them exactly.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from test_commands import main_rc
 
 

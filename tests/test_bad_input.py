@@ -18,10 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli, run_main
 
 from advcli.sample import make_table
-
-from conftest import run_cli, run_main
 
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
 GAE = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import advcli
-from tests.conftest import run_cli
 from tests._float32_refs import verl_grpo
+from tests.conftest import run_cli
 
 
 def _hazard_dump(path):

@@ -9,8 +9,8 @@ right-padded experiences; the first L_i positions of each row are pasted here.
 from __future__ import annotations
 
 import pytest
-
 from _flavor_rows import assert_rows_close, run_rows
+
 from advcli.errors import AdvcliError
 
 EST, N = "algo.advantage.estimator", "rollout.n_samples_per_prompt"

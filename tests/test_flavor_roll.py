@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import pyarrow.parquet as pq
-
-import advcli
+import pytest
 from _flavor_rows import assert_rows_close, run_rows
 from _float32_refs import reshaped_group_norm
+
+import advcli
 from advcli.errors import AdvcliError
 
 N = "actor_infer.generating_args.num_return_sequences"

@@ -19,9 +19,9 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_main
 
 from advcli.sample import make_table
-from conftest import run_main
 
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
 EARLIER = b"PAR1 an earlier output that must survive PAR1"

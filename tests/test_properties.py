@@ -16,11 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import run_main
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import advcli
 from advcli.errors import AdvcliError
-from conftest import run_main
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -16,11 +16,10 @@ import tempfile
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import SAMPLE, run_cli
 
 from advcli.errors import AdvcliError
 from advcli.report import build_report, check_report_path, render, write_report
-
-from conftest import SAMPLE, run_cli
 
 
 def invoke(*args):

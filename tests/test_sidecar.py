@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 
 from advcli import pipeline
 from advcli.errors import AdvcliError
 from advcli.flavors import resolve
 from advcli.sample import make_table
-from conftest import run_cli
 
 GAE_K3 = {"algorithm.adv_estimator": "gae", "algorithm.use_kl_in_reward": True, "algorithm.kl_penalty": "low_var_kl"}
 

@@ -5,6 +5,7 @@ pass 1 or computed in the write pass."""
 from __future__ import annotations
 
 import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -5,11 +5,11 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 
 import advcli
 from advcli.errors import AdvcliError
 from advcli.sample import make_table
-from conftest import run_cli
 
 GAE_K3 = {"algorithm.adv_estimator": "gae", "algorithm.use_kl_in_reward": True, "algorithm.kl_penalty": "low_var_kl"}
 

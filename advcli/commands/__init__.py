@@ -14,14 +14,21 @@ from __future__ import annotations
 
 
 def register(app) -> None:
-    from .audit import EPILOG as AUDIT_EPILOG, audit_cmd
-    from .compare import EPILOG as COMPARE_EPILOG, RawArgsCommand, compare_cmd
-    from .filter import EPILOG as FILTER_EPILOG, filter_cmd
+    from .audit import EPILOG as AUDIT_EPILOG
+    from .audit import audit_cmd
+    from .compare import EPILOG as COMPARE_EPILOG
+    from .compare import RawArgsCommand, compare_cmd
+    from .convert import EPILOG as CONVERT_EPILOG
+    from .convert import convert_cmd
+    from .filter import EPILOG as FILTER_EPILOG
+    from .filter import filter_cmd
     from .helpstyle import Command
-    from .inspect import EPILOG as INSPECT_EPILOG, inspect_cmd
-    from .stats import EPILOG as STATS_EPILOG, stats_cmd
-    from .validate import EPILOG as VALIDATE_EPILOG, validate_cmd
-    from .convert import EPILOG as CONVERT_EPILOG, convert_cmd
+    from .inspect import EPILOG as INSPECT_EPILOG
+    from .inspect import inspect_cmd
+    from .stats import EPILOG as STATS_EPILOG
+    from .stats import stats_cmd
+    from .validate import EPILOG as VALIDATE_EPILOG
+    from .validate import validate_cmd
 
     app.command("inspect", epilog=INSPECT_EPILOG, cls=Command)(inspect_cmd)
     app.command("validate", epilog=VALIDATE_EPILOG, cls=Command)(validate_cmd)

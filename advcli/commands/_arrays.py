@@ -4,7 +4,7 @@ No torch here: these commands must start fast and work where only pyarrow is at 
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa

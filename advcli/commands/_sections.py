@@ -7,7 +7,8 @@ A section is ``(title, kind, payload)``: ``kv`` [(label, value)], ``table`` (hea
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Section = tuple[str, str, Any]
 

@@ -18,12 +18,11 @@ import os
 import shutil
 import tempfile
 import time
-from typing import List, Optional
 
 import typer
 
-from . import options as opt
 from ..errors import AdvcliError
+from . import options as opt
 
 EPILOG = """
 [bold]Examples[/]
@@ -295,7 +294,7 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
     ins = InputSet.open(inputs)
     file0 = ins.paths[0]
     logged_col, is_list = _logged_column(ins.schema, against, file0)
-    cmap = resolve_columns(ins.schema, {**((cfg.get("columns") or {})), **columns}, file0)
+    cmap = resolve_columns(ins.schema, {**(cfg.get("columns") or {}), **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
     given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
     what = auto_note or label(flavor, native or {}, cfg)
@@ -456,12 +455,12 @@ def print_audit(rep: dict) -> None:
 
 
 def audit_cmd(
-    inputs: List[str] = opt.INPUTS,
-    flavor: Optional[str] = opt.FLAVOR,
-    set_: Optional[List[str]] = opt.SET,
-    config: Optional[str] = opt.CONFIG,
-    column: Optional[List[str]] = opt.COLUMN,
-    against: Optional[str] = typer.Option(None, "--against", metavar="COLUMN",
+    inputs: list[str] = opt.INPUTS,
+    flavor: str | None = opt.FLAVOR,
+    set_: list[str] | None = opt.SET,
+    config: str | None = opt.CONFIG,
+    column: list[str] | None = opt.COLUMN,
+    against: str | None = typer.Option(None, "--against", metavar="COLUMN",
                                           help="The logged advantages (default: advantages, else advantage)."),
     rtol: float = typer.Option(1e-4, "--rtol", metavar="X", help="Relative tolerance."),
     atol: float = typer.Option(1e-5, "--atol", metavar="X", help="Absolute tolerance."),
@@ -471,7 +470,7 @@ def audit_cmd(
     top: int = typer.Option(10, "--top", metavar="N", help="How many of the worst rows to list."),
     chunk_rows: int = opt.chunk_rows(),
     device: str = opt.device(),
-    report: Optional[str] = typer.Option(None, "--report", "-r", metavar="PATH",
+    report: str | None = typer.Option(None, "--report", "-r", metavar="PATH",
                                          help="Write the audit to PATH: .json, .md or .html."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal (the exit code says)."),
     json_out: bool = opt.json_out("the audit"),

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -407,21 +407,21 @@ def print_comparison(res: dict) -> None:
 # -------------------------------------------------------------------------------------- command
 def compare_cmd(
     ctx: typer.Context,
-    paths: List[str] = typer.Argument(..., metavar="PATH", help="Two advcli outputs, or one dump with --flavor/--set twice.",
+    paths: list[str] = typer.Argument(..., metavar="PATH", help="Two advcli outputs, or one dump with --flavor/--set twice.",
                                       show_default=False),
-    flavor: Optional[List[str]] = typer.Option(None, "--flavor", "-f", metavar="NAME",
+    flavor: list[str] | None = typer.Option(None, "--flavor", "-f", metavar="NAME",
                                                help="Starts a configuration (give it twice, each followed by its "
                                                     "--set)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
+    set_: list[str] | None = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
                                              help="A key of the configuration started by the last --flavor."),
-    config: Optional[List[str]] = typer.Option(None, "--config", "-c", metavar="PATH",
+    config: list[str] | None = typer.Option(None, "--config", "-c", metavar="PATH",
                                                help="YAML/TOML keys for the configuration."),
-    column: Optional[List[str]] = opt.COLUMN,
+    column: list[str] | None = opt.COLUMN,
     top: int = typer.Option(10, "--top", metavar="N", help="How many differing groups and flipped rows to list."),
     chunk_rows: int = opt.chunk_rows(),
     device: str = opt.device("auto", "auto, cpu or cuda (for the two configurations)."),
     json_out: bool = opt.json_out("the comparison"),
-    from_: Optional[str] = opt.FROM,
+    from_: str | None = opt.FROM,
 ):
     """Compare two sets of advantages: correlation, sign agreement, per-group differences."""
     from ..config import parse_column_maps

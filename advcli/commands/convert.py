@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
 
 import typer
 
@@ -28,7 +27,7 @@ def convert_cmd(
                                                          "wrote (every step under it).", show_default=False),
     output: str = typer.Option(..., "--output", "-o", metavar="PATH", help="The Parquet file to write.",
                                show_default=False),
-    from_: Optional[str] = typer.Option(None, "--from", metavar="FORMAT",
+    from_: str | None = typer.Option(None, "--from", metavar="FORMAT",
                                         help="The dump's format (default: recognised from file names and keys)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary."),

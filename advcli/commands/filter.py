@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional
 
 import typer
 
-from . import options as opt
 from ..errors import AdvcliError
+from . import options as opt
 
 EPILOG = """
 [bold]Examples[/]
@@ -30,21 +29,21 @@ summary (and --report .json/.md/.html) says what was dropped, per step and data 
 
 
 def filter_cmd(
-    inputs: List[str] = opt.INPUTS,
+    inputs: list[str] = opt.INPUTS,
     output: str = typer.Option(..., "--output", "-o", metavar="PATH",
                                help="Output Parquet file (one file for all inputs).", show_default=False),
-    metric: Optional[str] = typer.Option(None, "--metric", metavar="COLUMN",
+    metric: str | None = typer.Option(None, "--metric", metavar="COLUMN",
                                          help="The per-row number groups are judged by (default: reward)."),
     drop_uniform: bool = opt.DROP_UNIFORM,
-    solve_rate: Optional[str] = opt.SOLVE_RATE,
-    min_group_size: Optional[int] = opt.MIN_GROUP_SIZE,
-    by: Optional[str] = typer.Option(None, "--by", metavar="COLUMN",
+    solve_rate: str | None = opt.SOLVE_RATE,
+    min_group_size: int | None = opt.MIN_GROUP_SIZE,
+    by: str | None = typer.Option(None, "--by", metavar="COLUMN",
                                      help="Data-source column for the per-source figures (default: the first of "
                                           "data_source, domain, source, dataset, task present)."),
-    column: Optional[List[str]] = opt.COLUMN,
+    column: list[str] | None = opt.COLUMN,
     chunk_rows: int = opt.chunk_rows(8192),
     force: bool = opt.FORCE,
-    report: Optional[str] = typer.Option(None, "--report", "-r", metavar="PATH",
+    report: str | None = typer.Option(None, "--report", "-r", metavar="PATH",
                                          help="Write what was dropped to PATH: .json, .md or .html."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
     json_out: bool = opt.json_out("the summary"),

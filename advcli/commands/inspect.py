@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -309,14 +309,13 @@ def _print(data: dict) -> None:
 
 
 def inspect_cmd(
-    inputs: List[str] = opt.INPUTS,
-    column: Optional[List[str]] = opt.COLUMN,
+    inputs: list[str] = opt.INPUTS,
+    column: list[str] | None = opt.COLUMN,
     json_out: bool = opt.json_out("everything"),
-    from_: Optional[str] = opt.FROM,
+    from_: str | None = opt.FROM,
 ):
     """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
     from ..config import parse_column_maps
-
     from ..formats import describe, open_inputs, print_dump
 
     inputs = open_inputs(inputs, from_, synth_mask=False)  # trainer dumps -> canonical Parquet

@@ -20,7 +20,7 @@ then the token columns.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -323,14 +323,14 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
 
 
 def stats_cmd(
-    inputs: List[str] = typer.Argument(..., metavar="INPUT", help="A dump or an advcli output (files, a directory or a glob).",
+    inputs: list[str] = typer.Argument(..., metavar="INPUT", help="A dump or an advcli output (files, a directory or a glob).",
                                        show_default=False),
-    report: Optional[str] = opt.REPORT,
-    column: Optional[List[str]] = opt.COLUMN,
+    report: str | None = opt.REPORT,
+    column: list[str] | None = opt.COLUMN,
     chunk_rows: int = opt.chunk_rows(8192),
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("every figure"),
-    from_: Optional[str] = opt.FROM,
+    from_: str | None = opt.FROM,
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
@@ -338,9 +338,8 @@ def stats_cmd(
 
     if report:
         check_report_path(report, inputs)
-    from .progress import progress
-
     from ..formats import open_inputs
+    from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
     show = not quiet and not json_out

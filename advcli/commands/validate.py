@@ -8,7 +8,6 @@ only a pass over the token columns can make must not be skipped — but nothing 
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import typer
 
@@ -29,23 +28,22 @@ would reject (file, row, column or key). With --output the output path is checke
 
 
 def validate_cmd(
-    inputs: List[str] = opt.INPUTS,
-    flavor: Optional[str] = opt.FLAVOR,
-    set_: Optional[List[str]] = opt.SET,
-    config: Optional[str] = opt.CONFIG,
-    column: Optional[List[str]] = opt.COLUMN,
-    from_: Optional[str] = opt.FROM,
-    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="PATH",
+    inputs: list[str] = opt.INPUTS,
+    flavor: str | None = opt.FLAVOR,
+    set_: list[str] | None = opt.SET,
+    config: str | None = opt.CONFIG,
+    column: list[str] | None = opt.COLUMN,
+    from_: str | None = opt.FROM,
+    output: str | None = typer.Option(None, "--output", "-o", metavar="PATH",
                                          help="Also check that this output path is usable (nothing is written)."),
     force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),
     chunk_rows: int = opt.chunk_rows(),
-    padded: Optional[bool] = opt.PADDED,
+    padded: bool | None = opt.PADDED,
     device: str = opt.device("cpu", "auto, cpu or cuda (default cpu: validating needs no GPU)."),
     json_out: bool = opt.json_out("the verdict"),
 ):
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
-
     from ..formats import name_sources, open_inputs
 
     try:

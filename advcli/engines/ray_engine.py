@@ -52,8 +52,18 @@ from ..io.reader import InputSet
 from ..io.writer import TMP_TAG
 from ..ops.groups import GroupIndex
 from ..ops.whiten import MomentSums
-from ..pipeline import (ChunkReader, ProgressFn, RunResult, choose_output_columns, chunk_math, make_plan,
-                        output_batch, output_schema, resolve, roles_to_columns)
+from ..pipeline import (
+    ChunkReader,
+    ProgressFn,
+    RunResult,
+    choose_output_columns,
+    chunk_math,
+    make_plan,
+    output_batch,
+    output_schema,
+    resolve,
+    roles_to_columns,
+)
 from ..pipeline.rows import row_table_pass
 from ..ragged import Ragged
 

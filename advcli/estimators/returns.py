@@ -1,7 +1,6 @@
 """Token-level estimators built on reverse scans: GAE, REINFORCE-style returns, ReMax."""
 from __future__ import annotations
 
-
 from ..batch import TokenChunk
 from ..config import Key
 from ..errors import AdvcliError

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..config import Key, load_config_file
 from ..errors import AdvcliError, did_you_mean

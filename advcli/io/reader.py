@@ -11,8 +11,8 @@ import glob
 import os
 import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -91,7 +91,7 @@ class InputSet:
     schema: pa.Schema
 
     @staticmethod
-    def open(specs: list[str]) -> "InputSet":
+    def open(specs: list[str]) -> InputSet:
         paths = expand_inputs(specs)
         metadata, schemas = [], []
         for p in paths:

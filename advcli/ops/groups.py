@@ -36,7 +36,7 @@ class GroupIndex:
     _buckets: list | None = field(default=None, repr=False)
 
     @staticmethod
-    def from_codes(codes: torch.Tensor) -> "GroupIndex":
+    def from_codes(codes: torch.Tensor) -> GroupIndex:
         codes = codes.to(torch.int64)
         g = int(codes.max()) + 1 if codes.numel() else 0
         return GroupIndex(codes, g)

@@ -12,12 +12,12 @@ formula; the clamps are parameters because the frameworks differ:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-KL_KINDS: dict[str, "KLKind"] = {}
+KL_KINDS: dict[str, KLKind] = {}
 
 
 @dataclass(frozen=True)

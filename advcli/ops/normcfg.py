@@ -54,7 +54,7 @@ class NormSpec:
     eps: float = 1e-5
 
     @staticmethod
-    def parse(value, key: str) -> "NormSpec | None":
+    def parse(value, key: str) -> NormSpec | None:
         """A mapping of NormConfig fields (missing ones take the defaults), or None (off)."""
         if value is None:
             return None

@@ -107,7 +107,7 @@ class MomentSums:
     ordered: tuple | None = None  # (count, total, total_sq) of ordered_float32_sums, where a pass kept them
 
     @staticmethod
-    def zeros(num_scopes: int) -> "MomentSums":
+    def zeros(num_scopes: int) -> MomentSums:
         z = lambda: torch.zeros(num_scopes, dtype=torch.float64)  # noqa: E731
         return MomentSums(z(), z(), z(), [ExactSums(num_scopes) for _ in range(3)])
 

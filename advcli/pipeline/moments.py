@@ -16,10 +16,9 @@ from ..io.reader import InputSet
 from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
 from ..ragged import Ragged
 from .plan import Plan
-from .read import ChunkReader, TRIM_EVERY, roles_to_columns
+from .read import TRIM_EVERY, ChunkReader, roles_to_columns
 from .rows import Resolved, row_kl_sums, scope_where
 from .tokens import chunk_final, chunk_math, token_chunk
-
 
 MOMENT_WORKERS = 2  # chunks computed at once by the statistics pass
 

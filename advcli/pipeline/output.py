@@ -13,12 +13,10 @@ import pyarrow as pa
 from .. import __version__
 from ..errors import AdvcliError
 from ..io import remote
-from ..io.arrow_torch import (offsets_array,
-                              tensor_to_list_array)
+from ..io.arrow_torch import offsets_array, tensor_to_list_array
 from ..io.lists import arrow_from_numpy
 from ..io.reader import InputSet
 from .plan import Plan
-
 
 OUTPUT_MODES = ("full", "sidecar")
 

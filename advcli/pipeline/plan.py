@@ -3,8 +3,8 @@ configuration needs, checked against the input's schema before any data is read.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pyarrow as pa
 import torch
@@ -12,11 +12,11 @@ import torch
 from ..columns import ROLE_INFO, ColumnMap, is_list_type, resolve_columns
 from ..config import get_path
 from ..errors import AdvcliError
-from ..estimators import EstimatorSpec, get as get_estimator, resolve_params
+from ..estimators import EstimatorSpec, resolve_params
+from ..estimators import get as get_estimator
 from ..io.reader import InputSet
 from ..ops.whiten import WhitenSpec
 from . import roles
-
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
 

@@ -4,7 +4,7 @@ group statistics, whitening moments).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -12,7 +12,8 @@ from ..batch import RowTable
 from ..config import get_path
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..ops.rewards import clip as clip_values, normalize_rewards, shape_rewards
+from ..ops.rewards import clip as clip_values
+from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
 from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
@@ -193,6 +194,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         res.diagnostics.append(_amplified_item(plan, sums, mean, rstd, step_values))
         if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
             import dataclasses
+
             from ..ops.whiten import scope_mean_rstd
             other = torch.float64 if plan.dtype == torch.float32 else torch.float32
             res.whiten_other = scope_mean_rstd(sums, dataclasses.replace(plan.whiten_spec(), one_pass=other)) + (other,)

@@ -3,19 +3,17 @@ offsets (checked row by row), per-row number columns, group keys as integer code
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import torch
 
 from ..config import get_path
 from ..errors import AdvcliError
+from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
 from ..io.lists import dictionary_codes, primitive_numpy
 from ..io.reader import InputSet
-from ..io import writer as writer_module
 from .plan import Plan
-
 
 CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
 

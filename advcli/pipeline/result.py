@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-
-
 @dataclass
 class RunResult:
     inputs: list[str]

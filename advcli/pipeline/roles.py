@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..columns import ColumnMap, ROLE_INFO
+from ..columns import ROLE_INFO, ColumnMap
 from ..config import get_path
 from ..ops.groups import GroupIndex
 

@@ -14,7 +14,7 @@ import torch
 from ..batch import RowTable
 from ..config import get_path
 from ..errors import AdvcliError
-from ..io.arrow_torch import (check_no_nulls)
+from ..io.arrow_torch import check_no_nulls
 from ..io.lists import arrow_from_numpy, primitive_numpy
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
@@ -23,7 +23,7 @@ from ..ops.groups import GroupIndex
 from ..ragged import Ragged
 from . import roles as role_rules
 from .plan import Plan, ProgressFn
-from .read import ChunkReader, TRIM_EVERY, allows_nan, factorize, read_scalar, roles_to_columns
+from .read import TRIM_EVERY, ChunkReader, allows_nan, factorize, read_scalar, roles_to_columns
 
 
 def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:

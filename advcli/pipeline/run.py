@@ -19,7 +19,6 @@ from .read import CHUNK_TOKENS, chunk_rows_for
 from .result import RunResult
 from .write import stream_pass
 
-
 PIPELINE_THREADS = 3  # besides torch's intra-op pool: the reader, statistics and writer threads
 
 

@@ -4,7 +4,6 @@ token statistics pass of the optimal token baselines.
 """
 from __future__ import annotations
 
-
 import torch
 
 from ..batch import TokenChunk

@@ -3,7 +3,6 @@ computing, statistics and writing overlapped on their own threads.
 """
 from __future__ import annotations
 
-
 import pyarrow as pa
 import torch
 
@@ -15,10 +14,9 @@ from ..ragged import Ragged
 from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan
-from .read import ChunkReader, TRIM_EVERY, roles_to_columns, to_device
+from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device
 from .rows import Resolved, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
-
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 

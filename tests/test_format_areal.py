@@ -5,10 +5,8 @@ import json
 import math
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import run_main
 
 

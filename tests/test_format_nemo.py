@@ -4,12 +4,10 @@
 per-sample leave-one-out unbiased std, divided by σ + 1e-6 only where σ > 0; spec/nemo.md §2-3)."""
 import json
 import math
-import os
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import run_main
 
 PAD = 0

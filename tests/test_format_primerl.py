@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import run_main
 
 

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import run_main
 
 

@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from conftest import run_main
 
 

@@ -30,8 +30,9 @@ import pkgutil
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import AdvcliError, did_you_mean
 
@@ -49,7 +50,7 @@ class Context:
     """State of one conversion: the current file, notes for the user, and a per-format scratch dict
     (e.g. prime-rl's first step of every group)."""
 
-    fmt: "Format"
+    fmt: Format
     path: str = ""
     step: int | None = None
     notes: list[str] = field(default_factory=list)

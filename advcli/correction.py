@@ -91,57 +91,6 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
     return spec
 
 
-def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None):
-    """(CorrectionState, valid_after [R] int64): one read of mask, old and rollout log-probs."""
-    from .pipeline.read import ChunkReader  # (the pipeline imports this module lazily)
-
-    spec = plan.correction
-    roles = ["response_mask", "old_log_probs", "rollout_log_probs"]
-    reader = ChunkReader(plan, inputs)
-    cols = [plan.cmap[r] for r in roles]
-    sums = rc.MetricSums(scopes.num_groups)
-    valid: list[torch.Tensor] = []
-    hist = torch.zeros(HIST_BINS, dtype=torch.int64) if spec.weights else None
-    row0 = 0
-    for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
-        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, roles)
-        layout = Ragged(torch.from_numpy(offsets))
-        mask = tok["response_mask"].to(plan.dtype)
-        out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])
-        sums.add(out.rows, scopes.codes[row0:row0 + layout.num_rows])
-        valid.append(layout.count_per_row(out.mask > 0))
-        if hist is not None:  # bins of width upper/HIST_BINS on [0, upper]: every weight is in there
-            w = out.weights[mask > 0].to(torch.float64)
-            b = (w * (HIST_BINS / spec.upper)).floor().clamp_(0, HIST_BINS - 1).to(torch.int64)
-            hist += torch.bincount(b, minlength=HIST_BINS)
-        row0 += layout.num_rows
-        if progress:
-            progress("rollout correction", row0, inputs.num_rows)
-    plan.checked_roles |= set(roles)
-    for s in range(scopes.num_groups):
-        if sums.acc and sums.get("n", s) == 0 and sums.get("rows", s) > 0:
-            where = f" in step {step_values[s]}" if step_values[s] is not None else ""
-            raise AdvcliError(f"{inputs.paths[0]}: the response mask has no valid token{where}; verl's rollout "
-                              "correction refuses such a batch (ValueError: response_mask must contain at least "
-                              "one valid token)")
-        if spec.weights and sums.acc and sums.get("n", s) > 0 and sums.get("wc2", s) == 0:
-            where = f" in step {step_values[s]}" if step_values[s] is not None else ""
-            band = f" (the IcePop band [{spec.lower:g}, {spec.upper:g}] excludes every token)" if spec.icepop else ""
-            raise AdvcliError(f"{inputs.paths[0]}: every IS weight{where} is 0{band}, and verl's metrics then "
-                              "divide by zero (compute_is_metrics: rollout_is_eff_sample_size = 1/0, "
-                              "ZeroDivisionError): verl stops at this batch",
-                              hint="widen algorithm.rollout_correction.rollout_is_threshold")
-    factors = [None] * scopes.num_groups
-    if spec.weights and spec.batch_normalize and sums.acc:
-        factors = rc.norm_factors(spec, sums)
-    factor_row = None
-    if any(f is not None for f in factors):
-        factor_row = scopes.per_row(torch.tensor([1.0 if f is None else f for f in factors], dtype=torch.float64))
-    state = CorrectionState(spec, sums, factors, factor_row, hist)
-    v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
-    return state, v
-
-
 def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor, tok: dict, row0: int):
     """(weights or None, corrected mask) of one chunk (on the chunk's device, plan dtype)."""
     out = rc.correct_chunk(state.spec, layout, mask, tok["old_log_probs"].to(plan.dtype),

@@ -100,7 +100,8 @@ def test_sigkill_mid_write_then_next_run_cleans_up(dump, tmp_path):
 
 def test_a_live_runs_temp_is_not_removed(tmp_path):
     """Only temporary files of dead processes are stale: a running advcli's is left alone."""
-    from advcli.io.writer import TMP_TAG, clean_stale_temps
+    from advcli.io.temps import TMP_TAG
+    from advcli.io.writer import clean_stale_temps
 
     out = tmp_path / "o.parquet"
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])

@@ -49,7 +49,7 @@ import torch
 
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..io.writer import TMP_TAG
+from ..io.temps import TMP_TAG
 from ..ops.groups import GroupIndex
 from ..ops.whiten import MomentSums
 from ..pipeline import (

@@ -26,6 +26,7 @@ import re
 from functools import lru_cache
 
 from ..errors import AdvcliError
+from .temps import TMP_TAG, pid_alive
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 COPY_CHUNK = 8 << 20  # bytes per write of an upload (the store's multipart part size is its own)
@@ -188,8 +189,6 @@ def clean_stale_temps(target: str) -> list[str]:
     """Remove temporary keys of earlier runs for ``target`` whose process is gone on this machine
     (keys of live processes, or of other machines' runs that happen to share a PID, are kept when
     the PID is alive here)."""
-    from .writer import TMP_TAG, _pid_alive
-
     parent, _, name = target.rpartition("/")
     fs, path = resolve(parent)
     removed = []
@@ -199,7 +198,7 @@ def clean_stale_temps(target: str) -> list[str]:
                 pid = int(p.rsplit(TMP_TAG, 1)[1])
             except ValueError:
                 continue
-            if pid != os.getpid() and not _pid_alive(pid):
+            if pid != os.getpid() and not pid_alive(pid):
                 fs.delete_file(p)
                 removed.append(_uri(target, p))
     except OSError:

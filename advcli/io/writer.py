@@ -22,8 +22,7 @@ from ..errors import AdvcliError
 from . import remote
 from .lists import offsets_numpy
 from .ordered import OrderedWorker
-
-TMP_TAG = ".advcli-tmp-"
+from .temps import TMP_TAG, pid_alive
 
 
 def temp_path_for(target: str) -> str:
@@ -40,16 +39,6 @@ def temp_path_for(target: str) -> str:
     return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale_temps(target: str) -> list[str]:
     """Remove temporary files of earlier advcli runs for ``target`` whose process is gone."""
     if remote.is_uri(target):
@@ -61,7 +50,7 @@ def clean_stale_temps(target: str) -> list[str]:
             pid = int(p.rsplit(TMP_TAG, 1)[1])
         except ValueError:
             continue
-        if pid != os.getpid() and not _pid_alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             try:
                 os.remove(p)
                 removed.append(p)

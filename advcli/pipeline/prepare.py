@@ -84,7 +84,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                               hint="drop the fully masked rows, or use another estimator")
     correction = None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
-        from ..correction import correction_pass
+        from .correction import correction_pass
         correction, row["valid"] = correction_pass(plan, inputs, scopes, step_values, chunk_rows, progress)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)

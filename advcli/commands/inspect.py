@@ -5,7 +5,6 @@ column (its list lengths) plus the mask values; nothing else of the token data.
 """
 from __future__ import annotations
 
-import ast
 import json
 import os
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import AdvcliError
+from ..estimators import estimator_requirements
 from . import options as opt
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
@@ -30,50 +30,6 @@ Shows the schema with each column's role, rows and tokens, the distributions of 
 group size, the steps, the reward, and which estimators the dump can feed (and what the others lack).
 Then try: advcli validate DUMP --flavor verl --set algorithm.adv_estimator=grpo
 """
-
-
-def estimator_requirements() -> dict[str, dict]:
-    """name -> {level, needs, uses_groups} of every registered estimator, read from the estimator
-    modules' ``register(EstimatorSpec(...))`` calls without importing them (they import torch).
-
-    When torch is already imported the registry itself answers.
-    """
-    import sys
-
-    if "torch" in sys.modules:
-        from ..estimators import all_specs
-
-        return {n: {"level": s.level, "needs": list(s.needs), "uses_groups": s.uses_groups}
-                for n, s in sorted(all_specs().items())}
-    pkg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "estimators")
-    out: dict[str, dict] = {}
-    for fname in sorted(os.listdir(pkg)):
-        if not fname.endswith(".py") or fname.startswith("_"):
-            continue
-        try:
-            with open(os.path.join(pkg, fname), encoding="utf-8") as fh:
-                tree = ast.parse(fh.read())
-        except (OSError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            fn = node.func
-            if getattr(fn, "id", getattr(fn, "attr", None)) != "EstimatorSpec":
-                continue
-            kw = {k.arg: k.value for k in node.keywords if k.arg}
-
-            def lit(key, default):
-                try:
-                    return ast.literal_eval(kw[key]) if key in kw else default
-                except ValueError:
-                    return default
-
-            name = lit("name", None)
-            if isinstance(name, str):
-                out[name] = {"level": lit("level", "?"), "needs": list(lit("needs", ()) or ()),
-                             "uses_groups": bool(lit("uses_groups", False))}
-    return dict(sorted(out.items()))
 
 
 def _dist(x: np.ndarray) -> dict:

@@ -16,7 +16,9 @@ discovered automatically.
 """
 from __future__ import annotations
 
+import ast
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +80,48 @@ def get(name: str) -> EstimatorSpec:
 def all_specs() -> dict[str, EstimatorSpec]:
     _load_all()
     return dict(REGISTRY)
+
+
+def estimator_requirements() -> dict[str, dict]:
+    """name -> {level, needs, uses_groups} of every registered estimator, read from the estimator
+    modules' ``register(EstimatorSpec(...))`` calls without importing them (they import torch).
+
+    When torch is already imported the registry itself answers.
+    """
+    import sys
+
+    if "torch" in sys.modules:
+        return {n: {"level": s.level, "needs": list(s.needs), "uses_groups": s.uses_groups}
+                for n, s in sorted(all_specs().items())}
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    out: dict[str, dict] = {}
+    for fname in sorted(os.listdir(pkg)):
+        if not fname.endswith(".py") or fname.startswith("_"):
+            continue
+        try:
+            with open(os.path.join(pkg, fname), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            if getattr(fn, "id", getattr(fn, "attr", None)) != "EstimatorSpec":
+                continue
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+
+            def lit(key, default, kw=kw):
+                try:
+                    return ast.literal_eval(kw[key]) if key in kw else default
+                except ValueError:
+                    return default
+
+            name = lit("name", None)
+            if isinstance(name, str):
+                out[name] = {"level": lit("level", "?"), "needs": list(lit("needs", ()) or ()),
+                             "uses_groups": bool(lit("uses_groups", False))}
+    return dict(sorted(out.items()))
 
 
 def resolve_params(spec: EstimatorSpec, given: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,178 @@
+"""Conversion: a dump streamed into canonical Parquet, in batches of :data:`BATCH_ROWS` rows (or
+:data:`BATCH_VALUES` token values), written to a temporary file renamed into place when complete."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..errors import AdvcliError
+from .discovery import discover
+from .registry import Context, Format, get
+
+BATCH_ROWS = 2048  # rows per Arrow batch handed to the writer
+BATCH_VALUES = 1 << 20  # ... or fewer rows when their token lists hold this many values in all
+
+
+@dataclass
+class ImportInfo:
+    format: str
+    title: str
+    level: str
+    group_rule: str
+    source: str
+    files: list[str]
+    skipped: list[str]
+    rows: int
+    output: str
+    notes: list[str]
+    logged: str | None
+    groups: int = 0
+    group_sizes: dict = field(default_factory=dict)  # size -> number of groups
+    starts: list = field(default_factory=list)  # (first canonical row, file) of every file read
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
+                                              "skipped", "rows", "groups", "group_sizes", "notes", "logged")}
+
+
+def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_mask: bool = False,
+            batch_rows: int = BATCH_ROWS) -> ImportInfo:
+    """Stream the dump at ``spec`` into canonical Parquet at ``output`` (written to a temporary file
+    renamed into place when complete: an error leaves nothing). ``synth_mask``: give a response-level
+    dump a one-token ``response_mask`` per row, so the token pipeline runs it at response level."""
+    import pyarrow.parquet as pq
+
+    forced = get(fmt) if isinstance(fmt, str) else fmt
+    found = discover(spec, forced)
+    f = found.fmt
+    ctx = Context(fmt=f, files=found.files)
+    tmp = output + ".advcli-tmp"
+    writer = None
+    schema = None
+    rows_total = 0
+    sizes: dict = {}
+    starts: list[tuple[int, str]] = []  # (first canonical row, file): where a row came from, for messages
+    dropped: set = set()
+    try:
+        buf: list[dict] = []
+        where: list[tuple[str, int]] = []
+        values = 0
+
+        def flush():
+            nonlocal writer, schema, buf, where, values
+            if not buf:
+                return
+            if schema is None:
+                schema = _schema(f, buf, synth_mask)
+            for r in buf:
+                for k in r:
+                    if k not in schema.names and k not in dropped:
+                        dropped.add(k)
+            batch = _to_batch(buf, where, schema, synth_mask)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, schema, compression="zstd")
+            writer.write_batch(batch)
+            buf, where, values = [], [], 0
+
+        for path in found.files:
+            ctx.path, ctx.step = path, f.step_of(path)
+            starts.append((sum(sizes.values()), path))
+            for line, row in f.read(path, ctx):
+                buf.append(row)
+                where.append((path, line))
+                key = (row.get("step"), row.get("prompt_id"))
+                sizes[key] = sizes.get(key, 0) + 1
+                for v in row.values():  # token lists are Python objects here (~32 bytes a value)
+                    if isinstance(v, list):
+                        values += len(v)
+                if len(buf) >= batch_rows or values >= BATCH_VALUES:
+                    flush()
+        flush()
+        if writer is None:
+            raise AdvcliError(f"{spec}: the dump holds no rows")
+        writer.close()
+        writer = None
+        rows_total = sum(sizes.values())
+        os.replace(tmp, output)
+    except BaseException:
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - the original error matters
+                pass
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    notes = list(ctx.notes)
+    if dropped:
+        notes.append(f"field(s) {', '.join(sorted(dropped))} first appear after the first {batch_rows} rows and "
+                     "were left out")
+    hist: dict = {}
+    for n in sizes.values():
+        hist[n] = hist.get(n, 0) + 1
+    return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
+                      files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
+                      logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts)
+
+
+def _schema(f: Format, rows: list[dict], synth_mask: bool):
+    import pyarrow as pa
+
+    fields = []
+    names = []
+    for name, typ in f.columns.items():
+        if any(r.get(name) is not None for r in rows):
+            fields.append(pa.field(name, typ))
+            names.append(name)
+    extra_names = []
+    for r in rows:
+        for k in r:
+            if k not in f.columns and k not in extra_names:
+                extra_names.append(k)
+    for k in extra_names:
+        first = next((r[k] for r in rows if r.get(k) is not None), None)  # the first record's type rules
+        try:
+            typ = pa.array([first]).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            typ = pa.string()
+        if pa.types.is_null(typ):
+            typ = pa.string()
+        if pa.types.is_integer(typ) and any(isinstance(r.get(k), float) for r in rows):
+            typ = pa.float64()  # 1 and 0.5 in one field: a float field
+        if pa.types.is_floating(typ):
+            typ = pa.float64()
+        fields.append(pa.field(k, typ))
+    if synth_mask and f.level == "response" and "response_mask" not in names:
+        fields.append(pa.field("response_mask", pa.list_(pa.int8())))
+    return pa.schema(fields, metadata={b"advcli.import": json.dumps({"format": f.name, "level": f.level,
+                                                                      "synthetic_mask": bool(synth_mask and
+                                                                                             f.level == "response")
+                                                                      }).encode()})
+
+
+def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask: bool):
+    import numpy as np
+    import pyarrow as pa
+
+    cols = []
+    for fld in schema:
+        if fld.name == "response_mask" and all("response_mask" not in r for r in rows[:1]):
+            offs = np.arange(len(rows) + 1, dtype=np.int32)
+            cols.append(pa.ListArray.from_arrays(pa.array(offs), pa.array(np.ones(len(rows), np.int8))))
+            continue
+        vals = [r.get(fld.name) for r in rows]
+        try:
+            cols.append(pa.array(vals, type=fld.type, from_pandas=False))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+            for v, (path, line) in zip(vals, where):
+                try:
+                    pa.array([v], type=fld.type)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+                    shown = repr(v)
+                    shown = shown if len(shown) < 80 else shown[:77] + "..."
+                    at = f"{path}:{line}" if str(path).endswith((".jsonl", ".json")) else f"{path}, record {line}"
+                    raise AdvcliError(f"{at}: field {fld.name!r} is {shown}, but earlier records give it "
+                                      f"type {fld.type}") from None
+            raise
+    return pa.RecordBatch.from_arrays(cols, schema=schema)

@@ -1,0 +1,195 @@
+"""Discovery: the dump files under a path (a file, or the directory a trainer wrote), their format, and
+the files skipped (companions, wandb/TensorBoard folders, framework pickles refused)."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ..errors import AdvcliError
+from .records import first_json_record
+from .registry import FORMATS, Format, load, norm_path
+
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth")
+SKIPPED_DIRS = {"wandb": "wandb run folder", "tensorboard": "TensorBoard folder", "tb_logs": "TensorBoard folder",
+                ".git": "git folder", "__pycache__": "Python cache", ".ipynb_checkpoints": "notebook checkpoints"}
+
+
+@dataclass
+class Found:
+    fmt: Format
+    files: list[str]
+    skipped: list[str]  # "path (why)"
+
+
+def _companion(path: str) -> str | None:
+    load()
+    p = norm_path(path)
+    for fmt in FORMATS.values():
+        for c in fmt.companions:
+            if re.search(c, p):
+                return f"written by {fmt.title} beside its dumps"
+    base = os.path.basename(p)
+    if base.startswith("events.out.tfevents"):
+        return "TensorBoard event file"
+    return None
+
+
+def _sniff(path: str, fmt: Format) -> bool:
+    try:
+        rec = (fmt.first_record or first_json_record)(path)
+    except AdvcliError:
+        return False
+    return rec is not None and bool(fmt.sniff(rec))
+
+
+def _classify(path: str, forced: Format | None) -> Format | None:
+    """The format of one data file: by name, confirmed by content (name ambiguity settled by content)."""
+    load()
+    cands = [f for f in FORMATS.values() if f.matches(path)]
+    if forced is not None:
+        return forced
+    if not cands:
+        return None
+    if len(cands) == 1:
+        return cands[0]
+    for f in cands:
+        if _sniff(path, f):
+            return f
+    return cands[0]
+
+
+# framework pickles: loading them runs the framework's classes; refused with how to export them
+PICKLES = (
+    (r"(^|/)gen_batch\.dp$|\.dp$", "a verl RolloutSkip cache (pickle of verl's DataProto)",
+     "in an environment with verl installed: b = pickle.load(open(P, 'rb')); write b.batch's tensors and "
+     "b.non_tensor_batch to Parquet (one row per response: response_mask, rewards, ...), or rerun with "
+     "trainer.rollout_data_dir=DIR to get {step}.jsonl files advcli reads (--from verl-jsonl)"),
+    (r"(^|/)dumped_data/global_step_\d+_training_input\.pkl$", "a SkyRL training batch (pickle of "
+     "TrainingInputBatch; it holds no rewards)", "in an environment with skyrl installed, load it and write its "
+     "tensors to Parquet; for rewards use the eval dumps (dumped_evals/, --from skyrl-evals)"),
+    (r"(^|/)step_\d+\.pkl$", "a ROLL rollout-mock dump (pickle of ROLL's DataProto)",
+     "in an environment with roll installed, load it and write response_mask / scores to Parquet, or set "
+     "rollout_dump_dir=/abs/path to get rollout_dump_data.step_N.jsonl files (--from roll-dump)"),
+    (r"\.pkl$", "a Python pickle", "advcli never unpickles arbitrary classes; export the data to Parquet or "
+     "JSON Lines where the producing framework is installed"),
+)
+
+
+def _pickle_refusal(path: str) -> AdvcliError | None:
+    p = norm_path(path)
+    for pat, what, how in PICKLES:
+        if re.search(pat, p):
+            return AdvcliError(f"{path}: {what}; loading it would run the framework's own classes, which advcli "
+                               "never does", hint=f"export it: {how}")
+    return None
+
+
+def discover(spec: str, forced: Format | None = None) -> Found:
+    """The dump files under ``spec`` (a file or a directory, walked recursively, sorted by step),
+    their format, and the files skipped (companions, wandb/TensorBoard folders) with the reason."""
+    load()
+    if not os.path.exists(spec):
+        raise AdvcliError(f"{spec}: no such file or directory")
+    skipped: list[str] = []
+    if os.path.isdir(spec):
+        candidates = []
+        for root, dirs, files in os.walk(spec):
+            keep = []
+            for d in sorted(dirs):
+                why = SKIPPED_DIRS.get(d)
+                if why:
+                    skipped.append(f"{os.path.join(root, d)}/ ({why})")
+                else:
+                    keep.append(d)
+            dirs[:] = keep
+            for fname in sorted(files):
+                p = os.path.join(root, fname)
+                why = _companion(p)
+                if why:
+                    skipped.append(f"{p} ({why})")
+                elif fname.endswith(DATA_SUFFIXES):
+                    candidates.append(p)
+        if not candidates:
+            raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
+                              + (f"; skipped {len(skipped)}" if skipped else ""))
+    else:
+        candidates = [spec]
+    for p in candidates:
+        refused = _pickle_refusal(p)
+        if refused is not None:
+            raise refused
+    by_file = [(p, _classify(p, forced)) for p in candidates]
+    chosen = forced
+    if chosen is None:
+        known = [f for _, f in by_file if f is not None]
+        if not known:
+            p = candidates[0]
+            raise AdvcliError(f"{p}: not a dump format advcli recognises by its name",
+                              hint=f"force one with --from FORMAT ({', '.join(FORMATS)}); "
+                                   "docs/formats.md shows each format's file names")
+        chosen = max(set(known), key=lambda f: (sum(1 for g in known if g is f), -list(FORMATS).index(f.name)))
+    files = []
+    for p, f in by_file:
+        if f is None and forced is None:  # a file no format names (notes, configs): not read, reported
+            skipped.append(f"{p} (not a {chosen.title} file name)")
+            continue
+        if f is not None and f is not chosen:
+            raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",
+                              hint="one run reads one format: move it out, or point advcli at one dump directory")
+        if chosen.refuse is not None:
+            why = chosen.refuse(p)
+            if why:
+                raise AdvcliError(f"{p}: {why}")
+        first = (chosen.first_record or first_json_record)(p)
+        if first is None:
+            if os.path.getsize(p) == 0:
+                skipped.append(f"{p} (empty)")
+                continue
+            raise AdvcliError(f"{p}:1: not a {chosen.title} file (its first record does not parse)",
+                              hint=None if forced else "force the format with --from FORMAT")
+        if not chosen.sniff(first):
+            raise AdvcliError(f"{p}:1: not a {chosen.title} record"
+                              + (f": expected the fields {', '.join(chosen.required)}" if chosen.required else "")
+                              + f" (fields present: {', '.join(list(first)[:12])})",
+                              hint="a file of another format among the dumps? force the format with --from")
+        files.append(p)
+    if not files:
+        raise AdvcliError(f"{spec}: every dump file is empty")
+    key = chosen.key or chosen.step_of
+    seen: dict = {}
+    for p in files:
+        k = key(p)
+        if k is None:
+            continue
+        if k in seen:
+            raise AdvcliError(f"{p}: duplicate step file: {seen[k]} holds the same step ({k})",
+                              hint="two runs (or a rerun) share this directory; point advcli at one of them")
+        seen[k] = p
+    files.sort(key=lambda p: (chosen.step_of(p) if chosen.step_of(p) is not None else -1, norm_path(p)))
+    return Found(chosen, files, skipped)
+
+
+def is_dump(spec: str) -> bool:
+    """Whether ``spec`` is a trainer dump rather than advcli's own Parquet: a file whose name or suffix
+    says so (a Parquet file only when a format's name and columns match), or a directory holding one
+    (walked until the first hit). Anything else goes to the Parquet reader and its own messages."""
+    load()
+    if os.path.isfile(spec):
+        if spec.endswith(".parquet"):
+            fmt = _classify(spec, None)
+            return fmt is not None and _sniff(spec, fmt)
+        return spec.endswith(DATA_SUFFIXES) or _classify(spec, None) is not None
+    if os.path.isdir(spec):
+        for root, dirs, files in os.walk(spec):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            for fname in files:
+                p = os.path.join(root, fname)
+                if fname.endswith(".parquet"):
+                    fmt = _classify(p, None)
+                    if fmt is not None and _sniff(p, fmt):
+                        return True
+                elif fname.endswith(DATA_SUFFIXES) and (_classify(p, None) is not None
+                                                        or _pickle_refusal(p) is not None):
+                    return True
+    return False

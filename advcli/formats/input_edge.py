@@ -1,0 +1,156 @@
+"""The input edge of the commands: Parquet inputs as they are, trainer dumps converted into a temporary
+directory (removed when the process exits), and messages naming a converted row rewritten to name the
+dump's file and line."""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import tempfile
+
+from ..errors import AdvcliError
+from .conversion import ImportInfo, convert
+from .discovery import is_dump
+from .records import RESERVED
+from .registry import FORMATS, Context, get, load
+
+_TMP: dict[str, str] = {}
+_CONVERTED: dict[tuple, ImportInfo] = {}
+IMPORTED: dict[str, ImportInfo] = {}  # canonical Parquet path -> how it was made
+
+
+def _tmpdir() -> str:
+    if "dir" not in _TMP:
+        d = tempfile.mkdtemp(prefix="advcli-import-")
+        _TMP["dir"] = d
+        atexit.register(shutil.rmtree, d, True)
+    return _TMP["dir"]
+
+
+def _tmp_path(name: str) -> str:
+    """A fresh path named ``name`` in the temporary directory (one sub-directory per conversion, so the
+    name a command shows is the dump's own)."""
+    d = os.path.join(_tmpdir(), str(len(_CONVERTED)))
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
+
+
+def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: bool = True) -> list[str]:
+    """The input edge of every command: Parquet inputs as they are; each trainer dump (recognised from
+    its file names and keys, or the format ``source`` names: ``--from``) streamed into canonical
+    Parquet in a temporary directory, whose path replaces it. ``synth_mask``: response-level dumps
+    get a one-token mask (for run/validate/compare; inspect and convert leave it out)."""
+    if source in (None, "", "auto"):
+        forced = None
+    elif source == "parquet":
+        return list(inputs)
+    else:
+        forced = get(source)
+    out = []
+    for spec in inputs:
+        if forced is None and not is_dump(spec):
+            out.append(_with_mask(spec, synth_mask) if _converted_level(spec) == "response" else spec)
+            continue
+        key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
+        if key not in _CONVERTED:
+            stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
+            target = _tmp_path(f"{stem}.parquet")
+            info = convert(spec, target, forced, synth_mask=synth_mask)
+            _CONVERTED[key] = info
+            IMPORTED[target] = info
+        out.append(_CONVERTED[key].output)
+    return out
+
+
+def _converted_level(spec: str) -> str | None:
+    """The level recorded in a Parquet file that ``advcli convert`` wrote (None for any other input)."""
+    if not (os.path.isfile(spec) and spec.endswith(".parquet")):
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(spec).metadata or {}
+        rec = json.loads(meta.get(b"advcli.import", b"null"))
+    except Exception:  # noqa: BLE001 - not ours: the Parquet reader will say what is wrong
+        return None
+    return rec.get("level") if isinstance(rec, dict) and not rec.get("synthetic_mask") else None
+
+
+def _with_mask(spec: str, synth_mask: bool) -> str:
+    """A converted response-level Parquet file (``advcli convert``'s output), recorded as an import; with
+    ``synth_mask``, copied into the temporary directory with the one-token mask a run needs (the file
+    itself is left as it is)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    key = (os.path.realpath(spec), "converted", synth_mask)
+    if key in _CONVERTED:
+        return _CONVERTED[key].output
+    f = pq.ParquetFile(spec)
+    old = f.schema_arrow
+    if "response_mask" in old.names:
+        return spec
+    rec = json.loads(old.metadata[b"advcli.import"])
+    target = spec
+    if synth_mask:
+        rec["synthetic_mask"] = True
+        meta = dict(old.metadata)
+        meta[b"advcli.import"] = json.dumps(rec).encode()
+        # scalar advantages/returns of a response-level run's output read back as one-token lists, like the mask
+        scalars = [n for n in RESERVED if n in old.names and not pa.types.is_list(old.field(n).type)]
+        fields = [pa.field(fl.name, pa.list_(fl.type)) if fl.name in scalars else fl for fl in old]
+        schema = pa.schema(fields + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
+        target = _tmp_path(os.path.basename(spec))
+        with pq.ParquetWriter(target, schema, compression="zstd") as w:
+            for b in f.iter_batches(batch_size=65536):
+                offs = pa.array(range(b.num_rows + 1), pa.int32())
+                cols = [pa.ListArray.from_arrays(offs, b.column(n)) if n in scalars else b.column(n)
+                        for n in old.names]
+                mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
+                w.write_batch(pa.RecordBatch.from_arrays(cols + [mask], schema=schema))
+    load()
+    fmt = FORMATS.get(rec.get("format"))
+    info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
+                      group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
+                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None)
+    _CONVERTED[key] = info
+    IMPORTED[target] = info
+    return target
+
+
+def locate(info: ImportInfo, row: int) -> str:
+    """``FILE:LINE`` of canonical row ``row`` of a converted dump (the file is read again up to that row:
+    this runs only when a message names a row)."""
+    first, path = max(((a, p) for a, p in info.starts if a <= row), default=(0, info.source))
+    if not info.starts:
+        return info.source
+    fmt = FORMATS[info.format]
+    ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=[p for _, p in info.starts])
+    for k, (line, _) in enumerate(fmt.read(path, ctx)):
+        if k == row - first:
+            return f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
+    return path
+
+
+def explain(message: str) -> str:
+    """An error message naming a converted dump's temporary Parquet, rewritten to name the dump: the file
+    and line a row came from where the message names a row (``TMP: column 'reward', row 7: ...`` ->
+    ``steps/3.jsonl:2: column 'reward', row 7 of the dump: ...``), else the dump's path."""
+    for tmp, info in IMPORTED.items():
+        if tmp == info.source or tmp not in message:
+            continue
+        m = re.search(re.escape(tmp) + r"([^\n]*?)\brow (\d+)\b", message)
+        if m and info.starts:
+            try:
+                where = locate(info, int(m.group(2)))
+            except AdvcliError:
+                where = info.source
+            message = message.replace(tmp, where, 1).replace(f"row {m.group(2)}", f"row {m.group(2)} of the dump", 1)
+        message = message.replace(tmp, info.source)
+    return message
+
+
+def info_for(path: str) -> ImportInfo | None:
+    return IMPORTED.get(path)

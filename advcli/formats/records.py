@@ -1,0 +1,85 @@
+"""Helpers the format modules read their records with: JSON Lines, required fields, numbers, and the
+dump's other fields kept as columns."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from ..errors import AdvcliError
+from .registry import Context
+
+# output columns of a run: a dump field of the same name is kept under logged_<name>
+RESERVED = ("advantages", "returns", "token_level_rewards")
+
+
+def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of a JSON Lines file, read line by line with Python's json (which accepts
+    the NaN / Infinity literals these writers emit). A line that does not parse is an error naming
+    the file and line (a last line without its newline is reported as truncated)."""
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise AdvcliError(f"{path}: cannot open it ({e.strerror})") from None
+    with fh:
+        for i, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError as e:
+                cut = not raw.endswith(b"\n")
+                raise ctx.error(i, ("truncated line (the file ends inside a record)" if cut else "invalid JSON")
+                                + f": {getattr(e, 'msg', str(e))} at column {getattr(e, 'colno', '?')}",
+                                hint="the writer may have been stopped mid-write; remove or repair that line") \
+                    from None
+            if not isinstance(obj, dict):
+                raise ctx.error(i, f"expected one JSON object per line, got {type(obj).__name__}")
+            yield i, obj
+
+
+def first_json_record(path: str) -> dict | None:
+    """The first JSON object of a file, or None when the file is empty or its first line is no object."""
+    try:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    try:
+                        obj = json.loads(raw)
+                    except ValueError:
+                        return None
+                    return obj if isinstance(obj, dict) else None
+    except OSError:
+        return None
+    return None
+
+
+def require(ctx: Context, line: int, rec: dict, keys) -> None:
+    missing = [k for k in keys if k not in rec]
+    if missing:
+        raise ctx.error(line, f"missing field(s) {', '.join(repr(k) for k in missing)} of a {ctx.fmt.name} record"
+                        f" (fields present: {', '.join(list(rec)[:12])}{' ...' if len(rec) > 12 else ''})",
+                        hint=f"is this a {ctx.fmt.title} file? force another format with --from")
+
+
+def number(ctx: Context, line: int, value, what: str, allow_none: bool = False) -> float | None:
+    """A JSON number (NaN/Infinity literals included) as a float; booleans count 0/1."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    raise ctx.error(line, f"field {what!r} is {value!r}; expected a number")
+
+
+def extras(rec: dict, skip) -> dict:
+    """The dump's other fields as columns: scalars as they are, lists and objects as JSON text; a field
+    named like an output column is kept as logged_<name>."""
+    out = {}
+    for k, v in rec.items():
+        if k in skip:
+            continue
+        if isinstance(v, (dict, list)):
+            v = json.dumps(v, ensure_ascii=False, default=str)
+        out[f"logged_{k}" if k in RESERVED else k] = v
+    return out

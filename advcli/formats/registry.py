@@ -1,0 +1,102 @@
+"""The format registry: what a trainer dump format is (:class:`Format`), the state of one conversion
+(:class:`Context`), and the formats found among this package's modules (:data:`FORMATS`)."""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import AdvcliError, did_you_mean
+
+
+@dataclass
+class Context:
+    """State of one conversion: the current file, notes for the user, and a per-format scratch dict
+    (e.g. prime-rl's first step of every group)."""
+
+    fmt: Format
+    path: str = ""
+    step: int | None = None
+    notes: list[str] = field(default_factory=list)
+    state: dict = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+    def error(self, line: int | None, msg: str, hint: str | None = None) -> AdvcliError:
+        where = f"{self.path}:{line}" if line else self.path
+        return AdvcliError(f"{where}: {msg}", hint=hint)
+
+
+@dataclass(frozen=True, eq=False)
+class Format:
+    """One trainer dump format.
+
+    ``pattern``: a regex searched in the file's path (``/`` separators) that names this format's data
+    files; group ``step`` (when present) gives the training step. ``sniff(record)``: whether a first
+    record (a dict: a JSON line, a Parquet schema's names as keys, a loaded .pt object) is this
+    format. ``read(path, ctx)`` yields ``(line, row)`` with canonical keys plus the dump's other
+    fields. ``columns``: the canonical columns and their Arrow types (the rest are inferred from the
+    first batch). ``key(path)``: what must be unique among the files (duplicate step files are an
+    error); ``companions``: regexes of files trainers write beside their dumps, skipped with a note.
+    """
+
+    name: str
+    title: str
+    pattern: str
+    level: str  # "token" (mask + per-token columns) or "response" (one reward per response)
+    group_rule: str
+    columns: dict
+    read: Callable[[str, Context], Iterator[tuple[int, dict]]]
+    sniff: Callable[[dict], bool]
+    example: str  # the command that reads it (docs/formats.md)
+    companions: tuple[str, ...] = ()
+    key: Callable[[str], Any] | None = None
+    required: tuple[str, ...] = ()  # keys every record must have (for the messages)
+    logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
+    refuse: Callable[[str], str | None] | None = None  # a reason this file cannot be read (pickles)
+    first_record: Callable[[str], dict | None] | None = None  # default: first JSON line
+
+    def step_of(self, path: str) -> int | None:
+        m = re.search(self.pattern, norm_path(path))
+        if m and "step" in m.groupdict() and m.group("step") is not None:
+            return int(m.group("step"))
+        return None
+
+    def matches(self, path: str) -> bool:
+        return re.search(self.pattern, norm_path(path)) is not None
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def norm_path(path: str) -> str:
+    return os.path.abspath(path).replace(os.sep, "/")
+
+
+def load() -> None:
+    """Register the ``FORMAT`` of every module of this package that defines one (``_`` modules are skipped)."""
+    if FORMATS:
+        return
+    for mod in pkgutil.iter_modules([os.path.dirname(__file__)]):
+        if mod.name.startswith("_"):
+            continue
+        m = importlib.import_module(f"{__package__}.{mod.name}")
+        fmt = getattr(m, "FORMAT", None)
+        if fmt is not None:
+            FORMATS[fmt.name] = fmt
+
+
+def names() -> list[str]:
+    load()
+    return list(FORMATS)
+
+
+def get(name: str) -> Format:
+    load()
+    if name not in FORMATS:
+        raise AdvcliError(f"--from {name!r}: unknown format.{did_you_mean(name, FORMATS)} "
+                          f"Known: {', '.join(FORMATS)}, parquet")
+    return FORMATS[name]

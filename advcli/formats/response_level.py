@@ -1,0 +1,112 @@
+"""Response-level runs (a dump without token data): configurations that need token data refused before
+anything is read, and the outputs' one-token ``advantages``/``returns`` turned into float32 scalars."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import AdvcliError
+from .input_edge import IMPORTED
+from .records import RESERVED
+
+# token-level estimators whose result is one value per row in these settings: the return of a reward
+# placed at the last token with γ = 1 is that reward at every token; a reward placed on every token and
+# passed through is that reward
+ROW_CONSTANT = {
+    "reinforce_plus_plus": lambda cfg: float(cfg["estimator"].get("gamma", 1.0)) == 1.0
+    and cfg["reward"].get("placement") in ("last", "last_valid"),
+    "token_rewards": lambda cfg: cfg["reward"].get("placement") == "all",
+}
+LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by its token count)"}
+
+
+def check_config(inputs: list[str], cfg: dict) -> None:
+    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks."""
+    infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"]
+    if not infos:
+        return
+    info = infos[0]
+    from ..config import get_path
+    from ..estimators import get as get_estimator
+
+    name = get_path(cfg, "estimator.name")
+    spec = get_estimator(name)
+    missing = None
+    row_constant = ROW_CONSTANT.get(name)
+    if spec.level == "token" and not (row_constant and row_constant(cfg)):
+        needs = ["response_mask"] + [r for r in spec.needs]
+        missing = f"estimator {name} works on token data ({', '.join(needs)})"
+    elif name in LENGTH_ESTIMATORS:
+        missing = f"estimator {name} needs {LENGTH_ESTIMATORS[name]}"
+    elif get_path(cfg, "kl.in_reward"):
+        missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
+                   "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")
+    elif get_path(cfg, "advantage.whiten") or get_path(cfg, "reward.whiten_tokens"):
+        missing = "whitening over tokens needs each response's token mask (response_mask)"
+    if missing:
+        raise AdvcliError(f"{info.source}: a {info.title} dump holds one reward per response and no token data; "
+                          f"{missing}, which this dump lacks",
+                          hint="response-level estimators work: GRPO, RLOO, Dr.GRPO, GPG, ... "
+                               "(`advcli inspect DUMP` lists them)")
+
+
+def name_sources(result) -> None:
+    """A RunResult whose inputs name the dumps rather than their temporary Parquet (for its summary)."""
+    if result is not None and getattr(result, "inputs", None):
+        result.inputs = [IMPORTED[p].source if p in IMPORTED else p for p in result.inputs]
+
+
+def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:
+    """A response-level run's outputs: ``advantages``/``returns`` (one-token lists) become float32
+    scalars and the one-token mask is dropped, file by file (rewritten through a temporary file).
+    ``result`` (a RunResult): its inputs name the dumps rather than their temporary Parquet."""
+    name_sources(result)
+    flags = [p in IMPORTED and IMPORTED[p].level == "response" for p in inputs]
+    if not any(flags):
+        return
+    targets = outputs if len(outputs) == len(inputs) else outputs if all(flags) else []
+    for i, out in enumerate(targets):
+        if len(outputs) == len(inputs) and not flags[i]:
+            continue
+        paths = [out]
+        if os.path.isdir(out):
+            paths = sorted(os.path.join(out, n) for n in os.listdir(out) if n.endswith(".parquet"))
+        for p in paths:
+            _scalarize(p)
+
+
+def _scalarize(path: str) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    old = f.schema_arrow
+    lists = [n for n in RESERVED if n in old.names and pa.types.is_list(old.field(n).type)]
+    drop = {"response_mask"} if "response_mask" in old.names else set()
+    fields = [pa.field(fl.name, pa.float32()) if fl.name in lists else fl for fl in old if fl.name not in drop]
+    meta = dict(old.metadata or {})
+    if b"advcli.import" in meta:  # the one-token mask is gone: reading this file back adds it again
+        rec = json.loads(meta[b"advcli.import"])
+        rec["synthetic_mask"] = False
+        meta[b"advcli.import"] = json.dumps(rec).encode()
+    schema = pa.schema(fields, metadata=meta)
+    tmp = path + ".advcli-tmp"
+    w = pq.ParquetWriter(tmp, schema, compression="zstd")
+    try:
+        for batch in f.iter_batches(batch_size=65536):
+            cols = []
+            for fl in schema:
+                col = batch.column(fl.name)
+                if fl.name in lists:
+                    col = pc.list_element(col, 0).cast(pa.float32())
+                cols.append(col)
+            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+        w.close()
+        f.close()
+        os.replace(tmp, path)
+    except BaseException:
+        w.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

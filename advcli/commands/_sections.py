@@ -14,7 +14,7 @@ Section = tuple[str, str, Any]
 
 
 def render_sections(report: dict, fmt: str, title: str, sections: list[Section]) -> str:
-    from ..report import CSS, _e, _html_table, _md_table
+    from ..report import CSS, esc, html_table, md_table
 
     if fmt == "json":
         return json.dumps(report, indent=2, default=str) + "\n"
@@ -25,28 +25,28 @@ def render_sections(report: dict, fmt: str, title: str, sections: list[Section])
                 continue
             L += ["", f"## {name}", ""]
             if kind == "kv":
-                L += _md_table(["", ""], [[a, b] for a, b in payload])
+                L += md_table(["", ""], [[a, b] for a, b in payload])
             elif kind == "table":
-                L += _md_table(payload[0], payload[1])
+                L += md_table(payload[0], payload[1])
             else:
                 L += [f"- {x}" for x in payload]
         return "\n".join(L) + "\n"
     H = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
          "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">",
-         f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>", f"<h1>{_e(title)}</h1>",
-         f'<div class="sub">advcli {_e(report.get("advcli_version", ""))} · {_e(report.get("created", ""))}</div>']
+         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>", f"<h1>{esc(title)}</h1>",
+         f'<div class="sub">advcli {esc(report.get("advcli_version", ""))} · {esc(report.get("created", ""))}</div>']
     for name, kind, payload in sections:
         if not payload:
             continue
-        H.append(f"<h2>{_e(name)}</h2>")
+        H.append(f"<h2>{esc(name)}</h2>")
         if kind == "kv":
-            H.append(_html_table(None, [[a, b] for a, b in payload]))
+            H.append(html_table(None, [[a, b] for a, b in payload]))
         elif kind == "table":
-            H.append('<div class="scroll">' + _html_table(payload[0], payload[1]) + "</div>")
+            H.append('<div class="scroll">' + html_table(payload[0], payload[1]) + "</div>")
         elif kind == "svg":
             H.append('<div class="grid">' + "".join(p for p in payload if p) + "</div>")
         else:
-            H.append("".join(f"<p>{_e(x)}</p>" for x in payload))
+            H.append("".join(f"<p>{esc(x)}</p>" for x in payload))
     H.append("</main></body></html>\n")
     return "\n".join(H)
 

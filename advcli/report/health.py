@@ -1,9 +1,11 @@
 """The group-health part of a report (``report["group_health"]``, advcli.stats.group_health) as
-terminal lines, Markdown and HTML (tables and inline SVG plots). Like advcli.report, no numpy or
+terminal lines, Markdown and HTML (tables and inline SVG plots). Like the rest of advcli.report, no numpy or
 torch: plain dicts to strings."""
 from __future__ import annotations
 
 from typing import Any
+
+from .primitives import PALETTE, esc, html_table, md_table, nice, svg_histogram, svg_lines
 
 BLOCK_COLS = [("groups", "groups"), ("rows", "rows"), ("uniform_share", "uniform"), ("zero_adv_token_share",
               "zero-adv tokens"), ("solve_rate", "solve rate"), ("singleton_groups", "singletons"),
@@ -48,8 +50,8 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     comps = h.get("per_component") or []
     if comps:
         out.append(("Group health per reward component", ["component", "uniform groups", "uniform", "solve rate"],
-                    [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]), _cell("solve_rate", c["solve_rate"])]
-                     for c in comps]))
+                    [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]),
+                      _cell("solve_rate", c["solve_rate"])] for c in comps]))
     gs = h.get("group_sizes")
     if gs:
         out.append(("Group sizes", ["rows per group", "groups"], [[s, c] for s, c in zip(gs["sizes"], gs["counts"])]))
@@ -63,17 +65,15 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
 def markdown_lines(h: dict | None) -> list[str]:
     if not h:
         return []
-    from .report import _md_table
-
     L = ["", "## Group health", "", headline(h)]
     for title, header, rows in tables(h):
-        L += ["", f"### {title}", ""] + _md_table(header, rows)
+        L += ["", f"### {title}", ""] + md_table(header, rows)
     hist = h.get("solve_rate_histogram")
     if hist:
         L += ["", f"### Histogram: {hist['note']}", ""]
         e, c = hist["edges"], hist["counts"]
         top = max(c) or 1
-        L += _md_table(["bin", "groups", ""], [[f"[{e[i]:.3g}, {e[i + 1]:.3g}{']' if i == len(c) - 1 else ')'}", n,
+        L += md_table(["bin", "groups", ""], [[f"[{e[i]:.3g}, {e[i + 1]:.3g}{']' if i == len(c) - 1 else ')'}", n,
                                                 "█" * round(20 * n / top)] for i, n in enumerate(c)])
     return L
 
@@ -81,9 +81,7 @@ def markdown_lines(h: dict | None) -> list[str]:
 def html_parts(h: dict | None) -> list[str]:
     if not h:
         return []
-    from .report import _e, _html_table, svg_histogram, svg_lines
-
-    H = ["<h2>Group health</h2>", f"<p>{_e(headline(h))}</p>"]
+    H = ["<h2>Group health</h2>", f"<p>{esc(headline(h))}</p>"]
     plots = []
     hist = h.get("solve_rate_histogram")
     if hist:
@@ -103,7 +101,8 @@ def html_parts(h: dict | None) -> list[str]:
     srcs = h.get("per_source") or []
     if srcs:
         names = [e["source"] for e in srcs]
-        plots.append(_svg_bars(names, [e.get("uniform_share") or 0.0 for e in srcs], "share of uniform groups by source"))
+        plots.append(_svg_bars(names, [e.get("uniform_share") or 0.0 for e in srcs],
+                               "share of uniform groups by source"))
     lbo = h.get("length_by_outcome") or {}
     if lbo and all((lbo.get(k) or {}).get("mean") is not None for k in ("solved", "unsolved")):
         plots.append(_svg_bars(["solved", "unsolved"], [lbo["solved"]["mean"], lbo["unsolved"]["mean"]],
@@ -112,32 +111,30 @@ def html_parts(h: dict | None) -> list[str]:
     if plots:
         H.append('<div class="grid">' + "".join(plots) + "</div>")
     for title, header, rows in tables(h):
-        H.append(f"<h3>{_e(title)}</h3>" + '<div class="scroll">' + _html_table(header, rows) + "</div>")
+        H.append(f"<h3>{esc(title)}</h3>" + '<div class="scroll">' + html_table(header, rows) + "</div>")
     return H
 
 
 def _svg_bars(labels: list[str], values: list[float], title: str, w: int = 560, h: int = 220) -> str:
     """A bar chart of one value per label (inline SVG, no scripts)."""
-    from .report import PALETTE, _e, _nice
-
     if not labels:
         return ""
     top = max([v for v in values if v is not None] + [0.0]) or 1.0
     x0, x1, y0, y1 = 48, w - 12, h - 34, 26
     bw = (x1 - x0) / len(labels)
-    out = [f'<svg class="plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{_e(title)}">',
-           f'<text x="{w / 2}" y="16" class="t">{_e(title)}</text>',
+    out = [f'<svg class="plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{esc(title)}">',
+           f'<text x="{w / 2}" y="16" class="t">{esc(title)}</text>',
            f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" class="ax"/>',
            f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" class="ax"/>',
-           f'<text x="{x0 - 4}" y="{y1 + 8}" class="l" text-anchor="end">{_e(_nice(top))}</text>',
+           f'<text x="{x0 - 4}" y="{y1 + 8}" class="l" text-anchor="end">{esc(nice(top))}</text>',
            f'<text x="{x0 - 4}" y="{y0}" class="l" text-anchor="end">0</text>']
     for i, (lab, v) in enumerate(zip(labels, values)):
         v = v or 0.0
         bh = (y0 - y1) * v / top
         x = x0 + i * bw + bw * 0.15
         out.append(f'<rect x="{x:.1f}" y="{y0 - bh:.1f}" width="{bw * 0.7:.1f}" height="{bh:.1f}" fill="{PALETTE[0]}">'
-                   f"<title>{_e(str(lab))}: {_e(_nice(v))}</title></rect>")
+                   f"<title>{esc(str(lab))}: {esc(nice(v))}</title></rect>")
         out.append(f'<text x="{x + bw * 0.35:.1f}" y="{y0 + 14}" class="l" text-anchor="middle">'
-                   f"{_e(str(lab)[:14])}</text>")
+                   f"{esc(str(lab)[:14])}</text>")
     out.append("</svg>")
     return "".join(out)

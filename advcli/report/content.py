@@ -1,0 +1,131 @@
+"""The report dict (see :mod:`advcli.report`): :func:`build_report` makes it from a run's result, and the
+views of it every rendering shares (the headline, the key metrics, per-step columns, metric sections)."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from typing import Any
+
+from .. import __version__
+from .primitives import is_num
+
+# the figures the terminal summary and the headline of each report show, in order, when present
+KEY_METRICS = [
+    "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/min",
+    "critic/advantages/max", "critic/returns/mean", "critic/values/mean", "response_length/mean",
+    "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff",
+    "rollout_corr/kl", "rollout_corr/chi2_token", "rollout_corr/rollout_is_mean",
+    "rollout_corr/rollout_rs_masked_fraction",
+]
+
+
+# ------------------------------------------------------------------------------------- building
+def _jsonable(x: Any) -> Any:
+    """Plain JSON values: tensors/arrays to lists, numpy scalars to numbers, NaN/inf to strings."""
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else str(x)
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "tolist"):  # numpy / torch
+        return _jsonable(x.tolist())
+    if hasattr(x, "item"):
+        return _jsonable(x.item())
+    if hasattr(x, "__dataclass_fields__"):
+        return _jsonable(vars(x))
+    return str(x)
+
+
+def build_report(result, *, flavor: str | None = None, native: dict | None = None, command: str = "run",
+                 note: str | None = None, extra: dict | None = None) -> dict:
+    """The report dict of a :class:`~advcli.pipeline.RunResult` (fields read defensively)."""
+    g = lambda name, default=None: getattr(result, name, default)  # noqa: E731
+    cfg = g("config") or {}
+    seconds = float(g("seconds", 0.0) or 0.0)
+    rows, tokens = int(g("rows", 0) or 0), int(g("tokens", 0) or 0)
+    timings = {"seconds": round(seconds, 4),
+               "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+               "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None}
+    timings.update(dict(g("timings", None) or {}))
+    rep = {
+        "report": "advcli/1", "advcli_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command, "flavor": flavor, "settings": native or {}, "note": note,
+        "estimator": cfg.get("estimator") if isinstance(cfg, dict) else None, "config": cfg,
+        "inputs": list(g("inputs", []) or []), "outputs": list(g("outputs", []) or []),
+        "rows": rows, "tokens": tokens, "valid_tokens": int(g("valid_tokens", 0) or 0),
+        "timings": timings,
+        "metrics": dict(g("metrics", None) or {}),
+        "per_step": list(g("per_step", None) or []),
+        "histograms": dict(g("histograms", None) or {}),
+        "diagnostics": list(g("diagnostics", None) or []),
+        "warnings": list(g("warnings", None) or []),
+    }
+    for name in ("by_position", "groups", "group_health"):
+        if g(name) is not None:
+            rep[name] = g(name)
+    if extra:
+        rep.update(extra)
+    return _jsonable({k: v for k, v in rep.items() if v is not None})
+
+
+# ---------------------------------------------------------------------------------------- views
+def flat_step(entry: dict) -> dict:
+    """A per-step entry with a nested ``metrics`` dict flattened into it."""
+    out = {k: v for k, v in entry.items() if k != "metrics"}
+    out.update(entry.get("metrics") or {})
+    return out
+
+
+def metric_sections(metrics: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """Metrics grouped by their prefix (``critic/advantages/mean`` → section ``critic/advantages``)."""
+    sections: dict[str, list] = {}
+    for k, v in metrics.items():
+        head, _, tail = k.rpartition("/")
+        sections.setdefault(head or "other", []).append((tail or k, v))
+    return list(sections.items())
+
+
+def step_columns(steps: list[dict]) -> list[str]:
+    """The numeric per-step fields, in first-seen order, leaving out those that are None everywhere."""
+    cols: list[str] = []
+    for e in steps:
+        for k, v in e.items():
+            if k not in cols and (v is None or is_num(v)):
+                cols.append(k)
+    return [c for c in cols if c == "step" or any(is_num(e.get(c)) for e in steps)]
+
+
+def headline(report: dict) -> list[tuple[str, str]]:
+    """(label, text) pairs: what ran, on what, how fast."""
+    est = report.get("estimator") or {}
+    what = report.get("note") or " ".join(x for x in (report.get("flavor"), est.get("name")) if x)
+    t = report.get("timings") or {}
+    out = []
+    if what:
+        out.append(("ran", what))
+    if report.get("settings"):
+        out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))
+    out.append(("input", ", ".join(report.get("inputs") or []) or "–"))
+    if report.get("outputs"):
+        out.append(("output", ", ".join(report["outputs"])))
+    out.append(("rows", f"{report.get('rows', 0):,}  ({report.get('tokens', 0):,} tokens, "
+                        f"{report.get('valid_tokens', 0):,} with mask=1)"))
+    if t.get("seconds"):
+        rate = ""
+        if t.get("rows_per_s"):
+            rate = f"  ({t['rows_per_s']:,.0f} rows/s, {t.get('tokens_per_s', 0) / 1e6:,.2f} M tokens/s)"
+        out.append(("time", f"{t['seconds']:.2f} s{rate}"))
+    return out
+
+
+def key_metrics(report: dict) -> list[tuple[str, Any]]:
+    m = report.get("metrics") or {}
+    keys = [k for k in KEY_METRICS if k in m]
+    if not keys:  # older / minimal producers
+        keys = [k for k in m if k.startswith("advantages/") or k.startswith("critic/")][:8]
+    return [(k, m[k]) for k in keys]

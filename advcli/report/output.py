@@ -1,0 +1,82 @@
+"""Where a finished report goes: a file in the format its extension names (written atomically, a temporary
+file beside the target renamed into place, like the Parquet outputs), JSON on stdout, or the terminal summary."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+
+from ..errors import AdvcliError, did_you_mean
+from .html import to_html
+from .markdown import to_markdown
+from .terminal import print_summary
+
+FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+
+
+def report_format(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise AdvcliError(f"--report {path}: unknown report format {ext or '(no extension)'!r}."
+                          f"{did_you_mean(ext, ['.json', '.md', '.html'])}",
+                          hint="name the file .json (every figure), .md (Markdown) or .html (a page with plots)")
+    return FORMATS[ext]
+
+
+def check_report_path(path: str, taken: Iterable[str] = ()) -> str:
+    """Refuse a report path before any work: bad extension, missing directory, or an input/output path."""
+    fmt = report_format(path)
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise AdvcliError(f"--report {path}: directory {d} does not exist")
+    real = os.path.realpath(path)
+    for p in taken:
+        if p and os.path.realpath(p) == real:
+            raise AdvcliError(f"--report {path}: is also an input or output of this run; choose another name")
+    return fmt
+
+
+def render(report: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, indent=2, sort_keys=False, default=str) + "\n"
+    if fmt == "md":
+        return to_markdown(report)
+    if fmt == "html":
+        return to_html(report)
+    raise AdvcliError(f"unknown report format {fmt!r}")
+
+
+def write_report(path: str, report: dict, renderer=None) -> str:
+    """Write ``report`` to ``path`` in the format its extension names; atomically. Returns the format.
+    ``renderer(report, fmt) -> str``: another command's own rendering (default :func:`render`)."""
+    fmt = report_format(path)
+    text = (renderer or render)(report, fmt)
+    d, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(d, f".{name}.advcli-tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise AdvcliError(f"--report {path}: cannot write ({e.strerror or e})") from None
+    return fmt
+
+
+def emit(report: dict, path: str | None, json_out: bool, show: bool) -> None:
+    """What `run` and `stats` do with a finished report: write PATH, print JSON on stdout, or the summary."""
+    if path:
+        write_report(path, report)
+    if json_out:
+        print(json.dumps(report, default=str))
+    elif show:
+        import sys
+
+        print_summary(report)
+        if path:
+            print(f"report: {path}", file=sys.stderr)

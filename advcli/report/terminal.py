@@ -1,0 +1,46 @@
+"""The terminal summary of a report (rich, on stderr)."""
+from __future__ import annotations
+
+from . import health
+from .content import headline, key_metrics
+from .primitives import fmt_num, short_examples
+
+
+def print_summary(report: dict, console=None) -> None:
+    """The rich summary on stderr: what ran, counts, speed, key metrics, diagnostics and warnings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console(stderr=True, highlight=False)
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    for label, text in headline(report):
+        t.add_row(label, _rich_escape(text))
+    km = key_metrics(report)
+    if km:
+        t.add_row("", "")
+        for k, v in km:
+            t.add_row(k, fmt_num(v))
+    steps = report.get("per_step") or []
+    if len(steps) > 1:
+        t.add_row("steps", f"{len(steps)} (per-step figures in --report or --json)")
+    if report.get("group_health"):
+        t.add_row("group health", _rich_escape(health.headline(report["group_health"])))
+    for d in report.get("diagnostics") or []:
+        count = d.get("count")
+        if not count:
+            continue
+        ex = short_examples(d.get("examples"))
+        unit = f" {d['unit']}" if d.get("unit") else ""
+        t.add_row("[magenta]diagnostic[/]", _rich_escape(f"{d.get('kind')}: {fmt_num(count)}{unit}"
+                                                         + (f" (e.g. {ex})" if ex else "")))
+    for w in report.get("warnings") or []:
+        t.add_row("[yellow]warning[/]", _rich_escape(str(w)))
+    con.print(t)
+
+
+def _rich_escape(s: str) -> str:
+    from rich.markup import escape
+
+    return escape(s)

@@ -237,7 +237,7 @@ def sample(
         raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
     check_output_path(output, [], force)
     table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps)
-    tmp = output + ".advcli-tmp-%d" % os.getpid()
+    tmp = output + f".advcli-tmp-{os.getpid()}"
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, output)
     typer.echo(f"wrote {output}: {table.num_rows:,} rows, "

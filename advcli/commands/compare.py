@@ -286,8 +286,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
 def _aligned(fa, fb, cols_a, cols_b, batch_rows):
     from ._arrays import aligned_batches
 
-    for ba, bb in aligned_batches([fa, fb], [cols_a, cols_b], batch_rows):
-        yield ba, bb
+    yield from aligned_batches([fa, fb], [cols_a, cols_b], batch_rows)
 
 
 def _f(x) -> float | None:

@@ -63,7 +63,7 @@ def estimator_requirements() -> dict[str, dict]:
                 continue
             kw = {k.arg: k.value for k in node.keywords if k.arg}
 
-            def lit(key, default):
+            def lit(key, default, kw=kw):
                 try:
                     return ast.literal_eval(kw[key]) if key in kw else default
                 except ValueError:
@@ -134,7 +134,7 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     cols = list(dict.fromkeys(small + ([mask_col] if mask_col else [])))
     parts: dict[str, list] = {c: [] for c in cols}
     lengths, valid, interior, ends_masked, starts_masked = [], [], 0, 0, 0
-    for fi, rb, batch in ins.iter_batches(cols, 65536) if cols else []:
+    for _, _, batch in ins.iter_batches(cols, 65536) if cols else []:
         for c in small:
             parts[c].append(batch.column(c))
         if mask_col:

@@ -165,7 +165,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     valid, score_parts, tlr_parts = [], [], []
     R = ins.num_rows
     done = 0
-    for fi, rb, batch in ins.iter_batches(cols1, chunk_rows):
+    for _, _, batch in ins.iter_batches(cols1, chunk_rows):
         for c in small:
             parts[c].append(batch.column(c))
         offs, m = list_parts(batch.column(mask_col))
@@ -213,7 +213,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
                                                          val_col if has_adv else None) if c]))
     row0 = 0
     positions = PositionStats()
-    for fi, rb, batch in ins.iter_batches(cols2, chunk_rows):
+    for _, _, batch in ins.iter_batches(cols2, chunk_rows):
         offs, m = list_parts(batch.column(mask_col))
         layout = Ragged(torch.from_numpy(offs))
         mask = torch.from_numpy((m != 0).astype(np.float32))

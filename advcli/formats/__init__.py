@@ -416,7 +416,6 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     """Stream the dump at ``spec`` into canonical Parquet at ``output`` (written to a temporary file
     renamed into place when complete: an error leaves nothing). ``synth_mask``: give a response-level
     dump a one-token ``response_mask`` per row, so the token pipeline runs it at response level."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     forced = get(fmt) if isinstance(fmt, str) else fmt

@@ -20,7 +20,8 @@ app = typer.Typer(
     help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
          "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF or TRL.\n\n"
          "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
-    cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
+    cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

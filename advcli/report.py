@@ -44,7 +44,8 @@ KEY_METRICS = [
     "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/min",
     "critic/advantages/max", "critic/returns/mean", "critic/values/mean", "response_length/mean",
     "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff",
-    "rollout_corr/kl", "rollout_corr/chi2_token", "rollout_corr/rollout_is_mean", "rollout_corr/rollout_rs_masked_fraction",
+    "rollout_corr/kl", "rollout_corr/chi2_token", "rollout_corr/rollout_is_mean",
+    "rollout_corr/rollout_rs_masked_fraction",
 ]
 
 

@@ -48,7 +48,8 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     comps = h.get("per_component") or []
     if comps:
         out.append(("Group health per reward component", ["component", "uniform groups", "uniform", "solve rate"],
-                    [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]), _cell("solve_rate", c["solve_rate"])]
+                    [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]),
+                      _cell("solve_rate", c["solve_rate"])]
                      for c in comps]))
     gs = h.get("group_sizes")
     if gs:
@@ -103,7 +104,8 @@ def html_parts(h: dict | None) -> list[str]:
     srcs = h.get("per_source") or []
     if srcs:
         names = [e["source"] for e in srcs]
-        plots.append(_svg_bars(names, [e.get("uniform_share") or 0.0 for e in srcs], "share of uniform groups by source"))
+        plots.append(_svg_bars(names, [e.get("uniform_share") or 0.0 for e in srcs],
+                               "share of uniform groups by source"))
     lbo = h.get("length_by_outcome") or {}
     if lbo and all((lbo.get(k) or {}).get("mean") is not None for k in ("solved", "unsolved")):
         plots.append(_svg_bars(["solved", "unsolved"], [lbo["solved"]["mean"], lbo["unsolved"]["mean"]],

@@ -406,7 +406,8 @@ def print_comparison(res: dict) -> None:
 # -------------------------------------------------------------------------------------- command
 def compare_cmd(
     ctx: typer.Context,
-    paths: list[str] = typer.Argument(..., metavar="PATH", help="Two advcli outputs, or one dump with --flavor/--set twice.",
+    paths: list[str] = typer.Argument(..., metavar="PATH",
+                                      help="Two advcli outputs, or one dump with --flavor/--set twice.",
                                       show_default=False),
     flavor: list[str] | None = typer.Option(None, "--flavor", "-f", metavar="NAME",
                                                help="Starts a configuration (give it twice, each followed by its "

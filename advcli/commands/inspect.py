@@ -297,7 +297,9 @@ def _print(data: dict) -> None:
         con.print(f"reward          mean {fmt_num(r['mean'])}  min {fmt_num(r['min'])}  max {fmt_num(r['max'])}  "
                   f"{r['distinct']:,} distinct values, {100 * (r['share_positive'] or 0):.1f}% > 0"
                   + (f", [red]{r['nonfinite']} not finite[/]" if r["nonfinite"] else ""))
-    con.print(f"KL in reward    {'possible (old_log_probs and ref_log_probs present)' if data['kl_in_reward'] else 'not possible (needs old_log_probs and ref_log_probs)'}")
+    kl = ("possible (old_log_probs and ref_log_probs present)" if data["kl_in_reward"]
+          else "not possible (needs old_log_probs and ref_log_probs)")
+    con.print(f"KL in reward    {kl}")
     ok = [n for n, e in data["estimators"].items() if e["ok"]]
     no = {n: e for n, e in data["estimators"].items() if not e["ok"]}
     con.print(f"[green]can feed[/]        {', '.join(ok) or '–'}")
@@ -314,7 +316,9 @@ def inspect_cmd(
     json_out: bool = opt.json_out("everything"),
     from_: str | None = opt.FROM,
 ):
-    """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
+    # the docstring is `advcli -h`'s one-line entry (that list keeps its line breaks): one string, in two pieces
+    ("Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators "
+     "it can feed.")
     from ..config import parse_column_maps
     from ..formats import describe, open_inputs, print_dump
 

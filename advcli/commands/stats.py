@@ -67,7 +67,8 @@ class PositionStats:
             return
         n = int(pos.max()) + 1
         if n > self.cnt.size:
-            self.cnt, self.s1, self.s2 = (np.concatenate([x, np.zeros(n - x.size)]) for x in (self.cnt, self.s1, self.s2))
+            self.cnt, self.s1, self.s2 = (np.concatenate([x, np.zeros(n - x.size)])
+                                          for x in (self.cnt, self.s1, self.s2))
         self.cnt[:n] += np.bincount(pos, minlength=n)
         self.s1[:n] += np.bincount(pos, weights=a, minlength=n)
         self.s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
@@ -274,7 +275,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     native = (prov or {}).get("flavor_config")
     note = None
     if prov:
-        note = f"statistics of an advcli output ({flavor} {((prov.get('config') or {}).get('estimator') or {}).get('name', '')})"
+        estimator = ((prov.get("config") or {}).get("estimator") or {}).get("name", "")
+        note = f"statistics of an advcli output ({flavor} {estimator})"
     else:
         note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
@@ -323,7 +325,8 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
 
 
 def stats_cmd(
-    inputs: list[str] = typer.Argument(..., metavar="INPUT", help="A dump or an advcli output (files, a directory or a glob).",
+    inputs: list[str] = typer.Argument(..., metavar="INPUT",
+                                       help="A dump or an advcli output (files, a directory or a glob).",
                                        show_default=False),
     report: str | None = opt.REPORT,
     column: list[str] | None = opt.COLUMN,

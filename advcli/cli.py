@@ -20,7 +20,8 @@ app = typer.Typer(
     help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
          "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF or TRL.\n\n"
          "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
-    cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
+    cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -237,7 +238,7 @@ def sample(
         raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
     check_output_path(output, [], force)
     table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps)
-    tmp = output + ".advcli-tmp-%d" % os.getpid()
+    tmp = output + f".advcli-tmp-{os.getpid()}"
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, output)
     typer.echo(f"wrote {output}: {table.num_rows:,} rows, "

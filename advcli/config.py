@@ -75,7 +75,8 @@ SCHEMA: dict[str, Key] = {
     "reward.clip": Key(None, "clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]", None, "clip"),
     # AReaL's reward shaping (PPOActor._compute_advantages L186-212 @cbff54d6), applied in this order
     # before reward.normalize / reward.norm: overlong penalty, then clip((r + bias)·scale)
-    "reward.overlong.tokens": Key(None, "DAPO overlong penalty: r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) "
+    "reward.overlong.tokens": Key(None, "DAPO overlong penalty: "
+                                  "r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) "
                                   "with n = Σ mask (trained tokens), before bias/scale; null: off", None, "int"),
     "reward.overlong.factor": Key(None, "overlong penalty factor", None, "float"),
     "reward.overlong.max_tokens": Key(1024, "overlong penalty: the maximum response length", None, "int"),
@@ -90,8 +91,9 @@ SCHEMA: dict[str, Key] = {
     "reward.zero_truncated": Key(False, "rows whose `truncated` column is true get row reward 0 after "
                                  "normalisation (AReaL mask_no_eos_with_zero)", None, "bool"),
     "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
-                            "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo "
-                            "RL's REINFORCE++ and raw_reward)", ("last", "last_valid", "all"), "str"),
+                            "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or "
+                            "`all` (every position of the row: NeMo RL's REINFORCE++ and raw_reward)",
+                            ("last", "last_valid", "all"), "str"),
     "reward.unplaced": Key("drop", "a row with no mask=1 token under reward.placement=last_valid: `drop` (its "
                            "reward lands nowhere) or `error` (the run stops, as slime's reinforce_plus_plus asserts)",
                            ("drop", "error"), "str"),
@@ -160,7 +162,8 @@ SCHEMA: dict[str, Key] = {
                                      "(slime distributed_masked_whiten; float32 cancels when |μ| ≫ σ)", None, "bool"),
     "advantage.whiten_unbiased": Key(True, "unbiased (N/(N−1)) variance in whitening", None, "bool"),
     "advantage.whiten_eps": Key(1e-8, "whitening epsilon", None, "float"),
-    "advantage.whiten_eps_mode": Key("add", "`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))", ("add", "max"), "str"),
+    "advantage.whiten_eps_mode": Key("add", "`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))", ("add", "max"),
+                                     "str"),
     "advantage.whiten_divisor": Key("n_eps", "what the masked mean and variance divide their sums by: `n_eps` "
                                     "Σm + 1e-8 (verl, ROLL, NeMo gae), `n` Σm (OpenRLHF, NeMo "
                                     "reinforce_plus_plus: a scope with no valid token gives NaN), `max1` "

@@ -317,9 +317,10 @@ class Diagnostics:
                                        + (f", e.g. step {ex[0]['step']}: 1/std float32 {ex[0]['rstd_float32']}, "
                                           f"float64 {ex[0]['rstd_float64']}" if ex else ""),
             "explanation": "steps whose whitening statistics are float32 artefacts: slime distributed_masked_whiten "
-                           "(slime/utils/distributed_utils.py L111-170 @624b824a) puts Σx·m, Σx²·m and Σm in one float32 "
-                           "tensor and takes var = Σx²m/N − (Σxm/N)², which cancels when |mean| ≫ std (a negative "
-                           f"variance gives NaN advantages); flagged where 1/std differs by more than {RTOL:g} "
+                           "(slime/utils/distributed_utils.py L111-170 @624b824a) puts Σx·m, Σx²·m and Σm in one "
+                           "float32 tensor and takes var = Σx²m/N − (Σxm/N)², which cancels when |mean| ≫ std "
+                           "(a negative variance gives NaN advantages); "
+                           f"flagged where 1/std differs by more than {RTOL:g} "
                            f"(relative) or the mean by more than {ATOL:g} std between float32 and float64; {mode}."})
 
     # -------------------------------------------------------------------------------- per chunk

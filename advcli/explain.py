@@ -86,7 +86,8 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
     g = cfg["grouping"]
     if g["by"] == "position" and g.get("fallback") == "scope":
         rows = f"{g['scope_rows']} rows" if g.get("scope_rows") is not None else f"a multiple of {g['size']} rows"
-        out.append(f"     fallback         a step without {rows} is one group (its reward statistics over the whole step)")
+        out.append(f"     fallback         a step without {rows} is one group "
+                   "(its reward statistics over the whole step)")
     if a["whiten"]:
         var = "unbiased" if a["whiten_unbiased"] else "biased"
         eps = (f"rsqrt(var + {a['whiten_eps']:g})" if a["whiten_eps_mode"] == "add"
@@ -95,11 +96,13 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
         out.append(f"  4. whiten           A ← (A − μ)·{eps if a['whiten_scale'] else '1'} over {where} of "
                    f"each {'step and domain' if cfg['grouping']['scope'] == 'step_domain' else 'step'} ({var} variance"
                    + (", one pass: Σx²m/N − (Σxm/N)² in the run's precision" if a.get("whiten_one_pass") else "")
-                   + ")" + ("; then masked_fill(M=0, 0)" if a["remask"] == "fill" else "; then × mask" if a["remask"] else "; masked positions not re-masked"))
+                   + ")" + ("; then masked_fill(M=0, 0)" if a["remask"] == "fill"
+                            else "; then × mask" if a["remask"] else "; masked positions not re-masked"))
     elif a["remask"]:
         out.append("  4. mask             A ← A × mask")
     if a.get("batch_normalize"):
-        out.append("     batch normalize  A ← (A − mean)·rsqrt(max(var, 1e-8)) per step, mean = Σ A/(rows·longest row), "
+        out.append("     batch normalize  A ← (A − mean)·rsqrt(max(var, 1e-8)) per step, "
+                   "mean = Σ A/(rows·longest row), "
                    "var biased over " + ("every position" if a.get("whiten_mask") == "all" else "the mask=1 tokens"))
     if a["clip"]:
         out.append(f"  5. clip             A ← clamp(A, {a['clip'][0]}, {a['clip'][1]})")
@@ -124,7 +127,8 @@ def _shaping_lines(r: dict) -> list[str]:
                    + (f", clamped to [{clip[0]:g}, {clip[1]:g}]" if clip else ""))
     if r.get("norm"):
         n = r["norm"]
-        out.append(f"     normalise        NormConfig: mean {n['mean_level']}{' (leave-one-out)' if n['mean_leave1out'] else ''}, "
+        out.append(f"     normalise        NormConfig: mean {n['mean_level']}"
+                   f"{' (leave-one-out)' if n['mean_leave1out'] else ''}, "
                    f"std {n['std_level']} ({'unbiased' if n['std_unbiased'] else 'biased'}, about that mean), "
                    f"(r − mean)/(std + {n['eps'] if n['std_level'] else 0:g}); float64 statistics")
     if r.get("zero_truncated"):

@@ -191,7 +191,8 @@ def main() -> None:
             s = summary[f"{kind}/full"]
             sl = slope(kind, "wall")
             est = kind.split()[-1]
-            own = slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/half" in summary else None
+            own = (slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/half" in summary
+                   else None)
             speed = ["", "", ""]
             for i, b in enumerate(("baseline", "baseline-lean", "baseline-pandas")):
                 if kind.startswith("advcli") and f"{b} {est}/full" in summary:

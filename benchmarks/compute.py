@@ -71,7 +71,7 @@ def main() -> None:
             reader = pipeline.ChunkReader(plan, inputs)
             cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
             chunks, row0 = [], 0
-            for fi, rb, batch in inputs.iter_batches(cols, rows):
+            for _fi, rb, batch in inputs.iter_batches(cols, rows):
                 offsets, tok = reader.tokens(batch, src, rb, plan.token_roles)
                 tok = {k: v.clone().to(dev) for k, v in tok.items()}  # resident on the device
                 chunks.append((Ragged(torch.from_numpy(offsets)).to(dev), tok, row0))

@@ -37,7 +37,7 @@ def make_dump(seed: int, groups: int = 10, n: int = 4, steps: int = 2, scatter: 
     reward = rng.choice([0.0, 0.25, 0.5, 1.0], size=R)
     reward[gid == 0] = 1.0  # one uniform group
     masks = []
-    for i in range(R):
+    for _ in range(R):
         L = int(rng.integers(1, 12))
         m = (rng.random(L) > 0.2).astype(np.int8)
         m[0] = 1

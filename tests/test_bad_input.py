@@ -272,7 +272,8 @@ CASES = [
     Case("config_file_unknown_key", _config_file("algorithm:\n  lamda: 0.9\n"),
          args=GRPO + ["--config", "{dir}/run.yaml"], expect=("'algorithm.lamda'", "Did you mean 'algorithm.lam'")),
     Case("gdpo_missing_component", write(base_table()),
-         args=["--flavor", "verl", "--set", "algorithm.adv_estimator=gdpo", "--set", "algorithm.gdpo_reward_keys=[acc,fmtt]"],
+         args=["--flavor", "verl", "--set", "algorithm.adv_estimator=gdpo",
+               "--set", "algorithm.gdpo_reward_keys=[acc,fmtt]"],
          expect=("{input}", "'fmtt'", "Did you mean 'fmt'")),
     Case("gdpo_without_components", write(base_table()),  # the hint's "[acc, fmt]" is text, not rich markup
          args=["--flavor", "verl", "--set", "algorithm.adv_estimator=gdpo"],

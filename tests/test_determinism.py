@@ -148,7 +148,8 @@ def test_fingerprint_follows_the_content(dump, tmp_path):
     s = CONFIGS["grpo"]
     advcli.run(dump, tmp_path / "a.parquet", flavor="verl", settings=s)
     advcli.run(str(tmp_path / "c" / "rollouts.parquet"), tmp_path / "b.parquet", flavor="verl", settings=s)
-    assert provenance(tmp_path / "a.parquet")["input_fingerprint"] != provenance(tmp_path / "b.parquet")["input_fingerprint"]
+    assert (provenance(tmp_path / "a.parquet")["input_fingerprint"]
+            != provenance(tmp_path / "b.parquet")["input_fingerprint"])
 
 
 # ----------------------------------------------------------------------------- exact moment sums

@@ -190,7 +190,7 @@ def test_gae_by_hand_float64(tmp_path):
     got, _ = run(tmp_path, {"actor.discount": gamma, "actor.gae_lambda": lam, "actor.kl_ctl": beta,
                             "actor.kl_estimator": "k2"}, precision="float64")
     f32 = lambda xs: [float(np.float32(x)) for x in xs]  # noqa: E731 - the Parquet columns are float32
-    for i, (step, pid, r, m, rl, ol, ref, v, trunc, boot, _) in enumerate(ROWS):
+    for i, (_step, _pid, r, m, rl, _ol, ref, v, trunc, boot, _) in enumerate(ROWS):
         (r, boot), rl, ref, v = f32([r, boot]), f32(rl), f32(ref), f32(v)
         L = len(m)
         kl = [-beta * min(max(0.5 * (a - b) ** 2, -10), 10) * mm for a, b, mm in zip(rl, ref, m)]
@@ -214,7 +214,7 @@ def test_float32_norm_hazard(tmp_path):
     rng = np.random.default_rng(3)
     rows = []
     for g in range(4):
-        for k in range(3):
+        for _ in range(3):
             L = int(rng.choice([4, 7, 12]))
             rl, ref = (-np.abs(rng.normal(0, 1, L))).tolist(), (-np.abs(rng.normal(0, 1, L))).tolist()
             rows.append((0, f"g{g}", 0.7, [1] * L, rl, rl, ref, [0.0] * L, False, 0.0, [0] * L))

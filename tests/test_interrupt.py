@@ -156,11 +156,11 @@ def test_keyboard_interrupt_at_every_chunk_of_every_pass(dump, tmp_path, monkeyp
         out.write_bytes(EARLIER)
         seen = {"n": 0}
 
-        def interrupting(self, *a, **kw):
+        def interrupting(self, *a, _seen=seen, _k=k, **kw):
             for item in orig(self, *a, **kw):
-                if seen["n"] == k:
+                if _seen["n"] == _k:
                     raise KeyboardInterrupt
-                seen["n"] += 1
+                _seen["n"] += 1
                 yield item
 
         monkeypatch.setattr(InputSet, "iter_batches", interrupting)

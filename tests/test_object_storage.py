@@ -1,9 +1,9 @@
 """Dumps on object storage: every command against a local S3-compatible server (moto, on 127.0.0.1).
 
 `advcli run s3://bucket/dump.parquet --output s3://bucket/out.parquet` gives the local result (the
-same table, schema and provenance); an output appears only when complete (a rejected or interrupted run leaves no object and no
-temporary key); --force is needed to replace one; inputs are never modified; directories (prefixes)
-and globs work there too; validate, inspect, stats and compare read s3:// inputs.
+same table, schema and provenance); an output appears only when complete (a rejected or interrupted run
+leaves no object and no temporary key); --force is needed to replace one; inputs are never modified;
+directories (prefixes) and globs work there too; validate, inspect, stats and compare read s3:// inputs.
 """
 from __future__ import annotations
 

@@ -140,7 +140,8 @@ def _fake_report() -> dict:
         per_step = [{"step": 0, "rows": 2, "critic/advantages/mean": 0.5},
                     {"step": 1, "rows": 2, "critic/advantages/mean": 0.0}]
         histograms = {"advantages": {"edges": [-1.0, 0.0, 1.0], "counts": [3, 5]}}
-        diagnostics = [{"kind": "groups_of_one", "count": 1, "unit": "groups", "examples": [{"group": "p<1>", "row": 3}],
+        diagnostics = [{"kind": "groups_of_one", "count": 1, "unit": "groups",
+                        "examples": [{"group": "p<1>", "row": 3}],
                         "explanation": "a <b>single</b> row"},
                        {"kind": "kl_input_clamp", "count": 0, "examples": [], "explanation": "none"}]
         warnings = ["something & odd"]

@@ -244,4 +244,5 @@ def test_count_per_row_equals_the_row_sum_of_the_flags():
     for f in (flags.to(torch.int8), flags.bool(), flags.to(torch.float32)):
         got = layout.count_per_row(f)
         assert got.dtype == torch.int64 and torch.equal(got, want)
-    assert torch.equal(Ragged.from_lengths(torch.tensor([0, 0])).count_per_row(torch.zeros(0)), torch.zeros(2, dtype=torch.int64))
+    assert torch.equal(Ragged.from_lengths(torch.tensor([0, 0])).count_per_row(torch.zeros(0)),
+                       torch.zeros(2, dtype=torch.int64))

@@ -28,7 +28,7 @@ def _dump(tmp_path):
     lens = rng.integers(1, 9, rows)
     lens[5] = 0
     masks, lps, refs, vals = [], [], [], []
-    for i, n in enumerate(lens):
+    for _i, n in enumerate(lens):
         m = (rng.random(n) > 0.25).astype(np.int8)
         if n:
             m[0] = 1

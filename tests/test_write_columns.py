@@ -41,7 +41,8 @@ def test_sidecar_with_only_the_token_rewards(dump, tmp_path):
     side = pq.read_table(tmp_path / "s.parquet")
     assert side.column_names == ["row_index", "prompt_id", "step", "token_level_rewards"]
     advcli.run(dump, tmp_path / "all.parquet", settings=GAE_K3, force=True)
-    assert side.column("token_level_rewards").equals(pq.read_table(tmp_path / "all.parquet").column("token_level_rewards"))
+    assert side.column("token_level_rewards").equals(
+        pq.read_table(tmp_path / "all.parquet").column("token_level_rewards"))
 
 
 @pytest.mark.parametrize("value, message", [

@@ -286,8 +286,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
 def _aligned(fa, fb, cols_a, cols_b, batch_rows):
     from ._arrays import aligned_batches
 
-    for ba, bb in aligned_batches([fa, fb], [cols_a, cols_b], batch_rows):
-        yield ba, bb
+    yield from aligned_batches([fa, fb], [cols_a, cols_b], batch_rows)
 
 
 def _f(x) -> float | None:
@@ -407,7 +406,8 @@ def print_comparison(res: dict) -> None:
 # -------------------------------------------------------------------------------------- command
 def compare_cmd(
     ctx: typer.Context,
-    paths: list[str] = typer.Argument(..., metavar="PATH", help="Two advcli outputs, or one dump with --flavor/--set twice.",
+    paths: list[str] = typer.Argument(..., metavar="PATH",
+                                      help="Two advcli outputs, or one dump with --flavor/--set twice.",
                                       show_default=False),
     flavor: list[str] | None = typer.Option(None, "--flavor", "-f", metavar="NAME",
                                                help="Starts a configuration (give it twice, each followed by its "

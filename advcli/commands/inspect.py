@@ -90,7 +90,7 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     cols = list(dict.fromkeys(small + ([mask_col] if mask_col else [])))
     parts: dict[str, list] = {c: [] for c in cols}
     lengths, valid, interior, ends_masked, starts_masked = [], [], 0, 0, 0
-    for fi, rb, batch in ins.iter_batches(cols, 65536) if cols else []:
+    for _, _, batch in ins.iter_batches(cols, 65536) if cols else []:
         for c in small:
             parts[c].append(batch.column(c))
         if mask_col:
@@ -253,7 +253,9 @@ def _print(data: dict) -> None:
         con.print(f"reward          mean {fmt_num(r['mean'])}  min {fmt_num(r['min'])}  max {fmt_num(r['max'])}  "
                   f"{r['distinct']:,} distinct values, {100 * (r['share_positive'] or 0):.1f}% > 0"
                   + (f", [red]{r['nonfinite']} not finite[/]" if r["nonfinite"] else ""))
-    con.print(f"KL in reward    {'possible (old_log_probs and ref_log_probs present)' if data['kl_in_reward'] else 'not possible (needs old_log_probs and ref_log_probs)'}")
+    kl = ("possible (old_log_probs and ref_log_probs present)" if data["kl_in_reward"]
+          else "not possible (needs old_log_probs and ref_log_probs)")
+    con.print(f"KL in reward    {kl}")
     ok = [n for n, e in data["estimators"].items() if e["ok"]]
     no = {n: e for n, e in data["estimators"].items() if not e["ok"]}
     con.print(f"[green]can feed[/]        {', '.join(ok) or '–'}")
@@ -270,7 +272,9 @@ def inspect_cmd(
     json_out: bool = opt.json_out("everything"),
     from_: str | None = opt.FROM,
 ):
-    """Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators it can feed."""
+    # the docstring is `advcli -h`'s one-line entry (that list keeps its line breaks): one string, in two pieces
+    ("Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators "
+     "it can feed.")
     from ..config import parse_column_maps
     from ..formats import describe, open_inputs, print_dump
 

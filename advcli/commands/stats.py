@@ -67,7 +67,8 @@ class PositionStats:
             return
         n = int(pos.max()) + 1
         if n > self.cnt.size:
-            self.cnt, self.s1, self.s2 = (np.concatenate([x, np.zeros(n - x.size)]) for x in (self.cnt, self.s1, self.s2))
+            self.cnt, self.s1, self.s2 = (np.concatenate([x, np.zeros(n - x.size)])
+                                          for x in (self.cnt, self.s1, self.s2))
         self.cnt[:n] += np.bincount(pos, minlength=n)
         self.s1[:n] += np.bincount(pos, weights=a, minlength=n)
         self.s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
@@ -165,7 +166,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     valid, score_parts, tlr_parts = [], [], []
     R = ins.num_rows
     done = 0
-    for fi, rb, batch in ins.iter_batches(cols1, chunk_rows):
+    for _, _, batch in ins.iter_batches(cols1, chunk_rows):
         for c in small:
             parts[c].append(batch.column(c))
         offs, m = list_parts(batch.column(mask_col))
@@ -213,7 +214,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
                                                          val_col if has_adv else None) if c]))
     row0 = 0
     positions = PositionStats()
-    for fi, rb, batch in ins.iter_batches(cols2, chunk_rows):
+    for _, _, batch in ins.iter_batches(cols2, chunk_rows):
         offs, m = list_parts(batch.column(mask_col))
         layout = Ragged(torch.from_numpy(offs))
         mask = torch.from_numpy((m != 0).astype(np.float32))
@@ -274,7 +275,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     native = (prov or {}).get("flavor_config")
     note = None
     if prov:
-        note = f"statistics of an advcli output ({flavor} {((prov.get('config') or {}).get('estimator') or {}).get('name', '')})"
+        estimator = ((prov.get("config") or {}).get("estimator") or {}).get("name", "")
+        note = f"statistics of an advcli output ({flavor} {estimator})"
     else:
         note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
@@ -323,7 +325,8 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
 
 
 def stats_cmd(
-    inputs: list[str] = typer.Argument(..., metavar="INPUT", help="A dump or an advcli output (files, a directory or a glob).",
+    inputs: list[str] = typer.Argument(..., metavar="INPUT",
+                                       help="A dump or an advcli output (files, a directory or a glob).",
                                        show_default=False),
     report: str | None = opt.REPORT,
     column: list[str] | None = opt.COLUMN,

@@ -248,7 +248,8 @@ class _Worker:
             adv, _, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
             v = tlr if rewards else adv
             sums = MomentSums.zeros(self.res.scopes.num_groups)
-            sums.add_rows(*MomentSums.row_partials(v, mask, layout.to(v.device), sub.scopes.codes))  # as the local engine
+            # as the local engine
+            sums.add_rows(*MomentSums.row_partials(v, mask, layout.to(v.device), sub.scopes.codes))
             return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
                              "count": [sums.count.tolist()], "total": [sums.total.tolist()],
                              "total_sq": [sums.total_sq.tolist()]})
@@ -563,7 +564,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             base_fields, out_schema = output_schema(plan, inputs, flavor, native)
             sink = ray.remote(num_cpus=0)(_StatsSink).remote()
             payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
-                       "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema, "stats": sink}
+                       "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
+                       "stats": sink}
             ds = _map(cl, _dataset(cl, paths, None), ray.put(payload))
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)

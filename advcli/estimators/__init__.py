@@ -45,7 +45,8 @@ class EstimatorSpec:
     float32_rule: str = ""  # the framework's float32 rule that can make artefacts (named by the diagnostics)
     float32_hazard: Callable | None = None  # (table, params) -> [G] bool: groups that rule puts at risk
     token_stats_needed: Callable | None = None  # (params) -> whether this run needs token_group_stats (None: yes)
-    diagnostics: Callable | None = None  # (token stats ctx, params, ids) -> extra diagnostics items (advcli.diagnostics)
+    # (token stats ctx, params, ids) -> extra diagnostics items (advcli.diagnostics)
+    diagnostics: Callable | None = None
 
 
 REGISTRY: dict[str, EstimatorSpec] = {}

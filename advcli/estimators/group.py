@@ -200,7 +200,7 @@ def passk_row(table: RowTable, p: dict) -> torch.Tensor:
         raise AdvcliError(f"grpo_passk needs at least 2 samples per group; row {bad} is alone in its group "
                           "(verl raises ValueError here)")
     out = torch.zeros_like(s)
-    for n, ids, mat in g.buckets():
+    for _n, _ids, mat in g.buckets():
         vals = s[mat]  # [G_n, n]
         top, top_idx = torch.topk(vals, 2, dim=1)
         adv = top[:, 0] - top[:, 1]

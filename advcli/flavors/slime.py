@@ -38,7 +38,8 @@ KEYS = {
                                "position, KL ignored), reinforce_plus_plus, reinforce_plus_plus_baseline, ppo",
                                None, "str"),
     "n_samples_per_prompt": Key(1, "group size n: consecutive blocks of n rows of a step (prompt_id is not read). "
-                                "n = 1 turns grpo_std_normalization off, so group-normalised rewards are 0", None, "int"),
+                                "n = 1 turns grpo_std_normalization off, so group-normalised rewards are 0", None,
+                                "int"),
     "rollout_batch_size": Key(None, "prompts per rollout (slime requires it). Not given: rows of the step // n. A "
                               "step whose rows are not rollout_batch_size·n is normalised as ONE group (slime's "
                               "silent whole-batch fallback)", None, "int"),

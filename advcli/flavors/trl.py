@@ -21,7 +21,8 @@ DEFAULT_G = {"grpo": 8, "rloo": 2}  # grpo_config.py L474-475, rloo_config.py L2
 DEFAULT_BETA = {"grpo": 0.0, "rloo": 0.05}  # grpo_config.py L671, rloo_config.py L494-495
 
 KEYS = {
-    "trainer": Key("grpo", "advcli selector (not a TRL field): grpo = GRPOTrainer, rloo = RLOOTrainer", TRAINERS, "str"),
+    "trainer": Key("grpo", "advcli selector (not a TRL field): grpo = GRPOTrainer, rloo = RLOOTrainer", TRAINERS,
+                   "str"),
     "num_generations": Key(None, "group size G: consecutive rows per prompt (GRPO default 8, RLOO 2)", None, "int"),
     "reward_funcs": Key(None, "trainer argument: the reward columns, in the order the weights refer to "
                         "(default: the single reward column)", None, "list"),

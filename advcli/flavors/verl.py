@@ -61,7 +61,8 @@ def translate(v: dict) -> dict:
                       "recomputation cannot reproduce it. Leave it false")
     ctrl = v["algorithm.kl_ctrl.type"]
     if ctrl not in ("fixed", "adaptive"):
-        raise AdvcliError(f"key algorithm.kl_ctrl.type: unknown value {ctrl!r}.{did_you_mean(ctrl, ['fixed', 'adaptive'])}"
+        raise AdvcliError(f"key algorithm.kl_ctrl.type: unknown value {ctrl!r}."
+                          f"{did_you_mean(ctrl, ['fixed', 'adaptive'])}"
                           " Valid: fixed, adaptive")
     cfg["reward"]["placement"] = "last"
     cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"]))

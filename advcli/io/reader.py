@@ -39,7 +39,8 @@ def expand_inputs(specs: list[str]) -> list[str]:
                 raise AdvcliError(f"{spec}: no file matches this pattern")
             out.extend(found)
         elif not os.path.exists(spec):
-            raise AdvcliError(f"{spec}: no such file", hint="check the path; INPUT may be a file, a directory or a glob")
+            raise AdvcliError(f"{spec}: no such file",
+                              hint="check the path; INPUT may be a file, a directory or a glob")
         else:
             out.append(spec)
     seen = set()

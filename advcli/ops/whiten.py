@@ -74,10 +74,10 @@ class ExactSums:
         acc[0].index_add_(0, key, hi)  # integer-valued partial sums < 2^53: exact in any order
         acc[1].index_add_(0, key, lo)
         nz = torch.nonzero((acc[0] != 0) | (acc[1] != 0)).flatten()
-        for k, h, l in zip(nz.tolist(), acc[0, nz].tolist(), acc[1, nz].tolist()):
+        for k, h, lw in zip(nz.tolist(), acc[0, nz].tolist(), acc[1, nz].tolist()):
             s, e = divmod(k, self._NE)
             b = (s + lo_s, e - self._BIAS)
-            self.bins[b] = self.bins.get(b, 0) + (int(h) << 26) + int(l)
+            self.bins[b] = self.bins.get(b, 0) + (int(h) << 26) + int(lw)
         return list(range(lo_s, hi_s + 1))
 
     def total(self, s: int) -> float:

@@ -76,10 +76,10 @@ def output_schema(plan: Plan, inputs: InputSet, flavor: str, native: dict | None
     """(input fields kept, output schema); provenance in the metadata.
 
     ``full``: every input column (an input column named like a new one is replaced), then
-    the new columns (``plan.output_columns``: advantages, returns [, token_level_rewards]). ``sidecar``: ``row_index`` (int64, the row's
-    position in its input file), the input's group id and step columns where it has them, then the
-    new columns — a file that joins back to its input on ``row_index`` (or simply side by side: it
-    holds the same rows in the same order)."""
+    the new columns (``plan.output_columns``: advantages, returns [, token_level_rewards]).
+    ``sidecar``: ``row_index`` (int64, the row's position in its input file), the input's group id and
+    step columns where it has them, then the new columns — a file that joins back to its input on
+    ``row_index`` (or simply side by side: it holds the same rows in the same order)."""
     schema = inputs.schema
     new_fields = [pa.field(name, pa.list_(pa.float32())) for name in plan.output_columns]
     meta = provenance_metadata(plan, inputs, flavor, native)

@@ -41,10 +41,10 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
     if a.get("batch_normalize"):
         how.append("advantage_batch_normalize multiplies by rsqrt(max(var, 1e-8)) (SkyRL _normalize_advantages, "
                    "trainer.py L1477-1481 @a9564572)")
-    summary = (f"float32_amplified_normalization: {int(flag.sum())} steps normalised at the variance floor (scale up to "
-               f"{max((e['scale'] for e in ex), default=0):.3g}, e.g. "
-               f"{'the whole input' if ex[0]['step'] is None else 'step ' + str(ex[0]['step'])}); their advantages are float32 "
-               "residues ×1e4, not signal" if ex else None)
+    summary = (f"float32_amplified_normalization: {int(flag.sum())} steps normalised at the variance floor "
+               f"(scale up to {max((e['scale'] for e in ex), default=0):.3g}, e.g. "
+               f"{'the whole input' if ex[0]['step'] is None else 'step ' + str(ex[0]['step'])}); "
+               "their advantages are float32 residues ×1e4, not signal" if ex else None)
     return {"kind": "float32_amplified_normalization", "count": int(flag.sum()), "unit": "steps",
             "severity": "warning", "examples": ex, "summary": summary,
             "explanation": "steps whose advantages are (all but) equal before normalisation, so the variance sits at "
@@ -87,7 +87,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         from .correction import correction_pass
         correction, row["valid"] = correction_pass(plan, inputs, scopes, step_values, chunk_rows, progress)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
-    beta_row = scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on else torch.zeros(R, dtype=torch.float64)
+    beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
+                else torch.zeros(R, dtype=torch.float64))
     if plan.reward_source == "components":
         weights = get_path(cfg, "reward.weights") or [1.0] * len(plan.components)
         if len(weights) != len(plan.components):
@@ -156,8 +157,9 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
     res.correction = correction
+    # pass 1b: per-(group, position) token sums
     if plan.spec.token_group_stats is not None and (plan.spec.token_stats_needed is None
-                                                    or plan.spec.token_stats_needed(plan.params)):  # pass 1b: per-(group, position) token sums
+                                                    or plan.spec.token_stats_needed(plan.params)):
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = list(plan.group_warnings) + list(plan.warnings)
     if get_path(cfg, "reward.zero_truncated") and "truncated" not in row:

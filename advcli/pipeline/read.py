@@ -21,7 +21,8 @@ CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays
 TRIM_EVERY = 8  # chunks between returns of freed heap memory to the OS (advcli.io.memory)
 
 
-def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None, chunk_tokens: int | None = CHUNK_TOKENS) -> int:
+def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None,
+                   chunk_tokens: int | None = CHUNK_TOKENS) -> int:
     """Rows per chunk: ``chunk_rows`` (the user's bound; None: no bound), lowered so that a chunk
     holds about ``chunk_tokens`` tokens on average (from the Parquet metadata; None: no token bound).
 
@@ -131,7 +132,8 @@ def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t.pin_memory().to(dev, non_blocking=True)
 
 
-def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype, allow_nan: bool = False) -> torch.Tensor:
+def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype,
+                allow_nan: bool = False) -> torch.Tensor:
     """A per-row number column as a tensor; nulls, NaN and ±inf refused (``allow_nan``: nulls and NaN
     become NaN, as TRL reads a reward function's None; ±inf still refused)."""
     arr = batch.column(name)

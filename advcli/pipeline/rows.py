@@ -169,7 +169,8 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
     cmap = plan.cmap
     step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
     if step_col and step_col in keys:
-        steps = primitive_numpy(pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
+        steps = primitive_numpy(
+            pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
         uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
         step_values = uniq.tolist()
     else:
@@ -323,7 +324,8 @@ def row_input_roles(plan: Plan) -> list[str]:
 
     special = ("reward", "reward_baseline", "prompt_id", "step", "domain")
     return [r for r in dict.fromkeys((*plan.spec.needs, *plan.spec.optional))
-            if r not in special and plan.cmap.has(r) and ROLE_INFO.get(r, ("", "tokens"))[1] in ("scalar", "key", "int")]
+            if r not in special and plan.cmap.has(r)
+            and ROLE_INFO.get(r, ("", "tokens"))[1] in ("scalar", "key", "int")]
 
 
 def row_inputs(plan: Plan, keys: dict, num_rows: int) -> tuple[dict, dict]:

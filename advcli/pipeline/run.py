@@ -60,7 +60,8 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
     if output_mode not in OUTPUT_MODES:
         from ..errors import did_you_mean
-        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar.{did_you_mean(output_mode, OUTPUT_MODES)}")
+        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
+                          f"{did_you_mean(output_mode, OUTPUT_MODES)}")
     inputs = InputSet.open(input_specs)
     plan = make_plan(cfg, inputs, column_overrides or {}, device)
     choose_output_columns(plan, write_columns)

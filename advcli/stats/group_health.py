@@ -78,7 +78,8 @@ def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, lengt
                                "uniform_share": _f((uniform & gsel).sum() / n) if n else None,
                                "singleton_groups": int(((size == 1) & gsel).sum()),
                                "partial_groups": int(((size < usual) & gsel).sum()),
-                               "solve_rate": _f(np.nanmean(mean[gsel])) if n and np.isfinite(mean[gsel]).any() else None}
+                               "solve_rate": (_f(np.nanmean(mean[gsel])) if n and np.isfinite(mean[gsel]).any()
+                                              else None)}
         if binary and n:
             out["solved_all_share"] = _f(((mean == 1.0) & gsel).sum() / n)
             out["solved_none_share"] = _f(((mean == 0.0) & gsel).sum() / n)

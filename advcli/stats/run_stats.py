@@ -123,8 +123,8 @@ class RunStats:
     def add_row_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor | None, tlr: torch.Tensor,
                       adv_row: torch.Tensor, ret_row: torch.Tensor) -> None:
         """One chunk whose every valid token of row i holds the advantage ``adv_row[i]`` and the return
-        ``ret_row[i]`` (row-level estimators; see :class:`advcli.pipeline.observe.RunObserver`): the figures of :meth:`add_chunk`
-        from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
+        ``ret_row[i]`` (row-level estimators; see :class:`advcli.pipeline.observe.RunObserver`): the figures of
+        :meth:`add_chunk` from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
         only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
         layout = layout.to("cpu")
         B = layout.num_rows
@@ -143,7 +143,8 @@ class RunStats:
 
     def row_advantage(self) -> torch.Tensor:
         """[R] each row's mean advantage over its valid tokens (NaN for rows with none)."""
-        return torch.where(self.valid > 0, self.adv_sum / self.valid.clamp(min=1), torch.full_like(self.adv_sum, math.nan))
+        return torch.where(self.valid > 0, self.adv_sum / self.valid.clamp(min=1),
+                           torch.full_like(self.adv_sum, math.nan))
 
     def row_constant(self) -> bool:
         """Every row's finite valid advantages are one value (always so for row-level estimators)."""
@@ -202,8 +203,8 @@ class RunStats:
         hist = {
             "score": histogram(self.raw_score[non_aborted & ~torch.isnan(self.raw_score)], bins=self.bins, over="rows",
                                note="sequence score (before normalisation and KL), non-aborted rows"),
-            "rewards": histogram(self.seq_reward[non_aborted & ~torch.isnan(self.seq_reward)], bins=self.bins, over="rows",
-                                 note="sequence reward Σ token_level_rewards, non-aborted rows"),
+            "rewards": histogram(self.seq_reward[non_aborted & ~torch.isnan(self.seq_reward)], bins=self.bins,
+                                 over="rows", note="sequence reward Σ token_level_rewards, non-aborted rows"),
         }
         if const:
             hist["advantages"] = histogram(self.adv_min[has], self.adv_finite[has], bins=self.bins, over="tokens",

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from _flavor_rows import assert_rows_close
 
 import advcli
 from advcli.errors import AdvcliError
@@ -140,20 +141,12 @@ def run(tmp_path, settings, values=True, chunk_rows=3, precision=None, rows=ROWS
     return {c: t.column(c).to_pylist() for c in ("advantages", "returns", "token_level_rewards")}, res
 
 
-def close(got, want, rtol=1e-5, atol=1e-6):
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert len(g) == len(w), f"row {i}"
-        for t, (x, y) in enumerate(zip(g, w)):
-            assert abs(x - y) <= atol + rtol * abs(y), f"row {i} pos {t}: {x} != {y}"
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_areal(tmp_path, name):
     values, settings = CASES[name]
     got, _ = run(tmp_path, settings, values=values)
     for col in ("advantages", "returns", "token_level_rewards"):
-        close(got[col], EXPECTED[name][col])
+        assert_rows_close(got[col], EXPECTED[name][col])
 
 
 @pytest.mark.parametrize("name", ["grpo_recipe", "ppo", "rloo_loo", "turn_vapo_norm", "relpos"])
@@ -244,7 +237,7 @@ def test_float32_norm_hazard(tmp_path):
             for x in xs:
                 (want32 if dt == torch.float32 else want64).append(((x - mean_stored) / std).to(dt).tolist())
     assert got32["advantages"] == want32
-    close(got64["advantages"], want64, rtol=1e-6, atol=1e-7)  # written as float32
+    assert_rows_close(got64["advantages"], want64, rtol=1e-6, atol=1e-7)  # written as float32
     worst = max(abs(a - b) for r32, r64 in zip(got32["advantages"], got64["advantages"]) for a, b in zip(r32, r64))
     assert worst > 1e-5  # the artefact is real here
     flags = [d for d in res.diagnostics if d["kind"] == "float32_norm"]

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from _flavor_rows import assert_rows_close
 
 import advcli
 from advcli.errors import AdvcliError
@@ -179,23 +180,15 @@ def _run(tmp_path, settings, rows=ROWS, chunk_rows=2, precision=None, columns=No
     return got, res
 
 
-def _close(got, want, rtol=1e-5, atol=1e-6):
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert len(g) == len(w), f"row {i}: {len(g)} positions, expected {len(w)}"
-        for t, (x, y) in enumerate(zip(g, w)):
-            assert abs(x - y) <= atol + rtol * abs(y), f"row {i} position {t}: {x} != {y}"
-
-
 # ------------------------------------------------------------------------------ against SkyRL
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_matches_skyrl(tmp_path, name):
     got, _ = _run(tmp_path, SETTINGS[name])
     exp = EXPECTED[name]
-    _close(got["advantages"], exp["adv"])  # every position: SkyRL's estimators write loss-masked tokens too
-    _close(got["returns"], exp["ret"])
+    assert_rows_close(got["advantages"], exp["adv"])  # every position: SkyRL's estimators write loss-masked tokens too
+    assert_rows_close(got["returns"], exp["ret"])
     if SETTINGS[name].get(A + "use_kl_in_reward"):
-        _close(got["token_level_rewards"], exp["tlr"])
+        assert_rows_close(got["token_level_rewards"], exp["tlr"])
     else:
         assert "token_level_rewards" not in got
 
@@ -204,8 +197,8 @@ def test_matches_skyrl(tmp_path, name):
 def test_step_wise_matches_skyrl(tmp_path, name):
     got, _ = _run(tmp_path, SW_SETTINGS[name], rows=SW)
     exp = EXPECTED[name]
-    _close(got["advantages"], exp["adv"])
-    _close(got["returns"], exp["ret"])
+    assert_rows_close(got["advantages"], exp["adv"])
+    assert_rows_close(got["returns"], exp["ret"])
 
 
 @pytest.mark.parametrize("name", ["grpo_kl_k3", "maxrl_kl_abs_adaptive", "rpp_g09_kl_k2", "gae_099_095",
@@ -359,4 +352,4 @@ def test_batch_normalize_of_equal_advantages_is_flagged(tmp_path):
     assert diag["float32_amplified_normalization"]["examples"][0]["step"] == 0
     got64, _ = _run(tmp_path, settings, rows=rows, precision="float64")
     assert got64["advantages"][0] == [0.0, 0.0, 0.0]
-    _close(got64["advantages"][1:], got["advantages"][1:])  # step 1 is ordinary
+    assert_rows_close(got64["advantages"][1:], got["advantages"][1:])  # step 1 is ordinary

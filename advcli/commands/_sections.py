@@ -69,3 +69,23 @@ def write(path: str, report: dict, sections_of: Callable[[dict], tuple[str, list
         return render_sections(rep, fmt, title, sections)
 
     write_report(path, report, renderer)
+
+
+def emit(rep: dict, command: str, report: str | None, json_out: bool, quiet: bool,
+         sections_of: Callable[[dict], tuple[str, list[Section]]], show: Callable[[dict], None]) -> dict:
+    """What audit and filter do with their result: stamp it, write ``--report``, then print it as JSON
+    (``--json``) or as a summary (``show``) unless ``--quiet``. Returns the stamped report."""
+    import json
+
+    import typer
+
+    rep = stamp(rep, command)
+    if report:
+        write(report, rep, sections_of)
+    if json_out:
+        typer.echo(json.dumps(rep, default=str))
+    elif not quiet:
+        show(rep)
+        if report:
+            typer.echo(f"report: {report}", err=True)
+    return rep

@@ -488,16 +488,8 @@ def audit_cmd(
                     atol=atol, chunk_rows=chunk_rows, device=device, search=search, top=top, progress=cb)
     finally:
         stop()
-    from ._sections import stamp, write
+    from ._sections import emit
 
-    rep = stamp(rep, "audit")
-    if report:
-        write(report, rep, audit_sections)
-    if json_out:
-        typer.echo(json.dumps(rep, default=str))
-    elif not quiet:
-        print_audit(rep)
-        if report:
-            typer.echo(f"report: {report}", err=True)
+    rep = emit(rep, "audit", report, json_out, quiet, audit_sections, print_audit)
     if not rep["agree"]:
         raise typer.Exit(1)

@@ -6,7 +6,6 @@ group and batch statistic as if the dropped groups had never been sampled (DAPO'
 """
 from __future__ import annotations
 
-import json
 import os
 
 import typer
@@ -67,17 +66,9 @@ def filter_cmd(
                               chunk_rows=chunk_rows, force=force, progress=cb)
     finally:
         stop()
-    from ._sections import stamp, write
+    from ._sections import emit
 
-    rep = stamp(summary, "filter")
-    if report:
-        write(report, rep, filter_sections)
-    if json_out:
-        typer.echo(json.dumps(rep, default=str))
-    elif not quiet:
-        print_filter_summary(rep)
-        if report:
-            typer.echo(f"report: {report}", err=True)
+    emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
 
 
 def _pct(a: int, b: int) -> str:

@@ -17,15 +17,14 @@ discovered automatically.
 from __future__ import annotations
 
 import ast
-import importlib
 import os
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
+from ..plugins import load_modules
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,7 @@ def _load_all() -> None:
     global _LOADED
     if _LOADED:
         return
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
+    load_modules(__name__, __path__)  # each module calls register()
     _LOADED = True
 
 

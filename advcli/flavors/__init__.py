@@ -7,14 +7,13 @@ canonical configuration (``advcli.config``). Adding a flavor is one module here 
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Key, load_config_file
 from ..errors import AdvcliError, did_you_mean
+from ..plugins import load_modules
 
 
 @dataclass(frozen=True)
@@ -44,13 +43,8 @@ EXTENSION_KEYS: dict[str, Key] = {
 def _load() -> None:
     if FLAVORS:
         return
-    for mod in pkgutil.iter_modules(__path__):
-        if mod.name.startswith("_"):
-            continue
-        m = importlib.import_module(f"{__name__}.{mod.name}")
-        fl = getattr(m, "FLAVOR", None)
-        if fl is not None:
-            FLAVORS[fl.name] = fl
+    for fl in load_modules(__name__, __path__, "FLAVOR"):
+        FLAVORS[fl.name] = fl
 
 
 def names() -> list[str]:

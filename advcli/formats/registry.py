@@ -2,15 +2,14 @@
 (:class:`Context`), and the formats found among this package's modules (:data:`FORMATS`)."""
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AdvcliError, did_you_mean
+from ..plugins import load_modules
 
 
 @dataclass
@@ -80,13 +79,8 @@ def load() -> None:
     """Register the ``FORMAT`` of every module of this package that defines one (``_`` modules are skipped)."""
     if FORMATS:
         return
-    for mod in pkgutil.iter_modules([os.path.dirname(__file__)]):
-        if mod.name.startswith("_"):
-            continue
-        m = importlib.import_module(f"{__package__}.{mod.name}")
-        fmt = getattr(m, "FORMAT", None)
-        if fmt is not None:
-            FORMATS[fmt.name] = fmt
+    for fmt in load_modules(__package__, [os.path.dirname(__file__)], "FORMAT"):
+        FORMATS[fmt.name] = fmt
 
 
 def names() -> list[str]:

@@ -18,7 +18,7 @@ from .formats import finish_outputs, name_sources, open_inputs
 app = typer.Typer(
     name="advcli",
     help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
-         "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF or TRL.\n\n"
+         "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF, TRL, slime, SkyRL, AReaL or prime-rl.\n\n"
          "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
     cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
     pretty_exceptions_enable=False,

@@ -14,7 +14,8 @@ import typer
 INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a directory or a glob.", show_default=False)
 
 FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
-                      help="Whose semantics: verl, nemo, roll, openrlhf, trl, or advcli (canonical keys). "
+                      help="Whose semantics: verl, nemo, roll, openrlhf, trl, slime, skyrl, areal, prime-rl, or advcli "
+                           "(canonical keys). "
                            "Default: verl, GRPO when the dump has prompt_id.")
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
 CONFIG = typer.Option(None, "--config", "-c", metavar="PATH", help="YAML or TOML file of the same keys.")

@@ -23,9 +23,10 @@ INTRO = """# Configuration: the canonical pipeline
 the script, not this file -->
 
 Every flavor (`--flavor verl|nemo|roll|openrlhf|trl|slime|skyrl|areal|prime-rl`) translates its
-framework's own keys into this one configuration; `--flavor advcli` takes it directly (`--set reward.normalize.mean=group
---set estimator.name=grpo --set estimator.eps=1e-4`). `advcli explain --flavor F --set ...` prints
-the configuration a flavor resolves to, and the formulas that will run.
+framework's own keys into this one configuration; `--flavor advcli` takes it directly
+(`--set reward.normalize.mean=group --set estimator.name=grpo --set estimator.eps=1e-4`).
+`advcli explain --flavor F --set ...` prints the configuration a flavor resolves to, and the formulas
+that will run.
 
 ## The pipeline
 

@@ -64,6 +64,7 @@ from ..pipeline import (
     resolve,
     roles_to_columns,
 )
+from ..pipeline.observe import RunObserver
 from ..pipeline.rows import row_table_pass
 from ..ragged import Ragged
 
@@ -255,40 +256,82 @@ class _Worker:
                              "total_sq": [sums.total_sq.tolist()]})
         adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
         if self.stats is not None:
-            m = mask.bool()
-            a = adv[m].double()
             import ray
 
-            ray.get(self.stats.add.remote(int(a.numel()), float(a.sum()) if a.numel() else 0.0,
-                                          float(a.min()) if a.numel() else None,
-                                          float(a.max()) if a.numel() else None,
-                                          int((~torch.isfinite(adv)).sum())))
+            for args in _observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
+                ray.get(self.stats.add.remote(*args))
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets)
         return pa.Table.from_batches([rb], schema=self.out_schema).append_column(
             ROW_COL, pa.array(grow, type=pa.int64()))
 
 
-class _StatsSink:
-    """The run's summary figures over valid tokens, added to by every worker (a tiny Ray actor)."""
+def _observer_chunks(grow: np.ndarray, offsets: np.ndarray, mask, adv, ret, tlr, tok: dict):
+    """The batch as the local engine's observer chunks: ``(row0, offsets, mask, adv, ret, tlr, tok)``
+    on the CPU, one per run of consecutive global rows (a batch is normally one run; it is cut where
+    Ray gathered rows that are not neighbours)."""
+    n = len(grow)
+    if n == 0:
+        return
+    total = int(offsets[-1])
 
-    def __init__(self):
-        self.n, self.total, self.lo, self.hi, self.nonfinite = 0, 0.0, float("inf"), float("-inf"), 0
+    def cpu(x):
+        return x.detach().to("cpu")
 
-    def add(self, n, total, lo, hi, nonfinite):
-        if n:
-            self.n += n
-            self.total += total
-            self.lo = min(self.lo, lo)
-            self.hi = max(self.hi, hi)
-        self.nonfinite += nonfinite
+    flat = {"mask": cpu(mask), "adv": cpu(adv), "ret": cpu(ret), "tlr": cpu(tlr)}
+    toks = {k: cpu(v) for k, v in tok.items() if isinstance(v, torch.Tensor)}
+    order = np.argsort(grow, kind="stable")
+    if bool((np.diff(grow) == 1).all()):
+        yield (int(grow[0]), offsets, flat["mask"], flat["adv"], flat["ret"], flat["tlr"], toks)
+        return
+    g = grow[order]
+    cuts = np.flatnonzero(np.diff(g) != 1) + 1
+    for run in np.split(order, cuts):  # rows of one run, in order; their tokens gathered
+        lengths = offsets[run + 1] - offsets[run]
+        idx = torch.from_numpy(np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in run])
+                               if len(run) else np.zeros(0, dtype=np.int64))
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(offsets.dtype)
+
+        yield (int(grow[run[0]]), off, *(_take_tokens(flat[k], idx, total) for k in ("mask", "adv", "ret", "tlr")),
+               {k: _take_tokens(v, idx, total) for k, v in toks.items()})
+
+
+def _take_tokens(x: torch.Tensor, idx: torch.Tensor, total: int) -> torch.Tensor:
+    if x.numel() != total:
+        raise RuntimeError("internal: a token tensor of the batch is not one value per token")
+    return x[idx]
+
+
+class _ObserverSink:
+    """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
+    the same object, built on the driver) in a small Ray actor: every worker sends it its batch's
+    chunks, which it feeds to the observer in global row order (holding those that come early), so
+    every figure is the local engine's, bit for bit: quantiles, histograms, group health, diagnostics."""
+
+    def __init__(self, observer, num_rows: int):
+        self.obs, self.R = observer, num_rows
+        self.next = 0
+        self.waiting: dict[int, tuple] = {}
+
+    def add(self, row0, offsets, mask, adv, ret, tlr, tok):
+        from ..ragged import Ragged
+
+        self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
+        while self.next in self.waiting:
+            offsets, mask, adv, ret, tlr, tok = self.waiting.pop(self.next)
+            layout = Ragged(torch.from_numpy(np.asarray(offsets, dtype=np.int64)))
+            self.obs.add(self.next, layout, mask, adv, ret, tlr, tok)
+            self.next += layout.num_rows
         return True
 
-    def summary(self) -> dict:
-        """verl's names (advcli.stats) for the token figures the workers can add up exactly."""
-        n = self.n
-        return {"critic/advantages/mean": self.total / n if n else None,
-                "critic/advantages/min": self.lo if n else None, "critic/advantages/max": self.hi if n else None,
-                "critic/advantages/count": n, "critic/advantages/nonfinite": self.nonfinite}
+    def finish(self) -> dict:
+        if self.next != self.R or self.waiting:
+            raise RuntimeError(f"internal: the statistics received rows 0..{self.next - 1} of {self.R} in order "
+                               f"({len(self.waiting)} chunks left waiting); please report this")
+        result = RunResult(inputs=[], outputs=[], rows=self.R, tokens=0, valid_tokens=0, seconds=0.0, config={})
+        self.obs.finish(result)
+        return {"metrics": result.metrics, "per_step": result.per_step, "histograms": result.histograms,
+                "group_health": result.group_health, "diagnostics": result.diagnostics,
+                "warnings": result.warnings}
 
 
 # --------------------------------------------------------------------------------------- engine
@@ -562,7 +605,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 row_pass=_row_pass_fn(cl, paths) if row_pass == "workers" else None)
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native)
-            sink = ray.remote(num_cpus=0)(_StatsSink).remote()
+            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
+            sink = ray.remote(num_cpus=0)(_ObserverSink).remote(observer, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
                        "stats": sink}
@@ -572,7 +616,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file))
             if not glob.glob(os.path.join(tmp, "*.parquet")):  # no rows: one empty file keeps the schema
                 pq.write_table(out_schema.empty_table(), os.path.join(tmp, f"part-{0:012d}.parquet"))
-            metrics = ray.get(sink.summary.remote())
+            stats = ray.get(sink.finish.remote())
         except Exception as e:  # noqa: BLE001 - Ray wraps the workers' errors
             shutil.rmtree(tmp, ignore_errors=True)
             err = _unwrap(e)
@@ -586,13 +630,12 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         if started:
             ray.shutdown()
     R = inputs.num_rows
-    scopes, step_values = res.scopes, res.step_values
     result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=int(row["length"].sum()),
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-    result.metrics = metrics
-    result.per_step = [{"step": sv, "rows": int(n), "kl_coef": b if plan.kl_on else None,
-                        "kl": k if plan.kl_on else None}
-                       for sv, n, b, k in zip(step_values, scopes.sizes.tolist(), betas, kls)]
+    result.metrics, result.per_step = stats["metrics"], stats["per_step"]
+    result.histograms, result.group_health = stats["histograms"], stats["group_health"]
+    result.diagnostics = stats["diagnostics"]
+    result.warnings.extend(stats["warnings"])
     if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
             entry["domain"] = dom

@@ -1,0 +1,130 @@
+"""--engine ray gives the local engine's run report: metrics (quantiles included), per-step figures,
+histograms, group health and diagnostics, equal as JSON values (skipped without Ray)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+
+import pyarrow.parquet as pq
+import pytest
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024  # many blocks and batches: the figures span them
+    yield ray
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    from advcli.sample import make_table
+
+    d = tmp_path_factory.mktemp("paritydump")
+    t = make_table(1200, 6, 2, 40, 7, shuffle=True, steps=3)
+    a, b = str(d / "a.parquet"), str(d / "b.parquet")
+    pq.write_table(t.slice(0, 700), a, row_group_size=150)
+    pq.write_table(t.slice(700), b, row_group_size=150)
+    return [a, b]
+
+
+def _report(r) -> dict:
+    return json.loads(json.dumps({"metrics": r.metrics, "per_step": r.per_step, "histograms": r.histograms,
+                                  "group_health": r.group_health, "diagnostics": r.diagnostics,
+                                  "warnings": r.warnings, "rows": r.rows, "tokens": r.tokens,
+                                  "valid_tokens": r.valid_tokens}, default=str))
+
+
+def _both(paths, tmp_path, flavor, settings, **kw):
+    from advcli.engines.ray_engine import run_ray
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve(flavor, settings)
+    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor=flavor, native=native, chunk_rows=64,
+                       device="cpu")
+    got = run_ray(paths, str(tmp_path / "ray"), cfg, flavor=flavor, native=native, device="cpu", chunk_rows=37,
+                  override_num_blocks=7, **kw)
+    return _report(loc), _report(got)
+
+
+def _assert_same(loc: dict, got: dict):
+    for key in loc:
+        assert got[key] == loc[key], key
+
+
+@pytest.mark.parametrize("flavor,settings", [
+    # row-level advantages: exact quantiles and histograms from the rows
+    ("verl", [("algorithm.adv_estimator", "grpo")]),
+    # token-level advantages (GAE, whitened, adaptive KL in the reward): the token sample and the
+    # streamed histogram, KL clamp diagnostics, per-step β
+    ("verl", [("algorithm.adv_estimator", "gae"), ("algorithm.use_kl_in_reward", True),
+              ("algorithm.kl_penalty", "low_var_kl"), ("algorithm.kl_ctrl.type", "adaptive"),
+              ("algorithm.kl_ctrl.kl_coef", 0.05), ("algorithm.kl_ctrl.target_kl", 0.01),
+              ("algorithm.kl_ctrl.horizon", 500)]),
+])
+def test_report_equals_local(ray_session, dump, tmp_path, flavor, settings):
+    loc, got = _both(dump, tmp_path, flavor, settings)
+    assert loc["histograms"]["advantages"]["counts"]  # the figures are there to compare
+    assert any(k.startswith("critic/advantages/p") for k in loc["metrics"])
+    _assert_same(loc, got)
+
+
+def test_report_equals_local_with_small_statistics(ray_session, dump, tmp_path, monkeypatch):
+    """A token sample and histogram seed far smaller than the run (the sampled, non-exact path)."""
+    from advcli.stats import run_stats
+
+    real = run_stats.RunStats.__init__
+
+    def small(self, num_rows, **kw):
+        real(self, num_rows, **{**kw, "reservoir": 300})
+
+    monkeypatch.setattr(run_stats.RunStats, "__init__", small)  # the driver builds the observer
+    loc, got = _both(dump, tmp_path, "verl", [("algorithm.adv_estimator", "gae")])
+    assert loc["metrics"]["critic/advantages/quantiles_exact"] is False
+    _assert_same(loc, got)
+
+
+@pytest.mark.parametrize("flavor,kind", [("nemo", "groups_of_one"), ("roll", "dropped_rewards")])
+def test_diagnostics_and_warnings(ray_session, tmp_path, flavor, kind):
+    """Groups of one (a row-level diagnostic, found on the driver) and token scores on mask=0 tokens
+    (token level, found chunk by chunk on the workers' results): counts, examples in row order and
+    the warning line, as the local engine gives them."""
+    from advcli.sample import make_table
+
+    t = make_table(300, 1, 2, 20, 3, shuffle=False, steps=1)
+    p = str(tmp_path / "ones.parquet")
+    pq.write_table(t, p, row_group_size=50)
+    loc, got = _both([p], tmp_path, flavor, [])
+    assert [d["count"] for d in loc["diagnostics"] if d["kind"] == kind][0] > 0
+    _assert_same(loc, got)
+
+
+
+def test_batch_of_scattered_rows_is_cut_into_ordered_chunks():
+    """A batch whose global rows are not neighbours goes to the statistics as runs of consecutive
+    rows, each with its own tokens."""
+    import numpy as np
+    import torch
+
+    from advcli.engines.ray_engine import _observer_chunks
+
+    grow = np.array([7, 3, 4, 8], dtype=np.int64)  # runs 3-4 and 7-8
+    offsets = np.array([0, 2, 5, 6, 9], dtype=np.int64)  # lengths 2, 3, 1, 3
+    x = torch.arange(9, dtype=torch.float32)
+    chunks = list(_observer_chunks(grow, offsets, x, x + 100, x, x, {"values": x * 2}))
+    assert [c[0] for c in chunks] == [3, 7]
+    assert chunks[0][1].tolist() == [0, 3, 4] and chunks[0][3].tolist() == [102, 103, 104, 105]
+    assert chunks[1][1].tolist() == [0, 2, 5] and chunks[1][2].tolist() == [0, 1, 6, 7, 8]
+    assert chunks[1][6]["values"].tolist() == [0, 2, 12, 14, 16]

@@ -128,3 +128,42 @@ def test_batch_of_scattered_rows_is_cut_into_ordered_chunks():
     assert chunks[0][1].tolist() == [0, 3, 4] and chunks[0][3].tolist() == [102, 103, 104, 105]
     assert chunks[1][1].tolist() == [0, 2, 5] and chunks[1][2].tolist() == [0, 1, 6, 7, 8]
     assert chunks[1][6]["values"].tolist() == [0, 2, 12, 14, 16]
+
+
+def test_sidecar_output_equals_local(ray_session, dump, tmp_path):
+    """--output-mode sidecar: row_index (per input file), the keys and the new columns, the local
+    engine's sidecars read in input order; the same provenance metadata."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae")])
+    out_l = tmp_path / "local"
+    run_pipeline(dump, str(out_l) + "/", cfg, flavor="verl", native=native, chunk_rows=64, device="cpu",
+                 output_mode="sidecar")
+    local = pa.concat_tables([pq.read_table(out_l / p.rsplit("/", 1)[1]) for p in dump])
+    run_ray(dump, str(tmp_path / "ray"), cfg, flavor="verl", native=native, device="cpu", chunk_rows=37,
+            override_num_blocks=7, rows_per_file=100, output_mode="sidecar")
+    got = read_output(str(tmp_path / "ray"))
+    assert got.schema.names[0] == "row_index" and "advantages" in got.schema.names
+    assert "responses" not in got.schema.names  # only the sidecar's columns
+    assert got.equals(local)
+    assert got.schema.metadata[b"advcli"] == local.schema.metadata[b"advcli"]
+    assert got.schema.metadata[b"advcli_sidecar"] == local.schema.metadata[b"advcli_sidecar"]
+    assert got["row_index"].to_pylist() == list(range(700)) + list(range(500))
+
+
+def test_cli_sidecar_on_ray(ray_session, dump, tmp_path):
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+    from advcli.engines.ray_engine import read_output
+
+    out = tmp_path / "side"
+    r = CliRunner().invoke(app, ["run", dump[0], "-o", str(out), "--engine", "ray", "--output-mode", "sidecar",
+                                 "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "--device", "cpu",
+                                 "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert read_output(str(out)).schema.names[0] == "row_index"

@@ -65,6 +65,7 @@ from ..pipeline import (
     roles_to_columns,
 )
 from ..pipeline.observe import RunObserver
+from ..pipeline.output import OUTPUT_MODES, SIDECAR_ROW
 from ..pipeline.rows import row_table_pass
 from ..ragged import Ragged
 
@@ -260,9 +261,11 @@ class _Worker:
 
             for args in _observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
                 ray.get(self.stats.add.remote(*args))
-        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets)
-        return pa.Table.from_batches([rb], schema=self.out_schema).append_column(
-            ROW_COL, pa.array(grow, type=pa.int64()))
+        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0)
+        t = pa.Table.from_batches([rb], schema=self.out_schema)
+        if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
+            t = t.set_column(0, self.out_schema.field(0), pa.array(off, type=pa.int64()))
+        return t.append_column(ROW_COL, pa.array(grow, type=pa.int64()))
 
 
 def _observer_chunks(grow: np.ndarray, offsets: np.ndarray, mask, adv, ret, tlr, tok: dict):
@@ -552,12 +555,13 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,
             rows_per_file: int | None = None, row_pass: str = "auto",
-            write_columns: list[str] | str | None = None) -> RunResult:
+            write_columns: list[str] | str | None = None, output_mode: str = "full") -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
     columns and the mask, ``driver``, ``workers`` or ``auto`` = workers on a cluster of several nodes).
-    ``output`` is a directory."""
+    ``output`` is a directory; ``output_mode`` ``sidecar`` writes the local engine's sidecar columns
+    (``row_index`` = the row's position in its own input file) in the same part files."""
     ray = import_ray()
     t0 = time.perf_counter()
     if output is None:
@@ -572,6 +576,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_HASH!r}, which Ray Data's reader "
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
+    if output_mode not in OUTPUT_MODES:
+        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
     if plan.correction is not None:
         raise AdvcliError("the rollout correction (algorithm.rollout_correction.*, or a rollout_log_probs column "
@@ -604,13 +610,15 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths),
                 row_pass=_row_pass_fn(cl, paths) if row_pass == "workers" else None)
             # pass 3: compute and write
-            base_fields, out_schema = output_schema(plan, inputs, flavor, native)
+            base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
             sink = ray.remote(num_cpus=0)(_ObserverSink).remote(observer, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
                        "stats": sink}
-            ds = _map(cl, _dataset(cl, paths, None), ray.put(payload))
+            cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
+                list(roles_to_columns(plan, plan.token_roles)) + [f.name for f in base_fields])
+            ds = _map(cl, _dataset(cl, paths, cols), ray.put(payload))
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
             ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file))

@@ -167,3 +167,137 @@ def test_cli_sidecar_on_ray(ray_session, dump, tmp_path):
                                  "--quiet"])
     assert r.exit_code == 0, r.output
     assert read_output(str(out)).schema.names[0] == "row_index"
+
+
+# ------------------------------------------------------------------ object storage (a local S3 server)
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 with the bucket ``bkt`` (as tests/test_object_storage.py); the
+    AWS_* variables set before the Ray instance starts, so its workers inherit them."""
+    pytest.importorskip("moto", reason="the S3 tests need moto[server]")
+    pytest.importorskip("flask", reason="moto's server mode needs flask")
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow.fs as pafs
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="testing",
+                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+        for _ in range(200):
+            try:
+                fs.create_dir("bkt")
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("the local S3 server did not start")
+        yield fs
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        from advcli.io import remote
+        remote._filesystem.cache_clear()
+
+
+def _put_dump(fs, paths, prefix):
+    for p in paths:
+        with open(p, "rb") as src, fs.open_output_stream(f"bkt/{prefix}/{p.rsplit('/', 1)[1]}") as out:
+            out.write(src.read())
+    return f"s3://bkt/{prefix}/"
+
+
+def _keys(fs, prefix="bkt"):
+    import pyarrow.fs as pafs
+
+    return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
+                  if i.type == pafs.FileType.File)
+
+
+@pytest.fixture(scope="module")
+def s3_ray(s3):
+    """The Ray instance for the S3 tests, started after the server's variables are set."""
+    import ray
+
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024
+    yield s3
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+
+
+def test_s3_input_and_output_equal_local(s3_ray, dump, tmp_path):
+    """s3:// inputs (a prefix of two files, read ranged by the workers) and an s3:// output prefix:
+    the local engine's rows and report; no temporary key left; --force to replace."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    fs = s3_ray
+    src = _put_dump(fs, dump, "dump")
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo")])
+    loc = run_pipeline(dump, str(tmp_path / "local") + "/", cfg, flavor="verl", native=native, chunk_rows=64,
+                       device="cpu")
+    local = pa.concat_tables([pq.read_table(tmp_path / "local" / p.rsplit("/", 1)[1]) for p in dump])
+    got = run_ray([src], "s3://bkt/out", cfg, flavor="verl", native=native, device="cpu", chunk_rows=50,
+                  rows_per_file=300)
+    table = read_output("s3://bkt/out")
+    assert table.equals(local)
+    assert table.schema.metadata[b"advcli"] == local.schema.metadata[b"advcli"]
+    assert _report(got) == {**_report(loc), "warnings": _report(got)["warnings"]}
+    keys = _keys(fs)
+    assert [k for k in keys if not k.startswith(("bkt/dump/", "bkt/out/"))] == []  # no temporary key
+    assert len([k for k in keys if k.startswith("bkt/out/part-")]) >= 2
+    with pytest.raises(AdvcliError, match="already exists"):
+        run_ray([src], "s3://bkt/out", cfg, flavor="verl", native=native, device="cpu")
+    run_ray([src], "s3://bkt/out", cfg, flavor="verl", native=native, device="cpu", force=True)
+    assert read_output("s3://bkt/out").equals(local)  # replaced: the old, smaller parts are gone
+    assert [k for k in _keys(fs) if not k.startswith(("bkt/dump/", "bkt/out/"))] == []
+
+
+def test_s3_bad_input_leaves_nothing(s3_ray, tmp_path):
+    """A bad value found by a worker: the local engine's message, and no output nor temporary key."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    t = make_table(200, 4, 2, 20, 5, shuffle=False)
+    vals = t.column("values").to_pylist()
+    vals[150][1] = float("nan")
+    t = t.set_column(t.schema.get_field_index("values"), "values", pa.array(vals, type=t.schema.field("values").type))
+    p = str(tmp_path / "bad.parquet")
+    pq.write_table(t, p, row_group_size=50)
+    fs = s3_ray
+    src = _put_dump(fs, [p], "baddump")
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae")])
+    with pytest.raises(AdvcliError, match=r"s3://bkt/baddump/bad.parquet.*'values', row 150, position 1"):
+        run_ray([src], "s3://bkt/badout", cfg, flavor="verl", native=native, device="cpu", chunk_rows=40)
+    assert [k for k in _keys(fs) if "badout" in k] == []

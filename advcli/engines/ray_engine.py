@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -213,6 +214,7 @@ class _Worker:
         self.out_schema = payload.get("out_schema")
         self.stats = payload.get("stats")
         self.row_kl = payload.get("row_kl", True)
+        self.names = payload.get("names") or self.locator.paths  # the inputs as the user named them (messages)
         self.reader = ChunkReader(self.plan, None)
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -231,7 +233,7 @@ class _Worker:
         plan = self.plan
         grow, fidx, off = self.locator.locate(table.column(ROW_HASH).to_numpy())
         batch = _record_batch(table.drop_columns([ROW_HASH]))
-        file = self.locator.paths[int(fidx[0])] if len(fidx) else ""
+        file = self.names[int(fidx[0])] if len(fidx) else ""
         if self.mode == "rows":  # pass 1 on this batch: advcli.pipeline.row_table_pass itself
             one = _OneBatch(self.locator.paths, int(fidx[0]) if len(fidx) else 0, int(off[0]) if len(off) else 0,
                             batch)
@@ -346,6 +348,7 @@ class _Cluster:
     concurrency: int
     chunk_rows: int
     override_num_blocks: int | None
+    filesystem: object = None  # the inputs' pyarrow filesystem when they are object-storage URIs
 
 
 _ERR_MARK = "<<advcli-error>>"
@@ -372,8 +375,10 @@ def _unwrap(e: BaseException) -> BaseException:
 
 def _dataset(cl: _Cluster, paths: list[str], columns: list[str] | None):
     ray = cl.ray
+    # object storage: advcli's own pyarrow filesystem (endpoint and credentials as the local engine
+    # reads them) and the paths inside it, as Ray hashes them into row_hash (no scheme)
     ds = ray.data.read_parquet(paths, include_row_hash=True, file_extensions=None, partitioning=None,
-                               override_num_blocks=cl.override_num_blocks)
+                               override_num_blocks=cl.override_num_blocks, filesystem=cl.filesystem)
     if columns is not None:
         ds = ds.select_columns(list(dict.fromkeys(columns)) + [ROW_HASH])
     return ds
@@ -389,7 +394,8 @@ def _map(cl: _Cluster, ds, payload_ref):
 def _moments_fn(cl: _Cluster, paths: list[str]):
     """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
-        payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
+        payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
+                   "locator": RowLocator(paths, inputs.file_rows()),
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
         ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
         parts = sorted(ds.take_all(), key=lambda r: r["first_row"])  # add in row order: deterministic
@@ -427,7 +433,8 @@ def _row_pass_fn(cl: _Cluster, paths: list[str]):
         R = inputs.num_rows
         if R == 0:
             return empty
-        payload = {"plan": plan, "res": None, "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
+        payload = {"plan": plan, "res": None, "names": inputs.paths,
+                   "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
                    "mode": "rows", "row_kl": row_kl}
         ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
         t = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
@@ -468,7 +475,8 @@ def _tmp_dir(output: str) -> str:
     return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
 
 
-def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int):
+def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int,
+                  upload_fs=None):
     """A Ray Data sink writing ``part-<first global row:012d>.parquet`` files, each file's rows in
     global row order, and checking on completion that the files tile rows 0..R-1 exactly.
 
@@ -499,15 +507,21 @@ def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per
                 t, rows = t.take(pa.array(order)), rows[order]
             if bool((np.diff(rows) != 1).any()):  # a row twice or a gap: on_write_complete refuses the run
                 return [(int(rows[0]), -1, int(len(rows)))]
-            w = AtomicParquetWriter(os.path.join(directory, f"part-{int(rows[0]):012d}.parquet"), out_schema,
-                                    threaded=False)
+            name = f"part-{int(rows[0]):012d}.parquet"
+            local = directory if upload_fs is None else tempfile.mkdtemp(prefix="advcli-ray-part-")
+            w = AtomicParquetWriter(os.path.join(local, name), out_schema, threaded=False)
             try:
                 for b in t.drop_columns([ROW_COL]).to_batches():
                     w.write(b)
                 w.commit()
+                if upload_fs is not None:  # the finished file, to the run's temporary prefix
+                    _put(upload_fs, os.path.join(local, name), f"{directory}/{name}")
             except BaseException:
                 w.abort()
                 raise
+            finally:
+                if upload_fs is not None:
+                    shutil.rmtree(local, ignore_errors=True)
             return [(int(rows[0]), int(rows[-1]), int(len(rows)))]
 
         def on_write_complete(self, write_result):
@@ -584,17 +598,33 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                           "with --flavor verl) is not implemented for --engine ray yet",
                           hint="run it with the local engine (leave out --engine ray)")
     choose_output_columns(plan, write_columns)
-    _check_output_dir(output, inputs.paths, force)
+    from ..io import remote
+
+    uris = [remote.is_uri(p) for p in inputs.paths]
+    in_fs, paths = None, [os.path.abspath(p) for p in inputs.paths]
+    if any(uris):  # object storage: one store for every input (Ray Data reads with one filesystem)
+        stores = [remote.resolve(p)[0] for p in inputs.paths] if all(uris) else []
+        if not stores or any(f is not stores[0] for f in stores):
+            raise AdvcliError("--engine ray reads its inputs from one place: all local paths, or all URIs of one "
+                              "bucket", hint="run these inputs with the local engine, or copy them to one bucket")
+        in_fs, paths = stores[0], [remote.resolve(p)[1] for p in inputs.paths]
+    out_fs = None
+    if remote.is_uri(output):
+        _check_output_prefix(output, inputs.paths, force)
+        out_fs, out_key = remote.resolve(output.rstrip("/"))
+        tmp = _tmp_prefix(out_key)
+    else:
+        _check_output_dir(output, inputs.paths, force)
+        tmp = _tmp_dir(output)
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)
     rows_per_file = rows_per_file or 16 * chunk_rows
-    paths = [os.path.abspath(p) for p in inputs.paths]
 
     cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
+    cl.filesystem = in_fs
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = progress is not None
-    tmp = _tmp_dir(output)
     data_log = logging.getLogger("ray.data")
     saved_level = data_log.level
     if progress is None:
@@ -613,25 +643,39 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
             sink = ray.remote(num_cpus=0)(_ObserverSink).remote(observer, inputs.num_rows)
-            payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
+            payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
+                       "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
                        "stats": sink}
             cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
                 list(roles_to_columns(plan, plan.token_roles)) + [f.name for f in base_fields])
             ds = _map(cl, _dataset(cl, paths, cols), ray.put(payload))
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file))
-            if not glob.glob(os.path.join(tmp, "*.parquet")):  # no rows: one empty file keeps the schema
-                pq.write_table(out_schema.empty_table(), os.path.join(tmp, f"part-{0:012d}.parquet"))
+            if out_fs is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+                os.makedirs(tmp)
+            else:
+                _delete_prefix(out_fs, tmp)
+            ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file, upload_fs=out_fs))
+            if inputs.num_rows == 0:  # no rows: one empty file keeps the schema
+                with tempfile.TemporaryDirectory() as d:
+                    empty = os.path.join(d if out_fs is not None else tmp, f"part-{0:012d}.parquet")
+                    pq.write_table(out_schema.empty_table(), empty)
+                    if out_fs is not None:
+                        _put(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
             stats = ray.get(sink.finish.remote())
+            if out_fs is not None:
+                _publish_prefix(out_fs, tmp, out_key)
         except Exception as e:  # noqa: BLE001 - Ray wraps the workers' errors
-            shutil.rmtree(tmp, ignore_errors=True)
+            if out_fs is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                _delete_prefix(out_fs, tmp)
             err = _unwrap(e)
             if err is e:
                 raise
             raise err from None
-        _replace_dir(tmp, output)
+        if out_fs is None:
+            _replace_dir(tmp, output)
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
         data_log.setLevel(saved_level)
@@ -651,6 +695,77 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     return result
 
 
+def _put(fs, local: str, key: str) -> None:
+    """Upload a finished local file to ``key`` (a multipart upload: the object appears when complete)."""
+    from ..io.remote import COPY_CHUNK
+
+    with open(local, "rb") as src, fs.open_output_stream(key) as out:
+        while True:
+            block = src.read(COPY_CHUNK)
+            if not block:
+                break
+            out.write(block)
+
+
+def _check_output_prefix(output: str, inputs: list[str], force: bool) -> None:
+    """An object-storage ``--output`` prefix: not an input nor holding one, in an existing bucket,
+    and --force to replace one that exists."""
+    from ..io import remote
+
+    out = output.rstrip("/")
+    for p in inputs:
+        if p.rstrip("/") == out or p.startswith(out + "/"):
+            raise AdvcliError(f"{output}: the output prefix is or holds an input; advcli never overwrites its input",
+                              hint="choose another --output path")
+    parent = out.rpartition("/")[0]
+    if "/" not in parent.split("://", 1)[1] and not remote.exists(parent):
+        raise AdvcliError(f"{output}: the bucket {parent} does not exist",
+                          hint="create it first; advcli never creates buckets")
+    if remote.exists(out) and not force:
+        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
+
+
+def _tmp_prefix(output: str) -> str:
+    parent, _, name = output.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}{TMP_TAG}{os.getpid()}"
+
+
+def _delete_prefix(fs, path: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type == pafs.FileType.File:
+            fs.delete_file(path)
+    except OSError:
+        pass
+
+
+def _publish_prefix(fs, tmp: str, out: str) -> None:
+    """Copy the finished parts from the temporary prefix to the output prefix (server-side copies;
+    each part appears whole), remove what an earlier run (--force) left there, then the temporary
+    prefix."""
+    import pyarrow.fs as pafs
+
+    parts = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(tmp, recursive=False))
+                   if i.type == pafs.FileType.File)
+    old = fs.get_file_info(out)
+    if old.type == pafs.FileType.File:
+        fs.delete_file(out)
+    new = set()
+    for p in parts:
+        name = p.rsplit("/", 1)[1]
+        fs.copy_file(p, f"{out}/{name}")
+        new.add(f"{out}/{name}")
+    if old.type == pafs.FileType.Directory:
+        for i in fs.get_file_info(pafs.FileSelector(out, recursive=True)):
+            if i.type == pafs.FileType.File and i.path not in new:
+                fs.delete_file(i.path)
+    _delete_prefix(fs, tmp)
+
+
 def _replace_dir(tmp: str, output: str) -> None:
     """Move the finished temporary directory to ``output`` (replacing what --force allowed)."""
     old = None
@@ -666,6 +781,11 @@ def _replace_dir(tmp: str, output: str) -> None:
 
 
 def read_output(path: str) -> pa.Table:
-    """The Ray engine's output directory as one table, in input row order (file name order)."""
+    """The Ray engine's output directory (or object-storage prefix) as one table, in input row order
+    (file name order)."""
+    from ..io import remote
+
+    if remote.is_uri(path):
+        return pa.concat_tables([pq.read_table(remote.open_input(f)) for f in remote.expand(path.rstrip("/") + "/")])
     files = sorted(glob.glob(os.path.join(path, "*.parquet")))
     return pa.concat_tables([pq.read_table(f) for f in files])

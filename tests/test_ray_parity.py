@@ -301,3 +301,65 @@ def test_s3_bad_input_leaves_nothing(s3_ray, tmp_path):
     with pytest.raises(AdvcliError, match=r"s3://bkt/baddump/bad.parquet.*'values', row 150, position 1"):
         run_ray([src], "s3://bkt/badout", cfg, flavor="verl", native=native, device="cpu", chunk_rows=40)
     assert [k for k in _keys(fs) if "badout" in k] == []
+
+
+# ------------------------------------------------------------------ a multi-node cluster on this machine
+@pytest.fixture()
+def ray_cluster(s3):
+    """``ray.cluster_utils.Cluster``: a head node (no CPU for tasks: the driver's node) and two worker
+    nodes of one CPU each, separate raylets, started after the S3 variables are set."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024
+    yield cluster, workers
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def _four_files(fs, tmp_path, prefix):
+    from advcli.sample import make_table
+
+    t = make_table(1000, 5, 2, 30, 11, shuffle=True, steps=2)
+    paths = []
+    for i, (a, b) in enumerate([(0, 180), (180, 430), (430, 700), (700, 1000)]):
+        p = str(tmp_path / f"part{i}.parquet")
+        pq.write_table(t.slice(a, b - a), p, row_group_size=60)
+        paths.append(p)
+    return paths, _put_dump(fs, paths, prefix)
+
+
+def test_multinode_cluster_s3_equals_local(ray_cluster, tmp_path):
+    """Head + two worker nodes; four files read from the S3 server by the workers (the row pass on
+    the workers too, as on any multi-node cluster); output written back there: the local engine's
+    rows and report."""
+    import ray
+
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.flavors import resolve
+    from advcli.io import remote
+    from advcli.pipeline import run_pipeline
+
+    fs = remote.resolve("s3://bkt/x")[0]
+    assert sum(1 for n in ray.nodes() if n.get("Alive")) == 3
+    paths, src = _four_files(fs, tmp_path, "mn")
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae"), ("algorithm.use_kl_in_reward", True),
+                                   ("algorithm.kl_penalty", "k2")])
+    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor="verl", native=native, chunk_rows=64,
+                       device="cpu")
+    import pyarrow as pa
+
+    local = pa.concat_tables([pq.read_table(tmp_path / "local" / f"part{i}.parquet") for i in range(4)])
+    got = run_ray([src], "s3://bkt/mn-out", cfg, flavor="verl", native=native, device="cpu", chunk_rows=45,
+                  rows_per_file=200)
+    assert read_output("s3://bkt/mn-out").equals(local)
+    assert _report(got) == _report(loc)
+

@@ -320,6 +320,8 @@ class _ObserverSink:
     def add(self, row0, offsets, mask, adv, ret, tlr, tok):
         from ..ragged import Ragged
 
+        if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
+            return True
         self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
         while self.next in self.waiting:
             offsets, mask, adv, ret, tlr, tok = self.waiting.pop(self.next)
@@ -642,7 +644,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
-            sink = ray.remote(num_cpus=0)(_ObserverSink).remote(observer, inputs.num_rows)
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(_ObserverSink).remote(observer, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                        "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,

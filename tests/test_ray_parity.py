@@ -17,7 +17,9 @@ pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip 
 def ray_session():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # address="local": a new instance even when another cluster runs on this machine (shared hosts)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx = ray.data.DataContext.get_current()
     saved = ctx.target_max_block_size
@@ -239,7 +241,9 @@ def s3_ray(s3):
     import ray
 
     ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # address="local": a new instance even when another cluster runs on this machine (shared hosts)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False)
     ctx = ray.data.DataContext.get_current()
     saved = ctx.target_max_block_size
     ctx.target_max_block_size = 32 * 1024

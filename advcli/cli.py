@@ -111,8 +111,6 @@ def run(
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
-    if output_mode != "full" and engine != "local":
-        raise AdvcliError(f"--output-mode {output_mode} works with --engine local only")
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
     if precision is not None:
         if precision not in ("float32", "float64"):

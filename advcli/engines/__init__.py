@@ -22,14 +22,6 @@ def run(engine: str, *args, ray_address: str | None = None, **kwargs):
     """Run the pipeline on ``engine`` with :func:`advcli.pipeline.run_pipeline`'s arguments."""
     check_engine(engine)
     if engine == "ray":
-        from ..io.remote import is_uri
-
-        paths = [str(p) for p in (list(args[0]) if args else list(kwargs.get("input_specs") or []))]
-        paths.append(str(args[1] if len(args) > 1 else kwargs.get("output") or ""))
-        if any(is_uri(p) for p in paths):
-            raise AdvcliError("--engine ray does not read or write object-storage URIs yet",
-                              hint="run the local engine on s3:// paths (docs/storage.md), or copy the dump "
-                                   "to a filesystem every Ray node sees")
         from .ray_engine import run_ray
 
         return run_ray(*args, address=ray_address, **kwargs)

@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -64,6 +65,8 @@ from ..pipeline import (
     resolve,
     roles_to_columns,
 )
+from ..pipeline.observe import RunObserver
+from ..pipeline.output import OUTPUT_MODES, SIDECAR_ROW
 from ..pipeline.rows import row_table_pass
 from ..ragged import Ragged
 
@@ -211,6 +214,7 @@ class _Worker:
         self.out_schema = payload.get("out_schema")
         self.stats = payload.get("stats")
         self.row_kl = payload.get("row_kl", True)
+        self.names = payload.get("names") or self.locator.paths  # the inputs as the user named them (messages)
         self.reader = ChunkReader(self.plan, None)
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -229,7 +233,7 @@ class _Worker:
         plan = self.plan
         grow, fidx, off = self.locator.locate(table.column(ROW_HASH).to_numpy())
         batch = _record_batch(table.drop_columns([ROW_HASH]))
-        file = self.locator.paths[int(fidx[0])] if len(fidx) else ""
+        file = self.names[int(fidx[0])] if len(fidx) else ""
         if self.mode == "rows":  # pass 1 on this batch: advcli.pipeline.row_table_pass itself
             one = _OneBatch(self.locator.paths, int(fidx[0]) if len(fidx) else 0, int(off[0]) if len(off) else 0,
                             batch)
@@ -255,40 +259,86 @@ class _Worker:
                              "total_sq": [sums.total_sq.tolist()]})
         adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
         if self.stats is not None:
-            m = mask.bool()
-            a = adv[m].double()
             import ray
 
-            ray.get(self.stats.add.remote(int(a.numel()), float(a.sum()) if a.numel() else 0.0,
-                                          float(a.min()) if a.numel() else None,
-                                          float(a.max()) if a.numel() else None,
-                                          int((~torch.isfinite(adv)).sum())))
-        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets)
-        return pa.Table.from_batches([rb], schema=self.out_schema).append_column(
-            ROW_COL, pa.array(grow, type=pa.int64()))
+            for args in _observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
+                ray.get(self.stats.add.remote(*args))
+        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0)
+        t = pa.Table.from_batches([rb], schema=self.out_schema)
+        if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
+            t = t.set_column(0, self.out_schema.field(0), pa.array(off, type=pa.int64()))
+        return t.append_column(ROW_COL, pa.array(grow, type=pa.int64()))
 
 
-class _StatsSink:
-    """The run's summary figures over valid tokens, added to by every worker (a tiny Ray actor)."""
+def _observer_chunks(grow: np.ndarray, offsets: np.ndarray, mask, adv, ret, tlr, tok: dict):
+    """The batch as the local engine's observer chunks: ``(row0, offsets, mask, adv, ret, tlr, tok)``
+    on the CPU, one per run of consecutive global rows (a batch is normally one run; it is cut where
+    Ray gathered rows that are not neighbours)."""
+    n = len(grow)
+    if n == 0:
+        return
+    total = int(offsets[-1])
 
-    def __init__(self):
-        self.n, self.total, self.lo, self.hi, self.nonfinite = 0, 0.0, float("inf"), float("-inf"), 0
+    def cpu(x):
+        return x.detach().to("cpu")
 
-    def add(self, n, total, lo, hi, nonfinite):
-        if n:
-            self.n += n
-            self.total += total
-            self.lo = min(self.lo, lo)
-            self.hi = max(self.hi, hi)
-        self.nonfinite += nonfinite
+    flat = {"mask": cpu(mask), "adv": cpu(adv), "ret": cpu(ret), "tlr": cpu(tlr)}
+    toks = {k: cpu(v) for k, v in tok.items() if isinstance(v, torch.Tensor)}
+    order = np.argsort(grow, kind="stable")
+    if bool((np.diff(grow) == 1).all()):
+        yield (int(grow[0]), offsets, flat["mask"], flat["adv"], flat["ret"], flat["tlr"], toks)
+        return
+    g = grow[order]
+    cuts = np.flatnonzero(np.diff(g) != 1) + 1
+    for run in np.split(order, cuts):  # rows of one run, in order; their tokens gathered
+        lengths = offsets[run + 1] - offsets[run]
+        idx = torch.from_numpy(np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in run])
+                               if len(run) else np.zeros(0, dtype=np.int64))
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(offsets.dtype)
+
+        yield (int(grow[run[0]]), off, *(_take_tokens(flat[k], idx, total) for k in ("mask", "adv", "ret", "tlr")),
+               {k: _take_tokens(v, idx, total) for k, v in toks.items()})
+
+
+def _take_tokens(x: torch.Tensor, idx: torch.Tensor, total: int) -> torch.Tensor:
+    if x.numel() != total:
+        raise RuntimeError("internal: a token tensor of the batch is not one value per token")
+    return x[idx]
+
+
+class _ObserverSink:
+    """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
+    the same object, built on the driver) in a small Ray actor: every worker sends it its batch's
+    chunks, which it feeds to the observer in global row order (holding those that come early), so
+    every figure is the local engine's, bit for bit: quantiles, histograms, group health, diagnostics."""
+
+    def __init__(self, observer, num_rows: int):
+        self.obs, self.R = observer, num_rows
+        self.next = 0
+        self.waiting: dict[int, tuple] = {}
+
+    def add(self, row0, offsets, mask, adv, ret, tlr, tok):
+        from ..ragged import Ragged
+
+        if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
+            return True
+        self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
+        while self.next in self.waiting:
+            offsets, mask, adv, ret, tlr, tok = self.waiting.pop(self.next)
+            layout = Ragged(torch.from_numpy(np.asarray(offsets, dtype=np.int64)))
+            self.obs.add(self.next, layout, mask, adv, ret, tlr, tok)
+            self.next += layout.num_rows
         return True
 
-    def summary(self) -> dict:
-        """verl's names (advcli.stats) for the token figures the workers can add up exactly."""
-        n = self.n
-        return {"critic/advantages/mean": self.total / n if n else None,
-                "critic/advantages/min": self.lo if n else None, "critic/advantages/max": self.hi if n else None,
-                "critic/advantages/count": n, "critic/advantages/nonfinite": self.nonfinite}
+    def finish(self) -> dict:
+        if self.next != self.R or self.waiting:
+            raise RuntimeError(f"internal: the statistics received rows 0..{self.next - 1} of {self.R} in order "
+                               f"({len(self.waiting)} chunks left waiting); please report this")
+        result = RunResult(inputs=[], outputs=[], rows=self.R, tokens=0, valid_tokens=0, seconds=0.0, config={})
+        self.obs.finish(result)
+        return {"metrics": result.metrics, "per_step": result.per_step, "histograms": result.histograms,
+                "group_health": result.group_health, "diagnostics": result.diagnostics,
+                "warnings": result.warnings}
 
 
 # --------------------------------------------------------------------------------------- engine
@@ -300,6 +350,7 @@ class _Cluster:
     concurrency: int
     chunk_rows: int
     override_num_blocks: int | None
+    filesystem: object = None  # the inputs' pyarrow filesystem when they are object-storage URIs
 
 
 _ERR_MARK = "<<advcli-error>>"
@@ -326,8 +377,10 @@ def _unwrap(e: BaseException) -> BaseException:
 
 def _dataset(cl: _Cluster, paths: list[str], columns: list[str] | None):
     ray = cl.ray
+    # object storage: advcli's own pyarrow filesystem (endpoint and credentials as the local engine
+    # reads them) and the paths inside it, as Ray hashes them into row_hash (no scheme)
     ds = ray.data.read_parquet(paths, include_row_hash=True, file_extensions=None, partitioning=None,
-                               override_num_blocks=cl.override_num_blocks)
+                               override_num_blocks=cl.override_num_blocks, filesystem=cl.filesystem)
     if columns is not None:
         ds = ds.select_columns(list(dict.fromkeys(columns)) + [ROW_HASH])
     return ds
@@ -343,7 +396,8 @@ def _map(cl: _Cluster, ds, payload_ref):
 def _moments_fn(cl: _Cluster, paths: list[str]):
     """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
-        payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
+        payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
+                   "locator": RowLocator(paths, inputs.file_rows()),
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
         ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
         parts = sorted(ds.take_all(), key=lambda r: r["first_row"])  # add in row order: deterministic
@@ -381,7 +435,8 @@ def _row_pass_fn(cl: _Cluster, paths: list[str]):
         R = inputs.num_rows
         if R == 0:
             return empty
-        payload = {"plan": plan, "res": None, "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
+        payload = {"plan": plan, "res": None, "names": inputs.paths,
+                   "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
                    "mode": "rows", "row_kl": row_kl}
         ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
         t = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
@@ -422,7 +477,8 @@ def _tmp_dir(output: str) -> str:
     return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
 
 
-def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int):
+def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int,
+                  upload_fs=None):
     """A Ray Data sink writing ``part-<first global row:012d>.parquet`` files, each file's rows in
     global row order, and checking on completion that the files tile rows 0..R-1 exactly.
 
@@ -453,15 +509,21 @@ def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per
                 t, rows = t.take(pa.array(order)), rows[order]
             if bool((np.diff(rows) != 1).any()):  # a row twice or a gap: on_write_complete refuses the run
                 return [(int(rows[0]), -1, int(len(rows)))]
-            w = AtomicParquetWriter(os.path.join(directory, f"part-{int(rows[0]):012d}.parquet"), out_schema,
-                                    threaded=False)
+            name = f"part-{int(rows[0]):012d}.parquet"
+            local = directory if upload_fs is None else tempfile.mkdtemp(prefix="advcli-ray-part-")
+            w = AtomicParquetWriter(os.path.join(local, name), out_schema, threaded=False)
             try:
                 for b in t.drop_columns([ROW_COL]).to_batches():
                     w.write(b)
                 w.commit()
+                if upload_fs is not None:  # the finished file, to the run's temporary prefix
+                    _put(upload_fs, os.path.join(local, name), f"{directory}/{name}")
             except BaseException:
                 w.abort()
                 raise
+            finally:
+                if upload_fs is not None:
+                    shutil.rmtree(local, ignore_errors=True)
             return [(int(rows[0]), int(rows[-1]), int(len(rows)))]
 
         def on_write_complete(self, write_result):
@@ -509,12 +571,13 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,
             rows_per_file: int | None = None, row_pass: str = "auto",
-            write_columns: list[str] | str | None = None) -> RunResult:
+            write_columns: list[str] | str | None = None, output_mode: str = "full") -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
     columns and the mask, ``driver``, ``workers`` or ``auto`` = workers on a cluster of several nodes).
-    ``output`` is a directory."""
+    ``output`` is a directory; ``output_mode`` ``sidecar`` writes the local engine's sidecar columns
+    (``row_index`` = the row's position in its own input file) in the same part files."""
     ray = import_ray()
     t0 = time.perf_counter()
     if output is None:
@@ -529,23 +592,41 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_HASH!r}, which Ray Data's reader "
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
+    if output_mode not in OUTPUT_MODES:
+        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
     if plan.correction is not None:
         raise AdvcliError("the rollout correction (algorithm.rollout_correction.*, or a rollout_log_probs column "
                           "with --flavor verl) is not implemented for --engine ray yet",
                           hint="run it with the local engine (leave out --engine ray)")
     choose_output_columns(plan, write_columns)
-    _check_output_dir(output, inputs.paths, force)
+    from ..io import remote
+
+    uris = [remote.is_uri(p) for p in inputs.paths]
+    in_fs, paths = None, [os.path.abspath(p) for p in inputs.paths]
+    if any(uris):  # object storage: one store for every input (Ray Data reads with one filesystem)
+        stores = [remote.resolve(p)[0] for p in inputs.paths] if all(uris) else []
+        if not stores or any(f is not stores[0] for f in stores):
+            raise AdvcliError("--engine ray reads its inputs from one place: all local paths, or all URIs of one "
+                              "bucket", hint="run these inputs with the local engine, or copy them to one bucket")
+        in_fs, paths = stores[0], [remote.resolve(p)[1] for p in inputs.paths]
+    out_fs = None
+    if remote.is_uri(output):
+        _check_output_prefix(output, inputs.paths, force)
+        out_fs, out_key = remote.resolve(output.rstrip("/"))
+        tmp = _tmp_prefix(out_key)
+    else:
+        _check_output_dir(output, inputs.paths, force)
+        tmp = _tmp_dir(output)
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)
     rows_per_file = rows_per_file or 16 * chunk_rows
-    paths = [os.path.abspath(p) for p in inputs.paths]
 
     cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
+    cl.filesystem = in_fs
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = progress is not None
-    tmp = _tmp_dir(output)
     data_log = logging.getLogger("ray.data")
     saved_level = data_log.level
     if progress is None:
@@ -561,43 +642,133 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths),
                 row_pass=_row_pass_fn(cl, paths) if row_pass == "workers" else None)
             # pass 3: compute and write
-            base_fields, out_schema = output_schema(plan, inputs, flavor, native)
-            sink = ray.remote(num_cpus=0)(_StatsSink).remote()
-            payload = {"plan": plan, "res": lean(res), "locator": RowLocator(paths, inputs.file_rows()),
+            base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
+            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(_ObserverSink).remote(observer, inputs.num_rows)
+            payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
+                       "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
                        "stats": sink}
-            ds = _map(cl, _dataset(cl, paths, None), ray.put(payload))
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file))
-            if not glob.glob(os.path.join(tmp, "*.parquet")):  # no rows: one empty file keeps the schema
-                pq.write_table(out_schema.empty_table(), os.path.join(tmp, f"part-{0:012d}.parquet"))
-            metrics = ray.get(sink.summary.remote())
+            cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
+                list(roles_to_columns(plan, plan.token_roles)) + [f.name for f in base_fields])
+            ds = _map(cl, _dataset(cl, paths, cols), ray.put(payload))
+            if out_fs is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+                os.makedirs(tmp)
+            else:
+                _delete_prefix(out_fs, tmp)
+            ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file, upload_fs=out_fs))
+            if inputs.num_rows == 0:  # no rows: one empty file keeps the schema
+                with tempfile.TemporaryDirectory() as d:
+                    empty = os.path.join(d if out_fs is not None else tmp, f"part-{0:012d}.parquet")
+                    pq.write_table(out_schema.empty_table(), empty)
+                    if out_fs is not None:
+                        _put(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
+            stats = ray.get(sink.finish.remote())
+            if out_fs is not None:
+                _publish_prefix(out_fs, tmp, out_key)
         except Exception as e:  # noqa: BLE001 - Ray wraps the workers' errors
-            shutil.rmtree(tmp, ignore_errors=True)
+            if out_fs is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                _delete_prefix(out_fs, tmp)
             err = _unwrap(e)
             if err is e:
                 raise
             raise err from None
-        _replace_dir(tmp, output)
+        if out_fs is None:
+            _replace_dir(tmp, output)
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
         data_log.setLevel(saved_level)
         if started:
             ray.shutdown()
     R = inputs.num_rows
-    scopes, step_values = res.scopes, res.step_values
     result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=int(row["length"].sum()),
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-    result.metrics = metrics
-    result.per_step = [{"step": sv, "rows": int(n), "kl_coef": b if plan.kl_on else None,
-                        "kl": k if plan.kl_on else None}
-                       for sv, n, b, k in zip(step_values, scopes.sizes.tolist(), betas, kls)]
+    result.metrics, result.per_step = stats["metrics"], stats["per_step"]
+    result.histograms, result.group_health = stats["histograms"], stats["group_health"]
+    result.diagnostics = stats["diagnostics"]
+    result.warnings.extend(stats["warnings"])
     if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
             entry["domain"] = dom
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _put(fs, local: str, key: str) -> None:
+    """Upload a finished local file to ``key`` (a multipart upload: the object appears when complete)."""
+    from ..io.remote import COPY_CHUNK
+
+    with open(local, "rb") as src, fs.open_output_stream(key) as out:
+        while True:
+            block = src.read(COPY_CHUNK)
+            if not block:
+                break
+            out.write(block)
+
+
+def _check_output_prefix(output: str, inputs: list[str], force: bool) -> None:
+    """An object-storage ``--output`` prefix: not an input nor holding one, in an existing bucket,
+    and --force to replace one that exists."""
+    from ..io import remote
+
+    out = output.rstrip("/")
+    for p in inputs:
+        if p.rstrip("/") == out or p.startswith(out + "/"):
+            raise AdvcliError(f"{output}: the output prefix is or holds an input; advcli never overwrites its input",
+                              hint="choose another --output path")
+    parent = out.rpartition("/")[0]
+    if "/" not in parent.split("://", 1)[1] and not remote.exists(parent):
+        raise AdvcliError(f"{output}: the bucket {parent} does not exist",
+                          hint="create it first; advcli never creates buckets")
+    if remote.exists(out) and not force:
+        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
+
+
+def _tmp_prefix(output: str) -> str:
+    parent, _, name = output.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}{TMP_TAG}{os.getpid()}"
+
+
+def _delete_prefix(fs, path: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type == pafs.FileType.File:
+            fs.delete_file(path)
+    except OSError:
+        pass
+
+
+def _publish_prefix(fs, tmp: str, out: str) -> None:
+    """Copy the finished parts from the temporary prefix to the output prefix (server-side copies;
+    each part appears whole), remove what an earlier run (--force) left there, then the temporary
+    prefix."""
+    import pyarrow.fs as pafs
+
+    parts = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(tmp, recursive=False))
+                   if i.type == pafs.FileType.File)
+    old = fs.get_file_info(out)
+    if old.type == pafs.FileType.File:
+        fs.delete_file(out)
+    new = set()
+    for p in parts:
+        name = p.rsplit("/", 1)[1]
+        fs.copy_file(p, f"{out}/{name}")
+        new.add(f"{out}/{name}")
+    if old.type == pafs.FileType.Directory:
+        for i in fs.get_file_info(pafs.FileSelector(out, recursive=True)):
+            if i.type == pafs.FileType.File and i.path not in new:
+                fs.delete_file(i.path)
+    _delete_prefix(fs, tmp)
 
 
 def _replace_dir(tmp: str, output: str) -> None:
@@ -615,6 +786,11 @@ def _replace_dir(tmp: str, output: str) -> None:
 
 
 def read_output(path: str) -> pa.Table:
-    """The Ray engine's output directory as one table, in input row order (file name order)."""
+    """The Ray engine's output directory (or object-storage prefix) as one table, in input row order
+    (file name order)."""
+    from ..io import remote
+
+    if remote.is_uri(path):
+        return pa.concat_tables([pq.read_table(remote.open_input(f)) for f in remote.expand(path.rstrip("/") + "/")])
     files = sorted(glob.glob(os.path.join(path, "*.parquet")))
     return pa.concat_tables([pq.read_table(f) for f in files])

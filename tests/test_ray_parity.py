@@ -1,0 +1,369 @@
+"""--engine ray gives the local engine's run report: metrics (quantiles included), per-step figures,
+histograms, group health and diagnostics, equal as JSON values (skipped without Ray)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+
+import pyarrow.parquet as pq
+import pytest
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    # address="local": a new instance even when another cluster runs on this machine (shared hosts)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024  # many blocks and batches: the figures span them
+    yield ray
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    from advcli.sample import make_table
+
+    d = tmp_path_factory.mktemp("paritydump")
+    t = make_table(1200, 6, 2, 40, 7, shuffle=True, steps=3)
+    a, b = str(d / "a.parquet"), str(d / "b.parquet")
+    pq.write_table(t.slice(0, 700), a, row_group_size=150)
+    pq.write_table(t.slice(700), b, row_group_size=150)
+    return [a, b]
+
+
+def _report(r) -> dict:
+    return json.loads(json.dumps({"metrics": r.metrics, "per_step": r.per_step, "histograms": r.histograms,
+                                  "group_health": r.group_health, "diagnostics": r.diagnostics,
+                                  "warnings": r.warnings, "rows": r.rows, "tokens": r.tokens,
+                                  "valid_tokens": r.valid_tokens}, default=str))
+
+
+def _both(paths, tmp_path, flavor, settings, **kw):
+    from advcli.engines.ray_engine import run_ray
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve(flavor, settings)
+    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor=flavor, native=native, chunk_rows=64,
+                       device="cpu")
+    got = run_ray(paths, str(tmp_path / "ray"), cfg, flavor=flavor, native=native, device="cpu", chunk_rows=37,
+                  override_num_blocks=7, **kw)
+    return _report(loc), _report(got)
+
+
+def _assert_same(loc: dict, got: dict):
+    for key in loc:
+        assert got[key] == loc[key], key
+
+
+@pytest.mark.parametrize("flavor,settings", [
+    # row-level advantages: exact quantiles and histograms from the rows
+    ("verl", [("algorithm.adv_estimator", "grpo")]),
+    # token-level advantages (GAE, whitened, adaptive KL in the reward): the token sample and the
+    # streamed histogram, KL clamp diagnostics, per-step β
+    ("verl", [("algorithm.adv_estimator", "gae"), ("algorithm.use_kl_in_reward", True),
+              ("algorithm.kl_penalty", "low_var_kl"), ("algorithm.kl_ctrl.type", "adaptive"),
+              ("algorithm.kl_ctrl.kl_coef", 0.05), ("algorithm.kl_ctrl.target_kl", 0.01),
+              ("algorithm.kl_ctrl.horizon", 500)]),
+])
+def test_report_equals_local(ray_session, dump, tmp_path, flavor, settings):
+    loc, got = _both(dump, tmp_path, flavor, settings)
+    assert loc["histograms"]["advantages"]["counts"]  # the figures are there to compare
+    assert any(k.startswith("critic/advantages/p") for k in loc["metrics"])
+    _assert_same(loc, got)
+
+
+def test_report_equals_local_with_small_statistics(ray_session, dump, tmp_path, monkeypatch):
+    """A token sample and histogram seed far smaller than the run (the sampled, non-exact path)."""
+    from advcli.stats import run_stats
+
+    real = run_stats.RunStats.__init__
+
+    def small(self, num_rows, **kw):
+        real(self, num_rows, **{**kw, "reservoir": 300})
+
+    monkeypatch.setattr(run_stats.RunStats, "__init__", small)  # the driver builds the observer
+    loc, got = _both(dump, tmp_path, "verl", [("algorithm.adv_estimator", "gae")])
+    assert loc["metrics"]["critic/advantages/quantiles_exact"] is False
+    _assert_same(loc, got)
+
+
+@pytest.mark.parametrize("flavor,kind", [("nemo", "groups_of_one"), ("roll", "dropped_rewards")])
+def test_diagnostics_and_warnings(ray_session, tmp_path, flavor, kind):
+    """Groups of one (a row-level diagnostic, found on the driver) and token scores on mask=0 tokens
+    (token level, found chunk by chunk on the workers' results): counts, examples in row order and
+    the warning line, as the local engine gives them."""
+    from advcli.sample import make_table
+
+    t = make_table(300, 1, 2, 20, 3, shuffle=False, steps=1)
+    p = str(tmp_path / "ones.parquet")
+    pq.write_table(t, p, row_group_size=50)
+    loc, got = _both([p], tmp_path, flavor, [])
+    assert [d["count"] for d in loc["diagnostics"] if d["kind"] == kind][0] > 0
+    _assert_same(loc, got)
+
+
+
+def test_batch_of_scattered_rows_is_cut_into_ordered_chunks():
+    """A batch whose global rows are not neighbours goes to the statistics as runs of consecutive
+    rows, each with its own tokens."""
+    import numpy as np
+    import torch
+
+    from advcli.engines.ray_engine import _observer_chunks
+
+    grow = np.array([7, 3, 4, 8], dtype=np.int64)  # runs 3-4 and 7-8
+    offsets = np.array([0, 2, 5, 6, 9], dtype=np.int64)  # lengths 2, 3, 1, 3
+    x = torch.arange(9, dtype=torch.float32)
+    chunks = list(_observer_chunks(grow, offsets, x, x + 100, x, x, {"values": x * 2}))
+    assert [c[0] for c in chunks] == [3, 7]
+    assert chunks[0][1].tolist() == [0, 3, 4] and chunks[0][3].tolist() == [102, 103, 104, 105]
+    assert chunks[1][1].tolist() == [0, 2, 5] and chunks[1][2].tolist() == [0, 1, 6, 7, 8]
+    assert chunks[1][6]["values"].tolist() == [0, 2, 12, 14, 16]
+
+
+def test_sidecar_output_equals_local(ray_session, dump, tmp_path):
+    """--output-mode sidecar: row_index (per input file), the keys and the new columns, the local
+    engine's sidecars read in input order; the same provenance metadata."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae")])
+    out_l = tmp_path / "local"
+    run_pipeline(dump, str(out_l) + "/", cfg, flavor="verl", native=native, chunk_rows=64, device="cpu",
+                 output_mode="sidecar")
+    local = pa.concat_tables([pq.read_table(out_l / p.rsplit("/", 1)[1]) for p in dump])
+    run_ray(dump, str(tmp_path / "ray"), cfg, flavor="verl", native=native, device="cpu", chunk_rows=37,
+            override_num_blocks=7, rows_per_file=100, output_mode="sidecar")
+    got = read_output(str(tmp_path / "ray"))
+    assert got.schema.names[0] == "row_index" and "advantages" in got.schema.names
+    assert "responses" not in got.schema.names  # only the sidecar's columns
+    assert got.equals(local)
+    assert got.schema.metadata[b"advcli"] == local.schema.metadata[b"advcli"]
+    assert got.schema.metadata[b"advcli_sidecar"] == local.schema.metadata[b"advcli_sidecar"]
+    assert got["row_index"].to_pylist() == list(range(700)) + list(range(500))
+
+
+def test_cli_sidecar_on_ray(ray_session, dump, tmp_path):
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+    from advcli.engines.ray_engine import read_output
+
+    out = tmp_path / "side"
+    r = CliRunner().invoke(app, ["run", dump[0], "-o", str(out), "--engine", "ray", "--output-mode", "sidecar",
+                                 "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "--device", "cpu",
+                                 "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert read_output(str(out)).schema.names[0] == "row_index"
+
+
+# ------------------------------------------------------------------ object storage (a local S3 server)
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 with the bucket ``bkt`` (as tests/test_object_storage.py); the
+    AWS_* variables set before the Ray instance starts, so its workers inherit them."""
+    pytest.importorskip("moto", reason="the S3 tests need moto[server]")
+    pytest.importorskip("flask", reason="moto's server mode needs flask")
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow.fs as pafs
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="testing",
+                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+        for _ in range(200):
+            try:
+                fs.create_dir("bkt")
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("the local S3 server did not start")
+        yield fs
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        from advcli.io import remote
+        remote._filesystem.cache_clear()
+
+
+def _put_dump(fs, paths, prefix):
+    for p in paths:
+        with open(p, "rb") as src, fs.open_output_stream(f"bkt/{prefix}/{p.rsplit('/', 1)[1]}") as out:
+            out.write(src.read())
+    return f"s3://bkt/{prefix}/"
+
+
+def _keys(fs, prefix="bkt"):
+    import pyarrow.fs as pafs
+
+    return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
+                  if i.type == pafs.FileType.File)
+
+
+@pytest.fixture(scope="module")
+def s3_ray(s3):
+    """The Ray instance for the S3 tests, started after the server's variables are set."""
+    import ray
+
+    ray.shutdown()
+    # address="local": a new instance even when another cluster runs on this machine (shared hosts)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024
+    yield s3
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+
+
+def test_s3_input_and_output_equal_local(s3_ray, dump, tmp_path):
+    """s3:// inputs (a prefix of two files, read ranged by the workers) and an s3:// output prefix:
+    the local engine's rows and report; no temporary key left; --force to replace."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    fs = s3_ray
+    src = _put_dump(fs, dump, "dump")
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo")])
+    loc = run_pipeline(dump, str(tmp_path / "local") + "/", cfg, flavor="verl", native=native, chunk_rows=64,
+                       device="cpu")
+    local = pa.concat_tables([pq.read_table(tmp_path / "local" / p.rsplit("/", 1)[1]) for p in dump])
+    got = run_ray([src], "s3://bkt/out", cfg, flavor="verl", native=native, device="cpu", chunk_rows=50,
+                  rows_per_file=300)
+    table = read_output("s3://bkt/out")
+    assert table.equals(local)
+    assert table.schema.metadata[b"advcli"] == local.schema.metadata[b"advcli"]
+    assert _report(got) == {**_report(loc), "warnings": _report(got)["warnings"]}
+    keys = _keys(fs)
+    assert [k for k in keys if not k.startswith(("bkt/dump/", "bkt/out/"))] == []  # no temporary key
+    assert len([k for k in keys if k.startswith("bkt/out/part-")]) >= 2
+    with pytest.raises(AdvcliError, match="already exists"):
+        run_ray([src], "s3://bkt/out", cfg, flavor="verl", native=native, device="cpu")
+    run_ray([src], "s3://bkt/out", cfg, flavor="verl", native=native, device="cpu", force=True)
+    assert read_output("s3://bkt/out").equals(local)  # replaced: the old, smaller parts are gone
+    assert [k for k in _keys(fs) if not k.startswith(("bkt/dump/", "bkt/out/"))] == []
+
+
+def test_s3_bad_input_leaves_nothing(s3_ray, tmp_path):
+    """A bad value found by a worker: the local engine's message, and no output nor temporary key."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    t = make_table(200, 4, 2, 20, 5, shuffle=False)
+    vals = t.column("values").to_pylist()
+    vals[150][1] = float("nan")
+    t = t.set_column(t.schema.get_field_index("values"), "values", pa.array(vals, type=t.schema.field("values").type))
+    p = str(tmp_path / "bad.parquet")
+    pq.write_table(t, p, row_group_size=50)
+    fs = s3_ray
+    src = _put_dump(fs, [p], "baddump")
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae")])
+    with pytest.raises(AdvcliError, match=r"s3://bkt/baddump/bad.parquet.*'values', row 150, position 1"):
+        run_ray([src], "s3://bkt/badout", cfg, flavor="verl", native=native, device="cpu", chunk_rows=40)
+    assert [k for k in _keys(fs) if "badout" in k] == []
+
+
+# ------------------------------------------------------------------ a multi-node cluster on this machine
+@pytest.fixture()
+def ray_cluster(s3):
+    """``ray.cluster_utils.Cluster``: a head node (no CPU for tasks: the driver's node) and two worker
+    nodes of one CPU each, separate raylets, started after the S3 variables are set."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 32 * 1024
+    yield cluster, workers
+    ctx.target_max_block_size = saved
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def _four_files(fs, tmp_path, prefix):
+    from advcli.sample import make_table
+
+    t = make_table(1000, 5, 2, 30, 11, shuffle=True, steps=2)
+    paths = []
+    for i, (a, b) in enumerate([(0, 180), (180, 430), (430, 700), (700, 1000)]):
+        p = str(tmp_path / f"part{i}.parquet")
+        pq.write_table(t.slice(a, b - a), p, row_group_size=60)
+        paths.append(p)
+    return paths, _put_dump(fs, paths, prefix)
+
+
+def test_multinode_cluster_s3_equals_local(ray_cluster, tmp_path):
+    """Head + two worker nodes; four files read from the S3 server by the workers (the row pass on
+    the workers too, as on any multi-node cluster); output written back there: the local engine's
+    rows and report."""
+    import ray
+
+    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.flavors import resolve
+    from advcli.io import remote
+    from advcli.pipeline import run_pipeline
+
+    fs = remote.resolve("s3://bkt/x")[0]
+    assert sum(1 for n in ray.nodes() if n.get("Alive")) == 3
+    paths, src = _four_files(fs, tmp_path, "mn")
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae"), ("algorithm.use_kl_in_reward", True),
+                                   ("algorithm.kl_penalty", "k2")])
+    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor="verl", native=native, chunk_rows=64,
+                       device="cpu")
+    import pyarrow as pa
+
+    local = pa.concat_tables([pq.read_table(tmp_path / "local" / f"part{i}.parquet") for i in range(4)])
+    got = run_ray([src], "s3://bkt/mn-out", cfg, flavor="verl", native=native, device="cpu", chunk_rows=45,
+                  rows_per_file=200)
+    assert read_output("s3://bkt/mn-out").equals(local)
+    assert _report(got) == _report(loc)
+

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _services import local_s3_server, s3_keys
 
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[test]')")
 pytest.importorskip("flask", reason="moto's server mode needs flask (pip install 'moto[server]')")
@@ -27,49 +27,11 @@ SAMPLE = os.path.join(ROOT, "sample_data", "rollouts.parquet")
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 with one bucket; stopped at the end of the module."""
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        import pyarrow.fs as pafs
-
-        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="testing",
-                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)
-        for _ in range(200):  # the server takes a moment to listen
-            try:
-                fs.create_dir("bkt")
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("the local S3 server did not start")
+    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
         yield fs
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        from advcli.io import remote
-
-        remote._filesystem.cache_clear()
 
 
 def put(fs, local: str, key: str) -> str:
@@ -85,13 +47,6 @@ def get(fs, key: str) -> bytes:
 
 def _table(data: bytes) -> pa.Table:
     return pq.read_table(pa.BufferReader(data))
-
-
-def keys(fs, prefix: str) -> list[str]:
-    import pyarrow.fs as pafs
-
-    return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
-                  if i.type == pafs.FileType.File)
 
 
 def cli(*args, env=None):
@@ -113,7 +68,7 @@ def test_run_s3_to_s3_gives_the_local_bytes(s3, tmp_path):
     # re-encoded, so the bytes differ: tests/test_splice.py holds the two writers to the same table)
     assert _table(get(s3, "bkt/t1/out/rollouts.parquet")).equals(pq.read_table(local_out), check_metadata=True)
     assert get(s3, "bkt/t1/rollouts.parquet") == before  # the input is never modified
-    assert keys(s3, "bkt/t1") == ["bkt/t1/out/rollouts.parquet", "bkt/t1/rollouts.parquet"]  # no temporary key
+    assert s3_keys(s3, "bkt/t1") == ["bkt/t1/out/rollouts.parquet", "bkt/t1/rollouts.parquet"]  # no temporary key
 
 
 def test_existing_output_needs_force(s3):
@@ -136,7 +91,7 @@ def test_rejected_run_leaves_no_object_and_no_temporary_key(s3, tmp_path):
     src = put(s3, str(bad), "bkt/t3/bad.parquet")
     p = cli("run", src, "--output", "s3://bkt/t3/out.parquet", *GRPO, "-q")
     assert p.returncode == 2 and "not finite" in p.stderr and "Traceback" not in p.stderr
-    assert keys(s3, "bkt/t3") == ["bkt/t3/bad.parquet"]
+    assert s3_keys(s3, "bkt/t3") == ["bkt/t3/bad.parquet"]
 
 
 def test_interrupted_run_leaves_no_object_and_no_temporary_key(s3, tmp_path):
@@ -156,7 +111,7 @@ def test_interrupted_run_leaves_no_object_and_no_temporary_key(s3, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err, err
-    assert keys(s3, "bkt/t4") == ["bkt/t4/in.parquet"]
+    assert s3_keys(s3, "bkt/t4") == ["bkt/t4/in.parquet"]
     assert not any(".advcli-tmp-" in n for n in os.listdir(tmpdir))
 
 

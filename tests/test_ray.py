@@ -1,6 +1,6 @@
 """--engine ray: the same outputs as the local engine (rows, order, columns, values, metadata).
 
-The Ray tests start one local Ray instance for the module (``ray.init(num_cpus=2)``, ~3 s) and
+The Ray tests start one local Ray instance for the module (``_services.local_ray``, ~3 s) and
 are skipped when Ray is not installed (``pip install 'advcli[ray]'``). Inputs are generated dumps
 with groups scattered inside steps, a step column, two input files and small read blocks and
 batches, so every group and step statistic spans blocks, batches and files.
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import logging
 import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _services import local_ray
 
 from advcli.errors import AdvcliError
 
@@ -91,16 +91,8 @@ def test_unknown_engine_suggests_nearest():
 def ray_session():
     if not HAVE_RAY:
         pytest.skip("ray is not installed")
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    ctx = ray.data.DataContext.get_current()
-    saved = ctx.target_max_block_size
-    ctx.target_max_block_size = 32 * 1024  # small blocks: many blocks, batches and output files
-    yield ray
-    ctx.target_max_block_size = saved
-    ray.shutdown()
+    with local_ray() as ray:  # small blocks: many blocks, batches and output files
+        yield ray
 
 
 @pytest.fixture(scope="module")

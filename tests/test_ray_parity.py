@@ -8,6 +8,7 @@ import logging
 
 import pyarrow.parquet as pq
 import pytest
+from _services import local_ray, local_s3_server, s3_keys
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -15,18 +16,8 @@ pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip 
 
 @pytest.fixture(scope="module")
 def ray_session():
-    import ray
-
-    # address="local": a new instance even when another cluster runs on this machine (shared hosts)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False)
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    ctx = ray.data.DataContext.get_current()
-    saved = ctx.target_max_block_size
-    ctx.target_max_block_size = 32 * 1024  # many blocks and batches: the figures span them
-    yield ray
-    ctx.target_max_block_size = saved
-    ray.shutdown()
+    with local_ray() as ray:  # small blocks: the figures span many blocks and batches
+        yield ray
 
 
 @pytest.fixture(scope="module")
@@ -174,51 +165,12 @@ def test_cli_sidecar_on_ray(ray_session, dump, tmp_path):
 # ------------------------------------------------------------------ object storage (a local S3 server)
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 with the bucket ``bkt`` (as tests/test_object_storage.py); the
-    AWS_* variables set before the Ray instance starts, so its workers inherit them."""
+    """A moto S3 server on 127.0.0.1 with the bucket ``bkt``; the AWS_* variables set before the Ray
+    instance starts, so its workers inherit them."""
     pytest.importorskip("moto", reason="the S3 tests need moto[server]")
     pytest.importorskip("flask", reason="moto's server mode needs flask")
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import pyarrow.fs as pafs
-
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="testing",
-                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)
-        for _ in range(200):
-            try:
-                fs.create_dir("bkt")
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("the local S3 server did not start")
+    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
         yield fs
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        from advcli.io import remote
-        remote._filesystem.cache_clear()
 
 
 def _put_dump(fs, paths, prefix):
@@ -229,27 +181,14 @@ def _put_dump(fs, paths, prefix):
 
 
 def _keys(fs, prefix="bkt"):
-    import pyarrow.fs as pafs
-
-    return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
-                  if i.type == pafs.FileType.File)
+    return s3_keys(fs, prefix)
 
 
 @pytest.fixture(scope="module")
 def s3_ray(s3):
     """The Ray instance for the S3 tests, started after the server's variables are set."""
-    import ray
-
-    ray.shutdown()
-    # address="local": a new instance even when another cluster runs on this machine (shared hosts)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False)
-    ctx = ray.data.DataContext.get_current()
-    saved = ctx.target_max_block_size
-    ctx.target_max_block_size = 32 * 1024
-    yield s3
-    ctx.target_max_block_size = saved
-    ray.shutdown()
+    with local_ray():
+        yield s3
 
 
 def test_s3_input_and_output_equal_local(s3_ray, dump, tmp_path):

@@ -325,14 +325,29 @@ class Diagnostics:
 
     # -------------------------------------------------------------------------------- per chunk
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, tok: dict,
-                  row_adv: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                  row_adv: tuple[torch.Tensor, torch.Tensor] | None = None, findings: dict | None = None) -> None:
         """One chunk of the write pass: KL clamps, token scores on masked tokens, non-finite advantages.
 
         ``row_adv`` = (advantage [B], valid tokens [B]) when every valid token of a row holds its
         row's advantage (row-level estimators, see :class:`advcli.pipeline.observe.RunObserver`): the
         non-finite check is then made on the rows (a row is flagged when it has a valid token and a
-        non-finite value), with no pass over the tokens."""
+        non-finite value), with no pass over the tokens. ``findings``: the chunk's token-column checks
+        (:meth:`token_findings`), made earlier where its columns were decoded; ``tok`` is then not read."""
         layout = layout.to("cpu")
+        self._nonfinite(row0, layout, mask, adv, row_adv)
+        if findings is None:
+            findings = self.token_findings(row0, layout, mask, tok)
+        for name in ("kl_in", "kl_out", "tls_dropped"):
+            acc, part = getattr(self, name), findings[name]
+            if "checked" in part:
+                acc["checked"] = part["checked"]
+            for k in ("count", "rows", "tokens"):
+                if k in part:
+                    acc[k] += part[k]
+            acc["examples"] += part["examples"][:max(MAX_EXAMPLES - len(acc["examples"]), 0)]
+
+    def _nonfinite(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor,
+                   row_adv: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         m = None
         if row_adv is not None:
             v, n = row_adv
@@ -347,7 +362,19 @@ class Diagnostics:
             self.nonfinite["count"] += bad_rows.numel()
             for r in bad_rows[:max(MAX_EXAMPLES - len(self.nonfinite["examples"]), 0)].tolist():
                 self.nonfinite["examples"].append({"row": row0 + r})
-        if m is None and self.token_scores and self.drops and "token_level_scores" in tok:
+
+    def token_findings(self, row0: int, layout: Ragged, mask: torch.Tensor, tok: dict) -> dict:
+        """The checks of one chunk's token columns that do not read its advantages (KL clamps, token
+        scores on masked tokens), as counts and the first examples in row order:
+        ``{"kl_in": ..., "kl_out": ..., "tls_dropped": ...}``, added to the run by :meth:`add_chunk`.
+        Reads only this object's settings, so the statistics pass's workers call it on one of their own."""
+        layout = layout.to("cpu")
+        kl_in = {"count": 0, "rows": 0, "examples": []}
+        kl_out = {"count": 0, "rows": 0, "examples": []}
+        tls_dropped = {"count": 0, "tokens": 0, "examples": []}
+        found = {"kl_in": kl_in, "kl_out": kl_out, "tls_dropped": tls_dropped}
+        m = None
+        if self.token_scores and self.drops and "token_level_scores" in tok:
             m = mask.detach().to("cpu") > 0
         policy = (self.kl_cfg or {}).get("policy", "old_log_probs")  # kl.policy; kl.missing=zeros: zeros
         zeros_ok = (self.kl_cfg or {}).get("missing") == "zeros" and (policy in tok or "ref_log_probs" in tok)
@@ -357,7 +384,7 @@ class Diagnostics:
             lp = tok[policy].detach().to("cpu") if policy in tok else z
             ref = tok["ref_log_probs"].detach().to("cpu") if "ref_log_probs" in tok else z
             flags = kl_ops.kl_clamp_flags(lp, ref, c["estimator"], c.get("input_clamp"), c.get("output_clamp"))
-            for acc, flag in zip((self.kl_in, self.kl_out), flags):
+            for acc, flag in zip((kl_in, kl_out), flags):
                 if flag is None:
                     acc["checked"] = False
                     continue
@@ -386,10 +413,11 @@ class Diagnostics:
             if bool(f.any()):
                 per_row = layout.row_sum(f.to(torch.int64))
                 rows = torch.nonzero(per_row, as_tuple=True)[0]
-                self.tls_dropped["count"] += rows.numel()
-                self.tls_dropped["tokens"] += int(f.sum())
-                for r in rows[:MAX_EXAMPLES - len(self.tls_dropped["examples"])].tolist():
-                    self.tls_dropped["examples"].append({"row": row0 + r, "tokens": int(per_row[r])})
+                tls_dropped["count"] += rows.numel()
+                tls_dropped["tokens"] += int(f.sum())
+                for r in rows[:MAX_EXAMPLES - len(tls_dropped["examples"])].tolist():
+                    tls_dropped["examples"].append({"row": row0 + r, "tokens": int(per_row[r])})
+        return found
 
     def finish(self) -> list[dict[str, Any]]:
         out = list(self.items)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import torch
 
@@ -15,6 +16,7 @@ from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
 from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
 from ..ragged import Ragged
+from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns
 from .rows import Resolved, row_kl_sums, scope_where
@@ -28,28 +30,39 @@ TOKEN_CACHE_BYTES = 256 << 20  # the statistics pass keeps its results for the w
 
 @dataclass
 class CachedChunk:
+    """One chunk's results kept by the statistics pass for the write pass. With ``seen`` (and the
+    layout and mask), the write pass has all it needs without decoding the chunk's inputs again."""
+
     rows: int
     adv: torch.Tensor  # before whitening (re-masked where configured)
     ret: torch.Tensor  # the estimator's returns
     tlr: torch.Tensor
     row_kl: tuple | None  # (Σ kld, masked mean) per row where the row KL is deferred
+    offsets: np.ndarray | None = None  # [B+1] the chunk's list offsets
+    mask: torch.Tensor | None = None  # bool, the final mask
+    seen: ChunkObservations | None = None  # what the run statistics need from the token columns
 
 
 def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int, progress, rewards: bool):
     """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages.
 
-    For the advantages, when the input's advantages, returns and token rewards fit in
+    For the advantages, when the input's advantages, returns and token rewards (and its mask) fit in
     :data:`TOKEN_CACHE_BYTES`, each chunk's results are kept (``res.token_cache``, by first row) so
-    that the write pass only whitens them instead of computing the estimator a second time; a
-    bigger input is computed twice, in bounded memory."""
+    that the write pass only whitens them instead of computing the estimator a second time. Where
+    the returns do not depend on the whitening, each chunk also keeps its layout, its mask and what
+    the run statistics read from its token columns (:func:`observe_tokens`, computed here on the
+    workers), and ``res.token_cache_complete`` tells the write pass that it need not decode the
+    inputs at all: the token columns are decoded once per run. A bigger input is computed twice,
+    in bounded memory."""
     sums = MomentSums.zeros(res.scopes.num_groups)
     reader = ChunkReader(plan, inputs)
     cols = list(roles_to_columns(plan, plan.token_roles))
     total = int(res.table.length.sum()) if res.table.length.numel() else 0
     elem = torch.empty(0, dtype=plan.dtype).element_size()
     cache: dict | None = None
-    if not rewards and total * elem * 3 <= TOKEN_CACHE_BYTES and res.correction is None:
+    if not rewards and total * (elem * 3 + 1) <= TOKEN_CACHE_BYTES and res.correction is None:
         cache = {}
+    observe = cache is not None and plan.spec.level != "row" and observes_returns_early(plan)
     # slime's float32 one-pass whitening sums each step's concatenated tokens with torch: kept in order
     # (CPU) to make the same calls on the same tensor (ops.whiten.ordered_float32_sums), within bounds
     ordered: list | None = [] if (not rewards and plan.whiten_spec().one_pass == torch.float32
@@ -69,6 +82,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             if extras is not None:
                 row_kl = tuple(x.cpu() for x in row_kl_sums(chunk.layout, extras["kld"], mask, plan.cfg["kl"]["mask"]))
             entry = CachedChunk(batch.num_rows, adv, ret[1], tlr, row_kl)
+            if observe:  # the write pass then reads no input column (see the docstring)
+                entry.offsets, entry.mask = offsets, (mask > 0).cpu()
+                entry.seen = observe_tokens(plan, res.scopes.num_groups, row0, layout, mask, ret[1], tlr, tok)
         else:
             adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
@@ -115,6 +131,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             consume(pending.popleft())
     if cache is not None:
         res.token_cache = cache
+        res.token_cache_complete = observe and all(e.seen is not None for e in cache.values())
     if ordered:
         from ..ops.whiten import ordered_float32_sums
         sums.ordered = ordered_float32_sums(*(torch.cat(x) for x in zip(*ordered)), res.scopes.num_groups)

@@ -3,11 +3,56 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..ragged import Ragged
-from ..stats import RunStats
+from ..stats import ChunkFigures, RunStats, chunk_figures
 from .tokens import chunk_final, row_level_tokens
+
+
+def diagnostics_settings(plan) -> dict:
+    """The :class:`advcli.diagnostics.Diagnostics` settings of a run (all but the id lookup)."""
+    from ..config import get_path
+    from ..diagnostics import drops_masked_rewards
+
+    return {"kl_cfg": dict(plan.cfg["kl"]) if plan.kl_on else None,
+            "drops": drops_masked_rewards(plan.spec, plan.params, plan.cfg),
+            "token_scores": plan.reward_source == "token_level_scores",
+            "rule": get_path(plan.cfg, "diagnostics.rule")}
+
+
+@dataclass
+class ChunkObservations:
+    """What the run statistics and diagnostics need from one chunk's token columns and do not
+    read from its advantages: :class:`advcli.stats.ChunkFigures` and the diagnostics' token findings."""
+
+    figures: ChunkFigures
+    findings: dict
+
+
+def observes_returns_early(plan) -> bool:
+    """Can :func:`observe_tokens` run before whitening? Only when the written returns are not the
+    (whitened) advantages themselves."""
+    from ..config import get_path
+
+    return get_path(plan.cfg, "advantage.returns") != "advantages"
+
+
+def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, tlr, tok: dict) -> ChunkObservations:
+    """The chunk's :class:`ChunkObservations`, computed where its token columns are decoded (the
+    statistics pass's workers): the same functions :meth:`RunObserver.add` runs, so its figures
+    are the same when it adds them in row order. ``ret``: the final returns (see
+    :func:`observes_returns_early`)."""
+    from ..diagnostics import Diagnostics
+
+    m = mask.detach().to("cpu") > 0
+    values = tok.get("values") if "values" in plan.token_roles else None
+    figures = chunk_figures(layout, m, ret, tlr, values, padded=bool(getattr(plan, "padded", False)),
+                            one_scope=max(num_scopes, 1) == 1)
+    findings = Diagnostics(**diagnostics_settings(plan)).token_findings(row0, layout, mask, tok)
+    return ChunkObservations(figures, findings)
 
 
 class RunObserver:
@@ -33,7 +78,7 @@ class RunObserver:
 
     def __init__(self, plan, res, row: dict, betas: list, kls: list):
         from ..config import get_path
-        from ..diagnostics import Diagnostics, drops_masked_rewards, id_lookup
+        from ..diagnostics import Diagnostics, id_lookup
 
         table = res.table
         R = table.num_rows
@@ -50,12 +95,8 @@ class RunObserver:
                          and getattr(res, "adv_row", None) is not None and not self.stats.has_values)
         keys = getattr(res, "row_keys", None) or {}
         pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
-        drops = drops_masked_rewards(plan.spec, plan.params, plan.cfg)
         mask_placed = bool(get_path(plan.cfg, "reward.mask_placed"))
-        self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None),
-                                kl_cfg=dict(plan.cfg["kl"]) if plan.kl_on else None, drops=drops,
-                                token_scores=plan.reward_source == "token_level_scores",
-                                rule=get_path(plan.cfg, "diagnostics.rule"))
+        self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None), **diagnostics_settings(plan))
         self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by resolve (prepare.py)
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
                        reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
@@ -82,15 +123,19 @@ class RunObserver:
         if getattr(res, "whiten_other", None) is not None:
             self.diag.whitening(res.whiten_mean, res.whiten_rstd, *res.whiten_other, plan.dtype, res.step_values)
 
-    def add(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict) -> None:
+    def add(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict,
+            seen: ChunkObservations | None = None) -> None:
+        """One chunk's final values. ``seen``: what :func:`observe_tokens` found in the chunk's token
+        columns when they were decoded in an earlier pass (``tok``, ``ret`` and ``tlr`` are then not read)."""
         if self.row_path:
             adv_row, ret_row = self._row_values(row0, layout, mask, adv, ret)
             self.stats.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
             self.diag.add_chunk(row0, layout, mask, adv, tok,
                                 row_adv=(adv_row, self.stats.valid_len[row0:row0 + layout.num_rows]))
             return
-        self.stats.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"))
-        self.diag.add_chunk(row0, layout, mask, adv, tok)
+        self.stats.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"),
+                             figures=seen.figures if seen is not None else None)
+        self.diag.add_chunk(row0, layout, mask, adv, tok, findings=seen.findings if seen is not None else None)
 
     def _row_values(self, row0: int, layout: Ragged, mask, adv, ret) -> tuple[torch.Tensor, torch.Tensor]:
         """The final advantage and return [B] (plan dtype, CPU) of the chunk's rows: the pipeline's own

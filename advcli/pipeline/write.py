@@ -44,7 +44,10 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
     thread accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes
     the chunks before (pyarrow and torch release the GIL)."""
     reader = ChunkReader(plan, inputs)
-    tok_cols = list(roles_to_columns(plan, plan.token_roles))
+    # the statistics pass kept every chunk with what the statistics read from its token columns
+    # (moments.token_moment_pass): no token column is decoded again
+    cached = bool(res.token_cache_complete)
+    tok_cols = [] if cached else list(roles_to_columns(plan, plan.token_roles))
     writing = outs is not None
     splice = False
     if writing:
@@ -81,11 +84,20 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
                     writers[last_fi].prepare()
                 writers[fi] = open_writer(fi)
                 last_fi = fi
-            offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
-            layout = Ragged(torch.from_numpy(offsets))
             hit = res.token_cache.pop(row0, None) if res.token_cache else None
+            seen = None
+            if cached:
+                if hit is None or hit.rows != batch.num_rows:
+                    raise RuntimeError(f"internal: the statistics pass's chunks do not match the write pass's at "
+                                       f"row {row0}; please report this")
+                offsets, tok, seen = hit.offsets, {}, hit.seen
+                mask = hit.mask
+            else:
+                offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+                mask = tok["response_mask"]
+            layout = Ragged(torch.from_numpy(offsets))
             if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
-                mask = to_device(tok["response_mask"], plan.device).to(plan.dtype)
+                mask = to_device(mask, plan.device).to(plan.dtype)
                 adv, ret, tlr, mask = chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
                                                    mask, row0, apply_whiten=True)
                 row_kl = hit.row_kl
@@ -98,7 +110,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
             if kl_parts is not None:
                 kl_parts[0].append(row_kl[0].cpu())
                 kl_parts[1].append(row_kl[1].cpu())
-            observer.submit(row0, layout, mask, adv, ret, tlr, tok)
+            observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
             extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
                      if res.correction is not None else None)
             if splice:

@@ -89,10 +89,10 @@ from __future__ import annotations
 from .histograms import BINS, StreamHistogram, histogram
 from .json_values import figure
 from .quantile_sketch import QUANTILES, RESERVOIR, SEED, TokenSample, hash_keys, quantiles, sample_ordinals
-from .run_stats import RunStats
+from .run_stats import ChunkFigures, RunStats, chunk_figures
 from .sums import RowPartials, ScopeSums, row_sums64
 from .verl_metrics import explained_var, group_figures, metric_block, row_figures
 
-__all__ = ["BINS", "QUANTILES", "RESERVOIR", "SEED", "RowPartials", "RunStats", "ScopeSums", "StreamHistogram",
-           "TokenSample", "explained_var", "figure", "group_figures", "hash_keys", "histogram",
-           "metric_block", "quantiles", "row_figures", "row_sums64", "sample_ordinals"]
+__all__ = ["BINS", "QUANTILES", "RESERVOIR", "SEED", "ChunkFigures", "RowPartials", "RunStats", "ScopeSums",
+           "StreamHistogram", "TokenSample", "chunk_figures", "explained_var", "figure", "group_figures", "hash_keys",
+           "histogram", "metric_block", "quantiles", "row_figures", "row_sums64", "sample_ordinals"]

@@ -4,6 +4,7 @@ the end (:meth:`RunStats.finish`; the figures: :mod:`advcli.stats`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,6 +16,56 @@ from .json_values import figure
 from .quantile_sketch import RESERVOIR, TokenSample, quantiles
 from .sums import RowPartials, ScopeSums, row_sums64
 from .verl_metrics import group_figures, metric_block, row_figures
+
+
+@dataclass
+class ChunkFigures:
+    """One chunk's run figures that do not depend on its advantages: Σ token_level_rewards and the
+    response length per row, and the per-row partials of the returns, the values and returns − values.
+    Computed by :func:`chunk_figures` wherever the chunk's token columns are decoded (the statistics
+    pass keeps them beside its cached results, so the write pass need not decode the inputs again) and
+    added by :meth:`RunStats.add_chunk` in row order, so every sum is the same as when computed there."""
+
+    seq_reward: torch.Tensor  # [B] float64
+    resp_len: torch.Tensor  # [B] int64
+    ret: RowPartials
+    val: RowPartials | None
+    ret_minus_val: RowPartials | None
+
+
+def _row_reward_and_length(layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor, padded: bool,
+                           sel: torch.Tensor | None = None, voff: torch.Tensor | None = None):
+    """(Σ token_level_rewards [B] float64, response length [B]) of a chunk's rows; padded lists: the
+    length runs to the last mask=1 position."""
+    seq_reward = row_sums64(layout.offsets, tlr)
+    if not padded:
+        return seq_reward, layout.lengths
+    if sel is None:
+        sel = torch.nonzero(m, as_tuple=True)[0]
+        voff = torch.searchsorted(sel, layout.offsets)
+    n = voff[1:] - voff[:-1]
+    last = sel[torch.clamp(voff[1:] - 1, min=0)] if sel.numel() else torch.zeros_like(n)
+    return seq_reward, torch.where(n > 0, last - layout.offsets[:-1] + 1, torch.zeros_like(n))
+
+
+def chunk_figures(layout: Ragged, m: torch.Tensor, ret: torch.Tensor, tlr: torch.Tensor,
+                  values: torch.Tensor | None, *, padded: bool, one_scope: bool, sel: torch.Tensor | None = None,
+                  voff: torch.Tensor | None = None) -> ChunkFigures:
+    """:class:`ChunkFigures` of one chunk (``m``: mask > 0, CPU bool; ``values`` None when the run
+    reports no value figures; ``one_scope``: the run has one scope, so min/max are per chunk)."""
+    layout = layout.to("cpu")
+    if sel is None:
+        sel = torch.nonzero(m, as_tuple=True)[0]
+        voff = torch.searchsorted(sel, layout.offsets)
+    seq_reward, resp_len = _row_reward_and_length(layout, m, tlr, padded, sel, voff)
+    rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
+    ret_p = RowPartials.of_tokens(rv, voff, rows_minmax=not one_scope)
+    val_p = rmv_p = None
+    if values is not None:
+        vv = torch.index_select(values.detach().to("cpu"), 0, sel).to(torch.float64)
+        val_p = RowPartials.of_tokens(vv, voff, rows_minmax=not one_scope)
+        rmv_p = RowPartials.of_tokens(rv - vv, voff, rows_minmax=not one_scope)
+    return ChunkFigures(seq_reward, resp_len, ret_p, val_p, rmv_p)
 
 
 class RunStats:
@@ -72,22 +123,15 @@ class RunStats:
     def _rows_common(self, rows: slice, layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor,
                      sel: torch.Tensor | None = None, voff: torch.Tensor | None = None) -> None:
         """seq_reward and resp_len of the chunk's rows (``m``: mask > 0 on the CPU, needed when padded)."""
-        self.seq_reward[rows] = row_sums64(layout.offsets, tlr)
-        if self.padded:
-            if sel is None:
-                sel = torch.nonzero(m, as_tuple=True)[0]
-                voff = torch.searchsorted(sel, layout.offsets)
-            n = voff[1:] - voff[:-1]
-            last = sel[torch.clamp(voff[1:] - 1, min=0)] if sel.numel() else torch.zeros_like(n)
-            self.resp_len[rows] = torch.where(n > 0, last - layout.offsets[:-1] + 1, torch.zeros_like(n))
-        else:
-            self.resp_len[rows] = layout.lengths
+        self.seq_reward[rows], self.resp_len[rows] = _row_reward_and_length(layout, m, tlr, self.padded, sel, voff)
 
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
-                  tlr: torch.Tensor, values: torch.Tensor | None = None) -> None:
+                  tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None) -> None:
         """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device),
         token by token: the valid tokens are found once, each quantity is reduced per row (float64)
-        and the row figures are added to the scopes in row order."""
+        and the row figures are added to the scopes in row order. ``figures``: the chunk's figures that
+        do not depend on its advantages (:func:`chunk_figures`), computed earlier where its token
+        columns were at hand; ``ret``, ``tlr`` and ``values`` are then not read."""
         layout = layout.to("cpu")
         B = layout.num_rows
         rows = slice(row0, row0 + B)
@@ -95,7 +139,10 @@ class RunStats:
         # the valid tokens' flat indices, found once and gathered with; voff[i]: valid tokens before row i
         sel = torch.nonzero(m, as_tuple=True)[0]
         voff = torch.searchsorted(sel, layout.offsets)
-        self._rows_common(rows, layout, m, tlr, sel, voff)
+        if figures is None:
+            figures = chunk_figures(layout, m, ret, tlr, values if self.has_values else None, padded=self.padded,
+                                    one_scope=self.S == 1, sel=sel, voff=voff)
+        self.seq_reward[rows], self.resp_len[rows] = figures.seq_reward, figures.resp_len
         self.valid[rows] = voff[1:] - voff[:-1]
         scope = self._row_scope(rows, B)
         # index_select, not x[sel]: the generic indexing kernel is ~3x slower for a flat gather
@@ -108,14 +155,12 @@ class RunStats:
         self.adv_nonconstant |= pa.nonconstant
         if not self.adv_nonconstant:  # per-row min/max only matter while the run may be row-constant
             self.adv_min[rows], self.adv_max[rows] = pa.mn, pa.mx
-        rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
-        self.ret.add(RowPartials.of_tokens(rv, voff, rows_minmax=not one), scope)
-        if values is not None and self.has_values:
-            vv = torch.index_select(values.detach().to("cpu"), 0, sel).to(torch.float64)
-            self.val.add(RowPartials.of_tokens(vv, voff, rows_minmax=not one), scope)
-            self.ret_minus_val.add(RowPartials.of_tokens(rv - vv, voff, rows_minmax=not one), scope)
-        zc = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum((av == 0).to(torch.int64), 0)])
-        self.adv_zero[rows] = zc[voff[1:]] - zc[voff[:-1]]
+        self.ret.add(figures.ret, scope)
+        if figures.val is not None:
+            self.val.add(figures.val, scope)
+            self.ret_minus_val.add(figures.ret_minus_val, scope)
+        zpos = torch.searchsorted(torch.nonzero(av == 0, as_tuple=True)[0], voff)  # zeros before each row
+        self.adv_zero[rows] = zpos[1:] - zpos[:-1]
         finite = av if pa.all_finite else av[torch.isfinite(av)]
         self.reservoir.add(av)
         self.adv_hist.add(finite)

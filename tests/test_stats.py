@@ -299,8 +299,8 @@ def test_row_path_stops_on_advantages_that_are_not_the_row_values(tmp_path, monk
     """The per-chunk check of the row path's assumption (one token per row against the row value)."""
     src = _mixed_dump(tmp_path / "in.parquet")
     add = RunObserver.add
-    monkeypatch.setattr(RunObserver, "add", lambda self, row0, layout, mask, adv, ret, tlr, tok:
-                        add(self, row0, layout, mask, adv + 0.001, ret, tlr, tok))
+    monkeypatch.setattr(RunObserver, "add", lambda self, row0, layout, mask, adv, ret, tlr, tok, *seen:
+                        add(self, row0, layout, mask, adv + 0.001, ret, tlr, tok, *seen))
     with pytest.raises(RuntimeError, match="internal"):
         advcli.run(src, tmp_path / "o.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"},
                    force=True, device="cpu")

@@ -107,6 +107,44 @@ def test_token_cache_and_recompute_agree(dump, tmp_path, monkeypatch):
     assert new_columns(tmp_path / "cached.parquet") == new_columns(tmp_path / "recomputed.parquet")
 
 
+@pytest.mark.parametrize("output_mode", ["full", "sidecar"])
+def test_cached_write_pass_decodes_no_token_column(dump, tmp_path, monkeypatch, output_mode):
+    """When the statistics pass cached every chunk, the write pass reads no token column (the run
+    statistics and diagnostics take what the statistics pass saw in them), and its output and every
+    figure of its report are those of the run that decodes the inputs again. The KL clamps of
+    low_var_kl (|ref − logp| > 20) are hit on purpose so that the diagnostics have findings."""
+    settings = {**CONFIGS["gae_k3"], "algorithm.kl_penalty": "low_var_kl"}
+    t = pq.read_table(dump)
+    ref = t.column("ref_log_probs").to_pylist()
+    for i in range(0, len(ref), 37):  # a far-off reference log-prob on some token of every 37th row
+        if ref[i]:
+            ref[i][len(ref[i]) // 2] = -60.0
+    t = t.set_column(t.schema.get_field_index("ref_log_probs"), "ref_log_probs",
+                     pa.array(ref, t.schema.field("ref_log_probs").type))
+    src = tmp_path / "in.parquet"
+    pq.write_table(t, src, row_group_size=64)
+    token_cols = {"response_mask", "old_log_probs", "ref_log_probs", "values"}
+    reads: list[list[str]] = []
+    iter_batches = InputSet.iter_batches
+
+    def recording(self, columns, batch_rows, prefetch=None):
+        reads.append(list(columns))
+        return iter_batches(self, columns, batch_rows, prefetch)
+
+    monkeypatch.setattr(InputSet, "iter_batches", recording)
+    cached = run(src, tmp_path / "cached.parquet", settings, output_mode, chunk_rows=50)
+    assert token_cols & set(reads[-2]) and not token_cols & set(reads[-1])  # statistics pass, write pass
+    monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
+    reads.clear()
+    decoded = run(src, tmp_path / "decoded.parquet", settings, output_mode, chunk_rows=50)
+    assert token_cols <= set(reads[-1])
+    assert pq.read_table(tmp_path / "cached.parquet").equals(pq.read_table(tmp_path / "decoded.parquet"))
+    for field in ("metrics", "per_step", "histograms", "group_health", "diagnostics", "warnings"):
+        assert getattr(cached, field) == getattr(decoded, field), field
+    kl_in = [d for d in cached.diagnostics if d["kind"] == "kl_input_clamp"][0]
+    assert kl_in["count"] > 0 and kl_in["examples"][0]["row"] == 0
+
+
 def test_prefetch_on_and_off_agree(dump, tmp_path, monkeypatch):
     settings = CONFIGS["grpo_kl"]
     run(dump, tmp_path / "a.parquet", settings, chunk_rows=13)

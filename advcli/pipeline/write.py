@@ -36,6 +36,20 @@ def finish_row_kl(plan: Plan, res: Resolved, row: dict, kl_sum: torch.Tensor, kl
         st.score = res.table.score.detach().to(torch.float64)
 
 
+def _cheapest_column(inputs, fallback: str) -> str:
+    """A column whose reading costs next to nothing (a scalar column; the mask where there is none),
+    read only so that the write pass's batches are cut as the statistics pass's were."""
+    md = inputs.metadata[0]
+    size: dict[str, int] = {}
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            size[col.path_in_schema] = size.get(col.path_in_schema, 0) + col.total_uncompressed_size
+    scalar = [f.name for f in inputs.schema if f.name in size]  # a nested column's paths are "name.…"
+    return min(scalar, key=lambda n: size[n]) if scalar else fallback
+
+
 def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
@@ -65,6 +79,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
             clean_stale_temps(o)
     else:
         cols = tok_cols
+    if not cols:  # pyarrow cuts batches at row groups when it reads no column: read one, the cheapest
+        cols = [_cheapest_column(inputs, plan.cmap["response_mask"])]
 
     def open_writer(i: int):
         if splice:

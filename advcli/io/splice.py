@@ -28,6 +28,7 @@ import bisect
 import copy
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -143,6 +144,18 @@ def _copy(fd_in: int, off_in: int, fd_out: int, off_out: int, size: int) -> None
             done += len(block)
 
 
+def _encode_piece(table: pa.Table) -> tuple:
+    """(the bytes of a small Parquet file holding ``table``, its decoded footer): the settings of
+    the full output's new columns, without dictionary pages, so that a column chunk is data pages only."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=False,
+                   use_byte_stream_split=_writer._float_columns(table.schema) or False,
+                   write_statistics=False, data_page_size=_writer.DATA_PAGE_SIZE,
+                   row_group_size=max(table.num_rows, 1), store_schema=False)
+    buf = sink.getvalue()
+    return buf, _footer_of(buf)
+
+
 class SplicedParquetWriter(_writer.AtomicParquetWriter):
     """``write()`` takes batches of the **new columns only**, rows in input order; the committed
     file is the input's columns (bytes copied) followed by them (see the module docstring)."""
@@ -171,6 +184,9 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         self._spill = [None] + [tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(target)))
                                 for _ in range(len(new_names) - 1)]
         self._worker = _writer.OrderedWorker(self._task, depth=2, name="advcli-writer") if threaded else None
+        self._encoders = (ThreadPoolExecutor(max_workers=min(len(new_names), os.cpu_count() or 1),
+                                             thread_name_prefix="advcli-encode")
+                          if threaded and len(new_names) > 1 and (os.cpu_count() or 1) > 1 else None)
         self._run(("copy", None))
 
     # ------------------------------------------------------------------ the writer thread's work
@@ -198,19 +214,24 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         self._fh.seek(self._offset)
 
     def _encode(self, group: int, pieces: list[pa.RecordBatch]) -> None:
+        """Encode one piece of every new column and place its pages. The columns are encoded each
+        by its own ``pq.write_table`` (a column's pages do not depend on the other columns), at once
+        on :attr:`_encoders` where there are several: pyarrow encodes the columns of one table one
+        after the other, and this thread was the write pass's critical path (GAE: three float columns,
+        1.5 s of one core on the 17.3M-token benchmark dump while the other threads needed 1 s)."""
         table = pa.Table.from_batches(pieces, schema=self.new_schema)
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd", use_dictionary=False,
-                       use_byte_stream_split=_writer._float_columns(self.new_schema) or False,
-                       write_statistics=False, data_page_size=_writer.DATA_PAGE_SIZE,
-                       row_group_size=max(table.num_rows, 1), store_schema=False)
-        buf = sink.getvalue()
-        meta = _footer_of(buf)
+        parts = [table.select([j]) for j in range(table.num_columns)]
+        if self._encoders is not None and len(parts) > 1:
+            encoded = list(self._encoders.map(_encode_piece, parts))
+        else:
+            encoded = [_encode_piece(t) for t in parts]
         if self._schema_tail is None:
-            self._schema_tail = _items(meta, 2)[1:]
-            self._orders_tail = _items(meta, 7) if 7 in meta else None
-        (rg,) = _items(meta, 4)
-        for j, cc in enumerate(_items(rg, 1)):
+            self._schema_tail = [el for _, meta in encoded for el in _items(meta, 2)[1:]]
+            orders = [_items(meta, 7) if 7 in meta else None for _, meta in encoded]
+            self._orders_tail = None if any(o is None for o in orders) else [x for o in orders for x in o]
+        for j, (buf, meta) in enumerate(encoded):
+            (rg,) = _items(meta, 4)
+            (cc,) = _items(rg, 1)
             md = cc.get_value(3)
             start = md.get_value(11) if 11 in md else md.get_value(9)
             length = md.get_value(7)
@@ -334,6 +355,11 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
                               f"({md.num_rows} rows, columns {got.names}); nothing was written",
                               hint="this is a bug in advcli; please report it")
         self._prepared = True
+
+    def _finish_thread(self) -> None:
+        super()._finish_thread()
+        if getattr(self, "_encoders", None) is not None:
+            self._encoders.shutdown(wait=True)
 
     def _close_output(self) -> None:
         _writer.close_quietly(self._fh, *self._spill[1:])

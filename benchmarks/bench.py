@@ -12,7 +12,8 @@ processes on the machine hits them alike; medians are reported.
 * floor:    ``benchmarks/floor.py`` — pyarrow read of every column + write of the augmented table:
   ``floor`` with two columns of zeros, ``floor grpo``/``floor gae`` with the columns advcli writes
   for that estimator (row-constant / token-varying floats, taken from the input without math)
-* advcli:   ``advcli run`` (verl GAE with k3 KL in the reward; verl GRPO)
+* advcli:   ``advcli run`` (verl GAE with k3 KL in the reward, writing advantages and returns, and
+  ``gae+tlr``: its default full output with token_level_rewards, against ``floor gae+tlr``; verl GRPO)
 * baseline: ``benchmarks/baseline.py`` — load all, pad, the frameworks' Python loops, write back
   (default: pyarrow read, pad_sequence + pyarrow's default writer; ``baseline-lean``: vectorised +
   tuned writer; ``baseline-pandas``: pd.read_parquet, the whole dump padded, df.to_parquet)
@@ -43,13 +44,15 @@ GAE_K3 = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae", "--set", "
 # "advcli gae+tlr" is the default run, which also writes token_level_rewards (KL enters the reward)
 ADVCLI = {
     "gae": GAE_K3 + ["--write-columns", "advantages,returns"],
+    "gae+tlr": GAE_K3,  # verl's defaults, full output: token_level_rewards too (issue 21's target)
     "grpo": ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
 }
+BASELINES = ("gae", "grpo")  # baseline.py's loops; "gae+tlr" is compared with the GAE baseline
 # --big: every verl estimator the sample dump can feed (gdpo reads the acc/fmt components)
 # the floor writes the table advcli writes, without the math: "floor" two columns of zeros (a lower
 # bound), "floor grpo" the two row-constant columns of a row-level estimator, "floor gae" two
 # token-varying float columns like GAE's advantages and returns (see floor.py)
-FLOORS = {"zeros": "floor", "grpo": "floor grpo", "gae": "floor gae"}
+FLOORS = {"zeros": "floor", "grpo": "floor grpo", "gae": "floor gae", "gae+tlr": "floor gae+tlr"}
 BIG_ESTIMATORS = ["gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg",
                   "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gdpo"]
 
@@ -144,11 +147,10 @@ def main() -> None:
             cases[f"{FLOORS[like]}/{name}"] = [PY, os.path.join(HERE, "floor.py"), src, out, "--like", like]
         for est in ADVCLI:
             cases[f"advcli {est}/{name}"] = advcli_cmd(src, out, est)
-    cases["advcli gae+tlr/full"] = [PY, "-m", "advcli", "run", full, "-o", out, "--force", "-q", *GAE_K3]
     cases["advcli gae sidecar/full"] = advcli_cmd(full, out, "gae", ["--output-mode", "sidecar"])
     cases["advcli grpo sidecar/full"] = advcli_cmd(full, out, "grpo", ["--output-mode", "sidecar"])
     if not args.no_baseline:
-        for est in ADVCLI:
+        for est in BASELINES:
             cases[f"baseline {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out]
             for variant in ("lean", "pandas"):
                 cases[f"baseline-{variant} {est}/full"] = [PY, os.path.join(HERE, "baseline.py"), est, full, out,
@@ -182,8 +184,9 @@ def main() -> None:
         print(f"\n{platform.node()} · {os.cpu_count()} cores · load average {os.getloadavg()[0]:.1f} · "
               f"{ntok[full] / 1e6:.1f}M / {ntok[half] / 1e6:.1f}M tokens · medians of {args.runs} rounds\n")
         print("| case | wall s (full) | CPU s (full) | peak RSS MiB | s per M tokens (wall) | vs floor (zeros) "
-              "| vs its floor | baseline ÷ advcli (wall) | lean baseline ÷ advcli | pandas baseline ÷ advcli |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| vs its floor | CPU s per M tokens | vs its floor (CPU) "
+              "| baseline ÷ advcli (wall) | lean baseline ÷ advcli | pandas baseline ÷ advcli |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         fl = slope("floor", "wall") if "floor/full" in summary else None
         for kind in list(FLOORS.values()) + [f"advcli {e}" for e in ADVCLI]:
             if f"{kind}/full" not in summary or f"{kind}/half" not in summary:
@@ -191,22 +194,28 @@ def main() -> None:
             s = summary[f"{kind}/full"]
             sl = slope(kind, "wall")
             est = kind.split()[-1]
+            base_est = est.split("+")[0]
             own = (slope(f"floor {est}", "wall") if kind.startswith("advcli") and f"floor {est}/half" in summary
                    else None)
             speed = ["", "", ""]
             for i, b in enumerate(("baseline", "baseline-lean", "baseline-pandas")):
-                if kind.startswith("advcli") and f"{b} {est}/full" in summary:
-                    speed[i] = f"{summary[f'{b} {est}/full']['wall'] / s['wall']:.2f}x"
+                if kind.startswith("advcli") and f"{b} {base_est}/full" in summary:
+                    speed[i] = f"{summary[f'{b} {base_est}/full']['wall'] / s['wall']:.2f}x"
             own_s = f"{sl / own:.2f}x" if own else ""
             vs_zeros = f"{sl / fl:.2f}x" if fl else ""
+            # the CPU-time slope: what the per-token work costs whatever else loads the machine
+            sl_cpu = slope(kind, "cpu")
+            own_cpu = slope(f"floor {est}", "cpu") if own else None
+            own_cpu_s = f"{sl_cpu / own_cpu:.2f}x" if own_cpu else ""
             print(f"| {kind} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | {sl:.3f} | {vs_zeros} "
-                  f"| {own_s} | {speed[0]} | {speed[1]} | {speed[2]} |")
+                  f"| {own_s} | {sl_cpu:.3f} | {own_cpu_s} | {speed[0]} | {speed[1]} | {speed[2]} |")
             rows.append({"case": kind, **s, "s_per_mtok": sl, "vs_floor": (sl / fl) if fl else None,
-                         "vs_own_floor": (sl / own) if own else None, "speedup": speed})
+                         "vs_own_floor": (sl / own) if own else None, "cpu_s_per_mtok": sl_cpu,
+                         "vs_own_floor_cpu": (sl_cpu / own_cpu) if own_cpu else None, "speedup": speed})
         for k in summary:
-            if "sidecar" in k or "+tlr" in k or k.startswith("baseline"):
+            if "sidecar" in k or k.startswith("baseline"):
                 s = summary[k]
-                print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | | | | |")
+                print(f"| {k[:-5]} | {s['wall']:.2f} | {s['cpu']:.2f} | {s['rss_mib']:.0f} | | | | | | | | |")
     result = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()},
               "tokens": {"full": ntok[full], "half": ntok[half]}, "runs": args.runs, "summary": summary,

@@ -9,7 +9,9 @@ id/text columns, byte-stream-split float columns. No math.
   hold one value per row on its mask=1 tokens (the reward column broadcast, 0 on mask=0);
 * ``gae``: the table ``advcli run --write-columns advantages,returns`` writes for GAE —
   ``advantages`` and ``returns``, token-varying floats (the ``values`` and ``old_log_probs`` data of
-  the input reused: float noise that compresses like real advantages).
+  the input reused: float noise that compresses like real advantages);
+* ``gae+tlr``: the table of GAE's default run with KL in the reward — ``advantages``, ``returns`` and
+  ``token_level_rewards`` (``ref_log_probs`` reused for the third).
 
 The data for the new columns is taken from the input without computing anything (a broadcast or a
 buffer shared with an input column), so the floor stays read + write.
@@ -35,13 +37,14 @@ def new_columns(table: pa.Table, like: str) -> dict[str, pa.Array]:
         m = mask.values.slice(offs[0], n).to_numpy().astype(np.float32)
         vals = pa.ListArray.from_arrays(offsets, pa.array(np.repeat(reward, np.diff(offs)) * m))
         return {"advantages": vals, "returns": vals}
-    if like == "gae":
+    if like in ("gae", "gae+tlr"):
         out = {}
-        for new, src in (("advantages", "values"), ("returns", "old_log_probs")):
+        pairs = [("advantages", "values"), ("returns", "old_log_probs")]
+        for new, src in pairs + ([("token_level_rewards", "ref_log_probs")] if like == "gae+tlr" else []):
             col = table.column(src).combine_chunks()
             out[new] = pa.ListArray.from_arrays(col.offsets, col.values)
         return out
-    raise SystemExit(f"--like {like!r}: expected zeros, grpo or gae")
+    raise SystemExit(f"--like {like!r}: expected zeros, grpo, gae or gae+tlr")
 
 
 def main(src: str, dst: str, like: str = "zeros") -> None:
@@ -59,6 +62,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src")
     ap.add_argument("dst")
-    ap.add_argument("--like", default="zeros", choices=["zeros", "grpo", "gae"])
+    ap.add_argument("--like", default="zeros", choices=["zeros", "grpo", "gae", "gae+tlr"])
     a = ap.parse_args()
     main(a.src, a.dst, a.like)

@@ -99,10 +99,12 @@ def test_defer_only_where_nothing_needs_the_kl_before_the_write_pass():
 
 def test_token_cache_and_recompute_agree(dump, tmp_path, monkeypatch):
     """Whitened GAE: the write pass reuses the statistics pass's chunks when they fit the cache
-    budget, and computes them again otherwise; same bytes of output values."""
+    budget, and computes them again otherwise (no room for a temporary file either); same bytes of
+    output values."""
     settings = CONFIGS["gae_k3"]
     run(dump, tmp_path / "cached.parquet", settings, chunk_rows=50)
     monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
+    monkeypatch.setattr(pipeline.spill, "SPILL_MARGIN", 1 << 62)
     run(dump, tmp_path / "recomputed.parquet", settings, chunk_rows=50)
     assert new_columns(tmp_path / "cached.parquet") == new_columns(tmp_path / "recomputed.parquet")
 
@@ -135,6 +137,7 @@ def test_cached_write_pass_decodes_no_token_column(dump, tmp_path, monkeypatch, 
     cached = run(src, tmp_path / "cached.parquet", settings, output_mode, chunk_rows=50)
     assert token_cols & set(reads[-2]) and not token_cols & set(reads[-1])  # statistics pass, write pass
     monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
+    monkeypatch.setattr(pipeline.spill, "SPILL_MARGIN", 1 << 62)  # nor a temporary file: recompute
     reads.clear()
     decoded = run(src, tmp_path / "decoded.parquet", settings, output_mode, chunk_rows=50)
     assert token_cols <= set(reads[-1])
@@ -143,6 +146,36 @@ def test_cached_write_pass_decodes_no_token_column(dump, tmp_path, monkeypatch, 
         assert getattr(cached, field) == getattr(decoded, field), field
     kl_in = [d for d in cached.diagnostics if d["kind"] == "kl_input_clamp"][0]
     assert kl_in["count"] > 0 and kl_in["examples"][0]["row"] == 0
+
+
+def test_spilled_chunks_give_the_cached_result(dump, tmp_path, monkeypatch):
+    """Beyond the memory budget the statistics pass's chunks go to a temporary file (pipeline.spill)
+    and the write pass reads them back instead of decoding the inputs: same output and figures as
+    the in-memory cache; with no room on the temporary filesystem the write pass recomputes."""
+    from advcli.pipeline import spill as spill_mod
+
+    settings = CONFIGS["gae_k3"]
+    memory = run(dump, tmp_path / "memory.parquet", settings, chunk_rows=50)
+    reads: list[list[str]] = []
+    iter_batches = InputSet.iter_batches
+    monkeypatch.setattr(InputSet, "iter_batches", lambda self, columns, batch_rows, prefetch=None: (
+        reads.append(list(columns)), iter_batches(self, columns, batch_rows, prefetch))[1])
+    opened: list = []
+    real_open = spill_mod.open_spill
+    monkeypatch.setattr(pipeline.moments, "open_spill", lambda need: opened.append(real_open(need)) or opened[-1])
+    monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
+    spilled = run(dump, tmp_path / "spilled.parquet", settings, chunk_rows=50)
+    assert opened and opened[0] is not None and opened[0].size > 0 and opened[0].fh.closed
+    assert "response_mask" not in reads[-1]  # the write pass decoded no token column
+    assert pq.read_table(tmp_path / "memory.parquet").equals(pq.read_table(tmp_path / "spilled.parquet"))
+    for field in ("metrics", "per_step", "histograms", "group_health", "diagnostics", "warnings"):
+        assert getattr(memory, field) == getattr(spilled, field), field
+    monkeypatch.setattr(spill_mod, "SPILL_MARGIN", 1 << 62)  # no filesystem has that much room
+    reads.clear()
+    recomputed = run(dump, tmp_path / "recomputed.parquet", settings, chunk_rows=50)
+    assert "response_mask" in reads[-1]
+    assert pq.read_table(tmp_path / "memory.parquet").equals(pq.read_table(tmp_path / "recomputed.parquet"))
+    assert memory.metrics == recomputed.metrics
 
 
 def test_prefetch_on_and_off_agree(dump, tmp_path, monkeypatch):

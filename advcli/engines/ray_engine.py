@@ -155,7 +155,8 @@ class RowLocator:
 # those the workers never read (dropped from the broadcast by lean()).
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
 _WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
-_DRIVER_ONLY = {"raw_score", "row_keys", "token_cache", "token_cache_complete",  # the local engine's chunk cache
+_DRIVER_ONLY = {"raw_score", "row_keys",
+                "token_cache", "token_cache_complete", "token_spill",  # the local engine's chunk cache
                 "diagnostics", "whiten_other",  # diagnostics the driver reports (SkyRL, slime)
                 "correction"}  # the rollout correction is refused on Ray (run_ray)
 

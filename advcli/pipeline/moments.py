@@ -20,6 +20,7 @@ from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns
 from .rows import Resolved, row_kl_sums, scope_where
+from .spill import open_spill
 from .tokens import chunk_final, chunk_math, token_chunk
 
 MOMENT_WORKERS = 2  # chunks computed at once by the statistics pass
@@ -41,6 +42,13 @@ class CachedChunk:
     offsets: np.ndarray | None = None  # [B+1] the chunk's list offsets
     mask: torch.Tensor | None = None  # bool, the final mask
     seen: ChunkObservations | None = None  # what the run statistics need from the token columns
+    spilled: list | None = None  # adv, ret, tlr, mask in res.token_spill (those fields are then None)
+
+    def load(self, spill) -> None:
+        """Read the spilled tensors back (:mod:`.spill`)."""
+        if self.spilled is not None:
+            self.adv, self.ret, self.tlr, self.mask = spill.get(self.spilled)
+            self.spilled = None
 
 
 def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int, progress, rewards: bool):
@@ -60,8 +68,14 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     total = int(res.table.length.sum()) if res.table.length.numel() else 0
     elem = torch.empty(0, dtype=plan.dtype).element_size()
     cache: dict | None = None
-    if not rewards and total * (elem * 3 + 1) <= TOKEN_CACHE_BYTES and res.correction is None:
-        cache = {}
+    spill = None
+    need = total * (elem * 3 + 1)
+    if not rewards and res.correction is None:
+        if need <= TOKEN_CACHE_BYTES:
+            cache = {}
+        elif plan.spec.level != "row" and observes_returns_early(plan):
+            spill = open_spill(need)  # beyond memory: a temporary file rather than a second decode
+            cache = {} if spill is not None else None
     observe = cache is not None and plan.spec.level != "row" and observes_returns_early(plan)
     # slime's float32 one-pass whitening sums each step's concatenated tokens with torch: kept in order
     # (CPU) to make the same calls on the same tensor (ops.whiten.ordered_float32_sums), within bounds
@@ -112,6 +126,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             ordered.append(tokens)
         sums.add_rows(*partials)
         if entry is not None:
+            if spill is not None:
+                entry.spilled = spill.put([entry.adv, entry.ret, entry.tlr, entry.mask])
+                entry.adv = entry.ret = entry.tlr = entry.mask = None
             cache[r0] = entry
         done += 1
         if done % TRIM_EVERY == 0:
@@ -130,7 +147,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
         while pending:
             consume(pending.popleft())
     if cache is not None:
-        res.token_cache = cache
+        res.token_cache, res.token_spill = cache, spill
         res.token_cache_complete = observe and all(e.seen is not None for e in cache.values())
     if ordered:
         from ..ops.whiten import ordered_float32_sums

@@ -310,6 +310,7 @@ class Resolved:
     token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
     token_cache: dict | None = None  # row0 -> CachedChunk from the statistics pass (token_moment_pass)
     token_cache_complete: bool = False  # every chunk cached with its layout, mask and observations
+    token_spill: Any = None  # pipeline.spill.TokenSpill holding the cached chunks' tensors beyond memory
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)

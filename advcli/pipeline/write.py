@@ -50,6 +50,12 @@ def _cheapest_column(inputs, fallback: str) -> str:
     return min(scalar, key=lambda n: size[n]) if scalar else fallback
 
 
+def _close_spill(res: Resolved) -> None:
+    if res.token_spill is not None:
+        res.token_spill.close()
+        res.token_spill = None
+
+
 def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
@@ -101,6 +107,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
                 writers[fi] = open_writer(fi)
                 last_fi = fi
             hit = res.token_cache.pop(row0, None) if res.token_cache else None
+            if hit is not None:
+                hit.load(res.token_spill)
             seen = None
             if cached:
                 if hit is None or hit.rows != batch.num_rows:
@@ -142,6 +150,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
                 progress("write" if writing else "compute", row0, R)
         observer.close()
         res.token_cache = None
+        _close_spill(res)
         if kl_parts is not None:
             empty = torch.zeros(0, dtype=plan.dtype)
             finish_row_kl(plan, res, row, torch.cat(kl_parts[0]) if kl_parts[0] else empty,
@@ -153,6 +162,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
             for w in writers:
                 w.commit()
     except BaseException:
+        _close_spill(res)
         try:
             observer.close()
         except BaseException:  # noqa: BLE001 - the first error is the one to report

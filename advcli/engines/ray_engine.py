@@ -315,11 +315,17 @@ class _ObserverSink:
     def __init__(self, observer, num_rows: int):
         self.obs, self.R = observer, num_rows
         self.next = 0
+        self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}
+
+    def seen(self) -> tuple[int, int]:
+        """(chunks received, rows fed to the observer in order)."""
+        return self.received, self.next
 
     def add(self, row0, offsets, mask, adv, ret, tlr, tok):
         from ..ragged import Ragged
 
+        self.received += 1
         if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
             return True
         self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
@@ -393,14 +399,22 @@ def _map(cl: _Cluster, ds, payload_ref):
                           zero_copy_batch=True, **kw)
 
 
-def _moments_fn(cl: _Cluster, paths: list[str]):
-    """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers."""
+def _moments_fn(cl: _Cluster, paths: list[str], watch=None):
+    """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers (each part received
+    is progress for the ``watch``)."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
         payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                    "locator": RowLocator(paths, inputs.file_rows()),
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
         ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
-        parts = sorted(ds.take_all(), key=lambda r: r["first_row"])  # add in row order: deterministic
+        if watch is not None:
+            watch.stage("the token-moments pass")
+        parts = []
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            parts += b.to_pylist()
+            if watch is not None:
+                watch.tick()
+        parts.sort(key=lambda r: r["first_row"])  # add in row order: deterministic
         sums = MomentSums.zeros(res.scopes.num_groups)
         for p in parts:
             sums.count += torch.tensor(p["count"], dtype=torch.float64)
@@ -426,7 +440,7 @@ class _OneBatch:
             yield self.fi, self.row_base, self.batch.select(self.columns)
 
 
-def _row_pass_fn(cl: _Cluster, paths: list[str]):
+def _row_pass_fn(cl: _Cluster, paths: list[str], watch=None):
     """``row_pass`` for :func:`advcli.pipeline.resolve` on the workers: each batch runs
     ``row_table_pass`` itself; the driver puts the per-row results in global row order."""
     def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
@@ -439,7 +453,14 @@ def _row_pass_fn(cl: _Cluster, paths: list[str]):
                    "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
                    "mode": "rows", "row_kl": row_kl}
         ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
-        t = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
+        if watch is not None:
+            watch.stage("the row pass")
+        got = []
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            got.append(b)
+            if watch is not None:
+                watch.tick()
+        t = pa.concat_tables(got)
         rows = t.column(ROW_COL).to_numpy()
         order = np.argsort(rows, kind="stable")
         if len(rows) != R or not np.array_equal(rows[order], np.arange(R)):
@@ -571,14 +592,21 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,
             rows_per_file: int | None = None, row_pass: str = "auto",
-            write_columns: list[str] | str | None = None, output_mode: str = "full") -> RunResult:
+            write_columns: list[str] | str | None = None, output_mode: str = "full",
+            stall_timeout: float | None = None) -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
     columns and the mask, ``driver``, ``workers`` or ``auto`` = workers on a cluster of several nodes).
     ``output`` is a directory; ``output_mode`` ``sidecar`` writes the local engine's sidecar columns
-    (``row_index`` = the row's position in its own input file) in the same part files."""
+    (``row_index`` = the row's position in its own input file) in the same part files.
+    ``stall_timeout``: seconds without progress after a node was lost before the run is aborted
+    (:mod:`advcli.engines.ray_faults`; default ``$ADVCLI_RAY_STALL_TIMEOUT``, else 300)."""
+    from .ray_faults import NodeWatch
+    from .ray_faults import stall_timeout as _stall_timeout
+
     ray = import_ray()
+    stall = _stall_timeout(stall_timeout)
     t0 = time.perf_counter()
     if output is None:
         raise AdvcliError("--engine ray writes its result: give --output DIR")
@@ -631,16 +659,18 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     saved_level = data_log.level
     if progress is None:
         data_log.setLevel(logging.CRITICAL)  # a worker's AdvcliError is re-raised here as one message
+    watch = NodeWatch(ray, stall, progress)
     try:
         try:
+            watch.__enter__()
             # passes 1-2: driver row table; token moments on the workers
             if row_pass not in ("auto", "driver", "workers"):
                 raise AdvcliError(f"row_pass {row_pass!r}: expected auto, driver or workers")
             if row_pass == "auto":
                 row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
             res, row, betas, kls, warnings = resolve(
-                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths),
-                row_pass=_row_pass_fn(cl, paths) if row_pass == "workers" else None)
+                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths, watch),
+                row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None)
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
@@ -648,6 +678,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
 
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
             sink = ray.remote(num_cpus=0, scheduling_strategy=here)(_ObserverSink).remote(observer, inputs.num_rows)
+            watch.stage("the compute-and-write pass")
+            watch.follow_sink(sink, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                        "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
@@ -668,14 +700,21 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                     if out_fs is not None:
                         _put(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
             stats = ray.get(sink.finish.remote())
+            watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:
                 _publish_prefix(out_fs, tmp, out_key)
-        except Exception as e:  # noqa: BLE001 - Ray wraps the workers' errors
+        except BaseException as e:  # noqa: BLE001 - Ray wraps the workers' errors; the watch's abort
+            watch.__exit__(None, None, None)
             if out_fs is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 _delete_prefix(out_fs, tmp)
             err = _unwrap(e)
+            if isinstance(err, AdvcliError):
+                raise err from None
+            lost = watch.error(e)  # a node left the cluster: say which, not Ray's traceback
+            if lost is not None:
+                raise lost from None
             if err is e:
                 raise
             raise err from None

@@ -156,8 +156,8 @@ class RowLocator:
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
 _WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
 _DRIVER_ONLY = {"raw_score", "row_keys", "token_cache",  # token_cache: the local engine's chunk cache
-                "diagnostics", "whiten_other",  # diagnostics the driver reports (SkyRL, slime)
-                "correction"}  # the rollout correction is refused on Ray (run_ray)
+                "diagnostics", "whiten_other"}  # diagnostics the driver reports (SkyRL, slime)
+# "correction" (the rollout correction): its spec whole, its factor per row; lean() drops its sums
 
 
 def lean(res):
@@ -165,7 +165,7 @@ def lean(res):
     read (``row_keys`` holds every row's prompt id) and without cached group buckets. A field
     this module does not know is refused rather than guessed per row or per scope."""
     names = [f.name for f in dataclasses.fields(res)]
-    unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY]
+    unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY | {"correction"}]
     if unknown:
         raise RuntimeError(f"advcli.engines.ray_engine does not know Resolved field(s) {unknown}: say in "
                            "take_rows/lean whether they are per row, per scope or driver-only")
@@ -174,8 +174,12 @@ def lean(res):
         return None if g is None else GroupIndex(g.codes, g.num_groups)
 
     table = dataclasses.replace(res.table, scopes=gi(res.table.scopes), groups=gi(res.table.groups))
+    corr = getattr(res, "correction", None)
+    if corr is not None:  # the workers apply it (spec, per-row factor); the sums and histogram are the report's
+        corr = dataclasses.replace(corr, sums=None, hist=None)
     return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), table=table,
-                               **{k: None for k in _DRIVER_ONLY if k in names})
+                               **{k: None for k in _DRIVER_ONLY if k in names},
+                               **({"correction": corr} if "correction" in names else {}))
 
 
 def take_rows(res, idx: torch.Tensor):
@@ -188,9 +192,13 @@ def take_rows(res, idx: torch.Tensor):
     table = dataclasses.replace(t, score=t.score[idx], valid_len=t.valid_len[idx], length=t.length[idx],
                                 scopes=gi(t.scopes), groups=gi(t.groups),
                                 columns={k: v[idx] for k, v in t.columns.items()})
+    corr = getattr(res, "correction", None)
+    if corr is not None and corr.factor_row is not None:
+        corr = dataclasses.replace(corr, factor_row=corr.factor_row[idx])
     return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), beta_row=res.beta_row[idx],
                                reward_row=res.reward_row[idx],
-                               adv_row=None if res.adv_row is None else res.adv_row[idx], table=table)
+                               adv_row=None if res.adv_row is None else res.adv_row[idx], table=table,
+                               **({"correction": corr} if corr is not None else {}))
 
 
 def _record_batch(table: pa.Table) -> pa.RecordBatch:
@@ -209,7 +217,7 @@ class _Worker:
         self.plan = dataclasses.replace(payload["plan"], device=torch.device(payload["device"]))
         self.res = payload["res"]
         self.locator: RowLocator = payload["locator"]
-        self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages"
+        self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
         self.out_schema = payload.get("out_schema")
         self.stats = payload.get("stats")
@@ -244,6 +252,10 @@ class _Worker:
             cols.update({f"key:{k}": pa.chunked_array(v).combine_chunks() if v else pa.array([])
                          for k, v in keys.items()})
             return pa.table(cols)
+        if self.mode == "correction":  # the rollout correction's statistics (advcli.engines.ray_correction)
+            from .ray_correction import correction_batch
+
+            return correction_batch(plan, self.reader, batch, file, int(off[0]) if len(off) else 0, grow)
         offsets, tok = self.reader.tokens(batch, file, int(off[0]) if len(off) else 0, plan.token_roles)
         sub = take_rows(self.res, torch.from_numpy(grow))
         layout = Ragged(torch.from_numpy(offsets))
@@ -257,13 +269,16 @@ class _Worker:
             return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
                              "count": [sums.count.tolist()], "total": [sums.total.tolist()],
                              "total_sq": [sums.total_sq.tolist()]})
-        adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
+        extras = {} if sub.correction is not None else None
+        adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True, extras=extras)
+        extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
+                 if sub.correction is not None else None)  # as the local engine's write pass
         if self.stats is not None:
             import ray
 
             for args in _observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
                 ray.get(self.stats.add.remote(*args))
-        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0)
+        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
         if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
             t = t.set_column(0, self.out_schema.field(0), pa.array(off, type=pa.int64()))
@@ -602,6 +617,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     (``row_index`` = the row's position in its own input file) in the same part files.
     ``stall_timeout``: seconds without progress after a node was lost before the run is aborted
     (:mod:`advcli.engines.ray_faults`; default ``$ADVCLI_RAY_STALL_TIMEOUT``, else 300)."""
+    from .ray_correction import correction_fn
     from .ray_faults import NodeWatch
     from .ray_faults import stall_timeout as _stall_timeout
 
@@ -623,10 +639,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     if output_mode not in OUTPUT_MODES:
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
-    if plan.correction is not None:
-        raise AdvcliError("the rollout correction (algorithm.rollout_correction.*, or a rollout_log_probs column "
-                          "with --flavor verl) is not implemented for --engine ray yet",
-                          hint="run it with the local engine (leave out --engine ray)")
     choose_output_columns(plan, write_columns)
     from ..io import remote
 
@@ -670,7 +682,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
             res, row, betas, kls, warnings = resolve(
                 plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths, watch),
-                row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None)
+                row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None,
+                correction=correction_fn(cl, paths, watch))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
@@ -732,6 +745,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     result.histograms, result.group_health = stats["histograms"], stats["group_health"]
     result.diagnostics = stats["diagnostics"]
     result.warnings.extend(stats["warnings"])
+    if res.correction is not None:  # rollout_corr/* per step and overall, the weights' histogram (as run_pipeline)
+        from ..correction import finish as finish_correction
+
+        finish_correction(result, res.correction, plan.dtype)
     if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
             entry["domain"] = dom

@@ -42,13 +42,13 @@ def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: i
     cols.update({f"p:{how}:{name}": pa.array(v.numpy()) for name, (how, v) in rows.items()})
     n = len(grow)
     h = [] if hist is None else hist.tolist()
-    cols["hist"] = pa.array([h] + [[]] * (n - 1), type=pa.list_(pa.int64())) if n else pa.array([], pa.list_(pa.int64()))
+    cols["hist"] = pa.array(([h] + [[]] * (n - 1)) if n else [], type=pa.list_(pa.int64()))
     return pa.table(cols)
 
 
 def correction_fn(cl, paths: list[str], watch=None):
     """``correction`` for :func:`advcli.pipeline.resolve`, run on the workers."""
-    from .ray_engine import ROW_COL, RowLocator, _dataset, _map, lean
+    from .ray_engine import ROW_COL, RowLocator, _dataset, _map
 
     def correction(plan, inputs, scopes, step_values, chunk_rows, progress):
         R = inputs.num_rows

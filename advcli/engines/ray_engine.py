@@ -6,6 +6,8 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    ``scopes_and_groups``, ``kl_coefs``, reward normalisation, the row-level estimator — all of
    :func:`advcli.pipeline.resolve`. This is a few tens of bytes per row; the token columns a row
    feature needs (mask, log-probs for Σ KL) are read here too, reduced per row.
+   verl's rollout correction, when on, is a statistics pass on the workers
+   (:mod:`advcli.engines.ray_correction`).
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
    rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
    per-batch float64 sums in row order.
@@ -29,6 +31,10 @@ writer, which sorts within a file and checks that the files tile rows 0..R-1 exa
 directory (pyarrow.dataset, pandas, ``ray.data.read_parquet``, :func:`read_output`) gives the local
 engine's rows, columns, values and schema metadata. It is written to a temporary directory beside
 it and renamed into place when complete.
+
+**Losing a node**: Ray restarts the map actors and retries the tasks; where the nodes left cannot
+run the rest, :mod:`advcli.engines.ray_faults` stops the run after a stall timeout with one line
+naming the node (and the temporary output is removed).
 """
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ from ..ops import rollout_correction as rc
 from ..ragged import Ragged
 from .read import ChunkReader
 
-
 ROLES = ["response_mask", "old_log_probs", "rollout_log_probs"]
 
 

@@ -4,16 +4,17 @@
     python benchmarks/ray_scale.py --part scale --workers 1,2 --runs 5
     python benchmarks/ray_scale.py --part rows --row-sizes 100000,400000,1600000
 
-**scale**: one dump (``advcli sample --rows 8192 --max-len 1024 --steps 4``: ~4.2M tokens), verl GRPO
-(one Ray Data pass) and verl GAE (whitened: two passes), timed in this process with the Python API
-(``run_pipeline`` / ``run_ray``, the CLI's code without its start-up), medians of ``--runs`` rounds.
+**scale**: two dumps (``advcli sample --rows 16384 --max-len 1024 --steps 4``: ~8.5M tokens, and a
+quarter of it), verl GRPO (one Ray Data pass) and verl GAE (whitened: two passes), timed in this
+process with the Python API (``run_pipeline`` / ``run_ray``, the CLI's code without its start-up),
+the two sizes interleaved in each of ``--runs`` rounds, medians.
 The Ray engine runs on a **local Ray instance** started with ``num_cpus = W + 1``, which gives W worker
 actors (the engine leaves one CPU to Ray Data's read and write tasks): the simplest way to have exactly
-W worker processes, and on one host a Cluster of several raylets adds only processes, not cores. Fixed
-costs: ``ray.init`` of that instance, and a run on a 64-row dump (actor start-up, which imports torch,
-and Ray Data's scheduling: nearly all of a tiny run). Throughput is tokens / wall seconds of the whole
-run (row pass, resolve, statistics and writing included), then per worker; "net" subtracts the tiny run.
-CPU seconds are the driver's (this process): the workers' are in Ray's processes and not counted.
+W worker processes, and on one host a Cluster of several raylets adds only processes, not cores.
+Throughput is 1 / the slope of wall seconds against tokens between the two dumps (so the fixed costs
+drop out: actor start-up, which imports torch in each new actor, the statistics actor, Ray Data's
+scheduling), then per worker; the fixed cost is the intercept, and ``ray.init`` of the instance is
+timed apart. CPU seconds are the driver's (this process): the workers' are in Ray's processes.
 
 **rows**: what the driver holds and does per row, which does not divide by the workers: dumps of
 increasing row counts with 4-8 tokens per row (``advcli sample --min-len 4 --max-len 8``, so rows
@@ -85,9 +86,10 @@ def part_scale(args) -> dict:
     from advcli.flavors import resolve
     from advcli.pipeline import run_pipeline
 
-    dump = sample(os.path.join(DATA, f"scale-{args.rows}-{args.max_len}.parquet"), args.rows, 16, args.max_len)
-    tiny = sample(os.path.join(DATA, "tiny-64.parquet"), 64, 16, 64)
-    ntok = tokens_of(dump)
+    big = sample(os.path.join(DATA, f"scale-{args.rows}-{args.max_len}.parquet"), args.rows, 16, args.max_len)
+    small = sample(os.path.join(DATA, f"scale-{args.rows // 4}-{args.max_len}.parquet"), args.rows // 4, 16,
+                   args.max_len)
+    ntok = {big: tokens_of(big), small: tokens_of(small)}
     out = os.path.join(DATA, "out")
     cfgs = {k: resolve("verl", v) for k, v in CONFIGS.items()}
 
@@ -99,28 +101,32 @@ def part_scale(args) -> dict:
         cfg, native = cfgs[est]
         run_ray([src], out, cfg, flavor="verl", native=native, device="cpu", force=True)
 
-    res = {"tokens": ntok, "rows": args.rows, "local": {}, "ray": {}}
+    def measure(fn, est, workers: int) -> dict:
+        """Rounds of (small, big) interleaved; per round the slope (seconds per token) and intercept."""
+        rounds = []
+        for _ in range(args.runs):
+            ws, _ = timed(lambda: fn(est, small))
+            wb, cb = timed(lambda: fn(est, big))
+            slope = (wb - ws) / (ntok[big] - ntok[small])
+            rounds.append((slope, ws - slope * ntok[small], wb, cb))
+        slope = med([r[0] for r in rounds])
+        return {"tok_s": 1 / slope, "tok_s_worker": 1 / slope / workers, "fixed": med([r[1] for r in rounds]),
+                "wall_big": med([r[2] for r in rounds]), "cpu_driver_big": med([r[3] for r in rounds])}
+
+    res = {"tokens": ntok[big], "tokens_small": ntok[small], "rows": args.rows, "local": {}, "ray": {}}
     for est in CONFIGS:
-        local(est, tiny)  # warm (imports, allocator)
-        runs = [timed(lambda: local(est, dump)) for _ in range(args.runs)]
-        res["local"][est] = {"wall": med([w for w, _ in runs]), "cpu": med([c for _, c in runs])}
+        local(est, small)  # warm (imports, allocator)
+        res["local"][est] = measure(local, est, 1)
         print(f"local {est}: {res['local'][est]}", file=sys.stderr)
     for w in args.workers:
         ray.shutdown()
         t0 = time.perf_counter()
         ray.init(address="local", num_cpus=w + 1, include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False)
-        init = time.perf_counter() - t0
+        r = {"ray_init": time.perf_counter() - t0}
         logging.getLogger("ray.data").setLevel(logging.WARNING)
-        r = {"ray_init": init}
         for est in CONFIGS:
-            on_ray(est, tiny)  # first run in this instance: workers' imports into the OS page cache
-            fixed = med([timed(lambda: on_ray(est, tiny))[0] for _ in range(args.runs)])
-            runs = [timed(lambda: on_ray(est, dump)) for _ in range(args.runs)]
-            wall = med([x for x, _ in runs])
-            r[est] = {"fixed": fixed, "wall": wall, "cpu_driver": med([c for _, c in runs]),
-                      "tok_s": ntok / wall, "tok_s_worker": ntok / wall / w,
-                      "net_tok_s_worker": ntok / max(wall - fixed, 1e-9) / w}
+            r[est] = measure(on_ray, est, w)
             print(f"ray W={w} {est}: {r[est]}", file=sys.stderr)
         res["ray"][w] = r
         ray.shutdown()
@@ -131,22 +137,24 @@ def part_scale(args) -> dict:
 
 
 def print_scale(res: dict, runs: int) -> None:
-    n = res["tokens"]
-    print(f"\n## scale: {res['rows']:,} rows, {n:,} tokens; medians of {runs} rounds; seconds")
-    print("| engine | workers | ray.init | GRPO fixed | GRPO wall | GRPO Mtok/s | per worker | GAE fixed | GAE wall "
-          "| GAE Mtok/s | per worker | per worker, net of fixed (GRPO / GAE) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    lg, la = res["local"]["grpo"], res["local"]["gae"]
-    print(f"| local | 1 process | - | - | {lg['wall']:.1f} | {n / lg['wall'] / 1e6:.2f} | - | - | {la['wall']:.1f} | "
-          f"{n / la['wall'] / 1e6:.2f} | - | - |")
-    for w, r in res["ray"].items():
-        g, a = r["grpo"], r["gae"]
-        print(f"| ray | {w} | {r['ray_init']:.1f} | {g['fixed']:.1f} | {g['wall']:.1f} | {g['tok_s'] / 1e6:.2f} | "
-              f"{g['tok_s_worker'] / 1e6:.2f} | {a['fixed']:.1f} | {a['wall']:.1f} | {a['tok_s'] / 1e6:.2f} | "
-              f"{a['tok_s_worker'] / 1e6:.2f} | {g['net_tok_s_worker'] / 1e6:.2f} / {a['net_tok_s_worker'] / 1e6:.2f} |")
-    print("driver CPU seconds (ray): " + ", ".join(f"W={w}: GRPO {r['grpo']['cpu_driver']:.1f}, GAE "
-                                                   f"{r['gae']['cpu_driver']:.1f}" for w, r in res["ray"].items())
-          + f"; local (all the work): GRPO {lg['cpu']:.1f}, GAE {la['cpu']:.1f}")
+    print(f"\n## scale: {res['rows']:,} rows ({res['tokens']:,} tokens) and a quarter of it "
+          f"({res['tokens_small']:,} tokens); medians of {runs} rounds")
+    print("throughput = 1 / slope between the two dumps (fixed costs drop out); fixed = the intercept (s); "
+          "wall = the whole run on the larger dump (s)")
+    print("| engine | workers | ray.init | GRPO Mtok/s | per worker | fixed | wall | GAE Mtok/s | per worker | fixed "
+          "| wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = [("local", "1 process", None, res["local"])] + [("ray", w, r["ray_init"], r) for w, r in res["ray"].items()]
+    for eng, w, init, r in rows:
+        cells = [eng, str(w), "-" if init is None else f"{init:.1f}"]
+        for est in ("grpo", "gae"):
+            m = r[est]
+            cells += [f"{m['tok_s'] / 1e6:.2f}", f"{m['tok_s_worker'] / 1e6:.2f}", f"{m['fixed']:.1f}",
+                      f"{m['wall_big']:.1f}"]
+        print("| " + " | ".join(cells) + " |")
+    print("driver CPU seconds on the larger dump: " + "; ".join(
+        f"{eng} {w}: GRPO {r['grpo']['cpu_driver_big']:.1f}, GAE {r['gae']['cpu_driver_big']:.1f}"
+        for eng, w, _, r in rows))
 
 
 # ------------------------------------------------------------------------------------ row table
@@ -225,7 +233,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--part", choices=["scale", "rows", "all"], default="all")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--rows", type=int, default=8192)
+    ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--row-sizes", default="100000,400000,1600000")

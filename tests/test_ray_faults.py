@@ -20,7 +20,7 @@ import pytest
 from _services import local_s3_server, s3_keys
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
-pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
+needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
 
 WAIT = 240  # seconds: a generous bound on events (the first batch; the kill) on a loaded 2-core machine
 
@@ -130,6 +130,7 @@ def _report(r) -> dict:
                                   "rows": r.rows, "tokens": r.tokens}, default=str))
 
 
+@needs_ray
 def test_worker_node_lost_mid_run(cluster, tmp_path):
     """One worker node (the one running the map actor) removed while batches are computed: Ray
     restarts the actor on the other node and runs the lost batches again, and the output and the
@@ -162,6 +163,7 @@ def test_worker_node_lost_mid_run(cluster, tmp_path):
     print("node loss: recovered, output and report equal to the local engine's")
 
 
+@needs_ray
 def test_all_worker_nodes_lost_fails_cleanly_s3(s3, cluster, tmp_path):
     """Both worker nodes removed mid-run: nothing can run the remaining batches and Ray Data would
     wait forever; advcli stops within the stall timeout with one line naming the lost nodes, and
@@ -215,3 +217,50 @@ def test_ray_system_errors_are_told_from_advcli_errors():
     wrapped.__cause__ = ActorDiedError("The actor died because its node has died.")
     assert _is_system_error(wrapped)
     assert not _is_system_error(ValueError("values: NaN at row 3"))
+
+
+class _FakeRay:
+    """The part of the ``ray`` module NodeWatch reads: the node table (no cluster needed)."""
+
+    def __init__(self):
+        self.b_alive = True
+
+    def nodes(self):
+        return [{"NodeID": "a" * 40, "NodeManagerAddress": "10.0.0.1", "Alive": True},
+                {"NodeID": "b" * 40, "NodeManagerAddress": "10.0.0.2", "Alive": self.b_alive}]
+
+
+def test_watch_aborts_a_wait_that_cannot_end_after_a_node_loss():
+    """A node goes; the driver's main thread waits on something that never comes (as Ray Data
+    waits for resources that left): the watch interrupts it after the stall timeout, and its
+    error names the lost node."""
+    from advcli.engines.ray_faults import NodeWatch
+
+    fake = _FakeRay()
+    watch = NodeWatch(fake, timeout=0.3, poll=0.05)
+    with watch:
+        fake.b_alive = False
+        with pytest.raises(KeyboardInterrupt):
+            threading.Event().wait(60)  # interrupted long before this
+    assert watch.fired and "no progress for 0.3 s" in watch.fired
+    err = watch.error(KeyboardInterrupt())
+    assert "worker node 10.0.0.2 (node bbbbbbbbbbbb) left the cluster" in err.message and err.hint
+
+
+def test_watch_never_times_out_a_run_that_lost_no_node_or_progresses():
+    """No loss: however long the run, no abort. A loss while batches keep coming: no abort either."""
+    import time
+
+    from advcli.engines.ray_faults import NodeWatch
+
+    fake = _FakeRay()
+    with NodeWatch(fake, timeout=0.2, poll=0.05) as watch:
+        time.sleep(0.8)
+    assert watch.fired is None and watch.error(RuntimeError("x")) is None
+    with NodeWatch(fake, timeout=0.4, poll=0.05) as watch:
+        fake.b_alive = False
+        for _ in range(16):
+            time.sleep(0.05)
+            watch.tick()  # a batch received
+    assert watch.fired is None and list(watch.lost) == ["b" * 40]
+    assert watch.error(ValueError("values: NaN at row 3")) is None  # advcli's own error: reported as it is

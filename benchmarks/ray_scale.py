@@ -5,7 +5,8 @@
     python benchmarks/ray_scale.py --part rows --row-sizes 100000,400000,1600000
 
 **scale**: two dumps (``advcli sample --rows 16384 --max-len 1024 --steps 4``: ~8.5M tokens, and a
-quarter of it), verl GRPO (one Ray Data pass) and verl GAE (whitened: two passes), timed in this
+quarter of it; rewritten with row groups of ``--row-group`` 512 rows, so that Ray Data can cut them
+into blocks for several workers), verl GRPO (one Ray Data pass) and verl GAE (whitened: two passes), timed in this
 process with the Python API (``run_pipeline`` / ``run_ray``, the CLI's code without its start-up),
 the two sizes interleaved in each of ``--runs`` rounds, medians.
 The Ray engine runs on a **local Ray instance** started with ``num_cpus = W + 1``, which gives W worker
@@ -51,12 +52,18 @@ CONFIGS = {"grpo": [("algorithm.adv_estimator", "grpo")],
            "gae": [("algorithm.adv_estimator", "gae")]}
 
 
-def sample(path: str, rows: int, min_len: int, max_len: int, steps: int = 4) -> str:
+def sample(path: str, rows: int, min_len: int, max_len: int, steps: int = 4, row_group: int | None = None) -> str:
+    """``advcli sample`` (one row group); ``row_group``: rewritten with row groups of that many rows
+    (Ray Data reads at most one block per row group, so a one-row-group file feeds one actor)."""
     if not os.path.exists(path):
         print(f"generating {path} ({rows:,} rows)", file=sys.stderr)
         subprocess.run([PY, "-m", "advcli", "sample", path, "--rows", str(rows), "--min-len", str(min_len),
                         "--max-len", str(max_len), "--steps", str(steps), "--force"], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
+        if row_group:
+            import pyarrow.parquet as pq
+
+            pq.write_table(pq.read_table(path), path, row_group_size=row_group, compression="zstd")
     return path
 
 
@@ -86,9 +93,11 @@ def part_scale(args) -> dict:
     from advcli.flavors import resolve
     from advcli.pipeline import run_pipeline
 
-    big = sample(os.path.join(DATA, f"scale-{args.rows}-{args.max_len}.parquet"), args.rows, 16, args.max_len)
-    small = sample(os.path.join(DATA, f"scale-{args.rows // 4}-{args.max_len}.parquet"), args.rows // 4, 16,
-                   args.max_len)
+    rg = args.row_group
+    big = sample(os.path.join(DATA, f"scale-{args.rows}-{args.max_len}-rg{rg}.parquet"), args.rows, 16,
+                 args.max_len, row_group=rg)
+    small = sample(os.path.join(DATA, f"scale-{args.rows // 4}-{args.max_len}-rg{rg}.parquet"), args.rows // 4, 16,
+                   args.max_len, row_group=rg)
     ntok = {big: tokens_of(big), small: tokens_of(small)}
     out = os.path.join(DATA, "out")
     cfgs = {k: resolve("verl", v) for k, v in CONFIGS.items()}
@@ -113,7 +122,8 @@ def part_scale(args) -> dict:
         return {"tok_s": 1 / slope, "tok_s_worker": 1 / slope / workers, "fixed": med([r[1] for r in rounds]),
                 "wall_big": med([r[2] for r in rounds]), "cpu_driver_big": med([r[3] for r in rounds])}
 
-    res = {"tokens": ntok[big], "tokens_small": ntok[small], "rows": args.rows, "local": {}, "ray": {}}
+    res = {"tokens": ntok[big], "tokens_small": ntok[small], "rows": args.rows, "row_group": rg, "local": {},
+           "ray": {}}
     for est in CONFIGS:
         local(est, small)  # warm (imports, allocator)
         res["local"][est] = measure(local, est, 1)
@@ -138,7 +148,7 @@ def part_scale(args) -> dict:
 
 def print_scale(res: dict, runs: int) -> None:
     print(f"\n## scale: {res['rows']:,} rows ({res['tokens']:,} tokens) and a quarter of it "
-          f"({res['tokens_small']:,} tokens); medians of {runs} rounds")
+          f"({res['tokens_small']:,} tokens), row groups of {res['row_group']} rows; medians of {runs} rounds")
     print("throughput = 1 / slope between the two dumps (fixed costs drop out); fixed = the intercept (s); "
           "wall = the whole run on the larger dump (s)")
     print("| engine | workers | ray.init | GRPO Mtok/s | per worker | fixed | wall | GAE Mtok/s | per worker | fixed "
@@ -235,6 +245,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--row-group", type=int, default=512, help="rows per row group of the scale dumps")
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--row-sizes", default="100000,400000,1600000")
     ap.add_argument("--mean-len", type=int, default=1000, help="tokens per row for the per-billion-token figures")

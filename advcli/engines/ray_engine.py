@@ -381,6 +381,22 @@ class _Cluster:
 
 
 _ERR_MARK = "<<advcli-error>>"
+BLOCKS_PER_WORKER = 4  # read blocks per worker actor that the block size aims at (_block_size)
+MIN_BLOCK = 1 << 20
+
+
+def _block_size(inputs: InputSet, concurrency: int, current: int) -> int:
+    """Ray Data's ``target_max_block_size`` for this run: small enough that the input comes as at
+    least ``BLOCKS_PER_WORKER`` blocks per worker actor. Ray 2.60 packs whole row groups into read
+    blocks up to that size (its ``override_num_blocks`` does not cut them further), so with the
+    default (128 MiB) a dump of one or two files came as one block, computed by one actor while
+    the others idled. Never larger than ``current``, never below 1 MiB; a row group is not split,
+    so a file of one row group is still one block."""
+    size = 0
+    for md in inputs.metadata:
+        size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    want = size // max(BLOCKS_PER_WORKER * concurrency, 1)
+    return int(max(MIN_BLOCK, min(current, want))) if want else current
 
 
 def _unwrap(e: BaseException) -> BaseException:
@@ -670,8 +686,9 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
     cl.filesystem = in_fs
     ctx = ray.data.DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size)
     ctx.execution_options.preserve_order = True
+    ctx.target_max_block_size = _block_size(inputs, cl.concurrency, ctx.target_max_block_size or (128 << 20))
     ctx.enable_progress_bars = progress is not None
     data_log = logging.getLogger("ray.data")
     saved_level = data_log.level
@@ -740,7 +757,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         if out_fs is None:
             _replace_dir(tmp, output)
     finally:
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size = saved
         data_log.setLevel(saved_level)
         if started:
             ray.shutdown()

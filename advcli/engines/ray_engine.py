@@ -396,7 +396,7 @@ def _block_size(inputs: InputSet, concurrency: int, current: int) -> int:
     for md in inputs.metadata:
         size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
     want = size // max(BLOCKS_PER_WORKER * concurrency, 1)
-    return int(max(MIN_BLOCK, min(current, want))) if want else current
+    return int(min(current, max(MIN_BLOCK, want))) if want else current  # never above the user's setting
 
 
 def _unwrap(e: BaseException) -> BaseException:

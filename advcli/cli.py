@@ -89,6 +89,10 @@ def run(
                                               help="With --engine ray: the cluster to join (e.g. "
                                                    "ray://head:10001 or auto). Default: RAY_ADDRESS, else a "
                                                    "local Ray instance."),
+    ray_stall_timeout: float | None = typer.Option(
+        None, "--ray-stall-timeout", metavar="SECONDS",
+        help="With --engine ray: after a worker node is lost, stop the run (nothing written) when it makes "
+             "no progress for this long. Default: ADVCLI_RAY_STALL_TIMEOUT, else 300."),
     force: bool = opt.FORCE,
     padded: bool | None = opt.PADDED,
     precision: str | None = typer.Option(None, "--precision", metavar="DTYPE",
@@ -143,7 +147,8 @@ def run(
                             force=force, progress=progress_cb,
                             **({"output_mode": output_mode} if output_mode != "full" else {}),
                             **({"write_columns": write_columns} if write_columns is not None else {}),
-                            ray_address=ray_address)
+                            ray_address=ray_address,
+                            **({"ray_stall_timeout": ray_stall_timeout} if ray_stall_timeout is not None else {}))
     finally:
         stop()
         if prefiltered:

@@ -18,15 +18,17 @@ def check_engine(name: str) -> str:
     return name
 
 
-def run(engine: str, *args, ray_address: str | None = None, **kwargs):
+def run(engine: str, *args, ray_address: str | None = None, ray_stall_timeout: float | None = None, **kwargs):
     """Run the pipeline on ``engine`` with :func:`advcli.pipeline.run_pipeline`'s arguments."""
     check_engine(engine)
     if engine == "ray":
         from .ray_engine import run_ray
 
-        return run_ray(*args, address=ray_address, **kwargs)
+        return run_ray(*args, address=ray_address, stall_timeout=ray_stall_timeout, **kwargs)
     if ray_address is not None:
         raise AdvcliError("--ray-address is only used with --engine ray")
+    if ray_stall_timeout is not None:
+        raise AdvcliError("--ray-stall-timeout is only used with --engine ray")
     from ..pipeline import run_pipeline
 
     return run_pipeline(*args, **kwargs)

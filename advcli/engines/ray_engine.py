@@ -6,6 +6,8 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    ``scopes_and_groups``, ``kl_coefs``, reward normalisation, the row-level estimator — all of
    :func:`advcli.pipeline.resolve`. This is a few tens of bytes per row; the token columns a row
    feature needs (mask, log-probs for Σ KL) are read here too, reduced per row.
+   verl's rollout correction, when on, is a statistics pass on the workers
+   (:mod:`advcli.engines.ray_correction`).
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
    rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
    per-batch float64 sums in row order.
@@ -29,6 +31,10 @@ writer, which sorts within a file and checks that the files tile rows 0..R-1 exa
 directory (pyarrow.dataset, pandas, ``ray.data.read_parquet``, :func:`read_output`) gives the local
 engine's rows, columns, values and schema metadata. It is written to a temporary directory beside
 it and renamed into place when complete.
+
+**Losing a node**: Ray restarts the map actors and retries the tasks; where the nodes left cannot
+run the rest, :mod:`advcli.engines.ray_faults` stops the run after a stall timeout with one line
+naming the node (and the temporary output is removed).
 """
 from __future__ import annotations
 
@@ -157,8 +163,8 @@ _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
 _WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
 _DRIVER_ONLY = {"raw_score", "row_keys",
                 "token_cache", "token_cache_complete", "token_spill",  # the local engine's chunk cache
-                "diagnostics", "whiten_other",  # diagnostics the driver reports (SkyRL, slime)
-                "correction"}  # the rollout correction is refused on Ray (run_ray)
+                "diagnostics", "whiten_other"}  # diagnostics the driver reports (SkyRL, slime)
+# "correction" (the rollout correction): its spec whole, its factor per row; lean() drops its sums
 
 
 def lean(res):
@@ -166,7 +172,7 @@ def lean(res):
     read (``row_keys`` holds every row's prompt id) and without cached group buckets. A field
     this module does not know is refused rather than guessed per row or per scope."""
     names = [f.name for f in dataclasses.fields(res)]
-    unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY]
+    unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY | {"correction"}]
     if unknown:
         raise RuntimeError(f"advcli.engines.ray_engine does not know Resolved field(s) {unknown}: say in "
                            "take_rows/lean whether they are per row, per scope or driver-only")
@@ -175,8 +181,12 @@ def lean(res):
         return None if g is None else GroupIndex(g.codes, g.num_groups)
 
     table = dataclasses.replace(res.table, scopes=gi(res.table.scopes), groups=gi(res.table.groups))
+    corr = getattr(res, "correction", None)
+    if corr is not None:  # the workers apply it (spec, per-row factor); the sums and histogram are the report's
+        corr = dataclasses.replace(corr, sums=None, hist=None)
     return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), table=table,
-                               **{k: None for k in _DRIVER_ONLY if k in names})
+                               **{k: None for k in _DRIVER_ONLY if k in names},
+                               **({"correction": corr} if "correction" in names else {}))
 
 
 def take_rows(res, idx: torch.Tensor):
@@ -189,9 +199,13 @@ def take_rows(res, idx: torch.Tensor):
     table = dataclasses.replace(t, score=t.score[idx], valid_len=t.valid_len[idx], length=t.length[idx],
                                 scopes=gi(t.scopes), groups=gi(t.groups),
                                 columns={k: v[idx] for k, v in t.columns.items()})
+    corr = getattr(res, "correction", None)
+    if corr is not None and corr.factor_row is not None:
+        corr = dataclasses.replace(corr, factor_row=corr.factor_row[idx])
     return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), beta_row=res.beta_row[idx],
                                reward_row=res.reward_row[idx],
-                               adv_row=None if res.adv_row is None else res.adv_row[idx], table=table)
+                               adv_row=None if res.adv_row is None else res.adv_row[idx], table=table,
+                               **({"correction": corr} if corr is not None else {}))
 
 
 def _record_batch(table: pa.Table) -> pa.RecordBatch:
@@ -210,7 +224,7 @@ class _Worker:
         self.plan = dataclasses.replace(payload["plan"], device=torch.device(payload["device"]))
         self.res = payload["res"]
         self.locator: RowLocator = payload["locator"]
-        self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages"
+        self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
         self.out_schema = payload.get("out_schema")
         self.stats = payload.get("stats")
@@ -245,6 +259,10 @@ class _Worker:
             cols.update({f"key:{k}": pa.chunked_array(v).combine_chunks() if v else pa.array([])
                          for k, v in keys.items()})
             return pa.table(cols)
+        if self.mode == "correction":  # the rollout correction's statistics (advcli.engines.ray_correction)
+            from .ray_correction import correction_batch
+
+            return correction_batch(plan, self.reader, batch, file, int(off[0]) if len(off) else 0, grow)
         offsets, tok = self.reader.tokens(batch, file, int(off[0]) if len(off) else 0, plan.token_roles)
         sub = take_rows(self.res, torch.from_numpy(grow))
         layout = Ragged(torch.from_numpy(offsets))
@@ -258,13 +276,16 @@ class _Worker:
             return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
                              "count": [sums.count.tolist()], "total": [sums.total.tolist()],
                              "total_sq": [sums.total_sq.tolist()]})
-        adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True)
+        extras = {} if sub.correction is not None else None
+        adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True, extras=extras)
+        extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
+                 if sub.correction is not None else None)  # as the local engine's write pass
         if self.stats is not None:
             import ray
 
             for args in _observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
                 ray.get(self.stats.add.remote(*args))
-        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0)
+        rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
         if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
             t = t.set_column(0, self.out_schema.field(0), pa.array(off, type=pa.int64()))
@@ -316,11 +337,17 @@ class _ObserverSink:
     def __init__(self, observer, num_rows: int):
         self.obs, self.R = observer, num_rows
         self.next = 0
+        self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}
+
+    def seen(self) -> tuple[int, int]:
+        """(chunks received, rows fed to the observer in order)."""
+        return self.received, self.next
 
     def add(self, row0, offsets, mask, adv, ret, tlr, tok):
         from ..ragged import Ragged
 
+        self.received += 1
         if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
             return True
         self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
@@ -355,6 +382,22 @@ class _Cluster:
 
 
 _ERR_MARK = "<<advcli-error>>"
+BLOCKS_PER_WORKER = 4  # read blocks per worker actor that the block size aims at (_block_size)
+MIN_BLOCK = 1 << 20
+
+
+def _block_size(inputs: InputSet, concurrency: int, current: int) -> int:
+    """Ray Data's ``target_max_block_size`` for this run: small enough that the input comes as at
+    least ``BLOCKS_PER_WORKER`` blocks per worker actor. Ray 2.60 packs whole row groups into read
+    blocks up to that size (its ``override_num_blocks`` does not cut them further), so with the
+    default (128 MiB) a dump of one or two files came as one block, computed by one actor while
+    the others idled. Never larger than ``current``, never below 1 MiB; a row group is not split,
+    so a file of one row group is still one block."""
+    size = 0
+    for md in inputs.metadata:
+        size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    want = size // max(BLOCKS_PER_WORKER * concurrency, 1)
+    return int(min(current, max(MIN_BLOCK, want))) if want else current  # never above the user's setting
 
 
 def _unwrap(e: BaseException) -> BaseException:
@@ -394,14 +437,22 @@ def _map(cl: _Cluster, ds, payload_ref):
                           zero_copy_batch=True, **kw)
 
 
-def _moments_fn(cl: _Cluster, paths: list[str]):
-    """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers."""
+def _moments_fn(cl: _Cluster, paths: list[str], watch=None):
+    """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers (each part received
+    is progress for the ``watch``)."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
         payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                    "locator": RowLocator(paths, inputs.file_rows()),
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
         ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
-        parts = sorted(ds.take_all(), key=lambda r: r["first_row"])  # add in row order: deterministic
+        if watch is not None:
+            watch.stage("the token-moments pass")
+        parts = []
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            parts += b.to_pylist()
+            if watch is not None:
+                watch.tick()
+        parts.sort(key=lambda r: r["first_row"])  # add in row order: deterministic
         sums = MomentSums.zeros(res.scopes.num_groups)
         for p in parts:
             sums.count += torch.tensor(p["count"], dtype=torch.float64)
@@ -427,7 +478,7 @@ class _OneBatch:
             yield self.fi, self.row_base, self.batch.select(self.columns)
 
 
-def _row_pass_fn(cl: _Cluster, paths: list[str]):
+def _row_pass_fn(cl: _Cluster, paths: list[str], watch=None):
     """``row_pass`` for :func:`advcli.pipeline.resolve` on the workers: each batch runs
     ``row_table_pass`` itself; the driver puts the per-row results in global row order."""
     def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
@@ -440,7 +491,14 @@ def _row_pass_fn(cl: _Cluster, paths: list[str]):
                    "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
                    "mode": "rows", "row_kl": row_kl}
         ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
-        t = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
+        if watch is not None:
+            watch.stage("the row pass")
+        got = []
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            got.append(b)
+            if watch is not None:
+                watch.tick()
+        t = pa.concat_tables(got)
         rows = t.column(ROW_COL).to_numpy()
         order = np.argsort(rows, kind="stable")
         if len(rows) != R or not np.array_equal(rows[order], np.arange(R)):
@@ -572,14 +630,22 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,
             rows_per_file: int | None = None, row_pass: str = "auto",
-            write_columns: list[str] | str | None = None, output_mode: str = "full") -> RunResult:
+            write_columns: list[str] | str | None = None, output_mode: str = "full",
+            stall_timeout: float | None = None) -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
     columns and the mask, ``driver``, ``workers`` or ``auto`` = workers on a cluster of several nodes).
     ``output`` is a directory; ``output_mode`` ``sidecar`` writes the local engine's sidecar columns
-    (``row_index`` = the row's position in its own input file) in the same part files."""
+    (``row_index`` = the row's position in its own input file) in the same part files.
+    ``stall_timeout``: seconds without progress after a node was lost before the run is aborted
+    (:mod:`advcli.engines.ray_faults`; default ``$ADVCLI_RAY_STALL_TIMEOUT``, else 300)."""
+    from .ray_correction import correction_fn
+    from .ray_faults import NodeWatch
+    from .ray_faults import stall_timeout as _stall_timeout
+
     ray = import_ray()
+    stall = _stall_timeout(stall_timeout)
     t0 = time.perf_counter()
     if output is None:
         raise AdvcliError("--engine ray writes its result: give --output DIR")
@@ -596,10 +662,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     if output_mode not in OUTPUT_MODES:
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar")
     plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
-    if plan.correction is not None:
-        raise AdvcliError("the rollout correction (algorithm.rollout_correction.*, or a rollout_log_probs column "
-                          "with --flavor verl) is not implemented for --engine ray yet",
-                          hint="run it with the local engine (leave out --engine ray)")
     choose_output_columns(plan, write_columns)
     from ..io import remote
 
@@ -625,23 +687,27 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
     cl.filesystem = in_fs
     ctx = ray.data.DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size)
     ctx.execution_options.preserve_order = True
+    ctx.target_max_block_size = _block_size(inputs, cl.concurrency, ctx.target_max_block_size or (128 << 20))
     ctx.enable_progress_bars = progress is not None
     data_log = logging.getLogger("ray.data")
     saved_level = data_log.level
     if progress is None:
         data_log.setLevel(logging.CRITICAL)  # a worker's AdvcliError is re-raised here as one message
+    watch = NodeWatch(ray, stall, progress)
     try:
         try:
+            watch.__enter__()
             # passes 1-2: driver row table; token moments on the workers
             if row_pass not in ("auto", "driver", "workers"):
                 raise AdvcliError(f"row_pass {row_pass!r}: expected auto, driver or workers")
             if row_pass == "auto":
                 row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
             res, row, betas, kls, warnings = resolve(
-                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths),
-                row_pass=_row_pass_fn(cl, paths) if row_pass == "workers" else None)
+                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths, watch),
+                row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None,
+                correction=correction_fn(cl, paths, watch))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
@@ -649,6 +715,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
 
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
             sink = ray.remote(num_cpus=0, scheduling_strategy=here)(_ObserverSink).remote(observer, inputs.num_rows)
+            watch.stage("the compute-and-write pass")
+            watch.follow_sink(sink, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                        "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
@@ -669,21 +737,28 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                     if out_fs is not None:
                         _put(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
             stats = ray.get(sink.finish.remote())
+            watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:
                 _publish_prefix(out_fs, tmp, out_key)
-        except Exception as e:  # noqa: BLE001 - Ray wraps the workers' errors
+        except BaseException as e:  # noqa: BLE001 - Ray wraps the workers' errors; the watch's abort
+            watch.__exit__(None, None, None)
             if out_fs is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 _delete_prefix(out_fs, tmp)
             err = _unwrap(e)
+            if isinstance(err, AdvcliError):
+                raise err from None
+            lost = watch.error(e)  # a node left the cluster: say which, not Ray's traceback
+            if lost is not None:
+                raise lost from None
             if err is e:
                 raise
             raise err from None
         if out_fs is None:
             _replace_dir(tmp, output)
     finally:
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size = saved
         data_log.setLevel(saved_level)
         if started:
             ray.shutdown()
@@ -694,6 +769,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     result.histograms, result.group_health = stats["histograms"], stats["group_health"]
     result.diagnostics = stats["diagnostics"]
     result.warnings.extend(stats["warnings"])
+    if res.correction is not None:  # rollout_corr/* per step and overall, the weights' histogram (as run_pipeline)
+        from ..correction import finish as finish_correction
+
+        finish_correction(result, res.correction, plan.dtype)
     if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
             entry["domain"] = dom

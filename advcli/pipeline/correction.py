@@ -13,32 +13,54 @@ from ..ops import rollout_correction as rc
 from ..ragged import Ragged
 from .read import ChunkReader
 
+ROLES = ["response_mask", "old_log_probs", "rollout_log_probs"]
+
+
+def correction_chunk(plan, layout: Ragged, tok: dict):
+    """One chunk of the pass: (per-row metric partials ``{name: (how, float64 [B])}``, Σ corrected
+    mask per row int64 [B], histogram counts of the weights over mask=1 tokens or None). Rows are
+    whole in a chunk, so these do not depend on where chunks are cut (the Ray engine runs it on
+    its workers, :mod:`advcli.engines.ray_correction`)."""
+    spec = plan.correction
+    mask = tok["response_mask"].to(plan.dtype)
+    out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])
+    hist = None
+    if spec.weights:  # bins of width upper/HIST_BINS on [0, upper]: every weight is in there
+        w = out.weights[mask > 0].to(torch.float64)
+        b = (w * (HIST_BINS / spec.upper)).floor().clamp_(0, HIST_BINS - 1).to(torch.int64)
+        hist = torch.bincount(b, minlength=HIST_BINS)
+    return out.rows, layout.count_per_row(out.mask > 0), hist
+
 
 def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None):
     """(CorrectionState, valid_after [R] int64): one read of mask, old and rollout log-probs."""
     spec = plan.correction
-    roles = ["response_mask", "old_log_probs", "rollout_log_probs"]
     reader = ChunkReader(plan, inputs)
-    cols = [plan.cmap[r] for r in roles]
+    cols = [plan.cmap[r] for r in ROLES]
     sums = rc.MetricSums(scopes.num_groups)
     valid: list[torch.Tensor] = []
     hist = torch.zeros(HIST_BINS, dtype=torch.int64) if spec.weights else None
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
-        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, roles)
+        offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, ROLES)
         layout = Ragged(torch.from_numpy(offsets))
-        mask = tok["response_mask"].to(plan.dtype)
-        out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])
-        sums.add(out.rows, scopes.codes[row0:row0 + layout.num_rows])
-        valid.append(layout.count_per_row(out.mask > 0))
-        if hist is not None:  # bins of width upper/HIST_BINS on [0, upper]: every weight is in there
-            w = out.weights[mask > 0].to(torch.float64)
-            b = (w * (HIST_BINS / spec.upper)).floor().clamp_(0, HIST_BINS - 1).to(torch.int64)
-            hist += torch.bincount(b, minlength=HIST_BINS)
+        rows, v, h = correction_chunk(plan, layout, tok)
+        sums.add(rows, scopes.codes[row0:row0 + layout.num_rows])
+        valid.append(v)
+        if hist is not None:
+            hist += h
         row0 += layout.num_rows
         if progress:
             progress("rollout correction", row0, inputs.num_rows)
-    plan.checked_roles |= set(roles)
+    plan.checked_roles |= set(ROLES)
+    v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
+    return correction_state(plan, inputs, scopes, step_values, sums, hist), v
+
+
+def correction_state(plan, inputs, scopes, step_values, sums: rc.MetricSums, hist):
+    """The pass's per-step sums -> :class:`CorrectionState` (normalisation factors), after refusing
+    what verl refuses (a step without a valid token; IS weights all 0)."""
+    spec = plan.correction
     for s in range(scopes.num_groups):
         if sums.acc and sums.get("n", s) == 0 and sums.get("rows", s) > 0:
             where = f" in step {step_values[s]}" if step_values[s] is not None else ""
@@ -58,6 +80,4 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
     factor_row = None
     if any(f is not None for f in factors):
         factor_row = scopes.per_row(torch.tensor([1.0 if f is None else f for f in factors], dtype=torch.float64))
-    state = CorrectionState(spec, sums, factors, factor_row, hist)
-    v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
-    return state, v
+    return CorrectionState(spec, sums, factors, factor_row, hist)

@@ -55,7 +55,8 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
 
 
 def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
-            token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None):
+            token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
+            correction: Callable | None = None):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
     groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
     statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
@@ -66,7 +67,9 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
 
     ``token_moments`` (default :func:`token_moment_pass`, same signature) computes the per-scope
     moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
-    ``row_pass`` (default :func:`row_table_pass`, same signature and result) likewise for pass 1.
+    ``row_pass`` (default :func:`row_table_pass`, same signature and result) likewise for pass 1,
+    and ``correction`` (default :func:`advcli.pipeline.correction.correction_pass`) for the rollout
+    correction's statistics pass.
     """
     cfg = plan.cfg
     token_moments = token_moments or token_moment_pass
@@ -82,10 +85,11 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                               f"token to sit on ({empty.numel()} such rows); the framework stops here (slime "
                               "reinforce_plus_plus: assert full_mask.sum() > 0, ppo_utils.py L415)",
                               hint="drop the fully masked rows, or use another estimator")
-    correction = None
+    correction_fn, correction = correction, None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
         from .correction import correction_pass
-        correction, row["valid"] = correction_pass(plan, inputs, scopes, step_values, chunk_rows, progress)
+        correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
+                                                                      progress)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
                 else torch.zeros(R, dtype=torch.float64))

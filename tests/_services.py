@@ -83,3 +83,27 @@ def local_ray(block_size: int = 32 * 1024):
     finally:
         ctx.target_max_block_size = saved
         ray.shutdown()
+
+
+@contextmanager
+def local_ray_cluster(block_size: int = 32 * 1024, workers: int = 2):
+    """``ray.cluster_utils.Cluster`` on this machine: a head node with no CPU for tasks (the driver's
+    node) and ``workers`` worker nodes of one CPU each, separate raylets, with small Ray Data blocks
+    so that a run has many batches. Yields ``(cluster, worker_nodes)``."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(workers)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = block_size
+    try:
+        yield cluster, nodes
+    finally:
+        ctx.target_max_block_size = saved
+        ray.shutdown()
+        cluster.shutdown()

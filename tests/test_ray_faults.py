@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import logging
 import os
 import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _services import local_s3_server, s3_keys
+from _services import local_ray_cluster, local_s3_server, s3_keys
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -36,23 +35,8 @@ def s3(tmp_path_factory):
 @pytest.fixture()
 def cluster():
     """Head (0 CPU) + two one-CPU worker nodes; Ray Data blocks small, so a run has many batches."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    workers = [c.add_node(num_cpus=1) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level=logging.WARNING, log_to_driver=False)
-    ctx = ray.data.DataContext.get_current()
-    saved = ctx.target_max_block_size
-    ctx.target_max_block_size = 16 * 1024
-    try:
-        yield c, workers
-    finally:
-        ctx.target_max_block_size = saved
-        ray.shutdown()
-        c.shutdown()
+    with local_ray_cluster(block_size=16 * 1024) as c:
+        yield c
 
 
 def _dump(tmp_path, rows=900):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 
 import pyarrow.parquet as pq
 import pytest
-from _services import local_ray, local_s3_server, s3_keys
+from _services import local_ray, local_ray_cluster, local_s3_server, s3_keys
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -249,23 +248,10 @@ def test_s3_bad_input_leaves_nothing(s3_ray, tmp_path):
 # ------------------------------------------------------------------ a multi-node cluster on this machine
 @pytest.fixture()
 def ray_cluster(s3):
-    """``ray.cluster_utils.Cluster``: a head node (no CPU for tasks: the driver's node) and two worker
-    nodes of one CPU each, separate raylets, started after the S3 variables are set."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
-    ctx = ray.data.DataContext.get_current()
-    saved = ctx.target_max_block_size
-    ctx.target_max_block_size = 32 * 1024
-    yield cluster, workers
-    ctx.target_max_block_size = saved
-    ray.shutdown()
-    cluster.shutdown()
+    """A head node (no CPU for tasks: the driver's node) and two worker nodes of one CPU each, separate
+    raylets, started after the S3 variables are set."""
+    with local_ray_cluster(block_size=32 * 1024) as c:
+        yield c
 
 
 def _four_files(fs, tmp_path, prefix):

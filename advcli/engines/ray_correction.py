@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..errors import AdvcliError
 from ..ops import rollout_correction as rc
 from ..pipeline.correction import ROLES, correction_chunk, correction_state
 
@@ -48,7 +47,7 @@ def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: i
 
 def correction_fn(cl, paths: list[str], watch=None):
     """``correction`` for :func:`advcli.pipeline.resolve`, run on the workers."""
-    from .ray_engine import ROW_COL, RowLocator, _dataset, _map
+    from .ray_engine import RowLocator, _dataset, _map, gather_rows
 
     def correction(plan, inputs, scopes, step_values, chunk_rows, progress):
         R = inputs.num_rows
@@ -60,20 +59,7 @@ def correction_fn(cl, paths: list[str], watch=None):
                        "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu", "mode": "correction"}
             cols = [plan.cmap[r] for r in ROLES]
             ds = _map(cl, _dataset(cl, paths, cols), cl.ray.put(payload))
-            if watch is not None:
-                watch.stage("the rollout-correction pass")
-            got = []
-            for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                got.append(b)
-                if watch is not None:
-                    watch.tick()
-            t = pa.concat_tables(got)
-            grow = t.column(ROW_COL).to_numpy()
-            order = np.argsort(grow, kind="stable")
-            if len(grow) != R or not np.array_equal(grow[order], np.arange(R)):
-                raise AdvcliError(f"--engine ray: the rollout-correction pass returned {len(grow)} rows for an "
-                                  f"input of {R}")
-            t = t.take(pa.array(order))
+            t = gather_rows(ds, R, "the rollout-correction pass", watch)
             valid = torch.from_numpy(t.column("valid").to_numpy().copy())
             parts = [(n.split(":", 2)[1], n.split(":", 2)[2], torch.from_numpy(t.column(n).to_numpy().copy()))
                      for n in t.column_names if n.startswith("p:")]

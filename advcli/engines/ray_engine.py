@@ -464,6 +464,25 @@ def _moments_fn(cl: _Cluster, paths: list[str], watch=None):
     return token_moments
 
 
+def gather_rows(ds, R: int, stage: str, watch=None) -> pa.Table:
+    """The per-row results of a pass on the workers (one output row per input row, with its global
+    row in ``ROW_COL``), in global row order; each batch received is progress for the ``watch``.
+    Every row 0..R-1 exactly once, or an error naming the pass."""
+    if watch is not None:
+        watch.stage(stage)
+    got = []
+    for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        got.append(b)
+        if watch is not None:
+            watch.tick()
+    t = pa.concat_tables(got)
+    rows = t.column(ROW_COL).to_numpy()
+    order = np.argsort(rows, kind="stable")
+    if len(rows) != R or not np.array_equal(rows[order], np.arange(R)):
+        raise AdvcliError(f"--engine ray: {stage} returned {len(rows)} rows for an input of {R}")
+    return t.take(pa.array(order))
+
+
 class _OneBatch:
     """The slice of :class:`advcli.io.reader.InputSet` that ``row_table_pass`` uses, over one batch."""
 
@@ -491,19 +510,7 @@ def _row_pass_fn(cl: _Cluster, paths: list[str], watch=None):
                    "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
                    "mode": "rows", "row_kl": row_kl}
         ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
-        if watch is not None:
-            watch.stage("the row pass")
-        got = []
-        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            got.append(b)
-            if watch is not None:
-                watch.tick()
-        t = pa.concat_tables(got)
-        rows = t.column(ROW_COL).to_numpy()
-        order = np.argsort(rows, kind="stable")
-        if len(rows) != R or not np.array_equal(rows[order], np.arange(R)):
-            raise AdvcliError(f"--engine ray: the row pass returned {len(rows)} rows for an input of {R}")
-        t = t.take(pa.array(order))
+        t = gather_rows(ds, R, "the row pass", watch)
         tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
         row = {k: tens(f"row:{k}") for k in empty[0]}
         comps = {k: tens(f"comp:{k}") for k in empty[1]}

@@ -583,7 +583,9 @@ def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per
                     w.write(b)
                 w.commit()
                 if upload_fs is not None:  # the finished file, to the run's temporary prefix
-                    _put(upload_fs, os.path.join(local, name), f"{directory}/{name}")
+                    from ..io.remote import put_file
+
+                    put_file(upload_fs, os.path.join(local, name), f"{directory}/{name}")
             except BaseException:
                 w.abort()
                 raise
@@ -742,7 +744,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                     empty = os.path.join(d if out_fs is not None else tmp, f"part-{0:012d}.parquet")
                     pq.write_table(out_schema.empty_table(), empty)
                     if out_fs is not None:
-                        _put(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
+                        remote.put_file(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
             stats = ray.get(sink.finish.remote())
             watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:
@@ -785,18 +787,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             entry["domain"] = dom
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def _put(fs, local: str, key: str) -> None:
-    """Upload a finished local file to ``key`` (a multipart upload: the object appears when complete)."""
-    from ..io.remote import COPY_CHUNK
-
-    with open(local, "rb") as src, fs.open_output_stream(key) as out:
-        while True:
-            block = src.read(COPY_CHUNK)
-            if not block:
-                break
-            out.write(block)
 
 
 def _check_output_prefix(output: str, inputs: list[str], force: bool) -> None:

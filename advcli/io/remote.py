@@ -162,18 +162,24 @@ def temp_key(target: str) -> str:
     return f"{parent}/.{name}.advcli-tmp-{os.getpid()}"
 
 
+def put_file(fs, local: str, key: str) -> None:
+    """Stream the local file ``local`` to ``key`` of ``fs`` (one multipart upload on an object store:
+    the object appears when complete)."""
+    with open(local, "rb") as src, fs.open_output_stream(key) as out:
+        while True:
+            block = src.read(COPY_CHUNK)
+            if not block:
+                break
+            out.write(block)
+
+
 def upload(local: str, target: str) -> None:
     """Put the complete local file ``local`` at ``target`` atomically (module docstring)."""
     fs, dst = resolve(target)
     _, tmp = resolve(temp_key(target))
     try:
         try:
-            with open(local, "rb") as src, fs.open_output_stream(tmp) as out:
-                while True:
-                    block = src.read(COPY_CHUNK)
-                    if not block:
-                        break
-                    out.write(block)
+            put_file(fs, local, tmp)
             fs.copy_file(tmp, dst)  # server-side: the target appears whole
         except OSError as e:
             raise AdvcliError(f"{target}: upload failed ({str(e).splitlines()[0]}); nothing was written there",

@@ -70,13 +70,14 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
     cache: dict | None = None
     spill = None
     need = total * (elem * 3 + 1)
+    observable = plan.spec.level != "row" and observes_returns_early(plan)
     if not rewards and res.correction is None:
         if need <= TOKEN_CACHE_BYTES:
             cache = {}
-        elif plan.spec.level != "row" and observes_returns_early(plan):
+        elif observable:
             spill = open_spill(need)  # beyond memory: a temporary file rather than a second decode
             cache = {} if spill is not None else None
-    observe = cache is not None and plan.spec.level != "row" and observes_returns_early(plan)
+    observe = cache is not None and observable  # then every chunk's entry carries its observations
     # slime's float32 one-pass whitening sums each step's concatenated tokens with torch: kept in order
     # (CPU) to make the same calls on the same tensor (ops.whiten.ordered_float32_sums), within bounds
     ordered: list | None = [] if (not rewards and plan.whiten_spec().one_pass == torch.float32
@@ -148,7 +149,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             consume(pending.popleft())
     if cache is not None:
         res.token_cache, res.token_spill = cache, spill
-        res.token_cache_complete = observe and all(e.seen is not None for e in cache.values())
+        res.token_cache_complete = observe
     if ordered:
         from ..ops.whiten import ordered_float32_sums
         sums.ordered = ordered_float32_sums(*(torch.cat(x) for x in zip(*ordered)), res.scopes.num_groups)

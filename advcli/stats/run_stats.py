@@ -120,11 +120,6 @@ class RunStats:
     def _row_scope(self, rows: slice, B: int) -> torch.Tensor:
         return self.scopes.codes[rows] if self.scopes is not None else torch.zeros(B, dtype=torch.int64)
 
-    def _rows_common(self, rows: slice, layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor,
-                     sel: torch.Tensor | None = None, voff: torch.Tensor | None = None) -> None:
-        """seq_reward and resp_len of the chunk's rows (``m``: mask > 0 on the CPU, needed when padded)."""
-        self.seq_reward[rows], self.resp_len[rows] = _row_reward_and_length(layout, m, tlr, self.padded, sel, voff)
-
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
                   tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None) -> None:
         """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device),
@@ -175,7 +170,7 @@ class RunStats:
         B = layout.num_rows
         rows = slice(row0, row0 + B)
         m = mask.detach().to("cpu") > 0 if self.padded else None
-        self._rows_common(rows, layout, m, tlr)
+        self.seq_reward[rows], self.resp_len[rows] = _row_reward_and_length(layout, m, tlr, self.padded)
         n = self.valid_len[rows]
         self.valid[rows] = n
         scope = self._row_scope(rows, B)

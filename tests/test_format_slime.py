@@ -116,3 +116,38 @@ def test_inspect(dump, capsys):
     code, out, err = run_main(["inspect", root / "rollout_data"], capsys)
     assert code == 0, err
     assert "slime-pt" in out and "group_index" in out and "eval_0.pt" in out
+
+
+def test_removed_sample_mask_zeroed_and_teacher_read(tmp_path, capsys):
+    """slime writes the rollout dump (rollout.py L500) before _convert_samples_to_train_data zeroes the loss
+    mask of a sample with remove_sample=True (slime/ray/rollout.py L680 @624b824a). The removed sample keeps
+    its place in its group's reward statistics (_post_process_rewards L608-633) but leaves the whitening
+    (distributed_masked_whiten over the m=1 tokens, distributed_utils.py L111-170)."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5]
+    lens = [3, 2, 4, 1, 2, 3, 2, 2]
+    removed = {2, 5}
+    samples = [{"group_index": k // 4, "index": k, "rollout_id": None, "tokens": [1] * (2 + lens[k]),
+                "response_length": lens[k], "reward": rewards[k], "loss_mask": [1] * lens[k],
+                "rollout_log_probs": [-0.5] * lens[k], "teacher_log_probs": [-0.25 * (j + 1) for j in range(lens[k])],
+                "remove_sample": k in removed, "status": "completed"} for k in range(8)]
+    torch.save({"rollout_id": 0, "samples": samples}, d / "0.pt")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime", "--set", "n_samples_per_prompt=4",
+                             "--set", "normalize_advantages=true", "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    # group z-score over all 4 samples of each block, removed ones included: (r − μ)/(std_unbiased + 1e-6)
+    z = []
+    for g in range(2):
+        r = np.array(rewards[4 * g:4 * g + 4], np.float64)
+        c = r - r.mean()
+        z += list(c / (c.std(ddof=1) + 1e-6))
+    # whitening statistics over the m=1 tokens of the kept samples only, unbiased, rsqrt(var + 1e-8)
+    toks = np.concatenate([[z[k]] * lens[k] for k in range(8) if k not in removed])
+    mu, var = toks.mean(), toks.var(ddof=1)
+    for k, row in enumerate(t):
+        assert row["response_mask"] == ([0] * lens[k] if k in removed else [1] * lens[k])
+        assert row["teacher_log_probs"] == pytest.approx([-0.25 * (j + 1) for j in range(lens[k])])
+        assert row["advantages"] == pytest.approx([(z[k] - mu) / math.sqrt(var + 1e-8)] * lens[k], rel=1e-4, abs=1e-5)

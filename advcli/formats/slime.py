@@ -10,8 +10,12 @@ file that needs more is refused with how to re-save it). One canonical row per s
 * ``prompt_id`` = ``group_index`` (slime's prompt-group counter); ``step`` = ``rollout_id``;
 * ``reward`` = ``reward`` (a dict of several rewards becomes ``reward/<name>`` columns: pick one with
   ``--column reward=reward/NAME``, as slime's ``--reward-key`` does);
-* ``response_mask`` = ``loss_mask`` (None: all ones over ``response_length``; 0 on tool/env tokens);
-  ``rollout_log_probs`` = ``rollout_log_probs`` (the inference engine's, per response token).
+* ``response_mask`` = ``loss_mask`` (None: all ones over ``response_length``; 0 on tool/env tokens),
+  all zeros when ``remove_sample`` is true: the file is written before ``_convert_samples_to_train_data``
+  zeroes a removed sample's loss mask (slime/ray/rollout.py L680), and the sample stays in its group's
+  reward statistics but leaves the whitening and the loss;
+  ``rollout_log_probs`` / ``teacher_log_probs`` = the same fields (per response token; the teacher's
+  for on-policy distillation).
 
 The train dump (``--save-debug-train-data``, ``format_version`` 2) holds no group key (its rows join
 the rollout dump on ``sample_index``) and is refused with that reason; ``--dump-details`` directories are
@@ -104,6 +108,8 @@ def read(path: str, ctx: Context):
         lm = lm.tolist() if hasattr(lm, "tolist") else list(lm)
         if len(lm) != n:
             raise ctx.error(None, f"{where}: loss_mask has {len(lm)} values but response_length is {n}")
+        if s.get("remove_sample"):  # _convert_samples_to_train_data (rollout.py L680) zeroes a removed sample's mask
+            lm = [0] * n
         row = {"prompt_id": str(s["group_index"]), "step": step, "response_mask": [1 if x else 0 for x in lm]}
         r = s["reward"]
         if isinstance(r, dict):
@@ -120,6 +126,12 @@ def read(path: str, ctx: Context):
             if len(lp) != n:
                 raise ctx.error(None, f"{where}: rollout_log_probs has {len(lp)} values but response_length is {n}")
             row["rollout_log_probs"] = [float(x) for x in lp]
+        tlp = s.get("teacher_log_probs")  # on-policy distillation (--use-opd): the teacher's per response token
+        if tlp is not None:
+            tlp = tlp.tolist() if hasattr(tlp, "tolist") else list(tlp)
+            if len(tlp) != n:
+                raise ctx.error(None, f"{where}: teacher_log_probs has {len(tlp)} values but response_length is {n}")
+            row["teacher_log_probs"] = [float(x) for x in tlp]
         toks = s.get("tokens")
         if toks is not None:
             row["tokens"] = toks.tolist() if hasattr(toks, "tolist") else list(toks)
@@ -139,6 +151,7 @@ FORMAT = Format(
     pattern=PATTERN, level="token",
     group_rule="group_index (slime's prompt-group counter)",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
+             "teacher_log_probs": F32_LIST,
              "tokens": __import__("pyarrow").list_(I64), "index": I64, "response_length": I64},
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
     companions=(r"(^|/)train_data/\d+\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),

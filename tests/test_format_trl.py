@@ -2,6 +2,7 @@
 column list of spec/dumps.md §3 (step, prompt, completion, one column per reward function, advantage),
 with ``advantage`` computed independently below as TRL's GRPO does it: R = nansum_k w_k r_k,
 A = (R − group mean) / (group std (Bessel) + 1e-4), groups = num_generations consecutive rows."""
+import json
 import math
 
 import numpy as np
@@ -179,3 +180,29 @@ def test_compare_and_stats_read_response_level_outputs(dump, tmp_path, capsys):
     code, out, err = run_main(["stats", outs[0], "--json"], capsys)
     assert code == 0, err
     assert pq.read_schema(outs[0]).field("advantages").type == pa.float32()  # the outputs are not modified
+
+
+def test_audit_reads_the_completions_dump_as_run_does(dump, tmp_path, capsys):
+    """`advcli audit` on TRL's own completions directory (no response_mask: one logged `advantage` per
+    row) recomputes through the same input edge as `run`; a row whose logged advantage was changed
+    is named."""
+    d, expected = dump
+    args = ["--flavor", "trl", "--set", f"num_generations={G}", "--set", "reward_funcs=[accuracy_reward,format_reward]",
+            "--no-search", "--json"]
+    code, out, err = run_main(["audit", str(d), *args], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["agree"] and rep["logged_column"] == "advantage" and rep["logged_per"] == "row"
+    assert rep["rows"] == len(expected) and rep["inputs"] == [str(d)]
+
+    bad = tmp_path / "bad" / "completions"
+    bad.mkdir(parents=True)
+    first = pd.read_parquet(d / "completions_00010.parquet")
+    first.loc[5, "advantage"] = first.loc[5, "advantage"] + 0.5
+    first.to_parquet(bad / "completions_00010.parquet")
+    pd.read_parquet(d / "completions_00020.parquet").to_parquet(bad / "completions_00020.parquet")
+    code, out, err = run_main(["audit", str(bad), *args], capsys)
+    assert code == 1, err
+    rep = json.loads(out)
+    assert rep["rows_disagreeing"] == 1 and rep["worst"][0]["row"] == 5
+    assert rep["worst"][0]["abs_diff"] == pytest.approx(0.5, abs=1e-4)

@@ -278,18 +278,24 @@ def _groups(ins, cmap, cfg):
 def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | None = None, config: str | None = None,
           column: list[str] | None = None, against: str | None = None, rtol: float = 1e-4, atol: float = 1e-5,
           chunk_rows: int = 4096, device: str = "auto", search: bool = True, top: int = 10,
-          progress=None) -> dict:
-    """The audit report dict (module docstring); ``report["agree"]`` says whether every value agrees."""
+          progress=None, from_: str | None = None) -> dict:
+    """The audit report dict (module docstring); ``report["agree"]`` says whether every value agrees.
+    Trainer dumps are read as ``advcli run`` reads them (``from_``: their format, as ``--from``): a
+    response-level dump (TRL's completions, one logged advantage per row) gets a one-token mask."""
     import numpy as np
 
     from ..audit import classify, fit_params, mixup_rows, worst_rows
     from ..columns import resolve_columns
+    from ..formats import info_for, open_inputs
+    from ..io import readahead
     from ..io.reader import InputSet
     from .resolve import resolve_cli_config
 
     if rtol < 0 or atol < 0:
         raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
     t0 = time.perf_counter()
+    inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)
+    readahead.start(inputs)  # the disk reads overlap the torch import (advcli.io.readahead)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None)
     ins = InputSet.open(inputs)
     file0 = ins.paths[0]
@@ -306,7 +312,8 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
         rep = {"command": "audit", "flavor": flavor, "settings": native or {}, "ran": what,
-               "estimator": cfg["estimator"].get("name"), "inputs": ins.paths, "logged_column": logged_col,
+               "estimator": cfg["estimator"].get("name"),
+               "inputs": [info_for(p).source if info_for(p) else p for p in ins.paths], "logged_column": logged_col,
                "logged_per": "token" if is_list else "row", "tolerance": {"rtol": rtol, "atol": atol},
                "rows": int(rt.n_valid.size), "valid_tokens": int(rt.n_valid.sum()),
                "tokens_disagreeing": bad_tokens, "rows_disagreeing": int(bad_rows_idx.size),
@@ -460,6 +467,7 @@ def audit_cmd(
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     column: list[str] | None = opt.COLUMN,
+    from_: str | None = opt.FROM,
     against: str | None = typer.Option(None, "--against", metavar="COLUMN",
                                           help="The logged advantages (default: advantages, else advantage)."),
     rtol: float = typer.Option(1e-4, "--rtol", metavar="X", help="Relative tolerance."),
@@ -485,7 +493,8 @@ def audit_cmd(
     cb, stop = _progress(not quiet and not json_out)
     try:
         rep = audit(inputs, flavor=flavor, set_=set_, config=config, column=column, against=against, rtol=rtol,
-                    atol=atol, chunk_rows=chunk_rows, device=device, search=search, top=top, progress=cb)
+                    atol=atol, chunk_rows=chunk_rows, device=device, search=search, top=top, progress=cb,
+                    from_=from_)
     finally:
         stop()
     from ._sections import emit

@@ -206,3 +206,29 @@ def test_audit_reads_the_completions_dump_as_run_does(dump, tmp_path, capsys):
     rep = json.loads(out)
     assert rep["rows_disagreeing"] == 1 and rep["worst"][0]["row"] == 5
     assert rep["worst"][0]["abs_diff"] == pytest.approx(0.5, abs=1e-4)
+
+
+def test_a_prompt_drawn_for_two_consecutive_groups(tmp_path, capsys):
+    """TRL groups num_generations consecutive rows, whatever the prompts say; the importer's ids come from
+    the prompt text, so a prompt drawn for two groups in a row makes one id over two blocks. The run
+    stops by default (it looks like a group size set too small) and says how to keep the blocks:
+    advcli.id_check=warn, which gives TRL's per-block advantages and a warning."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    rng = np.random.default_rng(5)
+    prompts = ["user\nsame question\nassistant\n"] * (2 * G) + ["user\nother\nassistant\n"] * G
+    acc = [float(x) for x in rng.integers(0, 2, len(prompts))]
+    fmt = [float(x) for x in rng.choice([0.0, 0.5, 1.0], len(prompts))]
+    expected = trl_grpo(acc, fmt)  # blocks of G rows: the two "same question" groups stay apart
+    pd.DataFrame({"step": [3] * len(prompts), "prompt": prompts, "completion": ["a"] * len(prompts),
+                  "accuracy_reward": acc, "format_reward": fmt, "advantage": expected}).to_parquet(
+        d / "completions_00003.parquet")
+    args = ["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set", f"num_generations={G}",
+            "--set", "reward_funcs=[accuracy_reward,format_reward]", "-q"]
+    code, _, err = run_main(args, capsys)
+    assert code == 2 and "spans several positional groups" in err and "advcli.id_check=warn" in err
+    code, out, err = run_main(args[:-1] + ["--set", "advcli.id_check=warn", "--json"], capsys)
+    assert code == 0, err
+    assert any("spans several positional groups" in w for w in json.loads(out)["warnings"])
+    got = np.array(pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist())
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -37,6 +37,10 @@ EXTENSION_KEYS: dict[str, Key] = {
                            "the framework's consecutive blocks of n rows (ROLL, OpenRLHF, TRL), for dumps whose "
                            "rows were reordered; `flavor` keeps the framework's own grouping",
                            ("flavor", "id"), "str"),
+    "advcli.id_check": Key("flavor", "advcli extension: with the framework's blocks of n rows, a prompt_id column "
+                           "that disagrees with them: `strict` stops the run, `warn` keeps the blocks (the "
+                           "framework's own groups) with a warning, e.g. for a prompt drawn for two consecutive "
+                           "groups; `flavor` keeps the flavor's rule", ("flavor", "strict", "warn"), "str"),
 }
 
 
@@ -87,6 +91,8 @@ def flavor_keys(flavor: Flavor) -> dict[str, Key]:
 def _apply_extensions(cfg: dict, values: dict) -> dict:
     if values.get("advcli.group_by") == "id" and cfg.get("grouping", {}).get("by") == "position":
         cfg["grouping"]["by"] = "id"  # the same per-group math, groups taken from prompt_id
+    if values.get("advcli.id_check", "flavor") != "flavor" and cfg.get("grouping", {}).get("by") == "position":
+        cfg["grouping"]["id_check"] = values["advcli.id_check"]
     return cfg
 
 

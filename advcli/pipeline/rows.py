@@ -273,8 +273,10 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
                       "size; if rows were reordered after the run, restore the rollout order (each prompt's "
-                      "responses contiguous). To group by the ids instead, keeping this flavor's semantics, add "
-                      "--set advcli.group_by=id")
+                      "responses contiguous) or group by the ids instead, keeping this flavor's semantics: "
+                      "--set advcli.group_by=id. If the same prompt really was drawn for consecutive groups (a "
+                      "prompt twice in the dataset), keep the blocks: --set advcli.id_check=warn "
+                      "(grouping.id_check=warn with --flavor advcli)")
 
 
 def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:

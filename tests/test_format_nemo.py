@@ -191,3 +191,35 @@ def test_row_without_generated_token_joins_its_prompt(tmp_path, capsys):
     assert len({r["prompt_id"] for r in t}) == 1 and t[1]["response_mask"] == [0, 0]
     for r, e in zip(t, exp):
         assert np.allclose(r["advantages"], [e] * len(r["advantages"]), rtol=1e-5, atol=1e-6)
+
+
+def test_sample_loss_mask_zero_leaves_reinforce_plus_plus_statistics(tmp_path, capsys):
+    """NeMo hands its estimators mask = token_mask · sample_mask (grpo.py L3289-3292 @ 7ea279ab), so a row
+    whose sample_loss_mask is 0 is out of reinforce_plus_plus's token statistics
+    (advantage_estimator.py L262-265): μ = Σ a·M / Σ M, σ² = Σ (a − μ)²·M / Σ M, A = (a − μ)/√max(σ², 1e-8)."""
+    d = tmp_path / "s"
+    d.mkdir()
+    samples = [([5, 6], [10, 11, 12], [1, 1, 1], 1.0), ([5, 6], [13, 14], [1, 1], 0.0),
+               ([5, 6], [15, 16, 17, 18], [1, 0, 1, 1], 0.5), ([7], [19, 20], [1, 1], 1.0), ([7], [21], [1], 0.0)]
+    write_step(d / "train_data_step1.jsonl", samples)
+    dropped = 2  # a long row with a reward away from its group mean: it moves μ and σ if counted
+    p = d / "train_data_step1.jsonl"
+    lines = p.read_text().splitlines()
+    lines[dropped] = lines[dropped].replace('"sample_loss_mask": [1.0]', '"sample_loss_mask": [0.0]')
+    p.write_text("\n".join(lines) + "\n")
+    # a_i = r_i − mean of its prompt's rewards (minus_baseline, all rows vote: valid_mask is ones)
+    means = {(5, 6): (1.0 + 0.0 + 0.5) / 3, (7,): (1.0 + 0.0) / 2}
+    a = [rew - means[tuple(pr)] for pr, _, _, rew in samples]
+    masks = [[0] * len(m) if i == dropped else m for i, (_, _, m, _) in enumerate(samples)]
+    n = sum(sum(m) for m in masks)
+    mu = sum(a[i] * sum(m) for i, m in enumerate(masks)) / n
+    var = sum((a[i] - mu) ** 2 * sum(m) for i, m in enumerate(masks)) / n
+    want = [(x - mu) / math.sqrt(max(var, 1e-8)) for x in a]
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo", "--set",
+                             "grpo.adv_estimator.name=reinforce_plus_plus", "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert t[dropped]["response_mask"] == [0, 0, 0, 0] and t[dropped]["prompt_length"] == 2
+    for row, w in zip(t, want):  # every position holds the row's value (masked ones are not zeroed)
+        assert np.allclose(row["advantages"], [w] * len(row["advantages"]), rtol=1e-5, atol=1e-6)

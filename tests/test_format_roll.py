@@ -84,6 +84,8 @@ def test_agentic(tmp_path, capsys):
     t = pq.read_table(out).to_pylist()
     assert [r["prompt_id"] for r in t[:N]] == ["sokoban_0_3_42"] * N and t[N]["prompt_id"] == "sokoban_1_3_42"
     assert [r["reward"] for r in t[:N]] == [1.0, 0.0, 0.0] and t[0]["step"] == 4
+    # --flavor roll is ROLL's RLVR chain; the agentic pipeline's reward_normalization is another one
+    assert "agentic dump: --flavor roll runs ROLL's RLVR chain" in err and "reward_normalization" in err
 
 
 def test_unequal_columns_and_truncation(tmp_path, capsys):

@@ -5,7 +5,9 @@
 Every field of a line is a one-element list (``make_microbatch_iterator(1)``): scalars ``[x]``, per-token
 rows ``[[...]]`` over the full right-padded sequence (prompt + response + padding). A row's response is
 the positions ``s .. L-1``, with ``s`` the first position where ``token_loss_mask`` is 1 and ``L`` =
-``input_lengths``: ``response_mask`` = ``token_loss_mask[s:L]`` (0 on tool/env tokens inside),
+``input_lengths``: ``response_mask`` = ``token_loss_mask[s:L]`` (0 on tool/env tokens inside), all 0 on a
+row whose ``sample_loss_mask`` is 0 (NeMo hands its estimators ``token_mask · sample_mask``, ``grpo.py``
+L3289-3292, ``ppo.py`` L266: a dropped row is out of reinforce_plus_plus's and raw_reward's statistics),
 ``old_log_probs`` = ``prev_logprobs[s:L]``, ``rollout_log_probs`` = ``generation_logprobs[s:L]`` and
 ``logged_advantages`` = ``advantages[s:L]`` (NeMo's own result, which ``--flavor nemo`` reproduces).
 
@@ -66,9 +68,11 @@ def read(path: str, ctx: Context):
         if rkey == "filtered_rewards" and not noted:
             ctx.notes.append("reward = filtered_rewards (dynamic sampling: the rewards field is the unfiltered list)")
             noted = True
+        kept = "sample_loss_mask" not in rec or number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"),
+                                                        "sample_loss_mask") != 0
         row = {"prompt_id": text_key(ids[:s]), "step": step,
                "reward": number(ctx, line, _one(ctx, line, rec, rkey), rkey),
-               "response_mask": [1 if m else 0 for m in mask[s:L]], "prompt_length": s, "input_lengths": L}
+               "response_mask": [1 if m and kept else 0 for m in mask[s:L]], "prompt_length": s, "input_lengths": L}
         if "prev_logprobs" in rec:
             row["old_log_probs"] = _tokens(ctx, line, rec, "prev_logprobs", L)[s:L]
         if "generation_logprobs" in rec:

@@ -94,6 +94,12 @@ def _first_run(ctx: Context, pid: str, run: int) -> int:
 
 
 def _agentic(obj: dict, n: int, ctx: Context):
+    if n and "agentic" not in ctx.state:
+        ctx.state["agentic"] = True
+        ctx.notes.append("agentic dump: --flavor roll runs ROLL's RLVR chain (groups of n consecutive rows, grpo "
+                         "forced to the group z-score, a group of one gives NaN); ROLL's agentic pipeline "
+                         "normalises by reward_normalization instead (grouping key and norm types, nothing by "
+                         "default; a group of one or with |std| <= 1e-6 gives 0; agentic/utils.py L99-153)")
     for i in range(n):
         raw = obj["trajectory_data"][i]
         try:

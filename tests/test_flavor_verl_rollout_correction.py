@@ -338,3 +338,32 @@ def test_masked_statistics_use_the_corrected_mask(tmp_path, est, name):
     t, _ = _run(tmp_path, CONFIGS[name], src=src, est=est)
     for i, (got, want) in enumerate(zip(t.column("advantages").to_pylist(), EXPECTED_ADV[(est, name)])):
         assert all(_close(g, e, 1e-5, 1e-6) for g, e in zip(got, want)), (i, got, want)
+
+
+@pytest.mark.parametrize("est", ["gae", "remax"])
+@pytest.mark.parametrize("chunk_rows", [2, 4096])
+def test_kl_metric_uses_the_mask_before_rejection(tmp_path, est, chunk_rows):
+    """verl's trainer runs apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) before
+    compute_rollout_correction_and_add_to_batch (fit(), L1638-1675): actor/reward_kl_penalty is the mean
+    over rows of masked_mean(kld, m, axis=-1) = Σ_t kld·m / (Σ_t m + 1e-8) with the ORIGINAL mask m.
+    Config D rejects rows 1 and 2 entirely; their KL still counts, divided by their original Σm (it was
+    divided by Σm' + 1e-8 = 1e-8, ~1e7). Fixed β: the per-row KL is computed in the write pass."""
+    deltas = [[0.1, 0.2, 0.3], [0.4, 9.0, 0.5, 0.6], [0.7], [0.2, 0.1, 9.0], [9.0, 9.0]]  # kl (k1) = lp − ref
+    ref = pa.array([[o - d for o, d in zip(r[3], ds)] for r, ds in zip(ROWS, deltas)], pa.list_(pa.float32()))
+    values = pa.array([[0.1 * (t + 1) for t in range(len(r[2]))] for r in ROWS], pa.list_(pa.float32()))
+    src = _write(tmp_path / "in.parquet", extra={"ref_log_probs": ref, "values": values,
+                                                 "reward_baseline": pa.array([0.5] * 5, pa.float32())})
+    beta = 0.05
+    settings = {**CONFIGS["D"], "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.kl_coef": beta}
+    t, res = _run(tmp_path, settings, chunk_rows=chunk_rows, src=src, est=est)
+    per_row = []
+    for r, ds in zip(ROWS, deltas):
+        m = r[2]
+        per_row.append(sum(d * k for d, k in zip(ds, m)) / (sum(m) + 1e-8))
+    want = sum(per_row) / len(per_row)  # (0.6/3 + 1.5/3 + 0.7/1 + 0.3/2 + 0) / 5 = 0.31
+    assert _close(res.per_step[0]["actor/reward_kl_penalty"], want, 1e-5), res.per_step[0]
+    assert _close(res.metrics["actor/reward_kl_penalty"], want, 1e-5)
+    assert res.metrics["actor/reward_kl_penalty_coeff"] == pytest.approx(beta)
+    # the token rewards themselves always used m: scores − β·kld·m (row 1's masked token keeps 0 KL)
+    tlr = t.column("token_level_rewards").to_pylist()
+    assert _close(tlr[1][1], 0.0, 0, 1e-7) and _close(tlr[1][0], -beta * 0.4, 1e-5)

@@ -160,3 +160,34 @@ def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):
                              "--set", "algorithm.adv_estimator=grpo"], capsys)
     assert code == 2, err
     assert f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump" in err and "advcli-import" not in err
+
+
+def test_v1_multi_output_runs_grpo_only(tmp_path, capsys):
+    """verl v1 (trainer_base._compute_advantage → v1/utils.py compute_advantage_for_multi_trajectories,
+    L148-217 @1dda039b): only GRPO reduces a multi-output session to its last output; any other
+    estimator gets every output as a row of the prompt's group (uid = the prompt uid for each output,
+    agent_loop_tq.py L154-200). The import keeps the last outputs only, so other estimators are refused.
+    GRPO over the kept rows: group [1, 0] → (1 − 0.5)/(√0.5 + 1e-6), −(same)."""
+    d = tmp_path / "r"
+    d.mkdir()
+    pu = "3f2b0c9e-8d1a-4c55-9e2f-0a1b2c3d4e5f"
+    recs = [{"input": "q", "output": f"turn{k}", "gts": "1", "score": float(s == 0), "step": 5,
+             "uid": f"{pu}_{s}_{k}"} for s in range(2) for k in range(1 + s)]
+    write(d / "5.jsonl", recs)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "-q"],
+                            capsys)
+    assert code == 0, err
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), [a, -a], rtol=1e-5)
+    for est in ("rloo", "grpo_vectorized", "gpg"):
+        code, _, err = run_main(["run", d, "-o", out, "--force", "--flavor", "verl", "--set",
+                                 f"algorithm.adv_estimator={est}", "-q"], capsys)
+        assert code == 2 and "several outputs per session" in err and "use grpo" in err, (est, err)
+    # single-output v1 dumps are not restricted
+    d1 = tmp_path / "single"
+    d1.mkdir()
+    write(d1 / "5.jsonl", [r for r in recs if r["uid"].endswith("_0")])
+    code, _, err = run_main(["run", d1, "-o", out, "--force", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=rloo", "-q"], capsys)
+    assert code == 0, err

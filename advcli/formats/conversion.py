@@ -30,6 +30,9 @@ class ImportInfo:
     groups: int = 0
     group_sizes: dict = field(default_factory=dict)  # size -> number of groups
     starts: list = field(default_factory=list)  # (first canonical row, file) of every file read
+    # (estimator names, why): the import is right only for these estimators (a format sets
+    # ctx.state["only_estimators"]); check_config refuses the others
+    only_estimators: tuple | None = None
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -113,7 +116,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         hist[n] = hist.get(n, 0) + 1
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
-                      logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts)
+                      logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
+                      only_estimators=ctx.state.get("only_estimators"))
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):

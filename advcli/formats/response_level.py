@@ -30,6 +30,10 @@ def check_config(inputs: list[str], cfg: dict) -> None:
     from ..estimators import get as get_estimator
 
     name = get_path(cfg, "estimator.name")
+    for i in infos:
+        if i.only_estimators and name not in i.only_estimators[0]:
+            raise AdvcliError(f"{i.only_estimators[1]}; estimator {name} would see other groups than verl's",
+                              hint=f"use {', '.join(i.only_estimators[0])} with this dump")
     spec = get_estimator(name)
     missing = None
     row_constant = ROW_CONSTANT.get(name)

@@ -57,8 +57,14 @@ def read(path: str, ctx: Context):
     if pending is not None:
         yield pending[2], pending[3]
     if dropped:
-        ctx.notes.append(f"{path}: {dropped} earlier agent-loop output(s) left out (verl trains on the last "
+        ctx.notes.append(f"{path}: {dropped} earlier agent-loop output(s) left out (verl's GRPO uses the last "
                          "output of each session)")
+        # only GRPO takes the last output (v1/utils.py L148-217): verl hands every other estimator all
+        # the outputs, each a row of its prompt's group (uid = the prompt uid, agent_loop_tq.py L154-200)
+        ctx.state["only_estimators"] = (("grpo",), f"{path} holds agent loops with several outputs per session; "
+                                        "verl's GRPO uses only each session's last output, which is what this "
+                                        "import keeps, but verl gives every other estimator all the outputs as rows "
+                                        "of the prompt's group")
 
 
 def sniff(rec: dict) -> bool:

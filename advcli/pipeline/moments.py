@@ -95,7 +95,8 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
                                              chunk.mask, row0, apply_whiten=False)
             row_kl = None
             if extras is not None:
-                row_kl = tuple(x.cpu() for x in row_kl_sums(chunk.layout, extras["kld"], mask, plan.cfg["kl"]["mask"]))
+                row_kl = tuple(x.cpu() for x in row_kl_sums(chunk.layout, extras["kld"], extras["kl_mask"],
+                                                                 plan.cfg["kl"]["mask"]))
             entry = CachedChunk(batch.num_rows, adv, ret[1], tlr, row_kl)
             if observe:  # the write pass then reads no input column (see the docstring)
                 entry.offsets, entry.mask = offsets, (mask > 0).cpu()

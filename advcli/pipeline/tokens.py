@@ -20,7 +20,7 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
                  extras: dict | None = None) -> TokenChunk:
     """The estimator's view of rows row0..row0+B-1: token rewards (placed reward − β·KL), mask, token
     columns and per-row inputs, on the compute device. ``extras`` (a dict) receives ``kld``, the KL
-    term as it enters the rewards, when KL is on."""
+    term as it enters the rewards, and ``kl_mask``, the mask before any rollout correction, when KL is on."""
     dev, dt = plan.device, plan.dtype
     B = layout.num_rows
     rows = slice(row0, row0 + B)
@@ -45,6 +45,9 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
         kld = kl_token(plan, tok, mask)
         if extras is not None:
             extras["kld"] = kld
+            # verl's apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) runs before the rollout correction:
+            # its per-row masked_mean(kld, m) divides by the row's original Σm, not by the corrected m'
+            extras["kl_mask"] = mask
         beta = res.beta_row[rows].to(dev, dt)
         if beta.numel() and bool((beta == beta[0]).all()):  # one β for the chunk (one step, a fixed β):
             beta = beta[:1]  # the same product per token, without a [N] copy of β

@@ -97,6 +97,10 @@ SCHEMA: dict[str, Key] = {
     "reward.unplaced": Key("drop", "a row with no mask=1 token under reward.placement=last_valid: `drop` (its "
                            "reward lands nowhere) or `error` (the run stops, as slime's reinforce_plus_plus asserts)",
                            ("drop", "error"), "str"),
+    "reward.empty_row": Key("zero", "the row score of an empty response (no token at all): `zero` (its reward lands "
+                            "nowhere) or `score` (verl's reward managers write it at index L−1 = −1, the padded "
+                            "batch's last column, so the row-sum estimators count it; token-level ones never see it)",
+                            ("zero", "score"), "str"),
     "reward.mask_placed": Key(False, "multiply the placed token rewards by the mask (ROLL: a row ending "
                               "in a masked token loses its reward)", None, "bool"),
     "reward.whiten_tokens": Key(False, "whiten the token-level rewards (after KL and kl.token_clip) over the "

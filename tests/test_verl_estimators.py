@@ -514,3 +514,47 @@ def test_adaptive_controller_settings_are_inert_without_kl_in_reward(tmp_path, s
         advcli.run(str(sample_path), str(tmp_path / "x.parquet"), device="cpu", force=True,
                    settings={"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True,
                              "algorithm.kl_ctrl.type": "adaptive", "algorithm.kl_ctrl.target_kl": 0})
+
+
+def _empty_row_dump(path):
+    # group a: 4 rows, the third an empty response (no token at all) with reward 1; group b: 3 rows
+    rows = {"prompt_id": ["a", "a", "a", "a", "b", "b", "b"],
+            "reward": [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0],
+            "response_mask": [[1, 1], [1, 1, 1], [], [1], [1, 1], [1], [1, 1, 1]]}
+    pq.write_table(pa.table({"prompt_id": rows["prompt_id"], "reward": pa.array(rows["reward"], pa.float32()),
+                             "response_mask": pa.array(rows["response_mask"], pa.list_(pa.int8()))}), path)
+    return rows
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_an_empty_response_keeps_its_reward_in_the_group(tmp_path, estimator):
+    """verl's reward managers write reward_tensor[i, L_i - 1] (naive.py L153 @1dda039b); for an empty
+    response L_i - 1 = -1, the padded batch's last column: outside the mask, yet inside the row sum
+    s_i = Σ_t token_level_rewards that grpo/rloo take (core_algos.py L305, L620). So group a's scores
+    are (0, 1, 1, 0), not (0, 1, 0, 0); the empty row itself gets no token."""
+    rows = _empty_row_dump(tmp_path / "d.parquet")
+    advcli.run(str(tmp_path / "d.parquet"), str(tmp_path / "o.parquet"), flavor="verl",
+               settings={"algorithm.adv_estimator": estimator})
+    got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
+    s = np.array(rows["reward"], dtype=np.float64)
+    exp = []
+    for i, g in enumerate(rows["prompt_id"]):
+        grp = s[[j for j, h in enumerate(rows["prompt_id"]) if h == g]]
+        n, mu = len(grp), grp.mean()
+        a = (s[i] - mu) / (grp.std(ddof=1) + 1e-6) if estimator == "grpo" else n / (n - 1) * (s[i] - mu)
+        exp.append([a] * len(rows["response_mask"][i]))
+    assert [len(r) for r in got] == [len(m) for m in rows["response_mask"]]
+    for g, e in zip(got, exp):
+        assert np.allclose(g, e, rtol=1e-5, atol=1e-6)
+    if estimator == "grpo":
+        assert np.allclose(got[0], [-0.5 / (np.std([0, 1, 1, 0], ddof=1) + 1e-6)] * 2, rtol=1e-5)  # (0 − ½)/σ
+
+
+def test_advcli_flavor_scores_an_empty_response_zero(tmp_path):
+    """The canonical flavor's default (reward.empty_row=zero): the empty row's reward lands nowhere."""
+    _empty_row_dump(tmp_path / "d.parquet")
+    advcli.run(str(tmp_path / "d.parquet"), str(tmp_path / "o.parquet"), flavor="advcli",
+               settings={"estimator.name": "grpo"})
+    got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
+    grp = np.array([0.0, 1.0, 0.0, 0.0])
+    assert np.allclose(got[1], [(1.0 - grp.mean()) / (grp.std(ddof=1) + 1e-6)] * 3, rtol=1e-5)

@@ -65,6 +65,10 @@ def translate(v: dict) -> dict:
                           f"{did_you_mean(ctrl, ['fixed', 'adaptive'])}"
                           " Valid: fixed, adaptive")
     cfg["reward"]["placement"] = "last"
+    # an empty response: the naive reward manager (workers/reward_manager/naive.py L153 @1dda039b) and the
+    # agent loop's rm_scores (agent_loop.py L1067) write reward_tensor[i, L_i - 1] with L_i = 0, i.e. the last
+    # column of the padded batch: outside the mask, but in the row sum the group estimators take
+    cfg["reward"]["empty_row"] = "score"
     cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"]))
     cfg["kl"].update({"in_reward": v["algorithm.use_kl_in_reward"], "coef": v["algorithm.kl_ctrl.kl_coef"],
                       "controller": ctrl, "target": v["algorithm.kl_ctrl.target_kl"],

@@ -134,6 +134,8 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         score = raw.clone()
     else:
         keep = row["keep"] if get_path(cfg, "reward.mask_placed") else (row["length"] > 0)
+        if get_path(cfg, "reward.empty_row", "zero") == "score":  # verl: scores[i, -1] of an empty response
+            keep = keep | (row["length"] == 0)
         score = torch.where(keep, reward_row, torch.zeros_like(reward_row))
     if plan.kl_on and not deferred:
         score = (score - (beta_row * row["kl_sum"].to(torch.float64)).to(plan.dtype))

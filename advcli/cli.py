@@ -111,9 +111,6 @@ def run(
 
     check_engine(engine)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
-    from .io import readahead
-
-    readahead.start(inputs)  # the disk reads overlap the torch import below (a cold page cache)
     if output_mode not in ("full", "sidecar"):
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."

@@ -88,3 +88,11 @@ def test_run_starts_the_readahead_on_its_inputs(tmp_path, capsys, monkeypatch):
     code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "out.parquet", "-q"], capsys)
     assert code == 0, err
     assert seen == [[SAMPLE]]
+
+
+def test_inspect_reads_footers_and_asks_for_no_readahead(capsys, monkeypatch):
+    seen = []
+    monkeypatch.setattr(readahead, "start", lambda specs: seen.append(list(specs)))
+    code, _, err = run_main(["inspect", SAMPLE], capsys)
+    assert code == 0, err
+    assert seen == []

@@ -286,8 +286,7 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
 
     from ..audit import classify, fit_params, mixup_rows, worst_rows
     from ..columns import resolve_columns
-    from ..formats import info_for, open_inputs
-    from ..io import readahead
+    from ..formats import open_inputs, source_of
     from ..io.reader import InputSet
     from .resolve import resolve_cli_config
 
@@ -295,7 +294,6 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
         raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
     t0 = time.perf_counter()
     inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)
-    readahead.start(inputs)  # the disk reads overlap the torch import (advcli.io.readahead)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None)
     ins = InputSet.open(inputs)
     file0 = ins.paths[0]
@@ -313,7 +311,7 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
         rep = {"command": "audit", "flavor": flavor, "settings": native or {}, "ran": what,
                "estimator": cfg["estimator"].get("name"),
-               "inputs": [info_for(p).source if info_for(p) else p for p in ins.paths], "logged_column": logged_col,
+               "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
                "logged_per": "token" if is_list else "row", "tolerance": {"rtol": rtol, "atol": atol},
                "rows": int(rt.n_valid.size), "valid_tokens": int(rt.n_valid.sum()),
                "tokens_disagreeing": bad_tokens, "rows_disagreeing": int(bad_rows_idx.size),

@@ -431,10 +431,8 @@ def compare_cmd(
     configs = split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
     from ..formats import open_inputs
-    from ..io import readahead
 
     paths = open_inputs(paths, from_)  # trainer dumps (and response-level outputs) -> canonical Parquet
-    readahead.start(paths)  # the disk reads overlap the torch import (advcli.io.readahead)
     if len(paths) == 2:
         if configs:
             raise AdvcliError("compare: give either two outputs, or one dump with two configurations "

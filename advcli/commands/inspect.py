@@ -278,7 +278,7 @@ def inspect_cmd(
     from ..config import parse_column_maps
     from ..formats import describe, open_inputs, print_dump
 
-    inputs = open_inputs(inputs, from_, synth_mask=False)  # trainer dumps -> canonical Parquet
+    inputs = open_inputs(inputs, from_, synth_mask=False, read_ahead=False)  # trainer dumps -> canonical Parquet
     data = describe(inspect_data(inputs, parse_column_maps(column)), inputs)
     if not json_out:
         print_dump(data)

@@ -342,11 +342,9 @@ def stats_cmd(
     if report:
         check_report_path(report, inputs)
     from ..formats import open_inputs
-    from ..io import readahead
     from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
-    readahead.start(inputs)  # the disk reads overlap the torch import (advcli.io.readahead)
     show = not quiet and not json_out
     cb, stop = progress(show)
     try:

@@ -45,11 +45,9 @@ def validate_cmd(
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
     from ..formats import name_sources, open_inputs
-    from ..io import readahead
 
     try:
         inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
-        readahead.start(inputs)  # the disk reads overlap the torch import (advcli.io.readahead)
         result, what = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device)
         name_sources(result)
     except AdvcliError as e:

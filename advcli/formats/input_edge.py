@@ -37,11 +37,23 @@ def _tmp_path(name: str) -> str:
     return os.path.join(d, name)
 
 
-def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: bool = True) -> list[str]:
+def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: bool = True,
+                read_ahead: bool = True) -> list[str]:
     """The input edge of every command: Parquet inputs as they are; each trainer dump (recognised from
     its file names and keys, or the format ``source`` names: ``--from``) streamed into canonical
     Parquet in a temporary directory, whose path replaces it. ``synth_mask``: response-level dumps
-    get a one-token mask (for run/validate/compare; inspect and convert leave it out)."""
+    get a one-token mask (for run/validate/compare; inspect and convert leave it out). ``read_ahead``:
+    the resulting files are handed to the kernel's readahead (:mod:`advcli.io.readahead`), so that a
+    cold page cache fills while the command imports torch; inspect, which reads footers, does not."""
+    from ..io import readahead
+
+    paths = _open(inputs, source, synth_mask)
+    if read_ahead:
+        readahead.start(paths)
+    return paths
+
+
+def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
     if source in (None, "", "auto"):
         forced = None
     elif source == "parquet":
@@ -154,3 +166,9 @@ def explain(message: str) -> str:
 
 def info_for(path: str) -> ImportInfo | None:
     return IMPORTED.get(path)
+
+
+def source_of(path: str) -> str:
+    """The dump an input path was converted from (the path itself for a Parquet input), for messages
+    and summaries that name what the user gave."""
+    return IMPORTED[path].source if path in IMPORTED else path

@@ -6,7 +6,7 @@ import json
 import os
 
 from ..errors import AdvcliError
-from .input_edge import IMPORTED
+from .input_edge import IMPORTED, source_of
 from .records import RESERVED
 
 # token-level estimators whose result is one value per row in these settings: the return of a reward
@@ -57,7 +57,7 @@ def check_config(inputs: list[str], cfg: dict) -> None:
 def name_sources(result) -> None:
     """A RunResult whose inputs name the dumps rather than their temporary Parquet (for its summary)."""
     if result is not None and getattr(result, "inputs", None):
-        result.inputs = [IMPORTED[p].source if p in IMPORTED else p for p in result.inputs]
+        result.inputs = [source_of(p) for p in result.inputs]
 
 
 def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:

@@ -22,6 +22,14 @@ def sample(g, idx, rng, reward):
             "weight_versions": ["1"], "status": "completed", "remove_sample": False, "metadata": {}}
 
 
+def save_rollout(tmp_path, rollout_id, samples):
+    """``tmp_path/rollout_data/<rollout_id>.pt`` as slime's ``--save-debug-rollout-data`` writes it; the directory."""
+    d = tmp_path / "rollout_data"
+    d.mkdir(exist_ok=True)
+    torch.save({"rollout_id": rollout_id, "samples": samples}, d / f"{rollout_id}.pt")
+    return d
+
+
 def build(d, rollout_id, seed, groups=3, n=4):
     rng = np.random.default_rng(seed)
     samples = [sample(rollout_id * 10 + g, rollout_id * 100 + g * n + k, rng, float(rng.choice([0.0, 0.5, 1.0])))
@@ -75,10 +83,7 @@ class Custom:
 
 
 def test_arbitrary_classes_refused(tmp_path, capsys):
-    d = tmp_path / "rollout_data"
-    d.mkdir()
-    torch.save({"rollout_id": 3, "samples": [{"group_index": 0, "reward": 1.0, "response_length": 1,
-                                              "metadata": Custom()}]}, d / "3.pt")
+    d = save_rollout(tmp_path, 3, [{"group_index": 0, "reward": 1.0, "response_length": 1, "metadata": Custom()}])
     code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
     assert code == 2 and "never unpickles" in err and "torch.save" in err
     assert not (tmp_path / "c.parquet").exists()
@@ -98,11 +103,8 @@ def test_framework_pickles_refused(tmp_path, capsys):
 
 
 def test_dict_rewards(tmp_path, capsys):
-    d = tmp_path / "rollout_data"
-    d.mkdir()
     rng = np.random.default_rng(0)
-    samples = [sample(0, k, rng, {"acc": float(k % 2), "fmt": 0.5}) for k in range(4)]
-    torch.save({"rollout_id": 5, "samples": samples}, d / "5.pt")
+    d = save_rollout(tmp_path, 5, [sample(0, k, rng, {"acc": float(k % 2), "fmt": 0.5}) for k in range(4)])
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo",
                              "--column", "reward=reward/acc", "-q"], capsys)
@@ -123,8 +125,6 @@ def test_removed_sample_mask_zeroed_and_teacher_read(tmp_path, capsys):
     mask of a sample with remove_sample=True (slime/ray/rollout.py L680 @624b824a). The removed sample keeps
     its place in its group's reward statistics (_post_process_rewards L608-633) but leaves the whitening
     (distributed_masked_whiten over the m=1 tokens, distributed_utils.py L111-170)."""
-    d = tmp_path / "rollout_data"
-    d.mkdir()
     rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5]
     lens = [3, 2, 4, 1, 2, 3, 2, 2]
     removed = {2, 5}
@@ -132,7 +132,7 @@ def test_removed_sample_mask_zeroed_and_teacher_read(tmp_path, capsys):
                 "response_length": lens[k], "reward": rewards[k], "loss_mask": [1] * lens[k],
                 "rollout_log_probs": [-0.5] * lens[k], "teacher_log_probs": [-0.25 * (j + 1) for j in range(lens[k])],
                 "remove_sample": k in removed, "status": "completed"} for k in range(8)]
-    torch.save({"rollout_id": 0, "samples": samples}, d / "0.pt")
+    d = save_rollout(tmp_path, 0, samples)
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime", "--set", "n_samples_per_prompt=4",
                              "--set", "normalize_advantages=true", "-q"], capsys)

@@ -1,13 +1,39 @@
-"""The ``advcli`` command's entry point: imports the CLI inside a guard, so that a Ctrl-C during the
-first fraction of a second (the imports of typer, rich, pyarrow) ends like one during a run — a
-one-line message and exit status 130 — instead of a Python traceback."""
+"""The ``advcli`` command's entry point.
+
+First, where ``advcli server start`` left a server for this installation (:mod:`advcli.server`), the
+command is handed to it and this process only waits for its status: no torch import here. Otherwise
+it imports the CLI inside a guard, so that a Ctrl-C during the first fraction of a second (the imports
+of typer, rich, pyarrow) ends like one during a run — a one-line message and exit status 130 — instead
+of a Python traceback."""
 from __future__ import annotations
 
+import os
 import sys
+
+
+def _served() -> int | None:
+    """The exit status of the command run by the server; None to run it in this process."""
+    mode = os.environ.get("ADVCLI_SERVER", "auto").lower()
+    if mode in ("off", "0", "no", "false") or sys.argv[1:2] == ["server"]:
+        return None
+    if mode != "require":  # the common case costs one stat: is there a socket at all?
+        from .server import ServerDirError, socket_path
+
+        try:
+            if not os.path.exists(socket_path()):
+                return None
+        except ServerDirError:
+            return None
+    from .server.client import hand_over
+
+    return hand_over(sys.argv)
 
 
 def main() -> None:
     try:
+        code = _served()
+        if code is not None:
+            sys.exit(code)
         from .cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("advcli: error: interrupted while starting: nothing was read or written\n")

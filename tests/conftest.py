@@ -4,6 +4,10 @@ import sys
 
 import pytest
 
+# Every command a test starts runs in its own process, even where the developer keeps an `advcli server`
+# running: tests/test_server.py starts its own servers and says when a command must use one.
+os.environ["ADVCLI_SERVER"] = "off"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(ROOT, "sample_data", "rollouts.parquet")
 

@@ -1,6 +1,6 @@
 """The commands besides run/explain/sample: inspect, validate, stats, compare (look at data), audit
-(recompute and check logged advantages), filter (curate whole groups) and convert (a trainer's dump to
-canonical Parquet).
+(recompute and check logged advantages), filter (curate whole groups), convert (a trainer's dump to
+canonical Parquet) and server (keep torch imported in a background process: advcli.server).
 
 Each lives in its own module and is registered on the typer app by :func:`register` (called from
 advcli.cli). Modules import only typer at import time; heavy imports happen inside the commands, so
@@ -25,6 +25,7 @@ def register(app) -> None:
     from .helpstyle import Command
     from .inspect import EPILOG as INSPECT_EPILOG
     from .inspect import inspect_cmd
+    from .server import app as server_app
     from .stats import EPILOG as STATS_EPILOG
     from .stats import stats_cmd
     from .validate import EPILOG as VALIDATE_EPILOG
@@ -37,3 +38,4 @@ def register(app) -> None:
     app.command("audit", epilog=AUDIT_EPILOG, cls=Command)(audit_cmd)
     app.command("filter", epilog=FILTER_EPILOG, cls=Command)(filter_cmd)
     app.command("convert", epilog=CONVERT_EPILOG, cls=Command)(convert_cmd)
+    app.add_typer(server_app, name="server")

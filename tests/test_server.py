@@ -290,10 +290,17 @@ def test_code_stamp_follows_the_sources(tmp_path):
     second = code_stamp(str(pkg), path=["script-dir"])
     (pkg / "b.py").write_text("")
     assert code_stamp(str(pkg), path=["script-dir"]) != second
-    third = code_stamp(str(pkg), path=["script-dir", str(tmp_path)])
-    (tmp_path / "installed-later").mkdir()  # a package installed into a sys.path directory
-    os.utime(tmp_path, ns=(0, os.stat(tmp_path).st_mtime_ns + 1_000_000))
-    assert code_stamp(str(pkg), path=["script-dir", str(tmp_path)]) != third
+    site = tmp_path / "site"
+    site.mkdir()
+    third = code_stamp(str(pkg), path=["script-dir", str(site)])
+    (site / "out.parquet").write_bytes(b"")  # an output written into a directory on sys.path: not code
+    (site / "data").mkdir()
+    assert code_stamp(str(pkg), path=["script-dir", str(site)]) == third
+    (site / "torch-9.9.dist-info").mkdir()  # a package installed there
+    fourth = code_stamp(str(pkg), path=["script-dir", str(site)])
+    assert fourth != third
+    os.utime(site / "torch-9.9.dist-info", ns=(0, 12345))  # reinstalled: same name, new record
+    assert code_stamp(str(pkg), path=["script-dir", str(site)]) != fourth
 
 
 def test_mismatch_names_what_differs():

@@ -84,6 +84,9 @@ def start_cmd(
 
     from ..server.client import ask
 
+    if not hasattr(os, "pidfd_open"):
+        raise AdvcliError("advcli server needs Linux (it waits on its commands with pidfds); commands run in their "
+                          "own processes here")
     idle = parse_duration(idle_timeout)
     path = _socket()
     status = ask("status", path)

@@ -82,11 +82,17 @@ def import_env(env: dict) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_ENV_PREFIXES) or k in IMPORT_ENV_NAMES}
 
 
+INSTALL_MARKS = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
 def code_stamp(package_dir: str = PACKAGE_DIR, path: list[str] | None = None) -> str:
     """A digest of the code a process would run: this Python, advcli's source files (path, size,
-    modification time) and the directories on ``sys.path`` (whose modification time changes when a
-    package is installed, upgraded or removed). ``sys.path[0]`` (the script's directory, or the working
-    directory for ``python -m``) is left out: it differs between the ``advcli`` script and the server."""
+    modification time) and, in each directory on ``sys.path``, the installation records
+    (``*.dist-info``, ``*.egg-info``, ``*.egg-link``, ``*.pth``: name and modification time), which
+    change when a package is installed, upgraded, reinstalled or removed — not the directory's own
+    modification time, which any output written into a source tree on ``sys.path`` would move.
+    ``sys.path[0]`` (the script's directory, or the working directory for ``python -m``) is left out:
+    it differs between the ``advcli`` script and the server."""
     h = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{package_dir}".encode())
     for root, dirs, files in os.walk(package_dir):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -99,10 +105,14 @@ def code_stamp(package_dir: str = PACKAGE_DIR, path: list[str] | None = None) ->
                     continue
                 h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     for entry in (sys.path if path is None else path)[1:]:
+        h.update(f"{entry}\n".encode())
         try:
-            h.update(f"{entry}\0{os.stat(entry).st_mtime_ns}\n".encode())
-        except OSError:
-            h.update(f"{entry}\0-\n".encode())
+            with os.scandir(entry) as it:
+                marks = sorted((e.name, e.stat().st_mtime_ns) for e in it if e.name.endswith(INSTALL_MARKS))
+        except OSError:  # not a directory (a zip) or gone
+            continue
+        for name, mtime in marks:
+            h.update(f"{name}\0{mtime}\n".encode())
     return h.hexdigest()
 
 

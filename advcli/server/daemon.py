@@ -153,7 +153,8 @@ class Server:
             self.stopping = True
             self._reply(conn, {"stopping": os.getpid(), "running": len(self.children)})
         elif op == "run":
-            self._reply(conn, {"declined": "the server is stopping"})
+            self._reply(conn, {"declined": "the server is stopping" if self.stopping else
+                               "the three standard streams did not arrive with the request"})
         else:
             self._reply(conn, {"declined": f"unknown request {op!r}"})
         conn.close()

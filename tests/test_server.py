@@ -166,6 +166,28 @@ def test_a_different_start_up_environment_runs_in_its_own_process(server, tmp_pa
     assert s.returncode == 1 and "OMP_NUM_THREADS" in s.stderr
 
 
+def test_python_flags_of_the_caller_count_too(server, tmp_path):
+    """`python -X dev -m advcli` (dev mode: other warnings, faulthandler) is not what the server runs."""
+    before = server.served()
+    r = subprocess.run([sys.executable, "-X", "dev", "-m", "advcli", "run", SAMPLE, "-o", tmp_path / "o.parquet", "-q"],
+                       capture_output=True, text=True, env=dict(server.env, ADVCLI_SERVER="require"))
+    assert r.returncode == 1 and "python flags" in r.stderr
+    assert server.served() == before
+
+
+def test_commands_at_the_same_time_each_get_their_own_child(server, tmp_path):
+    ref = tmp_path / "ref.parquet"
+    assert cli("run", SAMPLE, "-o", ref, *GAE, "-q", env=server.env, server="off").returncode == 0
+    procs = [subprocess.Popen([sys.executable, "-m", "advcli", "run", SAMPLE, "-o", str(tmp_path / f"o{i}.parquet"),
+                               *GAE, "-q"], env=dict(server.env, ADVCLI_SERVER="require"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for i in range(3):
+        assert (tmp_path / f"o{i}.parquet").read_bytes() == ref.read_bytes()
+
+
 def _temps(out) -> list[str]:
     d, name = os.path.split(str(out))
     return [p for p in glob.glob(os.path.join(d, f".{name}.advcli-tmp-*")) if not p.endswith("-probe")]
@@ -307,7 +329,8 @@ def test_mismatch_names_what_differs():
     from advcli.server import import_env, mismatch
 
     env = {"OMP_NUM_THREADS": "4", "HOME": "/h", "ATEN_CPU_CAPABILITY": "avx2", "PATH": "/bin"}
-    assert import_env(env) == {"OMP_NUM_THREADS": "4", "ATEN_CPU_CAPABILITY": "avx2"}
+    found = import_env(env)
+    assert found.pop("(python flags)") and found == {"OMP_NUM_THREADS": "4", "ATEN_CPU_CAPABILITY": "avx2"}
     server = {"code": "c", "env": import_env(env)}
     assert mismatch(server, {"code": "c", "env": import_env(dict(env, HOME="/x", PATH="/usr/bin"))}) is None
     why, stale = mismatch(server, {"code": "c", "env": import_env(dict(env, OMP_NUM_THREADS="1"))})

@@ -78,8 +78,12 @@ def socket_path(env: dict | None = None, create: bool = False) -> str:
 
 
 def import_env(env: dict) -> dict[str, str]:
-    """The variables of ``env`` that take effect when the server imports (see the module docstring)."""
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_ENV_PREFIXES) or k in IMPORT_ENV_NAMES}
+    """The variables of ``env`` that take effect when the server imports (see the module docstring), and
+    this interpreter's command-line flags (``-X dev``, ``-W error``, ``-I``, ... — set for the process,
+    not inherited by a fork's command) under the pseudo-variable ``(python flags)``."""
+    found = {k: v for k, v in env.items() if k.startswith(IMPORT_ENV_PREFIXES) or k in IMPORT_ENV_NAMES}
+    found["(python flags)"] = repr((tuple(sys.flags), sys.warnoptions, sorted(sys._xoptions.items())))
+    return found
 
 
 INSTALL_MARKS = (".dist-info", ".egg-info", ".egg-link", ".pth")

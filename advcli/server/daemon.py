@@ -330,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
             print("another server holds this socket's lock", flush=True)
             return 3
         raise
+    try:  # the loop waits on its children with pidfds (Linux >= 5.3): fail here, not after the first fork
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError) as e:
+        print(f"cannot serve: this system has no pidfds ({e})", flush=True)
+        return 4
     t0 = time.perf_counter()
     server = Server(path, idle)
     server.modules = preload()

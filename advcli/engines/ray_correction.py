@@ -21,7 +21,6 @@ pass. On Ray, as for the whitening moments:
 """
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import torch
 
@@ -29,37 +28,33 @@ from ..ops import rollout_correction as rc
 from ..pipeline.correction import ROLES, correction_chunk, correction_state
 
 
-def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: int, grow: np.ndarray) -> pa.Table:
-    """A worker's batch of the statistics pass: one row per input row (its global index, Σ corrected
-    mask and metric partials ``p:<how>:<name>``), the batch's histogram counts on its first row."""
+def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: int, n: int) -> dict[str, pa.Array]:
+    """A worker's batch of the statistics pass (``n`` rows): per input row its Σ corrected mask and metric
+    partials ``p:<how>:<name>``, the batch's histogram counts on its first row. The worker adds each
+    row's global index."""
     from ..ragged import Ragged
-    from .ray_engine import ROW_COL
 
     offsets, tok = reader.tokens(batch, file, row_base, ROLES)
     rows, valid, hist = correction_chunk(plan, Ragged(torch.from_numpy(offsets)), tok)
-    cols = {ROW_COL: pa.array(grow, type=pa.int64()), "valid": pa.array(valid.numpy())}
+    cols = {"valid": pa.array(valid.numpy())}
     cols.update({f"p:{how}:{name}": pa.array(v.numpy()) for name, (how, v) in rows.items()})
-    n = len(grow)
     h = [] if hist is None else hist.tolist()
     cols["hist"] = pa.array(([h] + [[]] * (n - 1)) if n else [], type=pa.list_(pa.int64()))
-    return pa.table(cols)
+    return cols
 
 
-def correction_fn(cl, paths: list[str], watch=None):
-    """``correction`` for :func:`advcli.pipeline.resolve`, run on the workers."""
-    from .ray_engine import RowLocator, _dataset, _map, gather_rows
-
+def correction_fn(rows_on_workers):
+    """``correction`` for :func:`advcli.pipeline.resolve`, run on the workers. ``rows_on_workers(payload,
+    columns, inputs, stage)``: the engine's per-row pass (the payload's ``mode`` on every batch of those
+    columns), its rows in global order (:func:`advcli.engines.ray_engine.rows_on_workers_fn`)."""
     def correction(plan, inputs, scopes, step_values, chunk_rows, progress):
         R = inputs.num_rows
         sums = rc.MetricSums(scopes.num_groups)
         hist = torch.zeros(_bins(), dtype=torch.int64) if plan.correction.weights else None
         valid = torch.zeros(0, dtype=torch.int64)
         if R:
-            payload = {"plan": plan, "res": None, "names": inputs.paths,
-                       "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu", "mode": "correction"}
-            cols = [plan.cmap[r] for r in ROLES]
-            ds = _map(cl, _dataset(cl, paths, cols), cl.ray.put(payload))
-            t = gather_rows(ds, R, "the rollout-correction pass", watch)
+            payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "correction"}
+            t = rows_on_workers(payload, [plan.cmap[r] for r in ROLES], inputs, "the rollout-correction pass")
             valid = torch.from_numpy(t.column("valid").to_numpy().copy())
             parts = [(n.split(":", 2)[1], n.split(":", 2)[2], torch.from_numpy(t.column(n).to_numpy().copy()))
                      for n in t.column_names if n.startswith("p:")]

@@ -262,7 +262,8 @@ class _Worker:
         if self.mode == "correction":  # the rollout correction's statistics (advcli.engines.ray_correction)
             from .ray_correction import correction_batch
 
-            return correction_batch(plan, self.reader, batch, file, int(off[0]) if len(off) else 0, grow)
+            cols = correction_batch(plan, self.reader, batch, file, int(off[0]) if len(off) else 0, len(grow))
+            return pa.table({ROW_COL: pa.array(grow, type=pa.int64()), **cols})
         offsets, tok = self.reader.tokens(batch, file, int(off[0]) if len(off) else 0, plan.token_roles)
         sub = take_rows(self.res, torch.from_numpy(grow))
         layout = Ragged(torch.from_numpy(offsets))
@@ -481,6 +482,18 @@ def gather_rows(ds, R: int, stage: str, watch=None) -> pa.Table:
     if len(rows) != R or not np.array_equal(rows[order], np.arange(R)):
         raise AdvcliError(f"--engine ray: {stage} returned {len(rows)} rows for an input of {R}")
     return t.take(pa.array(order))
+
+
+def rows_on_workers_fn(cl: _Cluster, paths: list[str], watch=None):
+    """``rows_on_workers(payload, columns, inputs, stage)``: a per-row pass on the workers (the payload's
+    ``mode`` over ``columns`` of every batch, each row located in ``inputs``), gathered in global row
+    order (:func:`gather_rows`). Handed to the passes that live in their own modules
+    (:func:`advcli.engines.ray_correction.correction_fn`), so that they need not import this engine."""
+    def rows_on_workers(payload: dict, columns: list[str], inputs: InputSet, stage: str) -> pa.Table:
+        payload = dict(payload, locator=RowLocator(paths, inputs.file_rows()))
+        ds = _map(cl, _dataset(cl, paths, columns), cl.ray.put(payload))
+        return gather_rows(ds, inputs.num_rows, stage, watch)
+    return rows_on_workers
 
 
 class _OneBatch:
@@ -716,7 +729,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             res, row, betas, kls, warnings = resolve(
                 plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths, watch),
                 row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None,
-                correction=correction_fn(cl, paths, watch))
+                correction=correction_fn(rows_on_workers_fn(cl, paths, watch)))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)

@@ -49,7 +49,8 @@ def status(env) -> dict:
 
 class Server:
     def __init__(self, idle="5m"):
-        self.dir = tempfile.mkdtemp(prefix="advs-")  # short: a UNIX socket path holds at most 107 bytes
+        # short, whatever TMPDIR says: a UNIX socket path holds at most 107 bytes
+        self.dir = tempfile.mkdtemp(prefix="advs-", dir="/tmp" if os.path.isdir("/tmp") else None)
         self.env = {k: v for k, v in os.environ.items() if k != "ADVCLI_SERVER"}
         self.env["ADVCLI_SERVER_DIR"] = self.dir
         r = cli("server", "start", "--idle-timeout", idle, env=self.env, server="auto")
@@ -352,6 +353,14 @@ def test_a_socket_directory_open_to_others_is_refused(tmp_path):
     r = subprocess.run([sys.executable, "-m", "advcli", "--version"], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, ADVCLI_SERVER_DIR=str(tmp_path / "open2"), ADVCLI_SERVER="auto"))
     assert r.returncode == 0  # no server there: the command runs in its own process, silently
+
+
+def test_a_socket_path_too_long_is_named(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    r = subprocess.run([sys.executable, "-m", "advcli", "server", "start"], capture_output=True, text=True,
+                       env=dict(os.environ, ADVCLI_SERVER_DIR=str(deep)))
+    assert r.returncode == 2 and "too long for a UNIX socket" in r.stderr and "ADVCLI_SERVER_DIR" in r.stderr
 
 
 def test_parse_duration():

@@ -54,9 +54,13 @@ def _socket() -> str:
     from ..server import ServerDirError, socket_path
 
     try:
-        return socket_path(create=True)
+        path = socket_path(create=True)
     except ServerDirError as e:
         raise AdvcliError(str(e), hint="set ADVCLI_SERVER_DIR to a directory of yours with mode 700") from e
+    if len(os.fsencode(path)) > 107:  # sun_path: 108 bytes with the terminating NUL
+        raise AdvcliError(f"{path}: too long for a UNIX socket ({len(os.fsencode(path))} bytes, at most 107)",
+                          hint="set ADVCLI_SERVER_DIR to a shorter directory of yours, e.g. /tmp/advcli-$UID")
+    return path
 
 
 def _unusable(status: dict) -> tuple[str, bool] | None:

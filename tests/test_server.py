@@ -219,6 +219,27 @@ def test_ctrl_c_reaches_the_command_and_nothing_is_left(server, dump, tmp_path):
     assert not out.exists() and not _temps(out)
 
 
+@pytest.mark.parametrize("when", ["child started", 0.5, 1.0])
+def test_ctrl_c_at_any_moment_of_the_start(server, dump, tmp_path, when):
+    """Whether it reaches the child the moment it exists (before its CLI took over its signals) or the
+    command later: one message, status 130, no traceback, no output. (Not before the caller's own Python
+    has started: a fresh process dies of SIGINT then too.)"""
+    out = tmp_path / "o.parquet"
+    proc = _start_slow(server, dump, out)
+    if when == "child started":
+        deadline = time.monotonic() + 60
+        while not status(server.env)["commands_running"]:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+    else:
+        time.sleep(when)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err and err.count("advcli: error:") == 1, err
+    assert not out.exists() and not _temps(out)
+
+
 def test_sigterm_ends_it_with_143(server, dump, tmp_path):
     out = tmp_path / "o.parquet"
     proc = _start_slow(server, dump, out)

@@ -22,7 +22,7 @@ import sys
 import time
 
 from . import code_stamp, import_env, mismatch
-from .client import recv_exact
+from .client import FORWARDED, recv_exact
 
 # modules the children would import themselves anyway; the Ray engine is left to the commands that use
 # it (importing ray starts nothing, but costs a second nobody else needs), as is this package
@@ -187,13 +187,18 @@ class Server:
             return
         own = [self.listener.fileno(), conn.fileno(), self.selector.fileno(), *self.private_fds] + \
             [c.fileno() for c, _ in self.children.values()] + [p for _, p in self.children.values()]
+        # a signal the caller forwards as soon as it knows the pid must meet the child's own handlers, not
+        # the server's: blocked across the fork, unblocked by the child once its handlers are a fresh
+        # process's (a pending one is delivered then)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         pid = os.fork()
         if pid == 0:  # the child: never returns into the loop
             code = 1
             try:
-                code = run_child(request, fds, own)
+                code = run_child(request, fds, own, unblock=blocked)
             finally:
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for fd in fds:
             os.close(fd)
         try:
@@ -245,16 +250,17 @@ def _stream(fd: int, mode: str, encoding: str, errors: str, line_buffering: bool
     return io.TextIOWrapper(raw, encoding=encoding, errors=errors, line_buffering=line_buffering)
 
 
-def run_child(request: dict, fds: list[int], server_fds: list[int]) -> int:
+def run_child(request: dict, fds: list[int], server_fds: list[int], unblock=()) -> int:
     """Become the caller's command: its process group, streams, directory, environment and umask, the
-    signal handlers a fresh Python has; then advcli's CLI. Returns the exit status."""
+    signal handlers a fresh Python has (then ``unblock``: the signal mask before the fork); then
+    advcli's CLI. Returns the exit status."""
     os.setpgid(0, 0)
+    signal.set_wakeup_fd(-1)
     for fd in server_fds:
         try:
             os.close(fd)
         except OSError:
             pass
-    signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
         signal.signal(s, signal.SIG_DFL)
@@ -279,9 +285,13 @@ def run_child(request: dict, fds: list[int], server_fds: list[int]) -> int:
     random.seed()  # as a fresh process seeds it, not the server's state shared by every child
     code = 0
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblock)  # on the caller's streams from here
         from advcli.cli import main
 
         main()
+    except KeyboardInterrupt:  # before the CLI's own handling began: as advcli._entry says it
+        sys.stderr.write("advcli: error: interrupted while starting: nothing was read or written\n")
+        code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, int) and e.code is not None:

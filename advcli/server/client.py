@@ -86,32 +86,33 @@ def hand_over(argv: list[str]) -> int | None:
     """Run ``argv`` (``sys.argv``) in the server and return its exit status; None to run it here (no
     server, or one that cannot give a fresh process's result). ``ADVCLI_SERVER=require`` turns the None
     into an error (status 1)."""
-    mode = os.environ.get("ADVCLI_SERVER", "auto").lower()
-    required = mode == "require"
+    required = os.environ.get("ADVCLI_SERVER", "auto").lower() == "require"
+
+    def here(why: str) -> int | None:  # run it in this process; or, where a server is required, fail
+        return _fail(why) if required else None
+
     from . import ServerDirError
 
     try:
         path = socket_path()
     except ServerDirError as e:
-        return _fail(f"{e}") if required else None
+        return here(str(e))
     if not os.path.exists(path):
-        return _fail(f"no advcli server is running ({path} does not exist); start one with: advcli server start") \
-            if required else None
+        return here(f"no advcli server is running ({path} does not exist); start one with: advcli server start")
     stdio = _stdio_info()
     if stdio is None:
-        return _fail("a standard stream is closed; the server needs all three") if required else None
+        return here("a standard stream is closed; the server needs all three")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
     except OSError as e:
         sock.close()
-        return _fail(f"the advcli server at {path} does not answer ({e.strerror}); start one with: "
-                     "advcli server start") if required else None
+        return here(f"the advcli server at {path} does not answer ({e.strerror}); start one with: advcli server start")
     try:
         cwd = os.getcwd()
     except OSError:  # the working directory was removed: let the command say so where it runs
         sock.close()
-        return _fail("the working directory no longer exists") if required else None
+        return here("the working directory no longer exists")
     umask = os.umask(0o022)
     os.umask(umask)
     env = dict(os.environ)
@@ -126,16 +127,14 @@ def hand_over(argv: list[str]) -> int | None:
         first = lines.next()
     except (OSError, ValueError) as e:
         sock.close()
-        return _fail(f"the advcli server broke off before the command started ({e})") if required else None
+        return here(f"the advcli server broke off before the command started ({e})")
     if first is None or "pid" not in first:
         sock.close()
         why = (first or {}).get("declined", "the server closed the connection")
-        if required:
-            return _fail(f"the advcli server cannot run this command: {why}")
-        if (first or {}).get("stale"):  # say once why commands are slow again: the server has stopped itself
+        if (first or {}).get("stale") and not required:  # say once why commands are slow again
             sys.stderr.write(f"advcli: note: {why}, so it has stopped; this command runs in its own process "
                              "(advcli server start starts one with this code)\n")
-        return None
+        return here(f"the advcli server cannot run this command: {why}")
     return _wait(lines, sock, int(first["pid"]))
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 import sys
 
+INTERRUPTED_AT_START = "advcli: error: interrupted while starting: nothing was read or written\n"
+
 
 def _served() -> int | None:
     """The exit status of the command run by the server; None to run it in this process."""
     mode = os.environ.get("ADVCLI_SERVER", "auto").lower()
     if mode in ("off", "0", "no", "false") or sys.argv[1:2] == ["server"]:
         return None
-    if mode != "require":  # the common case costs one stat: is there a socket at all?
+    required = mode == "require"
+    if not required:  # the common case costs one stat: is there a socket at all?
         from .server import ServerDirError, socket_path
 
         try:
@@ -26,7 +29,7 @@ def _served() -> int | None:
             return None
     from .server.client import hand_over
 
-    return hand_over(sys.argv)
+    return hand_over(sys.argv, required)
 
 
 def main() -> None:
@@ -36,6 +39,6 @@ def main() -> None:
             sys.exit(code)
         from .cli import main as cli_main
     except KeyboardInterrupt:
-        sys.stderr.write("advcli: error: interrupted while starting: nothing was read or written\n")
+        sys.stderr.write(INTERRUPTED_AT_START)
         sys.exit(130)
     cli_main()

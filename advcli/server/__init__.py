@@ -15,7 +15,7 @@ a state in which nothing has been computed (the server only imports; it never ru
 torch's and OpenMP's thread pools start in the child as they would in a new process). When that cannot
 be promised the command runs in its own process instead, silently: the server was started by another
 Python or from other advcli sources than the caller's (a source file edited since, an installation
-changed: :func:`fingerprint`), or the caller's environment differs from the server's in a variable read
+changed: :func:`code_stamp`), or the caller's environment differs from the server's in a variable read
 when torch, OpenMP, pyarrow or Python start (``OMP_NUM_THREADS``, ``ATEN_CPU_CAPABILITY``, ...:
 :data:`IMPORT_ENV_PREFIXES`). A server whose code is stale stops itself.
 

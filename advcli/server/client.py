@@ -82,11 +82,10 @@ def _fail(msg: str) -> int:
     return 1
 
 
-def hand_over(argv: list[str]) -> int | None:
+def hand_over(argv: list[str], required: bool = False) -> int | None:
     """Run ``argv`` (``sys.argv``) in the server and return its exit status; None to run it here (no
-    server, or one that cannot give a fresh process's result). ``ADVCLI_SERVER=require`` turns the None
-    into an error (status 1)."""
-    required = os.environ.get("ADVCLI_SERVER", "auto").lower() == "require"
+    server, or one that cannot give a fresh process's result). ``required`` (``ADVCLI_SERVER=require``)
+    turns the None into an error (status 1)."""
 
     def here(why: str) -> int | None:  # run it in this process; or, where a server is required, fail
         return _fail(why) if required else None

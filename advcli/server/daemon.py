@@ -74,6 +74,7 @@ class Server:
         self.last_active = time.monotonic()
         self.preload_s = 0.0
         self.modules = 0
+        # taken before the imports: a source edited while they run makes the server stale, not unseen
         self.stamp = {"code": code_stamp(), "env": import_env(os.environ)}
         self.private_fds: list[int] = []  # the lock and the signal wake-up pair: closed in every child
         self.socket_id = (0, 0)  # (st_dev, st_ino) of the socket file this server made
@@ -290,7 +291,9 @@ def run_child(request: dict, fds: list[int], server_fds: list[int], unblock=()) 
 
         main()
     except KeyboardInterrupt:  # before the CLI's own handling began: as advcli._entry says it
-        sys.stderr.write("advcli: error: interrupted while starting: nothing was read or written\n")
+        from advcli._entry import INTERRUPTED_AT_START
+
+        sys.stderr.write(INTERRUPTED_AT_START)
         code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -349,7 +352,6 @@ def main(argv: list[str] | None = None) -> int:
     server = Server(path, idle)
     server.modules = preload()
     server.preload_s = time.perf_counter() - t0
-    server.stamp = {"code": code_stamp(), "env": import_env(os.environ)}
     wake_r, wake_w = socket.socketpair()
     wake_w.setblocking(False)
     signal.set_wakeup_fd(wake_w.fileno())

@@ -57,6 +57,7 @@ class Format:
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
     refuse: Callable[[str], str | None] | None = None  # a reason this file cannot be read (pickles)
     first_record: Callable[[str], dict | None] | None = None  # default: first JSON line
+    group_key: str = "prompt groups"  # the group key in a few words, for the summary ("the dump's group_index")
 
     def step_of(self, path: str) -> int | None:
         m = re.search(self.pattern, norm_path(path))

@@ -149,7 +149,7 @@ def sniff(rec: dict) -> bool:
 FORMAT = Format(
     name="slime-pt", title="slime rollout dump (.pt)",
     pattern=PATTERN, level="token",
-    group_rule="group_index (slime's prompt-group counter)",
+    group_key="group_index", group_rule="group_index (slime's prompt-group counter)",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
              "teacher_log_probs": F32_LIST,
              "tokens": __import__("pyarrow").list_(I64), "index": I64, "response_length": I64},

@@ -108,6 +108,8 @@ def headline(report: dict) -> list[tuple[str, str]]:
     out = []
     if what:
         out.append(("ran", what))
+    for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.commands.defaults)
+        out.append(("from dump", line))
     if report.get("settings"):
         out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))
     out.append(("input", ", ".join(report.get("inputs") or []) or "–"))

@@ -57,8 +57,8 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
         take = [(k, v) for k, v in pairs if k not in given] if fmt in formats else []
         if take:
             settings += take
-            notes.append(f"{', '.join(f'{k}={_fmt(v)}' for k, v in take)}: {why}, taken for a "
-                         f"{infos[0].title} dump (set a key to override)")
+            notes.append(f"{len(take)} key(s) from {why}: "
+                         f"{', '.join(k for k, _ in take)} (values in settings; set a key to override)")
     key = flavor.group_size_key
     sizes = _sizes(infos)
     if key and key not in given and len(sizes) == 1 and next(iter(sizes)) > 1:
@@ -66,6 +66,14 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
         settings.append((key, n))
         notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
     return settings, notes
+
+
+def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
+    """'groups: the dump's task_id' where the run groups rows by the dump's own group key."""
+    infos = _infos(inputs)
+    if not infos or any(i is None for i in infos) or (cfg.get("grouping") or {}).get("by") not in ("id", "runs"):
+        return []
+    return [f"groups: the dump's {_group_key(infos[0])}"]
 
 
 def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: str | None, given: dict,

@@ -36,7 +36,7 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
         defaults.refuse_default_estimator(fl, inputs, settings, config, given, e)
     defaults.refuse_singletons(fl, cfg, inputs, given)
     if notes is not None:
-        notes.extend(lines)
+        notes.extend(defaults.grouping_note(cfg, inputs) + lines)
     if padded is not None:
         cfg["padded"] = padded
     return flavor, cfg, native, columns, auto_note

@@ -45,7 +45,7 @@ def sniff(rec: dict) -> bool:
 
 FORMAT = Format(
     name="areal-jsonl", title="AReaL rollout/{version}/{task_id}.jsonl",
-    pattern=PATTERN, level="response",
+    pattern=PATTERN, level="response", mask_length="response_length", group_key="task_id (one file per group)",
     group_rule="task_id (one file per prompt group), keyed with its file and version",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_length": I64, "prompt": STR,
              "completion": STR},

@@ -109,9 +109,9 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
         fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
     elif sizes:
-        shown = ", ".join(f"{c}×{n}" for n, c in sorted(sizes.items())[:6])
-        fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups have sizes "
-               f"{shown}: they are not the blocks of one size the framework forms)")
+        shown = ", ".join(f"{c} of {n} rows" for n, c in sorted(sizes.items())[:6])
+        fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
+               f"size, which the framework's blocks of N rows need: {shown})")
     else:
         fix = f"add --set {key}=N, the responses sampled per prompt"
     raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "

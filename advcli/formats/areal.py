@@ -51,6 +51,5 @@ FORMAT = Format(
              "completion": STR},
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
     companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
-    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor verl "
-            "--set algorithm.adv_estimator=grpo",
+    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor areal",
 )

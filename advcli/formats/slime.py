@@ -156,6 +156,5 @@ FORMAT = Format(
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
     companions=(r"(^|/)train_data/\d+\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
-    example="advcli run dump_details/rollout_data --output out.parquet --flavor verl "
-            "--set algorithm.adv_estimator=grpo",
+    example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

@@ -199,3 +199,20 @@ def test_areal_converted_parquet_keeps_the_token_weights(tmp_path, capsys):
     adv, _ = areal_expected(groups)
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), adv, rtol=1e-5, atol=1e-5)
 
+
+
+def test_roll_unequal_groups_refusal_names_both_keys(tmp_path, capsys):
+    """No one group size in the dump: the estimator fix alone would meet the group-size refusal next, so
+    the hint names both keys."""
+    d = tmp_path / "rollout_dump"
+    d.mkdir()
+    obj = rlvr(1, 1)
+    obj["id"] = ["1"] * 4 + ["2"] * 2 + ["3"] * 3 + ["4"] * 3
+    (d / "rollout_dump_data.step_1.jsonl").write_text(json.dumps(obj) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "roll"], capsys)
+    assert code == 2 and not out.exists() and "Traceback" not in err
+    hint = " ".join(err.split("hint:", 1)[1].split())
+    assert "--set adv_estimator=grpo" in hint and "--set actor_infer.generating_args.num_return_sequences=N" in hint
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "roll", "--set", "adv_estimator=grpo"], capsys)
+    assert code == 2 and "defaults to 1" in err and "1 of 2 rows" in " ".join(err.split())

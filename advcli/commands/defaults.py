@@ -91,11 +91,16 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
         check_config(inputs, cfg)
     except AdvcliError:
         raise error from None
+    then = ""
+    try:  # the fix alone would meet the next refusal: say both
+        refuse_singletons(flavor, cfg, inputs, given)
+    except AdvcliError as more:
+        then = f"; with it, {more.hint}"
     default = flavor.keys[key].default
     raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is --flavor {flavor.name}'s default, not a choice "
                       "made for this dump", hint=f"add --set {key}={value} (group-relative advantages on the dump's "
-                                                 f"groups); `advcli explain --flavor {flavor.name} --keys` lists "
-                                                 "the others") from None
+                                                 f"groups){then}; `advcli explain --flavor {flavor.name} --keys` "
+                                                 "lists the other estimators") from None
 
 
 def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None:

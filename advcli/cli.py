@@ -161,7 +161,8 @@ def run(
         result.inputs = list(inputs)
         result.warnings.insert(0, run_filter_note(spec, kept))
     name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
-    rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report), from_dump=from_dump)
+    result.from_dump = from_dump
+    rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
     if prefiltered:
         rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
@@ -170,14 +171,11 @@ def run(
     emit(rep, report, json_out, show)
 
 
-def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False,
-                  from_dump: list[str] | None = None) -> dict:
+def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False) -> dict:
     """The report dict of a run (advcli.report): what --json prints and --report writes."""
     from .report import build_report
 
     extra = {"seconds": round(result.seconds, 3)}
-    if from_dump:
-        extra["from_dump"] = list(from_dump)
     if with_positions and result.outputs:
         from .commands.stats import output_by_position
 

@@ -216,3 +216,16 @@ def test_roll_unequal_groups_refusal_names_both_keys(tmp_path, capsys):
     assert "--set adv_estimator=grpo" in hint and "--set actor_infer.generating_args.num_return_sequences=N" in hint
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "roll", "--set", "adv_estimator=grpo"], capsys)
     assert code == 2 and "defaults to 1" in err and "1 of 2 rows" in " ".join(err.split())
+
+
+def test_library_run_takes_the_same_group_size(tmp_path):
+    import advcli
+
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    samples = slime_build(d, 0, 0)
+    out = tmp_path / "o.parquet"
+    result = advcli.run(str(d), str(out), flavor="slime")
+    assert any("group size 4 from the dump's group_index" in x for x in result.from_dump)
+    got = [row["advantages"][0] for row in pq.read_table(out).to_pylist()]
+    assert np.allclose(got, slime_grpo(samples), rtol=1e-5, atol=1e-5)

@@ -16,6 +16,30 @@ from __future__ import annotations
 from ..errors import AdvcliError
 
 
+def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None):
+    """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
+    what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
+    run`` and :func:`advcli.run` both use."""
+    from ..flavors import get, resolve
+    from ..formats import check_config
+
+    cfg, native = resolve(flavor_name, settings, config)
+    flavor = get(flavor_name)
+    given = dict(native)
+    implied, lines = from_dump(flavor, inputs, given)
+    if implied:
+        settings = implied + list(settings)
+        cfg, native = resolve(flavor_name, settings, config)
+        if flavor.group_size_key in dict(implied) and (cfg.get("grouping") or {}).get("by") != "position":
+            lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
+    try:
+        check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
+    except AdvcliError as e:
+        refuse_default_estimator(flavor, inputs, settings, config, given, e)
+    refuse_singletons(flavor, cfg, inputs, given)
+    return cfg, native, grouping_note(cfg, inputs) + lines
+
+
 def _infos(inputs: list[str]) -> list:
     from ..formats import info_for
 

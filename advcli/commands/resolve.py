@@ -13,30 +13,14 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     example settings) is taken for the keys not given, one line each appended to ``notes``
     (:mod:`advcli.commands.defaults`)."""
     from ..config import parse_column_maps, parse_set
-    from ..flavors import get, resolve
     from . import defaults
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
-    cfg, native = resolve(flavor, settings, config)
-    fl = get(flavor)
-    given = dict(native)
-    implied, lines = defaults.from_dump(fl, inputs, given)
-    if implied:
-        settings = implied + settings
-        cfg, native = resolve(flavor, settings, config)
-        if fl.group_size_key in dict(implied) and (cfg.get("grouping") or {}).get("by") != "position":
-            lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
-    from ..formats import check_config
-
-    try:
-        check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
-    except AdvcliError as e:
-        defaults.refuse_default_estimator(fl, inputs, settings, config, given, e)
-    defaults.refuse_singletons(fl, cfg, inputs, given)
+    cfg, native, lines = defaults.resolve_for_inputs(flavor, inputs, settings, config)
     if notes is not None:
-        notes.extend(defaults.grouping_note(cfg, inputs) + lines)
+        notes.extend(lines)
     if padded is not None:
         cfg["padded"] = padded
     return flavor, cfg, native, columns, auto_note

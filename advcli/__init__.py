@@ -24,15 +24,15 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     ``["advantages", "returns", "token_level_rewards"]``; None: all the run produces); ``source``: a
     trainer dump format (``--from``; default: recognised from file names and keys, docs/formats.md).
     """
-    from .flavors import resolve
+    from .commands.defaults import resolve_for_inputs
     from .pipeline import run_pipeline
 
     specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)
-    from .formats import check_config, finish_outputs, open_inputs
+    from .formats import finish_outputs, open_inputs
 
     specs = open_inputs([str(s) for s in specs], source)  # trainer dumps -> canonical Parquet
-    cfg, native = resolve(flavor, list((settings or {}).items()))
-    check_config(specs, cfg)
+    # what a trainer dump tells the flavor, for the keys not given (result.from_dump says what was taken)
+    cfg, native, from_dump = resolve_for_inputs(flavor, specs, list((settings or {}).items()))
     if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
         from .config import SCHEMA, coerce
         cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
@@ -40,4 +40,5 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
                           column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
                           output_mode=output_mode, write_columns=write_columns)
     finish_outputs(specs, list(result.outputs), result)
+    result.from_dump = from_dump
     return result

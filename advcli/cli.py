@@ -115,7 +115,9 @@ def run(
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
-    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
+    from_dump: list[str] = []  # what the dump told the flavor (advcli.commands.defaults), for the summary
+    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
+                                                                 notes=from_dump)
     if precision is not None:
         if precision not in ("float32", "float64"):
             from .errors import did_you_mean
@@ -159,6 +161,7 @@ def run(
         result.inputs = list(inputs)
         result.warnings.insert(0, run_filter_note(spec, kept))
     name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
+    result.from_dump = from_dump
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
     if prefiltered:

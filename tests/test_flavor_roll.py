@@ -183,13 +183,13 @@ def test_defaults_are_gae_without_normalisation(tmp_path):
 def test_group_of_one_with_group_std_is_nan(tmp_path):
     """grpo with n=1: torch.std of one element is NaN, and so is every advantage (ROLL does the same)."""
     rows = [dict(reward=1.0, mask=[1, 1]), dict(reward=0.0, mask=[1])]
-    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo"})
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 1})  # n=1 given, not the default
     assert all(math.isnan(x) for row in out["advantages"] for x in row)
 
 
 def test_group_mean_only_with_n1_gives_zero(tmp_path):
     rows = [dict(reward=1.0, mask=[1, 1]), dict(reward=-3.0, mask=[1])]
-    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "norm_mean_type": "group"})
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "norm_mean_type": "group", N: 1})
     assert out["advantages"] == [[0.0, 0.0], [0.0]]
 
 

@@ -44,7 +44,7 @@ ROWS = [
 
 CONFIGS = {
     "grpo_n4": {"n_samples_per_prompt": 4},
-    "grpo_n1": {},
+    "grpo_n1": {"n_samples_per_prompt": 1},  # given: left at its default 1 the run is refused (singletons)
     "drgrpo": {"n_samples_per_prompt": 4, "grpo_std_normalization": False},
     "grpo_fallback": {"n_samples_per_prompt": 4, "rollout_batch_size": 1},
     "grpo_whiten_opd": {"n_samples_per_prompt": 4, "normalize_advantages": True, "use_opd": True, "opd_type": "sglang",
@@ -331,7 +331,7 @@ def test_rfpp_row_without_a_trained_token_is_refused(tmp_path):
 def test_whitening_a_step_without_valid_tokens_is_refused(tmp_path):
     rows = [(0, "p", 1.0, [0, 0], [-0.1] * 2, [-0.1] * 2, [-0.1] * 2, [-0.1] * 2, [0.0] * 2)]
     with pytest.raises(AdvcliError, match="global mask sum is zero"):
-        _run(tmp_path, {"normalize_advantages": True}, rows=rows)
+        _run(tmp_path, {"normalize_advantages": True, "n_samples_per_prompt": 1}, rows=rows)
 
 
 def test_explain_lists_the_keys_with_defaults():

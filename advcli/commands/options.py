@@ -16,7 +16,10 @@ INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a dir
 FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
                       help="Whose semantics: verl, nemo, roll, openrlhf, trl, slime, skyrl, areal, prime-rl, or advcli "
                            "(canonical keys). "
-                           "Default: verl, GRPO when the dump has prompt_id.")
+                           "Default: verl, GRPO when the dump has prompt_id. On a trainer's own dump, keys not "
+                           "set take what the dump tells (slime/ROLL group size; AReaL JSONL: AReaL's GRPO "
+                           "example), said in the summary; a default that cannot run there stops, naming the "
+                           "setting that runs.")
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
 CONFIG = typer.Option(None, "--config", "-c", metavar="PATH", help="YAML or TOML file of the same keys.")
 FROM = typer.Option(None, "--from", metavar="FORMAT", help="Read INPUT as this trainer dump format (default: "

@@ -7,19 +7,20 @@ from ..errors import AdvcliError
 
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
-                       column: list[str] | None, padded: bool | None):
+                       column: list[str] | None, padded: bool | None, notes: list[str] | None = None):
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
-    `run`, `validate` and `compare` share."""
+    `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
+    example settings) is taken for the keys not given, one line each appended to ``notes``
+    (:mod:`advcli.commands.defaults`)."""
     from ..config import parse_column_maps, parse_set
-    from ..flavors import resolve
+    from . import defaults
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
-    cfg, native = resolve(flavor, settings, config)
-    from ..formats import check_config
-
-    check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
+    cfg, native, lines = defaults.resolve_for_inputs(flavor, inputs, settings, config)
+    if notes is not None:
+        notes.extend(lines)
     if padded is not None:
         cfg["padded"] = padded
     return flavor, cfg, native, columns, auto_note

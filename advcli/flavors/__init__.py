@@ -26,6 +26,14 @@ class Flavor:
     aliases: dict[str, str] = field(default_factory=dict)  # old key name -> current key name
     open_prefixes: tuple[str, ...] = ()  # key prefixes accepted without a fixed list (advcli: estimator.*)
     given_keys: bool = False  # translate(values, given=set of keys given) (AReaL: a section is on once a key is set)
+    # the native key naming the estimator and the value of it that runs on a response-level dump (one reward
+    # per response): the fix named when the framework's default estimator needs token data
+    estimator_key: str | None = None
+    response_estimator: str | None = None
+    group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
+    # dump format -> (native settings, where they come from): what the run that wrote such a dump used, taken
+    # for the keys not given (AReaL's JSONL: its GRPO example's settings)
+    dump_settings: dict[str, tuple[tuple[tuple[str, Any], ...], str]] = field(default_factory=dict)
 
 
 FLAVORS: dict[str, Flavor] = {}

@@ -141,9 +141,19 @@ def translate(v: dict, given: set | None = None) -> dict:
     return cfg
 
 
+# examples/math/gsm8k_grpo.yaml @ cbff54d6 (actor section): the run AReaL's JSONL dumps usually come from.
+# A dump holds no log-probs and no critic values, so its advantage path is GAE with V = 0 and no KL (γλ = 1:
+# the shaped, group-normalised reward on every response token), then adv_norm over the response tokens
+GRPO_EXAMPLE = (("actor.reward_scaling", 10.0), ("actor.reward_bias", -0.5), ("actor.kl_ctl", 0.0),
+                ("actor.recompute_logprob", True), ("actor.use_decoupled_loss", True),
+                ("actor.reward_norm.mean_level", "group"), ("actor.reward_norm.std_level", "group"),
+                ("actor.adv_norm.mean_level", "batch"), ("actor.adv_norm.std_level", "batch"))
+
 FLAVOR = Flavor(
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True,
+    dump_settings={"areal-jsonl": (GRPO_EXAMPLE, "AReaL's GRPO example (examples/math/gsm8k_grpo.yaml; "
+                                                   "the dump holds no log-probs and no critic values)")},
     notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "
           "−kl_ctl·clamp(k(lp, ref), ±10) on trained tokens (on by default: kl_ctl 0.1, ref = 0 without a ref "
           "column) → GAE over the trained tokens (V = 0 without values; the outcome on a masked last token is "

@@ -120,7 +120,8 @@ def translate(v: dict) -> dict:
 
 FLAVOR = Flavor(
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
-    keys=KEYS, translate=translate, aliases=ALIASES,
+    keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
+    group_size_key=N_KEY,
     notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
           "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "
           "[G, n] reshape: (r − μ)/(σ + 1e-6) with torch.std unbiased, a group of one gives NaN with a group "

@@ -142,7 +142,8 @@ def translate(v: dict) -> dict:
 FLAVOR = Flavor(
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
-    keys=KEYS, translate=translate,
+    keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",
+    group_size_key="n_samples_per_prompt",
     notes="groups are consecutive blocks of n_samples_per_prompt rows of a step; a step whose row count is not "
           "rollout_batch_size·n (default: rows // n, so a count that is not a multiple of n) is normalised as one "
           "group; grpo/gspo/cispo: (r − μ)/(std(r − μ) + 1e-6) on the [G, n] float32 reshape (12×0.7 gives 0.119), "

@@ -45,12 +45,11 @@ def sniff(rec: dict) -> bool:
 
 FORMAT = Format(
     name="areal-jsonl", title="AReaL rollout/{version}/{task_id}.jsonl",
-    pattern=PATTERN, level="response",
+    pattern=PATTERN, level="response", mask_length="response_length", group_key="task_id (one file per group)",
     group_rule="task_id (one file per prompt group), keyed with its file and version",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_length": I64, "prompt": STR,
              "completion": STR},
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
     companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
-    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor verl "
-            "--set algorithm.adv_estimator=grpo",
+    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor areal",
 )

@@ -33,6 +33,8 @@ class ImportInfo:
     # (estimator names, why): the import is right only for these estimators (a format sets
     # ctx.state["only_estimators"]); check_config refuses the others
     only_estimators: tuple | None = None
+    # the synthetic mask of every row spans its response (Format.mask_length): token-weighted statistics hold
+    token_lengths: bool = False
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -57,6 +59,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     sizes: dict = {}
     starts: list[tuple[int, str]] = []  # (first canonical row, file): where a row came from, for messages
     dropped: set = set()
+    short = 0  # rows without a usable Format.mask_length (their synthetic mask is one token)
     try:
         buf: list[dict] = []
         where: list[tuple[str, int]] = []
@@ -72,7 +75,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 for k in r:
                     if k not in schema.names and k not in dropped:
                         dropped.add(k)
-            batch = _to_batch(buf, where, schema, synth_mask)
+            batch = _to_batch(buf, where, schema, synth_mask, f.mask_length)
             if writer is None:
                 writer = pq.ParquetWriter(tmp, schema, compression="zstd")
             writer.write_batch(batch)
@@ -89,6 +92,12 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 for v in row.values():  # token lists are Python objects here (~32 bytes a value)
                     if isinstance(v, list):
                         values += len(v)
+                if f.mask_length:
+                    length = row.get(f.mask_length)
+                    if isinstance(length, int) and length >= 1:
+                        values += length  # the synthetic mask it will get
+                    else:
+                        short += 1
                 if len(buf) >= batch_rows or values >= BATCH_VALUES:
                     flush()
         flush()
@@ -117,7 +126,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
                       logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
-                      only_estimators=ctx.state.get("only_estimators"))
+                      only_estimators=ctx.state.get("only_estimators"),
+                      token_lengths=bool(synth_mask and f.mask_length and not short))
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):
@@ -155,15 +165,25 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool):
                                                                       }).encode()})
 
 
-def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask: bool):
+def synthetic_mask(lengths):
+    """A response mask of ones, ``lengths[i]`` tokens for row i (1 where a length is missing or < 1)."""
     import numpy as np
+    import pyarrow as pa
+
+    n = np.array([x if isinstance(x, int) and not isinstance(x, bool) and x >= 1 else 1 for x in lengths],
+                 dtype=np.int64)
+    offs = np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offs), pa.array(np.ones(int(offs[-1]), np.int8)))
+
+
+def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask: bool,
+              mask_length: str | None = None):
     import pyarrow as pa
 
     cols = []
     for fld in schema:
         if fld.name == "response_mask" and all("response_mask" not in r for r in rows[:1]):
-            offs = np.arange(len(rows) + 1, dtype=np.int32)
-            cols.append(pa.ListArray.from_arrays(pa.array(offs), pa.array(np.ones(len(rows), np.int8))))
+            cols.append(synthetic_mask([r.get(mask_length) if mask_length else 1 for r in rows]))
             continue
         vals = [r.get(fld.name) for r in rows]
         try:

@@ -46,7 +46,8 @@ def describe(data: dict, inputs: list[str]) -> dict:
                 if name in ROW_CONSTANT:
                     data["estimators"][name]["note"] = ("at response level: only as one value per response "
                                                         "(γ = 1, reward on the last token; token_rewards: "
-                                                        "reward.placement=all), without KL or whitening")
+                                                        "reward.placement=all; areal_gae: γλ = 1, adv_norm "
+                                                        "weighted by response_length), without KL or whitening")
     return data
 
 

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 from ..errors import AdvcliError
-from .conversion import ImportInfo, convert
+from .conversion import ImportInfo, convert, synthetic_mask
 from .discovery import is_dump
 from .records import RESERVED
 from .registry import FORMATS, Context, get, load
@@ -106,6 +106,10 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
         return spec
     rec = json.loads(old.metadata[b"advcli.import"])
     target = spec
+    load()
+    fmt = FORMATS.get(rec.get("format"))
+    lengths = fmt.mask_length if fmt and fmt.mask_length in old.names else None
+    short = 0
     if synth_mask:
         rec["synthetic_mask"] = True
         meta = dict(old.metadata)
@@ -120,13 +124,17 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                 offs = pa.array(range(b.num_rows + 1), pa.int32())
                 cols = [pa.ListArray.from_arrays(offs, b.column(n)) if n in scalars else b.column(n)
                         for n in old.names]
-                mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
+                if lengths:  # the response's own token count (Format.mask_length), as a direct import does
+                    given = b.column(lengths).to_pylist()
+                    short += sum(1 for x in given if not (isinstance(x, int) and x >= 1))
+                    mask = synthetic_mask(given)
+                else:
+                    mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
                 w.write_batch(pa.RecordBatch.from_arrays(cols + [mask], schema=schema))
-    load()
-    fmt = FORMATS.get(rec.get("format"))
     info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
-                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None)
+                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
+                      token_lengths=bool(synth_mask and lengths and not short))
     _CONVERTED[key] = info
     IMPORTED[target] = info
     return target

@@ -57,6 +57,10 @@ class Format:
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
     refuse: Callable[[str], str | None] | None = None  # a reason this file cannot be read (pickles)
     first_record: Callable[[str], dict | None] | None = None  # default: first JSON line
+    # a response-level dump that gives each response's token count: the column a run's synthetic mask takes its
+    # length from (AReaL: token-weighted adv_norm), instead of one token per response
+    mask_length: str | None = None
+    group_key: str = "prompt groups"  # the group key in a few words, for the summary ("the dump's group_index")
 
     def step_of(self, path: str) -> int | None:
         m = re.search(self.pattern, norm_path(path))

@@ -16,7 +16,15 @@ ROW_CONSTANT = {
     "reinforce_plus_plus": lambda cfg: float(cfg["estimator"].get("gamma", 1.0)) == 1.0
     and cfg["reward"].get("placement") in ("last", "last_valid"),
     "token_rewards": lambda cfg: cfg["reward"].get("placement") == "all",
+    # AReaL without a critic (V = 0): a reward-to-go with factor γλ over the trained tokens, the outcome at
+    # every token when γλ = 1 (turn timesteps and a per-row λ need the token data)
+    "areal_gae": lambda cfg: float(cfg["estimator"].get("gamma", 1.0)) * float(cfg["estimator"].get("lam", 1.0))
+    == 1.0 and cfg["estimator"].get("lam_fn") is None and cfg["estimator"].get("timestep", "token") == "token",
 }
+# estimators whose statistics weigh each response by its tokens (AReaL's adv_norm): the dump must give
+# each response's token count (Format.mask_length), which then spans the synthetic mask
+TOKEN_WEIGHTED = {"areal_gae": (lambda cfg: cfg["estimator"].get("norm") is not None,
+                                "adv_norm weighs each response by its trained tokens")}
 LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by its token count)"}
 
 
@@ -42,7 +50,9 @@ def check_config(inputs: list[str], cfg: dict) -> None:
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
     elif name in LENGTH_ESTIMATORS:
         missing = f"estimator {name} needs {LENGTH_ESTIMATORS[name]}"
-    elif get_path(cfg, "kl.in_reward"):
+    elif name in TOKEN_WEIGHTED and TOKEN_WEIGHTED[name][0](cfg) and not all(i.token_lengths for i in infos):
+        missing = f"{TOKEN_WEIGHTED[name][1]}, and so needs every response's token count"
+    elif get_path(cfg, "kl.in_reward") and get_path(cfg, "kl.coef") != 0:
         missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
                    "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")
     elif get_path(cfg, "advantage.whiten") or get_path(cfg, "reward.whiten_tokens"):

@@ -145,6 +145,7 @@ FORMAT = Format(
     name="roll-dump", title="ROLL rollout_dump_data.step_{N}.jsonl",
     pattern=r"(^|/)rollout_dump_data\.step_(?P<step>\d+)\.jsonl$",
     level="response",
+    group_key="prompt ids",
     group_rule="RLVR: (tag or domain, id), or the prompt text; agentic: {tag}_{group_id}_{episode_id}_{seed} "
                "from trajectory_data.env_info (ROLL itself groups num_return_sequences consecutive rows)",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "domain": STR, "id": STR},

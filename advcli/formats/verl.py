@@ -74,7 +74,7 @@ def sniff(rec: dict) -> bool:
 FORMAT = Format(
     name="verl-jsonl", title="verl rollout_data_dir {step}.jsonl",
     pattern=r"(^|/)(?P<step>\d+)\.jsonl$",
-    level="response",
+    level="response", group_key="uid (or input text)",
     group_rule="uid without its last two _ fields (v1 trainer); without uid, identical input text",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "input": STR, "output": STR},
     read=read, sniff=sniff, required=("input", "output", "score"),

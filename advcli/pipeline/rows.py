@@ -217,6 +217,15 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
                 raise AdvcliError(f"{file}: {size} rows{where} {want}",
                                   hint="positional grouping needs contiguous blocks of grouping.size rows; "
                                        "check the group size or group by prompt_id")
+        whole = [si for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)) if ni != n and size > n]
+        if whole:  # slime's silent reshape to one group of the whole batch: said, never silent here
+            where = "; ".join(f"{sizes[si]} rows{scope_where(plan, step_values, si)}" for si in whole[:3])
+            more = f" (and {len(whole) - 3} more step(s))" if len(whole) > 3 else ""
+            want = f"rollout_batch_size·n = {expected}" if expected is not None else f"a multiple of the group size {n}"
+            plan.group_warnings.append(f"{len(whole)} step(s) normalised as ONE group of all their rows, as the "
+                                       f"framework does when a step's row count is not {want}: {where}{more}; "
+                                       "check the group size (grouping.size, grouping.scope_rows; slime: "
+                                       "n_samples_per_prompt, rollout_batch_size)")
         plan.block_sizes = ns
         per_scope = np.asarray(ns, dtype=np.int64)
         block = rank // per_scope[scope_codes] if num_rows else rank

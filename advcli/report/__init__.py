@@ -6,6 +6,7 @@ same figures::
 
     {"report": "advcli/1", "advcli_version", "created", "command": "run" | "stats",
      "flavor", "settings" (the native keys given), "estimator" (name + parameters),
+     "from_dump": [str],                 # what a trainer dump told the flavor (group size, settings)
      "config" (the resolved canonical configuration),
      "inputs", "outputs", "rows", "tokens", "valid_tokens",
      "timings": {"seconds", "rows_per_s", "tokens_per_s", ...},

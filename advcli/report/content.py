@@ -68,6 +68,8 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
     for name in ("by_position", "groups", "group_health"):
         if g(name) is not None:
             rep[name] = g(name)
+    if g("from_dump"):  # what a trainer dump told the flavor (advcli.commands.defaults)
+        rep["from_dump"] = list(g("from_dump"))
     if extra:
         rep.update(extra)
     return _jsonable({k: v for k, v in rep.items() if v is not None})
@@ -108,6 +110,8 @@ def headline(report: dict) -> list[tuple[str, str]]:
     out = []
     if what:
         out.append(("ran", what))
+    for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.commands.defaults)
+        out.append(("from dump", line))
     if report.get("settings"):
         out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))
     out.append(("input", ", ".join(report.get("inputs") or []) or "–"))

@@ -1,0 +1,171 @@
+"""What a trainer's own dump tells a flavor, and the defaults that would make nothing of it.
+
+* The group size: a slime or ROLL dump names each row's prompt group (slime's ``group_index``, ROLL's
+  ``id``), so where every group has the same size ``n`` the flavor's positional group-size key takes ``n``
+  unless the user set it.
+* The settings of the run that wrote it (``Flavor.dump_settings``: AReaL's JSONL → its GRPO example),
+  taken for the keys not given.
+* A default that cannot run on the data is refused before any work with the ``--set KEY=VALUE`` that
+  runs (verl's and ROLL's default GAE on a response-level dump), and so is a default that makes every
+  row its own group (a positional group size left at 1): both would otherwise end in an error deep in
+  the run or a quiet exit 0 with degenerate advantages.
+
+Each decision taken for the user becomes one line of the run's summary (``from dump``)."""
+from __future__ import annotations
+
+from ..errors import AdvcliError
+
+
+def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None):
+    """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
+    what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
+    run`` and :func:`advcli.run` both use."""
+    from ..flavors import get, resolve
+    from ..formats import check_config
+
+    cfg, native = resolve(flavor_name, settings, config)
+    flavor = get(flavor_name)
+    given = dict(native)
+    implied, lines = from_dump(flavor, inputs, given)
+    if implied:
+        settings = implied + list(settings)
+        cfg, native = resolve(flavor_name, settings, config)
+        if flavor.group_size_key in dict(implied) and (cfg.get("grouping") or {}).get("by") != "position":
+            lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
+    try:
+        check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
+    except AdvcliError as e:
+        refuse_default_estimator(flavor, inputs, settings, config, given, e)
+    refuse_singletons(flavor, cfg, inputs, given)
+    return cfg, native, grouping_note(cfg, inputs) + lines
+
+
+def _infos(inputs: list[str]) -> list:
+    from ..formats import info_for
+
+    return [info_for(p) for p in inputs]
+
+
+def _sizes(infos: list) -> dict[int, int]:
+    """size -> number of groups, over every imported input."""
+    hist: dict[int, int] = {}
+    for info in infos:
+        for size, count in info.group_sizes.items():
+            hist[int(size)] = hist.get(int(size), 0) + int(count)
+    return hist
+
+
+def _group_key(info) -> str:
+    from ..formats import FORMATS
+
+    fmt = FORMATS.get(info.format)
+    return fmt.group_key if fmt else "prompt groups"
+
+
+def _fmt(value) -> str:
+    """A setting as the user would type it after ``--set KEY=``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, object]], list[str]]:
+    """(native settings the dump implies for keys not in ``given``, one summary line for each)."""
+    infos = _infos(inputs)
+    if not infos or any(i is None for i in infos):
+        return [], []
+    settings: list[tuple[str, object]] = []
+    notes: list[str] = []
+    formats = {i.format for i in infos}
+    for fmt, (pairs, why) in flavor.dump_settings.items():
+        take = [(k, v) for k, v in pairs if k not in given] if fmt in formats else []
+        if take:
+            settings += take
+            notes.append(f"{len(take)} key(s) from {why}: "
+                         f"{', '.join(k for k, _ in take)} (values in settings; set a key to override)")
+    key = flavor.group_size_key
+    sizes = _sizes(infos)
+    if key and key not in given and len(sizes) == 1 and next(iter(sizes)) > 1:
+        n = next(iter(sizes))
+        settings.append((key, n))
+        notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
+    return settings, notes
+
+
+def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
+    """'groups: the dump's task_id' where the run groups rows by the dump's own group key."""
+    infos = _infos(inputs)
+    if not infos or any(i is None for i in infos) or (cfg.get("grouping") or {}).get("by") not in ("id", "runs"):
+        return []
+    return [f"groups: the dump's {_group_key(infos[0])}"]
+
+
+def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: str | None, given: dict,
+                             error: AdvcliError) -> None:
+    """``error`` (a response-level dump refusing the estimator) said with the ``--set`` that runs, where the
+    estimator is the flavor's default and the flavor's response-level choice passes the same check."""
+    from ..flavors import resolve
+    from ..formats import check_config
+
+    key, value = flavor.estimator_key, flavor.response_estimator
+    if not key or not value or key in given:
+        raise error
+    try:
+        cfg, _ = resolve(flavor.name, settings + [(key, value)], config)
+        check_config(inputs, cfg)
+    except AdvcliError:
+        raise error from None
+    then = ""
+    try:  # the fix alone would meet the next refusal: say both
+        refuse_singletons(flavor, cfg, inputs, given)
+    except AdvcliError as more:
+        then = f"; with it, {more.hint}"
+    default = flavor.keys[key].default
+    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is --flavor {flavor.name}'s default, not a choice "
+                      "made for this dump", hint=f"add --set {key}={value} (group-relative advantages on the dump's "
+                                                 f"groups){then}; `advcli explain --flavor {flavor.name} --keys` "
+                                                 "lists the other estimators") from None
+
+
+def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None:
+    """Refuse positional groups of one row that come from the group-size key's default: every group-normalised
+    advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success."""
+    key = flavor.group_size_key
+    grouping = cfg.get("grouping") or {}
+    if not key or key in given or grouping.get("by") != "position" or grouping.get("size") != 1:
+        return
+    sizes = _group_sizes(inputs)
+    if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
+        fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
+    elif sizes:
+        shown = ", ".join(f"{c} of {n} rows" for n, c in sorted(sizes.items())[:6])
+        fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
+               f"size, which the framework's blocks of N rows need: {shown})")
+    else:
+        fix = f"add --set {key}=N, the responses sampled per prompt"
+    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "
+                      "group and every group-normalised advantage 0 (NaN with a group std)", hint=fix)
+
+
+def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
+    """size -> count of the input's (step, prompt_id) groups: the importer's count for a dump, the
+    columns read for Parquet (None without a prompt_id column)."""
+    infos = _infos(inputs)
+    if infos and all(i is not None for i in infos):
+        return _sizes(infos)
+    from ..io.reader import expand_inputs, open_parquet
+
+    counts: dict = {}
+    for path in expand_inputs(inputs):
+        f = open_parquet(path)
+        names = f.schema_arrow.names
+        if "prompt_id" not in names:
+            return None
+        t = f.read(columns=["prompt_id"] + (["step"] if "step" in names else []))
+        steps = t.column("step").to_pylist() if "step" in names else [None] * t.num_rows
+        for key in zip(steps, t.column("prompt_id").to_pylist()):
+            counts[key] = counts.get(key, 0) + 1
+    hist: dict[int, int] = {}
+    for n in counts.values():
+        hist[n] = hist.get(n, 0) + 1
+    return hist

@@ -37,12 +37,13 @@ PATHS = {"/abs/rollout_dump": "rollout_dump"}
 EXIT = re.compile(r"#\s*exit\s+(\d+)")
 
 
-def examples(doc: str) -> list[tuple[int, str, int]]:
-    """(line, command, expected exit status) of every command of the page's ```bash blocks, in order;
-    continuation lines joined, comments dropped."""
+def examples(doc: str) -> list[tuple[int, str, int, str | None]]:
+    """(line, command, expected exit status, shown output) of every command of the page's ```bash
+    blocks, in order; continuation lines joined, comments dropped. A block followed by "prints ..." and
+    a ```text block shows what its last command prints (stdout, then stderr)."""
     text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
     found = []
-    for block in re.finditer(r"^```bash\n(.*?)^```", text, re.S | re.M):
+    for block in re.finditer(r"^```bash\n(.*?)^```\n(?:\nprints[^\n]*\n\n```text\n(.*?)^```)?", text, re.S | re.M):
         first = text[:block.start()].count("\n") + 2
         cur, start = "", 0
         for k, line in enumerate(block.group(1).splitlines()):
@@ -57,7 +58,10 @@ def examples(doc: str) -> list[tuple[int, str, int]]:
                 continue
             m = EXIT.search(cmd)
             words = shlex.split(cmd, comments=True)
-            found.append((start, shlex.join(words) if words[0] != "export" else cmd, int(m.group(1)) if m else 0))
+            found.append((start, shlex.join(words) if words[0] != "export" else cmd, int(m.group(1)) if m else 0,
+                          None))
+        if block.group(2) is not None:
+            found[-1] = (*found[-1][:3], block.group(2))
     return found
 
 
@@ -93,6 +97,11 @@ def build_fixtures(root):
     shift = np.resize(np.array([0.02, -0.03, 0.01, 0.0], np.float32), len(old.values))
     rollout = pa.ListArray.from_arrays(old.offsets, pa.array(old.values.to_numpy() + shift, pa.float32()))
     pq.write_table(t.append_column("rollout_log_probs", rollout), root / "dump.parquet")
+    # bad.parquet: the sample with a NaN reward in row 6
+    reward = t.column("reward").to_pylist()
+    reward[6] = float("nan")
+    i = t.schema.get_field_index("reward")
+    pq.write_table(t.set_column(i, "reward", pa.array(reward, t.schema.field(i).type)), root / "bad.parquet")
     # NeMo RL's train_data_step*.jsonl
     nemo = root / "logs" / "exp_001"
     nemo.mkdir(parents=True)
@@ -154,7 +163,7 @@ def _workdir(fixtures, tmp_path):
 
 # -------------------------------------------------------------------------------------------- the tests
 def test_examples_are_found():
-    cmds = [c for doc in DOCS for _, c, _ in examples(doc)]
+    cmds = [c for doc in DOCS for _, c, _, _ in examples(doc)]
     assert len(cmds) > 30 and any(c.startswith("advcli run") for c in cmds)
     for text, _ in SKIPPED:  # a stale skip would hide a new example that contains its text
         assert any(text in c for c in cmds), f"SKIPPED entry {text!r} matches no example any more"
@@ -167,7 +176,7 @@ def test_doc_examples_run(doc, fixtures, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ADVCLI_SERVER", "off")
     monkeypatch.setenv("USER", "researcher")
     failures, ran = [], 0
-    for line, cmd, expected in examples(doc):
+    for line, cmd, expected, shown in examples(doc):
         if skip_reason(cmd):
             continue
         words = [PATHS.get(w, os.path.expandvars(w)) for w in shlex.split(cmd, comments=True)]
@@ -176,6 +185,8 @@ def test_doc_examples_run(doc, fixtures, tmp_path, monkeypatch, capsys):
         ran += 1
         if code != expected:
             failures.append(f"{doc}:{line}: `{cmd}` exited {code}, the page says {expected}\n{(out + err)[-1500:]}")
+        elif shown is not None and out + err != shown:
+            failures.append(f"{doc}:{line}: `{cmd}` printed\n{out + err}\nthe page shows\n{shown}")
     assert not failures, "\n\n".join(failures)
     if not ran:
         pytest.skip(f"{doc}: every example is in SKIPPED")
@@ -192,3 +203,23 @@ def test_docs_name_nothing_outside_the_repository(doc):
     text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
     bad = [f"{doc}:{text[:m.start()].count(chr(10)) + 1}: {m.group(0)!r}" for m in OUTSIDE.finditer(text)]
     assert not bad, "\n".join(bad)
+
+
+PRINTS = re.compile(r"^```python\n((?:(?!```).)*?)^```\n\nprints\n\n```text\n(.*?)^```", re.S | re.M)
+
+
+def _read(doc: str) -> str:
+    return open(os.path.join(ROOT, doc), encoding="utf-8").read()
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if "\nprints\n" in _read(d)])
+def test_shown_output_is_what_advcli_prints(doc, monkeypatch, capsys):
+    """A Python example followed by "prints" and a text block: run from the repository root, on its own,
+    it prints exactly that text (error messages included)."""
+    text = _read(doc)
+    pairs = PRINTS.findall(text)
+    assert pairs, doc
+    monkeypatch.chdir(ROOT)
+    for code, shown in pairs:
+        exec(compile(code, doc, "exec"), {})  # noqa: S102 - our own documentation
+        assert capsys.readouterr().out == shown, code

@@ -169,7 +169,17 @@ def test_examples_are_found():
         assert any(text in c for c in cmds), f"SKIPPED entry {text!r} matches no example any more"
 
 
-@pytest.mark.parametrize("doc", [d for d in DOCS if examples(d)])
+def python_blocks(doc: str) -> list[tuple[int, str]]:
+    """(line, code) of the page's ```python blocks. docs/api.md's run in tests/test_report.py, from the
+    repository root; the others run after the page's commands, in its directory, in one namespace."""
+    if doc == "docs/api.md":
+        return []
+    text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+    return [(text[:m.start()].count("\n") + 2, m.group(1))
+            for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)]
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if examples(d) or python_blocks(d)])
 def test_doc_examples_run(doc, fixtures, tmp_path, monkeypatch, capsys):
     work = _workdir(fixtures, tmp_path)
     monkeypatch.chdir(work)
@@ -187,6 +197,10 @@ def test_doc_examples_run(doc, fixtures, tmp_path, monkeypatch, capsys):
             failures.append(f"{doc}:{line}: `{cmd}` exited {code}, the page says {expected}\n{(out + err)[-1500:]}")
         elif shown is not None and out + err != shown:
             failures.append(f"{doc}:{line}: `{cmd}` printed\n{out + err}\nthe page shows\n{shown}")
+    namespace = {}
+    for line, code in python_blocks(doc):
+        exec(compile(code, f"{doc} line {line}", "exec"), namespace)  # noqa: S102 - our own documentation
+        ran += 1
     assert not failures, "\n\n".join(failures)
     if not ran:
         pytest.skip(f"{doc}: every example is in SKIPPED")

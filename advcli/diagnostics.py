@@ -21,7 +21,7 @@ Only the kinds that apply to the configuration are listed. Kinds:
   second time on the same row table in the other precision (float64 when the run is float32, and
   vice versa), so A32 is what the framework computes and A64 the intended math. A group is flagged
   when its float64 std is 0 or below 1e-6·|mean| while max|A32| > :data:`ATOL`, or when
-  max|A32 − A64| > ATOL + RTOL·max|A64| (``spec/README.md`` §3). Examples: group id, rows,
+  max|A32 − A64| > ATOL + RTOL·max|A64|. Examples: group id, rows,
   rewards, float64 mean/std, the A32 and A64 values and the framework rule responsible.
 - ``dropped_rewards`` (warning): rows whose reward sits on a mask=0 token where the configuration
   then discards it: verl gae / reinforce_plus_plus / remax (they read rewards at mask=1 tokens

@@ -1,5 +1,5 @@
 """Trainer dumps as advcli input: the rollout files that verl, NeMo RL, TRL, ROLL, slime, AReaL, SkyRL
-and prime-rl already write (``../shared/spec/dumps.md``), read as they are.
+and prime-rl already write (docs/formats.md), read as they are.
 
 Each format is one module of this package defining ``FORMAT = Format(...)``: how its files are named
 (a path pattern), how its first record looks (a content check), how its records become canonical

@@ -1,4 +1,4 @@
-"""Group health: how much learning signal the groups of a dump carry (issue 16, part 2).
+"""Group health: how much learning signal the groups of a dump carry.
 
 A group (the rows of one prompt within one step) whose rewards are all equal gives every
 group-relative estimator (GRPO, RLOO, ...) a zero advantage: no gradient. Users want to count those,

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 from ..errors import AdvcliError
-from .conversion import ImportInfo, convert
+from .conversion import LAST_STEP_KEY, ImportInfo, convert
 from .discovery import is_dump
 from .records import RESERVED
 from .registry import FORMATS, Context, get, load
@@ -105,6 +105,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     if "response_mask" in old.names:
         return spec
     rec = json.loads(old.metadata[b"advcli.import"])
+    last_step = tuple(json.loads((f.metadata.metadata or {}).get(LAST_STEP_KEY.encode(), b"[]")))
     target = spec
     if synth_mask:
         rec["synthetic_mask"] = True
@@ -126,7 +127,8 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     fmt = FORMATS.get(rec.get("format"))
     info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
-                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None)
+                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
+                      last_step_estimators=last_step)
     _CONVERTED[key] = info
     IMPORTED[target] = info
     return target

@@ -21,7 +21,9 @@ LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by 
 
 
 def check_config(inputs: list[str], cfg: dict) -> None:
-    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks."""
+    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks; and
+    run an estimator the dump's sessions call for on their last rows (``grouping.trajectories=last_step``:
+    verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
     infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"]
     if not infos:
         return
@@ -34,6 +36,8 @@ def check_config(inputs: list[str], cfg: dict) -> None:
         if i.only_estimators and name not in i.only_estimators[0]:
             raise AdvcliError(f"{i.only_estimators[1]}; estimator {name} would see other groups than verl's",
                               hint=f"use {', '.join(i.only_estimators[0])} with this dump")
+        if name in i.last_step_estimators:
+            cfg["grouping"]["trajectories"] = "last_step"
     spec = get_estimator(name)
     missing = None
     row_constant = ROW_CONSTANT.get(name)

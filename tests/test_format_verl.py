@@ -242,3 +242,17 @@ def test_v1_sessions_out_of_order_are_refused(tmp_path, capsys):
     code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
     assert code == 2 and f"5.jsonl:{len(recs)}: uid" in err and "already ended" in err, err
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_two_files_of_one_step_are_refused(tmp_path, capsys):
+    """verl opens {step}.jsonl in "w" mode: one file a step. Two files whose rows carry the same step
+    (a renamed copy, a second run) would merge into one batch: refused, naming both."""
+    d = tmp_path / "r"
+    d.mkdir()
+    write(d / "3.jsonl", v1_records(3, 1))
+    write(d / "4.jsonl", v1_records(3, 2))
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+                            capsys)
+    assert code == 2 and f"{d / '4.jsonl'}:1: step 3 is already in {d / '3.jsonl'}" in err, err
+    assert "Traceback" not in err and not out.exists()

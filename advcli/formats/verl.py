@@ -36,6 +36,10 @@ def read(path: str, ctx: Context):
         step = rec.get("step", ctx.step)
         if not isinstance(step, int) or isinstance(step, bool):
             raise ctx.error(line, f"field 'step' is {step!r}; expected an integer")
+        first = ctx.state.setdefault("step_files", {}).setdefault(step, path)
+        if first != path:  # verl writes one file a step ("w" mode): a second one is another run or a copy
+            raise ctx.error(line, f"step {step} is already in {first}; verl writes each step to one file",
+                            hint="two runs (or a rerun) share this directory; point advcli at one of them")
         row = {"step": step, "reward": number(ctx, line, rec["score"], "score")}
         row.update(extras(rec, ("step", "score", "reward")))
         uid = rec.get("uid")

@@ -137,15 +137,32 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
 def locate(info: ImportInfo, row: int) -> str:
     """``FILE:LINE`` of canonical row ``row`` of a converted dump (the file is read again up to that row:
     this runs only when a message names a row)."""
-    first, path = max(((a, p) for a, p in info.starts if a <= row), default=(0, info.source))
+    return locate_rows(info, [row]).get(row, info.source)
+
+
+def locate_rows(info: ImportInfo, rows) -> dict[int, str]:
+    """``FILE:LINE`` (``FILE, record N`` for a non-JSON file) of each canonical row of a converted dump in
+    ``rows``: each file holding one of them is read again once, up to the last one it holds (this runs
+    only when a report or a message names rows). A converted Parquet input names itself and the row."""
+    want = sorted({int(r) for r in rows})
     if not info.starts:
-        return info.source
+        return {r: f"{info.source}, row {r}" for r in want}
     fmt = FORMATS[info.format]
-    ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=[p for _, p in info.starts])
-    for k, (line, _) in enumerate(fmt.read(path, ctx)):
-        if k == row - first:
-            return f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
-    return path
+    files = [p for _, p in info.starts]
+    ends = [a for a, _ in info.starts[1:]] + [max(info.rows, want[-1] + 1 if want else 0)]
+    out: dict[int, str] = {}
+    for (first, path), end in zip(info.starts, ends):
+        targets = {r - first for r in want if first <= r < end}
+        if not targets:
+            continue
+        last = max(targets)
+        ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=files)
+        for k, (line, _) in enumerate(fmt.read(path, ctx)):
+            if k in targets:
+                out[first + k] = f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
+            if k >= last:
+                break
+    return out
 
 
 def explain(message: str) -> str:

@@ -57,6 +57,12 @@ class Format:
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
     refuse: Callable[[str], str | None] | None = None  # a reason this file cannot be read (pickles)
     first_record: Callable[[str], dict | None] | None = None  # default: first JSON line
+    flavor: str | None = None  # the writing trainer's flavor where the name's first part is not it
+
+    def trainer_flavor(self) -> str:
+        """The flavor of the trainer that writes this format: ``flavor``, else the first part of its name
+        (``nemo-jsonl`` -> ``nemo``)."""
+        return self.flavor or self.name.split("-", 1)[0]
 
     def step_of(self, path: str) -> int | None:
         m = re.search(self.pattern, norm_path(path))

@@ -309,7 +309,7 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
     from ..audit import classify, fit_params, mixup_rows, worst_rows
     from ..columns import resolve_columns
     from ..flavors import names as flavor_names
-    from ..formats import FORMATS, info_for, open_inputs, source_of
+    from ..formats import FORMATS, info_for, name_dumps, open_inputs, source_of
     from ..io.reader import InputSet
     from .resolve import resolve_cli_config
 
@@ -391,7 +391,7 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rep["seconds"] = round(time.perf_counter() - t0, 3)
-    return rep
+    return name_dumps(rep)  # a skipped candidate's message names the dump, not its temporary Parquet
 
 
 def _name_rows(worst: list[dict], ins) -> None:

@@ -70,8 +70,8 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
             target = _tmp_path(f"{stem}.parquet")
             info = convert(spec, target, forced, synth_mask=synth_mask)
+            _record(target, info)
             _CONVERTED[key] = info
-            IMPORTED[target] = info
         out.append(_CONVERTED[key].output)
     return out
 
@@ -130,8 +130,18 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
                       last_step_estimators=last_step)
     _CONVERTED[key] = info
-    IMPORTED[target] = info
+    _record(target, info)
     return target
+
+
+def _record(target: str, info: ImportInfo) -> None:
+    """``target`` (a temporary Parquet file) stands for ``info.source``, the dump the user gave: in
+    messages and reports (:func:`name_dumps`) and in the output's provenance (``SHOWN_AS``)."""
+    from ..io.reader import SHOWN_AS
+
+    IMPORTED[target] = info
+    if target != info.source:
+        SHOWN_AS[target] = info.source
 
 
 def locate(info: ImportInfo, row: int) -> str:
@@ -181,6 +191,22 @@ def explain(message: str) -> str:
             message = message.replace(tmp, where, 1).replace(f"row {m.group(2)}", f"row {m.group(2)} of the dump", 1)
         message = message.replace(tmp, info.source)
     return message
+
+
+def name_dumps(obj):
+    """``obj`` (a report: dicts, lists, strings) with every temporary Parquet path a converted dump went
+    through replaced by the dump the user gave (:func:`explain`: the file and line where a row is named),
+    for everything a command prints or writes."""
+    tmpdir = _TMP.get("dir")
+    if tmpdir is None:
+        return obj
+    if isinstance(obj, str):
+        return explain(obj) if tmpdir in obj else obj
+    if isinstance(obj, dict):
+        return {k: name_dumps(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(name_dumps(v) for v in obj)
+    return obj
 
 
 def info_for(path: str) -> ImportInfo | None:

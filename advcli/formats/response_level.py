@@ -6,7 +6,7 @@ import json
 import os
 
 from ..errors import AdvcliError
-from .input_edge import IMPORTED, source_of
+from .input_edge import IMPORTED, name_dumps, source_of
 from .records import RESERVED
 
 # token-level estimators whose result is one value per row in these settings: the return of a reward
@@ -59,9 +59,15 @@ def check_config(inputs: list[str], cfg: dict) -> None:
 
 
 def name_sources(result) -> None:
-    """A RunResult whose inputs name the dumps rather than their temporary Parquet (for its summary)."""
-    if result is not None and getattr(result, "inputs", None):
+    """A RunResult whose inputs, warnings and diagnostics name the dumps rather than their temporary
+    Parquet (for its summary and reports)."""
+    if result is None:
+        return
+    if getattr(result, "inputs", None):
         result.inputs = [source_of(p) for p in result.inputs]
+    for attr in ("warnings", "diagnostics"):
+        if getattr(result, attr, None):
+            setattr(result, attr, name_dumps(getattr(result, attr)))
 
 
 def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:

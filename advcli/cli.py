@@ -13,7 +13,7 @@ from .commands.progress import progress
 from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
 from .formats import explain as name_dump_rows
-from .formats import finish_outputs, name_sources, open_inputs
+from .formats import finish_outputs, name_dumps, name_sources, open_inputs
 
 app = typer.Typer(
     name="advcli",
@@ -165,7 +165,9 @@ def run(
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
     if prefiltered:
-        rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
+        # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dump and output
+        # rather than the temporary files the kept rows went through
+        rep["filter"] = {**name_dumps(kept), "output": output}
     from .report import emit
 
     emit(rep, report, json_out, show)

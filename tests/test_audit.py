@@ -316,3 +316,77 @@ def test_nonfinite_logged_values(tmp_path, capsys):
     assert code == 1 and rep["nonfinite_logged"] == sum(masks[2])
     kinds = [f["kind"] for f in rep["findings"]]
     assert kinds[:2] == ["nonfinite", "isolated"] and rep["worst"][0]["row"] == 2
+
+
+# ------------------------------------------------------------------ trainer dumps, as the importer reads them
+def test_nemo_dump_audited_with_no_flags_names_the_planted_row(tmp_path, capsys):
+    """`advcli audit DIR` on NeMo RL's own train_data_step{N}.jsonl: the logged advantages the importer kept
+    (logged_advantages) are checked with the nemo flavor, which the report says it chose. A row whose
+    logged values were raised by 0.5 is named by its file and line and its prompt. That row (step 2, line
+    3: prompt [8, 9], reward 1.0; its group's other reward 0.25) has NeMo's leave-one-out advantage
+    1.0 − 0.25 = 0.75 (one other row: no std)."""
+    import test_format_nemo as nemo
+
+    d = tmp_path / "logs" / "exp_001"
+    d.mkdir(parents=True)
+    nemo.write_step(d / "train_data_step1.jsonl", nemo.SAMPLES, 1)
+    nemo.write_step(d / "train_data_step2.jsonl", nemo.SAMPLES[::-1], 2)
+    code, rep = audit_json(capsys, str(tmp_path / "logs"))
+    assert code == 0 and rep["agree"] and rep["flavor"] == "nemo", rep
+    assert rep["logged_column"] == "logged_advantages" and "flavor of the dump's trainer" in rep["ran"]
+    assert rep["inputs"] == [str(tmp_path / "logs")]
+
+    bad = tmp_path / "planted" / "exp_001"
+    bad.mkdir(parents=True)
+    (bad / "train_data_step1.jsonl").write_text((d / "train_data_step1.jsonl").read_text())
+    step2 = bad / "train_data_step2.jsonl"
+    lines = (d / "train_data_step2.jsonl").read_text().splitlines()
+    rec = json.loads(lines[2])
+    rec["advantages"] = [[v + 0.5 for v in rec["advantages"][0]]]
+    lines[2] = json.dumps(rec)
+    step2.write_text("\n".join(lines) + "\n")
+    code, rep = audit_json(capsys, str(tmp_path / "planted"), "--no-search")
+    assert code == 1 and rep["rows_disagreeing"] == 1
+    w = rep["worst"][0]
+    assert w["where"] == f"{step2}:3" and w["prompt"] == "prompt [8, 9]" and w["step"] == 2
+    assert w["recomputed"] == pytest.approx(0.75, abs=1e-6) and w["logged"] == pytest.approx(1.25, abs=1e-6)
+    code, out, err = main_rc(capsys, "audit", str(tmp_path / "planted"), "--no-search", "--device", "cpu")
+    assert code == 1 and f"{step2}:3: step 2" in err and '"prompt [8, 9]"' in err
+    assert "advcli-import-" not in err + out
+
+
+def test_trl_dump_audited_with_its_own_flavor(tmp_path, capsys):
+    """With no --flavor, a TRL completions dump is recomputed with TRL's GRPO (ε = 1e-4), which its logged
+    `advantage` column matches (test_format_trl.trl_grpo, from TRL's formula); verl's GRPO (ε = 1e-6)
+    would not be the trainer's."""
+    import test_format_trl as trl
+
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    trl.write_step(d / "completions_00010.parquet", 10, 1)
+    code, rep = audit_json(capsys, str(d), "--set", f"num_generations={trl.G}", "--set",
+                           "reward_funcs=[accuracy_reward,format_reward]", "--no-search")
+    assert code == 0 and rep["agree"] and rep["flavor"] == "trl" and rep["logged_column"] == "advantage"
+
+
+def test_primerl_rows_without_a_logged_value_are_not_checked(tmp_path, capsys):
+    """prime-rl logs an advantage only on the traces it ships (effective/); the others' logged_advantage is
+    null: not checked, and counted. The shipped ones are r − cohort mean (test_format_primerl.build)."""
+    import test_format_primerl as primerl
+
+    primerl.build(tmp_path / "out")
+    code, rep = audit_json(capsys, str(tmp_path / "out"), "--no-search")
+    assert code == 0 and rep["agree"] and rep["flavor"] == "prime-rl", rep
+    assert rep["logged_column"] == "logged_advantage" and rep["rows_without_logged_value"] > 0
+
+
+def test_long_group_ids_are_printed_whole(tmp_path, capsys):
+    """The worst rows name their group in full on an 80-column terminal (a uid is read whole, not cut)."""
+    cols, gid, masks = make_dump(3, groups=4, n=3)
+    cols["prompt_id"] = [f"{'x' * 90}-{g}" for g in gid]
+    logged = verl_grpo(cols["reward"], gid, masks)
+    logged[5] = [v + 1.0 for v in logged[5]]
+    p = write(cols, tmp_path / "d.parquet", logged)
+    code, out, err = main_rc(capsys, "audit", p, *VERL, "--no-search", "--device", "cpu")
+    assert code == 1
+    assert f"{p}, row 5: step {int(cols['step'][5])}, group {cols['prompt_id'][5]}, token" in err

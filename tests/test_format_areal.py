@@ -91,3 +91,17 @@ def test_inspect(tmp_path, capsys):
     code, out, err = run_main(["inspect", tmp_path / "trial"], capsys)
     assert code == 0, err
     assert "areal-jsonl" in out and "task_id" in out and "6 (sizes: 6×4)" in out
+
+
+def test_task_files_in_numeric_order(tmp_path, capsys):
+    """Task ids are numbers: rollout/1/2.jsonl comes before rollout/1/10.jsonl (not text order)."""
+    d = tmp_path / "trial" / "rollout" / "1"
+    d.mkdir(parents=True)
+    for task in (10, 2, 1):
+        recs = [{"task_id": task, "sample_idx": i, "seqlen": 30, "prompt_len": 20, "head_version": 1,
+                 "tail_version": 1, "reward": float(i), "prompt": f"q{task}", "completion": "c"} for i in range(2)]
+        (d / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", tmp_path / "trial", "-o", out], capsys)
+    assert code == 0, err
+    assert pq.read_table(out).column("task_id").to_pylist() == [1, 1, 2, 2, 10, 10]

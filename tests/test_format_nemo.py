@@ -223,3 +223,28 @@ def test_sample_loss_mask_zero_leaves_reinforce_plus_plus_statistics(tmp_path, c
     assert t[dropped]["response_mask"] == [0, 0, 0, 0] and t[dropped]["prompt_length"] == 2
     for row, w in zip(t, want):  # every position holds the row's value (masked ones are not zeroed)
         assert np.allclose(row["advantages"], [w] * len(row["advantages"]), rtol=1e-5, atol=1e-6)
+
+
+def test_no_temporary_path_reaches_the_user(dump, tmp_path, capsys):
+    """A dump is read through a temporary Parquet file that is gone when the command ends: every place a
+    command names its input (compare's headers, stats --json, the output's provenance, a run's filter
+    summary, the audit report) names the directory the user gave instead."""
+    d, _ = dump
+    src = str(d.parent)
+    out = tmp_path / "o.parquet"
+    code, so, se = run_main(["run", src, "-o", out, "--flavor", "nemo", "--drop-uniform", "--json"], capsys)
+    assert code == 0, se
+    assert "advcli-import-" not in so + se and ".advcli-filter-" not in so
+    rep = json.loads(so)
+    assert rep["inputs"] == [src] and rep["filter"]["inputs"] == [src] and rep["filter"]["output"] == str(out)
+    prov = json.loads(pq.read_schema(out).metadata[b"advcli"])
+    assert prov["inputs"] == [src]
+    code, so, se = run_main(["stats", src, "--json"], capsys)
+    assert code == 0 and "advcli-import-" not in so + se and json.loads(so)["inputs"] == [src], se
+    code, so, se = run_main(["stats", out, "--json"], capsys)
+    assert code == 0 and json.loads(so)["produced_by"]["inputs"] == [src], se
+    code, so, se = run_main(["compare", src, "--flavor", "nemo", "--flavor", "nemo", "--set",
+                             "grpo.adv_estimator.normalize_rewards=false"], capsys)
+    assert code == 0 and "advcli-import-" not in so + se and f"({src})" in so + se, so + se
+    code, so, se = run_main(["audit", src, "--json"], capsys)
+    assert code == 0 and "advcli-import-" not in so + se and json.loads(so)["inputs"] == [src], se

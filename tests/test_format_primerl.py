@@ -160,3 +160,19 @@ def test_inspect(tmp_path, capsys):
     code, out, err = run_main(["inspect", tmp_path / "out"], capsys)
     assert code == 0, err
     assert "primerl-traces" in out and "token-level" in out and "logged_advantage" in out
+
+
+def test_warnings_name_the_dump(tmp_path, capsys):
+    """The traces carry the inference engine's log-probs and no trainer recompute: verl's rollout
+    correction has nothing to compare, and the warning saying so names the directory the user gave, not
+    the temporary Parquet file the dump went through."""
+    build(tmp_path / "out")
+    src = str(tmp_path / "out")
+    args = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+    code, so, se = run_main(["run", src, "-o", tmp_path / "o.parquet", *args, "--json"], capsys)
+    assert code == 0, se
+    warnings = json.loads(so)["warnings"]
+    assert any(w.startswith(f"{src}: a rollout_log_probs column but no old_log_probs") for w in warnings), warnings
+    assert "advcli-import-" not in so + se
+    code, so, se = run_main(["validate", src, *args], capsys)
+    assert code == 0 and f"warning: {src}: a rollout_log_probs column" in se and "advcli-import-" not in so + se

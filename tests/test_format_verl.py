@@ -61,19 +61,36 @@ def test_v1_grpo(tmp_path, capsys, chunk):
     assert t.column("prompt_id").to_pylist()[0] == recs[0]["uid"].rsplit("_", 2)[0]
 
 
-def test_v1_multi_output_keeps_last_output_of_each_session(tmp_path, capsys):
+def multi_output_records(step=5):
+    """Two prompts of three sessions each; a session has 1 to 3 agent-loop outputs, sorted as verl's v1
+    writer sorts them (prompt uid, session, output index). Earlier outputs get rewards that differ from
+    their session's last output, so a run that used them would show."""
+    recs = []
+    outputs = {("p0", 0): 3, ("p0", 1): 1, ("p0", 2): 2, ("p1", 0): 2, ("p1", 1): 2, ("p1", 2): 1}
+    final = {("p0", 0): 1.0, ("p0", 1): 0.0, ("p0", 2): 0.5, ("p1", 0): 0.0, ("p1", 1): 1.0, ("p1", 2): 1.0}
+    for (p, s), n in outputs.items():
+        pu = f"3f2b0c9e-8d1a-4c55-9e2f-0a1b2c3d4e5{p[1]}"
+        for k in range(n):
+            score = final[(p, s)] if k == n - 1 else 7.0 + k
+            recs.append({"input": f"q{p}", "output": f"{p} s{s} turn{k}", "gts": "1", "score": score, "step": step,
+                         "uid": f"{pu}_{s}_{k}"})
+    return recs
+
+
+def test_v1_multi_output_keeps_every_output(tmp_path, capsys):
     d = tmp_path / "r"
     d.mkdir()
-    pu = "3f2b0c9e-8d1a-4c55-9e2f-0a1b2c3d4e5f"
-    recs = [{"input": "q", "output": f"turn{k}", "gts": "1", "score": float(k == 2 and s == 0), "step": 5,
-             "uid": f"{pu}_{s}_{k}"} for s in range(2) for k in range(3)]
+    recs = multi_output_records()
     write(d / "5.jsonl", recs)
     out = tmp_path / "c.parquet"
     code, _, err = run_main(["convert", d, "-o", out], capsys)
     assert code == 0, err
     t = pq.read_table(out).to_pylist()
-    assert [r["output"] for r in t] == ["turn2", "turn2"] and [r["reward"] for r in t] == [1.0, 0.0]
-    assert "left out" in err
+    assert [r["output"] for r in t] == [r["output"] for r in recs] and [r["reward"] for r in t] == [
+        r["score"] for r in recs]
+    assert [r["is_last_step"] for r in t] == [i + 1 == len(recs) or recs[i + 1]["uid"].rsplit("_", 1)[0]
+                                             != r["uid"].rsplit("_", 1)[0] for i, r in enumerate(recs)]
+    assert "4 agent-loop session(s) with several outputs" in err
 
 
 def test_v0_text_grouping_extras_and_nan(tmp_path, capsys):
@@ -162,32 +179,80 @@ def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):
     assert f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump" in err and "advcli-import" not in err
 
 
-def test_v1_multi_output_runs_grpo_only(tmp_path, capsys):
+def test_v1_multi_output_grpo_gives_every_output_its_session_advantage(tmp_path, capsys):
     """verl v1 (trainer_base._compute_advantage → v1/utils.py compute_advantage_for_multi_trajectories,
-    L148-217 @1dda039b): only GRPO reduces a multi-output session to its last output; any other
-    estimator gets every output as a row of the prompt's group (uid = the prompt uid for each output,
-    agent_loop_tq.py L154-200). The import keeps the last outputs only, so other estimators are refused.
-    GRPO over the kept rows: group [1, 0] → (1 − 0.5)/(√0.5 + 1e-6), −(same)."""
+    L148-193 @1dda039b): GRPO runs on the last output of each {prompt_uid}_{session} and every output of
+    the session gets that advantage. Here: prompt p0's last outputs [1, 0, 0.5], p1's [0, 1, 1]
+    (mean, unbiased std, + 1e-6), broadcast to the 3 + 1 + 2 and 2 + 2 + 1 outputs."""
     d = tmp_path / "r"
     d.mkdir()
-    pu = "3f2b0c9e-8d1a-4c55-9e2f-0a1b2c3d4e5f"
-    recs = [{"input": "q", "output": f"turn{k}", "gts": "1", "score": float(s == 0), "step": 5,
-             "uid": f"{pu}_{s}_{k}"} for s in range(2) for k in range(1 + s)]
+    recs = multi_output_records()
     write(d / "5.jsonl", recs)
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "-q"],
                             capsys)
     assert code == 0, err
-    a = 0.5 / (math.sqrt(0.5) + 1e-6)
-    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), [a, -a], rtol=1e-5)
-    for est in ("rloo", "grpo_vectorized", "gpg"):
-        code, _, err = run_main(["run", d, "-o", out, "--force", "--flavor", "verl", "--set",
-                                 f"algorithm.adv_estimator={est}", "-q"], capsys)
-        assert code == 2 and "several outputs per session" in err and "use grpo" in err, (est, err)
-    # single-output v1 dumps are not restricted
-    d1 = tmp_path / "single"
-    d1.mkdir()
-    write(d1 / "5.jsonl", [r for r in recs if r["uid"].endswith("_0")])
-    code, _, err = run_main(["run", d1, "-o", out, "--force", "--flavor", "verl", "--set",
-                             "algorithm.adv_estimator=rloo", "-q"], capsys)
+    t = pq.read_table(out)
+    assert t.num_rows == len(recs) and t.column("output").to_pylist() == [r["output"] for r in recs]
+    sd0 = math.sqrt(((1 - 0.5) ** 2 + 0.5 ** 2 + 0) / 2)  # p0: mean 0.5
+    sd1 = math.sqrt(((0 - 2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # p1: mean 2/3
+    session = {"p0 s0": 0.5 / (sd0 + 1e-6), "p0 s1": -0.5 / (sd0 + 1e-6), "p0 s2": 0.0,
+               "p1 s0": -(2 / 3) / (sd1 + 1e-6), "p1 s1": (1 / 3) / (sd1 + 1e-6), "p1 s2": (1 / 3) / (sd1 + 1e-6)}
+    exp = [session[r["output"].rsplit(" ", 1)[0]] for r in recs]
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+    assert np.allclose(t.column("returns").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+    conv = tmp_path / "c.parquet"  # `advcli convert` then `advcli run` on its Parquet: the same
+    code, _, err = run_main(["convert", d, "-o", conv], capsys)
     assert code == 0, err
+    code, _, err = run_main(["run", conv, "-o", tmp_path / "o2.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo", "-q"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(tmp_path / "o2.parquet").column("advantages").to_pylist(), exp, rtol=1e-5,
+                       atol=1e-6)
+
+
+def test_v1_multi_output_other_estimators_see_every_output(tmp_path, capsys):
+    """Any estimator but GRPO: verl gives every output to compute_advantage as a row of its prompt's group
+    (uid = the prompt uid, agent_loop_tq.py L154-200 @1dda039b). RLOO: r_i − mean of the group's other rows
+    (verl compute_rloo_outcome_advantage: r_i·n/(n−1) − mean·n/(n−1))."""
+    d = tmp_path / "r"
+    d.mkdir()
+    recs = multi_output_records()
+    write(d / "5.jsonl", recs)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo", "-q"],
+                            capsys)
+    assert code == 0, err
+    groups = [r["uid"].rsplit("_", 2)[0] for r in recs]
+    exp = []
+    for r, g in zip(recs, groups):
+        others = [q["score"] for q, h in zip(recs, groups) if h == g]
+        exp.append(r["score"] - (sum(others) - r["score"]) / (len(others) - 1))
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+
+
+def test_v1_sessions_out_of_order_are_refused(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    recs = multi_output_records()
+    write(d / "5.jsonl", [recs[1], recs[0]] + recs[2:])
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and "5.jsonl:2: uid" in err and "sorted by index" in err, err
+    write(d / "5.jsonl", recs[:2] + recs[3:] + [recs[2]])
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and f"5.jsonl:{len(recs)}: uid" in err and "already ended" in err, err
+    assert not (tmp_path / "c.parquet").exists()
+
+
+def test_two_files_of_one_step_are_refused(tmp_path, capsys):
+    """verl opens {step}.jsonl in "w" mode: one file a step. Two files whose rows carry the same step
+    (a renamed copy, a second run) would merge into one batch: refused, naming both."""
+    d = tmp_path / "r"
+    d.mkdir()
+    write(d / "3.jsonl", v1_records(3, 1))
+    write(d / "4.jsonl", v1_records(3, 2))
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+                            capsys)
+    assert code == 2 and f"{d / '4.jsonl'}:1: step 3 is already in {d / '3.jsonl'}" in err, err
+    assert "Traceback" not in err and not out.exists()

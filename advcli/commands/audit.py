@@ -27,19 +27,24 @@ from . import options as opt
 EPILOG = """
 [bold]Examples[/]
 
+  advcli audit logs/exp_001
+  advcli audit outputs/completions --set num_generations=8 --report audit.html
   advcli audit dump.parquet --flavor verl --set algorithm.adv_estimator=grpo
-  advcli audit nemo_dump.parquet --flavor nemo --against advantages --report audit.html
-  advcli audit trl_dump.parquet --flavor trl --set num_generations=8 --against advantage
   advcli audit dump.parquet --flavor verl --set algorithm.adv_estimator=grpo --rtol 1e-3 --no-search --json
 
-The logged column defaults to `advantages` (NeMo, slime, verl dumps), else `advantage` (TRL); it may
-hold one value per token (list) or per row. Exit code 0: every mask=1 value agrees within
-|logged − recomputed| <= atol + rtol·|recomputed|; 1: some do not (the worst rows are listed, the
-difference classified, and a configuration that reproduces the logged values named when one of the
-candidates does); 2: an error.
+A trainer's dump is audited with that trainer's flavor (unless --flavor) against the advantages it
+logged (NeMo RL's advantages, TRL's advantage, prime-rl's advantage); a Parquet file against its column
+`advantages`, else `advantage`. A column may hold one value per token (list) or per row. Exit code 0:
+every mask=1 value agrees within |logged − recomputed| <= atol + rtol·|recomputed|; 1: some do not (the
+worst rows are listed by file and line, the difference classified, and a configuration that reproduces
+the logged values named when one of the candidates does); 2: an error.
 """
 
-LOGGED_DEFAULTS = ("advantages", "advantage")  # NeMo / slime / verl dumps; TRL
+# the logged advantages, where a dump keeps them: advcli's own Parquet and verl/slime exports; TRL's
+# completions; an imported dump's field named like an output column (NeMo's advantages, prime-rl's advantage)
+LOGGED_DEFAULTS = ("advantages", "advantage", "logged_advantages", "logged_advantage")
+PROMPT_COLUMNS = ("prompt", "input", "input_prompt", "content")  # the prompt text, where a dump has it
+EXCERPT = 60  # characters of a prompt shown beside a disagreeing row
 
 
 def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | None = None) -> list[tuple[str, dict]]:
@@ -143,8 +148,9 @@ class _Run:
         self.result = res
 
 
-def _logged_column(schema, against: str | None, file0: str) -> tuple[str, bool]:
-    """(column, is_list) of the logged advantages."""
+def _logged_column(schema, against: str | None, file0: str, imported: str | None = None) -> tuple[str, bool]:
+    """(column, is_list) of the logged advantages: ``--against``, else the column the importer stored the
+    trainer's own values in (``imported``), else the first of :data:`LOGGED_DEFAULTS` present."""
     import pyarrow as pa
 
     from ..columns import is_list_type, is_numeric
@@ -152,10 +158,11 @@ def _logged_column(schema, against: str | None, file0: str) -> tuple[str, bool]:
 
     names = schema.names
     if against is None:
-        against = next((c for c in LOGGED_DEFAULTS if c in names), None)
+        against = next((c for c in (imported, *LOGGED_DEFAULTS) if c and c in names), None)
         if against is None:
-            raise AdvcliError(f"{file0}: no logged advantages to audit (no column 'advantages' or 'advantage'). "
-                              f"Columns present: {', '.join(names)}", hint="name it with --against COLUMN")
+            raise AdvcliError(f"{file0}: no logged advantages to audit (no column "
+                              f"{', '.join(repr(c) for c in LOGGED_DEFAULTS)}). Columns present: {', '.join(names)}",
+                              hint="name it with --against COLUMN")
     elif against not in names:
         raise AdvcliError(f"--against {against!r}: no such column in {file0}.{did_you_mean(against, names)} "
                           f"Columns present: {', '.join(names)}")
@@ -196,14 +203,25 @@ def _flat(batch, col: str, is_list: bool, offs_mask):
                               f"{bad} of a chunk)", hint="the logged advantages must hold one value per token "
                                                          "of the response (or one per row)")
         return v.astype(np.float64)
-    if arr.null_count:
-        raise AdvcliError(f"column {col!r} has {arr.null_count} null value(s)")
-    return np.repeat(arr.to_numpy(zero_copy_only=False).astype(np.float64), np.diff(offs_mask))
+    vals = arr.to_numpy(zero_copy_only=False).astype(np.float64)  # a null (no value logged) reads as NaN
+    return np.repeat(vals, np.diff(offs_mask))
+
+
+def _unlogged(batch, col: str, is_list: bool, offs_mask):
+    """Per token: whether its row has no logged value (a null per-row value: prime-rl logs advantages only
+    for the traces it ships), or None when every row has one."""
+    import numpy as np
+
+    arr = batch.column(col)
+    if is_list or not arr.null_count:
+        return None
+    return np.repeat(arr.is_null().to_numpy(zero_copy_only=False), np.diff(offs_mask))
 
 
 def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol, chunk_rows, hyp=None):
     """One pass. Without ``hyp``: the RowTable of run 0. With ``hyp`` = (params, row_group): the
     per-hypothesis disagreeing-token counts (run 1, when given, is the float64 recomputation)."""
+    import numpy as np
     import pyarrow as pa
 
     from ..audit import RowTable, compare_chunk, hypothesis_agreement
@@ -220,6 +238,10 @@ def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol
             offs = list_parts(sides[0].column("advantages"))[0]
         A = _flat(sides[0], "advantages", True, offs)
         mask = m != 0
+        unlogged = _unlogged(b, logged_col, is_list, offs)
+        if unlogged is not None:  # nothing logged, nothing to check: such rows count as agreeing, mask=0
+            mask &= ~unlogged
+            L = np.where(unlogged, A, L)
         if hyp is None:
             parts.append(compare_chunk(offs, L, A, mask, rtol, atol))
         else:
@@ -286,7 +308,8 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
 
     from ..audit import classify, fit_params, mixup_rows, worst_rows
     from ..columns import resolve_columns
-    from ..formats import open_inputs, source_of
+    from ..flavors import names as flavor_names
+    from ..formats import FORMATS, info_for, name_dumps, open_inputs, source_of
     from ..io.reader import InputSet
     from .resolve import resolve_cli_config
 
@@ -294,14 +317,23 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
         raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
     t0 = time.perf_counter()
     inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)
+    info = info_for(inputs[0])
+    trainer = FORMATS.get(info.format) if info is not None else None
+    flavor_note = None
+    if flavor is None and trainer is not None and trainer.trainer_flavor() in flavor_names():
+        # the dump's own trainer: its logged advantages are checked against its own semantics
+        flavor = trainer.trainer_flavor()
+        flavor_note = f"flavor of the dump's trainer: {trainer.title}; another with --flavor"
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None)
     ins = InputSet.open(inputs)
-    file0 = ins.paths[0]
-    logged_col, is_list = _logged_column(ins.schema, against, file0)
+    file0 = source_of(ins.paths[0])
+    logged_col, is_list = _logged_column(ins.schema, against, file0, info.logged if info is not None else None)
     cmap = resolve_columns(ins.schema, {**(cfg.get("columns") or {}), **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
     given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
     what = auto_note or label(flavor, native or {}, cfg)
+    if flavor_note:
+        what = f"{what} ({flavor_note})"
     tmp = tempfile.mkdtemp(prefix="advcli-audit-")
     try:
         run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device)
@@ -322,7 +354,12 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
             gbad = np.unique(group[bad_rows_idx])
             rep["groups"] = int(group.max()) + 1 if group.size else 0
             rep["groups_disagreeing"] = int(gbad.size)
+        if not is_list:
+            unlogged = sum(b.column(0).null_count for _, _, b in ins.iter_batches([logged_col], 65536))
+            if unlogged:
+                rep["rows_without_logged_value"] = int(unlogged)
         rep["worst"] = worst_rows(rt, top, group_ids, group, step)
+        _name_rows(rep["worst"], ins)
         rep["agree"] = bad_tokens == 0
         hyp_bad: dict = {}
         mixup = 0
@@ -354,7 +391,65 @@ def audit(inputs: list[str], *, flavor: str | None = None, set_: list[str] | Non
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rep["seconds"] = round(time.perf_counter() - t0, 3)
-    return rep
+    return name_dumps(rep)  # a skipped candidate's message names the dump, not its temporary Parquet
+
+
+def _name_rows(worst: list[dict], ins) -> None:
+    """Each of the worst rows named where the user can find it: ``where`` = the trainer's file and line
+    (``dump.parquet, row N`` for a Parquet input), ``prompt`` = the first :data:`EXCERPT` characters of its
+    prompt text where the dump has one (whitespace collapsed)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from ..formats import info_for, locate_rows, source_of
+
+    if not worst:
+        return
+    starts = np.cumsum([0] + ins.file_rows())
+    by_file: dict[int, list[int]] = {}
+    for e in worst:
+        by_file.setdefault(int(np.searchsorted(starts, e["row"], side="right") - 1), []).append(e["row"])
+    prompt_col = next((c for c in PROMPT_COLUMNS if c in ins.schema.names), None)
+    for k, rows in by_file.items():
+        path, first = ins.paths[k], int(starts[k])
+        info = info_for(path)
+        local = [r - first for r in rows]
+        where = locate_rows(info, local) if info is not None else {r: f"{path}, row {r}" for r in local}
+        prompts = {}
+        if prompt_col is not None:
+            wanted, row0 = set(local), 0
+            f = pq.ParquetFile(path)
+            for b in f.iter_batches(batch_size=65536, columns=[prompt_col]):
+                for r in [r for r in wanted if row0 <= r < row0 + b.num_rows]:
+                    prompts[r] = _excerpt(b.column(0)[r - row0].as_py())
+                row0 += b.num_rows
+                if row0 > max(wanted):
+                    break
+        for e in worst:
+            if e["row"] in rows:
+                r = e["row"] - first
+                e["where"] = where.get(r, source_of(path))
+                if prompts.get(r):
+                    e["prompt"] = prompts[r]
+
+
+def _excerpt(text) -> str | None:
+    """The start of a prompt: a chat's first message content where the dump stored the chat as JSON."""
+    if text is None:
+        return None
+    text = str(text)
+    try:
+        chat = json.loads(text)
+    except ValueError:
+        chat = None
+    while isinstance(chat, list) and chat:
+        chat = chat[0]
+    if isinstance(chat, dict):
+        chat = chat.get("content")
+    if isinstance(chat, str):
+        text = chat
+    text = " ".join(text.split())
+    return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
 
 
 def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col, rtol, atol, chunk_rows,
@@ -397,6 +492,8 @@ def audit_sections(rep: dict):
     if rep.get("masked_tokens_disagreeing"):
         head.append(("mask=0 tokens differing", f"{rep['masked_tokens_disagreeing']:,} (not counted: the loss does "
                                                 "not read them)"))
+    if rep.get("rows_without_logged_value"):
+        head.append(("rows without a logged value", f"{rep['rows_without_logged_value']:,} (not checked)"))
     if rep.get("nonfinite_logged"):
         head.append(("non-finite logged values", f"{rep['nonfinite_logged']:,} mask=1 tokens"))
     if rep.get("matches"):
@@ -410,7 +507,8 @@ def audit_sections(rep: dict):
                                                              if f.get("closest") else "")
                       for f in rep.get("findings") or []]))
     if rep.get("worst"):
-        cols = ["row", "group", "step", "position", "logged", "recomputed", "abs_diff", "tokens_disagreeing"]
+        cols = ["where", "row", "group", "step", "position", "logged", "recomputed", "abs_diff", "tokens_disagreeing",
+                "prompt"]
         cols = [c for c in cols if any(c in e for e in rep["worst"])]
         sections.append(("Worst rows", "table", (cols, [[str(e.get(c)) if c in ("group",) else e.get(c)
                                                          for c in cols] for e in rep["worst"]])))
@@ -421,6 +519,20 @@ def audit_sections(rep: dict):
                 for c in rep["search"]]
         sections.append(("Configurations tried", "table", (["configuration", "result"], rows)))
     return "advcli audit report", sections
+
+
+def _worst_line(e: dict) -> str:
+    """``FILE:LINE: step 3, group ID, token 4: logged 0.5, recomputed 0.1 (|diff| 0.4), 1 of 3 tokens``."""
+    def num(x):
+        return "–" if x is None else f"{x:.6g}"
+
+    head = [f"step {e['step']}"] if "step" in e else []
+    if "group" in e:
+        head.append(f"group {e['group']}")
+    head.append(f"token {e['position']}")
+    return (f"{e.get('where', 'row ' + str(e['row']))}: {', '.join(head)}: logged {num(e['logged'])}, recomputed "
+            f"{num(e['recomputed'])} (|diff| {num(e['abs_diff'])}), {e['tokens_disagreeing']} of {e['tokens']} "
+            f"token(s) disagree")
 
 
 def print_audit(rep: dict) -> None:
@@ -445,14 +557,12 @@ def print_audit(rep: dict) -> None:
             for x in payload:
                 con.print("  " + escape(x))
         elif kind == "table" and name == "Worst rows":
-            header, rows = payload
-            tt = Table(title=name, title_justify="left", show_edge=False)
-            for h in header:
-                tt.add_column(h, justify="right")
-            for r in rows:
-                tt.add_row(*[escape("–" if x is None else x if isinstance(x, str) else f"{x:.6g}"
-                                    if isinstance(x, float) else str(x)) for x in r])
-            con.print(tt)
+            # one line a row, never wrapped nor cut (soft_wrap): a uid or a file path is read whole
+            con.print(f"[bold]{escape(name)}[/] (largest |logged − recomputed| first)")
+            for e in rep["worst"]:
+                con.print("  " + escape(_worst_line(e)))
+                if e.get("prompt"):
+                    con.print("    prompt: " + escape(json.dumps(e["prompt"], ensure_ascii=False)))
         elif kind == "table":
             hits = [r[0] for r in payload[1] if r[1] == "reproduces"]
             con.print(f"[bold]{escape(name)}[/]: {len(payload[1])} (listed in --report / --json); reproduce the "
@@ -467,7 +577,8 @@ def audit_cmd(
     column: list[str] | None = opt.COLUMN,
     from_: str | None = opt.FROM,
     against: str | None = typer.Option(None, "--against", metavar="COLUMN",
-                                          help="The logged advantages (default: advantages, else advantage)."),
+                                          help="The logged advantages (default: where the dump's trainer logged "
+                                               "them; in Parquet, advantages, else advantage)."),
     rtol: float = typer.Option(1e-4, "--rtol", metavar="X", help="Relative tolerance."),
     atol: float = typer.Option(1e-5, "--atol", metavar="X", help="Absolute tolerance."),
     search: bool = typer.Option(True, "--search/--no-search", help="On disagreement, try other flavors and "

@@ -430,7 +430,7 @@ def compare_cmd(
     raw = ctx.meta.get("advcli_raw_args") or []
     configs = split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
-    from ..formats import open_inputs
+    from ..formats import name_dumps, open_inputs
 
     paths = open_inputs(paths, from_)  # trainer dumps (and response-level outputs) -> canonical Parquet
     if len(paths) == 2:
@@ -447,6 +447,7 @@ def compare_cmd(
                                      device=device, quiet=json_out)
     else:
         raise AdvcliError(f"compare: expected two outputs or one dump, got {len(paths)} paths")
+    res = name_dumps(res)  # the dumps the user gave, not their temporary Parquet
     if json_out:
         typer.echo(json.dumps(res, default=str))
     else:

@@ -162,7 +162,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
                           "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
                           hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
     from ..curate import filter_file
-    from ..io.reader import expand_inputs
+    from ..io.reader import SHOWN_AS, expand_inputs, shown_name
     from ..io.writer import check_output_path
 
     files = expand_inputs(inputs)
@@ -173,6 +173,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
     check_output_path(output, files, force)  # before any work, against the real input
     d, name = os.path.split(os.path.abspath(output))
     tmp = os.path.join(d, f".{name}.advcli-filter-{os.getpid()}.parquet")
+    SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
     summary = filter_file(inputs, tmp, spec, metric=metric, column_overrides=column_overrides,
                           chunk_rows=max(chunk_rows, 1), force=True)
     return tmp, summary

@@ -341,7 +341,7 @@ def stats_cmd(
 
     if report:
         check_report_path(report, inputs)
-    from ..formats import open_inputs
+    from ..formats import name_dumps, open_inputs
     from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
@@ -351,4 +351,4 @@ def stats_cmd(
         rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
     finally:
         stop()
-    emit(rep, report, json_out, show)
+    emit(name_dumps(rep), report, json_out, show)  # the dumps the user gave, not their temporary Parquet

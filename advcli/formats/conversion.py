@@ -12,6 +12,7 @@ from .registry import Context, Format, get
 
 BATCH_ROWS = 2048  # rows per Arrow batch handed to the writer
 BATCH_VALUES = 1 << 20  # ... or fewer rows when their token lists hold this many values in all
+LAST_STEP_KEY = "advcli.last_step_estimators"  # footer key: ImportInfo.last_step_estimators, as JSON
 
 
 @dataclass
@@ -35,6 +36,10 @@ class ImportInfo:
     only_estimators: tuple | None = None
     # the synthetic mask of every row spans its response (Format.mask_length): token-weighted statistics hold
     token_lengths: bool = False
+    # estimators that run on the is_last_step rows and give each session's value to all its rows
+    # (grouping.trajectories=last_step; verl's GRPO on multi-output agent loops), set by a format in
+    # ctx.state["last_step_estimators"] and kept in the Parquet footer under LAST_STEP_KEY
+    last_step_estimators: tuple = ()
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -103,6 +108,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         flush()
         if writer is None:
             raise AdvcliError(f"{spec}: the dump holds no rows")
+        if ctx.state.get("last_step_estimators"):
+            writer.add_key_value_metadata({LAST_STEP_KEY: json.dumps(list(ctx.state["last_step_estimators"]))})
         writer.close()
         writer = None
         rows_total = sum(sizes.values())
@@ -127,7 +134,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
                       logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
                       only_estimators=ctx.state.get("only_estimators"),
-                      token_lengths=bool(synth_mask and f.mask_length and not short))
+                      token_lengths=bool(synth_mask and f.mask_length and not short),
+                      last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())))
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):

@@ -86,8 +86,9 @@ def _pickle_refusal(path: str) -> AdvcliError | None:
 
 
 def discover(spec: str, forced: Format | None = None) -> Found:
-    """The dump files under ``spec`` (a file or a directory, walked recursively, sorted by step),
-    their format, and the files skipped (companions, wandb/TensorBoard folders) with the reason."""
+    """The dump files under ``spec`` (a file or a directory, walked recursively, sorted by step, then by
+    path with numbers in numeric order), their format, and the files skipped (companions,
+    wandb/TensorBoard folders) with the reason."""
     load()
     if not os.path.exists(spec):
         raise AdvcliError(f"{spec}: no such file or directory")
@@ -166,8 +167,15 @@ def discover(spec: str, forced: Format | None = None) -> Found:
             raise AdvcliError(f"{p}: duplicate step file: {seen[k]} holds the same step ({k})",
                               hint="two runs (or a rerun) share this directory; point advcli at one of them")
         seen[k] = p
-    files.sort(key=lambda p: (chosen.step_of(p) if chosen.step_of(p) is not None else -1, norm_path(p)))
+    files.sort(key=lambda p: (chosen.step_of(p) if chosen.step_of(p) is not None else -1, natural_key(p)))
     return Found(chosen, files, skipped)
+
+
+def natural_key(path: str) -> tuple:
+    """A path's sort key with its numbers compared as numbers: ``rollout/1/2.jsonl`` before
+    ``rollout/1/10.jsonl`` (AReaL's task files, step-numbered names), as a trainer numbered them."""
+    parts = re.split(r"(\d+)", norm_path(path))
+    return tuple(int(x) if i % 2 else x for i, x in enumerate(parts))
 
 
 def is_dump(spec: str) -> bool:

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 from ..errors import AdvcliError
-from .conversion import ImportInfo, convert, synthetic_mask
+from .conversion import LAST_STEP_KEY, ImportInfo, convert, synthetic_mask
 from .discovery import is_dump
 from .records import RESERVED
 from .registry import FORMATS, Context, get, load
@@ -70,8 +70,8 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
             target = _tmp_path(f"{stem}.parquet")
             info = convert(spec, target, forced, synth_mask=synth_mask)
+            _record(target, info)
             _CONVERTED[key] = info
-            IMPORTED[target] = info
         out.append(_CONVERTED[key].output)
     return out
 
@@ -105,6 +105,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     if "response_mask" in old.names:
         return spec
     rec = json.loads(old.metadata[b"advcli.import"])
+    last_step = tuple(json.loads((f.metadata.metadata or {}).get(LAST_STEP_KEY.encode(), b"[]")))
     target = spec
     load()
     fmt = FORMATS.get(rec.get("format"))
@@ -134,24 +135,52 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
-                      token_lengths=bool(synth_mask and lengths and not short))
+                      token_lengths=bool(synth_mask and lengths and not short),
+                      last_step_estimators=last_step)
     _CONVERTED[key] = info
-    IMPORTED[target] = info
+    _record(target, info)
     return target
+
+
+def _record(target: str, info: ImportInfo) -> None:
+    """``target`` (a temporary Parquet file) stands for ``info.source``, the dump the user gave: in
+    messages and reports (:func:`name_dumps`) and in the output's provenance (``SHOWN_AS``)."""
+    from ..io.reader import SHOWN_AS
+
+    IMPORTED[target] = info
+    if target != info.source:
+        SHOWN_AS[target] = info.source
 
 
 def locate(info: ImportInfo, row: int) -> str:
     """``FILE:LINE`` of canonical row ``row`` of a converted dump (the file is read again up to that row:
     this runs only when a message names a row)."""
-    first, path = max(((a, p) for a, p in info.starts if a <= row), default=(0, info.source))
+    return locate_rows(info, [row]).get(row, info.source)
+
+
+def locate_rows(info: ImportInfo, rows) -> dict[int, str]:
+    """``FILE:LINE`` (``FILE, record N`` for a non-JSON file) of each canonical row of a converted dump in
+    ``rows``: each file holding one of them is read again once, up to the last one it holds (this runs
+    only when a report or a message names rows). A converted Parquet input names itself and the row."""
+    want = sorted({int(r) for r in rows})
     if not info.starts:
-        return info.source
+        return {r: f"{info.source}, row {r}" for r in want}
     fmt = FORMATS[info.format]
-    ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=[p for _, p in info.starts])
-    for k, (line, _) in enumerate(fmt.read(path, ctx)):
-        if k == row - first:
-            return f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
-    return path
+    files = [p for _, p in info.starts]
+    ends = [a for a, _ in info.starts[1:]] + [max(info.rows, want[-1] + 1 if want else 0)]
+    out: dict[int, str] = {}
+    for (first, path), end in zip(info.starts, ends):
+        targets = {r - first for r in want if first <= r < end}
+        if not targets:
+            continue
+        last = max(targets)
+        ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=files)
+        for k, (line, _) in enumerate(fmt.read(path, ctx)):
+            if k in targets:
+                out[first + k] = f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
+            if k >= last:
+                break
+    return out
 
 
 def explain(message: str) -> str:
@@ -170,6 +199,22 @@ def explain(message: str) -> str:
             message = message.replace(tmp, where, 1).replace(f"row {m.group(2)}", f"row {m.group(2)} of the dump", 1)
         message = message.replace(tmp, info.source)
     return message
+
+
+def name_dumps(obj):
+    """``obj`` (a report: dicts, lists, strings) with every temporary Parquet path a converted dump went
+    through replaced by the dump the user gave (:func:`explain`: the file and line where a row is named),
+    for everything a command prints or writes."""
+    tmpdir = _TMP.get("dir")
+    if tmpdir is None:
+        return obj
+    if isinstance(obj, str):
+        return explain(obj) if tmpdir in obj else obj
+    if isinstance(obj, dict):
+        return {k: name_dumps(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(name_dumps(v) for v in obj)
+    return obj
 
 
 def info_for(path: str) -> ImportInfo | None:

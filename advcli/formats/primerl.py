@@ -162,6 +162,6 @@ FORMAT = Format(
              "logged_advantage": F32, "stop_condition": STR},
     read=read, sniff=sniff, required=("group", "traces"),
     companions=(r"(^|/)rollouts/step_\d+/eval/",),
-    key=lambda p: (FORMAT.step_of(p), _subset(p)), logged="logged_advantage",
+    key=lambda p: (FORMAT.step_of(p), _subset(p)), logged="logged_advantage", flavor="prime-rl",
     example="advcli run outputs/rollouts --output out.parquet --flavor prime-rl",
 )

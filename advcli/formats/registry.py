@@ -61,6 +61,12 @@ class Format:
     # length from (AReaL: token-weighted adv_norm), instead of one token per response
     mask_length: str | None = None
     group_key: str = "prompt groups"  # the group key in a few words, for the summary ("the dump's group_index")
+    flavor: str | None = None  # the writing trainer's flavor where the name's first part is not it
+
+    def trainer_flavor(self) -> str:
+        """The flavor of the trainer that writes this format: ``flavor``, else the first part of its name
+        (``nemo-jsonl`` -> ``nemo``)."""
+        return self.flavor or self.name.split("-", 1)[0]
 
     def step_of(self, path: str) -> int | None:
         m = re.search(self.pattern, norm_path(path))

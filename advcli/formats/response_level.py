@@ -6,7 +6,7 @@ import json
 import os
 
 from ..errors import AdvcliError
-from .input_edge import IMPORTED, source_of
+from .input_edge import IMPORTED, name_dumps, source_of
 from .records import RESERVED
 
 # token-level estimators whose result is one value per row in these settings: the return of a reward
@@ -29,7 +29,9 @@ LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by 
 
 
 def check_config(inputs: list[str], cfg: dict) -> None:
-    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks."""
+    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks; and
+    run an estimator the dump's sessions call for on their last rows (``grouping.trajectories=last_step``:
+    verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
     infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"]
     if not infos:
         return
@@ -42,6 +44,8 @@ def check_config(inputs: list[str], cfg: dict) -> None:
         if i.only_estimators and name not in i.only_estimators[0]:
             raise AdvcliError(f"{i.only_estimators[1]}; estimator {name} would see other groups than verl's",
                               hint=f"use {', '.join(i.only_estimators[0])} with this dump")
+        if name in i.last_step_estimators:
+            cfg["grouping"]["trajectories"] = "last_step"
     spec = get_estimator(name)
     missing = None
     row_constant = ROW_CONSTANT.get(name)
@@ -65,9 +69,15 @@ def check_config(inputs: list[str], cfg: dict) -> None:
 
 
 def name_sources(result) -> None:
-    """A RunResult whose inputs name the dumps rather than their temporary Parquet (for its summary)."""
-    if result is not None and getattr(result, "inputs", None):
+    """A RunResult whose inputs, warnings and diagnostics name the dumps rather than their temporary
+    Parquet (for its summary and reports)."""
+    if result is None:
+        return
+    if getattr(result, "inputs", None):
         result.inputs = [source_of(p) for p in result.inputs]
+    for attr in ("warnings", "diagnostics"):
+        if getattr(result, attr, None):
+            setattr(result, attr, name_dumps(getattr(result, attr)))
 
 
 def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:

@@ -6,31 +6,40 @@ One JSON object per line: ``input``, ``output`` (decoded text), ``gts``, ``score
 before any KL), ``step``; the v1 trainer adds ``uid`` = ``{prompt_uid}_{session}_{output_index}``, the
 legacy trainer the reward function's extra keys. No token data: a response-level dump.
 
-Group: with ``uid``, ``prompt_id = uid.rsplit("_", 2)[0]``. For a multi-output agent loop
-(output_index > 0) verl's GRPO uses only the last output of each ``{prompt_uid}_{session}`` and
-broadcasts its advantage (``verl/trainer/ppo/v1/utils.py`` L148-193): one row per session is kept, the
-one with the highest output index (v1 writes them sorted). Without ``uid`` (legacy trainer, every verl
-before bc6fb966): rows with identical ``input`` text; ``prompt_id`` is a hash of it (two dataset rows
-with the same prompt then merge into one group).
+Group: with ``uid``, ``prompt_id = uid.rsplit("_", 2)[0]``. Every output of a multi-output agent loop
+(output_index > 0) is trained, so every one is a row. verl's GRPO computes each session's advantage from
+its last output only and broadcasts it to every output of ``{prompt_uid}_{session}``
+(``verl/trainer/ppo/v1/utils.py`` L148-193, ``compute_advantage_for_multi_trajectories``): the rows carry
+``is_last_step`` (true on each session's last output; v1 writes a session's outputs contiguous, sorted by
+index) and GRPO on such a dump runs with ``grouping.trajectories=last_step``. verl hands every other
+estimator all the outputs as rows of the prompt's group, which is what the rows are. Without ``uid``
+(legacy trainer, every verl before bc6fb966): rows with identical ``input`` text; ``prompt_id`` is a hash
+of it (two dataset rows with the same prompt then merge into one group).
 """
 from __future__ import annotations
 
 import re
 
 from . import Context, Format, extras, iter_json_lines, number, require
-from ._common import F32, I64, STR, text_key
+from ._common import BOOL, F32, I64, STR, text_key
 
 UID = re.compile(r"^(?P<prompt>.+)_(?P<session>\d+)_(?P<index>\d+)$")
 
 
 def read(path: str, ctx: Context):
-    pending = None  # (session key, index, line, row): v1 multi-output, the last output of a session wins
-    dropped = 0
+    pending = None  # (session, index, line, row, outputs so far): a v1 row waits for the next one to know
+    # whether it ends its session
+    ended: set = set()  # sessions already closed in this file (a session's outputs are contiguous)
+    several = 0  # sessions with more than one output
     for line, rec in iter_json_lines(path, ctx):
         require(ctx, line, rec, ("input", "output", "score"))
         step = rec.get("step", ctx.step)
         if not isinstance(step, int) or isinstance(step, bool):
             raise ctx.error(line, f"field 'step' is {step!r}; expected an integer")
+        first = ctx.state.setdefault("step_files", {}).setdefault(step, path)
+        if first != path:  # verl writes one file a step ("w" mode): a second one is another run or a copy
+            raise ctx.error(line, f"step {step} is already in {first}; verl writes each step to one file",
+                            hint="two runs (or a rerun) share this directory; point advcli at one of them")
         row = {"step": step, "reward": number(ctx, line, rec["score"], "score")}
         row.update(extras(rec, ("step", "score", "reward")))
         uid = rec.get("uid")
@@ -39,6 +48,10 @@ def read(path: str, ctx: Context):
                 ctx.state["text_grouping"] = True
                 ctx.notes.append("no uid (legacy verl trainer): rows grouped by identical input text")
             row["prompt_id"] = text_key(rec["input"])
+            if pending is not None:  # a file mixing rows with and without uid keeps its order
+                pending[3]["is_last_step"] = True
+                yield pending[2], pending[3]
+                pending = None
             yield line, row
             continue
         m = UID.match(str(uid))
@@ -47,24 +60,35 @@ def read(path: str, ctx: Context):
         row["prompt_id"] = m.group("prompt")
         session, index = f"{m.group('prompt')}_{m.group('session')}", int(m.group("index"))
         if pending is not None and pending[0] == session:
-            dropped += 1
-            if index > pending[1]:
-                pending = (session, index, line, row)
-            continue
-        if pending is not None:
+            if index <= pending[1]:
+                raise ctx.error(line, f"uid {uid!r}: output {index} of session {session} comes after output "
+                                f"{pending[1]}; verl writes a session's outputs sorted by index",
+                                hint="pass the file as verl wrote it (sorted by prompt uid, session, output index)")
+            several += pending[4] == 1
+            pending[3]["is_last_step"] = False
             yield pending[2], pending[3]
-        pending = (session, index, line, row)
+            outputs = pending[4] + 1
+        else:
+            outputs = 1
+            if pending is not None:
+                pending[3]["is_last_step"] = True
+                ended.add(pending[0])
+                yield pending[2], pending[3]
+        if session in ended:
+            raise ctx.error(line, f"uid {uid!r}: session {session} already ended earlier in the file; verl writes "
+                            "a session's outputs contiguously",
+                            hint="pass the file as verl wrote it (sorted by prompt uid, session, output index)")
+        pending = (session, index, line, row, outputs)
     if pending is not None:
+        pending[3]["is_last_step"] = True
         yield pending[2], pending[3]
-    if dropped:
-        ctx.notes.append(f"{path}: {dropped} earlier agent-loop output(s) left out (verl's GRPO uses the last "
-                         "output of each session)")
-        # only GRPO takes the last output (v1/utils.py L148-217): verl hands every other estimator all
-        # the outputs, each a row of its prompt's group (uid = the prompt uid, agent_loop_tq.py L154-200)
-        ctx.state["only_estimators"] = (("grpo",), f"{path} holds agent loops with several outputs per session; "
-                                        "verl's GRPO uses only each session's last output, which is what this "
-                                        "import keeps, but verl gives every other estimator all the outputs as rows "
-                                        "of the prompt's group")
+    if several:
+        ctx.notes.append(f"{path}: {several} agent-loop session(s) with several outputs: every output is a row; "
+                         "grpo computes each session's advantage from its last output and gives it to all of its "
+                         "outputs, as verl does (grouping.trajectories=last_step)")
+        # verl v1/utils.py L148-193 @1dda039b: only GRPO takes the last output and broadcasts; every other
+        # estimator gets all the outputs as rows of the prompt's group (agent_loop_tq.py L154-200)
+        ctx.state["last_step_estimators"] = ("grpo",)
 
 
 def sniff(rec: dict) -> bool:
@@ -76,7 +100,7 @@ FORMAT = Format(
     pattern=r"(^|/)(?P<step>\d+)\.jsonl$",
     level="response", group_key="uid (or input text)",
     group_rule="uid without its last two _ fields (v1 trainer); without uid, identical input text",
-    columns={"prompt_id": STR, "step": I64, "reward": F32, "input": STR, "output": STR},
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "input": STR, "output": STR, "is_last_step": BOOL},
     read=read, sniff=sniff, required=("input", "output", "score"),
     example="advcli run rollout_data --output out.parquet --flavor verl --set algorithm.adv_estimator=grpo",
 )

@@ -20,6 +20,15 @@ import pyarrow.parquet as pq
 from ..errors import AdvcliError
 from . import remote
 
+# input path -> what it stands for to the user: a trainer dump converted into a temporary Parquet file
+# (advcli.formats) is named by the dump the user gave wherever a path is recorded (the output's provenance)
+SHOWN_AS: dict[str, str] = {}
+
+
+def shown_name(path: str) -> str:
+    """The name an input is recorded under: the trainer dump it was converted from, else its file name."""
+    return SHOWN_AS[path] if path in SHOWN_AS else path.rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
+
 
 def expand_inputs(specs: list[str]) -> list[str]:
     """Files from paths, directories (their *.parquet, sorted) and globs, in the order given."""

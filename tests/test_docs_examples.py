@@ -208,7 +208,7 @@ def test_doc_examples_run(doc, fixtures, tmp_path, monkeypatch, capsys):
 
 OUTSIDE = re.compile(r"\.\./shared|shared/spec|`spec/|spec/\w+\.md|§|/work/|"
                      r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth) session|"
-                     r"\bsession's\b|\b[Ii]ssue \d+")
+                     r"\b(this|last|previous|next|earlier) session\b|\b[Ii]ssue \d+")
 
 
 @pytest.mark.parametrize("doc", DOCS)

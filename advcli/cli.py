@@ -115,7 +115,9 @@ def run(
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
-    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
+    file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
+    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
+                                                                 file_keys)
     if precision is not None:
         if precision not in ("float32", "float64"):
             from .errors import did_you_mean
@@ -161,6 +163,8 @@ def run(
     name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
+    if file_keys:
+        rep["config_file"] = file_keys[0].as_dict() | {"note": file_keys[0].line()}
     if prefiltered:
         rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
     from .report import emit

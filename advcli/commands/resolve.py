@@ -7,16 +7,17 @@ from ..errors import AdvcliError
 
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
-                       column: list[str] | None, padded: bool | None):
+                       column: list[str] | None, padded: bool | None, file_keys: list | None = None):
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
-    `run`, `validate` and `compare` share."""
+    `run`, `validate` and `compare` share. ``file_keys`` receives what the --config file gave
+    (:class:`advcli.flavors.ConfigFileKeys`)."""
     from ..config import parse_column_maps, parse_set
     from ..flavors import resolve
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
-    cfg, native = resolve(flavor, settings, config)
+    cfg, native = resolve(flavor, settings, config, file_keys)
     from ..formats import check_config
 
     check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators

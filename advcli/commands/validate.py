@@ -77,7 +77,9 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
 
     from .resolve import resolve_cli_config
 
-    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
+    file_keys: list = []
+    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
+                                                                 file_keys)
     from ..io.reader import InputSet
     from ..io.writer import check_output_path
     from ..pipeline import output_paths, run_pipeline
@@ -92,4 +94,6 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
             check_output_path(o, ins.paths, force)
     result = run_pipeline(inputs, None, cfg, flavor=flavor, native=native, column_overrides=columns,
                           chunk_rows=chunk_rows, device=device, force=force, check_values=True)
+    if file_keys and file_keys[0].line():
+        result.warnings.insert(0, f"config {file_keys[0].line()}")
     return result, auto_note or f"{flavor} {result.config['estimator']['name']}"

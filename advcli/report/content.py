@@ -110,6 +110,8 @@ def headline(report: dict) -> list[tuple[str, str]]:
         out.append(("ran", what))
     if report.get("settings"):
         out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))
+    if (report.get("config_file") or {}).get("note"):
+        out.append(("config", report["config_file"]["note"]))
     out.append(("input", ", ".join(report.get("inputs") or []) or "–"))
     if report.get("outputs"):
         out.append(("output", ", ".join(report["outputs"])))

@@ -23,6 +23,17 @@ def diagnostics_settings(plan) -> dict:
             "rule": get_path(plan.cfg, "diagnostics.rule")}
 
 
+def uniform_groups_get_zero(plan) -> bool:
+    """Does a uniform group (every reward equal) get advantage 0 in this run? The estimator says so
+    (``EstimatorSpec.zero_for_uniform_groups``: it only compares rows within a group), and nothing after
+    it or before it breaks the tie: no whitening of the advantages over the batch, no KL term in the
+    reward (it differs row by row), no distillation term."""
+    from ..config import get_path
+
+    return (plan.spec.gives_zero_for_uniform_groups(plan.params) and not get_path(plan.cfg, "advantage.whiten")
+            and not get_path(plan.cfg, "kl.in_reward") and not get_path(plan.cfg, "advantage.distill_coef"))
+
+
 @dataclass
 class ChunkObservations:
     """What the run statistics and diagnostics need from one chunk's token columns and do not
@@ -170,6 +181,8 @@ class RunObserver:
         if hasattr(result, "histograms"):
             result.histograms = out["histograms"]
         result.group_health = out.get("group_health")
+        if result.group_health is not None:
+            result.group_health["uniform_zero_advantage"] = uniform_groups_get_zero(self.plan)
         diags = self.diag.finish()
         if hasattr(result, "diagnostics"):
             result.diagnostics = diags

@@ -66,9 +66,10 @@ def validate_cmd(
                f"({result.valid_tokens:,} with mask=1)")
     for w in verdict["warnings"]:
         typer.echo(f"warning: {w}", err=True)
-    for d in diags:
-        if d.get("severity") != "warning":
-            typer.echo(f"note: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip(), err=True)
+    for d in diags:  # each once, a warning by its severity, with its one-line meaning
+        label = "warning" if d.get("severity") == "warning" else "note"
+        meaning = f": {d['meaning']}" if d.get("meaning") else ""
+        typer.echo(f"{label}: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip() + meaning, err=True)
 
 
 def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device):

@@ -71,8 +71,8 @@ class RunObserver:
 
     ``RunObserver(plan, res, row, betas, kls)`` after the row table is resolved; ``add(...)`` for
     every chunk of the write (or compute-only) pass; ``finish(result)`` fills ``result.metrics``,
-    ``per_step``, ``histograms``, ``diagnostics`` and adds a warning line per diagnostic of severity
-    ``warning`` with a non-zero count.
+    ``per_step``, ``histograms``, ``group_health`` and ``diagnostics`` (each said there once, warnings
+    included: ``result.warnings`` gets no copy of them).
 
     Row-level estimators (``spec.level == "row"``, ``spec.row_constant``): the write pass gives every
     token of row i ``broadcast(adv_row[i])`` (× mask), then the element-wise final ops of
@@ -186,10 +186,8 @@ class RunObserver:
         diags = self.diag.finish()
         if hasattr(result, "diagnostics"):
             result.diagnostics = diags
-        for d in diags:
-            if d["severity"] == "warning" and d["count"]:
-                rows = [e.get("row", e.get("group")) for e in d["examples"][:5]]
-                result.warnings.append(d.get("summary") or f"{d['kind']}: {d['count']} {d['unit']} (e.g. {rows})")
+        # a diagnostic is said once, as a diagnostic (its severity tells a warning): result.warnings holds
+        # the other warnings only
 
 
 

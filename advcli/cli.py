@@ -183,6 +183,10 @@ def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool =
         mask_col = (result.config.get("columns") or {}).get("response_mask", "response_mask") \
             if isinstance(result.config, dict) else "response_mask"
         extra["by_position"] = output_by_position(list(result.outputs), mask_col)
+    if flavor:
+        from .flavors import estimator_note
+
+        extra["estimator_note"] = estimator_note(flavor, native)
     return build_report(result, flavor=flavor, native=native, command="run", note=auto_note, extra=extra)
 
 

@@ -116,3 +116,49 @@ def test_no_learning_signal_only_where_uniform_groups_get_zero(tmp_path, capsys,
                              "--set", f"algorithm.adv_estimator={estimator}"], capsys)
     assert code == 0, err
     assert ("no learning signal" in " ".join(err.split())) is says
+
+
+def _roll_dump(tmp_path):
+    """ROLL's own rollout dump: 2 steps, each with 2 domains (math then code) of 2 groups of 3 rows."""
+    from test_format_roll import rlvr
+
+    d = tmp_path / "rollout_dump"
+    d.mkdir()
+    objs = [rlvr(0, 1), rlvr(1, 2)]
+    for s, o in enumerate(objs):
+        (d / f"rollout_dump_data.step_{s}.jsonl").write_text(json.dumps(o) + "\n")
+    return d, objs
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce"])
+def test_roll_steps_domains_and_why_reinforce(tmp_path, capsys, estimator):
+    d, objs = _roll_dump(tmp_path)
+    out, md = tmp_path / "o.parquet", tmp_path / "r.md"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "roll", "--set", f"adv_estimator={estimator}",
+                             "--set", "actor_infer.generating_args.num_return_sequences=3", "--report", md], capsys)
+    assert code == 0, err
+    text = " ".join(err.split())
+    assert "ran roll reinforce_plus_plus" in text
+    # 2 steps × 2 domains: 4 per-step entries, said as 2 steps and the domains apart
+    assert "steps 2 steps, 2 domains (math, code)" in text and "steps 4" not in text
+    # one line says why the estimator named runs as reinforce_plus_plus
+    why = text.split(" why ", 1)[1].split(" settings ", 1)[0]
+    assert f"adv_estimator={estimator} is ROLL's" in why and "reinforce_plus_plus" in why
+    assert ("group reward norm" in why) is (estimator == "grpo")
+    # the Markdown per-step table names each entry's domain; group health counts steps, not entries
+    report = md.read_text()
+    assert "| step | domain | rows |" in report
+    assert "| 0 | math | 6 |" in report and "| 1 | code | 6 |" in report
+    if estimator == "grpo":  # reinforce forms no groups: no group health
+        health = report.split("### Per step and data source", 1)[1].split("###", 1)[0]
+        assert health.count("| step 0 |") == 1 and health.count("| step 1 |") == 1
+        assert "| step 0 | 4 | 12 |" in health  # 4 groups of 3 rows in step 0 (2 per domain)
+
+
+def test_verl_run_has_no_why_line(tmp_path, capsys):
+    rows = [dict(prompt_id="a", reward=1.0, mask=[1]), dict(prompt_id="a", reward=0.0, mask=[1])]
+    src = write_rows(rows, str(tmp_path / "in.parquet"))
+    code, stdout, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                                  "--set", "algorithm.adv_estimator=grpo", "--json"], capsys)
+    assert code == 0, err
+    assert "estimator_note" not in json.loads(stdout)

@@ -29,6 +29,9 @@ class Flavor:
     # the framework's own keys (or key prefixes) in a section the flavor reads that change nothing offline:
     # a --config file may hold them (config_file_settings); --set still refuses them
     unread: tuple[str, ...] = ()
+    # (native values, defaults filled) -> one line saying why the estimator that runs has another name than
+    # the one the user chose (ROLL adv_estimator=grpo runs reinforce_plus_plus), or None
+    estimator_note: Callable[[dict[str, Any]], str | None] | None = None
 
 
 FLAVORS: dict[str, Flavor] = {}
@@ -84,6 +87,15 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
             raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}.{did_you_mean(k, valid)}",
                               hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return values
+
+
+def estimator_note(flavor_name: str, given: dict[str, Any]) -> str | None:
+    """The flavor's one line on why the estimator that runs is named otherwise than the one chosen
+    (``Flavor.estimator_note``), for the native settings ``given``; None when it is not."""
+    flavor = get(flavor_name)
+    if flavor.estimator_note is None:
+        return None
+    return flavor.estimator_note(native_values(flavor, list((given or {}).items())))
 
 
 def flavor_keys(flavor: Flavor) -> dict[str, Key]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import health
-from .content import headline, key_metrics
+from .content import headline, key_metrics, steps_line
 from .primitives import fmt_num, short_examples
 
 
@@ -22,9 +22,9 @@ def print_summary(report: dict, console=None) -> None:
         t.add_row("", "")
         for k, v in km:
             t.add_row(k, fmt_num(v))
-    steps = report.get("per_step") or []
-    if len(steps) > 1:
-        t.add_row("steps", f"{len(steps)} (per-step figures in --report or --json)")
+    steps = steps_line(report.get("per_step") or [])
+    if steps:
+        t.add_row("steps", steps)
     if report.get("group_health"):
         t.add_row("group health", _rich_escape(health.headline(report["group_health"])))
     for d in report.get("diagnostics") or []:  # each once: a warning by its severity, with its meaning

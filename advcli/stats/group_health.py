@@ -185,8 +185,16 @@ def of_run_stats(st, source=None, source_names=None, components=None) -> dict | 
     g = st.groups
     if g is None or g.num_groups == 0:
         return None
-    step = st.scopes.codes.numpy() if st.scopes is not None else None
+    step, step_values = None, st.step_values
+    if st.scopes is not None:
+        # scopes can be finer than steps (ROLL: one per step and domain): per_step is per step
+        keys = [repr(v) for v in st.step_values]
+        first = {k: i for i, k in reversed(list(enumerate(keys)))}
+        distinct = sorted(set(first.values()))
+        code_of = np.array([distinct.index(first[k]) for k in keys], np.int64)
+        step = code_of[st.scopes.codes.numpy()] if len(keys) else st.scopes.codes.numpy()
+        step_values = [st.step_values[i] for i in distinct]
     zero = st.adv_zero.numpy() if getattr(st, "has_advantages", True) else None
     return group_health(g.codes.numpy(), st.raw_score.numpy(), st.valid.numpy(), st.resp_len.numpy(),
-                        step=step, step_values=st.step_values, source=source, source_names=source_names,
+                        step=step, step_values=step_values, source=source, source_names=source_names,
                         zero_adv=zero, components=components)

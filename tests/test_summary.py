@@ -58,6 +58,16 @@ def test_mean_group_reward_and_solved_share_are_named_apart(tmp_path, capsys):
     for text in (line, md.read_text(), html.read_text()):
         assert "solve rate" not in text.lower()
         assert "mean group reward" in text and "solved rows" in text
+    # advcli stats of the output: the same two figures, and each reward function's own
+    code, stdout, err = run_main(["stats", out, "--json"], capsys)
+    assert code == 0, err
+    h = json.loads(stdout)["group_health"]
+    assert h["overall"]["group_mean_reward"] == MEAN_GROUP_REWARD and h["overall"]["solved_share"] == SOLVED_SHARE
+    comp = {c["component"]: c for c in h["per_component"]}
+    # accuracy: group means 0.5 and 1 → 0.75; rows > 0: 2 + 4 of 8 → 0.75
+    assert comp["accuracy_reward"]["group_mean_reward"] == 0.75 and comp["accuracy_reward"]["solved_share"] == 0.75
+    # format: group means 0.5 and 0.5 → 0.5; rows > 0: 3 + 4 of 8 → 0.875
+    assert comp["format_reward"]["group_mean_reward"] == 0.5 and comp["format_reward"]["solved_share"] == 0.875
 
 
 def test_each_diagnostic_once_with_its_meaning(tmp_path, capsys):

@@ -173,3 +173,22 @@ def test_unparsable_config_names_line_and_column(tmp_path, capsys, suffix, text,
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--config", cfg], capsys)
     assert code == 2 and "Traceback" not in err and not out.exists()
     assert f"config file {cfg}, {place}: cannot parse" in err, err
+
+
+def test_config_estimator_without_flavor_is_not_overridden(tmp_path, capsys):
+    """No --flavor: verl, and the estimator the file names — not the one advcli picks from the dump."""
+    d, recs = _dump(tmp_path)
+    cfg = tmp_path / "ppo_trainer.yaml"
+    cfg.write_text(PPO_TRAINER_YAML.format(norm_by_std="true").replace("adv_estimator: grpo", "adv_estimator: rloo"))
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d, "-o", out, "--config", cfg, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["estimator"]["name"] == "rloo"
+    # verl rloo: A_i = s_i − mean of the other rows of its group
+    scores = [r["score"] for r in recs]
+    group = [r["uid"].rsplit("_", 2)[0] for r in recs]
+    want = []
+    for i, (s, g) in enumerate(zip(scores, group)):
+        others = [t for j, (t, h) in enumerate(zip(scores, group)) if h == g and j != i]
+        want.append(s - sum(others) / len(others))
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), want, rtol=1e-6, atol=1e-6)

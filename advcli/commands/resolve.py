@@ -16,6 +16,11 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
+    if flavor is None and config:  # a --config file that names verl's estimator: no estimator picked for it
+        from ..config import load_config_file
+
+        if "algorithm.adv_estimator" in load_config_file(config):
+            flavor = "verl"
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
     cfg, native = resolve(flavor, settings, config, file_keys)
     from ..formats import check_config

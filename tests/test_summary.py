@@ -172,3 +172,33 @@ def test_verl_run_has_no_why_line(tmp_path, capsys):
                                   "--set", "algorithm.adv_estimator=grpo", "--json"], capsys)
     assert code == 0, err
     assert "estimator_note" not in json.loads(stdout)
+
+
+@pytest.mark.parametrize("flavor, key, value, runs", [
+    ("slime", "advantage_estimator", "grpo", "token_rewards"),
+    ("slime", "advantage_estimator", "ppo", "gae"),
+    ("nemo", "grpo.adv_estimator.name", "grpo", "grpo_loo"),
+    ("nemo", "grpo.adv_estimator.name", "reinforce_plus_plus", "token_rewards"),
+    ("openrlhf", "algo.advantage.estimator", "reinforce", "reinforce_plus_plus"),
+    ("trl", "trainer", "rloo", "rloo_nan"),
+    ("prime-rl", "orchestrator.algo.type", "max_rl", "max_rl_cohort"),
+    ("roll", "adv_estimator", "grpo", "reinforce_plus_plus"),
+])
+def test_every_renamed_estimator_has_its_why(flavor, key, value, runs):
+    """Wherever the estimator that runs is not named as the user's choice, one line says why, naming both."""
+    from advcli import flavors
+
+    cfg, given = flavors.resolve(flavor, [(key, value)])
+    assert cfg["estimator"]["name"] == runs != value
+    why = flavors.estimator_note(flavor, given)
+    assert why.startswith(f"{key}={value} ") and f"advcli's {runs}" in why
+
+
+@pytest.mark.parametrize("flavor, key, value", [("verl", "algorithm.adv_estimator", "grpo"),
+                                                ("skyrl", "trainer.algorithm.advantage_estimator", "rloo"),
+                                                ("openrlhf", "algo.advantage.estimator", "gae")])
+def test_no_why_where_the_name_is_the_users(flavor, key, value):
+    from advcli import flavors
+
+    cfg, given = flavors.resolve(flavor, [(key, value)])
+    assert cfg["estimator"]["name"] == value and flavors.estimator_note(flavor, given) is None

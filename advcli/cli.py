@@ -116,8 +116,9 @@ def run(
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
     from_dump: list[str] = []  # what the dump told the flavor (advcli.commands.defaults), for the summary
+    file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 notes=from_dump)
+                                                                 notes=from_dump, file_keys=file_keys)
     if precision is not None:
         if precision not in ("float32", "float64"):
             from .errors import did_you_mean
@@ -164,6 +165,8 @@ def run(
     result.from_dump = from_dump
     rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
     finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
+    if file_keys:
+        rep["config_file"] = file_keys[0].as_dict() | {"note": file_keys[0].line()}
     if prefiltered:
         # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dump and output
         # rather than the temporary files the kept rows went through
@@ -184,6 +187,10 @@ def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool =
         mask_col = (result.config.get("columns") or {}).get("response_mask", "response_mask") \
             if isinstance(result.config, dict) else "response_mask"
         extra["by_position"] = output_by_position(list(result.outputs), mask_col)
+    if flavor:
+        from .flavors import estimator_note
+
+        extra["estimator_note"] = estimator_note(flavor, native)
     return build_report(result, flavor=flavor, native=native, command="run", note=auto_note, extra=extra)
 
 

@@ -8,6 +8,7 @@ parses VALUE as YAML. Nothing here imports torch.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,7 +289,9 @@ def parse_column_maps(items: list[str] | None) -> dict[str, str]:
 
 
 def load_config_file(path: str) -> dict:
-    """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}."""
+    """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}.
+
+    A file that does not parse is refused naming the file and the line and column of the error."""
     p = Path(path)
     if not p.is_file():
         raise AdvcliError(f"config file {path}: no such file")
@@ -303,10 +306,40 @@ def load_config_file(path: str) -> dict:
 
             data = yaml.safe_load(text) or {}
     except Exception as e:  # noqa: BLE001 - any parse error is the user's file
-        raise AdvcliError(f"config file {path}: cannot parse: {str(e).splitlines()[0]}") from None
+        raise AdvcliError(f"config file {path}{_parse_error_place(e, text)}: cannot parse: {_parse_error_text(e)}",
+                          hint="fix the file there: " + ("TOML is key = value, strings quoted, [section] headers"
+                                                         if p.suffix.lower() == ".toml" else
+                                                         "YAML is key: value, nested keys indented by spaces, "
+                                                         "brackets and quotes closed")) from None
     if not isinstance(data, dict):
         raise AdvcliError(f"config file {path}: expected a mapping of keys to values")
     return flatten_keys(data)
+
+
+def _parse_error_place(e: Exception, text: str) -> str:
+    """``, line L, column C`` (1-based) of a YAML or TOML parse error, or "" when it names none."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)  # PyYAML's MarkedYAMLError
+    if mark is not None:
+        return f", line {mark.line + 1}, column {mark.column + 1}"
+    if getattr(e, "lineno", None):  # tomllib from Python 3.14
+        return f", line {e.lineno}, column {e.colno}"
+    m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))  # tomllib up to 3.13: in the message
+    if m:
+        return f", line {m.group(1)}, column {m.group(2)}"
+    if "end of document" in str(e):
+        lines = text.splitlines() or [""]
+        return f", line {len(lines)}, column {len(lines[-1]) + 1} (the end of the file)"
+    return ""
+
+
+def _parse_error_text(e: Exception) -> str:
+    """The parser's own words without the place (said once, before them)."""
+    problem = getattr(e, "problem", None)
+    if problem:  # PyYAML: "expected ',' or ']', but got ':'" (+ "while parsing a flow sequence")
+        context = getattr(e, "context", None)
+        return f"{problem} ({context})" if context else str(problem)
+    msg = getattr(e, "msg", None) or str(e).splitlines()[0]
+    return re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(msg))
 
 
 def flatten_keys(data: dict, prefix: str = "") -> dict[str, Any]:

@@ -8,6 +8,7 @@
      "severity": "info" | "warning",
      "examples": [dict, ...],   # the first MAX_EXAMPLES, with global row numbers (0-based, input
                                 # order across all input files) and group ids (prompt_id, or "#k")
+     "meaning": str,        # one line (MEANINGS): what the terminal summary says after the count
      "explanation": str}
 
 Only the kinds that apply to the configuration are listed. Kinds:
@@ -48,6 +49,26 @@ from .ops.groups import GroupIndex
 from .ragged import Ragged
 
 MAX_EXAMPLES = 10
+
+# each kind's meaning in one line: what the terminal summary prints after its count (every item also
+# carries it as "meaning"; the long "explanation" stays in the JSON, Markdown and HTML reports)
+MEANINGS = {
+    "groups_of_one": "groups with one row, nothing to compare it with: its advantage is 0, its score or NaN, "
+                     "by framework",
+    "all_equal_groups": "groups of 2 or more rows that all scored the same: nothing in them says which answer "
+                        "was better",
+    "float32_cancellation": "advantages that are float32 rounding noise: the float64 result is (near) 0",
+    "dropped_rewards": "rewards placed on a mask=0 token and discarded: these rows train on no outcome reward",
+    "kl_input_clamp": "tokens whose log-ratio was clamped before the KL estimate: their KL penalty is bounded, "
+                      "not the true value",
+    "kl_output_clamp": "tokens whose KL estimate was clamped: their KL penalty is bounded, not the true value",
+    "nonfinite_advantages": "rows with NaN or infinite advantages on valid tokens: they poison the training loss",
+    "float32_whitening": "steps whose one-pass whitening statistics differ between float32 and float64 "
+                         "(E[x²] − E[x]² cancels)",
+    "float32_norm": "groups whose normalised values float32 rounding of the group mean moves: not signal",
+    "float32_amplified_normalization": "steps normalised at the variance floor: their advantages are float32 "
+                                       "residues ×1e4, not signal",
+}
 ATOL = 1e-4
 RTOL = 1e-3
 REL_STD = 1e-6
@@ -420,6 +441,13 @@ class Diagnostics:
         return found
 
     def finish(self) -> list[dict[str, Any]]:
+        out = self._finish()
+        for d in out:
+            if d["kind"] in MEANINGS:
+                d.setdefault("meaning", MEANINGS[d["kind"]])
+        return out
+
+    def _finish(self) -> list[dict[str, Any]]:
         out = list(self.items)
         canc = self._cancellation_item()
         if canc is not None:

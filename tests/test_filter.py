@@ -223,7 +223,8 @@ def _pandas_block(df: pd.DataFrame, metric="reward") -> dict:
     usual = size.value_counts().idxmax()
     return {"groups": len(size), "rows": len(df), "uniform_groups": int(uni.sum()),
             "uniform_share": uni.mean(), "singleton_groups": int((size == 1).sum()),
-            "partial_groups": int((size < usual).sum()), "solve_rate": g.mean().mean()}
+            "partial_groups": int((size < usual).sum()), "group_mean_reward": g.mean().mean(),
+            "solved_share": float((df[metric] > 0).sum() / df[metric].notna().sum())}
 
 
 def test_group_health_in_stats_matches_pandas(tmp_path, capsys):
@@ -247,10 +248,10 @@ def test_group_health_in_stats_matches_pandas(tmp_path, capsys):
         sub = df[df["data_source"] == e["source"]]
         assert e["rows"] == len(sub)
         assert e["uniform_groups"] == int((sub.groupby(["step", "prompt_id"])["reward"].nunique() == 1).sum())
-    # solve-rate histogram: 0/1 rewards, 10 bins over [0, 1] (the last closed), groups per mean reward
+    # mean group reward histogram: 0/1 rewards, 10 bins over [0, 1] (the last closed), groups per mean reward
     means = df.assign(r=df["reward"].astype(np.float64)).groupby(["step", "prompt_id"])["r"].mean().to_numpy()
     counts, _ = np.histogram(means, bins=10, range=(0.0, 1.0))
-    assert h["solve_rate_histogram"]["counts"] == counts.tolist()
+    assert h["group_mean_reward_histogram"]["counts"] == counts.tolist()
     sizes = df.groupby(["step", "prompt_id"]).size().value_counts().sort_index()
     assert h["group_sizes"]["sizes"] == sizes.index.tolist() and h["group_sizes"]["counts"] == sizes.tolist()
     assert any("singleton" in f for f in h["group_sizes"]["flags"])
@@ -281,7 +282,7 @@ def test_group_health_in_run_and_in_the_html_report(tmp_path, capsys):
     assert json.loads(stdout)["group_health"]["overall"]["zero_adv_token_share"] == pytest.approx(
         h["overall"]["zero_adv_token_share"])
     html = rp.read_text()
-    assert "<h2>Group health</h2>" in html and "solve rate (mean 0/1 reward) per group" in html
+    assert "<h2>Group health</h2>" in html and "mean 0/1 reward per group" in html and "solve rate" not in html
     assert "share of uniform groups by source" in html
     md = tmp_path / "s.md"
     code, _, err = main_rc(capsys, "stats", out, "-q", "--report", md)

@@ -125,7 +125,7 @@ def test_stats_of_an_output_agree_with_the_run_report(tmp_path):
     for k, v in exp.items():
         if "/" in k:
             assert b["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
-    for k in ("critic/advantages/p50", "critic/advantages/p95", "groups/all_equal_share", "groups/solve_rate"):
+    for k in ("critic/advantages/p50", "critic/advantages/p95", "groups/all_equal_share", "groups/solved_share"):
         assert b["metrics"][k] == pytest.approx(a["metrics"][k], rel=1e-5, abs=1e-7), k
     assert b["flavor"] == "verl" and b["command"] == "stats"
     assert b["by_position"]["count"] == a["by_position"]["count"]

@@ -109,10 +109,10 @@ def test_grpo_metrics_per_step_and_overall_match_output(tmp_path, chunk_rows):
     counts, _ = np.histogram(va, bins=len(h["counts"]), range=(va.min(), va.max()))
     assert h["counts"] == counts.tolist() and sum(h["counts"]) == va.size == m["critic/advantages/count"]
     assert m["response/aborted_ratio"] == pytest.approx(1 / 18)
-    # group figures: 6 groups of 3, solve rate = share of rows with reward > 0
+    # group figures: 6 groups of 3, solved share = share of rows with reward > 0
     reward = inp.column("reward").to_numpy()
     assert m["groups/count"] == 6 and m["groups/size/mean"] == 3 and m["groups/singleton_share"] == 0
-    assert m["groups/solve_rate"] == pytest.approx(np.mean(reward > 0))
+    assert m["groups/solved_share"] == pytest.approx(np.mean(reward > 0))
     assert res.histograms["group_size"]["counts"] == [0, 0, 6]
     json.dumps({"m": res.metrics, "p": res.per_step, "h": res.histograms, "d": res.diagnostics}, allow_nan=False)
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 from ..errors import AdvcliError
 
 
-def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None):
+def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None,
+                       file_keys: list | None = None):
     """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
     what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
-    run`` and :func:`advcli.run` both use."""
+    run`` and :func:`advcli.run` both use. ``file_keys`` receives what the --config file gave."""
     from ..flavors import get, resolve
     from ..formats import check_config
 
-    cfg, native = resolve(flavor_name, settings, config)
+    cfg, native = resolve(flavor_name, settings, config, file_keys)
     flavor = get(flavor_name)
     given = dict(native)
     implied, lines = from_dump(flavor, inputs, given)

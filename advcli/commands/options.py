@@ -21,7 +21,9 @@ FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
                            "example), said in the summary; a default that cannot run there stops, naming the "
                            "setting that runs.")
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
-CONFIG = typer.Option(None, "--config", "-c", metavar="PATH", help="YAML or TOML file of the same keys.")
+CONFIG = typer.Option(None, "--config", "-c", metavar="PATH",
+                      help="YAML or TOML file of the same keys, or the trainer's whole training config: the "
+                           "flavor takes its keys and names the sections it ignores.")
 FROM = typer.Option(None, "--from", metavar="FORMAT", help="Read INPUT as this trainer dump format (default: "
                     "recognised from file names and keys; docs/formats.md).")
 COLUMN = typer.Option(None, "--column", metavar="ROLE=NAME", help="Read a role from another column, e.g. reward=score.")

@@ -7,18 +7,25 @@ from ..errors import AdvcliError
 
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
-                       column: list[str] | None, padded: bool | None, notes: list[str] | None = None):
+                       column: list[str] | None, padded: bool | None, notes: list[str] | None = None,
+                       file_keys: list | None = None):
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
-    (:mod:`advcli.commands.defaults`)."""
+    (:mod:`advcli.commands.defaults`); ``file_keys`` receives what the --config file gave
+    (:class:`advcli.flavors.ConfigFileKeys`)."""
     from ..config import parse_column_maps, parse_set
     from . import defaults
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
+    if flavor is None and config:  # a --config file that names verl's estimator: no estimator picked for it
+        from ..config import load_config_file
+
+        if "algorithm.adv_estimator" in load_config_file(config):
+            flavor = "verl"
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
-    cfg, native, lines = defaults.resolve_for_inputs(flavor, inputs, settings, config)
+    cfg, native, lines = defaults.resolve_for_inputs(flavor, inputs, settings, config, file_keys)
     if notes is not None:
         notes.extend(lines)
     if padded is not None:

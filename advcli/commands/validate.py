@@ -48,7 +48,8 @@ def validate_cmd(
 
     try:
         inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
-        result, what = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device)
+        result, what, why = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded,
+                                      device)
         name_sources(result)
     except AdvcliError as e:
         if json_out:
@@ -59,25 +60,33 @@ def validate_cmd(
     verdict = {"valid": True, "ran": what, "estimator": est, "inputs": result.inputs, "rows": result.rows,
                "tokens": result.tokens, "valid_tokens": result.valid_tokens,
                "warnings": list(getattr(result, "warnings", []) or []), "diagnostics": diags}
+    if why:  # the flavor runs the chosen estimator under another name (ROLL grpo: reinforce_plus_plus)
+        verdict["why"] = why
     if json_out:
         typer.echo(json.dumps(verdict, default=str))
         return
     typer.echo(f"ok: {', '.join(result.inputs)} is valid for {what}: {result.rows:,} rows, {result.tokens:,} tokens "
                f"({result.valid_tokens:,} with mask=1)")
+    if verdict.get("why"):
+        typer.echo(f"note: {verdict['why']}", err=True)
     for w in verdict["warnings"]:
         typer.echo(f"warning: {w}", err=True)
-    for d in diags:
-        if d.get("severity") != "warning":
-            typer.echo(f"note: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip(), err=True)
+    for d in diags:  # each once, a warning by its severity, with its one-line meaning
+        label = "warning" if d.get("severity") == "warning" else "note"
+        meaning = f": {d['meaning']}" if d.get("meaning") else ""
+        typer.echo(f"{label}: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip() + meaning, err=True)
 
 
 def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device):
-    """(RunResult of a run without output, what ran) — raising the AdvcliError `run` would raise."""
+    """(RunResult of a run without output, what ran, why it runs under that name or None) — raising the
+    AdvcliError `run` would raise."""
     import os
 
     from .resolve import resolve_cli_config
 
-    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded)
+    file_keys: list = []
+    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
+                                                                 file_keys)
     from ..io.reader import InputSet
     from ..io.writer import check_output_path
     from ..pipeline import output_paths, run_pipeline
@@ -92,4 +101,8 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
             check_output_path(o, ins.paths, force)
     result = run_pipeline(inputs, None, cfg, flavor=flavor, native=native, column_overrides=columns,
                           chunk_rows=chunk_rows, device=device, force=force, check_values=True)
-    return result, auto_note or f"{flavor} {result.config['estimator']['name']}"
+    if file_keys and file_keys[0].line():
+        result.warnings.insert(0, f"config {file_keys[0].line()}")
+    from ..flavors import estimator_note
+
+    return result, auto_note or f"{flavor} {result.config['estimator']['name']}", estimator_note(flavor, native)

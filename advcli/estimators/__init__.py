@@ -46,6 +46,14 @@ class EstimatorSpec:
     token_stats_needed: Callable | None = None  # (params) -> whether this run needs token_group_stats (None: yes)
     # (token stats ctx, params, ids) -> extra diagnostics items (advcli.diagnostics)
     diagnostics: Callable | None = None
+    # a group of >= 2 rows whose rewards are all equal gets advantage 0 on every row (the estimator only
+    # compares rows within a group, no batch-wide step after): True, False, or (params) -> bool
+    zero_for_uniform_groups: bool | Callable[[dict], bool] = False
+
+    def gives_zero_for_uniform_groups(self, params: dict) -> bool:
+        """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""
+        z = self.zero_for_uniform_groups
+        return bool(z(params) if callable(z) else z)
 
 
 REGISTRY: dict[str, EstimatorSpec] = {}

@@ -156,6 +156,7 @@ def _grpo_cohort_checked(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_cohort", level="row", uses_groups=True, row_constant=True, row_fn=_grpo_cohort_checked,
+    zero_for_uniform_groups=True,
     optional=("trainable", "episode_id", "num_output_tokens", "num_total_tokens", "num_turns"),
     formula="A_i = r_i − mean_C(r) over the cohort's trainable rows (no std; a cohort of one: 0); with "
             "length_penalty [w_o, w_i, w_t]: s_i = r_i − mean_C(r)·Σ_k w_k·x_ik/max(max_C x_k, 1) (x = output "
@@ -205,6 +206,7 @@ def max_rl_hazard(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="max_rl_cohort", level="row", uses_groups=True, row_constant=True, row_fn=max_rl_cohort_row,
+    zero_for_uniform_groups=True,
     optional=("trainable", "episode_id"),
     formula="A_i = (r_i − μ_C)/μ_C with μ_C = mean_C(r) over the cohort's trainable rows if μ_C > 0, else 0 "
             "(no eps; a cohort of one: 0); " + TRAINABLE,
@@ -256,6 +258,7 @@ def grpo_peers_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_peers", level="row", uses_groups=True, row_constant=True, row_fn=grpo_peers_row,
+    zero_for_uniform_groups=True,
     optional=("trainable", "agent_name", "episode_id"),
     formula="A_i = r_i − mean of r over i's peers in its cohort: same agent_name and, for the agents in "
             "episode_agents, same episode_id (float64; a peer set of one: 0); " + TRAINABLE,

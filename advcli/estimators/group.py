@@ -51,6 +51,7 @@ def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo", level="row", uses_groups=True, row_constant=True, row_fn=grpo_row,
+    zero_for_uniform_groups=True,
     formula="A_i = (s_i − mean_g(s)) / (std_g(s) + eps)  [or s_i − mean_g(s) without std]; n=1: s_i/(1+eps)",
     source="verl core_algos.compute_grpo_outcome_advantage (L267-331 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std (false: Dr.GRPO)", None, "bool"), "eps": EPS,
@@ -80,6 +81,7 @@ def grpo_vectorized_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_vectorized", level="row", uses_groups=True, row_constant=True, row_fn=grpo_vectorized_row,
+    zero_for_uniform_groups=True,
     formula="A_i = (s_i − μ_g)/(σ_g + eps), μ = Σs/n, σ² = Σ(s−μ)²/max(n−1,1) in float32; n=1: μ=0, σ=1",
     source="verl core_algos.compute_grpo_vectorized_outcome_advantage (L334-358 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std (verl's trainer never passes false)", None, "bool"),
@@ -108,6 +110,7 @@ def rloo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="rloo", level="row", uses_groups=True, row_constant=True, row_fn=rloo_row,
+    zero_for_uniform_groups=True,
     formula="A_i = s_i − mean_{j≠i} s_j = n/(n−1)·(s_i − μ_g); n=1: A_i = s_i",
     source="verl core_algos.compute_rloo_outcome_advantage (L587-636 @1dda039b); form=centred, singleton=zero: "
            "SkyRL ppo_utils.compute_rloo_outcome_advantage (L1259-1309 @a9564572)",
@@ -129,6 +132,7 @@ def rloo_vectorized_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="rloo_vectorized", level="row", uses_groups=True, row_constant=True, row_fn=rloo_vectorized_row,
+    zero_for_uniform_groups=True,
     formula="A_i = (c·s_i − Σ_g s)/max(c−1, 1)·[c > 1]  (groups of one get 0)",
     source="verl core_algos.compute_rloo_vectorized_outcome_advantage (L833-868 @1dda039b)",
     params={"mask_output": MASK_OUTPUT}))
@@ -151,6 +155,7 @@ def opo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="opo", level="row", uses_groups=True, row_constant=True, row_fn=opo_row,
+    zero_for_uniform_groups=True,
     formula="A_i = s_i − Σ_g L_j s_j / Σ_g L_j  (L = valid tokens; n=1: A_i = s_i)",
     source="verl core_algos.compute_opo_outcome_advantage (L639-690 @1dda039b)",
     params={"mask_output": MASK_OUTPUT}))
@@ -169,6 +174,7 @@ def gpg_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="gpg", level="row", uses_groups=True, row_constant=True, row_fn=gpg_row,
+    zero_for_uniform_groups=True,
     formula="A_i = α·(s_i − μ_g)/f_norm, α = B / max(#{i: s_i ≠ 0}, 1) over the batch; n=1: μ=0",
     source="verl core_algos.compute_gpg_outcome_advantage (L770-830 @1dda039b)",
     params={"f_norm": Key(1.0, "divisor (verl never passes another value)", None, "float"),
@@ -212,6 +218,7 @@ def passk_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_passk", level="row", uses_groups=True, row_constant=True, row_fn=passk_row,
+    zero_for_uniform_groups=True,
     formula="A_i = (r_max − r_2nd)[/(std_g + eps)] for the group argmax, 0 for the others",
     source="verl core_algos.compute_grpo_passk_outcome_advantage (L471-530 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std", None, "bool"), "eps": EPS,

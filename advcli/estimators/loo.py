@@ -52,6 +52,7 @@ def grpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_loo", level="row", uses_groups=True, row_constant=True, row_fn=grpo_loo_row,
+    zero_for_uniform_groups=True,
     formula="A_i = r_i − b_i, / (σ_i + eps) where σ_i > 0; b_i = mean of the other rows (leave_one_out) or "
             "of the group, σ_i their unbiased one-pass std sqrt((E[r²] − E[r]²)·k/(k−1)); n=1: 0",
     source="NeMo RL GRPOAdvantageEstimator + calculate_baseline_and_std_per_prompt "

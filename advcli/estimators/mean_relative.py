@@ -37,6 +37,7 @@ def maxrl_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="maxrl", level="row", uses_groups=True, row_constant=True, row_fn=maxrl_row,
+    zero_for_uniform_groups=True,
     formula="A_i = (s_i − μ_g)/(μ_g + eps); a group of one: A_i = s_i (no guard on μ_g ≤ 0)",
     source="SkyRL ppo_utils.compute_maxrl_advantage (L1396-1428 @a9564572)",
     params={"eps": Key(1e-6, "epsilon added to the group mean (SkyRL has no key for it)", None, "float"),

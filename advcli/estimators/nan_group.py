@@ -112,6 +112,7 @@ def grpo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_nan", level="row", uses_groups=True, row_constant=True, row_fn=grpo_nan_row,
+    zero_for_uniform_groups=lambda p: p["aggregation"] == "sum_then_normalize",
     formula="A_i = (R_i − nanmean_g R)/(σ + eps), σ = nanstd of the group (scale=group) or of the batch "
             "(scale=batch), no division for scale=none; normalize_then_sum: per-component group z-scores, "
             "weighted sum, batch z-score; NaN → 0",
@@ -150,6 +151,7 @@ def rloo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="rloo_nan", level="row", uses_groups=True, row_constant=True, row_fn=rloo_nan_row,
+    zero_for_uniform_groups=lambda p: not p["normalize"],
     formula="A_i = R_i − (nansum_g R − R_i)/(count_g − 1) (n=1: 0); optional batch z-score (std + eps); NaN → 0",
     source="TRL RLOOTrainer._generate_and_score_completions (rloo_trainer.py L1538-1561 @f2cd5771)",
     params={"normalize": Key(False, "batch z-score of the advantages (normalize_advantages)", None, "bool"),

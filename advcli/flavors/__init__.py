@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Key, load_config_file
+from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
 
@@ -34,6 +34,12 @@ class Flavor:
     # dump format -> (native settings, where they come from): what the run that wrote such a dump used, taken
     # for the keys not given (AReaL's JSONL: its GRPO example's settings)
     dump_settings: dict[str, tuple[tuple[tuple[str, Any], ...], str]] = field(default_factory=dict)
+    # the framework's own keys (or key prefixes) in a section the flavor reads that change nothing offline:
+    # a --config file may hold them (config_file_settings); --set still refuses them
+    unread: tuple[str, ...] = ()
+    # (native values, defaults filled) -> one line saying why the estimator that runs has another name than
+    # the one the user chose (ROLL adv_estimator=grpo runs reinforce_plus_plus), or None
+    estimator_note: Callable[[dict[str, Any]], str | None] | None = None
 
 
 FLAVORS: dict[str, Flavor] = {}
@@ -91,6 +97,15 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
     return values
 
 
+def estimator_note(flavor_name: str, given: dict[str, Any]) -> str | None:
+    """The flavor's one line on why the estimator that runs is named otherwise than the one chosen
+    (``Flavor.estimator_note``), for the native settings ``given``; None when it is not."""
+    flavor = get(flavor_name)
+    if flavor.estimator_note is None:
+        return None
+    return flavor.estimator_note(native_values(flavor, list((given or {}).items())))
+
+
 def flavor_keys(flavor: Flavor) -> dict[str, Key]:
     """The flavor's own keys plus advcli's extension keys (the canonical flavor has its own grouping keys)."""
     return dict(flavor.keys) if flavor.name == "advcli" else {**flavor.keys, **EXTENSION_KEYS}
@@ -104,10 +119,101 @@ def _apply_extensions(cfg: dict, values: dict) -> dict:
     return cfg
 
 
-def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str | None = None):
-    """(canonical config, the native settings that were given) for a flavor and its --set values."""
+@dataclass
+class ConfigFileKeys:
+    """What a ``--config`` file gave a flavor: the keys it reads (``taken``, in file order) and the
+    rest, which a training config holds plenty of: top-level sections the flavor reads nothing from
+    (``ignored_sections``: a verl ``ppo_trainer.yaml``'s ``data``, ``trainer``, ...) and keys inside a
+    section it reads that are not its settings (``ignored_keys``, named at their first unknown
+    component: ``algorithm.filter_groups``)."""
+
+    path: str
+    flavor: str
+    taken: list[tuple[str, Any]]
+    ignored_sections: list[str]
+    ignored_keys: list[str]
+
+    def line(self) -> str | None:
+        """One line naming what was ignored; None when every key of the file was taken."""
+        if not (self.ignored_sections or self.ignored_keys):
+            return None
+        parts = []
+        if self.ignored_sections:
+            parts.append(f"sections {_some(self.ignored_sections)} (--flavor {self.flavor} reads none of their keys)")
+        if self.ignored_keys:
+            parts.append(f"keys {_some(self.ignored_keys)} (no settings of --flavor {self.flavor})")
+        return f"{self.path}: {len(self.taken)} keys taken; ignored {' and '.join(parts)}"
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "taken": [k for k, _ in self.taken], "ignored_sections": self.ignored_sections,
+                "ignored_keys": self.ignored_keys}
+
+
+def _some(names: list[str], most: int = 12) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+# an unknown top-level name this close to a section the flavor reads is taken for a misspelling of it
+MISSPELLING_RATIO = 0.8
+
+
+def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
+    """The settings a ``--config`` file gives ``flavor`` (:class:`ConfigFileKeys`).
+
+    A full training configuration is accepted. The flavor's sections are the first components of its
+    keys (verl: ``algorithm``; a flavor of flat keys, like ROLL's, has one section a key). A key is
+
+    - taken when it is one of the flavor's keys;
+    - ignored with its top-level section when the flavor reads no key of that section (``data``,
+      ``trainer``, ``actor_rollout_ref`` for verl), unless the section's name is a near miss of one it
+      reads (``algoritm``: refused as a misspelling);
+    - inside a section the flavor reads: ignored when it is Hydra's (a component starting with ``_``,
+      ``_target_``) or one of the framework keys the flavor declares it does not read
+      (``Flavor.unread``: verl's ``algorithm.filter_groups``); any other key is refused naming it, with
+      the nearest key, as ``--set`` refuses it (``algorithm.adv_estimater``)."""
+    import difflib
+
+    from ..config import load_config_file
+
+    known = {**flavor_keys(flavor), **dict.fromkeys(flavor.aliases)}
+    read = sorted({k.split(".")[0] for k in known} | {p.split(".")[0] for p in flavor.open_prefixes})
+    taken, sections, keys = [], [], []
+    for k, v in load_config_file(path).items():
+        if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
+            taken.append((k, v))
+            continue
+        parts = k.split(".")
+        if parts[0] not in read:
+            near = difflib.get_close_matches(parts[0], read, n=1, cutoff=MISSPELLING_RATIO)
+            if near:
+                raise AdvcliError(f"config file {path}: section {parts[0]!r} (key {k!r}) is not read by --flavor "
+                                  f"{flavor.name}. Did you mean {near[0]!r}?",
+                                  hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
+            sections.append(parts[0])
+            continue
+        hydra = next((i for i, part in enumerate(parts) if part.startswith("_")), None)
+        unread = next((u for u in flavor.unread if k == u or k.startswith(u + ".")), None)
+        if hydra is not None or unread is not None:
+            keys.append(unread or ".".join(parts[:hydra + 1]))
+            continue
+        raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
+                          f"{did_you_mean(k, list(known))}",
+                          hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
+    return ConfigFileKeys(path, flavor.name, taken, list(dict.fromkeys(sections)), list(dict.fromkeys(keys)))
+
+
+def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str | None = None,
+            file_keys: list | None = None):
+    """(canonical config, the native settings that were given) for a flavor and its --set values.
+    ``config_file``: a YAML/TOML file read by :func:`config_file_settings` (its --set values win);
+    ``file_keys``: a list that receives its :class:`ConfigFileKeys`."""
     flavor = get(flavor_name)
-    items = list(load_config_file(config_file).items()) if config_file else []
+    items = []
+    if config_file:
+        found = config_file_settings(flavor, config_file)
+        items = list(found.taken)
+        if file_keys is not None:
+            file_keys.append(found)
     items += settings
     values = native_values(flavor, items)
     given = {flavor.aliases.get(k, k): v for k, v in items}

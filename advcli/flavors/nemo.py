@@ -122,9 +122,32 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
     return cfg
 
 
+def estimator_note(v: dict) -> str | None:
+    """Why the chosen estimator runs under another advcli name (translate above)."""
+    ppo, est = v["ppo.adv_estimator.name"], v["grpo.adv_estimator.name"]
+    if ppo == "raw_reward":
+        return ("ppo.adv_estimator.name=raw_reward is NeMo RL's RawRewardAdvantageEstimator, the reward on every "
+                "token: advcli's token_rewards")
+    if ppo is not None:
+        return None
+    if est == "grpo":
+        base = "leave-one-out" if v["grpo.adv_estimator.use_leave_one_out_baseline"] else "group-mean"
+        return (f"grpo.adv_estimator.name=grpo is NeMo RL's GRPOAdvantageEstimator with its {base} baseline: "
+                "advcli's grpo_loo")
+    if est == "gdpo":
+        return "grpo.adv_estimator.name=gdpo is NeMo RL's GDPOAdvantageEstimator: advcli's gdpo_loo"
+    if est == "reinforce_plus_plus":
+        minus = " minus its group mean" if v["grpo.adv_estimator.minus_baseline"] else ""
+        return (f"grpo.adv_estimator.name=reinforce_plus_plus is NeMo RL's ReinforcePlusPlusAdvantageEstimator, the "
+                f"reward{minus} on every token, whitened over the batch: advcli's token_rewards")
+    if est == "opd":
+        return "grpo.adv_estimator.name=opd is NeMo RL's OPDAdvantageEstimator: advcli's distill"
+    return None
+
+
 FLAVOR = Flavor(
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
-    keys=KEYS, translate=translate, aliases=ALIASES,
+    keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "
           "leave-one-out std from the one-pass E[r²]−E[r]² in float32 (so all-equal non-dyadic groups can give "
           "huge values, e.g. 7×0.3+1×0.9 → 6367), A/(σ+1e-6) only where σ>0, groups of one 0, LOO n=2 "

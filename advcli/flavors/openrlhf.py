@@ -114,10 +114,24 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+def estimator_note(v: dict) -> str | None:
+    """Why the chosen estimator runs as advcli's reinforce_plus_plus (translate above)."""
+    est = v["algo.advantage.estimator"]
+    shaping = {"rloo": "leave-one-out baseline", "reinforce_baseline": "group-mean baseline",
+               "dr_grpo": "group-mean baseline", "group_norm": "group norm (r − mean)/(std + 1e-9)"}.get(est)
+    ret = ("cumulative return of the token rewards (compute_advantages_and_returns): advcli's "
+           "reinforce_plus_plus")
+    if est == "reinforce":
+        return f"algo.advantage.estimator=reinforce is OpenRLHF's {ret}"
+    if shaping:
+        return f"algo.advantage.estimator={est} is OpenRLHF's {shaping} on the reward, then {ret} on that reward"
+    return None
+
+
 FLAVOR = Flavor(
     name="openrlhf",
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
-    keys=KEYS, translate=translate, aliases=ALIASES,
+    keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     notes="Groups are n consecutive rows (no ids); the group shaping acts on the scalar reward (rloo: "
           "leave-one-out; reinforce_baseline/dr_grpo: group mean; group_norm: (r − μ)/(σ + 1e-9) with "
           "torch.std unbiased on the [G, n] reshape, so float32 all-equal groups can reach 59.6 before the "

@@ -100,10 +100,22 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+def estimator_note(v: dict) -> str | None:
+    """Why an orchestrator.algo.type runs under another advcli name (translate above)."""
+    algo = v[P + "type"]
+    name = {"grpo": "grpo_cohort", "echo": "grpo_cohort", "max_rl": "max_rl_cohort", "hierarchical_grpo": "grpo_peers",
+            "rae": "ema_baseline"}.get(algo)
+    what = {"grpo_cohort": "the reward minus the mean of its cohort's trainable rows",
+            "max_rl_cohort": "the reward minus the cohort mean, over that mean",
+            "grpo_peers": "the reward minus the mean of its peers (same agent) in the cohort",
+            "ema_baseline": "the reward minus a running (EMA) baseline per agent"}.get(name)
+    return f"{P}type={algo} in prime-rl is {what}: advcli's {name}" if name else None
+
+
 FLAVOR = Flavor(
     name="prime-rl",
     framework="PrimeIntellect-ai/prime-rl @ 559b4477 (src/prime_rl/orchestrator/algo/, configs/algorithm.py)",
-    keys=KEYS, translate=translate,
+    keys=KEYS, translate=translate, estimator_note=estimator_note,
     notes="Credit per rollout group (cohort = prompt_id, per step) over its trainable traces only: a row with "
           "trainable=false or no mask=1 token is left out of every statistic and gets 0.0. grpo/echo: A = r − "
           "mean (float32, no std; a cohort of one gets 0), optionally with the length penalty s = r − "

@@ -118,10 +118,21 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+def estimator_note(v: dict) -> str | None:
+    """Why ``adv_estimator=grpo``/``reinforce`` runs advcli's ``reinforce_plus_plus`` (translate above)."""
+    est = v["adv_estimator"]
+    ret = "its REINFORCE return A_t = r_t + γ·A_{t+1} (compute_reinforce_return): advcli's reinforce_plus_plus"
+    if est == "grpo":
+        return f"adv_estimator=grpo is ROLL's group reward norm (r − mean)/(std + 1e-6), then {ret} on those rewards"
+    if est == "reinforce":
+        return f"adv_estimator=reinforce is ROLL's {ret.removeprefix('its ')}"
+    return None
+
+
 FLAVOR = Flavor(
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
-    group_size_key=N_KEY,
+    group_size_key=N_KEY, estimator_note=estimator_note,
     notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
           "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "
           "[G, n] reshape: (r − μ)/(σ + 1e-6) with torch.std unbiased, a group of one gives NaN with a group "

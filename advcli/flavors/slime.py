@@ -139,11 +139,25 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+def estimator_note(v: dict) -> str | None:
+    """Why an advantage_estimator runs under another advcli name (translate above)."""
+    est = v["advantage_estimator"]
+    if est in GRPO_FAMILY:
+        return (f"advantage_estimator={est} is slime's group reward normalisation (rollout.py L608-633) and then "
+                "that reward on every token (get_grpo_returns): advcli's token_rewards on the normalised rewards")
+    if est == "reinforce_plus_plus_baseline":
+        return ("advantage_estimator=reinforce_plus_plus_baseline is slime's group-centred reward − β·KL on every "
+                "token (loss.py L448-475): advcli's token_rewards")
+    if est == "ppo":
+        return "advantage_estimator=ppo is slime's vanilla GAE over every position (loss.py L478-583): advcli's gae"
+    return None
+
+
 FLAVOR = Flavor(
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",
-    group_size_key="n_samples_per_prompt",
+    group_size_key="n_samples_per_prompt", estimator_note=estimator_note,
     notes="groups are consecutive blocks of n_samples_per_prompt rows of a step; a step whose row count is not "
           "rollout_batch_size·n (default: rows // n, so a count that is not a multiple of n) is normalised as one "
           "group; grpo/gspo/cispo: (r − μ)/(std(r − μ) + 1e-6) on the [G, n] float32 reshape (12×0.7 gives 0.119), "

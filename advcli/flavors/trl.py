@@ -98,9 +98,16 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+def estimator_note(v: dict) -> str | None:
+    """Why trainer=grpo/rloo runs advcli's NaN-aware grpo_nan/rloo_nan (translate above)."""
+    t = v["trainer"]
+    return (f"trainer={t} is TRL's {t.upper()}Trainer advantage, whose statistics skip a reward function's None "
+            f"(NaN): advcli's {t}_nan")
+
+
 FLAVOR = Flavor(
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
-    keys=KEYS, translate=translate,
+    keys=KEYS, translate=translate, estimator_note=estimator_note,
     notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
           "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
           "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "

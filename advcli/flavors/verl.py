@@ -119,6 +119,10 @@ def translate(v: dict) -> dict:
 FLAVOR = Flavor(
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
+    # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
+    # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
+    # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs
+    unread=("algorithm.filter_groups", "algorithm.pf_ppo", "algorithm.rollout_correction.debug_rollout_actor_probs"),
     notes="Group statistics on s_i = Σ_t token_level_rewards (mask not applied), torch.std unbiased, "
           "(s−μ)/(σ+1e-6); a group of one gets s/(1+1e-6) in grpo, raw s in rloo, 0 in rloo_vectorized; "
           "the reward sits at position L_i−1 even when that token is masked (row-sum estimators keep it, "

@@ -23,6 +23,17 @@ def diagnostics_settings(plan) -> dict:
             "rule": get_path(plan.cfg, "diagnostics.rule")}
 
 
+def uniform_groups_get_zero(plan) -> bool:
+    """Does a uniform group (every reward equal) get advantage 0 in this run? The estimator says so
+    (``EstimatorSpec.zero_for_uniform_groups``: it only compares rows within a group), and nothing after
+    it or before it breaks the tie: no whitening of the advantages over the batch, no KL term in the
+    reward (it differs row by row), no distillation term."""
+    from ..config import get_path
+
+    return (plan.spec.gives_zero_for_uniform_groups(plan.params) and not get_path(plan.cfg, "advantage.whiten")
+            and not get_path(plan.cfg, "kl.in_reward") and not get_path(plan.cfg, "advantage.distill_coef"))
+
+
 @dataclass
 class ChunkObservations:
     """What the run statistics and diagnostics need from one chunk's token columns and do not
@@ -60,8 +71,8 @@ class RunObserver:
 
     ``RunObserver(plan, res, row, betas, kls)`` after the row table is resolved; ``add(...)`` for
     every chunk of the write (or compute-only) pass; ``finish(result)`` fills ``result.metrics``,
-    ``per_step``, ``histograms``, ``diagnostics`` and adds a warning line per diagnostic of severity
-    ``warning`` with a non-zero count.
+    ``per_step``, ``histograms``, ``group_health`` and ``diagnostics`` (each said there once, warnings
+    included: ``result.warnings`` gets no copy of them).
 
     Row-level estimators (``spec.level == "row"``, ``spec.row_constant``): the write pass gives every
     token of row i ``broadcast(adv_row[i])`` (× mask), then the element-wise final ops of
@@ -170,13 +181,13 @@ class RunObserver:
         if hasattr(result, "histograms"):
             result.histograms = out["histograms"]
         result.group_health = out.get("group_health")
+        if result.group_health is not None:
+            result.group_health["uniform_zero_advantage"] = uniform_groups_get_zero(self.plan)
         diags = self.diag.finish()
         if hasattr(result, "diagnostics"):
             result.diagnostics = diags
-        for d in diags:
-            if d["severity"] == "warning" and d["count"]:
-                rows = [e.get("row", e.get("group")) for e in d["examples"][:5]]
-                result.warnings.append(d.get("summary") or f"{d['kind']}: {d['count']} {d['unit']} (e.g. {rows})")
+        # a diagnostic is said once, as a diagnostic (its severity tells a warning): result.warnings holds
+        # the other warnings only
 
 
 

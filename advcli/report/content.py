@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from .. import __version__
-from .primitives import is_num
+from .primitives import fmt_num, is_num
 
 # the figures the terminal summary and the headline of each report show, in order, when present
 KEY_METRICS = [
@@ -93,13 +93,39 @@ def metric_sections(metrics: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
 
 
 def step_columns(steps: list[dict]) -> list[str]:
-    """The numeric per-step fields, in first-seen order, leaving out those that are None everywhere."""
+    """The numeric per-step fields, in first-seen order, leaving out those that are None everywhere; with
+    ``domain`` after ``step`` when the entries are per step and domain (ROLL)."""
     cols: list[str] = []
     for e in steps:
         for k, v in e.items():
             if k not in cols and (v is None or is_num(v)):
                 cols.append(k)
-    return [c for c in cols if c == "step" or any(is_num(e.get(c)) for e in steps)]
+    cols = [c for c in cols if c == "step" or any(is_num(e.get(c)) for e in steps)]
+    if any(e.get("domain") is not None for e in steps):
+        cols.insert(cols.index("step") + 1 if "step" in cols else 0, "domain")
+    return cols
+
+
+def step_label(entry: dict) -> str:
+    """A per-step entry's name: its step, and its domain when the entries are per step and domain."""
+    step = fmt_num(entry.get("step"))
+    return f"{step} {entry['domain']}" if entry.get("domain") is not None else step
+
+
+def steps_line(steps: list[dict]) -> str | None:
+    """The terminal's count of the per-step entries: the distinct steps, and the domains apart when the
+    entries are per step and domain (ROLL: 2 steps × 2 domains are 4 entries, "2 steps, 2 domains");
+    None for a single entry."""
+    if len(steps) < 2:
+        return None
+    n = len(dict.fromkeys(repr(e.get("step")) for e in steps))
+    domains = list(dict.fromkeys(str(e["domain"]) for e in steps if e.get("domain") is not None))
+    text = f"{n} step{'s' if n != 1 else ''}"
+    if domains:
+        shown = ", ".join(domains[:6]) + (f", … {len(domains)} in all" if len(domains) > 6 else "")
+        text += f", {len(domains)} domain{'s' if len(domains) != 1 else ''} ({shown})"
+        return text + " (figures per step and domain in --report or --json)"
+    return text + " (per-step figures in --report or --json)"
 
 
 def headline(report: dict) -> list[tuple[str, str]]:
@@ -110,10 +136,14 @@ def headline(report: dict) -> list[tuple[str, str]]:
     out = []
     if what:
         out.append(("ran", what))
+    if report.get("estimator_note"):  # the flavor runs the estimator the user named under another name
+        out.append(("why", report["estimator_note"]))
     for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.commands.defaults)
         out.append(("from dump", line))
     if report.get("settings"):
         out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))
+    if (report.get("config_file") or {}).get("note"):
+        out.append(("config", report["config_file"]["note"]))
     out.append(("input", ", ".join(report.get("inputs") or []) or "–"))
     if report.get("outputs"):
         out.append(("output", ", ".join(report["outputs"])))

@@ -7,9 +7,12 @@ from typing import Any
 
 from .primitives import PALETTE, esc, html_table, md_table, nice, svg_histogram, svg_lines
 
+# the two reward figures (advcli.stats.group_health): the mean over groups of the group's mean reward, and
+# the share of rows with reward > 0 — named apart everywhere, never "solve rate"
+MEAN_LABEL, SOLVED_LABEL = "mean group reward", "solved rows"
 BLOCK_COLS = [("groups", "groups"), ("rows", "rows"), ("uniform_share", "uniform"), ("zero_adv_token_share",
-              "zero-adv tokens"), ("solve_rate", "solve rate"), ("singleton_groups", "singletons"),
-              ("partial_groups", "partial")]
+              "zero-adv tokens"), ("group_mean_reward", MEAN_LABEL), ("solved_share", SOLVED_LABEL),
+              ("singleton_groups", "singletons"), ("partial_groups", "partial")]
 
 
 def _pct(v: Any) -> str:
@@ -19,20 +22,27 @@ def _pct(v: Any) -> str:
 def _cell(key: str, v: Any):
     if key.endswith("_share"):
         return _pct(v)
-    if key == "solve_rate":
+    if key == "group_mean_reward":
         return "–" if v is None else f"{v:.3f}"
     return v
 
 
 def headline(h: dict) -> str:
-    """One line: groups, uniform share, zero-advantage tokens, flags."""
+    """One line: groups, uniform groups (and whether they mean a zero advantage for this run's estimator),
+    zero-advantage tokens, the mean group reward, the solved share, flags."""
     o = h.get("overall") or {}
+    zero = h.get("uniform_zero_advantage")  # True/False for a run (its estimator); absent: a dump's statistics
+    meaning = ("every reward equal: advantage 0, no learning signal" if zero is True else
+               "every reward equal" if zero is False else
+               "every reward equal: no learning signal for group-relative estimators")
     parts = [f"{o.get('groups', 0):,} groups, {o.get('uniform_groups', 0):,} uniform ({_pct(o.get('uniform_share'))}:"
-             " no learning signal)"]
+             f" {meaning})"]
     if o.get("zero_adv_token_share") is not None:
         parts.append(f"{_pct(o['zero_adv_token_share'])} of valid tokens with advantage 0")
-    if o.get("solve_rate") is not None:
-        parts.append(f"solve rate {o['solve_rate']:.3f}")
+    if o.get("group_mean_reward") is not None:
+        parts.append(f"{MEAN_LABEL} {o['group_mean_reward']:.3f}")
+    if o.get("solved_share") is not None:
+        parts.append(f"{SOLVED_LABEL} (reward > 0) {_pct(o['solved_share'])}")
     parts += (h.get("group_sizes") or {}).get("flags") or []
     return "; ".join(parts)
 
@@ -49,9 +59,11 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     out.append(("Per step and data source", [""] + [n for _, n in cols], rows))
     comps = h.get("per_component") or []
     if comps:
-        out.append(("Group health per reward component", ["component", "uniform groups", "uniform", "solve rate"],
+        out.append(("Group health per reward component",
+                    ["component", "uniform groups", "uniform", MEAN_LABEL, SOLVED_LABEL],
                     [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]),
-                      _cell("solve_rate", c["solve_rate"])] for c in comps]))
+                      _cell("group_mean_reward", c.get("group_mean_reward")), _pct(c.get("solved_share"))]
+                     for c in comps]))
     gs = h.get("group_sizes")
     if gs:
         out.append(("Group sizes", ["rows per group", "groups"], [[s, c] for s, c in zip(gs["sizes"], gs["counts"])]))
@@ -68,7 +80,7 @@ def markdown_lines(h: dict | None) -> list[str]:
     L = ["", "## Group health", "", headline(h)]
     for title, header, rows in tables(h):
         L += ["", f"### {title}", ""] + md_table(header, rows)
-    hist = h.get("solve_rate_histogram")
+    hist = h.get("group_mean_reward_histogram")
     if hist:
         L += ["", f"### Histogram: {hist['note']}", ""]
         e, c = hist["edges"], hist["counts"]
@@ -83,7 +95,7 @@ def html_parts(h: dict | None) -> list[str]:
         return []
     H = ["<h2>Group health</h2>", f"<p>{esc(headline(h))}</p>"]
     plots = []
-    hist = h.get("solve_rate_histogram")
+    hist = h.get("group_mean_reward_histogram")
     if hist:
         plots.append(svg_histogram(hist["edges"], hist["counts"], f"groups by {hist['note']}"))
     gs = h.get("group_sizes")

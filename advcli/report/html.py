@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from . import health
-from .content import flat_step, headline, key_metrics, metric_sections, step_columns
+from .content import flat_step, headline, key_metrics, metric_sections, step_columns, step_label
 from .primitives import CSS, esc, fmt_num, html_table, is_num, short_examples, svg_histogram, svg_lines
 
 
@@ -12,7 +12,7 @@ def _step_plots(steps: list[dict]) -> list[str]:
     if len(steps) < 2:
         return []
     xs = [s.get("step") if is_num(s.get("step")) else i for i, s in enumerate(steps)]
-    cols = [c for c in step_columns(steps) if c != "step"]
+    cols = [c for c in step_columns(steps) if c not in ("step", "domain")]
     chosen = [c for c in cols if c.endswith("/mean") or c in ("kl_coef", "kl", "actor/reward_kl_penalty",
                                                               "actor/reward_kl_penalty_coeff")]
     chosen = [c for c in chosen if sum(is_num(s.get(c)) for s in steps) >= 1][:8]
@@ -96,8 +96,8 @@ def to_html(report: dict) -> str:
     if steps:
         cols = step_columns(steps)
         if len(steps) <= 12:  # one column per step reads better
-            head = ["step"] + [fmt_num(s.get("step")) for s in steps]
-            body = [[c] + [s.get(c) for s in steps] for c in cols if c != "step"]
+            head = ["step"] + [step_label(s) for s in steps]
+            body = [[c] + [s.get(c) for s in steps] for c in cols if c not in ("step", "domain")]
             H.append('<h2>Per step</h2><div class="scroll">' + html_table(head, body) + "</div>")
         else:
             H.append('<h2>Per step</h2><div class="scroll">'

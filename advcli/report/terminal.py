@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import health
-from .content import headline, key_metrics
+from .content import headline, key_metrics, steps_line
 from .primitives import fmt_num, short_examples
 
 
@@ -22,19 +22,21 @@ def print_summary(report: dict, console=None) -> None:
         t.add_row("", "")
         for k, v in km:
             t.add_row(k, fmt_num(v))
-    steps = report.get("per_step") or []
-    if len(steps) > 1:
-        t.add_row("steps", f"{len(steps)} (per-step figures in --report or --json)")
+    steps = steps_line(report.get("per_step") or [])
+    if steps:
+        t.add_row("steps", steps)
     if report.get("group_health"):
         t.add_row("group health", _rich_escape(health.headline(report["group_health"])))
-    for d in report.get("diagnostics") or []:
+    for d in report.get("diagnostics") or []:  # each once: a warning by its severity, with its meaning
         count = d.get("count")
         if not count:
             continue
         ex = short_examples(d.get("examples"))
         unit = f" {d['unit']}" if d.get("unit") else ""
-        t.add_row("[magenta]diagnostic[/]", _rich_escape(f"{d.get('kind')}: {fmt_num(count)}{unit}"
-                                                         + (f" (e.g. {ex})" if ex else "")))
+        meaning = f": {d['meaning']}" if d.get("meaning") else ""
+        label = "[yellow]warning[/]" if d.get("severity") == "warning" else "[magenta]diagnostic[/]"
+        t.add_row(label, _rich_escape(f"{d.get('kind')}: {fmt_num(count)}{unit}{meaning}"
+                                      + (f" (e.g. {ex})" if ex else "")))
     for w in report.get("warnings") or []:
         t.add_row("[yellow]warning[/]", _rich_escape(str(w)))
     con.print(t)

@@ -50,8 +50,9 @@ advcli's additions (not logged by verl):
   which.
 - group figures (when rows are grouped): ``groups/count``, ``groups/size/{mean,min,max}``,
   ``groups/singleton_share``, ``groups/all_equal_share`` (groups of ≥ 2 rows whose estimator row
-  scores are all equal), ``groups/solve_rate`` (share of rows with score > 0),
-  ``groups/solved_{all,none,some}_share`` (groups where every / no / some rows have score > 0),
+  scores are all equal), ``groups/solved_share`` (share of rows with score > 0 among
+  the rows with a score, not NaN), ``groups/solved_{all,none,some}_share`` (groups where every / no /
+  some rows with a score have score > 0) — the definitions of ``group_health`` (advcli.stats.group_health),
   ``groups/adv_sign/{mixed,only_pos,only_neg,all_zero}_share`` (sign of each row's mean valid
   advantage) and ``groups/adv_sign/balance_mean`` (mean over groups of (#pos − #neg)/n).
 

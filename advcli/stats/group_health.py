@@ -8,16 +8,27 @@ from the per-row table only (numpy, vectorised; no pass over the tokens):
 - per block (the whole run, each step, each data source): ``groups``, ``rows``, ``uniform_groups`` /
   ``uniform_share`` (every reward equal, ``nunique(dropna=False) == 1``, groups of one included),
   ``zero_adv_token_share`` (valid tokens whose advantage is exactly 0; when there are advantages),
-  ``singleton_groups``, ``partial_groups`` (fewer rows than the usual group size), ``solve_rate`` (mean
-  over groups of the group's mean reward), ``solved_all_share`` / ``solved_none_share`` (0/1 rewards);
-- ``solve_rate_histogram``: groups per mean reward — the solve rate when rewards are 0/1 (10 bins over
-  [0, 1], the last one closed), else the mean reward over [min, max];
+  ``singleton_groups``, ``partial_groups`` (fewer rows than the usual group size),
+  ``group_mean_reward`` and ``solved_share`` / ``solved_all_share`` / ``solved_none_share`` (below);
+- ``group_mean_reward_histogram``: groups per mean reward (10 bins over [0, 1] when rewards are 0/1, the
+  last one closed; else over [min, max]);
 - ``group_sizes``: groups per size, the usual (most common) size, and flags for uneven sizes,
   partial and singleton groups;
 - ``length_by_outcome``: response length (the list length L_i) of solved rows (reward > 0) and
-  unsolved rows: count, mean, median;
+  unsolved rows (reward ≤ 0; rows without a reward in neither): count, mean, median;
 - ``per_component``: per reward component column (``reward.components``, ``reward/*``): uniform
-  groups and solve rate of that component alone.
+  groups, ``group_mean_reward`` and ``solved_share`` of that component alone.
+
+The two reward figures, each defined once here (and in docs/reports.md), never called "solve rate":
+
+- ``group_mean_reward``: the mean over groups of the group's mean reward (each group counts once,
+  whatever its size; rows without a reward, NaN, left out). Summed reward functions give values
+  above 1.
+- ``solved_share``: the share of rows with reward > 0 among the rows with a reward (not NaN);
+  ``solved_all_share`` / ``solved_none_share``: the share of groups whose rows with a reward are all
+  / none > 0. The same numbers as the metrics ``groups/solved_share`` and
+  ``groups/solved_{all,none}_share``. With 0/1 rewards ``solved_share`` is the pass rate over rows and
+  ``group_mean_reward`` the pass rate averaged over prompts.
 
 A data source is a ``data_source``/``domain``-like column (advcli.curate.SOURCE_COLUMNS); a group's
 source is its first row's.
@@ -28,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-SOLVE_BINS = 10
+MEAN_REWARD_BINS = 10
 
 
 def _f(x) -> float | None:
@@ -46,6 +57,23 @@ def _per_group(group: np.ndarray, reward: np.ndarray):
 
     d = group_decisions(group, reward, FilterSpec())
     return d["size"], d["mean"], d["uniform"]
+
+
+def _solved(group: np.ndarray, reward: np.ndarray, G: int):
+    """Per row: has a reward (not NaN), is solved (reward > 0); per group: rows with a reward, solved rows."""
+    scored = ~np.isnan(reward)
+    solved = scored & (reward > 0)
+    return scored, solved, np.bincount(group, scored, G), np.bincount(group, solved, G)
+
+
+def _solved_figures(gsel, rsel, scored, solved, g_scored, g_solved) -> dict[str, Any]:
+    """``solved_share`` over the rows ``rsel``, ``solved_{all,none}_share`` over the groups ``gsel``."""
+    n_rows = int(scored[rsel].sum())
+    gs = gsel & (g_scored > 0)
+    n = int(gs.sum())
+    return {"solved_share": _f(solved[rsel].sum() / n_rows) if n_rows else None,
+            "solved_all_share": _f(((g_solved == g_scored) & gs).sum() / n) if n else None,
+            "solved_none_share": _f(((g_solved == 0) & gs).sum() / n) if n else None}
 
 
 def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, length: np.ndarray, *,
@@ -69,6 +97,7 @@ def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, lengt
     binary = _binary(reward)
     first = np.full(G, -1, np.int64)
     first[group[::-1]] = np.arange(R)[::-1]
+    solved_by = _solved(group, reward, G)
 
     def block(gsel: np.ndarray, rsel: np.ndarray) -> dict[str, Any]:
         gsel = gsel & present
@@ -78,11 +107,8 @@ def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, lengt
                                "uniform_share": _f((uniform & gsel).sum() / n) if n else None,
                                "singleton_groups": int(((size == 1) & gsel).sum()),
                                "partial_groups": int(((size < usual) & gsel).sum()),
-                               "solve_rate": (_f(np.nanmean(mean[gsel])) if n and np.isfinite(mean[gsel]).any()
-                                              else None)}
-        if binary and n:
-            out["solved_all_share"] = _f(((mean == 1.0) & gsel).sum() / n)
-            out["solved_none_share"] = _f(((mean == 0.0) & gsel).sum() / n)
+                               "group_mean_reward": _group_mean(mean, gsel),
+                               **_solved_figures(gsel, rsel, *solved_by)}
         if zero_adv is not None:
             v = int(valid[rsel].sum())
             out["zero_adv_token_share"] = _f(np.asarray(zero_adv)[rsel].sum() / v) if v else None
@@ -97,16 +123,16 @@ def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, lengt
         source = np.asarray(source, np.int64)
         gsrc = source[first.clip(min=0)]
         h["per_source"] = [{"source": str(nm), **block(gsrc == k, source == k)} for k, nm in enumerate(source_names)]
-    # solve-rate histogram: groups per mean reward
+    # groups per mean reward
     gm = mean[present & np.isfinite(mean)]
     if gm.size:
         lo, hi = (0.0, 1.0) if binary else (float(gm.min()), float(gm.max()))
         if hi == lo:
             hi = lo + 1.0
-        counts, edges = np.histogram(gm, bins=SOLVE_BINS, range=(lo, hi))
-        h["solve_rate_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist(), "over": "groups",
-                                     "note": ("solve rate (mean 0/1 reward) per group" if binary
-                                              else "mean reward per group")}
+        counts, edges = np.histogram(gm, bins=MEAN_REWARD_BINS, range=(lo, hi))
+        h["group_mean_reward_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist(), "over": "groups",
+                                            "note": ("mean 0/1 reward per group (its share of solved rows)"
+                                                     if binary else "mean reward per group")}
     # group sizes
     if sizes.size:
         bc = np.bincount(sizes)
@@ -122,9 +148,8 @@ def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, lengt
         h["group_sizes"] = {"sizes": [int(k) for k in np.flatnonzero(bc)], "counts": [int(c) for c in bc[bc > 0]],
                             "usual": usual, "min": int(sizes.min()), "max": int(sizes.max()), "flags": flags}
     # response length by outcome
-    fin = np.isfinite(reward)
-    solved = fin & (reward > 0)
-    unsolved = fin & ~(reward > 0)
+    scored, solved = solved_by[0], solved_by[1]
+    unsolved = scored & ~solved
     lbo = {}
     for name, sel in (("solved", solved), ("unsolved", unsolved)):
         x = length[sel]
@@ -139,11 +164,20 @@ def group_health(group: np.ndarray, reward: np.ndarray, valid: np.ndarray, lengt
         n = int(p2.sum())
         comps.append({"component": name, "uniform_groups": int((u2 & p2).sum()),
                       "uniform_share": _f((u2 & p2).sum() / n) if n else None,
-                      "solve_rate": _f(np.nanmean(m2[p2])) if n and np.isfinite(m2[p2]).any() else None,
+                      "group_mean_reward": _group_mean(m2, p2),
+                      "solved_share": _solved_figures(p2, np.ones(R, bool), *_solved(group, cv, s2.size))[
+                          "solved_share"],
                       "binary": _binary(cv)})
     if comps:
         h["per_component"] = comps
     return h
+
+
+def _group_mean(mean: np.ndarray, gsel: np.ndarray) -> float | None:
+    """``group_mean_reward``: the mean over the groups ``gsel`` of their mean reward (groups with no
+    reward left out)."""
+    m = mean[gsel]
+    return _f(np.nanmean(m)) if m.size and not np.isnan(m).all() else None
 
 
 def of_run_stats(st, source=None, source_names=None, components=None) -> dict | None:
@@ -151,8 +185,16 @@ def of_run_stats(st, source=None, source_names=None, components=None) -> dict | 
     g = st.groups
     if g is None or g.num_groups == 0:
         return None
-    step = st.scopes.codes.numpy() if st.scopes is not None else None
+    step, step_values = None, st.step_values
+    if st.scopes is not None:
+        # scopes can be finer than steps (ROLL: one per step and domain): per_step is per step
+        keys = [repr(v) for v in st.step_values]
+        first = {k: i for i, k in reversed(list(enumerate(keys)))}
+        distinct = sorted(set(first.values()))
+        code_of = np.array([distinct.index(first[k]) for k in keys], np.int64)
+        step = code_of[st.scopes.codes.numpy()] if len(keys) else st.scopes.codes.numpy()
+        step_values = [st.step_values[i] for i in distinct]
     zero = st.adv_zero.numpy() if getattr(st, "has_advantages", True) else None
     return group_health(g.codes.numpy(), st.raw_score.numpy(), st.valid.numpy(), st.resp_len.numpy(),
-                        step=step, step_values=st.step_values, source=source, source_names=source_names,
+                        step=step, step_values=step_values, source=source, source_names=source_names,
                         zero_adv=zero, components=components)

@@ -64,7 +64,7 @@ def explained_var(st, s: int | None) -> float | None:
 
 
 def group_figures(st) -> dict[str, Any]:
-    """advcli's ``groups/...`` figures (sizes, solve rates, advantage signs per group); empty without groups."""
+    """advcli's ``groups/...`` figures (sizes, solved shares, advantage signs per group); empty without groups."""
     g = st.groups
     out: dict[str, Any] = {}
     if g is None or g.num_groups == 0:
@@ -82,12 +82,18 @@ def group_figures(st) -> dict[str, Any]:
     smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amax")
     multi = sizes > 1
     out["groups/all_equal_share"] = figure(((smin == smax) & multi).sum() / max(int(multi.sum()), 1))
-    solved = (st.raw_score > 0).to(torch.int64)
-    out["groups/solve_rate"] = figure(solved.to(torch.float64).mean()) if st.R else None
-    ns = g.sum(solved)[present]
-    out["groups/solved_all_share"] = figure((ns == sizes[present]).to(torch.float64).mean())
-    out["groups/solved_none_share"] = figure((ns == 0).to(torch.float64).mean())
-    out["groups/solved_some_share"] = figure(((ns > 0) & (ns < sizes[present])).to(torch.float64).mean())
+    # solved rows (issue 28): reward > 0 among the rows with a reward (not NaN); a group's shares over
+    # its rows with a reward — the same definitions as advcli.stats.group_health
+    scored = ~torch.isnan(st.raw_score)
+    solved = scored & (st.raw_score > 0)
+    n_scored = int(scored.sum())
+    out["groups/solved_share"] = figure(solved.sum() / n_scored) if n_scored else None
+    ns, nr = g.sum(solved.to(torch.int64))[present], g.sum(scored.to(torch.int64))[present]
+    has = nr > 0
+    k = max(int(has.sum()), 1)
+    out["groups/solved_all_share"] = figure(((ns == nr) & has).sum() / k) if has.any() else None
+    out["groups/solved_none_share"] = figure(((ns == 0) & has).sum() / k) if has.any() else None
+    out["groups/solved_some_share"] = figure(((ns > 0) & (ns < nr)).sum() / k) if has.any() else None
     a = st.row_advantage()
     pos = g.sum((a > 0).to(torch.int64))[present]
     neg = g.sum((a < 0).to(torch.int64))[present]

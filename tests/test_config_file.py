@@ -1,0 +1,194 @@
+"""`--config` with a trainer's whole training configuration (issue 28, part 8): the flavor takes the keys
+it knows, names the sections it ignores in one line, and still refuses a misspelling inside a section it
+reads; a file that does not parse is refused naming its line and column.
+
+The YAML below follows verl's own ``verl/trainer/config/ppo_trainer.yaml`` (verl-project/verl @ 05a1edd6):
+its top-level sections and, in ``algorithm``, its keys with Hydra's ``_target_`` entries."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_main
+from test_format_verl import v1_records, write
+
+PPO_TRAINER_YAML = """\
+defaults:
+  - actor@actor_rollout_ref.actor: dp_actor
+  - _self_
+data:
+  tokenizer: null
+  train_files: ~/data/gsm8k/train.parquet
+  train_batch_size: 1024
+  max_prompt_length: 512
+actor_rollout_ref:
+  hybrid_engine: true
+  model:
+    path: ~/models/deepseek-llm-7b-chat
+  actor:
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+    use_kl_loss: false
+  rollout:
+    name: vllm
+    n: 3
+critic:
+  optim:
+    lr: 1e-5
+reward_model:
+  enable: false
+algorithm:
+  _target_: verl.trainer.config.AlgoConfig
+  gamma: 1.0
+  lam: 1.0
+  adv_estimator: grpo
+  norm_adv_by_std_in_grpo: {norm_by_std}
+  filter_groups:
+    _target_: verl.trainer.config.FilterGroupsConfig
+    enable: false
+    metric: reward
+  use_kl_in_reward: false
+  kl_penalty: kl
+  kl_ctrl:
+    _target_: verl.trainer.config.KLControlConfig
+    type: fixed
+    kl_coef: 0.001
+    horizon: 10000
+    target_kl: 0.1
+  use_pf_ppo: false
+  pf_ppo:
+    reweight_method: pow
+    weight_pow: 2.0
+trainer:
+  total_epochs: 30
+  project_name: verl_examples
+  logger: ["console", "wandb"]
+  n_gpus_per_node: 8
+ray_init:
+  num_cpus: null
+"""
+IGNORED_SECTIONS = ["defaults", "data", "actor_rollout_ref", "critic", "reward_model", "trainer", "ray_init"]
+
+
+def _dump(tmp_path):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 7)  # 4 prompts × 3 sessions, scores in {0, 0.5, 1}
+    write(d / "1.jsonl", recs)
+    return d, recs
+
+
+def test_full_verl_ppo_trainer_yaml_runs(tmp_path, capsys):
+    d, recs = _dump(tmp_path)
+    cfg = tmp_path / "ppo_trainer.yaml"
+    cfg.write_text(PPO_TRAINER_YAML.format(norm_by_std="false"))
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--config", cfg, "--json"], capsys)
+    assert code == 0, err
+    # the file's algorithm keys were taken: grpo without the std, A_i = s_i − mean of its group
+    scores = [r["score"] for r in recs]
+    group = [r["uid"].rsplit("_", 2)[0] for r in recs]
+    want = [s - np.mean([t for t, h in zip(scores, group) if h == g]) for s, g in zip(scores, group)]
+    got = pq.read_table(out).column("advantages").to_pylist()  # response-level dump: one advantage a row
+    assert np.allclose(got, want, rtol=1e-6, atol=1e-6)
+    rep = json.loads(stdout)
+    assert rep["settings"]["algorithm.norm_adv_by_std_in_grpo"] is False
+    cf = rep["config_file"]
+    assert cf["ignored_sections"] == IGNORED_SECTIONS
+    assert cf["ignored_keys"] == ["algorithm._target_", "algorithm.filter_groups", "algorithm.kl_ctrl._target_",
+                                  "algorithm.pf_ppo"]
+    assert "algorithm.adv_estimator" in cf["taken"] and len(cf["taken"]) == 11
+
+
+def test_ignored_sections_are_one_summary_line(tmp_path, capsys):
+    d, _ = _dump(tmp_path)
+    cfg = tmp_path / "ppo_trainer.yaml"
+    cfg.write_text(PPO_TRAINER_YAML.format(norm_by_std="true"))
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--config", cfg], capsys)
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("config ")]
+    assert len(lines) == 1
+    text = " ".join(" ".join(err.split("config ", 1)[1].split("input ", 1)[0].split()).split())
+    assert "ignored sections " + ", ".join(IGNORED_SECTIONS) + " (--flavor verl reads none of their keys)" in text
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ("  adv_estimator: grpo", "  adv_estimater: grpo", ("'algorithm.adv_estimater'", "'algorithm.adv_estimator'")),
+    ("    kl_coef: 0.001", "    kl_coeff: 0.001", ("'algorithm.kl_ctrl.kl_coeff'", "'algorithm.kl_ctrl.kl_coef'")),
+    ("algorithm:", "algoritm:", ("section 'algoritm'", "Did you mean 'algorithm'")),
+])
+def test_misspelling_in_a_read_section_is_refused(tmp_path, capsys, old, new, named):
+    d, _ = _dump(tmp_path)
+    cfg = tmp_path / "ppo_trainer.yaml"
+    text = PPO_TRAINER_YAML.format(norm_by_std="true")
+    assert old in text
+    cfg.write_text(text.replace(old, new, 1))
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--config", cfg], capsys)
+    assert code == 2 and "Traceback" not in err and not out.exists()
+    assert str(cfg) in err and all(n in err for n in named), err
+
+
+def test_set_still_refuses_keys_the_file_may_hold(tmp_path, capsys):
+    d, _ = _dump(tmp_path)
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                             "--set", "algorithm.filter_groups.enable=false"], capsys)
+    assert code == 2 and "'algorithm.filter_groups.enable'" in err
+
+
+def test_flat_flavor_config(tmp_path, capsys):
+    """ROLL's keys are top-level: its other top-level keys are ignored, a near miss of one is refused."""
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "rlvr.yaml"
+    cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\npretrain: Qwen/Qwen2.5-7B\nadv_estimator: reinforce\n"
+                   "actor_infer:\n  generating_args:\n    num_return_sequences: 8\n    temperature: 0.99\n")
+    with pytest.raises(Exception) as e:  # actor_infer is read: its other keys are not settings
+        resolve("roll", [], str(cfg))
+    assert "'actor_infer.generating_args.temperature'" in str(e.value)
+    cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\nadv_estimator: reinforce\ngama: 0.9\n")
+    found: list = []
+    with pytest.raises(Exception) as e:
+        resolve("roll", [], str(cfg), found)
+    assert "'gama'" in str(e.value) and "'gamma'" in str(e.value)
+    cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\nadv_estimator: reinforce\ngamma: 0.9\n")
+    c, given = resolve("roll", [], str(cfg), found)
+    assert given == {"adv_estimator": "reinforce", "gamma": 0.9} and c["estimator"]["gamma"] == 0.9
+    assert found[0].ignored_sections == ["exp_name", "max_steps"]
+
+
+@pytest.mark.parametrize("suffix, text, place", [
+    # the flow sequence opened on line 3 meets "lam:" on line 4 (column 6, after 5 characters)
+    (".yaml", "algorithm:\n  adv_estimator: grpo\n  gamma: [1, 2\n  lam: 3\n", "line 4, column 6"),
+    # "lam = = 1": the value starts at column 7 with a second "="
+    (".toml", "[algorithm]\ngamma = 0.9\nlam = = 1\n", "line 3, column 7"),
+])
+def test_unparsable_config_names_line_and_column(tmp_path, capsys, suffix, text, place):
+    d, _ = _dump(tmp_path)
+    cfg = tmp_path / ("run" + suffix)
+    cfg.write_text(text)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--config", cfg], capsys)
+    assert code == 2 and "Traceback" not in err and not out.exists()
+    assert f"config file {cfg}, {place}: cannot parse" in err, err
+
+
+def test_config_estimator_without_flavor_is_not_overridden(tmp_path, capsys):
+    """No --flavor: verl, and the estimator the file names — not the one advcli picks from the dump."""
+    d, recs = _dump(tmp_path)
+    cfg = tmp_path / "ppo_trainer.yaml"
+    cfg.write_text(PPO_TRAINER_YAML.format(norm_by_std="true").replace("adv_estimator: grpo", "adv_estimator: rloo"))
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d, "-o", out, "--config", cfg, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["estimator"]["name"] == "rloo"
+    # verl rloo: A_i = s_i − mean of the other rows of its group
+    scores = [r["score"] for r in recs]
+    group = [r["uid"].rsplit("_", 2)[0] for r in recs]
+    want = []
+    for i, (s, g) in enumerate(zip(scores, group)):
+        others = [t for j, (t, h) in enumerate(zip(scores, group)) if h == g and j != i]
+        want.append(s - sum(others) / len(others))
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), want, rtol=1e-6, atol=1e-6)

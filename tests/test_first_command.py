@@ -24,6 +24,8 @@ from test_format_roll import rlvr, roll_grpo
 from test_format_slime import build as slime_build
 from test_format_slime import sample as slime_sample
 from test_format_slime import save_rollout
+from test_format_trl import G as TRL_G
+from test_format_trl import write_step as trl_write_step
 from test_format_verl import v1_records, verl_grpo, write
 
 
@@ -229,3 +231,19 @@ def test_library_run_takes_the_same_group_size(tmp_path):
     assert any("group size 4 from the dump's group_index" in x for x in result.from_dump)
     got = [row["advantages"][0] for row in pq.read_table(out).to_pylist()]
     assert np.allclose(got, slime_grpo(samples), rtol=1e-5, atol=1e-5)
+
+
+def test_trl_group_size_from_runs_of_equal_prompt(tmp_path, capsys):
+    """TRL's completions dump with num_generations=4 (TRL's GRPO default is 8): `--flavor trl` alone takes 4
+    from the runs of equal prompt and gives TRL's own logged advantages; a size the user sets still wins."""
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    exp = [a for step in (10, 20) for a in trl_write_step(d / f"completions_{step:05d}.parquet", step, step // 10)]
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d.parent, "-o", out, "--flavor", "trl", "--json"], capsys)
+    assert code == 0, err
+    assert any(f"group size {TRL_G} from the dump's runs of equal prompt" in x for x in json.loads(stdout)["from_dump"])
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+    code, _, err = run_main(["run", d.parent, "-o", out, "--flavor", "trl", "--set", "num_generations=8",
+                             "--force"], capsys)
+    assert code == 2 and "groups of 8" in err  # 12 rows a step: the user's 8 is kept, and refused

@@ -107,7 +107,7 @@ def estimator_note(v: dict) -> str | None:
 
 FLAVOR = Flavor(
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
-    keys=KEYS, translate=translate, estimator_note=estimator_note,
+    keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations",
     notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
           "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
           "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "

@@ -71,6 +71,7 @@ FORMAT = Format(
     name="trl-completions", title="TRL completions_{step}.parquet",
     pattern=r"(^|/)completions_(?P<step>\d+)\.parquet$",
     level="response",
+    group_key="runs of equal prompt",
     group_rule="consecutive rows with the same prompt (TRL's blocks of num_generations); prompt_id numbers "
                "those runs",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "prompt": STR, "completion": STR,

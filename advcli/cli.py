@@ -140,36 +140,47 @@ def run(
 
         prefiltered, kept = prefilter_for_run(inputs, output, spec, columns, chunk_rows, force,
                                             output_mode=output_mode)
-    progress_cb, stop = progress(show)
-    try:
-        result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,
-                            native=native, column_overrides=columns, chunk_rows=chunk_rows, device=device,
-                            force=force, progress=progress_cb,
-                            **({"output_mode": output_mode} if output_mode != "full" else {}),
-                            **({"write_columns": write_columns} if write_columns is not None else {}),
-                            ray_address=ray_address,
-                            **({"ray_stall_timeout": ray_stall_timeout} if ray_stall_timeout is not None else {}))
-    finally:
-        stop()
+    from .io.commit import staged
+
+    # the outputs stay in their temporary files until everything else is done (the report written, the
+    # summary printed); putting them in place is the last step, with Ctrl-C held across it: a non-zero
+    # exit at any moment leaves every output path as it was (advcli.io.commit)
+    with staged() as outputs:
+        progress_cb, stop = progress(show)
+        try:
+            result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,
+                                native=native, column_overrides=columns, chunk_rows=chunk_rows, device=device,
+                                force=force, progress=progress_cb,
+                                **({"output_mode": output_mode} if output_mode != "full" else {}),
+                                **({"write_columns": write_columns} if write_columns is not None else {}),
+                                ray_address=ray_address,
+                                **({"ray_stall_timeout": ray_stall_timeout} if ray_stall_timeout is not None
+                                   else {}))
+        finally:
+            stop()
+            if prefiltered:
+                os.remove(prefiltered)
         if prefiltered:
-            os.remove(prefiltered)
-    if prefiltered:
-        from .commands.filter import run_filter_note
+            from .commands.filter import run_filter_note
 
-        result.inputs = list(inputs)
-        result.warnings.insert(0, run_filter_note(spec, kept))
-    name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
-    rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
-    finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
-    if prefiltered:
-        rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
-    from .report import emit
+            result.inputs = list(inputs)
+            result.warnings.insert(0, run_filter_note(spec, kept))
+        name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
+        written = [outputs.staged_path(o) for o in result.outputs]  # the finished files, not yet in place
+        rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report), paths=written)
+        finish_outputs(inputs, written)  # response-level dumps: scalar advantages
+        if prefiltered:
+            rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
+        from .report import emit
 
-    emit(rep, report, json_out, show)
+        emit(rep, report, json_out, show)
+        outputs.commit()
 
 
-def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False) -> dict:
-    """The report dict of a run (advcli.report): what --json prints and --report writes."""
+def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False,
+                  paths: list[str] | None = None) -> dict:
+    """The report dict of a run (advcli.report): what --json prints and --report writes. ``paths``: the
+    files that hold the outputs now (their temporary files, before the run puts them in place)."""
     from .report import build_report
 
     extra = {"seconds": round(result.seconds, 3)}
@@ -178,7 +189,7 @@ def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool =
 
         mask_col = (result.config.get("columns") or {}).get("response_mask", "response_mask") \
             if isinstance(result.config, dict) else "response_mask"
-        extra["by_position"] = output_by_position(list(result.outputs), mask_col)
+        extra["by_position"] = output_by_position(list(paths or result.outputs), mask_col)
     return build_report(result, flavor=flavor, native=native, command="run", note=auto_note, extra=extra)
 
 
@@ -255,6 +266,17 @@ _INTERRUPTED = "interrupted: nothing was written; an earlier file at the output 
 _signal_exit = {"code": 130}
 
 
+def _interrupted() -> None:
+    """Ctrl-C / SIGTERM: one line, status 130 / 143, and the output paths as they were; or, once a run
+    has put its outputs in place (its last step, advcli.io.commit), status 0: they are complete."""
+    commit = sys.modules.get("advcli.io.commit")
+    if commit is not None and commit.committed():
+        _err("interrupted after the outputs were put in place: they are complete")
+        sys.exit(0)
+    _err(_INTERRUPTED)
+    sys.exit(_signal_exit["code"])
+
+
 def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like Ctrl-C, then exits 143
     _signal_exit["code"] = 128 + signum
     raise KeyboardInterrupt
@@ -279,15 +301,13 @@ def main() -> None:
         # code (it would otherwise exit 0 in silence after Ctrl-C); other Exit codes come back too
         if isinstance(rv, int) and not isinstance(rv, bool) and rv:
             if rv == 130:
-                _err(_INTERRUPTED)
-                sys.exit(_signal_exit["code"])
+                _interrupted()
             sys.exit(rv)
     except AdvcliError as e:
         _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        _err(_INTERRUPTED)
-        sys.exit(_signal_exit["code"])
+        _interrupted()
     except _USAGE_ERROR as e:
         if hasattr(e, "show"):
             e.show()
@@ -295,8 +315,7 @@ def main() -> None:
             _err(e.format_message())
         sys.exit(2)
     except typer.Abort:  # typer (and click) turn KeyboardInterrupt into Abort
-        _err(_INTERRUPTED)
-        sys.exit(_signal_exit["code"])
+        _interrupted()
     except SystemExit:
         raise
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request

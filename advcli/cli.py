@@ -173,7 +173,10 @@ def run(
             rep["filter"] = kept  # what was dropped, per step and data source (advcli.curate.summarize)
         from .report import emit
 
-        emit(rep, report, json_out, show)
+        try:
+            emit(rep, report, json_out, show)
+        except BrokenPipeError:  # `advcli run ... --json | head -1`: the reader left; the run still completes
+            silence_stdout()
         outputs.commit()
 
 
@@ -277,6 +280,50 @@ def _interrupted() -> None:
     sys.exit(_signal_exit["code"])
 
 
+def silence_stdout() -> None:
+    """stdout's reader has gone: point stdout at /dev/null, so that nothing more (the interpreter's last
+    flush included) fails on it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _stdout_reader_gone(started_on: tuple | None) -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports an error on it), or was one that
+    rich has since pointed at /dev/null (its own end for a closed pipe: ``Console.on_broken_pipe``).
+    ``started_on``: (device, inode) of stdout when the command started."""
+    import select
+
+    try:
+        fd = sys.__stdout__.fileno()
+        now, null = os.fstat(fd), os.stat(os.devnull)
+        if started_on is not None and (now.st_dev, now.st_ino) == (null.st_dev, null.st_ino) != started_on:
+            return True
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _stdout_identity() -> tuple | None:
+    try:
+        st = os.fstat(sys.__stdout__.fileno())
+        return st.st_dev, st.st_ino
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _closed_pipe() -> None:
+    """`advcli inspect X | head -1`: the reader left before the command finished printing. End quietly with
+    the status `git log | head` gets (141 = 128 + SIGPIPE), no message."""
+    silence_stdout()
+    sys.exit(141)
+
+
 def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like Ctrl-C, then exits 143
     _signal_exit["code"] = 128 + signum
     raise KeyboardInterrupt
@@ -295,8 +342,10 @@ def main() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # not the main thread
         pass
+    stdout_was = _stdout_identity()
     try:
         rv = app(standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         # typer turns KeyboardInterrupt into Exit(130) and, without standalone mode, *returns* the
         # code (it would otherwise exit 0 in silence after Ctrl-C); other Exit codes come back too
         if isinstance(rv, int) and not isinstance(rv, bool) and rv:
@@ -306,6 +355,8 @@ def main() -> None:
     except AdvcliError as e:
         _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
+    except BrokenPipeError:
+        _closed_pipe()
     except KeyboardInterrupt:
         _interrupted()
     except _USAGE_ERROR as e:
@@ -316,7 +367,9 @@ def main() -> None:
         sys.exit(2)
     except typer.Abort:  # typer (and click) turn KeyboardInterrupt into Abort
         _interrupted()
-    except SystemExit:
+    except SystemExit as e:
+        if e.code == 1 and _stdout_reader_gone(stdout_was):  # click's and rich's end for a closed pipe: exit 1
+            _closed_pipe()
         raise
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request
         if os.environ.get("ADVCLI_DEBUG"):

@@ -277,12 +277,12 @@ def suggest(data: dict, inputs: list[str]) -> dict:
 
 
 def _print(data: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..report import fmt_num
+    from ..report.terminal import stdout_console
 
-    con = Console(highlight=False, soft_wrap=False)
+    con = stdout_console(highlight=False, soft_wrap=False)
     mb = data["bytes"] / 2**20
     con.print(f"[bold]{', '.join(data['inputs'])}[/]  {data['files']} file(s), {data['rows']:,} rows, "
               f"{data['row_groups']} row group(s), {mb:.1f} MiB")

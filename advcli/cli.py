@@ -232,6 +232,9 @@ SAMPLE_EPILOG = """
 """
 
 
+SAMPLE_ROW_GROUP = 16384  # rows per row group of `advcli sample`'s file (and per step of its write bar)
+
+
 @app.command(epilog=SAMPLE_EPILOG, cls=helpstyle.Command)
 def sample(
     output: str = typer.Argument(..., metavar="OUTPUT", help="Parquet file to write."),
@@ -246,6 +249,7 @@ def sample(
     force: bool = opt.FORCE,
 ):
     """Write a synthetic rollout dump (ragged, groups scattered, masked spans) for trials and benchmarks."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from .io.writer import check_output_path
@@ -254,12 +258,26 @@ def sample(
     if rows < 1 or group_size < 1 or min_len < 1 or max_len < min_len or steps < 1:
         raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
     check_output_path(output, [], force)
-    table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps)
+    bar, stop = progress(True)  # on a terminal: generating and writing a large dump take a while
     tmp = output + f".advcli-tmp-{os.getpid()}"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, output)
-    typer.echo(f"wrote {output}: {table.num_rows:,} rows, "
-               f"{sum(len(x) for x in table.column('response_mask').to_pylist()):,} tokens", err=True)
+    try:
+        table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps,
+                           progress=bar)
+        with pq.ParquetWriter(tmp, table.schema, compression="zstd") as w:
+            step = SAMPLE_ROW_GROUP
+            for start in range(0, table.num_rows, step):
+                w.write_table(table.slice(start, step), row_group_size=step)
+                if bar:
+                    bar("write", min(start + step, table.num_rows), table.num_rows)
+        os.replace(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    finally:
+        stop()
+    tokens = int(pc.sum(pc.list_value_length(table.column("response_mask"))).as_py() or 0)
+    typer.echo(f"wrote {output}: {table.num_rows:,} rows, {tokens:,} tokens", err=True)
 
 
 register(app)  # inspect, validate, stats, compare: after run, explain and sample in `advcli --help`

@@ -306,3 +306,22 @@ def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback():
     assert r.returncode == 130
     assert "Traceback" not in r.stderr
     assert r.stderr.strip() == "advcli: error: interrupted while starting: nothing was read or written"
+
+
+def test_ctrl_c_while_filter_writes_its_report_leaves_the_output_path_as_it_was(dump, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """`advcli filter` puts its output in place last too: a Ctrl-C while its report is written exits 130
+    with the earlier file untouched."""
+    import advcli.report
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(advcli.report, "write_report", interrupt)
+    out = tmp_path / "kept.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["filter", dump, "-o", str(out), "--drop-uniform", "--force", "--report",
+                           str(tmp_path / "f.html")], capsys)
+    assert code == 130, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []

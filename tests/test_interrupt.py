@@ -183,7 +183,8 @@ def olds(out) -> list[str]:
 
 
 class _ReplaceHook:
-    """advcli.io.commit's ``os`` with ``replace`` hooked: ``hook(n, src, dst)`` before the n-th rename."""
+    """advcli.io.commit's ``os`` with ``link`` and ``replace`` hooked: ``hook(n, op, src, dst)`` before
+    the n-th of them."""
 
     def __init__(self, hook):
         self.hook, self.n = hook, 0
@@ -191,26 +192,37 @@ class _ReplaceHook:
     def __getattr__(self, name):
         return getattr(os, name)
 
+    def link(self, a, b, **kw):
+        self.n += 1
+        self.hook(self.n, "link", a, b)
+        os.link(a, b, **kw)
+
     def replace(self, a, b):
         self.n += 1
-        self.hook(self.n, a, b)
+        self.hook(self.n, "replace", a, b)
         os.replace(a, b)
 
 
-@pytest.mark.parametrize("fail_at", [1, 2])
-def test_a_failed_rename_puts_the_earlier_file_back(fail_at, dump, tmp_path, monkeypatch, capsys):
-    """The commit moves the earlier file aside (rename 1), then renames the new one in (rename 2): a
-    failure at either leaves the earlier file at the output path, and no temporary file anywhere."""
+@pytest.mark.parametrize("links,fail_at", [(True, 1), (False, 1), (False, 2)])
+def test_a_failed_rename_puts_the_earlier_file_back(links, fail_at, dump, tmp_path, monkeypatch, capsys):
+    """The commit keeps the earlier file aside (a hard link; a rename where links fail), then renames the
+    new one in: a failure of any rename leaves the earlier file at the output path, and no temporary
+    file anywhere. ``fail_at``: which rename fails (without links, 1 is the move aside)."""
     from advcli.io import commit
 
     out = tmp_path / "out.parquet"
     out.write_bytes(EARLIER)
+    renames = {"n": 0}
 
-    def fail(n, a, b):
-        if n == fail_at:
-            raise OSError(28, "No space left on device")
+    def hook(n, op, a, b):
+        if op == "link" and not links:
+            raise OSError(1, "Operation not permitted")  # (a file system without hard links)
+        if op == "replace":
+            renames["n"] += 1
+            if renames["n"] == fail_at:
+                raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(commit, "os", _ReplaceHook(fail))
+    monkeypatch.setattr(commit, "os", _ReplaceHook(hook))
     code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "-q"], capsys)
     assert code == 2 and "cannot put the finished output in place" in err and "Traceback" not in err, err
     assert out.read_bytes() == EARLIER
@@ -227,8 +239,8 @@ def test_a_signal_during_the_commit_is_held_and_the_run_completes(dump, tmp_path
     out = tmp_path / "out.parquet"
     out.write_bytes(EARLIER)
 
-    def interrupt(n, a, b):
-        if n == 1:
+    def interrupt(n, op, a, b):
+        if n == 1:  # the earlier file kept aside, the new one not yet in place
             os.kill(os.getpid(), _signal.SIGINT)
             os.kill(os.getpid(), _signal.SIGTERM)
 

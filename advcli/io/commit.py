@@ -8,9 +8,10 @@ outputs), write its report and print its summary, and then :meth:`Staging.commit
 its last step. So a non-zero exit at any moment leaves every output path as it was (docs/errors.md):
 
 - before the commit, Ctrl-C (or an error) removes the temporary files;
-- during the commit, SIGINT and SIGTERM are recorded, not raised: local targets are first moved
-  aside (``.NAME.advcli-old-PID``), the new files renamed in, and the replaced ones removed only
-  when every rename succeeded; a failed rename puts the old ones back;
+- during the commit, SIGINT and SIGTERM are recorded, not raised: the earlier content of every local
+  target is first kept aside (``.NAME.advcli-old-PID-I``: a hard link to a file, the renamed
+  directory of the Ray engine), the new files renamed in, and the kept ones removed only when every
+  rename succeeded; a failed rename puts the earlier ones back;
 - after the commit the command is finished: a signal recorded during it, or arriving later, ends
   it with status 0 (the outputs are complete), never with 130 and a claim that nothing was written.
 """
@@ -64,7 +65,7 @@ class Staging:
                 if os.path.lexists(p.target):
                     d, name = os.path.split(os.path.abspath(p.target))
                     old = os.path.join(d, f".{name}.advcli-old-{os.getpid()}-{i}")
-                    os.replace(p.target, old)
+                    _keep_aside(p.target, old)
                 moved.append((p.target, old))
                 os.replace(p.staged, p.target)
         except BaseException as e:
@@ -86,8 +87,8 @@ class Staging:
         for _, old in moved:
             if old is not None:
                 _remove(old)
-        for target in {os.path.dirname(os.path.abspath(t)) for t, _ in moved}:
-            _fsync_dir(target)
+        for d in {os.path.dirname(os.path.abspath(t)) for t, _ in moved}:
+            _fsync_dir(d)
         for p in self.pending:
             if p.publish is not None:
                 p.publish()
@@ -157,6 +158,19 @@ def committed() -> bool:
 
 
 _LAST = {"committed": False}
+
+
+def _keep_aside(target: str, old: str) -> None:
+    """The earlier content of ``target`` kept at ``old`` until the commit succeeds: a hard link for a file
+    (the target is never missing, even if the process is killed here; the rename then replaces it
+    atomically), a rename for a directory or where links are not supported."""
+    if not os.path.isdir(target) or os.path.islink(target):
+        try:
+            os.link(target, old, follow_symlinks=False)
+            return
+        except OSError:
+            pass
+    os.replace(target, old)
 
 
 def _remove_path(path: str) -> None:

@@ -267,8 +267,13 @@ class AtomicParquetWriter:
         except OSError as e:  # includes pyarrow's ArrowIOError
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
                               hint="check that the output directory exists and is writable") from None
-        self._rebatch = _Rebatcher(schema)
-        self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
+        try:  # an interrupt from here on would leave the temporary file behind: no caller holds this writer yet
+            self._rebatch = _Rebatcher(schema)
+            self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
+        except BaseException:
+            self._worker = None
+            self.abort()
+            raise
 
     def _setup(self, target: str, schema: pa.Schema, threaded: bool) -> None:
         """The state every writer of this module starts with."""

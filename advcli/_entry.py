@@ -42,3 +42,17 @@ def main() -> None:
         sys.stderr.write(INTERRUPTED_AT_START)
         sys.exit(130)
     cli_main()
+    _finished()
+
+
+def _finished() -> None:
+    """The command has ended well (a run's outputs are in place): a Ctrl-C or SIGTERM during the interpreter's
+    shutdown (torch's threads can make it last) is too late to stop anything, and must not end the process
+    with a signal's status, as if nothing had been written (docs/errors.md)."""
+    import signal
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(s, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass

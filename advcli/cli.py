@@ -143,41 +143,55 @@ def run(
 
         prefiltered, kept = prefilter_for_run(inputs, output, spec, columns, chunk_rows, force,
                                             output_mode=output_mode)
-    progress_cb, stop = progress(show)
-    try:
-        result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,
-                            native=native, column_overrides=columns, chunk_rows=chunk_rows, device=device,
-                            force=force, progress=progress_cb,
-                            **({"output_mode": output_mode} if output_mode != "full" else {}),
-                            **({"write_columns": write_columns} if write_columns is not None else {}),
-                            ray_address=ray_address,
-                            **({"ray_stall_timeout": ray_stall_timeout} if ray_stall_timeout is not None else {}))
-    finally:
-        stop()
+    from .io.commit import staged
+
+    # the outputs stay in their temporary files until everything else is done (the report written, the
+    # summary printed); putting them in place is the last step, with Ctrl-C held across it: a non-zero
+    # exit at any moment leaves every output path as it was (advcli.io.commit)
+    with staged() as outputs:
+        progress_cb, stop = progress(show)
+        try:
+            result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,
+                                native=native, column_overrides=columns, chunk_rows=chunk_rows, device=device,
+                                force=force, progress=progress_cb,
+                                **({"output_mode": output_mode} if output_mode != "full" else {}),
+                                **({"write_columns": write_columns} if write_columns is not None else {}),
+                                ray_address=ray_address,
+                                **({"ray_stall_timeout": ray_stall_timeout} if ray_stall_timeout is not None
+                                   else {}))
+        finally:
+            stop()
+            if prefiltered:
+                os.remove(prefiltered)
         if prefiltered:
-            os.remove(prefiltered)
-    if prefiltered:
-        from .commands.filter import run_filter_note
+            from .commands.filter import run_filter_note
 
-        result.inputs = list(inputs)
-        result.warnings.insert(0, run_filter_note(spec, kept))
-    name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
-    result.from_dump = from_dump
-    rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report))
-    finish_outputs(inputs, list(result.outputs))  # response-level dumps: scalar advantages
-    if file_keys:
-        rep["config_file"] = file_keys[0].as_dict() | {"note": file_keys[0].line()}
-    if prefiltered:
-        # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dump and output
-        # rather than the temporary files the kept rows went through
-        rep["filter"] = {**name_dumps(kept), "output": output}
-    from .report import emit
+            result.inputs = list(inputs)
+            result.warnings.insert(0, run_filter_note(spec, kept))
+        name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
+        result.from_dump = from_dump
+        written = [outputs.staged_path(o) for o in result.outputs]  # the finished files, not yet in place
+        rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report), paths=written)
+        finish_outputs(inputs, written)  # response-level dumps: scalar advantages
+        if file_keys:
+            rep["config_file"] = file_keys[0].as_dict() | {"note": file_keys[0].line()}
+        if prefiltered:
+            # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dump and
+            # output rather than the temporary files the kept rows went through
+            rep["filter"] = {**name_dumps(kept), "output": output}
+        from .report import emit
 
-    emit(rep, report, json_out, show)
+        try:
+            emit(rep, report, json_out, show)
+        except BrokenPipeError:  # `advcli run ... --json | head -1`: the reader left; the run still completes
+            silence_stdout()
+        outputs.commit()
 
 
-def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False) -> dict:
-    """The report dict of a run (advcli.report): what --json prints and --report writes."""
+def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False,
+                  paths: list[str] | None = None) -> dict:
+    """The report dict of a run (advcli.report): what --json prints and --report writes. ``paths``: the
+    files that hold the outputs now (their temporary files, before the run puts them in place)."""
     from .report import build_report
 
     extra = {"seconds": round(result.seconds, 3)}
@@ -186,7 +200,7 @@ def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool =
 
         mask_col = (result.config.get("columns") or {}).get("response_mask", "response_mask") \
             if isinstance(result.config, dict) else "response_mask"
-        extra["by_position"] = output_by_position(list(result.outputs), mask_col)
+        extra["by_position"] = output_by_position(list(paths or result.outputs), mask_col)
     if flavor:
         from .flavors import estimator_note
 
@@ -230,6 +244,9 @@ SAMPLE_EPILOG = """
 """
 
 
+SAMPLE_ROW_GROUP = 16384  # rows per row group of `advcli sample`'s file (and per step of its write bar)
+
+
 @app.command(epilog=SAMPLE_EPILOG, cls=helpstyle.Command)
 def sample(
     output: str = typer.Argument(..., metavar="OUTPUT", help="Parquet file to write."),
@@ -244,6 +261,7 @@ def sample(
     force: bool = opt.FORCE,
 ):
     """Write a synthetic rollout dump (ragged, groups scattered, masked spans) for trials and benchmarks."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from .io.writer import check_output_path
@@ -252,12 +270,26 @@ def sample(
     if rows < 1 or group_size < 1 or min_len < 1 or max_len < min_len or steps < 1:
         raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
     check_output_path(output, [], force)
-    table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps)
+    bar, stop = progress(True)  # on a terminal: generating and writing a large dump take a while
     tmp = output + f".advcli-tmp-{os.getpid()}"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, output)
-    typer.echo(f"wrote {output}: {table.num_rows:,} rows, "
-               f"{sum(len(x) for x in table.column('response_mask').to_pylist()):,} tokens", err=True)
+    try:
+        table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps,
+                           progress=bar)
+        with pq.ParquetWriter(tmp, table.schema, compression="zstd") as w:
+            step = SAMPLE_ROW_GROUP
+            for start in range(0, table.num_rows, step):
+                w.write_table(table.slice(start, step), row_group_size=step)
+                if bar:
+                    bar("write", min(start + step, table.num_rows), table.num_rows)
+        os.replace(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    finally:
+        stop()
+    tokens = int(pc.sum(pc.list_value_length(table.column("response_mask"))).as_py() or 0)
+    typer.echo(f"wrote {output}: {table.num_rows:,} rows, {tokens:,} tokens", err=True)
 
 
 register(app)  # inspect, validate, stats, compare: after run, explain and sample in `advcli --help`
@@ -265,6 +297,61 @@ register(app)  # inspect, validate, stats, compare: after run, explain and sampl
 
 _INTERRUPTED = "interrupted: nothing was written; an earlier file at the output path is as it was"
 _signal_exit = {"code": 130}
+
+
+def _interrupted() -> None:
+    """Ctrl-C / SIGTERM: one line, status 130 / 143, and the output paths as they were; or, once a run
+    has put its outputs in place (its last step, advcli.io.commit), status 0: they are complete."""
+    commit = sys.modules.get("advcli.io.commit")
+    if commit is not None and commit.committed():
+        _err("interrupted after the outputs were put in place: they are complete")
+        sys.exit(0)
+    _err(_INTERRUPTED)
+    sys.exit(_signal_exit["code"])
+
+
+def silence_stdout() -> None:
+    """stdout's reader has gone: point stdout at /dev/null, so that nothing more (the interpreter's last
+    flush included) fails on it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _stdout_reader_gone(started_on: tuple | None) -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports an error on it), or was one that
+    rich has since pointed at /dev/null (its own end for a closed pipe: ``Console.on_broken_pipe``).
+    ``started_on``: (device, inode) of stdout when the command started."""
+    import select
+
+    try:
+        fd = sys.__stdout__.fileno()
+        now, null = os.fstat(fd), os.stat(os.devnull)
+        if started_on is not None and (now.st_dev, now.st_ino) == (null.st_dev, null.st_ino) != started_on:
+            return True
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _stdout_identity() -> tuple | None:
+    try:
+        st = os.fstat(sys.__stdout__.fileno())
+        return st.st_dev, st.st_ino
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _closed_pipe() -> None:
+    """`advcli inspect X | head -1`: the reader left before the command finished printing. End quietly with
+    the status `git log | head` gets (141 = 128 + SIGPIPE), no message."""
+    silence_stdout()
+    sys.exit(141)
 
 
 def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like Ctrl-C, then exits 143
@@ -285,21 +372,23 @@ def main() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # not the main thread
         pass
+    stdout_was = _stdout_identity()
     try:
         rv = app(standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         # typer turns KeyboardInterrupt into Exit(130) and, without standalone mode, *returns* the
         # code (it would otherwise exit 0 in silence after Ctrl-C); other Exit codes come back too
         if isinstance(rv, int) and not isinstance(rv, bool) and rv:
             if rv == 130:
-                _err(_INTERRUPTED)
-                sys.exit(_signal_exit["code"])
+                _interrupted()
             sys.exit(rv)
     except AdvcliError as e:
         _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
+    except BrokenPipeError:
+        _closed_pipe()
     except KeyboardInterrupt:
-        _err(_INTERRUPTED)
-        sys.exit(_signal_exit["code"])
+        _interrupted()
     except _USAGE_ERROR as e:
         if hasattr(e, "show"):
             e.show()
@@ -307,9 +396,10 @@ def main() -> None:
             _err(e.format_message())
         sys.exit(2)
     except typer.Abort:  # typer (and click) turn KeyboardInterrupt into Abort
-        _err(_INTERRUPTED)
-        sys.exit(_signal_exit["code"])
-    except SystemExit:
+        _interrupted()
+    except SystemExit as e:
+        if e.code == 1 and _stdout_reader_gone(stdout_was):  # click's and rich's end for a closed pipe: exit 1
+            _closed_pipe()
         raise
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request
         if os.environ.get("ADVCLI_DEBUG"):

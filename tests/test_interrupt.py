@@ -5,7 +5,8 @@ killed run leaves behind is recognised and removed by the next run for that outp
 Real processes are interrupted mid-write with the test-only hook ``ADVCLI_TEST_SLOW_WRITE``
 (seconds to sleep before each written batch, advcli/io/writer.py), so a small dump stays in its
 write pass long enough. In-process tests raise KeyboardInterrupt at every chunk boundary of every
-pass, and inside the final rename, to cover "any moment" deterministically.
+pass and in every step after the write pass (the report, the summary), and fail or signal inside the
+final renames (advcli/io/commit.py), to cover "any moment" deterministically.
 """
 from __future__ import annotations
 
@@ -176,26 +177,128 @@ def test_keyboard_interrupt_at_every_chunk_of_every_pass(dump, tmp_path, monkeyp
     monkeypatch.setattr(InputSet, "iter_batches", orig)
 
 
-def test_keyboard_interrupt_at_the_rename(dump, tmp_path, monkeypatch, capsys):
-    """Interrupted just before the temporary file would be renamed: the target is untouched."""
-    from advcli.io import writer
+def olds(out) -> list[str]:
+    d, name = os.path.split(str(out))
+    return glob.glob(os.path.join(d, f".{name}.advcli-old-*"))
+
+
+class _ReplaceHook:
+    """advcli.io.commit's ``os`` with ``link`` and ``replace`` hooked: ``hook(n, op, src, dst)`` before
+    the n-th of them."""
+
+    def __init__(self, hook):
+        self.hook, self.n = hook, 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def link(self, a, b, **kw):
+        self.n += 1
+        self.hook(self.n, "link", a, b)
+        os.link(a, b, **kw)
+
+    def replace(self, a, b):
+        self.n += 1
+        self.hook(self.n, "replace", a, b)
+        os.replace(a, b)
+
+
+@pytest.mark.parametrize("links,fail_at", [(True, 1), (False, 1), (False, 2)])
+def test_a_failed_rename_puts_the_earlier_file_back(links, fail_at, dump, tmp_path, monkeypatch, capsys):
+    """The commit keeps the earlier file aside (a hard link; a rename where links fail), then renames the
+    new one in: a failure of any rename leaves the earlier file at the output path, and no temporary
+    file anywhere. ``fail_at``: which rename fails (without links, 1 is the move aside)."""
+    from advcli.io import commit
+
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    renames = {"n": 0}
+
+    def hook(n, op, a, b):
+        if op == "link" and not links:
+            raise OSError(1, "Operation not permitted")  # (a file system without hard links)
+        if op == "replace":
+            renames["n"] += 1
+            if renames["n"] == fail_at:
+                raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commit, "os", _ReplaceHook(hook))
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "-q"], capsys)
+    assert code == 2 and "cannot put the finished output in place" in err and "Traceback" not in err, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []
+
+
+def test_a_signal_during_the_commit_is_held_and_the_run_completes(dump, tmp_path, monkeypatch, capsys):
+    """SIGINT and SIGTERM delivered in the middle of the commit (between moving the earlier file aside and
+    renaming the new one in) are held: the run finishes, status 0, the new output complete in place."""
+    import signal as _signal
+
+    from advcli.io import commit
 
     out = tmp_path / "out.parquet"
     out.write_bytes(EARLIER)
 
-    class _OS:
-        def __getattr__(self, name):
-            return getattr(os, name)
+    def interrupt(n, op, a, b):
+        if n == 1:  # the earlier file kept aside, the new one not yet in place
+            os.kill(os.getpid(), _signal.SIGINT)
+            os.kill(os.getpid(), _signal.SIGTERM)
 
-        @staticmethod
-        def replace(a, b):
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(writer, "os", _OS())
+    monkeypatch.setattr(commit, "os", _ReplaceHook(interrupt))
+    before = _signal.getsignal(_signal.SIGINT)
     code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(out).num_rows == 400 and "advantages" in pq.read_table(out).column_names
+    assert temps(out) == [] and olds(out) == []
+    assert _signal.getsignal(_signal.SIGINT) == before  # the handlers are restored
+
+
+@pytest.mark.parametrize("where", ["finish_outputs", "write_report", "print_summary"])
+def test_ctrl_c_after_the_write_pass_leaves_the_output_path_as_it_was(where, dump, tmp_path, monkeypatch, capsys):
+    """After the write pass the output is complete in its temporary file, but the run is not done: the
+    response-level rewrite, the report (seconds for a large --report), the summary. Ctrl-C there exits
+    130 and the output path still holds the earlier file (the commit comes last)."""
+    import advcli.cli
+    import advcli.report.output
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    module = advcli.cli if where == "finish_outputs" else advcli.report.output
+    monkeypatch.setattr(module, where, interrupt)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    report = tmp_path / "r.json"
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "--report", str(report)], capsys)
     assert code == 130, err
+    assert err.count("advcli: error:") == 1 and "nothing was written" in err
     assert out.read_bytes() == EARLIER
-    assert temps(out) == []
+    assert temps(out) == [] and olds(out) == []
+
+
+def test_sigint_at_any_moment_of_a_run_with_a_report(dump, tmp_path):
+    """Real SIGINTs at spread moments of runs that write an HTML report: a run that exits 130 left the
+    earlier file in place; one that exits 0 left the complete new output; never anything else."""
+    seen = set()
+    for i, delay in enumerate((0.5, 1.5, 2.5, 3.5, 5.0, 8.0)):
+        out = tmp_path / f"out{i}.parquet"
+        out.write_bytes(EARLIER)
+        proc = subprocess.Popen([sys.executable, "-m", "advcli", "run", dump, "-o", str(out), *GRPO, "--force",
+                                 "--report", str(tmp_path / f"r{i}.html"), "-q"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert "Traceback" not in err, err
+        if proc.returncode == 130:
+            assert out.read_bytes() == EARLIER, (delay, err)
+        else:
+            assert proc.returncode == 0, (delay, err)
+            assert pq.read_table(out).num_rows == 400
+        assert temps(out) == [] and olds(out) == []
+        seen.add(proc.returncode)
+    assert 130 in seen  # (at least one signal came while the run was working)
 
 
 def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback():
@@ -215,3 +318,22 @@ def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback():
     assert r.returncode == 130
     assert "Traceback" not in r.stderr
     assert r.stderr.strip() == "advcli: error: interrupted while starting: nothing was read or written"
+
+
+def test_ctrl_c_while_filter_writes_its_report_leaves_the_output_path_as_it_was(dump, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """`advcli filter` puts its output in place last too: a Ctrl-C while its report is written exits 130
+    with the earlier file untouched."""
+    import advcli.report
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(advcli.report, "write_report", interrupt)
+    out = tmp_path / "kept.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["filter", dump, "-o", str(out), "--drop-uniform", "--force", "--report",
+                           str(tmp_path / "f.html")], capsys)
+    assert code == 130, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []

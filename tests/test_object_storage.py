@@ -71,6 +71,21 @@ def test_run_s3_to_s3_gives_the_local_bytes(s3, tmp_path):
     assert s3_keys(s3, "bkt/t1") == ["bkt/t1/out/rollouts.parquet", "bkt/t1/rollouts.parquet"]  # no temporary key
 
 
+def test_an_output_under_a_prefix_leaves_no_directory_marker(s3):
+    """The bucket afterwards holds the input and the output, nothing else: no temporary key, and no
+    zero-byte "t5/out/" marker (pyarrow adds one when a key under it is deleted, apache/arrow#36275)."""
+    import boto3
+
+    src = put(s3, SAMPLE, "bkt/t5/in.parquet")
+    p = cli("run", src, "--output", "s3://bkt/t5/out/deep/r.parquet", *GRPO, "-q")
+    assert p.returncode == 0, p.stderr
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    listed = client.list_objects_v2(Bucket="bkt", Prefix="t5/").get("Contents", [])
+    assert sorted(o["Key"] for o in listed) == ["t5/in.parquet", "t5/out/deep/r.parquet"]
+    top = client.list_objects_v2(Bucket="bkt", Delimiter="/").get("Contents", [])
+    assert [o["Key"] for o in top if "advcli-tmp" in o["Key"]] == []
+
+
 def test_existing_output_needs_force(s3):
     src = put(s3, SAMPLE, "bkt/t2/in.parquet")
     put(s3, SAMPLE, "bkt/t2/out.parquet")  # an earlier object at the output key

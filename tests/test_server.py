@@ -163,8 +163,11 @@ def test_a_different_start_up_environment_runs_in_its_own_process(server, tmp_pa
     r = cli("run", SAMPLE, "-o", tmp_path / "o2.parquet", "-q", env=env)
     assert r.returncode == 1 and "OMP_NUM_THREADS" in r.stderr
     assert not (tmp_path / "o2.parquet").exists()
+    # the server runs (status 0), and this shell's commands do not use it: the message says why
     s = cli("server", "status", env=env, server="auto")
-    assert s.returncode == 1 and "OMP_NUM_THREADS" in s.stderr
+    assert s.returncode == 0 and "running" in s.stderr and "OMP_NUM_THREADS" in s.stderr
+    s = cli("server", "status", "--json", env=env, server="auto")
+    assert s.returncode == 0 and json.loads(s.stdout)["used"] is False
 
 
 def test_python_flags_of_the_caller_count_too(server, tmp_path):
@@ -273,6 +276,7 @@ def test_stop_removes_the_socket_and_commands_run_here_again(tmp_path):
         r = cli("server", "stop", env=s.env, server="auto")
         assert r.returncode == 0 and "stopped" in r.stderr
         assert not os.path.exists(sock)
+        assert os.listdir(s.dir) == []  # nor its lock and its log
         r = cli("run", SAMPLE, "-o", tmp_path / "o.parquet", "-q", env=s.env)
         assert r.returncode == 1 and "advcli server start" in r.stderr
         r = cli("run", SAMPLE, "-o", tmp_path / "o.parquet", "-q", env=s.env, server="auto")

@@ -354,12 +354,12 @@ def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
 
 # ---------------------------------------------------------------------------------------- print
 def print_comparison(res: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..report import fmt_num
+    from ..report.terminal import stdout_console
 
-    con = Console(highlight=False)
+    con = stdout_console(highlight=False)
     con.print(f"[bold]A[/] {res['a']['label']}  ({res['a']['path']})")
     con.print(f"[bold]B[/] {res['b']['label']}  ({res['b']['path']})")
     t = Table(show_edge=False)

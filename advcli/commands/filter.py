@@ -58,17 +58,20 @@ def filter_cmd(
                                                               "--min-group-size N")
     if report:
         check_report_path(report, list(inputs) + [output])
+    from ..io.commit import staged
+    from ._sections import emit
     from .progress import progress as _progress
 
-    cb, stop = _progress(not quiet and not json_out)
-    try:
-        summary = filter_file(inputs, output, spec, metric=metric, by=by, column_overrides=parse_column_maps(column),
-                              chunk_rows=chunk_rows, force=force, progress=cb)
-    finally:
-        stop()
-    from ._sections import emit
-
-    emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
+    with staged() as outputs:  # the output is put in place last, after the report (advcli.io.commit)
+        cb, stop = _progress(not quiet and not json_out)
+        try:
+            summary = filter_file(inputs, output, spec, metric=metric, by=by,
+                                  column_overrides=parse_column_maps(column), chunk_rows=chunk_rows, force=force,
+                                  progress=cb)
+        finally:
+            stop()
+        emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
+        outputs.commit()
 
 
 def _pct(a: int, b: int) -> str:

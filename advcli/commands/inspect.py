@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from typing import TYPE_CHECKING
 
 import typer
@@ -189,17 +190,99 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
                     "needs reward component columns (algorithm.gdpo_reward_keys=[...])")
             if not comps and not has_reward:
                 missing.append("reward components")
+        if name == "gdpo_loo":  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
+            comps = [c for c in names if c.startswith("reward/")]
+            if len(comps) < 2:
+                missing.append(f"2 or more reward components (reward/<name> columns; found {len(comps)})")
         out[name] = {"ok": not missing, "missing": missing, "note": note, "level": req["level"]}
     return out
 
 
+def estimator_support(inputs: list[str], columns: list[str]) -> dict[str, dict]:
+    """name -> {ok, missing} of every registered estimator on these imported inputs: what ``run`` says of
+    it under the canonical defaults (``--flavor advcli --set estimator.name=NAME``), asked of the same
+    check ``run`` makes (:func:`.response_level.refusal`), so the two never disagree."""
+    from ..flavors import resolve
+    from ..formats import refusal
+
+    out = {}
+    requirements = estimator_requirements()
+    for name, req in requirements.items():
+        cfg, _ = resolve("advcli", [("estimator.name", name)])
+        refused = refusal(inputs, cfg, requirements)
+        missing = [refused[0].removeprefix(f"estimator {name} ")] if refused else []
+        if req.get("uses_groups") and "prompt_id" not in columns:
+            missing.append("prompt_id")
+        out[name] = {"ok": not missing, "missing": missing}
+    return out
+
+
+# what `advcli inspect` suggests when the format's own command is refused: advcli's default choice
+# (no --flavor), then verl's GRPO (grouping by the dump's prompt_id)
+FALLBACK_FLAGS = (["--output", "out.parquet"],
+                  ["--output", "out.parquet", "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"])
+
+
+def run_command(info, sources: list[str], inputs: list[str]) -> tuple[str | None, str | None]:
+    """(the ``advcli run`` command that reads this dump, None) or (None, why none is offered): the
+    format's example with the paths the user typed and the dump's own group size (``{n}``), else a
+    fallback; each checked with the configuration ``run`` would resolve from it (the same check)."""
+    from ..formats import FORMATS
+    from .resolve import resolve_cli_config
+
+    fmt = FORMATS.get(info.format)
+    sizes = list(info.group_sizes)
+    n = sizes[0] if len(sizes) == 1 else None
+    candidates = []
+    if fmt is not None:
+        words = shlex.split(fmt.example)[3:]  # after `advcli run PATH`
+        if n is not None or not any("{n}" in w for w in words):
+            candidates.append([w.replace("{n}", str(n)) for w in words])
+    candidates += [list(f) for f in FALLBACK_FLAGS]
+    why = None
+    for flags in candidates:
+        flavor = flags[flags.index("--flavor") + 1] if "--flavor" in flags else None
+        sets = [flags[i + 1] for i, w in enumerate(flags) if w == "--set"]
+        try:
+            resolve_cli_config(inputs, flavor, sets, None, None, None)
+        except AdvcliError as e:
+            why = why or e.message
+            continue
+        return "advcli run " + " ".join(shlex.quote(w) for w in [*sources, *flags]), None
+    return None, why
+
+
+def suggest(data: dict, inputs: list[str]) -> dict:
+    """An imported dump's ``advcli inspect`` data completed with the command that reads it and, at
+    response level, the estimators ``run`` accepts on it (asked of ``run``'s own check)."""
+    from ..formats import info_for, row_constant_note
+
+    infos = [i for i in map(info_for, inputs) if i is not None]
+    if not infos or "dump" not in data:
+        return data
+    info = infos[0]
+    data["dump"]["example"], data["dump"]["no_example"] = run_command(info, data["inputs"], inputs)
+    if info.level == "response":
+        cols = [c["column"] for c in data.get("schema", [])]
+        for name, e in estimator_support(inputs, cols).items():
+            if name in data.get("estimators", {}):
+                # run's refusal, else what the columns lack beyond the token data (gdpo's components)
+                base = data["estimators"][name]
+                missing = e["missing"] or [m for m in base["missing"] if m != "response_mask"]
+                data["estimators"][name].update(ok=not missing, missing=missing, refused=bool(e["missing"]))
+                note = row_constant_note(name)
+                if note and not missing:
+                    data["estimators"][name]["note"] = note
+    return data
+
+
 def _print(data: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..report import fmt_num
+    from ..report.terminal import stdout_console
 
-    con = Console(highlight=False, soft_wrap=False)
+    con = stdout_console(highlight=False, soft_wrap=False)
     mb = data["bytes"] / 2**20
     con.print(f"[bold]{', '.join(data['inputs'])}[/]  {data['files']} file(s), {data['rows']:,} rows, "
               f"{data['row_groups']} row group(s), {mb:.1f} MiB")
@@ -260,7 +343,8 @@ def _print(data: dict) -> None:
     no = {n: e for n, e in data["estimators"].items() if not e["ok"]}
     con.print(f"[green]can feed[/]        {', '.join(ok) or '–'}")
     for n, e in no.items():
-        con.print(f"[red]cannot feed[/]     {n}: missing {', '.join(e['missing'])}")
+        con.print(f"[red]cannot feed[/]     {n}: " + ("; ".join(e["missing"]) if e.get("refused") else
+                                                    f"missing {', '.join(e['missing'])}"))
     notes = {e["note"] for n, e in data["estimators"].items() if e["note"] and e["ok"]}
     for note in sorted(notes):
         con.print(f"note            {note}")
@@ -279,7 +363,7 @@ def inspect_cmd(
     from ..formats import describe, open_inputs, print_dump
 
     inputs = open_inputs(inputs, from_, synth_mask=False, read_ahead=False)  # trainer dumps -> canonical Parquet
-    data = describe(inspect_data(inputs, parse_column_maps(column)), inputs)
+    data = suggest(describe(inspect_data(inputs, parse_column_maps(column)), inputs), inputs)
     if not json_out:
         print_dump(data)
     if json_out:

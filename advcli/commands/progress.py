@@ -37,9 +37,13 @@ def progress(show: bool):
                 return
             prog.start()
             started[0] = True
+        if done >= total:  # the pass has ended: its bar goes now, not when the whole command ends
+            if name in tasks:
+                prog.remove_task(tasks.pop(name))
+            return
         if name not in tasks:
             tasks[name] = prog.add_task(name, total=total, rate="")
-        t = prog.tasks[tasks[name]]
+        t = next(t for t in prog.tasks if t.id == tasks[name])  # (ids are not positions once bars go)
         rate = f"{t.speed:,.0f} rows/s" if t.speed else ""
         prog.update(tasks[name], completed=done, rate=rate)
 
@@ -47,4 +51,5 @@ def progress(show: bool):
         if started[0]:
             prog.stop()
 
+    cb.bars = prog  # (the live bars, for tests)
     return cb, stop

@@ -168,7 +168,8 @@ def stop_cmd():
 @app.command("status", cls=Command)
 def status_cmd(json_out: bool = typer.Option(False, "--json", help="Print the status as JSON on stdout.")):
     """Say whether a server runs for this installation, what it has done, and whether this shell's
-    commands use it. Exit status 0 when one runs and this shell's commands use it, 1 otherwise."""
+    commands use it. Exit status 0 when one runs (whether or not this shell's commands use it: see the
+    message, or "used" in --json), 1 when none runs."""
     from ..server.client import ask
 
     path = _socket()
@@ -193,4 +194,4 @@ def status_cmd(json_out: bool = typer.Option(False, "--json", help="Print the st
                    f"{'no idle timeout' if not idle else f'stops after {idle:g} s idle'}; socket {path}", err=True)
         typer.echo("this shell's commands fork from it" if why is None else f"this shell's commands run in their "
                    f"own processes: {why}", err=True)
-    raise typer.Exit(0 if status is not None and why is None else 1)
+    raise typer.Exit(0 if status is not None else 1)

@@ -862,7 +862,14 @@ def _publish_prefix(fs, tmp: str, out: str) -> None:
 
 
 def _replace_dir(tmp: str, output: str) -> None:
-    """Move the finished temporary directory to ``output`` (replacing what --force allowed)."""
+    """Move the finished temporary directory to ``output`` (replacing what --force allowed): now, or as
+    the command's last step while it stages its outputs (:func:`advcli.io.commit.staged`)."""
+    from ..io.commit import put_in_place
+
+    put_in_place(output, tmp, now=lambda: _swap_dir(tmp, output))
+
+
+def _swap_dir(tmp: str, output: str) -> None:
     old = None
     if os.path.lexists(output):
         old = tmp + "-old"

@@ -50,7 +50,9 @@ class Format:
     columns: dict
     read: Callable[[str, Context], Iterator[tuple[int, dict]]]
     sniff: Callable[[dict], bool]
-    example: str  # the command that reads it (docs/formats.md)
+    # the command that reads it: `advcli inspect` prints it with the path the user typed and ``{n}`` (when
+    # present) replaced by the dump's group size, once the same check `run` makes accepts it
+    example: str
     companions: tuple[str, ...] = ()
     key: Callable[[str], Any] | None = None
     required: tuple[str, ...] = ()  # keys every record must have (for the messages)

@@ -32,25 +32,44 @@ def check_config(inputs: list[str], cfg: dict) -> None:
     """Refuse, before anything is read, a configuration that needs token data the imported dump lacks; and
     run an estimator the dump's sessions call for on their last rows (``grouping.trajectories=last_step``:
     verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
+    refused = refusal(inputs, cfg)
+    if refused:
+        raise refused[1]
+    from ..config import get_path
+
+    name = get_path(cfg, "estimator.name")
+    for p in inputs:
+        if p in IMPORTED and IMPORTED[p].level == "response" and name in IMPORTED[p].last_step_estimators:
+            cfg["grouping"]["trajectories"] = "last_step"
+
+
+def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> tuple[str, AdvcliError] | None:
+    """Why ``run`` refuses this configuration on these inputs (a response-level dump lacking what it
+    needs): (the short reason, the error ``run`` raises), or None when it does not. ``advcli inspect``
+    asks this for every estimator, passing ``requirements`` (``estimators.estimator_requirements()``,
+    read once); torch is never imported here."""
     infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"]
     if not infos:
-        return
+        return None
     info = infos[0]
     from ..config import get_path
-    from ..estimators import get as get_estimator
+    from ..estimators import estimator_requirements
 
     name = get_path(cfg, "estimator.name")
     for i in infos:
         if i.only_estimators and name not in i.only_estimators[0]:
-            raise AdvcliError(f"{i.only_estimators[1]}; estimator {name} would see other groups than verl's",
-                              hint=f"use {', '.join(i.only_estimators[0])} with this dump")
-        if name in i.last_step_estimators:
-            cfg["grouping"]["trajectories"] = "last_step"
-    spec = get_estimator(name)
+            return (f"{i.only_estimators[1]}",
+                    AdvcliError(f"{i.only_estimators[1]}; estimator {name} would see other groups than verl's",
+                                hint=f"use {', '.join(i.only_estimators[0])} with this dump"))
+    spec = (requirements or estimator_requirements()).get(name)
+    if spec is None:  # an unknown name: the registry's own message
+        from ..estimators import get as get_estimator
+        get_estimator(name)
+        return None
     missing = None
     row_constant = ROW_CONSTANT.get(name)
-    if spec.level == "token" and not (row_constant and row_constant(cfg)):
-        needs = ["response_mask"] + [r for r in spec.needs]
+    if spec["level"] == "token" and not (row_constant and row_constant(cfg)):
+        needs = ["response_mask", *spec["needs"]]
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
     elif name in LENGTH_ESTIMATORS:
         missing = f"estimator {name} needs {LENGTH_ESTIMATORS[name]}"
@@ -61,11 +80,12 @@ def check_config(inputs: list[str], cfg: dict) -> None:
                    "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")
     elif get_path(cfg, "advantage.whiten") or get_path(cfg, "reward.whiten_tokens"):
         missing = "whitening over tokens needs each response's token mask (response_mask)"
-    if missing:
-        raise AdvcliError(f"{info.source}: a {info.title} dump holds one reward per response and no token data; "
-                          f"{missing}, which this dump lacks",
-                          hint="response-level estimators work: GRPO, RLOO, Dr.GRPO, GPG, ... "
-                               "(`advcli inspect DUMP` lists them)")
+    if not missing:
+        return None
+    return missing, AdvcliError(f"{info.source}: a {info.title} dump holds one reward per response and no token "
+                                f"data; {missing}, which this dump lacks",
+                                hint="response-level estimators work: GRPO, RLOO, Dr.GRPO, GPG, ... "
+                                     "(`advcli inspect DUMP` lists them)")
 
 
 def name_sources(result) -> None:

@@ -151,5 +151,5 @@ FORMAT = Format(
     columns={"prompt_id": STR, "step": I64, "reward": F32, "domain": STR, "id": STR},
     read=read, sniff=sniff, first_record=first, required=("scores",),
     example="advcli run /abs/rollout_dump --output out.parquet --flavor roll --set adv_estimator=grpo "
-            "--set actor_infer.generating_args.num_return_sequences=8",
+            "--set actor_infer.generating_args.num_return_sequences={n}",
 )

@@ -78,5 +78,5 @@ FORMAT = Format(
              "advantage": F64},
     read=read, sniff=sniff, first_record=schema_record, required=("prompt", "completion", "advantage"),
     logged="advantage",
-    example="advcli run outputs/completions --output out.parquet --flavor trl --set num_generations=8",
+    example="advcli run outputs/completions --output out.parquet --flavor trl --set num_generations={n}",
 )

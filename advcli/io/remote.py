@@ -11,12 +11,13 @@ footer and then only the column chunks it needs, page by page (:mod:`advcli.io.r
 whole object first.
 
 Writing is atomic: the output is written to a local temporary file (as for a local output), and
-only when it is complete and checked it is uploaded to a temporary key beside the target, copied
-onto the target key by the store (a single server-side copy: the target appears whole or not at
-all, and an existing target is replaced only then), and the temporary key is deleted. An
-interrupted or failed run leaves neither the target nor a temporary key (the temporary key is
-deleted on the way out; only a process killed during its upload can leave one, named
-``.NAME.advcli-tmp-PID`` like the local temporary files, which the next run to that target removes).
+only when it is complete and checked it is uploaded to a temporary key at the bucket's top level
+(beside the target where the top level is not writable: deleting it then leaves a zero-byte marker of
+the target's "directory", apache/arrow#36275), copied onto the target key by the store (a single
+server-side copy: the target appears whole or not at all, and an existing target is replaced only
+then), and the temporary key is deleted. An interrupted or failed run leaves neither the target nor a
+temporary key (the temporary key is deleted on the way out; only a process killed during its upload
+can leave one, named ``.NAME.HASH.advcli-tmp-PID``, which the next run to that target removes).
 """
 from __future__ import annotations
 
@@ -162,6 +163,25 @@ def temp_key(target: str) -> str:
     return f"{parent}/.{name}.advcli-tmp-{os.getpid()}"
 
 
+def _top_pattern(target: str) -> tuple[str, str]:
+    """(the bucket's URI, the name pattern of ``target``'s temporary keys at its top level)."""
+    import hashlib
+
+    m = _SCHEME.match(target)
+    bucket = target[m.end():].split("/", 1)[0]
+    name = target.rstrip("/").rsplit("/", 1)[-1]
+    tag = hashlib.sha256(target.encode()).hexdigest()[:12]
+    return f"{m.group(0)}{bucket}", f".{name}.{tag}{TMP_TAG}"
+
+
+def top_temp_key(target: str) -> str:
+    """The temporary key of an upload at the bucket's top level. Deleting a key makes pyarrow's S3
+    filesystem put a zero-byte marker for its parent "directory" (``out/``, apache/arrow#36275); a key
+    directly under the bucket has none to leave."""
+    bucket, prefix = _top_pattern(target)
+    return f"{bucket}/{prefix}{os.getpid()}"
+
+
 def put_file(fs, local: str, key: str) -> None:
     """Stream the local file ``local`` to ``key`` of ``fs`` (one multipart upload on an object store:
     the object appears when complete)."""
@@ -176,19 +196,24 @@ def put_file(fs, local: str, key: str) -> None:
 def upload(local: str, target: str) -> None:
     """Put the complete local file ``local`` at ``target`` atomically (module docstring)."""
     fs, dst = resolve(target)
-    _, tmp = resolve(temp_key(target))
+    tmps = [resolve(top_temp_key(target))[1]]
     try:
         try:
-            put_file(fs, local, tmp)
-            fs.copy_file(tmp, dst)  # server-side: the target appears whole
+            try:
+                put_file(fs, local, tmps[0])
+            except OSError:  # no write access at the bucket's top level: beside the target, then
+                tmps.append(resolve(temp_key(target))[1])
+                put_file(fs, local, tmps[-1])
+            fs.copy_file(tmps[-1], dst)  # server-side: the target appears whole
         except OSError as e:
             raise AdvcliError(f"{target}: upload failed ({str(e).splitlines()[0]}); nothing was written there",
                               hint="check the credentials, the endpoint and that the bucket exists") from None
     finally:
-        try:
-            fs.delete_file(tmp)
-        except OSError:
-            pass
+        for tmp in tmps:
+            try:
+                fs.delete_file(tmp)
+            except OSError:
+                pass
 
 
 def clean_stale_temps(target: str) -> list[str]:
@@ -196,10 +221,18 @@ def clean_stale_temps(target: str) -> list[str]:
     (keys of live processes, or of other machines' runs that happen to share a PID, are kept when
     the PID is alive here)."""
     parent, _, name = target.rpartition("/")
-    fs, path = resolve(parent)
+    bucket, top = _top_pattern(target)
+    removed = []
+    for where, pattern in ((parent, f".{name}{TMP_TAG}*"), (bucket, f"{top}*")):
+        removed += _clean(target, where, pattern)
+    return removed
+
+
+def _clean(target: str, where: str, pattern: str) -> list[str]:
+    fs, path = resolve(where)
     removed = []
     try:
-        for p in _list(fs, path, f".{name}{TMP_TAG}*"):
+        for p in _list(fs, path, pattern):
             try:
                 pid = int(p.rsplit(TMP_TAG, 1)[1])
             except ValueError:

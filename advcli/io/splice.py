@@ -179,15 +179,21 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
             raise AdvcliError(f"{target}: cannot create the output ({e.strerror})",
                               hint="check that the output directory exists and is writable") from None
         self._offset = 0
-        # the new columns after the first wait here until their row group is complete (anonymous
-        # files beside the output: gone with the process whatever happens)
-        self._spill = [None] + [tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(target)))
-                                for _ in range(len(new_names) - 1)]
-        self._worker = _writer.OrderedWorker(self._task, depth=2, name="advcli-writer") if threaded else None
-        self._encoders = (ThreadPoolExecutor(max_workers=min(len(new_names), os.cpu_count() or 1),
-                                             thread_name_prefix="advcli-encode")
-                          if threaded and len(new_names) > 1 and (os.cpu_count() or 1) > 1 else None)
-        self._run(("copy", None))
+        self._spill = [None]
+        self._worker = self._encoders = None
+        try:  # an interrupt from here on would leave the temporary file behind: no caller holds this writer yet
+            # the new columns after the first wait here until their row group is complete (anonymous
+            # files beside the output: gone with the process whatever happens)
+            self._spill += [tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(target)))
+                            for _ in range(len(new_names) - 1)]
+            self._worker = _writer.OrderedWorker(self._task, depth=2, name="advcli-writer") if threaded else None
+            self._encoders = (ThreadPoolExecutor(max_workers=min(len(new_names), os.cpu_count() or 1),
+                                                 thread_name_prefix="advcli-encode")
+                              if threaded and len(new_names) > 1 and (os.cpu_count() or 1) > 1 else None)
+            self._run(("copy", None))
+        except BaseException:
+            self.abort()
+            raise
 
     # ------------------------------------------------------------------ the writer thread's work
     def _run(self, task) -> None:

@@ -267,8 +267,13 @@ class AtomicParquetWriter:
         except OSError as e:  # includes pyarrow's ArrowIOError
             raise AdvcliError(f"{target}: cannot create the output ({str(e).splitlines()[0]})",
                               hint="check that the output directory exists and is writable") from None
-        self._rebatch = _Rebatcher(schema)
-        self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
+        try:  # an interrupt from here on would leave the temporary file behind: no caller holds this writer yet
+            self._rebatch = _Rebatcher(schema)
+            self._worker = OrderedWorker(self._write_group, depth=2, name="advcli-writer") if threaded else None
+        except BaseException:
+            self._worker = None
+            self.abort()
+            raise
 
     def _setup(self, target: str, schema: pa.Schema, threaded: bool) -> None:
         """The state every writer of this module starts with."""
@@ -358,23 +363,30 @@ class AtomicParquetWriter:
         self._prepared = True
 
     def commit(self) -> None:
+        """The finished file becomes the target: renamed (or uploaded) now, or, while a command stages its
+        outputs (``advcli run``: :func:`advcli.io.commit.staged`), as that command's last step."""
+        from .commit import put_in_place
+
         self.prepare()
         if remote.is_uri(self.target):  # complete and checked: now upload it (atomic on the store)
-            try:
-                remote.upload(self.tmp, self.target)
-            finally:
-                try:
-                    os.remove(self.tmp)
-                except OSError:
-                    pass
+            put_in_place(self.target, self.tmp, self._upload)
             return
-        os.replace(self.tmp, self.target)
+        if put_in_place(self.target, self.tmp):
+            try:
+                dfd = os.open(os.path.dirname(os.path.abspath(self.target)), os.O_RDONLY)
+                os.fsync(dfd)
+                os.close(dfd)
+            except OSError:
+                pass
+
+    def _upload(self) -> None:
         try:
-            dfd = os.open(os.path.dirname(os.path.abspath(self.target)), os.O_RDONLY)
-            os.fsync(dfd)
-            os.close(dfd)
-        except OSError:
-            pass
+            remote.upload(self.tmp, self.target)
+        finally:
+            try:
+                os.remove(self.tmp)
+            except OSError:
+                pass
 
     def _close_output(self) -> None:
         """Release the temp file (errors ignored: abort removes it anyway)."""

@@ -24,12 +24,29 @@ OUTPUT_MODES = ("full", "sidecar")
 SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
 
 
+def _named_like_a_file(output: str, is_dir) -> bool:
+    """An output named ``*.parquet`` that is not an existing directory: a file was meant."""
+    return output.rstrip("/").lower().endswith(".parquet") and not output.endswith("/") and not is_dir(output)
+
+
+def _several_inputs_to_a_file(output: str, n: int) -> AdvcliError:
+    base = output.rstrip("/").rsplit("/", 1)[-1]
+    stem = base[: -len(".parquet")] if base.lower().endswith(".parquet") else base
+    return AdvcliError(f"{output}: several inputs need an output directory ({n} files were given), and this names "
+                       "a file",
+                       hint=f"give a directory, e.g. --output {stem or 'out'}/ (one output per input, named like "
+                            "it), or run each input on its own")
+
+
 def output_paths(inputs: InputSet, output: str) -> list[str]:
-    """One output per input: OUTPUT itself for one input file, else OUTPUT/<input name>."""
+    """One output per input: OUTPUT itself for one input file, else OUTPUT/<input name>. Several inputs
+    and an OUTPUT that is a file, or is named like one (``*.parquet``, not a directory), are refused."""
     if remote.is_uri(output):  # a prefix on object storage: nothing to create
         multi = len(inputs.paths) > 1 or output.endswith("/") or remote.is_dir(output)
         if not multi:
             return [output]
+        if _named_like_a_file(output, remote.is_dir):
+            raise _several_inputs_to_a_file(output, len(inputs.paths))
         names = [p.rsplit("/", 1)[-1] for p in inputs.paths]
         if len(set(names)) != len(names):
             raise AdvcliError("several inputs share a file name; their outputs would collide in one directory")
@@ -39,6 +56,8 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
         return [output]
     if os.path.exists(output) and not os.path.isdir(output):
         raise AdvcliError(f"{output}: several inputs need an output directory, but this is a file")
+    if _named_like_a_file(output, os.path.isdir):
+        raise _several_inputs_to_a_file(output, len(inputs.paths))
     os.makedirs(output, exist_ok=True)
     names = [os.path.basename(p) for p in inputs.paths]
     if len(set(names)) != len(names):

@@ -6,6 +6,20 @@ from .content import headline, key_metrics, steps_line
 from .primitives import fmt_num, short_examples
 
 
+def stdout_console(**kwargs):
+    """A rich Console on stdout whose closed reader (``advcli inspect X | head -1``) raises
+    BrokenPipeError, which the entry point ends quietly like any other command (rich's own way is a
+    silent exit 1)."""
+    from rich.console import Console
+
+    class _PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _PipeConsole(**kwargs)
+
+
 def print_summary(report: dict, console=None) -> None:
     """The rich summary on stderr: what ran, counts, speed, key metrics, diagnostics and warnings."""
     from rich.console import Console

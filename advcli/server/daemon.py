@@ -118,6 +118,13 @@ class Server:
         try:  # remove the socket only if it is still ours (a new server may have replaced it)
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == self.socket_id:
+                # and, first, its lock and log: a stopped server leaves nothing behind (a server that failed
+                # to start keeps its log, which `advcli server start` shows)
+                for companion in (self.path + ".lock", self.path + ".log"):
+                    try:
+                        os.unlink(companion)
+                    except OSError:
+                        pass
                 os.unlink(self.path)
         except OSError:
             pass

@@ -152,7 +152,7 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     """One streaming pass over the group id, step, metric and data-source columns of ``ins``."""
     import pyarrow as pa
 
-    from .commands._arrays import keys_codes, numeric
+    from .io.arrays import keys_codes, numeric
 
     file0 = ins.paths[0]
     pid = cmap.require("prompt_id", "groups are the rows sharing a prompt_id (within a step)")

@@ -169,7 +169,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
     import pyarrow as pa
 
     from ..io.reader import open_parquet
-    from ._arrays import keys_codes, list_parts, numeric
+    from ..io.arrays import keys_codes, list_parts, numeric
 
     ov = column_overrides or {}
     fa, fb = open_parquet(path_a), open_parquet(path_b)
@@ -284,7 +284,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
 
 
 def _aligned(fa, fb, cols_a, cols_b, batch_rows):
-    from ._arrays import aligned_batches
+    from ..io.arrays import aligned_batches
 
     yield from aligned_batches([fa, fb], [cols_a, cols_b], batch_rows)
 

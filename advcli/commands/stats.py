@@ -98,7 +98,7 @@ def by_position(batches, mask_col: str | None, points: int = POSITION_POINTS) ->
 
     ``batches`` yields record batches holding ``advantages`` (and ``mask_col``).
     """
-    from ._arrays import list_parts
+    from ..io.arrays import list_parts
 
     acc = PositionStats()
     for batch in batches:
@@ -134,7 +134,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..ragged import Ragged
     from ..report import build_report
     from ..stats import RunStats
-    from ._arrays import keys_codes, list_parts, numeric, provenance, row_sums
+    from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
 
     t0 = time.perf_counter()
     ins = InputSet.open(inputs)

@@ -63,17 +63,16 @@ from ..pipeline import (
     ChunkReader,
     ProgressFn,
     RunResult,
-    choose_output_columns,
     chunk_math,
-    make_plan,
     output_batch,
     output_schema,
     resolve,
     roles_to_columns,
 )
 from ..pipeline.observe import RunObserver
-from ..pipeline.output import OUTPUT_MODES, SIDECAR_ROW
+from ..pipeline.output import SIDECAR_ROW
 from ..pipeline.rows import row_table_pass
+from ..pipeline.run import finish_result, open_and_plan, wants_positions
 from ..ragged import Ragged
 
 ROW_HASH = "row_hash"
@@ -367,7 +366,7 @@ class _ObserverSink:
         self.obs.finish(result)
         return {"metrics": result.metrics, "per_step": result.per_step, "histograms": result.histograms,
                 "group_health": result.group_health, "diagnostics": result.diagnostics,
-                "warnings": result.warnings}
+                "warnings": result.warnings, "by_position": result.by_position}
 
 
 # --------------------------------------------------------------------------------------- engine
@@ -653,7 +652,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             address: str | None = None, override_num_blocks: int | None = None,
             rows_per_file: int | None = None, row_pass: str = "auto",
             write_columns: list[str] | str | None = None, output_mode: str = "full",
-            stall_timeout: float | None = None) -> RunResult:
+            stall_timeout: float | None = None, by_position: bool = False) -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
@@ -671,9 +670,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     t0 = time.perf_counter()
     if output is None:
         raise AdvcliError("--engine ray writes its result: give --output DIR")
-    if chunk_rows is not None and chunk_rows < 1:
-        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
-    inputs = InputSet.open(input_specs)
+    inputs, plan = open_and_plan(input_specs, cfg, column_overrides, "cpu" if device == "cpu" else "auto",
+                                 chunk_rows, output_mode, write_columns)
     if ROW_COL in inputs.schema.names:
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_COL!r}, which --engine ray uses itself",
                           hint="rename that column, or use --engine local")
@@ -681,10 +679,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_HASH!r}, which Ray Data's reader "
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
-    if output_mode not in OUTPUT_MODES:
-        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar")
-    plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
-    choose_output_columns(plan, write_columns)
     from ..io import remote
 
     uris = [remote.is_uri(p) for p in inputs.paths]
@@ -732,7 +726,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 correction=correction_fn(rows_on_workers_fn(cl, paths, watch)))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
-            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
+            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls,
+                                   by_position=wants_positions(plan, by_position))
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -789,17 +784,9 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
     result.metrics, result.per_step = stats["metrics"], stats["per_step"]
     result.histograms, result.group_health = stats["histograms"], stats["group_health"]
-    result.diagnostics = stats["diagnostics"]
+    result.diagnostics, result.by_position = stats["diagnostics"], stats["by_position"]
     result.warnings.extend(stats["warnings"])
-    if res.correction is not None:  # rollout_corr/* per step and overall, the weights' histogram (as run_pipeline)
-        from ..correction import finish as finish_correction
-
-        finish_correction(result, res.correction, plan.dtype)
-    if getattr(plan, "scope_domains", None) is not None:
-        for entry, dom in zip(result.per_step, plan.scope_domains):
-            entry["domain"] = dom
-    result.seconds = time.perf_counter() - t0
-    return result
+    return finish_result(result, plan, res, t0)  # as run_pipeline
 
 
 def _check_output_prefix(output: str, inputs: list[str], force: bool) -> None:

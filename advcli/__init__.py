@@ -25,20 +25,19 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     trainer dump format (``--from``; default: recognised from file names and keys, docs/formats.md).
     """
     from .commands.defaults import resolve_for_inputs
-    from .pipeline import run_pipeline
+    from .formats import open_inputs
+    from .runner import RunRequest, run_inputs
 
     specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)
-    from .formats import finish_outputs, open_inputs
-
     specs = open_inputs([str(s) for s in specs], source)  # trainer dumps -> canonical Parquet
     # what a trainer dump tells the flavor, for the keys not given (result.from_dump says what was taken)
     cfg, native, from_dump = resolve_for_inputs(flavor, specs, list((settings or {}).items()))
     if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
         from .config import SCHEMA, coerce
         cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
-    result = run_pipeline(specs, None if output is None else str(output), cfg, flavor=flavor, native=native,
-                          column_overrides=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
-                          output_mode=output_mode, write_columns=write_columns)
-    finish_outputs(specs, list(result.outputs), result)
+    req = RunRequest(output=None if output is None else str(output), cfg=cfg, flavor=flavor, native=native,
+                     columns=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
+                     output_mode=output_mode, write_columns=write_columns)
+    result, _ = run_inputs(specs, req)  # the outputs are put in place as written: no staging in a library call
     result.from_dump = from_dump
     return result

@@ -13,7 +13,7 @@ from .commands.progress import progress
 from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
 from .formats import explain as name_dump_rows
-from .formats import finish_outputs, name_dumps, name_sources, open_inputs
+from .formats import name_dumps, open_inputs
 
 app = typer.Typer(
     name="advcli",
@@ -111,10 +111,6 @@ def run(
 
     check_engine(engine)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
-    if output_mode not in ("full", "sidecar"):
-        from .errors import did_you_mean
-        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
-                          f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
     from_dump: list[str] = []  # what the dump told the flavor (advcli.commands.defaults), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
@@ -130,52 +126,32 @@ def run(
         from .report import check_report_path
 
         check_report_path(report, list(inputs) + [output])
-    from .engines import run as run_engine  # imports torch (and ray for --engine ray)
     from .io.memory import tune_for_streaming
 
     tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
 
     from .curate import make_spec
-
-    spec, prefiltered, kept = make_spec(drop_uniform, solve_rate, min_group_size), None, None
-    if spec.active:  # DAPO-style: the groups dropped before anything is computed (advcli.commands.filter)
-        from .commands.filter import prefilter_for_run
-
-        prefiltered, kept = prefilter_for_run(inputs, output, spec, columns, chunk_rows, force,
-                                            output_mode=output_mode)
     from .io.commit import staged
+    from .runner import RunRequest, run_inputs
 
+    curation = make_spec(drop_uniform, solve_rate, min_group_size)  # DAPO-style: groups dropped first
+    req = RunRequest(output=output, cfg=cfg, flavor=flavor, native=native, columns=columns, chunk_rows=chunk_rows,
+                     device=device, force=force, output_mode=output_mode, write_columns=write_columns, engine=engine,
+                     ray_address=ray_address, ray_stall_timeout=ray_stall_timeout, by_position=bool(report))
     # the outputs stay in their temporary files until everything else is done (the report written, the
     # summary printed); putting them in place is the last step, with Ctrl-C held across it: a non-zero
     # exit at any moment leaves every output path as it was (advcli.io.commit)
     with staged() as outputs:
         progress_cb, stop = progress(show)
         try:
-            result = run_engine(engine, [prefiltered] if prefiltered else inputs, output, cfg, flavor=flavor,
-                                native=native, column_overrides=columns, chunk_rows=chunk_rows, device=device,
-                                force=force, progress=progress_cb,
-                                **({"output_mode": output_mode} if output_mode != "full" else {}),
-                                **({"write_columns": write_columns} if write_columns is not None else {}),
-                                ray_address=ray_address,
-                                **({"ray_stall_timeout": ray_stall_timeout} if ray_stall_timeout is not None
-                                   else {}))
+            result, kept = run_inputs(inputs, req, curation=curation, progress=progress_cb, staging=outputs)
         finally:
             stop()
-            if prefiltered:
-                os.remove(prefiltered)
-        if prefiltered:
-            from .commands.filter import run_filter_note
-
-            result.inputs = list(inputs)
-            result.warnings.insert(0, run_filter_note(spec, kept))
-        name_sources(result)  # the summary names the trainer dumps, not their temporary Parquet
         result.from_dump = from_dump
-        written = [outputs.staged_path(o) for o in result.outputs]  # the finished files, not yet in place
-        rep = _summary_dict(result, flavor, native, auto_note, with_positions=bool(report), paths=written)
-        finish_outputs(inputs, written)  # response-level dumps: scalar advantages
+        rep = _summary_dict(result, flavor, native, auto_note)
         if file_keys:
             rep["config_file"] = file_keys[0].as_dict() | {"note": file_keys[0].line()}
-        if prefiltered:
+        if kept is not None:
             # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dump and
             # output rather than the temporary files the kept rows went through
             rep["filter"] = {**name_dumps(kept), "output": output}
@@ -188,19 +164,12 @@ def run(
         outputs.commit()
 
 
-def _summary_dict(result, flavor, native, auto_note=None, with_positions: bool = False,
-                  paths: list[str] | None = None) -> dict:
-    """The report dict of a run (advcli.report): what --json prints and --report writes. ``paths``: the
-    files that hold the outputs now (their temporary files, before the run puts them in place)."""
+def _summary_dict(result, flavor, native, auto_note=None) -> dict:
+    """The report dict of a run (advcli.report): what --json prints and --report writes (with the
+    advantage by token position when the run gathered it: ``result.by_position``)."""
     from .report import build_report
 
     extra = {"seconds": round(result.seconds, 3)}
-    if with_positions and result.outputs:
-        from .commands.stats import output_by_position
-
-        mask_col = (result.config.get("columns") or {}).get("response_mask", "response_mask") \
-            if isinstance(result.config, dict) else "response_mask"
-        extra["by_position"] = output_by_position(list(paths or result.outputs), mask_col)
     if flavor:
         from .flavors import estimator_note
 

@@ -272,7 +272,7 @@ def test_reports_and_errors(tmp_path, capsys):
 
 def test_classify_pure():
     """The pure functions on hand-made arrays (no pipeline)."""
-    from advcli.audit import compare_chunk, fit_params, hypothesis_agreement
+    from advcli.audit.checks import compare_chunk, fit_params, hypothesis_agreement
 
     offs = np.array([0, 3, 5])
     A = np.array([1.0, 1.0, 0.0, -2.0, -2.0])

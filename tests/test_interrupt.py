@@ -258,13 +258,13 @@ def test_ctrl_c_after_the_write_pass_leaves_the_output_path_as_it_was(where, dum
     """After the write pass the output is complete in its temporary file, but the run is not done: the
     response-level rewrite, the report (seconds for a large --report), the summary. Ctrl-C there exits
     130 and the output path still holds the earlier file (the commit comes last)."""
-    import advcli.cli
     import advcli.report.output
+    import advcli.runner
 
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    module = advcli.cli if where == "finish_outputs" else advcli.report.output
+    module = advcli.runner if where == "finish_outputs" else advcli.report.output
     monkeypatch.setattr(module, where, interrupt)
     out = tmp_path / "out.parquet"
     out.write_bytes(EARLIER)

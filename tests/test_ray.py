@@ -41,7 +41,7 @@ def _splitmix_forward(path: str, rows: np.ndarray) -> np.ndarray:
 
 
 def test_row_locator_inverts_row_hash():
-    from advcli.engines.ray_engine import RowLocator
+    from advcli.engines.ray_rows import RowLocator
 
     paths = ["/data/a.parquet", "/data/b.parquet", "/data/c.parquet"]
     sizes = [5, 0, 7]
@@ -64,7 +64,7 @@ def test_row_locator_inverts_row_hash():
 def test_row_locator_matches_rays_own_hash():
     from ray.data._internal.datasource_v2.common.synthesized_columns import _compute_row_hashes
 
-    from advcli.engines.ray_engine import RowLocator
+    from advcli.engines.ray_rows import RowLocator
 
     loc = RowLocator(["/x/one.parquet", "/x/two.parquet"], [10, 1000])
     grow, _, _ = loc.locate(_compute_row_hashes("/x/two.parquet", 990, 10))
@@ -121,7 +121,8 @@ def _local(paths, tmp_path, flavor, settings, chunk_rows=128):
 
 
 def _ray(paths, tmp_path, flavor, settings, **kw):
-    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
     from advcli.flavors import resolve
 
     cfg, native = resolve(flavor, settings)
@@ -210,7 +211,7 @@ def test_cli_engine_ray_on_sample_data(ray_session, tmp_path):
     from typer.testing import CliRunner
 
     from advcli.cli import app
-    from advcli.engines.ray_engine import read_output
+    from advcli.engines.ray_output import read_output
 
     sample = os.path.join(os.path.dirname(__file__), "..", "sample_data", "rollouts.parquet")
     out_l, out_r = str(tmp_path / "l.parquet"), str(tmp_path / "r")

@@ -120,7 +120,8 @@ def test_worker_node_lost_mid_run(cluster, tmp_path):
     restarts the actor on the other node and runs the lost batches again, and the output and the
     report are the local engine's; or, if the nodes left cannot finish, one clear error naming the
     node within the stall timeout, and nothing at the output path (no directory, no temporary)."""
-    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
     from advcli.errors import AdvcliError
     from advcli.flavors import resolve
 

@@ -110,12 +110,12 @@ def test_batch_of_scattered_rows_is_cut_into_ordered_chunks():
     import numpy as np
     import torch
 
-    from advcli.engines.ray_engine import _observer_chunks
+    from advcli.engines.ray_output import observer_chunks
 
     grow = np.array([7, 3, 4, 8], dtype=np.int64)  # runs 3-4 and 7-8
     offsets = np.array([0, 2, 5, 6, 9], dtype=np.int64)  # lengths 2, 3, 1, 3
     x = torch.arange(9, dtype=torch.float32)
-    chunks = list(_observer_chunks(grow, offsets, x, x + 100, x, x, {"values": x * 2}))
+    chunks = list(observer_chunks(grow, offsets, x, x + 100, x, x, {"values": x * 2}))
     assert [c[0] for c in chunks] == [3, 7]
     assert chunks[0][1].tolist() == [0, 3, 4] and chunks[0][3].tolist() == [102, 103, 104, 105]
     assert chunks[1][1].tolist() == [0, 2, 5] and chunks[1][2].tolist() == [0, 1, 6, 7, 8]
@@ -127,7 +127,8 @@ def test_sidecar_output_equals_local(ray_session, dump, tmp_path):
     engine's sidecars read in input order; the same provenance metadata."""
     import pyarrow as pa
 
-    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
     from advcli.flavors import resolve
     from advcli.pipeline import run_pipeline
 
@@ -151,7 +152,7 @@ def test_cli_sidecar_on_ray(ray_session, dump, tmp_path):
     from typer.testing import CliRunner
 
     from advcli.cli import app
-    from advcli.engines.ray_engine import read_output
+    from advcli.engines.ray_output import read_output
 
     out = tmp_path / "side"
     r = CliRunner().invoke(app, ["run", dump[0], "-o", str(out), "--engine", "ray", "--output-mode", "sidecar",
@@ -195,7 +196,8 @@ def test_s3_input_and_output_equal_local(s3_ray, dump, tmp_path):
     the local engine's rows and report; no temporary key left; --force to replace."""
     import pyarrow as pa
 
-    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
     from advcli.errors import AdvcliError
     from advcli.flavors import resolve
     from advcli.pipeline import run_pipeline
@@ -272,7 +274,8 @@ def test_multinode_cluster_s3_equals_local(ray_cluster, tmp_path):
     rows and report."""
     import ray
 
-    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
     from advcli.flavors import resolve
     from advcli.io import remote
     from advcli.pipeline import run_pipeline
@@ -336,7 +339,8 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     weights' histogram), equal."""
     import pyarrow as pa
 
-    from advcli.engines.ray_engine import read_output, run_ray
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
     from advcli.flavors import resolve
     from advcli.pipeline import run_pipeline
 

@@ -268,3 +268,44 @@ def test_api_doc_examples_run(tmp_path, monkeypatch):
     assert ns["result"].rows == 384 and (tmp_path / "report.html").exists()
     assert [round(float(x), 4) for x in ns["adv"]] == [0.9, 0.8, 0.7, 0.5, 0.4]
     assert sum(ns["result"].histograms["advantages"]["counts"]) == ns["result"].valid_tokens
+
+
+def test_run_report_by_position_is_the_runs_own(tmp_path, monkeypatch):
+    """``run --report``'s advantage by token position comes from the run itself, not from reading back the
+    output it wrote: with a sidecar output (which has no mask) the figures are still over the input's mask=1
+    tokens, several chunks add up, and no file named like the output is opened for reading. Expected: the
+    mean, std and count per position (bucketed as the report says) from the input mask and the written
+    advantages, computed here with plain loops."""
+    import advcli.io.reader as reader
+
+    opened = []
+    real_open = reader.InputSet.open
+
+    def spy(specs, *a, **k):
+        opened.extend(str(s) for s in specs)
+        return real_open(specs, *a, **k)
+
+    monkeypatch.setattr(reader.InputSet, "open", staticmethod(spy))
+    out, rep_path = tmp_path / "side.parquet", tmp_path / "r.json"
+    r = invoke("run", SAMPLE, "-o", out, "--set", "algorithm.adv_estimator=grpo", "--output-mode", "sidecar",
+               "--chunk-rows", "50", "--report", rep_path, "-q")
+    assert r.returncode == 0, r.stderr
+    assert not [p for p in opened if "side.parquet" in p], opened
+    bp = json.loads(rep_path.read_text())["by_position"]
+    mask = pq.read_table(SAMPLE, columns=["response_mask"]).column("response_mask").to_pylist()
+    adv = pq.read_table(out, columns=["advantages"]).column("advantages").to_pylist()
+    width = bp["bucket_width"]
+    sums: dict[int, list[float]] = {}
+    for a_row, m_row in zip(adv, mask):
+        assert len(a_row) == len(m_row)
+        for t, (a, m) in enumerate(zip(a_row, m_row)):
+            if m:
+                sums.setdefault(t // width, []).append(float(a))
+    buckets = sorted(sums)
+    assert bp["positions"] == [b * width for b in buckets]
+    assert bp["count"] == [len(sums[b]) for b in buckets]
+    assert sum(bp["count"]) == sum(sum(1 for m in row if m) for row in mask)
+    for b, mean, std in zip(buckets, bp["mean"], bp["std"]):
+        v = np.array(sums[b])
+        assert mean == pytest.approx(v.mean(), rel=1e-9, abs=1e-12)
+        assert std == pytest.approx(v.std(), rel=1e-6, abs=1e-9)

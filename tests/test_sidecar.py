@@ -109,3 +109,23 @@ def test_library_entry_point_output_mode(dump, tmp_path):
     assert lib.column_names == ["row_index", "prompt_id", "step", "advantages", "returns"]
     for c in lib.column_names:
         assert lib.column(c).equals(cli.column(c)), c
+
+
+def test_unknown_mode_is_named_before_the_group_filter_runs(dump, tmp_path):
+    """With --drop-uniform the run filters the groups first; an unknown mode is still reported as such (not as
+    the filter's "sidecar with --drop-uniform" refusal), exit 2, and nothing is written, kept rows included."""
+    r = run_cli("run", dump, "-o", tmp_path / "x.parquet", "--output-mode", "narrow", "--drop-uniform",
+                "--set", "algorithm.adv_estimator=grpo")
+    assert r.returncode == 2, r.stderr
+    assert "--output-mode 'narrow': expected full or sidecar" in r.stderr and "Traceback" not in r.stderr
+    assert "drop-uniform" not in r.stderr
+    assert os.listdir(tmp_path) == [os.path.basename(dump)] or not any("x.parquet" in n for n in os.listdir(tmp_path))
+
+
+def test_unknown_mode_in_the_library_entry_point(dump, tmp_path):
+    import advcli
+
+    with pytest.raises(AdvcliError, match="expected full or sidecar"):
+        advcli.run(dump, tmp_path / "lib.parquet", flavor="verl", settings={"algorithm.adv_estimator": "grpo"},
+                   output_mode="narrow")
+    assert not (tmp_path / "lib.parquet").exists()

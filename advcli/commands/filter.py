@@ -6,8 +6,6 @@ group and batch statistic as if the dropped groups had never been sampled (DAPO'
 """
 from __future__ import annotations
 
-import os
-
 import typer
 
 from ..errors import AdvcliError
@@ -153,36 +151,3 @@ def print_filter_summary(rep: dict) -> None:
             tt.add_row(*[escape(x if isinstance(x, str) else ("–" if x is None else f"{x:,}" if isinstance(x, int)
                                                                else f"{x:.4g}")) for x in r])
         con.print(tt)
-
-
-# ------------------------------------------------------------------------------- advcli run --drop-...
-def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,
-                      force: bool = False, metric: str | None = None, output_mode: str = "full") -> tuple[str, dict]:
-    """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
-    group-filter options. The file lies beside ``output`` (the caller removes it)."""
-    if output_mode != "full":  # its row_index would count the kept rows, not the input's
-        raise AdvcliError(f"--output-mode {output_mode} with --drop-uniform/--solve-rate/--min-group-size: the "
-                          "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
-                          hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
-    from ..curate import filter_file
-    from ..io.reader import SHOWN_AS, expand_inputs, shown_name
-    from ..io.writer import check_output_path
-
-    files = expand_inputs(inputs)
-    if len(files) != 1:
-        raise AdvcliError("--drop-uniform/--solve-rate/--min-group-size on `run` take one input file",
-                          hint="filter several files into one first: advcli filter IN... -o kept.parquet "
-                               "--drop-uniform, then advcli run kept.parquet")
-    check_output_path(output, files, force)  # before any work, against the real input
-    d, name = os.path.split(os.path.abspath(output))
-    tmp = os.path.join(d, f".{name}.advcli-filter-{os.getpid()}.parquet")
-    SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
-    summary = filter_file(inputs, tmp, spec, metric=metric, column_overrides=column_overrides,
-                          chunk_rows=max(chunk_rows, 1), force=True)
-    return tmp, summary
-
-
-def run_filter_note(spec, summary: dict) -> str:
-    return (f"{spec.describe()}: advantages computed as if the {summary['groups_dropped']:,} dropped group(s) "
-            f"({summary['rows_dropped']:,} of {summary['rows']:,} rows) had not been sampled (DAPO dynamic "
-            f"sampling); the output holds the {summary['rows_kept']:,} kept rows in input order")

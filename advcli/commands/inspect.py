@@ -61,8 +61,8 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     import pyarrow as pa
 
     from ..columns import ROLE_INFO, resolve_columns
+    from ..io.arrays import keys_codes, list_parts, numeric, provenance
     from ..io.reader import InputSet
-    from ._arrays import keys_codes, list_parts, numeric, provenance
 
     ins = InputSet.open(inputs)
     file0 = ins.paths[0]

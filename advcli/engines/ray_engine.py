@@ -1,3 +1,4 @@
+
 """``advcli run --engine ray``: the canonical pipeline on a Ray cluster, with Ray Data.
 
 The passes are those of the local engine (:mod:`advcli.pipeline`), placed where they scale:
@@ -19,28 +20,28 @@ The resolved per-row table is broadcast once with ``ray.put``. Each batch is ali
 its rows' **global index**: ``read_parquet(include_row_hash=True)`` gives every row a uint64
 ``row_hash = splitmix64(md5(path)[:8] + row in file)`` (Ray Data
 ``_internal/datasource_v2/common/synthesized_columns.py:_compute_row_hashes``, Ray 2.60). The
-splitmix64 finaliser is a bijection, so :class:`RowLocator` inverts it and recovers (file, row in
-file) exactly; a row that does not decode to a row of an input file is an error, never a silent
+splitmix64 finaliser is a bijection, so :class:`advcli.engines.ray_rows.RowLocator` inverts it and
+recovers (file, row in file) exactly; a row that does not decode to a row of an input file is an error, never a silent
 misalignment. The math therefore does not depend on how Ray cuts or orders batches.
 
 **Output**: a directory (``--output DIR``) of Parquet files ``part-<first global row:012d>.parquet``,
 so that file name order is input row order (global over all input files), each file's rows in
 order. Ray Data keeps batches in input order (``DataContext.execution_options.preserve_order``);
-the writer (:func:`_ordered_sink`) does not rely on it: every row carries its global index to the
-writer, which sorts within a file and checks that the files tile rows 0..R-1 exactly. Reading the
-directory (pyarrow.dataset, pandas, ``ray.data.read_parquet``, :func:`read_output`) gives the local
-engine's rows, columns, values and schema metadata. It is written to a temporary directory beside
-it and renamed into place when complete.
+the writer (:func:`advcli.engines.ray_output.ordered_sink`) does not rely on it: every row carries its
+global index to the writer, which sorts within a file and checks that the files tile rows 0..R-1
+exactly. Reading the directory (pyarrow.dataset, pandas, ``ray.data.read_parquet``,
+:func:`advcli.engines.ray_output.read_output`) gives the local engine's rows, columns, values and
+schema metadata. It is written to a temporary directory beside it and renamed into place when complete.
 
 **Losing a node**: Ray restarts the map actors and retries the tasks; where the nodes left cannot
 run the rest, :mod:`advcli.engines.ray_faults` stops the run after a stall timeout with one line
 naming the node (and the temporary output is removed).
 """
+
+
 from __future__ import annotations
 
 import dataclasses
-import glob
-import hashlib
 import inspect
 import json
 import logging
@@ -56,28 +57,36 @@ import torch
 
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..io.temps import TMP_TAG
-from ..ops.groups import GroupIndex
 from ..ops.whiten import MomentSums
 from ..pipeline import (
     ChunkReader,
     ProgressFn,
     RunResult,
-    choose_output_columns,
     chunk_math,
-    make_plan,
     output_batch,
     output_schema,
     resolve,
     roles_to_columns,
 )
 from ..pipeline.observe import RunObserver
-from ..pipeline.output import OUTPUT_MODES, SIDECAR_ROW
+from ..pipeline.output import SIDECAR_ROW
 from ..pipeline.rows import row_table_pass
+from ..pipeline.run import finish_result, open_and_plan, wants_positions
 from ..ragged import Ragged
+from .ray_output import (
+    ObserverSink,
+    check_output_dir,
+    check_output_prefix,
+    delete_prefix,
+    observer_chunks,
+    ordered_sink,
+    publish_prefix,
+    replace_dir,
+    tmp_dir,
+    tmp_prefix,
+)
+from .ray_rows import ROW_COL, ROW_HASH, RowLocator, lean, take_rows
 
-ROW_HASH = "row_hash"
-ROW_COL = "__advcli_row"  # global row index, carried from the workers to the writer (not written)
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
 
@@ -102,110 +111,6 @@ def import_ray():
     return ray
 
 
-# ------------------------------------------------------------------------------------ row index
-_M64 = 1 << 64
-_C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_I1, _I2 = pow(_C1, -1, _M64), pow(_C2, -1, _M64)
-
-
-def path_seed(path: str) -> int:
-    """Ray's per-file seed: the first 8 bytes of md5(path), little-endian."""
-    return int.from_bytes(hashlib.md5(path.encode("utf-8")).digest()[:8], "little")
-
-
-def row_keys(hashes: np.ndarray) -> np.ndarray:
-    """Invert splitmix64's finaliser (x ^= x>>30; x *= C1; x ^= x>>27; x *= C2; x ^= x>>31):
-    ``row_hash`` -> ``seed(path) + row in file`` (mod 2^64). Each xor-shift by s is undone by
-    x ^ x>>s ^ x>>2s ^ ..., each multiplication by the inverse of the odd constant mod 2^64."""
-    x = np.array(hashes, dtype=np.uint64, copy=True)
-    u = np.uint64
-    with np.errstate(over="ignore"):
-        x ^= (x >> u(31)) ^ (x >> u(62))
-        x *= u(_I2)
-        x ^= (x >> u(27)) ^ (x >> u(54))
-        x *= u(_I1)
-        x ^= (x >> u(30)) ^ (x >> u(60))
-    return x
-
-
-class RowLocator:
-    """Global row index (input order over all files) of each row, from its ``row_hash``."""
-
-    def __init__(self, paths: list[str], file_rows: list[int]):
-        seeds = np.array([path_seed(p) for p in paths], dtype=np.uint64)
-        order = np.argsort(seeds, kind="stable")
-        base = np.concatenate([[0], np.cumsum(np.asarray(file_rows, dtype=np.int64))[:-1]]).astype(np.int64)
-        self.paths = list(paths)
-        self.seeds = seeds[order]
-        self.file = order.astype(np.int64)
-        self.rows = np.asarray(file_rows, dtype=np.uint64)[order]
-        self.base = base[order]
-
-    def locate(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(global row, file index, row in file), int64 each."""
-        keys = row_keys(hashes)
-        j = np.searchsorted(self.seeds, keys, side="right") - 1
-        j[j < 0] = len(self.seeds) - 1  # seed + row wrapped past 2^64
-        with np.errstate(over="ignore"):
-            off = keys - self.seeds[j]
-        bad = off >= self.rows[j]
-        if bool(bad.any()):
-            raise AdvcliError("--engine ray: a row's row_hash does not decode to a row of an input file; this "
-                              "Ray version hashes rows differently from the one advcli was built against "
-                              "(Ray 2.60)", hint="use --engine local, or the Ray version named in docs/distributed.md")
-        off = off.astype(np.int64)
-        return self.base[j] + off, self.file[j], off
-
-
-# Resolved fields take_rows gathers per row, those it keeps whole (per scope / per group), and
-# those the workers never read (dropped from the broadcast by lean()).
-_PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
-_WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
-_DRIVER_ONLY = {"raw_score", "row_keys",
-                "token_cache", "token_cache_complete", "token_spill",  # the local engine's chunk cache
-                "diagnostics", "whiten_other"}  # diagnostics the driver reports (SkyRL, slime)
-# "correction" (the rollout correction): its spec whole, its factor per row; lean() drops its sums
-
-
-def lean(res):
-    """The resolved tables as broadcast to the workers: without what only the driver's statistics
-    read (``row_keys`` holds every row's prompt id) and without cached group buckets. A field
-    this module does not know is refused rather than guessed per row or per scope."""
-    names = [f.name for f in dataclasses.fields(res)]
-    unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY | {"correction"}]
-    if unknown:
-        raise RuntimeError(f"advcli.engines.ray_engine does not know Resolved field(s) {unknown}: say in "
-                           "take_rows/lean whether they are per row, per scope or driver-only")
-
-    def gi(g):
-        return None if g is None else GroupIndex(g.codes, g.num_groups)
-
-    table = dataclasses.replace(res.table, scopes=gi(res.table.scopes), groups=gi(res.table.groups))
-    corr = getattr(res, "correction", None)
-    if corr is not None:  # the workers apply it (spec, per-row factor); the sums and histogram are the report's
-        corr = dataclasses.replace(corr, sums=None, hist=None)
-    return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), table=table,
-                               **{k: None for k in _DRIVER_ONLY if k in names},
-                               **({"correction": corr} if "correction" in names else {}))
-
-
-def take_rows(res, idx: torch.Tensor):
-    """The resolved tables restricted to rows ``idx`` (in that order): per-row tensors gathered,
-    per-scope/per-group statistics kept whole (row codes still index them)."""
-    def gi(g):
-        return None if g is None else GroupIndex(g.codes[idx], g.num_groups)
-
-    t = res.table
-    table = dataclasses.replace(t, score=t.score[idx], valid_len=t.valid_len[idx], length=t.length[idx],
-                                scopes=gi(t.scopes), groups=gi(t.groups),
-                                columns={k: v[idx] for k, v in t.columns.items()})
-    corr = getattr(res, "correction", None)
-    if corr is not None and corr.factor_row is not None:
-        corr = dataclasses.replace(corr, factor_row=corr.factor_row[idx])
-    return dataclasses.replace(res, scopes=gi(res.scopes), groups=gi(res.groups), beta_row=res.beta_row[idx],
-                               reward_row=res.reward_row[idx],
-                               adv_row=None if res.adv_row is None else res.adv_row[idx], table=table,
-                               **({"correction": corr} if corr is not None else {}))
 
 
 def _record_batch(table: pa.Table) -> pa.RecordBatch:
@@ -213,6 +118,8 @@ def _record_batch(table: pa.Table) -> pa.RecordBatch:
 
 
 # -------------------------------------------------------------------------------------- workers
+
+
 class _Worker:
     """One Ray Data actor: the per-chunk math on each batch, aligned by global row index."""
 
@@ -284,90 +191,13 @@ class _Worker:
         if self.stats is not None:
             import ray
 
-            for args in _observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
+            for args in observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
                 ray.get(self.stats.add.remote(*args))
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
         if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
             t = t.set_column(0, self.out_schema.field(0), pa.array(off, type=pa.int64()))
         return t.append_column(ROW_COL, pa.array(grow, type=pa.int64()))
-
-
-def _observer_chunks(grow: np.ndarray, offsets: np.ndarray, mask, adv, ret, tlr, tok: dict):
-    """The batch as the local engine's observer chunks: ``(row0, offsets, mask, adv, ret, tlr, tok)``
-    on the CPU, one per run of consecutive global rows (a batch is normally one run; it is cut where
-    Ray gathered rows that are not neighbours)."""
-    n = len(grow)
-    if n == 0:
-        return
-    total = int(offsets[-1])
-
-    def cpu(x):
-        return x.detach().to("cpu")
-
-    flat = {"mask": cpu(mask), "adv": cpu(adv), "ret": cpu(ret), "tlr": cpu(tlr)}
-    toks = {k: cpu(v) for k, v in tok.items() if isinstance(v, torch.Tensor)}
-    order = np.argsort(grow, kind="stable")
-    if bool((np.diff(grow) == 1).all()):
-        yield (int(grow[0]), offsets, flat["mask"], flat["adv"], flat["ret"], flat["tlr"], toks)
-        return
-    g = grow[order]
-    cuts = np.flatnonzero(np.diff(g) != 1) + 1
-    for run in np.split(order, cuts):  # rows of one run, in order; their tokens gathered
-        lengths = offsets[run + 1] - offsets[run]
-        idx = torch.from_numpy(np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in run])
-                               if len(run) else np.zeros(0, dtype=np.int64))
-        off = np.concatenate([[0], np.cumsum(lengths)]).astype(offsets.dtype)
-
-        yield (int(grow[run[0]]), off, *(_take_tokens(flat[k], idx, total) for k in ("mask", "adv", "ret", "tlr")),
-               {k: _take_tokens(v, idx, total) for k, v in toks.items()})
-
-
-def _take_tokens(x: torch.Tensor, idx: torch.Tensor, total: int) -> torch.Tensor:
-    if x.numel() != total:
-        raise RuntimeError("internal: a token tensor of the batch is not one value per token")
-    return x[idx]
-
-
-class _ObserverSink:
-    """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
-    the same object, built on the driver) in a small Ray actor: every worker sends it its batch's
-    chunks, which it feeds to the observer in global row order (holding those that come early), so
-    every figure is the local engine's, bit for bit: quantiles, histograms, group health, diagnostics."""
-
-    def __init__(self, observer, num_rows: int):
-        self.obs, self.R = observer, num_rows
-        self.next = 0
-        self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
-        self.waiting: dict[int, tuple] = {}
-
-    def seen(self) -> tuple[int, int]:
-        """(chunks received, rows fed to the observer in order)."""
-        return self.received, self.next
-
-    def add(self, row0, offsets, mask, adv, ret, tlr, tok):
-        from ..ragged import Ragged
-
-        self.received += 1
-        if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
-            return True
-        self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
-        while self.next in self.waiting:
-            offsets, mask, adv, ret, tlr, tok = self.waiting.pop(self.next)
-            layout = Ragged(torch.from_numpy(np.asarray(offsets, dtype=np.int64)))
-            self.obs.add(self.next, layout, mask, adv, ret, tlr, tok)
-            self.next += layout.num_rows
-        return True
-
-    def finish(self) -> dict:
-        if self.next != self.R or self.waiting:
-            raise RuntimeError(f"internal: the statistics received rows 0..{self.next - 1} of {self.R} in order "
-                               f"({len(self.waiting)} chunks left waiting); please report this")
-        result = RunResult(inputs=[], outputs=[], rows=self.R, tokens=0, valid_tokens=0, seconds=0.0, config={})
-        self.obs.finish(result)
-        return {"metrics": result.metrics, "per_step": result.per_step, "histograms": result.histograms,
-                "group_health": result.group_health, "diagnostics": result.diagnostics,
-                "warnings": result.warnings}
 
 
 # --------------------------------------------------------------------------------------- engine
@@ -380,8 +210,6 @@ class _Cluster:
     chunk_rows: int
     override_num_blocks: int | None
     filesystem: object = None  # the inputs' pyarrow filesystem when they are object-storage URIs
-
-
 _ERR_MARK = "<<advcli-error>>"
 BLOCKS_PER_WORKER = 4  # read blocks per worker actor that the block size aims at (_block_size)
 MIN_BLOCK = 1 << 20
@@ -534,94 +362,6 @@ def _row_pass_fn(cl: _Cluster, paths: list[str], watch=None):
     return row_pass
 
 
-def _check_output_dir(output: str, inputs: list[str], force: bool) -> None:
-    real = os.path.realpath(output)
-    for p in inputs:
-        rp = os.path.realpath(p)
-        if rp == real or rp.startswith(real + os.sep):
-            raise AdvcliError(f"{output}: the output directory is or holds an input; advcli never overwrites "
-                              "its input", hint="choose another --output path")
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise AdvcliError(f"{output}: the output directory's parent {parent} does not exist",
-                          hint=f"create it: mkdir -p {parent}")
-    if not os.access(parent, os.W_OK):
-        raise AdvcliError(f"{output}: {parent} is not writable", hint="choose another --output directory")
-    if os.path.exists(output) and not force:
-        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
-
-
-def _tmp_dir(output: str) -> str:
-    d, name = os.path.split(os.path.abspath(output.rstrip(os.sep)))
-    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
-
-
-def _ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int,
-                  upload_fs=None):
-    """A Ray Data sink writing ``part-<first global row:012d>.parquet`` files, each file's rows in
-    global row order, and checking on completion that the files tile rows 0..R-1 exactly.
-
-    Not ``Dataset.write_parquet``: its writer (``pyarrow.dataset.write_dataset(use_threads=True)``,
-    Ray 2.60 ``ParquetDatasink``) may reorder the blocks of one write task inside the file; seen
-    here as two 97-row batches swapped. Each file goes through advcli's own writer
-    (:class:`advcli.io.writer.AtomicParquetWriter`: project write settings, temp file + rename)."""
-    from ray.data.datasource import Datasink
-
-    from ..io.writer import AtomicParquetWriter
-
-    class OrderedParquetSink(Datasink):
-        def get_name(self) -> str:
-            return "AdvcliParquet"
-
-        @property
-        def min_rows_per_write(self):
-            return rows_per_file
-
-        def write(self, blocks, ctx):
-            tables = [t for t in blocks if t.num_rows]
-            if not tables:
-                return []
-            t = pa.concat_tables(tables)
-            rows = t.column(ROW_COL).to_numpy()
-            if bool((np.diff(rows) <= 0).any()):
-                order = np.argsort(rows, kind="stable")
-                t, rows = t.take(pa.array(order)), rows[order]
-            if bool((np.diff(rows) != 1).any()):  # a row twice or a gap: on_write_complete refuses the run
-                return [(int(rows[0]), -1, int(len(rows)))]
-            name = f"part-{int(rows[0]):012d}.parquet"
-            local = directory if upload_fs is None else tempfile.mkdtemp(prefix="advcli-ray-part-")
-            w = AtomicParquetWriter(os.path.join(local, name), out_schema, threaded=False)
-            try:
-                for b in t.drop_columns([ROW_COL]).to_batches():
-                    w.write(b)
-                w.commit()
-                if upload_fs is not None:  # the finished file, to the run's temporary prefix
-                    from ..io.remote import put_file
-
-                    put_file(upload_fs, os.path.join(local, name), f"{directory}/{name}")
-            except BaseException:
-                w.abort()
-                raise
-            finally:
-                if upload_fs is not None:
-                    shutil.rmtree(local, ignore_errors=True)
-            return [(int(rows[0]), int(rows[-1]), int(len(rows)))]
-
-        def on_write_complete(self, write_result):
-            spans = sorted(x for r in write_result.write_returns for x in (r or []))
-            nxt = 0
-            for first, last, n in spans:
-                if first != nxt or last - first + 1 != n:
-                    raise AdvcliError(f"--engine ray: the written files do not hold rows {nxt}.. in order "
-                                      f"(a file holds rows {first}..{last}, {n} rows); nothing was written",
-                                      hint="please report this with your Ray version; --engine local is unaffected")
-                nxt = last + 1
-            if nxt != num_rows:
-                raise AdvcliError(f"--engine ray: {nxt} rows were written, the input has {num_rows}")
-
-    return OrderedParquetSink()
-
-
 def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_blocks: int | None,
            quiet: bool) -> tuple[_Cluster, bool]:
     started = False
@@ -653,7 +393,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             address: str | None = None, override_num_blocks: int | None = None,
             rows_per_file: int | None = None, row_pass: str = "auto",
             write_columns: list[str] | str | None = None, output_mode: str = "full",
-            stall_timeout: float | None = None) -> RunResult:
+            stall_timeout: float | None = None, by_position: bool = False) -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
     ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
@@ -671,9 +411,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     t0 = time.perf_counter()
     if output is None:
         raise AdvcliError("--engine ray writes its result: give --output DIR")
-    if chunk_rows is not None and chunk_rows < 1:
-        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
-    inputs = InputSet.open(input_specs)
+    inputs, plan = open_and_plan(input_specs, cfg, column_overrides, "cpu" if device == "cpu" else "auto",
+                                 chunk_rows, output_mode, write_columns)
     if ROW_COL in inputs.schema.names:
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_COL!r}, which --engine ray uses itself",
                           hint="rename that column, or use --engine local")
@@ -681,10 +420,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_HASH!r}, which Ray Data's reader "
                           "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
-    if output_mode not in OUTPUT_MODES:
-        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar")
-    plan = make_plan(cfg, inputs, column_overrides or {}, "cpu" if device == "cpu" else "auto")
-    choose_output_columns(plan, write_columns)
     from ..io import remote
 
     uris = [remote.is_uri(p) for p in inputs.paths]
@@ -697,12 +432,12 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         in_fs, paths = stores[0], [remote.resolve(p)[1] for p in inputs.paths]
     out_fs = None
     if remote.is_uri(output):
-        _check_output_prefix(output, inputs.paths, force)
+        check_output_prefix(output, inputs.paths, force)
         out_fs, out_key = remote.resolve(output.rstrip("/"))
-        tmp = _tmp_prefix(out_key)
+        tmp = tmp_prefix(out_key)
     else:
-        _check_output_dir(output, inputs.paths, force)
-        tmp = _tmp_dir(output)
+        check_output_dir(output, inputs.paths, force)
+        tmp = tmp_dir(output)
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)
     rows_per_file = rows_per_file or 16 * chunk_rows
 
@@ -732,11 +467,12 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 correction=correction_fn(rows_on_workers_fn(cl, paths, watch)))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
-            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
+            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls,
+                                   by_position=wants_positions(plan, by_position))
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(_ObserverSink).remote(observer, inputs.num_rows)
+            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(ObserverSink).remote(observer, inputs.num_rows)
             watch.stage("the compute-and-write pass")
             watch.follow_sink(sink, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
@@ -750,8 +486,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 shutil.rmtree(tmp, ignore_errors=True)
                 os.makedirs(tmp)
             else:
-                _delete_prefix(out_fs, tmp)
-            ds.write_datasink(_ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file, upload_fs=out_fs))
+                delete_prefix(out_fs, tmp)
+            ds.write_datasink(ordered_sink(tmp, out_schema, inputs.num_rows, rows_per_file, upload_fs=out_fs))
             if inputs.num_rows == 0:  # no rows: one empty file keeps the schema
                 with tempfile.TemporaryDirectory() as d:
                     empty = os.path.join(d if out_fs is not None else tmp, f"part-{0:012d}.parquet")
@@ -761,13 +497,13 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             stats = ray.get(sink.finish.remote())
             watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:
-                _publish_prefix(out_fs, tmp, out_key)
+                publish_prefix(out_fs, tmp, out_key)
         except BaseException as e:  # noqa: BLE001 - Ray wraps the workers' errors; the watch's abort
             watch.__exit__(None, None, None)
             if out_fs is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
-                _delete_prefix(out_fs, tmp)
+                delete_prefix(out_fs, tmp)
             err = _unwrap(e)
             if isinstance(err, AdvcliError):
                 raise err from None
@@ -778,7 +514,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 raise
             raise err from None
         if out_fs is None:
-            _replace_dir(tmp, output)
+            replace_dir(tmp, output)
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size = saved
         data_log.setLevel(saved_level)
@@ -789,105 +525,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
     result.metrics, result.per_step = stats["metrics"], stats["per_step"]
     result.histograms, result.group_health = stats["histograms"], stats["group_health"]
-    result.diagnostics = stats["diagnostics"]
+    result.diagnostics, result.by_position = stats["diagnostics"], stats["by_position"]
     result.warnings.extend(stats["warnings"])
-    if res.correction is not None:  # rollout_corr/* per step and overall, the weights' histogram (as run_pipeline)
-        from ..correction import finish as finish_correction
-
-        finish_correction(result, res.correction, plan.dtype)
-    if getattr(plan, "scope_domains", None) is not None:
-        for entry, dom in zip(result.per_step, plan.scope_domains):
-            entry["domain"] = dom
-    result.seconds = time.perf_counter() - t0
-    return result
-
-
-def _check_output_prefix(output: str, inputs: list[str], force: bool) -> None:
-    """An object-storage ``--output`` prefix: not an input nor holding one, in an existing bucket,
-    and --force to replace one that exists."""
-    from ..io import remote
-
-    out = output.rstrip("/")
-    for p in inputs:
-        if p.rstrip("/") == out or p.startswith(out + "/"):
-            raise AdvcliError(f"{output}: the output prefix is or holds an input; advcli never overwrites its input",
-                              hint="choose another --output path")
-    parent = out.rpartition("/")[0]
-    if "/" not in parent.split("://", 1)[1] and not remote.exists(parent):
-        raise AdvcliError(f"{output}: the bucket {parent} does not exist",
-                          hint="create it first; advcli never creates buckets")
-    if remote.exists(out) and not force:
-        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
-
-
-def _tmp_prefix(output: str) -> str:
-    parent, _, name = output.rstrip("/").rpartition("/")
-    return f"{parent}/.{name}{TMP_TAG}{os.getpid()}"
-
-
-def _delete_prefix(fs, path: str) -> None:
-    import pyarrow.fs as pafs
-
-    try:
-        info = fs.get_file_info(path)
-        if info.type == pafs.FileType.Directory:
-            fs.delete_dir(path)
-        elif info.type == pafs.FileType.File:
-            fs.delete_file(path)
-    except OSError:
-        pass
-
-
-def _publish_prefix(fs, tmp: str, out: str) -> None:
-    """Copy the finished parts from the temporary prefix to the output prefix (server-side copies;
-    each part appears whole), remove what an earlier run (--force) left there, then the temporary
-    prefix."""
-    import pyarrow.fs as pafs
-
-    parts = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(tmp, recursive=False))
-                   if i.type == pafs.FileType.File)
-    old = fs.get_file_info(out)
-    if old.type == pafs.FileType.File:
-        fs.delete_file(out)
-    new = set()
-    for p in parts:
-        name = p.rsplit("/", 1)[1]
-        fs.copy_file(p, f"{out}/{name}")
-        new.add(f"{out}/{name}")
-    if old.type == pafs.FileType.Directory:
-        for i in fs.get_file_info(pafs.FileSelector(out, recursive=True)):
-            if i.type == pafs.FileType.File and i.path not in new:
-                fs.delete_file(i.path)
-    _delete_prefix(fs, tmp)
-
-
-def _replace_dir(tmp: str, output: str) -> None:
-    """Move the finished temporary directory to ``output`` (replacing what --force allowed): now, or as
-    the command's last step while it stages its outputs (:func:`advcli.io.commit.staged`)."""
-    from ..io.commit import put_in_place
-
-    put_in_place(output, tmp, now=lambda: _swap_dir(tmp, output))
-
-
-def _swap_dir(tmp: str, output: str) -> None:
-    old = None
-    if os.path.lexists(output):
-        old = tmp + "-old"
-        os.replace(output, old)
-    os.replace(tmp, output)
-    if old is not None:
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.remove(old)
-
-
-def read_output(path: str) -> pa.Table:
-    """The Ray engine's output directory (or object-storage prefix) as one table, in input row order
-    (file name order)."""
-    from ..io import remote
-
-    if remote.is_uri(path):
-        return pa.concat_tables([pq.read_table(remote.open_input(f)) for f in remote.expand(path.rstrip("/") + "/")])
-    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
-    return pa.concat_tables([pq.read_table(f) for f in files])
+    return finish_result(result, plan, res, t0)  # as run_pipeline

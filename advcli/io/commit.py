@@ -130,6 +130,18 @@ def staged() -> Iterator[Staging]:
                 pass
 
 
+@contextmanager
+def immediate() -> Iterator[None]:
+    """Within: :func:`put_in_place` acts now, even inside :func:`staged`: for a command's intermediate
+    files (the kept rows ``advcli run --drop-uniform`` computes on), which are its inputs, not its outputs."""
+    global _ACTIVE
+    saved, _ACTIVE = _ACTIVE, None
+    try:
+        yield
+    finally:
+        _ACTIVE = saved
+
+
 def put_in_place(target: str, staged_file: str, publish: Callable[[], None] | None = None,
                  now: Callable[[], None] | None = None) -> bool:
     """Make the finished ``staged_file`` the output ``target``: within :func:`staged`, at its commit;

@@ -31,15 +31,16 @@ The stages, one module each (data flows down the list; no module imports one bel
 - ``output``: output paths, schema with provenance, one chunk's record batch;
 - ``observe``: :class:`RunObserver`, the write pass's feed of the run statistics and diagnostics;
 - ``write``: pass 3, compute, observe and write every chunk, overlapped;
-- ``run``: :func:`run_pipeline`, one run end to end; ``result``: :class:`RunResult`.
+- ``run``: :func:`run_pipeline`, one run end to end (its :class:`advcli.result.RunResult`).
 """
 from __future__ import annotations
 
-from .output import OUTPUT_MODES, SIDECAR_ROW, output_batch, output_paths, output_schema
+from ..io.writer import OUTPUT_MODES
+from ..result import RunResult
+from .output import SIDECAR_ROW, output_batch, output_paths, output_schema
 from .plan import NEW_COLUMNS, Plan, ProgressFn, choose_output_columns, make_plan, pick_device
 from .prepare import resolve
 from .read import CHUNK_TOKENS, ChunkReader, chunk_rows_for, roles_to_columns, to_device
-from .result import RunResult
 from .run import run_pipeline
 from .tokens import chunk_math
 

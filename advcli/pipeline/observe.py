@@ -87,13 +87,17 @@ class RunObserver:
 
     ROW_PATH = True  # tests set it false to compare with the token-by-token figures
 
-    def __init__(self, plan, res, row: dict, betas: list, kls: list):
+    def __init__(self, plan, res, row: dict, betas: list, kls: list, by_position: bool = False):
         from ..config import get_path
         from ..diagnostics import Diagnostics, id_lookup
 
         table = res.table
         R = table.num_rows
         self.plan, self.res = plan, res
+        self.positions = None  # the advantage per token position (advcli.stats.positions), when asked for
+        if by_position:
+            from ..stats.positions import PositionStats
+            self.positions = PositionStats()
         self.stats = RunStats(R, padded=bool(getattr(plan, "padded", False)))
         raw = getattr(res, "raw_score", None)
         if raw is None:
@@ -138,6 +142,10 @@ class RunObserver:
             seen: ChunkObservations | None = None) -> None:
         """One chunk's final values. ``seen``: what :func:`observe_tokens` found in the chunk's token
         columns when they were decoded in an earlier pass (``tok``, ``ret`` and ``tlr`` are then not read)."""
+        if self.positions is not None:  # as written: float32, over the mask the estimator used
+            self.positions.add(layout.offsets.detach().to("cpu").numpy(),
+                               adv.detach().to(device="cpu", dtype=torch.float32).numpy(),
+                               (mask.detach() != 0).to("cpu").numpy())
         if self.row_path:
             adv_row, ret_row = self._row_values(row0, layout, mask, adv, ret)
             self.stats.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
@@ -181,6 +189,8 @@ class RunObserver:
         if hasattr(result, "histograms"):
             result.histograms = out["histograms"]
         result.group_health = out.get("group_health")
+        if self.positions is not None:
+            result.by_position = self.positions.result()
         if result.group_health is not None:
             result.group_health["uniform_zero_advantage"] = uniform_groups_get_zero(self.plan)
         diags = self.diag.finish()

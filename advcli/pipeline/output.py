@@ -18,9 +18,6 @@ from ..io.lists import arrow_from_numpy
 from ..io.reader import InputSet, shown_name
 from .plan import Plan
 
-OUTPUT_MODES = ("full", "sidecar")
-
-
 SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
 
 

@@ -10,13 +10,13 @@ import torch
 
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..io.writer import check_output_path
+from ..io.writer import check_output_mode, check_output_path
+from ..result import RunResult
 from .observe import RunObserver
-from .output import OUTPUT_MODES, output_paths
+from .output import output_paths
 from .plan import ProgressFn, choose_output_columns, make_plan
 from .prepare import resolve
 from .read import CHUNK_TOKENS, chunk_rows_for
-from .result import RunResult
 from .write import stream_pass
 
 PIPELINE_THREADS = 3  # besides torch's intra-op pool: the reader, statistics and writer threads
@@ -49,22 +49,15 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                  chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
                  progress: ProgressFn | None = None, output_mode: str = "full",
                  chunk_tokens: int | None = CHUNK_TOKENS, write_columns: list[str] | str | None = None,
-                 check_values: bool = False) -> RunResult:
+                 check_values: bool = False, by_position: bool = False) -> RunResult:
     """Every pass of one run (module docstring). ``output_mode``: ``full`` (the input plus the new
     columns) or ``sidecar`` (the new columns plus the row keys: :func:`output_schema`);
     ``write_columns``: which new columns to write (:func:`choose_output_columns`). Every token column
     the dump has is checked (nulls, lengths against the mask), read by the math or not;
-    ``check_values`` checks the values of those the math does not read too (``advcli validate``)."""
+    ``check_values`` checks the values of those the math does not read too (``advcli validate``);
+    ``by_position``: the result carries the advantage per token position (``advcli run --report``)."""
     t0 = time.perf_counter()
-    if chunk_rows is not None and chunk_rows < 1:
-        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
-    if output_mode not in OUTPUT_MODES:
-        from ..errors import did_you_mean
-        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
-                          f"{did_you_mean(output_mode, OUTPUT_MODES)}")
-    inputs = InputSet.open(input_specs)
-    plan = make_plan(cfg, inputs, column_overrides or {}, device)
-    choose_output_columns(plan, write_columns)
+    inputs, plan = open_and_plan(input_specs, cfg, column_overrides, device, chunk_rows, output_mode, write_columns)
     plan.check_values = check_values
     outs: list[str] = []
     if output is not None:
@@ -81,14 +74,38 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         # pass 3: compute (and write)
         result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
                            valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-        stats = RunObserver(plan, res, row, betas, kls)
+        stats = RunObserver(plan, res, row, betas, kls, by_position=wants_positions(plan, by_position))
         stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs if output is not None else None,
                      output_mode, flavor, native)
     stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
+    return finish_result(result, plan, res, t0)
+
+
+def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str, str] | None, device: str,
+                  chunk_rows: int | None, output_mode: str, write_columns: list[str] | str | None):
+    """(InputSet, Plan) of a run, every engine's: the arguments checked, the inputs opened, the
+    configuration planned against their schema, the new columns to write chosen."""
+    if chunk_rows is not None and chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    check_output_mode(output_mode)
+    inputs = InputSet.open(input_specs)
+    plan = make_plan(cfg, inputs, column_overrides or {}, device)
+    choose_output_columns(plan, write_columns)
+    return inputs, plan
+
+
+def wants_positions(plan, by_position: bool) -> bool:
+    """Whether the observer gathers the advantage per token position: asked for, and advantages written."""
+    return by_position and "advantages" in plan.output_columns
+
+
+def finish_result(result: RunResult, plan, res, t0: float) -> RunResult:
+    """Every engine's last step once the observer filled ``result``: verl's rollout_corr/* per step and
+    overall, ROLL's domain of each per-step entry, the run's wall time since ``t0``."""
     if res.correction is not None:
         from ..correction import finish as finish_correction
         finish_correction(result, res.correction, plan.dtype)  # rollout_corr/* per step and overall
-    if plan.scope_domains is not None:
+    if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):
             entry["domain"] = dom
     result.seconds = time.perf_counter() - t0

@@ -2,7 +2,7 @@
 they differ, and which configuration would reproduce them (``advcli audit``).
 
 Pure numpy functions over flat token arrays (a row's tokens are ``values[offs[i]:offs[i+1]]``);
-the command (advcli.commands.audit) runs the pipeline and streams the chunks through them.
+advcli.audit.recompute runs the pipeline and streams the chunks through them.
 
 Agreement of a logged value ``L`` with a recomputed one ``A`` (``numpy.isclose``)::
 

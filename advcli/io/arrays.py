@@ -1,4 +1,4 @@
-"""Reading Parquet columns as numpy for the commands that only look (inspect, stats, compare).
+"""Reading Parquet columns as numpy, for what only looks at a file (inspect, stats, compare, audit, curate).
 
 No torch here: these commands must start fast and work where only pyarrow is at hand.
 """

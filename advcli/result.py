@@ -1,4 +1,4 @@
-"""What a run returns: :class:`RunResult`.
+"""What a run returns: :class:`RunResult` (torch-free: ``advcli stats`` describes a file with one too).
 """
 from __future__ import annotations
 
@@ -21,4 +21,5 @@ class RunResult:
     histograms: dict[str, Any] = field(default_factory=dict)  # advcli.stats (module docstring)
     diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)
     group_health: dict | None = None  # advcli.stats.group_health (runs with groups)
+    by_position: dict | None = None  # advcli.stats.positions: the advantage per token position, when asked for
     from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.commands.defaults)

@@ -1,0 +1,466 @@
+"""Recompute the advantages a trainer logged and check them (``advcli audit``).
+
+1. advcli's own pipeline recomputes the advantages with the named flavor's semantics into a
+   temporary sidecar file (``advcli.pipeline.run_pipeline``, only the ``advantages`` column);
+2. one streaming pass compares them with the logged column, token by token (mask=1 tokens decide:
+   the chunk math is :mod:`advcli.audit.checks`);
+3. where some disagree: a float64 recomputation and a second pass test what the difference looks
+   like (float32 noise, constant or per-group scale/shift, sign, group mix-up, masked positions);
+4. and, unless ``search=False``, a short list of other configurations (:func:`candidates`: the other
+   flavors' group estimators, the same flavor with one setting changed) is run: the ones that
+   reproduce the logged values are named.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from ..errors import AdvcliError
+
+# the logged advantages, where a dump keeps them: advcli's own Parquet and verl/slime exports; TRL's
+# completions; an imported dump's field named like an output column (NeMo's advantages, prime-rl's advantage)
+LOGGED_DEFAULTS = ("advantages", "advantage", "logged_advantages", "logged_advantage")
+PROMPT_COLUMNS = ("prompt", "input", "input_prompt", "content")  # the prompt text, where a dump has it
+EXCERPT = 60  # characters of a prompt shown beside a disagreeing row
+
+
+def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | None = None) -> list[tuple[str, dict]]:
+    """Configurations to try when the logged values disagree: (flavor, settings).
+
+    The given flavor with one setting changed (every bool key flipped; TRL's scale_rewards), then the
+    group estimators of every flavor (position-grouped flavors read the prompt_id groups,
+    ``advcli.group_by=id``, with the dump's usual ``group_size`` as their n), then canonical GRPO with
+    other epsilons. A configuration the dump cannot run (a missing column) is skipped."""
+    from ..flavors import get
+
+    out: list[tuple[str, dict]] = []
+    fl = get(flavor)
+    for k, key in fl.keys.items():
+        if key.kind == "bool":
+            cur = given.get(k, key.default)
+            if isinstance(cur, bool):
+                out.append((flavor, {**given, k: not cur}))
+    if flavor == "trl":
+        for s in ("group", "batch", "none"):
+            out.append(("trl", {**given, "scale_rewards": s}))
+    if has_prompt_id:
+        by_id = {"advcli.group_by": "id"}
+        n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators
+        orl = {"rollout.n_samples_per_prompt": n, **by_id}
+        out += [
+            ("verl", {"algorithm.adv_estimator": "grpo"}),
+            ("verl", {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False}),
+            ("verl", {"algorithm.adv_estimator": "rloo"}),
+            ("verl", {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"}),
+            ("verl", {"algorithm.adv_estimator": "opo"}),
+            ("verl", {"algorithm.adv_estimator": "gpg"}),
+            ("nemo", {}),
+            ("nemo", {"grpo.adv_estimator.use_leave_one_out_baseline": False}),
+            ("nemo", {"grpo.adv_estimator.normalize_rewards": False}),
+            ("nemo", {"grpo.adv_estimator.use_leave_one_out_baseline": False,
+                      "grpo.adv_estimator.normalize_rewards": False}),
+            ("trl", {"scale_rewards": "group", "num_generations": n, **by_id}),
+            ("trl", {"scale_rewards": "batch", "num_generations": n, **by_id}),
+            ("trl", {"scale_rewards": "none", "num_generations": n, **by_id}),
+            ("trl", {"trainer": "rloo", "beta": 0.0, "num_generations": n, **by_id}),
+            ("openrlhf", {"algo.advantage.estimator": "group_norm", **orl}),
+            ("openrlhf", {"algo.advantage.estimator": "dr_grpo", **orl}),
+            ("openrlhf", {"algo.advantage.estimator": "rloo", "algo.kl.init_coef": 0.0, **orl}),
+            ("roll", {"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n, **by_id}),
+            ("advcli", {"estimator.name": "grpo", "estimator.eps": 1e-4}),
+            ("advcli", {"estimator.name": "grpo", "estimator.eps": 1e-8}),
+        ]
+    seen, uniq = set(), []
+    for f, s in out:
+        key = (f, json.dumps(s, sort_keys=True, default=str))
+        if key not in seen and not (f == flavor and s == given):
+            seen.add(key)
+            uniq.append((f, s))
+    return uniq
+
+
+# the key that names the estimator in each flavor (its value leads a configuration's label)
+ESTIMATOR_KEYS = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator.name", "trl": "trainer",
+                  "openrlhf": "algo.advantage.estimator", "roll": "adv_estimator", "advcli": "estimator.name"}
+
+
+def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
+    """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
+    the framework's default), then the other settings given."""
+    from ..flavors import get
+
+    ek = ESTIMATOR_KEYS.get(flavor)
+    est = settings.get(ek) if ek else None
+    if ek and est is None:
+        try:
+            est = get(flavor).keys[ek].default
+        except (AdvcliError, KeyError):
+            est = None
+    if flavor == "nemo" and settings.get("ppo.adv_estimator.name"):
+        est = "ppo " + str(settings["ppo.adv_estimator.name"])
+    hide = {"advcli.group_by", ek}
+    if settings.get("advcli.group_by") == "id":  # the group size keys say nothing once groups come from prompt_id
+        hide |= {"num_generations", "rollout.n_samples_per_prompt", "actor_infer.generating_args.num_return_sequences"}
+    shown = {k: v for k, v in settings.items() if k not in hide}
+    s = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in shown.items())
+    return (f"{flavor}" + (f" {est}" if est else "") + (f" with {s}" if s else "")
+            + (" (groups by prompt_id)" if settings.get("advcli.group_by") == "id" else ""))
+
+
+# ------------------------------------------------------------------------------------------ passes
+class _Run:
+    """One recomputation into a temporary sidecar (its files, one per input)."""
+
+    def __init__(self, tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict,
+                 columns: dict, chunk_rows: int, device: str):
+        from ..pipeline import run_pipeline
+
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        out = d + os.sep if len(inputs) > 1 else os.path.join(d, "out.parquet")
+        res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
+                           chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar",
+                           write_columns=["advantages"])
+        self.paths = list(res.outputs)
+        self.result = res
+
+
+def _logged_column(schema, against: str | None, file0: str, imported: str | None = None) -> tuple[str, bool]:
+    """(column, is_list) of the logged advantages: ``--against``, else the column the importer stored the
+    trainer's own values in (``imported``), else the first of :data:`LOGGED_DEFAULTS` present."""
+    import pyarrow as pa
+
+    from ..columns import is_list_type, is_numeric
+    from ..errors import did_you_mean
+
+    names = schema.names
+    if against is None:
+        against = next((c for c in (imported, *LOGGED_DEFAULTS) if c and c in names), None)
+        if against is None:
+            raise AdvcliError(f"{file0}: no logged advantages to audit (no column "
+                              f"{', '.join(repr(c) for c in LOGGED_DEFAULTS)}). Columns present: {', '.join(names)}",
+                              hint="name it with --against COLUMN")
+    elif against not in names:
+        raise AdvcliError(f"--against {against!r}: no such column in {file0}.{did_you_mean(against, names)} "
+                          f"Columns present: {', '.join(names)}")
+    t = schema.field(against).type
+    if is_list_type(t) and is_numeric(t.value_type):
+        return against, True
+    if is_numeric(t) and not pa.types.is_boolean(t):
+        return against, False
+    raise AdvcliError(f"--against {against}: column type {t}; expected numbers, one per token (list) or per row")
+
+
+def _pairs(in_paths: list[str], side_paths: list[list[str]], in_cols: list[str], chunk_rows: int):
+    """(input batch, [sidecar batch per run]) in lock step over every file."""
+    from ..io.arrays import aligned_batches
+    from ..io.reader import open_parquet
+
+    for i, p in enumerate(in_paths):
+        files = [open_parquet(p)] + [open_parquet(s[i]) for s in side_paths]
+        try:
+            for bs in aligned_batches(files, [in_cols] + [["advantages"]] * len(side_paths), chunk_rows):
+                yield bs[0], bs[1:]
+        finally:
+            for f in files:
+                f.close()
+
+
+def _flat(batch, col: str, is_list: bool, offs_mask):
+    import numpy as np
+
+    from ..io.arrays import list_parts
+
+    arr = batch.column(col)
+    if is_list:
+        o, v = list_parts(arr)
+        if o.size != offs_mask.size or not np.array_equal(o, offs_mask):
+            bad = int(np.flatnonzero(np.diff(o) != np.diff(offs_mask))[0]) if o.size == offs_mask.size else 0
+            raise AdvcliError(f"column {col!r}: the list of a row has another length than its mask (first at row "
+                              f"{bad} of a chunk)", hint="the logged advantages must hold one value per token "
+                                                         "of the response (or one per row)")
+        return v.astype(np.float64)
+    vals = arr.to_numpy(zero_copy_only=False).astype(np.float64)  # a null (no value logged) reads as NaN
+    return np.repeat(vals, np.diff(offs_mask))
+
+
+def _unlogged(batch, col: str, is_list: bool, offs_mask):
+    """Per token: whether its row has no logged value (a null per-row value: prime-rl logs advantages only
+    for the traces it ships), or None when every row has one."""
+    import numpy as np
+
+    arr = batch.column(col)
+    if is_list or not arr.null_count:
+        return None
+    return np.repeat(arr.is_null().to_numpy(zero_copy_only=False), np.diff(offs_mask))
+
+
+def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol, chunk_rows, hyp=None):
+    """One pass. Without ``hyp``: the RowTable of run 0. With ``hyp`` = (params, row_group): the
+    per-hypothesis disagreeing-token counts (run 1, when given, is the float64 recomputation)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..io.arrays import list_parts
+    from .checks import RowTable, compare_chunk, hypothesis_agreement
+
+    parts, counts, row0 = [], {}, 0
+    for b, sides in _pairs(in_paths, side_paths, [logged_col, mask_col], chunk_rows):
+        offs, m = list_parts(b.column(mask_col))
+        L = _flat(b, logged_col, is_list, offs)
+        if pa.types.is_fixed_size_list(b.column(mask_col).type):
+            # padded lists: advcli's rows end at the last mask=1 token (L_i); compare those positions
+            keep = _trim_index(offs, list_parts(sides[0].column("advantages"))[0])
+            L, m = L[keep], m[keep]
+            offs = list_parts(sides[0].column("advantages"))[0]
+        A = _flat(sides[0], "advantages", True, offs)
+        mask = m != 0
+        unlogged = _unlogged(b, logged_col, is_list, offs)
+        if unlogged is not None:  # nothing logged, nothing to check: such rows count as agreeing, mask=0
+            mask &= ~unlogged
+            L = np.where(unlogged, A, L)
+        if hyp is None:
+            parts.append(compare_chunk(offs, L, A, mask, rtol, atol))
+        else:
+            params, group = hyp
+            A64 = _flat(sides[1], "advantages", True, offs) if len(sides) > 1 else None
+            g = group[row0:row0 + b.num_rows] if group is not None else None
+            for k, v in hypothesis_agreement(offs, L, A, mask, g, params, rtol, atol, A64).items():
+                counts[k] = counts.get(k, 0) + int(v.sum())
+        row0 += b.num_rows
+    return RowTable.concat(parts) if hyp is None else counts
+
+
+def _trim_index(offs_full, offs_short):
+    """Flat indices of the first ``len_short[i]`` tokens of each row of a padded layout."""
+    import numpy as np
+
+    n = np.diff(offs_short)
+    if (n > np.diff(offs_full)).any():
+        raise AdvcliError("the recomputed rows are longer than the padded lists; please report this")
+    return np.repeat(offs_full[:-1], n) + (np.arange(int(n.sum())) - np.repeat(offs_short[:-1], n))
+
+
+def _groups(ins, cmap, cfg):
+    """(group code per row, group ids, step per row) — (step, prompt_id) groups, else positional blocks
+    of the configuration's group size, else None."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..io.arrays import keys_codes, numeric
+
+    R = ins.num_rows
+    cols = [cmap[r] for r in ("prompt_id", "step") if cmap.has(r)]
+    step = None
+    if cols:
+        parts = {c: [] for c in cols}
+        for _, _, b in ins.iter_batches(cols, 65536):
+            for c in cols:
+                parts[c].append(b.column(c))
+        ch = {c: pa.chunked_array(parts[c], type=ins.schema.field(c).type) for c in cols}
+        if cmap.has("step"):
+            step = numeric(ch[cmap["step"]], cmap["step"], ins.paths[0]).astype(np.int64)
+        if cmap.has("prompt_id"):
+            codes, uniq = keys_codes(ch[cmap["prompt_id"]])
+            st = step if step is not None else np.zeros(R, np.int64)
+            _, first, inv = np.unique(np.stack([st, codes]), axis=1, return_index=True, return_inverse=True)
+            ids = [uniq[codes[i]] for i in first]
+            ids = [x.item() if hasattr(x, "item") else x for x in ids]
+            return inv.ravel().astype(np.int64), ids, step
+    size = (cfg.get("grouping") or {}).get("size")
+    if (cfg.get("grouping") or {}).get("by") == "position" and size:
+        g = np.arange(R, dtype=np.int64) // int(size)
+        return g, [f"rows {i * size}-{min(R, (i + 1) * size) - 1}" for i in range(int(g.max()) + 1 if R else 0)], step
+    return None, None, step
+
+
+def check_tolerances(rtol: float, atol: float) -> None:
+    if rtol < 0 or atol < 0:
+        raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
+
+
+def trainer_flavor(inputs: list[str]) -> tuple[str | None, str | None]:
+    """(flavor, note) of the trainer that wrote the (opened) dump, when advcli has its flavor: its logged
+    advantages are checked against its own semantics unless another flavor is named; (None, None) else."""
+    from ..flavors import names as flavor_names
+    from ..formats import FORMATS, info_for
+
+    info = info_for(inputs[0])
+    trainer = FORMATS.get(info.format) if info is not None else None
+    if trainer is not None and trainer.trainer_flavor() in flavor_names():
+        return trainer.trainer_flavor(), f"flavor of the dump's trainer: {trainer.title}; another with --flavor"
+    return None, None
+
+
+def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, columns: dict, *,
+               auto_note: str | None = None, flavor_note: str | None = None, against: str | None = None,
+               rtol: float = 1e-4, atol: float = 1e-5, chunk_rows: int = 4096, device: str = "auto",
+               search: bool = True, top: int = 10, progress=None) -> dict:
+    """The audit report dict (module docstring) of opened inputs (``advcli.formats.open_inputs``: a
+    response-level dump, TRL's completions with one logged advantage per row, has a one-token mask) under
+    a resolved configuration (``cfg``, the flavor's ``native`` keys, ``columns`` overrides);
+    ``report["agree"]`` says whether every value agrees. ``auto_note``/``flavor_note``: how the estimator
+    and the flavor were chosen, for the report's "recomputed with"."""
+    import numpy as np
+
+    from ..columns import resolve_columns
+    from ..formats import info_for, name_dumps, source_of
+    from ..io.reader import InputSet
+    from .checks import classify, fit_params, mixup_rows, worst_rows
+
+    check_tolerances(rtol, atol)
+    t0 = time.perf_counter()
+    info = info_for(inputs[0])
+    ins = InputSet.open(inputs)
+    file0 = source_of(ins.paths[0])
+    logged_col, is_list = _logged_column(ins.schema, against, file0, info.logged if info is not None else None)
+    cmap = resolve_columns(ins.schema, {**(cfg.get("columns") or {}), **columns}, file0)
+    mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
+    given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
+    what = auto_note or label(flavor, native or {}, cfg)
+    if flavor_note:
+        what = f"{what} ({flavor_note})"
+    tmp = tempfile.mkdtemp(prefix="advcli-audit-")
+    try:
+        run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device)
+        rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
+        group, group_ids, step = _groups(ins, cmap, cfg)
+        bad_tokens = int(rt.bad_valid.sum())
+        bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
+        rep = {"command": "audit", "flavor": flavor, "settings": native or {}, "ran": what,
+               "estimator": cfg["estimator"].get("name"),
+               "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
+               "logged_per": "token" if is_list else "row", "tolerance": {"rtol": rtol, "atol": atol},
+               "rows": int(rt.n_valid.size), "valid_tokens": int(rt.n_valid.sum()),
+               "tokens_disagreeing": bad_tokens, "rows_disagreeing": int(bad_rows_idx.size),
+               "masked_tokens_disagreeing": int(rt.bad_masked.sum()),
+               "nonfinite_logged": int(rt.nonfinite_logged.sum()),
+               "max_abs_diff": float(rt.max_err.max()) if rt.max_err.size else 0.0}
+        if group is not None:
+            gbad = np.unique(group[bad_rows_idx])
+            rep["groups"] = int(group.max()) + 1 if group.size else 0
+            rep["groups_disagreeing"] = int(gbad.size)
+        if not is_list:
+            unlogged = sum(b.column(0).null_count for _, _, b in ins.iter_batches([logged_col], 65536))
+            if unlogged:
+                rep["rows_without_logged_value"] = int(unlogged)
+        rep["worst"] = worst_rows(rt, top, group_ids, group, step)
+        _name_rows(rep["worst"], ins)
+        rep["agree"] = bad_tokens == 0
+        hyp_bad: dict = {}
+        mixup = 0
+        if bad_tokens:
+            cfg64 = json.loads(json.dumps(cfg))
+            cfg64["precision"] = "float64"
+            run64 = _Run(tmp, "f64", inputs, cfg64, flavor, native, columns, chunk_rows, device)
+            params = fit_params(rt, group)
+            hyp_bad = compare_pass(ins.paths, [run.paths, run64.paths], logged_col, is_list, mask_col, rtol, atol,
+                                   chunk_rows, hyp=(params, group))
+            mixup = mixup_rows(rt, step, bad_rows_idx, rtol, atol)
+            rep["fitted"] = {"scale": params["c"], "shift": params["d"]}
+            rep["hypotheses"] = {k: {"tokens_left": int(v)} for k, v in hyp_bad.items()}
+            rep["rows_matching_another_row"] = mixup
+        findings = classify(rt, hyp_bad, mixup, rt.n_valid.size)
+        for f in findings:
+            if f["kind"] == "scale":
+                f["explanation"] = f["explanation"].format(c=rep["fitted"]["scale"])
+            elif f["kind"] == "shift":
+                f["explanation"] = f["explanation"].format(d=rep["fitted"]["shift"])
+        rep["findings"] = findings
+        if bad_tokens and search:
+            rep["search"] = _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col,
+                                    rtol, atol, chunk_rows, device, progress,
+                                    group_size=int(np.bincount(np.bincount(group)).argmax()) if group is not None
+                                    and group.size else None)
+            matches = [c for c in rep["search"] if c.get("tokens_disagreeing") == 0]
+            rep["matches"] = [c["label"] for c in matches]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rep["seconds"] = round(time.perf_counter() - t0, 3)
+    return name_dumps(rep)  # a skipped candidate's message names the dump, not its temporary Parquet
+
+
+def _name_rows(worst: list[dict], ins) -> None:
+    """Each of the worst rows named where the user can find it: ``where`` = the trainer's file and line
+    (``dump.parquet, row N`` for a Parquet input), ``prompt`` = the first :data:`EXCERPT` characters of its
+    prompt text where the dump has one (whitespace collapsed)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from ..formats import info_for, locate_rows, source_of
+
+    if not worst:
+        return
+    starts = np.cumsum([0] + ins.file_rows())
+    by_file: dict[int, list[int]] = {}
+    for e in worst:
+        by_file.setdefault(int(np.searchsorted(starts, e["row"], side="right") - 1), []).append(e["row"])
+    prompt_col = next((c for c in PROMPT_COLUMNS if c in ins.schema.names), None)
+    for k, rows in by_file.items():
+        path, first = ins.paths[k], int(starts[k])
+        info = info_for(path)
+        local = [r - first for r in rows]
+        where = locate_rows(info, local) if info is not None else {r: f"{path}, row {r}" for r in local}
+        prompts = {}
+        if prompt_col is not None:
+            wanted, row0 = set(local), 0
+            f = pq.ParquetFile(path)
+            for b in f.iter_batches(batch_size=65536, columns=[prompt_col]):
+                for r in [r for r in wanted if row0 <= r < row0 + b.num_rows]:
+                    prompts[r] = _excerpt(b.column(0)[r - row0].as_py())
+                row0 += b.num_rows
+                if row0 > max(wanted):
+                    break
+        for e in worst:
+            if e["row"] in rows:
+                r = e["row"] - first
+                e["where"] = where.get(r, source_of(path))
+                if prompts.get(r):
+                    e["prompt"] = prompts[r]
+
+
+def _excerpt(text) -> str | None:
+    """The start of a prompt: a chat's first message content where the dump stored the chat as JSON."""
+    if text is None:
+        return None
+    text = str(text)
+    try:
+        chat = json.loads(text)
+    except ValueError:
+        chat = None
+    while isinstance(chat, list) and chat:
+        chat = chat[0]
+    if isinstance(chat, dict):
+        chat = chat.get("content")
+    if isinstance(chat, str):
+        text = chat
+    text = " ".join(text.split())
+    return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
+
+
+def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col, rtol, atol, chunk_rows,
+            device, progress, group_size=None):
+    from ..flavors import resolve
+
+    out = []
+    cands = candidates(flavor, given, cmap.has("prompt_id"), group_size)
+    for i, (fl, settings) in enumerate(cands):
+        entry = {"flavor": fl, "settings": settings}
+        try:
+            cfg, native = resolve(fl, list(settings.items()))
+            entry["label"] = label(fl, settings, cfg)
+            r = _Run(tmp, f"cand{i}", inputs, cfg, fl, native, columns, chunk_rows, device)
+            rt = compare_pass(ins.paths, [r.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
+            entry["tokens_disagreeing"] = int(rt.bad_valid.sum())
+            entry["rows_disagreeing"] = int((rt.bad_valid > 0).sum())
+            shutil.rmtree(os.path.join(tmp, f"cand{i}"), ignore_errors=True)
+        except AdvcliError as e:  # this dump cannot run that configuration
+            entry.setdefault("label", label(fl, settings))
+            entry["skipped"] = e.message
+        out.append(entry)
+        if progress:
+            progress("search", i + 1, len(cands))
+    return out

@@ -1,0 +1,280 @@
+"""Where the Ray engine's compute-and-write pass goes: the statistics sink (the local engine's
+observer in a small actor, fed in row order), the ordered Parquet sink (part files named by their
+first global row), and the output directory or object-storage prefix it is published to.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from ..errors import AdvcliError
+from ..io.temps import TMP_TAG
+from ..pipeline import (
+    RunResult,
+)
+from ..ragged import Ragged
+from .ray_rows import ROW_COL
+
+
+def observer_chunks(grow: np.ndarray, offsets: np.ndarray, mask, adv, ret, tlr, tok: dict):
+    """The batch as the local engine's observer chunks: ``(row0, offsets, mask, adv, ret, tlr, tok)``
+    on the CPU, one per run of consecutive global rows (a batch is normally one run; it is cut where
+    Ray gathered rows that are not neighbours)."""
+    n = len(grow)
+    if n == 0:
+        return
+    total = int(offsets[-1])
+
+    def cpu(x):
+        return x.detach().to("cpu")
+
+    flat = {"mask": cpu(mask), "adv": cpu(adv), "ret": cpu(ret), "tlr": cpu(tlr)}
+    toks = {k: cpu(v) for k, v in tok.items() if isinstance(v, torch.Tensor)}
+    order = np.argsort(grow, kind="stable")
+    if bool((np.diff(grow) == 1).all()):
+        yield (int(grow[0]), offsets, flat["mask"], flat["adv"], flat["ret"], flat["tlr"], toks)
+        return
+    g = grow[order]
+    cuts = np.flatnonzero(np.diff(g) != 1) + 1
+    for run in np.split(order, cuts):  # rows of one run, in order; their tokens gathered
+        lengths = offsets[run + 1] - offsets[run]
+        idx = torch.from_numpy(np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in run])
+                               if len(run) else np.zeros(0, dtype=np.int64))
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(offsets.dtype)
+
+        yield (int(grow[run[0]]), off, *(take_tokens(flat[k], idx, total) for k in ("mask", "adv", "ret", "tlr")),
+               {k: take_tokens(v, idx, total) for k, v in toks.items()})
+
+
+def take_tokens(x: torch.Tensor, idx: torch.Tensor, total: int) -> torch.Tensor:
+    if x.numel() != total:
+        raise RuntimeError("internal: a token tensor of the batch is not one value per token")
+    return x[idx]
+
+
+class ObserverSink:
+    """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
+    the same object, built on the driver) in a small Ray actor: every worker sends it its batch's
+    chunks, which it feeds to the observer in global row order (holding those that come early), so
+    every figure is the local engine's, bit for bit: quantiles, histograms, group health, diagnostics."""
+
+    def __init__(self, observer, num_rows: int):
+        self.obs, self.R = observer, num_rows
+        self.next = 0
+        self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
+        self.waiting: dict[int, tuple] = {}
+
+    def seen(self) -> tuple[int, int]:
+        """(chunks received, rows fed to the observer in order)."""
+        return self.received, self.next
+
+    def add(self, row0, offsets, mask, adv, ret, tlr, tok):
+
+        self.received += 1
+        if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
+            return True
+        self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
+        while self.next in self.waiting:
+            offsets, mask, adv, ret, tlr, tok = self.waiting.pop(self.next)
+            layout = Ragged(torch.from_numpy(np.asarray(offsets, dtype=np.int64)))
+            self.obs.add(self.next, layout, mask, adv, ret, tlr, tok)
+            self.next += layout.num_rows
+        return True
+
+    def finish(self) -> dict:
+        if self.next != self.R or self.waiting:
+            raise RuntimeError(f"internal: the statistics received rows 0..{self.next - 1} of {self.R} in order "
+                               f"({len(self.waiting)} chunks left waiting); please report this")
+        result = RunResult(inputs=[], outputs=[], rows=self.R, tokens=0, valid_tokens=0, seconds=0.0, config={})
+        self.obs.finish(result)
+        return {"metrics": result.metrics, "per_step": result.per_step, "histograms": result.histograms,
+                "group_health": result.group_health, "diagnostics": result.diagnostics,
+                "warnings": result.warnings, "by_position": result.by_position}
+
+
+
+
+def check_output_dir(output: str, inputs: list[str], force: bool) -> None:
+    real = os.path.realpath(output)
+    for p in inputs:
+        rp = os.path.realpath(p)
+        if rp == real or rp.startswith(real + os.sep):
+            raise AdvcliError(f"{output}: the output directory is or holds an input; advcli never overwrites "
+                              "its input", hint="choose another --output path")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise AdvcliError(f"{output}: the output directory's parent {parent} does not exist",
+                          hint=f"create it: mkdir -p {parent}")
+    if not os.access(parent, os.W_OK):
+        raise AdvcliError(f"{output}: {parent} is not writable", hint="choose another --output directory")
+    if os.path.exists(output) and not force:
+        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
+
+
+def tmp_dir(output: str) -> str:
+    d, name = os.path.split(os.path.abspath(output.rstrip(os.sep)))
+    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
+
+
+def ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int,
+                  upload_fs=None):
+    """A Ray Data sink writing ``part-<first global row:012d>.parquet`` files, each file's rows in
+    global row order, and checking on completion that the files tile rows 0..R-1 exactly.
+
+    Not ``Dataset.write_parquet``: its writer (``pyarrow.dataset.write_dataset(use_threads=True)``,
+    Ray 2.60 ``ParquetDatasink``) may reorder the blocks of one write task inside the file; seen
+    here as two 97-row batches swapped. Each file goes through advcli's own writer
+    (:class:`advcli.io.writer.AtomicParquetWriter`: project write settings, temp file + rename)."""
+    from ray.data.datasource import Datasink
+
+    from ..io.writer import AtomicParquetWriter
+
+    class OrderedParquetSink(Datasink):
+        def get_name(self) -> str:
+            return "AdvcliParquet"
+
+        @property
+        def min_rows_per_write(self):
+            return rows_per_file
+
+        def write(self, blocks, ctx):
+            tables = [t for t in blocks if t.num_rows]
+            if not tables:
+                return []
+            t = pa.concat_tables(tables)
+            rows = t.column(ROW_COL).to_numpy()
+            if bool((np.diff(rows) <= 0).any()):
+                order = np.argsort(rows, kind="stable")
+                t, rows = t.take(pa.array(order)), rows[order]
+            if bool((np.diff(rows) != 1).any()):  # a row twice or a gap: on_write_complete refuses the run
+                return [(int(rows[0]), -1, int(len(rows)))]
+            name = f"part-{int(rows[0]):012d}.parquet"
+            local = directory if upload_fs is None else tempfile.mkdtemp(prefix="advcli-ray-part-")
+            w = AtomicParquetWriter(os.path.join(local, name), out_schema, threaded=False)
+            try:
+                for b in t.drop_columns([ROW_COL]).to_batches():
+                    w.write(b)
+                w.commit()
+                if upload_fs is not None:  # the finished file, to the run's temporary prefix
+                    from ..io.remote import put_file
+
+                    put_file(upload_fs, os.path.join(local, name), f"{directory}/{name}")
+            except BaseException:
+                w.abort()
+                raise
+            finally:
+                if upload_fs is not None:
+                    shutil.rmtree(local, ignore_errors=True)
+            return [(int(rows[0]), int(rows[-1]), int(len(rows)))]
+
+        def on_write_complete(self, write_result):
+            spans = sorted(x for r in write_result.write_returns for x in (r or []))
+            nxt = 0
+            for first, last, n in spans:
+                if first != nxt or last - first + 1 != n:
+                    raise AdvcliError(f"--engine ray: the written files do not hold rows {nxt}.. in order "
+                                      f"(a file holds rows {first}..{last}, {n} rows); nothing was written",
+                                      hint="please report this with your Ray version; --engine local is unaffected")
+                nxt = last + 1
+            if nxt != num_rows:
+                raise AdvcliError(f"--engine ray: {nxt} rows were written, the input has {num_rows}")
+
+    return OrderedParquetSink()
+
+
+def check_output_prefix(output: str, inputs: list[str], force: bool) -> None:
+    """An object-storage ``--output`` prefix: not an input nor holding one, in an existing bucket,
+    and --force to replace one that exists."""
+    from ..io import remote
+
+    out = output.rstrip("/")
+    for p in inputs:
+        if p.rstrip("/") == out or p.startswith(out + "/"):
+            raise AdvcliError(f"{output}: the output prefix is or holds an input; advcli never overwrites its input",
+                              hint="choose another --output path")
+    parent = out.rpartition("/")[0]
+    if "/" not in parent.split("://", 1)[1] and not remote.exists(parent):
+        raise AdvcliError(f"{output}: the bucket {parent} does not exist",
+                          hint="create it first; advcli never creates buckets")
+    if remote.exists(out) and not force:
+        raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
+
+
+def tmp_prefix(output: str) -> str:
+    parent, _, name = output.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}{TMP_TAG}{os.getpid()}"
+
+
+def delete_prefix(fs, path: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type == pafs.FileType.File:
+            fs.delete_file(path)
+    except OSError:
+        pass
+
+
+def publish_prefix(fs, tmp: str, out: str) -> None:
+    """Copy the finished parts from the temporary prefix to the output prefix (server-side copies;
+    each part appears whole), remove what an earlier run (--force) left there, then the temporary
+    prefix."""
+    import pyarrow.fs as pafs
+
+    parts = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(tmp, recursive=False))
+                   if i.type == pafs.FileType.File)
+    old = fs.get_file_info(out)
+    if old.type == pafs.FileType.File:
+        fs.delete_file(out)
+    new = set()
+    for p in parts:
+        name = p.rsplit("/", 1)[1]
+        fs.copy_file(p, f"{out}/{name}")
+        new.add(f"{out}/{name}")
+    if old.type == pafs.FileType.Directory:
+        for i in fs.get_file_info(pafs.FileSelector(out, recursive=True)):
+            if i.type == pafs.FileType.File and i.path not in new:
+                fs.delete_file(i.path)
+    delete_prefix(fs, tmp)
+
+
+def replace_dir(tmp: str, output: str) -> None:
+    """Move the finished temporary directory to ``output`` (replacing what --force allowed): now, or as
+    the command's last step while it stages its outputs (:func:`advcli.io.commit.staged`)."""
+    from ..io.commit import put_in_place
+
+    put_in_place(output, tmp, now=lambda: swap_dir(tmp, output))
+
+
+def swap_dir(tmp: str, output: str) -> None:
+    old = None
+    if os.path.lexists(output):
+        old = tmp + "-old"
+        os.replace(output, old)
+    os.replace(tmp, output)
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.remove(old)
+
+
+def read_output(path: str) -> pa.Table:
+    """The Ray engine's output directory (or object-storage prefix) as one table, in input row order
+    (file name order)."""
+    from ..io import remote
+
+    if remote.is_uri(path):
+        return pa.concat_tables([pq.read_table(remote.open_input(f)) for f in remote.expand(path.rstrip("/") + "/")])
+    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    return pa.concat_tables([pq.read_table(f) for f in files])

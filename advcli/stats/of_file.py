@@ -1,0 +1,217 @@
+"""The statistics of any dump or advcli output, in the run report's formats (``advcli stats``).
+
+The figures are those of ``advcli run`` (advcli.stats.RunStats, verl's metric names), fed from the
+file instead of the pipeline:
+
+- sequence score (``critic/score``): Σ ``token_level_scores`` when the file has them, else the
+  ``reward`` column; sequence reward (``critic/rewards``): Σ ``token_level_rewards`` when the file
+  has them (an advcli output with KL in the reward), else the score;
+- advantages/returns (``critic/advantages``, ``critic/returns``): the ``advantages``/``returns``
+  columns over the mask=1 tokens — only for advcli outputs (a raw dump has none, and those figures
+  are left out); ``critic/values`` when there is a ``values`` column;
+- groups by ``prompt_id`` within each ``step``; per step when there is a ``step`` column;
+- the advantage by token position (:mod:`advcli.stats.positions`).
+
+Two reads of the file: the small columns and the mask (the row table the collector needs first),
+then the token columns.
+"""
+from __future__ import annotations
+
+import time
+
+from ..errors import AdvcliError
+
+
+def file_statistics(inputs: list[str], column_overrides: dict | None = None, chunk_rows: int = 8192,
+                    progress=None) -> dict:
+    """The report dict (see advcli.report) of a dump or an advcli output."""
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
+    from ..columns import resolve_columns
+    from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
+    from ..io.reader import InputSet
+    from ..ops.groups import GroupIndex
+    from ..ragged import Ragged
+    from ..report import build_report
+    from ..result import RunResult
+    from .positions import PositionStats
+    from .run_stats import RunStats
+
+    t0 = time.perf_counter()
+    ins = InputSet.open(inputs)
+    file0 = ins.paths[0]
+    cmap = resolve_columns(ins.schema, column_overrides or {}, file0)
+    names = ins.schema.names
+    cmap.require("response_mask", "the statistics are over the mask=1 tokens")
+    mask_col = cmap["response_mask"]
+    if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}):
+        mask_col = "response_mask_after_rs"  # an output of verl's rollout correction: the mask its estimator used
+    padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
+    prov = provenance(ins.schema)
+    has_adv = "advantages" in names
+    has_ret = "returns" in names
+    tlr_col = "token_level_rewards" if "token_level_rewards" in names else None
+    tls_col = cmap.names.get("token_level_scores")
+    val_col = cmap.names.get("values")
+    if not (has_adv or tls_col or cmap.has("reward")):
+        raise AdvcliError(f"{file0}: neither 'advantages' nor a reward ('reward' or 'token_level_scores') to "
+                          f"describe. Columns present: {', '.join(names)}",
+                          hint="map the reward column with --column reward=NAME")
+
+    # pass 1: the row table
+    small = [cmap[r] for r in ("prompt_id", "step", "reward") if cmap.has(r)]
+    health_cols = _health_columns(ins.schema, cmap, prov)  # data source and reward components (group health)
+    small += [c for c in health_cols["source"] + health_cols["components"] if c not in small]
+    cols1 = list(dict.fromkeys(small + [mask_col] + [c for c in (tls_col, tlr_col) if c]))
+    parts: dict[str, list] = {c: [] for c in small}
+    valid, score_parts, tlr_parts = [], [], []
+    R = ins.num_rows
+    done = 0
+    for _, _, batch in ins.iter_batches(cols1, chunk_rows):
+        for c in small:
+            parts[c].append(batch.column(c))
+        offs, m = list_parts(batch.column(mask_col))
+        valid.append(row_sums(offs, (m != 0).astype(np.float64)).astype(np.int64))
+        if tls_col:
+            o2, v2 = list_parts(batch.column(tls_col))
+            score_parts.append(row_sums(o2, v2))
+        if tlr_col:
+            o3, v3 = list_parts(batch.column(tlr_col))
+            tlr_parts.append(row_sums(o3, v3))
+        done += batch.num_rows
+        if progress:
+            progress("rows", done, R)
+    V = np.concatenate(valid) if valid else np.zeros(0, np.int64)
+    if tls_col:
+        raw = np.concatenate(score_parts) if score_parts else np.zeros(0)
+    elif cmap.has("reward"):
+        raw = numeric(pa.chunked_array(parts[cmap["reward"]], type=ins.schema.field(cmap["reward"]).type),
+                      cmap["reward"], file0).astype(np.float64)
+    else:
+        raw = np.zeros(R)
+    seq = np.concatenate(tlr_parts) if tlr_col and tlr_parts else raw
+    if cmap.has("step") and R:
+        st = numeric(pa.chunked_array(parts[cmap["step"]], type=ins.schema.field(cmap["step"]).type),
+                     cmap["step"], file0)
+        step_values, scode = np.unique(st, return_inverse=True)
+        step_values = [int(v) for v in step_values]
+        scode = scode.ravel()
+    else:
+        step_values, scode = [None], np.zeros(R, np.int64)
+    groups = None
+    if cmap.has("prompt_id") and R:
+        codes, _ = keys_codes(pa.chunked_array(parts[cmap["prompt_id"]],
+                                               type=ins.schema.field(cmap["prompt_id"]).type))
+        _, g = np.unique(np.stack([scode, codes]), axis=1, return_inverse=True)
+        groups = GroupIndex.from_codes(torch.from_numpy(g.ravel().astype(np.int64)))
+    scopes = GroupIndex.from_codes(torch.from_numpy(scode.astype(np.int64)))
+    rs = RunStats(R, padded=padded)
+    rs.set_rows(raw_score=torch.from_numpy(raw), score=torch.from_numpy(np.asarray(seq, np.float64)),
+                scopes=scopes, step_values=step_values, groups=groups, valid_len=torch.from_numpy(V),
+                has_values=val_col is not None and has_adv)
+
+    # pass 2: the token columns
+    cols2 = list(dict.fromkeys([mask_col] + [c for c in ("advantages", "returns" if has_ret else None, tlr_col,
+                                                         val_col if has_adv else None) if c]))
+    row0 = 0
+    positions = PositionStats()
+    for _, _, batch in ins.iter_batches(cols2, chunk_rows):
+        offs, m = list_parts(batch.column(mask_col))
+        layout = Ragged(torch.from_numpy(offs))
+        mask = torch.from_numpy((m != 0).astype(np.float32))
+        B = batch.num_rows
+        zeros = torch.zeros(layout.num_tokens, dtype=torch.float32)
+        adv_np = list_parts(batch.column("advantages"))[1] if has_adv else None
+        adv = torch.from_numpy(adv_np.astype(np.float32)) if has_adv else zeros
+        ret = torch.from_numpy(list_parts(batch.column("returns"))[1].astype(np.float32)) if has_ret else zeros
+        if tlr_col:
+            tlr = torch.from_numpy(list_parts(batch.column(tlr_col))[1].astype(np.float64))
+        else:  # the sequence score on the row's last token: Σ_t gives the score
+            tlr = torch.zeros(layout.num_tokens, dtype=torch.float64)
+            last = layout.last_index()
+            ok = last >= 0
+            tlr[last[ok]] = torch.from_numpy(np.asarray(raw[row0:row0 + B], np.float64))[ok]
+        values = torch.from_numpy(list_parts(batch.column(val_col))[1].astype(np.float32)) \
+            if val_col and has_adv else None
+        rs.add_chunk(row0, layout, mask, adv, ret, tlr, values)
+        if has_adv:
+            positions.add(offs, adv_np, m != 0)
+        row0 += B
+        if progress:
+            progress("tokens", row0, R)
+    rs.has_advantages = has_adv  # a raw dump: no zero-advantage share
+    out = rs.finish()
+    health = _group_health(rs, parts, ins.schema, health_cols) if out.get("group_health") else None
+    metrics, per_step, hist = out["metrics"], out["per_step"], out["histograms"]
+    if not has_adv:  # a raw dump: no advantages to describe
+        drop = ("critic/advantages", "critic/returns", "critic/values", "critic/vf_explained_var", "groups/adv_sign")
+        metrics = {k: v for k, v in metrics.items() if not k.startswith(drop)}
+        per_step = [{k: v for k, v in s.items() if not k.startswith(drop)} for s in per_step]
+        hist.pop("advantages", None)
+    if not has_ret:
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
+        per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
+    from ..correction import file_metrics  # rollout_corr/* where both log-prob columns are there
+    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, (prov or {}).get("config"), chunk_rows, per_step, metrics)
+    for s in per_step:
+        for k in ("kl_coef", "kl"):
+            if s.get(k) is None:
+                s.pop(k, None)
+    seconds = time.perf_counter() - t0
+
+    r = RunResult(inputs=ins.paths, outputs=[], rows=R, tokens=int(rs.resp_len.sum()), valid_tokens=int(V.sum()),
+                  seconds=seconds, config=(prov or {}).get("config") or {}, metrics=metrics, per_step=per_step,
+                  histograms=hist, group_health=health, by_position=positions.result() if has_adv else None)
+    flavor = (prov or {}).get("flavor")
+    native = (prov or {}).get("flavor_config")
+    note = None
+    if prov:
+        estimator = ((prov.get("config") or {}).get("estimator") or {}).get("name", "")
+        note = f"statistics of an advcli output ({flavor} {estimator})"
+    else:
+        note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
+    return build_report(r, flavor=flavor, native=native, command="stats", note=note,
+                        extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
+                                                                        "input_fingerprint")}} if prov else None)
+
+
+def _health_columns(schema, cmap, prov) -> dict:
+    """The columns group health splits by: the data source (advcli.curate.SOURCE_COLUMNS, or the
+    ``domain`` role) and the reward components (the run's ``reward.components`` for an advcli output,
+    and ``reward/*`` columns)."""
+    import pyarrow as pa
+
+    from ..curate import find_source_column
+
+    names = schema.names
+    src = find_source_column(names) or (cmap.names.get("domain") if cmap.has("domain") else None)
+    comps = list(((((prov or {}).get("config") or {}).get("reward") or {}).get("components")) or [])
+    comps += [c for c in names if c.startswith("reward/")]
+    numeric = lambda c: c in names and (pa.types.is_floating(schema.field(c).type)  # noqa: E731
+                                        or pa.types.is_integer(schema.field(c).type))
+    return {"source": [src] if src else [], "components": [c for c in dict.fromkeys(comps) if numeric(c)]}
+
+
+def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
+    """advcli.stats.group_health of the collector, split by data source and reward component."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .group_health import of_run_stats
+
+    def col(c):
+        arr = pa.chunked_array(parts[c], type=schema.field(c).type)
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.cast(arr.type.value_type)
+        return arr.to_numpy(zero_copy_only=False)
+
+    source = names = None
+    if cols["source"]:
+        import pandas as pd
+
+        codes, uniq = pd.factorize(col(cols["source"][0]), sort=False, use_na_sentinel=False)
+        source, names = codes.astype(np.int64), [str(u) for u in uniq]
+    comps = {c: np.asarray(col(c), np.float64) for c in cols["components"]}
+    return of_run_stats(rs, source=source, source_names=names, components=comps or None)

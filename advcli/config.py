@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .column_roles import ROLES
 from .errors import AdvcliError, did_you_mean
 
 
@@ -207,10 +208,6 @@ SCHEMA: dict[str, Key] = {
                      "`float64` computes the intended math", ("float32", "float64"), "str"),
 }
 
-ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
-         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain",
-         "trainable", "num_output_tokens", "num_total_tokens", "num_turns", "agent_name", "episode_id",
-         "is_last_step", "rollout_log_probs", "truncated", "bootstrap_value", "turn_ids")
 
 
 def default_config() -> dict:

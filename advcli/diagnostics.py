@@ -103,7 +103,7 @@ def drops_masked_rewards(spec, params: dict, cfg: dict) -> bool:
         return False
     if params.get("holes") == "skip" or params.get("mask_rewards") or params.get("zero_masked"):
         return True
-    return spec.name == "remax"  # verl: G = reverse cumsum of r·m
+    return spec.drops_masked_rewards  # verl remax: G = reverse cumsum of r·m
 
 
 def _cast_table(table: RowTable, dtype: torch.dtype) -> RowTable:

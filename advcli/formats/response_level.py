@@ -25,7 +25,6 @@ ROW_CONSTANT = {
 # each response's token count (Format.mask_length), which then spans the synthetic mask
 TOKEN_WEIGHTED = {"areal_gae": (lambda cfg: cfg["estimator"].get("norm") is not None,
                                 "adv_norm weighs each response by its trained tokens")}
-LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by its token count)"}
 
 
 def check_config(inputs: list[str], cfg: dict) -> None:
@@ -71,8 +70,8 @@ def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> t
     if spec["level"] == "token" and not (row_constant and row_constant(cfg)):
         needs = ["response_mask", *spec["needs"]]
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
-    elif name in LENGTH_ESTIMATORS:
-        missing = f"estimator {name} needs {LENGTH_ESTIMATORS[name]}"
+    elif spec["needs_lengths"]:
+        missing = f"estimator {name} needs {spec['needs_lengths']}"
     elif name in TOKEN_WEIGHTED and TOKEN_WEIGHTED[name][0](cfg) and not all(i.token_lengths for i in infos):
         missing = f"{TOKEN_WEIGHTED[name][1]}, and so needs every response's token count"
     elif get_path(cfg, "kl.in_reward") and get_path(cfg, "kl.coef") != 0:

@@ -90,11 +90,11 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     source = get_path(cfg, "reward.source")
     components = expand_components(list(get_path(cfg, "reward.components") or []), inputs.schema.names, file)
     if source == "auto":
-        source = "components" if components and spec.name != "gdpo" else (
+        source = "components" if components and not spec.reward_from_components else (
             "token_level_scores" if cmap.has("token_level_scores") else "reward")
     if source == "components" and not components:
         raise AdvcliError("key reward.source=components needs reward.components (a list of columns)")
-    if source == "reward" and spec.name != "gdpo":
+    if source == "reward" and not spec.reward_from_components:
         cmap.require("reward", "the response-level reward")
     if source == "token_level_scores":
         cmap.require("token_level_scores", "reward.source=token_level_scores")

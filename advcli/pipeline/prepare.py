@@ -147,7 +147,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     for r in role_rules.row_scalar_roles(plan):
         columns[r] = row[r]
     columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
-    if plan.spec.name == "gdpo" and not plan.components:
+    if plan.spec.reward_from_components and not plan.components:
         columns["component:score"] = score
     inputs_cols, labels = row_inputs(plan, keys, R)
     columns.update(inputs_cols)

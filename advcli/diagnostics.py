@@ -97,7 +97,7 @@ def id_lookup(key_arrays: list | None) -> Callable[[list[int]], list]:
     return look
 
 
-def drops_masked_rewards(spec, params: dict, cfg: dict) -> bool:
+def drops_masked_rewards(spec, params: dict) -> bool:
     """Does this configuration discard a reward that sits on a mask=0 token?"""
     if spec.level != "token":
         return False

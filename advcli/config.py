@@ -113,8 +113,9 @@ SCHEMA: dict[str, Key] = {
     "kl.estimator": Key("k1", "per-token KL estimate of logp − ref: k1, abs, k2, k3", ("k1", "abs", "k2", "k3"), "str"),
     "kl.input_clamp": Key(None, "clamp of ref − logp before the estimate (verl k3: 20)", None, "float"),
     "kl.output_clamp": Key(None, "clamp of the estimate (verl k3: 10)", None, "float"),
-    "kl.policy": Key("old_log_probs", "the policy log-probs the KL reads: `old_log_probs` (recomputed) or "
-                     "`rollout_log_probs` (the inference engine's)", ("old_log_probs", "rollout_log_probs"), "str"),
+    "kl.policy": Key("old_log_probs", "the policy log-probs the KL (and advantage.distill_coef) read: "
+                     "`old_log_probs` (recomputed) or `rollout_log_probs` (the inference engine's: slime "
+                     "--use-rollout-logprobs, AReaL's decoupled loss)", ("old_log_probs", "rollout_log_probs"), "str"),
     "kl.missing": Key("refuse", "a missing policy or reference log-prob column: `refuse`, or `zeros` (AReaL: no ref "
                       "model means ref = 0)", ("refuse", "zeros"), "str"),
     "kl.coef": Key(0.001, "β (the initial β of an adaptive controller)", None, "float"),
@@ -125,9 +126,6 @@ SCHEMA: dict[str, Key] = {
                          ("fixed", "adaptive"), "str"),
     "kl.target": Key(0.1, "adaptive controller target KL", None, "float"),
     "kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
-    "kl.log_probs": Key("old_log_probs", "the policy log-probs the KL (and advantage.distill_coef) read: "
-                        "`old_log_probs` or `rollout_log_probs` (the inference engine's; slime "
-                        "--use-rollout-logprobs)", ("old_log_probs", "rollout_log_probs"), "str"),
     "kl.mask": Key(True, "multiply the KL by the response mask before subtracting it", None, "bool"),
     "kl.score_sum": Key("exact", "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when KL "
                         "enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or "

@@ -74,7 +74,6 @@ class KL:
     controller: str = "fixed"
     target: float = 0.1
     horizon: float = 10000
-    log_probs: str = "old_log_probs"
     mask: bool = True
     score_sum: str = "exact"
     token_clip: Any = None

@@ -70,3 +70,51 @@ def test_run_spec_imports_no_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "TORCH False"
+
+
+# ------------------------------------------------------------------- one key for the KL's log-probs
+def _invoke(*args):
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def _with_rollout_log_probs(tmp_path):
+    """The sample with an inference-engine log-prob column: old_log_probs + 0.25 on every token."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from conftest import SAMPLE
+
+    t = pq.read_table(SAMPLE).slice(0, 16)
+    rlp = pa.array([[x + 0.25 for x in row] for row in t.column("old_log_probs").to_pylist()],
+                   type=pa.list_(pa.float32()))
+    path = tmp_path / "in.parquet"
+    pq.write_table(t.append_column("rollout_log_probs", rlp), path)
+    return path, t
+
+
+@pytest.mark.parametrize("key", ["kl.policy", "kl.log_probs"])
+def test_kl_reads_the_policy_log_probs_kl_policy_names(tmp_path, key):
+    """``kl.policy=rollout_log_probs``: the KL in the reward is k1 = rollout_log_probs − ref_log_probs, so
+    token_level_rewards_t = −β·(lp_rollout − ref)·mask_t, plus the reward on the last token. ``kl.log_probs``
+    (the older name, still accepted with --flavor advcli) means the same."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    src, t = _with_rollout_log_probs(tmp_path)
+    out = tmp_path / "out.parquet"
+    r = _invoke("run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=reinforce_plus_plus",
+                "--set", "kl.in_reward=true", "--set", "kl.coef=0.5", "--set", f"{key}=rollout_log_probs")
+    assert r.exit_code == 0, r.output
+    got = pq.read_table(out).column("token_level_rewards").to_pylist()
+    for i in range(t.num_rows):
+        mask = np.array(t.column("response_mask")[i].as_py(), dtype=np.float64)
+        lp = np.array(t.column("old_log_probs")[i].as_py(), dtype=np.float32).astype(np.float64) + 0.25
+        ref = np.array(t.column("ref_log_probs")[i].as_py(), dtype=np.float64)
+        want = -0.5 * (lp - ref) * mask
+        if mask.size:
+            want[-1] += float(t.column("reward")[i].as_py())
+        assert np.allclose(got[i], want, atol=1e-5), i

@@ -81,10 +81,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     distill = run.advantage.distill_coef
     if distill is not None:
         from ..estimators.distill_term import with_distill_term
-        spec = with_distill_term(spec, float(distill), bool(run.advantage.distill_returns))
-    if run.kl.log_probs == "rollout_log_probs":
-        if cmap.has("rollout_log_probs") or run.kl.in_reward or distill is not None:
-            cmap.names["old_log_probs"] = cmap.require("rollout_log_probs", "kl.log_probs=rollout_log_probs")
+        spec = with_distill_term(spec, float(distill), bool(run.advantage.distill_returns), run.kl.policy)
 
     cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
     source = run.reward.source
@@ -144,7 +141,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                                "with --set grouping.by=position --set grouping.size=N")
     token_roles = ["response_mask"] + [r for r in spec.needs if r in ("values", "sum_pi_squared",
                                                                        "teacher_log_probs", "old_log_probs",
-                                                                       "ref_log_probs")]
+                                                                       "ref_log_probs", "rollout_log_probs")]
     if source == "token_level_scores":
         token_roles.append("token_level_scores")
     if kl_on:

@@ -85,7 +85,6 @@ def _with_rollout_log_probs(tmp_path):
     """The sample with an inference-engine log-prob column: old_log_probs + 0.25 on every token."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     from conftest import SAMPLE
 
     t = pq.read_table(SAMPLE).slice(0, 16)

@@ -21,8 +21,9 @@ def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, conf
     """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
     what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
     run`` and :func:`advcli.run` both use. ``file_keys`` receives what the --config file gave."""
+    from ..config import set_path
     from ..flavors import get, resolve
-    from ..formats import check_config
+    from ..formats import check_config, implied_settings
 
     cfg, native = resolve(flavor_name, settings, config, file_keys)
     flavor = get(flavor_name)
@@ -37,6 +38,8 @@ def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, conf
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
         refuse_default_estimator(flavor, inputs, settings, config, given, e)
+    for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
+        set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
     return cfg, native, grouping_note(cfg, inputs) + lines
 

@@ -117,3 +117,32 @@ def test_kl_reads_the_policy_log_probs_kl_policy_names(tmp_path, key):
         if mask.size:
             want[-1] += float(t.column("reward")[i].as_py())
         assert np.allclose(got[i], want, atol=1e-5), i
+
+
+# ------------------------------------------------------------------ light commands start without torch
+_NO_TORCH = ("import sys\nfrom advcli.cli import main\nsys.argv = ['advcli'] + sys.argv[1:]\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+             "print('EXIT', code, 'TORCH', 'torch' in sys.modules)\n")
+
+
+def _light(tmp_path, name):
+    from conftest import SAMPLE
+    from test_format_verl import v1_records, write
+
+    if name == "convert":
+        d = tmp_path / "rollout_data"
+        d.mkdir()
+        write(d / "2.jsonl", v1_records(2, 9))
+        return ["convert", str(d), "-o", str(tmp_path / "conv.parquet")]
+    return {"inspect": ["inspect", SAMPLE, "--json"],
+            "filter": ["filter", SAMPLE, "-o", str(tmp_path / "f.parquet"), "--drop-uniform"],
+            "explain --keys": ["explain", "--keys"],
+            "explain --flavor verl --keys": ["explain", "--flavor", "verl", "--keys"]}[name]
+
+
+@pytest.mark.parametrize("name", ["inspect", "filter", "convert", "explain --keys", "explain --flavor verl --keys"])
+def test_light_commands_do_not_import_torch(tmp_path, name):
+    """Commands that do no tensor math finish, successfully, without torch ever imported."""
+    r = subprocess.run([sys.executable, "-c", _NO_TORCH, *_light(tmp_path, name)], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "ADVCLI_SERVER": "off"})
+    assert r.stdout.strip().splitlines()[-1] == "EXIT 0 TORCH False", (r.stdout[-800:], r.stderr[-800:])

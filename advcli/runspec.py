@@ -174,6 +174,14 @@ class RunSpec:
                    precision=cfg.get("precision", "float32"), source=cfg)
 
 
+def recorded_config(run: RunSpec, params: dict) -> dict:
+    """The resolved canonical configuration as the output metadata records it, once: every section with its
+    defaults filled in, and ``estimator`` holding the name with every parameter resolved (``params``)."""
+    out = {k: v for k, v in run.source.items() if k != "estimator"}
+    out["estimator"] = {"name": run.estimator.name, **params}
+    return out
+
+
 def as_dict(section) -> dict:
     """A section as a plain dict (for the ops that take one, and the output metadata)."""
     return dataclasses.asdict(section)

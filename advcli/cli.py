@@ -115,7 +115,7 @@ def run(
         from .errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, ['full', 'sidecar'])}")
-    from_dump: list[str] = []  # what the dump told the flavor (advcli.commands.defaults), for the summary
+    from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
                                                                  notes=from_dump, file_keys=file_keys)

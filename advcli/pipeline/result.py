@@ -21,4 +21,4 @@ class RunResult:
     histograms: dict[str, Any] = field(default_factory=dict)  # advcli.stats (module docstring)
     diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)
     group_health: dict | None = None  # advcli.stats.group_health (runs with groups)
-    from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.commands.defaults)
+    from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.resolution)

@@ -24,8 +24,8 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     ``["advantages", "returns", "token_level_rewards"]``; None: all the run produces); ``source``: a
     trainer dump format (``--from``; default: recognised from file names and keys, docs/formats.md).
     """
-    from .commands.defaults import resolve_for_inputs
     from .formats import open_inputs
+    from .resolution import resolve_for_inputs
     from .runner import RunRequest, run_inputs
 
     specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)

@@ -111,7 +111,7 @@ def run(
 
     check_engine(engine)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
-    from_dump: list[str] = []  # what the dump told the flavor (advcli.commands.defaults), for the summary
+    from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
                                                                  notes=from_dump, file_keys=file_keys)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .column_roles import ROLES
 from .errors import AdvcliError, did_you_mean
 
 
@@ -112,8 +113,9 @@ SCHEMA: dict[str, Key] = {
     "kl.estimator": Key("k1", "per-token KL estimate of logp − ref: k1, abs, k2, k3", ("k1", "abs", "k2", "k3"), "str"),
     "kl.input_clamp": Key(None, "clamp of ref − logp before the estimate (verl k3: 20)", None, "float"),
     "kl.output_clamp": Key(None, "clamp of the estimate (verl k3: 10)", None, "float"),
-    "kl.policy": Key("old_log_probs", "the policy log-probs the KL reads: `old_log_probs` (recomputed) or "
-                     "`rollout_log_probs` (the inference engine's)", ("old_log_probs", "rollout_log_probs"), "str"),
+    "kl.policy": Key("old_log_probs", "the policy log-probs the KL (and advantage.distill_coef) read: "
+                     "`old_log_probs` (recomputed) or `rollout_log_probs` (the inference engine's: slime "
+                     "--use-rollout-logprobs, AReaL's decoupled loss)", ("old_log_probs", "rollout_log_probs"), "str"),
     "kl.missing": Key("refuse", "a missing policy or reference log-prob column: `refuse`, or `zeros` (AReaL: no ref "
                       "model means ref = 0)", ("refuse", "zeros"), "str"),
     "kl.coef": Key(0.001, "β (the initial β of an adaptive controller)", None, "float"),
@@ -124,9 +126,6 @@ SCHEMA: dict[str, Key] = {
                          ("fixed", "adaptive"), "str"),
     "kl.target": Key(0.1, "adaptive controller target KL", None, "float"),
     "kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
-    "kl.log_probs": Key("old_log_probs", "the policy log-probs the KL (and advantage.distill_coef) read: "
-                        "`old_log_probs` or `rollout_log_probs` (the inference engine's; slime "
-                        "--use-rollout-logprobs)", ("old_log_probs", "rollout_log_probs"), "str"),
     "kl.mask": Key(True, "multiply the KL by the response mask before subtracting it", None, "bool"),
     "kl.score_sum": Key("exact", "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when KL "
                         "enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or "
@@ -207,10 +206,6 @@ SCHEMA: dict[str, Key] = {
                      "`float64` computes the intended math", ("float32", "float64"), "str"),
 }
 
-ROLES = ("prompt_id", "reward", "token_level_scores", "response_mask", "old_log_probs", "ref_log_probs",
-         "values", "reward_baseline", "sum_pi_squared", "teacher_log_probs", "rollout_is_weights", "step", "domain",
-         "trainable", "num_output_tokens", "num_total_tokens", "num_turns", "agent_name", "episode_id",
-         "is_last_step", "rollout_log_probs", "truncated", "bootstrap_value", "turn_ids")
 
 
 def default_config() -> dict:

@@ -52,7 +52,9 @@ HIST_BINS = 50
 def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
     """The correction this run applies (None: none), after checking columns; adds the output columns
     to ``plan.output_columns`` and the log-prob roles to ``plan.token_roles``."""
-    section = get_path(plan.cfg, "rollout_correction") or {}
+    from .runspec import as_dict
+
+    section = as_dict(plan.run.correction)
     warnings.extend(section.get("ignored") or [])
     mode = section.get("mode", "off")
     if mode == "off":

@@ -97,13 +97,13 @@ def id_lookup(key_arrays: list | None) -> Callable[[list[int]], list]:
     return look
 
 
-def drops_masked_rewards(spec, params: dict, cfg: dict) -> bool:
+def drops_masked_rewards(spec, params: dict) -> bool:
     """Does this configuration discard a reward that sits on a mask=0 token?"""
     if spec.level != "token":
         return False
     if params.get("holes") == "skip" or params.get("mask_rewards") or params.get("zero_masked"):
         return True
-    return spec.name == "remax"  # verl: G = reverse cumsum of r·m
+    return spec.drops_masked_rewards  # verl remax: G = reverse cumsum of r·m
 
 
 def _cast_table(table: RowTable, dtype: torch.dtype) -> RowTable:

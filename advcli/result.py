@@ -22,4 +22,4 @@ class RunResult:
     diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)
     group_health: dict | None = None  # advcli.stats.group_health (runs with groups)
     by_position: dict | None = None  # advcli.stats.positions: the advantage per token position, when asked for
-    from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.commands.defaults)
+    from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.resolution)

@@ -157,9 +157,15 @@ def test_inspect_estimator_table_matches_the_registry():
     finally:
         sys.modules["torch"] = saved
     assert set(static) == set(specs)
+    from advcli.estimators import REQUIREMENT_FIELDS
     for name, s in specs.items():
-        assert static[name]["needs"] == list(s.needs), name
-        assert static[name]["uses_groups"] == s.uses_groups, name
+        for key in REQUIREMENT_FIELDS:  # every declaration inspect and the response-level checks ask
+            want = list(s.needs) if key == "needs" else getattr(s, key)
+            assert static[name][key] == want, (name, key)
+    # what the estimators declare (instead of the code checking their names)
+    assert [n for n, r in static.items() if r["reward_from_components"]] == ["gdpo"]
+    assert static["gdpo_loo"]["min_components"] == 2 and static["remax"]["drops_masked_rewards"]
+    assert static["opo"]["needs_lengths"] and not static["grpo"]["needs_lengths"]
 
 
 def test_inspect_positional_blocks_and_an_advcli_output(tmp_path):

@@ -130,6 +130,9 @@ def test_provenance_metadata(dump, tmp_path):
     assert prov["flavor_config"] == settings  # the native settings given
     assert prov["config"]["estimator"]["name"] == "gae"  # the resolved canonical configuration
     assert prov["config"]["estimator"]["lam"] == 0.9
+    # estimator parameters are recorded once, resolved: verl's default γ = 1 (algorithm.gamma) though not given
+    assert prov["config"]["estimator"]["gamma"] == 1.0 and "estimator_params" not in prov
+    assert pq.ParquetFile(out).schema_arrow.metadata[b"advcli"].decode().count('"gamma"') == 1
     assert prov["config"]["advantage"]["whiten"] is True
     assert prov["inputs"] == ["rollouts.parquet"]
     assert len(prov["input_fingerprint"]) == 64

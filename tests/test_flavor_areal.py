@@ -266,6 +266,7 @@ def test_column_mapping_and_roles(tmp_path):
     from advcli.config import ROLES
     for role in ("rollout_log_probs", "truncated", "bootstrap_value", "turn_ids"):
         assert role in ROLES and role in ROLE_INFO
+    assert ROLES == tuple(ROLE_INFO)  # one role table: --column accepts exactly the roles the columns know
 
 
 def test_missing_log_prob_columns_are_zeros(tmp_path):

@@ -179,21 +179,22 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
     for name, req in estimator_requirements().items():
         missing = ([] if cmap.has("response_mask") else ["response_mask"]) + [r for r in req["needs"]
                                                                              if not cmap.has(r)]
-        if not has_reward and name != "gdpo":
+        if not has_reward and not req["reward_from_components"]:
             missing.append("reward")
         note = ""
         if req["uses_groups"] and not cmap.has("prompt_id"):
             note = "no prompt_id: needs positional groups (grouping.by=position, grouping.size=N)"
-        if name == "gdpo":
+        if req["reward_from_components"]:
             comps = [c for c in names if c.startswith("reward/")] or [c for c in ("acc", "fmt") if c in names]
             note = (f"reward components: {', '.join(comps)}" if comps else
                     "needs reward component columns (algorithm.gdpo_reward_keys=[...])")
             if not comps and not has_reward:
                 missing.append("reward components")
-        if name == "gdpo_loo":  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
+        if req["min_components"]:  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
             comps = [c for c in names if c.startswith("reward/")]
-            if len(comps) < 2:
-                missing.append(f"2 or more reward components (reward/<name> columns; found {len(comps)})")
+            if len(comps) < req["min_components"]:
+                missing.append(f"{req['min_components']} or more reward components (reward/<name> columns; "
+                               f"found {len(comps)})")
         out[name] = {"ok": not missing, "missing": missing, "note": note, "level": req["level"]}
     return out
 

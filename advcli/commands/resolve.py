@@ -12,10 +12,10 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
-    (:mod:`advcli.commands.defaults`); ``file_keys`` receives what the --config file gave
+    (:mod:`advcli.resolution`); ``file_keys`` receives what the --config file gave
     (:class:`advcli.flavors.ConfigFileKeys`)."""
+    from .. import resolution
     from ..config import parse_column_maps, parse_set
-    from . import defaults
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
@@ -25,7 +25,7 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
         if "algorithm.adv_estimator" in load_config_file(config):
             flavor = "verl"
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
-    cfg, native, lines = defaults.resolve_for_inputs(flavor, inputs, settings, config, file_keys)
+    cfg, native, lines = resolution.resolve_for_inputs(flavor, inputs, settings, config, file_keys)
     if notes is not None:
         notes.extend(lines)
     if padded is not None:

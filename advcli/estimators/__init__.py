@@ -49,6 +49,14 @@ class EstimatorSpec:
     # a group of >= 2 rows whose rewards are all equal gets advantage 0 on every row (the estimator only
     # compares rows within a group, no batch-wide step after): True, False, or (params) -> bool
     zero_for_uniform_groups: bool | Callable[[dict], bool] = False
+    # --- what the estimator is, asked by the plan, the checks, the diagnostics and `advcli inspect` instead
+    # of its name. Literals only: `inspect` reads them without importing the module (estimator_requirements)
+    # the estimator normalises each reward component (reward.components) itself, so the row score is not their
+    # sum and no reward column is required; without components the one reward is the only component (verl gdpo)
+    reward_from_components: bool = False
+    min_components: int = 0  # reward component columns (reward/<name>) the estimator refuses to run without
+    drops_masked_rewards: bool = False  # a reward on a mask=0 token is discarded (verl remax: G = revcumsum(r·m))
+    needs_lengths: str = ""  # what the response lengths are for, when the estimator weighs rows by them (OPO)
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""
@@ -88,17 +96,28 @@ def all_specs() -> dict[str, EstimatorSpec]:
     return dict(REGISTRY)
 
 
+# the EstimatorSpec fields estimator_requirements() gives, with their defaults (all literals)
+REQUIREMENT_FIELDS: dict[str, Any] = {"level": "?", "needs": (), "uses_groups": False,
+                                      "reward_from_components": False, "min_components": 0,
+                                      "drops_masked_rewards": False, "needs_lengths": ""}
+
+
 def estimator_requirements() -> dict[str, dict]:
-    """name -> {level, needs, uses_groups} of every registered estimator, read from the estimator
-    modules' ``register(EstimatorSpec(...))`` calls without importing them (they import torch).
+    """name -> {level, needs, uses_groups, reward_from_components, ...} (:data:`REQUIREMENT_FIELDS`) of every
+    registered estimator, read from the estimator modules' ``register(EstimatorSpec(...))`` calls without
+    importing them (they import torch).
 
     When torch is already imported the registry itself answers.
     """
     import sys
 
+    def entry(get) -> dict:
+        out = {k: get(k, d) for k, d in REQUIREMENT_FIELDS.items()}
+        out["needs"] = list(out["needs"] or ())
+        return out
+
     if "torch" in sys.modules:
-        return {n: {"level": s.level, "needs": list(s.needs), "uses_groups": s.uses_groups}
-                for n, s in sorted(all_specs().items())}
+        return {n: entry(lambda k, d, s=s: getattr(s, k)) for n, s in sorted(all_specs().items())}
     pkg = os.path.dirname(os.path.abspath(__file__))
     out: dict[str, dict] = {}
     for fname in sorted(os.listdir(pkg)):
@@ -125,8 +144,7 @@ def estimator_requirements() -> dict[str, dict]:
 
             name = lit("name", None)
             if isinstance(name, str):
-                out[name] = {"level": lit("level", "?"), "needs": list(lit("needs", ()) or ()),
-                             "uses_groups": bool(lit("uses_groups", False))}
+                out[name] = entry(lit)
     return dict(sorted(out.items()))
 
 

@@ -155,6 +155,7 @@ def opo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="opo", level="row", uses_groups=True, row_constant=True, row_fn=opo_row,
+    needs_lengths="the response lengths (OPO weights each response by its token count)",
     zero_for_uniform_groups=True,
     formula="A_i = s_i − Σ_g L_j s_j / Σ_g L_j  (L = valid tokens; n=1: A_i = s_i)",
     source="verl core_algos.compute_opo_outcome_advantage (L639-690 @1dda039b)",
@@ -245,7 +246,7 @@ def gdpo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="gdpo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_row,
+    name="gdpo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_row, reward_from_components=True,
     formula="A = whiten(Σ_k w_k · (r_k − μ_g(r_k))/(σ_g(r_k) + eps)) over the batch's valid tokens",
     source="verl core_algos.compute_gdpo_outcome_advantage (L361-468 @1dda039b)",
     params={"weights": Key(None, "component weights, in reward.components order (default all 1)", None, "list"),

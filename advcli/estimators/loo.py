@@ -98,7 +98,7 @@ def gdpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="gdpo_loo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_loo_row,
+    name="gdpo_loo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_loo_row, min_components=2,
     formula="A = zscore_batch(Σ_k w_k · grpo_loo(r_k)), zscore over the batch's rows: (A − mean)/std if "
             "std > 0 (unbiased, no eps), else A − mean",
     source="NeMo RL GDPOAdvantageEstimator (advantage_estimator.py L101-190 @7ea279ab)",

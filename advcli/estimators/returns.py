@@ -90,6 +90,6 @@ def remax_token(chunk: TokenChunk, p: dict):
 
 
 register(EstimatorSpec(
-    name="remax", level="token", token_fn=remax_token, needs=("reward_baseline",),
+    name="remax", level="token", token_fn=remax_token, needs=("reward_baseline",), drops_masked_rewards=True,
     formula="G_t = Σ_{u≥t} r_u·m_u;  A_t = G_t − b_i·m_t  (b_i: the greedy response's reward)",
     source="verl core_algos.compute_remax_outcome_advantage (L734-767 @1dda039b)", params={}))

@@ -122,7 +122,7 @@ def translate(v: dict) -> dict:
     cfg["kl"].update(estimator="k1" if kind == "k1" else ("k2" if kind == "k2" else "k3"), input_clamp=None,
                      output_clamp=10.0 if kind == "low_var_kl" else None, coef=v["kl_coef"], controller="fixed",
                      in_reward=est not in GRPO_FAMILY and v["kl_coef"] != 0, mask=est == "reinforce_plus_plus",
-                     log_probs="rollout_log_probs" if v["use_rollout_logprobs"] else "old_log_probs")
+                     policy="rollout_log_probs" if v["use_rollout_logprobs"] else "old_log_probs")
     if est == "reinforce_plus_plus":  # get_reinforce_plus_plus_returns: every position a discount step
         cfg["estimator"] = {"name": "reinforce_plus_plus", "gamma": v["gamma"], "holes": "step", "mask_rewards": False}
     elif est == "ppo":  # vanilla GAE over every position, V_L = 0, unmasked values

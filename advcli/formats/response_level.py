@@ -9,38 +9,40 @@ from ..errors import AdvcliError
 from .input_edge import IMPORTED, name_dumps, source_of
 from .records import RESERVED
 
-# token-level estimators whose result is one value per row in these settings: the return of a reward
-# placed at the last token with γ = 1 is that reward at every token; a reward placed on every token and
-# passed through is that reward
+# token-level estimators whose result is one value per row in these settings (``run``: the run spec): the
+# return of a reward placed at the last token with γ = 1 is that reward at every token; a reward placed on
+# every token and passed through is that reward
 ROW_CONSTANT = {
-    "reinforce_plus_plus": lambda cfg: float(cfg["estimator"].get("gamma", 1.0)) == 1.0
-    and cfg["reward"].get("placement") in ("last", "last_valid"),
-    "token_rewards": lambda cfg: cfg["reward"].get("placement") == "all",
+    "reinforce_plus_plus": lambda run: float(run.estimator.given.get("gamma", 1.0)) == 1.0
+    and run.reward.placement in ("last", "last_valid"),
+    "token_rewards": lambda run: run.reward.placement == "all",
     # AReaL without a critic (V = 0): a reward-to-go with factor γλ over the trained tokens, the outcome at
     # every token when γλ = 1 (turn timesteps and a per-row λ need the token data)
-    "areal_gae": lambda cfg: float(cfg["estimator"].get("gamma", 1.0)) * float(cfg["estimator"].get("lam", 1.0))
-    == 1.0 and cfg["estimator"].get("lam_fn") is None and cfg["estimator"].get("timestep", "token") == "token",
+    "areal_gae": lambda run: float(run.estimator.given.get("gamma", 1.0)) * float(run.estimator.given.get("lam", 1.0))
+    == 1.0 and run.estimator.given.get("lam_fn") is None and run.estimator.given.get("timestep", "token") == "token",
 }
 # estimators whose statistics weigh each response by its tokens (AReaL's adv_norm): the dump must give
 # each response's token count (Format.mask_length), which then spans the synthetic mask
-TOKEN_WEIGHTED = {"areal_gae": (lambda cfg: cfg["estimator"].get("norm") is not None,
+TOKEN_WEIGHTED = {"areal_gae": (lambda run: run.estimator.given.get("norm") is not None,
                                 "adv_norm weighs each response by its trained tokens")}
-LENGTH_ESTIMATORS = {"opo": "the response lengths (OPO weights each response by its token count)"}
 
 
 def check_config(inputs: list[str], cfg: dict) -> None:
-    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks; and
-    run an estimator the dump's sessions call for on their last rows (``grouping.trajectories=last_step``:
-    verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
+    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks."""
     refused = refusal(inputs, cfg)
     if refused:
         raise refused[1]
-    from ..config import get_path
 
-    name = get_path(cfg, "estimator.name")
+
+def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
+    """Canonical settings the imported dump implies for this configuration (applied while resolving it):
+    an estimator the dump's sessions call for runs on their last rows (``grouping.trajectories=last_step``:
+    verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
+    name = (cfg.get("estimator") or {}).get("name")
     for p in inputs:
         if p in IMPORTED and IMPORTED[p].level == "response" and name in IMPORTED[p].last_step_estimators:
-            cfg["grouping"]["trajectories"] = "last_step"
+            return {"grouping.trajectories": "last_step"}
+    return {}
 
 
 def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> tuple[str, AdvcliError] | None:
@@ -52,10 +54,11 @@ def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> t
     if not infos:
         return None
     info = infos[0]
-    from ..config import get_path
     from ..estimators import estimator_requirements
+    from ..runspec import RunSpec
 
-    name = get_path(cfg, "estimator.name")
+    run = RunSpec.from_config(cfg)
+    name = run.estimator.name
     for i in infos:
         if i.only_estimators and name not in i.only_estimators[0]:
             return (f"{i.only_estimators[1]}",
@@ -68,17 +71,17 @@ def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> t
         return None
     missing = None
     row_constant = ROW_CONSTANT.get(name)
-    if spec["level"] == "token" and not (row_constant and row_constant(cfg)):
+    if spec["level"] == "token" and not (row_constant and row_constant(run)):
         needs = ["response_mask", *spec["needs"]]
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
-    elif name in LENGTH_ESTIMATORS:
-        missing = f"estimator {name} needs {LENGTH_ESTIMATORS[name]}"
-    elif name in TOKEN_WEIGHTED and TOKEN_WEIGHTED[name][0](cfg) and not all(i.token_lengths for i in infos):
+    elif spec["needs_lengths"]:
+        missing = f"estimator {name} needs {spec['needs_lengths']}"
+    elif name in TOKEN_WEIGHTED and TOKEN_WEIGHTED[name][0](run) and not all(i.token_lengths for i in infos):
         missing = f"{TOKEN_WEIGHTED[name][1]}, and so needs every response's token count"
-    elif get_path(cfg, "kl.in_reward") and get_path(cfg, "kl.coef") != 0:
+    elif run.kl.in_reward and run.kl.coef != 0:
         missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
                    "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")
-    elif get_path(cfg, "advantage.whiten") or get_path(cfg, "reward.whiten_tokens"):
+    elif run.whitening.whiten or run.reward.whiten_tokens:
         missing = "whitening over tokens needs each response's token mask (response_mask)"
     if not missing:
         return None

@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..config import get_path
 from ..errors import AdvcliError
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
@@ -96,7 +95,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             row_kl = None
             if extras is not None:
                 row_kl = tuple(x.cpu() for x in row_kl_sums(chunk.layout, extras["kld"], extras["kl_mask"],
-                                                                 plan.cfg["kl"]["mask"]))
+                                                                 plan.run.kl.mask))
             entry = CachedChunk(batch.num_rows, adv, ret[1], tlr, row_kl)
             if observe:  # the write pass then reads no input column (see the docstring)
                 entry.offsets, entry.mask = offsets, (mask > 0).cpu()
@@ -105,7 +104,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
         # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
-        w = torch.ones_like(mask) if get_path(plan.cfg, "advantage.whiten_mask") == "all" and not rewards else mask
+        w = torch.ones_like(mask) if plan.run.whitening.mask == "all" and not rewards else mask
         partials = MomentSums.row_partials(v, w, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
         if ordered is not None:
             entry = (entry, (v.detach().cpu(), w.detach().cpu(),

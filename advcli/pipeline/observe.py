@@ -14,13 +14,13 @@ from .tokens import chunk_final, row_level_tokens
 
 def diagnostics_settings(plan) -> dict:
     """The :class:`advcli.diagnostics.Diagnostics` settings of a run (all but the id lookup)."""
-    from ..config import get_path
     from ..diagnostics import drops_masked_rewards
+    from ..runspec import as_dict
 
-    return {"kl_cfg": dict(plan.cfg["kl"]) if plan.kl_on else None,
-            "drops": drops_masked_rewards(plan.spec, plan.params, plan.cfg),
+    return {"kl_cfg": as_dict(plan.run.kl) if plan.kl_on else None,
+            "drops": drops_masked_rewards(plan.spec, plan.params),
             "token_scores": plan.reward_source == "token_level_scores",
-            "rule": get_path(plan.cfg, "diagnostics.rule")}
+            "rule": plan.run.diagnostics_rule}
 
 
 def uniform_groups_get_zero(plan) -> bool:
@@ -28,10 +28,8 @@ def uniform_groups_get_zero(plan) -> bool:
     (``EstimatorSpec.zero_for_uniform_groups``: it only compares rows within a group), and nothing after
     it or before it breaks the tie: no whitening of the advantages over the batch, no KL term in the
     reward (it differs row by row), no distillation term."""
-    from ..config import get_path
-
-    return (plan.spec.gives_zero_for_uniform_groups(plan.params) and not get_path(plan.cfg, "advantage.whiten")
-            and not get_path(plan.cfg, "kl.in_reward") and not get_path(plan.cfg, "advantage.distill_coef"))
+    return (plan.spec.gives_zero_for_uniform_groups(plan.params) and not plan.run.whitening.whiten
+            and not plan.run.kl.in_reward and not plan.run.advantage.distill_coef)
 
 
 @dataclass
@@ -46,9 +44,7 @@ class ChunkObservations:
 def observes_returns_early(plan) -> bool:
     """Can :func:`observe_tokens` run before whitening? Only when the written returns are not the
     (whitened) advantages themselves."""
-    from ..config import get_path
-
-    return get_path(plan.cfg, "advantage.returns") != "advantages"
+    return plan.run.advantage.returns != "advantages"
 
 
 def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, tlr, tok: dict) -> ChunkObservations:
@@ -88,7 +84,6 @@ class RunObserver:
     ROW_PATH = True  # tests set it false to compare with the token-by-token figures
 
     def __init__(self, plan, res, row: dict, betas: list, kls: list, by_position: bool = False):
-        from ..config import get_path
         from ..diagnostics import Diagnostics, id_lookup
 
         table = res.table
@@ -110,7 +105,7 @@ class RunObserver:
                          and getattr(res, "adv_row", None) is not None and not self.stats.has_values)
         keys = getattr(res, "row_keys", None) or {}
         pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
-        mask_placed = bool(get_path(plan.cfg, "reward.mask_placed"))
+        mask_placed = bool(plan.run.reward.mask_placed)
         self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None), **diagnostics_settings(plan))
         self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by resolve (prepare.py)
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
@@ -122,17 +117,17 @@ class RunObserver:
             from ..estimators.areal import float32_group_mean_item
             self.diag.items.append(float32_group_mean_item(stage, mom, gn, codes, self.diag.ids))
 
-        ncfg = plan.cfg["reward"]["normalize"]
-        if (plan.reward_source != "token_level_scores" and (ncfg["mean"], ncfg["std"]) != ("none", "none")
+        ncfg = plan.run.reward.normalize
+        if (plan.reward_source != "token_level_scores" and (ncfg.mean, ncfg.std) != ("none", "none")
                 and getattr(res, "raw_score", None) is not None):
-            rule = (f"reward normalisation (mean {ncfg['mean']}, std {ncfg['std']}, "
-                    f"eps {ncfg['eps']:g}) in float32: for equal non-dyadic rewards the "
+            rule = (f"reward normalisation (mean {ncfg.mean}, std {ncfg.std}, "
+                    f"eps {ncfg.eps:g}) in float32: for equal non-dyadic rewards the "
                     "group mean is an ulp off and the std a tiny residue instead of 0, "
-                    f"which eps={ncfg['eps']:g} does not absorb")
-            if ncfg.get("centre_first"):
+                    f"which eps={ncfg.eps:g} does not absorb")
+            if ncfg.centre_first:
                 rule = ("slime RolloutManager._post_process_rewards (slime/ray/rollout.py L608-633 @624b824a): float32 "
                         "rewards reshaped to [-1, n] (or [1, rows] where the step is one group), r − mean(r, -1), "
-                        f"then / (std(r − mean, -1) + {ncfg['eps']:g}): " + rule)
+                        f"then / (std(r − mean, -1) + {ncfg.eps:g}): " + rule)
             self.diag.reward_normalization(lambda r: normalize_like_pipeline(plan, res, r), res.raw_score,
                                            res.reward_row, plan.dtype, res.groups, rule)
         if getattr(res, "whiten_other", None) is not None:
@@ -203,16 +198,15 @@ class RunObserver:
 
 def normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
     """The pipeline's reward post-processing (same ops, same switches) on ``raw`` in raw's dtype."""
-    from ..config import get_path
     from ..ops.rewards import clip as clip_values
     from ..ops.rewards import normalize_rewards
 
-    ncfg = plan.cfg["reward"]["normalize"]
+    ncfg = plan.run.reward.normalize
     if plan.group_by == "position":
         from ..ops.blocks import block_normalize
-        out = block_normalize(raw, res.scopes, plan.block_sizes or int(get_path(plan.cfg, "grouping.size")),
-                              ncfg["mean"], ncfg["std"], ncfg["eps"], bool(ncfg.get("centre_first")))
+        out = block_normalize(raw, res.scopes, plan.block_sizes or int(plan.run.grouping.size),
+                              ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
     else:
-        out = normalize_rewards(raw, res.scopes, res.groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
-    return clip_values(out, get_path(plan.cfg, "reward.clip"))
+        out = normalize_rewards(raw, res.scopes, res.groups, ncfg.mean, ncfg.std, ncfg.eps)
+    return clip_values(out, plan.run.reward.clip)
 

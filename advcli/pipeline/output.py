@@ -16,6 +16,7 @@ from ..io import remote
 from ..io.arrow_torch import offsets_array, tensor_to_list_array
 from ..io.lists import arrow_from_numpy
 from ..io.reader import InputSet, shown_name
+from ..runspec import recorded_config
 from .plan import Plan
 
 SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)
@@ -83,7 +84,7 @@ def file_fingerprint(paths: list[str]) -> str:
 
 def provenance_metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
     prov = {"advcli_version": __version__, "flavor": flavor, "flavor_config": native or {},
-            "config": plan.cfg, "estimator_params": plan.params, "inputs": [shown_name(p) for p in inputs.paths],
+            "config": recorded_config(plan.run, plan.params), "inputs": [shown_name(p) for p in inputs.paths],
             "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns)}
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
 

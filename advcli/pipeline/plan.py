@@ -10,12 +10,12 @@ import pyarrow as pa
 import torch
 
 from ..columns import ROLE_INFO, ColumnMap, is_list_type, resolve_columns
-from ..config import get_path
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
 from ..estimators import get as get_estimator
 from ..io.reader import InputSet
 from ..ops.whiten import WhitenSpec
+from ..runspec import RunSpec
 from . import roles
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
@@ -23,7 +23,7 @@ ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows tota
 
 @dataclass
 class Plan:
-    cfg: dict
+    run: RunSpec  # the resolved configuration; each stage reads its section
     spec: EstimatorSpec
     params: dict
     cmap: ColumnMap
@@ -48,13 +48,12 @@ class Plan:
 
     @property
     def whiten(self) -> bool:
-        return bool(get_path(self.cfg, "advantage.whiten") or get_path(self.cfg, "advantage.batch_normalize"))
+        return self.run.whitening.on
 
     def whiten_spec(self) -> WhitenSpec:
-        g = lambda k: get_path(self.cfg, f"advantage.{k}")  # noqa: E731
-        return WhitenSpec(unbiased=g("whiten_unbiased"), eps=g("whiten_eps"), eps_mode=g("whiten_eps_mode"),
-                          divisor=g("whiten_divisor"), scale=g("whiten_scale"),
-                          one_pass=self.dtype if g("whiten_one_pass") else None)
+        w = self.run.whitening
+        return WhitenSpec(unbiased=w.unbiased, eps=w.eps, eps_mode=w.eps_mode, divisor=w.divisor, scale=w.scale,
+                          one_pass=self.dtype if w.one_pass else None)
 
 
 def pick_device(name: str) -> torch.device:
@@ -68,37 +67,35 @@ def pick_device(name: str) -> torch.device:
 
 
 def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto") -> Plan:
-    overrides = dict(get_path(cfg, "columns", {}) or {})
+    run = RunSpec.from_config(cfg)
+    overrides = dict(run.columns)
     overrides.update(column_overrides)
     cmap = resolve_columns(inputs.schema, overrides, inputs.paths[0])
-    spec = get_estimator(get_path(cfg, "estimator.name"))
-    params = resolve_params(spec, {k: v for k, v in cfg["estimator"].items() if k != "name"})
+    spec = get_estimator(run.estimator.name)
+    params = resolve_params(spec, run.estimator.given)
     file = inputs.paths[0]
-    if get_path(cfg, "grouping.trajectories", "none") == "last_step":  # SkyRL step-wise trajectories
+    if run.grouping.trajectories == "last_step":  # SkyRL step-wise trajectories
         from ..estimators.stepwise import last_step
         spec = last_step(spec)
     # --- slime: the OPD term after the estimator, and the policy log-probs the KL/OPD read ---
-    distill = get_path(cfg, "advantage.distill_coef")
+    distill = run.advantage.distill_coef
     if distill is not None:
         from ..estimators.distill_term import with_distill_term
-        spec = with_distill_term(spec, float(distill), bool(get_path(cfg, "advantage.distill_returns")))
-    if get_path(cfg, "kl.log_probs", "old_log_probs") == "rollout_log_probs":
-        if cmap.has("rollout_log_probs") or get_path(cfg, "kl.in_reward") or distill is not None:
-            cmap.names["old_log_probs"] = cmap.require("rollout_log_probs", "kl.log_probs=rollout_log_probs")
+        spec = with_distill_term(spec, float(distill), bool(run.advantage.distill_returns), run.kl.policy)
 
     cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
-    source = get_path(cfg, "reward.source")
-    components = expand_components(list(get_path(cfg, "reward.components") or []), inputs.schema.names, file)
+    source = run.reward.source
+    components = expand_components(list(run.reward.components or []), inputs.schema.names, file)
     if source == "auto":
-        source = "components" if components and spec.name != "gdpo" else (
+        source = "components" if components and not spec.reward_from_components else (
             "token_level_scores" if cmap.has("token_level_scores") else "reward")
     if source == "components" and not components:
         raise AdvcliError("key reward.source=components needs reward.components (a list of columns)")
-    if source == "reward" and spec.name != "gdpo":
+    if source == "reward" and not spec.reward_from_components:
         cmap.require("reward", "the response-level reward")
     if source == "token_level_scores":
         cmap.require("token_level_scores", "reward.source=token_level_scores")
-        if get_path(cfg, "reward.normalize.mean") != "none" or get_path(cfg, "reward.normalize.std") != "none":
+        if run.reward.normalize.mean != "none" or run.reward.normalize.std != "none":
             raise AdvcliError("reward.normalize works on a scalar reward; it cannot be used with token_level_scores")
     for c in components:
         if c not in inputs.schema.names:
@@ -107,27 +104,26 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                               f" Columns present: {', '.join(inputs.schema.names)}")
         from ..columns import check_type
         check_type(inputs.schema, "reward", c, file)
-    kl_on = bool(get_path(cfg, "kl.in_reward"))
-    klr = roles.kl_roles(cfg, cmap) if kl_on else []
+    kl_on = bool(run.kl.in_reward)
+    klr = roles.kl_roles(run.kl, cmap) if kl_on else []
     if kl_on:
-        kl = cfg["kl"]
-        if kl["controller"] == "adaptive":  # checked before any data is read
-            if not kl["horizon"] or kl["horizon"] <= 0:
-                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {kl['horizon']})")
-            if not kl["target"] or kl["target"] <= 0:
-                raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl['target']}): "
+        kl = run.kl
+        if kl.controller == "adaptive":  # checked before any data is read
+            if not kl.horizon or kl.horizon <= 0:
+                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {kl.horizon})")
+            if not kl.target or kl.target <= 0:
+                raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl.target}): "
                                   "β is updated by clip(kl/target − 1, ±0.2)",
                                   hint="set the target KL, or use kl.controller=fixed")
     for role in spec.needs:
         cmap.require(role, f"estimator {spec.name} needs it")
-    group_by = get_path(cfg, "grouping.by")
+    group_by = run.grouping.by
     if group_by == "auto":
         group_by = "id" if cmap.has("prompt_id") else "none"
-    if group_by == "position" and not get_path(cfg, "grouping.size"):
+    if group_by == "position" and not run.grouping.size:
         raise AdvcliError("grouping.by=position needs grouping.size (the number of responses per prompt)")
-    needs_groups = spec.uses_groups or bool({"group", "loo"} & {get_path(cfg, "reward.normalize.mean"),
-                                                                 get_path(cfg, "reward.normalize.std")})
-    needs_groups = needs_groups or roles.norm_uses_groups(cfg)
+    needs_groups = spec.uses_groups or bool({"group", "loo"} & {run.reward.normalize.mean, run.reward.normalize.std})
+    needs_groups = needs_groups or roles.norm_uses_groups(run)
     if group_by == "runs":  # AReaL: groups only where a group level asks for them
         if needs_groups:
             cmap.require("prompt_id", "grouping.by=runs groups consecutive rows of equal prompt_id")
@@ -145,7 +141,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                                "with --set grouping.by=position --set grouping.size=N")
     token_roles = ["response_mask"] + [r for r in spec.needs if r in ("values", "sum_pi_squared",
                                                                        "teacher_log_probs", "old_log_probs",
-                                                                       "ref_log_probs")]
+                                                                       "ref_log_probs", "rollout_log_probs")]
     if source == "token_level_scores":
         token_roles.append("token_level_scores")
     if kl_on:
@@ -156,10 +152,10 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     # beside the new columns, so their lengths are checked too (values as well with check_values)
     verify_roles = [r for r, (_, kind, _) in ROLE_INFO.items() if kind == "tokens" and cmap.has(r)
                     and r not in token_roles and is_list_type(inputs.schema.field(cmap[r]).type)]
-    dtype = torch.float64 if get_path(cfg, "precision") == "float64" else torch.float32
-    plan = Plan(cfg=cfg, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
+    dtype = torch.float64 if run.precision == "float64" else torch.float32
+    plan = Plan(run=run, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
-                token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(cfg, inputs, cmap),
+                token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
                 output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
     from ..correction import plan_correction  # rollout correction: roles, output columns (advcli.correction)
     plan.correction = plan_correction(plan, plan.warnings)
@@ -213,8 +209,8 @@ def expand_components(components: list, names: list[str], file: str) -> list[str
     return list(dict.fromkeys(out))
 
 
-def is_padded(cfg: dict, inputs: InputSet, cmap: ColumnMap) -> bool:
-    setting = get_path(cfg, "padded", "auto")
+def is_padded(setting, inputs: InputSet, cmap: ColumnMap) -> bool:
+    """``padded``: true, false, or ``auto`` (true when the mask column is a fixed-size list)."""
     if setting == "auto":
         return pa.types.is_fixed_size_list(inputs.schema.field(cmap["response_mask"]).type)
     return bool(setting)

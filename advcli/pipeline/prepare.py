@@ -9,12 +9,12 @@ from collections.abc import Callable
 import torch
 
 from ..batch import RowTable
-from ..config import get_path
 from ..errors import AdvcliError
 from ..io.reader import InputSet
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
+from ..runspec import as_dict
 from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
@@ -33,12 +33,12 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
     ex = [{"step": step_values[s], "tokens": int(sums.count[s]), "mean": float(sums.total[s] / n[s]),
            "rms": float((sums.total_sq[s] / n[s]).sqrt()), "scale": float(rstd[s])}
           for s in torch.nonzero(flag, as_tuple=True)[0][:10].tolist()]
-    a = plan.cfg["advantage"]
+    a = plan.run.whitening
     how = []
-    if a["whiten"]:
-        how.append(f"whitening multiplies by rsqrt(var {'+' if a['whiten_eps_mode'] == 'add' else 'floored at'} "
-                   f"{a['whiten_eps']:g})")
-    if a.get("batch_normalize"):
+    if a.whiten:
+        how.append(f"whitening multiplies by rsqrt(var {'+' if a.eps_mode == 'add' else 'floored at'} "
+                   f"{a.eps:g})")
+    if a.batch_normalize:
         how.append("advantage_batch_normalize multiplies by rsqrt(max(var, 1e-8)) (SkyRL _normalize_advantages, "
                    "trainer.py L1477-1481 @a9564572)")
     summary = (f"float32_amplified_normalization: {int(flag.sum())} steps normalised at the variance floor "
@@ -71,14 +71,14 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     and ``correction`` (default :func:`advcli.pipeline.correction.correction_pass`) for the rollout
     correction's statistics pass.
     """
-    cfg = plan.cfg
+    reward = plan.run.reward
     token_moments = token_moments or token_moment_pass
     # pass 1: the row table
     deferred = defer_kl and defer_row_kl(plan)
     row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred)
     R = inputs.num_rows
     scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0])
-    if get_path(cfg, "reward.unplaced", "drop") == "error" and get_path(cfg, "reward.placement") == "last_valid":
+    if reward.unplaced == "error" and reward.placement == "last_valid":
         empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
         if empty.numel():
             raise AdvcliError(f"{inputs.paths[0]}: row {int(empty[0])} has no mask=1 token, so its reward has no "
@@ -94,7 +94,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
                 else torch.zeros(R, dtype=torch.float64))
     if plan.reward_source == "components":
-        weights = get_path(cfg, "reward.weights") or [1.0] * len(plan.components)
+        weights = reward.weights or [1.0] * len(plan.components)
         if len(weights) != len(plan.components):
             raise AdvcliError(f"key reward.weights: {len(weights)} weights for {len(plan.components)} components")
         if allows_nan(plan):  # TRL: (rewards_per_func * weights).nansum(dim=1); NaN where every function is NaN
@@ -107,12 +107,12 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
         raw = row.get("reward", torch.zeros(R, dtype=plan.dtype))
     else:
         raw = row["score_sum"]
-    ncfg = plan.cfg["reward"]["normalize"]
+    ncfg = reward.normalize
     norm_checks: list = []
     if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
-        raw = shape_rewards(raw, row["valid"], cfg["reward"])
+        raw = shape_rewards(raw, row["valid"], as_dict(reward))
     reward_row = raw
-    norm = role_rules.norm_spec(cfg)
+    norm = role_rules.norm_spec(reward)
     if norm is not None and plan.reward_source != "token_level_scores":  # AReaL NormConfig (reward_norm)
         from ..ops.normcfg import normalize_rows
         g = groups if groups is not None else scopes
@@ -122,19 +122,19 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
-            reward_row = block_normalize(raw, scopes, plan.block_sizes or int(get_path(cfg, "grouping.size")),
-                                         ncfg["mean"], ncfg["std"], ncfg["eps"], bool(ncfg.get("centre_first")))
+            reward_row = block_normalize(raw, scopes, plan.block_sizes or int(plan.run.grouping.size),
+                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
         else:
-            reward_row = normalize_rewards(raw, scopes, groups, ncfg["mean"], ncfg["std"], ncfg["eps"])
-        reward_row = clip_values(reward_row, get_path(cfg, "reward.clip"))
-    if get_path(cfg, "reward.zero_truncated") and "truncated" in row:  # AReaL mask_no_eos_with_zero
+            reward_row = normalize_rewards(raw, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
+        reward_row = clip_values(reward_row, reward.clip)
+    if reward.zero_truncated and "truncated" in row:  # AReaL mask_no_eos_with_zero
         reward_row = torch.where(row["truncated"] != 0, torch.zeros_like(reward_row), reward_row)
     # the row score the group estimators see: Σ_t token_level_rewards
     if plan.reward_source == "token_level_scores":
         score = raw.clone()
     else:
-        keep = row["keep"] if get_path(cfg, "reward.mask_placed") else (row["length"] > 0)
-        if get_path(cfg, "reward.empty_row", "zero") == "score":  # verl: scores[i, -1] of an empty response
+        keep = row["keep"] if reward.mask_placed else (row["length"] > 0)
+        if reward.empty_row == "score":  # verl: scores[i, -1] of an empty response
             keep = keep | (row["length"] == 0)
         score = torch.where(keep, reward_row, torch.zeros_like(reward_row))
     if plan.kl_on and not deferred:
@@ -147,13 +147,13 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     for r in role_rules.row_scalar_roles(plan):
         columns[r] = row[r]
     columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
-    if plan.spec.name == "gdpo" and not plan.components:
+    if plan.spec.reward_from_components and not plan.components:
         columns["component:score"] = score
     inputs_cols, labels = row_inputs(plan, keys, R)
     columns.update(inputs_cols)
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
                      columns=columns, labels=labels)
-    if plan.kl_on and plan.spec.level == "row" and get_path(cfg, "kl.score_sum") == "right_aligned":
+    if plan.kl_on and plan.spec.level == "row" and plan.run.kl.score_sum == "right_aligned":
         # pass 1c (SkyRL): s_i = token_level_rewards.sum(-1) on the step's right-aligned float32 grid
         from .scores import right_aligned_scores
         table.score = right_aligned_scores(plan, inputs, Resolved(scopes, groups, step_values, beta_row, reward_row,
@@ -168,33 +168,33 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                                                     or plan.spec.token_stats_needed(plan.params)):
         res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = list(plan.group_warnings) + list(plan.warnings)
-    if get_path(cfg, "reward.zero_truncated") and "truncated" not in row:
+    if reward.zero_truncated and "truncated" not in row:
         warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
                         "no row is treated as truncated (AReaL flags the rows whose prompt + response fill the batch "
                         "width; map that flag with --column truncated=NAME)")
 
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
-    if get_path(cfg, "reward.whiten_tokens"):
+    if reward.whiten_tokens:
         sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=True)
         res.tlr_mean, res.tlr_rstd = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip")
     # pass 2: whitening statistics
     if plan.whiten:
         if plan.spec.level == "row":
             sums = MomentSums.zeros(scopes.num_groups)
-            w = row["length" if get_path(cfg, "advantage.whiten_mask") == "all" else "valid"].to(torch.float64)
+            w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
         run_sums = sums  # slime float32 one-pass: the sums in the framework's own summation order, where kept
         if plan.whiten_spec().one_pass == torch.float32 and getattr(sums, "ordered", None) is not None:
             run_sums = MomentSums(*sums.ordered)
-        if get_path(cfg, "advantage.whiten"):
+        if plan.run.whitening.whiten:
             mean, rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values,
-                                      get_path(cfg, "advantage.whiten_small", "error"))
+                                      plan.run.whitening.small)
         else:
             mean = torch.zeros(scopes.num_groups, dtype=torch.float64)
             rstd = torch.ones(scopes.num_groups, dtype=torch.float64)
-        if get_path(cfg, "advantage.batch_normalize"):  # SkyRL advantage_batch_normalize (ops.batchnorm)
+        if plan.run.whitening.batch_normalize:  # SkyRL advantage_batch_normalize (ops.batchnorm)
             from ..ops import batchnorm
             mean, rstd = batchnorm.compose(sums, mean, rstd,
                                            batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups))

@@ -7,7 +7,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..config import get_path
 from ..errors import AdvcliError
 from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
@@ -151,7 +150,7 @@ def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtyp
 
 
 def allows_nan(plan: Plan) -> bool:
-    return get_path(plan.cfg, "reward.nan", "refuse") == "allow"
+    return plan.run.reward.nan == "allow"
 
 
 def factorize(values: list[pa.Array]) -> np.ndarray:

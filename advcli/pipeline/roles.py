@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from ..columns import ROLE_INFO, ColumnMap
-from ..config import get_path
 from ..ops.groups import GroupIndex
 
 
@@ -19,37 +18,39 @@ def role_kind(role: str) -> str:
     return ROLE_INFO.get(role, (role, "tokens", ""))[1]
 
 
-def kl_roles(cfg: dict, cmap: ColumnMap) -> list[str]:
+def kl_roles(kl, cmap: ColumnMap) -> list[str]:
     """The log-prob columns the KL reads: ``kl.policy`` and the reference; with ``kl.missing=zeros`` only
     those present (a missing one counts as zeros), else both are required."""
-    roles = [get_path(cfg, "kl.policy", "old_log_probs"), "ref_log_probs"]
-    if get_path(cfg, "kl.missing", "refuse") == "zeros":
+    roles = [kl.policy, "ref_log_probs"]
+    if kl.missing == "zeros":
         return [r for r in roles if cmap.has(r)]
     cmap.require(roles[0], "KL in the reward needs the policy log-probs")
     cmap.require(roles[1], "KL in the reward needs the reference log-probs")
     return roles
 
 
-def kl_inputs(cfg: dict, tok: dict, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(policy log-probs, reference log-probs) of a chunk; zeros for a column ``kl.missing=zeros`` let pass."""
-    lp, ref = tok.get(get_path(cfg, "kl.policy", "old_log_probs")), tok.get("ref_log_probs")
+def kl_inputs(kl, tok: dict, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(policy log-probs, reference log-probs) of a chunk (``kl``: the run spec's KL section); zeros for a
+    column ``kl.missing=zeros`` let pass."""
+    lp, ref = tok.get(kl.policy), tok.get("ref_log_probs")
     if lp is None or ref is None:
         zero = torch.zeros_like(mask)
         lp, ref = (zero if lp is None else lp), (zero if ref is None else ref)
     return lp, ref
 
 
-def norm_spec(cfg: dict):
+def norm_spec(reward):
+    """The NormConfig of ``reward.norm`` (``reward``: the run spec's reward section), None when unset."""
     from ..ops.normcfg import NormSpec
 
-    return NormSpec.parse(get_path(cfg, "reward.norm"), "reward.norm")
+    return NormSpec.parse(reward.norm, "reward.norm")
 
 
-def norm_uses_groups(cfg: dict) -> bool:
+def norm_uses_groups(run) -> bool:
     """Whether reward.norm or the estimator's ``norm`` (AReaL adv_norm) has a group level."""
     from ..ops.normcfg import NormSpec
 
-    specs = [norm_spec(cfg), NormSpec.parse((cfg.get("estimator") or {}).get("norm"), "estimator.norm")]
+    specs = [norm_spec(run.reward), NormSpec.parse(run.estimator.given.get("norm"), "estimator.norm")]
     return any(s is not None and s.uses_groups for s in specs)
 
 
@@ -57,7 +58,7 @@ def row_scalar_roles(plan) -> list[str]:
     """Per-row number columns the estimator or the reward stage reads (AReaL: truncated, bootstrap_value),
     those present in the input."""
     want = [r for r in (*plan.spec.needs, *plan.spec.optional) if role_kind(r) == "scalar" and r != "reward_baseline"]
-    if get_path(plan.cfg, "reward.zero_truncated"):
+    if plan.run.reward.zero_truncated:
         want.append("truncated")
     return [r for r in dict.fromkeys(want) if plan.cmap.has(r)]
 

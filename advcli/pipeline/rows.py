@@ -12,7 +12,6 @@ import pyarrow as pa
 import torch
 
 from ..batch import RowTable
-from ..config import get_path
 from ..errors import AdvcliError
 from ..io.arrow_torch import check_no_nulls
 from ..io.lists import arrow_from_numpy, primitive_numpy
@@ -27,15 +26,15 @@ from .read import TRIM_EVERY, ChunkReader, allows_nan, factorize, read_scalar, r
 
 
 def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
-    c = plan.cfg["kl"]
-    lp, ref = role_rules.kl_inputs(plan.cfg, tok, mask)
-    kld = kl_ops.kl_per_token(lp, ref, c["estimator"], c["input_clamp"], c["output_clamp"])
-    return kld * mask if c["mask"] else kld
+    c = plan.run.kl
+    lp, ref = role_rules.kl_inputs(c, tok, mask)
+    kld = kl_ops.kl_per_token(lp, ref, c.estimator, c.input_clamp, c.output_clamp)
+    return kld * mask if c.mask else kld
 
 
 def placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Tensor:
     """Flat index of each row's reward token (-1: nowhere, e.g. an empty row)."""
-    if get_path(plan.cfg, "reward.placement") == "last_valid" or plan.padded:
+    if plan.run.reward.placement == "last_valid" or plan.padded:
         idx = layout.last_true_index(mask.bool())
         # OpenRLHF: an all-zero mask row gets eos = T-1 of the *padded batch* (its reward is masked out
         # later anyway): inside the row only for fixed-width (padded) dumps; a ragged row has no T-1 of
@@ -52,7 +51,7 @@ def defer_row_kl(plan: Plan) -> bool:
     before it depends on it — a fixed controller (β does not depend on the KL), an estimator that
     reads tokens, not row scores, and no group diagnostics over the row scores. Then pass 1 reads no
     log-prob column and the KL is computed once, where the token rewards need it anyway."""
-    return (plan.kl_on and plan.cfg["kl"]["controller"] != "adaptive" and plan.spec.level != "row"
+    return (plan.kl_on and plan.run.kl.controller != "adaptive" and plan.spec.level != "row"
             and not plan.spec.uses_groups and plan.spec.token_group_stats is None)
 
 
@@ -63,7 +62,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         roles.append("token_level_scores")
     row_kl = plan.kl_on and row_kl
     if row_kl:
-        roles += role_rules.kl_roles(plan.cfg, cmap)
+        roles += role_rules.kl_roles(plan.run.kl, cmap)
     verify = [r for r in plan.verify_roles if r not in roles]  # checked here, once, never read again
     cols = list(roles_to_columns(plan, roles + verify))
     scalar_roles = []
@@ -83,9 +82,9 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     key_cols = []
     if plan.group_by in ("id", "runs") or (plan.group_by == "position" and cmap.has("prompt_id")):
         key_cols.append(cmap["prompt_id"])  # position: only to check the blocks against the ids
-    if cmap.has("step") and get_path(plan.cfg, "grouping.scope") != "all":
+    if cmap.has("step") and plan.run.grouping.scope != "all":
         key_cols.append(cmap["step"])
-    if cmap.has("domain") and get_path(plan.cfg, "grouping.scope") == "step_domain":
+    if cmap.has("domain") and plan.run.grouping.scope == "step_domain":
         key_cols.append(cmap["domain"])
     key_cols += [cmap[r] for r in row_input_roles(plan)]  # read as they are; row_inputs() converts them
     cols = list(dict.fromkeys(cols + key_cols))
@@ -122,7 +121,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts[r].append(read_scalar(batch, cmap[r], file, row_base, plan.dtype))
         if row_kl:
             mask = mask01.to(plan.dtype)
-            kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.cfg["kl"]["mask"])
+            kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.run.kl.mask)
             parts["kl_sum"].append(kl_sum)
             parts["kl_mean"].append(kl_mean)
         for c in key_cols:
@@ -167,7 +166,7 @@ def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
 
 def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
     cmap = plan.cmap
-    step_col = cmap.names.get("step") if get_path(plan.cfg, "grouping.scope") != "all" else None
+    step_col = cmap.names.get("step") if plan.run.grouping.scope != "all" else None
     if step_col and step_col in keys:
         steps = primitive_numpy(
             pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
@@ -176,7 +175,7 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
     else:
         scope_codes = np.zeros(num_rows, dtype=np.int64)
         step_values = [None]
-    dom_col = cmap.names.get("domain") if get_path(plan.cfg, "grouping.scope") == "step_domain" else None
+    dom_col = cmap.names.get("domain") if plan.run.grouping.scope == "step_domain" else None
     if dom_col and dom_col in keys:
         # ROLL RLVR: each domain of a step is its own batch, domains in order of first appearance
         # inside the step (rlvr_pipeline.py L680-723 @8eb27cc2)
@@ -200,15 +199,15 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
     elif plan.group_by == "position":
         from ..ops.blocks import block_sizes
-        n = int(get_path(plan.cfg, "grouping.size"))
+        n = int(plan.run.grouping.size)
         # position inside each scope, in input order
         order = np.argsort(scope_codes, kind="stable")
         rank = np.empty(num_rows, dtype=np.int64)
         sizes = np.bincount(scope_codes, minlength=len(step_values))
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
-        expected = get_path(plan.cfg, "grouping.scope_rows")
-        ns = block_sizes(sizes.tolist(), n, expected, get_path(plan.cfg, "grouping.fallback", "error"))
+        expected = plan.run.grouping.scope_rows
+        ns = block_sizes(sizes.tolist(), n, expected, plan.run.grouping.fallback)
         for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)):
             if ni < 0:
                 where = scope_where(plan, step_values, si)
@@ -275,7 +274,7 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     else:
         msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
                f"row {j} ({blk(j)})")
-    if get_path(plan.cfg, "grouping.id_check", "strict") == "warn":  # slime never reads the ids
+    if plan.run.grouping.id_check == "warn":  # slime never reads the ids
         plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
                                    "(--set advcli.group_by=id groups by the ids instead)")
         return
@@ -291,17 +290,17 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
 def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
     """β used by each scope (value before that scope's update) and each scope's current_kl
     (0.0 where ``kl_mean`` is not known yet: :func:`defer_row_kl`)."""
-    c = plan.cfg["kl"]
-    value = float(c["coef"])
+    c = plan.run.kl
+    value = float(c.coef)
     betas, kls = [], []
     for s in range(scopes.num_groups):
         rows = scopes.codes == s
         current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
-        betas.append(value if c.get("coef_min") is None else max(value, float(c["coef_min"])))  # SkyRL max(0, β)
+        betas.append(value if c.coef_min is None else max(value, float(c.coef_min)))  # SkyRL max(0, β)
         kls.append(current)
-        if c["controller"] == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
-            err = float(np.clip(current / c["target"] - 1, -0.2, 0.2))
-            value *= 1 + err * int(rows.sum()) / c["horizon"]
+        if c.controller == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
+            err = float(np.clip(current / c.target - 1, -0.2, 0.2))
+            value *= 1 + err * int(rows.sum()) / c.horizon
     return betas, kls
 
 

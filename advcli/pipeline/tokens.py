@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from ..batch import TokenChunk
-from ..config import get_path
 from ..io.reader import InputSet
 from ..ops.rewards import clip as clip_values
 from ..ragged import Ragged
@@ -32,14 +31,14 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
         tlr = tok["token_level_scores"].to(dt).clone()
     else:
         r = res.reward_row[rows].to(dev)
-        if get_path(plan.cfg, "reward.placement") == "all":  # NeMo RF++ / raw_reward: every position
+        if plan.run.reward.placement == "all":  # NeMo RF++ / raw_reward: every position
             tlr = layout.broadcast(r.to(dt))
         else:
             tlr = torch.zeros(layout.num_tokens, dtype=dt, device=dev)
             place = placement_index(plan, layout, mask)
             ok = place >= 0
             tlr[place[ok]] = r[ok]
-        if get_path(plan.cfg, "reward.mask_placed"):
+        if plan.run.reward.mask_placed:
             tlr = tlr * mask
     if plan.kl_on:
         kld = kl_token(plan, tok, mask)
@@ -54,7 +53,7 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
         else:
             beta = layout.broadcast(beta)
         tlr = tlr - beta * kld
-        tlr = clip_values(tlr, get_path(plan.cfg, "kl.token_clip"))
+        tlr = clip_values(tlr, plan.run.kl.token_clip)
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
         tlr = ((tlr.to(torch.float64) - torch.index_select(res.tlr_mean.to(dev), 0, scope_tok))
@@ -141,13 +140,13 @@ def chunk_final(plan: Plan, res: Resolved, layout: Ragged, adv, ret, tlr, mask, 
         x = adv.to(torch.float64, copy=True)
         adv = x.sub_(mean).mul_(rstd).to(dt)  # x itself or its float32 copy
         fresh = True
-    remask = get_path(plan.cfg, "advantage.remask")
+    remask = plan.run.advantage.remask
     if remask == "fill":  # masked_fill: 0 at M=0 whatever adv holds there (NaN included)
         adv = adv.masked_fill_(mask == 0, 0.0) if fresh else adv.masked_fill(mask == 0, 0.0)
     elif remask:  # A·M: a NaN at M=0 stays NaN
         adv = adv.mul_(mask) if fresh else adv * mask
     if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
-        adv = clip_values(adv, get_path(plan.cfg, "advantage.clip"))
-    if get_path(plan.cfg, "advantage.returns") == "advantages":
+        adv = clip_values(adv, plan.run.advantage.clip)
+    if plan.run.advantage.returns == "advantages":
         ret = adv
     return adv, ret, tlr, mask

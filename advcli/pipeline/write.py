@@ -130,7 +130,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
                 extras = {} if kl_parts is not None or res.correction is not None else None
                 adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
                 row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], extras["kl_mask"],
-                                      plan.cfg["kl"]["mask"])
+                                      plan.run.kl.mask)
                           if kl_parts is not None else None)
             if kl_parts is not None:
                 kl_parts[0].append(row_kl[0].cpu())

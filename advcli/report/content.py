@@ -68,7 +68,7 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
     for name in ("by_position", "groups", "group_health"):
         if g(name) is not None:
             rep[name] = g(name)
-    if g("from_dump"):  # what a trainer dump told the flavor (advcli.commands.defaults)
+    if g("from_dump"):  # what a trainer dump told the flavor (advcli.resolution)
         rep["from_dump"] = list(g("from_dump"))
     if extra:
         rep.update(extra)
@@ -138,7 +138,7 @@ def headline(report: dict) -> list[tuple[str, str]]:
         out.append(("ran", what))
     if report.get("estimator_note"):  # the flavor runs the estimator the user named under another name
         out.append(("why", report["estimator_note"]))
-    for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.commands.defaults)
+    for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.resolution)
         out.append(("from dump", line))
     if report.get("settings"):
         out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))

@@ -1,4 +1,8 @@
-"""What a trainer's own dump tells a flavor, and the defaults that would make nothing of it.
+"""The configuration of a run on its inputs, resolved below the commands: the flavor's settings translated
+to canonical keys (:mod:`advcli.flavors`), what a trainer's own dump tells the flavor, and the refusals of
+defaults that would make nothing of it. ``advcli run`` and :func:`advcli.run` both call
+:func:`resolve_for_inputs`; the pipeline then reads it as a typed :class:`advcli.runspec.RunSpec`.
+
 
 * The group size: a slime or ROLL dump names each row's prompt group (slime's ``group_index``, ROLL's
   ``id``), so where every group has the same size ``n`` the flavor's positional group-size key takes ``n``
@@ -13,7 +17,7 @@
 Each decision taken for the user becomes one line of the run's summary (``from dump``)."""
 from __future__ import annotations
 
-from ..errors import AdvcliError
+from .errors import AdvcliError
 
 
 def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None,
@@ -21,8 +25,9 @@ def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, conf
     """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
     what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
     run`` and :func:`advcli.run` both use. ``file_keys`` receives what the --config file gave."""
-    from ..flavors import get, resolve
-    from ..formats import check_config
+    from .config import set_path
+    from .flavors import get, resolve
+    from .formats import check_config, implied_settings
 
     cfg, native = resolve(flavor_name, settings, config, file_keys)
     flavor = get(flavor_name)
@@ -37,12 +42,14 @@ def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, conf
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
         refuse_default_estimator(flavor, inputs, settings, config, given, e)
+    for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
+        set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
     return cfg, native, grouping_note(cfg, inputs) + lines
 
 
 def _infos(inputs: list[str]) -> list:
-    from ..formats import info_for
+    from .formats import info_for
 
     return [info_for(p) for p in inputs]
 
@@ -57,7 +64,7 @@ def _sizes(infos: list) -> dict[int, int]:
 
 
 def _group_key(info) -> str:
-    from ..formats import FORMATS
+    from .formats import FORMATS
 
     fmt = FORMATS.get(info.format)
     return fmt.group_key if fmt else "prompt groups"
@@ -105,8 +112,8 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
                              error: AdvcliError) -> None:
     """``error`` (a response-level dump refusing the estimator) said with the ``--set`` that runs, where the
     estimator is the flavor's default and the flavor's response-level choice passes the same check."""
-    from ..flavors import resolve
-    from ..formats import check_config
+    from .flavors import resolve
+    from .formats import check_config
 
     key, value = flavor.estimator_key, flavor.response_estimator
     if not key or not value or key in given:
@@ -154,7 +161,7 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     infos = _infos(inputs)
     if infos and all(i is not None for i in infos):
         return _sizes(infos)
-    from ..io.reader import expand_inputs, open_parquet
+    from .io.reader import expand_inputs, open_parquet
 
     counts: dict = {}
     for path in expand_inputs(inputs):

@@ -12,8 +12,7 @@ from .commands import options as opt
 from .commands.progress import progress
 from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
-from .formats import explain as name_dump_rows
-from .formats import finish_outputs, name_dumps, name_sources, open_inputs
+from .formats import finish_outputs, name_dump_rows, name_dumps, name_sources, open_inputs
 
 app = typer.Typer(
     name="advcli",

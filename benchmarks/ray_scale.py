@@ -20,7 +20,7 @@ timed apart. CPU seconds are the driver's (this process): the workers' are in Ra
 **rows**: what the driver holds and does per row, which does not divide by the workers: dumps of
 increasing row counts with 4-8 tokens per row (``advcli sample --min-len 4 --max-len 8``, so rows
 dominate, not tokens); each size in a fresh subprocess that opens the dump, makes the plan and runs
-:func:`advcli.pipeline.resolve` (pass 1 on the driver and the resolution: groups, steps, row-level
+:func:`advcli.pipeline.prepare_run` (pass 1 on the driver and the resolution: groups, steps, row-level
 advantages) and builds the run statistics' observer, as ``run_ray`` does on its driver. Peak RSS
 (``os.wait4``) minus that of a subprocess that stops before ``resolve``; seconds of resolve + observer;
 the pickled size of the table broadcast to the workers (``lean(res)``). Per row = the slope between the

@@ -1,6 +1,6 @@
 """``advcli stats DUMP``: the statistics of any dump or advcli output, in the run report's formats.
 
-The figures are those of ``advcli run`` (advcli.stats.RunStats, verl's metric names), fed from the
+The figures are those of ``advcli run`` (advcli.figures.FigureCollector, verl's metric names), fed from the
 file instead of the pipeline:
 
 - sequence score (``critic/score``): Σ ``token_level_scores`` when the file has them, else the
@@ -129,11 +129,11 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     import torch
 
     from ..columns import resolve_columns
+    from ..figures import FigureCollector
     from ..io.reader import InputSet
     from ..ops.groups import GroupIndex
     from ..ragged import Ragged
     from ..report import build_report
-    from ..stats import RunStats
     from ._arrays import keys_codes, list_parts, numeric, provenance, row_sums
 
     t0 = time.perf_counter()
@@ -204,7 +204,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         _, g = np.unique(np.stack([scode, codes]), axis=1, return_inverse=True)
         groups = GroupIndex.from_codes(torch.from_numpy(g.ravel().astype(np.int64)))
     scopes = GroupIndex.from_codes(torch.from_numpy(scode.astype(np.int64)))
-    rs = RunStats(R, padded=padded)
+    rs = FigureCollector(R, padded=padded)
     rs.set_rows(raw_score=torch.from_numpy(raw), score=torch.from_numpy(np.asarray(seq, np.float64)),
                 scopes=scopes, step_values=step_values, groups=groups, valid_len=torch.from_numpy(V),
                 has_values=val_col is not None and has_adv)
@@ -250,7 +250,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     if not has_ret:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
         per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
-    from ..correction import file_metrics  # rollout_corr/* where both log-prob columns are there
+    from ..correction_plan import file_metrics  # rollout_corr/* where both log-prob columns are there
     file_metrics(ins, cmap, scopes.codes, scopes.num_groups, (prov or {}).get("config"), chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
@@ -302,11 +302,11 @@ def _health_columns(schema, cmap, prov) -> dict:
 
 
 def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
-    """advcli.stats.group_health of the collector, split by data source and reward component."""
+    """advcli.figures.group_health of the collector, split by data source and reward component."""
     import numpy as np
     import pyarrow as pa
 
-    from ..stats.group_health import of_run_stats
+    from ..figures.group_health import of_collector
 
     def col(c):
         arr = pa.chunked_array(parts[c], type=schema.field(c).type)
@@ -321,7 +321,7 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
         codes, uniq = pd.factorize(col(cols["source"][0]), sort=False, use_na_sentinel=False)
         source, names = codes.astype(np.int64), [str(u) for u in uniq]
     comps = {c: np.asarray(col(c), np.float64) for c in cols["components"]}
-    return of_run_stats(rs, source=source, source_names=names, components=comps or None)
+    return of_collector(rs, source=source, source_names=names, components=comps or None)
 
 
 def stats_cmd(

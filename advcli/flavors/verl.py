@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
-from . import _verl_rollout_correction as rollout_correction
+from . import _verl_correction_keys as rollout_correction
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
               "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
@@ -31,7 +31,7 @@ KEYS = {
     "algorithm.gdpo_reward_weights": Key(None, "component weights (default all 1)", None, "list"),
     "algorithm.use_pf_ppo": Key(False, "PF-PPO resampling (not supported offline: it resamples rows)", None, "bool"),
 }
-KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_rollout_correction.py)
+KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_correction_keys.py)
 
 
 def kl_settings(name: str) -> dict:

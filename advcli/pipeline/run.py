@@ -14,7 +14,7 @@ from ..io.writer import check_output_path
 from .observe import RunObserver
 from .output import OUTPUT_MODES, output_paths
 from .plan import ProgressFn, choose_output_columns, make_plan
-from .prepare import resolve
+from .prepare import prepare_run
 from .read import CHUNK_TOKENS, chunk_rows_for
 from .result import RunResult
 from .write import stream_pass
@@ -75,18 +75,18 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
 
     with intra_op_threads(plan.device):
         # passes 1-2: the row table and the statistics resolved from it
-        res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress, defer_kl=True)
+        res, row, betas, kls, warnings = prepare_run(plan, inputs, chunk_rows, progress, defer_kl=True)
         R = inputs.num_rows
 
         # pass 3: compute (and write)
         result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
                            valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-        stats = RunObserver(plan, res, row, betas, kls)
-        stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs if output is not None else None,
+        run_observer = RunObserver(plan, res, row, betas, kls)
+        stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs if output is not None else None,
                      output_mode, flavor, native)
-    stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
+    run_observer.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.figures)
     if res.correction is not None:
-        from ..correction import finish as finish_correction
+        from ..correction_plan import finish as finish_correction
         finish_correction(result, res.correction, plan.dtype)  # rollout_corr/* per step and overall
     if plan.scope_domains is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):

@@ -146,6 +146,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="NeMo RL",  # the framework's name in prose (help, docs)
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "

@@ -129,6 +129,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="OpenRLHF",  # the framework's name in prose (help, docs)
     name="openrlhf",
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,

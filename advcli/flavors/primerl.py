@@ -113,6 +113,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="prime-rl",  # the framework's name in prose (help, docs)
     name="prime-rl",
     framework="PrimeIntellect-ai/prime-rl @ 559b4477 (src/prime_rl/orchestrator/algo/, configs/algorithm.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note,

@@ -130,6 +130,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="ROLL",  # the framework's name in prose (help, docs)
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
     group_size_key=N_KEY, estimator_note=estimator_note,

@@ -157,6 +157,7 @@ def translate(v: dict) -> dict:
 
 
 FLAVOR = Flavor(
+    title="SkyRL",  # the framework's name in prose (help, docs)
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
                             "skyrl/train/trainer.py)",
     keys=KEYS, translate=translate,

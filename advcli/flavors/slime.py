@@ -154,6 +154,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="slime",  # the framework's name in prose (help, docs)
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",

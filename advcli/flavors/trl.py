@@ -106,6 +106,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="TRL",  # the framework's name in prose (help, docs)
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations",
     notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "

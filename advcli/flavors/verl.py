@@ -117,6 +117,7 @@ def translate(v: dict) -> dict:
 
 
 FLAVOR = Flavor(
+    title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's

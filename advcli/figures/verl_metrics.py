@@ -82,7 +82,7 @@ def group_figures(st) -> dict[str, Any]:
     smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amax")
     multi = sizes > 1
     out["groups/all_equal_share"] = figure(((smin == smax) & multi).sum() / max(int(multi.sum()), 1))
-    # solved rows (issue 28): reward > 0 among the rows with a reward (not NaN); a group's shares over
+    # solved rows: reward > 0 among the rows with a reward (not NaN); a group's shares over
     # its rows with a reward — the same definitions as advcli.figures.group_health
     scored = ~torch.isnan(st.raw_score)
     solved = scored & (st.raw_score > 0)

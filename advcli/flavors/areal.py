@@ -1,6 +1,6 @@
 """``--flavor areal``: AReaL's advantage pipeline (areal-project/AReaL, formerly inclusionAI/AReaL, @
 cbff54d6; ``PPOActorConfig`` / ``NormConfig`` in areal/api/cli_args.py, ``PPOActor._compute_advantages``
-in areal/trainer/ppo/actor.py L178-325; ``spec/areal.md``).
+in areal/trainer/ppo/actor.py L178-325).
 
 AReaL has no estimator key: every configuration runs the same chain, translated here stage by stage:
 

@@ -1,5 +1,5 @@
 """``--flavor nemo``: NVIDIA NeMo RL's advantage estimators (NVIDIA-NeMo/RL @ 7ea279ab;
-``AdvEstimatorConfig``, ``ClippedPGLossConfig``, ``ppo.py``; ``spec/nemo.md``).
+``AdvEstimatorConfig``, ``ClippedPGLossConfig``, ``ppo.py``).
 
 Without ``ppo.adv_estimator.name`` the GRPO loop runs: ``grpo.adv_estimator.name`` (grpo, gdpo,
 reinforce_plus_plus, opd), then ``grpo.advantage_clip_low/high`` (``_clip_grpo_advantages``). With it,

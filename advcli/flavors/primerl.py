@@ -1,6 +1,5 @@
 """``--flavor prime-rl``: prime-rl's orchestrator-side credit assignment (PrimeIntellect-ai/prime-rl @
-559b4477; ``[orchestrator.algo]`` of the ``rl`` TOML, ``prime_rl.configs.algorithm.AlgoConfig``;
-``spec/primerl.md``).
+559b4477; ``[orchestrator.algo]`` of the ``rl`` TOML, ``prime_rl.configs.algorithm.AlgoConfig``).
 
 Each rollout group (cohort: the rows of one ``prompt_id``, per ``step``) is scored over its trainable
 traces (``trainable`` column, and at least one sampled token) by ``orchestrator.algo.type``; the scalar

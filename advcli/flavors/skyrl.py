@@ -1,4 +1,4 @@
-"""``--flavor skyrl``: NovaSky-AI/SkyRL's trainer (@ a9564572, ``SkyRLTrainConfig``; ``spec/skyrl.md``):
+"""``--flavor skyrl``: NovaSky-AI/SkyRL's trainer (@ a9564572, ``SkyRLTrainConfig``):
 ``postprocess_generator_output`` → ``apply_reward_kl_penalty`` (when ``use_kl_in_reward``) →
 ``compute_advantages_and_returns`` → step 1 of ``_normalize_advantages`` (``advantage_batch_normalize``).
 

@@ -1,6 +1,6 @@
 """``--flavor slime``: THUDM/slime @ 624b824a (argparse dests of ``slime/utils/arguments.py``).
 
-One rollout (one value of the ``step`` column) goes through (``spec/slime.md`` §8):
+One rollout (one value of the ``step`` column) goes through:
 
 1. ``RolloutManager._post_process_rewards`` (slime/ray/rollout.py L608-633): for grpo/gspo/cispo and
    reinforce_plus_plus_baseline with ``rewards_normalization``, the float32 rewards are reshaped to

@@ -1,5 +1,5 @@
 """``--flavor trl``: Hugging Face TRL's GRPOTrainer and RLOOTrainer advantages (huggingface/trl @
-f2cd5771; ``GRPOConfig`` / ``RLOOConfig``; ``spec/trl.md``).
+f2cd5771; ``GRPOConfig`` / ``RLOOConfig``).
 
 TRL groups by position: each prompt's ``num_generations`` completions are consecutive rows
 (``view(-1, G)``), so the canonical grouping is ``grouping.by=position`` with ``grouping.size=G``.

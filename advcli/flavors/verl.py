@@ -1,6 +1,6 @@
 """``--flavor verl``: verl's trainer semantics (verl-project/verl @ 1dda039b, ``AlgoConfig`` /
 ``ppo_trainer.yaml``): ``apply_kl_penalty`` when ``use_kl_in_reward``, then
-``ray_trainer.compute_advantage`` with the arguments the trainer passes (``spec/verl.md`` §3).
+``ray_trainer.compute_advantage`` with the arguments the trainer passes.
 """
 from __future__ import annotations
 

@@ -28,9 +28,8 @@ def intra_op_threads(dev: torch.device):
 
     The write pass already runs the reader, the statistics and the writer beside the compute thread
     (and the statistics pass two compute workers): an intra-op pool as large as the machine
-    oversubscribes it (on 2 cores: 2 pools of 2 plus 3 threads) and its workers spin. Measured on the
-    17.3M-token dump, 2 cores: 5-10 % less CPU time and wall for GAE and GRPO with one intra-op
-    thread. Only ever lowers the count, restores it afterwards, and leaves it alone when the user set
+    oversubscribes it (on 2 cores: 2 pools of 2 plus 3 threads) and its workers spin
+    (docs/performance.md). Only ever lowers the count, restores it afterwards, and leaves it alone when the user set
     OMP_NUM_THREADS."""
     old = torch.get_num_threads()
     want = max(1, min(old, (os.cpu_count() or 1) - PIPELINE_THREADS))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -39,11 +40,11 @@ class TokenChunk:
     token_rewards: torch.Tensor  # float [N]: scores − β·KL (the estimator's token_level_rewards)
     tokens: dict[str, torch.Tensor]  # values, old_log_probs, sum_pi_squared, ...
     rows: dict[str, torch.Tensor]  # per-row inputs for these rows (row_id, group, scope, ...)
-    stats: dict = field(default_factory=dict)  # results of earlier passes (e.g. token baselines)
+    group_tables: Any = None  # the group token pass's tables (GroupTokenTables), for the estimators that declare one
 
 
 @dataclass
-class TokenGroupStats:
+class GroupTokenTables:
     """Per-(group, position) sums over the tokens of the whole input (verl's optimal token baselines).
 
     Group ``g`` owns the slots ``base[g] .. base[g] + width[g] − 1`` of every table, one per token

@@ -12,13 +12,13 @@ from .commands import options as opt
 from .commands.progress import progress
 from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
-from .formats import explain as name_dump_rows
-from .formats import name_dumps, open_inputs
+from .flavors import framework_names
+from .formats import name_dump_rows, name_dumps, open_inputs
 
 app = typer.Typer(
     name="advcli",
     help="Recompute advantages, returns and KL-shaped rewards of saved LLM RL rollouts (Parquet), with "
-         "the exact semantics of verl, NeMo RL, ROLL, OpenRLHF, TRL, slime, SkyRL, AReaL or prime-rl.\n\n"
+         f"the exact semantics of {framework_names()}.\n\n"
          "Start with:  advcli run sample_data/rollouts.parquet --output out.parquet",
     cls=helpstyle.Group, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
     pretty_exceptions_enable=False,

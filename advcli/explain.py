@@ -69,7 +69,7 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
             out.append(f"     clip             R ← clamp(R, {k['token_clip'][0]}, {k['token_clip'][1]})")
     else:
         out.append("     KL               not in the reward")
-    from .correction import explain_lines  # rollout correction (advcli.correction), between KL and estimator
+    from .correction_plan import explain_lines  # rollout correction (advcli.correction_plan), between KL and estimator
     out += explain_lines(cfg)
     out.append(f"  3. estimator        {spec.name}: {spec.formula}")
     out.append(f"     matches          {spec.source}")

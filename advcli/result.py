@@ -18,8 +18,8 @@ class RunResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     per_step: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    histograms: dict[str, Any] = field(default_factory=dict)  # advcli.stats (module docstring)
+    histograms: dict[str, Any] = field(default_factory=dict)  # advcli.figures (module docstring)
     diagnostics: list[dict] = field(default_factory=list)  # advcli.diagnostics (module docstring)
-    group_health: dict | None = None  # advcli.stats.group_health (runs with groups)
-    by_position: dict | None = None  # advcli.stats.positions: the advantage per token position, when asked for
+    group_health: dict | None = None  # advcli.figures.group_health (runs with groups)
+    by_position: dict | None = None  # advcli.figures.positions: the advantage per token position, when asked for
     from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.resolution)

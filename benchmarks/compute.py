@@ -67,7 +67,7 @@ def main() -> None:
             cfg, _ = resolve("verl", sets)
             plan = pipeline.make_plan(cfg, inputs, {}, args.device)
             rows = pipeline.chunk_rows_for(plan, inputs, None, args.chunk_tokens)
-            res, *_ = pipeline.resolve(plan, inputs, rows)
+            res, *_ = pipeline.prepare_run(plan, inputs, rows)
             reader = pipeline.ChunkReader(plan, inputs)
             cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
             chunks, row0 = [], 0

@@ -20,9 +20,9 @@ timed apart. CPU seconds are the driver's (this process): the workers' are in Ra
 **rows**: what the driver holds and does per row, which does not divide by the workers: dumps of
 increasing row counts with 4-8 tokens per row (``advcli sample --min-len 4 --max-len 8``, so rows
 dominate, not tokens); each size in a fresh subprocess that opens the dump, makes the plan and runs
-:func:`advcli.pipeline.resolve` (pass 1 on the driver and the resolution: groups, steps, row-level
+:func:`advcli.pipeline.prepare_run` (pass 1 on the driver and the resolution: groups, steps, row-level
 advantages) and builds the run statistics' observer, as ``run_ray`` does on its driver. Peak RSS
-(``os.wait4``) minus that of a subprocess that stops before ``resolve``; seconds of resolve + observer;
+(``os.wait4``) minus that of a subprocess that stops before ``prepare_run``; seconds of prepare_run + observer;
 the pickled size of the table broadcast to the workers (``lean(res)``). Per row = the slope between the
 smallest and the largest dump, so fixed costs drop out.
 
@@ -168,31 +168,31 @@ def print_scale(res: dict, runs: int) -> None:
 
 
 # ------------------------------------------------------------------------------------ row table
-def _rowtable_child(path: str, stop_before_resolve: bool) -> None:
-    """In a fresh process: open, plan, (resolve + observer); prints seconds and the broadcast size."""
+def _rowtable_child(path: str, stop_before_prepare: bool) -> None:
+    """In a fresh process: open, plan, (prepare_run + observer); prints seconds and the broadcast size."""
     import dataclasses
     import pickle
 
     import torch
 
     from advcli.engines.ray_engine import lean
-    from advcli.flavors import resolve as flavor_resolve
+    from advcli.flavors import resolve
     from advcli.io.reader import InputSet
-    from advcli.pipeline import make_plan, resolve
+    from advcli.pipeline import make_plan, prepare_run
     from advcli.pipeline.observe import RunObserver
 
-    cfg, _ = flavor_resolve("verl", CONFIGS["grpo"])
+    cfg, _ = resolve("verl", CONFIGS["grpo"])
     inputs = InputSet.open([path])
     plan = make_plan(cfg, inputs, {}, "cpu")
-    if stop_before_resolve:
+    if stop_before_prepare:
         print(json.dumps({"seconds": 0.0, "broadcast": 0}))
         return
     t0 = time.perf_counter()
-    res, row, betas, kls, _ = resolve(plan, inputs, 4096, None)
+    res, row, betas, kls, _ = prepare_run(plan, inputs, 4096, None)
     t1 = time.perf_counter()
     RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
     t2 = time.perf_counter()
-    print(json.dumps({"seconds": t2 - t0, "resolve": t1 - t0, "observer": t2 - t1,
+    print(json.dumps({"seconds": t2 - t0, "prepare": t1 - t0, "observer": t2 - t1,
                       "broadcast": len(pickle.dumps(lean(res), protocol=5))}))
 
 
@@ -213,7 +213,7 @@ def part_rows(args) -> dict:
         base = med([_child(path, True)["rss"] for _ in range(args.runs)])
         runs = [_child(path, False) for _ in range(args.runs)]
         res["sizes"][n] = {"rss": med([r["rss"] for r in runs]) - base, "base_rss": base,
-                           "seconds": med([r["seconds"] for r in runs]), "resolve": med([r["resolve"] for r in runs]),
+                           "seconds": med([r["seconds"] for r in runs]), "prepare": med([r["prepare"] for r in runs]),
                            "observer": med([r["observer"] for r in runs]), "broadcast": runs[0]["broadcast"]}
         print(f"rows {n}: {res['sizes'][n]}", file=sys.stderr)
     return res
@@ -221,12 +221,12 @@ def part_rows(args) -> dict:
 
 def print_rows(res: dict, runs: int, mean_len: int) -> None:
     sizes = sorted(res["sizes"])
-    print(f"\n## driver row table (verl GRPO; resolve + observer in a fresh process; medians of {runs})")
-    print("| rows | peak RSS over baseline (MB) | seconds (resolve + observer) | broadcast table (MB) |")
+    print(f"\n## driver row table (verl GRPO; prepare_run + observer in a fresh process; medians of {runs})")
+    print("| rows | peak RSS over baseline (MB) | seconds (prepare_run + observer) | broadcast table (MB) |")
     print("|---|---|---|---|")
     for n in sizes:
         s = res["sizes"][n]
-        print(f"| {n:,} | {s['rss'] / 1e6:.0f} | {s['seconds']:.2f} ({s['resolve']:.2f} + {s['observer']:.2f}) | "
+        print(f"| {n:,} | {s['rss'] / 1e6:.0f} | {s['seconds']:.2f} ({s['prepare']:.2f} + {s['observer']:.2f}) | "
               f"{s['broadcast'] / 1e6:.1f} |")
     a, b = res["sizes"][sizes[0]], res["sizes"][sizes[-1]]
     dn = sizes[-1] - sizes[0]

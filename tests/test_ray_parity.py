@@ -75,14 +75,14 @@ def test_report_equals_local(ray_session, dump, tmp_path, flavor, settings):
 
 def test_report_equals_local_with_small_statistics(ray_session, dump, tmp_path, monkeypatch):
     """A token sample and histogram seed far smaller than the run (the sampled, non-exact path)."""
-    from advcli.stats import run_stats
+    from advcli.figures import collector
 
-    real = run_stats.RunStats.__init__
+    real = collector.FigureCollector.__init__
 
     def small(self, num_rows, **kw):
         real(self, num_rows, **{**kw, "reservoir": 300})
 
-    monkeypatch.setattr(run_stats.RunStats, "__init__", small)  # the driver builds the observer
+    monkeypatch.setattr(collector.FigureCollector, "__init__", small)  # the driver builds the observer
     loc, got = _both(dump, tmp_path, "verl", [("algorithm.adv_estimator", "gae")])
     assert loc["metrics"]["critic/advantages/quantiles_exact"] is False
     _assert_same(loc, got)
@@ -280,7 +280,7 @@ def test_multinode_cluster_s3_equals_local(ray_cluster, tmp_path):
     from advcli.io import remote
     from advcli.pipeline import run_pipeline
 
-    fs = remote.resolve("s3://bkt/x")[0]
+    fs = remote.filesystem_of("s3://bkt/x")[0]
     assert sum(1 for n in ray.nodes() if n.get("Alive")) == 3
     paths, src = _four_files(fs, tmp_path, "mn")
     cfg, native = resolve("verl", [("algorithm.adv_estimator", "gae"), ("algorithm.use_kl_in_reward", True),

@@ -1,4 +1,4 @@
-"""Run statistics (advcli.stats) checked against figures computed independently from the output file
+"""Run statistics (advcli.figures) checked against figures computed independently from the output file
 with numpy, using verl's definitions (verl/trainer/ppo/metric_utils.py::compute_data_metrics and
 ray_trainer.py::apply_kl_penalty @1dda039b)."""
 import itertools
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import advcli
-from advcli import stats as st
+from advcli import figures as st
 from advcli.pipeline.observe import RunObserver
 from advcli.ragged import Ragged
 
@@ -212,7 +212,7 @@ ROW_CONFIGS = {
 def _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=7):
     """The run with the row-constant statistics, then with the token-by-token ones."""
     calls = {"rows": 0, "tokens": 0}
-    row_chunk, tok_chunk = st.RunStats.add_row_chunk, st.RunStats.add_chunk
+    row_chunk, tok_chunk = st.FigureCollector.add_row_chunk, st.FigureCollector.add_chunk
 
     def rows(self, *a, **k):
         calls["rows"] += 1
@@ -221,8 +221,8 @@ def _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=7):
     def toks(self, *a, **k):
         calls["tokens"] += 1
         return tok_chunk(self, *a, **k)
-    monkeypatch.setattr(st.RunStats, "add_row_chunk", rows)
-    monkeypatch.setattr(st.RunStats, "add_chunk", toks)
+    monkeypatch.setattr(st.FigureCollector, "add_row_chunk", rows)
+    monkeypatch.setattr(st.FigureCollector, "add_chunk", toks)
     fast = advcli.run(src, tmp_path / "fast.parquet", flavor=flavor, settings=settings, chunk_rows=chunk_rows,
                       force=True, device="cpu")
     assert calls["rows"] > 1 and calls["tokens"] == 0  # the row path was taken, chunk by chunk
@@ -331,7 +331,7 @@ def _feed(lens, mask, adv, ret, vals, tlr, codes, cuts, reservoir=st.RESERVOIR):
     from advcli.ops.groups import GroupIndex
 
     R = lens.numel()
-    rs = st.RunStats(R, reservoir=reservoir)
+    rs = st.FigureCollector(R, reservoir=reservoir)
     lay = Ragged.from_lengths(lens)
     valid = lay.row_sum((mask > 0).to(torch.int64))
     rs.set_rows(raw_score=torch.zeros(R), score=torch.zeros(R), scopes=GroupIndex.from_codes(codes),

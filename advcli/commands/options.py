@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import typer
 
+from ..flavors import flavor_names_text
+
 INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a directory or a glob.", show_default=False)
 
 FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
-                      help="Whose semantics: verl, nemo, roll, openrlhf, trl, slime, skyrl, areal, prime-rl, or advcli "
-                           "(canonical keys). "
+                      help=f"Whose semantics: {flavor_names_text()}. "
                            "Default: verl, GRPO when the dump has prompt_id. On a trainer's own dump, keys not "
                            "set take what the dump tells (slime/ROLL group size; AReaL JSONL: AReaL's GRPO "
                            "example), said in the summary; a default that cannot run there stops, naming the "

@@ -1,4 +1,4 @@
-"""``advcli stats DUMP``: parse, then print :func:`advcli.stats.of_file.file_statistics` in the run
+"""``advcli stats DUMP``: parse, then print :func:`advcli.figures.of_file.file_statistics` in the run
 report's formats.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ def stats_cmd(
 
     if report:
         check_report_path(report, inputs)
+    from ..figures.of_file import file_statistics
     from ..formats import name_dumps, open_inputs
-    from ..stats.of_file import file_statistics
     from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet

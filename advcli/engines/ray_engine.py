@@ -5,10 +5,10 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
 
 1. **driver**: the row pass over the small columns (group id, step, rewards, Σ mask, Σ KL),
    ``scopes_and_groups``, ``kl_coefs``, reward normalisation, the row-level estimator — all of
-   :func:`advcli.pipeline.resolve`. This is a few tens of bytes per row; the token columns a row
+   :func:`advcli.pipeline.prepare_run`. This is a few tens of bytes per row; the token columns a row
    feature needs (mask, log-probs for Σ KL) are read here too, reduced per row.
    verl's rollout correction, when on, is a statistics pass on the workers
-   (:mod:`advcli.engines.ray_correction`).
+   (:mod:`advcli.engines.ray_correction_pass`).
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
    rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
    per-batch float64 sums in row order.
@@ -65,7 +65,7 @@ from ..pipeline import (
     chunk_math,
     output_batch,
     output_schema,
-    resolve,
+    prepare_run,
     roles_to_columns,
 )
 from ..pipeline.observe import RunObserver
@@ -134,7 +134,7 @@ class _Worker:
         self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
         self.out_schema = payload.get("out_schema")
-        self.stats = payload.get("stats")
+        self.observer = payload.get("observer")
         self.row_kl = payload.get("row_kl", True)
         self.names = payload.get("names") or self.locator.paths  # the inputs as the user named them (messages)
         self.reader = ChunkReader(self.plan, None)
@@ -166,8 +166,8 @@ class _Worker:
             cols.update({f"key:{k}": pa.chunked_array(v).combine_chunks() if v else pa.array([])
                          for k, v in keys.items()})
             return pa.table(cols)
-        if self.mode == "correction":  # the rollout correction's statistics (advcli.engines.ray_correction)
-            from .ray_correction import correction_batch
+        if self.mode == "correction":  # the rollout correction's statistics (advcli.engines.ray_correction_pass)
+            from .ray_correction_pass import correction_batch
 
             cols = correction_batch(plan, self.reader, batch, file, int(off[0]) if len(off) else 0, len(grow))
             return pa.table({ROW_COL: pa.array(grow, type=pa.int64()), **cols})
@@ -188,11 +188,11 @@ class _Worker:
         adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True, extras=extras)
         extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
                  if sub.correction is not None else None)  # as the local engine's write pass
-        if self.stats is not None:
+        if self.observer is not None:
             import ray
 
             for args in observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
-                ray.get(self.stats.add.remote(*args))
+                ray.get(self.observer.add.remote(*args))
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
         if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
@@ -267,7 +267,7 @@ def _map(cl: _Cluster, ds, payload_ref):
 
 
 def _moments_fn(cl: _Cluster, paths: list[str], watch=None):
-    """``token_moments`` for :func:`advcli.pipeline.resolve`, run on the workers (each part received
+    """``token_moments`` for :func:`advcli.pipeline.prepare_run`, run on the workers (each part received
     is progress for the ``watch``)."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
         payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
@@ -316,7 +316,7 @@ def rows_on_workers_fn(cl: _Cluster, paths: list[str], watch=None):
     """``rows_on_workers(payload, columns, inputs, stage)``: a per-row pass on the workers (the payload's
     ``mode`` over ``columns`` of every batch, each row located in ``inputs``), gathered in global row
     order (:func:`gather_rows`). Handed to the passes that live in their own modules
-    (:func:`advcli.engines.ray_correction.correction_fn`), so that they need not import this engine."""
+    (:func:`advcli.engines.ray_correction_pass.correction_fn`), so that they need not import this engine."""
     def rows_on_workers(payload: dict, columns: list[str], inputs: InputSet, stage: str) -> pa.Table:
         payload = dict(payload, locator=RowLocator(paths, inputs.file_rows()))
         ds = _map(cl, _dataset(cl, paths, columns), cl.ray.put(payload))
@@ -339,7 +339,7 @@ class _OneBatch:
 
 
 def _row_pass_fn(cl: _Cluster, paths: list[str], watch=None):
-    """``row_pass`` for :func:`advcli.pipeline.resolve` on the workers: each batch runs
+    """``row_pass`` for :func:`advcli.pipeline.prepare_run` on the workers: each batch runs
     ``row_table_pass`` itself; the driver puts the per-row results in global row order."""
     def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
         probe = _OneBatch(paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
@@ -402,7 +402,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     (``row_index`` = the row's position in its own input file) in the same part files.
     ``stall_timeout``: seconds without progress after a node was lost before the run is aborted
     (:mod:`advcli.engines.ray_faults`; default ``$ADVCLI_RAY_STALL_TIMEOUT``, else 300)."""
-    from .ray_correction import correction_fn
+    from .ray_correction_pass import correction_fn
     from .ray_faults import NodeWatch
     from .ray_faults import stall_timeout as _stall_timeout
 
@@ -425,15 +425,15 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     uris = [remote.is_uri(p) for p in inputs.paths]
     in_fs, paths = None, [os.path.abspath(p) for p in inputs.paths]
     if any(uris):  # object storage: one store for every input (Ray Data reads with one filesystem)
-        stores = [remote.resolve(p)[0] for p in inputs.paths] if all(uris) else []
+        stores = [remote.filesystem_of(p)[0] for p in inputs.paths] if all(uris) else []
         if not stores or any(f is not stores[0] for f in stores):
             raise AdvcliError("--engine ray reads its inputs from one place: all local paths, or all URIs of one "
                               "bucket", hint="run these inputs with the local engine, or copy them to one bucket")
-        in_fs, paths = stores[0], [remote.resolve(p)[1] for p in inputs.paths]
+        in_fs, paths = stores[0], [remote.filesystem_of(p)[1] for p in inputs.paths]
     out_fs = None
     if remote.is_uri(output):
         check_output_prefix(output, inputs.paths, force)
-        out_fs, out_key = remote.resolve(output.rstrip("/"))
+        out_fs, out_key = remote.filesystem_of(output.rstrip("/"))
         tmp = tmp_prefix(out_key)
     else:
         check_output_dir(output, inputs.paths, force)
@@ -461,7 +461,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 raise AdvcliError(f"row_pass {row_pass!r}: expected auto, driver or workers")
             if row_pass == "auto":
                 row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
-            res, row, betas, kls, warnings = resolve(
+            res, row, betas, kls, warnings = prepare_run(
                 plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths, watch),
                 row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None,
                 correction=correction_fn(rows_on_workers_fn(cl, paths, watch)))
@@ -478,7 +478,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                        "locator": RowLocator(paths, inputs.file_rows()),
                        "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
-                       "stats": sink}
+                       "observer": sink}
             cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
                 list(roles_to_columns(plan, plan.token_roles)) + [f.name for f in base_fields])
             ds = _map(cl, _dataset(cl, paths, cols), ray.put(payload))
@@ -494,7 +494,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                     pq.write_table(out_schema.empty_table(), empty)
                     if out_fs is not None:
                         remote.put_file(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
-            stats = ray.get(sink.finish.remote())
+            figures = ray.get(sink.finish.remote())
             watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:
                 publish_prefix(out_fs, tmp, out_key)
@@ -523,8 +523,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     R = inputs.num_rows
     result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=int(row["length"].sum()),
                        valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-    result.metrics, result.per_step = stats["metrics"], stats["per_step"]
-    result.histograms, result.group_health = stats["histograms"], stats["group_health"]
-    result.diagnostics, result.by_position = stats["diagnostics"], stats["by_position"]
-    result.warnings.extend(stats["warnings"])
+    result.metrics, result.per_step = figures["metrics"], figures["per_step"]
+    result.histograms, result.group_health = figures["histograms"], figures["group_health"]
+    result.diagnostics, result.by_position = figures["diagnostics"], figures["by_position"]
+    result.warnings.extend(figures["warnings"])
     return finish_result(result, plan, res, t0)  # as run_pipeline

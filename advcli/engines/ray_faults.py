@@ -1,7 +1,7 @@
 """Losing a node during ``--engine ray``: recover when Ray can, else a bounded, clear failure.
 
-What Ray does on its own when a worker node dies mid-run (measured on a local
-``ray.cluster_utils.Cluster``, Ray 2.60; tests/test_ray_faults.py):
+What Ray does on its own when a worker node dies mid-run (Ray 2.60; tests/test_ray_faults.py kills
+nodes of a local ``ray.cluster_utils.Cluster``):
 
 - Ray Data's map actors are created with ``max_restarts=-1, max_task_retries=-1``: an actor on the
   lost node is restarted elsewhere and its unfinished batches are submitted again; read and write
@@ -71,7 +71,6 @@ class NodeWatch:
         self.lost: dict[str, tuple[str, float]] = {}  # id -> (address, when it was seen gone)
         self.fired: str | None = None  # why the run was aborted
         self.pass_name = "start"
-        self._ticks = 0
         self._last = time.monotonic()
         self._sink = None  # (actor, total rows): pass 3's counter
         self._stop = threading.Event()
@@ -84,9 +83,8 @@ class NodeWatch:
         self.pass_name = name
         self.tick()
 
-    def tick(self, n: int = 1) -> None:
+    def tick(self) -> None:
         """Progress seen by the driver (a batch received)."""
-        self._ticks += n
         self._last = time.monotonic()
 
     def follow_sink(self, sink, total: int) -> None:
@@ -117,7 +115,7 @@ class NodeWatch:
                     got, rows = self.ray.get(sink.seen.remote(), timeout=max(self.poll * 4, 5.0))
                     if got != seen:
                         seen = got
-                        self.tick(0)
+                        self.tick()
                         if self.progress_fn is not None:
                             self.progress_fn("advantages", min(rows, total), total)
                 if self.lost and self.fired is None:

@@ -9,7 +9,7 @@ An estimator is either
 - **token-level** (``level="token"``): a function of one chunk of token rows (token rewards,
   values, log-probs, ...) plus row-level inputs, returning ``(advantages, returns)`` flat tensors.
   GAE, REINFORCE++, ReMax live here. Those that need statistics over the tokens of a whole group
-  (the optimal token baselines) declare ``token_group_stats``.
+  (the optimal token baselines) declare ``group_token_pass``.
 
 Adding an estimator is one new module in this package calling :func:`register`; modules are
 discovered automatically.
@@ -40,10 +40,10 @@ class EstimatorSpec:
     row_fn: Callable | None = None
     token_fn: Callable | None = None
     row_constant: bool = False  # token advantages are a per-row value (× mask): whitening stats from rows
-    token_group_stats: Callable | None = None  # (chunk, params, ctx) -> accumulate per (group, position)
+    group_token_pass: Callable | None = None  # (chunk, params, ctx) -> accumulate per (group, position)
     float32_rule: str = ""  # the framework's float32 rule that can make artefacts (named by the diagnostics)
     float32_hazard: Callable | None = None  # (table, params) -> [G] bool: groups that rule puts at risk
-    token_stats_needed: Callable | None = None  # (params) -> whether this run needs token_group_stats (None: yes)
+    group_token_pass_needed: Callable | None = None  # (params) -> whether this run needs group_token_pass (None: yes)
     # (token stats ctx, params, ids) -> extra diagnostics items (advcli.diagnostics)
     diagnostics: Callable | None = None
     # a group of >= 2 rows whose rewards are all equal gets advantage 0 on every row (the estimator only

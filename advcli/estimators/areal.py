@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from ..batch import TokenChunk, TokenGroupStats
+from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
 from ..errors import AdvcliError
 from ..ops import normcfg
@@ -161,7 +161,7 @@ def _group_codes(chunk: TokenChunk) -> torch.Tensor:
     return g if g is not None else chunk.rows["scope"]
 
 
-def areal_stats(chunk: TokenChunk, p: dict, ctx: TokenGroupStats) -> None:
+def areal_stats(chunk: TokenChunk, p: dict, ctx: GroupTokenTables) -> None:
     """Token-statistics pass: the adv_norm moments of every group (exact sums, input order)."""
     spec = _norm(p)
     if spec is None:
@@ -182,7 +182,7 @@ def areal_stats(chunk: TokenChunk, p: dict, ctx: TokenGroupStats) -> None:
         ctx.extra["areal_cache_bytes"] = used
 
 
-def _group_norm(ctx: TokenGroupStats, p: dict, round32: bool):
+def _group_norm(ctx: GroupTokenTables, p: dict, round32: bool):
     key = ("areal_norm", round32)
     if key not in ctx.extra:
         mom = ctx.extra["areal_acc"].finish() if "areal_acc" in ctx.extra else None
@@ -192,7 +192,7 @@ def _group_norm(ctx: TokenGroupStats, p: dict, round32: bool):
 
 
 def areal_token(chunk: TokenChunk, p: dict):
-    cache = getattr(chunk.stats, "extra", {}).get("areal_cache")
+    cache = getattr(chunk.group_tables, "extra", {}).get("areal_cache")
     hit = None
     if cache and chunk.layout.num_rows and "row" in chunk.rows:
         hit = cache.pop(int(chunk.rows["row"][0]), None)
@@ -202,7 +202,7 @@ def areal_token(chunk: TokenChunk, p: dict):
         adv, ret = _pre_norm(chunk, p)
     spec = _norm(p)
     if spec is not None:
-        gn = _group_norm(chunk.stats, p, round32=adv.dtype == torch.float32)
+        gn = _group_norm(chunk.group_tables, p, round32=adv.dtype == torch.float32)
         if gn is not None:
             adv = normcfg.apply_norm(adv, chunk.mask, chunk.layout.broadcast(_group_codes(chunk)), gn, adv.dtype)
     return adv, ret
@@ -248,8 +248,8 @@ def float32_group_mean_item(stage: str, mom, gn, group_codes: torch.Tensor, ids,
 
 
 register(EstimatorSpec(
-    name="areal_gae", level="token", token_fn=areal_token, token_group_stats=areal_stats,
-    token_stats_needed=lambda p: p.get("norm") is not None,  # the statistics pass is adv_norm's only
+    name="areal_gae", level="token", token_fn=areal_token, group_token_pass=areal_stats,
+    group_token_pass_needed=lambda p: p.get("norm") is not None,  # the statistics pass is adv_norm's only
     optional=("values", "turn_ids", "truncated", "bootstrap_value"),
     formula="token: δ_t = r_t + γ·V_next − V_t, A_t = δ_t + γλ_i·A_next over the trained tokens (carried over the "
             "others; V_next after the last trained token = bootstrap_value of a truncated row, else 0); turn: the "

@@ -5,7 +5,7 @@ orchestrator, over its **trainable** traces only (``iter_trainable_traces``, bas
 error, ``agent.trainable``, at least one sampled token). Here a row takes part when its
 ``trainable`` column (optional, default true) is true and its mask has a 1; every other row is left
 out of every statistic and gets 0.0. Matched against PrimeIntellect-ai/prime-rl @ 559b4477
-(``src/prime_rl/orchestrator/algo/``, line numbers there; ``spec/primerl.md``):
+(``src/prime_rl/orchestrator/algo/``, line numbers there):
 
 - ``grpo_cohort``: ``A = r − mean_C(r)`` in float32, no std (grpo.py L25-45; echo scores the same),
   optionally with the pass-rate-scaled linear length penalty.
@@ -182,7 +182,7 @@ def max_rl_cohort_row(table: RowTable, p: dict) -> torch.Tensor:
     return _scatter(table, idx, a)
 
 
-REL_MEAN = 1e-6  # spec/primerl.md §4.3: flag cohorts with |μ| < ~1e-6·max|r|
+REL_MEAN = 1e-6  # flag cohorts with |μ| < ~1e-6·max|r|
 
 
 def max_rl_hazard(table: RowTable, p: dict) -> torch.Tensor:

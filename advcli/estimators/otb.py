@@ -16,7 +16,7 @@ out of their group. ``handle_zero_tail``: when one row of a group is strictly th
 token *count* as a column index, for both estimators; advcli does the same.
 
 The sums over a group are per (group, position): the pipeline's token-statistics pass accumulates
-them over the whole input (``TokenGroupStats``), then the write pass reads the baseline back.
+them over the whole input (``GroupTokenTables``), then the write pass reads the baseline back.
 Accumulation is in float64, so results do not depend on the chunking; verl sums the ``[N, T]`` group
 in float32 (torch's own reduction order), so the last bit can differ for groups of five or more.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import TokenChunk, TokenGroupStats
+from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
 from ..errors import AdvcliError
 from ..ragged import Ragged
@@ -90,7 +90,7 @@ def _position(chunk: TokenChunk, tir: bool) -> torch.Tensor:
     return fwd - chunk.layout.broadcast(start[chunk.layout.offsets[:-1]])
 
 
-def _group_tail(ctx: TokenGroupStats, tir: bool) -> dict:
+def _group_tail(ctx: GroupTokenTables, tir: bool) -> dict:
     """Per group: whether it gets a baseline, and where the unique longest row's baseline stops."""
     key = "tir" if tir else "otb"
     if key in ctx.extra:
@@ -112,7 +112,7 @@ def _group_tail(ctx: TokenGroupStats, tir: bool) -> dict:
 
 
 def _make(tir: bool):
-    def stats(chunk: TokenChunk, p: dict, ctx: TokenGroupStats) -> None:
+    def accumulate(chunk: TokenChunk, p: dict, ctx: GroupTokenTables) -> None:
         """Accumulate Σ_i G·W·m and Σ_i W·m per (group, position) over the whole input."""
         gw = _weights(chunk, p)
         W, _ = _row_cumsum(gw, chunk.layout)
@@ -124,7 +124,7 @@ def _make(tir: bool):
         ctx.add("den", slots, (W * chunk.mask)[keep])
 
     def token(chunk: TokenChunk, p: dict):
-        ctx: TokenGroupStats = chunk.stats
+        ctx: GroupTokenTables = chunk.group_tables
         _, G = _row_cumsum(chunk.token_rewards * chunk.mask, chunk.layout)
         dt = G.dtype
         info = _group_tail(ctx, tir)
@@ -149,7 +149,7 @@ def _make(tir: bool):
         base = torch.where(zero, torch.zeros_like(base), base)
         return (G - base) * chunk.mask, G
 
-    return stats, token
+    return accumulate, token
 
 
 PARAMS = {
@@ -164,7 +164,7 @@ _TIR_STATS, _TIR_TOKEN = _make(tir=True)
 
 register(EstimatorSpec(
     name="optimal_token_baseline", level="token", uses_groups=True, token_fn=_OTB_TOKEN,
-    token_group_stats=_OTB_STATS, needs=("old_log_probs", "sum_pi_squared"), optional=("rollout_is_weights",),
+    group_token_pass=_OTB_STATS, needs=("old_log_probs", "sum_pi_squared"), optional=("rollout_is_weights",),
     formula="G_t = Σ_{u≥t} r_u·m_u; w_t = (1 − 2·exp(old_lp_t) + Σπ²_t)·ρ_t²; W_t = Σ_{u≤t} w_u·m_u; "
             "B_t = Σ_g G_t·W_t·m_t / (Σ_g W_t·m_t + eps) per group and position t (n=1: 0); "
             "A_t = (G_t − B_t)·m_t; returns = G",
@@ -173,7 +173,7 @@ register(EstimatorSpec(
 
 register(EstimatorSpec(
     name="tir_optimal_token_baseline", level="token", uses_groups=True, token_fn=_TIR_TOKEN,
-    token_group_stats=_TIR_STATS, needs=("old_log_probs", "sum_pi_squared"), optional=("rollout_is_weights",),
+    group_token_pass=_TIR_STATS, needs=("old_log_probs", "sum_pi_squared"), optional=("rollout_is_weights",),
     formula="as optimal_token_baseline, with the baseline shared by the k-th mask=1 token of each row "
             "(rows without mask=1 tokens leave their group); A = 0 at mask=0; returns = G",
     source="verl core_algos.compute_multi_turn_optimal_token_baseline_advantage (L990-1121 @1dda039b)",

@@ -3,7 +3,9 @@
 A flavor never holds math. It names the framework and commit whose semantics it reproduces, lists
 the native keys with the framework's defaults, and translates a set of native values into the
 canonical configuration (``advcli.config``). Adding a flavor is one module here defining
-``FLAVOR = Flavor(...)``; modules are discovered automatically.
+``FLAVOR = Flavor(...)``; modules are discovered automatically, and this registry is the one list of
+flavors: the command-line help reads it (:func:`framework_names`, :func:`flavor_names_text`), and
+``tests/test_flavor_registry.py`` checks that the static texts (README, pyproject, docs) name every one.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from ..plugins import load_modules
 
 @dataclass(frozen=True)
 class Flavor:
-    name: str
+    name: str  # what --flavor takes
     framework: str  # "verl-project/verl @ 1dda039b"
     keys: dict[str, Key]
     translate: Callable[[dict[str, Any]], dict]  # full native dict (defaults filled) -> canonical config
+    title: str = ""  # the framework's name as its users write it ("NeMo RL"); "" for advcli's own keys
     notes: str = ""  # how this framework's semantics differ (for `advcli explain`)
     aliases: dict[str, str] = field(default_factory=dict)  # old key name -> current key name
     open_prefixes: tuple[str, ...] = ()  # key prefixes accepted without a fixed list (advcli: estimator.*)
@@ -68,6 +71,25 @@ def _load() -> None:
 def names() -> list[str]:
     _load()
     return sorted(FLAVORS)
+
+
+def listed() -> list[Flavor]:
+    """Every flavor in the order the help lists them: verl (the default) first, the other frameworks
+    by name, advcli's own canonical keys last."""
+    _load()
+    return sorted(FLAVORS.values(), key=lambda f: (f.name != "verl", not f.title, f.name))
+
+
+def framework_names(last: str = "or") -> str:
+    """The frameworks whose semantics the flavors reproduce, as prose: "verl, AReaL, ... or prime-rl"."""
+    titles = [f.title for f in listed() if f.title]
+    return f"{', '.join(titles[:-1])} {last} {titles[-1]}"
+
+
+def flavor_names_text() -> str:
+    """The --flavor values, as the help lists them: "verl, areal, ..., trl, or advcli (canonical keys)"."""
+    names_ = [f.name for f in listed()]
+    return ", ".join(names_[:-1]) + f", or {names_[-1]} (canonical keys)"
 
 
 def get(name: str) -> Flavor:

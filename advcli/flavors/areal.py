@@ -1,6 +1,6 @@
 """``--flavor areal``: AReaL's advantage pipeline (areal-project/AReaL, formerly inclusionAI/AReaL, @
 cbff54d6; ``PPOActorConfig`` / ``NormConfig`` in areal/api/cli_args.py, ``PPOActor._compute_advantages``
-in areal/trainer/ppo/actor.py L178-325; ``spec/areal.md``).
+in areal/trainer/ppo/actor.py L178-325).
 
 AReaL has no estimator key: every configuration runs the same chain, translated here stage by stage:
 
@@ -152,6 +152,7 @@ GRPO_EXAMPLE = (("actor.reward_scaling", 10.0), ("actor.reward_bias", -0.5), ("a
                 ("actor.adv_norm.mean_level", "batch"), ("actor.adv_norm.std_level", "batch"))
 
 FLAVOR = Flavor(
+    title="AReaL",  # the framework's name in prose (help, docs)
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True,
     dump_settings={"areal-jsonl": (GRPO_EXAMPLE, "AReaL's GRPO example (examples/math/gsm8k_grpo.yaml; "

@@ -1,5 +1,5 @@
 """``--flavor nemo``: NVIDIA NeMo RL's advantage estimators (NVIDIA-NeMo/RL @ 7ea279ab;
-``AdvEstimatorConfig``, ``ClippedPGLossConfig``, ``ppo.py``; ``spec/nemo.md``).
+``AdvEstimatorConfig``, ``ClippedPGLossConfig``, ``ppo.py``).
 
 Without ``ppo.adv_estimator.name`` the GRPO loop runs: ``grpo.adv_estimator.name`` (grpo, gdpo,
 reinforce_plus_plus, opd), then ``grpo.advantage_clip_low/high`` (``_clip_grpo_advantages``). With it,
@@ -146,6 +146,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="NeMo RL",  # the framework's name in prose (help, docs)
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "

@@ -1,6 +1,6 @@
 """``--flavor openrlhf``: OpenRLHF's ``compute_advantages_and_returns`` (OpenRLHF/OpenRLHF @ 3c3be623,
 ``openrlhf/trainer/ppo_utils/experience_maker.py`` L237-330, ``openrlhf/models/utils.py`` L64-126,
-flags of ``openrlhf/cli/train_ppo_ray.py``; ``spec/openrlhf.md``):
+flags of ``openrlhf/cli/train_ppo_ray.py``):
 
 1. group shaping of the scalar reward on the positional ``[G, n]`` reshape of the step (L246-270):
    ``rloo`` r − (Σ_g r − r)/(n − 1); ``reinforce_baseline``, ``dr_grpo`` r − mean_g;
@@ -129,6 +129,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="OpenRLHF",  # the framework's name in prose (help, docs)
     name="openrlhf",
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,

@@ -1,6 +1,5 @@
 """``--flavor prime-rl``: prime-rl's orchestrator-side credit assignment (PrimeIntellect-ai/prime-rl @
-559b4477; ``[orchestrator.algo]`` of the ``rl`` TOML, ``prime_rl.configs.algorithm.AlgoConfig``;
-``spec/primerl.md``).
+559b4477; ``[orchestrator.algo]`` of the ``rl`` TOML, ``prime_rl.configs.algorithm.AlgoConfig``).
 
 Each rollout group (cohort: the rows of one ``prompt_id``, per ``step``) is scored over its trainable
 traces (``trainable`` column, and at least one sampled token) by ``orchestrator.algo.type``; the scalar
@@ -113,6 +112,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="prime-rl",  # the framework's name in prose (help, docs)
     name="prime-rl",
     framework="PrimeIntellect-ai/prime-rl @ 559b4477 (src/prime_rl/orchestrator/algo/, configs/algorithm.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note,

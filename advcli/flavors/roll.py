@@ -1,7 +1,7 @@
 """``--flavor roll``: ROLL's RLVR chain (alibaba/ROLL @ 8eb27cc2, ``PPOConfig`` / ``RLVRConfig``).
 
 Per step and per ``domain`` (in order of first appearance; ``rlvr_pipeline.py`` L680-723), as
-``roll/utils/functionals.py`` does it (``spec/roll.md`` §1-§6):
+``roll/utils/functionals.py`` does it:
 
 1. ``reward_postprocess`` (L650-678): ``reward_norm`` (L564-600) on the positional ``[G, n]``
    reshape of the domain's rewards (``grpo`` forces group/group), then ``reward_clip`` ±c;
@@ -130,6 +130,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="ROLL",  # the framework's name in prose (help, docs)
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
     group_size_key=N_KEY, estimator_note=estimator_note,

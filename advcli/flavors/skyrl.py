@@ -1,4 +1,4 @@
-"""``--flavor skyrl``: NovaSky-AI/SkyRL's trainer (@ a9564572, ``SkyRLTrainConfig``; ``spec/skyrl.md``):
+"""``--flavor skyrl``: NovaSky-AI/SkyRL's trainer (@ a9564572, ``SkyRLTrainConfig``):
 ``postprocess_generator_output`` → ``apply_reward_kl_penalty`` (when ``use_kl_in_reward``) →
 ``compute_advantages_and_returns`` → step 1 of ``_normalize_advantages`` (``advantage_batch_normalize``).
 
@@ -157,6 +157,7 @@ def translate(v: dict) -> dict:
 
 
 FLAVOR = Flavor(
+    title="SkyRL",  # the framework's name in prose (help, docs)
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
                             "skyrl/train/trainer.py)",
     keys=KEYS, translate=translate,

@@ -1,6 +1,6 @@
 """``--flavor slime``: THUDM/slime @ 624b824a (argparse dests of ``slime/utils/arguments.py``).
 
-One rollout (one value of the ``step`` column) goes through (``spec/slime.md`` §8):
+One rollout (one value of the ``step`` column) goes through:
 
 1. ``RolloutManager._post_process_rewards`` (slime/ray/rollout.py L608-633): for grpo/gspo/cispo and
    reinforce_plus_plus_baseline with ``rewards_normalization``, the float32 rewards are reshaped to
@@ -154,6 +154,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="slime",  # the framework's name in prose (help, docs)
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",

@@ -1,5 +1,5 @@
 """``--flavor trl``: Hugging Face TRL's GRPOTrainer and RLOOTrainer advantages (huggingface/trl @
-f2cd5771; ``GRPOConfig`` / ``RLOOConfig``; ``spec/trl.md``).
+f2cd5771; ``GRPOConfig`` / ``RLOOConfig``).
 
 TRL groups by position: each prompt's ``num_generations`` completions are consecutive rows
 (``view(-1, G)``), so the canonical grouping is ``grouping.by=position`` with ``grouping.size=G``.
@@ -106,6 +106,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 FLAVOR = Flavor(
+    title="TRL",  # the framework's name in prose (help, docs)
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations",
     notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "

@@ -1,13 +1,13 @@
 """``--flavor verl``: verl's trainer semantics (verl-project/verl @ 1dda039b, ``AlgoConfig`` /
 ``ppo_trainer.yaml``): ``apply_kl_penalty`` when ``use_kl_in_reward``, then
-``ray_trainer.compute_advantage`` with the arguments the trainer passes (``spec/verl.md`` §3).
+``ray_trainer.compute_advantage`` with the arguments the trainer passes.
 """
 from __future__ import annotations
 
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
-from . import _verl_rollout_correction as rollout_correction
+from . import _verl_correction_keys as rollout_correction
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
               "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
@@ -31,7 +31,7 @@ KEYS = {
     "algorithm.gdpo_reward_weights": Key(None, "component weights (default all 1)", None, "list"),
     "algorithm.use_pf_ppo": Key(False, "PF-PPO resampling (not supported offline: it resamples rows)", None, "bool"),
 }
-KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_rollout_correction.py)
+KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_correction_keys.py)
 
 
 def kl_settings(name: str) -> dict:
@@ -117,6 +117,7 @@ def translate(v: dict) -> dict:
 
 
 FLAVOR = Flavor(
+    title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's

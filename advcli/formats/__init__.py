@@ -20,7 +20,7 @@ the output's ``advantages``/``returns`` are float32 scalars (:func:`finish_outpu
 The package's modules: :mod:`.registry` (:class:`Format`, :class:`Context`, :data:`FORMATS`),
 :mod:`.records` (the helpers formats read records with), :mod:`.discovery` (a dump's files and format),
 :mod:`.conversion` (the streaming into canonical Parquet), :mod:`.input_edge` (:func:`open_inputs`,
-:func:`explain`), :mod:`.response_level` (:func:`check_config`, :func:`finish_outputs`) and
+:func:`name_dump_rows`), :mod:`.response_level` (:func:`check_config`, :func:`finish_outputs`) and
 :mod:`.describe` (what ``advcli inspect`` shows of a dump). Any other module is a format.
 
 Errors name the file and line, exit 2, and nothing is written (a conversion writes to a temporary
@@ -31,13 +31,13 @@ from __future__ import annotations
 from .conversion import ImportInfo, convert
 from .describe import describe, print_dump, row_constant_note
 from .discovery import discover
-from .input_edge import explain, info_for, locate_rows, name_dumps, open_inputs, source_of
+from .input_edge import info_for, locate_rows, name_dump_rows, name_dumps, open_inputs, source_of
 from .records import extras, first_json_record, iter_json_lines, number, require
 from .registry import FORMATS, Context, Format, get, names
 from .response_level import check_config, finish_outputs, implied_settings, name_sources, refusal
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
-           "open_inputs", "check_config", "implied_settings", "finish_outputs", "name_sources", "explain",
+           "open_inputs", "check_config", "implied_settings", "finish_outputs", "name_sources", "name_dump_rows",
            "info_for", "source_of",
            "locate_rows", "name_dumps", "row_constant_note", "refusal", "iter_json_lines", "first_json_record",
            "require", "number", "extras", "ImportInfo"]

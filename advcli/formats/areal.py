@@ -1,5 +1,5 @@
 """``areal-jsonl``: AReaL's ``rollout/{version}/{task_id}.jsonl`` (inclusionAI/AReaL @ 4aef98d8,
-``areal/infra/workflow_executor.py`` L818-921, ``rollout.dump_to_file=true``; ``spec/dumps.md`` §8).
+``areal/infra/workflow_executor.py`` L818-921, ``rollout.dump_to_file=true``).
 
 One JSON object per line, one file per prompt group (``GroupedRolloutWorkflow`` puts the n samples of one
 prompt in one task): ``task_id``, ``sample_idx``, ``seqlen``, ``prompt_len``, ``head_version``,

@@ -183,7 +183,7 @@ def locate_rows(info: ImportInfo, rows) -> dict[int, str]:
     return out
 
 
-def explain(message: str) -> str:
+def name_dump_rows(message: str) -> str:
     """An error message naming a converted dump's temporary Parquet, rewritten to name the dump: the file
     and line a row came from where the message names a row (``TMP: column 'reward', row 7: ...`` ->
     ``steps/3.jsonl:2: column 'reward', row 7 of the dump: ...``), else the dump's path."""
@@ -203,13 +203,13 @@ def explain(message: str) -> str:
 
 def name_dumps(obj):
     """``obj`` (a report: dicts, lists, strings) with every temporary Parquet path a converted dump went
-    through replaced by the dump the user gave (:func:`explain`: the file and line where a row is named),
+    through replaced by the dump the user gave (:func:`name_dump_rows`: the file and line where a row is named),
     for everything a command prints or writes."""
     tmpdir = _TMP.get("dir")
     if tmpdir is None:
         return obj
     if isinstance(obj, str):
-        return explain(obj) if tmpdir in obj else obj
+        return name_dump_rows(obj) if tmpdir in obj else obj
     if isinstance(obj, dict):
         return {k: name_dumps(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

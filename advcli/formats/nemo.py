@@ -1,6 +1,6 @@
 """``nemo-jsonl``: NeMo RL's ``train_data_step{N}.jsonl`` (NVIDIA-NeMo/RL @ 7ea279ab,
 ``nemo_rl/utils/logger.py`` L1071-1098 ``log_batched_dict_as_jsonl``, called by ``grpo_train``,
-``nemo_rl/algorithms/grpo.py`` L3630-3655; ``spec/dumps.md`` §2).
+``nemo_rl/algorithms/grpo.py`` L3630-3655).
 
 Every field of a line is a one-element list (``make_microbatch_iterator(1)``): scalars ``[x]``, per-token
 rows ``[[...]]`` over the full right-padded sequence (prompt + response + padding). A row's response is

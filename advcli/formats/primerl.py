@@ -1,7 +1,7 @@
 """``primerl-traces``: prime-rl's ``rollouts/step_N/train/{all,effective}/traces.jsonl``
 (PrimeIntellect-ai/prime-rl @ 559b4477, ``src/prime_rl/monitors/file.py`` L43-59; record format
 verifiers @ a60a606e, ``verifiers/v1/episode.py`` ``Episode.to_record`` L149-155 and
-``verifiers/v1/trace.py`` / ``graph.py``; ``spec/primerl.md`` §7).
+``verifiers/v1/trace.py`` / ``graph.py``).
 
 Each line is one **episode** (orjson of ``model_dump(mode="json", exclude_none=True)``) holding its
 traces. One canonical row per trace:

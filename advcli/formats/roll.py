@@ -1,6 +1,6 @@
 """``roll-dump``: ROLL's ``rollout_dump_data.step_{N}.jsonl`` (alibaba/ROLL @ 8eb27cc2, RLVR writer
 ``roll/pipeline/rlvr/utils.py`` L19-72, agentic writer ``roll/pipeline/agentic/utils.py`` L298-332,
-``rollout_dump_dir=/abs/path``; ``spec/dumps.md`` §5).
+``rollout_dump_dir=/abs/path``).
 
 Despite the name, the file is **one JSON object on one line** whose keys map to equal-length lists (one
 entry per sample), so a file is read whole (one step's batch). Two layouts, no token data in either (a

@@ -1,6 +1,6 @@
 """``skyrl-evals``: SkyRL's evaluation dumps, ``dumped_evals/global_step_{N}_evals/{data_source}.jsonl``
 (NovaSky-AI/SkyRL @ a9564572, ``skyrl/train/utils/trainer_utils.py`` L324-372, written when
-``trainer.dump_eval_results`` is on (the default); ``spec/dumps.md`` §7.1).
+``trainer.dump_eval_results`` is on (the default)).
 
 One JSON object per line: ``input_prompt``, ``output_response``, ``score`` (a float, or a list of
 token-level rewards, summed here), ``stop_reason``, ``env_class``, ``env_extras``, ``data_source``.

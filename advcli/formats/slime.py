@@ -1,7 +1,7 @@
 """``slime-pt``: slime's rollout dumps, ``--save-debug-rollout-data TEMPLATE`` or ``--dump-details DIR``
 (``DIR/rollout_data/{rollout_id}.pt``) (THUDM/slime @ 624b824a, writer
 ``slime/observability/rollout_data_utils.py`` L140-153, ``Sample.to_dict`` ``slime/utils/types.py``
-L222-228; ``spec/dumps.md`` §6.1).
+L222-228).
 
 A file is ``torch.save({"rollout_id": id, "samples": [Sample.to_dict(), ...]})``: plain dicts, lists,
 strings and numbers, loaded here with ``torch.load(weights_only=True)`` (no class is ever unpickled; a

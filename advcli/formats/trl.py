@@ -1,6 +1,5 @@
 """``trl-completions``: TRL GRPOTrainer's ``completions/completions_{step:05d}.parquet``
-(huggingface/trl @ f2cd5771, ``trl/trainer/grpo_trainer.py`` L3293-3327, ``log_completions=True``;
-``spec/dumps.md`` §3).
+(huggingface/trl @ f2cd5771, ``trl/trainer/grpo_trainer.py`` L3293-3327, ``log_completions=True``).
 
 Columns: ``step``, ``prompt``, ``completion``, one column per reward function (unweighted, NaN where
 the function returned None), extra ``log_extra`` columns, and ``advantage`` (the scalar TRL trained on,

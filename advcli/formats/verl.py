@@ -1,6 +1,6 @@
 """``verl-jsonl``: verl's ``trainer.rollout_data_dir`` / ``validation_data_dir`` files, ``{step}.jsonl``
 (verl-project/verl @ 1dda039b: ``verl/trainer/ppo/v1/trainer_base.py`` L1137-1171 and L1208-1251 (v1),
-``verl/trainer/ppo/ray_trainer.py`` L454-477 and L514-546 (legacy v0); ``spec/dumps.md`` §1).
+``verl/trainer/ppo/ray_trainer.py`` L454-477 and L514-546 (legacy v0)).
 
 One JSON object per line: ``input``, ``output`` (decoded text), ``gts``, ``score`` (the task reward
 before any KL), ``step``; the v1 trainer adds ``uid`` = ``{prompt_uid}_{session}_{output_index}``, the

@@ -4,12 +4,11 @@ torch allocates CPU tensors with the C library's ``malloc``. glibc keeps what a 
 heaps (one per thread that allocates: the compute thread and the statistics thread here) for
 reuse, and its dynamic mmap threshold moves chunk-sized blocks (4-16 MB) from ``mmap`` onto those
 heaps after the first free. Over a long stream, fragmentation makes the retained part grow with
-the number of chunks, not the chunk size: measured on the 140M-token dump, the row pass alone
-retained ~190 MB that ``malloc_trim(0)`` returned (docs/performance.md).
+the number of chunks, not the chunk size; ``malloc_trim(0)`` returns it (docs/performance.md).
 
 Serving every large block by ``mmap`` instead (``M_MMAP_THRESHOLD``) bounds it as well but costs
-a page fault per page of every new tensor: +4 s of system time on the 17M-token dump. Trimming
-every few chunks costs a few milliseconds each.
+a page fault per page of every new tensor, seconds of system time on a large dump. Trimming every
+few chunks costs a few milliseconds each.
 """
 from __future__ import annotations
 
@@ -47,11 +46,10 @@ def tune_for_streaming() -> bool:
 
     By default glibc serves a chunk-sized tensor by ``mmap`` until the first one is freed, then
     from the heap, and gives the heap's top back to the OS whenever more than twice that is free:
-    every chunk's temporaries are faulted in page by page again (~450k page faults, ~1.2 s of
-    system time for GAE + k3 on the 17.3M-token dump). With blocks up to 8 MiB always from the heap
-    and automatic trimming only above 64 MiB free, they are reused: −30 % page faults, −0.1 s wall
-    there; peak RSS on the 138.6M-token dump 857-892 MiB (877 before; the periodic :func:`trim`
-    still bounds it). Process-wide, so only the ``advcli`` command calls it, not the library."""
+    every chunk's temporaries are faulted in page by page again. With blocks up to 8 MiB always
+    from the heap and automatic trimming only above 64 MiB free, they are reused, at no cost in peak
+    memory (the periodic :func:`trim` still bounds it; docs/performance.md). Process-wide, so only
+    the ``advcli`` command calls it, not the library."""
     if _libc is None or not hasattr(_libc, "mallopt"):
         return False
     ok = _libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1

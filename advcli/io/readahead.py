@@ -1,8 +1,8 @@
 """Asking the kernel to read the inputs while the process is still starting.
 
-A run spends its first seconds importing torch (about 2 s on the 2-core machine the benchmarks run
-on) before the first pass opens an input. With a cold page cache (a fresh machine, a network volume,
-an input written by another job) the passes then wait on the disk as well. :func:`start` hands each
+A run spends its first seconds importing torch before the first pass opens an input. With a cold
+page cache (a fresh machine, a network volume, an input written by another job) the passes then wait
+on the disk as well. :func:`start` hands each
 local input to ``posix_fadvise(POSIX_FADV_WILLNEED)`` on a daemon thread at the start of the
 command: the kernel queues the reads and fills the page cache while the interpreter imports, so
 the disk time overlaps the start-up instead of adding to it. It costs nothing when the files are

@@ -65,7 +65,7 @@ def _filesystem(scheme: str, authority: str):
     return fs
 
 
-def resolve(uri: str):
+def filesystem_of(uri: str):
     """(pyarrow filesystem, path inside it) of a URI; an error naming the URI if pyarrow cannot
     reach that kind of store."""
     m = _SCHEME.match(uri)
@@ -87,7 +87,7 @@ def _uri(scheme_of: str, path: str) -> str:
 
 
 def _info(uri: str):
-    fs, path = resolve(uri)
+    fs, path = filesystem_of(uri)
     try:
         return fs, path, fs.get_file_info(path)
     except OSError as e:
@@ -145,7 +145,7 @@ def _list(fs, path: str, pattern: str) -> list[str]:
 
 def open_input(uri: str):
     """A random-access file on the store (ranged reads)."""
-    fs, path = resolve(uri)
+    fs, path = filesystem_of(uri)
     try:
         return fs.open_input_file(path)
     except FileNotFoundError:
@@ -195,14 +195,14 @@ def put_file(fs, local: str, key: str) -> None:
 
 def upload(local: str, target: str) -> None:
     """Put the complete local file ``local`` at ``target`` atomically (module docstring)."""
-    fs, dst = resolve(target)
-    tmps = [resolve(top_temp_key(target))[1]]
+    fs, dst = filesystem_of(target)
+    tmps = [filesystem_of(top_temp_key(target))[1]]
     try:
         try:
             try:
                 put_file(fs, local, tmps[0])
             except OSError:  # no write access at the bucket's top level: beside the target, then
-                tmps.append(resolve(temp_key(target))[1])
+                tmps.append(filesystem_of(temp_key(target))[1])
                 put_file(fs, local, tmps[-1])
             fs.copy_file(tmps[-1], dst)  # server-side: the target appears whole
         except OSError as e:
@@ -229,7 +229,7 @@ def clean_stale_temps(target: str) -> list[str]:
 
 
 def _clean(target: str, where: str, pattern: str) -> list[str]:
-    fs, path = resolve(where)
+    fs, path = filesystem_of(where)
     removed = []
     try:
         for p in _list(fs, path, pattern):

@@ -223,8 +223,8 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         """Encode one piece of every new column and place its pages. The columns are encoded each
         by its own ``pq.write_table`` (a column's pages do not depend on the other columns), at once
         on :attr:`_encoders` where there are several: pyarrow encodes the columns of one table one
-        after the other, and this thread was the write pass's critical path (GAE: three float columns,
-        1.5 s of one core on the 17.3M-token benchmark dump while the other threads needed 1 s)."""
+        after the other, and this thread would be the write pass's critical path (GAE writes three
+        float columns; docs/performance.md)."""
         table = pa.Table.from_batches(pieces, schema=self.new_schema)
         parts = [table.select([j]) for j in range(table.num_columns)]
         if self._encoders is not None and len(parts) > 1:

@@ -5,7 +5,7 @@ renamed over the target only after the writer closed and the data reached the di
 before that leaves only its temporary file, which the next run recognises (the PID is dead) and
 removes.
 
-Writer settings measured fastest here (docs/performance.md): zstd, dictionary encoding only on
+The writer's settings (why: docs/performance.md): zstd, dictionary encoding only on
 string/binary columns, byte-stream-split on floating-point columns.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The row table holds one entry per response of the whole input (a few bytes per row), so group
 statistics are computed exactly over every member of a group, wherever its rows sit in the file.
 
-Bit-level behaviour matters for all-equal groups of non-dyadic rewards (``spec/README.md`` §3), so
+Bit-level behaviour matters for all-equal groups of non-dyadic rewards, so
 the reductions reproduce how torch reduces in each framework:
 
 - ``mean_f32``: ``torch.mean`` of a group's float32 values. Groups of equal size are stacked to

@@ -17,7 +17,7 @@ trajectory dicts)::
 
 ``x − mean`` is taken in float64 for a batch mean and in float32 for a group (or null) mean: the
 float64 group mean is first rounded to float32 (``mean = torch.zeros_like(x)``). That rounding is the
-framework's one float32 artefact (``spec/areal.md`` §10): ``round32=True`` reproduces it (the float32
+framework's one float32 artefact: ``round32=True`` reproduces it (the float32
 run); ``round32=False`` (``--precision float64``) keeps the float64 mean. A scope whose Σm is 0 is
 returned unchanged.
 

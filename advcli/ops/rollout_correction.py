@@ -433,13 +433,6 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
     return {f"rollout_corr/{k}": v for k, v in out.items()}
 
 
-def apply_factor(weights: torch.Tensor, factor: float | None) -> torch.Tensor:
-    """``w / μ`` in the weights' dtype (verl divides the float32 tensor by the float32 mean)."""
-    if factor is None:
-        return weights
-    return weights / torch.tensor(factor, dtype=weights.dtype, device=weights.device)
-
-
 def spec_from_config(section: dict | None) -> CorrectionSpec | None:
     """The canonical ``rollout_correction.*`` section -> :class:`CorrectionSpec` (None when ``mode`` is
     off). Bounds are checked by the flavors; here only their shape."""

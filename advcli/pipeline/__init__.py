@@ -24,10 +24,10 @@ The stages, one module each (data flows down the list; no module imports one bel
 
 - ``plan``: :class:`Plan` (:func:`make_plan`), the run's configuration checked against the schema;
 - ``read``: chunk sizes and :class:`ChunkReader` (token columns as flat tensors, checked);
-- ``rows``: pass 1, the row table, scopes, groups, KL coefficients; :class:`Resolved`;
+- ``rows``: pass 1, the row table, scopes, groups, KL coefficients; :class:`Prepared`;
 - ``tokens``: one chunk's token math (token rewards, estimator, final element-wise steps);
 - ``moments``: pass 2, per-scope token moments for whitening;
-- ``prepare``: :func:`resolve`, passes 1-2 together;
+- ``prepare``: :func:`prepare_run`, passes 1-2 together;
 - ``output``: output paths, schema with provenance, one chunk's record batch;
 - ``observe``: :class:`RunObserver`, the write pass's feed of the run statistics and diagnostics;
 - ``write``: pass 3, compute, observe and write every chunk, overlapped;
@@ -39,12 +39,12 @@ from ..io.writer import OUTPUT_MODES
 from ..result import RunResult
 from .output import SIDECAR_ROW, output_batch, output_paths, output_schema
 from .plan import NEW_COLUMNS, Plan, ProgressFn, choose_output_columns, make_plan, pick_device
-from .prepare import resolve
+from .prepare import prepare_run
 from .read import CHUNK_TOKENS, ChunkReader, chunk_rows_for, roles_to_columns, to_device
 from .run import run_pipeline
 from .tokens import chunk_math
 
 __all__ = ["CHUNK_TOKENS", "NEW_COLUMNS", "OUTPUT_MODES", "SIDECAR_ROW", "ChunkReader", "Plan", "ProgressFn",
            "RunResult", "choose_output_columns", "chunk_math", "chunk_rows_for", "make_plan", "output_batch",
-           "output_paths", "output_schema", "pick_device", "resolve", "roles_to_columns", "run_pipeline",
+           "output_paths", "output_schema", "pick_device", "prepare_run", "roles_to_columns", "run_pipeline",
            "to_device"]

@@ -18,7 +18,7 @@ from ..ragged import Ragged
 from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns
-from .rows import Resolved, row_kl_sums, scope_where
+from .rows import Prepared, row_kl_sums, scope_where
 from .spill import open_spill
 from .tokens import chunk_final, chunk_math, token_chunk
 
@@ -50,7 +50,7 @@ class CachedChunk:
             self.spilled = None
 
 
-def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int, progress, rewards: bool):
+def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: int, progress, rewards: bool):
     """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages.
 
     For the advantages, when the input's advantages, returns and token rewards (and its mask) fit in
@@ -138,7 +138,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: i
             progress("statistics", r0 + n, inputs.num_rows)
 
     workers = max(1, min(MOMENT_WORKERS, os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="advcli-stats-pass") as ex:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="advcli-moments-pass") as ex:
         row0 = 0
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
             pending.append(ex.submit(work, fi, rb, batch, row0))

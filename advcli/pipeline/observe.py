@@ -1,5 +1,5 @@
 """Between the write pass and the run statistics: :class:`RunObserver` feeds each written chunk
-(or, for row-level estimators, its rows) to :class:`advcli.stats.RunStats` and the diagnostics.
+(or, for row-level estimators, its rows) to :class:`advcli.figures.FigureCollector` and the diagnostics.
 """
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..figures import ChunkFigures, FigureCollector, chunk_figures
 from ..ragged import Ragged
-from ..stats import ChunkFigures, RunStats, chunk_figures
 from .tokens import chunk_final, row_level_tokens
 
 
@@ -35,7 +35,7 @@ def uniform_groups_get_zero(plan) -> bool:
 @dataclass
 class ChunkObservations:
     """What the run statistics and diagnostics need from one chunk's token columns and do not
-    read from its advantages: :class:`advcli.stats.ChunkFigures` and the diagnostics' token findings."""
+    read from its advantages: :class:`advcli.figures.ChunkFigures` and the diagnostics' token findings."""
 
     figures: ChunkFigures
     findings: dict
@@ -63,7 +63,7 @@ def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, 
 
 
 class RunObserver:
-    """What the pipeline feeds: :class:`RunStats` plus :class:`advcli.diagnostics.Diagnostics`.
+    """What the pipeline feeds: :class:`FigureCollector` plus :class:`advcli.diagnostics.Diagnostics`.
 
     ``RunObserver(plan, res, row, betas, kls)`` after the row table is resolved; ``add(...)`` for
     every chunk of the write (or compute-only) pass; ``finish(result)`` fills ``result.metrics``,
@@ -75,7 +75,7 @@ class RunObserver:
     :func:`advcli.pipeline.tokens.chunk_final` (whitening by scope, re-masking, clip, returns), so every
     valid token of a row holds one advantage and one return. :meth:`add` then runs that same
     ``chunk_final`` on the chunk's ``[B]`` row values (one token per row, mask 1: element-wise ops,
-    the same bits) and feeds :meth:`RunStats.add_row_chunk` and the diagnostics per row; per token
+    the same bits) and feeds :meth:`FigureCollector.add_row_chunk` and the diagnostics per row; per token
     only Σ token_level_rewards per row is left. Each chunk checks its rows' last token (when valid)
     against the row values and stops the run on a mismatch (a broken assumption, never silent
     figures). Not taken when the run reads a ``values`` column or :attr:`ROW_PATH` is false.
@@ -89,30 +89,30 @@ class RunObserver:
         table = res.table
         R = table.num_rows
         self.plan, self.res = plan, res
-        self.positions = None  # the advantage per token position (advcli.stats.positions), when asked for
+        self.positions = None  # the advantage per token position (advcli.figures.positions), when asked for
         if by_position:
-            from ..stats.positions import PositionStats
+            from ..figures.positions import PositionStats
             self.positions = PositionStats()
-        self.stats = RunStats(R, padded=bool(getattr(plan, "padded", False)))
+        self.figures = FigureCollector(R, padded=bool(getattr(plan, "padded", False)))
         raw = getattr(res, "raw_score", None)
         if raw is None:
             raw = table.score
-        self.stats.set_rows(raw_score=raw, score=table.score, scopes=res.scopes, step_values=res.step_values,
+        self.figures.set_rows(raw_score=raw, score=table.score, scopes=res.scopes, step_values=res.step_values,
                             groups=res.groups, valid_len=table.valid_len, kl_on=plan.kl_on,
                             kl_row=row.get("kl_mean"), betas=betas, kls=kls,
                             has_values="values" in plan.token_roles)
         self.row_path = (self.ROW_PATH and plan.spec.level == "row" and bool(getattr(plan.spec, "row_constant", False))
-                         and getattr(res, "adv_row", None) is not None and not self.stats.has_values)
+                         and getattr(res, "adv_row", None) is not None and not self.figures.has_values)
         keys = getattr(res, "row_keys", None) or {}
         pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
         mask_placed = bool(plan.run.reward.mask_placed)
         self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None), **diagnostics_settings(plan))
-        self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by resolve (prepare.py)
+        self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by prepare_run (prepare.py)
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
                        reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
         hook = getattr(plan.spec, "diagnostics", None)  # an estimator's own checks (AReaL adv_norm float32 mean)
         if hook is not None and plan.dtype == torch.float32:
-            self.diag.items += hook(getattr(res, "token_stats", None), plan.params, self.diag.ids)
+            self.diag.items += hook(getattr(res, "group_tables", None), plan.params, self.diag.ids)
         for stage, mom, gn, codes in getattr(res, "norm_checks", []):  # AReaL reward_norm float32 group mean
             from ..estimators.areal import float32_group_mean_item
             self.diag.items.append(float32_group_mean_item(stage, mom, gn, codes, self.diag.ids))
@@ -143,11 +143,11 @@ class RunObserver:
                                (mask.detach() != 0).to("cpu").numpy())
         if self.row_path:
             adv_row, ret_row = self._row_values(row0, layout, mask, adv, ret)
-            self.stats.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
+            self.figures.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
             self.diag.add_chunk(row0, layout, mask, adv, tok,
-                                row_adv=(adv_row, self.stats.valid_len[row0:row0 + layout.num_rows]))
+                                row_adv=(adv_row, self.figures.valid_len[row0:row0 + layout.num_rows]))
             return
-        self.stats.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"),
+        self.figures.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"),
                              figures=seen.figures if seen is not None else None)
         self.diag.add_chunk(row0, layout, mask, adv, tok, findings=seen.findings if seen is not None else None)
 
@@ -178,7 +178,7 @@ class RunObserver:
         return fa, fr
 
     def finish(self, result) -> None:
-        out = self.stats.finish()
+        out = self.figures.finish()
         result.metrics = out["metrics"]
         result.per_step = out["per_step"]
         if hasattr(result, "histograms"):

@@ -43,7 +43,7 @@ class Plan:
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
     block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
-    correction: object = None  # rollout correction spec (advcli.correction.plan_correction), None: off
+    correction: object = None  # rollout correction spec (advcli.correction_plan.plan_correction), None: off
     warnings: list = field(default_factory=list)  # found while planning, reported with the run's
 
     @property
@@ -157,7 +157,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
                 output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
-    from ..correction import plan_correction  # rollout correction: roles, output columns (advcli.correction)
+    from ..correction_plan import plan_correction  # rollout correction: roles, output columns (advcli.correction_plan)
     plan.correction = plan_correction(plan, plan.warnings)
     return plan
 

@@ -1,4 +1,4 @@
-"""Passes 1-2 together: :func:`resolve` builds the row table and everything resolved from it
+"""Passes 1-2 together: :func:`prepare_run` builds the row table and everything resolved from it
 before the write pass (KL coefficients, post-processed rewards, row-level advantages, token
 group statistics, whitening moments).
 """
@@ -19,7 +19,7 @@ from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
 from .read import allows_nan
-from .rows import Resolved, defer_row_kl, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
+from .rows import Prepared, defer_row_kl, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
 from .tokens import token_group_pass
 
 
@@ -54,7 +54,7 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
                            "the intended values are those of --precision float64."}
 
 
-def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
+def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
             token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
             correction: Callable | None = None):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
@@ -68,7 +68,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     ``token_moments`` (default :func:`token_moment_pass`, same signature) computes the per-scope
     moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
     ``row_pass`` (default :func:`row_table_pass`, same signature and result) likewise for pass 1,
-    and ``correction`` (default :func:`advcli.pipeline.correction.correction_pass`) for the rollout
+    and ``correction`` (default :func:`advcli.pipeline.correction_pass.correction_pass`) for the rollout
     correction's statistics pass.
     """
     reward = plan.run.reward
@@ -87,7 +87,7 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
                               hint="drop the fully masked rows, or use another estimator")
     correction_fn, correction = correction, None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
-        from .correction import correction_pass
+        from .correction_pass import correction_pass
         correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
                                                                       progress)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
@@ -156,17 +156,17 @@ def resolve(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn 
     if plan.kl_on and plan.spec.level == "row" and plan.run.kl.score_sum == "right_aligned":
         # pass 1c (SkyRL): s_i = token_level_rewards.sum(-1) on the step's right-aligned float32 grid
         from .scores import right_aligned_scores
-        table.score = right_aligned_scores(plan, inputs, Resolved(scopes, groups, step_values, beta_row, reward_row,
+        table.score = right_aligned_scores(plan, inputs, Prepared(scopes, groups, step_values, beta_row, reward_row,
                                                                   None, table), chunk_rows, progress)
     adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
-    res = Resolved(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
+    res = Prepared(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
     res.correction = correction
     # pass 1b: per-(group, position) token sums
-    if plan.spec.token_group_stats is not None and (plan.spec.token_stats_needed is None
-                                                    or plan.spec.token_stats_needed(plan.params)):
-        res.token_stats = token_group_pass(plan, inputs, res, chunk_rows, progress)
+    if plan.spec.group_token_pass is not None and (plan.spec.group_token_pass_needed is None
+                                                    or plan.spec.group_token_pass_needed(plan.params)):
+        res.group_tables = token_group_pass(plan, inputs, res, chunk_rows, progress)
     warnings: list[str] = list(plan.group_warnings) + list(plan.warnings)
     if reward.zero_truncated and "truncated" not in row:
         warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "

@@ -1,6 +1,6 @@
 """Pass 1, the row table: per-row lengths, rewards, KL sums and group keys over the whole input;
 scopes (steps, domains), groups and the KL coefficient of every step resolved from them, and
-:class:`Resolved`, what the token passes receive.
+:class:`Prepared`, what the token passes receive.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def defer_row_kl(plan: Plan) -> bool:
     reads tokens, not row scores, and no group diagnostics over the row scores. Then pass 1 reads no
     log-prob column and the KL is computed once, where the token rewards need it anyway."""
     return (plan.kl_on and plan.run.kl.controller != "adaptive" and plan.spec.level != "row"
-            and not plan.spec.uses_groups and plan.spec.token_group_stats is None)
+            and not plan.spec.uses_groups and plan.spec.group_token_pass is None)
 
 
 def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None, row_kl: bool = True):
@@ -305,7 +305,7 @@ def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tu
 
 
 @dataclass
-class Resolved:
+class Prepared:
     scopes: GroupIndex
     groups: GroupIndex | None
     step_values: list
@@ -317,7 +317,7 @@ class Resolved:
     whiten_rstd: torch.Tensor | None = None
     tlr_mean: torch.Tensor | None = None  # [S] float64: reward.whiten_tokens statistics
     tlr_rstd: torch.Tensor | None = None
-    token_stats: Any = None  # TokenGroupStats of the token-statistics pass (optimal token baselines)
+    group_tables: Any = None  # GroupTokenTables of the token-statistics pass (optimal token baselines)
     token_cache: dict | None = None  # row0 -> CachedChunk from the statistics pass (token_moment_pass)
     token_cache_complete: bool = False  # every chunk cached with its layout, mask and observations
     token_spill: Any = None  # pipeline.spill.TokenSpill holding the cached chunks' tensors beyond memory
@@ -326,7 +326,7 @@ class Resolved:
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
     diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.diagnostics)
     whiten_other: tuple | None = None  # advantage.whiten_one_pass: (mean, rstd, dtype) in the other precision
-    correction: Any = None  # advcli.correction.CorrectionState (rollout correction), None: off
+    correction: Any = None  # advcli.correction_plan.CorrectionState (rollout correction), None: off
 
 
 def row_input_roles(plan: Plan) -> list[str]:

@@ -15,7 +15,7 @@ from ..result import RunResult
 from .observe import RunObserver
 from .output import output_paths
 from .plan import ProgressFn, choose_output_columns, make_plan
-from .prepare import resolve
+from .prepare import prepare_run
 from .read import CHUNK_TOKENS, chunk_rows_for
 from .write import stream_pass
 
@@ -28,9 +28,8 @@ def intra_op_threads(dev: torch.device):
 
     The write pass already runs the reader, the statistics and the writer beside the compute thread
     (and the statistics pass two compute workers): an intra-op pool as large as the machine
-    oversubscribes it (on 2 cores: 2 pools of 2 plus 3 threads) and its workers spin. Measured on the
-    17.3M-token dump, 2 cores: 5-10 % less CPU time and wall for GAE and GRPO with one intra-op
-    thread. Only ever lowers the count, restores it afterwards, and leaves it alone when the user set
+    oversubscribes it (on 2 cores: 2 pools of 2 plus 3 threads) and its workers spin
+    (docs/performance.md). Only ever lowers the count, restores it afterwards, and leaves it alone when the user set
     OMP_NUM_THREADS."""
     old = torch.get_num_threads()
     want = max(1, min(old, (os.cpu_count() or 1) - PIPELINE_THREADS))
@@ -68,16 +67,16 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
 
     with intra_op_threads(plan.device):
         # passes 1-2: the row table and the statistics resolved from it
-        res, row, betas, kls, warnings = resolve(plan, inputs, chunk_rows, progress, defer_kl=True)
+        res, row, betas, kls, warnings = prepare_run(plan, inputs, chunk_rows, progress, defer_kl=True)
         R = inputs.num_rows
 
         # pass 3: compute (and write)
         result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
                            valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-        stats = RunObserver(plan, res, row, betas, kls, by_position=wants_positions(plan, by_position))
-        stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs if output is not None else None,
+        run_observer = RunObserver(plan, res, row, betas, kls, by_position=wants_positions(plan, by_position))
+        stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs if output is not None else None,
                      output_mode, flavor, native)
-    stats.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.stats)
+    run_observer.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.figures)
     return finish_result(result, plan, res, t0)
 
 
@@ -103,7 +102,7 @@ def finish_result(result: RunResult, plan, res, t0: float) -> RunResult:
     """Every engine's last step once the observer filled ``result``: verl's rollout_corr/* per step and
     overall, ROLL's domain of each per-step entry, the run's wall time since ``t0``."""
     if res.correction is not None:
-        from ..correction import finish as finish_correction
+        from ..correction_plan import finish as finish_correction
         finish_correction(result, res.correction, plan.dtype)  # rollout_corr/* per step and overall
     if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):

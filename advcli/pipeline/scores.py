@@ -16,11 +16,11 @@ from ..ops.padded import right_aligned_row_sums
 from ..ragged import Ragged
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns
-from .rows import Resolved
+from .rows import Prepared
 from .tokens import token_chunk
 
 
-def right_aligned_scores(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int,
+def right_aligned_scores(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: int,
                          progress: ProgressFn | None) -> torch.Tensor:
     """[R] each row's float32 token rewards summed by torch on its step's right-aligned grid."""
     t = res.table

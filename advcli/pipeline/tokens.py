@@ -12,10 +12,10 @@ from ..ops.rewards import clip as clip_values
 from ..ragged import Ragged
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
-from .rows import Resolved, kl_token, placement_index
+from .rows import Prepared, kl_token, placement_index
 
 
-def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
+def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
                  extras: dict | None = None) -> TokenChunk:
     """The estimator's view of rows row0..row0+B-1: token rewards (placed reward − β·KL), mask, token
     columns and per-row inputs, on the compute device. ``extras`` (a dict) receives ``kld``, the KL
@@ -60,7 +60,7 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
                * torch.index_select(res.tlr_rstd.to(dev), 0, scope_tok)).to(dt)
         tlr = tlr * mask
     if res.correction is not None:  # verl: after the KL penalty; the estimator sees the corrected mask
-        from ..correction import apply_chunk
+        from ..correction_plan import apply_chunk
         weights, mask = apply_chunk(plan, res.correction, layout, mask, tok, row0)
         if weights is not None:
             tok["rollout_is_weights"] = weights  # (verl's estimators read batch["rollout_is_weights"])
@@ -72,34 +72,34 @@ def token_chunk(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int,
     row_inputs["scope"] = res.scopes.codes[rows].to(dev)
     row_inputs["row"] = torch.arange(row0, row0 + B, device=dev)  # global row numbers (0-based, input order)
     return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
-                      stats=res.token_stats)
+                      group_tables=res.group_tables)
 
 
-def token_group_pass(plan: Plan, inputs: InputSet, res: Resolved, chunk_rows: int,
+def token_group_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: int,
                       progress: ProgressFn | None):
     """Token statistics per (group, position) over the whole input, for estimators that declare
-    ``token_group_stats`` (verl's optimal token baselines): one read of the token columns into flat
-    tables of Σ_g (longest row of g) slots (``batch.TokenGroupStats``)."""
-    from ..batch import TokenGroupStats
+    ``group_token_pass`` (verl's optimal token baselines): one read of the token columns into flat
+    tables of Σ_g (longest row of g) slots (``batch.GroupTokenTables``)."""
+    from ..batch import GroupTokenTables
 
     g = res.groups if res.groups is not None else res.scopes
     width = torch.zeros(g.num_groups, dtype=torch.int64).scatter_reduce_(
         0, g.codes, res.table.length.to(torch.int64), reduce="amax")
-    ctx = TokenGroupStats(groups=g, width=width, table=res.table)
+    ctx = GroupTokenTables(groups=g, width=width, table=res.table)
     reader = ChunkReader(plan, inputs)
     cols = list(roles_to_columns(plan, plan.token_roles))
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
         chunk = token_chunk(plan, res, Ragged(torch.from_numpy(offsets)), tok, row0)
-        plan.spec.token_group_stats(chunk, plan.params, ctx)
+        plan.spec.group_token_pass(chunk, plan.params, ctx)
         row0 += batch.num_rows
         if progress:
             progress("token statistics", row0, inputs.num_rows)
     return ctx
 
 
-def chunk_math(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int, apply_whiten: bool,
+def chunk_math(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int, apply_whiten: bool,
                 rewards_only: bool = False, extras: dict | None = None):
     """(advantages, returns, token_level_rewards, mask) flat tensors for rows row0..row0+B-1
     (``extras``: see :func:`token_chunk`)."""
@@ -115,14 +115,14 @@ def chunk_math(plan: Plan, res: Resolved, layout: Ragged, tok: dict, row0: int, 
     return chunk_final(plan, res, layout, adv, ret, tlr, mask, row0, apply_whiten)
 
 
-def row_level_tokens(plan: Plan, res: Resolved, layout: Ragged, mask: torch.Tensor, row0: int) -> torch.Tensor:
+def row_level_tokens(plan: Plan, res: Prepared, layout: Ragged, mask: torch.Tensor, row0: int) -> torch.Tensor:
     """A row-level estimator's token values: each row's advantage over its tokens, × mask unless the
     estimator keeps masked positions (``mask_output``). Advantages and returns both start from it."""
     a = layout.broadcast(res.adv_row[row0:row0 + layout.num_rows].to(plan.device, plan.dtype))
     return a * mask if plan.params.get("mask_output", True) else a
 
 
-def chunk_final(plan: Plan, res: Resolved, layout: Ragged, adv, ret, tlr, mask, row0: int, apply_whiten: bool):
+def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, row0: int, apply_whiten: bool):
     """The estimator's output -> the final values: whitening (``apply_whiten``), re-masking, clip,
     returns. Without ``apply_whiten`` (statistics passes) only the re-masking, whose result the
     final values can start from again (x·1 = x on the valid tokens, which are all that whitening reads)."""

@@ -15,21 +15,21 @@ from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device
-from .rows import Resolved, kl_coefs, row_kl_sums
+from .rows import Prepared, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 
 
-def finish_row_kl(plan: Plan, res: Resolved, row: dict, kl_sum: torch.Tensor, kl_mean: torch.Tensor,
-                   stats: RunObserver | None) -> None:
-    """The per-row KL that :func:`resolve` deferred to the write pass: into ``row``, the row score
-    (exactly as resolve computes it) and the run statistics, before they are finished."""
+def finish_row_kl(plan: Plan, res: Prepared, row: dict, kl_sum: torch.Tensor, kl_mean: torch.Tensor,
+                   run_observer: RunObserver | None) -> None:
+    """The per-row KL that :func:`prepare_run` deferred to the write pass: into ``row``, the row score
+    (exactly as prepare_run computes it) and the run statistics, before they are finished."""
     row["kl_sum"], row["kl_mean"] = kl_sum, kl_mean
     _, kls = kl_coefs(plan, res.scopes, kl_mean)
     res.table.score = res.table.score - (res.beta_row * kl_sum.to(torch.float64)).to(plan.dtype)
     res.kl_deferred = False
-    st = getattr(stats, "stats", None)
+    st = getattr(run_observer, "figures", None)
     if st is not None and getattr(st, "rows_set", False):
         st.kl_row = kl_mean.detach().to(torch.float64)
         st.kls = kls
@@ -50,13 +50,13 @@ def _cheapest_column(inputs, fallback: str) -> str:
     return min(scalar, key=lambda n: size[n]) if scalar else fallback
 
 
-def _close_spill(res: Resolved) -> None:
+def _close_spill(res: Prepared) -> None:
     if res.token_spill is not None:
         res.token_spill.close()
         res.token_spill = None
 
 
-def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode="full", flavor="advcli",
+def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs, mode="full", flavor="advcli",
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
 
@@ -98,7 +98,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
     kl_parts: tuple[list, list] | None = ([], []) if res.kl_deferred else None
     R = inputs.num_rows
     row0 = chunks = 0
-    observer = OrderedWorker(stats.add, depth=1, name="advcli-stats")
+    observer = OrderedWorker(run_observer.add, depth=1, name="advcli-observer")
     try:
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
             if writing and writers[fi] is None:
@@ -155,7 +155,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, stats, progress, outs, mode=
         if kl_parts is not None:
             empty = torch.zeros(0, dtype=plan.dtype)
             finish_row_kl(plan, res, row, torch.cat(kl_parts[0]) if kl_parts[0] else empty,
-                           torch.cat(kl_parts[1]) if kl_parts[1] else empty, stats)
+                           torch.cat(kl_parts[1]) if kl_parts[1] else empty, run_observer)
         if writing:
             for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
                 if writers[i] is None:

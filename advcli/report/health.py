@@ -1,4 +1,4 @@
-"""The group-health part of a report (``report["group_health"]``, advcli.stats.group_health) as
+"""The group-health part of a report (``report["group_health"]``, advcli.figures.group_health) as
 terminal lines, Markdown and HTML (tables and inline SVG plots). Like the rest of advcli.report, no numpy or
 torch: plain dicts to strings."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from .primitives import PALETTE, esc, html_table, md_table, nice, svg_histogram, svg_lines
 
-# the two reward figures (advcli.stats.group_health): the mean over groups of the group's mean reward, and
+# the two reward figures (advcli.figures.group_health): the mean over groups of the group's mean reward, and
 # the share of rows with reward > 0 — named apart everywhere, never "solve rate"
 MEAN_LABEL, SOLVED_LABEL = "mean group reward", "solved rows"
 BLOCK_COLS = [("groups", "groups"), ("rows", "rows"), ("uniform_share", "uniform"), ("zero_adv_token_share",

@@ -1,6 +1,6 @@
 """A resident advcli process, so that a run's start-up is a ``fork`` instead of ``import torch``.
 
-``import torch`` takes 1.4-2.2 s on the benchmark machine: half of a GRPO run on a 17M-token dump, and
+``import torch`` takes seconds, as long as the whole of a small run (docs/performance.md), and
 it cannot overlap the run (it holds the GIL, and every module that resolves the configuration needs
 torch; docs/performance.md). ``advcli server start`` starts one background process per installation
 and user that imports torch, pyarrow and advcli's modules once and then waits on a UNIX socket. While it

@@ -10,7 +10,7 @@ Where it sits, in verl's order (``ray_trainer.py`` L1638-1675 @1dda039b): reward
   ``response_mask_after_rs`` and refuses an input that already has a column of either name: an
   input's ``rollout_is_weights`` is never overwritten silently (with IS off it stays what it was,
   an input role that the optimal-token-baseline estimators read).
-- :func:`correction_pass` (from ``resolve``, once the steps are known): one read of the mask and the
+- :func:`correction_pass` (from ``prepare_run``, once the steps are known): one read of the mask and the
   two log-prob columns; per step the metric sums (:class:`~advcli.ops.rollout_correction.MetricSums`),
   the batch-normalisation factor, and per row Σ corrected mask (the row table's ``valid_len`` is the
   corrected mask's, as verl's estimators count it). A step without any valid token is refused as
@@ -142,7 +142,7 @@ def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
 
 
 def weights_histogram(state: CorrectionState) -> dict:
-    """The IS weights over the input's mask=1 tokens (the report's histogram format, advcli.stats):
+    """The IS weights over the input's mask=1 tokens (the report's histogram format, advcli.figures):
     exact counts on equal bins over [0, upper] — truncation and IcePop keep every weight in there.
     With batch normalisation of a one-step input the edges are divided by the step's μ (the bins of
     the final weights); with several steps the counts are of the weights before normalisation."""

@@ -1,6 +1,6 @@
 """The statistics of any dump or advcli output, in the run report's formats (``advcli stats``).
 
-The figures are those of ``advcli run`` (advcli.stats.RunStats, verl's metric names), fed from the
+The figures are those of ``advcli run`` (advcli.figures.FigureCollector, verl's metric names), fed from the
 file instead of the pipeline:
 
 - sequence score (``critic/score``): Σ ``token_level_scores`` when the file has them, else the
@@ -10,7 +10,7 @@ file instead of the pipeline:
   columns over the mask=1 tokens — only for advcli outputs (a raw dump has none, and those figures
   are left out); ``critic/values`` when there is a ``values`` column;
 - groups by ``prompt_id`` within each ``step``; per step when there is a ``step`` column;
-- the advantage by token position (:mod:`advcli.stats.positions`).
+- the advantage by token position (:mod:`advcli.figures.positions`).
 
 Two reads of the file: the small columns and the mask (the row table the collector needs first),
 then the token columns.
@@ -36,8 +36,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..ragged import Ragged
     from ..report import build_report
     from ..result import RunResult
+    from .collector import FigureCollector
     from .positions import PositionStats
-    from .run_stats import RunStats
 
     t0 = time.perf_counter()
     ins = InputSet.open(inputs)
@@ -107,7 +107,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         _, g = np.unique(np.stack([scode, codes]), axis=1, return_inverse=True)
         groups = GroupIndex.from_codes(torch.from_numpy(g.ravel().astype(np.int64)))
     scopes = GroupIndex.from_codes(torch.from_numpy(scode.astype(np.int64)))
-    rs = RunStats(R, padded=padded)
+    rs = FigureCollector(R, padded=padded)
     rs.set_rows(raw_score=torch.from_numpy(raw), score=torch.from_numpy(np.asarray(seq, np.float64)),
                 scopes=scopes, step_values=step_values, groups=groups, valid_len=torch.from_numpy(V),
                 has_values=val_col is not None and has_adv)
@@ -153,7 +153,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     if not has_ret:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
         per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
-    from ..correction import file_metrics  # rollout_corr/* where both log-prob columns are there
+    from ..correction_plan import file_metrics  # rollout_corr/* where both log-prob columns are there
     file_metrics(ins, cmap, scopes.codes, scopes.num_groups, (prov or {}).get("config"), chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
@@ -195,7 +195,7 @@ def _health_columns(schema, cmap, prov) -> dict:
 
 
 def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
-    """advcli.stats.group_health of the collector, split by data source and reward component."""
+    """advcli.figures.group_health of the collector, split by data source and reward component."""
     import numpy as np
     import pyarrow as pa
 

@@ -1,6 +1,6 @@
 """Quantiles of the run's figures: exact weighted quantiles (:func:`quantiles`) and the fixed,
 chunk-independent sample of valid-token advantages they use when a run's advantages are not
-row-constant (:func:`sample_ordinals`, :class:`TokenSample`). See :mod:`advcli.stats` for which
+row-constant (:func:`sample_ordinals`, :class:`TokenSample`). See :mod:`advcli.figures` for which
 figure uses which."""
 from __future__ import annotations
 

@@ -180,8 +180,8 @@ def _group_mean(mean: np.ndarray, gsel: np.ndarray) -> float | None:
     return _f(np.nanmean(m)) if m.size and not np.isnan(m).all() else None
 
 
-def of_run_stats(st, source=None, source_names=None, components=None) -> dict | None:
-    """:func:`group_health` of a :class:`advcli.stats.RunStats` after its chunks (None without groups)."""
+def of_collector(st, source=None, source_names=None, components=None) -> dict | None:
+    """:func:`group_health` of a :class:`advcli.figures.FigureCollector` after its chunks (None without groups)."""
     g = st.groups
     if g is None or g.num_groups == 0:
         return None

@@ -2,14 +2,14 @@
 
 The collector is fed twice by the pipeline:
 
-1. :meth:`RunStats.set_rows` once, with the resolved per-row table of the whole input (raw score,
+1. :meth:`FigureCollector.set_rows` once, with the resolved per-row table of the whole input (raw score,
    the estimator's row score, groups, steps, valid lengths, the per-row KL of verl's
    ``apply_kl_penalty`` and the β used by each step);
-2. :meth:`RunStats.add_chunk` for every chunk of the write pass (advantages, returns, token-level
-   rewards, values, mask, the chunk's layout), or :meth:`RunStats.add_row_chunk` (the rows'
+2. :meth:`FigureCollector.add_chunk` for every chunk of the write pass (advantages, returns, token-level
+   rewards, values, mask, the chunk's layout), or :meth:`FigureCollector.add_row_chunk` (the rows'
    advantage and return instead of the tokens') when they are row-constant (see "How" below).
 
-:meth:`RunStats.finish` then returns plain JSON-able structures (no tensors, no NaN: a figure that
+:meth:`FigureCollector.finish` then returns plain JSON-able structures (no tensors, no NaN: a figure that
 cannot be computed is ``None``). They end up on :class:`advcli.pipeline.RunResult`:
 
 ``metrics`` — ``{name: float | int | None}`` over the whole run. verl's names, with verl's
@@ -52,7 +52,7 @@ advcli's additions (not logged by verl):
   ``groups/singleton_share``, ``groups/all_equal_share`` (groups of ≥ 2 rows whose estimator row
   scores are all equal), ``groups/solved_share`` (share of rows with score > 0 among
   the rows with a score, not NaN), ``groups/solved_{all,none,some}_share`` (groups where every / no /
-  some rows with a score have score > 0) — the definitions of ``group_health`` (advcli.stats.group_health),
+  some rows with a score have score > 0) — the definitions of ``group_health`` (advcli.figures.group_health),
   ``groups/adv_sign/{mixed,only_pos,only_neg,all_zero}_share`` (sign of each row's mean valid
   advantage) and ``groups/adv_sign/balance_mean`` (mean over groups of (#pos − #neg)/n).
 
@@ -73,27 +73,27 @@ outside them in ``underflow``/``overflow``. Neither depends on ``--chunk-rows``.
 How (cost): the token sums are taken per row in float64 (each row reduced on its own), then added to
 each scope's totals row by row in input order, so no figure depends on how rows are cut into chunks.
 For row-level estimators :class:`advcli.pipeline.observe.RunObserver` feeds the rows' final values instead of the tokens
-(:meth:`RunStats.add_row_chunk`): the valid-token counts of the row table weight them, and the only
+(:meth:`FigureCollector.add_row_chunk`): the valid-token counts of the row table weight them, and the only
 per-token work left is Σ token_level_rewards per row.
 
 Memory: a few float64/int64 entries per row (like the row table) plus per-step accumulators, the
 sample and the histogram counts (and, until the histogram's edges are fixed, up to one chunk of
 advantages); nothing grows with the number of tokens.
 
-Where: :mod:`.run_stats` (:class:`RunStats`, the collector), :mod:`.verl_metrics` (the figures under
+Where: :mod:`.collector` (:class:`FigureCollector`, the collector), :mod:`.verl_metrics` (the figures under
 verl's names and the group figures), :mod:`.sums` (per-row partials and per-scope running sums),
 :mod:`.quantile_sketch` (exact quantiles and the advantage sample they fall back on),
 :mod:`.histograms`, :mod:`.json_values` (figures as JSON floats).
 """
 from __future__ import annotations
 
+from .collector import ChunkFigures, FigureCollector, chunk_figures
 from .histograms import BINS, StreamHistogram, histogram
 from .json_values import figure
 from .quantile_sketch import QUANTILES, RESERVOIR, SEED, TokenSample, hash_keys, quantiles, sample_ordinals
-from .run_stats import ChunkFigures, RunStats, chunk_figures
 from .sums import RowPartials, ScopeSums, row_sums64
 from .verl_metrics import explained_var, group_figures, metric_block, row_figures
 
-__all__ = ["BINS", "QUANTILES", "RESERVOIR", "SEED", "ChunkFigures", "RowPartials", "RunStats", "ScopeSums",
+__all__ = ["BINS", "QUANTILES", "RESERVOIR", "SEED", "ChunkFigures", "RowPartials", "FigureCollector", "ScopeSums",
            "StreamHistogram", "TokenSample", "chunk_figures", "explained_var", "figure", "group_figures", "hash_keys",
            "histogram", "metric_block", "quantiles", "row_figures", "row_sums64", "sample_ordinals"]

@@ -1,19 +1,19 @@
 """verl's rollout correction (``algorithm.rollout_correction.*``) on ``--engine ray``.
 
-The local engine's correction (:mod:`advcli.pipeline.correction`) is a statistics pass over the
+The local engine's correction (:mod:`advcli.pipeline.correction_pass`) is a statistics pass over the
 mask and both log-prob columns (per-step metric sums, the IS weights' batch-normalisation factor,
 each row's Σ corrected mask, the weights' histogram), then a per-chunk application in the write
 pass. On Ray, as for the whitening moments:
 
 - the pass runs on the workers (``map_batches``, mode ``"correction"``): each batch goes through the
-  local engine's own :func:`~advcli.pipeline.correction.correction_chunk` and only **per-row**
+  local engine's own :func:`~advcli.pipeline.correction_pass.correction_chunk` and only **per-row**
   partials travel to the driver (about ten float64 per row: Σ mask, Σ log-ratio, the rejection
   statistics, ...), with the batch's histogram counts;
 - the driver puts the rows in global order and adds them into the per-step sums **in the local
   engine's chunks of ``chunk_rows`` rows**, so every float64 sum is the local engine's, bit for bit
   (per-batch partials added in another grouping would differ in the last bits); integer counts
   (Σ corrected mask per row, histogram) and max/min are exact in any order. Then the local engine's
-  :func:`~advcli.pipeline.correction.correction_state` (factors, verl's refusals);
+  :func:`~advcli.pipeline.correction_pass.correction_state` (factors, verl's refusals);
 - the write pass applies it per batch on the workers through ``chunk_math`` (the broadcast table
   carries the correction's spec and each row's normalisation factor) and writes
   ``rollout_is_weights`` / ``response_mask_after_rs``; ``run_ray`` adds the ``rollout_corr/*``
@@ -25,7 +25,7 @@ import pyarrow as pa
 import torch
 
 from ..ops import rollout_correction as rc
-from ..pipeline.correction import ROLES, correction_chunk, correction_state
+from ..pipeline.correction_pass import ROLES, correction_chunk, correction_state
 
 
 def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: int, n: int) -> dict[str, pa.Array]:
@@ -44,7 +44,7 @@ def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: i
 
 
 def correction_fn(rows_on_workers):
-    """``correction`` for :func:`advcli.pipeline.resolve`, run on the workers. ``rows_on_workers(payload,
+    """``correction`` for :func:`advcli.pipeline.prepare_run`, run on the workers. ``rows_on_workers(payload,
     columns, inputs, stage)``: the engine's per-row pass (the payload's ``mode`` on every batch of those
     columns), its rows in global order (:func:`advcli.engines.ray_engine.rows_on_workers_fn`)."""
     def correction(plan, inputs, scopes, step_values, chunk_rows, progress):
@@ -77,6 +77,6 @@ def correction_fn(rows_on_workers):
 
 
 def _bins() -> int:
-    from ..correction import HIST_BINS
+    from ..correction_plan import HIST_BINS
 
     return HIST_BINS

@@ -1,7 +1,7 @@
 """The figures of a run under verl's metric names (``critic/score/mean``, ``critic/advantages/max``,
 ``response_length/mean``, ``actor/reward_kl_penalty``, ...) and advcli's group figures, computed from
-a fed :class:`~advcli.stats.run_stats.RunStats` (``st`` below; it calls these, they only read its
-fields; definitions: :mod:`advcli.stats`)."""
+a fed :class:`~advcli.figures.collector.FigureCollector` (``st`` below; it calls these, they only read its
+fields; definitions: :mod:`advcli.figures`)."""
 from __future__ import annotations
 
 import math
@@ -82,8 +82,8 @@ def group_figures(st) -> dict[str, Any]:
     smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amax")
     multi = sizes > 1
     out["groups/all_equal_share"] = figure(((smin == smax) & multi).sum() / max(int(multi.sum()), 1))
-    # solved rows (issue 28): reward > 0 among the rows with a reward (not NaN); a group's shares over
-    # its rows with a reward — the same definitions as advcli.stats.group_health
+    # solved rows: reward > 0 among the rows with a reward (not NaN); a group's shares over
+    # its rows with a reward — the same definitions as advcli.figures.group_health
     scored = ~torch.isnan(st.raw_score)
     solved = scored & (st.raw_score > 0)
     n_scored = int(scored.sum())

@@ -1,4 +1,4 @@
-"""The one conversion every figure of :mod:`advcli.stats` goes through on its way to JSON."""
+"""The one conversion every figure of :mod:`advcli.figures` goes through on its way to JSON."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,6 @@
 """The run statistics collector: fed with the row table once and every chunk of the write pass,
 it keeps a few float64/int64 entries per row and per-scope running sums, and gives every figure at
-the end (:meth:`RunStats.finish`; the figures: :mod:`advcli.stats`)."""
+the end (:meth:`FigureCollector.finish`; the figures: :mod:`advcli.figures`)."""
 from __future__ import annotations
 
 import math
@@ -24,7 +24,7 @@ class ChunkFigures:
     response length per row, and the per-row partials of the returns, the values and returns − values.
     Computed by :func:`chunk_figures` wherever the chunk's token columns are decoded (the statistics
     pass keeps them beside its cached results, so the write pass need not decode the inputs again) and
-    added by :meth:`RunStats.add_chunk` in row order, so every sum is the same as when computed there."""
+    added by :meth:`FigureCollector.add_chunk` in row order, so every sum is the same as when computed there."""
 
     seq_reward: torch.Tensor  # [B] float64
     resp_len: torch.Tensor  # [B] int64
@@ -68,8 +68,8 @@ def chunk_figures(layout: Ragged, m: torch.Tensor, ret: torch.Tensor, tlr: torch
     return ChunkFigures(seq_reward, resp_len, ret_p, val_p, rmv_p)
 
 
-class RunStats:
-    """Streaming statistics of one run (every figure: the docstring of :mod:`advcli.stats`)."""
+class FigureCollector:
+    """Streaming statistics of one run (every figure: the docstring of :mod:`advcli.figures`)."""
 
     def __init__(self, num_rows: int, *, padded: bool = False, reservoir: int = RESERVOIR, bins: int = BINS):
         R = num_rows
@@ -261,6 +261,6 @@ class RunStats:
             hist["group_size"] = {"edges": [k + 0.5 for k in range(top + 1)], "counts": counts.tolist(),
                                   "underflow": 0, "overflow": 0, "over": "groups", "exact": True,
                                   "note": "groups per size (bin k holds the groups of k rows)"}
-        from .group_health import of_run_stats
+        from .group_health import of_collector
 
-        return {"metrics": metrics, "per_step": per_step, "histograms": hist, "group_health": of_run_stats(self)}
+        return {"metrics": metrics, "per_step": per_step, "histograms": hist, "group_health": of_collector(self)}

@@ -1,13 +1,13 @@
 """The rollout correction's statistics pass (verl's ``algorithm.rollout_correction``): one read of the
 mask and both log-prob columns per chunk, the per-step metric sums, IS-weight normalisation factors and
 the histogram of the weights. The math is :mod:`advcli.ops.rollout_correction`; the planning, the
-per-chunk application and the metrics are :mod:`advcli.correction`.
+per-chunk application and the metrics are :mod:`advcli.correction_plan`.
 """
 from __future__ import annotations
 
 import torch
 
-from ..correction import HIST_BINS, CorrectionState
+from ..correction_plan import HIST_BINS, CorrectionState
 from ..errors import AdvcliError
 from ..ops import rollout_correction as rc
 from ..ragged import Ragged
@@ -20,7 +20,7 @@ def correction_chunk(plan, layout: Ragged, tok: dict):
     """One chunk of the pass: (per-row metric partials ``{name: (how, float64 [B])}``, Σ corrected
     mask per row int64 [B], histogram counts of the weights over mask=1 tokens or None). Rows are
     whole in a chunk, so these do not depend on where chunks are cut (the Ray engine runs it on
-    its workers, :mod:`advcli.engines.ray_correction`)."""
+    its workers, :mod:`advcli.engines.ray_correction_pass`)."""
     spec = plan.correction
     mask = tok["response_mask"].to(plan.dtype)
     out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])

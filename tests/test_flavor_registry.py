@@ -1,0 +1,95 @@
+"""Adding a flavor is one module: the flavor registry (advcli.flavors) is the one list of flavors. The
+command-line help is generated from it; the static texts that name the frameworks (README, pyproject's
+description, the package docstring, docs/flavors.md) are checked here against the modules that exist,
+so a new module in advcli/flavors/ that a list omits fails this file, naming the list."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+import pytest
+from conftest import ROOT, run_main
+
+FLAVOR_DIR = os.path.join(ROOT, "advcli", "flavors")
+
+
+def _declared() -> list[tuple[str, str, str]]:
+    """(module, --flavor name, title) of every flavor module, read from the source files (not from the
+    registry under test): the ``FLAVOR = Flavor(name=..., title=...)`` of each public module."""
+    found = []
+    for fname in sorted(os.listdir(FLAVOR_DIR)):
+        if not fname.endswith(".py") or fname.startswith("_"):
+            continue
+        tree = ast.parse(open(os.path.join(FLAVOR_DIR, fname), encoding="utf-8").read())
+        calls = [n.value for n in tree.body if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "FLAVOR" for t in n.targets)]
+        assert len(calls) == 1, f"advcli/flavors/{fname} defines no FLAVOR = Flavor(...)"
+        kw = {k.arg: k.value for k in calls[0].keywords}
+        name = ast.literal_eval(kw["name"])
+        title = ast.literal_eval(kw["title"]) if "title" in kw else ""
+        found.append((fname[:-3], name, title))
+    return found
+
+
+FRAMEWORKS = [(m, n, t) for m, n, t in _declared() if n != "advcli"]
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_module_is_registered_with_a_title():
+    from advcli import flavors
+
+    assert sorted(n for _, n, _ in _declared()) == flavors.names()
+    assert len(FRAMEWORKS) >= 9  # verl, NeMo RL, ROLL, OpenRLHF, TRL, slime, SkyRL, AReaL, prime-rl
+    for module, name, title in FRAMEWORKS:
+        assert title, f"advcli/flavors/{module}.py: FLAVOR has no title (the framework's name in prose)"
+        assert flavors.get(name).title == title
+
+
+def test_help_is_generated_from_the_registry(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, _ = run_main(["--help"], capsys)
+    assert code == 0
+    top = _words(re.sub(r"[│╭╮╰╯─]", " ", out))
+    code, out, _ = run_main(["run", "--help"], capsys)
+    assert code == 0
+    run_help = _words(re.sub(r"[│╭╮╰╯─]", " ", out))
+    for _, name, title in FRAMEWORKS:
+        assert re.search(rf"exact semantics of [^.]*\b{re.escape(title)}\b", top), f"advcli --help omits {title}"
+        assert re.search(rf"Whose semantics: [^.]*\b{re.escape(name)}\b", run_help), \
+            f"advcli run --help's --flavor omits {name}"
+    assert "or advcli (canonical keys)" in run_help
+
+
+@pytest.mark.parametrize("where", ["pyproject.toml description", "advcli/__init__.py docstring"])
+def test_static_descriptions_name_every_framework(where):
+    if where.startswith("pyproject"):
+        toml = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
+        text = re.search(r'^description = "([^"]*)"$', toml, re.M).group(1)  # (tomllib: Python 3.11+)
+    else:
+        text = ast.get_docstring(ast.parse(open(os.path.join(ROOT, "advcli", "__init__.py"), encoding="utf-8").read()))
+    text = _words(text)
+    missing = [t for _, _, t in FRAMEWORKS if not re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", text)]
+    assert not missing, f"{where} does not name {missing}"
+
+
+def test_readme_intro_lists_every_flavor_name():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    intro = readme.split("\n\n")[1]  # the paragraph under the title
+    listed = set(re.findall(r"`(?:--flavor )?([a-z-]+)`", intro))
+    missing = [n for _, n, _ in FRAMEWORKS if n not in listed]
+    assert not missing, f"README.md's first paragraph does not list --flavor {missing}"
+
+
+def test_docs_flavors_table_has_a_row_and_a_page_for_every_flavor():
+    text = open(os.path.join(ROOT, "docs", "flavors.md"), encoding="utf-8").read()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([a-z-]+)` \|.*\[[^]]+\]\(([^)]+)\) \|$", text, re.M)}
+    for module, name, _ in FRAMEWORKS:
+        assert name in rows, f"docs/flavors.md's table has no row for --flavor {name}"
+        assert rows[name] == f"flavors/{module}.md", f"docs/flavors.md: --flavor {name} links {rows[name]}"
+        assert os.path.exists(os.path.join(ROOT, "docs", "flavors", f"{module}.md")), \
+            f"docs/flavors/{module}.md (the page of --flavor {name}) is missing"
+    assert "advcli" in rows

@@ -74,12 +74,12 @@ class RowLocator:
         return self.base[j] + off, self.file[j], off
 
 
-# Resolved fields take_rows gathers per row, those it keeps whole (per scope / per group), and
+# Prepared fields take_rows gathers per row, those it keeps whole (per scope / per group), and
 # those the workers never read (dropped from the broadcast by lean()).
 
 
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
-_WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "token_stats", "kl_deferred"}
+_WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "group_tables", "kl_deferred"}
 _DRIVER_ONLY = {"raw_score", "row_keys",
                 "token_cache", "token_cache_complete", "token_spill",  # the local engine's chunk cache
                 "diagnostics", "whiten_other"}  # diagnostics the driver reports (SkyRL, slime)
@@ -93,7 +93,7 @@ def lean(res):
     names = [f.name for f in dataclasses.fields(res)]
     unknown = [n for n in names if n not in _PER_ROW | _WHOLE | _DRIVER_ONLY | {"correction"}]
     if unknown:
-        raise RuntimeError(f"advcli.engines.ray_engine does not know Resolved field(s) {unknown}: say in "
+        raise RuntimeError(f"advcli.engines.ray_engine does not know Prepared field(s) {unknown}: say in "
                            "take_rows/lean whether they are per row, per scope or driver-only")
 
     def gi(g):

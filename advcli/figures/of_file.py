@@ -199,7 +199,7 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
     import numpy as np
     import pyarrow as pa
 
-    from .group_health import of_run_stats
+    from .group_health import of_collector
 
     def col(c):
         arr = pa.chunked_array(parts[c], type=schema.field(c).type)
@@ -214,4 +214,4 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
         codes, uniq = pd.factorize(col(cols["source"][0]), sort=False, use_na_sentinel=False)
         source, names = codes.astype(np.int64), [str(u) for u in uniq]
     comps = {c: np.asarray(col(c), np.float64) for c in cols["components"]}
-    return of_run_stats(rs, source=source, source_names=names, components=comps or None)
+    return of_collector(rs, source=source, source_names=names, components=comps or None)

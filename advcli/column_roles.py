@@ -28,7 +28,7 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "turn_ids": ("turn_ids", "tokens", "turn index of each token (≥ 0 on trained tokens; AReaL turn-level GAE)"),
     "step": ("step", "int", "training step: each step is its own batch"),
     "domain": ("domain", "key", "ROLL domain"),
-    # per-trace inputs of prime-rl's estimators (spec/primerl.md §2)
+    # per-trace inputs of prime-rl's estimators
     "trainable": ("trainable", "scalar", "false (0) = errored or untrainable trace: left out of every statistic, "
                   "advantage 0 (prime-rl); missing = every row trainable"),
     "num_output_tokens": ("num_output_tokens", "scalar", "provider usage completion tokens of the trace "

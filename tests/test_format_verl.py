@@ -179,20 +179,26 @@ def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):
     assert f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump" in err and "advcli-import" not in err
 
 
-def test_v1_multi_output_grpo_gives_every_output_its_session_advantage(tmp_path, capsys):
-    """verl v1 (trainer_base._compute_advantage → v1/utils.py compute_advantage_for_multi_trajectories,
-    L148-193 @1dda039b): GRPO runs on the last output of each {prompt_uid}_{session} and every output of
-    the session gets that advantage. Here: prompt p0's last outputs [1, 0, 0.5], p1's [0, 1, 1]
-    (mean, unbiased std, + 1e-6), broadcast to the 3 + 1 + 2 and 2 + 2 + 1 outputs."""
+def run_multi_output(tmp_path, capsys, estimator: str):
+    """(dump directory, records, output table) of `advcli run DUMP --flavor verl` with ``estimator`` on a
+    v1 multi-output dump (multi_output_records)."""
     d = tmp_path / "r"
     d.mkdir()
     recs = multi_output_records()
     write(d / "5.jsonl", recs)
     out = tmp_path / "o.parquet"
-    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "-q"],
-                            capsys)
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", f"algorithm.adv_estimator={estimator}",
+                             "-q"], capsys)
     assert code == 0, err
-    t = pq.read_table(out)
+    return d, recs, pq.read_table(out)
+
+
+def test_v1_multi_output_grpo_gives_every_output_its_session_advantage(tmp_path, capsys):
+    """verl v1 (trainer_base._compute_advantage → v1/utils.py compute_advantage_for_multi_trajectories,
+    L148-193 @1dda039b): GRPO runs on the last output of each {prompt_uid}_{session} and every output of
+    the session gets that advantage. Here: prompt p0's last outputs [1, 0, 0.5], p1's [0, 1, 1]
+    (mean, unbiased std, + 1e-6), broadcast to the 3 + 1 + 2 and 2 + 2 + 1 outputs."""
+    d, recs, t = run_multi_output(tmp_path, capsys, "grpo")
     assert t.num_rows == len(recs) and t.column("output").to_pylist() == [r["output"] for r in recs]
     sd0 = math.sqrt(((1 - 0.5) ** 2 + 0.5 ** 2 + 0) / 2)  # p0: mean 0.5
     sd1 = math.sqrt(((0 - 2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # p1: mean 2/3
@@ -215,20 +221,13 @@ def test_v1_multi_output_other_estimators_see_every_output(tmp_path, capsys):
     """Any estimator but GRPO: verl gives every output to compute_advantage as a row of its prompt's group
     (uid = the prompt uid, agent_loop_tq.py L154-200 @1dda039b). RLOO: r_i − mean of the group's other rows
     (verl compute_rloo_outcome_advantage: r_i·n/(n−1) − mean·n/(n−1))."""
-    d = tmp_path / "r"
-    d.mkdir()
-    recs = multi_output_records()
-    write(d / "5.jsonl", recs)
-    out = tmp_path / "o.parquet"
-    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo", "-q"],
-                            capsys)
-    assert code == 0, err
+    _, recs, t = run_multi_output(tmp_path, capsys, "rloo")
     groups = [r["uid"].rsplit("_", 2)[0] for r in recs]
     exp = []
     for r, g in zip(recs, groups):
         others = [q["score"] for q, h in zip(recs, groups) if h == g]
         exp.append(r["score"] - (sum(others) - r["score"]) / (len(others) - 1))
-    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
 
 
 def test_v1_sessions_out_of_order_are_refused(tmp_path, capsys):

@@ -31,9 +31,6 @@ class ImportInfo:
     groups: int = 0
     group_sizes: dict = field(default_factory=dict)  # size -> number of groups
     starts: list = field(default_factory=list)  # (first canonical row, file) of every file read
-    # (estimator names, why): the import is right only for these estimators (a format sets
-    # ctx.state["only_estimators"]); check_config refuses the others
-    only_estimators: tuple | None = None
     # the synthetic mask of every row spans its response (Format.mask_length): token-weighted statistics hold
     token_lengths: bool = False
     # estimators that run on the is_last_step rows and give each session's value to all its rows
@@ -133,7 +130,6 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
                       logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
-                      only_estimators=ctx.state.get("only_estimators"),
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())))
 

@@ -59,11 +59,6 @@ def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> t
 
     run = RunSpec.from_config(cfg)
     name = run.estimator.name
-    for i in infos:
-        if i.only_estimators and name not in i.only_estimators[0]:
-            return (f"{i.only_estimators[1]}",
-                    AdvcliError(f"{i.only_estimators[1]}; estimator {name} would see other groups than verl's",
-                                hint=f"use {', '.join(i.only_estimators[0])} with this dump"))
     spec = (requirements or estimator_requirements()).get(name)
     if spec is None:  # an unknown name: the registry's own message
         from ..estimators import get as get_estimator

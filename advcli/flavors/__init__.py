@@ -16,6 +16,7 @@ from typing import Any
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
+from ._releases import Release
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Flavor:
     # (native values, defaults filled) -> one line saying why the estimator that runs has another name than
     # the one the user chose (ROLL adv_estimator=grpo runs reinforce_plus_plus), or None
     estimator_note: Callable[[dict[str, Any]], str | None] | None = None
+    # the upstream releases/commits whose semantics advcli reproduces, oldest first (advcli.flavors._releases)
+    releases: tuple[Release, ...] = ()
 
 
 FLAVORS: dict[str, Flavor] = {}

@@ -71,6 +71,37 @@ def test_row_locator_matches_rays_own_hash():
     assert grow.tolist() == list(range(1000, 1010))
 
 
+@needs_ray
+def test_sink_writes_blocks_that_are_not_neighbours_as_separate_files(tmp_path):
+    """A write task may get blocks of rows that do not follow each other (rows 0-9 and 20-29 in one
+    task, 10-19 in another): each run of consecutive rows is its own part file, and the parts tile the
+    rows in order; a row given twice is refused."""
+    import types
+
+    from advcli.engines.ray_output import ordered_sink
+    from advcli.engines.ray_rows import ROW_COL
+
+    schema = pa.schema([("x", pa.int64())])
+
+    def block(rows):
+        return pa.table({"x": pa.array([10 * r for r in rows], pa.int64()), ROW_COL: pa.array(rows, pa.int64())})
+
+    sink = ordered_sink(str(tmp_path), schema, 30, 10)
+    spans = sink.write([block(list(range(20, 30))), block(list(range(0, 10)))], None)
+    spans += sink.write([block(list(range(10, 20)))], None)
+    assert sorted(spans) == [(0, 9, 10), (10, 19, 10), (20, 29, 10)]
+    sink.on_write_complete(types.SimpleNamespace(write_returns=[spans]))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["part-000000000000.parquet", "part-000000000010.parquet", "part-000000000020.parquet"]
+    got = pa.concat_tables([pq.read_table(tmp_path / n) for n in names])
+    assert got.column("x").to_pylist() == [10 * r for r in range(30)]
+
+    twice = ordered_sink(str(tmp_path / "twice"), schema, 3, 10)
+    spans = twice.write([block([0, 1, 1, 2])], None)
+    with pytest.raises(AdvcliError, match="do not hold rows"):
+        twice.on_write_complete(types.SimpleNamespace(write_returns=[spans]))
+
+
 def test_missing_ray_says_how_to_install(monkeypatch):
     from advcli.engines.ray_engine import import_ray
 

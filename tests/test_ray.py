@@ -7,7 +7,6 @@ batches, so every group and step statistic spans blocks, batches and files.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 
@@ -24,51 +23,63 @@ needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip i
 
 
 # ------------------------------------------------------------------ no cluster needed
-def _splitmix_forward(path: str, rows: np.ndarray) -> np.ndarray:
-    """Ray's row_hash written out from its description: splitmix64 finaliser of md5(path)[:8] + row
-    (Steele, Lea & Flood 2014; Ray 2.60 datasource_v2/common/synthesized_columns.py)."""
-    seed = int.from_bytes(hashlib.md5(path.encode()).digest()[:8], "little")
-    out = []
-    for r in rows.tolist():
-        x = (seed + r) % 2**64
-        x ^= x >> 30
-        x = (x * 0xBF58476D1CE4E5B9) % 2**64
-        x ^= x >> 27
-        x = (x * 0x94D049BB133111EB) % 2**64
-        x ^= x >> 31
-        out.append(x)
-    return np.array(out, dtype=np.uint64)
+def test_shards_tile_every_row_once_in_order():
+    """Row groups [3, 4, 10] and [0-row file] and [5]: with a target of 4 rows, the first two row groups
+    are packed into shards of >= 4 rows, the 10-row group (> 2x target) is cut into ceil(10/4) = 3
+    pieces, and the next file's rows follow; every row once, in input order, with its global row."""
+    from advcli.engines.ray_shards import Shard, plan_shards
+
+    shards = plan_shards([[3, 4, 10], [], [5]], target=4)
+    assert shards == [Shard(0, 0, 7, 0), Shard(0, 7, 10, 7), Shard(0, 10, 13, 10), Shard(0, 13, 17, 13),
+                      Shard(2, 0, 5, 17)]
+    covered = [s.first + i for s in shards for i in range(s.stop - s.start)]
+    assert covered == list(range(22))
 
 
-def test_row_locator_inverts_row_hash():
-    from advcli.engines.ray_rows import RowLocator
+def test_shard_reads_exactly_its_rows(tmp_path):
+    """A shard that starts and ends inside row groups reads exactly those rows, in batches of at most
+    chunk_rows rows, each with its first row in the file."""
+    from advcli.engines.ray_shards import Shard, read_shard
 
-    paths = ["/data/a.parquet", "/data/b.parquet", "/data/c.parquet"]
-    sizes = [5, 0, 7]
-    loc = RowLocator(paths, sizes)
-    # rows of c, then a, in a scattered order
-    hashes = np.concatenate([_splitmix_forward(paths[2], np.array([6, 0, 3])),
-                             _splitmix_forward(paths[0], np.array([4, 0]))])
-    grow, fidx, off = loc.locate(hashes)
-    assert grow.tolist() == [5 + 6, 5 + 0, 5 + 3, 4, 0]
-    assert fidx.tolist() == [2, 2, 2, 0, 0]
-    assert off.tolist() == [6, 0, 3, 4, 0]
-    # a row beyond its file, or a hash of another scheme, is refused, never misplaced
-    with pytest.raises(AdvcliError, match="row_hash"):
-        loc.locate(_splitmix_forward(paths[0], np.array([5])))
-    with pytest.raises(AdvcliError, match="row_hash"):
-        loc.locate(np.array([12345], dtype=np.uint64))
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"v": list(range(25)), "w": [str(i) for i in range(25)]}), path, row_group_size=10)
+    got = list(read_shard(str(path), Shard(0, 7, 23, 107), ["v"], chunk_rows=4))
+    # batches follow the file's own (row group, chunk_rows) cuts: 7 | 8-9 | 10-13 | 14-17 | 18-19 | 20-22
+    assert [off for off, _ in got] == [7, 8, 10, 14, 18, 20]
+    assert all(b.num_rows <= 4 and b.schema.names == ["v"] for _, b in got)
+    assert [v for _, b in got for v in b.column("v").to_pylist()] == list(range(7, 23))
+    assert [off + b.num_rows for off, b in got][-1] == 23
 
 
 @needs_ray
-def test_row_locator_matches_rays_own_hash():
-    from ray.data._internal.datasource_v2.common.synthesized_columns import _compute_row_hashes
+def test_sink_writes_blocks_that_are_not_neighbours_as_separate_files(tmp_path):
+    """A write task may get blocks of rows that do not follow each other (rows 0-9 and 20-29 in one
+    task, 10-19 in another): each run of consecutive rows is its own part file, and the parts tile the
+    rows in order; a row given twice is refused."""
+    import types
 
-    from advcli.engines.ray_rows import RowLocator
+    from advcli.engines.ray_output import ordered_sink
+    from advcli.engines.ray_rows import ROW_COL
 
-    loc = RowLocator(["/x/one.parquet", "/x/two.parquet"], [10, 1000])
-    grow, _, _ = loc.locate(_compute_row_hashes("/x/two.parquet", 990, 10))
-    assert grow.tolist() == list(range(1000, 1010))
+    schema = pa.schema([("x", pa.int64())])
+
+    def block(rows):
+        return pa.table({"x": pa.array([10 * r for r in rows], pa.int64()), ROW_COL: pa.array(rows, pa.int64())})
+
+    sink = ordered_sink(str(tmp_path), schema, 30, 10)
+    spans = sink.write([block(list(range(20, 30))), block(list(range(0, 10)))], None)
+    spans += sink.write([block(list(range(10, 20)))], None)
+    assert sorted(spans) == [(0, 9, 10), (10, 19, 10), (20, 29, 10)]
+    sink.on_write_complete(types.SimpleNamespace(write_returns=[spans]))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["part-000000000000.parquet", "part-000000000010.parquet", "part-000000000020.parquet"]
+    got = pa.concat_tables([pq.read_table(tmp_path / n) for n in names])
+    assert got.column("x").to_pylist() == [10 * r for r in range(30)]
+
+    twice = ordered_sink(str(tmp_path / "twice"), schema, 3, 10)
+    spans = twice.write([block([0, 1, 1, 2])], None)
+    with pytest.raises(AdvcliError, match="do not hold rows"):
+        twice.on_write_complete(types.SimpleNamespace(write_returns=[spans]))
 
 
 def test_missing_ray_says_how_to_install(monkeypatch):

@@ -12,17 +12,15 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
    rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
    per-batch float64 sums in row order.
-3. **workers**: ``ray.data.read_parquet`` → ``map_batches(_Worker, batch_format="pyarrow")`` (an
-   actor class, one GPU each when the cluster has GPUs) applying the same per-chunk math
-   (:func:`advcli.pipeline.chunk_math`) to each batch → ``write_parquet``.
+3. **workers**: ``map_batches(_Worker, batch_format="pyarrow")`` (an actor class, one GPU each when
+   the cluster has GPUs) over advcli's read shards, applying the same per-chunk math
+   (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`.
 
-The resolved per-row table is broadcast once with ``ray.put``. Each batch is aligned with it by
-its rows' **global index**: ``read_parquet(include_row_hash=True)`` gives every row a uint64
-``row_hash = splitmix64(md5(path)[:8] + row in file)`` (Ray Data
-``_internal/datasource_v2/common/synthesized_columns.py:_compute_row_hashes``, Ray 2.60). The
-splitmix64 finaliser is a bijection, so :class:`advcli.engines.ray_rows.RowLocator` inverts it and
-recovers (file, row in file) exactly; a row that does not decode to a row of an input file is an error, never a silent
-misalignment. The math therefore does not depend on how Ray cuts or orders batches.
+**Shards**: advcli plans the reads (:mod:`advcli.engines.ray_shards`): each shard is rows
+``[start, stop)`` of one input file, with the global index of its first row; Ray Data carries only
+these descriptions (``from_items``) and each worker reads its shard's rows with pyarrow. Every batch
+therefore knows its file, its rows in that file and their global rows, whatever Ray does with blocks.
+The resolved per-row table is broadcast once with ``ray.put`` and indexed by those global rows.
 
 **Output**: a directory (``--output DIR``) of Parquet files ``part-<first global row:012d>.parquet``,
 so that file name order is input row order (global over all input files), each file's rows in
@@ -42,7 +40,6 @@ naming the node (and the temporary output is removed).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -85,7 +82,8 @@ from .ray_output import (
     tmp_dir,
     tmp_prefix,
 )
-from .ray_rows import ROW_COL, ROW_HASH, RowLocator, lean, take_rows
+from .ray_rows import ROW_COL, lean, take_rows
+from .ray_shards import Shard, plan_shards, read_shard, shard_target
 
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
@@ -105,23 +103,28 @@ def import_ray():
         # several threads, and without aiohttp one of them can fail with an ImportError mid-read
         raise AdvcliError("--engine ray needs aiohttp next to fsspec (Ray Data's file listing imports fsspec's "
                           "http module, which fails intermittently without it)", hint=INSTALL_HINT)
-    if "include_row_hash" not in inspect.signature(ray.data.read_parquet).parameters:
-        raise AdvcliError(f"--engine ray needs ray.data.read_parquet(include_row_hash=...); Ray {ray.__version__} "
-                          "lacks it", hint=INSTALL_HINT)
     return ray
 
 
 
 
-def _record_batch(table: pa.Table) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
+@dataclasses.dataclass(frozen=True)
+class _ReadSpec:
+    """What a worker needs to read its shards: the input paths (inside ``filesystem`` for object storage,
+    else absolute), the columns (None: all) and the batch size."""
+
+    paths: list[str]
+    filesystem: object
+    columns: list[str] | None
+    chunk_rows: int
 
 
 # -------------------------------------------------------------------------------------- workers
 
 
 class _Worker:
-    """One Ray Data actor: the per-chunk math on each batch, aligned by global row index."""
+    """One Ray Data actor: reads the shards it is given (:mod:`advcli.engines.ray_shards`) and applies the
+    per-chunk math to each batch of their rows, whose global rows it knows from the shard."""
 
     def __init__(self, payload):
         import ray
@@ -130,18 +133,23 @@ class _Worker:
             payload = ray.get(payload)
         self.plan = dataclasses.replace(payload["plan"], device=torch.device(payload["device"]))
         self.res = payload["res"]
-        self.locator: RowLocator = payload["locator"]
+        self.read: _ReadSpec = payload["read"]
         self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
         self.out_schema = payload.get("out_schema")
         self.observer = payload.get("observer")
         self.row_kl = payload.get("row_kl", True)
-        self.names = payload.get("names") or self.locator.paths  # the inputs as the user named them (messages)
+        self.names = payload.get("names") or self.read.paths  # the inputs as the user named them (messages)
         self.reader = ChunkReader(self.plan, None)
 
-    def __call__(self, table: pa.Table) -> pa.Table:
+    def __call__(self, items: pa.Table):
         try:
-            return self._call(table)
+            for item in items.to_pylist():
+                shard = Shard.of_item(item)
+                rd = self.read
+                for off, batch in read_shard(rd.paths[shard.file], shard, rd.columns, rd.chunk_rows, rd.filesystem,
+                                             self.names[shard.file]):
+                    yield self._call(batch, shard.file, off, shard.first + (off - shard.start))
         except AdvcliError as e:  # Ray Data re-wraps and drops __cause__: carry it in the message
             raise RuntimeError(_ERR_MARK + json.dumps(["advcli", e.message, e.hint]) + _ERR_MARK) from None
         except Exception as e:  # an advcli bug: one line on the driver, the traceback in the worker's log
@@ -151,14 +159,13 @@ class _Worker:
             msg = f"{type(e).__name__}: {e} (in a Ray worker, {os.path.basename(where.filename)}:{where.lineno})"
             raise RuntimeError(_ERR_MARK + json.dumps(["internal", msg, None]) + _ERR_MARK) from e
 
-    def _call(self, table: pa.Table) -> pa.Table:
+    def _call(self, batch: pa.RecordBatch, fi: int, off0: int, first: int) -> pa.Table:
+        """The mode's result on one batch: rows ``off0..`` of input file ``fi``, global rows ``first..``."""
         plan = self.plan
-        grow, fidx, off = self.locator.locate(table.column(ROW_HASH).to_numpy())
-        batch = _record_batch(table.drop_columns([ROW_HASH]))
-        file = self.names[int(fidx[0])] if len(fidx) else ""
+        grow = np.arange(first, first + batch.num_rows, dtype=np.int64)
+        file = self.names[fi]
         if self.mode == "rows":  # pass 1 on this batch: advcli.pipeline.row_table_pass itself
-            one = _OneBatch(self.locator.paths, int(fidx[0]) if len(fidx) else 0, int(off[0]) if len(off) else 0,
-                            batch)
+            one = _OneBatch(self.read.paths, fi, off0, batch)
             row, comps, keys = row_table_pass(plan, one, max(batch.num_rows, 1), None, row_kl=self.row_kl)
             cols = {ROW_COL: pa.array(grow, type=pa.int64())}
             cols.update({f"row:{k}": pa.array(v.numpy()) for k, v in row.items()})
@@ -169,9 +176,9 @@ class _Worker:
         if self.mode == "correction":  # the rollout correction's statistics (advcli.engines.ray_correction_pass)
             from .ray_correction_pass import correction_batch
 
-            cols = correction_batch(plan, self.reader, batch, file, int(off[0]) if len(off) else 0, len(grow))
+            cols = correction_batch(plan, self.reader, batch, file, off0, len(grow))
             return pa.table({ROW_COL: pa.array(grow, type=pa.int64()), **cols})
-        offsets, tok = self.reader.tokens(batch, file, int(off[0]) if len(off) else 0, plan.token_roles)
+        offsets, tok = self.reader.tokens(batch, file, off0, plan.token_roles)
         sub = take_rows(self.res, torch.from_numpy(grow))
         layout = Ragged(torch.from_numpy(offsets))
         if self.mode.startswith("moments"):
@@ -196,7 +203,7 @@ class _Worker:
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
         if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
-            t = t.set_column(0, self.out_schema.field(0), pa.array(off, type=pa.int64()))
+            t = t.set_column(0, self.out_schema.field(0), pa.array(np.arange(off0, off0 + len(grow)), type=pa.int64()))
         return t.append_column(ROW_COL, pa.array(grow, type=pa.int64()))
 
 
@@ -210,25 +217,9 @@ class _Cluster:
     chunk_rows: int
     override_num_blocks: int | None
     filesystem: object = None  # the inputs' pyarrow filesystem when they are object-storage URIs
+    paths: list[str] = dataclasses.field(default_factory=list)  # the inputs, as the workers open them
+    shards: list[Shard] = dataclasses.field(default_factory=list)  # advcli's read plan (ray_shards)
 _ERR_MARK = "<<advcli-error>>"
-BLOCKS_PER_WORKER = 4  # read blocks per worker actor that the block size aims at (_block_size)
-MIN_BLOCK = 1 << 20
-
-
-def _block_size(inputs: InputSet, concurrency: int, current: int) -> int:
-    """Ray Data's ``target_max_block_size`` for this run: small enough that the input comes as at
-    least ``BLOCKS_PER_WORKER`` blocks per worker actor. Ray 2.60 packs whole row groups into read
-    blocks up to that size (its ``override_num_blocks`` does not cut them further), so with the
-    default (128 MiB) a dump of one or two files came as one block, computed by one actor while
-    the others idled. Never larger than ``current``, never below 1 MiB; a row group is not split,
-    so a file of one row group is still one block."""
-    size = 0
-    for md in inputs.metadata:
-        size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-    want = size // max(BLOCKS_PER_WORKER * concurrency, 1)
-    return int(min(current, max(MIN_BLOCK, want))) if want else current  # never above the user's setting
-
-
 def _unwrap(e: BaseException) -> BaseException:
     """The AdvcliError a worker or the driver raised, wherever Ray wrapped it; else ``e``."""
     seen = set()
@@ -248,32 +239,26 @@ def _unwrap(e: BaseException) -> BaseException:
     return e
 
 
-def _dataset(cl: _Cluster, paths: list[str], columns: list[str] | None):
+def _map(cl: _Cluster, columns: list[str] | None, payload: dict):
+    """The workers' pass ``payload["mode"]`` over every shard, reading ``columns`` (None: all): one shard per
+    call, each call yielding one result table per batch of the shard's rows."""
     ray = cl.ray
-    # object storage: advcli's own pyarrow filesystem (endpoint and credentials as the local engine
-    # reads them) and the paths inside it, as Ray hashes them into row_hash (no scheme)
-    ds = ray.data.read_parquet(paths, include_row_hash=True, file_extensions=None, partitioning=None,
-                               override_num_blocks=cl.override_num_blocks, filesystem=cl.filesystem)
-    if columns is not None:
-        ds = ds.select_columns(list(dict.fromkeys(columns)) + [ROW_HASH])
-    return ds
-
-
-def _map(cl: _Cluster, ds, payload_ref):
+    payload = dict(payload, read=_ReadSpec(cl.paths, cl.filesystem,
+                                           None if columns is None else list(dict.fromkeys(columns)), cl.chunk_rows))
+    items = [s.as_item() for s in cl.shards]
+    ds = ray.data.from_items(items, override_num_blocks=max(len(items), 1))
     kw = {"num_gpus": 1} if cl.num_gpus else {"num_cpus": 1}
-    return ds.map_batches(_Worker, fn_constructor_args=(payload_ref,), batch_format="pyarrow",
-                          batch_size=cl.chunk_rows, compute=cl.ray.data.ActorPoolStrategy(size=cl.concurrency),
-                          zero_copy_batch=True, **kw)
+    return ds.map_batches(_Worker, fn_constructor_args=(ray.put(payload),), batch_format="pyarrow",
+                          batch_size=1, compute=ray.data.ActorPoolStrategy(size=cl.concurrency), **kw)
 
 
-def _moments_fn(cl: _Cluster, paths: list[str], watch=None):
+def _moments_fn(cl: _Cluster, watch=None):
     """``token_moments`` for :func:`advcli.pipeline.prepare_run`, run on the workers (each part received
     is progress for the ``watch``)."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
         payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
-                   "locator": RowLocator(paths, inputs.file_rows()),
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
-        ds = _map(cl, _dataset(cl, paths, list(roles_to_columns(plan, plan.token_roles))), cl.ray.put(payload))
+        ds = _map(cl, list(roles_to_columns(plan, plan.token_roles)), payload)
         if watch is not None:
             watch.stage("the token-moments pass")
         parts = []
@@ -312,14 +297,13 @@ def gather_rows(ds, R: int, stage: str, watch=None) -> pa.Table:
     return t.take(pa.array(order))
 
 
-def rows_on_workers_fn(cl: _Cluster, paths: list[str], watch=None):
+def rows_on_workers_fn(cl: _Cluster, watch=None):
     """``rows_on_workers(payload, columns, inputs, stage)``: a per-row pass on the workers (the payload's
     ``mode`` over ``columns`` of every batch, each row located in ``inputs``), gathered in global row
     order (:func:`gather_rows`). Handed to the passes that live in their own modules
     (:func:`advcli.engines.ray_correction_pass.correction_fn`), so that they need not import this engine."""
     def rows_on_workers(payload: dict, columns: list[str], inputs: InputSet, stage: str) -> pa.Table:
-        payload = dict(payload, locator=RowLocator(paths, inputs.file_rows()))
-        ds = _map(cl, _dataset(cl, paths, columns), cl.ray.put(payload))
+        ds = _map(cl, columns, payload)
         return gather_rows(ds, inputs.num_rows, stage, watch)
     return rows_on_workers
 
@@ -338,19 +322,18 @@ class _OneBatch:
             yield self.fi, self.row_base, self.batch.select(self.columns)
 
 
-def _row_pass_fn(cl: _Cluster, paths: list[str], watch=None):
+def _row_pass_fn(cl: _Cluster, watch=None):
     """``row_pass`` for :func:`advcli.pipeline.prepare_run` on the workers: each batch runs
     ``row_table_pass`` itself; the driver puts the per-row results in global row order."""
     def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
-        probe = _OneBatch(paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
+        probe = _OneBatch(cl.paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
         empty = row_table_pass(plan, probe, chunk_rows, None, row_kl=row_kl)
         R = inputs.num_rows
         if R == 0:
             return empty
-        payload = {"plan": plan, "res": None, "names": inputs.paths,
-                   "locator": RowLocator(paths, inputs.file_rows()), "device": "cpu",
-                   "mode": "rows", "row_kl": row_kl}
-        ds = _map(cl, _dataset(cl, paths, probe.columns), cl.ray.put(payload))
+        payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "rows",
+                   "row_kl": row_kl}
+        ds = _map(cl, probe.columns, payload)
         t = gather_rows(ds, R, "the row pass", watch)
         tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
         row = {k: tens(f"row:{k}") for k in empty[0]}
@@ -395,7 +378,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             write_columns: list[str] | str | None = None, output_mode: str = "full",
             stall_timeout: float | None = None, by_position: bool = False) -> RunResult:
     """:func:`advcli.pipeline.run_pipeline` on Ray (same arguments, plus the cluster ``address``;
-    ``override_num_blocks`` is passed to ``read_parquet``; ``rows_per_file``, default 16 chunks, is the
+    ``override_num_blocks``: the least number of read shards advcli plans (default: 4 per worker);
+    ``rows_per_file``, default 16 chunks, is the
     least number of rows Ray gathers into one output file; ``row_pass``: where pass 1 reads the small
     columns and the mask, ``driver``, ``workers`` or ``auto`` = workers on a cluster of several nodes).
     ``output`` is a directory; ``output_mode`` ``sidecar`` writes the local engine's sidecar columns
@@ -415,10 +399,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                                  chunk_rows, output_mode, write_columns)
     if ROW_COL in inputs.schema.names:
         raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_COL!r}, which --engine ray uses itself",
-                          hint="rename that column, or use --engine local")
-    if ROW_HASH in inputs.schema.names:
-        raise AdvcliError(f"{inputs.paths[0]}: has a column named {ROW_HASH!r}, which Ray Data's reader "
-                          "overwrites (advcli uses it to keep row order)",
                           hint="rename that column, or use --engine local")
     from ..io import remote
 
@@ -442,11 +422,13 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     rows_per_file = rows_per_file or 16 * chunk_rows
 
     cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
-    cl.filesystem = in_fs
+    cl.filesystem, cl.paths = in_fs, paths
+    row_groups = [[md.row_group(i).num_rows for i in range(md.num_row_groups)] for md in inputs.metadata]
+    cl.shards = plan_shards(row_groups, shard_target(inputs.num_rows, cl.concurrency, chunk_rows,
+                                                     override_num_blocks))
     ctx = ray.data.DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size)
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
     ctx.execution_options.preserve_order = True
-    ctx.target_max_block_size = _block_size(inputs, cl.concurrency, ctx.target_max_block_size or (128 << 20))
     ctx.enable_progress_bars = progress is not None
     data_log = logging.getLogger("ray.data")
     saved_level = data_log.level
@@ -462,9 +444,9 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             if row_pass == "auto":
                 row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
             res, row, betas, kls, warnings = prepare_run(
-                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, paths, watch),
-                row_pass=_row_pass_fn(cl, paths, watch) if row_pass == "workers" else None,
-                correction=correction_fn(rows_on_workers_fn(cl, paths, watch)))
+                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, watch),
+                row_pass=_row_pass_fn(cl, watch) if row_pass == "workers" else None,
+                correction=correction_fn(rows_on_workers_fn(cl, watch)))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
             observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls,
@@ -475,13 +457,12 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             sink = ray.remote(num_cpus=0, scheduling_strategy=here)(ObserverSink).remote(observer, inputs.num_rows)
             watch.stage("the compute-and-write pass")
             watch.follow_sink(sink, inputs.num_rows)
-            payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
-                       "locator": RowLocator(paths, inputs.file_rows()),
-                       "device": cl.device, "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
+            payload = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
+                       "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
                        "observer": sink}
             cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
                 list(roles_to_columns(plan, plan.token_roles)) + [f.name for f in base_fields])
-            ds = _map(cl, _dataset(cl, paths, cols), ray.put(payload))
+            ds = _map(cl, cols, payload)
             if out_fs is None:
                 shutil.rmtree(tmp, ignore_errors=True)
                 os.makedirs(tmp)
@@ -516,7 +497,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         if out_fs is None:
             replace_dir(tmp, output)
     finally:
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size = saved
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
         data_log.setLevel(saved_level)
         if started:
             ray.shutdown()

@@ -153,9 +153,18 @@ def ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_
             if bool((np.diff(rows) <= 0).any()):
                 order = np.argsort(rows, kind="stable")
                 t, rows = t.take(pa.array(order)), rows[order]
-            if bool((np.diff(rows) != 1).any()):  # a row twice or a gap: on_write_complete refuses the run
+            if bool((np.diff(rows) == 0).any()):  # a row twice: on_write_complete refuses the run
                 return [(int(rows[0]), -1, int(len(rows)))]
-            name = f"part-{int(rows[0]):012d}.parquet"
+            # Ray may hand one write task blocks that are not neighbours (seen on 131,072 rows with
+            # several actors): one file per run of consecutive rows, so every file still tiles its rows
+            cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+            starts = np.concatenate([[0], cuts]).astype(np.int64)
+            ends = np.concatenate([cuts, [len(rows)]]).astype(np.int64)
+            return [self._write_file(t.slice(a, b - a), int(rows[a]), int(rows[b - 1]))
+                    for a, b in zip(starts, ends)]
+
+        def _write_file(self, t: pa.Table, first: int, last: int) -> tuple[int, int, int]:
+            name = f"part-{first:012d}.parquet"
             local = directory if upload_fs is None else tempfile.mkdtemp(prefix="advcli-ray-part-")
             w = AtomicParquetWriter(os.path.join(local, name), out_schema, threaded=False)
             try:
@@ -172,7 +181,7 @@ def ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_
             finally:
                 if upload_fs is not None:
                     shutil.rmtree(local, ignore_errors=True)
-            return [(int(rows[0]), int(rows[-1]), int(len(rows)))]
+            return first, last, t.num_rows
 
         def on_write_complete(self, write_result):
             spans = sorted(x for r in write_result.write_returns for x in (r or []))

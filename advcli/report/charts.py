@@ -73,7 +73,7 @@ def _step_for(span: float, count: int, integer: bool) -> float:
 def value_axis(values: list, *, integer: bool = False, percent: bool = False, count: int = 5) -> Axis | None:
     """The value (y) axis of ``values``: zero included, widened to the ticks around the data, at least
     three ticks. Data all 0 are drawn on [-1, 1] ([0, 2] for counts). None when no value is finite."""
-    vals = [float(v) for v in values if is_num(v)]
+    vals = [float(v) if abs(v) >= 1e-300 else 0.0 for v in values if is_num(v)]  # below: drawn as 0 anyway
     if not vals:
         return None
     lo, hi = min(min(vals), 0.0), max(max(vals), 0.0)

@@ -16,12 +16,23 @@ import subprocess
 import tempfile
 
 import pytest
+from conftest import SAMPLE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_filter import make_dump
-from test_report import CHROMIUM, _expected_from_output, invoke
+from test_report import CHROMIUM, HtmlTags, expected_from_output, invoke
 
-from advcli.report import fmt_num, position_axis, svg_histogram, svg_lines, value_axis
+from advcli.report import (
+    FRAGMENT_CSS,
+    fmt_num,
+    plot_svgs,
+    plots_html,
+    position_axis,
+    summary_html,
+    svg_histogram,
+    svg_lines,
+    value_axis,
+)
 from advcli.report.charts import nice_step
 
 MINUS = "\u2212"
@@ -124,6 +135,25 @@ def test_histogram_bars_hold_their_bin_and_count():
     assert 'class="axis x"' in svg and 'class="axis y"' in svg
 
 
+def test_summary_and_plots_render_alone_as_html_fragments(tmp_path):
+    """What a notebook shows: the summary block and the plots, each a fragment with its own style, whose
+    rules all sit under .advcli (nothing restyles the host page)."""
+    r = invoke("run", SAMPLE, "-o", tmp_path / "o.parquet", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    selectors = [rule.split("{")[0] for rule in re.findall(r"[^{}]+\{[^}]*\}", FRAGMENT_CSS)]
+    assert selectors and all(sel.strip().startswith(".advcli") for rule in selectors for sel in rule.split(","))
+    summary, plots = summary_html(rep), plots_html(rep)
+    for frag in (summary, plots):
+        p = HtmlTags()
+        p.feed(frag)
+        assert not p.errors and p.stack == [], p.errors
+        assert frag.startswith('<div class="advcli"><style>') and "<body" not in frag and "<script" not in frag
+    assert f'<div class="v">{rep["rows"]}</div><div class="k">rows</div>' in summary
+    assert "float32_cancellation" in summary and "<svg" not in summary
+    assert plots.count("<svg") == len(plot_svgs(rep)) >= 6  # 4 histograms, 2 by position, the step curves
+
+
 # ------------------------------------------------------------------------------------ the browser
 MEASURE = """<script>
 (function () {
@@ -201,8 +231,6 @@ def _check_plot(p: dict) -> None:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
 def test_rendered_pages_have_readable_axes_and_no_overlapping_labels(tmp_path):
-    from conftest import SAMPLE
-
     run_html, out = tmp_path / "run.html", tmp_path / "o.parquet"
     r = invoke("run", SAMPLE, "-o", out, "--report", run_html, "--json")
     assert r.returncode == 0, r.stderr
@@ -229,7 +257,7 @@ def test_rendered_pages_have_readable_axes_and_no_overlapping_labels(tmp_path):
     score = next(p for k, p in plots.items() if k.startswith("run.html: critic/score/mean by step"))
     assert _num(score["y"]["ticks"][0]["s"]) == 0.0
     # the cards: each family's mean with its min and max beside it, from the output file itself
-    exp = _expected_from_output(str(out))
+    exp = expected_from_output(str(out))
     page = run_html.read_text(encoding="utf-8")
     card = re.search(r'<div class="k">critic/advantages/mean</div><div class="r">([^<]*)</div>', page).group(1)
     lo, hi = fmt_num(float(exp["critic/advantages/min"])), fmt_num(float(exp["critic/advantages/max"]))

@@ -98,7 +98,7 @@ FRAGMENT_CSS = """
 .advcli table{border-collapse:collapse;background:#fff;border:1px solid #e2e2e6;font-size:13px}
 .advcli td,.advcli th{padding:4px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 .advcli th{background:#f0f0f3;font-weight:600}.advcli td.n{text-align:right;font-variant-numeric:tabular-nums}
-.advcli .grid{display:flex;flex-wrap:wrap;gap:14px}
+.advcli .grid{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 .advcli .plot{border:1px solid #e2e2e6;border-radius:6px;max-width:100%;height:auto}
 .advcli .plot .hov:hover{fill-opacity:.07}.advcli .plot .bar:hover{fill-opacity:.75}
 .advcli .diag{border-left:4px solid;padding:8px 12px;margin:8px 0}

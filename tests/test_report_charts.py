@@ -129,6 +129,20 @@ def test_two_step_plot_is_drawn_to_scale_with_points_legend_and_hover():
     assert "a/mean: 0.5443217" in svg and "b/mean: –" in svg
 
 
+def test_steps_per_domain_are_one_curve_per_domain():
+    """ROLL's per-step entries are per step and domain: one curve per domain over the distinct steps (not
+    a zigzag through both), each in the legend."""
+    from advcli.report import to_html
+
+    steps = [{"step": s, "domain": d, "critic/score/mean": v}
+             for s, d, v in [(0, "math", 0.25), (0, "code", 0.75), (1, "math", 0.5), (1, "code", 1.0)]]
+    page = to_html({"command": "run", "per_step": steps})
+    svg = re.search(r'<svg class="plot"[^>]*aria-label="critic/score/mean by step".*?</svg>', page, re.S).group(0)
+    assert [n for n in re.findall(r'class="l legend"[^>]*>([^<]*)<', svg)] == ["math", "code"]
+    assert len(re.findall(r'<polyline class="series"', svg)) == 2
+    assert "math: 0.25" in svg and "code: 1" in svg  # the step-0 and step-1 hover titles
+
+
 def test_histogram_bars_hold_their_bin_and_count():
     svg = svg_histogram([-1.0, 0.0, 1.0], [3, 5], "h", xlabel="advantage", ylabel="tokens")
     assert "<title>[-1, 0): 3</title>" in svg and "<title>[0, 1]: 5</title>" in svg

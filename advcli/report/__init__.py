@@ -53,7 +53,6 @@ from .primitives import (
     html_table,
     is_num,
     md_table,
-    nice,
     short_examples,
 )
 from .terminal import print_summary
@@ -61,7 +60,7 @@ from .terminal import print_summary
 __all__ = [
     "CSS", "FORMATS", "FRAGMENT_CSS", "KEY_METRICS", "PALETTE", "Axis", "build_report", "check_report_path", "emit",
     "esc", "flat_step", "fmt_examples", "fmt_num", "fragment", "headline", "html_table", "is_num", "key_metrics",
-    "md_table", "metric_sections", "nice", "plot_svgs", "plots_html", "position_axis", "print_summary", "render",
+    "md_table", "metric_sections", "plot_svgs", "plots_html", "position_axis", "print_summary", "render",
     "report_format", "short_examples", "step_columns", "summary_html", "svg_bars", "svg_histogram", "svg_lines",
     "to_html", "to_markdown", "value_axis", "write_report",
 ]

@@ -78,10 +78,6 @@ def esc(x: Any) -> str:
     return _html.escape(x if isinstance(x, str) else fmt_num(x))
 
 
-def nice(v: float) -> str:
-    return f"{v:.3g}"
-
-
 # Every rule but the page's own (body, main) is scoped under .advcli, so a fragment of the report (a summary
 # block, a plot: advcli.report.html) shows the same inside a notebook's page without touching the rest.
 FRAGMENT_CSS = """

@@ -14,7 +14,8 @@ Every chart is drawn the same way, so a reader can trust any of them:
   widened to three whole-number ticks when the data has fewer (two steps 0 and 1: ticks 0, 1, 2).
 - Gridlines at every tick, axis titles with units, the tick labels outside the frame, a legend with a
   colour swatch per series above the frame (never over it), a point per value for short series, and a
-  hover title with the exact value on every point, bar and step.
+  hover title with the exact value on every point, bar and step. Each series after the first has its
+  own dash pattern and smaller points, so two equal series both stay visible.
 
 Each text sits in its own box computed here (labels measured at a conservative character width); the
 browser test of ``tests/test_report.py`` checks on the rendered page that no two labels overlap.
@@ -30,6 +31,9 @@ from .primitives import PALETTE, esc, is_num
 LABEL_PX, TITLE_PX = 11, 13
 LABEL_CHAR_W, TITLE_CHAR_W = 6.6, 8.0
 GRID, AXIS, TEXT, MUTED = "#e5e7eb", "#6b7280", "#111827", "#4b5563"
+# the n-th series' dash pattern and point radius: a later series drawn over an equal earlier one leaves it
+# visible (a solid line and a ring around a smaller point)
+DASHES, RADII = ["", "6 3", "2 3", "8 3 2 3"], [3.5, 2.5, 2.0, 2.0]
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,Roboto,Helvetica,Arial,sans-serif"'
 
 
@@ -160,7 +164,7 @@ def _legend(entries: list[tuple[str, str, str]], x0: float, width: float, y: flo
     """Legend items (name, colour, kind "line" | "band") laid out in rows from (x0, y); returns the parts
     and the height used."""
     parts, x, row = [], x0, 0
-    for name, color, kind in entries:
+    for i, (name, color, kind) in enumerate(entries):
         wi = 16 + 5 + text_width(name) + 14
         if x > x0 and x + wi > x0 + width:
             x, row = x0, row + 1
@@ -169,11 +173,16 @@ def _legend(entries: list[tuple[str, str, str]], x0: float, width: float, y: flo
             sw = f'<rect x="{x:.1f}" y="{cy - 5:.1f}" width="16" height="10" fill="{color}" fill-opacity="0.2"/>'
         else:
             sw = (f'<line x1="{x:.1f}" y1="{cy:.1f}" x2="{x + 16:.1f}" y2="{cy:.1f}" stroke="{color}" '
-                  f'stroke-width="2"/><circle cx="{x + 8:.1f}" cy="{cy:.1f}" r="3" fill="{color}"/>')
+                  f'stroke-width="2"{_dash(i)}/><circle cx="{x + 8:.1f}" cy="{cy:.1f}" r="{RADII[i % 4]}" '
+                  f'fill="{color}"/>')
         parts.append(f'<g class="legend-item">{sw}'
                      + _text(x + 21, cy + 4, name, anchor="start", fill=TEXT, cls="l legend") + "</g>")
         x += wi
     return parts, (row + 1) * 16
+
+
+def _dash(i: int) -> str:
+    return f' stroke-dasharray="{DASHES[i % 4]}"' if DASHES[i % 4] else ""
 
 
 @dataclass
@@ -317,14 +326,14 @@ def svg_lines(xs: list, series: dict[str, list], title: str, xlabel: str = "", w
         if cur:
             segs.append(cur)
         parts += [f'<polyline class="series" points="{" ".join(s)}" fill="none" stroke="{color}" '
-                  f'stroke-width="1.8"/>' for s in segs if len(s) > 1]
+                  f'stroke-width="1.8"{_dash(si)}/>' for s in segs if len(s) > 1]
         # a point per value for short series; in long ones only where a value stands alone between gaps
         shown = [(x, y) for x, y in zip(xs, ys) if is_num(x) and is_num(y)]
         alone = {s[0] for s in segs if len(s) == 1}
         for x, y in shown:
             cx, cy = f"{f.sx(x):.2f}", f"{f.sy(y):.2f}"
             if len(shown) <= 60 or f"{cx},{cy}" in alone:
-                parts.append(f'<circle class="point" cx="{cx}" cy="{cy}" r="3" fill="{color}">'
+                parts.append(f'<circle class="point" cx="{cx}" cy="{cy}" r="{RADII[si % 4]}" fill="{color}">'
                              f"<title>{esc(name)} at {esc(xlabel or 'x')} {exact(x)}: {exact(y)}</title></circle>")
     parts += _hover_strips(f, xs, series, xlabel, band, band_label)
     return _svg(f, title, parts)

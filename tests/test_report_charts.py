@@ -68,6 +68,8 @@ def test_value_axis_of_signed_small_large_and_constant_data():
     assert ax.labels == ["0", "5.0e+05", "1.0e+06", "1.5e+06", "2.0e+06", "2.5e+06"]
     # shares as percentages: 0.8/5 = 0.16 → step 0.2
     assert value_axis([0.125, 0.8], percent=True).labels == ["0%", "20%", "40%", "60%", "80%"]
+    # tiny values: scientific, with the digits that tell the ticks apart (3e-9/5 → step 5e-10)
+    assert value_axis([1e-9, 3e-9]).labels[:3] == ["0", "5.0e\u221210", "1.0e\u221209"]
     assert value_axis([None, float("nan")]) is None
 
 
@@ -81,6 +83,8 @@ def test_position_axis_spans_the_data_with_three_whole_ticks_at_least():
     # a histogram's edges -2.5..2.5: 5/6 → 8.3 × 0.1 → step 1, labels without decimals
     ax = position_axis(-2.5, 2.5)
     assert ax.ticks == [-2.0, -1.0, 0.0, 1.0, 2.0] and ax.labels[0] == f"{MINUS}2"
+    # a narrow span around 1: fixed decimals, as many as the step 0.00005 needs (0.0002/6 → 3.3e-5 → 5e-5)
+    assert position_axis(0.9999, 1.0001).labels == ["0.99990", "0.99995", "1.00000", "1.00005", "1.00010"]
 
 
 @settings(max_examples=300, deadline=None)

@@ -117,12 +117,13 @@ def position_axis(lo: float, hi: float, *, integer: bool = False, count: int = 6
 
 def tick_labels(ticks: list[float], step: float, *, percent: bool = False) -> list[str]:
     """Tick labels with the decimals the step needs (0.5 → "0.5", 0.25 never: steps are 1, 2, 5 × 10^k);
-    scientific notation below a step of 0.001 or at a million and above; ``percent``: values × 100 with "%".
+    scientific notation when every tick is below 0.001 or one is a million or more (0.99995 stays fixed);
+    ``percent``: values × 100 with "%".
     Negative values carry a true minus sign."""
     if percent:
         ticks, step = [100 * t for t in ticks], 100 * step
     big = max(abs(t) for t in ticks)
-    if big >= 1e6 or step < 1e-3:
+    if big >= 1e6 or big < 1e-3:
         p = max(0, math.floor(math.log10(big) + 1e-9) - math.floor(math.log10(step) + 1e-9))
         out = ["0" if t == 0 else f"{t:.{p}e}" for t in ticks]
     else:

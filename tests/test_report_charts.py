@@ -191,6 +191,7 @@ MEASURE = """<script>
       e => e.getAttribute("fill") === "none" ? e.getAttribute("stroke") : e.getAttribute("fill"))).size,
     legend: [...svg.querySelectorAll("g.legend-item")].map(
       g => ({s: g.textContent, swatch: !!g.querySelector("line, rect")})),
+    axisTitles: svg.querySelectorAll("text.axis-title").length,
     hover: svg.querySelectorAll("title").length}));
   const pre = document.createElement("pre");
   pre.id = "advcli-measure";
@@ -244,6 +245,7 @@ def _check_plot(p: dict) -> None:
         assert ys == sorted(ys) and 0.0 in ys, (where, ys)
     if p["series"] > 1:  # several series: a legend entry with a swatch for each
         assert len(p["legend"]) >= p["series"] and all(e["swatch"] for e in p["legend"]), where
+    assert p["axisTitles"] == (1 if y["band"] else 2), where  # what each axis holds, in its unit
     assert p["hover"] > 0, where
 
 

@@ -92,8 +92,9 @@ def _cards(report: dict) -> list[tuple[str, str, str]]:
              ("valid tokens", fmt_num(report.get("valid_tokens")), "")]
     if t.get("seconds"):
         cards.append(("time", f"{t['seconds']:.2f} s", ""))
-    if t.get("tokens_per_s"):
-        cards.append(("throughput", f"{t['tokens_per_s'] / 1e6:.2f} M tok/s", ""))
+    if t.get("tokens_per_s"):  # a small file's stats in M tok/s would read 0.00
+        tps = t["tokens_per_s"]
+        cards.append(("throughput", f"{tps / 1e6:.2f} M tok/s" if tps >= 1e5 else f"{tps:,.0f} tok/s", ""))
     for fam in CARD_FAMILIES:
         if f"{fam}/mean" in m:
             rng = " · ".join(f"{k} {fmt_num(m[f'{fam}/{k}'])}" for k in ("min", "max") if f"{fam}/{k}" in m)

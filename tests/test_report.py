@@ -39,7 +39,7 @@ def _flat(col) -> tuple[np.ndarray, np.ndarray]:
     return np.array([len(r) for r in rows]), np.array([x for r in rows for x in r], dtype=np.float64)
 
 
-def _expected_from_output(path: str) -> dict:
+def expected_from_output(path: str) -> dict:
     t = pq.read_table(path)
     L, mask = _flat(t.column("response_mask"))
     _, adv = _flat(t.column("advantages"))
@@ -83,7 +83,7 @@ def test_report_figures_agree_with_the_output_file(tmp_path, settings):
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""  # quiet: nothing on stdout
     rep = json.loads(rep_path.read_text())
-    exp = _expected_from_output(str(out))
+    exp = expected_from_output(str(out))
     for k in ("rows", "tokens", "valid_tokens"):
         assert rep[k] == exp[k], k
     m = rep["metrics"]
@@ -121,7 +121,7 @@ def test_stats_of_an_output_agree_with_the_run_report(tmp_path):
     r = invoke("stats", out, "--report", rep_stats, "-q")
     assert r.returncode == 0, r.stderr
     a, b = json.loads(rep_run.read_text()), json.loads(rep_stats.read_text())
-    exp = _expected_from_output(str(out))
+    exp = expected_from_output(str(out))
     for k, v in exp.items():
         if "/" in k:
             assert b["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
@@ -150,7 +150,7 @@ def _fake_report() -> dict:
     return build_report(R(), flavor="verl", native={"algorithm.adv_estimator": "grpo"})
 
 
-class _Tags(html.parser.HTMLParser):
+class HtmlTags(html.parser.HTMLParser):
     VOID = {"meta", "br", "line", "rect", "circle", "polyline", "polygon", "path", "img", "link", "input"}
 
     def __init__(self):
@@ -176,7 +176,7 @@ class _Tags(html.parser.HTMLParser):
 
 def test_html_is_self_contained_and_well_formed():
     page = render(_fake_report(), "html")
-    p = _Tags()
+    p = HtmlTags()
     p.feed(page)
     assert not p.errors and p.stack == [], p.errors
     names = [t for t, _ in p.tags]

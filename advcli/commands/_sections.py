@@ -33,7 +33,8 @@ def render_sections(report: dict, fmt: str, title: str, sections: list[Section])
         return "\n".join(L) + "\n"
     H = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
          "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">",
-         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>", f"<h1>{esc(title)}</h1>",
+         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main class=\"advcli\">",
+         f"<h1>{esc(title)}</h1>",
          f'<div class="sub">advcli {esc(report.get("advcli_version", ""))} · {esc(report.get("created", ""))}</div>']
     for name, kind, payload in sections:
         if not payload:

@@ -102,7 +102,8 @@ def filter_sections(rep: dict):
 
         svgs.append(svg_lines([e["step"] for e in steps],
                               {"groups dropped": [e["groups_dropped"] for e in steps],
-                               "uniform groups": [e["uniform_groups"] for e in steps]}, "groups by step", "step"))
+                               "uniform groups": [e["uniform_groups"] for e in steps]}, "groups by step", "step",
+                              ylabel="groups"))
     sections.append(("Plots", "svg", svgs))
     ex = rep.get("examples_dropped") or []
     if ex:

@@ -23,11 +23,14 @@ Fields a producer does not have are left out; every renderer copes. This package
 torch nor numpy: writing a report costs nothing but the string building.
 
 Files are written atomically (a temporary file beside the target, renamed into place), like the
-Parquet outputs. The HTML page has no network assets: CSS inline, plots as inline SVG.
+Parquet outputs. The HTML page has no network assets and no script: CSS inline, plots as inline SVG. Its
+parts render on their own as HTML fragments (a notebook's display): :func:`summary_html`,
+:func:`plots_html`, :func:`plot_svgs`, :func:`fragment`.
 
 The modules, each importing only those listed before it:
 
-- ``primitives``: numbers and examples as text, Markdown/HTML tables, the CSS, the SVG plots;
+- ``primitives``: numbers and examples as text, Markdown/HTML tables, the CSS;
+- ``charts``: the SVG plots and their axis rule (nice ticks, zero-based value axes);
 - ``content``: the report dict (:func:`build_report`) and the views of it the renderings share;
 - ``health``: the group-health sections (terminal line, Markdown, HTML);
 - ``terminal``, ``markdown``, ``html``: the three renderings;
@@ -35,12 +38,14 @@ The modules, each importing only those listed before it:
 
 Their public names are importable from ``advcli.report`` itself.
 """
+from .charts import Axis, position_axis, svg_bars, svg_histogram, svg_lines, value_axis
 from .content import KEY_METRICS, build_report, flat_step, headline, key_metrics, metric_sections, step_columns
-from .html import to_html
+from .html import fragment, plot_svgs, plots_html, summary_html, to_html
 from .markdown import to_markdown
 from .output import FORMATS, check_report_path, emit, render, report_format, write_report
 from .primitives import (
     CSS,
+    FRAGMENT_CSS,
     PALETTE,
     esc,
     fmt_examples,
@@ -48,16 +53,14 @@ from .primitives import (
     html_table,
     is_num,
     md_table,
-    nice,
     short_examples,
-    svg_histogram,
-    svg_lines,
 )
 from .terminal import print_summary
 
 __all__ = [
-    "CSS", "FORMATS", "KEY_METRICS", "PALETTE", "build_report", "check_report_path", "emit", "esc", "flat_step",
-    "fmt_examples", "fmt_num", "headline", "html_table", "is_num", "key_metrics", "md_table", "metric_sections",
-    "nice", "print_summary", "render", "report_format", "short_examples", "step_columns", "svg_histogram",
-    "svg_lines", "to_html", "to_markdown", "write_report",
+    "CSS", "FORMATS", "FRAGMENT_CSS", "KEY_METRICS", "PALETTE", "Axis", "build_report", "check_report_path", "emit",
+    "esc", "flat_step", "fmt_examples", "fmt_num", "fragment", "headline", "html_table", "is_num", "key_metrics",
+    "md_table", "metric_sections", "plot_svgs", "plots_html", "position_axis", "print_summary", "render",
+    "report_format", "short_examples", "step_columns", "summary_html", "svg_bars", "svg_histogram", "svg_lines",
+    "to_html", "to_markdown", "value_axis", "write_report",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .primitives import PALETTE, esc, html_table, md_table, nice, svg_histogram, svg_lines
+from .charts import svg_bars, svg_histogram, svg_lines
+from .primitives import esc, html_table, md_table
 
 # the two reward figures (advcli.figures.group_health): the mean over groups of the group's mean reward, and
 # the share of rows with reward > 0 — named apart everywhere, never "solve rate"
@@ -90,63 +91,49 @@ def markdown_lines(h: dict | None) -> list[str]:
     return L
 
 
-def html_parts(h: dict | None) -> list[str]:
+def plot_svgs(h: dict | None) -> list[str]:
+    """The group-health plots, each a standalone ``<svg>``: mean reward histogram, group sizes, uniform
+    share by step and by source, length by outcome."""
     if not h:
         return []
-    H = ["<h2>Group health</h2>", f"<p>{esc(headline(h))}</p>"]
     plots = []
     hist = h.get("group_mean_reward_histogram")
     if hist:
-        plots.append(svg_histogram(hist["edges"], hist["counts"], f"groups by {hist['note']}"))
+        plots.append(svg_histogram(hist["edges"], hist["counts"], f"groups by {hist['note']}",
+                                   xlabel=MEAN_LABEL, ylabel="groups"))
     gs = h.get("group_sizes")
     if gs and len(gs["sizes"]) > 0:
         plots.append(svg_histogram([s - 0.5 for s in range(1, gs["max"] + 1)] + [gs["max"] + 0.5],
                                    [dict(zip(gs["sizes"], gs["counts"])).get(s, 0) for s in range(1, gs["max"] + 1)],
-                                   "groups by size (rows per group)"))
+                                   "groups by size (rows per group)", xlabel="rows per group", ylabel="groups",
+                                   integer_x=True))
     steps = h.get("per_step") or []
     if len(steps) > 1:
         xs = [e["step"] for e in steps]
         series = {"uniform groups": [e.get("uniform_share") for e in steps]}
         if any(e.get("zero_adv_token_share") is not None for e in steps):
             series["zero-adv tokens"] = [e.get("zero_adv_token_share") for e in steps]
-        plots.append(svg_lines(xs, series, "share of uniform groups (and zero-advantage tokens) by step", "step"))
+        plots.append(svg_lines(xs, series, "share of uniform groups (and zero-advantage tokens) by step", "step",
+                               ylabel="share", percent=True))
     srcs = h.get("per_source") or []
     if srcs:
-        names = [e["source"] for e in srcs]
-        plots.append(_svg_bars(names, [e.get("uniform_share") or 0.0 for e in srcs],
-                               "share of uniform groups by source"))
+        plots.append(svg_bars([e["source"] for e in srcs], [e.get("uniform_share") or 0.0 for e in srcs],
+                              "share of uniform groups by source", xlabel="uniform groups (share of the source's)",
+                              percent=True))
     lbo = h.get("length_by_outcome") or {}
     if lbo and all((lbo.get(k) or {}).get("mean") is not None for k in ("solved", "unsolved")):
-        plots.append(_svg_bars(["solved", "unsolved"], [lbo["solved"]["mean"], lbo["unsolved"]["mean"]],
-                               "mean response length by outcome"))
-    plots = [p for p in plots if p]
+        plots.append(svg_bars(["solved", "unsolved"], [lbo["solved"]["mean"], lbo["unsolved"]["mean"]],
+                              "mean response length by outcome", xlabel="mean response length (tokens)"))
+    return [p for p in plots if p]
+
+
+def html_parts(h: dict | None) -> list[str]:
+    if not h:
+        return []
+    H = ["<h2>Group health</h2>", f"<p>{esc(headline(h))}</p>"]
+    plots = plot_svgs(h)
     if plots:
         H.append('<div class="grid">' + "".join(plots) + "</div>")
     for title, header, rows in tables(h):
         H.append(f"<h3>{esc(title)}</h3>" + '<div class="scroll">' + html_table(header, rows) + "</div>")
     return H
-
-
-def _svg_bars(labels: list[str], values: list[float], title: str, w: int = 560, h: int = 220) -> str:
-    """A bar chart of one value per label (inline SVG, no scripts)."""
-    if not labels:
-        return ""
-    top = max([v for v in values if v is not None] + [0.0]) or 1.0
-    x0, x1, y0, y1 = 48, w - 12, h - 34, 26
-    bw = (x1 - x0) / len(labels)
-    out = [f'<svg class="plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{esc(title)}">',
-           f'<text x="{w / 2}" y="16" class="t">{esc(title)}</text>',
-           f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" class="ax"/>',
-           f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" class="ax"/>',
-           f'<text x="{x0 - 4}" y="{y1 + 8}" class="l" text-anchor="end">{esc(nice(top))}</text>',
-           f'<text x="{x0 - 4}" y="{y0}" class="l" text-anchor="end">0</text>']
-    for i, (lab, v) in enumerate(zip(labels, values)):
-        v = v or 0.0
-        bh = (y0 - y1) * v / top
-        x = x0 + i * bw + bw * 0.15
-        out.append(f'<rect x="{x:.1f}" y="{y0 - bh:.1f}" width="{bw * 0.7:.1f}" height="{bh:.1f}" fill="{PALETTE[0]}">'
-                   f"<title>{esc(str(lab))}: {esc(nice(v))}</title></rect>")
-        out.append(f'<text x="{x + bw * 0.35:.1f}" y="{y0 + 14}" class="l" text-anchor="middle">'
-                   f"{esc(str(lab)[:14])}</text>")
-    out.append("</svg>")
-    return "".join(out)

@@ -105,11 +105,16 @@ def run(
     drop_uniform: bool = opt.DROP_UNIFORM,
     solve_rate: str | None = opt.SOLVE_RATE,
     min_group_size: int | None = opt.MIN_GROUP_SIZE,
+    log: list[str] | None = opt.LOG,
+    log_project: str | None = opt.LOG_PROJECT,
+    log_name: str | None = opt.LOG_NAME,
+    log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .engines import check_engine
 
     check_engine(engine)
+    trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
@@ -161,6 +166,7 @@ def run(
             emit(rep, report, json_out, show)
         except BrokenPipeError:  # `advcli run ... --json | head -1`: the reader left; the run still completes
             silence_stdout()
+        opt.send_to_trackers(rep, trackers, quiet)  # --log: before the outputs are put in place
         outputs.commit()
 
 

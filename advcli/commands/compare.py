@@ -162,11 +162,16 @@ def compare_cmd(
     device: str = opt.device("auto", "auto, cpu or cuda (for the two configurations)."),
     json_out: bool = opt.json_out("the comparison"),
     from_: str | None = opt.FROM,
+    log: list[str] | None = opt.LOG,
+    log_project: str | None = opt.LOG_PROJECT,
+    log_name: str | None = opt.LOG_NAME,
+    log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """Compare two sets of advantages: correlation, sign agreement, per-group differences."""
     from ..config import parse_column_maps
 
     columns = parse_column_maps(column)
+    trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     raw = ctx.meta.get("advcli_raw_args") or []
     configs = split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
@@ -194,3 +199,4 @@ def compare_cmd(
         typer.echo(json.dumps(res, default=str))
     else:
         print_comparison(res)
+    opt.send_to_trackers({"command": "compare", **res}, trackers)

@@ -226,7 +226,7 @@ def _to_wandb(report: dict, t: LogTarget) -> str:
                           hint="WANDB_MODE=offline writes the run locally; `wandb sync` uploads it later") from None
     try:
         for step, values in per_step_series(report, t.step_offset):
-            run.log(values, step=step)
+            run.log(values, step=step, commit=True)  # written now: the whole-run summary below comes after
         run.summary.update(summary_values(report))
         diags = {d["kind"]: {k: d.get(k) for k in ("count", "unit", "severity", "meaning")}
                  for d in report.get("diagnostics") or [] if d.get("kind")}

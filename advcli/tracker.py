@@ -213,6 +213,10 @@ def wandb_mode() -> str:
 def _to_wandb(report: dict, t: LogTarget) -> str:
     import wandb
 
+    series = per_step_series(report, t.step_offset)
+    if series and series[0][0] < 0:
+        raise AdvcliError(f"--log-step-offset {t.step_offset}: the first step would be logged at {series[0][0]}; "
+                          "wandb takes steps from 0", hint="choose an offset that puts the first step at 0 or after")
     mode = wandb_mode()
     if t.directory:
         os.makedirs(t.directory, exist_ok=True)
@@ -225,7 +229,7 @@ def _to_wandb(report: dict, t: LogTarget) -> str:
         raise AdvcliError(f"--log wandb: wandb could not start a run: {e}",
                           hint="WANDB_MODE=offline writes the run locally; `wandb sync` uploads it later") from None
     try:
-        for step, values in per_step_series(report, t.step_offset):
+        for step, values in series:
             run.log(values, step=step, commit=True)  # written now: the whole-run summary below comes after
         run.summary.update(summary_values(report))
         diags = {d["kind"]: {k: d.get(k) for k in ("count", "unit", "severity", "meaning")}

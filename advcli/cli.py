@@ -56,6 +56,8 @@ RUN_EPILOG = """
       --set algorithm.use_kl_in_reward=true --set algorithm.kl_penalty=low_var_kl
   advcli run dump.parquet -o out.parquet --flavor advcli --set estimator.name=rloo --set reward.normalize.mean=batch
   advcli run dump.parquet -o out.parquet --column reward=score --config my_run.yaml --chunk-rows 2048
+  advcli run dump.parquet -o out.parquet --log wandb --log-project my-run --log-step-offset 100
+  advcli run dump.parquet -o out.parquet --log tensorboard:runs --log-name rloo --set algorithm.adv_estimator=rloo
 
 Keys are the framework's own (see `advcli explain --flavor NAME --keys`); a key not given takes the
 framework's default. VALUE is YAML: true, 0.95, null, \\[acc,fmt].

@@ -14,6 +14,7 @@ EPILOG = """
   advcli run sample_data/rollouts.parquet -o out.parquet && advcli stats out.parquet --report stats.html
   advcli stats out.parquet --report stats.md
   advcli stats out.parquet --json | python -m json.tool
+  advcli stats out.parquet --log tensorboard:runs --log-step-offset 100
 
 On a raw dump: score, reward, response-length and group figures. On an advcli output: also the
 advantages and returns (mean/min/max, quantiles, histogram, advantage by token position) and the

@@ -273,3 +273,30 @@ def test_a_negative_step_for_wandb_is_refused_before_writing(verl_dump, offline_
                              f"wandb:{tmp_path / 'wb'}", "--log-step-offset", "-2"], capsys)
     assert code == 2 and "the first step would be logged at -1" in err
     assert not out.exists() and not list(tmp_path.glob("wb/wandb/offline-run-*"))
+
+
+def test_entries_per_step_and_domain_are_logged_under_the_domain(tmp_path, capsys):
+    """ROLL's figures per step and domain: each domain's names under DOMAIN/ at the step."""
+    pytest.importorskip("tensorboard")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rewards = [1.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.0, 1.0]
+    domains = ["math", "math", "code", "code"] * 2
+    steps = [1, 1, 1, 1, 2, 2, 2, 2]
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "b", "b"] * 2, "step": steps, "domain": domains,
+                             "reward": pa.array(rewards, pa.float32()),
+                             "response_mask": pa.array([[1, 1], [1], [1, 1, 1], [1]] * 2, pa.list_(pa.int8()))}),
+                   tmp_path / "in.parquet")
+    code, text, err = run_main(["run", tmp_path / "in.parquet", "-o", tmp_path / "o.parquet", "--flavor", "roll",
+                                "--set", "adv_estimator=grpo", "--set",
+                                "actor_infer.generating_args.num_return_sequences=2", "--json",
+                                "--log", f"tensorboard:{tmp_path / 'tb'}"], capsys)
+    assert code == 0, err
+    got = _tensorboard(tmp_path / "tb")
+    for step in (1, 2):
+        for domain in ("math", "code"):
+            mine = [r for r, d, s in zip(rewards, domains, steps) if d == domain and s == step]
+            assert got[f"{domain}/critic/score/mean"][step] == pytest.approx(np.mean(mine)), (domain, step)
+    entries = json.loads(text)["per_step"]
+    assert {(e["step"], e["domain"]) for e in entries} == {(1, "math"), (1, "code"), (2, "math"), (2, "code")}

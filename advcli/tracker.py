@@ -24,8 +24,8 @@ says how to ``wandb sync`` the run later.
 TensorBoard: event files written with TensorBoard's own writer (``tensorboard`` package:
 ``EventFileWriter`` and its summary protos; no TensorFlow, no torch), into DIR (DIR/NAME with
 ``--log-name``): every number a scalar at its step, stored as float64 so the file holds the report's
-exact values; the summary numbers at the last step; the configuration, summary, diagnostics and
-warnings as text (Markdown) at step ``step_offset``.
+exact values; the summary numbers as scalars ``summary/NAME`` at the last step; the configuration,
+summary, diagnostics and warnings as text (Markdown) at step ``step_offset``.
 
 Neither library is needed by the core install: ``pip install 'advcli[wandb]'`` / ``'advcli[tensorboard]'``;
 a target whose library is missing is refused before any work (exit 2, naming the install).
@@ -223,7 +223,7 @@ def _to_wandb(report: dict, t: LogTarget) -> str:
     settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, save_code=False, disable_git=True)
     try:
         run = wandb.init(project=t.project or os.environ.get("WANDB_PROJECT") or "advcli", name=t.name,
-                         dir=t.directory, mode=mode, job_type=f"advcli {report.get('command', '')}".strip(),
+                         dir=t.directory, mode=mode, job_type=f"advcli-{report.get('command') or 'report'}",
                          config=configuration(report), settings=settings, reinit="create_new")
     except Exception as e:  # noqa: BLE001 - wandb's own errors (no login, bad project) as one line
         raise AdvcliError(f"--log wandb: wandb could not start a run: {e}",

@@ -243,6 +243,8 @@ def _to_wandb(report: dict, t: LogTarget) -> str:
     finally:
         run.finish()
     run_dir = os.path.dirname(where)
+    if mode == "disabled":
+        return "wandb: WANDB_MODE=disabled: nothing was logged"
     if mode == "offline":
         return f"wandb: offline run in {run_dir}; upload it with `wandb sync {run_dir}`"
     return f"wandb: {url or run_dir}"

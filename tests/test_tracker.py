@@ -196,6 +196,7 @@ def test_wandb_mode_is_respected(verl_dump, offline_wandb, tmp_path, monkeypatch
     code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--set", "algorithm.adv_estimator=grpo",
                              "--log", f"wandb:{tmp_path / 'wb'}"], capsys)
     assert code == 0, err
+    assert "wandb: WANDB_MODE=disabled: nothing was logged" in err
     assert not list((tmp_path / "wb").glob("wandb/offline-run-*"))  # disabled: no run file written
 
 

@@ -6,38 +6,165 @@ Library use::
     import advcli
     result = advcli.run("rollouts.parquet", "out.parquet", flavor="verl",
                         settings={"algorithm.adv_estimator": "grpo"})
+    advcli.stats("out.parquet"); advcli.audit("dump.parquet"); advcli.compare("a.parquet", "b.parquet")
+
+Each call takes a path (or a list of them) or an in-memory ``pyarrow.Table`` / ``pandas.DataFrame``, and
+returns a result that shows its report in Jupyter and converts to Arrow / pandas (``.table``,
+``.to_pandas()``; :mod:`advcli.result`, :mod:`advcli.notebook`).
 
 Importing advcli does not import torch; the math modules do, when first used.
 """
 __version__ = "0.1.0"
 
 
+def _specs(inputs) -> list:
+    """One input (a path, a table) or a list of them, as a list."""
+    if isinstance(inputs, (list, tuple)):
+        return list(inputs)
+    return [inputs]
+
+
 def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
         chunk_rows: int = 4096, device: str = "auto", force: bool = False, precision: str | None = None,
         output_mode: str = "full", write_columns: list[str] | None = None, source: str | None = None):
-    """Run the pipeline like ``advcli run`` and return its :class:`advcli.pipeline.RunResult`.
+    """Run the pipeline like ``advcli run`` and return its :class:`advcli.result.RunResult`.
 
-    ``inputs``: a path or a list of paths/directories/globs; ``output``: a path, or None to compute
-    without writing; ``settings``: the flavor's own keys (``{"algorithm.adv_estimator": "gae"}``);
-    ``output_mode``: ``"full"`` (the input plus the new columns) or ``"sidecar"`` (the new columns plus
-    the row keys, ``--output-mode sidecar``); ``write_columns``: the new columns to write (a subset of
-    ``["advantages", "returns", "token_level_rewards"]``; None: all the run produces); ``source``: a
-    trainer dump format (``--from``; default: recognised from file names and keys, docs/formats.md).
+    ``inputs``: a path, a list of paths/directories/globs, or an in-memory ``pyarrow.Table`` /
+    ``pandas.DataFrame`` (with ``output=None`` its rows with the new columns come back in
+    ``result.table``); ``output``: a path, or None to compute without writing; ``settings``: the
+    flavor's own keys (``{"algorithm.adv_estimator": "gae"}``); ``output_mode``: ``"full"`` (the input
+    plus the new columns) or ``"sidecar"`` (the new columns plus the row keys, ``--output-mode
+    sidecar``); ``write_columns``: the new columns to write (a subset of ``["advantages", "returns",
+    "token_level_rewards"]``; None: all the run produces); ``source``: a trainer dump format (``--from``;
+    default: recognised from file names and keys, docs/formats.md).
     """
     from .formats import open_inputs
+    from .io.frames import FrameInputs, frame_kind
     from .resolution import resolve_for_inputs
     from .runner import RunRequest, run_inputs
 
-    specs = [inputs] if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__") else list(inputs)
-    specs = open_inputs([str(s) for s in specs], source)  # trainer dumps -> canonical Parquet
-    # what a trainer dump tells the flavor, for the keys not given (result.from_dump says what was taken)
-    cfg, native, from_dump = resolve_for_inputs(flavor, specs, list((settings or {}).items()))
-    if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
-        from .config import SCHEMA, coerce
-        cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
-    req = RunRequest(output=None if output is None else str(output), cfg=cfg, flavor=flavor, native=native,
-                     columns=columns or {}, chunk_rows=chunk_rows, device=device, force=force,
-                     output_mode=output_mode, write_columns=write_columns)
-    result, _ = run_inputs(specs, req)  # the outputs are put in place as written: no staging in a library call
+    given = _specs(inputs)
+    with FrameInputs() as frames:
+        specs = open_inputs([frames.path(s) for s in given], source)  # trainer dumps -> canonical Parquet
+        # what a trainer dump tells the flavor, for the keys not given (result.from_dump says what was taken)
+        cfg, native, from_dump = resolve_for_inputs(flavor, specs, list((settings or {}).items()))
+        if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
+            from .config import SCHEMA, coerce
+            cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
+        keep_rows = output is None and any(frame_kind(s) for s in given)  # rows back in memory
+        target = frames.output_path() if keep_rows else (None if output is None else str(output))
+        req = RunRequest(output=target, cfg=cfg, flavor=flavor, native=native, columns=columns or {},
+                         chunk_rows=chunk_rows, device=device, force=force, output_mode=output_mode,
+                         write_columns=write_columns)
+        result, _ = run_inputs(specs, req)  # the outputs are put in place as written: no staging in a library call
+        if keep_rows:
+            import pyarrow.parquet as pq
+
+            result.output_table = pq.read_table(target)
+            result.outputs = []
+        result.inputs = frames.named(result.inputs)
+        result.warnings = frames.named(result.warnings)
+        result.diagnostics = frames.named(result.diagnostics)
     result.from_dump = from_dump
+    result.flavor, result.settings = flavor, dict(native or {})
     return result
+
+
+def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source: str | None = None):
+    """The figures of a dump or an advcli output, like ``advcli stats``: an :class:`advcli.notebook.StatsResult`
+    (``.metrics``, ``.per_step``, ``.diagnostics``; ``.table``: one row per step). ``inputs``: as
+    :func:`run`; ``columns``: role → column name, as ``--column``."""
+    from .figures.of_file import file_statistics
+    from .formats import name_dumps, open_inputs
+    from .io.frames import FrameInputs
+    from .notebook import StatsResult
+
+    with FrameInputs() as frames:
+        specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
+        rep = frames.named(name_dumps(file_statistics(specs, columns or {}, chunk_rows)))
+    return StatsResult(rep)
+
+
+def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, columns: dict | None = None,
+          against: str | None = None, rtol: float = 1e-4, atol: float = 1e-5, search: bool = True, top: int = 10,
+          chunk_rows: int = 4096, device: str = "auto", source: str | None = None):
+    """Check logged advantages against advcli's recomputation, like ``advcli audit``: an
+    :class:`advcli.notebook.AuditResult` (``.agree``; ``.table``: the worst rows). ``flavor``: default the
+    dump's trainer (else verl, GRPO when the dump has prompt_id); ``against``: the logged column (default:
+    where the trainer logged them; in Parquet ``advantages``, else ``advantage``); the rest as :func:`run`
+    and the command's options."""
+    from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
+    from .commands._sections import stamp
+    from .commands.resolve import default_settings
+    from .formats import open_inputs
+    from .io.frames import FrameInputs
+    from .notebook import AuditResult
+    from .resolution import resolve_for_inputs
+
+    check_tolerances(rtol, atol)
+    with FrameInputs() as frames:
+        specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
+        flavor_note = None
+        if flavor is None:
+            flavor, flavor_note = trainer_flavor(specs)
+        flavor, given, auto_note = default_settings(flavor, specs, list((settings or {}).items()))
+        cfg, native, _ = resolve_for_inputs(flavor, specs, given)
+        rep = audit_dump(specs, flavor, cfg, native, columns or {}, auto_note=auto_note, flavor_note=flavor_note,
+                         against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device, search=search,
+                         top=top)
+        rep = frames.named(stamp(rep, "audit"))
+    return AuditResult(rep)
+
+
+def compare(a, b=None, *, configs: list[dict] | None = None, columns: dict | None = None, top: int = 10,
+            chunk_rows: int = 4096, device: str = "auto", source: str | None = None):
+    """Compare two sets of advantages, like ``advcli compare``: an :class:`advcli.notebook.CompareResult`
+    (``.table``: the groups that differ most). Two forms: ``compare(A, B)``, two advcli outputs of the same
+    rows; ``compare(DUMP, configs=[{"flavor": "verl", "settings": {...}}, {...}])``, one dump run under two
+    configurations. Each of ``a``, ``b`` is a path or an in-memory table, as :func:`run` takes."""
+    from .commands._sections import stamp
+    from .compare import compare_configurations, compare_files
+    from .errors import AdvcliError
+    from .formats import name_dumps, open_inputs
+    from .io.frames import FrameInputs
+    from .notebook import CompareResult
+
+    if (b is None) == (configs is None) or (configs is not None and len(configs) != 2):
+        raise AdvcliError("compare: give two outputs (compare(a, b)), or one dump and two configurations "
+                          "(compare(dump, configs=[{...}, {...}]))",
+                          hint="compare('dump.parquet', configs=[{'flavor': 'verl', 'settings': "
+                               "{'algorithm.adv_estimator': 'grpo'}}, {'flavor': 'verl', 'settings': "
+                               "{'algorithm.adv_estimator': 'rloo'}}])")
+    with FrameInputs() as frames:
+        paths = open_inputs([frames.path(x) for x in ([a] if b is None else [a, b])], source)
+        if b is not None:
+            import os
+
+            labels = tuple(frames.names.get(p) or os.path.basename(p) for p in paths)  # a table by its kind
+            res = compare_files(paths[0], paths[1], labels=labels, top=top, column_overrides=columns or {})
+        else:
+            res = compare_configurations(paths[0], configs, columns=columns or {}, top=top, chunk_rows=chunk_rows,
+                                         device=device)
+        res = frames.named(stamp(name_dumps(res), "compare"))
+    return CompareResult(res)
+
+
+# advcli.audit and advcli.compare are also the names of subpackages (advcli/audit/, advcli/compare.py):
+# importing one would set the package's attribute to the module, hiding the function. The package keeps
+# its functions; the modules are imported by their full names as ever (sys.modules holds them).
+def _keep_the_library_calls() -> None:
+    import sys
+    import types
+
+    calls = {"run": run, "stats": stats, "audit": audit, "compare": compare}
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name, value):
+            if name in calls and isinstance(value, types.ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    sys.modules[__name__].__class__ = _Package
+
+
+_keep_the_library_calls()

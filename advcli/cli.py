@@ -56,6 +56,8 @@ RUN_EPILOG = """
       --set algorithm.use_kl_in_reward=true --set algorithm.kl_penalty=low_var_kl
   advcli run dump.parquet -o out.parquet --flavor advcli --set estimator.name=rloo --set reward.normalize.mean=batch
   advcli run dump.parquet -o out.parquet --column reward=score --config my_run.yaml --chunk-rows 2048
+  advcli run dump.parquet -o out.parquet --log wandb --log-project my-run --log-step-offset 100
+  advcli run dump.parquet -o out.parquet --log tensorboard:runs --log-name rloo --set algorithm.adv_estimator=rloo
 
 Keys are the framework's own (see `advcli explain --flavor NAME --keys`); a key not given takes the
 framework's default. VALUE is YAML: true, 0.95, null, \\[acc,fmt].
@@ -105,11 +107,16 @@ def run(
     drop_uniform: bool = opt.DROP_UNIFORM,
     solve_rate: str | None = opt.SOLVE_RATE,
     min_group_size: int | None = opt.MIN_GROUP_SIZE,
+    log: list[str] | None = opt.LOG,
+    log_project: str | None = opt.LOG_PROJECT,
+    log_name: str | None = opt.LOG_NAME,
+    log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .engines import check_engine
 
     check_engine(engine)
+    trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
@@ -161,6 +168,7 @@ def run(
             emit(rep, report, json_out, show)
         except BrokenPipeError:  # `advcli run ... --json | head -1`: the reader left; the run still completes
             silence_stdout()
+        opt.send_to_trackers(rep, trackers, quiet)  # --log: before the outputs are put in place
         outputs.commit()
 
 

@@ -279,7 +279,8 @@ def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
 
 def compare_configurations(dump: str, configs: list[dict], *, columns: dict | None = None, top: int = 10,
                            chunk_rows: int = 4096, device: str = "auto", announce=None) -> dict:
-    """Run ``dump`` under two configurations ({flavor, set: ["K=V"], config}) and compare the outputs.
+    """Run ``dump`` under two configurations ({flavor, set: ["K=V"], settings: {K: V}, config}) and compare
+    the outputs.
     ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
     from .config import parse_set
     from .flavors import resolve
@@ -289,7 +290,8 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
     try:
         outs, labels = [], []
         for i, c in enumerate(configs):
-            cfg, native = resolve(c["flavor"], parse_set(c["set"]), c.get("config"))
+            settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
+            cfg, native = resolve(c["flavor"], settings, c.get("config"))
             label = _label(c["flavor"], native)
             if announce is not None:
                 announce(i, label)

@@ -268,6 +268,8 @@ def test_api_doc_examples_run(tmp_path, monkeypatch):
     assert ns["result"].rows == 384 and (tmp_path / "report.html").exists()
     assert [round(float(x), 4) for x in ns["adv"]] == [0.9, 0.8, 0.7, 0.5, 0.4]
     assert sum(ns["result"].histograms["advantages"]["counts"]) == ns["result"].valid_tokens
+    # the notebook walkthrough: rows back from an in-memory run, verl's GRPO audited as such
+    assert len(ns["rows"]) == 384 and ns["check"].agree and ns["steps"].to_pandas()["rows"].sum() == 384
 
 
 def test_run_report_by_position_is_the_runs_own(tmp_path, monkeypatch):

@@ -141,12 +141,17 @@ def audit_cmd(
                                          help="Write the audit to PATH: .json, .md or .html."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal (the exit code says)."),
     json_out: bool = opt.json_out("the audit"),
+    log: list[str] | None = opt.LOG,
+    log_project: str | None = opt.LOG_PROJECT,
+    log_name: str | None = opt.LOG_NAME,
+    log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """Check logged advantages against advcli's recomputation (exit 0 = agree, 1 = disagree, 2 = error)."""
     from ..report import check_report_path
 
     if report:
         check_report_path(report, inputs)
+    trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     from ..audit.recompute import audit_dump, check_tolerances, trainer_flavor
     from ..formats import open_inputs
     from .progress import progress as _progress
@@ -168,5 +173,6 @@ def audit_cmd(
     from ._sections import emit
 
     rep = emit(rep, "audit", report, json_out, quiet, audit_sections, print_audit)
+    opt.send_to_trackers(rep, trackers, quiet)
     if not rep["agree"]:
         raise typer.Exit(1)

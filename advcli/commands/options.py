@@ -61,3 +61,38 @@ DROP_UNIFORM = typer.Option(False, "--drop-uniform", help="Drop groups whose met
 SOLVE_RATE = typer.Option(None, "--solve-rate", metavar="LO:HI", help="Keep only groups whose mean metric lies in "
                                                                       "[LO, HI], e.g. 0.1:0.9.")
 MIN_GROUP_SIZE = typer.Option(None, "--min-group-size", metavar="N", help="Drop groups with fewer than N rows.")
+
+# the experiment tracker a command's report also goes to (advcli.tracker)
+LOG = typer.Option(None, "--log", metavar="TRACKER",
+                   help="Also write the per-step metrics, summary, configuration and diagnostics to an experiment "
+                        "tracker: wandb (a wandb run; offline unless logged in or WANDB_MODE says; pip install "
+                        "'advcli\\[wandb]') or tensorboard:DIR (event files in DIR; pip install "
+                        "'advcli\\[tensorboard]'). Repeatable. See docs/reports.md.")
+LOG_PROJECT = typer.Option(None, "--log-project", metavar="NAME",
+                           help="With --log wandb: the project (default: WANDB_PROJECT, else advcli).")
+LOG_NAME = typer.Option(None, "--log-name", metavar="NAME",
+                        help="With --log: the run's name (wandb's run name; TensorBoard: a sub-directory of DIR).")
+LOG_STEP_OFFSET = typer.Option(0, "--log-step-offset", metavar="N",
+                               help="With --log: add N to every step, so that the figures line up with the "
+                                    "training run's own step axis.")
+
+
+def log_targets(log: list[str] | None, project: str | None, name: str | None, step_offset: int):
+    """The --log options as :class:`advcli.tracker.LogTarget`, checked (and the library found) before any
+    work."""
+    if not log and not (project or name or step_offset):
+        return []
+    from ..tracker import parse_targets
+
+    return parse_targets(log, project, name, step_offset)
+
+
+def send_to_trackers(report: dict, targets, quiet: bool = False) -> None:
+    """Write a finished report to the --log targets; say where each went on stderr (unless quiet)."""
+    if not targets:
+        return
+    from ..tracker import log_report
+
+    for line in log_report(report, targets):
+        if not quiet:
+            typer.echo(line, err=True)

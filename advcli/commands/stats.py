@@ -14,6 +14,7 @@ EPILOG = """
   advcli run sample_data/rollouts.parquet -o out.parquet && advcli stats out.parquet --report stats.html
   advcli stats out.parquet --report stats.md
   advcli stats out.parquet --json | python -m json.tool
+  advcli stats out.parquet --log tensorboard:runs --log-step-offset 100
 
 On a raw dump: score, reward, response-length and group figures. On an advcli output: also the
 advantages and returns (mean/min/max, quantiles, histogram, advantage by token position) and the
@@ -31,6 +32,10 @@ def stats_cmd(
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("every figure"),
     from_: str | None = opt.FROM,
+    log: list[str] | None = opt.LOG,
+    log_project: str | None = opt.LOG_PROJECT,
+    log_name: str | None = opt.LOG_NAME,
+    log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
@@ -38,6 +43,7 @@ def stats_cmd(
 
     if report:
         check_report_path(report, inputs)
+    trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     from ..figures.of_file import file_statistics
     from ..formats import name_dumps, open_inputs
     from .progress import progress
@@ -49,4 +55,6 @@ def stats_cmd(
         rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
     finally:
         stop()
-    emit(name_dumps(rep), report, json_out, show)  # the dumps the user gave, not their temporary Parquet
+    rep = name_dumps(rep)  # the dumps the user gave, not their temporary Parquet
+    emit(rep, report, json_out, show)
+    opt.send_to_trackers(rep, trackers, quiet)

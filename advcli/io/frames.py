@@ -1,0 +1,88 @@
+"""In-memory tables as inputs of the library calls (``advcli.run``, ``stats``, ``audit``, ``compare``): a
+``pyarrow.Table`` or a ``pandas.DataFrame`` is written once to a temporary Parquet file that the call reads
+like any input, and removed when the call returns. What the call reports or raises names the table
+(``<pandas.DataFrame>``), not the temporary file.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from ..errors import AdvcliError
+
+
+def frame_kind(obj) -> str | None:
+    """``"pyarrow.Table"``, ``"pandas.DataFrame"`` or None (a path), without importing pandas."""
+    cls = type(obj)
+    name = f"{cls.__module__.split('.')[0]}.{cls.__name__}"
+    if name == "pyarrow.Table":
+        return name
+    if name == "pandas.DataFrame":
+        return name
+    return None
+
+
+class FrameInputs:
+    """``with FrameInputs() as frames: path = frames.path(x)``: ``x`` as a path (an in-memory table written
+    to a temporary Parquet file); ``frames.output_path()`` a temporary output beside them; ``frames.named(obj)``
+    a report or message with the temporary paths replaced by the tables' names."""
+
+    def __init__(self):
+        self.directory: str | None = None
+        self.names: dict[str, str] = {}  # temporary path -> the table's name in messages
+
+    def __enter__(self) -> FrameInputs:
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        if isinstance(error, AdvcliError):  # the message names the table the user passed
+            error.message = self.named(error.message)
+            error.hint = self.named(error.hint) if error.hint else error.hint
+
+    def _dir(self) -> str:
+        if self.directory is None:
+            self.directory = tempfile.mkdtemp(prefix="advcli-frames-")
+        return self.directory
+
+    def path(self, obj) -> str:
+        """A path as it is (``str``/``os.PathLike``); an in-memory table written to a temporary Parquet file."""
+        kind = frame_kind(obj)
+        if kind is None:
+            return os.fspath(obj) if hasattr(obj, "__fspath__") else str(obj)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = obj
+        if kind == "pandas.DataFrame":
+            try:
+                table = pa.Table.from_pandas(obj, preserve_index=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                raise AdvcliError(f"the pandas.DataFrame cannot be read as an Arrow table: {e}",
+                                  hint="each column must hold one type: numbers, strings, or lists of numbers "
+                                       "(one list per row for the token columns)") from None
+        n = len(self.names)
+        target = os.path.join(self._dir(), f"table{n}.parquet")
+        pq.write_table(table, target)
+        self.names[target] = f"<{kind}>" if n == 0 else f"<{kind} #{n + 1}>"
+        return target
+
+    def output_path(self) -> str:
+        """A temporary output path, removed with the inputs."""
+        return os.path.join(self._dir(), "output.parquet")
+
+    def named(self, obj):
+        """``obj`` (strings, dicts, lists) with each temporary table path replaced by the table's name."""
+        if not self.names:
+            return obj
+        if isinstance(obj, str):
+            for path, name in self.names.items():
+                obj = obj.replace(path, name)
+            return obj
+        if isinstance(obj, dict):
+            return {k: self.named(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.named(v) for v in obj)
+        return obj

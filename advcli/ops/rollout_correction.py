@@ -32,8 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
+from ..lazy_torch import torch
 from ..ragged import Ragged
 
 SAFETY_BOUND = 20.0  # rollout_corr_helper.py L75

@@ -9,7 +9,9 @@ Library use::
 
 Importing advcli does not import torch; the math modules do, when first used.
 """
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["__version__", "run"]
 
 
 def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,

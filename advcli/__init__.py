@@ -14,7 +14,9 @@ returns a result that shows its report in Jupyter and converts to Arrow / pandas
 
 Importing advcli does not import torch; the math modules do, when first used.
 """
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["__version__", "run"]
 
 
 def _specs(inputs) -> list:

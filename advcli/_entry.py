@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-INTERRUPTED_AT_START = "advcli: error: interrupted while starting: nothing was read or written\n"
+from .server import INTERRUPTED_AT_START
 
 
 def _served() -> int | None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from .lazy_torch import torch
 from .ops.groups import GroupIndex
 from .ragged import Ragged
 
@@ -71,9 +70,10 @@ class GroupTokenTables:
         """Flat slot of (group, position) for every token."""
         return self.base.to(position.device)[group_of_token] + position
 
-    def add(self, name: str, slots: torch.Tensor, values: torch.Tensor, dtype=torch.float64) -> None:
-        """``sums[name][slot] += value`` (accumulated in ``dtype``: float64 makes the sums independent
-        of the chunking and of the order rows arrive in)."""
+    def add(self, name: str, slots: torch.Tensor, values: torch.Tensor, dtype=None) -> None:
+        """``sums[name][slot] += value`` (accumulated in ``dtype``, float64 when None: float64 makes the
+        sums independent of the chunking and of the order rows arrive in)."""
+        dtype = torch.float64 if dtype is None else dtype
         if name not in self.sums:
             self.sums[name] = torch.zeros(self.size, dtype=dtype, device=values.device)
         self.sums[name].index_add_(0, slots, values.to(dtype))

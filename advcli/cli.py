@@ -6,7 +6,6 @@ import sys
 
 import typer
 
-from . import __version__
 from .commands import helpstyle, register
 from .commands import options as opt
 from .commands.progress import progress
@@ -14,6 +13,7 @@ from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
 from .flavors import framework_names
 from .formats import name_dump_rows, name_dumps, open_inputs
+from .version import __version__
 
 app = typer.Typer(
     name="advcli",

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from .config import get_path
 from .errors import AdvcliError
+from .lazy_torch import torch
 from .ops import rollout_correction as rc
 from .ragged import Ragged
+from .runspec import Correction, RunSpec, as_dict
 
 OUTPUT_WEIGHTS = "rollout_is_weights"
 OUTPUT_MASK = "response_mask_after_rs"
@@ -52,8 +51,6 @@ HIST_BINS = 50
 def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
     """The correction this run applies (None: none), after checking columns; adds the output columns
     to ``plan.output_columns`` and the log-prob roles to ``plan.token_roles``."""
-    from .runspec import as_dict
-
     section = as_dict(plan.run.correction)
     warnings.extend(section.get("ignored") or [])
     mode = section.get("mode", "off")
@@ -104,9 +101,9 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
     return w, out.mask
 
 
-def explain_lines(cfg: dict) -> list[str]:
+def explain_lines(correction: Correction) -> list[str]:
     """``advcli explain``: the correction's lines of the pipeline (none when it is off)."""
-    sec = get_path(cfg, "rollout_correction") or {}
+    sec = as_dict(correction)
     if sec.get("mode", "off") == "off":
         return []
     spec = rc.spec_from_config(sec)
@@ -185,19 +182,19 @@ def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc
         metrics[k] = sum(v * r for v, r in vals) / total if vals and total else None
 
 
-def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, config: dict | None,
+def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, run: RunSpec | None,
                  chunk_rows: int, per_step: list, metrics: dict) -> bool:
     """``advcli stats``: the ``rollout_corr/*`` figures of a file with both log-prob columns, as verl logs
-    them for that batch: with the correction an advcli output was produced with (its provenance
-    ``config``), else with every option off (the off-policy metrics only). False when the file lacks a
-    log-prob column."""
+    them for that batch: with the correction an advcli output was produced with (``run``: the spec of its
+    provenance ``config``), else with every option off (the off-policy metrics only). False when the file
+    lacks a log-prob column."""
     if not (cmap.has("old_log_probs") and cmap.has("rollout_log_probs")):
         return False
-    section = dict(get_path(config or {}, "rollout_correction") or {})
+    section = as_dict(run.correction) if run is not None else {}
     if section.get("mode", "off") == "off":
         section = {"mode": "auto"}
     spec = rc.spec_from_config(section)
-    dtype = torch.float64 if get_path(config or {}, "precision") == "float64" else torch.float32
+    dtype = torch.float64 if run is not None and run.precision == "float64" else torch.float32
     from .io.arrow_torch import list_column_to_tensor
 
     cols = [cmap[r] for r in ("response_mask", "old_log_probs", "rollout_log_probs")]

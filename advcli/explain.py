@@ -70,7 +70,8 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
     else:
         out.append("     KL               not in the reward")
     from .correction_plan import explain_lines  # rollout correction (advcli.correction_plan), between KL and estimator
-    out += explain_lines(cfg)
+    from .runspec import RunSpec
+    out += explain_lines(RunSpec.from_config(cfg).correction)
     out.append(f"  3. estimator        {spec.name}: {spec.formula}")
     out.append(f"     matches          {spec.source}")
     if params:

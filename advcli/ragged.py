@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
+from .lazy_torch import torch
 
 
 @dataclass

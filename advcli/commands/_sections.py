@@ -56,7 +56,7 @@ def stamp(report: dict, command: str) -> dict:
     """The fields every advcli report starts with."""
     import datetime as dt
 
-    from .. import __version__
+    from ..version import __version__
 
     return {"report": "advcli/1", "command": command, "advcli_version": __version__,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **report}

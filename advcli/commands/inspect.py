@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import AdvcliError
-from ..estimators import estimator_requirements
+from ..estimators import all_specs
 from . import options as opt
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
@@ -176,26 +176,26 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
     """For each estimator: can this dump feed it, and if not, what is missing."""
     out = {}
     has_reward = cmap.has("reward") or cmap.has("token_level_scores")
-    for name, req in estimator_requirements().items():
-        missing = ([] if cmap.has("response_mask") else ["response_mask"]) + [r for r in req["needs"]
+    for name, spec in sorted(all_specs().items()):
+        missing = ([] if cmap.has("response_mask") else ["response_mask"]) + [r for r in spec.needs
                                                                              if not cmap.has(r)]
-        if not has_reward and not req["reward_from_components"]:
+        if not has_reward and not spec.reward_from_components:
             missing.append("reward")
         note = ""
-        if req["uses_groups"] and not cmap.has("prompt_id"):
+        if spec.uses_groups and not cmap.has("prompt_id"):
             note = "no prompt_id: needs positional groups (grouping.by=position, grouping.size=N)"
-        if req["reward_from_components"]:
+        if spec.reward_from_components:
             comps = [c for c in names if c.startswith("reward/")] or [c for c in ("acc", "fmt") if c in names]
             note = (f"reward components: {', '.join(comps)}" if comps else
                     "needs reward component columns (algorithm.gdpo_reward_keys=[...])")
             if not comps and not has_reward:
                 missing.append("reward components")
-        if req["min_components"]:  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
+        if spec.min_components:  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
             comps = [c for c in names if c.startswith("reward/")]
-            if len(comps) < req["min_components"]:
-                missing.append(f"{req['min_components']} or more reward components (reward/<name> columns; "
+            if len(comps) < spec.min_components:
+                missing.append(f"{spec.min_components} or more reward components (reward/<name> columns; "
                                f"found {len(comps)})")
-        out[name] = {"ok": not missing, "missing": missing, "note": note, "level": req["level"]}
+        out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level}
     return out
 
 
@@ -207,12 +207,11 @@ def estimator_support(inputs: list[str], columns: list[str]) -> dict[str, dict]:
     from ..formats import refusal
 
     out = {}
-    requirements = estimator_requirements()
-    for name, req in requirements.items():
+    for name, spec in sorted(all_specs().items()):
         cfg, _ = resolve("advcli", [("estimator.name", name)])
-        refused = refusal(inputs, cfg, requirements)
+        refused = refusal(inputs, cfg)
         missing = [refused[0].removeprefix(f"estimator {name} ")] if refused else []
-        if req.get("uses_groups") and "prompt_id" not in columns:
+        if spec.uses_groups and "prompt_id" not in columns:
             missing.append("prompt_id")
         out[name] = {"ok": not missing, "missing": missing}
     return out
@@ -373,7 +372,7 @@ def inspect_cmd(
         _print(data)
 
 
-__all__ = ["inspect_cmd", "inspect_data", "estimator_requirements", "EPILOG", "AdvcliError"]
+__all__ = ["inspect_cmd", "inspect_data", "EPILOG", "AdvcliError"]
 
 
 def _size(path: str) -> int:

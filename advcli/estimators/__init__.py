@@ -12,19 +12,22 @@ An estimator is either
   (the optimal token baselines) declare ``group_token_pass``.
 
 Adding an estimator is one new module in this package calling :func:`register`; modules are
-discovered automatically.
+discovered automatically. The registry loads without torch (``advcli inspect``, ``explain``, the checks
+ask it): an estimator module, and the math modules it imports, take torch from :mod:`advcli.lazy_torch`,
+which imports it when a function first uses it.
 """
 from __future__ import annotations
 
-import ast
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
+
+if TYPE_CHECKING:
+    from ..runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,23 @@ class EstimatorSpec:
     # compares rows within a group, no batch-wide step after): True, False, or (params) -> bool
     zero_for_uniform_groups: bool | Callable[[dict], bool] = False
     # --- what the estimator is, asked by the plan, the checks, the diagnostics and `advcli inspect` instead
-    # of its name. Literals only: `inspect` reads them without importing the module (estimator_requirements)
+    # of its name
     # the estimator normalises each reward component (reward.components) itself, so the row score is not their
     # sum and no reward column is required; without components the one reward is the only component (verl gdpo)
     reward_from_components: bool = False
     min_components: int = 0  # reward component columns (reward/<name>) the estimator refuses to run without
     drops_masked_rewards: bool = False  # a reward on a mask=0 token is discarded (verl remax: G = revcumsum(r·m))
     needs_lengths: str = ""  # what the response lengths are for, when the estimator weighs rows by them (OPO)
+    # (run spec) -> whether this token-level estimator gives one value per row under these settings, so it
+    # runs on a dump without token data (REINFORCE++ returns with γ = 1 of a reward at the last token)
+    response_level_ok: Callable[[RunSpec], bool] | None = None
+    # (run spec) -> why this run's statistics weigh each response by its token count ("" where they do not):
+    # a dump without token data must then give every response's token count (AReaL adv_norm)
+    weighs_by_tokens: Callable[[RunSpec], str] | None = None
+    # on a dump whose agent-loop sessions have several outputs (verl's multi-output agent loop), the trainer
+    # computes this estimator from each session's last output and gives it to all of the session's outputs
+    # (grouping.trajectories=last_step); otherwise every output is a row of its prompt's group
+    last_step_of_sessions: bool = False
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""
@@ -94,58 +107,6 @@ def get(name: str) -> EstimatorSpec:
 def all_specs() -> dict[str, EstimatorSpec]:
     _load_all()
     return dict(REGISTRY)
-
-
-# the EstimatorSpec fields estimator_requirements() gives, with their defaults (all literals)
-REQUIREMENT_FIELDS: dict[str, Any] = {"level": "?", "needs": (), "uses_groups": False,
-                                      "reward_from_components": False, "min_components": 0,
-                                      "drops_masked_rewards": False, "needs_lengths": ""}
-
-
-def estimator_requirements() -> dict[str, dict]:
-    """name -> {level, needs, uses_groups, reward_from_components, ...} (:data:`REQUIREMENT_FIELDS`) of every
-    registered estimator, read from the estimator modules' ``register(EstimatorSpec(...))`` calls without
-    importing them (they import torch).
-
-    When torch is already imported the registry itself answers.
-    """
-    import sys
-
-    def entry(get) -> dict:
-        out = {k: get(k, d) for k, d in REQUIREMENT_FIELDS.items()}
-        out["needs"] = list(out["needs"] or ())
-        return out
-
-    if "torch" in sys.modules:
-        return {n: entry(lambda k, d, s=s: getattr(s, k)) for n, s in sorted(all_specs().items())}
-    pkg = os.path.dirname(os.path.abspath(__file__))
-    out: dict[str, dict] = {}
-    for fname in sorted(os.listdir(pkg)):
-        if not fname.endswith(".py") or fname.startswith("_"):
-            continue
-        try:
-            with open(os.path.join(pkg, fname), encoding="utf-8") as fh:
-                tree = ast.parse(fh.read())
-        except (OSError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            fn = node.func
-            if getattr(fn, "id", getattr(fn, "attr", None)) != "EstimatorSpec":
-                continue
-            kw = {k.arg: k.value for k in node.keywords if k.arg}
-
-            def lit(key, default, kw=kw):
-                try:
-                    return ast.literal_eval(kw[key]) if key in kw else default
-                except ValueError:
-                    return default
-
-            name = lit("name", None)
-            if isinstance(name, str):
-                out[name] = entry(lit)
-    return dict(sorted(out.items()))
 
 
 def resolve_params(spec: EstimatorSpec, given: dict[str, Any]) -> dict[str, Any]:

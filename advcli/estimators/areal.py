@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from ..ops import normcfg
 from ..ops.rowscan import gae_kept, gae_sequential, kept_layout
 from ..ragged import Ragged
@@ -271,4 +270,11 @@ register(EstimatorSpec(
                          ("auto", "scan", "sequential"), "str"),
             "norm": Key(None, "adv_norm: a NormConfig mapping (mean_level, mean_leave1out, std_level, std_unbiased, "
                         "eps) applied with the mask, per group and step; null: off", None, "any")},
-    diagnostics=areal_diagnostics))
+    diagnostics=areal_diagnostics,
+    # without a critic (V = 0): a reward-to-go with factor γλ over the trained tokens, the outcome at every token
+    # when γλ = 1 (turn timesteps and a per-row λ need the token data)
+    response_level_ok=lambda run: float(run.estimator.given.get("gamma", 1.0)) * float(run.estimator.given.get(
+        "lam", 1.0)) == 1.0 and run.estimator.given.get("lam_fn") is None
+    and run.estimator.given.get("timestep", "token") == "token",
+    weighs_by_tokens=lambda run: "adv_norm weighs each response by its trained tokens"
+    if run.estimator.given.get("norm") is not None else ""))

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from ..ops.groups import GroupIndex
 from ..ragged import Ragged
 from . import EstimatorSpec, register

@@ -24,7 +24,9 @@ register(EstimatorSpec(
     name="token_rewards", level="token", token_fn=token_rewards_token,
     formula="A_t = R_t (the token-level rewards: placed row reward − β·KL_t); whitening via advantage.whiten",
     source="NeMo RL ReinforcePlusPlusAdvantageEstimator / RawRewardAdvantageEstimator "
-           "(advantage_estimator.py L193-299 @7ea279ab)", params={}))
+           "(advantage_estimator.py L193-299 @7ea279ab)", params={},
+    # a reward placed on every token and passed through is that reward
+    response_level_ok=lambda run: run.reward.placement == "all"))
 
 
 def distill_token(chunk: TokenChunk, p: dict):

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from ..batch import TokenChunk
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from . import EstimatorSpec
 
 

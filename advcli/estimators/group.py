@@ -6,11 +6,10 @@ there); the float32 operation order is kept so all-equal non-dyadic groups give 
 """
 from __future__ import annotations
 
-import torch
-
 from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from . import EstimatorSpec, register
 
 MASK_OUTPUT = Key(True, "multiply the broadcast advantage by the response mask (NeMo RL: false)", None, "bool")
@@ -52,6 +51,9 @@ def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
 register(EstimatorSpec(
     name="grpo", level="row", uses_groups=True, row_constant=True, row_fn=grpo_row,
     zero_for_uniform_groups=True,
+    # verl v1/utils.py L148-193 @1dda039b: only GRPO takes a multi-output session's last output and broadcasts
+    # its advantage; every other estimator gets all the outputs as rows of the prompt's group
+    last_step_of_sessions=True,
     formula="A_i = (s_i − mean_g(s)) / (std_g(s) + eps)  [or s_i − mean_g(s) without std]; n=1: s_i/(1+eps)",
     source="verl core_algos.compute_grpo_outcome_advantage (L267-331 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std (false: Dr.GRPO)", None, "bool"), "eps": EPS,

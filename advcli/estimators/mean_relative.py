@@ -6,11 +6,10 @@ advantage. Row-level (exact over every member of a group, then broadcast to toke
 """
 from __future__ import annotations
 
-import torch
-
 from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from . import EstimatorSpec, register
 
 

@@ -22,15 +22,14 @@ in float32 (torch's own reduction order), so the last bit can differ for groups 
 """
 from __future__ import annotations
 
-import torch
-
 from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from ..ragged import Ragged
 from . import EstimatorSpec, register
 
-NO_TAIL = torch.iinfo(torch.int64).max
+NO_TAIL = 2**63 - 1  # torch.iinfo(torch.int64).max: "no second-longest row"
 
 
 def _row_cumsum(x: torch.Tensor, layout: Ragged) -> tuple[torch.Tensor, torch.Tensor]:

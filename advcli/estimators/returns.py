@@ -75,7 +75,10 @@ register(EstimatorSpec(
     source="holes=skip: verl core_algos.compute_reinforce_plus_plus_outcome_advantage (L693-731 @1dda039b); "
            "holes=step: ROLL compute_reinforce_return, OpenRLHF get_cumulative_returns (mask_rewards)",
     params={"gamma": GAMMA, "holes": HOLES,
-            "mask_rewards": Key(False, "with holes=step: multiply the rewards by the mask first", None, "bool")}))
+            "mask_rewards": Key(False, "with holes=step: multiply the rewards by the mask first", None, "bool")},
+    # the return of a reward placed at the last token with γ = 1 is that reward at every token
+    response_level_ok=lambda run: float(run.estimator.given.get("gamma", GAMMA.default)) == 1.0
+    and run.reward.placement in ("last", "last_valid")))
 
 
 # ------------------------------------------------------------------------------------------ remax

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from ..batch import RowTable
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from ..ops.groups import GroupIndex
 from . import EstimatorSpec
 

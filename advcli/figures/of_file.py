@@ -154,7 +154,10 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
         per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
     from ..correction_plan import file_metrics  # rollout_corr/* where both log-prob columns are there
-    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, (prov or {}).get("config"), chunk_rows, per_step, metrics)
+    from ..runspec import RunSpec
+    produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it
+    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, RunSpec.from_config(produced_by) if produced_by else None,
+                 chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
             if s.get(k) is None:

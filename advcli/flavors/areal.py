@@ -83,14 +83,14 @@ def _norm(v: dict, section: str, given: set) -> dict | None:
     keys = [f"actor.{section}.{f}" for f in NORM_FIELDS]
     if not any(k in given for k in keys):
         return None
-    from ..ops.normcfg import NormSpec  # (imports torch: only when a section is set)
+    from ..ops.normcfg import NormSpec  # (the math's own module: loaded only when a section is set)
 
     spec = NormSpec.parse({f: v[k] for f, k in zip(NORM_FIELDS, keys)}, f"actor.{section}")
     return spec.as_dict()
 
 
 def _lambda(v: dict) -> tuple[float, str | None, dict | None]:
-    from ..estimators.areal import check_lambda  # (imports torch: loading the flavors must not)
+    from ..estimators.areal import check_lambda  # the estimator registry loads when asked, not with the flavors
 
     lam = v["actor.gae_lambda"]
     kwargs = {k.split(".", 2)[2]: x for k, x in v.items() if k.startswith("actor.gae_lambda_kwargs.")}

@@ -3,7 +3,6 @@ grouping."""
 from __future__ import annotations
 
 from .input_edge import IMPORTED
-from .response_level import ROW_CONSTANT
 
 
 def describe(data: dict, inputs: list[str]) -> dict:
@@ -19,8 +18,11 @@ def describe(data: dict, inputs: list[str]) -> dict:
 
 
 def row_constant_note(name: str) -> str | None:
-    """What an estimator that ``run`` accepts on a response-level dump means there (None: nothing to add)."""
-    if name not in ROW_CONSTANT:
+    """What an estimator that ``run`` accepts on a response-level dump means there (None: nothing to add):
+    a token-level estimator that runs there only in the settings its spec names (``response_level_ok``)."""
+    from ..estimators import get
+
+    if get(name).response_level_ok is None:
         return None
     return ("at response level: only as one value per response (γ = 1, reward on the last token; "
             "token_rewards: reward.placement=all; areal_gae: γλ = 1, adv_norm weighted by response_length), "

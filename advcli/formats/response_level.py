@@ -9,23 +9,6 @@ from ..errors import AdvcliError
 from .input_edge import IMPORTED, name_dumps, source_of
 from .records import RESERVED
 
-# token-level estimators whose result is one value per row in these settings (``run``: the run spec): the
-# return of a reward placed at the last token with γ = 1 is that reward at every token; a reward placed on
-# every token and passed through is that reward
-ROW_CONSTANT = {
-    "reinforce_plus_plus": lambda run: float(run.estimator.given.get("gamma", 1.0)) == 1.0
-    and run.reward.placement in ("last", "last_valid"),
-    "token_rewards": lambda run: run.reward.placement == "all",
-    # AReaL without a critic (V = 0): a reward-to-go with factor γλ over the trained tokens, the outcome at
-    # every token when γλ = 1 (turn timesteps and a per-row λ need the token data)
-    "areal_gae": lambda run: float(run.estimator.given.get("gamma", 1.0)) * float(run.estimator.given.get("lam", 1.0))
-    == 1.0 and run.estimator.given.get("lam_fn") is None and run.estimator.given.get("timestep", "token") == "token",
-}
-# estimators whose statistics weigh each response by its tokens (AReaL's adv_norm): the dump must give
-# each response's token count (Format.mask_length), which then spans the synthetic mask
-TOKEN_WEIGHTED = {"areal_gae": (lambda run: run.estimator.given.get("norm") is not None,
-                                "adv_norm weighs each response by its trained tokens")}
-
 
 def check_config(inputs: list[str], cfg: dict) -> None:
     """Refuse, before anything is read, a configuration that needs token data the imported dump lacks."""
@@ -45,34 +28,29 @@ def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
     return {}
 
 
-def refusal(inputs: list[str], cfg: dict, requirements: dict | None = None) -> tuple[str, AdvcliError] | None:
+def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
     """Why ``run`` refuses this configuration on these inputs (a response-level dump lacking what it
     needs): (the short reason, the error ``run`` raises), or None when it does not. ``advcli inspect``
-    asks this for every estimator, passing ``requirements`` (``estimators.estimator_requirements()``,
-    read once); torch is never imported here."""
+    asks this for every estimator; torch is never imported here (the estimator registry is torch-free)."""
     infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"]
     if not infos:
         return None
     info = infos[0]
-    from ..estimators import estimator_requirements
+    from ..estimators import get as get_estimator
     from ..runspec import RunSpec
 
     run = RunSpec.from_config(cfg)
     name = run.estimator.name
-    spec = (requirements or estimator_requirements()).get(name)
-    if spec is None:  # an unknown name: the registry's own message
-        from ..estimators import get as get_estimator
-        get_estimator(name)
-        return None
+    spec = get_estimator(name)  # an unknown name: the registry's own message
     missing = None
-    row_constant = ROW_CONSTANT.get(name)
-    if spec["level"] == "token" and not (row_constant and row_constant(run)):
-        needs = ["response_mask", *spec["needs"]]
+    weighs_by_tokens = spec.weighs_by_tokens(run) if spec.weighs_by_tokens else ""
+    if spec.level == "token" and not (spec.response_level_ok and spec.response_level_ok(run)):
+        needs = ["response_mask", *spec.needs]
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
-    elif spec["needs_lengths"]:
-        missing = f"estimator {name} needs {spec['needs_lengths']}"
-    elif name in TOKEN_WEIGHTED and TOKEN_WEIGHTED[name][0](run) and not all(i.token_lengths for i in infos):
-        missing = f"{TOKEN_WEIGHTED[name][1]}, and so needs every response's token count"
+    elif spec.needs_lengths:
+        missing = f"estimator {name} needs {spec.needs_lengths}"
+    elif weighs_by_tokens and not all(i.token_lengths for i in infos):
+        missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
                    "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from ..estimators import all_specs
 from . import Context, Format, extras, iter_json_lines, number, require
 from ._common import BOOL, F32, I64, STR, text_key
 
@@ -83,12 +84,12 @@ def read(path: str, ctx: Context):
         pending[3]["is_last_step"] = True
         yield pending[2], pending[3]
     if several:
+        # the estimators verl computes from a session's last output (agent_loop_tq.py L154-200 @1dda039b)
+        last_step = tuple(n for n, s in sorted(all_specs().items()) if s.last_step_of_sessions)
         ctx.notes.append(f"{path}: {several} agent-loop session(s) with several outputs: every output is a row; "
-                         "grpo computes each session's advantage from its last output and gives it to all of its "
-                         "outputs, as verl does (grouping.trajectories=last_step)")
-        # verl v1/utils.py L148-193 @1dda039b: only GRPO takes the last output and broadcasts; every other
-        # estimator gets all the outputs as rows of the prompt's group (agent_loop_tq.py L154-200)
-        ctx.state["last_step_estimators"] = ("grpo",)
+                         f"{', '.join(last_step)} computes each session's advantage from its last output and gives "
+                         "it to all of its outputs, as verl does (grouping.trajectories=last_step)")
+        ctx.state["last_step_estimators"] = last_step
 
 
 def sniff(rec: dict) -> bool:

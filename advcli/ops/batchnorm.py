@@ -16,8 +16,7 @@ affine map ``(x − μ')·r'`` — so no second pass over the tokens is needed.
 """
 from __future__ import annotations
 
-import torch
-
+from ..lazy_torch import torch
 from .whiten import MomentSums
 
 VAR_FLOOR = 1e-8  # clamp(var, min=1e-8)

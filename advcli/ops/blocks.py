@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import warnings
 
-import torch
-
+from ..lazy_torch import torch
 from .groups import GroupIndex
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
+from ..lazy_torch import torch
 
 
 @dataclass

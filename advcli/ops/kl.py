@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
+from ..lazy_torch import torch
 
 KL_KINDS: dict[str, KLKind] = {}
 

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..errors import AdvcliError
+from ..lazy_torch import torch
 from .whiten import ExactSums
 
 LEVELS = ("batch", "group", None)

@@ -7,8 +7,7 @@ L564-600 @8eb27cc2) with its ``[G, n]`` reshape is the reference shape, so group
 """
 from __future__ import annotations
 
-import torch
-
+from ..lazy_torch import torch
 from .groups import GroupIndex
 
 

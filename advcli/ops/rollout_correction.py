@@ -32,8 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
+from ..lazy_torch import torch
 from ..ragged import Ragged
 
 SAFETY_BOUND = 20.0  # rollout_corr_helper.py L75
@@ -329,7 +328,7 @@ def _std_of_means(mean_c: float, mean_c2: float, dtype: torch.dtype) -> float:
 
 
 def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float | None = None,
-                 dtype: torch.dtype = torch.float32) -> dict[str, float]:
+                 dtype: torch.dtype | None = None) -> dict[str, float]:
     """verl's ``rollout_corr/*`` metrics of step ``s`` (names as verl logs them).
 
     ``mmean(x)`` = Σ x·m / (Σm + 1e-8) over the step's tokens; "rows" = every row of the step, "valid
@@ -358,7 +357,8 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
       share of all rows with a rejected mask=1 token.
 
     ``factor``: the step's batch-normalisation μ (None: weights left as they were, factor 1.0);
-    ``dtype``: the precision of the std subtraction (:func:`_std_of_means`)."""
+    ``dtype``: the precision of the std subtraction (:func:`_std_of_means`; None: float32)."""
+    dtype = torch.float32 if dtype is None else dtype
     g = lambda k: sums.get(k, s)  # noqa: E731
     N, R, V = g("n"), g("rows"), g("valid_rows")
     out: dict[str, float] = {}

@@ -24,8 +24,7 @@ follows), which is the frameworks' carry over holes.
 """
 from __future__ import annotations
 
-import torch
-
+from ..lazy_torch import torch
 from ..ragged import Ragged
 
 BLOCK = 64

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from ..lazy_torch import torch
 
 
 class ExactSums:

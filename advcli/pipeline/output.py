@@ -10,13 +10,13 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .. import __version__
 from ..errors import AdvcliError
 from ..io import remote
 from ..io.arrow_torch import offsets_array, tensor_to_list_array
 from ..io.lists import arrow_from_numpy
 from ..io.reader import InputSet, shown_name
 from ..runspec import recorded_config
+from ..version import __version__
 from .plan import Plan
 
 SIDECAR_ROW = "row_index"  # sidecar key: the row's position in its input file (0-based)

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from .primitives import fmt_num, is_num
 
 # the figures the terminal summary and the headline of each report show, in order, when present

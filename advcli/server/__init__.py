@@ -34,6 +34,10 @@ import os
 import stat
 import sys
 
+# what a command interrupted before the CLI's own handling began says, in its own process (advcli._entry)
+# or in a server's child
+INTERRUPTED_AT_START = "advcli: error: interrupted while starting: nothing was read or written\n"
+
 # Environment variables read when torch, OpenMP/MKL, pyarrow, the allocators or Python start (or when
 # typer's rich help module is imported): a server imported them with its own values, so a caller whose
 # values differ runs in its own process.

@@ -21,7 +21,7 @@ import struct
 import sys
 import time
 
-from . import code_stamp, import_env, mismatch
+from . import INTERRUPTED_AT_START, code_stamp, import_env, mismatch
 from .client import FORWARDED, recv_exact
 
 # modules the children would import themselves anyway; the Ray engine is left to the commands that use
@@ -298,8 +298,6 @@ def run_child(request: dict, fds: list[int], server_fds: list[int], unblock=()) 
 
         main()
     except KeyboardInterrupt:  # before the CLI's own handling began: as advcli._entry says it
-        from advcli._entry import INTERRUPTED_AT_START
-
         sys.stderr.write(INTERRUPTED_AT_START)
         code = 130
     except SystemExit as e:

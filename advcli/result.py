@@ -23,3 +23,4 @@ class RunResult:
     group_health: dict | None = None  # advcli.figures.group_health (runs with groups)
     by_position: dict | None = None  # advcli.figures.positions: the advantage per token position, when asked for
     from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.resolution)
+    release: dict | None = None  # the flavor's upstream release that ran (advcli.flavors.release_dict)

@@ -102,8 +102,8 @@ def gdpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
     """NeMo ``GDPOAdvantageEstimator.compute_advantage`` (L101-190): every component through
     :func:`grpo_loo_adv`, ``A = Σ_k w_k A^k`` in component order, then a z-score over the rows of the
     batch (:func:`batch_zscore_rows`); every row counts (GDPO takes no ``valid_mask``, #3837 left it
-    so), and ``skip_single_valued`` is #4158's guard, which GDPO got too. NeMo takes the ``reward/*`` keys sorted by name; the flavor
-    passes them in that order."""
+    so), and ``skip_single_valued`` is #4158's guard, which GDPO got too. NeMo takes the ``reward/*``
+    keys sorted by name; the flavor passes them in that order."""
     g = _groups(table)
     comps = [k for k in table.columns if k.startswith("component:")]
     if len(comps) < 2:

@@ -158,7 +158,7 @@ def release_dict(spec: str) -> dict | None:
     release = release_of(flavor, text)
     if release is None:
         return None
-    return {"name": release.name, "date": release.date, "newest": release is known_releases(flavor)[-1],
+    return {"name": release.name, "date": release.date, "newest": release == known_releases(flavor)[-1],
             "asked": text, "label": release_label(spec)}
 
 

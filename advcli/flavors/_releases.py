@@ -60,7 +60,8 @@ def known_text(releases: tuple[Release, ...]) -> str:
 
 
 def find(releases: tuple[Release, ...], text: str, who: str) -> Release:
-    """The release ``text`` names (after ``@``): a release's name or alias (any case), or a prefix of at
+    """The release ``text`` names (after ``@``): a release's name or alias (any case; ``v0.11.2`` is the
+    version ``0.11.2``), or a prefix of at
     least 4 hex digits of a listed commit (or a longer hash that starts with one). A version older than
     the oldest release (compared as versions where the names are versions, as ISO dates where ``text`` is
     a date) is refused naming the oldest; anything else unknown is refused listing the known ones.
@@ -73,6 +74,10 @@ def find(releases: tuple[Release, ...], text: str, who: str) -> Release:
     for r in releases:
         if low == r.name.lower() or low in (a.lower() for a in r.aliases):
             return r
+    if _version(t) is not None:  # v0.11.2 = 0.11.2
+        same = [r for r in releases if _version(r.name) == _version(t)]
+        if same:
+            return same[0]
     if _HEX.fullmatch(low):
         hits = [r for r in releases
                 if any(n.startswith(low) or (len(n) >= 7 and low.startswith(n)) for n in _commit_names(r))]

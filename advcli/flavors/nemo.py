@@ -165,8 +165,8 @@ RELEASES = (
     Release("post-3837", "2026-09-02", aliases=("pre-4158",), settings={"advcli.skip_trivial_std": False},
             changes=(
                 Change("#3852", (), "new length penalties (nemo_rl/utils/length_penalty.py) applied to the rewards "
-                                    "before the estimator, off unless configured; advcli does not apply them: a run "
-                                    "that used them is reproduced from the penalised rewards only"),
+                                    "before the estimator, off unless configured; not covered by advcli: a run that "
+                                    "used them is reproduced only where the dump's rewards already hold the penalty"),
                 Change("#3766", (), "single-controller path: advantage mask = token mask · sample mask, which the "
                                     "legacy loop's dump already gives (response_mask 0 on a dropped row); no change "
                                     "offline"),

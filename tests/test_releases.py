@@ -293,3 +293,17 @@ def test_audit_names_the_release_that_reproduces_a_pre_4158_dump(tmp_path, capsy
     assert "Releases tried" in report.read_text() and "NeMo RL @7ea279a" in report.read_text()
     code, _, _ = run_main(["audit", d, "--flavor", "nemo@7ea279a"], capsys)
     assert code == 0
+
+
+def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys):
+    d = _dump(tmp_path)
+    code, out, _ = run_main(["inspect", d, "--json"], capsys)
+    assert code == 0
+    rel = json.loads(out)["dump"]["releases"]
+    assert rel["flavor"] == "nemo" and rel["older"] == ["nemo@post-3837", "nemo@7ea279a"]
+    code, out, _ = run_main(["inspect", d], capsys)
+    assert "--flavor nemo@7ea279a" in out
+    o = tmp_path / "o.parquet"
+    run_main(["run", d, "-o", o, "--flavor", "nemo@7ea279a", "-q"], capsys)
+    code, out, _ = run_main(["inspect", o], capsys)
+    assert code == 0 and "NeMo RL @7ea279a" in out

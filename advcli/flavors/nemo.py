@@ -176,7 +176,9 @@ RELEASES = (
                 Change("#3837", ("advcli.grpo_valid_mask",),
                        "grpo: rows whose sample mask is 0 (the dump's sample_loss_mask) leave the group baseline and "
                        "std (valid_mask); their own advantage uses the sums over the valid rows; gdpo and "
-                       "reinforce_plus_plus unchanged"),
+                       "reinforce_plus_plus unchanged. Upstream this is the single-controller path's; the legacy "
+                       "grpo_train loop passes all ones until #4160 (open): for its dumps with dropped rows set "
+                       "advcli.grpo_valid_mask=false"),
             ),
             note="with #3837 (grpo's valid_mask), before #4158"),
     Release("post-4158", "2026-09-19", aliases=("newest",),

@@ -5,6 +5,10 @@ Without ``ppo.adv_estimator.name`` the GRPO loop runs: ``grpo.adv_estimator.name
 reinforce_plus_plus, opd), then ``grpo.advantage_clip_low/high`` (``_clip_grpo_advantages``). With it,
 the PPO estimator runs (gae or raw_reward). Groups are the rows sharing a ``prompt_id`` (NeMo groups
 the rows whose initial-prompt token ids are equal), anywhere in the file; each step is one batch.
+
+The defaults are NeMo RL's newest state advcli verified: 7ea279ab plus #3837 (grpo's ``valid_mask``) and
+#4158 (``is_trivial_distribution``), behind ``advcli.grpo_valid_mask`` and ``advcli.skip_trivial_std``;
+``RELEASES`` sets them back for ``--flavor nemo@7ea279a``.
 """
 from __future__ import annotations
 
@@ -197,7 +201,8 @@ FLAVOR = Flavor(
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "
           "leave-one-out std from the one-pass E[r²]−E[r]² in float32 (so all-equal non-dyadic groups can give "
-          "huge values, e.g. 7×0.3+1×0.9 → 6367), A/(σ+1e-6) only where σ>0, groups of one 0, LOO n=2 "
+          "huge values, e.g. 7×0.3+1×0.9 → 6367 at 7ea279a), A/(σ+1e-6) only where σ>0 and (from #4158) the "
+          "rewards σ is taken over are not all one value, groups of one 0, LOO n=2 "
           "unnormalised; gdpo sums the weighted reward/* components (sorted by name) and z-scores the rows of "
           "the batch (unbiased, no eps). reinforce_plus_plus: (r−μ_g) − β·KL_t per token (calculate_kl, clamps "
           "20/10, logr = ref − lp), then a biased z-score over all mask=1 tokens with max(var,1e-8). The GRPO-loop "

@@ -190,27 +190,37 @@ EXPLAIN_EPILOG = """
 
   advcli explain --flavor verl --set algorithm.adv_estimator=grpo
   advcli explain --flavor verl --keys
+  advcli explain --flavor nemo --history
+  advcli explain --flavor nemo@7ea279a --set grpo.adv_estimator.name=grpo
   advcli explain --flavor advcli --set estimator.name=gae --set estimator.gamma=0.99
 """
 
 
 @app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command)
 def explain(
-    flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME", help="Flavor whose keys are given."),
+    flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME[@RELEASE]",
+                               help="Flavor whose keys are given, at an upstream release (default: the newest)."),
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     keys: bool = typer.Option(False, "--keys", help="List the flavor's keys and defaults instead."),
+    history: bool = typer.Option(False, "--history", help="List the flavor's upstream releases advcli reproduces "
+                                                          "(--flavor NAME@RELEASE) and what changed between them."),
 ):
     """Print the resolved canonical configuration and the formulas that will run."""
     from .config import parse_set
     from .explain import explain_text, keys_text
-    from .flavors import get, resolve
+    from .flavors import config_file_flavor, get, history_text, resolve
 
+    if config:
+        flavor = config_file_flavor(config, flavor)
+    if history:
+        typer.echo(history_text(get(flavor)))
+        return
     if keys:
         typer.echo(keys_text(get(flavor)))
         return
     cfg, native = resolve(flavor, parse_set(set_), config)
-    typer.echo(explain_text(get(flavor), cfg, native))
+    typer.echo(explain_text(get(flavor), cfg, native, flavor))
 
 
 SAMPLE_EPILOG = """

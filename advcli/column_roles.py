@@ -31,6 +31,9 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     # per-trace inputs of prime-rl's estimators
     "trainable": ("trainable", "scalar", "false (0) = errored or untrainable trace: left out of every statistic, "
                   "advantage 0 (prime-rl); missing = every row trainable"),
+    "sample_mask": ("sample_loss_mask", "scalar", "0 = a row the trainer left out of the loss (NeMo RL's "
+                    "sample_loss_mask): out of grpo's group baseline and std where valid_mask is on (NeMo RL "
+                    "#3837); missing = every row counts"),
     "num_output_tokens": ("num_output_tokens", "scalar", "provider usage completion tokens of the trace "
                           "(prime-rl length penalty)"),
     "num_total_tokens": ("num_total_tokens", "scalar", "provider usage prompt + cached + completion tokens of "

@@ -24,12 +24,17 @@ def keys_text(flavor) -> str:
     return "\n".join(lines)
 
 
-def explain_text(flavor, cfg: dict, native: dict) -> str:
+def explain_text(flavor, cfg: dict, native: dict, flavor_spec: str | None = None) -> str:
+    """``flavor_spec``: the flavor as given (``nemo@7ea279a``), whose release the text names."""
     from .estimators import get, resolve_params
+    from .flavors import release_label
 
     spec = get(cfg["estimator"]["name"])
     params = resolve_params(spec, cfg["estimator"])
     out = [f"flavor   {flavor.name}: {flavor.framework}"]
+    release = release_label(flavor_spec or flavor.name)
+    if release:
+        out.append(f"release  {release} (`advcli explain --flavor {flavor.name} --history` lists the others)")
     if native:
         out.append("given    " + ", ".join(f"{k}={json.dumps(v)}" for k, v in native.items()))
     out += ["", "pipeline (in order):"]

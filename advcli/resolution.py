@@ -41,7 +41,7 @@ def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, conf
     try:
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
-        refuse_default_estimator(flavor, inputs, settings, config, given, e)
+        refuse_default_estimator(flavor, inputs, settings, config, given, e, flavor_name)
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
         set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
@@ -109,9 +109,10 @@ def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
 
 
 def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: str | None, given: dict,
-                             error: AdvcliError) -> None:
+                             error: AdvcliError, spec: str | None = None) -> None:
     """``error`` (a response-level dump refusing the estimator) said with the ``--set`` that runs, where the
-    estimator is the flavor's default and the flavor's response-level choice passes the same check."""
+    estimator is the flavor's default and the flavor's response-level choice passes the same check
+    (``spec``: the flavor as given, with its ``@release``)."""
     from .flavors import resolve
     from .formats import check_config
 
@@ -119,7 +120,7 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
     if not key or not value or key in given:
         raise error
     try:
-        cfg, _ = resolve(flavor.name, settings + [(key, value)], config)
+        cfg, _ = resolve(spec or flavor.name, settings + [(key, value)], config)
         check_config(inputs, cfg)
     except AdvcliError:
         raise error from None

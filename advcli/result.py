@@ -73,6 +73,7 @@ class RunResult(Shown):
     group_health: dict | None = None  # advcli.figures.group_health (runs with groups)
     by_position: dict | None = None  # advcli.figures.positions: the advantage per token position, when asked for
     from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.resolution)
+    release: dict | None = None  # the flavor's upstream release that ran (advcli.flavors.release_dict)
     flavor: str | None = None  # the flavor and the native settings given (advcli.run sets them), for the report
     settings: dict = field(default_factory=dict)
     output_table: Any = None  # the rows written, kept in memory (advcli.run on an in-memory table, output=None)

@@ -75,6 +75,10 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
         result.inputs = list(inputs)
         result.warnings.insert(0, run_filter_note(curation, kept))
     name_sources(result)  # the result names the trainer dumps, not their temporary Parquet
+    if req.flavor:
+        from .flavors import release_dict
+
+        result.release = release_dict(req.flavor)  # which upstream release's semantics ran
     written = [staging.staged_path(o) if staging is not None else o for o in result.outputs]
     finish_outputs(inputs, written)  # response-level dumps: scalar advantages
     return result, kept

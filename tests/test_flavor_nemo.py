@@ -4,7 +4,9 @@ EXPECTED below was computed by running the unmodified classes of
 ``nemo_rl/algorithms/advantage_estimator.py`` and ``calculate_baseline_and_std_per_prompt`` /
 ``calculate_kl`` (``nemo_rl/algorithms/utils.py``) at NVIDIA-NeMo/RL @ 7ea279ab on CPU (torch 2.13,
 float32) on ROWS, padded to [B, T] with mask 0, prompt ids = the group letter's index. Only the
-first L_i positions of each row are compared (advcli keeps the rows ragged).
+first L_i positions of each row are compared (advcli keeps the rows ragged). They are NeMo's numbers at
+that commit, so the runs here name it: ``--flavor nemo@7ea279a`` (the newest state, with #4158 and #3837,
+is tested in tests/test_releases.py).
 """
 import os
 
@@ -55,6 +57,9 @@ EXPECTED = {
 }
 
 
+PINNED = "nemo@7ea279a"  # the commit EXPECTED was computed at
+
+
 def _write(path, rows=ROWS, component_order=("reward/fmt", "reward/acc")):
     cols = {"prompt_id": pa.array([r[0] for r in rows]), "reward": pa.array([r[1] for r in rows], pa.float32())}
     idx = {"reward/fmt": 2, "reward/acc": 3}
@@ -70,7 +75,7 @@ def _write(path, rows=ROWS, component_order=("reward/fmt", "reward/acc")):
 def _run(tmp_path, settings, chunk_rows=3, column="advantages"):
     src = _write(os.path.join(tmp_path, "in.parquet"))
     out = os.path.join(tmp_path, "out.parquet")
-    advcli.run(src, out, flavor="nemo", settings=settings, chunk_rows=chunk_rows, device="cpu", force=True)
+    advcli.run(src, out, flavor=PINNED, settings=settings, chunk_rows=chunk_rows, device="cpu", force=True)
     t = pq.read_table(out)
     return {c: t.column(c).to_pylist() for c in t.column_names if c in ("advantages", "returns", "token_level_rewards")}
 
@@ -162,14 +167,14 @@ def test_grpo_hazard_through_the_cli(tmp_path):
     rows = rows[:2] + [("h", 0.9, 0, 0, [1, 0, 1], [0] * 3, [0] * 3, [0] * 3, [0] * 3)] + rows[2:]
     src = _write(os.path.join(tmp_path, "h.parquet"), rows)
     out = os.path.join(tmp_path, "o.parquet")
-    result = advcli.run(src, out, flavor="nemo", chunk_rows=2, device="cpu")
+    result = advcli.run(src, out, flavor=PINNED, chunk_rows=2, device="cpu")
     adv = pq.read_table(out).column("advantages").to_pylist()
     want = float(_nemo_loo_reference([0.3, 0.3, 0.9] + [0.3] * 5)[2])  # NeMo's calls on this machine
     assert adv[2] == [pytest.approx(want, rel=1e-6)] * 3
     if want > 1000:  # the artefact happened here: the run must flag the group
         flagged = [d for d in result.diagnostics if d["kind"] == "float32_cancellation" and d["count"]]
         assert flagged and flagged[0]["count"] == 1, result.diagnostics
-    advcli.run(src, out, flavor="nemo", chunk_rows=2, device="cpu", force=True, precision="float64")
+    advcli.run(src, out, flavor=PINNED, chunk_rows=2, device="cpu", force=True, precision="float64")
     assert pq.read_table(out).column("advantages").to_pylist()[2][0] == pytest.approx(0.6, abs=1e-6)
 
 

@@ -46,11 +46,14 @@ SAMPLES = [
 ]
 
 
-def write_step(path, samples, step_seed=0):
+def write_step(path, samples, step_seed=0, sample_masks=None, advantages=None):
+    """One train_data_step file of ``samples``; ``sample_masks``: each row's sample_loss_mask (default 1.0);
+    ``advantages``: the logged per-row advantages (default :func:`nemo_grpo` over every row)."""
     rng = np.random.default_rng(step_seed)
     width = max(len(p) + len(r) for p, r, _, _ in samples) + 3  # right padding, as NeMo pads to the batch max
     rewards = [s[3] for s in samples]
-    adv = nemo_grpo(rewards, [tuple(s[0]) for s in samples])
+    adv = list(advantages) if advantages is not None else nemo_grpo(rewards, [tuple(s[0]) for s in samples])
+    sample_masks = sample_masks or [1.0] * len(samples)
     with open(path, "w") as fh:
         for i, (p, r, m, rew) in enumerate(samples):
             L = len(p) + len(r)
@@ -59,7 +62,7 @@ def write_step(path, samples, step_seed=0):
             gen = [0.0] * len(p) + [float(x) for x in rng.uniform(-2, 0, len(r))] + [0.0] * pad
             prev = [0.0] + [float(x) for x in rng.uniform(-3, 0, L - 1)] + [0.0] * pad
             rec = {"content": [[f"prompt {p}", f"answer {r}"]], "rewards": [rew], "input_lengths": [L],
-                   "token_ids": [p + r + [PAD] * pad], "token_loss_mask": [mask], "sample_loss_mask": [1.0],
+                   "token_ids": [p + r + [PAD] * pad], "token_loss_mask": [mask], "sample_loss_mask": [sample_masks[i]],
                    "advantages": [[adv[i]] * width], "generation_logprobs": [gen], "prev_logprobs": [prev],
                    "idx": i}  # logger.py L1096 adds idx unwrapped: {**sample, "idx": i}
             fh.write(json.dumps(rec) + "\n")

@@ -34,7 +34,7 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     group estimators of every flavor (position-grouped flavors read the prompt_id groups,
     ``advcli.group_by=id``, with the dump's usual ``group_size`` as their n), then canonical GRPO with
     other epsilons. A configuration the dump cannot run (a missing column) is skipped."""
-    from ..flavors import get
+    from ..flavors import get, split_spec
 
     out: list[tuple[str, dict]] = []
     fl = get(flavor)
@@ -43,7 +43,7 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
             cur = given.get(k, key.default)
             if isinstance(cur, bool):
                 out.append((flavor, {**given, k: not cur}))
-    if flavor == "trl":
+    if split_spec(flavor)[0] == "trl":
         for s in ("group", "batch", "none"):
             out.append(("trl", {**given, "scale_rewards": s}))
     if has_prompt_id:
@@ -90,16 +90,17 @@ ESTIMATOR_KEYS = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator
 def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
     """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
     the framework's default), then the other settings given."""
-    from ..flavors import get
+    from ..flavors import get, split_spec
 
-    ek = ESTIMATOR_KEYS.get(flavor)
+    base = split_spec(flavor)[0]
+    ek = ESTIMATOR_KEYS.get(base)
     est = settings.get(ek) if ek else None
     if ek and est is None:
         try:
             est = get(flavor).keys[ek].default
         except (AdvcliError, KeyError):
             est = None
-    if flavor == "nemo" and settings.get("ppo.adv_estimator.name"):
+    if base == "nemo" and settings.get("ppo.adv_estimator.name"):
         est = "ppo " + str(settings["ppo.adv_estimator.name"])
     hide = {"advcli.group_by", ek}
     if settings.get("advcli.group_by") == "id":  # the group size keys say nothing once groups come from prompt_id
@@ -330,7 +331,10 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         group, group_ids, step = _groups(ins, cmap, cfg)
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
-        rep = {"command": "audit", "flavor": flavor, "settings": native or {}, "ran": what,
+        from ..flavors import release_dict
+
+        rep = {"command": "audit", "flavor": flavor, "release": release_dict(flavor), "settings": native or {},
+               "ran": what,
                "estimator": cfg["estimator"].get("name"),
                "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
                "logged_per": "token" if is_list else "row", "tolerance": {"rtol": rtol, "atol": atol},
@@ -370,7 +374,10 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             elif f["kind"] == "shift":
                 f["explanation"] = f["explanation"].format(d=rep["fitted"]["shift"])
         rep["findings"] = findings
-        if bad_tokens and search:
+        if bad_tokens and search:  # the flavor's other releases first: the run may have used an older one
+            rep["releases_tried"] = _other_releases(tmp, inputs, ins, flavor, native or {}, columns, logged_col,
+                                                    is_list, mask_col, rtol, atol, chunk_rows, device)
+            rep["release_matches"] = [r["label"] for r in rep["releases_tried"] if r.get("tokens_disagreeing") == 0]
             rep["search"] = _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col,
                                     rtol, atol, chunk_rows, device, progress,
                                     group_size=int(np.bincount(np.bincount(group)).argmax()) if group is not None
@@ -439,6 +446,34 @@ def _excerpt(text) -> str | None:
         text = chat
     text = " ".join(text.split())
     return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
+
+
+def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_list, mask_col, rtol, atol, chunk_rows,
+                    device) -> list[dict]:
+    """The flavor's other known releases (``--flavor NAME@RELEASE``), newest first, each run with the same
+    settings and compared with the logged values: {release, label, tokens_disagreeing, rows_disagreeing}
+    (``skipped`` with the reason where that release cannot run them)."""
+    from ..flavors import get, known_releases, release_label, release_of, resolve, split_spec
+
+    fl = get(flavor)
+    ran = release_of(fl, split_spec(flavor)[1])
+    out = []
+    for i, rel in enumerate(reversed(known_releases(fl))):
+        if rel == ran:
+            continue
+        spec = f"{fl.name}@{rel.name}"
+        entry = {"release": rel.name, "label": release_label(spec)}
+        try:
+            cfg, nat = resolve(spec, list(native.items()))
+            r = _Run(tmp, f"release{i}", inputs, cfg, spec, nat, columns, chunk_rows, device)
+            rt = compare_pass(ins.paths, [r.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
+            entry["tokens_disagreeing"] = int(rt.bad_valid.sum())
+            entry["rows_disagreeing"] = int((rt.bad_valid > 0).sum())
+            shutil.rmtree(os.path.join(tmp, f"release{i}"), ignore_errors=True)
+        except AdvcliError as e:
+            entry["skipped"] = e.message
+        out.append(entry)
+    return out
 
 
 def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col, rtol, atol, chunk_rows,

@@ -33,7 +33,10 @@ def audit_sections(rep: dict):
     head = [("verdict", f"{verdict}: {rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and "
                         f"{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
                         + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else "")),
-            ("recomputed with", rep["ran"]), ("logged column", f"{rep['logged_column']} (one value per "
+            ("recomputed with", rep["ran"])]
+    if (rep.get("release") or {}).get("label"):
+        head.append(("release", rep["release"]["label"]))
+    head += [("logged column", f"{rep['logged_column']} (one value per "
                                                                  f"{rep['logged_per']})"),
             ("input", ", ".join(rep["inputs"])),
             ("tolerance", f"|logged − recomputed| <= {rep['tolerance']['atol']:g} + {rep['tolerance']['rtol']:g}·"
@@ -46,6 +49,12 @@ def audit_sections(rep: dict):
         head.append(("rows without a logged value", f"{rep['rows_without_logged_value']:,} (not checked)"))
     if rep.get("nonfinite_logged"):
         head.append(("non-finite logged values", f"{rep['nonfinite_logged']:,} mask=1 tokens"))
+    if rep.get("release_matches"):
+        head.append(("matches release", "the logged values match " + "; ".join(rep["release_matches"])
+                     + " (--flavor NAME@RELEASE runs it)"))
+    elif rep.get("releases_tried"):
+        head.append(("other releases", f"none of the {len(rep['releases_tried'])} other releases advcli knows "
+                                       "reproduces the logged values"))
     if rep.get("matches"):
         head.append(("reproduced by", "; ".join(rep["matches"])))
     elif rep.get("search") is not None:
@@ -62,6 +71,12 @@ def audit_sections(rep: dict):
         cols = [c for c in cols if any(c in e for e in rep["worst"])]
         sections.append(("Worst rows", "table", (cols, [[str(e.get(c)) if c in ("group",) else e.get(c)
                                                          for c in cols] for e in rep["worst"]])))
+    if rep.get("releases_tried"):
+        rows = [[r["label"], "skipped: " + r["skipped"] if "skipped" in r else
+                 ("reproduces" if r["tokens_disagreeing"] == 0 else f"{r['tokens_disagreeing']:,} tokens, "
+                                                                     f"{r['rows_disagreeing']:,} rows disagree")]
+                for r in rep["releases_tried"]]
+        sections.append(("Releases tried", "table", (["release", "result"], rows)))
     if rep.get("search"):
         rows = [[c["label"], "skipped: " + c["skipped"] if "skipped" in c else
                  ("reproduces" if c["tokens_disagreeing"] == 0 else f"{c['tokens_disagreeing']:,} tokens, "
@@ -113,6 +128,8 @@ def print_audit(rep: dict) -> None:
                 con.print("  " + escape(_worst_line(e)))
                 if e.get("prompt"):
                     con.print("    prompt: " + escape(json.dumps(e["prompt"], ensure_ascii=False)))
+        elif kind == "table" and name == "Releases tried":
+            continue  # the summary's release line says which reproduce; the rows are in --report / --json
         elif kind == "table":
             hits = [r[0] for r in payload[1] if r[1] == "reproduces"]
             con.print(f"[bold]{escape(name)}[/]: {len(payload[1])} (listed in --report / --json); reproduce the "

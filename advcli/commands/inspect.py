@@ -84,7 +84,8 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
                   "bytes": sum(_size(p) for p in ins.paths), "schema": schema,
                   "roles": dict(cmap.names), "advcli_output": prov is not None}
     if prov is not None:
-        data["produced_by"] = {k: prov.get(k) for k in ("advcli_version", "flavor", "flavor_config", "inputs")}
+        data["produced_by"] = {k: prov.get(k) for k in ("advcli_version", "flavor", "release", "flavor_config",
+                                                        "inputs")}
 
     small = [cmap[r] for r in ("prompt_id", "step", "reward", "domain") if cmap.has(r)]
     mask_col = cmap.names.get("response_mask")
@@ -252,6 +253,23 @@ def run_command(info, sources: list[str], inputs: list[str]) -> tuple[str | None
     return None, why
 
 
+def release_choice(command: str | None) -> dict | None:
+    """{flavor, title, default, older} where the suggested command's flavor has older releases to pick
+    (``--flavor nemo@7ea279a``): the release it runs and the ``NAME@RELEASE`` of the others, newest first."""
+    from ..flavors import get, known_releases, release_label
+
+    words = shlex.split(command or "")
+    if "--flavor" not in words or words.index("--flavor") + 1 >= len(words):
+        return None
+    spec = words[words.index("--flavor") + 1]
+    flavor = get(spec)
+    releases = known_releases(flavor)
+    if len(releases) < 2 or "@" in spec:
+        return None
+    return {"flavor": spec, "title": flavor.title, "default": release_label(spec),
+            "older": [f"{flavor.name}@{r.name}" for r in reversed(releases[:-1])]}
+
+
 def suggest(data: dict, inputs: list[str]) -> dict:
     """An imported dump's ``advcli inspect`` data completed with the command that reads it and, at
     response level, the estimators ``run`` accepts on it (asked of ``run``'s own check)."""
@@ -262,6 +280,9 @@ def suggest(data: dict, inputs: list[str]) -> dict:
         return data
     info = infos[0]
     data["dump"]["example"], data["dump"]["no_example"] = run_command(info, data["inputs"], inputs)
+    releases = release_choice(data["dump"]["example"])
+    if releases:
+        data["dump"]["releases"] = releases
     if info.level == "response":
         cols = [c["column"] for c in data.get("schema", [])]
         for name, e in estimator_support(inputs, cols).items():
@@ -288,8 +309,9 @@ def _print(data: dict) -> None:
               f"{data['row_groups']} row group(s), {mb:.1f} MiB")
     if data.get("advcli_output"):
         p = data.get("produced_by") or {}
-        con.print(f"advcli output (advcli {p.get('advcli_version')}, flavor {p.get('flavor')}, "
-                  f"{json.dumps(p.get('flavor_config') or {})})")
+        release = (p.get("release") or {}).get("label")
+        con.print(f"advcli output (advcli {p.get('advcli_version')}, flavor {p.get('flavor')}"
+                  + (f", {release}" if release else "") + f", {json.dumps(p.get('flavor_config') or {})})")
     t = Table(title="columns", title_justify="left", show_edge=False)
     for h in ("column", "type", "role", "meaning"):
         t.add_column(h)

@@ -15,8 +15,10 @@ from ..flavors import flavor_names_text
 
 INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a directory or a glob.", show_default=False)
 
-FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME",
-                      help=f"Whose semantics: {flavor_names_text()}. "
+FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
+                      help=f"Whose semantics: {flavor_names_text()}; @RELEASE picks an upstream release or commit "
+                           "(nemo@7ea279a; default: the newest advcli verified; `advcli explain --flavor NAME "
+                           "--history` lists them). "
                            "Default: verl, GRPO when the dump has prompt_id. On a trainer's own dump, keys not "
                            "set take what the dump tells (slime/ROLL group size; AReaL JSONL: AReaL's GRPO "
                            "example), said in the summary; a default that cannot run there stops, naming the "

@@ -19,6 +19,10 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
 
     settings = parse_set(set_)
     columns = parse_column_maps(column)
+    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
+        from ..flavors import config_file_flavor
+
+        flavor = config_file_flavor(config, flavor)
     if flavor is None and config:  # a --config file that names verl's estimator: no estimator picked for it
         from ..config import load_config_file
 

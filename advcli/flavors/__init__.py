@@ -9,6 +9,7 @@ flavors: the command-line help reads it (:func:`framework_names`, :func:`flavor_
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
-from ._releases import Release
+from ._releases import Release, find
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,102 @@ def flavor_names_text() -> str:
     return ", ".join(names_[:-1]) + f", or {names_[-1]} (canonical keys)"
 
 
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``"nemo@7ea279a"`` -> ``("nemo", "7ea279a")``; ``"nemo"`` -> ``("nemo", None)``."""
+    name, at, release = spec.partition("@")
+    return name.strip(), (release.strip() if at else None)
+
+
 def get(name: str) -> Flavor:
+    """The flavor of ``--flavor NAME`` or ``NAME@RELEASE`` (the release checked: :func:`release_of`)."""
     _load()
-    if name not in FLAVORS:
-        raise AdvcliError(f"--flavor {name!r}: unknown flavor.{did_you_mean(name, FLAVORS)} "
+    base, release = split_spec(name)
+    if base not in FLAVORS:
+        raise AdvcliError(f"--flavor {base!r}: unknown flavor.{did_you_mean(base, FLAVORS)} "
                           f"Known: {', '.join(sorted(FLAVORS))}")
-    return FLAVORS[name]
+    if release is not None:
+        release_of(FLAVORS[base], release)
+    return FLAVORS[base]
+
+
+PINNED = re.compile(r"@\s*([0-9a-f]{7,40})\b")
+
+
+def known_releases(flavor: Flavor) -> tuple[Release, ...]:
+    """The flavor's release table (oldest first); a flavor without one has its pinned commit (the commit of
+    ``Flavor.framework``) as its one release; advcli's own flavor has none."""
+    if flavor.releases:
+        return flavor.releases
+    m = PINNED.search(flavor.framework)
+    if not m:
+        return ()
+    return (Release(m.group(1)[:7], "", aliases=(m.group(1),), note="the commit advcli was matched against"),)
+
+
+def release_of(flavor: Flavor, text: str | None) -> Release | None:
+    """The release ``@text`` names (None: the newest verified, the table's last); None for a flavor without
+    releases given no suffix. An unknown or too old release is refused (:func:`advcli.flavors._releases.find`)."""
+    releases = known_releases(flavor)
+    if text is None:
+        return releases[-1] if releases else None
+    return find(releases, text, f"--flavor {flavor.name}")
+
+
+def release_label(spec: str) -> str | None:
+    """Which release runs, in words: ``NeMo RL @ newest verified (post-4158: ...)`` with no suffix,
+    ``NeMo RL @7ea279a (...)`` with one; None for advcli's own flavor."""
+    flavor = get(spec)
+    text = split_spec(spec)[1]
+    release = release_of(flavor, text)
+    if release is None:
+        return None
+    title = flavor.title or flavor.name
+    if text is None:
+        return f"{title} @ newest verified ({release.name}" + (f": {release.note})" if release.note else ")")
+    return f"{title} @{release.name}" + (f" ({release.note})" if release.note else "")
+
+
+def release_dict(spec: str) -> dict | None:
+    """The release that runs as the JSON reports and the output's provenance hold it."""
+    flavor = get(spec)
+    text = split_spec(spec)[1]
+    release = release_of(flavor, text)
+    if release is None:
+        return None
+    return {"name": release.name, "date": release.date, "newest": release == known_releases(flavor)[-1],
+            "asked": text, "label": release_label(spec)}
+
+
+def history_rows(flavor: Flavor) -> list[tuple[str, str, str, str, str]]:
+    """(release, date, PR, keys, effect) for every change of the flavor's table, a release with no change
+    as one row with the release's note: what ``advcli explain --history`` and docs/flavors.md show."""
+    rows = []
+    for r in known_releases(flavor):
+        if not r.changes:
+            rows.append((r.name, r.date, "", "", r.note))
+        for c in r.changes:
+            rows.append((r.name, r.date, c.pr, ", ".join(c.keys), c.effect))
+    return rows
+
+
+def history_text(flavor: Flavor) -> str:
+    """``advcli explain --flavor X --history``: the flavor's releases, oldest first, and what changed."""
+    releases = known_releases(flavor)
+    if not releases:
+        return f"--flavor {flavor.name}: advcli's own configuration, no upstream releases"
+    lines = [f"{flavor.title or flavor.name} releases advcli reproduces (oldest first; --flavor {flavor.name}@RELEASE, "
+             f"no @ = the newest, {releases[-1].name}):"]
+    for r in releases:
+        names = ", ".join(r.aliases)
+        lines.append("")
+        lines.append(f"{r.name}" + (f"  {r.date}" if r.date else "") + (f"  (also: {names})" if names else ""))
+        if r.note:
+            lines.append(f"  {r.note}")
+        for k, v in r.settings.items():
+            lines.append(f"  default {k}={v!r}")
+        for c in r.changes:
+            lines.append(f"  {c.pr or '(no PR)'}" + (f" [{', '.join(c.keys)}]" if c.keys else "") + f": {c.effect}")
+    return "\n".join(lines)
 
 
 def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -178,6 +269,27 @@ def _some(names: list[str], most: int = 12) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
+def config_file_flavor(path: str, flavor: str | None) -> str | None:
+    """The flavor a run uses given ``--flavor`` (``flavor``, None when not given) and a ``--config`` file that
+    may name one (``flavor: nemo@7ea279a``): --flavor wins; the file's release is taken where --flavor names
+    the same flavor with no release; two different flavors are refused."""
+    from ..config import load_config_file
+
+    named = load_config_file(path).get("flavor")
+    if named is None:
+        return flavor
+    if not isinstance(named, str):
+        raise AdvcliError(f"config file {path}: flavor is {named!r}; expected a flavor name such as nemo or "
+                          "nemo@7ea279a")
+    get(named)  # an unknown flavor or release is refused naming it
+    if flavor is None:
+        return named
+    if split_spec(flavor)[0] != split_spec(named)[0]:
+        raise AdvcliError(f"--flavor {flavor} but config file {path} says flavor: {named}",
+                          hint="drop one of them (--flavor wins only over a release of the same flavor)")
+    return named if split_spec(flavor)[1] is None else flavor
+
+
 # an unknown top-level name this close to a section the flavor reads is taken for a misspelling of it
 MISSPELLING_RATIO = 0.8
 
@@ -204,6 +316,8 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
     read = sorted({k.split(".")[0] for k in known} | {p.split(".")[0] for p in flavor.open_prefixes})
     taken, sections, keys = [], [], []
     for k, v in load_config_file(path).items():
+        if k == "flavor":  # the file's `flavor: NAME[@RELEASE]` (config_file_flavor)
+            continue
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
             taken.append((k, v))
             continue
@@ -233,6 +347,7 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
     ``config_file``: a YAML/TOML file read by :func:`config_file_settings` (its --set values win);
     ``file_keys``: a list that receives its :class:`ConfigFileKeys`."""
     flavor = get(flavor_name)
+    release = release_of(flavor, split_spec(flavor_name)[1])
     items = []
     if config_file:
         found = config_file_settings(flavor, config_file)
@@ -240,7 +355,8 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
         if file_keys is not None:
             file_keys.append(found)
     items += settings
-    values = native_values(flavor, items)
+    # the release's defaults first: the --config file and --set win over them, and they are not "given"
+    values = native_values(flavor, list(release.settings.items()) + items if release else items)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}

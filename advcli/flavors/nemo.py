@@ -5,12 +5,17 @@ Without ``ppo.adv_estimator.name`` the GRPO loop runs: ``grpo.adv_estimator.name
 reinforce_plus_plus, opd), then ``grpo.advantage_clip_low/high`` (``_clip_grpo_advantages``). With it,
 the PPO estimator runs (gae or raw_reward). Groups are the rows sharing a ``prompt_id`` (NeMo groups
 the rows whose initial-prompt token ids are equal), anywhere in the file; each step is one batch.
+
+The defaults are NeMo RL's newest state advcli verified: 7ea279ab plus #3837 (grpo's ``valid_mask``) and
+#4158 (``is_trivial_distribution``), behind ``advcli.grpo_valid_mask`` and ``advcli.skip_trivial_std``;
+``RELEASES`` sets them back for ``--flavor nemo@7ea279a``.
 """
 from __future__ import annotations
 
 from ..config import Key, default_config
 from ..errors import AdvcliError
 from . import Flavor
+from ._releases import Change, Release
 
 GRPO_ESTIMATORS = ("grpo", "gdpo", "reinforce_plus_plus", "opd")
 PPO_ESTIMATORS = ("gae", "raw_reward")
@@ -41,6 +46,14 @@ KEYS = {
     "ppo.adv_estimator.gae_lambda_policy": Key(None, "VAPO: λ of the advantages (default gae_lambda)", None, "float"),
     "ppo.adv_estimator.length_adaptive_alpha": Key(0.0, "VAPO length-adaptive policy λ (only 0 is supported)",
                                                    None, "float"),
+    # semantic switches of changes merged after 7ea279ab, with no key of NeMo's own (RELEASES below)
+    "advcli.skip_trivial_std": Key(True, "advcli extension (NeMo RL #4158): grpo/gdpo with normalize_rewards divide "
+                                   "only where the rewards feeding the row's std are not all one value, so a "
+                                   "float32 residue std no longer divides; false: wherever std > 0 (7ea279a)",
+                                   None, "bool"),
+    "advcli.grpo_valid_mask": Key(True, "advcli extension (NeMo RL #3837): grpo's group baseline and std leave out "
+                                  "rows whose sample_loss_mask is 0 (gdpo and reinforce_plus_plus keep every row); "
+                                  "false: every row counts (7ea279a)", None, "bool"),
 }
 
 # grpo_math_1B.yaml: adv_estimator.normalize_rewards: ${grpo.normalize_rewards}, likewise the LOO flag
@@ -68,11 +81,13 @@ def translate(v: dict) -> dict:
     norm = v["grpo.adv_estimator.normalize_rewards"]
     if est == "grpo":  # GRPOAdvantageEstimator (L57-98)
         cfg["estimator"] = {"name": "grpo_loo", "leave_one_out": loo, "normalize": norm, "eps": 1e-6,
-                            "mask_output": False}
+                            "mask_output": False, "skip_single_valued": v["advcli.skip_trivial_std"],
+                            "valid_mask": v["advcli.grpo_valid_mask"]}
     elif est == "gdpo":  # GDPOAdvantageEstimator (L101-190): every reward/* key, sorted by name
         cfg["reward"].update(source="components", components=["reward/*"])
         cfg["estimator"] = {"name": "gdpo_loo", "weights": v["grpo.adv_estimator.reward_weights"],
-                            "leave_one_out": loo, "normalize": norm, "eps": 1e-6, "mask_output": False}
+                            "leave_one_out": loo, "normalize": norm, "eps": 1e-6, "mask_output": False,
+                            "skip_single_valued": v["advcli.skip_trivial_std"]}
     elif est == "reinforce_plus_plus":  # ReinforcePlusPlusAdvantageEstimator (L193-267)
         cfg["reward"]["placement"] = "all"
         if v["grpo.adv_estimator.minus_baseline"]:
@@ -145,16 +160,53 @@ def estimator_note(v: dict) -> str | None:
     return None
 
 
+# the commits whose semantics advcli reproduces, oldest first (--flavor nemo@RELEASE); the KEYS defaults above
+# are the newest. NeMo RL merges semantics between its releases, so these are states of its main branch.
+RELEASES = (
+    Release("7ea279a", "2026-08-22", aliases=("7ea279abfbeb698b092856d0dab61e7cf39bc909", "pre-3837"),
+            settings={"advcli.skip_trivial_std": False, "advcli.grpo_valid_mask": False},
+            note="the commit advcli was first matched against, before #3837 and #4158"),
+    Release("post-3837", "2026-09-02", aliases=("pre-4158",), settings={"advcli.skip_trivial_std": False},
+            changes=(
+                Change("#3852", (), "new length penalties (nemo_rl/utils/length_penalty.py) applied to the rewards "
+                                    "before the estimator, off unless configured; not covered by advcli: a run that "
+                                    "used them is reproduced only where the dump's rewards already hold the penalty"),
+                Change("#3766", (), "single-controller path: advantage mask = token mask · sample mask, which the "
+                                    "legacy loop's dump already gives (response_mask 0 on a dropped row); no change "
+                                    "offline"),
+                Change("#3927", ("grpo.advantage_clip_low", "grpo.advantage_clip_high"),
+                       "the single-controller path clips the advantages as the legacy loop does; no change offline "
+                       "(advcli clips wherever the keys are set)"),
+                Change("#3837", ("advcli.grpo_valid_mask",),
+                       "grpo: rows whose sample mask is 0 (the dump's sample_loss_mask) leave the group baseline and "
+                       "std (valid_mask); their own advantage uses the sums over the valid rows; gdpo and "
+                       "reinforce_plus_plus unchanged. Upstream this is the single-controller path's; the legacy "
+                       "grpo_train loop passes all ones until #4160 (open): for its dumps with dropped rows set "
+                       "advcli.grpo_valid_mask=false"),
+            ),
+            note="with #3837 (grpo's valid_mask), before #4158"),
+    Release("post-4158", "2026-09-19", aliases=("newest",),
+            changes=(
+                Change("#4158", ("advcli.skip_trivial_std",),
+                       "grpo/gdpo with normalize_rewards divide by the std only where it is > 0 and the rewards "
+                       "feeding it are not all one value: a float32 residue std of identical leave-one-out peers "
+                       "no longer divides (7×0.3 + 1×0.9: the 0.9 row gets 0.6, not ≈ 6367)"),
+            ),
+            note="with #4158 and #3837"),
+)
+
 FLAVOR = Flavor(
     title="NeMo RL",  # the framework's name in prose (help, docs)
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "
           "leave-one-out std from the one-pass E[r²]−E[r]² in float32 (so all-equal non-dyadic groups can give "
-          "huge values, e.g. 7×0.3+1×0.9 → 6367), A/(σ+1e-6) only where σ>0, groups of one 0, LOO n=2 "
+          "huge values, e.g. 7×0.3+1×0.9 → 6367 at 7ea279a), A/(σ+1e-6) only where σ>0 and (from #4158) the "
+          "rewards σ is taken over are not all one value, groups of one 0, LOO n=2 "
           "unnormalised; gdpo sums the weighted reward/* components (sorted by name) and z-scores the rows of "
           "the batch (unbiased, no eps). reinforce_plus_plus: (r−μ_g) − β·KL_t per token (calculate_kl, clamps "
           "20/10, logr = ref − lp), then a biased z-score over all mask=1 tokens with max(var,1e-8). The GRPO-loop "
           "estimators do not zero masked positions; advantage_clip_low/high clamp them at the end. PPO gae skips "
           "masked spans, places r on the last mask=1 token, whitens (unbiased, var+1e-8) and zeroes M=0; "
-          "returns = A + V before whitening. raw_reward: r_i everywhere, biased z-score.")
+          "returns = A + V before whitening. raw_reward: r_i everywhere, biased z-score.",
+    releases=RELEASES)

@@ -13,6 +13,7 @@ import math
 from ..config import Key, default_config
 from ..errors import AdvcliError
 from . import Flavor
+from ._releases import Release
 
 P = "orchestrator.algo."
 TYPES = ("grpo", "echo", "max_rl", "rae", "hierarchical_grpo", "opd", "opsd", "sft")
@@ -111,6 +112,13 @@ def estimator_note(v: dict) -> str | None:
     return f"{P}type={algo} in prime-rl is {what}: advcli's {name}" if name else None
 
 
+# the commits whose semantics advcli reproduces, oldest first (--flavor primerl@RELEASE); nothing that changes
+# advantages was merged after it (#3376, a success-gated length penalty, is still open)
+RELEASES = (
+    Release("559b447", "2026-08-21", aliases=("559b44772e471d1538537b8805cc77f3824a5e64",),
+            note="the commit advcli was matched against"),
+)
+
 FLAVOR = Flavor(
     title="prime-rl",  # the framework's name in prose (help, docs)
     name="prime-rl",
@@ -125,4 +133,5 @@ FLAVOR = Flavor(
           "±1e7..1e8). hierarchical_grpo: r − mean over peers (agent_name, episode_id for the episode_agents; "
           "agent_name alone otherwise), float64. rae: r − b[agent_name], b ← decay·b + (1−decay)·r in scoring "
           "order over the whole input (rows in order, steps ascending), b = 0 at the first row, float64. The "
-          "advantage lands on mask=1 tokens, 0.0 elsewhere.")
+          "advantage lands on mask=1 tokens, 0.0 elsewhere.",
+    releases=RELEASES)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
+from ._releases import Release
 
 ESTIMATORS = ("gae", "reinforce", "grpo")
 AGENTIC = ("gigpo", "step_reinforce", "agentic_reinforce")
@@ -129,6 +130,13 @@ def estimator_note(v: dict) -> str | None:
     return None
 
 
+# the commits whose semantics advcli reproduces, oldest first (--flavor roll@RELEASE); nothing that changes
+# advantages was merged after it (#447, masked critic values before GAE, is still open)
+RELEASES = (
+    Release("8eb27cc", "2026-08-18", aliases=("8eb27cc2dc34c4d1310b169d9b86d339004d811a",),
+            note="the commit advcli was matched against"),
+)
+
 FLAVOR = Flavor(
     title="ROLL",  # the framework's name in prose (help, docs)
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
@@ -143,4 +151,5 @@ FLAVOR = Flavor(
           "clamped to ±10 at the output only; the controller steps after every domain with n_steps = its "
           "rows; reinforce/grpo returns count masked columns as discount steps; gae uses unmasked values over "
           "every column; optional whitening (unbiased, var+1e-8, skipped at ≤ 1 valid token); advantages × "
-          "mask, then advantage_clip; returns unmasked, unwhitened, unclipped.")
+          "mask, then advantage_clip; returns unmasked, unwhitened, unclipped.",
+    releases=RELEASES)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
+from ._releases import Release
 
 GRPO_FAMILY = ("grpo", "gspo", "cispo")
 ESTIMATORS = GRPO_FAMILY + ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
@@ -153,6 +154,13 @@ def estimator_note(v: dict) -> str | None:
     return None
 
 
+# the commits whose semantics advcli reproduces, oldest first (--flavor slime@RELEASE); nothing that changes
+# advantages was merged after it (#2062, grouping by group_index, is still open)
+RELEASES = (
+    Release("624b824", "2026-08-21", aliases=("624b824a898ab0ec1fcb4d373004c7f3852bf515",),
+            note="the commit advcli was matched against"),
+)
+
 FLAVOR = Flavor(
     title="slime",  # the framework's name in prose (help, docs)
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
@@ -168,4 +176,5 @@ FLAVOR = Flavor(
           "raw reward at L_i−1 whatever its mask, − β·kl unmasked, vanilla GAE over every position, returns = A + V; "
           "k3 unclamped, low_var_kl clamped ±10; OPD A −= coef·(lp − teacher) unmasked before whitening; whitening "
           "one-pass in float32 (E[x²] − E[x]², unbiased for N ≥ 2, rsqrt(var + 1e-8)) over the m=1 tokens of the "
-          "step, applied to every position and never re-masked; returns never whitened.")
+          "step, applied to every position and never re-masked; returns never whitened.",
+    releases=RELEASES)

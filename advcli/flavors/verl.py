@@ -8,6 +8,7 @@ from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
 from . import _verl_correction_keys as rollout_correction
+from ._releases import Release
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
               "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
@@ -116,6 +117,12 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+# the commits and releases whose semantics advcli reproduces, oldest first (--flavor verl@RELEASE)
+RELEASES = (
+    Release("1dda039", "2026-08-22", aliases=("1dda039b9c6311889a9c9a26040677e1254814f9",),
+            note="the commit advcli was matched against"),
+)
+
 FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
@@ -129,4 +136,5 @@ FLAVOR = Flavor(
           "the reward sits at position L_i−1 even when that token is masked (row-sum estimators keep it, "
           "gae/rf++/remax drop it); gae skips masked tokens and is whitened (unbiased, var+1e-8) without "
           "re-masking; k3 KL clamps ref−logp to ±20 and the value to ±10; the adaptive controller uses β "
-          "from before the step's update, n_steps = rows in the step.")
+          "from before the step's update, n_steps = rows in the step.",
+    releases=RELEASES)

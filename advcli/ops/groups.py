@@ -119,17 +119,22 @@ class GroupIndex:
             out[mat] = fn(x[mat])
         return out
 
-    def onepass_baseline_std(self, x: torch.Tensor, leave_one_out: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def onepass_baseline_std(self, x: torch.Tensor, leave_one_out: bool,
+                             valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """[R] baseline and [R] std as NeMo RL ``calculate_baseline_and_std_per_prompt``
-        (nemo_rl/algorithms/utils.py L104-198 @7ea279ab, valid_mask = 1).
+        (nemo_rl/algorithms/utils.py L104-198 @7ea279ab).
 
-        For a group of n > 1 rows with ``W = 1 − I`` (leave-one-out) or all ones, ``k = n − [loo]``::
+        ``valid`` (bool [R], default all true) is NeMo's ``valid_mask``: the rows it leaves out add nothing
+        to the sums and are not counted (GRPO passes the sample mask from NVIDIA-NeMo/RL #3837 on). For a
+        group whose valid rows number ``c`` > 1, with ``W = 1 − I`` (leave-one-out) or all ones,
+        ``v`` the valid flags and ``k = c − [loo]``::
 
-            b = W·x / k,   q = W·x² / k,   std = nan_to_num(sqrt((q − b²)·(k/(k−1))), 0)
+            b = W·(x·v) / k,   q = W·(x²·v) / k,   std = nan_to_num(sqrt((q − b²)·(k/(k−1))), 0)
 
         so the non-LOO std is the unbiased group std by the one-pass ``E[x²] − E[x]²`` and the LOO
         std is per row: the unbiased std of the *other* rows (LOO n = 2: k/(k−1) = inf, q − b² = 0 →
-        NaN → 0). n ≤ 1: baseline = x, std = 0.
+        NaN → 0). A left-out row gets the same sums over every valid row of its group, divided by
+        ``k``, as NeMo's matmul gives it. ``c`` ≤ 1: baseline = x, std = 0 for the whole group.
 
         NeMo forms ``W·x`` with one ``torch.matmul`` (a BLAS gemv) per group, whose summation order
         depends on the row's position; in float32 the order decides the residue of ``q − b²`` for
@@ -149,27 +154,67 @@ class GroupIndex:
             if n <= 1:
                 continue
             w = (1 - torch.eye(n, dtype=x.dtype)) if leave_one_out else torch.ones((n, n), dtype=x.dtype)
-            k = torch.tensor(float(n), dtype=x.dtype) - int(leave_one_out)
             vals = x[mat]
-            sq = torch.pow(vals, 2)
-            s1 = vals @ w.T
+            if valid is None:
+                keep = None
+                k = torch.tensor(float(n), dtype=x.dtype) - int(leave_one_out)
+                vx, sq = vals, torch.pow(vals, 2)
+            else:  # NeMo: rewards·valid_mask and pow(rewards, 2)·valid_mask, num_valid = Σ valid − [loo]
+                vmask = valid[mat].to(x.dtype)
+                keep = vmask.sum(dim=1) > 1
+                k = vmask.sum(dim=1, keepdim=True) - int(leave_one_out)
+                vx, sq = vals * vmask, torch.pow(vals, 2) * vmask
+            s1 = vx @ w.T
             s2 = sq @ w.T
             if exact_needed:
                 b, q = s1 / k, s2 / k
                 degenerate = ((q - b.square()) < 1e-2 * q.abs()).any(dim=1) & ~free[ids]
                 for gi in torch.nonzero(degenerate, as_tuple=True)[0].tolist():
-                    v = vals[gi].clone()  # a fresh, aligned vector as NeMo passes to matmul
+                    v = vx[gi].clone()  # a fresh, aligned vector as NeMo passes to matmul
                     s1[gi] = torch.matmul(w, v)
-                    s2[gi] = torch.matmul(w, torch.pow(v, 2))
+                    s2[gi] = torch.matmul(w, sq[gi].clone())
             b, q = s1 / k, s2 / k
             if exact_needed:
                 sd = ((q - b.square()) * (k / (k - 1))).sqrt().nan_to_num(0)
             else:  # float64, the intended math: two-pass over each row's set, so equal values give 0
                 dev = vals[:, None, :] - b[:, :, None]  # [G_n, n, n]: value j against row i's baseline
-                sd = ((dev * dev * w).sum(dim=2) / (k - 1)).sqrt().nan_to_num(0)
+                weight = w if valid is None else w * vmask[:, None, :]
+                sd = ((dev * dev * weight).sum(dim=2) / (k - 1)).sqrt().nan_to_num(0)
+            if keep is not None:  # c ≤ 1 valid rows: NeMo sets the baseline to the reward, std stays 0
+                b = torch.where(keep[:, None], b, vals)
+                sd = torch.where(keep[:, None], sd, torch.zeros_like(sd))
             base[mat] = b
             std[mat] = sd
         return base, std
+
+    def single_valued_std_sets(self, x: torch.Tensor, leave_one_out: bool,
+                               valid: torch.Tensor | None = None) -> torch.Tensor:
+        """bool [R]: the rewards that feed row i's std in :meth:`onepass_baseline_std` hold at most one
+        distinct value, NeMo RL's ``is_trivial_distribution`` (NVIDIA-NeMo/RL #4158, merged 2026-09,
+        ``calculate_baseline_and_std_per_prompt``). The set is the group's valid rows, less row i
+        itself with the leave-one-out baseline; a group with at most one valid row is flagged whole.
+        Equality is exact (``0.0 == -0.0``): the true std of such a set is 0, so any std float32
+        leaves there is rounding residue.
+
+        With ``d`` distinct values and ``c`` valid rows in the group, row i is flagged when ``d ≤ 1``;
+        with leave-one-out and i valid, also when ``c ≤ 2`` or (``d = 2`` and i's value occurs once)."""
+        r = x.numel()
+        v = torch.ones(r, dtype=torch.bool) if valid is None else valid.to(torch.bool)
+        idx = torch.nonzero(v, as_tuple=True)[0]
+        bits = (x.to(torch.float64) + 0.0).view(torch.int64)  # + 0.0 folds -0.0 into 0.0
+        pairs = torch.stack([self.codes[idx], bits[idx]], dim=1)
+        distinct = torch.zeros(self.num_groups, dtype=torch.int64)
+        occurs = torch.zeros(r, dtype=torch.int64)
+        if idx.numel():
+            uniq, inverse, counts = torch.unique(pairs, dim=0, return_inverse=True, return_counts=True)
+            distinct.index_add_(0, uniq[:, 0], torch.ones(len(uniq), dtype=torch.int64))
+            occurs[idx] = counts[inverse]
+        n_valid = torch.zeros(self.num_groups, dtype=torch.int64).index_add_(0, self.codes, v.to(torch.int64))
+        d, c = distinct[self.codes], n_valid[self.codes]
+        flagged = d <= 1
+        if leave_one_out:
+            flagged |= v & ((c <= 2) | ((d == 2) & (occurs == 1)))
+        return flagged
 
 
 def order_free(x: torch.Tensor, groups: GroupIndex) -> torch.Tensor:

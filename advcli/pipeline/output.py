@@ -83,7 +83,10 @@ def file_fingerprint(paths: list[str]) -> str:
 
 
 def provenance_metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
+    from ..flavors import release_dict
+
     prov = {"advcli_version": __version__, "flavor": flavor, "flavor_config": native or {},
+            "release": release_dict(flavor) if flavor else None,
             "config": recorded_config(plan.run, plan.params), "inputs": [shown_name(p) for p in inputs.paths],
             "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns)}
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}

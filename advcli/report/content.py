@@ -68,6 +68,8 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
     for name in ("by_position", "groups", "group_health"):
         if g(name) is not None:
             rep[name] = g(name)
+    if g("release"):  # the flavor's upstream release that ran (advcli.flavors.release_dict)
+        rep["release"] = g("release")
     if g("from_dump"):  # what a trainer dump told the flavor (advcli.resolution)
         rep["from_dump"] = list(g("from_dump"))
     if extra:
@@ -136,6 +138,8 @@ def headline(report: dict) -> list[tuple[str, str]]:
     out = []
     if what:
         out.append(("ran", what))
+    if (report.get("release") or {}).get("label"):  # which upstream release's semantics ran
+        out.append(("release", report["release"]["label"]))
     if report.get("estimator_note"):  # the flavor runs the estimator the user named under another name
         out.append(("why", report["estimator_note"]))
     for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.resolution)

@@ -1,0 +1,309 @@
+"""--flavor NAME@RELEASE: the release tables, their resolution, and NeMo RL's changes after 7ea279ab on both
+sides (the values from NeMo's code: ``nemo_rl/algorithms/utils.py::calculate_baseline_and_std_per_prompt`` and
+``advantage_estimator.py::GRPOAdvantageEstimator`` at NVIDIA-NeMo/RL @ 7ea279ab, with #3837's ``valid_mask``
+and #4158's ``normalize_mask = (std > 0) & ~is_trivial_distribution`` as merged in 2026-09), and audit
+naming the release that reproduces a dump."""
+import json
+import math
+import os
+import re
+import statistics
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import run_main
+from test_flavor_nemo import EXPECTED, ROWS, _nemo_loo_reference, _rows_of, _write
+from test_format_nemo import nemo_grpo, write_step
+
+import advcli
+from advcli.flavors import get, history_rows, known_releases, listed, release_of
+from advcli.ops.groups import GroupIndex
+
+
+def nemo_grpo_valid(rewards, groups, valid, loo=True):
+    """NeMo RL's GRPO with #3837's valid_mask, float64, Python loops: the sums run over the group's valid
+    rows (W·(r·v), less the row itself with LOO), divided by k = (valid rows) − [loo]; a left-out row gets
+    the sums over every valid row of its group; a group with ≤ 1 valid row gets 0; divide by std + 1e-6
+    where std > 0 (binary/0.5 rewards here: no single-valued set has a residue, #4158 changes nothing)."""
+    out = []
+    for i, (r, g) in enumerate(zip(rewards, groups)):
+        members = [j for j, h in enumerate(groups) if h == g and valid[j]]
+        if len(members) <= 1:
+            out.append(0.0)
+            continue
+        peers = [rewards[j] for j in members if not (loo and j == i)]
+        k = len(members) - int(loo)
+        b = sum(peers) / k
+        q = sum(x * x for x in peers) / k
+        var = (q - b * b) * k / (k - 1) if k > 1 else float("nan")
+        std = math.sqrt(var) if var == var and var > 0 else 0.0
+        out.append((r - b) / (std + 1e-6) if std > 0 else r - b)
+    return out
+
+
+# one prompt of four (row 3 dropped by the trainer: sample_loss_mask 0), one of two
+SAMPLES = [
+    ([5, 6, 7], [10, 11, 12], [1, 1, 1], 1.0),
+    ([5, 6, 7], [13, 14], [1, 1], 0.0),
+    ([5, 6, 7], [15, 16, 17, 18], [1, 0, 0, 1], 0.5),
+    ([5, 6, 7], [19, 20], [1, 1], 0.0),
+    ([8, 9], [20, 21, 22], [1, 1, 0], 1.0),
+    ([8, 9], [23, 24], [1, 1], 0.0),
+]
+MASKS = [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+
+
+def _dump(tmp_path, advantages=None, masks=MASKS, samples=SAMPLES, name="exp"):
+    d = tmp_path / name
+    d.mkdir()
+    write_step(d / "train_data_step1.jsonl", samples, 1, sample_masks=masks, advantages=advantages)
+    return d
+
+
+def _adv_rows(path):
+    return pq.read_table(path).column("advantages").to_pylist()
+
+
+# ------------------------------------------------------------------------------------ the tables
+def test_every_flavor_accepts_a_release_and_its_table_is_consistent():
+    for fl in listed():
+        releases = known_releases(fl)
+        if fl.name == "advcli":
+            assert releases == ()
+            continue
+        assert releases, fl.name
+        keys = set(fl.keys)
+        dates = [r.date for r in releases if r.date]
+        assert dates == sorted(dates), f"{fl.name}: releases oldest first"
+        for r in releases:
+            assert set(r.settings) <= keys, f"{fl.name}@{r.name}: settings of keys the flavor lacks"
+            for c in r.changes:
+                assert set(c.keys) <= keys, f"{fl.name}@{r.name} {c.pr}: keys the flavor lacks"
+            assert release_of(fl, r.name) == r
+        assert not releases[-1].settings, f"{fl.name}: the KEYS defaults are the newest release's"
+        assert release_of(fl, None) == releases[-1]
+        commit = re.search(r"@\s*([0-9a-f]{7,40})", fl.framework).group(1)
+        assert release_of(fl, commit[:7]) == releases[0]  # the pinned commit, the oldest, always selectable
+
+
+def test_release_names_aliases_and_commit_prefixes(capsys):
+    nemo = get("nemo")
+    pinned = release_of(nemo, "7ea279a")
+    for text in ("7ea279abfbeb698b092856d0dab61e7cf39bc909", "7EA279", "7ea2", "pre-3837"):
+        assert release_of(nemo, text) is pinned
+    assert release_of(nemo, "pre-4158").name == "post-3837"
+    assert release_of(nemo, "newest") is known_releases(nemo)[-1]
+    # a flavor without its own table accepts only its pinned commit
+    trl = get("trl")
+    assert release_of(trl, "f2cd577").name == "f2cd577"
+    code, _, err = run_main(["explain", "--flavor", "trl@abcdef0"], capsys)
+    assert code == 2 and "f2cd577" in err and "Traceback" not in err
+
+
+def test_unknown_and_too_old_releases_are_refused(capsys):
+    code, _, err = run_main(["explain", "--flavor", "nemo@v0.3.0"], capsys)
+    assert code == 2 and "not a release advcli reproduces" in err
+    for name in ("7ea279a", "post-3837", "post-4158"):
+        assert name in err
+    code, _, err = run_main(["explain", "--flavor", "nemo@2026-01-01"], capsys)
+    assert code == 2 and "older than the oldest release advcli reproduces, 7ea279a (2026-08-22)" in err
+    code, _, err = run_main(["explain", "--flavor", "advcli@7ea279a"], capsys)
+    assert code == 2 and "no upstream releases" in err
+
+
+def test_versions_compare_as_versions():
+    from advcli.errors import AdvcliError
+    from advcli.flavors._releases import Release, find
+
+    table = (Release("0.9.0", "2026-05-01"), Release("0.11.2", "2026-09-01"))
+    assert find(table, "v0.11.2", "--flavor x").name == "0.11.2"
+    with pytest.raises(AdvcliError, match="older than the oldest release advcli reproduces, 0.9.0"):
+        find(table, "0.8.5", "--flavor x")
+    with pytest.raises(AdvcliError, match="not a release advcli reproduces"):
+        find(table, "0.10.0", "--flavor x")  # between two known releases: not verified, not guessed
+
+
+def test_explain_history_prints_the_table(capsys):
+    code, out, _ = run_main(["explain", "--flavor", "nemo", "--history"], capsys)
+    assert code == 0
+    for release, date, pr, _keys, _effect in history_rows(get("nemo")):
+        assert release in out and date in out
+        if pr:
+            assert pr in out
+    assert out.index("\n7ea279a") < out.index("\npost-3837") < out.index("\npost-4158")
+    assert "#4158 [advcli.skip_trivial_std]" in out and "#3837 [advcli.grpo_valid_mask]" in out
+    code, out, _ = run_main(["explain", "--flavor", "nemo@7ea279a", "--set", "grpo.adv_estimator.name=grpo"], capsys)
+    assert code == 0 and "release  NeMo RL @7ea279a" in out
+
+
+def test_a_release_setting_yields_to_set():
+    from advcli.flavors import resolve
+
+    cfg, given = resolve("nemo@7ea279a", [])
+    assert cfg["estimator"]["skip_single_valued"] is False and cfg["estimator"]["valid_mask"] is False
+    assert given == {}  # a release's defaults are not settings the user gave
+    cfg, given = resolve("nemo@7ea279a", [("advcli.grpo_valid_mask", True)])
+    assert cfg["estimator"]["valid_mask"] is True and given == {"advcli.grpo_valid_mask": True}
+    cfg, _ = resolve("nemo", [])
+    assert cfg["estimator"]["skip_single_valued"] is True and cfg["estimator"]["valid_mask"] is True
+
+
+# ------------------------------------------------------------------------ NeMo RL #4158, both sides
+def test_4158_flags_single_valued_leave_one_out_sets():
+    # PR #4158's own unit test (tests/unit/algorithms/test_utils.py): a sample's leave-one-out peers may be
+    # identical even when the whole group is not
+    g = GroupIndex.from_codes(torch.zeros(8, dtype=torch.int64))
+    r = torch.tensor([0.0] + [0.95] * 7)
+    assert g.single_valued_std_sets(r, True).tolist() == [True] + [False] * 7
+    assert float(g.onepass_baseline_std(r, True)[0][0]) == pytest.approx(0.95)
+    # without leave-one-out the set is the whole group; groups of ≤ 1 valid row are flagged whole
+    assert g.single_valued_std_sets(r, False).tolist() == [False] * 8
+    two = GroupIndex.from_codes(torch.tensor([0, 0, 1]))
+    assert two.single_valued_std_sets(torch.tensor([1.0, 0.0, 0.5]), True).tolist() == [True, True, True]
+    valid = torch.tensor([True, True, False, True])
+    four = GroupIndex.from_codes(torch.zeros(4, dtype=torch.int64))
+    # valid rows {1, 0, 1}: row 1's peers {1, 1} are one value; the left-out row 2 sees {1, 0, 1}
+    assert four.single_valued_std_sets(torch.tensor([1.0, 0.0, 0.0, 1.0]), True, valid).tolist() == \
+        [False, True, False, False]
+
+
+@pytest.mark.parametrize("pos", [0, 2, 4, 7])
+def test_4158_the_7x03_1x09_group_on_both_sides(tmp_path, pos):
+    """7×0.3 + 1×0.9 in one prompt, leave-one-out + normalize_rewards. Newest (#4158): the 0.9 row's peers
+    are all 0.3, so it is not divided: 0.9 − 0.3 = 0.6. 7ea279a: NeMo's own float32 calls on this machine
+    (a std residue may divide it, A in the thousands, depending on the BLAS's summation order)."""
+    samples = [([5, 6], [10 + i, 11], [1, 1], 0.3) for i in range(7)]
+    samples.insert(pos, ([5, 6], [30, 31, 32], [1, 1, 1], 0.9))
+    rewards = [s[3] for s in samples]
+    d = _dump(tmp_path, advantages=[0.0] * 8, masks=None, samples=samples)
+    out = tmp_path / "new.parquet"
+    advcli.run(str(d), str(out), flavor="nemo", device="cpu")
+    new = _adv_rows(out)
+    assert new[pos][0] == pytest.approx(0.6, abs=1e-6)
+    peers = [0.3] * 6 + [0.9]  # a 0.3 row's leave-one-out set: (0.3 − mean) / (unbiased std + 1e-6)
+    others = [row[0] for i, row in enumerate(new) if i != pos]
+    assert others == pytest.approx([(0.3 - statistics.mean(peers)) / (statistics.stdev(peers) + 1e-6)] * 7, rel=1e-5)
+    old = tmp_path / "old.parquet"
+    advcli.run(str(d), str(old), flavor="nemo@7ea279a", device="cpu")
+    want = _nemo_loo_reference(rewards)
+    assert [row[0] for row in _adv_rows(old)] == pytest.approx(want.tolist(), rel=1e-6)
+
+
+def test_4158_all_equal_group_without_leave_one_out(tmp_path):
+    """grpo without LOO: group d (0.9 ×3) at 7ea279a divides its float32 residue by the residue std
+    (NeMo's numbers: 0.000140622113); from #4158 on the set is single-valued, so A = r − mean ≈ 0."""
+    src = _write(os.path.join(tmp_path, "in.parquet"))
+    out = os.path.join(tmp_path, "out.parquet")
+    advcli.run(src, out, flavor="nemo", settings={"grpo.adv_estimator.use_leave_one_out_baseline": False},
+               device="cpu")
+    got = [row[0] for row in _adv_rows(out)]
+    for i, (pid, *_rest) in enumerate(ROWS):
+        if pid == "d":
+            assert abs(got[i]) < 1e-6 and EXPECTED["grpo_noloo"][i] > 1e-4  # the pinned value moved
+        else:
+            assert got[i] == pytest.approx(EXPECTED["grpo_noloo"][i], rel=1e-5, abs=1e-6)
+
+
+# ------------------------------------------------------------------------ NeMo RL #3837, both sides
+def test_3837_grpo_leaves_dropped_rows_out_of_the_group_statistics(tmp_path):
+    d = _dump(tmp_path, advantages=[0.0] * 6)
+    rewards, groups = [s[3] for s in SAMPLES], [tuple(s[0]) for s in SAMPLES]
+    out = tmp_path / "new.parquet"
+    advcli.run(str(d), str(out), flavor="nemo", device="cpu")
+    got = [row[0] for row in _adv_rows(out)]
+    want = nemo_grpo_valid(rewards, groups, [m != 0 for m in MASKS])
+    # by hand: row 0's valid peers {0, 0.5}: b 0.25, std sqrt(((0 + 0.25)/2 − 0.0625)·2) = sqrt(0.125)
+    assert want[0] == pytest.approx(0.75 / (math.sqrt(0.125) + 1e-6))
+    assert want[3] == pytest.approx((0.0 - 0.75) / (math.sqrt(0.125) + 1e-6))  # the dropped row: sums of all 3
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    old = tmp_path / "old.parquet"
+    advcli.run(str(d), str(old), flavor="nemo@7ea279a", device="cpu")
+    assert [row[0] for row in _adv_rows(old)] == pytest.approx(nemo_grpo(rewards, groups), rel=1e-5, abs=1e-6)
+    assert nemo_grpo(rewards, groups)[0] == pytest.approx(2.88674, rel=1e-5)  # all four vote: b = 1/6
+
+
+def test_3837_leaves_gdpo_unchanged(tmp_path):
+    """GDPO takes no valid_mask (#3837 changed GRPO only): a sample_loss_mask column with zeros changes
+    nothing; the components are 0/0.5/1, so #4158 changes nothing either: NeMo's numbers at 7ea279ab."""
+    src = _write(os.path.join(tmp_path, "in.parquet"))
+    t = pq.read_table(src)
+    t = t.append_column("sample_loss_mask", pa.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0], pa.float32()))
+    pq.write_table(t, src)
+    out = os.path.join(tmp_path, "out.parquet")
+    advcli.run(src, out, flavor="nemo", settings={"grpo.adv_estimator.name": "gdpo",
+                                                   "grpo.adv_estimator.reward_weights": [1.0, 0.5]}, device="cpu")
+    got = _adv_rows(out)
+    want = _rows_of(EXPECTED["gdpo_w"])
+    assert [g[0] for g in got] == pytest.approx([w[0] for w in want], rel=1e-5, abs=5e-6)
+
+
+# ------------------------------------------------------------------- which release ran, everywhere
+def test_summary_json_and_provenance_name_the_release(tmp_path, capsys):
+    d = _dump(tmp_path)
+    out = tmp_path / "o.parquet"
+    code, stdout, _ = run_main(["run", d, "-o", out, "--flavor", "nemo", "--json"], capsys)
+    assert code == 0
+    rep = json.loads(stdout)
+    assert rep["release"]["name"] == "post-4158" and rep["release"]["newest"] is True
+    assert rep["release"]["label"].startswith("NeMo RL @ newest verified (post-4158")
+    prov = json.loads(pq.read_schema(out).metadata[b"advcli"])
+    assert prov["release"]["name"] == "post-4158"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo@7ea279a", "--force"], capsys)
+    assert code == 0 and "NeMo RL @7ea279a" in err
+    assert json.loads(pq.read_schema(out).metadata[b"advcli"])["release"]["name"] == "7ea279a"
+    result = advcli.run(str(d), None, flavor="nemo@7ea279a", device="cpu")
+    assert result.release["name"] == "7ea279a" and result.release["asked"] == "7ea279a"
+
+
+def test_config_file_names_the_flavor_and_its_release(tmp_path, capsys):
+    d = _dump(tmp_path)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("flavor: nemo@7ea279a\ngrpo:\n  adv_estimator:\n    name: grpo\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--config", cfg], capsys)
+    assert code == 0, err
+    assert json.loads(pq.read_schema(out).metadata[b"advcli"])["release"]["name"] == "7ea279a"
+    code, _, err = run_main(["run", d, "-o", tmp_path / "x.parquet", "--config", cfg, "--flavor", "verl"], capsys)
+    assert code == 2 and "config file" in err and "flavor: nemo@7ea279a" in err and "Traceback" not in err
+    assert not (tmp_path / "x.parquet").exists()
+    cfg.write_text("flavor: nemo@1999-01-01\n")
+    code, _, err = run_main(["run", d, "-o", tmp_path / "x.parquet", "--config", cfg], capsys)
+    assert code == 2 and "oldest" in err
+
+
+# --------------------------------------------------------------------------- audit finds the release
+def test_audit_names_the_release_that_reproduces_a_pre_4158_dump(tmp_path, capsys):
+    """Logged advantages made at 7ea279a (every row votes, the dropped one too): the newest release
+    disagrees, and audit names NeMo RL @7ea279a as the one that reproduces them."""
+    rewards, groups = [s[3] for s in SAMPLES], [tuple(s[0]) for s in SAMPLES]
+    d = _dump(tmp_path, advantages=nemo_grpo(rewards, groups))
+    code, stdout, _ = run_main(["audit", d, "--json"], capsys)
+    assert code == 1
+    rep = json.loads(stdout)
+    assert rep["release"]["name"] == "post-4158"
+    assert len(rep["release_matches"]) == 1 and rep["release_matches"][0].startswith("NeMo RL @7ea279a")
+    tried = {r["release"]: r for r in rep["releases_tried"]}
+    assert set(tried) == {"7ea279a", "post-3837"} and tried["post-3837"]["tokens_disagreeing"] > 0
+    code, _, err = run_main(["audit", d], capsys)
+    assert code == 1 and "matches release" in err and "NeMo RL @7ea279a" in err
+    report = tmp_path / "audit.md"
+    run_main(["audit", d, "--report", report, "-q"], capsys)
+    assert "Releases tried" in report.read_text() and "NeMo RL @7ea279a" in report.read_text()
+    code, _, _ = run_main(["audit", d, "--flavor", "nemo@7ea279a"], capsys)
+    assert code == 0
+
+
+def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys):
+    d = _dump(tmp_path)
+    code, out, _ = run_main(["inspect", d, "--json"], capsys)
+    assert code == 0
+    rel = json.loads(out)["dump"]["releases"]
+    assert rel["flavor"] == "nemo" and rel["older"] == ["nemo@post-3837", "nemo@7ea279a"]
+    code, out, _ = run_main(["inspect", d], capsys)
+    assert "--flavor nemo@7ea279a" in out
+    o = tmp_path / "o.parquet"
+    run_main(["run", d, "-o", o, "--flavor", "nemo@7ea279a", "-q"], capsys)
+    code, out, _ = run_main(["inspect", o], capsys)
+    assert code == 0 and "NeMo RL @7ea279a" in out

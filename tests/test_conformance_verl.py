@@ -1,0 +1,110 @@
+"""verl's released package against `advcli run --flavor verl`: every outcome and token estimator the flavor
+runs from a rollout batch, and the reward KL, on random batches (several seeds, uneven groups with a
+singleton, masks with zeros). The expected numbers come from the installed release's own
+``verl/trainer/ppo/core_algos.py`` (estimators, ``kl_penalty``), ``verl/utils/torch_functional.py``
+(``masked_whiten``) and ``verl/utils/groupwise.py``; ``apply_kl_penalty`` of
+``verl/trainer/ppo/ray_trainer.py`` is two lines restated in the test (scores − β·kld·mask)."""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+import torch
+from _released import (advcli_run, assert_matches, group_sizes, package_code, padded, random_rows, require,
+                       scores_at_last)
+
+VERSION = require("verl")
+SEEDS = (0, 1, 2)
+
+
+class AlgoConfig(dict):
+    """verl's AlgoConfig as the estimators read it: ``config.get(key)`` and ``config.gamma``."""
+
+    def __getattr__(self, name):
+        return self[name]
+
+
+def _verl() -> dict:
+    helpers = package_code("verl.utils.torch_functional", ["masked_sum", "masked_mean", "masked_var", "masked_whiten"],
+                           {"torch": torch, "Optional": Optional})
+    verl_f = type("verl_F", (), {k: staticmethod(helpers[k]) for k in ("masked_mean", "masked_var",
+                                                                        "masked_whiten", "masked_sum")})
+    ns: dict[str, Any] = {"torch": torch, "np": np, "os": os, "Any": Any, "Optional": Optional}
+    group = package_code("verl.utils.groupwise", ["_resolve_device", "_to_1d_numpy_object_array", "as_torch_index",
+                                                  "group_mean_std"], {**ns, "get_device_name": lambda: "cpu"})
+    names = ["compute_gae_advantage_return", "compute_grpo_outcome_advantage",
+             "compute_grpo_vectorized_outcome_advantage", "compute_grpo_passk_outcome_advantage",
+             "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_rloo_outcome_advantage",
+             "compute_opo_outcome_advantage", "compute_reinforce_plus_plus_outcome_advantage",
+             "compute_gpg_outcome_advantage", "compute_rloo_vectorized_outcome_advantage",
+             "kl_penalty", "kl_penalty_forward"]
+    return package_code("verl.trainer.ppo.core_algos", names, {
+        **ns, "defaultdict": defaultdict, "verl_F": verl_f, "AlgoConfig": AlgoConfig,
+        "as_torch_index": group["as_torch_index"], "group_mean_std": group["group_mean_std"]})
+
+
+VERL = _verl()
+
+# advcli's verl estimator -> (the release's function, how ray_trainer.compute_advantage calls it)
+OUTCOME = {
+    "grpo": "compute_grpo_outcome_advantage", "grpo_vectorized": "compute_grpo_vectorized_outcome_advantage",
+    "grpo_passk": "compute_grpo_passk_outcome_advantage",
+    "reinforce_plus_plus_baseline": "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "rloo": "compute_rloo_outcome_advantage", "rloo_vectorized": "compute_rloo_vectorized_outcome_advantage",
+    "opo": "compute_opo_outcome_advantage", "gpg": "compute_gpg_outcome_advantage",
+    "reinforce_plus_plus": "compute_reinforce_plus_plus_outcome_advantage",
+}
+
+
+def package_advantages(rows, estimator: str, gamma: float = 1.0, lam: float = 1.0, norm_by_std: bool = True):
+    mask = padded(rows, "mask")
+    scores = scores_at_last(rows)
+    index = np.array([r["prompt_id"] for r in rows], dtype=object)
+    config = AlgoConfig(gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_by_std)
+    if estimator == "gae":
+        return VERL["compute_gae_advantage_return"](token_level_rewards=scores, values=padded(rows, "values"),
+                                                    response_mask=mask, gamma=gamma, lam=lam)
+    fn = VERL[OUTCOME[estimator]]
+    kwargs = dict(token_level_rewards=scores, response_mask=mask, index=index, config=config)
+    if estimator == "grpo":
+        kwargs["norm_adv_by_std_in_grpo"] = norm_by_std
+    return fn(**kwargs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("estimator", ["gae", *OUTCOME])
+def test_estimator_matches_release(tmp_path, seed, estimator):
+    sizes = group_sizes(seed)
+    if estimator == "grpo_passk":  # verl raises on a group of one (core_algos.py: "at least 2 samples per group")
+        sizes = [s for s in sizes if s > 1]
+    rows = random_rows(seed, sizes)
+    gamma, lam = (0.97, 0.9) if estimator in ("gae", "reinforce_plus_plus") else (1.0, 1.0)
+    adv, ret = package_advantages(rows, estimator, gamma, lam)
+    out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": estimator, "algorithm.gamma": gamma,
+                                              "algorithm.lam": lam})
+    assert_matches(out["advantages"], adv, rows, f"verl {VERSION} {estimator} advantages")
+    assert_matches(out["returns"], ret, rows, f"verl {VERSION} {estimator} returns")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_grpo_without_std_matches_release(tmp_path, seed):
+    rows = random_rows(seed, group_sizes(seed))
+    adv, _ = package_advantages(rows, "grpo", norm_by_std=False)
+    out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": "grpo",
+                                              "algorithm.norm_adv_by_std_in_grpo": "false"})
+    assert_matches(out["advantages"], adv, rows, f"verl {VERSION} grpo (norm_adv_by_std_in_grpo=false)")
+
+
+@pytest.mark.parametrize("kl", ["kl", "abs", "mse", "low_var_kl", "k3+"])
+def test_reward_kl_matches_release(tmp_path, kl):
+    """apply_kl_penalty (ray_trainer.py): token_level_rewards = scores − β·kl_penalty(old, ref)·mask."""
+    rows = random_rows(5, group_sizes(5))
+    beta = 0.05
+    kld = VERL["kl_penalty"](padded(rows, "old"), padded(rows, "ref"), kl) * padded(rows, "mask")
+    expected = scores_at_last(rows) - beta * kld
+    out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": "true",
+                                              "algorithm.kl_penalty": kl, "algorithm.kl_ctrl.kl_coef": beta})
+    assert_matches(out["token_level_rewards"], expected, rows, f"verl {VERSION} reward KL {kl}")

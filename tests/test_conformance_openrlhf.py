@@ -13,7 +13,7 @@ import logging
 import time
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 
 
 def _openrlhf() -> dict:
-    ns: dict[str, Any] = {"torch": torch, "Optional": Optional, "Tuple": Tuple, "Union": Union, "List": List,
+    ns: dict[str, Any] = {"torch": torch, "Optional": Optional, "Tuple": tuple, "Union": Union, "List": list,
                           "itertools": itertools, "time": time, "timedelta": timedelta, "Experience": Any,
                           "RayActorGroup": Any, "logger": logging.getLogger("openrlhf"),
                           "KL_IS_WEIGHT_CLIP": 10.0}

@@ -13,8 +13,16 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 import torch
-from _released import (advcli_run, assert_matches, group_sizes, package_code, padded, random_rows, require,
-                       scores_at_last)
+from _released import (
+    advcli_run,
+    assert_matches,
+    group_sizes,
+    package_code,
+    padded,
+    random_rows,
+    require,
+    scores_at_last,
+)
 
 VERSION = require("verl")
 SEEDS = (0, 1, 2)

@@ -31,8 +31,8 @@ KL_NAMES = ("k1", "k2", "k3")
 
 KEYS = {
     "algo.advantage.estimator": Key("gae", "advantage estimator: " + ", ".join(ESTIMATORS) + " (group_norm is "
-                                    "OpenRLHF's GRPO; flash_reinforce, from release 0.11.2: r − the step's mean reward, "
-                                    "no group, no whitening)", None, "str"),
+                                    "OpenRLHF's GRPO; flash_reinforce, from release 0.11.2: r − the step's mean "
+                                    "reward, no group, no whitening)", None, "str"),
     "rollout.n_samples_per_prompt": Key(1, "group size n: n consecutive rows form a group", None, "int"),
     "algo.advantage.gamma": Key(1.0, "discount (forced to 1.0 for rloo, reinforce_baseline, group_norm, dr_grpo)",
                                 None, "float"),
@@ -160,7 +160,8 @@ FLAVOR = Flavor(
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note, releases=RELEASES,
     notes="Groups are n consecutive rows (no ids); the group shaping acts on the scalar reward (rloo: "
-          "leave-one-out; reinforce_baseline/dr_grpo: group mean; flash_reinforce: the step's mean; group_norm: (r − μ)/(σ + 1e-9) with "
+          "leave-one-out; reinforce_baseline/dr_grpo: group mean; flash_reinforce: the step's mean; group_norm: "
+          "(r − μ)/(σ + 1e-9) with "
           "torch.std unbiased on the [G, n] reshape, so float32 all-equal groups can reach 59.6 before the "
           "clip), then reward.clip_range clamps the shaped scalar; the reward sits on the last mask=1 token; "
           "−β·KL is added at every position (unmasked in token_level_rewards), KL clamped to ±10 at the "

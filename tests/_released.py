@@ -116,14 +116,18 @@ def random_rows(seed: int, sizes: list[int], max_len: int = 7, rewards: str = "m
     return rows
 
 
-def write_parquet(rows: list[dict], path: str) -> str:
-    """advcli's canonical Parquet of ``rows`` (the columns a trainer's batch holds)."""
+def write_parquet(rows: list[dict], path: str, rename: dict[str, str] | None = None) -> str:
+    """advcli's canonical Parquet of ``rows`` (the columns a trainer's batch holds); ``rename``: column
+    names the flavor reads under another name (AReaL: ``rollout_log_probs``)."""
     cols = {"prompt_id": pa.array([r["prompt_id"] for r in rows], pa.string()),
             "reward": pa.array([r["reward"] for r in rows], pa.float32()),
             "response_mask": pa.array([r["mask"] for r in rows], pa.list_(pa.int8())),
             "old_log_probs": pa.array([r["old"] for r in rows], pa.list_(pa.float32())),
             "ref_log_probs": pa.array([r["ref"] for r in rows], pa.list_(pa.float32())),
-            "values": pa.array([r["values"] for r in rows], pa.list_(pa.float32()))}
+            "values": pa.array([r.get("values") for r in rows], pa.list_(pa.float32()))}
+    if "values" not in rows[0]:  # no critic (AReaL's GRPO runs: V = 0)
+        del cols["values"]
+    cols = {(rename or {}).get(k, k): v for k, v in cols.items()}
     pq.write_table(pa.table(cols), path)
     return path
 
@@ -169,14 +173,15 @@ def release(flavor: str, name: str):
     return found[0]
 
 
-def advcli_run(tmp_path, rows: list[dict], flavor: str, settings: dict[str, Any], extra: list[str] = ()) -> dict:
+def advcli_run(tmp_path, rows: list[dict], flavor: str, settings: dict[str, Any], extra: list[str] = (),
+               rename: dict[str, str] | None = None) -> dict:
     """``advcli run in.parquet out.parquet --flavor FLAVOR --set k=v ...`` through the CLI; the output's
     advantages / returns / token_level_rewards, one list per row."""
     from typer.testing import CliRunner
 
     from advcli.cli import app
 
-    src = write_parquet(rows, os.path.join(tmp_path, "in.parquet"))
+    src = write_parquet(rows, os.path.join(tmp_path, "in.parquet"), rename)
     out = os.path.join(tmp_path, "out.parquet")
     argv = ["run", src, "-o", out, "--flavor", flavor, "--force", "--device", "cpu", *extra]
     for key, value in settings.items():
@@ -199,3 +204,16 @@ def assert_matches(got: list[list[float]], expected: torch.Tensor, rows: list[di
         assert len(got[i]) == n, f"{what}: row {i} has {len(got[i])} values, expected {n}"
         assert torch.allclose(have, want, rtol=rtol, atol=atol), (
             f"{what}: row {i} (group {r['prompt_id']}) advcli {have.tolist()} != package {want.tolist()}")
+
+
+def package_method(module: str, cls: str, method: str, namespace: dict[str, Any]) -> Callable:
+    """``cls.method`` of the installed ``module`` as a plain function (call it with the instance's
+    attributes on any object as ``self``), compiled from the package's file as released; the class's other
+    methods and decorators (tracing, stats) are left out."""
+    path = package_file(module)
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    fn.decorator_list = [d for d in fn.decorator_list if _keeps(d)]
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), namespace)
+    return namespace[method]

@@ -127,6 +127,8 @@ def write_parquet(rows: list[dict], path: str, rename: dict[str, str] | None = N
             "values": pa.array([r.get("values") for r in rows], pa.list_(pa.float32()))}
     if "values" not in rows[0]:  # no critic (AReaL's GRPO runs: V = 0)
         del cols["values"]
+    for name in rows[0].get("extra", {}):  # per-row number columns: reward functions' outputs (TRL)
+        cols[name] = pa.array([r["extra"][name] for r in rows], pa.float32())
     cols = {(rename or {}).get(k, k): v for k, v in cols.items()}
     pq.write_table(pa.table(cols), path)
     return path

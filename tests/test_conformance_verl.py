@@ -48,6 +48,7 @@ def _verl() -> dict:
              "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_rloo_outcome_advantage",
              "compute_opo_outcome_advantage", "compute_reinforce_plus_plus_outcome_advantage",
              "compute_gpg_outcome_advantage", "compute_rloo_vectorized_outcome_advantage",
+             "compute_remax_outcome_advantage", "compute_gdpo_outcome_advantage",
              "kl_penalty", "kl_penalty_forward"]
     return package_code("verl.trainer.ppo.core_algos", names, {
         **ns, "defaultdict": defaultdict, "verl_F": verl_f, "AlgoConfig": AlgoConfig,
@@ -116,3 +117,45 @@ def test_reward_kl_matches_release(tmp_path, kl):
     out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": "true",
                                               "algorithm.kl_penalty": kl, "algorithm.kl_ctrl.kl_coef": beta})
     assert_matches(out["token_level_rewards"], expected, rows, f"verl {VERSION} reward KL {kl}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_remax_matches_release(tmp_path, seed):
+    """ReMax: the baseline is the greedy response's reward, one per row (the reward_baseline column)."""
+    rows = random_rows(seed, group_sizes(seed))
+    rng = np.random.default_rng(seed)
+    for r in rows:
+        r["extra"] = {"reward_baseline": float(rng.normal())}
+    baselines = torch.tensor([r["extra"]["reward_baseline"] for r in rows])
+    adv, ret = VERL["compute_remax_outcome_advantage"](token_level_rewards=scores_at_last(rows),
+                                                       reward_baselines=baselines, response_mask=padded(rows, "mask"),
+                                                       config=AlgoConfig())
+    out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": "remax"})
+    assert_matches(out["advantages"], adv, rows, f"verl {VERSION} remax advantages")
+    assert_matches(out["returns"], ret, rows, f"verl {VERSION} remax returns")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gdpo_matches_release(tmp_path, seed):
+    """GDPO: each reward component z-scored in its group, weighted, summed, whitened over the tokens; the
+    components come from the reward manager's extra keys (columns acc and fmt here)."""
+    rows = random_rows(seed, group_sizes(seed))
+    rng = np.random.default_rng(seed + 7)
+    for r in rows:
+        r["extra"] = {"acc": float(rng.integers(0, 2)), "fmt": float(rng.normal())}
+    lengths = [len(r["mask"]) for r in rows]
+    attention = torch.zeros(len(rows), 1 + max(lengths), dtype=torch.long)  # verl: int64 masks
+    for i, n in enumerate(lengths):
+        attention[i, :1 + n] = 1
+    batch = {"prompts": torch.zeros(len(rows), 1), "attention_mask": attention}
+    non_tensor = {k: np.array([r["extra"][k] for r in rows], dtype=np.float32) for k in ("acc", "fmt")}
+    config = AlgoConfig(gdpo_reward_keys=["acc", "fmt"], gdpo_reward_weights=[1.0, 0.5],
+                        norm_adv_by_std_in_grpo=True)
+    adv, _ = VERL["compute_gdpo_outcome_advantage"](
+        token_level_rewards=scores_at_last(rows), response_mask=padded(rows, "mask"),
+        index=np.array([r["prompt_id"] for r in rows], dtype=object), config=config, non_tensor_batch=non_tensor,
+        batch=batch)
+    out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": "gdpo",
+                                              "algorithm.gdpo_reward_keys": "[acc,fmt]",
+                                              "algorithm.gdpo_reward_weights": "[1.0,0.5]"})
+    assert_matches(out["advantages"], adv, rows, f"verl {VERSION} gdpo advantages")

@@ -8,6 +8,7 @@ from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
 from . import _verl_correction_keys as rollout_correction
+from ._releases import Release
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
               "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
@@ -116,10 +117,20 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+# verl's releases on the package index, run by tests/test_conformance_verl.py (the estimators, the reward KL,
+# verl/trainer/ppo/core_algos.py) and tools/conformance_matrix.py: 0.9.0 and 0.9.1 give the numbers of commit
+# 1dda039b; #7794 (rloo_vectorized singletons) is not in 0.9.1.
+RELEASES = (
+    Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b"),
+    Release("1dda039", "2026-08-22", aliases=("1dda039b",), note="verl at commit 1dda039b (advcli's first match)"),
+    Release("0.9.1", "2026-09-20", note="verl 0.9.1: the advantage and reward-KL code of commit 1dda039b"),
+)
+
 FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
+    releases=RELEASES,
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
     # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
     # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs

@@ -6,6 +6,7 @@ singleton, masks with zeros). The expected numbers come from the installed relea
 ``verl/trainer/ppo/ray_trainer.py`` is two lines restated in the test (scores − β·kld·mask)."""
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from typing import Any, Optional
@@ -18,6 +19,7 @@ from _released import (
     assert_matches,
     group_sizes,
     package_code,
+    package_method,
     padded,
     random_rows,
     require,
@@ -159,3 +161,47 @@ def test_gdpo_matches_release(tmp_path, seed):
                                               "algorithm.gdpo_reward_keys": "[acc,fmt]",
                                               "algorithm.gdpo_reward_weights": "[1.0,0.5]"})
     assert_matches(out["advantages"], adv, rows, f"verl {VERSION} gdpo advantages")
+
+
+# the trainers' own dump writers: RayPPOTrainer._write_generations (V0, ray_trainer.py) and
+# PPOTrainer._write_generations (V1, v1/trainer_base.py: _log_rollout_data adds the uid {sample}_{rollout}_{output})
+WRITERS = {"v0": ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer"),
+           "v1": ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer")}
+
+
+@pytest.mark.parametrize("layout", list(WRITERS))
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "grpo_passk", "gpg", "rloo_vectorized"])
+def test_release_dump_read_by_advcli(tmp_path, layout, estimator):
+    """Two steps dumped by the release's own writer (trainer.rollout_data_dir), read back by `advcli run` in
+    verl's format: each row's advantage is the release's estimator on the dumped scores, grouped by prompt (V0:
+    the prompt text, V1: the uid's sample part) within each step."""
+    module, cls = WRITERS[layout]
+    write = package_method(module, cls, "_write_generations", {"os": os, "json": json, "np": np})
+    dump = tmp_path / "rollout_data"
+    rng = np.random.default_rng(11)
+    expected: list[float] = []
+    for step in (3, 4):
+        sizes = [3, 2, 4] if estimator == "grpo_passk" else [3, 1, 4]
+        prompts = [g for g, n in enumerate(sizes) for _ in range(n)]
+        scores = [float(rng.choice([0.0, 0.5, 1.0])) for _ in prompts]
+        extra = {"uid": [f"s{step}p{g}_{k}_0" for k, g in enumerate(prompts)]} if layout == "v1" else {}
+        write([f"user\nquestion {g} of step {step}\nassistant\n" for g in prompts],
+              [f"answer {k}" for k in range(len(prompts))], [None] * len(prompts), scores, extra, str(dump), step)
+        one_token = torch.tensor(scores).unsqueeze(1)
+        adv, _ = VERL[OUTCOME[estimator]](token_level_rewards=one_token, response_mask=torch.ones_like(one_token),
+                                          index=np.array([f"p{g}" for g in prompts], dtype=object),
+                                          config=AlgoConfig(gamma=1.0, lam=1.0, norm_adv_by_std_in_grpo=True))
+        expected += adv[:, 0].tolist()
+    out = tmp_path / "out.parquet"
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+
+    res = CliRunner().invoke(app, ["run", str(dump), "-o", str(out), "--flavor", "verl", "--force",
+                                   "--set", f"algorithm.adv_estimator={estimator}"])
+    assert res.exit_code == 0, res.output
+    import pyarrow.parquet as pq
+
+    got = [a[0] if isinstance(a, list) else a for a in pq.read_table(out).column("advantages").to_pylist()]
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-6), (
+        f"verl {VERSION} {layout} dump, {estimator}: {got} != {expected}")

@@ -219,3 +219,15 @@ def package_method(module: str, cls: str, method: str, namespace: dict[str, Any]
     fn.decorator_list = [d for d in fn.decorator_list if _keeps(d)]
     exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), namespace)
     return namespace[method]
+
+
+def installed_release_args(flavor: str, version: str) -> list[str]:
+    """The ``--set`` arguments of the release of ``flavor`` named ``version`` (the installed package's), or none
+    when the flavor's table does not list it (the newest state): what tools/conformance_matrix.py relies on
+    to run an older release's own code against that release's semantics."""
+    from advcli.flavors import get
+
+    for r in get(flavor).releases:
+        if version in (r.name, *r.aliases):
+            return release_settings(r)
+    return []

@@ -18,9 +18,19 @@ from typing import Any, Optional, Union
 import numpy as np
 import pytest
 import torch
-from _released import advcli_run, assert_matches, package_code, package_file, padded, random_rows, require
+from _released import (
+    advcli_run,
+    assert_matches,
+    installed_release_args,
+    package_code,
+    package_file,
+    padded,
+    random_rows,
+    require,
+)
 
 VERSION = require("openrlhf")
+AT_RELEASE = installed_release_args("openrlhf", VERSION)  # that release's settings, as --set
 MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 
 
@@ -88,7 +98,8 @@ def test_estimator_matches_release(tmp_path, seed, estimator, n):
     adv, ret = release_run(rows, estimator, n, gamma, lambd, beta, "k1")
     out = advcli_run(tmp_path, rows, "openrlhf", {"algo.advantage.estimator": estimator,
                                                   "rollout.n_samples_per_prompt": n, "algo.advantage.gamma": gamma,
-                                                  "algo.advantage.lambd": lambd, "algo.kl.init_coef": beta})
+                                                  "algo.advantage.lambd": lambd, "algo.kl.init_coef": beta},
+                     extra=AT_RELEASE)
     assert_matches(out["advantages"], adv, rows, f"openrlhf {VERSION} {estimator} advantages", atol=2e-5)
     assert_matches(out["returns"], ret, rows, f"openrlhf {VERSION} {estimator} returns", atol=2e-5)
 
@@ -103,7 +114,7 @@ def test_reward_kl_matches_release(tmp_path, kl):
     adv, ret = release_run(rows, "reinforce_baseline", 2, 1.0, 1.0, 0.05, kl)
     out = advcli_run(tmp_path, rows, "openrlhf", {"algo.advantage.estimator": "reinforce_baseline",
                                                   "rollout.n_samples_per_prompt": 2, "algo.kl.init_coef": 0.05,
-                                                  "algo.kl.estimator": kl})
+                                                  "algo.kl.estimator": kl}, extra=AT_RELEASE)
     assert_matches(out["returns"], ret, rows, f"openrlhf {VERSION} returns with KL {kl}", atol=2e-5)
     assert_matches(out["advantages"], adv, rows, f"openrlhf {VERSION} advantages with KL {kl}", atol=2e-5)
 
@@ -113,6 +124,6 @@ def test_flash_reinforce_is_reward_minus_step_mean(tmp_path):
     rows = random_rows(9, [1] * 6, max_len=1)
     mean = np.mean(np.array([r["reward"] for r in rows], dtype=np.float32))
     out = advcli_run(tmp_path, rows, "openrlhf", {"algo.advantage.estimator": "flash_reinforce",
-                                                  "algo.kl.init_coef": 0})
+                                                  "algo.kl.init_coef": 0}, extra=AT_RELEASE)
     expected = torch.tensor([[r["reward"] - mean if r["mask"][0] else 0.0] for r in rows])
     assert_matches(out["advantages"], expected, rows, "flash_reinforce by hand")

@@ -13,9 +13,19 @@ from typing import Any, Optional, Union
 import numpy as np
 import pytest
 import torch
-from _released import advcli_run, assert_matches, group_sizes, package_code, padded, random_rows, require
+from _released import (
+    advcli_run,
+    assert_matches,
+    group_sizes,
+    installed_release_args,
+    package_code,
+    padded,
+    random_rows,
+    require,
+)
 
 VERSION = require("skyrl")
+AT_RELEASE = installed_release_args("skyrl", VERSION)  # that release's settings, as --set
 SEEDS = (0, 1, 2)
 PPO = "skyrl.backends.skyrl_train.utils.ppo_utils"
 
@@ -71,7 +81,8 @@ def test_estimator_matches_release(tmp_path, seed, estimator, norm_by_std):
         grpo_norm_by_std=norm_by_std, config=None)
     A = "trainer.algorithm."
     out = advcli_run(tmp_path, rows, "skyrl", {A + "advantage_estimator": estimator, A + "gamma": gamma,
-                                               A + "lambd": lam, A + "grpo_norm_by_std": str(norm_by_std).lower()})
+                                               A + "lambd": lam, A + "grpo_norm_by_std": str(norm_by_std).lower()},
+                     extra=AT_RELEASE)
     assert_matches(out["advantages"], adv, rows, f"skyrl {VERSION} {estimator} advantages")
     assert_matches(out["returns"], ret, rows, f"skyrl {VERSION} {estimator} returns")
 
@@ -86,6 +97,6 @@ def test_reward_kl_matches_release(tmp_path, kl):
     A = "trainer.algorithm."
     out = advcli_run(tmp_path, rows, "skyrl", {A + "advantage_estimator": "grpo", A + "use_kl_in_reward": "true",
                                                A + "use_kl_loss": "false", A + "kl_estimator_type": kl,
-                                               A + "kl_loss_coef": beta})
+                                               A + "kl_loss_coef": beta}, extra=AT_RELEASE)
     assert_matches(out["token_level_rewards"], token_rewards(rows) - kld * max(0.0, beta), rows,
                    f"skyrl {VERSION} reward KL {kl}")

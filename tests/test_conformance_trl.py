@@ -15,9 +15,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from _released import advcli_run, assert_matches, method_statements, package_code, padded, random_rows, require
+from _released import (
+    advcli_run,
+    assert_matches,
+    installed_release_args,
+    method_statements,
+    package_code,
+    padded,
+    random_rows,
+    require,
+)
 
 VERSION = require("trl")
+AT_RELEASE = installed_release_args("trl", VERSION)  # that release's settings, as --set
 NS = package_code("trl.trainer.utils", ["nanstd"], {"torch": torch})
 
 
@@ -78,7 +88,7 @@ def test_grpo_matches_release(tmp_path, seed, g, scale):
     weights = [1.0, 0.5]
     expected = release_advantages(GRPO, rows, ["acc", "fmt"], g, reward_weights=weights, scale_rewards=scale,
                                   multi_objective_aggregation="sum_then_normalize")
-    out = advcli_run(tmp_path, rows, "trl", settings(g, ["acc", "fmt"], weights, scale_rewards=scale))
+    out = advcli_run(tmp_path, rows, "trl", settings(g, ["acc", "fmt"], weights, scale_rewards=scale), extra=AT_RELEASE)
     assert_matches(out["advantages"], expected, rows, f"trl {VERSION} GRPO scale_rewards={scale}")
 
 
@@ -88,7 +98,8 @@ def test_grpo_normalize_then_sum_matches_release(tmp_path, seed):
     expected = release_advantages(GRPO, rows, ["acc", "fmt"], 4, reward_weights=[2.0, 1.0], scale_rewards="group",
                                   multi_objective_aggregation="normalize_then_sum")
     out = advcli_run(tmp_path, rows, "trl", settings(4, ["acc", "fmt"], [2.0, 1.0],
-                                                     multi_objective_aggregation="normalize_then_sum"))
+                                                     multi_objective_aggregation="normalize_then_sum"),
+                     extra=AT_RELEASE)
     assert_matches(out["advantages"], expected, rows, f"trl {VERSION} GRPO normalize_then_sum")
 
 
@@ -101,5 +112,5 @@ def test_rloo_matches_release(tmp_path, seed, g, beta, normalize, clip):
                                   reward_clip_range=clip)
     extra = {"reward_clip_range": f"[{clip[0]},{clip[1]}]"} if clip else {}
     out = advcli_run(tmp_path, rows, "trl", settings(g, ["acc", "fmt"], trainer="rloo", beta=beta,
-                                                     normalize_advantages=normalize, **extra))
+                                                     normalize_advantages=normalize, **extra), extra=AT_RELEASE)
     assert_matches(out["advantages"], expected, rows, f"trl {VERSION} RLOO beta={beta}", atol=3e-5)

@@ -135,11 +135,11 @@ def estimator_note(v: dict) -> str | None:
 
 
 # Read from the released wheels' openrlhf/trainer/ppo_utils/experience_maker.py and openrlhf/models/utils.py:
-# 0.11.0 and 0.11.1 hold the same advantage code as commit 3c3be623; 0.11.2 is the newest release, and
+# 0.10.4, 0.11.0 and 0.11.1 hold the same advantage code as commit 3c3be623; 0.11.2 is the newest release, and
 # tests/test_conformance_openrlhf.py runs its own code against this flavor.
 RELEASES = (
-    Release("0.11.1", "2026-09-10", aliases=("0.11.0", "3c3be62", "3c3be623"),
-            note="OpenRLHF 0.11.0-0.11.1, the advantage code of commit 3c3be623: no flash_reinforce"),
+    Release("0.10.4", "2026-06-08", aliases=("0.11.0", "0.11.1", "3c3be62", "3c3be623"),
+            note="OpenRLHF 0.10.4 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce"),
     Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
         Change("", ("algo.advantage.estimator",),
                "new estimator flash_reinforce: r − the mean reward of the whole step (no group), then the "

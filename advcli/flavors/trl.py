@@ -107,13 +107,14 @@ def estimator_note(v: dict) -> str | None:
 
 
 # Read from the released wheels' trl/trainer/grpo_config.py, grpo_trainer.py and rloo_trainer.py, and run by
-# tests/test_conformance_trl.py (tools/conformance_matrix.py for older releases). Default changes before 1.9
+# tests/test_conformance_trl.py (tools/conformance_matrix.py for older releases). Default changes before 1.6
 # (0.19.0: GRPO beta 0.04 → 0.0; 0.22.0: scale_rewards True → "group", loss_type "bnpo" → "dapo", the
-# RLOOTrainer of today) act in the loss or keep the advantages; those releases' advantage code predates the
-# None-aware statistics and is not covered.
+# RLOOTrainer of today) act in the loss or keep the advantages; releases before 1.6.0 (1.3.0 and older) have
+# advantage code without the None-aware statistics and are not covered.
 RELEASES = (
-    Release("1.9.2", "2026-07-28", aliases=("f2cd577", "f2cd5771"),
-            note="TRL 1.9.2, the advantage code of commit f2cd5771 (advcli's first match)"),
+    Release("1.6.0", "2026-06-11", aliases=("1.9.2", "f2cd577", "f2cd5771"),
+            note="TRL 1.6.0 to 1.9.2 (run: 1.6.0, 1.9.2), the advantage code of commit f2cd5771 (advcli's first "
+                 "match)"),
     Release("1.10.0", "2026-08-13", note="TRL 1.10.0: use_bias_correction_kl defaults to true", changes=(
         Change("#6503", ("use_bias_correction_kl",),
                "GRPOConfig.use_bias_correction_kl defaults to true: with beta ≠ 0 the loss's per-token KL is "

@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -9,6 +10,14 @@ import pytest
 os.environ["ADVCLI_SERVER"] = "off"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# verl's wheel, installed for tests/test_conformance_verl.py, ships a top-level `tests` package of its own,
+# which would win over this directory (a regular package beats a namespace one) in `from tests.x import`:
+# `tests` is this directory whatever else is installed
+_here = types.ModuleType("tests")
+_here.__path__ = [os.path.join(ROOT, "tests")]
+if getattr(sys.modules.get("tests"), "__path__", None) != _here.__path__:
+    sys.modules["tests"] = _here
 SAMPLE = os.path.join(ROOT, "sample_data", "rollouts.parquet")
 
 

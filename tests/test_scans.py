@@ -246,3 +246,13 @@ def test_count_per_row_equals_the_row_sum_of_the_flags():
         assert got.dtype == torch.int64 and torch.equal(got, want)
     assert torch.equal(Ragged.from_lengths(torch.tensor([0, 0])).count_per_row(torch.zeros(0)),
                        torch.zeros(2, dtype=torch.int64))
+
+
+def test_returns_reset_at_holes_by_hand():
+    # verl 0.8.0 REINFORCE++: run = r + γ·run; ret = run; run *= m. G_4 = 1; G_3 = 0 + .5·1 = .5 (masked: kept,
+    # then reset); G_2 = 5 + .5·0 = 5 (masked, reset); G_1 = 0 + .5·0 = 0; G_0 = 0. A second row starts afresh.
+    layout = Ragged.from_lengths(torch.tensor([5, 2]))
+    r = torch.tensor([0.0, 0.0, 5.0, 0.0, 1.0, 2.0, 4.0], dtype=torch.float64)
+    m = torch.tensor([1, 1, 0, 0, 1, 1, 1], dtype=torch.float64)
+    got = scans.returns_reset_at_holes(r, m, layout, 0.5)
+    assert got.tolist() == [0.0, 0.0, 5.0, 0.5, 1.0, 4.0, 4.0]

@@ -10,6 +10,9 @@ from . import EstimatorSpec, register
 GAMMA = Key(1.0, "discount γ", None, "float")
 HOLES = Key("skip", "mask=0 tokens inside a row: `skip` (the scan jumps over them, verl/NeMo), "
             "`step` (they count as discount steps with reward 0, ROLL/OpenRLHF)", ("skip", "step"), "str")
+# reinforce_plus_plus only: `reset` (verl ≤ 0.8.0)
+RETURN_HOLES = Key("skip", HOLES.doc + ", or `reset` (a mask=0 token keeps its reward and what follows, the "
+                   "tokens before it start afresh: verl ≤ 0.8.0)", ("skip", "step", "reset"), "str")
 
 
 # -------------------------------------------------------------------------------------------- gae
@@ -57,10 +60,13 @@ def returns_token(chunk: TokenChunk, p: dict):
     after PR #7300): rewards at mask=0 dropped, γ not applied across holes, returns 0 at mask=0.
     ``holes=step``: every column is a step (ROLL ``compute_reinforce_return``; OpenRLHF
     ``get_cumulative_returns`` after ``R ← M·R``, selected with ``mask_rewards``).
+    ``holes=reset``: ``G_t = r_t + γ·m_{t+1}·G_{t+1}``, returns kept at mask=0 (verl 0.8.0, before #7300).
     """
     r = chunk.token_rewards
     if p["holes"] == "skip":
         ret = scans.returns_skip_masked(r, chunk.mask, chunk.layout, p["gamma"])
+    elif p["holes"] == "reset":
+        ret = scans.returns_reset_at_holes(r, chunk.mask, chunk.layout, p["gamma"])
     else:
         if p["mask_rewards"]:
             r = r * chunk.mask
@@ -71,10 +77,11 @@ def returns_token(chunk: TokenChunk, p: dict):
 register(EstimatorSpec(
     name="reinforce_plus_plus", level="token", token_fn=returns_token,
     formula="G_t = r_t + γ·G_{t+1};  A = G  (holes=skip: over the mask=1 tokens only, carried across holes, "
-            "0 at mask=0; holes=step: every position is a discount step)",
+            "0 at mask=0; holes=step: every position is a discount step; holes=reset: G_t = r_t + γ·m_{t+1}·G_{t+1})",
     source="holes=skip: verl core_algos.compute_reinforce_plus_plus_outcome_advantage (L693-731 @1dda039b); "
-           "holes=step: ROLL compute_reinforce_return, OpenRLHF get_cumulative_returns (mask_rewards)",
-    params={"gamma": GAMMA, "holes": HOLES,
+           "holes=step: ROLL compute_reinforce_return, OpenRLHF get_cumulative_returns (mask_rewards); "
+           "holes=reset: verl 0.8.0's compute_reinforce_plus_plus_outcome_advantage",
+    params={"gamma": GAMMA, "holes": RETURN_HOLES,
             "mask_rewards": Key(False, "with holes=step: multiply the rewards by the mask first", None, "bool")},
     # the return of a reward placed at the last token with γ = 1 is that reward at every token
     response_level_ok=lambda run: float(run.estimator.given.get("gamma", GAMMA.default)) == 1.0

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError
 from . import Flavor
+from ._releases import Change, Release
 
 LEVEL = ("batch", "group", None)
 LAMBDA_PATHS = {
@@ -72,6 +73,11 @@ KEYS = {
                                    "(value / alpha / q); ignored when gae_lambda is a number", None, "any"),
     "actor.gae_timestep_unit": Key("token", "token (GAE over trained tokens) or turn (one GAE step per turn, "
                                    "needs turn_ids)", ("token", "turn"), "str"),
+    "advcli.norm_groups": Key("prompts", "advcli extension (AReaL's releases): the groups of a NormConfig at group "
+                              "level: `prompts` (each prompt's own rows, any size: the trainer passes the actual "
+                              "group sizes) or `slices` (AReaL ≤ 1.0.4: consecutive slices of the section's "
+                              "group_size rows, whatever their prompt; maps to grouping.by=position, "
+                              "grouping.size=group_size)", ("prompts", "slices"), "str"),
     "actor.mask_no_eos_with_zero": Key(False, "rows with truncated=true get outcome reward 0 (they still count in "
                                        "reward_norm)", None, "bool"),
 }
@@ -140,7 +146,33 @@ def translate(v: dict, given: set | None = None) -> dict:
     cfg["estimator"] = {"name": "areal_gae", "gamma": v["actor.discount"], "lam": lam, "lam_fn": fn,
                         "lam_kwargs": kwargs, "timestep": v["actor.gae_timestep_unit"],
                         "norm": _norm(v, "adv_norm", given)}
+    if v["advcli.norm_groups"] == "slices":
+        _slices(cfg, v, {"reward_norm": r["norm"], "adv_norm": cfg["estimator"]["norm"]})
     return cfg
+
+
+def _slices(cfg: dict, v: dict, norms: dict) -> None:
+    """AReaL ≤ 1.0.4 (areal/utils/data.py ``Normalization.__call__``, package areal 1.0.4): a group-level
+    mean or std is taken over ``x[i·group_size:(i+1)·group_size]`` for i < bs // group_size, the rows of
+    consecutive slices whatever their prompt; a group of one row is centred on itself and, unbiased, has
+    std 1."""
+    grouped = {s: n for s, n in norms.items() if n and "group" in (n["mean_level"], n["std_level"])}
+    sizes = {v[f"actor.{s}.group_size"] for s in grouped}
+    if not sizes:
+        return
+    if len(sizes) > 1:
+        raise AdvcliError(f"advcli.norm_groups=slices: actor.reward_norm.group_size and actor.adv_norm.group_size "
+                          f"differ ({' and '.join(str(x) for x in sorted(sizes))}); advcli reproduces AReaL's fixed "
+                          "slices for one group size", hint="give both sections the same group_size")
+    size = sizes.pop()
+    for s, n in grouped.items():
+        if size == 1 and n["mean_leave1out"] and n["mean_level"] == "group":
+            raise AdvcliError(f"advcli.norm_groups=slices with actor.{s}.group_size=1 and mean_leave1out=true: AReaL "
+                              "1.0.4 then centres each row on 0 and divides by its std, which advcli does not "
+                              "reproduce", hint=f"set actor.{s}.group_size to the rows per prompt")
+    # a step that is not a whole number of slices: AReaL leaves the tail rows' mean and std at 0 and divides
+    # them by eps; advcli stops the run there (grouping.fallback=error) rather than write those numbers
+    cfg["grouping"].update(by="position", size=size, fallback="error", id_check="warn")
 
 
 # examples/math/gsm8k_grpo.yaml @ cbff54d6 (actor section): the run AReaL's JSONL dumps usually come from.
@@ -151,10 +183,25 @@ GRPO_EXAMPLE = (("actor.reward_scaling", 10.0), ("actor.reward_bias", -0.5), ("a
                 ("actor.reward_norm.mean_level", "group"), ("actor.reward_norm.std_level", "group"),
                 ("actor.adv_norm.mean_level", "batch"), ("actor.adv_norm.std_level", "batch"))
 
+# AReaL's only release on the package index, 1.0.4, is older than commit cbff54d6 (the flavor's first match):
+# read from the installed package's areal/utils/data.py and areal/trainer/ppo/actor.py, and checked by
+# tests/test_conformance_areal.py against the release's own PPOActor._compute_advantages. Merged after
+# cbff54d6 and not reproduced yet: #1563 (incomplete groups, rows of one logical rollout counted once,
+# std ≤ eps → divide by 1) and #1619 (population z-score on the v2 rollout path).
+RELEASES = (
+    Release("1.0.4", "2026-06-10", settings={"advcli.norm_groups": "slices"},
+            note="AReaL 1.0.4: NormConfig groups are fixed slices of group_size rows"),
+    Release("cbff54d", "2026-08-22", aliases=("cbff54d6",), note="AReaL at commit cbff54d6 (advcli's first match)",
+            changes=(Change("", ("advcli.norm_groups", "actor.reward_norm.group_size", "actor.adv_norm.group_size"),
+                            "group-level normalisation takes each prompt's rows (the trainer passes the group "
+                            "sizes) instead of consecutive slices of group_size rows: a short group, or group_size "
+                            "left at 1 (every advantage 0 before), now gives the per-prompt z-score"),)),
+)
+
 FLAVOR = Flavor(
     title="AReaL",  # the framework's name in prose (help, docs)
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
-    keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True,
+    keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True, releases=RELEASES,
     dump_settings={"areal-jsonl": (GRPO_EXAMPLE, "AReaL's GRPO example (examples/math/gsm8k_grpo.yaml; "
                                                    "the dump holds no log-probs and no critic values)")},
     notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "

@@ -4,7 +4,8 @@ flags of ``openrlhf/cli/train_ppo_ray.py``):
 
 1. group shaping of the scalar reward on the positional ``[G, n]`` reshape of the step (L246-270):
    ``rloo`` r − (Σ_g r − r)/(n − 1); ``reinforce_baseline``, ``dr_grpo`` r − mean_g;
-   ``group_norm`` (r − mean_g)/(std_g + 1e-9) (torch.std, unbiased); ``gae``, ``reinforce`` unchanged;
+   ``group_norm`` (r − mean_g)/(std_g + 1e-9) (torch.std, unbiased); ``flash_reinforce`` (release 0.11.2)
+   r − mean of the whole step (no group); ``gae``, ``reinforce`` unchanged;
 2. ``compute_reward``: clamp to ``reward.clip_range``; the reward at the last mask=1 token plus
    ``−β·k_t`` at **every** position (k1/k2/k3 clamped to ±10 at the output, no input clamp); no reward
    KL when β ≤ 0 (no reference model) or with ``algo.kl.use_loss``;
@@ -21,15 +22,17 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
+from ._releases import Change, Release
 
-ESTIMATORS = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+ESTIMATORS = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce")
 GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 NORMALISED = ("gae", "reinforce", "reinforce_baseline")
 KL_NAMES = ("k1", "k2", "k3")
 
 KEYS = {
     "algo.advantage.estimator": Key("gae", "advantage estimator: " + ", ".join(ESTIMATORS) + " (group_norm is "
-                                    "OpenRLHF's GRPO)", None, "str"),
+                                    "OpenRLHF's GRPO; flash_reinforce, from release 0.11.2: r − the step's mean "
+                                    "reward, no group, no whitening)", None, "str"),
     "rollout.n_samples_per_prompt": Key(1, "group size n: n consecutive rows form a group", None, "int"),
     "algo.advantage.gamma": Key(1.0, "discount (forced to 1.0 for rloo, reinforce_baseline, group_norm, dr_grpo)",
                                 None, "float"),
@@ -92,7 +95,9 @@ def translate(v: dict) -> dict:
         cfg["grouping"].update(by="position", size=n, scope="step")
     else:
         cfg["grouping"].update(by="none", size=None, scope="step")
+    # flash_reinforce (0.11.2, experience_maker.py L275-278): rewards − rewards.mean() over the whole step
     mean, std, eps = {"rloo": ("loo", "none", 1e-6), "reinforce_baseline": ("group", "none", 1e-6),
+                      "flash_reinforce": ("batch", "none", 1e-6),
                       "dr_grpo": ("group", "none", 1e-6), "group_norm": ("group", "group", 1e-9)}.get(
         est, ("none", "none", 1e-6))
     cfg["reward"].update(source="reward", clip=_clip_range(v["reward.clip_range"]), placement="last_valid",
@@ -118,7 +123,8 @@ def estimator_note(v: dict) -> str | None:
     """Why the chosen estimator runs as advcli's reinforce_plus_plus (translate above)."""
     est = v["algo.advantage.estimator"]
     shaping = {"rloo": "leave-one-out baseline", "reinforce_baseline": "group-mean baseline",
-               "dr_grpo": "group-mean baseline", "group_norm": "group norm (r − mean)/(std + 1e-9)"}.get(est)
+               "dr_grpo": "group-mean baseline", "group_norm": "group norm (r − mean)/(std + 1e-9)",
+               "flash_reinforce": "step-mean baseline (r − the mean reward of the step)"}.get(est)
     ret = ("cumulative return of the token rewards (compute_advantages_and_returns): advcli's "
            "reinforce_plus_plus")
     if est == "reinforce":
@@ -128,13 +134,34 @@ def estimator_note(v: dict) -> str | None:
     return None
 
 
+# Read from the released wheels' openrlhf/trainer/ppo_utils/experience_maker.py and openrlhf/models/utils.py:
+# 0.10.4, 0.11.0 and 0.11.1 hold the same advantage code as commit 3c3be623; 0.11.2 is the newest release, and
+# tests/test_conformance_openrlhf.py runs its own code against this flavor.
+RELEASES = (
+    Release("0.10.4", "2026-06-08", aliases=("0.11.0", "0.11.1", "3c3be62", "3c3be623"),
+            note="OpenRLHF 0.10.4 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce"),
+    Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
+        Change("", ("algo.advantage.estimator",),
+               "new estimator flash_reinforce: r − the mean reward of the whole step (no group), then the "
+               "cumulative return with γ = 1 and no whitening; earlier releases refuse the value"),
+        Change("", ("algo.kl.estimator",),
+               "k3 clamps the log-ratio at −10 before exp: the same values (the output clamp at 10 already "
+               "holds there), only the gradient changes"),
+        Change("", (),
+               "rewards promoted to at least float32 before the length penalties and group statistics: a "
+               "bf16/fp16 reward no longer rounds the group mean and std; advcli reads rewards at the run's precision "
+               "(float32 or float64), so its numbers do not change"),
+    )),
+)
+
 FLAVOR = Flavor(
     title="OpenRLHF",  # the framework's name in prose (help, docs)
     name="openrlhf",
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
-    keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
+    keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note, releases=RELEASES,
     notes="Groups are n consecutive rows (no ids); the group shaping acts on the scalar reward (rloo: "
-          "leave-one-out; reinforce_baseline/dr_grpo: group mean; group_norm: (r − μ)/(σ + 1e-9) with "
+          "leave-one-out; reinforce_baseline/dr_grpo: group mean; flash_reinforce: the step's mean; group_norm: "
+          "(r − μ)/(σ + 1e-9) with "
           "torch.std unbiased on the [G, n] reshape, so float32 all-equal groups can reach 59.6 before the "
           "clip), then reward.clip_range clamps the shaped scalar; the reward sits on the last mask=1 token; "
           "−β·KL is added at every position (unmasked in token_level_rewards), KL clamped to ±10 at the "

@@ -25,6 +25,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError
 from . import Flavor
+from ._releases import Release
 
 COMMIT = "a9564572"
 ESTIMATORS = ("grpo", "rloo", "maxrl", "reinforce++", "gae")
@@ -156,11 +157,23 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+# SkyRL's releases on the package index (``skyrl``; no ``skyrl-train`` is published): 0.2.0 and 0.3.0 are run by
+# tests/test_conformance_skyrl.py; 0.4.0 needs Python ≥ 3.12, and its ppo_utils.py estimators and KL and
+# trainer.py compute_advantages_and_returns / apply_reward_kl_penalty / _normalize_advantages read the same
+# as 0.3.0's (annotations and docstrings aside). Neither has #1443 (grpo_norm_by_std default false) or #1445
+# (k3 → k2), still open.
+RELEASES = (
+    Release("0.2.0", "2026-04-22", aliases=("0.3.0",),
+            note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572"),
+    Release(COMMIT, "2026-08-21", aliases=("a956457",), note="SkyRL at commit a9564572 (advcli's first match)"),
+    Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0: the advantage code of commit a9564572 (read, not run)"),
+)
+
 FLAVOR = Flavor(
     title="SkyRL",  # the framework's name in prose (help, docs)
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
                             "skyrl/train/trainer.py)",
-    keys=KEYS, translate=translate,
+    keys=KEYS, translate=translate, releases=RELEASES,
     notes="Groups by uid (prompt_id) anywhere in the step. The estimators see every response position "
           "(observation tokens included): grpo/rloo/maxrl write their value on all L_i positions, reinforce++ "
           "and gae scan every position and whiten over all of them (unbiased, rsqrt(var + 1e-8)), not re-masked; "

@@ -13,6 +13,7 @@ from typing import Any
 from ..config import Key, default_config, normalize_clip
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
+from ._releases import Change, Release
 
 TRAINERS = ("grpo", "rloo")
 SCALES = ("group", "batch", "none")
@@ -105,10 +106,27 @@ def estimator_note(v: dict) -> str | None:
             f"(NaN): advcli's {t}_nan")
 
 
+# Read from the released wheels' trl/trainer/grpo_config.py, grpo_trainer.py and rloo_trainer.py, and run by
+# tests/test_conformance_trl.py (tools/conformance_matrix.py for older releases). Default changes before 1.6
+# (0.19.0: GRPO beta 0.04 → 0.0; 0.22.0: scale_rewards True → "group", loss_type "bnpo" → "dapo", the
+# RLOOTrainer of today) act in the loss or keep the advantages; releases before 1.6.0 (1.3.0 and older) have
+# advantage code without the None-aware statistics and are not covered.
+RELEASES = (
+    Release("1.6.0", "2026-06-11", aliases=("1.9.2", "f2cd577", "f2cd5771"),
+            note="TRL 1.6.0 to 1.9.2 (run: 1.6.0, 1.9.2), the advantage code of commit f2cd5771 (advcli's first "
+                 "match)"),
+    Release("1.10.0", "2026-08-13", note="TRL 1.10.0: use_bias_correction_kl defaults to true", changes=(
+        Change("#6503", ("use_bias_correction_kl",),
+               "GRPOConfig.use_bias_correction_kl defaults to true: with beta ≠ 0 the loss's per-token KL is "
+               "multiplied by the importance ratio, which changes the loss, its gradient and the logged kl "
+               "metric; the advantages are unchanged"),)),
+    Release("1.16.0", "2026-10-15", note="TRL 1.16.0: the advantage code of 1.10.0"),
+)
+
 FLAVOR = Flavor(
     title="TRL",  # the framework's name in prose (help, docs)
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
-    keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations",
+    keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations", releases=RELEASES,
     notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
           "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
           "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "

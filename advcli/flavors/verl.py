@@ -8,7 +8,7 @@ from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
 from . import _verl_correction_keys as rollout_correction
-from ._releases import Release
+from ._releases import Change, Release
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
               "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "remax", "opo", "gpg",
@@ -21,6 +21,11 @@ KEYS = {
     "algorithm.lam": Key(1.0, "GAE λ", None, "float"),
     "algorithm.norm_adv_by_std_in_grpo": Key(True, "divide by the group std (grpo, grpo_passk; the trainer "
                                              "does not forward it to grpo_vectorized or gdpo)", None, "bool"),
+    "advcli.reinforce_holes": Key("skip", "advcli extension (verl's releases): reinforce_plus_plus over mask=0 "
+                                  "tokens inside a response: `skip` (the return jumps over them and is 0 there: "
+                                  "verl ≥ 0.9.0, #7300) or `reset` (a mask=0 token keeps its reward and the return "
+                                  "after it, the tokens before it start afresh: verl 0.8.0); the estimator's holes",
+                                  ("skip", "reset"), "str"),
     "algorithm.use_kl_in_reward": Key(False, "token_level_rewards = scores − β·kld·mask", None, "bool"),
     "algorithm.kl_penalty": Key("kl", "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3 (a trailing + is the "
                                 "straight-through variant: same value)", None, "str"),
@@ -105,7 +110,7 @@ def translate(v: dict) -> dict:
         e.update(weights=v["algorithm.gdpo_reward_weights"], norm_by_std=True, eps=1e-6)
         cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L468)
     elif est == "reinforce_plus_plus":
-        e.update(gamma=gamma, holes="skip")
+        e.update(gamma=gamma, holes=v["advcli.reinforce_holes"])
         cfg["advantage"].update(whiten, remask=True)
     elif est == "reinforce_plus_plus_baseline":
         cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L584)
@@ -117,16 +122,27 @@ def translate(v: dict) -> dict:
     return cfg
 
 
-# the commits and releases whose semantics advcli reproduces, oldest first (--flavor verl@RELEASE)
+# verl's releases on the package index, run by tests/test_conformance_verl.py (the estimators, the reward KL,
+# verl/trainer/ppo/core_algos.py) and tools/conformance_matrix.py: 0.9.0 and 0.9.1 give the numbers of commit
+# 1dda039b; 0.8.0 differs in reinforce_plus_plus only (its compute_reinforce_plus_plus_outcome_advantage resets
+# the return at mask=0 tokens); #7794 (rloo_vectorized singletons) is not in 0.9.1.
 RELEASES = (
-    Release("1dda039", "2026-08-22", aliases=("1dda039b9c6311889a9c9a26040677e1254814f9",),
-            note="the commit advcli was matched against"),
+    Release("0.8.0", "2026-06-01", settings={"advcli.reinforce_holes": "reset"},
+            note="verl 0.8.0: reinforce_plus_plus restarts its return at every mask=0 token"),
+    Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b", changes=(
+        Change("#7300", ("advcli.reinforce_holes",),
+               "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "
+               "carried across them, 0 there) instead of restarting the return at each of them: multi-turn "
+               "responses get other advantages and returns"),)),
+    Release("1dda039", "2026-08-22", aliases=("1dda039b9c6311889a9c9a26040677e1254814f9",), note="verl at commit 1dda039b (advcli's first match)"),
+    Release("0.9.1", "2026-09-20", note="verl 0.9.1: the advantage and reward-KL code of commit 1dda039b"),
 )
 
 FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
+    releases=RELEASES,
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
     # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
     # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs

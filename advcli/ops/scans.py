@@ -216,6 +216,23 @@ def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragge
     return reverse_discounted_cumsum(delta, layout, gamma * lam)
 
 
+def returns_reset_at_holes(rewards: torch.Tensor, mask: torch.Tensor, layout: Ragged, gamma: float) -> torch.Tensor:
+    """Discounted return that a mask=0 token cuts: ``G_t = r_t + γ·m_{t+1}·G_{t+1}`` (verl ≤ 0.8.0 REINFORCE++).
+
+    verl 0.8.0 ``compute_reinforce_plus_plus_outcome_advantage`` (package verl 0.8.0,
+    verl/trainer/ppo/core_algos.py): ``run = r_t + γ·run; ret_t = run; run = run·m_t``. A mask=0 token keeps
+    its own reward and the return after it, and the tokens before it start afresh: each row splits into
+    segments that begin at its first token and at every mask=0 token, each a plain reverse discounted sum.
+    """
+    n = rewards.numel()
+    if n == 0:
+        return rewards.clone()
+    starts = (layout.position == 0) | ~mask.bool()
+    begin = torch.nonzero(starts).squeeze(1)
+    offsets = torch.cat([begin, torch.tensor([n], dtype=begin.dtype, device=begin.device)])
+    return reverse_discounted_cumsum(rewards, Ragged(offsets), gamma)
+
+
 def returns_skip_masked(rewards: torch.Tensor, mask: torch.Tensor, layout: Ragged, gamma: float) -> torch.Tensor:
     """Discounted return over the mask=1 tokens, carried across holes, 0 at mask=0 (verl REINFORCE++).
 

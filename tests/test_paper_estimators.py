@@ -1,0 +1,269 @@
+"""Estimators from the last year's papers (issue 33 part 3), through `advcli run`, against each paper's
+formula computed here independently in plain Python (brute force where the estimator uses a closed form):
+PKPO, QAE, MGPO, entropic / entropic_adaptive_beta, the MaxRL variants and CoDaPO.
+
+Groups are hand-checkable: a binary group, an uneven continuous group, a uniform group, a singleton, and
+a group with ties."""
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import SAMPLE, run_main
+
+from tests._flavor_rows import run_rows
+
+# (prompt_id, reward, valid length): a binary 4-group, an uneven 3-group, a uniform pair, a singleton,
+# a 5-group with ties
+GROUPS = [("a", [1.0, 0.0, 1.0, 0.0]), ("b", [0.25, 0.875, 0.5]), ("c", [0.75, 0.75]), ("s", [1.0]),
+          ("d", [1.0, 0.5, 0.5, 0.0, 1.0])]
+
+
+def _rows():
+    """Rows of the groups interleaved (a group's rows sit apart), each with a mask of 1-3 tokens."""
+    flat = [(pid, r) for pid, rs in GROUPS for r in rs]
+    order = list(range(0, len(flat), 2)) + list(range(1, len(flat), 2))
+    rows = []
+    for i in order:
+        pid, r = flat[i]
+        n = 1 + i % 3
+        rows.append({"prompt_id": pid, "reward": r, "mask": [1] * n + [0], "old": [-0.5] * (n + 1)})
+    return rows
+
+
+ROWS = _rows()
+
+
+def _expected(per_group_fn):
+    """Per row of ROWS: the advantage from per_group_fn(rewards of the group) -> list, at the row's index."""
+    by_pid = {}
+    for r in ROWS:
+        by_pid.setdefault(r["prompt_id"], []).append(r["reward"])
+    adv = {pid: per_group_fn(rs) for pid, rs in by_pid.items()}
+    seen = {pid: 0 for pid in by_pid}
+    out = []
+    for r in ROWS:
+        out.append(adv[r["prompt_id"]][seen[r["prompt_id"]]])
+        seen[r["prompt_id"]] += 1
+    return out
+
+
+def _run(tmp_path, settings, chunk_rows=3, precision=None):
+    s = {"estimator." + k if k != "precision" else k: v for k, v in settings.items()}
+    got, _ = run_rows(tmp_path, ROWS, "advcli", s, chunk_rows=chunk_rows)
+    return got["advantages"]
+
+
+def _check(got, expected_row, masked=True, rtol=1e-5, atol=1e-6):
+    for i, (row, a) in enumerate(zip(ROWS, expected_row)):
+        want = [a * m for m in row["mask"]] if masked else [a] * len(row["mask"])
+        assert np.allclose(got[i], want, rtol=rtol, atol=atol), (i, row, got[i], want)
+
+
+# --------------------------------------------------------------------------------------------- PKPO
+def pkpo_brute(rs, k):
+    """Credit = mean over the k-subsets containing i of the subset's max, centred by the group mean."""
+    n = len(rs)
+    if n <= 1:
+        return [0.0] * n
+    k = max(1, min(k, n))
+    total = math.comb(n, k)
+    credit = [sum(max(rs[j] for j in s) for s in combinations(range(n), k) if i in s) / total for i in range(n)]
+    mean = sum(credit) / n
+    return [c - mean for c in credit]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_pkpo_against_the_subset_definition(tmp_path, k):
+    got = _run(tmp_path, {"name": "pkpo", "k": k})
+    _check(got, _expected(lambda rs: pkpo_brute(rs, k)))
+
+
+def test_pkpo_binary_theorem_2(tmp_path):
+    """The paper's Theorem 2 for n = 4, c = 2, k = 2: a success is credited k/n = 1/2, a failure
+    (k/n)·ρ(3, 2, 1) = 1/3; centred ±1/12 (rllm PR #743's test, derived from the theorem)."""
+    got = _run(tmp_path, {"name": "pkpo", "k": 2})
+    for row, adv in zip(ROWS, got):
+        if row["prompt_id"] == "a":
+            want = 1 / 12 if row["reward"] == 1.0 else -1 / 12
+            assert np.allclose(adv, [want * m for m in row["mask"]], atol=1e-7)
+        if row["prompt_id"] in ("c", "s"):  # uniform and singleton groups: 0
+            assert all(x == 0 for x in adv)
+
+
+def test_pkpo_raw_credit(tmp_path):
+    def raw(rs):
+        n = len(rs)
+        if n <= 1:
+            return [0.0]
+        return [sum(max(rs[j] for j in s) for s in combinations(range(n), 2) if i in s) / math.comb(n, 2)
+                for i in range(n)]
+    _check(_run(tmp_path, {"name": "pkpo", "k": 2, "baseline": "none"}), _expected(raw))
+
+
+# ---------------------------------------------------------------------------------------------- QAE
+def qae_ref(rs, level, norm=True, eps=1e-6):
+    n = len(rs)
+    if n <= 1:
+        return [0.0] * n
+    srt = sorted(rs)
+    q = srt[max(math.ceil(level * n), 1) - 1]  # inverse CDF: smallest x with F(x) ≥ K
+    mu = sum(rs) / n
+    sd = math.sqrt(sum((x - mu) ** 2 for x in rs) / (n - 1))
+    return [(r - q) / (sd + eps) if norm else r - q for r in rs]
+
+
+@pytest.mark.parametrize("level", [0.2, 0.5, 0.8])
+def test_qae_against_the_quantile_baseline(tmp_path, level):
+    _check(_run(tmp_path, {"name": "qae", "k": level}), _expected(lambda rs: qae_ref(rs, level)), rtol=1e-4)
+    _check(_run(tmp_path, {"name": "qae", "k": level, "norm_by_std": False}),
+           _expected(lambda rs: qae_ref(rs, level, norm=False)))
+
+
+def test_qae_two_regime_gate(tmp_path):
+    """Binary group a (p = 1/2): with K = 0.4, p ≤ 1 − K → baseline 0, only the successes move (+1);
+    with K = 0.6, p > 1 − K → baseline 1, only the failures move (−1)."""
+    for level, baseline in ((0.4, 0.0), (0.6, 1.0)):
+        got = _run(tmp_path, {"name": "qae", "k": level, "norm_by_std": False})
+        for row, adv in zip(ROWS, got):
+            if row["prompt_id"] == "a":
+                want = row["reward"] - baseline
+                assert want in (0.0, 1.0 - 2 * baseline)
+                assert np.allclose(adv, [want * m for m in row["mask"]])
+
+
+def test_qae_linear_quantile(tmp_path):
+    def ref(rs):
+        if len(rs) <= 1:
+            return [0.0]
+        q = float(np.quantile(np.array(rs), 0.3))  # numpy's default: linear interpolation
+        return [r - q for r in rs]
+    _check(_run(tmp_path, {"name": "qae", "k": 0.3, "quantile": "linear", "norm_by_std": False}), _expected(ref))
+
+
+# --------------------------------------------------------------------------------------------- MGPO
+def mgpo_ref(rs, base=1.0, lam=0.5, p0=0.5):
+    n = len(rs)
+    mu = sum(rs) / n
+    sd = math.sqrt(sum((x - mu) ** 2 for x in rs) / (n - 1)) if n > 1 else float("nan")
+    grpo = [(r - mu) / (sd + 1e-4) if n > 1 else 0.0 for r in rs]  # TRL: n = 1 gives NaN → 0
+    p = sum(r >= base for r in rs) / n
+
+    def xlog(a, b):
+        return 0.0 if a == 0 else a * math.log(a / b)
+    kl = xlog(p, p0) + xlog(1 - p, 1 - p0)
+    return [a * math.exp(-lam * kl) for a in grpo]
+
+
+@pytest.mark.parametrize("opts", [{}, {"lam": 2.0, "target_success_rate": 0.25, "reward_base": 0.5}])
+def test_mgpo_against_the_bernoulli_kl_weight(tmp_path, opts):
+    got = _run(tmp_path, {"name": "mgpo", **opts})
+    _check(got, _expected(lambda rs: mgpo_ref(rs, opts.get("reward_base", 1.0), opts.get("lam", 0.5),
+                                              opts.get("target_success_rate", 0.5))), masked=False, rtol=1e-4)
+
+
+def test_mgpo_weight_is_one_at_the_target(tmp_path):
+    """Group a has success rate 1/2 = p₀: MGPO equals TRL's GRPO there."""
+    mg = _run(tmp_path, {"name": "mgpo"})
+    gr = _run(tmp_path, {"name": "grpo_nan"})
+    for row, a, b in zip(ROWS, mg, gr):
+        if row["prompt_id"] == "a":
+            assert np.allclose(a, b, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------- entropic
+def entropic_ref(rs, beta):
+    n = len(rs)
+    if n == 1:
+        return [0.0]
+    m = max(rs)
+    e = [math.exp(beta * (r - m)) for r in rs]
+    return [ei / ((sum(e) - ei) / (n - 1) + 1e-12) - 1 for ei in e]
+
+
+def kl_uniform(rs, beta):
+    m = max(rs)
+    z = [math.exp(beta * (r - m)) for r in rs]
+    s = sum(z)
+    return sum((x / s) * (math.log(x / s) + math.log(len(rs))) for x in z if x > 0)
+
+
+def beta_solved(rs, delta=math.log(2)):
+    """TTT-Discover's search, written from the paper's rule: the β with KL(q_β ‖ uniform) = δ."""
+    lo, hi = 0.0, 1.0
+    while hi < 1e6 and kl_uniform(rs, hi) < delta:
+        hi *= 2
+    if kl_uniform(rs, hi) < delta:
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if kl_uniform(rs, mid) < delta else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("beta", [0.5, 2.0, 8.0])
+def test_entropic_fixed_beta(tmp_path, beta):
+    _check(_run(tmp_path, {"name": "entropic", "beta": beta}), _expected(lambda rs: entropic_ref(rs, beta)),
+           rtol=1e-5, atol=1e-6)
+
+
+def test_entropic_adaptive_beta(tmp_path):
+    def ref(rs):
+        if len(rs) == 1:
+            return [0.0]
+        b = beta_solved(rs)
+        if len(set(rs)) > 1:  # the solved β puts q_β at KL = log 2 from uniform
+            assert abs(kl_uniform(rs, b) - math.log(2)) < 1e-6 or b >= 1e6
+        return entropic_ref(rs, b)
+    _check(_run(tmp_path, {"name": "entropic_adaptive_beta"}), _expected(ref), rtol=1e-4, atol=1e-5)
+
+
+# -------------------------------------------------------------------------------------- the command
+def _sample_groups():
+    t = pq.read_table(SAMPLE).to_pydict()
+    keys = list(zip(t["step"], t["prompt_id"]))
+    return t, keys
+
+
+@pytest.mark.parametrize("name,settings,ref", [
+    ("pkpo", ["estimator.k=3"], lambda rs: pkpo_brute(rs, 3)),
+    ("qae", ["estimator.k=0.5"], lambda rs: qae_ref(rs, 0.5)),
+    ("entropic", ["estimator.beta=2.0"], lambda rs: entropic_ref(rs, 2.0)),
+])
+def test_on_the_sample_data_through_the_command(tmp_path, capsys, name, settings, ref):
+    out = tmp_path / "o.parquet"
+    args = ["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", f"estimator.name={name}", "-q"]
+    for s in settings:
+        args += ["--set", s]
+    code, _, err = run_main(args, capsys)
+    assert code == 0, err
+    t, keys = _sample_groups()
+    groups = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    want = [0.0] * len(keys)
+    for rows in groups.values():
+        for i, a in zip(rows, ref([t["reward"][i] for i in rows])):
+            want[i] = a
+    got = pq.read_table(out).column("advantages").to_pylist()
+    for i, (g, m) in enumerate(zip(got, t["response_mask"])):
+        assert np.allclose(g, [want[i] * x for x in m], rtol=1e-4, atol=1e-5), i
+
+
+def test_explain_shows_formula_and_source(capsys):
+    for name, bit in (("pkpo", "2505.15201"), ("qae", "2509.22611"), ("mgpo", "2511.06221"),
+                      ("entropic_adaptive_beta", "TTT-Discover")):
+        code, out, err = run_main(["explain", "--flavor", "advcli", "--set", f"estimator.name={name}"], capsys)
+        assert code == 0, err
+        assert bit in out and "A_i" in out, name
+
+
+def test_bad_parameter_is_refused(tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", "estimator.name=pkpo",
+                             "--set", "estimator.k=0"], capsys)
+    assert code == 2 and "estimator.k" in err and "Traceback" not in err
+    assert not out.exists()

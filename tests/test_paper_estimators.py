@@ -267,3 +267,45 @@ def test_bad_parameter_is_refused(tmp_path, capsys):
                              "--set", "estimator.k=0"], capsys)
     assert code == 2 and "estimator.k" in err and "Traceback" not in err
     assert not out.exists()
+
+
+# -------------------------------------------------------------------------------------------- MaxRL
+def maxrl_ref(rs, eps, singleton, nonpositive):
+    if len(rs) == 1:
+        return [rs[0] / eps if singleton == "over_eps" else rs[0] if singleton == "score" else 0.0]
+    mu = sum(rs) / len(rs)
+    if nonpositive == "zero" and mu <= 0:
+        return [0.0] * len(rs)
+    return [(r - mu) / (mu + eps) for r in rs]
+
+
+MAXRL_ROWS = [("a", [1.0, 0.0, 0.0, 0.0]), ("b", [0.0, 0.0, 0.0]), ("n", [-1.0, 0.5]), ("s", [1.0]),
+              ("t", [0.5])]
+
+
+@pytest.mark.parametrize("variant,settings", [
+    ("skyrl", {}),
+    ("authors_verl_fork", {"singleton": "over_eps"}),
+    ("prime_rl", {"eps": 0.0, "singleton": "zero", "nonpositive_mean": "zero"}),
+])
+def test_maxrl_variants(tmp_path, variant, settings):
+    """(r − r̄)/(r̄ + eps): a rare success gets (1 − 1/4)/(1/4) = 3, the failures −1; the variants differ on
+    groups of one (s, s/eps, 0) and on a negative mean (μ = −1/4: divides, or 0 in prime-rl)."""
+    rows = [{"prompt_id": pid, "reward": r, "mask": [1, 1, 0]} for pid, rs in MAXRL_ROWS for r in rs]
+    got, _ = run_rows(tmp_path, rows, "advcli", {"estimator.name": "maxrl", "precision": "float64",
+                                                 **{"estimator." + k: v for k, v in settings.items()}})
+    eps = settings.get("eps", 1e-6)
+    want = []
+    for _, rs in MAXRL_ROWS:
+        want += maxrl_ref(rs, eps, settings.get("singleton", "score"), settings.get("nonpositive_mean", "divide"))
+    for g, w in zip(got["advantages"], want):
+        assert np.allclose(g, [w, w, 0.0], rtol=1e-6), (variant, g, w)
+    if variant != "authors_verl_fork":
+        assert np.allclose(got["advantages"][0], [3.0, 3.0, 0.0], rtol=1e-5)
+
+
+def test_maxrl_over_eps_needs_eps(tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", "estimator.name=maxrl",
+                             "--set", "estimator.singleton=over_eps", "--set", "estimator.eps=0"], capsys)
+    assert code == 2 and "estimator.eps" in err and not out.exists()

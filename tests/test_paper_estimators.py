@@ -309,3 +309,91 @@ def test_maxrl_over_eps_needs_eps(tmp_path, capsys):
     code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", "estimator.name=maxrl",
                              "--set", "estimator.singleton=over_eps", "--set", "estimator.eps=0"], capsys)
     assert code == 2 and "estimator.eps" in err and not out.exists()
+
+
+# ------------------------------------------------------------------------------------------- CoDaPO
+# (prompt_id, reward, acc, old log-probs, mask): group q has an empty response (mask all 0) that counts in
+# GRPO but not in the CoDaValue; reward ≠ acc on some rows (a format bonus); r is uniform in reward.
+CODAPO = [("q", 1.1, 1.0, [-0.2, -0.4, -9.0], [1, 1, 0]), ("r", 0.0, 0.0, [-1.0, -1.0], [1, 1]),
+          ("q", 0.1, 0.0, [-0.5, -0.7, -0.9], [1, 1, 1]), ("q", 1.0, 1.0, [-0.1], [1]),
+          ("q", 0.0, 0.0, [-3.0, -3.0], [0, 0]), ("r", 0.0, 0.0, [-2.0], [1]), ("s", 1.0, 1.0, [-0.3], [1]),
+          ("q", 0.1, 0.0, [-0.6, -0.2], [1, 1])]
+
+
+def codapo_ref(offset=0.1):
+    """Per row: verl GRPO × (exp(mean of mean-token log-probs) · 4p(1−p) + offset), by hand."""
+    out = []
+    for pid, r, *_ in CODAPO:
+        rows = [x for x in CODAPO if x[0] == pid]
+        rs = [x[1] for x in rows]
+        n = len(rs)
+        if n == 1:
+            grpo = r / (1 + 1e-6)
+        else:
+            mu = sum(rs) / n
+            sd = math.sqrt(sum((x - mu) ** 2 for x in rs) / (n - 1))
+            grpo = (r - mu) / (sd + 1e-6)
+        live = [x for x in rows if sum(x[4]) > 0]
+        conf = math.exp(sum(sum(lp * m for lp, m in zip(x[3], x[4])) / sum(x[4]) for x in live) / len(live))
+        p = sum(x[2] == 1 for x in live) / len(live)
+        out.append(grpo * (conf * 4 * p * (1 - p) + offset))
+    return out
+
+
+def _codapo_dump(path, with_acc=True):
+    import pyarrow as pa
+    cols = {"prompt_id": [x[0] for x in CODAPO], "reward": pa.array([x[1] for x in CODAPO], pa.float32()),
+            "old_log_probs": pa.array([x[3] for x in CODAPO], pa.list_(pa.float32())),
+            "response_mask": pa.array([x[4] for x in CODAPO], pa.list_(pa.int8()))}
+    if with_acc:
+        cols["correct"] = pa.array([x[2] for x in CODAPO], pa.float32())
+    pq.write_table(pa.table(cols), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("offset", [0.1, 0.0])
+def test_codapo_against_the_codavalue(tmp_path, capsys, offset):
+    src = _codapo_dump(tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=codapo",
+                             "--set", f"estimator.weight_offset={offset}", "--column", "accuracy=correct",
+                             "--precision", "float64", "--chunk-rows", "3", "-q"], capsys)
+    assert code == 0, err
+    got = pq.read_table(out).column("advantages").to_pylist()
+    for row, g, a in zip(CODAPO, got, codapo_ref(offset)):
+        assert np.allclose(g, [a * m for m in row[4]], rtol=1e-6, atol=1e-9), (row, g, a)
+    # group q: 3 live rows, 1 correct → 4·(1/3)·(2/3) = 8/9 of the confidence
+    assert abs(got[0][0]) > 0
+
+
+def test_codapo_needs_the_accuracy_column(tmp_path, capsys):
+    src = _codapo_dump(tmp_path / "in.parquet", with_acc=False)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=codapo"], capsys)
+    assert code == 2 and "acc" in err and "Traceback" not in err and not out.exists()
+
+
+def test_codapo_on_the_sample_data(tmp_path, capsys):
+    """sample_data has an `acc` column and old log-probs: the estimator runs as a user would type it (in
+    float64: verl's float32 GRPO leaves residues of ~1e-3 on its uniform non-dyadic groups)."""
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", "estimator.name=codapo",
+                             "--precision", "float64", "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(SAMPLE).to_pydict()
+    got = pq.read_table(out).column("advantages").to_pylist()
+    groups = {}
+    for i, k in enumerate(zip(t["step"], t["prompt_id"])):
+        groups.setdefault(k, []).append(i)
+    for rows in groups.values():
+        rs = [t["reward"][i] for i in rows]
+        mu = sum(rs) / len(rs)
+        sd = math.sqrt(sum((x - mu) ** 2 for x in rs) / (len(rs) - 1))
+        live = [i for i in rows if sum(t["response_mask"][i]) > 0]
+        ell = [sum(lp * m for lp, m in zip(t["old_log_probs"][i], t["response_mask"][i])) / sum(t["response_mask"][i])
+               for i in live]
+        p = sum(t["acc"][i] == 1 for i in live) / len(live)
+        w = math.exp(sum(ell) / len(ell)) * 4 * p * (1 - p) + 0.1
+        for i in rows:
+            a = (t["reward"][i] - mu) / (sd + 1e-6) * w
+            assert np.allclose(got[i], [a * m for m in t["response_mask"][i]], rtol=1e-4, atol=1e-5), i

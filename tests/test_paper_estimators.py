@@ -253,9 +253,44 @@ def test_on_the_sample_data_through_the_command(tmp_path, capsys, name, settings
         assert np.allclose(g, [want[i] * x for x in m], rtol=1e-4, atol=1e-5), i
 
 
+@pytest.mark.parametrize("name,settings,ref", [
+    ("pkpo", ["estimator.k=2"], lambda rs: pkpo_brute(rs, 2)),
+    ("entropic_adaptive_beta", [], lambda rs: entropic_ref(rs, beta_solved(rs)) if len(rs) > 1 else [0.0]),
+    ("mgpo", ["estimator.lam=1.0"], lambda rs: mgpo_ref(rs, lam=1.0)),
+])
+def test_on_a_trainer_dump(tmp_path, capsys, name, settings, ref):
+    """SkyRL's evaluation dump (response level: rewards and groups only) through --flavor advcli."""
+    root, rows = _skyrl(tmp_path)
+    out = tmp_path / "o.parquet"
+    args = ["run", root.parent, "-o", out, "--flavor", "advcli", "--set", f"estimator.name={name}", "-q"]
+    for s in settings:
+        args += ["--set", s]
+    code, _, err = run_main(args, capsys)
+    assert code == 0, err
+    want = []
+    for step in (10, 20):
+        for src in ("math", "openai_gsm8k"):  # the dump's files in name order within a step
+            recs = rows[(step, src)]
+            prompts = [r["input_prompt"] for r in recs]
+            adv = {}
+            for p in dict.fromkeys(prompts):
+                idx = [i for i, q in enumerate(prompts) if q == p]
+                for i, a in zip(idx, ref([recs[i]["score"] for i in idx])):
+                    adv[i] = a
+            want += [adv[i] for i in range(len(recs))]
+    got = pq.read_table(out).column("advantages").to_pylist()
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _skyrl(tmp_path):
+    """The SkyRL evaluation dump of tests/test_format_skyrl.py (its fixture's builder, called directly)."""
+    import test_format_skyrl
+    return test_format_skyrl.dump.__wrapped__(tmp_path)
+
+
 def test_explain_shows_formula_and_source(capsys):
     for name, bit in (("pkpo", "2505.15201"), ("qae", "2509.22611"), ("mgpo", "2511.06221"),
-                      ("entropic_adaptive_beta", "TTT-Discover")):
+                      ("entropic_adaptive_beta", "TTT-Discover"), ("codapo", "7497"), ("maxrl", "tajwarfahim")):
         code, out, err = run_main(["explain", "--flavor", "advcli", "--set", f"estimator.name={name}"], capsys)
         assert code == 0, err
         assert bit in out and "A_i" in out, name

@@ -355,8 +355,9 @@ CODAPO = [("q", 1.1, 1.0, [-0.2, -0.4, -9.0], [1, 1, 0]), ("r", 0.0, 0.0, [-1.0,
           ("q", 0.1, 0.0, [-0.6, -0.2], [1, 1])]
 
 
-def codapo_ref(offset=0.1):
-    """Per row: verl GRPO × (exp(mean of mean-token log-probs) · 4p(1−p) + offset), by hand."""
+def codapo_ref(offset=0.1, shift=0.0):
+    """Per row: verl GRPO × (exp(mean of mean-token log-probs) · 4p(1−p) + offset), by hand; ``shift``
+    is added to every log-prob (the rollout log-probs of _codapo_dump)."""
     out = []
     for pid, r, *_ in CODAPO:
         rows = [x for x in CODAPO if x[0] == pid]
@@ -369,7 +370,8 @@ def codapo_ref(offset=0.1):
             sd = math.sqrt(sum((x - mu) ** 2 for x in rs) / (n - 1))
             grpo = (r - mu) / (sd + 1e-6)
         live = [x for x in rows if sum(x[4]) > 0]
-        conf = math.exp(sum(sum(lp * m for lp, m in zip(x[3], x[4])) / sum(x[4]) for x in live) / len(live))
+        conf = math.exp(sum(sum((lp + shift) * m for lp, m in zip(x[3], x[4])) / sum(x[4]) for x in live)
+                        / len(live))
         p = sum(x[2] == 1 for x in live) / len(live)
         out.append(grpo * (conf * 4 * p * (1 - p) + offset))
     return out
@@ -382,6 +384,7 @@ def _codapo_dump(path, with_acc=True):
             "response_mask": pa.array([x[4] for x in CODAPO], pa.list_(pa.int8()))}
     if with_acc:
         cols["correct"] = pa.array([x[2] for x in CODAPO], pa.float32())
+    cols["rollout_log_probs"] = pa.array([[v - 0.5 for v in x[3]] for x in CODAPO], pa.list_(pa.float32()))
     pq.write_table(pa.table(cols), str(path))
     return str(path)
 
@@ -399,6 +402,20 @@ def test_codapo_against_the_codavalue(tmp_path, capsys, offset):
         assert np.allclose(g, [a * m for m in row[4]], rtol=1e-6, atol=1e-9), (row, g, a)
     # group q: 3 live rows, 1 correct → 4·(1/3)·(2/3) = 8/9 of the confidence
     assert abs(got[0][0]) > 0
+
+
+def test_codapo_with_the_rollout_log_probs(tmp_path, capsys):
+    """log_probs=rollout_log_probs (the paper's π_rollout): the confidence reads that column (here the old
+    log-probs − 0.5, so every confidence is e^−0.5 times the old one)."""
+    src = _codapo_dump(tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=codapo",
+                             "--set", "estimator.log_probs=rollout_log_probs", "--column", "accuracy=correct",
+                             "--precision", "float64", "-q"], capsys)
+    assert code == 0, err
+    got = pq.read_table(out).column("advantages").to_pylist()
+    for row, g, a in zip(CODAPO, got, codapo_ref(0.1, shift=-0.5)):
+        assert np.allclose(g, [a * m for m in row[4]], rtol=1e-6, atol=1e-9), (row, g, a)
 
 
 def test_codapo_needs_the_accuracy_column(tmp_path, capsys):

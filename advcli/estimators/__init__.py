@@ -57,8 +57,9 @@ class EstimatorSpec:
     min_components: int = 0  # reward component columns (reward/<name>) the estimator refuses to run without
     drops_masked_rewards: bool = False  # a reward on a mask=0 token is discarded (verl remax: G = revcumsum(r·m))
     needs_lengths: str = ""  # what the response lengths are for, when the estimator weighs rows by them (OPO)
-    # token roles (in ``needs``) whose mean over each row's mask=1 tokens a row-level estimator reads:
-    # ``table.columns["token_mean:ROLE"]`` (NaN for a row without one; CoDaPO's mean-token old log-prob)
+    # token roles (of ``needs``/``optional``) whose mean over each row's mask=1 tokens a row-level estimator
+    # reads: ``table.columns["token_mean:ROLE"]`` where the input has the role (NaN for a row without a
+    # trained token; CoDaPO's mean-token log-prob)
     row_token_means: tuple[str, ...] = ()
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:

@@ -63,7 +63,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     row_kl = plan.kl_on and row_kl
     if row_kl:
         roles += role_rules.kl_roles(plan.run.kl, cmap)
-    token_means = list(plan.spec.row_token_means) if plan.spec.level == "row" else []
+    token_means = [r for r in plan.spec.row_token_means if cmap.has(r)] if plan.spec.level == "row" else []
     roles = list(dict.fromkeys(roles + token_means))
     verify = [r for r in plan.verify_roles if r not in roles]  # checked here, once, never read again
     cols = list(roles_to_columns(plan, roles + verify))

@@ -94,6 +94,43 @@ def test_pkpo_binary_theorem_2(tmp_path):
             assert all(x == 0 for x in adv)
 
 
+def _credit(rs, members, k, i):
+    """S(i, k, members): (1/C(|members|, k)) Σ over the k-subsets of members holding i of their max."""
+    return sum(max(rs[j] for j in c) for c in combinations(members, k) if i in c) / math.comb(len(members), k)
+
+
+def pkpo_paper(rs, k, baseline):
+    """The paper's eq. 29 (loo) and eq. 33 (loo_minus_one), by enumerating the subsets."""
+    n = len(rs)
+    if n <= 1:
+        return [0.0] * n
+    every = list(range(n))
+    if baseline == "loo":
+        k = max(1, min(k, n - 1))
+        return [_credit(rs, every, k, i) - sum(_credit(rs, [j for j in every if j != i], k, j)
+                                               for j in every if j != i) / (n - 1) for i in every]
+    k = max(2, min(k, n))
+    return [sum(max(rs[j] for j in c) - max(rs[j] for j in c if j != i)
+                for c in combinations(every, k) if i in c) / math.comb(n, k) for i in every]
+
+
+@pytest.mark.parametrize("baseline", ["loo", "loo_minus_one"])
+@pytest.mark.parametrize("k", [2, 3, 6])
+def test_pkpo_paper_baselines(tmp_path, baseline, k):
+    got = _run(tmp_path, {"name": "pkpo", "k": k, "baseline": baseline})
+    _check(got, _expected(lambda rs: pkpo_paper(rs, k, baseline)))
+
+
+def test_pkpo_loo_minus_one_binary(tmp_path):
+    """n = 4, c = 2, k = 2, eq. 33 by hand: a success is the max of its 3 pairs and loses to the other
+    success in one of them: (3·1 − 1)/6 = 1/3; a failure gains only over the other failure: 0."""
+    got = _run(tmp_path, {"name": "pkpo", "k": 2, "baseline": "loo_minus_one"})
+    for row, adv in zip(ROWS, got):
+        if row["prompt_id"] == "a":
+            want = 1 / 3 if row["reward"] == 1.0 else 0.0
+            assert np.allclose(adv, [want * m for m in row["mask"]], atol=1e-7)
+
+
 def test_pkpo_raw_credit(tmp_path):
     def raw(rs):
         n = len(rs)
@@ -296,10 +333,13 @@ def test_explain_shows_formula_and_source(capsys):
         assert bit in out and "A_i" in out, name
 
 
-def test_bad_parameter_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("settings", [["estimator.k=0"], ["estimator.k=1", "estimator.baseline=loo_minus_one"]])
+def test_bad_parameter_is_refused(tmp_path, capsys, settings):
     out = tmp_path / "o.parquet"
-    code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", "estimator.name=pkpo",
-                             "--set", "estimator.k=0"], capsys)
+    args = ["run", SAMPLE, "-o", out, "--flavor", "advcli", "--set", "estimator.name=pkpo"]
+    for s in settings:
+        args += ["--set", s]
+    code, _, err = run_main(args, capsys)
     assert code == 2 and "estimator.k" in err and "Traceback" not in err
     assert not out.exists()
 

@@ -123,10 +123,11 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         for r in extra_roles:
             parts[r].append(read_scalar(batch, cmap[r], file, row_base, plan.dtype))
         if token_means:
-            m = mask01.to(torch.float64)
+            on = mask01 > 0
             n = layout.count_per_row(mask01).to(torch.float64)
-            for r in token_means:  # Σ_t x·m / Σ_t m in float64, NaN for a row without a trained token
-                mean = layout.row_sum(tok[r].to(torch.float64) * m) / n
+            for r in token_means:  # Σ_{t: m=1} x / Σ_t m in float64 (masked values never read), NaN when Σ_t m = 0
+                x = tok[r].to(torch.float64)
+                mean = layout.row_sum(torch.where(on, x, torch.zeros_like(x))) / n
                 parts[f"token_mean:{r}"].append(torch.where(n > 0, mean, torch.full_like(mean, float("nan"))))
         if row_kl:
             mask = mask01.to(plan.dtype)

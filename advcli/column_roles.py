@@ -27,6 +27,8 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
                         "(AReaL's values[W−1])"),
     "turn_ids": ("turn_ids", "tokens", "turn index of each token (≥ 0 on trained tokens; AReaL turn-level GAE)"),
     "step": ("step", "int", "training step: each step is its own batch"),
+    "accuracy": ("acc", "scalar", "correctness of the response, 1 = correct (verl's reward extra-info `acc`; "
+                 "CoDaPO's difficulty)"),
     "domain": ("domain", "key", "ROLL domain"),
     # per-trace inputs of prime-rl's estimators
     "trainable": ("trainable", "scalar", "false (0) = errored or untrainable trace: left out of every statistic, "

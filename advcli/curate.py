@@ -9,7 +9,18 @@ column):
   learning signal: every group-relative advantage is 0 (DAPO's dynamic sampling drops them);
 - ``--solve-rate LO:HI`` keeps it only when ``LO <= mean(m) <= HI`` (the mean over the non-NaN
   values, in float64; a group with no number is dropped);
-- ``--min-group-size N`` drops it when it has fewer than ``N`` rows.
+- ``--min-group-size N`` drops it when it has fewer than ``N`` rows;
+- ``--variance-top-p P`` / ``--variance-top-k K`` (RAGEN-2's signal-to-noise filter, arXiv 2604.06268;
+  verl PR #7894 ``algorithm.reward_variance_filtering``, TRL PR #7242 ``reward_variance_filtering``)
+  keeps, within each step, the groups with the most reward variance: the groups sorted by their variance
+  ``Σ(m − mean)²/(n − ddof)`` (descending, ties in first-appearance order; zero-variance groups left out
+  unless ``--variance-include-zero``), then ``top_k``: the first K; ``top_p``: the shortest prefix whose
+  cumulative variance reaches ``P·Σ variance`` (nothing when the step has no variance).
+
+verl, TRL and SkyRL's pull requests *mask* the groups they do not select (their responses stay in the
+batch with a zero loss mask) rather than drop them; ``--mask-dropped`` does that (every row kept, the
+dropped groups' ``response_mask`` set to 0), the default drops the rows (DAPO's dynamic sampling). The
+two differ where a statistic spans groups (batch whitening, batch std, token-mean losses).
 
 :func:`group_decisions` is the pure, vectorised part (numpy over the small columns, no loop over
 rows or groups); :func:`read_small_columns` reads those columns in one streaming pass and
@@ -37,10 +48,20 @@ class FilterSpec:
     drop_uniform: bool = False
     solve_rate: tuple[float, float] | None = None
     min_group_size: int | None = None
+    variance_top_p: float | None = None  # RAGEN-2 top_p: keep the variance mass P of each step
+    variance_top_k: int | None = None  # RAGEN-2 top_k: keep the K highest-variance groups of each step
+    variance_include_zero: bool = False  # zero-variance groups may be selected
+    variance_ddof: int = 1  # Σ(m − mean)²/(n − ddof)
+    mask_dropped: bool = False  # keep every row, the dropped groups' response_mask set to 0 (verl #7894)
+
+    @property
+    def by_variance(self) -> str | None:
+        return "top_p" if self.variance_top_p is not None else "top_k" if self.variance_top_k is not None else None
 
     @property
     def active(self) -> bool:
-        return self.drop_uniform or self.solve_rate is not None or (self.min_group_size or 0) > 1
+        return (self.drop_uniform or self.solve_rate is not None or (self.min_group_size or 0) > 1
+                or self.by_variance is not None)
 
     def describe(self) -> str:
         parts = []
@@ -50,11 +71,31 @@ class FilterSpec:
             parts.append(f"--solve-rate {self.solve_rate[0]:g}:{self.solve_rate[1]:g}")
         if self.min_group_size:
             parts.append(f"--min-group-size {self.min_group_size}")
+        parts += variance_flags(self.as_dict())
         return " ".join(parts)
 
     def as_dict(self) -> dict:
         return {"drop_uniform": self.drop_uniform, "solve_rate": list(self.solve_rate) if self.solve_rate else None,
-                "min_group_size": self.min_group_size}
+                "min_group_size": self.min_group_size, "variance_top_p": self.variance_top_p,
+                "variance_top_k": self.variance_top_k, "variance_include_zero": self.variance_include_zero,
+                "variance_ddof": self.variance_ddof, "mask_dropped": self.mask_dropped}
+
+
+def variance_flags(f: dict) -> list[str]:
+    """The command-line flags of the variance filter and the mask mode in ``f`` (:meth:`FilterSpec.as_dict`)."""
+    parts = []
+    if f.get("variance_top_p") is not None:
+        parts.append(f"--variance-top-p {f['variance_top_p']:g}")
+    if f.get("variance_top_k") is not None:
+        parts.append(f"--variance-top-k {f['variance_top_k']}")
+    if (f.get("variance_top_p") is not None or f.get("variance_top_k") is not None):
+        if f.get("variance_include_zero"):
+            parts.append("--variance-include-zero")
+        if f.get("variance_ddof", 1) != 1:
+            parts.append(f"--variance-ddof {f['variance_ddof']}")
+    if f.get("mask_dropped"):
+        parts.append("--mask-dropped")
+    return parts
 
 
 def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
@@ -75,18 +116,78 @@ def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
     return lo, hi
 
 
-def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None) -> FilterSpec:
+def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None,
+              variance_top_p: float | None = None, variance_top_k: int | None = None,
+              variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False) -> FilterSpec:
     if min_group_size is not None and min_group_size < 1:
         raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
-    return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size)
+    if variance_top_p is not None and variance_top_k is not None:
+        raise AdvcliError("--variance-top-p and --variance-top-k: give one (RAGEN-2's strategy is top_p or top_k)")
+    if variance_top_p is not None and not 0.0 < variance_top_p <= 1.0:
+        raise AdvcliError(f"--variance-top-p {variance_top_p:g}: must be in (0, 1], the share of each step's "
+                          "reward-variance mass to keep", hint="e.g. --variance-top-p 0.9")
+    if variance_top_k is not None and variance_top_k < 1:
+        raise AdvcliError(f"--variance-top-k {variance_top_k}: must be at least 1 (groups kept per step)")
+    if variance_ddof < 0:
+        raise AdvcliError(f"--variance-ddof {variance_ddof}: must be 0 (population) or more (1: sample variance)")
+    return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size, variance_top_p,
+                      variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped))
 
 
-def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec) -> dict[str, np.ndarray]:
+SELECTION_EPS = 1e-12  # top_p target = P·Σ variance − this, so a prefix summing to the target exactly reaches it
+
+
+def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> np.ndarray:
+    """bool [G]: the groups RAGEN-2's filter selects, per scope (step) independently.
+
+    Per scope: order the groups by variance, descending, stable (ties keep the first-appearing group
+    first); leave out the zero-variance ones unless ``variance_include_zero``; ``top_k`` takes the first
+    K, ``top_p`` the first ``c + 1`` where c is the first index whose cumulative variance reaches
+    ``P·Σ_scope variance − 1e-12`` (nothing when that target is ≤ 0). verl PR #7894 / TRL PR #7242
+    ``_get_reward_variance_filter_mask``. Vectorised: one lexsort by (scope, −variance, group) and
+    cumulative sums restarted at each scope."""
+    G = var.size
+    sel = np.zeros(G, bool)
+    if not G:
+        return sel
+    order = np.lexsort((np.arange(G), -var, scope))  # by scope, then variance descending, then group
+    sc = scope[order]
+    v = var[order]
+    eligible = v > 0 if not spec.variance_include_zero else np.ones(G, bool)
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, G]))
+    ve = np.where(eligible, v, 0.0)
+    # rank among the scope's eligible groups (0-based), cumulative eligible variance within the scope
+    ecount = np.cumsum(eligible)
+    rank = ecount - 1 - np.r_[0, ecount][starts][seg]
+    csum = np.cumsum(ve)
+    before = np.r_[0.0, csum][starts][seg]
+    cum = csum - before
+    if spec.variance_top_k is not None:
+        take = eligible & (rank < spec.variance_top_k)
+    else:
+        total = np.bincount(seg, weights=v, minlength=starts.size)  # every group's variance (zeros add nothing)
+        target = spec.variance_top_p * total[seg] - SELECTION_EPS
+        reached = eligible & (cum >= target)
+        # the first eligible rank where the cumulative mass reaches the target, per scope (none: all eligible)
+        big = np.iinfo(np.int64).max
+        first = np.full(starts.size, big)
+        np.minimum.at(first, seg[reached], rank[reached])
+        cutoff = first[seg]
+        take = eligible & (target > 0) & (rank <= cutoff)
+    sel[order[take]] = True
+    return sel
+
+
+def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
+                    scope: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per group ``g`` (codes ``0..G-1`` in ``group``, one per row) the figures and the decision.
 
-    Returns ``size``, ``mean`` (nanmean of the metric, float64), ``uniform``, the per-reason drop flags
-    ``drop_min_size``, ``drop_uniform``, ``drop_solve_rate`` and ``keep`` (no reason applies), all of
-    length G. Vectorised: one stable sort of the codes and ``reduceat`` over the sorted metric.
+    Returns ``size``, ``mean`` (nanmean of the metric, float64), ``uniform``, ``variance`` (of the
+    non-NaN values, ``/(n − ddof)``, 0 when ``n ≤ ddof``), the per-reason drop flags ``drop_min_size``,
+    ``drop_uniform``, ``drop_solve_rate``, ``drop_variance`` and ``keep`` (no reason applies), all of
+    length G. ``scope``: each group's step (the variance filter ranks within a step; None: one step).
+    Vectorised: one stable sort of the codes and ``reduceat`` over the sorted metric.
     """
     group = np.asarray(group, np.int64)
     m = np.asarray(metric, np.float64)
@@ -119,9 +220,18 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec) -> 
             drop_sr = ~((mean >= lo) & (mean <= hi))  # NaN mean: dropped
     else:
         drop_sr = np.zeros(G, bool)
-    keep = ~(drop_min | drop_uni | drop_sr)
-    return {"size": size, "mean": mean, "uniform": uniform, "drop_min_size": drop_min, "drop_uniform": drop_uni,
-            "drop_solve_rate": drop_sr, "keep": keep}
+    dev = np.where(nan, 0.0, m - np.nan_to_num(mean)[group]) if group.size else np.zeros(0)
+    ss = np.bincount(group, weights=dev * dev, minlength=G)
+    denom = n_num - spec.variance_ddof
+    variance = np.where(denom > 0, ss / np.maximum(denom, 1), 0.0)
+    if spec.by_variance is not None:
+        sc = np.zeros(G, np.int64) if scope is None else np.asarray(scope, np.int64)
+        drop_var = ~variance_selection(variance, sc, spec)
+    else:
+        drop_var = np.zeros(G, bool)
+    keep = ~(drop_min | drop_uni | drop_sr | drop_var)
+    return {"size": size, "mean": mean, "uniform": uniform, "variance": variance, "drop_min_size": drop_min,
+            "drop_uniform": drop_uni, "drop_solve_rate": drop_sr, "drop_variance": drop_var, "keep": keep}
 
 
 @dataclass
@@ -228,6 +338,7 @@ def summarize(small: SmallColumns, dec: dict[str, np.ndarray], spec: FilterSpec,
                 "dropped_min_group_size": int((gmask & dec["drop_min_size"]).sum()),
                 "dropped_uniform": int((gmask & dec["drop_uniform"]).sum()),
                 "dropped_solve_rate": int((gmask & dec["drop_solve_rate"]).sum()),
+                "dropped_variance": int((gmask & dec["drop_variance"]).sum()),
                 "uniform_groups": int((gmask & dec["uniform"]).sum())}
 
     allg = np.ones(G, bool)
@@ -251,15 +362,36 @@ def summarize(small: SmallColumns, dec: dict[str, np.ndarray], spec: FilterSpec,
     out["examples_dropped"] = [
         {"group": small.group_ids[g], "step": small.group_steps[g], "size": int(gsize[g]),
          "mean_metric": None if not np.isfinite(dec["mean"][g]) else float(dec["mean"][g]),
+         "variance": float(dec["variance"][g]),
          "reasons": [r for r, k in (("min_group_size", "drop_min_size"), ("uniform", "drop_uniform"),
-                                    ("solve_rate", "drop_solve_rate")) if dec[k][g]]} for g in dropped]
+                                    ("solve_rate", "drop_solve_rate"), ("variance", "drop_variance"))
+                     if dec[k][g]]} for g in dropped]
     return out
 
 
+def zero_list_rows(arr, keep):
+    """The list column ``arr`` with every value of the rows where ``keep`` is false set to 0 (lengths,
+    nulls and type unchanged)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = arr.flatten()
+    parent = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+    vals = values.to_numpy(zero_copy_only=False)
+    new_vals = pa.array(np.where(keep[parent], vals, 0).astype(vals.dtype, copy=False), values.type)
+    offsets = arr.offsets
+    offsets = pc.subtract(offsets, offsets[0])
+    cls = pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray
+    return cls.from_arrays(offsets, new_vals, type=arr.type, mask=arr.is_null() if arr.null_count else None)
+
+
 def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, metadata_note: dict | None = None,
-                   progress=None) -> int:
+                   progress=None, mask_column: str | None = None) -> int:
     """Every column of the rows with ``keep_row`` (input order, files concatenated) into ``target``,
-    unchanged and in order; atomic (nothing at ``target`` unless complete). Returns the rows written."""
+    unchanged and in order; atomic (nothing at ``target`` unless complete). Returns the rows written.
+
+    ``mask_column``: every row is written, and that (list) column is set to 0 on the rows not kept (the
+    groups masked out of the loss, as verl PR #7894 does)."""
     import pyarrow as pa
 
     from .io.writer import AtomicParquetWriter
@@ -277,7 +409,12 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
             n = batch.num_rows
             k = keep_row[row0:row0 + n]
             row0 += n
-            if k.all():
+            if mask_column is not None:
+                out = batch
+                if not k.all():
+                    i = batch.schema.get_field_index(mask_column)
+                    out = batch.set_column(i, batch.schema.field(i), zero_list_rows(batch.column(i), k))
+            elif k.all():
                 out = batch
             elif not k.any():
                 continue
@@ -310,15 +447,25 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     cmap = resolve_columns(ins.schema, column_overrides or {}, ins.paths[0])
     metric_col = metric or (cmap.names.get("reward") or "reward")
     source_col = find_source_column(ins.schema.names, by)
+    mask_column = None
+    if spec.mask_dropped:
+        mask_column = cmap.require("response_mask", "--mask-dropped sets the dropped groups' response mask to 0")
+        import pyarrow as pa
+        mt = ins.schema.field(mask_column).type
+        if not (pa.types.is_list(mt) or pa.types.is_large_list(mt)):
+            raise AdvcliError(f"{ins.paths[0]}: column {mask_column!r} has type {mt}; --mask-dropped needs the "
+                              "per-token response mask (a list column)",
+                              hint="map it with --column response_mask=NAME, or drop the groups (no --mask-dropped)")
     small = read_small_columns(ins, cmap, metric_col, source_col)
-    dec = group_decisions(small.group, small.metric, spec)
+    scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
+    dec = group_decisions(small.group, small.metric, spec, scope)
     summary = summarize(small, dec, spec)
     clean_stale_temps(output)
     n = copy_kept_rows(ins, dec["keep"][small.group], output, chunk_rows,
                        metadata_note={"filter": spec.as_dict(), "metric": metric_col,
                                       "inputs": [os.path.basename(p) for p in ins.paths],
                                       "rows_in": small.rows, "rows_kept": summary["rows_kept"]},
-                       progress=progress)
+                       progress=progress, mask_column=mask_column)
     summary.update(inputs=ins.paths, output=output, rows_written=n)
     return summary
 

@@ -17,11 +17,17 @@ EPILOG = """
   advcli filter sample_data/rollouts.parquet -o curated.parquet --drop-uniform
   advcli filter dump.parquet -o curated.parquet --solve-rate 0.1:0.9 --min-group-size 4
   advcli filter dump.parquet -o curated.parquet --metric acc --drop-uniform --report dropped.html
+  advcli filter dump.parquet -o snr.parquet --variance-top-p 0.9
+  advcli filter dump.parquet -o snr.parquet --variance-top-k 8 --mask-dropped
   advcli run dump.parquet -o out.parquet --flavor verl --set algorithm.adv_estimator=grpo --drop-uniform
 
 A group is the rows sharing a prompt_id within a step (map another column with --column
 prompt_id=NAME). The output holds the kept rows in input order with every column unchanged; the
 summary (and --report .json/.md/.html) says what was dropped, per step and data source.
+
+--variance-top-p/--variance-top-k is RAGEN-2's signal-to-noise filter (verl PR #7894, TRL PR #7242): per
+step, the groups with the most reward variance. Those pull requests mask the other groups out of the loss
+instead of removing them: --mask-dropped does the same (every row kept, their response_mask set to 0).
 """
 
 
@@ -34,6 +40,19 @@ def filter_cmd(
     drop_uniform: bool = opt.DROP_UNIFORM,
     solve_rate: str | None = opt.SOLVE_RATE,
     min_group_size: int | None = opt.MIN_GROUP_SIZE,
+    variance_top_p: float | None = typer.Option(
+        None, "--variance-top-p", metavar="P", help="Keep, per step, the highest-variance groups holding the share P "
+        "of the step's reward variance (RAGEN-2 top_p; verl/TRL use 0.9)."),
+    variance_top_k: int | None = typer.Option(
+        None, "--variance-top-k", metavar="K", help="Keep, per step, the K groups with the most reward variance "
+        "(RAGEN-2 top_k)."),
+    variance_include_zero: bool = typer.Option(
+        False, "--variance-include-zero", help="Let zero-variance groups be selected by --variance-top-p/-k."),
+    variance_ddof: int = typer.Option(1, "--variance-ddof", metavar="D", help="Group variance Σ(m − mean)²/(n − D): "
+                                      "1 sample variance, 0 population."),
+    mask_dropped: bool = typer.Option(
+        False, "--mask-dropped", help="Keep every row and set the dropped groups' response_mask to 0 (how verl "
+        "PR #7894 and TRL PR #7242 apply the variance filter) instead of removing them."),
     by: str | None = typer.Option(None, "--by", metavar="COLUMN",
                                      help="Data-source column for the per-source figures (default: the first of "
                                           "data_source, domain, source, dataset, task present)."),
@@ -45,15 +64,17 @@ def filter_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on the terminal."),
     json_out: bool = opt.json_out("the summary"),
 ):
-    """Keep or drop whole groups (uniform reward, solve rate, group size); rows and columns unchanged."""
+    """Keep or drop whole groups (uniform reward, solve rate, group size, reward variance); rows unchanged."""
     from ..config import parse_column_maps
     from ..curate import filter_file, make_spec
     from ..report import check_report_path
 
-    spec = make_spec(drop_uniform, solve_rate, min_group_size)
+    spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
+                     variance_ddof, mask_dropped)
     if not spec.active:
-        raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI or "
-                                                              "--min-group-size N")
+        raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
+                                                              "--min-group-size N or --variance-top-p P / "
+                                                              "--variance-top-k K")
     if report:
         check_report_path(report, list(inputs) + [output])
     from ..io.commit import staged
@@ -84,11 +105,14 @@ def filter_sections(rep: dict):
             ("rows", f"{rep['rows']:,}: {rep['rows_kept']:,} kept, {rep['rows_dropped']:,} dropped "
                      f"({_pct(rep['rows_dropped'], rep['rows'])})"),
             ("uniform groups", f"{rep['uniform_groups']:,} ({_pct(rep['uniform_groups'], rep['groups'])})"),
-            ("dropped: too small / uniform / solve rate",
-             f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} "
-             "groups (a group may have several reasons)")]
+            ("dropped: too small / uniform / solve rate / variance",
+             f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} / "
+             f"{rep.get('dropped_variance', 0):,} groups (a group may have several reasons)")]
+    if (rep.get("filter") or {}).get("mask_dropped"):
+        head.append(("masked", f"every row written; the {rep['rows_dropped']:,} rows of the dropped groups have "
+                               "response_mask 0"))
     cols = ["groups", "groups_dropped", "rows", "rows_dropped", "uniform_groups", "dropped_min_group_size",
-            "dropped_uniform", "dropped_solve_rate"]
+            "dropped_uniform", "dropped_solve_rate", "dropped_variance"]
     sections = [("Summary", "kv", head)]
     svgs = []
     for key, label in (("per_step", "step"), ("per_source", "source")):
@@ -108,9 +132,9 @@ def filter_sections(rep: dict):
     ex = rep.get("examples_dropped") or []
     if ex:
         sections.append(("Dropped groups (first listed)", "table",
-                         (["group", "step", "size", "mean metric", "reasons"],
+                         (["group", "step", "size", "mean metric", "variance", "reasons"],
                           [[str(e["group"]), "" if e["step"] is None else str(e["step"]), e["size"], e["mean_metric"],
-                            ", ".join(e["reasons"])] for e in ex])))
+                            e.get("variance"), ", ".join(e["reasons"])] for e in ex])))
     return "advcli filter report", sections
 
 
@@ -122,7 +146,9 @@ def _describe(f: dict) -> str:
         parts.append(f"--solve-rate {f['solve_rate'][0]:g}:{f['solve_rate'][1]:g}")
     if f.get("min_group_size"):
         parts.append(f"--min-group-size {f['min_group_size']}")
-    return " ".join(parts)
+    from ..curate import variance_flags
+
+    return " ".join(parts + variance_flags(f))
 
 
 def print_filter_summary(rep: dict) -> None:

@@ -70,6 +70,10 @@ class EstimatorSpec:
     # computes this estimator from each session's last output and gives it to all of the session's outputs
     # (grouping.trajectories=last_step); otherwise every output is a row of its prompt's group
     last_step_of_sessions: bool = False
+    # token roles (of ``needs``/``optional``) whose mean over each row's mask=1 tokens a row-level estimator
+    # reads: ``table.columns["token_mean:ROLE"]`` where the input has the role (NaN for a row without a
+    # trained token; CoDaPO's mean-token log-prob)
+    row_token_means: tuple[str, ...] = ()
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""

@@ -146,6 +146,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         columns["is_last_step"] = row["is_last_step"]
     for r in role_rules.row_scalar_roles(plan):
         columns[r] = row[r]
+    for k in row:
+        if k.startswith("token_mean:"):
+            columns[k] = row[k]
     columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
     if plan.spec.reward_from_components and not plan.components:
         columns["component:score"] = score

@@ -63,6 +63,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     row_kl = plan.kl_on and row_kl
     if row_kl:
         roles += role_rules.kl_roles(plan.run.kl, cmap)
+    token_means = [r for r in plan.spec.row_token_means if cmap.has(r)] if plan.spec.level == "row" else []
+    roles = list(dict.fromkeys(roles + token_means))
     verify = [r for r in plan.verify_roles if r not in roles]  # checked here, once, never read again
     cols = list(roles_to_columns(plan, roles + verify))
     scalar_roles = []
@@ -91,7 +93,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
 
     reader = ChunkReader(plan, inputs)
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
-                                              "score_sum", "reward_baseline", "is_last_step", *extra_roles)}
+                                              "score_sum", "reward_baseline", "is_last_step", *extra_roles,
+                                              *(f"token_mean:{r}" for r in token_means))}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
     keys: dict[str, list] = {c: [] for c in key_cols}
     done, total = 0, inputs.num_rows
@@ -119,6 +122,13 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts["is_last_step"].append(read_scalar(batch, cmap["is_last_step"], file, row_base, torch.float32))
         for r in extra_roles:
             parts[r].append(read_scalar(batch, cmap[r], file, row_base, plan.dtype))
+        if token_means:
+            on = mask01 > 0
+            n = layout.count_per_row(mask01).to(torch.float64)
+            for r in token_means:  # Σ_{t: m=1} x / Σ_t m in float64 (masked values never read), NaN when Σ_t m = 0
+                x = tok[r].to(torch.float64)
+                mean = layout.row_sum(torch.where(on, x, torch.zeros_like(x))) / n
+                parts[f"token_mean:{r}"].append(torch.where(n > 0, mean, torch.full_like(mean, float("nan"))))
         if row_kl:
             mask = mask01.to(plan.dtype)
             kl_sum, kl_mean = row_kl_sums(layout, kl_token(plan, tok, mask), mask, plan.run.kl.mask)
@@ -147,6 +157,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
         for r in extra_roles:
             parts[r] = [torch.zeros(0, dtype=plan.dtype)]
+        for r in token_means:
+            parts[f"token_mean:{r}"] = [torch.zeros(0, dtype=torch.float64)]
     cat = lambda xs, dt=None: torch.cat(xs) if xs else torch.zeros(0, dtype=dt or plan.dtype)  # noqa: E731
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
 

@@ -96,12 +96,11 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, co
     where the trainer logged them; in Parquet ``advantages``, else ``advantage``); the rest as :func:`run`
     and the command's options."""
     from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
-    from .commands._sections import stamp
-    from .commands.resolve import default_settings
     from .formats import open_inputs
     from .io.frames import FrameInputs
     from .notebook import AuditResult
-    from .resolution import resolve_for_inputs
+    from .resolution import default_settings, resolve_for_inputs
+    from .version import stamp
 
     check_tolerances(rtol, atol)
     with FrameInputs() as frames:
@@ -124,12 +123,12 @@ def compare(a, b=None, *, configs: list[dict] | None = None, columns: dict | Non
     (``.table``: the groups that differ most). Two forms: ``compare(A, B)``, two advcli outputs of the same
     rows; ``compare(DUMP, configs=[{"flavor": "verl", "settings": {...}}, {...}])``, one dump run under two
     configurations. Each of ``a``, ``b`` is a path or an in-memory table, as :func:`run` takes."""
-    from .commands._sections import stamp
     from .compare import compare_configurations, compare_files
     from .errors import AdvcliError
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
     from .notebook import CompareResult
+    from .version import stamp
 
     if (b is None) == (configs is None) or (configs is not None and len(configs) != 2):
         raise AdvcliError("compare: give two outputs (compare(a, b)), or one dump and two configurations "

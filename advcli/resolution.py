@@ -178,3 +178,22 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     for n in counts.values():
         hist[n] = hist.get(n, 0) + 1
     return hist
+
+
+def default_settings(flavor: str | None, inputs: list[str], settings: list) -> tuple[str, list, str | None]:
+    """With no --flavor: verl, and GRPO when the dump has a group id (GAE when it has values)."""
+    if flavor is not None:
+        return flavor, settings, None
+    if any(k == "algorithm.adv_estimator" for k, _ in settings):
+        return "verl", settings, None
+    from .io.reader import expand_inputs, open_parquet
+
+    names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
+    if "prompt_id" in names:
+        est, why = "grpo", "the dump has prompt_id"
+    elif "values" in names:
+        est, why = "gae", "the dump has values and no prompt_id"
+    else:
+        raise AdvcliError("no --flavor or estimator given and the dump has neither prompt_id (for GRPO) nor "
+                          "values (for GAE)", hint="choose one: --flavor verl --set algorithm.adv_estimator=NAME")
+    return "verl", settings + [("algorithm.adv_estimator", est)], f"verl {est} ({why})"

@@ -211,7 +211,7 @@ def test_run_result_shows_its_summary(frame):
     assert figure_beside(page, "valid tokens") == sum(map(sum, frame["response_mask"]))
     assert figure_beside(page, "critic/score/mean") == pytest.approx(frame["reward"].mean(), rel=1e-4)
     valid = [a for row, mask in zip(expected_advantages(frame), frame["response_mask"]) for a, m in zip(row, mask) if m]
-    assert figure_beside(page, "critic/advantages/min") == pytest.approx(min(valid), rel=1e-4)
+    assert figure_beside(page, "critic/advantages/min", after=True) == pytest.approx(min(valid), rel=1e-4)
     text = repr(result)
     assert text.startswith("<RunResult verl grpo: 24 rows, ") and "2 step(s)" in text
 

@@ -10,6 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..version import stamp  # noqa: F401  (re-exported: the commands stamp their reports)
+
 Section = tuple[str, str, Any]
 
 
@@ -50,16 +52,6 @@ def render_sections(report: dict, fmt: str, title: str, sections: list[Section])
             H.append("".join(f"<p>{esc(x)}</p>" for x in payload))
     H.append("</main></body></html>\n")
     return "\n".join(H)
-
-
-def stamp(report: dict, command: str) -> dict:
-    """The fields every advcli report starts with."""
-    import datetime as dt
-
-    from ..version import __version__
-
-    return {"report": "advcli/1", "command": command, "advcli_version": __version__,
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **report}
 
 
 def write(path: str, report: dict, sections_of: Callable[[dict], tuple[str, list[Section]]]) -> None:

@@ -116,7 +116,7 @@ RELEASES = (
             note="TRL 1.6.0 to 1.9.2 (run: 1.6.0, 1.9.2), the advantage code of commit f2cd5771 (advcli's first "
                  "match)"),
     Release("1.10.0", "2026-08-13", note="TRL 1.10.0: use_bias_correction_kl defaults to true", changes=(
-        Change("#6503", ("use_bias_correction_kl",),
+        Change("#6503", (),
                "GRPOConfig.use_bias_correction_kl defaults to true: with beta ≠ 0 the loss's per-token KL is "
                "multiplied by the importance ratio, which changes the loss, its gradient and the logged kl "
                "metric; the advantages are unchanged"),)),

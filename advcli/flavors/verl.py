@@ -134,7 +134,8 @@ RELEASES = (
                "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "
                "carried across them, 0 there) instead of restarting the return at each of them: multi-turn "
                "responses get other advantages and returns"),)),
-    Release("1dda039", "2026-08-22", aliases=("1dda039b9c6311889a9c9a26040677e1254814f9",), note="verl at commit 1dda039b (advcli's first match)"),
+    Release("1dda039", "2026-08-22", aliases=("1dda039b9c6311889a9c9a26040677e1254814f9",),
+            note="verl at commit 1dda039b (advcli's first match)"),
     Release("0.9.1", "2026-09-20", note="verl 0.9.1: the advantage and reward-KL code of commit 1dda039b"),
 )
 
@@ -142,7 +143,6 @@ FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
-    releases=RELEASES,
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
     # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
     # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs

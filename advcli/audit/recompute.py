@@ -46,6 +46,9 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     if flavor == "trl":
         for s in ("group", "batch", "none"):
             out.append(("trl", {**given, "scale_rewards": s}))
+    if flavor == "open-instruct":  # its one switch is not a bool: standard (z-score) or centered
+        for t in ("standard", "centered"):
+            out.append(("open-instruct", {**given, "advantage_normalization_type": t}))
     if has_prompt_id:
         by_id = {"advcli.group_by": "id"}
         n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators

@@ -114,7 +114,8 @@ def read_it_with(out: str) -> list[str]:
     return shlex.split(line.removeprefix("read it with"))
 
 
-def test_original_reward_is_the_recomputed_reward(tmp_path, capsys):
+@pytest.mark.parametrize("raw_key", ["original_reward", "original_rewards"])
+def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
     """AReaL's rollout-time reward normalisation (gconfig.reward_normalization) writes the group's population
     z-score as ``reward`` and the raw value as ``original_reward`` (workflow_executor.py L1033-1035 @ cbff54d6):
     the recomputation starts from the raw reward, and the summary says so."""
@@ -125,17 +126,17 @@ def test_original_reward_is_the_recomputed_reward(tmp_path, capsys):
         mu = sum(raw) / len(raw)
         pstd = math.sqrt(sum((x - mu) ** 2 for x in raw) / len(raw))  # remote_inf_engine.py: std(unbiased=False)
         recs = [{"task_id": task, "sample_idx": i, "seqlen": 30, "prompt_len": 20, "head_version": 1,
-                 "tail_version": 1, "reward": (r - mu) / (pstd + 1e-8), "original_reward": r, "prompt": f"q{task}",
+                 "tail_version": 1, "reward": (r - mu) / (pstd + 1e-8), raw_key: r, "prompt": f"q{task}",
                  "completion": "c"} for i, r in enumerate(raw)]
         (d / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     code, out, err = run_main(["inspect", tmp_path / "trial"], capsys)
     assert code == 0, err
-    assert "original_reward" in out
+    assert raw_key in out
     words = read_it_with(out)
     out_path = tmp_path / "out.parquet"
     code, _, err = run_main([*words[1:], "--set", "algorithm.adv_estimator=rloo", "-o", out_path, "--force"], capsys)
     assert code == 0, err
-    assert "reward = original_reward" in err  # the summary names the reward that ran
+    assert f"reward = {raw_key}" in err  # the summary names the reward that ran
     t = pq.read_table(out_path)
     exp = []
     for raw in raws.values():  # RLOO of the raw rewards: s − mean of the others

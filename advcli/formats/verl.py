@@ -108,7 +108,7 @@ def _note_extras(ctx: Context, rec: dict, row: dict) -> None:
     """The reward function's extra keys (verl's ``reward_extra_info``; v1 since #7588): booleans as 0/1, and
     one note naming the numeric ones, usable as GDPO components, and the others, kept as they are."""
     for k in rec:
-        if k not in BASE and isinstance(rec[k], bool):
+        if k not in BASE and k in row and isinstance(rec[k], bool):
             row[k] = float(rec[k])
     if "extras_noted" in ctx.state:
         return

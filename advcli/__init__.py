@@ -1,5 +1,5 @@
 """advcli: offline advantages for LLM RL rollouts, with the semantics of verl, NeMo RL, ROLL,
-OpenRLHF, TRL, slime, SkyRL, AReaL or prime-rl, streamed from Parquet to Parquet.
+OpenRLHF, TRL, slime, SkyRL, AReaL, prime-rl or open-instruct, streamed from Parquet to Parquet.
 
 Library use::
 

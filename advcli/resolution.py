@@ -97,6 +97,8 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
         n = next(iter(sizes))
         settings.append((key, n))
         notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
+    for line in dict.fromkeys(n for i in infos for n in i.reward_notes):  # which of the dump's rewards runs
+        notes.append(line)
     return settings, notes
 
 

@@ -105,3 +105,63 @@ def test_task_files_in_numeric_order(tmp_path, capsys):
     code, _, err = run_main(["convert", tmp_path / "trial", "-o", out], capsys)
     assert code == 0, err
     assert pq.read_table(out).column("task_id").to_pylist() == [1, 1, 2, 2, 10, 10]
+
+
+def read_it_with(out: str) -> list[str]:
+    import shlex
+
+    line = next(ln for ln in out.splitlines() if ln.startswith("read it with"))
+    return shlex.split(line.removeprefix("read it with"))
+
+
+@pytest.mark.parametrize("raw_key", ["original_reward", "original_rewards"])
+def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
+    """AReaL's rollout-time reward normalisation (gconfig.reward_normalization) writes the group's population
+    z-score as ``reward`` and the raw value as ``original_reward`` (workflow_executor.py L1033-1035 @ cbff54d6):
+    the recomputation starts from the raw reward, and the summary says so."""
+    d = tmp_path / "trial" / "rollout" / "1"
+    d.mkdir(parents=True)
+    raws = {0: [1.0, 0.0, 0.0, 0.0], 3: [0.5, 1.0, 0.0, 0.25]}
+    for task, raw in raws.items():
+        mu = sum(raw) / len(raw)
+        pstd = math.sqrt(sum((x - mu) ** 2 for x in raw) / len(raw))  # remote_inf_engine.py: std(unbiased=False)
+        recs = [{"task_id": task, "sample_idx": i, "seqlen": 30, "prompt_len": 20, "head_version": 1,
+                 "tail_version": 1, "reward": (r - mu) / (pstd + 1e-8), raw_key: r, "prompt": f"q{task}",
+                 "completion": "c"} for i, r in enumerate(raw)]
+        (d / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    code, out, err = run_main(["inspect", tmp_path / "trial"], capsys)
+    assert code == 0, err
+    assert raw_key in out
+    words = read_it_with(out)
+    out_path = tmp_path / "out.parquet"
+    code, _, err = run_main([*words[1:], "--set", "algorithm.adv_estimator=rloo", "-o", out_path, "--force"], capsys)
+    assert code == 0, err
+    assert f"reward = {raw_key}" in err  # the summary names the reward that ran
+    t = pq.read_table(out_path)
+    exp = []
+    for raw in raws.values():  # RLOO of the raw rewards: s − mean of the others
+        exp += [x - (sum(raw) - x) / (len(raw) - 1) for x in raw]
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+    assert np.allclose(t.column("reward").to_pylist(), [x for raw in raws.values() for x in raw])
+    code, _, err = run_main(["convert", tmp_path / "trial", "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    norm = pq.read_table(tmp_path / "c.parquet").column("normalized_reward").to_pylist()
+    assert norm[0] == pytest.approx(math.sqrt(3), rel=1e-5)  # (1 − 0.25)/sqrt(3/16): the dump's own value, kept
+
+
+def test_replay_dump_refused(tmp_path, capsys):
+    """AReaL #1407's trajectory replay dumps (step_{step:06d}.pt, step_{step:06d}_dp_{rank}.pt: torch.save of the
+    batch) are not merged upstream: refused with the JSONL dump to use, nothing written, no traceback."""
+    import torch
+
+    d = tmp_path / "trajectories"
+    d.mkdir()
+    torch.save([{"input_ids": torch.zeros(2, 4, dtype=torch.long), "rewards": torch.ones(2)}], d / "step_000007.pt")
+    for spec in (d, d / "step_000007.pt"):
+        code, _, err = run_main(["run", spec, "-o", tmp_path / "o.parquet", "--set", "algorithm.adv_estimator=grpo"],
+                                capsys)
+        assert code == 2 and "step_000007.pt" in err and "#1407" in err and "rollout.dump_to_file=true" in err
+        assert "Traceback" not in err and not (tmp_path / "o.parquet").exists()
+    (d / "step_000007.pt").rename(d / "step_000008_dp_3.pt")
+    code, _, err = run_main(["inspect", d], capsys)
+    assert code == 2 and "AReaL trajectory replay dump" in err

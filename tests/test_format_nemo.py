@@ -4,6 +4,7 @@
 per-sample leave-one-out unbiased std, divided by σ + 1e-6 only where σ > 0; spec/nemo.md §2-3)."""
 import json
 import math
+import shlex
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -46,13 +47,16 @@ SAMPLES = [
 ]
 
 
-def write_step(path, samples, step_seed=0, sample_masks=None, advantages=None):
+def write_step(path, samples, step_seed=0, sample_masks=None, advantages=None, sample_ids=None):
     """One train_data_step file of ``samples``; ``sample_masks``: each row's sample_loss_mask (default 1.0);
-    ``advantages``: the logged per-row advantages (default :func:`nemo_grpo` over every row)."""
+    ``advantages``: the logged per-row advantages (default :func:`nemo_grpo` over the groups); with
+    ``sample_ids`` ({group_id}_g{index}, NeMo RL #3882) each row carries its rollout id and NeMo groups by the
+    group_id instead of the prompt tokens."""
     rng = np.random.default_rng(step_seed)
     width = max(len(p) + len(r) for p, r, _, _ in samples) + 3  # right padding, as NeMo pads to the batch max
     rewards = [s[3] for s in samples]
-    adv = list(advantages) if advantages is not None else nemo_grpo(rewards, [tuple(s[0]) for s in samples])
+    groups = [i.rsplit("_g", 1)[0] for i in sample_ids] if sample_ids else [tuple(s[0]) for s in samples]
+    adv = list(advantages) if advantages is not None else nemo_grpo(rewards, groups)
     sample_masks = sample_masks or [1.0] * len(samples)
     with open(path, "w") as fh:
         for i, (p, r, m, rew) in enumerate(samples):
@@ -65,6 +69,8 @@ def write_step(path, samples, step_seed=0, sample_masks=None, advantages=None):
                    "token_ids": [p + r + [PAD] * pad], "token_loss_mask": [mask], "sample_loss_mask": [sample_masks[i]],
                    "advantages": [[adv[i]] * width], "generation_logprobs": [gen], "prev_logprobs": [prev],
                    "idx": i}  # logger.py L1096 adds idx unwrapped: {**sample, "idx": i}
+            if sample_ids:
+                rec["sample_id"] = [sample_ids[i]]
             fh.write(json.dumps(rec) + "\n")
     return adv
 
@@ -251,3 +257,42 @@ def test_no_temporary_path_reaches_the_user(dump, tmp_path, capsys):
     assert code == 0 and "advcli-import-" not in so + se and f"({src})" in so + se, so + se
     code, so, se = run_main(["audit", src, "--json"], capsys)
     assert code == 0 and "advcli-import-" not in so + se and json.loads(so)["inputs"] == [src], se
+
+
+def test_rollout_identity_groups(tmp_path, capsys):
+    """NeMo RL #3882: two prompt instances with identical prompt tokens (the same text over two images or
+    environment states) are two groups when the rows carry {group_id}_g{index} rollout ids. Rewards as in the
+    pull request's example: one group all 0, the other all 1 plus one mixed group; by rollout identity the
+    uniform groups get 0, by token equality they would merge and get ±1."""
+    same = [5, 6, 7]
+    samples = [(same, [10 + k], [1], 0.0) for k in range(4)] + [(same, [20 + k], [1], 1.0) for k in range(4)] + \
+        [(same, [30 + k], [1], r) for k, r in enumerate([1.0, 0.0, 0.5])]
+    ids = [f"img-a_g{k}" for k in range(4)] + [f"img-b_g{k}" for k in range(4)] + [f"img-c_g{k}" for k in range(3)]
+    d = tmp_path / "logs"
+    d.mkdir()
+    expected = write_step(d / "train_data_step1.jsonl", samples, 1, sample_ids=ids)
+    assert expected[:8] == [0.0] * 8 and any(a != 0 for a in expected[8:])
+    merged = nemo_grpo([s[3] for s in samples], [0] * len(samples))
+    assert not np.allclose(merged, expected)  # token grouping would give other numbers
+    code, out, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    assert "rollout identity" in out and "3 (sizes: 1×3, 2×4)" in out
+    words = shlex.split(next(ln for ln in out.splitlines() if ln.startswith("read it with")).removeprefix(
+        "read it with"))
+    code, _, err = run_main([*words[1:], "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "o.parquet").to_pylist()
+    for row, exp in zip(t, expected):
+        assert np.allclose(row["advantages"], [exp] * len(row["advantages"]), rtol=1e-5, atol=1e-6)
+    assert [r["rollout_group_id"] for r in t] == [i.rsplit("_g", 1)[0] for i in ids]
+    code, out, err = run_main(["audit", d, "--flavor", "nemo", "--no-search", "--json"], capsys)
+    assert code == 0 and json.loads(out)["agree"], err
+
+
+def test_rollout_id_not_in_nemo_shape(tmp_path, capsys):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write_step(d / "train_data_step1.jsonl", SAMPLES[:2], 1, sample_ids=["a_g0", "a-1"])
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and "train_data_step1.jsonl:2: field 'sample_id' is 'a-1'" in err and "Traceback" not in err
+    assert not (tmp_path / "c.parquet").exists()

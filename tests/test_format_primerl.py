@@ -176,3 +176,62 @@ def test_warnings_name_the_dump(tmp_path, capsys):
     assert "advcli-import-" not in so + se
     code, so, se = run_main(["validate", src, *args], capsys)
     assert code == 0 and f"warning: {src}: a rollout_log_probs column" in se and "advcli-import-" not in so + se
+
+
+def read_it_with(out: str) -> list[str]:
+    import shlex
+
+    line = next(ln for ln in out.splitlines() if ln.startswith("read it with"))
+    return shlex.split(line.removeprefix("read it with"))
+
+
+def test_reward_shaping_is_the_training_reward(tmp_path, capsys):
+    """prime-rl #3376 / verifiers #2436: each trace records its shapers' additive terms in
+    ``reward_shaping`` and grpo scores ``reward + Σ reward_shaping``. Built here with the success-gated length
+    penalty (a term only on solved traces); expected: A = shaped − mean of the cohort's shaped rewards, which
+    is also what the effective/ files log, so `advcli audit` agrees."""
+    rng = np.random.default_rng(3)
+    root = tmp_path / "out"
+    eps, shipped, expected = [], [], {}
+    for c in range(2):
+        gid = f"cohort-{c}"
+        shaped = []
+        group = []
+        for e in range(4):
+            acc = float(rng.integers(0, 2)) if e else float(c == 0)
+            tr = trace(f"t{c}{e}", rng, int(rng.integers(1, 3)), {"acc": (acc, 1.0)})
+            if acc > 0:  # success-gated: failures carry no term
+                tr["reward_shaping"] = {"length_penalty": -0.05 * (e + 1)}
+            shaped.append(acc + sum((tr.get("reward_shaping") or {}).values()))
+            group.append({"id": f"ep{c}{e}", "group": {"id": gid}, "ok": True, "traces": [tr]})
+        mu = sum(shaped) / len(shaped)
+        expected[gid] = [s - mu for s in shaped]
+        for ep, a in zip(group, expected[gid]):
+            eps.append(ep)
+            if a != 0.0:
+                cp = json.loads(json.dumps(ep))
+                cp["traces"][0]["info"]["advantage"] = a
+                shipped.append(cp)
+    for subset, data in (("all", eps), ("effective", shipped)):
+        d = root / "rollouts" / "step_1" / "train" / subset
+        d.mkdir(parents=True)
+        (d / "traces.jsonl").write_text("".join(json.dumps(ep) + "\n" for ep in data))
+    code, out, err = run_main(["inspect", root], capsys)
+    assert code == 0, err
+    assert "reward_shaping" in out
+    words = read_it_with(out)
+    assert words[:2] == ["advcli", "run"] and "prime-rl" in words
+    out_path = tmp_path / "o.parquet"
+    code, _, err = run_main([*words[1:], "-o", out_path], capsys)
+    assert code == 0, err
+    assert "shaped training reward" in err
+    t = pq.read_table(out_path).to_pylist()
+    for r in t:
+        k = int(r["trace_id"][-1])
+        assert np.allclose(r["advantages"], [expected[r["prompt_id"]][k] * m for m in r["response_mask"]], atol=1e-6)
+    by_id = {r["trace_id"]: r for r in t}
+    assert by_id["t00"]["env_reward"] == 1.0 and by_id["t00"]["reward_shaping/length_penalty"] == pytest.approx(-0.05)
+    assert by_id["t00"]["reward"] == pytest.approx(0.95)
+    code, out, err = run_main(["audit", root, "--flavor", "prime-rl", "--no-search", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["agree"]

@@ -232,3 +232,46 @@ def test_a_prompt_drawn_for_two_consecutive_groups(tmp_path, capsys):
     assert any("spans several positional groups" in w for w in json.loads(out)["warnings"])
     got = np.array(pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist())
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conversation_columns(tmp_path, capsys):
+    """TRL #5309: the completions table logs the conversations ([{role, content}]) instead of decoded text.
+    Groups are the runs of equal conversations (here every prompt shares the system message and differs in
+    the user turn), `--flavor trl` reproduces `advantage` through inspect's suggested command, and audit names
+    a disagreeing row by its last user message."""
+    import shlex
+
+    d = tmp_path / "completions"
+    d.mkdir()
+    rng = np.random.default_rng(11)
+    n_groups = 3
+    prompts = [[{"role": "system", "content": "You are a careful solver."},
+                {"role": "user", "content": f"What is {k} + {k}?"}] for k in range(n_groups) for _ in range(G)]
+    completions = [[{"role": "assistant", "content": f"It is {i}."}] for i in range(len(prompts))]
+    acc = [float(x) for x in rng.integers(0, 2, len(prompts))]
+    fmt = [float(x) for x in rng.choice([0.0, 0.5, 1.0], len(prompts))]
+    expected = trl_grpo(acc, fmt)
+    frame = pd.DataFrame({"step": [5] * len(prompts), "prompt": prompts, "completion": completions,
+                          "accuracy_reward": acc, "format_reward": fmt, "advantage": expected})
+    frame.to_parquet(d / "completions_00005.parquet")
+    code, out, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    assert "conversations" in out and f"{n_groups} (sizes: {n_groups}×{G})" in out
+    words = shlex.split(next(ln for ln in out.splitlines() if ln.startswith("read it with")).removeprefix(
+        "read it with"))
+    assert f"num_generations={G}" in words
+    code, _, err = run_main([*words[1:], "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "o.parquet")
+    assert np.allclose(t.column("advantages").to_pylist(), expected, rtol=1e-5, atol=1e-5)
+    assert json.loads(t.column("prompt")[0].as_py())[1]["content"] == "What is 0 + 0?"  # the whole conversation
+
+    bad = tmp_path / "bad" / "completions"
+    bad.mkdir(parents=True)
+    frame.loc[6, "advantage"] += 0.5  # row 6: the second group's user turn
+    frame.to_parquet(bad / "completions_00005.parquet")
+    code, out, err = run_main(["audit", bad, "--flavor", "trl", "--set", f"num_generations={G}", "--no-search",
+                               "--json"], capsys)
+    assert code == 1, err
+    worst = json.loads(out)["worst"][0]
+    assert worst["row"] == 6 and worst["prompt"] == "What is 1 + 1?"

@@ -105,7 +105,7 @@ def test_v0_text_grouping_extras_and_nan(tmp_path, capsys):
     assert code == 0, err
     t = pq.read_table(out).to_pylist()
     assert t[0]["prompt_id"] == t[2]["prompt_id"] != t[1]["prompt_id"]
-    assert math.isnan(t[1]["reward"]) and t[0]["acc"] is False and t[3]["pred"] == "3"
+    assert math.isnan(t[1]["reward"]) and t[0]["acc"] == 0.0 and t[3]["pred"] == "3"  # booleans as 0/1
     assert "identical input text" in err
 
 
@@ -255,3 +255,47 @@ def test_two_files_of_one_step_are_refused(tmp_path, capsys):
                             capsys)
     assert code == 2 and f"{d / '4.jsonl'}:1: step 3 is already in {d / '3.jsonl'}" in err, err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_v1_reward_extras_are_reward_components(tmp_path, capsys):
+    """verl #7588: the v1 dump carries the reward function's extra keys again (acc, pred, ... beside score).
+    Built as the v1 trainer writes it with the extras: acc a boolean, fmt a float, pred text. The numeric ones
+    are reward components: NeMo's GDPO on them (per component the leave-one-out GRPO, weighted sum, z-score
+    over the batch's rows), and acc alone as the reward (verl GRPO)."""
+    import shlex
+
+    from test_format_nemo import nemo_grpo
+
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    rng = np.random.default_rng(7)
+    recs = v1_records(1, 3)
+    for r in recs:
+        acc = bool(rng.integers(0, 2))
+        fmt = float(rng.choice([0.0, 0.5, 1.0]))
+        r.update(acc=acc, fmt=fmt, pred=f"\\boxed{{{int(acc)}}}", score=float(acc) + 0.5 * fmt)
+    write(d / "1.jsonl", recs)
+    code, out, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    assert "acc, fmt numeric" in out and "pred kept" in out and "reward.components=[acc,fmt]" in out
+    words = shlex.split(next(ln for ln in out.splitlines() if ln.startswith("read it with")).removeprefix(
+        "read it with"))
+    groups = [r["uid"].rsplit("_", 2)[0] for r in recs]
+    o = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", o, "--flavor", "advcli", "--set", "estimator.name=gdpo_loo", "--set",
+                             "reward.components=[acc,fmt]", "--set", "estimator.weights=[1.0,0.5]", "-q"], capsys)
+    assert code == 0, err
+    total = [x + 0.5 * y for x, y in zip(nemo_grpo([float(r["acc"]) for r in recs], groups),
+                                          nemo_grpo([r["fmt"] for r in recs], groups))]
+    mean = sum(total) / len(total)
+    std = math.sqrt(sum((x - mean) ** 2 for x in total) / (len(total) - 1))
+    exp = [(x - mean) / std for x in total]
+    t = pq.read_table(o)
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-4, atol=1e-5)
+    assert t.column("acc").to_pylist() == [float(r["acc"]) for r in recs]
+    assert t.column("pred").to_pylist()[0] == recs[0]["pred"]
+    # the accuracy column as the reward, through inspect's command: verl GRPO of acc alone
+    code, _, err = run_main([*words[1:], "-o", o, "--column", "reward=acc", "--force", "-q"], capsys)
+    assert code == 0, err
+    exp = verl_grpo([float(r["acc"]) for r in recs], groups)
+    assert np.allclose(pq.read_table(o).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)

@@ -46,6 +46,9 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     if split_spec(flavor)[0] == "trl":
         for s in ("group", "batch", "none"):
             out.append(("trl", {**given, "scale_rewards": s}))
+    if flavor == "open-instruct":  # its one switch is not a bool: standard (z-score) or centered
+        for t in ("standard", "centered"):
+            out.append(("open-instruct", {**given, "advantage_normalization_type": t}))
     if has_prompt_id:
         by_id = {"advcli.group_by": "id"}
         n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators
@@ -430,7 +433,9 @@ def _name_rows(worst: list[dict], ins) -> None:
 
 
 def _excerpt(text) -> str | None:
-    """The start of a prompt: a chat's first message content where the dump stored the chat as JSON."""
+    """The start of a prompt: where the dump stored a conversation as JSON (a list of ``{role, content}``
+    messages: TRL's completions table since #5309), its last user message, the question the completion
+    answers; another JSON list, its first element's content (NeMo's ``content``)."""
     if text is None:
         return None
     text = str(text)
@@ -438,10 +443,15 @@ def _excerpt(text) -> str | None:
         chat = json.loads(text)
     except ValueError:
         chat = None
+    if isinstance(chat, list) and chat and all(isinstance(m, dict) and "role" in m for m in chat):
+        users = [m for m in chat if m.get("role") == "user"]
+        chat = (users or chat)[-1]
     while isinstance(chat, list) and chat:
         chat = chat[0]
     if isinstance(chat, dict):
         chat = chat.get("content")
+    if isinstance(chat, list):  # multimodal content: its text parts ({"type": "text", "text": ...})
+        chat = " ".join(str(c.get("text", "")) for c in chat if isinstance(c, dict) and c.get("type") == "text")
     if isinstance(chat, str):
         text = chat
     text = " ".join(text.split())

@@ -33,15 +33,18 @@ def _mean_singleton_zero(table: RowTable, s: torch.Tensor) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------- grpo
 def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
-    """verl ``compute_grpo_outcome_advantage`` (L267-331): n=1 → μ=0, σ=1; else torch.mean/std."""
+    """verl ``compute_grpo_outcome_advantage`` (L267-331): n=1 → μ=0, σ=1; else torch.mean/std (unbiased), or
+    with ``std=population`` the biased std, as open-instruct's ``scores_per_prompt.std(axis=-1)`` (numpy,
+    ddof 0; allenai/open-instruct @ e6c3044a ``open_instruct/data_loader.py`` L1471-1484)."""
     g = _groups(table)
     s = table.score
     multi = g.sizes > 1
     mean = torch.where(multi, g.mean_f32(s), torch.zeros(g.num_groups, dtype=s.dtype))
     if p["std"] == "two_pass":  # verl group_mean_std (groupwise.py L164-222), eps=0
         std = torch.where(multi, g.std_two_pass(s, mean), torch.ones(g.num_groups, dtype=s.dtype))
-    else:
-        std = torch.where(multi, g.std_1d(s, mean), torch.ones(g.num_groups, dtype=s.dtype))
+    else:  # torch.std of each group, or numpy's population std (open-instruct)
+        std = torch.where(multi, g.std_1d(s, mean, population=p["std"] == "population"),
+                          torch.ones(g.num_groups, dtype=s.dtype))
     centred = s - g.per_row(mean)
     if not p["norm_by_std"]:
         return centred
@@ -57,8 +60,9 @@ register(EstimatorSpec(
     formula="A_i = (s_i − mean_g(s)) / (std_g(s) + eps)  [or s_i − mean_g(s) without std]; n=1: s_i/(1+eps)",
     source="verl core_algos.compute_grpo_outcome_advantage (L267-331 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std (false: Dr.GRPO)", None, "bool"), "eps": EPS,
-            "std": Key("torch", "`torch` (torch.std of each group, verl grpo) or `two_pass` (verl "
-                       "group_mean_std, grpo_vectorized)", ("torch", "two_pass"), "str"),
+            "std": Key("torch", "`torch` (torch.std of each group, verl grpo), `two_pass` (verl "
+                       "group_mean_std, grpo_vectorized) or `population` (numpy's std, ddof 0: open-instruct)",
+                       ("torch", "two_pass", "population"), "str"),
             "mask_output": MASK_OUTPUT}))
 
 

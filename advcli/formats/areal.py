@@ -6,6 +6,13 @@ prompt in one task): ``task_id``, ``sample_idx``, ``seqlen``, ``prompt_len``, ``
 ``tail_version``, ``reward``, ``prompt``, ``completion``. No token data (only lengths): a response-level
 dump, with ``response_length = seqlen − prompt_len``.
 
+Rollout-time reward normalisation (``gconfig.reward_normalization``, AReaL #1516 @ 95d70052, extended to
+``RolloutControllerV2`` by #1619): the workflow replaces each reward by its group's population z-score
+``(r − mean)/(std(ddof=0) + 1e-8)`` (``areal/infra/remote_inf_engine.py`` L180-215 @ cbff54d6) and keeps the raw
+one; the writer then adds ``original_reward`` to the record (``workflow_executor.py`` L1033-1035 @ cbff54d6).
+Such a record's ``reward`` is already an advantage-like normalised value: advcli recomputes from the raw
+``original_reward`` (``original_rewards`` also accepted) and keeps the logged one as ``normalized_reward``.
+
 Group: ``task_id``, keyed with the file (several executor processes can reuse a task id): ``prompt_id`` =
 ``{version}/{task_id}`` plus a hash of the prompt. Step: the version directory. Evaluation rollouts
 (``eval-rollout/``) met in a directory walk are skipped; point at one of their files to read it.
@@ -14,10 +21,13 @@ from __future__ import annotations
 
 import re
 
-from . import Context, Format, extras, iter_json_lines, number, require
+from . import Context, Format, extras, iter_json_lines, number, require, reward_note
 from ._common import F32, I64, STR, text_key
 
 PATTERN = r"(^|/)(?P<kind>eval-rollout|rollout)/(?P<step>\d+)/(?P<task>\d+)\.jsonl$"
+
+
+RAW_KEYS = ("original_reward", "original_rewards")  # the JSONL writer's name, and the batch key's
 
 
 def read(path: str, ctx: Context):
@@ -27,9 +37,18 @@ def read(path: str, ctx: Context):
         row = {"prompt_id": f"{ctx.step}/{rec['task_id']}/{text_key(path, rec.get('prompt', ''))}",
                "step": ctx.step if ctx.step is not None else rec.get("tail_version"),
                "reward": number(ctx, line, rec["reward"], "reward")}
+        raw_key = next((k for k in RAW_KEYS if k in rec), None)
+        if raw_key is not None:
+            raw = rec[raw_key]
+            if isinstance(raw, list) and len(raw) == 1:  # a one-element tensor written as a list
+                raw = raw[0]
+            row["normalized_reward"] = row["reward"]
+            row["reward"] = number(ctx, line, raw, raw_key)
+            reward_note(ctx, f"reward = {raw_key}, the raw reward (the dump's reward is AReaL's rollout-time group "
+                             "z-score, kept as normalized_reward)")
         if isinstance(seqlen, int) and isinstance(plen, int):
             row["response_length"] = seqlen - plen
-        row.update(extras(rec, ("reward",)))
+        row.update(extras(rec, ("reward",) + RAW_KEYS))
         yield line, row
 
 
@@ -48,7 +67,7 @@ FORMAT = Format(
     pattern=PATTERN, level="response", mask_length="response_length", group_key="task_id (one file per group)",
     group_rule="task_id (one file per prompt group), keyed with its file and version",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_length": I64, "prompt": STR,
-             "completion": STR},
+             "completion": STR, "normalized_reward": F32},
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
     companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
     example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor areal",

@@ -37,6 +37,10 @@ class ImportInfo:
     # (grouping.trajectories=last_step; verl's GRPO on multi-output agent loops), set by a format in
     # ctx.state["last_step_estimators"] and kept in the Parquet footer under LAST_STEP_KEY
     last_step_estimators: tuple = ()
+    # which reward the rows carry where the dump holds several (AReaL's raw original_reward beside the
+    # normalised one, prime-rl's shaped training reward): one line each, set by a format with
+    # records.reward_note; run's summary shows them (advcli.resolution.from_dump)
+    reward_notes: tuple = ()
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -131,7 +135,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
                       logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
                       token_lengths=bool(synth_mask and f.mask_length and not short),
-                      last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())))
+                      last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
+                      reward_notes=tuple(ctx.state.get("reward_notes", ())))
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):

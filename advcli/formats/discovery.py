@@ -76,8 +76,22 @@ PICKLES = (
 )
 
 
+# dumps whose writer is not merged upstream: no settled layout to read, refused with the plain dump to use
+UNSETTLED = (
+    # AReaL #1407 (open as of areal-project/AReaL @ cbff54d6): TrajectoryDebugConfig.dump_rollout_data writes
+    # torch.save(batch) as {path}/step_{step:06d}.pt (single controller) or step_{step:06d}_dp_{rank}.pt (SPMD)
+    (r"(^|/)step_\d{6}(_dp_\d+)?\.pt$", "an AReaL trajectory replay dump (trajectory_debug.dump_rollout_data, "
+     "AReaL pull request #1407, not merged upstream: its batch layout is not settled)",
+     "advcli reads AReaL's rollout JSONL instead: rerun with rollout.dump_to_file=true (rollout/{version}/"
+     "{task_id}.jsonl, --from areal-jsonl), or write the batch's rewards and masks to Parquet"),
+)
+
+
 def _pickle_refusal(path: str) -> AdvcliError | None:
     p = norm_path(path)
+    for pat, what, how in UNSETTLED:
+        if re.search(pat, p):
+            return AdvcliError(f"{path}: {what}; advcli does not read it", hint=how)
     for pat, what, how in PICKLES:
         if re.search(pat, p):
             return AdvcliError(f"{path}: {what}; loading it would run the framework's own classes, which advcli "

@@ -16,15 +16,46 @@ Group: NeMo groups rows whose initial prompt token ids are equal
 ``token_ids[:s]``, the tokens before the first generated one (exact for single-turn rows). Reward:
 ``filtered_rewards`` when present (dynamic sampling: ``rewards`` is then the unfiltered list and does not
 line up with the rows), else ``rewards``. Step: the N of the file name.
+
+Rollout identity (NeMo RL pull request #3882, open as of NVIDIA-NeMo/RL @ 7ea279ab, read from its diff at
+fc1a3c19; backported to the ``super-v3.5-posttraining`` branch by #3959): GRPO groups the completions
+sampled together for one prompt instance, the single controller's sample ids being ``{group_id}_g{index}``.
+Where a row carries such an id (``sample_id``, or ``sample_ids`` as a one-element list), ``prompt_id`` is
+its ``group_id`` instead of the prompt-token hash, so two prompt instances with equal tokens (same text,
+different image or environment state) stay two groups; rows without one keep the hash.
 """
 from __future__ import annotations
+
+import re
 
 from . import Context, Format, iter_json_lines, number, require
 from ._common import F32, F32_LIST, I64, MASK, STR, text_key
 
 LISTS = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
+ID_KEYS = ("sample_id", "sample_ids")  # the single controller's {group_id}_g{index} rollout ids (#3882)
 KNOWN = set(LISTS) | {"rewards", "filtered_rewards", "input_lengths", "sample_loss_mask", "idx", "content",
-                      "agent_ref"}
+                      "agent_ref"} | set(ID_KEYS)
+ROLLOUT_ID = re.compile(r"^(?P<group>.+)_g(?P<index>\d+)$")
+
+
+def _rollout_group(ctx: Context, line: int, rec: dict) -> str | None:
+    """The ``group_id`` of the row's ``{group_id}_g{index}`` rollout id, or None when the row has none."""
+    key = next((k for k in ID_KEYS if k in rec), None)
+    if key is None:
+        return None
+    v = rec[key]
+    if isinstance(v, list) and len(v) == 1:
+        v = v[0]
+    m = ROLLOUT_ID.match(str(v)) if isinstance(v, (str, int)) and not isinstance(v, bool) else None
+    if m is None:
+        raise ctx.error(line, f"field {key!r} is {v!r}; expected a rollout id {{group_id}}_g{{index}} (NeMo RL "
+                        "groups a prompt's completions by its group_id)",
+                        hint="rename the field if it is not NeMo's rollout id, or fix the writer")
+    if "rollout_ids" not in ctx.state:
+        ctx.state["rollout_ids"] = True
+        ctx.notes.append(f"rows grouped by rollout identity: the group_id of {key} ({{group_id}}_g{{index}}), "
+                         "not the prompt tokens")
+    return m.group("group")
 
 
 def _one(ctx: Context, line: int, rec: dict, key: str):
@@ -70,7 +101,8 @@ def read(path: str, ctx: Context):
             noted = True
         kept = "sample_loss_mask" not in rec or number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"),
                                                         "sample_loss_mask") != 0
-        row = {"prompt_id": text_key(ids[:s]), "step": step,
+        group = _rollout_group(ctx, line, rec)
+        row = {"prompt_id": f"rollout:{group}" if group is not None else text_key(ids[:s]), "step": step,
                "reward": number(ctx, line, _one(ctx, line, rec, rkey), rkey),
                "response_mask": [1 if m and kept else 0 for m in mask[s:L]], "prompt_length": s, "input_lengths": L}
         if "prev_logprobs" in rec:
@@ -83,6 +115,8 @@ def read(path: str, ctx: Context):
             row["rewards"] = number(ctx, line, _one(ctx, line, rec, "rewards"), "rewards", allow_none=True)
         if "sample_loss_mask" in rec:
             row["sample_loss_mask"] = number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"), "sample_loss_mask")
+        if group is not None:
+            row["rollout_group_id"] = group
         if "idx" in rec:  # the writer adds it unwrapped: {**sample, "idx": i} (logger.py L1096)
             row["idx"] = rec["idx"][0] if isinstance(rec["idx"], list) and len(rec["idx"]) == 1 else rec["idx"]
         if "content" in rec:
@@ -104,11 +138,13 @@ FORMAT = Format(
     name="nemo-jsonl", title="NeMo RL train_data_step{N}.jsonl",
     pattern=r"(^|/)train_data_step(?P<step>\d+)\.jsonl$",
     level="token",
-    group_rule="rows whose prompt tokens (token_ids before the first token_loss_mask=1) are equal "
-               "(NeMo's initial-prompt grouping); prompt_id = a hash of those tokens",
+    group_rule="the group_id of a {group_id}_g{index} sample_id where the rows carry one (NeMo's rollout "
+               "identity); else rows whose prompt tokens (token_ids before the first token_loss_mask=1) are equal "
+               "(NeMo's initial-prompt grouping), prompt_id = a hash of those tokens",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "old_log_probs": F32_LIST,
              "rollout_log_probs": F32_LIST, "logged_advantages": F32_LIST, "prompt_length": I64,
-             "input_lengths": I64, "rewards": F32, "sample_loss_mask": F32, "idx": I64, "content": STR},
+             "input_lengths": I64, "rewards": F32, "sample_loss_mask": F32, "idx": I64, "content": STR,
+             "rollout_group_id": STR},
     read=read, sniff=sniff, required=("token_ids", "token_loss_mask", "input_lengths", "rewards"),
     companions=(r"(^|/)val_data_step\d+\.jsonl$",), logged="logged_advantages",
     example="advcli run logs/exp_001 --output out.parquet --flavor nemo",

@@ -8,7 +8,12 @@ traces. One canonical row per trace:
 
 * ``prompt_id`` = ``episode.group.id`` (the cohort uuid); ``step`` = the step of the file where the
   cohort **first** appears (a cohort can straddle two step files);
-* ``reward`` = Σ over ``trace.rewards`` of ``score × weight`` (``Trace.reward``, None entries skipped);
+* ``reward`` = Σ over ``trace.rewards`` of ``score × weight`` (``Trace.reward``, None entries skipped), plus
+  Σ ``trace.reward_shaping`` where the trace has that field: prime-rl's reward-shaping layer (prime-rl pull
+  request #3376 with verifiers #2436, both open as of the commits above; read from their diffs) records each
+  shaper's additive term there, and ``grpo``, ``max_rl``, ``echo``, ``rae`` and ``hierarchical_grpo`` score
+  ``training_reward = trace.reward + sum(trace.reward_shaping.values())``. The unshaped reward is then kept
+  as ``env_reward`` and each term as ``reward_shaping/<name>``;
 * tokens: the trace's branch (root-to-leaf path over ``nodes[].parent``; the last branch when there
   are several, ``Trace.messages``' choice), concatenated ``token_ids``; the response starts at the
   first sampled token (``mask`` true): ``response_mask`` = the mask from there, interior zeros being
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from . import Context, Format, iter_json_lines, number, require
+from . import Context, Format, iter_json_lines, number, require, reward_note
 from ._common import BOOL, F32, F32_LIST, I64, MASK, STR
 
 PATTERN = r"(^|/)rollouts/step_(?P<step>\d+)/train/(?P<subset>all|effective)/traces\.jsonl$"
@@ -117,8 +122,20 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
             continue
         reward += number(ctx, line, r["score"], f"rewards.{name}.score") * \
             number(ctx, line, r.get("weight", 1.0), f"rewards.{name}.weight")
+    shaped = {}
+    shaping = tr.get("reward_shaping")
+    if shaping:  # prime-rl #3376 / verifiers #2436: training_reward = reward + Σ reward_shaping
+        if not isinstance(shaping, dict):
+            raise ctx.error(line, f"trace {tr.get('id')}: field 'reward_shaping' is {shaping!r}; expected an object "
+                            "of shaper name -> additive term")
+        shaped = {"env_reward": reward}
+        for name, term in shaping.items():
+            shaped[f"reward_shaping/{name}"] = number(ctx, line, term, f"reward_shaping.{name}")
+            reward += shaped[f"reward_shaping/{name}"]
+        reward_note(ctx, "reward = the shaped training reward, Trace.reward + Σ reward_shaping (prime-rl's reward "
+                    f"shaping: {', '.join(shaping)}); the unshaped reward is env_reward")
     agent = tr.get("agent") or {}
-    return {"prompt_id": str((ep.get("group") or {}).get("id")), "step": step, "reward": reward,
+    return {**shaped, "prompt_id": str((ep.get("group") or {}).get("id")), "step": step, "reward": reward,
             "response_mask": [1 if s else 0 for s in mask[start:]], "rollout_log_probs": lps[start:],
             "trainable": bool(tr.get("ok", True)) and bool(agent.get("trainable", True)),
             "num_output_tokens": n_out, "num_total_tokens": n_total,
@@ -159,7 +176,7 @@ FORMAT = Format(
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
              "trainable": BOOL, "num_output_tokens": I64, "num_total_tokens": I64, "num_turns": I64,
              "agent_name": STR, "episode_id": STR, "trace_id": STR, "prompt_length": I64, "env": STR,
-             "logged_advantage": F32, "stop_condition": STR},
+             "logged_advantage": F32, "stop_condition": STR, "env_reward": F32},
     read=read, sniff=sniff, required=("group", "traces"),
     companions=(r"(^|/)rollouts/step_\d+/eval/",),
     key=lambda p: (FORMAT.step_of(p), _subset(p)), logged="logged_advantage", flavor="prime-rl",

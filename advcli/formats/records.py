@@ -72,6 +72,15 @@ def number(ctx: Context, line: int, value, what: str, allow_none: bool = False) 
     raise ctx.error(line, f"field {what!r} is {value!r}; expected a number")
 
 
+def reward_note(ctx: Context, text: str) -> None:
+    """Say once which of the dump's rewards the rows carry (``text``): in inspect's and convert's notes and
+    in run's summary (``ImportInfo.reward_notes``)."""
+    notes = ctx.state.setdefault("reward_notes", [])
+    if text not in notes:
+        notes.append(text)
+        ctx.notes.append(text)
+
+
 def extras(rec: dict, skip) -> dict:
     """The dump's other fields as columns: scalars as they are, lists and objects as JSON text; a field
     named like an output column is kept as logged_<name>."""

@@ -10,9 +10,15 @@ Group: TRL's groups are ``num_generations`` consecutive rows with the same promp
 positional blocks of ``--flavor trl`` are checked against it). ``reward`` = the unweighted nansum of the
 reward-function columns (every numeric column other than ``step`` and ``advantage``); for weights, name
 them: ``--flavor trl --set 'reward_funcs=[a,b]' --set 'reward_weights=[1.0,0.5]'``.
+
+Conversations (TRL pull request #5309, open as of huggingface/trl @ f2cd5771, read from its diff): the
+``prompt`` and ``completion`` columns hold the conversation lists (``[{"role", "content", ...}]``) instead
+of decoded text. Runs of equal conversations are the groups; both columns are kept as JSON text (the
+whole conversation), and ``advcli audit`` shows a disagreeing row's last user message.
 """
 from __future__ import annotations
 
+import json
 import math
 
 from . import Context, Format
@@ -50,6 +56,14 @@ def read(path: str, ctx: Context):
         for rec in batch.to_pylist():
             row_no += 1
             p = rec["prompt"]
+            if isinstance(p, (list, dict)):  # a conversation (#5309): grouped by it, kept as JSON text
+                if "conversations" not in ctx.state:
+                    ctx.state["conversations"] = True
+                    ctx.notes.append("prompt/completion are conversations (lists of {role, content}): rows "
+                                     "grouped by runs of equal conversations, both kept as JSON text")
+                rec["prompt"] = p = json.dumps(p, ensure_ascii=False, default=str)
+            if isinstance(rec["completion"], (list, dict)):
+                rec["completion"] = json.dumps(rec["completion"], ensure_ascii=False, default=str)
             if p != prev:
                 run += 1
                 prev = p

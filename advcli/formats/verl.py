@@ -4,7 +4,16 @@
 
 One JSON object per line: ``input``, ``output`` (decoded text), ``gts``, ``score`` (the task reward
 before any KL), ``step``; the v1 trainer adds ``uid`` = ``{prompt_uid}_{session}_{output_index}``, the
-legacy trainer the reward function's extra keys. No token data: a response-level dump.
+legacy trainer the reward function's extra keys (``reward_extra_info``: ``acc``, ``pred``, ...). No token
+data: a response-level dump.
+
+Reward extras: the v1 trainer dropped them until verl pull request #7588 (open as of verl-project/verl
+@ 1dda039b, read from its diff), which writes them again beside ``score`` as the legacy trainer does. Every
+extra key is a column; numeric and boolean ones (booleans as 0/1, as verl's GDPO takes
+``non_tensor_batch[key]`` as floats) are reward components (``reward.components``: a GDPO that runs on one
+reward per response, NeMo's ``gdpo_loo`` or TRL's ``normalize_then_sum``; verl's own ``gdpo`` whitens over
+tokens and is refused on this dump) or a reward of their own (``--column reward=acc``); text (``pred``) is
+kept.
 
 Group: with ``uid``, ``prompt_id = uid.rsplit("_", 2)[0]``. Every output of a multi-output agent loop
 (output_index > 0) is trained, so every one is a row. verl's GRPO computes each session's advantage from
@@ -43,6 +52,7 @@ def read(path: str, ctx: Context):
                             hint="two runs (or a rerun) share this directory; point advcli at one of them")
         row = {"step": step, "reward": number(ctx, line, rec["score"], "score")}
         row.update(extras(rec, ("step", "score", "reward")))
+        _note_extras(ctx, rec, row)
         uid = rec.get("uid")
         if uid is None:
             if "text_grouping" not in ctx.state:
@@ -90,6 +100,34 @@ def read(path: str, ctx: Context):
                          f"{', '.join(last_step)} computes each session's advantage from its last output and gives "
                          "it to all of its outputs, as verl does (grouping.trajectories=last_step)")
         ctx.state["last_step_estimators"] = last_step
+
+
+BASE = {"input", "output", "gts", "score", "step", "uid", "reward"}
+
+
+def _note_extras(ctx: Context, rec: dict, row: dict) -> None:
+    """The reward function's extra keys (verl's ``reward_extra_info``; v1 since #7588): booleans as 0/1, and
+    one note naming the numeric ones, usable as GDPO components, and the others, kept as they are."""
+    for k in rec:
+        if k not in BASE and k in row and isinstance(rec[k], bool):
+            row[k] = float(rec[k])
+    if "extras_noted" in ctx.state:
+        return
+    names = [k for k in rec if k not in BASE]
+    if not names:
+        return
+    ctx.state["extras_noted"] = True
+    numeric = [k for k in names if isinstance(rec[k], (int, float))]
+    other = [k for k in names if k not in numeric]
+    text = "reward extra columns (verl's reward_extra_info)"
+    if numeric:
+        text += (f": {', '.join(numeric)} numeric (booleans as 0/1): reward components (e.g. NeMo's GDPO: --flavor "
+                 f"advcli --set estimator.name=gdpo_loo --set 'reward.components=[{','.join(numeric)}]'; verl's "
+                 f"own gdpo whitens over tokens, which this dump lacks) or the reward (--column "
+                 f"reward={numeric[0]})")
+    if other:
+        text += f"{';' if numeric else ':'} {', '.join(other)} kept as they are"
+    ctx.notes.append(text)
 
 
 def sniff(rec: dict) -> bool:

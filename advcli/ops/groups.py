@@ -84,11 +84,14 @@ class GroupIndex:
             out[ids] = x[mat].mean(dim=1)
         return out
 
-    def std_1d(self, x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
-        """[G] unbiased std as ``torch.std`` of a 1-D tensor (float32 mean, float64 squares); NaN for n=1."""
+    def std_1d(self, x: torch.Tensor, mean: torch.Tensor, population: bool = False) -> torch.Tensor:
+        """[G] unbiased std as ``torch.std`` of a 1-D tensor (float32 mean, float64 squares); NaN for n=1.
+        ``population``: the biased std sqrt(Σ(x − μ)²/n) (numpy's ``std``, ddof 0); 0 for n=1."""
         dev = x.to(torch.float64) - mean[self.codes].to(torch.float64)
         ss = torch.zeros(self.num_groups, dtype=torch.float64).index_add_(0, self.codes, dev * dev)
         n = self.sizes.to(torch.float64)
+        if population:
+            return torch.sqrt(ss / n).to(x.dtype)
         var = ss / (n - 1)
         var = torch.where(n > 1, var, torch.full_like(var, float("nan")))
         return torch.sqrt(var).to(x.dtype)

@@ -1,0 +1,66 @@
+"""--flavor open-instruct against open-instruct's own advantage code.
+
+The expected values are computed here with the numpy lines of ``DataPreparationActor._data_preparation_loop``
+(allenai/open-instruct @ e6c3044a, open_instruct/data_loader.py L1471-1484), in float64 as open-instruct runs
+them: ``scores.reshape(-1, n)``, ``.mean(axis=-1)``, ``.std(axis=-1)`` (ddof 0), ``np.repeat`` back to rows,
+then ``(scores − mean)/(std + 1e-8)`` (standard) or ``scores − mean`` (centered). open-instruct places the
+advantage on the response tokens of the packed sequence (``lookup_advantages[packed_mask]``): advcli on
+mask=1 tokens, 0 elsewhere."""
+import numpy as np
+import pytest
+from _flavor_rows import assert_rows_close, run_rows
+from conftest import run_main
+
+from advcli.errors import AdvcliError
+
+# consecutive blocks of 4 are the groups: a non-dyadic mixed group, an all-equal group, a 0/1 group
+REWARDS = [0.1, 0.7, 0.3, 0.3, 0.9, 0.9, 0.9, 0.9, 1.0, 0.0, 0.0, 1.0]
+MASKS = [[1, 1, 0], [1], [0, 1, 1, 1], [1, 1], [1, 0, 1], [1, 1, 1, 1, 0], [1, 1], [1], [1, 1, 0, 0], [1, 1, 1],
+         [0, 1], [1, 1, 1, 1, 1, 1]]
+N = 4
+
+
+def open_instruct(kind: str, n: int = N) -> list[float]:
+    scores = np.array(REWARDS)
+    per_prompt = scores.reshape(-1, n)
+    mean = np.repeat(per_prompt.mean(axis=-1), n, axis=0)
+    std = np.repeat(per_prompt.std(axis=-1), n, axis=0)
+    if kind == "standard":
+        return list((scores - mean) / (std + 1e-8))
+    return list(scores - mean)
+
+
+def rows():
+    return [{"reward": r, "mask": m} for r, m in zip(REWARDS, MASKS)]
+
+
+@pytest.mark.parametrize("kind", ["standard", "centered"])
+def test_matches_open_instructs_code(tmp_path, kind):
+    cols, _ = run_rows(str(tmp_path), rows(), "open-instruct",
+                       {"advantage_normalization_type": kind, "num_samples_per_prompt_rollout": N})
+    adv = open_instruct(kind)
+    assert_rows_close(cols["advantages"], [[a * x for x in m] for a, m in zip(adv, MASKS)], rtol=1e-5, atol=1e-5)
+
+
+def test_default_is_centered_and_population_std_differs_from_torch_std(tmp_path):
+    cols, _ = run_rows(str(tmp_path), rows(), "open-instruct", {"num_samples_per_prompt_rollout": N})
+    adv = open_instruct("centered")
+    assert_rows_close(cols["advantages"], [[a * x for x in m] for a, m in zip(adv, MASKS)], rtol=1e-5, atol=1e-6)
+    # standard: numpy's ddof-0 std, not torch.std's (verl): the 0/1 group gives ±1, not ±0.866
+    cols, _ = run_rows(str(tmp_path), rows(), "open-instruct",
+                       {"num_samples_per_prompt_rollout": N, "advantage_normalization_type": "standard"})
+    assert cols["advantages"][8][0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_group_of_one_and_unknown_type_refused(tmp_path):
+    with pytest.raises(AdvcliError, match="groups of one"):
+        run_rows(str(tmp_path), rows(), "open-instruct", {"num_samples_per_prompt_rollout": 1})
+    with pytest.raises(AdvcliError, match="advantage_normalization_type"):
+        run_rows(str(tmp_path), rows(), "open-instruct", {"advantage_normalization_type": "zscore"})
+
+
+def test_explain_names_the_semantics(capsys):
+    code, out, err = run_main(["explain", "--flavor", "open-instruct", "--set", "advantage_normalization_type=standard"],
+                              capsys)
+    assert code == 0, err
+    assert "open-instruct" in out and "population" in out and "1e-08" in out

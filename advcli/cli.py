@@ -31,8 +31,9 @@ def _err(msg: str) -> None:
     from rich.markup import escape
 
     # the message is plain text: "[acc, fmt]" in a hint must print as written, not as markup
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]advcli: error:[/] {escape(msg)}",
-                                                                markup=True)
+    # (emoji off: a function named file.py:boom: in a message is text, not an emoji code)
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+        f"[bold red]advcli: error:[/] {escape(msg)}", markup=True)
 
 
 def _version(value: bool):
@@ -67,6 +68,7 @@ def run(
     inputs: list[str] = opt.INPUTS,
     output: str = opt.OUTPUT,
     flavor: str | None = opt.FLAVOR,
+    estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     column: list[str] | None = opt.COLUMN,
@@ -114,7 +116,8 @@ def run(
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 notes=from_dump, file_keys=file_keys)
+                                                                 notes=from_dump, file_keys=file_keys,
+                                                                 estimator=estimator)
     if precision is not None:
         if precision not in ("float32", "float64"):
             from .errors import did_you_mean

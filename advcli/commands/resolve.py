@@ -8,16 +8,16 @@ from ..errors import AdvcliError
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
                        column: list[str] | None, padded: bool | None, notes: list[str] | None = None,
-                       file_keys: list | None = None):
+                       file_keys: list | None = None, estimator: str | None = None):
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
     (:mod:`advcli.resolution`); ``file_keys`` receives what the --config file gave
-    (:class:`advcli.flavors.ConfigFileKeys`)."""
+    (:class:`advcli.flavors.ConfigFileKeys`); ``estimator`` (--estimator) is ``advcli.estimator``."""
     from .. import resolution
     from ..config import parse_column_maps, parse_set
 
-    settings = parse_set(set_)
+    settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
     columns = parse_column_maps(column)
     if flavor is None and config:  # a --config file that names verl's estimator: no estimator picked for it
         from ..config import load_config_file
@@ -37,7 +37,7 @@ def default_settings(flavor: str | None, inputs: list[str], settings: list) -> t
     """With no --flavor: verl, and GRPO when the dump has a group id (GAE when it has values)."""
     if flavor is not None:
         return flavor, settings, None
-    if any(k == "algorithm.adv_estimator" for k, _ in settings):
+    if any(k in ("algorithm.adv_estimator", "advcli.estimator", "advcli.mix") for k, _ in settings):
         return "verl", settings, None
     from ..io.reader import expand_inputs, open_parquet
 

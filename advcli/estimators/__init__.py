@@ -57,6 +57,9 @@ class EstimatorSpec:
     min_components: int = 0  # reward component columns (reward/<name>) the estimator refuses to run without
     drops_masked_rewards: bool = False  # a reward on a mask=0 token is discarded (verl remax: G = revcumsum(r·m))
     needs_lengths: str = ""  # what the response lengths are for, when the estimator weighs rows by them (OPO)
+    # (params) -> (spec, params) the run runs instead: an estimator made of others (mix), whose needs, level
+    # and groups are those of the estimators its parameters name
+    build: Callable | None = None
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""
@@ -85,10 +88,20 @@ def _load_all() -> None:
 
 def get(name: str) -> EstimatorSpec:
     _load_all()
+    if name not in REGISTRY and _is_user_reference(name):
+        from .user import load  # a user function: module:function, file.py:function or an entry point
+
+        return load(name)
     if name not in REGISTRY:
         raise AdvcliError(f"key estimator.name: unknown estimator {name!r}.{did_you_mean(name, REGISTRY)} "
                           f"Known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
+
+
+def _is_user_reference(name: str) -> bool:
+    from .user import is_reference
+
+    return is_reference(name)
 
 
 def all_specs() -> dict[str, EstimatorSpec]:

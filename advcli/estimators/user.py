@@ -291,7 +291,7 @@ class _UserCall:
         """``out`` as a checked tensor: the shape the level asks for, floating, finite (on ``valid``)."""
         import torch
 
-        what = f"estimator {self.name} ({desc})"
+        what = f"estimator {self.name} on {desc}"
         if not isinstance(out, torch.Tensor):
             raise AdvcliError(f"{what}: returned {type(out).__name__}; expected a torch tensor of shape "
                               f"{list(shape)}", hint="return torch.Tensor advantages (one per row for level='row', "

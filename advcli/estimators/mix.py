@@ -3,8 +3,8 @@
 Each term ``A^(k)`` is a registered estimator (or a user function) run with its own parameters, as the
 flavor resolves its name (``advcli.flavors.mix_config``); the stages around the estimator (reward,
 KL, whitening, clip) run once, around the sum. The spec the run runs is built from the terms
-(:func:`build`): row level when every term is (the sum of the row advantages, one per row), else token
-level, the row terms' advantages then computed once from the row table of the whole input and
+(:func:`build`): row level when every term is and they agree on masked positions (the sum of the row advantages, one
+per row), else token level, the row terms' advantages then computed once from the row table of the whole input and
 broadcast over each row's tokens.
 
 Returns: the weighted sum of the terms' returns (a row-level term's returns are its advantages).
@@ -45,12 +45,10 @@ def build(params: dict) -> tuple[EstimatorSpec, dict]:
     """The spec and parameters of the weighted sum of ``params["terms"]``."""
     terms = _terms(params)
     masks = {_mask_output(s, p) for _, s, p in terms}
-    if len(masks) > 1:
-        named = ", ".join(f"{s.name}: {_mask_output(s, p)}" for _, s, p in terms)
-        raise AdvcliError(f"estimator mix: the terms disagree on whether masked positions keep the advantage "
-                          f"(mask_output {named}); one sum cannot do both")
     formula = " + ".join(f"{w:g}·A[{s.name}]" for w, s, _ in terms)
-    row = all(s.level == "row" for _, s, _ in terms)
+    # one row value per row only where every term treats masked positions alike (NeMo keeps them, verl zeroes
+    # them): else the sum is taken per token, each row term broadcast its own way
+    row = all(s.level == "row" for _, s, _ in terms) and len(masks) == 1
     needs = tuple(dict.fromkeys(r for _, s, _ in terms for r in s.needs))
     optional = tuple(dict.fromkeys(r for _, s, _ in terms for r in s.optional))
     common = dict(
@@ -62,7 +60,7 @@ def build(params: dict) -> tuple[EstimatorSpec, dict]:
         min_components=max(s.min_components for _, s, _ in terms),
         drops_masked_rewards=any(s.drops_masked_rewards for _, s, _ in terms),
         needs_lengths=next((s.needs_lengths for _, s, _ in terms if s.needs_lengths), ""))
-    run_params = {"terms": params["terms"], "mask_output": masks.pop()}
+    run_params = {"terms": params["terms"], "mask_output": masks.pop() if len(masks) == 1 else True}
     if row:
         return EstimatorSpec(level="row", row_fn=lambda table, _p: mix_rows(terms, table), **common), run_params
     return EstimatorSpec(level="token", token_fn=lambda chunk, _p: mix_tokens(terms, chunk),

@@ -318,8 +318,15 @@ def mix_config(flavor: Flavor, items: list[tuple[str, Any]], expression: str) ->
                               f"{name} run different pipelines around the estimator: {shown}",
                               hint="a mix runs one pipeline around the weighted sum; mix estimators whose flavor "
                                    "settings agree, or set the differing keys with --set")
+    from ..estimators import get as get_estimator
+
+    # a parameter given once (--set estimator.lam=0.95 under --flavor advcli) goes to the terms that have it
+    specs = [get_estimator(cfg["estimator"]["name"]) for cfg in cfgs]
+    anywhere = {k for spec in specs for k in spec.params}
+    sections = [{k: v for k, v in cfg["estimator"].items() if k == "name" or k in spec.params or k not in anywhere}
+                for spec, cfg in zip(specs, cfgs)]
     out = {k: v for k, v in base.items() if k != "estimator"}
-    out["estimator"] = {"name": "mix", "terms": [{"weight": w, **cfg["estimator"]} for (w, _), cfg in zip(terms, cfgs)]}
+    out["estimator"] = {"name": "mix", "terms": [{"weight": w, **sec} for (w, _), sec in zip(terms, sections)]}
     return out
 
 

@@ -23,12 +23,12 @@ from . import EstimatorSpec, get, register, resolve_params
 def _terms(params: dict) -> list[tuple[float, EstimatorSpec, dict]]:
     terms = params.get("terms") or []
     if len(terms) < 2:
-        raise AdvcliError("estimator mix needs at least two terms (estimator.terms: [{weight, name, ...}, ...])",
+        raise AdvcliError("key estimator.terms: estimator mix needs at least two terms ([{weight, name, ...}, ...])",
                           hint='--set advcli.mix="0.7*grpo+0.3*rloo"')
     out = []
     for t in terms:
         if not isinstance(t, dict) or "name" not in t:
-            raise AdvcliError(f"estimator mix: term {t!r} must be a mapping with a name and a weight")
+            raise AdvcliError(f"key estimator.terms: term {t!r} must be a mapping with a name and a weight")
         spec = get(str(t["name"]))
         if spec.build is not None:
             raise AdvcliError(f"estimator mix: term {t['name']!r} is itself a mix; write the weighted sum out")

@@ -186,12 +186,14 @@ EXPLAIN_EPILOG = """
   advcli explain --flavor verl --set algorithm.adv_estimator=grpo
   advcli explain --flavor verl --keys
   advcli explain --flavor advcli --set estimator.name=gae --set estimator.gamma=0.99
+  advcli explain --flavor verl --set advcli.mix="0.7*grpo+0.3*rloo"
 """
 
 
 @app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command)
 def explain(
     flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME", help="Flavor whose keys are given."),
+    estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     keys: bool = typer.Option(False, "--keys", help="List the flavor's keys and defaults instead."),
@@ -204,7 +206,8 @@ def explain(
     if keys:
         typer.echo(keys_text(get(flavor)))
         return
-    cfg, native = resolve(flavor, parse_set(set_), config)
+    settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
+    cfg, native = resolve(flavor, settings, config)
     typer.echo(explain_text(get(flavor), cfg, native))
 
 

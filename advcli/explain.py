@@ -29,6 +29,8 @@ def explain_text(flavor, cfg: dict, native: dict) -> str:
 
     spec = get(cfg["estimator"]["name"])
     params = resolve_params(spec, cfg["estimator"])
+    if spec.build is not None:  # a mix: the formula and sources of its terms
+        spec, params = spec.build(params)
     out = [f"flavor   {flavor.name}: {flavor.framework}"]
     if native:
         out.append("given    " + ", ".join(f"{k}={json.dumps(v)}" for k, v in native.items()))

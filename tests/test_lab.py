@@ -388,3 +388,26 @@ def test_compare_many_needs_two_estimators(lab_dir, capsys):
     assert code == 2 and "at least two" in err
     code, _, err = run_main(["compare", SAMPLE, "--estimators", "grpo,./nope.py:f"], capsys)
     assert code == 2 and "nope.py" in err and "Traceback" not in err
+
+
+def test_an_edited_file_is_loaded_again(lab_dir):
+    """In one Python session the same reference runs the file as it is now, not as it was first loaded."""
+    r, g, masks, _, _ = sample()
+    (lab_dir / "edit.py").write_text("def f(rewards):\n    return rewards * 2\n")
+    advcli.run(SAMPLE, "a.parquet", estimator="./edit.py:f", device="cpu")
+    st = os.stat(lab_dir / "edit.py")
+    (lab_dir / "edit.py").write_text("def f(rewards):\n    return rewards * 3\n")
+    os.utime(lab_dir / "edit.py", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    advcli.run(SAMPLE, "b.parquet", estimator="./edit.py:f", device="cpu")
+    assert_lists_close(read_adv("a.parquet"), on_mask(2 * r, masks))
+    assert_lists_close(read_adv("b.parquet"), on_mask(3 * r, masks))
+
+
+def test_explain_shows_your_function_and_the_mix(lab_dir, capsys):
+    code, out, err = run_main(["explain", "--flavor", "nemo", "--set", "advcli.mix=0.7*grpo+0.3*./my_adv.py:win_rate"],
+                              capsys)
+    assert code == 0, err
+    assert "mix: A = 0.7·A[grpo_loo] + 0.3·A[./my_adv.py:win_rate]" in out
+    code, out, err = run_main(["explain", "--estimator", "./my_adv.py:win_rate"], capsys)
+    assert code == 0, err
+    assert "A_i = share of the other rows of its group with a lower reward" in out and "my_adv.py:7" in out

@@ -88,10 +88,10 @@ def _load_all() -> None:
 
 def get(name: str) -> EstimatorSpec:
     _load_all()
-    if name not in REGISTRY and _is_user_reference(name):
+    if ":" in name or name not in REGISTRY and _is_user_reference(name):
         from .user import load  # a user function: module:function, file.py:function or an entry point
 
-        return load(name)
+        return load(name)  # (again each time: a file edited since is loaded anew)
     if name not in REGISTRY:
         raise AdvcliError(f"key estimator.name: unknown estimator {name!r}.{did_you_mean(name, REGISTRY)} "
                           f"Known: {', '.join(sorted(REGISTRY))}")

@@ -92,12 +92,26 @@ def _entry_point(name: str):
 
 def load(ref: str) -> EstimatorSpec:
     """The spec of the user function ``ref`` names, registered under ``ref`` (loaded once a process)."""
-    if ref in REGISTRY:
+    stamp = _file_stamp(ref)
+    if ref in REGISTRY and getattr(REGISTRY[ref], "user_stamp", None) == stamp:
         return REGISTRY[ref]
     fn = _function(ref)
     spec = spec_of(fn, ref)
+    object.__setattr__(spec, "user_stamp", stamp)  # a file edited since is loaded again (a long Python session)
     REGISTRY[ref] = spec
     return spec
+
+
+def _file_stamp(ref: str) -> tuple | None:
+    """(absolute path, modification time) of a file reference's file; None for modules and entry points."""
+    where = ref.rpartition(":")[0]
+    if not (where.endswith(".py") or os.sep in where or "/" in where):
+        return None
+    path = os.path.abspath(os.path.expanduser(where))
+    try:
+        return path, os.stat(path).st_mtime_ns
+    except OSError:
+        return path, None
 
 
 def register_function(fn: Callable) -> str:

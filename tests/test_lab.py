@@ -411,3 +411,15 @@ def test_explain_shows_your_function_and_the_mix(lab_dir, capsys):
     code, out, err = run_main(["explain", "--estimator", "./my_adv.py:win_rate"], capsys)
     assert code == 0, err
     assert "A_i = share of the other rows of its group with a lower reward" in out and "my_adv.py:7" in out
+
+
+def test_a_declared_token_column_the_dump_lacks_is_named(lab_dir, capsys):
+    import pyarrow.parquet as pq
+
+    (lab_dir / "lab_td.py").write_text(TD)
+    pq.write_table(pq.read_table(SAMPLE).drop(["values"]), "novals.parquet")
+    for cmd in ("validate", "run"):
+        extra = ["-o", "x.parquet"] if cmd == "run" else []
+        code, _, err = run_main([cmd, "novals.parquet", *extra, "--estimator", "./lab_td.py:td"], capsys)
+        assert code == 2 and "missing column 'values' (estimator ./lab_td.py:td needs it)" in err, err
+    assert not os.path.exists("x.parquet")

@@ -28,7 +28,8 @@ def _specs(inputs) -> list:
 
 def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
         chunk_rows: int = 4096, device: str = "auto", force: bool = False, precision: str | None = None,
-        output_mode: str = "full", write_columns: list[str] | None = None, source: str | None = None):
+        output_mode: str = "full", write_columns: list[str] | None = None, source: str | None = None,
+        estimator=None):
     """Run the pipeline like ``advcli run`` and return its :class:`advcli.result.RunResult`.
 
     ``inputs``: a path, a list of paths/directories/globs, or an in-memory ``pyarrow.Table`` /
@@ -38,7 +39,9 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     plus the new columns) or ``"sidecar"`` (the new columns plus the row keys, ``--output-mode
     sidecar``); ``write_columns``: the new columns to write (a subset of ``["advantages", "returns",
     "token_level_rewards"]``; None: all the run produces); ``source``: a trainer dump format (``--from``;
-    default: recognised from file names and keys, docs/formats.md).
+    default: recognised from file names and keys, docs/formats.md); ``estimator``: the estimator that runs
+    instead of the flavor's (``--estimator``): a name, a ``"module:function"`` / ``"file.py:function"``
+    reference, or a function (see :func:`estimator`).
     """
     from .formats import open_inputs
     from .io.frames import FrameInputs, frame_kind
@@ -49,7 +52,13 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in given], source)  # trainer dumps -> canonical Parquet
         # what a trainer dump tells the flavor, for the keys not given (result.from_dump says what was taken)
-        cfg, native, from_dump = resolve_for_inputs(flavor, specs, list((settings or {}).items()))
+        items = list((settings or {}).items())
+        if estimator is not None:
+            if callable(estimator):
+                from .estimators.user import register_function
+                estimator = register_function(estimator)
+            items.append(("advcli.estimator", estimator))
+        cfg, native, from_dump = resolve_for_inputs(flavor, specs, items)
         if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
             from .config import SCHEMA, coerce
             cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
@@ -150,6 +159,18 @@ def compare(a, b=None, *, configs: list[dict] | None = None, columns: dict | Non
     return CompareResult(res)
 
 
+def estimator(fn=None, *, level: str = "row", needs=(), groups: bool | None = None, name: str | None = None):
+    """Declare your own estimator: ``@advcli.estimator(level="token", needs=("values",))`` (docs/api.md).
+
+    ``level``: ``"row"`` (called per step with ``rewards``, ``group``, ``lengths``, ``step``; returns one
+    advantage per row) or ``"token"`` (called per chunk with ``[B, T]`` ``token_rewards``, ``mask`` and the
+    token columns in ``needs``; returns ``[B, T]``); ``groups``: the run groups rows by prompt (default:
+    the function has a ``group`` parameter); ``name``: the name messages show. Imports no torch."""
+    from .estimators.user import estimator as declare
+
+    return declare(fn, level=level, needs=needs, groups=groups, name=name)
+
+
 # advcli.audit and advcli.compare are also the names of subpackages (advcli/audit/, advcli/compare.py):
 # importing one would set the package's attribute to the module, hiding the function. The package keeps
 # its functions; the modules are imported by their full names as ever (sys.modules holds them).
@@ -157,7 +178,7 @@ def _keep_the_library_calls() -> None:
     import sys
     import types
 
-    calls = {"run": run, "stats": stats, "audit": audit, "compare": compare}
+    calls = {"run": run, "stats": stats, "audit": audit, "compare": compare, "estimator": estimator}
 
     class _Package(types.ModuleType):
         def __setattr__(self, name, value):

@@ -31,8 +31,9 @@ def _err(msg: str) -> None:
     from rich.markup import escape
 
     # the message is plain text: "[acc, fmt]" in a hint must print as written, not as markup
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]advcli: error:[/] {escape(msg)}",
-                                                                markup=True)
+    # (emoji off: a function named file.py:boom: in a message is text, not an emoji code)
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+        f"[bold red]advcli: error:[/] {escape(msg)}", markup=True)
 
 
 def _version(value: bool):
@@ -69,6 +70,7 @@ def run(
     inputs: list[str] = opt.INPUTS,
     output: str = opt.OUTPUT,
     flavor: str | None = opt.FLAVOR,
+    estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     column: list[str] | None = opt.COLUMN,
@@ -121,7 +123,8 @@ def run(
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 notes=from_dump, file_keys=file_keys)
+                                                                 notes=from_dump, file_keys=file_keys,
+                                                                 estimator=estimator)
     if precision is not None:
         if precision not in ("float32", "float64"):
             from .errors import did_you_mean
@@ -193,6 +196,7 @@ EXPLAIN_EPILOG = """
   advcli explain --flavor nemo --history
   advcli explain --flavor nemo@7ea279a --set grpo.adv_estimator.name=grpo
   advcli explain --flavor advcli --set estimator.name=gae --set estimator.gamma=0.99
+  advcli explain --flavor verl --set advcli.mix="0.7*grpo+0.3*rloo"
 """
 
 
@@ -200,6 +204,7 @@ EXPLAIN_EPILOG = """
 def explain(
     flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME[@RELEASE]",
                                help="Flavor whose keys are given, at an upstream release (default: the newest)."),
+    estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     keys: bool = typer.Option(False, "--keys", help="List the flavor's keys and defaults instead."),
@@ -219,7 +224,8 @@ def explain(
     if keys:
         typer.echo(keys_text(get(flavor)))
         return
-    cfg, native = resolve(flavor, parse_set(set_), config)
+    settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
+    cfg, native = resolve(flavor, settings, config)
     typer.echo(explain_text(get(flavor), cfg, native, flavor))
 
 

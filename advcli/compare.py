@@ -5,11 +5,14 @@ Two forms:
 - :func:`compare_files`: two advcli outputs of the same rows (same order, same list lengths).
 - :func:`compare_configurations`: two configurations on one dump; both run into a temporary
   directory, then they are compared as two outputs.
+- :func:`compare_runs`: several configurations on one dump (``--estimators grpo,rloo,...``), each run
+  once, every pair compared.
 
 Figures (tokens are the mask=1 tokens of A's ``response_mask``, every token when there is none):
 
-- tokens: Pearson correlation of A and B, sign agreement (sign(a) = sign(b), 0 its own sign), mean
-  and max |A−B|, RMSE; the same correlation for ``returns``.
+- tokens: Pearson correlation of A and B, sign agreement (sign(a) = sign(b), 0 its own sign) and its
+  complement, the tokens whose advantage changes sign (count and share), mean and max |A−B|, RMSE; the
+  same correlation for ``returns``.
 - rows: each row's mean advantage over its valid tokens (for the group estimators, the row's
   advantage itself): Pearson and Spearman correlation, sign agreement, the rows whose sign flips.
 - groups (by ``prompt_id``, within a step): per group mean |ΔA| over rows, sign agreement, the spread
@@ -173,6 +176,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
         "b": {"path": path_b, "label": lb},
         "rows": int(ra), "valid_tokens": int(n),
         "tokens": {"pearson": tok.pearson(), "sign_agreement": agree / n if n else None,
+                   "sign_changes": n - agree, "sign_change_share": (n - agree) / n if n else None,
                    "mean_abs_diff": abs_sum / n if n else None, "max_abs_diff": abs_max if n else None,
                    "rmse": float(np.sqrt(sq_sum / n)) if n else None,
                    "mean_a": tok.sa / n if n else None, "mean_b": tok.sb / n if n else None,
@@ -304,5 +308,38 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
         res["a"]["path"] = res["b"]["path"] = dump
         res["a"]["configuration"], res["b"]["configuration"] = configs[0], configs[1]
         return res
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compare_runs(dump: str, runs: list[dict], *, columns: dict | None = None, top: int = 10, chunk_rows: int = 4096,
+                 device: str = "auto", announce=None) -> dict:
+    """Run ``dump`` under each of ``runs`` ({label, cfg, flavor, native}: resolved configurations, at least
+    two) into a temporary directory and compare every pair (i < j) with :func:`compare_files`:
+    ``{"input", "runs": [{label, estimator}], "pairs": [compare_files' dict for (i, j)]}``.
+    ``announce(i, label)``, when given, is called before run ``i``."""
+    from .pipeline import run_pipeline
+
+    if len(runs) < 2:
+        raise AdvcliError(f"compare: {len(runs)} estimator(s) given; name at least two (--estimators grpo,rloo)")
+    tmp = tempfile.mkdtemp(prefix="advcli-compare-")
+    try:
+        outs = []
+        for i, r in enumerate(runs):
+            if announce is not None:
+                announce(i, r["label"])
+            out = os.path.join(tmp, f"run{i}.parquet")
+            run_pipeline([dump], out, r["cfg"], flavor=r["flavor"], native=r["native"], column_overrides=columns or {},
+                         chunk_rows=chunk_rows, device=device)
+            outs.append(out)
+        pairs = []
+        for i in range(len(runs)):
+            for j in range(i + 1, len(runs)):
+                res = compare_files(outs[i], outs[j], labels=(runs[i]["label"], runs[j]["label"]), top=top,
+                                    column_overrides=columns)
+                res["a"]["path"] = res["b"]["path"] = dump
+                pairs.append(res)
+        return {"input": dump, "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {})}
+                                        for r in runs], "pairs": pairs}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

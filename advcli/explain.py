@@ -31,6 +31,8 @@ def explain_text(flavor, cfg: dict, native: dict, flavor_spec: str | None = None
 
     spec = get(cfg["estimator"]["name"])
     params = resolve_params(spec, cfg["estimator"])
+    if spec.build is not None:  # a mix: the formula and sources of its terms
+        spec, params = spec.build(params)
     out = [f"flavor   {flavor.name}: {flavor.framework}"]
     release = release_label(flavor_spec or flavor.name)
     if release:

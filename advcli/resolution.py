@@ -186,7 +186,7 @@ def default_settings(flavor: str | None, inputs: list[str], settings: list) -> t
     """With no --flavor: verl, and GRPO when the dump has a group id (GAE when it has values)."""
     if flavor is not None:
         return flavor, settings, None
-    if any(k == "algorithm.adv_estimator" for k, _ in settings):
+    if any(k in ("algorithm.adv_estimator", "advcli.estimator", "advcli.mix") for k, _ in settings):
         return "verl", settings, None
     from .io.reader import expand_inputs, open_parquet
 

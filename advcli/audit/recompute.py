@@ -85,15 +85,10 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     return uniq
 
 
-# the key that names the estimator in each flavor (its value leads a configuration's label)
-ESTIMATOR_KEYS = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator.name", "trl": "trainer",
-                  "openrlhf": "algo.advantage.estimator", "roll": "adv_estimator", "advcli": "estimator.name"}
-
-
 def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
     """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
     the framework's default), then the other settings given."""
-    from ..flavors import get, split_spec
+    from ..flavors import ESTIMATOR_KEYS, get, split_spec
 
     base = split_spec(flavor)[0]
     ek = ESTIMATOR_KEYS.get(base)

@@ -139,6 +139,7 @@ def print_audit(rep: dict) -> None:
 def audit_cmd(
     inputs: list[str] = opt.INPUTS,
     flavor: str | None = opt.FLAVOR,
+    estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     column: list[str] | None = opt.COLUMN,
@@ -181,7 +182,8 @@ def audit_cmd(
         flavor_note = None
         if flavor is None:
             flavor, flavor_note = trainer_flavor(inputs)
-        flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None)
+        flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None,
+                                                                     estimator=estimator)
         rep = audit_dump(inputs, flavor, cfg, native, columns, auto_note=auto_note, flavor_note=flavor_note,
                          against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device,
                          search=search, top=top, progress=cb)

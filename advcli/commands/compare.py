@@ -4,6 +4,9 @@ Two forms:
 
 - ``advcli compare A.parquet B.parquet``: two advcli outputs of the same rows (same order, same
   list lengths).
+- ``advcli compare DUMP --estimators grpo,rloo,./my_adv.py:fn``: two or more estimators on one dump,
+  in one flavor's pipeline (``--flavor``, ``--set``, ``--config`` as for ``advcli run``); every pair
+  compared, the pairs side by side.
 - ``advcli compare DUMP --flavor F --set K=V ... --flavor F2 --set K=V ...``: two configurations on
   one dump. Each ``--flavor`` starts a configuration and the ``--set``/``--config`` after it belong to
   it; those before the first ``--flavor`` apply to both. Both run into a temporary directory, then
@@ -28,6 +31,9 @@ EPILOG = """
   advcli compare sample_data/rollouts.parquet \\
       --flavor verl --set algorithm.adv_estimator=grpo \\
       --flavor verl --set algorithm.adv_estimator=rloo
+
+  # several estimators at once, yours included: every pair, side by side (--report pairs.html)
+  advcli compare sample_data/rollouts.parquet --estimators grpo,rloo,./my_adv.py:my_fn --report pairs.html
 
   # the same estimator with and without std normalisation
   advcli compare sample_data/rollouts.parquet --flavor verl --set algorithm.adv_estimator=grpo \\
@@ -180,6 +186,96 @@ def compare_sections(res: dict):
     return "advcli comparison", sections
 
 
+# ------------------------------------------------------------------------------ many estimators
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+PAIR_FIGURES = (  # (label, how a pair's comparison dict gives it, how it is shown)
+    ("token correlation (Pearson)", lambda p: p["tokens"]["pearson"], "num"),
+    ("tokens changing sign", lambda p: p["tokens"]["sign_change_share"], "pct"),
+    ("mean |A−B| per token", lambda p: p["tokens"]["mean_abs_diff"], "num"),
+    ("row correlation (Pearson)", lambda p: p["row_level"]["pearson"], "num"),
+    ("rows whose sign flips", lambda p: p["row_level"]["sign_flips"], "int"),
+    ("groups with a sign flip", lambda p: (p.get("groups") or {}).get("with_sign_flip"), "int"),
+)
+
+
+def _shown(value, how: str) -> str:
+    from ..report import fmt_num
+
+    if value is None:
+        return "–"
+    return _pct(value) if how == "pct" else (f"{value:,}" if how == "int" else fmt_num(value))
+
+
+def many_sections(rep: dict):
+    """The comparison of several estimators as report sections: the runs, the pairs side by side (one
+    column a pair), and for each pair the groups where they disagree most."""
+    runs = [(f"E{i + 1}", r["label"]) for i, r in enumerate(rep["runs"])]
+    sections = [("Estimators", "kv", [(k, label) for k, label in runs] + [("input", rep["input"])])]
+    names = {r["label"]: k for k, r in zip((k for k, _ in runs), rep["runs"])}
+    heads = [f"{names.get(p['a']['label'], 'A')} vs {names.get(p['b']['label'], 'B')}" for p in rep["pairs"]]
+    rows = [[label] + [_shown(get(p), how) for p in rep["pairs"]] for label, get, how in PAIR_FIGURES]
+    sections.append(("Pairs side by side", "table", ([""] + heads, rows)))
+    for head, p in zip(heads, rep["pairs"]):
+        worst = (p.get("groups") or {}).get("most_different") or []
+        table = [[e["prompt_id"], e["size"], _shown(e["mean_abs_diff"], "num"), _shown(e["sign_agreement"], "pct"),
+                  " ".join("–" if x is None else f"{x:+.3g}" for x in e["a"][:8]),
+                  " ".join("–" if x is None else f"{x:+.3g}" for x in e["b"][:8])] for e in worst]
+        sections.append((f"{head}: groups where they disagree most", "table",
+                         (["group", "rows", "mean |A−B|", "sign agreement", f"A ({p['a']['label']})",
+                           f"B ({p['b']['label']})"], table)))
+    return "advcli compare: estimators", sections
+
+
+def print_many(rep: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..report.terminal import stdout_console
+
+    con = stdout_console(highlight=False)
+    _, sections = many_sections(rep)
+    for k, label in sections[0][2][:-1]:
+        con.print(f"[bold]{k}[/] {escape(label)}")
+    head, rows = sections[1][2]
+    t = Table(show_edge=False)
+    for i, h in enumerate(head):
+        t.add_column(escape(h), justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*(escape(str(x)) for x in r))
+    con.print(t)
+    for name, _, (_cols, table) in sections[2:]:
+        if not table:
+            continue
+        con.print(f"[bold]{escape(name)}[/]")
+        for r in table:
+            con.print(f"  {escape(str(r[0]))}  n={r[1]}  mean |A−B| {r[2]}  sign agreement {r[3]}")
+            con.print(f"      A  {r[4]}")
+            con.print(f"      B  {r[5]}")
+
+
+def run_estimators(paths: list[str], names: str, flavor: list[str] | None, set_: list[str] | None,
+                   config: list[str] | None, column: list[str] | None) -> list[dict]:
+    """The resolved configuration of each estimator of ``--estimators A,B,...`` in the one flavor given."""
+    from .resolve import resolve_cli_config
+
+    if flavor and len(flavor) > 1:
+        raise AdvcliError("compare --estimators runs every estimator in one flavor's pipeline; give one --flavor",
+                          hint="to compare two flavors, give --flavor F --set ... twice without --estimators")
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if len(wanted) < 2 or len(set(wanted)) != len(wanted):
+        raise AdvcliError(f"--estimators {names!r}: name at least two different estimators, comma-separated "
+                          "(e.g. grpo,rloo)")
+    runs = []
+    for name in wanted:
+        fl, cfg, native, _, _ = resolve_cli_config(paths, (flavor or [None])[0], set_, (config or [None])[0],
+                                                   column, None, estimator=name)
+        runs.append({"label": name, "cfg": cfg, "flavor": fl, "native": native})
+    return runs
+
+
 # -------------------------------------------------------------------------------------- command
 def compare_cmd(
     ctx: typer.Context,
@@ -193,7 +289,15 @@ def compare_cmd(
                                              help="A key of the configuration started by the last --flavor."),
     config: list[str] | None = typer.Option(None, "--config", "-c", metavar="PATH",
                                                help="YAML/TOML keys for the configuration."),
+    estimators: str | None = typer.Option(None, "--estimators", "-E", metavar="A,B,...",
+                                          help="Compare two or more estimators on one dump, every pair side by "
+                                               "side: the flavor's own names, registered ones, or your functions "
+                                               "(module:function, ./file.py:function), comma-separated. One "
+                                               "--flavor (default verl) and its --set apply to all."),
     column: list[str] | None = opt.COLUMN,
+    report: str | None = typer.Option(None, "--report", "-r", metavar="PATH",
+                                         help="With --estimators: write the comparison to PATH (.json, .md or "
+                                              ".html: the pairs side by side)."),
     top: int = typer.Option(10, "--top", metavar="N", help="How many differing groups and flipped rows to list."),
     chunk_rows: int = opt.chunk_rows(),
     device: str = opt.device("auto", "auto, cpu or cuda (for the two configurations)."),
@@ -210,12 +314,31 @@ def compare_cmd(
     columns = parse_column_maps(column)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     raw = ctx.meta.get("advcli_raw_args") or []
-    configs = split_configurations(raw) if raw else [
+    configs = [] if estimators is not None else split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
     from ..compare import compare_configurations, compare_files
     from ..formats import name_dumps, open_inputs
 
+    if report and not estimators:
+        raise AdvcliError("compare --report is written for --estimators comparisons",
+                          hint="for two outputs or two configurations, use --json > file.json")
+    if report:
+        from ..report import check_report_path
+
+        check_report_path(report, paths)
     paths = open_inputs(paths, from_)  # trainer dumps (and response-level outputs) -> canonical Parquet
+    if estimators is not None:
+        if len(paths) != 1:
+            raise AdvcliError(f"compare --estimators runs on one dump; got {len(paths)} paths")
+        from ..compare import compare_runs
+        from ._sections import emit
+
+        runs = run_estimators(paths, estimators, flavor, set_, config, column)
+        rep = name_dumps(compare_runs(paths[0], runs, columns=columns, top=top, chunk_rows=chunk_rows, device=device,
+                                      announce=None if json_out else
+                                      lambda i, label: typer.echo(f"E{i + 1}: {label} ...", err=True)))
+        emit(rep, "compare", report, json_out, False, many_sections, print_many)
+        return
     if len(paths) == 2:
         if configs:
             raise AdvcliError("compare: give either two outputs, or one dump with two configurations "

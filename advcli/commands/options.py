@@ -24,6 +24,11 @@ FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                            "example), said in the summary; a default that cannot run there stops, naming the "
                            "setting that runs.")
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
+ESTIMATOR = typer.Option(None, "--estimator", "-e", metavar="NAME",
+                         help="The estimator that runs, in the flavor's pipeline: one of the flavor's own estimator "
+                              "names, a registered one (`advcli explain --flavor advcli --keys`), or your function "
+                              "as module:function, ./file.py:function or an entry point of group "
+                              "advcli.estimators (docs/api.md); the key advcli.estimator in a config file.")
 CONFIG = typer.Option(None, "--config", "-c", metavar="PATH",
                       help="YAML or TOML file of the same keys, or the trainer's whole training config: the "
                            "flavor takes its keys and names the sections it ignores.")

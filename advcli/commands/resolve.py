@@ -8,16 +8,16 @@ from ..resolution import default_settings
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
                        column: list[str] | None, padded: bool | None, notes: list[str] | None = None,
-                       file_keys: list | None = None):
+                       file_keys: list | None = None, estimator: str | None = None):
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
     (:mod:`advcli.resolution`); ``file_keys`` receives what the --config file gave
-    (:class:`advcli.flavors.ConfigFileKeys`)."""
+    (:class:`advcli.flavors.ConfigFileKeys`); ``estimator`` (--estimator) is ``advcli.estimator``."""
     from .. import resolution
     from ..config import parse_column_maps, parse_set
 
-    settings = parse_set(set_)
+    settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
     columns = parse_column_maps(column)
     if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
         from ..flavors import config_file_flavor

@@ -30,6 +30,7 @@ would reject (file, row, column or key). With --output the output path is checke
 def validate_cmd(
     inputs: list[str] = opt.INPUTS,
     flavor: str | None = opt.FLAVOR,
+    estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
     column: list[str] | None = opt.COLUMN,
@@ -49,7 +50,7 @@ def validate_cmd(
     try:
         inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
         result, what, why = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded,
-                                      device)
+                                      device, estimator)
         name_sources(result)
     except AdvcliError as e:
         if json_out:
@@ -77,7 +78,7 @@ def validate_cmd(
         typer.echo(f"{label}: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip() + meaning, err=True)
 
 
-def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device):
+def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device, estimator=None):
     """(RunResult of a run without output, what ran, why it runs under that name or None) — raising the
     AdvcliError `run` would raise."""
     import os
@@ -86,7 +87,8 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
 
     file_keys: list = []
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 file_keys)
+                                                                 file_keys,
+                                                                 estimator=estimator)
     from ..io.reader import InputSet
     from ..io.writer import check_output_path
     from ..pipeline import output_paths, run_pipeline

@@ -74,6 +74,9 @@ class EstimatorSpec:
     # reads: ``table.columns["token_mean:ROLE"]`` where the input has the role (NaN for a row without a
     # trained token; CoDaPO's mean-token log-prob)
     row_token_means: tuple[str, ...] = ()
+    # (params) -> (spec, params) the run runs instead: an estimator made of others (mix), whose needs, level
+    # and groups are those of the estimators its parameters name
+    build: Callable | None = None
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""
@@ -102,10 +105,20 @@ def _load_all() -> None:
 
 def get(name: str) -> EstimatorSpec:
     _load_all()
+    if ":" in name or name not in REGISTRY and _is_user_reference(name):
+        from .user import load  # a user function: module:function, file.py:function or an entry point
+
+        return load(name)  # (again each time: a file edited since is loaded anew)
     if name not in REGISTRY:
         raise AdvcliError(f"key estimator.name: unknown estimator {name!r}.{did_you_mean(name, REGISTRY)} "
                           f"Known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
+
+
+def _is_user_reference(name: str) -> bool:
+    from .user import is_reference
+
+    return is_reference(name)
 
 
 def all_specs() -> dict[str, EstimatorSpec]:

@@ -63,6 +63,22 @@ EXTENSION_KEYS: dict[str, Key] = {
                            "framework's own groups) with a warning, e.g. for a prompt drawn for two consecutive "
                            "groups; `flavor` keeps the flavor's rule", ("flavor", "strict", "warn"), "str"),
 }
+# the estimator lab's keys, accepted by every flavor (the canonical one included): they choose the estimator
+LAB_KEYS: dict[str, Key] = {
+    "advcli.estimator": Key(None, "advcli extension (--estimator): the estimator that runs instead of the flavor's: "
+                            "one of the flavor's own estimator names (its semantics and parameters), a registered "
+                            "estimator (`advcli explain --flavor advcli --keys`), or your function as "
+                            "module:function, file.py:function or an entry point of group advcli.estimators",
+                            None, "str"),
+    "advcli.mix": Key(None, "advcli extension: a weighted sum of estimators, e.g. `0.7*grpo+0.3*rloo`; each term "
+                      "named as advcli.estimator names one (the flavor's own names take its semantics and "
+                      "parameters); the stages around the estimator must agree between the terms", None, "str"),
+}
+EXTENSION_KEYS.update(LAB_KEYS)
+# the native key naming the estimator, for the flavors whose Flavor.estimator_key is unset (it also names the
+# fix for a response-level dump there): --flavor F --estimator NAME sets it when NAME is one of its choices
+ESTIMATOR_KEYS = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator.name", "trl": "trainer",
+                  "openrlhf": "algo.advantage.estimator", "roll": "adv_estimator", "advcli": "estimator.name"}
 
 
 def _load() -> None:
@@ -224,7 +240,7 @@ def estimator_note(flavor_name: str, given: dict[str, Any]) -> str | None:
 
 def flavor_keys(flavor: Flavor) -> dict[str, Key]:
     """The flavor's own keys plus advcli's extension keys (the canonical flavor has its own grouping keys)."""
-    return dict(flavor.keys) if flavor.name == "advcli" else {**flavor.keys, **EXTENSION_KEYS}
+    return {**flavor.keys, **LAB_KEYS} if flavor.name == "advcli" else {**flavor.keys, **EXTENSION_KEYS}
 
 
 def _apply_extensions(cfg: dict, values: dict) -> dict:
@@ -361,4 +377,103 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}
     cfg = flavor.translate(translated, given=set(given)) if flavor.given_keys else flavor.translate(translated)
-    return _apply_extensions(cfg, values), given
+    cfg = _apply_extensions(cfg, values)
+    if values.get("advcli.mix") is not None or values.get("advcli.estimator") is not None:
+        rest = [(k, v) for k, v in items if k not in LAB_KEYS]
+        if values.get("advcli.mix") is not None:
+            if values.get("advcli.estimator") is not None:
+                raise AdvcliError("advcli.estimator (--estimator) and advcli.mix both choose the estimator; give one")
+            cfg = mix_config(flavor, rest, str(values["advcli.mix"]))
+        else:
+            cfg = estimator_config(flavor, rest, str(values["advcli.estimator"]))
+    return cfg, given
+
+
+def estimator_key(flavor: Flavor) -> str | None:
+    """The flavor's native key naming its estimator (None: it has none)."""
+    return flavor.estimator_key or ESTIMATOR_KEYS.get(flavor.name)
+
+
+def estimator_config(flavor: Flavor, items: list[tuple[str, Any]], name: str) -> dict:
+    """The canonical configuration of ``items`` with the estimator ``name``: where ``name`` is one of the
+    flavor's own estimators (a choice of its estimator key), the flavor with that key set (its semantics
+    and parameters); otherwise the flavor's pipeline around its group estimator (``response_estimator``,
+    or the estimator given), with the estimator section replaced by ``name``, a registered estimator
+    or a user function (module:function, file.py:function, an entry point)."""
+    key = estimator_key(flavor)
+    choices = flavor.keys[key].choices if key in flavor.keys else None
+    others = [(k, v) for k, v in items if flavor.aliases.get(k, k) != key]
+    if key and (choices is None and flavor.name == "advcli" or choices is not None and name in choices):
+        return resolve(flavor.name, others + [(key, name)])[0]
+    if key in flavor.keys and flavor.response_estimator and len(others) == len(items):
+        others.append((key, flavor.response_estimator))  # no estimator given: the flavor's group estimator
+    else:
+        others = list(items)
+    cfg = resolve(flavor.name, others)[0]
+    from ..estimators import get as get_estimator
+
+    get_estimator(name)  # an unknown name, a missing function: refused here, with the registry's message
+    cfg["estimator"] = {"name": name}
+    return cfg
+
+
+def mix_config(flavor: Flavor, items: list[tuple[str, Any]], expression: str) -> dict:
+    """The canonical configuration of ``advcli.mix=0.7*grpo+0.3*rloo``: the estimator ``mix`` whose terms
+    are each named estimator's section as :func:`estimator_config` resolves it for this flavor, with its
+    weight. Every other section (reward, KL, whitening, clip) must be the same for all terms: one
+    pipeline runs around the weighted sum."""
+    terms = parse_mix(expression)
+    cfgs = [estimator_config(flavor, items, name) for _, name in terms]
+    base = cfgs[0]
+    for (_, name), cfg in zip(terms[1:], cfgs[1:]):
+        differ = _differing_keys({k: v for k, v in base.items() if k != "estimator"},
+                                 {k: v for k, v in cfg.items() if k != "estimator"})
+        if differ:
+            shown = ", ".join(f"{k} ({terms[0][1]}: {a!r}, {name}: {b!r})" for k, a, b in differ[:4])
+            raise AdvcliError(f"advcli.mix={expression!r}: under --flavor {flavor.name} the terms {terms[0][1]} and "
+                              f"{name} run different pipelines around the estimator: {shown}",
+                              hint="a mix runs one pipeline around the weighted sum; mix estimators whose flavor "
+                                   "settings agree, or set the differing keys with --set")
+    from ..estimators import get as get_estimator
+
+    # a parameter given once (--set estimator.lam=0.95 under --flavor advcli) goes to the terms that have it
+    specs = [get_estimator(cfg["estimator"]["name"]) for cfg in cfgs]
+    anywhere = {k for spec in specs for k in spec.params}
+    sections = [{k: v for k, v in cfg["estimator"].items() if k == "name" or k in spec.params or k not in anywhere}
+                for spec, cfg in zip(specs, cfgs)]
+    out = {k: v for k, v in base.items() if k != "estimator"}
+    out["estimator"] = {"name": "mix", "terms": [{"weight": w, **sec} for (w, _), sec in zip(terms, sections)]}
+    return out
+
+
+def parse_mix(expression: str) -> list[tuple[float, str]]:
+    """``0.7*grpo+0.3*rloo`` -> [(0.7, "grpo"), (0.3, "rloo")]; a term without ``w*`` has weight 1; ``-`` before a
+    term negates it. A user function's reference (``./my_adv.py:fn``) is a name too."""
+    import re
+
+    text = re.sub(r"(?<=.)(?<![0-9][eE])-(?=[0-9.]+\*)", "+-", expression.replace(" ", ""))  # a − w*name: + (−w)*name
+    terms: list[tuple[float, str]] = []
+    for part in text.split("+"):
+        weight, star, name = part.rpartition("*") if "*" in part else ("", "", part)
+        try:
+            w = float(weight) if star else (-1.0 if name.startswith("-") else 1.0)
+        except ValueError:
+            raise AdvcliError(f"advcli.mix={expression!r}: {weight!r} is not a number (terms are "
+                              "WEIGHT*NAME)") from None
+        name = name if star else name.lstrip("-")
+        if not name:
+            raise AdvcliError(f"advcli.mix={expression!r}: an empty term (terms are WEIGHT*NAME joined by +)")
+        terms.append((w, name))
+    if len(terms) < 2:
+        raise AdvcliError(f"advcli.mix={expression!r}: expected a weighted sum of at least two estimators, like "
+                          "0.7*grpo+0.3*rloo")
+    return terms
+
+
+def _differing_keys(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _differing_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [(prefix.rstrip("."), a, b)]

@@ -73,6 +73,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     cmap = resolve_columns(inputs.schema, overrides, inputs.paths[0])
     spec = get_estimator(run.estimator.name)
     params = resolve_params(spec, run.estimator.given)
+    if spec.build is not None:  # an estimator made of others (mix): the spec of its terms
+        spec, params = spec.build(params)
     file = inputs.paths[0]
     if run.grouping.trajectories == "last_step":  # SkyRL step-wise trajectories
         from ..estimators.stepwise import last_step

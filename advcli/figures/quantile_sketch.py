@@ -84,14 +84,25 @@ class TokenSample:
 
     def add(self, x: torch.Tensor) -> None:
         """``x`` float64: the next valid tokens' values, in input order."""
+        self.add_picked(self.pick(self.total, x), x.numel())
+
+    def pick(self, base: int, x: torch.Tensor) -> torch.Tensor:
+        """The finite values of ``x`` (valid tokens ``base .. base + n − 1`` of the run, in input order)
+        that the sample keeps: what a worker that knows where its chunk starts sends instead of ``x``."""
         if self.ordinals is None:
             self.prepare(0)
-        base, n = self.total, x.numel()
-        self.total += n
+        n = x.numel()
         lo, hi = torch.searchsorted(self.ordinals, torch.tensor([base, base + n])).tolist()
-        if hi > lo:
-            v = x[self.ordinals[lo:hi] - base]
-            self.parts.append(v[torch.isfinite(v)])
+        if hi <= lo:
+            return torch.zeros(0, dtype=torch.float64)
+        v = x[self.ordinals[lo:hi] - base]
+        return v[torch.isfinite(v)]
+
+    def add_picked(self, v: torch.Tensor, n: int) -> None:
+        """The next ``n`` valid tokens, of which the sample keeps ``v`` (:meth:`pick`), in input order."""
+        self.total += int(n)
+        if v.numel():
+            self.parts.append(v)
 
     @property
     def values(self) -> torch.Tensor:

@@ -33,7 +33,7 @@ class ChunkFigures:
     ret_minus_val: RowPartials | None
 
 
-def _row_reward_and_length(layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor, padded: bool,
+def row_reward_and_length(layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor, padded: bool,
                            sel: torch.Tensor | None = None, voff: torch.Tensor | None = None):
     """(Σ token_level_rewards [B] float64, response length [B]) of a chunk's rows; padded lists: the
     length runs to the last mask=1 position."""
@@ -57,7 +57,7 @@ def chunk_figures(layout: Ragged, m: torch.Tensor, ret: torch.Tensor, tlr: torch
     if sel is None:
         sel = torch.nonzero(m, as_tuple=True)[0]
         voff = torch.searchsorted(sel, layout.offsets)
-    seq_reward, resp_len = _row_reward_and_length(layout, m, tlr, padded, sel, voff)
+    seq_reward, resp_len = row_reward_and_length(layout, m, tlr, padded, sel, voff)
     rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
     ret_p = RowPartials.of_tokens(rv, voff, rows_minmax=not one_scope)
     val_p = rmv_p = None
@@ -225,10 +225,16 @@ class FigureCollector:
         :meth:`add_chunk` from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
         only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
         layout = layout.to("cpu")
-        B = layout.num_rows
-        rows = slice(row0, row0 + B)
         m = mask.detach().to("cpu") > 0 if self.padded else None
-        self.seq_reward[rows], self.resp_len[rows] = _row_reward_and_length(layout, m, tlr, self.padded)
+        self.add_row_values(row0, *row_reward_and_length(layout, m, tlr, self.padded), adv_row, ret_row)
+
+    def add_row_values(self, row0: int, seq_reward: torch.Tensor, resp_len: torch.Tensor, adv_row: torch.Tensor,
+                       ret_row: torch.Tensor) -> None:
+        """:meth:`add_row_chunk` with the chunk's Σ token_level_rewards and response length per row
+        (:func:`row_reward_and_length`) made where its tokens are."""
+        B = adv_row.numel()
+        rows = slice(row0, row0 + B)
+        self.seq_reward[rows], self.resp_len[rows] = seq_reward, resp_len
         n = self.valid_len[rows]
         self.valid[rows] = n
         scope = self._row_scope(rows, B)

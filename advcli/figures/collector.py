@@ -149,12 +149,13 @@ class FigureCollector:
 
     def token_partials(self, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
                        tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None,
-                       *, vbase: int | None = None, edges: torch.Tensor | None = None,
+                       *, vbase: torch.Tensor | None = None, edges: torch.Tensor | None = None,
                        check_const: bool = True) -> TokenPartials:
         """Everything :meth:`add_partials` reads from one chunk's tokens, token by token: the valid tokens
         are found once and each quantity is reduced per row (float64). Needs only the settings of
-        :meth:`settings` (a Ray worker builds a collector from them, :meth:`of_settings`). ``vbase``: the
-        run's valid tokens before the chunk (the sample's values are then picked here; None: the
+        :meth:`settings` (a Ray worker builds a collector from them, :meth:`of_settings`). ``vbase`` [B]: where each
+        row's valid tokens start among the run's (from the row table's Σ mask, so that the place of a
+        token does not depend on the chunks; the sample's values are then picked here; None: the
         tokens in order, as fed); ``edges``: the advantage histogram's edges when already fixed (the
         chunk's counts are then made here; None: its finite values are sent)."""
         layout = layout.to("cpu")
@@ -170,7 +171,11 @@ class FigureCollector:
         pa = RowPartials.of_tokens(av, voff, rows_minmax=self.S != 1, check_const=check_const)
         zpos = torch.searchsorted(torch.nonzero(av == 0, as_tuple=True)[0], voff)  # zeros before each row
         finite = av if pa.all_finite else av[torch.isfinite(av)]
-        sample = None if vbase is None else self.reservoir.pick(vbase, av)
+        sample = None
+        if vbase is not None:  # each valid token's place: its row's first place + its rank in the row
+            cnt = voff[1:] - voff[:-1]
+            rank = torch.arange(av.numel(), dtype=torch.int64) - torch.repeat_interleave(voff[:-1], cnt)
+            sample = self.reservoir.pick(torch.repeat_interleave(vbase.to(torch.int64), cnt) + rank, av)
         counts = None if edges is None else count_bins(finite, edges, linear_bins(edges))
         return TokenPartials(figures, voff[1:] - voff[:-1], pa, zpos[1:] - zpos[:-1],
                              av if sample is None else sample, int(av.numel()), sample is not None,

@@ -84,18 +84,19 @@ class TokenSample:
 
     def add(self, x: torch.Tensor) -> None:
         """``x`` float64: the next valid tokens' values, in input order."""
-        self.add_picked(self.pick(self.total, x), x.numel())
+        n = x.numel()
+        self.add_picked(self.pick(torch.arange(self.total, self.total + n, dtype=torch.int64), x), n)
 
-    def pick(self, base: int, x: torch.Tensor) -> torch.Tensor:
-        """The finite values of ``x`` (valid tokens ``base .. base + n − 1`` of the run, in input order)
-        that the sample keeps: what a worker that knows where its chunk starts sends instead of ``x``."""
+    def pick(self, ordinals: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The finite values of ``x`` that the sample keeps, ``ordinals`` [n] (increasing) being their
+        tokens' places among the run's valid tokens: what a chunk sends instead of its tokens."""
         if self.ordinals is None:
             self.prepare(0)
-        n = x.numel()
-        lo, hi = torch.searchsorted(self.ordinals, torch.tensor([base, base + n])).tolist()
-        if hi <= lo:
+        if x.numel() == 0 or self.ordinals.numel() == 0:
             return torch.zeros(0, dtype=torch.float64)
-        v = x[self.ordinals[lo:hi] - base]
+        pos = torch.searchsorted(self.ordinals, ordinals)
+        hit = self.ordinals[torch.clamp(pos, max=self.ordinals.numel() - 1)] == ordinals
+        v = x[hit]
         return v[torch.isfinite(v)]
 
     def add_picked(self, v: torch.Tensor, n: int) -> None:

@@ -94,19 +94,23 @@ class ChunkPartials:
 class PartialMaker:
     """Makes one chunk's :class:`ChunkPartials` from its final token values: on the driver for the local
     engine (with the run's own collector, tokens fed in order), or on a Ray worker from
-    :meth:`RunObserver.partial_settings` (``vbase``, the run's valid tokens before the chunk, then
-    places it among the run's tokens; ``edges``: the advantage histogram's, when fixed before)."""
+    :meth:`RunObserver.partial_settings`. ``valid_len`` [R]: the row table's Σ mask, which places
+    each row's valid tokens among the run's (the advantage sample is drawn by that place, whoever
+    makes the chunk); ``edges``: the advantage histogram's, when fixed before the pass."""
 
-    def __init__(self, plan, settings: dict, collector=None, edges: torch.Tensor | None = None):
+    def __init__(self, plan, settings: dict, valid_len: torch.Tensor, collector=None,
+                 edges: torch.Tensor | None = None):
         from ..diagnostics import Diagnostics
         self.plan, self.settings, self.edges = plan, settings, edges
+        self.vstart = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(valid_len.to(torch.int64), 0)])
         self.row_path = settings["row_path"]
         self.collector = collector if collector is not None else FigureCollector.of_settings(settings["figures"])
         self.local = collector is not None
         self.diag = Diagnostics(**diagnostics_settings(plan))
 
-    def partials(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict, vbase: int | None = None,
+    def partials(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict,
                  seen: ChunkObservations | None = None) -> ChunkPartials:
+        """Rows ``row0 ..`` of the run: their final token values (``seen``: see :meth:`RunObserver.add`)."""
         from ..diagnostics import nonfinite_rows
         from ..figures.positions import position_sums
         layout = layout.to("cpu")
@@ -128,9 +132,8 @@ class PartialMaker:
                                  findings, positions)
         c = self.collector
         check = not c.adv_nonconstant if self.local else True
-        tp = c.token_partials(layout, mask, adv, ret, tlr, tok.get("values"),
-                              seen.figures if seen is not None else None, vbase=vbase, edges=self.edges,
-                              check_const=check)
+        tp = c.token_partials(layout, mask, adv, ret, tlr, tok.get("values"), seen.figures if seen is not None else None,
+                              vbase=self.vstart[row0:row0 + layout.num_rows], edges=self.edges, check_const=check)
         return ChunkPartials(tp, None, nonfinite_rows(layout, mask, adv), findings, positions)
 
 
@@ -175,7 +178,7 @@ class RunObserver:
                             has_values="values" in plan.token_roles)
         self.row_path = (self.ROW_PATH and plan.spec.level == "row" and bool(getattr(plan.spec, "row_constant", False))
                          and getattr(res, "adv_row", None) is not None and not self.figures.has_values)
-        self.maker = PartialMaker(plan, self.partial_settings(), collector=self.figures)
+        self.maker = PartialMaker(plan, self.partial_settings(), self.figures.valid_len, collector=self.figures)
         keys = getattr(res, "row_keys", None) or {}
         pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
         mask_placed = bool(plan.run.reward.mask_placed)

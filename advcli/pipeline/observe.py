@@ -132,7 +132,8 @@ class PartialMaker:
                                  findings, positions)
         c = self.collector
         check = not c.adv_nonconstant if self.local else True
-        tp = c.token_partials(layout, mask, adv, ret, tlr, tok.get("values"), seen.figures if seen is not None else None,
+        fig = seen.figures if seen is not None else None
+        tp = c.token_partials(layout, mask, adv, ret, tlr, tok.get("values"), fig,
                               vbase=self.vstart[row0:row0 + layout.num_rows], edges=self.edges, check_const=check)
         return ChunkPartials(tp, None, nonfinite_rows(layout, mask, adv), findings, positions)
 

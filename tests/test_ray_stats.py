@@ -105,11 +105,12 @@ def test_partials_do_not_grow_with_the_response_length(tmp_path):
         got = []
         real_add = RunObserver.add
 
-        def add(self, row0, layout, mask, adv, ret, tlr, tok, seen=None):
+        def add(self, row0, layout, mask, adv, ret, tlr, tok, seen=None, got=got, real_add=real_add):
             maker = PartialMaker(self.plan, {**self.partial_settings(), "figures": {
                 **self.partial_settings()["figures"], "reservoir": 1}}, self.figures.valid_len,
                 edges=seed_edges(torch.tensor([-1.0, 1.0], dtype=torch.float64)))
-            got.append(len(pickle.dumps(maker.partials(row0, layout, mask, adv, ret, tlr, tok), protocol=5)))
+            part = maker.partials(row0, layout, mask, adv, ret, tlr, tok, seen=seen)
+            got.append(len(pickle.dumps(part, protocol=5)))
             return real_add(self, row0, layout, mask, adv, ret, tlr, tok, seen)
 
         RunObserver.add = add

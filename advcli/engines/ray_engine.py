@@ -14,7 +14,10 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    per-batch float64 sums in row order.
 3. **workers**: ``map_batches(_Worker, batch_format="pyarrow")`` (an actor class, one GPU each when
    the cluster has GPUs) over advcli's read shards, applying the same per-chunk math
-   (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`.
+   (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`;
+   each batch's partial run statistics (not its tokens) go to one small actor that merges them in row
+   order (:mod:`advcli.engines.ray_stats`, after a seed pass over the first rows that fixes the
+   advantage histogram's edges when the run is token-level and large).
 
 **Shards**: advcli plans the reads (:mod:`advcli.engines.ray_shards`): each shard is rows
 ``[start, stop)`` of one input file, with the global index of its first row; Ray Data carries only
@@ -472,7 +475,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 seed = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
                         "mode": "seed", "stats": stats}
                 stats["edges"] = histogram_edges(cl, lambda c: _map(c, token_cols, seed), res.table.valid_len,
-                                                 stats["seed_tokens"], observer.figures.bins)
+                                                 stats["seed_tokens"], observer.figures.bins, tick=watch.tick)
                 if stats["edges"] is not None:
                     observer.figures.adv_hist.fix_edges(stats["edges"])
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

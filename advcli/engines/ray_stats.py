@@ -67,12 +67,14 @@ def seed_values(first: int, vstart: torch.Tensor, seed_tokens: int, mask, adv) -
     return pa.table({"first_row": [first], "values": pa.array([x], type=pa.list_(pa.float64()))})
 
 
-def histogram_edges(cl, map_seed, valid_len: torch.Tensor, seed_tokens: int, bins: int) -> torch.Tensor | None:
+def histogram_edges(cl, map_seed, valid_len: torch.Tensor, seed_tokens: int, bins: int,
+                    tick=None) -> torch.Tensor | None:
     """The edges :class:`advcli.figures.StreamHistogram` fixes from the run's first ``seed_tokens``
     finite valid advantages, computed before the write pass by running it on the first rows only
     (``map_seed(cluster)``: the seed pass over ``cluster.shards``, yielding :func:`seed_values` tables),
     so that the workers count every token against them. None when the run has at most ``seed_tokens``
-    valid tokens: the chunks then send their finite advantages, at most ``seed_tokens`` in all."""
+    valid tokens: the chunks then send their finite advantages, at most ``seed_tokens`` in all.
+    ``tick()``: told after each batch received (progress for the node watch)."""
     from ..figures.histograms import seed_edges
 
     vstart = np.concatenate([[0], np.cumsum(valid_len.numpy().astype(np.int64))])
@@ -89,6 +91,8 @@ def histogram_edges(cl, map_seed, valid_len: torch.Tensor, seed_tokens: int, bin
         for b in map_seed(dataclasses.replace(cl, shards=shards)).iter_batches(batch_format="pyarrow",
                                                                                 batch_size=None):
             parts += b.to_pylist()
+            if tick is not None:
+                tick()
         parts.sort(key=lambda p: p["first_row"])
         x = torch.tensor([v for p in parts for v in p["values"]], dtype=torch.float64)
         if x.numel() >= seed_tokens or r >= R:  # non-finite or rejected tokens among the first: read further

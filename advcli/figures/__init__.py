@@ -8,6 +8,9 @@ The collector is fed twice by the pipeline:
 2. :meth:`FigureCollector.add_chunk` for every chunk of the write pass (advantages, returns, token-level
    rewards, values, mask, the chunk's layout), or :meth:`FigureCollector.add_row_chunk` (the rows'
    advantage and return instead of the tokens') when they are row-constant (see "How" below).
+   Either is one chunk's partial figures (:meth:`FigureCollector.token_partials`, a few numbers per row,
+   the sample's values in the chunk, histogram counts) added by :meth:`FigureCollector.add_partials` in
+   row order: the Ray engine's workers make the partials and one actor adds them.
 
 :meth:`FigureCollector.finish` then returns plain JSON-able structures (no tensors, no NaN: a figure that
 cannot be computed is ``None``). They end up on :class:`advcli.pipeline.RunResult`:

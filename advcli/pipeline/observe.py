@@ -151,7 +151,7 @@ class RunObserver:
     :func:`advcli.pipeline.tokens.chunk_final` (whitening by scope, re-masking, clip, returns), so every
     valid token of a row holds one advantage and one return. :meth:`add` then runs that same
     ``chunk_final`` on the chunk's ``[B]`` row values (one token per row, mask 1: element-wise ops,
-    the same bits) and feeds :meth:`FigureCollector.add_row_chunk` and the diagnostics per row; per token
+    the same bits) and feeds :meth:`FigureCollector.add_row_values` and the diagnostics per row; per token
     only Σ token_level_rewards per row is left. Each chunk checks its rows' last token (when valid)
     against the row values and stops the run on a mismatch (a broken assumption, never silent
     figures). Not taken when the run reads a ``values`` column or :attr:`ROW_PATH` is false.

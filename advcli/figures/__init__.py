@@ -46,7 +46,8 @@ advcli's additions (not logged by verl):
   value (every row-level estimator, whitened or not): the row values weighted by their token counts
   give the token distribution. Otherwise (GAE, REINFORCE++, ...) they come from a fixed sample of
   :data:`RESERVOIR` valid tokens drawn by ordinal (:func:`sample_ordinals`): the run's V valid tokens,
-  in input order, are cut into RESERVOIR strata of V/RESERVOIR (±1) consecutive tokens and each
+  in input order (each placed by its row's start in the row table's Σ mask and its rank in the
+  row), are cut into RESERVOIR strata of V/RESERVOIR (±1) consecutive tokens and each
   stratum gives the token at an offset set by a fixed hash of the stratum number (seed :data:`SEED`)
   — a stratified sample that does not depend on ``--chunk-rows``, non-finite values left out, and
   exact when the run has at most RESERVOIR valid tokens. ``critic/advantages/quantiles_exact`` says

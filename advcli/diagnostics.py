@@ -355,9 +355,13 @@ class Diagnostics:
         non-finite value), with no pass over the tokens. ``findings``: the chunk's token-column checks
         (:meth:`token_findings`), made earlier where its columns were decoded; ``tok`` is then not read."""
         layout = layout.to("cpu")
-        self._nonfinite(row0, layout, mask, adv, row_adv)
+        self.add_nonfinite(row0, *nonfinite_rows(layout, mask, adv, row_adv))
         if findings is None:
             findings = self.token_findings(row0, layout, mask, tok)
+        self.add_findings(findings)
+
+    def add_findings(self, findings: dict) -> None:
+        """One chunk's :meth:`token_findings`, chunks in row order."""
         for name in ("kl_in", "kl_out", "tls_dropped"):
             acc, part = getattr(self, name), findings[name]
             if "checked" in part:
@@ -367,22 +371,11 @@ class Diagnostics:
                     acc[k] += part[k]
             acc["examples"] += part["examples"][:max(MAX_EXAMPLES - len(acc["examples"]), 0)]
 
-    def _nonfinite(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor,
-                   row_adv: tuple[torch.Tensor, torch.Tensor] | None) -> None:
-        m = None
-        if row_adv is not None:
-            v, n = row_adv
-            bad_rows = torch.nonzero((n.to("cpu") > 0) & ~torch.isfinite(v.to("cpu")), as_tuple=True)[0]
-        elif bool(torch.isfinite(adv.detach().sum())):  # one reduction: no non-finite value anywhere
-            bad_rows = None
-        else:
-            m = mask.detach().to("cpu") > 0
-            bad = ~torch.isfinite(adv.detach().to("cpu")) & m
-            bad_rows = torch.unique(layout.row_index[bad]) if bool(bad.any()) else None
-        if bad_rows is not None and bad_rows.numel():
-            self.nonfinite["count"] += bad_rows.numel()
-            for r in bad_rows[:max(MAX_EXAMPLES - len(self.nonfinite["examples"]), 0)].tolist():
-                self.nonfinite["examples"].append({"row": row0 + r})
+    def add_nonfinite(self, row0: int, count: int, first_rows: list[int]) -> None:
+        """One chunk's rows with a non-finite valid advantage (:func:`nonfinite_rows`), chunks in row order."""
+        self.nonfinite["count"] += int(count)
+        for r in first_rows[:max(MAX_EXAMPLES - len(self.nonfinite["examples"]), 0)]:
+            self.nonfinite["examples"].append({"row": row0 + int(r)})
 
     def token_findings(self, row0: int, layout: Ragged, mask: torch.Tensor, tok: dict) -> dict:
         """The checks of one chunk's token columns that do not read its advantages (KL clamps, token
@@ -473,3 +466,20 @@ class Diagnostics:
                     "explanation": "rows with NaN or infinite advantages on valid tokens (e.g. an unbiased std of a "
                                    "group of one); they poison a training step's loss."})
         return out
+
+
+def nonfinite_rows(layout: Ragged, mask: torch.Tensor, adv: torch.Tensor,
+                   row_adv: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[int, list[int]]:
+    """(how many, the first :data:`MAX_EXAMPLES`) rows of one chunk (indices within it) that hold a
+    non-finite valid advantage; ``row_adv``: see :meth:`Diagnostics.add_chunk`."""
+    if row_adv is not None:
+        v, n = row_adv
+        bad_rows = torch.nonzero((n.to("cpu") > 0) & ~torch.isfinite(v.to("cpu")), as_tuple=True)[0]
+    elif bool(torch.isfinite(adv.detach().sum())):  # one reduction: no non-finite value anywhere
+        return 0, []
+    else:
+        bad = ~torch.isfinite(adv.detach().to("cpu")) & (mask.detach().to("cpu") > 0)
+        if not bool(bad.any()):
+            return 0, []
+        bad_rows = torch.unique(layout.to("cpu").row_index[bad])
+    return int(bad_rows.numel()), bad_rows[:MAX_EXAMPLES].tolist()

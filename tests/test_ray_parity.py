@@ -104,24 +104,6 @@ def test_diagnostics_and_warnings(ray_session, tmp_path, flavor, kind):
 
 
 
-def test_batch_of_scattered_rows_is_cut_into_ordered_chunks():
-    """A batch whose global rows are not neighbours goes to the statistics as runs of consecutive
-    rows, each with its own tokens."""
-    import numpy as np
-    import torch
-
-    from advcli.engines.ray_output import observer_chunks
-
-    grow = np.array([7, 3, 4, 8], dtype=np.int64)  # runs 3-4 and 7-8
-    offsets = np.array([0, 2, 5, 6, 9], dtype=np.int64)  # lengths 2, 3, 1, 3
-    x = torch.arange(9, dtype=torch.float32)
-    chunks = list(observer_chunks(grow, offsets, x, x + 100, x, x, {"values": x * 2}))
-    assert [c[0] for c in chunks] == [3, 7]
-    assert chunks[0][1].tolist() == [0, 3, 4] and chunks[0][3].tolist() == [102, 103, 104, 105]
-    assert chunks[1][1].tolist() == [0, 2, 5] and chunks[1][2].tolist() == [0, 1, 6, 7, 8]
-    assert chunks[1][6]["values"].tolist() == [0, 2, 12, 14, 16]
-
-
 def test_sidecar_output_equals_local(ray_session, dump, tmp_path):
     """--output-mode sidecar: row_index (per input file), the keys and the new columns, the local
     engine's sidecars read in input order; the same provenance metadata."""

@@ -212,7 +212,7 @@ ROW_CONFIGS = {
 def _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=7):
     """The run with the row-constant statistics, then with the token-by-token ones."""
     calls = {"rows": 0, "tokens": 0}
-    row_chunk, tok_chunk = st.FigureCollector.add_row_chunk, st.FigureCollector.add_chunk
+    row_chunk, tok_chunk = st.FigureCollector.add_row_values, st.FigureCollector.add_partials
 
     def rows(self, *a, **k):
         calls["rows"] += 1
@@ -221,8 +221,8 @@ def _run_both(tmp_path, monkeypatch, src, flavor, settings, chunk_rows=7):
     def toks(self, *a, **k):
         calls["tokens"] += 1
         return tok_chunk(self, *a, **k)
-    monkeypatch.setattr(st.FigureCollector, "add_row_chunk", rows)
-    monkeypatch.setattr(st.FigureCollector, "add_chunk", toks)
+    monkeypatch.setattr(st.FigureCollector, "add_row_values", rows)
+    monkeypatch.setattr(st.FigureCollector, "add_partials", toks)
     fast = advcli.run(src, tmp_path / "fast.parquet", flavor=flavor, settings=settings, chunk_rows=chunk_rows,
                       force=True, device="cpu")
     assert calls["rows"] > 1 and calls["tokens"] == 0  # the row path was taken, chunk by chunk

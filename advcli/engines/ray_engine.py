@@ -14,7 +14,10 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    per-batch float64 sums in row order.
 3. **workers**: ``map_batches(_Worker, batch_format="pyarrow")`` (an actor class, one GPU each when
    the cluster has GPUs) over advcli's read shards, applying the same per-chunk math
-   (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`.
+   (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`;
+   each batch's partial run statistics (not its tokens) go to one small actor that merges them in row
+   order (:mod:`advcli.engines.ray_stats`, after a seed pass over the first rows that fixes the
+   advantage histogram's edges when the run is token-level and large).
 
 **Shards**: advcli plans the reads (:mod:`advcli.engines.ray_shards`): each shard is rows
 ``[start, stop)`` of one input file, with the global index of its first row; Ray Data carries only
@@ -71,11 +74,9 @@ from ..pipeline.rows import row_table_pass
 from ..pipeline.run import finish_result, open_and_plan, wants_positions
 from ..ragged import Ragged
 from .ray_output import (
-    ObserverSink,
     check_output_dir,
     check_output_prefix,
     delete_prefix,
-    observer_chunks,
     ordered_sink,
     publish_prefix,
     replace_dir,
@@ -84,6 +85,7 @@ from .ray_output import (
 )
 from .ray_rows import ROW_COL, lean, take_rows
 from .ray_shards import Shard, plan_shards, read_shard, shard_target
+from .ray_stats import StatsSink, histogram_edges, seed_values
 
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
@@ -137,7 +139,9 @@ class _Worker:
         self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
         self.out_schema = payload.get("out_schema")
-        self.observer = payload.get("observer")
+        self.observer = payload.get("observer")  # the statistics actor (advcli.engines.ray_stats.StatsSink)
+        self.stats = payload.get("stats")  # {"settings": RunObserver.partial_settings(), "edges": ...}
+        self.maker = None
         self.row_kl = payload.get("row_kl", True)
         self.names = payload.get("names") or self.read.paths  # the inputs as the user named them (messages)
         self.reader = ChunkReader(self.plan, None)
@@ -158,6 +162,14 @@ class _Worker:
             where = traceback.extract_tb(e.__traceback__)[-1]
             msg = f"{type(e).__name__}: {e} (in a Ray worker, {os.path.basename(where.filename)}:{where.lineno})"
             raise RuntimeError(_ERR_MARK + json.dumps(["internal", msg, None]) + _ERR_MARK) from e
+
+    def _maker(self):
+        if self.maker is None:
+            from ..pipeline.observe import PartialMaker
+
+            self.maker = PartialMaker(self.plan, self.stats["settings"], self.res.table.valid_len,
+                                      edges=self.stats.get("edges"))
+        return self.maker
 
     def _call(self, batch: pa.RecordBatch, fi: int, off0: int, first: int) -> pa.Table:
         """The mode's result on one batch: rows ``off0..`` of input file ``fi``, global rows ``first..``."""
@@ -195,11 +207,13 @@ class _Worker:
         adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True, extras=extras)
         extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
                  if sub.correction is not None else None)  # as the local engine's write pass
-        if self.observer is not None:
+        if self.mode == "seed":  # the run's first finite valid advantages (histogram_edges)
+            return seed_values(first, self._maker().vstart, self.stats["seed_tokens"], mask, adv)
+        if self.observer is not None:  # this chunk's partial statistics, not its tokens
             import ray
 
-            for args in observer_chunks(grow, offsets, mask, adv, ret, tlr, tok):
-                ray.get(self.observer.add.remote(*args))
+            p = self._maker().partials(first, layout, mask, adv, ret, tlr, tok)
+            ray.get(self.observer.add.remote(first, len(grow), p))
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
         if self.out_schema.names[0] == SIDECAR_ROW:  # each row's position in its own input file
@@ -453,15 +467,26 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                                    by_position=wants_positions(plan, by_position))
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+            token_cols = list(roles_to_columns(plan, plan.token_roles))
+            stats = {"settings": observer.partial_settings(), "edges": None,
+                     "seed_tokens": observer.figures.adv_hist.seed_tokens}
+            if not observer.row_path:  # the advantage histogram's edges, before the workers count
+                watch.stage("the histogram seed pass")
+                seed = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
+                        "mode": "seed", "stats": stats}
+                stats["edges"] = histogram_edges(cl, lambda c: _map(c, token_cols, seed), res.table.valid_len,
+                                                 stats["seed_tokens"], observer.figures.bins, tick=watch.tick)
+                if stats["edges"] is not None:
+                    observer.figures.adv_hist.fix_edges(stats["edges"])
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(ObserverSink).remote(observer, inputs.num_rows)
+            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(StatsSink).remote(observer, inputs.num_rows)
             watch.stage("the compute-and-write pass")
             watch.follow_sink(sink, inputs.num_rows)
             payload = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
                        "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
-                       "observer": sink}
+                       "observer": sink, "stats": stats}
             cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
-                list(roles_to_columns(plan, plan.token_roles)) + [f.name for f in base_fields])
+                token_cols + [f.name for f in base_fields])
             ds = _map(cl, cols, payload)
             if out_fs is None:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -6,7 +6,7 @@ nodes of a local ``ray.cluster_utils.Cluster``):
 - Ray Data's map actors are created with ``max_restarts=-1, max_task_retries=-1``: an actor on the
   lost node is restarted elsewhere and its unfinished batches are submitted again; read and write
   tasks are retried (``max_retries``). A batch computed twice gives the same values: the statistics
-  actor (:class:`advcli.engines.ray_output.ObserverSink`, pinned to the driver's node) ignores rows
+  actor (:class:`advcli.engines.ray_stats.StatsSink`, pinned to the driver's node) ignores rows
   it has fed already, and a part file written again replaces the same name.
 - What it cannot do: run anything when the nodes left have no room for it. A restarted actor waits
   until a node has the CPU or GPU it asks for, and a read task until a CPU is free; if the lost node

@@ -1,5 +1,5 @@
-"""Where the Ray engine's compute-and-write pass goes: the statistics sink (the local engine's
-observer in a small actor, fed in row order), the ordered Parquet sink (part files named by their
+"""Where the Ray engine's compute-and-write pass goes (its statistics: :mod:`advcli.engines.ray_stats`):
+the ordered Parquet sink (part files named by their
 first global row), and the output directory or object-storage prefix it is published to.
 """
 from __future__ import annotations
@@ -12,93 +12,10 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from ..errors import AdvcliError
 from ..io.temps import TMP_TAG
-from ..pipeline import (
-    RunResult,
-)
-from ..ragged import Ragged
 from .ray_rows import ROW_COL
-
-
-def observer_chunks(grow: np.ndarray, offsets: np.ndarray, mask, adv, ret, tlr, tok: dict):
-    """The batch as the local engine's observer chunks: ``(row0, offsets, mask, adv, ret, tlr, tok)``
-    on the CPU, one per run of consecutive global rows (a batch is normally one run; it is cut where
-    Ray gathered rows that are not neighbours)."""
-    n = len(grow)
-    if n == 0:
-        return
-    total = int(offsets[-1])
-
-    def cpu(x):
-        return x.detach().to("cpu")
-
-    flat = {"mask": cpu(mask), "adv": cpu(adv), "ret": cpu(ret), "tlr": cpu(tlr)}
-    toks = {k: cpu(v) for k, v in tok.items() if isinstance(v, torch.Tensor)}
-    order = np.argsort(grow, kind="stable")
-    if bool((np.diff(grow) == 1).all()):
-        yield (int(grow[0]), offsets, flat["mask"], flat["adv"], flat["ret"], flat["tlr"], toks)
-        return
-    g = grow[order]
-    cuts = np.flatnonzero(np.diff(g) != 1) + 1
-    for run in np.split(order, cuts):  # rows of one run, in order; their tokens gathered
-        lengths = offsets[run + 1] - offsets[run]
-        idx = torch.from_numpy(np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in run])
-                               if len(run) else np.zeros(0, dtype=np.int64))
-        off = np.concatenate([[0], np.cumsum(lengths)]).astype(offsets.dtype)
-
-        yield (int(grow[run[0]]), off, *(take_tokens(flat[k], idx, total) for k in ("mask", "adv", "ret", "tlr")),
-               {k: take_tokens(v, idx, total) for k, v in toks.items()})
-
-
-def take_tokens(x: torch.Tensor, idx: torch.Tensor, total: int) -> torch.Tensor:
-    if x.numel() != total:
-        raise RuntimeError("internal: a token tensor of the batch is not one value per token")
-    return x[idx]
-
-
-class ObserverSink:
-    """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
-    the same object, built on the driver) in a small Ray actor: every worker sends it its batch's
-    chunks, which it feeds to the observer in global row order (holding those that come early), so
-    every figure is the local engine's, bit for bit: quantiles, histograms, group health, diagnostics."""
-
-    def __init__(self, observer, num_rows: int):
-        self.obs, self.R = observer, num_rows
-        self.next = 0
-        self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
-        self.waiting: dict[int, tuple] = {}
-
-    def seen(self) -> tuple[int, int]:
-        """(chunks received, rows fed to the observer in order)."""
-        return self.received, self.next
-
-    def add(self, row0, offsets, mask, adv, ret, tlr, tok):
-
-        self.received += 1
-        if row0 < self.next:  # a batch Ray ran again (a worker or node was lost): the same values, fed already
-            return True
-        self.waiting[row0] = (offsets, mask, adv, ret, tlr, tok)
-        while self.next in self.waiting:
-            offsets, mask, adv, ret, tlr, tok = self.waiting.pop(self.next)
-            layout = Ragged(torch.from_numpy(np.asarray(offsets, dtype=np.int64)))
-            self.obs.add(self.next, layout, mask, adv, ret, tlr, tok)
-            self.next += layout.num_rows
-        return True
-
-    def finish(self) -> dict:
-        if self.next != self.R or self.waiting:
-            raise RuntimeError(f"internal: the statistics received rows 0..{self.next - 1} of {self.R} in order "
-                               f"({len(self.waiting)} chunks left waiting); please report this")
-        result = RunResult(inputs=[], outputs=[], rows=self.R, tokens=0, valid_tokens=0, seconds=0.0, config={})
-        self.obs.finish(result)
-        return {"metrics": result.metrics, "per_step": result.per_step, "histograms": result.histograms,
-                "group_health": result.group_health, "diagnostics": result.diagnostics,
-                "warnings": result.warnings, "by_position": result.by_position}
-
-
 
 
 def check_output_dir(output: str, inputs: list[str], force: bool) -> None:

@@ -8,6 +8,9 @@ The collector is fed twice by the pipeline:
 2. :meth:`FigureCollector.add_chunk` for every chunk of the write pass (advantages, returns, token-level
    rewards, values, mask, the chunk's layout), or :meth:`FigureCollector.add_row_chunk` (the rows'
    advantage and return instead of the tokens') when they are row-constant (see "How" below).
+   Either is one chunk's partial figures (:meth:`FigureCollector.token_partials`, a few numbers per row,
+   the sample's values in the chunk, histogram counts) added by :meth:`FigureCollector.add_partials` in
+   row order: the Ray engine's workers make the partials and one actor adds them.
 
 :meth:`FigureCollector.finish` then returns plain JSON-able structures (no tensors, no NaN: a figure that
 cannot be computed is ``None``). They end up on :class:`advcli.pipeline.RunResult`:
@@ -43,7 +46,8 @@ advcli's additions (not logged by verl):
   value (every row-level estimator, whitened or not): the row values weighted by their token counts
   give the token distribution. Otherwise (GAE, REINFORCE++, ...) they come from a fixed sample of
   :data:`RESERVOIR` valid tokens drawn by ordinal (:func:`sample_ordinals`): the run's V valid tokens,
-  in input order, are cut into RESERVOIR strata of V/RESERVOIR (±1) consecutive tokens and each
+  in input order (each placed by its row's start in the row table's Σ mask and its rank in the
+  row), are cut into RESERVOIR strata of V/RESERVOIR (±1) consecutive tokens and each
   stratum gives the token at an offset set by a fixed hash of the stratum number (seed :data:`SEED`)
   — a stratified sample that does not depend on ``--chunk-rows``, non-finite values left out, and
   exact when the run has at most RESERVOIR valid tokens. ``critic/advantages/quantiles_exact`` says

@@ -11,7 +11,7 @@ import torch
 
 from ..ops.groups import GroupIndex
 from ..ragged import Ragged
-from .histograms import BINS, StreamHistogram, histogram
+from .histograms import BINS, StreamHistogram, count_bins, histogram, linear_bins
 from .json_values import figure
 from .quantile_sketch import RESERVOIR, TokenSample, quantiles
 from .sums import RowPartials, ScopeSums, row_sums64
@@ -33,7 +33,7 @@ class ChunkFigures:
     ret_minus_val: RowPartials | None
 
 
-def _row_reward_and_length(layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor, padded: bool,
+def row_reward_and_length(layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor, padded: bool,
                            sel: torch.Tensor | None = None, voff: torch.Tensor | None = None):
     """(Σ token_level_rewards [B] float64, response length [B]) of a chunk's rows; padded lists: the
     length runs to the last mask=1 position."""
@@ -57,7 +57,7 @@ def chunk_figures(layout: Ragged, m: torch.Tensor, ret: torch.Tensor, tlr: torch
     if sel is None:
         sel = torch.nonzero(m, as_tuple=True)[0]
         voff = torch.searchsorted(sel, layout.offsets)
-    seq_reward, resp_len = _row_reward_and_length(layout, m, tlr, padded, sel, voff)
+    seq_reward, resp_len = row_reward_and_length(layout, m, tlr, padded, sel, voff)
     rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
     ret_p = RowPartials.of_tokens(rv, voff, rows_minmax=not one_scope)
     val_p = rmv_p = None
@@ -66,6 +66,24 @@ def chunk_figures(layout: Ragged, m: torch.Tensor, ret: torch.Tensor, tlr: torch
         val_p = RowPartials.of_tokens(vv, voff, rows_minmax=not one_scope)
         rmv_p = RowPartials.of_tokens(rv - vv, voff, rows_minmax=not one_scope)
     return ChunkFigures(seq_reward, resp_len, ret_p, val_p, rmv_p)
+
+
+@dataclass
+class TokenPartials:
+    """What the run figures read from one chunk's tokens, made where the tokens are
+    (:meth:`FigureCollector.token_partials`) and merged by :meth:`FigureCollector.add_partials`: a few
+    numbers per row, plus the advantage sample's values that fall in the chunk and the histogram's
+    counts (or, before its edges are fixed, the chunk's finite advantages)."""
+
+    figures: ChunkFigures
+    valid: torch.Tensor  # [B] int64 Σ mask
+    adv: RowPartials  # the valid advantages
+    adv_zero: torch.Tensor  # [B] int64 valid tokens whose advantage is 0
+    sample: torch.Tensor  # the sampled finite valid advantages (or all valid advantages: vbase None)
+    num_valid: int  # valid tokens in the chunk
+    picked: bool  # ``sample`` holds the sampled values only (the chunk's place among the valid tokens was known)
+    hist_values: torch.Tensor | None  # finite valid advantages, when the histogram's edges were not given
+    hist_counts: tuple | None  # (counts [bins], underflow, overflow) against the given edges
 
 
 class FigureCollector:
@@ -122,14 +140,25 @@ class FigureCollector:
 
     def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
                   tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None) -> None:
-        """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device),
-        token by token: the valid tokens are found once, each quantity is reduced per row (float64)
-        and the row figures are added to the scopes in row order. ``figures``: the chunk's figures that
+        """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device):
+        :meth:`token_partials` here, then :meth:`add_partials`. ``figures``: the chunk's figures that
         do not depend on its advantages (:func:`chunk_figures`), computed earlier where its token
         columns were at hand; ``ret``, ``tlr`` and ``values`` are then not read."""
+        self.add_partials(row0, self.token_partials(layout, mask, adv, ret, tlr, values, figures,
+                                                    check_const=not self.adv_nonconstant))
+
+    def token_partials(self, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
+                       tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None,
+                       *, vbase: torch.Tensor | None = None, edges: torch.Tensor | None = None,
+                       check_const: bool = True) -> TokenPartials:
+        """Everything :meth:`add_partials` reads from one chunk's tokens, token by token: the valid tokens
+        are found once and each quantity is reduced per row (float64). Needs only the settings of
+        :meth:`settings` (a Ray worker builds a collector from them, :meth:`of_settings`). ``vbase`` [B]: where each
+        row's valid tokens start among the run's (from the row table's Σ mask, so that the place of a
+        token does not depend on the chunks; the sample's values are then picked here; None: the
+        tokens in order, as fed); ``edges``: the advantage histogram's edges when already fixed (the
+        chunk's counts are then made here; None: its finite values are sent)."""
         layout = layout.to("cpu")
-        B = layout.num_rows
-        rows = slice(row0, row0 + B)
         m = mask.detach().to("cpu") > 0
         # the valid tokens' flat indices, found once and gathered with; voff[i]: valid tokens before row i
         sel = torch.nonzero(m, as_tuple=True)[0]
@@ -137,13 +166,30 @@ class FigureCollector:
         if figures is None:
             figures = chunk_figures(layout, m, ret, tlr, values if self.has_values else None, padded=self.padded,
                                     one_scope=self.S == 1, sel=sel, voff=voff)
-        self.seq_reward[rows], self.resp_len[rows] = figures.seq_reward, figures.resp_len
-        self.valid[rows] = voff[1:] - voff[:-1]
-        scope = self._row_scope(rows, B)
         # index_select, not x[sel]: the generic indexing kernel is ~3x slower for a flat gather
         av = torch.index_select(adv.detach().to("cpu"), 0, sel).to(torch.float64)
-        one = self.S == 1
-        pa = RowPartials.of_tokens(av, voff, rows_minmax=not one, check_const=not self.adv_nonconstant)
+        pa = RowPartials.of_tokens(av, voff, rows_minmax=self.S != 1, check_const=check_const)
+        zpos = torch.searchsorted(torch.nonzero(av == 0, as_tuple=True)[0], voff)  # zeros before each row
+        finite = av if pa.all_finite else av[torch.isfinite(av)]
+        sample = None
+        if vbase is not None:  # each valid token's place: its row's first place + its rank in the row
+            cnt = voff[1:] - voff[:-1]
+            rank = torch.arange(av.numel(), dtype=torch.int64) - torch.repeat_interleave(voff[:-1], cnt)
+            sample = self.reservoir.pick(torch.repeat_interleave(vbase.to(torch.int64), cnt) + rank, av)
+        counts = None if edges is None else count_bins(finite, edges, linear_bins(edges))
+        return TokenPartials(figures, voff[1:] - voff[:-1], pa, zpos[1:] - zpos[:-1],
+                             av if sample is None else sample, int(av.numel()), sample is not None,
+                             finite if counts is None else None, counts)
+
+    def add_partials(self, row0: int, p: TokenPartials) -> None:
+        """One chunk's :class:`TokenPartials`, chunks in row order: the row figures are written to the row
+        entries and added to the scopes row by row, so every sum is the local engine's whoever made them."""
+        figures, pa = p.figures, p.adv
+        B = p.valid.numel()
+        rows = slice(row0, row0 + B)
+        self.seq_reward[rows], self.resp_len[rows] = figures.seq_reward, figures.resp_len
+        self.valid[rows] = p.valid
+        scope = self._row_scope(rows, B)
         self.adv.add(pa, scope)
         self.adv_sum[rows] = pa.raw_sum
         self.adv_finite[rows] = pa.count
@@ -154,11 +200,28 @@ class FigureCollector:
         if figures.val is not None:
             self.val.add(figures.val, scope)
             self.ret_minus_val.add(figures.ret_minus_val, scope)
-        zpos = torch.searchsorted(torch.nonzero(av == 0, as_tuple=True)[0], voff)  # zeros before each row
-        self.adv_zero[rows] = zpos[1:] - zpos[:-1]
-        finite = av if pa.all_finite else av[torch.isfinite(av)]
-        self.reservoir.add(av)
-        self.adv_hist.add(finite)
+        self.adv_zero[rows] = p.adv_zero
+        if p.picked:
+            self.reservoir.add_picked(p.sample, p.num_valid)
+        else:  # the chunk's valid advantages themselves, in order
+            self.reservoir.add(p.sample)
+        if p.hist_counts is not None:
+            self.adv_hist.add_counts(*p.hist_counts)
+        else:
+            self.adv_hist.add(p.hist_values)
+
+    def settings(self) -> dict:
+        """What :meth:`token_partials` reads of this collector (no per-row table): for :meth:`of_settings`."""
+        return {"num_scopes": self.S, "padded": self.padded, "has_values": self.has_values,
+                "valid_tokens": self.reservoir.expected, "reservoir": self.reservoir.size, "bins": self.bins}
+
+    @staticmethod
+    def of_settings(st: dict) -> FigureCollector:
+        """A collector that only makes :meth:`token_partials` (on a Ray worker): no rows."""
+        c = FigureCollector(0, padded=st["padded"], reservoir=st["reservoir"], bins=st["bins"])
+        c.S, c.has_values = st["num_scopes"], st["has_values"]
+        c.reservoir.prepare(st["valid_tokens"])
+        return c
 
     def add_row_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor | None, tlr: torch.Tensor,
                       adv_row: torch.Tensor, ret_row: torch.Tensor) -> None:
@@ -167,10 +230,16 @@ class FigureCollector:
         :meth:`add_chunk` from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
         only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
         layout = layout.to("cpu")
-        B = layout.num_rows
-        rows = slice(row0, row0 + B)
         m = mask.detach().to("cpu") > 0 if self.padded else None
-        self.seq_reward[rows], self.resp_len[rows] = _row_reward_and_length(layout, m, tlr, self.padded)
+        self.add_row_values(row0, *row_reward_and_length(layout, m, tlr, self.padded), adv_row, ret_row)
+
+    def add_row_values(self, row0: int, seq_reward: torch.Tensor, resp_len: torch.Tensor, adv_row: torch.Tensor,
+                       ret_row: torch.Tensor) -> None:
+        """:meth:`add_row_chunk` with the chunk's Σ token_level_rewards and response length per row
+        (:func:`row_reward_and_length`) made where its tokens are."""
+        B = adv_row.numel()
+        rows = slice(row0, row0 + B)
+        self.seq_reward[rows], self.resp_len[rows] = seq_reward, resp_len
         n = self.valid_len[rows]
         self.valid[rows] = n
         scope = self._row_scope(rows, B)

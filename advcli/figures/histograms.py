@@ -63,38 +63,64 @@ class StreamHistogram:
     def _fix(self) -> None:
         x = torch.cat(self.pending)
         self.pending, self.npending = [], 0
-        lo, hi = (float(t) for t in torch.aminmax(x[:self.seed_tokens]))
-        span = hi - lo if hi > lo else max(abs(hi), 1.0)
-        self.edges = torch.linspace(lo - span / 2, hi + span / 2, self.bins + 1, dtype=torch.float64)
-        e0, e1 = float(self.edges[0]), float(self.edges[-1])
-        # torch.histogram maps a value to its bin by (x − e0)/(e1 − e0)·bins, then corrects by one bin
-        # either way against these same linspace edges: exact unless a bin spans only a few ulps
-        width_ok = (e1 - e0) / self.bins > 1e-9 * max(abs(e0), abs(e1))
-        if width_ok and math.isfinite(e1 - e0):
-            _, e = torch.histogram(self.edges[:1], bins=self.bins, range=(e0, e1))
-            self.linear = bool(torch.equal(e, self.edges))
+        self.fix_edges(seed_edges(x[:self.seed_tokens], self.bins))
         self._count(x)
 
+    def fix_edges(self, edges: torch.Tensor) -> None:
+        """Count against ``edges`` (:func:`seed_edges`) from now on: set by the Ray engine, which finds
+        the run's first tokens before its workers count theirs (:func:`count_bins`)."""
+        self.edges = edges
+        self.linear = linear_bins(edges)
+
     def _count(self, x: torch.Tensor) -> None:
-        e = self.edges
-        e0, e1 = float(e[0]), float(e[-1])
-        under = int((x < e0).sum())
-        if self.linear:
-            h, _ = torch.histogram(x, bins=self.bins, range=(e0, e1))
-            h = h.to(torch.int64)
-            inside = int(h.sum())
-        else:
-            keep = (x >= e0) & (x <= e1)
-            xi = x[keep]
-            inside = xi.numel()
-            h = torch.bincount(torch.clamp(torch.bucketize(xi, e, right=True) - 1, 0, self.bins - 1),
-                               minlength=self.bins)
-        self.counts += h
-        self.under += under
-        self.over += x.numel() - inside - under
+        self.add_counts(*count_bins(x, self.edges, self.linear))
+
+    def add_counts(self, counts: torch.Tensor, under: int, over: int) -> None:
+        """Counts made elsewhere against this histogram's edges (:func:`count_bins`)."""
+        self.counts += counts
+        self.under += int(under)
+        self.over += int(over)
 
     def result(self, note: str) -> dict[str, Any]:
         if self.edges is None and self.pending:
             self._fix()
         return {"edges": [] if self.edges is None else self.edges.tolist(), "counts": self.counts.tolist(),
                 "underflow": self.under, "overflow": self.over, "over": "tokens", "exact": True, "note": note}
+
+
+def seed_edges(x: torch.Tensor, bins: int = BINS) -> torch.Tensor:
+    """The :data:`BINS` + 1 edges that :class:`StreamHistogram` fixes from its seed tokens ``x`` (finite,
+    float64): their [min, max] widened by half the span on each side."""
+    lo, hi = (float(t) for t in torch.aminmax(x))
+    span = hi - lo if hi > lo else max(abs(hi), 1.0)
+    return torch.linspace(lo - span / 2, hi + span / 2, bins + 1, dtype=torch.float64)
+
+
+def linear_bins(edges: torch.Tensor) -> bool:
+    """Does ``torch.histogram`` over ``edges``' range give exactly these bins? It maps a value to its bin
+    by (x − e0)/(e1 − e0)·bins, then corrects by one bin either way against the same linspace edges:
+    exact unless a bin spans only a few ulps."""
+    bins = edges.numel() - 1
+    e0, e1 = float(edges[0]), float(edges[-1])
+    width_ok = (e1 - e0) / bins > 1e-9 * max(abs(e0), abs(e1))
+    if not (width_ok and math.isfinite(e1 - e0)):
+        return False
+    _, e = torch.histogram(edges[:1], bins=bins, range=(e0, e1))
+    return bool(torch.equal(e, edges))
+
+
+def count_bins(x: torch.Tensor, edges: torch.Tensor, linear: bool) -> tuple[torch.Tensor, int, int]:
+    """(counts [bins] int64, underflow, overflow) of the finite float64 values ``x`` against ``edges``
+    (a value in bin k when ``e_k <= x < e_k+1``, the last bin closed); ``linear``: :func:`linear_bins`."""
+    bins = edges.numel() - 1
+    e0, e1 = float(edges[0]), float(edges[-1])
+    under = int((x < e0).sum())
+    if linear:
+        h, _ = torch.histogram(x, bins=bins, range=(e0, e1))
+        h = h.to(torch.int64)
+        inside = int(h.sum())
+    else:
+        xi = x[(x >= e0) & (x <= e1)]
+        inside = xi.numel()
+        h = torch.bincount(torch.clamp(torch.bucketize(xi, edges, right=True) - 1, 0, bins - 1), minlength=bins)
+    return h, under, x.numel() - inside - under

@@ -23,22 +23,20 @@ class PositionStats:
         self.s2 = np.zeros(0, np.float64)
 
     def add(self, offs: np.ndarray, adv: np.ndarray, mask: np.ndarray | None) -> None:
+        part = position_sums(offs, adv, mask)
+        if part is not None:
+            self.add_sums(*part)
+
+    def add_sums(self, cnt: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> None:
+        """One chunk's :func:`position_sums`, made where its tokens are (a Ray worker)."""
         import numpy as np
-        m = np.ones(adv.size, dtype=bool) if mask is None else mask.astype(bool)
-        lens = np.diff(offs)
-        pos = np.arange(adv.size, dtype=np.int64) - np.repeat(offs[:-1], lens)
-        pos, a = pos[m], adv[m].astype(np.float64)
-        fin = np.isfinite(a)
-        pos, a = pos[fin], a[fin]
-        if pos.size == 0:
-            return
-        n = int(pos.max()) + 1
+        n = cnt.size
         if n > self.cnt.size:
             self.cnt, self.s1, self.s2 = (np.concatenate([x, np.zeros(n - x.size)])
                                           for x in (self.cnt, self.s1, self.s2))
-        self.cnt[:n] += np.bincount(pos, minlength=n)
-        self.s1[:n] += np.bincount(pos, weights=a, minlength=n)
-        self.s2[:n] += np.bincount(pos, weights=a * a, minlength=n)
+        self.cnt[:n] += cnt
+        self.s1[:n] += s1
+        self.s2[:n] += s2
 
     def result(self, points: int = POSITION_POINTS) -> dict | None:
         import numpy as np
@@ -58,6 +56,23 @@ class PositionStats:
                 "count": c[keep].astype(np.int64).tolist(), "band": "mean ± 1 std",
                 "note": "advantage at each token position (0 = first response token), mask=1 tokens"
                         + (f", positions bucketed by {width}" if width > 1 else "")}
+
+
+def position_sums(offs: np.ndarray, adv: np.ndarray, mask: np.ndarray | None):
+    """One chunk's (count, Σa, Σa²) per token position [longest row] over its mask=1 tokens with a finite
+    advantage (float64 each), or None when it has none: what :meth:`PositionStats.add_sums` adds."""
+    import numpy as np
+    m = np.ones(adv.size, dtype=bool) if mask is None else mask.astype(bool)
+    lens = np.diff(offs)
+    pos = np.arange(adv.size, dtype=np.int64) - np.repeat(offs[:-1], lens)
+    pos, a = pos[m], adv[m].astype(np.float64)
+    fin = np.isfinite(a)
+    pos, a = pos[fin], a[fin]
+    if pos.size == 0:
+        return None
+    n = int(pos.max()) + 1
+    return (np.bincount(pos, minlength=n).astype(np.float64), np.bincount(pos, weights=a, minlength=n),
+            np.bincount(pos, weights=a * a, minlength=n))
 
 
 def by_position(batches, mask_col: str | None, points: int = POSITION_POINTS) -> dict | None:

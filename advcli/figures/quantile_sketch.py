@@ -84,14 +84,26 @@ class TokenSample:
 
     def add(self, x: torch.Tensor) -> None:
         """``x`` float64: the next valid tokens' values, in input order."""
+        n = x.numel()
+        self.add_picked(self.pick(torch.arange(self.total, self.total + n, dtype=torch.int64), x), n)
+
+    def pick(self, ordinals: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The finite values of ``x`` that the sample keeps, ``ordinals`` [n] (increasing) being their
+        tokens' places among the run's valid tokens: what a chunk sends instead of its tokens."""
         if self.ordinals is None:
             self.prepare(0)
-        base, n = self.total, x.numel()
-        self.total += n
-        lo, hi = torch.searchsorted(self.ordinals, torch.tensor([base, base + n])).tolist()
-        if hi > lo:
-            v = x[self.ordinals[lo:hi] - base]
-            self.parts.append(v[torch.isfinite(v)])
+        if x.numel() == 0 or self.ordinals.numel() == 0:
+            return torch.zeros(0, dtype=torch.float64)
+        pos = torch.searchsorted(self.ordinals, ordinals)
+        hit = self.ordinals[torch.clamp(pos, max=self.ordinals.numel() - 1)] == ordinals
+        v = x[hit]
+        return v[torch.isfinite(v)]
+
+    def add_picked(self, v: torch.Tensor, n: int) -> None:
+        """The next ``n`` valid tokens, of which the sample keeps ``v`` (:meth:`pick`), in input order."""
+        self.total += int(n)
+        if v.numel():
+            self.parts.append(v)
 
     @property
     def values(self) -> torch.Tensor:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..figures import ChunkFigures, FigureCollector, chunk_figures
+from ..figures.collector import row_reward_and_length
 from ..ragged import Ragged
 from .tokens import chunk_final, row_level_tokens
 
@@ -62,6 +63,81 @@ def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, 
     return ChunkObservations(figures, findings)
 
 
+@dataclass
+class RowValues:
+    """Row-level estimators (:attr:`RunObserver.row_path`): what the statistics read from one chunk's
+    tokens besides the row values: Σ token_level_rewards and the response length per row, and each
+    row's last token (advantage, return, whether it is valid) to check the row values against."""
+
+    seq_reward: torch.Tensor  # [B] float64
+    resp_len: torch.Tensor  # [B] int64
+    last_adv: torch.Tensor  # [B] as written
+    last_ret: torch.Tensor  # [B] as written
+    last_valid: torch.Tensor  # [B] bool: the row has a last token and it is valid
+
+
+@dataclass
+class ChunkPartials:
+    """Everything the run statistics and diagnostics read from one chunk's tokens, as partials made
+    where the tokens are (:class:`PartialMaker`) and merged by :meth:`RunObserver.add_partials` in row
+    order: a few numbers per row (:class:`advcli.figures.collector.TokenPartials` or :class:`RowValues`),
+    the diagnostics' token findings, and the by-position sums. Small: a Ray worker sends these instead
+    of its tokens."""
+
+    tokens: object | None  # TokenPartials (token path)
+    rows: RowValues | None  # row path
+    nonfinite: tuple[int, list[int]]  # rows with a non-finite valid advantage (token path)
+    findings: dict
+    positions: tuple | None  # (count, Σ, Σ²) per token position
+
+
+class PartialMaker:
+    """Makes one chunk's :class:`ChunkPartials` from its final token values: on the driver for the local
+    engine (with the run's own collector, tokens fed in order), or on a Ray worker from
+    :meth:`RunObserver.partial_settings`. ``valid_len`` [R]: the row table's Σ mask, which places
+    each row's valid tokens among the run's (the advantage sample is drawn by that place, whoever
+    makes the chunk); ``edges``: the advantage histogram's, when fixed before the pass."""
+
+    def __init__(self, plan, settings: dict, valid_len: torch.Tensor, collector=None,
+                 edges: torch.Tensor | None = None):
+        from ..diagnostics import Diagnostics
+        self.plan, self.settings, self.edges = plan, settings, edges
+        self.vstart = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(valid_len.to(torch.int64), 0)])
+        self.row_path = settings["row_path"]
+        self.collector = collector if collector is not None else FigureCollector.of_settings(settings["figures"])
+        self.local = collector is not None
+        self.diag = Diagnostics(**diagnostics_settings(plan))
+
+    def partials(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict,
+                 seen: ChunkObservations | None = None) -> ChunkPartials:
+        """Rows ``row0 ..`` of the run: their final token values (``seen``: see :meth:`RunObserver.add`)."""
+        from ..diagnostics import nonfinite_rows
+        from ..figures.positions import position_sums
+        layout = layout.to("cpu")
+        positions = None
+        if self.settings["positions"]:  # as written: float32, over the mask the estimator used
+            positions = position_sums(layout.offsets.detach().numpy(),
+                                      adv.detach().to(device="cpu", dtype=torch.float32).numpy(),
+                                      (mask.detach() != 0).to("cpu").numpy())
+        findings = seen.findings if seen is not None else self.diag.token_findings(row0, layout, mask, tok)
+        if self.row_path:
+            m = mask.detach().to("cpu") > 0 if self.collector.padded else None
+            seq_reward, resp_len = row_reward_and_length(layout, m, tlr, self.collector.padded)
+            last = layout.last_index()
+            has = last >= 0
+            idx = torch.clamp(last, min=0).to(adv.device)
+            valid = has & (mask.detach()[idx] > 0).to("cpu") if adv.numel() else has
+            pick = (lambda x: x.detach()[idx].to("cpu")) if adv.numel() else (lambda x: torch.zeros(len(has)))
+            return ChunkPartials(None, RowValues(seq_reward, resp_len, pick(adv), pick(ret), valid), (0, []),
+                                 findings, positions)
+        c = self.collector
+        check = not c.adv_nonconstant if self.local else True
+        fig = seen.figures if seen is not None else None
+        tp = c.token_partials(layout, mask, adv, ret, tlr, tok.get("values"), fig,
+                              vbase=self.vstart[row0:row0 + layout.num_rows], edges=self.edges, check_const=check)
+        return ChunkPartials(tp, None, nonfinite_rows(layout, mask, adv), findings, positions)
+
+
 class RunObserver:
     """What the pipeline feeds: :class:`FigureCollector` plus :class:`advcli.diagnostics.Diagnostics`.
 
@@ -75,7 +151,7 @@ class RunObserver:
     :func:`advcli.pipeline.tokens.chunk_final` (whitening by scope, re-masking, clip, returns), so every
     valid token of a row holds one advantage and one return. :meth:`add` then runs that same
     ``chunk_final`` on the chunk's ``[B]`` row values (one token per row, mask 1: element-wise ops,
-    the same bits) and feeds :meth:`FigureCollector.add_row_chunk` and the diagnostics per row; per token
+    the same bits) and feeds :meth:`FigureCollector.add_row_values` and the diagnostics per row; per token
     only Σ token_level_rewards per row is left. Each chunk checks its rows' last token (when valid)
     against the row values and stops the run on a mismatch (a broken assumption, never silent
     figures). Not taken when the run reads a ``values`` column or :attr:`ROW_PATH` is false.
@@ -103,6 +179,7 @@ class RunObserver:
                             has_values="values" in plan.token_roles)
         self.row_path = (self.ROW_PATH and plan.spec.level == "row" and bool(getattr(plan.spec, "row_constant", False))
                          and getattr(res, "adv_row", None) is not None and not self.figures.has_values)
+        self.maker = PartialMaker(plan, self.partial_settings(), self.figures.valid_len, collector=self.figures)
         keys = getattr(res, "row_keys", None) or {}
         pid = plan.cmap.names.get("prompt_id") if plan.cmap.has("prompt_id") else None
         mask_placed = bool(plan.run.reward.mask_placed)
@@ -137,44 +214,49 @@ class RunObserver:
             seen: ChunkObservations | None = None) -> None:
         """One chunk's final values. ``seen``: what :func:`observe_tokens` found in the chunk's token
         columns when they were decoded in an earlier pass (``tok``, ``ret`` and ``tlr`` are then not read)."""
-        if self.positions is not None:  # as written: float32, over the mask the estimator used
-            self.positions.add(layout.offsets.detach().to("cpu").numpy(),
-                               adv.detach().to(device="cpu", dtype=torch.float32).numpy(),
-                               (mask.detach() != 0).to("cpu").numpy())
-        if self.row_path:
-            adv_row, ret_row = self._row_values(row0, layout, mask, adv, ret)
-            self.figures.add_row_chunk(row0, layout, mask, tlr, adv_row, ret_row)
-            self.diag.add_chunk(row0, layout, mask, adv, tok,
-                                row_adv=(adv_row, self.figures.valid_len[row0:row0 + layout.num_rows]))
-            return
-        self.figures.add_chunk(row0, layout, mask, adv, ret, tlr, tok.get("values"),
-                             figures=seen.figures if seen is not None else None)
-        self.diag.add_chunk(row0, layout, mask, adv, tok, findings=seen.findings if seen is not None else None)
+        self.add_partials(row0, self.maker.partials(row0, layout, mask, adv, ret, tlr, tok, seen=seen))
 
-    def _row_values(self, row0: int, layout: Ragged, mask, adv, ret) -> tuple[torch.Tensor, torch.Tensor]:
+    def partial_settings(self) -> dict:
+        """What :class:`PartialMaker` needs to make this run's :class:`ChunkPartials` away from the
+        driver (a Ray worker): a few flags and sizes, no per-row table."""
+        return {"figures": self.figures.settings(), "row_path": self.row_path,
+                "positions": self.positions is not None}
+
+    def add_partials(self, row0: int, p: ChunkPartials) -> None:
+        """One chunk's :class:`ChunkPartials`, chunks in row order (wherever they were made)."""
+        if p.positions is not None:
+            self.positions.add_sums(*p.positions)
+        if p.rows is not None:  # row path: the rows' final values, checked against the written tokens
+            adv_row, ret_row = self._row_values(row0, p.rows)
+            self.figures.add_row_values(row0, p.rows.seq_reward, p.rows.resp_len, adv_row, ret_row)
+            n = self.figures.valid_len[row0:row0 + adv_row.numel()]
+            from ..diagnostics import nonfinite_rows
+            self.diag.add_nonfinite(row0, *nonfinite_rows(None, None, None, row_adv=(adv_row, n)))
+        else:
+            self.figures.add_partials(row0, p.tokens)
+            self.diag.add_nonfinite(row0, *p.nonfinite)
+        self.diag.add_findings(p.findings)
+
+    def _row_values(self, row0: int, rows: RowValues) -> tuple[torch.Tensor, torch.Tensor]:
         """The final advantage and return [B] (plan dtype, CPU) of the chunk's rows: the pipeline's own
         ``row_level_tokens`` and ``chunk_final`` on one token per row."""
         plan, res = self.plan, self.res
         dev, dt = plan.device, plan.dtype
-        B = layout.num_rows
+        B = rows.seq_reward.numel()
         ones = torch.ones(B, dtype=dt, device=dev)
         per_row = Ragged(torch.arange(B + 1, device=dev))
         a = row_level_tokens(plan, res, per_row, ones, row0)
         fa, fr, _, _ = chunk_final(plan, res, per_row, a, a, None, ones, row0, apply_whiten=True)
         fa, fr = fa.detach().to("cpu"), fr.detach().to("cpu")
         # the assumption, checked on one token per row: the row's last token where it is valid
-        last = layout.to("cpu").last_index()
-        rows = torch.nonzero(last >= 0, as_tuple=True)[0]
-        if rows.numel():
-            idx = last[rows].to(adv.device)
-            valid = (mask.detach()[idx] > 0).to("cpu")
-            for got, want in ((adv.detach()[idx].to("cpu"), fa[rows]), (ret.detach()[idx].to("cpu"), fr[rows])):
-                same = (got == want) | (torch.isnan(got) & torch.isnan(want)) | ~valid
-                if not bool(same.all()):
-                    r = int(rows[~same][0])
-                    raise RuntimeError(f"internal: row {row0 + r}'s written advantages/returns ({float(got[~same][0])})"
-                                       f" differ from the row-level value ({float(want[~same][0])}) the statistics "
-                                       "assume; please report this")
+        has = rows.last_valid
+        for got, want in ((rows.last_adv, fa), (rows.last_ret, fr)):
+            same = (got == want) | (torch.isnan(got) & torch.isnan(want)) | ~has
+            if not bool(same.all()):
+                r = int(torch.nonzero(~same, as_tuple=True)[0][0])
+                raise RuntimeError(f"internal: row {row0 + r}'s written advantages/returns ({float(got[r])})"
+                                   f" differ from the row-level value ({float(want[r])}) the statistics "
+                                   "assume; please report this")
         return fa, fr
 
     def finish(self, result) -> None:

@@ -89,8 +89,7 @@ class AuditResult(ReportResult):
         return bool(self._report.get("agree"))
 
     def html(self) -> str:
-        from .commands._sections import render_sections
-        from .commands.audit import audit_sections
+        from .report.sections import audit_sections, render_sections
 
         return render_sections(self._report, "html", *audit_sections(self._report))
 
@@ -112,8 +111,7 @@ class CompareResult(ReportResult):
     title = "advcli comparison"
 
     def html(self) -> str:
-        from .commands._sections import render_sections
-        from .commands.compare import compare_sections
+        from .report.sections import compare_sections, render_sections
 
         return render_sections(self._report, "html", *compare_sections(self._report))
 

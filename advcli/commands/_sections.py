@@ -8,50 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
+from ..report.sections import Section, render_sections  # noqa: F401  (the commands render with them)
 from ..version import stamp  # noqa: F401  (re-exported: the commands stamp their reports)
-
-Section = tuple[str, str, Any]
-
-
-def render_sections(report: dict, fmt: str, title: str, sections: list[Section]) -> str:
-    from ..report import CSS, esc, html_table, md_table
-
-    if fmt == "json":
-        return json.dumps(report, indent=2, default=str) + "\n"
-    if fmt == "md":
-        L = [f"# {title}", "", f"advcli {report.get('advcli_version', '')} · {report.get('created', '')}"]
-        for name, kind, payload in sections:
-            if kind == "svg" or not payload:
-                continue
-            L += ["", f"## {name}", ""]
-            if kind == "kv":
-                L += md_table(["", ""], [[a, b] for a, b in payload])
-            elif kind == "table":
-                L += md_table(payload[0], payload[1])
-            else:
-                L += [f"- {x}" for x in payload]
-        return "\n".join(L) + "\n"
-    H = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
-         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">",
-         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main class=\"advcli\">",
-         f"<h1>{esc(title)}</h1>",
-         f'<div class="sub">advcli {esc(report.get("advcli_version", ""))} · {esc(report.get("created", ""))}</div>']
-    for name, kind, payload in sections:
-        if not payload:
-            continue
-        H.append(f"<h2>{esc(name)}</h2>")
-        if kind == "kv":
-            H.append(html_table(None, [[a, b] for a, b in payload]))
-        elif kind == "table":
-            H.append('<div class="scroll">' + html_table(payload[0], payload[1]) + "</div>")
-        elif kind == "svg":
-            H.append('<div class="grid">' + "".join(p for p in payload if p) + "</div>")
-        else:
-            H.append("".join(f"<p>{esc(x)}</p>" for x in payload))
-    H.append("</main></body></html>\n")
-    return "\n".join(H)
 
 
 def write(path: str, report: dict, sections_of: Callable[[dict], tuple[str, list[Section]]]) -> None:
@@ -68,7 +27,6 @@ def emit(rep: dict, command: str, report: str | None, json_out: bool, quiet: boo
          sections_of: Callable[[dict], tuple[str, list[Section]]], show: Callable[[dict], None]) -> dict:
     """What audit and filter do with their result: stamp it, write ``--report``, then print it as JSON
     (``--json``) or as a summary (``show``) unless ``--quiet``. Returns the stamped report."""
-    import json
 
     import typer
 

@@ -9,6 +9,7 @@ import json
 
 import typer
 
+from ..report.sections import audit_sections
 from . import options as opt
 
 EPILOG = """
@@ -28,64 +29,6 @@ the logged values named when one of the candidates does); 2: an error.
 """
 
 # ------------------------------------------------------------------------------------------ output
-def audit_sections(rep: dict):
-    verdict = "agree" if rep["agree"] else "DISAGREE"
-    head = [("verdict", f"{verdict}: {rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and "
-                        f"{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
-                        + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else "")),
-            ("recomputed with", rep["ran"])]
-    if (rep.get("release") or {}).get("label"):
-        head.append(("release", rep["release"]["label"]))
-    head += [("logged column", f"{rep['logged_column']} (one value per "
-                                                                 f"{rep['logged_per']})"),
-            ("input", ", ".join(rep["inputs"])),
-            ("tolerance", f"|logged − recomputed| <= {rep['tolerance']['atol']:g} + {rep['tolerance']['rtol']:g}·"
-                          "|recomputed|"),
-            ("max |logged − recomputed|", f"{rep['max_abs_diff']:.6g}")]
-    if rep.get("masked_tokens_disagreeing"):
-        head.append(("mask=0 tokens differing", f"{rep['masked_tokens_disagreeing']:,} (not counted: the loss does "
-                                                "not read them)"))
-    if rep.get("rows_without_logged_value"):
-        head.append(("rows without a logged value", f"{rep['rows_without_logged_value']:,} (not checked)"))
-    if rep.get("nonfinite_logged"):
-        head.append(("non-finite logged values", f"{rep['nonfinite_logged']:,} mask=1 tokens"))
-    if rep.get("release_matches"):
-        head.append(("matches release", "the logged values match " + "; ".join(rep["release_matches"])
-                     + " (--flavor NAME@RELEASE runs it)"))
-    elif rep.get("releases_tried"):
-        head.append(("other releases", f"none of the {len(rep['releases_tried'])} other releases advcli knows "
-                                       "reproduces the logged values"))
-    if rep.get("matches"):
-        head.append(("reproduced by", "; ".join(rep["matches"])))
-    elif rep.get("search") is not None:
-        head.append(("reproduced by", f"none of the {len(rep['search'])} configurations tried"))
-    sections = [("Summary", "kv", head)]
-    sections.append(("What the difference looks like", "text",
-                     [f"{f['kind']}: {f['explanation']}" + (f" (closest: {f['closest']['hypothesis']}, "
-                                                             f"{f['closest']['tokens_left']:,} tokens left)"
-                                                             if f.get("closest") else "")
-                      for f in rep.get("findings") or []]))
-    if rep.get("worst"):
-        cols = ["where", "row", "group", "step", "position", "logged", "recomputed", "abs_diff", "tokens_disagreeing",
-                "prompt"]
-        cols = [c for c in cols if any(c in e for e in rep["worst"])]
-        sections.append(("Worst rows", "table", (cols, [[str(e.get(c)) if c in ("group",) else e.get(c)
-                                                         for c in cols] for e in rep["worst"]])))
-    if rep.get("releases_tried"):
-        rows = [[r["label"], "skipped: " + r["skipped"] if "skipped" in r else
-                 ("reproduces" if r["tokens_disagreeing"] == 0 else f"{r['tokens_disagreeing']:,} tokens, "
-                                                                     f"{r['rows_disagreeing']:,} rows disagree")]
-                for r in rep["releases_tried"]]
-        sections.append(("Releases tried", "table", (["release", "result"], rows)))
-    if rep.get("search"):
-        rows = [[c["label"], "skipped: " + c["skipped"] if "skipped" in c else
-                 ("reproduces" if c["tokens_disagreeing"] == 0 else f"{c['tokens_disagreeing']:,} tokens, "
-                                                                     f"{c['rows_disagreeing']:,} rows disagree")]
-                for c in rep["search"]]
-        sections.append(("Configurations tried", "table", (["configuration", "result"], rows)))
-    return "advcli audit report", sections
-
-
 def _worst_line(e: dict) -> str:
     """``FILE:LINE: step 3, group ID, token 4: logged 0.5, recomputed 0.1 (|diff| 0.4), 1 of 3 tokens``."""
     def num(x):

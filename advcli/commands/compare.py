@@ -149,43 +149,6 @@ def print_comparison(res: dict) -> None:
             f"row {e['row']} ({fmt_num(e['a'])} → {fmt_num(e['b'])})" for e in flips))
 
 
-def compare_sections(res: dict):
-    """(title, sections) of a comparison (:mod:`advcli.commands._sections`): the figures
-    :func:`print_comparison` prints, as a report page (``advcli.compare(...)`` in a notebook)."""
-    from ..report import fmt_num
-
-    tk, rw = res["tokens"], res["row_level"]
-    pct = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    head = [("A", f"{res['a']['label']} ({res['a']['path']})"), ("B", f"{res['b']['label']} ({res['b']['path']})"),
-            ("rows", fmt_num(res.get("rows"))), ("mask=1 tokens", fmt_num(res.get("valid_tokens")))]
-    figures = [["count", fmt_num(res["valid_tokens"]), fmt_num(rw["rows_with_valid_tokens"])],
-               ["correlation (Pearson)", fmt_num(tk["pearson"]), fmt_num(rw["pearson"])],
-               ["rank correlation (Spearman)", "", fmt_num(rw["spearman"])],
-               ["sign agreement", pct(tk["sign_agreement"]), pct(rw["sign_agreement"])],
-               ["mean |A−B|", fmt_num(tk["mean_abs_diff"]), ""], ["max |A−B|", fmt_num(tk["max_abs_diff"]), ""],
-               ["mean A / B", f"{fmt_num(tk['mean_a'])} / {fmt_num(tk['mean_b'])}", ""],
-               ["std A / B", f"{fmt_num(tk['std_a'])} / {fmt_num(tk['std_b'])}", ""],
-               ["rows whose sign flips", "", fmt_num(rw["sign_flips"])]]
-    if tk.get("returns_pearson") is not None:
-        figures.insert(-1, ["returns correlation", fmt_num(tk["returns_pearson"]), ""])
-    sections = [("Summary", "kv", head), ("A against B", "table", (["", "tokens (mask=1)", "rows"], figures))]
-    g = res.get("groups")
-    if g:
-        sections.append(("Groups", "kv", [("groups", fmt_num(g["count"])),
-                                          ("with a sign flip", fmt_num(g["with_sign_flip"])),
-                                          ("mean |A−B| per group", fmt_num(g["mean_abs_diff"])),
-                                          ("flat in A only", fmt_num(g["flat_in_a_not_b"])),
-                                          ("flat in B only", fmt_num(g["flat_in_b_not_a"]))]))
-        sections.append(("Groups that differ most", "table", (
-            ["prompt_id", "size", "mean |A−B|", "sign agreement", "spread A", "spread B"],
-            [[str(e["prompt_id"]), e["size"], fmt_num(e["mean_abs_diff"]), pct(e["sign_agreement"]),
-              fmt_num(e["spread_a"]), fmt_num(e["spread_b"])] for e in g["most_different"]])))
-    flips = rw.get("flip_examples") or []
-    sections.append(("Rows whose sign flips", "table", (["row", "A", "B"], [[e["row"], fmt_num(e["a"]), fmt_num(e["b"])]
-                                                                           for e in flips])))
-    return "advcli comparison", sections
-
-
 # ------------------------------------------------------------------------------ many estimators
 def _pct(v) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"

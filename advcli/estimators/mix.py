@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from ..config import Key
 from ..errors import AdvcliError
+from ..lazy_torch import torch  # the registry loads without torch
 from . import EstimatorSpec, get, register, resolve_params
 
 

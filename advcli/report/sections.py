@@ -1,0 +1,147 @@
+"""Reports made of sections (``advcli audit``, ``advcli filter``, ``advcli compare``; their notebook
+results): one list of sections, rendered as JSON (the report dict itself), Markdown or a self-contained HTML
+page in the style of advcli.report, and the sections of the audit and compare reports.
+
+A section is ``(title, kind, payload)``: ``kv`` [(label, value)], ``table`` (header, rows), ``text``
+[lines], ``svg`` [svg strings] (HTML only).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Section = tuple[str, str, Any]
+
+
+def render_sections(report: dict, fmt: str, title: str, sections: list[Section]) -> str:
+    from . import CSS, esc, html_table, md_table
+
+    if fmt == "json":
+        return json.dumps(report, indent=2, default=str) + "\n"
+    if fmt == "md":
+        L = [f"# {title}", "", f"advcli {report.get('advcli_version', '')} · {report.get('created', '')}"]
+        for name, kind, payload in sections:
+            if kind == "svg" or not payload:
+                continue
+            L += ["", f"## {name}", ""]
+            if kind == "kv":
+                L += md_table(["", ""], [[a, b] for a, b in payload])
+            elif kind == "table":
+                L += md_table(payload[0], payload[1])
+            else:
+                L += [f"- {x}" for x in payload]
+        return "\n".join(L) + "\n"
+    H = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">",
+         f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main class=\"advcli\">",
+         f"<h1>{esc(title)}</h1>",
+         f'<div class="sub">advcli {esc(report.get("advcli_version", ""))} · {esc(report.get("created", ""))}</div>']
+    for name, kind, payload in sections:
+        if not payload:
+            continue
+        H.append(f"<h2>{esc(name)}</h2>")
+        if kind == "kv":
+            H.append(html_table(None, [[a, b] for a, b in payload]))
+        elif kind == "table":
+            H.append('<div class="scroll">' + html_table(payload[0], payload[1]) + "</div>")
+        elif kind == "svg":
+            H.append('<div class="grid">' + "".join(p for p in payload if p) + "</div>")
+        else:
+            H.append("".join(f"<p>{esc(x)}</p>" for x in payload))
+    H.append("</main></body></html>\n")
+    return "\n".join(H)
+
+
+def audit_sections(rep: dict):
+    verdict = "agree" if rep["agree"] else "DISAGREE"
+    head = [("verdict", f"{verdict}: {rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and "
+                        f"{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
+                        + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else "")),
+            ("recomputed with", rep["ran"])]
+    if (rep.get("release") or {}).get("label"):
+        head.append(("release", rep["release"]["label"]))
+    head += [("logged column", f"{rep['logged_column']} (one value per "
+                                                                 f"{rep['logged_per']})"),
+            ("input", ", ".join(rep["inputs"])),
+            ("tolerance", f"|logged − recomputed| <= {rep['tolerance']['atol']:g} + {rep['tolerance']['rtol']:g}·"
+                          "|recomputed|"),
+            ("max |logged − recomputed|", f"{rep['max_abs_diff']:.6g}")]
+    if rep.get("masked_tokens_disagreeing"):
+        head.append(("mask=0 tokens differing", f"{rep['masked_tokens_disagreeing']:,} (not counted: the loss does "
+                                                "not read them)"))
+    if rep.get("rows_without_logged_value"):
+        head.append(("rows without a logged value", f"{rep['rows_without_logged_value']:,} (not checked)"))
+    if rep.get("nonfinite_logged"):
+        head.append(("non-finite logged values", f"{rep['nonfinite_logged']:,} mask=1 tokens"))
+    if rep.get("release_matches"):
+        head.append(("matches release", "the logged values match " + "; ".join(rep["release_matches"])
+                     + " (--flavor NAME@RELEASE runs it)"))
+    elif rep.get("releases_tried"):
+        head.append(("other releases", f"none of the {len(rep['releases_tried'])} other releases advcli knows "
+                                       "reproduces the logged values"))
+    if rep.get("matches"):
+        head.append(("reproduced by", "; ".join(rep["matches"])))
+    elif rep.get("search") is not None:
+        head.append(("reproduced by", f"none of the {len(rep['search'])} configurations tried"))
+    sections = [("Summary", "kv", head)]
+    sections.append(("What the difference looks like", "text",
+                     [f"{f['kind']}: {f['explanation']}" + (f" (closest: {f['closest']['hypothesis']}, "
+                                                             f"{f['closest']['tokens_left']:,} tokens left)"
+                                                             if f.get("closest") else "")
+                      for f in rep.get("findings") or []]))
+    if rep.get("worst"):
+        cols = ["where", "row", "group", "step", "position", "logged", "recomputed", "abs_diff", "tokens_disagreeing",
+                "prompt"]
+        cols = [c for c in cols if any(c in e for e in rep["worst"])]
+        sections.append(("Worst rows", "table", (cols, [[str(e.get(c)) if c in ("group",) else e.get(c)
+                                                         for c in cols] for e in rep["worst"]])))
+    if rep.get("releases_tried"):
+        rows = [[r["label"], "skipped: " + r["skipped"] if "skipped" in r else
+                 ("reproduces" if r["tokens_disagreeing"] == 0 else f"{r['tokens_disagreeing']:,} tokens, "
+                                                                     f"{r['rows_disagreeing']:,} rows disagree")]
+                for r in rep["releases_tried"]]
+        sections.append(("Releases tried", "table", (["release", "result"], rows)))
+    if rep.get("search"):
+        rows = [[c["label"], "skipped: " + c["skipped"] if "skipped" in c else
+                 ("reproduces" if c["tokens_disagreeing"] == 0 else f"{c['tokens_disagreeing']:,} tokens, "
+                                                                     f"{c['rows_disagreeing']:,} rows disagree")]
+                for c in rep["search"]]
+        sections.append(("Configurations tried", "table", (["configuration", "result"], rows)))
+    return "advcli audit report", sections
+
+
+def compare_sections(res: dict):
+    """(title, sections) of a comparison (:mod:`advcli.commands._sections`): the figures
+    :func:`print_comparison` prints, as a report page (``advcli.compare(...)`` in a notebook)."""
+    from .primitives import fmt_num
+
+    tk, rw = res["tokens"], res["row_level"]
+    pct = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    head = [("A", f"{res['a']['label']} ({res['a']['path']})"), ("B", f"{res['b']['label']} ({res['b']['path']})"),
+            ("rows", fmt_num(res.get("rows"))), ("mask=1 tokens", fmt_num(res.get("valid_tokens")))]
+    figures = [["count", fmt_num(res["valid_tokens"]), fmt_num(rw["rows_with_valid_tokens"])],
+               ["correlation (Pearson)", fmt_num(tk["pearson"]), fmt_num(rw["pearson"])],
+               ["rank correlation (Spearman)", "", fmt_num(rw["spearman"])],
+               ["sign agreement", pct(tk["sign_agreement"]), pct(rw["sign_agreement"])],
+               ["mean |A−B|", fmt_num(tk["mean_abs_diff"]), ""], ["max |A−B|", fmt_num(tk["max_abs_diff"]), ""],
+               ["mean A / B", f"{fmt_num(tk['mean_a'])} / {fmt_num(tk['mean_b'])}", ""],
+               ["std A / B", f"{fmt_num(tk['std_a'])} / {fmt_num(tk['std_b'])}", ""],
+               ["rows whose sign flips", "", fmt_num(rw["sign_flips"])]]
+    if tk.get("returns_pearson") is not None:
+        figures.insert(-1, ["returns correlation", fmt_num(tk["returns_pearson"]), ""])
+    sections = [("Summary", "kv", head), ("A against B", "table", (["", "tokens (mask=1)", "rows"], figures))]
+    g = res.get("groups")
+    if g:
+        sections.append(("Groups", "kv", [("groups", fmt_num(g["count"])),
+                                          ("with a sign flip", fmt_num(g["with_sign_flip"])),
+                                          ("mean |A−B| per group", fmt_num(g["mean_abs_diff"])),
+                                          ("flat in A only", fmt_num(g["flat_in_a_not_b"])),
+                                          ("flat in B only", fmt_num(g["flat_in_b_not_a"]))]))
+        sections.append(("Groups that differ most", "table", (
+            ["prompt_id", "size", "mean |A−B|", "sign agreement", "spread A", "spread B"],
+            [[str(e["prompt_id"]), e["size"], fmt_num(e["mean_abs_diff"]), pct(e["sign_agreement"]),
+              fmt_num(e["spread_a"]), fmt_num(e["spread_b"])] for e in g["most_different"]])))
+    flips = rw.get("flip_examples") or []
+    sections.append(("Rows whose sign flips", "table", (["row", "A", "B"], [[e["row"], fmt_num(e["a"]), fmt_num(e["b"])]
+                                                                           for e in flips])))
+    return "advcli comparison", sections

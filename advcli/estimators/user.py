@@ -40,7 +40,11 @@ import traceback
 from collections.abc import Callable
 
 from ..errors import AdvcliError
-from . import REGISTRY, EstimatorSpec
+from . import EstimatorSpec
+
+# the user functions a process has run, by reference: kept apart from the registry of advcli's own estimators,
+# so that listing those (inspect, explain, the response-level checks) never reloads a user's file
+USER_SPECS: dict[str, EstimatorSpec] = {}
 
 DECLARATION = "__advcli_estimator__"  # the attribute advcli.estimator sets on the function
 ENTRY_POINT_GROUP = "advcli.estimators"
@@ -91,14 +95,14 @@ def _entry_point(name: str):
 
 
 def load(ref: str) -> EstimatorSpec:
-    """The spec of the user function ``ref`` names, registered under ``ref`` (loaded once a process)."""
+    """The spec of the user function ``ref`` names, kept under ``ref`` (loaded once a process)."""
     stamp = _file_stamp(ref)
-    if ref in REGISTRY and getattr(REGISTRY[ref], "user_stamp", None) == stamp:
-        return REGISTRY[ref]
+    if ref in USER_SPECS and getattr(USER_SPECS[ref], "user_stamp", None) == stamp:
+        return USER_SPECS[ref]
     fn = _function(ref)
     spec = spec_of(fn, ref)
     object.__setattr__(spec, "user_stamp", stamp)  # a file edited since is loaded again (a long Python session)
-    REGISTRY[ref] = spec
+    USER_SPECS[ref] = spec
     return spec
 
 
@@ -115,13 +119,12 @@ def _file_stamp(ref: str) -> tuple | None:
 
 
 def register_function(fn: Callable) -> str:
-    """Register a function object (``advcli.run(..., estimator=fn)``) and return its registry name."""
+    """Keep a function object (``advcli.run(..., estimator=fn)``) as a user estimator and return its reference."""
     if not callable(fn):
         raise AdvcliError(f"estimator={fn!r}: expected a function or a 'module:function' reference")
     ref = f"{getattr(fn, '__module__', None) or 'python'}:{getattr(fn, '__qualname__', repr(fn))}"
-    if REGISTRY.get(ref) is None or getattr(REGISTRY[ref], "user_fn", None) is not fn:
-        REGISTRY.pop(ref, None)
-        REGISTRY[ref] = spec_of(fn, ref)
+    if getattr(USER_SPECS.get(ref), "user_fn", None) is not fn:
+        USER_SPECS[ref] = spec_of(fn, ref)
     return ref
 
 

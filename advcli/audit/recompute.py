@@ -88,10 +88,13 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
 def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
     """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
     the framework's default), then the other settings given."""
-    from ..flavors import ESTIMATOR_KEYS, get, split_spec
+    from ..flavors import estimator_key, get, split_spec
 
     base = split_spec(flavor)[0]
-    ek = ESTIMATOR_KEYS.get(base)
+    try:
+        ek = estimator_key(get(base))
+    except AdvcliError:
+        ek = None
     est = settings.get(ek) if ek else None
     if ek and est is None:
         try:

@@ -183,19 +183,22 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
 
 
 def default_settings(flavor: str | None, inputs: list[str], settings: list) -> tuple[str, list, str | None]:
-    """With no --flavor: verl, and GRPO when the dump has a group id (GAE when it has values)."""
+    """With no --flavor: the default flavor (verl), and the estimator its ``pick_estimator`` chooses from the
+    dump's columns (GRPO when it has a group id, GAE when it has values)."""
     if flavor is not None:
         return flavor, settings, None
-    if any(k in ("algorithm.adv_estimator", "advcli.estimator", "advcli.mix") for k, _ in settings):
-        return "verl", settings, None
+    from .flavors import DEFAULT, get
+
+    fl = get(DEFAULT)
+    if any(k in (fl.estimator_key, "advcli.estimator", "advcli.mix") for k, _ in settings):
+        return fl.name, settings, None
     from .io.reader import expand_inputs, open_parquet
 
     names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
-    if "prompt_id" in names:
-        est, why = "grpo", "the dump has prompt_id"
-    elif "values" in names:
-        est, why = "gae", "the dump has values and no prompt_id"
-    else:
-        raise AdvcliError("no --flavor or estimator given and the dump has neither prompt_id (for GRPO) nor "
-                          "values (for GAE)", hint="choose one: --flavor verl --set algorithm.adv_estimator=NAME")
-    return "verl", settings + [("algorithm.adv_estimator", est)], f"verl {est} ({why})"
+    for i, (column, est) in enumerate(fl.pick_estimator):
+        if column in names:
+            why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])
+            return (fl.name, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
+    wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
+    raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
+                      hint=f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

@@ -247,3 +247,40 @@ def test_trl_group_size_from_runs_of_equal_prompt(tmp_path, capsys):
     code, _, err = run_main(["run", d.parent, "-o", out, "--flavor", "trl", "--set", "num_generations=8",
                              "--force"], capsys)
     assert code == 2 and "groups of 8" in err  # 12 rows a step: the user's 8 is kept, and refused
+
+
+def _canonical_dump(path, with_prompt_id: bool, with_values: bool):
+    """Two responses of 3 tokens (mask all 1), rewards 1 and 0, in advcli's own layout."""
+    import pyarrow as pa
+
+    cols = {"reward": [1.0, 0.0], "response_mask": [[1, 1, 1], [1, 1, 1]]}
+    if with_prompt_id:
+        cols["prompt_id"] = ["p", "p"]
+    if with_values:
+        cols["values"] = [[0.5, 0.25, 0.0], [0.0, 0.0, 0.0]]
+    pq.write_table(pa.table(cols), path)
+
+
+def test_no_flavor_picks_grpo_by_prompt_id_else_gae_by_values(tmp_path, capsys):
+    """With no --flavor and no estimator: verl, GRPO on a dump with group ids (rewards 1, 0: mean 1/2,
+    unbiased std √(1/2), A = ±(1/2)/(√(1/2) + 1e-6) on every token), GAE on one with values only
+    (γ = λ = 1, last-token reward: A_t = r − V_t, verl's default whitening then centres them)."""
+    grpo, gae, none = (str(tmp_path / f"{n}.parquet") for n in ("grpo", "gae", "none"))
+    _canonical_dump(grpo, True, False)
+    _canonical_dump(gae, False, True)
+    _canonical_dump(none, False, False)
+    rc, out, err = run_main(["run", grpo, "-o", str(tmp_path / "o1.parquet")], capsys)
+    assert rc == 0 and "verl grpo (the dump has prompt_id)" in out + err
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    got = pq.read_table(tmp_path / "o1.parquet").column("advantages").to_pylist()
+    np.testing.assert_allclose(np.array(got), [[a] * 3, [-a] * 3], rtol=1e-6)
+    rc, out, err = run_main(["run", gae, "-o", str(tmp_path / "o2.parquet")], capsys)
+    assert rc == 0 and "verl gae (the dump has values and no prompt_id)" in out + err
+    raw = np.array([[0.5, 0.75, 1.0], [0.0, 0.0, 0.0]])
+    mean, std = raw.mean(), raw.std(ddof=1)
+    got = np.array(pq.read_table(tmp_path / "o2.parquet").column("advantages").to_pylist())
+    np.testing.assert_allclose(got, (raw - mean) / np.sqrt(std ** 2 + 1e-8), rtol=1e-5, atol=1e-6)
+    rc, out, err = run_main(["run", none, "-o", str(tmp_path / "o3.parquet")], capsys)
+    assert rc == 2 and "neither prompt_id (for GRPO) nor values (for GAE)" in err
+    assert "--flavor verl --set algorithm.adv_estimator=NAME" in err
+    assert not (tmp_path / "o3.parquet").exists()

@@ -93,3 +93,41 @@ def test_docs_flavors_table_has_a_row_and_a_page_for_every_flavor():
         assert os.path.exists(os.path.join(ROOT, "docs", "flavors", f"{module}.md")), \
             f"docs/flavors/{module}.md (the page of --flavor {name}) is missing"
     assert "advcli" in rows
+
+
+def _flavors():
+    from advcli.flavors import FLAVORS, get
+
+    get("verl")  # loads the registry
+    return list(FLAVORS.values())
+
+
+@pytest.mark.parametrize("flavor", _flavors(), ids=lambda f: f.name)
+def test_what_a_flavor_declares_names_its_own_keys(flavor):
+    """The estimator key, the audit's switches and the settings the audit tries are read from each flavor
+    (no list of flavor names elsewhere): each names keys the flavor has, with values it accepts."""
+    from advcli.flavors import resolve
+
+    if flavor.estimator_key:
+        assert flavor.estimator_key in flavor.keys or flavor.estimator_key.startswith(flavor.open_prefixes)
+    for key, values in flavor.audit_switches.items():
+        assert key in flavor.keys
+        for v in values:
+            resolve(flavor.name, [(key, v)])  # a value the key refuses raises AdvcliError
+    for settings in (flavor.audit_tries(4) if flavor.audit_tries else []):
+        resolve(flavor.name, list(settings.items()))
+
+
+def test_the_audit_tries_every_flavors_declared_group_estimators():
+    """`advcli audit`'s search is what the flavors declare: each flavor's audit_tries (for the dump's group
+    size), after the given flavor's switches; TRL's scale_rewards values are tried on TRL."""
+    from advcli.audit.recompute import candidates
+
+    tried = candidates("trl", {}, True, group_size=6)
+    assert ("trl", {"scale_rewards": "batch"}) in tried and ("trl", {"scale_rewards": "none"}) in tried
+    assert ("verl", {"algorithm.adv_estimator": "opo"}) in tried
+    assert ("openrlhf", {"algo.advantage.estimator": "group_norm", "rollout.n_samples_per_prompt": 6,
+                         "advcli.group_by": "id"}) in tried
+    assert ("nemo", {}) in tried
+    assert {f for f, _ in tried} == {"trl"} | {f.name for f in _flavors() if f.audit_tries}
+    assert not any(f == "verl" for f, _ in candidates("trl", {}, False))  # no prompt ids: no group estimators

@@ -30,11 +30,12 @@ EXCERPT = 60  # characters of a prompt shown beside a disagreeing row
 def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | None = None) -> list[tuple[str, dict]]:
     """Configurations to try when the logged values disagree: (flavor, settings).
 
-    The given flavor with one setting changed (every bool key flipped; TRL's scale_rewards), then the
-    group estimators of every flavor (position-grouped flavors read the prompt_id groups,
-    ``advcli.group_by=id``, with the dump's usual ``group_size`` as their n), then canonical GRPO with
-    other epsilons. A configuration the dump cannot run (a missing column) is skipped."""
-    from ..flavors import get, split_spec
+    The given flavor with one setting changed (every bool key flipped, each value of its
+    ``Flavor.audit_switches``), then every flavor's ``audit_tries``: its group estimators (position-grouped
+    flavors read the prompt_id groups, ``advcli.group_by=id``, with the dump's usual ``group_size`` as their
+    n; advcli's own: GRPO with other epsilons). A configuration the dump cannot run (a missing column) is
+    skipped."""
+    from ..flavors import FLAVORS, get
 
     out: list[tuple[str, dict]] = []
     fl = get(flavor)
@@ -43,39 +44,11 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
             cur = given.get(k, key.default)
             if isinstance(cur, bool):
                 out.append((flavor, {**given, k: not cur}))
-    if split_spec(flavor)[0] == "trl":
-        for s in ("group", "batch", "none"):
-            out.append(("trl", {**given, "scale_rewards": s}))
-    if flavor == "open-instruct":  # its one switch is not a bool: standard (z-score) or centered
-        for t in ("standard", "centered"):
-            out.append(("open-instruct", {**given, "advantage_normalization_type": t}))
+    for k, values in fl.audit_switches.items():  # a switch that is not a bool: each of its values
+        out += [(flavor, {**given, k: v}) for v in values]
     if has_prompt_id:
-        by_id = {"advcli.group_by": "id"}
         n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators
-        orl = {"rollout.n_samples_per_prompt": n, **by_id}
-        out += [
-            ("verl", {"algorithm.adv_estimator": "grpo"}),
-            ("verl", {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False}),
-            ("verl", {"algorithm.adv_estimator": "rloo"}),
-            ("verl", {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"}),
-            ("verl", {"algorithm.adv_estimator": "opo"}),
-            ("verl", {"algorithm.adv_estimator": "gpg"}),
-            ("nemo", {}),
-            ("nemo", {"grpo.adv_estimator.use_leave_one_out_baseline": False}),
-            ("nemo", {"grpo.adv_estimator.normalize_rewards": False}),
-            ("nemo", {"grpo.adv_estimator.use_leave_one_out_baseline": False,
-                      "grpo.adv_estimator.normalize_rewards": False}),
-            ("trl", {"scale_rewards": "group", "num_generations": n, **by_id}),
-            ("trl", {"scale_rewards": "batch", "num_generations": n, **by_id}),
-            ("trl", {"scale_rewards": "none", "num_generations": n, **by_id}),
-            ("trl", {"trainer": "rloo", "beta": 0.0, "num_generations": n, **by_id}),
-            ("openrlhf", {"algo.advantage.estimator": "group_norm", **orl}),
-            ("openrlhf", {"algo.advantage.estimator": "dr_grpo", **orl}),
-            ("openrlhf", {"algo.advantage.estimator": "rloo", "algo.kl.init_coef": 0.0, **orl}),
-            ("roll", {"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n, **by_id}),
-            ("advcli", {"estimator.name": "grpo", "estimator.eps": 1e-4}),
-            ("advcli", {"estimator.name": "grpo", "estimator.eps": 1e-8}),
-        ]
+        out += [(f.name, s) for f in FLAVORS.values() if f.audit_tries for s in f.audit_tries(n)]
     seen, uniq = set(), []
     for f, s in out:
         key = (f, json.dumps(s, sort_keys=True, default=str))
@@ -88,11 +61,11 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
 def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
     """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
     the framework's default), then the other settings given."""
-    from ..flavors import estimator_key, get, split_spec
+    from ..flavors import get, split_spec
 
     base = split_spec(flavor)[0]
     try:
-        ek = estimator_key(get(base))
+        ek = get(base).estimator_key
     except AdvcliError:
         ek = None
     est = settings.get(ek) if ek else None

@@ -23,11 +23,12 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
         from ..flavors import config_file_flavor
 
         flavor = config_file_flavor(config, flavor)
-    if flavor is None and config:  # a --config file that names verl's estimator: no estimator picked for it
+    if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
         from ..config import load_config_file
+        from ..flavors import DEFAULT, get
 
-        if "algorithm.adv_estimator" in load_config_file(config):
-            flavor = "verl"
+        if get(DEFAULT).estimator_key in load_config_file(config):
+            flavor = DEFAULT
     flavor, settings, auto_note = default_settings(flavor, inputs, settings)
     cfg, native, lines = resolution.resolve_for_inputs(flavor, inputs, settings, config, file_keys)
     if notes is not None:

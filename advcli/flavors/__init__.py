@@ -31,8 +31,9 @@ class Flavor:
     aliases: dict[str, str] = field(default_factory=dict)  # old key name -> current key name
     open_prefixes: tuple[str, ...] = ()  # key prefixes accepted without a fixed list (advcli: estimator.*)
     given_keys: bool = False  # translate(values, given=set of keys given) (AReaL: a section is on once a key is set)
-    # the native key naming the estimator and the value of it that runs on a response-level dump (one reward
-    # per response): the fix named when the framework's default estimator needs token data
+    # the native key naming the estimator (--estimator NAME sets it when NAME is one of its choices), and the
+    # value of it that runs on a response-level dump (one reward per response): the fix named when the
+    # framework's default estimator needs token data
     estimator_key: str | None = None
     response_estimator: str | None = None
     group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
@@ -47,9 +48,18 @@ class Flavor:
     estimator_note: Callable[[dict[str, Any]], str | None] | None = None
     # the upstream releases/commits whose semantics advcli reproduces, oldest first (advcli.flavors._releases)
     releases: tuple[Release, ...] = ()
+    # what `advcli audit` tries when the logged advantages disagree: the non-bool keys whose values it tries
+    # on the flavor given (bool keys are all flipped), and, on a dump with prompt ids, this flavor's group
+    # estimators as settings, given the dump's usual group size n (>= 2)
+    audit_switches: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    audit_tries: Callable[[int], list[dict[str, Any]]] | None = None
+    # the default flavor's choice of estimator when none is named: (column, estimator) pairs, the first
+    # whose column the dump has (verl: grpo with a prompt_id column, else gae with values)
+    pick_estimator: tuple[tuple[str, str], ...] = ()
 
 
 FLAVORS: dict[str, Flavor] = {}
+DEFAULT = "verl"  # the flavor a run has when none is named
 
 # advcli's own keys, accepted by every framework flavor (not the framework's): they change how the dump
 # is read, never the math.
@@ -75,10 +85,6 @@ LAB_KEYS: dict[str, Key] = {
                       "parameters); the stages around the estimator must agree between the terms", None, "str"),
 }
 EXTENSION_KEYS.update(LAB_KEYS)
-# the native key naming the estimator, for the flavors whose Flavor.estimator_key is unset (it also names the
-# fix for a response-level dump there): --flavor F --estimator NAME sets it when NAME is one of its choices
-ESTIMATOR_KEYS = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator.name", "trl": "trainer",
-                  "openrlhf": "algo.advantage.estimator", "roll": "adv_estimator", "advcli": "estimator.name"}
 
 
 def _load() -> None:
@@ -389,18 +395,13 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
     return cfg, given
 
 
-def estimator_key(flavor: Flavor) -> str | None:
-    """The flavor's native key naming its estimator (None: it has none)."""
-    return flavor.estimator_key or ESTIMATOR_KEYS.get(flavor.name)
-
-
 def estimator_config(flavor: Flavor, items: list[tuple[str, Any]], name: str) -> dict:
     """The canonical configuration of ``items`` with the estimator ``name``: where ``name`` is one of the
     flavor's own estimators (a choice of its estimator key), the flavor with that key set (its semantics
     and parameters); otherwise the flavor's pipeline around its group estimator (``response_estimator``,
     or the estimator given), with the estimator section replaced by ``name``, a registered estimator
     or a user function (module:function, file.py:function, an entry point)."""
-    key = estimator_key(flavor)
+    key = flavor.estimator_key
     choices = flavor.keys[key].choices if key in flavor.keys else None
     others = [(k, v) for k, v in items if flavor.aliases.get(k, k) != key]
     if key and (choices is None and flavor.name == "advcli" or choices is not None and name in choices):

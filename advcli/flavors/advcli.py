@@ -29,6 +29,9 @@ KEYS["kl.log_probs"] = Key("old_log_probs", "older name of kl.policy (kl.policy 
 
 FLAVOR = Flavor(
     name="advcli", framework="advcli's own canonical pipeline", keys=KEYS, translate=_translate,
+    estimator_key="estimator.name",
+    audit_tries=lambda n: [{"estimator.name": "grpo", "estimator.eps": 1e-4},
+                           {"estimator.name": "grpo", "estimator.eps": 1e-8}],
     open_prefixes=("estimator.", "columns."),
     notes="Every stage is set directly: reward.* (source, normalisation, clip, placement), kl.*, "
           "estimator.name and its parameters, advantage.* (whitening, clip).")

@@ -199,6 +199,11 @@ FLAVOR = Flavor(
     title="NeMo RL",  # the framework's name in prose (help, docs)
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
+    estimator_key="grpo.adv_estimator.name",
+    audit_tries=lambda n: [{}, {"grpo.adv_estimator.use_leave_one_out_baseline": False},
+                           {"grpo.adv_estimator.normalize_rewards": False},
+                           {"grpo.adv_estimator.use_leave_one_out_baseline": False,
+                            "grpo.adv_estimator.normalize_rewards": False}],
     notes="Groups by prompt id anywhere in the file. grpo/gdpo: leave-one-out baseline (default) with a per-row "
           "leave-one-out std from the one-pass E[r²]−E[r]² in float32 (so all-equal non-dyadic groups can give "
           "huge values, e.g. 7×0.3+1×0.9 → 6367 at 7ea279a), A/(σ+1e-6) only where σ>0 and (from #4158) the "

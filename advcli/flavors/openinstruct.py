@@ -60,7 +60,7 @@ FLAVOR = Flavor(
     name="open-instruct",
     framework="allenai/open-instruct @ e6c3044a (open_instruct/data_loader.py, rl_utils.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_samples_per_prompt_rollout",
-    unread=UNREAD,
+    unread=UNREAD, audit_switches={"advantage_normalization_type": ("standard", "centered")},
     notes="Groups are num_samples_per_prompt_rollout consecutive rows of a step (scores.reshape(-1, n)); "
           "centered (default): A = s − mean_g(s); standard: A = (s − mean_g(s))/(std_g(s) + 1e-8) with numpy's "
           "population std (ddof 0), float64 in open-instruct (advcli: float32 statistics). No KL in the reward, "

@@ -127,6 +127,11 @@ FLAVOR = Flavor(
     title="TRL",  # the framework's name in prose (help, docs)
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations", releases=RELEASES,
+    estimator_key="trainer",
+    audit_switches={"scale_rewards": ("group", "batch", "none")},
+    audit_tries=lambda n: [{"scale_rewards": s, "num_generations": n, "advcli.group_by": "id"}
+                           for s in ("group", "batch", "none")]
+    + [{"trainer": "rloo", "beta": 0.0, "num_generations": n, "advcli.group_by": "id"}],
     notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
           "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
           "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "

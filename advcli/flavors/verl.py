@@ -143,6 +143,12 @@ FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
+    pick_estimator=(("prompt_id", "grpo"), ("values", "gae")),
+    audit_tries=lambda n: [{"algorithm.adv_estimator": "grpo"},
+                           {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False},
+                           {"algorithm.adv_estimator": "rloo"},
+                           {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"},
+                           {"algorithm.adv_estimator": "opo"}, {"algorithm.adv_estimator": "gpg"}],
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
     # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
     # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs

@@ -344,3 +344,45 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     if "rollout_is_weights" in table.column_names:
         assert rl["histograms"]["rollout_is_weights"]["counts"]
     _assert_same(rl, rg)
+
+
+USER_FILE = '''import advcli
+
+
+@advcli.estimator(level="row")
+def centred(rewards, group):
+    """A_i = r_i minus the mean reward of its group"""
+    import torch
+
+    n = torch.zeros(int(group.max()) + 1, dtype=rewards.dtype).index_add_(0, group, torch.ones_like(rewards))
+    s = torch.zeros_like(n).index_add_(0, group, rewards)
+    return rewards - (s / n)[group]
+'''
+
+
+@pytest.mark.parametrize("which", ["user_file", "codapo"])
+def test_user_file_estimator_and_row_token_means_equal_local(ray_session, dump, tmp_path, which):
+    """Two estimators with their own way to the workers: a user function from a file (``./file.py:fn``: the
+    worker processes cannot import the module advcli made of the file; the function travels by value) and
+    codapo (row means of old_log_probs over the mask, an accuracy column). Output columns and report equal
+    the local engine's."""
+    import pyarrow.dataset as ds
+
+    if which == "user_file":
+        (tmp_path / "centred_adv.py").write_text(USER_FILE)
+        settings = [("advcli.estimator", f"{tmp_path / 'centred_adv.py'}:centred")]
+    else:
+        settings = [("advcli.estimator", "codapo")]
+    loc, got = _both(dump, tmp_path, "verl", settings)
+    _assert_same(loc, got)
+    a = ds.dataset(str(tmp_path / "local"), format="parquet").to_table()
+    b = ds.dataset(str(tmp_path / "ray"), format="parquet").to_table()
+    assert a.column_names == b.column_names and "advantages" in a.column_names
+    assert [c for c in a.column_names if not a.column(c).equals(b.column(c))] == []
+    if which == "user_file":  # the function ran: A_i = r_i − mean of its group (step, prompt_id) on mask=1 tokens
+        import numpy as np
+
+        t = a.to_pandas()
+        want = t["reward"] - t.groupby(["step", "prompt_id"])["reward"].transform("mean")
+        for adv, mask, w in zip(t["advantages"], t["response_mask"], want):
+            np.testing.assert_allclose(np.asarray(adv)[np.asarray(mask) == 1], w, rtol=1e-5, atol=1e-6)

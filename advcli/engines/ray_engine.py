@@ -436,6 +436,9 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
     rows_per_file = rows_per_file or 16 * chunk_rows
 
     cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
+    from ..estimators.user import ship_file_functions
+
+    ship_file_functions(ray.cloudpickle)  # --estimator ./file.py:fn: its function, not a module name
     cl.filesystem, cl.paths = in_fs, paths
     row_groups = [[md.row_group(i).num_rows for i in range(md.num_row_groups)] for md in inputs.metadata]
     cl.shards = plan_shards(row_groups, shard_target(inputs.num_rows, cl.concurrency, chunk_rows,

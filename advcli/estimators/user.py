@@ -118,6 +118,19 @@ def _file_stamp(ref: str) -> tuple | None:
         return path, None
 
 
+FILE_MODULE_PREFIX = "advcli_user_"  # the module name a file.py reference is imported under (+ its path)
+
+
+def ship_file_functions(pickler) -> None:
+    """Have ``pickler`` (Ray's cloudpickle) carry the functions of every ``file.py:function`` loaded in this
+    process by value: a worker process (another node, another directory) cannot import the module
+    advcli made of the file, so a reference to it would not load there. Functions of installed modules
+    (``my_pkg.adv:fn``, entry points) travel by reference: the package must be installed on the workers."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith(FILE_MODULE_PREFIX):
+            pickler.register_pickle_by_value(module)
+
+
 def register_function(fn: Callable) -> str:
     """Keep a function object (``advcli.run(..., estimator=fn)``) as a user estimator and return its reference."""
     if not callable(fn):
@@ -151,7 +164,7 @@ def _function(ref: str) -> Callable:
         path = os.path.abspath(os.path.expanduser(where))
         if not os.path.isfile(path):
             raise AdvcliError(f"estimator {ref!r}: file {where} not found")
-        modname = "advcli_user_" + "".join(c if c.isalnum() else "_" for c in path)
+        modname = FILE_MODULE_PREFIX + "".join(c if c.isalnum() else "_" for c in path)
         spec = importlib.util.spec_from_file_location(modname, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module

@@ -65,12 +65,15 @@ def _actor_node(ray, fallback):
 
 
 class _Killer:
-    """Removes worker node(s) once the compute-and-write pass reports its first rows (the run's
-    progress callback, called by advcli's NodeWatch thread, sets an event; a thread of its own does
-    the kill, which takes a while)."""
+    """Removes worker node(s) once a pass reports its first rows to the run's progress callback
+    (``stage``: "advantages" for the compute-and-write pass, told by advcli's NodeWatch thread; "rows"
+    and "rollout correction" for the per-row passes on the workers, told per batch the driver
+    receives, before the pass's last row, which then waits until the node is gone): an event set
+    there, a thread of its own does the kill, which takes a while."""
 
-    def __init__(self, cluster, workers, which: str):
-        self.cluster, self.workers, self.which = cluster, workers, which
+    def __init__(self, cluster, workers, which: str, stage: str = "advantages"):
+        self.cluster, self.workers, self.which, self.stage = cluster, workers, which, stage
+        self.seen_stages: list[str] = []
         self.started = threading.Event()
         self.done = threading.Event()
         self.killed: list[str] = []
@@ -78,8 +81,12 @@ class _Killer:
         self.thread.start()
 
     def progress(self, stage, done, total):
-        if stage == "advantages" and done > 0:
+        if not self.seen_stages or self.seen_stages[-1] != stage:
+            self.seen_stages.append(stage)
+        if stage == self.stage and 0 < done < total:
             self.started.set()
+            if stage != "advantages":  # told by the driver's own thread, mid-pass: it waits for the kill, so
+                self.done.wait(WAIT)   # the loss lands before the pass's remaining rows are received
 
     def _run(self):
         import ray
@@ -95,6 +102,27 @@ class _Killer:
             self.cluster.remove_node(w, allow_graceful=False)
             self.killed.append(w.node_id)
         self.done.set()
+
+
+def _offpolicy_dump(tmp_path, rows=900):
+    """:func:`_dump` with a rollout_log_probs column (old_log_probs + noise): verl's rollout correction
+    has a pass of its own on the workers."""
+    import numpy as np
+
+    from advcli.sample import make_table
+
+    t = make_table(rows, 5, 2, 30, 11, shuffle=True, steps=2)
+    old = t.column("old_log_probs").combine_chunks()
+    flat = old.values.to_numpy(zero_copy_only=False)
+    noise = np.random.default_rng(5).normal(0.0, 0.3, len(flat))
+    t = t.append_column("rollout_log_probs", pa.ListArray.from_arrays(old.offsets,
+                                                                      pa.array((flat + noise).astype(np.float32))))
+    paths = []
+    for i, (a, b) in enumerate([(0, rows // 3), (rows // 3, rows)]):
+        p = str(tmp_path / f"in{i}.parquet")
+        pq.write_table(t.slice(a, b - a), p, row_group_size=50)
+        paths.append(p)
+    return paths
 
 
 def _local(paths, tmp_path, cfg, native):
@@ -146,6 +174,75 @@ def test_worker_node_lost_mid_run(cluster, tmp_path):
     assert _report(got) == _report(loc)
     assert glob.glob(str(tmp_path / ".ray*")) == []
     print("node loss: recovered, output and report equal to the local engine's")
+
+
+RC = "algorithm.rollout_correction."
+
+
+@needs_ray
+@pytest.mark.parametrize("stage", ["rows", "rollout correction"])
+def test_worker_node_lost_in_a_per_row_pass(cluster, tmp_path, stage):
+    """A worker node removed while a per-row pass runs on the workers (the row pass, ``row_pass="workers"``;
+    verl's rollout-correction pass: token-level truncated IS with batch normalisation and a sequence
+    rejection), killed once the driver has received some of the pass's rows and not all: the run recovers
+    and gives the local engine's output and report, or stops with the one clear error and leaves nothing."""
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+
+    c, workers = cluster
+    if stage == "rows":
+        paths = _dump(tmp_path)
+        settings = [("algorithm.adv_estimator", "grpo")]
+    else:
+        paths = _offpolicy_dump(tmp_path)
+        settings = [("algorithm.adv_estimator", "grpo"), (RC + "rollout_is", "token"),
+                    (RC + "rollout_is_threshold", 2.0), (RC + "rollout_is_batch_normalize", True),
+                    (RC + "rollout_rs", "seq_max_k3"), (RC + "rollout_rs_threshold", 0.5)]
+    cfg, native = resolve("verl", settings)
+    loc, table = _local(paths, tmp_path, cfg, native)
+    killer = _Killer(c, workers, "one", stage=stage)
+    out = str(tmp_path / "ray")
+    try:
+        got = run_ray(paths, out, cfg, flavor="verl", native=native, device="cpu", chunk_rows=30,
+                      rows_per_file=150, row_pass="workers", stall_timeout=60, progress=killer.progress)
+    except AdvcliError as e:
+        assert killer.done.is_set()
+        assert "left the cluster during the run" in e.message and killer.killed[0][:12] in e.message
+        assert "\n" not in e.message and e.hint
+        assert not os.path.exists(out) and glob.glob(str(tmp_path / ".ray*")) == []
+        print(f"node loss in {stage}: clear error:", e.message)
+        return
+    assert stage in killer.seen_stages, f"the pass did not report its rows: {killer.seen_stages}"
+    assert killer.done.is_set(), "the run ended before the node was removed: the test did not test a loss"
+    assert read_output(out).equals(table)
+    assert _report(got) == _report(loc)
+    assert glob.glob(str(tmp_path / ".ray*")) == []
+    print(f"node loss in {stage}: recovered, output and report equal to the local engine's")
+
+
+@needs_ray
+def test_all_worker_nodes_lost_in_the_row_pass_fails_cleanly(cluster, tmp_path):
+    """Both worker nodes removed while the row pass runs on the workers: advcli stops within the stall
+    timeout with one line naming the lost nodes and the pass, and leaves nothing at the output."""
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+
+    c, workers = cluster
+    paths = _dump(tmp_path, rows=600)
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo")])
+    killer = _Killer(c, workers, "all", stage="rows")
+    out = str(tmp_path / "ray")
+    with pytest.raises(AdvcliError) as info:
+        run_ray(paths, out, cfg, flavor="verl", native=native, device="cpu", chunk_rows=30, rows_per_file=150,
+                row_pass="workers", stall_timeout=5, progress=killer.progress)
+    assert killer.done.is_set()
+    msg = info.value.message
+    assert "left the cluster during the run" in msg and "\n" not in msg
+    assert all(nid[:12] in msg for nid in killer.killed)
+    assert not os.path.exists(out) and glob.glob(str(tmp_path / ".ray*")) == []
 
 
 @needs_ray

@@ -54,7 +54,8 @@ def correction_fn(rows_on_workers):
         valid = torch.zeros(0, dtype=torch.int64)
         if R:
             payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "correction"}
-            t = rows_on_workers(payload, [plan.cmap[r] for r in ROLES], inputs, "the rollout-correction pass")
+            t = rows_on_workers(payload, [plan.cmap[r] for r in ROLES], inputs, "the rollout-correction pass",
+                                "rollout correction")
             valid = torch.from_numpy(t.column("valid").to_numpy().copy())
             parts = [(n.split(":", 2)[1], n.split(":", 2)[2], torch.from_numpy(t.column(n).to_numpy().copy()))
                      for n in t.column_names if n.startswith("p:")]

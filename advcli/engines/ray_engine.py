@@ -292,17 +292,19 @@ def _moments_fn(cl: _Cluster, watch=None):
     return token_moments
 
 
-def gather_rows(ds, R: int, stage: str, watch=None) -> pa.Table:
+def gather_rows(ds, R: int, stage: str, watch=None, progress_key: str | None = None) -> pa.Table:
     """The per-row results of a pass on the workers (one output row per input row, with its global
-    row in ``ROW_COL``), in global row order; each batch received is progress for the ``watch``.
-    Every row 0..R-1 exactly once, or an error naming the pass."""
+    row in ``ROW_COL``), in global row order; each batch received is progress for the ``watch`` (and,
+    with ``progress_key``, the rows so far are reported to the run's progress callback under that
+    stage, as the local engine reports the pass). Every row 0..R-1 exactly once, or an error naming the pass."""
     if watch is not None:
         watch.stage(stage)
-    got = []
+    got, done = [], 0
     for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
         got.append(b)
+        done += b.num_rows
         if watch is not None:
-            watch.tick()
+            watch.rows_received(progress_key, min(done, R), R)
     t = pa.concat_tables(got)
     rows = t.column(ROW_COL).to_numpy()
     order = np.argsort(rows, kind="stable")
@@ -316,9 +318,10 @@ def rows_on_workers_fn(cl: _Cluster, watch=None):
     ``mode`` over ``columns`` of every batch, each row located in ``inputs``), gathered in global row
     order (:func:`gather_rows`). Handed to the passes that live in their own modules
     (:func:`advcli.engines.ray_correction_pass.correction_fn`), so that they need not import this engine."""
-    def rows_on_workers(payload: dict, columns: list[str], inputs: InputSet, stage: str) -> pa.Table:
+    def rows_on_workers(payload: dict, columns: list[str], inputs: InputSet, stage: str,
+                        progress_key: str | None = None) -> pa.Table:
         ds = _map(cl, columns, payload)
-        return gather_rows(ds, inputs.num_rows, stage, watch)
+        return gather_rows(ds, inputs.num_rows, stage, watch, progress_key)
     return rows_on_workers
 
 
@@ -348,7 +351,7 @@ def _row_pass_fn(cl: _Cluster, watch=None):
         payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "rows",
                    "row_kl": row_kl}
         ds = _map(cl, probe.columns, payload)
-        t = gather_rows(ds, R, "the row pass", watch)
+        t = gather_rows(ds, R, "the row pass", watch, "rows")
         tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
         row = {k: tens(f"row:{k}") for k in empty[0]}
         comps = {k: tens(f"comp:{k}") for k in empty[1]}

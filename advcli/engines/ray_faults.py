@@ -87,6 +87,13 @@ class NodeWatch:
         """Progress seen by the driver (a batch received)."""
         self._last = time.monotonic()
 
+    def rows_received(self, key: str | None, done: int, total: int) -> None:
+        """A batch of a per-row pass received by the driver: progress, and (``key``: the pass's stage name in
+        the run's progress callback) the rows so far reported there."""
+        self.tick()
+        if key is not None and self.progress_fn is not None:
+            self.progress_fn(key, done, total)
+
     def follow_sink(self, sink, total: int) -> None:
         """Pass 3: progress is the batches the statistics actor has received (``sink.seen()``)."""
         self._sink = (sink, total)

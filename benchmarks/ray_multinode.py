@@ -2,8 +2,8 @@
 dump and the output in a local S3 server: tokens/s, the driver's peak memory and the bytes the driver
 receives per row.
 
-    python benchmarks/ray_cluster.py                          # 4,096 rows <= 512 tokens, GRPO and GAE
-    python benchmarks/ray_cluster.py --rows 65536 --max-len 1024 --nodes 1,2,4,8
+    python benchmarks/ray_multinode.py                          # 4,096 rows <= 512 tokens, GRPO and GAE
+    python benchmarks/ray_multinode.py --rows 65536 --max-len 1024 --nodes 1,2,4,8
 
 Each configuration runs in a **fresh subprocess** (so one run's memory does not hide the next one's):
 

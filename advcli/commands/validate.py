@@ -29,9 +29,10 @@ would reject (file, row, column or key). With --output the output path is checke
 Without --deep (fast, no torch): every key and estimator parameter, the columns the run needs, the
 output path, and every value the run reads: nulls, masks other than 0/1, token columns whose rows are
 not as long as the mask's, NaN/inf log-probs and values, NaN/inf rewards, rows without a trained token
-where the reward must sit on one.
+where the reward must sit on one, steps that do not split into groups of grouping.size rows and
+positional groups that disagree with prompt_id.
 Only --deep (the whole run without output): a user estimator's output (shape, dtype, finite values),
-groups that do not split into blocks of grouping.size rows, whitening with too few valid tokens,
+whitening with too few valid tokens,
 values the math makes non-finite, and the diagnostics (the --json verdict names what was not computed).
 """
 

@@ -113,3 +113,21 @@ def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None
             raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}: null element at position "
                               f"{pos - offs[row]} of the list",
                               hint="token lists must be complete; fill nulls (e.g. 0 for padding) or drop the row")
+
+
+def factorize(values: list[pa.Array]) -> np.ndarray:
+    """int64 codes (first-appearance order) for a key column split over several arrays.
+
+    Arrow's hash dictionary encoding (pandas.factorize's codes; importing pandas alone costs ~0.3 s of
+    start-up). Float keys keep pandas.factorize, whose NaN -> -1 rule the callers rely on."""
+    if not values:  # an input of 0 rows
+        return np.zeros(0, dtype=np.int64)
+    arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    if pa.types.is_floating(arr.type):
+        import pandas as pd
+
+        codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
+        return codes.astype(np.int64)
+    return dictionary_codes(arr)

@@ -5,7 +5,7 @@ same messages. ``advcli validate`` calls it after :func:`advcli.pipeline.plan.op
 (the configuration, the columns, the estimator's own rules on its spec) ``run`` makes first too.
 
 What only the math finds is left to ``advcli validate --deep`` (the whole run without output): a user
-estimator's output, groups that do not split into blocks of ``grouping.size`` rows, whitening with too few
+estimator's output, whitening with too few
 tokens, values the math makes non-finite, and the diagnostics.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..io.lists import check_no_nulls, list_offsets, list_values, primitive_nump
 from ..io.reader import InputSet
 from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers
 from . import roles as role_rules
+from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan
 from .roles import FLOAT_ROLES
 
@@ -60,13 +61,16 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
     """Reads the columns of the run (:class:`Plan`) chunk by chunk and refuses (AdvcliError naming file,
     column, row and position) null values, masks other than 0/1, token columns whose rows are not as long
     as the mask's, non-finite token values, non-finite rewards (NaN allowed with reward.nan=allow), and,
-    where the reward sits on the last trained token and must (reward.unplaced=error), a row without one."""
+    where the reward sits on the last trained token and must (reward.unplaced=error), a row without one;
+    steps that do not split into blocks of grouping.size rows and blocks that disagree with prompt_id
+    (:func:`advcli.pipeline.grouping.scope_and_group_codes`)."""
     cmap = plan.cmap
     mask_name = cmap["response_mask"]
     token_roles = _token_roles(plan)
     number_roles = _row_number_roles(plan)
     allow_nan = plan.run.reward.nan == "allow"
-    key_cols = [cmap[r] for r in ("prompt_id",) if plan.group_by in ("id", "runs") and cmap.has(r)]
+    key_cols = group_key_columns(plan)
+    keys: dict[str, list] = {c: [] for c in key_cols}
     cols = list(dict.fromkeys([mask_name] + [cmap[r] for r in token_roles + number_roles] + plan.components
                               + key_cols))
     float_roles = set(FLOAT_ROLES)
@@ -96,7 +100,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
             check_row_numbers(np.asarray(primitive_numpy(arr)), file, name, row_base,
                               allow_nan and name != cmap.names.get("reward_baseline"))
         for name in key_cols:
-            check_no_nulls(batch.column(name), file, name, row_base)
+            keys[name].append(batch.column(name))
         lengths = np.diff(offsets)
         per_row = np.bincount(np.repeat(np.arange(len(lengths)), lengths), weights=mask,
                               minlength=len(lengths)).astype(np.int64)
@@ -106,6 +110,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
         rows += len(lengths)
         tokens += int(lengths.sum())
         valid += int(per_row.sum())
+    scope_and_group_codes(plan, keys, rows, inputs.paths[0])  # blocks that do not split, ids that disagree
     reward = plan.run.reward
     if empty_row is not None and reward.unplaced == "error" and reward.placement == "last_valid":
         raise unplaced_reward(inputs.paths[0], empty_row, empty)
@@ -168,5 +173,6 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
     inputs, plan = open_and_plan(input_specs, cfg, column_overrides, device, chunk_rows, "full", None)
     counts = check_data(plan, inputs, chunk_rows or 4096)
     result = RunResult(inputs=inputs.paths, outputs=[], rows=counts.rows, tokens=counts.tokens,
-                       valid_tokens=counts.valid_tokens, seconds=0.0, config=cfg, warnings=list(plan.warnings))
+                       valid_tokens=counts.valid_tokens, seconds=0.0, config=cfg,
+                       warnings=list(plan.group_warnings) + list(plan.warnings))
     return result, False

@@ -9,7 +9,7 @@ import torch
 
 from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
-from ..io.lists import dictionary_codes, primitive_numpy
+from ..io.lists import primitive_numpy
 from ..io.reader import InputSet
 from ..io.value_checks import check_finite, check_lengths, check_row_numbers
 from .plan import Plan
@@ -123,24 +123,6 @@ def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtyp
 
 def allows_nan(plan: Plan) -> bool:
     return plan.run.reward.nan == "allow"
-
-
-def factorize(values: list[pa.Array]) -> np.ndarray:
-    """int64 codes (first-appearance order) for a key column split over several arrays.
-
-    Arrow's hash dictionary encoding (pandas.factorize's codes; importing pandas alone costs ~0.3 s of
-    start-up). Float keys keep pandas.factorize, whose NaN -> -1 rule the callers rely on."""
-    if not values:  # an input of 0 rows
-        return np.zeros(0, dtype=np.int64)
-    arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
-    if pa.types.is_floating(arr.type):
-        import pandas as pd
-
-        codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
-        return codes.astype(np.int64)
-    return dictionary_codes(arr)
 
 
 def roles_to_columns(plan: Plan, roles: list[str]):

@@ -82,6 +82,8 @@ class EstimatorSpec:
     check_params: Callable[[dict], None] | None = None  # (params) -> raises AdvcliError naming the bad key
     # (params) -> (role, why) pairs of the columns these parameters need besides ``needs``
     needs_for: Callable[[dict], tuple[tuple[str, str], ...]] | None = None
+    # (params, reward component columns) -> raises AdvcliError where they do not fit (one weight per component)
+    check_components: Callable[[dict, list[str]], None] | None = None
 
     def check(self, params: dict, cmap, components: list[str]) -> None:
         """Refuses (AdvcliError) a run this estimator cannot compute: a bad parameter, a column it needs
@@ -97,6 +99,8 @@ class EstimatorSpec:
             raise AdvcliError(f"{self.name} needs at least {self.min_components} reward components (reward/<name> "
                               f"columns); found {len(components)}: {list(components)}. NeMo raises ValueError "
                               "here; use grpo instead")
+        if self.check_components is not None:
+            self.check_components(params, list(components))
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""

@@ -13,7 +13,7 @@ import torch
 
 from ..batch import RowTable
 from ..io.arrow_torch import check_no_nulls
-from ..io.lists import primitive_numpy
+from ..io.lists import factorize, primitive_numpy
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
 from ..ops import kl as kl_ops
@@ -22,7 +22,7 @@ from ..ragged import Ragged
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan, ProgressFn
-from .read import TRIM_EVERY, ChunkReader, allows_nan, factorize, read_scalar, roles_to_columns
+from .read import TRIM_EVERY, ChunkReader, allows_nan, read_scalar, roles_to_columns
 
 
 def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:

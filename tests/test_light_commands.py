@@ -191,7 +191,7 @@ def test_validate_every_flavor_default_estimator_without_torch(flavor, tmp_path)
 def test_validate_a_trainer_dump_without_torch(tmp_path):
     """A NeMo RL dump (jsonl steps), read in its own format: valid without torch, its 4 samples' tokens counted."""
     nemo = _nemo_dump(tmp_path)
-    code, out, err, torch_loaded = _advcli_status(["validate", nemo, "--json"], tmp_path)
+    code, out, err, torch_loaded = _advcli_status(["validate", nemo, "--flavor", "nemo", "--json"], tmp_path)
     assert code == 0, err[-2000:]
     assert not torch_loaded
     verdict = json.loads(out)
@@ -200,10 +200,10 @@ def test_validate_a_trainer_dump_without_torch(tmp_path):
 
 def test_validate_runs_a_user_estimator_deep_by_itself(tmp_path):
     """Only running a user function checks what it returns: validate runs it (torch) and says so."""
-    (tmp_path / "est.py").write_text("def half(table, params):\n    return table.score[:-1] * 0.5\n")
+    (tmp_path / "est.py").write_text("def half(rewards):\n    return rewards[:-1] * 0.5\n")  # one row short
     code, out, err, torch_loaded = _advcli_status(["validate", SAMPLE, "--estimator", "./est.py:half"], tmp_path)
     assert code == 2 and torch_loaded
-    assert "shape" in err and "383" in err and "384" in err
+    assert "returned shape" in err and "one advantage per row" in err, err
 
 
 def _bad(tmp_path, change) -> str:
@@ -268,6 +268,12 @@ BAD = {
     "gdpo with more weights than components": (_same, ["--estimator", "gdpo", "--set", "reward.components=[acc]",
                                                        "--set", "estimator.weights=[1,2]"],
                                                "2 weights for 1 reward components"),
+    "ema_baseline decay 1": (_same, ["--estimator", "ema_baseline", "--set", "estimator.decay=1"],
+                             "key estimator.decay must be in [0, 1)"),
+    "hierarchical_grpo without episode agents": (_same, ["--estimator", "grpo_peers",
+                                                         "--set", "estimator.episode_agents=[]"], "episode_agents"),
+    "length penalty without the turns column": (_same, ["--estimator", "grpo_cohort",
+                                                        "--set", "estimator.length_penalty=[0,0,1]"], "'num_turns'"),
     "codapo without accuracy column": (_drop("acc"), ["--estimator", "codapo"], "'acc'"),
     "NaN reward": (_set("reward", _row5(float("nan"))), [], "row 5: reward nan is not finite"),
     "null reward": (_set("reward", _row5(None)), [], "row 5: null value"),

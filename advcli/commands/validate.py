@@ -101,7 +101,7 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
 
     file_keys: list = []
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 file_keys, estimator=estimator)
+                                                                 file_keys=file_keys, estimator=estimator)
     from ..pipeline.checks import check_run
 
     result, ran_deep = check_run(inputs, cfg, column_overrides=columns, chunk_rows=chunk_rows, device=device,

@@ -274,6 +274,8 @@ BAD = {
                                                          "--set", "estimator.episode_agents=[]"], "episode_agents"),
     "length penalty without the turns column": (_same, ["--estimator", "grpo_cohort",
                                                         "--set", "estimator.length_penalty=[0,0,1]"], "'num_turns'"),
+    "areal turn timesteps without turn_ids": (_same, ["--estimator", "areal_gae", "--set", "estimator.timestep=turn"],
+                                              "'turn_ids'"),
     "codapo without accuracy column": (_drop("acc"), ["--estimator", "codapo"], "'acc'"),
     "NaN reward": (_set("reward", _row5(float("nan"))), [], "row 5: reward nan is not finite"),
     "null reward": (_set("reward", _row5(None)), [], "row 5: null value"),

@@ -22,8 +22,8 @@ MASK_OUTPUT = Key(False, "multiply the broadcast advantage by the response mask 
 
 
 def _groups(table: RowTable):
-    if table.groups is None:
-        raise AdvcliError("this estimator needs groups: give a prompt_id column")
+    """The row groups: present, since these estimators' specs say uses_groups and the plan refuses a run
+    without groups before any math (:func:`advcli.pipeline.plan.make_plan`)."""
     return table.groups
 
 

@@ -2,7 +2,7 @@
 :func:`advcli.run` both call.
 
 The steps, in order: the output mode checked (before the curation filter's work; the engines'
-shared head, :func:`advcli.pipeline.run.open_and_plan`, checks it for their direct callers); the groups a curation
+shared head, :func:`advcli.pipeline.plan.open_and_plan`, checks it for their direct callers); the groups a curation
 spec drops taken out first (DAPO-style, :func:`advcli.curate.prefilter_for_run`); the chosen engine
 (:func:`advcli.engines.run`: the local pipeline or Ray) plans, computes and writes; the result names
 the user's dumps rather than their temporary Parquet; response-level outputs (a trainer dump read

@@ -1,9 +1,8 @@
 """``advcli validate DUMP``: everything ``advcli run`` would reject, without writing anything.
 
-It is ``run`` with no output: the same configuration resolution, the same plan, and every pass that
-reads and checks the data (types, ragged lengths that disagree, nulls, NaN rewards and log-probs,
-groups that do not split, whitening with too few tokens ...). The math runs too — a check that
-only a pass over the token columns can make must not be skipped — but nothing is written.
+Parses and prints; :func:`advcli.pipeline.checks.check_run` does the work: the configuration, the plan and the
+estimator's own rules, then one pass over the data with pyarrow and numpy (torch is not imported). ``--deep``
+(and a user estimator) runs the whole pipeline without output, for the checks only the math makes.
 """
 from __future__ import annotations
 
@@ -22,8 +21,19 @@ EPILOG = """
   advcli validate dump.parquet --flavor roll --set adv_estimator=grpo \\
       --set actor_infer.generating_args.num_return_sequences=8 --json
 
+  advcli validate dump.parquet --estimator ./my_est.py:fn      (a user estimator: runs --deep by itself)
+
 Exit code 0: `advcli run` with the same options would succeed. Exit code 2: the message says what it
 would reject (file, row, column or key). With --output the output path is checked too.
+
+Without --deep (fast, no torch): every key and estimator parameter, the columns the run needs, the
+output path, and every value the run reads: nulls, masks other than 0/1, token columns whose rows are
+not as long as the mask's, NaN/inf log-probs and values, NaN/inf rewards, rows without a trained token
+where the reward must sit on one, steps that do not split into groups of grouping.size rows and
+positional groups that disagree with prompt_id.
+Only --deep (the whole run without output): a user estimator's output (shape, dtype, finite values),
+whitening with too few valid tokens,
+values the math makes non-finite, and the diagnostics (the --json verdict names what was not computed).
 """
 
 
@@ -41,16 +51,19 @@ def validate_cmd(
     chunk_rows: int = opt.chunk_rows(),
     padded: bool | None = opt.PADDED,
     device: str = opt.device("cpu", "auto, cpu or cuda (default cpu: validating needs no GPU)."),
+    deep: bool = typer.Option(False, "--deep", help="Run the math too (imports torch): the checks only the "
+                                                    "math makes, and the diagnostics (see below)."),
     json_out: bool = opt.json_out("the verdict"),
 ):
     """Check a dump and a configuration the way `advcli run` would, without writing (exit 0 = fine, 2 = rejected)."""
     from ..errors import AdvcliError
     from ..formats import name_sources, open_inputs
+    from ..pipeline.checks import MATH_ONLY
 
     try:
         inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
-        result, what, why = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded,
-                                      device, estimator)
+        result, what, why, deep = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows,
+                                            padded, device, estimator, deep)
         name_sources(result)
     except AdvcliError as e:
         if json_out:
@@ -61,6 +74,8 @@ def validate_cmd(
     verdict = {"valid": True, "ran": what, "estimator": est, "inputs": result.inputs, "rows": result.rows,
                "tokens": result.tokens, "valid_tokens": result.valid_tokens,
                "warnings": list(getattr(result, "warnings", []) or []), "diagnostics": diags}
+    if not deep:
+        verdict["not_computed"] = list(MATH_ONLY)  # figures only the math gives: --deep
     if why:  # the flavor runs the chosen estimator under another name (ROLL grpo: reinforce_plus_plus)
         verdict["why"] = why
     if json_out:
@@ -78,33 +93,24 @@ def validate_cmd(
         typer.echo(f"{label}: {d.get('kind')}: {d.get('count')} {d.get('unit', '')}".rstrip() + meaning, err=True)
 
 
-def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device, estimator=None):
-    """(RunResult of a run without output, what ran, why it runs under that name or None) — raising the
+def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device, estimator=None,
+              deep=False):
+    """(RunResult, what ran, why it runs under that name or None, whether the math ran) — raising the
     AdvcliError `run` would raise."""
-    import os
-
     from .resolve import resolve_cli_config
 
     file_keys: list = []
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 file_keys,
-                                                                 estimator=estimator)
-    from ..io.reader import InputSet
-    from ..io.writer import check_output_path
-    from ..pipeline import output_paths, run_pipeline
+                                                                 file_keys=file_keys, estimator=estimator)
+    from ..pipeline.checks import check_run
 
-    if output is not None:
-        ins = InputSet.open(inputs)
-        existed = os.path.isdir(output)
-        outs = output_paths(ins, output)  # may create an output directory for several inputs
-        if not existed and os.path.isdir(output) and not os.listdir(output):
-            os.rmdir(output)
-        for o in outs:
-            check_output_path(o, ins.paths, force)
-    result = run_pipeline(inputs, None, cfg, flavor=flavor, native=native, column_overrides=columns,
-                          chunk_rows=chunk_rows, device=device, force=force, check_values=True)
+    result, ran_deep = check_run(inputs, cfg, column_overrides=columns, chunk_rows=chunk_rows, device=device,
+                                 output=output, force=force, deep=deep, flavor=flavor, native=native)
+    if ran_deep and not deep:
+        result.warnings.insert(0, "a user estimator: validated --deep (only running it checks what it returns)")
     if file_keys and file_keys[0].line():
         result.warnings.insert(0, f"config {file_keys[0].line()}")
     from ..flavors import estimator_note
 
-    return result, auto_note or f"{flavor} {result.config['estimator']['name']}", estimator_note(flavor, native)
+    return result, auto_note or f"{flavor} {result.config['estimator']['name']}", estimator_note(flavor, native), \
+        ran_deep

@@ -70,8 +70,9 @@ from ..pipeline import (
 )
 from ..pipeline.observe import RunObserver
 from ..pipeline.output import SIDECAR_ROW
+from ..pipeline.plan import open_and_plan
 from ..pipeline.rows import row_table_pass
-from ..pipeline.run import finish_result, open_and_plan, wants_positions
+from ..pipeline.run import finish_result, wants_positions
 from ..ragged import Ragged
 from .ray_output import (
     check_output_dir,

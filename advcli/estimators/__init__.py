@@ -77,6 +77,30 @@ class EstimatorSpec:
     # (params) -> (spec, params) the run runs instead: an estimator made of others (mix), whose needs, level
     # and groups are those of the estimators its parameters name
     build: Callable | None = None
+    # --- what a run must satisfy, checked without torch before any data is read (``advcli run`` and
+    # ``advcli validate`` call :meth:`check`; the estimator functions assume it holds)
+    check_params: Callable[[dict], None] | None = None  # (params) -> raises AdvcliError naming the bad key
+    # (params) -> (role, why) pairs of the columns these parameters need besides ``needs``
+    needs_for: Callable[[dict], tuple[tuple[str, str], ...]] | None = None
+    # (params, reward component columns) -> raises AdvcliError where they do not fit (one weight per component)
+    check_components: Callable[[dict, list[str]], None] | None = None
+
+    def check(self, params: dict, cmap, components: list[str]) -> None:
+        """Refuses (AdvcliError) a run this estimator cannot compute: a bad parameter, a column it needs
+        (``needs``, and ``needs_for`` under these parameters) that ``cmap`` does not map, fewer reward
+        components than ``min_components``. Torch-free: ``advcli validate`` asks it as ``advcli run`` does."""
+        if self.check_params is not None:
+            self.check_params(params)
+        for role in self.needs:
+            cmap.require(role, f"estimator {self.name} needs it")
+        for role, why in (self.needs_for(params) if self.needs_for is not None else ()):
+            cmap.require(role, why)
+        if self.min_components and len(components) < self.min_components:
+            raise AdvcliError(f"{self.name} needs at least {self.min_components} reward components (reward/<name> "
+                              f"columns); found {len(components)}: {list(components)}. NeMo raises ValueError "
+                              "here; use grpo instead")
+        if self.check_components is not None:
+            self.check_components(params, list(components))
 
     def gives_zero_for_uniform_groups(self, params: dict) -> bool:
         """Whether a uniform group (every reward equal) gets advantage 0 with these parameters."""
@@ -113,6 +137,13 @@ def get(name: str) -> EstimatorSpec:
         raise AdvcliError(f"key estimator.name: unknown estimator {name!r}.{did_you_mean(name, REGISTRY)} "
                           f"Known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
+
+
+def is_user(name: str) -> bool:
+    """Whether ``name`` refers to a user function (module:function, file.py:function, an entry point), which
+    only running it can check (its output's shape and values), rather than to a registered estimator."""
+    _load_all()
+    return ":" in name or name not in REGISTRY and _is_user_reference(name)
 
 
 def _is_user_reference(name: str) -> bool:

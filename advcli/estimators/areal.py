@@ -75,13 +75,18 @@ def row_lambda(fn: str, kwargs: dict, lengths: torch.Tensor, dtype: torch.dtype)
     return torch.where(lengths > 1, lam, torch.where(lengths == 1, torch.ones_like(lam), torch.zeros_like(lam)))
 
 
+def turn_ids_column(p: dict) -> tuple[tuple[str, str], ...]:
+    """actor.gae_timestep_unit=turn reads the turn_ids column (AReaL: 'requires rollout data to include turn_ids')."""
+    if p["timestep"] != "turn":
+        return ()
+    return (("turn_ids", "actor.gae_timestep_unit=turn needs it: one turn index per token; AReaL 'requires "
+                         "rollout data to include turn_ids'"),)
+
+
 def _turns(chunk: TokenChunk, keep: torch.Tensor):
     """The turns of the chunk's rows: (kept tokens, kept layout, turn of each kept token, turn layout).
     Checks AReaL's rules (gae.py ``_validate_turn_ids``): ≥ 0 and non-decreasing on trained tokens."""
-    if "turn_ids" not in chunk.tokens:
-        raise AdvcliError("actor.gae_timestep_unit=turn needs the turn_ids column (one turn index per token)",
-                          hint="map it with --column turn_ids=NAME (AReaL: 'requires rollout data to include "
-                               "turn_ids')")
+    # turn_ids present: the spec requires it under timestep=turn (:func:`turn_ids_column`)
     kept, klay, _, _ = kept_layout(keep, chunk.layout)
     tid = chunk.tokens["turn_ids"][kept].to(torch.int64)
     krow = klay.row_index
@@ -250,6 +255,7 @@ register(EstimatorSpec(
     name="areal_gae", level="token", token_fn=areal_token, group_token_pass=areal_stats,
     group_token_pass_needed=lambda p: p.get("norm") is not None,  # the statistics pass is adv_norm's only
     optional=("values", "turn_ids", "truncated", "bootstrap_value"),
+    needs_for=turn_ids_column,
     formula="token: δ_t = r_t + γ·V_next − V_t, A_t = δ_t + γλ_i·A_next over the trained tokens (carried over the "
             "others; V_next after the last trained token = bootstrap_value of a truncated row, else 0); turn: the "
             "same over turns (turn reward = outcome, turn value = V at its first trained token), then + the token's "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from ..batch import RowTable
 from ..config import Key
-from ..errors import AdvcliError
 from ..lazy_torch import torch  # the registry loads without torch
 from . import EstimatorSpec, register
 from .group import EPS, grpo_row
@@ -43,23 +42,20 @@ def codapo_values(groups, mean_logprob: torch.Tensor, accuracy: torch.Tensor, va
 
 def codapo_row(table: RowTable, p: dict) -> torch.Tensor:
     g = table.groups
-    if g is None:
-        raise AdvcliError("codapo needs groups: give a prompt_id column (or grouping.by=position with grouping.size)")
-    if "accuracy" not in table.columns:
-        raise AdvcliError("codapo needs each response's correctness: no accuracy column (default name 'acc')",
-                          hint="map it with --column accuracy=NAME (verl: the reward extra-info key "
-                               "codapo_accuracy_key)")
     key = f"token_mean:{p['log_probs']}"
-    if key not in table.columns:
-        raise AdvcliError(f"key estimator.log_probs={p['log_probs']}: the input has no {p['log_probs']} column",
-                          hint="map it with --column rollout_log_probs=NAME, or use estimator.log_probs=old_log_probs")
     value = codapo_values(g, table.columns[key], table.columns["accuracy"], table.valid_len)
     base = grpo_row(table, {"norm_by_std": p["norm_by_std"], "eps": p["eps"], "std": "torch"})
     return base * g.per_row(value + p["weight_offset"]).to(base.dtype)
 
 
+def codapo_needs(p: dict) -> tuple[tuple[str, str], ...]:
+    """The log-prob column estimator.log_probs names (its mean over each row's trained tokens)."""
+    return ((p["log_probs"], f"estimator.log_probs={p['log_probs']}: codapo reads each response's mean token "
+                             "log-prob from it"),)
+
+
 register(EstimatorSpec(
-    name="codapo", level="row", uses_groups=True, row_constant=True, row_fn=codapo_row,
+    name="codapo", needs_for=codapo_needs, level="row", uses_groups=True, row_constant=True, row_fn=codapo_row,
     zero_for_uniform_groups=True, needs=("old_log_probs", "accuracy"), optional=("rollout_log_probs",),
     row_token_means=("old_log_probs", "rollout_log_probs"),
     formula="A_i = A_i^GRPO · (v_g + offset), v_g = exp(mean_{i∈g} ℓ_i) · 4·p_g·(1 − p_g), ℓ_i = Σ_t m·old_lp / Σ_t m "

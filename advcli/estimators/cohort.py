@@ -92,12 +92,7 @@ def _scatter(table: RowTable, idx: torch.Tensor, values: torch.Tensor) -> torch.
 
 
 def _count(table: RowTable, role: str, idx: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    col = table.columns.get(role)
-    if col is None:
-        raise AdvcliError(f"the length penalty needs the column {role!r} (prime-rl trace.{role}, from the provider "
-                          "usage and the sampled nodes, not from the mask)",
-                          hint=f"map it with --column {role}=NAME, or set the weight of its term to 0 (or turn "
-                               "orchestrator.algo.length_penalty off)")
+    col = table.columns[role]  # present: the spec requires it (:func:`length_penalty_columns`)
     return col[idx].to(dtype)  # torch.tensor([...ints], dtype=float32): round to nearest
 
 
@@ -138,7 +133,9 @@ def grpo_cohort_row(table: RowTable, p: dict) -> torch.Tensor:
     return _scatter(table, idx, shaped - g.per_row(g.mean_f32(shaped)))
 
 
-def _check_length_penalty(lp) -> None:
+def check_length_penalty(p: dict) -> None:
+    """estimator.length_penalty: null, or three finite weights >= 0 [output tokens, input tokens, turns]."""
+    lp = p["length_penalty"]
     if lp is None:
         return
     if len(lp) != 3:
@@ -148,13 +145,25 @@ def _check_length_penalty(lp) -> None:
             raise AdvcliError(f"key estimator.length_penalty: the {name} weight must be finite and >= 0 (got {w!r})")
 
 
-def _grpo_cohort_checked(table: RowTable, p: dict) -> torch.Tensor:
-    _check_length_penalty(p["length_penalty"])
-    return grpo_cohort_row(table, p)
+# the columns each length-penalty term reads (input tokens = total − output tokens)
+PENALTY_COLUMNS = (("num_output_tokens",), ("num_total_tokens", "num_output_tokens"), ("num_turns",))
+
+
+def length_penalty_columns(p: dict) -> tuple[tuple[str, str], ...]:
+    """The count columns the length penalty's non-zero terms read (prime-rl trace.<role>, from the provider
+    usage and the sampled nodes, not from the mask); a zero weight needs none."""
+    lp = p["length_penalty"]
+    if lp is None:
+        return ()
+    why = ("the length penalty needs it (prime-rl trace.{role}); or set the weight of its term to 0, or turn "
+           "orchestrator.algo.length_penalty off")
+    roles = [r for w, rs in zip(lp, PENALTY_COLUMNS) if float(w) != 0 for r in rs]
+    return tuple((r, why.format(role=r)) for r in dict.fromkeys(roles))
 
 
 register(EstimatorSpec(
-    name="grpo_cohort", level="row", uses_groups=True, row_constant=True, row_fn=_grpo_cohort_checked,
+    name="grpo_cohort", level="row", uses_groups=True, row_constant=True, row_fn=grpo_cohort_row,
+    check_params=check_length_penalty, needs_for=length_penalty_columns,
     zero_for_uniform_groups=True,
     optional=("trainable", "episode_id", "num_output_tokens", "num_total_tokens", "num_turns"),
     formula="A_i = r_i − mean_C(r) over the cohort's trainable rows (no std; a cohort of one: 0); with "
@@ -227,14 +236,18 @@ def _agents(table: RowTable) -> tuple[torch.Tensor, list]:
     return codes, list(table.labels.get("agent_name", []))
 
 
+def check_episode_agents(p: dict) -> None:
+    """At least one agent role compared within one episode (prime-rl: Field(min_length=1))."""
+    if not p["episode_agents"]:
+        raise AdvcliError("key estimator.episode_agents: hierarchical_grpo needs at least one role compared "
+                          "within one episode, e.g. [solver] (prime-rl: Field(min_length=1))")
+
+
 def grpo_peers_row(table: RowTable, p: dict) -> torch.Tensor:
     """prime-rl ``HierarchicalGRPOAlgorithm.score_group`` (hierarchical_grpo.py L33-42): inside each
     cohort, peers are keyed ``(agent, episode)`` when the agent is in ``episode_agents``, else
     ``(agent)``; ``A = r − Σ_peers r / n`` in float64 (Python floats); a peer set of one gets 0."""
-    names = p["episode_agents"]
-    if not names:
-        raise AdvcliError("key estimator.episode_agents: hierarchical_grpo needs at least one role compared "
-                          "within one episode, e.g. [solver] (prime-rl: Field(min_length=1))")
+    names = p["episode_agents"]  # not empty: :func:`check_episode_agents`
     idx, g = _active_cohorts(table)
     agent, labels = _agents(table)
     scoped_codes = [k for k, n in enumerate(labels) if str(n) in {str(x) for x in names}]
@@ -257,6 +270,7 @@ def grpo_peers_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="grpo_peers", level="row", uses_groups=True, row_constant=True, row_fn=grpo_peers_row,
+    check_params=check_episode_agents,
     zero_for_uniform_groups=True,
     optional=("trainable", "agent_name", "episode_id"),
     formula="A_i = r_i − mean of r over i's peers in its cohort: same agent_name and, for the agents in "
@@ -279,6 +293,13 @@ def scoring_order(table: RowTable) -> torch.Tensor:
     return order[torch.argsort(table.scopes.codes[order], stable=True)]
 
 
+def check_decay(p: dict) -> None:
+    """estimator.decay in [0, 1) (prime-rl RAEAlgoConfig: ge=0, lt=1)."""
+    d = float(p["decay"])
+    if not (0.0 <= d < 1.0):
+        raise AdvcliError(f"key estimator.decay must be in [0, 1) (got {d:g}; prime-rl RAEAlgoConfig: ge=0, lt=1)")
+
+
 def ema_baseline_row(table: RowTable, p: dict) -> torch.Tensor:
     """prime-rl ``RAEAlgorithm.score_group`` (rae.py L34-43) over the whole input, one instance (one env)
     started at the first row: for each trainable trace in scoring order (:func:`scoring_order`),
@@ -290,9 +311,7 @@ def ema_baseline_row(table: RowTable, p: dict) -> torch.Tensor:
     :func:`advcli.ops.scans.reverse_discounted_cumsum` on the reversed sequence) and ``b_k = z_{k−1}``."""
     from ..ops.scans import reverse_discounted_cumsum
 
-    d = float(p["decay"])
-    if not (0.0 <= d < 1.0):
-        raise AdvcliError(f"key estimator.decay must be in [0, 1) (got {d:g}; prime-rl RAEAlgoConfig: ge=0, lt=1)")
+    d = float(p["decay"])  # in [0, 1): :func:`check_decay`
     order = scoring_order(table)
     order = order[active_rows(table)[order]]
     agent, _ = _agents(table)
@@ -313,6 +332,7 @@ def ema_baseline_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="ema_baseline", level="row", uses_groups=False, row_constant=True, row_fn=ema_baseline_row,
+    check_params=check_decay,
     optional=("trainable", "agent_name", "episode_id"),
     formula="A_i = r_i − b[agent_i], then b[agent_i] ← decay·b + (1 − decay)·r_i, trace by trace in scoring "
             "order (steps ascending, cohorts in order of first appearance, rows in order), b = 0 at the first "

@@ -81,8 +81,8 @@ def entropic_advantages(groups, r: torch.Tensor, beta: float | None, delta: floa
 
 
 def _groups(table: RowTable, name: str):
-    if table.groups is None:
-        raise AdvcliError(f"{name} needs groups: give a prompt_id column (or grouping.by=position with grouping.size)")
+    """The row groups: present, since these estimators' specs say uses_groups and the plan refuses a run
+    without groups before any math (:func:`advcli.pipeline.plan.make_plan`)."""
     return table.groups
 
 
@@ -90,11 +90,16 @@ def entropic_row(table: RowTable, p: dict) -> torch.Tensor:
     return entropic_advantages(_groups(table, "entropic"), table.score, float(p["beta"]), 0.0)
 
 
-def entropic_adaptive_row(table: RowTable, p: dict) -> torch.Tensor:
+def check_entropic_adaptive(p: dict) -> None:
+    """The target KL δ > 0 (β_g solves KL(q_β ‖ uniform) = δ)."""
     delta = float(p["target_kl"])
     if delta <= 0:
         raise AdvcliError(f"key estimator.target_kl: must be > 0, got {delta}",
                           hint="the reference uses log 2 = 0.6931")
+
+
+def entropic_adaptive_row(table: RowTable, p: dict) -> torch.Tensor:
+    delta = float(p["target_kl"])
     return entropic_advantages(_groups(table, "entropic_adaptive_beta"), table.score, None, delta)
 
 
@@ -110,6 +115,7 @@ register(EstimatorSpec(
 
 register(EstimatorSpec(
     name="entropic_adaptive_beta", level="row", uses_groups=True, row_constant=True, row_fn=entropic_adaptive_row,
+    check_params=check_entropic_adaptive,
     zero_for_uniform_groups=True,
     formula="β_g solves KL(q_β ‖ uniform) = δ, q_β ∝ exp(β·r) over the group (doubling from 1 up to 1e6, "
             "then 60 bisections of [0, β]); e_i = exp(β_g·(r_i − max_g r)), Z_i = (Σ_g e − e_i)/(n − 1), "

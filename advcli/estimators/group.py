@@ -233,15 +233,20 @@ register(EstimatorSpec(
 
 
 # ------------------------------------------------------------------------------------------- gdpo
+def check_gdpo(p: dict, components: list[str]) -> None:
+    """At least one reward component, and one weight per component where weights are given."""
+    if not components:
+        raise AdvcliError("gdpo needs reward components: set reward.components (verl: algorithm.gdpo_reward_keys)")
+    if p["weights"] and len(p["weights"]) != len(components):
+        raise AdvcliError(f"gdpo: {len(p['weights'])} weights for {len(components)} reward components")
+
+
 def gdpo_row(table: RowTable, p: dict) -> torch.Tensor:
     """verl ``compute_gdpo_outcome_advantage`` (L361-468) before the batch whitening:
-    Σ_k w_k · grpo(r_k) with each component normalised in its group (norm=True, eps)."""
+    Σ_k w_k · grpo(r_k) with each component normalised in its group (norm=True, eps).
+    Components and weights checked by the spec (:func:`check_gdpo`)."""
     comps = [k for k in table.columns if k.startswith("component:")]
-    if not comps:
-        raise AdvcliError("gdpo needs reward components: set reward.components (verl: algorithm.gdpo_reward_keys)")
     weights = p["weights"] or [1.0] * len(comps)
-    if len(weights) != len(comps):
-        raise AdvcliError(f"gdpo: {len(weights)} weights for {len(comps)} reward components")
     total = None
     grpo_params = {"norm_by_std": p["norm_by_std"], "eps": p["eps"], "std": "torch"}
     for w, name in zip(weights, comps):
@@ -253,6 +258,7 @@ def gdpo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="gdpo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_row, reward_from_components=True,
+    check_components=check_gdpo,
     formula="A = whiten(Σ_k w_k · (r_k − μ_g(r_k))/(σ_g(r_k) + eps)) over the batch's valid tokens",
     source="verl core_algos.compute_gdpo_outcome_advantage (L361-468 @1dda039b)",
     params={"weights": Key(None, "component weights, in reward.components order (default all 1)", None, "list"),

@@ -22,8 +22,8 @@ MASK_OUTPUT = Key(False, "multiply the broadcast advantage by the response mask 
 
 
 def _groups(table: RowTable):
-    if table.groups is None:
-        raise AdvcliError("this estimator needs groups: give a prompt_id column")
+    """The row groups: present, since these estimators' specs say uses_groups and the plan refuses a run
+    without groups before any math (:func:`advcli.pipeline.plan.make_plan`)."""
     return table.groups
 
 
@@ -97,6 +97,13 @@ def batch_zscore_rows(x: torch.Tensor, scopes) -> torch.Tensor:
     return out
 
 
+def check_gdpo_loo_weights(p: dict, components: list[str]) -> None:
+    """One weight per reward component (in the sorted order of the names) where weights are given."""
+    if p["weights"] is not None and len(p["weights"]) != len(components):
+        raise AdvcliError(f"gdpo: {len(p['weights'])} reward weights for {len(components)} reward components "
+                          f"{list(components)} (one weight per component, in the sorted order of the names)")
+
+
 def gdpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
     """NeMo ``GDPOAdvantageEstimator.compute_advantage`` (L101-190): every component through
     :func:`grpo_loo_adv`, ``A = Σ_k w_k A^k`` in component order, then a z-score over the rows of the
@@ -104,16 +111,8 @@ def gdpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
     so), and ``skip_single_valued`` is #4158's guard, which GDPO got too. NeMo takes the ``reward/*``
     keys sorted by name; the flavor passes them in that order."""
     g = _groups(table)
-    comps = [k for k in table.columns if k.startswith("component:")]
-    if len(comps) < 2:
-        names = [c.split(":", 1)[1] for c in comps]
-        raise AdvcliError(f"gdpo needs at least 2 reward components (reward/<name> columns); found "
-                          f"{len(comps)}: {names}. NeMo raises ValueError here; use grpo instead")
+    comps = [k for k in table.columns if k.startswith("component:")]  # >= 2, checked by the spec
     weights = p["weights"] if p["weights"] is not None else [1.0] * len(comps)
-    if len(weights) != len(comps):
-        names = [c.split(":", 1)[1] for c in comps]
-        raise AdvcliError(f"gdpo: {len(weights)} reward weights for {len(comps)} reward components {names} "
-                          "(one weight per component, in the sorted order of the names)")
     total = None
     for w, name in zip(weights, comps):
         r = table.columns[name].to(table.score.dtype)
@@ -125,6 +124,7 @@ def gdpo_loo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 register(EstimatorSpec(
     name="gdpo_loo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_loo_row, min_components=2,
+    check_components=check_gdpo_loo_weights,
     formula="A = zscore_batch(Σ_k w_k · grpo_loo(r_k)), zscore over the batch's rows: (A − mean)/std if "
             "std > 0 (unbiased, no eps), else A − mean",
     source="NeMo RL GDPOAdvantageEstimator (advantage_estimator.py L101-190 @7ea279ab)",

@@ -45,11 +45,6 @@ def maxrl_row(table: RowTable, p: dict) -> torch.Tensor:
     (orchestrator/algo/max_rl.py L22-28 @559b4477): ``A = (s − μ)/μ`` if ``μ > 0`` else 0.
     """
     g = table.groups
-    if g is None:
-        raise AdvcliError("maxrl needs groups: give a prompt_id column")
-    if p["singleton"] == "over_eps" and p["eps"] == 0:
-        raise AdvcliError("key estimator.singleton=over_eps divides a group of one's score by estimator.eps, "
-                          "which is 0", hint="set estimator.eps (the authors' fork: 1e-6) or estimator.singleton")
     s = table.score
     multi = g.row_size > 1
     mean = g.per_row(g.mean_f32(s))  # torch.mean of each stacked group (bit for bit)
@@ -60,8 +55,15 @@ def maxrl_row(table: RowTable, p: dict) -> torch.Tensor:
     return torch.where(multi, adv, single)
 
 
+def check_maxrl(p: dict) -> None:
+    """singleton=over_eps divides by eps: eps must not be 0."""
+    if p["singleton"] == "over_eps" and p["eps"] == 0:
+        raise AdvcliError("key estimator.singleton=over_eps divides a group of one's score by estimator.eps, "
+                          "which is 0", hint="set estimator.eps (the authors' fork: 1e-6) or estimator.singleton")
+
+
 register(EstimatorSpec(
-    name="maxrl", level="row", uses_groups=True, row_constant=True, row_fn=maxrl_row,
+    name="maxrl", level="row", uses_groups=True, row_constant=True, row_fn=maxrl_row, check_params=check_maxrl,
     zero_for_uniform_groups=True,
     formula="A_i = (s_i − μ_g)/(μ_g + eps); a group of one: A_i = s_i (singleton=score), 0 (zero) or s_i/eps "
             "(over_eps); μ_g ≤ 0: divides (nonpositive_mean=divide, no guard) or 0 (zero)",

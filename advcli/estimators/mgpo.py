@@ -43,20 +43,23 @@ def mgpo_weights(groups, score: torch.Tensor, reward_base: float, lam: float, p0
     return groups.per_row(torch.exp(-lam * bernoulli_kl(p, p0)))
 
 
-def mgpo_row(table: RowTable, p: dict) -> torch.Tensor:
-    if table.groups is None:
-        raise AdvcliError("mgpo needs groups: give a prompt_id column (or grouping.by=position with grouping.size)")
+def check_mgpo(p: dict) -> None:
+    """The target success rate p₀ in (0, 1) (KL_Bern(p‖p₀) is finite)."""
     p0 = float(p["target_success_rate"])
     if not 0.0 < p0 < 1.0:
         raise AdvcliError(f"key estimator.target_success_rate: must be strictly between 0 and 1, got {p0}",
                           hint="the VibeThinker default is 0.5")
+
+
+def mgpo_row(table: RowTable, p: dict) -> torch.Tensor:
+    p0 = float(p["target_success_rate"])
     base = grpo_nan_row(table, p)
     w = mgpo_weights(table.groups, table.score, float(p["reward_base"]), float(p["lam"]), p0)
     return base * w.to(base.dtype)
 
 
 register(EstimatorSpec(
-    name="mgpo", level="row", uses_groups=True, row_constant=True, row_fn=mgpo_row,
+    name="mgpo", level="row", uses_groups=True, row_constant=True, row_fn=mgpo_row, check_params=check_mgpo,
     zero_for_uniform_groups=lambda p: p["aggregation"] == "sum_then_normalize",
     formula="A_i = A_i^GRPO · exp(−λ·KL_Bern(p_g ‖ p₀)), p_g = share of the group with r ≥ reward_base, "
             "KL_Bern(p‖q) = p·log(p/q) + (1−p)·log((1−p)/(1−q)); A^GRPO = (R − μ_g)/(σ_g + 1e-4) (TRL)",

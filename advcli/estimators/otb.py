@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
-from ..errors import AdvcliError
 from ..lazy_torch import torch
 from ..ragged import Ragged
 from . import EstimatorSpec, register
@@ -71,9 +70,7 @@ def _weights(chunk: TokenChunk, p: dict) -> torch.Tensor:
     w = 1 - 2 * torch.exp(lp) + chunk.tokens["sum_pi_squared"]
     use_is = p["is_weights"]
     has_is = "rollout_is_weights" in chunk.tokens
-    if use_is is True and not has_is:
-        raise AdvcliError("estimator.is_weights=true needs the rollout_is_weights column "
-                          "(map it with --column rollout_is_weights=NAME)")
+    # is_weights=true without the column: refused by the spec (:func:`is_weights_column`)
     if has_is and use_is in (True, "auto"):
         w = w * chunk.tokens["rollout_is_weights"] ** 2
     return w * chunk.mask
@@ -158,12 +155,20 @@ PARAMS = {
     "is_weights": Key("auto", "scale w by rollout_is_weights²: `auto` (when the column is present), true, "
                       "false", ("auto", True, False), "any"),
 }
+
+
+def is_weights_column(p: dict) -> tuple[tuple[str, str], ...]:
+    """estimator.is_weights=true needs the rollout_is_weights column (auto uses it where present)."""
+    return (("rollout_is_weights", "estimator.is_weights=true needs it"),) if p["is_weights"] is True else ()
+
+
 _OTB_STATS, _OTB_TOKEN = _make(tir=False)
 _TIR_STATS, _TIR_TOKEN = _make(tir=True)
 
 register(EstimatorSpec(
     name="optimal_token_baseline", level="token", uses_groups=True, token_fn=_OTB_TOKEN,
     group_token_pass=_OTB_STATS, needs=("old_log_probs", "sum_pi_squared"), optional=("rollout_is_weights",),
+    needs_for=is_weights_column,
     formula="G_t = Σ_{u≥t} r_u·m_u; w_t = (1 − 2·exp(old_lp_t) + Σπ²_t)·ρ_t²; W_t = Σ_{u≤t} w_u·m_u; "
             "B_t = Σ_g G_t·W_t·m_t / (Σ_g W_t·m_t + eps) per group and position t (n=1: 0); "
             "A_t = (G_t − B_t)·m_t; returns = G",
@@ -173,6 +178,7 @@ register(EstimatorSpec(
 register(EstimatorSpec(
     name="tir_optimal_token_baseline", level="token", uses_groups=True, token_fn=_TIR_TOKEN,
     group_token_pass=_TIR_STATS, needs=("old_log_probs", "sum_pi_squared"), optional=("rollout_is_weights",),
+    needs_for=is_weights_column,
     formula="as optimal_token_baseline, with the baseline shared by the k-th mask=1 token of each row "
             "(rows without mask=1 tokens leave their group); A = 0 at mask=0; returns = G",
     source="verl core_algos.compute_multi_turn_optimal_token_baseline_advantage (L990-1121 @1dda039b)",

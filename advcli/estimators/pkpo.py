@@ -120,21 +120,23 @@ def pkpo_credit_sorted_bucket(vals: torch.Tensor, k: int) -> torch.Tensor:
     return torch.empty_like(srt).scatter_(1, order, own * srt + suffix)
 
 
-def pkpo_row(table: RowTable, p: dict) -> torch.Tensor:
-    g = table.groups
-    if g is None:
-        raise AdvcliError("pkpo needs groups: give a prompt_id column (or grouping.by=position with grouping.size)")
+def check_pkpo(p: dict) -> None:
+    """k >= 1, and k >= 2 with baseline=loo_minus_one (the paper's eq. 33)."""
     k = int(p["k"])
     if k < 1:
         raise AdvcliError(f"key estimator.k: pass@k needs k >= 1, got {k}", hint="e.g. --set estimator.k=4")
     if p["baseline"] == "loo_minus_one" and k < 2:
         raise AdvcliError("key estimator.k: baseline=loo_minus_one (the paper's eq. 33) needs k >= 2, got 1",
                           hint="k = 1 is plain pass@1: use baseline=mean, or --set estimator.k=2")
-    return pkpo_advantages(g, table.score, k, p["baseline"]).to(table.score.dtype)
+
+
+def pkpo_row(table: RowTable, p: dict) -> torch.Tensor:
+    """Groups present and parameters checked by the spec (:func:`check_pkpo`)."""
+    return pkpo_advantages(table.groups, table.score, int(p["k"]), p["baseline"]).to(table.score.dtype)
 
 
 register(EstimatorSpec(
-    name="pkpo", level="row", uses_groups=True, row_constant=True, row_fn=pkpo_row,
+    name="pkpo", level="row", uses_groups=True, row_constant=True, row_fn=pkpo_row, check_params=check_pkpo,
     zero_for_uniform_groups=lambda p: p["baseline"] in ("mean", "loo_minus_one"),
     formula="s_i = (1/C(n,k))·Σ_{k-subsets S ∋ i} max_{j∈S} r_j  (sorted: s_(p) = [C(p−1,k−1)·r_(p) + "
             "Σ_{q>p} C(q−2,k−2)·r_(q)]/C(n,k)); A_i = s_i − mean_g(s) (baseline=mean, rllm), s_i − k·ρ_k(g∖i)/(n−1) "

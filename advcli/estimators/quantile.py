@@ -42,14 +42,17 @@ def group_quantile(groups, r: torch.Tensor, level: float, method: str) -> torch.
     return out
 
 
-def qae_row(table: RowTable, p: dict) -> torch.Tensor:
-    g = table.groups
-    if g is None:
-        raise AdvcliError("qae needs groups: give a prompt_id column (or grouping.by=position with grouping.size)")
+def check_qae(p: dict) -> None:
+    """The quantile level K in [0, 1]."""
     level = float(p["k"])
     if not 0.0 <= level <= 1.0:
         raise AdvcliError(f"key estimator.k: the quantile level K must be in [0, 1], got {level}",
                           hint="e.g. --set estimator.k=0.4")
+
+
+def qae_row(table: RowTable, p: dict) -> torch.Tensor:
+    g = table.groups
+    level = float(p["k"])
     s = table.score
     adv = s - group_quantile(g, s, level, p["quantile"])
     multi = g.row_size > 1
@@ -61,7 +64,7 @@ def qae_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="qae", level="row", uses_groups=True, row_constant=True, row_fn=qae_row,
+    name="qae", level="row", uses_groups=True, row_constant=True, row_fn=qae_row, check_params=check_qae,
     zero_for_uniform_groups=True,
     formula="A_i = (r_i − Q_K(r_g))/(std_g(r) + eps) [norm_by_std; else r_i − Q_K(r_g)], Q_K = the ⌈K·n⌉-th "
             "smallest reward of the group (inverse CDF; binary rewards: 0 if p ≤ 1 − K else 1); a group of one: 0",

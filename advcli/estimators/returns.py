@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ..batch import TokenChunk
 from ..config import Key
-from ..errors import AdvcliError
 from ..ops import scans
 from . import EstimatorSpec, register
 
@@ -92,8 +91,6 @@ register(EstimatorSpec(
 def remax_token(chunk: TokenChunk, p: dict):
     """verl ``compute_remax_outcome_advantage`` (L734-767 @1dda039b):
     ``G = reverse cumsum of r·m`` (γ = 1, not masked inside holes), ``A = G − b_i·m``."""
-    if "reward_baseline" not in chunk.rows:
-        raise AdvcliError("remax needs the reward_baseline column (the greedy response's reward)")
     g = scans.reverse_discounted_cumsum(chunk.token_rewards * chunk.mask, chunk.layout, 1.0)
     b = chunk.layout.broadcast(chunk.rows["reward_baseline"].to(g.dtype))
     return g - b * chunk.mask, g

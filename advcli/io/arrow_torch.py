@@ -11,27 +11,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..errors import AdvcliError
-from .lists import arrow_from_numpy, offsets_numpy, primitive_numpy
+from .lists import arrow_from_numpy, check_no_nulls, list_offsets, list_values, primitive_numpy
+from .value_checks import check_mask
 
-
-def list_offsets(arr: pa.Array) -> np.ndarray:
-    """int64 offsets [B+1] starting at 0 (fixed-size lists too)."""
-    if pa.types.is_fixed_size_list(arr.type):
-        size = arr.type.list_size
-        return np.arange(len(arr) + 1, dtype=np.int64) * size
-    offs = offsets_numpy(arr)
-    return offs - offs[0]
-
-
-def list_values(arr: pa.Array) -> pa.Array:
-    """The flat child values covering exactly this (possibly sliced) array's rows."""
-    if pa.types.is_fixed_size_list(arr.type):
-        size = arr.type.list_size
-        return arr.values.slice(arr.offset * size, len(arr) * size)
-    offs = arr.offsets
-    start, stop = offs[0].as_py(), offs[-1].as_py()
-    return arr.values.slice(start, stop - start)
+__all__ = ["check_mask_values", "check_no_nulls", "list_column_to_tensor", "list_offsets", "list_values",
+           "offsets_array", "readonly_view", "tensor_to_list_array"]
 
 
 def readonly_view(np_vals: np.ndarray) -> torch.Tensor:
@@ -70,37 +54,11 @@ def tensor_to_list_array(values: torch.Tensor, offsets) -> pa.Array:
     return pa.ListArray.from_arrays(offs, arrow_from_numpy(np_vals))
 
 
-def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None:
-    """Refuse null rows and null elements inside lists, naming the first bad row."""
-    if arr.null_count:
-        bad = int(np.nonzero(~np.asarray(arr.is_valid()))[0][0])
-        raise AdvcliError(f"{file}: column {column!r}, row {row_base + bad}: null value",
-                          hint="fill or drop the rows with missing values before running advcli")
-    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
-        vals = list_values(arr)
-        if vals.null_count:
-            offs = list_offsets(arr)
-            pos = int(np.nonzero(~np.asarray(vals.is_valid()))[0][0])
-            row = int(np.searchsorted(offs, pos, side="right") - 1)
-            raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}: null element at position "
-                              f"{pos - offs[row]} of the list",
-                              hint="token lists must be complete; fill nulls (e.g. 0 for padding) or drop the row")
-
-
 def check_mask_values(mask: torch.Tensor, offsets: np.ndarray, file: str, column: str, row_base: int) -> None:
-    """Refuse a response mask holding anything but 0 and 1, naming the first bad row and position.
-
-    Every framework multiplies by the mask (a weight of 2 would count a token twice, -1 would flip
-    its sign) and counts Σm as the number of trained tokens, so only 0/1 masks have a meaning."""
+    """Refuse a response mask holding anything but 0 and 1 (:func:`advcli.io.value_checks.check_mask`), with
+    one reduction for the usual int8/bool masks."""
     if mask.dtype == torch.bool or mask.numel() == 0:
         return
     if mask.dtype == torch.int8 and int(mask.view(torch.uint8).max()) <= 1:
         return  # one reduction: as uint8, exactly 0 and 1 are <= 1
-    bad = (mask != 0) & (mask != 1)
-    if bool(bad.any()):
-        pos = int(torch.nonzero(bad)[0])
-        row = int(np.searchsorted(offsets, pos, side="right") - 1)
-        raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}, position {pos - offsets[row]}: mask "
-                          f"value {mask[pos].item()}; a response mask holds only 0 or 1",
-                          hint="1 marks a trained token, 0 a masked one (prompt padding, tool output); "
-                               "convert the column, e.g. (mask != 0).astype(int8)")
+    check_mask(mask.numpy(), offsets, file, column, row_base)

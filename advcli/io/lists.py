@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..errors import AdvcliError
+
 
 def offsets_numpy(arr: pa.Array) -> np.ndarray:
     """A (possibly sliced) list array's offsets [B+1] as int64, read from the offsets buffer.
@@ -75,3 +77,57 @@ def dictionary_codes(arr: pa.Array) -> np.ndarray:
 def take(arr, indices: np.ndarray):
     """``arr.take(indices)`` (an Array or ChunkedArray) without importing ``pyarrow.compute``."""
     return _compute("take", arr, arrow_from_numpy(np.asarray(indices, dtype=np.int64)))
+
+
+def list_offsets(arr: pa.Array) -> np.ndarray:
+    """int64 offsets [B+1] starting at 0 (fixed-size lists too)."""
+    if pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        return np.arange(len(arr) + 1, dtype=np.int64) * size
+    offs = offsets_numpy(arr)
+    return offs - offs[0]
+
+
+def list_values(arr: pa.Array) -> pa.Array:
+    """The flat child values covering exactly this (possibly sliced) array's rows."""
+    if pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        return arr.values.slice(arr.offset * size, len(arr) * size)
+    offs = arr.offsets
+    start, stop = offs[0].as_py(), offs[-1].as_py()
+    return arr.values.slice(start, stop - start)
+
+
+def check_no_nulls(arr: pa.Array, file: str, column: str, row_base: int) -> None:
+    """Refuse null rows and null elements inside lists, naming the first bad row."""
+    if arr.null_count:
+        bad = int(np.nonzero(~np.asarray(arr.is_valid()))[0][0])
+        raise AdvcliError(f"{file}: column {column!r}, row {row_base + bad}: null value",
+                          hint="fill or drop the rows with missing values before running advcli")
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+        vals = list_values(arr)
+        if vals.null_count:
+            offs = list_offsets(arr)
+            pos = int(np.nonzero(~np.asarray(vals.is_valid()))[0][0])
+            row = int(np.searchsorted(offs, pos, side="right") - 1)
+            raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}: null element at position "
+                              f"{pos - offs[row]} of the list",
+                              hint="token lists must be complete; fill nulls (e.g. 0 for padding) or drop the row")
+
+
+def factorize(values: list[pa.Array]) -> np.ndarray:
+    """int64 codes (first-appearance order) for a key column split over several arrays.
+
+    Arrow's hash dictionary encoding (pandas.factorize's codes; importing pandas alone costs ~0.3 s of
+    start-up). Float keys keep pandas.factorize, whose NaN -> -1 rule the callers rely on."""
+    if not values:  # an input of 0 rows
+        return np.zeros(0, dtype=np.int64)
+    arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    if pa.types.is_floating(arr.type):
+        import pandas as pd
+
+        codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
+        return codes.astype(np.int64)
+    return dictionary_codes(arr)

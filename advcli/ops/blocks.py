@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from ..lazy_torch import torch
 from .groups import GroupIndex
 
@@ -79,31 +81,35 @@ def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int | list[int], mea
     return out
 
 
-def check_blocks_against_ids(block: torch.Tensor, ids: torch.Tensor, scope: torch.Tensor):
-    """First disagreement between positional blocks and a prompt-id column, or None.
+def check_blocks_against_ids(block: np.ndarray, ids: np.ndarray, scope: np.ndarray):
+    """First disagreement between positional blocks and a prompt-id column, or None (numpy int64 codes:
+    a check, run by ``advcli validate`` without torch).
 
     ``block`` [R] positional group code, ``ids`` [R] prompt-id code, ``scope`` [R] scope code.
     Returns ``("mixed", i, j)`` when rows i and j share a block but not an id, or
     ``("split", i, j)`` when rows i and j share an id (in one scope) but not a block; i < j are the
     first such rows in input order.
     """
-    R = block.numel()
+    R = len(block)
     if R == 0:
         return None
-    idx = torch.arange(R)
+    idx = np.arange(R)
     nb = int(block.max()) + 1
     # a block holding several ids: compare every row with the first row of its block
-    first_of_block = torch.full((nb,), R, dtype=torch.int64).scatter_reduce(0, block, idx, "amin")
+    first_of_block = np.full(nb, R, dtype=np.int64)
+    np.minimum.at(first_of_block, block, idx)
     head = first_of_block[block]
-    bad = torch.nonzero(ids != ids[head], as_tuple=True)[0]
-    mixed = (int(head[bad[0]]), int(bad[0])) if bad.numel() else None
+    bad = np.nonzero(ids != ids[head])[0]
+    mixed = (int(head[bad[0]]), int(bad[0])) if bad.size else None
     # an id spanning several blocks (inside one scope)
     key = scope * (int(ids.max()) + 1) + ids
-    _, kcode = torch.unique(key, return_inverse=True)
-    first_of_key = torch.full((int(kcode.max()) + 1,), R, dtype=torch.int64).scatter_reduce(0, kcode, idx, "amin")
+    _, kcode = np.unique(key, return_inverse=True)
+    kcode = kcode.reshape(-1)
+    first_of_key = np.full(int(kcode.max()) + 1, R, dtype=np.int64)
+    np.minimum.at(first_of_key, kcode, idx)
     khead = first_of_key[kcode]
-    bad = torch.nonzero(block != block[khead], as_tuple=True)[0]
-    split = (int(khead[bad[0]]), int(bad[0])) if bad.numel() else None
+    bad = np.nonzero(block != block[khead])[0]
+    split = (int(khead[bad[0]]), int(bad[0])) if bad.size else None
     if mixed and (not split or mixed[1] <= split[1]):
         return ("mixed",) + mixed
     if split:

@@ -35,16 +35,23 @@ The stages, one module each (data flows down the list; no module imports one bel
 """
 from __future__ import annotations
 
-from ..io.writer import OUTPUT_MODES
-from ..result import RunResult
-from .output import SIDECAR_ROW, output_batch, output_paths, output_schema
-from .plan import NEW_COLUMNS, Plan, ProgressFn, choose_output_columns, make_plan, pick_device
-from .prepare import prepare_run
-from .read import CHUNK_TOKENS, ChunkReader, chunk_rows_for, roles_to_columns, to_device
-from .run import run_pipeline
-from .tokens import chunk_math
+import importlib
 
-__all__ = ["CHUNK_TOKENS", "NEW_COLUMNS", "OUTPUT_MODES", "SIDECAR_ROW", "ChunkReader", "Plan", "ProgressFn",
-           "RunResult", "choose_output_columns", "chunk_math", "chunk_rows_for", "make_plan", "output_batch",
-           "output_paths", "output_schema", "pick_device", "prepare_run", "roles_to_columns", "run_pipeline",
-           "to_device"]
+# each public name and the stage module that holds it: imported when first read, so that a light command
+# (``advcli validate``) can plan a run (``advcli.pipeline.plan``) without the math modules importing torch
+_WHERE = {"OUTPUT_MODES": "..io.writer", "RunResult": "..result", "SIDECAR_ROW": ".output",
+          "output_batch": ".output", "output_paths": ".output", "output_schema": ".output",
+          "NEW_COLUMNS": ".plan", "Plan": ".plan", "ProgressFn": ".plan", "choose_output_columns": ".plan",
+          "make_plan": ".plan", "pick_device": ".plan", "prepare_run": ".prepare", "CHUNK_TOKENS": ".read",
+          "ChunkReader": ".read", "chunk_rows_for": ".read", "roles_to_columns": ".read", "to_device": ".read",
+          "run_pipeline": ".run", "chunk_math": ".tokens"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value

@@ -15,10 +15,11 @@ from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
 from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
 from ..ragged import Ragged
+from .grouping import scope_where
 from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns
-from .rows import Prepared, row_kl_sums, scope_where
+from .rows import Prepared, row_kl_sums
 from .spill import open_spill
 from .tokens import chunk_final, chunk_math, token_chunk
 

@@ -12,7 +12,6 @@ import pyarrow as pa
 
 from ..errors import AdvcliError
 from ..io import remote
-from ..io.arrow_torch import offsets_array, tensor_to_list_array
 from ..io.lists import arrow_from_numpy
 from ..io.reader import InputSet, shown_name
 from ..runspec import recorded_config
@@ -126,6 +125,8 @@ def output_batch(plan: Plan, batch, base_fields, out_schema, adv, ret, tlr, offs
     if out_schema.names[0] == SIDECAR_ROW and (not base_fields or base_fields[0].name != SIDECAR_ROW):
         arrays.append(arrow_from_numpy(np.arange(row_base, row_base + batch.num_rows, dtype=np.int64)))
     arrays += [batch.column(f.name) for f in base_fields]
+    from ..io.arrow_torch import offsets_array, tensor_to_list_array  # (torch: planning and checking need none)
+
     offs = offsets_array(offsets)
     values = {"advantages": adv, "returns": ret, "token_level_rewards": tlr, **(extra or {})}
     arrays += [tensor_to_list_array(values[name], offs) for name in plan.output_columns]

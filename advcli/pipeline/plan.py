@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import torch
 
 from ..columns import ROLE_INFO, ColumnMap, is_list_type, resolve_columns
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
 from ..estimators import get as get_estimator
 from ..io.reader import InputSet
+from ..lazy_torch import torch
 from ..ops.whiten import WhitenSpec
 from ..runspec import RunSpec
 from . import roles
@@ -27,8 +27,7 @@ class Plan:
     spec: EstimatorSpec
     params: dict
     cmap: ColumnMap
-    device: torch.device
-    dtype: torch.dtype
+    device_name: str  # auto, cpu or cuda (checked): :attr:`device` imports torch on first use
     reward_source: str
     components: list[str]
     kl_on: bool
@@ -47,6 +46,18 @@ class Plan:
     warnings: list = field(default_factory=list)  # found while planning, reported with the run's
 
     @property
+    def device(self) -> torch.device:
+        """The torch device of the math, picked on first use (a plan that runs no math imports no torch)."""
+        dev = self.__dict__.get("_device")
+        if dev is None:
+            dev = self.__dict__["_device"] = pick_device(self.device_name)
+        return dev
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64 if self.run.precision == "float64" else torch.float32
+
+    @property
     def whiten(self) -> bool:
         return self.run.whitening.on
 
@@ -56,13 +67,18 @@ class Plan:
                           one_pass=self.dtype if w.one_pass else None)
 
 
+def check_device_name(name: str) -> None:
+    """Refuses a device name other than auto, cpu or cuda (without importing torch)."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise AdvcliError(f"--device {name!r}: expected auto, cpu or cuda")
+
+
 def pick_device(name: str) -> torch.device:
+    check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise AdvcliError("--device cuda: no CUDA device is available here", hint="use --device auto or cpu")
-    if name not in ("cpu", "cuda"):
-        raise AdvcliError(f"--device {name!r}: expected auto, cpu or cuda")
     return torch.device(name)
 
 
@@ -106,6 +122,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                               f" Columns present: {', '.join(inputs.schema.names)}")
         from ..columns import check_type
         check_type(inputs.schema, "reward", c, file)
+    if source == "components" and len(run.reward.weights or components) != len(components):
+        raise AdvcliError(f"key reward.weights: {len(run.reward.weights)} weights for {len(components)} components")
     kl_on = bool(run.kl.in_reward)
     klr = roles.kl_roles(run.kl, cmap) if kl_on else []
     if kl_on:
@@ -117,8 +135,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                 raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl.target}): "
                                   "β is updated by clip(kl/target − 1, ±0.2)",
                                   hint="set the target KL, or use kl.controller=fixed")
-    for role in spec.needs:
-        cmap.require(role, f"estimator {spec.name} needs it")
+    spec.check(params, cmap, components)  # its parameters, the columns it needs (the estimator's own rules)
     group_by = run.grouping.by
     if group_by == "auto":
         group_by = "id" if cmap.has("prompt_id") else "none"
@@ -154,8 +171,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     # beside the new columns, so their lengths are checked too (values as well with check_values)
     verify_roles = [r for r, (_, kind, _) in ROLE_INFO.items() if kind == "tokens" and cmap.has(r)
                     and r not in token_roles and is_list_type(inputs.schema.field(cmap[r]).type)]
-    dtype = torch.float64 if run.precision == "float64" else torch.float32
-    plan = Plan(run=run, spec=spec, params=params, cmap=cmap, device=pick_device(device), dtype=dtype,
+    check_device_name(device)
+    plan = Plan(run=run, spec=spec, params=params, cmap=cmap, device_name=device,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
                 output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
@@ -216,3 +233,18 @@ def is_padded(setting, inputs: InputSet, cmap: ColumnMap) -> bool:
     if setting == "auto":
         return pa.types.is_fixed_size_list(inputs.schema.field(cmap["response_mask"]).type)
     return bool(setting)
+
+
+def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str, str] | None, device: str,
+                  chunk_rows: int | None, output_mode: str, write_columns: list[str] | str | None):
+    """(InputSet, Plan) of a run, every engine's: the arguments checked, the inputs opened, the
+    configuration planned against their schema, the new columns to write chosen."""
+    if chunk_rows is not None and chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    from ..io.writer import check_output_mode
+
+    check_output_mode(output_mode)
+    inputs = InputSet.open(input_specs)
+    plan = make_plan(cfg, inputs, column_overrides or {}, device)
+    choose_output_columns(plan, write_columns)
+    return inputs, plan

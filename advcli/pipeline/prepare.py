@@ -9,13 +9,13 @@ from collections.abc import Callable
 import torch
 
 from ..batch import RowTable
-from ..errors import AdvcliError
 from ..io.reader import InputSet
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
 from ..runspec import as_dict
 from . import roles as role_rules
+from .checks import unplaced_reward
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
 from .read import allows_nan
@@ -81,10 +81,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     if reward.unplaced == "error" and reward.placement == "last_valid":
         empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
         if empty.numel():
-            raise AdvcliError(f"{inputs.paths[0]}: row {int(empty[0])} has no mask=1 token, so its reward has no "
-                              f"token to sit on ({empty.numel()} such rows); the framework stops here (slime "
-                              "reinforce_plus_plus: assert full_mask.sum() > 0, ppo_utils.py L415)",
-                              hint="drop the fully masked rows, or use another estimator")
+            raise unplaced_reward(inputs.paths[0], int(empty[0]), empty.numel())
     correction_fn, correction = correction, None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
         from .correction_pass import correction_pass
@@ -95,8 +92,6 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
                 else torch.zeros(R, dtype=torch.float64))
     if plan.reward_source == "components":
         weights = reward.weights or [1.0] * len(plan.components)
-        if len(weights) != len(plan.components):
-            raise AdvcliError(f"key reward.weights: {len(weights)} weights for {len(plan.components)} components")
         if allows_nan(plan):  # TRL: (rewards_per_func * weights).nansum(dim=1); NaN where every function is NaN
             per_func = torch.stack([comps[c] for c in plan.components], dim=1)
             raw = (per_func * torch.tensor([float(w) for w in weights], dtype=plan.dtype)).nansum(dim=1)

@@ -7,12 +7,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..errors import AdvcliError
 from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
-from ..io.lists import dictionary_codes, primitive_numpy
+from ..io.lists import primitive_numpy
 from ..io.reader import InputSet
+from ..io.value_checks import check_finite, check_lengths, check_row_numbers
 from .plan import Plan
+from .roles import FLOAT_ROLES
 
 CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
 
@@ -40,8 +41,6 @@ def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None,
     return rows
 
 
-FLOAT_ROLES = ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
-                "teacher_log_probs", "rollout_is_weights", "rollout_log_probs")
 
 
 class ChunkReader:
@@ -78,10 +77,10 @@ class ChunkReader:
                 continue
             check_no_nulls(arr, file, name, row_base)
             offs, vals = list_column_to_tensor(arr)
-            _check_lengths(offsets, offs, file, name, mask_name, row_base)
+            check_lengths(offsets, offs, file, name, mask_name, row_base)
             if role in FLOAT_ROLES:
                 vals = vals.to(plan.dtype)
-                _check_finite(vals, offsets, file, name, row_base)
+                check_finite(vals.numpy(), offsets, file, name, row_base)
             out[role] = vals
         for role in verify:
             if role in done or role in roles:
@@ -91,35 +90,12 @@ class ChunkReader:
             check_no_nulls(arr, file, name, row_base)
             if plan.check_values:
                 offs, vals = list_column_to_tensor(arr)
-                _check_lengths(offsets, offs, file, name, mask_name, row_base)
+                check_lengths(offsets, offs, file, name, mask_name, row_base)
                 if role in FLOAT_ROLES:
-                    _check_finite(vals.to(plan.dtype), offsets, file, name, row_base)
+                    check_finite(vals.to(plan.dtype).numpy(), offsets, file, name, row_base)
             else:  # the offsets alone: no copy of the values
-                _check_lengths(offsets, list_offsets(arr), file, name, mask_name, row_base)
+                check_lengths(offsets, list_offsets(arr), file, name, mask_name, row_base)
         return offsets, out
-
-
-def _check_lengths(mask_offsets: np.ndarray, offs: np.ndarray, file: str, name: str, mask_name: str,
-                   row_base: int) -> None:
-    if not np.array_equal(offs, mask_offsets):
-        lm, lc = np.diff(mask_offsets), np.diff(offs)
-        bad = int(np.nonzero(lm != lc)[0][0])
-        raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
-                          f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
-                          "same length", hint="a trainer reading this dump beside the new columns would "
-                                              "misalign them: repair or drop the row")
-
-
-def _check_finite(vals: torch.Tensor, offsets: np.ndarray, file: str, name: str, row_base: int) -> None:
-    # one reduction instead of a bool tensor per column: a NaN/inf makes the sum non-finite; a finite
-    # sum that overflowed only sends us to the exact check
-    if not bool(torch.isfinite(vals.sum())) and not bool(torch.isfinite(vals).all()):
-        pos = int(torch.nonzero(~torch.isfinite(vals))[0])
-        row = int(np.searchsorted(offsets, pos, side="right") - 1)
-        raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
-                          f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
-                          hint="NaN or infinite log-probs/values would poison every statistic; "
-                               "drop or repair the row")
 
 
 def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
@@ -140,35 +116,13 @@ def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtyp
         arr = arr.cast(pa.float64()).fill_null(float("nan"))
     check_no_nulls(arr, file, name, row_base)
     t = torch.from_numpy(np.array(primitive_numpy(arr))).to(dtype)
-    bad_mask = torch.isinf(t) if allow_nan and t.is_floating_point() else ~torch.isfinite(t)
-    if t.is_floating_point() and bool(bad_mask.any()):
-        bad = int(torch.nonzero(bad_mask)[0])
-        raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(t[bad])} is not finite",
-                          hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
-                               "it. Drop the row or give it a real reward")
+    if t.is_floating_point():
+        check_row_numbers(t.numpy(), file, name, row_base, allow_nan)
     return t
 
 
 def allows_nan(plan: Plan) -> bool:
     return plan.run.reward.nan == "allow"
-
-
-def factorize(values: list[pa.Array]) -> np.ndarray:
-    """int64 codes (first-appearance order) for a key column split over several arrays.
-
-    Arrow's hash dictionary encoding (pandas.factorize's codes; importing pandas alone costs ~0.3 s of
-    start-up). Float keys keep pandas.factorize, whose NaN -> -1 rule the callers rely on."""
-    if not values:  # an input of 0 rows
-        return np.zeros(0, dtype=np.int64)
-    arr = pa.chunked_array(values).combine_chunks() if len(values) != 1 else values[0]
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
-    if pa.types.is_floating(arr.type):
-        import pandas as pd
-
-        codes, _ = pd.factorize(arr.to_numpy(zero_copy_only=False), sort=False)
-        return codes.astype(np.int64)
-    return dictionary_codes(arr)
 
 
 def roles_to_columns(plan: Plan, roles: list[str]):

@@ -7,10 +7,14 @@ per-prompt trajectory groups); the NormConfig of ``reward.norm``.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..columns import ROLE_INFO, ColumnMap
+from ..lazy_torch import torch
 from ..ops.groups import GroupIndex
+
+# token roles of float values: checked finite where read
+FLOAT_ROLES = ("old_log_probs", "ref_log_probs", "values", "token_level_scores", "sum_pi_squared",
+               "teacher_log_probs", "rollout_is_weights", "rollout_log_probs")
 
 
 def role_kind(role: str) -> str:

@@ -8,13 +8,11 @@ from contextlib import contextmanager
 
 import torch
 
-from ..errors import AdvcliError
-from ..io.reader import InputSet
-from ..io.writer import check_output_mode, check_output_path
+from ..io.writer import check_output_path
 from ..result import RunResult
 from .observe import RunObserver
 from .output import output_paths
-from .plan import ProgressFn, choose_output_columns, make_plan
+from .plan import ProgressFn, open_and_plan
 from .prepare import prepare_run
 from .read import CHUNK_TOKENS, chunk_rows_for
 from .write import stream_pass
@@ -78,19 +76,6 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
                      output_mode, flavor, native)
     run_observer.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.figures)
     return finish_result(result, plan, res, t0)
-
-
-def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str, str] | None, device: str,
-                  chunk_rows: int | None, output_mode: str, write_columns: list[str] | str | None):
-    """(InputSet, Plan) of a run, every engine's: the arguments checked, the inputs opened, the
-    configuration planned against their schema, the new columns to write chosen."""
-    if chunk_rows is not None and chunk_rows < 1:
-        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
-    check_output_mode(output_mode)
-    inputs = InputSet.open(input_specs)
-    plan = make_plan(cfg, inputs, column_overrides or {}, device)
-    choose_output_columns(plan, write_columns)
-    return inputs, plan
 
 
 def wants_positions(plan, by_position: bool) -> bool:

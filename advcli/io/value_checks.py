@@ -1,0 +1,64 @@
+"""The checks of a dump's values, on numpy arrays (torch-free): ``advcli run`` makes them as it reads each
+chunk, ``advcli validate`` on a pass that reads the columns without the math. Each names the file, column,
+row (and position) of the first bad value and raises :class:`advcli.errors.AdvcliError`."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AdvcliError
+
+
+def check_lengths(mask_offsets: np.ndarray, offs: np.ndarray, file: str, name: str, mask_name: str,
+                  row_base: int) -> None:
+    """Every row of token column ``name`` as long as the mask's."""
+    if not np.array_equal(offs, mask_offsets):
+        lm, lc = np.diff(mask_offsets), np.diff(offs)
+        bad = int(np.nonzero(lm != lc)[0][0])
+        raise AdvcliError(f"{file}: row {row_base + bad}: column {name!r} has {lc[bad]} tokens but "
+                          f"{mask_name!r} has {lm[bad]}; every token column of a row must have the "
+                          "same length", hint="a trainer reading this dump beside the new columns would "
+                                              "misalign them: repair or drop the row")
+
+
+def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, row_base: int) -> None:
+    """No NaN or ±inf among the flat token values ``vals`` (rows by ``offsets``)."""
+    # one reduction instead of a bool array: a NaN/inf makes the sum non-finite; a finite sum that
+    # overflowed only sends us to the exact check
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(vals.sum()) or np.isfinite(vals).all():
+            return
+    pos = int(np.nonzero(~np.isfinite(vals))[0][0])
+    row = int(np.searchsorted(offsets, pos, side="right") - 1)
+    raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
+                      f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
+                      hint="NaN or infinite log-probs/values would poison every statistic; "
+                           "drop or repair the row")
+
+
+def check_mask(mask: np.ndarray, offsets: np.ndarray, file: str, column: str, row_base: int) -> None:
+    """A response mask holds only 0 and 1.
+
+    Every framework multiplies by the mask (a weight of 2 would count a token twice, -1 would flip
+    its sign) and counts Σm as the number of trained tokens, so only 0/1 masks have a meaning."""
+    if mask.dtype == np.bool_ or mask.size == 0:
+        return
+    bad = (mask != 0) & (mask != 1)
+    if bad.any():
+        pos = int(np.nonzero(bad)[0][0])
+        row = int(np.searchsorted(offsets, pos, side="right") - 1)
+        raise AdvcliError(f"{file}: column {column!r}, row {row_base + row}, position {pos - offsets[row]}: mask "
+                          f"value {mask[pos].item()}; a response mask holds only 0 or 1",
+                          hint="1 marks a trained token, 0 a masked one (prompt padding, tool output); "
+                               "convert the column, e.g. (mask != 0).astype(int8)")
+
+
+def check_row_numbers(values: np.ndarray, file: str, name: str, row_base: int, allow_nan: bool = False) -> None:
+    """A per-row number column (a reward) without NaN or ±inf (``allow_nan``: NaN allowed, ±inf not)."""
+    if values.dtype.kind != "f":
+        return
+    bad_mask = np.isinf(values) if allow_nan else ~np.isfinite(values)
+    if bad_mask.any():
+        bad = int(np.nonzero(bad_mask)[0][0])
+        raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(values[bad])} is not finite",
+                          hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
+                               "it. Drop the row or give it a real reward")

@@ -1,0 +1,146 @@
+"""The scopes (steps, domains) and groups of a run's rows as integer codes, checked — torch-free, so that
+``advcli validate`` refuses what ``advcli run`` refuses about them without the math.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import AdvcliError
+from ..io.lists import arrow_from_numpy, factorize, primitive_numpy
+from .plan import Plan
+
+
+def group_key_columns(plan: Plan) -> list[str]:
+    """The key columns :func:`scope_and_group_codes` reads: prompt_id, step, domain where the run uses them."""
+    cmap = plan.cmap
+    key_cols = []
+    if plan.group_by in ("id", "runs") or (plan.group_by == "position" and cmap.has("prompt_id")):
+        key_cols.append(cmap["prompt_id"])  # position: only to check the blocks against the ids
+    if cmap.has("step") and plan.run.grouping.scope != "all":
+        key_cols.append(cmap["step"])
+    if cmap.has("domain") and plan.run.grouping.scope == "step_domain":
+        key_cols.append(cmap["domain"])
+    return key_cols
+
+
+def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
+    """(scope code of each row, group code of each row or None, step value of each scope), numpy int64,
+    from the key columns ``keys`` (name -> Arrow arrays): scopes by step (and domain), groups by prompt_id
+    or by blocks of grouping.size rows, checked: blocks that do not split a step and blocks that disagree
+    with a prompt_id column are refused (or warned about in ``plan.group_warnings``). Torch-free: ``advcli
+    run`` (:func:`advcli.pipeline.rows.scopes_and_groups`) and ``advcli validate`` ask it."""
+    cmap = plan.cmap
+    step_col = cmap.names.get("step") if plan.run.grouping.scope != "all" else None
+    if step_col and step_col in keys:
+        steps = primitive_numpy(
+            pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
+        uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
+        step_values = uniq.tolist()
+    else:
+        scope_codes = np.zeros(num_rows, dtype=np.int64)
+        step_values = [None]
+    dom_col = cmap.names.get("domain") if plan.run.grouping.scope == "step_domain" else None
+    if dom_col and dom_col in keys:
+        # ROLL RLVR: each domain of a step is its own batch, domains in order of first appearance
+        # inside the step (rlvr_pipeline.py L680-723 @8eb27cc2)
+        dom_codes = factorize(keys[dom_col]) if num_rows else np.zeros(0, dtype=np.int64)
+        dom_names = pa.chunked_array(keys[dom_col]).to_pylist() if num_rows else []
+        nd = int(dom_codes.max()) + 1 if num_rows else 1
+        pair = scope_codes.astype(np.int64) * nd + dom_codes
+        uniq_pair, first = np.unique(pair, return_index=True)
+        rank_in_step = np.empty(len(uniq_pair), dtype=np.int64)
+        order = np.lexsort((first, uniq_pair // nd))  # by step, then first appearance
+        rank_in_step[order] = np.arange(len(uniq_pair))
+        scope_codes = rank_in_step[np.searchsorted(uniq_pair, pair)]
+        step_values = [step_values[int(uniq_pair[k] // nd)] for k in order]
+        plan.scope_domains = [dom_names[int(first[k])] for k in order]
+    gcodes = None
+    if plan.group_by == "id":
+        pid_codes = factorize(keys[cmap["prompt_id"]])
+        combined = scope_codes.astype(np.int64) * (int(pid_codes.max()) + 1 if num_rows else 1) + pid_codes
+        _, gcodes = np.unique(combined, return_inverse=True)
+    elif plan.group_by == "position":
+        from ..ops.blocks import block_sizes
+        n = int(plan.run.grouping.size)
+        # position inside each scope, in input order
+        order = np.argsort(scope_codes, kind="stable")
+        rank = np.empty(num_rows, dtype=np.int64)
+        sizes = np.bincount(scope_codes, minlength=len(step_values))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
+        expected = plan.run.grouping.scope_rows
+        ns = block_sizes(sizes.tolist(), n, expected, plan.run.grouping.fallback)
+        for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)):
+            if ni < 0:
+                where = scope_where(plan, step_values, si)
+                want = f"not the {expected} rows of grouping.scope_rows" if expected is not None else \
+                    f"do not split into groups of {n} consecutive rows"
+                raise AdvcliError(f"{file}: {size} rows{where} {want}",
+                                  hint="positional grouping needs contiguous blocks of grouping.size rows; "
+                                       "check the group size or group by prompt_id")
+        whole = [si for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)) if ni != n and size > n]
+        if whole:  # slime's silent reshape to one group of the whole batch: said, never silent here
+            where = "; ".join(f"{sizes[si]} rows{scope_where(plan, step_values, si)}" for si in whole[:3])
+            more = f" (and {len(whole) - 3} more step(s))" if len(whole) > 3 else ""
+            want = f"rollout_batch_size·n = {expected}" if expected is not None else f"a multiple of the group size {n}"
+            plan.group_warnings.append(f"{len(whole)} step(s) normalised as ONE group of all their rows, as the "
+                                       f"framework does when a step's row count is not {want}: {where}{more}; "
+                                       "check the group size (grouping.size, grouping.scope_rows; slime: "
+                                       "n_samples_per_prompt, rollout_batch_size)")
+        plan.block_sizes = ns
+        per_scope = np.asarray(ns, dtype=np.int64)
+        block = rank // per_scope[scope_codes] if num_rows else rank
+        offsets = np.concatenate([[0], np.cumsum(sizes // np.maximum(per_scope, 1))[:-1]])
+        gcodes = offsets[scope_codes] + block
+        blocked = per_scope[scope_codes] == n  # a scope that fell back to one group has no blocks to check
+        if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows and bool(blocked.any()):
+            check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values, blocked)
+    return scope_codes, gcodes, step_values
+
+
+def scope_where(plan: Plan, step_values: list, s: int) -> str:
+    """' in step 3, domain "math"' for scope s (empty for a whole-input scope)."""
+    parts = [f"step {step_values[s]}"] if step_values[s] is not None else []
+    if plan.scope_domains is not None:
+        parts.append(f"domain {plan.scope_domains[s]!r}")
+    return " in " + ", ".join(parts) if parts else ""
+
+
+def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, rank, n: int, step_values,
+                       rows=None):
+    """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks
+    (``rows``: a bool mask of the rows to check, None: all)."""
+    from ..ops.blocks import check_blocks_against_ids
+
+    col = plan.cmap["prompt_id"]
+    pid = factorize(keys[col])
+    sel = np.arange(len(gcodes)) if rows is None else np.nonzero(rows)[0]
+    found = check_blocks_against_ids(gcodes[sel].astype(np.int64), pid[sel], scope_codes[sel].astype(np.int64))
+    if found is None:
+        return
+    kind, i, j = found
+    i, j = int(sel[i]), int(sel[j])
+    ids = pa.chunked_array(keys[col])
+    a, b = ids[i].as_py(), ids[j].as_py()
+    where = scope_where(plan, step_values, int(scope_codes[j]))
+    def blk(r):
+        rows = np.nonzero(gcodes == gcodes[r])[0]
+        return f"rows {rows[0]}-{rows[-1]}" if rows[-1] - rows[0] == len(rows) - 1 else f"rows {rows.tolist()}"
+    if kind == "mixed":
+        msg = (f"{file}: positional group of {n} ({blk(j)}{where}) holds several {col!r} values: row {i} has "
+               f"{a!r}, row {j} has {b!r}")
+    else:
+        msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
+               f"row {j} ({blk(j)})")
+    if plan.run.grouping.id_check == "warn":  # slime never reads the ids
+        plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
+                                   "(--set advcli.group_by=id groups by the ids instead)")
+        return
+    raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
+                      f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
+                      "size; if rows were reordered after the run, restore the rollout order (each prompt's "
+                      "responses contiguous) or group by the ids instead, keeping this flavor's semantics: "
+                      "--set advcli.group_by=id. If the same prompt really was drawn for consecutive groups (a "
+                      "prompt twice in the dataset), keep the blocks: --set advcli.id_check=warn "
+                      "(grouping.id_check=warn with --flavor advcli)")

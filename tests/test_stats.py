@@ -454,3 +454,29 @@ def test_sample_ordinals_one_per_stratum_and_chunk_independent():
     small.add(x[:120])
     small.add(x[120:300])
     assert small.exact and np.array_equal(small.values, x[:300])
+
+
+def test_the_collector_gives_the_same_figures_fed_torch_tensors_or_numpy_arrays():
+    """The run hands torch tensors over, ``advcli stats`` numpy arrays (offsets, code arrays): both reach
+    the one numpy implementation through ``to_numpy``, so the figures are the same to the bit."""
+    lens, mask, adv, ret, vals, tlr, codes = _token_chunks()
+    from_torch = _feed(lens, mask, adv, ret, vals, tlr, codes, cuts=[7, 40]).finish()
+    R = lens.numel()
+    rs = st.FigureCollector(R)
+    offsets = np.concatenate([[0], np.cumsum(lens.numpy())]).astype(np.int64)
+    m, a, r, t, v = (x.numpy() for x in (mask, adv, ret, tlr, vals))
+    valid = np.add.reduceat((m > 0).astype(np.int64), offsets[:-1]) * (lens.numpy() > 0)
+    c = codes.numpy()
+    rs.set_rows(raw_score=np.zeros(R), score=np.zeros(R), scopes=st.Codes(c, int(c.max()) + 1),
+                step_values=list(range(int(c.max()) + 1)), groups=None, valid_len=valid, has_values=True)
+    for lo, hi in ((0, 7), (7, 40), (40, R)):
+        t0, t1 = offsets[lo], offsets[hi]
+        rs.add_chunk(lo, offsets[lo:hi + 1] - t0, m[t0:t1], a[t0:t1], r[t0:t1], t[t0:t1], v[t0:t1])
+    assert json.dumps(rs.finish(), sort_keys=True) == json.dumps(from_torch, sort_keys=True)
+
+
+def test_to_numpy_takes_a_tensor_that_needs_grad_or_is_bfloat16():
+    x = torch.tensor([0.5, -1.25, 3.0], requires_grad=True)
+    assert st.to_numpy(x).tolist() == [0.5, -1.25, 3.0]
+    assert st.to_numpy(x.detach().to(torch.bfloat16), np.float64).tolist() == [0.5, -1.25, 3.0]  # exact in bf16
+    assert st.to_numpy([1, 2], np.int64).dtype == np.int64

@@ -8,6 +8,7 @@ before the write pass (:func:`histogram_edges`), so that every worker counts its
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -25,7 +26,9 @@ class StatsSink:
     those that come early)."""
 
     def __init__(self, observer, num_rows: int):
-        self.obs, self.R = observer, num_rows
+        # Ray hands the actor the observer's numpy arrays zero-copy from its object store, read-only;
+        # the figures fill them in place, so the actor works on its own copy
+        self.obs, self.R = copy.deepcopy(observer), num_rows
         self.next = 0
         self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}

@@ -20,6 +20,12 @@ def to_numpy(x, dtype=None) -> np.ndarray:
     return np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
 
 
+def writable_state(state: dict) -> dict:
+    """An object's ``__dict__`` as unpickled, its read-only numpy arrays copied: Ray hands the arrays of an
+    actor's arguments over zero-copy and read-only, and the collector adds into its arrays in place."""
+    return {k: v.copy() if isinstance(v, np.ndarray) and not v.flags.writeable else v for k, v in state.items()}
+
+
 def offsets_of(layout) -> np.ndarray:
     """The row offsets [B+1] (int64) of a layout: an :class:`advcli.ragged.Ragged` or the offsets themselves."""
     return to_numpy(getattr(layout, "offsets", layout), np.int64)

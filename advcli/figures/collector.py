@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import Codes, offsets_of, to_numpy
+from .arrays import Codes, offsets_of, to_numpy, writable_state
 from .histograms import BINS, StreamHistogram, count_bins, histogram, linear_bins
 from .json_values import figure
 from .quantile_sketch import RESERVOIR, TokenSample, quantiles
@@ -101,6 +101,9 @@ class TokenPartials:
 
 class FigureCollector:
     """Streaming statistics of one run (every figure: the docstring of :mod:`advcli.figures`)."""
+
+    def __setstate__(self, state: dict) -> None:  # unpickled in a Ray actor: writable arrays
+        self.__dict__.update(writable_state(state))
 
     def __init__(self, num_rows: int, *, padded: bool = False, reservoir: int = RESERVOIR, bins: int = BINS):
         R = num_rows

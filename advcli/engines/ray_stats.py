@@ -8,7 +8,6 @@ before the write pass (:func:`histogram_edges`), so that every worker counts its
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
@@ -26,9 +25,9 @@ class StatsSink:
     those that come early)."""
 
     def __init__(self, observer, num_rows: int):
-        # Ray hands the actor the observer's numpy arrays zero-copy from its object store, read-only;
-        # the figures fill them in place, so the actor works on its own copy
-        self.obs, self.R = copy.deepcopy(observer), num_rows
+        # the observer arrives through Ray's object store; its figures make their numpy arrays writable
+        # again when unpickled (the __setstate__ of advcli.figures' collector, sums and histograms)
+        self.obs, self.R = observer, num_rows
         self.next = 0
         self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}

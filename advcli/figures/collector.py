@@ -102,9 +102,6 @@ class TokenPartials:
 class FigureCollector:
     """Streaming statistics of one run (every figure: the docstring of :mod:`advcli.figures`)."""
 
-    def __setstate__(self, state: dict) -> None:  # unpickled in a Ray actor: writable arrays
-        self.__dict__.update(writable_state(state))
-
     def __init__(self, num_rows: int, *, padded: bool = False, reservoir: int = RESERVOIR, bins: int = BINS):
         R = num_rows
         self.R = R

@@ -28,6 +28,7 @@ class StatsSink:
         # the observer arrives through Ray's object store; its figures make their numpy arrays writable
         # again when unpickled (the __setstate__ of advcli.figures' collector, sums and histograms)
         self.obs, self.R = observer, num_rows
+        observer.figures.make_writable()
         self.next = 0
         self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}

@@ -222,6 +222,13 @@ class FigureCollector:
         else:
             self.adv_hist.add(p.hist_values)
 
+    def make_writable(self) -> None:
+        """Copy the read-only arrays among this collector's (Ray hands an actor's numpy arguments over
+        zero-copy and read-only; :class:`advcli.engines.ray_stats.StatsSink` adds into them in place)."""
+        for obj in (self, self.adv_hist, *(getattr(self, k, None) for k in ("adv", "ret", "val", "ret_minus_val"))):
+            if obj is not None:
+                obj.__dict__.update(writable_state(obj.__dict__))
+
     def settings(self) -> dict:
         """What :meth:`token_partials` reads of this collector (no per-row table): for :meth:`of_settings`."""
         return {"num_scopes": self.S, "padded": self.padded, "has_values": self.has_values,

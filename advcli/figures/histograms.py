@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import to_numpy, writable_state
+from .arrays import to_numpy
 from .quantile_sketch import RESERVOIR
 
 BINS = 50
@@ -41,9 +41,6 @@ def histogram(values, weights=None, bins: int = BINS, over: str = "rows", note: 
 class StreamHistogram:
     """Exact token counts over :data:`BINS` equal bins whose edges are fixed from the run's first
     ``seed_tokens`` finite valid tokens (see the module docstring); the tokens before that are held."""
-
-    def __setstate__(self, state: dict) -> None:  # unpickled in a Ray actor: writable arrays
-        self.__dict__.update(writable_state(state))
 
     def __init__(self, bins: int = BINS, seed_tokens: int = RESERVOIR):
         self.bins = bins

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import offsets_of, row_reduce, to_numpy, writable_state
+from .arrays import offsets_of, row_reduce, to_numpy
 from .json_values import figure
 
 
@@ -116,9 +116,6 @@ class ScopeSums:
 
     Fed with per-row partials (:class:`RowPartials`); each scope's sums add the row sums one row at a
     time in input order, so the totals do not depend on how rows are cut into chunks."""
-
-    def __setstate__(self, state: dict) -> None:  # unpickled in a Ray actor: writable arrays
-        self.__dict__.update(writable_state(state))
 
     def __init__(self, num_scopes: int):
         S = max(num_scopes, 1)

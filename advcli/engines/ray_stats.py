@@ -25,8 +25,8 @@ class StatsSink:
     those that come early)."""
 
     def __init__(self, observer, num_rows: int):
-        # the observer arrives through Ray's object store; its figures make their numpy arrays writable
-        # again when unpickled (the __setstate__ of advcli.figures' collector, sums and histograms)
+        # the observer arrives through Ray's object store, its numpy arrays read-only: the figures add into
+        # them in place, so the read-only ones are copied here (FigureCollector.make_writable)
         self.obs, self.R = observer, num_rows
         observer.figures.make_writable()
         self.next = 0

@@ -182,7 +182,7 @@ def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc
         metrics[k] = sum(v * r for v, r in vals) / total if vals and total else None
 
 
-def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, run: RunSpec | None,
+def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
                  chunk_rows: int, per_step: list, metrics: dict) -> bool:
     """``advcli stats``: the ``rollout_corr/*`` figures of a file with both log-prob columns, as verl logs
     them for that batch: with the correction an advcli output was produced with (``run``: the spec of its
@@ -198,6 +198,7 @@ def file_metrics(ins, cmap, scope_codes: torch.Tensor, num_scopes: int, run: Run
     from .io.arrow_torch import list_column_to_tensor
 
     cols = [cmap[r] for r in ("response_mask", "old_log_probs", "rollout_log_probs")]
+    scope_codes = torch.as_tensor(scope_codes, dtype=torch.int64)  # the figures hand numpy codes over
     sums = rc.MetricSums(num_scopes)
     row0 = 0
     for _, _, batch in ins.iter_batches(cols, chunk_rows):

@@ -3,9 +3,10 @@ a fresh process through the real entry point, once as a user runs it and once wi
 and the second gives the same output (what it prints and the files it writes, byte for byte) while the
 first ends with ``torch`` never imported.
 
-``advcli validate`` is among them (its ``--deep`` runs the math); ``advcli stats`` is not: it feeds the run's
-own figure collector, which works on torch tensors. Validate without torch must still refuse what ``advcli
-run`` refuses, with the same message: each bad input below is given to both."""
+``advcli stats`` is among them, on a dump and on an advcli output: it feeds the run's own figure collector
+(advcli.figures), which is numpy only. So is ``advcli validate`` (its ``--deep`` runs the math): without
+torch it must still refuse what ``advcli run`` refuses, with the same message: each bad input below is
+given to both."""
 from __future__ import annotations
 
 import json
@@ -54,20 +55,34 @@ COMMANDS = {
     "explain": (["explain", "--flavor", "verl", "--set", "algorithm.use_kl_in_reward=true",
                  "--set", "algorithm.rollout_correction.rollout_is=token"], None),
     "explain --keys": (["explain", "--flavor", "nemo", "--keys"], None),
+    "stats": (["stats", SAMPLE, "--json"], None),
+    # the page is written too (advcli.report, torch-free) but not compared: it shows its time and date
+    "stats of an advcli output": (["stats", "{advout}", "--json", "--report", "{out}.html"], None),
 }
+
+
+def _advcli_output(tmp_path) -> str:
+    """An advcli output of the sample data (GRPO, verl): advantages, returns and provenance to describe."""
+    import advcli
+
+    path = tmp_path / "advcli_out.parquet"
+    advcli.run(SAMPLE, str(path), flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    return str(path)
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_a_light_command_runs_without_torch_and_says_the_same(name, tmp_path):
     argv, written = COMMANDS[name]
     nemo = _nemo_dump(tmp_path)
+    advout = _advcli_output(tmp_path) if "{advout}" in argv else None
     results = []
     for mode in ("as-run", "torch-first"):
         out_path = tmp_path / f"{mode}.parquet"
-        args = [a.format(nemo=nemo, out=out_path) for a in argv]
+        args = [a.format(nemo=nemo, out=out_path, advout=advout) for a in argv]
         printed, torch_loaded = _advcli(mode, args, tmp_path)
         data = open(written.format(out=out_path), "rb").read() if written else b""
         printed = re.sub(r'"created": "[^"]*"', '"created": ""', printed.replace(str(out_path), "OUT"))
+        printed = re.sub(r'"(seconds|\w+_per_s)": [0-9.e+-]+', r'"\1": 0', printed)  # stats: its own run time
         results.append((printed, data, torch_loaded))
     (printed, data, torch_loaded), (printed_t, data_t, torch_loaded_t) = results
     assert torch_loaded_t  # the wrapper's own check works
@@ -300,3 +315,22 @@ def test_validate_refuses_what_run_refuses_without_torch(case, tmp_path):
     assert first == err_run.strip().splitlines()[0], (first, err_run)
     assert words in first, first
     assert "Traceback" not in err_validate + err_run
+
+
+def test_the_figures_and_the_report_do_not_import_torch():
+    """advcli.figures (the run statistics), advcli.report and advcli.result are numpy only: a module there
+    that imports torch, directly or lazily, would bring torch into advcli stats."""
+    import ast
+
+    paths = [os.path.join(ROOT, "advcli", "result.py")]
+    for sub in ("figures", "report"):
+        d = os.path.join(ROOT, "advcli", sub)
+        paths += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".py")]
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] + [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "torch" or n.startswith("torch.") or n.endswith("lazy_torch") for n in names):
+                found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert len(paths) > 15 and not found, found

@@ -44,7 +44,7 @@ def _merged_run(path, out, flavor, settings, chunk_rows, monkeypatch):
             first = first[torch.isfinite(first)][:self.figures.adv_hist.seed_tokens]
             edges = seed_edges(first, self.figures.bins)
             self.figures.adv_hist.fix_edges(edges)
-        maker = PartialMaker(self.plan, self.partial_settings(), self.figures.valid_len.clone(), edges=edges)
+        maker = PartialMaker(self.plan, self.partial_settings(), self.figures.valid_len.copy(), edges=edges)
         # seen: what the local engine's statistics pass found in the token columns (a worker has them)
         sent = [(row0, layout.num_rows, pickle.loads(pickle.dumps(maker.partials(row0, layout, m, a, r, t, tok,
                                                                                  seen=seen))))

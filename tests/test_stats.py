@@ -389,11 +389,11 @@ def test_token_path_is_independent_of_chunking():
         assert got == ref, cuts
     # the sample: the valid tokens at the drawn ordinals (input order), the non-finite ones left out
     mask, adv = data[1], data[2]
-    valid = adv[mask > 0].double()
-    k = st.sample_ordinals(valid.numel(), 100)
-    want = valid[k][torch.isfinite(valid[k])]
-    assert bool((~torch.isfinite(valid)).any())
-    assert torch.equal(_feed(*data, cuts=[33], reservoir=100).reservoir.values, want)
+    valid = adv[mask > 0].double().numpy()
+    k = st.sample_ordinals(valid.size, 100)
+    want = valid[k][np.isfinite(valid[k])]
+    assert bool((~np.isfinite(valid)).any())
+    assert np.array_equal(_feed(*data, cuts=[33], reservoir=100).reservoir.values, want)
     # with a sample holding every token, the quantiles are exact (finite valid tokens)
     exact = _feed(*data, cuts=[10, 40]).finish()["metrics"]
     a = adv.numpy()[mask.numpy() > 0].astype(np.float64)
@@ -422,13 +422,13 @@ def test_token_path_histogram_counts_every_finite_token_against_numpy():
 
 def test_stream_histogram_is_exact_at_bin_edges():
     """Values on the edges and one ulp either side land where a binary search over the edges puts
-    them (numpy's rule: [e_k, e_k+1), the last bin closed), through torch.histogram's linear map."""
+    them (numpy's rule: [e_k, e_k+1), the last bin closed), through np.histogram's linear map."""
     hist = st.StreamHistogram(bins=50, seed_tokens=2)
-    hist.add(torch.tensor([-1.3, 2.9], dtype=torch.float64))  # edges from these two
+    hist.add(np.array([-1.3, 2.9]))  # edges from these two
     assert hist.linear
-    e = hist.edges.numpy()
+    e = hist.edges
     x = np.concatenate([e, np.nextafter(e, np.inf), np.nextafter(e, -np.inf), np.linspace(e[0], e[-1], 997)])
-    hist.add(torch.from_numpy(x))
+    hist.add(x)
     want = np.histogram(np.concatenate([[-1.3, 2.9], x[(x >= e[0]) & (x <= e[-1])]]), bins=e)[0]
     assert hist.counts.tolist() == want.tolist()
     assert hist.under == 1 and hist.over == 1  # one ulp outside the outer edges
@@ -437,20 +437,46 @@ def test_stream_histogram_is_exact_at_bin_edges():
 def test_sample_ordinals_one_per_stratum_and_chunk_independent():
     total, size = 10_007, 500
     k = st.sample_ordinals(total, size)
-    assert k.numel() == size and bool((k[1:] > k[:-1]).all()) and int(k[0]) >= 0 and int(k[-1]) < total
-    strata = torch.arange(size) * total // size
-    assert torch.equal(torch.searchsorted(k, strata, right=False), torch.arange(size))  # one in each stratum
-    x = torch.arange(total, dtype=torch.float64)
+    assert k.size == size and bool((k[1:] > k[:-1]).all()) and int(k[0]) >= 0 and int(k[-1]) < total
+    strata = np.arange(size) * total // size
+    assert np.array_equal(np.searchsorted(k, strata), np.arange(size))  # one in each stratum
+    x = np.arange(total, dtype=np.float64)
     a, b = st.TokenSample(size), st.TokenSample(size)
     a.prepare(total)
     b.prepare(total)
     a.add(x)
     for lo in range(0, total, 733):
         b.add(x[lo:lo + 733])
-    assert torch.equal(a.values, x[k]) and torch.equal(b.values, a.values)
+    assert np.array_equal(a.values, x[k]) and np.array_equal(b.values, a.values)
     assert not a.exact and abs(float(a.values.mean()) - (total - 1) / 2) < 50  # stratified: close to the mean
     small = st.TokenSample(size)
     small.prepare(300)
     small.add(x[:120])
     small.add(x[120:300])
-    assert small.exact and torch.equal(small.values, x[:300])
+    assert small.exact and np.array_equal(small.values, x[:300])
+
+
+def test_the_collector_gives_the_same_figures_fed_torch_tensors_or_numpy_arrays():
+    """The run hands torch tensors over, ``advcli stats`` numpy arrays (offsets, code arrays): both reach
+    the one numpy implementation through ``to_numpy``, so the figures are the same to the bit."""
+    lens, mask, adv, ret, vals, tlr, codes = _token_chunks()
+    from_torch = _feed(lens, mask, adv, ret, vals, tlr, codes, cuts=[7, 40]).finish()
+    R = lens.numel()
+    rs = st.FigureCollector(R)
+    offsets = np.concatenate([[0], np.cumsum(lens.numpy())]).astype(np.int64)
+    m, a, r, t, v = (x.numpy() for x in (mask, adv, ret, tlr, vals))
+    valid = np.add.reduceat((m > 0).astype(np.int64), offsets[:-1]) * (lens.numpy() > 0)
+    c = codes.numpy()
+    rs.set_rows(raw_score=np.zeros(R), score=np.zeros(R), scopes=st.Codes(c, int(c.max()) + 1),
+                step_values=list(range(int(c.max()) + 1)), groups=None, valid_len=valid, has_values=True)
+    for lo, hi in ((0, 7), (7, 40), (40, R)):
+        t0, t1 = offsets[lo], offsets[hi]
+        rs.add_chunk(lo, offsets[lo:hi + 1] - t0, m[t0:t1], a[t0:t1], r[t0:t1], t[t0:t1], v[t0:t1])
+    assert json.dumps(rs.finish(), sort_keys=True) == json.dumps(from_torch, sort_keys=True)
+
+
+def test_to_numpy_takes_a_tensor_that_needs_grad_or_is_bfloat16():
+    x = torch.tensor([0.5, -1.25, 3.0], requires_grad=True)
+    assert st.to_numpy(x).tolist() == [0.5, -1.25, 3.0]
+    assert st.to_numpy(x.detach().to(torch.bfloat16), np.float64).tolist() == [0.5, -1.25, 3.0]  # exact in bf16
+    assert st.to_numpy([1, 2], np.int64).dtype == np.int64

@@ -25,7 +25,10 @@ class StatsSink:
     those that come early)."""
 
     def __init__(self, observer, num_rows: int):
+        # the observer arrives through Ray's object store, its numpy arrays read-only: the figures add into
+        # them in place, so the read-only ones are copied here (FigureCollector.make_writable)
         self.obs, self.R = observer, num_rows
+        observer.figures.make_writable()
         self.next = 0
         self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}
@@ -67,17 +70,17 @@ def seed_values(first: int, vstart: torch.Tensor, seed_tokens: int, mask, adv) -
     return pa.table({"first_row": [first], "values": pa.array([x], type=pa.list_(pa.float64()))})
 
 
-def histogram_edges(cl, map_seed, valid_len: torch.Tensor, seed_tokens: int, bins: int,
-                    tick=None) -> torch.Tensor | None:
+def histogram_edges(cl, map_seed, valid_len, seed_tokens: int, bins: int, tick=None) -> np.ndarray | None:
     """The edges :class:`advcli.figures.StreamHistogram` fixes from the run's first ``seed_tokens``
     finite valid advantages, computed before the write pass by running it on the first rows only
     (``map_seed(cluster)``: the seed pass over ``cluster.shards``, yielding :func:`seed_values` tables),
     so that the workers count every token against them. None when the run has at most ``seed_tokens``
     valid tokens: the chunks then send their finite advantages, at most ``seed_tokens`` in all.
     ``tick()``: told after each batch received (progress for the node watch)."""
+    from ..figures.arrays import to_numpy
     from ..figures.histograms import seed_edges
 
-    vstart = np.concatenate([[0], np.cumsum(valid_len.numpy().astype(np.int64))])
+    vstart = np.concatenate([[0], np.cumsum(to_numpy(valid_len, np.int64))])
     total = int(vstart[-1])
     if total <= seed_tokens:
         return None
@@ -94,7 +97,7 @@ def histogram_edges(cl, map_seed, valid_len: torch.Tensor, seed_tokens: int, bin
             if tick is not None:
                 tick()
         parts.sort(key=lambda p: p["first_row"])
-        x = torch.tensor([v for p in parts for v in p["values"]], dtype=torch.float64)
-        if x.numel() >= seed_tokens or r >= R:  # non-finite or rejected tokens among the first: read further
-            return seed_edges(x[:seed_tokens], bins) if x.numel() else None
+        x = np.array([v for p in parts for v in p["values"]], dtype=np.float64)
+        if x.size >= seed_tokens or r >= R:  # non-finite or rejected tokens among the first: read further
+            return seed_edges(x[:seed_tokens], bins) if x.size else None
         want = min(total, 2 * want)

@@ -84,13 +84,18 @@ Memory: a few float64/int64 entries per row (like the row table) plus per-step a
 sample and the histogram counts (and, until the histogram's edges are fixed, up to one chunk of
 advantages); nothing grows with the number of tokens.
 
-Where: :mod:`.collector` (:class:`FigureCollector`, the collector), :mod:`.verl_metrics` (the figures under
+Numpy only (no torch, so that ``advcli stats`` starts without it): the run hands its tensors over at the
+collector's entry points, which convert them once (:func:`advcli.figures.arrays.to_numpy`).
+
+Where: :mod:`.collector` (:class:`FigureCollector`, the collector), :mod:`.arrays` (that conversion, per-row
+reductions, group codes), :mod:`.verl_metrics` (the figures under
 verl's names and the group figures), :mod:`.sums` (per-row partials and per-scope running sums),
 :mod:`.quantile_sketch` (exact quantiles and the advantage sample they fall back on),
 :mod:`.histograms`, :mod:`.json_values` (figures as JSON floats).
 """
 from __future__ import annotations
 
+from .arrays import Codes, to_numpy
 from .collector import ChunkFigures, FigureCollector, chunk_figures
 from .histograms import BINS, StreamHistogram, histogram
 from .json_values import figure
@@ -98,6 +103,7 @@ from .quantile_sketch import QUANTILES, RESERVOIR, SEED, TokenSample, hash_keys,
 from .sums import RowPartials, ScopeSums, row_sums64
 from .verl_metrics import explained_var, group_figures, metric_block, row_figures
 
-__all__ = ["BINS", "QUANTILES", "RESERVOIR", "SEED", "ChunkFigures", "RowPartials", "FigureCollector", "ScopeSums",
-           "StreamHistogram", "TokenSample", "chunk_figures", "explained_var", "figure", "group_figures", "hash_keys",
-           "histogram", "metric_block", "quantiles", "row_figures", "row_sums64", "sample_ordinals"]
+__all__ = ["BINS", "QUANTILES", "RESERVOIR", "SEED", "ChunkFigures", "Codes", "FigureCollector", "RowPartials",
+           "ScopeSums", "StreamHistogram", "TokenSample", "chunk_figures", "explained_var", "figure",
+           "group_figures", "hash_keys", "histogram", "metric_block", "quantiles", "row_figures", "row_sums64",
+           "sample_ordinals", "to_numpy"]

@@ -1,16 +1,19 @@
 """The run statistics collector: fed with the row table once and every chunk of the write pass,
 it keeps a few float64/int64 entries per row and per-scope running sums, and gives every figure at
-the end (:meth:`FigureCollector.finish`; the figures: :mod:`advcli.figures`)."""
+the end (:meth:`FigureCollector.finish`; the figures: :mod:`advcli.figures`).
+
+Numpy only: every entry point takes numpy arrays or torch tensors (on any device) and converts them
+once with :func:`advcli.figures.arrays.to_numpy`; layouts are a :class:`advcli.ragged.Ragged` or its
+offsets, groupings an :class:`advcli.ops.groups.GroupIndex` or :class:`advcli.figures.arrays.Codes`."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+import numpy as np
 
-from ..ops.groups import GroupIndex
-from ..ragged import Ragged
+from .arrays import Codes, offsets_of, to_numpy, writable_state
 from .histograms import BINS, StreamHistogram, count_bins, histogram, linear_bins
 from .json_values import figure
 from .quantile_sketch import RESERVOIR, TokenSample, quantiles
@@ -26,43 +29,53 @@ class ChunkFigures:
     pass keeps them beside its cached results, so the write pass need not decode the inputs again) and
     added by :meth:`FigureCollector.add_chunk` in row order, so every sum is the same as when computed there."""
 
-    seq_reward: torch.Tensor  # [B] float64
-    resp_len: torch.Tensor  # [B] int64
+    seq_reward: np.ndarray  # [B] float64
+    resp_len: np.ndarray  # [B] int64
     ret: RowPartials
     val: RowPartials | None
     ret_minus_val: RowPartials | None
 
 
-def row_reward_and_length(layout: Ragged, m: torch.Tensor | None, tlr: torch.Tensor, padded: bool,
-                           sel: torch.Tensor | None = None, voff: torch.Tensor | None = None):
-    """(Σ token_level_rewards [B] float64, response length [B]) of a chunk's rows; padded lists: the
-    length runs to the last mask=1 position."""
-    seq_reward = row_sums64(layout.offsets, tlr)
+def _valid_tokens(offs: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the valid tokens' flat indices, ``voff`` [B+1]: valid tokens before each row) of mask ``m`` (bool)."""
+    sel = np.flatnonzero(m)
+    return sel, np.searchsorted(sel, offs)
+
+
+def row_reward_and_length(layout, m, tlr, padded: bool, sel: np.ndarray | None = None,
+                          voff: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ token_level_rewards [B] float64, response length [B] int64) of a chunk's rows (``layout``: a
+    Ragged or its offsets; ``m``: mask > 0, read for padded lists only, where the length runs to the
+    last mask=1 position)."""
+    offs = offsets_of(layout)
+    seq_reward = row_sums64(offs, tlr)
     if not padded:
-        return seq_reward, layout.lengths
+        return seq_reward, np.diff(offs)
     if sel is None:
-        sel = torch.nonzero(m, as_tuple=True)[0]
-        voff = torch.searchsorted(sel, layout.offsets)
+        sel, voff = _valid_tokens(offs, to_numpy(m, bool))
     n = voff[1:] - voff[:-1]
-    last = sel[torch.clamp(voff[1:] - 1, min=0)] if sel.numel() else torch.zeros_like(n)
-    return seq_reward, torch.where(n > 0, last - layout.offsets[:-1] + 1, torch.zeros_like(n))
+    last = sel[np.maximum(voff[1:] - 1, 0)] if sel.size else np.zeros_like(n)
+    return seq_reward, np.where(n > 0, last - offs[:-1] + 1, 0)
 
 
-def chunk_figures(layout: Ragged, m: torch.Tensor, ret: torch.Tensor, tlr: torch.Tensor,
-                  values: torch.Tensor | None, *, padded: bool, one_scope: bool, sel: torch.Tensor | None = None,
-                  voff: torch.Tensor | None = None) -> ChunkFigures:
-    """:class:`ChunkFigures` of one chunk (``m``: mask > 0, CPU bool; ``values`` None when the run
+def _gather64(x, sel: np.ndarray) -> np.ndarray:
+    """``x[sel]`` as float64 (``x``: the chunk's flat token values, numpy or torch)."""
+    return to_numpy(x)[sel].astype(np.float64)
+
+
+def chunk_figures(layout, m, ret, tlr, values, *, padded: bool, one_scope: bool, sel: np.ndarray | None = None,
+                  voff: np.ndarray | None = None) -> ChunkFigures:
+    """:class:`ChunkFigures` of one chunk (``m``: mask > 0, bool; ``values`` None when the run
     reports no value figures; ``one_scope``: the run has one scope, so min/max are per chunk)."""
-    layout = layout.to("cpu")
+    offs = offsets_of(layout)
     if sel is None:
-        sel = torch.nonzero(m, as_tuple=True)[0]
-        voff = torch.searchsorted(sel, layout.offsets)
-    seq_reward, resp_len = row_reward_and_length(layout, m, tlr, padded, sel, voff)
-    rv = torch.index_select(ret.detach().to("cpu"), 0, sel).to(torch.float64)
+        sel, voff = _valid_tokens(offs, to_numpy(m, bool))
+    seq_reward, resp_len = row_reward_and_length(offs, m, tlr, padded, sel, voff)
+    rv = _gather64(ret, sel)
     ret_p = RowPartials.of_tokens(rv, voff, rows_minmax=not one_scope)
     val_p = rmv_p = None
     if values is not None:
-        vv = torch.index_select(values.detach().to("cpu"), 0, sel).to(torch.float64)
+        vv = _gather64(values, sel)
         val_p = RowPartials.of_tokens(vv, voff, rows_minmax=not one_scope)
         rmv_p = RowPartials.of_tokens(rv - vv, voff, rows_minmax=not one_scope)
     return ChunkFigures(seq_reward, resp_len, ret_p, val_p, rmv_p)
@@ -76,13 +89,13 @@ class TokenPartials:
     counts (or, before its edges are fixed, the chunk's finite advantages)."""
 
     figures: ChunkFigures
-    valid: torch.Tensor  # [B] int64 Σ mask
+    valid: np.ndarray  # [B] int64 Σ mask
     adv: RowPartials  # the valid advantages
-    adv_zero: torch.Tensor  # [B] int64 valid tokens whose advantage is 0
-    sample: torch.Tensor  # the sampled finite valid advantages (or all valid advantages: vbase None)
+    adv_zero: np.ndarray  # [B] int64 valid tokens whose advantage is 0
+    sample: np.ndarray  # the sampled finite valid advantages (or all valid advantages: vbase None)
     num_valid: int  # valid tokens in the chunk
     picked: bool  # ``sample`` holds the sampled values only (the chunk's place among the valid tokens was known)
-    hist_values: torch.Tensor | None  # finite valid advantages, when the histogram's edges were not given
+    hist_values: np.ndarray | None  # finite valid advantages, when the histogram's edges were not given
     hist_counts: tuple | None  # (counts [bins], underflow, overflow) against the given edges
 
 
@@ -95,36 +108,36 @@ class FigureCollector:
         self.padded = padded
         self.bins = bins
         # per row, filled chunk by chunk
-        self.seq_reward = torch.zeros(R, dtype=torch.float64)
-        self.resp_len = torch.zeros(R, dtype=torch.int64)
-        self.valid = torch.zeros(R, dtype=torch.int64)
-        self.adv_sum = torch.zeros(R, dtype=torch.float64)  # Σ of the valid advantages (NaN propagates)
-        self.adv_min = torch.full((R,), math.inf, dtype=torch.float64)  # of the finite valid advantages
-        self.adv_max = torch.full((R,), -math.inf, dtype=torch.float64)
-        self.adv_finite = torch.zeros(R, dtype=torch.int64)  # how many valid advantages are finite
+        self.seq_reward = np.zeros(R, np.float64)
+        self.resp_len = np.zeros(R, np.int64)
+        self.valid = np.zeros(R, np.int64)
+        self.adv_sum = np.zeros(R, np.float64)  # Σ of the valid advantages (NaN propagates)
+        self.adv_min = np.full(R, math.inf)  # of the finite valid advantages
+        self.adv_max = np.full(R, -math.inf)
+        self.adv_finite = np.zeros(R, np.int64)  # how many valid advantages are finite
         self.adv_nonconstant = False  # a row with two different finite valid advantages was seen
-        self.adv_zero = torch.zeros(R, dtype=torch.int64)  # valid tokens whose advantage is 0 (group health)
+        self.adv_zero = np.zeros(R, np.int64)  # valid tokens whose advantage is 0 (group health)
         self.reservoir = TokenSample(reservoir)
         self.adv_hist = StreamHistogram(bins, seed_tokens=reservoir)
         self.rows_set = False
-        self.scopes: GroupIndex | None = None
+        self.scopes: Codes | None = None
 
     # ------------------------------------------------------------------------------- row feed
-    def set_rows(self, *, raw_score: torch.Tensor, score: torch.Tensor, scopes: GroupIndex, step_values: list,
-                 groups: GroupIndex | None, valid_len: torch.Tensor, kl_on: bool = False,
-                 kl_row: torch.Tensor | None = None, betas: list[float] | None = None,
-                 kls: list[float] | None = None, has_values: bool = False) -> None:
-        """The per-row table of the whole input (CPU tensors, [R] each) and the per-step KL figures.
+    def set_rows(self, *, raw_score, score, scopes, step_values: list, groups, valid_len, kl_on: bool = False,
+                 kl_row=None, betas: list[float] | None = None, kls: list[float] | None = None,
+                 has_values: bool = False) -> None:
+        """The per-row table of the whole input ([R] each; numpy arrays or tensors, ``scopes``/``groups``
+        :class:`advcli.ops.groups.GroupIndex` or :class:`Codes`) and the per-step KL figures.
         ``valid_len`` (Σ mask per row) also fixes which valid tokens the advantage sample takes."""
-        self.raw_score = raw_score.detach().to(torch.float64)
-        self.score = score.detach().to(torch.float64)
-        self.scopes = scopes
-        self.S = max(scopes.num_groups, 1)
+        self.raw_score = to_numpy(raw_score, np.float64)
+        self.score = to_numpy(score, np.float64)
+        self.scopes = Codes.of(scopes)
+        self.S = max(self.scopes.num_groups, 1)
         self.step_values = step_values
-        self.groups = groups
-        self.valid_len = valid_len.to(torch.int64)
+        self.groups = Codes.of(groups)
+        self.valid_len = to_numpy(valid_len, np.int64)
         self.kl_on = kl_on
-        self.kl_row = None if kl_row is None else kl_row.detach().to(torch.float64)
+        self.kl_row = None if kl_row is None else to_numpy(kl_row, np.float64)
         self.betas, self.kls = betas or [], kls or []
         self.has_values = has_values
         self.adv = ScopeSums(self.S)
@@ -135,11 +148,11 @@ class FigureCollector:
         self.rows_set = True
 
     # ------------------------------------------------------------------------------ chunk feed
-    def _row_scope(self, rows: slice, B: int) -> torch.Tensor:
-        return self.scopes.codes[rows] if self.scopes is not None else torch.zeros(B, dtype=torch.int64)
+    def _row_scope(self, rows: slice, B: int) -> np.ndarray:
+        return self.scopes.codes[rows] if self.scopes is not None else np.zeros(B, np.int64)
 
-    def add_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
-                  tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None) -> None:
+    def add_chunk(self, row0: int, layout, mask, adv, ret, tlr, values=None,
+                  figures: ChunkFigures | None = None) -> None:
         """One chunk of the write pass: rows ``row0 .. row0 + B − 1`` (flat tensors on any device):
         :meth:`token_partials` here, then :meth:`add_partials`. ``figures``: the chunk's figures that
         do not depend on its advantages (:func:`chunk_figures`), computed earlier where its token
@@ -147,10 +160,8 @@ class FigureCollector:
         self.add_partials(row0, self.token_partials(layout, mask, adv, ret, tlr, values, figures,
                                                     check_const=not self.adv_nonconstant))
 
-    def token_partials(self, layout: Ragged, mask: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
-                       tlr: torch.Tensor, values: torch.Tensor | None = None, figures: ChunkFigures | None = None,
-                       *, vbase: torch.Tensor | None = None, edges: torch.Tensor | None = None,
-                       check_const: bool = True) -> TokenPartials:
+    def token_partials(self, layout, mask, adv, ret, tlr, values=None, figures: ChunkFigures | None = None,
+                       *, vbase=None, edges=None, check_const: bool = True) -> TokenPartials:
         """Everything :meth:`add_partials` reads from one chunk's tokens, token by token: the valid tokens
         are found once and each quantity is reduced per row (float64). Needs only the settings of
         :meth:`settings` (a Ray worker builds a collector from them, :meth:`of_settings`). ``vbase`` [B]: where each
@@ -158,34 +169,35 @@ class FigureCollector:
         token does not depend on the chunks; the sample's values are then picked here; None: the
         tokens in order, as fed); ``edges``: the advantage histogram's edges when already fixed (the
         chunk's counts are then made here; None: its finite values are sent)."""
-        layout = layout.to("cpu")
-        m = mask.detach().to("cpu") > 0
+        offs = offsets_of(layout)
+        m = to_numpy(mask) > 0
         # the valid tokens' flat indices, found once and gathered with; voff[i]: valid tokens before row i
-        sel = torch.nonzero(m, as_tuple=True)[0]
-        voff = torch.searchsorted(sel, layout.offsets)
+        sel, voff = _valid_tokens(offs, m)
         if figures is None:
-            figures = chunk_figures(layout, m, ret, tlr, values if self.has_values else None, padded=self.padded,
+            figures = chunk_figures(offs, m, ret, tlr, values if self.has_values else None, padded=self.padded,
                                     one_scope=self.S == 1, sel=sel, voff=voff)
-        # index_select, not x[sel]: the generic indexing kernel is ~3x slower for a flat gather
-        av = torch.index_select(adv.detach().to("cpu"), 0, sel).to(torch.float64)
+        av = _gather64(adv, sel)
         pa = RowPartials.of_tokens(av, voff, rows_minmax=self.S != 1, check_const=check_const)
-        zpos = torch.searchsorted(torch.nonzero(av == 0, as_tuple=True)[0], voff)  # zeros before each row
-        finite = av if pa.all_finite else av[torch.isfinite(av)]
+        zpos = np.searchsorted(np.flatnonzero(av == 0), voff)  # zeros before each row
+        finite = av if pa.all_finite else av[np.isfinite(av)]
         sample = None
+        cnt = voff[1:] - voff[:-1]
         if vbase is not None:  # each valid token's place: its row's first place + its rank in the row
-            cnt = voff[1:] - voff[:-1]
-            rank = torch.arange(av.numel(), dtype=torch.int64) - torch.repeat_interleave(voff[:-1], cnt)
-            sample = self.reservoir.pick(torch.repeat_interleave(vbase.to(torch.int64), cnt) + rank, av)
+            # place of token k = vbase[row] + k − voff[row], one repeat over the rows
+            sample = self.reservoir.pick(np.arange(av.size, dtype=np.int64)
+                                         + np.repeat(to_numpy(vbase, np.int64) - voff[:-1], cnt), av)
+        if edges is not None:
+            edges = to_numpy(edges, np.float64)
         counts = None if edges is None else count_bins(finite, edges, linear_bins(edges))
-        return TokenPartials(figures, voff[1:] - voff[:-1], pa, zpos[1:] - zpos[:-1],
-                             av if sample is None else sample, int(av.numel()), sample is not None,
+        return TokenPartials(figures, cnt, pa, zpos[1:] - zpos[:-1],
+                             av if sample is None else sample, int(av.size), sample is not None,
                              finite if counts is None else None, counts)
 
     def add_partials(self, row0: int, p: TokenPartials) -> None:
         """One chunk's :class:`TokenPartials`, chunks in row order: the row figures are written to the row
         entries and added to the scopes row by row, so every sum is the local engine's whoever made them."""
         figures, pa = p.figures, p.adv
-        B = p.valid.numel()
+        B = p.valid.size
         rows = slice(row0, row0 + B)
         self.seq_reward[rows], self.resp_len[rows] = figures.seq_reward, figures.resp_len
         self.valid[rows] = p.valid
@@ -210,6 +222,13 @@ class FigureCollector:
         else:
             self.adv_hist.add(p.hist_values)
 
+    def make_writable(self) -> None:
+        """Copy the read-only arrays among this collector's (Ray hands an actor's numpy arguments over
+        zero-copy and read-only; :class:`advcli.engines.ray_stats.StatsSink` adds into them in place)."""
+        for obj in (self, self.adv_hist, *(getattr(self, k, None) for k in ("adv", "ret", "val", "ret_minus_val"))):
+            if obj is not None:
+                obj.__dict__.update(writable_state(obj.__dict__))
+
     def settings(self) -> dict:
         """What :meth:`token_partials` reads of this collector (no per-row table): for :meth:`of_settings`."""
         return {"num_scopes": self.S, "padded": self.padded, "has_values": self.has_values,
@@ -223,37 +242,35 @@ class FigureCollector:
         c.reservoir.prepare(st["valid_tokens"])
         return c
 
-    def add_row_chunk(self, row0: int, layout: Ragged, mask: torch.Tensor | None, tlr: torch.Tensor,
-                      adv_row: torch.Tensor, ret_row: torch.Tensor) -> None:
+    def add_row_chunk(self, row0: int, layout, mask, tlr, adv_row, ret_row) -> None:
         """One chunk whose every valid token of row i holds the advantage ``adv_row[i]`` and the return
         ``ret_row[i]`` (row-level estimators; see :class:`advcli.pipeline.observe.RunObserver`): the figures of
         :meth:`add_chunk` from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
         only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
-        layout = layout.to("cpu")
-        m = mask.detach().to("cpu") > 0 if self.padded else None
+        m = to_numpy(mask) > 0 if self.padded else None
         self.add_row_values(row0, *row_reward_and_length(layout, m, tlr, self.padded), adv_row, ret_row)
 
-    def add_row_values(self, row0: int, seq_reward: torch.Tensor, resp_len: torch.Tensor, adv_row: torch.Tensor,
-                       ret_row: torch.Tensor) -> None:
+    def add_row_values(self, row0: int, seq_reward, resp_len, adv_row, ret_row) -> None:
         """:meth:`add_row_chunk` with the chunk's Σ token_level_rewards and response length per row
         (:func:`row_reward_and_length`) made where its tokens are."""
-        B = adv_row.numel()
+        adv_row = to_numpy(adv_row, np.float64)
+        B = adv_row.size
         rows = slice(row0, row0 + B)
-        self.seq_reward[rows], self.resp_len[rows] = seq_reward, resp_len
+        self.seq_reward[rows], self.resp_len[rows] = to_numpy(seq_reward), to_numpy(resp_len)
         n = self.valid_len[rows]
         self.valid[rows] = n
         scope = self._row_scope(rows, B)
-        pa = RowPartials.of_rows(adv_row.detach().to("cpu", torch.float64), n)
-        self.adv_zero[rows] = torch.where(adv_row.detach().to("cpu") == 0, n, torch.zeros_like(n))
+        pa = RowPartials.of_rows(adv_row, n)
+        self.adv_zero[rows] = np.where(adv_row == 0, n, 0)
         self.adv.add(pa, scope)
         self.adv_sum[rows] = pa.raw_sum
         self.adv_min[rows], self.adv_max[rows], self.adv_finite[rows] = pa.mn, pa.mx, pa.count
-        self.ret.add(RowPartials.of_rows(ret_row.detach().to("cpu", torch.float64), n), scope)
+        self.ret.add(RowPartials.of_rows(ret_row, n), scope)
 
-    def row_advantage(self) -> torch.Tensor:
+    def row_advantage(self) -> np.ndarray:
         """[R] each row's mean advantage over its valid tokens (NaN for rows with none)."""
-        return torch.where(self.valid > 0, self.adv_sum / self.valid.clamp(min=1),
-                           torch.full_like(self.adv_sum, math.nan))
+        with np.errstate(invalid="ignore"):
+            return np.where(self.valid > 0, self.adv_sum / np.maximum(self.valid, 1), math.nan)
 
     def row_constant(self) -> bool:
         """Every row's finite valid advantages are one value (always so for row-level estimators)."""
@@ -265,19 +282,19 @@ class FigureCollector:
     def finish(self) -> dict[str, Any]:
         """``{"metrics": {...}, "per_step": [...], "histograms": {...}}`` (JSON-able)."""
         R = self.R
-        allrows = torch.ones(R, dtype=torch.bool)
+        allrows = np.ones(R, bool)
         metrics = metric_block(self, allrows, None)
         L = self.resp_len
         aborted = L == 0
-        na = L[~aborted].to(torch.float64)
-        metrics["response_length_non_aborted/mean"] = figure(na.mean()) if na.numel() else None
-        metrics["response_length_non_aborted/max"] = figure(na.max()) if na.numel() else None
-        metrics["response_length_non_aborted/min"] = figure(na.min()) if na.numel() else None
-        metrics["response/aborted_ratio"] = figure(aborted.to(torch.float64).mean()) if R else None
+        na = L[~aborted].astype(np.float64)
+        metrics["response_length_non_aborted/mean"] = figure(na.mean()) if na.size else None
+        metrics["response_length_non_aborted/max"] = figure(na.max()) if na.size else None
+        metrics["response_length_non_aborted/min"] = figure(na.min()) if na.size else None
+        metrics["response/aborted_ratio"] = figure(aborted.mean()) if R else None
         non_aborted = ~aborted
         for name, x in (("critic/score", self.raw_score), ("critic/rewards", self.seq_reward)):
             metrics[f"{name}/std"] = row_figures(x, non_aborted)["std"]
-            for k, v in quantiles(x[non_aborted & ~torch.isnan(x)]).items():
+            for k, v in quantiles(x[non_aborted & ~np.isnan(x)]).items():
                 metrics[f"{name}/{k}"] = v
         a = self.adv.figures(None)
         metrics["critic/advantages/std"] = a["std"]
@@ -310,9 +327,9 @@ class FigureCollector:
             per_step.append(d)
 
         hist = {
-            "score": histogram(self.raw_score[non_aborted & ~torch.isnan(self.raw_score)], bins=self.bins, over="rows",
+            "score": histogram(self.raw_score[non_aborted & ~np.isnan(self.raw_score)], bins=self.bins, over="rows",
                                note="sequence score (before normalisation and KL), non-aborted rows"),
-            "rewards": histogram(self.seq_reward[non_aborted & ~torch.isnan(self.seq_reward)], bins=self.bins,
+            "rewards": histogram(self.seq_reward[non_aborted & ~np.isnan(self.seq_reward)], bins=self.bins,
                                  over="rows", note="sequence reward Σ token_level_rewards, non-aborted rows"),
         }
         if const:
@@ -326,7 +343,7 @@ class FigureCollector:
         if self.groups is not None and self.groups.num_groups:
             sizes = self.groups.sizes[self.groups.sizes > 0]
             top = int(sizes.max())
-            counts = torch.bincount(sizes, minlength=top + 1)[1:]
+            counts = np.bincount(sizes, minlength=top + 1)[1:]
             hist["group_size"] = {"edges": [k + 0.5 for k in range(top + 1)], "counts": counts.tolist(),
                                   "underflow": 0, "overflow": 0, "over": "groups", "exact": True,
                                   "note": "groups per size (bin k holds the groups of k rows)"}

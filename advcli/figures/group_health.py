@@ -192,9 +192,9 @@ def of_collector(st, source=None, source_names=None, components=None) -> dict | 
         first = {k: i for i, k in reversed(list(enumerate(keys)))}
         distinct = sorted(set(first.values()))
         code_of = np.array([distinct.index(first[k]) for k in keys], np.int64)
-        step = code_of[st.scopes.codes.numpy()] if len(keys) else st.scopes.codes.numpy()
+        step = code_of[st.scopes.codes] if len(keys) else st.scopes.codes
         step_values = [st.step_values[i] for i in distinct]
-    zero = st.adv_zero.numpy() if getattr(st, "has_advantages", True) else None
-    return group_health(g.codes.numpy(), st.raw_score.numpy(), st.valid.numpy(), st.resp_len.numpy(),
+    zero = st.adv_zero if getattr(st, "has_advantages", True) else None
+    return group_health(g.codes, st.raw_score, st.valid, st.resp_len,
                         step=step, step_values=step_values, source=source, source_names=source_names,
                         zero_adv=zero, components=components)

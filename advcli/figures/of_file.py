@@ -27,15 +27,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     """The report dict (see advcli.report) of a dump or an advcli output."""
     import numpy as np
     import pyarrow as pa
-    import torch
 
     from ..columns import resolve_columns
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
     from ..io.reader import InputSet
-    from ..ops.groups import GroupIndex
-    from ..ragged import Ragged
     from ..report import build_report
     from ..result import RunResult
+    from .arrays import Codes
     from .collector import FigureCollector
     from .positions import PositionStats
 
@@ -105,11 +103,11 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         codes, _ = keys_codes(pa.chunked_array(parts[cmap["prompt_id"]],
                                                type=ins.schema.field(cmap["prompt_id"]).type))
         _, g = np.unique(np.stack([scode, codes]), axis=1, return_inverse=True)
-        groups = GroupIndex.from_codes(torch.from_numpy(g.ravel().astype(np.int64)))
-    scopes = GroupIndex.from_codes(torch.from_numpy(scode.astype(np.int64)))
+        groups = Codes.of(g.ravel())
+    scopes = Codes.of(scode)
     rs = FigureCollector(R, padded=padded)
-    rs.set_rows(raw_score=torch.from_numpy(raw), score=torch.from_numpy(np.asarray(seq, np.float64)),
-                scopes=scopes, step_values=step_values, groups=groups, valid_len=torch.from_numpy(V),
+    rs.set_rows(raw_score=raw, score=np.asarray(seq, np.float64),
+                scopes=scopes, step_values=step_values, groups=groups, valid_len=V,
                 has_values=val_col is not None and has_adv)
 
     # pass 2: the token columns
@@ -119,23 +117,21 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     positions = PositionStats()
     for _, _, batch in ins.iter_batches(cols2, chunk_rows):
         offs, m = list_parts(batch.column(mask_col))
-        layout = Ragged(torch.from_numpy(offs))
-        mask = torch.from_numpy((m != 0).astype(np.float32))
+        mask = m != 0
         B = batch.num_rows
-        zeros = torch.zeros(layout.num_tokens, dtype=torch.float32)
+        num_tokens = int(offs[-1])
+        zeros = np.zeros(num_tokens, np.float32)
         adv_np = list_parts(batch.column("advantages"))[1] if has_adv else None
-        adv = torch.from_numpy(adv_np.astype(np.float32)) if has_adv else zeros
-        ret = torch.from_numpy(list_parts(batch.column("returns"))[1].astype(np.float32)) if has_ret else zeros
+        adv = adv_np.astype(np.float32) if has_adv else zeros
+        ret = list_parts(batch.column("returns"))[1].astype(np.float32) if has_ret else zeros
         if tlr_col:
-            tlr = torch.from_numpy(list_parts(batch.column(tlr_col))[1].astype(np.float64))
+            tlr = list_parts(batch.column(tlr_col))[1].astype(np.float64)
         else:  # the sequence score on the row's last token: Σ_t gives the score
-            tlr = torch.zeros(layout.num_tokens, dtype=torch.float64)
-            last = layout.last_index()
-            ok = last >= 0
-            tlr[last[ok]] = torch.from_numpy(np.asarray(raw[row0:row0 + B], np.float64))[ok]
-        values = torch.from_numpy(list_parts(batch.column(val_col))[1].astype(np.float32)) \
-            if val_col and has_adv else None
-        rs.add_chunk(row0, layout, mask, adv, ret, tlr, values)
+            tlr = np.zeros(num_tokens, np.float64)
+            ok = np.diff(offs) > 0
+            tlr[offs[1:][ok] - 1] = np.asarray(raw[row0:row0 + B], np.float64)[ok]
+        values = list_parts(batch.column(val_col))[1].astype(np.float32) if val_col and has_adv else None
+        rs.add_chunk(row0, offs, mask, adv, ret, tlr, values)
         if has_adv:
             positions.add(offs, adv_np, m != 0)
         row0 += B

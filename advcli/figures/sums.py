@@ -1,26 +1,26 @@
 """Running sums of token figures: per-row partial figures of one chunk (:class:`RowPartials`) added
 to per-scope totals (:class:`ScopeSums`) row by row in input order, in float64, so that no figure
-depends on how rows are cut into chunks."""
+depends on how rows are cut into chunks. Numpy only."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
-import torch
+import numpy as np
 
-from ..ragged import Ragged
+from .arrays import offsets_of, row_reduce, to_numpy
 from .json_values import figure
 
 
-def row_sums64(offsets: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """float64 Σ per row of a flat token tensor (any device, any float dtype), on the CPU."""
-    return Ragged(offsets.to("cpu")).row_sum(x.detach().to("cpu", torch.float64))
+def row_sums64(offsets, x) -> np.ndarray:
+    """float64 Σ per row of a flat token array (numpy, or a torch tensor on any device), each row on its own."""
+    return row_reduce(to_numpy(x, np.float64), offsets_of(offsets), "sum")
 
 
-def _rows_constant(x: torch.Tensor, voff: torch.Tensor) -> bool:
+def _rows_constant(x: np.ndarray, voff: np.ndarray) -> bool:
     """Do all the values of each row of ``x`` (cut at ``voff``) compare equal? One comparison of
     neighbours, the pairs that straddle a row boundary excused."""
-    n = x.numel()
+    n = x.size
     if n < 2:
         return True
     neq = x[1:] != x[:-1]
@@ -41,72 +41,71 @@ class RowPartials:
                  "sumsq")
 
     @staticmethod
-    def of_tokens(x: torch.Tensor, voff: torch.Tensor, rows_minmax: bool, check_const: bool = False) -> RowPartials:
+    def of_tokens(x: np.ndarray, voff: np.ndarray, rows_minmax: bool, check_const: bool = False) -> RowPartials:
         """``x`` float64 [n]: the valid tokens' values in order; ``voff`` [B+1]: where each row starts.
         ``check_const``: find out whether every row is constant and, if so, give per-row min/max
         (its value) whatever ``rows_minmax`` says."""
         p = RowPartials()
         p.nonconstant = False
-        rows = Ragged(voff)  # the valid tokens, row by row
-        s = rows.row_reduce(x, "sum")
+        s = row_reduce(x, voff, "sum")
         p.raw_sum = s
         cnt = voff[1:] - voff[:-1]
-        if bool(torch.isfinite(s.sum())):  # one reduction: every value finite (the common case)
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite_all = bool(np.isfinite(s.sum()))
+        if finite_all:  # one reduction: every value finite (the common case)
             p.all_finite = True
-            p.sum, p.count, p.nonfinite = s, cnt, torch.zeros_like(cnt)
-            p.sumsq = rows.row_reduce(x * x, "sum")
+            p.sum, p.count, p.nonfinite = s, cnt, np.zeros_like(cnt)
+            p.sumsq = row_reduce(x * x, voff, "sum")
             if check_const:
                 if _rows_constant(x, voff):
                     has = cnt > 0
-                    first = x[torch.clamp(voff[:-1], max=max(x.numel() - 1, 0))] if x.numel() else \
-                        torch.zeros(cnt.numel(), dtype=x.dtype)
-                    p.mn = torch.where(has, first, torch.full_like(first, math.inf))
-                    p.mx = torch.where(has, first, torch.full_like(first, -math.inf))
+                    first = x[np.minimum(voff[:-1], max(x.size - 1, 0))] if x.size else np.zeros(cnt.size)
+                    p.mn = np.where(has, first, math.inf)
+                    p.mx = np.where(has, first, -math.inf)
                     p.rows_minmax = True
                     return p
                 p.nonconstant = True
             p.rows_minmax = rows_minmax
             if rows_minmax:
-                p.mn, p.mx = rows.row_reduce(x, "min"), rows.row_reduce(x, "max")
-            elif x.numel():
-                mn, mx = torch.aminmax(x)
-                p.mn, p.mx = mn.reshape(1), mx.reshape(1)
+                p.mn, p.mx = row_reduce(x, voff, "min"), row_reduce(x, voff, "max")
+            elif x.size:
+                p.mn, p.mx = np.array([x.min()]), np.array([x.max()])
             else:
-                p.mn = torch.full((1,), math.inf, dtype=torch.float64)
-                p.mx = torch.full((1,), -math.inf, dtype=torch.float64)
+                p.mn, p.mx = np.array([math.inf]), np.array([-math.inf])
             return p
         p.all_finite = False
-        fin = torch.isfinite(x)
-        xf = torch.where(fin, x, torch.zeros_like(x))
-        p.sum = rows.row_reduce(xf, "sum")
-        p.sumsq = rows.row_reduce(xf * xf, "sum")
-        p.count = rows.row_reduce(fin.to(torch.float64), "sum").to(torch.int64)
+        fin = np.isfinite(x)
+        xf = np.where(fin, x, 0.0)
+        p.sum = row_reduce(xf, voff, "sum")
+        p.sumsq = row_reduce(xf * xf, voff, "sum")
+        cf = np.concatenate([[0], np.cumsum(fin, dtype=np.int64)])  # exact integer counts per row
+        p.count = cf[voff[1:]] - cf[voff[:-1]]
         p.nonfinite = cnt - p.count
-        p.mn = rows.row_reduce(torch.where(fin, x, torch.full_like(x, math.inf)), "min")
-        p.mx = rows.row_reduce(torch.where(fin, x, torch.full_like(x, -math.inf)), "max")
+        p.mn = row_reduce(np.where(fin, x, math.inf), voff, "min")
+        p.mx = row_reduce(np.where(fin, x, -math.inf), voff, "max")
         p.rows_minmax = True
         p.nonconstant = bool(((p.mn != p.mx) & (p.count > 0)).any())
         return p
 
     @staticmethod
-    def of_rows(v: torch.Tensor, n: torch.Tensor) -> RowPartials:
+    def of_rows(v, n) -> RowPartials:
         """Rows whose ``n`` [B] valid tokens all hold the value ``v`` [B] (float64): the same figures
         as :meth:`of_tokens` on the expanded tokens (Σ = v·n and Σx² = v²·n in one rounding)."""
+        v, n = to_numpy(v, np.float64), to_numpy(n, np.int64)
         p = RowPartials()
         p.rows_minmax = True
-        n = n.to(torch.int64)
         has = n > 0
-        fin = torch.isfinite(v)
-        nf = n.to(torch.float64)
-        zero = torch.zeros_like(v)
-        p.raw_sum = torch.where(has, v * nf, zero)
-        ok = fin & has
-        p.sum = torch.where(ok, v * nf, zero)
-        p.sumsq = torch.where(ok, v * v * nf, zero)
-        p.count = torch.where(fin, n, torch.zeros_like(n))
+        fin = np.isfinite(v)
+        nf = n.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p.raw_sum = np.where(has, v * nf, 0.0)
+            ok = fin & has
+            p.sum = np.where(ok, v * nf, 0.0)
+            p.sumsq = np.where(ok, v * v * nf, 0.0)
+        p.count = np.where(fin, n, 0)
         p.nonfinite = n - p.count
-        p.mn = torch.where(ok, v, torch.full_like(v, math.inf))
-        p.mx = torch.where(ok, v, torch.full_like(v, -math.inf))
+        p.mn = np.where(ok, v, math.inf)
+        p.mx = np.where(ok, v, -math.inf)
         p.all_finite = bool(fin[has].all())
         p.nonconstant = False
         return p
@@ -120,26 +119,26 @@ class ScopeSums:
 
     def __init__(self, num_scopes: int):
         S = max(num_scopes, 1)
-        self.count = torch.zeros(S, dtype=torch.int64)
-        self.sum = torch.zeros(S, dtype=torch.float64)
-        self.sumsq = torch.zeros(S, dtype=torch.float64)
-        self.min = torch.full((S,), math.inf, dtype=torch.float64)
-        self.max = torch.full((S,), -math.inf, dtype=torch.float64)
-        self.nonfinite = torch.zeros(S, dtype=torch.int64)
+        self.count = np.zeros(S, np.int64)
+        self.sum = np.zeros(S, np.float64)
+        self.sumsq = np.zeros(S, np.float64)
+        self.min = np.full(S, math.inf)
+        self.max = np.full(S, -math.inf)
+        self.nonfinite = np.zeros(S, np.int64)
 
-    def add(self, p: RowPartials, scope: torch.Tensor) -> None:
+    def add(self, p: RowPartials, scope: np.ndarray) -> None:
         """``scope`` int64 [B]: each row's scope."""
-        self.count.index_add_(0, scope, p.count)
-        self.nonfinite.index_add_(0, scope, p.nonfinite)
-        self.sum.index_add_(0, scope, p.sum)
-        self.sumsq.index_add_(0, scope, p.sumsq)
+        np.add.at(self.count, scope, p.count)
+        np.add.at(self.nonfinite, scope, p.nonfinite)
+        np.add.at(self.sum, scope, p.sum)  # unbuffered: row by row, in input order
+        np.add.at(self.sumsq, scope, p.sumsq)
         if p.rows_minmax:
-            self.min.scatter_reduce_(0, scope, p.mn, reduce="amin")
-            self.max.scatter_reduce_(0, scope, p.mx, reduce="amax")
+            np.minimum.at(self.min, scope, p.mn)
+            np.maximum.at(self.max, scope, p.mx)
         else:  # one scope, the chunk's min and max
-            assert self.min.numel() == 1
-            self.min = torch.minimum(self.min, p.mn)
-            self.max = torch.maximum(self.max, p.mx)
+            assert self.min.size == 1
+            self.min = np.minimum(self.min, p.mn)
+            self.max = np.maximum(self.max, p.mx)
 
     def figures(self, s: int | None = None) -> dict[str, Any]:
         """{mean, max, min, std, count, nonfinite} of scope ``s`` (all scopes when None)."""
@@ -154,3 +153,4 @@ class ScopeSums:
         mean = tot / n
         return {"mean": mean, "max": figure(mx), "min": figure(mn), "std": math.sqrt(max(sq / n - mean * mean, 0.0)),
                 "count": n, "nonfinite": nf}
+

@@ -7,22 +7,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
+import numpy as np
 
 from .json_values import figure
 
 
-def row_figures(x: torch.Tensor, sel: torch.Tensor) -> dict[str, Any]:
+def row_figures(x: np.ndarray, sel: np.ndarray) -> dict[str, Any]:
     """{mean, max, min, std (population)} of a per-row figure ``x`` [R] over the rows ``sel``."""
     v = x[sel]
-    v = v[~torch.isnan(v)]  # unscored rows (TRL's None rewards) are left out, as TRL's nanmean does
-    if v.numel() == 0:
+    v = v[~np.isnan(v)]  # unscored rows (TRL's None rewards) are left out, as TRL's nanmean does
+    if v.size == 0:
         return {"mean": None, "max": None, "min": None, "std": None}
-    return {"mean": figure(v.mean()), "max": figure(v.max()), "min": figure(v.min()),
-            "std": figure(v.std(unbiased=False))}
+    with np.errstate(invalid="ignore", over="ignore"):
+        return {"mean": figure(v.mean()), "max": figure(v.max()), "min": figure(v.min()), "std": figure(v.std())}
 
 
-def metric_block(st, rows_sel: torch.Tensor, s: int | None) -> dict[str, Any]:
+def metric_block(st, rows_sel: np.ndarray, s: int | None) -> dict[str, Any]:
     """verl's metric block for the rows ``rows_sel`` (bool [R]) and scope ``s`` (None: all)."""
     out: dict[str, Any] = {}
     non_aborted = rows_sel & (st.resp_len > 0)
@@ -36,15 +36,15 @@ def metric_block(st, rows_sel: torch.Tensor, s: int | None) -> dict[str, Any]:
         f = st.val.figures(s)
         out.update({f"critic/values/{k}": f[k] for k in ("mean", "max", "min")})
         out["critic/vf_explained_var"] = explained_var(st, s)
-    L = st.resp_len[rows_sel].to(torch.float64)
-    out["response_length/mean"] = figure(L.mean()) if L.numel() else None
-    out["response_length/max"] = figure(L.max()) if L.numel() else None
-    out["response_length/min"] = figure(L.min()) if L.numel() else None
+    L = st.resp_len[rows_sel].astype(np.float64)
+    out["response_length/mean"] = figure(L.mean()) if L.size else None
+    out["response_length/max"] = figure(L.max()) if L.size else None
+    out["response_length/min"] = figure(L.min()) if L.size else None
     if st.kl_on and st.kl_row is not None:
         if s is None:
             out["actor/reward_kl_penalty"] = figure(st.kl_row.mean()) if st.R else None
-            sizes = st.scopes.sizes.to(torch.float64)
-            b = torch.tensor(st.betas, dtype=torch.float64)
+            sizes = st.scopes.sizes.astype(np.float64)
+            b = np.asarray(st.betas, dtype=np.float64)
             out["actor/reward_kl_penalty_coeff"] = figure((b * sizes).sum() / sizes.sum()) if st.R else None
         else:
             out["actor/reward_kl_penalty"] = figure(st.kls[s])
@@ -71,35 +71,37 @@ def group_figures(st) -> dict[str, Any]:
         return out
     sizes = g.sizes
     present = sizes > 0
-    sz = sizes[present].to(torch.float64)
+    sz = sizes[present].astype(np.float64)
     G = int(present.sum())
     out["groups/count"] = G
     out["groups/size/mean"] = figure(sz.mean())
     out["groups/size/min"] = int(sz.min())
     out["groups/size/max"] = int(sz.max())
-    out["groups/singleton_share"] = figure((sizes[present] == 1).to(torch.float64).mean())
-    smin = torch.full((g.num_groups,), math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amin")
-    smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, st.score, "amax")
+    out["groups/singleton_share"] = figure((sizes[present] == 1).mean())
+    smin, smax = np.full(g.num_groups, math.inf), np.full(g.num_groups, -math.inf)
+    with np.errstate(invalid="ignore"):  # a NaN score makes its group's min and max NaN (not all equal)
+        np.minimum.at(smin, g.codes, st.score)
+        np.maximum.at(smax, g.codes, st.score)
     multi = sizes > 1
     out["groups/all_equal_share"] = figure(((smin == smax) & multi).sum() / max(int(multi.sum()), 1))
     # solved rows: reward > 0 among the rows with a reward (not NaN); a group's shares over
     # its rows with a reward — the same definitions as advcli.figures.group_health
-    scored = ~torch.isnan(st.raw_score)
+    scored = ~np.isnan(st.raw_score)
     solved = scored & (st.raw_score > 0)
     n_scored = int(scored.sum())
     out["groups/solved_share"] = figure(solved.sum() / n_scored) if n_scored else None
-    ns, nr = g.sum(solved.to(torch.int64))[present], g.sum(scored.to(torch.int64))[present]
+    ns, nr = g.sum(solved)[present], g.sum(scored)[present]
     has = nr > 0
     k = max(int(has.sum()), 1)
     out["groups/solved_all_share"] = figure(((ns == nr) & has).sum() / k) if has.any() else None
     out["groups/solved_none_share"] = figure(((ns == 0) & has).sum() / k) if has.any() else None
     out["groups/solved_some_share"] = figure(((ns > 0) & (ns < nr)).sum() / k) if has.any() else None
     a = st.row_advantage()
-    pos = g.sum((a > 0).to(torch.int64))[present]
-    neg = g.sum((a < 0).to(torch.int64))[present]
-    out["groups/adv_sign/mixed_share"] = figure(((pos > 0) & (neg > 0)).to(torch.float64).mean())
-    out["groups/adv_sign/only_pos_share"] = figure(((pos > 0) & (neg == 0)).to(torch.float64).mean())
-    out["groups/adv_sign/only_neg_share"] = figure(((neg > 0) & (pos == 0)).to(torch.float64).mean())
-    out["groups/adv_sign/all_zero_share"] = figure(((neg == 0) & (pos == 0)).to(torch.float64).mean())
-    out["groups/adv_sign/balance_mean"] = figure(((pos - neg).to(torch.float64) / sz).mean())
+    pos = g.sum(a > 0)[present]
+    neg = g.sum(a < 0)[present]
+    out["groups/adv_sign/mixed_share"] = figure(((pos > 0) & (neg > 0)).mean())
+    out["groups/adv_sign/only_pos_share"] = figure(((pos > 0) & (neg == 0)).mean())
+    out["groups/adv_sign/only_neg_share"] = figure(((neg > 0) & (pos == 0)).mean())
+    out["groups/adv_sign/all_zero_share"] = figure(((neg == 0) & (pos == 0)).mean())
+    out["groups/adv_sign/balance_mean"] = figure(((pos - neg).astype(np.float64) / sz).mean())
     return out

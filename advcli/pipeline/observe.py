@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..figures import ChunkFigures, FigureCollector, chunk_figures
+from ..figures.arrays import to_numpy
 from ..figures.collector import row_reward_and_length
 from ..ragged import Ragged
 from .tokens import chunk_final, row_level_tokens
@@ -69,8 +71,8 @@ class RowValues:
     tokens besides the row values: Σ token_level_rewards and the response length per row, and each
     row's last token (advantage, return, whether it is valid) to check the row values against."""
 
-    seq_reward: torch.Tensor  # [B] float64
-    resp_len: torch.Tensor  # [B] int64
+    seq_reward: np.ndarray  # [B] float64
+    resp_len: np.ndarray  # [B] int64
     last_adv: torch.Tensor  # [B] as written
     last_ret: torch.Tensor  # [B] as written
     last_valid: torch.Tensor  # [B] bool: the row has a last token and it is valid
@@ -98,11 +100,10 @@ class PartialMaker:
     each row's valid tokens among the run's (the advantage sample is drawn by that place, whoever
     makes the chunk); ``edges``: the advantage histogram's, when fixed before the pass."""
 
-    def __init__(self, plan, settings: dict, valid_len: torch.Tensor, collector=None,
-                 edges: torch.Tensor | None = None):
+    def __init__(self, plan, settings: dict, valid_len, collector=None, edges=None):
         from ..diagnostics import Diagnostics
         self.plan, self.settings, self.edges = plan, settings, edges
-        self.vstart = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(valid_len.to(torch.int64), 0)])
+        self.vstart = np.concatenate([[0], np.cumsum(to_numpy(valid_len, np.int64))])
         self.row_path = settings["row_path"]
         self.collector = collector if collector is not None else FigureCollector.of_settings(settings["figures"])
         self.local = collector is not None
@@ -229,7 +230,7 @@ class RunObserver:
         if p.rows is not None:  # row path: the rows' final values, checked against the written tokens
             adv_row, ret_row = self._row_values(row0, p.rows)
             self.figures.add_row_values(row0, p.rows.seq_reward, p.rows.resp_len, adv_row, ret_row)
-            n = self.figures.valid_len[row0:row0 + adv_row.numel()]
+            n = torch.from_numpy(self.figures.valid_len[row0:row0 + adv_row.numel()])
             from ..diagnostics import nonfinite_rows
             self.diag.add_nonfinite(row0, *nonfinite_rows(None, None, None, row_adv=(adv_row, n)))
         else:
@@ -242,7 +243,7 @@ class RunObserver:
         ``row_level_tokens`` and ``chunk_final`` on one token per row."""
         plan, res = self.plan, self.res
         dev, dt = plan.device, plan.dtype
-        B = rows.seq_reward.numel()
+        B = rows.seq_reward.size
         ones = torch.ones(B, dtype=dt, device=dev)
         per_row = Ragged(torch.arange(B + 1, device=dev))
         a = row_level_tokens(plan, res, per_row, ones, row0)

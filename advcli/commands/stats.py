@@ -19,6 +19,8 @@ EPILOG = """
 On a raw dump: score, reward, response-length and group figures. On an advcli output: also the
 advantages and returns (mean/min/max, quantiles, histogram, advantage by token position) and the
 configuration that produced them. --report writes .json, .md or .html (a page with plots).
+With both old_log_probs and rollout_log_probs: also verl's rollout_corr/* figures, made with the rollout
+correction's own math (the only case where stats loads torch).
 """
 
 

@@ -142,6 +142,28 @@ def _report(r) -> dict:
                                   "rows": r.rows, "tokens": r.tokens}, default=str))
 
 
+def _one_node_lost(run, killer, out, tmp_path, table, loc, what: str) -> None:
+    """``run()`` (a run_ray losing one worker node) recovers with the local engine's output and report, or
+    stops with the one clear error naming the node and leaves nothing (no output, no temporary)."""
+    from advcli.engines.ray_output import read_output
+    from advcli.errors import AdvcliError
+
+    try:
+        got = run()
+    except AdvcliError as e:
+        assert killer.done.is_set()
+        assert "left the cluster during the run" in e.message and killer.killed[0][:12] in e.message
+        assert "\n" not in e.message and e.hint
+        assert not os.path.exists(out) and glob.glob(str(tmp_path / ".ray*")) == []
+        print(f"node loss{what}: clear error:", e.message)  # which outcome this run had (pytest -s shows it)
+        return
+    assert killer.done.is_set(), "the run ended before the node was removed: the test did not test a loss"
+    assert read_output(out).equals(table)
+    assert _report(got) == _report(loc)
+    assert glob.glob(str(tmp_path / ".ray*")) == []
+    print(f"node loss{what}: recovered, output and report equal to the local engine's")
+
+
 @needs_ray
 def test_worker_node_lost_mid_run(cluster, tmp_path):
     """One worker node (the one running the map actor) removed while batches are computed: Ray
@@ -149,8 +171,6 @@ def test_worker_node_lost_mid_run(cluster, tmp_path):
     report are the local engine's; or, if the nodes left cannot finish, one clear error naming the
     node within the stall timeout, and nothing at the output path (no directory, no temporary)."""
     from advcli.engines.ray_engine import run_ray
-    from advcli.engines.ray_output import read_output
-    from advcli.errors import AdvcliError
     from advcli.flavors import resolve
 
     c, workers = cluster
@@ -159,21 +179,9 @@ def test_worker_node_lost_mid_run(cluster, tmp_path):
     loc, table = _local(paths, tmp_path, cfg, native)
     killer = _Killer(c, workers, "one")
     out = str(tmp_path / "ray")
-    try:
-        got = run_ray(paths, out, cfg, flavor="verl", native=native, device="cpu", chunk_rows=30,
-                      rows_per_file=150, row_pass="driver", stall_timeout=60, progress=killer.progress)
-    except AdvcliError as e:
-        assert killer.done.is_set()
-        assert "left the cluster during the run" in e.message and killer.killed[0][:12] in e.message
-        assert "\n" not in e.message and e.hint
-        assert not os.path.exists(out) and glob.glob(str(tmp_path / ".ray*")) == []
-        print("node loss: clear error:", e.message)  # which outcome this run had (pytest -s shows it)
-        return
-    assert killer.done.is_set(), "the run ended before the node was removed: the test did not test a loss"
-    assert read_output(out).equals(table)
-    assert _report(got) == _report(loc)
-    assert glob.glob(str(tmp_path / ".ray*")) == []
-    print("node loss: recovered, output and report equal to the local engine's")
+    _one_node_lost(lambda: run_ray(paths, out, cfg, flavor="verl", native=native, device="cpu", chunk_rows=30,
+                                   rows_per_file=150, row_pass="driver", stall_timeout=60, progress=killer.progress),
+                   killer, out, tmp_path, table, loc, "")
 
 
 RC = "algorithm.rollout_correction."
@@ -187,8 +195,6 @@ def test_worker_node_lost_in_a_per_row_pass(cluster, tmp_path, stage):
     rejection), killed once the driver has received some of the pass's rows and not all: the run recovers
     and gives the local engine's output and report, or stops with the one clear error and leaves nothing."""
     from advcli.engines.ray_engine import run_ray
-    from advcli.engines.ray_output import read_output
-    from advcli.errors import AdvcliError
     from advcli.flavors import resolve
 
     c, workers = cluster
@@ -204,22 +210,10 @@ def test_worker_node_lost_in_a_per_row_pass(cluster, tmp_path, stage):
     loc, table = _local(paths, tmp_path, cfg, native)
     killer = _Killer(c, workers, "one", stage=stage)
     out = str(tmp_path / "ray")
-    try:
-        got = run_ray(paths, out, cfg, flavor="verl", native=native, device="cpu", chunk_rows=30,
-                      rows_per_file=150, row_pass="workers", stall_timeout=60, progress=killer.progress)
-    except AdvcliError as e:
-        assert killer.done.is_set()
-        assert "left the cluster during the run" in e.message and killer.killed[0][:12] in e.message
-        assert "\n" not in e.message and e.hint
-        assert not os.path.exists(out) and glob.glob(str(tmp_path / ".ray*")) == []
-        print(f"node loss in {stage}: clear error:", e.message)
-        return
+    _one_node_lost(lambda: run_ray(paths, out, cfg, flavor="verl", native=native, device="cpu", chunk_rows=30,
+                                   rows_per_file=150, row_pass="workers", stall_timeout=60, progress=killer.progress),
+                   killer, out, tmp_path, table, loc, f" in {stage}")
     assert stage in killer.seen_stages, f"the pass did not report its rows: {killer.seen_stages}"
-    assert killer.done.is_set(), "the run ended before the node was removed: the test did not test a loss"
-    assert read_output(out).equals(table)
-    assert _report(got) == _report(loc)
-    assert glob.glob(str(tmp_path / ".ray*")) == []
-    print(f"node loss in {stage}: recovered, output and report equal to the local engine's")
 
 
 @needs_ray

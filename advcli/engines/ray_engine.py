@@ -134,7 +134,7 @@ class _Worker:
 
         if isinstance(payload, ray.ObjectRef):
             payload = ray.get(payload)
-        self.plan = dataclasses.replace(payload["plan"], device=torch.device(payload["device"]))
+        self.plan = dataclasses.replace(payload["plan"], device_name=payload["device"])
         self.res = payload["res"]
         self.read: _ReadSpec = payload["read"]
         self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
@@ -470,7 +470,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 correction=correction_fn(rows_on_workers_fn(cl, watch)))
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
-            observer = RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls,
+            observer = RunObserver(dataclasses.replace(plan, device_name="cpu"), res, row, betas, kls,
                                    by_position=wants_positions(plan, by_position))
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -236,7 +236,8 @@ register(EstimatorSpec(
 def check_gdpo(p: dict, components: list[str]) -> None:
     """At least one reward component, and one weight per component where weights are given."""
     if not components:
-        raise AdvcliError("gdpo needs reward components: set reward.components (verl: algorithm.gdpo_reward_keys)")
+        raise AdvcliError("key reward.components: gdpo needs reward components (the reward columns it normalises "
+                          "one by one)", hint="set reward.components (verl: algorithm.gdpo_reward_keys)")
     if p["weights"] and len(p["weights"]) != len(components):
         raise AdvcliError(f"gdpo: {len(p['weights'])} weights for {len(components)} reward components")
 

@@ -62,3 +62,11 @@ def check_row_numbers(values: np.ndarray, file: str, name: str, row_base: int, a
         raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(values[bad])} is not finite",
                           hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
                                "it. Drop the row or give it a real reward")
+
+
+def unplaced_reward(file: str, row: int, count: int) -> AdvcliError:
+    """The refusal of a row without a mask=1 token where the reward must sit on the last one."""
+    return AdvcliError(f"{file}: row {row} has no mask=1 token, so its reward has no token to sit on ({count} "
+                       "such rows); the framework stops here (slime reinforce_plus_plus: assert "
+                       "full_mask.sum() > 0, ppo_utils.py L415)",
+                       hint="drop the fully masked rows, or use another estimator")

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..errors import AdvcliError
 from ..io.lists import check_no_nulls, list_offsets, list_values, primitive_numpy
 from ..io.reader import InputSet
-from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers
+from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers, unplaced_reward
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan
@@ -115,14 +114,6 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
     if empty_row is not None and reward.unplaced == "error" and reward.placement == "last_valid":
         raise unplaced_reward(inputs.paths[0], empty_row, empty)
     return DataCounts(rows=rows, tokens=tokens, valid_tokens=valid)
-
-
-def unplaced_reward(file: str, row: int, count: int) -> AdvcliError:
-    """The refusal of a row without a mask=1 token where the reward must sit on the last one."""
-    return AdvcliError(f"{file}: row {row} has no mask=1 token, so its reward has no token to sit on ({count} "
-                       "such rows); the framework stops here (slime reinforce_plus_plus: assert "
-                       "full_mask.sum() > 0, ppo_utils.py L415)",
-                       hint="drop the fully masked rows, or use another estimator")
 
 
 def _values(arr: pa.Array) -> np.ndarray:

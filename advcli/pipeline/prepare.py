@@ -10,12 +10,12 @@ import torch
 
 from ..batch import RowTable
 from ..io.reader import InputSet
+from ..io.value_checks import unplaced_reward
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
 from ..runspec import as_dict
 from . import roles as role_rules
-from .checks import unplaced_reward
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
 from .read import allows_nan

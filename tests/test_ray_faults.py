@@ -39,10 +39,21 @@ def cluster():
         yield c
 
 
-def _dump(tmp_path, rows=900):
+def _dump(tmp_path, rows=900, rollout_log_probs: bool = False):
+    """Two files (a third and two thirds of ``rows``, row groups of 50) of a sample dump with groups
+    scattered in 2 steps; ``rollout_log_probs``: plus that column (old_log_probs + noise), so verl's
+    rollout correction has a pass of its own on the workers."""
+    import numpy as np
+
     from advcli.sample import make_table
 
     t = make_table(rows, 5, 2, 30, 11, shuffle=True, steps=2)
+    if rollout_log_probs:
+        old = t.column("old_log_probs").combine_chunks()
+        flat = old.values.to_numpy(zero_copy_only=False)
+        noise = np.random.default_rng(5).normal(0.0, 0.3, len(flat))
+        t = t.append_column("rollout_log_probs", pa.ListArray.from_arrays(old.offsets,
+                                                                          pa.array((flat + noise).astype(np.float32))))
     paths = []
     for i, (a, b) in enumerate([(0, rows // 3), (rows // 3, rows)]):
         p = str(tmp_path / f"in{i}.parquet")
@@ -102,27 +113,6 @@ class _Killer:
             self.cluster.remove_node(w, allow_graceful=False)
             self.killed.append(w.node_id)
         self.done.set()
-
-
-def _offpolicy_dump(tmp_path, rows=900):
-    """:func:`_dump` with a rollout_log_probs column (old_log_probs + noise): verl's rollout correction
-    has a pass of its own on the workers."""
-    import numpy as np
-
-    from advcli.sample import make_table
-
-    t = make_table(rows, 5, 2, 30, 11, shuffle=True, steps=2)
-    old = t.column("old_log_probs").combine_chunks()
-    flat = old.values.to_numpy(zero_copy_only=False)
-    noise = np.random.default_rng(5).normal(0.0, 0.3, len(flat))
-    t = t.append_column("rollout_log_probs", pa.ListArray.from_arrays(old.offsets,
-                                                                      pa.array((flat + noise).astype(np.float32))))
-    paths = []
-    for i, (a, b) in enumerate([(0, rows // 3), (rows // 3, rows)]):
-        p = str(tmp_path / f"in{i}.parquet")
-        pq.write_table(t.slice(a, b - a), p, row_group_size=50)
-        paths.append(p)
-    return paths
 
 
 def _local(paths, tmp_path, cfg, native):
@@ -202,7 +192,7 @@ def test_worker_node_lost_in_a_per_row_pass(cluster, tmp_path, stage):
         paths = _dump(tmp_path)
         settings = [("algorithm.adv_estimator", "grpo")]
     else:
-        paths = _offpolicy_dump(tmp_path)
+        paths = _dump(tmp_path, rollout_log_probs=True)
         settings = [("algorithm.adv_estimator", "grpo"), (RC + "rollout_is", "token"),
                     (RC + "rollout_is_threshold", 2.0), (RC + "rollout_is_batch_normalize", True),
                     (RC + "rollout_rs", "seq_max_k3"), (RC + "rollout_rs_threshold", 0.5)]

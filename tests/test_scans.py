@@ -167,14 +167,25 @@ def test_empty_inputs():
     assert scans.reverse_discounted_cumsum(e, layout, 0.9).shape == (0,)
 
 
-def test_rows_do_not_depend_on_their_neighbours():
+DEVICES = ["cpu", "cpu-pieces"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_do_not_depend_on_their_neighbours(device, monkeypatch):
     """Each row gets the same bits alone, in a chunk, or with its neighbours shuffled: the grid
-    position of a row's blocks changes, the fixed GEMM tile keeps their rounding."""
+    position of a row's blocks changes, the fixed GEMM tile keeps their rounding. ``cpu-pieces``: the
+    GPU's way (the GEMM in calls of a fixed number of tiles) on the CPU; ``cuda`` where there is one
+    (cuBLAS picks its kernel by the number of tiles too: the pieces keep one shape)."""
+    if device == "cpu-pieces":
+        monkeypatch.setattr(scans, "PIECE_DEVICES", {"cpu", "cuda"})
+        monkeypatch.setattr(scans, "GEMM_TILE", 4)  # small tiles and pieces: a chunk here spans many calls
+        monkeypatch.setattr(scans, "PIECE_TILES", 2)
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
     layout, m, g = _awkward_case(4, (64 * 64 + 5,))
     n = layout.num_tokens
-    r = torch.randn(n, generator=g)
-    v = torch.randn(n, generator=g)
-    m = m.float()
+    r = torch.randn(n, generator=g).to(dev)
+    v = torch.randn(n, generator=g).to(dev)
+    m = m.float().to(dev)
     fns = {
         "gae": lambda lay, rr, vv, mm: scans.gae_skip_masked(rr, vv, mm, lay, 0.99, 0.95),
         "returns": lambda lay, rr, vv, mm: scans.returns_skip_masked(rr, mm, lay, 0.99),
@@ -184,10 +195,15 @@ def test_rows_do_not_depend_on_their_neighbours():
     offs = layout.offsets.tolist()
     lengths = layout.lengths
     perm = torch.randperm(layout.num_rows, generator=g).tolist()
-    idx = torch.cat([torch.arange(offs[i], offs[i + 1]) for i in perm])
-    shuffled = Ragged.from_lengths(lengths[perm])
+    idx = torch.cat([torch.arange(offs[i], offs[i + 1]) for i in perm]).to(dev)
+    shuffled = Ragged.from_lengths(lengths[perm]).to(dev)
+    layout = layout.to(dev)
     for name, fn in fns.items():
         whole = fn(layout, r, v, m)
+        if device == "cpu-pieces":  # the pieces compute the same scan as one call over every tile
+            with monkeypatch.context() as mp:
+                mp.setattr(scans, "PIECE_DEVICES", set())
+                torch.testing.assert_close(whole, fn(layout, r, v, m), rtol=1e-5, atol=1e-5)
         # rows shuffled
         back = torch.empty_like(whole)
         back[idx] = fn(shuffled, r[idx], v[idx], m[idx])
@@ -195,7 +211,7 @@ def test_rows_do_not_depend_on_their_neighbours():
         # every row alone
         for i in range(layout.num_rows):
             s, e = offs[i], offs[i + 1]
-            alone = fn(Ragged.from_lengths(torch.tensor([e - s])), r[s:e], v[s:e], m[s:e])
+            alone = fn(Ragged.from_lengths(torch.tensor([e - s])).to(dev), r[s:e], v[s:e], m[s:e])
             assert torch.equal(whole[s:e], alone), (name, i)
 
 

@@ -33,6 +33,16 @@ BLOCK = 64
 # so a GEMM over "all blocks of this chunk" gave results that moved in the last bit with
 # --chunk-rows. With one fixed shape every row gets the same bits whatever chunk it is in.
 GEMM_TILE = 128
+# cuBLAS also picks its kernel by the number of tiles in a call: on the devices named here the GEMM runs on
+# pieces of PIECE_TILES tiles (the grid rounded up to whole pieces; a piece is 512K cells, 2 MiB of
+# float32), every call of one shape, so a GPU run gives the same bits whatever --chunk-rows cuts.
+PIECE_TILES = 64
+PIECE_DEVICES = {"cuda"}
+
+
+def _tiles_per_call(device) -> int:
+    """Tiles per GEMM call on ``device``: PIECE_TILES where the kernel choice must not vary, else 0 (all)."""
+    return PIECE_TILES if device.type in PIECE_DEVICES else 0
 
 
 def _powers_matrix(c: float, block: int, dtype, device) -> torch.Tensor:
@@ -51,7 +61,7 @@ def _tail_powers(c: float, block: int, dtype, device) -> torch.Tensor:
 
 def _grid_shape(counts: torch.Tensor, block: int, spare: bool) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Blocks of each row in the padded grid: (blocks per row [B], block offsets [B+1], used blocks,
-    grid cells rounded up to whole GEMM tiles).
+    grid cells rounded up to whole GEMM tiles, or whole pieces of PIECE_TILES tiles on a GPU).
 
     ``counts`` [B] int64 are the scanned elements per row. With ``spare`` every row gets room for
     one more element (``counts // block + 1`` blocks): that cell, right after the row's last
@@ -62,7 +72,8 @@ def _grid_shape(counts: torch.Tensor, block: int, spare: bool) -> tuple[torch.Te
     block_offsets = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
     torch.cumsum(nblocks, 0, out=block_offsets[1:])
     nb = int(block_offsets[-1])
-    cells = -(-nb // GEMM_TILE) * GEMM_TILE * block
+    unit = GEMM_TILE * max(1, _tiles_per_call(counts.device))
+    cells = -(-nb // unit) * unit * block
     return nblocks, block_offsets, nb, cells
 
 
@@ -92,8 +103,11 @@ def _scan_grid(grid: torch.Tensor, nblocks: torch.Tensor, block_offsets: torch.T
         out = torch.empty(cells + 1, dtype=dtype, device=device)
     out[cells] = 0
     # 1) scan inside every block with one GEMM per fixed-shape tile: local[b, i] = Σ_{j>=i} c^(j-i) x[b, j]
-    torch.matmul(grid.view(-1, GEMM_TILE, block), _powers_matrix(c, block, dtype, device).T,
-                 out=out[:cells].view(-1, GEMM_TILE, block))
+    tiles, local_tiles = grid.view(-1, GEMM_TILE, block), out[:cells].view(-1, GEMM_TILE, block)
+    powers = _powers_matrix(c, block, dtype, device).T
+    per_call = _tiles_per_call(device) or tiles.shape[0]
+    for k in range(0, tiles.shape[0], per_call):
+        torch.matmul(tiles[k:k + per_call], powers, out=local_tiles[k:k + per_call])
     # 2) block-start values follow y0_k = local0_k + c^block · y0_{k+1} within a row
     if nb > int(torch.count_nonzero(nblocks)):  # some row has more than one block
         local = out[:nb * block].view(nb, block)

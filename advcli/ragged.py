@@ -21,6 +21,8 @@ class Ragged:
     offsets: torch.Tensor  # int64 [B+1], offsets[0] == 0
     _row_index: torch.Tensor | None = field(default=None, repr=False)
     _position: torch.Tensor | None = field(default=None, repr=False)
+    # N, read once: on a GPU every read of offsets[-1] would make the host wait for the device
+    _num_tokens: int | None = field(default=None, repr=False)
 
     @staticmethod
     def from_lengths(lengths: torch.Tensor) -> Ragged:
@@ -39,7 +41,9 @@ class Ragged:
 
     @property
     def num_tokens(self) -> int:
-        return int(self.offsets[-1])
+        if self._num_tokens is None:
+            self._num_tokens = int(self.offsets[-1])
+        return self._num_tokens
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -65,7 +69,8 @@ class Ragged:
         """This layout on ``device`` (itself, with its cached row index and positions, when already there)."""
         if self.offsets.device == torch.device(device):
             return self
-        return Ragged(self.offsets.to(device))
+        n = self._num_tokens if self._num_tokens is not None or self.offsets.device.type != "cpu" else self.num_tokens
+        return Ragged(self.offsets.to(device), _num_tokens=n)
 
     # --------------------------------------------------------------------------- segment helpers
     def row_reduce(self, values: torch.Tensor, reduce: str) -> torch.Tensor:

@@ -107,6 +107,20 @@ def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t.pin_memory().to(dev, non_blocking=True)
 
 
+def to_host(tensors: list) -> list:
+    """Tensors on the host (None and host tensors as they are). From a GPU: each copied asynchronously
+    into pinned memory, then one wait for them all, instead of a wait per tensor (``.cpu()``); a tensor
+    given twice is copied once."""
+    copies: dict[int, torch.Tensor] = {}
+    for t in tensors:
+        if t is not None and t.device.type == "cuda" and id(t) not in copies:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            copies[id(t)] = host.copy_(t, non_blocking=True)
+    if copies:
+        torch.cuda.current_stream().synchronize()
+    return [copies.get(id(t), t) for t in tensors]
+
+
 def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype,
                 allow_nan: bool = False) -> torch.Tensor:
     """A per-row number column as a tensor; nulls, NaN and ±inf refused (``allow_nan``: nulls and NaN

@@ -30,14 +30,17 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
     if plan.reward_source == "token_level_scores":
         tlr = tok["token_level_scores"].to(dt).clone()
     else:
-        r = res.reward_row[rows].to(dev)
+        r = to_device(res.reward_row[rows], dev)
         if plan.run.reward.placement == "all":  # NeMo RF++ / raw_reward: every position
             tlr = layout.broadcast(r.to(dt))
         else:
-            tlr = torch.zeros(layout.num_tokens, dtype=dt, device=dev)
+            # one spare cell past the tokens takes the rewards of rows placed nowhere (-1): no boolean
+            # indexing, whose output size would make the host wait for a GPU
+            n = layout.num_tokens
+            tlr = torch.zeros(n + 1, dtype=dt, device=dev)
             place = placement_index(plan, layout, mask)
-            ok = place >= 0
-            tlr[place[ok]] = r[ok]
+            tlr[torch.where(place >= 0, place, n)] = r.to(dt)
+            tlr = tlr[:n]
         if plan.run.reward.mask_placed:
             tlr = tlr * mask
     if plan.kl_on:
@@ -47,11 +50,11 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
             # verl's apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) runs before the rollout correction:
             # its per-row masked_mean(kld, m) divides by the row's original Σm, not by the corrected m'
             extras["kl_mask"] = mask
-        beta = res.beta_row[rows].to(dev, dt)
+        beta = res.beta_row[rows]  # (on the host: the test below then makes no GPU wait)
         if beta.numel() and bool((beta == beta[0]).all()):  # one β for the chunk (one step, a fixed β):
-            beta = beta[:1]  # the same product per token, without a [N] copy of β
+            beta = to_device(beta[:1], dev).to(dt)  # the same product per token, without a [N] copy of β
         else:
-            beta = layout.broadcast(beta)
+            beta = layout.broadcast(to_device(beta, dev).to(dt))
         tlr = tlr - beta * kld
         tlr = clip_values(tlr, plan.run.kl.token_clip)
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
@@ -66,10 +69,10 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
             tok["rollout_is_weights"] = weights  # (verl's estimators read batch["rollout_is_weights"])
         if extras is not None:
             extras["rollout_is_weights"] = weights
-    row_inputs = {k: v[rows].to(dev) for k, v in res.table.columns.items()}
+    row_inputs = {k: to_device(v[rows], dev) for k, v in res.table.columns.items()}
     if res.groups is not None:
-        row_inputs["group"] = res.groups.codes[rows].to(dev)
-    row_inputs["scope"] = res.scopes.codes[rows].to(dev)
+        row_inputs["group"] = to_device(res.groups.codes[rows], dev)
+    row_inputs["scope"] = to_device(res.scopes.codes[rows], dev)
     row_inputs["row"] = torch.arange(row0, row0 + B, device=dev)  # global row numbers (0-based, input order)
     return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
                       group_tables=res.group_tables)
@@ -118,7 +121,7 @@ def chunk_math(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int, 
 def row_level_tokens(plan: Plan, res: Prepared, layout: Ragged, mask: torch.Tensor, row0: int) -> torch.Tensor:
     """A row-level estimator's token values: each row's advantage over its tokens, × mask unless the
     estimator keeps masked positions (``mask_output``). Advantages and returns both start from it."""
-    a = layout.broadcast(res.adv_row[row0:row0 + layout.num_rows].to(plan.device, plan.dtype))
+    a = layout.broadcast(to_device(res.adv_row[row0:row0 + layout.num_rows], plan.device).to(plan.dtype))
     return a * mask if plan.params.get("mask_output", True) else a
 
 
@@ -131,11 +134,11 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
     fresh = False  # adv is a tensor of this function's own (may be changed in place)
     if apply_whiten and plan.whiten:
         if res.scopes.num_groups == 1:  # one scope: the same element-wise ops with a scalar
-            mean, rstd = res.whiten_mean[0].to(dev), res.whiten_rstd[0].to(dev)
+            mean, rstd = to_device(res.whiten_mean[:1], dev), to_device(res.whiten_rstd[:1], dev)
         else:
-            scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
-            mean = torch.index_select(res.whiten_mean.to(dev), 0, scope_tok)  # (faster than [scope_tok])
-            rstd = torch.index_select(res.whiten_rstd.to(dev), 0, scope_tok)
+            scope_tok = layout.broadcast(to_device(res.scopes.codes[rows], dev))
+            mean = torch.index_select(to_device(res.whiten_mean, dev), 0, scope_tok)  # (faster than [scope_tok])
+            rstd = torch.index_select(to_device(res.whiten_rstd, dev), 0, scope_tok)
         # (v − μ)·rstd in float64, in place on one fresh copy (the input may be a cached tensor)
         x = adv.to(torch.float64, copy=True)
         adv = x.sub_(mean).mul_(rstd).to(dt)  # x itself or its float32 copy

@@ -14,7 +14,7 @@ from ..ragged import Ragged
 from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan
-from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device
+from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device, to_host
 from .rows import Prepared, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
 
@@ -132,11 +132,16 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                 row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], extras["kl_mask"],
                                       plan.run.kl.mask)
                           if kl_parts is not None else None)
+            weights = extras.get("rollout_is_weights") if res.correction is not None else None
+            if plan.device.type == "cuda":  # one wait for the chunk's results, then host work only
+                adv, ret, tlr, mask, weights, *kl = to_host([adv, ret, tlr, mask, weights,
+                                                             *(row_kl if kl_parts is not None else ())])
+                row_kl = tuple(kl) or row_kl
             if kl_parts is not None:
                 kl_parts[0].append(row_kl[0].cpu())
                 kl_parts[1].append(row_kl[1].cpu())
             observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
-            extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
+            extra = ({"rollout_is_weights": weights, "response_mask_after_rs": mask}
                      if res.correction is not None else None)
             if splice:
                 writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))

@@ -9,11 +9,13 @@ REINFORCE++ return, GAE over every position, the plain discounted cumsum) on one
 
 On a GPU it also prints the memory-bandwidth bound: the bytes each token must at least move
 (token columns read once, advantages and returns written once) over the card's bandwidth
-(``--bandwidth`` GB/s; H100 SXM 3350, H200 4800), and the share of it reached.
+(``--bandwidth`` GB/s; by default the card's device-to-device copy rate measured first, bytes read plus
+bytes written, as ``benchmarks/gpu.py`` measures it), and the share of it reached.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -45,12 +47,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--rows", type=int, default=4096)
-    ap.add_argument("--chunk-tokens", type=int, default=1 << 19)
+    ap.add_argument("--chunk-tokens", type=int, nargs="+", default=[1 << 19],
+                    help="tokens per chunk (several: one table each; the run's default is 524288)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--bandwidth", type=float, default=3350.0, help="GB/s of the card (H100 SXM: 3350)")
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="GB/s of the card (default: measured, a device-to-device copy)")
     ap.add_argument("--scans", action="store_true", help="also time the reverse scans alone on one chunk")
     args = ap.parse_args()
     dev = torch.device(args.device)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if dev.type == "cuda" and args.bandwidth is None:
+        from gpu import copy_bandwidth
+
+        args.bandwidth = copy_bandwidth()
+        print(f"measured copy bandwidth: {args.bandwidth:.0f} GB/s")
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
@@ -59,44 +69,71 @@ def main() -> None:
 
         pq.write_table(make_table(args.rows, 16, 64, 2048, seed=0), src)
         inputs = InputSet.open([src])
-        print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else os.cpu_count()} "
-              f"{'' if dev.type == 'cuda' else 'cores'}), {args.rows} rows", flush=True)
-        print("| estimator | tokens | s (median) | M tokens/s | bytes/token | bound M tokens/s | share |")
-        print("|---|---|---|---|---|---|---|")
-        for name, sets in ESTIMATORS.items():
-            cfg, _ = resolve("verl", sets)
-            plan = pipeline.make_plan(cfg, inputs, {}, args.device)
-            rows = pipeline.chunk_rows_for(plan, inputs, None, args.chunk_tokens)
-            res, *_ = pipeline.prepare_run(plan, inputs, rows)
-            reader = pipeline.ChunkReader(plan, inputs)
-            cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
-            chunks, row0 = [], 0
-            for _fi, rb, batch in inputs.iter_batches(cols, rows):
-                offsets, tok = reader.tokens(batch, src, rb, plan.token_roles)
-                tok = {k: v.clone().to(dev) for k, v in tok.items()}  # resident on the device
-                chunks.append((Ragged(torch.from_numpy(offsets)).to(dev), tok, row0))
-                row0 += batch.num_rows
-            n = sum(int(c[0].num_tokens) for c in chunks)
-            bytes_tok = sum(v.element_size() for v in chunks[0][1].values()) + 8  # inputs + adv, ret
-            times = []
-            for _ in range(args.repeat):
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for layout, tok, r0 in chunks:
-                    pipeline.chunk_math(plan, res, layout, tok, r0, apply_whiten=True)
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-            t = sorted(times)[len(times) // 2]
-            rate = n / t / 1e6
-            bound = args.bandwidth * 1e9 / bytes_tok / 1e6 if dev.type == "cuda" else float("nan")
-            share = f"{rate / bound:.1%}" if dev.type == "cuda" else ""
-            print(f"| {name} | {n / 1e6:.1f}M | {t:.3f} | {rate:.0f} | {bytes_tok} | "
-                  f"{'' if dev.type != 'cuda' else f'{bound:.0f}'} | {share} |", flush=True)
+        for chunk_tokens in args.chunk_tokens:
+            estimator_table(dev, src, inputs, args, chunk_tokens)
 
     if args.scans:
-        scan_table(dev, args.chunk_tokens, args.repeat)
+        scan_table(dev, args.chunk_tokens[0], args.repeat)
+
+
+def estimator_table(dev: torch.device, src: str, inputs, args, chunk_tokens: int) -> None:
+    """One table: every estimator's chunk math on chunks of about ``chunk_tokens`` tokens, resident on ``dev``.
+    On a GPU also the kernels each chunk launches and the times the host waits for the device per chunk
+    (torch.profiler over one chunk): what a chunk costs beyond its bytes."""
+    cuda = dev.type == "cuda"
+    print(f"\ndevice {dev} ({torch.cuda.get_device_name(dev) if cuda else f'{os.cpu_count()} cores'}), "
+          f"{args.rows} rows, chunks of ~{chunk_tokens} tokens", flush=True)
+    print("| estimator | tokens | chunks | s (median) | M tokens/s | bytes/token | bound M tokens/s | share "
+          "| kernels/chunk | host waits/chunk |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, sets in ESTIMATORS.items():
+        cfg, _ = resolve("verl", sets)
+        plan = pipeline.make_plan(cfg, inputs, {}, args.device)
+        rows = pipeline.chunk_rows_for(plan, inputs, None, chunk_tokens)
+        res, *_ = pipeline.prepare_run(plan, inputs, rows)
+        reader = pipeline.ChunkReader(plan, inputs)
+        cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
+        chunks, row0 = [], 0
+        for _fi, rb, batch in inputs.iter_batches(cols, rows):
+            offsets, tok = reader.tokens(batch, src, rb, plan.token_roles)
+            tok = {k: v.clone().to(dev) for k, v in tok.items()}  # resident on the device
+            chunks.append((Ragged(torch.from_numpy(offsets)).to(dev), tok, row0))
+            row0 += batch.num_rows
+        n = sum(int(c[0].num_tokens) for c in chunks)
+        # the fewest bytes per token: the token columns read once, advantages and returns (and the token
+        # rewards, when KL enters them) written once, float32
+        bytes_tok = sum(v.element_size() for v in chunks[0][1].values()) + 8 + (4 if plan.kl_on else 0)
+
+        def every_chunk(plan=plan, res=res, chunks=chunks):
+            for layout, tok, r0 in chunks:
+                pipeline.chunk_math(plan, res, layout, tok, r0, apply_whiten=True)
+
+        t = _median_time(every_chunk, args.repeat, dev)
+        rate = n / t / 1e6
+        bound = args.bandwidth * 1e9 / bytes_tok / 1e6 if cuda else float("nan")
+        kernels = waits = ""
+        if cuda:
+            kernels, waits = _launches_and_waits(functools.partial(every_chunk, chunks=chunks[:1]))
+        print(f"| {name} | {n / 1e6:.1f}M | {len(chunks)} | {t:.4f} | {rate:.0f} | {bytes_tok} | "
+              f"{f'{bound:.0f}' if cuda else ''} | {f'{rate / bound:.1%}' if cuda else ''} | {kernels} | {waits} |",
+              flush=True)
+
+
+def _launches_and_waits(fn) -> tuple[int, int]:
+    """(kernels on the device, host waits: stream/device/event synchronisations and blocking copies) of one
+    call of ``fn``, counted with torch.profiler."""
+    from gpu import WAITS
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA
+                  and not e.name.startswith(("Memcpy", "Memset")))
+    waits = sum(1 for e in prof.events() if e.name in WAITS) - 1  # less the synchronize above
+    return kernels, waits
 
 
 def _median_time(fn, repeat: int, dev: torch.device) -> float:

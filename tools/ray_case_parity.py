@@ -17,26 +17,7 @@ import os
 import sys
 import tempfile
 
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    """``advcli ARGV`` in this process (advcli.cli.main): (exit code, the last line it printed to stderr)."""
-    import contextlib
-    import io
-
-    from advcli.cli import main
-
-    old, err = sys.argv, io.StringIO()
-    sys.argv = ["advcli", *argv]
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    lines = [ln.strip() for ln in err.getvalue().splitlines() if ln.strip()]
-    return code, lines[-1] if lines else ""
+from _inprocess import run_cli as _run
 
 
 def _differences(local: str, ray_out: str) -> list[str]:

@@ -20,7 +20,7 @@ $PY -m pip list 2>/dev/null | grep -iE "^(typer|click|rich|pytest|hypothesis) "
 $PY -c "import torch, pyarrow, pandas, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'pyarrow', pyarrow.__version__, 'pandas', pandas.__version__, 'numpy', numpy.__version__)"
 step "CUDA tests"
-timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUTDIR/test_cuda.log" | tail -15
+timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_scans.py 2>&1 | tee "$OUTDIR/test_cuda.log" | tail -15
 step "GPU = CPU"
 timeout 240 $PY tools/device_parity.py $CASES --sample sample_data/rollouts.parquet --json "$OUTDIR/parity.json" \
   > "$OUTDIR/parity.log" 2>&1; grep -v "^ok " "$OUTDIR/parity.log" | tail -30
@@ -30,6 +30,6 @@ timeout 200 $PY benchmarks/compute.py --device cuda --rows 16384 --chunk-tokens 
 step "whole runs and profile"
 timeout 300 $PY benchmarks/gpu.py --rounds 3 --trace "$OUTDIR/trace.json.gz" 2>&1 | tee "$OUTDIR/gpu.log"
 step "the whole suite, GPU by default"
-timeout "$SUITE" $PY -m pytest -q -p no:cacheprovider -n 12 --timeout 150 -o addopts="" 2>&1 \
+timeout "$SUITE" $PY -m pytest -q -p no:cacheprovider -n 16 --timeout 120 -o addopts="" 2>&1 \
   | tee "$OUTDIR/suite.log" | grep -E "^(FAILED|ERROR)|passed|failed" | tail -40
 step done

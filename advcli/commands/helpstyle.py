@@ -5,8 +5,11 @@ Why this exists: typer 0.2x vendors click (``typer._click``; click itself need n
 its rich help prints a Python type beside every parameter — ``--force <bool>``, ``--help <bool>``,
 ``INPUT <list[str]>`` — because ``TyperOption.display_type_rich`` falls back to ``<type>`` for flags
 and ``rich_utils._print_options_panel`` prints it without asking ``is_flag``; its usage line writes a
-required argument as ``{INPUT}...``. Older typer (0.12-0.16, on click) renders click's way already
-and has no ``display_type_rich``: there these classes change nothing.
+required argument as ``{INPUT}...``. typer releases before ``display_type_rich`` (0.27: seen on a
+machine that had it) print an argument's type as ``<str>`` from ``param.type.get_metavar`` and write
+its usage through ``make_metavar(ctx, usage=True)``: there the argument gets a click-style
+``make_metavar`` and a type whose metavar is empty. Older typer (0.12-0.16, on click) renders click's
+way already: there these classes change nothing.
 
 :class:`Command` and :class:`Group` (the ``cls`` of every advcli command and of the app) give each
 parameter, the generated ``--help`` included, a subclass of its own class that overrides only the
@@ -43,7 +46,8 @@ def _argument_display_name(self) -> str:
 
 def _argument_usage_name(self) -> str:
     """click's usage: ``INPUT...`` when required, ``[INPUT]...`` when not."""
-    name = self.metavar if self.metavar is not None else self.name.upper()
+    metavar = getattr(self, "_declared_metavar", self.metavar)
+    name = metavar if metavar is not None else self.name.upper()
     if not self.required:
         name = f"[{name}]"
     return name + "..." if self.nargs != 1 else name
@@ -51,7 +55,30 @@ def _argument_usage_name(self) -> str:
 
 def _argument_error_hint(self) -> str:
     """As typer words it (``Missing argument 'INPUT'``), although the help names it ``INPUT...``."""
-    return f"'{self.metavar if self.metavar is not None else self.name}'"
+    metavar = getattr(self, "_declared_metavar", self.metavar)
+    return f"'{metavar if metavar is not None else self.name}'"
+
+
+def _argument_metavar(self, ctx, *, usage: bool = False) -> str:
+    """typer 0.27's hook for the usage line (``usage=True``); its Arguments panel prints ``metavar``
+    itself, which :func:`click_style` sets to the panel's name (``INPUT...``)."""
+    return _argument_usage_name(self) if usage else self.metavar
+
+
+def _quiet_type(param_type):
+    """``param_type`` whose metavar is empty (not None: typer 0.27 then prints no ``<type>``); it
+    converts values exactly as ``param_type`` does."""
+    cls = type(param_type)
+    quiet = _QUIET.get(cls)
+    if quiet is None:
+        quiet = _QUIET[cls] = type(cls.__name__, (cls,), {"get_metavar": lambda self, *a, **k: "",
+                                                          "__module__": __name__})
+    q = object.__new__(quiet)
+    q.__dict__.update(param_type.__dict__)
+    return q
+
+
+_QUIET: dict[type, type] = {}
 
 
 def _styled_class(cls: type) -> type | None:
@@ -70,6 +97,10 @@ def _styled_class(cls: type) -> type | None:
                 "_usage_display_name": _argument_usage_name,
                 "get_error_hint": _argument_error_hint,
                 "__module__": __name__})
+    elif getattr(cls, "param_type_name", None) == "argument" and "make_metavar" in vars(cls):  # typer 0.27
+        styled = type(cls.__name__, (cls,), {"make_metavar": _argument_metavar,
+                                             "get_error_hint": _argument_error_hint,
+                                             "__module__": __name__})
     _STYLED[cls] = styled
     if styled is not None:
         _STYLED[styled] = None  # already click-style
@@ -82,6 +113,10 @@ def click_style(params) -> list:
         styled = _styled_class(type(p))
         if styled is not None:
             p.__class__ = styled
+            if "make_metavar" in vars(styled):  # typer 0.27: the panel prints metavar and the type's
+                p._declared_metavar = p.metavar
+                p.metavar = _argument_display_name(p)
+                p.type = _quiet_type(p.type)
     return params
 
 

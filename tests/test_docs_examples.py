@@ -28,6 +28,7 @@ SKIPPED = [
     ("--engine ray", "starts Ray (tests/test_ray.py runs the Ray engine where Ray is installed)"),
     ("ray start", "starts a Ray cluster node"),
     ("python benchmarks/", "benchmarks take minutes of the whole machine (docs/performance.md)"),
+    ("tools/gpu_check.sh", "needs a CUDA GPU (docs/performance.md, On a GPU)"),
     ("advcli server", "starts or stops the user's background server (tests/test_server.py uses private ones)"),
     ("--log ", "needs the optional wandb / tensorboard extras (tests/test_tracker.py runs --log and reads it back)"),
     ("my_adv.py", "needs the file docs/api.md shows (tests/test_lab.py writes it from the page and runs these)"),

@@ -252,6 +252,8 @@ def test_an_error_on_the_writer_thread_is_one_message_and_leaves_nothing(tmp_pat
 def test_flush_behind_syncs_while_writing_and_leaves_no_descriptor(tmp_path, monkeypatch):
     """The writer hands each row group's bytes to the disk as it goes (fdatasync on a shared thread),
     so the commit's fsync has only the tail left; no descriptor stays open after commit or abort."""
+    import time
+
     from advcli.io import writer as writer_mod
 
     synced: list[int] = []
@@ -265,13 +267,16 @@ def test_flush_behind_syncs_while_writing_and_leaves_no_descriptor(tmp_path, mon
         w = writer_mod.AtomicParquetWriter(str(target), t.schema)
         for b in t.to_batches(max_chunksize=100):
             w.write(b)
+        if finish == "commit":  # the flush runs on its own thread: on a loaded machine give it time to
+            # start, so that the check below is of flush-behind, not of scheduling
+            deadline = time.monotonic() + 30
+            while not synced and time.monotonic() < deadline:
+                time.sleep(0.01)
         getattr(w, finish)()
         assert target.exists() == (finish == "commit") and not os.path.exists(w.tmp)
     assert synced and min(synced) > 0  # flushed while row groups were being written
     assert pq.read_table(tmp_path / "commit.parquet").column("a").to_pylist() == list(range(2000))
     if fds is not None:  # the flush thread holds a descriptor only while it syncs
-        import time
-
         deadline = time.monotonic() + 60  # generous: a loaded disk can take seconds to sync
         while not set(os.listdir("/proc/self/fd")) <= fds | {str(max(map(int, fds)) + 1)}:
             assert time.monotonic() < deadline, "a descriptor was left open"

@@ -2,9 +2,8 @@
 
 The structure, not a timing: the per-row objects the driver puts in the object store for the workers
 (the resolved table of :func:`advcli.engines.ray_rows.lean`), counted in rows through a hook on
-``ray.put``. The target is at most one step's rows per object; today the driver resolves the whole
-dump at once and broadcasts it, so the test is marked as an expected failure (strict: it turns red
-as soon as the target is met, so that the mark is removed with the change).
+``ray.put``. At most one step's rows per object: the driver resolves one step at a time
+(:mod:`advcli.engines.ray_steps`) and puts each step's table, never the whole dump's.
 """
 from __future__ import annotations
 
@@ -27,8 +26,6 @@ def _per_row_rows(obj) -> int:
     return 0 if beta is None else int(beta.shape[0])
 
 
-@pytest.mark.xfail(strict=True, reason="the driver resolves the whole dump at once and broadcasts its per-row "
-                                       "table (docs/distributed.md, Driver memory against rows)")
 def test_driver_puts_at_most_one_steps_rows(tmp_path, monkeypatch):
     from advcli.engines.ray_engine import run_ray
     from advcli.flavors import resolve

@@ -386,3 +386,64 @@ def test_user_file_estimator_and_row_token_means_equal_local(ray_session, dump, 
         want = t["reward"] - t.groupby(["step", "prompt_id"])["reward"].transform("mean")
         for adv, mask, w in zip(t["advantages"], t["response_mask"], want):
             np.testing.assert_allclose(np.asarray(adv)[np.asarray(mask) == 1], w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def interleaved(tmp_path_factory):
+    """Steps interleaved in row order (every read shard holds rows of every step) and the same prompt ids
+    in every step, first seen in a different order in each: the whole dump numbers its groups by (step,
+    first appearance of the id over the whole dump), a step alone by its own first appearance."""
+    import numpy as np
+    import pyarrow as pa
+
+    from advcli.sample import make_table
+
+    t = make_table(900, 6, 2, 30, 5, shuffle=True, steps=3)
+    steps, ids = t["step"].to_numpy(), t["prompt_id"].to_pylist()
+    names = []
+    for s in sorted(set(steps.tolist())):  # ids renamed p0, p1, ... in each step, reversed in odd steps
+        rows = np.flatnonzero(steps == s)
+        seen = list(dict.fromkeys(ids[r] for r in rows))
+        rank = {v: (len(seen) - 1 - i if s % 2 else i) for i, v in enumerate(seen)}
+        names.append({int(r): f"p{rank[ids[r]]}" for r in rows})
+    pid = [next(n[r] for n in names if r in n) for r in range(t.num_rows)]
+    t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array(pid))
+    t = t.take(pa.array(np.random.default_rng(3).permutation(t.num_rows)))
+    d = tmp_path_factory.mktemp("interleaved")
+    p = str(d / "i.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    return [p]
+
+
+@pytest.mark.parametrize("which,flavor,settings", [
+    ("contiguous", "verl", [("algorithm.adv_estimator", "grpo")]),
+    ("interleaved", "verl", [("algorithm.adv_estimator", "grpo")]),
+    # the adaptive controller's β carried from step to step (the row scores hold β·Σ KL)
+    ("interleaved", "verl", [("algorithm.adv_estimator", "rloo"), ("algorithm.use_kl_in_reward", True),
+                             ("algorithm.kl_penalty", "k2"), ("algorithm.kl_ctrl.type", "adaptive"),
+                             ("algorithm.kl_ctrl.kl_coef", 0.05), ("algorithm.kl_ctrl.target_kl", 0.01),
+                             ("algorithm.kl_ctrl.horizon", 500)]),
+    ("contiguous", "nemo", []),
+])
+def test_per_step_driver_equals_local(ray_session, dump, interleaved, tmp_path, monkeypatch, which, flavor, settings):
+    """The row pass on the workers and the driver resolving one step at a time (advcli.engines.ray_steps):
+    the output rows and the report are the local engine's, whether a step's rows are contiguous or spread
+    over every shard."""
+    from advcli.engines import ray_steps
+    from advcli.engines.ray_output import read_output
+
+    calls = []
+    real = ray_steps.resolve_steps
+    monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    paths = dump if which == "contiguous" else interleaved
+    loc, got = _both(paths, tmp_path, flavor, settings, row_pass="workers")
+    assert calls == [1]  # the per-step path ran
+    _assert_same(loc, got)
+    import pyarrow as pa
+
+    local = pa.concat_tables([pq.read_table(str(tmp_path / "local" / p.rsplit("/", 1)[1])) for p in paths])
+    ray_out = read_output(str(tmp_path / "ray"))
+    for name in ("advantages", "returns"):
+        assert ray_out[name].equals(local[name]), name
+    if len(settings) > 2:
+        assert len({s["kl_coef"] for s in got["per_step"]}) == 3  # the controller moved: the carry ran

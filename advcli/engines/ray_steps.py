@@ -1,0 +1,355 @@
+"""The Ray engine's per-step driver: the row pass on the workers, then the resolution one step at a time.
+
+Every statistic advcli resolves before the write pass is scoped to a step (groups are keyed by
+(step, prompt id), the reward normalisation is per group, the row-level estimators compare rows of a
+group); the one state carried from a step to the next is verl's adaptive KL controller, stepped in
+ascending step order (``AdaptiveKLController.update``, verl/trainer/ppo/core_algos.py L153-212
+@1dda039b; advcli: :func:`advcli.pipeline.rows.kl_coefs`). So the driver resolves each step alone,
+in ascending step value, with the controller's coefficient carried, and gets the local engine's
+per-row values (tests/test_step_scoped.py checks the premise with the local engine itself):
+
+1. :func:`row_pass_pieces`: one Ray task per read shard runs the local engine's row pass on the shard's
+   rows and keeps the per-row results in the object store; the driver receives only a summary per
+   shard (its steps and their row counts, Σ mask, Σ length). A shard holding several steps is cut by
+   step on the workers (one object per (shard, step)), so the driver can fetch one step's rows without
+   another's, whether steps are contiguous in row order or interleaved.
+2. :func:`resolve_steps`: per step, the driver fetches that step's pieces, runs
+   :func:`advcli.pipeline.prepare_run` on them alone, ``ray.put``\\ s the step's lean table (for the
+   workers) and its full resolution (for the statistics actor), keeps the two refs and per-step
+   aggregates, and drops the rows. The driver's memory is bounded by the largest step, not the dump.
+3. The write pass's workers fetch the step tables whose row range overlaps their batch
+   (:class:`StepRows`); the statistics actor assembles its observer from the per-step pieces
+   (:func:`observer_of_steps`) in its own process.
+
+Only runs whose resolution needs nothing but the row pass take this path (:func:`not_step_scoped`
+says why another does not): row-level estimators whose token values are the row value (GRPO, RLOO,
+OPO, GPG, ...), without whitening, rollout correction or another pass over the token columns before
+the write. The others resolve the whole dump on the driver, as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..errors import AdvcliError
+from .ray_rows import ROW_COL, cat_rows, lean, take_rows
+
+
+def not_step_scoped(plan) -> str | None:
+    """Why this run cannot be resolved one step at a time on the driver (None: it can)."""
+    from ..pipeline import roles as role_rules
+    from ..pipeline.observe import RunObserver
+
+    spec = plan.spec
+    if spec.level != "row" or not getattr(spec, "row_constant", False) or not RunObserver.ROW_PATH:
+        return "the estimator is token-level (its statistics need the token values before the write pass)"
+    if "values" in plan.token_roles:
+        return "the run reads a values column"
+    if plan.whiten or plan.run.reward.whiten_tokens:
+        return "whitening needs a moments pass"
+    if plan.correction is not None:
+        return "the rollout correction has its own pass"
+    if spec.group_token_pass is not None:
+        return "the estimator has a token-statistics pass"
+    if plan.kl_on and plan.run.kl.score_sum == "right_aligned":
+        return "the row scores are summed on the step's token grid"
+    if role_rules.norm_spec(plan.run.reward) is not None:
+        return "reward.norm keeps float32 checks over the whole run"
+    if plan.group_by == "position" or plan.run.grouping.scope == "step_domain":
+        return "positional groups and step domains are resolved over the whole dump"
+    return None
+
+
+def step_column(plan) -> str | None:
+    """The step key column the row pass returns (``key:NAME``), None when the run has one scope."""
+    if plan.run.grouping.scope == "all":
+        return None
+    return plan.cmap.names.get("step")
+
+
+# ----------------------------------------------------------------------------- 1. the row pass
+
+
+def _step_values_of(table: pa.Table, step_col: str | None) -> np.ndarray:
+    from ..io.lists import primitive_numpy
+
+    if step_col is None or f"key:{step_col}" not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    return primitive_numpy(table.column(f"key:{step_col}").combine_chunks())
+
+
+def _shard_rows(shard_rows_fn, payload, item: dict, step_col: str | None):
+    """A worker task: the row pass on one shard (``shard_rows_fn(payload, item)``, the engine's worker)
+    -> (summary, per-row table). The summary is what the driver receives."""
+    t = shard_rows_fn(payload, item)
+    steps = _step_values_of(t, step_col)
+    uniq, counts = np.unique(steps, return_counts=True)
+    valid = t.column("row:valid").to_numpy()
+    empty = np.flatnonzero(valid == 0)
+    rows = t.column(ROW_COL).to_numpy()
+    summary = {"first": int(item["first"]), "rows": t.num_rows, "steps": uniq, "counts": counts.tolist(),
+               "valid": int(valid.sum()), "length": int(t.column("row:length").to_numpy().sum()),
+               "empty": (int(rows[empty[0]]) if empty.size else -1, int(empty.size))}
+    return summary, t
+
+
+def _split(table: pa.Table, step_col: str | None, values: np.ndarray):
+    """A worker task: a shard's per-row table cut by step (one table per value of ``values``, in order)."""
+    steps = _step_values_of(table, step_col)
+    out = tuple(table.filter(pa.array(steps == v)) for v in values)
+    return out if len(out) > 1 else out[0]
+
+
+@dataclasses.dataclass
+class RowPieces:
+    """The row pass's results left on the workers: per step (ascending value), the refs of its pieces
+    (one per shard holding it, in row order), and per-shard aggregates."""
+
+    step_values: list
+    pieces: list[list]  # [step] -> [ref of a per-row table]
+    step_rows: list[int]
+    shard_vstart: dict[int, int]  # first global row of a shard -> Σ mask of the rows before it
+    valid: int
+    length: int
+    empty: tuple[int, int]  # (first global row with Σ mask = 0 or -1, how many)
+
+
+def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | None, num_rows: int,
+                    watch=None) -> RowPieces:
+    """The row pass on the workers, its results kept there (see the module's docstring)."""
+    run = ray.remote(num_cpus=1)(_shard_rows).options(num_returns=2)
+    pref = ray.put(payload)
+    launched = [run.remote(shard_rows_fn, pref, s.as_item(), step_col) for s in shards]
+    summaries, tables = {}, {}
+    for summ, tab in launched:
+        tables[summ] = tab
+    waiting, done = list(tables), 0
+    if watch is not None:
+        watch.stage("the row pass")
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1, timeout=1.0)
+        for r in ready:
+            summaries[r] = ray.get(r)
+            done += summaries[r]["rows"]
+            if watch is not None:
+                watch.rows_received("rows", min(done, num_rows), num_rows)
+    ordered = sorted(summaries, key=lambda r: summaries[r]["first"])
+    if done != num_rows:
+        raise AdvcliError(f"--engine ray: the row pass returned {done} rows for an input of {num_rows}")
+    all_values = [summaries[r]["steps"] for r in ordered]
+    step_values = np.unique(np.concatenate(all_values)) if all_values else np.zeros(0)
+    pieces: list[list] = [[] for _ in range(len(step_values))]
+    step_rows = [0] * len(step_values)
+    split = ray.remote(num_cpus=1)(_split)
+    shard_vstart, vnext, empty = {}, 0, (-1, 0)
+    for r in ordered:
+        s = summaries[r]
+        shard_vstart[s["first"]] = vnext
+        vnext += s["valid"]
+        if s["empty"][1]:
+            empty = (s["empty"][0] if empty[0] < 0 else empty[0], empty[1] + s["empty"][1])
+        where = np.searchsorted(step_values, s["steps"])
+        for k, n in zip(where.tolist(), s["counts"]):
+            step_rows[k] += n
+        if len(where) == 1:
+            pieces[int(where[0])].append(tables[r])
+        elif len(where) > 1:
+            cut = split.options(num_returns=len(where)).remote(tables[r], step_col, s["steps"])
+            for k, ref in zip(where.tolist(), cut):
+                pieces[k].append(ref)
+    values = step_values.tolist() if step_col is not None else [None]
+    return RowPieces(values, pieces, step_rows, shard_vstart, vnext,
+                     sum(summaries[r]["length"] for r in ordered), empty)
+
+
+# ------------------------------------------------------------------------ 2. step by step
+
+
+class _StepInputs:
+    """The slice of :class:`advcli.io.reader.InputSet` that :func:`advcli.pipeline.prepare_run` reads
+    when the row pass is given (:func:`not_step_scoped`): the step's row count and the inputs' names."""
+
+    def __init__(self, num_rows: int, paths: list[str]):
+        self.num_rows, self.paths = num_rows, paths
+
+
+def unpack_rows(t: pa.Table, empty: tuple) -> tuple[dict, dict, dict]:
+    """The row pass's per-row table -> ``row_table_pass``'s (row, components, keys)."""
+    tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
+    return ({k: tens(f"row:{k}") for k in empty[0]}, {k: tens(f"comp:{k}") for k in empty[1]},
+            {k: [t.column(f"key:{k}").combine_chunks()] for k in empty[2]})
+
+
+def _with_kl_coef(plan, value: float):
+    kl = dataclasses.replace(plan.run.kl, coef=value)
+    return dataclasses.replace(plan, run=dataclasses.replace(plan.run, kl=kl))
+
+
+def _kl_carry(plan, value: float, kls: list, rows: int) -> float:
+    """The adaptive controller's value after a step of ``rows`` rows whose mean KL is ``kls[0]``: the
+    update of :func:`advcli.pipeline.rows.kl_coefs`, the same float operations in the same order."""
+    c = plan.run.kl
+    if c.controller == "adaptive" and plan.kl_on:
+        err = float(np.clip(kls[0] / c.target - 1, -0.2, 0.2))
+        value *= 1 + err * rows / c.horizon
+    return value
+
+
+@dataclasses.dataclass
+class StepIndex:
+    """What the write pass's workers get instead of the dump's table: per step, the ref of its lean
+    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row; and the Σ mask
+    before each shard (the advantage sample places each row's valid tokens among the run's)."""
+
+    steps: list[tuple]  # (ref, first row, last row)
+    shard_vstart: dict[int, int]
+
+
+@dataclasses.dataclass
+class Resolved:
+    """The per-step driver's result: the workers' index, the statistics actor's pieces, the run's totals."""
+
+    index: StepIndex
+    observer_pieces: list
+    warnings: list[str]
+    tokens: int
+    valid_tokens: int
+
+
+def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
+                  watch=None) -> Resolved:
+    """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, the adaptive KL
+    controller's value carried; each step's tables are put in the object store and dropped here."""
+    from ..io.value_checks import unplaced_reward
+    from ..ops.groups import GroupIndex
+    from ..pipeline import prepare_run
+
+    reward = plan.run.reward
+    if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:
+        raise unplaced_reward(paths[0], rp.empty[0], rp.empty[1])  # the global row, as the local engine says
+    S, value, goff = len(rp.step_values), float(plan.run.kl.coef), 0
+    steps, pieces, warnings = [], [], []
+    if watch is not None:
+        watch.stage("the per-step resolution")
+    for s in range(S):
+        t = pa.concat_tables(ray.get(rp.pieces[s]))
+        t = t.take(pa.array(np.argsort(t.column(ROW_COL).to_numpy(), kind="stable")))
+        rows = t.column(ROW_COL).to_numpy()
+        row, comps, keys = unpack_rows(t, empty)
+        del t
+        res, row, betas, kls, warns = prepare_run(
+            _with_kl_coef(plan, value), _StepInputs(len(rows), paths), chunk_rows, None,
+            row_pass=lambda *a, _rows=(row, comps, keys), **k: _rows)
+        value = _kl_carry(plan, value, kls, len(rows))
+        warnings += [w for w in warns if w not in warnings]
+        # the workers' table: the run's scope code and step values, group codes unique across steps
+        ng = res.groups.num_groups if res.groups is not None else 0
+        scopes = GroupIndex(torch.full_like(res.scopes.codes, s), S)
+        groups = None if res.groups is None else GroupIndex(res.groups.codes + goff, goff + ng)
+        goff += ng
+        small = lean(res)
+        small = dataclasses.replace(small, scopes=scopes, groups=groups, step_values=rp.step_values,
+                                    table=dataclasses.replace(small.table, scopes=scopes, groups=groups))
+        steps.append((ray.put({"res": small, "rows": rows}), int(rows[0]), int(rows[-1])))
+        pieces.append(ray.put({"res": res, "rows": rows, "betas": betas, "kls": kls,
+                               "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}))
+        if watch is not None:
+            watch.tick()
+        if progress:
+            progress("statistics", s + 1, S)
+    return Resolved(StepIndex(steps, rp.shard_vstart), pieces, warnings, rp.length, rp.valid)
+
+
+# ------------------------------------------------------------------- 3. workers and statistics
+
+
+class VStart:
+    """``vstart[g]`` (Σ mask of the rows before global row ``g``) for one batch's rows ``first ..``,
+    as :class:`advcli.pipeline.observe.PartialMaker` indexes it, without the run's whole array."""
+
+    def __init__(self, first: int, before: int, valid_len):
+        from ..figures.arrays import to_numpy
+
+        self.first = first
+        self.v = np.concatenate([[0], np.cumsum(to_numpy(valid_len, np.int64))]) + before
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.v[slice(key.start - self.first, key.stop - self.first)]
+        return self.v[key - self.first]
+
+
+class StepRows:
+    """A worker's view of the resolved rows through :class:`StepIndex`: it fetches the step tables whose
+    rows overlap the batch (keeping them while the next batches need them) and takes the batch's rows."""
+
+    def __init__(self, index: StepIndex):
+        self.index = index
+        self.cache: dict[int, dict] = {}
+
+    def take(self, grow: np.ndarray):
+        import ray
+
+        a, b = int(grow[0]), int(grow[-1])
+        need = [k for k, (_, lo, hi) in enumerate(self.index.steps) if lo <= b and hi >= a]
+        for k in [k for k in self.cache if k not in need]:
+            del self.cache[k]
+        parts = []
+        for k in need:
+            if k not in self.cache:
+                self.cache[k] = ray.get(self.index.steps[k][0])
+            rows = self.cache[k]["rows"]
+            pos = np.minimum(np.searchsorted(rows, grow), len(rows) - 1)
+            hit = rows[pos] == grow
+            if hit.any():
+                parts.append((np.flatnonzero(hit), take_rows(self.cache[k]["res"], torch.from_numpy(pos[hit]))))
+        if len(parts) == 1 and len(parts[0][0]) == len(grow):
+            return parts[0][1]
+        return cat_rows(parts, len(grow))
+
+
+def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, file: str):
+    """The statistics actor's :class:`advcli.pipeline.observe.RunObserver`, assembled in its own process
+    from the per-step pieces: per-row values put back in global row order, and the scopes, groups and
+    key columns coded over the whole run again from the key columns (as the local engine numbers them:
+    group health and the diagnostics' examples read that numbering)."""
+    import ray
+
+    from ..batch import RowTable
+    from ..pipeline.observe import RunObserver
+    from ..pipeline.rows import Prepared, row_inputs, scopes_and_groups
+
+    pieces = [ray.get(r) for r in piece_refs]
+    at = torch.from_numpy(np.concatenate([p["rows"] for p in pieces]))
+    order = pa.array(np.argsort(at.numpy(), kind="stable"))
+
+    def scatter(xs):
+        if any(x is None for x in xs):
+            return None
+        x = torch.cat(xs)
+        out = torch.empty_like(x)
+        out[at] = x
+        return out
+
+    first = pieces[0]["res"]
+    keys = {c: [pa.concat_arrays([a for p in pieces for a in p["res"].row_keys[c]]).take(order)]
+            for c in first.row_keys}
+    scopes, groups, step_values = scopes_and_groups(plan, keys, num_rows, file)
+    tables = [p["res"].table for p in pieces]
+    columns = {k: scatter([t.columns[k] for t in tables]) for k in first.table.columns}
+    key_cols, labels = row_inputs(plan, keys, num_rows)
+    columns.update(key_cols)
+    table = RowTable(score=scatter([t.score for t in tables]), valid_len=scatter([t.valid_len for t in tables]),
+                     length=scatter([t.length for t in tables]), scopes=scopes, groups=groups, columns=columns,
+                     labels=labels)
+    per = lambda name: scatter([getattr(p["res"], name) for p in pieces])  # noqa: E731
+    res = Prepared(scopes, groups, step_values, per("beta_row"), per("reward_row"), per("adv_row"), table)
+    res.raw_score, res.row_keys, res.kl_deferred = per("raw_score"), keys, first.kl_deferred
+    res.norm_checks = []
+    row = {k: scatter([p["row"][k] for p in pieces]) for k in pieces[0]["row"]}
+    betas = [b for p in pieces for b in p["betas"]]
+    kls = [k for p in pieces for k in p["kls"]]
+    return RunObserver(plan, res, row, betas, kls, by_position=by_position)

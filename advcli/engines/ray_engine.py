@@ -23,7 +23,10 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
 ``[start, stop)`` of one input file, with the global index of its first row; Ray Data carries only
 these descriptions (``from_items``) and each worker reads its shard's rows with pyarrow. Every batch
 therefore knows its file, its rows in that file and their global rows, whatever Ray does with blocks.
-The resolved per-row table is broadcast once with ``ray.put`` and indexed by those global rows.
+The resolved per-row table is broadcast once with ``ray.put`` and indexed by those global rows; with
+the row pass on the workers, a run that allows it is resolved one step at a time and the workers fetch
+the tables of the steps their batch overlaps (:mod:`advcli.engines.ray_steps`), so that the driver
+holds no per-row table.
 
 **Output**: a directory (``--output DIR``) of Parquet files ``part-<first global row:012d>.parquet``,
 so that file name order is input row order (global over all input files), each file's rows in

@@ -4,26 +4,29 @@ Every statistic advcli resolves before the write pass is scoped to a step (group
 (step, prompt id), the reward normalisation is per group, the row-level estimators compare rows of a
 group); the one state carried from a step to the next is verl's adaptive KL controller, stepped in
 ascending step order (``AdaptiveKLController.update``, verl/trainer/ppo/core_algos.py L153-212
-@1dda039b; advcli: :func:`advcli.pipeline.rows.kl_coefs`). So the driver resolves each step alone,
-in ascending step value, with the controller's coefficient carried, and gets the local engine's
+@1dda039b; advcli: :func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
+in ascending step value, with the controller's coefficient carried, which gives the local engine's
 per-row values (tests/test_step_scoped.py checks the premise with the local engine itself):
 
 1. :func:`row_pass_pieces`: one Ray task per read shard runs the local engine's row pass on the shard's
    rows and keeps the per-row results in the object store; the driver receives only a summary per
    shard (its steps and their row counts, Σ mask, Σ length). A shard holding several steps is cut by
-   step on the workers (one object per (shard, step)), so the driver can fetch one step's rows without
+   step on the workers (one object per (shard, step)), so that one step's rows are fetched without
    another's, whether steps are contiguous in row order or interleaved.
-2. :func:`resolve_steps`: per step, the driver fetches that step's pieces, runs
-   :func:`advcli.pipeline.prepare_run` on them alone, ``ray.put``\\ s the step's lean table (for the
-   workers) and its full resolution (for the statistics actor), keeps the two refs and per-step
-   aggregates, and drops the rows. The driver's memory is bounded by the largest step, not the dump.
+2. :func:`resolve_steps`: per step, in ascending step value, a worker task (:func:`_resolve_step`)
+   fetches that step's pieces and runs :func:`advcli.pipeline.prepare_run` on them alone; it leaves the
+   step's lean table (for the write pass) and its full resolution (for the statistics actor) in the
+   object store and returns a few numbers to the driver: the KL coefficient to carry to the next step,
+   the warnings, the step's first and last global row. The driver holds refs and per-step numbers,
+   never a row: its memory does not grow with the rows (with the adaptive controller on, the steps
+   run one after another, as the carried coefficient requires; with a fixed one, all at once).
 3. The write pass's workers fetch the step tables whose row range overlaps their batch
    (:class:`StepRows`); the statistics actor assembles its observer from the per-step pieces
    (:func:`observer_of_steps`) in its own process.
 
 Only runs whose resolution needs nothing but the row pass take this path (:func:`not_step_scoped`
-says why another does not): row-level estimators whose token values are the row value (GRPO, RLOO,
-OPO, GPG, ...), without whitening, rollout correction or another pass over the token columns before
+says why another does not): advcli's row-level group estimators whose token values are the row value
+(GRPO, RLOO, OPO, GPG, ...), without whitening, rollout correction or another pass over the token columns before
 the write. The others resolve the whole dump on the driver, as before.
 """
 from __future__ import annotations
@@ -46,6 +49,10 @@ def not_step_scoped(plan) -> str | None:
     spec = plan.spec
     if spec.level != "row" or not getattr(spec, "row_constant", False) or not RunObserver.ROW_PATH:
         return "the estimator is token-level (its statistics need the token values before the write pass)"
+    if not spec.uses_groups or spec.name == "mix" or getattr(spec, "user_fn", None) is not None:
+        # prime-rl's EMA baseline carries its baseline across steps; a mix may hold it; your own function
+        # is called with the run's step index
+        return "the estimator is not known to read one step's rows only"
     if "values" in plan.token_roles:
         return "the run reads a values column"
     if plan.whiten or plan.run.reward.whiten_tokens:
@@ -210,7 +217,8 @@ class StepIndex:
 
 @dataclasses.dataclass
 class Resolved:
-    """The per-step driver's result: the workers' index, the statistics actor's pieces, the run's totals."""
+    """The per-step driver's result: the workers' index, the refs of the statistics actor's pieces, the
+    run's warnings and totals."""
 
     index: StepIndex
     observer_pieces: list
@@ -219,48 +227,68 @@ class Resolved:
     valid_tokens: int
 
 
-def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
-                  watch=None) -> Resolved:
-    """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, the adaptive KL
-    controller's value carried; each step's tables are put in the object store and dropped here."""
-    from ..io.value_checks import unplaced_reward
+def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str], empty: tuple, chunk_rows: int,
+                  *tables: pa.Table):
+    """A worker task: step ``s`` resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
+    coefficient ``value`` carried in) -> (what the driver keeps: the carried coefficient, warnings, the
+    step's first and last global row and its totals; the workers' lean table; the statistics' piece)."""
     from ..ops.groups import GroupIndex
     from ..pipeline import prepare_run
+
+    t = pa.concat_tables(tables)
+    t = t.take(pa.array(np.argsort(t.column(ROW_COL).to_numpy(), kind="stable")))
+    rows = t.column(ROW_COL).to_numpy()
+    row, comps, keys = unpack_rows(t, empty)
+    del t
+    res, row, betas, kls, warnings = prepare_run(_with_kl_coef(plan, value), _StepInputs(len(rows), paths),
+                                                 chunk_rows, None, row_pass=lambda *a, **k: (row, comps, keys))
+    # the workers' table: the run's scope code and step values (group codes stay the step's own: cat_rows
+    # keeps them apart when a batch holds rows of several steps)
+    scopes = GroupIndex(torch.full_like(res.scopes.codes, s), len(step_values))
+    small = lean(res)
+    small = dataclasses.replace(small, scopes=scopes, step_values=step_values,
+                                table=dataclasses.replace(small.table, scopes=scopes))
+    kept = {"next": _kl_carry(plan, value, kls, len(rows)), "warnings": warnings, "first": int(rows[0]),
+            "last": int(rows[-1])}
+    piece = {"res": res, "rows": rows, "betas": betas, "kls": kls,
+             "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}
+    return kept, {"res": small, "rows": rows}, piece
+
+
+def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
+                  watch=None) -> Resolved:
+    """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, each on a worker
+    (:func:`_resolve_step`), the adaptive KL controller's value carried by the driver from one step to the
+    next: with the controller on, a step starts when the one before it is resolved; without it (the
+    coefficient is fixed), every step at once. The driver receives a few numbers per step; each step's
+    tables stay in the object store."""
+    from ..io.value_checks import unplaced_reward
 
     reward = plan.run.reward
     if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:
         raise unplaced_reward(paths[0], rp.empty[0], rp.empty[1])  # the global row, as the local engine says
-    S, value, goff = len(rp.step_values), float(plan.run.kl.coef), 0
-    steps, pieces, warnings = [], [], []
+    S, value = len(rp.step_values), float(plan.run.kl.coef)
+    carried = plan.kl_on and plan.run.kl.controller == "adaptive"
+    task = ray.remote(num_cpus=1)(_resolve_step).options(num_returns=3)
+    pref = ray.put(plan)
+    launched, kept = [], []
     if watch is not None:
         watch.stage("the per-step resolution")
     for s in range(S):
-        t = pa.concat_tables(ray.get(rp.pieces[s]))
-        t = t.take(pa.array(np.argsort(t.column(ROW_COL).to_numpy(), kind="stable")))
-        rows = t.column(ROW_COL).to_numpy()
-        row, comps, keys = unpack_rows(t, empty)
-        del t
-        res, row, betas, kls, warns = prepare_run(
-            _with_kl_coef(plan, value), _StepInputs(len(rows), paths), chunk_rows, None,
-            row_pass=lambda *a, _rows=(row, comps, keys), **k: _rows)
-        value = _kl_carry(plan, value, kls, len(rows))
-        warnings += [w for w in warns if w not in warnings]
-        # the workers' table: the run's scope code and step values, group codes unique across steps
-        ng = res.groups.num_groups if res.groups is not None else 0
-        scopes = GroupIndex(torch.full_like(res.scopes.codes, s), S)
-        groups = None if res.groups is None else GroupIndex(res.groups.codes + goff, goff + ng)
-        goff += ng
-        small = lean(res)
-        small = dataclasses.replace(small, scopes=scopes, groups=groups, step_values=rp.step_values,
-                                    table=dataclasses.replace(small.table, scopes=scopes, groups=groups))
-        steps.append((ray.put({"res": small, "rows": rows}), int(rows[0]), int(rows[-1])))
-        pieces.append(ray.put({"res": res, "rows": rows, "betas": betas, "kls": kls,
-                               "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}))
-        if watch is not None:
-            watch.tick()
-        if progress:
-            progress("statistics", s + 1, S)
-    return Resolved(StepIndex(steps, rp.shard_vstart), pieces, warnings, rp.length, rp.valid)
+        launched.append(task.remote(pref, s, value, rp.step_values, paths, empty, chunk_rows, *rp.pieces[s]))
+        if carried or s == S - 1:  # wait for what was launched (each step, or all at the end)
+            for k_ref, _, _ in launched[len(kept):]:
+                kept.append(ray.get(k_ref))
+                if watch is not None:
+                    watch.tick()
+                if progress:
+                    progress("statistics", len(kept), S)
+            value = kept[-1]["next"]
+    warnings: list[str] = []
+    for k in kept:
+        warnings += [w for w in k["warnings"] if w not in warnings]
+    steps = [(table, k["first"], k["last"]) for k, (_, table, _) in zip(kept, launched)]
+    return Resolved(StepIndex(steps, rp.shard_vstart), [p for _, _, p in launched], warnings, rp.length, rp.valid)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics

@@ -88,26 +88,28 @@ def _step_values_of(table: pa.Table, step_col: str | None) -> np.ndarray:
     return primitive_numpy(table.column(f"key:{step_col}").combine_chunks())
 
 
-def _shard_rows(shard_rows_fn, payload, item: dict, step_col: str | None):
-    """A worker task: the row pass on one shard (``shard_rows_fn(payload, item)``, the engine's worker)
-    -> (summary, per-row table). The summary is what the driver receives."""
+def _shard_rows(shard_rows_fn, payload, item: dict, step_col: str | None) -> dict:
+    """A worker task: the row pass on one shard (``shard_rows_fn(payload, item)``, the engine's worker),
+    its per-row results cut by step and put in the object store -> the summary the driver receives: the
+    step values and their row counts, Σ mask, Σ length, rows without a mask=1 token, and one ref per step.
+
+    The pieces are put here (owned by this worker process, which Ray keeps alive while it owns objects
+    in scope) rather than returned: a return smaller than Ray's inline limit (``max_direct_call_object_size``,
+    100 KB) would be kept in the caller's memory, the driver's. Objects put this way are not rebuilt from
+    lineage: a worker node lost after making them ends the run with one clear error."""
+    import ray
+
     t = shard_rows_fn(payload, item)
     steps = _step_values_of(t, step_col)
     uniq, counts = np.unique(steps, return_counts=True)
     valid = t.column("row:valid").to_numpy()
     empty = np.flatnonzero(valid == 0)
     rows = t.column(ROW_COL).to_numpy()
-    summary = {"first": int(item["first"]), "rows": t.num_rows, "steps": uniq, "counts": counts.tolist(),
-               "valid": int(valid.sum()), "length": int(t.column("row:length").to_numpy().sum()),
-               "empty": (int(rows[empty[0]]) if empty.size else -1, int(empty.size))}
-    return summary, t
-
-
-def _split(table: pa.Table, step_col: str | None, values: np.ndarray):
-    """A worker task: a shard's per-row table cut by step (one table per value of ``values``, in order)."""
-    steps = _step_values_of(table, step_col)
-    out = tuple(table.filter(pa.array(steps == v)) for v in values)
-    return out if len(out) > 1 else out[0]
+    pieces = [t] if len(uniq) == 1 else [t.filter(pa.array(steps == v)) for v in uniq]
+    return {"first": int(item["first"]), "rows": t.num_rows, "steps": uniq, "counts": counts.tolist(),
+            "valid": int(valid.sum()), "length": int(t.column("row:length").to_numpy().sum()),
+            "empty": (int(rows[empty[0]]) if empty.size else -1, int(empty.size)),
+            "refs": [ray.put(x) for x in pieces]}
 
 
 @dataclasses.dataclass
@@ -127,49 +129,37 @@ class RowPieces:
 def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | None, num_rows: int,
                     watch=None) -> RowPieces:
     """The row pass on the workers, its results kept there (see the module's docstring)."""
-    run = ray.remote(num_cpus=1)(_shard_rows).options(num_returns=2)
+    run = ray.remote(num_cpus=1)(_shard_rows)
     pref = ray.put(payload)
-    launched = [run.remote(shard_rows_fn, pref, s.as_item(), step_col) for s in shards]
-    summaries, tables = {}, {}
-    for summ, tab in launched:
-        tables[summ] = tab
-    waiting, done = list(tables), 0
+    waiting, done, summaries = [run.remote(shard_rows_fn, pref, s.as_item(), step_col) for s in shards], 0, []
     if watch is not None:
         watch.stage("the row pass")
     while waiting:
         ready, waiting = ray.wait(waiting, num_returns=1, timeout=1.0)
         for r in ready:
-            summaries[r] = ray.get(r)
-            done += summaries[r]["rows"]
+            summaries.append(ray.get(r))
+            done += summaries[-1]["rows"]
             if watch is not None:
                 watch.rows_received("rows", min(done, num_rows), num_rows)
-    ordered = sorted(summaries, key=lambda r: summaries[r]["first"])
+    summaries.sort(key=lambda x: x["first"])
     if done != num_rows:
         raise AdvcliError(f"--engine ray: the row pass returned {done} rows for an input of {num_rows}")
-    all_values = [summaries[r]["steps"] for r in ordered]
+    all_values = [x["steps"] for x in summaries]
     step_values = np.unique(np.concatenate(all_values)) if all_values else np.zeros(0)
     pieces: list[list] = [[] for _ in range(len(step_values))]
     step_rows = [0] * len(step_values)
-    split = ray.remote(num_cpus=1)(_split)
     shard_vstart, vnext, empty = {}, 0, (-1, 0)
-    for r in ordered:
-        s = summaries[r]
-        shard_vstart[s["first"]] = vnext
-        vnext += s["valid"]
-        if s["empty"][1]:
-            empty = (s["empty"][0] if empty[0] < 0 else empty[0], empty[1] + s["empty"][1])
-        where = np.searchsorted(step_values, s["steps"])
-        for k, n in zip(where.tolist(), s["counts"]):
+    for x in summaries:
+        shard_vstart[x["first"]] = vnext
+        vnext += x["valid"]
+        if x["empty"][1]:
+            empty = (x["empty"][0] if empty[0] < 0 else empty[0], empty[1] + x["empty"][1])
+        where = np.searchsorted(step_values, x["steps"]).tolist()
+        for k, n, ref in zip(where, x["counts"], x["refs"]):
             step_rows[k] += n
-        if len(where) == 1:
-            pieces[int(where[0])].append(tables[r])
-        elif len(where) > 1:
-            cut = split.options(num_returns=len(where)).remote(tables[r], step_col, s["steps"])
-            for k, ref in zip(where.tolist(), cut):
-                pieces[k].append(ref)
+            pieces[k].append(ref)
     values = step_values.tolist() if step_col is not None else [None]
-    return RowPieces(values, pieces, step_rows, shard_vstart, vnext,
-                     sum(summaries[r]["length"] for r in ordered), empty)
+    return RowPieces(values, pieces, step_rows, shard_vstart, vnext, sum(x["length"] for x in summaries), empty)
 
 
 # ------------------------------------------------------------------------ 2. step by step
@@ -228,10 +218,13 @@ class Resolved:
 
 
 def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str], empty: tuple, chunk_rows: int,
-                  *tables: pa.Table):
+                  *tables: pa.Table) -> dict:
     """A worker task: step ``s`` resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
-    coefficient ``value`` carried in) -> (what the driver keeps: the carried coefficient, warnings, the
-    step's first and last global row and its totals; the workers' lean table; the statistics' piece)."""
+    coefficient ``value`` carried in) -> what the driver keeps: the carried coefficient, the warnings, the
+    step's first and last global row, and the refs of the workers' lean table and the statistics' piece
+    (put here, not returned: see :func:`_shard_rows`)."""
+    import ray
+
     from ..ops.groups import GroupIndex
     from ..pipeline import prepare_run
 
@@ -248,11 +241,11 @@ def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str
     small = lean(res)
     small = dataclasses.replace(small, scopes=scopes, step_values=step_values,
                                 table=dataclasses.replace(small.table, scopes=scopes))
-    kept = {"next": _kl_carry(plan, value, kls, len(rows)), "warnings": warnings, "first": int(rows[0]),
-            "last": int(rows[-1])}
     piece = {"res": res, "rows": rows, "betas": betas, "kls": kls,
              "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}
-    return kept, {"res": small, "rows": rows}, piece
+    return {"next": _kl_carry(plan, value, kls, len(rows)), "warnings": warnings, "first": int(rows[0]),
+            "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
+            "piece": ray.put(piece)}
 
 
 def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
@@ -269,7 +262,7 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
         raise unplaced_reward(paths[0], rp.empty[0], rp.empty[1])  # the global row, as the local engine says
     S, value = len(rp.step_values), float(plan.run.kl.coef)
     carried = plan.kl_on and plan.run.kl.controller == "adaptive"
-    task = ray.remote(num_cpus=1)(_resolve_step).options(num_returns=3)
+    task = ray.remote(num_cpus=1)(_resolve_step)
     pref = ray.put(plan)
     launched, kept = [], []
     if watch is not None:
@@ -277,8 +270,8 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     for s in range(S):
         launched.append(task.remote(pref, s, value, rp.step_values, paths, empty, chunk_rows, *rp.pieces[s]))
         if carried or s == S - 1:  # wait for what was launched (each step, or all at the end)
-            for k_ref, _, _ in launched[len(kept):]:
-                kept.append(ray.get(k_ref))
+            for ref in launched[len(kept):]:
+                kept.append(ray.get(ref))
                 if watch is not None:
                     watch.tick()
                 if progress:
@@ -287,8 +280,9 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     warnings: list[str] = []
     for k in kept:
         warnings += [w for w in k["warnings"] if w not in warnings]
-    steps = [(table, k["first"], k["last"]) for k, (_, table, _) in zip(kept, launched)]
-    return Resolved(StepIndex(steps, rp.shard_vstart), [p for _, _, p in launched], warnings, rp.length, rp.valid)
+    steps = [(k["table"], k["first"], k["last"]) for k in kept]
+    return Resolved(StepIndex(steps, rp.shard_vstart), [k["piece"] for k in kept], warnings, rp.length,
+                    rp.valid)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics

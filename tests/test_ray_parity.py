@@ -447,3 +447,42 @@ def test_per_step_driver_equals_local(ray_session, dump, interleaved, tmp_path, 
         assert ray_out[name].equals(local[name]), name
     if len(settings) > 2:
         assert len({s["kl_coef"] for s in got["per_step"]}) == 3  # the controller moved: the carry ran
+
+
+def test_per_step_driver_error_names_the_global_row(ray_session, tmp_path, monkeypatch):
+    """A row refused while the steps are resolved (no mask=1 token for the reward to sit on, with
+    reward.unplaced=error) is named by its row in the input, as the local engine names it, not by its
+    place in its step; exit 2 and nothing written."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 20, 9, shuffle=True, steps=3)
+    bad = 437  # in the last step, far from its first row
+    assert t["step"][bad].as_py() == max(t["step"].to_pylist())
+    masks = t["response_mask"].to_pylist()
+    masks[bad] = [0] * len(masks[bad])
+    t = t.set_column(t.schema.get_field_index("response_mask"), "response_mask",
+                     pa.array(masks, type=t.schema.field("response_mask").type))
+    p = str(tmp_path / "d.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    cfg, native = resolve("advcli", [("estimator.name", "grpo"), ("reward.unplaced", "error"),
+                                     ("reward.placement", "last_valid")])
+    with pytest.raises(AdvcliError) as loc:
+        run_pipeline([p], str(tmp_path / "local.parquet"), cfg, flavor="advcli", native=native, device="cpu")
+    from advcli.engines import ray_steps
+
+    calls = []
+    real = ray_steps.resolve_steps
+    monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with pytest.raises(AdvcliError) as got:
+        run_ray([p], str(tmp_path / "ray"), cfg, flavor="advcli", native=native, device="cpu", chunk_rows=37,
+                row_pass="workers")
+    assert calls == [1]  # the per-step path
+    assert f"row {bad} has no mask=1 token" in loc.value.message
+    assert got.value.message == loc.value.message
+    assert not (tmp_path / "ray").exists()

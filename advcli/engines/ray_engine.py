@@ -92,7 +92,7 @@ from .ray_output import (
 from .ray_rows import ROW_COL, lean, take_rows
 from .ray_shards import Shard, plan_shards, read_shard, shard_target
 from .ray_stats import StatsSink, histogram_edges, seed_values
-from .ray_steps import StepRows, VStart, not_step_scoped, observer_of_steps, unpack_rows
+from .ray_steps import StepRows, not_step_scoped, observer_of_steps, unpack_rows
 
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
@@ -143,7 +143,6 @@ class _Worker:
         self.plan = dataclasses.replace(payload["plan"], device_name=payload["device"])
         self.res = payload["res"]  # the resolved table of every row, or None with the per-step index:
         self.steps = StepRows(payload["steps"]) if payload.get("steps") is not None else None
-        self.vnext = 0  # per-step index: Σ mask of the rows before the next batch (advantage sample)
         self.read: _ReadSpec = payload["read"]
         self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
@@ -160,8 +159,6 @@ class _Worker:
             for item in items.to_pylist():
                 shard = Shard.of_item(item)
                 rd = self.read
-                if self.steps is not None:
-                    self.vnext = self.steps.index.shard_vstart.get(shard.first, 0)
                 for off, batch in read_shard(rd.paths[shard.file], shard, rd.columns, rd.chunk_rows, rd.filesystem,
                                              self.names[shard.file]):
                     yield self._call(batch, shard.file, off, shard.first + (off - shard.start))
@@ -178,6 +175,7 @@ class _Worker:
         if self.maker is None:
             from ..pipeline.observe import PartialMaker
 
+            # (the per-step index has no run-wide Σ mask: its runs are row-level, whose partials do not read it)
             valid = self.res.table.valid_len if self.res is not None else np.zeros(0, dtype=np.int64)
             self.maker = PartialMaker(self.plan, self.stats["settings"], valid, edges=self.stats.get("edges"))
         return self.maker
@@ -204,11 +202,8 @@ class _Worker:
         offsets, tok = self.reader.tokens(batch, file, off0, plan.token_roles)
         if self.steps is None:
             sub = take_rows(self.res, torch.from_numpy(grow))
-        else:  # the step tables that hold these rows; the batch's place among the run's valid tokens
+        else:  # the tables of the steps that hold these rows
             sub = self.steps.take(grow)
-            if self.observer is not None:
-                self._maker().vstart = VStart(first, self.vnext, sub.table.valid_len)
-            self.vnext += int(sub.table.valid_len.sum())
         layout = Ragged(torch.from_numpy(offsets))
         if self.mode.startswith("moments"):
             rewards = self.mode == "moments:rewards"

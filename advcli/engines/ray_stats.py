@@ -20,9 +20,9 @@ from .ray_shards import Shard
 
 class StatsSink:
     """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
-    the same object, built on the driver) in a small Ray actor: every worker sends it its chunks'
-    :class:`advcli.pipeline.observe.ChunkPartials`, which it merges in global row order (holding
-    those that come early)."""
+    the same object, built on the driver, or here from the per-step driver's pieces) in a small Ray
+    actor: every worker sends it its chunks' :class:`advcli.pipeline.observe.ChunkPartials`, which it
+    merges in global row order (holding those that come early)."""
 
     def __init__(self, observer, num_rows: int):
         # ``observer``: the RunObserver, or a function that builds it here (the per-step driver's pieces,

@@ -120,7 +120,6 @@ class RowPieces:
     step_values: list
     pieces: list[list]  # [step] -> [ref of a per-row table]
     step_rows: list[int]
-    shard_vstart: dict[int, int]  # first global row of a shard -> Σ mask of the rows before it
     valid: int
     length: int
     empty: tuple[int, int]  # (first global row with Σ mask = 0 or -1, how many)
@@ -148,10 +147,8 @@ def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | N
     step_values = np.unique(np.concatenate(all_values)) if all_values else np.zeros(0)
     pieces: list[list] = [[] for _ in range(len(step_values))]
     step_rows = [0] * len(step_values)
-    shard_vstart, vnext, empty = {}, 0, (-1, 0)
+    empty = (-1, 0)
     for x in summaries:
-        shard_vstart[x["first"]] = vnext
-        vnext += x["valid"]
         if x["empty"][1]:
             empty = (x["empty"][0] if empty[0] < 0 else empty[0], empty[1] + x["empty"][1])
         where = np.searchsorted(step_values, x["steps"]).tolist()
@@ -159,7 +156,8 @@ def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | N
             step_rows[k] += n
             pieces[k].append(ref)
     values = step_values.tolist() if step_col is not None else [None]
-    return RowPieces(values, pieces, step_rows, shard_vstart, vnext, sum(x["length"] for x in summaries), empty)
+    return RowPieces(values, pieces, step_rows, sum(x["valid"] for x in summaries),
+                     sum(x["length"] for x in summaries), empty)
 
 
 # ------------------------------------------------------------------------ 2. step by step
@@ -198,11 +196,11 @@ def _kl_carry(plan, value: float, kls: list, rows: int) -> float:
 @dataclasses.dataclass
 class StepIndex:
     """What the write pass's workers get instead of the dump's table: per step, the ref of its lean
-    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row; and the Σ mask
-    before each shard (the advantage sample places each row's valid tokens among the run's)."""
+    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row. (The runs that
+    take this path are row-level: their statistics' partials need no place among the run's valid
+    tokens, which a token-level run's advantage sample would.)"""
 
     steps: list[tuple]  # (ref, first row, last row)
-    shard_vstart: dict[int, int]
 
 
 @dataclasses.dataclass
@@ -281,27 +279,11 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     for k in kept:
         warnings += [w for w in k["warnings"] if w not in warnings]
     steps = [(k["table"], k["first"], k["last"]) for k in kept]
-    return Resolved(StepIndex(steps, rp.shard_vstart), [k["piece"] for k in kept], warnings, rp.length,
+    return Resolved(StepIndex(steps), [k["piece"] for k in kept], warnings, rp.length,
                     rp.valid)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics
-
-
-class VStart:
-    """``vstart[g]`` (Σ mask of the rows before global row ``g``) for one batch's rows ``first ..``,
-    as :class:`advcli.pipeline.observe.PartialMaker` indexes it, without the run's whole array."""
-
-    def __init__(self, first: int, before: int, valid_len):
-        from ..figures.arrays import to_numpy
-
-        self.first = first
-        self.v = np.concatenate([[0], np.cumsum(to_numpy(valid_len, np.int64))]) + before
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return self.v[slice(key.start - self.first, key.stop - self.first)]
-        return self.v[key - self.first]
 
 
 class StepRows:

@@ -415,8 +415,21 @@ def interleaved(tmp_path_factory):
     return [p]
 
 
+@pytest.fixture(scope="module")
+def stepless(tmp_path_factory):
+    """No step column: the whole dump is one step (one worker task resolves it)."""
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 30, 8, shuffle=True, steps=1)
+    assert "step" not in t.column_names
+    p = str(tmp_path_factory.mktemp("stepless") / "s.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    return [p]
+
+
 @pytest.mark.parametrize("which,flavor,settings", [
     ("contiguous", "verl", [("algorithm.adv_estimator", "grpo")]),
+    ("stepless", "verl", [("algorithm.adv_estimator", "grpo")]),
     ("interleaved", "verl", [("algorithm.adv_estimator", "grpo")]),
     # the adaptive controller's β carried from step to step (the row scores hold β·Σ KL)
     ("interleaved", "verl", [("algorithm.adv_estimator", "rloo"), ("algorithm.use_kl_in_reward", True),
@@ -425,7 +438,8 @@ def interleaved(tmp_path_factory):
                              ("algorithm.kl_ctrl.horizon", 500)]),
     ("contiguous", "nemo", []),
 ])
-def test_per_step_driver_equals_local(ray_session, dump, interleaved, tmp_path, monkeypatch, which, flavor, settings):
+def test_per_step_driver_equals_local(ray_session, dump, interleaved, stepless, tmp_path, monkeypatch, which, flavor,
+                                      settings):
     """The row pass on the workers and the driver resolving one step at a time (advcli.engines.ray_steps):
     the output rows and the report are the local engine's, whether a step's rows are contiguous or spread
     over every shard."""
@@ -435,7 +449,7 @@ def test_per_step_driver_equals_local(ray_session, dump, interleaved, tmp_path, 
     calls = []
     real = ray_steps.resolve_steps
     monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
-    paths = dump if which == "contiguous" else interleaved
+    paths = {"contiguous": dump, "interleaved": interleaved, "stepless": stepless}[which]
     loc, got = _both(paths, tmp_path, flavor, settings, row_pass="workers")
     assert calls == [1]  # the per-step path ran
     _assert_same(loc, got)

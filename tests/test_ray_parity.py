@@ -500,3 +500,33 @@ def test_per_step_driver_error_names_the_global_row(ray_session, tmp_path, monke
     assert f"row {bad} has no mask=1 token" in loc.value.message
     assert got.value.message == loc.value.message
     assert not (tmp_path / "ray").exists()
+
+
+def test_per_step_driver_estimator_error_names_the_input_row(ray_session, tmp_path):
+    """An estimator's refusal raised while a step is resolved in a worker task (verl grpo_passk: a row alone
+    in its group) comes back as the one message the local engine gives, the row named by its place in the
+    input (not in its step), without Ray's traceback; nothing written."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 20, 9, shuffle=True, steps=3)
+    alone = 470  # in the last step: given a prompt id of its own
+    ids = t["prompt_id"].to_pylist()
+    ids[alone] = "alone"
+    t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array(ids))
+    p = str(tmp_path / "d.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo_passk")])
+    with pytest.raises(AdvcliError) as loc:
+        run_pipeline([p], str(tmp_path / "local.parquet"), cfg, flavor="verl", native=native, device="cpu")
+    with pytest.raises(AdvcliError) as got:
+        run_ray([p], str(tmp_path / "ray"), cfg, flavor="verl", native=native, device="cpu", chunk_rows=37,
+                row_pass="workers")
+    assert f"row {alone} is alone in its group" in loc.value.message
+    assert str(got.value) == str(loc.value)
+    assert not (tmp_path / "ray").exists()

@@ -255,8 +255,9 @@ def _unwrap(e: BaseException) -> BaseException:
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, AdvcliError):
-            return x
+        if isinstance(x, AdvcliError):  # Ray's RayTaskError(AdvcliError) of a task: the task's own error
+            cause = getattr(x, "cause", None)
+            return cause if isinstance(cause, AdvcliError) else x
         text = str(x)
         if _ERR_MARK in text:
             kind, message, hint = json.loads(text.split(_ERR_MARK)[1])

@@ -178,6 +178,19 @@ def unpack_rows(t: pa.Table, empty: tuple) -> tuple[dict, dict, dict]:
             {k: [t.column(f"key:{k}").combine_chunks()] for k in empty[2]})
 
 
+def global_rows(message: str, rows: np.ndarray) -> str:
+    """``message`` (an error raised while one step was resolved alone) with each ``row N`` (N: a row of the
+    step's table) named by its row in the input, ``rows[N]``, as the local engine names it. The resolution
+    reads no file (the row pass did), so every row it names is one of the step's table."""
+    import re
+
+    def one(m):
+        n = int(m.group(1))
+        return f"row {int(rows[n])}" if n < len(rows) else m.group(0)
+
+    return re.sub(r"\brow (\d+)\b", one, message)
+
+
 def _with_kl_coef(plan, value: float):
     kl = dataclasses.replace(plan.run.kl, coef=value)
     return dataclasses.replace(plan, run=dataclasses.replace(plan.run, kl=kl))
@@ -231,8 +244,11 @@ def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str
     rows = t.column(ROW_COL).to_numpy()
     row, comps, keys = unpack_rows(t, empty)
     del t
-    res, row, betas, kls, warnings = prepare_run(_with_kl_coef(plan, value), _StepInputs(len(rows), paths),
-                                                 chunk_rows, None, row_pass=lambda *a, **k: (row, comps, keys))
+    try:
+        res, row, betas, kls, warnings = prepare_run(_with_kl_coef(plan, value), _StepInputs(len(rows), paths),
+                                                     chunk_rows, None, row_pass=lambda *a, **k: (row, comps, keys))
+    except AdvcliError as e:  # "row N" of this step's table is the input's row rows[N]
+        raise AdvcliError(global_rows(e.message, rows), hint=e.hint) from None
     # the workers' table: the run's scope code and step values (group codes stay the step's own: cat_rows
     # keeps them apart when a batch holds rows of several steps)
     scopes = GroupIndex(torch.full_like(res.scopes.codes, s), len(step_values))

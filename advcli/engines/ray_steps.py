@@ -42,7 +42,7 @@ from .ray_rows import ROW_COL, cat_rows, lean, take_rows
 
 
 def not_step_scoped(plan) -> str | None:
-    """Why this run cannot be resolved one step at a time on the driver (None: it can)."""
+    """Why this run cannot be resolved one step at a time (None: it can)."""
     from ..pipeline import roles as role_rules
     from ..pipeline.observe import RunObserver
 

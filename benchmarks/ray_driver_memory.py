@@ -13,7 +13,10 @@ What is measured: the **driver process's resident set** (RSS, ``/proc/self/statm
 pyarrow, Ray already imported and the Ray instance already started, so their fixed cost drops out).
 This counts everything the driver holds, Python objects and tensors alike (tracemalloc would miss
 torch's buffers). The Ray workers, the object store and the statistics actor are other processes and
-are not counted: they are the cluster's memory, not the driver's. A sample every 5 ms can miss a
+are not counted: they are the cluster's memory, not the driver's — except the object-store pages the
+driver itself wrote (its ``ray.put`` objects: the store is shared memory mapped into the driver), which
+the resident set counts; ``/proc/self/status`` splits it into private memory (``RssAnon``) and those
+shared pages (``RssShmem``), and both peaks are printed. A sample every 5 ms can miss a
 peak shorter than that; ``ru_maxrss`` (the kernel's high-water mark) is printed beside it.
 
 Data lives in ``bench_data/ray_driver_memory/`` (git-ignored). Run it under ``flock`` on a shared machine.
@@ -63,6 +66,18 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _rss_parts() -> tuple[int, int]:
+    """(RssAnon, RssShmem) of ``/proc/self/status`` in bytes: the process's private memory, and the shared
+    pages it has touched (Ray's object store, which the driver maps and writes its ``ray.put`` objects into)."""
+    got = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssShmem:")):
+                k, v = line.split(":")
+                got[k] = int(v.split()[0]) * 1024
+    return got.get("RssAnon", 0), got.get("RssShmem", 0)
+
+
 def _child(path: str, workers: int, row_pass: str) -> None:
     """One run in this (fresh) process: prints a JSON line with the driver's RSS figures."""
     import ray
@@ -71,14 +86,20 @@ def _child(path: str, workers: int, row_pass: str) -> None:
 
     ray.init(address="local", num_cpus=workers + 1, include_dashboard=False, log_to_driver=False)
     out = tempfile.mkdtemp(prefix="advcli-raymem-")
-    peak, stop = [0], threading.Event()
+    peak, anon, shm, stop = [0], [0], [0], threading.Event()
+
+    def look():
+        peak[0] = max(peak[0], _rss())
+        a, m = _rss_parts()
+        anon[0], shm[0] = max(anon[0], a), max(shm[0], m)
 
     def watch():
         while not stop.is_set():
-            peak[0] = max(peak[0], _rss())
+            look()
             time.sleep(0.005)
 
     base = _rss()
+    base_anon, base_shm = _rss_parts()
     hwm_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t = threading.Thread(target=watch, daemon=True)
     t.start()
@@ -88,9 +109,10 @@ def _child(path: str, workers: int, row_pass: str) -> None:
     wall = time.perf_counter() - t0
     stop.set()
     t.join()
-    peak[0] = max(peak[0], _rss())
+    look()
     hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"base": base, "peak": peak[0], "hwm_before": hwm_before, "hwm": hwm, "wall": wall}))
+    print(json.dumps({"base": base, "peak": peak[0], "hwm_before": hwm_before, "hwm": hwm, "wall": wall,
+                      "base_anon": base_anon, "anon": anon[0], "base_shm": base_shm, "shm": shm[0]}))
     ray.shutdown()
 
 
@@ -116,21 +138,29 @@ def main() -> None:
             runs[n].append(json.loads(p.stdout.strip().splitlines()[-1]))
     print(f"driver peak RSS over its baseline (run_ray, verl GRPO, {args.workers} worker(s), row pass on "
           f"{args.row_pass}, {GROUP} rows/group, {GROUPS_PER_STEP} groups/step; medians of {args.runs})")
-    print("| rows | steps | peak RSS - baseline (MB) | ru_maxrss - baseline (MB) | wall s |")
-    print("|---|---|---|---|---|")
-    grow = {}
+    print("| rows | steps | peak RSS (MB) | peak RSS - baseline (MB) | ru_maxrss - baseline (MB) | "
+          "private (RssAnon) peak - baseline (MB) | object-store pages (RssShmem) peak - baseline (MB) | wall s |")
+    print("|---|---|---|---|---|---|---|---|")
+    grow, whole, private = {}, {}, {}
+    med = lambda n, f: statistics.median(f(r) for r in runs[n]) / 1e6  # noqa: E731
     for n in sizes:
-        d = statistics.median((r["peak"] - r["base"]) / 1e6 for r in runs[n])
-        h = statistics.median((max(r["hwm"], r["base"]) - r["base"]) / 1e6 for r in runs[n])
-        grow[n] = d
-        print(f"| {n:,} | {n // (GROUP * GROUPS_PER_STEP)} | {d:.1f} | {h:.1f} | "
+        d = med(n, lambda r: r["peak"] - r["base"])
+        h = med(n, lambda r: max(r["hwm"], r["base"]) - r["base"])
+        grow[n], whole[n] = d, med(n, lambda r: r["peak"])
+        private[n] = med(n, lambda r: r["anon"] - r["base_anon"])
+        print(f"| {n:,} | {n // (GROUP * GROUPS_PER_STEP)} | {whole[n]:.1f} | {d:.1f} | {h:.1f} | {private[n]:.1f} | "
+              f"{med(n, lambda r: r['shm'] - r['base_shm']):.1f} | "
               f"{statistics.median(r['wall'] for r in runs[n]):.1f} |")
     a, b = grow[sizes[0]], grow[sizes[1]]
     base = statistics.median(r["base"] / 1e6 for r in runs[sizes[0]])
-    print(f"growth of the peak over the baseline from N to 4N rows: {b - a:+.1f} MB "
-          f"({100 * (b - a) / max(a, 1e-9):+.0f}% of the peak increment; "
-          f"{100 * (b - a) / (base + a):+.1f}% of the whole peak RSS, baseline {base:.0f} MB); "
-          f"{1e6 * (b - a) / (sizes[1] - sizes[0]):.0f} bytes per added row")
+    print(f"whole peak RSS, 4N / N: {whole[sizes[1]] / whole[sizes[0]]:.3f} "
+          f"({100 * (whole[sizes[1]] / whole[sizes[0]] - 1):+.1f}%; baseline {base:.0f} MB)")
+    print(f"peak over the baseline, N to 4N rows: {b - a:+.1f} MB ({100 * (b - a) / max(a, 1e-9):+.0f}% of the "
+          f"increment); {1e6 * (b - a) / (sizes[1] - sizes[0]):.0f} bytes per added row")
+    pa_, pb = private[sizes[0]], private[sizes[1]]
+    print(f"private memory (RssAnon) over the baseline, N to 4N rows: {pb - pa_:+.1f} MB "
+          f"({100 * (pb - pa_) / max(pa_, 1e-9):+.0f}%); {1e6 * (pb - pa_) / (sizes[1] - sizes[0]):.0f} bytes per "
+          "added row")
 
 
 if __name__ == "__main__":

@@ -263,3 +263,19 @@ def test_row_pass_on_workers(ray_session, dump, tmp_path):
     got, result, _ = _ray(dump, tmp_path, "verl", settings, chunk_rows=41, row_pass="workers")
     _same(local, got)
     assert len({s["kl_coef"] for s in result.per_step}) == 3
+
+
+def test_an_advcli_error_raised_in_a_ray_task_is_told_as_itself():
+    """An AdvcliError raised inside a Ray task (the per-step driver resolves steps in tasks) comes back as
+    Ray's RayTaskError(AdvcliError), whose str() is Ray's own text: the user gets the task's own message."""
+    if not HAVE_RAY:
+        pytest.skip("ray is not installed")
+    from ray.exceptions import RayTaskError
+
+    from advcli.engines.ray_engine import _unwrap
+
+    raised = RayTaskError("_resolve_step", "Traceback ...", AdvcliError("d.parquet: row 7 is bad", hint="fix it"))
+    wrapped = raised.as_instanceof_cause()
+    want = "d.parquet: row 7 is bad\n  hint: fix it"
+    assert isinstance(wrapped, AdvcliError) and str(wrapped) != want  # Ray's text, not the message
+    assert str(_unwrap(wrapped)) == want

@@ -2,9 +2,9 @@
 
 The structure, not a timing: the per-row objects the driver puts in the object store for the workers
 (the resolved table of :func:`advcli.engines.ray_rows.lean`), counted in rows through a hook on
-``ray.put``. The target is at most one step's rows per object; today the driver resolves the whole
-dump at once and broadcasts it, so the test is marked as an expected failure (strict: it turns red
-as soon as the target is met, so that the mark is removed with the change).
+``ray.put``: none holds more than one step's rows (the steps are resolved one at a time on the
+workers, :mod:`advcli.engines.ray_steps`, and the driver puts no per-row table at all), and the
+workers' write pass reads one table per step, never the whole dump's.
 """
 from __future__ import annotations
 
@@ -27,9 +27,8 @@ def _per_row_rows(obj) -> int:
     return 0 if beta is None else int(beta.shape[0])
 
 
-@pytest.mark.xfail(strict=True, reason="the driver resolves the whole dump at once and broadcasts its per-row "
-                                       "table (docs/distributed.md, Driver memory against rows)")
 def test_driver_puts_at_most_one_steps_rows(tmp_path, monkeypatch):
+    from advcli.engines import ray_steps
     from advcli.engines.ray_engine import run_ray
     from advcli.flavors import resolve
     from advcli.sample import make_table
@@ -41,16 +40,24 @@ def test_driver_puts_at_most_one_steps_rows(tmp_path, monkeypatch):
     step_rows = int(np.bincount(t["step"].to_numpy()).max())
     assert step_rows < t.num_rows
     with local_ray() as ray:
-        put, seen = ray.put, []
+        put, seen, tables = ray.put, [], []
 
         def counting_put(value, *a, **kw):
             seen.append(_per_row_rows(value))
             return put(value, *a, **kw)
 
+        real = ray_steps.resolve_steps
+
+        def resolve_and_look(*a, **kw):  # the step tables the workers will fetch, one per step
+            out = real(*a, **kw)
+            tables.extend(_per_row_rows(ray.get(ref)) for ref, _, _ in out.index.steps)
+            return out
+
         monkeypatch.setattr(ray, "put", counting_put)
+        monkeypatch.setattr(ray_steps, "resolve_steps", resolve_and_look)
         cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo")])
         result = run_ray([path], str(tmp_path / "out"), cfg, flavor="verl", native=native, device="cpu",
                          chunk_rows=64, row_pass="workers")
     assert result.rows == t.num_rows
-    assert max(seen) > 0  # the hook saw the driver's per-row payload
-    assert max(seen) <= step_rows
+    assert max(seen) <= step_rows  # nothing the driver puts holds more than one step's rows
+    assert tables == np.bincount(t["step"].to_numpy()).tolist()  # the workers get one table per step

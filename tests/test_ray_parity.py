@@ -386,3 +386,147 @@ def test_user_file_estimator_and_row_token_means_equal_local(ray_session, dump, 
         want = t["reward"] - t.groupby(["step", "prompt_id"])["reward"].transform("mean")
         for adv, mask, w in zip(t["advantages"], t["response_mask"], want):
             np.testing.assert_allclose(np.asarray(adv)[np.asarray(mask) == 1], w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def interleaved(tmp_path_factory):
+    """Steps interleaved in row order (every read shard holds rows of every step) and the same prompt ids
+    in every step, first seen in a different order in each: the whole dump numbers its groups by (step,
+    first appearance of the id over the whole dump), a step alone by its own first appearance."""
+    import numpy as np
+    import pyarrow as pa
+
+    from advcli.sample import make_table
+
+    t = make_table(900, 6, 2, 30, 5, shuffle=True, steps=3)
+    steps, ids = t["step"].to_numpy(), t["prompt_id"].to_pylist()
+    names = []
+    for s in sorted(set(steps.tolist())):  # ids renamed p0, p1, ... in each step, reversed in odd steps
+        rows = np.flatnonzero(steps == s)
+        seen = list(dict.fromkeys(ids[r] for r in rows))
+        rank = {v: (len(seen) - 1 - i if s % 2 else i) for i, v in enumerate(seen)}
+        names.append({int(r): f"p{rank[ids[r]]}" for r in rows})
+    pid = [next(n[r] for n in names if r in n) for r in range(t.num_rows)]
+    t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array(pid))
+    t = t.take(pa.array(np.random.default_rng(3).permutation(t.num_rows)))
+    d = tmp_path_factory.mktemp("interleaved")
+    p = str(d / "i.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    return [p]
+
+
+@pytest.fixture(scope="module")
+def stepless(tmp_path_factory):
+    """No step column: the whole dump is one step (one worker task resolves it)."""
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 30, 8, shuffle=True, steps=1)
+    assert "step" not in t.column_names
+    p = str(tmp_path_factory.mktemp("stepless") / "s.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    return [p]
+
+
+@pytest.mark.parametrize("which,flavor,settings", [
+    ("contiguous", "verl", [("algorithm.adv_estimator", "grpo")]),
+    ("stepless", "verl", [("algorithm.adv_estimator", "grpo")]),
+    ("interleaved", "verl", [("algorithm.adv_estimator", "grpo")]),
+    # the adaptive controller's β carried from step to step (the row scores hold β·Σ KL)
+    ("interleaved", "verl", [("algorithm.adv_estimator", "rloo"), ("algorithm.use_kl_in_reward", True),
+                             ("algorithm.kl_penalty", "k2"), ("algorithm.kl_ctrl.type", "adaptive"),
+                             ("algorithm.kl_ctrl.kl_coef", 0.05), ("algorithm.kl_ctrl.target_kl", 0.01),
+                             ("algorithm.kl_ctrl.horizon", 500)]),
+    ("contiguous", "nemo", []),
+])
+def test_per_step_driver_equals_local(ray_session, dump, interleaved, stepless, tmp_path, monkeypatch, which, flavor,
+                                      settings):
+    """The row pass on the workers and the driver resolving one step at a time (advcli.engines.ray_steps):
+    the output rows and the report are the local engine's, whether a step's rows are contiguous or spread
+    over every shard."""
+    from advcli.engines import ray_steps
+    from advcli.engines.ray_output import read_output
+
+    calls = []
+    real = ray_steps.resolve_steps
+    monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    paths = {"contiguous": dump, "interleaved": interleaved, "stepless": stepless}[which]
+    loc, got = _both(paths, tmp_path, flavor, settings, row_pass="workers")
+    assert calls == [1]  # the per-step path ran
+    _assert_same(loc, got)
+    import pyarrow as pa
+
+    local = pa.concat_tables([pq.read_table(str(tmp_path / "local" / p.rsplit("/", 1)[1])) for p in paths])
+    ray_out = read_output(str(tmp_path / "ray"))
+    for name in ("advantages", "returns"):
+        assert ray_out[name].equals(local[name]), name
+    if len(settings) > 2:
+        assert len({s["kl_coef"] for s in got["per_step"]}) == 3  # the controller moved: the carry ran
+
+
+def test_per_step_driver_error_names_the_global_row(ray_session, tmp_path, monkeypatch):
+    """A row refused while the steps are resolved (no mask=1 token for the reward to sit on, with
+    reward.unplaced=error) is named by its row in the input, as the local engine names it, not by its
+    place in its step; exit 2 and nothing written."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 20, 9, shuffle=True, steps=3)
+    bad = 437  # in the last step, far from its first row
+    assert t["step"][bad].as_py() == max(t["step"].to_pylist())
+    masks = t["response_mask"].to_pylist()
+    masks[bad] = [0] * len(masks[bad])
+    t = t.set_column(t.schema.get_field_index("response_mask"), "response_mask",
+                     pa.array(masks, type=t.schema.field("response_mask").type))
+    p = str(tmp_path / "d.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    cfg, native = resolve("advcli", [("estimator.name", "grpo"), ("reward.unplaced", "error"),
+                                     ("reward.placement", "last_valid")])
+    with pytest.raises(AdvcliError) as loc:
+        run_pipeline([p], str(tmp_path / "local.parquet"), cfg, flavor="advcli", native=native, device="cpu")
+    from advcli.engines import ray_steps
+
+    calls = []
+    real = ray_steps.resolve_steps
+    monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with pytest.raises(AdvcliError) as got:
+        run_ray([p], str(tmp_path / "ray"), cfg, flavor="advcli", native=native, device="cpu", chunk_rows=37,
+                row_pass="workers")
+    assert calls == [1]  # the per-step path
+    assert f"row {bad} has no mask=1 token" in loc.value.message
+    assert got.value.message == loc.value.message
+    assert not (tmp_path / "ray").exists()
+
+
+def test_per_step_driver_estimator_error_names_the_input_row(ray_session, tmp_path):
+    """An estimator's refusal raised while a step is resolved in a worker task (verl grpo_passk: a row alone
+    in its group) comes back as the one message the local engine gives, the row named by its place in the
+    input (not in its step), without Ray's traceback; nothing written."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 20, 9, shuffle=True, steps=3)
+    alone = 470  # in the last step: given a prompt id of its own
+    ids = t["prompt_id"].to_pylist()
+    ids[alone] = "alone"
+    t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array(ids))
+    p = str(tmp_path / "d.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo_passk")])
+    with pytest.raises(AdvcliError) as loc:
+        run_pipeline([p], str(tmp_path / "local.parquet"), cfg, flavor="verl", native=native, device="cpu")
+    with pytest.raises(AdvcliError) as got:
+        run_ray([p], str(tmp_path / "ray"), cfg, flavor="verl", native=native, device="cpu", chunk_rows=37,
+                row_pass="workers")
+    assert f"row {alone} is alone in its group" in loc.value.message
+    assert str(got.value) == str(loc.value)
+    assert not (tmp_path / "ray").exists()

@@ -23,7 +23,10 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
 ``[start, stop)`` of one input file, with the global index of its first row; Ray Data carries only
 these descriptions (``from_items``) and each worker reads its shard's rows with pyarrow. Every batch
 therefore knows its file, its rows in that file and their global rows, whatever Ray does with blocks.
-The resolved per-row table is broadcast once with ``ray.put`` and indexed by those global rows.
+The resolved per-row table is broadcast once with ``ray.put`` and indexed by those global rows; with
+the row pass on the workers, a run that allows it is resolved one step at a time and the workers fetch
+the tables of the steps their batch overlaps (:mod:`advcli.engines.ray_steps`), so that the driver
+holds no per-row table.
 
 **Output**: a directory (``--output DIR``) of Parquet files ``part-<first global row:012d>.parquet``,
 so that file name order is input row order (global over all input files), each file's rows in
@@ -43,12 +46,14 @@ naming the node (and the temporary output is removed).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -87,6 +92,7 @@ from .ray_output import (
 from .ray_rows import ROW_COL, lean, take_rows
 from .ray_shards import Shard, plan_shards, read_shard, shard_target
 from .ray_stats import StatsSink, histogram_edges, seed_values
+from .ray_steps import StepRows, not_step_scoped, observer_of_steps, unpack_rows
 
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
@@ -135,7 +141,8 @@ class _Worker:
         if isinstance(payload, ray.ObjectRef):
             payload = ray.get(payload)
         self.plan = dataclasses.replace(payload["plan"], device_name=payload["device"])
-        self.res = payload["res"]
+        self.res = payload["res"]  # the resolved table of every row, or None with the per-step index:
+        self.steps = StepRows(payload["steps"]) if payload.get("steps") is not None else None
         self.read: _ReadSpec = payload["read"]
         self.mode = payload["mode"]  # "write", "moments:rewards", "moments:advantages", "rows", "correction"
         self.base_fields = payload.get("base_fields")
@@ -168,8 +175,9 @@ class _Worker:
         if self.maker is None:
             from ..pipeline.observe import PartialMaker
 
-            self.maker = PartialMaker(self.plan, self.stats["settings"], self.res.table.valid_len,
-                                      edges=self.stats.get("edges"))
+            # (the per-step index has no run-wide Σ mask: its runs are row-level, whose partials do not read it)
+            valid = self.res.table.valid_len if self.res is not None else np.zeros(0, dtype=np.int64)
+            self.maker = PartialMaker(self.plan, self.stats["settings"], valid, edges=self.stats.get("edges"))
         return self.maker
 
     def _call(self, batch: pa.RecordBatch, fi: int, off0: int, first: int) -> pa.Table:
@@ -192,7 +200,10 @@ class _Worker:
             cols = correction_batch(plan, self.reader, batch, file, off0, len(grow))
             return pa.table({ROW_COL: pa.array(grow, type=pa.int64()), **cols})
         offsets, tok = self.reader.tokens(batch, file, off0, plan.token_roles)
-        sub = take_rows(self.res, torch.from_numpy(grow))
+        if self.steps is None:
+            sub = take_rows(self.res, torch.from_numpy(grow))
+        else:  # the tables of the steps that hold these rows
+            sub = self.steps.take(grow)
         layout = Ragged(torch.from_numpy(offsets))
         if self.mode.startswith("moments"):
             rewards = self.mode == "moments:rewards"
@@ -244,8 +255,9 @@ def _unwrap(e: BaseException) -> BaseException:
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, AdvcliError):
-            return x
+        if isinstance(x, AdvcliError):  # Ray's RayTaskError(AdvcliError) of a task: the task's own error
+            cause = getattr(x, "cause", None)
+            return cause if isinstance(cause, AdvcliError) else x
         text = str(x)
         if _ERR_MARK in text:
             kind, message, hint = json.loads(text.split(_ERR_MARK)[1])
@@ -352,15 +364,31 @@ def _row_pass_fn(cl: _Cluster, watch=None):
         payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "rows",
                    "row_kl": row_kl}
         ds = _map(cl, probe.columns, payload)
-        t = gather_rows(ds, R, "the row pass", watch, "rows")
-        tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
-        row = {k: tens(f"row:{k}") for k in empty[0]}
-        comps = {k: tens(f"comp:{k}") for k in empty[1]}
-        keys = {k: [t.column(f"key:{k}").combine_chunks()] for k in empty[2]}
+        row, comps, keys = unpack_rows(gather_rows(ds, R, "the row pass", watch, "rows"), empty)
         if progress:
             progress("rows", R, R)
         return row, comps, keys
     return row_pass
+
+
+def _rows_of_shard(payload, item: dict) -> pa.Table:
+    """Pass 1 on one read shard, in a Ray task (:func:`advcli.engines.ray_steps.row_pass_pieces`)."""
+    return pa.concat_tables(list(_Worker(payload)(pa.Table.from_pylist([item]))))
+
+
+def _resolve_by_step(cl: _Cluster, plan, inputs, chunk_rows: int, progress, watch):
+    """Passes 1-2 with the per-step driver (:mod:`advcli.engines.ray_steps`): the row pass's results stay
+    on the workers, the driver resolves one step at a time."""
+    from .ray_steps import resolve_steps, row_pass_pieces, step_column
+
+    probe = _OneBatch(cl.paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
+    empty = row_table_pass(plan, probe, chunk_rows, None)
+    payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "rows", "row_kl": True,
+               "read": _ReadSpec(cl.paths, cl.filesystem, list(dict.fromkeys(probe.columns)), cl.chunk_rows)}
+    pieces = row_pass_pieces(cl.ray, cl.shards, _rows_of_shard, payload, step_column(plan), inputs.num_rows, watch)
+    if progress:
+        progress("rows", inputs.num_rows, inputs.num_rows)
+    return resolve_steps(cl.ray, plan, inputs.paths, pieces, empty, chunk_rows, progress, watch)
 
 
 def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_blocks: int | None,
@@ -464,20 +492,34 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 raise AdvcliError(f"row_pass {row_pass!r}: expected auto, driver or workers")
             if row_pass == "auto":
                 row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
-            res, row, betas, kls, warnings = prepare_run(
-                plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, watch),
-                row_pass=_row_pass_fn(cl, watch) if row_pass == "workers" else None,
-                correction=correction_fn(rows_on_workers_fn(cl, watch)))
-            # pass 3: compute and write
-            base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
-            observer = RunObserver(dataclasses.replace(plan, device_name="cpu"), res, row, betas, kls,
-                                   by_position=wants_positions(plan, by_position))
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            stats_actor = ray.remote(num_cpus=0, scheduling_strategy=here)(StatsSink)
             token_cols = list(roles_to_columns(plan, plan.token_roles))
-            stats = {"settings": observer.partial_settings(), "edges": None,
-                     "seed_tokens": observer.figures.adv_hist.seed_tokens}
-            if not observer.row_path:  # the advantage histogram's edges, before the workers count
+            plan_cpu, by_pos = dataclasses.replace(plan, device_name="cpu"), wants_positions(plan, by_position)
+            res = None
+            if row_pass == "workers" and inputs.num_rows and not_step_scoped(plan) is None:  # per-step driver
+                steps = _resolve_by_step(cl, plan, inputs, chunk_rows, progress, watch)
+                warnings, tokens, valid_tokens = steps.warnings, steps.tokens, steps.valid_tokens
+                sink = stats_actor.remote(functools.partial(observer_of_steps, plan_cpu, steps.observer_pieces,
+                                                            inputs.num_rows, by_pos, inputs.paths[0]), inputs.num_rows)
+                stats = ray.get(sink.stats_settings.remote())  # the actor assembles its observer first
+                rows_payload = {"res": None, "steps": steps.index}
+                del steps
+            else:  # the whole dump's table on the driver, broadcast
+                res, row, betas, kls, warnings = prepare_run(
+                    plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, watch),
+                    row_pass=_row_pass_fn(cl, watch) if row_pass == "workers" else None,
+                    correction=correction_fn(rows_on_workers_fn(cl, watch)))
+                tokens, valid_tokens = int(row["length"].sum()), int(row["valid"].sum())
+                observer = RunObserver(plan_cpu, res, row, betas, kls, by_position=by_pos)
+                stats = {"settings": observer.partial_settings(), "edges": None,
+                         "seed_tokens": observer.figures.adv_hist.seed_tokens}
+                rows_payload = {"res": lean(res)}
+            # pass 3: compute and write
+            base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
+            if res is not None and not observer.row_path:  # the advantage histogram's edges, before the workers count
                 watch.stage("the histogram seed pass")
                 seed = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
                         "mode": "seed", "stats": stats}
@@ -485,13 +527,13 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                                                  stats["seed_tokens"], observer.figures.bins, tick=watch.tick)
                 if stats["edges"] is not None:
                     observer.figures.adv_hist.fix_edges(stats["edges"])
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            sink = ray.remote(num_cpus=0, scheduling_strategy=here)(StatsSink).remote(observer, inputs.num_rows)
+            if res is not None:
+                sink = stats_actor.remote(observer, inputs.num_rows)
+                del observer
             watch.stage("the compute-and-write pass")
             watch.follow_sink(sink, inputs.num_rows)
-            payload = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
-                       "mode": "write", "base_fields": base_fields, "out_schema": out_schema,
-                       "observer": sink, "stats": stats}
+            payload = {"plan": plan, **rows_payload, "names": inputs.paths, "device": cl.device, "mode": "write",
+                       "base_fields": base_fields, "out_schema": out_schema, "observer": sink, "stats": stats}
             cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
                 token_cols + [f.name for f in base_fields])
             ds = _map(cl, cols, payload)
@@ -534,10 +576,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
         if started:
             ray.shutdown()
     R = inputs.num_rows
-    result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=int(row["length"].sum()),
-                       valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
+    result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=tokens, valid_tokens=valid_tokens,
+                       seconds=0.0, config=cfg, warnings=warnings)
     result.metrics, result.per_step = figures["metrics"], figures["per_step"]
     result.histograms, result.group_health = figures["histograms"], figures["group_health"]
     result.diagnostics, result.by_position = figures["diagnostics"], figures["by_position"]
     result.warnings.extend(figures["warnings"])
-    return finish_result(result, plan, res, t0)  # as run_pipeline
+    return finish_result(result, plan, res or types.SimpleNamespace(correction=None), t0)  # as run_pipeline

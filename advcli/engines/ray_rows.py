@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from ..ops.groups import GroupIndex
@@ -64,3 +65,37 @@ def take_rows(res, idx: torch.Tensor):
                                reward_row=res.reward_row[idx],
                                adv_row=None if res.adv_row is None else res.adv_row[idx], table=table,
                                **({"correction": corr} if corr is not None else {}))
+
+
+def cat_rows(parts: list, num_rows: int):
+    """One batch's resolved tables from several steps' (:func:`take_rows` of each, with the batch
+    positions its rows go to): per-row tensors scattered into batch order, per-scope statistics and
+    labels from the first (the per-step driver gives every step the run's scope codes and step values;
+    each step's group codes are shifted past the previous step's, so that groups stay apart)."""
+    def put(xs):
+        if any(x is None for x in xs):
+            return None
+        out = torch.empty((num_rows, *xs[0].shape[1:]), dtype=xs[0].dtype)
+        for (pos, _), x in zip(parts, xs):
+            out[torch.from_numpy(pos)] = x
+        return out
+
+    def gi(get, apart: bool = False):
+        gs = [get(r) for _, r in parts]
+        if gs[0] is None:
+            return None
+        if not apart:  # scopes: the run's codes already
+            return GroupIndex(put([g.codes for g in gs]), max(g.num_groups for g in gs))
+        base = np.cumsum([0] + [g.num_groups for g in gs])  # each step's group codes after the previous step's
+        return GroupIndex(put([g.codes + int(b) for g, b in zip(gs, base)]), int(base[-1]))
+
+    rs = [r for _, r in parts]
+    t = rs[0].table
+    table = dataclasses.replace(t, score=put([r.table.score for r in rs]),
+                                valid_len=put([r.table.valid_len for r in rs]),
+                                length=put([r.table.length for r in rs]), scopes=gi(lambda r: r.table.scopes),
+                                groups=gi(lambda r: r.table.groups, True),
+                                columns={k: put([r.table.columns[k] for r in rs]) for k in t.columns})
+    return dataclasses.replace(rs[0], scopes=gi(lambda r: r.scopes), groups=gi(lambda r: r.groups, True),
+                               beta_row=put([r.beta_row for r in rs]), reward_row=put([r.reward_row for r in rs]),
+                               adv_row=put([r.adv_row for r in rs]), table=table)

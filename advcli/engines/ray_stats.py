@@ -20,18 +20,27 @@ from .ray_shards import Shard
 
 class StatsSink:
     """The local engine's run statistics and diagnostics (:class:`advcli.pipeline.observe.RunObserver`,
-    the same object, built on the driver) in a small Ray actor: every worker sends it its chunks'
-    :class:`advcli.pipeline.observe.ChunkPartials`, which it merges in global row order (holding
-    those that come early)."""
+    the same object, built on the driver, or here from the per-step driver's pieces) in a small Ray
+    actor: every worker sends it its chunks' :class:`advcli.pipeline.observe.ChunkPartials`, which it
+    merges in global row order (holding those that come early)."""
 
     def __init__(self, observer, num_rows: int):
-        # the observer arrives through Ray's object store, its numpy arrays read-only: the figures add into
-        # them in place, so the read-only ones are copied here (FigureCollector.make_writable)
+        # ``observer``: the RunObserver, or a function that builds it here (the per-step driver's pieces,
+        # advcli.engines.ray_steps.observer_of_steps). One that arrives through Ray's object store has its
+        # numpy arrays read-only: the figures add into them in place, so the read-only ones are copied
+        # here (FigureCollector.make_writable)
+        if callable(observer):
+            observer = observer()
         self.obs, self.R = observer, num_rows
         observer.figures.make_writable()
         self.next = 0
         self.received = 0  # chunks received, duplicates included: the driver's NodeWatch reads it as progress
         self.waiting: dict[int, tuple] = {}
+
+    def stats_settings(self) -> dict:
+        """What the workers' :class:`advcli.pipeline.observe.PartialMaker` needs (the write pass's ``stats``)."""
+        return {"settings": self.obs.partial_settings(), "edges": None,
+                "seed_tokens": self.obs.figures.adv_hist.seed_tokens}
 
     def seen(self) -> tuple[int, int]:
         """(chunks received, rows merged in order)."""

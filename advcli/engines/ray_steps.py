@@ -1,0 +1,375 @@
+"""The Ray engine's per-step driver: the row pass on the workers, then the resolution one step at a time.
+
+Every statistic advcli resolves before the write pass is scoped to a step (groups are keyed by
+(step, prompt id), the reward normalisation is per group, the row-level estimators compare rows of a
+group); the one state carried from a step to the next is verl's adaptive KL controller, stepped in
+ascending step order (``AdaptiveKLController.update``, verl/trainer/ppo/core_algos.py L153-212
+@1dda039b; advcli: :func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
+in ascending step value, with the controller's coefficient carried, which gives the local engine's
+per-row values (tests/test_step_scoped.py checks the premise with the local engine itself):
+
+1. :func:`row_pass_pieces`: one Ray task per read shard runs the local engine's row pass on the shard's
+   rows and keeps the per-row results in the object store; the driver receives only a summary per
+   shard (its steps and their row counts, Σ mask, Σ length). A shard holding several steps is cut by
+   step on the workers (one object per (shard, step)), so that one step's rows are fetched without
+   another's, whether steps are contiguous in row order or interleaved.
+2. :func:`resolve_steps`: per step, in ascending step value, a worker task (:func:`_resolve_step`)
+   fetches that step's pieces and runs :func:`advcli.pipeline.prepare_run` on them alone; it leaves the
+   step's lean table (for the write pass) and its full resolution (for the statistics actor) in the
+   object store and returns a few numbers to the driver: the KL coefficient to carry to the next step,
+   the warnings, the step's first and last global row. The driver holds refs and per-step numbers,
+   never a row: its memory does not grow with the rows (with the adaptive controller on, the steps
+   run one after another, as the carried coefficient requires; with a fixed one, all at once).
+3. The write pass's workers fetch the step tables whose row range overlaps their batch
+   (:class:`StepRows`); the statistics actor assembles its observer from the per-step pieces
+   (:func:`observer_of_steps`) in its own process.
+
+Only runs whose resolution needs nothing but the row pass take this path (:func:`not_step_scoped`
+says why another does not): advcli's row-level group estimators whose token values are the row value
+(GRPO, RLOO, OPO, GPG, ...), without whitening, rollout correction or another pass over the token columns before
+the write. The others resolve the whole dump on the driver, as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..errors import AdvcliError
+from .ray_rows import ROW_COL, cat_rows, lean, take_rows
+
+
+def not_step_scoped(plan) -> str | None:
+    """Why this run cannot be resolved one step at a time (None: it can)."""
+    from ..pipeline import roles as role_rules
+    from ..pipeline.observe import RunObserver
+
+    spec = plan.spec
+    if spec.level != "row" or not getattr(spec, "row_constant", False) or not RunObserver.ROW_PATH:
+        return "the estimator is token-level (its statistics need the token values before the write pass)"
+    if not spec.uses_groups or spec.name == "mix" or getattr(spec, "user_fn", None) is not None:
+        # prime-rl's EMA baseline carries its baseline across steps; a mix may hold it; your own function
+        # is called with the run's step index
+        return "the estimator is not known to read one step's rows only"
+    if "values" in plan.token_roles:
+        return "the run reads a values column"
+    if plan.whiten or plan.run.reward.whiten_tokens:
+        return "whitening needs a moments pass"
+    if plan.correction is not None:
+        return "the rollout correction has its own pass"
+    if spec.group_token_pass is not None:
+        return "the estimator has a token-statistics pass"
+    if plan.kl_on and plan.run.kl.score_sum == "right_aligned":
+        return "the row scores are summed on the step's token grid"
+    if role_rules.norm_spec(plan.run.reward) is not None:
+        return "reward.norm keeps float32 checks over the whole run"
+    if plan.group_by == "position" or plan.run.grouping.scope == "step_domain":
+        return "positional groups and step domains are resolved over the whole dump"
+    return None
+
+
+def step_column(plan) -> str | None:
+    """The step key column the row pass returns (``key:NAME``), None when the run has one scope."""
+    if plan.run.grouping.scope == "all":
+        return None
+    return plan.cmap.names.get("step")
+
+
+# ----------------------------------------------------------------------------- 1. the row pass
+
+
+def _step_values_of(table: pa.Table, step_col: str | None) -> np.ndarray:
+    from ..io.lists import primitive_numpy
+
+    if step_col is None or f"key:{step_col}" not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    return primitive_numpy(table.column(f"key:{step_col}").combine_chunks())
+
+
+def _shard_rows(shard_rows_fn, payload, item: dict, step_col: str | None) -> dict:
+    """A worker task: the row pass on one shard (``shard_rows_fn(payload, item)``, the engine's worker),
+    its per-row results cut by step and put in the object store -> the summary the driver receives: the
+    step values and their row counts, Σ mask, Σ length, rows without a mask=1 token, and one ref per step.
+
+    The pieces are put here (owned by this worker process, which Ray keeps alive while it owns objects
+    in scope) rather than returned: a return smaller than Ray's inline limit (``max_direct_call_object_size``,
+    100 KB) would be kept in the caller's memory, the driver's. Objects put this way are not rebuilt from
+    lineage: a worker node lost after making them ends the run with one clear error."""
+    import ray
+
+    t = shard_rows_fn(payload, item)
+    steps = _step_values_of(t, step_col)
+    uniq, counts = np.unique(steps, return_counts=True)
+    valid = t.column("row:valid").to_numpy()
+    empty = np.flatnonzero(valid == 0)
+    rows = t.column(ROW_COL).to_numpy()
+    pieces = [t] if len(uniq) == 1 else [t.filter(pa.array(steps == v)) for v in uniq]
+    return {"first": int(item["first"]), "rows": t.num_rows, "steps": uniq, "counts": counts.tolist(),
+            "valid": int(valid.sum()), "length": int(t.column("row:length").to_numpy().sum()),
+            "empty": (int(rows[empty[0]]) if empty.size else -1, int(empty.size)),
+            "refs": [ray.put(x) for x in pieces]}
+
+
+@dataclasses.dataclass
+class RowPieces:
+    """The row pass's results left on the workers: per step (ascending value), the refs of its pieces
+    (one per shard holding it, in row order), and per-shard aggregates."""
+
+    step_values: list
+    pieces: list[list]  # [step] -> [ref of a per-row table]
+    step_rows: list[int]
+    valid: int
+    length: int
+    empty: tuple[int, int]  # (first global row with Σ mask = 0 or -1, how many)
+
+
+def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | None, num_rows: int,
+                    watch=None) -> RowPieces:
+    """The row pass on the workers, its results kept there (see the module's docstring)."""
+    run = ray.remote(num_cpus=1)(_shard_rows)
+    pref = ray.put(payload)
+    waiting, done, summaries = [run.remote(shard_rows_fn, pref, s.as_item(), step_col) for s in shards], 0, []
+    if watch is not None:
+        watch.stage("the row pass")
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1, timeout=1.0)
+        for r in ready:
+            summaries.append(ray.get(r))
+            done += summaries[-1]["rows"]
+            if watch is not None:
+                watch.rows_received("rows", min(done, num_rows), num_rows)
+    summaries.sort(key=lambda x: x["first"])
+    if done != num_rows:
+        raise AdvcliError(f"--engine ray: the row pass returned {done} rows for an input of {num_rows}")
+    all_values = [x["steps"] for x in summaries]
+    step_values = np.unique(np.concatenate(all_values)) if all_values else np.zeros(0)
+    pieces: list[list] = [[] for _ in range(len(step_values))]
+    step_rows = [0] * len(step_values)
+    empty = (-1, 0)
+    for x in summaries:
+        if x["empty"][1]:
+            empty = (x["empty"][0] if empty[0] < 0 else empty[0], empty[1] + x["empty"][1])
+        where = np.searchsorted(step_values, x["steps"]).tolist()
+        for k, n, ref in zip(where, x["counts"], x["refs"]):
+            step_rows[k] += n
+            pieces[k].append(ref)
+    values = step_values.tolist() if step_col is not None else [None]
+    return RowPieces(values, pieces, step_rows, sum(x["valid"] for x in summaries),
+                     sum(x["length"] for x in summaries), empty)
+
+
+# ------------------------------------------------------------------------ 2. step by step
+
+
+class _StepInputs:
+    """The slice of :class:`advcli.io.reader.InputSet` that :func:`advcli.pipeline.prepare_run` reads
+    when the row pass is given (:func:`not_step_scoped`): the step's row count and the inputs' names."""
+
+    def __init__(self, num_rows: int, paths: list[str]):
+        self.num_rows, self.paths = num_rows, paths
+
+
+def unpack_rows(t: pa.Table, empty: tuple) -> tuple[dict, dict, dict]:
+    """The row pass's per-row table -> ``row_table_pass``'s (row, components, keys)."""
+    tens = lambda name: torch.from_numpy(t.column(name).to_numpy().copy())  # noqa: E731
+    return ({k: tens(f"row:{k}") for k in empty[0]}, {k: tens(f"comp:{k}") for k in empty[1]},
+            {k: [t.column(f"key:{k}").combine_chunks()] for k in empty[2]})
+
+
+def global_rows(message: str, rows: np.ndarray) -> str:
+    """``message`` (an error raised while one step was resolved alone) with each ``row N`` (N: a row of the
+    step's table) named by its row in the input, ``rows[N]``, as the local engine names it. The resolution
+    reads no file (the row pass did), so every row it names is one of the step's table."""
+    import re
+
+    def one(m):
+        n = int(m.group(1))
+        return f"row {int(rows[n])}" if n < len(rows) else m.group(0)
+
+    return re.sub(r"\brow (\d+)\b", one, message)
+
+
+def _with_kl_coef(plan, value: float):
+    kl = dataclasses.replace(plan.run.kl, coef=value)
+    return dataclasses.replace(plan, run=dataclasses.replace(plan.run, kl=kl))
+
+
+def _kl_carry(plan, value: float, kls: list, rows: int) -> float:
+    """The adaptive controller's value after a step of ``rows`` rows whose mean KL is ``kls[0]``: the
+    update of :func:`advcli.pipeline.rows.kl_coefs`, the same float operations in the same order."""
+    c = plan.run.kl
+    if c.controller == "adaptive" and plan.kl_on:
+        err = float(np.clip(kls[0] / c.target - 1, -0.2, 0.2))
+        value *= 1 + err * rows / c.horizon
+    return value
+
+
+@dataclasses.dataclass
+class StepIndex:
+    """What the write pass's workers get instead of the dump's table: per step, the ref of its lean
+    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row. (The runs that
+    take this path are row-level: their statistics' partials need no place among the run's valid
+    tokens, which a token-level run's advantage sample would.)"""
+
+    steps: list[tuple]  # (ref, first row, last row)
+
+
+@dataclasses.dataclass
+class Resolved:
+    """The per-step driver's result: the workers' index, the refs of the statistics actor's pieces, the
+    run's warnings and totals."""
+
+    index: StepIndex
+    observer_pieces: list
+    warnings: list[str]
+    tokens: int
+    valid_tokens: int
+
+
+def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str], empty: tuple, chunk_rows: int,
+                  *tables: pa.Table) -> dict:
+    """A worker task: step ``s`` resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
+    coefficient ``value`` carried in) -> what the driver keeps: the carried coefficient, the warnings, the
+    step's first and last global row, and the refs of the workers' lean table and the statistics' piece
+    (put here, not returned: see :func:`_shard_rows`)."""
+    import ray
+
+    from ..ops.groups import GroupIndex
+    from ..pipeline import prepare_run
+
+    t = pa.concat_tables(tables)
+    t = t.take(pa.array(np.argsort(t.column(ROW_COL).to_numpy(), kind="stable")))
+    rows = t.column(ROW_COL).to_numpy()
+    row, comps, keys = unpack_rows(t, empty)
+    del t
+    try:
+        res, row, betas, kls, warnings = prepare_run(_with_kl_coef(plan, value), _StepInputs(len(rows), paths),
+                                                     chunk_rows, None, row_pass=lambda *a, **k: (row, comps, keys))
+    except AdvcliError as e:  # "row N" of this step's table is the input's row rows[N]
+        raise AdvcliError(global_rows(e.message, rows), hint=e.hint) from None
+    # the workers' table: the run's scope code and step values (group codes stay the step's own: cat_rows
+    # keeps them apart when a batch holds rows of several steps)
+    scopes = GroupIndex(torch.full_like(res.scopes.codes, s), len(step_values))
+    small = lean(res)
+    small = dataclasses.replace(small, scopes=scopes, step_values=step_values,
+                                table=dataclasses.replace(small.table, scopes=scopes))
+    piece = {"res": res, "rows": rows, "betas": betas, "kls": kls,
+             "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}
+    return {"next": _kl_carry(plan, value, kls, len(rows)), "warnings": warnings, "first": int(rows[0]),
+            "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
+            "piece": ray.put(piece)}
+
+
+def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
+                  watch=None) -> Resolved:
+    """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, each on a worker
+    (:func:`_resolve_step`), the adaptive KL controller's value carried by the driver from one step to the
+    next: with the controller on, a step starts when the one before it is resolved; without it (the
+    coefficient is fixed), every step at once. The driver receives a few numbers per step; each step's
+    tables stay in the object store."""
+    from ..io.value_checks import unplaced_reward
+
+    reward = plan.run.reward
+    if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:
+        raise unplaced_reward(paths[0], rp.empty[0], rp.empty[1])  # the global row, as the local engine says
+    S, value = len(rp.step_values), float(plan.run.kl.coef)
+    carried = plan.kl_on and plan.run.kl.controller == "adaptive"
+    task = ray.remote(num_cpus=1)(_resolve_step)
+    pref = ray.put(plan)
+    launched, kept = [], []
+    if watch is not None:
+        watch.stage("the per-step resolution")
+    for s in range(S):
+        launched.append(task.remote(pref, s, value, rp.step_values, paths, empty, chunk_rows, *rp.pieces[s]))
+        if carried or s == S - 1:  # wait for what was launched (each step, or all at the end)
+            for ref in launched[len(kept):]:
+                kept.append(ray.get(ref))
+                if watch is not None:
+                    watch.tick()
+                if progress:
+                    progress("statistics", len(kept), S)
+            value = kept[-1]["next"]
+    warnings: list[str] = []
+    for k in kept:
+        warnings += [w for w in k["warnings"] if w not in warnings]
+    steps = [(k["table"], k["first"], k["last"]) for k in kept]
+    return Resolved(StepIndex(steps), [k["piece"] for k in kept], warnings, rp.length,
+                    rp.valid)
+
+
+# ------------------------------------------------------------------- 3. workers and statistics
+
+
+class StepRows:
+    """A worker's view of the resolved rows through :class:`StepIndex`: it fetches the step tables whose
+    rows overlap the batch (keeping them while the next batches need them) and takes the batch's rows."""
+
+    def __init__(self, index: StepIndex):
+        self.index = index
+        self.cache: dict[int, dict] = {}
+
+    def take(self, grow: np.ndarray):
+        import ray
+
+        a, b = int(grow[0]), int(grow[-1])
+        need = [k for k, (_, lo, hi) in enumerate(self.index.steps) if lo <= b and hi >= a]
+        for k in [k for k in self.cache if k not in need]:
+            del self.cache[k]
+        parts = []
+        for k in need:
+            if k not in self.cache:
+                self.cache[k] = ray.get(self.index.steps[k][0])
+            rows = self.cache[k]["rows"]
+            pos = np.minimum(np.searchsorted(rows, grow), len(rows) - 1)
+            hit = rows[pos] == grow
+            if hit.any():
+                parts.append((np.flatnonzero(hit), take_rows(self.cache[k]["res"], torch.from_numpy(pos[hit]))))
+        if len(parts) == 1 and len(parts[0][0]) == len(grow):
+            return parts[0][1]
+        return cat_rows(parts, len(grow))
+
+
+def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, file: str):
+    """The statistics actor's :class:`advcli.pipeline.observe.RunObserver`, assembled in its own process
+    from the per-step pieces: per-row values put back in global row order, and the scopes, groups and
+    key columns coded over the whole run again from the key columns (as the local engine numbers them:
+    group health and the diagnostics' examples read that numbering)."""
+    import ray
+
+    from ..batch import RowTable
+    from ..pipeline.observe import RunObserver
+    from ..pipeline.rows import Prepared, row_inputs, scopes_and_groups
+
+    pieces = [ray.get(r) for r in piece_refs]
+    at = torch.from_numpy(np.concatenate([p["rows"] for p in pieces]))
+    order = pa.array(np.argsort(at.numpy(), kind="stable"))
+
+    def scatter(xs):
+        if any(x is None for x in xs):
+            return None
+        x = torch.cat(xs)
+        out = torch.empty_like(x)
+        out[at] = x
+        return out
+
+    first = pieces[0]["res"]
+    keys = {c: [pa.concat_arrays([a for p in pieces for a in p["res"].row_keys[c]]).take(order)]
+            for c in first.row_keys}
+    scopes, groups, step_values = scopes_and_groups(plan, keys, num_rows, file)
+    tables = [p["res"].table for p in pieces]
+    columns = {k: scatter([t.columns[k] for t in tables]) for k in first.table.columns}
+    key_cols, labels = row_inputs(plan, keys, num_rows)
+    columns.update(key_cols)
+    table = RowTable(score=scatter([t.score for t in tables]), valid_len=scatter([t.valid_len for t in tables]),
+                     length=scatter([t.length for t in tables]), scopes=scopes, groups=groups, columns=columns,
+                     labels=labels)
+    per = lambda name: scatter([getattr(p["res"], name) for p in pieces])  # noqa: E731
+    res = Prepared(scopes, groups, step_values, per("beta_row"), per("reward_row"), per("adv_row"), table)
+    res.raw_score, res.row_keys, res.kl_deferred = per("raw_score"), keys, first.kl_deferred
+    res.norm_checks = []
+    row = {k: scatter([p["row"][k] for p in pieces]) for k in pieces[0]["row"]}
+    betas = [b for p in pieces for b in p["betas"]]
+    kls = [k for p in pieces for k in p["kls"]]
+    return RunObserver(plan, res, row, betas, kls, by_position=by_position)

@@ -279,3 +279,18 @@ def test_an_advcli_error_raised_in_a_ray_task_is_told_as_itself():
     want = "d.parquet: row 7 is bad\n  hint: fix it"
     assert isinstance(wrapped, AdvcliError) and str(wrapped) != want  # Ray's text, not the message
     assert str(_unwrap(wrapped)) == want
+
+
+def test_quiet_run_on_its_own_instance_prints_no_ray_notice(tmp_path):
+    """``advcli run --engine ray -q`` in a fresh process (advcli starts and stops the local instance): Ray's
+    token-authentication notice is nothing the user can act on there and is not printed."""
+    import os
+    import subprocess
+    import sys
+
+    sample = os.path.join(os.path.dirname(__file__), "..", "sample_data", "rollouts.parquet")
+    p = subprocess.run([sys.executable, "-m", "advcli", "run", sample, "-o", str(tmp_path / "out"), "-q",
+                        "--engine", "ray"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "ADVCLI_SERVER": "off"})
+    assert p.returncode == 0, p.stderr
+    assert "Token authentication" not in p.stderr, p.stderr

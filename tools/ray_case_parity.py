@@ -37,8 +37,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cases", help="a folder of case folders (case.json + input.parquet)")
     ap.add_argument("--only", nargs="*", help="case ids to run (default: all)")
+    ap.add_argument("--row-pass", choices=["auto", "driver", "workers"], default="auto",
+                    help="where --engine ray's row pass runs (workers: the per-step driver where the run allows it)")
     args = ap.parse_args()
     os.environ.setdefault("ADVCLI_SERVER", "off")
+    if args.row_pass != "auto":
+        os.environ["ADVCLI_RAY_ROW_PASS"] = args.row_pass
     import ray
 
     ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, logging_level="ERROR",

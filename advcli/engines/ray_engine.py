@@ -499,8 +499,11 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             # passes 1-2: driver row table; token moments on the workers
             if row_pass not in ("auto", "driver", "workers"):
                 raise AdvcliError(f"row_pass {row_pass!r}: expected auto, driver or workers")
-            if row_pass == "auto":
-                row_pass = "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver"
+            if row_pass == "auto":  # ADVCLI_RAY_ROW_PASS: the choice from the command line's environment
+                row_pass = os.environ.get("ADVCLI_RAY_ROW_PASS") or (
+                    "workers" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "driver")
+                if row_pass not in ("driver", "workers"):
+                    raise AdvcliError(f"ADVCLI_RAY_ROW_PASS={row_pass}: expected driver or workers")
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

@@ -294,3 +294,19 @@ def test_quiet_run_on_its_own_instance_prints_no_ray_notice(tmp_path):
                        env={**os.environ, "ADVCLI_SERVER": "off"})
     assert p.returncode == 0, p.stderr
     assert "Token authentication" not in p.stderr, p.stderr
+
+
+def test_row_pass_from_the_environment(ray_session, dump, tmp_path, monkeypatch):
+    """ADVCLI_RAY_ROW_PASS picks where an "auto" row pass runs; a value other than driver/workers is refused
+    naming the variable, with nothing written."""
+    from advcli.errors import AdvcliError
+
+    for d in ("w", "l", "bad"):
+        (tmp_path / d).mkdir()
+    monkeypatch.setenv("ADVCLI_RAY_ROW_PASS", "workers")
+    got, _, _ = _ray(dump, tmp_path / "w", "verl", [("algorithm.adv_estimator", "grpo")])
+    _same(_local(dump, tmp_path / "l", "verl", [("algorithm.adv_estimator", "grpo")]), got)
+    monkeypatch.setenv("ADVCLI_RAY_ROW_PASS", "everywhere")
+    with pytest.raises(AdvcliError, match="ADVCLI_RAY_ROW_PASS=everywhere"):
+        _ray(dump, tmp_path / "bad", "verl", [("algorithm.adv_estimator", "grpo")])
+    assert not (tmp_path / "bad" / "ray").exists()

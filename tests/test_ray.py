@@ -288,6 +288,9 @@ def test_quiet_run_on_its_own_instance_prints_no_ray_notice(tmp_path):
     import subprocess
     import sys
 
+    if not HAVE_RAY:
+        pytest.skip("ray is not installed")
+
     sample = os.path.join(os.path.dirname(__file__), "..", "sample_data", "rollouts.parquet")
     p = subprocess.run([sys.executable, "-m", "advcli", "run", sample, "-o", str(tmp_path / "out"), "-q",
                         "--engine", "ray"], capture_output=True, text=True, timeout=300,

@@ -358,6 +358,20 @@ def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like C
 _USAGE_ERROR = getattr(typer, "TyperException", None) or __import__("click").exceptions.ClickException
 
 
+def exit_code_of(argv: list) -> int:
+    """``advcli ARGV`` in this process through :func:`main` (the entry point's handling of errors, signals
+    and exit codes), its output where ``sys.stdout``/``sys.stderr`` point: the exit code it ends with."""
+    old = sys.argv
+    sys.argv = ["advcli", *map(str, argv)]
+    try:
+        main()
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+
+
 def main() -> None:
     import signal
 

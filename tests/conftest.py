@@ -32,17 +32,9 @@ def run_cli(*args, cwd=None, env=None):
 def run_main(argv: list, capsys) -> tuple[int, str, str]:
     """``advcli ARGV`` through the real entry point (advcli.cli.main), in this process:
     (exit code, stdout, stderr)."""
-    from advcli.cli import main
+    from advcli.cli import exit_code_of
 
-    old = sys.argv
-    sys.argv = ["advcli", *map(str, argv)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
+    code = exit_code_of(argv)
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -69,7 +69,8 @@ class Ragged:
         """This layout on ``device`` (itself, with its cached row index and positions, when already there)."""
         if self.offsets.device == torch.device(device):
             return self
-        n = self._num_tokens if self._num_tokens is not None or self.offsets.device.type != "cpu" else self.num_tokens
+        # the count travels with the copy; read here only from host offsets (no wait for a device)
+        n = self.num_tokens if self.offsets.device.type == "cpu" else self._num_tokens
         return Ragged(self.offsets.to(device), _num_tokens=n)
 
     # --------------------------------------------------------------------------- segment helpers

@@ -22,8 +22,11 @@ Each configuration runs in a **fresh subprocess** (so one run's memory does not 
 - **bytes to the driver per row** = the Arrow bytes (``Table.nbytes``) of every batch the driver
   receives from the workers (``Dataset.iter_batches`` of the row pass, the token-moments pass, the
   rollout-correction and histogram-seed passes; counted by wrapping ``iter_batches`` in the driver) /
-  rows. The workers' partial statistics go to the statistics actor (another process on the driver's
-  node), measured apart by ``benchmarks/ray_stats_bytes.py``.
+  rows; and, apart, the **objects to the driver per row**: the pickled bytes of every ``ray.get`` that
+  advcli's own code calls in the driver (the per-step driver's per-shard summaries and per-step numbers,
+  the statistics actor's settings and final figures: per run or per step, not per row). The workers'
+  partial statistics go to the statistics actor (another process on the driver's node), measured apart
+  by ``benchmarks/ray_stats_bytes.py``.
 
 On one host the worker nodes share its cores: with 2 cores, 2 and 4 nodes measure contention, not
 scaling; what carries over to a real cluster is the per-node throughput of the 1-node run and the
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
 import subprocess
 import sys
@@ -96,7 +100,8 @@ def one(args) -> dict:
                 run_pipeline(["s3://bkt/dump/"], f"s3://bkt/out-{est}/", cfg, flavor="verl", native=native,
                              chunk_rows=args.chunk_rows, device="cpu")
                 wall = time.perf_counter() - t0
-                results.append({"estimator": est, "wall": wall, "peak": _status("VmHWM") - base, "driver_bytes": 0})
+                results.append({"estimator": est, "wall": wall, "peak": _status("VmHWM") - base, "driver_bytes": 0,
+                                "fetched_bytes": 0})
             return {"rows": args.rows, "tokens": tokens, "results": results}
         with local_ray_cluster(block_size=1 << 20, workers=args.node_count):
             import ray
@@ -113,9 +118,19 @@ def one(args) -> dict:
                     yield b
 
             ray.data.Dataset.iter_batches = counting
+            real_get = ray.get
+
+            def counting_get(refs, *a, **kw):  # what advcli's own code fetches: summaries, per-step numbers
+                got = real_get(refs, *a, **kw)
+                if sys._getframe(1).f_globals.get("__name__", "").startswith("advcli"):
+                    fetched[0] += len(pickle.dumps(got, protocol=5))
+                return got
+
+            fetched = [0]
+            ray.get = counting_get
             for est in args.estimators:
                 cfg, native = resolve("verl", CONFIGS[est])
-                received[0] = 0
+                received[0] = fetched[0] = 0
                 _reset_peak()
                 base = _status("VmRSS")
                 t0 = time.perf_counter()
@@ -123,7 +138,7 @@ def one(args) -> dict:
                         chunk_rows=args.chunk_rows, device="cpu", row_pass="workers", force=True)
                 wall = time.perf_counter() - t0
                 results.append({"estimator": est, "wall": wall, "peak": _status("VmHWM") - base,
-                                "driver_bytes": received[0]})
+                                "driver_bytes": received[0], "fetched_bytes": fetched[0]})
         return {"rows": args.rows, "tokens": tokens, "results": results}
 
 
@@ -167,15 +182,15 @@ def main() -> None:
           f"({args.min_len}-{args.max_len} per row), 4 files in s3://, row groups of {args.row_group}, "
           f"--chunk-rows {args.chunk_rows}\n")
     print("| engine | estimator | wall s | Mtok/s | Mtok/s per node | driver peak MB (over RSS before) "
-          "| driver peak B/row | bytes to the driver per row | load after |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| driver peak B/row | batches to the driver B/row | objects to the driver B/row | load after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, got, load in rows:
         nodes = int(label.split(", ")[1].split()[0]) if "," in label else 1
         for r in got["results"]:
             mtok = got["tokens"] / r["wall"] / 1e6
             print(f"| {label} | {r['estimator']} | {r['wall']:.1f} | {mtok:.2f} | {mtok / nodes:.2f} | "
                   f"{r['peak'] / 1e6:.1f} | {r['peak'] / got['rows']:,.0f} | {r['driver_bytes'] / got['rows']:.1f} "
-                  f"| {load:.1f} |")
+                  f"| {r['fetched_bytes'] / got['rows']:.1f} | {load:.1f} |")
 
 
 if __name__ == "__main__":

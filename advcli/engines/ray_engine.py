@@ -10,8 +10,8 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    verl's rollout correction, when on, is a statistics pass on the workers
    (:mod:`advcli.engines.ray_correction_pass`).
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
-   rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
-   per-batch float64 sums in row order.
+   rewards for whitening, one ``map_batches`` pass over the token columns; the driver merges the
+   batches' exact sums (:mod:`advcli.engines.ray_moments`).
 3. **workers**: ``map_batches(_Worker, batch_format="pyarrow")`` (an actor class, one GPU each when
    the cluster has GPUs) over advcli's read shards, applying the same per-chunk math
    (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`;

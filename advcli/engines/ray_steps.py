@@ -20,14 +20,20 @@ per-row values (tests/test_step_scoped.py checks the premise with the local engi
    the warnings, the step's first and last global row. The driver holds refs and per-step numbers,
    never a row: its memory does not grow with the rows (with the adaptive controller on, the steps
    run one after another, as the carried coefficient requires; with a fixed one, all at once).
-3. The write pass's workers fetch the step tables whose row range overlaps their batch
-   (:class:`StepRows`); the statistics actor assembles its observer from the per-step pieces
-   (:func:`observer_of_steps`) in its own process.
+3. Whitening and batch normalisation (per scope: the step, or the whole dump as one step) are left out
+   of the steps' resolution and run after it (:func:`advcli.engines.ray_moments.step_whitening`): a
+   moments pass on the workers reading the resolved steps (token-level advantages, token rewards), or
+   each step's row sums (row-level estimators); the driver gets a few floats per step and puts the
+   mean and 1/std per step in the :class:`StepIndex`.
+4. The write pass's workers fetch the step tables whose row range overlaps their batch
+   (:class:`StepRows`), and place their batch among the run's valid tokens from the per-shard Σ mask
+   (:meth:`Resolved.valid_base`: the advantage sample's strata, the histogram's seed pass); the
+   statistics actor assembles its observer from the per-step pieces (:func:`observer_of_steps`) in its
+   own process.
 
-Only runs whose resolution needs nothing but the row pass take this path (:func:`not_step_scoped`
-says why another does not): advcli's row-level group estimators whose token values are the row value
-(GRPO, RLOO, OPO, GPG, ...), without whitening, rollout correction or another pass over the token columns before
-the write. The others resolve the whole dump on the driver, as before.
+The runs :func:`not_step_scoped` lets through take this path: row-level group estimators and
+token-level estimators computed row by row (GAE, REINFORCE++, ReMax, ...), with values, whitening or
+token-reward whitening. The others (it says why) resolve the whole dump on the driver, as before.
 """
 from __future__ import annotations
 

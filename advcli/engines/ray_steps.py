@@ -58,6 +58,7 @@ def not_step_scoped(plan) -> str | None:
     import torch
 
     from ..pipeline import roles as role_rules
+    from ..pipeline.observe import RunObserver
 
     spec = plan.spec
     if spec.name == "mix" or getattr(spec, "user_fn", None) is not None or (
@@ -67,6 +68,8 @@ def not_step_scoped(plan) -> str | None:
         return "the estimator is not known to read one step's rows only"
     if spec.group_token_pass is not None:
         return "the estimator has a token-statistics pass"
+    if spec.level == "row" and not RunObserver.ROW_PATH:  # the actor builds its observer in its own process
+        return "the statistics' row path is off in this process (tests): the statistics actor would not know"
     if plan.whiten and plan.whiten_spec().one_pass == torch.float32:
         return "slime's float32 one-pass whitening sums each step's tokens in order, in one process"
     if plan.correction is not None:

@@ -115,6 +115,12 @@ def _whitened_per_step(table: pa.Table):
     # GRPO with advantage whitening and token-reward whitening (two moments passes), steps interleaved
     ("interleaved", "advcli", [("estimator.name", "grpo"), ("advantage.whiten", True),
                                ("reward.whiten_tokens", True)], True, 1),
+    # SkyRL REINFORCE++: whitened over every response position (whitening.mask=all), then batch-normalised
+    ("interleaved", "skyrl", [("trainer.algorithm.advantage_estimator", "reinforce++"),
+                              ("trainer.algorithm.advantage_batch_normalize", True)], False, 1),
+    # SkyRL GRPO batch-normalised: its mean over the step's padded grid, whose cells (rows × longest row)
+    # come from each step's resolution
+    ("contiguous", "skyrl", [("trainer.algorithm.advantage_batch_normalize", True)], False, 0),
     # ReMax: token-level returns minus each row's reward_baseline column, not whitened (verl compute_remax)
     ("contiguous", "verl", [("algorithm.adv_estimator", "remax")], False, 0),
 ])

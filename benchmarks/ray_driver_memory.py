@@ -3,9 +3,11 @@ dump with 4x the rows grows by less than 10%").
 
     python benchmarks/ray_driver_memory.py                          # 16,384 and 65,536 rows
     python benchmarks/ray_driver_memory.py --rows 32768 --row-pass driver --runs 3
+    python benchmarks/ray_driver_memory.py --estimator gae          # verl GAE: values, whitened
 
 Dumps of N and 4N rows (``advcli sample``, 64 rows per group, 16 groups per step, so N/1024 and
-4N/1024 steps; 4-8 tokens per row, so rows dominate, not tokens), verl GRPO, run with ``run_ray`` on
+4N/1024 steps; 4-8 tokens per row, so rows dominate, not tokens), verl GRPO (``--estimator``: another
+of verl's ``algorithm.adv_estimator``, e.g. ``gae``, which reads the values and whitens), run with ``run_ray`` on
 a local Ray instance (``num_cpus`` = ``--workers`` + 1), each run in a fresh subprocess.
 
 What is measured: the **driver process's resident set** (RSS, ``/proc/self/statm``), sampled every
@@ -78,7 +80,7 @@ def _rss_parts() -> tuple[int, int]:
     return got.get("RssAnon", 0), got.get("RssShmem", 0)
 
 
-def _child(path: str, workers: int, row_pass: str) -> None:
+def _child(path: str, workers: int, row_pass: str, estimator: str) -> None:
     """One run in this (fresh) process: prints a JSON line with the driver's RSS figures."""
     import ray
 
@@ -104,8 +106,11 @@ def _child(path: str, workers: int, row_pass: str) -> None:
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     t0 = time.perf_counter()
-    run_ray([path], os.path.join(out, "o"), {"algorithm.adv_estimator": "grpo"}, flavor="verl", device="cpu",
-            force=True, row_pass=row_pass)
+    from advcli.flavors import resolve
+
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", estimator)])
+    run_ray([path], os.path.join(out, "o"), cfg, flavor="verl", native=native, device="cpu", force=True,
+            row_pass=row_pass)
     wall = time.perf_counter() - t0
     stop.set()
     t.join()
@@ -123,20 +128,21 @@ def main() -> None:
     ap.add_argument("--row-pass", default="workers", choices=["driver", "workers"])
     ap.add_argument("--row-group", type=int, default=4096)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--estimator", default="grpo", help="verl's algorithm.adv_estimator (default grpo)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return _child(args.child[0], int(args.child[1]), args.child[2])
+        return _child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
     sizes = [args.rows, 4 * args.rows]
     paths = {n: sample(n, args.row_group) for n in sizes}
     runs: dict[int, list[dict]] = {n: [] for n in sizes}
     env = {**os.environ, "ADVCLI_SERVER": "off", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for _ in range(args.runs):
         for n in sizes:  # interleaved
-            p = subprocess.run([PY, __file__, "--child", paths[n], str(args.workers), args.row_pass],
+            p = subprocess.run([PY, __file__, "--child", paths[n], str(args.workers), args.row_pass, args.estimator],
                                check=True, capture_output=True, text=True, env=env)
             runs[n].append(json.loads(p.stdout.strip().splitlines()[-1]))
-    print(f"driver peak RSS over its baseline (run_ray, verl GRPO, {args.workers} worker(s), row pass on "
+    print(f"driver peak RSS over its baseline (run_ray, verl {args.estimator}, {args.workers} worker(s), row pass on "
           f"{args.row_pass}, {GROUP} rows/group, {GROUPS_PER_STEP} groups/step; medians of {args.runs})")
     print("| rows | steps | peak RSS (MB) | peak RSS - baseline (MB) | ru_maxrss - baseline (MB) | "
           "private (RssAnon) peak - baseline (MB) | object-store pages (RssShmem) peak - baseline (MB) | wall s |")

@@ -27,7 +27,8 @@ def _per_row_rows(obj) -> int:
     return 0 if beta is None else int(beta.shape[0])
 
 
-def test_driver_puts_at_most_one_steps_rows(tmp_path, monkeypatch):
+@pytest.mark.parametrize("estimator", ["grpo", "gae"])  # gae: values, whitening moments on the steps
+def test_driver_puts_at_most_one_steps_rows(tmp_path, monkeypatch, estimator):
     from advcli.engines import ray_steps
     from advcli.engines.ray_engine import run_ray
     from advcli.flavors import resolve
@@ -55,7 +56,7 @@ def test_driver_puts_at_most_one_steps_rows(tmp_path, monkeypatch):
 
         monkeypatch.setattr(ray, "put", counting_put)
         monkeypatch.setattr(ray_steps, "resolve_steps", resolve_and_look)
-        cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo")])
+        cfg, native = resolve("verl", [("algorithm.adv_estimator", estimator)])
         result = run_ray([path], str(tmp_path / "out"), cfg, flavor="verl", native=native, device="cpu",
                          chunk_rows=64, row_pass="workers")
     assert result.rows == t.num_rows

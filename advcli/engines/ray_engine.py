@@ -10,8 +10,8 @@ The passes are those of the local engine (:mod:`advcli.pipeline`), placed where 
    verl's rollout correction, when on, is a statistics pass on the workers
    (:mod:`advcli.engines.ray_correction_pass`).
 2. **workers** (only where configured): per-scope moments of token-level advantages or token
-   rewards for whitening, one ``map_batches`` pass over the token columns; the driver adds the
-   per-batch float64 sums in row order.
+   rewards for whitening, one ``map_batches`` pass over the token columns; the driver merges the
+   batches' exact sums (:mod:`advcli.engines.ray_moments`).
 3. **workers**: ``map_batches(_Worker, batch_format="pyarrow")`` (an actor class, one GPU each when
    the cluster has GPUs) over advcli's read shards, applying the same per-chunk math
    (:func:`advcli.pipeline.chunk_math`) to each batch → :func:`advcli.engines.ray_output.ordered_sink`;
@@ -79,6 +79,7 @@ from ..pipeline.plan import open_and_plan
 from ..pipeline.rows import row_table_pass
 from ..pipeline.run import finish_result, wants_positions
 from ..ragged import Ragged
+from .ray_moments import gather_moments, moments_batch, step_whitening
 from .ray_output import (
     check_output_dir,
     check_output_prefix,
@@ -91,7 +92,7 @@ from .ray_output import (
 )
 from .ray_rows import ROW_COL, lean, take_rows
 from .ray_shards import Shard, plan_shards, read_shard, shard_target
-from .ray_stats import StatsSink, histogram_edges, seed_values
+from .ray_stats import StatsSink, histogram_edges, seed_values, shard_valid_of
 from .ray_steps import StepRows, not_step_scoped, observer_of_steps, unpack_rows
 
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
@@ -152,6 +153,8 @@ class _Worker:
         self.maker = None
         self.row_kl = payload.get("row_kl", True)
         self.names = payload.get("names") or self.read.paths  # the inputs as the user named them (messages)
+        self.vbase = payload.get("vbase")  # per-step driver: {shard's first row: valid tokens before it}
+        self.vnext = 0  # the run's valid tokens before this batch (with vbase)
         self.reader = ChunkReader(self.plan, None)
 
     def __call__(self, items: pa.Table):
@@ -159,6 +162,7 @@ class _Worker:
             for item in items.to_pylist():
                 shard = Shard.of_item(item)
                 rd = self.read
+                self.vnext = self.vbase.get(shard.first, 0) if self.vbase else 0
                 for off, batch in read_shard(rd.paths[shard.file], shard, rd.columns, rd.chunk_rows, rd.filesystem,
                                              self.names[shard.file]):
                     yield self._call(batch, shard.file, off, shard.first + (off - shard.start))
@@ -175,7 +179,7 @@ class _Worker:
         if self.maker is None:
             from ..pipeline.observe import PartialMaker
 
-            # (the per-step index has no run-wide Σ mask: its runs are row-level, whose partials do not read it)
+            # (with the per-step index, no run-wide Σ mask: the batch's place among the valid tokens from vbase)
             valid = self.res.table.valid_len if self.res is not None else np.zeros(0, dtype=np.int64)
             self.maker = PartialMaker(self.plan, self.stats["settings"], valid, edges=self.stats.get("edges"))
         return self.maker
@@ -205,26 +209,24 @@ class _Worker:
         else:  # the tables of the steps that hold these rows
             sub = self.steps.take(grow)
         layout = Ragged(torch.from_numpy(offsets))
-        if self.mode.startswith("moments"):
-            rewards = self.mode == "moments:rewards"
-            adv, _, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
-            v = tlr if rewards else adv
-            sums = MomentSums.zeros(self.res.scopes.num_groups)
-            # as the local engine
-            sums.add_rows(*MomentSums.row_partials(v, mask, layout.to(v.device), sub.scopes.codes))
-            return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
-                             "count": [sums.count.tolist()], "total": [sums.total.tolist()],
-                             "total_sq": [sums.total_sq.tolist()]})
+        if self.mode.startswith("moments"):  # per-scope whitening sums (advcli.engines.ray_moments)
+            return moments_batch(plan, sub, layout, tok, grow, rewards=self.mode == "moments:rewards")
+        vbase, vfirst = None, None  # each row's first valid token among the run's (per-step; else the maker's)
+        if self.vbase is not None:
+            valid = sub.table.valid_len.numpy().astype(np.int64)
+            vfirst, vbase = self.vnext, self.vnext + np.cumsum(valid) - valid
+            self.vnext += int(valid.sum())
         extras = {} if sub.correction is not None else None
         adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True, extras=extras)
         extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
                  if sub.correction is not None else None)  # as the local engine's write pass
         if self.mode == "seed":  # the run's first finite valid advantages (histogram_edges)
-            return seed_values(first, self._maker().vstart, self.stats["seed_tokens"], mask, adv)
+            vfirst = vfirst if vfirst is not None else int(self._maker().vstart[first])
+            return seed_values(first, vfirst, self.stats["seed_tokens"], mask, adv)
         if self.observer is not None:  # this chunk's partial statistics, not its tokens
             import ray
 
-            p = self._maker().partials(first, layout, mask, adv, ret, tlr, tok)
+            p = self._maker().partials(first, layout, mask, adv, ret, tlr, tok, vbase=vbase)
             ray.get(self.observer.add.remote(first, len(grow), p))
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)
@@ -280,25 +282,13 @@ def _map(cl: _Cluster, columns: list[str] | None, payload: dict):
 
 
 def _moments_fn(cl: _Cluster, watch=None):
-    """``token_moments`` for :func:`advcli.pipeline.prepare_run`, run on the workers (each part received
-    is progress for the ``watch``)."""
+    """``token_moments`` for :func:`advcli.pipeline.prepare_run`, run on the workers and merged exactly
+    (:mod:`advcli.engines.ray_moments`; each part received is progress for the ``watch``)."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
         payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
-        ds = _map(cl, list(roles_to_columns(plan, plan.token_roles)), payload)
-        if watch is not None:
-            watch.stage("the token-moments pass")
-        parts = []
-        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            parts += b.to_pylist()
-            if watch is not None:
-                watch.tick()
-        parts.sort(key=lambda r: r["first_row"])  # add in row order: deterministic
-        sums = MomentSums.zeros(res.scopes.num_groups)
-        for p in parts:
-            sums.count += torch.tensor(p["count"], dtype=torch.float64)
-            sums.total += torch.tensor(p["total"], dtype=torch.float64)
-            sums.total_sq += torch.tensor(p["total_sq"], dtype=torch.float64)
+        sums = gather_moments(_map(cl, list(roles_to_columns(plan, plan.token_roles)), payload),
+                              res.scopes.num_groups, watch)
         if progress:
             progress("statistics", inputs.num_rows, inputs.num_rows)
         return sums
@@ -514,10 +504,18 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
             if row_pass == "workers" and inputs.num_rows and not_step_scoped(plan) is None:  # per-step driver
                 steps = _resolve_by_step(cl, plan, inputs, chunk_rows, progress, watch)
                 warnings, tokens, valid_tokens = steps.warnings, steps.tokens, steps.valid_tokens
+
+                def moments_pass(mode, index):  # pass 2 on the workers, reading the resolved steps
+                    run = {"plan": plan, "res": None, "steps": index, "names": inputs.paths, "device": cl.device,
+                           "mode": mode}
+                    return gather_moments(_map(cl, token_cols, run), len(steps.step_values), watch)
+                whitening = step_whitening(plan, steps, moments_pass)
                 sink = stats_actor.remote(functools.partial(observer_of_steps, plan_cpu, steps.observer_pieces,
-                                                            inputs.num_rows, by_pos, inputs.paths[0]), inputs.num_rows)
+                                                            inputs.num_rows, by_pos, inputs.paths[0], whitening),
+                                          inputs.num_rows)
                 stats = ray.get(sink.stats_settings.remote())  # the actor assembles its observer first
-                rows_payload = {"res": None, "steps": steps.index}
+                rows_payload = {"res": None, "steps": steps.index, "vbase": steps.valid_base(cl.shards)}
+                shard_valid = steps.shard_valid
                 del steps
             else:  # the whole dump's table on the driver, broadcast
                 res, row, betas, kls, warnings = prepare_run(
@@ -527,17 +525,20 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                 tokens, valid_tokens = int(row["length"].sum()), int(row["valid"].sum())
                 observer = RunObserver(plan_cpu, res, row, betas, kls, by_position=by_pos)
                 stats = {"settings": observer.partial_settings(), "edges": None,
-                         "seed_tokens": observer.figures.adv_hist.seed_tokens}
+                         "seed_tokens": observer.figures.adv_hist.seed_tokens, "bins": observer.figures.bins}
                 rows_payload = {"res": lean(res)}
+                shard_valid = shard_valid_of(cl.shards, res.table.valid_len)
             # pass 3: compute and write
             base_fields, out_schema = output_schema(plan, inputs, flavor, native, output_mode)
-            if res is not None and not observer.row_path:  # the advantage histogram's edges, before the workers count
+            if not stats["settings"]["row_path"]:  # the advantage histogram's edges, before the workers count
                 watch.stage("the histogram seed pass")
-                seed = {"plan": plan, "res": lean(res), "names": inputs.paths, "device": cl.device,
-                        "mode": "seed", "stats": stats}
-                stats["edges"] = histogram_edges(cl, lambda c: _map(c, token_cols, seed), res.table.valid_len,
-                                                 stats["seed_tokens"], observer.figures.bins, tick=watch.tick)
-                if stats["edges"] is not None:
+                seed = {"plan": plan, **rows_payload, "names": inputs.paths, "device": cl.device, "mode": "seed",
+                        "stats": stats}
+                stats["edges"] = histogram_edges(cl, lambda c: _map(c, token_cols, seed), shard_valid,
+                                                 stats["seed_tokens"], stats["bins"], tick=watch.tick)
+                if stats["edges"] is not None and res is None:  # the statistics actor's histogram
+                    ray.get(sink.fix_edges.remote(stats["edges"]))
+                elif stats["edges"] is not None:  # the observer the actor will get
                     observer.figures.adv_hist.fix_edges(stats["edges"])
             if res is not None:
                 sink = stats_actor.remote(observer, inputs.num_rows)

@@ -40,7 +40,12 @@ class StatsSink:
     def stats_settings(self) -> dict:
         """What the workers' :class:`advcli.pipeline.observe.PartialMaker` needs (the write pass's ``stats``)."""
         return {"settings": self.obs.partial_settings(), "edges": None,
-                "seed_tokens": self.obs.figures.adv_hist.seed_tokens}
+                "seed_tokens": self.obs.figures.adv_hist.seed_tokens, "bins": self.obs.figures.bins}
+
+    def fix_edges(self, edges) -> None:
+        """The advantage histogram's edges, fixed by the seed pass (:func:`histogram_edges`) before the
+        workers count."""
+        self.obs.figures.adv_hist.fix_edges(edges)
 
     def seen(self) -> tuple[int, int]:
         """(chunks received, rows merged in order)."""
@@ -68,45 +73,54 @@ class StatsSink:
                 "warnings": result.warnings, "by_position": result.by_position}
 
 
-def seed_values(first: int, vstart: torch.Tensor, seed_tokens: int, mask, adv) -> pa.Table:
-    """One batch's finite valid advantages (float64, in order) when its first row starts before the
-    run's ``seed_tokens``-th valid token (else none): the seed pass's result for :func:`histogram_edges`."""
+def seed_values(first: int, vfirst: int, seed_tokens: int, mask, adv) -> pa.Table:
+    """One batch's finite valid advantages (float64, in order) when its first row (global row ``first``,
+    whose first valid token is the run's ``vfirst``-th) starts before the run's ``seed_tokens``-th valid
+    token (else none): the seed pass's result for :func:`histogram_edges`."""
     x = []
-    if int(vstart[first]) < seed_tokens:
+    if vfirst < seed_tokens:
         m = mask.detach().to("cpu") > 0
         v = adv.detach().to("cpu")[m].to(torch.float64)
         x = v[torch.isfinite(v)].tolist()
     return pa.table({"first_row": [first], "values": pa.array([x], type=pa.list_(pa.float64()))})
 
 
-def histogram_edges(cl, map_seed, valid_len, seed_tokens: int, bins: int, tick=None) -> np.ndarray | None:
-    """The edges :class:`advcli.figures.StreamHistogram` fixes from the run's first ``seed_tokens``
-    finite valid advantages, computed before the write pass by running it on the first rows only
-    (``map_seed(cluster)``: the seed pass over ``cluster.shards``, yielding :func:`seed_values` tables),
-    so that the workers count every token against them. None when the run has at most ``seed_tokens``
-    valid tokens: the chunks then send their finite advantages, at most ``seed_tokens`` in all.
-    ``tick()``: told after each batch received (progress for the node watch)."""
+def shard_valid_of(shards: list[Shard], valid_len) -> list[int]:
+    """Σ mask of each shard's rows, from the per-row ``valid_len`` [R] (global rows)."""
     from ..figures.arrays import to_numpy
-    from ..figures.histograms import seed_edges
 
     vstart = np.concatenate([[0], np.cumsum(to_numpy(valid_len, np.int64))])
-    total = int(vstart[-1])
+    return [int(vstart[s.first + s.stop - s.start] - vstart[s.first]) for s in shards]
+
+
+def histogram_edges(cl, map_seed, shard_valid: list[int], seed_tokens: int, bins: int,
+                    tick=None) -> np.ndarray | None:
+    """The edges :class:`advcli.figures.StreamHistogram` fixes from the run's first ``seed_tokens``
+    finite valid advantages, computed before the write pass by running it on the first shards only
+    (``map_seed(cluster)``: the seed pass over ``cluster.shards``, yielding :func:`seed_values` tables;
+    ``shard_valid``: each of ``cl.shards``' Σ mask, so that no per-row table is needed), so that the
+    workers count every token against them. None when the run has at most ``seed_tokens`` valid
+    tokens: the chunks then send their finite advantages, at most ``seed_tokens`` in all.
+    ``tick()``: told after each batch received (progress for the node watch)."""
+    from ..figures.histograms import seed_edges
+
+    starts = np.concatenate([[0], np.cumsum(np.asarray(shard_valid, dtype=np.int64))])
+    total = int(starts[-1])
     if total <= seed_tokens:
         return None
-    R = len(vstart) - 1
+    n = len(cl.shards)
     want = seed_tokens
     while True:
-        r = min(int(np.searchsorted(vstart, want)), R)  # rows [0, r) hold at least `want` valid tokens
-        shards = [Shard(s.file, s.start, min(s.stop, s.start + (r - s.first)), s.first) for s in cl.shards
-                  if s.first < r]
+        # shards [0, k) hold at least `want` valid tokens (every shard once every token is wanted)
+        k = n if want >= total else min(int(np.searchsorted(starts, want)), n)
         parts = []
-        for b in map_seed(dataclasses.replace(cl, shards=shards)).iter_batches(batch_format="pyarrow",
-                                                                                batch_size=None):
+        for b in map_seed(dataclasses.replace(cl, shards=cl.shards[:k])).iter_batches(batch_format="pyarrow",
+                                                                                     batch_size=None):
             parts += b.to_pylist()
             if tick is not None:
                 tick()
         parts.sort(key=lambda p: p["first_row"])
         x = np.array([v for p in parts for v in p["values"]], dtype=np.float64)
-        if x.size >= seed_tokens or r >= R:  # non-finite or rejected tokens among the first: read further
+        if x.size >= seed_tokens or k >= n:  # non-finite or rejected tokens among the first: read further
             return seed_edges(x[:seed_tokens], bins) if x.size else None
         want = min(total, 2 * want)

@@ -20,14 +20,20 @@ per-row values (tests/test_step_scoped.py checks the premise with the local engi
    the warnings, the step's first and last global row. The driver holds refs and per-step numbers,
    never a row: its memory does not grow with the rows (with the adaptive controller on, the steps
    run one after another, as the carried coefficient requires; with a fixed one, all at once).
-3. The write pass's workers fetch the step tables whose row range overlaps their batch
-   (:class:`StepRows`); the statistics actor assembles its observer from the per-step pieces
-   (:func:`observer_of_steps`) in its own process.
+3. Whitening and batch normalisation (per scope: the step, or the whole dump as one step) are left out
+   of the steps' resolution and run after it (:func:`advcli.engines.ray_moments.step_whitening`): a
+   moments pass on the workers reading the resolved steps (token-level advantages, token rewards), or
+   each step's row sums (row-level estimators); the driver gets a few floats per step and puts the
+   mean and 1/std per step in the :class:`StepIndex`.
+4. The write pass's workers fetch the step tables whose row range overlaps their batch
+   (:class:`StepRows`), and place their batch among the run's valid tokens from the per-shard Σ mask
+   (:meth:`Resolved.valid_base`: the advantage sample's strata, the histogram's seed pass); the
+   statistics actor assembles its observer from the per-step pieces (:func:`observer_of_steps`) in its
+   own process.
 
-Only runs whose resolution needs nothing but the row pass take this path (:func:`not_step_scoped`
-says why another does not): advcli's row-level group estimators whose token values are the row value
-(GRPO, RLOO, OPO, GPG, ...), without whitening, rollout correction or another pass over the token columns before
-the write. The others resolve the whole dump on the driver, as before.
+The runs :func:`not_step_scoped` lets through take this path: row-level group estimators and
+token-level estimators computed row by row (GAE, REINFORCE++, ReMax, ...), with values, whitening or
+token-reward whitening. The others (it says why) resolve the whole dump on the driver, as before.
 """
 from __future__ import annotations
 
@@ -42,26 +48,33 @@ from .ray_rows import ROW_COL, cat_rows, lean, take_rows
 
 
 def not_step_scoped(plan) -> str | None:
-    """Why this run cannot be resolved one step at a time (None: it can)."""
+    """Why this run cannot be resolved one step at a time (None: it can).
+
+    Taken: advcli's row-level group estimators and its token-level estimators computed row by row (GAE,
+    REINFORCE++, ReMax, token rewards, distillation), values read or not, with whitening and batch
+    normalisation of the advantages or token-reward whitening (per scope: pass 2 runs after the
+    per-step resolution, :mod:`advcli.engines.ray_moments`). Refused, each with its reason: what reads
+    or carries more than one step (below)."""
+    import torch
+
     from ..pipeline import roles as role_rules
     from ..pipeline.observe import RunObserver
 
     spec = plan.spec
-    if spec.level != "row" or not getattr(spec, "row_constant", False) or not RunObserver.ROW_PATH:
-        return "the estimator is token-level (its statistics need the token values before the write pass)"
-    if not spec.uses_groups or spec.name == "mix" or getattr(spec, "user_fn", None) is not None:
+    if spec.name == "mix" or getattr(spec, "user_fn", None) is not None or (
+            spec.level == "row" and not (spec.uses_groups and getattr(spec, "row_constant", False))):
         # prime-rl's EMA baseline carries its baseline across steps; a mix may hold it; your own function
         # is called with the run's step index
         return "the estimator is not known to read one step's rows only"
-    if "values" in plan.token_roles:
-        return "the run reads a values column"
-    if plan.whiten or plan.run.reward.whiten_tokens:
-        return "whitening needs a moments pass"
-    if plan.correction is not None:
-        return "the rollout correction has its own pass"
     if spec.group_token_pass is not None:
         return "the estimator has a token-statistics pass"
-    if plan.kl_on and plan.run.kl.score_sum == "right_aligned":
+    if spec.level == "row" and not RunObserver.ROW_PATH:  # the actor builds its observer in its own process
+        return "the statistics' row path is off in this process (tests): the statistics actor would not know"
+    if plan.whiten and plan.whiten_spec().one_pass == torch.float32:
+        return "slime's float32 one-pass whitening sums each step's tokens in order, in one process"
+    if plan.correction is not None:
+        return "the rollout correction has its own pass"
+    if plan.kl_on and spec.level == "row" and plan.run.kl.score_sum == "right_aligned":
         return "the row scores are summed on the step's token grid"
     if role_rules.norm_spec(plan.run.reward) is not None:
         return "reward.norm keeps float32 checks over the whole run"
@@ -123,6 +136,7 @@ class RowPieces:
     valid: int
     length: int
     empty: tuple[int, int]  # (first global row with Σ mask = 0 or -1, how many)
+    shard_valid: list[int] = dataclasses.field(default_factory=list)  # Σ mask per shard, in row order
 
 
 def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | None, num_rows: int,
@@ -157,7 +171,7 @@ def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | N
             pieces[k].append(ref)
     values = step_values.tolist() if step_col is not None else [None]
     return RowPieces(values, pieces, step_rows, sum(x["valid"] for x in summaries),
-                     sum(x["length"] for x in summaries), empty)
+                     sum(x["length"] for x in summaries), empty, [x["valid"] for x in summaries])
 
 
 # ------------------------------------------------------------------------ 2. step by step
@@ -191,9 +205,14 @@ def global_rows(message: str, rows: np.ndarray) -> str:
     return re.sub(r"\brow (\d+)\b", one, message)
 
 
-def _with_kl_coef(plan, value: float):
-    kl = dataclasses.replace(plan.run.kl, coef=value)
-    return dataclasses.replace(plan, run=dataclasses.replace(plan.run, kl=kl))
+def _step_plan(plan, value: float):
+    """The plan one step is resolved with: the KL coefficient carried in, whitening left to pass 2 (its
+    statistics are the run's per scope: :func:`advcli.engines.ray_moments.step_whitening`)."""
+    run = plan.run
+    kl = dataclasses.replace(run.kl, coef=value)
+    whitening = dataclasses.replace(run.whitening, whiten=False, batch_normalize=False)
+    reward = dataclasses.replace(run.reward, whiten_tokens=False)
+    return dataclasses.replace(plan, run=dataclasses.replace(run, kl=kl, whitening=whitening, reward=reward))
 
 
 def _kl_carry(plan, value: float, kls: list, rows: int) -> float:
@@ -209,23 +228,36 @@ def _kl_carry(plan, value: float, kls: list, rows: int) -> float:
 @dataclasses.dataclass
 class StepIndex:
     """What the write pass's workers get instead of the dump's table: per step, the ref of its lean
-    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row. (The runs that
-    take this path are row-level: their statistics' partials need no place among the run's valid
-    tokens, which a token-level run's advantage sample would.)"""
+    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row; ``per_scope``:
+    the whitening statistics, [S] float64 each, that every batch's table gets
+    (:func:`advcli.engines.ray_moments.step_whitening`)."""
 
     steps: list[tuple]  # (ref, first row, last row)
+    per_scope: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class Resolved:
     """The per-step driver's result: the workers' index, the refs of the statistics actor's pieces, the
-    run's warnings and totals."""
+    run's warnings and totals, and what pass 2 and the workers' statistics need: the step values,
+    row-level whitening sums per step, the cells of each step's padded grid (rows × longest row), each
+    read shard's Σ mask (in ``cl.shards`` order)."""
 
     index: StepIndex
     observer_pieces: list
     warnings: list[str]
     tokens: int
     valid_tokens: int
+    step_values: list = dataclasses.field(default_factory=list)
+    row_sums: list = dataclasses.field(default_factory=list)
+    cells: list = dataclasses.field(default_factory=list)
+    shard_valid: list = dataclasses.field(default_factory=list)
+
+    def valid_base(self, shards) -> dict:
+        """{a shard's first global row: the run's valid tokens before it}: where each shard's rows start
+        among the run's valid tokens (the advantage sample's strata, the histogram's seed)."""
+        starts = np.concatenate([[0], np.cumsum(np.asarray(self.shard_valid, dtype=np.int64))])
+        return {s.first: int(v) for s, v in zip(shards, starts[:-1].tolist())}
 
 
 def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str], empty: tuple, chunk_rows: int,
@@ -245,7 +277,7 @@ def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str
     row, comps, keys = unpack_rows(t, empty)
     del t
     try:
-        res, row, betas, kls, warnings = prepare_run(_with_kl_coef(plan, value), _StepInputs(len(rows), paths),
+        res, row, betas, kls, warnings = prepare_run(_step_plan(plan, value), _StepInputs(len(rows), paths),
                                                      chunk_rows, None, row_pass=lambda *a, **k: (row, comps, keys))
     except AdvcliError as e:  # "row N" of this step's table is the input's row rows[N]
         raise AdvcliError(global_rows(e.message, rows), hint=e.hint) from None
@@ -257,9 +289,15 @@ def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str
                                 table=dataclasses.replace(small.table, scopes=scopes))
     piece = {"res": res, "rows": rows, "betas": betas, "kls": kls,
              "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}
+    sums = None
+    if plan.whiten and plan.spec.level == "row":  # the step's whitening sums, from its rows (a few numbers)
+        from .ray_moments import step_sums
+
+        sums = step_sums(plan, s, len(step_values), res.adv_row, row)
+    longest = int(res.table.length.max()) if len(rows) else 0
     return {"next": _kl_carry(plan, value, kls, len(rows)), "warnings": warnings, "first": int(rows[0]),
             "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
-            "piece": ray.put(piece)}
+            "piece": ray.put(piece), "sums": sums, "cells": float(len(rows)) * float(max(longest, 0))}
 
 
 def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
@@ -295,8 +333,9 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     for k in kept:
         warnings += [w for w in k["warnings"] if w not in warnings]
     steps = [(k["table"], k["first"], k["last"]) for k in kept]
-    return Resolved(StepIndex(steps), [k["piece"] for k in kept], warnings, rp.length,
-                    rp.valid)
+    return Resolved(StepIndex(steps), [k["piece"] for k in kept], warnings, rp.length, rp.valid,
+                    list(rp.step_values), [k["sums"] for k in kept if k["sums"] is not None],
+                    [k["cells"] for k in kept], rp.shard_valid)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics
@@ -326,16 +365,16 @@ class StepRows:
             hit = rows[pos] == grow
             if hit.any():
                 parts.append((np.flatnonzero(hit), take_rows(self.cache[k]["res"], torch.from_numpy(pos[hit]))))
-        if len(parts) == 1 and len(parts[0][0]) == len(grow):
-            return parts[0][1]
-        return cat_rows(parts, len(grow))
+        sub = parts[0][1] if len(parts) == 1 and len(parts[0][0]) == len(grow) else cat_rows(parts, len(grow))
+        return dataclasses.replace(sub, **self.index.per_scope) if self.index.per_scope else sub
 
 
-def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, file: str):
+def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, file: str, whitening: dict):
     """The statistics actor's :class:`advcli.pipeline.observe.RunObserver`, assembled in its own process
     from the per-step pieces: per-row values put back in global row order, and the scopes, groups and
     key columns coded over the whole run again from the key columns (as the local engine numbers them:
-    group health and the diagnostics' examples read that numbering)."""
+    group health and the diagnostics' examples read that numbering); ``whitening``: pass 2's per-scope
+    statistics and diagnostics (:func:`advcli.engines.ray_moments.step_whitening`)."""
     import ray
 
     from ..batch import RowTable
@@ -369,6 +408,8 @@ def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, 
     res = Prepared(scopes, groups, step_values, per("beta_row"), per("reward_row"), per("adv_row"), table)
     res.raw_score, res.row_keys, res.kl_deferred = per("raw_score"), keys, first.kl_deferred
     res.norm_checks = []
+    for k, v in whitening.items():
+        setattr(res, k, v)
     row = {k: scatter([p["row"][k] for p in pieces]) for k in pieces[0]["row"]}
     betas = [b for p in pieces for b in p["betas"]]
     kls = [k for p in pieces for k in p["kls"]]

@@ -134,6 +134,24 @@ class MomentSums:
         keep = layout.lengths.to(values.device) > 0
         return tuple(x[keep] for x in parts), scope_row.to(values.device)[keep]
 
+    def merge(self, other: MomentSums) -> None:
+        """Add ``other``'s sums (the same scopes, made elsewhere: a Ray worker's batch) exactly: its
+        integer bins into these, then each touched scope rounded once, so that the totals are those of
+        one accumulation of every value, whatever the parts (:class:`ExactSums`)."""
+        touched: set[int] = set()
+        for mine, theirs in zip(self._exact, other._exact):
+            for key, v in theirs.bins.items():
+                mine.bins[key] = mine.bins.get(key, 0) + v
+                touched.add(key[0])
+            if bool((theirs.special != 0).any()):
+                mine.special += theirs.special
+                touched.update(torch.nonzero(theirs.special).flatten().tolist())
+        if touched:
+            idx = sorted(touched)
+            where = torch.tensor(idx, dtype=torch.int64)
+            for tensor, acc in zip((self.count, self.total, self.total_sq), self._exact):
+                tensor[where] = acc.totals(idx)
+
     def add_rows(self, parts: tuple, scope: torch.Tensor) -> None:
         """Accumulate (Σm, Σvm, Σv²m) values, each with its scope, exactly."""
         touched: set[int] = set()

@@ -110,8 +110,10 @@ class PartialMaker:
         self.diag = Diagnostics(**diagnostics_settings(plan))
 
     def partials(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict,
-                 seen: ChunkObservations | None = None) -> ChunkPartials:
-        """Rows ``row0 ..`` of the run: their final token values (``seen``: see :meth:`RunObserver.add`)."""
+                 seen: ChunkObservations | None = None, vbase: np.ndarray | None = None) -> ChunkPartials:
+        """Rows ``row0 ..`` of the run: their final token values (``seen``: see :meth:`RunObserver.add`).
+        ``vbase``: each row's first valid token's place among the run's, where the maker was given no
+        ``valid_len`` (a Ray worker that knows its batch's place, not every row's)."""
         from ..diagnostics import nonfinite_rows
         from ..figures.positions import position_sums
         layout = layout.to("cpu")
@@ -134,8 +136,10 @@ class PartialMaker:
         c = self.collector
         check = not c.adv_nonconstant if self.local else True
         fig = seen.figures if seen is not None else None
+        if vbase is None:
+            vbase = self.vstart[row0:row0 + layout.num_rows]
         tp = c.token_partials(layout, mask, adv, ret, tlr, tok.get("values"), fig,
-                              vbase=self.vstart[row0:row0 + layout.num_rows], edges=self.edges, check_const=check)
+                              vbase=vbase, edges=self.edges, check_const=check)
         return ChunkPartials(tp, None, nonfinite_rows(layout, mask, adv), findings, positions)
 
 

@@ -11,6 +11,7 @@ import torch
 from ..batch import RowTable
 from ..io.reader import InputSet
 from ..io.value_checks import unplaced_reward
+from ..ops import batchnorm
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
@@ -52,6 +53,35 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
                            "residues (its mean an ulp off the common value, an estimator's residue) become advantages "
                            "of order 1e-4..1 that depend on its summation order and cannot be reproduced exactly; "
                            "the intended values are those of --precision float64."}
+
+
+def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Callable):
+    """Pass 2's result from the per-scope moments of the advantages (token-level: their mask=1 tokens;
+    row-level: each row's value weighed by its Σ mask): (mean, rstd) [S] float64 as the write pass applies
+    them (whitening, then SkyRL's batch normalisation composed in: ``cells()`` [S], its grid's cells),
+    the ``float32_amplified_normalization`` item, and the other precision's (mean, rstd, dtype) where the
+    whitening is one-pass (else None). The Ray engine's per-step driver calls it with the sums its workers
+    made (advcli.engines.ray_moments)."""
+    run_sums = sums  # slime float32 one-pass: the sums in the framework's own summation order, where kept
+    if plan.whiten_spec().one_pass == torch.float32 and getattr(sums, "ordered", None) is not None:
+        run_sums = MomentSums(*sums.ordered)
+    S = sums.count.numel()
+    if plan.run.whitening.whiten:
+        mean, rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values, plan.run.whitening.small)
+    else:
+        mean = torch.zeros(S, dtype=torch.float64)
+        rstd = torch.ones(S, dtype=torch.float64)
+    if plan.run.whitening.batch_normalize:  # SkyRL advantage_batch_normalize (ops.batchnorm)
+        from ..ops import batchnorm
+        mean, rstd = batchnorm.compose(sums, mean, rstd, cells())
+    other = None
+    if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
+        import dataclasses
+
+        from ..ops.whiten import scope_mean_rstd
+        dt = torch.float64 if plan.dtype == torch.float32 else torch.float32
+        other = scope_mean_rstd(sums, dataclasses.replace(plan.whiten_spec(), one_pass=dt)) + (dt,)
+    return mean, rstd, _amplified_item(plan, sums, mean, rstd, step_values), other
 
 
 def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
@@ -183,25 +213,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
             sums.add(adv_row.to(torch.float64), w, scopes.codes)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
-        run_sums = sums  # slime float32 one-pass: the sums in the framework's own summation order, where kept
-        if plan.whiten_spec().one_pass == torch.float32 and getattr(sums, "ordered", None) is not None:
-            run_sums = MomentSums(*sums.ordered)
-        if plan.run.whitening.whiten:
-            mean, rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values,
-                                      plan.run.whitening.small)
-        else:
-            mean = torch.zeros(scopes.num_groups, dtype=torch.float64)
-            rstd = torch.ones(scopes.num_groups, dtype=torch.float64)
-        if plan.run.whitening.batch_normalize:  # SkyRL advantage_batch_normalize (ops.batchnorm)
-            from ..ops import batchnorm
-            mean, rstd = batchnorm.compose(sums, mean, rstd,
-                                           batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups))
-        res.whiten_mean, res.whiten_rstd = mean, rstd
-        res.diagnostics.append(_amplified_item(plan, sums, mean, rstd, step_values))
-        if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
-            import dataclasses
-
-            from ..ops.whiten import scope_mean_rstd
-            other = torch.float64 if plan.dtype == torch.float32 else torch.float32
-            res.whiten_other = scope_mean_rstd(sums, dataclasses.replace(plan.whiten_spec(), one_pass=other)) + (other,)
+        cells = lambda: batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups)  # noqa: E731
+        res.whiten_mean, res.whiten_rstd, item, res.whiten_other = whitening_of_sums(plan, sums, step_values, cells)
+        res.diagnostics.append(item)
     return res, row, betas, kls, warnings

@@ -141,19 +141,34 @@ class RowPieces:
 
 def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | None, num_rows: int,
                     watch=None) -> RowPieces:
-    """The row pass on the workers, its results kept there (see the module's docstring)."""
+    """The row pass on the workers, its results kept there (see the module's docstring).
+
+    A shard that fails (bad input: its first bad row) fails the pass with the error of the **earliest**
+    failing shard in row order, as the local engine names the input's first bad row, whichever task Ray
+    finishes first: after a failure only the shards before it are waited for."""
     run = ray.remote(num_cpus=1)(_shard_rows)
     pref = ray.put(payload)
-    waiting, done, summaries = [run.remote(shard_rows_fn, pref, s.as_item(), step_col) for s in shards], 0, []
+    first_of = {run.remote(shard_rows_fn, pref, s.as_item(), step_col): s.first for s in shards}
+    waiting, done, summaries = list(first_of), 0, []
+    failed: tuple | None = None  # (first row of the earliest failing shard, its error)
     if watch is not None:
         watch.stage("the row pass")
     while waiting:
         ready, waiting = ray.wait(waiting, num_returns=1, timeout=1.0)
         for r in ready:
-            summaries.append(ray.get(r))
+            try:
+                summaries.append(ray.get(r))
+            except Exception as e:  # noqa: BLE001 - raised below, once no earlier shard can fail
+                if failed is None or first_of[r] < failed[0]:
+                    failed = (first_of[r], e)
+                continue
             done += summaries[-1]["rows"]
             if watch is not None:
                 watch.rows_received("rows", min(done, num_rows), num_rows)
+        if failed is not None:
+            waiting = [r for r in waiting if first_of[r] < failed[0]]
+    if failed is not None:
+        raise failed[1]
     summaries.sort(key=lambda x: x["first"])
     if done != num_rows:
         raise AdvcliError(f"--engine ray: the row pass returned {done} rows for an input of {num_rows}")

@@ -33,7 +33,8 @@ per-row values (tests/test_step_scoped.py checks the premise with the local engi
 
 The runs :func:`not_step_scoped` lets through take this path: row-level group estimators and
 token-level estimators computed row by row (GAE, REINFORCE++, ReMax, ...), with values, whitening or
-token-reward whitening. The others (it says why) resolve the whole dump on the driver, as before.
+token-reward whitening, grouped by prompt id or by position (blocks of n consecutive rows inside a
+step). The others (it says why) resolve the whole dump on the driver, as before.
 """
 from __future__ import annotations
 
@@ -78,8 +79,13 @@ def not_step_scoped(plan) -> str | None:
         return "the row scores are summed on the step's token grid"
     if role_rules.norm_spec(plan.run.reward) is not None:
         return "reward.norm keeps float32 checks over the whole run"
-    if plan.group_by == "position" or plan.run.grouping.scope == "step_domain":
-        return "positional groups and step domains are resolved over the whole dump"
+    if plan.run.grouping.scope == "step_domain":
+        return "step domains (ROLL step_domain) are resolved over the whole dump"
+    # positional groups are cut inside each scope (a step), in input order: one step's rows give its blocks;
+    # slime's fallback and id warnings are counted over the whole run
+    g = plan.run.grouping
+    if plan.group_by == "position" and (g.fallback == "scope" or g.id_check == "warn"):
+        return "slime's positional groups warn over the whole run (steps normalised as one group, blocks and ids)"
     return None
 
 
@@ -209,14 +215,27 @@ def unpack_rows(t: pa.Table, empty: tuple) -> tuple[dict, dict, dict]:
 
 def global_rows(message: str, rows: np.ndarray) -> str:
     """``message`` (an error raised while one step was resolved alone) with each ``row N`` (N: a row of the
-    step's table) named by its row in the input, ``rows[N]``, as the local engine names it. The resolution
-    reads no file (the row pass did), so every row it names is one of the step's table."""
+    step's table) named by its row in the input, ``rows[N]``, as the local engine names it; and each
+    ``rows A-B`` or ``rows [A, B, ...]`` (a positional block) by its rows in the input, written as the
+    local engine writes a block: ``rows a-b`` where they are consecutive there, else the list. The
+    resolution reads no file (the row pass did), so every row it names is one of the step's table."""
     import re
 
     def one(m):
         n = int(m.group(1))
         return f"row {int(rows[n])}" if n < len(rows) else m.group(0)
 
+    def block(m):
+        if m.group(1) is not None:
+            local = list(range(int(m.group(1)), int(m.group(2)) + 1))
+        else:
+            local = [int(x) for x in m.group(3).split(",")]
+        if not local or max(local) >= len(rows):
+            return m.group(0)
+        g = [int(rows[n]) for n in local]
+        return f"rows {g[0]}-{g[-1]}" if g[-1] - g[0] == len(g) - 1 else f"rows {g}"
+
+    message = re.sub(r"\brows (?:(\d+)-(\d+)|\[([\d, ]+)\])", block, message)
     return re.sub(r"\brow (\d+)\b", one, message)
 
 

@@ -1,0 +1,140 @@
+"""--engine ray's per-step driver with **positional groups** (TRL, OpenRLHF: a prompt's completions are
+n consecutive rows of its step), skipped without Ray.
+
+Positional blocks are cut inside each step in input order, so a step's rows alone give its blocks: the
+per-step driver (row pass on the workers, each step resolved alone) must give the local engine's rows
+bit for bit and its report, with steps contiguous or interleaved (whole blocks interleaved) in row order;
+and a block that disagrees with the prompt ids is refused naming the rows of the input, as the local
+engine names them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _services import local_ray
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
+
+N = 6  # completions per prompt: consecutive rows
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    with local_ray() as ray:
+        yield ray
+
+
+def _blocks_table(seed: int):
+    """720 rows, 3 steps, each prompt's 6 completions consecutive (make_table without shuffling)."""
+    from advcli.sample import make_table
+
+    return make_table(720, N, 2, 30, seed, shuffle=False, steps=3)
+
+
+def _interleave_blocks(t: pa.Table, seed: int) -> pa.Table:
+    """The blocks of N rows in a random order: every step's blocks spread over the whole file, each block
+    whole (what a trainer dumping several steps' batches into one file in arrival order can give)."""
+    order = np.random.default_rng(seed).permutation(t.num_rows // N)
+    return t.take(pa.array((order[:, None] * N + np.arange(N)).reshape(-1)))
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    d = tmp_path_factory.mktemp("posdumps")
+    t = _blocks_table(31)
+    a, b = str(d / "a.parquet"), str(d / "b.parquet")
+    pq.write_table(t.slice(0, 408), a, row_group_size=96)  # a step straddles the two files
+    pq.write_table(t.slice(408), b, row_group_size=96)
+    i = str(d / "i.parquet")
+    pq.write_table(_interleave_blocks(_blocks_table(32), 3), i, row_group_size=96)
+    return {"contiguous": [a, b], "interleaved": [i]}
+
+
+def _report(r) -> dict:
+    return json.loads(json.dumps({"metrics": r.metrics, "per_step": r.per_step, "histograms": r.histograms,
+                                  "group_health": r.group_health, "diagnostics": r.diagnostics,
+                                  "warnings": r.warnings, "rows": r.rows, "tokens": r.tokens,
+                                  "valid_tokens": r.valid_tokens}, default=str))
+
+
+def _count_resolutions(monkeypatch) -> list:
+    from advcli.engines import ray_steps
+
+    calls, real = [], ray_steps.resolve_steps
+    monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("which,flavor,settings", [
+    ("contiguous", "trl", [("num_generations", N)]),  # GRPO: (R − mean_g)/(std_g + 1e-4) over each block
+    ("interleaved", "trl", [("num_generations", N)]),
+    ("interleaved", "openrlhf", [("algo.advantage.estimator", "rloo"), ("rollout.n_samples_per_prompt", N)]),
+    ("contiguous", "trl", [("trainer", "rloo"), ("num_generations", N)]),
+])
+def test_positional_groups_per_step_equal_local(ray_session, dumps, tmp_path, monkeypatch, which, flavor,
+                                                settings):
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.engines.ray_steps import not_step_scoped
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.pipeline.plan import open_and_plan
+
+    paths = dumps[which]
+    cfg, native = resolve(flavor, settings)
+    _, plan = open_and_plan(paths, cfg, None, "cpu", 64, "full", None)
+    assert plan.group_by == "position" and not_step_scoped(plan) is None
+    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor=flavor, native=native, chunk_rows=64,
+                       device="cpu")
+    calls = _count_resolutions(monkeypatch)
+    got = run_ray(paths, str(tmp_path / "ray"), cfg, flavor=flavor, native=native, device="cpu", chunk_rows=37,
+                  override_num_blocks=7, row_pass="workers")
+    assert calls == [1]  # the per-step driver ran, not the whole-dump table
+    local = pa.concat_tables([pq.read_table(str(tmp_path / "local" / p.rsplit("/", 1)[1])) for p in paths])
+    ray_out = read_output(str(tmp_path / "ray"))
+    for name in local.column_names:
+        assert ray_out[name].equals(local[name]), name  # bit for bit
+    assert _report(got) == _report(loc)
+    if flavor == "trl":  # GRPO's centring: a block's row advantages sum to zero (blocks whose rows all have
+        # a mask=1 token, where the written advantage is the row's)
+        adv, mask = ray_out["advantages"].to_pylist(), ray_out["response_mask"].to_pylist()
+        row_adv = np.array([a[m.index(1)] if 1 in m else np.nan for a, m in zip(adv, mask)]).reshape(-1, N)
+        full = ~np.isnan(row_adv).any(axis=1)
+        assert full.sum() > 100
+        assert np.abs(row_adv[full].sum(axis=1)).max() < 1e-4
+
+
+def test_block_disagreeing_with_ids_names_the_input_rows(ray_session, tmp_path, monkeypatch):
+    """Steps interleaved by whole blocks, one block of step 2 holding another prompt's id in its 3rd row:
+    refused as the local engine refuses it, naming the block's rows and the row in the input."""
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    t = _interleave_blocks(_blocks_table(33), 4)
+    steps = t["step"].to_numpy()
+    ids = t["prompt_id"].to_pylist()
+    start = int(np.flatnonzero(steps == steps.max())[N * 5])  # the 6th block of the last step
+    other = next(x for x in ids if x != ids[start])
+    ids[start + 2] = other
+    t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array(ids, type=t["prompt_id"].type))
+    path = str(tmp_path / "bad.parquet")
+    pq.write_table(t, path, row_group_size=96)
+    cfg, native = resolve("trl", [("num_generations", N)])
+    with pytest.raises(AdvcliError) as want:
+        run_pipeline([path], str(tmp_path / "l.parquet"), cfg, flavor="trl", native=native, device="cpu")
+    assert f"rows {start}-{start + N - 1}" in want.value.message and f"row {start + 2}" in want.value.message
+    calls = _count_resolutions(monkeypatch)
+    with pytest.raises(AdvcliError) as got:
+        run_ray([path], str(tmp_path / "ray"), cfg, flavor="trl", native=native, device="cpu", chunk_rows=37,
+                override_num_blocks=7, row_pass="workers")
+    assert calls == [1]
+    assert got.value.message == want.value.message
+    assert not (tmp_path / "ray").exists()

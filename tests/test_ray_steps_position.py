@@ -1,5 +1,5 @@
-"""--engine ray's per-step driver with **positional groups** (TRL, OpenRLHF: a prompt's completions are
-n consecutive rows of its step), skipped without Ray.
+"""--engine ray's per-step driver with **positional groups** (TRL, OpenRLHF, slime: a prompt's
+completions are n consecutive rows of its step), skipped without Ray.
 
 Positional blocks are cut inside each step in input order, so a step's rows alone give its blocks: the
 per-step driver (row pass on the workers, each step resolved alone) must give the local engine's rows
@@ -76,6 +76,7 @@ def _count_resolutions(monkeypatch) -> list:
     ("interleaved", "trl", [("num_generations", N)]),
     ("interleaved", "openrlhf", [("algo.advantage.estimator", "rloo"), ("rollout.n_samples_per_prompt", N)]),
     ("contiguous", "trl", [("trainer", "rloo"), ("num_generations", N)]),
+    ("interleaved", "slime", [("n_samples_per_prompt", N)]),  # GRPO, (r − mean_g)/(std_g + 1e-6)
 ])
 def test_positional_groups_per_step_equal_local(ray_session, dumps, tmp_path, monkeypatch, which, flavor,
                                                 settings):
@@ -138,3 +139,41 @@ def test_block_disagreeing_with_ids_names_the_input_rows(ray_session, tmp_path, 
     assert calls == [1]
     assert got.value.message == want.value.message
     assert not (tmp_path / "ray").exists()
+
+
+def test_slime_warnings_are_the_runs(ray_session, tmp_path, monkeypatch):
+    """slime forms its blocks without reading the ids and, when a step's rows are not a multiple of n,
+    normalises the step as one group, silently; advcli warns of both, counted over the whole run (one
+    warning listing the steps that fell back, one naming the first block that disagrees with the ids). The
+    per-step driver's warnings and rows are the local engine's; the warnings are there."""
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    t = _blocks_table(34)
+    steps = t["step"].to_numpy()
+    keep = np.ones(t.num_rows, dtype=bool)
+    for s in (steps.min(), steps.max()):  # two steps of 6k + 3 rows: each normalised as one group
+        keep[np.flatnonzero(steps == s)[-3:]] = False
+    t = t.filter(pa.array(keep))
+    ids = t["prompt_id"].to_pylist()
+    mid = int(np.flatnonzero(t["step"].to_numpy() == np.median(steps))[N * 2])  # a block of the middle step
+    ids[mid + 1] = next(x for x in ids if x != ids[mid])
+    t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array(ids, type=t["prompt_id"].type))
+    path = str(tmp_path / "slime.parquet")
+    pq.write_table(t, path, row_group_size=96)
+    cfg, native = resolve("slime", [("n_samples_per_prompt", N)])
+    loc = run_pipeline([path], str(tmp_path / "l.parquet"), cfg, flavor="slime", native=native, chunk_rows=64,
+                       device="cpu")
+    assert any("2 step(s) normalised as ONE group" in w for w in loc.warnings)
+    assert any(f"row {mid}" in w and f"row {mid + 1}" in w for w in loc.warnings)
+    calls = _count_resolutions(monkeypatch)
+    got = run_ray([path], str(tmp_path / "ray"), cfg, flavor="slime", native=native, device="cpu", chunk_rows=37,
+                  override_num_blocks=7, row_pass="workers")
+    assert calls == [1]
+    assert got.warnings == loc.warnings
+    assert _report(got) == _report(loc)
+    ray_out, local = read_output(str(tmp_path / "ray")), pq.read_table(str(tmp_path / "l.parquet"))
+    for name in local.column_names:
+        assert ray_out[name].equals(local[name]), name

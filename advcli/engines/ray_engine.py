@@ -514,6 +514,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: st
                                                             inputs.num_rows, by_pos, inputs.paths[0], whitening),
                                           inputs.num_rows)
                 stats = ray.get(sink.stats_settings.remote())  # the actor assembles its observer first
+                warnings = stats.pop("group_warnings") + warnings  # first, as prepare_run lists them
                 rows_payload = {"res": None, "steps": steps.index, "vbase": steps.valid_base(cl.shards)}
                 shard_valid = steps.shard_valid
                 del steps

@@ -81,11 +81,8 @@ def not_step_scoped(plan) -> str | None:
         return "reward.norm keeps float32 checks over the whole run"
     if plan.run.grouping.scope == "step_domain":
         return "step domains (ROLL step_domain) are resolved over the whole dump"
-    # positional groups are cut inside each scope (a step), in input order: one step's rows give its blocks;
-    # slime's fallback and id warnings are counted over the whole run
-    g = plan.run.grouping
-    if plan.group_by == "position" and (g.fallback == "scope" or g.id_check == "warn"):
-        return "slime's positional groups warn over the whole run (steps normalised as one group, blocks and ids)"
+    # positional groups are cut inside each scope (a step), in input order: one step's rows give its blocks
+    # (slime's warnings about them, counted over the run, come from the statistics actor's grouping)
     return None
 
 
@@ -310,11 +307,15 @@ def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str
     rows = t.column(ROW_COL).to_numpy()
     row, comps, keys = unpack_rows(t, empty)
     del t
+    step_plan = _step_plan(plan, value)
     try:
-        res, row, betas, kls, warnings = prepare_run(_step_plan(plan, value), _StepInputs(len(rows), paths),
-                                                     chunk_rows, None, row_pass=lambda *a, **k: (row, comps, keys))
+        res, row, betas, kls, warnings = prepare_run(step_plan, _StepInputs(len(rows), paths), chunk_rows, None,
+                                                     row_pass=lambda *a, **k: (row, comps, keys))
     except AdvcliError as e:  # "row N" of this step's table is the input's row rows[N]
         raise AdvcliError(global_rows(e.message, rows), hint=e.hint) from None
+    # the grouping's warnings (slime: steps normalised as one group, blocks that disagree with the ids) are
+    # the run's, made by the statistics actor, which groups the whole run again (observer_of_steps)
+    warnings = [w for w in warnings if w not in step_plan.group_warnings]
     # the workers' table: the run's scope code and step values (group codes stay the step's own: cat_rows
     # keeps them apart when a batch holds rows of several steps)
     scopes = GroupIndex(torch.full_like(res.scopes.codes, s), len(step_values))

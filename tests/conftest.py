@@ -29,6 +29,18 @@ def run_cli(*args, cwd=None, env=None):
                           cwd=cwd, env=e)
 
 
+def report_of(result) -> dict:
+    """A :class:`advcli.pipeline.RunResult`'s report as the JSON it is written as (what two engines' runs
+    are compared on): figures, per-step table, histograms, group health, diagnostics, warnings, counts."""
+    import json
+
+    return json.loads(json.dumps({"metrics": result.metrics, "per_step": result.per_step,
+                                  "histograms": result.histograms, "group_health": result.group_health,
+                                  "diagnostics": result.diagnostics, "warnings": result.warnings,
+                                  "rows": result.rows, "tokens": result.tokens,
+                                  "valid_tokens": result.valid_tokens}, default=str))
+
+
 def run_main(argv: list, capsys) -> tuple[int, str, str]:
     """``advcli ARGV`` through the real entry point (advcli.cli.main), in this process:
     (exit code, stdout, stderr)."""

@@ -3,11 +3,11 @@ histograms, group health and diagnostics, equal as JSON values (skipped without 
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pyarrow.parquet as pq
 import pytest
 from _services import local_ray, local_ray_cluster, local_s3_server, s3_keys
+from conftest import report_of
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -31,13 +31,6 @@ def dump(tmp_path_factory):
     return [a, b]
 
 
-def _report(r) -> dict:
-    return json.loads(json.dumps({"metrics": r.metrics, "per_step": r.per_step, "histograms": r.histograms,
-                                  "group_health": r.group_health, "diagnostics": r.diagnostics,
-                                  "warnings": r.warnings, "rows": r.rows, "tokens": r.tokens,
-                                  "valid_tokens": r.valid_tokens}, default=str))
-
-
 def _both(paths, tmp_path, flavor, settings, **kw):
     from advcli.engines.ray_engine import run_ray
     from advcli.flavors import resolve
@@ -48,7 +41,7 @@ def _both(paths, tmp_path, flavor, settings, **kw):
                        device="cpu")
     got = run_ray(paths, str(tmp_path / "ray"), cfg, flavor=flavor, native=native, device="cpu", chunk_rows=37,
                   override_num_blocks=7, **kw)
-    return _report(loc), _report(got)
+    return report_of(loc), report_of(got)
 
 
 def _assert_same(loc: dict, got: dict):
@@ -195,7 +188,7 @@ def test_s3_input_and_output_equal_local(s3_ray, dump, tmp_path):
     table = read_output("s3://bkt/out")
     assert table.equals(local)
     assert table.schema.metadata[b"advcli"] == local.schema.metadata[b"advcli"]
-    assert _report(got) == {**_report(loc), "warnings": _report(got)["warnings"]}
+    assert report_of(got) == {**report_of(loc), "warnings": report_of(got)["warnings"]}
     keys = _keys(fs)
     assert [k for k in keys if not k.startswith(("bkt/dump/", "bkt/out/"))] == []  # no temporary key
     assert len([k for k in keys if k.startswith("bkt/out/part-")]) >= 2
@@ -275,7 +268,7 @@ def test_multinode_cluster_s3_equals_local(ray_cluster, tmp_path):
     got = run_ray([src], "s3://bkt/mn-out", cfg, flavor="verl", native=native, device="cpu", chunk_rows=45,
                   rows_per_file=200)
     assert read_output("s3://bkt/mn-out").equals(local)
-    assert _report(got) == _report(loc)
+    assert report_of(got) == report_of(loc)
 
 
 
@@ -338,7 +331,7 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     assert 0 < kept.sum() < len(kept) or "rollout_rs" not in str(settings)  # rows were rejected
     assert table.equals(local)
     assert table.schema.metadata[b"advcli"] == local.schema.metadata[b"advcli"]
-    rl, rg = _report(loc), _report(got)
+    rl, rg = report_of(loc), report_of(got)
     assert any(k.startswith("rollout_corr/") for k in rl["metrics"])
     assert any(k.startswith("rollout_corr/") for k in rl["per_step"][1])
     if "rollout_is_weights" in table.column_names:

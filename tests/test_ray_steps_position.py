@@ -10,13 +10,13 @@ engine names them.
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _services import local_ray
+from conftest import report_of
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -54,13 +54,6 @@ def dumps(tmp_path_factory):
     i = str(d / "i.parquet")
     pq.write_table(_interleave_blocks(_blocks_table(32), 3), i, row_group_size=96)
     return {"contiguous": [a, b], "interleaved": [i]}
-
-
-def _report(r) -> dict:
-    return json.loads(json.dumps({"metrics": r.metrics, "per_step": r.per_step, "histograms": r.histograms,
-                                  "group_health": r.group_health, "diagnostics": r.diagnostics,
-                                  "warnings": r.warnings, "rows": r.rows, "tokens": r.tokens,
-                                  "valid_tokens": r.valid_tokens}, default=str))
 
 
 def _count_resolutions(monkeypatch) -> list:
@@ -101,7 +94,7 @@ def test_positional_groups_per_step_equal_local(ray_session, dumps, tmp_path, mo
     ray_out = read_output(str(tmp_path / "ray"))
     for name in local.column_names:
         assert ray_out[name].equals(local[name]), name  # bit for bit
-    assert _report(got) == _report(loc)
+    assert report_of(got) == report_of(loc)
     if flavor == "trl":  # GRPO's centring: a block's row advantages sum to zero (blocks whose rows all have
         # a mask=1 token, where the written advantage is the row's)
         adv, mask = ray_out["advantages"].to_pylist(), ray_out["response_mask"].to_pylist()
@@ -173,7 +166,7 @@ def test_slime_warnings_are_the_runs(ray_session, tmp_path, monkeypatch):
                   override_num_blocks=7, row_pass="workers")
     assert calls == [1]
     assert got.warnings == loc.warnings
-    assert _report(got) == _report(loc)
+    assert report_of(got) == report_of(loc)
     ray_out, local = read_output(str(tmp_path / "ray")), pq.read_table(str(tmp_path / "l.parquet"))
     for name in local.column_names:
         assert ray_out[name].equals(local[name]), name

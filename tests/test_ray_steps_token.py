@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _services import local_ray
-from conftest import run_main
+from conftest import report_of, run_main
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -56,13 +56,6 @@ def interleaved(tmp_path_factory):
     p = str(tmp_path_factory.mktemp("tokinter") / "i.parquet")
     pq.write_table(t, p, row_group_size=90)
     return [p]
-
-
-def _report(r) -> dict:
-    return json.loads(json.dumps({"metrics": r.metrics, "per_step": r.per_step, "histograms": r.histograms,
-                                  "group_health": r.group_health, "diagnostics": r.diagnostics,
-                                  "warnings": r.warnings, "rows": r.rows, "tokens": r.tokens,
-                                  "valid_tokens": r.valid_tokens}, default=str))
 
 
 def _spy(monkeypatch) -> dict:
@@ -144,7 +137,7 @@ def test_per_step_token_level_equals_local(ray_session, contiguous, interleaved,
     ray_out = read_output(str(tmp_path / "ray"))
     for name in local.column_names:
         assert ray_out[name].equals(local[name]), name  # bit for bit
-    loc_r, got_r = _report(loc), _report(got)
+    loc_r, got_r = report_of(loc), report_of(got)
     for key in loc_r:
         assert got_r[key] == loc_r[key], key
     if whitened:  # each step's advantages whitened over that step's mask=1 tokens

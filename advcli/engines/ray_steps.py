@@ -2,9 +2,10 @@
 
 Every statistic advcli resolves before the write pass is scoped to a step (groups are keyed by
 (step, prompt id), the reward normalisation is per group, the row-level estimators compare rows of a
-group); the one state carried from a step to the next is verl's adaptive KL controller, stepped in
+group); the one state carried from a step to the next is the adaptive KL controller, stepped in
 ascending step order (``AdaptiveKLController.update``, verl/trainer/ppo/core_algos.py L153-212
-@1dda039b; advcli: :func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
+@1dda039b; ROLL: after each (step, domain) batch, rlvr_pipeline.py L680-723 @8eb27cc2; advcli:
+:func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
 in ascending step value, with the controller's coefficient carried, which gives the local engine's
 per-row values (tests/test_step_scoped.py checks the premise with the local engine itself):
 
@@ -34,7 +35,10 @@ per-row values (tests/test_step_scoped.py checks the premise with the local engi
 The runs :func:`not_step_scoped` lets through take this path: row-level group estimators and
 token-level estimators computed row by row (GAE, REINFORCE++, ReMax, ...), with values, whitening or
 token-reward whitening, grouped by prompt id or by position (blocks of n consecutive rows inside a
-step). The others (it says why) resolve the whole dump on the driver, as before.
+step), with one scope per step or ROLL's (step, domain) scopes: a step's rows give its domains (in order
+of first appearance inside it) and the controller's update after each of them; its scopes are numbered
+after the earlier steps' once every step is resolved (:attr:`StepIndex.offsets`). The others (it says
+why) resolve the whole dump on the driver, as before.
 """
 from __future__ import annotations
 

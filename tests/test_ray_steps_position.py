@@ -170,3 +170,90 @@ def test_slime_warnings_are_the_runs(ray_session, tmp_path, monkeypatch):
     ray_out, local = read_output(str(tmp_path / "ray")), pq.read_table(str(tmp_path / "l.parquet"))
     for name in local.column_names:
         assert ray_out[name].equals(local[name]), name
+
+
+# ------------------------------------------------------------------ ROLL: (step, domain) scopes
+DOMAINS = ("math", "code", "chat")
+
+
+def _with_domains(t: pa.Table, seed: int) -> pa.Table:
+    """A ``domain`` column, one domain per prompt block (ROLL's RLVR domains), drawn at random."""
+    dom = np.random.default_rng(seed).choice(len(DOMAINS), t.num_rows // N)
+    return t.append_column("domain", pa.array([DOMAINS[d] for d in np.repeat(dom, N)], type=pa.string()))
+
+
+@pytest.fixture(scope="module")
+def roll_dumps(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rolldumps")
+    t = _with_domains(_blocks_table(35), 5)
+    a, b = str(d / "a.parquet"), str(d / "b.parquet")
+    pq.write_table(t.slice(0, 372), a, row_group_size=96)  # a step straddles the two files
+    pq.write_table(t.slice(372), b, row_group_size=96)
+    i = str(d / "i.parquet")
+    pq.write_table(_interleave_blocks(_with_domains(_blocks_table(36), 6), 7), i, row_group_size=96)
+    return {"contiguous": [a, b], "interleaved": [i]}
+
+
+def _scopes_in_order(paths: list[str]) -> list[tuple]:
+    """ROLL's (step, domain) batches: steps ascending, a step's domains in order of first appearance in it."""
+    t = pa.concat_tables([pq.read_table(p) for p in paths])
+    steps, doms = t["step"].to_numpy(), t["domain"].to_pylist()
+    return [(int(s), d) for s in np.unique(steps) for d in dict.fromkeys(d for d, x in zip(doms, steps) if x == s)]
+
+
+ROLL_N = [("actor_infer.generating_args.num_return_sequences", N)]
+ADAPTIVE = [("add_token_level_kl", True), ("init_kl_coef", 0.05), ("target_kl", 0.001), ("kl_horizon", 500)]
+
+
+@pytest.mark.parametrize("which,settings", [
+    ("contiguous", [("adv_estimator", "grpo")]),
+    ("interleaved", [("adv_estimator", "grpo"), ("whiten_advantages", True), *ADAPTIVE]),
+    ("contiguous", [("adv_estimator", "gae"), ("whiten_rewards", True), ("whiten_advantages", True), *ADAPTIVE]),
+])
+def test_roll_step_domains_per_step_equal_local(ray_session, roll_dumps, tmp_path, monkeypatch, which, settings):
+    """ROLL's scopes are (step, domain) batches, a step's domains in order of first appearance inside it,
+    with one adaptive KL controller updated after each domain's batch: the per-step driver resolves each
+    step's domains alone and gives the local engine's rows bit for bit and its report; the report's
+    per-step entries are the (step, domain) batches in ROLL's order, the KL coefficient stepped from domain
+    to domain (β' = β·(1 + clip(kl/target − 1, ±0.2)·rows/horizon)), and whitened advantages have mean 0
+    over each domain's mask=1 tokens."""
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.engines.ray_steps import not_step_scoped
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.pipeline.plan import open_and_plan
+
+    paths = roll_dumps[which]
+    cfg, native = resolve("roll", ROLL_N + settings)
+    _, plan = open_and_plan(paths, cfg, None, "cpu", 64, "full", None)
+    assert plan.run.grouping.scope == "step_domain" and not_step_scoped(plan) is None
+    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor="roll", native=native, chunk_rows=64,
+                       device="cpu")
+    calls = _count_resolutions(monkeypatch)
+    got = run_ray(paths, str(tmp_path / "ray"), cfg, flavor="roll", native=native, device="cpu", chunk_rows=37,
+                  override_num_blocks=7, row_pass="workers")
+    assert calls == [1]  # the per-step driver ran, not the whole-dump table
+    local = pa.concat_tables([pq.read_table(str(tmp_path / "local" / p.rsplit("/", 1)[1])) for p in paths])
+    ray_out = read_output(str(tmp_path / "ray"))
+    for name in local.column_names:
+        assert ray_out[name].equals(local[name]), name  # bit for bit
+    assert report_of(got) == report_of(loc)
+    want = _scopes_in_order(paths)
+    assert len(want) > 3 and len({s for s, _ in want}) == 3  # several domains in a step
+    assert [(e["step"], e["domain"]) for e in got.per_step] == want
+    settings = dict(settings)
+    if "target_kl" in settings:  # the controller carried from domain to domain, step to step
+        beta = [e["kl_coef"] for e in got.per_step]
+        assert beta[0] == settings["init_kl_coef"] and len(set(beta)) == len(beta)
+        for e, nxt in zip(got.per_step, beta[1:]):
+            err = min(max(e["kl"] / settings["target_kl"] - 1, -0.2), 0.2)
+            assert nxt == pytest.approx(e["kl_coef"] * (1 + err * e["rows"] / settings["kl_horizon"]), rel=1e-12)
+    if settings.get("whiten_advantages"):  # whitened per (step, domain): mean 0 over its mask=1 tokens
+        t = pa.concat_tables([pq.read_table(p) for p in paths])
+        adv, mask = ray_out["advantages"].to_pylist(), ray_out["response_mask"].to_pylist()
+        for step, dom in want:
+            rows = [i for i, (s, d) in enumerate(zip(t["step"].to_pylist(), t["domain"].to_pylist()))
+                    if (s, d) == (step, dom)]
+            v = np.concatenate([np.asarray(adv[i], dtype=np.float64)[np.asarray(mask[i]) == 1] for i in rows])
+            assert abs(v.mean()) < 1e-5 and v.std() == pytest.approx(1.0, abs=1e-2)

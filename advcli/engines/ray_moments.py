@@ -54,14 +54,28 @@ def gather_moments(ds, num_scopes: int, watch=None) -> MomentSums:
     return sums
 
 
-def step_sums(plan, s: int, num_steps: int, adv_row: torch.Tensor, row: dict) -> MomentSums:
-    """A row-level run's whitening sums over step ``s``'s rows (in the worker task resolving it): each
-    row's advantage weighed by its Σ mask (or its length, ``whitening.mask: all``), as
-    :func:`advcli.pipeline.prepare_run`'s pass 2 sums them, in scope ``s`` of ``num_steps``."""
-    sums = MomentSums.zeros(num_steps)
+def step_sums(plan, scopes, adv_row: torch.Tensor, row: dict) -> MomentSums:
+    """A row-level run's whitening sums over one step's rows (in the worker task resolving it), per scope
+    of the step (``scopes``: its own codes 0..D-1; D > 1 for ROLL's domains): each row's advantage weighed
+    by its Σ mask (or its length, ``whitening.mask: all``), as :func:`advcli.pipeline.prepare_run`'s pass 2
+    sums them. The driver places them among the run's scopes (:func:`placed`)."""
+    sums = MomentSums.zeros(scopes.num_groups)
     w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
-    sums.add(adv_row.to(torch.float64), w, torch.full_like(w, s, dtype=torch.int64))
+    sums.add(adv_row.to(torch.float64), w, scopes.codes)
     return sums
+
+
+def placed(sums: MomentSums, offset: int, num_scopes: int) -> MomentSums:
+    """``sums`` (a step's D scopes) as scopes ``offset``..``offset+D-1`` of ``num_scopes``: their exact
+    bins moved, so that :meth:`MomentSums.merge` adds them exactly into the run's sums."""
+    out = MomentSums.zeros(num_scopes)
+    D = sums.count.numel()
+    for mine, theirs in zip(out._exact, sums._exact):
+        mine.bins = {(s + offset, e): v for (s, e), v in theirs.bins.items()}
+        mine.special[offset:offset + D] = theirs.special
+    for tensor, part in zip((out.count, out.total, out.total_sq), (sums.count, sums.total, sums.total_sq)):
+        tensor[offset:offset + D] = part
+    return out
 
 
 def step_whitening(plan, resolved, moments_pass) -> dict:
@@ -83,8 +97,8 @@ def step_whitening(plan, resolved, moments_pass) -> dict:
     if plan.whiten:
         if plan.spec.level == "row":
             sums = MomentSums.zeros(S)
-            for part in resolved.row_sums:
-                sums.merge(part)
+            for part, offset in resolved.row_sums:
+                sums.merge(placed(part, offset, S))
         else:
             sums = moments_pass("moments:advantages", resolved.index)
         cells = lambda: torch.tensor(resolved.cells, dtype=torch.float64)  # noqa: E731

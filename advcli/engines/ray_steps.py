@@ -2,9 +2,10 @@
 
 Every statistic advcli resolves before the write pass is scoped to a step (groups are keyed by
 (step, prompt id), the reward normalisation is per group, the row-level estimators compare rows of a
-group); the one state carried from a step to the next is verl's adaptive KL controller, stepped in
+group); the one state carried from a step to the next is the adaptive KL controller, stepped in
 ascending step order (``AdaptiveKLController.update``, verl/trainer/ppo/core_algos.py L153-212
-@1dda039b; advcli: :func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
+@1dda039b; ROLL: after each (step, domain) batch, rlvr_pipeline.py L680-723 @8eb27cc2; advcli:
+:func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
 in ascending step value, with the controller's coefficient carried, which gives the local engine's
 per-row values (tests/test_step_scoped.py checks the premise with the local engine itself):
 
@@ -34,7 +35,10 @@ per-row values (tests/test_step_scoped.py checks the premise with the local engi
 The runs :func:`not_step_scoped` lets through take this path: row-level group estimators and
 token-level estimators computed row by row (GAE, REINFORCE++, ReMax, ...), with values, whitening or
 token-reward whitening, grouped by prompt id or by position (blocks of n consecutive rows inside a
-step). The others (it says why) resolve the whole dump on the driver, as before.
+step), with one scope per step or ROLL's (step, domain) scopes: a step's rows give its domains (in order
+of first appearance inside it) and the controller's update after each of them; its scopes are numbered
+after the earlier steps' once every step is resolved (:attr:`StepIndex.offsets`). The others (it says
+why) resolve the whole dump on the driver, as before.
 """
 from __future__ import annotations
 
@@ -54,8 +58,10 @@ def not_step_scoped(plan) -> str | None:
     Taken: advcli's row-level group estimators and its token-level estimators computed row by row (GAE,
     REINFORCE++, ReMax, token rewards, distillation), values read or not, with whitening and batch
     normalisation of the advantages or token-reward whitening (per scope: pass 2 runs after the
-    per-step resolution, :mod:`advcli.engines.ray_moments`). Refused, each with its reason: what reads
-    or carries more than one step (below)."""
+    per-step resolution, :mod:`advcli.engines.ray_moments`), grouped by prompt id or by position, with
+    one scope per step or ROLL's (step, domain) scopes (``grouping.scope: step_domain``: a step's rows give
+    its domains, and the adaptive KL controller is carried from scope to scope as the local engine carries
+    it). Refused, each with its reason: what reads or carries more than one step (below)."""
     import torch
 
     from ..pipeline import roles as role_rules
@@ -79,8 +85,9 @@ def not_step_scoped(plan) -> str | None:
         return "the row scores are summed on the step's token grid"
     if role_rules.norm_spec(plan.run.reward) is not None:
         return "reward.norm keeps float32 checks over the whole run"
-    if plan.run.grouping.scope == "step_domain":
-        return "step domains (ROLL step_domain) are resolved over the whole dump"
+    # ROLL's step domains: a step's rows give its domains (in order of first appearance inside the step)
+    # and the controller's updates from domain to domain inside it; the steps' scopes are numbered after
+    # the earlier steps' (StepIndex.offsets)
     # positional groups are cut inside each scope (a step), in input order: one step's rows give its blocks
     # (slime's warnings about them, counted over the run, come from the statistics actor's grouping)
     return None
@@ -246,33 +253,51 @@ def _step_plan(plan, value: float):
     return dataclasses.replace(plan, run=dataclasses.replace(run, kl=kl, whitening=whitening, reward=reward))
 
 
-def _kl_carry(plan, value: float, kls: list, rows: int) -> float:
-    """The adaptive controller's value after a step of ``rows`` rows whose mean KL is ``kls[0]``: the
-    update of :func:`advcli.pipeline.rows.kl_coefs`, the same float operations in the same order."""
+def _kl_carry(plan, value: float, kls: list, scope_rows: list[int]) -> float:
+    """The adaptive controller's value after a step whose scopes (one, or ROLL's domains in order) hold
+    ``scope_rows`` rows with mean KL ``kls``: one update per scope in scope order, as
+    :func:`advcli.pipeline.rows.kl_coefs` makes them, the same float operations in the same order
+    (ROLL: one controller updated after each domain's batch)."""
     c = plan.run.kl
     if c.controller == "adaptive" and plan.kl_on:
-        err = float(np.clip(kls[0] / c.target - 1, -0.2, 0.2))
-        value *= 1 + err * rows / c.horizon
+        for current, rows in zip(kls, scope_rows):
+            err = float(np.clip(current / c.target - 1, -0.2, 0.2))
+            value *= 1 + err * rows / c.horizon
     return value
 
 
 @dataclasses.dataclass
 class StepIndex:
     """What the write pass's workers get instead of the dump's table: per step, the ref of its lean
-    table (``{"res": Prepared, "rows": global rows}``) and its first and last global row; ``per_scope``:
-    the whitening statistics, [S] float64 each, that every batch's table gets
-    (:func:`advcli.engines.ray_moments.step_whitening`)."""
+    table (``{"res": Prepared, "rows": global rows}``, its scopes coded 0..D-1 inside the step) and its
+    first and last global row; ``offsets``: per step, the run's code of its first scope (the scopes of the
+    earlier steps), ``step_values``: the run's step value of every scope (S of them: one per step, or
+    ROLL's (step, domain) scopes); ``per_scope``: the whitening statistics, [S] float64 each, that every
+    batch's table gets (:func:`advcli.engines.ray_moments.step_whitening`)."""
 
     steps: list[tuple]  # (ref, first row, last row)
+    offsets: list[int] = dataclasses.field(default_factory=list)
+    step_values: list = dataclasses.field(default_factory=list)
     per_scope: dict = dataclasses.field(default_factory=dict)
+
+    def run_scopes(self, k: int, sub):
+        """Step ``k``'s rows ``sub`` (:func:`take_rows` of its table) with the run's scope codes and step
+        values: its local scope codes shifted past the earlier steps' scopes, out of the run's S."""
+        from ..ops.groups import GroupIndex
+
+        S, off = len(self.step_values), self.offsets[k]
+        scopes = GroupIndex(sub.scopes.codes + off, S)
+        return dataclasses.replace(sub, scopes=scopes, step_values=self.step_values,
+                                   table=dataclasses.replace(sub.table, scopes=scopes))
 
 
 @dataclasses.dataclass
 class Resolved:
     """The per-step driver's result: the workers' index, the refs of the statistics actor's pieces, the
-    run's warnings and totals, and what pass 2 and the workers' statistics need: the step values,
-    row-level whitening sums per step, the cells of each step's padded grid (rows × longest row), each
-    read shard's Σ mask (in ``cl.shards`` order)."""
+    run's warnings and totals, and what pass 2 and the workers' statistics need: the step value of each
+    scope (S), row-level whitening sums per step (over its own scopes, placed at ``index.offsets``), the
+    cells of each scope's padded grid (rows × longest row), each read shard's Σ mask (in ``cl.shards``
+    order)."""
 
     index: StepIndex
     observer_pieces: list
@@ -291,15 +316,16 @@ class Resolved:
         return {s.first: int(v) for s, v in zip(shards, starts[:-1].tolist())}
 
 
-def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str], empty: tuple, chunk_rows: int,
+def _resolve_step(plan, s: int, value: float, paths: list[str], empty: tuple, chunk_rows: int,
                   *tables: pa.Table) -> dict:
     """A worker task: step ``s`` resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
     coefficient ``value`` carried in) -> what the driver keeps: the carried coefficient, the warnings, the
-    step's first and last global row, and the refs of the workers' lean table and the statistics' piece
-    (put here, not returned: see :func:`_shard_rows`)."""
+    step's first and last global row, its scopes (one, or ROLL's domains in order of first appearance in
+    the step: their step values and domain names), and the refs of the workers' lean table and the
+    statistics' piece (put here, not returned: see :func:`_shard_rows`)."""
     import ray
 
-    from ..ops.groups import GroupIndex
+    from ..ops.batchnorm import grid_cells
     from ..pipeline import prepare_run
 
     t = pa.concat_tables(tables)
@@ -316,23 +342,23 @@ def _resolve_step(plan, s: int, value: float, step_values: list, paths: list[str
     # the grouping's warnings (slime: steps normalised as one group, blocks that disagree with the ids) are
     # the run's, made by the statistics actor, which groups the whole run again (observer_of_steps)
     warnings = [w for w in warnings if w not in step_plan.group_warnings]
-    # the workers' table: the run's scope code and step values (group codes stay the step's own: cat_rows
-    # keeps them apart when a batch holds rows of several steps)
-    scopes = GroupIndex(torch.full_like(res.scopes.codes, s), len(step_values))
+    # the workers' table keeps the step's own scope codes (0..D-1) and group codes: the run's scope codes
+    # are known once every step is resolved (StepIndex.run_scopes); cat_rows keeps groups of several steps apart
     small = lean(res)
-    small = dataclasses.replace(small, scopes=scopes, step_values=step_values,
-                                table=dataclasses.replace(small.table, scopes=scopes))
+    num_scopes = res.scopes.num_groups
     piece = {"res": res, "rows": rows, "betas": betas, "kls": kls,
              "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}
     sums = None
     if plan.whiten and plan.spec.level == "row":  # the step's whitening sums, from its rows (a few numbers)
         from .ray_moments import step_sums
 
-        sums = step_sums(plan, s, len(step_values), res.adv_row, row)
-    longest = int(res.table.length.max()) if len(rows) else 0
-    return {"next": _kl_carry(plan, value, kls, len(rows)), "warnings": warnings, "first": int(rows[0]),
+        sums = step_sums(plan, res.scopes, res.adv_row, row)
+    scope_rows = torch.bincount(res.scopes.codes, minlength=num_scopes).tolist()
+    return {"next": _kl_carry(plan, value, kls, scope_rows), "warnings": warnings, "first": int(rows[0]),
             "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
-            "piece": ray.put(piece), "sums": sums, "cells": float(len(rows)) * float(max(longest, 0))}
+            "piece": ray.put(piece), "sums": sums,
+            "cells": grid_cells(res.table.length, res.scopes.codes, num_scopes).tolist(),
+            "scope_steps": list(res.step_values), "domains": step_plan.scope_domains}
 
 
 def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
@@ -355,7 +381,7 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     if watch is not None:
         watch.stage("the per-step resolution")
     for s in range(S):
-        launched.append(task.remote(pref, s, value, rp.step_values, paths, empty, chunk_rows, *rp.pieces[s]))
+        launched.append(task.remote(pref, s, value, paths, empty, chunk_rows, *rp.pieces[s]))
         if carried or s == S - 1:  # wait for what was launched (each step, or all at the end)
             for ref in launched[len(kept):]:
                 kept.append(ray.get(ref))
@@ -368,9 +394,13 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     for k in kept:
         warnings += [w for w in k["warnings"] if w not in warnings]
     steps = [(k["table"], k["first"], k["last"]) for k in kept]
-    return Resolved(StepIndex(steps), [k["piece"] for k in kept], warnings, rp.length, rp.valid,
-                    list(rp.step_values), [k["sums"] for k in kept if k["sums"] is not None],
-                    [k["cells"] for k in kept], rp.shard_valid)
+    offsets = np.concatenate([[0], np.cumsum([len(k["scope_steps"]) for k in kept])])[:-1].astype(int).tolist()
+    scope_steps = [v for k in kept for v in k["scope_steps"]]
+    if any(k["domains"] is not None for k in kept):  # ROLL: the run's scope domains, as its grouping names them
+        plan.scope_domains = [d for k in kept for d in k["domains"]]
+    sums = [(k["sums"], off) for k, off in zip(kept, offsets) if k["sums"] is not None]
+    return Resolved(StepIndex(steps, offsets, scope_steps), [k["piece"] for k in kept], warnings, rp.length,
+                    rp.valid, scope_steps, sums, [c for k in kept for c in k["cells"]], rp.shard_valid)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics
@@ -399,7 +429,8 @@ class StepRows:
             pos = np.minimum(np.searchsorted(rows, grow), len(rows) - 1)
             hit = rows[pos] == grow
             if hit.any():
-                parts.append((np.flatnonzero(hit), take_rows(self.cache[k]["res"], torch.from_numpy(pos[hit]))))
+                sub = self.index.run_scopes(k, take_rows(self.cache[k]["res"], torch.from_numpy(pos[hit])))
+                parts.append((np.flatnonzero(hit), sub))
         sub = parts[0][1] if len(parts) == 1 and len(parts[0][0]) == len(grow) else cat_rows(parts, len(grow))
         return dataclasses.replace(sub, **self.index.per_scope) if self.index.per_scope else sub
 

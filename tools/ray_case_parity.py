@@ -45,7 +45,7 @@ def main() -> int:
         os.environ["ADVCLI_RAY_ROW_PASS"] = args.row_pass
     import ray
 
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, logging_level="ERROR",
+    ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, logging_level="ERROR",
              log_to_driver=False)
     cases = sorted(d for d in os.listdir(args.cases) if os.path.isfile(os.path.join(args.cases, d, "case.json")))
     if args.only:

@@ -385,8 +385,8 @@ def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_
            quiet: bool) -> tuple[_Cluster, bool]:
     started = False
     if not ray.is_initialized():
-        local = address is None and not os.environ.get("RAY_ADDRESS")
-        kw = {"include_dashboard": False} if local else {}
+        local = address is None and not os.environ.get("RAY_ADDRESS")  # a new instance, not a `ray start` one
+        kw = {"include_dashboard": False, "address": "local"} if local else {"address": address}
         # Ray's "Token authentication is enabled" notice: nothing for the user to do on the instance advcli
         # starts and stops itself, nor under --quiet; kept for a cluster the user runs
         auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
@@ -394,7 +394,7 @@ def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_
         if local or quiet:
             auth_log.setLevel(logging.ERROR)
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=not quiet, **kw)
+            ray.init(logging_level=logging.WARNING, log_to_driver=not quiet, **kw)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise AdvcliError(f"--ray-address {address}: cannot connect to a Ray cluster ({str(e).splitlines()[0]})",
                               hint="start one with `ray start --head`, or leave --ray-address out for a local "

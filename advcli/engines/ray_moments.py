@@ -12,7 +12,8 @@ the per-step resolution: the workers read the resolved rows through the step ind
 a few floats per step (the sums), computes mean and rstd per step with the local engine's own
 :func:`advcli.pipeline.prepare.whitening_of_sums` and hands them to the write pass's workers in the
 step index. Row-level estimators need no token pass: each step's sums come from its rows in the
-worker task that resolved it (the scope is the step, or the whole dump as one step with
+worker task that resolved it (:func:`advcli.pipeline.prepare.row_whitening_sums`, placed among the run's
+scopes by :func:`placed`) (the scope is the step, or the whole dump as one step with
 ``grouping.scope: all``).
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 from ..ops.whiten import MomentSums, WhitenSpec
 from ..pipeline import chunk_math
+from ..pipeline.moments import moment_weights
 
 
 def moments_batch(plan, sub, layout, tok: dict, grow: np.ndarray, rewards: bool) -> pa.Table:
@@ -34,7 +36,7 @@ def moments_batch(plan, sub, layout, tok: dict, grow: np.ndarray, rewards: bool)
     (``whitening.mask: all`` counts every response token of the advantages)."""
     adv, _, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
     v = tlr if rewards else adv
-    w = torch.ones_like(mask) if plan.run.whitening.mask == "all" and not rewards else mask
+    w = moment_weights(plan, mask, rewards)
     sums = MomentSums.zeros(sub.scopes.num_groups)
     sums.add_rows(*MomentSums.row_partials(v, w, layout.to(v.device), sub.scopes.codes))
     return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
@@ -51,17 +53,6 @@ def gather_moments(ds, num_scopes: int, watch=None) -> MomentSums:
             sums.merge(pickle.loads(part))
         if watch is not None:
             watch.tick()
-    return sums
-
-
-def step_sums(plan, scopes, adv_row: torch.Tensor, row: dict) -> MomentSums:
-    """A row-level run's whitening sums over one step's rows (in the worker task resolving it), per scope
-    of the step (``scopes``: its own codes 0..D-1; D > 1 for ROLL's domains): each row's advantage weighed
-    by its Σ mask (or its length, ``whitening.mask: all``), as :func:`advcli.pipeline.prepare_run`'s pass 2
-    sums them. The driver places them among the run's scopes (:func:`placed`)."""
-    sums = MomentSums.zeros(scopes.num_groups)
-    w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
-    sums.add(adv_row.to(torch.float64), w, scopes.codes)
     return sums
 
 

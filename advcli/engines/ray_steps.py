@@ -304,10 +304,14 @@ class Resolved:
     warnings: list[str]
     tokens: int
     valid_tokens: int
-    step_values: list = dataclasses.field(default_factory=list)
     row_sums: list = dataclasses.field(default_factory=list)
     cells: list = dataclasses.field(default_factory=list)
     shard_valid: list = dataclasses.field(default_factory=list)
+
+    @property
+    def step_values(self) -> list:
+        """The run's step value of every scope (the index's)."""
+        return self.index.step_values
 
     def valid_base(self, shards) -> dict:
         """{a shard's first global row: the run's valid tokens before it}: where each shard's rows start
@@ -316,9 +320,8 @@ class Resolved:
         return {s.first: int(v) for s, v in zip(shards, starts[:-1].tolist())}
 
 
-def _resolve_step(plan, s: int, value: float, paths: list[str], empty: tuple, chunk_rows: int,
-                  *tables: pa.Table) -> dict:
-    """A worker task: step ``s`` resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
+def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows: int, *tables: pa.Table) -> dict:
+    """A worker task: one step resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
     coefficient ``value`` carried in) -> what the driver keeps: the carried coefficient, the warnings, the
     step's first and last global row, its scopes (one, or ROLL's domains in order of first appearance in
     the step: their step values and domain names), and the refs of the workers' lean table and the
@@ -350,9 +353,9 @@ def _resolve_step(plan, s: int, value: float, paths: list[str], empty: tuple, ch
              "row": {k: row[k] for k in ("kl_mean", "keep") if k in row}}
     sums = None
     if plan.whiten and plan.spec.level == "row":  # the step's whitening sums, from its rows (a few numbers)
-        from .ray_moments import step_sums
+        from ..pipeline.prepare import row_whitening_sums
 
-        sums = step_sums(plan, res.scopes, res.adv_row, row)
+        sums = row_whitening_sums(plan, res.scopes, res.adv_row, row)
     scope_rows = torch.bincount(res.scopes.codes, minlength=num_scopes).tolist()
     return {"next": _kl_carry(plan, value, kls, scope_rows), "warnings": warnings, "first": int(rows[0]),
             "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
@@ -381,7 +384,7 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     if watch is not None:
         watch.stage("the per-step resolution")
     for s in range(S):
-        launched.append(task.remote(pref, s, value, paths, empty, chunk_rows, *rp.pieces[s]))
+        launched.append(task.remote(pref, value, paths, empty, chunk_rows, *rp.pieces[s]))
         if carried or s == S - 1:  # wait for what was launched (each step, or all at the end)
             for ref in launched[len(kept):]:
                 kept.append(ray.get(ref))
@@ -400,7 +403,7 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
         plan.scope_domains = [d for k in kept for d in k["domains"]]
     sums = [(k["sums"], off) for k, off in zip(kept, offsets) if k["sums"] is not None]
     return Resolved(StepIndex(steps, offsets, scope_steps), [k["piece"] for k in kept], warnings, rp.length,
-                    rp.valid, scope_steps, sums, [c for k in kept for c in k["cells"]], rp.shard_valid)
+                    rp.valid, sums, [c for k in kept for c in k["cells"]], rp.shard_valid)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics

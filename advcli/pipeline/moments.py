@@ -51,6 +51,12 @@ class CachedChunk:
             self.spilled = None
 
 
+def moment_weights(plan: Plan, mask: torch.Tensor, rewards: bool) -> torch.Tensor:
+    """Each token's weight in pass 2's moments: its mask, or 1 on every response token for the advantages
+    with ``whitening.mask: all`` (SkyRL whitens over every response position)."""
+    return torch.ones_like(mask) if plan.run.whitening.mask == "all" and not rewards else mask
+
+
 def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: int, progress, rewards: bool):
     """Per-scope moments over the mask=1 tokens of the token rewards (``rewards``) or the advantages.
 
@@ -105,7 +111,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: i
             adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
         # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
-        w = torch.ones_like(mask) if plan.run.whitening.mask == "all" and not rewards else mask
+        w = moment_weights(plan, mask, rewards)
         partials = MomentSums.row_partials(v, w, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
         if ordered is not None:
             entry = (entry, (v.detach().cpu(), w.detach().cpu(),

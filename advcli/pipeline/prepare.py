@@ -55,6 +55,16 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
                            "the intended values are those of --precision float64."}
 
 
+def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict) -> MomentSums:
+    """Pass 2's moments for a row-level estimator, per scope: each row's advantage weighed by its Σ mask
+    (or its length, ``whitening.mask: all``): no token pass. The Ray engine's per-step driver makes them
+    for one step's rows (its scopes coded 0..D-1) in the worker task resolving it."""
+    sums = MomentSums.zeros(scopes.num_groups)
+    w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
+    sums.add(adv_row.to(torch.float64), w, scopes.codes)
+    return sums
+
+
 def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Callable):
     """Pass 2's result from the per-scope moments of the advantages (token-level: their mask=1 tokens;
     row-level: each row's value weighed by its Σ mask): (mean, rstd) [S] float64 as the write pass applies
@@ -72,7 +82,6 @@ def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Ca
         mean = torch.zeros(S, dtype=torch.float64)
         rstd = torch.ones(S, dtype=torch.float64)
     if plan.run.whitening.batch_normalize:  # SkyRL advantage_batch_normalize (ops.batchnorm)
-        from ..ops import batchnorm
         mean, rstd = batchnorm.compose(sums, mean, rstd, cells())
     other = None
     if plan.whiten_spec().one_pass is not None:  # the same formula in the other precision (diagnostics)
@@ -208,9 +217,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     # pass 2: whitening statistics
     if plan.whiten:
         if plan.spec.level == "row":
-            sums = MomentSums.zeros(scopes.num_groups)
-            w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
-            sums.add(adv_row.to(torch.float64), w, scopes.codes)
+            sums = row_whitening_sums(plan, scopes, adv_row, row)
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
         cells = lambda: batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups)  # noqa: E731

@@ -64,26 +64,24 @@ def _count_resolutions(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("which,flavor,settings", [
-    ("contiguous", "trl", [("num_generations", N)]),  # GRPO: (R − mean_g)/(std_g + 1e-4) over each block
-    ("interleaved", "trl", [("num_generations", N)]),
-    ("interleaved", "openrlhf", [("algo.advantage.estimator", "rloo"), ("rollout.n_samples_per_prompt", N)]),
-    ("contiguous", "trl", [("trainer", "rloo"), ("num_generations", N)]),
-    ("interleaved", "slime", [("n_samples_per_prompt", N)]),  # GRPO, (r − mean_g)/(std_g + 1e-6)
-])
-def test_positional_groups_per_step_equal_local(ray_session, dumps, tmp_path, monkeypatch, which, flavor,
-                                                settings):
-    from advcli.engines.ray_engine import run_ray
-    from advcli.engines.ray_output import read_output
-    from advcli.engines.ray_steps import not_step_scoped
+def _plan_of(paths, flavor, settings):
     from advcli.flavors import resolve
-    from advcli.pipeline import run_pipeline
     from advcli.pipeline.plan import open_and_plan
 
-    paths = dumps[which]
     cfg, native = resolve(flavor, settings)
-    _, plan = open_and_plan(paths, cfg, None, "cpu", 64, "full", None)
-    assert plan.group_by == "position" and not_step_scoped(plan) is None
+    return open_and_plan(paths, cfg, None, "cpu", 64, "full", None)[1]
+
+
+def _per_step_equals_local(paths, flavor, settings, tmp_path, monkeypatch):
+    """Both engines on ``paths``, the Ray engine with the row pass on the workers: it must take the
+    per-step driver (one resolution of the steps, no whole-dump table) and give the local engine's rows
+    bit for bit and its report. Returns the Ray engine's result and its output table."""
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve(flavor, settings)
     loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor=flavor, native=native, chunk_rows=64,
                        device="cpu")
     calls = _count_resolutions(monkeypatch)
@@ -95,6 +93,24 @@ def test_positional_groups_per_step_equal_local(ray_session, dumps, tmp_path, mo
     for name in local.column_names:
         assert ray_out[name].equals(local[name]), name  # bit for bit
     assert report_of(got) == report_of(loc)
+    return got, ray_out
+
+
+@pytest.mark.parametrize("which,flavor,settings", [
+    ("contiguous", "trl", [("num_generations", N)]),  # GRPO: (R − mean_g)/(std_g + 1e-4) over each block
+    ("interleaved", "trl", [("num_generations", N)]),
+    ("interleaved", "openrlhf", [("algo.advantage.estimator", "rloo"), ("rollout.n_samples_per_prompt", N)]),
+    ("contiguous", "trl", [("trainer", "rloo"), ("num_generations", N)]),
+    ("interleaved", "slime", [("n_samples_per_prompt", N)]),  # GRPO, (r − mean_g)/(std_g + 1e-6)
+])
+def test_positional_groups_per_step_equal_local(ray_session, dumps, tmp_path, monkeypatch, which, flavor,
+                                                settings):
+    from advcli.engines.ray_steps import not_step_scoped
+
+    paths = dumps[which]
+    plan = _plan_of(paths, flavor, settings)
+    assert plan.group_by == "position" and not_step_scoped(plan) is None
+    _, ray_out = _per_step_equals_local(paths, flavor, settings, tmp_path, monkeypatch)
     if flavor == "trl":  # GRPO's centring: a block's row advantages sum to zero (blocks whose rows all have
         # a mask=1 token, where the written advantage is the row's)
         adv, mask = ray_out["advantages"].to_pylist(), ray_out["response_mask"].to_pylist()
@@ -217,28 +233,12 @@ def test_roll_step_domains_per_step_equal_local(ray_session, roll_dumps, tmp_pat
     per-step entries are the (step, domain) batches in ROLL's order, the KL coefficient stepped from domain
     to domain (β' = β·(1 + clip(kl/target − 1, ±0.2)·rows/horizon)), and whitened advantages have mean 0
     over each domain's mask=1 tokens."""
-    from advcli.engines.ray_engine import run_ray
-    from advcli.engines.ray_output import read_output
     from advcli.engines.ray_steps import not_step_scoped
-    from advcli.flavors import resolve
-    from advcli.pipeline import run_pipeline
-    from advcli.pipeline.plan import open_and_plan
 
     paths = roll_dumps[which]
-    cfg, native = resolve("roll", ROLL_N + settings)
-    _, plan = open_and_plan(paths, cfg, None, "cpu", 64, "full", None)
+    plan = _plan_of(paths, "roll", ROLL_N + settings)
     assert plan.run.grouping.scope == "step_domain" and not_step_scoped(plan) is None
-    loc = run_pipeline(paths, str(tmp_path / "local") + "/", cfg, flavor="roll", native=native, chunk_rows=64,
-                       device="cpu")
-    calls = _count_resolutions(monkeypatch)
-    got = run_ray(paths, str(tmp_path / "ray"), cfg, flavor="roll", native=native, device="cpu", chunk_rows=37,
-                  override_num_blocks=7, row_pass="workers")
-    assert calls == [1]  # the per-step driver ran, not the whole-dump table
-    local = pa.concat_tables([pq.read_table(str(tmp_path / "local" / p.rsplit("/", 1)[1])) for p in paths])
-    ray_out = read_output(str(tmp_path / "ray"))
-    for name in local.column_names:
-        assert ray_out[name].equals(local[name]), name  # bit for bit
-    assert report_of(got) == report_of(loc)
+    got, ray_out = _per_step_equals_local(paths, "roll", ROLL_N + settings, tmp_path, monkeypatch)
     want = _scopes_in_order(paths)
     assert len(want) > 3 and len({s for s, _ in want}) == 3  # several domains in a step
     assert [(e["step"], e["domain"]) for e in got.per_step] == want

@@ -142,7 +142,9 @@ class GroupIndex:
         NeMo forms ``W·x`` with one ``torch.matmul`` (a BLAS gemv) per group, whose summation order
         depends on the row's position; in float32 the order decides the residue of ``q − b²`` for
         all-equal non-dyadic rewards (``7×0.3 + 1×0.9`` → std 9.3e-5 for the 0.9 row, A ≈ 6367).
-        Each bucket of equal-size groups is computed with one batched product; the groups whose
+        Each bucket of equal-size groups is summed in one fixed order (:func:`_weighted_row_sums`, not a
+        batched BLAS product, whose bits for a group depend on its row's place in the product: a step
+        alone and the same step inside a larger dump would differ in the last bit); the groups whose
         result can depend on the order — float32, ``q − b²`` below 1% of ``q`` on some row, and values
         whose partial sums are not all exact (:func:`order_free`) — are recomputed with NeMo's own
         per-group call, so the artefacts come out bit for bit. That loop visits only those groups.
@@ -167,8 +169,8 @@ class GroupIndex:
                 keep = vmask.sum(dim=1) > 1
                 k = vmask.sum(dim=1, keepdim=True) - int(leave_one_out)
                 vx, sq = vals * vmask, torch.pow(vals, 2) * vmask
-            s1 = vx @ w.T
-            s2 = sq @ w.T
+            s1 = _weighted_row_sums(vx, w)
+            s2 = _weighted_row_sums(sq, w)
             if exact_needed:
                 b, q = s1 / k, s2 / k
                 degenerate = ((q - b.square()) < 1e-2 * q.abs()).any(dim=1) & ~free[ids]
@@ -218,6 +220,18 @@ class GroupIndex:
         if leave_one_out:
             flagged |= v & ((c <= 2) | ((d == 2) & (occurs == 1)))
         return flagged
+
+
+def _weighted_row_sums(vals: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """[G, n] ``out[g, i] = Σ_j w[i, j]·vals[g, j]``, added j = 0, 1, …, n−1 in that order, one elementwise
+    multiply and add per j, so every element's bits depend on its group's values alone: not on the
+    number of groups beside it, its place among them, the thread count or the CPU's BLAS kernels (a
+    ``vals @ w.T`` product gives a row different last bits by the parity of its index on some CPUs).
+    The loop runs over the n positions of a group, not over rows or groups."""
+    out = torch.zeros_like(vals)
+    for j in range(vals.shape[1]):
+        out += vals[:, j:j + 1] * w[:, j]
+    return out
 
 
 def order_free(x: torch.Tensor, groups: GroupIndex) -> torch.Tensor:

@@ -58,13 +58,16 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
                 from .estimators.user import register_function
                 estimator = register_function(estimator)
             items.append(("advcli.estimator", estimator))
-        cfg, native, from_dump = resolve_for_inputs(flavor, specs, items)
+        from .flavors import at
+
+        fa = at(flavor)  # the flavor at its release, made once: resolution, the run and its record read it
+        cfg, native, from_dump = resolve_for_inputs(fa, specs, items)
         if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
             from .config import SCHEMA, coerce
             cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
         keep_rows = output is None and any(frame_kind(s) for s in given)  # rows back in memory
         target = frames.output_path() if keep_rows else (None if output is None else str(output))
-        req = RunRequest(output=target, cfg=cfg, flavor=flavor, native=native, columns=columns or {},
+        req = RunRequest(output=target, cfg=cfg, flavor=fa, native=native, columns=columns or {},
                          chunk_rows=chunk_rows, device=device, force=force, output_mode=output_mode,
                          write_columns=write_columns)
         result, _ = run_inputs(specs, req)  # the outputs are put in place as written: no staging in a library call
@@ -77,7 +80,7 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
         result.warnings = frames.named(result.warnings)
         result.diagnostics = frames.named(result.diagnostics)
     result.from_dump = from_dump
-    result.flavor, result.settings = flavor, dict(native or {})
+    result.flavor, result.settings = fa.spec, dict(native or {})
     return result
 
 

@@ -214,19 +214,20 @@ def explain(
     """Print the resolved canonical configuration and the formulas that will run."""
     from .config import parse_set
     from .explain import explain_text, keys_text
-    from .flavors import config_file_flavor, get, history_text, resolve
+    from .flavors import at, config_file_flavor, history_text, resolve
 
     if config:
         flavor = config_file_flavor(config, flavor)
+    fa = at(flavor)  # the flavor at its release, made once: everything below reads it
     if history:
-        typer.echo(history_text(get(flavor)))
+        typer.echo(history_text(fa.flavor))
         return
     if keys:
-        typer.echo(keys_text(get(flavor)))
+        typer.echo(keys_text(fa.flavor))
         return
     settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
-    cfg, native = resolve(flavor, settings, config)
-    typer.echo(explain_text(get(flavor), cfg, native, flavor))
+    cfg, native = resolve(fa, settings, config)
+    typer.echo(explain_text(fa, cfg, native))
 
 
 SAMPLE_EPILOG = """

@@ -20,28 +20,31 @@ from __future__ import annotations
 from .errors import AdvcliError
 
 
-def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None,
+def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,
                        file_keys: list | None = None):
     """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
     what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
-    run`` and :func:`advcli.run` both use. ``file_keys`` receives what the --config file gave."""
+    run`` and :func:`advcli.run` both use. ``spec``: the flavor at its release (:class:`advcli.flavors.FlavorAt`,
+    or ``NAME[@RELEASE]``), every configuration made here made at that release. ``file_keys`` receives what the
+    --config file gave."""
     from .config import set_path
-    from .flavors import get, resolve
+    from .flavors import at, resolve
     from .formats import check_config, implied_settings
 
-    cfg, native = resolve(flavor_name, settings, config, file_keys)
-    flavor = get(flavor_name)
+    fa = at(spec)
+    cfg, native = resolve(fa, settings, config, file_keys)
+    flavor = fa.flavor
     given = dict(native)
     implied, lines = from_dump(flavor, inputs, given)
     if implied:
         settings = implied + list(settings)
-        cfg, native = resolve(flavor_name, settings, config)
+        cfg, native = resolve(fa, settings, config)
         if flavor.group_size_key in dict(implied) and (cfg.get("grouping") or {}).get("by") != "position":
             lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
     try:
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
-        refuse_default_estimator(flavor, inputs, settings, config, given, e, flavor_name)
+        refuse_default_estimator(flavor, inputs, settings, config, given, e, fa)
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
         set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
@@ -111,10 +114,10 @@ def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
 
 
 def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: str | None, given: dict,
-                             error: AdvcliError, spec: str | None = None) -> None:
+                             error: AdvcliError, spec=None) -> None:
     """``error`` (a response-level dump refusing the estimator) said with the ``--set`` that runs, where the
     estimator is the flavor's default and the flavor's response-level choice passes the same check
-    (``spec``: the flavor as given, with its ``@release``)."""
+    (``spec``: the flavor at its release, :class:`advcli.flavors.FlavorAt`)."""
     from .flavors import resolve
     from .formats import check_config
 
@@ -182,23 +185,26 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     return hist
 
 
-def default_settings(flavor: str | None, inputs: list[str], settings: list) -> tuple[str, list, str | None]:
-    """With no --flavor: the default flavor (verl), and the estimator its ``pick_estimator`` chooses from the
-    dump's columns (GRPO when it has a group id, GAE when it has values)."""
-    if flavor is not None:
-        return flavor, settings, None
-    from .flavors import DEFAULT, get
+def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
+    """(the flavor at its release (:class:`advcli.flavors.FlavorAt`), settings, the note on what was chosen)
+    of ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None). With no flavor: the default flavor (verl), and the
+    estimator its ``pick_estimator`` chooses from the dump's columns (GRPO when it has a group id, GAE when it
+    has values)."""
+    from .flavors import DEFAULT, at
 
-    fl = get(DEFAULT)
+    if flavor is not None:
+        return at(flavor), settings, None
+    fa = at(DEFAULT)
+    fl = fa.flavor
     if any(k in (fl.estimator_key, "advcli.estimator", "advcli.mix") for k, _ in settings):
-        return fl.name, settings, None
+        return fa, settings, None
     from .io.reader import expand_inputs, open_parquet
 
     names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
     for i, (column, est) in enumerate(fl.pick_estimator):
         if column in names:
             why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])
-            return (fl.name, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
+            return (fa, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
     raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
                       hint=f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

@@ -26,7 +26,7 @@ class RunRequest:
     """What to run: the engine's arguments (those of :func:`advcli.pipeline.run_pipeline`)."""
     output: str | None
     cfg: dict
-    flavor: str = "advcli"
+    flavor: object = "advcli"  # the flavor at its release (advcli.flavors.FlavorAt; a NAME[@RELEASE] is read)
     native: dict | None = None
     columns: dict = field(default_factory=dict)
     chunk_rows: int | None = 4096
@@ -76,9 +76,9 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
         result.warnings.insert(0, run_filter_note(curation, kept))
     name_sources(result)  # the result names the trainer dumps, not their temporary Parquet
     if req.flavor:
-        from .flavors import release_dict
+        from .flavors import at
 
-        result.release = release_dict(req.flavor)  # which upstream release's semantics ran
+        result.release = at(req.flavor).as_dict()  # which upstream release's semantics ran
     written = [staging.staged_path(o) if staging is not None else o for o in result.outputs]
     finish_outputs(inputs, written)  # response-level dumps: scalar advantages
     return result, kept

@@ -58,12 +58,13 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     return uniq
 
 
-def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
-    """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
-    the framework's default), then the other settings given."""
+def label(flavor, settings: dict, cfg: dict | None = None) -> str:
+    """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor (at its release: a
+    :class:`advcli.flavors.FlavorAt` or ``NAME[@RELEASE]``), its estimator (given or the framework's
+    default), then the other settings given."""
     from ..flavors import get, split_spec
 
-    base = split_spec(flavor)[0]
+    base = split_spec(str(flavor))[0]
     try:
         ek = get(base).estimator_key
     except AdvcliError:
@@ -295,6 +296,9 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     cmap = resolve_columns(ins.schema, {**(cfg.get("columns") or {}), **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
     given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
+    from ..flavors import at
+
+    flavor = at(flavor)  # the flavor at its release, for every run below and the report
     what = auto_note or label(flavor, native or {}, cfg)
     if flavor_note:
         what = f"{what} ({flavor_note})"
@@ -305,9 +309,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         group, group_ids, step = _groups(ins, cmap, cfg)
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
-        from ..flavors import release_dict
-
-        rep = {"command": "audit", "flavor": flavor, "release": release_dict(flavor), "settings": native or {},
+        rep = {"command": "audit", "flavor": flavor.spec, "release": flavor.as_dict(), "settings": native or {},
                "ran": what,
                "estimator": cfg["estimator"].get("name"),
                "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
@@ -434,16 +436,15 @@ def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_li
     """The flavor's other known releases (``--flavor NAME@RELEASE``), newest first, each run with the same
     settings and compared with the logged values: {release, label, tokens_disagreeing, rows_disagreeing}
     (``skipped`` with the reason where that release cannot run them)."""
-    from ..flavors import get, known_releases, release_label, release_of, resolve, split_spec
+    from ..flavors import FlavorAt, at, known_releases, resolve
 
-    fl = get(flavor)
-    ran = release_of(fl, split_spec(flavor)[1])
+    fa = at(flavor)
     out = []
-    for i, rel in enumerate(reversed(known_releases(fl))):
-        if rel == ran:
+    for i, rel in enumerate(reversed(known_releases(fa.flavor))):
+        if rel == fa.release:
             continue
-        spec = f"{fl.name}@{rel.name}"
-        entry = {"release": rel.name, "label": release_label(spec)}
+        spec = FlavorAt(fa.flavor, rel, rel.name)
+        entry = {"release": rel.name, "label": spec.label()}
         try:
             cfg, nat = resolve(spec, list(native.items()))
             r = _Run(tmp, f"release{i}", inputs, cfg, spec, nat, columns, chunk_rows, device)
@@ -464,7 +465,7 @@ def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list,
     out = []
     cands = candidates(flavor, given, cmap.has("prompt_id"), group_size)
     for i, (fl, settings) in enumerate(cands):
-        entry = {"flavor": fl, "settings": settings}
+        entry = {"flavor": str(fl), "settings": settings}
         try:
             cfg, native = resolve(fl, list(settings.items()))
             entry["label"] = label(fl, settings, cfg)

@@ -14,10 +14,70 @@ defaults that would make nothing of it. ``advcli run`` and :func:`advcli.run` bo
   row its own group (a positional group size left at 1): both would otherwise end in an error deep in
   the run or a quiet exit 0 with degenerate advantages.
 
-Each decision taken for the user becomes one line of the run's summary (``from dump``)."""
+Each decision taken for the user becomes one line of the run's summary (``from dump``).
+
+:func:`resolve_run` is the one front door to all of it: ``advcli run`` (and ``validate``, ``audit``,
+``compare --estimators``) and :func:`advcli.run` hand it what the user gave and get a :class:`RunChoice`."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from .errors import AdvcliError
+
+PRECISIONS = ("float32", "float64")  # float32 reproduces the frameworks; float64 computes the intended math
+
+
+@dataclass
+class RunChoice:
+    """What a run was resolved to: the flavor at its release (:class:`advcli.flavors.FlavorAt`), the canonical
+    configuration, the native settings given (coerced), what the dump told the flavor (one line each), the
+    estimator chosen from the dump when none was named (``verl grpo (the dump has prompt_id)``, None when the
+    user chose), and what a ``--config`` file gave (:class:`advcli.flavors.ConfigFileKeys`, or None)."""
+
+    flavor: Any
+    cfg: dict
+    native: dict
+    from_dump: list[str] = field(default_factory=list)
+    chosen: str | None = None
+    config_file: Any = None
+
+
+def check_precision(precision: str | None) -> str | None:
+    """``--precision`` / ``precision=``: float32 or float64 (None: the configuration's, float32)."""
+    if precision is not None and precision not in PRECISIONS:
+        from .errors import did_you_mean
+
+        raise AdvcliError(f"--precision {precision!r}: expected float32 or float64.{did_you_mean(str(precision), list(PRECISIONS))}")
+    return precision
+
+
+def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str | None = None,
+                config: str | None = None, padded: bool | None = None, precision: str | None = None) -> RunChoice:
+    """The configuration of a run on ``inputs`` (opened: ``advcli.formats.open_inputs``) from what the user
+    gave, the same for every caller: ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None: the default flavor,
+    its estimator chosen from the dump's columns, :func:`default_settings`), ``settings`` (native
+    ``(key, value)`` pairs, ``--set``), ``estimator`` (``--estimator``: ``advcli.estimator``), ``config`` (a
+    ``--config`` file, which may name the flavor), ``padded`` and ``precision`` (checked here)."""
+    from .flavors import DEFAULT, at, config_file_flavor
+
+    check_precision(precision)
+    settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
+    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
+        flavor = config_file_flavor(config, flavor)
+    if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
+        from .config import load_config_file
+
+        if at(DEFAULT).flavor.estimator_key in load_config_file(config):
+            flavor = DEFAULT
+    fa, settings, chosen = default_settings(flavor, inputs, settings)
+    file_keys: list = []
+    cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)
+    if padded is not None:
+        cfg["padded"] = padded
+    if precision is not None:
+        cfg["precision"] = precision
+    return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None)
 
 
 def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,

@@ -48,7 +48,8 @@ def check_precision(precision: str | None) -> str | None:
     if precision is not None and precision not in PRECISIONS:
         from .errors import did_you_mean
 
-        raise AdvcliError(f"--precision {precision!r}: expected float32 or float64.{did_you_mean(str(precision), list(PRECISIONS))}")
+        raise AdvcliError(f"--precision {precision!r}: expected float32 or float64."
+                          f"{did_you_mean(str(precision), list(PRECISIONS))}")
     return precision
 
 

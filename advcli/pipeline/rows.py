@@ -228,7 +228,7 @@ class Prepared:
 def row_input_roles(plan: Plan) -> list[str]:
     """Per-row columns the estimator reads besides the reward (``needs``/``optional`` roles of kind
     scalar or key, e.g. prime-rl's ``trainable``, ``num_turns``, ``agent_name``), present in the input."""
-    from ..columns import ROLE_INFO
+    from ..column_roles import ROLE_INFO
 
     special = ("reward", "reward_baseline", "prompt_id", "step", "domain")
     return [r for r in dict.fromkeys((*plan.spec.needs, *plan.spec.optional))
@@ -240,7 +240,7 @@ def row_inputs(plan: Plan, keys: dict, num_rows: int) -> tuple[dict, dict]:
     """(columns, labels) of :func:`row_input_roles` for the row table: numbers as tensors (float in the
     run's dtype, integers int64, booleans bool), key columns as int64 codes in first-appearance order
     with their values in ``labels``."""
-    from ..columns import ROLE_INFO
+    from ..column_roles import ROLE_INFO
     from ..io.lists import take
 
     columns, labels = {}, {}

@@ -220,9 +220,11 @@ def _trim_index(offs_full, offs_short):
     return np.repeat(offs_full[:-1], n) + (np.arange(int(n.sum())) - np.repeat(offs_short[:-1], n))
 
 
-def _groups(ins, cmap, cfg):
-    """(group code per row, group ids, step per row) — (step, prompt_id) groups, else positional blocks
-    of the configuration's group size, else None."""
+def _groups(ins, cmap, cfg, columns=None):
+    """(group code per row, group ids, step per row) — (step, prompt_id) groups, else the positional groups
+    the run itself formed (:func:`advcli.pipeline.grouping.scope_and_group_codes`, the pipeline's one rule:
+    blocks of the group size inside each step, a step that is not a whole number of blocks as the flavor
+    treats it), else None."""
     import numpy as np
     import pyarrow as pa
 
@@ -247,9 +249,24 @@ def _groups(ins, cmap, cfg):
             ids = [x.item() if hasattr(x, "item") else x for x in ids]
             return inv.ravel().astype(np.int64), ids, step
     size = (cfg.get("grouping") or {}).get("size")
-    if (cfg.get("grouping") or {}).get("by") == "position" and size:
-        g = np.arange(R, dtype=np.int64) // int(size)
-        return g, [f"rows {i * size}-{min(R, (i + 1) * size) - 1}" for i in range(int(g.max()) + 1 if R else 0)], step
+    if (cfg.get("grouping") or {}).get("by") == "position" and size and R:
+        from ..pipeline.grouping import group_key_columns, scope_and_group_codes
+        from ..pipeline.plan import make_plan
+
+        plan = make_plan(cfg, ins, columns or {}, "cpu")  # torch-free: the device is picked on first use
+        key_cols = group_key_columns(plan)
+        keys: dict[str, list] = {c: [] for c in key_cols}
+        for _, _, b in ins.iter_batches(key_cols, 65536) if key_cols else ():
+            for c in key_cols:
+                keys[c].append(b.column(c))
+        _, g, _ = scope_and_group_codes(plan, keys, R, ins.paths[0])
+        n_groups = int(g.max()) + 1
+        first = np.full(n_groups, R, dtype=np.int64)
+        last = np.zeros(n_groups, dtype=np.int64)
+        rows = np.arange(R, dtype=np.int64)
+        np.minimum.at(first, g, rows)
+        np.maximum.at(last, g, rows)
+        return g.astype(np.int64), [f"rows {a}-{b}" for a, b in zip(first.tolist(), last.tolist())], step
     return None, None, step
 
 
@@ -306,7 +323,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     try:
         run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device)
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
-        group, group_ids, step = _groups(ins, cmap, cfg)
+        group, group_ids, step = _groups(ins, cmap, cfg, columns)
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
         rep = {"command": "audit", "flavor": flavor.spec, "release": flavor.as_dict(), "settings": native or {},

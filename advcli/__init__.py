@@ -26,48 +26,60 @@ def _specs(inputs) -> list:
     return [inputs]
 
 
-def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = None, columns: dict | None = None,
-        chunk_rows: int = 4096, device: str = "auto", force: bool = False, precision: str | None = None,
-        output_mode: str = "full", write_columns: list[str] | None = None, source: str | None = None,
-        estimator=None):
-    """Run the pipeline like ``advcli run`` and return its :class:`advcli.result.RunResult`.
+def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None = None, estimator=None,
+        config: str | None = None, columns: dict | None = None, source: str | None = None, chunk_rows: int = 4096,
+        device: str = "auto", force: bool = False, precision: str | None = None, padded: bool | None = None,
+        output_mode: str = "full", write_columns: list[str] | None = None, engine: str = "local",
+        ray_address: str | None = None, ray_stall_timeout: float | None = None, drop_uniform: bool = False,
+        solve_rate: str | None = None, min_group_size: int | None = None, log=None, log_project: str | None = None,
+        log_name: str | None = None, log_step_offset: int = 0):
+    """Run the pipeline as ``advcli run`` does (the command calls the same code) and return its
+    :class:`advcli.result.RunResult`; each argument is the command's option of that name.
 
     ``inputs``: a path, a list of paths/directories/globs, or an in-memory ``pyarrow.Table`` /
     ``pandas.DataFrame`` (with ``output=None`` its rows with the new columns come back in
-    ``result.table``); ``output``: a path, or None to compute without writing; ``settings``: the
-    flavor's own keys (``{"algorithm.adv_estimator": "gae"}``); ``output_mode``: ``"full"`` (the input
-    plus the new columns) or ``"sidecar"`` (the new columns plus the row keys, ``--output-mode
-    sidecar``); ``write_columns``: the new columns to write (a subset of ``["advantages", "returns",
-    "token_level_rewards"]``; None: all the run produces); ``source``: a trainer dump format (``--from``;
-    default: recognised from file names and keys, docs/formats.md); ``estimator``: the estimator that runs
-    instead of the flavor's (``--estimator``): a name, a ``"module:function"`` / ``"file.py:function"``
-    reference, or a function (see :func:`estimator`).
+    ``result.table``); ``output``: a path, or None to compute without writing; ``flavor``: ``NAME`` or
+    ``NAME@RELEASE`` (default: verl, its estimator chosen from the dump as ``advcli run`` chooses it: GRPO
+    with a ``prompt_id`` column, else GAE with ``values``; ``result.chosen`` says which); ``settings``: the
+    flavor's own keys (``{"algorithm.adv_estimator": "gae"}``, ``--set``); ``estimator``: the estimator that
+    runs instead of the flavor's (``--estimator``): a name, a ``"module:function"`` / ``"file.py:function"``
+    reference, or a function (see :func:`estimator`); ``config``: a YAML/TOML file of settings (``--config``);
+    ``columns``: role → column name (``--column``); ``source``: a trainer dump format (``--from``; default:
+    recognised from file names and keys, docs/formats.md); ``precision``: ``"float32"`` (the frameworks'
+    numbers) or ``"float64"``; ``padded`` (``--padded``); ``output_mode``: ``"full"`` (the input plus the new
+    columns) or ``"sidecar"``; ``write_columns``: the new columns to write (a subset of ``["advantages",
+    "returns", "token_level_rewards"]``; None: all the run produces); ``engine``: ``"local"`` or ``"ray"``
+    (with ``ray_address``, ``ray_stall_timeout``); ``drop_uniform``, ``solve_rate``, ``min_group_size``: whole
+    groups dropped first (``result.curation``); ``log``: tracker targets (``["wandb"]``,
+    ``["tensorboard:DIR"]``) the report is sent to, with ``log_project``, ``log_name``, ``log_step_offset``.
     """
     from .formats import open_inputs
     from .io.frames import FrameInputs, frame_kind
-    from .resolution import resolve_for_inputs
-    from .runner import RunRequest, run_inputs
+    from .resolution import check_precision
+    from .runner import run_dump
 
+    check_precision(precision)
+    trackers = []
+    if log or log_project or log_name or log_step_offset:  # checked (and the library found) before any work
+        from .tracker import parse_targets
+
+        trackers = parse_targets([log] if isinstance(log, str) else log, log_project, log_name, log_step_offset)
+    if estimator is not None and callable(estimator):
+        from .estimators.user import register_function
+
+        estimator = register_function(estimator)
     given = _specs(inputs)
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in given], source)  # trainer dumps -> canonical Parquet
-        # what a trainer dump tells the flavor, for the keys not given (result.from_dump says what was taken)
-        items = list((settings or {}).items())
-        if estimator is not None:
-            if callable(estimator):
-                from .estimators.user import register_function
-                estimator = register_function(estimator)
-            items.append(("advcli.estimator", estimator))
-        cfg, native, from_dump = resolve_for_inputs(flavor, specs, items)
-        if precision is not None:  # "float32" (the frameworks' numbers) or "float64" (the intended math)
-            from .config import SCHEMA, coerce
-            cfg["precision"] = coerce("precision", precision, SCHEMA["precision"])
         keep_rows = output is None and any(frame_kind(s) for s in given)  # rows back in memory
         target = frames.output_path() if keep_rows else (None if output is None else str(output))
-        req = RunRequest(output=target, cfg=cfg, flavor=flavor, native=native, columns=columns or {},
-                         chunk_rows=chunk_rows, device=device, force=force, output_mode=output_mode,
-                         write_columns=write_columns)
-        result, _ = run_inputs(specs, req)  # the outputs are put in place as written: no staging in a library call
+        # the outputs are put in place as written: no staging in a library call
+        result = run_dump(specs, target, flavor=flavor, settings=list((settings or {}).items()), estimator=estimator,
+                          config=None if config is None else str(config), columns=columns, padded=padded,
+                          precision=precision, chunk_rows=chunk_rows, device=device, force=force,
+                          output_mode=output_mode, write_columns=write_columns, engine=engine,
+                          ray_address=ray_address, ray_stall_timeout=ray_stall_timeout, drop_uniform=drop_uniform,
+                          solve_rate=solve_rate, min_group_size=min_group_size)
         if keep_rows:
             import pyarrow.parquet as pq
 
@@ -76,8 +88,12 @@ def run(inputs, output=None, *, flavor: str = "verl", settings: dict | None = No
         result.inputs = frames.named(result.inputs)
         result.warnings = frames.named(result.warnings)
         result.diagnostics = frames.named(result.diagnostics)
-    result.from_dump = from_dump
-    result.flavor, result.settings = flavor, dict(native or {})
+        if result.curation is not None:
+            result.curation = frames.named(result.curation)
+    if trackers:
+        from .tracker import log_report
+
+        log_report(result.report, trackers)
     return result
 
 

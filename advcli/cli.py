@@ -9,10 +9,9 @@ import typer
 from .commands import helpstyle, register
 from .commands import options as opt
 from .commands.progress import progress
-from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
 from .flavors import framework_names
-from .formats import name_dump_rows, name_dumps, open_inputs
+from .formats import name_dump_rows, open_inputs
 from .version import __version__
 
 app = typer.Typer(
@@ -115,56 +114,42 @@ def run(
     log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
+    from .config import parse_column_maps, parse_set
     from .engines import check_engine
+    from .resolution import check_precision
 
     check_engine(engine)
+    check_precision(precision)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
+    settings, columns = parse_set(set_), parse_column_maps(column)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
-    from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
-    file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
-    flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 notes=from_dump, file_keys=file_keys,
-                                                                 estimator=estimator)
-    if precision is not None:
-        if precision not in ("float32", "float64"):
-            from .errors import did_you_mean
-            raise AdvcliError(f"--precision {precision!r}: expected float32 or float64."
-                              f"{did_you_mean(precision, ['float32', 'float64'])}")
-        cfg["precision"] = precision
-    show = not quiet and not json_out
     if report:
         from .report import check_report_path
 
         check_report_path(report, list(inputs) + [output])
+    show = not quiet and not json_out
     from .io.memory import tune_for_streaming
 
     tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
 
-    from .curate import make_spec
     from .io.commit import staged
-    from .runner import RunRequest, run_inputs
+    from .runner import run_dump
 
-    curation = make_spec(drop_uniform, solve_rate, min_group_size)  # DAPO-style: groups dropped first
-    req = RunRequest(output=output, cfg=cfg, flavor=flavor, native=native, columns=columns, chunk_rows=chunk_rows,
-                     device=device, force=force, output_mode=output_mode, write_columns=write_columns, engine=engine,
-                     ray_address=ray_address, ray_stall_timeout=ray_stall_timeout, by_position=bool(report))
     # the outputs stay in their temporary files until everything else is done (the report written, the
     # summary printed); putting them in place is the last step, with Ctrl-C held across it: a non-zero
     # exit at any moment leaves every output path as it was (advcli.io.commit)
     with staged() as outputs:
         progress_cb, stop = progress(show)
-        try:
-            result, kept = run_inputs(inputs, req, curation=curation, progress=progress_cb, staging=outputs)
+        try:  # the library's own run (advcli.run calls the same), then the printing
+            result = run_dump(inputs, output, flavor=flavor, settings=settings, estimator=estimator, config=config,
+                              columns=columns, padded=padded, precision=precision, chunk_rows=chunk_rows,
+                              device=device, force=force, output_mode=output_mode, write_columns=write_columns,
+                              engine=engine, ray_address=ray_address, ray_stall_timeout=ray_stall_timeout,
+                              drop_uniform=drop_uniform, solve_rate=solve_rate, min_group_size=min_group_size,
+                              by_position=bool(report), progress=progress_cb, staging=outputs)
         finally:
             stop()
-        result.from_dump = from_dump
-        rep = _summary_dict(result, flavor, native, auto_note)
-        if file_keys:
-            rep["config_file"] = file_keys[0].as_dict() | {"note": file_keys[0].line()}
-        if kept is not None:
-            # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dump and
-            # output rather than the temporary files the kept rows went through
-            rep["filter"] = {**name_dumps(kept), "output": output}
+        rep = result.report
         from .report import emit
 
         try:
@@ -173,19 +158,6 @@ def run(
             silence_stdout()
         opt.send_to_trackers(rep, trackers, quiet)  # --log: before the outputs are put in place
         outputs.commit()
-
-
-def _summary_dict(result, flavor, native, auto_note=None) -> dict:
-    """The report dict of a run (advcli.report): what --json prints and --report writes (with the
-    advantage by token position when the run gathered it: ``result.by_position``)."""
-    from .report import build_report
-
-    extra = {"seconds": round(result.seconds, 3)}
-    if flavor:
-        from .flavors import estimator_note
-
-        extra["estimator_note"] = estimator_note(flavor, native)
-    return build_report(result, flavor=flavor, native=native, command="run", note=auto_note, extra=extra)
 
 
 EXPLAIN_EPILOG = """
@@ -214,19 +186,20 @@ def explain(
     """Print the resolved canonical configuration and the formulas that will run."""
     from .config import parse_set
     from .explain import explain_text, keys_text
-    from .flavors import config_file_flavor, get, history_text, resolve
+    from .flavors import at, config_file_flavor, history_text, resolve
 
     if config:
         flavor = config_file_flavor(config, flavor)
+    fa = at(flavor)  # the flavor at its release, made once: everything below reads it
     if history:
-        typer.echo(history_text(get(flavor)))
+        typer.echo(history_text(fa.flavor))
         return
     if keys:
-        typer.echo(keys_text(get(flavor)))
+        typer.echo(keys_text(fa.flavor))
         return
     settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
-    cfg, native = resolve(flavor, settings, config)
-    typer.echo(explain_text(get(flavor), cfg, native, flavor))
+    cfg, native = resolve(fa, settings, config)
+    typer.echo(explain_text(fa, cfg, native))
 
 
 SAMPLE_EPILOG = """

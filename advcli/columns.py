@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .column_roles import ROLE_INFO  # noqa: F401  (the one role table; re-exported)
+from .column_roles import ROLE_INFO
 from .errors import AdvcliError, did_you_mean
 
 

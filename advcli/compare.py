@@ -287,7 +287,7 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
     the outputs.
     ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
     from .config import parse_set
-    from .flavors import resolve
+    from .flavors import at, resolve
     from .pipeline import run_pipeline
 
     tmp = tempfile.mkdtemp(prefix="advcli-compare-")
@@ -295,12 +295,13 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
         outs, labels = [], []
         for i, c in enumerate(configs):
             settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
-            cfg, native = resolve(c["flavor"], settings, c.get("config"))
-            label = _label(c["flavor"], native)
+            fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
+            cfg, native = resolve(fa, settings, c.get("config"))
+            label = _label(fa.spec, native)
             if announce is not None:
                 announce(i, label)
             out = os.path.join(tmp, f"{'ab'[i]}.parquet")
-            run_pipeline([dump], out, cfg, flavor=c["flavor"], native=native, column_overrides=columns or {},
+            run_pipeline([dump], out, cfg, flavor=fa, native=native, column_overrides=columns or {},
                          chunk_rows=chunk_rows, device=device)
             outs.append(out)
             labels.append(label)

@@ -225,26 +225,6 @@ def set_path(cfg: dict, path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def get_path(cfg: dict, path: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for p in path.split("."):
-        if not isinstance(node, dict) or p not in node:
-            return default
-        node = node[p]
-    return node
-
-
-def flatten(cfg: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in cfg.items():
-        path = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, path + "."))
-        else:
-            out[path] = v
-    return out
-
-
 def parse_value(text: str) -> Any:
     """A --set VALUE, parsed as YAML (``true``, ``0.95``, ``null``, ``[acc,fmt]``)."""
     import yaml

@@ -24,17 +24,20 @@ def keys_text(flavor) -> str:
     return "\n".join(lines)
 
 
-def explain_text(flavor, cfg: dict, native: dict, flavor_spec: str | None = None) -> str:
-    """``flavor_spec``: the flavor as given (``nemo@7ea279a``), whose release the text names."""
+def explain_text(flavor_at, cfg: dict, native: dict) -> str:
+    """``flavor_at``: the flavor at its release (:class:`advcli.flavors.FlavorAt`, or ``NAME[@RELEASE]``), whose
+    release the text names."""
     from .estimators import get, resolve_params
-    from .flavors import release_label
+    from .flavors import at
 
     spec = get(cfg["estimator"]["name"])
     params = resolve_params(spec, cfg["estimator"])
     if spec.build is not None:  # a mix: the formula and sources of its terms
         spec, params = spec.build(params)
+    fa = at(flavor_at)
+    flavor = fa.flavor
     out = [f"flavor   {flavor.name}: {flavor.framework}"]
-    release = release_label(flavor_spec or flavor.name)
+    release = fa.label()
     if release:
         out.append(f"release  {release} (`advcli explain --flavor {flavor.name} --history` lists the others)")
     if native:

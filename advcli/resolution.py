@@ -14,34 +14,98 @@ defaults that would make nothing of it. ``advcli run`` and :func:`advcli.run` bo
   row its own group (a positional group size left at 1): both would otherwise end in an error deep in
   the run or a quiet exit 0 with degenerate advantages.
 
-Each decision taken for the user becomes one line of the run's summary (``from dump``)."""
+Each decision taken for the user becomes one line of the run's summary (``from dump``).
+
+:func:`resolve_run` is the one front door to all of it: ``advcli run`` (and ``validate``, ``audit``,
+``compare --estimators``) and :func:`advcli.run` hand it what the user gave and get a :class:`RunChoice`."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import AdvcliError
 
+PRECISIONS = ("float32", "float64")  # float32 reproduces the frameworks; float64 computes the intended math
 
-def resolve_for_inputs(flavor_name: str, inputs: list[str], settings: list, config: str | None = None,
+
+@dataclass
+class RunChoice:
+    """What a run was resolved to: the flavor at its release (:class:`advcli.flavors.FlavorAt`), the canonical
+    configuration, the native settings given (coerced), what the dump told the flavor (one line each), the
+    estimator chosen from the dump when none was named (``verl grpo (the dump has prompt_id)``, None when the
+    user chose), and what a ``--config`` file gave (:class:`advcli.flavors.ConfigFileKeys`, or None)."""
+
+    flavor: Any
+    cfg: dict
+    native: dict
+    from_dump: list[str] = field(default_factory=list)
+    chosen: str | None = None
+    config_file: Any = None
+
+
+def check_precision(precision: str | None) -> str | None:
+    """``--precision`` / ``precision=``: float32 or float64 (None: the configuration's, float32)."""
+    if precision is not None and precision not in PRECISIONS:
+        from .errors import did_you_mean
+
+        raise AdvcliError(f"--precision {precision!r}: expected float32 or float64."
+                          f"{did_you_mean(str(precision), list(PRECISIONS))}")
+    return precision
+
+
+def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str | None = None,
+                config: str | None = None, padded: bool | None = None, precision: str | None = None) -> RunChoice:
+    """The configuration of a run on ``inputs`` (opened: ``advcli.formats.open_inputs``) from what the user
+    gave, the same for every caller: ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None: the default flavor,
+    its estimator chosen from the dump's columns, :func:`default_settings`), ``settings`` (native
+    ``(key, value)`` pairs, ``--set``), ``estimator`` (``--estimator``: ``advcli.estimator``), ``config`` (a
+    ``--config`` file, which may name the flavor), ``padded`` and ``precision`` (checked here)."""
+    from .flavors import DEFAULT, at, config_file_flavor
+
+    check_precision(precision)
+    settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
+    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
+        flavor = config_file_flavor(config, flavor)
+    if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
+        from .config import load_config_file
+
+        if at(DEFAULT).flavor.estimator_key in load_config_file(config):
+            flavor = DEFAULT
+    fa, settings, chosen = default_settings(flavor, inputs, settings)
+    file_keys: list = []
+    cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)
+    if padded is not None:
+        cfg["padded"] = padded
+    if precision is not None:
+        cfg["precision"] = precision
+    return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None)
+
+
+def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,
                        file_keys: list | None = None):
     """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
     what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
-    run`` and :func:`advcli.run` both use. ``file_keys`` receives what the --config file gave."""
+    run`` and :func:`advcli.run` both use. ``spec``: the flavor at its release (:class:`advcli.flavors.FlavorAt`,
+    or ``NAME[@RELEASE]``), every configuration made here made at that release. ``file_keys`` receives what the
+    --config file gave."""
     from .config import set_path
-    from .flavors import get, resolve
+    from .flavors import at, resolve
     from .formats import check_config, implied_settings
 
-    cfg, native = resolve(flavor_name, settings, config, file_keys)
-    flavor = get(flavor_name)
+    fa = at(spec)
+    cfg, native = resolve(fa, settings, config, file_keys)
+    flavor = fa.flavor
     given = dict(native)
     implied, lines = from_dump(flavor, inputs, given)
     if implied:
         settings = implied + list(settings)
-        cfg, native = resolve(flavor_name, settings, config)
+        cfg, native = resolve(fa, settings, config)
         if flavor.group_size_key in dict(implied) and (cfg.get("grouping") or {}).get("by") != "position":
             lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
     try:
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
-        refuse_default_estimator(flavor, inputs, settings, config, given, e, flavor_name)
+        refuse_default_estimator(flavor, inputs, settings, config, given, e, fa)
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
         set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
@@ -111,10 +175,10 @@ def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
 
 
 def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: str | None, given: dict,
-                             error: AdvcliError, spec: str | None = None) -> None:
+                             error: AdvcliError, spec=None) -> None:
     """``error`` (a response-level dump refusing the estimator) said with the ``--set`` that runs, where the
     estimator is the flavor's default and the flavor's response-level choice passes the same check
-    (``spec``: the flavor as given, with its ``@release``)."""
+    (``spec``: the flavor at its release, :class:`advcli.flavors.FlavorAt`)."""
     from .flavors import resolve
     from .formats import check_config
 
@@ -182,23 +246,26 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     return hist
 
 
-def default_settings(flavor: str | None, inputs: list[str], settings: list) -> tuple[str, list, str | None]:
-    """With no --flavor: the default flavor (verl), and the estimator its ``pick_estimator`` chooses from the
-    dump's columns (GRPO when it has a group id, GAE when it has values)."""
-    if flavor is not None:
-        return flavor, settings, None
-    from .flavors import DEFAULT, get
+def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
+    """(the flavor at its release (:class:`advcli.flavors.FlavorAt`), settings, the note on what was chosen)
+    of ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None). With no flavor: the default flavor (verl), and the
+    estimator its ``pick_estimator`` chooses from the dump's columns (GRPO when it has a group id, GAE when it
+    has values)."""
+    from .flavors import DEFAULT, at
 
-    fl = get(DEFAULT)
+    if flavor is not None:
+        return at(flavor), settings, None
+    fa = at(DEFAULT)
+    fl = fa.flavor
     if any(k in (fl.estimator_key, "advcli.estimator", "advcli.mix") for k, _ in settings):
-        return fl.name, settings, None
+        return fa, settings, None
     from .io.reader import expand_inputs, open_parquet
 
     names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
     for i, (column, est) in enumerate(fl.pick_estimator):
         if column in names:
             why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])
-            return (fl.name, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
+            return (fa, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
     raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
                       hint=f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

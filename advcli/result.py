@@ -74,8 +74,15 @@ class RunResult(Shown):
     by_position: dict | None = None  # advcli.figures.positions: the advantage per token position, when asked for
     from_dump: list[str] = field(default_factory=list)  # settings a trainer dump implied (advcli.resolution)
     release: dict | None = None  # the flavor's upstream release that ran (advcli.flavors.release_dict)
-    flavor: str | None = None  # the flavor and the native settings given (advcli.run sets them), for the report
+    flavor: str | None = None  # the flavor (NAME[@RELEASE]) and the native settings given, for the report
     settings: dict = field(default_factory=dict)
+    # the estimator chosen from the dump when none was named ("verl grpo (the dump has prompt_id)"; None when
+    # the user chose one), the flavor's line on why the estimator runs under another name, what a --config
+    # file gave, and the groups the curation filter dropped (advcli.runner.run_dump sets them)
+    chosen: str | None = None
+    estimator_note: str | None = None
+    config_file: dict | None = None
+    curation: dict | None = None
     output_table: Any = None  # the rows written, kept in memory (advcli.run on an in-memory table, output=None)
 
     title = "advcli run report"
@@ -85,8 +92,16 @@ class RunResult(Shown):
         """The report dict (:mod:`advcli.report`): what ``advcli run --json`` prints."""
         from .report import build_report
 
-        return build_report(self, flavor=self.flavor, native=self.settings, command="run",
-                            extra={"seconds": round(self.seconds, 3)})
+        extra = {"seconds": round(self.seconds, 3)}
+        if self.flavor:
+            extra["estimator_note"] = self.estimator_note
+        rep = build_report(self, flavor=self.flavor, native=self.settings, command="run", note=self.chosen,
+                           extra=extra)
+        if self.config_file:
+            rep["config_file"] = self.config_file
+        if self.curation is not None:
+            rep["filter"] = self.curation
+        return rep
 
     def html(self) -> str:
         """The report page (``advcli run --report x.html``)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .formats import finish_outputs, name_sources
+from .formats import finish_outputs, name_dumps, name_sources
 from .io.writer import check_output_mode
 
 
@@ -26,7 +26,7 @@ class RunRequest:
     """What to run: the engine's arguments (those of :func:`advcli.pipeline.run_pipeline`)."""
     output: str | None
     cfg: dict
-    flavor: str = "advcli"
+    flavor: object = "advcli"  # the flavor at its release (advcli.flavors.FlavorAt; a NAME[@RELEASE] is read)
     native: dict | None = None
     columns: dict = field(default_factory=dict)
     chunk_rows: int | None = 4096
@@ -38,6 +38,48 @@ class RunRequest:
     ray_address: str | None = None
     ray_stall_timeout: float | None = None
     by_position: bool = False  # the result carries the advantage per token position (run --report)
+
+
+def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(), estimator: str | None = None,
+             config: str | None = None, columns: dict | None = None, padded: bool | None = None,
+             precision: str | None = None, chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
+             output_mode: str = "full", write_columns: list[str] | str | None = None, engine: str = "local",
+             ray_address: str | None = None, ray_stall_timeout: float | None = None, drop_uniform: bool = False,
+             solve_rate: str | None = None, min_group_size: int | None = None, by_position: bool = False,
+             progress=None, staging=None):
+    """One run from what the user gave to its :class:`advcli.result.RunResult`: the one code path of
+    ``advcli run`` and :func:`advcli.run`. ``inputs`` are opened (``advcli.formats.open_inputs``); the
+    configuration is :func:`advcli.resolution.resolve_run`'s (the default flavor's estimator chosen from the
+    dump when none is named, ``result.chosen`` saying which); ``drop_uniform``/``solve_rate``/
+    ``min_group_size`` drop whole groups first (:mod:`advcli.curate`); the rest as :class:`RunRequest`.
+    The result carries what the run's report shows: the flavor at its release, the settings given, what the
+    dump told the flavor, the estimator chosen, the --config file's keys and the curation's summary."""
+    from .curate import make_spec
+    from .engines import check_engine
+    from .flavors import estimator_note
+    from .resolution import resolve_run
+
+    check_engine(engine)
+    check_output_mode(output_mode)
+    curation = make_spec(drop_uniform, solve_rate, min_group_size)  # DAPO-style: groups dropped first
+    choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
+                         precision=precision)
+    req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,
+                     columns=dict(columns or {}), chunk_rows=chunk_rows, device=device, force=force,
+                     output_mode=output_mode, write_columns=write_columns, engine=engine, ray_address=ray_address,
+                     ray_stall_timeout=ray_stall_timeout, by_position=by_position)
+    result, kept = run_inputs(inputs, req, curation=curation, progress=progress, staging=staging)
+    result.from_dump = list(choice.from_dump)
+    result.flavor, result.settings = choice.flavor.spec, dict(choice.native or {})
+    result.chosen = choice.chosen
+    result.estimator_note = estimator_note(choice.flavor, choice.native)
+    if choice.config_file is not None:
+        result.config_file = choice.config_file.as_dict() | {"note": choice.config_file.line()}
+    if kept is not None:
+        # what was dropped, per step and data source (advcli.curate.summarize), naming the user's dumps and
+        # output rather than the temporary files the kept rows went through
+        result.curation = {**name_dumps(kept), "output": output}
+    return result
 
 
 def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=None, staging=None):
@@ -76,9 +118,9 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
         result.warnings.insert(0, run_filter_note(curation, kept))
     name_sources(result)  # the result names the trainer dumps, not their temporary Parquet
     if req.flavor:
-        from .flavors import release_dict
+        from .flavors import at
 
-        result.release = release_dict(req.flavor)  # which upstream release's semantics ran
+        result.release = at(req.flavor).as_dict()  # which upstream release's semantics ran
     written = [staging.staged_path(o) if staging is not None else o for o in result.outputs]
     finish_outputs(inputs, written)  # response-level dumps: scalar advantages
     return result, kept

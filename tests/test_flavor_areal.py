@@ -262,7 +262,7 @@ def test_column_mapping_and_roles(tmp_path):
     got, _ = run(tmp_path, settings, names=names,
                  columns={"truncated": "cut", "bootstrap_value": "v_last", "rollout_log_probs": "engine_lp"})
     assert got == want
-    from advcli.columns import ROLE_INFO
+    from advcli.column_roles import ROLE_INFO
     from advcli.config import ROLES
     for role in ("rollout_log_probs", "truncated", "bootstrap_value", "turn_ids"):
         assert role in ROLES and role in ROLE_INFO

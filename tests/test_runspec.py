@@ -95,11 +95,10 @@ def _with_rollout_log_probs(tmp_path):
     return path, t
 
 
-@pytest.mark.parametrize("key", ["kl.policy", "kl.log_probs"])
-def test_kl_reads_the_policy_log_probs_kl_policy_names(tmp_path, key):
+def test_kl_reads_the_policy_log_probs_kl_policy_names(tmp_path):
     """``kl.policy=rollout_log_probs``: the KL in the reward is k1 = rollout_log_probs − ref_log_probs, so
-    token_level_rewards_t = −β·(lp_rollout − ref)·mask_t, plus the reward on the last token. ``kl.log_probs``
-    (the older name, still accepted with --flavor advcli) means the same."""
+    token_level_rewards_t = −β·(lp_rollout − ref)·mask_t, plus the reward on the last token."""
+    key = "kl.policy"
     import numpy as np
     import pyarrow.parquet as pq
 

@@ -58,12 +58,13 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     return uniq
 
 
-def label(flavor: str, settings: dict, cfg: dict | None = None) -> str:
-    """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor, its estimator (given or
-    the framework's default), then the other settings given."""
+def label(flavor, settings: dict, cfg: dict | None = None) -> str:
+    """``verl grpo with algorithm.norm_adv_by_std_in_grpo=false``: the flavor (at its release: a
+    :class:`advcli.flavors.FlavorAt` or ``NAME[@RELEASE]``), its estimator (given or the framework's
+    default), then the other settings given."""
     from ..flavors import get, split_spec
 
-    base = split_spec(flavor)[0]
+    base = split_spec(str(flavor))[0]
     try:
         ek = get(base).estimator_key
     except AdvcliError:
@@ -219,9 +220,11 @@ def _trim_index(offs_full, offs_short):
     return np.repeat(offs_full[:-1], n) + (np.arange(int(n.sum())) - np.repeat(offs_short[:-1], n))
 
 
-def _groups(ins, cmap, cfg):
-    """(group code per row, group ids, step per row) — (step, prompt_id) groups, else positional blocks
-    of the configuration's group size, else None."""
+def _groups(ins, cmap, cfg, columns=None):
+    """(group code per row, group ids, step per row) — (step, prompt_id) groups, else the positional groups
+    the run itself formed (:func:`advcli.pipeline.grouping.scope_and_group_codes`, the pipeline's one rule:
+    blocks of the group size inside each step, a step that is not a whole number of blocks as the flavor
+    treats it), else None."""
     import numpy as np
     import pyarrow as pa
 
@@ -246,9 +249,24 @@ def _groups(ins, cmap, cfg):
             ids = [x.item() if hasattr(x, "item") else x for x in ids]
             return inv.ravel().astype(np.int64), ids, step
     size = (cfg.get("grouping") or {}).get("size")
-    if (cfg.get("grouping") or {}).get("by") == "position" and size:
-        g = np.arange(R, dtype=np.int64) // int(size)
-        return g, [f"rows {i * size}-{min(R, (i + 1) * size) - 1}" for i in range(int(g.max()) + 1 if R else 0)], step
+    if (cfg.get("grouping") or {}).get("by") == "position" and size and R:
+        from ..pipeline.grouping import group_key_columns, scope_and_group_codes
+        from ..pipeline.plan import make_plan
+
+        plan = make_plan(cfg, ins, columns or {}, "cpu")  # torch-free: the device is picked on first use
+        key_cols = group_key_columns(plan)
+        keys: dict[str, list] = {c: [] for c in key_cols}
+        for _, _, b in ins.iter_batches(key_cols, 65536) if key_cols else ():
+            for c in key_cols:
+                keys[c].append(b.column(c))
+        _, g, _ = scope_and_group_codes(plan, keys, R, ins.paths[0])
+        n_groups = int(g.max()) + 1
+        first = np.full(n_groups, R, dtype=np.int64)
+        last = np.zeros(n_groups, dtype=np.int64)
+        rows = np.arange(R, dtype=np.int64)
+        np.minimum.at(first, g, rows)
+        np.maximum.at(last, g, rows)
+        return g.astype(np.int64), [f"rows {a}-{b}" for a, b in zip(first.tolist(), last.tolist())], step
     return None, None, step
 
 
@@ -295,6 +313,9 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     cmap = resolve_columns(ins.schema, {**(cfg.get("columns") or {}), **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
     given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
+    from ..flavors import at
+
+    flavor = at(flavor)  # the flavor at its release, for every run below and the report
     what = auto_note or label(flavor, native or {}, cfg)
     if flavor_note:
         what = f"{what} ({flavor_note})"
@@ -302,12 +323,10 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     try:
         run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device)
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
-        group, group_ids, step = _groups(ins, cmap, cfg)
+        group, group_ids, step = _groups(ins, cmap, cfg, columns)
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
-        from ..flavors import release_dict
-
-        rep = {"command": "audit", "flavor": flavor, "release": release_dict(flavor), "settings": native or {},
+        rep = {"command": "audit", "flavor": flavor.spec, "release": flavor.as_dict(), "settings": native or {},
                "ran": what,
                "estimator": cfg["estimator"].get("name"),
                "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
@@ -434,16 +453,15 @@ def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_li
     """The flavor's other known releases (``--flavor NAME@RELEASE``), newest first, each run with the same
     settings and compared with the logged values: {release, label, tokens_disagreeing, rows_disagreeing}
     (``skipped`` with the reason where that release cannot run them)."""
-    from ..flavors import get, known_releases, release_label, release_of, resolve, split_spec
+    from ..flavors import FlavorAt, at, known_releases, resolve
 
-    fl = get(flavor)
-    ran = release_of(fl, split_spec(flavor)[1])
+    fa = at(flavor)
     out = []
-    for i, rel in enumerate(reversed(known_releases(fl))):
-        if rel == ran:
+    for i, rel in enumerate(reversed(known_releases(fa.flavor))):
+        if rel == fa.release:
             continue
-        spec = f"{fl.name}@{rel.name}"
-        entry = {"release": rel.name, "label": release_label(spec)}
+        spec = FlavorAt(fa.flavor, rel, rel.name)
+        entry = {"release": rel.name, "label": spec.label()}
         try:
             cfg, nat = resolve(spec, list(native.items()))
             r = _Run(tmp, f"release{i}", inputs, cfg, spec, nat, columns, chunk_rows, device)
@@ -464,7 +482,7 @@ def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list,
     out = []
     cands = candidates(flavor, given, cmap.has("prompt_id"), group_size)
     for i, (fl, settings) in enumerate(cands):
-        entry = {"flavor": fl, "settings": settings}
+        entry = {"flavor": str(fl), "settings": settings}
         try:
             cfg, native = resolve(fl, list(settings.items()))
             entry["label"] = label(fl, settings, cfg)

@@ -60,7 +60,8 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from ..columns import ROLE_INFO, resolve_columns
+    from ..column_roles import ROLE_INFO
+    from ..columns import resolve_columns
     from ..io.arrays import keys_codes, list_parts, numeric, provenance
     from ..io.reader import InputSet
 

@@ -3,7 +3,7 @@ configuration a run uses: the flavor, the canonical configuration, the native se
 column overrides, and which estimator was picked when none was named."""
 from __future__ import annotations
 
-from ..resolution import default_settings
+from ..resolution import resolve_run
 
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
@@ -13,28 +13,16 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
     (:mod:`advcli.resolution`); ``file_keys`` receives what the --config file gave
-    (:class:`advcli.flavors.ConfigFileKeys`); ``estimator`` (--estimator) is ``advcli.estimator``."""
-    from .. import resolution
+    (:class:`advcli.flavors.ConfigFileKeys`); ``estimator`` (--estimator) is ``advcli.estimator``. The
+    library's own :func:`advcli.resolution.resolve_run` does the work: the command line only parses."""
     from ..config import parse_column_maps, parse_set
 
-    settings = parse_set(set_) + ([("advcli.estimator", estimator)] if estimator else [])
     columns = parse_column_maps(column)
-    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
-        from ..flavors import config_file_flavor
-
-        flavor = config_file_flavor(config, flavor)
-    if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
-        from ..config import load_config_file
-        from ..flavors import DEFAULT, get
-
-        if get(DEFAULT).estimator_key in load_config_file(config):
-            flavor = DEFAULT
-    flavor, settings, auto_note = default_settings(flavor, inputs, settings)
-    cfg, native, lines = resolution.resolve_for_inputs(flavor, inputs, settings, config, file_keys)
+    choice = resolve_run(inputs, flavor, parse_set(set_), estimator=estimator, config=config, padded=padded)
     if notes is not None:
-        notes.extend(lines)
-    if padded is not None:
-        cfg["padded"] = padded
-    return flavor, cfg, native, columns, auto_note
+        notes.extend(choice.from_dump)
+    if file_keys is not None and choice.config_file is not None:
+        file_keys.append(choice.config_file)
+    return choice.flavor, choice.cfg, choice.native, columns, choice.chosen
 
 

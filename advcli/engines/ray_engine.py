@@ -54,6 +54,7 @@ import shutil
 import tempfile
 import time
 import types
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -94,6 +95,9 @@ from .ray_rows import ROW_COL, lean, take_rows
 from .ray_shards import Shard, plan_shards, read_shard, shard_target
 from .ray_stats import StatsSink, histogram_edges, seed_values, shard_valid_of
 from .ray_steps import StepRows, not_step_scoped, observer_of_steps, unpack_rows
+
+if TYPE_CHECKING:
+    from ..flavors import FlavorAt
 
 INSTALL_HINT = "pip install 'advcli[ray]'   (or: pip install 'ray[data]>=2.60' aiohttp)"
 
@@ -415,7 +419,7 @@ def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_
                     override_num_blocks), started
 
 
-def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
+def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: FlavorAt | str = "advcli",
             native: dict | None = None, column_overrides: dict[str, str] | None = None, chunk_rows: int = 4096,
             device: str = "auto", force: bool = False, progress: ProgressFn | None = None,
             address: str | None = None, override_num_blocks: int | None = None,

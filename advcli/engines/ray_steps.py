@@ -256,14 +256,14 @@ def _step_plan(plan, value: float):
 def _kl_carry(plan, value: float, kls: list, scope_rows: list[int]) -> float:
     """The adaptive controller's value after a step whose scopes (one, or ROLL's domains in order) hold
     ``scope_rows`` rows with mean KL ``kls``: one update per scope in scope order, as
-    :func:`advcli.pipeline.rows.kl_coefs` makes them, the same float operations in the same order
-    (ROLL: one controller updated after each domain's batch)."""
-    c = plan.run.kl
-    if c.controller == "adaptive" and plan.kl_on:
-        for current, rows in zip(kls, scope_rows):
-            err = float(np.clip(current / c.target - 1, -0.2, 0.2))
-            value *= 1 + err * rows / c.horizon
-    return value
+    :func:`advcli.pipeline.rows.kl_coefs` makes them, with the same controller
+    (:class:`advcli.pipeline.rows.KLController`; ROLL: one controller updated after each domain's batch)."""
+    from ..pipeline.rows import KLController
+
+    ctl = KLController.of(plan, value)
+    for current, rows in zip(kls, scope_rows):
+        ctl.update(current, rows)
+    return ctl.value
 
 
 @dataclasses.dataclass

@@ -36,6 +36,10 @@ class Flavor:
     # framework's default estimator needs token data
     estimator_key: str | None = None
     response_estimator: str | None = None
+    # the values of estimator_key that name the flavor's own estimators, where the key declares no choices
+    # (its translate refuses the others with the framework's own message): --estimator NAME and advcli.mix
+    # terms among them run the flavor's estimator, as --set KEY=NAME does
+    estimator_names: tuple[str, ...] = ()
     group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
     # dump format -> (native settings, where they come from): what the run that wrote such a dump used, taken
     # for the keys not given (AReaL's JSONL: its GRPO example's settings)
@@ -120,20 +124,80 @@ def flavor_names_text() -> str:
 
 def split_spec(spec: str) -> tuple[str, str | None]:
     """``"nemo@7ea279a"`` -> ``("nemo", "7ea279a")``; ``"nemo"`` -> ``("nemo", None)``."""
-    name, at, release = spec.partition("@")
-    return name.strip(), (release.strip() if at else None)
+    name, at_, release = spec.partition("@")
+    return name.strip(), (release.strip() if at_ else None)
 
 
-def get(name: str) -> Flavor:
-    """The flavor of ``--flavor NAME`` or ``NAME@RELEASE`` (the release checked: :func:`release_of`)."""
+@dataclass(frozen=True)
+class FlavorAt:
+    """A flavor at one of its releases: what ``--flavor NAME[@RELEASE]`` names, made once from what the user
+    typed (:func:`at`) and carried as it is to everything that resolves, runs, labels or records a run
+    (resolution, the engines' provenance, the reports, explain, audit, compare, validate), so that no step can
+    drop the release by going back to the flavor's name. ``release`` is None only for advcli's own flavor
+    (no upstream releases); ``asked`` is the text after ``@`` as given (None: the newest)."""
+
+    flavor: Flavor
+    release: Release | None
+    asked: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.flavor.name
+
+    @property
+    def spec(self) -> str:
+        """``nemo@7ea279a`` as the user gave it; ``nemo`` with no release named."""
+        return f"{self.flavor.name}@{self.asked}" if self.asked is not None else self.flavor.name
+
+    def __str__(self) -> str:
+        return self.spec
+
+    def __hash__(self) -> int:  # the flavor and release hold dicts: their names stand for them
+        return hash((self.flavor.name, self.release.name if self.release else None, self.asked))
+
+    @property
+    def newest(self) -> bool:
+        releases = known_releases(self.flavor)
+        return bool(releases) and self.release == releases[-1]
+
+    def label(self) -> str | None:
+        """Which release runs, in words: ``NeMo RL @ newest verified (post-4158: ...)`` with no suffix,
+        ``NeMo RL @7ea279a (...)`` with one; None for advcli's own flavor."""
+        r = self.release
+        if r is None:
+            return None
+        title = self.flavor.title or self.flavor.name
+        if self.asked is None:
+            return f"{title} @ newest verified ({r.name}" + (f": {r.note})" if r.note else ")")
+        return f"{title} @{r.name}" + (f" ({r.note})" if r.note else "")
+
+    def as_dict(self) -> dict | None:
+        """The release that runs as the JSON reports and the output's provenance hold it."""
+        r = self.release
+        if r is None:
+            return None
+        return {"name": r.name, "date": r.date, "newest": self.newest, "asked": self.asked, "label": self.label()}
+
+
+def at(spec: str | FlavorAt | Flavor) -> FlavorAt:
+    """The flavor at its release of ``--flavor NAME`` or ``NAME@RELEASE`` (an unknown flavor or release
+    refused naming it); a :class:`FlavorAt` is returned as it is, a :class:`Flavor` is taken at its newest."""
+    if isinstance(spec, FlavorAt):
+        return spec
+    if isinstance(spec, Flavor):
+        return FlavorAt(spec, release_of(spec, None), None)
     _load()
-    base, release = split_spec(name)
+    base, text = split_spec(spec)
     if base not in FLAVORS:
         raise AdvcliError(f"--flavor {base!r}: unknown flavor.{did_you_mean(base, FLAVORS)} "
                           f"Known: {', '.join(sorted(FLAVORS))}")
-    if release is not None:
-        release_of(FLAVORS[base], release)
-    return FLAVORS[base]
+    flavor = FLAVORS[base]
+    return FlavorAt(flavor, release_of(flavor, text), text)
+
+
+def get(name: str | FlavorAt) -> Flavor:
+    """The flavor of ``--flavor NAME`` or ``NAME@RELEASE`` (the release checked: :func:`at`)."""
+    return at(name).flavor
 
 
 PINNED = re.compile(r"@\s*([0-9a-f]{7,40})\b")
@@ -159,29 +223,14 @@ def release_of(flavor: Flavor, text: str | None) -> Release | None:
     return find(releases, text, f"--flavor {flavor.name}")
 
 
-def release_label(spec: str) -> str | None:
-    """Which release runs, in words: ``NeMo RL @ newest verified (post-4158: ...)`` with no suffix,
-    ``NeMo RL @7ea279a (...)`` with one; None for advcli's own flavor."""
-    flavor = get(spec)
-    text = split_spec(spec)[1]
-    release = release_of(flavor, text)
-    if release is None:
-        return None
-    title = flavor.title or flavor.name
-    if text is None:
-        return f"{title} @ newest verified ({release.name}" + (f": {release.note})" if release.note else ")")
-    return f"{title} @{release.name}" + (f" ({release.note})" if release.note else "")
+def release_label(spec: str | FlavorAt) -> str | None:
+    """:meth:`FlavorAt.label` of ``spec``."""
+    return at(spec).label()
 
 
-def release_dict(spec: str) -> dict | None:
-    """The release that runs as the JSON reports and the output's provenance hold it."""
-    flavor = get(spec)
-    text = split_spec(spec)[1]
-    release = release_of(flavor, text)
-    if release is None:
-        return None
-    return {"name": release.name, "date": release.date, "newest": release == known_releases(flavor)[-1],
-            "asked": text, "label": release_label(spec)}
+def release_dict(spec: str | FlavorAt) -> dict | None:
+    """:meth:`FlavorAt.as_dict` of ``spec``."""
+    return at(spec).as_dict()
 
 
 def history_rows(flavor: Flavor) -> list[tuple[str, str, str, str, str]]:
@@ -235,13 +284,19 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
     return values
 
 
-def estimator_note(flavor_name: str, given: dict[str, Any]) -> str | None:
+def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     """The flavor's one line on why the estimator that runs is named otherwise than the one chosen
-    (``Flavor.estimator_note``), for the native settings ``given``; None when it is not."""
-    flavor = get(flavor_name)
-    if flavor.estimator_note is None:
+    (``Flavor.estimator_note``), for the native settings ``given`` at the release ``spec`` names; None when
+    it is not."""
+    fa = at(spec)
+    if fa.flavor.estimator_note is None:
         return None
-    return flavor.estimator_note(native_values(flavor, list((given or {}).items())))
+    return fa.flavor.estimator_note(native_values(fa.flavor, _release_items(fa) + list((given or {}).items())))
+
+
+def _release_items(fa: FlavorAt) -> list[tuple[str, Any]]:
+    """The release's defaults as settings, to go before the user's (which win over them)."""
+    return list(fa.release.settings.items()) if fa.release is not None else []
 
 
 def flavor_keys(flavor: Flavor) -> dict[str, Key]:
@@ -291,7 +346,7 @@ def _some(names: list[str], most: int = 12) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def config_file_flavor(path: str, flavor: str | None) -> str | None:
+def config_file_flavor(path: str, flavor: str | FlavorAt | None) -> str | FlavorAt | None:
     """The flavor a run uses given ``--flavor`` (``flavor``, None when not given) and a ``--config`` file that
     may name one (``flavor: nemo@7ea279a``): --flavor wins; the file's release is taken where --flavor names
     the same flavor with no release; two different flavors are refused."""
@@ -306,10 +361,11 @@ def config_file_flavor(path: str, flavor: str | None) -> str | None:
     get(named)  # an unknown flavor or release is refused naming it
     if flavor is None:
         return named
-    if split_spec(flavor)[0] != split_spec(named)[0]:
-        raise AdvcliError(f"--flavor {flavor} but config file {path} says flavor: {named}",
+    mine = at(flavor)
+    if mine.name != split_spec(named)[0]:
+        raise AdvcliError(f"--flavor {mine.spec} but config file {path} says flavor: {named}",
                           hint="drop one of them (--flavor wins only over a release of the same flavor)")
-    return named if split_spec(flavor)[1] is None else flavor
+    return named if mine.asked is None else flavor
 
 
 # an unknown top-level name this close to a section the flavor reads is taken for a misspelling of it
@@ -363,13 +419,15 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
     return ConfigFileKeys(path, flavor.name, taken, list(dict.fromkeys(sections)), list(dict.fromkeys(keys)))
 
 
-def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str | None = None,
+def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: str | None = None,
             file_keys: list | None = None):
-    """(canonical config, the native settings that were given) for a flavor and its --set values.
-    ``config_file``: a YAML/TOML file read by :func:`config_file_settings` (its --set values win);
-    ``file_keys``: a list that receives its :class:`ConfigFileKeys`."""
-    flavor = get(flavor_name)
-    release = release_of(flavor, split_spec(flavor_name)[1])
+    """(canonical config, the native settings that were given) for a flavor at its release and its --set
+    values. ``spec``: a :class:`FlavorAt` (or ``NAME[@RELEASE]``, read by :func:`at`); every configuration
+    made here, an estimator's or a mix's terms included, is made at that release. ``config_file``: a YAML/TOML
+    file read by :func:`config_file_settings` (its --set values win); ``file_keys``: a list that receives its
+    :class:`ConfigFileKeys`."""
+    fa = at(spec)
+    flavor = fa.flavor
     items = []
     if config_file:
         found = config_file_settings(flavor, config_file)
@@ -378,7 +436,7 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
             file_keys.append(found)
     items += settings
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
-    values = native_values(flavor, list(release.settings.items()) + items if release else items)
+    values = native_values(flavor, _release_items(fa) + items)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}
@@ -389,28 +447,32 @@ def resolve(flavor_name: str, settings: list[tuple[str, Any]], config_file: str 
         if values.get("advcli.mix") is not None:
             if values.get("advcli.estimator") is not None:
                 raise AdvcliError("advcli.estimator (--estimator) and advcli.mix both choose the estimator; give one")
-            cfg = mix_config(flavor, rest, str(values["advcli.mix"]))
+            cfg = mix_config(fa, rest, str(values["advcli.mix"]))
         else:
-            cfg = estimator_config(flavor, rest, str(values["advcli.estimator"]))
+            cfg = estimator_config(fa, rest, str(values["advcli.estimator"]))
     return cfg, given
 
 
-def estimator_config(flavor: Flavor, items: list[tuple[str, Any]], name: str) -> dict:
+def estimator_config(spec: str | FlavorAt, items: list[tuple[str, Any]], name: str) -> dict:
     """The canonical configuration of ``items`` with the estimator ``name``: where ``name`` is one of the
     flavor's own estimators (a choice of its estimator key), the flavor with that key set (its semantics
     and parameters); otherwise the flavor's pipeline around its group estimator (``response_estimator``,
     or the estimator given), with the estimator section replaced by ``name``, a registered estimator
-    or a user function (module:function, file.py:function, an entry point)."""
+    or a user function (module:function, file.py:function, an entry point). Both are resolved at the
+    release ``spec`` names (never the flavor's newest)."""
+    fa = at(spec)
+    flavor = fa.flavor
     key = flavor.estimator_key
     choices = flavor.keys[key].choices if key in flavor.keys else None
+    own = choices if choices is not None else flavor.estimator_names
     others = [(k, v) for k, v in items if flavor.aliases.get(k, k) != key]
-    if key and (choices is None and flavor.name == "advcli" or choices is not None and name in choices):
-        return resolve(flavor.name, others + [(key, name)])[0]
+    if key and (choices is None and flavor.name == "advcli" or name in own):
+        return resolve(fa, others + [(key, name)])[0]
     if key in flavor.keys and flavor.response_estimator and len(others) == len(items):
         others.append((key, flavor.response_estimator))  # no estimator given: the flavor's group estimator
     else:
         others = list(items)
-    cfg = resolve(flavor.name, others)[0]
+    cfg = resolve(fa, others)[0]
     from ..estimators import get as get_estimator
 
     get_estimator(name)  # an unknown name, a missing function: refused here, with the registry's message
@@ -418,13 +480,15 @@ def estimator_config(flavor: Flavor, items: list[tuple[str, Any]], name: str) ->
     return cfg
 
 
-def mix_config(flavor: Flavor, items: list[tuple[str, Any]], expression: str) -> dict:
+def mix_config(spec: str | FlavorAt, items: list[tuple[str, Any]], expression: str) -> dict:
     """The canonical configuration of ``advcli.mix=0.7*grpo+0.3*rloo``: the estimator ``mix`` whose terms
     are each named estimator's section as :func:`estimator_config` resolves it for this flavor, with its
     weight. Every other section (reward, KL, whitening, clip) must be the same for all terms: one
     pipeline runs around the weighted sum."""
+    fa = at(spec)
+    flavor = fa.flavor
     terms = parse_mix(expression)
-    cfgs = [estimator_config(flavor, items, name) for _, name in terms]
+    cfgs = [estimator_config(fa, items, name) for _, name in terms]
     base = cfgs[0]
     for (_, name), cfg in zip(terms[1:], cfgs[1:]):
         differ = _differing_keys({k: v for k, v in base.items() if k != "estimator"},

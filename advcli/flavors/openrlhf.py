@@ -159,7 +159,7 @@ FLAVOR = Flavor(
     name="openrlhf",
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note, releases=RELEASES,
-    estimator_key="algo.advantage.estimator",
+    estimator_key="algo.advantage.estimator", estimator_names=ESTIMATORS,
     audit_tries=lambda n: [{"algo.advantage.estimator": e, **({"algo.kl.init_coef": 0.0} if e == "rloo" else {}),
                             "rollout.n_samples_per_prompt": n, "advcli.group_by": "id"}
                            for e in ("group_norm", "dr_grpo", "rloo")],

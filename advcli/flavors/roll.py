@@ -141,6 +141,7 @@ FLAVOR = Flavor(
     title="ROLL",  # the framework's name in prose (help, docs)
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
+    estimator_names=ESTIMATORS,
     audit_tries=lambda n: [{"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n,
                             "advcli.group_by": "id"}],
     group_size_key=N_KEY, estimator_note=estimator_note,

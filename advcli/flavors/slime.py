@@ -166,6 +166,7 @@ FLAVOR = Flavor(
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",
+    estimator_names=ESTIMATORS,
     group_size_key="n_samples_per_prompt", estimator_note=estimator_note,
     notes="groups are consecutive blocks of n_samples_per_prompt rows of a step; a step whose row count is not "
           "rollout_batch_size·n (default: rows // n, so a count that is not a multiple of n) is normalised as one "

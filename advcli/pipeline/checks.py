@@ -11,6 +11,7 @@ tokens, values the math makes non-finite, and the diagnostics.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,9 @@ from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan
 from .roles import FLOAT_ROLES
+
+if TYPE_CHECKING:
+    from ..flavors import FlavorAt
 
 FLOAT_KINDS = "f"
 
@@ -129,7 +133,7 @@ MATH_ONLY = ("diagnostics",)
 
 def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, str] | None = None,
               chunk_rows: int | None = 4096, device: str = "cpu", output: str | None = None, force: bool = False,
-              deep: bool = False, flavor: str = "advcli", native: dict | None = None):
+              deep: bool = False, flavor: FlavorAt | str = "advcli", native: dict | None = None):
     """(RunResult, deep) of ``advcli validate``: raises the AdvcliError ``advcli run`` with these arguments
     would raise, writing nothing. ``output``: that output path is checked too.
 

@@ -81,11 +81,13 @@ def file_fingerprint(paths: list[str]) -> str:
     return h.hexdigest()
 
 
-def provenance_metadata(plan: Plan, inputs: InputSet, flavor: str, native: dict | None) -> dict[bytes, bytes]:
-    from ..flavors import release_dict
+def provenance_metadata(plan: Plan, inputs: InputSet, flavor, native: dict | None) -> dict[bytes, bytes]:
+    """``flavor``: the flavor at its release (:class:`advcli.flavors.FlavorAt`, or ``NAME[@RELEASE]``)."""
+    from ..flavors import at
 
-    prov = {"advcli_version": __version__, "flavor": flavor, "flavor_config": native or {},
-            "release": release_dict(flavor) if flavor else None,
+    fa = at(flavor) if flavor else None
+    prov = {"advcli_version": __version__, "flavor": fa.spec if fa else flavor, "flavor_config": native or {},
+            "release": fa.as_dict() if fa else None,
             "config": recorded_config(plan.run, plan.params), "inputs": [shown_name(p) for p in inputs.paths],
             "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns)}
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..columns import ROLE_INFO, ColumnMap, is_list_type, resolve_columns
+from ..column_roles import ROLE_INFO
+from ..columns import ColumnMap, is_list_type, resolve_columns
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
 from ..estimators import get as get_estimator

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..columns import ROLE_INFO, ColumnMap
+from ..column_roles import ROLE_INFO
+from ..columns import ColumnMap
 from ..lazy_torch import torch
 from ..ops.groups import GroupIndex
 
@@ -18,7 +19,7 @@ FLOAT_ROLES = ("old_log_probs", "ref_log_probs", "values", "token_level_scores",
 
 
 def role_kind(role: str) -> str:
-    """``tokens``, ``scalar``, ``int`` or ``key`` (columns.ROLE_INFO); unknown names count as token columns."""
+    """``tokens``, ``scalar``, ``int`` or ``key`` (column_roles.ROLE_INFO); unknown names count as token columns."""
     return ROLE_INFO.get(role, (role, "tokens", ""))[1]
 
 

@@ -183,20 +183,50 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
     return scopes, groups, step_values
 
 
+@dataclass
+class KLController:
+    """The KL coefficient of the reward from scope to scope: verl's ``FixedKLController`` and
+    ``AdaptiveKLController`` (verl/trainer/ppo/core_algos.py: ``value *= 1 + clip(current/target − 1, ±0.2)
+    · n_steps / horizon`` after each batch, n_steps = the batch's rows). The one object both engines step:
+    the local engine over every scope of the run (:func:`kl_coefs`), Ray's per-step driver carrying it from
+    one step to the next (``advcli.engines.ray_steps``), so both make the same float operations in the same
+    order. ``value``: the coefficient before the next update."""
+
+    value: float
+    adaptive: bool  # kl.controller=adaptive with KL in the reward (no KL in the reward: nothing to update)
+    target: float
+    horizon: float
+    coef_min: float | None = None
+
+    @classmethod
+    def of(cls, plan: Plan, value: float | None = None) -> KLController:
+        """The plan's controller, starting at kl.coef (or ``value``, a coefficient carried in)."""
+        c = plan.run.kl
+        return cls(float(c.coef) if value is None else value, c.controller == "adaptive" and plan.kl_on,
+                   c.target, c.horizon, c.coef_min)
+
+    def beta(self) -> float:
+        """The coefficient the next scope uses (SkyRL: max(coef_min, β))."""
+        return self.value if self.coef_min is None else max(self.value, float(self.coef_min))
+
+    def update(self, current: float, rows: int) -> None:
+        """After a scope of ``rows`` rows whose mean KL was ``current``."""
+        if self.adaptive:
+            err = float(np.clip(current / self.target - 1, -0.2, 0.2))
+            self.value *= 1 + err * rows / self.horizon
+
+
 def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
     """β used by each scope (value before that scope's update) and each scope's current_kl
     (0.0 where ``kl_mean`` is not known yet: :func:`defer_row_kl`)."""
-    c = plan.run.kl
-    value = float(c.coef)
+    ctl = KLController.of(plan)
     betas, kls = [], []
     for s in range(scopes.num_groups):
         rows = scopes.codes == s
         current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
-        betas.append(value if c.coef_min is None else max(value, float(c.coef_min)))  # SkyRL max(0, β)
+        betas.append(ctl.beta())
         kls.append(current)
-        if c.controller == "adaptive" and plan.kl_on:  # no KL in the reward: no controller to update
-            err = float(np.clip(current / c.target - 1, -0.2, 0.2))
-            value *= 1 + err * int(rows.sum()) / c.horizon
+        ctl.update(current, int(rows.sum()))
     return betas, kls
 
 
@@ -228,7 +258,7 @@ class Prepared:
 def row_input_roles(plan: Plan) -> list[str]:
     """Per-row columns the estimator reads besides the reward (``needs``/``optional`` roles of kind
     scalar or key, e.g. prime-rl's ``trainable``, ``num_turns``, ``agent_name``), present in the input."""
-    from ..columns import ROLE_INFO
+    from ..column_roles import ROLE_INFO
 
     special = ("reward", "reward_baseline", "prompt_id", "step", "domain")
     return [r for r in dict.fromkeys((*plan.spec.needs, *plan.spec.optional))
@@ -240,7 +270,7 @@ def row_inputs(plan: Plan, keys: dict, num_rows: int) -> tuple[dict, dict]:
     """(columns, labels) of :func:`row_input_roles` for the row table: numbers as tensors (float in the
     run's dtype, integers int64, booleans bool), key columns as int64 codes in first-appearance order
     with their values in ``labels``."""
-    from ..columns import ROLE_INFO
+    from ..column_roles import ROLE_INFO
     from ..io.lists import take
 
     columns, labels = {}, {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,6 +17,9 @@ from .plan import ProgressFn, open_and_plan
 from .prepare import prepare_run
 from .read import CHUNK_TOKENS, chunk_rows_for
 from .write import stream_pass
+
+if TYPE_CHECKING:
+    from ..flavors import FlavorAt
 
 PIPELINE_THREADS = 3  # besides torch's intra-op pool: the reader, statistics and writer threads
 
@@ -41,7 +45,7 @@ def intra_op_threads(dev: torch.device):
         torch.set_num_threads(old)
 
 
-def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavor: str = "advcli",
+def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavor: FlavorAt | str = "advcli",
                  native: dict | None = None, column_overrides: dict[str, str] | None = None,
                  chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
                  progress: ProgressFn | None = None, output_mode: str = "full",

@@ -54,7 +54,7 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
     rep = {
         "report": "advcli/1", "advcli_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command, "flavor": flavor, "settings": native or {}, "note": note,
+        "command": command, "flavor": str(flavor) if flavor else flavor, "settings": native or {}, "note": note,
         "estimator": cfg.get("estimator") if isinstance(cfg, dict) else None, "config": cfg,
         "inputs": list(g("inputs", []) or []), "outputs": list(g("outputs", []) or []),
         "rows": rows, "tokens": tokens, "valid_tokens": int(g("valid_tokens", 0) or 0),

@@ -61,8 +61,8 @@ class RunResult(Shown):
     inputs: list[str]
     outputs: list[str]
     rows: int
-    tokens: int
-    valid_tokens: int
+    tokens: int | None  # None: a dump without token data
+    valid_tokens: int | None
     seconds: float
     config: dict
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -76,6 +76,7 @@ class RunResult(Shown):
     release: dict | None = None  # the flavor's upstream release that ran (advcli.flavors.release_dict)
     flavor: str | None = None  # the flavor and the native settings given (advcli.run sets them), for the report
     settings: dict = field(default_factory=dict)
+    no_token_data: str | None = None  # why token figures are absent (a dump without token data; advcli.formats)
     output_table: Any = None  # the rows written, kept in memory (advcli.run on an in-memory table, output=None)
 
     title = "advcli run report"
@@ -122,5 +123,6 @@ class RunResult(Shown):
         figures = ", ".join(f"{k}={fmt_num(v)}" for k, v in key_metrics(self.report)[:4])
         noted = sum(1 for d in self.diagnostics if d.get("count"))
         where = f"; output {', '.join(self.outputs)}" if self.outputs else ""
-        return (f"<RunResult {what or 'run'}: {self.rows:,} rows, {self.valid_tokens:,} mask=1 tokens, "
+        tokens = f"{self.valid_tokens:,} mask=1 tokens" if self.valid_tokens is not None else "no token data"
+        return (f"<RunResult {what or 'run'}: {self.rows:,} rows, {tokens}, "
                 f"{len(self.per_step)} step(s); {figures}; {noted} diagnostic(s) found{where}>")

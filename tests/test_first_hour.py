@@ -1,0 +1,108 @@
+"""A new user's first hour (issue 45): what the commands a user types show, on dumps in the trainers' own
+formats (built with the builders of tests/test_format_*.py) and on the sample data.
+
+1. A figure the dump cannot give is absent: a dump without token data (verl's rollout JSONL, TRL's
+   completions Parquet) has no response length, token count or token share in the summary, ``--json``,
+   the reports or the trackers; a response-level dump that records each response's length (AReaL) keeps
+   them, equal to the lengths in the dump."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_main
+from test_format_areal import build as areal_build
+from test_format_trl import G, write_step
+from test_format_verl import v1_records, write
+
+TOKEN_WORDS = ("response_length", "tokens_per_s", "zero_adv_token_share", "length_by_outcome", "M tokens/s")
+
+
+def _verl(tmp_path):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    write(d / "2.jsonl", v1_records(2, 2))
+    return d, ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+
+
+def _trl(tmp_path):
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    write_step(d / "completions_00010.parquet", 10, 1)
+    write_step(d / "completions_00020.parquet", 20, 2)
+    return d, ["--flavor", "trl", "--set", f"num_generations={G}"]
+
+
+@pytest.mark.parametrize("make", [_verl, _trl], ids=["verl-jsonl", "trl-completions"])
+def test_no_token_figure_from_a_dump_without_token_data(tmp_path, capsys, make):
+    dump, how = make(tmp_path)
+    # the summary a user reads
+    code, out, err = run_main(["run", dump, "-o", tmp_path / "a.parquet", *how], capsys)
+    assert code == 0, err
+    out += err
+    assert "token data" in out and "no token data" in out
+    assert "tokens," not in out and "with mask=1" not in out
+    for word in TOKEN_WORDS:
+        assert word not in out, word
+    # --json and the three reports
+    reports = [tmp_path / f"r.{ext}" for ext in ("json", "md", "html")]
+    for i, rep in enumerate(reports):
+        code, out, err = run_main(["run", dump, "-o", tmp_path / f"b{i}.parquet", *how, "--json",
+                                   "--report", rep], capsys)
+        assert code == 0, err
+        got = json.loads(out)
+        assert "tokens" not in got and "valid_tokens" not in got and "no token data" in got["no_token_data"]
+        assert not [k for k in got["metrics"] if k.startswith("response_length") or k.startswith("response/")]
+        assert not [k for e in got["per_step"] for k in e if k.startswith("response_length")]
+        assert got["metrics"]["critic/score/mean"] > 0  # the figures the dump gives are there
+        text = rep.read_text()
+        for word in TOKEN_WORDS:
+            assert word not in text, (rep.name, word)
+    # stats: summary and --json
+    code, out, err = run_main(["stats", dump], capsys)
+    assert code == 0, err
+    out += err
+    assert "token data" in out and "tokens," not in out
+    for word in TOKEN_WORDS:
+        assert word not in out, word
+    code, out, err = run_main(["stats", dump, "--json"], capsys)
+    got = json.loads(out)
+    assert "tokens" not in got and not [k for k in got["metrics"] if "length" in k]
+    # validate's verdict
+    code, out, err = run_main(["validate", dump, *how], capsys)
+    assert code == 0, err
+    assert "24 rows, no token data" in out and "tokens (" not in out
+
+
+def test_no_token_figure_in_tensorboard(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from test_tracker import _tensorboard
+
+    dump, how = _verl(tmp_path)
+    tb = tmp_path / "tb"
+    code, _, err = run_main(["run", dump, "-o", tmp_path / "o.parquet", *how, "-q", "--log", f"tensorboard:{tb}"],
+                            capsys)
+    assert code == 0, err
+    tags = _tensorboard(tb)
+    assert "critic/score/mean" in tags
+    assert not [t for t in tags if "length" in t or "token" in t], sorted(tags)
+
+
+def test_audit_of_a_dump_without_token_data_counts_rows(tmp_path, capsys):
+    dump, how = _trl(tmp_path)
+    code, out, err = run_main(["audit", dump, "--flavor", "trl"], capsys)
+    assert code == 0, err
+    out += err
+    assert "agree: 0 of 24 rows disagree" in out and "mask=1 tokens" not in out
+
+
+def test_a_dump_with_its_response_lengths_keeps_them(tmp_path, capsys):
+    groups = areal_build(tmp_path / "trial")
+    code, out, err = run_main(["run", tmp_path / "trial", "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                               "--set", "algorithm.adv_estimator=grpo", "--json"], capsys)
+    assert code == 0, err
+    got = json.loads(out)
+    lengths = [r["seqlen"] - r["prompt_len"] for g in groups for r in g]
+    assert got["metrics"]["response_length/mean"] == pytest.approx(sum(lengths) / len(lengths))
+    assert got["tokens"] == sum(lengths) and "no_token_data" not in got

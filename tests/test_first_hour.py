@@ -106,3 +106,60 @@ def test_a_dump_with_its_response_lengths_keeps_them(tmp_path, capsys):
     lengths = [r["seqlen"] - r["prompt_len"] for g in groups for r in g]
     assert got["metrics"]["response_length/mean"] == pytest.approx(sum(lengths) / len(lengths))
     assert got["tokens"] == sum(lengths) and "no_token_data" not in got
+
+
+# ---------------------------------------------------------------- 2. user text is text, never markup
+MARKUP_DIR = "w:100:[bold]x:smile:"  # a file name holds no "/": no closing tag here
+MARKUP_COLUMN = ":smile:[red]c[/red]"
+OUT_DIR = "o:100:[red]y"
+
+
+def _flat(text: str) -> str:
+    """The output without whitespace: a table folds a long path over lines."""
+    return "".join(text.split())
+
+
+@pytest.fixture
+def markup_dump(tmp_path):
+    """The sample data in a directory and file whose names hold rich markup and emoji codes, with prompt ids
+    and an extra column (name and values) that do too."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import SAMPLE
+
+    t = pq.read_table(SAMPLE)
+    t = t.set_column(0, "prompt_id", pa.array([f"[bold]{p}[/bold]:100:" for p in t.column("prompt_id").to_pylist()]))
+    t = t.append_column(MARKUP_COLUMN, pa.array([f":100:[i]{i}" for i in range(t.num_rows)]))
+    d = tmp_path / MARKUP_DIR
+    d.mkdir()
+    pq.write_table(t, d / "r:100:[i].parquet")
+    return d
+
+
+def test_user_text_is_never_markup_nor_emoji(markup_dump, capsys):
+    d = markup_dump
+    src = d / "r:100:[i].parquet"
+    o = d.parent / OUT_DIR
+    o.mkdir()
+    grpo = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+    rloo = ["--flavor", "verl", "--set", "algorithm.adv_estimator=rloo"]
+    commands = {  # (argv, exit code, what the output shows as it is written)
+        "run": (["run", src, "-o", o / "a.parquet", *grpo], 0, [MARKUP_DIR, "r:100:[i].parquet", "[bold]"]),
+        "run (a directory)": (["run", d, "-o", o / "b.parquet", *rloo], 0, [MARKUP_DIR, OUT_DIR]),
+        "stats": (["stats", src], 0, [MARKUP_DIR, "r:100:[i].parquet"]),
+        "audit": (["audit", o / "a.parquet", *rloo], 1, [OUT_DIR, "a.parquet,row", "group[bold]", "]:100:,token"]),
+        "compare": (["compare", o / "a.parquet", o / "b.parquet"], 0, [OUT_DIR, "[bold]"]),
+        "compare --estimators": (["compare", src, "--estimators", "grpo,rloo", "--flavor", "verl"], 0,
+                                 ["[bold]"]),
+        "inspect": (["inspect", src], 0, [MARKUP_DIR, MARKUP_COLUMN[:12], "r:100:[i].parquet"]),
+        "validate": (["validate", src, *grpo], 0, [MARKUP_DIR, "r:100:[i].parquet"]),
+        "filter": (["filter", src, "-o", o / "f.parquet", "--drop-uniform"], 0, [MARKUP_DIR, OUT_DIR, "[bold]"]),
+    }
+    for name, (argv, want_code, shown) in commands.items():
+        code, out, err = run_main(argv, capsys)
+        assert code == want_code, (name, err)
+        text = _flat(out + err)
+        for s in shown:
+            assert _flat(s) in text, (name, s)
+        for emoji in ("\N{HUNDRED POINTS SYMBOL}", "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}"):
+            assert emoji not in out + err, name

@@ -156,7 +156,7 @@ def print_filter_summary(rep: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(stderr=True, highlight=False)
+    con = Console(stderr=True, highlight=False, emoji=False)
     _, sections = filter_sections(rep)
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)
@@ -171,9 +171,9 @@ def print_filter_summary(rep: dict) -> None:
         if len(rows) > 20:
             con.print(f"[bold]{escape(name)}[/]: {len(rows)} entries (all in --report or --json)")
             continue
-        tt = Table(title=name, title_justify="left", show_edge=False)
+        tt = Table(title=escape(name), title_justify="left", show_edge=False)
         for h in header:
-            tt.add_column(h, justify="right")
+            tt.add_column(escape(str(h)), justify="right")
         for r in rows:
             tt.add_row(*[escape(x if isinstance(x, str) else ("–" if x is None else f"{x:,}" if isinstance(x, int)
                                                                else f"{x:.4g}")) for x in r])

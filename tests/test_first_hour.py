@@ -163,3 +163,50 @@ def test_user_text_is_never_markup_nor_emoji(markup_dump, capsys):
             assert _flat(s) in text, (name, s)
         for emoji in ("\N{HUNDRED POINTS SYMBOL}", "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}"):
             assert emoji not in out + err, name
+
+
+# --------------------------------------------------- 3. every destination checked before any work
+RO = "/proc"  # exists and takes no new file, even for root
+
+
+@pytest.fixture
+def nan_reward(tmp_path):
+    """The sample data with a NaN reward in row 5: a run refuses it once it reads the rewards, so a
+    destination refused instead was checked before the data was read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import SAMPLE
+
+    t = pq.read_table(SAMPLE)
+    r = t.column("reward").to_pylist()
+    r[5] = float("nan")
+    t = t.set_column(t.schema.get_field_index("reward"), "reward", pa.array(r, pa.float32()))
+    pq.write_table(t, tmp_path / "nan.parquet")
+    return tmp_path / "nan.parquet"
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["run", "{nan}", "-o", "{tmp}/o.parquet", "--report", f"{RO}/r.html"], f"--report {RO}/r.html"),
+    (["run", "{nan}", "-o", "{tmp}/o.parquet", "--log", f"tensorboard:{RO}/tb"], f"--log tensorboard:{RO}/tb"),
+    (["run", "{nan}", "-o", "{tmp}/o.parquet", "--log", f"wandb:{RO}/wb"], f"--log wandb:{RO}/wb"),
+    (["run", "{nan}", "-o", f"{RO}/o.parquet"], f"{RO}/o.parquet"),
+    (["run", "{nan}", "-o", "{tmp}/o.parquet", "--report", "s3://bucket/r.html"], "a report is written to a local"),
+    (["run", "{nan}", "-o", "{tmp}/o.parquet", "--log", "tensorboard:s3://bucket/tb"], "writes to a local directory"),
+    (["stats", "{nan}", "--report", f"{RO}/r.md"], f"--report {RO}/r.md"),
+    (["stats", "{nan}", "--log", f"tensorboard:{RO}/x/tb"], f"--log tensorboard:{RO}/x/tb"),
+    (["filter", "{nan}", "-o", "{tmp}/o.parquet", "--drop-uniform", "--report", f"{RO}/r.json"], f"{RO}/r.json"),
+    (["filter", "{nan}", "-o", f"{RO}/o.parquet", "--drop-uniform"], f"{RO}/o.parquet"),
+    (["audit", "{nan}", "--report", f"{RO}/r.json"], f"--report {RO}/r.json"),
+    (["compare", "{nan}", "--estimators", "grpo,rloo", "--report", f"{RO}/r.json"], f"--report {RO}/r.json"),
+    (["convert", "{dump}", "-o", f"{RO}/c.parquet"], f"{RO}/c.parquet"),
+    (["convert", "{dump}", "-o", "s3://bucket/c.parquet"], "convert writes a local Parquet file"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_every_destination_is_checked_before_any_work(tmp_path, capsys, nan_reward, argv, named):
+    dump, _ = _verl(tmp_path)
+    argv = [a.format(nan=nan_reward, tmp=tmp_path, dump=dump) for a in argv]
+    code, out, err = run_main(argv, capsys)
+    assert code == 2, (out, err)
+    first = err.strip().splitlines()[0]
+    assert first.startswith("advcli: error:") and named in first, err
+    assert "NaN" not in err and "nan" not in first.replace(str(nan_reward), "")  # the data was never read
+    assert not (tmp_path / "o.parquet").exists()

@@ -109,6 +109,7 @@ def run(
     drop_uniform: bool = opt.DROP_UNIFORM,
     solve_rate: str | None = opt.SOLVE_RATE,
     min_group_size: int | None = opt.MIN_GROUP_SIZE,
+    allow_empty: bool = opt.ALLOW_EMPTY,
     log: list[str] | None = opt.LOG,
     log_project: str | None = opt.LOG_PROJECT,
     log_name: str | None = opt.LOG_NAME,
@@ -119,6 +120,10 @@ def run(
 
     check_engine(engine)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
+    if report:  # likewise, before a dump is converted
+        from .report import check_report_path
+
+        check_report_path(report, list(inputs) + [output])
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)
@@ -132,10 +137,6 @@ def run(
                               f"{did_you_mean(precision, ['float32', 'float64'])}")
         cfg["precision"] = precision
     show = not quiet and not json_out
-    if report:
-        from .report import check_report_path
-
-        check_report_path(report, list(inputs) + [output])
     from .io.memory import tune_for_streaming
 
     tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
@@ -144,7 +145,8 @@ def run(
     from .io.commit import staged
     from .runner import RunRequest, run_inputs
 
-    curation = make_spec(drop_uniform, solve_rate, min_group_size)  # DAPO-style: groups dropped first
+    curation = make_spec(drop_uniform, solve_rate, min_group_size,  # DAPO-style: groups dropped first
+                         allow_empty=allow_empty)
     req = RunRequest(output=output, cfg=cfg, flavor=flavor, native=native, columns=columns, chunk_rows=chunk_rows,
                      device=device, force=force, output_mode=output_mode, write_columns=write_columns, engine=engine,
                      ray_address=ray_address, ray_stall_timeout=ray_stall_timeout, by_position=bool(report))

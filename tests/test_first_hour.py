@@ -210,3 +210,50 @@ def test_every_destination_is_checked_before_any_work(tmp_path, capsys, nan_rewa
     assert first.startswith("advcli: error:") and named in first, err
     assert "NaN" not in err and "nan" not in first.replace(str(nan_reward), "")  # the data was never read
     assert not (tmp_path / "o.parquet").exists()
+
+
+# ----------------------------------------------------------------------- 4. a filter that keeps nothing
+def _group_means(path) -> list[float]:
+    """Each (step, prompt_id) group's mean reward, computed here with pandas."""
+    import pandas as pd
+
+    df = pd.read_parquet(path, columns=["step", "prompt_id", "reward"])
+    return df.groupby(["step", "prompt_id"])["reward"].mean().tolist()
+
+
+def test_a_solve_rate_outside_the_metric_range_is_refused(tmp_path, capsys, sample_path):
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["filter", sample_path, "-o", out, "--solve-rate", "2:3"], capsys)
+    assert code == 2 and not out.exists()
+    assert "--solve-rate 2:3: LO 2 and HI 3 outside the range of the groups' mean reward (0 to 1)" in err
+    # a reward that goes below 0 widens the range: -0.5:0.5 is a bound of its own range
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(sample_path)
+    t = t.set_column(t.schema.get_field_index("reward"), "reward",
+                     pa.array([2 * r - 1 for r in t.column("reward").to_pylist()], pa.float32()))
+    pq.write_table(t, tmp_path / "pm.parquet")
+    code, _, err = run_main(["filter", tmp_path / "pm.parquet", "-o", out, "--solve-rate", "-0.5:0.5", "-q"], capsys)
+    assert code == 0, err
+    kept = [m for m in _group_means(tmp_path / "pm.parquet") if -0.5 <= m <= 0.5]
+    assert pq.read_metadata(out).num_rows == 8 * len(kept) > 0  # the sample's groups hold 8 rows each
+
+
+def test_a_filter_that_keeps_nothing_stops_with_the_counts(tmp_path, capsys, sample_path):
+    means = _group_means(sample_path)
+    assert not [m for m in means if 0.95 <= m <= 0.99]  # no group's mean reward lies there
+    out = tmp_path / "o.parquet"
+    for argv in (["filter", sample_path, "-o", out], ["run", sample_path, "-o", out]):
+        code, _, err = run_main([*argv, "--solve-rate", "0.95:0.99"], capsys)
+        assert code == 2 and not out.exists(), err
+        assert (f"--solve-rate 0.95:0.99 keeps no row: all {len(means)} group(s) ({8 * len(means)} rows) are "
+                f"dropped ({len(means)} outside the solve rate") in err
+        assert "--allow-empty" in err
+    # asked for: an empty result, exit 0
+    code, _, err = run_main(["filter", sample_path, "-o", out, "--solve-rate", "0.95:0.99", "--allow-empty", "-q"],
+                            capsys)
+    assert code == 0, err
+    import pyarrow.parquet as pq
+
+    assert pq.read_metadata(out).num_rows == 0

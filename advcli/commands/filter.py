@@ -56,6 +56,7 @@ def filter_cmd(
     by: str | None = typer.Option(None, "--by", metavar="COLUMN",
                                      help="Data-source column for the per-source figures (default: the first of "
                                           "data_source, domain, source, dataset, task present)."),
+    allow_empty: bool = opt.ALLOW_EMPTY,
     column: list[str] | None = opt.COLUMN,
     chunk_rows: int = opt.chunk_rows(8192),
     force: bool = opt.FORCE,
@@ -70,7 +71,7 @@ def filter_cmd(
     from ..report import check_report_path
 
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
-                     variance_ddof, mask_dropped)
+                     variance_ddof, mask_dropped, allow_empty)
     if not spec.active:
         raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
                                                               "--min-group-size N or --variance-top-p P / "

@@ -257,3 +257,34 @@ def test_a_filter_that_keeps_nothing_stops_with_the_counts(tmp_path, capsys, sam
     import pyarrow.parquet as pq
 
     assert pq.read_metadata(out).num_rows == 0
+
+
+# ----------------------------------------------------------------- 5. filter reads the trainers' dumps
+def test_filter_reads_a_trainer_dump_like_run(tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from test_format_nemo import SAMPLES
+    from test_format_nemo import write_step as nemo_step
+
+    d = tmp_path / "logs" / "exp_001"
+    d.mkdir(parents=True)
+    nemo_step(d / "train_data_step1.jsonl", SAMPLES, 1)
+    nemo_step(d / "train_data_step2.jsonl", SAMPLES[::-1], 2)
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["filter", d, "-o", out, "--drop-uniform", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(stdout)
+    # the groups (by prompt) of a step: 4 rows, 2 rows, and 1 row (one reward: uniform) -> 6 of 7 rows kept
+    assert (rep["groups"], rep["groups_dropped"], rep["rows"], rep["rows_kept"]) == (6, 2, 14, 12)
+    assert rep["inputs"] == [str(d)]
+    kept = pq.read_table(out).column("reward").to_pylist()
+    assert sorted(kept) == sorted(2 * [s[3] for s in SAMPLES if s[0] != [30, 31, 32, 33]])
+    # a response-level dump too (verl's rollout JSONL): the kept rows are those of non-uniform groups
+    vd, _ = _verl(tmp_path)
+    code, stdout, err = run_main(["filter", vd, "-o", tmp_path / "v.parquet", "--drop-uniform", "--json"], capsys)
+    assert code == 0, err
+    recs = v1_records(1, 1) + v1_records(2, 2)
+    groups: dict = {}
+    for r in recs:
+        groups.setdefault((r["step"], r["uid"].rsplit("_", 2)[0]), []).append(r["score"])
+    expect = sum(len(s) for s in groups.values() if len(set(s)) > 1)
+    assert json.loads(stdout)["rows_kept"] == expect == pq.read_metadata(tmp_path / "v.parquet").num_rows

@@ -15,6 +15,7 @@ EPILOG = """
 [bold]Examples[/]
 
   advcli filter sample_data/rollouts.parquet -o curated.parquet --drop-uniform
+  advcli filter logs/exp_001 -o curated.parquet --drop-uniform        (a trainer's dump, as run reads it)
   advcli filter dump.parquet -o curated.parquet --solve-rate 0.1:0.9 --min-group-size 4
   advcli filter dump.parquet -o curated.parquet --metric acc --drop-uniform --report dropped.html
   advcli filter dump.parquet -o snr.parquet --variance-top-p 0.9
@@ -58,6 +59,7 @@ def filter_cmd(
                                           "data_source, domain, source, dataset, task present)."),
     allow_empty: bool = opt.ALLOW_EMPTY,
     column: list[str] | None = opt.COLUMN,
+    from_: str | None = opt.FROM,
     chunk_rows: int = opt.chunk_rows(8192),
     force: bool = opt.FORCE,
     report: str | None = typer.Option(None, "--report", "-r", metavar="PATH",
@@ -78,6 +80,11 @@ def filter_cmd(
                                                               "--variance-top-k K")
     if report:
         check_report_path(report, list(inputs) + [output])
+    from ..formats import name_dumps, open_inputs
+    from ..io.writer import check_output_path
+
+    check_output_path(output, list(inputs), force)  # before a dump is converted
+    inputs = open_inputs(list(inputs), from_, synth_mask=False)  # trainer dumps -> canonical Parquet, like run's
     from ..io.commit import staged
     from ._sections import emit
     from .progress import progress as _progress
@@ -90,6 +97,7 @@ def filter_cmd(
                                   progress=cb)
         finally:
             stop()
+        summary = name_dumps(summary)  # the dumps the user gave, not their temporary Parquet
         emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
         outputs.commit()
 

@@ -31,8 +31,8 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
         device: str = "auto", force: bool = False, precision: str | None = None, padded: bool | None = None,
         output_mode: str = "full", write_columns: list[str] | None = None, engine: str = "local",
         ray_address: str | None = None, ray_stall_timeout: float | None = None, drop_uniform: bool = False,
-        solve_rate: str | None = None, min_group_size: int | None = None, log=None, log_project: str | None = None,
-        log_name: str | None = None, log_step_offset: int = 0):
+        solve_rate: str | None = None, min_group_size: int | None = None, allow_empty: bool = False, log=None,
+        log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
     """Run the pipeline as ``advcli run`` does (the command calls the same code) and return its
     :class:`advcli.result.RunResult`; each argument is the command's option of that name.
 
@@ -50,7 +50,8 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     columns) or ``"sidecar"``; ``write_columns``: the new columns to write (a subset of ``["advantages",
     "returns", "token_level_rewards"]``; None: all the run produces); ``engine``: ``"local"`` or ``"ray"``
     (with ``ray_address``, ``ray_stall_timeout``); ``drop_uniform``, ``solve_rate``, ``min_group_size``: whole
-    groups dropped first (``result.curation``); ``log``: tracker targets (``["wandb"]``,
+    groups dropped first (``result.curation``; one that keeps no row is refused unless ``allow_empty``);
+    ``log``: tracker targets (``["wandb"]``,
     ``["tensorboard:DIR"]``) the report is sent to, with ``log_project``, ``log_name``, ``log_step_offset``.
     """
     from .formats import open_inputs
@@ -79,7 +80,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
                           precision=precision, chunk_rows=chunk_rows, device=device, force=force,
                           output_mode=output_mode, write_columns=write_columns, engine=engine,
                           ray_address=ray_address, ray_stall_timeout=ray_stall_timeout, drop_uniform=drop_uniform,
-                          solve_rate=solve_rate, min_group_size=min_group_size)
+                          solve_rate=solve_rate, min_group_size=min_group_size, allow_empty=allow_empty)
         if keep_rows:
             import pyarrow.parquet as pq
 

@@ -108,6 +108,7 @@ def run(
     drop_uniform: bool = opt.DROP_UNIFORM,
     solve_rate: str | None = opt.SOLVE_RATE,
     min_group_size: int | None = opt.MIN_GROUP_SIZE,
+    allow_empty: bool = opt.ALLOW_EMPTY,
     log: list[str] | None = opt.LOG,
     log_project: str | None = opt.LOG_PROJECT,
     log_name: str | None = opt.LOG_NAME,
@@ -122,11 +123,11 @@ def run(
     check_precision(precision)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
     settings, columns = parse_set(set_), parse_column_maps(column)
-    inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
-    if report:
+    if report:  # likewise, before a dump is converted
         from .report import check_report_path
 
         check_report_path(report, list(inputs) + [output])
+    inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     show = not quiet and not json_out
     from .io.memory import tune_for_streaming
 
@@ -146,7 +147,8 @@ def run(
                               device=device, force=force, output_mode=output_mode, write_columns=write_columns,
                               engine=engine, ray_address=ray_address, ray_stall_timeout=ray_stall_timeout,
                               drop_uniform=drop_uniform, solve_rate=solve_rate, min_group_size=min_group_size,
-                              by_position=bool(report), progress=progress_cb, staging=outputs)
+                              allow_empty=allow_empty, by_position=bool(report), progress=progress_cb,
+                              staging=outputs)
         finally:
             stop()
         rep = result.report

@@ -53,6 +53,7 @@ class FilterSpec:
     variance_include_zero: bool = False  # zero-variance groups may be selected
     variance_ddof: int = 1  # Σ(m − mean)²/(n − ddof)
     mask_dropped: bool = False  # keep every row, the dropped groups' response_mask set to 0 (verl #7894)
+    allow_empty: bool = False  # --allow-empty: a filter that keeps no row writes an empty result (else: refused)
 
     @property
     def by_variance(self) -> str | None:
@@ -118,7 +119,8 @@ def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
 
 def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None,
               variance_top_p: float | None = None, variance_top_k: int | None = None,
-              variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False) -> FilterSpec:
+              variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False,
+              allow_empty: bool = False) -> FilterSpec:
     if min_group_size is not None and min_group_size < 1:
         raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
     if variance_top_p is not None and variance_top_k is not None:
@@ -131,7 +133,8 @@ def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | 
     if variance_ddof < 0:
         raise AdvcliError(f"--variance-ddof {variance_ddof}: must be 0 (population) or more (1: sample variance)")
     return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size, variance_top_p,
-                      variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped))
+                      variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped),
+                      bool(allow_empty))
 
 
 SELECTION_EPS = 1e-12  # top_p target = P·Σ variance − this, so a prefix summing to the target exactly reaches it
@@ -458,8 +461,12 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
                               hint="map it with --column response_mask=NAME, or drop the groups (no --mask-dropped)")
     small = read_small_columns(ins, cmap, metric_col, source_col)
     scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
+    check_solve_rate(spec, small.metric, metric_col)
     dec = group_decisions(small.group, small.metric, spec, scope)
     summary = summarize(small, dec, spec)
+    if not dec["keep"].any() and not spec.allow_empty:
+        raise AdvcliError(kept_nothing(spec, summary), hint="loosen the filter, or add --allow-empty to write the "
+                                                             "empty result")
     clean_stale_temps(output)
     n = copy_kept_rows(ins, dec["keep"][small.group], output, chunk_rows,
                        metadata_note={"filter": spec.as_dict(), "metric": metric_col,
@@ -468,6 +475,33 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
                        progress=progress, mask_column=mask_column)
     summary.update(inputs=ins.paths, output=output, rows_written=n)
     return summary
+
+
+def check_solve_rate(spec: FilterSpec, metric: np.ndarray, metric_col: str) -> None:
+    """Refuse a --solve-rate bound outside the metric's range: [0, 1] (a solve rate), widened to the
+    metric's own values where they go beyond it (a reward in [-1, 1])."""
+    if spec.solve_rate is None:
+        return
+    m = np.asarray(metric, np.float64)
+    m = m[np.isfinite(m)]
+    lo_r, hi_r = (min(0.0, float(m.min())), max(1.0, float(m.max()))) if m.size else (0.0, 1.0)
+    bad = [f"{name} {v:g}" for name, v in zip(("LO", "HI"), spec.solve_rate) if not lo_r <= v <= hi_r]
+    if bad:
+        lo, hi = spec.solve_rate
+        raise AdvcliError(f"--solve-rate {lo:g}:{hi:g}: {' and '.join(bad)} outside the range of the groups' mean "
+                          f"{metric_col} ({lo_r:g} to {hi_r:g})",
+                          hint="a solve rate is the share of a group's rows solved: e.g. --solve-rate 0.1:0.9 keeps "
+                               "the groups solved sometimes, neither always nor never")
+
+
+def kept_nothing(spec: FilterSpec, summary: dict) -> str:
+    """The message of a filter that would keep no row: what it dropped, by reason."""
+    reasons = [f"{summary[k]:,} {label}" for k, label in (
+        ("dropped_min_group_size", "too small"), ("dropped_uniform", "uniform"),
+        ("dropped_solve_rate", "outside the solve rate"), ("dropped_variance", "below the variance cut"))
+        if summary.get(k)]
+    return (f"{spec.describe()} keeps no row: all {summary['groups']:,} group(s) ({summary['rows']:,} rows) are "
+            f"dropped ({', '.join(reasons)}; a group may have several reasons); nothing written")
 
 
 # ------------------------------------------------------------------------------- advcli run --drop-...

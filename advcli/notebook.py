@@ -101,8 +101,9 @@ class AuditResult(ReportResult):
 
     def __repr__(self) -> str:
         r = self._report
-        return (f"<AuditResult {'agree' if self.agree else 'DISAGREE'}: {r.get('tokens_disagreeing', 0):,} of "
-                f"{r.get('valid_tokens', 0):,} mask=1 tokens disagree; max |logged − recomputed| "
+        what = (f"{r.get('tokens_disagreeing', 0):,} of {r.get('valid_tokens', 0):,} mask=1 tokens"
+                if "valid_tokens" in r else f"{r.get('rows_disagreeing', 0):,} of {r.get('rows', 0):,} rows")
+        return (f"<AuditResult {'agree' if self.agree else 'DISAGREE'}: {what} disagree; max |logged − recomputed| "
                 f"{r.get('max_abs_diff', 0):.3g}; recomputed with {r.get('ran')}>")
 
 

@@ -61,8 +61,8 @@ class RunResult(Shown):
     inputs: list[str]
     outputs: list[str]
     rows: int
-    tokens: int
-    valid_tokens: int
+    tokens: int | None  # None: a dump without token data
+    valid_tokens: int | None
     seconds: float
     config: dict
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +83,7 @@ class RunResult(Shown):
     estimator_note: str | None = None
     config_file: dict | None = None
     curation: dict | None = None
+    no_token_data: str | None = None  # why token figures are absent (a dump without token data; advcli.formats)
     output_table: Any = None  # the rows written, kept in memory (advcli.run on an in-memory table, output=None)
 
     title = "advcli run report"
@@ -137,5 +138,6 @@ class RunResult(Shown):
         figures = ", ".join(f"{k}={fmt_num(v)}" for k, v in key_metrics(self.report)[:4])
         noted = sum(1 for d in self.diagnostics if d.get("count"))
         where = f"; output {', '.join(self.outputs)}" if self.outputs else ""
-        return (f"<RunResult {what or 'run'}: {self.rows:,} rows, {self.valid_tokens:,} mask=1 tokens, "
+        tokens = f"{self.valid_tokens:,} mask=1 tokens" if self.valid_tokens is not None else "no token data"
+        return (f"<RunResult {what or 'run'}: {self.rows:,} rows, {tokens}, "
                 f"{len(self.per_step)} step(s); {figures}; {noted} diagnostic(s) found{where}>")

@@ -45,8 +45,8 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
              precision: str | None = None, chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
              output_mode: str = "full", write_columns: list[str] | str | None = None, engine: str = "local",
              ray_address: str | None = None, ray_stall_timeout: float | None = None, drop_uniform: bool = False,
-             solve_rate: str | None = None, min_group_size: int | None = None, by_position: bool = False,
-             progress=None, staging=None):
+             solve_rate: str | None = None, min_group_size: int | None = None, allow_empty: bool = False,
+             by_position: bool = False, progress=None, staging=None):
     """One run from what the user gave to its :class:`advcli.result.RunResult`: the one code path of
     ``advcli run`` and :func:`advcli.run`. ``inputs`` are opened (``advcli.formats.open_inputs``); the
     configuration is :func:`advcli.resolution.resolve_run`'s (the default flavor's estimator chosen from the
@@ -61,7 +61,8 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
 
     check_engine(engine)
     check_output_mode(output_mode)
-    curation = make_spec(drop_uniform, solve_rate, min_group_size)  # DAPO-style: groups dropped first
+    curation = make_spec(drop_uniform, solve_rate, min_group_size,  # DAPO-style: groups dropped first
+                         allow_empty=allow_empty)
     choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
                          precision=precision)
     req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,

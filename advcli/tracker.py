@@ -79,6 +79,14 @@ def parse_targets(specs: list[str] | None, project: str | None = None, name: str
         if kind == "tensorboard" and not directory:
             raise AdvcliError(f"--log {spec!r}: TensorBoard needs the directory of its event files",
                               hint="--log tensorboard:runs/advcli (then: tensorboard --logdir runs)")
+        if directory:  # the event files' (or wandb's) directory, checked before any work
+            from .io.remote import is_uri
+            from .io.temps import check_local_destination
+
+            if is_uri(directory):
+                raise AdvcliError(f"--log {spec!r}: {kind} writes to a local directory",
+                                  hint=f"give a local directory and copy it to {directory} afterwards")
+            check_local_destination(f"--log {spec}", directory, create=True)
         require_library(kind)
         targets.append(LogTarget(kind, directory or None, project, name, int(step_offset)))
     if not targets and (project or name or step_offset):

@@ -380,6 +380,13 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rep["seconds"] = round(time.perf_counter() - t0, 3)
+    from ..formats import no_token_data
+
+    reason = no_token_data(inputs)
+    if reason:  # one value per response: the one-token rows are not tokens, the rows say it all
+        rep["no_token_data"] = reason
+        for k in ("valid_tokens", "tokens_disagreeing"):
+            rep.pop(k, None)
     return name_dumps(rep)  # a skipped candidate's message names the dump, not its temporary Parquet
 
 

@@ -48,7 +48,7 @@ def print_audit(rep: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(stderr=True, highlight=False, soft_wrap=True)
+    con = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     _, sections = audit_sections(rep)
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)

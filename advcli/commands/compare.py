@@ -100,14 +100,15 @@ def split_configurations(raw: list[str]) -> list[dict]:
 
 
 def print_comparison(res: dict) -> None:
+    from rich.markup import escape as esc  # user text (paths, labels, group ids) is never markup
     from rich.table import Table
 
     from ..report import fmt_num
     from ..report.terminal import stdout_console
 
     con = stdout_console(highlight=False)
-    con.print(f"[bold]A[/] {res['a']['label']}  ({res['a']['path']})")
-    con.print(f"[bold]B[/] {res['b']['label']}  ({res['b']['path']})")
+    con.print(f"[bold]A[/] {esc(str(res['a']['label']))}  ({esc(str(res['a']['path']))})")
+    con.print(f"[bold]B[/] {esc(str(res['b']['label']))}  ({esc(str(res['b']['path']))})")
     t = Table(show_edge=False)
     t.add_column("")
     t.add_column("tokens (mask=1)", justify="right")
@@ -136,7 +137,7 @@ def print_comparison(res: dict) -> None:
             vals = lambda xs: " ".join("nan" if x is None else f"{x:+.3g}" for x in xs[:8]) + (  # noqa: E731
                 " …" if len(xs) > 8 else "")
             for e in g["most_different"]:
-                con.print(f"  {e['prompt_id']}  n={e['size']}  mean |A−B| {fmt_num(e['mean_abs_diff'])}  "
+                con.print(f"  {esc(str(e['prompt_id']))}  n={e['size']}  mean |A−B| {fmt_num(e['mean_abs_diff'])}  "
                           f"sign agreement {pct(e['sign_agreement'])}  spread A {fmt_num(e['spread_a'])} "
                           f"B {fmt_num(e['spread_b'])}")
                 if e.get("rewards") is not None:
@@ -201,7 +202,7 @@ def print_many(rep: dict) -> None:
     con = stdout_console(highlight=False)
     _, sections = many_sections(rep)
     for k, label in sections[0][2][:-1]:
-        con.print(f"[bold]{k}[/] {escape(label)}")
+        con.print(f"[bold]{escape(k)}[/] {escape(str(label))}")
     head, rows = sections[1][2]
     t = Table(show_edge=False)
     for i, h in enumerate(head):

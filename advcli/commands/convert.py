@@ -35,7 +35,12 @@ def convert_cmd(
 ):
     """Write a trainer's rollout dump as advcli's canonical Parquet, computing nothing."""
     from ..formats import convert
+    from ..io.remote import is_uri
+    from ..io.temps import check_local_destination
 
+    if is_uri(output):
+        raise AdvcliError(f"{output}: convert writes a local Parquet file",
+                          hint="give a local path (advcli run reads and writes object storage directly)")
     if os.path.exists(output) and not force:
         raise AdvcliError(f"{output}: already exists", hint="add --force to replace it")
     if os.path.isdir(output):
@@ -45,6 +50,7 @@ def convert_cmd(
         raise AdvcliError(f"{output}: the directory {parent} does not exist")
     if os.path.exists(path) and os.path.isfile(path) and os.path.realpath(path) == os.path.realpath(output):
         raise AdvcliError(f"{output}: is the input; advcli never writes over its input")
+    check_local_destination(output, parent)
     info = convert(path, output, from_ if from_ not in (None, "", "auto") else None)
     if json_out:
         typer.echo(json.dumps(info.as_dict(), default=str))

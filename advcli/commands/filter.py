@@ -15,6 +15,7 @@ EPILOG = """
 [bold]Examples[/]
 
   advcli filter sample_data/rollouts.parquet -o curated.parquet --drop-uniform
+  advcli filter logs/exp_001 -o curated.parquet --drop-uniform        (a trainer's dump, as run reads it)
   advcli filter dump.parquet -o curated.parquet --solve-rate 0.1:0.9 --min-group-size 4
   advcli filter dump.parquet -o curated.parquet --metric acc --drop-uniform --report dropped.html
   advcli filter dump.parquet -o snr.parquet --variance-top-p 0.9
@@ -56,7 +57,9 @@ def filter_cmd(
     by: str | None = typer.Option(None, "--by", metavar="COLUMN",
                                      help="Data-source column for the per-source figures (default: the first of "
                                           "data_source, domain, source, dataset, task present)."),
+    allow_empty: bool = opt.ALLOW_EMPTY,
     column: list[str] | None = opt.COLUMN,
+    from_: str | None = opt.FROM,
     chunk_rows: int = opt.chunk_rows(8192),
     force: bool = opt.FORCE,
     report: str | None = typer.Option(None, "--report", "-r", metavar="PATH",
@@ -70,13 +73,18 @@ def filter_cmd(
     from ..report import check_report_path
 
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
-                     variance_ddof, mask_dropped)
+                     variance_ddof, mask_dropped, allow_empty)
     if not spec.active:
         raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
                                                               "--min-group-size N or --variance-top-p P / "
                                                               "--variance-top-k K")
     if report:
         check_report_path(report, list(inputs) + [output])
+    from ..formats import name_dumps, open_inputs
+    from ..io.writer import check_output_path
+
+    check_output_path(output, list(inputs), force)  # before a dump is converted
+    inputs = open_inputs(list(inputs), from_, synth_mask=False)  # trainer dumps -> canonical Parquet, like run's
     from ..io.commit import staged
     from ._sections import emit
     from .progress import progress as _progress
@@ -89,6 +97,7 @@ def filter_cmd(
                                   progress=cb)
         finally:
             stop()
+        summary = name_dumps(summary)  # the dumps the user gave, not their temporary Parquet
         emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
         outputs.commit()
 
@@ -156,7 +165,7 @@ def print_filter_summary(rep: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(stderr=True, highlight=False)
+    con = Console(stderr=True, highlight=False, emoji=False)
     _, sections = filter_sections(rep)
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)
@@ -171,9 +180,9 @@ def print_filter_summary(rep: dict) -> None:
         if len(rows) > 20:
             con.print(f"[bold]{escape(name)}[/]: {len(rows)} entries (all in --report or --json)")
             continue
-        tt = Table(title=name, title_justify="left", show_edge=False)
+        tt = Table(title=escape(name), title_justify="left", show_edge=False)
         for h in header:
-            tt.add_column(h, justify="right")
+            tt.add_column(escape(str(h)), justify="right")
         for r in rows:
             tt.add_row(*[escape(x if isinstance(x, str) else ("–" if x is None else f"{x:,}" if isinstance(x, int)
                                                                else f"{x:.4g}")) for x in r])

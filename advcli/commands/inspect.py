@@ -299,6 +299,7 @@ def suggest(data: dict, inputs: list[str]) -> dict:
 
 
 def _print(data: dict) -> None:
+    from rich.markup import escape as esc  # user text (paths, column names, values) is never markup
     from rich.table import Table
 
     from ..report import fmt_num
@@ -306,18 +307,18 @@ def _print(data: dict) -> None:
 
     con = stdout_console(highlight=False, soft_wrap=False)
     mb = data["bytes"] / 2**20
-    con.print(f"[bold]{', '.join(data['inputs'])}[/]  {data['files']} file(s), {data['rows']:,} rows, "
+    con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows, "
               f"{data['row_groups']} row group(s), {mb:.1f} MiB")
     if data.get("advcli_output"):
         p = data.get("produced_by") or {}
         release = (p.get("release") or {}).get("label")
         con.print(f"advcli output (advcli {p.get('advcli_version')}, flavor {p.get('flavor')}"
-                  + (f", {release}" if release else "") + f", {json.dumps(p.get('flavor_config') or {})})")
+                  + (f", {esc(release)}" if release else "") + f", {esc(json.dumps(p.get('flavor_config') or {}))})")
     t = Table(title="columns", title_justify="left", show_edge=False)
     for h in ("column", "type", "role", "meaning"):
         t.add_column(h)
     for c in data["schema"]:
-        t.add_row(c["column"], c["type"], c["role"] or "", c["meaning"])
+        t.add_row(esc(c["column"]), esc(c["type"]), esc(c["role"] or ""), esc(c["meaning"]))
     con.print(t)
     if "tokens" in data:
         con.print(f"tokens  {data['tokens']:,}  ({data['valid_tokens']:,} with mask=1)")
@@ -343,13 +344,13 @@ def _print(data: dict) -> None:
             con.print(ht)
     if "steps" in data:
         s = data["steps"]
-        con.print(f"steps           {s['count']}: " + ", ".join(f"{k}: {v:,} rows"
+        con.print(f"steps           {s['count']}: " + ", ".join(f"{esc(str(k))}: {v:,} rows"
                                                                for k, v in list(s["rows_per_step"].items())[:12]))
     g = data.get("groups")
     if g:
         sizes = ", ".join(f"{c:,}×{s}" for s, c in list(g["size_counts"].items())[:12])
         con.print(f"groups          {g['count']:,} (sizes: {sizes}); {g['singletons']:,} of one; layout: "
-                  f"{g['layout']}" + (f" (n={g['contiguous_blocks_of']}: usable by roll/openrlhf/trl)"
+                  f"{esc(str(g['layout']))}" + (f" (n={g['contiguous_blocks_of']}: usable by roll/openrlhf/trl)"
                                       if g.get("contiguous_blocks_of") else ""))
         if "all_equal_reward" in g:
             con.print(f"                {g['all_equal_reward']:,} groups where every reward is equal "
@@ -364,13 +365,13 @@ def _print(data: dict) -> None:
     con.print(f"KL in reward    {kl}")
     ok = [n for n, e in data["estimators"].items() if e["ok"]]
     no = {n: e for n, e in data["estimators"].items() if not e["ok"]}
-    con.print(f"[green]can feed[/]        {', '.join(ok) or '–'}")
+    con.print(f"[green]can feed[/]        {esc(', '.join(ok)) or '–'}")
     for n, e in no.items():
-        con.print(f"[red]cannot feed[/]     {n}: " + ("; ".join(e["missing"]) if e.get("refused") else
-                                                    f"missing {', '.join(e['missing'])}"))
+        con.print(f"[red]cannot feed[/]     {esc(n)}: " + esc("; ".join(e["missing"]) if e.get("refused") else
+                                                              f"missing {', '.join(e['missing'])}"))
     notes = {e["note"] for n, e in data["estimators"].items() if e["note"] and e["ok"]}
     for note in sorted(notes):
-        con.print(f"note            {note}")
+        con.print(f"note            {esc(note)}")
 
 
 def inspect_cmd(

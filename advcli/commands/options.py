@@ -68,6 +68,8 @@ DROP_UNIFORM = typer.Option(False, "--drop-uniform", help="Drop groups whose met
 SOLVE_RATE = typer.Option(None, "--solve-rate", metavar="LO:HI", help="Keep only groups whose mean metric lies in "
                                                                       "[LO, HI], e.g. 0.1:0.9.")
 MIN_GROUP_SIZE = typer.Option(None, "--min-group-size", metavar="N", help="Drop groups with fewer than N rows.")
+ALLOW_EMPTY = typer.Option(False, "--allow-empty", help="Write the result even when the group filter keeps no row "
+                                                        "(else it stops, with the counts).")
 
 # the experiment tracker a command's report also goes to (advcli.tracker)
 LOG = typer.Option(None, "--log", metavar="TRACKER",

@@ -26,7 +26,7 @@ def progress(show: bool):
 
     prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
                     TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn(), transient=True, console=Console(stderr=True))
+                    TimeRemainingColumn(), transient=True, console=Console(stderr=True, emoji=False))
     tasks: dict[str, int] = {}
     t0 = time.monotonic()
     started = [False]

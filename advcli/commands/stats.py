@@ -47,7 +47,7 @@ def stats_cmd(
         check_report_path(report, inputs)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     from ..figures.of_file import file_statistics
-    from ..formats import name_dumps, open_inputs
+    from ..formats import drop_token_figures, name_dumps, no_token_data, open_inputs
     from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
@@ -57,6 +57,9 @@ def stats_cmd(
         rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
     finally:
         stop()
+    reason = no_token_data(inputs)
+    if reason:  # a dump without token data: its one-token rows give no token figure
+        drop_token_figures(rep, reason)
     rep = name_dumps(rep)  # the dumps the user gave, not their temporary Parquet
     emit(rep, report, json_out, show)
     opt.send_to_trackers(rep, trackers, quiet)

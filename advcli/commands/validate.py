@@ -74,6 +74,9 @@ def validate_cmd(
     verdict = {"valid": True, "ran": what, "estimator": est, "inputs": result.inputs, "rows": result.rows,
                "tokens": result.tokens, "valid_tokens": result.valid_tokens,
                "warnings": list(getattr(result, "warnings", []) or []), "diagnostics": diags}
+    if getattr(result, "no_token_data", None):  # a dump without token data: no token count to give
+        del verdict["tokens"], verdict["valid_tokens"]
+        verdict["no_token_data"] = result.no_token_data
     if not deep:
         verdict["not_computed"] = list(MATH_ONLY)  # figures only the math gives: --deep
     if why:  # the flavor runs the chosen estimator under another name (ROLL grpo: reinforce_plus_plus)
@@ -81,8 +84,9 @@ def validate_cmd(
     if json_out:
         typer.echo(json.dumps(verdict, default=str))
         return
-    typer.echo(f"ok: {', '.join(result.inputs)} is valid for {what}: {result.rows:,} rows, {result.tokens:,} tokens "
-               f"({result.valid_tokens:,} with mask=1)")
+    counts = ("no token data" if "no_token_data" in verdict
+              else f"{result.tokens:,} tokens ({result.valid_tokens:,} with mask=1)")
+    typer.echo(f"ok: {', '.join(result.inputs)} is valid for {what}: {result.rows:,} rows, {counts}")
     if verdict.get("why"):
         typer.echo(f"note: {verdict['why']}", err=True)
     for w in verdict["warnings"]:

@@ -202,5 +202,5 @@ def read_output(path: str) -> pa.Table:
 
     if remote.is_uri(path):
         return pa.concat_tables([pq.read_table(remote.open_input(f)) for f in remote.expand(path.rstrip("/") + "/")])
-    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    files = sorted(glob.glob(os.path.join(glob.escape(path), "*.parquet")))
     return pa.concat_tables([pq.read_table(f) for f in files])

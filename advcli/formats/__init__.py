@@ -34,10 +34,19 @@ from .discovery import discover
 from .input_edge import info_for, locate_rows, name_dump_rows, name_dumps, open_inputs, source_of
 from .records import extras, first_json_record, iter_json_lines, number, require, reward_note
 from .registry import FORMATS, Context, Format, get, names
-from .response_level import check_config, finish_outputs, implied_settings, name_sources, refusal
+from .response_level import (
+    check_config,
+    drop_token_figures,
+    finish_outputs,
+    implied_settings,
+    name_sources,
+    no_token_data,
+    refusal,
+)
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
-           "open_inputs", "check_config", "implied_settings", "finish_outputs", "name_sources", "name_dump_rows",
+           "open_inputs", "check_config", "drop_token_figures", "no_token_data", "implied_settings", "finish_outputs",
+           "name_sources", "name_dump_rows",
            "info_for", "source_of",
            "locate_rows", "name_dumps", "row_constant_note", "refusal", "iter_json_lines", "first_json_record",
            "require", "number", "extras", "reward_note", "ImportInfo"]

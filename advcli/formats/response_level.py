@@ -69,6 +69,7 @@ def name_sources(result) -> None:
     Parquet (for its summary and reports)."""
     if result is None:
         return
+    drop_result_token_figures(result, list(getattr(result, "inputs", None) or []))
     if getattr(result, "inputs", None):
         result.inputs = [source_of(p) for p in result.inputs]
     for attr in ("warnings", "diagnostics"):
@@ -130,3 +131,61 @@ def _scalarize(path: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+# figures that count tokens: a dump without token data cannot give them (its one-token rows would make
+# every response one token long), so they are left out of every summary, report and tracker
+TOKEN_FIGURES = ("response_length/", "response_length_non_aborted/", "response/aborted_ratio", "prompt_length/")
+
+
+def no_token_data(inputs: list[str]) -> str | None:
+    """Why token figures are absent for these (opened) inputs: a response-level dump that gives no token
+    count per response; None when every input has its tokens (or the response lengths)."""
+    infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"
+             and not IMPORTED[p].token_lengths]
+    if not infos:
+        return None
+    return (f"a {infos[0].title} dump holds one reward per response and no token data: token counts, response "
+            "lengths and token shares are left out; advantage and return figures are over responses, one "
+            "value each")
+
+
+def drop_token_figures(rep: dict, reason: str) -> dict:
+    """``rep`` (a report dict, or a result's fields as one) without the figures a dump without token data
+    cannot give (:data:`TOKEN_FIGURES`, token counts and rates, token shares, lengths by outcome, the
+    advantage by token position), ``no_token_data`` saying why; histograms over its one-token rows are
+    over rows."""
+    def keep(d: dict) -> dict:
+        return {k: v for k, v in d.items() if not k.startswith(TOKEN_FIGURES)}
+
+    if rep.get("metrics") is not None:
+        rep["metrics"] = keep(rep["metrics"])
+    if rep.get("per_step") is not None:
+        rep["per_step"] = [keep(e) for e in rep["per_step"]]
+    for k in ("tokens", "valid_tokens", "by_position"):
+        rep.pop(k, None)
+    if isinstance(rep.get("timings"), dict):
+        rep["timings"] = {k: v for k, v in rep["timings"].items() if k != "tokens_per_s"}
+    for h in (rep.get("histograms") or {}).values():
+        if isinstance(h, dict) and h.get("over") == "tokens":
+            h["over"] = "rows"
+            h["note"] = "one value per response (the dump holds no token data)"
+    gh = rep.get("group_health")
+    if isinstance(gh, dict):
+        gh.pop("length_by_outcome", None)
+        for e in [gh.get("overall") or {}, *(gh.get("per_step") or [])]:
+            e.pop("zero_adv_token_share", None)
+    rep["no_token_data"] = reason
+    return rep
+
+
+def drop_result_token_figures(result, inputs: list[str]) -> None:
+    """A RunResult of ``inputs`` (opened) without the figures its dump cannot give
+    (:func:`drop_token_figures`)."""
+    reason = no_token_data(inputs)
+    if result is None or not reason:
+        return
+    fields = ("metrics", "per_step", "tokens", "valid_tokens", "by_position", "histograms", "group_health")
+    rep = drop_token_figures({k: getattr(result, k, None) for k in fields}, reason)
+    for k in (*fields, "no_token_data"):
+        setattr(result, k, rep.get(k))

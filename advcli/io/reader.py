@@ -38,11 +38,11 @@ def expand_inputs(specs: list[str]) -> list[str]:
         if remote.is_uri(spec):  # object storage: s3://, gs://, hdfs://, ... (advcli.io.remote)
             out.extend(remote.expand(spec))
         elif os.path.isdir(spec):
-            found = sorted(glob.glob(os.path.join(spec, "*.parquet")))
+            found = sorted(glob.glob(os.path.join(glob.escape(spec), "*.parquet")))
             if not found:
                 raise AdvcliError(f"{spec}: directory holds no *.parquet files")
             out.extend(found)
-        elif any(ch in spec for ch in "*?["):
+        elif any(ch in spec for ch in "*?[") and not os.path.exists(spec):  # a file named x[1].parquet is a file
             found = sorted(glob.glob(spec))
             if not found:
                 raise AdvcliError(f"{spec}: no file matches this pattern")

@@ -46,10 +46,14 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
     g = lambda name, default=None: getattr(result, name, default)  # noqa: E731
     cfg = g("config") or {}
     seconds = float(g("seconds", 0.0) or 0.0)
-    rows, tokens = int(g("rows", 0) or 0), int(g("tokens", 0) or 0)
+    rows = int(g("rows", 0) or 0)
+    counted = not g("no_token_data")  # a dump without token data: no token count (advcli.formats)
+    tokens = int(g("tokens", 0) or 0) if counted else None
     timings = {"seconds": round(seconds, 4),
                "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
-               "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None}
+               "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 and counted else None}
+    if not counted:
+        del timings["tokens_per_s"]
     timings.update(dict(g("timings", None) or {}))
     rep = {
         "report": "advcli/1", "advcli_version": __version__,
@@ -57,7 +61,8 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
         "command": command, "flavor": str(flavor) if flavor else flavor, "settings": native or {}, "note": note,
         "estimator": cfg.get("estimator") if isinstance(cfg, dict) else None, "config": cfg,
         "inputs": list(g("inputs", []) or []), "outputs": list(g("outputs", []) or []),
-        "rows": rows, "tokens": tokens, "valid_tokens": int(g("valid_tokens", 0) or 0),
+        "rows": rows, "tokens": tokens, "valid_tokens": int(g("valid_tokens", 0) or 0) if counted else None,
+        "no_token_data": g("no_token_data"),
         "timings": timings,
         "metrics": dict(g("metrics", None) or {}),
         "per_step": list(g("per_step", None) or []),
@@ -151,12 +156,18 @@ def headline(report: dict) -> list[tuple[str, str]]:
     out.append(("input", ", ".join(report.get("inputs") or []) or "–"))
     if report.get("outputs"):
         out.append(("output", ", ".join(report["outputs"])))
-    out.append(("rows", f"{report.get('rows', 0):,}  ({report.get('tokens', 0):,} tokens, "
-                        f"{report.get('valid_tokens', 0):,} with mask=1)"))
+    if report.get("no_token_data"):  # a dump without token data: no token count to give
+        out.append(("rows", f"{report.get('rows', 0):,}"))
+        out.append(("token data", f"none: {report['no_token_data']}"))
+    else:
+        out.append(("rows", f"{report.get('rows', 0):,}  ({report.get('tokens', 0):,} tokens, "
+                            f"{report.get('valid_tokens', 0):,} with mask=1)"))
     if t.get("seconds"):
         rate = ""
-        if t.get("rows_per_s"):
-            rate = f"  ({t['rows_per_s']:,.0f} rows/s, {t.get('tokens_per_s', 0) / 1e6:,.2f} M tokens/s)"
+        if t.get("rows_per_s") and t.get("tokens_per_s") is not None:
+            rate = f"  ({t['rows_per_s']:,.0f} rows/s, {t['tokens_per_s'] / 1e6:,.2f} M tokens/s)"
+        elif t.get("rows_per_s"):
+            rate = f"  ({t['rows_per_s']:,.0f} rows/s)"
         out.append(("time", f"{t['seconds']:.2f} s{rate}"))
     return out
 

@@ -111,9 +111,11 @@ def plot_svgs(h: dict | None) -> list[str]:
     if len(steps) > 1:
         xs = [e["step"] for e in steps]
         series = {"uniform groups": [e.get("uniform_share") for e in steps]}
+        title = "share of uniform groups by step"
         if any(e.get("zero_adv_token_share") is not None for e in steps):
             series["zero-adv tokens"] = [e.get("zero_adv_token_share") for e in steps]
-        plots.append(svg_lines(xs, series, "share of uniform groups (and zero-advantage tokens) by step", "step",
+            title = "share of uniform groups (and zero-advantage tokens) by step"
+        plots.append(svg_lines(xs, series, title, "step",
                                ylabel="share", percent=True))
     srcs = h.get("per_source") or []
     if srcs:

@@ -88,8 +88,12 @@ def _cards(report: dict) -> list[tuple[str, str, str]]:
     """(label, value, detail) cards: counts, speed, each figure family's mean with its min and max."""
     t = report.get("timings") or {}
     m = report.get("metrics") or {}
-    cards = [("rows", fmt_num(report.get("rows")), ""), ("tokens", fmt_num(report.get("tokens")), ""),
-             ("valid tokens", fmt_num(report.get("valid_tokens")), "")]
+    cards = [("rows", fmt_num(report.get("rows")), "")]
+    if report.get("tokens") is not None:  # absent for a dump without token data
+        cards += [("tokens", fmt_num(report.get("tokens")), ""),
+                  ("valid tokens", fmt_num(report.get("valid_tokens")), "")]
+    else:
+        cards.append(("tokens", "n/a", "the dump holds no token data"))
     if t.get("seconds"):
         cards.append(("time", f"{t['seconds']:.2f} s", ""))
     if t.get("tokens_per_s"):  # a small file's stats in M tok/s would read 0.00

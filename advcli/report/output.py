@@ -25,14 +25,23 @@ def report_format(path: str) -> str:
 
 def check_report_path(path: str, taken: Iterable[str] = ()) -> str:
     """Refuse a report path before any work: bad extension, missing directory, or an input/output path."""
+    from ..io.remote import is_uri
+    from ..io.temps import check_local_destination
+
     fmt = report_format(path)
+    if is_uri(path):
+        raise AdvcliError(f"--report {path}: a report is written to a local file",
+                          hint="give a local path and copy the report to object storage afterwards")
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
-        raise AdvcliError(f"--report {path}: directory {d} does not exist")
+        raise AdvcliError(f"--report {path}: directory {d} does not exist", hint=f"create it: mkdir -p {d}")
+    if os.path.isdir(path):
+        raise AdvcliError(f"--report {path}: is a directory; give a file path for the report")
     real = os.path.realpath(path)
     for p in taken:
         if p and os.path.realpath(p) == real:
             raise AdvcliError(f"--report {path}: is also an input or output of this run; choose another name")
+    check_local_destination(f"--report {path}", d)
     return fmt
 
 

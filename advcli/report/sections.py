@@ -54,8 +54,9 @@ def render_sections(report: dict, fmt: str, title: str, sections: list[Section])
 
 def audit_sections(rep: dict):
     verdict = "agree" if rep["agree"] else "DISAGREE"
-    head = [("verdict", f"{verdict}: {rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and "
-                        f"{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
+    tokens = ("" if "valid_tokens" not in rep  # a dump without token data (advcli.formats.no_token_data)
+              else f"{rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and ")
+    head = [("verdict", f"{verdict}: {tokens}{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
                         + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else "")),
             ("recomputed with", rep["ran"])]
     if (rep.get("release") or {}).get("label"):

@@ -17,6 +17,7 @@ def stdout_console(**kwargs):
             self.quiet = True
             raise BrokenPipeError
 
+    kwargs.setdefault("emoji", False)  # user text (a path:100:) is never an emoji code
     return _PipeConsole(**kwargs)
 
 
@@ -25,20 +26,20 @@ def print_summary(report: dict, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = console or Console(stderr=True, highlight=False)
+    con = console or Console(stderr=True, highlight=False, emoji=False)
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)
     t.add_column(overflow="fold")
     for label, text in headline(report):
-        t.add_row(label, _rich_escape(text))
+        t.add_row(_rich_escape(label), _rich_escape(text))
     km = key_metrics(report)
     if km:
         t.add_row("", "")
         for k, v in km:
-            t.add_row(k, fmt_num(v))
+            t.add_row(_rich_escape(k), fmt_num(v))
     steps = steps_line(report.get("per_step") or [])
     if steps:
-        t.add_row("steps", steps)
+        t.add_row("steps", _rich_escape(steps))
     if report.get("group_health"):
         t.add_row("group health", _rich_escape(health.headline(report["group_health"])))
     for d in report.get("diagnostics") or []:  # each once: a warning by its severity, with its meaning

@@ -9,10 +9,8 @@ import typer
 from .commands import helpstyle, register
 from .commands import options as opt
 from .commands.progress import progress
-from .commands.resolve import resolve_cli_config
 from .errors import AdvcliError
 from .flavors import framework_names
-from .formats import name_dump_rows, name_dumps, open_inputs
 from .version import __version__
 
 app = typer.Typer(
@@ -115,7 +113,9 @@ def run(
     log_step_offset: int = opt.LOG_STEP_OFFSET,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
+    from .commands.resolve import resolve_cli_config
     from .engines import check_engine
+    from .formats import name_dumps, open_inputs
 
     check_engine(engine)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
@@ -390,6 +390,8 @@ def main() -> None:
                 _interrupted()
             sys.exit(rv)
     except AdvcliError as e:
+        from .formats import name_dump_rows
+
         _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
     except BrokenPipeError:

@@ -9,7 +9,6 @@ import json
 
 import typer
 
-from ..report.sections import audit_sections
 from . import options as opt
 
 EPILOG = """
@@ -47,6 +46,8 @@ def print_audit(rep: dict) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from ..report.sections import audit_sections
 
     con = Console(stderr=True, highlight=False, soft_wrap=True)
     _, sections = audit_sections(rep)
@@ -132,6 +133,7 @@ def audit_cmd(
                          search=search, top=top, progress=cb)
     finally:
         stop()
+    from ..report.sections import audit_sections
     from ._sections import emit
 
     rep = emit(rep, "audit", report, json_out, quiet, audit_sections, print_audit)

@@ -11,7 +11,6 @@ from .commands import options as opt
 from .commands.progress import progress
 from .errors import AdvcliError
 from .flavors import framework_names
-from .formats import name_dump_rows, open_inputs
 from .version import __version__
 
 app = typer.Typer(
@@ -117,6 +116,7 @@ def run(
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .config import parse_column_maps, parse_set
     from .engines import check_engine
+    from .formats import open_inputs
     from .resolution import check_precision
 
     check_engine(engine)
@@ -365,6 +365,8 @@ def main() -> None:
                 _interrupted()
             sys.exit(rv)
     except AdvcliError as e:
+        from .formats import name_dump_rows
+
         _err(name_dump_rows(str(e)))  # a trainer dump's rows are named by their file and line (advcli.formats)
         sys.exit(e.exit_code)
     except BrokenPipeError:

@@ -54,3 +54,20 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
 @pytest.fixture
 def sample_path():
     return SAMPLE
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """At the end of a run: the skipped tests grouped by reason, with counts, so that a newcomer sees what
+    did not run and what would run it (each reason names the package, tool or device it waits for)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    counts: dict[str, int] = {}
+    for rep in skipped:
+        longrepr = rep.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.section(f"{len(skipped)} skipped, by reason (install or provide what it names to run them)")
+    for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        terminalreporter.write_line(f"{n:5d}  {reason}")

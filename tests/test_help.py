@@ -122,3 +122,62 @@ def test_value_options_are_declared_once():
         a, b = by_cmd["run"][name], by_cmd["validate"][name]
         assert (a.opts, a.secondary_opts, a.metavar, a.help, a.default) == \
             (b.opts, b.secondary_opts, b.metavar, b.help, b.default), name
+
+
+VALUES = ["0", "7", "-3", "+12", "007", " 7", "7 ", "1_000", "1.5", "1e3", "-2.5E-2", ".5", "5.", "inf", "nan",
+          "-inf", "abc", "", "0x10", "١٢", "99999999999999999999999", "1e400", "true", "yes", "0.95"]
+
+
+@pytest.mark.parametrize("annotation", [str, int, float, list[str], list[int]])
+def test_values_converted_as_typer_converts_them(annotation):
+    """advcli.commands.values converts plain values without pydantic: each value gets what typer's own
+    (pydantic) converter gives, or the same error message."""
+    from typer._coercion import resolve_type_descriptor
+    from typer.core import TyperOption
+    from typer.models import OptionInfo
+
+    from advcli.commands import helpstyle
+
+    ctx = typer.Context(typer.main.get_command(_tiny_app()))
+    multiple = annotation in (list[str], list[int])
+    for value in VALUES:
+        given = (value, value) if multiple else value
+        results = []
+        for styled in (False, True):
+            p = TyperOption(param_decls=["--x"], type_descriptor=resolve_type_descriptor(annotation, OptionInfo()),
+                            multiple=multiple)
+            if styled:
+                helpstyle.click_style([p])
+            try:
+                results.append(("ok", p.process_value(ctx, given)))
+            except typer.BadParameter as e:
+                results.append(("error", e.format_message()))
+        assert repr(results[0]) == repr(results[1]), (annotation, value, results)  # repr: nan == nan
+        assert type(results[0][1]) is type(results[1][1]), (annotation, value, results)
+
+
+def _tiny_app():
+    app = typer.Typer()
+
+    @app.command()
+    def one(x: int = 0):
+        pass
+
+    return app
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["filter", "--help"]])
+def test_help_imports_no_heavy_helpers(argv):
+    """`advcli --help` stays fast with typer 0.29 (benchmarks/startup.py measures it): its page imports neither
+    pydantic (typer's value adapters) nor rich's Markdown, Syntax or Traceback (typer's own help page)."""
+    import os
+
+    code = ("import sys\nfrom advcli.cli import main\nsys.argv = ['advcli'] + sys.argv[1:]\ntry:\n    main()\n"
+            "except SystemExit:\n    pass\nheavy = ('pydantic', 'rich.markdown', 'rich.syntax', 'rich.traceback', "
+            "'markdown_it', 'pygments', 'torch')\nprint(sorted(m for m in sys.modules if m.split('.')[0] in heavy "
+            "or m in heavy), file=sys.stderr)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT, ADVCLI_SERVER="off")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT, env=env,
+                       check=False)
+    assert "Usage:" in r.stdout, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr

@@ -9,7 +9,6 @@ import json
 
 import typer
 
-from ..report.sections import audit_sections
 from . import options as opt
 
 EPILOG = """
@@ -46,13 +45,13 @@ def _worst_line(e: dict) -> str:
 def print_audit(rep: dict) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
+
+    from ..report.sections import audit_sections
+    from ..report.terminal import kv_table
 
     con = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     _, sections = audit_sections(rep)
-    t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold cyan", no_wrap=True)
-    t.add_column(overflow="fold")
+    t = kv_table(con.width)
     for a, b in sections[0][2]:
         style = "" if a != "verdict" else ("[green]" if rep["agree"] else "[bold red]")
         t.add_row(escape(a), style + escape(str(b)) + ("[/]" if style else ""))
@@ -132,6 +131,7 @@ def audit_cmd(
                          search=search, top=top, progress=cb)
     finally:
         stop()
+    from ..report.sections import audit_sections
     from ._sections import emit
 
     rep = emit(rep, "audit", report, json_out, quiet, audit_sections, print_audit)

@@ -163,13 +163,12 @@ def _describe(f: dict) -> str:
 def print_filter_summary(rep: dict) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
+
+    from ..report.terminal import kv_table, print_table
 
     con = Console(stderr=True, highlight=False, emoji=False)
     _, sections = filter_sections(rep)
-    t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold cyan", no_wrap=True)
-    t.add_column(overflow="fold")
+    t = kv_table(con.width)
     for a, b in sections[0][2]:
         t.add_row(escape(str(a)), escape(str(b)))
     con.print(t)
@@ -180,10 +179,6 @@ def print_filter_summary(rep: dict) -> None:
         if len(rows) > 20:
             con.print(f"[bold]{escape(name)}[/]: {len(rows)} entries (all in --report or --json)")
             continue
-        tt = Table(title=escape(name), title_justify="left", show_edge=False)
-        for h in header:
-            tt.add_column(escape(str(h)), justify="right")
-        for r in rows:
-            tt.add_row(*[escape(x if isinstance(x, str) else ("–" if x is None else f"{x:,}" if isinstance(x, int)
-                                                               else f"{x:.4g}")) for x in r])
-        con.print(tt)
+        print_table(con, name, [str(h) for h in header],
+                    [[x if isinstance(x, str) else ("–" if x is None else f"{x:,}" if isinstance(x, int)
+                                                     else f"{x:.4g}") for x in r] for r in rows])

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import AdvcliError
-from ..estimators import all_specs
 from . import options as opt
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `advcli --help` never loads it
@@ -176,6 +175,8 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
 
 def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
     """For each estimator: can this dump feed it, and if not, what is missing."""
+    from ..estimators import all_specs
+
     out = {}
     has_reward = cmap.has("reward") or cmap.has("token_level_scores")
     for name, spec in sorted(all_specs().items()):
@@ -205,6 +206,7 @@ def estimator_support(inputs: list[str], columns: list[str]) -> dict[str, dict]:
     """name -> {ok, missing} of every registered estimator on these imported inputs: what ``run`` says of
     it under the canonical defaults (``--flavor advcli --set estimator.name=NAME``), asked of the same
     check ``run`` makes (:func:`.response_level.refusal`), so the two never disagree."""
+    from ..estimators import all_specs
     from ..flavors import resolve
     from ..formats import refusal
 

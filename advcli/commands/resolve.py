@@ -3,8 +3,6 @@ configuration a run uses: the flavor, the canonical configuration, the native se
 column overrides, and which estimator was picked when none was named."""
 from __future__ import annotations
 
-from ..resolution import resolve_run
-
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
                        column: list[str] | None, padded: bool | None, notes: list[str] | None = None,
@@ -16,6 +14,7 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     (:class:`advcli.flavors.ConfigFileKeys`); ``estimator`` (--estimator) is ``advcli.estimator``. The
     library's own :func:`advcli.resolution.resolve_run` does the work: the command line only parses."""
     from ..config import parse_column_maps, parse_set
+    from ..resolution import resolve_run
 
     columns = parse_column_maps(column)
     choice = resolve_run(inputs, flavor, parse_set(set_), estimator=estimator, config=config, padded=padded)

@@ -24,12 +24,9 @@ def stdout_console(**kwargs):
 def print_summary(report: dict, console=None) -> None:
     """The rich summary on stderr: what ran, counts, speed, key metrics, diagnostics and warnings."""
     from rich.console import Console
-    from rich.table import Table
 
     con = console or Console(stderr=True, highlight=False, emoji=False)
-    t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold cyan", no_wrap=True)
-    t.add_column(overflow="fold")
+    t = kv_table(con.width)
     for label, text in headline(report):
         t.add_row(_rich_escape(label), _rich_escape(text))
     km = key_metrics(report)
@@ -61,3 +58,62 @@ def _rich_escape(s: str) -> str:
     from rich.markup import escape
 
     return escape(s)
+
+
+# --- tables that fit the terminal ----------------------------------------------------------------------
+# Nothing the user reads is cut with "…": a label column takes at most a third of the width (a longer label
+# wraps at its spaces, so paths and values beside it stay whole), and a table too wide for the terminal is
+# shown turned (one column per row) or, when that is too wide too, as one block of "header value" pairs
+# per row, wrapped at the pairs.
+
+def kv_table(width: int):
+    """A two-column grid (label, value) for ``width`` columns: labels bold cyan, at most a third of the
+    width (wrapped at spaces beyond it); values folded only when longer than their column."""
+    from rich.table import Table
+
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold cyan", overflow="fold", max_width=max(12, width // 3))
+    t.add_column(overflow="fold")
+    return t
+
+
+def print_table(con, title: str, header: list[str], rows: list[list[str]]) -> None:
+    """A table of plain strings (``header``, ``rows``; the first column names the row) printed whole on
+    ``con``: as a table when it fits, else turned, else one wrapped block per row (see above)."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    if sum(widths) + 3 * (len(widths) - 1) + 2 <= con.width:
+        t = Table(title=escape(title), title_justify="left", show_edge=False)
+        for h in header:
+            t.add_column(escape(h), justify="right", no_wrap=True)
+        for r in rows:
+            t.add_row(*map(escape, r))
+        con.print(t)
+        return
+    turned = [max(len(header[0]), *(len(h) for h in header[1:]))] + \
+        [max(len(x) for x in r) for r in rows]
+    if sum(turned) + 3 * len(rows) + 2 <= con.width:
+        t = Table(title=escape(title), title_justify="left", show_edge=False)
+        t.add_column(escape(header[0]), justify="left", no_wrap=True, style="bold")
+        for r in rows:
+            t.add_column(escape(r[0]), justify="right", no_wrap=True)
+        for i, h in enumerate(header[1:], start=1):
+            t.add_row(escape(h), *(escape(r[i]) for r in rows))
+        con.print(t)
+        return
+    con.print(Text(title, style="bold"))
+    for r in rows:
+        lines, cur = [], f"  {header[0]} {r[0]}"
+        for h, x in zip(header[1:], r[1:]):
+            pair = f"{h} {x}"
+            if len(cur) + 2 + len(pair) > con.width:  # a pair is never split across lines
+                lines.append(cur)
+                cur = "      " + pair
+            else:
+                cur += "  " + pair
+        lines.append(cur)
+        for line in lines:
+            con.print(Text(line), overflow="fold", crop=False)

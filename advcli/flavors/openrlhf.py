@@ -14,6 +14,10 @@ flags of ``openrlhf/cli/train_ppo_ray.py``):
    ``reinforce``;
 4. ``gae``, ``reinforce``, ``reinforce_baseline``: normalisation over all action tokens of the step,
    biased variance, ``max(var, 1e-8)^-½``, applied at every position (``no_std_norm``: centre only).
+5. the IS correction (``algo.advantage.is_correction_*``; ``PolicyLoss.forward`` in ``openrlhf/models/loss.py``
+   L214-247 of release 0.11.2, L196-219 of 0.10.4): a coefficient on the per-token loss, after the
+   advantages, written as ``rollout_is_weights`` (canonical ``rollout_correction.gate_*``; the math is
+   ``advcli.ops.rollout_correction.gate_chunk``).
 
 A flavor holds no math: this module only maps OpenRLHF's flags onto the canonical configuration.
 """

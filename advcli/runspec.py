@@ -59,6 +59,7 @@ class Reward:
     empty_row: str = "zero"
     mask_placed: bool = False
     whiten_tokens: bool = False
+    dtype: str = "run"
 
 
 @dataclass(frozen=True)

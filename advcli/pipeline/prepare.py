@@ -198,6 +198,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     adv_row = row_advantages(plan, inputs, table) if plan.spec.level == "row" else None
     res = Prepared(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
+    res.row_dtype = reward_dtype(plan, inputs) if plan.spec.level == "row" else None  # 16-bit scores: the diagnostics
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
     res.correction = correction
     # pass 1b: per-(group, position) token sums

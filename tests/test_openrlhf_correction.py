@@ -178,3 +178,17 @@ def test_explain_and_keys(tmp_path):
     assert "binary_kl at seq level" in res.output and "is_filter_ratio" in res.output
     res = CliRunner().invoke(app, ["explain", "--flavor", "openrlhf", "--keys"])
     assert res.exit_code == 0 and C + "gating" in res.output and C + "type" in res.output
+
+
+def test_stats_of_the_output_gives_the_runs_figures(tmp_path):
+    """advcli stats of the output: the same advantage figures (over the input mask, which OpenRLHF's estimator
+    keeps, not response_mask_after_rs) and the same vllm_kl / is_filter_ratio as the run's report."""
+    rows = make_rows(5)
+    _, rep, _ = run(tmp_path, rows, {C + "level": "token", C + "threshold": "[0.8,1.2]"})
+    res = CliRunner().invoke(app, ["stats", os.path.join(tmp_path, "out.parquet"), "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)["metrics"]
+    for k in ("critic/advantages/mean", "critic/advantages/min", "critic/advantages/max", "vllm_kl",
+              "is_filter_ratio"):
+        assert stats[k] == pytest.approx(rep["metrics"][k], rel=1e-9, abs=1e-12), k
+    assert 0 < rep["metrics"]["is_filter_ratio"] < 1

@@ -54,7 +54,7 @@ GROUPED = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 
 
 def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: float, kl: str,
-                clip=(-10.0, 10.0)):
+                clip=(-10.0, 10.0), reward_dtype=torch.float32):
     """One step through the release's own compute_advantages_and_returns, on two micro-batches of
     experiences (the rows in order; OpenRLHF's ``index`` maps them back to prompt order)."""
     args = SimpleNamespace(
@@ -73,7 +73,8 @@ def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: 
     for part in (slice(0, half), slice(half, len(rows))):
         idx = list(range(len(rows)))[part]
         kl_t = OPENRLHF["compute_approx_kl"](old[part], ref[part], kl_estimator=kl)
-        experiences.append(SimpleNamespace(index=idx, rewards=torch.tensor([rows[i]["reward"] for i in idx]),
+        rewards = torch.tensor([rows[i]["reward"] for i in idx], dtype=reward_dtype)
+        experiences.append(SimpleNamespace(index=idx, rewards=rewards,
                                            action_mask=mask[part].bool(), values=values[part] * 1.0,
                                            kl=kl_t, info={}))
     experiences = maker.compute_advantages_and_returns(experiences)
@@ -231,3 +232,24 @@ def test_is_correction_type_matches_release(tmp_path, kind, threshold):
                                        "algo.advantage.is_correction_type": kind,
                                        "algo.advantage.is_correction_threshold": f"[{threshold[0]},{threshold[1]}]"},
                       coef, kl, None, kind)
+
+
+# ------------------------------------------------------------- bf16 rewards (a bf16 reward model)
+PROMOTES = "advcli.reward_promote=false" not in " ".join(AT_RELEASE)  # 0.11.2 promotes rewards to float32
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "reinforce_baseline"])
+def test_bf16_rewards_match_release(tmp_path, estimator):
+    """The release's group shaping on bf16 rewards: 0.10.4-0.11.1 compute the [G, n] mean, std and
+    leave-one-out baseline in bf16; 0.11.2 promotes the rewards to float32 first."""
+    rows = step_rows(7, 4)
+    for r in rows:  # rewards a bf16 reward model gave
+        r["reward"] = float(torch.tensor(r["reward"] * 2.3 + 0.37, dtype=torch.bfloat16))
+    adv, _ = release_run(rows, estimator, 4, 1.0, 1.0, 0.0, "k1", reward_dtype=torch.bfloat16)
+    settings = {"algo.advantage.estimator": estimator, "rollout.n_samples_per_prompt": 4, "algo.kl.init_coef": 0}
+    out = advcli_run(tmp_path, rows, "openrlhf", {**settings, "advcli.reward_dtype": "bfloat16"}, extra=AT_RELEASE)
+    assert_matches(out["advantages"], adv.float(), rows, f"openrlhf {VERSION} {estimator} on bf16 rewards",
+                   rtol=1e-5, atol=1e-5)
+    f32 = advcli_run(tmp_path, rows, "openrlhf", settings, extra=AT_RELEASE)
+    diff = max(abs(a - b) for x, y in zip(out["advantages"], f32["advantages"]) for a, b in zip(x, y))
+    assert (diff < 1e-6) if PROMOTES else (diff > 1e-3), diff

@@ -76,6 +76,14 @@ KEYS = {
     "algo.advantage.is_correction_type": Key("tis", "(0.10.4-0.11.1) tis: clamp(e^lr, LOW, HIGH); icepop: e^lr "
                                              "inside [LOW, HIGH], else 0; seq-mask-tis: e^lr where the row's "
                                              "geometric mean ratio is inside [LOW, HIGH], else 0", OLD_TYPES, "str"),
+    "advcli.reward_dtype": Key("run", "advcli extension: the dtype of the reward model's scores: `bfloat16` / "
+                               "`float16` (a bf16 reward model), `run` (the run's precision). Releases 0.10.4-0.11.1 "
+                               "shape them in that dtype (the [G, n] group mean, std, leave-one-out baseline); "
+                               "0.11.2 promotes them to float32 first, so it changes nothing there",
+                               ("run", "bfloat16", "float16"), "str"),
+    "advcli.reward_promote": Key(True, "advcli extension (OpenRLHF's releases): rewards promoted to at least "
+                                 "float32 before the group shaping (0.11.2); false: shaped in their own dtype "
+                                 "(0.10.4-0.11.1)", None, "bool"),
     "advcli.is_correction_keys": Key("0.11.2", "advcli extension (OpenRLHF's releases): which is_correction_* flags "
                                      "the release has: `0.11.2` (is_correction_level/mode/gating) or `0.10.4` "
                                      "(releases 0.10.4-0.11.1: is_correction_enable/type)", ("0.10.4", "0.11.2"),
@@ -198,6 +206,8 @@ def translate(v: dict) -> dict:
     cfg["reward"].update(source="reward", clip=_clip_range(v["reward.clip_range"]), placement="last_valid",
                          mask_placed=False, whiten_tokens=False)
     cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
+    # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270)
+    cfg["reward"]["dtype"] = "run" if v["advcli.reward_promote"] else v["advcli.reward_dtype"]
     cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None, "output_clamp": 10.0,
                       "coef": beta, "controller": "fixed", "mask": False, "token_clip": None})
     if est == "gae":
@@ -235,7 +245,7 @@ def estimator_note(v: dict) -> str | None:
 # tests/test_conformance_openrlhf.py runs its own code against this flavor.
 RELEASES = (
     Release("0.10.4", "2026-06-08", aliases=("0.11.0", "0.11.1", "3c3be62", "3c3be623"),
-            settings={"advcli.is_correction_keys": "0.10.4"},
+            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
             note="OpenRLHF 0.10.4 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce"),
     Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
         Change("", ("algo.advantage.estimator",),
@@ -249,10 +259,10 @@ RELEASES = (
         Change("", ("algo.kl.estimator",),
                "k3 clamps the log-ratio at −10 before exp: the same values (the output clamp at 10 already "
                "holds there), only the gradient changes"),
-        Change("", (),
+        Change("", ("advcli.reward_promote", "advcli.reward_dtype"),
                "rewards promoted to at least float32 before the length penalties and group statistics: a "
-               "bf16/fp16 reward no longer rounds the group mean and std; advcli reads rewards at the run's precision "
-               "(float32 or float64), so its numbers do not change"),
+               "bf16/fp16 reward no longer rounds the group mean and std (earlier releases with "
+               "advcli.reward_dtype=bfloat16 shape in bf16, as they did)"),
     )),
 )
 

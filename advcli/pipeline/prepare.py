@@ -156,8 +156,10 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
-            reward_row = block_normalize(raw, scopes, plan.block_sizes or int(plan.run.grouping.size),
-                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
+            half = HALF.get(plan.run.reward.dtype)  # OpenRLHF before 0.11.2 shapes bf16 rewards in bf16
+            shaped = raw.to(getattr(torch, half)) if half else raw
+            reward_row = block_normalize(shaped, scopes, plan.block_sizes or int(plan.run.grouping.size),
+                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first)).to(raw.dtype)
         else:
             reward_row = normalize_rewards(raw, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
         reward_row = clip_values(reward_row, reward.clip)

@@ -78,7 +78,10 @@ def explain_text(flavor, cfg: dict, native: dict, flavor_spec: str | None = None
         out.append("     KL               not in the reward")
     from .correction_plan import explain_lines  # rollout correction (advcli.correction_plan), between KL and estimator
     from .runspec import RunSpec
-    out += explain_lines(RunSpec.from_config(cfg).correction)
+    correction = explain_lines(RunSpec.from_config(cfg).correction)
+    after = bool((cfg.get("rollout_correction") or {}).get("gate_level"))  # OpenRLHF's: in the loss, after
+    if not after:
+        out += correction
     out.append(f"  3. estimator        {spec.name}: {spec.formula}")
     out.append(f"     matches          {spec.source}")
     if params:
@@ -114,6 +117,8 @@ def explain_text(flavor, cfg: dict, native: dict, flavor_spec: str | None = None
                    "var biased over " + ("every position" if a.get("whiten_mask") == "all" else "the mask=1 tokens"))
     if a["clip"]:
         out.append(f"  5. clip             A ← clamp(A, {a['clip'][0]}, {a['clip'][1]})")
+    if after:
+        out += correction
     out.append(f"  precision          {cfg['precision']}")
     if flavor.notes:
         out += ["", f"{flavor.name} semantics to know:", "  " + flavor.notes]

@@ -91,7 +91,7 @@ class Correction:
     gate_level: Any = None  # OpenRLHF's is_correction_level (token, seq); None: off
     gate_mode: str = "mask"
     gate_stat: str = "ratio"
-    gate_bounds: list = (0.5, 5.0)
+    gate_bounds: list = field(default_factory=lambda: [0.5, 5.0])
     ignored: tuple = ()  # flavor settings the correction does not model, reported as warnings
     unused: tuple = ()  # (column role, why the flavor does not read it with the correction off): a warning
 

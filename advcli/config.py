@@ -92,6 +92,13 @@ SCHEMA: dict[str, Key] = {
                        "std_level null: std 1 and eps 0; groups are grouping.by's (AReaL: runs)", None, "any"),
     "reward.zero_truncated": Key(False, "rows whose `truncated` column is true get row reward 0 after "
                                  "normalisation (AReaL mask_no_eos_with_zero)", None, "bool"),
+    "reward.dtype": Key("run", "the dtype of the rewards an estimator that keeps it (keeps_reward_dtype: verl's grpo, "
+                        "rloo, gpg, rloo_vectorized) and the positional group normalisation (OpenRLHF before "
+                        "0.11.2) compute in: `run` (the run's precision), `bfloat16` / "
+                        "`float16` (the trainer's scores were, e.g. a custom reward manager's or a reward model's), "
+                        "`input` (a float16 reward column stays float16, any other the run's precision); with KL in "
+                        "the reward the rewards are float32, as verl's apply_kl_penalty promotes them",
+                        ("run", "input", "bfloat16", "float16"), "str"),
     "reward.placement": Key("last", "where the row reward lands: `last` (position L_i-1, verl/ROLL) or "
                             "`last_valid` (last mask=1 token, OpenRLHF/NeMo gae) or "
                             "`all` (every position of the row: NeMo RL's REINFORCE++ and raw_reward)",
@@ -153,6 +160,22 @@ SCHEMA: dict[str, Key] = {
                                  "token_kX, seq_sum_kX, seq_mean_kX, seq_max_kX; k1 = −clamp(lr), k2 = ½l², k3 = "
                                  "eˡ−1−l; lo null: no lower test); a row or token is kept when every option "
                                  "passes", None, "list"),
+    # OpenRLHF's gated coefficient (algo.advantage.is_correction_*, PolicyLoss.forward): applied in the loss,
+    # after the advantages; the estimator keeps the input mask
+    "rollout_correction.gate_level": Key(None, "OpenRLHF's IS correction: null (off), `token` (each token's "
+                                         "statistic) or `seq` (the row's masked mean: the ratio's geometric mean, a "
+                                         "divergence's mean); with it, is_level and rs stay null",
+                                         (None, "token", "seq"), "any"),
+    "rollout_correction.gate_mode": Key("mask", "`mask`: a unit outside [low, high] gets coefficient 0, the others "
+                                        "their token ratio exp(lr) (unclamped); `clip`: coefficient "
+                                        "clamp(exp(lr), low, high) (token level, ratio gate only)",
+                                        ("mask", "clip"), "str"),
+    "rollout_correction.gate_stat": Key("ratio", "the gated statistic: `ratio` exp(lr); `binary_kl` p·log(p/q) + "
+                                        "(1−p)·log((1−p)/(1−q)); `tv` |p − q|; p = exp(rollout_log_probs), q = "
+                                        "exp(old_log_probs), both clamped to [1e-6, 1 − 1e-6]",
+                                        ("ratio", "binary_kl", "tv"), "str"),
+    "rollout_correction.gate_bounds": Key([0.5, 5.0], "[low, high] on the gated statistic (inclusive)", None,
+                                          "list"),
     # -------------------------------------------------------------------------------- advantage
     "advantage.whiten": Key(False, "whiten the advantages over the mask=1 tokens of each scope", None, "bool"),
     "advantage.distill_coef": Key(None, "on-policy distillation term after the estimator, before whitening: "

@@ -54,9 +54,12 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
     section = as_dict(plan.run.correction)
     warnings.extend(section.get("ignored") or [])
     mode = section.get("mode", "off")
-    if mode == "off":
-        return None
     cmap, file = plan.cmap, plan.cmap.file
+    if mode == "off":
+        for role, why in section.get("unused") or ():  # a column the flavor reads only with its correction on
+            if cmap.has(role):
+                warnings.append(f"{file}: column {cmap[role]!r} ({role}) is unused: {why}")
+        return None
     if mode == "auto" and not cmap.has("rollout_log_probs"):
         return None
     if mode == "auto" and not cmap.has("old_log_probs"):
@@ -64,20 +67,23 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
                         "(verl's correction needs both)")
         return None
     spec = rc.spec_from_config(section)
-    why = "the rollout correction (algorithm.rollout_correction.*) compares the two policies' log-probs"
-    cmap.require("rollout_log_probs", why + "; this is the inference engine's (verl batch['rollout_log_probs'])")
-    cmap.require("old_log_probs", why + "; this is the trainer's recompute (verl batch['old_log_probs'])")
+    if spec.gate is not None:  # OpenRLHF (flavors/openrlhf.py)
+        keys, batch = "algo.advantage.is_correction_*", "experience"
+        why = "OpenRLHF's IS correction (algo.advantage.is_correction_*) compares the two policies' log-probs"
+    else:
+        keys, batch = "algorithm.rollout_correction.rollout_is", "verl batch"
+        why = "the rollout correction (algorithm.rollout_correction.*) compares the two policies' log-probs"
+    cmap.require("rollout_log_probs", why + f"; this is the inference engine's ({batch}.rollout_log_probs)")
+    cmap.require("old_log_probs", why + f"; this is the trainer's recompute ({batch}.old_log_probs)")
     names = plan.cmap.schema.names
     if spec.weights:
         if cmap.has("rollout_is_weights") or OUTPUT_WEIGHTS in names:
             col = cmap.names.get("rollout_is_weights", OUTPUT_WEIGHTS)
             raise AdvcliError(f"{file}: the input already has a rollout_is_weights column ({col!r}), and "
-                              "algorithm.rollout_correction.rollout_is computes new weights under that name (verl "
-                              "overwrites batch['rollout_is_weights']); advcli does not replace an input column "
-                              "silently",
-                              hint="drop or rename that column to recompute the weights, or leave "
-                                   "algorithm.rollout_correction.rollout_is null to keep the input's weights "
-                                   "(estimators that read them still do)")
+                              f"{keys} computes new weights under that name; advcli does not replace an input "
+                              "column silently",
+                              hint="drop or rename that column to recompute the weights, or turn the correction "
+                                   f"off ({keys}) to keep the input's weights (estimators that read them still do)")
     if OUTPUT_MASK in names:
         raise AdvcliError(f"{file}: the input already has a column {OUTPUT_MASK!r}, which the rollout correction "
                           "writes; advcli does not replace an input column silently",
@@ -91,14 +97,16 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
 
 
 def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor, tok: dict, row0: int):
-    """(weights or None, corrected mask) of one chunk (on the chunk's device, plan dtype)."""
+    """(weights or None, the mask the estimator sees, the corrected mask written as response_mask_after_rs)
+    of one chunk (on the chunk's device, plan dtype). verl's estimator sees the corrected mask; OpenRLHF's
+    coefficient acts in the loss only, so its estimator keeps the input mask."""
     out = rc.correct_chunk(state.spec, layout, mask, tok["old_log_probs"].to(plan.dtype),
                            tok["rollout_log_probs"].to(plan.dtype), metrics=False)
     w = out.weights
     if w is not None and state.factor_row is not None:
         f = state.factor_row[row0:row0 + layout.num_rows].to(w.device, w.dtype)
         w = w / layout.broadcast(f)
-    return w, out.mask
+    return w, (out.mask if state.spec.corrects_mask else mask), out.mask
 
 
 def explain_lines(correction: Correction) -> list[str]:
@@ -107,6 +115,8 @@ def explain_lines(correction: Correction) -> list[str]:
     if sec.get("mode", "off") == "off":
         return []
     spec = rc.spec_from_config(sec)
+    if spec.gate is not None:
+        return gate_explain_lines(spec.gate)
     when = ("whenever the input has rollout_log_probs (metrics only unless an option is set)"
             if sec.get("mode") == "auto" else "needs rollout_log_probs and old_log_probs")
     out = [f"     rollout corr.    {when}; lr = old_log_probs − rollout_log_probs, C = clamp ±20, S_i = Σ lr·m"]
@@ -126,6 +136,28 @@ def explain_lines(correction: Correction) -> list[str]:
                    "all options must pass)")
     out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
     return out
+
+
+def gate_explain_lines(g: rc.Gate) -> list[str]:
+    """OpenRLHF's coefficient (algo.advantage.is_correction_*) in ``advcli explain``."""
+    p_q = "p = clamp(e^rollout_lp, 1e-6, 1−1e-6), q = clamp(e^old_lp, ...)"
+    unit = {"ratio": "e^lr", "binary_kl": "p·log(p/q) + (1−p)·log((1−p)/(1−q)), " + p_q,
+            "tv": "|p − q|, " + p_q}[g.stat]
+    if g.level == "seq":
+        unit = ("e^(Σ lr·m/Σm) (the ratio's geometric mean per row)" if g.stat == "ratio"
+                else f"Σ s·m/Σm per row of s = {unit}")
+    band = f"[{g.low:g}, {g.high:g}]"
+    what = (f"c_t = clamp(e^lr_t, {g.low:g}, {g.high:g})" if g.mode == "clip"
+            else f"c_t = e^lr_t where the {'row' if g.level == 'seq' else 'token'}'s statistic is in {band}, else 0")
+    return [
+        "     IS correction    OpenRLHF PolicyLoss.forward (in the loss, after the advantages); needs "
+        "rollout_log_probs and old_log_probs; lr = old_log_probs − rollout_log_probs",
+        f"     statistic        {g.stat} at {g.level} level: {unit}",
+        f"     coefficient      {what}; written as rollout_is_weights (0 where m = 0)",
+        "     mask             the estimator keeps the input mask m; response_mask_after_rs = m · kept units",
+        "     metrics          vllm_kl = Σ(rollout_lp − old_lp)·m/Σm; is_filter_ratio = filtered "
+        + ("rows / rows" if g.level == "seq" else "tokens / Σm"),
+    ]
 
 
 def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:

@@ -15,7 +15,9 @@ column):
   keeps, within each step, the groups with the most reward variance: the groups sorted by their variance
   ``Σ(m − mean)²/(n − ddof)`` (descending, ties in first-appearance order; zero-variance groups left out
   unless ``--variance-include-zero``), then ``top_k``: the first K; ``top_p``: the shortest prefix whose
-  cumulative variance reaches ``P·Σ variance`` (nothing when the step has no variance).
+  cumulative variance reaches ``P·Σ variance − selection_eps`` (nothing when that is ≤ 0). ``--flavor verl``
+  / ``skyrl`` follow those trainers' open pull requests (``RULES``): selection_eps 0.01, and rows with an
+  all-zero response mask or a non-finite reward left out of a group's variance.
 
 verl, TRL and SkyRL's pull requests *mask* the groups they do not select (their responses stay in the
 batch with a zero loss mask) rather than drop them; ``--mask-dropped`` does that (every row kept, the
@@ -54,6 +56,14 @@ class FilterSpec:
     variance_ddof: int = 1  # Σ(m − mean)²/(n − ddof)
     mask_dropped: bool = False  # keep every row, the dropped groups' response_mask set to 0 (verl #7894)
     allow_empty: bool = False  # --allow-empty: a filter that keeps no row writes an empty result (else: refused)
+    variance_rule: str = "ragen"  # whose variance filter: ragen (the paper, TRL #7242), verl (#7894), skyrl (#2217)
+    variance_selection_eps: float | None = None  # top_p target = P·Σ variance − eps (None: the rule's default)
+
+    @property
+    def selection_eps(self) -> float:
+        if self.variance_selection_eps is not None:
+            return self.variance_selection_eps
+        return RULES[self.variance_rule]["eps"]
 
     @property
     def by_variance(self) -> str | None:
@@ -79,7 +89,41 @@ class FilterSpec:
         return {"drop_uniform": self.drop_uniform, "solve_rate": list(self.solve_rate) if self.solve_rate else None,
                 "min_group_size": self.min_group_size, "variance_top_p": self.variance_top_p,
                 "variance_top_k": self.variance_top_k, "variance_include_zero": self.variance_include_zero,
-                "variance_ddof": self.variance_ddof, "mask_dropped": self.mask_dropped}
+                "variance_ddof": self.variance_ddof, "mask_dropped": self.mask_dropped,
+                "variance_rule": self.variance_rule, "variance_selection_eps": self.variance_selection_eps}
+
+
+# The variance filter's rule per trainer: all three are open pull requests (not in a release), read at
+# their 2026-09-16 heads. ``eps``: the default selection_eps; ``live``: rows with an all-zero response mask
+# and non-finite rewards are left out of their group's variance (the group's n counts the others).
+RULES = {
+    "ragen": {"eps": 1e-12, "live": False, "pr": "RAGEN-2 (arXiv 2604.06268); TRL PR #7242 (open)",
+              "flavors": ("trl",)},
+    "verl": {"eps": 0.01, "live": True, "pr": "verl PR #7894 (open)", "flavors": ("verl",)},
+    "skyrl": {"eps": 0.01, "live": True, "pr": "SkyRL PR #2217 (open)", "flavors": ("skyrl",)},
+}
+
+
+def variance_rule_of(flavor: str | None) -> str:
+    """The variance filter's rule of ``--flavor NAME[@RELEASE]`` (a flavor without one: RAGEN-2's)."""
+    if not flavor:
+        return "ragen"
+    from .flavors import get
+
+    name = get(flavor).name  # an unknown flavor or release is refused here
+    return next((r for r, d in RULES.items() if name in d["flavors"]), "ragen")
+
+
+def variance_note(spec: FilterSpec) -> str | None:
+    """One line saying whose variance rule ran, that its pull request is open, and its selection_eps."""
+    if spec.by_variance is None:
+        return None
+    r = RULES[spec.variance_rule]
+    live = ("; rows with an all-zero response mask and non-finite rewards left out of their group's variance"
+            if r["live"] else "")
+    trl = ("; TRL ranks the aggregated rewards: under multi_objective_aggregation=normalize_then_sum those are "
+           "per-group z-scored sums, give them with --metric" if spec.variance_rule == "ragen" else "")
+    return f"variance rule: {r['pr']}, not in any release; selection_eps {spec.selection_eps:g}{live}{trl}"
 
 
 def variance_flags(f: dict) -> list[str]:
@@ -94,6 +138,8 @@ def variance_flags(f: dict) -> list[str]:
             parts.append("--variance-include-zero")
         if f.get("variance_ddof", 1) != 1:
             parts.append(f"--variance-ddof {f['variance_ddof']}")
+        if f.get("variance_selection_eps") is not None:
+            parts.append(f"--variance-selection-eps {f['variance_selection_eps']:g}")
     if f.get("mask_dropped"):
         parts.append("--mask-dropped")
     return parts
@@ -120,7 +166,8 @@ def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
 def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None,
               variance_top_p: float | None = None, variance_top_k: int | None = None,
               variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False,
-              allow_empty: bool = False) -> FilterSpec:
+              allow_empty: bool = False, flavor: str | None = None,
+              variance_selection_eps: float | None = None) -> FilterSpec:
     if min_group_size is not None and min_group_size < 1:
         raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
     if variance_top_p is not None and variance_top_k is not None:
@@ -132,12 +179,12 @@ def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | 
         raise AdvcliError(f"--variance-top-k {variance_top_k}: must be at least 1 (groups kept per step)")
     if variance_ddof < 0:
         raise AdvcliError(f"--variance-ddof {variance_ddof}: must be 0 (population) or more (1: sample variance)")
+    if variance_selection_eps is not None and not (np.isfinite(variance_selection_eps) and variance_selection_eps >= 0):
+        raise AdvcliError(f"--variance-selection-eps {variance_selection_eps:g}: must be a number ≥ 0 (top_p keeps "
+                          "nothing in a step whose P·Σ variance is at most it)")
     return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size, variance_top_p,
                       variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped),
-                      bool(allow_empty))
-
-
-SELECTION_EPS = 1e-12  # top_p target = P·Σ variance − this, so a prefix summing to the target exactly reaches it
+                      bool(allow_empty), variance_rule_of(flavor), variance_selection_eps)
 
 
 def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> np.ndarray:
@@ -146,7 +193,9 @@ def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> 
     Per scope: order the groups by variance, descending, stable (ties keep the first-appearing group
     first); leave out the zero-variance ones unless ``variance_include_zero``; ``top_k`` takes the first
     K, ``top_p`` the first ``c + 1`` where c is the first index whose cumulative variance reaches
-    ``P·Σ_scope variance − 1e-12`` (nothing when that target is ≤ 0). verl PR #7894 / TRL PR #7242
+    ``P·Σ_scope variance − selection_eps`` (nothing when that target is ≤ 0: verl/SkyRL's default eps 0.01
+    keeps no group of a step whose variance mass is that small; RAGEN-2's 1e-12 only absorbs rounding, so a
+    prefix summing to the target exactly reaches it). verl PR #7894 / TRL PR #7242
     ``_get_reward_variance_filter_mask``. Vectorised: one lexsort by (scope, −variance, group) and
     cumulative sums restarted at each scope."""
     G = var.size
@@ -170,7 +219,7 @@ def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> 
         take = eligible & (rank < spec.variance_top_k)
     else:
         total = np.bincount(seg, weights=v, minlength=starts.size)  # every group's variance (zeros add nothing)
-        target = spec.variance_top_p * total[seg] - SELECTION_EPS
+        target = spec.variance_top_p * total[seg] - spec.selection_eps
         reached = eligible & (cum >= target)
         # the first eligible rank where the cumulative mass reaches the target, per scope (none: all eligible)
         big = np.iinfo(np.int64).max
@@ -182,8 +231,23 @@ def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> 
     return sel
 
 
+def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np.ndarray | None = None):
+    """[G] Σ(x − mean)²/(n − ddof) over each group's counted values (0 when n ≤ ddof), and n. Counted: the
+    non-NaN values (RAGEN-2's rule), or with ``live`` (verl #7894, SkyRL #2217) the finite values of rows
+    whose response mask has a 1."""
+    use = ~np.isnan(m) if live is None else (np.isfinite(m) & live)
+    n = np.bincount(group, weights=use.astype(np.float64), minlength=G)
+    mz = np.where(use, m, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n > 0, np.bincount(group, weights=mz, minlength=G) / np.maximum(n, 1), 0.0)
+    dev = np.where(use, m - mean[group], 0.0) if group.size else np.zeros(0)
+    ss = np.bincount(group, weights=dev * dev, minlength=G)
+    denom = n - ddof
+    return np.where(denom > 0, ss / np.maximum(denom, 1), 0.0), n
+
+
 def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
-                    scope: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    scope: np.ndarray | None = None, live: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per group ``g`` (codes ``0..G-1`` in ``group``, one per row) the figures and the decision.
 
     Returns ``size``, ``mean`` (nanmean of the metric, float64), ``uniform``, ``variance`` (of the
@@ -223,10 +287,11 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
             drop_sr = ~((mean >= lo) & (mean <= hi))  # NaN mean: dropped
     else:
         drop_sr = np.zeros(G, bool)
-    dev = np.where(nan, 0.0, m - np.nan_to_num(mean)[group]) if group.size else np.zeros(0)
-    ss = np.bincount(group, weights=dev * dev, minlength=G)
-    denom = n_num - spec.variance_ddof
-    variance = np.where(denom > 0, ss / np.maximum(denom, 1), 0.0)
+    if not RULES[spec.variance_rule]["live"]:
+        live = None
+    elif live is None:  # no response mask: every row is live
+        live = np.ones(m.size, bool)
+    variance, _ = group_variance(group, m, G, spec.variance_ddof, live)
     if spec.by_variance is not None:
         sc = np.zeros(G, np.int64) if scope is None else np.asarray(scope, np.int64)
         drop_var = ~variance_selection(variance, sc, spec)
@@ -317,6 +382,26 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
         source, source_names = codes.astype(np.int64), [None if (u is None or u != u) else _plain(u) for u in uniq]
     return SmallColumns(R, np.asarray(group, np.int64), [_plain(g) for g in gids], gsteps, metric, step, source,
                         source_names, {"prompt_id": pid, "metric": metric_col, "step": step_col, "source": source_col})
+
+
+def live_rows(ins, mask_col: str, chunk_rows: int) -> np.ndarray:
+    """bool [R]: the rows whose response mask has a nonzero value (one streaming pass over the mask column;
+    a scalar mask column: nonzero)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = []
+    for _, _, batch in ins.iter_batches([mask_col], chunk_rows):
+        col = batch.column(mask_col)
+        if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+            out.append(np.asarray(col.to_numpy(zero_copy_only=False), np.float64) != 0)
+            continue
+        lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+        flat = np.asarray(pc.list_flatten(col).to_numpy(zero_copy_only=False), np.float64)
+        ones = np.r_[0, np.cumsum(flat != 0)]
+        ends = np.cumsum(lengths)
+        out.append(ones[ends] - ones[ends - lengths] > 0)
+    return np.concatenate(out) if out else np.zeros(0, bool)
 
 
 def _plain(v):
@@ -462,8 +547,14 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     small = read_small_columns(ins, cmap, metric_col, source_col)
     scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
     check_solve_rate(spec, small.metric, metric_col)
-    dec = group_decisions(small.group, small.metric, spec, scope)
+    live = None
+    if spec.by_variance is not None and RULES[spec.variance_rule]["live"] and cmap.has("response_mask"):
+        live = live_rows(ins, cmap["response_mask"], chunk_rows)
+    dec = group_decisions(small.group, small.metric, spec, scope, live)
     summary = summarize(small, dec, spec)
+    note = variance_note(spec)
+    if note:
+        summary["notes"] = [note]
     if not dec["keep"].any() and not spec.allow_empty:
         raise AdvcliError(kept_nothing(spec, summary), hint="loosen the filter, or add --allow-empty to write the "
                                                              "empty result")

@@ -228,6 +228,8 @@ class Diagnostics:
                            "severity": "info", "examples": ex, "explanation": text})
 
     def _cancellation(self, spec, params: dict, table: RowTable, adv: torch.Tensor, run_dtype: torch.dtype) -> None:
+        if run_dtype not in (torch.float32, torch.float64):  # 16-bit scores (reward.dtype): the trainer's rounding
+            return
         other = torch.float64 if run_dtype != torch.float64 else torch.float32
         try:
             a_other = spec.row_fn(_cast_table(table, other), params)

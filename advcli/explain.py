@@ -81,7 +81,10 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
         out.append("     KL               not in the reward")
     from .correction_plan import explain_lines  # rollout correction (advcli.correction_plan), between KL and estimator
     from .runspec import RunSpec
-    out += explain_lines(RunSpec.from_config(cfg).correction)
+    correction = explain_lines(RunSpec.from_config(cfg).correction)
+    after = bool((cfg.get("rollout_correction") or {}).get("gate_level"))  # OpenRLHF's: in the loss, after
+    if not after:
+        out += correction
     out.append(f"  3. estimator        {spec.name}: {spec.formula}")
     out.append(f"     matches          {spec.source}")
     if params:
@@ -117,6 +120,8 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
                    "var biased over " + ("every position" if a.get("whiten_mask") == "all" else "the mask=1 tokens"))
     if a["clip"]:
         out.append(f"  5. clip             A ← clamp(A, {a['clip'][0]}, {a['clip'][1]})")
+    if after:
+        out += correction
     out.append(f"  precision          {cfg['precision']}")
     if flavor.notes:
         out += ["", f"{flavor.name} semantics to know:", "  " + flavor.notes]

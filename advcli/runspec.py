@@ -59,6 +59,7 @@ class Reward:
     empty_row: str = "zero"
     mask_placed: bool = False
     whiten_tokens: bool = False
+    dtype: str = "run"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,12 @@ class Correction:
     is_lower: float | None = None
     is_batch_normalize: bool = False
     rs: list | None = None
+    gate_level: Any = None  # OpenRLHF's is_correction_level (token, seq); None: off
+    gate_mode: str = "mask"
+    gate_stat: str = "ratio"
+    gate_bounds: list = field(default_factory=lambda: [0.5, 5.0])
     ignored: tuple = ()  # flavor settings the correction does not model, reported as warnings
+    unused: tuple = ()  # (column role, why the flavor does not read it with the correction off): a warning
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,7 @@ class RunSpec:
         adv = cfg.get("advantage") or {}
         rc = dict(cfg.get("rollout_correction") or {})
         rc["ignored"] = tuple(rc.get("ignored") or ())
+        rc["unused"] = tuple(tuple(u) for u in rc.get("unused") or ())
         est = dict(cfg.get("estimator") or {})
         return cls(grouping=section(Grouping, cfg.get("grouping")), reward=section(Reward, cfg.get("reward")),
                    kl=section(KL, cfg.get("kl")), correction=section(Correction, rc),

@@ -54,7 +54,7 @@ GROUPED = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 
 
 def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: float, kl: str,
-                clip=(-10.0, 10.0)):
+                clip=(-10.0, 10.0), reward_dtype=torch.float32):
     """One step through the release's own compute_advantages_and_returns, on two micro-batches of
     experiences (the rows in order; OpenRLHF's ``index`` maps them back to prompt order)."""
     args = SimpleNamespace(
@@ -73,7 +73,8 @@ def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: 
     for part in (slice(0, half), slice(half, len(rows))):
         idx = list(range(len(rows)))[part]
         kl_t = OPENRLHF["compute_approx_kl"](old[part], ref[part], kl_estimator=kl)
-        experiences.append(SimpleNamespace(index=idx, rewards=torch.tensor([rows[i]["reward"] for i in idx]),
+        rewards = torch.tensor([rows[i]["reward"] for i in idx], dtype=reward_dtype)
+        experiences.append(SimpleNamespace(index=idx, rewards=rewards,
                                            action_mask=mask[part].bool(), values=values[part] * 1.0,
                                            kl=kl_t, info={}))
     experiences = maker.compute_advantages_and_returns(experiences)
@@ -127,3 +128,128 @@ def test_flash_reinforce_is_reward_minus_step_mean(tmp_path):
                                                   "algo.kl.init_coef": 0}, extra=AT_RELEASE)
     expected = torch.tensor([[r["reward"] - mean if r["mask"][0] else 0.0] for r in rows])
     assert_matches(out["advantages"], expected, rows, "flash_reinforce by hand")
+
+
+# ------------------------------------------------------------------ the IS correction (PolicyLoss.forward)
+LOSS = "openrlhf.models.loss"
+NEW_FLAGS = "is_correction_level" in open(package_file(LOSS), encoding="utf-8").read()  # 0.11.2 (#1339)
+
+
+def _policy_loss():
+    """The release's PolicyLoss, with its aggregate_loss replaced by the per-token loss itself: with
+    log_probs = old_log_probs (ratio 1) and advantages −1, PolicyLoss's per-token loss is 1, so what comes out
+    is the coefficient it multiplies the loss by."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    ns: dict[str, Any] = {"torch": torch, "nn": nn, "F": F, "dist": None, "Optional": Optional, "Tuple": tuple,
+                          "aggregate_loss": lambda loss, mask, **kw: loss}
+    package_code("openrlhf.models.utils", ["masked_mean"], ns)
+    return package_code(LOSS, ["PolicyLoss"], ns)["PolicyLoss"]
+
+
+def release_coefficient(rows, flags: dict):
+    """(coefficient [B, T], vllm_kl, is_filter_ratio or None) of one micro-batch holding the whole step."""
+    loss_fn = _policy_loss()(**flags)
+    mask, old, roll = (padded(rows, k) for k in ("mask", "old", "roll"))
+    out = loss_fn(old.clone(), old, -torch.ones_like(old), action_mask=mask, rollout_log_probs=roll)
+    return out[0], float(out[3]), (float(out[4]) if len(out) > 4 else None)
+
+
+def correction_rows(seed: int) -> list[dict]:
+    rows = step_rows(seed, 4)
+    rng = np.random.default_rng(seed + 100)
+    for r in rows:  # a rollout engine that disagrees: some tokens far off, most near
+        r["roll"] = (np.array(r["old"]) + rng.normal(0.0, 0.5, len(r["old"]))).astype(np.float32).tolist()
+    return rows
+
+
+NEW_CASES = [("token", "mask", "ratio", [0.5, 5.0]), ("token", "clip", "ratio", [0.5, 5.0]),
+             ("token", "mask", "ratio", [0.8, 1.25]), ("seq", "mask", "ratio", [0.9, 1.1]),
+             ("token", "mask", "binary_kl", [0.0, 0.01]), ("seq", "mask", "binary_kl", [0.0, 0.005]),
+             ("token", "mask", "tv", [0.0, 0.05]), ("seq", "mask", "tv", [0.0, 0.1])]
+OLD_CASES = [("tis", [0.5, 5.0]), ("tis", [0.8, 1.25]), ("icepop", [0.8, 1.25]), ("seq-mask-tis", [0.9, 1.1])]
+
+
+def _check_correction(tmp_path, rows, settings, coef, vllm_kl, filter_ratio, what):
+    import json
+    import os
+    import shlex
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from _released import write_parquet  # noqa: F401  (the rows' columns; rollout log-probs added below)
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+
+    src, out, rep = (os.path.join(tmp_path, n) for n in ("in.parquet", "out.parquet", "r.json"))
+    write_parquet(rows, src)
+    t = pq.read_table(src)
+    t = t.append_column("rollout_log_probs", pa.array([r["roll"] for r in rows], pa.list_(pa.float32())))
+    pq.write_table(t, src)
+    argv = ["run", src, "-o", out, "--flavor", "openrlhf", "--force", "--device", "cpu", "--report", rep,
+            *AT_RELEASE]
+    for k, v in {"algo.advantage.estimator": "group_norm", "rollout.n_samples_per_prompt": 4,
+                 "algo.kl.init_coef": 0, **settings}.items():
+        argv += ["--set", f"{k}={v}"]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, f"advcli {shlex.join(argv)} failed:\n{res.output}"
+    got = pq.read_table(out).column("rollout_is_weights").to_pylist()
+    mask = padded(rows, "mask")
+    # advcli writes 0 where the mask is 0 (PolicyLoss's coefficient there is multiplied by the mask later)
+    assert_matches(got, coef * mask, rows, f"openrlhf {VERSION} {what} coefficient", rtol=1e-6, atol=1e-7)
+    figures = json.load(open(rep))["metrics"]
+    assert figures["vllm_kl"] == pytest.approx(vllm_kl, rel=1e-5, abs=1e-7), what
+    if filter_ratio is not None:
+        assert figures["is_filter_ratio"] == pytest.approx(filter_ratio, rel=1e-6, abs=1e-9), what
+    return filter_ratio
+
+
+@pytest.mark.skipif(not NEW_FLAGS, reason="the installed OpenRLHF has the 0.10.x flags (the test below)")
+@pytest.mark.parametrize("level,mode,gating,threshold", NEW_CASES)
+def test_is_correction_matches_release(tmp_path, level, mode, gating, threshold):
+    rows = correction_rows(5)
+    coef, kl, ratio = release_coefficient(rows, {"is_correction_level": level, "is_correction_mode": mode,
+                                                 "is_correction_gating": gating,
+                                                 "is_correction_threshold": list(threshold)})
+    thr = f"[{threshold[0]},{threshold[1]}]" if threshold[0] else str(threshold[1])
+    ratio = _check_correction(tmp_path, rows, {"algo.advantage.is_correction_level": level,
+                                               "algo.advantage.is_correction_mode": mode,
+                                               "algo.advantage.is_correction_gating": gating,
+                                               "algo.advantage.is_correction_threshold": thr},
+                              coef, kl, ratio, f"{level}/{mode}/{gating}")
+    assert mode == "clip" or 0 < ratio < 1, "the case filters nothing or everything: it tests little"
+
+
+@pytest.mark.skipif(NEW_FLAGS, reason="the installed OpenRLHF has the 0.11.2 flags (the test above)")
+@pytest.mark.parametrize("kind,threshold", OLD_CASES)
+def test_is_correction_type_matches_release(tmp_path, kind, threshold):
+    rows = correction_rows(6)
+    coef, kl, _ = release_coefficient(rows, {"enable_vllm_is_correction": True, "vllm_is_correction_type": kind,
+                                             "vllm_is_truncated_threshold": list(threshold)})
+    _check_correction(tmp_path, rows, {"algo.advantage.is_correction_enable": "true",
+                                       "algo.advantage.is_correction_type": kind,
+                                       "algo.advantage.is_correction_threshold": f"[{threshold[0]},{threshold[1]}]"},
+                      coef, kl, None, kind)
+
+
+# ------------------------------------------------------------- bf16 rewards (a bf16 reward model)
+PROMOTES = "advcli.reward_promote=false" not in " ".join(AT_RELEASE)  # 0.11.2 promotes rewards to float32
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "reinforce_baseline"])
+def test_bf16_rewards_match_release(tmp_path, estimator):
+    """The release's group shaping on bf16 rewards: 0.10.4-0.11.1 compute the [G, n] mean, std and
+    leave-one-out baseline in bf16; 0.11.2 promotes the rewards to float32 first."""
+    rows = step_rows(7, 4)
+    for r in rows:  # rewards a bf16 reward model gave
+        r["reward"] = float(torch.tensor(r["reward"] * 2.3 + 0.37, dtype=torch.bfloat16))
+    adv, _ = release_run(rows, estimator, 4, 1.0, 1.0, 0.0, "k1", reward_dtype=torch.bfloat16)
+    settings = {"algo.advantage.estimator": estimator, "rollout.n_samples_per_prompt": 4, "algo.kl.init_coef": 0}
+    out = advcli_run(tmp_path, rows, "openrlhf", {**settings, "advcli.reward_dtype": "bfloat16"}, extra=AT_RELEASE)
+    assert_matches(out["advantages"], adv.float(), rows, f"openrlhf {VERSION} {estimator} on bf16 rewards",
+                   rtol=1e-5, atol=1e-5)
+    f32 = advcli_run(tmp_path, rows, "openrlhf", settings, extra=AT_RELEASE)
+    diff = max(abs(a - b) for x, y in zip(out["advantages"], f32["advantages"]) for a, b in zip(x, y))
+    assert (diff < 1e-6) if PROMOTES else (diff > 1e-3), diff

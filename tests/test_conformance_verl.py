@@ -213,3 +213,30 @@ def test_release_dump_read_by_advcli(tmp_path, layout, estimator):
     got = [a[0] if isinstance(a, list) else a for a in pq.read_table(out).column("advantages").to_pylist()]
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-6), (
         f"verl {VERSION} {layout} dump, {estimator}: {got} != {expected}")
+
+
+# ---------------------------------------------------------------------- bf16 scores (custom reward managers)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gpg", "rloo_vectorized"])
+def test_bf16_scores_match_release(tmp_path, seed, estimator):
+    """verl's core_algos on bf16 token_level_rewards (a reward manager or reward model returning bf16): grpo,
+    rloo and gpg round every step to bf16, rloo_vectorized returns float64 (#7964); advcli with
+    advcli.reward_dtype=bfloat16 computes the same, and differs from its float32 run by bf16's rounding."""
+    rows = random_rows(seed, group_sizes(seed), rewards="positive")
+    for r in rows:  # scores a bf16 reward model gave: bf16 values (exact in the float32 column)
+        r["reward"] = float(torch.tensor(r["reward"] * 3.0, dtype=torch.bfloat16))
+    mask = padded(rows, "mask")
+    index = np.array([r["prompt_id"] for r in rows], dtype=object)
+    fn = VERL[OUTCOME[estimator]]
+    adv, _ = fn(token_level_rewards=scores_at_last(rows).to(torch.bfloat16), response_mask=mask, index=index,
+                config=AlgoConfig(norm_adv_by_std_in_grpo=True))
+    if estimator == "rloo_vectorized":  # (the others are bf16 values; × the float32 mask makes them float32)
+        assert adv.dtype == torch.float64
+    out = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": estimator,
+                                              "advcli.reward_dtype": "bfloat16"}, extra=AT_RELEASE)
+    assert_matches(out["advantages"], adv.to(torch.float64), rows, f"verl {VERSION} {estimator} on bf16 scores",
+                   rtol=1e-6, atol=1e-6)
+    f32 = advcli_run(tmp_path, rows, "verl", {"algorithm.adv_estimator": estimator}, extra=AT_RELEASE)
+    if estimator != "rloo_vectorized":  # bf16's rounding shows: the float32 run is not the trainer's
+        diff = max(abs(a - b) for x, y in zip(out["advantages"], f32["advantages"]) for a, b in zip(x, y))
+        assert diff > 1e-3

@@ -134,6 +134,8 @@ def test_mask_dropped_keeps_rows_and_masks_the_loss(tmp_path, capsys):
     (["--variance-top-p", "0.5", "--variance-top-k", "2"], "give one"),
     (["--variance-top-p", "1.5"], "--variance-top-p"),
     (["--variance-top-k", "0"], "--variance-top-k"),
+    (["--variance-top-p", "0.9", "--variance-selection-eps", "-1"], "--variance-selection-eps"),
+    (["--variance-top-p", "0.9", "--flavor", "verll"], "unknown flavor"),
 ])
 def test_bad_options_refused(tmp_path, capsys, args, needle):
     src = hand_dump(tmp_path / "in.parquet")
@@ -149,3 +151,89 @@ def test_mask_dropped_needs_a_token_mask(tmp_path, capsys):
     out = tmp_path / "out.parquet"
     code, _, err = main_rc(capsys, "filter", src, "-o", out, "--variance-top-k", "1", "--mask-dropped")
     assert code == 2 and "response_mask" in err and not out.exists()
+
+
+# ------------------------------------------------ the trainers' rules (verl PR #7894, SkyRL PR #2217: open)
+def rule_dump(path, rows):
+    """rows: (prompt_id, step, reward, mask)."""
+    t = pa.table({"prompt_id": [r[0] for r in rows], "step": pa.array([r[1] for r in rows], pa.int64()),
+                  "reward": pa.array([r[2] for r in rows], pa.float32()),
+                  "response_mask": pa.array([r[3] for r in rows], pa.list_(pa.int8()))})
+    pq.write_table(t, str(path))
+    return str(path)
+
+
+# step 0: A [0, 0.1] var 0.005, B [0.2, 0.3] var 0.005: Σ 0.01, so P·Σ = 0.009 ≤ eps 0.01
+# step 1: C [0, 1] var 0.5, D [0, 0.5] var 0.125, E [1, 1] var 0: Σ 0.625, P·Σ = 0.5625
+EPS_ROWS = [("A", 0, 0.0, [1]), ("A", 0, 0.1, [1]), ("B", 0, 0.2, [1]), ("B", 0, 0.3, [1]),
+            ("C", 1, 0.0, [1]), ("C", 1, 1.0, [1]), ("D", 1, 0.0, [1]), ("D", 1, 0.5, [1]),
+            ("E", 1, 1.0, [1]), ("E", 1, 1.0, [1])]
+
+
+@pytest.mark.parametrize("flavor,extra,kept", [
+    # RAGEN-2 (eps 1e-12): step 0 target 0.009: A (0.005) then B (0.01) reach it; step 1 target 0.5625: C, D
+    (None, [], {"A", "B", "C", "D"}),
+    ("trl", [], {"A", "B", "C", "D"}),
+    # verl / SkyRL (eps 0.01): step 0 target 0.009 − 0.01 ≤ 0 keeps nothing; step 1 target 0.5525: C, D
+    ("verl", [], {"C", "D"}),
+    ("skyrl", [], {"C", "D"}),
+    # eps 0.2: step 1 target 0.3625, reached by C alone
+    ("verl", ["--variance-selection-eps", "0.2"], {"C"}),
+    (None, ["--variance-selection-eps", "0.01"], {"C", "D"}),
+])
+def test_selection_eps_by_hand(tmp_path, capsys, flavor, extra, kept):
+    src = rule_dump(tmp_path / "in.parquet", EPS_ROWS)
+    out = tmp_path / "out.parquet"
+    args = ["--flavor", flavor] if flavor else []
+    code, stdout, err = main_rc(capsys, "filter", src, "-o", out, "--variance-top-p", "0.9", *args, *extra, "--json")
+    assert code == 0, err
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == kept
+    note = " ".join(json.loads(stdout)["notes"])
+    assert "not in any release" in note and ("#7894" in note if flavor == "verl" else True)
+
+
+# F: 1.0, 0.0 live, 5.0 with an all-zero mask   -> verl/SkyRL var of [1, 0] = 0.5; RAGEN-2 of [1, 0, 5] = 7
+# G: 0, 2, 1                                      -> var 1 under both
+# H: inf, 3, 1                                    -> verl/SkyRL var of [3, 1] = 2 (RAGEN-2 counts the inf)
+# I: 4 live, 9 with an all-zero mask              -> verl/SkyRL: one value ≤ ddof 1: variance 0; RAGEN-2 12.5
+LIVE_ROWS = [("F", 0, 1.0, [1, 1]), ("F", 0, 0.0, [0, 1]), ("F", 0, 5.0, [0, 0]),
+             ("G", 0, 0.0, [1]), ("G", 0, 2.0, [1]), ("G", 0, 1.0, [1]),
+             ("H", 0, float("inf"), [1]), ("H", 0, 3.0, [1]), ("H", 0, 1.0, [1]),
+             ("I", 0, 4.0, [1]), ("I", 0, 9.0, [0])]
+
+
+@pytest.mark.parametrize("flavor,k,kept", [
+    ("verl", 1, {"H"}), ("verl", 2, {"H", "G"}), ("verl", 3, {"H", "G", "F"}),
+    ("skyrl", 4, {"H", "G", "F"}),  # I has variance 0: not eligible without --variance-include-zero
+])
+def test_live_rows_and_finite_rewards_by_hand(tmp_path, capsys, flavor, k, kept):
+    src = rule_dump(tmp_path / "in.parquet", LIVE_ROWS)
+    out = tmp_path / "out.parquet"
+    code, stdout, err = main_rc(capsys, "filter", src, "-o", out, "--variance-top-k", str(k), "--flavor", flavor,
+                                "--json")
+    assert code == 0, err
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == kept
+    rep = json.loads(stdout)
+    assert rep["dropped_variance"] == 4 - len(kept)
+
+
+def test_ragen_rule_counts_masked_rows(tmp_path, capsys):
+    """Without a trainer's rule the all-masked rows count: I (12.5) and F (7) rank first (H's inf left aside)."""
+    rows = [r for r in LIVE_ROWS if r[0] != "H"]
+    src = rule_dump(tmp_path / "in.parquet", rows)
+    out = tmp_path / "out.parquet"
+    code, _, err = main_rc(capsys, "filter", src, "-o", out, "--variance-top-k", "2", "-q")
+    assert code == 0, err
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == {"I", "F"}
+
+
+def test_variance_rule_group_variance_unit():
+    import numpy as np
+
+    from advcli.curate import group_variance
+
+    group = np.array([0, 0, 0, 1, 1])
+    m = np.array([1.0, 0.0, np.inf, 4.0, 9.0])
+    live = np.array([True, True, True, True, False])
+    var, n = group_variance(group, m, 2, 1, live)
+    assert var.tolist() == [0.5, 0.0] and n.tolist() == [2.0, 1.0]

@@ -339,6 +339,35 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     _assert_same(rl, rg)
 
 
+@pytest.mark.parametrize("settings", [
+    [("algo.advantage.is_correction_level", "seq"), ("algo.advantage.is_correction_threshold", [0.8, 1.25])],
+    [("algo.advantage.is_correction_level", "token"), ("algo.advantage.is_correction_mode", "clip")],
+], ids=["seq_mask", "token_clip"])
+def test_openrlhf_correction_equals_local(ray_session, offpolicy_dump, tmp_path, settings):
+    """OpenRLHF's IS correction on Ray (reinforce: the step whitening sees the input mask): the local engine's
+    rollout_is_weights, response_mask_after_rs and advantages, and its vllm_kl / is_filter_ratio, equal."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve("openrlhf", [("algo.advantage.estimator", "reinforce"), ("algo.kl.init_coef", 0.0),
+                                       *settings])
+    loc = run_pipeline(offpolicy_dump, str(tmp_path / "local") + "/", cfg, flavor="openrlhf", native=native,
+                       chunk_rows=64, device="cpu")
+    local = pa.concat_tables([pq.read_table(tmp_path / "local" / p.rsplit("/", 1)[1]) for p in offpolicy_dump])
+    got = run_ray(offpolicy_dump, str(tmp_path / "ray"), cfg, flavor="openrlhf", native=native, device="cpu",
+                  chunk_rows=37, override_num_blocks=7, rows_per_file=300)
+    table = read_output(str(tmp_path / "ray"))
+    assert {"rollout_is_weights", "response_mask_after_rs"} <= set(table.column_names)
+    assert table.equals(local)
+    rl, rg = report_of(loc), report_of(got)
+    assert 0 < rl["metrics"]["is_filter_ratio"] < 1 and "vllm_kl" in rl["per_step"][1]
+    _assert_same(rl, rg)
+
+
 USER_FILE = '''import advcli
 
 

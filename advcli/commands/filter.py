@@ -26,9 +26,14 @@ A group is the rows sharing a prompt_id within a step (map another column with -
 prompt_id=NAME). The output holds the kept rows in input order with every column unchanged; the
 summary (and --report .json/.md/.html) says what was dropped, per step and data source.
 
---variance-top-p/--variance-top-k is RAGEN-2's signal-to-noise filter (verl PR #7894, TRL PR #7242): per
-step, the groups with the most reward variance. Those pull requests mask the other groups out of the loss
+--variance-top-p/--variance-top-k is RAGEN-2's signal-to-noise filter: per step, the groups with the most
+reward variance. --flavor verl (PR #7894) and --flavor skyrl (PR #2217), both open pull requests, follow
+their rule: selection_eps 0.01 (top_p keeps no group of a step whose variance mass P·Σ is at most it), rows
+with an all-zero response mask and non-finite rewards left out of a group's variance. Without a flavor (or
+with trl, PR #7242, open) it is RAGEN-2's rule. Those pull requests mask the other groups out of the loss
 instead of removing them: --mask-dropped does the same (every row kept, their response_mask set to 0).
+
+  advcli filter dump.parquet -o snr.parquet --variance-top-p 0.9 --flavor verl --mask-dropped
 """
 
 
@@ -51,6 +56,12 @@ def filter_cmd(
         False, "--variance-include-zero", help="Let zero-variance groups be selected by --variance-top-p/-k."),
     variance_ddof: int = typer.Option(1, "--variance-ddof", metavar="D", help="Group variance Σ(m − mean)²/(n − D): "
                                       "1 sample variance, 0 population."),
+    variance_selection_eps: float | None = typer.Option(
+        None, "--variance-selection-eps", metavar="E", help="top_p keeps the shortest prefix reaching P·Σ variance − "
+        "E, nothing where that is ≤ 0 (default: the flavor's rule, 0.01 for verl and skyrl, else 1e-12)."),
+    flavor: str | None = typer.Option(
+        None, "--flavor", "-f", metavar="NAME", help="Whose variance filter rule --variance-top-p/-k follows: verl "
+        "(PR #7894), skyrl (PR #2217), both open; others and none: RAGEN-2's (TRL PR #7242)."),
     mask_dropped: bool = typer.Option(
         False, "--mask-dropped", help="Keep every row and set the dropped groups' response_mask to 0 (how verl "
         "PR #7894 and TRL PR #7242 apply the variance filter) instead of removing them."),
@@ -73,7 +84,8 @@ def filter_cmd(
     from ..report import check_report_path
 
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
-                     variance_ddof, mask_dropped, allow_empty)
+                     variance_ddof, mask_dropped, allow_empty=allow_empty, flavor=flavor,
+                     variance_selection_eps=variance_selection_eps)
     if not spec.active:
         raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
                                                               "--min-group-size N or --variance-top-p P / "
@@ -117,6 +129,8 @@ def filter_sections(rep: dict):
             ("dropped: too small / uniform / solve rate / variance",
              f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} / "
              f"{rep.get('dropped_variance', 0):,} groups (a group may have several reasons)")]
+    for note in rep.get("notes") or []:
+        head.append(("note", note))
     if (rep.get("filter") or {}).get("mask_dropped"):
         head.append(("masked", f"every row written; the {rep['rows_dropped']:,} rows of the dropped groups have "
                                "response_mask 0"))

@@ -50,7 +50,7 @@ def correction_fn(rows_on_workers):
     def correction(plan, inputs, scopes, step_values, chunk_rows, progress):
         R = inputs.num_rows
         sums = rc.MetricSums(scopes.num_groups)
-        hist = torch.zeros(_bins(), dtype=torch.int64) if plan.correction.weights else None
+        hist = torch.zeros(_bins(), dtype=torch.int64) if plan.correction.histogram else None
         valid = torch.zeros(0, dtype=torch.int64)
         if R:
             payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "correction"}

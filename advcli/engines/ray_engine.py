@@ -222,7 +222,9 @@ class _Worker:
             self.vnext += int(valid.sum())
         extras = {} if sub.correction is not None else None
         adv, ret, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=True, extras=extras)
-        extra = ({"rollout_is_weights": extras.get("rollout_is_weights"), "response_mask_after_rs": mask}
+        extra = ({"rollout_is_weights": extras.get("rollout_is_weights"),
+                  "response_mask_after_rs": mask if sub.correction.spec.corrects_mask
+                  else extras["response_mask_after_rs"]}
                  if sub.correction is not None else None)  # as the local engine's write pass
         if self.mode == "seed":  # the run's first finite valid advantages (histogram_edges)
             vfirst = vfirst if vfirst is not None else int(self._maker().vstart[first])

@@ -70,6 +70,9 @@ class EstimatorSpec:
     # computes this estimator from each session's last output and gives it to all of the session's outputs
     # (grouping.trajectories=last_step); otherwise every output is a row of its prompt's group
     last_step_of_sessions: bool = False
+    # the trainer computes it in the rewards' own dtype (verl core_algos on bf16 scores): with reward.dtype
+    # bfloat16/float16 the row function gets the scores in that dtype (pipeline.prepare.row_advantages)
+    keeps_reward_dtype: bool = False
     # token roles (of ``needs``/``optional``) whose mean over each row's mask=1 tokens a row-level estimator
     # reads: ``table.columns["token_mean:ROLE"]`` where the input has the role (NaN for a row without a
     # trained token; CoDaPO's mean-token log-prob)

@@ -31,6 +31,12 @@ def _mean_singleton_zero(table: RowTable, s: torch.Tensor) -> torch.Tensor:
     return g.per_row(mean)
 
 
+def _half(s: torch.Tensor) -> bool:
+    """Scores in a 16-bit dtype (reward.dtype; keeps_reward_dtype): verl's per-row loops then round each step
+    to it, while torch's reductions (mean, std, bincount) accumulate in float32 or float64."""
+    return s.dtype in (torch.bfloat16, torch.float16)
+
+
 # ------------------------------------------------------------------------------------------- grpo
 def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
     """verl ``compute_grpo_outcome_advantage`` (L267-331): n=1 → μ=0, σ=1; else torch.mean/std (unbiased), or
@@ -42,6 +48,8 @@ def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
     mean = torch.where(multi, g.mean_f32(s), torch.zeros(g.num_groups, dtype=s.dtype))
     if p["std"] == "two_pass":  # verl group_mean_std (groupwise.py L164-222), eps=0
         std = torch.where(multi, g.std_two_pass(s, mean), torch.ones(g.num_groups, dtype=s.dtype))
+    elif _half(s) and p["std"] == "torch":  # bf16 scores: torch.std's own float32 pass, rounded to bf16
+        std = torch.where(multi, g.std_dim(s), torch.ones(g.num_groups, dtype=s.dtype))
     else:  # torch.std of each group, or numpy's population std (open-instruct)
         std = torch.where(multi, g.std_1d(s, mean, population=p["std"] == "population"),
                           torch.ones(g.num_groups, dtype=s.dtype))
@@ -52,7 +60,7 @@ def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="grpo", level="row", uses_groups=True, row_constant=True, row_fn=grpo_row,
+    name="grpo", level="row", uses_groups=True, row_constant=True, keeps_reward_dtype=True, row_fn=grpo_row,
     zero_for_uniform_groups=True,
     # verl v1/utils.py L148-193 @1dda039b: only GRPO takes a multi-output session's last output and broadcasts
     # its advantage; every other estimator gets all the outputs as rows of the prompt's group
@@ -115,7 +123,7 @@ def rloo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="rloo", level="row", uses_groups=True, row_constant=True, row_fn=rloo_row,
+    name="rloo", level="row", uses_groups=True, row_constant=True, keeps_reward_dtype=True, row_fn=rloo_row,
     zero_for_uniform_groups=True,
     formula="A_i = s_i − mean_{j≠i} s_j = n/(n−1)·(s_i − μ_g); n=1: A_i = s_i",
     source="verl core_algos.compute_rloo_outcome_advantage (L587-636 @1dda039b); form=centred, singleton=zero: "
@@ -132,12 +140,16 @@ def rloo_vectorized_row(table: RowTable, p: dict) -> torch.Tensor:
     g = _groups(table)
     s = table.score
     c = g.row_size.to(s.dtype)
+    if _half(s):  # torch.bincount(weights=bf16) returns float64 (verl #7964): the rest runs in float64
+        total = g.per_row(g.sum(s.to(torch.float64)))
+        return (((c * s).to(torch.float64) - total) / (c - 1).clamp(min=1).to(torch.float64)) * (c > 1)
     total = g.per_row(g.sum(s.to(torch.float64)).to(s.dtype))  # np.bincount sums in float64
     return ((c * s - total) / (c - 1).clamp(min=1)) * (c > 1).to(s.dtype)
 
 
 register(EstimatorSpec(
-    name="rloo_vectorized", level="row", uses_groups=True, row_constant=True, row_fn=rloo_vectorized_row,
+    name="rloo_vectorized", level="row", uses_groups=True, row_constant=True, keeps_reward_dtype=True,
+    row_fn=rloo_vectorized_row,
     zero_for_uniform_groups=True,
     formula="A_i = (c·s_i − Σ_g s)/max(c−1, 1)·[c > 1]  (groups of one get 0)",
     source="verl core_algos.compute_rloo_vectorized_outcome_advantage (L833-868 @1dda039b)",
@@ -174,13 +186,16 @@ def gpg_row(table: RowTable, p: dict) -> torch.Tensor:
     s = table.score
     sc = table.scopes
     nonzero = sc.sum((s != 0).to(torch.int64)).clamp(min=1)
-    alpha = (sc.sizes.to(s.dtype) / nonzero.to(s.dtype))
     mean = _mean_singleton_zero(table, s)
+    if _half(s):  # α = bsz / count_nonzero is float32; α·(s − μ) promotes to it, rounded back into the scores
+        alpha = sc.sizes.to(torch.float32) / nonzero.to(torch.float32)
+        return (sc.per_row(alpha) * (s - mean).to(torch.float32) / p["f_norm"]).to(s.dtype)
+    alpha = (sc.sizes.to(s.dtype) / nonzero.to(s.dtype))
     return sc.per_row(alpha) * (s - mean) / p["f_norm"]
 
 
 register(EstimatorSpec(
-    name="gpg", level="row", uses_groups=True, row_constant=True, row_fn=gpg_row,
+    name="gpg", level="row", uses_groups=True, row_constant=True, keeps_reward_dtype=True, row_fn=gpg_row,
     zero_for_uniform_groups=True,
     formula="A_i = α·(s_i − μ_g)/f_norm, α = B / max(#{i: s_i ≠ 0}, 1) over the batch; n=1: μ=0",
     source="verl core_algos.compute_gpg_outcome_advantage (L770-830 @1dda039b)",

@@ -44,10 +44,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     names = ins.schema.names
     cmap.require("response_mask", "the statistics are over the mask=1 tokens")
     mask_col = cmap["response_mask"]
-    if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}):
-        mask_col = "response_mask_after_rs"  # an output of verl's rollout correction: the mask its estimator used
-    padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
     prov = provenance(ins.schema)
+    # an output of verl's rollout correction: the mask its estimator used (OpenRLHF's coefficient, gate_level,
+    # leaves the estimator the input mask: the run's figures are over that one)
+    gated = (((prov or {}).get("config") or {}).get("rollout_correction") or {}).get("gate_level") is not None
+    if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}) and not gated:
+        mask_col = "response_mask_after_rs"
+    padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
     has_adv = "advantages" in names
     has_ret = "returns" in names
     tlr_col = "token_level_rewards" if "token_level_rewards" in names else None

@@ -14,6 +14,10 @@ flags of ``openrlhf/cli/train_ppo_ray.py``):
    ``reinforce``;
 4. ``gae``, ``reinforce``, ``reinforce_baseline``: normalisation over all action tokens of the step,
    biased variance, ``max(var, 1e-8)^-½``, applied at every position (``no_std_norm``: centre only).
+5. the IS correction (``algo.advantage.is_correction_*``; ``PolicyLoss.forward`` in ``openrlhf/models/loss.py``
+   L214-247 of release 0.11.2, L196-219 of 0.10.4): a coefficient on the per-token loss, after the
+   advantages, written as ``rollout_is_weights`` (canonical ``rollout_correction.gate_*``; the math is
+   ``advcli.ops.rollout_correction.gate_chunk``).
 
 A flavor holds no math: this module only maps OpenRLHF's flags onto the canonical configuration.
 """
@@ -28,6 +32,11 @@ ESTIMATORS = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "d
 GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 NORMALISED = ("gae", "reinforce", "reinforce_baseline")
 KL_NAMES = ("k1", "k2", "k3")
+LEVELS, MODES, GATINGS = ("off", "token", "seq"), ("mask", "clip"), ("ratio", "binary_kl", "tv")
+OLD_TYPES = ("tis", "icepop", "seq-mask-tis")
+# is_correction_type (0.10.x) as the 0.11.2 flags: (level, mode), gating ratio (loss.py @0.10.4 L198-219)
+OLD_AS_NEW = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq-mask-tis": ("seq", "mask")}
+C = "algo.advantage.is_correction_"
 
 KEYS = {
     "algo.advantage.estimator": Key("gae", "advantage estimator: " + ", ".join(ESTIMATORS) + " (group_norm is "
@@ -46,6 +55,39 @@ KEYS = {
     "algo.kl.target": Key(None, "adaptive controller target (not reproducible offline: see the error)", None, "float"),
     "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
     "reward.clip_range": Key([-10.0, 10.0], "clamp [lo, hi] of the group-shaped scalar reward", None, "list"),
+    # the train/rollout log-prob mismatch correction, applied by PolicyLoss.forward to the per-token loss
+    # (openrlhf/models/loss.py; flags of train_ppo_ray.py): release 0.11.2 (#1339) ...
+    "algo.advantage.is_correction_level": Key("off", "IS correction (release 0.11.2): off, token (each token's "
+                                              "statistic), seq (the row's masked mean: the ratio's geometric "
+                                              "mean, a divergence's mean; mask mode only)", LEVELS, "str"),
+    "algo.advantage.is_correction_mode": Key("mask", "(0.11.2) mask: a unit outside [LOW, HIGH] gets coefficient "
+                                             "0, the others their token ratio e^lr; clip: clamp(e^lr, LOW, HIGH) "
+                                             "(token level, ratio gating)", MODES, "str"),
+    "algo.advantage.is_correction_gating": Key("ratio", "(0.11.2) the gated statistic: ratio π_train/π_rollout, "
+                                               "binary_kl p·log(p/q) + (1−p)·log((1−p)/(1−q)), tv |p − q| (p, q "
+                                               "the sampled token's rollout / train probabilities clamped to "
+                                               "[1e-6, 1 − 1e-6]; divergences take a single HIGH)", GATINGS, "str"),
+    "algo.advantage.is_correction_threshold": Key([0.5, 5.0], "[LOW, HIGH] on the gated statistic, or HIGH alone "
+                                                  "(LOW = 0; release 0.11.2); 0.10.x: exactly LOW HIGH", None, "any"),
+    # ... and releases 0.10.x-0.11.1 (is_correction_type: tis = token clip, icepop = token mask,
+    # seq-mask-tis = seq mask, all on the ratio)
+    "algo.advantage.is_correction_enable": Key(False, "IS correction (releases 0.10.4-0.11.1; 0.11.2: "
+                                               "is_correction_level)", None, "bool"),
+    "algo.advantage.is_correction_type": Key("tis", "(0.10.4-0.11.1) tis: clamp(e^lr, LOW, HIGH); icepop: e^lr "
+                                             "inside [LOW, HIGH], else 0; seq-mask-tis: e^lr where the row's "
+                                             "geometric mean ratio is inside [LOW, HIGH], else 0", OLD_TYPES, "str"),
+    "advcli.reward_dtype": Key("run", "advcli extension: the dtype of the reward model's scores: `bfloat16` / "
+                               "`float16` (a bf16 reward model), `run` (the run's precision). Releases 0.10.4-0.11.1 "
+                               "shape them in that dtype (the [G, n] group mean, std, leave-one-out baseline); "
+                               "0.11.2 promotes them to float32 first, so it changes nothing there",
+                               ("run", "bfloat16", "float16"), "str"),
+    "advcli.reward_promote": Key(True, "advcli extension (OpenRLHF's releases): rewards promoted to at least "
+                                 "float32 before the group shaping (0.11.2); false: shaped in their own dtype "
+                                 "(0.10.4-0.11.1)", None, "bool"),
+    "advcli.is_correction_keys": Key("0.11.2", "advcli extension (OpenRLHF's releases): which is_correction_* flags "
+                                     "the release has: `0.11.2` (is_correction_level/mode/gating) or `0.10.4` "
+                                     "(releases 0.10.4-0.11.1: is_correction_enable/type)", ("0.10.4", "0.11.2"),
+                                     "str"),
 }
 ALIASES = {
     "advantage_estimator": "algo.advantage.estimator", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
@@ -54,6 +96,67 @@ ALIASES = {
     "kl_estimator": "algo.kl.estimator", "use_kl_loss": "algo.kl.use_loss", "kl_target": "algo.kl.target",
     "kl_horizon": "algo.kl.horizon", "reward_clip_range": "reward.clip_range",
 }
+
+
+def _threshold(value, old_keys: bool) -> list[float]:
+    """``--algo.advantage.is_correction_threshold``: 0.11.2 takes HIGH or LOW HIGH (nargs='+'; one value means
+    LOW = 0, train_ppo_ray.py L639-642); 0.10.x exactly LOW HIGH (nargs=2)."""
+    vals = list(value) if isinstance(value, (list, tuple)) else [value]
+    try:
+        vals = [float(x) for x in vals]
+    except (TypeError, ValueError):
+        raise AdvcliError(f"key {C}threshold: expected numbers, got {value!r}") from None
+    if len(vals) == 1 and not old_keys:
+        vals.insert(0, 0.0)
+    if len(vals) != 2:
+        raise AdvcliError(f"key {C}threshold: got {value!r}; "
+                          + ("releases 0.10.4-0.11.1 take exactly LOW HIGH" if old_keys
+                             else "it takes HIGH or LOW HIGH"))
+    return vals
+
+
+def _correction(v: dict, cfg: dict) -> None:
+    """The is_correction_* flags of the release (``advcli.is_correction_keys``) -> the canonical
+    ``rollout_correction`` section: OpenRLHF's gated coefficient (advcli.ops.rollout_correction.gate_chunk)."""
+    old_keys = v["advcli.is_correction_keys"] == "0.10.4"
+    new_given = [k for k in ("level", "mode", "gating") if v[C + k] != KEYS[C + k].default]
+    old_given = [k for k in ("enable", "type") if v[C + k] != KEYS[C + k].default]
+    if old_keys and new_given:
+        raise AdvcliError(f"key {C}{new_given[0]}: OpenRLHF releases 0.10.4-0.11.1 have no such flag (0.11.2 added "
+                          "it, #1339); they take is_correction_enable and is_correction_type tis|icepop|seq-mask-tis",
+                          hint="drop the @release suffix (or use @0.11.2) to run the 0.11.2 flags")
+    if not old_keys and old_given:
+        lvl, mode = OLD_AS_NEW.get(v[C + "type"], ("token", "clip"))
+        raise AdvcliError(f"key {C}{old_given[0]}: OpenRLHF 0.11.2 replaced is_correction_enable/is_correction_type "
+                          "by is_correction_level/mode/gating (#1339)",
+                          hint=f"is_correction_type={v[C + 'type']} is --set {C}level={lvl} --set {C}mode={mode}; "
+                               "or name the release that has the old flags, --flavor openrlhf@0.10.4")
+    if old_keys:
+        level, mode, gating = (*OLD_AS_NEW[v[C + "type"]], "ratio") if v[C + "enable"] else ("off", "mask", "ratio")
+    else:
+        level, mode, gating = v[C + "level"], v[C + "mode"], v[C + "gating"]
+    for name, val, valid in (("level", level, LEVELS), ("mode", mode, MODES), ("gating", gating, GATINGS)):
+        if val not in valid:
+            raise AdvcliError(f"key {C}{name}: unknown value {val!r}.{did_you_mean(str(val), valid)} "
+                              f"Valid: {', '.join(valid)}")
+    rc = cfg.setdefault("rollout_correction", {})
+    if level == "off":
+        flag = f"{C}enable" if old_keys else f"{C}level"
+        rc.update(mode="off", unused=[("rollout_log_probs", f"OpenRLHF reads the rollout log-probs only for its IS "
+                                       f"correction, which is off ({flag}); set it to recompute the coefficient")])
+        return
+    low, high = _threshold(v[C + "threshold"], old_keys)
+    # PolicyLoss.__init__ (loss.py @0.11.2 L158-172): what the trainer refuses
+    if mode == "clip" and (level == "seq" or gating != "ratio"):
+        raise AdvcliError(f"{C}mode=clip requires {C}level=token and {C}gating=ratio (OpenRLHF's PolicyLoss raises "
+                          "ValueError: only the per-token ratio is a weight that can be clamped)")
+    if gating != "ratio" and low > 0:
+        raise AdvcliError(f"{C}gating={gating} takes an upper bound only (a single delta): OpenRLHF's PolicyLoss "
+                          f"raises ValueError with LOW = {low:g} > 0",
+                          hint=f"--set {C}threshold=DELTA (e.g. 0.01)")
+    rc.update(mode="on", is_level=None, rs=None, gate_level=level, gate_mode=mode, gate_stat=gating,
+              gate_bounds=[low, high])
+
 
 
 def _clip_range(value) -> list[float] | None:
@@ -103,6 +206,8 @@ def translate(v: dict) -> dict:
     cfg["reward"].update(source="reward", clip=_clip_range(v["reward.clip_range"]), placement="last_valid",
                          mask_placed=False, whiten_tokens=False)
     cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
+    # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270)
+    cfg["reward"]["dtype"] = "run" if v["advcli.reward_promote"] else v["advcli.reward_dtype"]
     cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None, "output_clamp": 10.0,
                       "coef": beta, "controller": "fixed", "mask": False, "token_clip": None})
     if est == "gae":
@@ -116,6 +221,7 @@ def translate(v: dict) -> dict:
                             whiten_divisor="n",  # Σ(A·m)/num_actions, no epsilon (L318-323)
                             whiten_scale=not v["algo.advantage.no_std_norm"], whiten_small="compute",
                             remask=False, clip=None)
+    _correction(v, cfg)
     return cfg
 
 
@@ -139,18 +245,24 @@ def estimator_note(v: dict) -> str | None:
 # tests/test_conformance_openrlhf.py runs its own code against this flavor.
 RELEASES = (
     Release("0.10.4", "2026-06-08", aliases=("0.11.0", "0.11.1", "3c3be62", "3c3be623"),
+            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
             note="OpenRLHF 0.10.4 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce"),
     Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
         Change("", ("algo.advantage.estimator",),
                "new estimator flash_reinforce: r − the mean reward of the whole step (no group), then the "
                "cumulative return with γ = 1 and no whitening; earlier releases refuse the value"),
+        Change("#1339", (C + "level", C + "mode", C + "gating", C + "threshold"),
+               "the IS correction's flags: is_correction_level off|token|seq, mode mask|clip, gating "
+               "ratio|binary_kl|tv (new: divergence gates, seq-level divergence means), threshold HIGH or LOW HIGH; "
+               "is_correction_enable/is_correction_type are gone (tis = token clip, icepop = token mask, "
+               "seq-mask-tis = seq mask); the loss logs is_filter_ratio beside vllm_kl"),
         Change("", ("algo.kl.estimator",),
                "k3 clamps the log-ratio at −10 before exp: the same values (the output clamp at 10 already "
                "holds there), only the gradient changes"),
-        Change("", (),
+        Change("", ("advcli.reward_promote", "advcli.reward_dtype"),
                "rewards promoted to at least float32 before the length penalties and group statistics: a "
-               "bf16/fp16 reward no longer rounds the group mean and std; advcli reads rewards at the run's precision "
-               "(float32 or float64), so its numbers do not change"),
+               "bf16/fp16 reward no longer rounds the group mean and std (earlier releases with "
+               "advcli.reward_dtype=bfloat16 shape in bf16, as they did)"),
     )),
 )
 

@@ -26,6 +26,12 @@ KEYS = {
                                   "verl ≥ 0.9.0, #7300) or `reset` (a mask=0 token keeps its reward and the return "
                                   "after it, the tokens before it start afresh: verl 0.8.0); the estimator's holes",
                                   ("skip", "reset"), "str"),
+    "advcli.reward_dtype": Key("input", "advcli extension: the dtype of the scores verl's grpo, rloo, gpg and "
+                               "rloo_vectorized compute in (they keep it): `input` (a float16 reward column stays "
+                               "float16, any other runs at the run's precision), `bfloat16` / `float16` (a custom "
+                               "reward manager or a reward model gave bf16 scores: every step rounds to it; "
+                               "rloo_vectorized returns float64, #7964), `run`; with use_kl_in_reward the rewards are "
+                               "float32", ("input", "run", "bfloat16", "float16"), "str"),
     "algorithm.use_kl_in_reward": Key(False, "token_level_rewards = scores − β·kld·mask", None, "bool"),
     "algorithm.kl_penalty": Key("kl", "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3 (a trailing + is the "
                                 "straight-through variant: same value)", None, "str"),
@@ -71,6 +77,7 @@ def translate(v: dict) -> dict:
                           f"{did_you_mean(ctrl, ['fixed', 'adaptive'])}"
                           " Valid: fixed, adaptive")
     cfg["reward"]["placement"] = "last"
+    cfg["reward"]["dtype"] = v["advcli.reward_dtype"]  # core_algos computes in the scores' dtype
     # an empty response: the naive reward manager (workers/reward_manager/naive.py L153 @1dda039b) and the
     # agent loop's rm_scores (agent_loop.py L1067) write reward_tensor[i, L_i - 1] with L_i = 0, i.e. the last
     # column of the padded batch: outside the mask, but in the row sum the group estimators take

@@ -61,16 +61,41 @@ class RSOption:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """OpenRLHF's IS correction (``algo.advantage.is_correction_*``, release 0.11.2, #1339): the statistic
+    ``stat`` (ratio, binary_kl, tv) read per ``level`` (token, seq), and what a unit outside ``[low, high]``
+    gets (``mode``: mask, clip). See :func:`gate_chunk`."""
+
+    level: str
+    mode: str
+    stat: str
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
 class CorrectionSpec:
     level: str | None = None  # None (no weights), "token" or "sequence"
     upper: float | None = None  # TIS clamp, or IcePop's upper bound
     lower: float | None = None  # IcePop's lower bound (None: TIS)
     batch_normalize: bool = False
     rs: tuple[RSOption, ...] = ()
+    gate: Gate | None = None  # OpenRLHF's coefficient instead of verl's weights and rejection
 
     @property
     def weights(self) -> bool:
-        return self.level is not None and self.upper is not None
+        return self.gate is not None or (self.level is not None and self.upper is not None)
+
+    @property
+    def histogram(self) -> bool:
+        """verl's weights lie in [0, upper]: the report's exact histogram of them (OpenRLHF's mask mode
+        keeps unbounded ratios: none)."""
+        return self.gate is None and self.weights
+
+    @property
+    def corrects_mask(self) -> bool:
+        """The estimator sees the corrected mask (verl); OpenRLHF's coefficient acts in the loss only."""
+        return self.gate is None
 
     @property
     def icepop(self) -> bool:
@@ -108,6 +133,8 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
 
     ``mask`` is the input response mask (float 0/1, the log-probs' dtype); nothing is normalised
     here (the step factor comes from :func:`norm_factor` over the whole step)."""
+    if spec.gate is not None:
+        return gate_chunk(spec.gate, layout, mask, old_lp, rollout_lp, metrics)
     dt = old_lp.dtype
     m = mask.to(dt)
     mb = m > 0
@@ -198,6 +225,73 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
         tok("chi2_tok", torch.exp(_clamp(lr)).square())
         put("chi2_seq", "sum", torch.exp(2.0 * _clamp(S)))
     return ChunkCorrection(weights=weights, mask=m * keep_all, rows=rows)
+
+
+def gate_chunk(gate: Gate, layout: Ragged, mask: torch.Tensor, old_lp: torch.Tensor, rollout_lp: torch.Tensor,
+               metrics: bool = True) -> ChunkCorrection:
+    """OpenRLHF's coefficient of one chunk, as ``PolicyLoss.forward`` (``openrlhf/models/loss.py`` L214-247,
+    release 0.11.2) computes it before multiplying the per-token loss by it::
+
+        lr = old − rollout;  token_is = exp(lr)                           (no clamp)
+        ratio:      stat = exp(lr)               (seq: exp(Σ lr·m / Σm), the geometric mean)
+        binary_kl:  stat = p·log(p/q) + (1−p)·log((1−p)/(1−q))   (seq: Σ stat·m / Σm)
+        tv:         stat = |p − q|                                (seq: Σ stat·m / Σm)
+                    p = clamp(exp(rollout), 1e-6, 1 − 1e-6), q = clamp(exp(old), 1e-6, 1 − 1e-6)
+        mask:  coef = token_is where low ≤ stat ≤ high, else 0;   filtered = not kept
+        clip:  coef = clamp(stat, low, high);                      filtered = stat < low or stat > high
+
+    The masked mean divides by Σm without an epsilon, as OpenRLHF's ``masked_mean``: a row with no mask=1
+    token has a NaN statistic, is filtered, and counts as such in the seq-level filter ratio. The result:
+    ``weights`` the coefficient at mask=1 tokens (0 elsewhere, where the loss ignores it), ``mask`` the
+    input mask times the kept units (the tokens whose loss term survives; clip keeps every one), ``rows``
+    the metric partials: Σm, Σ(rollout − old)·m (``vllm_kl``), the filtered tokens or rows
+    (``is_filter_ratio``: per token over mask=1 tokens, per row over every row)."""
+    dt = old_lp.dtype
+    m = mask.to(dt)
+    mb = m > 0
+    zero = torch.zeros((), dtype=dt, device=m.device)
+    n = layout.count_per_row(mb).to(dt)
+    lr = old_lp - rollout_lp
+    token_is = lr.exp()
+
+    def row_mean(x: torch.Tensor) -> torch.Tensor:  # masked_mean(x, m, dim=-1): Σ x·m / Σm, no epsilon
+        return layout.row_sum(torch.where(mb, x, zero)) / n
+
+    seq_stat = None  # [B] at seq level
+    if gate.stat == "ratio":
+        if gate.level == "seq":
+            seq_stat = row_mean(lr).exp()
+        stat = token_is
+    else:
+        p = rollout_lp.exp().clamp(1e-6, 1 - 1e-6)
+        q = old_lp.exp().clamp(1e-6, 1 - 1e-6)
+        if gate.stat == "binary_kl":
+            stat = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
+        else:
+            stat = (p - q).abs()
+        if gate.level == "seq":
+            seq_stat = row_mean(stat)
+    if seq_stat is not None:
+        stat = layout.broadcast(seq_stat)
+    if gate.mode == "clip":
+        coef = stat.clamp(min=gate.low, max=gate.high)
+        keep = torch.ones_like(mb)
+        filtered = (stat < gate.low) | (stat > gate.high)
+    else:
+        keep = (stat >= gate.low) & (stat <= gate.high)
+        coef = torch.where(keep, token_is, zero)
+        filtered = ~keep
+    rows: dict[str, tuple[str, torch.Tensor]] = {}
+    if metrics:
+        f64 = torch.float64
+        rows["n"] = ("sum", n.to(f64))
+        rows["rows"] = ("sum", torch.ones_like(n, dtype=f64))
+        rows["g_kl"] = ("sum", layout.row_sum(torch.where(mb, rollout_lp - old_lp, zero)).to(f64))
+        if seq_stat is not None:  # one unit per row (an empty row's NaN statistic is filtered)
+            rows["g_filtered"] = ("sum", (~((seq_stat >= gate.low) & (seq_stat <= gate.high))).to(f64))
+        else:
+            rows["g_filtered"] = ("sum", layout.count_per_row(mb & filtered).to(f64))
+    return ChunkCorrection(weights=torch.where(mb, coef, zero), mask=m * keep.to(dt), rows=rows)
 
 
 def _is_rows(spec, layout, put, tok, msum, m, mb, raw, w, S, denom) -> None:
@@ -360,6 +454,9 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
     ``dtype``: the precision of the std subtraction (:func:`_std_of_means`; None: float32)."""
     dtype = torch.float32 if dtype is None else dtype
     g = lambda k: sums.get(k, s)  # noqa: E731
+    if spec.gate is not None:  # OpenRLHF's two figures (ppo_actor.py L314-316), over the step's tokens / rows
+        return {"vllm_kl": g("g_kl") / g("n"),
+                "is_filter_ratio": g("g_filtered") / (g("rows") if spec.gate.level == "seq" else g("n"))}
     N, R, V = g("n"), g("rows"), g("valid_rows")
     out: dict[str, float] = {}
     if spec.weights:
@@ -452,6 +549,21 @@ def spec_from_config(section: dict | None) -> CorrectionSpec | None:
         opts.append(RSOption(name, kind, agg, None if lo is None else float(lo), float(hi)))
     upper = section.get("is_upper")
     lower = section.get("is_lower")
+    if section.get("gate_level") is not None:
+        if section.get("is_level") is not None or opts:
+            raise AdvcliError("key rollout_correction.gate_level: OpenRLHF's gated coefficient and verl's IS "
+                              "weights / rejection (is_level, rs) are two trainers' corrections; set one")
+        bounds = section.get("gate_bounds")
+        try:
+            low, high = (float(x) for x in bounds)
+        except (TypeError, ValueError):
+            raise AdvcliError(f"key rollout_correction.gate_bounds: expected [low, high], got {bounds!r}") from None
+        gate = Gate(level=section["gate_level"], mode=section.get("gate_mode", "mask"),
+                    stat=section.get("gate_stat", "ratio"), low=low, high=high)
+        if gate.mode == "clip" and (gate.level != "token" or gate.stat != "ratio"):
+            raise AdvcliError("key rollout_correction.gate_mode=clip needs gate_level=token and gate_stat=ratio "
+                              "(only the token ratio is a weight that can be clamped)")
+        return CorrectionSpec(gate=gate)
     return CorrectionSpec(level=section.get("is_level"), upper=None if upper is None else float(upper),
                           lower=None if lower is None else float(lower),
                           batch_normalize=bool(section.get("is_batch_normalize")), rs=tuple(opts))

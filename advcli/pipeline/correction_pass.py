@@ -25,11 +25,12 @@ def correction_chunk(plan, layout: Ragged, tok: dict):
     mask = tok["response_mask"].to(plan.dtype)
     out = rc.correct_chunk(spec, layout, mask, tok["old_log_probs"], tok["rollout_log_probs"])
     hist = None
-    if spec.weights:  # bins of width upper/HIST_BINS on [0, upper]: every weight is in there
+    if spec.histogram:  # bins of width upper/HIST_BINS on [0, upper]: every weight is in there
         w = out.weights[mask > 0].to(torch.float64)
         b = (w * (HIST_BINS / spec.upper)).floor().clamp_(0, HIST_BINS - 1).to(torch.int64)
         hist = torch.bincount(b, minlength=HIST_BINS)
-    return out.rows, layout.count_per_row(out.mask > 0), hist
+    seen = out.mask if spec.corrects_mask else mask  # the mask the estimator counts (OpenRLHF: the input's)
+    return out.rows, layout.count_per_row(seen > 0), hist
 
 
 def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None):
@@ -39,7 +40,7 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
     cols = [plan.cmap[r] for r in ROLES]
     sums = rc.MetricSums(scopes.num_groups)
     valid: list[torch.Tensor] = []
-    hist = torch.zeros(HIST_BINS, dtype=torch.int64) if spec.weights else None
+    hist = torch.zeros(HIST_BINS, dtype=torch.int64) if spec.histogram else None
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, ROLES)
@@ -61,7 +62,7 @@ def correction_state(plan, inputs, scopes, step_values, sums: rc.MetricSums, his
     """The pass's per-step sums -> :class:`CorrectionState` (normalisation factors), after refusing
     what verl refuses (a step without a valid token; IS weights all 0)."""
     spec = plan.correction
-    for s in range(scopes.num_groups):
+    for s in range(scopes.num_groups if spec.gate is None else 0):  # OpenRLHF refuses neither (NaN figures)
         if sums.acc and sums.get("n", s) == 0 and sums.get("rows", s) > 0:
             where = f" in step {step_values[s]}" if step_values[s] is not None else ""
             raise AdvcliError(f"{inputs.paths[0]}: the response mask has no valid token{where}; verl's rollout "

@@ -190,7 +190,9 @@ class RunObserver:
         mask_placed = bool(plan.run.reward.mask_placed)
         self.diag = Diagnostics(ids=id_lookup(keys.get(pid) if pid else None), **diagnostics_settings(plan))
         self.diag.items.extend(getattr(res, "diagnostics", None) or [])  # found by prepare_run (prepare.py)
-        self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=plan.dtype,
+        # a row estimator run on 16-bit scores (reward.dtype) rounds as the trainer does: no float32/float64 check
+        run_dtype = getattr(res, "row_dtype", None) or plan.dtype
+        self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=run_dtype,
                        reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
         hook = getattr(plan.spec, "diagnostics", None)  # an estimator's own checks (AReaL adv_norm float32 mean)
         if hook is not None and plan.dtype == torch.float32:

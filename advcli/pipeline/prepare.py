@@ -156,8 +156,10 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     elif plan.reward_source != "token_level_scores":
         if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
             from ..ops.blocks import block_normalize
-            reward_row = block_normalize(raw, scopes, plan.block_sizes or int(plan.run.grouping.size),
-                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
+            half = HALF.get(plan.run.reward.dtype)  # OpenRLHF before 0.11.2 shapes bf16 rewards in bf16
+            shaped = raw.to(getattr(torch, half)) if half else raw
+            reward_row = block_normalize(shaped, scopes, plan.block_sizes or int(plan.run.grouping.size),
+                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first)).to(raw.dtype)
         else:
             reward_row = normalize_rewards(raw, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
         reward_row = clip_values(reward_row, reward.clip)
@@ -195,9 +197,10 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         from .scores import right_aligned_scores
         table.score = right_aligned_scores(plan, inputs, Prepared(scopes, groups, step_values, beta_row, reward_row,
                                                                   None, table), chunk_rows, progress)
-    adv_row = plan.spec.row_fn(table, plan.params) if plan.spec.level == "row" else None
+    adv_row = row_advantages(plan, inputs, table) if plan.spec.level == "row" else None
     res = Prepared(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
+    res.row_dtype = reward_dtype(plan, inputs) if plan.spec.level == "row" else None  # 16-bit scores: the diagnostics
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
     res.correction = correction
     # pass 1b: per-(group, position) token sums
@@ -224,3 +227,36 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         res.whiten_mean, res.whiten_rstd, item, res.whiten_other = whitening_of_sums(plan, sums, step_values, cells)
         res.diagnostics.append(item)
     return res, row, betas, kls, warnings
+
+
+HALF = {"bfloat16": "bfloat16", "float16": "float16"}
+
+
+def reward_dtype(plan, inputs) -> torch.dtype | None:
+    """The 16-bit dtype the row estimator computes in (``reward.dtype``), or None: the run's precision.
+    ``input`` keeps a float16 reward column's dtype; with KL in the reward verl's ``apply_kl_penalty``
+    (scores − β·kl, the KL in float32) promotes the rewards to float32, so None."""
+    want = plan.run.reward.dtype
+    if want == "run" or plan.kl_on or not plan.spec.keeps_reward_dtype:
+        return None
+    if want == "input":
+        col = plan.cmap.names.get("reward") if plan.reward_source == "reward" else None
+        if col is None:
+            return None
+        import pyarrow as pa
+
+        return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+    return getattr(torch, HALF[want])
+
+
+def row_advantages(plan, inputs, table):
+    """The row estimator's advantages in the run's precision; computed on the scores in the rewards' 16-bit
+    dtype where the trainer keeps it (:func:`reward_dtype`: verl's grpo, rloo and gpg then round every step
+    to bf16; rloo_vectorized returns float64, verl #7964)."""
+    import dataclasses
+
+    half = reward_dtype(plan, inputs)
+    if half is None:
+        return plan.spec.row_fn(table, plan.params)
+    adv = plan.spec.row_fn(dataclasses.replace(table, score=table.score.to(half)), plan.params)
+    return adv.to(plan.dtype)

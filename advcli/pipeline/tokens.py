@@ -64,11 +64,12 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
         tlr = tlr * mask
     if res.correction is not None:  # verl: after the KL penalty; the estimator sees the corrected mask
         from ..correction_plan import apply_chunk
-        weights, mask = apply_chunk(plan, res.correction, layout, mask, tok, row0)
+        weights, mask, corrected = apply_chunk(plan, res.correction, layout, mask, tok, row0)
         if weights is not None:
             tok["rollout_is_weights"] = weights  # (verl's estimators read batch["rollout_is_weights"])
         if extras is not None:
             extras["rollout_is_weights"] = weights
+            extras["response_mask_after_rs"] = corrected  # OpenRLHF: not the estimator's mask
     row_inputs = {k: to_device(v[rows], dev) for k, v in res.table.columns.items()}
     if res.groups is not None:
         row_inputs["group"] = to_device(res.groups.codes[rows], dev)

@@ -133,15 +133,18 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                                       plan.run.kl.mask)
                           if kl_parts is not None else None)
             weights = extras.get("rollout_is_weights") if res.correction is not None else None
+            after_rs = None
+            if res.correction is not None:  # verl: the estimator's mask; OpenRLHF: the kept units
+                after_rs = mask if res.correction.spec.corrects_mask else extras["response_mask_after_rs"]
             if plan.device.type == "cuda":  # one wait for the chunk's results, then host work only
-                adv, ret, tlr, mask, weights, *kl = to_host([adv, ret, tlr, mask, weights,
-                                                             *(row_kl if kl_parts is not None else ())])
+                adv, ret, tlr, mask, weights, after_rs, *kl = to_host([adv, ret, tlr, mask, weights, after_rs,
+                                                                       *(row_kl if kl_parts is not None else ())])
                 row_kl = tuple(kl) or row_kl
             if kl_parts is not None:
                 kl_parts[0].append(row_kl[0].cpu())
                 kl_parts[1].append(row_kl[1].cpu())
             observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
-            extra = ({"rollout_is_weights": weights, "response_mask_after_rs": mask}
+            extra = ({"rollout_is_weights": weights, "response_mask_after_rs": after_rs}
                      if res.correction is not None else None)
             if splice:
                 writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))

@@ -154,6 +154,16 @@ def open_input(uri: str):
         raise AdvcliError(f"{uri}: cannot open it ({str(e).splitlines()[0]})") from None
 
 
+def file_info(uri: str):
+    """The store's FileInfo of one object (size, mtime); a missing object refused."""
+    import pyarrow.fs as pafs
+
+    info = _info(uri)[2]
+    if info.type == pafs.FileType.NotFound:
+        raise AdvcliError(f"{uri}: no such object (it was there when the run started)")
+    return info
+
+
 def size(uri: str) -> int:
     return int(_info(uri)[2].size or 0)
 

@@ -90,7 +90,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
 
     def open_writer(i: int):
         if splice:
-            return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns)
+            return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns,
+                                        identity=inputs.identity_of(i))
         return AtomicParquetWriter(outs[i], out_schema)
 
     writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])

@@ -140,3 +140,71 @@ def test_an_unchanged_input_runs_as_before(dump, tmp_path, capsys):
     code, _, err = run_main(["run", str(dump), "-o", str(out), *GAE, "--chunk-rows", "50", "-q"], capsys)
     assert code == 0, err
     assert pq.read_table(out).num_rows == 200
+
+
+# ------------------------------------------------------------------ 2. a user estimator that exits or prints
+USER_FNS = '''\
+import os
+import sys
+
+
+def exits0(rewards, **kw):
+    sys.exit(0)
+
+
+def exits3(rewards, **kw):
+    sys.exit(3)
+
+
+def hard_exit(rewards, **kw):
+    os._exit(0)
+
+
+def chatty(rewards, **kw):
+    print("hello from the estimator")
+    return rewards - rewards.mean()
+'''
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    p = tmp_path / "my_fns.py"
+    p.write_text(USER_FNS)
+    return p
+
+
+@pytest.mark.parametrize("fn, call, line", [("exits0", "sys.exit(0)", 6), ("exits3", "sys.exit(3)", 10),
+                                            ("hard_exit", "os._exit(0)", 14)])
+def test_a_user_estimator_that_exits_is_an_error_and_writes_nothing(fn, call, line, user_file, dump, tmp_path):
+    """A real process: sys.exit(0) / os._exit(0) in the function must not end advcli with exit 0 (or
+    the user's code), nothing written; the message names the call and the line."""
+    from conftest import run_cli
+
+    out = tmp_path / "out.parquet"
+    r = run_cli("run", dump, "-o", out, "--estimator", f"{user_file}:{fn}", "-q")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert f"it called {call}" in r.stderr and f"my_fns.py:{line}:" in r.stderr, r.stderr
+    assert "nothing was written" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and leftovers(tmp_path) == ["my_fns.py"]
+
+
+def test_print_in_a_user_estimator_keeps_json_on_stdout_clean(user_file, dump, tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    out = tmp_path / "out.parquet"
+    r = run_cli("run", dump, "-o", out, "--estimator", f"{user_file}:chatty", "--json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)  # stdout is the report alone
+    assert "hello from the estimator" in r.stderr
+    assert pq.read_table(out).num_rows == 200
+
+
+def test_sys_exit_while_a_user_file_is_imported_is_an_error(tmp_path, dump):
+    from conftest import run_cli
+
+    (tmp_path / "at_import.py").write_text("import sys\nsys.exit(0)\n\ndef f(rewards, **kw):\n    return rewards\n")
+    r = run_cli("run", dump, "-o", tmp_path / "out.parquet", "--estimator", f"{tmp_path / 'at_import.py'}:f", "-q")
+    assert r.returncode == 2 and "failed to import: it called sys.exit(0)" in r.stderr, r.stderr
+    assert not (tmp_path / "out.parquet").exists()

@@ -208,3 +208,161 @@ def test_sys_exit_while_a_user_file_is_imported_is_an_error(tmp_path, dump):
     r = run_cli("run", dump, "-o", tmp_path / "out.parquet", "--estimator", f"{tmp_path / 'at_import.py'}:f", "-q")
     assert r.returncode == 2 and "failed to import: it called sys.exit(0)" in r.stderr, r.stderr
     assert not (tmp_path / "out.parquet").exists()
+
+
+# ------------------------------------------------------------------ 3. overflow
+@pytest.fixture
+def huge(tmp_path):
+    """Rewards ±3e38 (finite float32): a group's sum leaves float32's range (3.4e38)."""
+    import numpy as np
+    import pyarrow as pa
+
+    t = make_table(64, group_size=8, min_len=4, max_len=16, seed=1)
+    r = np.full(64, 3e38, dtype=np.float32)
+    r[1::2] = -3e38
+    t = t.set_column(t.schema.get_field_index("reward"), "reward", pa.array(r, pa.float32()))
+    p = tmp_path / "in.parquet"
+    pq.write_table(t, p)
+    return p
+
+
+@pytest.mark.parametrize("est", ["grpo", "rloo"])
+def test_overflowing_rewards_are_refused_with_the_row_and_the_fix(est, huge, tmp_path, capsys):
+    """float32: (3e38 + 3e38) is inf, the group mean inf, the advantages NaN: refused (exit 2, nothing
+    written), naming the row and --precision float64; float64 holds the sums: every advantage finite,
+    and GRPO's are ±(std-normalised) values with |A| < 3 for a group of 8 split 4/4 (A = ±(1 / 1.069))."""
+    import numpy as np
+
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", str(huge), "-o", str(out), "--flavor", "verl", "--set",
+                             f"algorithm.adv_estimator={est}", "-q"], capsys)
+    assert code == 2, err
+    assert "row 0: advantages nan" in err and "float32 statistics overflow" in err and "--precision float64" in err
+    assert not out.exists() and leftovers(tmp_path) == []
+    code, _, err = run_main(["run", str(huge), "-o", str(out), "--flavor", "verl", "--set",
+                             f"algorithm.adv_estimator={est}", "--precision", "float64", "-q"], capsys)
+    if est == "rloo":  # r − mean of the others: ±(3e38 + 3e38·k/7), beyond float32, the output's type
+        assert code == 2 and "is beyond float32, the output's type" in err, err
+        assert not out.exists() and leftovers(tmp_path) == []
+        return
+    assert code == 0, err
+    t = pq.read_table(out)
+    adv = np.concatenate(t.column("advantages").to_numpy(zero_copy_only=False))
+    assert np.isfinite(adv).all()
+    if est == "grpo":  # (r − mean) / (unbiased std + 1e-6) per prompt, in float64, on every valid token
+        r = t.column("reward").to_numpy().astype(np.float64)
+        pid = t.column("prompt_id").to_numpy(zero_copy_only=False)
+        for i, (row_adv, mask) in enumerate(zip(t.column("advantages").to_pylist(),
+                                                t.column("response_mask").to_pylist())):
+            g = r[pid == pid[i]]
+            want = (r[i] - g.mean()) / (g.std(ddof=1) + 1e-6)
+            assert np.allclose([a for a, m in zip(row_adv, mask) if m], want, rtol=1e-6), i
+
+
+# ------------------------------------------------------------------ 4. silent repairs; 5. malformed traces
+def _nemo(tmp_path, mask_value=1, sample_mask=1.0):
+    from test_format_nemo import SAMPLES, write_step
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    p = d / "train_data_step1.jsonl"
+    write_step(p, SAMPLES, 1, sample_masks=[sample_mask] + [1.0] * (len(SAMPLES) - 1))
+    lines = p.read_text().splitlines()
+    import json
+
+    rec = json.loads(lines[2])
+    m = rec["token_loss_mask"][0]
+    m[m.index(1)] = mask_value
+    lines[2] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    return d
+
+
+@pytest.mark.parametrize("value", [2, -1, 0.5])
+def test_a_nemo_mask_value_other_than_0_or_1_is_refused(value, tmp_path, capsys):
+    """NeMo multiplies by token_loss_mask: a 2 weighs the token twice. Read as 1 it was a silent repair."""
+    d = _nemo(tmp_path, mask_value=value)
+    out = tmp_path / "o.parquet"
+    for cmd in (["convert", str(d), "-o", str(out)], ["run", str(d), "-o", str(out), "-q"]):
+        code, _, err = run_main(cmd, capsys)
+        assert code == 2, err
+        assert f"train_data_step1.jsonl:3: field 'token_loss_mask' holds {value!r} at position" in err, err
+        assert not out.exists()
+
+
+def test_a_nemo_sample_mask_other_than_0_or_1_is_refused(tmp_path, capsys):
+    d = _nemo(tmp_path, sample_mask=2.0)
+    code, _, err = run_main(["convert", str(d), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert code == 2 and ":1: field 'sample_loss_mask' is 2.0; a loss mask is 0 or 1" in err, err
+
+
+def _primerl(tmp_path, edit):
+    """One step of prime-rl traces (tests/test_format_primerl.py's layout), ``edit(episodes)`` applied."""
+    import json
+
+    from test_format_primerl import build
+
+    _, lines = build(tmp_path / "src")
+    eps = lines[1]
+    edit(eps)
+    d = tmp_path / "src" / "rollouts" / "step_1" / "train" / "all"
+    (d / "traces.jsonl").write_text("".join(json.dumps(ep) + "\n" for ep in eps))
+    return d / "traces.jsonl"
+
+
+def _cycle(eps):
+    nodes = eps[0]["traces"][0]["nodes"]
+    nodes[0]["parent"] = len(nodes) - 1  # root -> last node -> ... -> root: every node has a parent
+
+
+def _cycle_with_leaf(eps):
+    nodes = eps[0]["traces"][0]["nodes"]
+    nodes.append({"parent": 0, "sampled": False, "token_ids": [1], "mask": [False]})
+    nodes[0]["parent"] = 1
+    nodes[1]["parent"] = 0
+
+
+def _out_of_range(eps):
+    eps[0]["traces"][0]["nodes"][1]["parent"] = 99
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_cycle, "parent links form a cycle"),
+    (_cycle_with_leaf, "parent links from node"),
+    (_out_of_range, "node 1 has parent 99, not the index of one of its"),
+])
+def test_a_primerl_trace_whose_parents_are_no_tree_is_refused(edit, says, tmp_path, capsys):
+    """A cycle looped forever (memory growing); an index out of range was an IndexError."""
+    src = _primerl(tmp_path, edit)
+    out = tmp_path / "o.parquet"
+    for cmd in (["convert", str(src), "-o", str(out)], ["run", str(src), "-o", str(out), "-q"]):
+        code, _, err = run_main(cmd, capsys)
+        assert code == 2, err
+        assert "traces.jsonl:1: trace t00: " in err and says in err and "Traceback" not in err, err
+        assert not out.exists()
+
+
+def test_primerl_missing_logprobs_and_rewards_are_said(tmp_path, capsys):
+    """Sampled tokens without a log-prob (0 then) and a trace with no reward score (reward 0, as
+    Trace.reward sums none) are no longer silent: the conversion says how many and where."""
+    def edit(eps):
+        tr = eps[0]["traces"][0]
+        n = next(n for n in tr["nodes"] if n["sampled"])
+        n["logprobs"] = n["logprobs"][:-1]
+        eps[1]["traces"][0]["rewards"] = {}
+
+    src = _primerl(tmp_path, edit)
+    code, _, err = run_main(["convert", str(src), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert code == 0, err
+    assert "1 sampled token(s) have no log-prob in the dump (first: trace t00" in err, err
+    assert "1 trace(s) have no reward score (first: trace t01, line 2)" in err, err
+
+
+def test_deeply_nested_json_is_a_refusal_not_a_recursion_error(tmp_path, capsys):
+    src = _primerl(tmp_path, lambda eps: None)
+    deep = '{"group": {"id": "g"}, "traces": [], "x": ' + "[" * 100000 + "]" * 100000 + "}\n"
+    src.write_text(src.read_text() + deep)
+    n = len(src.read_text().splitlines())
+    code, _, err = run_main(["convert", str(src), "-o", str(tmp_path / "o.parquet")], capsys)
+    assert code == 2, err
+    assert f"traces.jsonl:{n}: JSON nested too deeply" in err and "RecursionError" not in err, err

@@ -366,3 +366,71 @@ def test_deeply_nested_json_is_a_refusal_not_a_recursion_error(tmp_path, capsys)
     code, _, err = run_main(["convert", str(src), "-o", str(tmp_path / "o.parquet")], capsys)
     assert code == 2, err
     assert f"traces.jsonl:{n}: JSON nested too deeply" in err and "RecursionError" not in err, err
+
+
+# ------------------------------------------------------------------ 7. a full disk
+def _enospc(*a, **k):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _arrow_enospc(*a, **k):  # pyarrow's IOError carries the text, not always the errno
+    raise OSError("IOError: [Errno 28] Error writing bytes to file. Detail: No space left on device")
+
+
+@pytest.mark.parametrize("raiser", [_enospc, _arrow_enospc], ids=["errno", "arrow"])
+@pytest.mark.parametrize("mode", ["full", "sidecar"])
+def test_a_full_disk_while_writing_the_output_is_exit_2_naming_the_directory(raiser, mode, dump, tmp_path,
+                                                                             monkeypatch, capsys):
+    """Was "internal error ... this is a bug" (exit 1) in some runs: the output's file system is full
+    (a write of the output raises ENOSPC): exit 2, the directory, its free space, nothing left behind."""
+    from advcli.io import splice, writer
+
+    monkeypatch.setattr(writer.AtomicParquetWriter, "_write_group", raiser)
+    monkeypatch.setattr(splice.SplicedParquetWriter, "_encode", raiser)
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", str(dump), "-o", str(out), *GAE, "--output-mode", mode, "-q"], capsys)
+    assert code == 2, err
+    assert f"{tmp_path}: no space left on the device while writing the output" in err, err
+    assert "MiB free there now" in err and "this is a bug" not in err
+    if mode == "full":
+        assert "were needed" in err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_a_full_tmpdir_while_spilling_is_exit_2_naming_it(dump, tmp_path, monkeypatch, capsys):
+    """The statistics pass's chunks beyond memory go to TMPDIR (advcli.pipeline.spill); that file
+    system filling up meanwhile was always exit 1."""
+    from advcli import pipeline
+    from advcli.pipeline import spill as spill_mod
+
+    class FullFile:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            _enospc()
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    real_init = spill_mod.TokenSpill.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        self.fh = FullFile(self.fh)
+
+    monkeypatch.setattr(spill_mod.TokenSpill, "__init__", init)
+    monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
+    monkeypatch.setattr(spill_mod, "SPILL_MARGIN", 0)
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", str(dump), "-o", str(out), "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=gae", "--set", "algorithm.kl_penalty=k3", "--set",
+                             "algorithm.use_kl_in_reward=true", "--chunk-rows", "50", "-q"], capsys)
+    assert code == 2, err
+    import tempfile
+
+    assert f"{tempfile.gettempdir()}: no space left on the device while writing the statistics pass's" in err, err
+    assert "were needed" in err and "TMPDIR=DIR" in err
+    assert not out.exists() and leftovers(tmp_path) == []

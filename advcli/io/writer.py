@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import AdvcliError
+from ..errors import AdvcliError, is_disk_full
 from . import remote
 from .lists import offsets_numpy
 from .ordered import OrderedWorker
@@ -347,6 +347,8 @@ class AtomicParquetWriter:
         if self._error is not None:
             error = self._error
             self.abort()
+            if is_disk_full(error):  # the caller knows how much room the output needed (advcli.errors.disk_full)
+                raise error
             raise AdvcliError(f"{self.target}: writing failed: {error}")
 
     def _finish_thread(self) -> None:

@@ -3,10 +3,14 @@ computing, statistics and writing overlapped on their own threads.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import pyarrow as pa
 import torch
 
-from ..errors import AdvcliError
+from ..errors import AdvcliError, disk_full, is_disk_full
+from ..io import remote
 from ..io.memory import trim as trim_heap
 from ..io.ordered import OrderedWorker
 from ..io.splice import SplicedParquetWriter, spliceable
@@ -219,4 +223,9 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         for w in writers:
             if w is not None:
                 w.abort()
+        exc = sys.exc_info()[1]
+        if writing and is_disk_full(exc) and not remote.is_uri(outs[last_fi or 0]):
+            need = (sum(os.path.getsize(p) for p in inputs.paths if os.path.exists(p)) if mode == "full" else None)
+            raise disk_full(os.path.dirname(os.path.abspath(outs[last_fi or 0])), "the output",
+                            need) from None
         raise

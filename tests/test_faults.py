@@ -402,8 +402,8 @@ def test_a_full_disk_while_writing_the_output_is_exit_2_naming_the_directory(rai
 def test_a_full_tmpdir_while_spilling_is_exit_2_naming_it(dump, tmp_path, monkeypatch, capsys):
     """The statistics pass's chunks beyond memory go to TMPDIR (advcli.pipeline.spill); that file
     system filling up meanwhile was always exit 1."""
-    from advcli import pipeline
-    from advcli.pipeline import spill as spill_mod
+    import advcli.pipeline.moments as moments_mod
+    import advcli.pipeline.spill as spill_mod
 
     class FullFile:
         def __init__(self, fh):
@@ -422,7 +422,7 @@ def test_a_full_tmpdir_while_spilling_is_exit_2_naming_it(dump, tmp_path, monkey
         self.fh = FullFile(self.fh)
 
     monkeypatch.setattr(spill_mod.TokenSpill, "__init__", init)
-    monkeypatch.setattr(pipeline.moments, "TOKEN_CACHE_BYTES", 0)
+    monkeypatch.setattr(moments_mod, "TOKEN_CACHE_BYTES", 0)
     monkeypatch.setattr(spill_mod, "SPILL_MARGIN", 0)
     out = tmp_path / "out.parquet"
     code, _, err = run_main(["run", str(dump), "-o", str(out), "--flavor", "verl", "--set",
@@ -434,3 +434,35 @@ def test_a_full_tmpdir_while_spilling_is_exit_2_naming_it(dump, tmp_path, monkey
     assert f"{tempfile.gettempdir()}: no space left on the device while writing the statistics pass's" in err, err
     assert "were needed" in err and "TMPDIR=DIR" in err
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+# ------------------------------------------------------------------ 7. what killed runs leave in TMPDIR
+def test_a_later_run_removes_what_killed_runs_left_in_tmpdir(tmp_path):
+    """A run killed with SIGKILL leaves its converted trainer dumps (advcli-import-PID-*) and the local
+    copy of an output bound for object storage (.advcli-upload-*.advcli-tmp-PID) in TMPDIR; the next
+    run that makes such files removes those whose process is gone, and leaves a live process's."""
+    import subprocess
+    import sys
+
+    from conftest import run_cli
+    from test_format_primerl import build
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    stale_dir = tmpdir / f"advcli-import-{dead.pid}-abc123"
+    (stale_dir / "0").mkdir(parents=True)
+    (stale_dir / "0" / "traces.jsonl").write_bytes(b"x" * 1000)
+    stale_upload = tmpdir / f".advcli-upload-0123456789ab-out.parquet.advcli-tmp-{dead.pid}"
+    stale_upload.write_bytes(b"y" * 1000)
+    live = tmpdir / f"advcli-import-{os.getpid()}-live"
+    live.mkdir()
+    other = tmpdir / "someone-elses-file"
+    other.write_text("keep")
+    build(tmp_path / "src")
+    r = run_cli("run", tmp_path / "src", "-o", tmp_path / "c.parquet", "-q", env={"TMPDIR": str(tmpdir)})
+    assert r.returncode == 0, r.stderr
+    assert not stale_dir.exists() and not stale_upload.exists()
+    assert live.exists() and other.exists()
+    assert not [p for p in os.listdir(tmpdir) if p.startswith("advcli-import-") and p != live.name]  # its own: gone

@@ -22,7 +22,7 @@ from ..errors import AdvcliError, is_disk_full
 from . import remote
 from .lists import offsets_numpy
 from .ordered import OrderedWorker
-from .temps import TMP_TAG, pid_alive
+from .temps import TMP_TAG, pid_alive, sweep_stale
 
 OUTPUT_MODES = ("full", "sidecar")  # the input plus the new columns; the new columns plus the row keys
 
@@ -43,6 +43,7 @@ def temp_path_for(target: str) -> str:
         import tempfile
 
         tag = hashlib.sha256(target.encode()).hexdigest()[:12]
+        sweep_stale()  # the local copies killed runs left in TMPDIR (named with their PID)
         return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{target.rsplit('/', 1)[-1]}"
                                                    f"{TMP_TAG}{os.getpid()}")
     d, name = os.path.split(os.path.abspath(target))

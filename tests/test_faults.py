@@ -466,3 +466,33 @@ def test_a_later_run_removes_what_killed_runs_left_in_tmpdir(tmp_path):
     assert not stale_dir.exists() and not stale_upload.exists()
     assert live.exists() and other.exists()
     assert not [p for p in os.listdir(tmpdir) if p.startswith("advcli-import-") and p != live.name]  # its own: gone
+
+
+# ------------------------------------------------------------------ 5. a stuck user estimator and a signal
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_stuck_user_estimator_stops_on_the_first_signal(sig, code, dump, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "stuck.py").write_text("import time\n\ndef f(rewards, **kw):\n    open(__file__ + '.in', 'w').close()\n"
+                                       "    while True:\n        time.sleep(0.05)\n")
+    out = tmp_path / "out.parquet"
+    p = subprocess.Popen([sys.executable, "-m", "advcli", "run", str(dump), "-o", str(out), "--estimator",
+                          f"{tmp_path / 'stuck.py'}:f", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    t0 = time.monotonic()
+    while not (tmp_path / "stuck.py.in").exists():
+        assert p.poll() is None and time.monotonic() - t0 < 120, p.stderr.read() if p.poll() is not None else ""
+        time.sleep(0.1)
+    p.send_signal(getattr(signal, sig))  # one signal
+    try:
+        p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        pytest.fail(f"the first {sig} did not stop the run")
+    assert p.returncode == code, p.stderr.read()
+    assert "interrupted: nothing was written" in p.stderr.read()
+    assert not out.exists() and not [f for f in os.listdir(tmp_path) if "advcli-tmp" in f]

@@ -496,3 +496,35 @@ def test_a_stuck_user_estimator_stops_on_the_first_signal(sig, code, dump, tmp_p
     assert p.returncode == code, p.stderr.read()
     assert "interrupted: nothing was written" in p.stderr.read()
     assert not out.exists() and not [f for f in os.listdir(tmp_path) if "advcli-tmp" in f]
+
+
+# ------------------------------------------------------------------ 6. the server killed under a command
+def test_a_command_whose_server_is_killed_stops_and_writes_nothing(dump, tmp_path):
+    """kill -9 of the server: its caller exits 1 at once; the command it had forked used to finish and
+    put its output in place seconds later. It now gets SIGTERM with its server (a parent-death signal)
+    and cleans up as on a hang-up: no output, no temporary file, no process left."""
+    import signal
+    import time
+
+    from test_server import Server, _alive, _start_slow, _temps, _wait_writing
+
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("the server needs Linux pidfds")
+    server = Server()
+    try:
+        out = tmp_path / "o.parquet"
+        proc = _start_slow(server, str(dump), out)
+        _wait_writing(proc, out)
+        with open(f"/proc/{server.pid}/task/{server.pid}/children") as fh:
+            children = [int(p) for p in fh.read().split()]
+        assert children
+        os.kill(server.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        deadline = time.monotonic() + 60
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(c) for c in children), "the orphaned command still runs"
+        assert not out.exists() and not _temps(out)
+    finally:
+        server.stop()

@@ -26,6 +26,16 @@ from .tokens import chunk_final, chunk_math
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 
 
+def few_row_groups(md) -> bool:
+    """Whether an input's row groups are few enough to splice: the splice reads and rewrites the footer
+    in Python, some milliseconds per row group, and keeps the input's layout in the output. An input of
+    many small row groups (more than 64, under 1 MiB each on average: 10,000 of one row) is written the
+    ordinary way, in the writer's own row groups, where re-encoding costs little: time and memory then
+    stay bounded whatever the input's layout (benchmarks/row_groups.py)."""
+    n = md.num_row_groups
+    return n <= 64 or sum(md.row_group(g).total_byte_size for g in range(n)) >= n * (1 << 20)
+
+
 def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, outs: dict) -> None:
     """A chunk's advantage or return that overflow made non-finite is refused (exit 2, nothing
     written), naming the row: rewards or values so large (beyond √max of the compute dtype, /1000)
@@ -118,7 +128,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         base_fields, out_schema = output_schema(plan, inputs, flavor, native, mode)
         # full output: the input's column chunks are copied, not decoded and encoded again, where
         # every input allows it (advcli.io.splice); the pass then reads only what the math reads
-        splice = mode == "full" and SPLICE and all(spliceable(p, plan.output_columns) for p in inputs.paths)
+        splice = mode == "full" and SPLICE and all(few_row_groups(md) for md in inputs.metadata) and \
+            all(spliceable(p, plan.output_columns) for p in inputs.paths)
         if splice:
             cols = tok_cols
             new_schema = pa.schema([out_schema.field(n) for n in plan.output_columns])

@@ -545,3 +545,82 @@ def test_an_input_of_one_row_row_groups_gives_the_one_row_group_output(tmp_path,
     a, b = pq.read_table(tmp_path / "o_one.parquet"), pq.read_table(tmp_path / "o_many.parquet")
     assert a.equals(b)
     assert pq.ParquetFile(tmp_path / "o_many.parquet").metadata.num_row_groups < 10
+
+
+# ------------------------------------------------------------------ object storage (1, 7)
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    pytest.importorskip("moto", reason="the S3 tests need moto[server]")
+    pytest.importorskip("flask", reason="moto's server mode needs flask")
+    from _services import local_s3_server
+
+    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
+        yield fs
+
+
+def _put(fs, local, key) -> str:
+    with open(local, "rb") as src, fs.open_output_stream(key) as out:
+        out.write(src.read())
+    return f"s3://{key}"
+
+
+def test_an_object_replaced_between_passes_is_refused(s3, dump, tmp_path, monkeypatch, capsys):
+    """On object storage the identity is the object's size and modification time: an object put
+    again between passes is refused, nothing written."""
+    from advcli.io.reader import InputSet
+
+    src = _put(s3, dump, "bkt/f1/in.parquet")
+    other = tmp_path / "other.parquet"
+    pq.write_table(make_table(200, group_size=8, min_len=4, max_len=32, seed=9), other)
+    orig = InputSet.iter_batches
+    calls = {"n": 0}
+
+    def swapping(self, *a, **kw):
+        if calls["n"] == 1:
+            import time
+
+            time.sleep(1.1)  # a store's modification times may count whole seconds
+            _put(s3, other, "bkt/f1/in.parquet")
+        calls["n"] += 1
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(InputSet, "iter_batches", swapping)
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", src, "-o", str(out), *GAE, "-q"], capsys)
+    assert code == 2 and "the input changed during the run" in err, err
+    assert not out.exists()
+
+
+def test_s3_output_problems_are_found_before_the_computation(s3, dump, tmp_path, monkeypatch, capsys):
+    """A missing bucket under a nested key, and a store refusing writes, were found only after the
+    computation (at the upload): now before any pass reads the input."""
+    from advcli.io import remote
+    from advcli.io.reader import InputSet
+
+    passes = {"n": 0}
+    orig = InputSet.iter_batches
+
+    def counting(self, *a, **kw):
+        passes["n"] += 1
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(InputSet, "iter_batches", counting)
+    code, _, err = run_main(["run", str(dump), "-o", "s3://nobucket/a/b/o.parquet", *GRPO, "-q"], capsys)
+    assert code == 2 and "the bucket s3://nobucket does not exist" in err, err
+    real = remote.filesystem_of
+
+    class ReadOnly:
+        def __init__(self, fs):
+            self.fs = fs
+
+        def open_output_stream(self, *a, **k):
+            raise OSError("When initiating multiple part upload for key 'x' in bucket 'bkt': AWS Error "
+                          "ACCESS_DENIED during CreateMultipartUpload operation: Access Denied")
+
+        def __getattr__(self, name):
+            return getattr(self.fs, name)
+
+    monkeypatch.setattr(remote, "filesystem_of", lambda uri: (ReadOnly(real(uri)[0]), real(uri)[1]))
+    code, _, err = run_main(["run", str(dump), "-o", "s3://bkt/f2/deep/o.parquet", *GRPO, "-q"], capsys)
+    assert code == 2 and "s3://bkt/f2/deep/o.parquet: cannot write there" in err and "Access Denied" in err, err
+    assert passes["n"] == 0  # refused before the first pass

@@ -624,3 +624,54 @@ def test_s3_output_problems_are_found_before_the_computation(s3, dump, tmp_path,
     code, _, err = run_main(["run", str(dump), "-o", "s3://bkt/f2/deep/o.parquet", *GRPO, "-q"], capsys)
     assert code == 2 and "s3://bkt/f2/deep/o.parquet: cannot write there" in err and "Access Denied" in err, err
     assert passes["n"] == 0  # refused before the first pass
+
+
+def test_server_start_while_the_server_is_slow_keeps_its_socket(tmp_path):
+    """A server that does not answer within the start command's 5 s (stopped here with SIGSTOP: busy,
+    a loaded machine) but still holds its lock is running: its socket was deleted, leaving it
+    unreachable until its idle timeout."""
+    import signal
+
+    from test_server import Server, cli, status
+
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("the server needs Linux pidfds")
+    server = Server()
+    try:
+        sock = status(server.env)["socket"]
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            r = cli("server", "start", env=server.env, server="auto")
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert r.returncode == 0 and "already running" in r.stderr, r.stderr
+        assert os.path.exists(sock)
+        assert status(server.env)["pid"] == server.pid  # reachable
+    finally:
+        server.stop()
+
+
+def test_two_server_starts_at_once_both_succeed_with_one_server(tmp_path):
+    import subprocess
+    import sys
+    import tempfile
+
+    from test_server import cli, status
+
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("the server needs Linux pidfds")
+    d = tempfile.mkdtemp(prefix="advs-", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if k != "ADVCLI_SERVER"}
+    env.update(ADVCLI_SERVER_DIR=d, ADVCLI_SERVER="auto")
+    try:
+        procs = [subprocess.Popen([sys.executable, "-m", "advcli", "server", "start"], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        results = [(p.wait(180), p.stderr.read()) for p in procs]
+        assert [c for c, _ in results] == [0, 0], results
+        pid = status(env)["pid"]
+        assert all(f"pid {pid}" in err or "already running" in err for _, err in results), results
+    finally:
+        cli("server", "stop", env=env, server="auto")
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)

@@ -388,6 +388,14 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request
         if os.environ.get("ADVCLI_DEBUG"):
             raise
+        from .errors import is_disk_full
+
+        if is_disk_full(e):  # the environment, not a bug: a write the commands do not name themselves
+            where = getattr(e, "filename", None)
+            _err(f"{where + ': ' if where else ''}no space left on the device ({str(e).splitlines()[0]}); "
+                 "nothing was written\n  hint: free some space, or write elsewhere: -o on another file system, "
+                 "TMPDIR=DIR for advcli's temporary files")
+            sys.exit(2)
         _err(f"internal error: {type(e).__name__}: {e}\n  this is a bug in advcli; rerun with ADVCLI_DEBUG=1 "
              "for the traceback and report it")
         sys.exit(1)

@@ -29,6 +29,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from .errors import AdvcliError
+from .io.temps import scratch_prefix
 
 if TYPE_CHECKING:  # numpy is imported where it is used
     import numpy as np
@@ -290,7 +291,7 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
     from .flavors import at, resolve
     from .pipeline import run_pipeline
 
-    tmp = tempfile.mkdtemp(prefix="advcli-compare-")
+    tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
     try:
         outs, labels = [], []
         for i, c in enumerate(configs):
@@ -323,7 +324,7 @@ def compare_runs(dump: str, runs: list[dict], *, columns: dict | None = None, to
 
     if len(runs) < 2:
         raise AdvcliError(f"compare: {len(runs)} estimator(s) given; name at least two (--estimators grpo,rloo)")
-    tmp = tempfile.mkdtemp(prefix="advcli-compare-")
+    tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
     try:
         outs = []
         for i, r in enumerate(runs):

@@ -301,8 +301,8 @@ class Diagnostics:
         summary = f"{c['count']} groups whose advantages are float32 rounding noise"
         if ex:
             e0 = ex[0]
-            summary += (f", e.g. group {e0['group']!r} ({e0['size']} rows, rewards {e0['rewards'][0]:.6g}...; "
-                        f"{e0['stage']}): float32 {e0['adv_float32'][0]:.4g}, float64 {e0['adv_float64'][0]:.4g}")
+            summary += (f", e.g. group {e0['group']!r} ({e0['size']} rows, rewards {_g(e0['rewards'][0], 6)}...; "
+                        f"{e0['stage']}): float32 {_g(e0['adv_float32'][0])}, float64 {_g(e0['adv_float64'][0])}")
         mode = ("this run is float32 (the framework's numbers); --precision float64 gives the float64 values"
                 if c["other"] == torch.float64 else
                 "this run is float64; the framework (float32) would have given the float32 values")
@@ -485,3 +485,8 @@ def nonfinite_rows(layout: Ragged, mask: torch.Tensor, adv: torch.Tensor,
             return 0, []
         bad_rows = torch.unique(layout.to("cpu").row_index[bad])
     return int(bad_rows.numel()), bad_rows[:MAX_EXAMPLES].tolist()
+
+
+def _g(x, digits: int = 4) -> str:
+    """A number of an example, as JSON keeps it: a non-finite one is None there (an overflow)."""
+    return "nan" if x is None else f"{x:.{digits}g}"

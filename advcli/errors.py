@@ -27,3 +27,26 @@ def nearest(word: str, choices, n: int = 1) -> str | None:
 def did_you_mean(word: str, choices) -> str:
     near = nearest(word, choices)
     return f" Did you mean {near!r}?" if near else ""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """An OSError (pyarrow's included, whose errno may be unset) saying the file system is full."""
+    import errno
+
+    return isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT)
+                                       or "No space left on device" in str(e) or "Disk quota exceeded" in str(e))
+
+
+def disk_full(directory: str, what: str, need_bytes: int | None = None) -> AdvcliError:
+    """The environment, not a bug (exit 2): ``directory`` ran out of room while advcli wrote ``what``;
+    ``need_bytes``: about how much it needed there, where known."""
+    import shutil
+
+    try:
+        free = f"{shutil.disk_usage(directory).free / 2**20:.0f} MiB free there now"
+    except OSError:
+        free = "its free space unknown"
+    need = f"; about {need_bytes / 2**20:.0f} MiB were needed" if need_bytes else ""
+    return AdvcliError(f"{directory}: no space left on the device while writing {what} ({free}{need}); "
+                       "nothing was written", hint="free some space, or write elsewhere: -o on another file "
+                                                   "system, TMPDIR=DIR for advcli's temporary files")

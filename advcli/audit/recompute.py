@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from ..errors import AdvcliError
+from ..io.temps import scratch_prefix
 
 # the logged advantages, where a dump keeps them: advcli's own Parquet and verl/slime exports; TRL's
 # completions; an imported dump's field named like an output column (NeMo's advantages, prime-rl's advantage)
@@ -319,7 +320,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     what = auto_note or label(flavor, native or {}, cfg)
     if flavor_note:
         what = f"{what} ({flavor_note})"
-    tmp = tempfile.mkdtemp(prefix="advcli-audit-")
+    tmp = tempfile.mkdtemp(prefix=scratch_prefix("audit"))
     try:
         run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device)
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)

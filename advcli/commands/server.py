@@ -107,8 +107,12 @@ def start_cmd(
                                    "commands in their own processes (they do so by themselves)")
         ask("stop", path)
         _wait_gone(path, 10.0)
+    elif _lock_held(path):  # a live server that did not answer in time (busy, a slow machine): its socket stays
+        typer.echo(f"advcli server: already running (it holds {path}.lock but did not answer within 5 s: busy?; "
+                   f"socket {path})", err=True)
+        return
     elif os.path.exists(path):
-        os.unlink(path)  # a socket nobody answers on: a server that died
+        os.unlink(path)  # a socket nobody answers on and no server holding its lock: a server that died
     log = path + ".log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     # `python -c` puts the working directory first on sys.path: /dev/null in its place shadows nothing (and
@@ -126,12 +130,33 @@ def start_cmd(
                        f"imported in {status['preload_s']:.1f} s; advcli commands from this installation now fork "
                        f"from it ({limit}; advcli server stop)", err=True)
             return
+        if proc.poll() == 3 and _lock_held(path):  # another `server start` won the race: wait for its server
+            continue
         if proc.poll() is not None:
             raise AdvcliError(f"the advcli server exited (status {proc.returncode}) before it was ready; its log: "
                               f"{log}\n{_tail(log)}")
         time.sleep(0.05)
     raise AdvcliError(f"the advcli server was not ready after {wait:g} s (pid {proc.pid}); its log: {log}",
                       hint="raise --wait on a slow machine, or read the log")
+
+
+def _lock_held(path: str) -> bool:
+    """Whether a server process holds the socket's lock (advcli.server.daemon.main takes it first)."""
+    import fcntl
+
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _tail(path: str, lines: int = 12) -> str:

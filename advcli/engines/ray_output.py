@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
-from ..io.temps import TMP_TAG
+from ..io.temps import TMP_TAG, scratch_prefix
 from .ray_rows import ROW_COL
 
 
@@ -82,7 +82,7 @@ def ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_
 
         def _write_file(self, t: pa.Table, first: int, last: int) -> tuple[int, int, int]:
             name = f"part-{first:012d}.parquet"
-            local = directory if upload_fs is None else tempfile.mkdtemp(prefix="advcli-ray-part-")
+            local = directory if upload_fs is None else tempfile.mkdtemp(prefix=scratch_prefix("ray-part"))
             w = AtomicParquetWriter(os.path.join(local, name), out_schema, threaded=False)
             try:
                 for b in t.drop_columns([ROW_COL]).to_batches():

@@ -33,9 +33,11 @@ and the line of the user's file it came from (exit code 2).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 
@@ -169,11 +171,11 @@ def _function(ref: str) -> Callable:
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module
         try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001
+            with user_code(f"estimator {ref!r}: {where} failed to import", path):
+                spec.loader.exec_module(module)
+        except AdvcliError:
             sys.modules.pop(modname, None)
-            raise AdvcliError(f"estimator {ref!r}: {where} failed to import: {type(e).__name__}: {e}"
-                              f"{_user_line(e, path)}") from None
+            raise
     else:
         try:
             module = importlib.import_module(where)
@@ -245,6 +247,66 @@ def _user_line(exc: BaseException, path: str | None) -> str:
     return f" (at {f.filename}:{f.lineno}: {(f.line or '').strip()})"
 
 
+class UserExit(Exception):
+    """``os._exit(code)`` called by user code while advcli runs it (:func:`user_code` puts this in
+    place of ``os._exit``: a process that ends there would end with the user's code, written nothing)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def _raising_exit(code=0):
+    raise UserExit(code)
+
+
+_GUARD = threading.Lock()
+_guard_depth = 0
+
+
+@contextlib.contextmanager
+def _os_exit_raises():
+    global _guard_depth
+    with _GUARD:
+        if _guard_depth == 0:
+            _os_exit_raises.saved = os._exit
+            os._exit = _raising_exit
+        _guard_depth += 1
+    try:
+        yield
+    finally:
+        with _GUARD:
+            _guard_depth -= 1
+            if _guard_depth == 0:
+                os._exit = _os_exit_raises.saved
+
+
+@contextlib.contextmanager
+def user_code(what: str, path: str | None = None, hint: str | None = None):
+    """User code run inside a command (a user estimator's import or call):
+
+    - ``sys.exit(n)`` / ``raise SystemExit`` and ``os._exit(n)`` cannot end the run (as a success
+      with nothing written, or with the user's exit code): they are refused like any error, exit 2,
+      naming the function and the line;
+    - what it prints goes to stderr, never into stdout (``--json``, a pipe reading the report).
+
+    ``os._exit`` is replaced for the call's duration (in this process): a user function that
+    kills the process another way (``os.kill(os.getpid(), 9)``, a C extension's ``exit()``) still
+    ends it, with no output written (docs/errors.md)."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr), _os_exit_raises():
+            yield
+    except AdvcliError:
+        raise
+    except (SystemExit, UserExit) as e:
+        call = "os._exit" if isinstance(e, UserExit) else "sys.exit"
+        raise AdvcliError(f"{what}: it called {call}({e.code!r}){_user_line(e, path)}; a user function cannot end "
+                          "the run: nothing was written",
+                          hint=hint or "raise an exception to refuse the data, or return the advantages") from None
+    except Exception as e:  # noqa: BLE001 (user code: any error becomes one message, exit 2)
+        raise AdvcliError(f"{what} with {type(e).__name__}: {e}{_user_line(e, path)}", hint=hint) from None
+
+
 class _UserCall:
     """The user function called the way its level says, its output checked (the spec's row_fn/token_fn)."""
 
@@ -254,14 +316,9 @@ class _UserCall:
     def _call(self, kwargs: dict, rows_desc: str):
         if self.accepted is not None:
             kwargs = {k: v for k, v in kwargs.items() if k in self.accepted}
-        try:
+        with user_code(f"estimator {self.name} failed on {rows_desc}",
+                       hint="the arguments it receives are listed in docs/api.md (your own estimator)"):
             return self.fn(**kwargs)
-        except AdvcliError:
-            raise
-        except Exception as e:  # noqa: BLE001 (user code: any error becomes one message, exit 2)
-            raise AdvcliError(f"estimator {self.name} failed on {rows_desc} with {type(e).__name__}: {e}"
-                              f"{_user_line(e, None)}",
-                              hint="the arguments it receives are listed in docs/api.md (your own estimator)") from None
 
     def rows(self, table, params: dict):
         """row_fn: one call per step; A [R] in input order."""

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 
 from ..errors import AdvcliError
+from ..io.temps import scratch_prefix, sweep_stale
 from .conversion import LAST_STEP_KEY, ImportInfo, convert, synthetic_mask
 from .discovery import is_dump
 from .records import RESERVED
@@ -23,7 +24,8 @@ IMPORTED: dict[str, ImportInfo] = {}  # canonical Parquet path -> how it was mad
 
 def _tmpdir() -> str:
     if "dir" not in _TMP:
-        d = tempfile.mkdtemp(prefix="advcli-import-")
+        sweep_stale()  # what killed runs left in TMPDIR
+        d = tempfile.mkdtemp(prefix=scratch_prefix("import"))
         _TMP["dir"] = d
         atexit.register(shutil.rmtree, d, True)
     return _TMP["dir"]

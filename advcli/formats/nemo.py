@@ -86,6 +86,11 @@ def read(path: str, ctx: Context):
             raise ctx.error(line, f"field 'input_lengths' is {L!r}; expected a non-negative integer")
         ids = _tokens(ctx, line, rec, "token_ids", L)
         mask = _tokens(ctx, line, rec, "token_loss_mask", L)
+        odd = next((i for i in range(L) if mask[i] not in (0, 1)), None)
+        if odd is not None:  # NeMo multiplies by the mask: a 2 would weigh a token twice, not be read as 1
+            raise ctx.error(line, f"field 'token_loss_mask' holds {mask[odd]!r} at position {odd}; a loss mask is "
+                                  "0 or 1", hint="fix the dump's mask (advcli does not guess what another value "
+                                                 "means)")
         s = next((i for i in range(L) if mask[i]), None)
         if s is None:  # no generated token: the previous row's prompt if it is a prefix (rows of a prompt
             prev = ctx.state.get("prev_prompt")  # are contiguous, repeat_interleave), else the whole row
@@ -99,8 +104,11 @@ def read(path: str, ctx: Context):
         if rkey == "filtered_rewards" and not noted:
             ctx.notes.append("reward = filtered_rewards (dynamic sampling: the rewards field is the unfiltered list)")
             noted = True
-        kept = "sample_loss_mask" not in rec or number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"),
-                                                        "sample_loss_mask") != 0
+        sample_mask = (number(ctx, line, _one(ctx, line, rec, "sample_loss_mask"), "sample_loss_mask")
+                       if "sample_loss_mask" in rec else 1)
+        if sample_mask not in (0, 1):
+            raise ctx.error(line, f"field 'sample_loss_mask' is {sample_mask!r}; a loss mask is 0 or 1")
+        kept = sample_mask != 0
         group = _rollout_group(ctx, line, rec)
         row = {"prompt_id": f"rollout:{group}" if group is not None else text_key(ids[:s]), "step": step,
                "reward": number(ctx, line, _one(ctx, line, rec, rkey), rkey),

@@ -62,16 +62,31 @@ def _logged(ctx: Context) -> dict:
     return out
 
 
-def _branches(nodes: list) -> list[list[int]]:
-    """Every root-to-leaf path, leaves in node order (verifiers graph.leaves / Trace.branches)."""
+def _branches(nodes: list, ctx: Context | None = None, line: int = 0, trace=None) -> list[list[int]]:
+    """Every root-to-leaf path, leaves in node order (verifiers graph.leaves / Trace.branches). A parent
+    that is not a node's index, or parent links that form a cycle, are refused (a loop would never end)."""
+    def bad(msg: str):
+        err = f"trace {trace}: {msg}; the trace's nodes must form a tree (parent: the index of an earlier node)"
+        return ctx.error(line, err) if ctx is not None else ValueError(err)
+
+    for i, n in enumerate(nodes):
+        p = n.get("parent") if isinstance(n, dict) else None
+        if not isinstance(n, dict):
+            raise bad(f"node {i} is {type(n).__name__}, not an object")
+        if p is not None and (not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < len(nodes)):
+            raise bad(f"node {i} has parent {p!r}, not the index of one of its {len(nodes)} nodes")
     has_child = {n.get("parent") for n in nodes if n.get("parent") is not None}
     out = []
     for leaf in (i for i in range(len(nodes)) if i not in has_child):
         path, nid = [], leaf
         while nid is not None:
+            if len(path) > len(nodes):
+                raise bad(f"the parent links from node {leaf} form a cycle")
             path.append(nid)
             nid = nodes[nid].get("parent")
         out.append(path[::-1])
+    if nodes and not out:  # every node has a child: there is no leaf, only cycles
+        raise bad("the parent links form a cycle (no node is a leaf)")
     return out
 
 
@@ -92,7 +107,7 @@ def _counts(tr: dict, branches: list[list[int]]) -> tuple[int, int]:
 
 def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:
     nodes = tr.get("nodes") or []
-    branches = _branches(nodes)
+    branches = _branches(nodes, ctx, line, tr.get("id"))
     path = branches[-1] if branches else []
     if len(branches) > 1 and "branches" not in ctx.state:
         ctx.state["branches"] = True
@@ -111,12 +126,29 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
                 k += 1
             else:
                 lps.append(0.0)
+        if k > len(lp):  # sampled tokens without a log-prob: 0 there, said in the summary (issue 46)
+            ctx.state["no_logprob"] = ctx.state.get("no_logprob", 0) + k - len(lp)
+            if "no_logprob_note" not in ctx.state:
+                ctx.state["no_logprob_note"] = len(ctx.notes)
+                ctx.notes.append("")
+            ctx.notes[ctx.state["no_logprob_note"]] = (
+                f"{ctx.state['no_logprob']} sampled token(s) have no log-prob in the dump (first: trace "
+                f"{tr.get('id')}, node {i}): rollout_log_probs is 0 there, so estimators and corrections "
+                "that read the rollout log-probs are wrong on those rows")
         ids += t
         mask += m
     start = next((i for i, s in enumerate(mask) if s), 0)  # no sampled token: the whole branch, all masked
     n_out, n_total = _counts(tr, branches)
     rewards = tr.get("rewards") or {}
     reward = 0.0
+    if not any(r is not None and r.get("score") is not None for r in rewards.values()):
+        ctx.state["unscored"] = ctx.state.get("unscored", 0) + 1  # Trace.reward sums no score: 0, said so
+        if "unscored_note" not in ctx.state:
+            ctx.state["unscored_note"] = len(ctx.notes)
+            ctx.notes.append("")
+        ctx.notes[ctx.state["unscored_note"]] = (
+            f"{ctx.state['unscored']} trace(s) have no reward score (first: trace {tr.get('id')}, line {line}): "
+            "reward 0, as Trace.reward sums the scores it has")
     for name, r in rewards.items():
         if r is None or r.get("score") is None:
             continue

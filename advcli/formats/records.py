@@ -32,6 +32,9 @@ def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:
                                 + f": {getattr(e, 'msg', str(e))} at column {getattr(e, 'colno', '?')}",
                                 hint="the writer may have been stopped mid-write; remove or repair that line") \
                     from None
+            except RecursionError:  # json's decoder recurses once per level
+                raise ctx.error(i, "JSON nested too deeply to read (thousands of levels of lists or objects)",
+                                hint="no trainer writes such a record: the line is corrupt or not a dump") from None
             if not isinstance(obj, dict):
                 raise ctx.error(i, f"expected one JSON object per line, got {type(obj).__name__}")
             yield i, obj
@@ -45,7 +48,7 @@ def first_json_record(path: str) -> dict | None:
                 if raw.strip():
                     try:
                         obj = json.loads(raw)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         return None
                     return obj if isinstance(obj, dict) else None
     except OSError:

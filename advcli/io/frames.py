@@ -10,6 +10,7 @@ import shutil
 import tempfile
 
 from ..errors import AdvcliError
+from .temps import scratch_prefix
 
 
 def frame_kind(obj) -> str | None:
@@ -44,7 +45,7 @@ class FrameInputs:
 
     def _dir(self) -> str:
         if self.directory is None:
-            self.directory = tempfile.mkdtemp(prefix="advcli-frames-")
+            self.directory = tempfile.mkdtemp(prefix=scratch_prefix("frames"))
         return self.directory
 
     def path(self, obj) -> str:

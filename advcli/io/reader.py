@@ -90,6 +90,38 @@ def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.Parqu
                           hint="advcli reads Parquet dumps; convert JSONL with pandas or pyarrow first") from None
 
 
+def identity(path: str) -> tuple:
+    """What tells one version of an input from another: a local file's device, inode, size and
+    modification time (ns); an object's size and modification time (the store's FileInfo)."""
+    if remote.is_uri(path):
+        info = remote.file_info(path)
+        return ("object", info.size, info.mtime_ns)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise changed_error(path, f"it can no longer be read ({e.strerror})") from None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def changed_error(path: str, how: str) -> AdvcliError:
+    return AdvcliError(f"{path}: the input changed during the run: {how}; nothing was written",
+                       hint="advcli reads an input in several passes and needs one version of it throughout: "
+                            "let whatever writes the file finish (or copy it) and run again")
+
+
+def check_unchanged(path: str, expected: tuple | None) -> None:
+    """Refuses (exit 2) an input whose identity is no longer ``expected`` (recorded when the run
+    opened it): replaced by another file, overwritten or truncated in place, deleted."""
+    if expected is None:
+        return
+    now = identity(path)
+    if now != expected:
+        how = ("it was replaced by another file" if len(now) == 4 and now[:2] != expected[:2] else
+               f"its size went from {expected[-2]} to {now[-2]} bytes" if now[-2] != expected[-2] else
+               "it was modified")
+        raise changed_error(path, how)
+
+
 @dataclass
 class InputSet:
     """The input files with one common schema: their paths and footers. No file stays open between
@@ -99,18 +131,25 @@ class InputSet:
     paths: list[str]
     metadata: list[pq.FileMetaData]
     schema: pa.Schema
+    # each file's identity when its footer was read (:func:`identity`): every later pass checks the
+    # file is still that version when it opens it and once it has read it (an input replaced or
+    # rewritten between passes would mix two versions in one output)
+    identities: list[tuple | None] | None = None
 
     @staticmethod
     def open(specs: list[str]) -> InputSet:
         paths = expand_inputs(specs)
-        metadata, schemas = [], []
+        metadata, schemas, identities = [], [], []
         for p in paths:
+            before = identity(p) if os.path.exists(p) or remote.is_uri(p) else None
             f = open_parquet(p)
             try:
                 metadata.append(f.metadata)
                 schemas.append(f.schema_arrow)
             finally:
                 f.close(force=True)
+            check_unchanged(p, before)  # the footer read is of the version recorded
+            identities.append(before)
         schema = schemas[0]
         for p, other in zip(paths[1:], schemas[1:]):
             for field in schema:
@@ -121,7 +160,7 @@ class InputSet:
             if missing:
                 raise AdvcliError(f"{p}: lacks column(s) {missing} that {paths[0]} has; all inputs must share "
                                   "one schema")
-        return InputSet(paths, metadata, schema)
+        return InputSet(paths, metadata, schema, identities)
 
     @property
     def num_rows(self) -> int:
@@ -152,17 +191,26 @@ class InputSet:
         depth = PREFETCH if prefetch is None else prefetch
         return _prefetched(it, depth) if depth > 0 else it
 
+    def identity_of(self, fi: int) -> tuple | None:
+        return self.identities[fi] if self.identities else None
+
     def _iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         for fi, (path, md) in enumerate(zip(self.paths, self.metadata)):
             row = 0
+            expected = self.identity_of(fi)
             f = open_parquet(path, md)  # one file open at a time, its footer read once by open()
             try:
+                # opened, then checked: the file open is the version whose footer open() read
+                check_unchanged(path, expected)
                 for batch in f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=True):
                     if batch.num_rows == 0:
                         continue
                     yield fi, row, batch
                     row += batch.num_rows
+                # read to its end: not overwritten in place meanwhile (what this pass read is that version)
+                check_unchanged(path, expected)
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+                check_unchanged(path, expected)  # a file truncated or rewritten under the reader: say so
                 raise AdvcliError(f"{path}: cannot read rows after row {row} ({str(e).splitlines()[0]}); "
                                   "the file may be truncated or corrupt") from None
             finally:

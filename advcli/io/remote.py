@@ -154,6 +154,16 @@ def open_input(uri: str):
         raise AdvcliError(f"{uri}: cannot open it ({str(e).splitlines()[0]})") from None
 
 
+def file_info(uri: str):
+    """The store's FileInfo of one object (size, mtime); a missing object refused."""
+    import pyarrow.fs as pafs
+
+    info = _info(uri)[2]
+    if info.type == pafs.FileType.NotFound:
+        raise AdvcliError(f"{uri}: no such object (it was there when the run started)")
+    return info
+
+
 def size(uri: str) -> int:
     return int(_info(uri)[2].size or 0)
 
@@ -252,11 +262,36 @@ def check_output(target: str, inputs: list[str], force: bool) -> None:
     if any(str(p).rstrip("/") == target.rstrip("/") for p in inputs):
         raise AdvcliError(f"{target}: the output path is an input file; advcli never overwrites its input",
                           hint="choose another --output path")
-    parent = target.rstrip("/").rpartition("/")[0]
-    if "/" not in parent.split("://", 1)[1] and not exists(parent):
-        raise AdvcliError(f"{target}: the bucket {parent} does not exist", hint="create it first; advcli never "
+    scheme, rest = target.split("://", 1)
+    bucket = f"{scheme}://{rest.split('/', 1)[0]}"  # the bucket of a nested key too, not only of a top one
+    if not exists(bucket):
+        raise AdvcliError(f"{target}: the bucket {bucket} does not exist", hint="create it first; advcli never "
                                                                                 "creates buckets")
     if is_dir(target):
         raise AdvcliError(f"{target}: is a directory (a prefix with objects under it); give an object key")
     if exists(target) and not force:
         raise AdvcliError(f"{target}: already exists", hint="pass --force to replace it")
+    _probe_write(target)
+
+
+def _probe_write(target: str) -> None:
+    """Write and delete an empty key where :func:`upload` will put its temporary key (the bucket's top
+    level, else beside the target) before any work: a store that refuses writes (credentials without
+    write permission, a read-only bucket) is found now, not after the computation. The probe's name is
+    a temporary key's (a killed run's is cleaned like one)."""
+    errors = []
+    for key_uri in (top_temp_key(target), temp_key(target)):
+        fs, key = filesystem_of(key_uri)
+        try:
+            with fs.open_output_stream(key) as out:
+                out.write(b"")
+        except OSError as e:
+            errors.append(str(e).splitlines()[0])
+            continue
+        try:
+            fs.delete_file(key)
+        except OSError:
+            pass
+        return
+    raise AdvcliError(f"{target}: cannot write there ({errors[-1]}); nothing was computed",
+                      hint="check the credentials' write permission on the bucket (checked before any work)")

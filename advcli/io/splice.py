@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
 from . import writer as _writer
+from .reader import changed_error, check_unchanged
 from .thrift_compact import I32, I64, LIST, STRUCT, Struct, ThriftError, decode_struct, encode_struct
 
 MAGIC = b"PAR1"
@@ -161,11 +162,13 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
     file is the input's columns (bytes copied) followed by them (see the module docstring)."""
 
     def __init__(self, target: str, source: str, out_schema: pa.Schema, new_names: list[str],
-                 threaded: bool = True):
+                 threaded: bool = True, identity: tuple | None = None):
         self._setup(target, out_schema, threaded)
         self.source = source
+        self.identity = identity  # the source's version the run read (advcli.io.reader.identity)
         self.new_schema = pa.schema([out_schema.field(n) for n in new_names])
         self.meta, self.data_end = _read_footer(source)
+        check_unchanged(source, identity)
         sizes = [rg.get_value(3) for rg in _items(self.meta, 4)]
         self.bounds = [sum(sizes[:i + 1]) for i in range(len(sizes))]
         self._chunks: list[list[list[tuple[int, Struct]]]] = [[[] for _ in new_names] for _ in sizes]
@@ -215,7 +218,17 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
 
     def _copy_data_region(self) -> None:
         with open(self.source, "rb") as src:
+            self._same_version(src.fileno())
             _copy(src.fileno(), 0, self._fh.fileno(), 0, self.data_end)
+            self._same_version(src.fileno())  # not rewritten in place while its bytes were copied
+
+    def _same_version(self, fd: int) -> None:
+        """The open source is the version the run read (its bytes are copied into the output)."""
+        if self.identity is not None:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.identity:
+                check_unchanged(self.source, self.identity)  # names how, where the path shows it
+                raise changed_error(self.source, "it was modified")
         self._offset = self.data_end
         self._fh.seek(self._offset)
 

@@ -7,6 +7,7 @@ to the same target removes the temporary files of runs whose process is gone.
 from __future__ import annotations
 
 import os
+import re
 
 TMP_TAG = ".advcli-tmp-"
 
@@ -45,3 +46,51 @@ def check_local_destination(what: str, directory: str, *, create: bool = False) 
     except OSError as e:
         raise AdvcliError(f"{what}: {d} is not writable ({e.strerror})",
                           hint="choose another path or fix its permissions") from None
+
+
+# advcli's own files and directories in the system's temporary directory (TMPDIR) carry the PID of the
+# process that made them, so that one a killed process (SIGKILL, a lost node) left behind is recognised
+# and removed by a later run (:func:`sweep_stale`): converted trainer dumps, in-memory tables written for
+# a library call, the audit's and compare's scratch, the local copy of an output bound for object storage
+_STALE = re.compile(r"^(?:advcli-(?:import|frames|audit|compare|ray-part)-(\d+)-|\.advcli-upload-.*"
+                    + re.escape(TMP_TAG) + r"(\d+)$)")
+_swept: set[str] = set()
+
+
+def scratch_prefix(kind: str) -> str:
+    """``tempfile.mkdtemp(prefix=...)`` of this process's scratch directory ``kind`` (import, frames, ...)."""
+    return f"advcli-{kind}-{os.getpid()}-"
+
+
+def sweep_stale(directory: str | None = None) -> list[str]:
+    """Remove from ``directory`` (default TMPDIR) what advcli processes that are gone left there; once
+    a process. Returns the paths removed. Another user's files, or a live process's, are left alone."""
+    import shutil
+    import tempfile
+
+    directory = directory or tempfile.gettempdir()
+    if directory in _swept:
+        return []
+    _swept.add(directory)
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = _STALE.match(name)
+        if m is None:
+            continue
+        pid = int(m.group(1) or m.group(2))
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+            removed.append(path)
+        except OSError:  # another user's, or removed meanwhile
+            pass
+    return removed

@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import AdvcliError
+from ..errors import AdvcliError, is_disk_full
 from . import remote
 from .lists import offsets_numpy
 from .ordered import OrderedWorker
-from .temps import TMP_TAG, pid_alive
+from .temps import TMP_TAG, pid_alive, sweep_stale
 
 OUTPUT_MODES = ("full", "sidecar")  # the input plus the new columns; the new columns plus the row keys
 
@@ -43,6 +43,7 @@ def temp_path_for(target: str) -> str:
         import tempfile
 
         tag = hashlib.sha256(target.encode()).hexdigest()[:12]
+        sweep_stale()  # the local copies killed runs left in TMPDIR (named with their PID)
         return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{target.rsplit('/', 1)[-1]}"
                                                    f"{TMP_TAG}{os.getpid()}")
     d, name = os.path.split(os.path.abspath(target))
@@ -347,6 +348,8 @@ class AtomicParquetWriter:
         if self._error is not None:
             error = self._error
             self.abort()
+            if is_disk_full(error):  # the caller knows how much room the output needed (advcli.errors.disk_full)
+                raise error
             raise AdvcliError(f"{self.target}: writing failed: {error}")
 
     def _finish_thread(self) -> None:

@@ -20,15 +20,18 @@ import tempfile
 import numpy as np
 import torch
 
+from ..errors import disk_full, is_disk_full
+
 SPILL_MARGIN = 1 << 30  # free space left on the temporary directory's filesystem beside twice the need
 
 
 class TokenSpill:
     """Tensors appended to an anonymous temporary file and read back by reference."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, need_bytes: int | None = None):
         self.fh = tempfile.TemporaryFile(dir=directory)
         self.size = 0
+        self.directory, self.need_bytes = directory, need_bytes
 
     def put(self, tensors: list[torch.Tensor | None]) -> list[tuple | None]:
         """Append ``tensors`` (any device; None kept as None); returns one reference each."""
@@ -38,7 +41,13 @@ class TokenSpill:
                 refs.append(None)
                 continue
             arr = np.ascontiguousarray(t.detach().cpu().numpy())
-            self.fh.write(memoryview(arr).cast("B"))
+            try:
+                self.fh.write(memoryview(arr).cast("B"))
+            except OSError as e:  # the temporary directory filled up after open_spill looked (another process)
+                if is_disk_full(e):
+                    raise disk_full(self.directory, "the statistics pass's temporary file (TMPDIR)",
+                                    self.need_bytes) from None
+                raise
             refs.append((self.size, arr.dtype.str, arr.size, t.device))
             self.size += arr.nbytes
         return refs
@@ -77,6 +86,6 @@ def open_spill(need_bytes: int) -> TokenSpill | None:
     try:
         if shutil.disk_usage(directory).free < 2 * need_bytes + SPILL_MARGIN:
             return None
-        return TokenSpill(directory)
+        return TokenSpill(directory, need_bytes)
     except OSError:
         return None

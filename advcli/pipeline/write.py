@@ -3,9 +3,14 @@ computing, statistics and writing overlapped on their own threads.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import pyarrow as pa
 import torch
 
+from ..errors import AdvcliError, disk_full, is_disk_full
+from ..io import remote
 from ..io.memory import trim as trim_heap
 from ..io.ordered import OrderedWorker
 from ..io.splice import SplicedParquetWriter, spliceable
@@ -19,6 +24,55 @@ from .rows import Prepared, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
+
+
+def few_row_groups(md) -> bool:
+    """Whether an input's row groups are few enough to splice: the splice reads and rewrites the footer
+    in Python, some milliseconds per row group, and keeps the input's layout in the output. An input of
+    many small row groups (more than 64, under 1 MiB each on average: 10,000 of one row) is written the
+    ordinary way, in the writer's own row groups, where re-encoding costs little: time and memory then
+    stay bounded whatever the input's layout (benchmarks/row_groups.py)."""
+    n = md.num_row_groups
+    return n <= 64 or sum(md.row_group(g).total_byte_size for g in range(n)) >= n * (1 << 20)
+
+
+def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, outs: dict) -> None:
+    """A chunk's advantage or return that overflow made non-finite is refused (exit 2, nothing
+    written), naming the row: rewards or values so large (beyond √max of the compute dtype, /1000)
+    that the statistics' sums and squares leave its range, or (``--precision float64``) a finite
+    value beyond float32, the output's type, which would be written as ±inf. A NaN written with
+    exit 0 would look like the framework's own. NaN the frameworks' semantics give on ordinary
+    numbers (0/0 of an empty mask, the std of a group of one) are not overflow: written as theirs."""
+    import numpy as np
+
+    f32max = float(np.finfo(np.float32).max)
+    wide = plan.dtype == torch.float64
+    for name, v in outs.items():
+        if v is None or not v.is_floating_point():
+            continue
+        finite = torch.isfinite(v)
+        over = (v.abs() > f32max) & finite if wide else None
+        if bool(finite.all()) and (over is None or not bool(over.any())):
+            continue
+        if over is not None and bool(over.any()):
+            first, why, hint = int(torch.nonzero(over)[0, 0]), "is beyond float32, the output's type", \
+                "scale the rewards down"
+        else:
+            limit = float(np.sqrt(np.finfo(np.float64 if wide else np.float32).max)) / 1e3
+            big = [(what, float(t.abs().max())) for what, t in
+                   (("reward", row.get("score_sum")), ("token reward", outs.get("token_level_rewards")))
+                   if t is not None and t.numel() and float(t.abs().max()) > limit]
+            if not big:
+                continue  # not overflow: the framework's own NaN
+            dtype = "float64" if wide else "float32"
+            first = int(torch.nonzero(~finite)[0, 0])
+            why = (f"the {dtype} statistics overflow ({big[0][0]}s up to {big[0][1]:.3g}; {dtype} holds up to "
+                   f"{float(np.finfo(dtype).max):.3g})")
+            hint = ("run with --precision float64 (the statistics then hold), or scale the rewards down"
+                    if not wide else "scale the rewards down")
+        r = int(np.searchsorted(np.asarray(offsets), first, side="right")) - 1
+        raise AdvcliError(f"{file}: row {row_base + r}: {name} {float(v[first]):.6g} at position "
+                          f"{first - int(offsets[r])}: {why}; nothing was written", hint=hint)
 
 
 def finish_row_kl(plan: Plan, res: Prepared, row: dict, kl_sum: torch.Tensor, kl_mean: torch.Tensor,
@@ -74,7 +128,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         base_fields, out_schema = output_schema(plan, inputs, flavor, native, mode)
         # full output: the input's column chunks are copied, not decoded and encoded again, where
         # every input allows it (advcli.io.splice); the pass then reads only what the math reads
-        splice = mode == "full" and SPLICE and all(spliceable(p, plan.output_columns) for p in inputs.paths)
+        splice = mode == "full" and SPLICE and all(few_row_groups(md) for md in inputs.metadata) and \
+            all(spliceable(p, plan.output_columns) for p in inputs.paths)
         if splice:
             cols = tok_cols
             new_schema = pa.schema([out_schema.field(n) for n in plan.output_columns])
@@ -90,7 +145,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
 
     def open_writer(i: int):
         if splice:
-            return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns)
+            return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns,
+                                        identity=inputs.identity_of(i))
         return AtomicParquetWriter(outs[i], out_schema)
 
     writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
@@ -140,6 +196,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                 adv, ret, tlr, mask, weights, after_rs, *kl = to_host([adv, ret, tlr, mask, weights, after_rs,
                                                                        *(row_kl if kl_parts is not None else ())])
                 row_kl = tuple(kl) or row_kl
+            refuse_overflow(plan, inputs.paths[fi], rb, offsets, row,
+                            {"advantages": adv, "returns": ret, "token_level_rewards": tlr})
             if kl_parts is not None:
                 kl_parts[0].append(row_kl[0].cpu())
                 kl_parts[1].append(row_kl[1].cpu())
@@ -179,4 +237,9 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         for w in writers:
             if w is not None:
                 w.abort()
+        exc = sys.exc_info()[1]
+        if writing and is_disk_full(exc) and not remote.is_uri(outs[last_fi or 0]):
+            need = (sum(os.path.getsize(p) for p in inputs.paths if os.path.exists(p)) if mode == "full" else None)
+            raise disk_full(os.path.dirname(os.path.abspath(outs[last_fi or 0])), "the output",
+                            need) from None
         raise

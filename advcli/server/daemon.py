@@ -199,10 +199,12 @@ class Server:
         # the server's: blocked across the fork, unblocked by the child once its handlers are a fresh
         # process's (a pending one is delivered then)
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: never returns into the loop
             code = 1
             try:
+                _stop_with(server_pid)
                 code = run_child(request, fds, own, unblock=blocked)
             finally:
                 os._exit(code)
@@ -251,6 +253,22 @@ class Server:
             self._reply(conn, msg)
             conn.close()
         self.last_active = time.monotonic()
+
+
+def _stop_with(server_pid: int) -> None:
+    """A command whose server dies (``kill -9``) gets SIGTERM, as if its caller had hung up: its caller
+    has already been told it failed (the connection closed), so it must stop and write nothing rather
+    than put an output in place later. Linux's parent-death signal (the server is single-threaded, so
+    its main thread's end is its end); the server gone before this ran: the same, at once."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != server_pid:  # already reparented: the server died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _stream(fd: int, mode: str, encoding: str, errors: str, line_buffering: bool):

@@ -59,6 +59,7 @@ RUN_EPILOG = """
   advcli run dump.parquet -o out.parquet --column reward=score --config my_run.yaml --chunk-rows 2048
   advcli run dump.parquet -o out.parquet --log wandb --log-project my-run --log-step-offset 100
   advcli run dump.parquet -o out.parquet --log tensorboard:runs --log-name rloo --set algorithm.adv_estimator=rloo
+  advcli run logs/exp_001 --follow -o advantages/   (one step_N.parquet per step as the trainer writes it)
 
 Keys are the framework's own (see `advcli explain --flavor NAME --keys`); a key not given takes the
 framework's default. VALUE is YAML: true, 0.95, null, \\[acc,fmt].
@@ -113,12 +114,23 @@ def run(
     log_project: str | None = opt.LOG_PROJECT,
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
+    follow: bool = opt.FOLLOW,
+    settle: float = opt.SETTLE,
+    until_idle: float | None = opt.UNTIL_IDLE,
+    state: str | None = opt.STATE,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .engines import check_engine
 
     check_engine(engine)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
+    if follow:  # OUTPUT is a directory: one step_N.parquet per step, each put in place whole as it lands
+        from .commands.follow import Options
+
+        opts = Options("run", flavor=flavor, estimator=estimator, set_=set_, config=config, column=column,
+                       source=from_, chunk_rows=chunk_rows, device=device, out_dir=output, output_mode=output_mode,
+                       write_columns=write_columns)
+        opt.run_follow(list(inputs), opts, settle, until_idle, False, state, None, trackers, json_out, quiet)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)

@@ -428,7 +428,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         raise AdvcliError("--settle and --until-idle take a number of seconds > 0")
     poll = poll if poll is not None else min(1.0, max(0.05, settle / 4))
     echo = echo or (lambda s, err=False: typer.echo(s, err=err))
-    root = os.path.abspath(root)
+    shown, root = root, os.path.abspath(root)
     if opts.command == "run":
         os.makedirs(opts.out_dir, exist_ok=True)
         state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")
@@ -490,7 +490,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         if opts.command == "audit":
             tail = f", {st.disagreed} disagreed" + (f" (steps {', '.join(map(str, st.disagreed_steps))})"
                                                     if st.disagreed else "")
-        echo(f"followed {root}: {st.steps} step(s), last step {st.last_step}{tail}; stopped: {ended}"
+        echo(f"followed {shown}: {st.steps} step(s), last step {st.last_step}{tail}; stopped: {ended}"
              + (f"; state in {state_path}" if state_path else ""), err=True)
     return 1 if st.disagreed else 0
 

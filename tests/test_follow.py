@@ -273,20 +273,43 @@ def _follow_and_batch(tmp_path, capsys, t, settings):
     return json.loads((out_dir / "follow-state.json").read_text())
 
 
-@pytest.mark.parametrize("estimator,kl_penalty", [("gae", "low_var_kl"), ("rloo", "k2")])
-def test_adaptive_kl_coefficient_carried(tmp_path, capsys, estimator, kl_penalty):
-    """verl's adaptive controller (β moves after each step): each followed step starts from the β the
-    previous one left, so the token rewards and advantages are the whole run's bit for bit."""
-    t = make_table(600, 6, 2, 16, 11, shuffle=True, steps=3)
-    coef = 0.05
-    settings = []
-    for s in ["--flavor", "verl", f"algorithm.adv_estimator={estimator}", "algorithm.use_kl_in_reward=true",
-              f"algorithm.kl_penalty={kl_penalty}", "algorithm.kl_ctrl.type=adaptive",
-              f"algorithm.kl_ctrl.kl_coef={coef}", "algorithm.kl_ctrl.target_kl=0.01",
-              "algorithm.kl_ctrl.horizon=500"]:
-        settings += [s] if s.startswith("-") or s == "verl" else ["--set", s]
-    st = _follow_and_batch(tmp_path, capsys, t, settings)
-    assert st["kl_coef"] != coef  # the controller moved: the carry was exercised
+def _sets(flavor: str, pairs: list[str]) -> list[str]:
+    out = ["--flavor", flavor]
+    for p in pairs:
+        out += ["--set", p]
+    return out
+
+
+SK = "trainer.algorithm."
+ADAPTIVE = {  # every flavor whose KL controller moves from step to step (OpenRLHF refuses its adaptive one)
+    "verl-gae": _sets("verl", ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
+                               "algorithm.kl_penalty=low_var_kl", "algorithm.kl_ctrl.type=adaptive",
+                               "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.target_kl=0.01",
+                               "algorithm.kl_ctrl.horizon=500"]),
+    "verl-rloo": _sets("verl", ["algorithm.adv_estimator=rloo", "algorithm.use_kl_in_reward=true",
+                                "algorithm.kl_penalty=k2", "algorithm.kl_ctrl.type=adaptive",
+                                "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.target_kl=0.01",
+                                "algorithm.kl_ctrl.horizon=500"]),
+    "skyrl": _sets("skyrl", [f"{SK}advantage_estimator=gae", f"{SK}use_kl_in_reward=true", f"{SK}use_kl_loss=false",
+                             f"{SK}kl_ctrl.type=adaptive", f"{SK}kl_loss_coef=0.05", f"{SK}kl_ctrl.kl_target=0.01",
+                             f"{SK}kl_ctrl.horizon=500"]),
+    # ROLL: one controller updated after each (step, domain) batch
+    "roll": _sets("roll", ["adv_estimator=gae", "whiten_advantages=true", "add_token_level_kl=true",
+                           "init_kl_coef=0.05", "target_kl=0.001", "kl_horizon=500",
+                           "actor_infer.generating_args.num_return_sequences=6"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ADAPTIVE))
+def test_adaptive_kl_coefficient_carried(tmp_path, capsys, name):
+    """The adaptive controller (β moves after each step, or each of ROLL's domains): each followed step starts
+    from the β the previous one left, so the token rewards and advantages are the whole run's bit for bit."""
+    t = make_table(600, 6, 2, 16, 11, shuffle=name != "roll", steps=3)
+    if name == "roll":  # a domain per prompt block, drawn at random
+        dom = np.random.default_rng(5).choice(["math", "code"], t.num_rows // 6)
+        t = t.append_column("domain", pa.array(np.repeat(dom, 6).tolist()))
+    st = _follow_and_batch(tmp_path, capsys, t, ADAPTIVE[name])
+    assert st["kl_coef"] != 0.05  # the controller moved: the carry was exercised
 
 
 def test_prime_rl_ema_baseline_carried(tmp_path, capsys):
@@ -320,3 +343,54 @@ def test_tensorboard_holds_each_step_at_the_training_step(tmp_path, capsys):
     assert got["agree"] == {103: 1, 104: 0}
     assert got["max_abs_diff"][104] == pytest.approx(0.5, abs=1e-6)
     assert got["rows"] == {103: len(SAMPLES), 104: len(SAMPLES)}
+
+
+class _FakeRun:
+    def __init__(self, **kw):
+        self.kw, self.logged, self.summary, self.finished = kw, [], {}, False
+        self.dir, self.url = "/nowhere/files", None
+
+    def log(self, values, step=None, commit=True):
+        self.logged.append((step, dict(values)))
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """A stand-in for the wandb package (not installed here): what the follower hands it, step by step."""
+    import importlib.machinery
+    import sys
+    import types
+
+    mod = types.ModuleType("wandb")
+    mod.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    mod.runs = []
+    mod.Settings = lambda **kw: kw
+
+    def init(**kw):
+        mod.runs.append(_FakeRun(**kw))
+        return mod.runs[-1]
+
+    mod.init = init
+    monkeypatch.setitem(sys.modules, "wandb", mod)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    return mod
+
+
+def test_wandb_gets_each_step_at_the_training_step(tmp_path, capsys, fake_wandb):
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (3, 4):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s, planted=s == 4))
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--no-search", "--log",
+                             "wandb", "--log-step-offset", "100"], capsys)
+    assert code == 1, err
+    (w,) = fake_wandb.runs  # one run for the whole follow
+    assert [s for s, _ in w.logged] == [103, 104]
+    first, second = w.logged[0][1], w.logged[1][1]
+    assert (first["agree"], second["agree"]) == (1, 0) and first["rows"] == len(SAMPLES)
+    assert second["max_abs_diff"] == pytest.approx(0.5, abs=1e-6) and second["rows_disagreeing"] == 1
+    assert w.summary == {"steps": 2, "disagreed": 1, "last_step": 4} and w.finished
+    assert "wandb: offline run in /nowhere" in err

@@ -368,6 +368,9 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                                     and group.size else None)
             matches = [c for c in rep["search"] if c.get("tokens_disagreeing") == 0]
             rep["matches"] = [c["label"] for c in matches]
+            if rep.get("first_stage") and (rep["release_matches"] or rep["matches"]):
+                # what reproduces the whole: a release of the flavor, else a configuration found by the search
+                rep["first_stage"]["reproduced_by"] = (rep["release_matches"] or rep["matches"])[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rep["seconds"] = round(time.perf_counter() - t0, 3)

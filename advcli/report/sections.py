@@ -67,6 +67,8 @@ def first_stage_line(f: dict) -> str:
         line += f"; {f['note']}"
     if f.get("reproduce"):
         line += f"; reproduced by {f['reproduce']}"
+    if f.get("reproduced_by"):
+        line += f"; the logged values match {f['reproduced_by']}"
     return line
 
 

@@ -394,3 +394,23 @@ def test_wandb_gets_each_step_at_the_training_step(tmp_path, capsys, fake_wandb)
     assert second["max_abs_diff"] == pytest.approx(0.5, abs=1e-6) and second["rows_disagreeing"] == 1
     assert w.summary == {"steps": 2, "disagreed": 1, "last_step": 4} and w.finished
     assert "wandb: offline run in /nowhere" in err
+
+
+def test_followed_step_names_the_first_stage_that_differs(tmp_path, capsys):
+    """A verl GAE run with KL in the reward, dumped as Parquet a step a file with its token rewards, returns and
+    advantages; step 2 was written with another KL coefficient: its line names the KL penalty."""
+    t = make_table(120, 6, 2, 8, 1, steps=2)
+    base = _sets("verl", ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=k1"])
+    src, run = tmp_path / "src", tmp_path / "run"
+    run.mkdir()
+    for s in _split_steps(t, src):
+        coef = 0.02 if s == 1 else 0.05
+        code, _, err = run_main(["run", str(src / f"step_{s}.parquet"), "-o", str(run / f"step_{s}.parquet"), "-q",
+                                 *base, "--set", f"algorithm.kl_ctrl.kl_coef={coef}"], capsys)
+        assert code == 0, err
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--no-search", *base,
+                             "--set", "algorithm.kl_ctrl.kl_coef=0.05"], capsys)
+    assert code == 1, err
+    got = lines(out)
+    assert "agree" in got[0] and "first stage" not in got[0]
+    assert "DISAGREE" in got[1] and got[1].endswith("first stage that differs: KL penalty")

@@ -127,10 +127,14 @@ def run(
     if follow:  # OUTPUT is a directory: one step_N.parquet per step, each put in place whole as it lands
         from .commands.follow import Options
 
+        if output.endswith(".parquet") or os.path.isfile(output):
+            raise AdvcliError(f"--output {output}: --follow writes one step_N.parquet per step into a directory",
+                              hint="give a directory: -o advantages/")
+
         opts = Options("run", flavor=flavor, estimator=estimator, set_=set_, config=config, column=column,
                        source=from_, chunk_rows=chunk_rows, device=device, out_dir=output, output_mode=output_mode,
                        write_columns=write_columns)
-        opt.run_follow(list(inputs), opts, settle, until_idle, False, state, None, trackers, json_out, quiet)
+        opt.run_follow(list(inputs), opts, settle, until_idle, False, state, report, trackers, json_out, quiet)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary
     file_keys: list = []  # what the --config file gave (advcli.flavors.ConfigFileKeys)

@@ -137,6 +137,10 @@ def test_restart_resumes_after_the_last_step_and_reports_a_changed_file(tmp_path
     assert f"step 1: {run / 'train_data_step1.jsonl'} changed after it was taken" in err
     st = json.loads(state.read_text())
     assert (st["last_step"], st["steps"]) == (4, 4) and st["changed"] == [str(run / "train_data_step1.jsonl")]
+    # a restart with other options would mix two configurations in one follow: refused, nothing taken
+    code, out, err = follow(argv + ["--from", "nemo-jsonl"], capsys)
+    assert code == 2 and "started with other options" in err and not lines(out)
+    assert json.loads(state.read_text()) == st
 
 
 def test_fail_fast_stops_at_the_first_disagreeing_step(tmp_path, capsys):

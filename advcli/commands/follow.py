@@ -91,8 +91,8 @@ class Watcher:
         try:
             found = discover(self.root, get(self.source) if self.source not in (None, "", "auto") else None)
         except AdvcliError as e:  # nothing written yet, a first line still being written: look again
-            if self.source is None and self._parquet_files():
-                self.fmt = "parquet"
+            if self.source is None and self._parquet_files() and not self._trainer_named():
+                self.fmt = "parquet"  # advcli's own Parquet, one file per step
                 return True
             self.last_error = e
             return False
@@ -106,6 +106,13 @@ class Watcher:
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
             for name in sorted(files):
                 yield os.path.join(base, name)
+
+    def _trainer_named(self) -> bool:
+        """Whether a file is named as a trainer's dump (TRL's completions while its first file is written)."""
+        from ..formats.registry import FORMATS, load
+
+        load()
+        return any(f.matches(p) for p in self._walk() for f in FORMATS.values())
 
     def _parquet_files(self) -> list[str]:
         return [p for p in self._walk() if p.endswith(".parquet") and not os.path.basename(p).startswith(".")]
@@ -212,6 +219,7 @@ class FollowState:
     native: dict | None = None
     columns: dict | None = None
     notes: dict = field(default_factory=dict)  # auto_note, flavor_note
+    options: dict = field(default_factory=dict)  # the options the configuration was resolved from
     kl_coef: float | None = None
     ema: dict = field(default_factory=dict)  # agent -> baseline
     taken: list = field(default_factory=list)  # [[step, {rel: [size, mtime_ns, sha]}]] of the last WATCHED steps
@@ -269,6 +277,18 @@ class Options:
     out_dir: str | None = None
     output_mode: str = "full"
     write_columns: str | None = None
+    report: str | None = None  # each step's report: REPORT with .step_N before its suffix
+
+    def resolution(self) -> dict:
+        """What the configuration is resolved from (a restarted follower must be given the same)."""
+        return {"flavor": self.flavor, "estimator": self.estimator, "set": list(self.set_ or []),
+                "config": self.config, "column": list(self.column or []), "from": self.source}
+
+    def step_report(self, step: int) -> str | None:
+        if not self.report:
+            return None
+        stem, ext = os.path.splitext(self.report)
+        return f"{stem}.step_{step}{ext}"
 
 
 def _renamed(obj, tmp: str, root: str):
@@ -290,6 +310,7 @@ class StepRunner:
     def _resolve(self, specs: list[str]) -> None:
         """The configuration, once (the first step; a resumed follow keeps the one in its state)."""
         st, o = self.state, self.opts
+        st.options = st.options or o.resolution()
         if st.cfg is not None or o.command == "stats":
             return
         from .resolve import resolve_cli_config
@@ -433,6 +454,11 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         os.makedirs(opts.out_dir, exist_ok=True)
         state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")
     st = FollowState.load(state_path, opts.command, root)
+    if st.options and st.options != opts.resolution():
+        raise AdvcliError(f"{state_path}: this follow was started with other options ({json.dumps(st.options)}); "
+                          "its steps so far were computed with those",
+                          hint="restart it with the same --flavor/--set/--config/--column/--estimator/--from, or "
+                               "give a new --state to follow the run again from its first step")
     watcher = Watcher(root, opts.source, settle)
     runner = StepRunner(opts, st)
     logger = None
@@ -504,6 +530,9 @@ def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     line, agree, values = step_line(opts.command, u.step, rep)
+    path = opts.step_report(u.step)
+    if path:
+        write_step_report(opts.command, path, rep)
     if logger is not None:
         logger.log(u.step, values)
     st.last_step, st.steps = u.step, st.steps + 1
@@ -512,6 +541,8 @@ def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options
         if len(st.disagreed_steps) < 100:
             st.disagreed_steps.append(u.step)
     st.taken = (st.taken + [[u.step, taken]])[-WATCHED:]
+    watched = {os.path.join(root, rel) for _, files in st.taken for rel in files}
+    st.changed = [p for p in st.changed if p in watched]  # bounded: files of the watched steps only
     if json_out:
         echo(json.dumps({"step": u.step, "line": line, "notes": notes, "report": rep}, default=str))
     elif not quiet:
@@ -541,3 +572,16 @@ def _check_changed(st: FollowState, root: str, echo, quiet: bool) -> None:
             if not quiet:
                 echo(f"step {step}: {p} changed after it was taken (now {s.st_size} bytes, {size} taken); "
                      "its numbers above are of the bytes taken then, not read again", err=True)
+
+
+def write_step_report(command: str, path: str, rep: dict) -> None:
+    """A step's report (``--report``), as the command writes its own: JSON, Markdown or HTML."""
+    if command == "audit":
+        from ..report.sections import audit_sections
+        from ._sections import stamp, write
+
+        write(path, stamp(rep, "audit"), audit_sections)
+    else:
+        from ..report.output import write_report
+
+        write_report(path, rep)

@@ -108,8 +108,9 @@ def run_follow(inputs: list[str], opts, settle: float, until_idle: float | None,
 
     if len(inputs) != 1:
         raise AdvcliError("--follow watches one dump directory", hint="give the directory the trainer writes into")
-    if state is None and report:
+    if state is None and report and opts.command != "run":  # run: beside its outputs
         state = report + ".follow-state.json"
+    opts.report = report
     code = follow(inputs[0], opts, settle=settle, until_idle=until_idle, fail_fast=fail_fast, state_path=state,
                   trackers=trackers, json_out=json_out, quiet=quiet)
     raise typer.Exit(code)

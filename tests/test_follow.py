@@ -418,3 +418,35 @@ def test_followed_step_names_the_first_stage_that_differs(tmp_path, capsys):
     got = lines(out)
     assert "agree" in got[0] and "first stage" not in got[0]
     assert "DISAGREE" in got[1] and got[1].endswith("first stage that differs: KL penalty")
+
+
+def test_a_chunk_lister_plugs_in_and_its_live_chunk_waits_for_its_seal(tmp_path, capsys, monkeypatch):
+    """The hook prime-rl's trace-stream chunks plug into: a lister registered for a format gives the units
+    and says which are sealed; an unsealed (live) chunk is not taken, however quiet, and no later one either."""
+    from advcli.commands import follow as follow_mod
+
+    run = tmp_path / "run"
+    t = make_table(60, 6, 2, 8, 1, steps=3)
+    _split_steps(t, run)
+
+    def lister(root):
+        return [follow_mod.Unit(s, [os.path.join(root, f"step_{s}.parquet")], sealed=s != 1) for s in (0, 1, 2)]
+
+    monkeypatch.setitem(follow_mod.CHUNK_LISTERS, "parquet", lister)
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0"]
+
+
+def test_memory_does_not_keep_the_taken_steps(tmp_path, capsys):
+    """Each taken step's converted Parquet is released once it is done: the follower holds no step's rows."""
+    from advcli.formats.input_edge import IMPORTED
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (1, 2, 3):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s))
+    before = set(IMPORTED)
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
+    assert code == 0 and len(lines(out)) == 3, err
+    assert set(IMPORTED) == before

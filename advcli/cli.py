@@ -130,10 +130,18 @@ def run(
         if output.endswith(".parquet") or os.path.isfile(output):
             raise AdvcliError(f"--output {output}: --follow writes one step_N.parquet per step into a directory",
                               hint="give a directory: -o advantages/")
+        unsupported = [name for name, given in (("--engine ray", engine != "local"), ("--drop-uniform", drop_uniform),
+                                                ("--solve-rate", solve_rate), ("--min-group-size", min_group_size))
+                       if given]
+        if unsupported:
+            raise AdvcliError(f"--follow takes one step at a time on this machine: {', '.join(unsupported)} "
+                              "does not apply", hint="run the finished dump without --follow for those")
+        if precision not in (None, "float32", "float64"):
+            raise AdvcliError(f"--precision {precision!r}: expected float32 or float64.")
 
         opts = Options("run", flavor=flavor, estimator=estimator, set_=set_, config=config, column=column,
                        source=from_, chunk_rows=chunk_rows, device=device, out_dir=output, output_mode=output_mode,
-                       write_columns=write_columns)
+                       write_columns=write_columns, precision=precision, padded=padded)
         opt.run_follow(list(inputs), opts, settle, until_idle, False, state, report, trackers, json_out, quiet)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     from_dump: list[str] = []  # what the dump told the flavor (advcli.resolution), for the summary

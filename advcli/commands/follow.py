@@ -278,11 +278,14 @@ class Options:
     output_mode: str = "full"
     write_columns: str | None = None
     report: str | None = None  # each step's report: REPORT with .step_N before its suffix
+    precision: str | None = None
+    padded: bool | None = None
 
     def resolution(self) -> dict:
         """What the configuration is resolved from (a restarted follower must be given the same)."""
         return {"flavor": self.flavor, "estimator": self.estimator, "set": list(self.set_ or []),
-                "config": self.config, "column": list(self.column or []), "from": self.source}
+                "config": self.config, "column": list(self.column or []), "from": self.source,
+                "precision": self.precision, "padded": self.padded}
 
     def step_report(self, step: int) -> str | None:
         if not self.report:
@@ -326,13 +329,17 @@ class StepRunner:
             raise AdvcliError("--follow: this configuration computes its statistics over the whole dump as one "
                               "step (grouping.scope: all); a followed run takes one step at a time",
                               hint="run it once the dump is finished, without --follow")
+        if o.precision is not None:
+            cfg["precision"] = o.precision
+        if o.padded is not None:
+            cfg["padded"] = o.padded
         st.flavor, st.cfg, st.native, st.columns = flavor, cfg, dict(native or {}), dict(columns or {})
         st.notes = {"auto_note": auto_note, "flavor_note": flavor_note}
         st.kl_coef = float(cfg["kl"]["coef"])
 
     def run(self, unit: Unit, tmp: str, root: str) -> dict:
-        """The step's result: {"report": the command's report dict, "line": its one-line summary,
-        "agree": bool, "values": the numbers sent to the trackers}."""
+        """The command's report of the step (its copy in ``tmp`` named as the trainer's ``root``), the
+        carried state updated from it."""
         from ..estimators.cohort import EMA_CARRY
         from ..formats import name_dumps, open_inputs
         from ..formats.input_edge import release_inputs

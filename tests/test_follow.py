@@ -450,3 +450,26 @@ def test_memory_does_not_keep_the_taken_steps(tmp_path, capsys):
     code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
     assert code == 0 and len(lines(out)) == 3, err
     assert set(IMPORTED) == before
+
+
+def test_a_task_file_arriving_after_its_step_was_taken_is_reported(tmp_path, capsys):
+    """AReaL writes a version's task files as its rollouts finish: one that lands after the next version
+    appeared (and its step was taken) is named, not silently read or dropped."""
+    run = tmp_path / "run"
+    _areal(run, 1)
+    _areal(run, 2)
+    state = tmp_path / "s.json"
+    late = run / "rollout" / "1" / "9.jsonl"
+
+    def writer():
+        deadline = time.time() + 15
+        while time.time() < deadline and not state.exists():
+            time.sleep(0.05)
+        late.write_text((run / "rollout" / "1" / "0.jsonl").read_text())
+
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "1.0", "--state", str(state)],
+                            capsys, writer)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
+    assert f"step 1: {late} appeared after the step was taken; not read" in err
+    assert str(late) in json.loads(state.read_text())["changed"]

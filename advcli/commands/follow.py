@@ -48,6 +48,7 @@ from ..errors import AdvcliError
 
 STATE_VERSION = 1
 WATCHED = 8  # the last steps whose files are checked for changes after they were taken
+CHANGED_KEPT = 10000  # the files reported as changed or late, remembered so as to report each once
 TEXT_SUFFIXES = (".jsonl", ".json")
 
 
@@ -486,8 +487,12 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     try:
         while True:
             now = time.time()
+            reported = len(st.changed)
             _check_changed(st, root, echo, quiet)
             units = watcher.units()
+            _check_late(st, units, root, echo, quiet)
+            if len(st.changed) != reported:
+                st.save(state_path)  # a restart does not report them again
             todo = [u for u in units if st.last_step is None or u.step > st.last_step]
             took = False
             for i, u in enumerate(todo):
@@ -548,8 +553,7 @@ def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options
         if len(st.disagreed_steps) < 100:
             st.disagreed_steps.append(u.step)
     st.taken = (st.taken + [[u.step, taken]])[-WATCHED:]
-    watched = {os.path.join(root, rel) for _, files in st.taken for rel in files}
-    st.changed = [p for p in st.changed if p in watched]  # bounded: files of the watched steps only
+    st.changed = st.changed[-CHANGED_KEPT:]  # bounded however long the run
     if json_out:
         echo(json.dumps({"step": u.step, "line": line, "notes": notes, "report": rep}, default=str))
     elif not quiet:
@@ -592,3 +596,18 @@ def write_step_report(command: str, path: str, rep: dict) -> None:
         from ..report.output import write_report
 
         write_report(path, rep)
+
+
+def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool) -> None:
+    """Report once each file that appeared in a step (of the last WATCHED) after that step was taken (AReaL
+    writes a version's task files as its rollouts finish): not read, its rows are not in that step's numbers."""
+    taken = {step: files for step, files in st.taken}
+    for u in units:
+        if u.step not in taken:
+            continue
+        for p in u.files:
+            if os.path.relpath(p, root) not in taken[u.step] and p not in st.changed:
+                st.changed.append(p)
+                if not quiet:
+                    echo(f"step {u.step}: {p} appeared after the step was taken; not read (its rows are not in "
+                         "the step's numbers above)", err=True)

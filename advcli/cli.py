@@ -57,6 +57,7 @@ RUN_EPILOG = """
   advcli run dump.parquet -o out.parquet --column reward=score --config my_run.yaml --chunk-rows 2048
   advcli run dump.parquet -o out.parquet --log wandb --log-project my-run --log-step-offset 100
   advcli run dump.parquet -o out.parquet --log tensorboard:runs --log-name rloo --set algorithm.adv_estimator=rloo
+  advcli run logs/exp_001 --follow -o advantages/   (one step_N.parquet per step as the trainer writes it)
 
 Keys are the framework's own (see `advcli explain --flavor NAME --keys`); a key not given takes the
 framework's default. VALUE is YAML: true, 0.95, null, \\[acc,fmt].
@@ -112,6 +113,10 @@ def run(
     log_project: str | None = opt.LOG_PROJECT,
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
+    follow: bool = opt.FOLLOW,
+    settle: float = opt.SETTLE,
+    until_idle: float | None = opt.UNTIL_IDLE,
+    state: str | None = opt.STATE,
 ):
     """Compute advantages and returns for a rollout dump and write it back with the new columns."""
     from .config import parse_column_maps, parse_set
@@ -123,6 +128,22 @@ def run(
     check_precision(precision)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
     settings, columns = parse_set(set_), parse_column_maps(column)
+    if follow:  # OUTPUT is a directory: one step_N.parquet per step, each put in place whole as it lands
+        from .commands.follow import Options
+
+        if output.endswith(".parquet") or os.path.isfile(output):
+            raise AdvcliError(f"--output {output}: --follow writes one step_N.parquet per step into a directory",
+                              hint="give a directory: -o advantages/")
+        unsupported = [name for name, given in (("--engine ray", engine != "local"), ("--drop-uniform", drop_uniform),
+                                                ("--solve-rate", solve_rate), ("--min-group-size", min_group_size))
+                       if given]
+        if unsupported:
+            raise AdvcliError(f"--follow takes one step at a time on this machine: {', '.join(unsupported)} "
+                              "does not apply", hint="run the finished dump without --follow for those")
+        opts = Options("run", flavor=flavor, estimator=estimator, set_=set_, config=config, column=column,
+                       source=from_, chunk_rows=chunk_rows, device=device, out_dir=output, output_mode=output_mode,
+                       write_columns=write_columns, precision=precision, padded=padded)
+        opt.run_follow(list(inputs), opts, settle, until_idle, False, state, report, trackers, json_out, quiet)
     if report:  # likewise, before a dump is converted
         from .report import check_report_path
 

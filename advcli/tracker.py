@@ -304,3 +304,96 @@ def _to_tensorboard(report: dict, t: LogTarget) -> str:
         text("warnings", "\n".join(f"- {w}" for w in report["warnings"]))
     writer.close()
     return f"tensorboard: event files in {logdir}; view them with `tensorboard --logdir {t.directory}`"
+
+
+# ------------------------------------------------------------------------- a followed run, step by step
+class StepLogger:
+    """The targets of a followed run (``--follow --log ...``): opened once, one call per step as it is
+    taken (``log(step, values)``: the numbers at the training run's step + ``--log-step-offset``, written
+    and flushed at once, so the curves grow while the run goes), closed with the summary at the end.
+    wandb: one run for the whole follow; TensorBoard: one event file (a restarted follower adds another
+    in the same directory, which TensorBoard reads as one run)."""
+
+    def __init__(self, targets: list[LogTarget], config: dict):
+        self.targets, self.config = targets, config
+        self.runs: list = []
+        self.lines: list[str] = []
+        for t in targets:
+            self.runs.append(self._open_wandb(t) if t.kind == "wandb" else self._open_tensorboard(t))
+
+    def _open_wandb(self, t: LogTarget):
+        import wandb
+
+        mode = wandb_mode()
+        if t.directory:
+            os.makedirs(t.directory, exist_ok=True)
+        settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, save_code=False, disable_git=True)
+        try:
+            run = wandb.init(project=t.project or os.environ.get("WANDB_PROJECT") or "advcli", name=t.name,
+                             dir=t.directory, mode=mode, job_type=f"advcli-{self.config.get('command') or 'follow'}",
+                             config=self.config, settings=settings, reinit="create_new")
+        except Exception as e:  # noqa: BLE001 - wandb's own errors as one line
+            raise AdvcliError(f"--log wandb: wandb could not start a run: {e}",
+                              hint="WANDB_MODE=offline writes the run locally; `wandb sync` uploads it later") from None
+        return ("wandb", run, mode)
+
+    def _open_tensorboard(self, t: LogTarget):
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        logdir = os.path.join(t.directory, t.name) if t.name else t.directory
+        try:
+            os.makedirs(logdir, exist_ok=True)
+            writer = EventFileWriter(logdir)
+        except OSError as e:
+            raise AdvcliError(f"--log tensorboard:{t.directory}: cannot write there ({e.strerror or e})") from None
+        return ("tensorboard", writer, logdir)
+
+    def log(self, step: int, values: dict) -> None:
+        """One step's numbers (name -> number; non-numbers left out) at ``step`` + each target's offset."""
+        nums = {k: n for k, n in ((k, _number(v)) for k, v in values.items()) if n is not None}
+        for t, (kind, handle, _) in zip(self.targets, self.runs):
+            at = step + t.step_offset
+            if kind == "wandb":
+                if at < 0:
+                    raise AdvcliError(f"--log-step-offset {t.step_offset}: step {step} would be logged at {at}; "
+                                      "wandb takes steps from 0")
+                handle.log(nums, step=at, commit=True)
+            else:
+                _tb_scalars(handle, at, nums)
+                handle.flush()
+
+    def close(self, summary: dict) -> list[str]:
+        """Write the summary (its numbers) and close every target; one line each saying where it went."""
+        lines = []
+        nums = {k: n for k, n in ((k, _number(v)) for k, v in summary.items()) if n is not None}
+        for t, (kind, handle, where) in zip(self.targets, self.runs):
+            if kind == "wandb":
+                handle.summary.update(nums)
+                run_dir = os.path.dirname(handle.dir)
+                url = handle.url if where != "offline" else None
+                handle.finish()
+                lines.append(f"wandb: offline run in {run_dir}; upload it with `wandb sync {run_dir}`"
+                             if where == "offline" else f"wandb: {url or run_dir}")
+            else:
+                _tb_scalars(handle, t.step_offset, {f"summary/{k}": v for k, v in nums.items()})
+                handle.close()
+                lines.append(f"tensorboard: event files in {where}; view them with `tensorboard --logdir "
+                             f"{t.directory}`")
+        self.runs = []
+        return lines
+
+
+def _tb_scalars(writer, step: int, values: dict) -> None:
+    import time
+
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.types_pb2 import DT_DOUBLE
+    from tensorboard.plugins.scalar import metadata as scalar_metadata
+
+    md = scalar_metadata.create_summary_metadata(display_name="", description="")
+    summary = Summary(value=[Summary.Value(tag=k, metadata=md,
+                                           tensor=TensorProto(dtype=DT_DOUBLE, double_val=[float(v)]))
+                             for k, v in values.items()])
+    writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))

@@ -346,7 +346,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             if unlogged:
                 rep["rows_without_logged_value"] = int(unlogged)
         rep["worst"] = worst_rows(rt, top, group_ids, group, step)
-        _name_rows(rep["worst"], ins)
+        name_rows(rep["worst"], ins)
         rep["agree"] = bad_tokens == 0
         hyp_bad: dict = {}
         mixup = 0
@@ -368,6 +368,16 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             elif f["kind"] == "shift":
                 f["explanation"] = f["explanation"].format(d=rep["fitted"]["shift"])
         rep["findings"] = findings
+        if bad_tokens:  # where the dump logs intermediate values (or the run whitens, clips): the first stage
+            from .stages import first_stage
+
+            stage = first_stage(tmp, inputs, ins, cfg, flavor, native, columns, logged_col, is_list, mask_col,
+                                step, rtol, atol, chunk_rows, device)
+            if stage is not None:
+                entry = {"row": stage["row"]}
+                name_rows([entry], ins)
+                stage["where"] = entry.get("where")
+                rep["first_stage"] = stage
         if bad_tokens and search:  # the flavor's other releases first: the run may have used an older one
             rep["releases_tried"] = _other_releases(tmp, inputs, ins, flavor, native or {}, columns, logged_col,
                                                     is_list, mask_col, rtol, atol, chunk_rows, device)
@@ -378,6 +388,9 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                                     and group.size else None)
             matches = [c for c in rep["search"] if c.get("tokens_disagreeing") == 0]
             rep["matches"] = [c["label"] for c in matches]
+            if rep.get("first_stage") and (rep["release_matches"] or rep["matches"]):
+                # what reproduces the whole: a release of the flavor, else a configuration found by the search
+                rep["first_stage"]["reproduced_by"] = (rep["release_matches"] or rep["matches"])[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rep["seconds"] = round(time.perf_counter() - t0, 3)
@@ -391,7 +404,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     return name_dumps(rep)  # a skipped candidate's message names the dump, not its temporary Parquet
 
 
-def _name_rows(worst: list[dict], ins) -> None:
+def name_rows(worst: list[dict], ins) -> None:
     """Each of the worst rows named where the user can find it: ``where`` = the trainer's file and line
     (``dump.parquet, row N`` for a Parquet input), ``prompt`` = the first :data:`EXCERPT` characters of its
     prompt text where the dump has one (whitespace collapsed)."""

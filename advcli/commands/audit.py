@@ -18,6 +18,7 @@ EPILOG = """
   advcli audit outputs/completions --set num_generations=8 --report audit.html
   advcli audit dump.parquet --flavor verl --set algorithm.adv_estimator=grpo
   advcli audit dump.parquet --flavor verl --set algorithm.adv_estimator=grpo --rtol 1e-3 --no-search --json
+  advcli audit logs/exp_001 --follow --log tensorboard:runs --state audit-state.json
 
 A trainer's dump is audited with that trainer's flavor (unless --flavor) against the advantages it
 logged (NeMo RL's advantages, TRL's advantage, prime-rl's advantage); a Parquet file against its column
@@ -105,6 +106,11 @@ def audit_cmd(
     log_project: str | None = opt.LOG_PROJECT,
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
+    follow: bool = opt.FOLLOW,
+    settle: float = opt.SETTLE,
+    until_idle: float | None = opt.UNTIL_IDLE,
+    fail_fast: bool = opt.FAIL_FAST,
+    state: str | None = opt.STATE,
 ):
     """Check logged advantages against advcli's recomputation (exit 0 = agree, 1 = disagree, 2 = error)."""
     from ..report import check_report_path
@@ -118,6 +124,13 @@ def audit_cmd(
     from .resolve import resolve_cli_config
 
     check_tolerances(rtol, atol)
+    if follow:
+        from .follow import Options
+
+        opts = Options("audit", flavor=flavor, estimator=estimator, set_=set_, config=config, column=column,
+                       source=from_, chunk_rows=chunk_rows, device=device, against=against, rtol=rtol, atol=atol,
+                       search=search, top=top)
+        opt.run_follow(list(inputs), opts, settle, until_idle, fail_fast, state, report, trackers, json_out, quiet)
     cb, stop = _progress(not quiet and not json_out)
     try:
         inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)

@@ -85,6 +85,38 @@ LOG_STEP_OFFSET = typer.Option(0, "--log-step-offset", metavar="N",
                                help="With --log: add N to every step, so that the figures line up with the "
                                     "training run's own step axis.")
 
+# --follow (advcli.commands.follow): a training run's dump directory followed as the trainer writes it
+FOLLOW = typer.Option(False, "--follow", help="Watch the dump directory as the trainer writes it and take each "
+                                              "step once complete: one line per step, --log per step (see "
+                                              "docs/audit.md).")
+SETTLE = typer.Option(2.0, "--settle", metavar="SECONDS",
+                      help="With --follow: a step whose next step has not appeared yet is taken once its files "
+                           "are quiet this long.")
+UNTIL_IDLE = typer.Option(None, "--until-idle", metavar="SECONDS",
+                          help="With --follow: stop when no step arrived for this long (default: until Ctrl-C).")
+FAIL_FAST = typer.Option(False, "--fail-fast", help="With --follow: stop at the first step that disagrees.")
+STATE = typer.Option(None, "--state", metavar="PATH",
+                     help="With --follow: the follower's state file (a restart resumes after the last step "
+                          "taken). Default: beside the outputs (run: OUT_DIR/follow-state.json; audit and "
+                          "stats: REPORT.follow-state.json with --report), else none.")
+
+
+def run_follow(inputs: list[str], opts, settle: float, until_idle: float | None, fail_fast: bool,
+               state: str | None, report: str | None, trackers, json_out: bool, quiet: bool) -> None:
+    """``--follow``: the one dump directory followed (:func:`advcli.commands.follow.follow`); exits with its
+    code."""
+    from ..errors import AdvcliError
+    from .follow import follow
+
+    if len(inputs) != 1:
+        raise AdvcliError("--follow watches one dump directory", hint="give the directory the trainer writes into")
+    if state is None and report and opts.command != "run":  # run: beside its outputs
+        state = report + ".follow-state.json"
+    opts.report = report
+    code = follow(inputs[0], opts, settle=settle, until_idle=until_idle, fail_fast=fail_fast, state_path=state,
+                  trackers=trackers, json_out=json_out, quiet=quiet)
+    raise typer.Exit(code)
+
 
 def log_targets(log: list[str] | None, project: str | None, name: str | None, step_offset: int):
     """The --log options as :class:`advcli.tracker.LogTarget`, checked (and the library found) before any

@@ -15,6 +15,7 @@ EPILOG = """
   advcli stats out.parquet --report stats.md
   advcli stats out.parquet --json | python -m json.tool
   advcli stats out.parquet --log tensorboard:runs --log-step-offset 100
+  advcli stats logs/exp_001 --follow --log wandb
 
 On a raw dump: score, reward, response-length and group figures. On an advcli output: also the
 advantages and returns (mean/min/max, quantiles, histogram, advantage by token position) and the
@@ -38,6 +39,10 @@ def stats_cmd(
     log_project: str | None = opt.LOG_PROJECT,
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
+    follow: bool = opt.FOLLOW,
+    settle: float = opt.SETTLE,
+    until_idle: float | None = opt.UNTIL_IDLE,
+    state: str | None = opt.STATE,
 ):
     """The statistics of a dump or an advcli output: verl's metrics, quantiles, histograms, groups."""
     from ..config import parse_column_maps
@@ -46,6 +51,11 @@ def stats_cmd(
     if report:
         check_report_path(report, inputs)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
+    if follow:
+        from .follow import Options
+
+        opts = Options("stats", column=column, source=from_, chunk_rows=chunk_rows)
+        opt.run_follow(list(inputs), opts, settle, until_idle, False, state, report, trackers, json_out, quiet)
     from ..figures.of_file import file_statistics
     from ..formats import drop_token_figures, name_dumps, no_token_data, open_inputs
     from .progress import progress

@@ -22,6 +22,7 @@ prime-rl's.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 
 from ..batch import RowTable
 from ..config import Key
@@ -300,34 +301,72 @@ def check_decay(p: dict) -> None:
         raise AdvcliError(f"key estimator.decay must be in [0, 1) (got {d:g}; prime-rl RAEAlgoConfig: ge=0, lt=1)")
 
 
+# The baselines an EMA run starts from and ends with, for a caller that runs a training run step by step
+# (``advcli audit/stats/run --follow``): set it to ``{"start": {agent: b}}`` before a run; each call of
+# :func:`ema_baseline_row` then starts from those baselines and records ``{repr(decay): {agent: b}}`` under
+# "end" (keyed by the decay: an audit's search may run other decays on the same rows). Unset (None): every
+# baseline starts at 0, as a run over the whole dump starts.
+EMA_CARRY: ContextVar[dict | None] = ContextVar("advcli_ema_carry", default=None)
+
+
 def ema_baseline_row(table: RowTable, p: dict) -> torch.Tensor:
     """prime-rl ``RAEAlgorithm.score_group`` (rae.py L34-43) over the whole input, one instance (one env)
     started at the first row: for each trainable trace in scoring order (:func:`scoring_order`),
     ``A = r − b[agent]``, then ``b[agent] ← d·b + (1 − d)·r``, ``b`` starting at 0; untrainable traces
     neither get an advantage nor move ``b``. Float64 as prime-rl's Python floats.
 
-    The recurrence is solved per agent as one scan, not a loop: with the agent's trainable rewards
-    r_0, r_1, ... in scoring order, ``z_k = (1 − d)·r_k + d·z_{k−1}`` (a discounted cumulative sum,
-    :func:`advcli.ops.scans.reverse_discounted_cumsum` on the reversed sequence) and ``b_k = z_{k−1}``."""
-    from ..ops.scans import reverse_discounted_cumsum
-
+    The recurrence is solved one step (scope) at a time, steps ascending, per agent as one scan, not a
+    loop over rows: with the agent's trainable rewards r_0, r_1, ... of the step in scoring order and the
+    baseline b it enters the step with, ``z_{−1} = b``, ``z_k = (1 − d)·r_k + d·z_{k−1}`` (a discounted
+    cumulative sum, :func:`advcli.ops.scans.reverse_discounted_cumsum` on the reversed sequence, the
+    entering baseline its first element) and ``b_k = z_{k−1}``; the agent leaves the step with its last
+    ``z``. Cut by step, a run over the whole dump and a run of one step at a time given the baselines the
+    earlier steps left (:data:`EMA_CARRY`) do the same float operations: the same bits."""
     d = float(p["decay"])  # in [0, 1): :func:`check_decay`
+    carry = EMA_CARRY.get()
     order = scoring_order(table)
     order = order[active_rows(table)[order]]
-    agent, _ = _agents(table)
-    by_agent = order[torch.argsort(agent[order], stable=True)]  # each agent's traces in scoring order
-    r = table.score[by_agent].to(torch.float64)
-    counts = torch.bincount(agent[by_agent], minlength=1)
-    counts = counts[counts > 0]
-    if r.numel() == 0:
-        return torch.zeros_like(table.score)
-    x = (1.0 - d) * r
-    z = reverse_discounted_cumsum(x.flip(0), Ragged.from_lengths(counts.flip(0)), d).flip(0)
-    b = torch.zeros_like(z)
-    b[1:] = z[:-1]
-    starts = torch.cumsum(counts, 0) - counts  # each agent's first trace: b = 0
-    b[starts] = 0.0
-    return _scatter(table, by_agent, r - b)
+    agent, names = _agents(table)
+    base = {str(k): float(v) for k, v in ((carry or {}).get("start") or {}).items()}
+    out = torch.zeros(table.num_rows, dtype=torch.float64)
+    steps = table.scopes.codes[order] if table.scopes is not None else torch.zeros_like(order)
+    cuts = torch.unique_consecutive(steps, return_counts=True)[1].tolist() if order.numel() else []
+    start = 0
+    for n in cuts:  # one pass per step (scope), steps ascending: the scoring order's
+        rows = order[start:start + n]
+        start += n
+        ema_step(table.score[rows].to(torch.float64), agent[rows], names, d, base, out, rows)
+    if carry is not None:
+        carry.setdefault("end", {})[repr(d)] = dict(base)
+    return out.to(table.score.dtype)
+
+
+def ema_step(r: torch.Tensor, agent: torch.Tensor, names: list, d: float, base: dict, out: torch.Tensor,
+             rows: torch.Tensor) -> None:
+    """One step of :func:`ema_baseline_row`: the rewards ``r`` (float64, scoring order) of agents ``agent``
+    (codes into ``names``) at ``rows``; writes ``r − b`` into ``out[rows]`` and leaves each agent's baseline
+    after the step in ``base`` (by name; an agent not met yet enters with 0)."""
+    from ..ops.scans import reverse_discounted_cumsum
+
+    perm = torch.argsort(agent, stable=True)  # each agent's traces in scoring order
+    codes, counts = torch.unique_consecutive(agent[perm], return_counts=True)
+    label = [str(names[c]) if c < len(names) else "agent" for c in codes.tolist()]
+    seeds = torch.tensor([base.get(x, 0.0) for x in label], dtype=torch.float64)
+    # each agent's sequence [b, (1 − d)·r_0, (1 − d)·r_1, ...]: its entering baseline, then its traces
+    lengths = counts + 1
+    ends = torch.cumsum(lengths, 0)
+    first = ends - lengths
+    x = torch.empty(int(ends[-1]), dtype=torch.float64)
+    x[first] = seeds
+    trace = torch.ones_like(x, dtype=torch.bool)
+    trace[first] = False
+    x[trace] = (1.0 - d) * r[perm]
+    z = reverse_discounted_cumsum(x.flip(0), Ragged.from_lengths(lengths.flip(0)), d).flip(0)
+    before = torch.ones_like(trace)
+    before[ends - 1] = False  # z of each position but the agent's last: the baseline its next trace sees
+    out[rows[perm]] = r[perm] - z[before]
+    for name, value in zip(label, z[ends - 1].tolist()):
+        base[name] = value
 
 
 register(EstimatorSpec(

@@ -4,6 +4,7 @@ dump's file and line."""
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from .registry import FORMATS, Context, get, load
 
 _TMP: dict[str, str] = {}
 _CONVERTED: dict[tuple, ImportInfo] = {}
+_SERIAL = itertools.count()  # the temporary sub-directories' names
 IMPORTED: dict[str, ImportInfo] = {}  # canonical Parquet path -> how it was made
 
 
@@ -34,7 +36,7 @@ def _tmpdir() -> str:
 def _tmp_path(name: str) -> str:
     """A fresh path named ``name`` in the temporary directory (one sub-directory per conversion, so the
     name a command shows is the dump's own)."""
-    d = os.path.join(_tmpdir(), str(len(_CONVERTED)))
+    d = os.path.join(_tmpdir(), str(next(_SERIAL)))
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, name)
 
@@ -76,6 +78,22 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             _CONVERTED[key] = info
         out.append(_CONVERTED[key].output)
     return out
+
+
+def release_inputs(paths: list[str]) -> None:
+    """Forget the conversions whose canonical Parquet is among ``paths`` and remove their temporary files
+    (a follower, ``--follow``, converts one step after another: what a step left is gone before the next)."""
+    from ..io.reader import SHOWN_AS
+
+    gone = set(paths)
+    for key, info in list(_CONVERTED.items()):
+        if info.output in gone:
+            del _CONVERTED[key]
+            IMPORTED.pop(info.output, None)
+            SHOWN_AS.pop(info.output, None)
+            d = os.path.dirname(info.output)
+            if os.path.dirname(d) == _TMP.get("dir"):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def _converted_level(spec: str) -> str | None:

@@ -4,6 +4,7 @@ scopes (steps, domains), groups and the KL coefficient of every step resolved fr
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +217,12 @@ class KLController:
             self.value *= 1 + err * rows / self.horizon
 
 
+# For a caller that runs a training run step by step (``--follow``): set to a dict before a run, it receives
+# under "end" the adaptive controller's value after the run's last scope, the coefficient the next step
+# starts from (``kl.coef`` of that step's configuration). None: nothing recorded.
+KL_CARRY: ContextVar[dict | None] = ContextVar("advcli_kl_carry", default=None)
+
+
 def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
     """β used by each scope (value before that scope's update) and each scope's current_kl
     (0.0 where ``kl_mean`` is not known yet: :func:`defer_row_kl`)."""
@@ -227,6 +234,9 @@ def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tu
         betas.append(ctl.beta())
         kls.append(current)
         ctl.update(current, int(rows.sum()))
+    carry = KL_CARRY.get()
+    if carry is not None and kl_mean is not None:  # the first run's value after its last scope (an audit's
+        carry.setdefault("end", ctl.value)  # search runs other configurations afterwards)
     return betas, kls
 
 

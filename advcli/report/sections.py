@@ -52,6 +52,26 @@ def render_sections(report: dict, fmt: str, title: str, sections: list[Section])
     return "\n".join(H)
 
 
+def first_stage_line(f: dict) -> str:
+    """``whitening: logs/train_data_step4.jsonl:3, token 0: expected 1.2, logged 0.7 (...); reproduced by ...``."""
+    def num(x):
+        return "–" if x is None else f"{x:.6g}"
+
+    line = (f"{f['stage']}: {f.get('where') or 'row ' + str(f['row'])}, token {f['position']} of "
+            f"{f['column']}: expected {num(f['expected'])}, logged {num(f['actual'])}")
+    if f.get("expected_moments") or f.get("actual_moments"):
+        e, a = f.get("expected_moments") or {}, f.get("actual_moments") or {}
+        line += (f" (step mean/std recomputed {num(e.get('mean'))}/{num(e.get('std'))}, implied by the logged values "
+                 f"{num(a.get('mean'))}/{num(a.get('std'))})")
+    if f.get("note"):
+        line += f"; {f['note']}"
+    if f.get("reproduce"):
+        line += f"; reproduced by {f['reproduce']}"
+    if f.get("reproduced_by"):
+        line += f"; the logged values match {f['reproduced_by']}"
+    return line
+
+
 def audit_sections(rep: dict):
     verdict = "agree" if rep["agree"] else "DISAGREE"
     tokens = ("" if "valid_tokens" not in rep  # a dump without token data (advcli.formats.no_token_data)
@@ -84,6 +104,8 @@ def audit_sections(rep: dict):
         head.append(("reproduced by", "; ".join(rep["matches"])))
     elif rep.get("search") is not None:
         head.append(("reproduced by", f"none of the {len(rep['search'])} configurations tried"))
+    if rep.get("first_stage"):
+        head.append(("first stage that differs", first_stage_line(rep["first_stage"])))
     sections = [("Summary", "kv", head)]
     sections.append(("What the difference looks like", "text",
                      [f"{f['kind']}: {f['explanation']}" + (f" (closest: {f['closest']['hypothesis']}, "

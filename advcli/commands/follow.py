@@ -1,0 +1,613 @@
+"""``advcli audit|stats|run RUN_DIR --follow``: a training run's dump directory followed as the trainer
+writes it, one step at a time.
+
+The loop (:func:`follow`): every ``--poll`` it lists the dump's steps (:class:`Watcher`: the files the
+format names, grouped by the step their name gives), takes each step once it is complete (a later step
+appeared, or its files have been quiet for ``--settle`` seconds; a JSON Lines file whose last line has no
+newline yet is not complete, and where a later step forces it, the torn line is left out and said), copies
+it (:func:`snapshot`: the complete bytes, fingerprinted) and runs the command on that copy alone
+(:class:`StepRunner`), with what a step's numbers depend on from the earlier steps carried in:
+
+- the configuration resolved once, from the first step (the flavor, its release, what the dump told it);
+- the adaptive KL controller's coefficient (:data:`advcli.pipeline.rows.KL_CARRY`: the value after the
+  step becomes the next step's ``kl.coef``);
+- prime-rl's EMA baselines per agent (:data:`advcli.estimators.cohort.EMA_CARRY`);
+- the step numbers, from the trainer's own file names.
+
+Every statistic advcli resolves is scoped to a step otherwise (``advcli.engines.ray_steps``), so the steps
+followed one by one give the numbers of one run over the finished dump, bit for bit. Runs whose
+statistics span steps (``grouping.scope: all``) are refused.
+
+State (:class:`FollowState`, JSON written atomically after every step, ``--state`` or beside the outputs):
+the last step taken, the carried values, the counts, and the fingerprints of the last :data:`WATCHED`
+steps' files: a restarted follower resumes after the last step it finished, and a taken file that
+changes afterwards is reported once (never read again). Memory does not grow with the run: one step is
+held at a time, the state is a few numbers per agent.
+
+prime-rl's trace-stream chunks (``monitors/file/traces/stream/NNNNN.jsonl[.zst]``) plug in through
+:data:`CHUNK_LISTERS` (HOOK, see there); every other format is followed by its step file names.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import typer
+
+from ..errors import AdvcliError
+
+STATE_VERSION = 1
+WATCHED = 8  # the last steps whose files are checked for changes after they were taken
+CHANGED_KEPT = 10000  # the files reported as changed or late, remembered so as to report each once
+TEXT_SUFFIXES = (".jsonl", ".json")
+
+
+@dataclass
+class Unit:
+    """One step of the dump: its step number and files (absolute paths). ``sealed``: the lister knows the
+    step is complete (a sealed chunk) or not (None: the next-step/quiet rule decides)."""
+    step: int
+    files: list[str]
+    sealed: bool | None = None
+
+
+# HOOK (prime-rl trace streams): a format name -> lister(root) -> [Unit], steps ascending. prime-rl's
+# stream layout (monitors/file/traces/stream/NNNNN.jsonl[.zst], its live chunk included) is read by a
+# format module added separately; its lister registers here with `register_lister("primerl-stream", fn)`,
+# giving each chunk as a Unit (sealed=True once the chunk is sealed, None for the live chunk, which is
+# then taken under the quiet rule). Formats without a lister are listed by their step file names.
+CHUNK_LISTERS: dict[str, Callable[[str], list[Unit]]] = {}
+
+
+def register_lister(format_name: str, lister: Callable[[str], list[Unit]]) -> None:
+    CHUNK_LISTERS[format_name] = lister
+
+
+# ------------------------------------------------------------------------------------- the watcher
+class Watcher:
+    """The steps of a dump directory as they appear: its format found once (:func:`advcli.formats.discover`
+    on the first files), then each poll a walk of the directory for that format's files."""
+
+    def __init__(self, root: str, source: str | None, settle: float):
+        self.root, self.source, self.settle = os.path.abspath(root), source, settle
+        self.fmt = None  # a Format, or "parquet" (advcli's own Parquet, one file per step)
+        self.last_error: AdvcliError | None = None
+
+    def _find_format(self) -> bool:
+        from ..formats import discover, get
+
+        if self.source == "parquet":
+            self.fmt = "parquet"
+            return True
+        try:
+            found = discover(self.root, get(self.source) if self.source not in (None, "", "auto") else None)
+        except AdvcliError as e:  # nothing written yet, a first line still being written: look again
+            if self.source is None and self._parquet_files() and not self._trainer_named():
+                self.fmt = "parquet"  # advcli's own Parquet, one file per step
+                return True
+            self.last_error = e
+            return False
+        self.fmt = found.fmt
+        return True
+
+    def _walk(self):
+        from ..formats.discovery import SKIPPED_DIRS
+
+        for base, dirs, files in os.walk(self.root):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            for name in sorted(files):
+                yield os.path.join(base, name)
+
+    def _trainer_named(self) -> bool:
+        """Whether a file is named as a trainer's dump (TRL's completions while its first file is written)."""
+        from ..formats.registry import FORMATS, load
+
+        load()
+        return any(f.matches(p) for p in self._walk() for f in FORMATS.values())
+
+    def _parquet_files(self) -> list[str]:
+        return [p for p in self._walk() if p.endswith(".parquet") and not os.path.basename(p).startswith(".")]
+
+    def units(self) -> list[Unit]:
+        """Every step present now, ascending (empty while the format is not known yet)."""
+        if self.fmt is None and not self._find_format():
+            return []
+        name = "parquet" if self.fmt == "parquet" else self.fmt.name
+        if name in CHUNK_LISTERS:
+            return CHUNK_LISTERS[name](self.root)
+        by_step: dict[int, list[str]] = {}
+        for p in (self._parquet_files() if self.fmt == "parquet" else self._walk()):
+            if self.fmt != "parquet":
+                if not self.fmt.matches(p) or any(re.search(c, p.replace(os.sep, "/")) for c in self.fmt.companions):
+                    continue
+                step = self.fmt.step_of(p)
+            else:
+                step = None
+            if step is None:  # a name without the format's step group (slime's --save-debug-rollout-data
+                nums = re.findall(r"\d+", os.path.basename(p))  # TEMPLATE, Parquet): its last number
+                if not nums:
+                    continue
+                step = int(nums[-1])
+            by_step.setdefault(step, []).append(p)
+        return [Unit(s, by_step[s]) for s in sorted(by_step)]
+
+    def complete(self, unit: Unit, later: bool, now: float) -> bool:
+        """Whether ``unit`` can be taken: sealed, or a later step appeared, or every file quiet for the
+        settle time with its last line whole (JSON Lines) or its footer written (Parquet)."""
+        if unit.sealed is not None:
+            return unit.sealed
+        if later:
+            return True
+        for p in unit.files:
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                return False
+            if now - st.st_mtime < self.settle or st.st_size == 0:
+                return False
+            if p.endswith(TEXT_SUFFIXES):
+                with open(p, "rb") as fh:
+                    fh.seek(st.st_size - 1)
+                    if fh.read(1) != b"\n":
+                        return False  # a half-written last line: the trainer is still writing it
+            elif p.endswith(".parquet"):
+                import pyarrow.parquet as pq
+
+                try:
+                    pq.read_metadata(p)
+                except Exception:  # noqa: BLE001 - no footer yet
+                    return False
+        return True
+
+
+def fingerprint(path: str, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        left = size
+        while left > 0:
+            b = fh.read(min(left, 1 << 20))
+            if not b:
+                break
+            h.update(b)
+            left -= len(b)
+    return h.hexdigest()
+
+
+def snapshot(root: str, unit: Unit, into: str) -> tuple[dict, list[str]]:
+    """Copy the step's complete bytes under ``into`` (the same relative paths, so the format reads them as
+    the trainer named them) -> ({relative path: [size taken, mtime_ns, sha256]}, notes). A JSON Lines file
+    is copied up to its last newline: a torn last line is never read as data (said in the notes)."""
+    taken, notes = {}, []
+    for p in unit.files:
+        rel = os.path.relpath(p, root)
+        dst = os.path.join(into, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        st = os.stat(p)
+        with open(p, "rb") as fh:
+            data = fh.read(st.st_size)
+        if p.endswith(TEXT_SUFFIXES) and data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            notes.append(f"{p}: torn last line ({len(data) - cut} bytes without a newline) left out")
+            data = data[:cut]
+        with open(dst, "wb") as fh:
+            fh.write(data)
+        taken[rel] = [len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest()]
+    return taken, notes
+
+
+# --------------------------------------------------------------------------------------- the state
+@dataclass
+class FollowState:
+    """What a restarted follower needs (written as JSON, atomically, after every step)."""
+    command: str
+    root: str
+    last_step: int | None = None
+    steps: int = 0
+    disagreed: int = 0
+    disagreed_steps: list = field(default_factory=list)  # the first 100
+    flavor: str | None = None
+    cfg: dict | None = None
+    native: dict | None = None
+    columns: dict | None = None
+    notes: dict = field(default_factory=dict)  # auto_note, flavor_note
+    options: dict = field(default_factory=dict)  # the options the configuration was resolved from
+    kl_coef: float | None = None
+    ema: dict = field(default_factory=dict)  # agent -> baseline
+    taken: list = field(default_factory=list)  # [[step, {rel: [size, mtime_ns, sha]}]] of the last WATCHED steps
+    changed: list = field(default_factory=list)  # "path" reported as changed after it was taken
+
+    @classmethod
+    def load(cls, path: str | None, command: str, root: str) -> FollowState:
+        if path and os.path.exists(path):
+            try:
+                with open(path) as fh:
+                    d = json.load(fh)
+            except (OSError, ValueError) as e:
+                raise AdvcliError(f"{path}: not a follower's state file ({e})",
+                                  hint="remove it to follow the run from its first step") from None
+            if d.get("version") != STATE_VERSION or d.get("command") != command or d.get("root") != root:
+                raise AdvcliError(f"{path}: the state of another follow ({d.get('command')} of {d.get('root')})",
+                                  hint="give this follow its own --state file")
+            d.pop("version")
+            return cls(**d)
+        return cls(command, root)
+
+    def save(self, path: str | None) -> None:
+        if not path:
+            return
+        d = {"version": STATE_VERSION, **self.__dict__}
+        tmp = f"{path}.tmp{os.getpid()}"
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w") as fh:
+            json.dump(d, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------ one step, per command
+@dataclass
+class Options:
+    """The command's own options, as the follower passes them to each step's run."""
+    command: str
+    flavor: str | None = None
+    estimator: str | None = None
+    set_: list | None = None
+    config: str | None = None
+    column: list | None = None
+    source: str | None = None
+    chunk_rows: int = 4096
+    device: str = "auto"
+    # audit
+    against: str | None = None
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    search: bool = True
+    top: int = 10
+    # run
+    out_dir: str | None = None
+    output_mode: str = "full"
+    write_columns: str | None = None
+    report: str | None = None  # each step's report: REPORT with .step_N before its suffix
+    precision: str | None = None
+    padded: bool | None = None
+
+    def resolution(self) -> dict:
+        """What the configuration is resolved from (a restarted follower must be given the same)."""
+        return {"flavor": self.flavor, "estimator": self.estimator, "set": list(self.set_ or []),
+                "config": self.config, "column": list(self.column or []), "from": self.source,
+                "precision": self.precision, "padded": self.padded}
+
+    def step_report(self, step: int) -> str | None:
+        if not self.report:
+            return None
+        stem, ext = os.path.splitext(self.report)
+        return f"{stem}.step_{step}{ext}"
+
+
+def _renamed(obj, tmp: str, root: str):
+    """``obj`` (a report) with the snapshot directory's paths named by the trainer's own directory."""
+    text = json.dumps(obj, default=str).replace(tmp.rstrip("/") + "/", root.rstrip("/") + "/")
+    return json.loads(text.replace(tmp.rstrip("/"), root.rstrip("/")))
+
+
+def _num(x, fmt: str = ".4g") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+class StepRunner:
+    """Runs the command on one step's copy, with the carried state in (:mod:`this module's docstring`)."""
+
+    def __init__(self, opts: Options, state: FollowState):
+        self.opts, self.state = opts, state
+
+    def _resolve(self, specs: list[str]) -> None:
+        """The configuration, once (the first step; a resumed follow keeps the one in its state)."""
+        st, o = self.state, self.opts
+        st.options = st.options or o.resolution()
+        if st.cfg is not None or o.command == "stats":
+            return
+        from .resolve import resolve_cli_config
+
+        flavor, flavor_note = o.flavor, None
+        if o.command == "audit" and flavor is None:
+            from ..audit.recompute import trainer_flavor
+
+            flavor, flavor_note = trainer_flavor(specs)
+        flavor, cfg, native, columns, auto_note = resolve_cli_config(specs, flavor, o.set_, o.config, o.column,
+                                                                     None, estimator=o.estimator)
+        if cfg.get("grouping", {}).get("scope") == "all":
+            raise AdvcliError("--follow: this configuration computes its statistics over the whole dump as one "
+                              "step (grouping.scope: all); a followed run takes one step at a time",
+                              hint="run it once the dump is finished, without --follow")
+        if o.precision is not None:
+            cfg["precision"] = o.precision
+        if o.padded is not None:
+            cfg["padded"] = o.padded
+        st.flavor, st.cfg, st.native, st.columns = flavor, cfg, dict(native or {}), dict(columns or {})
+        st.notes = {"auto_note": auto_note, "flavor_note": flavor_note}
+        st.kl_coef = float(cfg["kl"]["coef"])
+
+    def run(self, unit: Unit, tmp: str, root: str) -> dict:
+        """The command's report of the step (its copy in ``tmp`` named as the trainer's ``root``), the
+        carried state updated from it."""
+        from ..estimators.cohort import EMA_CARRY
+        from ..formats import name_dumps, open_inputs
+        from ..formats.input_edge import release_inputs
+        from ..pipeline.rows import KL_CARRY
+
+        o, st = self.opts, self.state
+        specs = open_inputs([tmp], "parquet" if o.source == "parquet" else o.source)
+        kl, ema = {}, {"start": dict(st.ema)}
+        k1, k2 = KL_CARRY.set(kl), EMA_CARRY.set(ema)
+        try:
+            self._resolve(specs)
+            rep = name_dumps(getattr(self, "_" + o.command)(unit, specs))
+        finally:
+            KL_CARRY.reset(k1)
+            EMA_CARRY.reset(k2)
+            release_inputs(specs)
+        if "end" in kl:
+            st.kl_coef = kl["end"]
+        if ema.get("end"):
+            st.ema = next(iter(ema["end"].values()))  # the run's own decay: its first call
+        return _renamed(rep, tmp, root)
+
+    def _cfg(self) -> dict:
+        cfg = copy.deepcopy(self.state.cfg)
+        if self.state.kl_coef is not None:
+            cfg["kl"]["coef"] = self.state.kl_coef
+        return cfg
+
+    def _audit(self, unit: Unit, specs: list[str]) -> dict:
+        from ..audit.recompute import audit_dump
+
+        o, st = self.opts, self.state
+        rep = audit_dump(specs, st.flavor, self._cfg(), st.native, st.columns, auto_note=st.notes.get("auto_note"),
+                         flavor_note=st.notes.get("flavor_note"), against=o.against, rtol=o.rtol, atol=o.atol,
+                         chunk_rows=o.chunk_rows, device=o.device, search=o.search, top=o.top)
+        return rep
+
+    def _stats(self, unit: Unit, specs: list[str]) -> dict:
+        from ..config import parse_column_maps
+        from ..figures.of_file import file_statistics
+
+        return file_statistics(specs, parse_column_maps(self.opts.column), self.opts.chunk_rows)
+
+    def _run(self, unit: Unit, specs: list[str]) -> dict:
+        from ..report import build_report
+        from ..runner import RunRequest, run_inputs
+
+        o, st = self.opts, self.state
+        final = os.path.join(o.out_dir, f"step_{unit.step}.parquet")
+        part = os.path.join(o.out_dir, f".part-step_{unit.step}.parquet")
+        req = RunRequest(output=part, cfg=self._cfg(), flavor=st.flavor, native=st.native, columns=st.columns,
+                         chunk_rows=o.chunk_rows, device=o.device, force=True, output_mode=o.output_mode,
+                         write_columns=o.write_columns)
+        try:
+            result, _ = run_inputs(specs, req)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(part)
+            raise
+        os.replace(part, final)  # the step's output appears whole or not at all
+        result.outputs = [final]
+        return build_report(result, flavor=st.flavor, native=st.native, command="run",
+                            note=st.notes.get("auto_note"))
+
+
+def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
+    """(the step's one line, whether it agrees, the numbers for the trackers)."""
+    from ..tracker import summary_values
+
+    values = summary_values(rep)
+    if command == "audit":
+        agree = bool(rep.get("agree"))
+        line = (f"step {step}: {rep.get('rows')} rows, {'agree' if agree else 'DISAGREE'}, "
+                f"max |diff| {_num(rep.get('max_abs_diff'), '.3g')}")
+        if not agree:
+            line += f", {rep.get('rows_disagreeing')} row(s) disagree"
+            if rep.get("worst"):
+                w = rep["worst"][0]
+                line += (f"; worst {w.get('where', 'row ' + str(w.get('row')))} token {w.get('position')}: "
+                         f"logged {_num(w.get('logged'), '.6g')}, recomputed {_num(w.get('recomputed'), '.6g')}")
+            stage = rep.get("first_stage")
+            if stage:
+                line += f"; first stage that differs: {stage['stage']}"
+        return line, agree, values
+    m = rep.get("metrics") or {}
+    if command == "stats":
+        gh = (rep.get("group_health") or {}).get("overall") or {}
+        line = (f"step {step}: {rep.get('rows')} rows, score {_num(m.get('critic/score/mean'))}, solved "
+                f"{_num(gh.get('solved_share'), '.1%') if gh.get('solved_share') is not None else '–'}, uniform "
+                f"groups {gh.get('uniform_groups', '–')} of {gh.get('groups', '–')}")
+    else:
+        line = f"step {step}: {rep.get('rows')} rows -> {(rep.get('outputs') or ['?'])[0]}"
+    if m.get("critic/advantages/mean") is not None:
+        line += (f", advantages mean {_num(m.get('critic/advantages/mean'))} min "
+                 f"{_num(m.get('critic/advantages/min'))} max {_num(m.get('critic/advantages/max'))}")
+    return line, True, values
+
+
+# ----------------------------------------------------------------------------------------- the loop
+class _Stop(Exception):
+    pass
+
+
+def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None = None,
+           until_idle: float | None = None, fail_fast: bool = False, state_path: str | None = None,
+           trackers=None, json_out: bool = False, quiet: bool = False, echo=None) -> int:
+    """Follow ``root`` until Ctrl-C / SIGTERM, ``until_idle`` seconds without a new step, or (``fail_fast``)
+    the first step that disagrees. Returns the exit code: 1 if a step disagreed (over the whole follow,
+    resumed runs included), else 0."""
+    if not os.path.isdir(root):
+        raise AdvcliError(f"{root}: --follow watches a trainer's dump directory; no such directory",
+                          hint="give the directory the trainer writes its step files into")
+    if settle <= 0 or (until_idle is not None and until_idle <= 0):
+        raise AdvcliError("--settle and --until-idle take a number of seconds > 0")
+    poll = poll if poll is not None else min(1.0, max(0.05, settle / 4))
+    echo = echo or (lambda s, err=False: typer.echo(s, err=err))
+    shown, root = root, os.path.abspath(root)
+    if opts.command == "run":
+        os.makedirs(opts.out_dir, exist_ok=True)
+        state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")
+    st = FollowState.load(state_path, opts.command, root)
+    if st.options and st.options != opts.resolution():
+        raise AdvcliError(f"{state_path}: this follow was started with other options ({json.dumps(st.options)}); "
+                          "its steps so far were computed with those",
+                          hint="restart it with the same --flavor/--set/--config/--column/--estimator/--from, or "
+                               "give a new --state to follow the run again from its first step")
+    watcher = Watcher(root, opts.source, settle)
+    runner = StepRunner(opts, st)
+    logger = None
+    if trackers:
+        from ..tracker import StepLogger
+
+        logger = StepLogger(trackers, {"command": opts.command, "follow": root, "flavor": st.flavor})
+    if st.last_step is not None and not quiet:
+        echo(f"resuming after step {st.last_step} ({st.steps} step(s) taken before)", err=True)
+    ended, last_new = "", time.monotonic()
+    old = {}
+
+    def stop(signum, frame):  # SIGTERM ends the follow as Ctrl-C does
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C only
+        old[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            now = time.time()
+            reported = len(st.changed)
+            _check_changed(st, root, echo, quiet)
+            units = watcher.units()
+            _check_late(st, units, root, echo, quiet)
+            if len(st.changed) != reported:
+                st.save(state_path)  # a restart does not report them again
+            todo = [u for u in units if st.last_step is None or u.step > st.last_step]
+            took = False
+            for i, u in enumerate(todo):
+                if not watcher.complete(u, i + 1 < len(todo), now):
+                    break  # steps are taken in order: never one after a step still being written
+                _take(u, root, st, runner, opts, logger, json_out, quiet, echo)
+                st.save(state_path)
+                took = True
+                if fail_fast and st.disagreed:
+                    raise _Stop("--fail-fast: a step disagrees")
+            if took:
+                last_new = time.monotonic()
+            elif until_idle is not None and time.monotonic() - last_new >= until_idle:
+                if watcher.fmt is None and watcher.last_error is not None:
+                    raise watcher.last_error
+                ended = f"no new step for {until_idle:g} s (--until-idle)"
+                break
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        ended = "interrupted"
+    except _Stop as e:
+        ended = str(e)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    summary = {"steps": st.steps, "disagreed": st.disagreed, "last_step": st.last_step}
+    if logger is not None:
+        for line in logger.close(summary):
+            if not quiet:
+                echo(line, err=True)
+    if not quiet:
+        tail = ""
+        if opts.command == "audit":
+            tail = f", {st.disagreed} disagreed" + (f" (steps {', '.join(map(str, st.disagreed_steps))})"
+                                                    if st.disagreed else "")
+        echo(f"followed {shown}: {st.steps} step(s), last step {st.last_step}{tail}; stopped: {ended}"
+             + (f"; state in {state_path}" if state_path else ""), err=True)
+    return 1 if st.disagreed else 0
+
+
+def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options, logger, json_out: bool,
+          quiet: bool, echo) -> None:
+    tmp = tempfile.mkdtemp(prefix="advcli-follow-")
+    try:
+        taken, notes = snapshot(root, u, tmp)
+        rep = runner.run(u, tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    line, agree, values = step_line(opts.command, u.step, rep)
+    path = opts.step_report(u.step)
+    if path:
+        write_step_report(opts.command, path, rep)
+    if logger is not None:
+        logger.log(u.step, values)
+    st.last_step, st.steps = u.step, st.steps + 1
+    if not agree:
+        st.disagreed += 1
+        if len(st.disagreed_steps) < 100:
+            st.disagreed_steps.append(u.step)
+    st.taken = (st.taken + [[u.step, taken]])[-WATCHED:]
+    st.changed = st.changed[-CHANGED_KEPT:]  # bounded however long the run
+    if json_out:
+        echo(json.dumps({"step": u.step, "line": line, "notes": notes, "report": rep}, default=str))
+    elif not quiet:
+        for n in notes:
+            echo(f"step {u.step}: {n}", err=True)
+        echo(line)
+
+
+def _check_changed(st: FollowState, root: str, echo, quiet: bool) -> None:
+    """Report once each taken file (of the last WATCHED steps) that changed after it was taken."""
+    for step, files in st.taken:
+        for rel, (size, mtime_ns, sha) in files.items():
+            p = os.path.join(root, rel)
+            if p in st.changed:
+                continue
+            try:
+                s = os.stat(p)
+            except FileNotFoundError:
+                continue
+            if s.st_size == size and s.st_mtime_ns == mtime_ns:
+                continue
+            if s.st_size >= size and s.st_mtime_ns == mtime_ns:
+                continue
+            if s.st_size == size and fingerprint(p, size) == sha:
+                continue
+            st.changed.append(p)
+            if not quiet:
+                echo(f"step {step}: {p} changed after it was taken (now {s.st_size} bytes, {size} taken); "
+                     "its numbers above are of the bytes taken then, not read again", err=True)
+
+
+def write_step_report(command: str, path: str, rep: dict) -> None:
+    """A step's report (``--report``), as the command writes its own: JSON, Markdown or HTML."""
+    if command == "audit":
+        from ..report.sections import audit_sections
+        from ._sections import stamp, write
+
+        write(path, stamp(rep, "audit"), audit_sections)
+    else:
+        from ..report.output import write_report
+
+        write_report(path, rep)
+
+
+def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool) -> None:
+    """Report once each file that appeared in a step (of the last WATCHED) after that step was taken (AReaL
+    writes a version's task files as its rollouts finish): not read, its rows are not in that step's numbers."""
+    taken = {step: files for step, files in st.taken}
+    for u in units:
+        if u.step not in taken:
+            continue
+        for p in u.files:
+            if os.path.relpath(p, root) not in taken[u.step] and p not in st.changed:
+                st.changed.append(p)
+                if not quiet:
+                    echo(f"step {u.step}: {p} appeared after the step was taken; not read (its rows are not in "
+                         "the step's numbers above)", err=True)

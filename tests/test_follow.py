@@ -1,0 +1,475 @@
+"""``--follow``: a trainer's dump directory followed while a writer (a thread here) appends its steps in the
+trainer's own layout. Each test checks the per-step lines, the follower's state file, and that the steps
+followed one by one give the numbers of one run over the finished dump, bit for bit (the state carried
+from step to step: the adaptive KL coefficient, prime-rl's EMA baselines)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_main
+from test_format_nemo import SAMPLES, nemo_grpo
+from test_format_nemo import write_step as nemo_write
+from test_format_slime import build as slime_build
+from test_format_trl import write_step as trl_write
+from test_format_verl import v1_records
+from test_format_verl import write as verl_write
+
+from advcli.sample import make_table
+
+SETTLE = ["--settle", "0.2"]
+
+
+def follow(argv, capsys, writer=None):
+    """``advcli ARGV`` in this process while ``writer`` (a function) runs in a thread: (code, stdout, stderr)."""
+    t = threading.Thread(target=writer) if writer else None
+    if t:
+        t.start()
+    try:
+        return run_main(argv, capsys)
+    finally:
+        if t:
+            t.join()
+
+
+def lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if x.startswith("step ")]
+
+
+def torn_write(path, data: bytes, pause: float) -> None:
+    """``data`` written as a trainer's buffered writer may leave it: all but the second half of the last
+    line, a pause longer than the settle time, then the rest."""
+    cut = data.rstrip(b"\n").rfind(b"\n") + 1 + (len(data) - data.rstrip(b"\n").rfind(b"\n")) // 2
+    with open(path, "wb") as fh:
+        fh.write(data[:cut])
+        fh.flush()
+        time.sleep(pause)
+        fh.write(data[cut:])
+
+
+# ------------------------------------------------------------------------------------------ NeMo RL
+def nemo_bytes(tmp_path, step, planted=False) -> bytes:
+    """train_data_step{step}.jsonl's bytes; ``planted``: the third row's logged advantage off by 0.5."""
+    adv = nemo_grpo([s[3] for s in SAMPLES], [tuple(s[0]) for s in SAMPLES])
+    if planted:
+        adv[2] += 0.5
+    p = tmp_path / f"scratch_{step}.jsonl"
+    nemo_write(p, SAMPLES, step, advantages=adv)
+    return p.read_bytes()
+
+
+def test_audit_follows_nemo_with_a_torn_line_and_a_planted_step(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    step2, step3 = nemo_bytes(tmp_path, 2), nemo_bytes(tmp_path, 3, planted=True)
+
+    def writer():
+        time.sleep(0.3)
+        (run / "train_data_step2.jsonl").write_bytes(step2)
+        time.sleep(0.3)
+        torn_write(run / "train_data_step3.jsonl", step3, pause=0.8)  # quiet past --settle, last line torn
+
+    state = tmp_path / "audit-state.json"
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "1.5", "--state", str(state),
+                             "--no-search"], capsys, writer)
+    assert code == 1, err
+    got = lines(out)
+    assert [x.split(":")[0] for x in got] == ["step 1", "step 2", "step 3"]
+    assert "agree" in got[0] and "agree" in got[1] and "DISAGREE" in got[2]
+    # the planted row, named by the trainer's file and line (the third record)
+    assert "1 row(s) disagree" in got[2] and f"{run / 'train_data_step3.jsonl'}:3" in got[2]
+    assert "max |diff| 0.5" in got[2]
+    assert "torn" not in err  # step 3 was never taken while its last line was half written
+    st = json.loads(state.read_text())
+    assert (st["last_step"], st["steps"], st["disagreed"], st["disagreed_steps"]) == (3, 3, 1, [3])
+    assert [s for s, _ in st["taken"]] == [1, 2, 3]
+    assert "stopped: no new step for 1.5 s" in err
+    # the same dump audited once it is finished: the same rows disagree, the same largest difference
+    code, whole, _ = run_main(["audit", str(run), "--json", "--no-search"], capsys)
+    whole = json.loads(whole)
+    assert code == 1 and whole["rows_disagreeing"] == 1
+    assert f"max |diff| {whole['max_abs_diff']:.3g}" in got[2]
+    assert whole["worst"][0]["where"] == f"{run / 'train_data_step3.jsonl'}:3"
+
+
+def test_a_later_step_forces_a_torn_step_without_its_torn_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    data = nemo_bytes(tmp_path, 1)
+    (run / "train_data_step1.jsonl").write_bytes(data[:-5])  # the trainer died mid-line
+    (run / "train_data_step2.jsonl").write_bytes(nemo_bytes(tmp_path, 2))
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.5"], capsys)
+    assert code == 0, err
+    got = lines(out)
+    assert got[0].startswith(f"step 1: {len(SAMPLES) - 1} rows") and got[1].startswith(f"step 2: {len(SAMPLES)} rows")
+    assert "torn last line" in err
+
+
+def test_restart_resumes_after_the_last_step_and_reports_a_changed_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (1, 2):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s))
+    state = tmp_path / "s.json"
+    argv = ["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--state", str(state)]
+    code, out, err = follow(argv, capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
+    assert json.loads(state.read_text())["last_step"] == 2
+    # the run goes on while no follower watches; step 1 is rewritten after it was taken
+    for s in (3, 4):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s))
+    with open(run / "train_data_step1.jsonl", "ab") as fh:
+        fh.write(nemo_bytes(tmp_path, 1).splitlines(keepends=True)[0])
+    code, out, err = follow(argv, capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 3", "step 4"]  # never redone, never skipped
+    assert "resuming after step 2" in err
+    assert f"step 1: {run / 'train_data_step1.jsonl'} changed after it was taken" in err
+    st = json.loads(state.read_text())
+    assert (st["last_step"], st["steps"]) == (4, 4) and st["changed"] == [str(run / "train_data_step1.jsonl")]
+    # a restart with other options would mix two configurations in one follow: refused, nothing taken
+    code, out, err = follow(argv + ["--from", "nemo-jsonl"], capsys)
+    assert code == 2 and "started with other options" in err and not lines(out)
+    assert json.loads(state.read_text()) == st
+
+
+def test_fail_fast_stops_at_the_first_disagreeing_step(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (1, 2, 3):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s, planted=s == 2))
+    state = tmp_path / "s.json"
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.5", "--fail-fast",
+                             "--no-search", "--state", str(state)], capsys)
+    assert code == 1
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
+    assert "stopped: --fail-fast" in err
+    assert json.loads(state.read_text())["last_step"] == 2  # a restart goes on with step 3
+
+
+def test_sigterm_ends_the_follow_with_its_summary(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    state = tmp_path / "s.json"
+
+    def writer():
+        deadline = time.time() + 15
+        while time.time() < deadline and not state.exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--no-search", "--state", str(state)],
+                            capsys, writer)
+    assert code == 0, err
+    assert len(lines(out)) == 1 and "stopped: interrupted" in err
+    assert json.loads(state.read_text())["last_step"] == 1
+
+
+def test_json_lines_one_object_per_step(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (5, 6):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s))
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--json"], capsys)
+    assert code == 0, err
+    objs = [json.loads(x) for x in out.splitlines()]
+    assert [o["step"] for o in objs] == [5, 6]
+    code, whole, _ = run_main(["stats", str(run), "--json"], capsys)
+    per_step = {e["step"]: e for e in json.loads(whole)["per_step"]}
+    for o in objs:  # each step's figures are the finished dump's figures of that step
+        for k in ("critic/score/mean", "response_length/mean"):
+            assert o["report"]["metrics"][k] == per_step[o["step"]][k]
+
+
+# --------------------------------------------------------------- run --follow, each format's layout
+def _verl(d, s):
+    verl_write(d / f"{s}.jsonl", v1_records(s, s))
+
+
+def _trl(d, s):
+    trl_write(d / f"completions_{s:05d}.parquet", s, s)
+
+
+def _slime(d, s):
+    slime_build(d, s, s)
+
+
+def _areal(d, s):  # one task file per prompt group, several groups a step
+    rng = np.random.default_rng(s)
+    for task in (0, 1, 7):
+        v = d / "rollout" / str(s)
+        v.mkdir(parents=True, exist_ok=True)
+        recs = [{"task_id": task, "sample_idx": i, "seqlen": 30 + i, "prompt_len": 20, "head_version": s,
+                 "tail_version": s, "reward": float(rng.choice([0.0, 1.0, 0.5])),
+                 "prompt": f"<|im_start|>user\nq{task}<|im_end|>", "completion": f"c{i}<|im_end|>"} for i in range(4)]
+        (v / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+FORMATS = {"verl": (_verl, ""), "trl": (_trl, ""), "slime": (_slime, "rollout_data"), "areal": (_areal, "")}
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_run_follow_writes_each_step_as_the_finished_dump_gives_it(tmp_path, capsys, name):
+    if name == "slime":
+        pytest.importorskip("torch")
+    make, sub = FORMATS[name]
+    run = tmp_path / "run"
+    d = run / sub if sub else run
+    d.mkdir(parents=True)
+    make(d, 1)
+
+    def writer():
+        time.sleep(0.3)
+        make(d, 2)
+
+    out_dir = tmp_path / "adv"
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "1.0"],
+                            capsys, writer)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
+    assert sorted(os.listdir(out_dir)) == ["follow-state.json", "step_1.parquet", "step_2.parquet"]
+    whole = tmp_path / "whole.parquet"
+    code, _, err = run_main(["run", str(run), "-o", str(whole), "-q"], capsys)
+    assert code == 0, err
+    want = pq.read_table(whole)
+    got = pa.concat_tables([pq.read_table(out_dir / f"step_{s}.parquet") for s in (1, 2)])
+    assert got.num_rows == want.num_rows
+    for col in ("advantages", "returns"):
+        assert got.column(col).to_pylist() == want.column(col).to_pylist(), col
+
+
+# ------------------------------------------------------- state carried across steps: bit for bit
+def _split_steps(t: pa.Table, d) -> list[int]:
+    d.mkdir(parents=True, exist_ok=True)
+    steps = sorted(set(t.column("step").to_pylist()))
+    for s in steps:
+        pq.write_table(t.filter(pc.equal(t.column("step"), s)), d / f"step_{s}.parquet")
+    return steps
+
+
+def _follow_and_batch(tmp_path, capsys, t, settings):
+    run = tmp_path / "run"
+    steps = _split_steps(t, run)
+    out_dir = tmp_path / "adv"
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "0.4",
+                             *settings], capsys)
+    assert code == 0, err
+    assert len(lines(out)) == len(steps)
+    whole = tmp_path / "whole"  # one run over the finished dump (one output per input file)
+    code, _, err = run_main(["run", str(run), "-o", f"{whole}/", "-q", *settings], capsys)
+    assert code == 0, err
+    got = pa.concat_tables([pq.read_table(out_dir / f"step_{s}.parquet") for s in steps])
+    want = pa.concat_tables([pq.read_table(whole / f"step_{s}.parquet") for s in steps])
+    for col in ("advantages", "returns", "token_level_rewards"):
+        if col in want.column_names:
+            assert got.column(col).to_pylist() == want.column(col).to_pylist(), col
+    return json.loads((out_dir / "follow-state.json").read_text())
+
+
+def _sets(flavor: str, pairs: list[str]) -> list[str]:
+    out = ["--flavor", flavor]
+    for p in pairs:
+        out += ["--set", p]
+    return out
+
+
+SK = "trainer.algorithm."
+ADAPTIVE = {  # every flavor whose KL controller moves from step to step (OpenRLHF refuses its adaptive one)
+    "verl-gae": _sets("verl", ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
+                               "algorithm.kl_penalty=low_var_kl", "algorithm.kl_ctrl.type=adaptive",
+                               "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.target_kl=0.01",
+                               "algorithm.kl_ctrl.horizon=500"]),
+    "verl-rloo": _sets("verl", ["algorithm.adv_estimator=rloo", "algorithm.use_kl_in_reward=true",
+                                "algorithm.kl_penalty=k2", "algorithm.kl_ctrl.type=adaptive",
+                                "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.target_kl=0.01",
+                                "algorithm.kl_ctrl.horizon=500"]),
+    "skyrl": _sets("skyrl", [f"{SK}advantage_estimator=gae", f"{SK}use_kl_in_reward=true", f"{SK}use_kl_loss=false",
+                             f"{SK}kl_ctrl.type=adaptive", f"{SK}kl_loss_coef=0.05", f"{SK}kl_ctrl.kl_target=0.01",
+                             f"{SK}kl_ctrl.horizon=500"]),
+    # ROLL: one controller updated after each (step, domain) batch
+    "roll": _sets("roll", ["adv_estimator=gae", "whiten_advantages=true", "add_token_level_kl=true",
+                           "init_kl_coef=0.05", "target_kl=0.001", "kl_horizon=500",
+                           "actor_infer.generating_args.num_return_sequences=6"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ADAPTIVE))
+def test_adaptive_kl_coefficient_carried(tmp_path, capsys, name):
+    """The adaptive controller (β moves after each step, or each of ROLL's domains): each followed step starts
+    from the β the previous one left, so the token rewards and advantages are the whole run's bit for bit."""
+    t = make_table(600, 6, 2, 16, 11, shuffle=name != "roll", steps=3)
+    if name == "roll":  # a domain per prompt block, drawn at random
+        dom = np.random.default_rng(5).choice(["math", "code"], t.num_rows // 6)
+        t = t.append_column("domain", pa.array(np.repeat(dom, 6).tolist()))
+    st = _follow_and_batch(tmp_path, capsys, t, ADAPTIVE[name])
+    assert st["kl_coef"] != 0.05  # the controller moved: the carry was exercised
+
+
+def test_prime_rl_ema_baseline_carried(tmp_path, capsys):
+    """prime-rl's RAE baseline per agent, carried from step to step (and agents met only in later steps)."""
+    t = make_table(240, 4, 2, 8, 3, shuffle=False, steps=4)
+    rng = np.random.default_rng(0)
+    agents = rng.choice(["solver", "critic", "judge"], t.num_rows)
+    steps = np.asarray(t.column("step").to_pylist())
+    agents[(agents == "judge") & (steps < 2)] = "solver"  # an agent that first appears in a later step
+    t = t.append_column("agent_name", pa.array(agents.tolist()))
+    t = t.append_column("trainable", pa.array((rng.random(t.num_rows) > 0.1).tolist()))
+    settings = ["--flavor", "prime-rl", "--set", "orchestrator.algo.type=rae", "--set",
+                "orchestrator.algo.decay=0.9"]
+    st = _follow_and_batch(tmp_path, capsys, t, settings)
+    assert set(st["ema"]) == {"solver", "critic", "judge"}
+
+
+def test_tensorboard_holds_each_step_at_the_training_step(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from test_tracker import _tensorboard
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (3, 4):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s, planted=s == 4))
+    tb = tmp_path / "tb"
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--no-search", "--log",
+                             f"tensorboard:{tb}", "--log-step-offset", "100"], capsys)
+    assert code == 1, err
+    got = _tensorboard(tb)
+    assert got["agree"] == {103: 1, 104: 0}
+    assert got["max_abs_diff"][104] == pytest.approx(0.5, abs=1e-6)
+    assert got["rows"] == {103: len(SAMPLES), 104: len(SAMPLES)}
+
+
+class _FakeRun:
+    def __init__(self, **kw):
+        self.kw, self.logged, self.summary, self.finished = kw, [], {}, False
+        self.dir, self.url = "/nowhere/files", None
+
+    def log(self, values, step=None, commit=True):
+        self.logged.append((step, dict(values)))
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """A stand-in for the wandb package (not installed here): what the follower hands it, step by step."""
+    import importlib.machinery
+    import sys
+    import types
+
+    mod = types.ModuleType("wandb")
+    mod.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    mod.runs = []
+    mod.Settings = lambda **kw: kw
+
+    def init(**kw):
+        mod.runs.append(_FakeRun(**kw))
+        return mod.runs[-1]
+
+    mod.init = init
+    monkeypatch.setitem(sys.modules, "wandb", mod)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    return mod
+
+
+def test_wandb_gets_each_step_at_the_training_step(tmp_path, capsys, fake_wandb):
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (3, 4):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s, planted=s == 4))
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--no-search", "--log",
+                             "wandb", "--log-step-offset", "100"], capsys)
+    assert code == 1, err
+    (w,) = fake_wandb.runs  # one run for the whole follow
+    assert [s for s, _ in w.logged] == [103, 104]
+    first, second = w.logged[0][1], w.logged[1][1]
+    assert (first["agree"], second["agree"]) == (1, 0) and first["rows"] == len(SAMPLES)
+    assert second["max_abs_diff"] == pytest.approx(0.5, abs=1e-6) and second["rows_disagreeing"] == 1
+    assert w.summary == {"steps": 2, "disagreed": 1, "last_step": 4} and w.finished
+    assert "wandb: offline run in /nowhere" in err
+
+
+def test_followed_step_names_the_first_stage_that_differs(tmp_path, capsys):
+    """A verl GAE run with KL in the reward, dumped as Parquet a step a file with its token rewards, returns and
+    advantages; step 2 was written with another KL coefficient: its line names the KL penalty."""
+    t = make_table(120, 6, 2, 8, 1, steps=2)
+    base = _sets("verl", ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=k1"])
+    src, run = tmp_path / "src", tmp_path / "run"
+    run.mkdir()
+    for s in _split_steps(t, src):
+        coef = 0.02 if s == 1 else 0.05
+        code, _, err = run_main(["run", str(src / f"step_{s}.parquet"), "-o", str(run / f"step_{s}.parquet"), "-q",
+                                 *base, "--set", f"algorithm.kl_ctrl.kl_coef={coef}"], capsys)
+        assert code == 0, err
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--no-search", *base,
+                             "--set", "algorithm.kl_ctrl.kl_coef=0.05"], capsys)
+    assert code == 1, err
+    got = lines(out)
+    assert "agree" in got[0] and "first stage" not in got[0]
+    assert "DISAGREE" in got[1] and got[1].endswith("first stage that differs: KL penalty")
+
+
+def test_a_chunk_lister_plugs_in_and_its_live_chunk_waits_for_its_seal(tmp_path, capsys, monkeypatch):
+    """The hook prime-rl's trace-stream chunks plug into: a lister registered for a format gives the units
+    and says which are sealed; an unsealed (live) chunk is not taken, however quiet, and no later one either."""
+    from advcli.commands import follow as follow_mod
+
+    run = tmp_path / "run"
+    t = make_table(60, 6, 2, 8, 1, steps=3)
+    _split_steps(t, run)
+
+    def lister(root):
+        return [follow_mod.Unit(s, [os.path.join(root, f"step_{s}.parquet")], sealed=s != 1) for s in (0, 1, 2)]
+
+    monkeypatch.setitem(follow_mod.CHUNK_LISTERS, "parquet", lister)
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0"]
+
+
+def test_memory_does_not_keep_the_taken_steps(tmp_path, capsys):
+    """Each taken step's converted Parquet is released once it is done: the follower holds no step's rows."""
+    from advcli.formats.input_edge import IMPORTED
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (1, 2, 3):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s))
+    before = set(IMPORTED)
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
+    assert code == 0 and len(lines(out)) == 3, err
+    assert set(IMPORTED) == before
+
+
+def test_a_task_file_arriving_after_its_step_was_taken_is_reported(tmp_path, capsys):
+    """AReaL writes a version's task files as its rollouts finish: one that lands after the next version
+    appeared (and its step was taken) is named, not silently read or dropped."""
+    run = tmp_path / "run"
+    _areal(run, 1)
+    _areal(run, 2)
+    state = tmp_path / "s.json"
+    late = run / "rollout" / "1" / "9.jsonl"
+
+    def writer():
+        deadline = time.time() + 15
+        while time.time() < deadline and not state.exists():
+            time.sleep(0.05)
+        late.write_text((run / "rollout" / "1" / "0.jsonl").read_text())
+
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "1.0", "--state", str(state)],
+                            capsys, writer)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
+    assert f"step 1: {late} appeared after the step was taken; not read" in err
+    assert str(late) in json.loads(state.read_text())["changed"]

@@ -334,7 +334,8 @@ class StepRunner:
             cfg["precision"] = o.precision
         if o.padded is not None:
             cfg["padded"] = o.padded
-        st.flavor, st.cfg, st.native, st.columns = flavor, cfg, dict(native or {}), dict(columns or {})
+        # the flavor as the user named it (NAME or NAME@RELEASE): the state file is JSON
+        st.flavor, st.cfg, st.native, st.columns = str(flavor), cfg, dict(native or {}), dict(columns or {})
         st.notes = {"auto_note": auto_note, "flavor_note": flavor_note}
         st.kl_coef = float(cfg["kl"]["coef"])
 

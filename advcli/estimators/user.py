@@ -264,13 +264,20 @@ _GUARD = threading.Lock()
 _guard_depth = 0
 
 
+_saved: dict = {}
+
+
 @contextlib.contextmanager
-def _os_exit_raises():
+def _guarded():
+    """``os._exit`` raising :class:`UserExit` and ``sys.stdout`` pointing at stderr while any user call
+    runs: counted, since the statistics pass calls a token-level function from two threads at once
+    (each restoring what it saw would leave stdout on stderr)."""
     global _guard_depth
     with _GUARD:
         if _guard_depth == 0:
-            _os_exit_raises.saved = os._exit
+            _saved["exit"], _saved["stdout"] = os._exit, sys.stdout
             os._exit = _raising_exit
+            sys.stdout = sys.stderr
         _guard_depth += 1
     try:
         yield
@@ -278,7 +285,7 @@ def _os_exit_raises():
         with _GUARD:
             _guard_depth -= 1
             if _guard_depth == 0:
-                os._exit = _os_exit_raises.saved
+                os._exit, sys.stdout = _saved.pop("exit"), _saved.pop("stdout")
 
 
 @contextlib.contextmanager
@@ -294,7 +301,7 @@ def user_code(what: str, path: str | None = None, hint: str | None = None):
     kills the process another way (``os.kill(os.getpid(), 9)``, a C extension's ``exit()``) still
     ends it, with no output written (docs/errors.md)."""
     try:
-        with contextlib.redirect_stdout(sys.stderr), _os_exit_raises():
+        with _guarded():
             yield
     except AdvcliError:
         raise

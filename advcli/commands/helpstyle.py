@@ -13,8 +13,9 @@ its usage through ``make_metavar(ctx, usage=True)``: there the argument gets a c
 otherwise).
 
 :class:`Command` and :class:`Group` (the ``cls`` of every advcli command and of the app) give each
-parameter, the generated ``--help`` included, a subclass of its own class that overrides only the
-rendering: parsing, defaults, callbacks and error messages are typer's.
+parameter, the generated ``--help`` included, a subclass of its own class that overrides the rendering
+and, with typer 0.29, the conversion of plain values (:mod:`.values`: typer's result without pydantic);
+parsing, defaults, callbacks and error messages are typer's. The page itself is :func:`render_help`.
 """
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ its usage through ``make_metavar(ctx, usage=True)``: there the argument gets a c
 otherwise).
 
 :class:`Command` and :class:`Group` (the ``cls`` of every advcli command and of the app) give each
-parameter, the generated ``--help`` included, a subclass of its own class that overrides only the
-rendering: parsing, defaults, callbacks and error messages are typer's.
+parameter, the generated ``--help`` included, a subclass of its own class that overrides the rendering
+and, with typer 0.29, the conversion of plain values (:mod:`.values`: typer's result without pydantic);
+parsing, defaults, callbacks and error messages are typer's. The page itself is :func:`render_help`.
 """
 from __future__ import annotations
 
@@ -189,7 +190,7 @@ def _one_paragraph(text: str) -> str:
     import inspect
 
     paragraphs = inspect.cleandoc(text).partition("\f")[0].split("\n\n")
-    return "\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+    return "\n".join(" ".join(ln.strip() for ln in p.strip().splitlines()) for p in paragraphs if p.strip())
 
 
 def _param_rows(ctx, params):
@@ -364,7 +365,7 @@ def render_help(cmd, ctx) -> None:
     console.print(Padding(Text(cmd.get_usage(ctx), style="bold"), 1))
     if cmd.help:
         first, _, rest = cmd.help.partition("\n\n")
-        body = [_markup(" ".join(first.split()))]
+        body = [_markup(_one_paragraph(first))]
         if rest.strip():
             body += [Text(""), _markup(_one_paragraph(rest), style="dim")]
         console.print(Padding(Lines(*body), (0, 1, 1, 1)))

@@ -41,6 +41,9 @@ class ImportInfo:
     # normalised one, prime-rl's shaped training reward): one line each, set by a format with
     # records.reward_note; run's summary shows them (advcli.resolution.from_dump)
     reward_notes: tuple = ()
+    # the decimals the dump rounds its logged advantages to (prime-rl's float_decimals, 4), set by a format in
+    # ctx.state["logged_decimals"]: the audit's default tolerance follows it
+    logged_decimals: int | None = None
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -136,7 +139,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
-                      reward_notes=tuple(ctx.state.get("reward_notes", ())))
+                      reward_notes=tuple(ctx.state.get("reward_notes", ())),
+                      logged_decimals=ctx.state.get("logged_decimals"))
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):

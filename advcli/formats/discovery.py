@@ -10,7 +10,7 @@ from ..errors import AdvcliError
 from .records import first_json_record
 from .registry import FORMATS, Format, load, norm_path
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth", ".jsonl.zst")
 SKIPPED_DIRS = {"wandb": "wandb run folder", "tensorboard": "TensorBoard folder", "tb_logs": "TensorBoard folder",
                 ".git": "git folder", "__pycache__": "Python cache", ".ipynb_checkpoints": "notebook checkpoints"}
 

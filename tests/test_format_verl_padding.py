@@ -69,3 +69,80 @@ def test_advantages_with_pads_in_the_batch(tmp_path, capsys, estimator):
     if estimator == "gpg":  # the pads change GPG's α: without them every advantage would differ
         assert not np.allclose(got[:-PADS], expected(recs[:-PADS], "gpg")[:], atol=1e-3)
     assert " ".join(err.split()).count("8 synthetic padding row(s) set aside") == 1
+
+
+def real_figures(recs):
+    """The figures of the real rows only, as verl's metrics give them (non_padding_mask)."""
+    real = recs[:-PADS]
+    s = np.array([r["score"] for r in real])
+    groups: dict = {}
+    for r in real:
+        groups.setdefault(r["uid"].rsplit("_", 2)[0], []).append(r["score"])
+    uniform = sum(len(set(v)) == 1 for v in groups.values())
+    return len(real), len(groups), uniform, float(s.mean()), float((s > 0).mean())
+
+
+def test_run_figures_and_diagnostics_leave_pads_out(tmp_path, capsys):
+    recs = records()
+    write(tmp_path / "rollout_data", recs)
+    rows, groups, uniform, mean, solved = real_figures(recs)
+    assert (rows, groups, uniform) == (104, 13, 5)
+    all_mean = np.mean([r["score"] for r in recs])
+    assert abs(mean - all_mean) > 0.01  # the pads would pull the mean down
+    code, out, err = run_main(["run", tmp_path / "rollout_data", "-o", tmp_path / "o.parquet", "--flavor", "verl",
+                               "--set", "algorithm.adv_estimator=grpo", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    m, h = rep["metrics"], rep["group_health"]["overall"]
+    assert m["critic/score/mean"] == pytest.approx(mean) and m["groups/count"] == groups
+    assert m["groups/all_equal_share"] == pytest.approx(uniform / groups)
+    assert (h["groups"], h["rows"], h["uniform_groups"]) == (groups, rows, uniform)
+    assert h["solved_share"] == pytest.approx(solved)
+    assert rep["per_step"][0]["rows"] == rows
+    diag = {d["kind"]: d["count"] for d in rep["diagnostics"]}
+    assert diag["all_equal_groups"] == uniform
+    assert sum("8 synthetic padding row(s) set aside" in n for n in json.dumps(rep).split('"')) == 1
+
+
+def test_stats_and_inspect_leave_pads_out(tmp_path, capsys):
+    recs = records()
+    write(tmp_path / "rollout_data", recs)
+    rows, groups, uniform, mean, _ = real_figures(recs)
+    code, out, err = run_main(["stats", tmp_path / "rollout_data", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["rows"] == rows and rep["metrics"]["groups/count"] == groups
+    assert rep["metrics"]["critic/score/mean"] == pytest.approx(mean)
+    assert rep["group_health"]["overall"]["uniform_groups"] == uniform
+    assert "8 synthetic padding row(s) set aside" in rep["note"]
+    code, out, err = run_main(["inspect", tmp_path / "rollout_data"], capsys)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert f"{rows} rows (+ 8 padding rows set aside)" in text and f"groups {groups} (sizes: {groups}×8)" in text
+    assert f"{uniform} groups where every reward is equal" in text
+    assert f"reward mean {mean:.6f}" in text
+
+
+def test_filters_leave_pads_out(tmp_path, capsys):
+    recs = records()
+    write(tmp_path / "rollout_data", recs)
+    rows, groups, uniform, _, _ = real_figures(recs)
+    conv = tmp_path / "c.parquet"
+    assert run_main(["convert", tmp_path / "rollout_data", "-o", conv], capsys)[0] == 0
+    code, out, err = run_main(["filter", conv, "-o", tmp_path / "f.parquet", "--drop-uniform", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert (rep["groups"], rep["rows"], rep["uniform_groups"], rep["groups_dropped"]) == (groups, rows, uniform,
+                                                                                          uniform)
+    assert rep["padding_rows"] == PADS
+    kept = pq.read_table(tmp_path / "f.parquet").to_pylist()
+    assert len(kept) == rows - uniform * N and not any(r["is_padding"] for r in kept)
+    # --solve-rate: a group is kept on its own rows' mean; the pads are in no group
+    means = {}
+    for r in recs[:-PADS]:
+        means.setdefault(r["uid"].rsplit("_", 2)[0], []).append(r["score"])
+    want = sum(0.1 <= np.mean(v) <= 0.9 for v in means.values())
+    code, out, err = run_main(["filter", conv, "-o", tmp_path / "g.parquet", "--solve-rate", "0.1:0.9", "--json"],
+                              capsys)
+    assert code == 0, err
+    assert json.loads(out)["groups_kept"] == want

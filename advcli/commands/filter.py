@@ -108,6 +108,8 @@ def filter_sections(rep: dict):
             ("dropped: too small / uniform / solve rate / variance",
              f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} / "
              f"{rep.get('dropped_variance', 0):,} groups (a group may have several reasons)")]
+    if rep.get("padding_note"):
+        head.append(("padding", rep["padding_note"]))
     if (rep.get("filter") or {}).get("mask_dropped"):
         head.append(("masked", f"every row written; the {rep['rows_dropped']:,} rows of the dropped groups have "
                                "response_mask 0"))

@@ -217,3 +217,16 @@ def test_live_chunk_without_torn_line_and_mid_seal_twin(tmp_path, capsys):
     assert code == 0, err
     assert "last line is torn" not in err
     assert len(_rows(out)) == pq.read_metadata(out).num_rows == 5 * G
+
+
+@pytest.mark.parametrize("live", [b"", b'{"id": "e", "group": {"id": "c"}, "tr'])
+def test_live_chunk_just_rolled(tmp_path, capsys, live):
+    """The writer has just rolled: the new live chunk is empty, or holds only the start of its first record."""
+    exp = build(tmp_path / "run", torn=False)
+    s = tmp_path / "run/monitors/file/traces/stream"
+    (s / "00003.jsonl").write_bytes(live)
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", tmp_path / "run", "-o", out], capsys)
+    assert code == 0, err
+    assert len(_rows(out)) == len(exp)
+    assert ("last line is torn" in err) == bool(live)

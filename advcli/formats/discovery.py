@@ -56,7 +56,9 @@ def _classify(path: str, forced: Format | None) -> Format | None:
     for f in cands:
         if _sniff(path, f):
             return f
-    return cands[0]
+    # nothing to sniff (an empty file: prime-rl's live chunk just after a roll): the most specific name wins
+    p = norm_path(path)
+    return max(cands, key=lambda f: len(re.search(f.pattern, p).group(0)))
 
 
 # framework pickles: loading them runs the framework's classes; refused with how to export them

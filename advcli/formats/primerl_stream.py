@@ -153,11 +153,15 @@ def _parse(path: str, i: int, raw: bytes, last: bool):
 
 
 def first_record(path: str) -> dict | None:
+    """The first record of a chunk; for a live chunk holding only a torn line (its first record still being
+    written), an empty episode, so that the chunk is read (and yields nothing) rather than refused."""
     try:
         for _, rec in chunk_records(path):
             return rec
     except AdvcliError:
         return None
+    if not path.endswith(".zst") and os.path.getsize(path) > 0:
+        return {"group": None, "traces": []}
     return None
 
 

@@ -26,9 +26,10 @@ def _companion(path: str) -> str | None:
     load()
     p = norm_path(path)
     for fmt in FORMATS.values():
-        for c in fmt.companions:
-            if re.search(c, p):
-                return f"written by {fmt.title} beside its dumps"
+        for c in fmt.companions:  # a regex, or (regex, what the file is)
+            pat, why = c if isinstance(c, tuple) else (c, f"written by {fmt.title} beside its dumps")
+            if re.search(pat, p):
+                return why
     base = os.path.basename(p)
     if base.startswith("events.out.tfevents"):
         return "TensorBoard event file"

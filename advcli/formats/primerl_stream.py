@@ -362,6 +362,8 @@ def read(path: str, ctx: Context):
             tship = (info.get("ship") or {}).get("step")
             row["ship_step"] = tship if isinstance(tship, int) else None
             row["effective"] = bool(info.get("effective", False))
+            if row.get("stop_condition") is None:  # absent on the record: no column of nulls, no "first appears" note
+                row.pop("stop_condition", None)
             yield line, row
     if evals:
         ctx.notes.append(f"{path}: {evals} eval episode(s) in the stream: not read (advcli reads the train ones)")
@@ -381,8 +383,12 @@ FORMAT = Format(
              "logged_advantage": F32, "stop_condition": STR, "env_reward": F32, "trainer_log_probs": F32_LIST,
              "entropies": F32_LIST, "ship_step": I64, "effective": BOOL},
     read=read, sniff=sniff, required=("group", "traces"), first_record=first_record,
-    companions=(r"(^|/)traces/annotations/", r"(^|/)traces/[^/]*\.index\.jsonl$", r"(^|/)traces/live/",
-                r"(^|/)monitors/file/metrics\.jsonl$", r"(^|/)eval_plan\.json$"),
+    companions=((r"(^|/)traces/annotations/.*\.index\.jsonl$",
+                 "prime-rl annotation index: the annotations themselves are read"),
+                (r"(^|/)traces/annotations/", "prime-rl annotation stream: folded onto the episodes, not a dump "
+                                             "of its own"),
+                r"(^|/)traces/[^/]*\.index\.jsonl$", r"(^|/)traces/live/", r"(^|/)monitors/file/metrics\.jsonl$",
+                r"(^|/)eval_plan\.json$"),
     key=lambda p: p, logged="logged_advantage", flavor="prime-rl",
     example="advcli run outputs/run --output out.parquet --flavor prime-rl",
 )

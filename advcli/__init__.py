@@ -114,13 +114,14 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
 
 
 def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, columns: dict | None = None,
-          against: str | None = None, rtol: float = 1e-4, atol: float = 1e-5, search: bool = True, top: int = 10,
-          chunk_rows: int = 4096, device: str = "auto", source: str | None = None):
+          against: str | None = None, rtol: float | None = None, atol: float | None = None, search: bool = True,
+          top: int = 10, chunk_rows: int = 4096, device: str = "auto", source: str | None = None):
     """Check logged advantages against advcli's recomputation, like ``advcli audit``: an
     :class:`advcli.notebook.AuditResult` (``.agree``; ``.table``: the worst rows). ``flavor``: default the
     dump's trainer (else verl, GRPO when the dump has prompt_id); ``against``: the logged column (default:
-    where the trainer logged them; in Parquet ``advantages``, else ``advantage``); the rest as :func:`run`
-    and the command's options."""
+    where the trainer logged them; in Parquet ``advantages``, else ``advantage``); ``rtol``/``atol`` default as
+    the command's (1e-4, 1e-5, ``atol`` widened where the dump rounds its logged values); the rest as
+    :func:`run` and the command's options."""
     from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
     from .formats import open_inputs
     from .io.frames import FrameInputs

@@ -43,6 +43,9 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
     "num_turns": ("num_turns", "scalar", "sampled turns of the trace (prime-rl length penalty)"),
     "agent_name": ("agent_name", "key", "agent role of the trace (prime-rl hierarchical_grpo, rae)"),
     "episode_id": ("episode_id", "key", "episode the trace belongs to (prime-rl hierarchical_grpo)"),
+    "is_padding": ("is_padding", "scalar", "true on a synthetic padding row (verl's V1 trainer pads a batch to its "
+                   "DP/mini-batch multiple, uid pad<hex>_<i>_0): in the batch for the advantages, out of every "
+                   "figure, filter and group count"),
     "is_last_step": ("is_last_step", "scalar", "true on the last turn of a step-wise trajectory (SkyRL "
                      "generator.step_wise_trajectories; rows of a trajectory are contiguous)"),
 }

@@ -315,6 +315,21 @@ class SmallColumns:
     source: np.ndarray | None  # data-source code per row
     source_names: list = field(default_factory=list)
     columns: dict = field(default_factory=dict)  # role -> column name used
+    padding: np.ndarray | None = None  # [rows] bool: synthetic padding rows (verl's V1 trainer, is_padding)
+
+
+def without_padding(small: SmallColumns) -> SmallColumns:
+    """``small`` without its synthetic padding rows (``is_padding``: verl's V1 trainer pads a batch with them),
+    the groups renumbered in first-appearance order: they are in no group, no decision and no count."""
+    pad = small.padding
+    if pad is None or not pad.any():
+        return small
+    keep = ~pad
+    uniq, inv = np.unique(small.group[keep], return_inverse=True)  # codes are first-appearance ranks
+    return SmallColumns(int(keep.sum()), inv.ravel().astype(np.int64), [small.group_ids[u] for u in uniq],
+                        [small.group_steps[u] for u in uniq], small.metric[keep],
+                        None if small.step is None else small.step[keep],
+                        None if small.source is None else small.source[keep], small.source_names, small.columns)
 
 
 def find_source_column(names: list[str], explicit: str | None = None) -> str | None:
@@ -343,7 +358,8 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
         raise AdvcliError(f"{file0}: metric column {metric_col!r} has type {mt}; expected one number per row",
                           hint="name a numeric column with --metric COLUMN")
     step_col = cmap.names.get("step")
-    cols = list(dict.fromkeys(c for c in (pid, metric_col, step_col, source_col) if c))
+    pad_col = "is_padding" if "is_padding" in ins.schema.names else None
+    cols = list(dict.fromkeys(c for c in (pid, metric_col, step_col, source_col, pad_col) if c))
     parts: dict[str, list] = {c: [] for c in cols}
     for _, _, batch in ins.iter_batches(cols, chunk_rows):
         for c in cols:
@@ -380,8 +396,12 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
         import pandas as pd
         codes, uniq = pd.factorize(vals, sort=False, use_na_sentinel=False)
         source, source_names = codes.astype(np.int64), [None if (u is None or u != u) else _plain(u) for u in uniq]
+    padding = None
+    if pad_col and R:
+        padding = np.asarray(chunked(pad_col).fill_null(False).to_numpy(zero_copy_only=False), bool)
     return SmallColumns(R, np.asarray(group, np.int64), [_plain(g) for g in gids], gsteps, metric, step, source,
-                        source_names, {"prompt_id": pid, "metric": metric_col, "step": step_col, "source": source_col})
+                        source_names, {"prompt_id": pid, "metric": metric_col, "step": step_col, "source": source_col},
+                        padding)
 
 
 def live_rows(ins, mask_col: str, chunk_rows: int) -> np.ndarray:
@@ -544,12 +564,15 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
             raise AdvcliError(f"{ins.paths[0]}: column {mask_column!r} has type {mt}; --mask-dropped needs the "
                               "per-token response mask (a list column)",
                               hint="map it with --column response_mask=NAME, or drop the groups (no --mask-dropped)")
-    small = read_small_columns(ins, cmap, metric_col, source_col)
+    full = read_small_columns(ins, cmap, metric_col, source_col)
+    small = without_padding(full)  # verl's synthetic padding rows: in no group, no decision, not written
     scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
     check_solve_rate(spec, small.metric, metric_col)
     live = None
     if spec.by_variance is not None and RULES[spec.variance_rule]["live"] and cmap.has("response_mask"):
         live = live_rows(ins, cmap["response_mask"], chunk_rows)
+        if small is not full:  # the rows of the groups decided on: padding rows set aside
+            live = live[~full.padding]
     dec = group_decisions(small.group, small.metric, spec, scope, live)
     summary = summarize(small, dec, spec)
     note = variance_note(spec)
@@ -558,8 +581,15 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     if not dec["keep"].any() and not spec.allow_empty:
         raise AdvcliError(kept_nothing(spec, summary), hint="loosen the filter, or add --allow-empty to write the "
                                                              "empty result")
+    keep_row = dec["keep"][small.group]
+    if small is not full:
+        keep_row = np.zeros(full.rows, bool)
+        keep_row[~full.padding] = dec["keep"][small.group]
+        from .formats.conversion import PADDING_NOTE
+        summary["padding_rows"] = int(full.padding.sum())
+        summary["padding_note"] = PADDING_NOTE.format(n=summary["padding_rows"]) + "; not written"
     clean_stale_temps(output)
-    n = copy_kept_rows(ins, dec["keep"][small.group], output, chunk_rows,
+    n = copy_kept_rows(ins, keep_row, output, chunk_rows,
                        metadata_note={"filter": spec.as_dict(), "metric": metric_col,
                                       "inputs": [os.path.basename(p) for p in ins.paths],
                                       "rows_in": small.rows, "rows_kept": summary["rows_kept"]},

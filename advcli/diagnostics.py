@@ -154,14 +154,16 @@ class Diagnostics:
     # ------------------------------------------------------------------------------- row level
     def rows(self, *, spec, params: dict, table: RowTable, adv_row: torch.Tensor | None, run_dtype: torch.dtype,
              reward_row: torch.Tensor | None = None, keep: torch.Tensor | None = None,
-             mask_placed: bool = False) -> None:
+             mask_placed: bool = False, padding: torch.Tensor | None = None) -> None:
         """Checks on the per-row table (groups of one, all-equal groups, float32 cancellation,
-        rewards placed on masked tokens)."""
+        rewards placed on masked tokens). ``padding`` [R] bool: synthetic padding rows (verl's V1 trainer),
+        left out of the group checks."""
         g = table.groups
         self.groups = g
+        pad = padding if padding is not None and bool(padding.any()) else None
         if spec.uses_groups and g is not None and g.num_groups:
-            self._singletons(g, table, adv_row)
-            self._all_equal(g, table, adv_row)
+            self._singletons(g, table, adv_row, pad)
+            self._all_equal(g, table, adv_row, pad)
             if spec.level == "row" and adv_row is not None:
                 self._cancellation(spec, params, table, adv_row, run_dtype)
         if reward_row is not None and keep is not None and (self.drops or mask_placed) and not self.token_scores:
@@ -176,8 +178,11 @@ class Diagnostics:
                 "explanation": "the row reward is placed on a token with mask=0 (a row ending in masked tokens) "
                                f"and is lost: {why}. These rows train on no outcome reward."})
 
-    def _singletons(self, g: GroupIndex, table: RowTable, adv_row: torch.Tensor | None) -> None:
+    def _singletons(self, g: GroupIndex, table: RowTable, adv_row: torch.Tensor | None,
+                    pad: torch.Tensor | None = None) -> None:
         single = g.row_size == 1
+        if pad is not None:
+            single = single & ~pad
         n = int(single.sum())
         rows = torch.nonzero(single, as_tuple=True)[0][:MAX_EXAMPLES].tolist()
         ex = []
@@ -201,11 +206,15 @@ class Diagnostics:
         self.items.append({"kind": "groups_of_one", "count": n, "unit": "groups", "severity": "info",
                            "examples": ex, "explanation": what + "."})
 
-    def _all_equal(self, g: GroupIndex, table: RowTable, adv_row: torch.Tensor | None) -> None:
+    def _all_equal(self, g: GroupIndex, table: RowTable, adv_row: torch.Tensor | None,
+                   pad: torch.Tensor | None = None) -> None:
         s = table.score.to(torch.float64)
         smin = torch.full((g.num_groups,), math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, s, "amin")
         smax = torch.full((g.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce_(0, g.codes, s, "amax")
         eq = (smin == smax) & (g.sizes > 1)
+        if pad is not None:  # a group of padding rows only is no group
+            real = torch.zeros(g.num_groups, dtype=torch.int64).scatter_add_(0, g.codes, (~pad).to(torch.int64))
+            eq = eq & (real > 0)
         gids = torch.nonzero(eq, as_tuple=True)[0][:MAX_EXAMPLES].tolist()
         amax = None
         if adv_row is not None:

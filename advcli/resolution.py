@@ -163,6 +163,10 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
         notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
     for line in dict.fromkeys(n for i in infos for n in i.reward_notes):  # which of the dump's rewards runs
         notes.append(line)
+    padding = sum(getattr(i, "padding", 0) for i in infos)
+    if padding:  # verl's synthetic padding rows: one line says how many were set aside
+        from .formats.conversion import PADDING_NOTE
+        notes.append(PADDING_NOTE.format(n=padding))
     return settings, notes
 
 

@@ -88,6 +88,7 @@ def build_fixtures(root):
     import test_format_nemo
     import test_format_openinstruct
     import test_format_primerl
+    import test_format_primerl_stream
     import test_format_roll
     import test_format_slime
     import test_format_trl
@@ -124,6 +125,8 @@ def build_fixtures(root):
                               trl / f"completions_{step:05d}.parquet", step, seed)
     # prime-rl's outputs/rollouts/step_*/train/{all,effective}/traces.jsonl
     test_format_primerl.build(root / "outputs")
+    # prime-rl's current outputs/run/monitors/file/traces/{stream,annotations}/ (sealed .zst + live chunks)
+    test_format_primerl_stream.build(root / "outputs" / "run")
     # open-instruct's --save_traces shards rollouts/myrun_rollouts_*.jsonl (advantage_normalization_type=standard)
     test_format_openinstruct.build(root / "rollouts", kind="standard", run="myrun")
     # ROLL's rollout_dump_data.step_*.jsonl, groups of 8 as the page's num_return_sequences=8

@@ -271,9 +271,27 @@ def _groups(ins, cmap, cfg, columns=None):
     return None, None, step
 
 
-def check_tolerances(rtol: float, atol: float) -> None:
-    if rtol < 0 or atol < 0:
+RTOL, ATOL = 1e-4, 1e-5  # the default tolerances
+
+
+def check_tolerances(rtol: float | None, atol: float | None) -> None:
+    if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
         raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
+
+
+def rounding_tolerance(info, rtol: float | None, atol: float | None) -> tuple[float, float, str | None]:
+    """(rtol, atol, note): where the dump rounds its logged advantages to d decimals (prime-rl writes them with
+    ``monitors.file.float_decimals`` = 4, verifiers 0.4.0 ``RECORD_FLOAT_DECIMALS``) and the user set no
+    ``atol``, the default widened by the rounding's bound, half a unit in the d-th decimal; the note says so."""
+    d = getattr(info, "logged_decimals", None) if info is not None else None
+    rtol = RTOL if rtol is None else rtol
+    if d is None:
+        return rtol, ATOL if atol is None else atol, None
+    if atol is not None:
+        return rtol, atol, f"the dump rounds its logged advantages to {d} decimals; --atol {atol:g} as given"
+    half = 0.5 * 10.0 ** -d
+    return rtol, half + ATOL, (f"atol {half + ATOL:g} = {half:g} (the dump rounds its logged advantages to {d} "
+                               f"decimals) + {ATOL:g}")
 
 
 def trainer_flavor(inputs: list[str]) -> tuple[str | None, str | None]:
@@ -291,8 +309,8 @@ def trainer_flavor(inputs: list[str]) -> tuple[str | None, str | None]:
 
 def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, columns: dict, *,
                auto_note: str | None = None, flavor_note: str | None = None, against: str | None = None,
-               rtol: float = 1e-4, atol: float = 1e-5, chunk_rows: int = 4096, device: str = "auto",
-               search: bool = True, top: int = 10, progress=None) -> dict:
+               rtol: float | None = None, atol: float | None = None, chunk_rows: int = 4096,
+               device: str = "auto", search: bool = True, top: int = 10, progress=None) -> dict:
     """The audit report dict (module docstring) of opened inputs (``advcli.formats.open_inputs``: a
     response-level dump, TRL's completions with one logged advantage per row, has a one-token mask) under
     a resolved configuration (``cfg``, the flavor's ``native`` keys, ``columns`` overrides);
@@ -308,6 +326,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     check_tolerances(rtol, atol)
     t0 = time.perf_counter()
     info = info_for(inputs[0])
+    rtol, atol, tol_note = rounding_tolerance(info, rtol, atol)
     ins = InputSet.open(inputs)
     file0 = source_of(ins.paths[0])
     logged_col, is_list = _logged_column(ins.schema, against, file0, info.logged if info is not None else None)
@@ -327,11 +346,12 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         group, group_ids, step = _groups(ins, cmap, cfg, columns)
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
+        tolerance = {"rtol": rtol, "atol": atol, **({"note": tol_note} if tol_note else {})}
         rep = {"command": "audit", "flavor": flavor.spec, "release": flavor.as_dict(), "settings": native or {},
                "ran": what,
                "estimator": cfg["estimator"].get("name"),
                "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
-               "logged_per": "token" if is_list else "row", "tolerance": {"rtol": rtol, "atol": atol},
+               "logged_per": "token" if is_list else "row", "tolerance": tolerance,
                "rows": int(rt.n_valid.size), "valid_tokens": int(rt.n_valid.sum()),
                "tokens_disagreeing": bad_tokens, "rows_disagreeing": int(bad_rows_idx.size),
                "masked_tokens_disagreeing": int(rt.bad_masked.sum()),

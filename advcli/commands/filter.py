@@ -131,6 +131,8 @@ def filter_sections(rep: dict):
              f"{rep.get('dropped_variance', 0):,} groups (a group may have several reasons)")]
     for note in rep.get("notes") or []:
         head.append(("note", note))
+    if rep.get("padding_note"):
+        head.append(("padding", rep["padding_note"]))
     if (rep.get("filter") or {}).get("mask_dropped"):
         head.append(("masked", f"every row written; the {rep['rows_dropped']:,} rows of the dropped groups have "
                                "response_mask 0"))

@@ -88,6 +88,8 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
                                                         "inputs")}
 
     small = [cmap[r] for r in ("prompt_id", "step", "reward", "domain") if cmap.has(r)]
+    if "is_padding" in ins.schema.names:  # verl's synthetic padding rows: out of the rows, groups and rewards
+        small.append("is_padding")
     mask_col = cmap.names.get("response_mask")
     cols = list(dict.fromkeys(small + ([mask_col] if mask_col else [])))
     parts: dict[str, list] = {c: [] for c in cols}
@@ -133,9 +135,16 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
             if edges.size >= 2:
                 counts, e = np.histogram(L, bins=edges)
                 data["length_histogram"] = {"edges": e.tolist(), "counts": counts.tolist()}
+    keep = slice(None)
+    if "is_padding" in parts and parts["is_padding"]:
+        pad = np.asarray(pa.chunked_array(parts["is_padding"]).fill_null(False).to_numpy(zero_copy_only=False), bool)
+        if pad.any():
+            keep = ~pad
+            data["rows"] = int(keep.sum())
+            data["padding_rows"] = int(pad.sum())
     step_codes = None
     if cmap.has("step"):
-        st = numeric(pa.chunked_array(parts[cmap["step"]]), cmap["step"], file0) if parts[cmap["step"]] else \
+        st = numeric(pa.chunked_array(parts[cmap["step"]]), cmap["step"], file0)[keep] if parts[cmap["step"]] else \
             np.zeros(0, np.int64)
         vals_, counts_ = np.unique(st, return_counts=True)
         data["steps"] = {"count": int(vals_.size),
@@ -143,6 +152,7 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
         step_codes = st
     if cmap.has("prompt_id") and parts[cmap["prompt_id"]]:
         codes, uniq = keys_codes(pa.chunked_array(parts[cmap["prompt_id"]]))
+        codes = codes[keep]
         key = codes if step_codes is None else codes * (int(step_codes.max() - step_codes.min()) + 1) + \
             (step_codes - step_codes.min())
         _, key = np.unique(key, return_inverse=True)
@@ -154,7 +164,7 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
                           "contiguous_blocks_of": n_blocks,
                           "layout": "contiguous equal blocks" if n_blocks else "scattered or unequal"}
     if cmap.has("reward") and parts[cmap["reward"]]:
-        r = numeric(pa.chunked_array(parts[cmap["reward"]]), cmap["reward"], file0).astype(np.float64)
+        r = numeric(pa.chunked_array(parts[cmap["reward"]]), cmap["reward"], file0).astype(np.float64)[keep]
         fin = np.isfinite(r)
         d = _dist(r[fin])
         d["nonfinite"] = int((~fin).sum())
@@ -309,7 +319,8 @@ def _print(data: dict) -> None:
 
     con = stdout_console(highlight=False, soft_wrap=False)
     mb = data["bytes"] / 2**20
-    con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows, "
+    pads = f" (+ {data['padding_rows']:,} padding rows set aside)" if data.get("padding_rows") else ""
+    con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows{pads}, "
               f"{data['row_groups']} row group(s), {mb:.1f} MiB")
     if data.get("advcli_output"):
         p = data.get("produced_by") or {}

@@ -121,6 +121,7 @@ class FigureCollector:
         self.adv_hist = StreamHistogram(bins, seed_tokens=reservoir)
         self.rows_set = False
         self.scopes: Codes | None = None
+        self.keep: np.ndarray | None = None  # [R] bool, rows the figures read (None: all; set_padding)
 
     # ------------------------------------------------------------------------------- row feed
     def set_rows(self, *, raw_score, score, scopes, step_values: list, groups, valid_len, kl_on: bool = False,
@@ -146,6 +147,35 @@ class FigureCollector:
         self.ret_minus_val = ScopeSums(self.S)
         self.reservoir.prepare(int(self.valid_len.sum()))
         self.rows_set = True
+
+    def set_padding(self, padding) -> None:
+        """Rows to leave out of every figure ([R] bool, or None): synthetic padding rows (verl's V1 trainer,
+        ``is_padding``), in the batch for the advantages and out of every figure and group count, as verl's
+        metrics leave them out (``non_padding_mask``). Their tokens are mask 0, so no token figure reads them;
+        :meth:`finish` drops their rows and their group."""
+        pad = None if padding is None else to_numpy(padding, bool)
+        self.keep = None if pad is None or not pad.any() else ~pad
+
+    def kept(self) -> FigureCollector:
+        """This collector with the rows :meth:`set_padding` left out removed from every per-row entry, the
+        groups renumbered (itself when every row is kept)."""
+        import copy
+
+        if self.keep is None:
+            return self
+        keep = self.keep
+        v = copy.copy(self)
+        for k, a in vars(self).items():
+            if k != "keep" and isinstance(a, np.ndarray) and a.ndim >= 1 and a.shape[0] == self.R:
+                setattr(v, k, a[keep])
+        v.keep = None
+        v.R = int(keep.sum())
+        if self.scopes is not None:
+            v.scopes = Codes(self.scopes.codes[keep], self.scopes.num_groups)
+        if self.groups is not None:
+            u, inv = np.unique(self.groups.codes[keep], return_inverse=True)
+            v.groups = Codes(inv.ravel().astype(np.int64), int(u.size))
+        return v
 
     # ------------------------------------------------------------------------------ chunk feed
     def _row_scope(self, rows: slice, B: int) -> np.ndarray:
@@ -280,7 +310,10 @@ class FigureCollector:
         return bool((self.adv_min[has] == self.adv_max[has]).all())
 
     def finish(self) -> dict[str, Any]:
-        """``{"metrics": {...}, "per_step": [...], "histograms": {...}}`` (JSON-able)."""
+        """``{"metrics": {...}, "per_step": [...], "histograms": {...}}`` (JSON-able), over the kept rows
+        (:meth:`set_padding`)."""
+        if self.keep is not None:
+            return self.kept().finish()
         R = self.R
         allrows = np.ones(R, bool)
         metrics = metric_block(self, allrows, None)

@@ -63,6 +63,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 
     # pass 1: the row table
     small = [cmap[r] for r in ("prompt_id", "step", "reward") if cmap.has(r)]
+    pad_col = "is_padding" if "is_padding" in names else None  # verl's synthetic padding rows: in no figure
+    if pad_col:
+        small.append(pad_col)
     health_cols = _health_columns(ins.schema, cmap, prov)  # data source and reward components (group health)
     small += [c for c in health_cols["source"] + health_cols["components"] if c not in small]
     cols1 = list(dict.fromkeys(small + [mask_col] + [c for c in (tls_col, tlr_col) if c]))
@@ -112,6 +115,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     rs.set_rows(raw_score=raw, score=np.asarray(seq, np.float64),
                 scopes=scopes, step_values=step_values, groups=groups, valid_len=V,
                 has_values=val_col is not None and has_adv)
+    if pad_col and R:
+        rs.set_padding(np.asarray(pa.chunked_array(parts[pad_col]).fill_null(False).to_numpy(zero_copy_only=False),
+                                  bool))
 
     # pass 2: the token columns
     cols2 = list(dict.fromkeys([mask_col] + [c for c in ("advantages", "returns" if has_ret else None, tlr_col,
@@ -143,6 +149,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     rs.has_advantages = has_adv  # a raw dump: no zero-advantage share
     out = rs.finish()
     health = _group_health(rs, parts, ins.schema, health_cols) if out.get("group_health") else None
+    padding = int((~rs.keep).sum()) if rs.keep is not None else 0
     metrics, per_step, hist = out["metrics"], out["per_step"], out["histograms"]
     if not has_adv:  # a raw dump: no advantages to describe
         drop = ("critic/advantages", "critic/returns", "critic/values", "critic/vf_explained_var", "groups/adv_sign")
@@ -163,7 +170,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
                 s.pop(k, None)
     seconds = time.perf_counter() - t0
 
-    r = RunResult(inputs=ins.paths, outputs=[], rows=R, tokens=int(rs.resp_len.sum()), valid_tokens=int(V.sum()),
+    r = RunResult(inputs=ins.paths, outputs=[], rows=R - padding, tokens=int(rs.kept().resp_len.sum()),
+                  valid_tokens=int(V.sum()),
                   seconds=seconds, config=(prov or {}).get("config") or {}, metrics=metrics, per_step=per_step,
                   histograms=hist, group_health=health, by_position=positions.result() if has_adv else None)
     flavor = (prov or {}).get("flavor")
@@ -174,6 +182,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         note = f"statistics of an advcli output ({flavor} {estimator})"
     else:
         note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
+    if padding:
+        from ..formats.conversion import PADDING_NOTE
+        note += "; " + PADDING_NOTE.format(n=padding)
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
                         extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
                                                                         "input_fingerprint")}} if prov else None)
@@ -209,11 +220,13 @@ def _group_health(rs, parts: dict, schema, cols: dict) -> dict | None:
             arr = arr.cast(arr.type.value_type)
         return arr.to_numpy(zero_copy_only=False)
 
+    keep = rs.keep if rs.keep is not None else slice(None)  # padding rows left out, as in the collector's figures
+    rs = rs.kept()
     source = names = None
     if cols["source"]:
         import pandas as pd
 
         codes, uniq = pd.factorize(col(cols["source"][0]), sort=False, use_na_sentinel=False)
-        source, names = codes.astype(np.int64), [str(u) for u in uniq]
-    comps = {c: np.asarray(col(c), np.float64) for c in cols["components"]}
+        source, names = codes.astype(np.int64)[keep], [str(u) for u in uniq]
+    comps = {c: np.asarray(col(c), np.float64)[keep] for c in cols["components"]}
     return of_collector(rs, source=source, source_names=names, components=comps or None)

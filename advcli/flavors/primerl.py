@@ -116,7 +116,8 @@ def estimator_note(v: dict) -> str | None:
 # advantages was merged after it (#3376, a success-gated length penalty, is still open)
 RELEASES = (
     Release("559b447", "2026-08-21", aliases=("559b44772e471d1538537b8805cc77f3824a5e64",),
-            note="the commit advcli was matched against"),
+            note="the commit advcli was matched against; its dump: primerl-traces; since #3444/#3465 (merged "
+                 "2026-08-31/09-02, advantage code unchanged): primerl-stream"),
 )
 
 FLAVOR = Flavor(

@@ -41,10 +41,21 @@ class ImportInfo:
     # normalised one, prime-rl's shaped training reward): one line each, set by a format with
     # records.reward_note; run's summary shows them (advcli.resolution.from_dump)
     reward_notes: tuple = ()
+    # the decimals the dump rounds its logged advantages to (prime-rl's float_decimals, 4), set by a format in
+    # ctx.state["logged_decimals"]: the audit's default tolerance follows it
+    logged_decimals: int | None = None
+    padding: int = 0  # synthetic padding rows (is_padding: verl's V1 trainer): in the batch, in no figure
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
                                               "skipped", "rows", "groups", "group_sizes", "notes", "logged")}
+
+
+# the one line that says how many synthetic padding rows were set aside (verl's V1 trainer,
+# verl/trainer/ppo/padding_utils.py upsample_batch_to_divisible_size @1dda039b and 0.9.1)
+PADDING_NOTE = ("{n} synthetic padding row(s) set aside (verl's V1 trainer pads a batch to its DP/mini-batch "
+                "multiple: uid pad<hex>_<i>_0, empty input and output, score 0): kept in the batch for the "
+                "advantages, as verl computes them, and out of every figure, filter and group count")
 
 
 def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_mask: bool = False,
@@ -65,6 +76,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     sizes: dict = {}
     starts: list[tuple[int, str]] = []  # (first canonical row, file): where a row came from, for messages
     dropped: set = set()
+    padding = 0  # synthetic padding rows (is_padding): rows of the batch, in no group count
     short = 0  # rows without a usable Format.mask_length (their synthetic mask is one token)
     try:
         buf: list[dict] = []
@@ -89,12 +101,15 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
 
         for path in found.files:
             ctx.path, ctx.step = path, f.step_of(path)
-            starts.append((sum(sizes.values()), path))
+            starts.append((sum(sizes.values()) + padding, path))
             for line, row in f.read(path, ctx):
                 buf.append(row)
                 where.append((path, line))
-                key = (row.get("step"), row.get("prompt_id"))
-                sizes[key] = sizes.get(key, 0) + 1
+                if row.get("is_padding"):
+                    padding += 1
+                else:
+                    key = (row.get("step"), row.get("prompt_id"))
+                    sizes[key] = sizes.get(key, 0) + 1
                 for v in row.values():  # token lists are Python objects here (~32 bytes a value)
                     if isinstance(v, list):
                         values += len(v)
@@ -113,7 +128,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             writer.add_key_value_metadata({LAST_STEP_KEY: json.dumps(list(ctx.state["last_step_estimators"]))})
         writer.close()
         writer = None
-        rows_total = sum(sizes.values())
+        rows_total = sum(sizes.values()) + padding
         os.replace(tmp, output)
     except BaseException:
         if writer is not None:
@@ -125,6 +140,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             os.remove(tmp)
         raise
     notes = list(ctx.notes)
+    if padding:
+        notes.append(PADDING_NOTE.format(n=padding))
     if dropped:
         notes.append(f"field(s) {', '.join(sorted(dropped))} first appear after the first {batch_rows} rows and "
                      "were left out")
@@ -136,7 +153,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
-                      reward_notes=tuple(ctx.state.get("reward_notes", ())))
+                      reward_notes=tuple(ctx.state.get("reward_notes", ())),
+                      logged_decimals=ctx.state.get("logged_decimals"), padding=padding)
 
 
 def _schema(f: Format, rows: list[dict], synth_mask: bool):
@@ -174,15 +192,20 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool):
                                                                       }).encode()})
 
 
-def synthetic_mask(lengths):
-    """A response mask of ones, ``lengths[i]`` tokens for row i (1 where a length is missing or < 1)."""
+def synthetic_mask(lengths, zero=None):
+    """A response mask of ones, ``lengths[i]`` tokens for row i (1 where a length is missing or < 1); rows
+    where ``zero[i]`` is true get zeros (a synthetic padding row: verl gives it one response token with
+    response_mask 0, ``construct_minimal_padding_template``)."""
     import numpy as np
     import pyarrow as pa
 
     n = np.array([x if isinstance(x, int) and not isinstance(x, bool) and x >= 1 else 1 for x in lengths],
                  dtype=np.int64)
     offs = np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offs), pa.array(np.ones(int(offs[-1]), np.int8)))
+    values = np.ones(int(offs[-1]), np.int8)
+    if zero is not None and any(zero):
+        values[np.repeat(np.asarray(zero, bool), n)] = 0
+    return pa.ListArray.from_arrays(pa.array(offs), pa.array(values))
 
 
 def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask: bool,
@@ -192,7 +215,8 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
     cols = []
     for fld in schema:
         if fld.name == "response_mask" and all("response_mask" not in r for r in rows[:1]):
-            cols.append(synthetic_mask([r.get(mask_length) if mask_length else 1 for r in rows]))
+            cols.append(synthetic_mask([r.get(mask_length) if mask_length else 1 for r in rows],
+                                       [bool(r.get("is_padding")) for r in rows]))
             continue
         vals = [r.get(fld.name) for r in rows]
         try:

@@ -10,7 +10,7 @@ from ..errors import AdvcliError
 from .records import first_json_record
 from .registry import FORMATS, Format, load, norm_path
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth", ".jsonl.zst")
 SKIPPED_DIRS = {"wandb": "wandb run folder", "tensorboard": "TensorBoard folder", "tb_logs": "TensorBoard folder",
                 ".git": "git folder", "__pycache__": "Python cache", ".ipynb_checkpoints": "notebook checkpoints"}
 
@@ -26,9 +26,10 @@ def _companion(path: str) -> str | None:
     load()
     p = norm_path(path)
     for fmt in FORMATS.values():
-        for c in fmt.companions:
-            if re.search(c, p):
-                return f"written by {fmt.title} beside its dumps"
+        for c in fmt.companions:  # a regex, or (regex, what the file is)
+            pat, why = c if isinstance(c, tuple) else (c, f"written by {fmt.title} beside its dumps")
+            if re.search(pat, p):
+                return why
     base = os.path.basename(p)
     if base.startswith("events.out.tfevents"):
         return "TensorBoard event file"
@@ -56,7 +57,9 @@ def _classify(path: str, forced: Format | None) -> Format | None:
     for f in cands:
         if _sniff(path, f):
             return f
-    return cands[0]
+    # nothing to sniff (an empty file: prime-rl's live chunk just after a roll): the most specific name wins
+    p = norm_path(path)
+    return max(cands, key=lambda f: len(re.search(f.pattern, p).group(0)))
 
 
 # framework pickles: loading them runs the framework's classes; refused with how to export them

@@ -39,7 +39,8 @@ class Format:
     format. ``read(path, ctx)`` yields ``(line, row)`` with canonical keys plus the dump's other
     fields. ``columns``: the canonical columns and their Arrow types (the rest are inferred from the
     first batch). ``key(path)``: what must be unique among the files (duplicate step files are an
-    error); ``companions``: regexes of files trainers write beside their dumps, skipped with a note.
+    error); ``companions``: regexes of files trainers write beside their dumps, skipped with a note (or
+    ``(regex, the note)``).
     """
 
     name: str

@@ -24,6 +24,12 @@ index) and GRPO on such a dump runs with ``grouping.trajectories=last_step``. ve
 estimator all the outputs as rows of the prompt's group, which is what the rows are. Without ``uid``
 (legacy trainer, every verl before bc6fb966): rows with identical ``input`` text; ``prompt_id`` is a hash
 of it (two dataset rows with the same prompt then merge into one group).
+
+Padding rows: the V1 trainer pads a batch whose size is not a multiple of its DP / mini-batch multiple with
+synthetic no-op rows and dumps the padded batch (:data:`PAD`). They are rows of the batch (verl computes the
+advantages with them in it: GPG's α = B / #{s ≠ 0} counts them), with ``is_padding`` true and a one-token
+response of mask 0, as verl gives them; every figure, filter and group count leaves them out, as verl's
+metrics do (``non_padding_mask``, v1/trainer_base.py), and one note says how many.
 """
 from __future__ import annotations
 
@@ -34,6 +40,17 @@ from . import Context, Format, extras, iter_json_lines, number, require
 from ._common import BOOL, F32, I64, STR, text_key
 
 UID = re.compile(r"^(?P<prompt>.+)_(?P<session>\d+)_(?P<index>\d+)$")
+# verl's V1 trainer's synthetic padding rows (verl/trainer/ppo/padding_utils.py @1dda039b, also in 0.9.1:
+# upsample_batch_to_divisible_size, called from v1/trainer_base.py _balance_batch): key f"pad{uuid4().hex}_{i}_0",
+# a prompt and a response of one EOS token (decoded with skip_special_tokens: ""), rm_scores 0, the first
+# sample's reward_model (so its gts); _log_rollout_data dumps the padded batch
+PAD = re.compile(r"^pad[0-9a-f]{32}_\d+_0$")
+
+
+def is_padding(rec: dict) -> bool:
+    """Whether a record is one of verl's synthetic padding rows (:data:`PAD`, empty input and output, score 0)."""
+    return (isinstance(rec.get("uid"), str) and PAD.match(rec["uid"]) is not None and rec.get("input") == ""
+            and rec.get("output") == "" and rec.get("score") == 0)
 
 
 def read(path: str, ctx: Context):
@@ -50,8 +67,8 @@ def read(path: str, ctx: Context):
         if first != path:  # verl writes one file a step ("w" mode): a second one is another run or a copy
             raise ctx.error(line, f"step {step} is already in {first}; verl writes each step to one file",
                             hint="two runs (or a rerun) share this directory; point advcli at one of them")
-        row = {"step": step, "reward": number(ctx, line, rec["score"], "score")}
-        row.update(extras(rec, ("step", "score", "reward")))
+        row = {"step": step, "reward": number(ctx, line, rec["score"], "score"), "is_padding": is_padding(rec)}
+        row.update(extras(rec, ("step", "score", "reward", "is_padding")))
         _note_extras(ctx, rec, row)
         uid = rec.get("uid")
         if uid is None:
@@ -102,7 +119,7 @@ def read(path: str, ctx: Context):
         ctx.state["last_step_estimators"] = last_step
 
 
-BASE = {"input", "output", "gts", "score", "step", "uid", "reward"}
+BASE = {"input", "output", "gts", "score", "step", "uid", "reward", "is_padding"}
 
 
 def _note_extras(ctx: Context, rec: dict, row: dict) -> None:
@@ -139,7 +156,8 @@ FORMAT = Format(
     pattern=r"(^|/)(?P<step>\d+)\.jsonl$",
     level="response", group_key="uid (or input text)",
     group_rule="uid without its last two _ fields (v1 trainer); without uid, identical input text",
-    columns={"prompt_id": STR, "step": I64, "reward": F32, "input": STR, "output": STR, "is_last_step": BOOL},
+    columns={"prompt_id": STR, "step": I64, "reward": F32, "input": STR, "output": STR, "is_last_step": BOOL,
+             "is_padding": BOOL},
     read=read, sniff=sniff, required=("input", "output", "score"),
     example="advcli run rollout_data --output out.parquet --flavor verl --set algorithm.adv_estimator=grpo",
 )

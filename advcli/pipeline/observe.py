@@ -182,6 +182,8 @@ class RunObserver:
                             groups=res.groups, valid_len=table.valid_len, kl_on=plan.kl_on,
                             kl_row=row.get("kl_mean"), betas=betas, kls=kls,
                             has_values="values" in plan.token_roles)
+        padding = table.columns.get("is_padding")  # verl's synthetic padding rows: in no figure
+        self.figures.set_padding(None if padding is None else padding.to(torch.bool))
         self.row_path = (self.ROW_PATH and plan.spec.level == "row" and bool(getattr(plan.spec, "row_constant", False))
                          and getattr(res, "adv_row", None) is not None and not self.figures.has_values)
         self.maker = PartialMaker(plan, self.partial_settings(), self.figures.valid_len, collector=self.figures)
@@ -193,7 +195,8 @@ class RunObserver:
         # a row estimator run on 16-bit scores (reward.dtype) rounds as the trainer does: no float32/float64 check
         run_dtype = getattr(res, "row_dtype", None) or plan.dtype
         self.diag.rows(spec=plan.spec, params=plan.params, table=table, adv_row=res.adv_row, run_dtype=run_dtype,
-                       reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed)
+                       reward_row=res.reward_row, keep=row.get("keep"), mask_placed=mask_placed,
+                       padding=None if padding is None else padding.to(torch.bool))
         hook = getattr(plan.spec, "diagnostics", None)  # an estimator's own checks (AReaL adv_norm float32 mean)
         if hook is not None and plan.dtype == torch.float32:
             self.diag.items += hook(getattr(res, "group_tables", None), plan.params, self.diag.ids)

@@ -271,7 +271,8 @@ def row_input_roles(plan: Plan) -> list[str]:
     from ..column_roles import ROLE_INFO
 
     special = ("reward", "reward_baseline", "prompt_id", "step", "domain")
-    return [r for r in dict.fromkeys((*plan.spec.needs, *plan.spec.optional))
+    # is_padding: verl's synthetic padding rows, read for the figures and diagnostics whatever the estimator
+    return [r for r in dict.fromkeys((*plan.spec.needs, *plan.spec.optional, "is_padding"))
             if r not in special and plan.cmap.has(r)
             and ROLE_INFO.get(r, ("", "tokens"))[1] in ("scalar", "key", "int")]
 

@@ -85,7 +85,7 @@ def audit_sections(rep: dict):
                                                                  f"{rep['logged_per']})"),
             ("input", ", ".join(rep["inputs"])),
             ("tolerance", f"|logged − recomputed| <= {rep['tolerance']['atol']:g} + {rep['tolerance']['rtol']:g}·"
-                          "|recomputed|"),
+                          "|recomputed|" + (f" ({rep['tolerance']['note']})" if rep["tolerance"].get("note") else "")),
             ("max |logged − recomputed|", f"{rep['max_abs_diff']:.6g}")]
     if rep.get("masked_tokens_disagreeing"):
         head.append(("mask=0 tokens differing", f"{rep['masked_tokens_disagreeing']:,} (not counted: the loss does "

@@ -348,10 +348,9 @@ def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like C
     raise KeyboardInterrupt
 
 
-# The usage errors typer raises without standalone mode: typer >= 0.2x vendors click, whose
-# exceptions derive from typer.TyperException (click itself need not be installed); older typer
-# raises click's own ClickException. typer.Abort is the right Abort in both.
-_USAGE_ERROR = getattr(typer, "TyperException", None) or __import__("click").exceptions.ClickException
+# The usage errors typer raises without standalone mode: typer (>= 0.28, pyproject) vendors click, whose
+# exceptions derive from typer.TyperException (click itself need not be installed). typer.Abort is its Abort.
+_USAGE_ERROR = typer.TyperException
 
 
 def exit_code_of(argv: list) -> int:

@@ -38,8 +38,8 @@ _LIBRARY_WORDS = [
     (r"--column '?([A-Za-z_.]+)=([^\s',;)]+)'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
     (r"--set '([^'=]+)=([^']*)'", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
     (r"--set ([^\s'=]+)=([^\s',;)]+)", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
-    (r"--flavor ([A-Za-z0-9_.@-]+)", lambda m: f"flavor='{m[1]}'"),
-    (r"--from ([A-Za-z0-9_.-]+)", lambda m: f"source='{m[1]}'"),
+    (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"flavor='{m[1]}'"),
+    (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
     (r"--against ([A-Za-z0-9_.]+)", lambda m: f"against='{m[1]}'"),
     (r"--precision ([a-z0-9]+)", lambda m: f"precision='{m[1]}'"),
     (r"--force\b", lambda m: "force=True"),
@@ -69,6 +69,8 @@ def library_words(text: str | None) -> str | None:
 
     if not text or "--" not in text:
         return text
-    for pattern, to in _LIBRARY_WORDS:
-        text = re.sub(pattern, to, text)
-    return text
+    pieces = text.split("`")  # a command in backticks (`advcli explain --flavor verl --keys`) stays a command
+    for i in range(0, len(pieces), 2):
+        for pattern, to in _LIBRARY_WORDS:
+            pieces[i] = re.sub(pattern, to, pieces[i])
+    return "`".join(pieces)

@@ -385,3 +385,54 @@ def test_an_output_named_for_another_format_is_refused(tmp_path, capsys, sample_
     assert not list(tmp_path.iterdir())
     code, _, err = run_main(["run", sample_path, "-o", tmp_path / "o.parquet", "--flavor", "VERL"], capsys)
     assert code == 2 and "Did you mean 'verl'?" in err
+
+
+# ------------------------------------------------------------------------------- 9. docs for users
+def test_reports_page_runs_after_readme_in_one_directory(tmp_path, monkeypatch, capsys):
+    """A newcomer runs README's command, then copies docs/reports.md's examples into the same directory:
+    none stops on the output README's command left ("already exists")."""
+    import os
+
+    from conftest import ROOT
+    from test_docs_examples import examples, skip_reason
+
+    os.symlink(os.path.join(ROOT, "sample_data"), tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["run", "sample_data/rollouts.parquet", "--output", "out.parquet", "--force", "-q"],
+                            capsys)
+    assert code == 0, err
+    import shlex
+
+    runs = [(line, cmd, status) for line, cmd, status, _ in examples("docs/reports.md")
+            if cmd.startswith("advcli run sample_data/") and not skip_reason(cmd)]
+    assert runs
+    for line, cmd, status in runs:
+        code, _, err = run_main(shlex.split(cmd)[1:], capsys)
+        assert code == status, f"docs/reports.md:{line}: {cmd}\n{err}"
+        assert "already exists" not in err
+    text = open(os.path.join(ROOT, "docs", "reports.md"), encoding="utf-8").read()
+    assert "advcli run sample_data/rollouts.parquet -o out.parquet --force\n" in text  # the summary shown
+
+
+def test_user_pages_hold_no_test_hook_and_cite_their_benchmarks():
+    import os
+    import re
+
+    from conftest import ROOT
+
+    def read(p):
+        return open(os.path.join(ROOT, p), encoding="utf-8").read()
+
+    assert "ADVCLI_TEST_" not in read("docs/errors.md")
+    assert "ADVCLI_TEST_SLOW_WRITE" in read("docs/house.md")
+    for page in ("README.md", "docs/server.md", "docs/performance.md"):
+        text = read(page)
+        assert "~0.1 s" not in text and "1.4–2.2 s" not in text, page
+        assert "benchmarks/bench.py" in text, page  # the start-up figure's source
+        for script in re.findall(r"benchmarks/(\w+\.py)", text):
+            assert os.path.exists(os.path.join(ROOT, "benchmarks", script)), (page, script)
+    assert "advcli server start" in read("README.md").split("## Usage")[0]  # where start-up is discussed
+    for page in ("docs/distributed.md", "docs/performance.md"):
+        text = read(page)
+        assert "## What to expect" in text and "## Limits" in text and "internals/" in text, page
+        assert len(text.splitlines()) < 200, page

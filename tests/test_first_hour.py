@@ -73,6 +73,13 @@ def test_no_token_figure_from_a_dump_without_token_data(tmp_path, capsys, make):
     code, out, err = run_main(["validate", dump, *how], capsys)
     assert code == 0, err
     assert "24 rows, no token data" in out and "tokens (" not in out
+    # compare of two outputs: its count is of responses
+    code, out, err = run_main(["compare", tmp_path / "a.parquet", tmp_path / "b0.parquet"], capsys)
+    assert code == 0, err
+    assert "token data: none" in out and "responses (no token data)" in out and "mask=1" not in out
+    code, out, err = run_main(["compare", tmp_path / "a.parquet", tmp_path / "b0.parquet", "--json"], capsys)
+    got = json.loads(out)
+    assert "valid_tokens" not in got and got["rows"] == 24 and "no token data" in got["no_token_data"]
 
 
 def test_no_token_figure_in_tensorboard(tmp_path, capsys):

@@ -34,11 +34,41 @@ class ColumnMap:
     def require(self, role: str, why: str) -> str:
         if role not in self.names:
             default = ROLE_INFO.get(role, (role,))[0]
+            near = self.candidate(role)
             raise AdvcliError(
-                f"{self.file}: missing column {default!r} ({why}).{did_you_mean(default, self.schema.names)}"
-                f" Columns present: {', '.join(self.schema.names)}",
-                hint=f"map another column to it with --column {role}=NAME")
+                f"{self.file}: missing column {default!r} ({why})."
+                + (f" Did you mean {near!r}?" if near else "")
+                + f" Columns present: {', '.join(self.schema.names)}",
+                hint=f"map another column to it with --column {role}={near or 'NAME'}")
         return self.names[role]
+
+    def candidate(self, role: str) -> str | None:
+        """The column most likely meant for ``role``: one of the role's usual other names
+        (:data:`OTHER_NAMES`: ``score`` for the reward), else the name nearest the role's column, among the
+        columns of the role's kind (a number per row, or per token) that play no other role."""
+        default, kind = ROLE_INFO.get(role, (role, "scalar", ""))[:2]
+        taken = set(self.names.values())
+
+        def fits(name: str) -> bool:
+            t = self.schema.field(name).type
+            return (is_list_type(t) and is_numeric(t.value_type)) if kind == "tokens" else (
+                kind != "scalar" or is_numeric(t))
+
+        free = [n for n in self.schema.names if n not in taken and fits(n)]
+        for name in OTHER_NAMES.get(role, ()):
+            if name in free:
+                return name
+        from .errors import nearest
+
+        return nearest(default, free)
+
+
+# the names other trainers and datasets give a role's column, most likely first (a missing column's hint)
+OTHER_NAMES = {
+    "reward": ("score", "scores", "rewards", "reward_score", "rm_score", "final_reward", "acc", "accuracy"),
+    "prompt_id": ("uid", "group_id", "prompt_uid", "prompt_idx", "question_id", "query_id", "task_id"),
+    "response_mask": ("loss_mask", "token_loss_mask", "action_mask", "mask"),
+}
 
 
 def resolve_columns(schema: pa.Schema, overrides: dict[str, str], file: str) -> ColumnMap:

@@ -88,6 +88,12 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return _pearson(pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy())
 
 
+def _no_token_data(paths: list[str]) -> str | None:
+    from .formats import no_token_data
+
+    return no_token_data(paths)
+
+
 def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = None, top: int = 10,
                   batch_rows: int = 8192, column_overrides: dict | None = None) -> dict:
     """The comparison of two advcli outputs of the same rows, as a JSON-able dict."""
@@ -175,7 +181,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
     out: dict = {
         "a": {"path": path_a, "label": la},
         "b": {"path": path_b, "label": lb},
-        "rows": int(ra), "valid_tokens": int(n),
+        "rows": int(ra), "valid_tokens": int(n), "no_token_data": _no_token_data([path_a, path_b]),
         "tokens": {"pearson": tok.pearson(), "sign_agreement": agree / n if n else None,
                    "sign_changes": n - agree, "sign_change_share": (n - agree) / n if n else None,
                    "mean_abs_diff": abs_sum / n if n else None, "max_abs_diff": abs_max if n else None,
@@ -207,6 +213,10 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
         else:
             _, key = np.unique(codes, return_inverse=True)
         out["groups"] = _group_figures(key, A, B, ok, pid_vals, R_all, top)
+    if out["no_token_data"]:  # one value a response: no token count to give (advcli.formats.no_token_data)
+        del out["valid_tokens"]
+    else:
+        del out["no_token_data"]
     return out
 
 

@@ -20,8 +20,11 @@ class AdvcliError(Exception):
 
 def nearest(word: str, choices, n: int = 1) -> str | None:
     """The closest valid name to ``word`` (for 'did you mean ...?'), or None."""
-    found = difflib.get_close_matches(str(word), [str(c) for c in choices], n=n, cutoff=0.5)
-    return found[0] if found else None
+    lower: dict[str, str] = {}  # case never hides a name: VERL is verl
+    for c in choices:
+        lower.setdefault(str(c).lower(), str(c))
+    found = difflib.get_close_matches(str(word).lower(), list(lower), n=n, cutoff=0.5)
+    return lower[found[0]] if found else None
 
 
 def did_you_mean(word: str, choices) -> str:
@@ -50,3 +53,47 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
     return AdvcliError(f"{directory}: no space left on the device while writing {what} ({free}{need}); "
                        "nothing was written", hint="free some space, or write elsewhere: -o on another file "
                                                    "system, TMPDIR=DIR for advcli's temporary files")
+
+
+# the command line's options as the library calls' keywords (advcli.run, stats, audit, compare): a message
+# raised under a library call says what to pass there (advcli.io.frames.FrameInputs translates it)
+_LIBRARY_WORDS = [
+    (r"--column '?([A-Za-z_.]+)=([^\s',;)]+)'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
+    (r"--set '([^'=]+)=([^']*)'", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
+    (r"--set ([^\s'=]+)=([^\s',;)]+)", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
+    (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"flavor='{m[1]}'"),
+    (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
+    (r"--against ([A-Za-z0-9_.]+)", lambda m: f"against='{m[1]}'"),
+    (r"--precision ([a-z0-9]+)", lambda m: f"precision='{m[1]}'"),
+    (r"--force\b", lambda m: "force=True"),
+]
+
+
+def _py_value(text: str) -> str:
+    """A --set value as the Python literal a settings dict takes (numbers, true/false, [a,b] lists, names)."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low.capitalize()
+    try:
+        float(text)
+        return text
+    except ValueError:
+        pass
+    if text.startswith("[") and text.endswith("]"):
+        return "[" + ", ".join(_py_value(x.strip()) for x in text[1:-1].split(",") if x.strip()) + "]"
+    return repr(text)
+
+
+def library_words(text: str | None) -> str | None:
+    """``text`` (a message or hint written for the command line) with its options as the keywords of the
+    library calls: ``--column reward=NAME`` -> ``columns={'reward': 'NAME'}``, ``--set k=v`` ->
+    ``settings={'k': v}``, ``--flavor X`` -> ``flavor='X'``, ``--force`` -> ``force=True``."""
+    import re
+
+    if not text or "--" not in text:
+        return text
+    pieces = text.split("`")  # a command in backticks (`advcli explain --flavor verl --keys`) stays a command
+    for i in range(0, len(pieces), 2):
+        for pattern, to in _LIBRARY_WORDS:
+            pieces[i] = re.sub(pattern, to, pieces[i])
+    return "`".join(pieces)

@@ -73,6 +73,13 @@ def test_no_token_figure_from_a_dump_without_token_data(tmp_path, capsys, make):
     code, out, err = run_main(["validate", dump, *how], capsys)
     assert code == 0, err
     assert "24 rows, no token data" in out and "tokens (" not in out
+    # compare of two outputs: its count is of responses
+    code, out, err = run_main(["compare", tmp_path / "a.parquet", tmp_path / "b0.parquet"], capsys)
+    assert code == 0, err
+    assert "token data: none" in out and "responses (no token data)" in out and "mask=1" not in out
+    code, out, err = run_main(["compare", tmp_path / "a.parquet", tmp_path / "b0.parquet", "--json"], capsys)
+    got = json.loads(out)
+    assert "valid_tokens" not in got and got["rows"] == 24 and "no token data" in got["no_token_data"]
 
 
 def test_no_token_figure_in_tensorboard(tmp_path, capsys):
@@ -288,3 +295,151 @@ def test_filter_reads_a_trainer_dump_like_run(tmp_path, capsys):
         groups.setdefault((r["step"], r["uid"].rsplit("_", 2)[0]), []).append(r["score"])
     expect = sum(len(s) for s in groups.values() if len(set(s)) > 1)
     assert json.loads(stdout)["rows_kept"] == expect == pq.read_metadata(tmp_path / "v.parquet").num_rows
+
+
+# ------------------------------------------------------------------- 6. hints that point the right way
+def test_a_truncated_parquet_file_is_said_to_be_cut_short(tmp_path, capsys, sample_path):
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(open(sample_path, "rb").read()[:50_000])
+    code, _, err = run_main(["stats", cut], capsys)
+    assert code == 2 and "the file was cut short" in err and "convert JSONL" not in err
+    js = tmp_path / "j.parquet"
+    write(js, v1_records(1, 1))
+    code, _, err = run_main(["stats", js], capsys)
+    assert code == 2 and "it holds JSON: advcli reads the trainers' own JSONL dumps" in err
+
+
+def _renamed_reward(tmp_path, sample_path):
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(sample_path)
+    t = t.rename_columns(["score" if n == "reward" else n for n in t.column_names])
+    pq.write_table(t, tmp_path / "score.parquet")
+    return tmp_path / "score.parquet"
+
+
+def test_a_renamed_reward_column_is_found(tmp_path, capsys, sample_path):
+    src = _renamed_reward(tmp_path, sample_path)
+    code, _, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2
+    assert "Did you mean 'score'?" in err and "reward_baseline'?" not in err
+    assert "--column reward=score" in err
+    # the hint works
+    code, _, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo", "--column", "reward=score", "-q"], capsys)
+    assert code == 0, err
+
+
+def test_library_hints_use_the_call_keywords(tmp_path, sample_path):
+    import advcli
+    from advcli.errors import AdvcliError
+
+    src = _renamed_reward(tmp_path, sample_path)
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(str(src), flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    assert "columns={'reward': 'score'}" in e.value.hint and "--column" not in str(e.value)
+    advcli.run(str(src), flavor="verl", settings={"algorithm.adv_estimator": "grpo"}, columns={"reward": "score"})
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(sample_path, tmp_path / "x.parquet", flavor="VERL")
+    assert "Did you mean 'verl'?" in str(e.value)
+
+
+def test_a_typo_in_a_mix_names_the_mix(tmp_path, capsys, sample_path):
+    code, _, err = run_main(["run", sample_path, "-o", tmp_path / "o.parquet", "--set",
+                             "advcli.mix=0.7*grpoo+0.3*rloo"], capsys)
+    assert code == 2
+    assert err.startswith("advcli: error: advcli.mix='0.7*grpoo+0.3*rloo': unknown estimator 'grpoo'. Did you "
+                          "mean 'grpo'?") and "estimator.name" not in err
+
+
+def test_inspect_says_how_gdpo_loo_runs_and_counts_the_dump_files(tmp_path, capsys, sample_path):
+    code, out, err = run_main(["inspect", sample_path], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "cannot feed gdpo_loo" not in flat
+    assert "gdpo_loo runs with its reward components named: --set 'reward.components=[acc,fmt]'" in flat
+    # ... and it does
+    code, _, err = run_main(["run", sample_path, "-o", tmp_path / "g.parquet", "--flavor", "advcli", "--set",
+                             "estimator.name=gdpo_loo", "--set", "reward.components=[acc,fmt]", "-q"], capsys)
+    assert code == 0, err
+    dump, _ = _verl(tmp_path)
+    code, out, err = run_main(["inspect", dump], capsys)
+    assert code == 0, err
+    assert "2 file(s)" in out and "1 file(s)" not in out
+    code, out, err = run_main(["inspect", dump, "--json"], capsys)
+    assert json.loads(out)["files"] == 2
+
+
+def test_audit_of_your_own_estimator_names_it(tmp_path, capsys, sample_path):
+    fn = tmp_path / "my_adv.py"
+    fn.write_text("import advcli\n\n\n@advcli.estimator(level='row')\ndef centred(rewards, group):\n"
+                  "    return rewards - rewards.mean()\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", sample_path, "-o", out, "--estimator", f"{fn}:centred", "-q"], capsys)
+    assert code == 0, err
+    code, stdout, err = run_main(["audit", out, "--estimator", f"{fn}:centred", "--no-search"], capsys)
+    assert code == 0, err
+    line = next(x for x in (stdout + err).splitlines() if x.startswith("recomputed with"))
+    assert "gae" not in line and f"{fn}:centred"[-20:] in "".join((stdout + err).split())
+
+
+def test_an_output_named_for_another_format_is_refused(tmp_path, capsys, sample_path):
+    for argv in (["run", sample_path, "-o", tmp_path / "o.csv"],
+                 ["filter", sample_path, "-o", tmp_path / "o.json", "--drop-uniform"]):
+        code, _, err = run_main(argv, capsys)
+        assert code == 2 and "advcli writes Parquet, not" in err and "o.parquet" in err
+    assert not list(tmp_path.iterdir())
+    code, _, err = run_main(["run", sample_path, "-o", tmp_path / "o.parquet", "--flavor", "VERL"], capsys)
+    assert code == 2 and "Did you mean 'verl'?" in err
+
+
+# ------------------------------------------------------------------------------- 9. docs for users
+def test_reports_page_runs_after_readme_in_one_directory(tmp_path, monkeypatch, capsys):
+    """A newcomer runs README's command, then copies docs/reports.md's examples into the same directory:
+    none stops on the output README's command left ("already exists")."""
+    import os
+
+    from conftest import ROOT
+    from test_docs_examples import examples, skip_reason
+
+    os.symlink(os.path.join(ROOT, "sample_data"), tmp_path / "sample_data")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["run", "sample_data/rollouts.parquet", "--output", "out.parquet", "--force", "-q"],
+                            capsys)
+    assert code == 0, err
+    import shlex
+
+    runs = [(line, cmd, status) for line, cmd, status, _ in examples("docs/reports.md")
+            if cmd.startswith("advcli run sample_data/") and not skip_reason(cmd)]
+    assert runs
+    for line, cmd, status in runs:
+        code, _, err = run_main(shlex.split(cmd)[1:], capsys)
+        assert code == status, f"docs/reports.md:{line}: {cmd}\n{err}"
+        assert "already exists" not in err
+    text = open(os.path.join(ROOT, "docs", "reports.md"), encoding="utf-8").read()
+    assert "advcli run sample_data/rollouts.parquet -o out.parquet --force\n" in text  # the summary shown
+
+
+def test_user_pages_hold_no_test_hook_and_cite_their_benchmarks():
+    import os
+    import re
+
+    from conftest import ROOT
+
+    def read(p):
+        return open(os.path.join(ROOT, p), encoding="utf-8").read()
+
+    assert "ADVCLI_TEST_" not in read("docs/errors.md")
+    assert "ADVCLI_TEST_SLOW_WRITE" in read("docs/house.md")
+    for page in ("README.md", "docs/server.md", "docs/performance.md"):
+        text = read(page)
+        assert "~0.1 s" not in text and "1.4–2.2 s" not in text, page
+        assert "benchmarks/bench.py" in text, page  # the start-up figure's source
+        for script in re.findall(r"benchmarks/(\w+\.py)", text):
+            assert os.path.exists(os.path.join(ROOT, "benchmarks", script)), (page, script)
+    assert "advcli server start" in read("README.md").split("## Usage")[0]  # where start-up is discussed
+    for page in ("docs/distributed.md", "docs/performance.md"):
+        text = read(page)
+        assert "## What to expect" in text and "## Limits" in text and "internals/" in text, page
+        assert len(text.splitlines()) < 200, page

@@ -78,7 +78,9 @@ def label(flavor, settings: dict, cfg: dict | None = None) -> str:
             est = None
     if base == "nemo" and settings.get("ppo.adv_estimator.name"):
         est = "ppo " + str(settings["ppo.adv_estimator.name"])
-    hide = {"advcli.group_by", ek}
+    if settings.get("advcli.estimator"):  # --estimator: it runs instead of the flavor's own (as run's summary says)
+        est = str(settings["advcli.estimator"])
+    hide = {"advcli.group_by", "advcli.estimator", ek}
     if settings.get("advcli.group_by") == "id":  # the group size keys say nothing once groups come from prompt_id
         hide |= {"num_generations", "rollout.n_samples_per_prompt", "actor_infer.generating_args.num_return_sequences"}
     shown = {k: v for k, v in settings.items() if k not in hide}

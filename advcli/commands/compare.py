@@ -109,13 +109,15 @@ def print_comparison(res: dict) -> None:
     con = stdout_console(highlight=False)
     con.print(f"[bold]A[/] {esc(str(res['a']['label']))}  ({esc(str(res['a']['path']))})")
     con.print(f"[bold]B[/] {esc(str(res['b']['label']))}  ({esc(str(res['b']['path']))})")
+    if res.get("no_token_data"):
+        con.print(f"token data: none: {esc(res['no_token_data'])}")
     t = Table(show_edge=False)
     t.add_column("")
-    t.add_column("tokens (mask=1)", justify="right")
+    t.add_column("responses (no token data)" if res.get("no_token_data") else "tokens (mask=1)", justify="right")
     t.add_column("rows", justify="right")
     tk, rw = res["tokens"], res["row_level"]
     pct = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    t.add_row("count", fmt_num(res["valid_tokens"]), fmt_num(rw["rows_with_valid_tokens"]))
+    t.add_row("count", fmt_num(res.get("valid_tokens", res.get("rows"))), fmt_num(rw["rows_with_valid_tokens"]))
     t.add_row("correlation (Pearson)", fmt_num(tk["pearson"]), fmt_num(rw["pearson"]))
     t.add_row("rank correlation (Spearman)", "", fmt_num(rw["spearman"]))
     t.add_row("sign agreement", pct(tk["sign_agreement"]), pct(rw["sign_agreement"]))

@@ -37,7 +37,9 @@ def convert_cmd(
     from ..formats import convert
     from ..io.remote import is_uri
     from ..io.temps import check_local_destination
+    from ..io.writer import check_output_name
 
+    check_output_name(output)
     if is_uri(output):
         raise AdvcliError(f"{output}: convert writes a local Parquet file",
                           hint="give a local path (advcli run reads and writes object storage directly)")

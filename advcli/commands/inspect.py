@@ -205,9 +205,12 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
                 missing.append("reward components")
         if spec.min_components:  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
             comps = [c for c in names if c.startswith("reward/")]
-            if len(comps) < spec.min_components:
-                missing.append(f"{spec.min_components} or more reward components (reward/<name> columns; "
-                               f"found {len(comps)})")
+            named = [c for c in ("acc", "fmt") if c in names]  # components the run is told of by name
+            if len(comps) < spec.min_components <= len(named):
+                note = f"{name} runs with its reward components named: --set 'reward.components=[{','.join(named)}]'"
+            elif len(comps) < spec.min_components:
+                missing.append(f"{spec.min_components} or more reward components (reward/<name> columns, or "
+                               f"columns named with --set 'reward.components=[a,b]'; found {len(comps)})")
         out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level}
     return out
 
@@ -320,8 +323,11 @@ def _print(data: dict) -> None:
     con = stdout_console(highlight=False, soft_wrap=False)
     mb = data["bytes"] / 2**20
     pads = f" (+ {data['padding_rows']:,} padding rows set aside)" if data.get("padding_rows") else ""
-    con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows{pads}, "
-              f"{data['row_groups']} row group(s), {mb:.1f} MiB")
+    if data.get("dump"):  # a trainer's dump: its files are counted above; the Parquet read is advcli's own copy
+        con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, read as canonical Parquet")
+    else:
+        con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows{pads}, "
+                  f"{data['row_groups']} row group(s), {mb:.1f} MiB")
     if data.get("advcli_output"):
         p = data.get("produced_by") or {}
         release = (p.get("release") or {}).get("label")
@@ -401,6 +407,8 @@ def inspect_cmd(
 
     inputs = open_inputs(inputs, from_, synth_mask=False, read_ahead=False)  # trainer dumps -> canonical Parquet
     data = suggest(describe(inspect_data(inputs, parse_column_maps(column)), inputs), inputs)
+    if data.get("dump"):  # the files the user gave, not the one canonical Parquet read in their place
+        data["files"] = len(data["dump"]["files"])
     if not json_out:
         print_dump(data)
     if json_out:

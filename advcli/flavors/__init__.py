@@ -488,7 +488,13 @@ def mix_config(spec: str | FlavorAt, items: list[tuple[str, Any]], expression: s
     fa = at(spec)
     flavor = fa.flavor
     terms = parse_mix(expression)
-    cfgs = [estimator_config(fa, items, name) for _, name in terms]
+    try:
+        cfgs = [estimator_config(fa, items, name) for _, name in terms]
+    except AdvcliError as e:  # a term's name is the user's word, not the internal key estimator.name
+        if not e.message.startswith("key estimator.name: "):
+            raise
+        raise AdvcliError(f"advcli.mix={expression!r}: {e.message.removeprefix('key estimator.name: ')}",
+                          hint=e.hint) from None
     base = cfgs[0]
     for (_, name), cfg in zip(terms[1:], cfgs[1:]):
         differ = _differing_keys({k: v for k, v in base.items() if k != "estimator"},

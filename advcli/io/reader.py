@@ -86,8 +86,27 @@ def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.Parqu
         if "Too many open files" in first:  # EMFILE: the process, not the file
             raise AdvcliError(f"{path}: cannot open it: too many open files in this process",
                               hint="raise the limit (ulimit -n) or run on fewer inputs at once") from None
-        raise AdvcliError(f"{path}: not a readable Parquet file ({first})",
-                          hint="advcli reads Parquet dumps; convert JSONL with pandas or pyarrow first") from None
+        raise AdvcliError(f"{path}: not a readable Parquet file ({first})", hint=_unreadable_hint(path)) from None
+
+
+def _unreadable_hint(path: str) -> str:
+    """What to do about a file Parquet cannot read, from its first bytes: a Parquet file cut short, JSON
+    lines, or something else."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        head = b""
+    if head.startswith(b"PAR1"):
+        return ("it starts as Parquet but its footer is missing: the file was cut short (a copy or a write that "
+                "did not finish); copy or write it again")
+    if head.lstrip()[:1] in (b"{", b"["):
+        return ("it holds JSON: advcli reads the trainers' own JSONL dumps (docs/formats.md) under their own file "
+                "names, or with --from FORMAT")
+    if head and b"\0" not in head and b"," in head:
+        return ("it holds text (CSV?): advcli reads Parquet and the trainers' own dumps (docs/formats.md); convert "
+                "a table with pandas: pd.read_csv(IN).to_parquet(OUT)")
+    return "advcli reads Parquet and the trainers' own dumps (docs/formats.md); check that this is the file meant"
 
 
 def identity(path: str) -> tuple:

@@ -86,8 +86,25 @@ def _dict_columns(schema: pa.Schema) -> list[str]:
             or pa.types.is_binary(f.type) or pa.types.is_dictionary(f.type)]
 
 
+# output names that promise a format advcli does not write
+OTHER_FORMATS = {".csv": "CSV", ".tsv": "TSV", ".json": "JSON", ".jsonl": "JSON lines", ".txt": "text",
+                 ".arrow": "Arrow IPC", ".feather": "Feather", ".pkl": "a pickle", ".pt": "a torch file",
+                 ".npy": "NumPy", ".npz": "NumPy", ".xlsx": "Excel", ".html": "HTML", ".md": "Markdown"}
+
+
+def check_output_name(target: str) -> None:
+    """Refuse an output named for another format (``o.csv``): advcli writes Parquet."""
+    ext = os.path.splitext(str(target).rstrip("/"))[1].lower()
+    if ext in OTHER_FORMATS:
+        raise AdvcliError(f"{target}: advcli writes Parquet, not {OTHER_FORMATS[ext]}",
+                          hint=f"name the output {os.path.splitext(str(target))[0]}.parquet; to get "
+                               f"{OTHER_FORMATS[ext]}, read it with pandas (pd.read_parquet) and write that")
+
+
 def check_output_path(target: str, inputs: list[str], force: bool) -> None:
-    """Refuse outputs that are an input, in a missing or read-only directory, or exist without --force."""
+    """Refuse outputs that are an input, in a missing or read-only directory, or exist without --force, and a
+    name that says another format (``o.csv``: advcli writes Parquet)."""
+    check_output_name(target)
     if remote.is_uri(target):
         remote.check_output(target, inputs, force)
         return

@@ -141,8 +141,11 @@ def compare_sections(res: dict):
     tk, rw = res["tokens"], res["row_level"]
     pct = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     head = [("A", f"{res['a']['label']} ({res['a']['path']})"), ("B", f"{res['b']['label']} ({res['b']['path']})"),
-            ("rows", fmt_num(res.get("rows"))), ("mask=1 tokens", fmt_num(res.get("valid_tokens")))]
-    figures = [["count", fmt_num(res["valid_tokens"]), fmt_num(rw["rows_with_valid_tokens"])],
+            ("rows", fmt_num(res.get("rows")))]
+    head.append(("token data", f"none: {res['no_token_data']}") if res.get("no_token_data") else
+                ("mask=1 tokens", fmt_num(res.get("valid_tokens"))))
+    per = "responses (no token data)" if res.get("no_token_data") else "tokens (mask=1)"
+    figures = [["count", fmt_num(res.get("valid_tokens", res.get("rows"))), fmt_num(rw["rows_with_valid_tokens"])],
                ["correlation (Pearson)", fmt_num(tk["pearson"]), fmt_num(rw["pearson"])],
                ["rank correlation (Spearman)", "", fmt_num(rw["spearman"])],
                ["sign agreement", pct(tk["sign_agreement"]), pct(rw["sign_agreement"])],
@@ -152,7 +155,7 @@ def compare_sections(res: dict):
                ["rows whose sign flips", "", fmt_num(rw["sign_flips"])]]
     if tk.get("returns_pearson") is not None:
         figures.insert(-1, ["returns correlation", fmt_num(tk["returns_pearson"]), ""])
-    sections = [("Summary", "kv", head), ("A against B", "table", (["", "tokens (mask=1)", "rows"], figures))]
+    sections = [("Summary", "kv", head), ("A against B", "table", (["", per, "rows"], figures))]
     g = res.get("groups")
     if g:
         sections.append(("Groups", "kv", [("groups", fmt_num(g["count"])),

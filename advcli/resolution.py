@@ -140,10 +140,15 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
 
 def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None:
     """Refuse positional groups of one row that come from the group-size key's default: every group-normalised
-    advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success."""
+    advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success. Not where
+    another term carries the signal: slime's on-policy distillation (``use_opd``) at its default
+    n_samples_per_prompt 1 is that method's normal case (the group term 0, A = −coef·(lp − teacher)), which
+    slime runs."""
     key = flavor.group_size_key
     grouping = cfg.get("grouping") or {}
     if not key or key in given or grouping.get("by") != "position" or grouping.get("size") != 1:
+        return
+    if (cfg.get("advantage") or {}).get("distill_coef"):
         return
     sizes = _group_sizes(inputs)
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:

@@ -170,9 +170,13 @@ def _slices(cfg: dict, v: dict, norms: dict) -> None:
             raise AdvcliError(f"advcli.norm_groups=slices with actor.{s}.group_size=1 and mean_leave1out=true: AReaL "
                               "1.0.4 then centres each row on 0 and divides by its std, which advcli does not "
                               "reproduce", hint=f"set actor.{s}.group_size to the rows per prompt")
-    # a step that is not a whole number of slices: AReaL leaves the tail rows' mean and std at 0 and divides
-    # them by eps; advcli stops the run there (grouping.fallback=error) rather than write those numbers
-    cfg["grouping"].update(by="position", size=size, fallback="error", id_check="warn")
+    # a step that is not a whole number of slices: AReaL 1.0.4 leaves the group mean and std of the rows past
+    # the last whole slice at 0 and divides them by eps (AReaL #1673, open); the release ran that way, so it is
+    # reproduced (grouping.fallback=tail: the rest is one short block; NormConfig slices: such a block keeps
+    # mean 0 and std 0), with a warning naming the bug
+    cfg["grouping"].update(by="position", size=size, fallback="tail", id_check="warn")
+    for n in grouped.values():
+        n["slices"] = size
 
 
 # examples/math/gsm8k_grpo.yaml @ cbff54d6 (actor section): the run AReaL's JSONL dumps usually come from.

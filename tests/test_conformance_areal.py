@@ -167,6 +167,6 @@ def test_release_remainder_slice_matches_release(tmp_path, seed, sizes, adv):
     reward_norm = norm_config(group_size=4)
     adv_norm = norm_config("batch", "batch") if adv else None
     expected = release_advantages(as_release(rows), reward_norm, adv_norm)
-    assert float(expected.abs().max()) > 1e3  # the tail: reward / eps
+    assert adv or float(expected.abs().max()) > 1e3  # the tail: reward / eps (batch adv_norm then rescales it)
     out = run(tmp_path, rows, flavor_settings(reward_norm, adv_norm), release_settings(release("areal", "1.0.4")))
     assert_matches(out["advantages"], expected, rows, f"areal {VERSION} remainder slice", rtol=1e-5, atol=3e-5)

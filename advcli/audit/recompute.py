@@ -284,7 +284,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     from ..columns import resolve_columns
     from ..formats import info_for, name_dumps, source_of
     from ..io.reader import InputSet
-    from .checks import classify, fit_params, mixup_rows, worst_rows
+    from .checks import classify, fit_params, mixup_rows, unseen_causes, worst_rows
 
     check_tolerances(rtol, atol)
     t0 = time.perf_counter()
@@ -347,6 +347,8 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                 f["explanation"] = f["explanation"].format(c=rep["fitted"]["scale"])
             elif f["kind"] == "shift":
                 f["explanation"] = f["explanation"].format(d=rep["fitted"]["shift"])
+        if bad_tokens and not any(f["kind"] == "float32" for f in findings):
+            findings += unseen_causes(flavor)  # what the dump cannot show (TRL: a subclass's transform, #7298)
         rep["findings"] = findings
         if bad_tokens and search:  # the flavor's other releases first: the run may have used an older one
             rep["releases_tried"] = _other_releases(tmp, inputs, ins, flavor, native or {}, columns, logged_col,

@@ -356,3 +356,19 @@ def test_release_1_0_4_remainder_slice_is_what_the_release_computed(tmp_path):
                      device="cpu", settings=settings)
     said = [w for w in res.warnings if "#1673" in w]
     assert said and "6 rows (the last 2)" in said[0], res.warnings
+
+
+@pytest.mark.parametrize("unbiased,want", [(True, [2.0 / (1 + 1e-5), -3.0 / (1 + 1e-5)]),
+                                           (False, [2.0 / (2 + 1e-5), -3.0 / (3 + 1e-5)])])
+def test_release_1_0_4_group_size_one_leave_one_out_runs(tmp_path, unbiased, want):
+    """AReaL 1.0.4 with reward_norm group_size 1 and mean_leave1out (was refused): each one-row slice's mean is 0
+    (the release's special case); its std is 1 unbiased (another special case) or |r| biased (the std of one
+    value about 0), so r/(1 + 1e-5) or r/(|r| + 1e-5)."""
+    from _released import advcli_run
+
+    rows = [dict(prompt_id="p0", reward=r, mask=[1], old=[-1.0], ref=[-1.0]) for r in (2.0, -3.0)]
+    settings = {"actor.kl_ctl": 0.0, "actor.reward_norm.mean_level": "group", "actor.reward_norm.std_level": "group",
+                "actor.reward_norm.group_size": 1, "actor.reward_norm.mean_leave1out": "true",
+                "actor.reward_norm.std_unbiased": str(unbiased).lower()}
+    got = advcli_run(tmp_path, rows, "areal@1.0.4", settings, rename={"old_log_probs": "rollout_log_probs"})
+    assert [row[0] for row in got["advantages"]] == pytest.approx(want, rel=1e-6)

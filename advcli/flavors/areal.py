@@ -165,11 +165,8 @@ def _slices(cfg: dict, v: dict, norms: dict) -> None:
                           f"differ ({' and '.join(str(x) for x in sorted(sizes))}); advcli reproduces AReaL's fixed "
                           "slices for one group size", hint="give both sections the same group_size")
     size = sizes.pop()
-    for s, n in grouped.items():
-        if size == 1 and n["mean_leave1out"] and n["mean_level"] == "group":
-            raise AdvcliError(f"advcli.norm_groups=slices with actor.{s}.group_size=1 and mean_leave1out=true: AReaL "
-                              "1.0.4 then centres each row on 0 and divides by its std, which advcli does not "
-                              "reproduce", hint=f"set actor.{s}.group_size to the rows per prompt")
+    # group_size 1 with mean_leave1out: 1.0.4 centres each row on 0 (its special case), then divides by the
+    # group std (1 when unbiased, |x| biased) or the batch std about those zero means: NormConfig slices=1 does
     # a step that is not a whole number of slices: AReaL 1.0.4 leaves the group mean and std of the rows past
     # the last whole slice at 0 and divides them by eps (AReaL #1673, open); the release ran that way, so it is
     # reproduced (grouping.fallback=tail: the rest is one short block; NormConfig slices: such a block keeps

@@ -221,6 +221,8 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool, ss_direct: torch
     # AReaL 1.0.4 (areal/utils/data.py Normalization.__call__): its group loops run over bs // group_size whole
     # slices, so the rows past them keep the group mean and the group std of torch.zeros_like(x) (#1673)
     tail = (mom.rows < spec.slices) if spec.slices else torch.zeros(G, dtype=torch.bool)
+    # 1.0.4 with group_size 1 and mean_leave1out: a slice's leave-one-out mean is 0 (its special case)
+    zero_mean = tail | (mom.rows == 1) if spec.slices == 1 else tail
     loo, self_mean = "", torch.zeros(G, dtype=torch.bool)
     total, n = zeros, zeros
     if spec.mean_level == "batch":
@@ -239,8 +241,8 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool, ss_direct: torch
     elif spec.mean_level == "group":
         if spec.leave1out:
             loo = "group"
-            self_mean = (mom.rows == 1) & ~tail
-            small = ((n_g <= 1) & ~self_mean) | tail
+            self_mean = (mom.rows == 1) & ~zero_mean
+            small = ((n_g <= 1) & ~self_mean) | zero_mean
             total, n = tot_g, torch.where(small, zeros, n_g)
             k = n_g / (n_g - 1).clamp(min=1)
             ss = torch.where(self_mean, zeros, torch.where(small, _ss(mom, zeros), k * k * _ss(mom, mu_g)))

@@ -96,7 +96,7 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
             plan.group_warnings.append(
                 f"{len(tails)} step(s) do not split into groups of {n} rows: {where}{more}. AReaL 1.0.4 left the "
                 "group mean and std of those last rows at 0, dividing them by eps (AReaL #1673, unfixed in the "
-                "release): reproduced as the release computed it, so their values are ~1/eps times the reward; "
+                "release): reproduced as the release computed it, so those rows' values are divided by eps; "
                 "check the group size, or run a release with per-prompt groups")
         plan.block_sizes = ns
         per_scope = np.asarray(ns, dtype=np.int64)

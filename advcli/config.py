@@ -35,9 +35,11 @@ SCHEMA: dict[str, Key] = {
                        "str"),
     "grouping.size": Key(None, "group size for grouping.by=position", None, "int"),
     "grouping.fallback": Key("error", "with grouping.by=position, a scope whose row count is not grouping.scope_rows "
-                             "(null: not a multiple of grouping.size): `error` (the run stops) or `scope` (that scope "
-                             "is one group: slime's silent whole-batch fallback, rollout.py L620-623)",
-                             ("error", "scope"), "str"),
+                             "(null: not a multiple of grouping.size): `error` (the run stops), `scope` (that scope "
+                             "is one group: slime's silent whole-batch fallback, rollout.py L620-623) or `tail` "
+                             "(blocks of grouping.size rows and one short block of the rest: AReaL 1.0.4's remainder "
+                             "slice, which a NormConfig's `slices` leaves at mean 0 and std 0, AReaL #1673)",
+                             ("error", "scope", "tail"), "str"),
     "grouping.id_check": Key("strict", "with grouping.by=position and a prompt_id column whose ids disagree with the "
                              "blocks (a block holds several ids, or an id spans several blocks): `strict` stops the "
                              "run, `warn` keeps the blocks and adds a warning (slime, which never reads the ids)",
@@ -89,7 +91,9 @@ SCHEMA: dict[str, Key] = {
     "reward.norm": Key(None, "AReaL NormConfig normalisation of the row reward, instead of reward.normalize: a "
                        "mapping {mean_level: batch|group|null, mean_leave1out, std_level: batch|group|null, "
                        "std_unbiased, eps}; float64 statistics, std about the chosen mean, (r − mean)/(std + eps), "
-                       "std_level null: std 1 and eps 0; groups are grouping.by's (AReaL: runs)", None, "any"),
+                       "std_level null: std 1 and eps 0; groups are grouping.by's (AReaL: runs); slices: N (AReaL "
+                       "1.0.4's fixed slices of N rows: a shorter group, the rest of a step, keeps group mean and "
+                       "std 0)", None, "any"),
     "reward.zero_truncated": Key(False, "rows whose `truncated` column is true get row reward 0 after "
                                  "normalisation (AReaL mask_no_eos_with_zero)", None, "bool"),
     "reward.dtype": Key("run", "the dtype of the rewards an estimator that keeps it (keeps_reward_dtype: verl's grpo, "

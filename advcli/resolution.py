@@ -7,8 +7,10 @@ defaults that would make nothing of it. ``advcli run`` and :func:`advcli.run` bo
 * The group size: a slime or ROLL dump names each row's prompt group (slime's ``group_index``, ROLL's
   ``id``), so where every group has the same size ``n`` the flavor's positional group-size key takes ``n``
   unless the user set it.
-* The settings of the run that wrote it (``Flavor.dump_settings``: AReaL's JSONL → its GRPO example),
-  taken for the keys not given.
+* The settings of the run that wrote it, taken for the keys not given: the configuration the run saved
+  beside the dump (``Format.run_config``: AReaL's trial ``config.yaml``), and a format's fixed settings
+  (``Flavor.dump_settings``). Nothing is guessed: without them the keys not given are the trainer's
+  defaults, and the summary says so.
 * A default that cannot run on the data is refused before any work with the ``--set KEY=VALUE`` that
   runs (verl's and ROLL's default GAE on a response-level dump), and so is a default that makes every
   row its own group (a positional group size left at 1): both would otherwise end in an error deep in
@@ -155,6 +157,9 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
             settings += take
             notes.append(f"{len(take)} key(s) from {why}: "
                          f"{', '.join(k for k, _ in take)} (values in settings; set a key to override)")
+    taken, lines = saved_settings(flavor, infos, given)
+    settings += taken
+    notes += lines
     key = flavor.group_size_key
     sizes = _sizes(infos)
     if key and key not in given and len(sizes) == 1 and next(iter(sizes)) > 1:
@@ -168,6 +173,29 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
         from .formats.conversion import PADDING_NOTE
         notes.append(PADDING_NOTE.format(n=padding))
     return settings, notes
+
+
+def saved_settings(flavor, infos: list, given: dict) -> tuple[list[tuple[str, object]], list[str]]:
+    """The flavor's keys not in ``given`` as the run's saved configuration holds them (``ImportInfo.run_config``,
+    AReaL's trial config.yaml), and one summary line; for a format whose runs save one
+    (``Format.run_config``) but where none was found, the line that says the trainer's defaults run."""
+    from .flavors import flavor_keys
+    from .formats import FORMATS
+
+    info = next((i for i in infos if i.run_config_path), None)
+    if info is None:
+        fmt = FORMATS.get(infos[0].format) if infos else None
+        if fmt is None or fmt.run_config is None or fmt.trainer_flavor() != flavor.name:
+            return [], []
+        return [], [f"no configuration of the run beside the dump (AReaL saves config.yaml in the trial directory, "
+                    f"above rollout/): {flavor.title or flavor.name}'s defaults for the keys not set"]
+    keys = flavor_keys(flavor)
+    take = [(k, v) for k, v in info.run_config.items()
+            if k not in given and (k in keys or any(k.startswith(p) for p in flavor.open_prefixes))]
+    if not take:
+        return [], []
+    return take, [f"{len(take)} key(s) from the run's saved configuration {info.run_config_path} (set a key to "
+                  "override)"]
 
 
 def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
@@ -208,10 +236,15 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
 
 def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None:
     """Refuse positional groups of one row that come from the group-size key's default: every group-normalised
-    advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success."""
+    advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success. Not where
+    another term carries the signal: slime's on-policy distillation (``use_opd``) at its default
+    n_samples_per_prompt 1 is that method's normal case (the group term 0, A = −coef·(lp − teacher)), which
+    slime runs."""
     key = flavor.group_size_key
     grouping = cfg.get("grouping") or {}
     if not key or key in given or grouping.get("by") != "position" or grouping.get("size") != 1:
+        return
+    if (cfg.get("advantage") or {}).get("distill_coef"):
         return
     sizes = _group_sizes(inputs)
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:

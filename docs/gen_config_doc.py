@@ -111,7 +111,7 @@ def _cell(text: str) -> str:
 def render_releases() -> str:
     """The releases section's body: per flavor, its releases (oldest first, the last the default) and the
     upstream changes between them (advcli.flavors.history_rows)."""
-    from advcli.flavors import history_rows, known_releases, listed
+    from advcli.flavors import history_rows, index_text, known_releases, listed
 
     out = [RELEASES_BEGIN, ""]
     for fl in listed():
@@ -126,6 +126,11 @@ def render_releases() -> str:
             keys_md = ", ".join(f"`{k}`" for k in keys.split(", ")) if keys else ""
             out.append(f"| `{name}` | {date} | {pr} | {keys_md} | {_cell(effect)} |")
         out.append("")
+        index = index_text(releases, fl.name)  # the packaged trainers' published releases -> their entry
+        if index:
+            out += [index[0].replace(f" of {fl.name} ", f" of `{fl.name}` "), ""]
+            out += [f"- {line.strip()}" for line in index[1:]]
+            out.append("")
     out.append(RELEASES_END)
     return "\n".join(out)
 

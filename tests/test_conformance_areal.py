@@ -155,3 +155,30 @@ def test_group_size_left_at_one_gives_zeros(tmp_path):
     assert all(v == 0.0 for row in out["advantages"] for v in row)
     newest = run(tmp_path, rows, flavor_settings(reward_norm))
     assert any(v != 0.0 for row in newest["advantages"] for v in row)
+
+
+@pytest.mark.parametrize("seed", (0, 1))
+@pytest.mark.parametrize("sizes,adv", [([4, 4, 3], False), ([4, 3], True), ([3], False)])
+def test_release_remainder_slice_matches_release(tmp_path, seed, sizes, adv):
+    """A step that is not a whole number of slices (11 rows in slices of 4, 7 rows, 3 rows < group_size): 1.0.4
+    leaves the rest's group mean and std at 0 and divides it by eps (AReaL #1673); the release's settings
+    reproduce what the release computed, adv_norm (batch level) included, and the run warns naming the bug."""
+    rows = areal_rows(seed, sizes)
+    reward_norm = norm_config(group_size=4)
+    adv_norm = norm_config("batch", "batch") if adv else None
+    expected = release_advantages(as_release(rows), reward_norm, adv_norm)
+    assert adv or float(expected.abs().max()) > 1e3  # the tail: reward / eps (batch adv_norm then rescales it)
+    out = run(tmp_path, rows, flavor_settings(reward_norm, adv_norm), release_settings(release("areal", "1.0.4")))
+    assert_matches(out["advantages"], expected, rows, f"areal {VERSION} remainder slice", rtol=1e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("std,unbiased", [("group", True), ("group", False), ("batch", True)])
+def test_release_group_size_one_leave_one_out_matches_release(tmp_path, std, unbiased):
+    """1.0.4 with group_size 1 and mean_leave1out: each row is centred on 0 (the release's special case) and
+    divided by its std (1 unbiased, |x| biased) or the batch std about those zero means; the release runs it,
+    so `--flavor areal@1.0.4` does (it was refused)."""
+    rows = areal_rows(4, [4, 4])
+    reward_norm = norm_config(std=std, group_size=1, leave1out=True, unbiased=unbiased)
+    expected = release_advantages(as_release(rows), reward_norm)
+    out = run(tmp_path, rows, flavor_settings(reward_norm), release_settings(release("areal", "1.0.4")))
+    assert_matches(out["advantages"], expected, rows, f"areal {VERSION} group_size 1, leave-one-out", atol=3e-5)

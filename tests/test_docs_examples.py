@@ -145,6 +145,7 @@ def build_fixtures(root):
         (d / "openai_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     # AReaL's rollout/<version>/<task>.jsonl under logs/$USER/exp/trial
     test_format_areal.build(root / "logs" / "researcher" / "exp" / "trial")
+    test_format_areal.save_config(root / "logs" / "researcher" / "exp" / "trial")  # AReaL's config.yaml
     # slime's --save-debug-rollout-data <dir>/<rollout_id>.pt
     slime = root / "dump_details" / "rollout_data"
     slime.mkdir(parents=True)

@@ -7,9 +7,11 @@ expected numbers from the frameworks' formulas, computed here:
 * slime: the group size comes from the dump's group_index; GRPO (r − μ)/(std(r − μ, unbiased) + 1e-6)
   on every position (slime/ray/rollout.py L608-633 @624b824a). A default group size of 1 is refused; a
   step that is not a multiple of a size the user set is warned about.
-* AReaL: its GRPO example (examples/math/gsm8k_grpo.yaml @cbff54d6) on the JSONL: r' = clip((r − 0.5)·10,
-  ±20); reward_norm group/group: z = (r' − μ_g)/(σ_g unbiased + 1e-5); GAE with V = 0, γ = λ = 1: z on
-  every response token; adv_norm batch/batch over the step's tokens (token-weighted, unbiased, + 1e-5).
+* AReaL: the keys not set come from the run's config.yaml in the trial directory (as AReaL's save_config
+  writes it; here its GRPO example, examples/math/gsm8k_grpo.yaml @cbff54d6) on the JSONL: r' = clip((r −
+  0.5)·10, ±20); reward_norm group/group: z = (r' − μ_g)/(σ_g unbiased + 1e-5); GAE with V = 0, γ = λ = 1: z
+  on every response token; adv_norm batch/batch over the step's tokens (token-weighted, unbiased, + 1e-5).
+  Without a config.yaml they are AReaL's defaults (no normalisation, scaling 1, bias 0).
 """
 import json
 import math
@@ -19,6 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from conftest import run_main
 from test_format_areal import build as areal_build
+from test_format_areal import save_config as areal_save_config
 from test_format_roll import N as ROLL_N
 from test_format_roll import rlvr, roll_grpo
 from test_format_slime import build as slime_build
@@ -138,6 +141,12 @@ def test_slime_whole_step_as_one_group_is_said(tmp_path, capsys):
     assert np.allclose(got, exp, rtol=1e-5, atol=1e-5)
 
 
+def areal_build_with_config(trial):
+    groups = areal_build(trial)
+    areal_save_config(trial)
+    return groups
+
+
 def areal_expected(groups, adv_norm=True):
     """AReaL's GRPO example on the JSONL (module docstring), per version directory (the step)."""
     adv, ret = [], []
@@ -159,15 +168,15 @@ def areal_expected(groups, adv_norm=True):
     return adv, ret
 
 
-def test_areal_jsonl_runs_its_grpo_example(tmp_path, capsys):
-    groups = areal_build(tmp_path / "trial")
+def test_areal_jsonl_runs_its_saved_config(tmp_path, capsys):
+    groups = areal_build_with_config(tmp_path / "trial")
     # unequal response lengths inside a step, so that the token weighting of adv_norm shows
     assert len({x["seqlen"] for g in groups for x in g}) > 1
     out = tmp_path / "o.parquet"
     code, stdout, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal", "--json"], capsys)
     assert code == 0, err
     rep = json.loads(stdout)
-    assert any("gsm8k_grpo.yaml" in x and "actor.adv_norm.mean_level" in x for x in rep["from_dump"])
+    assert any("saved configuration" in x and "config.yaml" in x for x in rep["from_dump"])
     assert any("task_id" in x for x in rep["from_dump"])
     t = pq.read_table(out)
     adv, ret = areal_expected(groups)
@@ -177,8 +186,8 @@ def test_areal_jsonl_runs_its_grpo_example(tmp_path, capsys):
     assert np.max(np.abs(np.array(adv) - np.array(ret))) > 0.05
 
 
-def test_areal_jsonl_a_key_set_overrides_the_example(tmp_path, capsys):
-    groups = areal_build(tmp_path / "trial")
+def test_areal_jsonl_a_key_set_overrides_the_saved_config(tmp_path, capsys):
+    groups = areal_build_with_config(tmp_path / "trial")
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal", "-q",
                              "--set", "actor.adv_norm.mean_level=null", "--set", "actor.adv_norm.std_level=null"],
@@ -193,13 +202,42 @@ def test_areal_jsonl_a_key_set_overrides_the_example(tmp_path, capsys):
 
 
 def test_areal_converted_parquet_keeps_the_token_weights(tmp_path, capsys):
-    groups = areal_build(tmp_path / "trial")
+    groups = areal_build_with_config(tmp_path / "trial")
     conv, out = tmp_path / "c.parquet", tmp_path / "o.parquet"
     assert run_main(["convert", tmp_path / "trial", "-o", conv], capsys)[0] == 0
     code, _, err = run_main(["run", conv, "-o", out, "--flavor", "areal", "-q"], capsys)
     assert code == 0, err
     adv, _ = areal_expected(groups)
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), adv, rtol=1e-5, atol=1e-5)
+
+
+def test_areal_jsonl_without_a_saved_config_runs_areals_defaults(tmp_path, capsys):
+    """Issue 41.9: no config.yaml beside the dump: the keys not set are AReaL's defaults, never the GRPO example.
+    Defaults: kl_ctl 0.1, which needs log-probs the dump lacks (refused, nothing written); with kl_ctl 0: bias 0,
+    scaling 1, clip ±20, both NormConfig sections off, GAE with V = 0 at γ = λ = 1: the raw reward on the
+    response's tokens. `--set actor.reward_norm.mean_level=group` turns reward_norm on with NormConfig's other
+    defaults (std_level batch, unbiased, eps 1e-5): (r − μ_g)/(σ + 1e-5), σ = sqrt(Σ_step (r − μ_g)²/(N − 1))
+    about each row's group mean, per step."""
+    groups = areal_build(tmp_path / "trial")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
+    assert code == 2 and "KL" in err and not out.exists() and "Traceback" not in err
+    code, stdout, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal", "--json",
+                                  "--set", "actor.kl_ctl=0"], capsys)
+    assert code == 0, err
+    assert any("no configuration of the run" in x and "defaults" in x for x in json.loads(stdout)["from_dump"])
+    raw = [x["reward"] for g in groups for x in g]
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), raw, rtol=1e-6, atol=1e-6)
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal", "--force", "-q",
+                             "--set", "actor.kl_ctl=0", "--set", "actor.reward_norm.mean_level=group"], capsys)
+    assert code == 0, err
+    want = []
+    for v in (1, 2):
+        step = [g for g in groups if g[0]["tail_version"] == v]
+        centred = [x["reward"] - np.mean([y["reward"] for y in g]) for g in step for x in g]
+        sd = math.sqrt(sum(c * c for c in centred) / (len(centred) - 1))
+        want += [c / (sd + 1e-5) for c in centred]
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), want, rtol=1e-5, atol=1e-5)
 
 
 

@@ -333,3 +333,42 @@ def test_kl_clamp_diagnostic_reads_the_policy_column(tmp_path):
     _, res = run(tmp_path, {})
     flag = next(d for d in res.diagnostics if d["kind"] == "kl_output_clamp")
     assert flag["count"] == 1 and flag["examples"][0]["row"] == 5
+
+
+def test_release_1_0_4_remainder_slice_is_what_the_release_computed(tmp_path):
+    """Issue 41.9 / AReaL #1673: `--flavor areal@1.0.4` on a step of 6 rows with reward_norm at group level and
+    group_size 4 runs (it was refused), as 1.0.4 computed it: the whole slice [1, 0, 0, 1] gets
+    (r − 0.5)/(sqrt(1/3) + 1e-5); the 2 rows past it keep mean 0 and std 0, so 2/1e-5 and 3/1e-5. No KL, no
+    critic, γ = λ = 1: every trained token carries the row's value. A warning names the bug."""
+    from _released import advcli_run
+
+    rewards = [1.0, 0.0, 0.0, 1.0, 2.0, 3.0]
+    rows = [dict(prompt_id=f"p{i // 4}", reward=r, mask=[1, 1], old=[-1.0, -1.0], ref=[-1.0, -1.0])
+            for i, r in enumerate(rewards)]
+    settings = {"actor.kl_ctl": 0.0, "actor.reward_norm.mean_level": "group", "actor.reward_norm.std_level": "group",
+                "actor.reward_norm.group_size": 4}
+    s = (1 / 3) ** 0.5
+    want = [0.5 / (s + 1e-5), -0.5 / (s + 1e-5), -0.5 / (s + 1e-5), 0.5 / (s + 1e-5), 2.0 / 1e-5, 3.0 / 1e-5]
+    got = advcli_run(tmp_path, rows, "areal@1.0.4", settings, rename={"old_log_probs": "rollout_log_probs"})
+    for i, (row, w) in enumerate(zip(got["advantages"], want)):
+        assert row == pytest.approx([w, w], rel=1e-5), f"row {i}"
+    res = advcli.run(os.path.join(tmp_path, "in.parquet"), os.path.join(tmp_path, "o2.parquet"), flavor="areal@1.0.4",
+                     device="cpu", settings=settings)
+    said = [w for w in res.warnings if "#1673" in w]
+    assert said and "6 rows (the last 2)" in said[0], res.warnings
+
+
+@pytest.mark.parametrize("unbiased,want", [(True, [2.0 / (1 + 1e-5), -3.0 / (1 + 1e-5)]),
+                                           (False, [2.0 / (2 + 1e-5), -3.0 / (3 + 1e-5)])])
+def test_release_1_0_4_group_size_one_leave_one_out_runs(tmp_path, unbiased, want):
+    """AReaL 1.0.4 with reward_norm group_size 1 and mean_leave1out (was refused): each one-row slice's mean is 0
+    (the release's special case); its std is 1 unbiased (another special case) or |r| biased (the std of one
+    value about 0), so r/(1 + 1e-5) or r/(|r| + 1e-5)."""
+    from _released import advcli_run
+
+    rows = [dict(prompt_id="p0", reward=r, mask=[1], old=[-1.0], ref=[-1.0]) for r in (2.0, -3.0)]
+    settings = {"actor.kl_ctl": 0.0, "actor.reward_norm.mean_level": "group", "actor.reward_norm.std_level": "group",
+                "actor.reward_norm.group_size": 1, "actor.reward_norm.mean_leave1out": "true",
+                "actor.reward_norm.std_unbiased": str(unbiased).lower()}
+    got = advcli_run(tmp_path, rows, "areal@1.0.4", settings, rename={"old_log_probs": "rollout_log_probs"})
+    assert [row[0] for row in got["advantages"]] == pytest.approx(want, rel=1e-6)

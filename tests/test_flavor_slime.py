@@ -341,3 +341,17 @@ def test_explain_lists_the_keys_with_defaults():
                 "normalize_advantages", "use_opd", "opd_type", "opd_kl_coef"):
         assert key in text
     assert 'default "grpo"' in text and 'default "k1"' in text
+
+
+def test_opd_at_slimes_default_n1_runs(tmp_path):
+    """Issue 41.9: on-policy distillation at n_samples_per_prompt left at slime's default 1 (the method's normal
+    case) runs as slime runs it: the grpo term is 0 (n = 1 turns the std off, each singleton centred to 0) and
+    A_t = −opd_kl_coef·(lp_t − teacher_t) on every position (spec: loss.py L663-700, case slime_opd_grpo_n1);
+    returns 0 (grpo's returns are the advantages before OPD). Without OPD the default 1 is still refused."""
+    rows = [(r[0], f"q{i}", *r[2:]) for i, r in enumerate(ROWS)]  # one response per prompt, as slime's default
+    adv, ret, _ = _run(tmp_path, {"use_opd": True, "opd_type": "sglang", "opd_kl_coef": 0.5}, rows=rows)
+    want = [[-0.5 * (lp - t) for lp, t in zip(r[4], r[7])] for r in rows]
+    _close(adv, want)
+    _close(ret, [[0.0] * len(r[3]) for r in rows])
+    with pytest.raises(AdvcliError, match="n_samples_per_prompt is not set and defaults to 1"):
+        _run(tmp_path, {}, rows=rows)

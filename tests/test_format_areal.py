@@ -29,6 +29,26 @@ def build(root, n=4):
     return groups
 
 
+def save_config(trial):
+    """``trial/config.yaml`` as AReaL's save_config writes it (yaml.dump of the dataclasses, sort_keys=False):
+    the GRPO example's actor section among keys advcli does not read."""
+    import yaml
+
+    norm = {"mean_leave1out": False, "std_unbiased": True, "eps": 1e-5, "group_size": 1}
+    cfg = {"experiment_name": "gsm8k-grpo", "trial_name": "trial0",
+           "gconfig": {"n_samples": 4, "max_new_tokens": 1024, "temperature": 1.0},
+           "actor": {"path": "Qwen/Qwen2.5-1.5B-Instruct", "optimizer": {"lr": 1.7e-5, "type": "adam"},
+                     "reward_norm": {"mean_level": "group", "std_level": "group", **norm},
+                     "adv_norm": {"mean_level": "batch", "std_level": "batch", **norm},
+                     "reward_scaling": 10.0, "reward_bias": -0.5, "reward_clip": 20.0, "overlong_reward_penalty": False,
+                     "overlong_tokens": None, "overlong_penalty_factor": None, "mask_no_eos_with_zero": False,
+                     "discount": 1.0, "gae_lambda": 1.0, "gae_lambda_kwargs": {}, "kl_ctl": 0.0,
+                     "kl_estimator": "k1", "recompute_logprob": True, "use_decoupled_loss": True,
+                     "eps_clip": 0.4, "max_new_tokens": 1024},
+           "ref": {"path": "Qwen/Qwen2.5-1.5B-Instruct"}}
+    (trial / "config.yaml").write_text(yaml.dump(cfg, default_flow_style=False, sort_keys=False))
+
+
 @pytest.mark.parametrize("chunk", ["4096", "5"])
 def test_grpo_and_rloo(tmp_path, capsys, chunk):
     groups = build(tmp_path / "trial")

@@ -193,6 +193,7 @@ def test_audit_reads_the_completions_dump_as_run_does(dump, tmp_path, capsys):
     assert code == 0, err
     rep = json.loads(out)
     assert rep["agree"] and rep["logged_column"] == "advantage" and rep["logged_per"] == "row"
+    assert not any(f["kind"] == "subclass" for f in rep["findings"])
     assert rep["rows"] == len(expected) and rep["inputs"] == [str(d)]
 
     bad = tmp_path / "bad" / "completions"
@@ -206,6 +207,13 @@ def test_audit_reads_the_completions_dump_as_run_does(dump, tmp_path, capsys):
     rep = json.loads(out)
     assert rep["rows_disagreeing"] == 1 and rep["worst"][0]["row"] == 5
     assert rep["worst"][0]["abs_diff"] == pytest.approx(0.5, abs=1e-4)
+    # what the dump cannot show is named as a possible cause: a subclass transforming advantages after TRL logged
+    # them (TRL #7298); an agreeing audit names nothing
+    unseen = [f for f in rep["findings"] if f["kind"] == "subclass"]
+    assert len(unseen) == 1 and "#7298" in unseen[0]["explanation"]
+    assert rep["findings"][0]["kind"] != "subclass"
+    code, out, err = run_main(["audit", str(bad), *args[:-1]], capsys)
+    assert code == 1 and "#7298" in " ".join((out + err).split())
 
 
 def test_a_prompt_drawn_for_two_consecutive_groups(tmp_path, capsys):

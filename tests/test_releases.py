@@ -308,3 +308,39 @@ def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys)
     run_main(["run", d, "-o", o, "--flavor", "nemo@7ea279a", "-q"], capsys)
     code, out, _ = run_main(["inspect", o], capsys)
     assert code == 0 and "NeMo RL @7ea279a" in out
+
+
+# NeMo RL #3467's table (open draft): one prompt, rewards [1, 1, 0, 0], the second row fully masked (its
+# sample_loss_mask 0). The values below are computed here by hand from NeMo's formula (spec: nemo.md §2-3,
+# utils.py::calculate_baseline_and_std_per_prompt, advantage_estimator.py::GRPOAdvantageEstimator): non-LOO
+# b = the mean over the rows that count, σ = their unbiased std, A = r − b, divided by σ + 1e-6 where σ > 0.
+# 7ea279a counts every row (valid_mask = 1): b = 0.5, σ = sqrt(1/3); #3837 (post-3837, post-4158) leaves the
+# masked row out: b = 1/3, σ = sqrt(((2/3)² + 2·(1/3)²)/2) = sqrt(1/3). LOO at post-3837: row 0 against
+# {0, 0} (σ = 0: raw 1 − 0), rows 2 and 3 against {1, 0} (b = 0.5, σ = sqrt(0.5)); at 7ea279a row 0 against
+# {1, 0, 0} and rows 2, 3 against {1, 1, 0} (b = 1/3 and 2/3, σ = sqrt(1/3) each).
+_S3 = math.sqrt(1 / 3)
+NEMO_3467 = {  # (release, LOO, normalize) -> advantages of rows 0, 2, 3 (row 1 is masked: not trained)
+    ("7ea279a", False, False): [0.5, -0.5, -0.5],
+    ("7ea279a", False, True): [0.5 / (_S3 + 1e-6), -0.5 / (_S3 + 1e-6), -0.5 / (_S3 + 1e-6)],
+    ("post-3837", False, False): [2 / 3, -1 / 3, -1 / 3],
+    ("post-3837", False, True): [(2 / 3) / (_S3 + 1e-6), (-1 / 3) / (_S3 + 1e-6), (-1 / 3) / (_S3 + 1e-6)],
+    ("post-4158", False, False): [2 / 3, -1 / 3, -1 / 3],
+    ("post-4158", False, True): [(2 / 3) / (_S3 + 1e-6), (-1 / 3) / (_S3 + 1e-6), (-1 / 3) / (_S3 + 1e-6)],
+    ("7ea279a", True, True): [(2 / 3) / (_S3 + 1e-6), (-2 / 3) / (_S3 + 1e-6), (-2 / 3) / (_S3 + 1e-6)],
+    ("post-3837", True, True): [1.0, -0.5 / (math.sqrt(0.5) + 1e-6), -0.5 / (math.sqrt(0.5) + 1e-6)],
+    ("post-4158", True, True): [1.0, -0.5 / (math.sqrt(0.5) + 1e-6), -0.5 / (math.sqrt(0.5) + 1e-6)],
+}
+
+
+@pytest.mark.parametrize("release,loo,normalize", sorted(NEMO_3467))
+def test_nemo_3467_table_masked_row_under_each_release(tmp_path, release, loo, normalize):
+    samples = [([5, 6], [10, 11], [1, 1], 1.0), ([5, 6], [12, 13], [0, 0], 1.0), ([5, 6], [14, 15], [1, 1], 0.0),
+               ([5, 6], [16, 17], [1, 1], 0.0)]
+    d = _dump(tmp_path, masks=[1.0, 0.0, 1.0, 1.0], samples=samples)
+    out = tmp_path / "o.parquet"
+    advcli.run(str(d), str(out), flavor=f"nemo@{release}", device="cpu", precision="float64",
+               settings={"grpo.adv_estimator.use_leave_one_out_baseline": loo,
+                         "grpo.adv_estimator.normalize_rewards": normalize})
+    adv = _adv_rows(out)
+    got = [adv[i][-1] for i in (0, 2, 3)]
+    assert got == pytest.approx(NEMO_3467[(release, loo, normalize)], rel=1e-6, abs=1e-9)

@@ -9,6 +9,13 @@ own, so the release under test shadows any other installed version of it::
     python tools/conformance_matrix.py                       # the newest 4 releases of each trainer
     python tools/conformance_matrix.py --last 8 trl          # TRL's 8 newest
     python tools/conformance_matrix.py verl==0.9.0 trl==1.9.2 # chosen releases
+    python tools/conformance_matrix.py --all trl             # every recorded release of TRL that has an entry
+    python tools/conformance_matrix.py --all --unmapped trl  # ... and the recorded ones that have none
+
+``--all`` takes the recorded lists of the package index's releases (advcli/flavors/index/DIST.json, refreshed by
+tools/refresh_releases.py) instead of asking the index. Each release runs with the settings of the table entry it
+is listed under (its name or alias; none: the flavor's newest state), so a release that passes confirms its
+entry; the ``entry`` column names it.
 
 A release whose code the tests cannot find (a function renamed, a trainer class restructured) shows as
 failed with the first error line: the tests only know the layout of the releases named in the flavors'
@@ -23,6 +30,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # advcli of this checkout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # trainer distribution -> its test module
@@ -43,6 +52,23 @@ def releases(dist: str, last: int) -> list[str]:
     return [v for v in versions if not re.search(r"(dev|rc|a|b)\d*$", v)][:last]
 
 
+def recorded(dist: str, unmapped: bool) -> list[str]:
+    """Every recorded release of ``dist`` (newest first) that has an entry in the flavor's release table, and with
+    ``unmapped`` also those that have none."""
+    from advcli.flavors import get
+    from advcli.flavors._releases import index_mapping
+
+    return [v for v, _, entry in index_mapping(get(dist).releases, dist) if entry is not None or unmapped]
+
+
+def entry_name(dist: str, version: str) -> str:
+    from advcli.flavors import get
+    from advcli.flavors._releases import entry_of
+
+    entry = entry_of(get(dist).releases, version)
+    return entry.name if entry else "-"
+
+
 def run_one(dist: str, version: str, timeout: int) -> tuple[str, str]:
     """(counts, first failure) of the dist's test module against one release, in a temporary venv."""
     with tempfile.TemporaryDirectory(prefix=f"conform-{dist}-") as tmp:
@@ -56,7 +82,7 @@ def run_one(dist: str, version: str, timeout: int) -> tuple[str, str]:
         with open(os.path.join(site, "_conformance_base.pth"), "w") as f:
             f.write("\n".join(sorted(base)) + "\n")
         pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site,
-                              f"{dist}=={version}"], capture_output=True, text=True)
+                              "--ignore-requires-python", f"{dist}=={version}"], capture_output=True, text=True)
         if pip.returncode:
             return "not installed", (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
         env = dict(os.environ, PYTHONPATH=ROOT, ADVCLI_SERVER="off")
@@ -77,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("targets", nargs="*", help="trainers (verl, trl, openrlhf, skyrl, areal) or DIST==VERSION")
     p.add_argument("--last", type=int, default=4, help="releases per trainer when none is named (default 4)")
+    p.add_argument("--all", action="store_true", help="every recorded release (advcli/flavors/index) that has an "
+                   "entry in the flavor's release table")
+    p.add_argument("--unmapped", action="store_true", help="with --all: also the recorded releases without an entry")
     p.add_argument("--timeout", type=int, default=600, help="seconds per release (default 600)")
     args = p.parse_args(argv)
     targets = args.targets or list(TESTS)
@@ -85,16 +114,21 @@ def main(argv: list[str] | None = None) -> int:
         dist, _, version = t.partition("==")
         if dist not in TESTS:
             p.error(f"{dist}: not a packaged trainer; known: {', '.join(TESTS)}")
-        plan += [(dist, version)] if version else [(dist, v) for v in releases(dist, args.last)]
+        if version:
+            plan.append((dist, version))
+        elif args.all:
+            plan += [(dist, v) for v in recorded(dist, args.unmapped)]
+        else:
+            plan += [(dist, v) for v in releases(dist, args.last)]
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *HELPERS], check=False)
-    rows = [("trainer", "release", "tests", "first failure")]
+    rows = [("trainer", "release", "entry", "tests", "first failure")]
     for dist, version in plan:
         counts, first = run_one(dist, version, args.timeout)
-        rows.append((dist, version, counts, first))
+        rows.append((dist, version, entry_name(dist, version), counts, first))
         print(f"{dist}=={version}: {counts}", file=sys.stderr, flush=True)
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + ("  " + r[3] if r[3] else ""))
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + ("  " + r[4] if r[4] else ""))
     return 0
 
 

@@ -54,6 +54,22 @@ EXPLAIN = {
 }
 
 
+# what an audit of a flavor's dump cannot see, named as a possible cause when the logged values disagree:
+# flavor -> (kind, explanation)
+UNSEEN = {
+    "trl": ("subclass", "a possible cause advcli cannot see in the dump: TRL logs the advantages in "
+                        "GRPOTrainer._generate_and_score_completions, and a trainer subclass that transforms them "
+                        "after that (overriding the method, or the _transform_advantages hook of TRL #7298, open) "
+                        "trains on values the log does not hold; if the run used one, compare with its values"),
+}
+
+
+def unseen_causes(flavor: str) -> list[dict]:
+    """The findings for what an audit of ``flavor`` (``NAME`` or ``NAME@RELEASE``) cannot know (:data:`UNSEEN`)."""
+    found = UNSEEN.get(flavor.partition("@")[0].strip())
+    return [{"kind": found[0], "explanation": found[1]}] if found else []
+
+
 def close(logged: np.ndarray, recomputed: np.ndarray, rtol: float, atol: float) -> np.ndarray:
     """``numpy.isclose(logged, recomputed, rtol, atol, equal_nan=True)`` (``recomputed`` is the reference)."""
     return np.isclose(logged, recomputed, rtol=rtol, atol=atol, equal_nan=True)

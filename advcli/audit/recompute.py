@@ -323,7 +323,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     from ..columns import resolve_columns
     from ..formats import info_for, name_dumps, source_of
     from ..io.reader import InputSet
-    from .checks import classify, fit_params, mixup_rows, worst_rows
+    from .checks import classify, fit_params, mixup_rows, unseen_causes, worst_rows
 
     check_tolerances(rtol, atol)
     t0 = time.perf_counter()
@@ -389,6 +389,8 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                 f["explanation"] = f["explanation"].format(c=rep["fitted"]["scale"])
             elif f["kind"] == "shift":
                 f["explanation"] = f["explanation"].format(d=rep["fitted"]["shift"])
+        if bad_tokens and not any(f["kind"] == "float32" for f in findings):
+            findings += unseen_causes(flavor)  # what the dump cannot show (TRL: a subclass's transform, #7298)
         rep["findings"] = findings
         if bad_tokens:  # where the dump logs intermediate values (or the run whitens, clips): the first stage
             from .stages import first_stage

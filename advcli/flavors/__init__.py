@@ -17,7 +17,7 @@ from typing import Any
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
-from ._releases import Release, find
+from ._releases import Release, find, index_text
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def release_of(flavor: Flavor, text: str | None) -> Release | None:
     releases = known_releases(flavor)
     if text is None:
         return releases[-1] if releases else None
-    return find(releases, text, f"--flavor {flavor.name}")
+    return find(releases, text, f"--flavor {flavor.name}", package=flavor.name)
 
 
 def release_label(spec: str | FlavorAt) -> str | None:
@@ -262,7 +262,8 @@ def history_text(flavor: Flavor) -> str:
             lines.append(f"  default {k}={v!r}")
         for c in r.changes:
             lines.append(f"  {c.pr or '(no PR)'}" + (f" [{', '.join(c.keys)}]" if c.keys else "") + f": {c.effect}")
-    return "\n".join(lines)
+    index = index_text(releases, flavor.name)  # the packaged trainers: each published release -> its entry
+    return "\n".join(lines + ([""] + index if index else []))
 
 
 def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -5,9 +5,16 @@ set of values for the flavor's own keys (native keys, or ``advcli.*`` extension 
 switch has no native key): its :attr:`Release.settings` are the defaults that differ from the flavor's
 ``KEYS`` defaults at that release. The user's ``--set`` still wins over them. :attr:`Release.changes` says
 what changed since the release before it, one :class:`Change` per upstream pull request.
+
+The packaged trainers' releases on the package index are recorded in ``index/DIST.json`` (refreshed by
+``tools/refresh_releases.py``): every recorded release is a release's name or alias in the flavor's table (the
+release whose advantage code it has, confirmed by ``tools/conformance_matrix.py``), or older than the oldest
+entry and refused with :data:`NOT_REPRODUCED`'s reason (``tests/test_release_index.py`` checks both).
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,14 +43,77 @@ class Release:
     note: str = ""  # one line: which semantics this is ("NeMo RL before #4158")
 
 
+# the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
+NOT_REPRODUCED: dict[str, str] = {
+    "trl": "their GRPOTrainer/RLOOTrainer advantage code predates the None-aware statistics (nanmean/nanstd of "
+           "the reward functions) and the RLOOTrainer of today",
+    "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "
+            "what advcli was matched against",
+    "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",
+    "skyrl": "they predate the advantage code of commit a9564572 advcli was matched against",
+    "areal": "",
+}
+INDEX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "index")
+_PUBLISHED: dict[str, dict] = {}
+
+
+def published(package: str) -> dict | None:
+    """The recorded list of ``package``'s releases on the package index (``index/PACKAGE.json``: ``source``,
+    ``refreshed``, ``releases`` = [{"version", "date"}], newest first), or None when none is recorded."""
+    if package not in _PUBLISHED:
+        path = os.path.join(INDEX_DIR, f"{package}.json")
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            _PUBLISHED[package] = json.load(f)
+    return _PUBLISHED[package]
+
+
+def entry_of(releases: tuple[Release, ...], version: str) -> Release | None:
+    """The table entry whose name or alias is exactly ``version`` (a recorded release's mapping), or None."""
+    low = version.lower()
+    return next((r for r in releases if low == r.name.lower() or low in (a.lower() for a in r.aliases)), None)
+
+
+def index_mapping(releases: tuple[Release, ...], package: str) -> list[tuple[str, str, Release | None]]:
+    """(version, date, the table entry it maps to or None) for every recorded release of ``package``, newest
+    first; [] when none is recorded."""
+    doc = published(package)
+    if doc is None:
+        return []
+    return [(r["version"], r.get("date", ""), entry_of(releases, r["version"])) for r in doc["releases"]]
+
+
+def index_text(releases: tuple[Release, ...], package: str) -> list[str]:
+    """``explain --history``'s lines on the package index: each table entry with the published releases that
+    map to it, and the older ones refused (:data:`NOT_REPRODUCED`)."""
+    doc = published(package)
+    if doc is None:
+        return []
+    rows = index_mapping(releases, package)
+    lines = [f"Published releases of {package} on the package index ({len(rows)}, recorded "
+             f"{doc.get('refreshed', '')} from the {doc.get('source', 'index')}) -> the semantics each runs:"]
+    for r in reversed(releases):
+        mine = [v for v, _, e in rows if e is r]
+        if mine:
+            lines.append(f"  {', '.join(reversed(mine))} -> {r.name}")
+    rest = [v for v, _, e in rows if e is None]
+    if rest:
+        shown = ", ".join(rest[:6]) + (f" and {len(rest) - 6} older" if len(rest) > 6 else "")
+        lines.append(f"  {shown}: not reproduced (" + (NOT_REPRODUCED.get(package) or "no table entry") + ")")
+    return lines
+
+
 _HEX = re.compile(r"[0-9a-f]{4,40}")
-_VERSION = re.compile(r"v?(\d+(?:\.\d+)*)")
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(?:\.post(\d+))?")  # 0.10.1.post2 (a post-release) sorts after 0.10.1
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def _version(text: str) -> tuple[int, ...] | None:
     m = _VERSION.fullmatch(text.strip().lower())
-    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+    if not m:
+        return None
+    return tuple(int(p) for p in m.group(1).split(".")) + ((int(m.group(2)),) if m.group(2) else ())
 
 
 def _commit_names(release: Release) -> list[str]:
@@ -59,13 +129,14 @@ def known_text(releases: tuple[Release, ...]) -> str:
     return ", ".join(out)
 
 
-def find(releases: tuple[Release, ...], text: str, who: str) -> Release:
+def find(releases: tuple[Release, ...], text: str, who: str, package: str | None = None) -> Release:
     """The release ``text`` names (after ``@``): a release's name or alias (any case; ``v0.11.2`` is the
     version ``0.11.2``), or a prefix of at
     least 4 hex digits of a listed commit (or a longer hash that starts with one). A version older than
     the oldest release (compared as versions where the names are versions, as ISO dates where ``text`` is
     a date) is refused naming the oldest; anything else unknown is refused listing the known ones.
-    ``who`` names the flavor in messages (``--flavor nemo``)."""
+    ``who`` names the flavor in messages (``--flavor nemo``); ``package``: the trainer's distribution, whose
+    recorded releases on the package index (:func:`published`) a refusal names."""
     t = text.strip()
     low = t.lower()
     if not releases:
@@ -75,7 +146,7 @@ def find(releases: tuple[Release, ...], text: str, who: str) -> Release:
         if low == r.name.lower() or low in (a.lower() for a in r.aliases):
             return r
     if _version(t) is not None:  # v0.11.2 = 0.11.2
-        same = [r for r in releases if _version(r.name) == _version(t)]
+        same = [r for r in releases if any(_version(n) == _version(t) for n in (r.name, *r.aliases))]
         if same:
             return same[0]
     if _HEX.fullmatch(low):
@@ -90,6 +161,17 @@ def find(releases: tuple[Release, ...], text: str, who: str) -> Release:
     mine, theirs = _version(t), [_version(r.name) for r in releases]
     older = (mine is not None and all(theirs) and mine < theirs[0]) or \
             (bool(_DATE.fullmatch(t)) and bool(oldest.date) and t < oldest.date)
+    listed = next((r for r in (published(package) or {}).get("releases", ()) if r["version"] == t), None) \
+        if package else None
+    if listed is not None:
+        why = (f"releases older than {oldest.name} are not covered"
+               + (f" ({NOT_REPRODUCED[package]})" if NOT_REPRODUCED.get(package) else "")) if older else \
+            "its advantage code has not been checked against the release table yet"
+        raise AdvcliError(f"{who}@{t}: {package} {t} ({listed.get('date', '')}) is published, but advcli does not "
+                          f"reproduce it: {why}",
+                          hint=f"use {who}@{oldest.name if older else releases[-1].name} (the nearest advcli knows) "
+                               f"if that release's advantage code is the same; `advcli explain {who} --history` "
+                               "lists the releases and what changed")
     if older:
         raise AdvcliError(f"{who}@{t} is older than the oldest release advcli reproduces, {oldest.name}"
                           + (f" ({oldest.date})" if oldest.date else ""),

@@ -165,23 +165,20 @@ def _slices(cfg: dict, v: dict, norms: dict) -> None:
                           f"differ ({' and '.join(str(x) for x in sorted(sizes))}); advcli reproduces AReaL's fixed "
                           "slices for one group size", hint="give both sections the same group_size")
     size = sizes.pop()
-    for s, n in grouped.items():
-        if size == 1 and n["mean_leave1out"] and n["mean_level"] == "group":
-            raise AdvcliError(f"advcli.norm_groups=slices with actor.{s}.group_size=1 and mean_leave1out=true: AReaL "
-                              "1.0.4 then centres each row on 0 and divides by its std, which advcli does not "
-                              "reproduce", hint=f"set actor.{s}.group_size to the rows per prompt")
-    # a step that is not a whole number of slices: AReaL leaves the tail rows' mean and std at 0 and divides
-    # them by eps; advcli stops the run there (grouping.fallback=error) rather than write those numbers
-    cfg["grouping"].update(by="position", size=size, fallback="error", id_check="warn")
+    # group_size 1 with mean_leave1out: 1.0.4 centres each row on 0 (its special case), then divides by the
+    # group std (1 when unbiased, |x| biased) or the batch std about those zero means: NormConfig slices=1 does
+    # a step that is not a whole number of slices: AReaL 1.0.4 leaves the group mean and std of the rows past
+    # the last whole slice at 0 and divides them by eps (AReaL #1673, open); the release ran that way, so it is
+    # reproduced (grouping.fallback=tail: the rest is one short block; NormConfig slices: such a block keeps
+    # mean 0 and std 0), with a warning naming the bug
+    cfg["grouping"].update(by="position", size=size, fallback="tail", id_check="warn")
+    for n in grouped.values():
+        n["slices"] = size
 
 
-# examples/math/gsm8k_grpo.yaml @ cbff54d6 (actor section): the run AReaL's JSONL dumps usually come from.
-# A dump holds no log-probs and no critic values, so its advantage path is GAE with V = 0 and no KL (γλ = 1:
-# the shaped, group-normalised reward on every response token), then adv_norm over the response tokens
-GRPO_EXAMPLE = (("actor.reward_scaling", 10.0), ("actor.reward_bias", -0.5), ("actor.kl_ctl", 0.0),
-                ("actor.recompute_logprob", True), ("actor.use_decoupled_loss", True),
-                ("actor.reward_norm.mean_level", "group"), ("actor.reward_norm.std_level", "group"),
-                ("actor.adv_norm.mean_level", "batch"), ("actor.adv_norm.std_level", "batch"))
+# On AReaL's JSONL the keys not set are AReaL's defaults, or what the run's config.yaml (saved in the trial
+# directory above rollout/, read by advcli.formats.areal.run_config) says: never a guess of the example a run
+# came from.
 
 # AReaL's only release on the package index, 1.0.4, is older than commit cbff54d6 (the flavor's first match):
 # read from the installed package's areal/utils/data.py and areal/trainer/ppo/actor.py, and checked by
@@ -202,8 +199,6 @@ FLAVOR = Flavor(
     title="AReaL",  # the framework's name in prose (help, docs)
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True, releases=RELEASES,
-    dump_settings={"areal-jsonl": (GRPO_EXAMPLE, "AReaL's GRPO example (examples/math/gsm8k_grpo.yaml; "
-                                                   "the dump holds no log-probs and no critic values)")},
     notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "
           "−kl_ctl·clamp(k(lp, ref), ±10) on trained tokens (on by default: kl_ctl 0.1, ref = 0 without a ref "
           "column) → GAE over the trained tokens (V = 0 without values; the outcome on a masked last token is "

@@ -157,16 +157,17 @@ def translate(v: dict) -> dict:
     return cfg
 
 
-# SkyRL's releases on the package index (``skyrl``; no ``skyrl-train`` is published): 0.2.0 and 0.3.0 are run by
-# tests/test_conformance_skyrl.py; 0.4.0 needs Python ≥ 3.12, and its ppo_utils.py estimators and KL and
+# SkyRL's releases on the package index (``skyrl``; no ``skyrl-train`` is published): 0.2.0, 0.3.0 and 0.4.0 are
+# run by tests/test_conformance_skyrl.py (tools/conformance_matrix.py --all skyrl: 22 passed each; 0.4.0 declares
+# Python ≥ 3.12, its files are compiled under the running Python); its ppo_utils.py estimators and KL and
 # trainer.py compute_advantages_and_returns / apply_reward_kl_penalty / _normalize_advantages read the same
-# as 0.3.0's (annotations and docstrings aside). Neither has #1443 (grpo_norm_by_std default false) or #1445
-# (k3 → k2), still open.
+# as 0.3.0's (annotations and docstrings aside). None has #1443 (grpo_norm_by_std default false) or #1445
+# (k3 → k2), still open. 0.1.0 and 0.0.1 keep the advantage code elsewhere (the tests do not find it).
 RELEASES = (
     Release("0.2.0", "2026-04-22", aliases=("0.3.0",),
             note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572"),
     Release(COMMIT, "2026-08-21", aliases=("a956457",), note="SkyRL at commit a9564572 (advcli's first match)"),
-    Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0: the advantage code of commit a9564572 (read, not run)"),
+    Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0 (run): the advantage code of commit a9564572"),
 )
 
 FLAVOR = Flavor(

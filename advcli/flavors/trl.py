@@ -107,20 +107,32 @@ def estimator_note(v: dict) -> str | None:
 
 
 # Read from the released wheels' trl/trainer/grpo_config.py, grpo_trainer.py and rloo_trainer.py, and run by
-# tests/test_conformance_trl.py (tools/conformance_matrix.py for older releases). Default changes before 1.6
-# (0.19.0: GRPO beta 0.04 → 0.0; 0.22.0: scale_rewards True → "group", loss_type "bnpo" → "dapo", the
-# RLOOTrainer of today) act in the loss or keep the advantages; releases before 1.6.0 (1.3.0 and older) have
-# advantage code without the None-aware statistics and are not covered.
+# tests/test_conformance_trl.py against every published release from 1.6.0 (tools/conformance_matrix.py --all
+# trl: each wheel in its own environment, with the settings of the entry it is listed under). Default changes
+# before 1.6 (0.19.0: GRPO beta 0.04 → 0.0; 0.22.0: scale_rewards True → "group", loss_type "bnpo" → "dapo", the
+# RLOOTrainer of today) act in the loss or keep the advantages; releases before 1.6.0 (1.5.1 and older) have
+# advantage code without the None-aware statistics (no unscorable mask) and are not covered. From 1.6.0 to 1.16.0
+# the GRPO advantage block is the same statement for statement, the RLOO one differs by a comment (1.10.0).
 RELEASES = (
-    Release("1.6.0", "2026-06-11", aliases=("1.9.2", "f2cd577", "f2cd5771"),
-            note="TRL 1.6.0 to 1.9.2 (run: 1.6.0, 1.9.2), the advantage code of commit f2cd5771 (advcli's first "
-                 "match)"),
-    Release("1.10.0", "2026-08-13", note="TRL 1.10.0: use_bias_correction_kl defaults to true", changes=(
-        Change("#6503", (),
-               "GRPOConfig.use_bias_correction_kl defaults to true: with beta ≠ 0 the loss's per-token KL is "
-               "multiplied by the importance ratio, which changes the loss, its gradient and the logged kl "
-               "metric; the advantages are unchanged"),)),
-    Release("1.16.0", "2026-10-15", note="TRL 1.16.0: the advantage code of 1.10.0"),
+    Release("1.6.0", "2026-06-11", aliases=("1.7.0", "1.7.1", "1.8.0", "1.9.0", "1.9.1", "1.9.2", "f2cd577",
+                                            "f2cd5771"),
+            note="TRL 1.6.0 to 1.9.2 (each run), the advantage code of commit f2cd5771 (advcli's first match)"),
+    Release("1.10.0", "2026-08-13", aliases=("1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.14.1", "1.14.2"),
+            note="TRL 1.10.0 to 1.14.2 (each run): use_bias_correction_kl defaults to true", changes=(
+                Change("#6503", (),
+                       "GRPOConfig.use_bias_correction_kl defaults to true: with beta ≠ 0 the loss's per-token KL is "
+                       "multiplied by the importance ratio, which changes the loss, its gradient and the logged kl "
+                       "metric; the advantages are unchanged"),)),
+    Release("1.15.0", "2026-10-08", note="TRL 1.15.0: the completions parquet logs conversations", changes=(
+        Change("#5309", (),
+               "the completions table (completions_*.parquet, log_completions) holds the prompts and completions as "
+               "given to and returned by the model: conversation lists ([{role, content}]) for a conversational "
+               "dataset instead of decoded text; advcli groups by runs of equal conversations. The advantages are "
+               "unchanged"),)),
+    Release("1.16.0", "2026-10-15", note="TRL 1.16.0: the advantage code of 1.10.0", changes=(
+        Change("", (),
+               "changes outside the advantage code (vLLM's importance-sampling setup, vision-language and PEFT "
+               "models); the GRPO and RLOO advantage blocks are those of 1.15.0"),)),
 )
 
 FLAVOR = Flavor(

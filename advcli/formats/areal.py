@@ -52,6 +52,21 @@ def read(path: str, ctx: Context):
         yield line, row
 
 
+def run_config(path: str) -> str | None:
+    """The trial's ``config.yaml`` beside ``…/{trial}/rollout/{version}/{task_id}.jsonl``: AReaL's
+    ``load_expr_config`` saves the whole experiment configuration there (``save_config`` into
+    ``StatsLogger.get_log_path``, areal/api/cli_args.py in the areal 1.0.4 wheel), the directory the rollout
+    dumps go under. None when it is not there."""
+    import os
+
+    p = path.replace("\\", "/")
+    m = re.search(PATTERN, p)
+    if not m:
+        return None
+    found = os.path.join(p[:m.start("kind")] or ".", "config.yaml")
+    return found if os.path.isfile(found) else None
+
+
 def _key(path: str):
     """(kind, version, task): two trials under one root repeat it; one task's appends share one file."""
     m = re.search(PATTERN, path.replace("\\", "/"))
@@ -70,5 +85,5 @@ FORMAT = Format(
              "completion": STR, "normalized_reward": F32},
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
     companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
-    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor areal",
+    example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor areal", run_config=run_config,
 )

@@ -45,6 +45,10 @@ class ImportInfo:
     # ctx.state["logged_decimals"]: the audit's default tolerance follows it
     logged_decimals: int | None = None
     padding: int = 0  # synthetic padding rows (is_padding: verl's V1 trainer): in the batch, in no figure
+    # the configuration the run saved beside the dump (Format.run_config), flattened to dotted keys, and its path;
+    # kept in the converted Parquet's footer, so a converted dump runs with the same settings
+    run_config: dict = field(default_factory=dict)
+    run_config_path: str = ""
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -69,6 +73,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     found = discover(spec, forced)
     f = found.fmt
     ctx = Context(fmt=f, files=found.files)
+    saved_path, saved = saved_run_config(f, found.files)
     tmp = output + ".advcli-tmp"
     writer = None
     schema = None
@@ -88,7 +93,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             if not buf:
                 return
             if schema is None:
-                schema = _schema(f, buf, synth_mask)
+                schema = _schema(f, buf, synth_mask, {"run_config": saved, "run_config_path": saved_path}
+                                 if saved_path else {})
             for r in buf:
                 for k in r:
                     if k not in schema.names and k not in dropped:
@@ -154,10 +160,25 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
                       reward_notes=tuple(ctx.state.get("reward_notes", ())),
-                      logged_decimals=ctx.state.get("logged_decimals"), padding=padding)
+                      logged_decimals=ctx.state.get("logged_decimals"), padding=padding, run_config=saved,
+                      run_config_path=saved_path)
 
 
-def _schema(f: Format, rows: list[dict], synth_mask: bool):
+def saved_run_config(f: Format, files: list[str]) -> tuple[str, dict]:
+    """(path, flattened values) of the configuration the run saved beside the dump's files
+    (``Format.run_config``), or ("", {}) when the format names none or none is there. Only numbers, strings,
+    booleans, nulls and lists are kept (what a flavor key can take)."""
+    from ..config import load_config_file
+
+    if f.run_config is None:
+        return "", {}
+    for path in dict.fromkeys(p for p in (f.run_config(x) for x in files) if p):
+        flat = load_config_file(path)
+        return path, {k: v for k, v in flat.items() if v is None or isinstance(v, (int, float, str, bool, list))}
+    return "", {}
+
+
+def _schema(f: Format, rows: list[dict], synth_mask: bool, extra: dict | None = None):
     import pyarrow as pa
 
     fields = []
@@ -188,8 +209,8 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool):
         fields.append(pa.field("response_mask", pa.list_(pa.int8())))
     return pa.schema(fields, metadata={b"advcli.import": json.dumps({"format": f.name, "level": f.level,
                                                                       "synthetic_mask": bool(synth_mask and
-                                                                                             f.level == "response")
-                                                                      }).encode()})
+                                                                                             f.level == "response"),
+                                                                      **(extra or {})}).encode()})
 
 
 def synthetic_mask(lengths, zero=None):

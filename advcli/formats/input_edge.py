@@ -156,7 +156,8 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
                       token_lengths=bool(synth_mask and lengths and not short),
-                      last_step_estimators=last_step)
+                      last_step_estimators=last_step, run_config=rec.get("run_config") or {},
+                      run_config_path=rec.get("run_config_path", ""))
     _CONVERTED[key] = info
     _record(target, info)
     return target

@@ -65,6 +65,9 @@ class Format:
     mask_length: str | None = None
     group_key: str = "prompt groups"  # the group key in a few words, for the summary ("the dump's group_index")
     flavor: str | None = None  # the writing trainer's flavor where the name's first part is not it
+    # the configuration file the run saved beside a data file of this format (AReaL: the trial's config.yaml),
+    # None when there is none: its values are the run's settings for the keys a user does not set
+    run_config: Callable[[str], str | None] | None = None
 
     def trainer_flavor(self) -> str:
         """The flavor of the trainer that writes this format: ``flavor``, else the first part of its name

@@ -33,11 +33,12 @@ def block_sizes(scope_rows: list[int], n: int, expected: int | None, fallback: s
     slime ``RolloutManager._post_process_rewards`` (slime/ray/rollout.py L619-623 @624b824a):
     ``r.reshape(-1, n)`` when ``len(r) == n·rollout_batch_size``, else ``r.view(-1, len(r))`` — one
     group of the whole batch, silently. With ``fallback="error"`` a mismatch returns -1 for the caller
-    to refuse."""
+    to refuse; with ``fallback="tail"`` the scope keeps blocks of ``n``, its last block the rest (AReaL
+    1.0.4's slices, areal/utils/data.py ``Normalization.__call__``)."""
     out = []
     for size in scope_rows:
         ok = size % n == 0 if expected is None else size == expected
-        out.append(n if ok else (size if fallback == "scope" else -1))
+        out.append(n if ok or fallback == "tail" else (size if fallback == "scope" else -1))
     return out
 
 

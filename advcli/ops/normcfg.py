@@ -51,6 +51,9 @@ class NormSpec:
     std_level: str | None = "batch"
     unbiased: bool = True
     eps: float = 1e-5
+    # AReaL <= 1.0.4's fixed slices of this many rows (0: per-prompt groups): a group of fewer rows is the
+    # remainder past the last whole slice, whose group mean and group std AReaL left at 0 (#1673)
+    slices: int = 0
 
     @staticmethod
     def parse(value, key: str) -> NormSpec | None:
@@ -62,7 +65,7 @@ class NormSpec:
         if not isinstance(value, dict):
             raise AdvcliError(f"key {key}: expected a mapping of NormConfig fields ({', '.join(FIELDS)}) or null, "
                               f"got {value!r}")
-        unknown = [k for k in value if k not in FIELDS]
+        unknown = [k for k in value if k not in FIELDS + ("slices",)]
         if unknown:
             raise AdvcliError(f"key {key}.{unknown[0]}: not a NormConfig field; fields: {', '.join(FIELDS)}")
         out = {}
@@ -89,11 +92,16 @@ class NormSpec:
         gs = value.get("group_size", 1)
         if isinstance(gs, bool) or not isinstance(gs, int) or gs < 1:
             raise AdvcliError(f"key {key}.group_size: {gs!r} is not a positive integer")
-        return NormSpec(out["mean_level"], out["mean_leave1out"], out["std_level"], out["std_unbiased"], float(eps))
+        slices = value.get("slices", 0)
+        if isinstance(slices, bool) or not isinstance(slices, int) or slices < 0:
+            raise AdvcliError(f"key {key}.slices: {slices!r} is not a row count (0 = per-prompt groups)")
+        return NormSpec(out["mean_level"], out["mean_leave1out"], out["std_level"], out["std_unbiased"], float(eps),
+                        slices)
 
     def as_dict(self) -> dict:
-        return {"mean_level": self.mean_level, "mean_leave1out": self.leave1out, "std_level": self.std_level,
-                "std_unbiased": self.unbiased, "eps": self.eps}
+        out = {"mean_level": self.mean_level, "mean_leave1out": self.leave1out, "std_level": self.std_level,
+               "std_unbiased": self.unbiased, "eps": self.eps}
+        return {**out, "slices": self.slices} if self.slices else out
 
     @property
     def uses_groups(self) -> bool:
@@ -210,6 +218,11 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool, ss_direct: torch
     mu_s = torch.where(n_s > 0, tot_s / n_s.clamp(min=1), torch.zeros_like(tot_s))
     n_sg, tot_sg, mu_sg = n_s[mom.scope], tot_s[mom.scope], mu_s[mom.scope]
     zeros = torch.zeros(G, dtype=f64)
+    # AReaL 1.0.4 (areal/utils/data.py Normalization.__call__): its group loops run over bs // group_size whole
+    # slices, so the rows past them keep the group mean and the group std of torch.zeros_like(x) (#1673)
+    tail = (mom.rows < spec.slices) if spec.slices else torch.zeros(G, dtype=torch.bool)
+    # 1.0.4 with group_size 1 and mean_leave1out: a slice's leave-one-out mean is 0 (its special case)
+    zero_mean = tail | (mom.rows == 1) if spec.slices == 1 else tail
     loo, self_mean = "", torch.zeros(G, dtype=torch.bool)
     total, n = zeros, zeros
     if spec.mean_level == "batch":
@@ -228,15 +241,15 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool, ss_direct: torch
     elif spec.mean_level == "group":
         if spec.leave1out:
             loo = "group"
-            self_mean = mom.rows == 1
-            small = (n_g <= 1) & ~self_mean
+            self_mean = (mom.rows == 1) & ~zero_mean
+            small = ((n_g <= 1) & ~self_mean) | zero_mean
             total, n = tot_g, torch.where(small, zeros, n_g)
             k = n_g / (n_g - 1).clamp(min=1)
             ss = torch.where(self_mean, zeros, torch.where(small, _ss(mom, zeros), k * k * _ss(mom, mu_g)))
             mean = torch.where(small, zeros, mu_g)
             a64, ss64 = mean, ss
         else:
-            a64 = mu_g
+            a64 = torch.where(tail, zeros, mu_g)
             ss64 = _ss(mom, a64)
             mean = a64.to(torch.float32).to(f64) if round32 else a64
             ss = _ss(mom, mean)
@@ -258,6 +271,8 @@ def plan_norm(mom: GroupMoments, spec: NormSpec, round32: bool, ss_direct: torch
                 std = torch.where(mom.rows == 1, torch.ones_like(std), std)
         else:
             std = torch.where(nn == 0, torch.ones_like(nn), (ss_s / nn.clamp(min=1)).sqrt())
+        if spec.std_level == "group":  # the remainder past AReaL 1.0.4's slices: std 0, divided by eps
+            std = torch.where(tail, torch.zeros_like(std), std)
         return std
 
     eps = 0.0 if spec.std_level is None else spec.eps

@@ -88,10 +88,21 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
                                        f"framework does when a step's row count is not {want}: {where}{more}; "
                                        "check the group size (grouping.size, grouping.scope_rows; slime: "
                                        "n_samples_per_prompt, rollout_batch_size)")
+        tails = [si for si, size in enumerate(sizes.tolist()) if size % n and plan.run.grouping.fallback == "tail"]
+        if tails:  # AReaL 1.0.4: the rows past the last whole slice, normalised with mean 0 and std 0 (#1673)
+            where = "; ".join(f"{sizes[si]} rows{scope_where(plan, step_values, si)} (the last {sizes[si] % n})"
+                              for si in tails[:3])
+            more = f" (and {len(tails) - 3} more step(s))" if len(tails) > 3 else ""
+            plan.group_warnings.append(
+                f"{len(tails)} step(s) do not split into groups of {n} rows: {where}{more}. AReaL 1.0.4 left the "
+                "group mean and std of those last rows at 0, dividing them by eps (AReaL #1673, unfixed in the "
+                "release): reproduced as the release computed it, so those rows' values are divided by eps; "
+                "check the group size, or run a release with per-prompt groups")
         plan.block_sizes = ns
         per_scope = np.asarray(ns, dtype=np.int64)
         block = rank // per_scope[scope_codes] if num_rows else rank
-        offsets = np.concatenate([[0], np.cumsum(sizes // np.maximum(per_scope, 1))[:-1]])
+        per = np.maximum(per_scope, 1)
+        offsets = np.concatenate([[0], np.cumsum(-(-sizes // per))[:-1]])  # a short last block counts
         gcodes = offsets[scope_codes] + block
         blocked = per_scope[scope_codes] == n  # a scope that fell back to one group has no blocks to check
         if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows and bool(blocked.any()):

@@ -306,7 +306,7 @@ def test_one_valid_token_whitens_with_the_biased_variance(tmp_path):
 
 @pytest.mark.parametrize("settings,words", [
     ({"advantage_estimator": "reinforce_plus_plus"}, "require advantage normalization"),
-    ({"advantage_estimator": "reinforce_plus_plus_baseline"}, "normalize_advantages=true"),
+    ({"advantage_estimator": "reinforce_plus_plus_baseline"}, "settings={'normalize_advantages': True}"),  # the library's words
     ({"use_opd": True}, "--opd-type must be specified"),
     ({"use_opd": True, "opd_type": "vllm"}, "opd_type"),
     ({"advantage_estimator": "rloo"}, "advantage_estimator"),

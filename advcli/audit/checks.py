@@ -64,9 +64,10 @@ UNSEEN = {
 }
 
 
-def unseen_causes(flavor: str) -> list[dict]:
-    """The findings for what an audit of ``flavor`` (``NAME`` or ``NAME@RELEASE``) cannot know (:data:`UNSEEN`)."""
-    found = UNSEEN.get(flavor.partition("@")[0].strip())
+def unseen_causes(flavor) -> list[dict]:
+    """The findings for what an audit of ``flavor`` (a :class:`advcli.flavors.FlavorAt`, or its text ``NAME`` /
+    ``NAME@RELEASE``) cannot know (:data:`UNSEEN`)."""
+    found = UNSEEN.get(str(flavor).partition("@")[0].strip())
     return [{"kind": found[0], "explanation": found[1]}] if found else []
 
 

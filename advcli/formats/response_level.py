@@ -53,7 +53,8 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
         missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
-                   "ref_log_probs); set its coefficient to 0 (e.g. TRL rloo: --set beta=0.0)")
+                   "ref_log_probs); set its coefficient to 0 (AReaL: --set actor.kl_ctl=0, TRL: --set beta=0.0; "
+                   "`advcli explain --flavor NAME --keys` names the flavor's key)")
     elif run.whitening.whiten or run.reward.whiten_tokens:
         missing = "whitening over tokens needs each response's token mask (response_mask)"
     if not missing:

@@ -218,24 +218,44 @@ def wandb_mode() -> str:
         return "offline"
 
 
-def _to_wandb(report: dict, t: LogTarget) -> str:
+def _wandb_run(t: LogTarget, command: str, config: dict):
+    """(a wandb run for target ``t``, its mode): one run per command (job type ``advcli-COMMAND``) holding
+    ``config``; wandb's own errors (no login, a bad project) become one line."""
     import wandb
 
-    series = per_step_series(report, t.step_offset)
-    if series and series[0][0] < 0:
-        raise AdvcliError(f"--log-step-offset {t.step_offset}: the first step would be logged at {series[0][0]}; "
-                          "wandb takes steps from 0", hint="choose an offset that puts the first step at 0 or after")
     mode = wandb_mode()
     if t.directory:
         os.makedirs(t.directory, exist_ok=True)
     settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, save_code=False, disable_git=True)
     try:
         run = wandb.init(project=t.project or os.environ.get("WANDB_PROJECT") or "advcli", name=t.name,
-                         dir=t.directory, mode=mode, job_type=f"advcli-{report.get('command') or 'report'}",
-                         config=configuration(report), settings=settings, reinit="create_new")
-    except Exception as e:  # noqa: BLE001 - wandb's own errors (no login, bad project) as one line
+                         dir=t.directory, mode=mode, job_type=f"advcli-{command}", config=config, settings=settings,
+                         reinit="create_new")
+    except Exception as e:  # noqa: BLE001 - wandb's own errors as one line
         raise AdvcliError(f"--log wandb: wandb could not start a run: {e}",
                           hint="WANDB_MODE=offline writes the run locally; `wandb sync` uploads it later") from None
+    return run, mode
+
+
+def _tensorboard_writer(t: LogTarget):
+    """(the log directory, an event-file writer there) for target ``t`` (DIR/NAME with --log-name)."""
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    logdir = os.path.join(t.directory, t.name) if t.name else t.directory
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        return logdir, EventFileWriter(logdir)
+    except OSError as e:
+        raise AdvcliError(f"--log tensorboard:{t.directory}: cannot write there ({e.strerror or e})") from None
+
+
+def _to_wandb(report: dict, t: LogTarget) -> str:
+
+    series = per_step_series(report, t.step_offset)
+    if series and series[0][0] < 0:
+        raise AdvcliError(f"--log-step-offset {t.step_offset}: the first step would be logged at {series[0][0]}; "
+                          "wandb takes steps from 0", hint="choose an offset that puts the first step at 0 or after")
+    run, mode = _wandb_run(t, report.get("command") or "report", configuration(report))
     try:
         for step, values in series:
             run.log(values, step=step, commit=True)  # written now: the whole-run summary below comes after
@@ -267,14 +287,8 @@ def _to_tensorboard(report: dict, t: LogTarget) -> str:
     from tensorboard.compat.proto.types_pb2 import DT_DOUBLE, DT_STRING
     from tensorboard.plugins.scalar import metadata as scalar_metadata
     from tensorboard.plugins.text import metadata as text_metadata
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    logdir = os.path.join(t.directory, t.name) if t.name else t.directory
-    try:
-        os.makedirs(logdir, exist_ok=True)
-        writer = EventFileWriter(logdir)
-    except OSError as e:
-        raise AdvcliError(f"--log tensorboard:{t.directory}: cannot write there ({e.strerror or e})") from None
+    logdir, writer = _tensorboard_writer(t)
     scalar_md = scalar_metadata.create_summary_metadata(display_name="", description="")
     text_md = text_metadata.create_summary_metadata(display_name="", description="")
     now = time.time()
@@ -322,30 +336,11 @@ class StepLogger:
             self.runs.append(self._open_wandb(t) if t.kind == "wandb" else self._open_tensorboard(t))
 
     def _open_wandb(self, t: LogTarget):
-        import wandb
-
-        mode = wandb_mode()
-        if t.directory:
-            os.makedirs(t.directory, exist_ok=True)
-        settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, save_code=False, disable_git=True)
-        try:
-            run = wandb.init(project=t.project or os.environ.get("WANDB_PROJECT") or "advcli", name=t.name,
-                             dir=t.directory, mode=mode, job_type=f"advcli-{self.config.get('command') or 'follow'}",
-                             config=self.config, settings=settings, reinit="create_new")
-        except Exception as e:  # noqa: BLE001 - wandb's own errors as one line
-            raise AdvcliError(f"--log wandb: wandb could not start a run: {e}",
-                              hint="WANDB_MODE=offline writes the run locally; `wandb sync` uploads it later") from None
+        run, mode = _wandb_run(t, self.config.get("command") or "follow", self.config)
         return ("wandb", run, mode)
 
     def _open_tensorboard(self, t: LogTarget):
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        logdir = os.path.join(t.directory, t.name) if t.name else t.directory
-        try:
-            os.makedirs(logdir, exist_ok=True)
-            writer = EventFileWriter(logdir)
-        except OSError as e:
-            raise AdvcliError(f"--log tensorboard:{t.directory}: cannot write there ({e.strerror or e})") from None
+        logdir, writer = _tensorboard_writer(t)
         return ("tensorboard", writer, logdir)
 
     def log(self, step: int, values: dict) -> None:

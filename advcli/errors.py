@@ -56,14 +56,15 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
 
 
 # the command line's options as the library calls' keywords (advcli.run, stats, audit, compare): a message
-# raised under a library call says what to pass there (advcli.io.frames.FrameInputs translates it)
+# raised under a library call says what to pass there (advcli.io.frames.FrameInputs translates it). A value
+# never ends with a period: "... --set advcli.group_by=id." ends a sentence
 _LIBRARY_WORDS = [
-    (r"--column '?([A-Za-z_.]+)=([^\s',;)]+)'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
+    (r"--column '?([A-Za-z_.]+)=([^\s',;)]*[^\s',;).])'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
     (r"--set '([^'=]+)=([^']*)'", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
-    (r"--set ([^\s'=]+)=([^\s',;)]+)", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
+    (r"--set ([^\s'=]+)=([^\s',;)]*[^\s',;).])", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
     (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"flavor='{m[1]}'"),
     (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
-    (r"--against ([A-Za-z0-9_.]+)", lambda m: f"against='{m[1]}'"),
+    (r"--against ([A-Za-z0-9_.]*[A-Za-z0-9_])", lambda m: f"against='{m[1]}'"),
     (r"--precision ([a-z0-9]+)", lambda m: f"precision='{m[1]}'"),
     (r"--force\b", lambda m: "force=True"),
 ]

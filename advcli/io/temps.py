@@ -38,14 +38,22 @@ def check_local_destination(what: str, directory: str, *, create: bool = False) 
         raise AdvcliError(f"{what}: {'' if create else 'the directory '}{d} "
                           f"{'is not a directory' if os.path.exists(d) else 'does not exist'}",
                           hint=f"create it: mkdir -p {d}" if not os.path.exists(d) else "choose another path")
-    probe = os.path.join(d, f".advcli-probe{TMP_TAG}{os.getpid()}")
+    e = create_and_remove(os.path.join(d, f".advcli-probe{TMP_TAG}{os.getpid()}"))
+    if e is not None:
+        raise AdvcliError(f"{what}: {d} is not writable ({e.strerror})",
+                          hint="choose another path or fix its permissions")
+
+
+def create_and_remove(probe: str) -> OSError | None:
+    """Create the new file ``probe`` and remove it: None when that worked, else the error. The one test
+    that a directory takes a new file (``os.access`` says yes to root on a read-only file system)."""
     try:
         fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        raise AdvcliError(f"{what}: {d} is not writable ({e.strerror})",
-                          hint="choose another path or fix its permissions") from None
+        return e
+    return None
 
 
 # advcli's own files and directories in the system's temporary directory (TMPDIR) carry the PID of the

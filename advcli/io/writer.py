@@ -129,14 +129,12 @@ def _probe_writable(target: str, d: str) -> None:
     if not os.access(d, os.W_OK):
         raise AdvcliError(f"{target}: the output directory {d} is not writable",
                           hint="choose another --output directory or fix its permissions")
-    probe = temp_path_for(target) + "-probe"
-    try:
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.close(fd)
-        os.remove(probe)
-    except OSError as e:
+    from .temps import create_and_remove
+
+    e = create_and_remove(temp_path_for(target) + "-probe")
+    if e is not None:
         raise AdvcliError(f"{target}: the output directory {d} is not writable ({e.strerror})",
-                          hint="choose another --output directory or fix its permissions") from None
+                          hint="choose another --output directory or fix its permissions")
 
 
 # Row groups and the pieces inside them are cut at places that depend only on the data, never on

@@ -260,7 +260,8 @@ def test_audit_follows_a_prime_rl_stream_and_names_the_planted_step(tmp_path, ca
 
 def test_a_quiet_stream_gives_its_last_step_and_a_late_episode_is_reported(tmp_path, capsys):
     """The last step has no later step: it is taken once every stream has been quiet for --settle. An episode
-    of one of its cohorts written after that is reported, not read."""
+    of one of its cohorts written after that is reported, not read. (The stream directory itself followed: its
+    annotations are found beside it.)"""
     w, _ = build()
     root = tmp_path / "run"
     late = w.events[-5]  # B4's last episode (then A4's and B4's ship updates)
@@ -277,11 +278,13 @@ def test_a_quiet_stream_gives_its_last_step_and_a_late_episode_is_reported(tmp_p
     th = threading.Thread(target=later)
     th.start()
     try:
-        code, out, err = run_main(["stats", str(root), "--follow", "--settle", "0.3", "--until-idle", "2.5"], capsys)
+        code, out, err = run_main(["stats", str(root / STREAM), "--follow", "--settle", "0.3", "--until-idle", "2.5"],
+                                  capsys)
     finally:
         th.join()
     assert code == 0, err
     got = lines(out)
     assert [x.split(":")[0] for x in got] == ["step 1", "step 2", "step 3", "step 4"]
-    assert got[3].startswith(f"step 4: {2 * G - 1} rows")
+    want = [f"step {s}: {2 * G} rows" for s in (1, 2, 3)] + [f"step 4: {2 * G - 1} rows"]
+    assert [x.split(",")[0] for x in got] == want
     assert "step 4: 1 episode(s) of its cohorts arrived after the step was taken; not read" in err

@@ -64,6 +64,7 @@ class Unit:
     # writes the step's copy under a directory instead of copying ``files`` -> ({rel: [size, mtime_ns, sha]}
     # of what was taken whole, notes): a stream whose records are cut into steps (prime-rl's)
     write: Callable[[str], tuple[dict, list[str]]] | None = None
+    named_as: str | None = None  # the directory the written copy stands for (None: the followed root)
 
 
 # A format name -> lister(root) -> [Unit], steps ascending; an entry with a ``start(root, settle, after)``
@@ -566,7 +567,7 @@ def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options
     tmp = tempfile.mkdtemp(prefix="advcli-follow-")
     try:
         taken, notes = snapshot(root, u, tmp)
-        rep = runner.run(u, tmp, root)
+        rep = runner.run(u, tmp, u.named_as or root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     line, agree, values = step_line(opts.command, u.step, rep)

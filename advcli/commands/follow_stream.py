@@ -105,6 +105,11 @@ class StreamLister:
         self.root, self.settle = os.path.abspath(root), settle
         self.stream_dir = stream_dir(self.root)
         self.traces = os.path.dirname(self.stream_dir)
+        # the directory a step's copy stands for: the root given, or (the root is the traces or stream
+        # directory) the one above traces/, so that the copy's chunks lie under traces/stream/ as the format
+        # names them
+        rel = os.path.relpath(self.traces, self.root)
+        self.base = self.root if rel != os.curdir and not rel.startswith(os.pardir) else os.path.dirname(self.traces)
         self.streams: dict[str, _Stream] = {EPISODES: _Stream(self.stream_dir)}
         self.floor = after  # the last step taken
         self.silent = after is not None  # a resumed follow: what its first reading finds was taken before
@@ -203,7 +208,8 @@ class StreamLister:
         out = []
         for step in sorted(self.pending):
             later = all(self.latest.get(k, step) > step for k in keys)
-            out.append(Unit(step, [], sealed=later or quiet, write=self._writer(step)))
+            out.append(Unit(step, [], sealed=later or quiet, write=self._writer(step),
+                            named_as=None if self.base == self.root else self.base))
         return out
 
     # ------------------------------------------------------------------------------------ taking
@@ -212,11 +218,7 @@ class StreamLister:
 
     def _dir_in(self, key: str, into: str) -> str:
         """Where stream ``key`` goes in a step's copy ``into`` (the run directory's layout under it)."""
-        d = self.streams[key].dir
-        rel = os.path.relpath(d, self.root)
-        if rel.startswith(os.pardir):  # the root is the stream directory: the annotations go beside its chunks
-            rel = os.path.join("annotations", key)
-        return os.path.join(into, rel)
+        return os.path.join(into, os.path.relpath(self.streams[key].dir, self.base))
 
     def write(self, step: int, into: str) -> tuple[dict, list[str]]:
         """The step's records under ``into`` (this module's docstring) -> ({}, notes): nothing of the run's own

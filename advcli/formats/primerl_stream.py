@@ -68,13 +68,13 @@ class Chunk:
 
 
 def stream_dir(path: str) -> str:
-    """The episode stream directory of a prime-rl run: ``path`` may be the run directory, its
+    """The episode stream directory of a prime-rl run: ``path`` may be the run directory, its ``monitors``,
     ``monitors/file``, ``monitors/file/traces``, the ``stream`` directory itself, or one chunk of it."""
     p = os.path.abspath(path)
     if os.path.isfile(p):
         return os.path.dirname(p)
     for cand in (p, os.path.join(p, "stream"), os.path.join(p, "traces", "stream"),
-                 os.path.join(p, "monitors", "file", "traces", "stream")):
+                 os.path.join(p, "file", "traces", "stream"), os.path.join(p, "monitors", "file", "traces", "stream")):
         if os.path.basename(cand) == "stream" and os.path.isdir(cand):
             return cand
     raise AdvcliError(f"{path}: no prime-rl trace stream under it (looked for monitors/file/traces/stream/)")

@@ -202,7 +202,7 @@ def test_run_follows_a_prime_rl_stream_across_a_seal_a_torn_line_and_a_restart(t
         time.sleep(0.01)
     try:
         code, out, err = run_main(["run", str(root), "--follow", "-o", str(out_dir), "--settle", "1",
-                                   "--until-idle", "2.5", *RAE], capsys)
+                                   "--until-idle", "3", *RAE], capsys)
     finally:
         proc.wait(timeout=30)
     assert code == 0, err
@@ -239,7 +239,7 @@ def test_audit_follows_a_prime_rl_stream_and_names_the_planted_step(tmp_path, ca
     state = tmp_path / "state.json"
     proc = start_writer(tmp_path, root, w.events)
     try:
-        code, out, err = run_main(["audit", str(root), "--follow", "--settle", "1", "--until-idle", "2.5",
+        code, out, err = run_main(["audit", str(root), "--follow", "--settle", "1", "--until-idle", "3",
                                    "--state", str(state), "--no-search"], capsys)
     finally:
         proc.wait(timeout=30)
@@ -268,8 +268,12 @@ def test_a_quiet_stream_gives_its_last_step_and_a_late_episode_is_reported(tmp_p
     assert late[1].startswith(STREAM)
     write_now(tmp_path, root, w.events[:-5] + w.events[-4:])
 
-    def later():
-        time.sleep(1.2)
+    state = tmp_path / "state.json"
+
+    def later():  # once step 4 was taken
+        deadline = time.time() + 60
+        while time.time() < deadline and not (state.exists() and json.loads(state.read_text())["last_step"] == 4):
+            time.sleep(0.05)
         with open(root / late[1], "ab") as fh:
             fh.write(base64.b64decode(late[2]))
 
@@ -278,8 +282,8 @@ def test_a_quiet_stream_gives_its_last_step_and_a_late_episode_is_reported(tmp_p
     th = threading.Thread(target=later)
     th.start()
     try:
-        code, out, err = run_main(["stats", str(root / STREAM), "--follow", "--settle", "0.3", "--until-idle", "2.5"],
-                                  capsys)
+        code, out, err = run_main(["stats", str(root / STREAM), "--follow", "--settle", "0.3", "--until-idle", "2",
+                                   "--state", str(state)], capsys)
     finally:
         th.join()
     assert code == 0, err

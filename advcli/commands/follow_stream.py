@@ -77,15 +77,13 @@ class _Stream:
                 else:
                     fh.seek(start)
                 for raw in fh:
-                    if not raw.endswith(b"\n"):
-                        if not c.sealed:
-                            self.torn = True  # the writer is still writing it: read once whole
-                            break
-                        # a sealed chunk's torn last line ends it and is not data (prime-rl read_records)
+                    if not raw.endswith(b"\n") and not c.sealed:
+                        self.torn = True  # the writer is still writing it: read once whole
+                        break
                     start += len(raw)
                     n += 1
-                    if raw.strip():
-                        yield c.number, c.path, n, raw
+                    if raw.strip():  # a sealed chunk's last line without its newline: data if it parses
+                        yield c.number, c.path, n, raw  # (the format's chunk_records), else left out
             self.offset[c.number], self.line[c.number] = start, n
             if c.sealed:
                 self.done.add(c.number)
@@ -141,7 +139,10 @@ class StreamLister:
     def _episode(self, number: int, path: str, line: int, raw: bytes) -> None:
         from ..formats.primerl_stream import arrival_step, episode_kind, parse_line
 
-        _, ep = parse_line(path, line, raw, last=False)
+        parsed = parse_line(path, line, raw, last=True)
+        if parsed is None:
+            return  # a sealed chunk's torn last line: not data
+        ep = parsed[1]
         if episode_kind(ep) == "eval":
             return  # not a row (the format reads the train episodes)
         gid = (ep.get("group") or {}).get("id")
@@ -164,7 +165,10 @@ class StreamLister:
     def _update(self, key: str, number: int, path: str, line: int, raw: bytes) -> None:
         from ..formats.primerl_stream import parse_line
 
-        _, upd = parse_line(path, line, raw, last=False)
+        parsed = parse_line(path, line, raw, last=True)
+        if parsed is None:
+            return  # a sealed chunk's torn last line: not data
+        upd = parsed[1]
         tid = upd.get("trace_id")
         if tid is None:
             raise AdvcliError(f"{path}:{line}: an annotation without 'trace_id'",

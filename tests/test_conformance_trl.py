@@ -13,6 +13,7 @@ transformers and datasets at its top, so the block is compiled from the file and
 from __future__ import annotations
 
 import ast
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,6 +31,9 @@ from _released import (
 )
 
 VERSION = require("trl")
+if not os.path.exists(os.path.join(os.path.dirname(package_file("trl.trainer.utils")), "grpo_trainer.py")):
+    pytest.skip(f"trl {VERSION} has no GRPOTrainer (0.14.0 brought it) and its RLOOTrainer is the older online "
+                "trainer: advcli refuses --flavor trl@" + VERSION, allow_module_level=True)
 AT_RELEASE = installed_release_args("trl", VERSION)  # that release's settings, as --set
 # the installed release's advantage code class (advcli.trl_code; the newest state when the table has no setting)
 CODE = next((a.split("=", 1)[1] for a in AT_RELEASE if a.startswith("advcli.trl_code=")), "1.6.0")

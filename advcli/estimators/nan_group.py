@@ -163,7 +163,8 @@ register(EstimatorSpec(
     zero_for_uniform_groups=lambda p: p["aggregation"] == "sum_then_normalize",
     formula="A_i = (R_i − nanmean_g R)/(σ + eps), σ = nanstd of the group (scale=group) or of the batch "
             "(scale=batch), no division for scale=none; normalize_then_sum: per-component group z-scores, "
-            "weighted sum, batch z-score; NaN → 0",
+            "weighted sum, batch z-score; NaN → 0. stats=plain (TRL before 1.6.0): torch's mean and std, every "
+            "row counted, no NaN → 0",
     source="TRL GRPOTrainer._generate_and_score_completions (grpo_trainer.py L2679-2730 @f2cd5771)",
     params={"scale": Key("group", "std of the group, of the batch, or none", ("group", "batch", "none"), "str"),
             "aggregation": Key("sum_then_normalize", "sum_then_normalize or normalize_then_sum (GDPO)",
@@ -216,7 +217,8 @@ def _rloo_plain(table: RowTable, p: dict) -> torch.Tensor:
 register(EstimatorSpec(
     name="rloo_nan", level="row", uses_groups=True, row_constant=True, row_fn=rloo_nan_row,
     zero_for_uniform_groups=lambda p: not p["normalize"],
-    formula="A_i = R_i − (nansum_g R − R_i)/(count_g − 1) (n=1: 0); optional batch z-score (std + eps); NaN → 0",
+    formula="A_i = R_i − (nansum_g R − R_i)/(count_g − 1) (n=1: 0); optional batch z-score (std + eps); NaN → 0. "
+            "stats=plain (TRL 0.22.0-1.5.1): every row counted (count_g = n), torch's mean and std",
     source="TRL RLOOTrainer._generate_and_score_completions (rloo_trainer.py L1538-1561 @f2cd5771)",
     params={"normalize": Key(False, "batch z-score of the advantages (normalize_advantages)", None, "bool"),
             "eps": EPS, "mask_output": MASK_OUTPUT, "stats": STATS}))

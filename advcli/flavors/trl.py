@@ -21,6 +21,9 @@ AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 DEFAULT_G = {"grpo": 8, "rloo": 2}  # grpo_config.py L474-475, rloo_config.py L297-298
 DEFAULT_BETA = {"grpo": 0.0, "rloo": 0.05}  # grpo_config.py L671, rloo_config.py L494-495
 
+# the releases whose GRPO/RLOO advantage code changed, oldest first (advcli.trl_code)
+CODES = ("0.14.0", "0.15.0", "0.16.0", "0.22.0", "0.22.2", "0.27.0", "1.6.0")
+
 KEYS = {
     "trainer": Key("grpo", "advcli selector (not a TRL field): grpo = GRPOTrainer, rloo = RLOOTrainer", TRAINERS,
                    "str"),
@@ -38,10 +41,8 @@ KEYS = {
     "reward_clip_range": Key(None, "RLOO: [lo, hi] clamp of the weighted reward, before the KL term", None, "clip"),
     "advcli.trl_code": Key("1.6.0", "advcli extension (TRL's releases, set by --flavor trl@RELEASE): the advantage "
                            "code of TRL release 0.14.0, 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 or 1.6.0 (`advcli "
-                           "explain trl --history` says what each changed)", None, "str"),
+                           "explain --flavor trl --history` says what each changed)", CODES, "str"),
 }
-# the releases whose GRPO/RLOO advantage code changed, oldest first (advcli.trl_code)
-CODES = ("0.14.0", "0.15.0", "0.16.0", "0.22.0", "0.22.2", "0.27.0", "1.6.0")
 # TRL 0.22.0-0.22.1 (#3935, fixed by #3992): scale_rewards=group took the batch std and did not divide,
 # batch and none divided by the group std (grpo_trainer.py L1391-1423 @v0.22.0)
 SWAPPED = {"group": "none", "batch": "group", "none": "group"}
@@ -266,4 +267,6 @@ FLAVOR = Flavor(
           "with the weights and z-scores over the batch. RLOO: R = clip(Σ w r) − β·Σ_t (old_lp − ref_lp)·mask "
           "(k1, unclamped) before the leave-one-out baseline; optional batch z-score (std + 1e-4). NaN rewards "
           "are skipped by the statistics and get 0 (nan_to_num). One advantage per sample, broadcast over all "
-          "L_i positions (masked ones included).")
+          "L_i positions (masked ones included). Releases before 1.6.0 (trl@0.14.0 to trl@0.27.0, "
+          "advcli.trl_code): torch's plain mean and std, a row whose every reward function returned None scores 0 "
+          "and counts; `advcli explain --flavor trl --history` lists what each changed.")

@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 import statistics
 
+import pyarrow.parquet as pq
 import pytest
-from _released import advcli_run
+from _released import advcli_run, write_parquet
 from conftest import run_main
+
+import advcli
 
 NAN = float("nan")
 
@@ -153,8 +156,6 @@ def test_027_normalize_then_sum_counts_a_row_without_reward(tmp_path):
     ("trl@0.26.0", ["multi_objective_aggregation=normalize_then_sum"], "normalize_then_sum came in 0.27.0"),
 ])
 def test_what_a_release_did_not_have_is_refused(tmp_path, capsys, spec, settings, words):
-    from _released import write_parquet
-
     src = write_parquet(rows_of(ACC, FMT), str(tmp_path / "in.parquet"))
     argv = ["run", src, "-o", str(tmp_path / "out.parquet"), "--flavor", spec, "--device", "cpu"]
     for s in settings:
@@ -162,3 +163,16 @@ def test_what_a_release_did_not_have_is_refused(tmp_path, capsys, spec, settings
     code, _, err = run_main(argv, capsys)
     assert code == 2 and words in " ".join(err.split()), err
     assert "Traceback" not in err and not (tmp_path / "out.parquet").exists()
+
+
+def test_every_route_gives_the_release_its_numbers(tmp_path):
+    """The same question by every route: `--flavor trl@0.22.1`, `--flavor trl --set advcli.trl_code=0.22.0`, and
+    advcli.run(flavor="trl@0.22.1") give 0.22.x's swapped scale_rewards=batch (the group std)."""
+    want = grpo(ACC, 4, "group")
+    settings = {"num_generations": 4, "scale_rewards": "batch"}
+    close(per_row(advcli_run(tmp_path, rows_of(ACC), "trl@0.22.1", settings)["advantages"]), want)
+    close(per_row(advcli_run(tmp_path, rows_of(ACC), "trl", {**settings, "advcli.trl_code": "0.22.0"}
+                             )["advantages"]), want)
+    src = write_parquet(rows_of(ACC), str(tmp_path / "lib.parquet"))
+    result = advcli.run(pq.read_table(src), None, flavor="trl@0.22.1", settings=settings, device="cpu")
+    close(per_row(result.table.column("advantages").to_pylist()), want)

@@ -45,7 +45,7 @@ class Release:
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
-    "trl": "TRL before 0.14.0 has no GRPOTrainer, and its RLOOTrainer (0.9.3 and later) is the older online "
+    "trl": "TRL before 0.14.0 has no GRPOTrainer, and its RLOOTrainer (from 0.9) is the older online "
            "trainer (rloo_k completions strided over the batch, a reward model's score, the KL per token), which "
            "advcli does not reproduce",
     "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "

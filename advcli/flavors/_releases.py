@@ -45,8 +45,9 @@ class Release:
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
-    "trl": "their GRPOTrainer/RLOOTrainer advantage code predates the None-aware statistics (nanmean/nanstd of "
-           "the reward functions) and the RLOOTrainer of today",
+    "trl": "TRL before 0.14.0 has no GRPOTrainer, and its RLOOTrainer (from 0.9) is the older online "
+           "trainer (rloo_k completions strided over the batch, a reward model's score, the KL per token), which "
+           "advcli does not reproduce",
     "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "
             "what advcli was matched against",
     "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 import typer
 
@@ -367,6 +368,28 @@ def exit_code_of(argv: list) -> int:
         sys.argv = old
 
 
+@contextmanager
+def _only_the_command_named(argv: list[str]):
+    """While ``app`` runs ``argv``: where its first word names a command (``advcli run ...``), the app holds
+    that command alone. typer turns every registered command into click's before it parses a word (typer 0.29:
+    each parameter's annotation evaluated and its type resolved), about two thirds of its own start-up for the
+    twelve commands; the one that runs is converted as before, so parsing, help and errors are the same. Any
+    other first word (an option, a typo, none) keeps them all: the group's help lists them and an unknown
+    command's message suggests one."""
+    name = argv[0] if argv else None
+    commands, groups = app.registered_commands, app.registered_groups
+    picked = [c for c in commands if (c.name or c.callback.__name__.lower().replace("_", "-")) == name]
+    picked_groups = [g for g in groups if g.name == name]
+    if not picked and not picked_groups:
+        yield
+        return
+    app.registered_commands, app.registered_groups = picked, picked_groups
+    try:
+        yield
+    finally:
+        app.registered_commands, app.registered_groups = commands, groups
+
+
 def main() -> None:
     import signal
 
@@ -376,7 +399,8 @@ def main() -> None:
         pass
     stdout_was = _stdout_identity()
     try:
-        rv = app(standalone_mode=False)
+        with _only_the_command_named(sys.argv[1:]):
+            rv = app(standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         # typer turns KeyboardInterrupt into Exit(130) and, without standalone mode, *returns* the
         # code (it would otherwise exit 0 in silence after Ctrl-C); other Exit codes come back too

@@ -518,7 +518,10 @@ def test_stats_and_other_commands_read_a_response_level_output(tmp_path, capsys)
         for k, v in expected.items():
             assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-6), k
             assert got[k] == pytest.approx(ran[k], rel=1e-6, abs=1e-6), k
-    other = d / "rloo.parquet"
+    code, printed, err = run_main(["audit", d, "--flavor", "areal", "--json"], capsys)  # the directory
+    assert code == 0, err
+    assert json.loads(printed)["agree"]
+    other = tmp_path / "scaled.parquet"
     code, _, err = run_main(["run", trial, "-o", other, "--flavor", "areal", "--set", "actor.reward_scaling=1.0", "-q"],
                             capsys)
     assert code == 0, err
@@ -527,3 +530,9 @@ def test_stats_and_other_commands_read_a_response_level_output(tmp_path, capsys)
     code, printed, err = run_main(["audit", out, "--flavor", "areal", "--json"], capsys)
     assert code == 0, err
     assert json.loads(printed)["agree"]
+    code, _, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    kept = tmp_path / "kept.parquet"
+    code, printed, err = run_main(["filter", d / "o.parquet", "-o", kept, "--drop-uniform", "--json"], capsys)
+    assert code == 0, err
+    assert pq.read_schema(kept).field("advantages").type == pa.float32()

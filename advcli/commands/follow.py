@@ -457,10 +457,29 @@ def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
                 f"groups {gh.get('uniform_groups', '–')} of {gh.get('groups', '–')}")
     else:
         line = f"step {step}: {rep.get('rows')} rows -> {(rep.get('outputs') or ['?'])[0]}"
-    if m.get("critic/advantages/mean") is not None:
-        line += (f", advantages mean {_num(m.get('critic/advantages/mean'))} min "
-                 f"{_num(m.get('critic/advantages/min'))} max {_num(m.get('critic/advantages/max'))}")
-    return line, True, values
+    return line + follow_figures(m), True, values
+
+
+def follow_figures(m: dict) -> str:
+    """The catalog's ``follow`` figures (:mod:`advcli.report.catalog`) of a step's metrics ``m``, a family at
+    a time under its first figure's label, each figure named by its last part (", advantages mean 0.1 min -1
+    max 1"; a figure alone: ", LABEL 0.1"); a family whose first figure the step lacks is left out."""
+    from ..report.catalog import shown_in
+
+    families: dict[str, list] = {}
+    for f in shown_in("follow"):
+        families.setdefault(f.family, []).append(f)
+    text = ""
+    for figs in families.values():
+        if m.get(figs[0].name) is None:
+            continue
+        last = [f.name.rpartition("/")[2] for f in figs]
+        if len(figs) == 1:
+            text += f", {figs[0].label or figs[0].name} {_num(m.get(figs[0].name))}"
+        else:
+            text += f", {figs[0].label or figs[0].family} " + " ".join(f"{k} {_num(m.get(f.name))}"
+                                                                        for k, f in zip(last, figs))
+    return text
 
 
 # ----------------------------------------------------------------------------------------- the loop

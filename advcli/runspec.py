@@ -339,7 +339,3 @@ def recorded_config(run: RunSpec, params: dict) -> dict:
     out["estimator"] = {"name": run.estimator.name, **params}
     return out
 
-
-def as_dict(section) -> dict:
-    """A section as a plain dict (for the ops that take one, and the output metadata)."""
-    return dataclasses.asdict(section)

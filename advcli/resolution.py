@@ -266,22 +266,25 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     infos = _infos(inputs)
     if infos and all(i is not None for i in infos):
         return _sizes(infos)
-    from .io.reader import expand_inputs, open_parquet
+    import numpy as np
+    import pandas as pd
 
-    counts: dict = {}
+    from .io.reader import expand_inputs, open_parquet
+    from .ops.grouprule import id_groups, scope_codes, size_counts
+
+    pids, steps = [], []
     for path in expand_inputs(inputs):
         f = open_parquet(path)
         names = f.schema_arrow.names
         if "prompt_id" not in names:
             return None
         t = f.read(columns=["prompt_id"] + (["step"] if "step" in names else []))
-        steps = t.column("step").to_pylist() if "step" in names else [None] * t.num_rows
-        for key in zip(steps, t.column("prompt_id").to_pylist()):
-            counts[key] = counts.get(key, 0) + 1
-    hist: dict[int, int] = {}
-    for n in counts.values():
-        hist[n] = hist.get(n, 0) + 1
-    return hist
+        pids.append(t.column("prompt_id").to_numpy())
+        steps.append(t.column("step").to_numpy().astype(np.float64) if "step" in names else
+                     np.full(t.num_rows, np.nan))
+    codes = pd.factorize(np.concatenate(pids) if pids else np.zeros(0), sort=False)[0]
+    # the (step, prompt_id) groups, as the run forms them by id (a file without a step column: a step of its own)
+    return size_counts(id_groups(scope_codes(np.concatenate(steps) if steps else np.zeros(0))[0], codes)[0])
 
 
 def default_settings(flavor, inputs: list[str], settings: list) -> tuple:

@@ -245,13 +245,14 @@ def _groups(ins, cmap, cfg, columns=None):
         ch = {c: pa.chunked_array(parts[c], type=ins.schema.field(c).type) for c in cols}
         if cmap.has("step"):
             step = numeric(ch[cmap["step"]], cmap["step"], ins.paths[0]).astype(np.int64)
-        if cmap.has("prompt_id"):
+        if cmap.has("prompt_id"):  # the dump's prompt groups, per step (advcli.ops.grouprule: the one rule)
+            from ..ops.grouprule import id_groups, scope_codes
+
             codes, uniq = keys_codes(ch[cmap["prompt_id"]])
-            st = step if step is not None else np.zeros(R, np.int64)
-            _, first, inv = np.unique(np.stack([st, codes]), axis=1, return_index=True, return_inverse=True)
+            g, first = id_groups(scope_codes(step)[0] if step is not None else None, codes)
             ids = [uniq[codes[i]] for i in first]
             ids = [x.item() if hasattr(x, "item") else x for x in ids]
-            return inv.ravel().astype(np.int64), ids, step
+            return g, ids, step
     grouping = RunSpec.from_config(cfg).grouping
     if grouping.by == "position" and grouping.size and R:
         from ..pipeline.grouping import group_key_columns, scope_and_group_codes

@@ -23,6 +23,7 @@ class Grouping:
     scope_rows: int | None = None
     scope: str = "step"
     trajectories: str = "none"
+    layout: str = "blocks"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Reward:
     shape_clip: Any = None
     norm: Any = None
     zero_truncated: bool = False
+    no_eos_value: float | None = None
+    no_eos_penalty: float | None = None
     placement: str = "last"
     unplaced: str = "drop"
     empty_row: str = "zero"

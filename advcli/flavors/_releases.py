@@ -45,9 +45,8 @@ class Release:
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
-    "trl": "TRL before 0.14.0 has no GRPOTrainer, and its RLOOTrainer (from 0.9) is the older online "
-           "trainer (rloo_k completions strided over the batch, a reward model's score, the KL per token), which "
-           "advcli does not reproduce",
+    "trl": "TRL before 0.9.2 has neither RLOOTrainer (#1540) nor GRPOTrainer, only trainers (PPO, DPO, ...) whose "
+           "advantages advcli does not compute",
     "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "
             "what advcli was matched against",
     "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",

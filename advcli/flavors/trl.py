@@ -60,8 +60,8 @@ KEYS = {
     "penalty_reward_value": Key(-1, "old RLOOTrainer (0.9.2-0.10.1): the score of a response without EOS under "
                                 "non_eos_penalty", None, "float"),
     "advcli.trl_code": Key("1.6.0", "advcli extension (TRL's releases, set by --flavor trl@RELEASE): the advantage "
-                           "code of TRL release 0.9.2, 0.11.0, 0.14.0, 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 or 1.6.0 (`advcli "
-                           "explain --flavor trl --history` says what each changed)", CODES, "str"),
+                           "code of TRL release 0.9.2, 0.11.0, 0.14.0, 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 or "
+                           "1.6.0 (`advcli explain --flavor trl --history` says what each changed)", CODES, "str"),
 }
 # TRL 0.22.0-0.22.1 (#3935, fixed by #3992): scale_rewards=group took the batch std and did not divide,
 # batch and none divided by the group std (grpo_trainer.py L1391-1423 @v0.22.0)

@@ -104,7 +104,8 @@ SCHEMA: dict[str, Key] = {
                                "theirs, before normalisation (TRL 0.9-0.10 RLOOTrainer non_eos_penalty with "
                                "penalty_reward_value); null: off", None, "float"),
     "reward.no_eos_penalty": Key(None, "rows whose `truncated` column is true (no EOS) get their row reward minus "
-                                 "this, before normalisation (TRL 0.11-0.21 RLOOTrainer missing_eos_penalty); null: off",
+                                 "this, before normalisation (TRL 0.11-0.21 RLOOTrainer missing_eos_penalty); "
+                                 "null: off",
                                  None, "float"),
     "reward.zero_truncated": Key(False, "rows whose `truncated` column is true get row reward 0 after "
                                  "normalisation (AReaL mask_no_eos_with_zero)", None, "bool"),

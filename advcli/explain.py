@@ -98,6 +98,9 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
         out.append(f"     distillation     A_t −= {a['distill_coef']:g}·(logp_t − teacher_t) on every position"
                    + (" (the returns too)" if a.get("distill_returns") else ""))
     g = cfg["grouping"]
+    if g["by"] == "position" and g.get("layout") == "strided":
+        out.append(f"     layout           strided: each step is {g['size']} copies of its prompts one after another; "
+                   f"row r of a step of S rows is in group r mod S/{g['size']} (TRL's old RLOOTrainer)")
     if g["by"] == "position" and g.get("fallback") == "scope":
         rows = f"{g['scope_rows']} rows" if g.get("scope_rows") is not None else f"a multiple of {g['size']} rows"
         out.append(f"     fallback         a step without {rows} is one group "

@@ -169,9 +169,10 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
             "its advantage code has not been checked against the release table yet"
         raise AdvcliError(f"{who}@{t}: {package} {t} ({listed.get('date', '')}) is published, but advcli does not "
                           f"reproduce it: {why}",
-                          hint=f"use {who}@{oldest.name if older else releases[-1].name} (the nearest advcli knows) "
-                               f"if that release's advantage code is the same; `advcli explain {who} --history` "
-                               "lists the releases and what changed")
+                          hint=(f"advcli reproduces {oldest.name} and newer; " if older and NOT_REPRODUCED.get(package)
+                                else f"use {who}@{oldest.name if older else releases[-1].name} (the nearest advcli "
+                                     "knows) only if you have checked that its advantage code is the same; ")
+                               + f"`advcli explain {who} --history` lists the releases and what changed")
     if older:
         raise AdvcliError(f"{who}@{t} is older than the oldest release advcli reproduces, {oldest.name}"
                           + (f" ({oldest.date})" if oldest.date else ""),

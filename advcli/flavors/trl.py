@@ -363,8 +363,8 @@ FLAVOR = Flavor(
     audit_tries=lambda n: [{"scale_rewards": s, "num_generations": n, "advcli.group_by": "id"}
                            for s in ("group", "batch", "none")]
     + [{"trainer": "rloo", "beta": 0.0, "num_generations": n, "advcli.group_by": "id"}],
-    notes="Groups are num_generations consecutive rows (the old RLOOTrainer: strided, below). GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
-          "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
+    notes="Groups are num_generations consecutive rows (the old RLOOTrainer: strided, below). GRPO: R = Σ_k w_k "
+          "r_k, A = (R − nanmean_g R)/(σ + 1e-4) with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
           "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "
           "non-dyadic group gives ~6e-4 instead of 0. normalize_then_sum z-scores each reward in its group, sums "
           "with the weights and z-scores over the batch. RLOO: R = clip(Σ w r) − β·Σ_t (old_lp − ref_lp)·mask "
@@ -374,6 +374,6 @@ FLAVOR = Flavor(
           "trainer=rloo): the step is rloo_k copies of its prompts (row r in group r mod S/rloo_k, "
           "grouping.layout=strided), R = score − kl_coef·Σ_t (logprob − ref_logprob), the score with the missing-EOS "
           "penalty (a truncated column) and from 0.14.0 optionally z-scored over the batch (std + 1e-8) and clamped "
-          "to ±reward_clip_range; optional batch z-score of the advantages (std + 1e-8). Releases before 1.6.0 (trl@0.14.0 to trl@0.27.0, "
-          "advcli.trl_code): torch's plain mean and std, a row whose every reward function returned None scores 0 "
+          "to ±reward_clip_range; optional batch z-score of the advantages (std + 1e-8). Releases before 1.6.0 "
+          "(trl@0.14.0 to trl@0.27.0, advcli.trl_code): torch's plain mean and std, a row whose every reward function returned None scores 0 "
           "and counts; `advcli explain --flavor trl --history` lists what each changed.")

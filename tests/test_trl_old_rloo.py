@@ -120,11 +120,13 @@ def test_token_level_kl_gives_the_same_advantage(tmp_path):
 
 def test_every_route_gives_the_release_its_numbers(tmp_path):
     """--flavor trl@0.11.2 (trainer=rloo is that release's default), --flavor trl with advcli.trl_code and
-    trainer=rloo, and advcli.run give the same numbers."""
+    trainer=rloo, --flavor trl@0.17.0 --estimator rloo, and advcli.run give the same numbers."""
     want = old_rloo(2)
     close(per_row(advcli_run(tmp_path, rows_of(2), "trl@0.11.2", {})["advantages"]), want)
     close(per_row(advcli_run(tmp_path, rows_of(2), "trl", {"advcli.trl_code": "0.11.0", "trainer": "rloo"}
                              )["advantages"]), want)
+    close(per_row(advcli_run(tmp_path, rows_of(2), "trl@0.17.0", {}, extra=["--estimator", "rloo"])["advantages"]),
+          want)
     src = write_parquet(rows_of(2), str(tmp_path / "lib.parquet"))
     result = advcli.run(pq.read_table(src), None, flavor="trl@0.11.2", device="cpu")
     close(per_row(result.table.column("advantages").to_pylist()), want)

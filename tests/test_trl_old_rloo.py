@@ -156,3 +156,35 @@ def test_a_missing_truncated_column_is_named(tmp_path, capsys):
             "--set", "missing_eos_penalty=1"]
     code, _, err = run_main(argv, capsys)
     assert code == 2 and "missing column 'truncated'" in err, err
+
+
+def test_each_step_is_its_own_batch_of_copies(tmp_path):
+    """Two steps of 8 and 4 rows, rloo_k = 2: step 0's groups are rows r and r + 4, step 1's rows 8 + r and
+    10 + r; normalize_advantage z-scores each step on its own (one trainer batch each)."""
+    import pyarrow as pa
+
+    scores = SCORES  # 12 rows: the first 8 are step 0, the last 4 step 1
+    src = write_parquet(rows_of(2), str(tmp_path / "in.parquet"))
+    table = pq.read_table(src)
+    pids = [f"s0p{i % 4}" for i in range(8)] + [f"s1p{i % 2}" for i in range(4)]
+    table = table.set_column(table.column_names.index("prompt_id"), "prompt_id", pa.array(pids))
+    table = table.append_column("step", pa.array([0] * 8 + [1] * 4, pa.int64()))
+    pq.write_table(table, str(tmp_path / "steps.parquet"))
+    result = advcli.run(pq.read_table(str(tmp_path / "steps.parquet")), None, flavor="trl@0.17.0",
+                        settings={"trainer": "rloo", "normalize_advantage": True}, device="cpu")
+    got = per_row(result.table.column("advantages").to_pylist())
+
+    def step(lo, hi):
+        r = [scores[i] - 0.05 * kl_sum(i) for i in range(lo, hi)]
+        b = (hi - lo) // 2
+        adv = [x - r[(i + b) % (2 * b)] for i, x in enumerate(r)]  # k = 2: minus the other copy
+        m, sd = statistics.fmean(adv), statistics.stdev(adv)
+        return [(a - m) / (sd + 1e-8) for a in adv]
+    close(got, step(0, 8) + step(8, 12))
+
+
+def test_a_step_that_is_not_whole_copies_is_refused(tmp_path, capsys):
+    src = write_parquet(rows_of(2)[:11], str(tmp_path / "in.parquet"))
+    code, _, err = run_main(["run", src, "-o", str(tmp_path / "out.parquet"), "--flavor", "trl@0.9.2",
+                             "--device", "cpu", "--set", "advcli.id_check=warn"], capsys)
+    assert code == 2 and "are not 2 copies of a batch of prompts" in " ".join(err.split()), err

@@ -104,7 +104,7 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         per = np.maximum(per_scope, 1)
         if plan.run.grouping.layout == "strided":
             # TRL's old RLOOTrainer: a scope is n copies of its m = S/n prompts (queries.repeat(rloo_k, 1)), grouped
-            # by reshape(rloo_k, -1): row r is in group r mod m (rloo_trainer.py L308, L425 @v0.21.0)
+            # by reshape(rloo_k, -1): row r is in group r mod m (rloo_trainer.py L308, L434 @v0.21.0)
             m = np.where((per_scope == n) & (sizes % n == 0), sizes // n, 1)
             block = rank % np.maximum(m, 1)[scope_codes] if num_rows else rank
             offsets = np.concatenate([[0], np.cumsum(m)[:-1]])

@@ -156,12 +156,14 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
         plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
                                    "(--set advcli.group_by=id groups by the ids instead)")
         return
+    strided = plan.run.grouping.layout == "strided"
     layout = (f"{n} copies of the batch: row r in group r mod rows/{n}, grouping.layout=strided"
-              if plan.run.grouping.layout == "strided" else f"blocks of {n} consecutive rows")
+              if strided else f"blocks of {n} consecutive rows")
+    order = "the batch repeated, prompt by prompt in each copy" if strided else "each prompt's responses contiguous"
     raise AdvcliError(msg, hint=f"this flavor groups by position ({layout}), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
-                      "size; if rows were reordered after the run, restore the rollout order (each prompt's "
-                      "responses contiguous) or group by the ids instead, keeping this flavor's semantics: "
+                      f"size; if rows were reordered after the run, restore the rollout order ({order}) or "
+                      "group by the ids instead, keeping this flavor's semantics: "
                       "--set advcli.group_by=id. If the same prompt really was drawn for consecutive groups (a "
                       "prompt twice in the dataset), keep the blocks: --set advcli.id_check=warn "
                       "(grouping.id_check=warn with --flavor advcli)")

@@ -98,6 +98,9 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
     if a.distill_coef is not None:
         out.append(f"     distillation     A_t −= {a.distill_coef:g}·(logp_t − teacher_t) on every position"
                    + (" (the returns too)" if a.distill_returns else ""))
+    if g.by == "position" and g.layout == "strided":
+        out.append(f"     layout           strided: each step is {g.size} copies of its prompts one after another; "
+                   f"row r of a step of S rows is in group r mod S/{g.size} (TRL's old RLOOTrainer)")
     if g.by == "position" and g.fallback == "scope":
         rows = f"{g.scope_rows} rows" if g.scope_rows is not None else f"a multiple of {g.size} rows"
         out.append(f"     fallback         a step without {rows} is one group "

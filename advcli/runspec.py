@@ -41,6 +41,11 @@ class Grouping:
             "with equal prompt_id, any size: AReaL's per-prompt trajectory dicts), `none`, or `auto` (id when the "
             'column exists)', ('auto', 'id', 'position', 'runs', 'none'), kind='str')
     size: int | None = key(None, 'group size for grouping.by=position', kind='int')
+    layout: str = key('blocks', 'with grouping.by=position, how a scope\'s rows form groups of grouping.size: '
+            '`blocks` (grouping.size consecutive rows per prompt, view(-1, n)) or `strided` (the scope is '
+            'grouping.size copies of its prompts one after another, so row r of a scope of S rows is in group '
+            "r mod S/grouping.size: TRL's old RLOOTrainer, queries.repeat(rloo_k, 1) and reshape(rloo_k, -1))",
+            ('blocks', 'strided'), kind='str')
     fallback: str = key('error', 'with grouping.by=position, a scope whose row count is not grouping.scope_rows '
             '(null: not a multiple of grouping.size): `error` (the run stops), `scope` (that scope is one group: '
             "slime's silent whole-batch fallback, rollout.py L620-623) or `tail` (blocks of grouping.size rows and "
@@ -105,6 +110,12 @@ class Reward:
             'eps}; float64 statistics, std about the chosen mean, (r − mean)/(std + eps), std_level null: std 1 '
             "and eps 0; groups are grouping.by's (AReaL: runs); slices: N (AReaL 1.0.4's fixed slices of N rows: a "
             'shorter group, the rest of a step, keeps group mean and std 0)')
+    no_eos_value: float | None = key(None, 'rows whose `truncated` column is true (no EOS) get this row reward '
+            'instead of theirs, before normalisation (TRL 0.9-0.10 RLOOTrainer non_eos_penalty with '
+            'penalty_reward_value); null: off', kind='float')
+    no_eos_penalty: float | None = key(None, 'rows whose `truncated` column is true (no EOS) get their row reward '
+            'minus this, before normalisation (TRL 0.11-0.21 RLOOTrainer missing_eos_penalty); null: off',
+            kind='float')
     zero_truncated: bool = key(False, 'rows whose `truncated` column is true get row reward 0 after normalisation '
             '(AReaL mask_no_eos_with_zero)', kind='bool')
     dtype: str = key('run', "the dtype of the rewards an estimator that keeps it (keeps_reward_dtype: verl's grpo, "

@@ -32,8 +32,8 @@ from _released import (
 
 VERSION = require("trl")
 if not os.path.exists(os.path.join(os.path.dirname(package_file("trl.trainer.utils")), "grpo_trainer.py")):
-    pytest.skip(f"trl {VERSION} has no GRPOTrainer (0.14.0 brought it) and its RLOOTrainer is the older online "
-                "trainer: advcli refuses --flavor trl@" + VERSION, allow_module_level=True)
+    pytest.skip(f"trl {VERSION} has no GRPOTrainer (0.14.0 brought it); its old online RLOOTrainer is checked by "
+                "test_conformance_trl_old_rloo.py", allow_module_level=True)
 AT_RELEASE = installed_release_args("trl", VERSION)  # that release's settings, as --set
 # the installed release's advantage code class (advcli.trl_code; the newest state when the table has no setting)
 CODE = next((a.split("=", 1)[1] for a in AT_RELEASE if a.startswith("advcli.trl_code=")), "1.6.0")
@@ -148,7 +148,7 @@ def test_grpo_normalize_then_sum_matches_release(tmp_path, seed):
 @pytest.mark.parametrize("beta,normalize,clip", [(0.05, False, None), (0.0, True, None), (0.1, True, (-0.5, 1.0))])
 def test_rloo_matches_release(tmp_path, seed, g, beta, normalize, clip):
     if _AT < 3:
-        pytest.skip(f"trl {VERSION}'s RLOOTrainer is the older online trainer, not reproduced (0.22.0 rewrote it)")
+        pytest.skip(f"trl {VERSION}'s RLOOTrainer is the old online trainer (test_conformance_trl_old_rloo.py)")
     rows = trl_rows(seed, g)
     expected = release_advantages(RLOO, rows, ["acc", "fmt"], g, beta=beta, normalize_advantages=normalize,
                                   reward_clip_range=clip)

@@ -77,12 +77,21 @@ def test_run_at_an_aliased_release_gives_trls_numbers(tmp_path):
 
 
 def test_refusal_of_an_older_published_release_names_it(capsys):
-    """TRL 0.13.0 has no GRPOTrainer (trl/trainer/ at v0.13.0 holds rloo_trainer.py, no grpo_trainer.py) and its
-    RLOOTrainer is the older online one: accepted as a published name, refused saying so."""
-    code, _, err = run_main(["explain", "--flavor", "trl@0.13.0"], capsys)
+    """TRL 0.8.6 has neither RLOOTrainer nor GRPOTrainer (trl/trainer/ at v0.8.6): accepted as a published name,
+    refused saying so, and the hint does not send the user to 0.9.2 as if its advantage code were the same."""
+    code, _, err = run_main(["explain", "--flavor", "trl@0.8.6"], capsys)
     assert code == 2
-    assert "trl 0.13.0 (2024-12-16) is published" in err and "older than 0.14.0" in err
-    assert "no GRPOTrainer" in err and "Traceback" not in err
+    flat = " ".join(err.split())
+    assert "trl 0.8.6 (2024-04-22) is published" in flat and "older than 0.9.2" in flat
+    assert "neither RLOOTrainer" in flat and "Traceback" not in err
+    assert "the same" not in flat and "nearest" not in flat
+
+
+def test_a_release_with_only_the_old_rlootrainer_runs_it(capsys):
+    """TRL 0.13.0 has no GRPOTrainer; its RLOOTrainer (the old online one) is what the release runs."""
+    code, out, err = run_main(["explain", "--flavor", "trl@0.13.0"], capsys)
+    assert code == 0, err
+    assert "rloo" in out.lower()
 
 
 def test_history_shows_each_published_release_and_its_semantics(capsys):
@@ -94,7 +103,9 @@ def test_history_shows_each_published_release_and_its_semantics(capsys):
     assert "0.27.0, 0.27.1, 0.27.2, 0.28.0, 0.29.0, 0.29.1, 1.0.0, 1.1.0, 1.2.0, 1.3.0, 1.4.0, 1.5.0, 1.5.1 -> 0.27.0" \
         in out
     assert "0.22.0, 0.22.1 -> 0.22.0" in out and "0.14.0 -> 0.14.0" in out
-    assert "0.13.0, 0.12.2, 0.12.1" in out and "not reproduced" in out
+    assert "0.11.0, 0.11.1, 0.11.2, 0.11.3, 0.11.4, 0.12.0, 0.12.1, 0.12.2, 0.13.0 -> 0.11.0" in out
+    assert "0.9.2, 0.9.3, 0.9.4, 0.9.6, 0.10.1 -> 0.9.2" in out
+    assert "0.8.6, 0.8.5" in out and "not reproduced" in out
 
 
 def test_refresh_tool_writes_what_it_read(tmp_path, monkeypatch):

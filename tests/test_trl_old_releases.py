@@ -149,7 +149,6 @@ def test_027_normalize_then_sum_counts_a_row_without_reward(tmp_path):
 
 
 @pytest.mark.parametrize("spec,settings,words", [
-    ("trl@0.21.0", ["trainer=rloo"], "older online RLOOTrainer"),
     ("trl@0.14.0", ["reward_weights=[1,2]", "reward_funcs=[acc,fmt]"], "0.14.0's GRPOTrainer has no reward weights"),
     ("trl@0.15.0", ["scale_rewards=false"], "before 0.16.0 has no scale_rewards"),
     ("trl@0.18.0", ["scale_rewards=batch"], "scale_rewards is a bool"),

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # trainer distribution -> its test module
-TESTS = {"verl": "test_conformance_verl.py", "trl": "test_conformance_trl.py",
+TESTS = {"verl": "test_conformance_verl.py", "trl": ("test_conformance_trl.py", "test_conformance_trl_old_rloo.py"),
          "openrlhf": "test_conformance_openrlhf.py", "skyrl": "test_conformance_skyrl.py",
          "areal": "test_conformance_areal.py"}
 # small modules the released code imports at call time (SkyRL's rloo logs through loguru)
@@ -87,8 +87,9 @@ def run_one(dist: str, version: str, timeout: int) -> tuple[str, str]:
             return "not installed", (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
         env = dict(os.environ, PYTHONPATH=ROOT, ADVCLI_SERVER="off")
         try:
+            files = (TESTS[dist],) if isinstance(TESTS[dist], str) else TESTS[dist]
             res = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  os.path.join(ROOT, "tests", TESTS[dist])], capture_output=True, text=True,
+                                  *(os.path.join(ROOT, "tests", f) for f in files)], capture_output=True, text=True,
                                  cwd=ROOT, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return "timed out", f"past {timeout} s"

@@ -41,10 +41,16 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
 
     out: list[tuple[str, dict]] = []
     fl = get(flavor)
+    from ..flavors import resolve
+
     for k, key in fl.keys.items():
         if key.kind == "bool":
             cur = given.get(k, key.default)
             if isinstance(cur, bool):
+                try:  # a switch the flavor refuses here (TRL's old RLOOTrainer's fields at GRPO) is no candidate
+                    resolve(flavor, list({**given, k: not cur}.items()))
+                except AdvcliError:
+                    continue
                 out.append((flavor, {**given, k: not cur}))
     for k, values in fl.audit_switches.items():  # a switch that is not a bool: each of its values
         out += [(flavor, {**given, k: v}) for v in values]

@@ -45,9 +45,8 @@ class Release:
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
-    "trl": "TRL before 0.14.0 has no GRPOTrainer, and its RLOOTrainer (from 0.9) is the older online "
-           "trainer (rloo_k completions strided over the batch, a reward model's score, the KL per token), which "
-           "advcli does not reproduce",
+    "trl": "TRL before 0.9.2 has neither RLOOTrainer (#1540) nor GRPOTrainer, only trainers (PPO, DPO, ...) whose "
+           "advantages advcli does not compute",
     "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "
             "what advcli was matched against",
     "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",
@@ -170,9 +169,10 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
             "its advantage code has not been checked against the release table yet"
         raise AdvcliError(f"{who}@{t}: {package} {t} ({listed.get('date', '')}) is published, but advcli does not "
                           f"reproduce it: {why}",
-                          hint=f"use {who}@{oldest.name if older else releases[-1].name} (the nearest advcli knows) "
-                               f"if that release's advantage code is the same; `advcli explain {who} --history` "
-                               "lists the releases and what changed")
+                          hint=(f"advcli reproduces {oldest.name} and newer; " if older and NOT_REPRODUCED.get(package)
+                                else f"use {who}@{oldest.name if older else releases[-1].name} (the nearest advcli "
+                                     "knows) only if you have checked that its advantage code is the same; ")
+                               + f"`advcli explain {who} --history` lists the releases and what changed")
     if older:
         raise AdvcliError(f"{who}@{t} is older than the oldest release advcli reproduces, {oldest.name}"
                           + (f" ({oldest.date})" if oldest.date else ""),

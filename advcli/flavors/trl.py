@@ -20,9 +20,12 @@ SCALES = ("group", "batch", "none")
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 DEFAULT_G = {"grpo": 8, "rloo": 2}  # grpo_config.py L474-475, rloo_config.py L297-298
 DEFAULT_BETA = {"grpo": 0.0, "rloo": 0.05}  # grpo_config.py L671, rloo_config.py L494-495
+# the old online RLOOTrainer (TRL 0.9.2-0.21.0)'s RLOOConfig / OnPolicyConfig fields; rloo_config.py @v0.21.0
+OLD_RLOO_KEYS = ("rloo_k", "kl_coef", "normalize_reward", "normalize_advantage", "token_level_kl",
+                 "missing_eos_penalty", "non_eos_penalty", "penalty_reward_value")
 
 # the releases whose GRPO/RLOO advantage code changed, oldest first (advcli.trl_code)
-CODES = ("0.14.0", "0.15.0", "0.16.0", "0.22.0", "0.22.2", "0.27.0", "1.6.0")
+CODES = ("0.9.2", "0.11.0", "0.14.0", "0.15.0", "0.16.0", "0.22.0", "0.22.2", "0.27.0", "1.6.0")
 
 KEYS = {
     "trainer": Key("grpo", "advcli selector (not a TRL field): grpo = GRPOTrainer, rloo = RLOOTrainer", TRAINERS,
@@ -39,9 +42,26 @@ KEYS = {
                 "beta acts only in the loss and is not used", None, "float"),
     "normalize_advantages": Key(False, "RLOO: batch z-score of the advantages (std + 1e-4)", None, "bool"),
     "reward_clip_range": Key(None, "RLOO: [lo, hi] clamp of the weighted reward, before the KL term", None, "clip"),
+    "rloo_k": Key(None, "old RLOOTrainer (TRL before 0.22.0): completions per prompt, laid out as rloo_k copies "
+                  "of the batch (row r of a step of S rows is a completion of prompt r mod S/rloo_k; default 2)",
+                  None, "int"),
+    "kl_coef": Key(None, "old RLOOTrainer: score −= kl_coef·Σ_t (logprob − ref_logprob) over the response "
+                   "(default 0.05)", None, "float"),
+    "normalize_reward": Key(False, "old RLOOTrainer (0.14.0-0.21.0): scores z-scored over the batch (torch's std "
+                            "+ 1e-8), then clamped to ±reward_clip_range (default 10)", None, "bool"),
+    "normalize_advantage": Key(False, "old RLOOTrainer (0.14.0-0.21.0): advantages z-scored over the batch (torch's "
+                               "std + 1e-8)", None, "bool"),
+    "token_level_kl": Key(False, "old RLOOTrainer (0.14.0-0.21.0): the KL as per-token rewards; their sum, which "
+                          "the advantage reads, is the same", None, "bool"),
+    "missing_eos_penalty": Key(None, "old RLOOTrainer (0.11.0-0.21.0): the score of a response without EOS (the "
+                               "truncated column) is lowered by this", None, "float"),
+    "non_eos_penalty": Key(False, "old RLOOTrainer (0.9.2-0.10.1): a response without EOS (the truncated column) "
+                           "scores penalty_reward_value", None, "bool"),
+    "penalty_reward_value": Key(-1, "old RLOOTrainer (0.9.2-0.10.1): the score of a response without EOS under "
+                                "non_eos_penalty", None, "float"),
     "advcli.trl_code": Key("1.6.0", "advcli extension (TRL's releases, set by --flavor trl@RELEASE): the advantage "
-                           "code of TRL release 0.14.0, 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 or 1.6.0 (`advcli "
-                           "explain --flavor trl --history` says what each changed)", CODES, "str"),
+                           "code of TRL release 0.9.2, 0.11.0, 0.14.0, 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 or "
+                           "1.6.0 (`advcli explain --flavor trl --history` says what each changed)", CODES, "str"),
 }
 # TRL 0.22.0-0.22.1 (#3935, fixed by #3992): scale_rewards=group took the batch std and did not divide,
 # batch and none divided by the group std (grpo_trainer.py L1391-1423 @v0.22.0)
@@ -110,10 +130,17 @@ def translate(v: dict) -> dict:
                               "column); name the reward columns with reward_funcs, e.g. --set 'reward_funcs=[acc,fmt]'")
         funcs = ["reward"]
     if trainer == "rloo" and CODES.index(code) < CODES.index("0.22.0"):
-        raise AdvcliError("trainer=rloo: TRL before 0.22.0 has the older online RLOOTrainer (RLOOConfig.rloo_k "
-                          "completions of a prompt strided over the batch, a reward model's score, the KL per token), "
-                          "which advcli does not reproduce; the RLOOTrainer advcli reproduces came in 0.22.0 (#3801)",
-                          hint="use trainer=grpo (GRPOTrainer, from 0.14.0), or --flavor trl@0.22.0 or newer")
+        return _old_rloo(v, code, cfg)
+    if trainer == "grpo" and CODES.index(code) < CODES.index("0.14.0"):
+        raise AdvcliError(f"trainer=grpo: TRL {code}'s release has no GRPOTrainer (it came in 0.14.0); its "
+                          "RLOOTrainer is the trainer advcli reproduces there",
+                          hint="--set trainer=rloo, or --flavor trl@0.14.0 or newer for GRPO")
+    given_old = [k for k in OLD_RLOO_KEYS if v[k] != KEYS[k].default]
+    if given_old:
+        raise AdvcliError(f"key {given_old[0]}: a field of the old RLOOTrainer (TRL 0.9.2-0.21.0, --set trainer=rloo "
+                          f"with --flavor trl@0.21.0 or older), not of TRL {code}'s {trainer.upper()}Config",
+                          hint="the RLOOConfig of 0.22.0 on names the KL coefficient beta and has "
+                               "normalize_advantages" if trainer == "rloo" else None)
     if code == "0.14.0" and weights is not None:
         raise AdvcliError("key reward_weights: TRL 0.14.0's GRPOTrainer has no reward weights (the reward functions' "
                           "outputs are summed; reward_weights came in 0.15.0, #2676)",
@@ -159,10 +186,62 @@ def translate(v: dict) -> dict:
     return cfg
 
 
+def _old_rloo(v: dict, code: str, cfg: dict) -> dict:
+    """TRL 0.9.2-0.21.0's online RLOOTrainer (rloo_trainer.py L388-440 @v0.21.0, L301-323 @v0.9.3): the batch is
+    the prompts repeated rloo_k times, scored by one reward model; ``score`` (no EOS: penalty_reward_value at
+    0.9.2-0.10.1, − missing_eos_penalty from 0.11.0), from 0.14.0 optionally z-scored over the batch (torch's std +
+    1e-8) and clamped to ±reward_clip_range; R = score − kl_coef·Σ_t (logprob − ref_logprob) (padding tokens
+    count 0: both are INVALID_LOGPROB); A = R − mean of the other rloo_k − 1 copies (reshape(rloo_k, -1)); from
+    0.14.0 optionally A z-scored over the batch (torch's std + 1e-8)."""
+    since14 = CODES.index(code) >= CODES.index("0.14.0")
+    wrong = [k for k in ("beta", "reward_funcs", "reward_weights") if v[k] is not None]
+    wrong += [k for k in ("normalize_advantages",) if v[k]]
+    if not since14:
+        wrong += [k for k in ("normalize_reward", "normalize_advantage", "token_level_kl") if v[k]]
+        wrong += ["reward_clip_range"] if v["reward_clip_range"] is not None else []
+    wrong += ["non_eos_penalty"] if v["non_eos_penalty"] and code != "0.9.2" else []
+    wrong += ["missing_eos_penalty"] if v["missing_eos_penalty"] is not None and code == "0.9.2" else []
+    if wrong:
+        raise AdvcliError(f"key {wrong[0]}: not a field of TRL {code}'s RLOOConfig (the old online RLOOTrainer: "
+                          "rloo_k, kl_coef, one reward model's score"
+                          + (", normalize_reward, reward_clip_range, normalize_advantage, token_level_kl, "
+                             "missing_eos_penalty)" if since14 else
+                             ", non_eos_penalty / penalty_reward_value)" if code == "0.9.2" else
+                             ", missing_eos_penalty)"),
+                          hint="map the reward model's score with --column reward=NAME; the KL coefficient is kl_coef")
+    if v["multi_objective_aggregation"] != "sum_then_normalize" or _scale(v["scale_rewards"]) != "group":
+        raise AdvcliError("keys scale_rewards and multi_objective_aggregation are GRPOConfig fields; the old "
+                          "RLOOConfig has neither")
+    k = v["rloo_k"] if v["rloo_k"] is not None else v["num_generations"] if v["num_generations"] is not None else 2
+    if k < 2:  # (Σ − R)/(rloo_k − 1) divides by 0
+        raise AdvcliError(f"key rloo_k must be at least 2 (got {k}): the leave-one-out baseline divides by rloo_k − 1")
+    cfg["grouping"].update(by="position", size=k, layout="strided")
+    cfg["reward"]["source"] = "reward"
+    if code == "0.9.2" and v["non_eos_penalty"]:
+        cfg["reward"]["no_eos_value"] = float(v["penalty_reward_value"])
+    elif v["missing_eos_penalty"] is not None:
+        cfg["reward"]["no_eos_penalty"] = float(v["missing_eos_penalty"])
+    if v["normalize_reward"]:
+        cfg["reward"]["normalize"].update(mean="batch", std="batch", eps=1e-8)
+        rng = v["reward_clip_range"] if v["reward_clip_range"] is not None else 10.0
+        cfg["reward"]["clip"] = normalize_clip(rng)
+    coef = v["kl_coef"] if v["kl_coef"] is not None else 0.05
+    if coef != 0.0:
+        cfg["kl"].update(in_reward=True, estimator="k1", input_clamp=None, output_clamp=None, mask=True,
+                         coef=coef, controller="fixed")
+    cfg["estimator"] = {"name": "rloo_nan", "normalize": bool(v["normalize_advantage"]), "eps": 1e-8,
+                        "mask_output": False, "stats": "plain"}
+    return cfg
+
+
 def estimator_note(v: dict) -> str | None:
     """Why trainer=grpo/rloo runs advcli's NaN-aware grpo_nan/rloo_nan (translate above)."""
     t = v["trainer"]
-    if str(v.get("advcli.trl_code", "1.6.0")) != "1.6.0":
+    code = str(v.get("advcli.trl_code", "1.6.0"))
+    if t == "rloo" and code in CODES and CODES.index(code) < CODES.index("0.22.0"):
+        return (f"trainer=rloo is TRL {code}'s old online RLOOTrainer: rloo_k copies of the batch grouped strided "
+                "(grouping.layout=strided), advcli's rloo_nan with stats=plain and eps 1e-8")
+    if code != "1.6.0":
         return (f"trainer={t} is TRL {v['advcli.trl_code']}'s {t.upper()}Trainer advantage, torch's plain mean and "
                 f"std of the rewards: advcli's {t}_nan with stats=plain")
     return (f"trainer={t} is TRL's {t.upper()}Trainer advantage, whose statistics skip a reward function's None "
@@ -178,13 +257,36 @@ def estimator_note(v: dict) -> str | None:
 # Default changes that act in the loss (0.19.0: GRPO beta 0.04 -> 0.0; 0.22.0: loss_type "bnpo" -> "dapo";
 # num_iterations, epsilon) keep the advantages. Releases before 0.14.0 have no GRPOTrainer (NOT_REPRODUCED).
 RELEASES = (
+    Release("0.9.2", "2024-06-05", aliases=("0.9.3", "0.9.4", "0.9.6", "0.10.1"),
+            settings={"advcli.trl_code": "0.9.2", "trainer": "rloo"},
+            note="TRL 0.9.2 to 0.10.1: the first RLOOTrainer (rloo_trainer.py L290-323 @v0.9.3), no GRPOTrainer",
+            changes=(
+                Change("#1540", ("trainer", "rloo_k", "kl_coef", "non_eos_penalty", "penalty_reward_value"),
+                       "the online RLOOTrainer: the batch is its prompts repeated rloo_k times (queries.repeat(rloo_k, "
+                       "1)), so a prompt's completions are rloo_k rows a batch/rloo_k apart (grouping.layout=strided); "
+                       "R = score − kl_coef·Σ_t (logprob − ref_logprob) with one reward model's score (with "
+                       "non_eos_penalty, penalty_reward_value for a response without EOS); A = R − the mean of the "
+                       "prompt's other completions. The only trainer advcli reproduces here (trainer=rloo)"),)),
+    Release("0.11.0", "2024-09-19", aliases=("0.11.1", "0.11.2", "0.11.3", "0.11.4", "0.12.0", "0.12.1", "0.12.2",
+                                             "0.13.0"),
+            settings={"advcli.trl_code": "0.11.0", "trainer": "rloo"},
+            note="TRL 0.11.0 to 0.13.0: RLOOTrainer's missing_eos_penalty (rloo_trainer.py L352-353 @v0.11.0)",
+            changes=(
+                Change("", ("missing_eos_penalty", "non_eos_penalty"),
+                       "OnPolicyConfig.missing_eos_penalty (default off) lowers the score of a response without EOS "
+                       "by its value, replacing non_eos_penalty/penalty_reward_value"),)),
     Release("0.14.0", "2025-01-29", settings={"advcli.trl_code": "0.14.0"},
             note="TRL 0.14.0: the first GRPOTrainer (grpo_trainer.py L497-507 @v0.14.0)", changes=(
                 Change("", ("trainer",),
                        "GRPOTrainer: R = the sum of the reward functions' outputs (no weights), A = (R − mean_g)/"
                        "(std_g + 1e-4) with torch's unbiased std of the group, always divided; a group of one row has "
                        "std NaN and so advantage NaN (no num_generations >= 2 check). A reward function cannot return "
-                       "None. RLOOTrainer is the older online trainer (rloo_k, a reward model), not reproduced"),)),
+                       "None. From here the release's settings run GRPOTrainer (trainer=grpo)"),
+                Change("", ("normalize_reward", "reward_clip_range", "normalize_advantage", "token_level_kl"),
+                       "the old RLOOTrainer (trainer=rloo, to 0.21.0): normalize_reward z-scores the scores over the "
+                       "batch (torch's std + 1e-8) and clamps them to ±reward_clip_range (10); normalize_advantage "
+                       "z-scores the advantages (std + 1e-8); token_level_kl puts the KL on the tokens (the same "
+                       "sum)"),)),
     Release("0.15.0", "2025-02-13", aliases=("0.15.1", "0.15.2"), settings={"advcli.trl_code": "0.15.0"},
             note="TRL 0.15.0 to 0.15.2: reward_weights", changes=(
                 Change("#2676", ("reward_weights",),
@@ -207,7 +309,8 @@ RELEASES = (
                        "are swapped: group subtracts the group mean without dividing, batch and none divide by the "
                        "group std (fixed in 0.22.2, #3992)"),
                 Change("#3801", ("trainer", "beta", "normalize_advantages", "reward_clip_range"),
-                       "RLOOTrainer rewritten on GRPOTrainer's lines: consecutive groups of num_generations, "
+                       "RLOOTrainer rewritten on GRPOTrainer's lines (rloo_k, kl_coef, normalize_reward and "
+                       "normalize_advantage are gone): consecutive groups of num_generations, "
                        "R = clip(nansum_k w_k r_k) − β·Σ_t (old_lp − ref_lp)·mask, leave-one-out baseline, optional "
                        "batch z-score with torch's std + 1e-4"),)),
     Release("0.22.2", "2025-09-03", aliases=("0.23.0", "0.23.1", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.26.1",
@@ -260,13 +363,18 @@ FLAVOR = Flavor(
     audit_tries=lambda n: [{"scale_rewards": s, "num_generations": n, "advcli.group_by": "id"}
                            for s in ("group", "batch", "none")]
     + [{"trainer": "rloo", "beta": 0.0, "num_generations": n, "advcli.group_by": "id"}],
-    notes="Groups are num_generations consecutive rows. GRPO: R = Σ_k w_k r_k, A = (R − nanmean_g R)/(σ + 1e-4) "
-          "with σ the two-pass unbiased nanstd of the group (scale_rewards=group), of the batch (batch: group "
-          "mean, batch std) or no division (none); the 1e-4 is always added (no σ>0 guard), so an all-equal "
-          "non-dyadic group gives ~6e-4 instead of 0. normalize_then_sum z-scores each reward in its group, sums "
-          "with the weights and z-scores over the batch. RLOO: R = clip(Σ w r) − β·Σ_t (old_lp − ref_lp)·mask "
-          "(k1, unclamped) before the leave-one-out baseline; optional batch z-score (std + 1e-4). NaN rewards "
-          "are skipped by the statistics and get 0 (nan_to_num). One advantage per sample, broadcast over all "
-          "L_i positions (masked ones included). Releases before 1.6.0 (trl@0.14.0 to trl@0.27.0, "
-          "advcli.trl_code): torch's plain mean and std, a row whose every reward function returned None scores 0 "
-          "and counts; `advcli explain --flavor trl --history` lists what each changed.")
+    notes="Groups are num_generations consecutive rows (the old RLOOTrainer: strided, below). GRPO: R = Σ_k w_k "
+          "r_k, A = (R − nanmean_g R)/(σ + 1e-4) with σ the two-pass unbiased nanstd of the group "
+          "(scale_rewards=group), of the batch (batch: group mean, batch std) or no division (none); the 1e-4 "
+          "is always added (no σ>0 guard), so an all-equal non-dyadic group gives ~6e-4 instead of 0. "
+          "normalize_then_sum z-scores each reward in its group, sums with the weights and z-scores over the "
+          "batch. RLOO: R = clip(Σ w r) − β·Σ_t (old_lp − ref_lp)·mask (k1, unclamped) before the leave-one-out "
+          "baseline; optional batch z-score (std + 1e-4). NaN rewards are skipped by the statistics and get 0 "
+          "(nan_to_num). One advantage per sample, broadcast over all L_i positions (masked ones included). The "
+          "old online RLOOTrainer (trl@0.9.2 to trl@0.21.0 with trainer=rloo): the step is rloo_k copies of its "
+          "prompts (row r in group r mod S/rloo_k, grouping.layout=strided), R = score − kl_coef·Σ_t (logprob − "
+          "ref_logprob), the score with the missing-EOS penalty (a truncated column) and from 0.14.0 optionally "
+          "z-scored over the batch (std + 1e-8) and clamped to ±reward_clip_range; optional batch z-score of "
+          "the advantages (std + 1e-8). Releases before 1.6.0 (trl@0.14.0 to trl@0.27.0, advcli.trl_code): "
+          "torch's plain mean and std, a row whose every reward function returned None scores 0 and counts; "
+          "`advcli explain --flavor trl --history` lists what each changed.")

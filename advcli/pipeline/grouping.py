@@ -78,7 +78,8 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
             if ni < 0:
                 where = scope_where(plan, step_values, si)
                 want = f"not the {expected} rows of grouping.scope_rows" if expected is not None else \
-                    f"do not split into groups of {n} consecutive rows"
+                    (f"are not {n} copies of a batch of prompts (grouping.layout=strided)"
+                     if plan.run.grouping.layout == "strided" else f"do not split into groups of {n} consecutive rows")
                 raise AdvcliError(f"{file}: {size} rows{where} {want}",
                                   hint="positional grouping needs contiguous blocks of grouping.size rows; "
                                        "check the group size or group by prompt_id")
@@ -103,9 +104,16 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
                 "check the group size, or run a release with per-prompt groups")
         plan.block_sizes = ns
         per_scope = np.asarray(ns, dtype=np.int64)
-        block = rank // per_scope[scope_codes] if num_rows else rank
         per = np.maximum(per_scope, 1)
-        offsets = np.concatenate([[0], np.cumsum(-(-sizes // per))[:-1]])  # a short last block counts
+        if plan.run.grouping.layout == "strided":
+            # TRL's old RLOOTrainer: a scope is n copies of its m = S/n prompts (queries.repeat(rloo_k, 1)), grouped
+            # by reshape(rloo_k, -1): row r is in group r mod m (rloo_trainer.py L308, L434 @v0.21.0)
+            m = np.where((per_scope == n) & (sizes % n == 0), sizes // n, 1)
+            block = rank % np.maximum(m, 1)[scope_codes] if num_rows else rank
+            offsets = np.concatenate([[0], np.cumsum(m)[:-1]])
+        else:
+            block = rank // per_scope[scope_codes] if num_rows else rank
+            offsets = np.concatenate([[0], np.cumsum(-(-sizes // per))[:-1]])  # a short last block counts
         gcodes = offsets[scope_codes] + block
         blocked = per_scope[scope_codes] == n  # a scope that fell back to one group has no blocks to check
         if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows and bool(blocked.any()):
@@ -151,10 +159,14 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
         plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
                                    "(--set advcli.group_by=id groups by the ids instead)")
         return
-    raise AdvcliError(msg, hint=f"this flavor groups by position (blocks of {n} consecutive rows), and the "
+    strided = plan.run.grouping.layout == "strided"
+    layout = (f"{n} copies of the batch: row r in group r mod rows/{n}, grouping.layout=strided"
+              if strided else f"blocks of {n} consecutive rows")
+    order = "the batch repeated, prompt by prompt in each copy" if strided else "each prompt's responses contiguous"
+    raise AdvcliError(msg, hint=f"this flavor groups by position ({layout}), and the "
                       f"{col!r} column disagrees with those blocks, so the groups are ambiguous. Check the group "
-                      "size; if rows were reordered after the run, restore the rollout order (each prompt's "
-                      "responses contiguous) or group by the ids instead, keeping this flavor's semantics: "
+                      f"size; if rows were reordered after the run, restore the rollout order ({order}) or "
+                      "group by the ids instead, keeping this flavor's semantics: "
                       "--set advcli.group_by=id. If the same prompt really was drawn for consecutive groups (a "
                       "prompt twice in the dataset), keep the blocks: --set advcli.id_check=warn "
                       "(grouping.id_check=warn with --flavor advcli)")

@@ -293,7 +293,9 @@ def normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
     from ..ops.rewards import normalize_rewards
 
     ncfg = plan.run.reward.normalize
-    if plan.group_by == "position":
+    from .plan import strided_groups
+
+    if plan.group_by == "position" and not strided_groups(plan):
         from ..ops.blocks import block_normalize
         out = block_normalize(raw, res.scopes, plan.block_sizes or int(plan.run.grouping.size),
                               ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))

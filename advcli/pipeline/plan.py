@@ -125,6 +125,10 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         check_type(inputs.schema, "reward", c, file)
     if source == "components" and len(run.reward.weights or components) != len(components):
         raise AdvcliError(f"key reward.weights: {len(run.reward.weights)} weights for {len(components)} components")
+    if run.reward.no_eos_value is not None or run.reward.no_eos_penalty is not None:
+        cmap.require("truncated", "reward.no_eos_value / no_eos_penalty score the responses without EOS (TRL's "
+                     "RLOOTrainer non_eos_penalty / missing_eos_penalty): a bool column, true where the response "
+                     "has no EOS token")
     kl_on = bool(run.kl.in_reward)
     klr = roles.kl_roles(run.kl, cmap) if kl_on else []
     if kl_on:
@@ -249,3 +253,10 @@ def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str,
     plan = make_plan(cfg, inputs, column_overrides or {}, device)
     choose_output_columns(plan, write_columns)
     return inputs, plan
+
+
+def strided_groups(plan) -> bool:
+    """Positional groups laid out strided (grouping.layout=strided) with a reward normalisation that reads the
+    groups: the [G, n] reshape of consecutive blocks does not apply, the group codes do."""
+    ncfg = plan.run.reward.normalize
+    return plan.run.grouping.layout == "strided" and (ncfg.mean in ("group", "loo") or ncfg.std == "group")

@@ -17,7 +17,7 @@ from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
 from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
-from .plan import Plan, ProgressFn
+from .plan import Plan, ProgressFn, strided_groups
 from .read import allows_nan
 from .rows import Prepared, defer_row_kl, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
 from .tokens import token_group_pass
@@ -147,6 +147,13 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     norm_checks: list = []
     if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
         raw = shape_rewards(raw, row["valid"], reward)
+    if (reward.no_eos_value is not None or reward.no_eos_penalty is not None) and "truncated" in row:
+        # TRL's old RLOOTrainer, before normalize_reward: scores of responses without EOS are set to
+        # penalty_reward_value (0.9-0.10) or lowered by missing_eos_penalty (0.11-0.21; rloo_trainer.py L391-393
+        # @v0.21.0)
+        cut = row["truncated"] != 0
+        raw = torch.where(cut, torch.full_like(raw, float(reward.no_eos_value)), raw) \
+            if reward.no_eos_value is not None else raw - cut.to(raw.dtype) * float(reward.no_eos_penalty)
     reward_row = raw
     norm = role_rules.norm_spec(reward)
     if norm is not None and plan.reward_source != "token_level_scores":  # AReaL NormConfig (reward_norm)
@@ -156,7 +163,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
                                              scopes.num_groups, norm, round32=plan.dtype == torch.float32)
         norm_checks = [("reward_norm", mom, gn, g.codes)] if gn.center32 else []
     elif plan.reward_source != "token_level_scores":
-        if plan.group_by == "position":  # the frameworks' own [G, n] reshape of each batch
+        if plan.group_by == "position" and not strided_groups(plan):  # the frameworks' own [G, n] reshape
             from ..ops.blocks import block_normalize
             half = HALF.get(plan.run.reward.dtype)  # OpenRLHF before 0.11.2 shapes bf16 rewards in bf16
             shaped = raw.to(getattr(torch, half)) if half else raw

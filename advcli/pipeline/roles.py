@@ -61,7 +61,8 @@ def row_scalar_roles(plan) -> list[str]:
     """Per-row number columns the estimator or the reward stage reads (AReaL: truncated, bootstrap_value),
     those present in the input."""
     want = [r for r in (*plan.spec.needs, *plan.spec.optional) if role_kind(r) == "scalar" and r != "reward_baseline"]
-    if plan.run.reward.zero_truncated:
+    r = plan.run.reward
+    if r.zero_truncated or r.no_eos_value is not None or r.no_eos_penalty is not None:
         want.append("truncated")
     return [r for r in dict.fromkeys(want) if plan.cmap.has(r)]
 

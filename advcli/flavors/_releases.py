@@ -41,14 +41,16 @@ class Release:
     settings: dict[str, Any] = field(default_factory=dict)  # flavor key -> default at this release
     changes: tuple[Change, ...] = ()  # what changed since the previous release in the flavor's list
     note: str = ""  # one line: which semantics this is ("NeMo RL before #4158")
+    # flavor key -> (the values this release's code runs, where that is read): any other value is refused, as
+    # the trainer itself would not run it (an estimator the release lacks, a key it does not have yet)
+    accepts: dict[str, tuple[tuple, str]] = field(default_factory=dict)
 
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
     "trl": "their GRPOTrainer/RLOOTrainer advantage code predates the None-aware statistics (nanmean/nanstd of "
            "the reward functions) and the RLOOTrainer of today",
-    "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "
-            "what advcli was matched against",
+    "verl": "",  # every published release has an entry (0.1 onwards)
     "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",
     "skyrl": "they predate the advantage code of commit a9564572 advcli was matched against",
     "areal": "",
@@ -67,6 +69,19 @@ def published(package: str) -> dict | None:
         with open(path, encoding="utf-8") as f:
             _PUBLISHED[package] = json.load(f)
     return _PUBLISHED[package]
+
+
+def check_accepts(release: Release, values: dict[str, Any], who: str) -> None:
+    """Refuse a setting the release's code does not run (:attr:`Release.accepts`): ``who`` names the flavor in
+    the message (``--flavor verl``)."""
+    def text(x: Any) -> str:
+        return "null" if x is None else str(x).lower() if isinstance(x, bool) else str(x)
+
+    for key, (allowed, why) in release.accepts.items():
+        if key in values and values[key] not in allowed:
+            raise AdvcliError(f"{who}@{release.name}: {key}={text(values[key])}: {why}",
+                              hint=f"at {release.name} it takes {', '.join(text(a) for a in allowed)}; a newer "
+                                   f"release may have it (`advcli explain {who} --history` lists what changed)")
 
 
 def entry_of(releases: tuple[Release, ...], version: str) -> Release | None:

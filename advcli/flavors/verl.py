@@ -170,7 +170,8 @@ E060 = E050 + ("grpo_vectorized", "rloo_vectorized")
 E071 = E060 + ("gdpo",)
 K01 = ("kl", "abs", "mse")
 K02 = K01 + ("low_var_kl",)
-K040 = K02 + ("k1", "k2", "k3")  # the k-names from 0.4.0; a trailing "+" (straight-through) from 0.6.0, dispatched from 0.8.0
+# the k-names from 0.4.0; a trailing "+" (straight-through) from 0.6.0, which raises until 0.8.0 strips it
+K040 = K02 + ("k1", "k2", "k3")
 
 
 def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = False, correction: bool = False) -> dict:
@@ -185,8 +186,8 @@ def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = Fals
         out["algorithm.norm_adv_by_std_in_grpo"] = ((True,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): "
                                                              "its grpo always divides by the group std")
         out["algorithm.use_kl_in_reward"] = ((False,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): the "
-                                                       "KL goes in the reward unless actor_rollout_ref.actor.use_kl_loss"
-                                                       " is true" + (" (0.1: always)" if tag == "0.1" else ""))
+                                                       "KL goes in the reward " + ("always" if tag == "0.1" else
+                                                       "unless actor_rollout_ref.actor.use_kl_loss is true"))
     if correction:
         for k, default in (("rollout_is", None), ("rollout_rs", None), ("bypass_mode", False)):
             out[rollout_correction.P + k] = ((default,), f"advcli reproduces verl's rollout correction from 0.8.0 "

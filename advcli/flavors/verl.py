@@ -231,7 +231,8 @@ RELEASES = (
             settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset"},
             accepts=_accepts("0.4.1", E040, K040, correction=True), changes=(
                 Change("", ("advcli.k3_input_clamp",), "low_var_kl/k3 clamps ref − logp to ±20 before the estimate "
-                       "(kl_penalty @v0.4.1): tokens further apart than 20 nats get a smaller KL"),)),
+                       "(core_algos.py kl_penalty @v0.4.1); the estimate is clamped to ±10 either way, so only an "
+                       "infinite log-ratio (logp = −inf) differs: 10 instead of NaN"),)),
     Release("0.5.0", "2025-07-23", note="verl 0.5.0: gae skips mask=0 tokens; gpg",
             settings={"advcli.reinforce_holes": "reset"},
             accepts=_accepts("0.5.0", E050, K040, correction=True), changes=(
@@ -260,7 +261,8 @@ RELEASES = (
                        "(the trainer passes old_log_probs)"),
                 Change("", ("algorithm.kl_penalty",), "a trailing + (k3+: the straight-through variant) is "
                        "stripped before the dispatch; before, kl_penalty raised on it"),
-                Change("", ("algorithm.rollout_correction.rollout_is",), "the rollout correction advcli reads"))),
+                Change("", ("algorithm.rollout_correction.rollout_is",), "algorithm.rollout_correction as advcli reads it "
+                       "(rollout_corr_helper.py @v0.8.0); the earlier releases' correction is refused, not reproduced"))),
     Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b", changes=(
         Change("#7300", ("advcli.reinforce_holes",),
                "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "

@@ -261,8 +261,9 @@ RELEASES = (
                        "(the trainer passes old_log_probs)"),
                 Change("", ("algorithm.kl_penalty",), "a trailing + (k3+: the straight-through variant) is "
                        "stripped before the dispatch; before, kl_penalty raised on it"),
-                Change("", ("algorithm.rollout_correction.rollout_is",), "algorithm.rollout_correction as advcli reads it "
-                       "(rollout_corr_helper.py @v0.8.0); the earlier releases' correction is refused, not reproduced"))),
+                Change("", ("algorithm.rollout_correction.rollout_is",),
+                       "algorithm.rollout_correction as advcli reads it (rollout_corr_helper.py @v0.8.0); the "
+                       "earlier releases' correction is refused, not reproduced"))),
     Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b", changes=(
         Change("#7300", ("advcli.reinforce_holes",),
                "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "

@@ -51,7 +51,9 @@ NOT_REPRODUCED: dict[str, str] = {
     "trl": "their GRPOTrainer/RLOOTrainer advantage code predates the None-aware statistics (nanmean/nanstd of "
            "the reward functions) and the RLOOTrainer of today",
     "verl": "",  # every published release has an entry (0.1 onwards)
-    "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",
+    "openrlhf": "their compute_approx_kl does not clamp the KL estimate to ±10 and their group shaping takes the "
+                "rows in generation order (both changed in 0.8.7, OpenRLHF/OpenRLHF openrlhf/models/utils.py, "
+                "experience_maker.py); they have not been checked further",
     "skyrl": "they predate the advantage code of commit a9564572 advcli was matched against",
     "areal": "",
 }

@@ -54,7 +54,7 @@ NOT_REPRODUCED: dict[str, str] = {
     "openrlhf": "their compute_approx_kl does not clamp the KL estimate to ±10 and their group shaping takes the "
                 "rows in generation order (both changed in 0.8.7, OpenRLHF/OpenRLHF openrlhf/models/utils.py, "
                 "experience_maker.py); they have not been checked further",
-    "skyrl": "they predate the advantage code of commit a9564572 advcli was matched against",
+    "skyrl": "0.0.1 is the project's name reservation: its wheel holds skyrl/__init__.py only, no trainer",
     "areal": "",
 }
 INDEX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "index")
@@ -175,8 +175,9 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
             raise AdvcliError(f"{who}@{t}: the commit prefix matches {len(hits)} releases "
                               f"({', '.join(r.name for r in hits)})", hint="give more digits of the commit")
     oldest = releases[0]
-    mine, theirs = _version(t), [_version(r.name) for r in releases]
-    older = (mine is not None and all(theirs) and mine < theirs[0]) or \
+    # the oldest entry named as a version (a table may hold commits beside its releases: skyrl's a9564572)
+    mine, theirs = _version(t), [v for v in (_version(r.name) for r in releases) if v is not None]
+    older = (mine is not None and bool(theirs) and _version(oldest.name) is not None and mine < theirs[0]) or \
             (bool(_DATE.fullmatch(t)) and bool(oldest.date) and t < oldest.date)
     listed = next((r for r in (published(package) or {}).get("releases", ()) if r["version"] == t), None) \
         if package else None

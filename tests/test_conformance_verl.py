@@ -33,9 +33,11 @@ from advcli.errors import AdvcliError
 from advcli.flavors import get, release_of, resolve
 
 VERSION = require("verl")
-# that release's settings, as --set; the actor's KL loss on: verl ≤ 0.3 puts β·KL in the reward unless it is (no
-# effect from 0.4.0), and the estimator tests compare the estimators alone (the reward-KL test turns it off)
-AT_RELEASE = installed_release_args("verl", VERSION) + ["--set", "actor_rollout_ref.actor.use_kl_loss=true"]
+# that release's settings, as --set; the actor's KL loss on and β = 0: verl 0.2-0.3 put β·KL in the reward unless
+# the actor has a KL loss, 0.1 always (no effect from 0.4.0); the estimator tests compare the estimators alone (the
+# reward-KL test sets its own)
+AT_RELEASE = installed_release_args("verl", VERSION) + ["--set", "actor_rollout_ref.actor.use_kl_loss=true",
+                                                        "--set", "algorithm.kl_ctrl.kl_coef=0"]
 SEEDS = (0, 1, 2)
 
 
@@ -146,6 +148,7 @@ def test_estimator_matches_release(tmp_path, seed, estimator):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grpo_without_std_matches_release(tmp_path, seed):
+    has("grpo", tmp_path)
     if "norm_adv_by_std_in_grpo" not in inspect.signature(VERL["compute_grpo_outcome_advantage"]).parameters:
         pytest.skip(f"verl {VERSION}'s grpo always divides by the std (advcli refuses the key at this release)")
     rows = random_rows(seed, group_sizes(seed))

@@ -60,15 +60,8 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     from .runner import run_dump
 
     check_precision(precision)
-    trackers = []
-    if log or log_project or log_name or log_step_offset:  # checked (and the library found) before any work
-        from .tracker import parse_targets
-
-        trackers = parse_targets([log] if isinstance(log, str) else log, log_project, log_name, log_step_offset)
-    if estimator is not None and callable(estimator):
-        from .estimators.user import register_function
-
-        estimator = register_function(estimator)
+    trackers = _trackers(log, log_project, log_name, log_step_offset)  # checked before any work
+    estimator = _user_estimator(estimator)
     given = _specs(inputs)
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in given], source)  # trainer dumps -> canonical Parquet
@@ -113,56 +106,112 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
     return StatsResult(rep)
 
 
-def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, columns: dict | None = None,
-          against: str | None = None, rtol: float | None = None, atol: float | None = None, search: bool = True,
-          top: int = 10, chunk_rows: int = 4096, device: str = "auto", source: str | None = None):
-    """Check logged advantages against advcli's recomputation, like ``advcli audit``: an
-    :class:`advcli.notebook.AuditResult` (``.agree``; ``.table``: the worst rows). ``flavor``: default the
-    dump's trainer (else verl, GRPO when the dump has prompt_id); ``against``: the logged column (default:
-    where the trainer logged them; in Parquet ``advantages``, else ``advantage``); ``rtol``/``atol`` default as
-    the command's (1e-4, 1e-5, ``atol`` widened where the dump rounds its logged values); the rest as
-    :func:`run` and the command's options."""
+def _trackers(log, log_project, log_name, log_step_offset) -> list:
+    """``log``/``log_project``/``log_name``/``log_step_offset`` (``--log`` ...) as tracker targets, checked
+    (and the library found) before any work; [] when none is given."""
+    if not (log or log_project or log_name or log_step_offset):
+        return []
+    from .tracker import parse_targets
+
+    return parse_targets([log] if isinstance(log, str) else log, log_project, log_name, log_step_offset)
+
+
+def _user_estimator(estimator):
+    """A function given as ``estimator=`` kept as a user estimator (its reference); anything else as given."""
+    if estimator is not None and callable(estimator):
+        from .estimators.user import register_function
+
+        return register_function(estimator)
+    return estimator
+
+
+def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, estimator=None,
+          config: str | None = None, columns: dict | None = None, against: str | None = None,
+          rtol: float | None = None, atol: float | None = None, search: bool = True, top: int = 10,
+          chunk_rows: int = 4096, device: str = "auto", source: str | None = None, log=None,
+          log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
+    """Check logged advantages against advcli's recomputation, like ``advcli audit`` (the same resolution and
+    the same audit): an :class:`advcli.notebook.AuditResult` (``.agree``; ``.table``: the worst rows).
+    ``flavor``: ``NAME`` or ``NAME@RELEASE``, default the dump's trainer (else verl, GRPO when the dump has
+    prompt_id); ``settings``: the flavor's own keys (``--set``); ``estimator``: ``--estimator`` (a name, a
+    reference, or a function); ``config``: a YAML/TOML file of settings (``--config``); ``against``: the logged
+    column (default: where the trainer logged them; in Parquet ``advantages``, else ``advantage``);
+    ``rtol``/``atol`` default as the command's (1e-4, 1e-5, ``atol`` widened where the dump rounds its logged
+    values); ``log``...: tracker targets, as :func:`run`; the rest as :func:`run` and the command's options."""
     from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
     from .formats import open_inputs
     from .io.frames import FrameInputs
     from .notebook import AuditResult
-    from .resolution import default_settings, resolve_for_inputs
+    from .resolution import resolve_run
     from .version import stamp
 
     check_tolerances(rtol, atol)
+    trackers = _trackers(log, log_project, log_name, log_step_offset)
+    estimator = _user_estimator(estimator)
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
         flavor_note = None
         if flavor is None:
             flavor, flavor_note = trainer_flavor(specs)
-        flavor, given, auto_note = default_settings(flavor, specs, list((settings or {}).items()))
-        cfg, native, _ = resolve_for_inputs(flavor, specs, given)
-        rep = audit_dump(specs, flavor, cfg, native, columns or {}, auto_note=auto_note, flavor_note=flavor_note,
-                         against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device, search=search,
-                         top=top)
+        # the command's resolution (advcli.commands.resolve: resolve_run), option for option
+        choice = resolve_run(specs, flavor, list((settings or {}).items()), estimator=estimator,
+                             config=None if config is None else str(config))
+        rep = audit_dump(specs, choice.flavor, choice.cfg, choice.native, dict(columns or {}), auto_note=choice.chosen,
+                         flavor_note=flavor_note, against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows,
+                         device=device, search=search, top=top)
         rep = frames.named(stamp(rep, "audit"))
+    if trackers:
+        from .tracker import log_report
+
+        log_report(rep, trackers)
     return AuditResult(rep)
 
 
-def compare(a, b=None, *, configs: list[dict] | None = None, columns: dict | None = None, top: int = 10,
-            chunk_rows: int = 4096, device: str = "auto", source: str | None = None):
-    """Compare two sets of advantages, like ``advcli compare``: an :class:`advcli.notebook.CompareResult`
-    (``.table``: the groups that differ most). Two forms: ``compare(A, B)``, two advcli outputs of the same
-    rows; ``compare(DUMP, configs=[{"flavor": "verl", "settings": {...}}, {...}])``, one dump run under two
-    configurations. Each of ``a``, ``b`` is a path or an in-memory table, as :func:`run` takes."""
-    from .compare import compare_configurations, compare_files
+def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, flavor: str | None = None,
+            settings: dict | None = None, config: str | None = None, columns: dict | None = None, top: int = 10,
+            chunk_rows: int = 4096, device: str = "auto", source: str | None = None, log=None,
+            log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
+    """Compare sets of advantages, like ``advcli compare``: an :class:`advcli.notebook.CompareResult`
+    (``.table``: the groups that differ most). The command's three forms:
+
+    - ``compare(A, B)``: two advcli outputs of the same rows (``advcli compare A B``);
+    - ``compare(DUMP, configs=[{"flavor": "verl", "settings": {...}}, {...}])``: one dump run under two
+      configurations (``--flavor F --set K=V ... --flavor F2 ...``); a configuration may also hold ``"set":
+      ["K=V"]`` and ``"config": PATH``; ``settings``/``config`` given beside ``configs`` apply to both (the
+      ``--set``/``--config`` before the first ``--flavor``);
+    - ``compare(DUMP, estimators=["grpo", "rloo", fn])`` (or ``"grpo,rloo"``): two or more estimators in one
+      flavor's pipeline, every pair (``--estimators``), with ``flavor``, ``settings`` and ``config`` for all.
+
+    Each of ``a``, ``b`` is a path or an in-memory table, as :func:`run` takes; ``columns``: ``--column``;
+    ``log``...: tracker targets, as :func:`run`."""
+    from .compare import compare_configurations, compare_files, compare_runs, estimator_runs
     from .errors import AdvcliError
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
     from .notebook import CompareResult
     from .version import stamp
 
-    if (b is None) == (configs is None) or (configs is not None and len(configs) != 2):
-        raise AdvcliError("compare: give two outputs (compare(a, b)), or one dump and two configurations "
-                          "(compare(dump, configs=[{...}, {...}]))",
+    forms = (b is not None) + (configs is not None) + (estimators is not None)
+    if forms != 1 or (configs is not None and len(configs) != 2):
+        raise AdvcliError("compare: give two outputs (compare(a, b)), one dump and two configurations "
+                          "(compare(dump, configs=[{...}, {...}])), or one dump and estimators "
+                          "(compare(dump, estimators=['grpo', 'rloo']))",
                           hint="compare('dump.parquet', configs=[{'flavor': 'verl', 'settings': "
                                "{'algorithm.adv_estimator': 'grpo'}}, {'flavor': 'verl', 'settings': "
                                "{'algorithm.adv_estimator': 'rloo'}}])")
+    if b is not None and (flavor or settings or config):
+        raise AdvcliError("compare: flavor, settings and config configure a run; two outputs are compared as "
+                          "they are", hint="compare(dump, configs=[...]) or compare(dump, estimators=[...])")
+    if configs is not None:
+        if flavor is not None:
+            raise AdvcliError("compare: each configuration names its flavor (configs=[{'flavor': ...}, ...])")
+        configs = [dict(c) for c in configs]
+        for c in configs:  # what is given beside the configurations applies to both, as before the first --flavor
+            if settings:
+                c["settings"] = {**settings, **(c.get("settings") or {})}
+            if config is not None and c.get("config") is None:
+                c["config"] = str(config)
+    trackers = _trackers(log, log_project, log_name, log_step_offset)
     with FrameInputs() as frames:
         paths = open_inputs([frames.path(x) for x in ([a] if b is None else [a, b])], source)
         if b is not None:
@@ -170,10 +219,18 @@ def compare(a, b=None, *, configs: list[dict] | None = None, columns: dict | Non
 
             labels = tuple(frames.names.get(p) or os.path.basename(p) for p in paths)  # a table by its kind
             res = compare_files(paths[0], paths[1], labels=labels, top=top, column_overrides=columns or {})
+        elif estimators is not None:
+            runs = estimator_runs(paths, estimators, flavor, list((settings or {}).items()),
+                                  None if config is None else str(config))
+            res = compare_runs(paths[0], runs, columns=columns or {}, top=top, chunk_rows=chunk_rows, device=device)
         else:
             res = compare_configurations(paths[0], configs, columns=columns or {}, top=top, chunk_rows=chunk_rows,
                                          device=device)
         res = frames.named(stamp(name_dumps(res), "compare"))
+    if trackers:
+        from .tracker import log_report
+
+        log_report(res, trackers)
     return CompareResult(res)
 
 

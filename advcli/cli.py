@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 import typer
 
@@ -367,6 +368,50 @@ def exit_code_of(argv: list) -> int:
         sys.argv = old
 
 
+_GROUP_PAGE = ([], ["--help"], ["-h"])  # what shows `advcli --help` and nothing else
+
+
+def _page_entry(info):
+    """A stand-in for a registered command on the group's help page: its name, help and docstring, no
+    parameters (the page lists each command's name and first line, never its options)."""
+    import copy
+
+    real = info.callback
+
+    def entry():
+        pass
+
+    entry.__name__, entry.__qualname__, entry.__doc__ = real.__name__, real.__qualname__, real.__doc__
+    stand_in = copy.copy(info)
+    stand_in.callback = entry
+    return stand_in
+
+
+@contextmanager
+def _only_what_runs(argv: list[str]):
+    """While ``app`` runs ``argv``: where its first word names a command (``advcli run ...``), the app holds
+    that command alone; where ``argv`` asks for the group's own page (``advcli --help``), the commands stand in
+    without their parameters. typer turns every registered command into click's before it parses a word
+    (typer 0.29: each parameter's annotation evaluated and its type resolved), most of its own start-up for
+    the twelve commands; the one that runs is converted as before, so parsing, help and errors are the same.
+    Anything else (an option, a typo) keeps them all: an unknown command's message suggests one."""
+    commands, groups = app.registered_commands, app.registered_groups
+    if argv in _GROUP_PAGE:
+        app.registered_commands = [_page_entry(c) for c in commands]
+    else:
+        name = argv[0] if argv else None
+        picked = [c for c in commands if (c.name or c.callback.__name__.lower().replace("_", "-")) == name]
+        picked_groups = [g for g in groups if g.name == name]
+        if not picked and not picked_groups:
+            yield
+            return
+        app.registered_commands, app.registered_groups = picked, picked_groups
+    try:
+        yield
+    finally:
+        app.registered_commands, app.registered_groups = commands, groups
+
+
 def main() -> None:
     import signal
 
@@ -376,7 +421,8 @@ def main() -> None:
         pass
     stdout_was = _stdout_identity()
     try:
-        rv = app(standalone_mode=False)
+        with _only_what_runs(sys.argv[1:]):
+            rv = app(standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         # typer turns KeyboardInterrupt into Exit(130) and, without standalone mode, *returns* the
         # code (it would otherwise exit 0 in silence after Ctrl-C); other Exit codes come back too

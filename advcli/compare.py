@@ -324,6 +324,33 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: str | None = None) -> list[dict]:
+    """The runs of ``--estimators A,B,...`` (``advcli compare`` and :func:`advcli.compare` both): each estimator
+    resolved in the one flavor's pipeline as ``advcli run --estimator NAME`` resolves it
+    (:func:`advcli.resolution.resolve_run`, the same flavor, settings and --config file for all), as
+    :func:`compare_runs` takes them. ``names``: comma-separated, or a list (the library's may hold functions,
+    kept as user estimators)."""
+    from .resolution import resolve_run
+
+    if isinstance(names, str):
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+    else:
+        wanted = list(names or [])
+        if any(callable(n) for n in wanted):
+            from .estimators.user import register_function
+
+            wanted = [register_function(n) if callable(n) else n for n in wanted]
+        names = ",".join(str(n) for n in wanted)
+    if len(wanted) < 2 or len(set(wanted)) != len(wanted):
+        raise AdvcliError(f"--estimators {names!r}: name at least two different estimators, comma-separated "
+                          "(e.g. grpo,rloo)")
+    runs = []
+    for name in wanted:
+        choice = resolve_run(inputs, flavor, list(settings), estimator=name, config=config)
+        runs.append({"label": name, "cfg": choice.cfg, "flavor": choice.flavor, "native": choice.native})
+    return runs
+
+
 def compare_runs(dump: str, runs: list[dict], *, columns: dict | None = None, top: int = 10, chunk_rows: int = 4096,
                  device: str = "auto", announce=None) -> dict:
     """Run ``dump`` under each of ``runs`` ({label, cfg, flavor, native}: resolved configurations, at least

@@ -63,8 +63,9 @@ SCHEMA: dict[str, Key] = {
                          ("auto", "reward", "token_level_scores", "components"), "str"),
     "reward.nan": Key("refuse", "missing (null or NaN) row rewards: `refuse` (the run stops, naming the row) or "
                       "`allow` (TRL: a reward function's None is NaN; NaN components count as 0 in the weighted "
-                      "sum, a row with no reward at all is unscorable and gets advantage 0)",
-                      ("refuse", "allow"), "str"),
+                      "sum, a row with no reward at all is unscorable and gets advantage 0) or `zero` (TRL "
+                      "0.16.0-1.5.1: NaN components count as 0 and a row with no reward at all scores 0)",
+                      ("refuse", "allow", "zero"), "str"),
     "reward.components": Key(None, "component reward columns, e.g. [acc, fmt]; a name with `*` stands for "
                              "every matching column, sorted by name (NeMo gdpo: [\"reward/*\"])", None, "list"),
     "reward.weights": Key(None, "weights of the components (default all 1)", None, "list"),

@@ -58,6 +58,9 @@ class FilterSpec:
     allow_empty: bool = False  # --allow-empty: a filter that keeps no row writes an empty result (else: refused)
     variance_rule: str = "ragen"  # whose variance filter: ragen (the paper, TRL #7242), verl (#7894), skyrl (#2217)
     variance_selection_eps: float | None = None  # top_p target = P·Σ variance − eps (None: the rule's default)
+    # TRL's aggregated rewards as the metric (--flavor trl --set reward_funcs=[...] / multi_objective_aggregation):
+    # (aggregation, reward columns, weights or None); None: the metric column as it is
+    trl_rewards: tuple | None = None
 
     @property
     def selection_eps(self) -> float:
@@ -90,7 +93,10 @@ class FilterSpec:
                 "min_group_size": self.min_group_size, "variance_top_p": self.variance_top_p,
                 "variance_top_k": self.variance_top_k, "variance_include_zero": self.variance_include_zero,
                 "variance_ddof": self.variance_ddof, "mask_dropped": self.mask_dropped,
-                "variance_rule": self.variance_rule, "variance_selection_eps": self.variance_selection_eps}
+                "variance_rule": self.variance_rule, "variance_selection_eps": self.variance_selection_eps,
+                **({"trl_rewards": {"aggregation": self.trl_rewards[0], "reward_funcs": list(self.trl_rewards[1]),
+                                    "reward_weights": None if self.trl_rewards[2] is None
+                                    else list(self.trl_rewards[2])}} if self.trl_rewards else {})}
 
 
 # The variance filter's rule per trainer: all three are open pull requests (not in a release), read at
@@ -121,8 +127,15 @@ def variance_note(spec: FilterSpec) -> str | None:
     r = RULES[spec.variance_rule]
     live = ("; rows with an all-zero response mask and non-finite rewards left out of their group's variance"
             if r["live"] else "")
-    trl = ("; TRL ranks the aggregated rewards: under multi_objective_aggregation=normalize_then_sum those are "
-           "per-group z-scored sums, give them with --metric" if spec.variance_rule == "ragen" else "")
+    trl = ""
+    if spec.trl_rewards:
+        agg, funcs, _ = spec.trl_rewards
+        trl = (f"; ranked by TRL's aggregated rewards ({agg} of {', '.join(funcs)}"
+               + (": each reward z-scored in its group, then summed" if agg == "normalize_then_sum" else "") + ")")
+    elif spec.variance_rule == "ragen":
+        trl = ("; TRL ranks the aggregated rewards: under multi_objective_aggregation=normalize_then_sum those are "
+               "per-group z-scored sums (--flavor trl --set multi_objective_aggregation=normalize_then_sum --set "
+               "'reward_funcs=[...]')")
     return f"variance rule: {r['pr']}, not in any release; selection_eps {spec.selection_eps:g}{live}{trl}"
 
 
@@ -163,11 +176,74 @@ def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
     return lo, hi
 
 
+def trl_rewards_of(flavor: str | None, settings: list[str] | None) -> tuple | None:
+    """``filter --flavor trl --set KEY=VALUE``: TRL's reward aggregation (GRPOConfig reward_funcs, reward_weights,
+    multi_objective_aggregation), read by the trl flavor -> (aggregation, reward columns, weights) when it
+    aggregates more than the reward column, else None. --set with another flavor (or none) is refused."""
+    if not settings:
+        return None
+    from .flavors import get, resolve
+
+    if not flavor or get(flavor).name != "trl":
+        raise AdvcliError("filter --set: the filter reads TRL's reward aggregation keys (reward_funcs, reward_weights, "
+                          "multi_objective_aggregation) with --flavor trl; other flavors' variance rules rank the "
+                          "reward column (or --metric)", hint="drop --set, or give --flavor trl")
+    from .config import parse_set
+
+    items = parse_set(settings)
+    allowed = ("reward_funcs", "reward_weights", "multi_objective_aggregation")
+    for k, _ in items:
+        if k not in allowed:
+            raise AdvcliError(f"filter --set {k}: the filter reads only {', '.join(allowed)} (what TRL's variance "
+                              "filter ranks: the aggregated rewards)", hint="give those keys, or none")
+    cfg, _ = resolve(flavor, items)
+    est, rw = cfg.get("estimator") or {}, cfg.get("reward") or {}
+    agg = est.get("aggregation", "sum_then_normalize")
+    funcs = tuple(rw.get("components") or ()) if rw.get("source") == "components" else ("reward",)
+    if agg == "sum_then_normalize" and funcs == ("reward",):
+        return None
+    weights = rw.get("weights")
+    return agg, funcs, None if weights is None else tuple(float(w) for w in weights)
+
+
+def trl_aggregated(per_func: np.ndarray, group: np.ndarray, agg: str, weights) -> np.ndarray:
+    """float64 [R]: the ``rewards`` TRL's GRPOTrainer ranks in PR #7242 (open; ``_get_reward_variance_filter_mask``
+    on the post-aggregation rewards, trl/trainer/grpo_trainer.py at the PR's 2026-09-16 head), from
+    ``per_func`` [R, K] (NaN: a reward function that returned None) and the rows' group codes.
+
+    ``sum_then_normalize``: ``Σ_k w_k r_k`` (nansum); ``normalize_then_sum``: per group and reward
+    ``(r_k − nanmean)/(nanstd + 1e-4)`` (nanstd unbiased, NaN with ≤ 1 value, 0 in a group of one row), then
+    ``Σ_k w_k ·`` those (nansum); a row with every reward NaN is NaN (as advcli's grpo_nan, TRL
+    GRPOTrainer._generate_and_score_completions). Vectorised with bincount over (group, reward) cells."""
+    R, K = per_func.shape
+    w = np.ones(K) if weights is None else np.asarray(weights, np.float64)
+    if w.size != K:
+        raise AdvcliError(f"reward_weights: {w.size} weights for {K} reward_funcs (TRL raises ValueError here)")
+    unscorable = np.isnan(per_func).all(axis=1) if K else np.ones(R, bool)
+    x = per_func
+    if agg == "normalize_then_sum" and R:
+        G = int(group.max()) + 1
+        cell = (group[:, None] * K + np.arange(K)[None, :]).ravel()  # (group, reward) per value
+        v = per_func.ravel()
+        ok = ~np.isnan(v)
+        cnt = np.bincount(cell[ok], minlength=G * K).astype(np.float64)
+        mean = np.bincount(cell[ok], v[ok], minlength=G * K) / np.where(cnt > 0, cnt, np.nan)
+        dev = np.where(ok, v - mean[cell], 0.0)
+        var = np.bincount(cell, dev * dev, minlength=G * K) / np.where(cnt > 0, cnt, np.nan)
+        std = np.sqrt(var * np.where(cnt > 1, cnt / np.where(cnt > 1, cnt - 1, 1), np.nan))
+        size = np.bincount(group, minlength=G)
+        std = np.where(np.repeat(size, K) > 1, std, 0.0)  # TRL's view(-1, 1, K): a lone row's std is 0
+        x = ((v - mean[cell]) / (std[cell] + 1e-4)).reshape(R, K)
+    out = np.nansum(x * w[None, :], axis=1)
+    out[unscorable] = np.nan
+    return out
+
+
 def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None,
               variance_top_p: float | None = None, variance_top_k: int | None = None,
               variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False,
               allow_empty: bool = False, flavor: str | None = None,
-              variance_selection_eps: float | None = None) -> FilterSpec:
+              variance_selection_eps: float | None = None, settings: list[str] | None = None) -> FilterSpec:
     if min_group_size is not None and min_group_size < 1:
         raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
     if variance_top_p is not None and variance_top_k is not None:
@@ -184,7 +260,8 @@ def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | 
                           "nothing in a step whose P·Σ variance is at most it)")
     return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size, variance_top_p,
                       variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped),
-                      bool(allow_empty), variance_rule_of(flavor), variance_selection_eps)
+                      bool(allow_empty), variance_rule_of(flavor), variance_selection_eps,
+                      trl_rewards_of(flavor, settings))
 
 
 def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> np.ndarray:
@@ -404,6 +481,26 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
                         padding)
 
 
+def read_reward_columns(ins, names: tuple, chunk_rows: int) -> np.ndarray:
+    """float64 [R, K]: the reward columns ``names`` (nulls NaN), in one streaming pass."""
+    import pyarrow as pa
+
+    for c in names:
+        if c not in ins.schema.names:
+            from .errors import did_you_mean
+            raise AdvcliError(f"{ins.paths[0]}: no reward column {c!r} (reward_funcs)."
+                              f"{did_you_mean(c, ins.schema.names)}",
+                              hint="reward_funcs names the dump's reward columns, e.g. --set 'reward_funcs=[acc,fmt]'")
+        t = ins.schema.field(c).type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+            raise AdvcliError(f"{ins.paths[0]}: reward column {c!r} has type {t}; expected one number per row")
+    parts = []
+    for _, _, batch in ins.iter_batches(list(dict.fromkeys(names)), chunk_rows):
+        parts.append(np.stack([np.asarray(batch.column(c).cast(pa.float64()).fill_null(np.nan)
+                                          .to_numpy(zero_copy_only=False), np.float64) for c in names], axis=1))
+    return np.concatenate(parts) if parts else np.zeros((0, len(names)))
+
+
 def live_rows(ins, mask_col: str, chunk_rows: int) -> np.ndarray:
     """bool [R]: the rows whose response mask has a nonzero value (one streaming pass over the mask column;
     a scalar mask column: nonzero)."""
@@ -564,7 +661,16 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
             raise AdvcliError(f"{ins.paths[0]}: column {mask_column!r} has type {mt}; --mask-dropped needs the "
                               "per-token response mask (a list column)",
                               hint="map it with --column response_mask=NAME, or drop the groups (no --mask-dropped)")
+    if spec.trl_rewards and metric:
+        raise AdvcliError("--metric and --set reward_funcs/multi_objective_aggregation both name what groups are "
+                          "ranked by; give one")
+    if spec.trl_rewards:
+        metric_col = spec.trl_rewards[1][0]
     full = read_small_columns(ins, cmap, metric_col, source_col)
+    if spec.trl_rewards:
+        agg, funcs, weights = spec.trl_rewards
+        full.metric = trl_aggregated(read_reward_columns(ins, funcs, chunk_rows), full.group, agg, weights)
+        metric_col = f"TRL {agg} of {', '.join(funcs)}"
     small = without_padding(full)  # verl's synthetic padding rows: in no group, no decision, not written
     scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
     check_solve_rate(spec, small.metric, metric_col)

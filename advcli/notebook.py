@@ -108,17 +108,30 @@ class AuditResult(ReportResult):
 
 
 class CompareResult(ReportResult):
-    """``advcli.compare``: two sets of advantages compared."""
+    """``advcli.compare``: two sets of advantages compared; or, with ``estimators=``, every pair of several
+    (``.pairs``)."""
     title = "advcli comparison"
 
-    def html(self) -> str:
-        from .report.sections import compare_sections, render_sections
+    @property
+    def pairs(self) -> list[dict]:
+        """Each pair's comparison (i < j) of ``compare(dump, estimators=[...])``; [] for the two-set forms."""
+        return self._report.get("pairs") or []
 
-        return render_sections(self._report, "html", *compare_sections(self._report))
+    def html(self) -> str:
+        from .report.sections import compare_sections, estimators_sections, render_sections
+
+        sections_of = estimators_sections if "pairs" in self._report else compare_sections
+        return render_sections(self._report, "html", *sections_of(self._report))
 
     @property
     def table(self):
-        """The groups that differ most; the rows whose sign flips when the rows have no groups."""
+        """The groups that differ most; the rows whose sign flips when the rows have no groups; with
+        ``estimators=``, one row a pair (its figures side by side, as ``advcli compare --estimators``)."""
+        if "pairs" in self._report:
+            from .report.sections import PAIR_FIGURES
+
+            return _table_of([{"a": p["a"]["label"], "b": p["b"]["label"], **{label: get(p) for label, get, _ in
+                                                                               PAIR_FIGURES}} for p in self.pairs])
         groups = (self._report.get("groups") or {}).get("most_different")
         if groups is not None:
             return _table_of([{k: v for k, v in g.items() if k not in ("a", "b", "rewards")} for g in groups],
@@ -127,6 +140,9 @@ class CompareResult(ReportResult):
 
     def __repr__(self) -> str:
         r = self._report
+        if "pairs" in r:
+            return f"<CompareResult {len(r['runs'])} estimators ({', '.join(x['label'] for x in r['runs'])}): " \
+                   f"{len(r['pairs'])} pairs>"
         tk, rw = r.get("tokens") or {}, r.get("row_level") or {}
         from .report import fmt_num
 

@@ -144,6 +144,9 @@ def step_of(entry: dict, position: int) -> int:
 def per_step_series(report: dict, step_offset: int = 0) -> list[tuple[int, dict]]:
     """[(tracker step, {name: number})] of the report's ``per_step`` entries, in order (entries of one
     step, one per domain, merged: their names under ``DOMAIN/``)."""
+    from .report.catalog import not_tracked
+
+    hidden = not_tracked()  # the catalog's figures kept out of the trackers
     steps: dict[int, dict] = {}
     for i, entry in enumerate(report.get("per_step") or []):
         flat = {k: v for k, v in entry.items() if k != "metrics"}
@@ -152,7 +155,7 @@ def per_step_series(report: dict, step_offset: int = 0) -> list[tuple[int, dict]
         values = steps.setdefault(step_of(entry, i) + step_offset, {})
         for k, v in flat.items():
             num = _number(v)
-            if k in ("step", "domain") or num is None:
+            if k in ("step", "domain") or num is None or k in hidden:
                 continue
             values[f"{domain}/{k}" if domain is not None else k] = num
     return sorted(steps.items())
@@ -169,9 +172,12 @@ def summary_values(report: dict) -> dict:
             _flatten("group_health/overall", v.get("overall") or {}, out)
             continue
         _flatten(k, v, out)
+    from .report.catalog import not_tracked
+
+    hidden = not_tracked()  # the catalog's figures kept out of the trackers
     for k, v in (report.get("metrics") or {}).items():
         num = _number(v)
-        if num is not None:
+        if num is not None and k not in hidden:
             out[k] = num
     for d in report.get("diagnostics") or []:
         if d.get("kind") and _number(d.get("count")) is not None:

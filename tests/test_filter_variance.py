@@ -237,3 +237,68 @@ def test_variance_rule_group_variance_unit():
     live = np.array([True, True, True, True, False])
     var, n = group_variance(group, m, 2, 1, live)
     assert var.tolist() == [0.5, 0.0] and n.tolist() == [2.0, 1.0]
+
+
+# TRL #7242 (open) ranks the rewards after GRPOTrainer's multi-reward aggregation. One step, groups of 4:
+# X: acc [0, 10, 0, 10], fmt 0      -> raw sum variance 33.3; normalize_then_sum ±0.866 each: variance ~1
+# Y: acc [0, 0, 0, 1], fmt [0, 1, 1, 1] -> raw sum [0, 1, 1, 2] variance 0.667; z-scores summed [−2, 0, 0, 2]: ~2.67
+# Z: acc [1, 1, None, 1], fmt 1    -> uniform under both (a reward function's None is NaN, left out)
+TRL_ROWS = [("X", 0.0, 0.0), ("X", 10.0, 0.0), ("X", 0.0, 0.0), ("X", 10.0, 0.0),
+            ("Y", 0.0, 0.0), ("Y", 0.0, 1.0), ("Y", 0.0, 1.0), ("Y", 1.0, 1.0),
+            ("Z", 1.0, 1.0), ("Z", 1.0, 1.0), ("Z", None, 1.0), ("Z", 1.0, 1.0)]
+
+
+def trl_aggregated_by_hand(rows, agg, weights=(1.0, 1.0)):
+    """TRL GRPOTrainer's rewards before the variance filter, in plain Python (nanmean, unbiased nanstd, eps 1e-4)."""
+    out = []
+    for pid, acc, fmt in rows:
+        vals = [acc, fmt]
+        if agg == "sum_then_normalize":
+            out.append((pid, 0, sum(w * v for w, v in zip(weights, vals) if v is not None)))
+            continue
+        total = 0.0
+        for k, v in enumerate(vals):
+            if v is None:
+                continue
+            col = [r[1 + k] for r in rows if r[0] == pid and r[1 + k] is not None]
+            mu = sum(col) / len(col)
+            sd = (sum((c - mu) ** 2 for c in col) / (len(col) - 1)) ** 0.5
+            total += weights[k] * (v - mu) / (sd + 1e-4)
+        out.append((pid, 0, total))
+    return out
+
+
+@pytest.mark.parametrize("agg,weights", [("normalize_then_sum", None), ("sum_then_normalize", "[1.0, 30.0]")])
+def test_trl_ranks_its_aggregated_rewards(tmp_path, capsys, agg, weights):
+    t = pa.table({"prompt_id": [r[0] for r in TRL_ROWS], "step": pa.array([0] * len(TRL_ROWS), pa.int64()),
+                  "acc": pa.array([r[1] for r in TRL_ROWS], pa.float64()),
+                  "fmt": pa.array([r[2] for r in TRL_ROWS], pa.float64()),
+                  "reward": pa.array([(r[1] or 0) + r[2] for r in TRL_ROWS], pa.float64())})
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(t, str(src))
+    sets = ["--set", f"multi_objective_aggregation={agg}", "--set", "reward_funcs=[acc, fmt]"]
+    if weights:
+        sets += ["--set", f"reward_weights={weights}"]
+    code, stdout, err = main_rc(capsys, "filter", src, "-o", out, "--variance-top-k", "1", "--flavor", "trl", *sets,
+                                "--json")
+    assert code == 0, err
+    w = (1.0, 30.0) if weights else (1.0, 1.0)
+    want = {pid for _, pid in selection(trl_aggregated_by_hand(TRL_ROWS, agg, w), top_k=1)}
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == want
+    # normalize_then_sum picks Y; the weighted raw sum (fmt ×30) picks Y too, where the plain reward picks X
+    assert want == {"Y"}
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "plain.parquet", "--variance-top-k", "1", "--force")
+    assert code == 0, err
+    assert set(pq.read_table(tmp_path / "plain.parquet").column("prompt_id").to_pylist()) == {"X"}
+    note = " ".join(json.loads(stdout)["notes"])
+    assert "TRL PR #7242 (open)" in note and f"ranked by TRL's aggregated rewards ({agg} of acc, fmt" in note
+
+
+def test_filter_set_needs_trl(tmp_path, capsys):
+    src = hand_dump(tmp_path / "in.parquet")
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--variance-top-k", "1", "--flavor",
+                           "verl", "--set", "reward_funcs=[acc]")
+    assert code == 2 and "with --flavor trl" in err
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--variance-top-k", "1", "--flavor",
+                           "trl", "--set", "beta=0.1")
+    assert code == 2 and "reads only reward_funcs" in err

@@ -185,3 +185,43 @@ def test_replay_dump_refused(tmp_path, capsys):
     (d / "step_000007.pt").rename(d / "step_000008_dp_3.pt")
     code, _, err = run_main(["inspect", d], capsys)
     assert code == 2 and "AReaL trajectory replay dump" in err
+
+
+def test_saved_config_given_with_config_runs_as_beside_the_dump(tmp_path, capsys):
+    """AReaL's trial config.yaml (the whole experiment, as save_config writes it) given with --config FILE
+    --flavor areal: its actor section's training keys (path, optimizer, eps_clip) are not refused, the
+    flavor's keys are taken; the numbers are AReaL's GRPO example computed by hand, the same as when advcli
+    finds the file beside the dump."""
+    import shutil
+
+    from test_first_command import areal_expected
+
+    groups = build(tmp_path / "trial")
+    save_config(tmp_path / "trial")
+    moved = tmp_path / "elsewhere" / "rollout"
+    shutil.copytree(tmp_path / "trial" / "rollout", moved)  # the dump without its trial directory
+    out, beside = tmp_path / "o.parquet", tmp_path / "b.parquet"
+    code, _, err = run_main(["run", moved, "-o", out, "--flavor", "areal", "--config",
+                             tmp_path / "trial" / "config.yaml", "-q"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", tmp_path / "trial" / "rollout", "-o", beside, "--flavor", "areal", "-q"], capsys)
+    assert code == 0, err
+    got = pq.read_table(out).column("advantages").to_pylist()
+    adv, _ = areal_expected(groups)
+    assert np.allclose(got, adv, rtol=1e-5, atol=1e-5)
+    assert pq.read_table(out).column("advantages").to_pylist() == pq.read_table(beside).column("advantages").to_pylist()
+
+
+def test_saved_config_with_a_misspelt_actor_key_is_refused(tmp_path, capsys):
+    import yaml
+
+    build(tmp_path / "trial")
+    save_config(tmp_path / "trial")
+    cfg = yaml.safe_load((tmp_path / "trial" / "config.yaml").read_text())
+    cfg["actor"]["reward_scalling"] = cfg["actor"].pop("reward_scaling")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.dump(cfg))
+    code, _, err = run_main(["run", tmp_path / "trial" / "rollout", "-o", tmp_path / "o.parquet", "--flavor", "areal",
+                             "--config", bad], capsys)
+    assert code == 2
+    assert "'actor.reward_scalling' is not a setting of --flavor areal" in err and "actor.reward_scaling" in err

@@ -77,10 +77,12 @@ def test_run_at_an_aliased_release_gives_trls_numbers(tmp_path):
 
 
 def test_refusal_of_an_older_published_release_names_it(capsys):
-    code, _, err = run_main(["explain", "--flavor", "trl@1.5.1"], capsys)
+    """TRL 0.13.0 has no GRPOTrainer (trl/trainer/ at v0.13.0 holds rloo_trainer.py, no grpo_trainer.py) and its
+    RLOOTrainer is the older online one: accepted as a published name, refused saying so."""
+    code, _, err = run_main(["explain", "--flavor", "trl@0.13.0"], capsys)
     assert code == 2
-    assert "trl 1.5.1 (2026-05-27) is published" in err and "older than 1.6.0" in err
-    assert "Traceback" not in err
+    assert "trl 0.13.0 (2024-12-16) is published" in err and "older than 0.14.0" in err
+    assert "no GRPOTrainer" in err and "Traceback" not in err
 
 
 def test_history_shows_each_published_release_and_its_semantics(capsys):
@@ -89,7 +91,10 @@ def test_history_shows_each_published_release_and_its_semantics(capsys):
     assert "1.10.0, 1.11.0, 1.12.0, 1.13.0, 1.14.0, 1.14.1, 1.14.2 -> 1.10.0" in out
     assert "1.6.0, 1.7.0, 1.7.1, 1.8.0, 1.9.0, 1.9.1, 1.9.2 -> 1.6.0" in out
     assert "1.15.0 -> 1.15.0" in out
-    assert "1.5.1, 1.5.0, 1.4.0" in out and "not reproduced" in out
+    assert "0.27.0, 0.27.1, 0.27.2, 0.28.0, 0.29.0, 0.29.1, 1.0.0, 1.1.0, 1.2.0, 1.3.0, 1.4.0, 1.5.0, 1.5.1 -> 0.27.0" \
+        in out
+    assert "0.22.0, 0.22.1 -> 0.22.0" in out and "0.14.0 -> 0.14.0" in out
+    assert "0.13.0, 0.12.2, 0.12.1" in out and "not reproduced" in out
 
 
 def test_refresh_tool_writes_what_it_read(tmp_path, monkeypatch):

@@ -480,3 +480,59 @@ def test_to_numpy_takes_a_tensor_that_needs_grad_or_is_bfloat16():
     assert st.to_numpy(x).tolist() == [0.5, -1.25, 3.0]
     assert st.to_numpy(x.detach().to(torch.bfloat16), np.float64).tolist() == [0.5, -1.25, 3.0]  # exact in bf16
     assert st.to_numpy([1, 2], np.int64).dtype == np.int64
+
+
+def test_stats_and_other_commands_read_a_response_level_output(tmp_path, capsys):
+    """AReaL's dump holds one reward and a token count (response_length) per response, so its run writes
+    scalar advantages, returns and token_level_rewards. ``advcli stats`` on that output, as a file and as
+    a directory, gives the figures computed here from the file (each row's value over its
+    response_length tokens, as the run weighs it) and the run's own; compare and audit read it too."""
+    from conftest import run_main
+    from test_format_areal import build, save_config
+
+    trial = tmp_path / "trial"
+    build(trial)
+    save_config(trial)
+    d = tmp_path / "outs"
+    d.mkdir()
+    out = d / "o.parquet"
+    code, printed, err = run_main(["run", trial, "-o", out, "--flavor", "areal", "--json"], capsys)
+    assert code == 0, err
+    ran = json.loads(printed)["metrics"]
+    t = pq.read_table(out)
+    assert t.schema.field("advantages").type == pa.float32() and "response_mask" not in t.schema.names
+    L = t.column("response_length").to_numpy().astype(np.float64)
+    adv = t.column("advantages").to_numpy().astype(np.float64)
+    ret = t.column("returns").to_numpy().astype(np.float64)
+    tlr = t.column("token_level_rewards").to_numpy().astype(np.float64)
+    expected = {"critic/advantages/mean": (adv * L).sum() / L.sum(), "critic/advantages/max": adv.max(),
+                "critic/advantages/min": adv.min(), "critic/returns/mean": (ret * L).sum() / L.sum(),
+                "response_length/mean": L.mean(), "response_length/max": L.max(),
+                "critic/rewards/mean": tlr.mean(), "critic/rewards/max": tlr.max(), "critic/rewards/min": tlr.min()}
+    assert abs(tlr).max() > 0  # the sequence reward, not the first token's (0: the reward sits on the last)
+    for target in (out, d):
+        code, printed, err = run_main(["stats", target, "--json"], capsys)
+        assert code == 0, err
+        got = json.loads(printed)["metrics"]
+        assert got["critic/advantages/count"] == ran["critic/advantages/count"] == L.sum()
+        for k, v in expected.items():
+            assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-6), k
+            assert got[k] == pytest.approx(ran[k], rel=1e-6, abs=1e-6), k
+    code, printed, err = run_main(["audit", d, "--flavor", "areal", "--json"], capsys)  # the directory
+    assert code == 0, err
+    assert json.loads(printed)["agree"]
+    other = tmp_path / "scaled.parquet"
+    code, _, err = run_main(["run", trial, "-o", other, "--flavor", "areal", "--set", "actor.reward_scaling=1.0", "-q"],
+                            capsys)
+    assert code == 0, err
+    code, printed, err = run_main(["compare", out, other, "--json"], capsys)
+    assert code in (0, 1), err
+    code, printed, err = run_main(["audit", out, "--flavor", "areal", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(printed)["agree"]
+    code, _, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    kept = tmp_path / "kept.parquet"
+    code, printed, err = run_main(["filter", d / "o.parquet", "-o", kept, "--drop-uniform", "--json"], capsys)
+    assert code == 0, err
+    assert pq.read_schema(kept).field("advantages").type == pa.float32()

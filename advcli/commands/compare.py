@@ -153,56 +153,15 @@ def print_comparison(res: dict) -> None:
 
 
 # ------------------------------------------------------------------------------ many estimators
-def _pct(v) -> str:
-    return "–" if v is None else f"{100 * v:.1f}%"
-
-
-PAIR_FIGURES = (  # (label, how a pair's comparison dict gives it, how it is shown)
-    ("token correlation (Pearson)", lambda p: p["tokens"]["pearson"], "num"),
-    ("tokens changing sign", lambda p: p["tokens"]["sign_change_share"], "pct"),
-    ("mean |A−B| per token", lambda p: p["tokens"]["mean_abs_diff"], "num"),
-    ("row correlation (Pearson)", lambda p: p["row_level"]["pearson"], "num"),
-    ("rows whose sign flips", lambda p: p["row_level"]["sign_flips"], "int"),
-    ("groups with a sign flip", lambda p: (p.get("groups") or {}).get("with_sign_flip"), "int"),
-)
-
-
-def _shown(value, how: str) -> str:
-    from ..report import fmt_num
-
-    if value is None:
-        return "–"
-    return _pct(value) if how == "pct" else (f"{value:,}" if how == "int" else fmt_num(value))
-
-
-def many_sections(rep: dict):
-    """The comparison of several estimators as report sections: the runs, the pairs side by side (one
-    column a pair), and for each pair the groups where they disagree most."""
-    runs = [(f"E{i + 1}", r["label"]) for i, r in enumerate(rep["runs"])]
-    sections = [("Estimators", "kv", [(k, label) for k, label in runs] + [("input", rep["input"])])]
-    names = {r["label"]: k for k, r in zip((k for k, _ in runs), rep["runs"])}
-    heads = [f"{names.get(p['a']['label'], 'A')} vs {names.get(p['b']['label'], 'B')}" for p in rep["pairs"]]
-    rows = [[label] + [_shown(get(p), how) for p in rep["pairs"]] for label, get, how in PAIR_FIGURES]
-    sections.append(("Pairs side by side", "table", ([""] + heads, rows)))
-    for head, p in zip(heads, rep["pairs"]):
-        worst = (p.get("groups") or {}).get("most_different") or []
-        table = [[e["prompt_id"], e["size"], _shown(e["mean_abs_diff"], "num"), _shown(e["sign_agreement"], "pct"),
-                  " ".join("–" if x is None else f"{x:+.3g}" for x in e["a"][:8]),
-                  " ".join("–" if x is None else f"{x:+.3g}" for x in e["b"][:8])] for e in worst]
-        sections.append((f"{head}: groups where they disagree most", "table",
-                         (["group", "rows", "mean |A−B|", "sign agreement", f"A ({p['a']['label']})",
-                           f"B ({p['b']['label']})"], table)))
-    return "advcli compare: estimators", sections
-
-
 def print_many(rep: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from ..report.sections import estimators_sections
     from ..report.terminal import stdout_console
 
     con = stdout_console(highlight=False)
-    _, sections = many_sections(rep)
+    _, sections = estimators_sections(rep)
     for k, label in sections[0][2][:-1]:
         con.print(f"[bold]{escape(k)}[/] {escape(str(label))}")
     head, rows = sections[1][2]
@@ -223,23 +182,16 @@ def print_many(rep: dict) -> None:
 
 
 def run_estimators(paths: list[str], names: str, flavor: list[str] | None, set_: list[str] | None,
-                   config: list[str] | None, column: list[str] | None) -> list[dict]:
-    """The resolved configuration of each estimator of ``--estimators A,B,...`` in the one flavor given."""
-    from .resolve import resolve_cli_config
+                   config: list[str] | None) -> list[dict]:
+    """The resolved configuration of each estimator of ``--estimators A,B,...`` in the one flavor given
+    (:func:`advcli.compare.estimator_runs`, which :func:`advcli.compare` calls too)."""
+    from ..compare import estimator_runs
+    from ..config import parse_set
 
     if flavor and len(flavor) > 1:
         raise AdvcliError("compare --estimators runs every estimator in one flavor's pipeline; give one --flavor",
                           hint="to compare two flavors, give --flavor F --set ... twice without --estimators")
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    if len(wanted) < 2 or len(set(wanted)) != len(wanted):
-        raise AdvcliError(f"--estimators {names!r}: name at least two different estimators, comma-separated "
-                          "(e.g. grpo,rloo)")
-    runs = []
-    for name in wanted:
-        fl, cfg, native, _, _ = resolve_cli_config(paths, (flavor or [None])[0], set_, (config or [None])[0],
-                                                   column, None, estimator=name)
-        runs.append({"label": name, "cfg": cfg, "flavor": fl, "native": native})
-    return runs
+    return estimator_runs(paths, names, (flavor or [None])[0], parse_set(set_), (config or [None])[0])
 
 
 # -------------------------------------------------------------------------------------- command
@@ -297,13 +249,15 @@ def compare_cmd(
         if len(paths) != 1:
             raise AdvcliError(f"compare --estimators runs on one dump; got {len(paths)} paths")
         from ..compare import compare_runs
+        from ..report.sections import estimators_sections
         from ._sections import emit
 
-        runs = run_estimators(paths, estimators, flavor, set_, config, column)
+        runs = run_estimators(paths, estimators, flavor, set_, config)
         rep = name_dumps(compare_runs(paths[0], runs, columns=columns, top=top, chunk_rows=chunk_rows, device=device,
                                       announce=None if json_out else
                                       lambda i, label: typer.echo(f"E{i + 1}: {label} ...", err=True)))
-        emit(rep, "compare", report, json_out, False, many_sections, print_many)
+        rep = emit(rep, "compare", report, json_out, False, estimators_sections, print_many)
+        opt.send_to_trackers(rep, trackers)
         return
     if len(paths) == 2:
         if configs:

@@ -32,6 +32,10 @@ their rule: selection_eps 0.01 (top_p keeps no group of a step whose variance ma
 with an all-zero response mask and non-finite rewards left out of a group's variance. Without a flavor (or
 with trl, PR #7242, open) it is RAGEN-2's rule. Those pull requests mask the other groups out of the loss
 instead of removing them: --mask-dropped does the same (every row kept, their response_mask set to 0).
+TRL's filter ranks the rewards after its multi-reward aggregation: give its settings with --flavor trl --set.
+
+  advcli filter completions.parquet -o snr.parquet --variance-top-p 0.9 --flavor trl \
+--set multi_objective_aggregation=normalize_then_sum --set 'reward_funcs=\\[acc,fmt]'
 
   advcli filter dump.parquet -o snr.parquet --variance-top-p 0.9 --flavor verl --mask-dropped
 """
@@ -62,6 +66,10 @@ def filter_cmd(
     flavor: str | None = typer.Option(
         None, "--flavor", "-f", metavar="NAME", help="Whose variance filter rule --variance-top-p/-k follows: verl "
         "(PR #7894), skyrl (PR #2217), both open; others and none: RAGEN-2's (TRL PR #7242)."),
+    set_: list[str] | None = typer.Option(
+        None, "--set", "-s", metavar="KEY=VALUE", help="With --flavor trl: TRL's reward_funcs, reward_weights and "
+        "multi_objective_aggregation; --variance-top-p/-k then rank TRL's aggregated rewards (PR #7242, open; "
+        "under normalize_then_sum each reward z-scored in its group, then summed). Repeatable."),
     mask_dropped: bool = typer.Option(
         False, "--mask-dropped", help="Keep every row and set the dropped groups' response_mask to 0 (how verl "
         "PR #7894 and TRL PR #7242 apply the variance filter) instead of removing them."),
@@ -85,7 +93,7 @@ def filter_cmd(
 
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
                      variance_ddof, mask_dropped, allow_empty=allow_empty, flavor=flavor,
-                     variance_selection_eps=variance_selection_eps)
+                     variance_selection_eps=variance_selection_eps, settings=set_)
     if not spec.active:
         raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
                                                               "--min-group-size N or --variance-top-p P / "

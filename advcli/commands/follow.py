@@ -24,8 +24,10 @@ steps' files: a restarted follower resumes after the last step it finished, and 
 changes afterwards is reported once (never read again). Memory does not grow with the run: one step is
 held at a time, the state is a few numbers per agent.
 
-prime-rl's trace-stream chunks (``monitors/file/traces/stream/NNNNN.jsonl[.zst]``) plug in through
-:data:`CHUNK_LISTERS` (HOOK, see there); every other format is followed by its step file names.
+prime-rl's trace streams (``monitors/file/traces/stream/NNNNN.jsonl[.zst]`` and the annotation streams)
+plug in through :data:`CHUNK_LISTERS` (:mod:`advcli.commands.follow_stream`: a chunk is not a step there,
+each step is cut out of the streams once its records and annotations have arrived); every other format is
+followed by its step file names.
 """
 from __future__ import annotations
 
@@ -59,14 +61,18 @@ class Unit:
     step: int
     files: list[str]
     sealed: bool | None = None
+    # writes the step's copy under a directory instead of copying ``files`` -> ({rel: [size, mtime_ns, sha]}
+    # of what was taken whole, notes): a stream whose records are cut into steps (prime-rl's)
+    write: Callable[[str], tuple[dict, list[str]]] | None = None
+    named_as: str | None = None  # the directory the written copy stands for (None: the followed root)
 
 
-# HOOK (prime-rl trace streams): a format name -> lister(root) -> [Unit], steps ascending. prime-rl's
-# stream layout (monitors/file/traces/stream/NNNNN.jsonl[.zst], its live chunk included) is read by a
-# format module added separately; its lister registers here with `register_lister("primerl-stream", fn)`,
-# giving each chunk as a Unit (sealed=True once the chunk is sealed, None for the live chunk, which is
-# then taken under the quiet rule). Formats without a lister are listed by their step file names.
-CHUNK_LISTERS: dict[str, Callable[[str], list[Unit]]] = {}
+# A format name -> lister(root) -> [Unit], steps ascending; an entry with a ``start(root, settle, after)``
+# method makes one lister per follow (after: the last step a resumed follow took), which may also have
+# ``taken(step)`` (called after each step is taken) and ``drain()`` (lines to report). prime-rl's trace
+# streams register theirs (advcli.commands.follow_stream). Formats without a lister are listed by their
+# step file names.
+CHUNK_LISTERS: dict[str, Callable] = {}
 
 
 def register_lister(format_name: str, lister: Callable[[str], list[Unit]]) -> None:
@@ -82,6 +88,8 @@ class Watcher:
         self.root, self.source, self.settle = os.path.abspath(root), source, settle
         self.fmt = None  # a Format, or "parquet" (advcli's own Parquet, one file per step)
         self.last_error: AdvcliError | None = None
+        self.after: int | None = None  # the last step a resumed follow took
+        self.lister = None  # CHUNK_LISTERS' lister for the format, once known
 
     def _find_format(self) -> bool:
         from ..formats import discover, get
@@ -123,8 +131,13 @@ class Watcher:
         if self.fmt is None and not self._find_format():
             return []
         name = "parquet" if self.fmt == "parquet" else self.fmt.name
+        from . import follow_stream  # noqa: F401 - registers prime-rl's stream lister
+
         if name in CHUNK_LISTERS:
-            return CHUNK_LISTERS[name](self.root)
+            if self.lister is None:
+                entry = CHUNK_LISTERS[name]
+                self.lister = entry.start(self.root, self.settle, self.after) if hasattr(entry, "start") else entry
+            return self.lister(self.root)
         by_step: dict[int, list[str]] = {}
         for p in (self._parquet_files() if self.fmt == "parquet" else self._walk()):
             if self.fmt != "parquet":
@@ -140,6 +153,13 @@ class Watcher:
                 step = int(nums[-1])
             by_step.setdefault(step, []).append(p)
         return [Unit(s, by_step[s]) for s in sorted(by_step)]
+
+    def taken(self, step: int) -> None:
+        if hasattr(self.lister, "taken"):
+            self.lister.taken(step)
+
+    def drain(self) -> list[str]:
+        return self.lister.drain() if hasattr(self.lister, "drain") else []
 
     def complete(self, unit: Unit, later: bool, now: float) -> bool:
         """Whether ``unit`` can be taken: sealed, or a later step appeared, or every file quiet for the
@@ -186,7 +206,10 @@ def fingerprint(path: str, size: int) -> str:
 def snapshot(root: str, unit: Unit, into: str) -> tuple[dict, list[str]]:
     """Copy the step's complete bytes under ``into`` (the same relative paths, so the format reads them as
     the trainer named them) -> ({relative path: [size taken, mtime_ns, sha256]}, notes). A JSON Lines file
-    is copied up to its last newline: a torn last line is never read as data (said in the notes)."""
+    is copied up to its last newline: a torn last line is never read as data (said in the notes). A unit
+    with its own writer (``Unit.write``) writes its copy itself."""
+    if unit.write is not None:
+        return unit.write(into)
     taken, notes = {}, []
     for p in unit.files:
         rel = os.path.relpath(p, root)
@@ -434,10 +457,29 @@ def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
                 f"groups {gh.get('uniform_groups', '–')} of {gh.get('groups', '–')}")
     else:
         line = f"step {step}: {rep.get('rows')} rows -> {(rep.get('outputs') or ['?'])[0]}"
-    if m.get("critic/advantages/mean") is not None:
-        line += (f", advantages mean {_num(m.get('critic/advantages/mean'))} min "
-                 f"{_num(m.get('critic/advantages/min'))} max {_num(m.get('critic/advantages/max'))}")
-    return line, True, values
+    return line + follow_figures(m), True, values
+
+
+def follow_figures(m: dict) -> str:
+    """The catalog's ``follow`` figures (:mod:`advcli.report.catalog`) of a step's metrics ``m``, a family at
+    a time under its first figure's label, each figure named by its last part (", advantages mean 0.1 min -1
+    max 1"; a figure alone: ", LABEL 0.1"); a family whose first figure the step lacks is left out."""
+    from ..report.catalog import shown_in
+
+    families: dict[str, list] = {}
+    for f in shown_in("follow"):
+        families.setdefault(f.family, []).append(f)
+    text = ""
+    for figs in families.values():
+        if m.get(figs[0].name) is None:
+            continue
+        last = [f.name.rpartition("/")[2] for f in figs]
+        if len(figs) == 1:
+            text += f", {figs[0].label or figs[0].name} {_num(m.get(figs[0].name))}"
+        else:
+            text += f", {figs[0].label or figs[0].family} " + " ".join(f"{k} {_num(m.get(f.name))}"
+                                                                        for k, f in zip(last, figs))
+    return text
 
 
 # ----------------------------------------------------------------------------------------- the loop
@@ -469,6 +511,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                           hint="restart it with the same --flavor/--set/--config/--column/--estimator/--from, or "
                                "give a new --state to follow the run again from its first step")
     watcher = Watcher(root, opts.source, settle)
+    watcher.after = st.last_step
     runner = StepRunner(opts, st)
     logger = None
     if trackers:
@@ -492,6 +535,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             _check_changed(st, root, echo, quiet)
             units = watcher.units()
             _check_late(st, units, root, echo, quiet)
+            for line in watcher.drain():
+                if not quiet:
+                    echo(line, err=True)
             if len(st.changed) != reported:
                 st.save(state_path)  # a restart does not report them again
             todo = [u for u in units if st.last_step is None or u.step > st.last_step]
@@ -500,6 +546,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                 if not watcher.complete(u, i + 1 < len(todo), now):
                     break  # steps are taken in order: never one after a step still being written
                 _take(u, root, st, runner, opts, logger, json_out, quiet, echo)
+                watcher.taken(u.step)
                 st.save(state_path)
                 took = True
                 if fail_fast and st.disagreed:
@@ -539,7 +586,7 @@ def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options
     tmp = tempfile.mkdtemp(prefix="advcli-follow-")
     try:
         taken, notes = snapshot(root, u, tmp)
-        rep = runner.run(u, tmp, root)
+        rep = runner.run(u, tmp, u.named_as or root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     line, agree, values = step_line(opts.command, u.step, rep)

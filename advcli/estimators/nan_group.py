@@ -18,6 +18,12 @@ from . import EstimatorSpec, register
 
 EPS = Key(1e-4, "epsilon added to the std (always, no std > 0 guard)", None, "float")
 MASK_OUTPUT = Key(False, "multiply the broadcast advantage by the response mask (TRL: false)", None, "bool")
+STATS = Key("nan", "`nan` (TRL >= 1.6.0, #5902: a row with no reward at all is left out of the statistics, "
+            "nanmean/nanstd, NaN -> 0) or `plain` (TRL 0.14.0-1.5.1: torch's mean and std of the rewards as "
+            "given, every row counted, no nan_to_num)", ("nan", "plain"), "str")
+SINGLE = Key("zero", "a group of one row (and a batch of one for batch statistics): `zero` (TRL >= 0.27.0, #4662: "
+             "std 0) or `nan` (TRL 0.14.0-0.16.1: torch's std of one value is NaN, and so the advantage)",
+             ("zero", "nan"), "str")
 
 
 def nanstd(t: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
@@ -66,6 +72,8 @@ def grpo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
     ``normalize_then_sum``: per component ``(r_k − μ_g)/(σ_g + 1e-4)``, ``R = Σ_k w_k ·`` those,
     ``A = (R − nanmean_B R)/(nanstd_B R + 1e-4)``. Finally ``A = nan_to_num(A, 0)``.
     """
+    if p.get("stats", "nan") == "plain":
+        return _grpo_plain(table, p)
     g = _groups(table)
     eps = p["eps"]
     dt = table.score.dtype
@@ -108,18 +116,61 @@ def grpo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
     return torch.nan_to_num(adv, nan=0.0)
 
 
+def _std(v: torch.Tensor, p: dict, dim: int | None = None) -> torch.Tensor:
+    """torch's unbiased std of ``v`` (over ``dim``, kept), with TRL >= 0.27.0's guard: 0 where one value
+    (``single=zero``); TRL 0.14.0-0.16.1 left torch's NaN (``single=nan``)."""
+    n = v.numel() if dim is None else v.shape[dim]
+    if n <= 1 and p.get("single", "zero") == "zero":
+        return torch.zeros_like(v)
+    return (v.std() if dim is None else v.std(dim=dim, keepdim=True)).expand_as(v)
+
+
+def _grpo_plain(table: RowTable, p: dict) -> torch.Tensor:
+    """TRL 0.14.0-1.5.1 ``GRPOTrainer`` (grpo_trainer.py, e.g. L2143-2193 @v1.5.1, L497-507 @v0.14.0):
+    ``R`` = the row score (``(rewards_per_func * w).nansum(1)``: no row is NaN, one with no reward at all
+    scores 0; reward.nan=zero), torch's ``mean``/``std`` (unbiased, one call each, no NaN handling):
+    ``A = (R − mean_g R)/(σ + eps)``, σ the group's std (scale=group), the batch's (scale=batch) or no
+    division (none). ``normalize_then_sum`` (0.27.0-1.5.1): per component nanmean/nanstd z-scores in the
+    group, nansum with the weights, then ``(R − mean_B R)/(std_B R + eps)`` with torch's mean and std."""
+    g = _groups(table)
+    eps = p["eps"]
+    rewards = table.score
+    if p["aggregation"] == "sum_then_normalize":
+        mean = g.stacked(rewards, lambda v: v.mean(dim=1, keepdim=True).expand_as(v))
+        if p["scale"] == "batch":
+            std = _per_scope(rewards, table.scopes, lambda v: _std(v, p))
+        else:
+            std = g.stacked(rewards, lambda v: _std(v, p, dim=1))
+        adv = rewards - mean
+        return adv / (std + eps) if p["scale"] != "none" else adv
+    names, per_func = _components(table, rewards.dtype)
+    K = per_func.shape[1]
+    weights = torch.tensor(p["weights"] if p["weights"] is not None else [1.0] * K, dtype=rewards.dtype)
+    if weights.numel() != K:
+        raise AdvcliError(f"{weights.numel()} reward weights for {K} reward functions {names}")
+    normed = torch.empty_like(per_func)
+    for _, _, mat in g.buckets():
+        grouped = per_func[mat]
+        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+        std_k = nanstd(grouped, dim=1, keepdim=True) if grouped.shape[1] > 1 else torch.zeros_like(mean_k)
+        normed[mat] = (grouped - mean_k) / (std_k + eps)
+    summed = (normed * weights[None, :]).nansum(dim=1)
+    return _per_scope(summed, table.scopes, lambda v: (v - v.mean()) / (_std(v, p) + eps))
+
+
 register(EstimatorSpec(
     name="grpo_nan", level="row", uses_groups=True, row_constant=True, row_fn=grpo_nan_row,
     zero_for_uniform_groups=lambda p: p["aggregation"] == "sum_then_normalize",
     formula="A_i = (R_i − nanmean_g R)/(σ + eps), σ = nanstd of the group (scale=group) or of the batch "
             "(scale=batch), no division for scale=none; normalize_then_sum: per-component group z-scores, "
-            "weighted sum, batch z-score; NaN → 0",
+            "weighted sum, batch z-score; NaN → 0. stats=plain (TRL before 1.6.0): torch's mean and std, every "
+            "row counted, no NaN → 0",
     source="TRL GRPOTrainer._generate_and_score_completions (grpo_trainer.py L2679-2730 @f2cd5771)",
     params={"scale": Key("group", "std of the group, of the batch, or none", ("group", "batch", "none"), "str"),
             "aggregation": Key("sum_then_normalize", "sum_then_normalize or normalize_then_sum (GDPO)",
                                ("sum_then_normalize", "normalize_then_sum"), "str"),
             "weights": Key(None, "per-component weights for normalize_then_sum (default all 1)", None, "list"),
-            "eps": EPS, "mask_output": MASK_OUTPUT}))
+            "eps": EPS, "mask_output": MASK_OUTPUT, "stats": STATS, "single": SINGLE}))
 
 
 # ------------------------------------------------------------------------------------------ RLOO
@@ -131,6 +182,8 @@ def rloo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
         normalize: A = (A − nanmean_B A)/(nanstd_B A + 1e-4);  A = nan_to_num(A, 0)
     """
     g = _groups(table)
+    if p.get("stats", "nan") == "plain":
+        return _rloo_plain(table, p)
     names, per_func = _components(table, table.score.dtype)
     rewards = table.score.clone()
     rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
@@ -147,10 +200,25 @@ def rloo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
     return torch.nan_to_num(adv, nan=0.0)
 
 
+def _rloo_plain(table: RowTable, p: dict) -> torch.Tensor:
+    """TRL 0.22.0-1.5.1 ``RLOOTrainer`` (rloo_trainer.py L1284-1302 @v1.5.1, L1257-1270 @v0.22.0) on ``R`` = the
+    row score (nansum of the weighted functions, a row with none scores 0, clipped, minus the KL term):
+    ``A_i = R_i − (Σ_g R − R_i)/(n − 1)`` (n = 1: 0); normalize: ``(A − mean_B A)/(std_B A + eps)``, torch's."""
+    def loo(v):
+        if v.shape[1] <= 1:
+            return torch.zeros_like(v)
+        return v - (v.sum(dim=1, keepdim=True) - v) / (v.shape[1] - 1)
+    adv = _groups(table).stacked(table.score, loo)
+    if p["normalize"]:
+        adv = _per_scope(adv, table.scopes, lambda v: (v - v.mean()) / (v.std() + p["eps"]))
+    return adv
+
+
 register(EstimatorSpec(
     name="rloo_nan", level="row", uses_groups=True, row_constant=True, row_fn=rloo_nan_row,
     zero_for_uniform_groups=lambda p: not p["normalize"],
-    formula="A_i = R_i − (nansum_g R − R_i)/(count_g − 1) (n=1: 0); optional batch z-score (std + eps); NaN → 0",
+    formula="A_i = R_i − (nansum_g R − R_i)/(count_g − 1) (n=1: 0); optional batch z-score (std + eps); NaN → 0. "
+            "stats=plain (TRL 0.22.0-1.5.1): every row counted (count_g = n), torch's mean and std",
     source="TRL RLOOTrainer._generate_and_score_completions (rloo_trainer.py L1538-1561 @f2cd5771)",
     params={"normalize": Key(False, "batch z-score of the advantages (normalize_advantages)", None, "bool"),
-            "eps": EPS, "mask_output": MASK_OUTPUT}))
+            "eps": EPS, "mask_output": MASK_OUTPUT, "stats": STATS}))

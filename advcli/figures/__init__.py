@@ -6,8 +6,9 @@ The collector is fed twice by the pipeline:
    the estimator's row score, groups, steps, valid lengths, the per-row KL of verl's
    ``apply_kl_penalty`` and the β used by each step);
 2. :meth:`FigureCollector.add_chunk` for every chunk of the write pass (advantages, returns, token-level
-   rewards, values, mask, the chunk's layout), or :meth:`FigureCollector.add_row_chunk` (the rows'
-   advantage and return instead of the tokens') when they are row-constant (see "How" below).
+   rewards, values, mask, the chunk's layout), or :meth:`FigureCollector.add_row_values` (the rows'
+   advantage and return, Σ token_level_rewards and length, instead of the tokens) when they are
+   row-constant (see "How" below).
    Either is one chunk's partial figures (:meth:`FigureCollector.token_partials`, a few numbers per row,
    the sample's values in the chunk, histogram counts) added by :meth:`FigureCollector.add_partials` in
    row order: the Ray engine's workers make the partials and one actor adds them.
@@ -77,7 +78,7 @@ outside them in ``underflow``/``overflow``. Neither depends on ``--chunk-rows``.
 How (cost): the token sums are taken per row in float64 (each row reduced on its own), then added to
 each scope's totals row by row in input order, so no figure depends on how rows are cut into chunks.
 For row-level estimators :class:`advcli.pipeline.observe.RunObserver` feeds the rows' final values instead of the tokens
-(:meth:`FigureCollector.add_row_chunk`): the valid-token counts of the row table weight them, and the only
+(:meth:`FigureCollector.add_row_values`): the valid-token counts of the row table weight them, and the only
 per-token work left is Σ token_level_rewards per row.
 
 Memory: a few float64/int64 entries per row (like the row table) plus per-step accumulators, the
@@ -86,6 +87,10 @@ advantages); nothing grows with the number of tokens.
 
 Numpy only (no torch, so that ``advcli stats`` starts without it): the run hands its tensors over at the
 collector's entry points, which convert them once (:func:`advcli.figures.arrays.to_numpy`).
+
+Each figure's name, unit, definition and the places it is shown are registered in
+:mod:`advcli.report.catalog`; a figure computed from the row table is computed there too
+(``Figure.compute``, called by :meth:`FigureCollector.finish`).
 
 Where: :mod:`.collector` (:class:`FigureCollector`, the collector), :mod:`.arrays` (that conversion, per-row
 reductions, group codes), :mod:`.verl_metrics` (the figures under

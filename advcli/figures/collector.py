@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..report.catalog import compute_figures
 from .arrays import Codes, offsets_of, to_numpy, writable_state
 from .histograms import BINS, StreamHistogram, count_bins, histogram, linear_bins
 from .json_values import figure
@@ -272,17 +273,12 @@ class FigureCollector:
         c.reservoir.prepare(st["valid_tokens"])
         return c
 
-    def add_row_chunk(self, row0: int, layout, mask, tlr, adv_row, ret_row) -> None:
+    def add_row_values(self, row0: int, seq_reward, resp_len, adv_row, ret_row) -> None:
         """One chunk whose every valid token of row i holds the advantage ``adv_row[i]`` and the return
         ``ret_row[i]`` (row-level estimators; see :class:`advcli.pipeline.observe.RunObserver`): the figures of
-        :meth:`add_chunk` from the rows, weighted by their valid-token counts (the row table's ``valid_len``). Per token
-        only Σ token_level_rewards per row (and, for padded lists, the last mask=1 position)."""
-        m = to_numpy(mask) > 0 if self.padded else None
-        self.add_row_values(row0, *row_reward_and_length(layout, m, tlr, self.padded), adv_row, ret_row)
-
-    def add_row_values(self, row0: int, seq_reward, resp_len, adv_row, ret_row) -> None:
-        """:meth:`add_row_chunk` with the chunk's Σ token_level_rewards and response length per row
-        (:func:`row_reward_and_length`) made where its tokens are."""
+        :meth:`add_chunk` from the rows, weighted by their valid-token counts (the row table's ``valid_len``),
+        with the chunk's Σ token_level_rewards and response length per row (:func:`row_reward_and_length`)
+        made where its tokens are."""
         adv_row = to_numpy(adv_row, np.float64)
         B = adv_row.size
         rows = slice(row0, row0 + B)
@@ -347,6 +343,7 @@ class FigureCollector:
         metrics.update({f"critic/advantages/{k}": v for k, v in q.items()})
         metrics["critic/advantages/quantiles_exact"] = exact
         metrics.update(group_figures(self))
+        metrics.update(compute_figures(self, allrows, None))  # the catalog's computed figures
 
         per_step = []
         for s in range(self.S):
@@ -357,6 +354,7 @@ class FigureCollector:
                                  "kl_coef": figure(self.betas[s]) if kl_on and s < len(self.betas) else None,
                                  "kl": figure(self.kls[s]) if kl_on and s < len(self.kls) else None}
             d.update(metric_block(self, sel, s))
+            d.update(compute_figures(self, sel, s))
             per_step.append(d)
 
         hist = {

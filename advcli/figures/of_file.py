@@ -151,10 +151,12 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     health = _group_health(rs, parts, ins.schema, health_cols) if out.get("group_health") else None
     padding = int((~rs.keep).sum()) if rs.keep is not None else 0
     metrics, per_step, hist = out["metrics"], out["per_step"], out["histograms"]
-    if not has_adv:  # a raw dump: no advantages to describe
-        drop = ("critic/advantages", "critic/returns", "critic/values", "critic/vf_explained_var", "groups/adv_sign")
-        metrics = {k: v for k, v in metrics.items() if not k.startswith(drop)}
-        per_step = [{k: v for k, v in s.items() if not k.startswith(drop)} for s in per_step]
+    if not has_adv:  # a raw dump: no advantages to describe (the catalog's figures that need them)
+        from ..report.catalog import needing
+
+        drop = set(needing("advantages"))
+        metrics = {k: v for k, v in metrics.items() if k not in drop}
+        per_step = [{k: v for k, v in s.items() if k not in drop} for s in per_step]
         hist.pop("advantages", None)
     if not has_ret:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}

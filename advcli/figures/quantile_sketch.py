@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..report.catalog import QUANTILES
 from .arrays import to_numpy
 from .json_values import figure
 
-QUANTILES = (1, 5, 25, 50, 75, 95, 99)
 RESERVOIR = 65536
 SEED = 0x5EED
 

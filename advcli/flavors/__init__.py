@@ -47,6 +47,11 @@ class Flavor:
     # the framework's own keys (or key prefixes) in a section the flavor reads that change nothing offline:
     # a --config file may hold them (config_file_settings); --set still refuses them
     unread: tuple[str, ...] = ()
+    # sections of the framework's whole configuration that the flavor reads but that mostly hold the trainer's
+    # other settings (AReaL's `actor`: PPOActorConfig, with the model path, optimizer, engine): in a --config
+    # file (the run's saved config.yaml) a key there that is not the flavor's is ignored and listed, unless it
+    # is a near miss of one of the flavor's keys (refused as a misspelling); --set still refuses them
+    mixed_sections: tuple[str, ...] = ()
     # (native values, defaults filled) -> one line saying why the estimator that runs has another name than
     # the one the user chose (ROLL adv_estimator=grpo runs reinforce_plus_plus), or None
     estimator_note: Callable[[dict[str, Any]], str | None] | None = None
@@ -386,7 +391,9 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
     - inside a section the flavor reads: ignored when it is Hydra's (a component starting with ``_``,
       ``_target_``) or one of the framework keys the flavor declares it does not read
       (``Flavor.unread``: verl's ``algorithm.filter_groups``); any other key is refused naming it, with
-      the nearest key, as ``--set`` refuses it (``algorithm.adv_estimater``)."""
+      the nearest key, as ``--set`` refuses it (``algorithm.adv_estimater``); in one of the flavor's
+      ``mixed_sections`` (AReaL's ``actor``, whose saved ``config.yaml`` holds the whole experiment) only a
+      near miss of one of the flavor's keys is refused, any other key there is ignored."""
     import difflib
 
     from ..config import load_config_file
@@ -413,6 +420,10 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
         unread = next((u for u in flavor.unread if k == u or k.startswith(u + ".")), None)
         if hydra is not None or unread is not None:
             keys.append(unread or ".".join(parts[:hydra + 1]))
+            continue
+        if parts[0] in flavor.mixed_sections and not difflib.get_close_matches(k, list(known), n=1,
+                                                                               cutoff=MISSPELLING_RATIO):
+            keys.append(k)  # the trainer's other settings in that section (AReaL's actor.path, actor.optimizer)
             continue
         raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
                           f"{did_you_mean(k, list(known))}",

@@ -48,8 +48,9 @@ class Release:
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
-    "trl": "their GRPOTrainer/RLOOTrainer advantage code predates the None-aware statistics (nanmean/nanstd of "
-           "the reward functions) and the RLOOTrainer of today",
+    "trl": "TRL before 0.14.0 has no GRPOTrainer, and its RLOOTrainer (from 0.9) is the older online "
+           "trainer (rloo_k completions strided over the batch, a reward model's score, the KL per token), which "
+           "advcli does not reproduce",
     "verl": "",  # every published release has an entry (0.1 onwards)
     "openrlhf": "their compute_approx_kl does not clamp the KL estimate to ±10 and their group shaping takes the "
                 "rows in generation order (both changed in 0.8.7, OpenRLHF/OpenRLHF openrlhf/models/utils.py, "

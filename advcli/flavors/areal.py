@@ -199,6 +199,9 @@ FLAVOR = Flavor(
     title="AReaL",  # the framework's name in prose (help, docs)
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True, releases=RELEASES,
+    # the trial's saved config.yaml (AReaL's save_config: the whole experiment) is a --config file as it is:
+    # its actor section is PPOActorConfig, mostly training settings advcli does not read
+    mixed_sections=("actor",),
     notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "
           "−kl_ctl·clamp(k(lp, ref), ±10) on trained tokens (on by default: kl_ctl 0.1, ref = 0 without a ref "
           "column) → GAE over the trained tokens (V = 0 without values; the outcome on a masked last token is "

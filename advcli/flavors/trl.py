@@ -21,6 +21,9 @@ AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 DEFAULT_G = {"grpo": 8, "rloo": 2}  # grpo_config.py L474-475, rloo_config.py L297-298
 DEFAULT_BETA = {"grpo": 0.0, "rloo": 0.05}  # grpo_config.py L671, rloo_config.py L494-495
 
+# the releases whose GRPO/RLOO advantage code changed, oldest first (advcli.trl_code)
+CODES = ("0.14.0", "0.15.0", "0.16.0", "0.22.0", "0.22.2", "0.27.0", "1.6.0")
+
 KEYS = {
     "trainer": Key("grpo", "advcli selector (not a TRL field): grpo = GRPOTrainer, rloo = RLOOTrainer", TRAINERS,
                    "str"),
@@ -36,7 +39,13 @@ KEYS = {
                 "beta acts only in the loss and is not used", None, "float"),
     "normalize_advantages": Key(False, "RLOO: batch z-score of the advantages (std + 1e-4)", None, "bool"),
     "reward_clip_range": Key(None, "RLOO: [lo, hi] clamp of the weighted reward, before the KL term", None, "clip"),
+    "advcli.trl_code": Key("1.6.0", "advcli extension (TRL's releases, set by --flavor trl@RELEASE): the advantage "
+                           "code of TRL release 0.14.0, 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 or 1.6.0 (`advcli "
+                           "explain --flavor trl --history` says what each changed)", CODES, "str"),
 }
+# TRL 0.22.0-0.22.1 (#3935, fixed by #3992): scale_rewards=group took the batch std and did not divide,
+# batch and none divided by the group std (grpo_trainer.py L1391-1423 @v0.22.0)
+SWAPPED = {"group": "none", "batch": "group", "none": "group"}
 
 
 def _scale(value: Any) -> str:
@@ -52,9 +61,39 @@ def _scale(value: Any) -> str:
     return s
 
 
+def _code(v: dict) -> str:
+    code = str(v["advcli.trl_code"])
+    if code not in CODES:
+        raise AdvcliError(f"key advcli.trl_code: unknown value {code!r}.{did_you_mean(code, CODES)} "
+                          f"Valid: {', '.join(CODES)}", hint="--flavor trl@RELEASE sets it from TRL's release")
+    return code
+
+
+def _old_scale(value: Any, code: str) -> str:
+    """scale_rewards as the release ``code`` read it (grpo_config.py / grpo_trainer.py at that tag)."""
+    if code in ("0.14.0", "0.15.0"):  # no scale_rewards: always the group std (L507 @v0.14.0)
+        if value is True or str(value) == "group":
+            return "group"
+        raise AdvcliError(f"key scale_rewards={value!r}: TRL before 0.16.0 has no scale_rewards (GRPOTrainer always "
+                          "divides by the group std; the option came in 0.16.0, #3135)",
+                          hint="drop scale_rewards, or use --flavor trl@0.16.0 or newer")
+    if code == "0.16.0":  # a bool: `if self.scale_rewards:` (L1088 @v0.17.0); TRL's parser takes true/false
+        if value is True or str(value) == "group":
+            return "group"
+        if value is False:
+            return "none"
+        raise AdvcliError(f"key scale_rewards={value!r}: TRL 0.16.0-0.21.0's scale_rewards is a bool (true: divide by "
+                          "the group std, false: do not; the values group/batch/none came in 0.22.0, #3935)",
+                          hint="--set scale_rewards=true or false")
+    scale = _scale(value)
+    return SWAPPED[scale] if code == "0.22.0" else scale
+
+
 def translate(v: dict) -> dict:
     cfg = default_config()
     trainer = v["trainer"]
+    code = _code(v)
+    old = CODES.index(code) < CODES.index("1.6.0")
     g = v["num_generations"] if v["num_generations"] is not None else DEFAULT_G[trainer]
     if g < 1:
         raise AdvcliError(f"key num_generations must be at least 1 (got {g})")
@@ -70,7 +109,24 @@ def translate(v: dict) -> dict:
             raise AdvcliError(f"key reward_weights: {len(weights)} weights but one reward function (the reward "
                               "column); name the reward columns with reward_funcs, e.g. --set 'reward_funcs=[acc,fmt]'")
         funcs = ["reward"]
-    cfg["reward"]["nan"] = "allow"  # a reward function's None is NaN (grpo_trainer.py L1663); nan-aware stats
+    if trainer == "rloo" and CODES.index(code) < CODES.index("0.22.0"):
+        raise AdvcliError("trainer=rloo: TRL before 0.22.0 has the older online RLOOTrainer (RLOOConfig.rloo_k "
+                          "completions of a prompt strided over the batch, a reward model's score, the KL per token), "
+                          "which advcli does not reproduce; the RLOOTrainer advcli reproduces came in 0.22.0 (#3801)",
+                          hint="use trainer=grpo (GRPOTrainer, from 0.14.0), or --flavor trl@0.22.0 or newer")
+    if code == "0.14.0" and weights is not None:
+        raise AdvcliError("key reward_weights: TRL 0.14.0's GRPOTrainer has no reward weights (the reward functions' "
+                          "outputs are summed; reward_weights came in 0.15.0, #2676)",
+                          hint="drop reward_weights, or use --flavor trl@0.15.0 or newer")
+    if CODES.index(code) < CODES.index("0.27.0") and v["multi_objective_aggregation"] != "sum_then_normalize":
+        raise AdvcliError(f"key multi_objective_aggregation={v['multi_objective_aggregation']}: TRL before 0.27.0 "
+                          "sums the weighted rewards and normalizes (normalize_then_sum came in 0.27.0, #4785)",
+                          hint="use --flavor trl@0.27.0 or newer")
+    # a reward function's None is NaN (grpo_trainer.py L1663); 1.6.0+ (#5902): nan-aware stats. 0.16.0-1.5.1:
+    # nansum counts it 0 (a row with none at all scores 0); before 0.16.0 (#3079) TRL cannot take a None
+    # (torch.tensor raises), so a NaN reward is refused as advcli does by default
+    cfg["reward"]["nan"] = "allow" if not old else "zero" if CODES.index(code) >= CODES.index("0.16.0") else "refuse"
+    stats = {"stats": "plain"} if old else {}
     if funcs:
         # rewards_per_func · weights, nansum over functions
         cfg["reward"].update(source="components", components=funcs, weights=weights)
@@ -80,9 +136,13 @@ def translate(v: dict) -> dict:
         if v["normalize_advantages"] or v["reward_clip_range"] is not None:
             raise AdvcliError("keys normalize_advantages and reward_clip_range are RLOOConfig fields; GRPOConfig has "
                               "neither (use --set trainer=rloo)")
-        cfg["estimator"] = {"name": "grpo_nan", "scale": _scale(v["scale_rewards"]),
+        scale = _old_scale(v["scale_rewards"], code) if CODES.index(code) < CODES.index("0.22.2") else \
+            _scale(v["scale_rewards"])
+        cfg["estimator"] = {"name": "grpo_nan", "scale": scale,
                             "aggregation": v["multi_objective_aggregation"], "weights": weights, "eps": 1e-4,
-                            "mask_output": False}
+                            "mask_output": False, **stats}
+        if CODES.index(code) <= CODES.index("0.16.0"):  # no num_generations >= 2 check before 0.17.0
+            cfg["estimator"]["single"] = "nan"
         return cfg
     # RLOOTrainer
     if v["multi_objective_aggregation"] != "sum_then_normalize" or _scale(v["scale_rewards"]) != "group":
@@ -95,28 +155,84 @@ def translate(v: dict) -> dict:
         cfg["kl"].update(in_reward=True, estimator="k1", input_clamp=None, output_clamp=None, mask=True,
                          coef=beta, controller="fixed")
     cfg["estimator"] = {"name": "rloo_nan", "normalize": v["normalize_advantages"], "eps": 1e-4,
-                        "mask_output": False}
+                        "mask_output": False, **stats}
     return cfg
 
 
 def estimator_note(v: dict) -> str | None:
     """Why trainer=grpo/rloo runs advcli's NaN-aware grpo_nan/rloo_nan (translate above)."""
     t = v["trainer"]
+    if str(v.get("advcli.trl_code", "1.6.0")) != "1.6.0":
+        return (f"trainer={t} is TRL {v['advcli.trl_code']}'s {t.upper()}Trainer advantage, torch's plain mean and "
+                f"std of the rewards: advcli's {t}_nan with stats=plain")
     return (f"trainer={t} is TRL's {t.upper()}Trainer advantage, whose statistics skip a reward function's None "
             f"(NaN): advcli's {t}_nan")
 
 
-# Read from the released wheels' trl/trainer/grpo_config.py, grpo_trainer.py and rloo_trainer.py, and run by
-# tests/test_conformance_trl.py against every published release from 1.6.0 (tools/conformance_matrix.py --all
-# trl: each wheel in its own environment, with the settings of the entry it is listed under). Default changes
-# before 1.6 (0.19.0: GRPO beta 0.04 → 0.0; 0.22.0: scale_rewards True → "group", loss_type "bnpo" → "dapo", the
-# RLOOTrainer of today) act in the loss or keep the advantages; releases before 1.6.0 (1.5.1 and older) have
-# advantage code without the None-aware statistics (no unscorable mask) and are not covered. From 1.6.0 to 1.16.0
-# the GRPO advantage block is the same statement for statement, the RLOO one differs by a comment (1.10.0).
+# Read from the released code (trl/trainer/grpo_config.py, grpo_trainer.py, rloo_config.py and rloo_trainer.py at
+# each tag of huggingface/trl) and run by tests/test_conformance_trl.py against the published releases
+# (tools/conformance_matrix.py --all trl: each wheel in its own environment, with the settings of the entry it is
+# listed under). The GRPO advantage block changed at 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 and 1.6.0 and between
+# them only in logging (0.18.0's is_std_zero, 0.26.0's num_generations_eval) or in checks (0.17.0: num_generations
+# >= 2); the RLOOTrainer of today came in 0.22.0 and its block changed at 1.6.0 only (0.27.0's n = 1 guard aside).
+# Default changes that act in the loss (0.19.0: GRPO beta 0.04 -> 0.0; 0.22.0: loss_type "bnpo" -> "dapo";
+# num_iterations, epsilon) keep the advantages. Releases before 0.14.0 have no GRPOTrainer (NOT_REPRODUCED).
 RELEASES = (
+    Release("0.14.0", "2025-01-29", settings={"advcli.trl_code": "0.14.0"},
+            note="TRL 0.14.0: the first GRPOTrainer (grpo_trainer.py L497-507 @v0.14.0)", changes=(
+                Change("", ("trainer",),
+                       "GRPOTrainer: R = the sum of the reward functions' outputs (no weights), A = (R − mean_g)/"
+                       "(std_g + 1e-4) with torch's unbiased std of the group, always divided; a group of one row has "
+                       "std NaN and so advantage NaN (no num_generations >= 2 check). A reward function cannot return "
+                       "None. RLOOTrainer is the older online trainer (rloo_k, a reward model), not reproduced"),)),
+    Release("0.15.0", "2025-02-13", aliases=("0.15.1", "0.15.2"), settings={"advcli.trl_code": "0.15.0"},
+            note="TRL 0.15.0 to 0.15.2: reward_weights", changes=(
+                Change("#2676", ("reward_weights",),
+                       "R = Σ_k w_k r_k with GRPOConfig.reward_weights (default all 1); rewards are gathered across "
+                       "processes before the group statistics (the same numbers for whole groups)"),)),
+    Release("0.16.0", "2025-03-22", aliases=("0.16.1", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0", "0.19.1",
+                                             "0.20.0", "0.21.0"),
+            settings={"advcli.trl_code": "0.16.0"},
+            note="TRL 0.16.0 to 0.21.0 (each run): None rewards count 0, scale_rewards true/false", changes=(
+                Change("#3079", ("reward_funcs",),
+                       "a reward function may return None (NaN): R = nansum_k w_k r_k, so a missing value counts 0 "
+                       "and a row with no reward at all scores 0 and counts in the group's mean and std"),
+                Change("#3135", ("scale_rewards",),
+                       "scale_rewards (a bool, default true): false subtracts the group mean without dividing "
+                       "(Dr. GRPO). From 0.17.0 GRPOConfig refuses num_generations < 2"),)),
+    Release("0.22.0", "2025-08-29", aliases=("0.22.1",), settings={"advcli.trl_code": "0.22.0"},
+            note="TRL 0.22.0 and 0.22.1: scale_rewards group/batch/none, swapped; the RLOOTrainer of today", changes=(
+                Change("#3935", ("scale_rewards",),
+                       "scale_rewards takes group, batch or none (true/false map to group/none), but the branches "
+                       "are swapped: group subtracts the group mean without dividing, batch and none divide by the "
+                       "group std (fixed in 0.22.2, #3992)"),
+                Change("#3801", ("trainer", "beta", "normalize_advantages", "reward_clip_range"),
+                       "RLOOTrainer rewritten on GRPOTrainer's lines: consecutive groups of num_generations, "
+                       "R = clip(nansum_k w_k r_k) − β·Σ_t (old_lp − ref_lp)·mask, leave-one-out baseline, optional "
+                       "batch z-score with torch's std + 1e-4"),)),
+    Release("0.22.2", "2025-09-03", aliases=("0.23.0", "0.23.1", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.26.1",
+                                             "0.26.2"),
+            settings={"advcli.trl_code": "0.22.2"},
+            note="TRL 0.22.2 to 0.26.2 (each run): scale_rewards as named", changes=(
+                Change("#3992", ("scale_rewards",),
+                       "scale_rewards does what it names: group and batch divide by the group's or the batch's std "
+                       "(+ 1e-4), none does not divide; GRPOConfig maps true/false to group/none"),)),
+    Release("0.27.0", "2026-01-16", aliases=("0.27.1", "0.27.2", "0.28.0", "0.29.0", "0.29.1", "1.0.0", "1.1.0",
+                                             "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.5.1"),
+            settings={"advcli.trl_code": "0.27.0"},
+            note="TRL 0.27.0 to 1.5.1 (each run): multi_objective_aggregation", changes=(
+                Change("#4785", ("multi_objective_aggregation",),
+                       "multi_objective_aggregation=normalize_then_sum (GDPO): each reward function z-scored in its "
+                       "group (nanmean/nanstd), the weighted nansum z-scored over the batch with torch's mean and std"),
+                Change("#4662", ("num_generations",),
+                       "a group (or batch) of one row has std 0 instead of NaN"),)),
     Release("1.6.0", "2026-06-11", aliases=("1.7.0", "1.7.1", "1.8.0", "1.9.0", "1.9.1", "1.9.2", "f2cd577",
                                             "f2cd5771"),
-            note="TRL 1.6.0 to 1.9.2 (each run), the advantage code of commit f2cd5771 (advcli's first match)"),
+            note="TRL 1.6.0 to 1.9.2 (each run), the advantage code of commit f2cd5771 (advcli's first match)",
+            changes=(Change("#5902", ("reward_funcs",),
+                            "a row whose every reward function returned None is unscorable: left out of the group's "
+                            "and the batch's statistics (nanmean/nanstd, RLOO's baseline counts the scorable rows) "
+                            "and given advantage 0; before, it scored 0 and counted"),)),
     Release("1.10.0", "2026-08-13", aliases=("1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.14.1", "1.14.2"),
             note="TRL 1.10.0 to 1.14.2 (each run): use_bias_correction_kl defaults to true", changes=(
                 Change("#6503", (),
@@ -151,4 +267,6 @@ FLAVOR = Flavor(
           "with the weights and z-scores over the batch. RLOO: R = clip(Σ w r) − β·Σ_t (old_lp − ref_lp)·mask "
           "(k1, unclamped) before the leave-one-out baseline; optional batch z-score (std + 1e-4). NaN rewards "
           "are skipped by the statistics and get 0 (nan_to_num). One advantage per sample, broadcast over all "
-          "L_i positions (masked ones included).")
+          "L_i positions (masked ones included). Releases before 1.6.0 (trl@0.14.0 to trl@0.27.0, "
+          "advcli.trl_code): torch's plain mean and std, a row whose every reward function returned None scores 0 "
+          "and counts; `advcli explain --flavor trl --history` lists what each changed.")

@@ -1,7 +1,6 @@
 """Helpers the format modules share (not a format: modules starting with ``_`` are not registered)."""
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pyarrow as pa
@@ -17,6 +16,8 @@ F32_LIST = pa.list_(pa.float32())
 
 def text_key(*parts) -> str:
     """A short stable id for a group key made of text or token ids (16 hex digits of blake2b)."""
+    import hashlib  # here: loading OpenSSL is for the dumps that need a key, not for every command's start
+
     h = hashlib.blake2b(digest_size=8)
     for p in parts:
         if not isinstance(p, (str, bytes)):

@@ -67,7 +67,8 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
     out = []
     for spec in inputs:
         if forced is None and not is_dump(spec):
-            out.append(_with_mask(spec, synth_mask) if _converted_level(spec) == "response" else spec)
+            files = _response_level_files(spec)
+            out += [_with_mask(p, synth_mask) if level == "response" else p for p, level in files] if files else [spec]
             continue
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         if key not in _CONVERTED:
@@ -94,6 +95,23 @@ def release_inputs(paths: list[str]) -> None:
             d = os.path.dirname(info.output)
             if os.path.dirname(d) == _TMP.get("dir"):
                 shutil.rmtree(d, ignore_errors=True)
+
+
+def _response_level_files(spec: str) -> list[tuple[str, str | None]]:
+    """(file, level) of each Parquet file of ``spec`` (a file, a directory or a glob) when one of them is a
+    converted response-level file (:func:`_converted_level`: a response-level run's output among them);
+    empty otherwise, ``spec`` then read as it is."""
+    from ..io.reader import expand_inputs
+
+    if os.path.isfile(spec):
+        files = [spec]
+    else:
+        try:
+            files = expand_inputs([spec])
+        except AdvcliError:  # nothing there: the reader says so
+            return []
+    levels = [(p, _converted_level(p)) for p in files]
+    return levels if any(level == "response" for _, level in levels) else []
 
 
 def _converted_level(spec: str) -> str | None:
@@ -143,14 +161,15 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
         with pq.ParquetWriter(target, schema, compression="zstd") as w:
             for b in f.iter_batches(batch_size=65536):
                 offs = pa.array(range(b.num_rows + 1), pa.int32())
-                cols = [pa.ListArray.from_arrays(offs, b.column(n)) if n in scalars else b.column(n)
-                        for n in old.names]
                 if lengths:  # the response's own token count (Format.mask_length), as a direct import does
                     given = b.column(lengths).to_pylist()
                     short += sum(1 for x in given if not (isinstance(x, int) and x >= 1))
                     mask = synthetic_mask(given)
+                    offs = mask.offsets
                 else:
                     mask = pa.ListArray.from_arrays(offs, pa.array([1] * b.num_rows, pa.int8()))
+                cols = [(_spread(b.column(n), n, offs) if lengths else pa.ListArray.from_arrays(offs, b.column(n)))
+                        if n in scalars else b.column(n) for n in old.names]
                 w.write_batch(pa.RecordBatch.from_arrays(cols + [mask], schema=schema))
     info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
@@ -161,6 +180,25 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     _CONVERTED[key] = info
     _record(target, info)
     return target
+
+
+def _spread(col, name: str, offs):
+    """A scalar column of a response-level run's output as lists over the rows' mask (``offs``): the row's
+    advantage and return on each of its tokens (a response-level estimator's are row-constant), its
+    sequence reward (``token_level_rewards``, the row's sum) on its last token, so that every command reads
+    the figures of the run that wrote it."""
+    import numpy as np
+    import pyarrow as pa
+
+    o = offs.to_numpy().astype(np.int64)
+    n = np.diff(o)
+    v = col.to_numpy(zero_copy_only=False)
+    if name == "token_level_rewards":
+        flat = np.zeros(int(o[-1]), v.dtype)
+        flat[o[1:] - 1] = v  # every row has at least one token (synthetic_mask)
+    else:
+        flat = np.repeat(v, n)
+    return pa.ListArray.from_arrays(offs, pa.array(flat, col.type))
 
 
 def _record(target: str, info: ImportInfo) -> None:

@@ -68,13 +68,13 @@ class Chunk:
 
 
 def stream_dir(path: str) -> str:
-    """The episode stream directory of a prime-rl run: ``path`` may be the run directory, its
+    """The episode stream directory of a prime-rl run: ``path`` may be the run directory, its ``monitors``,
     ``monitors/file``, ``monitors/file/traces``, the ``stream`` directory itself, or one chunk of it."""
     p = os.path.abspath(path)
     if os.path.isfile(p):
         return os.path.dirname(p)
     for cand in (p, os.path.join(p, "stream"), os.path.join(p, "traces", "stream"),
-                 os.path.join(p, "monitors", "file", "traces", "stream")):
+                 os.path.join(p, "file", "traces", "stream"), os.path.join(p, "monitors", "file", "traces", "stream")):
         if os.path.basename(cand) == "stream" and os.path.isdir(cand):
             return cand
     raise AdvcliError(f"{path}: no prime-rl trace stream under it (looked for monitors/file/traces/stream/)")
@@ -96,7 +96,7 @@ def stream_chunks(directory: str) -> list[Chunk]:
     return [Chunk(n, files.get(False) or files[True], False not in files) for n, files in sorted(found.items())]
 
 
-def _open(path: str):
+def open_chunk(path: str):
     if not path.endswith(".zst"):
         return open(path, "rb")
     try:
@@ -115,7 +115,7 @@ def chunk_records(path: str, ctx: Context | None = None) -> Iterator[tuple[int, 
     parse is a record still being written (or cut by a crash): not data, said once in ``ctx.notes``; a bad
     line elsewhere is an error naming the chunk and line."""
     try:
-        fh = _open(path)
+        fh = open_chunk(path)
     except OSError as e:
         raise AdvcliError(f"{path}: cannot open it ({e.strerror})") from None
     with fh:
@@ -123,7 +123,7 @@ def chunk_records(path: str, ctx: Context | None = None) -> Iterator[tuple[int, 
         try:
             for i, raw in enumerate(fh, 1):
                 if prev is not None:
-                    yield _parse(path, *prev, last=False)
+                    yield parse_line(path, *prev, last=False)
                 prev = (i, raw) if raw.strip() else None
         except Exception as e:  # zstandard.ZstdError: a damaged sealed chunk
             if isinstance(e, AdvcliError):
@@ -131,7 +131,7 @@ def chunk_records(path: str, ctx: Context | None = None) -> Iterator[tuple[int, 
             raise AdvcliError(f"{path}: cannot decompress it ({e})", hint="a damaged sealed chunk? "
                               "`zstd -t` tests it") from None
         if prev is not None:
-            rec = _parse(path, *prev, last=True)
+            rec = parse_line(path, *prev, last=True)
             if rec is not None:
                 yield rec
             elif ctx is not None:
@@ -139,7 +139,7 @@ def chunk_records(path: str, ctx: Context | None = None) -> Iterator[tuple[int, 
                                  "writer stopped): not read")
 
 
-def _parse(path: str, i: int, raw: bytes, last: bool):
+def parse_line(path: str, i: int, raw: bytes, last: bool):
     try:
         obj = json.loads(raw)
     except ValueError as e:
@@ -280,7 +280,7 @@ def _spread(nodes: list, path: list[int], field: str, missing) -> list:
     return out
 
 
-def _kind(ep: dict) -> str:
+def episode_kind(ep: dict) -> str:
     """``episode_kind`` (prime-rl ``monitors/file/traces/index.py``): the traces' ``info.kind``, else the run's."""
     for tr in ep.get("traces") or []:
         k = (tr.get("info") or {}).get("kind")
@@ -290,7 +290,7 @@ def _kind(ep: dict) -> str:
     return (run.get("work") or {}).get("type") or run.get("type") or "train"
 
 
-def _arrival_step(ep: dict) -> int | None:
+def arrival_step(ep: dict) -> int | None:
     for tr in ep.get("traces") or []:
         info = tr.get("info") or {}
         for key in ("arrival", "dispatch"):
@@ -327,7 +327,7 @@ def read(path: str, ctx: Context):
     evals = 0
     for line, ep in chunk_records(path, ctx):
         require(ctx, line, ep, ("group", "traces"))
-        if _kind(ep) == "eval":
+        if episode_kind(ep) == "eval":
             evals += 1
             continue
         gid = (ep.get("group") or {}).get("id")
@@ -342,7 +342,7 @@ def read(path: str, ctx: Context):
             ship = s if isinstance(s, int) and ship is None else ship
         step = first_step.get(gid)
         if step is None:
-            step = _arrival_step(ep)
+            step = arrival_step(ep)
             step = ship if step is None else step
             first_step[gid] = step
         for tr in traces:

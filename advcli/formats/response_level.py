@@ -79,8 +79,9 @@ def name_sources(result) -> None:
 
 
 def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:
-    """A response-level run's outputs: ``advantages``/``returns`` (one-token lists) become float32
-    scalars and the one-token mask is dropped, file by file (rewritten through a temporary file).
+    """A response-level run's outputs: ``advantages``/``returns`` (row-constant lists: one token, or the
+    response's length) become float32 scalars, ``token_level_rewards`` the row's sum, and the synthetic mask
+    is dropped, file by file (rewritten through a temporary file).
     ``result`` (a RunResult): its inputs name the dumps rather than their temporary Parquet."""
     name_sources(result)
     flags = [p in IMPORTED and IMPORTED[p].level == "response" for p in inputs]
@@ -120,7 +121,10 @@ def _scalarize(path: str) -> None:
             cols = []
             for fl in schema:
                 col = batch.column(fl.name)
-                if fl.name in lists:
+                if fl.name in lists and fl.name == "token_level_rewards":
+                    # the sequence reward: Σ over the row (the reward sits on the last of its response_length tokens)
+                    col = _row_sums32(col)
+                elif fl.name in lists:
                     col = pc.list_element(col, 0).cast(pa.float32())
                 cols.append(col)
             w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
@@ -132,6 +136,19 @@ def _scalarize(path: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _row_sums32(col):
+    """Σ of each row's list (float64, one-value rows their value itself) as float32."""
+    import numpy as np
+    import pyarrow as pa
+
+    offs = col.offsets.to_numpy()
+    vals = col.values.to_numpy(zero_copy_only=False).astype(np.float64)
+    out = np.zeros(len(col), np.float64)
+    has = offs[1:] > offs[:-1]
+    out[has] = np.add.reduceat(vals, offs[:-1][has]) if vals.size else 0.0
+    return pa.array(out.astype(np.float32))
 
 
 # figures that count tokens: a dump without token data cannot give them (its one-token rows would make

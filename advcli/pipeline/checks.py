@@ -63,7 +63,7 @@ def _row_number_roles(plan: Plan) -> list[str]:
 def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
     """Reads the columns of the run (:class:`Plan`) chunk by chunk and refuses (AdvcliError naming file,
     column, row and position) null values, masks other than 0/1, token columns whose rows are not as long
-    as the mask's, non-finite token values, non-finite rewards (NaN allowed with reward.nan=allow), and,
+    as the mask's, non-finite token values, non-finite rewards (NaN allowed with reward.nan=allow or zero), and,
     where the reward sits on the last trained token and must (reward.unplaced=error), a row without one;
     steps that do not split into blocks of grouping.size rows and blocks that disagree with prompt_id
     (:func:`advcli.pipeline.grouping.scope_and_group_codes`)."""
@@ -71,7 +71,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
     mask_name = cmap["response_mask"]
     token_roles = _token_roles(plan)
     number_roles = _row_number_roles(plan)
-    allow_nan = plan.run.reward.nan == "allow"
+    allow_nan = plan.run.reward.nan != "refuse"
     key_cols = group_key_columns(plan)
     keys: dict[str, list] = {c: [] for c in key_cols}
     cols = list(dict.fromkeys([mask_name] + [cmap[r] for r in token_roles + number_roles] + plan.components

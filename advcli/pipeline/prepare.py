@@ -134,11 +134,14 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         if allows_nan(plan):  # TRL: (rewards_per_func * weights).nansum(dim=1); NaN where every function is NaN
             per_func = torch.stack([comps[c] for c in plan.components], dim=1)
             raw = (per_func * torch.tensor([float(w) for w in weights], dtype=plan.dtype)).nansum(dim=1)
-            raw[torch.isnan(per_func).all(dim=1)] = float("nan")
+            if plan.run.reward.nan == "allow":  # TRL >= 1.6.0 (#5902); before, nansum's 0 stands
+                raw[torch.isnan(per_func).all(dim=1)] = float("nan")
         else:
             raw = sum(torch.tensor(float(w), dtype=plan.dtype) * comps[c] for w, c in zip(weights, plan.components))
     elif plan.reward_source == "reward":
         raw = row.get("reward", torch.zeros(R, dtype=plan.dtype))
+        if plan.run.reward.nan == "zero":  # TRL 0.16.0-1.5.1: the one reward function's None nansums to 0
+            raw = torch.nan_to_num(raw, nan=0.0)
     else:
         raw = row["score_sum"]
     ncfg = reward.normalize

@@ -136,7 +136,7 @@ def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtyp
 
 
 def allows_nan(plan: Plan) -> bool:
-    return plan.run.reward.nan == "allow"
+    return plan.run.reward.nan != "refuse"  # allow, zero: NaN read, handled in prepare
 
 
 def roles_to_columns(plan: Plan, roles: list[str]):

@@ -39,7 +39,7 @@ The modules, each importing only those listed before it:
 Their public names are importable from ``advcli.report`` itself.
 """
 from .charts import Axis, position_axis, svg_bars, svg_histogram, svg_lines, value_axis
-from .content import KEY_METRICS, build_report, flat_step, headline, key_metrics, metric_sections, step_columns
+from .content import build_report, flat_step, headline, key_metrics, metric_sections, step_columns
 from .html import fragment, plot_svgs, plots_html, summary_html, to_html
 from .markdown import to_markdown
 from .output import FORMATS, check_report_path, emit, render, report_format, write_report
@@ -58,7 +58,7 @@ from .primitives import (
 from .terminal import print_summary
 
 __all__ = [
-    "CSS", "FORMATS", "FRAGMENT_CSS", "KEY_METRICS", "PALETTE", "Axis", "build_report", "check_report_path", "emit",
+    "CSS", "FORMATS", "FRAGMENT_CSS", "PALETTE", "Axis", "build_report", "check_report_path", "emit",
     "esc", "flat_step", "fmt_examples", "fmt_num", "fragment", "headline", "html_table", "is_num", "key_metrics",
     "md_table", "metric_sections", "plot_svgs", "plots_html", "position_axis", "print_summary", "render",
     "report_format", "short_examples", "step_columns", "summary_html", "svg_bars", "svg_histogram", "svg_lines",

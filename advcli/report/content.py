@@ -10,14 +10,13 @@ from typing import Any
 from ..version import __version__
 from .primitives import fmt_num, is_num
 
-# the figures the terminal summary and the headline of each report show, in order, when present
-KEY_METRICS = [
-    "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/min",
-    "critic/advantages/max", "critic/returns/mean", "critic/values/mean", "response_length/mean",
-    "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff",
-    "rollout_corr/kl", "rollout_corr/chi2_token", "rollout_corr/rollout_is_mean",
-    "rollout_corr/rollout_rs_masked_fraction",
-]
+
+def key_figure_names() -> list[str]:
+    """The figures the terminal summary and the headline of each report show, in order, when present: the
+    catalog's ``summary`` figures (:mod:`advcli.report.catalog`)."""
+    from .catalog import shown_in
+
+    return [f.name for f in shown_in("summary")]
 
 
 # ------------------------------------------------------------------------------------- building
@@ -174,7 +173,7 @@ def headline(report: dict) -> list[tuple[str, str]]:
 
 def key_metrics(report: dict) -> list[tuple[str, Any]]:
     m = report.get("metrics") or {}
-    keys = [k for k in KEY_METRICS if k in m]
+    keys = [k for k in key_figure_names() if k in m]
     if not keys:  # older / minimal producers
         keys = [k for k in m if k.startswith("advantages/") or k.startswith("critic/")][:8]
     return [(k, m[k]) for k in keys]

@@ -12,22 +12,17 @@ from .charts import svg_histogram, svg_lines
 from .content import flat_step, headline, metric_sections, step_columns, step_label
 from .primitives import CSS, FRAGMENT_CSS, esc, fmt_num, html_table, is_num, short_examples
 
-# the figure families shown as cards: the mean large, its min and max beside it
-CARD_FAMILIES = ["critic/score", "critic/rewards", "critic/advantages", "critic/returns", "critic/values",
-                 "response_length"]
-# what a per-step figure's value axis is in, by its family (other figures: the figure's name)
-UNITS = {"response_length": "tokens", "critic/score": "reward", "critic/rewards": "reward",
-         "critic/advantages": "advantage", "critic/returns": "return", "critic/values": "value"}
-
 
 def _step_plots(steps: list[dict]) -> list[str]:
-    """A curve per step for each ``…/mean`` figure and the KL figures; with domains (ROLL's entries per step
-    and domain) one curve per domain."""
+    """A curve per step for each figure the catalog shows by step (``step_plot``, :mod:`advcli.report.catalog`),
+    its value axis titled with the figure's unit; with domains (ROLL's entries per step and domain) one curve
+    per domain."""
+    from .catalog import FIGURES
+
     if len(steps) < 2:
         return []
     cols = [c for c in step_columns(steps) if c not in ("step", "domain")]
-    chosen = [c for c in cols if c.endswith("/mean") or c in ("kl_coef", "kl", "actor/reward_kl_penalty",
-                                                              "actor/reward_kl_penalty_coeff")]
+    chosen = [c for c in cols if c in FIGURES and "step_plot" in FIGURES[c].shown]
     chosen = [c for c in chosen if sum(is_num(s.get(c)) for s in steps) >= 1][:8]
     domains = list(dict.fromkeys(s.get("domain") for s in steps if s.get("domain") is not None))
     xs = list(dict.fromkeys(s.get("step") if is_num(s.get("step")) else i for i, s in enumerate(steps)))
@@ -38,7 +33,7 @@ def _step_plots(steps: list[dict]) -> list[str]:
             series = {str(d): [at.get((x, d)) for x in xs] for d in domains}
         else:
             series = {c: [s.get(c) for s in steps]}
-        out.append(svg_lines(xs, series, f"{c} by step", "step", ylabel=UNITS.get(c.rpartition("/")[0], c)))
+        out.append(svg_lines(xs, series, f"{c} by step", "step", ylabel=FIGURES[c].axis))
     return out
 
 
@@ -85,7 +80,9 @@ def plots_html(report: dict) -> str:
 
 
 def _cards(report: dict) -> list[tuple[str, str, str]]:
-    """(label, value, detail) cards: counts, speed, each figure family's mean with its min and max."""
+    """(label, value, detail) cards: counts, speed, each card figure of the catalog with its min and max."""
+    from .catalog import shown_in
+
     t = report.get("timings") or {}
     m = report.get("metrics") or {}
     cards = [("rows", fmt_num(report.get("rows")), "")]
@@ -99,10 +96,10 @@ def _cards(report: dict) -> list[tuple[str, str, str]]:
     if t.get("tokens_per_s"):  # a small file's stats in M tok/s would read 0.00
         tps = t["tokens_per_s"]
         cards.append(("throughput", f"{tps / 1e6:.2f} M tok/s" if tps >= 1e5 else f"{tps:,.0f} tok/s", ""))
-    for fam in CARD_FAMILIES:
-        if f"{fam}/mean" in m:
-            rng = " · ".join(f"{k} {fmt_num(m[f'{fam}/{k}'])}" for k in ("min", "max") if f"{fam}/{k}" in m)
-            cards.append((f"{fam}/mean", fmt_num(m[f"{fam}/mean"]), rng))
+    for f in shown_in("card"):  # the catalog's card figures, with their family's min and max beside them
+        if f.name in m:
+            rng = " · ".join(f"{k} {fmt_num(m[f'{f.family}/{k}'])}" for k in ("min", "max") if f"{f.family}/{k}" in m)
+            cards.append((f.name, fmt_num(m[f.name]), rng))
     counted = [d for d in report.get("diagnostics") or [] if d.get("count")]
     nwarn = sum(1 for d in counted if d.get("severity") == "warning")
     cards.append(("diagnostics", str(len(counted)), f"{nwarn} warning{'s' if nwarn != 1 else ''}" if counted else ""))

@@ -171,3 +171,47 @@ def compare_sections(res: dict):
     sections.append(("Rows whose sign flips", "table", (["row", "A", "B"], [[e["row"], fmt_num(e["a"]), fmt_num(e["b"])]
                                                                            for e in flips])))
     return "advcli comparison", sections
+
+
+# ------------------------------------------------------------------------------ several estimators
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+PAIR_FIGURES = (  # (label, how a pair's comparison dict gives it, how it is shown)
+    ("token correlation (Pearson)", lambda p: p["tokens"]["pearson"], "num"),
+    ("tokens changing sign", lambda p: p["tokens"]["sign_change_share"], "pct"),
+    ("mean |A−B| per token", lambda p: p["tokens"]["mean_abs_diff"], "num"),
+    ("row correlation (Pearson)", lambda p: p["row_level"]["pearson"], "num"),
+    ("rows whose sign flips", lambda p: p["row_level"]["sign_flips"], "int"),
+    ("groups with a sign flip", lambda p: (p.get("groups") or {}).get("with_sign_flip"), "int"),
+)
+
+
+def _shown(value, how: str) -> str:
+    from .primitives import fmt_num
+
+    if value is None:
+        return "–"
+    return _pct(value) if how == "pct" else (f"{value:,}" if how == "int" else fmt_num(value))
+
+
+def estimators_sections(rep: dict):
+    """(title, sections) of several estimators compared (``advcli compare --estimators``, ``advcli.compare(dump,
+    estimators=[...])``): the runs, the pairs side by side (one column a pair), and for each pair the groups
+    where they disagree most."""
+    runs = [(f"E{i + 1}", r["label"]) for i, r in enumerate(rep["runs"])]
+    sections = [("Estimators", "kv", [(k, label) for k, label in runs] + [("input", rep["input"])])]
+    names = {r["label"]: k for k, r in zip((k for k, _ in runs), rep["runs"])}
+    heads = [f"{names.get(p['a']['label'], 'A')} vs {names.get(p['b']['label'], 'B')}" for p in rep["pairs"]]
+    rows = [[label] + [_shown(get(p), how) for p in rep["pairs"]] for label, get, how in PAIR_FIGURES]
+    sections.append(("Pairs side by side", "table", ([""] + heads, rows)))
+    for head, p in zip(heads, rep["pairs"]):
+        worst = (p.get("groups") or {}).get("most_different") or []
+        table = [[e["prompt_id"], e["size"], _shown(e["mean_abs_diff"], "num"), _shown(e["sign_agreement"], "pct"),
+                  " ".join("–" if x is None else f"{x:+.3g}" for x in e["a"][:8]),
+                  " ".join("–" if x is None else f"{x:+.3g}" for x in e["b"][:8])] for e in worst]
+        sections.append((f"{head}: groups where they disagree most", "table",
+                         (["group", "rows", "mean |A−B|", "sign agreement", f"A ({p['a']['label']})",
+                           f"B ({p['b']['label']})"], table)))
+    return "advcli compare: estimators", sections

@@ -29,7 +29,6 @@ smallest modules; :mod:`.client` (the hand-over) and :mod:`.daemon` (the server)
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import sys
@@ -75,9 +74,23 @@ def server_dir(env: dict | None = None, create: bool = False) -> str:
     return d
 
 
+def sha256(data: bytes = b""):
+    """``hashlib.sha256``, the same digest, from CPython's own implementation where it has one: importing
+    hashlib loads OpenSSL (about 0.02 s of CPU), which every command would pay at its start for the socket's
+    name (:func:`socket_path`, asked before anything else: ``advcli._entry``)."""
+    try:
+        from _sha2 import sha256 as impl  # Python >= 3.12
+    except ImportError:
+        try:
+            from _sha256 import sha256 as impl  # Python 3.10, 3.11
+        except ImportError:  # a build without them
+            from hashlib import sha256 as impl
+    return impl(data)
+
+
 def socket_path(env: dict | None = None, create: bool = False) -> str:
     """This installation's socket: one server per user, Python prefix and advcli package."""
-    key = hashlib.sha256(f"{sys.prefix}\0{sys.executable}\0{PACKAGE_DIR}".encode()).hexdigest()[:12]
+    key = sha256(f"{sys.prefix}\0{sys.executable}\0{PACKAGE_DIR}".encode()).hexdigest()[:12]
     return os.path.join(server_dir(env, create), f"server-{key}.sock")
 
 
@@ -101,7 +114,7 @@ def code_stamp(package_dir: str = PACKAGE_DIR, path: list[str] | None = None) ->
     modification time, which any output written into a source tree on ``sys.path`` would move.
     ``sys.path[0]`` (the script's directory, or the working directory for ``python -m``) is left out:
     it differs between the ``advcli`` script and the server."""
-    h = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{package_dir}".encode())
+    h = sha256(f"{sys.executable}\0{sys.version}\0{package_dir}".encode())
     for root, dirs, files in os.walk(package_dir):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for f in sorted(files):

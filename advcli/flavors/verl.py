@@ -203,7 +203,8 @@ RELEASES = (
                       "always", "advcli.k3_input_clamp": False},
             accepts=_accepts("0.1", E01, K01, old_config=True, correction=True)),
     Release("0.2", "2025-02-15", aliases=("0.2.0.post1", "0.2.0.post2"),
-            note="verl 0.2: gae, grpo, reinforce_plus_plus, remax; the KL in the reward unless the actor's KL loss",
+            note="verl 0.2: gae, grpo, reinforce_plus_plus, remax; the KL in the reward unless the actor's KL loss "
+                 "(its GRPO examples turn it on: --set actor_rollout_ref.actor.use_kl_loss=true)",
             settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
             accepts=_accepts("0.2", E02, K02, old_config=True, correction=True), changes=(
                 Change("", ("algorithm.adv_estimator",), "grpo (group mean and unbiased std of the row sums, "

@@ -450,7 +450,7 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
     values = native_values(flavor, _release_items(fa) + items)
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
-        check_accepts(fa.release, values, f"--flavor {flavor.name}")
+        check_accepts(fa.release, values, f"--flavor {flavor.name}", fa.asked)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}

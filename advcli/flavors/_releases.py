@@ -74,15 +74,16 @@ def published(package: str) -> dict | None:
     return _PUBLISHED[package]
 
 
-def check_accepts(release: Release, values: dict[str, Any], who: str) -> None:
+def check_accepts(release: Release, values: dict[str, Any], who: str, asked: str | None = None) -> None:
     """Refuse a setting the release's code does not run (:attr:`Release.accepts`): ``who`` names the flavor in
-    the message (``--flavor verl``)."""
+    the message (``--flavor verl``), ``asked`` the release as the user gave it (``0.3.0.post1``, an alias)."""
     def text(x: Any) -> str:
         return "null" if x is None else str(x).lower() if isinstance(x, bool) else str(x)
 
+    named = release.name if not asked or asked == release.name else f"{asked} (release {release.name}'s code)"
     for key, (allowed, why) in release.accepts.items():
         if key in values and values[key] not in allowed:
-            raise AdvcliError(f"{who}@{release.name}: {key}={text(values[key])}: {why}",
+            raise AdvcliError(f"{who}@{named}: {key}={text(values[key])}: {why}",
                               hint=f"at {release.name} it takes {', '.join(text(a) for a in allowed)}; a newer "
                                    f"release may have it (`advcli explain {who} --history` lists what changed)")
 

@@ -28,7 +28,7 @@ from .errors import AdvcliError
 from .lazy_torch import torch
 from .ops import rollout_correction as rc
 from .ragged import Ragged
-from .runspec import Correction, RunSpec, as_dict
+from .runspec import Correction, RunSpec
 
 OUTPUT_WEIGHTS = "rollout_is_weights"
 OUTPUT_MASK = "response_mask_after_rs"
@@ -51,12 +51,12 @@ HIST_BINS = 50
 def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
     """The correction this run applies (None: none), after checking columns; adds the output columns
     to ``plan.output_columns`` and the log-prob roles to ``plan.token_roles``."""
-    section = as_dict(plan.run.correction)
-    warnings.extend(section.get("ignored") or [])
-    mode = section.get("mode", "off")
+    section = plan.run.correction
+    warnings.extend(section.ignored)
+    mode = section.mode
     cmap, file = plan.cmap, plan.cmap.file
     if mode == "off":
-        for role, why in section.get("unused") or ():  # a column the flavor reads only with its correction on
+        for role, why in section.unused:  # a column the flavor reads only with its correction on
             if cmap.has(role):
                 warnings.append(f"{file}: column {cmap[role]!r} ({role}) is unused: {why}")
         return None
@@ -111,14 +111,13 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
 
 def explain_lines(correction: Correction) -> list[str]:
     """``advcli explain``: the correction's lines of the pipeline (none when it is off)."""
-    sec = as_dict(correction)
-    if sec.get("mode", "off") == "off":
+    if correction.mode == "off":
         return []
-    spec = rc.spec_from_config(sec)
+    spec = rc.spec_from_config(correction)
     if spec.gate is not None:
         return gate_explain_lines(spec.gate)
     when = ("whenever the input has rollout_log_probs (metrics only unless an option is set)"
-            if sec.get("mode") == "auto" else "needs rollout_log_probs and old_log_probs")
+            if correction.mode == "auto" else "needs rollout_log_probs and old_log_probs")
     out = [f"     rollout corr.    {when}; lr = old_log_probs − rollout_log_probs, C = clamp ±20, S_i = Σ lr·m"]
     if spec.weights:
         base = "exp(C(lr_t))·m_t" if spec.level == "token" else "exp(C(S_i))·m_t"
@@ -222,9 +221,9 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
     lacks a log-prob column."""
     if not (cmap.has("old_log_probs") and cmap.has("rollout_log_probs")):
         return False
-    section = as_dict(run.correction) if run is not None else {}
-    if section.get("mode", "off") == "off":
-        section = {"mode": "auto"}
+    section = run.correction if run is not None else Correction()
+    if section.mode == "off":  # the metrics alone: every option off, no weights
+        section = Correction(mode="auto", is_upper=None)
     spec = rc.spec_from_config(section)
     dtype = torch.float64 if run is not None and run.precision == "float64" else torch.float32
     from .io.arrow_torch import list_column_to_tensor

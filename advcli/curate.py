@@ -453,13 +453,10 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     step = None
     if step_col:
         step = numeric(chunked(step_col), step_col, file0).astype(np.int64) if R else np.zeros(0, np.int64)
-        pair = np.stack([step, pcodes])
-        # first-appearance order of the (step, prompt_id) pairs
-        _, first, inv = np.unique(pair, axis=1, return_index=True, return_inverse=True)
-        rank = np.empty(first.size, np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(first.size)
-        group = rank[inv.ravel()]
-        order = np.sort(first)
+        from .ops.grouprule import by_first_appearance, id_groups, scope_codes
+
+        # the (step, prompt_id) groups (advcli.ops.grouprule, the run's rule), in first-appearance order
+        group, order = by_first_appearance(*id_groups(scope_codes(step)[0], pcodes))
         gids, gsteps = [puniq[pcodes[i]] for i in order], [int(step[i]) for i in order]
     else:
         group = pcodes

@@ -131,11 +131,11 @@ def _rule(spec, params: dict) -> str:
 class Diagnostics:
     """Collects the diagnostics of one run: row-level checks once, token-level ones per chunk."""
 
-    def __init__(self, *, ids: Callable[[list[int]], list] | None = None, kl_cfg: dict | None = None,
+    def __init__(self, *, ids: Callable[[list[int]], list] | None = None, kl=None,
                  drops: bool = False, token_scores: bool = False, rule: str | None = None):
         self.ids = ids or (lambda rows: [None] * len(rows))
         self.rule = rule  # the framework's float32 rule, as the flavor names it (config diagnostics.rule)
-        self.kl_cfg = kl_cfg  # the kl section of the canonical config when KL enters the reward
+        self.kl = kl  # the run spec's kl section (advcli.runspec.KL) when KL enters the reward, else None
         self.drops = drops
         self.token_scores = token_scores
         self.items: list[dict] = []
@@ -401,14 +401,14 @@ class Diagnostics:
         m = None
         if self.token_scores and self.drops and "token_level_scores" in tok:
             m = mask.detach().to("cpu") > 0
-        policy = (self.kl_cfg or {}).get("policy", "old_log_probs")  # kl.policy; kl.missing=zeros: zeros
-        zeros_ok = (self.kl_cfg or {}).get("missing") == "zeros" and (policy in tok or "ref_log_probs" in tok)
-        if self.kl_cfg is not None and ((policy in tok and "ref_log_probs" in tok) or zeros_ok):
-            c = self.kl_cfg
+        c = self.kl
+        policy = c.policy if c is not None else "old_log_probs"  # kl.policy; kl.missing=zeros: zeros
+        zeros_ok = c is not None and c.missing == "zeros" and (policy in tok or "ref_log_probs" in tok)
+        if c is not None and ((policy in tok and "ref_log_probs" in tok) or zeros_ok):
             z = torch.zeros_like(mask.detach().to("cpu"))
             lp = tok[policy].detach().to("cpu") if policy in tok else z
             ref = tok["ref_log_probs"].detach().to("cpu") if "ref_log_probs" in tok else z
-            flags = kl_ops.kl_clamp_flags(lp, ref, c["estimator"], c.get("input_clamp"), c.get("output_clamp"))
+            flags = kl_ops.kl_clamp_flags(lp, ref, c.estimator, c.input_clamp, c.output_clamp)
             for acc, flag in zip((kl_in, kl_out), flags):
                 if flag is None:
                     acc["checked"] = False
@@ -418,7 +418,7 @@ class Diagnostics:
                     continue
                 if m is None:
                     m = mask.detach().to("cpu") > 0
-                f = flag & m if c.get("mask", True) else flag
+                f = flag & m if c.mask else flag
                 if not bool(f.any()):
                     continue
                 acc["count"] += int(f.sum())
@@ -461,16 +461,15 @@ class Diagnostics:
                         "severity": "warning", "examples": self.tls_dropped["examples"],
                         "explanation": f"non-zero token_level_scores on mask=0 tokens ({self.tls_dropped['tokens']} "
                                        "tokens): the estimator reads rewards only at mask=1 tokens, so they are lost."})
-        if self.kl_cfg is not None:
-            for kind, acc, what in (("kl_input_clamp", self.kl_in, f"|ref − logp| > {self.kl_cfg.get('input_clamp')}"),
-                                    ("kl_output_clamp", self.kl_out,
-                                     f"|KL estimate| > {self.kl_cfg.get('output_clamp')}")):
+        if self.kl is not None:
+            for kind, acc, what in (("kl_input_clamp", self.kl_in, f"|ref − logp| > {self.kl.input_clamp}"),
+                                    ("kl_output_clamp", self.kl_out, f"|KL estimate| > {self.kl.output_clamp}")):
                 if not acc.get("checked"):
                     continue
                 out.append({"kind": kind, "count": acc["count"], "unit": "tokens", "severity": "info",
                             "examples": acc["examples"],
                             "explanation": f"{acc['count']} tokens in {acc['rows']} rows had {what} and were cut by "
-                                           f"the clamp (KL estimator {self.kl_cfg.get('estimator')}); their KL penalty "
+                                           f"the clamp (KL estimator {self.kl.estimator}); their KL penalty "
                                            "is bounded, not the true value."})
         out.append({"kind": "nonfinite_advantages", "count": self.nonfinite["count"], "unit": "rows",
                     "severity": "warning", "examples": self.nonfinite["examples"],

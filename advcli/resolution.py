@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import AdvcliError
+from .runspec import RunSpec
 
 PRECISIONS = ("float32", "float64")  # float32 reproduces the frameworks; float64 computes the intended math
 
@@ -102,7 +103,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     if implied:
         settings = implied + list(settings)
         cfg, native = resolve(fa, settings, config)
-        if flavor.group_size_key in dict(implied) and (cfg.get("grouping") or {}).get("by") != "position":
+        if flavor.group_size_key in dict(implied) and RunSpec.from_config(cfg).grouping.by != "position":
             lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
     try:
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
@@ -201,7 +202,7 @@ def saved_settings(flavor, infos: list, given: dict) -> tuple[list[tuple[str, ob
 def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
     """'groups: the dump's task_id' where the run groups rows by the dump's own group key."""
     infos = _infos(inputs)
-    if not infos or any(i is None for i in infos) or (cfg.get("grouping") or {}).get("by") not in ("id", "runs"):
+    if not infos or any(i is None for i in infos) or RunSpec.from_config(cfg).grouping.by not in ("id", "runs"):
         return []
     return [f"groups: the dump's {_group_key(infos[0])}"]
 
@@ -241,10 +242,10 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     n_samples_per_prompt 1 is that method's normal case (the group term 0, A = −coef·(lp − teacher)), which
     slime runs."""
     key = flavor.group_size_key
-    grouping = cfg.get("grouping") or {}
-    if not key or key in given or grouping.get("by") != "position" or grouping.get("size") != 1:
+    run = RunSpec.from_config(cfg)
+    if not key or key in given or run.grouping.by != "position" or run.grouping.size != 1:
         return
-    if (cfg.get("advantage") or {}).get("distill_coef"):
+    if run.advantage.distill_coef:
         return
     sizes = _group_sizes(inputs)
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
@@ -265,22 +266,25 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     infos = _infos(inputs)
     if infos and all(i is not None for i in infos):
         return _sizes(infos)
-    from .io.reader import expand_inputs, open_parquet
+    import numpy as np
+    import pandas as pd
 
-    counts: dict = {}
+    from .io.reader import expand_inputs, open_parquet
+    from .ops.grouprule import id_groups, scope_codes, size_counts
+
+    pids, steps = [], []
     for path in expand_inputs(inputs):
         f = open_parquet(path)
         names = f.schema_arrow.names
         if "prompt_id" not in names:
             return None
         t = f.read(columns=["prompt_id"] + (["step"] if "step" in names else []))
-        steps = t.column("step").to_pylist() if "step" in names else [None] * t.num_rows
-        for key in zip(steps, t.column("prompt_id").to_pylist()):
-            counts[key] = counts.get(key, 0) + 1
-    hist: dict[int, int] = {}
-    for n in counts.values():
-        hist[n] = hist.get(n, 0) + 1
-    return hist
+        pids.append(t.column("prompt_id").to_numpy())
+        steps.append(t.column("step").to_numpy().astype(np.float64) if "step" in names else
+                     np.full(t.num_rows, np.nan))
+    codes = pd.factorize(np.concatenate(pids) if pids else np.zeros(0), sort=False)[0]
+    # the (step, prompt_id) groups, as the run forms them by id (a file without a step column: a step of its own)
+    return size_counts(id_groups(scope_codes(np.concatenate(steps) if steps else np.zeros(0))[0], codes)[0])
 
 
 def default_settings(flavor, inputs: list[str], settings: list) -> tuple:

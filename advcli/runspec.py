@@ -1,114 +1,220 @@
 """The run spec: the resolved configuration of one run, typed and frozen, one small dataclass per section.
 
-The configuration arrives as the canonical dict (flavor keys translated, defaults filled, values checked:
-:mod:`advcli.config`); :func:`RunSpec.from_config` reads it once, and each pipeline stage is handed the
-section it reads (``plan.run.reward``, ``plan.run.kl``, ...) instead of looking keys up by string path.
-The fields mirror the keys of ``config.SCHEMA`` (``reward.normalize.mean`` is ``run.reward.normalize.mean``;
-the ``advantage.whiten*`` and ``advantage.batch_normalize`` keys form the ``whitening`` section).
+The dataclasses below *are* the declaration of the canonical configuration's keys: each field made by
+:func:`key` carries its default, type (``kind``), choices and doc, and its dotted key is the section's path plus
+the field's name (``reward.normalize.mean`` is ``run.reward.normalize.mean``; the whitening section's fields sit
+under ``advantage.`` as ``whiten_*`` keys, ``advantage.whiten_eps`` is ``run.whitening.eps``).
+:func:`declared_keys` walks them; :data:`advcli.config.SCHEMA` (``--set`` validation, ``explain --keys``, the
+refusal messages, docs/configuration.md) is made from it, so a key is declared here once.
+:func:`RunSpec.from_config` reads a canonical configuration dict (flavor keys translated, values checked) once,
+and each pipeline stage is handed the section it reads (``plan.run.reward``, ``plan.run.kl``, ...).
 Nothing here imports torch.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 
+def key(default: Any, doc: str, choices: tuple | None = None, kind: str = "any", *, name: str | None = None):
+    """A configuration key's one declaration: a dataclass field with its default, doc, choices and kind
+    (``bool``, ``float``, ``int``, ``str``, ``clip``, ``list``, ``any``); ``name``: the key's last part when it is
+    not the field's name. A list default is copied for each instance."""
+    meta = {"doc": doc, "choices": choices, "kind": kind, "name": name}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def section(cls, path: str | None = None):
+    """A nested section of keys; ``path``: its dotted prefix when it is not the field's name ("" for the top
+    level's own keys)."""
+    return field(default_factory=cls, metadata={"section": path})
+
+
 @dataclass(frozen=True)
 class Grouping:
-    by: str = "auto"
-    size: int | None = None
-    fallback: str = "error"
-    id_check: str = "strict"
-    scope_rows: int | None = None
-    scope: str = "step"
-    trajectories: str = "none"
+    by: str = key('auto', 'how rows form groups: `id` (the prompt_id column, rows anywhere in the file), '
+            '`position` (consecutive blocks of grouping.size rows), `runs` (each maximal run of consecutive rows '
+            "with equal prompt_id, any size: AReaL's per-prompt trajectory dicts), `none`, or `auto` (id when the "
+            'column exists)', ('auto', 'id', 'position', 'runs', 'none'), kind='str')
+    size: int | None = key(None, 'group size for grouping.by=position', kind='int')
+    fallback: str = key('error', 'with grouping.by=position, a scope whose row count is not grouping.scope_rows '
+            '(null: not a multiple of grouping.size): `error` (the run stops), `scope` (that scope is one group: '
+            "slime's silent whole-batch fallback, rollout.py L620-623) or `tail` (blocks of grouping.size rows and "
+            "one short block of the rest: AReaL 1.0.4's remainder slice, which a NormConfig's `slices` leaves at "
+            'mean 0 and std 0, AReaL #1673)', ('error', 'scope', 'tail'), kind='str')
+    id_check: str = key('strict', 'with grouping.by=position and a prompt_id column whose ids disagree with the '
+            'blocks (a block holds several ids, or an id spans several blocks): `strict` stops the run, `warn` '
+            'keeps the blocks and adds a warning (slime, which never reads the ids)', ('strict', 'warn'), kind='str')
+    scope_rows: int | None = key(None, 'with grouping.by=position: the rows every scope must have for the blocks '
+            'of grouping.size to apply (slime: rollout_batch_size × n_samples_per_prompt); null: any multiple of '
+            'grouping.size', kind='int')
+    scope: str = key('step', 'scope of batch statistics: `step` (each value of the step column is its own batch, '
+            'in ascending order; the whole input when there is no step column), `step_domain` (per step and '
+            'domain, ROLL) or `all`', ('step', 'step_domain', 'all'), kind='str')
+    trajectories: str = key('none', '`last_step`: rows are the turns of step-wise trajectories (a contiguous run '
+            'of rows ending at a row whose is_last_step column is true); a row-level estimator runs on the '
+            "last-step rows only (grouped by their prompt_id) and every turn of a trajectory gets its last step's "
+            'value (SkyRL generator.step_wise_trajectories)', ('none', 'last_step'), kind='str')
 
 
 @dataclass(frozen=True)
 class RewardNormalize:
-    mean: str = "none"
-    std: str = "none"
-    eps: float = 1e-6
-    centre_first: bool = False
+    mean: str = key('none', 'subtract the `batch` or `group` mean of the row reward before it is placed on tokens, '
+            "or `loo` (the mean of the group's other rows, OpenRLHF rloo)",
+            ('none', 'batch', 'group', 'loo'), kind='str')
+    std: str = key('none', 'divide by the `batch` or `group` std (unbiased) + eps',
+            ('none', 'batch', 'group'), kind='str')
+    eps: float = key(1e-06, 'epsilon added to the std', kind='float')
+    centre_first: bool = key(False, 'take the std of the centred rewards r − mean (slime _post_process_rewards); '
+            'the same math, other float32 bits', kind='bool')
 
 
 @dataclass(frozen=True)
 class Overlong:
-    tokens: int | None = None
-    factor: float | None = None
-    max_tokens: int = 1024
+    tokens: int | None = key(None, 'DAPO overlong penalty: r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) '
+            'with n = Σ mask (trained tokens), before bias/scale; null: off', kind='int')
+    factor: float | None = key(None, 'overlong penalty factor', kind='float')
+    max_tokens: int = key(1024, 'overlong penalty: the maximum response length', kind='int')
 
 
 @dataclass(frozen=True)
 class Reward:
-    source: str = "auto"
-    nan: str = "refuse"
-    components: list | None = None
-    weights: list | None = None
-    normalize: RewardNormalize = field(default_factory=RewardNormalize)
-    clip: Any = None
-    overlong: Overlong = field(default_factory=Overlong)
-    bias: float = 0.0
-    scale: float = 1.0
-    shape_clip: Any = None
-    norm: Any = None
-    zero_truncated: bool = False
-    placement: str = "last"
-    unplaced: str = "drop"
-    empty_row: str = "zero"
-    mask_placed: bool = False
-    whiten_tokens: bool = False
-    dtype: str = "run"
+    source: str = key('auto', 'the row reward: `reward` (scalar column), `token_level_scores` (token list column, '
+            'verl), `components` (weighted sum of reward.components) or `auto` (token_level_scores if present, '
+            'else reward)', ('auto', 'reward', 'token_level_scores', 'components'), kind='str')
+    nan: str = key('refuse', 'missing (null or NaN) row rewards: `refuse` (the run stops, naming the row) or '
+            "`allow` (TRL: a reward function's None is NaN; NaN components count as 0 in the weighted sum, a row "
+            'with no reward at all is unscorable and gets advantage 0) or `zero` (TRL 0.16.0-1.5.1: NaN components '
+            'count as 0 and a row with no reward at all scores 0)', ('refuse', 'allow', 'zero'), kind='str')
+    components: list | None = key(None, 'component reward columns, e.g. [acc, fmt]; a name with `*` stands for '
+            'every matching column, sorted by name (NeMo gdpo: ["reward/*"])', kind='list')
+    weights: list | None = key(None, 'weights of the components (default all 1)', kind='list')
+    normalize: RewardNormalize = section(RewardNormalize)
+    clip: Any = key(None, 'clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]', kind='clip')
+    overlong: Overlong = section(Overlong)
+    bias: float = key(0.0, 'r ← (r + bias)·scale, before normalisation', kind='float')
+    scale: float = key(1.0, 'r ← (r + bias)·scale, before normalisation', kind='float')
+    shape_clip: Any = key(None, 'clamp of (r + bias)·scale, before normalisation: c for [-c, c], or [lo, hi]',
+            kind='clip')
+    norm: Any = key(None, 'AReaL NormConfig normalisation of the row reward, instead of reward.normalize: a '
+            'mapping {mean_level: batch|group|null, mean_leave1out, std_level: batch|group|null, std_unbiased, '
+            'eps}; float64 statistics, std about the chosen mean, (r − mean)/(std + eps), std_level null: std 1 '
+            "and eps 0; groups are grouping.by's (AReaL: runs); slices: N (AReaL 1.0.4's fixed slices of N rows: a "
+            'shorter group, the rest of a step, keeps group mean and std 0)')
+    zero_truncated: bool = key(False, 'rows whose `truncated` column is true get row reward 0 after normalisation '
+            '(AReaL mask_no_eos_with_zero)', kind='bool')
+    dtype: str = key('run', "the dtype of the rewards an estimator that keeps it (keeps_reward_dtype: verl's grpo, "
+            'rloo, gpg, rloo_vectorized) and the positional group normalisation (OpenRLHF before 0.11.2) compute '
+            "in: `run` (the run's precision), `bfloat16` / `float16` (the trainer's scores were, e.g. a custom "
+            "reward manager's or a reward model's), `input` (a float16 reward column stays float16, any other the "
+            "run's precision); with KL in the reward the rewards are float32, as verl's apply_kl_penalty promotes "
+            'them', ('run', 'input', 'bfloat16', 'float16'), kind='str')
+    placement: str = key('last', 'where the row reward lands: `last` (position L_i-1, verl/ROLL) or `last_valid` '
+            "(last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo RL's REINFORCE++ and "
+            'raw_reward)', ('last', 'last_valid', 'all'), kind='str')
+    unplaced: str = key('drop', 'a row with no mask=1 token under reward.placement=last_valid: `drop` (its reward '
+            "lands nowhere) or `error` (the run stops, as slime's reinforce_plus_plus asserts)",
+            ('drop', 'error'), kind='str')
+    empty_row: str = key('zero', 'the row score of an empty response (no token at all): `zero` (its reward lands '
+            "nowhere) or `score` (verl's reward managers write it at index L−1 = −1, the padded batch's last "
+            'column, so the row-sum estimators count it; token-level ones never see it)', ('zero', 'score'), kind='str')
+    mask_placed: bool = key(False, 'multiply the placed token rewards by the mask (ROLL: a row ending in a masked '
+            'token loses its reward)', kind='bool')
+    whiten_tokens: bool = key(False, 'whiten the token-level rewards (after KL and kl.token_clip) over the mask=1 '
+            'tokens of each scope, then multiply by the mask (ROLL whiten_rewards: unbiased, rsqrt(var + 1e-8); '
+            'skipped in a scope with <= 1 valid token)', kind='bool')
 
 
 @dataclass(frozen=True)
 class KL:
-    in_reward: bool = False
-    estimator: str = "k1"
-    input_clamp: float | None = None
-    output_clamp: float | None = None
-    policy: str = "old_log_probs"
-    missing: str = "refuse"
-    coef: float = 0.001
-    coef_min: float | None = None
-    controller: str = "fixed"
-    target: float = 0.1
-    horizon: float = 10000
-    mask: bool = True
-    score_sum: str = "exact"
-    token_clip: Any = None
+    in_reward: bool = key(False, 'token_level_rewards = scores − β·KL before the estimator', kind='bool')
+    estimator: str = key('k1', 'per-token KL estimate of logp − ref: k1, abs, k2, k3',
+            ('k1', 'abs', 'k2', 'k3'), kind='str')
+    input_clamp: float | None = key(None, 'clamp of ref − logp before the estimate (verl k3: 20)', kind='float')
+    output_clamp: float | None = key(None, 'clamp of the estimate (verl k3: 10)', kind='float')
+    policy: str = key('old_log_probs', 'the policy log-probs the KL (and advantage.distill_coef) read: '
+            "`old_log_probs` (recomputed) or `rollout_log_probs` (the inference engine's: slime "
+            "--use-rollout-logprobs, AReaL's decoupled loss)", ('old_log_probs', 'rollout_log_probs'), kind='str')
+    missing: str = key('refuse', 'a missing policy or reference log-prob column: `refuse`, or `zeros` (AReaL: no '
+            'ref model means ref = 0)', ('refuse', 'zeros'), kind='str')
+    coef: float = key(0.001, 'β (the initial β of an adaptive controller)', kind='float')
+    coef_min: float | None = key(None, 'lower bound of the β a step applies (SkyRL: 0, rewards −= kl·max(0, β)); '
+            'an adaptive controller keeps updating its own, unbounded value', kind='float')
+    controller: str = key('fixed', '`fixed` or `adaptive` (Ziegler et al.: β ← β·(1 + clip(kl/target − 1, '
+            '±0.2)·n/horizon) after each step; a step uses β from before its update)',
+            ('fixed', 'adaptive'), kind='str')
+    target: float = key(0.1, 'adaptive controller target KL', kind='float')
+    horizon: float = key(10000, 'adaptive controller horizon', kind='float')
+    mask: bool = key(True, 'multiply the KL by the response mask before subtracting it', kind='bool')
+    score_sum: str = key('exact', "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when "
+            'KL enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or `right_aligned` '
+            "(the float32 torch.sum of the row laid out right-aligned in its step's [B, longest row] grid, as "
+            'SkyRL sums it: the same last bits, which a group of equal rewards, told apart only by the KL term, '
+            'divides by its tiny std)', ('exact', 'right_aligned'), kind='str')
+    token_clip: Any = key(None, "clamp of the token-level rewards after the KL term (ROLL's second reward_clip)",
+            kind='clip')
 
 
 @dataclass(frozen=True)
 class Correction:
-    mode: str = "off"
-    is_level: Any = None
-    is_upper: float = 2.0
-    is_lower: float | None = None
-    is_batch_normalize: bool = False
-    rs: list | None = None
-    gate_level: Any = None  # OpenRLHF's is_correction_level (token, seq); None: off
-    gate_mode: str = "mask"
-    gate_stat: str = "ratio"
-    gate_bounds: list = field(default_factory=lambda: [0.5, 5.0])
-    ignored: tuple = ()  # flavor settings the correction does not model, reported as warnings
+    mode: str = key('off', '`off`; `auto`: run when the input has a rollout_log_probs column (verl: whenever the '
+            'batch holds them); `on`: require it', ('off', 'auto', 'on'), kind='str')
+    is_level: Any = key(None, 'IS weights: null (none), `token` exp(clamp(lr, ±20)), `sequence` exp(clamp(Σ lr·m, '
+            '±20)); lr = old_log_probs − rollout_log_probs', (None, 'token', 'sequence'))
+    is_upper: float = key(2.0, "TIS: w = min(w, upper); with is_lower, IcePop's upper bound (null: no weights)",
+            kind='float')
+    is_lower: float | None = key(None, 'IcePop: weights outside [is_lower, is_upper] become 0 (null: TIS)',
+            kind='float')
+    is_batch_normalize: bool = key(False, 'divide the weights by their step mean (token: token-weighted; sequence: '
+            'one vote per non-empty row)', kind='bool')
+    rs: list | None = key(None, "rejection options, each [name, lo, hi] on the option's statistic (name token_kX, "
+            'seq_sum_kX, seq_mean_kX, seq_max_kX; k1 = −clamp(lr), k2 = ½l², k3 = eˡ−1−l; lo null: no lower test); '
+            'a row or token is kept when every option passes', kind='list')
+    gate_level: Any = key(None, "OpenRLHF's IS correction: null (off), `token` (each token's statistic) or `seq` "
+            "(the row's masked mean: the ratio's geometric mean, a divergence's mean); with it, is_level and rs "
+            'stay null', (None, 'token', 'seq'))
+    gate_mode: str = key('mask', '`mask`: a unit outside [low, high] gets coefficient 0, the others their token '
+            'ratio exp(lr) (unclamped); `clip`: coefficient clamp(exp(lr), low, high) (token level, ratio gate '
+            'only)', ('mask', 'clip'), kind='str')
+    gate_stat: str = key('ratio', 'the gated statistic: `ratio` exp(lr); `binary_kl` p·log(p/q) + '
+            '(1−p)·log((1−p)/(1−q)); `tv` |p − q|; p = exp(rollout_log_probs), q = exp(old_log_probs), both '
+            'clamped to [1e-6, 1 − 1e-6]', ('ratio', 'binary_kl', 'tv'), kind='str')
+    gate_bounds: list = key([0.5, 5.0], '[low, high] on the gated statistic (inclusive)', kind='list')
+    ignored: tuple = ()  # flavor settings the correction does not model, reported as warnings (not a key)
     unused: tuple = ()  # (column role, why the flavor does not read it with the correction off): a warning
 
 
 @dataclass(frozen=True)
 class Whitening:
     """``advantage.whiten*`` and ``advantage.batch_normalize``: the batch-wide normalisation of the advantages."""
-    whiten: bool = False
-    one_pass: bool = False
-    unbiased: bool = True
-    eps: float = 1e-8
-    eps_mode: str = "add"
-    divisor: str = "n_eps"
-    scale: bool = True
-    small: str = "error"
-    mask: str = "response_mask"
-    batch_normalize: bool = False
+    whiten: bool = key(False, 'whiten the advantages over the mask=1 tokens of each scope', kind='bool')
+    one_pass: bool = key(False, "whitening statistics in one pass in the run's precision: S1 = Σxm, S2 = Σx²m, N = "
+            'Σm rounded to it, var = S2/N − (S1/N)², × N/(N−1) only when N ≥ 2 (slime distributed_masked_whiten; '
+            'float32 cancels when |μ| ≫ σ)', kind='bool', name='whiten_one_pass')
+    unbiased: bool = key(True, 'unbiased (N/(N−1)) variance in whitening', kind='bool', name='whiten_unbiased')
+    eps: float = key(1e-08, 'whitening epsilon', kind='float', name='whiten_eps')
+    eps_mode: str = key('add', '`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))',
+            ('add', 'max'), kind='str', name='whiten_eps_mode')
+    divisor: str = key('n_eps', 'what the masked mean and variance divide their sums by: `n_eps` Σm + 1e-8 (verl, '
+            'ROLL, NeMo gae), `n` Σm (OpenRLHF, NeMo reinforce_plus_plus: a scope with no valid token gives NaN), '
+            '`max1` max(Σm, 1) (NeMo raw_reward)', ('n_eps', 'n', 'max1'), kind='str', name='whiten_divisor')
+    scale: bool = key(True, 'divide by the std (false: centre only)', kind='bool', name='whiten_scale')
+    small: str = key('error', 'a scope with <= 1 valid token: `error` (verl masked_var raises), `skip` (ROLL: no '
+            'whitening in that scope), `compute` (OpenRLHF, NeMo: no check; an unbiased variance of one token is '
+            'NaN, none at all NaN or 0 by whiten_divisor) or `error_empty` (slime: only a scope with no valid '
+            'token raises)', ('error', 'skip', 'compute', 'error_empty'), kind='str', name='whiten_small')
+    mask: str = key('response_mask', 'the tokens the whitening and batch_normalize statistics count: '
+            '`response_mask` (the mask=1 tokens) or `all` (every position of the row: SkyRL, whose estimators take '
+            'a response mask that covers observation tokens; its loss mask, the response_mask column, masks only '
+            'the KL term)', ('response_mask', 'all'), kind='str', name='whiten_mask')
+    batch_normalize: bool = key(False, 'after the estimator (and its whitening), per scope: mean = Σ A / (B·T) '
+            'over the [B rows, T = longest row] grid whose padding cells are 0, var = Σ (A − mean)² / N over the N '
+            'tokens advantage.whiten_mask counts (biased), A ← (A − mean)·rsqrt(max(var, 1e-8)) (SkyRL '
+            'advantage_batch_normalize); returns unchanged', kind='bool')
 
     @property
     def on(self) -> bool:
@@ -118,11 +224,18 @@ class Whitening:
 @dataclass(frozen=True)
 class Advantage:
     """What happens to the estimator's advantages before they are written (``advantage.*`` but whitening)."""
-    distill_coef: float | None = None
-    distill_returns: bool = False
-    remask: Any = False
-    clip: Any = None
-    returns: str = "estimator"
+    distill_coef: float | None = key(None, 'on-policy distillation term after the estimator, before whitening: A_t '
+            '−= coef·(logp_t − teacher_log_probs_t) on every position (slime --use-opd, loss.py L663-700); null: '
+            'off', kind='float')
+    distill_returns: bool = key(False, 'the distillation term also lands in the returns (slime '
+            "reinforce_plus_plus_baseline, whose returns are the advantages' list)", kind='bool')
+    remask: Any = key(False, 'zero the final advantages at mask=0 positions: `true` multiplies by the mask (A·M: a '
+            'NaN or inf there stays NaN; verl, ROLL), `fill` sets them to 0 whatever they hold (masked_fill; NeMo '
+            'gae)', (False, True, 'fill'))
+    clip: Any = key(None, 'clamp of the final advantages: c for [-c, c], or [lo, hi]', kind='clip')
+    returns: str = key('estimator', "the `returns` column: the estimator's returns (`estimator`) or the final "
+            'advantages (`advantages`: verl gdpo and reinforce_plus_plus_baseline return the whitened advantages)',
+            ('estimator', 'advantages'), kind='str')
 
 
 @dataclass(frozen=True)
@@ -133,52 +246,91 @@ class Estimator:
 
 @dataclass(frozen=True)
 class RunSpec:
-    grouping: Grouping
-    reward: Reward
-    kl: KL
-    correction: Correction
-    whitening: Whitening
-    advantage: Advantage
-    estimator: Estimator
-    columns: dict  # role -> column name (the configuration's `columns` section)
-    padded: Any = "auto"
-    diagnostics_rule: str | None = None
-    precision: str = "float32"
+    grouping: Grouping = section(Grouping)
+    reward: Reward = section(Reward)
+    kl: KL = section(KL)
+    correction: Correction = section(Correction, "rollout_correction")
+    whitening: Whitening = section(Whitening, "advantage")
+    advantage: Advantage = section(Advantage)
+    estimator: Estimator = field(default_factory=Estimator)
+    columns: dict = field(default_factory=dict)  # role -> column name (the configuration's `columns` section)
+    padded: Any = key("auto", "token lists are right-padded to a fixed width with mask 0: a row's length L_i "
+                      "(where `reward.placement=last` puts the reward) is then its last mask=1 position + 1. "
+                      "`auto`: true when the mask column is a fixed-size list", ("auto", True, False))
+    diagnostics_rule: str | None = key(None, "the framework rule the float32 diagnostics name for the estimator's "
+                                       "artefacts (a flavor sets it; default: the estimator's own source)",
+                                       kind="str", name="diagnostics.rule")
+    precision: str = key("float32", "`float32` reproduces the frameworks (float32 artefacts included); "
+                         "`float64` computes the intended math", ("float32", "float64"), kind="str")
     # the canonical configuration it was resolved from: recorded in the output metadata, read by no stage
     source: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, cfg: dict) -> RunSpec:
-        """The spec of a canonical configuration dict (``config.default_config`` overlaid and checked)."""
-        def section(dc, node: dict | None, rename: dict | None = None):
-            node = dict(node or {})
-            kw = {}
-            for f in dataclasses.fields(dc):
-                key = (rename or {}).get(f.name, f.name)
-                if key not in node:
-                    continue
-                value = node[key]
-                if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING
-                                            else None):
-                    value = section(f.default_factory, value)
-                kw[f.name] = value
-            return dc(**kw)
-
-        adv = cfg.get("advantage") or {}
-        rc = dict(cfg.get("rollout_correction") or {})
-        rc["ignored"] = tuple(rc.get("ignored") or ())
-        rc["unused"] = tuple(tuple(u) for u in rc.get("unused") or ())
+        """The spec of a canonical configuration dict (``config.default_config`` overlaid and checked): each
+        declared key read once from its dotted path; a key the dict lacks keeps its declared default."""
+        kw = _read(cls, cfg, "")
+        rc = cfg.get("rollout_correction") or {}
+        kw["correction"] = dataclasses.replace(kw["correction"], ignored=tuple(rc.get("ignored") or ()),
+                                               unused=tuple(tuple(u) for u in rc.get("unused") or ()))
         est = dict(cfg.get("estimator") or {})
-        return cls(grouping=section(Grouping, cfg.get("grouping")), reward=section(Reward, cfg.get("reward")),
-                   kl=section(KL, cfg.get("kl")), correction=section(Correction, rc),
-                   whitening=section(Whitening, adv, {f.name: f"whiten_{f.name}" for f in dataclasses.fields(Whitening)
-                                                      if f.name not in ("whiten", "batch_normalize", "mask", "small")}
-                                     | {"mask": "whiten_mask", "small": "whiten_small"}),
-                   advantage=section(Advantage, adv),
-                   estimator=Estimator(name=est.pop("name", "grpo"), given=est),
-                   columns=dict(cfg.get("columns") or {}), padded=cfg.get("padded", "auto"),
-                   diagnostics_rule=(cfg.get("diagnostics") or {}).get("rule"),
-                   precision=cfg.get("precision", "float32"), source=cfg)
+        return cls(**kw, estimator=Estimator(name=est.pop("name", "grpo"), given=est),
+                   columns=dict(cfg.get("columns") or {}), source=cfg)
+
+
+_MISSING = object()
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _lookup(cfg: dict, path: str):
+    node: Any = cfg
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _walk(cls, prefix: str):
+    """(field, its dotted key or section path, is_section) of a declared dataclass, in declaration order."""
+    for f in dataclasses.fields(cls):
+        if "section" in f.metadata:
+            path = f.metadata["section"]
+            yield f, (_join(prefix, f.name) if path is None else path), True
+        elif "doc" in f.metadata:
+            yield f, _join(prefix, f.metadata["name"] or f.name), False
+
+
+def _read(cls, cfg: dict, prefix: str) -> dict:
+    kw = {}
+    for f, path, is_section in _walk(cls, prefix):
+        if is_section:
+            kw[f.name] = f.default_factory(**_read(f.default_factory, cfg, path))
+        else:
+            value = _lookup(cfg, path)
+            if value is not _MISSING:
+                kw[f.name] = value
+    return kw
+
+
+def declared_keys(cls=RunSpec, prefix: str = "") -> dict[str, dataclasses.Field]:
+    """Every configuration key, dotted path -> its declaring field (metadata: doc, choices, kind), in the
+    declaration's order."""
+    out: dict[str, dataclasses.Field] = {}
+    for f, path, is_section in _walk(cls, prefix):
+        if is_section:
+            out.update(declared_keys(f.default_factory, path))
+        else:
+            out[path] = f
+    return out
+
+
+def declared_default(f: dataclasses.Field) -> Any:
+    """The default a declared field gives (a fresh copy of a list)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 def recorded_config(run: RunSpec, params: dict) -> dict:
@@ -188,7 +340,3 @@ def recorded_config(run: RunSpec, params: dict) -> dict:
     out["estimator"] = {"name": run.estimator.name, **params}
     return out
 
-
-def as_dict(section) -> dict:
-    """A section as a plain dict (for the ops that take one, and the output metadata)."""
-    return dataclasses.asdict(section)

@@ -64,6 +64,30 @@ def test_pipeline_reads_no_configuration_by_string_path():
             assert not re.search(r"\bget_path\b|\bplan\.cfg\b|\bcfg\[", src), name
 
 
+def test_a_key_is_declared_once_in_the_spec():
+    """config.SCHEMA is the spec's declaration read back: the same keys, defaults, choices and docs, and
+    config.py declares none of its own (a key added to a dataclass with key() is a key everywhere)."""
+    from advcli.runspec import declared_keys
+
+    fields = declared_keys()
+    assert list(fields) == list(SCHEMA)
+    for path, f in fields.items():
+        assert f.metadata["doc"] == SCHEMA[path].doc and f.metadata["choices"] == SCHEMA[path].choices
+    with open(os.path.join(ROOT, "advcli", "config.py"), encoding="utf-8") as fh:
+        assert not re.search(r'^\s*"[a-z_.]+": Key\(', fh.read(), re.M)
+
+
+def test_resolved_configuration_is_read_from_the_spec():
+    """After resolution no reader restates a default with cfg.get(section, ...) / section.get(key, default): the
+    modules that read a run's configuration read the RunSpec's fields."""
+    pattern = re.compile(r'\.get\("(grouping|reward|kl|advantage|rollout_correction|precision|padded|columns)"'
+                         r'|\.get\("(mode|policy|missing|gate_\w+|is_\w+|bias|scale|shape_clip|overlong)"')
+    for rel in ("explain.py", "diagnostics.py", "correction_plan.py", "resolution.py", "ops/rewards.py",
+                "ops/rollout_correction.py", "audit/recompute.py", "audit/stages.py", "pipeline/checks.py"):
+        with open(os.path.join(ROOT, "advcli", rel), encoding="utf-8") as fh:
+            assert not pattern.search(fh.read()), rel
+
+
 def test_run_spec_imports_no_torch():
     code = ("import sys\nfrom advcli.runspec import RunSpec\nfrom advcli.config import default_config\n"
             "RunSpec.from_config(default_config())\nprint('TORCH', 'torch' in sys.modules)\n")

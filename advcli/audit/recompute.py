@@ -20,6 +20,7 @@ import time
 
 from ..errors import AdvcliError
 from ..io.temps import scratch_prefix
+from ..runspec import RunSpec
 
 # the logged advantages, where a dump keeps them: advcli's own Parquet and verl/slime exports; TRL's
 # completions; an imported dump's field named like an output column (NeMo's advantages, prime-rl's advantage)
@@ -244,15 +245,16 @@ def _groups(ins, cmap, cfg, columns=None):
         ch = {c: pa.chunked_array(parts[c], type=ins.schema.field(c).type) for c in cols}
         if cmap.has("step"):
             step = numeric(ch[cmap["step"]], cmap["step"], ins.paths[0]).astype(np.int64)
-        if cmap.has("prompt_id"):
+        if cmap.has("prompt_id"):  # the dump's prompt groups, per step (advcli.ops.grouprule: the one rule)
+            from ..ops.grouprule import id_groups, scope_codes
+
             codes, uniq = keys_codes(ch[cmap["prompt_id"]])
-            st = step if step is not None else np.zeros(R, np.int64)
-            _, first, inv = np.unique(np.stack([st, codes]), axis=1, return_index=True, return_inverse=True)
+            g, first = id_groups(scope_codes(step)[0] if step is not None else None, codes)
             ids = [uniq[codes[i]] for i in first]
             ids = [x.item() if hasattr(x, "item") else x for x in ids]
-            return inv.ravel().astype(np.int64), ids, step
-    size = (cfg.get("grouping") or {}).get("size")
-    if (cfg.get("grouping") or {}).get("by") == "position" and size and R:
+            return g, ids, step
+    grouping = RunSpec.from_config(cfg).grouping
+    if grouping.by == "position" and grouping.size and R:
         from ..pipeline.grouping import group_key_columns, scope_and_group_codes
         from ..pipeline.plan import make_plan
 
@@ -332,7 +334,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     ins = InputSet.open(inputs)
     file0 = source_of(ins.paths[0])
     logged_col, is_list = _logged_column(ins.schema, against, file0, info.logged if info is not None else None)
-    cmap = resolve_columns(ins.schema, {**(cfg.get("columns") or {}), **columns}, file0)
+    cmap = resolve_columns(ins.schema, {**RunSpec.from_config(cfg).columns, **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
     given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
     from ..flavors import at
@@ -351,7 +353,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         tolerance = {"rtol": rtol, "atol": atol, **({"note": tol_note} if tol_note else {})}
         rep = {"command": "audit", "flavor": flavor.spec, "release": flavor.as_dict(), "settings": native or {},
                "ran": what,
-               "estimator": cfg["estimator"].get("name"),
+               "estimator": RunSpec.from_config(cfg).estimator.name,
                "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
                "logged_per": "token" if is_list else "row", "tolerance": tolerance,
                "rows": int(rt.n_valid.size), "valid_tokens": int(rt.n_valid.sum()),

@@ -132,9 +132,12 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
 
     names = ins.schema.names
     logged = [c for c in INTERMEDIATE if c in names and c != logged_col]
-    adv = cfg.get("advantage") or {}
-    whiten = bool(adv.get("whiten") or adv.get("batch_normalize"))
-    clip = adv.get("clip")
+    from ..runspec import RunSpec
+
+    run = RunSpec.from_config(cfg)  # what the run does, read once; the variants below are configurations
+    adv = cfg["advantage"]
+    whiten = run.whitening.on
+    clip = run.advantage.clip
     if not is_list or not (logged or whiten or clip is not None):
         return None
     native = native or {}
@@ -147,7 +150,7 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
                 "expected": hit["expected"], "actual": hit["actual"], **extra}
 
     if "token_level_rewards" in logged:
-        kl = cfg.get("kl") or {}
+        kl = cfg["kl"]
         zero = copy.deepcopy(cfg)  # the token rewards with no KL term: the post-processed reward, placed
         zero["kl"] = {**kl, "in_reward": True, "coef": 0.0, "controller": "fixed", "coef_min": None,
                       "missing": "zeros"}
@@ -155,7 +158,7 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
         ref = main if "token_level_rewards" in have else placed
         hit = _first_bad(ins, ref, "token_level_rewards", "token_level_rewards", mask_col, *tol, chunk_rows)
         if hit is not None:
-            if kl.get("in_reward"):
+            if run.kl.in_reward:
                 L, A, m = hit["arrays"]
                 row = _row_tokens(ins, placed, "token_level_rewards", "token_level_rewards", mask_col, chunk_rows,
                                   hit["row"])
@@ -164,11 +167,11 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
                 if term.size and float(np.dot(term, term)) > 0:
                     k = float(np.dot(diff, term) / np.dot(term, term))
                     if np.all(np.abs(diff - k * term) <= atol + rtol * np.abs(A[m])):
-                        beta = float(kl.get("coef") or 0.0)
+                        beta = float(run.kl.coef or 0.0)
                         out = found("KL penalty", hit, "token_level_rewards",
                                     note=f"the logged token rewards are the recomputed ones with the KL term "
                                          f"times {1 - k:.6g}")
-                        if kl.get("controller") != "adaptive" and beta:
+                        if run.kl.controller != "adaptive" and beta:
                             out["reproduce"] = f"kl.coef={beta * (1 - k):.6g}"
                         return out
                 # the logged reward part, the logged token rewards with the recomputed KL term added back, summed

@@ -349,7 +349,9 @@ class StepRunner:
             flavor, flavor_note = trainer_flavor(specs)
         flavor, cfg, native, columns, auto_note = resolve_cli_config(specs, flavor, o.set_, o.config, o.column,
                                                                      None, estimator=o.estimator)
-        if cfg.get("grouping", {}).get("scope") == "all":
+        from ..runspec import RunSpec
+
+        if RunSpec.from_config(cfg).grouping.scope == "all":
             raise AdvcliError("--follow: this configuration computes its statistics over the whole dump as one "
                               "step (grouping.scope: all); a followed run takes one step at a time",
                               hint="run it once the dump is finished, without --follow")
@@ -360,7 +362,7 @@ class StepRunner:
         # the flavor as the user named it (NAME or NAME@RELEASE): the state file is JSON
         st.flavor, st.cfg, st.native, st.columns = str(flavor), cfg, dict(native or {}), dict(columns or {})
         st.notes = {"auto_note": auto_note, "flavor_note": flavor_note}
-        st.kl_coef = float(cfg["kl"]["coef"])
+        st.kl_coef = float(RunSpec.from_config(cfg).kl.coef)
 
     def run(self, unit: Unit, tmp: str, root: str) -> dict:
         """The command's report of the step (its copy in ``tmp`` named as the trainer's ``root``), the

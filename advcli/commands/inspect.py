@@ -41,19 +41,6 @@ def _dist(x: np.ndarray) -> dict:
             "p95": float(q[2]), "max": float(x.max()), "mean": float(x.mean())}
 
 
-def _pos_blocks(codes: np.ndarray, step_codes: np.ndarray | None) -> int | None:
-    """n when the rows form contiguous equal blocks of n (per step), each one group; else None."""
-    import numpy as np
-    if codes.size == 0:
-        return None
-    change = np.flatnonzero(np.diff(codes) != 0) + 1
-    starts = np.concatenate([[0], change])
-    sizes = np.diff(np.concatenate([starts, [codes.size]]))
-    if len(np.unique(codes)) != len(starts) or len(set(sizes.tolist())) != 1:
-        return None
-    return int(sizes[0])
-
-
 def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     """Everything ``advcli inspect`` shows, as a JSON-able dict."""
     import numpy as np
@@ -151,15 +138,14 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
                          "rows_per_step": {str(int(v)): int(c) for v, c in zip(vals_[:50], counts_[:50])}}
         step_codes = st
     if cmap.has("prompt_id") and parts[cmap["prompt_id"]]:
+        from ..ops.grouprule import contiguous_block_size, id_groups, scope_codes, size_counts
+
         codes, uniq = keys_codes(pa.chunked_array(parts[cmap["prompt_id"]]))
         codes = codes[keep]
-        key = codes if step_codes is None else codes * (int(step_codes.max() - step_codes.min()) + 1) + \
-            (step_codes - step_codes.min())
-        _, key = np.unique(key, return_inverse=True)
-        sizes = np.bincount(key.ravel())
-        sz, cnt = np.unique(sizes, return_counts=True)
-        n_blocks = _pos_blocks(codes, step_codes)
-        data["groups"] = {"count": int(sizes.size), "size_counts": {str(int(s)): int(c) for s, c in zip(sz, cnt)},
+        key, _ = id_groups(scope_codes(step_codes)[0] if step_codes is not None else None, codes)
+        sizes = np.bincount(key)
+        n_blocks = contiguous_block_size(codes, step_codes)
+        data["groups"] = {"count": int(sizes.size), "size_counts": {str(s): c for s, c in size_counts(key).items()},
                           "singletons": int((sizes == 1).sum()),
                           "contiguous_blocks_of": n_blocks,
                           "layout": "contiguous equal blocks" if n_blocks else "scattered or unequal"}

@@ -78,7 +78,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     writer = None
     schema = None
     rows_total = 0
-    sizes: dict = {}
+    steps: list = []  # each non-padding row's step and prompt_id: grouped once at the end (advcli.ops.grouprule)
+    pids: list = []
     starts: list[tuple[int, str]] = []  # (first canonical row, file): where a row came from, for messages
     dropped: set = set()
     padding = 0  # synthetic padding rows (is_padding): rows of the batch, in no group count
@@ -107,15 +108,15 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
 
         for path in found.files:
             ctx.path, ctx.step = path, f.step_of(path)
-            starts.append((sum(sizes.values()) + padding, path))
+            starts.append((len(pids) + padding, path))
             for line, row in f.read(path, ctx):
                 buf.append(row)
                 where.append((path, line))
                 if row.get("is_padding"):
                     padding += 1
                 else:
-                    key = (row.get("step"), row.get("prompt_id"))
-                    sizes[key] = sizes.get(key, 0) + 1
+                    steps.append(row.get("step"))
+                    pids.append(row.get("prompt_id"))
                 for v in row.values():  # token lists are Python objects here (~32 bytes a value)
                     if isinstance(v, list):
                         values += len(v)
@@ -134,7 +135,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             writer.add_key_value_metadata({LAST_STEP_KEY: json.dumps(list(ctx.state["last_step_estimators"]))})
         writer.close()
         writer = None
-        rows_total = sum(sizes.values()) + padding
+        rows_total = len(pids) + padding
         os.replace(tmp, output)
     except BaseException:
         if writer is not None:
@@ -151,12 +152,10 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     if dropped:
         notes.append(f"field(s) {', '.join(sorted(dropped))} first appear after the first {batch_rows} rows and "
                      "were left out")
-    hist: dict = {}
-    for n in sizes.values():
-        hist[n] = hist.get(n, 0) + 1
+    hist = _group_size_counts(steps, pids)
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
-                      logged=f.logged, groups=len(sizes), group_sizes=dict(sorted(hist.items())), starts=starts,
+                      logged=f.logged, groups=sum(hist.values()), group_sizes=hist, starts=starts,
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
                       reward_notes=tuple(ctx.state.get("reward_notes", ())),
@@ -254,3 +253,18 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                                       f"type {fld.type}") from None
             raise
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _group_size_counts(steps: list, pids: list) -> dict[int, int]:
+    """{size: groups} of the imported rows' (step, prompt_id) groups, the rule the run groups them by
+    (:mod:`advcli.ops.grouprule`); a missing step or id is a value of its own."""
+    import numpy as np
+    import pandas as pd
+
+    from ..ops.grouprule import id_groups, size_counts
+
+    if not pids:
+        return {}
+    step_codes = pd.factorize(pd.array(steps, dtype=object), sort=False, use_na_sentinel=False)[0]
+    pid_codes = pd.factorize(pd.array(pids, dtype=object), sort=False, use_na_sentinel=False)[0]
+    return size_counts(id_groups(np.asarray(step_codes, np.int64), np.asarray(pid_codes, np.int64))[0])

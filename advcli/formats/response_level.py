@@ -21,7 +21,9 @@ def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
     """Canonical settings the imported dump implies for this configuration (applied while resolving it):
     an estimator the dump's sessions call for runs on their last rows (``grouping.trajectories=last_step``:
     verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
-    name = (cfg.get("estimator") or {}).get("name")
+    from ..runspec import RunSpec
+
+    name = RunSpec.from_config(cfg).estimator.name
     for p in inputs:
         if p in IMPORTED and IMPORTED[p].level == "response" and name in IMPORTED[p].last_step_estimators:
             return {"grouping.trajectories": "last_step"}

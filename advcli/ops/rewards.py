@@ -42,16 +42,17 @@ def clip(x: torch.Tensor, bounds: list | None) -> torch.Tensor:
     return x.clamp(min=lo, max=hi)
 
 
-def shape_rewards(r: torch.Tensor, valid: torch.Tensor, rcfg: dict) -> torch.Tensor:
+def shape_rewards(r: torch.Tensor, valid: torch.Tensor, rcfg) -> torch.Tensor:
     """AReaL's reward shaping before normalisation (PPOActor._compute_advantages L186-206 @cbff54d6):
     the DAPO overlong penalty ``r += min(−(n − (max_tokens − tokens))/tokens·factor, 0)`` (``n = Σ mask``,
     functional.py L937 ``reward_overlong_penalty``; not capped), then ``clip((r + bias)·scale)``.
-    Returns ``r`` itself when nothing is set."""
-    over = rcfg.get("overlong") or {}
-    tokens, factor = over.get("tokens"), over.get("factor")
-    bias, scale, bounds = rcfg.get("bias", 0.0), rcfg.get("scale", 1.0), rcfg.get("shape_clip")
+    Returns ``r`` itself when nothing is set. ``rcfg``: the run spec's reward section
+    (:class:`advcli.runspec.Reward`), read by its fields."""
+    over = rcfg.overlong
+    tokens, factor = over.tokens, over.factor
+    bias, scale, bounds = rcfg.bias, rcfg.scale, rcfg.shape_clip
     if tokens is not None:
-        expected = int(over.get("max_tokens", 1024)) - int(tokens)
+        expected = int(over.max_tokens) - int(tokens)
         excess = (valid.to(torch.int64) - expected).to(r.dtype)  # exact integers
         penalty = torch.clamp(-excess / int(tokens) * float(factor), max=0)
         r = r + penalty

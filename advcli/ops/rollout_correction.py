@@ -530,15 +530,16 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
     return {f"rollout_corr/{k}": v for k, v in out.items()}
 
 
-def spec_from_config(section: dict | None) -> CorrectionSpec | None:
-    """The canonical ``rollout_correction.*`` section -> :class:`CorrectionSpec` (None when ``mode`` is
-    off). Bounds are checked by the flavors; here only their shape."""
+def spec_from_config(section) -> CorrectionSpec | None:
+    """The run spec's ``rollout_correction`` section (:class:`advcli.runspec.Correction`, read by its fields)
+    -> :class:`CorrectionSpec` (None when ``mode`` is off). Bounds are checked by the flavors; here only their
+    shape."""
     from ..errors import AdvcliError
 
-    if not section or section.get("mode", "off") == "off":
+    if section is None or section.mode == "off":
         return None
     opts = []
-    for entry in section.get("rs") or []:
+    for entry in section.rs or []:
         if not isinstance(entry, (list, tuple)) or len(entry) != 3 or entry[0] not in RS_OPTIONS:
             raise AdvcliError(f"key rollout_correction.rs: entry {entry!r} is not [name, lo, hi] with name one of "
                               f"{', '.join(RS_OPTIONS)}")
@@ -547,23 +548,21 @@ def spec_from_config(section: dict | None) -> CorrectionSpec | None:
             raise AdvcliError(f"key rollout_correction.rs: option {name} needs an upper bound")
         kind, agg = RSOption.parse_name(name)
         opts.append(RSOption(name, kind, agg, None if lo is None else float(lo), float(hi)))
-    upper = section.get("is_upper")
-    lower = section.get("is_lower")
-    if section.get("gate_level") is not None:
-        if section.get("is_level") is not None or opts:
+    upper, lower = section.is_upper, section.is_lower
+    if section.gate_level is not None:
+        if section.is_level is not None or opts:
             raise AdvcliError("key rollout_correction.gate_level: OpenRLHF's gated coefficient and verl's IS "
                               "weights / rejection (is_level, rs) are two trainers' corrections; set one")
-        bounds = section.get("gate_bounds")
+        bounds = section.gate_bounds
         try:
             low, high = (float(x) for x in bounds)
         except (TypeError, ValueError):
             raise AdvcliError(f"key rollout_correction.gate_bounds: expected [low, high], got {bounds!r}") from None
-        gate = Gate(level=section["gate_level"], mode=section.get("gate_mode", "mask"),
-                    stat=section.get("gate_stat", "ratio"), low=low, high=high)
+        gate = Gate(level=section.gate_level, mode=section.gate_mode, stat=section.gate_stat, low=low, high=high)
         if gate.mode == "clip" and (gate.level != "token" or gate.stat != "ratio"):
             raise AdvcliError("key rollout_correction.gate_mode=clip needs gate_level=token and gate_stat=ratio "
                               "(only the token ratio is a weight that can be clamped)")
         return CorrectionSpec(gate=gate)
-    return CorrectionSpec(level=section.get("is_level"), upper=None if upper is None else float(upper),
+    return CorrectionSpec(level=section.is_level, upper=None if upper is None else float(upper),
                           lower=None if lower is None else float(lower),
-                          batch_normalize=bool(section.get("is_batch_normalize")), rs=tuple(opts))
+                          batch_normalize=bool(section.is_batch_normalize), rs=tuple(opts))

@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..io.lists import check_no_nulls, list_offsets, list_values, primitive_numpy
 from ..io.reader import InputSet
 from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers, unplaced_reward
+from ..runspec import RunSpec
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan
@@ -149,7 +150,7 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
     from .output import output_paths
     from .plan import open_and_plan
 
-    deep = deep or is_user(str((cfg.get("estimator") or {}).get("name", "")))
+    deep = deep or is_user(str(RunSpec.from_config(cfg).estimator.name))
     if output is not None:
         from ..io.reader import InputSet
 

@@ -1,5 +1,7 @@
 """The scopes (steps, domains) and groups of a run's rows as integer codes, checked — torch-free, so that
-``advcli validate`` refuses what ``advcli run`` refuses about them without the math.
+``advcli validate`` refuses what ``advcli run`` refuses about them without the math. The run's one decision of
+its groups: the plan says which rule (``grouping.by``, the scope, the group size), :mod:`advcli.ops.grouprule`
+forms them; the run, validate and audit ask :func:`scope_and_group_codes`.
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pyarrow as pa
 
 from ..errors import AdvcliError
 from ..io.lists import arrow_from_numpy, factorize, primitive_numpy
+from ..ops import grouprule
 from .plan import Plan
 
 
@@ -26,17 +29,17 @@ def group_key_columns(plan: Plan) -> list[str]:
 
 def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
     """(scope code of each row, group code of each row or None, step value of each scope), numpy int64,
-    from the key columns ``keys`` (name -> Arrow arrays): scopes by step (and domain), groups by prompt_id
-    or by blocks of grouping.size rows, checked: blocks that do not split a step and blocks that disagree
-    with a prompt_id column are refused (or warned about in ``plan.group_warnings``). Torch-free: ``advcli
-    run`` (:func:`advcli.pipeline.rows.scopes_and_groups`) and ``advcli validate`` ask it."""
+    from the key columns ``keys`` (name -> Arrow arrays): scopes by step (and domain), groups by prompt_id,
+    by runs of equal prompt_id (AReaL) or by blocks of grouping.size rows, checked: blocks that do not split a
+    step and blocks that disagree with a prompt_id column are refused (or warned about in
+    ``plan.group_warnings``). Torch-free: ``advcli run`` (:func:`advcli.pipeline.rows.scopes_and_groups`),
+    ``advcli validate`` and the audit ask it."""
     cmap = plan.cmap
     step_col = cmap.names.get("step") if plan.run.grouping.scope != "all" else None
     if step_col and step_col in keys:
         steps = primitive_numpy(
             pa.chunked_array(keys[step_col] or [arrow_from_numpy(np.zeros(0, np.int64))]).combine_chunks())
-        uniq, scope_codes = np.unique(steps, return_inverse=True)  # ascending step order
-        step_values = uniq.tolist()
+        scope_codes, step_values = grouprule.scope_codes(steps)  # ascending step order
     else:
         scope_codes = np.zeros(num_rows, dtype=np.int64)
         step_values = [None]
@@ -57,9 +60,9 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         plan.scope_domains = [dom_names[int(first[k])] for k in order]
     gcodes = None
     if plan.group_by == "id":
-        pid_codes = factorize(keys[cmap["prompt_id"]])
-        combined = scope_codes.astype(np.int64) * (int(pid_codes.max()) + 1 if num_rows else 1) + pid_codes
-        _, gcodes = np.unique(combined, return_inverse=True)
+        gcodes, _ = grouprule.id_groups(scope_codes, factorize(keys[cmap["prompt_id"]]))
+    elif plan.group_by == "runs":  # AReaL: runs of consecutive equal prompt_id
+        gcodes = grouprule.run_groups(scope_codes, factorize(keys[cmap["prompt_id"]]))
     elif plan.group_by == "position":
         from ..ops.blocks import block_sizes
         n = int(plan.run.grouping.size)

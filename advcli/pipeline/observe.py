@@ -18,9 +18,8 @@ from .tokens import chunk_final, row_level_tokens
 def diagnostics_settings(plan) -> dict:
     """The :class:`advcli.diagnostics.Diagnostics` settings of a run (all but the id lookup)."""
     from ..diagnostics import drops_masked_rewards
-    from ..runspec import as_dict
 
-    return {"kl_cfg": as_dict(plan.run.kl) if plan.kl_on else None,
+    return {"kl": plan.run.kl if plan.kl_on else None,
             "drops": drops_masked_rewards(plan.spec, plan.params),
             "token_scores": plan.reward_source == "token_level_scores",
             "rule": plan.run.diagnostics_rule}

@@ -15,7 +15,6 @@ from ..ops import batchnorm
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
-from ..runspec import as_dict
 from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn
@@ -147,7 +146,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     ncfg = reward.normalize
     norm_checks: list = []
     if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
-        raw = shape_rewards(raw, row["valid"], as_dict(reward))
+        raw = shape_rewards(raw, row["valid"], reward)
     reward_row = raw
     norm = role_rules.norm_spec(reward)
     if norm is not None and plan.reward_source != "token_level_scores":  # AReaL NormConfig (reward_norm)

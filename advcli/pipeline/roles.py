@@ -6,8 +6,6 @@ per-prompt trajectory groups); the NormConfig of ``reward.norm``.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..column_roles import ROLE_INFO
 from ..columns import ColumnMap
 from ..lazy_torch import torch
@@ -66,22 +64,6 @@ def row_scalar_roles(plan) -> list[str]:
     if plan.run.reward.zero_truncated:
         want.append("truncated")
     return [r for r in dict.fromkeys(want) if plan.cmap.has(r)]
-
-
-def run_groups(pid: np.ndarray, scope_codes: np.ndarray) -> GroupIndex:
-    """AReaL's trajectory groups: each maximal run of consecutive rows (inside a scope, in input order)
-    with equal prompt_id code is one group, whatever its size (GroupedRolloutWorkflow concatenates one
-    prompt's episodes into one dict; actor.py L207-212 @cbff54d6 normalises per dict)."""
-    n = len(scope_codes)
-    if n == 0:
-        return GroupIndex.from_codes(torch.zeros(0, dtype=torch.int64))
-    order = np.argsort(scope_codes, kind="stable")
-    p, sc = pid[order], scope_codes[order]
-    new = np.ones(n, dtype=bool)
-    new[1:] = (p[1:] != p[:-1]) | (sc[1:] != sc[:-1])
-    codes = np.empty(n, dtype=np.int64)
-    codes[order] = np.cumsum(new) - 1
-    return GroupIndex.from_codes(torch.from_numpy(codes))
 
 
 def group_scope(groups: GroupIndex, scopes: GroupIndex) -> torch.Tensor:

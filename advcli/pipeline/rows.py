@@ -173,14 +173,12 @@ def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
 
 def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
     """(scopes, groups or None, step values) as GroupIndex: the codes of :func:`advcli.pipeline.grouping.
-    scope_and_group_codes` (which checks them, torch-free), AReaL's runs of equal prompt_id for grouping.by=runs."""
+    scope_and_group_codes` (which decides and checks them, torch-free)."""
     scope_codes, gcodes, step_values = scope_and_group_codes(plan, keys, num_rows, file)
     scopes = GroupIndex(torch.from_numpy(scope_codes.astype(np.int64)), len(step_values))
     groups = None
     if gcodes is not None:
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
-    elif plan.group_by == "runs":  # AReaL: runs of consecutive equal prompt_id
-        groups = role_rules.run_groups(factorize(keys[plan.cmap["prompt_id"]]), scope_codes)
     return scopes, groups, step_values
 
 

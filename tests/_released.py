@@ -49,17 +49,18 @@ def package_file(module: str) -> str:
     return path
 
 
-def package_code(module: str, names: list[str], namespace: dict[str, Any]) -> dict[str, Any]:
+def package_code(module: str, names: list[str], namespace: dict[str, Any], optional: bool = False) -> dict[str, Any]:
     """The top-level functions ``names`` of the installed ``module``, compiled from its file as released
     (decorators dropped: they register the function in the package's registries), in ``namespace``
-    (the names the functions use). Returns the namespace, the functions added."""
+    (the names the functions use). Returns the namespace, the functions added. ``optional``: a name the
+    release does not have is left out (an older release that predates it) instead of failing."""
     path = package_file(module)
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     found = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     missing = [n for n in names if n not in found]
-    assert not missing, f"{module} ({path}) has no {', '.join(missing)}: the release renamed them"
+    assert optional or not missing, f"{module} ({path}) has no {', '.join(missing)}: the release renamed them"
     nodes = []
-    for name in names:
+    for name in (n for n in names if n in found):
         node = found[name]
         node.decorator_list = [d for d in node.decorator_list if _keeps(d)]
         nodes.append(node)

@@ -8,6 +8,7 @@ it, masks with interior and trailing zeros). Expected numbers: the installed rel
 two micro-batches, as the trainer holds them."""
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import time
@@ -29,6 +30,10 @@ from _released import (
     require,
 )
 
+from advcli.errors import AdvcliError
+from advcli.flavors import get, resolve
+
+C_ENABLE = "algo.advantage.is_correction_enable"
 VERSION = require("openrlhf")
 AT_RELEASE = installed_release_args("openrlhf", VERSION)  # that release's settings, as --set
 MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
@@ -38,10 +43,15 @@ def _openrlhf() -> dict:
     ns: dict[str, Any] = {"torch": torch, "Optional": Optional, "Tuple": tuple, "Union": Union, "List": list,
                           "itertools": itertools, "time": time, "timedelta": timedelta, "Experience": Any,
                           "RayActorGroup": Any, "logger": logging.getLogger("openrlhf"),
-                          "KL_IS_WEIGHT_CLIP": 10.0}
+                          "KL_IS_WEIGHT_CLIP": 10.0,
+                          "ABC": object, "deepcopy": copy.deepcopy}  # what 0.9.0's RemoteExperienceMaker uses
     package_code("openrlhf.models.utils", ["compute_approx_kl", "compute_reward", "masked_mean"], ns)
-    package_code("openrlhf.trainer.ppo_utils.length_penalty", ["apply_overlong_penalty", "apply_stop_properly_penalty",
-                                                               "apply_length_penalties"], ns)
+    try:
+        package_code("openrlhf.trainer.ppo_utils.length_penalty", ["apply_overlong_penalty",
+                                                                   "apply_stop_properly_penalty",
+                                                                   "apply_length_penalties"], ns)
+    except AssertionError:  # before 0.9.3 the overlong penalty sits inside compute_advantages_and_returns
+        pass
     return package_code(MAKER, ["RemoteExperienceMaker"], ns)
 
 
@@ -62,9 +72,14 @@ def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: 
         algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=gamma, lambd=lambd,
                                                        no_std_norm=False),
                              kl=SimpleNamespace(use_loss=False, estimator=kl)),
-        reward=SimpleNamespace(clip_range=list(clip), overlong_buffer_len=None, stop_properly_penalty_coef=None))
+        reward=SimpleNamespace(clip_range=list(clip), overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        # the same under the flat flags of releases 0.8.7-0.10.1 (--advantage_estimator, ...)
+        advantage_estimator=estimator, n_samples_per_prompt=n, gamma=gamma, lambd=lambd, no_advantage_std_norm=False,
+        use_kl_loss=False, kl_estimator=kl, reward_clip_range=list(clip), overlong_buffer_len=None,
+        stop_properly_penalty_coef=None)
     maker = object.__new__(OPENRLHF["RemoteExperienceMaker"])
     maker.strategy = SimpleNamespace(args=args)
+    maker.args = args  # 0.9.0 reads self.args in the normalisation
     maker.kl_ctl = SimpleNamespace(value=beta)
     maker.advantage_estimator = estimator
     mask, old, ref, values = (padded(rows, k) for k in ("mask", "old", "ref", "values"))
@@ -225,6 +240,11 @@ def test_is_correction_matches_release(tmp_path, level, mode, gating, threshold)
 @pytest.mark.skipif(NEW_FLAGS, reason="the installed OpenRLHF has the 0.11.2 flags (the test above)")
 @pytest.mark.parametrize("kind,threshold", OLD_CASES)
 def test_is_correction_type_matches_release(tmp_path, kind, threshold):
+    entry = next((r for r in get("openrlhf").releases if VERSION in (r.name, *r.aliases)), None)
+    if entry is not None and C_ENABLE in entry.accepts:  # 0.8.7-0.10.1: --enable_vllm_is_correction, not read
+        with pytest.raises(AdvcliError, match="enable_vllm_is_correction"):
+            resolve(f"openrlhf@{VERSION}", [(C_ENABLE, True)])
+        pytest.skip(f"openrlhf {VERSION}'s IS correction flags are not read by advcli (refused at this release)")
     rows = correction_rows(6)
     coef, kl, _ = release_coefficient(rows, {"enable_vllm_is_correction": True, "vllm_is_correction_type": kind,
                                              "vllm_is_truncated_threshold": list(threshold)})

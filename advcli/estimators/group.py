@@ -76,14 +76,20 @@ register(EstimatorSpec(
 
 def grpo_vectorized_row(table: RowTable, p: dict) -> torch.Tensor:
     """verl ``compute_grpo_vectorized_outcome_advantage`` (L334-358) with ``group_mean_std`` (eps=0):
-    float32 ``mean = Σ/n``, two-pass ``var = Σ(x−mean)²/max(n−1,1)``; singletons mean 0, std 1."""
+    float32 ``mean = Σ/n``, two-pass ``var = Σ(x−mean)²/max(n−1,1)``; singletons mean 0, std 1.
+    ``var=one_pass``, ``var_floor=1e-6``: verl 0.6.0-0.7.1 (``verl/utils/groupwise.py`` group_mean_std
+    @v0.7.1, called with eps=epsilon): ``var = (Σx² − (Σx)²/n)/max(n−1,1)``, ``std = sqrt(max(var, 1e-6))``."""
     g = _groups(table)
     s = table.score
     n = g.sizes.to(s.dtype)
-    mean = g.sum(s) / n
-    dev = s - g.per_row(mean)
-    var = g.sum(dev * dev) / (g.sizes - 1).clamp(min=1).to(s.dtype)
-    std = torch.sqrt(var.clamp(min=0.0))
+    total = g.sum(s)
+    mean = total / n
+    if p.get("var", "two_pass") == "one_pass":
+        var = (g.sum(s * s) - total * total / n) / (g.sizes - 1).clamp(min=1).to(s.dtype)
+    else:
+        dev = s - g.per_row(mean)
+        var = g.sum(dev * dev) / (g.sizes - 1).clamp(min=1).to(s.dtype)
+    std = torch.sqrt(var.clamp(min=float(p.get("var_floor") or 0.0)))
     single = g.sizes <= 1
     mean = torch.where(single, torch.zeros_like(mean), mean)
     std = torch.where(single, torch.ones_like(std), std)
@@ -99,7 +105,11 @@ register(EstimatorSpec(
     formula="A_i = (s_i − μ_g)/(σ_g + eps), μ = Σs/n, σ² = Σ(s−μ)²/max(n−1,1) in float32; n=1: μ=0, σ=1",
     source="verl core_algos.compute_grpo_vectorized_outcome_advantage (L334-358 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std (verl's trainer never passes false)", None, "bool"),
-            "eps": EPS, "mask_output": MASK_OUTPUT}))
+            "eps": EPS, "mask_output": MASK_OUTPUT,
+            "var": Key("two_pass", "the group variance: `two_pass` Σ(x−μ)² (verl ≥ 0.8.0) or `one_pass` Σx² − (Σx)²/n "
+                       "(verl 0.6.0-0.7.1), over max(n−1, 1)", ("two_pass", "one_pass"), "str"),
+            "var_floor": Key(0.0, "σ = sqrt(max(var, var_floor)) (verl 0.6.0-0.7.1: 1e-6, its epsilon)", None,
+                             "float")}))
 
 
 # ------------------------------------------------------------------------------------------- rloo

@@ -17,7 +17,7 @@ from typing import Any
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
-from ._releases import Release, find, index_text
+from ._releases import Release, check_accepts, find, index_text
 
 
 @dataclass(frozen=True)
@@ -449,6 +449,8 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     items += settings
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
     values = native_values(flavor, _release_items(fa) + items)
+    if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
+        check_accepts(fa.release, values, f"--flavor {flavor.name}", fa.asked)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}

@@ -41,16 +41,20 @@ class Release:
     settings: dict[str, Any] = field(default_factory=dict)  # flavor key -> default at this release
     changes: tuple[Change, ...] = ()  # what changed since the previous release in the flavor's list
     note: str = ""  # one line: which semantics this is ("NeMo RL before #4158")
+    # flavor key -> (the values this release's code runs, where that is read): any other value is refused, as
+    # the trainer itself would not run it (an estimator the release lacks, a key it does not have yet)
+    accepts: dict[str, tuple[tuple, str]] = field(default_factory=dict)
 
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
 NOT_REPRODUCED: dict[str, str] = {
     "trl": "TRL before 0.9.2 has neither RLOOTrainer (#1540) nor GRPOTrainer, only trainers (PPO, DPO, ...) whose "
            "advantages advcli does not compute",
-    "verl": "their advantage code (the estimators' registry, reinforce_plus_plus and the reward KL) predates "
-            "what advcli was matched against",
-    "openrlhf": "their advantage code predates the --algo.* configuration advcli reads (commit 3c3be623)",
-    "skyrl": "they predate the advantage code of commit a9564572 advcli was matched against",
+    "verl": "",  # every published release has an entry (0.1 onwards)
+    "openrlhf": "their compute_approx_kl does not clamp the KL estimate to ±10 and their group shaping takes the "
+                "rows in generation order (both changed in 0.8.7, OpenRLHF/OpenRLHF openrlhf/models/utils.py, "
+                "experience_maker.py); they have not been checked further",
+    "skyrl": "0.0.1 is the project's name reservation: its wheel holds skyrl/__init__.py only, no trainer",
     "areal": "",
 }
 INDEX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "index")
@@ -67,6 +71,20 @@ def published(package: str) -> dict | None:
         with open(path, encoding="utf-8") as f:
             _PUBLISHED[package] = json.load(f)
     return _PUBLISHED[package]
+
+
+def check_accepts(release: Release, values: dict[str, Any], who: str, asked: str | None = None) -> None:
+    """Refuse a setting the release's code does not run (:attr:`Release.accepts`): ``who`` names the flavor in
+    the message (``--flavor verl``), ``asked`` the release as the user gave it (``0.3.0.post1``, an alias)."""
+    def text(x: Any) -> str:
+        return "null" if x is None else str(x).lower() if isinstance(x, bool) else str(x)
+
+    named = release.name if not asked or asked == release.name else f"{asked} (release {release.name}'s code)"
+    for key, (allowed, why) in release.accepts.items():
+        if key in values and values[key] not in allowed:
+            raise AdvcliError(f"{who}@{named}: {key}={text(values[key])}: {why}",
+                              hint=f"at {release.name} it takes {', '.join(text(a) for a in allowed)}; a newer "
+                                   f"release may have it (`advcli explain {who} --history` lists what changed)")
 
 
 def entry_of(releases: tuple[Release, ...], version: str) -> Release | None:
@@ -158,8 +176,9 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
             raise AdvcliError(f"{who}@{t}: the commit prefix matches {len(hits)} releases "
                               f"({', '.join(r.name for r in hits)})", hint="give more digits of the commit")
     oldest = releases[0]
-    mine, theirs = _version(t), [_version(r.name) for r in releases]
-    older = (mine is not None and all(theirs) and mine < theirs[0]) or \
+    # the oldest entry named as a version (a table may hold commits beside its releases: skyrl's a9564572)
+    mine, theirs = _version(t), [v for v in (_version(r.name) for r in releases) if v is not None]
+    older = (mine is not None and bool(theirs) and _version(oldest.name) is not None and mine < theirs[0]) or \
             (bool(_DATE.fullmatch(t)) and bool(oldest.date) and t < oldest.date)
     listed = next((r for r in (published(package) or {}).get("releases", ()) if r["version"] == t), None) \
         if package else None

@@ -243,10 +243,40 @@ def estimator_note(v: dict) -> str | None:
 # Read from the released wheels' openrlhf/trainer/ppo_utils/experience_maker.py and openrlhf/models/utils.py:
 # 0.10.4, 0.11.0 and 0.11.1 hold the same advantage code as commit 3c3be623; 0.11.2 is the newest release, and
 # tests/test_conformance_openrlhf.py runs its own code against this flavor.
+# The releases before, read at their tags (OpenRLHF/OpenRLHF v0.8.7 ... v0.10.3): compute_advantages_and_returns
+# (group shaping, compute_reward, get_advantages_and_returns, get_cumulative_returns, the global normalisation) and
+# compute_approx_kl are the same math from v0.8.7 (where the KL estimate got its ±10 clamp and the rows their
+# index order) to v0.10.4; 0.10.2 moved the flags under --algo.* / --rollout.* (the old names are this flavor's
+# aliases) and the IS correction's to --algo.advantage.is_correction_* (PolicyLoss in openrlhf/models/loss.py: the
+# same weights as 0.10.4). Post-releases without a tag (0.8.9.post1, 0.9.1.post1, 0.10.1.post1/2) and 0.8.8 (between
+# the identical v0.8.7 and v0.8.9) go with their neighbours.
+_OLD_IS = ("OpenRLHF {v}'s IS correction is --enable_vllm_is_correction / --vllm_is_truncated_threshold (cli/"
+           "train_ppo_ray.py @v{v}), which advcli does not read; --algo.advantage.is_correction_* came with 0.10.2")
+_NO_FLASH = (tuple(e for e in ESTIMATORS if e != "flash_reinforce"),
+             "its --advantage_estimator choices (cli/train_ppo_ray.py) have no flash_reinforce (it came with 0.11.2), "
+             "so the trainer itself would not run it")
 RELEASES = (
-    Release("0.10.4", "2026-06-08", aliases=("0.11.0", "0.11.1", "3c3be62", "3c3be623"),
+    Release("0.8.7", "2025-07-24", aliases=("0.8.8", "0.8.9", "0.8.9.post1", "0.8.10", "0.8.11", "0.9.0", "0.9.1",
+                                            "0.9.1.post1", "0.9.2", "0.9.3", "0.9.4", "0.9.5", "0.9.6", "0.9.7",
+                                            "0.9.8", "0.9.9", "0.9.10", "0.10.0", "0.10.1", "0.10.1.post1",
+                                            "0.10.1.post2"),
             settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
-            note="OpenRLHF 0.10.4 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce"),
+            accepts={"algo.advantage.estimator": _NO_FLASH, C + "enable": ((False,), _OLD_IS.format(v="0.10.1")),
+                     C + "level": (("off",), _OLD_IS.format(v="0.10.1"))},
+            note="OpenRLHF 0.8.7 to 0.10.1: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
+                 "--init_kl_coef, ...); no --algo.advantage.is_correction_*"),
+    Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3", "0.11.0", "0.11.1", "3c3be62", "3c3be623"),
+            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
+            accepts={"algo.advantage.estimator": _NO_FLASH},
+            note="OpenRLHF 0.10.2 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce",
+            changes=(
+                Change("", ("algo.advantage.estimator", "rollout.n_samples_per_prompt", "algo.kl.init_coef"),
+                       "the flags moved under --algo.* / --rollout.* / --reward.* (0.10.2, cli/train_ppo_ray.py "
+                       "@v0.10.2); the numbers are unchanged (experience_maker.py compute_advantages_and_returns "
+                       "@v0.10.1 and @v0.10.2 differ only in the names)"),
+                Change("", (C + "enable", C + "type", C + "threshold"),
+                       "the IS correction's flags are --algo.advantage.is_correction_enable/type/threshold (0.10.2; "
+                       "before: --enable_vllm_is_correction, refused here)"))),
     Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
         Change("", ("algo.advantage.estimator",),
                "new estimator flash_reinforce: r − the mean reward of the whole step (no group), then the "

@@ -25,7 +25,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError
 from . import Flavor
-from ._releases import Release
+from ._releases import Change, Release
 
 COMMIT = "a9564572"
 ESTIMATORS = ("grpo", "rloo", "maxrl", "reinforce++", "gae")
@@ -163,9 +163,29 @@ def translate(v: dict) -> dict:
 # trainer.py compute_advantages_and_returns / apply_reward_kl_penalty / _normalize_advantages read the same
 # as 0.3.0's (annotations and docstrings aside). None has #1443 (grpo_norm_by_std default false) or #1445
 # (k3 → k2), still open. 0.1.0 and 0.0.1 keep the advantage code elsewhere (the tests do not find it).
+# 0.1.0 read from its wheel (skyrl-0.1.0: skyrl/backends/skyrl_train/utils/ppo_utils.py, skyrl/train/trainer.py,
+# skyrl/train/config/config.py, skyrl/train/utils/utils.py validate_cfg) against 0.2.0's: the same estimators less
+# maxrl, the same compute_approx_kl, apply_reward_kl_penalty and batch normalisation (normalize_advantages_dict,
+# 0.2.0's _normalize_advantages step 1), the same AlgorithmConfig defaults; its step-wise path differs (below).
+_V010 = "SkyRL 0.1.0"
 RELEASES = (
+    Release("0.1.0", "2026-03-11", note="SkyRL 0.1.0: the advantage code of 0.2.0 less maxrl; step-wise not reproduced",
+            accepts={A + "advantage_estimator": (tuple(e for e in ESTIMATORS if e != "maxrl"),
+                                                 f"{_V010}'s AdvantageEstimator (ppo_utils.py) has no maxrl (it came "
+                                                 "with 0.2.0), so the trainer itself would not run it"),
+                     A + "loss_reduction": (("token_mean", "sequence_mean", "seq_mean_token_sum_norm"),
+                                            f"{_V010}'s validate_cfg (train/utils/utils.py) refuses it"),
+                     "generator.step_wise_trajectories": ((False,), f"{_V010}'s step-wise path (trainer.py "
+                                                          "compute_advantages_and_returns) runs the estimator with the "
+                                                          "last steps' own response masks and leaves the advantages "
+                                                          "unmasked; advcli reproduces 0.2.0's, not this one")}),
     Release("0.2.0", "2026-04-22", aliases=("0.3.0",),
-            note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572"),
+            note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572", changes=(
+                Change("", (A + "advantage_estimator",), "maxrl: (s − μ)/(μ + 1e-6) (ppo_utils.py "
+                       "compute_maxrl_advantage @0.2.0)"),
+                Change("", ("generator.step_wise_trajectories",), "step-wise trajectories: the estimator runs "
+                       "on the last steps with an all-ones mask and each step's advantages are masked by its own "
+                       "response mask (trainer.py compute_advantages_and_returns @0.2.0)"))),
     Release(COMMIT, "2026-08-21", aliases=("a956457",), note="SkyRL at commit a9564572 (advcli's first match)"),
     Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0 (run): the advantage code of commit a9564572"),
 )

@@ -32,6 +32,21 @@ KEYS = {
                                "reward manager or a reward model gave bf16 scores: every step rounds to it; "
                                "rloo_vectorized returns float64, #7964), `run`; with use_kl_in_reward the rewards are "
                                "float32", ("input", "run", "bfloat16", "float16"), "str"),
+    "advcli.gae_holes": Key("skip", "advcli extension (verl's releases): gae over mask=0 tokens: `skip` (the scan "
+                            "jumps over them: verl ≥ 0.5.0) or `step` (every position is a step with its own value "
+                            "and reward: verl ≤ 0.4.1)", ("skip", "step"), "str"),
+    "advcli.group_var": Key("two_pass", "advcli extension (verl's releases): grpo_vectorized's group variance: "
+                            "`two_pass` (verl ≥ 0.8.0) or `one_pass` (Σs² − (Σs)²/n, σ = sqrt(max(var, 1e-6)): "
+                            "verl 0.6.0-0.7.1)", ("two_pass", "one_pass"), "str"),
+    "advcli.kl_in_reward_when": Key("use_kl_in_reward", "advcli extension (verl's releases): what puts the KL in "
+                                    "the reward: `use_kl_in_reward` (algorithm.use_kl_in_reward: verl ≥ 0.4.0), "
+                                    "`no_kl_loss` (unless actor_rollout_ref.actor.use_kl_loss: verl 0.2-0.3) or "
+                                    "`always` (verl 0.1)", ("use_kl_in_reward", "no_kl_loss", "always"), "str"),
+    "advcli.k3_input_clamp": Key(True, "advcli extension (verl's releases): low_var_kl/k3 clamps ref − logp to ±20 "
+                                 "before the estimate (verl ≥ 0.4.1; before, only the estimate is clamped to ±10)",
+                                 None, "bool"),
+    "actor_rollout_ref.actor.use_kl_loss": Key(False, "the actor's KL loss: no effect on advantages from verl 0.4.0; "
+                                               "verl ≤ 0.3 puts the KL in the reward unless it is true", None, "bool"),
     "algorithm.use_kl_in_reward": Key(False, "token_level_rewards = scores − β·kld·mask", None, "bool"),
     "algorithm.kl_penalty": Key("kl", "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3 (a trailing + is the "
                                 "straight-through variant: same value)", None, "str"),
@@ -46,8 +61,9 @@ KEYS = {
 KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_correction_keys.py)
 
 
-def kl_settings(name: str) -> dict:
-    """verl ``kl_penalty`` (core_algos.py L2187-2250): strip a trailing '+', then dispatch."""
+def kl_settings(name: str, input_clamp: bool = True) -> dict:
+    """verl ``kl_penalty`` (core_algos.py L2187-2250): strip a trailing '+', then dispatch. ``input_clamp``
+    false: low_var_kl/k3 without the ±20 clamp of ref − logp (verl ≤ 0.4.0's kl_penalty)."""
     base = name[:-1] if name.endswith("+") else name
     if base == "full":
         raise AdvcliError("key algorithm.kl_penalty=full needs full-vocabulary log-probs, which a rollout dump "
@@ -57,7 +73,8 @@ def kl_settings(name: str) -> dict:
                           f"Valid: {', '.join(KL_NAMES)} (optionally with a trailing +)")
     kind = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}[base]
     clamp = kind == "k3"
-    return {"estimator": kind, "input_clamp": 20.0 if clamp else None, "output_clamp": 10.0 if clamp else None}
+    return {"estimator": kind, "input_clamp": 20.0 if clamp and input_clamp else None,
+            "output_clamp": 10.0 if clamp else None}
 
 
 def _num(x) -> str:
@@ -82,11 +99,14 @@ def translate(v: dict) -> dict:
     # agent loop's rm_scores (agent_loop.py L1067) write reward_tensor[i, L_i - 1] with L_i = 0, i.e. the last
     # column of the padded batch: outside the mask, but in the row sum the group estimators take
     cfg["reward"]["empty_row"] = "score"
-    cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"]))
-    cfg["kl"].update({"in_reward": v["algorithm.use_kl_in_reward"], "coef": v["algorithm.kl_ctrl.kl_coef"],
+    cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"], v["advcli.k3_input_clamp"]))
+    when = v["advcli.kl_in_reward_when"]  # ray_trainer.fit: verl 0.1 always, 0.2-0.3 unless the actor's KL loss
+    in_reward = True if when == "always" else not v["actor_rollout_ref.actor.use_kl_loss"] if when == "no_kl_loss" \
+        else v["algorithm.use_kl_in_reward"]
+    cfg["kl"].update({"in_reward": in_reward, "coef": v["algorithm.kl_ctrl.kl_coef"],
                       "controller": ctrl, "target": v["algorithm.kl_ctrl.target_kl"],
                       "horizon": v["algorithm.kl_ctrl.horizon"], "mask": True})
-    if ctrl == "adaptive" and v["algorithm.use_kl_in_reward"]:  # verl builds the controller only then
+    if ctrl == "adaptive" and in_reward:  # verl builds the controller only then
         horizon, target = v["algorithm.kl_ctrl.horizon"], v["algorithm.kl_ctrl.target_kl"]
         if not (horizon and horizon > 0):  # get_kl_controller asserts it (core_algos.py)
             raise AdvcliError(f"key algorithm.kl_ctrl.horizon must be > 0 (got {_num(horizon)})")
@@ -99,12 +119,14 @@ def translate(v: dict) -> dict:
     gamma, lam = v["algorithm.gamma"], v["algorithm.lam"]
     e: dict = {"name": est}
     if est == "gae":
-        e.update(gamma=gamma, lam=lam, holes="skip")
+        e.update(gamma=gamma, lam=lam, holes=v["advcli.gae_holes"])  # step: every position, values as given
         cfg["advantage"].update(whiten)  # masked_whiten, not re-masked
     elif est == "grpo":
         e.update(norm_by_std=norm, eps=1e-6, std="torch")
     elif est == "grpo_vectorized":
         e.update(norm_by_std=True, eps=1e-6)  # the trainer does not pass the flag (PR #7893 open)
+        if v["advcli.group_var"] == "one_pass":  # verl 0.6.0-0.7.1: group_mean_std(eps=epsilon), one pass
+            e.update(var="one_pass", var_floor=1e-6)
     elif est == "grpo_passk":
         e.update(norm_by_std=norm, eps=1e-6)  # read from config
     elif est == "gdpo":
@@ -133,9 +155,116 @@ def translate(v: dict) -> dict:
 # verl/trainer/ppo/core_algos.py) and tools/conformance_matrix.py: 0.9.0 and 0.9.1 give the numbers of commit
 # 1dda039b; 0.8.0 differs in reinforce_plus_plus only (its compute_reinforce_plus_plus_outcome_advantage resets
 # the return at mask=0 tokens); #7794 (rloo_vectorized singletons) is not in 0.9.1.
+# The releases before 0.8.0 were read at their tags (verl-project/verl, verl/trainer/ppo/core_algos.py,
+# ray_trainer.py's apply_kl_penalty / compute_advantage / fit, verl/utils/groupwise.py, trainer/config/
+# ppo_trainer.yaml): the estimators each one has, its KL estimators and its switches. The estimators' math is
+# otherwise that of 1dda039b (the group statistics moved from torch.tensor(list) to torch.stack in 0.6.0: same
+# float32 values), and so are the adaptive controller, masked_whiten and the reward placement.
+_CODE = "verl/trainer/ppo/ray_trainer.py compute_advantage and core_algos.py"
+E01 = ("gae",)
+E02 = E01 + ("grpo", "reinforce_plus_plus", "remax")
+E03 = E02 + ("rloo",)
+E040 = E03 + ("grpo_passk", "reinforce_plus_plus_baseline", "opo")
+E050 = E040 + ("gpg",)
+E060 = E050 + ("grpo_vectorized", "rloo_vectorized")
+E071 = E060 + ("gdpo",)
+K01 = ("kl", "abs", "mse")
+K02 = K01 + ("low_var_kl",)
+# the k-names from 0.4.0; a trailing "+" (straight-through) from 0.6.0, which raises until 0.8.0 strips it
+K040 = K02 + ("k1", "k2", "k3")
+
+
+def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = False, correction: bool = False) -> dict:
+    """What verl at ``tag`` runs: its estimators and KL estimators; ``old_config``: no
+    algorithm.norm_adv_by_std_in_grpo / use_kl_in_reward yet (0.1-0.3); ``correction``: algorithm.rollout_correction
+    as advcli reads it is not there (before 0.8.0)."""
+    out = {"algorithm.adv_estimator": (estimators, f"verl {tag}'s {_CODE} @v{tag} have no such estimator, so the "
+                                                    "trainer itself would not run it"),
+           "algorithm.kl_penalty": (kls, f"verl {tag}'s kl_penalty (core_algos.py @v{tag}) raises "
+                                         "NotImplementedError on it")}
+    if old_config:
+        out["algorithm.norm_adv_by_std_in_grpo"] = ((True,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): "
+                                                             "its grpo always divides by the group std")
+        out["algorithm.use_kl_in_reward"] = ((False,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): the "
+                                                       "KL goes in the reward " + ("always" if tag == "0.1" else
+                                                       "unless actor_rollout_ref.actor.use_kl_loss is true"))
+    if correction:
+        for k, default in (("rollout_is", None), ("rollout_rs", None), ("bypass_mode", False)):
+            out[rollout_correction.P + k] = ((default,), f"advcli reproduces verl's rollout correction from 0.8.0 "
+                                                         f"(verl/trainer/ppo/rollout_corr_helper.py); verl {tag}'s "
+                                                         "keys and math differ")
+    return out
+
+
+_OLD_KL = {"advcli.kl_in_reward_when": "no_kl_loss", "advcli.k3_input_clamp": False}
 RELEASES = (
+    Release("0.1", "2024-12-11", note="verl 0.1: gae only, the KL always in the reward (kl, abs, mse)",
+            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", "advcli.kl_in_reward_when":
+                      "always", "advcli.k3_input_clamp": False},
+            accepts=_accepts("0.1", E01, K01, old_config=True, correction=True)),
+    Release("0.2", "2025-02-15", aliases=("0.2.0.post1", "0.2.0.post2"),
+            note="verl 0.2: gae, grpo, reinforce_plus_plus, remax; the KL in the reward unless the actor's KL loss "
+                 "(its GRPO examples turn it on: --set actor_rollout_ref.actor.use_kl_loss=true)",
+            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
+            accepts=_accepts("0.2", E02, K02, old_config=True, correction=True), changes=(
+                Change("", ("algorithm.adv_estimator",), "grpo (group mean and unbiased std of the row sums, "
+                       "(s−μ)/(σ+1e-6), a group of one: s/(1+1e-6)), reinforce_plus_plus and remax join gae"),
+                Change("", ("algorithm.kl_penalty",), "low_var_kl (k3, the estimate clamped to ±10, no clamp of "
+                       "ref − logp yet)"),
+                Change("", ("advcli.kl_in_reward_when", "actor_rollout_ref.actor.use_kl_loss"),
+                       "the KL goes in the reward only when actor_rollout_ref.actor.use_kl_loss is false "
+                       "(ray_trainer.fit @v0.2)"))),
+    Release("0.3.0.post0", "2025-03-30", aliases=("0.3.0.post1",), note="verl 0.3: rloo joins",
+            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
+            accepts=_accepts("0.3.0.post0", E03, K02, old_config=True, correction=True), changes=(
+                Change("", ("algorithm.adv_estimator",), "rloo (s·n/(n−1) − μ·n/(n−1); a group of one keeps s)"),)),
+    Release("0.4.0", "2025-06-09", note="verl 0.4.0: algorithm.use_kl_in_reward and norm_adv_by_std_in_grpo",
+            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", "advcli.k3_input_clamp": False},
+            accepts=_accepts("0.4.0", E040, K040, correction=True), changes=(
+                Change("", ("algorithm.use_kl_in_reward", "advcli.kl_in_reward_when"),
+                       "the KL goes in the reward only with algorithm.use_kl_in_reward=true (default false): a run "
+                       "without the actor's KL loss no longer gets β·KL subtracted by default"),
+                Change("", ("algorithm.norm_adv_by_std_in_grpo",), "grpo and grpo_passk can skip the std division "
+                       "(Dr. GRPO)"),
+                Change("", ("algorithm.adv_estimator",), "grpo_passk, reinforce_plus_plus_baseline, opo"),
+                Change("", ("algorithm.kl_penalty",), "k1, k2, k3 name kl, mse, low_var_kl"))),
+    Release("0.4.1", "2025-06-27", note="verl 0.4.1: low_var_kl clamps ref − logp to ±20 first",
+            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset"},
+            accepts=_accepts("0.4.1", E040, K040, correction=True), changes=(
+                Change("", ("advcli.k3_input_clamp",), "low_var_kl/k3 clamps ref − logp to ±20 before the estimate "
+                       "(core_algos.py kl_penalty @v0.4.1); the estimate is clamped to ±10 either way, so only an "
+                       "infinite log-ratio (logp = −inf) differs: 10 instead of NaN"),)),
+    Release("0.5.0", "2025-07-23", note="verl 0.5.0: gae skips mask=0 tokens; gpg",
+            settings={"advcli.reinforce_holes": "reset"},
+            accepts=_accepts("0.5.0", E050, K040, correction=True), changes=(
+                Change("", ("advcli.gae_holes",), "gae jumps over mask=0 tokens (the next trained token's value and "
+                       "advantage carried across them) instead of stepping through every position: multi-turn "
+                       "responses get other advantages"),
+                Change("", ("algorithm.adv_estimator",), "gpg"))),
+    Release("0.6.0", "2025-10-16", aliases=("0.6.1", "0.7.0"),
+            note="verl 0.6.0-0.7.0: grpo_vectorized (one-pass group variance) and rloo_vectorized",
+            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass"},
+            accepts=_accepts("0.6.0", E060, K040, correction=True), changes=(
+                Change("", ("algorithm.adv_estimator", "advcli.group_var"),
+                       "grpo_vectorized (group_mean_std: one-pass variance (Σs² − (Σs)²/n)/max(n−1,1), "
+                       "σ = sqrt(max(var, 1e-6))) and rloo_vectorized"),)),
+    Release("0.7.1", "2026-03-16", note="verl 0.7.1: gdpo",
+            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass"},
+            accepts=_accepts("0.7.1", E071, K040, correction=True), changes=(
+                Change("", ("algorithm.adv_estimator", "algorithm.gdpo_reward_keys"),
+                       "gdpo (optimal_token_baseline is registered but its compute_advantage call lacks "
+                       "old_log_probs: the trainer fails on it, so it is refused here)"),)),
     Release("0.8.0", "2026-06-01", settings={"advcli.reinforce_holes": "reset"},
-            note="verl 0.8.0: reinforce_plus_plus restarts its return at every mask=0 token"),
+            note="verl 0.8.0: reinforce_plus_plus restarts its return at every mask=0 token", changes=(
+                Change("", ("advcli.group_var",), "grpo_vectorized's group variance in two passes, no 1e-6 floor "
+                       "(groupwise.py group_mean_std @v0.8.0)"),
+                Change("", ("algorithm.adv_estimator",), "optimal_token_baseline and tir_optimal_token_baseline run "
+                       "(the trainer passes old_log_probs)"),
+                Change("", ("algorithm.kl_penalty",), "a trailing + (k3+: the straight-through variant) is "
+                       "stripped before the dispatch; before, kl_penalty raised on it"),
+                Change("", ("algorithm.rollout_correction.rollout_is",),
+                       "algorithm.rollout_correction as advcli reads it (rollout_corr_helper.py @v0.8.0); the "
+                       "earlier releases' correction is refused, not reproduced"))),
     Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b", changes=(
         Change("#7300", ("advcli.reinforce_holes",),
                "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "

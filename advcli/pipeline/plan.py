@@ -45,13 +45,24 @@ class Plan:
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
     correction: object = None  # rollout correction spec (advcli.correction_plan.plan_correction), None: off
     warnings: list = field(default_factory=list)  # found while planning, reported with the run's
+    dump_tokens: int = 0  # the dump's tokens from its Parquet metadata (an upper bound): --device auto's rule
 
     @property
     def device(self) -> torch.device:
         """The torch device of the math, picked on first use (a plan that runs no math imports no torch)."""
         dev = self.__dict__.get("_device")
         if dev is None:
-            dev = self.__dict__["_device"] = pick_device(self.device_name)
+            if self.device_name == "auto":
+                from ..ops.fused import triton_available
+
+                name, why = auto_device(bool(torch.cuda.is_available()), triton_available(), self.spec.level,
+                                        self.dump_tokens)
+                dev = torch.device(name)
+                self.__dict__["device_why"] = f"{name} (--device auto: {why})"
+            else:
+                dev = pick_device(self.device_name)
+                self.__dict__["device_why"] = f"{dev.type} (--device {self.device_name})"
+            self.__dict__["_device"] = dev
         return dev
 
     @property
@@ -72,6 +83,29 @@ def check_device_name(name: str) -> None:
     """Refuses a device name other than auto, cpu or cuda (without importing torch)."""
     if name not in ("auto", "cpu", "cuda"):
         raise AdvcliError(f"--device {name!r}: expected auto, cpu or cuda")
+
+
+# --device auto takes the GPU for token-level runs of at least this many tokens: below it the CUDA context's
+# start-up (about a second) and the copies outweigh what the fused kernels save (a rule set from the CPU's
+# measured costs; the GPU's own figures are not yet measured: docs/performance.md)
+AUTO_GPU_MIN_TOKENS = 1 << 24
+
+
+def auto_device(cuda: bool, kernels: bool, level: str, tokens: int) -> tuple[str, str]:
+    """(cpu or cuda, why) for --device auto: ``cuda`` whether a CUDA device is available, ``kernels`` whether
+    the fused kernels can run there (triton), ``level`` the estimator's (row or token), ``tokens`` the dump's."""
+    if not cuda:
+        return "cpu", "no CUDA device here"
+    if level == "row":
+        return "cpu", ("a row-level estimator: its group statistics run on the host's row table, so the GPU "
+                       "would only add copies")
+    if not kernels:
+        return "cpu", ("the GPU's fused kernels need triton (pip install 'advcli[gpu]'); without them the GPU "
+                       "path is slower than the CPU")
+    if tokens < AUTO_GPU_MIN_TOKENS:
+        return "cpu", (f"{tokens:,} tokens, under {AUTO_GPU_MIN_TOKENS:,}: the CUDA start-up and copies "
+                       "would outweigh the kernels")
+    return "cuda", f"a token-level estimator on {tokens:,} tokens (at least {AUTO_GPU_MIN_TOKENS:,})"
 
 
 def pick_device(name: str) -> torch.device:
@@ -176,7 +210,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     plan = Plan(run=run, spec=spec, params=params, cmap=cmap, device_name=device,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
-                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
+                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]),
+                dump_tokens=inputs.list_tokens(cmap["response_mask"]))
     from ..correction_plan import plan_correction  # rollout correction: roles, output columns (advcli.correction_plan)
     plan.correction = plan_correction(plan, plan.warnings)
     return plan

@@ -13,6 +13,7 @@ from ..errors import AdvcliError, disk_full, is_disk_full
 from ..io import remote
 from ..io.memory import trim as trim_heap
 from ..io.ordered import OrderedWorker
+from ..io.reader import prefetched
 from ..io.splice import SplicedParquetWriter, spliceable
 from ..io.writer import AtomicParquetWriter, clean_stale_temps
 from ..ragged import Ragged
@@ -24,6 +25,9 @@ from .rows import Prepared, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
+# chunks whose token columns are decoded and checked ahead of the math, on their own thread (0: on the math's
+# thread, as before; tests compare the two)
+DECODE_AHEAD = 2
 
 
 def few_row_groups(md) -> bool:
@@ -114,9 +118,10 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
 
-    Overlap: while this thread computes chunk k, the reader thread decodes chunk k+1, a statistics
-    thread accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes
-    the chunks before (pyarrow and torch release the GIL)."""
+    Overlap: while this thread computes chunk k, the reader thread reads the next batches, a decoding
+    thread decodes and checks the token columns of the next DECODE_AHEAD chunks, a statistics thread
+    accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes the chunks
+    before (pyarrow and torch release the GIL)."""
     reader = ChunkReader(plan, inputs)
     # the statistics pass kept every chunk with what the statistics read from its token columns
     # (moments.token_moment_pass): no token column is decoded again
@@ -155,8 +160,17 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
     R = inputs.num_rows
     row0 = chunks = 0
     observer = OrderedWorker(run_observer.add, depth=1, name="advcli-observer")
-    try:
+
+    def decoded():
+        """Every batch with its token columns decoded and checked (None when the statistics pass kept them):
+        run DECODE_AHEAD chunks ahead on a thread of its own, so the checks of chunk k+1 overlap the math of
+        chunk k; an error there surfaces when the loop reaches that chunk, as it did on this thread."""
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
+            yield fi, rb, batch, None if cached else reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+
+    chunks_in = prefetched(decoded(), DECODE_AHEAD) if DECODE_AHEAD > 0 else decoded()
+    try:
+        for fi, rb, batch, dec in chunks_in:
             if writing and writers[fi] is None:
                 if last_fi is not None:  # that input is done: close its output (renamed at the end)
                     writers[last_fi].prepare()
@@ -173,7 +187,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                 offsets, tok, seen = hit.offsets, {}, hit.seen
                 mask = hit.mask
             else:
-                offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+                offsets, tok = dec
                 mask = tok["response_mask"]
             layout = Ragged(torch.from_numpy(offsets))
             if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
@@ -230,6 +244,9 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                 w.commit()
     except BaseException:
         _close_spill(res)
+        close_chunks = getattr(chunks_in, "close", None)
+        if close_chunks is not None:  # the decoding thread stops before the outputs are removed
+            close_chunks()
         try:
             observer.close()
         except BaseException:  # noqa: BLE001 - the first error is the one to report

@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from advcli.pipeline.plan import AUTO_GPU_MIN_TOKENS, auto_device
+from advcli.ops.fused import AUTO_GPU_MIN_TOKENS, auto_device
 from tests.conftest import SAMPLE, run_cli
 
 

@@ -53,7 +53,7 @@ class Plan:
         dev = self.__dict__.get("_device")
         if dev is None:
             if self.device_name == "auto":
-                from ..ops.fused import triton_available
+                from ..ops.fused import auto_device, triton_available
 
                 name, why = auto_device(bool(torch.cuda.is_available()), triton_available(), self.spec.level,
                                         self.dump_tokens)
@@ -83,29 +83,6 @@ def check_device_name(name: str) -> None:
     """Refuses a device name other than auto, cpu or cuda (without importing torch)."""
     if name not in ("auto", "cpu", "cuda"):
         raise AdvcliError(f"--device {name!r}: expected auto, cpu or cuda")
-
-
-# --device auto takes the GPU for token-level runs of at least this many tokens: below it the CUDA context's
-# start-up (about a second) and the copies outweigh what the fused kernels save (a rule set from the CPU's
-# measured costs; the GPU's own figures are not yet measured: docs/performance.md)
-AUTO_GPU_MIN_TOKENS = 1 << 24
-
-
-def auto_device(cuda: bool, kernels: bool, level: str, tokens: int) -> tuple[str, str]:
-    """(cpu or cuda, why) for --device auto: ``cuda`` whether a CUDA device is available, ``kernels`` whether
-    the fused kernels can run there (triton), ``level`` the estimator's (row or token), ``tokens`` the dump's."""
-    if not cuda:
-        return "cpu", "no CUDA device here"
-    if level == "row":
-        return "cpu", ("a row-level estimator: its group statistics run on the host's row table, so the GPU "
-                       "would only add copies")
-    if not kernels:
-        return "cpu", ("the GPU's fused kernels need triton (pip install 'advcli[gpu]'); without them the GPU "
-                       "path is slower than the CPU")
-    if tokens < AUTO_GPU_MIN_TOKENS:
-        return "cpu", (f"{tokens:,} tokens, under {AUTO_GPU_MIN_TOKENS:,}: the CUDA start-up and copies "
-                       "would outweigh the kernels")
-    return "cuda", f"a token-level estimator on {tokens:,} tokens (at least {AUTO_GPU_MIN_TOKENS:,})"
 
 
 def pick_device(name: str) -> torch.device:

@@ -51,7 +51,7 @@ if [ "$DRY" = 0 ]; then
 fi
 step "whole runs (cuda vs cpu vs the I/O floor, steady state 4x - 1x) and profile"
 if [ "$DRY" = 1 ]; then
-  timeout 300 $PY benchmarks/gpu.py --dry-run --rows $ROWS --rounds $ROUNDS --data "$OUTDIR/data" 2>&1 \
+  timeout 900 $PY benchmarks/gpu.py --dry-run --rows $ROWS --rounds $ROUNDS --data "$OUTDIR/data" 2>&1 \
     | tee "$OUTDIR/gpu.log"
 else
   timeout 420 $PY benchmarks/gpu.py --rows $ROWS --rounds $ROUNDS --data "$OUTDIR/data" \

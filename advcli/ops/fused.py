@@ -95,6 +95,21 @@ def _launch_options(t) -> dict:
     return {"enable_fp_fusion": False} if t.device.type == "cuda" else {}
 
 
+_COEFS: dict = {}
+
+
+def _coefficients(c: float, gamma: float, dtype, device):
+    """[c, γ] as a tensor of the data's dtype on its device, made once per run's values (every chunk of a run
+    scans with the same ones): no host-to-device copy, and no wait, per chunk."""
+    key = (c, gamma, dtype, str(device))
+    t = _COEFS.get(key)
+    if t is None:
+        if len(_COEFS) > 64:
+            _COEFS.clear()
+        t = _COEFS[key] = torch.tensor([c, gamma], dtype=dtype).to(device)
+    return t
+
+
 def scan(mode: str, x, offsets, num_rows: int, c: float, gamma: float = 0.0, values=None, mask=None,
          block: int = BLOCK):
     """Flat [N] result of the reverse scan ``mode`` (table in the module's docstring) over the rows
@@ -103,7 +118,7 @@ def scan(mode: str, x, offsets, num_rows: int, c: float, gamma: float = 0.0, val
     if x.numel() == 0 or num_rows == 0:
         return out.zero_()
     scan_kernel, _ = _kernels()
-    coef = torch.tensor([c, gamma], dtype=x.dtype).to(x.device, non_blocking=True)
+    coef = _coefficients(float(c), float(gamma), x.dtype, x.device)
     v = values.to(x.dtype).contiguous() if values is not None else x
     m = mask.contiguous() if mask is not None else x
     if m.dtype == torch.bool:

@@ -20,7 +20,7 @@ from ..ragged import Ragged
 from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan
-from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device, to_host
+from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device, to_host_async
 from .rows import Prepared, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
 
@@ -169,66 +169,101 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
             yield fi, rb, batch, None if cached else reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
 
     chunks_in = prefetched(decoded(), DECODE_AHEAD) if DECODE_AHEAD > 0 else decoded()
+    def compute(fi, rb, batch, dec, row0):
+        """Chunk k's math, queued on the device; its results' copies to the host queued behind it (CUDA:
+        pinned memory, with an event to wait on). Returns what :func:`finish` needs."""
+        hit = res.token_cache.pop(row0, None) if res.token_cache else None
+        if hit is not None:
+            hit.load(res.token_spill)
+        seen = None
+        if cached:
+            if hit is None or hit.rows != batch.num_rows:
+                raise RuntimeError(f"internal: the statistics pass's chunks do not match the write pass's at "
+                                   f"row {row0}; please report this")
+            offsets, tok, seen = hit.offsets, {}, hit.seen
+            mask = hit.mask
+        else:
+            offsets, tok = dec
+            mask = tok["response_mask"]
+        layout = Ragged(torch.from_numpy(offsets))
+        extras = None
+        if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
+            mask = to_device(mask, plan.device).to(plan.dtype)
+            adv, ret, tlr, mask = chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
+                                               mask, row0, apply_whiten=True)
+            row_kl = hit.row_kl
+            del hit
+        else:
+            extras = {} if kl_parts is not None or res.correction is not None else None
+            adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
+            row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], extras["kl_mask"], plan.run.kl.mask)
+                      if kl_parts is not None else None)
+        weights = extras.get("rollout_is_weights") if res.correction is not None else None
+        after_rs = None
+        if res.correction is not None:  # verl: the estimator's mask; OpenRLHF: the kept units
+            after_rs = mask if res.correction.spec.corrects_mask else extras["response_mask_after_rs"]
+        event = None
+        if plan.device.type == "cuda":  # copies queued, not waited for: the next chunk's math goes first
+            (adv, ret, tlr, mask, weights, after_rs, *kl), event = to_host_async(
+                [adv, ret, tlr, mask, weights, after_rs, *(row_kl if kl_parts is not None else ())])
+            row_kl = tuple(kl) or row_kl
+        return fi, rb, batch, row0, offsets, layout, tok, seen, (adv, ret, tlr, mask, weights, after_rs, row_kl), event
+
+    def finish(fi, rb, batch, row0, offsets, layout, tok, seen, results, event):
+        """Chunk k's host work, done once chunk k+1's math is queued: the overflow check, the run statistics
+        (handed to their thread), the output batch (to the writer's thread)."""
+        nonlocal last_fi, chunks
+        if writing and writers[fi] is None:
+            if last_fi is not None:  # that input is done: close its output (renamed at the end)
+                writers[last_fi].prepare()
+            writers[fi] = open_writer(fi)
+            last_fi = fi
+        if event is not None:  # the one wait for the chunk's results
+            event.synchronize()
+        adv, ret, tlr, mask, weights, after_rs, row_kl = results
+        refuse_overflow(plan, inputs.paths[fi], rb, offsets, row,
+                        {"advantages": adv, "returns": ret, "token_level_rewards": tlr})
+        if kl_parts is not None:
+            kl_parts[0].append(row_kl[0].cpu())
+            kl_parts[1].append(row_kl[1].cpu())
+        observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
+        extra = ({"rollout_is_weights": weights, "response_mask_after_rs": after_rs}
+                 if res.correction is not None else None)
+        if splice:
+            writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))
+        elif writing:
+            writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb,
+                                           extra))
+        chunks += 1
+        if chunks % TRIM_EVERY == 0:
+            trim_heap()
+        if progress:
+            progress("write" if writing else "compute", row0 + batch.num_rows, R)
+
     try:
-        for fi, rb, batch, dec in chunks_in:
-            if writing and writers[fi] is None:
-                if last_fi is not None:  # that input is done: close its output (renamed at the end)
-                    writers[last_fi].prepare()
-                writers[fi] = open_writer(fi)
-                last_fi = fi
-            hit = res.token_cache.pop(row0, None) if res.token_cache else None
-            if hit is not None:
-                hit.load(res.token_spill)
-            seen = None
-            if cached:
-                if hit is None or hit.rows != batch.num_rows:
-                    raise RuntimeError(f"internal: the statistics pass's chunks do not match the write pass's at "
-                                       f"row {row0}; please report this")
-                offsets, tok, seen = hit.offsets, {}, hit.seen
-                mask = hit.mask
-            else:
-                offsets, tok = dec
-                mask = tok["response_mask"]
-            layout = Ragged(torch.from_numpy(offsets))
-            if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
-                mask = to_device(mask, plan.device).to(plan.dtype)
-                adv, ret, tlr, mask = chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
-                                                   mask, row0, apply_whiten=True)
-                row_kl = hit.row_kl
-                del hit
-            else:
-                extras = {} if kl_parts is not None or res.correction is not None else None
-                adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
-                row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], extras["kl_mask"],
-                                      plan.run.kl.mask)
-                          if kl_parts is not None else None)
-            weights = extras.get("rollout_is_weights") if res.correction is not None else None
-            after_rs = None
-            if res.correction is not None:  # verl: the estimator's mask; OpenRLHF: the kept units
-                after_rs = mask if res.correction.spec.corrects_mask else extras["response_mask_after_rs"]
-            if plan.device.type == "cuda":  # one wait for the chunk's results, then host work only
-                adv, ret, tlr, mask, weights, after_rs, *kl = to_host([adv, ret, tlr, mask, weights, after_rs,
-                                                                       *(row_kl if kl_parts is not None else ())])
-                row_kl = tuple(kl) or row_kl
-            refuse_overflow(plan, inputs.paths[fi], rb, offsets, row,
-                            {"advantages": adv, "returns": ret, "token_level_rewards": tlr})
-            if kl_parts is not None:
-                kl_parts[0].append(row_kl[0].cpu())
-                kl_parts[1].append(row_kl[1].cpu())
-            observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
-            extra = ({"rollout_is_weights": weights, "response_mask_after_rs": after_rs}
-                     if res.correction is not None else None)
-            if splice:
-                writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))
-            elif writing:
-                writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb,
-                                               extra))
+        # one chunk behind: chunk k's host work runs after chunk k+1's math is queued, so on a GPU the device
+        # computes k+1 (and copies k's results back) while the host checks, observes and encodes k. Errors
+        # keep the order of a one-chunk-at-a-time loop: chunk k's own comes before anything from chunk k+1.
+        pending = None
+        chunk_iter = iter(chunks_in)
+        while True:
+            try:  # reading, decoding and checking chunk k+1, then its math
+                item = next(chunk_iter, None)
+                if item is None:
+                    break
+                fi, rb, batch, dec = item
+                computed = compute(fi, rb, batch, dec, row0)
+            except BaseException:
+                if pending is not None:
+                    finish(*pending)
+                raise
             row0 += batch.num_rows
-            chunks += 1
-            if chunks % TRIM_EVERY == 0:
-                trim_heap()
-            if progress:
-                progress("write" if writing else "compute", row0, R)
+            if pending is not None:
+                finish(*pending)
+            pending = computed
+        if pending is not None:
+            finish(*pending)
+            pending = None
         observer.close()
         res.token_cache = None
         _close_spill(res)

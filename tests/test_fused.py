@@ -261,14 +261,16 @@ def test_masked_tokens_follow_the_frameworks_hole_rules():
 def test_group_sums_bit_equal_to_index_add():
     g = torch.Generator().manual_seed(5)
     codes = torch.randint(0, 40, (700,), generator=g)
+    codes[codes == 7] = 8  # an empty group: 0, as index_add_ leaves it
+    codes[5] = 41  # and the last group one row
     x = torch.rand(700, generator=g) * 0.3  # non-dyadic: the order of the adds shows in the bits
     gi = GroupIndex.from_codes(codes)
     order = torch.argsort(codes, stable=True)
     starts = torch.zeros(gi.num_groups + 1, dtype=torch.int64)
     torch.cumsum(gi.sizes, 0, out=starts[1:])
-    mean = gi.sum(x) / gi.sizes.to(x.dtype)
+    mean = gi.sum(x) / gi.sizes.to(x.dtype)  # NaN for the empty group: its squares stay 0
     sums, ss = fused.group_sums(x, order, starts, gi.num_groups, mean)
-    assert torch.equal(sums, gi.sum(x))
+    assert torch.equal(sums, gi.sum(x)) and sums[7] == 0
     dev = x.double() - mean[codes].double()
     want = torch.zeros(gi.num_groups, dtype=torch.float64).index_add_(0, codes, dev * dev)
     assert torch.equal(ss, want)

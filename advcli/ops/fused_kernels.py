@@ -73,10 +73,12 @@ def group_sum_kernel(x_ptr, order_ptr, starts_ptr, mean_ptr, sum_ptr, ss_ptr, SQ
     g = tl.program_id(0)
     s = tl.load(starts_ptr + g)
     e = tl.load(starts_ptr + g + 1)
-    acc = tl.load(x_ptr + tl.load(order_ptr + s)) * 0.0
+    # 0 in x's dtype (and float64), from a masked load: an empty group reads nothing, and a NaN or inf
+    # value does not leak into the start value (x·0 would)
+    acc = tl.zeros_like(tl.load(x_ptr + tl.load(order_ptr + s, mask=s < e, other=0), mask=s < e, other=0.0))
     if SQUARES:
         mu = tl.load(mean_ptr + g).to(tl.float64)
-        acc2 = mu * 0.0
+        acc2 = tl.zeros_like(mu)
     for i in range(s, e):  # input order, one add at a time: index_add_'s bits
         val = tl.load(x_ptr + tl.load(order_ptr + i))
         acc += val

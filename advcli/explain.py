@@ -125,6 +125,7 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
     if after:
         out += correction
     out.append(f"  precision          {run.precision}")
+    out.append("  device (auto)      " + auto_device_line(spec.level))
     if flavor.notes:
         out += ["", f"{flavor.name} semantics to know:", "  " + flavor.notes]
     out += ["", "canonical configuration (use with --flavor advcli):",
@@ -153,3 +154,14 @@ def _shaping_lines(r) -> list[str]:
     if r.zero_truncated:
         out.append("     truncated        r ← 0 where the truncated column is true (after normalisation)")
     return out
+
+
+def auto_device_line(level: str) -> str:
+    """What ``--device auto`` does for an estimator of ``level`` (the run's summary says what it picked)."""
+    from .ops.fused import AUTO_GPU_MIN_TOKENS
+
+    if level == "row":
+        return "the CPU: a row-level estimator's group statistics run on the host's row table"
+    return (f"a CUDA GPU when the dump has at least {AUTO_GPU_MIN_TOKENS:,} tokens and triton is installed "
+            "(the fused scan kernels), else the CPU; the run's summary says which and why")
+

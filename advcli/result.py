@@ -84,6 +84,7 @@ class RunResult(Shown):
     config_file: dict | None = None
     curation: dict | None = None
     no_token_data: str | None = None  # why token figures are absent (a dump without token data; advcli.formats)
+    device: str | None = None  # where the math ran and why ("cpu (--device auto: no CUDA device here)")
     output_table: Any = None  # the rows written, kept in memory (advcli.run on an in-memory table, output=None)
 
     title = "advcli run report"
@@ -102,6 +103,8 @@ class RunResult(Shown):
             rep["config_file"] = self.config_file
         if self.curation is not None:
             rep["filter"] = self.curation
+        if self.device:
+            rep["device"] = self.device
         return rep
 
     def html(self) -> str:

@@ -3,6 +3,9 @@ chunks already in memory — no Parquet reading, writing or run statistics.
 
     python benchmarks/compute.py [--device cuda] [--rows 4096] [--chunk-tokens 524288] [--scans]
 
+``--estimators grpo gae+k3`` times only those. On a GPU the reverse scans run as the fused Triton kernels
+when triton is installed (``advcli.ops.fused``); ``ADVCLI_KERNELS=off`` times the torch path there instead.
+
 ``--scans`` adds the reverse scans alone (``advcli.ops.scans``: GAE with holes skipped, the
 REINFORCE++ return, GAE over every position, the plain discounted cumsum) on one chunk of about
 ``--chunk-tokens`` tokens of the same sample (rows of 64..2048 tokens, masked spans and tails).
@@ -53,6 +56,8 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="GB/s of the card (default: measured, a device-to-device copy)")
     ap.add_argument("--scans", action="store_true", help="also time the reverse scans alone on one chunk")
+    ap.add_argument("--estimators", nargs="+", choices=list(ESTIMATORS), default=list(ESTIMATORS),
+                    help="the estimators to time (default: all)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +91,8 @@ def estimator_table(dev: torch.device, src: str, inputs, args, chunk_tokens: int
     print("| estimator | tokens | chunks | s (median) | M tokens/s | bytes/token | bound M tokens/s | share "
           "| kernels/chunk | host waits/chunk |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, sets in ESTIMATORS.items():
-        cfg, _ = resolve("verl", sets)
+    for name in args.estimators:
+        cfg, _ = resolve("verl", ESTIMATORS[name])
         plan = pipeline.make_plan(cfg, inputs, {}, args.device)
         rows = pipeline.chunk_rows_for(plan, inputs, None, chunk_tokens)
         res, *_ = pipeline.prepare_run(plan, inputs, rows)

@@ -2,14 +2,18 @@
 benchmark dump on the GPU against the CPU and the I/O floor, and a profile of one GPU run (copies,
 kernels, synchronisations, and how much of the copies run while kernels run).
 
-    python benchmarks/gpu.py [--rows 16384] [--rounds 3] [--trace OUT.json.gz] [--skip-runs]
+    python benchmarks/gpu.py [--rows 16384] [--rounds 3] [--trace OUT.json.gz] [--skip-runs] [--dry-run]
+
+``--dry-run``: the whole-runs table on the CPU alone (no card, bandwidth or profile), so that the script
+is checked on a machine without a GPU (``tools/gpu_check.sh --dry-run``).
 
 * **bandwidth**: a device-to-device copy of 1 GiB, counting bytes read plus bytes written, median of 20
   (the ceiling the compute-only figures of ``benchmarks/compute.py --bandwidth`` are set against);
 * **whole runs**: ``advcli run`` as a user types it (a fresh process, start-up included) with
   ``--device cuda`` and ``--device cpu``, and ``benchmarks/floor.py`` (read every column + write the
   augmented table, no math), for verl GAE with k3 KL in the reward and verl GRPO; medians of ``--rounds``
-  interleaved rounds;
+  interleaved rounds, on the dump and on a dump 4x its size: the steady state (4x minus 1x, start-up
+  excluded, as ``benchmarks/`` does on the CPU) and its ratio to the I/O floor's steady state;
 * **profile**: one GAE run in this process under ``torch.profiler``: kernels and copies on the device
   (their busy time as the union of their intervals), host-to-device copy time that overlaps kernel time,
   the CUDA calls that make the host wait (stream/device/event synchronisations, copies to pageable
@@ -161,45 +165,61 @@ def main() -> None:
     ap.add_argument("--data", default=os.path.join(ROOT, "bench_data"), help="where the dump is made")
     ap.add_argument("--trace", help="write the profile here (Chrome trace; .gz: gzipped)")
     ap.add_argument("--skip-runs", action="store_true", help="only the bandwidth and the profile")
+    ap.add_argument("--dry-run", action="store_true", help="the whole runs on the CPU only, no GPU needed")
     args = ap.parse_args()
     import torch
 
-    if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device here")
-    props = torch.cuda.get_device_properties(0)
-    bw = copy_bandwidth()
-    print(f"card: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB; "
-          f"torch {torch.__version__}; {os.cpu_count()} CPU cores", flush=True)
-    print(f"measured copy bandwidth (read + write): {bw:.0f} GB/s", flush=True)
-    plain, with_cuda = start_up()
-    print(f"start-up: import torch {plain:.2f} s; + first CUDA tensor {with_cuda:.2f} s", flush=True)
+    devices = ("cpu",) if args.dry_run else ("cuda", "cpu")
+    if not args.dry_run:
+        if not torch.cuda.is_available():
+            raise SystemExit("no CUDA device here (--dry-run runs the CPU side)")
+        props = torch.cuda.get_device_properties(0)
+        bw = copy_bandwidth()
+        print(f"card: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB; "
+              f"torch {torch.__version__}; {os.cpu_count()} CPU cores", flush=True)
+        print(f"measured copy bandwidth (read + write): {bw:.0f} GB/s", flush=True)
+        plain, with_cuda = start_up()
+        print(f"start-up: import torch {plain:.2f} s; + first CUDA tensor {with_cuda:.2f} s", flush=True)
     os.makedirs(args.data, exist_ok=True)
-    src = os.path.join(args.data, f"gpu_{args.rows}.parquet")
-    ensure_dump(src, args.rows)
-    ntok = tokens_of(src)
-    print(f"dump: {args.rows:,} rows, {ntok / 1e6:.1f}M tokens, {os.path.getsize(src) / 2**20:.0f} MiB", flush=True)
+    srcs = {}
+    for k in (1, 4):  # the dump and 4x it: steady state = t(4x) - t(1x)
+        srcs[k] = os.path.join(args.data, f"gpu_{args.rows * k}.parquet")
+        ensure_dump(srcs[k], args.rows * k)
+    src = srcs[1]
+    ntok = {k: tokens_of(p) for k, p in srcs.items()}
+    print(f"dump: {args.rows:,} rows, {ntok[1] / 1e6:.1f}M tokens, {os.path.getsize(src) / 2**20:.0f} MiB; "
+          f"4x: {ntok[4] / 1e6:.1f}M tokens", flush=True)
 
     if not args.skip_runs:
         env = {"ADVCLI_SERVER": "off"}
         cases = {}
         with tempfile.TemporaryDirectory(dir=args.data) as d:
             dst = os.path.join(d, "out.parquet")
-            for est in ("gae", "grpo"):
-                floor = FLOORS[est].split()
-                cases[f"floor {est}"] = [PY, os.path.join(HERE, "floor.py"), src, dst, "--like", floor[-1]]
-                for dev in ("cuda", "cpu"):
-                    cases[f"advcli {est} {dev}"] = advcli_cmd(src, dst, est, ["--device", dev])
-            walls: dict[str, list[float]] = {k: [] for k in cases}
+            for k, path in srcs.items():
+                for est in ("gae", "grpo"):
+                    floor = FLOORS[est].split()
+                    cases[(f"floor {est}", k)] = [PY, os.path.join(HERE, "floor.py"), path, dst, "--like", floor[-1]]
+                    for dev in devices:
+                        cases[(f"advcli {est} {dev}", k)] = advcli_cmd(path, dst, est, ["--device", dev])
+            walls: dict = {key: [] for key in cases}
             for _ in range(args.rounds):
-                for k, cmd in cases.items():
-                    walls[k].append(measure(cmd, env)["wall"])
-        print(f"\nwhole runs ({ADVCLI['gae'][:2]} ...; medians of {args.rounds} rounds, start-up included)")
-        print("| case | s | M tokens/s | x floor |")
-        print("|---|---|---|---|")
-        for k, w in walls.items():
-            m = statistics.median(w)
-            fl = statistics.median(walls["floor " + k.split()[1]]) if k.startswith("advcli") else m
-            print(f"| {k} | {m:.2f} | {ntok / m / 1e6:.1f} | {m / fl:.2f} |", flush=True)
+                for key, cmd in cases.items():
+                    walls[key].append(measure(cmd, env)["wall"])
+        med = {key: statistics.median(w) for key, w in walls.items()}
+        print(f"\nwhole runs ({ADVCLI['gae'][:2]} ...; medians of {args.rounds} rounds; 1x and 4x start-up "
+              "included; steady = 4x - 1x)")
+        print("| case | 1x s | 4x s | steady s | steady M tokens/s | steady x floor |")
+        print("|---|---|---|---|---|---|")
+        for name in dict.fromkeys(n for n, _ in med):
+            one, four = med[(name, 1)], med[(name, 4)]
+            steady = four - one
+            floor_name = "floor " + name.split()[1]
+            fl = med[(floor_name, 4)] - med[(floor_name, 1)]
+            rate = (ntok[4] - ntok[1]) / steady / 1e6 if steady > 0 else float("nan")
+            ratio = steady / fl if fl > 0 else float("nan")
+            print(f"| {name} | {one:.2f} | {four:.2f} | {steady:.2f} | {rate:.1f} | {ratio:.2f} |", flush=True)
+    if args.dry_run:
+        return
 
     s = profile_run(src, args.trace)
     print("\nprofile of one GPU run (verl GAE + k3, in process, after a warm-up run)")

@@ -3,7 +3,8 @@
 The math runs on the device (token columns through pinned host memory, asynchronous copies);
 outputs are written as float32. Row-level estimators give the same bits (the group statistics
 run on the CPU row table); token estimators may differ in the last bits where CUDA's exp and
-matrix products round differently from the CPU's, so they are compared to 1e-6 relative. On the
+matrix products round differently from the CPU's, so they are compared to 1e-6 relative (1e-5 with the
+fused Triton scans, which add in another order). On the
 GPU, as on the CPU, the bits do not depend on --chunk-rows."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from advcli import pipeline
 from advcli.flavors import resolve
+from advcli.ops import fused
 from advcli.sample import make_table
 
 pytestmark = [pytest.mark.cuda,
@@ -55,9 +57,14 @@ def test_cuda_matches_cpu(name, dump, tmp_path):
             if name in EXACT:
                 assert np.array_equal(cpu[c], gpu[c]), c
             else:
-                np.testing.assert_allclose(gpu[c], cpu[c], rtol=1e-6, atol=1e-6, err_msg=c)
+                # the fused scans (advcli/ops/fused.py, with triton) add in another order than the CPU's blocked
+                # GEMM: rounding only, a few ulps of each row's sum of |δ| (the interpreter's order reached 0.9
+                # of 1e-6 on this dump), so 1e-5 here; the torch path on the GPU stays within 1e-6
+                tol = 1e-5 if fused.enabled(torch.zeros(1, device="cuda")) else 1e-6
+                np.testing.assert_allclose(gpu[c], cpu[c], rtol=tol, atol=tol, err_msg=c)
         gpus.append(gpu)
-    # and the GPU's bits do not depend on the chunking (the scans' GEMM runs in calls of one shape)
+    # and the GPU's bits do not depend on the chunking (the scans' GEMM runs in calls of one shape; a fused
+    # scan is one program per row)
     for c in cpu:
         assert np.array_equal(gpus[0][c], gpus[1][c]), c
 

@@ -15,7 +15,7 @@ from advcli import pipeline
 from advcli.errors import AdvcliError
 from advcli.flavors import resolve
 from advcli.io import reader as reader_mod
-from advcli.io.reader import InputSet, _prefetched
+from advcli.io.reader import InputSet, prefetched
 from advcli.sample import make_table
 
 NEW = ["advantages", "returns", "token_level_rewards"]
@@ -193,11 +193,11 @@ def test_prefetch_keeps_order_and_reraises_in_the_consumer():
 
     got = []
     with pytest.raises(AdvcliError, match="after row 5"):
-        for x in _prefetched(gen(), 2):
+        for x in prefetched(gen(), 2):
             got.append(x)
     assert got == [0, 1, 2, 3, 4]
     # a consumer that stops early stops the producer (no hang)
-    it = _prefetched(iter(range(1000)), 1)
+    it = prefetched(iter(range(1000)), 1)
     assert next(it) == 0
     it.close()
 

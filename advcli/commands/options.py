@@ -53,7 +53,9 @@ def chunk_rows(default: int = 4096):
                         help="Rows held in memory at once (results do not depend on it).")
 
 
-def device(default: str = "auto", text: str = "auto (CUDA when present), cpu or cuda."):
+def device(default: str = "auto",
+           text: str = "auto (the GPU for large token-level runs when triton is installed; the summary "
+                       "says why), cpu or cuda."):
     """``--device DEVICE``: where the math runs (``validate`` defaults to cpu, the others to auto)."""
     return typer.Option(default, "--device", metavar="DEVICE", help=text)
 

@@ -208,7 +208,7 @@ class InputSet:
         background thread while the caller works on the current one."""
         it = self._iter_batches(columns, batch_rows)
         depth = PREFETCH if prefetch is None else prefetch
-        return _prefetched(it, depth) if depth > 0 else it
+        return prefetched(it, depth) if depth > 0 else it
 
     def identity_of(self, fi: int) -> tuple | None:
         return self.identities[fi] if self.identities else None
@@ -244,10 +244,11 @@ class _Failed:
         self.exc = exc
 
 
-def _prefetched(it: Iterator, depth: int) -> Iterator:
+def prefetched(it: Iterator, depth: int) -> Iterator:
     """``it``'s items, produced ``depth`` ahead on a daemon thread. An exception in the producer is
     re-raised in the consumer at the same place in the sequence; a consumer that stops early (an
-    error in its loop, ``break``) stops the producer."""
+    error in its loop, ``break``) stops the producer, which closes ``it`` (a generator's cleanup, such as
+    another prefetcher's thread, runs then, not when it is garbage-collected)."""
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -268,6 +269,10 @@ def _prefetched(it: Iterator, depth: int) -> Iterator:
             put(_END)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             put(_Failed(e))
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
 
     t = threading.Thread(target=produce, name="advcli-reader", daemon=True)
     t.start()

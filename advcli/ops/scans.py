@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ..lazy_torch import torch
 from ..ragged import Ragged
+from . import fused
 
 BLOCK = 64
 # The in-block GEMM runs on fixed tiles of GEMM_TILE blocks (the last one zero-padded): BLAS picks
@@ -130,6 +131,8 @@ def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float, bl
     n = values.numel()
     if n == 0:
         return values.clone()
+    if fused.enabled(values):  # the GPU path: one Triton kernel (advcli.ops.fused)
+        return fused.scan("plain", values, layout.offsets.to(values.device), layout.num_rows, c)
     offsets = layout.offsets
     nblocks, block_offsets, nb, cells = _grid_shape(layout.lengths, block, spare=False)
     # slot of each token in the padded [blocks, block] grid: t + (row's first cell − row's offset)
@@ -195,6 +198,9 @@ def gae_skip_masked(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Ten
     dtype = torch.result_type(rewards, values)
     if n == 0:
         return torch.zeros(0, dtype=dtype, device=rewards.device)
+    if fused.enabled(rewards):  # the GPU path: one Triton kernel (advcli.ops.fused)
+        return fused.scan("gae_skip", rewards.to(dtype), layout.offsets.to(rewards.device), layout.num_rows,
+                          gamma * lam, gamma, values=values.to(dtype), mask=mask)
     keep = mask.bool()
     slot, scatter_slot, nblocks, block_offsets, nb, cells = _kept_slots(keep, layout, BLOCK)
     grid_r = torch.empty(cells + 1 + n, dtype=dtype, device=rewards.device)
@@ -221,6 +227,10 @@ def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragge
     OpenRLHF ``get_advantages_and_returns`` does the same after zeroing V and R at mask=0 (the
     caller multiplies by the mask first).
     """
+    if values.numel() and fused.enabled(values):  # the GPU path: one Triton kernel (advcli.ops.fused)
+        dtype = torch.result_type(rewards, values)
+        return fused.scan("gae_all", rewards.to(dtype), layout.offsets.to(values.device), layout.num_rows,
+                          gamma * lam, gamma, values=values.to(dtype))
     v_next = torch.empty_like(values)
     if values.numel():
         v_next[:-1] = values[1:]  # the next token's value, then 0 at every row's last token
@@ -257,6 +267,9 @@ def returns_skip_masked(rewards: torch.Tensor, mask: torch.Tensor, layout: Ragge
     n = rewards.numel()
     if n == 0:
         return rewards.clone()
+    if fused.enabled(rewards):  # the GPU path: one Triton kernel (advcli.ops.fused)
+        return fused.scan("returns_skip", rewards, layout.offsets.to(rewards.device), layout.num_rows, gamma,
+                          mask=mask)
     keep = mask.bool()
     _, scatter_slot, nblocks, block_offsets, nb, cells = _kept_slots(keep, layout, BLOCK)
     grid = torch.empty(cells + 1 + n, dtype=rewards.dtype, device=rewards.device)

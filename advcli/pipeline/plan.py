@@ -45,13 +45,24 @@ class Plan:
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
     correction: object = None  # rollout correction spec (advcli.correction_plan.plan_correction), None: off
     warnings: list = field(default_factory=list)  # found while planning, reported with the run's
+    dump_tokens: int = 0  # the dump's tokens from its Parquet metadata (an upper bound): --device auto's rule
 
     @property
     def device(self) -> torch.device:
         """The torch device of the math, picked on first use (a plan that runs no math imports no torch)."""
         dev = self.__dict__.get("_device")
         if dev is None:
-            dev = self.__dict__["_device"] = pick_device(self.device_name)
+            if self.device_name == "auto":
+                from ..ops.fused import auto_device, triton_available
+
+                name, why = auto_device(bool(torch.cuda.is_available()), triton_available(), self.spec.level,
+                                        self.dump_tokens)
+                dev = torch.device(name)
+                self.__dict__["device_why"] = f"{name} (--device auto: {why})"
+            else:
+                dev = pick_device(self.device_name)
+                self.__dict__["device_why"] = f"{dev.type} (--device {self.device_name})"
+            self.__dict__["_device"] = dev
         return dev
 
     @property
@@ -180,7 +191,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     plan = Plan(run=run, spec=spec, params=params, cmap=cmap, device_name=device,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
-                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]))
+                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]),
+                dump_tokens=inputs.list_tokens(cmap["response_mask"]))
     from ..correction_plan import plan_correction  # rollout correction: roles, output columns (advcli.correction_plan)
     plan.correction = plan_correction(plan, plan.warnings)
     return plan

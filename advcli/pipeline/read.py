@@ -121,6 +121,23 @@ def to_host(tensors: list) -> list:
     return [copies.get(id(t), t) for t in tensors]
 
 
+def to_host_async(tensors: list) -> tuple[list, object]:
+    """(the tensors on the host, an event): as :func:`to_host`, but the copies from a GPU are only queued on
+    the current stream, behind the kernels that make them, and nothing waits. The host tensors hold their
+    values once ``event.synchronize()`` returns (event None: nothing was on a GPU). The pinned buffers come
+    from torch's caching host allocator, reused once their copies are done."""
+    copies: dict[int, torch.Tensor] = {}
+    for t in tensors:
+        if t is not None and t.device.type == "cuda" and id(t) not in copies:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            copies[id(t)] = host.copy_(t, non_blocking=True)
+    event = None
+    if copies:
+        event = torch.cuda.Event()
+        event.record()
+    return [copies.get(id(t), t) for t in tensors], event
+
+
 def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtype,
                 allow_nan: bool = False) -> torch.Tensor:
     """A per-row number column as a tensor; nulls, NaN and ±inf refused (``allow_nan``: nulls and NaN

@@ -79,6 +79,7 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs if output is not None else None,
                      output_mode, flavor, native)
     run_observer.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.figures)
+    result.device = plan.__dict__.get("device_why")
     return finish_result(result, plan, res, t0)
 
 

@@ -13,17 +13,21 @@ from ..errors import AdvcliError, disk_full, is_disk_full
 from ..io import remote
 from ..io.memory import trim as trim_heap
 from ..io.ordered import OrderedWorker
+from ..io.reader import prefetched
 from ..io.splice import SplicedParquetWriter, spliceable
 from ..io.writer import AtomicParquetWriter, clean_stale_temps
 from ..ragged import Ragged
 from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan
-from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device, to_host
+from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device, to_host_async
 from .rows import Prepared, kl_coefs, row_kl_sums
 from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
+# chunks whose token columns are decoded and checked ahead of the math, on their own thread (0: on the math's
+# thread, as before; tests compare the two)
+DECODE_AHEAD = 2
 
 
 def few_row_groups(md) -> bool:
@@ -114,9 +118,10 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                  native=None):
     """The last pass: every chunk's math, statistics and (with ``outs``) its output batch.
 
-    Overlap: while this thread computes chunk k, the reader thread decodes chunk k+1, a statistics
-    thread accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes
-    the chunks before (pyarrow and torch release the GIL)."""
+    Overlap: while this thread computes chunk k, the reader thread reads the next batches, a decoding
+    thread decodes and checks the token columns of the next DECODE_AHEAD chunks, a statistics thread
+    accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes the chunks
+    before (pyarrow and torch release the GIL)."""
     reader = ChunkReader(plan, inputs)
     # the statistics pass kept every chunk with what the statistics read from its token columns
     # (moments.token_moment_pass): no token column is decoded again
@@ -155,66 +160,110 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
     R = inputs.num_rows
     row0 = chunks = 0
     observer = OrderedWorker(run_observer.add, depth=1, name="advcli-observer")
-    try:
+
+    def decoded():
+        """Every batch with its token columns decoded and checked (None when the statistics pass kept them):
+        run DECODE_AHEAD chunks ahead on a thread of its own, so the checks of chunk k+1 overlap the math of
+        chunk k; an error there surfaces when the loop reaches that chunk, as it did on this thread."""
         for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
-            if writing and writers[fi] is None:
-                if last_fi is not None:  # that input is done: close its output (renamed at the end)
-                    writers[last_fi].prepare()
-                writers[fi] = open_writer(fi)
-                last_fi = fi
-            hit = res.token_cache.pop(row0, None) if res.token_cache else None
-            if hit is not None:
-                hit.load(res.token_spill)
-            seen = None
-            if cached:
-                if hit is None or hit.rows != batch.num_rows:
-                    raise RuntimeError(f"internal: the statistics pass's chunks do not match the write pass's at "
-                                       f"row {row0}; please report this")
-                offsets, tok, seen = hit.offsets, {}, hit.seen
-                mask = hit.mask
-            else:
-                offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
-                mask = tok["response_mask"]
-            layout = Ragged(torch.from_numpy(offsets))
-            if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
-                mask = to_device(mask, plan.device).to(plan.dtype)
-                adv, ret, tlr, mask = chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
-                                                   mask, row0, apply_whiten=True)
-                row_kl = hit.row_kl
-                del hit
-            else:
-                extras = {} if kl_parts is not None or res.correction is not None else None
-                adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
-                row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], extras["kl_mask"],
-                                      plan.run.kl.mask)
-                          if kl_parts is not None else None)
-            weights = extras.get("rollout_is_weights") if res.correction is not None else None
-            after_rs = None
-            if res.correction is not None:  # verl: the estimator's mask; OpenRLHF: the kept units
-                after_rs = mask if res.correction.spec.corrects_mask else extras["response_mask_after_rs"]
-            if plan.device.type == "cuda":  # one wait for the chunk's results, then host work only
-                adv, ret, tlr, mask, weights, after_rs, *kl = to_host([adv, ret, tlr, mask, weights, after_rs,
-                                                                       *(row_kl if kl_parts is not None else ())])
-                row_kl = tuple(kl) or row_kl
-            refuse_overflow(plan, inputs.paths[fi], rb, offsets, row,
-                            {"advantages": adv, "returns": ret, "token_level_rewards": tlr})
-            if kl_parts is not None:
-                kl_parts[0].append(row_kl[0].cpu())
-                kl_parts[1].append(row_kl[1].cpu())
-            observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
-            extra = ({"rollout_is_weights": weights, "response_mask_after_rs": after_rs}
-                     if res.correction is not None else None)
-            if splice:
-                writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))
-            elif writing:
-                writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb,
-                                               extra))
+            yield fi, rb, batch, None if cached else reader.tokens(batch, inputs.paths[fi], rb, plan.token_roles)
+
+    chunks_in = prefetched(decoded(), DECODE_AHEAD) if DECODE_AHEAD > 0 else decoded()
+    def compute(fi, rb, batch, dec, row0):
+        """Chunk k's math, queued on the device; its results' copies to the host queued behind it (CUDA:
+        pinned memory, with an event to wait on). Returns what :func:`finish` needs."""
+        hit = res.token_cache.pop(row0, None) if res.token_cache else None
+        if hit is not None:
+            hit.load(res.token_spill)
+        seen = None
+        if cached:
+            if hit is None or hit.rows != batch.num_rows:
+                raise RuntimeError(f"internal: the statistics pass's chunks do not match the write pass's at "
+                                   f"row {row0}; please report this")
+            offsets, tok, seen = hit.offsets, {}, hit.seen
+            mask = hit.mask
+        else:
+            offsets, tok = dec
+            mask = tok["response_mask"]
+        layout = Ragged(torch.from_numpy(offsets))
+        extras = None
+        if hit is not None and hit.rows == batch.num_rows:  # the statistics pass computed this chunk
+            mask = to_device(mask, plan.device).to(plan.dtype)
+            adv, ret, tlr, mask = chunk_final(plan, res, layout.to(plan.device), hit.adv, hit.ret, hit.tlr,
+                                               mask, row0, apply_whiten=True)
+            row_kl = hit.row_kl
+            del hit
+        else:
+            extras = {} if kl_parts is not None or res.correction is not None else None
+            adv, ret, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=True, extras=extras)
+            row_kl = (row_kl_sums(layout.to(mask.device), extras["kld"], extras["kl_mask"], plan.run.kl.mask)
+                      if kl_parts is not None else None)
+        weights = extras.get("rollout_is_weights") if res.correction is not None else None
+        after_rs = None
+        if res.correction is not None:  # verl: the estimator's mask; OpenRLHF: the kept units
+            after_rs = mask if res.correction.spec.corrects_mask else extras["response_mask_after_rs"]
+        event = None
+        if plan.device.type == "cuda":  # copies queued, not waited for: the next chunk's math goes first
+            (adv, ret, tlr, mask, weights, after_rs, *kl), event = to_host_async(
+                [adv, ret, tlr, mask, weights, after_rs, *(row_kl if kl_parts is not None else ())])
+            row_kl = tuple(kl) or row_kl
+        return fi, rb, batch, row0, offsets, layout, tok, seen, (adv, ret, tlr, mask, weights, after_rs, row_kl), event
+
+    def finish(fi, rb, batch, row0, offsets, layout, tok, seen, results, event):
+        """Chunk k's host work, done once chunk k+1's math is queued: the overflow check, the run statistics
+        (handed to their thread), the output batch (to the writer's thread)."""
+        nonlocal last_fi, chunks
+        if writing and writers[fi] is None:
+            if last_fi is not None:  # that input is done: close its output (renamed at the end)
+                writers[last_fi].prepare()
+            writers[fi] = open_writer(fi)
+            last_fi = fi
+        if event is not None:  # the one wait for the chunk's results
+            event.synchronize()
+        adv, ret, tlr, mask, weights, after_rs, row_kl = results
+        refuse_overflow(plan, inputs.paths[fi], rb, offsets, row,
+                        {"advantages": adv, "returns": ret, "token_level_rewards": tlr})
+        if kl_parts is not None:
+            kl_parts[0].append(row_kl[0].cpu())
+            kl_parts[1].append(row_kl[1].cpu())
+        observer.submit(row0, layout, mask, adv, ret, tlr, tok, seen)
+        extra = ({"rollout_is_weights": weights, "response_mask_after_rs": after_rs}
+                 if res.correction is not None else None)
+        if splice:
+            writers[fi].write(output_batch(plan, batch, [], new_schema, adv, ret, tlr, offsets, rb, extra))
+        elif writing:
+            writers[fi].write(output_batch(plan, batch, base_fields, out_schema, adv, ret, tlr, offsets, rb,
+                                           extra))
+        chunks += 1
+        if chunks % TRIM_EVERY == 0:
+            trim_heap()
+        if progress:
+            progress("write" if writing else "compute", row0 + batch.num_rows, R)
+
+    try:
+        # one chunk behind: chunk k's host work runs after chunk k+1's math is queued, so on a GPU the device
+        # computes k+1 (and copies k's results back) while the host checks, observes and encodes k. Errors
+        # keep the order of a one-chunk-at-a-time loop: chunk k's own comes before anything from chunk k+1.
+        pending = None
+        chunk_iter = iter(chunks_in)
+        while True:
+            try:  # reading, decoding and checking chunk k+1, then its math
+                item = next(chunk_iter, None)
+                if item is None:
+                    break
+                fi, rb, batch, dec = item
+                computed = compute(fi, rb, batch, dec, row0)
+            except BaseException:
+                if pending is not None:
+                    finish(*pending)
+                raise
             row0 += batch.num_rows
-            chunks += 1
-            if chunks % TRIM_EVERY == 0:
-                trim_heap()
-            if progress:
-                progress("write" if writing else "compute", row0, R)
+            if pending is not None:
+                finish(*pending)
+            pending = computed
+        if pending is not None:
+            finish(*pending)
+            pending = None
         observer.close()
         res.token_cache = None
         _close_spill(res)
@@ -230,6 +279,9 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                 w.commit()
     except BaseException:
         _close_spill(res)
+        close_chunks = getattr(chunks_in, "close", None)
+        if close_chunks is not None:  # the decoding thread stops before the outputs are removed
+            close_chunks()
         try:
             observer.close()
         except BaseException:  # noqa: BLE001 - the first error is the one to report

@@ -168,6 +168,8 @@ def headline(report: dict) -> list[tuple[str, str]]:
         elif t.get("rows_per_s"):
             rate = f"  ({t['rows_per_s']:,.0f} rows/s)"
         out.append(("time", f"{t['seconds']:.2f} s{rate}"))
+    if report.get("device"):  # where the math ran, and why there (--device auto's rule)
+        out.append(("device", report["device"]))
     return out
 
 

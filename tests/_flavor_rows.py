@@ -6,8 +6,7 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-import advcli
+from conftest import output_lists, run_table
 
 TOKEN_COLS = {"mask": ("response_mask", pa.int8()), "old": ("old_log_probs", pa.float32()),
               "ref": ("ref_log_probs", pa.float32()), "values": ("values", pa.float32())}
@@ -27,11 +26,8 @@ def write_rows(rows: list[dict], path: str) -> str:
 
 def run_rows(tmp_path, rows, flavor, settings, chunk_rows=3):
     src = write_rows(rows, os.path.join(tmp_path, "in.parquet"))
-    out = os.path.join(tmp_path, "out.parquet")
-    result = advcli.run(src, out, flavor=flavor, settings=settings, chunk_rows=chunk_rows, device="cpu", force=True)
-    t = pq.read_table(out)
-    cols = {c: t.column(c).to_pylist() for c in ("advantages", "returns", "token_level_rewards") if c in t.column_names}
-    return cols, result
+    t, result = run_table(src, os.path.join(tmp_path, "out.parquet"), flavor, settings, chunk_rows=chunk_rows)
+    return output_lists(t), result
 
 
 def assert_rows_close(got, expected, rtol=1e-5, atol=1e-6):

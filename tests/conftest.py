@@ -20,6 +20,56 @@ if getattr(sys.modules.get("tests"), "__path__", None) != _here.__path__:
     sys.modules["tests"] = _here
 SAMPLE = os.path.join(ROOT, "sample_data", "rollouts.parquet")
 
+# The tests live in folders (docs/house.md, Tests); a test file imports another's builders by its module name
+# (`from test_format_verl import write`), wherever the two sit: every folder of tests/ is on the path.
+for _folder in sorted(os.listdir(os.path.join(ROOT, "tests"))):
+    _path = os.path.join(ROOT, "tests", _folder)
+    if os.path.isdir(_path) and _folder.isidentifier() and not _folder.startswith("_") and _path not in sys.path:
+        sys.path.append(_path)
+
+OUTPUT_COLUMNS = ("advantages", "returns", "token_level_rewards")
+
+
+def run_table(src, out, flavor, settings=None, **kw):
+    """``advcli.run(src, out)`` as the flavor and estimator tests call it (on the CPU, overwriting ``out``):
+    (the output table, the run's result). ``kw``: advcli.run's other arguments (chunk_rows, precision, ...)."""
+    import pyarrow.parquet as pq
+
+    import advcli
+
+    result = advcli.run(str(src), str(out), flavor=flavor, settings=settings, **{"device": "cpu", "force": True, **kw})
+    return pq.read_table(str(out)), result
+
+
+def output_lists(table, columns=OUTPUT_COLUMNS) -> dict:
+    """The output's advantage columns that it has, as Python lists (column -> one list per row)."""
+    return {c: table.column(c).to_pylist() for c in columns if c in table.column_names}
+
+
+def two_files(table, directory, split: int, row_group_size: int) -> list[str]:
+    """One dump written as two Parquet files, ``a.parquet`` (rows before ``split``) and ``b.parquet``, in
+    ``directory``: the Ray tests' input, where a step and groups straddle the files."""
+    import pyarrow.parquet as pq
+
+    a, b = os.path.join(str(directory), "a.parquet"), os.path.join(str(directory), "b.parquet")
+    pq.write_table(table.slice(0, split), a, row_group_size=row_group_size)
+    pq.write_table(table.slice(split), b, row_group_size=row_group_size)
+    return [a, b]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray instance for one test module (tests/_services.py's local_ray: small blocks, so that the
+    figures span many blocks and batches); the module's tests skip without Ray."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install 'advcli[ray]')")
+    from _services import local_ray
+
+    with local_ray() as ray:
+        yield ray
+
 
 def run_cli(*args, cwd=None, env=None):
     """Run ``python -m advcli ARGS`` in a subprocess; returns CompletedProcess (text)."""

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import output_lists, run_table
 
 import advcli
 from advcli.errors import AdvcliError
@@ -74,10 +75,8 @@ def _write(path, rows=ROWS, component_order=("reward/fmt", "reward/acc")):
 
 def _run(tmp_path, settings, chunk_rows=3, column="advantages"):
     src = _write(os.path.join(tmp_path, "in.parquet"))
-    out = os.path.join(tmp_path, "out.parquet")
-    advcli.run(src, out, flavor=PINNED, settings=settings, chunk_rows=chunk_rows, device="cpu", force=True)
-    t = pq.read_table(out)
-    return {c: t.column(c).to_pylist() for c in t.column_names if c in ("advantages", "returns", "token_level_rewards")}
+    t, _ = run_table(src, os.path.join(tmp_path, "out.parquet"), PINNED, settings, chunk_rows=chunk_rows)
+    return output_lists(t)
 
 
 def _close(got, want, rtol=1e-5, atol=1e-6):

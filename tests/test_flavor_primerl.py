@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import run_table
 
 import advcli
 from advcli.errors import AdvcliError
@@ -83,10 +84,9 @@ def _write(path, rows=ROWS, drop=(), rename=None):
 
 def _run(tmp_path, settings, chunk_rows=3, rows=ROWS, drop=(), rename=None, columns=None, precision=None):
     src = _write(os.path.join(tmp_path, "in.parquet"), rows, drop, rename)
-    out = os.path.join(tmp_path, "out.parquet")
-    res = advcli.run(src, out, flavor="prime-rl", settings=settings, columns=columns, chunk_rows=chunk_rows,
-                     device="cpu", force=True, precision=precision)
-    return pq.read_table(out).column("advantages").to_pylist(), res
+    t, res = run_table(src, os.path.join(tmp_path, "out.parquet"), "prime-rl", settings, columns=columns,
+                       chunk_rows=chunk_rows, precision=precision)
+    return t.column("advantages").to_pylist(), res
 
 
 def _spread(per_row, rows=ROWS):

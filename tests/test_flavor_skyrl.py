@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from _flavor_rows import assert_rows_close
+from conftest import output_lists, run_table
 
-import advcli
 from advcli.errors import AdvcliError
 
 A = "trainer.algorithm."
@@ -172,12 +172,9 @@ def _write(path, rows, with_step=True, last_step_name="is_last_step"):
 
 def _run(tmp_path, settings, rows=ROWS, chunk_rows=2, precision=None, columns=None, **kw):
     src = _write(os.path.join(tmp_path, "in.parquet"), rows, **kw)
-    out = os.path.join(tmp_path, "out.parquet")
-    res = advcli.run(src, out, flavor="skyrl", settings=settings, chunk_rows=chunk_rows, device="cpu", force=True,
-                     precision=precision, columns=columns)
-    t = pq.read_table(out)
-    got = {c: t.column(c).to_pylist() for c in ("advantages", "returns", "token_level_rewards") if c in t.column_names}
-    return got, res
+    t, res = run_table(src, os.path.join(tmp_path, "out.parquet"), "skyrl", settings, chunk_rows=chunk_rows,
+                       precision=precision, columns=columns)
+    return output_lists(t), res
 
 
 # ------------------------------------------------------------------------------ against SkyRL

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import run_table
 
-import advcli
 from advcli.errors import AdvcliError
 from advcli.explain import keys_text
 from advcli.flavors import get as get_flavor
@@ -95,10 +95,8 @@ def _write(path, rows=ROWS, with_step=True, extra=None):
 
 def _run(tmp_path, settings, rows=ROWS, chunk_rows=3, precision=None, with_step=True, columns=None, extra=None):
     src = _write(os.path.join(tmp_path, "in.parquet"), rows, with_step, extra)
-    out = os.path.join(tmp_path, "out.parquet")
-    res = advcli.run(src, out, flavor="slime", settings=settings, chunk_rows=chunk_rows, device="cpu", force=True,
-                     precision=precision, columns=columns)
-    t = pq.read_table(out)
+    t, res = run_table(src, os.path.join(tmp_path, "out.parquet"), "slime", settings, chunk_rows=chunk_rows,
+                       precision=precision, columns=columns)
     return t.column("advantages").to_pylist(), t.column("returns").to_pylist(), res
 
 

@@ -12,8 +12,8 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_table
 
-import advcli
 from advcli.errors import AdvcliError
 
 # (reward, acc, fmt, mask, old_log_probs, ref_log_probs); consecutive blocks are the groups. The first
@@ -58,9 +58,8 @@ def _run(tmp_path, settings, chunk_rows=5):
             "ref_log_probs": pa.array([r[5] for r in ROWS], pa.list_(pa.float32()))}
     src = os.path.join(tmp_path, "in.parquet")
     pq.write_table(pa.table(cols), src)
-    out = os.path.join(tmp_path, "out.parquet")
-    advcli.run(src, out, flavor="trl", settings=settings, chunk_rows=chunk_rows, device="cpu", force=True)
-    return pq.read_table(out).column("advantages").to_pylist()
+    t, _ = run_table(src, os.path.join(tmp_path, "out.parquet"), "trl", settings, chunk_rows=chunk_rows)
+    return t.column("advantages").to_pylist()
 
 
 def _check(got, per_row, rtol=1e-5, atol=1e-6):

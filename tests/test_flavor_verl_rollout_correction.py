@@ -13,6 +13,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_table
 
 import advcli
 from advcli.errors import AdvcliError
@@ -87,10 +88,8 @@ def _write(path, rows=ROWS, step=None, extra=None):
 
 def _run(tmp_path, settings, chunk_rows=2, src=None, est="grpo"):
     src = src or _write(tmp_path / "in.parquet")
-    out = str(tmp_path / f"out{chunk_rows}.parquet")
-    res = advcli.run(src, out, flavor="verl", settings={"algorithm.adv_estimator": est, **settings},
-                     chunk_rows=chunk_rows, device="cpu", force=True)
-    return pq.read_table(out), res
+    return run_table(src, tmp_path / f"out{chunk_rows}.parquet", "verl", {"algorithm.adv_estimator": est, **settings},
+                     chunk_rows=chunk_rows)
 
 
 def _close(a, b, rtol, atol=1e-7):

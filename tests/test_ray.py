@@ -1,6 +1,6 @@
 """--engine ray: the same outputs as the local engine (rows, order, columns, values, metadata).
 
-The Ray tests start one local Ray instance for the module (``_services.local_ray``, ~3 s) and
+The Ray tests start one local Ray instance for the module (``ray_session``, ~3 s) and
 are skipped when Ray is not installed (``pip install 'advcli[ray]'``). Inputs are generated dumps
 with groups scattered inside steps, a step column, two input files and small read blocks and
 batches, so every group and step statistic spans blocks, batches and files.
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _services import local_ray
+from conftest import two_files
 
 from advcli.errors import AdvcliError
 
@@ -99,24 +99,12 @@ def test_unknown_engine_suggests_nearest():
 
 # ------------------------------------------------------------------ against the local engine
 @pytest.fixture(scope="module")
-def ray_session():
-    if not HAVE_RAY:
-        pytest.skip("ray is not installed")
-    with local_ray() as ray:  # small blocks: many blocks, batches and output files
-        yield ray
-
-
-@pytest.fixture(scope="module")
 def dump(tmp_path_factory):
     """Two files of one dump: 3 steps, groups of 6 scattered inside each step, masked spans."""
     from advcli.sample import make_table
 
-    d = tmp_path_factory.mktemp("raydump")
     t = make_table(1500, 6, 2, 40, 7, shuffle=True, steps=3)
-    a, b = str(d / "a.parquet"), str(d / "b.parquet")
-    pq.write_table(t.slice(0, 830), a, row_group_size=200)  # a step and many groups straddle the files
-    pq.write_table(t.slice(830), b, row_group_size=200)
-    return [a, b]
+    return two_files(t, tmp_path_factory.mktemp("raydump"), 830, 200)  # a step and many groups straddle them
 
 
 def _local(paths, tmp_path, flavor, settings, chunk_rows=128):

@@ -7,28 +7,18 @@ import importlib.util
 import pyarrow.parquet as pq
 import pytest
 from _services import local_ray, local_ray_cluster, local_s3_server, s3_keys
-from conftest import report_of
+from conftest import report_of, two_files
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    with local_ray() as ray:  # small blocks: the figures span many blocks and batches
-        yield ray
-
-
-@pytest.fixture(scope="module")
 def dump(tmp_path_factory):
     from advcli.sample import make_table
 
-    d = tmp_path_factory.mktemp("paritydump")
-    t = make_table(1200, 6, 2, 40, 7, shuffle=True, steps=3)
-    a, b = str(d / "a.parquet"), str(d / "b.parquet")
-    pq.write_table(t.slice(0, 700), a, row_group_size=150)
-    pq.write_table(t.slice(700), b, row_group_size=150)
-    return [a, b]
+    return two_files(make_table(1200, 6, 2, 40, 7, shuffle=True, steps=3), tmp_path_factory.mktemp("paritydump"),
+                     700, 150)
 
 
 def _both(paths, tmp_path, flavor, settings, **kw):
@@ -292,11 +282,7 @@ def offpolicy_dump(tmp_path_factory):
     flat = old.values.to_numpy(zero_copy_only=False)
     noise = rng.normal(0.0, 0.3, len(flat)) * (1 + 4 * (rng.random(len(flat)) < 0.02))
     roll = pa.ListArray.from_arrays(old.offsets, pa.array((flat + noise).astype(np.float32)))
-    t = t.append_column("rollout_log_probs", roll)
-    a, b = str(d / "a.parquet"), str(d / "b.parquet")
-    pq.write_table(t.slice(0, 700), a, row_group_size=150)
-    pq.write_table(t.slice(700), b, row_group_size=150)
-    return [a, b]
+    return two_files(t.append_column("rollout_log_probs", roll), d, 700, 150)
 
 
 @pytest.mark.parametrize("settings", [

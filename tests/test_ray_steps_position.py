@@ -15,19 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _services import local_ray
-from conftest import report_of
+from conftest import report_of, two_files
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
 
 N = 6  # completions per prompt: consecutive rows
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    with local_ray() as ray:
-        yield ray
 
 
 def _blocks_table(seed: int):
@@ -47,10 +40,7 @@ def _interleave_blocks(t: pa.Table, seed: int) -> pa.Table:
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     d = tmp_path_factory.mktemp("posdumps")
-    t = _blocks_table(31)
-    a, b = str(d / "a.parquet"), str(d / "b.parquet")
-    pq.write_table(t.slice(0, 408), a, row_group_size=96)  # a step straddles the two files
-    pq.write_table(t.slice(408), b, row_group_size=96)
+    a, b = two_files(_blocks_table(31), d, 408, 96)  # a step straddles the two files
     i = str(d / "i.parquet")
     pq.write_table(_interleave_blocks(_blocks_table(32), 3), i, row_group_size=96)
     return {"contiguous": [a, b], "interleaved": [i]}
@@ -201,10 +191,7 @@ def _with_domains(t: pa.Table, seed: int) -> pa.Table:
 @pytest.fixture(scope="module")
 def roll_dumps(tmp_path_factory):
     d = tmp_path_factory.mktemp("rolldumps")
-    t = _with_domains(_blocks_table(35), 5)
-    a, b = str(d / "a.parquet"), str(d / "b.parquet")
-    pq.write_table(t.slice(0, 372), a, row_group_size=96)  # a step straddles the two files
-    pq.write_table(t.slice(372), b, row_group_size=96)
+    a, b = two_files(_with_domains(_blocks_table(35), 5), d, 372, 96)  # a step straddles the two files
     i = str(d / "i.parquet")
     pq.write_table(_interleave_blocks(_with_domains(_blocks_table(36), 6), 7), i, row_group_size=96)
     return {"contiguous": [a, b], "interleaved": [i]}

@@ -16,8 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _services import local_ray
-from conftest import report_of, run_main
+from conftest import report_of, run_main, two_files
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
@@ -28,22 +27,12 @@ ADAPTIVE = [("algorithm.use_kl_in_reward", True), ("algorithm.kl_penalty", "low_
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    with local_ray() as ray:
-        yield ray
-
-
-@pytest.fixture(scope="module")
 def contiguous(tmp_path_factory):
     """Two files of one dump, 3 steps each contiguous in row order (a step straddles the files)."""
     from advcli.sample import make_table
 
-    d = tmp_path_factory.mktemp("tokcontig")
-    t = make_table(720, 6, 2, 30, 11, shuffle=True, steps=3)
-    a, b = str(d / "a.parquet"), str(d / "b.parquet")
-    pq.write_table(t.slice(0, 410), a, row_group_size=90)
-    pq.write_table(t.slice(410), b, row_group_size=90)
-    return [a, b]
+    return two_files(make_table(720, 6, 2, 30, 11, shuffle=True, steps=3), tmp_path_factory.mktemp("tokcontig"),
+                     410, 90)
 
 
 @pytest.fixture(scope="module")

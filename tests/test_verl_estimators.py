@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_table
 
 import advcli
 from advcli.errors import AdvcliError
@@ -338,11 +339,9 @@ def _run(tmp_path, data, drop, algo, chunk):
     src = tmp_path / "in.parquet"
     if not src.exists():
         _write(src, data, drop)
-    dst = tmp_path / f"out_{chunk}.parquet"
-    rows = len(data["response_mask"])
-    res = advcli.run(str(src), str(dst), flavor="verl", settings=_settings(algo),
-                     chunk_rows=chunk or rows, device="cpu", force=True)
-    return pq.read_table(dst).to_pydict(), res
+    t, res = run_table(src, tmp_path / f"out_{chunk}.parquet", "verl", _settings(algo),
+                       chunk_rows=chunk or len(data["response_mask"]))
+    return t.to_pydict(), res
 
 
 def _close(got, want, rtol=1e-5, atol=1e-6):

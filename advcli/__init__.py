@@ -10,7 +10,7 @@ Library use::
 
 Each call takes a path (or a list of them) or an in-memory ``pyarrow.Table`` / ``pandas.DataFrame``, and
 returns a result that shows its report in Jupyter and converts to Arrow / pandas (``.table``,
-``.to_pandas()``; :mod:`advcli.result`, :mod:`advcli.notebook`).
+``.to_pandas()``; :mod:`advcli.results`, :mod:`advcli.results.notebook`).
 
 Importing advcli does not import torch; the math modules do, when first used.
 """
@@ -34,7 +34,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
         solve_rate: str | None = None, min_group_size: int | None = None, allow_empty: bool = False, log=None,
         log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
     """Run the pipeline as ``advcli run`` does (the command calls the same code) and return its
-    :class:`advcli.result.RunResult`; each argument is the command's option of that name.
+    :class:`advcli.results.RunResult`; each argument is the command's option of that name.
 
     ``inputs``: a path, a list of paths/directories/globs, or an in-memory ``pyarrow.Table`` /
     ``pandas.DataFrame`` (with ``output=None`` its rows with the new columns come back in
@@ -56,8 +56,8 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     """
     from .formats import open_inputs
     from .io.frames import FrameInputs, frame_kind
-    from .resolution import check_precision
-    from .runner import run_dump
+    from .runs.resolution import check_precision
+    from .runs.runner import run_dump
 
     check_precision(precision)
     trackers = _trackers(log, log_project, log_name, log_step_offset)  # checked before any work
@@ -85,20 +85,20 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
         if result.curation is not None:
             result.curation = frames.named(result.curation)
     if trackers:
-        from .tracker import log_report
+        from .results.tracker import log_report
 
         log_report(result.report, trackers)
     return result
 
 
 def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source: str | None = None):
-    """The figures of a dump or an advcli output, like ``advcli stats``: an :class:`advcli.notebook.StatsResult`
+    """The figures of a dump or an advcli output, like ``advcli stats``: an :class:`advcli.results.notebook.StatsResult`
     (``.metrics``, ``.per_step``, ``.diagnostics``; ``.table``: one row per step). ``inputs``: as
     :func:`run`; ``columns``: role → column name, as ``--column``."""
     from .figures.of_file import file_statistics
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
-    from .notebook import StatsResult
+    from .results.notebook import StatsResult
 
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
@@ -111,7 +111,7 @@ def _trackers(log, log_project, log_name, log_step_offset) -> list:
     (and the library found) before any work; [] when none is given."""
     if not (log or log_project or log_name or log_step_offset):
         return []
-    from .tracker import parse_targets
+    from .results.tracker import parse_targets
 
     return parse_targets([log] if isinstance(log, str) else log, log_project, log_name, log_step_offset)
 
@@ -131,7 +131,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
           chunk_rows: int = 4096, device: str = "auto", source: str | None = None, log=None,
           log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
     """Check logged advantages against advcli's recomputation, like ``advcli audit`` (the same resolution and
-    the same audit): an :class:`advcli.notebook.AuditResult` (``.agree``; ``.table``: the worst rows).
+    the same audit): an :class:`advcli.results.notebook.AuditResult` (``.agree``; ``.table``: the worst rows).
     ``flavor``: ``NAME`` or ``NAME@RELEASE``, default the dump's trainer (else verl, GRPO when the dump has
     prompt_id); ``settings``: the flavor's own keys (``--set``); ``estimator``: ``--estimator`` (a name, a
     reference, or a function); ``config``: a YAML/TOML file of settings (``--config``); ``against``: the logged
@@ -141,8 +141,8 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
     from .formats import open_inputs
     from .io.frames import FrameInputs
-    from .notebook import AuditResult
-    from .resolution import resolve_run
+    from .results.notebook import AuditResult
+    from .runs.resolution import resolve_run
     from .version import stamp
 
     check_tolerances(rtol, atol)
@@ -161,7 +161,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
                          device=device, search=search, top=top)
         rep = frames.named(stamp(rep, "audit"))
     if trackers:
-        from .tracker import log_report
+        from .results.tracker import log_report
 
         log_report(rep, trackers)
     return AuditResult(rep)
@@ -171,7 +171,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
             settings: dict | None = None, config: str | None = None, columns: dict | None = None, top: int = 10,
             chunk_rows: int = 4096, device: str = "auto", source: str | None = None, log=None,
             log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
-    """Compare sets of advantages, like ``advcli compare``: an :class:`advcli.notebook.CompareResult`
+    """Compare sets of advantages, like ``advcli compare``: an :class:`advcli.results.notebook.CompareResult`
     (``.table``: the groups that differ most). The command's three forms:
 
     - ``compare(A, B)``: two advcli outputs of the same rows (``advcli compare A B``);
@@ -184,11 +184,11 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
 
     Each of ``a``, ``b`` is a path or an in-memory table, as :func:`run` takes; ``columns``: ``--column``;
     ``log``...: tracker targets, as :func:`run`."""
-    from .compare import compare_configurations, compare_files, compare_runs, estimator_runs
     from .errors import AdvcliError
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
-    from .notebook import CompareResult
+    from .results.notebook import CompareResult
+    from .runs.compare import compare_configurations, compare_files, compare_runs, estimator_runs
     from .version import stamp
 
     forms = (b is not None) + (configs is not None) + (estimators is not None)
@@ -228,7 +228,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
                                          device=device)
         res = frames.named(stamp(name_dumps(res), "compare"))
     if trackers:
-        from .tracker import log_report
+        from .results.tracker import log_report
 
         log_report(res, trackers)
     return CompareResult(res)
@@ -246,7 +246,7 @@ def estimator(fn=None, *, level: str = "row", needs=(), groups: bool | None = No
     return declare(fn, level=level, needs=needs, groups=groups, name=name)
 
 
-# advcli.audit and advcli.compare are also the names of subpackages (advcli/audit/, advcli/compare.py):
+# advcli.audit and advcli.compare are also the names of subpackages (advcli/audit/, advcli/runs/compare.py):
 # importing one would set the package's attribute to the module, hiding the function. The package keeps
 # its functions; the modules are imported by their full names as ever (sys.modules holds them).
 def _keep_the_library_calls() -> None:

@@ -123,7 +123,7 @@ def run(
     from .config import parse_column_maps, parse_set
     from .engines import check_engine
     from .formats import open_inputs
-    from .resolution import check_precision
+    from .runs.resolution import check_precision
 
     check_engine(engine)
     check_precision(precision)
@@ -156,7 +156,7 @@ def run(
     tune_for_streaming()  # this process is the run's: malloc thresholds for chunk-sized tensors
 
     from .io.commit import staged
-    from .runner import run_dump
+    from .runs.runner import run_dump
 
     # the outputs stay in their temporary files until everything else is done (the report written, the
     # summary printed); putting them in place is the last step, with Ctrl-C held across it: a non-zero
@@ -209,8 +209,8 @@ def explain(
 ):
     """Print the resolved canonical configuration and the formulas that will run."""
     from .config import parse_set
-    from .explain import explain_text, keys_text
     from .flavors import at, config_file_flavor, history_text, resolve
+    from .runs.explain import explain_text, keys_text
 
     if config:
         flavor = config_file_flavor(config, flavor)

@@ -31,7 +31,7 @@ from advcli import pipeline  # noqa: E402
 from advcli.flavors import resolve  # noqa: E402
 from advcli.io.reader import InputSet  # noqa: E402
 from advcli.ops import scans  # noqa: E402
-from advcli.ragged import Ragged  # noqa: E402
+from advcli.ops.ragged import Ragged  # noqa: E402
 from advcli.sample import make_table  # noqa: E402
 
 ESTIMATORS = {

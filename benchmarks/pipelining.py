@@ -4,7 +4,7 @@ decoding on the math's thread (DECODE_AHEAD = 0). Prints figures; asserts nothin
 
     python benchmarks/pipelining.py [--rows 2048] [--rounds 3]
 
-The output is the same either way (tests/test_pipelined.py); what changes is the wall time, and only where
+The output is the same either way (tests/cli/test_pipelined.py); what changes is the wall time, and only where
 the machine has a core free for the decoding thread while the math runs.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers for the conformance tests (tests/test_conformance_*.py): the trainers' released packages' own
+"""Helpers for the conformance tests (tests/conformance/test_conformance_*.py): the trainers' released packages' own
 code, random batches in two shapes (advcli's Parquet rows, the trainer's right-padded tensors), and the
 `advcli run` command a user types.
 

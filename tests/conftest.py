@@ -6,12 +6,12 @@ import types
 import pytest
 
 # Every command a test starts runs in its own process, even where the developer keeps an `advcli server`
-# running: tests/test_server.py starts its own servers and says when a command must use one.
+# running: tests/cli/test_server.py starts its own servers and says when a command must use one.
 os.environ["ADVCLI_SERVER"] = "off"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# verl's wheel, installed for tests/test_conformance_verl.py, ships a top-level `tests` package of its own,
+# verl's wheel, installed for tests/conformance/test_conformance_verl.py, ships a top-level `tests` package of its own,
 # which would win over this directory (a regular package beats a namespace one) in `from tests.x import`:
 # `tests` is this directory whatever else is installed
 _here = types.ModuleType("tests")

@@ -1,5 +1,5 @@
-"""Run the conformance tests (tests/test_conformance_*.py) against a matrix of the trainers' released packages
-and print one line per release: the tests that passed, failed and were skipped, and the first failure.
+"""Run the conformance tests (tests/conformance/test_conformance_*.py) against a matrix of the trainers'
+released packages and print one line per release: the tests that passed, failed and were skipped, and the first failure.
 
 Each release is installed with ``pip install --no-deps PKG==VERSION`` (plus the few small modules the
 tests' imports need, the ``conformance`` extra of pyproject.toml less the trainers) into its own temporary

@@ -33,8 +33,8 @@ $PY -c "import torch, pyarrow, pandas, numpy; print('torch', torch.__version__, 
 'pyarrow', pyarrow.__version__, 'pandas', pandas.__version__, 'numpy', numpy.__version__)"
 $PY -c "from advcli.ops.fused import triton_available; print('fused kernels (triton):', triton_available())"
 step "fused kernels (Triton's interpreter) and CUDA tests"
-TESTS="tests/test_fused.py tests/test_device_auto.py tests/test_pipelined.py"
-[ "$DRY" = 1 ] || TESTS="tests/test_cuda.py tests/test_scans.py $TESTS"
+TESTS="tests/unit/test_fused.py tests/cli/test_device_auto.py tests/cli/test_pipelined.py"
+[ "$DRY" = 1 ] || TESTS="tests/project/test_cuda.py tests/unit/test_scans.py $TESTS"
 timeout 300 $PY -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tee "$OUTDIR/tests.log" | tail -15
 if [ "$DRY" = 0 ]; then
   step "GPU = CPU"

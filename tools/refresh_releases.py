@@ -3,10 +3,10 @@
 
 Each file lists every final release (no dev/rc/alpha/beta, yanked ones marked) with its upload date, newest
 first, as the index serves them: the PyPI JSON API (``https://pypi.org/pypi/DIST/json``), or, where that
-cannot be reached, ``pip index versions DIST`` (versions only, dates left empty). ``tests/test_release_index.py``
-fails when a recorded release has no entry in the flavor's release table, so after a refresh that adds a
-release, run ``tools/conformance_matrix.py DIST==VERSION`` and add it to the table (an alias of the release
-whose semantics it runs, or a new release with what changed)::
+cannot be reached, ``pip index versions DIST`` (versions only, dates left empty).
+``tests/flavors/test_release_index.py`` fails when a recorded release has no entry in the flavor's release
+table, so after a refresh that adds a release, run ``tools/conformance_matrix.py DIST==VERSION`` and add it to
+the table (an alias of the release whose semantics it runs, or a new release with what changed)::
 
     python tools/refresh_releases.py            # every trainer
     python tools/refresh_releases.py trl verl   # some

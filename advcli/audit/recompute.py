@@ -18,9 +18,9 @@ import shutil
 import tempfile
 import time
 
+from ..config.runspec import RunSpec
 from ..errors import AdvcliError
 from ..io.temps import scratch_prefix
-from ..runspec import RunSpec
 
 # the logged advantages, where a dump keeps them: advcli's own Parquet and verl/slime exports; TRL's
 # completions; an imported dump's field named like an output column (NeMo's advantages, prime-rl's advantage)
@@ -119,7 +119,7 @@ def _logged_column(schema, against: str | None, file0: str, imported: str | None
     trainer's own values in (``imported``), else the first of :data:`LOGGED_DEFAULTS` present."""
     import pyarrow as pa
 
-    from ..columns import is_list_type, is_numeric
+    from ..config.columns import is_list_type, is_numeric
     from ..errors import did_you_mean
 
     names = schema.names
@@ -328,7 +328,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     and the flavor were chosen, for the report's "recomputed with"."""
     import numpy as np
 
-    from ..columns import resolve_columns
+    from ..config.columns import resolve_columns
     from ..formats import info_for, name_dumps, source_of
     from ..io.reader import InputSet
     from .checks import classify, fit_params, mixup_rows, unseen_causes, worst_rows

@@ -132,7 +132,7 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
 
     names = ins.schema.names
     logged = [c for c in INTERMEDIATE if c in names and c != logged_col]
-    from ..runspec import RunSpec
+    from ..config.runspec import RunSpec
 
     run = RunSpec.from_config(cfg)  # what the run does, read once; the variants below are configurations
     adv = cfg["advantage"]

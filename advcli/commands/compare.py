@@ -1,4 +1,4 @@
-"""``advcli compare``: parse the two forms, print what :mod:`advcli.compare` computes.
+"""``advcli compare``: parse the two forms, print what :mod:`advcli.runs.compare` computes.
 
 Two forms:
 
@@ -12,7 +12,7 @@ Two forms:
   it; those before the first ``--flavor`` apply to both. Both run into a temporary directory, then
   they are compared as two outputs.
 
-The figures and how they are computed: :mod:`advcli.compare`.
+The figures and how they are computed: :mod:`advcli.runs.compare`.
 """
 from __future__ import annotations
 
@@ -184,9 +184,9 @@ def print_many(rep: dict) -> None:
 def run_estimators(paths: list[str], names: str, flavor: list[str] | None, set_: list[str] | None,
                    config: list[str] | None) -> list[dict]:
     """The resolved configuration of each estimator of ``--estimators A,B,...`` in the one flavor given
-    (:func:`advcli.compare.estimator_runs`, which :func:`advcli.compare` calls too)."""
-    from ..compare import estimator_runs
+    (:func:`advcli.runs.compare.estimator_runs`, which :func:`advcli.compare` calls too)."""
     from ..config import parse_set
+    from ..runs.compare import estimator_runs
 
     if flavor and len(flavor) > 1:
         raise AdvcliError("compare --estimators runs every estimator in one flavor's pipeline; give one --flavor",
@@ -234,8 +234,8 @@ def compare_cmd(
     raw = ctx.meta.get("advcli_raw_args") or []
     configs = [] if estimators is not None else split_configurations(raw) if raw else [
         {"flavor": f, "set": list(set_ or []), "config": (config or [None])[0]} for f in (flavor or [])]
-    from ..compare import compare_configurations, compare_files
     from ..formats import name_dumps, open_inputs
+    from ..runs.compare import compare_configurations, compare_files
 
     if report and not estimators:
         raise AdvcliError("compare --report is written for --estimators comparisons",
@@ -248,8 +248,8 @@ def compare_cmd(
     if estimators is not None:
         if len(paths) != 1:
             raise AdvcliError(f"compare --estimators runs on one dump; got {len(paths)} paths")
-        from ..compare import compare_runs
         from ..report.sections import estimators_sections
+        from ..runs.compare import compare_runs
         from ._sections import emit
 
         runs = run_estimators(paths, estimators, flavor, set_, config)

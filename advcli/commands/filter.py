@@ -1,4 +1,4 @@
-"""``advcli filter DUMP --output OUT``: keep or drop whole groups (advcli.curate), rows unchanged.
+"""``advcli filter DUMP --output OUT``: keep or drop whole groups (advcli.figures.curate), rows unchanged.
 
 Also :func:`prefilter_for_run`: what ``advcli run --drop-uniform/--solve-rate/--min-group-size``
 does first — the kept rows into a temporary file beside the output, so that the run computes every
@@ -88,7 +88,7 @@ def filter_cmd(
 ):
     """Keep or drop whole groups (uniform reward, solve rate, group size, reward variance); rows unchanged."""
     from ..config import parse_column_maps
-    from ..curate import filter_file, make_spec
+    from ..figures.curate import filter_file, make_spec
     from ..report import check_report_path
 
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
@@ -179,7 +179,7 @@ def _describe(f: dict) -> str:
         parts.append(f"--solve-rate {f['solve_rate'][0]:g}:{f['solve_rate'][1]:g}")
     if f.get("min_group_size"):
         parts.append(f"--min-group-size {f['min_group_size']}")
-    from ..curate import variance_flags
+    from ..figures.curate import variance_flags
 
     return " ".join(parts + variance_flags(f))
 

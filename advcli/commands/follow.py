@@ -349,7 +349,7 @@ class StepRunner:
             flavor, flavor_note = trainer_flavor(specs)
         flavor, cfg, native, columns, auto_note = resolve_cli_config(specs, flavor, o.set_, o.config, o.column,
                                                                      None, estimator=o.estimator)
-        from ..runspec import RunSpec
+        from ..config.runspec import RunSpec
 
         if RunSpec.from_config(cfg).grouping.scope == "all":
             raise AdvcliError("--follow: this configuration computes its statistics over the whole dump as one "
@@ -412,7 +412,7 @@ class StepRunner:
 
     def _run(self, unit: Unit, specs: list[str]) -> dict:
         from ..report import build_report
-        from ..runner import RunRequest, run_inputs
+        from ..runs.runner import RunRequest, run_inputs
 
         o, st = self.opts, self.state
         final = os.path.join(o.out_dir, f"step_{unit.step}.parquet")
@@ -434,7 +434,7 @@ class StepRunner:
 
 def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
     """(the step's one line, whether it agrees, the numbers for the trackers)."""
-    from ..tracker import summary_values
+    from ..results.tracker import summary_values
 
     values = summary_values(rep)
     if command == "audit":
@@ -517,7 +517,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     runner = StepRunner(opts, st)
     logger = None
     if trackers:
-        from ..tracker import StepLogger
+        from ..results.tracker import StepLogger
 
         logger = StepLogger(trackers, {"command": opts.command, "follow": root, "flavor": st.flavor})
     if st.last_step is not None and not quiet:

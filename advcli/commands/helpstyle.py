@@ -9,7 +9,7 @@ required argument as ``{INPUT}...``. typer releases before ``display_type_rich``
 machine that had it) print an argument's type as ``<str>`` from ``param.type.get_metavar`` and write
 its usage through ``make_metavar(ctx, usage=True)``: there the argument gets a click-style
 ``make_metavar`` and a type whose metavar is empty. advcli requires typer 0.27 or newer (checked with
-0.27.2, 0.28.0 and 0.29.2 against tests/test_help.py; 0.16-0.26 with click 8.5 render and parse
+0.27.2, 0.28.0 and 0.29.2 against tests/cli/test_help.py; 0.16-0.26 with click 8.5 render and parse
 otherwise).
 
 :class:`Command` and :class:`Group` (the ``cls`` of every advcli command and of the app) give each

@@ -46,8 +46,8 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from ..column_roles import ROLE_INFO
-    from ..columns import resolve_columns
+    from ..config.column_roles import ROLE_INFO
+    from ..config.columns import resolve_columns
     from ..io.arrays import keys_codes, list_parts, numeric, provenance
     from ..io.reader import InputSet
 

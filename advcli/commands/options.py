@@ -64,7 +64,7 @@ def json_out(what: str):
     """``--json``: print ``what`` as JSON on stdout instead of the terminal summary."""
     return typer.Option(False, "--json", help=f"Print {what} as JSON on stdout.")
 
-# group curation: `filter`, and `run` before computing (advcli.curate)
+# group curation: `filter`, and `run` before computing (advcli.figures.curate)
 DROP_UNIFORM = typer.Option(False, "--drop-uniform", help="Drop groups whose metric (reward) is the same for every "
                                                           "row: they carry no learning signal.")
 SOLVE_RATE = typer.Option(None, "--solve-rate", metavar="LO:HI", help="Keep only groups whose mean metric lies in "
@@ -73,7 +73,7 @@ MIN_GROUP_SIZE = typer.Option(None, "--min-group-size", metavar="N", help="Drop 
 ALLOW_EMPTY = typer.Option(False, "--allow-empty", help="Write the result even when the group filter keeps no row "
                                                         "(else it stops, with the counts).")
 
-# the experiment tracker a command's report also goes to (advcli.tracker)
+# the experiment tracker a command's report also goes to (advcli.results.tracker)
 LOG = typer.Option(None, "--log", metavar="TRACKER",
                    help="Also write the per-step metrics, summary, configuration and diagnostics to an experiment "
                         "tracker: wandb (a wandb run; offline unless logged in or WANDB_MODE says; pip install "
@@ -121,11 +121,11 @@ def run_follow(inputs: list[str], opts, settle: float, until_idle: float | None,
 
 
 def log_targets(log: list[str] | None, project: str | None, name: str | None, step_offset: int):
-    """The --log options as :class:`advcli.tracker.LogTarget`, checked (and the library found) before any
+    """The --log options as :class:`advcli.results.tracker.LogTarget`, checked (and the library found) before any
     work."""
     if not log and not (project or name or step_offset):
         return []
-    from ..tracker import parse_targets
+    from ..results.tracker import parse_targets
 
     return parse_targets(log, project, name, step_offset)
 
@@ -134,7 +134,7 @@ def send_to_trackers(report: dict, targets, quiet: bool = False) -> None:
     """Write a finished report to the --log targets; say where each went on stderr (unless quiet)."""
     if not targets:
         return
-    from ..tracker import log_report
+    from ..results.tracker import log_report
 
     for line in log_report(report, targets):
         if not quiet:

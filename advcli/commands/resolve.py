@@ -10,11 +10,11 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
-    (:mod:`advcli.resolution`); ``file_keys`` receives what the --config file gave
+    (:mod:`advcli.runs.resolution`); ``file_keys`` receives what the --config file gave
     (:class:`advcli.flavors.ConfigFileKeys`); ``estimator`` (--estimator) is ``advcli.estimator``. The
-    library's own :func:`advcli.resolution.resolve_run` does the work: the command line only parses."""
+    library's own :func:`advcli.runs.resolution.resolve_run` does the work: the command line only parses."""
     from ..config import parse_column_maps, parse_set
-    from ..resolution import resolve_run
+    from ..runs.resolution import resolve_run
 
     columns = parse_column_maps(column)
     choice = resolve_run(inputs, flavor, parse_set(set_), estimator=estimator, config=config, padded=padded)

@@ -7,7 +7,7 @@ first one imports pydantic (about 0.1 s of CPU) and each adapter costs a little 
 :func:`light` returns a converter that handles the values a command line gives (``"4096"``, ``"0.95"``,
 ``("a", "b")``) with Python's own conversions, and hands anything else (``"1_000"``, ``" 7 "``, a bad
 value) to typer's own converter, so that every value gets typer's result and every error typer's message.
-tests/test_help.py checks the two agree on a spread of values.
+tests/cli/test_help.py checks the two agree on a spread of values.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pyarrow as pa
 import torch
 
-from ..ops import rollout_correction as rc
+from ..correction import weights as rc
 from ..pipeline.correction_pass import ROLES, correction_chunk, correction_state
 
 
@@ -32,7 +32,7 @@ def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: i
     """A worker's batch of the statistics pass (``n`` rows): per input row its Σ corrected mask and metric
     partials ``p:<how>:<name>``, the batch's histogram counts on its first row. The worker adds each
     row's global index."""
-    from ..ragged import Ragged
+    from ..ops.ragged import Ragged
 
     offsets, tok = reader.tokens(batch, file, row_base, ROLES)
     rows, valid, hist = correction_chunk(plan, Ragged(torch.from_numpy(offsets)), tok)
@@ -78,6 +78,6 @@ def correction_fn(rows_on_workers):
 
 
 def _bins() -> int:
-    from ..correction_plan import HIST_BINS
+    from ..correction.plan import HIST_BINS
 
     return HIST_BINS

@@ -63,6 +63,7 @@ import torch
 
 from ..errors import AdvcliError
 from ..io.reader import InputSet
+from ..ops.ragged import Ragged
 from ..ops.whiten import MomentSums
 from ..pipeline import (
     ChunkReader,
@@ -79,7 +80,6 @@ from ..pipeline.output import SIDECAR_ROW
 from ..pipeline.plan import open_and_plan
 from ..pipeline.rows import row_table_pass
 from ..pipeline.run import finish_result, wants_positions
-from ..ragged import Ragged
 from .ray_moments import gather_moments, moments_batch, step_whitening
 from .ray_output import (
     check_output_dir,

@@ -7,7 +7,7 @@ ascending step order (``AdaptiveKLController.update``, verl/trainer/ppo/core_alg
 @1dda039b; ROLL: after each (step, domain) batch, rlvr_pipeline.py L680-723 @8eb27cc2; advcli:
 :func:`advcli.pipeline.rows.kl_coefs`). So each step is resolved alone,
 in ascending step value, with the controller's coefficient carried, which gives the local engine's
-per-row values (tests/test_step_scoped.py checks the premise with the local engine itself):
+per-row values (tests/unit/test_step_scoped.py checks the premise with the local engine itself):
 
 1. :func:`row_pass_pieces`: one Ray task per read shard runs the local engine's row pass on the shard's
    rows and keeps the per-row results in the object store; the driver receives only a summary per
@@ -446,7 +446,7 @@ def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, 
     statistics and diagnostics (:func:`advcli.engines.ray_moments.step_whitening`)."""
     import ray
 
-    from ..batch import RowTable
+    from ..ops.batch import RowTable
     from ..pipeline.observe import RunObserver
     from ..pipeline.rows import Prepared, row_inputs, scopes_and_groups
 

@@ -27,7 +27,7 @@ from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
 
 if TYPE_CHECKING:
-    from ..runspec import RunSpec
+    from ..config.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class EstimatorSpec:
     float32_rule: str = ""  # the framework's float32 rule that can make artefacts (named by the diagnostics)
     float32_hazard: Callable | None = None  # (table, params) -> [G] bool: groups that rule puts at risk
     group_token_pass_needed: Callable | None = None  # (params) -> whether this run needs group_token_pass (None: yes)
-    # (token stats ctx, params, ids) -> extra diagnostics items (advcli.diagnostics)
+    # (token stats ctx, params, ids) -> extra diagnostics items (advcli.pipeline.diagnostics)
     diagnostics: Callable | None = None
     # a group of >= 2 rows whose rewards are all equal gets advantage 0 on every row (the estimator only
     # compares rows within a group, no batch-wide step after): True, False, or (params) -> bool

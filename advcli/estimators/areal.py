@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 
-from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch
 from ..ops import normcfg
+from ..ops.batch import GroupTokenTables, TokenChunk
+from ..ops.ragged import Ragged
 from ..ops.rowscan import gae_kept, gae_sequential, kept_layout
-from ..ragged import Ragged
 from . import EstimatorSpec, register
 
 LAMBDA_FNS = ("constant", "vapo_length_adaptive", "relative_position")

@@ -22,9 +22,9 @@ policy's, which ``log_probs=rollout_log_probs`` takes (the inference engine's lo
 """
 from __future__ import annotations
 
-from ..batch import RowTable
 from ..config import Key
 from ..lazy_torch import torch  # the registry loads without torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 from .group import EPS, grpo_row
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex
-from ..ragged import Ragged
+from ..ops.ragged import Ragged
 from . import EstimatorSpec, register
 
 SOURCE = "prime-rl @ 559b4477 src/prime_rl/orchestrator/algo/"

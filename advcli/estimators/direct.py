@@ -8,7 +8,7 @@ biased token z-score) and, without the baseline, its PPO ``raw_reward``.
 """
 from __future__ import annotations
 
-from ..batch import TokenChunk
+from ..ops.batch import TokenChunk
 from . import EstimatorSpec, register
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..batch import TokenChunk
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import TokenChunk
 from . import EstimatorSpec
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch  # the registry loads without torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 
 SOURCE = "TTT-Discover: test-time-training/discover ttt_discover/rl/train.py compute_advantages @733bce97"

@@ -6,10 +6,10 @@ there); the float32 operation order is kept so all-equal non-dyadic groups give 
 """
 from __future__ import annotations
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 
 MASK_OUTPUT = Key(True, "multiply the broadcast advantage by the response mask (NeMo RL: false)", None, "bool")

@@ -8,10 +8,10 @@ over every position of the row, masked ones too (``mask_output`` false).
 """
 from __future__ import annotations
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 
 LOO = Key(True, "leave-one-out baseline and per-row leave-one-out std (false: group mean and group std)",

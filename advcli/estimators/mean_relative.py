@@ -20,10 +20,10 @@ prime-rl's own scoring (trainable traces only, its float32 hazard) is ``max_rl_c
 """
 from __future__ import annotations
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 
 

@@ -15,10 +15,10 @@ mean and std, ``(R − μ)/(σ + 1e-4)``, ``scale``/``aggregation`` as TRL).
 """
 from __future__ import annotations
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch  # the registry loads without torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 from .nan_group import EPS as TRL_EPS
 from .nan_group import grpo_nan_row

@@ -84,7 +84,7 @@ def mix_rows(terms, table) -> torch.Tensor:
 def mix_token_pass(terms, chunk, ctx) -> None:
     """The pass over the whole input before the write pass: the row terms' advantages (from the row table),
     and each token term's own group token pass, in tables of its own."""
-    from ..batch import GroupTokenTables
+    from ..ops.batch import GroupTokenTables
 
     mine = ctx.extra.setdefault("mix", {})
     for k, (_, spec, p) in enumerate(terms):

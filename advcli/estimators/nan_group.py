@@ -10,10 +10,10 @@ every completion position, so ``mask_output`` is false.
 """
 from __future__ import annotations
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 
 EPS = Key(1e-4, "epsilon added to the std (always, no std > 0 guard)", None, "float")

@@ -22,10 +22,10 @@ in float32 (torch's own reduction order), so the last bit can differ for groups 
 """
 from __future__ import annotations
 
-from ..batch import GroupTokenTables, TokenChunk
 from ..config import Key
 from ..lazy_torch import torch
-from ..ragged import Ragged
+from ..ops.batch import GroupTokenTables, TokenChunk
+from ..ops.ragged import Ragged
 from . import EstimatorSpec, register
 
 NO_TAIL = 2**63 - 1  # torch.iinfo(torch.int64).max: "no second-longest row"

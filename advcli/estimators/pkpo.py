@@ -36,10 +36,10 @@ from __future__ import annotations
 from functools import lru_cache
 from math import comb
 
-from ..batch import RowTable
 from ..config import Key
 from ..errors import AdvcliError
 from ..lazy_torch import torch  # the registry loads without torch
+from ..ops.batch import RowTable
 from . import EstimatorSpec, register
 
 

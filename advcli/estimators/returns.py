@@ -1,9 +1,9 @@
 """Token-level estimators built on reverse scans: GAE, REINFORCE-style returns, ReMax."""
 from __future__ import annotations
 
-from ..batch import TokenChunk
 from ..config import Key
 from ..ops import scans
+from ..ops.batch import TokenChunk
 from . import EstimatorSpec, register
 
 GAMMA = Key(1.0, "discount γ", None, "float")

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..batch import RowTable
 from ..errors import AdvcliError
 from ..lazy_torch import torch
+from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex
 from . import EstimatorSpec
 

@@ -27,7 +27,7 @@ def writable_state(state: dict) -> dict:
 
 
 def offsets_of(layout) -> np.ndarray:
-    """The row offsets [B+1] (int64) of a layout: an :class:`advcli.ragged.Ragged` or the offsets themselves."""
+    """The row offsets [B+1] (int64) of a layout: an :class:`advcli.ops.ragged.Ragged` or the offsets themselves."""
     return to_numpy(getattr(layout, "offsets", layout), np.int64)
 
 

@@ -3,7 +3,7 @@ it keeps a few float64/int64 entries per row and per-scope running sums, and giv
 the end (:meth:`FigureCollector.finish`; the figures: :mod:`advcli.figures`).
 
 Numpy only: every entry point takes numpy arrays or torch tensors (on any device) and converts them
-once with :func:`advcli.figures.arrays.to_numpy`; layouts are a :class:`advcli.ragged.Ragged` or its
+once with :func:`advcli.figures.arrays.to_numpy`; layouts are a :class:`advcli.ops.ragged.Ragged` or its
 offsets, groupings an :class:`advcli.ops.groups.GroupIndex` or :class:`advcli.figures.arrays.Codes`."""
 from __future__ import annotations
 

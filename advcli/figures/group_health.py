@@ -30,7 +30,7 @@ The two reward figures, each defined once here (and in docs/reports.md), never c
   ``groups/solved_{all,none}_share``. With 0/1 rewards ``solved_share`` is the pass rate over rows and
   ``group_mean_reward`` the pass rate averaged over prompts.
 
-A data source is a ``data_source``/``domain``-like column (advcli.curate.SOURCE_COLUMNS); a group's
+A data source is a ``data_source``/``domain``-like column (advcli.figures.curate.SOURCE_COLUMNS); a group's
 source is its first row's.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _binary(r: np.ndarray) -> bool:
 
 
 def _per_group(group: np.ndarray, reward: np.ndarray):
-    from ..curate import FilterSpec, group_decisions
+    from .curate import FilterSpec, group_decisions
 
     d = group_decisions(group, reward, FilterSpec())
     return d["size"], d["mean"], d["uniform"]

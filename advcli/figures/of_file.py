@@ -28,11 +28,11 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     import numpy as np
     import pyarrow as pa
 
-    from ..columns import resolve_columns
+    from ..config.columns import resolve_columns
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
     from ..io.reader import InputSet
     from ..report import build_report
-    from ..result import RunResult
+    from ..results import RunResult
     from .arrays import Codes
     from .collector import FigureCollector
     from .positions import PositionStats
@@ -161,8 +161,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     if not has_ret:
         metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
         per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
-    from ..correction_plan import file_metrics  # rollout_corr/* where both log-prob columns are there
-    from ..runspec import RunSpec
+    from ..config.runspec import RunSpec
+    from ..correction.plan import file_metrics  # rollout_corr/* where both log-prob columns are there
     produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it
     file_metrics(ins, cmap, scopes.codes, scopes.num_groups, RunSpec.from_config(produced_by) if produced_by else None,
                  chunk_rows, per_step, metrics)
@@ -193,12 +193,12 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 
 
 def _health_columns(schema, cmap, prov) -> dict:
-    """The columns group health splits by: the data source (advcli.curate.SOURCE_COLUMNS, or the
+    """The columns group health splits by: the data source (advcli.figures.curate.SOURCE_COLUMNS, or the
     ``domain`` role) and the reward components (the run's ``reward.components`` for an advcli output,
     and ``reward/*`` columns)."""
     import pyarrow as pa
 
-    from ..curate import find_source_column
+    from .curate import find_source_column
 
     names = schema.names
     src = find_source_column(names) or (cmap.names.get("domain") if cmap.has("domain") else None)

@@ -5,7 +5,7 @@ the native keys with the framework's defaults, and translates a set of native va
 canonical configuration (``advcli.config``). Adding a flavor is one module here defining
 ``FLAVOR = Flavor(...)``; modules are discovered automatically, and this registry is the one list of
 flavors: the command-line help reads it (:func:`framework_names`, :func:`flavor_names_text`), and
-``tests/test_flavor_registry.py`` checks that the static texts (README, pyproject, docs) name every one.
+``tests/flavors/test_flavor_registry.py`` checks that the static texts (README, pyproject, docs) name every one.
 """
 from __future__ import annotations
 

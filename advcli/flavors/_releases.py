@@ -9,7 +9,7 @@ what changed since the release before it, one :class:`Change` per upstream pull 
 The packaged trainers' releases on the package index are recorded in ``index/DIST.json`` (refreshed by
 ``tools/refresh_releases.py``): every recorded release is a release's name or alias in the flavor's table (the
 release whose advantage code it has, confirmed by ``tools/conformance_matrix.py``), or older than the oldest
-entry and refused with :data:`NOT_REPRODUCED`'s reason (``tests/test_release_index.py`` checks both).
+entry and refused with :data:`NOT_REPRODUCED`'s reason (``tests/flavors/test_release_index.py`` checks both).
 """
 from __future__ import annotations
 

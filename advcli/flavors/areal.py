@@ -182,7 +182,7 @@ def _slices(cfg: dict, v: dict, norms: dict) -> None:
 
 # AReaL's only release on the package index, 1.0.4, is older than commit cbff54d6 (the flavor's first match):
 # read from the installed package's areal/utils/data.py and areal/trainer/ppo/actor.py, and checked by
-# tests/test_conformance_areal.py against the release's own PPOActor._compute_advantages. Merged after
+# tests/conformance/test_conformance_areal.py against the release's own PPOActor._compute_advantages. Merged after
 # cbff54d6 and not reproduced yet: #1563 (incomplete groups, rows of one logical rollout counted once,
 # std ≤ eps → divide by 1) and #1619 (population z-score on the v2 rollout path).
 RELEASES = (

@@ -17,7 +17,7 @@ flags of ``openrlhf/cli/train_ppo_ray.py``):
 5. the IS correction (``algo.advantage.is_correction_*``; ``PolicyLoss.forward`` in ``openrlhf/models/loss.py``
    L214-247 of release 0.11.2, L196-219 of 0.10.4): a coefficient on the per-token loss, after the
    advantages, written as ``rollout_is_weights`` (canonical ``rollout_correction.gate_*``; the math is
-   ``advcli.ops.rollout_correction.gate_chunk``).
+   ``advcli.correction.weights.gate_chunk``).
 
 A flavor holds no math: this module only maps OpenRLHF's flags onto the canonical configuration.
 """
@@ -117,7 +117,7 @@ def _threshold(value, old_keys: bool) -> list[float]:
 
 def _correction(v: dict, cfg: dict) -> None:
     """The is_correction_* flags of the release (``advcli.is_correction_keys``) -> the canonical
-    ``rollout_correction`` section: OpenRLHF's gated coefficient (advcli.ops.rollout_correction.gate_chunk)."""
+    ``rollout_correction`` section: OpenRLHF's gated coefficient (advcli.correction.weights.gate_chunk)."""
     old_keys = v["advcli.is_correction_keys"] == "0.10.4"
     new_given = [k for k in ("level", "mode", "gating") if v[C + k] != KEYS[C + k].default]
     old_given = [k for k in ("enable", "type") if v[C + k] != KEYS[C + k].default]
@@ -242,7 +242,7 @@ def estimator_note(v: dict) -> str | None:
 
 # Read from the released wheels' openrlhf/trainer/ppo_utils/experience_maker.py and openrlhf/models/utils.py:
 # 0.10.4, 0.11.0 and 0.11.1 hold the same advantage code as commit 3c3be623; 0.11.2 is the newest release, and
-# tests/test_conformance_openrlhf.py runs its own code against this flavor.
+# tests/conformance/test_conformance_openrlhf.py runs its own code against this flavor.
 # The releases before, read at their tags (OpenRLHF/OpenRLHF v0.8.7 ... v0.10.3): compute_advantages_and_returns
 # (group shaping, compute_reward, get_advantages_and_returns, get_cumulative_returns, the global normalisation) and
 # compute_approx_kl are the same math from v0.8.7 (where the KL estimate got its ±10 clamp and the rows their

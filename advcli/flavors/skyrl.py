@@ -158,7 +158,8 @@ def translate(v: dict) -> dict:
 
 
 # SkyRL's releases on the package index (``skyrl``; no ``skyrl-train`` is published): 0.2.0, 0.3.0 and 0.4.0 are
-# run by tests/test_conformance_skyrl.py (tools/conformance_matrix.py --all skyrl: 22 passed each; 0.4.0 declares
+# run by tests/conformance/test_conformance_skyrl.py (tools/conformance_matrix.py --all skyrl: 22 passed each; 0.4.0
+# declares
 # Python ≥ 3.12, its files are compiled under the running Python); its ppo_utils.py estimators and KL and
 # trainer.py compute_advantages_and_returns / apply_reward_kl_penalty / _normalize_advantages read the same
 # as 0.3.0's (annotations and docstrings aside). None has #1443 (grpo_norm_by_std default false) or #1445

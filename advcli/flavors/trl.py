@@ -249,7 +249,7 @@ def estimator_note(v: dict) -> str | None:
 
 
 # Read from the released code (trl/trainer/grpo_config.py, grpo_trainer.py, rloo_config.py and rloo_trainer.py at
-# each tag of huggingface/trl) and run by tests/test_conformance_trl.py against the published releases
+# each tag of huggingface/trl) and run by tests/conformance/test_conformance_trl.py against the published releases
 # (tools/conformance_matrix.py --all trl: each wheel in its own environment, with the settings of the entry it is
 # listed under). The GRPO advantage block changed at 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 and 1.6.0 and between
 # them only in logging (0.18.0's is_std_zero, 0.26.0's num_generations_eval) or in checks (0.17.0: num_generations

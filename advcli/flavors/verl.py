@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 from ..config import Key, default_config
+from ..correction import verl_keys as rollout_correction
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
-from . import _verl_correction_keys as rollout_correction
 from ._releases import Change, Release
 
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce_plus_plus",
@@ -151,7 +151,8 @@ def translate(v: dict) -> dict:
     return cfg
 
 
-# verl's releases on the package index, run by tests/test_conformance_verl.py (the estimators, the reward KL,
+# verl's releases on the package index, run by tests/conformance/test_conformance_verl.py (the estimators, the reward
+# KL,
 # verl/trainer/ppo/core_algos.py) and tools/conformance_matrix.py: 0.9.0 and 0.9.1 give the numbers of commit
 # 1dda039b; 0.8.0 differs in reinforce_plus_plus only (its compute_reinforce_plus_plus_outcome_advantage resets
 # the return at mask=0 tokens); #7794 (rloo_vectorized singletons) is not in 0.9.1.

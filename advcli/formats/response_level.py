@@ -21,7 +21,7 @@ def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
     """Canonical settings the imported dump implies for this configuration (applied while resolving it):
     an estimator the dump's sessions call for runs on their last rows (``grouping.trajectories=last_step``:
     verl's GRPO on multi-output agent loops, each output getting its session's advantage)."""
-    from ..runspec import RunSpec
+    from ..config.runspec import RunSpec
 
     name = RunSpec.from_config(cfg).estimator.name
     for p in inputs:
@@ -38,8 +38,8 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
     if not infos:
         return None
     info = infos[0]
+    from ..config.runspec import RunSpec
     from ..estimators import get as get_estimator
-    from ..runspec import RunSpec
 
     run = RunSpec.from_config(cfg)
     name = run.estimator.name

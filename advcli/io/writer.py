@@ -309,7 +309,7 @@ class AtomicParquetWriter:
         self._rows_in = 0  # rows handed to write(): the committed file must hold exactly these
         self._prepared = False
         self._flush_behind = threaded
-        # TEST HOOK ONLY (tests/test_interrupt.py): sleep this many seconds before each batch, so
+        # TEST HOOK ONLY (tests/cli/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
         self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
 

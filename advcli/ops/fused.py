@@ -30,7 +30,7 @@ so it is exact.
 on the GPU), the torch path's order, so δ is bit-equal. The scan itself adds in a tree inside each
 tile, as the torch path's blocked GEMM adds in its own order; neither is the frameworks' sequential
 loop, and each differs from it by rounding only: for a row of ``L`` tokens the difference is bounded
-by ``2·L·ε·Σ_u |b_u|`` (ε the dtype's unit roundoff), the bound ``tests/test_fused.py`` checks
+by ``2·L·ε·Σ_u |b_u|`` (ε the dtype's unit roundoff), the bound ``tests/unit/test_fused.py`` checks
 against a float64 loop. The group sums (:func:`group_sums`) add each group's rows in input order, as
 ``index_add_`` does on the CPU: bit-equal to :meth:`advcli.ops.groups.GroupIndex.sum`.
 

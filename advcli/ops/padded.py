@@ -9,7 +9,7 @@ helpers lay each row out as the framework does and call the same torch reduction
 from __future__ import annotations
 
 from ..lazy_torch import torch
-from ..ragged import Ragged
+from .ragged import Ragged
 
 MAX_CELLS = 1 << 22  # cells of one temporary grid (16 MiB of float32)
 

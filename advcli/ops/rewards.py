@@ -47,7 +47,7 @@ def shape_rewards(r: torch.Tensor, valid: torch.Tensor, rcfg) -> torch.Tensor:
     the DAPO overlong penalty ``r += min(−(n − (max_tokens − tokens))/tokens·factor, 0)`` (``n = Σ mask``,
     functional.py L937 ``reward_overlong_penalty``; not capped), then ``clip((r + bias)·scale)``.
     Returns ``r`` itself when nothing is set. ``rcfg``: the run spec's reward section
-    (:class:`advcli.runspec.Reward`), read by its fields."""
+    (:class:`advcli.config.runspec.Reward`), read by its fields."""
     over = rcfg.overlong
     tokens, factor = over.tokens, over.factor
     bias, scale, bounds = rcfg.bias, rcfg.scale, rcfg.shape_clip

@@ -10,7 +10,7 @@ element-wise steps over the chunk; only non-negative powers of ``c`` appear (sta
 from __future__ import annotations
 
 from ..lazy_torch import torch
-from ..ragged import Ragged
+from .ragged import Ragged
 from .scans import reverse_discounted_cumsum
 
 

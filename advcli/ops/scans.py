@@ -25,8 +25,8 @@ follows), which is the frameworks' carry over holes.
 from __future__ import annotations
 
 from ..lazy_torch import torch
-from ..ragged import Ragged
 from . import fused
+from .ragged import Ragged
 
 BLOCK = 64
 # The in-block GEMM runs on fixed tiles of GEMM_TILE blocks (the last one zero-padded): BLAS picks

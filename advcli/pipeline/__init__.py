@@ -31,7 +31,7 @@ The stages, one module each (data flows down the list; no module imports one bel
 - ``output``: output paths, schema with provenance, one chunk's record batch;
 - ``observe``: :class:`RunObserver`, the write pass's feed of the run statistics and diagnostics;
 - ``write``: pass 3, compute, observe and write every chunk, overlapped;
-- ``run``: :func:`run_pipeline`, one run end to end (its :class:`advcli.result.RunResult`).
+- ``run``: :func:`run_pipeline`, one run end to end (its :class:`advcli.results.RunResult`).
 """
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from ..config.runspec import RunSpec
 from ..io.lists import check_no_nulls, list_offsets, list_values, primitive_numpy
 from ..io.reader import InputSet
 from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers, unplaced_reward
-from ..runspec import RunSpec
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan
@@ -146,7 +146,7 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
 
     from ..estimators import is_user
     from ..io.writer import check_output_path
-    from ..result import RunResult
+    from ..results import RunResult
     from .output import output_paths
     from .plan import open_and_plan
 

@@ -1,16 +1,16 @@
 """The rollout correction's statistics pass (verl's ``algorithm.rollout_correction``): one read of the
 mask and both log-prob columns per chunk, the per-step metric sums, IS-weight normalisation factors and
-the histogram of the weights. The math is :mod:`advcli.ops.rollout_correction`; the planning, the
-per-chunk application and the metrics are :mod:`advcli.correction_plan`.
+the histogram of the weights. The math is :mod:`advcli.correction.weights`; the planning, the
+per-chunk application and the metrics are :mod:`advcli.correction.plan`.
 """
 from __future__ import annotations
 
 import torch
 
-from ..correction_plan import HIST_BINS, CorrectionState
+from ..correction import weights as rc
+from ..correction.plan import HIST_BINS, CorrectionState
 from ..errors import AdvcliError
-from ..ops import rollout_correction as rc
-from ..ragged import Ragged
+from ..ops.ragged import Ragged
 from .read import ChunkReader
 
 ROLES = ["response_mask", "old_log_probs", "rollout_log_probs"]

@@ -13,8 +13,8 @@ import torch
 from ..errors import AdvcliError
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
+from ..ops.ragged import Ragged
 from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
-from ..ragged import Ragged
 from .grouping import scope_where
 from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan

@@ -11,13 +11,13 @@ import torch
 from ..figures import ChunkFigures, FigureCollector, chunk_figures
 from ..figures.arrays import to_numpy
 from ..figures.collector import row_reward_and_length
-from ..ragged import Ragged
+from ..ops.ragged import Ragged
 from .tokens import chunk_final, row_level_tokens
 
 
 def diagnostics_settings(plan) -> dict:
-    """The :class:`advcli.diagnostics.Diagnostics` settings of a run (all but the id lookup)."""
-    from ..diagnostics import drops_masked_rewards
+    """The :class:`advcli.pipeline.diagnostics.Diagnostics` settings of a run (all but the id lookup)."""
+    from .diagnostics import drops_masked_rewards
 
     return {"kl": plan.run.kl if plan.kl_on else None,
             "drops": drops_masked_rewards(plan.spec, plan.params),
@@ -54,7 +54,7 @@ def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, 
     statistics pass's workers): the same functions :meth:`RunObserver.add` runs, so its figures
     are the same when it adds them in row order. ``ret``: the final returns (see
     :func:`observes_returns_early`)."""
-    from ..diagnostics import Diagnostics
+    from .diagnostics import Diagnostics
 
     m = mask.detach().to("cpu") > 0
     values = tok.get("values") if "values" in plan.token_roles else None
@@ -100,7 +100,7 @@ class PartialMaker:
     makes the chunk); ``edges``: the advantage histogram's, when fixed before the pass."""
 
     def __init__(self, plan, settings: dict, valid_len, collector=None, edges=None):
-        from ..diagnostics import Diagnostics
+        from .diagnostics import Diagnostics
         self.plan, self.settings, self.edges = plan, settings, edges
         self.vstart = np.concatenate([[0], np.cumsum(to_numpy(valid_len, np.int64))])
         self.row_path = settings["row_path"]
@@ -113,8 +113,8 @@ class PartialMaker:
         """Rows ``row0 ..`` of the run: their final token values (``seen``: see :meth:`RunObserver.add`).
         ``vbase``: each row's first valid token's place among the run's, where the maker was given no
         ``valid_len`` (a Ray worker that knows its batch's place, not every row's)."""
-        from ..diagnostics import nonfinite_rows
         from ..figures.positions import position_sums
+        from .diagnostics import nonfinite_rows
         layout = layout.to("cpu")
         positions = None
         if self.settings["positions"]:  # as written: float32, over the mask the estimator used
@@ -143,7 +143,7 @@ class PartialMaker:
 
 
 class RunObserver:
-    """What the pipeline feeds: :class:`FigureCollector` plus :class:`advcli.diagnostics.Diagnostics`.
+    """What the pipeline feeds: :class:`FigureCollector` plus :class:`advcli.pipeline.diagnostics.Diagnostics`.
 
     ``RunObserver(plan, res, row, betas, kls)`` after the row table is resolved; ``add(...)`` for
     every chunk of the write (or compute-only) pass; ``finish(result)`` fills ``result.metrics``,
@@ -164,7 +164,7 @@ class RunObserver:
     ROW_PATH = True  # tests set it false to compare with the token-by-token figures
 
     def __init__(self, plan, res, row: dict, betas: list, kls: list, by_position: bool = False):
-        from ..diagnostics import Diagnostics, id_lookup
+        from .diagnostics import Diagnostics, id_lookup
 
         table = res.table
         R = table.num_rows
@@ -239,7 +239,7 @@ class RunObserver:
             adv_row, ret_row = self._row_values(row0, p.rows)
             self.figures.add_row_values(row0, p.rows.seq_reward, p.rows.resp_len, adv_row, ret_row)
             n = torch.from_numpy(self.figures.valid_len[row0:row0 + adv_row.numel()])
-            from ..diagnostics import nonfinite_rows
+            from .diagnostics import nonfinite_rows
             self.diag.add_nonfinite(row0, *nonfinite_rows(None, None, None, row_adv=(adv_row, n)))
         else:
             self.figures.add_partials(row0, p.tokens)

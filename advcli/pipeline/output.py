@@ -10,11 +10,11 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from ..config.runspec import recorded_config
 from ..errors import AdvcliError
 from ..io import remote
 from ..io.lists import arrow_from_numpy
 from ..io.reader import InputSet, shown_name
-from ..runspec import recorded_config
 from ..version import __version__
 from .plan import Plan
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..column_roles import ROLE_INFO
-from ..columns import ColumnMap, is_list_type, resolve_columns
+from ..config.column_roles import ROLE_INFO
+from ..config.columns import ColumnMap, is_list_type, resolve_columns
+from ..config.runspec import RunSpec
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
 from ..estimators import get as get_estimator
 from ..io.reader import InputSet
 from ..lazy_torch import torch
 from ..ops.whiten import WhitenSpec
-from ..runspec import RunSpec
 from . import roles
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
@@ -43,7 +43,7 @@ class Plan:
     scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
     block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
-    correction: object = None  # rollout correction spec (advcli.correction_plan.plan_correction), None: off
+    correction: object = None  # rollout correction spec (advcli.correction.plan.plan_correction), None: off
     warnings: list = field(default_factory=list)  # found while planning, reported with the run's
     dump_tokens: int = 0  # the dump's tokens from its Parquet metadata (an upper bound): --device auto's rule
 
@@ -132,7 +132,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
             from ..errors import did_you_mean
             raise AdvcliError(f"{file}: reward component column {c!r} not found.{did_you_mean(c, inputs.schema.names)}"
                               f" Columns present: {', '.join(inputs.schema.names)}")
-        from ..columns import check_type
+        from ..config.columns import check_type
         check_type(inputs.schema, "reward", c, file)
     if source == "components" and len(run.reward.weights or components) != len(components):
         raise AdvcliError(f"key reward.weights: {len(run.reward.weights)} weights for {len(components)} components")
@@ -193,7 +193,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
                 output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]),
                 dump_tokens=inputs.list_tokens(cmap["response_mask"]))
-    from ..correction_plan import plan_correction  # rollout correction: roles, output columns (advcli.correction_plan)
+    from ..correction.plan import plan_correction  # rollout correction: roles, output columns (advcli.correction.plan)
     plan.correction = plan_correction(plan, plan.warnings)
     return plan
 

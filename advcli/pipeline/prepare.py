@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import torch
 
-from ..batch import RowTable
 from ..io.reader import InputSet
 from ..io.value_checks import unplaced_reward
 from ..ops import batchnorm
+from ..ops.batch import RowTable
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec

@@ -6,8 +6,8 @@ per-prompt trajectory groups); the NormConfig of ``reward.norm``.
 """
 from __future__ import annotations
 
-from ..column_roles import ROLE_INFO
-from ..columns import ColumnMap
+from ..config.column_roles import ROLE_INFO
+from ..config.columns import ColumnMap
 from ..lazy_torch import torch
 from ..ops.groups import GroupIndex
 

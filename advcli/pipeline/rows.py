@@ -12,14 +12,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..batch import RowTable
 from ..io.arrow_torch import check_no_nulls
 from ..io.lists import factorize, primitive_numpy
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
 from ..ops import kl as kl_ops
+from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex
-from ..ragged import Ragged
+from ..ops.ragged import Ragged
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan, ProgressFn
@@ -258,15 +258,15 @@ class Prepared:
     raw_score: torch.Tensor | None = None  # [R] row reward before normalisation and KL (statistics)
     row_keys: dict | None = None  # key columns of the row pass (diagnostics name groups by prompt_id)
     kl_deferred: bool = False  # the per-row KL is computed by the write pass (defer_row_kl)
-    diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.diagnostics)
+    diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.pipeline.diagnostics)
     whiten_other: tuple | None = None  # advantage.whiten_one_pass: (mean, rstd, dtype) in the other precision
-    correction: Any = None  # advcli.correction_plan.CorrectionState (rollout correction), None: off
+    correction: Any = None  # advcli.correction.plan.CorrectionState (rollout correction), None: off
 
 
 def row_input_roles(plan: Plan) -> list[str]:
     """Per-row columns the estimator reads besides the reward (``needs``/``optional`` roles of kind
     scalar or key, e.g. prime-rl's ``trainable``, ``num_turns``, ``agent_name``), present in the input."""
-    from ..column_roles import ROLE_INFO
+    from ..config.column_roles import ROLE_INFO
 
     special = ("reward", "reward_baseline", "prompt_id", "step", "domain")
     # is_padding: verl's synthetic padding rows, read for the figures and diagnostics whatever the estimator
@@ -279,7 +279,7 @@ def row_inputs(plan: Plan, keys: dict, num_rows: int) -> tuple[dict, dict]:
     """(columns, labels) of :func:`row_input_roles` for the row table: numbers as tensors (float in the
     run's dtype, integers int64, booleans bool), key columns as int64 codes in first-appearance order
     with their values in ``labels``."""
-    from ..column_roles import ROLE_INFO
+    from ..config.column_roles import ROLE_INFO
     from ..io.lists import take
 
     columns, labels = {}, {}

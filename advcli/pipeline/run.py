@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..io.writer import check_output_path
-from ..result import RunResult
+from ..results import RunResult
 from .observe import RunObserver
 from .output import output_paths
 from .plan import ProgressFn, open_and_plan
@@ -92,7 +92,7 @@ def finish_result(result: RunResult, plan, res, t0: float) -> RunResult:
     """Every engine's last step once the observer filled ``result``: verl's rollout_corr/* per step and
     overall, ROLL's domain of each per-step entry, the run's wall time since ``t0``."""
     if res.correction is not None:
-        from ..correction_plan import finish as finish_correction
+        from ..correction.plan import finish as finish_correction
         finish_correction(result, res.correction, plan.dtype)  # rollout_corr/* per step and overall
     if getattr(plan, "scope_domains", None) is not None:
         for entry, dom in zip(result.per_step, plan.scope_domains):

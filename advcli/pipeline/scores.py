@@ -13,7 +13,7 @@ import torch
 
 from ..io.reader import InputSet
 from ..ops.padded import right_aligned_row_sums
-from ..ragged import Ragged
+from ..ops.ragged import Ragged
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns
 from .rows import Prepared

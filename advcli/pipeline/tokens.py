@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import TokenChunk
 from ..io.reader import InputSet
+from ..ops.batch import TokenChunk
+from ..ops.ragged import Ragged
 from ..ops.rewards import clip as clip_values
-from ..ragged import Ragged
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
 from .rows import Prepared, kl_token, placement_index
@@ -63,7 +63,7 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
                * torch.index_select(res.tlr_rstd.to(dev), 0, scope_tok)).to(dt)
         tlr = tlr * mask
     if res.correction is not None:  # verl: after the KL penalty; the estimator sees the corrected mask
-        from ..correction_plan import apply_chunk
+        from ..correction.plan import apply_chunk
         weights, mask, corrected = apply_chunk(plan, res.correction, layout, mask, tok, row0)
         if weights is not None:
             tok["rollout_is_weights"] = weights  # (verl's estimators read batch["rollout_is_weights"])
@@ -84,7 +84,7 @@ def token_group_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: in
     """Token statistics per (group, position) over the whole input, for estimators that declare
     ``group_token_pass`` (verl's optimal token baselines): one read of the token columns into flat
     tables of Σ_g (longest row of g) slots (``batch.GroupTokenTables``)."""
-    from ..batch import GroupTokenTables
+    from ..ops.batch import GroupTokenTables
 
     g = res.groups if res.groups is not None else res.scopes
     width = torch.zeros(g.num_groups, dtype=torch.int64).scatter_reduce_(

@@ -16,7 +16,7 @@ from ..io.ordered import OrderedWorker
 from ..io.reader import prefetched
 from ..io.splice import SplicedParquetWriter, spliceable
 from ..io.writer import AtomicParquetWriter, clean_stale_temps
-from ..ragged import Ragged
+from ..ops.ragged import Ragged
 from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan

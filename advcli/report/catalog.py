@@ -24,7 +24,7 @@ a number (NaN/inf become None) or None. It is called for the whole run, and per 
 ``advcli run`` (both engines) and ``advcli stats`` feed the same collector, so the figure is in both.
 A figure registered without ``compute`` is made by the collector's own blocks
 (:mod:`advcli.figures.verl_metrics`, :meth:`FigureCollector.finish`) or by the run's rollout
-correction (:mod:`advcli.correction_plan`).
+correction (:mod:`advcli.correction.plan`).
 
 ``needs``: ``"advantages"`` — read from the advantages, left out of ``advcli stats`` on a dump without
 them. A figure that counts tokens is named under one of the prefixes of

@@ -18,7 +18,7 @@ Every chart is drawn the same way, so a reader can trust any of them:
   own dash pattern and smaller points, so two equal series both stay visible.
 
 Each text sits in its own box computed here (labels measured at a conservative character width); the
-browser test of ``tests/test_report.py`` checks on the rendered page that no two labels overlap.
+browser test of ``tests/reports/test_report.py`` checks on the rendered page that no two labels overlap.
 """
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def build_report(result, *, flavor: str | None = None, native: dict | None = Non
             rep[name] = g(name)
     if g("release"):  # the flavor's upstream release that ran (advcli.flavors.release_dict)
         rep["release"] = g("release")
-    if g("from_dump"):  # what a trainer dump told the flavor (advcli.resolution)
+    if g("from_dump"):  # what a trainer dump told the flavor (advcli.runs.resolution)
         rep["from_dump"] = list(g("from_dump"))
     if extra:
         rep.update(extra)
@@ -146,7 +146,7 @@ def headline(report: dict) -> list[tuple[str, str]]:
         out.append(("release", report["release"]["label"]))
     if report.get("estimator_note"):  # the flavor runs the estimator the user named under another name
         out.append(("why", report["estimator_note"]))
-    for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.resolution)
+    for line in report.get("from_dump") or []:  # settings a trainer dump implied (advcli.runs.resolution)
         out.append(("from dump", line))
     if report.get("settings"):
         out.append(("settings", ", ".join(f"{k}={json.dumps(v)}" for k, v in report["settings"].items())))

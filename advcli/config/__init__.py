@@ -1,0 +1,208 @@
+"""advcli's canonical configuration: every stage of the pipeline and its switches.
+
+A configuration is a nested dict with the keys of :data:`SCHEMA` (dotted paths) plus
+``estimator.*``, whose keys depend on the estimator (see ``advcli.estimators``). Flavors translate a
+framework's own keys into this form; ``--flavor advcli`` takes it directly. ``--set KEY=VALUE``
+parses VALUE as YAML. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import AdvcliError, did_you_mean
+from .column_roles import ROLES
+
+
+@dataclass(frozen=True)
+class Key:
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    kind: str = "any"  # "bool", "float", "int", "str", "clip", "list", "any"
+
+
+def _schema() -> dict[str, Key]:
+    from .runspec import declared_default, declared_keys
+
+    return {path: Key(declared_default(f), f.metadata["doc"], f.metadata["choices"], f.metadata["kind"])
+            for path, f in declared_keys().items()}
+
+
+# The canonical keys, made from their one declaration: the fields of advcli.config.runspec's dataclasses (in the
+# pipeline's order: grouping -> reward -> kl -> rollout correction -> advantage -> output)
+SCHEMA: dict[str, Key] = _schema()
+
+
+def default_config() -> dict:
+    cfg: dict = {}
+    for path, key in SCHEMA.items():
+        set_path(cfg, path, copy.deepcopy(key.default))
+    cfg["columns"] = {}
+    cfg["estimator"] = {"name": "grpo"}
+    return cfg
+
+
+def set_path(cfg: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = cfg
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def parse_value(text: str) -> Any:
+    """A --set VALUE, parsed as YAML (``true``, ``0.95``, ``null``, ``[acc,fmt]``)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text) if text.strip() != "" else ""
+    except yaml.YAMLError as e:
+        raise AdvcliError(f"cannot parse value {text!r} as YAML: {str(e).splitlines()[0]}") from None
+
+
+def parse_set(items: list[str] | None) -> list[tuple[str, Any]]:
+    """``["a.b=1", ...]`` -> ``[("a.b", 1), ...]`` in order."""
+    out = []
+    for item in items or []:
+        if "=" not in item:
+            raise AdvcliError(f"--set {item!r}: expected KEY=VALUE, e.g. --set algorithm.gamma=0.99")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise AdvcliError(f"--set {item!r}: the key is empty")
+        out.append((k, parse_value(v)))
+    return out
+
+
+def parse_column_maps(items: list[str] | None) -> dict[str, str]:
+    """``--column reward=score`` -> {"reward": "score"}."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise AdvcliError(f"--column {item!r}: expected ROLE=NAME, e.g. --column reward=score")
+        role, name = (s.strip() for s in item.split("=", 1))
+        if role not in ROLES and not role.startswith("reward/"):
+            raise AdvcliError(f"--column {item!r}: unknown role {role!r}.{did_you_mean(role, ROLES)} "
+                              f"Roles: {', '.join(ROLES)}")
+        out[role] = name
+    return out
+
+
+def load_config_file(path: str) -> dict:
+    """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}.
+
+    A file that does not parse is refused naming the file and the line and column of the error."""
+    p = Path(path)
+    if not p.is_file():
+        raise AdvcliError(f"config file {path}: no such file")
+    text = p.read_text()
+    try:
+        if p.suffix.lower() == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as e:  # noqa: BLE001 - any parse error is the user's file
+        raise AdvcliError(f"config file {path}{_parse_error_place(e, text)}: cannot parse: {_parse_error_text(e)}",
+                          hint="fix the file there: " + ("TOML is key = value, strings quoted, [section] headers"
+                                                         if p.suffix.lower() == ".toml" else
+                                                         "YAML is key: value, nested keys indented by spaces, "
+                                                         "brackets and quotes closed")) from None
+    if not isinstance(data, dict):
+        raise AdvcliError(f"config file {path}: expected a mapping of keys to values")
+    return flatten_keys(data)
+
+
+def _parse_error_place(e: Exception, text: str) -> str:
+    """``, line L, column C`` (1-based) of a YAML or TOML parse error, or "" when it names none."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)  # PyYAML's MarkedYAMLError
+    if mark is not None:
+        return f", line {mark.line + 1}, column {mark.column + 1}"
+    if getattr(e, "lineno", None):  # tomllib from Python 3.14
+        return f", line {e.lineno}, column {e.colno}"
+    m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))  # tomllib up to 3.13: in the message
+    if m:
+        return f", line {m.group(1)}, column {m.group(2)}"
+    if "end of document" in str(e):
+        lines = text.splitlines() or [""]
+        return f", line {len(lines)}, column {len(lines[-1]) + 1} (the end of the file)"
+    return ""
+
+
+def _parse_error_text(e: Exception) -> str:
+    """The parser's own words without the place (said once, before them)."""
+    problem = getattr(e, "problem", None)
+    if problem:  # PyYAML: "expected ',' or ']', but got ':'" (+ "while parsing a flow sequence")
+        context = getattr(e, "context", None)
+        return f"{problem} ({context})" if context else str(problem)
+    msg = getattr(e, "msg", None) or str(e).splitlines()[0]
+    return re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(msg))
+
+
+def flatten_keys(data: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts to dotted keys; leaves (including lists) kept as values."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten_keys(v, path + "."))
+        else:
+            out[path] = v
+    return out
+
+
+def coerce(path: str, value: Any, key: Key) -> Any:
+    """Check and normalise one canonical value; raise AdvcliError naming the key."""
+    if value is None:
+        return None
+    kind = key.kind
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            raise ValueError
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind == "str":
+            value = str(value)
+        if kind == "list":
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            return list(value)
+        if kind == "clip":
+            return normalize_clip(value)
+    except (TypeError, ValueError):
+        raise AdvcliError(f"key {path}: {value!r} is not a valid {kind} ({key.doc})") from None
+    if key.choices is not None and value not in key.choices:
+        raise AdvcliError(f"key {path}: unknown value {value!r}.{did_you_mean(value, key.choices)} "
+                          f"Valid: {', '.join(map(str, key.choices))}")
+    return value
+
+
+def normalize_clip(value: Any) -> list[float] | None:
+    """``c`` -> [-c, c]; ``[lo, hi]`` kept; 0/false/null -> None."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        c = float(value)
+        return [-abs(c), abs(c)]
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        lo = None if value[0] is None else float(value[0])
+        hi = None if value[1] is None else float(value[1])
+        return [lo, hi]
+    raise ValueError

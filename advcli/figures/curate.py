@@ -1,0 +1,764 @@
+"""Group curation: which whole groups ``advcli filter`` (and ``advcli run --drop-uniform ...``) keeps.
+
+A group is the rows sharing a ``prompt_id`` within one ``step`` (the same key ``advcli stats`` and the
+GRPO-style estimators use). For each group, over its metric values ``m`` (default the ``reward``
+column):
+
+- ``--drop-uniform`` drops it when every row has the same value (``nunique(m, dropna=False) == 1``:
+  an all-NaN group is uniform, a group mixing NaN and numbers is not). Such a group carries no
+  learning signal: every group-relative advantage is 0 (DAPO's dynamic sampling drops them);
+- ``--solve-rate LO:HI`` keeps it only when ``LO <= mean(m) <= HI`` (the mean over the non-NaN
+  values, in float64; a group with no number is dropped);
+- ``--min-group-size N`` drops it when it has fewer than ``N`` rows;
+- ``--variance-top-p P`` / ``--variance-top-k K`` (RAGEN-2's signal-to-noise filter, arXiv 2604.06268;
+  verl PR #7894 ``algorithm.reward_variance_filtering``, TRL PR #7242 ``reward_variance_filtering``)
+  keeps, within each step, the groups with the most reward variance: the groups sorted by their variance
+  ``Σ(m − mean)²/(n − ddof)`` (descending, ties in first-appearance order; zero-variance groups left out
+  unless ``--variance-include-zero``), then ``top_k``: the first K; ``top_p``: the shortest prefix whose
+  cumulative variance reaches ``P·Σ variance − selection_eps`` (nothing when that is ≤ 0). ``--flavor verl``
+  / ``skyrl`` follow those trainers' open pull requests (``RULES``): selection_eps 0.01, and rows with an
+  all-zero response mask or a non-finite reward left out of a group's variance.
+
+verl, TRL and SkyRL's pull requests *mask* the groups they do not select (their responses stay in the
+batch with a zero loss mask) rather than drop them; ``--mask-dropped`` does that (every row kept, the
+dropped groups' ``response_mask`` set to 0), the default drops the rows (DAPO's dynamic sampling). The
+two differ where a statistic spans groups (batch whitening, batch std, token-mean losses).
+
+:func:`group_decisions` is the pure, vectorised part (numpy over the small columns, no loop over
+rows or groups); :func:`read_small_columns` reads those columns in one streaming pass and
+:func:`copy_kept_rows` streams every column of the kept rows, unchanged and in order, into an atomic
+output (:class:`advcli.io.writer.AtomicParquetWriter`). Memory: the small columns of the whole input
+(a few bytes per row) plus one chunk.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AdvcliError
+
+SOURCE_COLUMNS = ("data_source", "domain", "source", "dataset", "task")  # data-source-like columns, first found
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """What to drop. ``solve_rate``: (lo, hi) inclusive, or None."""
+
+    drop_uniform: bool = False
+    solve_rate: tuple[float, float] | None = None
+    min_group_size: int | None = None
+    variance_top_p: float | None = None  # RAGEN-2 top_p: keep the variance mass P of each step
+    variance_top_k: int | None = None  # RAGEN-2 top_k: keep the K highest-variance groups of each step
+    variance_include_zero: bool = False  # zero-variance groups may be selected
+    variance_ddof: int = 1  # Σ(m − mean)²/(n − ddof)
+    mask_dropped: bool = False  # keep every row, the dropped groups' response_mask set to 0 (verl #7894)
+    allow_empty: bool = False  # --allow-empty: a filter that keeps no row writes an empty result (else: refused)
+    variance_rule: str = "ragen"  # whose variance filter: ragen (the paper, TRL #7242), verl (#7894), skyrl (#2217)
+    variance_selection_eps: float | None = None  # top_p target = P·Σ variance − eps (None: the rule's default)
+    # TRL's aggregated rewards as the metric (--flavor trl --set reward_funcs=[...] / multi_objective_aggregation):
+    # (aggregation, reward columns, weights or None); None: the metric column as it is
+    trl_rewards: tuple | None = None
+
+    @property
+    def selection_eps(self) -> float:
+        if self.variance_selection_eps is not None:
+            return self.variance_selection_eps
+        return RULES[self.variance_rule]["eps"]
+
+    @property
+    def by_variance(self) -> str | None:
+        return "top_p" if self.variance_top_p is not None else "top_k" if self.variance_top_k is not None else None
+
+    @property
+    def active(self) -> bool:
+        return (self.drop_uniform or self.solve_rate is not None or (self.min_group_size or 0) > 1
+                or self.by_variance is not None)
+
+    def describe(self) -> str:
+        parts = []
+        if self.drop_uniform:
+            parts.append("--drop-uniform")
+        if self.solve_rate is not None:
+            parts.append(f"--solve-rate {self.solve_rate[0]:g}:{self.solve_rate[1]:g}")
+        if self.min_group_size:
+            parts.append(f"--min-group-size {self.min_group_size}")
+        parts += variance_flags(self.as_dict())
+        return " ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"drop_uniform": self.drop_uniform, "solve_rate": list(self.solve_rate) if self.solve_rate else None,
+                "min_group_size": self.min_group_size, "variance_top_p": self.variance_top_p,
+                "variance_top_k": self.variance_top_k, "variance_include_zero": self.variance_include_zero,
+                "variance_ddof": self.variance_ddof, "mask_dropped": self.mask_dropped,
+                "variance_rule": self.variance_rule, "variance_selection_eps": self.variance_selection_eps,
+                **({"trl_rewards": {"aggregation": self.trl_rewards[0], "reward_funcs": list(self.trl_rewards[1]),
+                                    "reward_weights": None if self.trl_rewards[2] is None
+                                    else list(self.trl_rewards[2])}} if self.trl_rewards else {})}
+
+
+# The variance filter's rule per trainer: all three are open pull requests (not in a release), read at
+# their 2026-09-16 heads. ``eps``: the default selection_eps; ``live``: rows with an all-zero response mask
+# and non-finite rewards are left out of their group's variance (the group's n counts the others).
+RULES = {
+    "ragen": {"eps": 1e-12, "live": False, "pr": "RAGEN-2 (arXiv 2604.06268); TRL PR #7242 (open)",
+              "flavors": ("trl",)},
+    "verl": {"eps": 0.01, "live": True, "pr": "verl PR #7894 (open)", "flavors": ("verl",)},
+    "skyrl": {"eps": 0.01, "live": True, "pr": "SkyRL PR #2217 (open)", "flavors": ("skyrl",)},
+}
+
+
+def variance_rule_of(flavor: str | None) -> str:
+    """The variance filter's rule of ``--flavor NAME[@RELEASE]`` (a flavor without one: RAGEN-2's)."""
+    if not flavor:
+        return "ragen"
+    from ..flavors import get
+
+    name = get(flavor).name  # an unknown flavor or release is refused here
+    return next((r for r, d in RULES.items() if name in d["flavors"]), "ragen")
+
+
+def variance_note(spec: FilterSpec) -> str | None:
+    """One line saying whose variance rule ran, that its pull request is open, and its selection_eps."""
+    if spec.by_variance is None:
+        return None
+    r = RULES[spec.variance_rule]
+    live = ("; rows with an all-zero response mask and non-finite rewards left out of their group's variance"
+            if r["live"] else "")
+    trl = ""
+    if spec.trl_rewards:
+        agg, funcs, _ = spec.trl_rewards
+        trl = (f"; ranked by TRL's aggregated rewards ({agg} of {', '.join(funcs)}"
+               + (": each reward z-scored in its group, then summed" if agg == "normalize_then_sum" else "") + ")")
+    elif spec.variance_rule == "ragen":
+        trl = ("; TRL ranks the aggregated rewards: under multi_objective_aggregation=normalize_then_sum those are "
+               "per-group z-scored sums (--flavor trl --set multi_objective_aggregation=normalize_then_sum --set "
+               "'reward_funcs=[...]')")
+    return f"variance rule: {r['pr']}, not in any release; selection_eps {spec.selection_eps:g}{live}{trl}"
+
+
+def variance_flags(f: dict) -> list[str]:
+    """The command-line flags of the variance filter and the mask mode in ``f`` (:meth:`FilterSpec.as_dict`)."""
+    parts = []
+    if f.get("variance_top_p") is not None:
+        parts.append(f"--variance-top-p {f['variance_top_p']:g}")
+    if f.get("variance_top_k") is not None:
+        parts.append(f"--variance-top-k {f['variance_top_k']}")
+    if (f.get("variance_top_p") is not None or f.get("variance_top_k") is not None):
+        if f.get("variance_include_zero"):
+            parts.append("--variance-include-zero")
+        if f.get("variance_ddof", 1) != 1:
+            parts.append(f"--variance-ddof {f['variance_ddof']}")
+        if f.get("variance_selection_eps") is not None:
+            parts.append(f"--variance-selection-eps {f['variance_selection_eps']:g}")
+    if f.get("mask_dropped"):
+        parts.append("--mask-dropped")
+    return parts
+
+
+def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
+    """``"LO:HI"`` -> (lo, hi), checked (0.1:0.9, :0.5 for 0..0.5, 0.2: for 0.2..1)."""
+    if text is None:
+        return None
+    if ":" not in text:
+        raise AdvcliError(f"--solve-rate {text!r}: expected LO:HI, e.g. 0.1:0.9 (keeps groups whose mean metric lies "
+                          "in [LO, HI])")
+    lo_s, hi_s = text.split(":", 1)
+    try:
+        lo = float(lo_s) if lo_s.strip() else 0.0
+        hi = float(hi_s) if hi_s.strip() else 1.0
+    except ValueError:
+        raise AdvcliError(f"--solve-rate {text!r}: LO and HI must be numbers, e.g. 0.1:0.9") from None
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo > hi:
+        raise AdvcliError(f"--solve-rate {text!r}: need finite LO <= HI")
+    return lo, hi
+
+
+def trl_rewards_of(flavor: str | None, settings: list[str] | None) -> tuple | None:
+    """``filter --flavor trl --set KEY=VALUE``: TRL's reward aggregation (GRPOConfig reward_funcs, reward_weights,
+    multi_objective_aggregation), read by the trl flavor -> (aggregation, reward columns, weights) when it
+    aggregates more than the reward column, else None. --set with another flavor (or none) is refused."""
+    if not settings:
+        return None
+    from ..flavors import get, resolve
+
+    if not flavor or get(flavor).name != "trl":
+        raise AdvcliError("filter --set: the filter reads TRL's reward aggregation keys (reward_funcs, reward_weights, "
+                          "multi_objective_aggregation) with --flavor trl; other flavors' variance rules rank the "
+                          "reward column (or --metric)", hint="drop --set, or give --flavor trl")
+    from ..config import parse_set
+
+    items = parse_set(settings)
+    allowed = ("reward_funcs", "reward_weights", "multi_objective_aggregation")
+    for k, _ in items:
+        if k not in allowed:
+            raise AdvcliError(f"filter --set {k}: the filter reads only {', '.join(allowed)} (what TRL's variance "
+                              "filter ranks: the aggregated rewards)", hint="give those keys, or none")
+    cfg, _ = resolve(flavor, items)
+    est, rw = cfg.get("estimator") or {}, cfg.get("reward") or {}
+    agg = est.get("aggregation", "sum_then_normalize")
+    funcs = tuple(rw.get("components") or ()) if rw.get("source") == "components" else ("reward",)
+    if agg == "sum_then_normalize" and funcs == ("reward",):
+        return None
+    weights = rw.get("weights")
+    return agg, funcs, None if weights is None else tuple(float(w) for w in weights)
+
+
+def trl_aggregated(per_func: np.ndarray, group: np.ndarray, agg: str, weights) -> np.ndarray:
+    """float64 [R]: the ``rewards`` TRL's GRPOTrainer ranks in PR #7242 (open; ``_get_reward_variance_filter_mask``
+    on the post-aggregation rewards, trl/trainer/grpo_trainer.py at the PR's 2026-09-16 head), from
+    ``per_func`` [R, K] (NaN: a reward function that returned None) and the rows' group codes.
+
+    ``sum_then_normalize``: ``Σ_k w_k r_k`` (nansum); ``normalize_then_sum``: per group and reward
+    ``(r_k − nanmean)/(nanstd + 1e-4)`` (nanstd unbiased, NaN with ≤ 1 value, 0 in a group of one row), then
+    ``Σ_k w_k ·`` those (nansum); a row with every reward NaN is NaN (as advcli's grpo_nan, TRL
+    GRPOTrainer._generate_and_score_completions). Vectorised with bincount over (group, reward) cells."""
+    R, K = per_func.shape
+    w = np.ones(K) if weights is None else np.asarray(weights, np.float64)
+    if w.size != K:
+        raise AdvcliError(f"reward_weights: {w.size} weights for {K} reward_funcs (TRL raises ValueError here)")
+    unscorable = np.isnan(per_func).all(axis=1) if K else np.ones(R, bool)
+    x = per_func
+    if agg == "normalize_then_sum" and R:
+        G = int(group.max()) + 1
+        cell = (group[:, None] * K + np.arange(K)[None, :]).ravel()  # (group, reward) per value
+        v = per_func.ravel()
+        ok = ~np.isnan(v)
+        cnt = np.bincount(cell[ok], minlength=G * K).astype(np.float64)
+        mean = np.bincount(cell[ok], v[ok], minlength=G * K) / np.where(cnt > 0, cnt, np.nan)
+        dev = np.where(ok, v - mean[cell], 0.0)
+        var = np.bincount(cell, dev * dev, minlength=G * K) / np.where(cnt > 0, cnt, np.nan)
+        std = np.sqrt(var * np.where(cnt > 1, cnt / np.where(cnt > 1, cnt - 1, 1), np.nan))
+        size = np.bincount(group, minlength=G)
+        std = np.where(np.repeat(size, K) > 1, std, 0.0)  # TRL's view(-1, 1, K): a lone row's std is 0
+        x = ((v - mean[cell]) / (std[cell] + 1e-4)).reshape(R, K)
+    out = np.nansum(x * w[None, :], axis=1)
+    out[unscorable] = np.nan
+    return out
+
+
+def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | None,
+              variance_top_p: float | None = None, variance_top_k: int | None = None,
+              variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False,
+              allow_empty: bool = False, flavor: str | None = None,
+              variance_selection_eps: float | None = None, settings: list[str] | None = None) -> FilterSpec:
+    if min_group_size is not None and min_group_size < 1:
+        raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
+    if variance_top_p is not None and variance_top_k is not None:
+        raise AdvcliError("--variance-top-p and --variance-top-k: give one (RAGEN-2's strategy is top_p or top_k)")
+    if variance_top_p is not None and not 0.0 < variance_top_p <= 1.0:
+        raise AdvcliError(f"--variance-top-p {variance_top_p:g}: must be in (0, 1], the share of each step's "
+                          "reward-variance mass to keep", hint="e.g. --variance-top-p 0.9")
+    if variance_top_k is not None and variance_top_k < 1:
+        raise AdvcliError(f"--variance-top-k {variance_top_k}: must be at least 1 (groups kept per step)")
+    if variance_ddof < 0:
+        raise AdvcliError(f"--variance-ddof {variance_ddof}: must be 0 (population) or more (1: sample variance)")
+    if variance_selection_eps is not None and not (np.isfinite(variance_selection_eps) and variance_selection_eps >= 0):
+        raise AdvcliError(f"--variance-selection-eps {variance_selection_eps:g}: must be a number ≥ 0 (top_p keeps "
+                          "nothing in a step whose P·Σ variance is at most it)")
+    return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size, variance_top_p,
+                      variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped),
+                      bool(allow_empty), variance_rule_of(flavor), variance_selection_eps,
+                      trl_rewards_of(flavor, settings))
+
+
+def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> np.ndarray:
+    """bool [G]: the groups RAGEN-2's filter selects, per scope (step) independently.
+
+    Per scope: order the groups by variance, descending, stable (ties keep the first-appearing group
+    first); leave out the zero-variance ones unless ``variance_include_zero``; ``top_k`` takes the first
+    K, ``top_p`` the first ``c + 1`` where c is the first index whose cumulative variance reaches
+    ``P·Σ_scope variance − selection_eps`` (nothing when that target is ≤ 0: verl/SkyRL's default eps 0.01
+    keeps no group of a step whose variance mass is that small; RAGEN-2's 1e-12 only absorbs rounding, so a
+    prefix summing to the target exactly reaches it). verl PR #7894 / TRL PR #7242
+    ``_get_reward_variance_filter_mask``. Vectorised: one lexsort by (scope, −variance, group) and
+    cumulative sums restarted at each scope."""
+    G = var.size
+    sel = np.zeros(G, bool)
+    if not G:
+        return sel
+    order = np.lexsort((np.arange(G), -var, scope))  # by scope, then variance descending, then group
+    sc = scope[order]
+    v = var[order]
+    eligible = v > 0 if not spec.variance_include_zero else np.ones(G, bool)
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, G]))
+    ve = np.where(eligible, v, 0.0)
+    # rank among the scope's eligible groups (0-based), cumulative eligible variance within the scope
+    ecount = np.cumsum(eligible)
+    rank = ecount - 1 - np.r_[0, ecount][starts][seg]
+    csum = np.cumsum(ve)
+    before = np.r_[0.0, csum][starts][seg]
+    cum = csum - before
+    if spec.variance_top_k is not None:
+        take = eligible & (rank < spec.variance_top_k)
+    else:
+        total = np.bincount(seg, weights=v, minlength=starts.size)  # every group's variance (zeros add nothing)
+        target = spec.variance_top_p * total[seg] - spec.selection_eps
+        reached = eligible & (cum >= target)
+        # the first eligible rank where the cumulative mass reaches the target, per scope (none: all eligible)
+        big = np.iinfo(np.int64).max
+        first = np.full(starts.size, big)
+        np.minimum.at(first, seg[reached], rank[reached])
+        cutoff = first[seg]
+        take = eligible & (target > 0) & (rank <= cutoff)
+    sel[order[take]] = True
+    return sel
+
+
+def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np.ndarray | None = None):
+    """[G] Σ(x − mean)²/(n − ddof) over each group's counted values (0 when n ≤ ddof), and n. Counted: the
+    non-NaN values (RAGEN-2's rule), or with ``live`` (verl #7894, SkyRL #2217) the finite values of rows
+    whose response mask has a 1."""
+    use = ~np.isnan(m) if live is None else (np.isfinite(m) & live)
+    n = np.bincount(group, weights=use.astype(np.float64), minlength=G)
+    mz = np.where(use, m, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n > 0, np.bincount(group, weights=mz, minlength=G) / np.maximum(n, 1), 0.0)
+    dev = np.where(use, m - mean[group], 0.0) if group.size else np.zeros(0)
+    ss = np.bincount(group, weights=dev * dev, minlength=G)
+    denom = n - ddof
+    return np.where(denom > 0, ss / np.maximum(denom, 1), 0.0), n
+
+
+def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
+                    scope: np.ndarray | None = None, live: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per group ``g`` (codes ``0..G-1`` in ``group``, one per row) the figures and the decision.
+
+    Returns ``size``, ``mean`` (nanmean of the metric, float64), ``uniform``, ``variance`` (of the
+    non-NaN values, ``/(n − ddof)``, 0 when ``n ≤ ddof``), the per-reason drop flags ``drop_min_size``,
+    ``drop_uniform``, ``drop_solve_rate``, ``drop_variance`` and ``keep`` (no reason applies), all of
+    length G. ``scope``: each group's step (the variance filter ranks within a step; None: one step).
+    Vectorised: one stable sort of the codes and ``reduceat`` over the sorted metric.
+    """
+    group = np.asarray(group, np.int64)
+    m = np.asarray(metric, np.float64)
+    G = int(group.max()) + 1 if group.size else 0
+    size = np.bincount(group, minlength=G)
+    nan = np.isnan(m)
+    n_nan = np.bincount(group, weights=nan.astype(np.float64), minlength=G)
+    mz = np.where(nan, 0.0, m)
+    s = np.bincount(group, weights=mz, minlength=G)
+    n_num = size - n_nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n_num > 0, s / np.maximum(n_num, 1), np.nan)
+    # min and max over the numbers of each group: sort by group, reduceat at the group starts
+    order = np.argsort(group, kind="stable")
+    gs = group[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]]) if gs.size else np.zeros(0, np.int64)
+    lo_v = np.where(nan, np.inf, m)[order]
+    hi_v = np.where(nan, -np.inf, m)[order]
+    gmin = np.full(G, np.inf)
+    gmax = np.full(G, -np.inf)
+    if gs.size:
+        gmin[gs[starts]] = np.minimum.reduceat(lo_v, starts)
+        gmax[gs[starts]] = np.maximum.reduceat(hi_v, starts)
+    uniform = (n_nan == size) | ((n_nan == 0) & (gmin == gmax))
+    drop_min = size < spec.min_group_size if spec.min_group_size else np.zeros(G, bool)
+    drop_uni = uniform if spec.drop_uniform else np.zeros(G, bool)
+    if spec.solve_rate is not None:
+        lo, hi = spec.solve_rate
+        with np.errstate(invalid="ignore"):
+            drop_sr = ~((mean >= lo) & (mean <= hi))  # NaN mean: dropped
+    else:
+        drop_sr = np.zeros(G, bool)
+    if not RULES[spec.variance_rule]["live"]:
+        live = None
+    elif live is None:  # no response mask: every row is live
+        live = np.ones(m.size, bool)
+    variance, _ = group_variance(group, m, G, spec.variance_ddof, live)
+    if spec.by_variance is not None:
+        sc = np.zeros(G, np.int64) if scope is None else np.asarray(scope, np.int64)
+        drop_var = ~variance_selection(variance, sc, spec)
+    else:
+        drop_var = np.zeros(G, bool)
+    keep = ~(drop_min | drop_uni | drop_sr | drop_var)
+    return {"size": size, "mean": mean, "uniform": uniform, "variance": variance, "drop_min_size": drop_min,
+            "drop_uniform": drop_uni, "drop_solve_rate": drop_sr, "drop_variance": drop_var, "keep": keep}
+
+
+@dataclass
+class SmallColumns:
+    """The whole input's small columns, one entry per row (input order, files concatenated)."""
+
+    rows: int
+    group: np.ndarray  # group code per row ((step, prompt_id) pairs, first-appearance order)
+    group_ids: list  # the prompt_id of each group code
+    group_steps: list  # the step of each group code (None without a step column)
+    metric: np.ndarray  # float64
+    step: np.ndarray | None
+    source: np.ndarray | None  # data-source code per row
+    source_names: list = field(default_factory=list)
+    columns: dict = field(default_factory=dict)  # role -> column name used
+    padding: np.ndarray | None = None  # [rows] bool: synthetic padding rows (verl's V1 trainer, is_padding)
+
+
+def without_padding(small: SmallColumns) -> SmallColumns:
+    """``small`` without its synthetic padding rows (``is_padding``: verl's V1 trainer pads a batch with them),
+    the groups renumbered in first-appearance order: they are in no group, no decision and no count."""
+    pad = small.padding
+    if pad is None or not pad.any():
+        return small
+    keep = ~pad
+    uniq, inv = np.unique(small.group[keep], return_inverse=True)  # codes are first-appearance ranks
+    return SmallColumns(int(keep.sum()), inv.ravel().astype(np.int64), [small.group_ids[u] for u in uniq],
+                        [small.group_steps[u] for u in uniq], small.metric[keep],
+                        None if small.step is None else small.step[keep],
+                        None if small.source is None else small.source[keep], small.source_names, small.columns)
+
+
+def find_source_column(names: list[str], explicit: str | None = None) -> str | None:
+    if explicit:
+        if explicit not in names:
+            from ..errors import did_you_mean
+            raise AdvcliError(f"--by {explicit!r}: no such column.{did_you_mean(explicit, names)}")
+        return explicit
+    return next((c for c in SOURCE_COLUMNS if c in names), None)
+
+
+def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk_rows: int = 65536) -> SmallColumns:
+    """One streaming pass over the group id, step, metric and data-source columns of ``ins``."""
+    import pyarrow as pa
+
+    from ..io.arrays import keys_codes, numeric
+
+    file0 = ins.paths[0]
+    pid = cmap.require("prompt_id", "groups are the rows sharing a prompt_id (within a step)")
+    if metric_col not in ins.schema.names:
+        from ..errors import did_you_mean
+        raise AdvcliError(f"{file0}: no metric column {metric_col!r}.{did_you_mean(metric_col, ins.schema.names)} "
+                          f"Columns present: {', '.join(ins.schema.names)}", hint="name it with --metric COLUMN")
+    mt = ins.schema.field(metric_col).type
+    if not (pa.types.is_integer(mt) or pa.types.is_floating(mt) or pa.types.is_boolean(mt)):
+        raise AdvcliError(f"{file0}: metric column {metric_col!r} has type {mt}; expected one number per row",
+                          hint="name a numeric column with --metric COLUMN")
+    step_col = cmap.names.get("step")
+    pad_col = "is_padding" if "is_padding" in ins.schema.names else None
+    cols = list(dict.fromkeys(c for c in (pid, metric_col, step_col, source_col, pad_col) if c))
+    parts: dict[str, list] = {c: [] for c in cols}
+    for _, _, batch in ins.iter_batches(cols, chunk_rows):
+        for c in cols:
+            parts[c].append(batch.column(c))
+    R = ins.num_rows
+
+    def chunked(c):
+        return pa.chunked_array(parts[c], type=ins.schema.field(c).type)
+
+    metric = np.asarray(chunked(metric_col).to_numpy(zero_copy_only=False), np.float64) if R else np.zeros(0)
+    pcodes, puniq = keys_codes(chunked(pid)) if R else (np.zeros(0, np.int64), np.zeros(0))
+    if (pcodes < 0).any():
+        raise AdvcliError(f"{file0}: column {pid!r} has null group ids; every row needs one")
+    step = None
+    if step_col:
+        step = numeric(chunked(step_col), step_col, file0).astype(np.int64) if R else np.zeros(0, np.int64)
+        from ..ops.grouprule import by_first_appearance, id_groups, scope_codes
+
+        # the (step, prompt_id) groups (advcli.ops.grouprule, the run's rule), in first-appearance order
+        group, order = by_first_appearance(*id_groups(scope_codes(step)[0], pcodes))
+        gids, gsteps = [puniq[pcodes[i]] for i in order], [int(step[i]) for i in order]
+    else:
+        group = pcodes
+        gids, gsteps = list(puniq), [None] * len(puniq)
+    source, source_names = None, []
+    if source_col:
+        arr = chunked(source_col)
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.cast(arr.type.value_type)
+        vals = arr.to_numpy(zero_copy_only=False)
+        import pandas as pd
+        codes, uniq = pd.factorize(vals, sort=False, use_na_sentinel=False)
+        source, source_names = codes.astype(np.int64), [None if (u is None or u != u) else _plain(u) for u in uniq]
+    padding = None
+    if pad_col and R:
+        padding = np.asarray(chunked(pad_col).fill_null(False).to_numpy(zero_copy_only=False), bool)
+    return SmallColumns(R, np.asarray(group, np.int64), [_plain(g) for g in gids], gsteps, metric, step, source,
+                        source_names, {"prompt_id": pid, "metric": metric_col, "step": step_col, "source": source_col},
+                        padding)
+
+
+def read_reward_columns(ins, names: tuple, chunk_rows: int) -> np.ndarray:
+    """float64 [R, K]: the reward columns ``names`` (nulls NaN), in one streaming pass."""
+    import pyarrow as pa
+
+    for c in names:
+        if c not in ins.schema.names:
+            from ..errors import did_you_mean
+            raise AdvcliError(f"{ins.paths[0]}: no reward column {c!r} (reward_funcs)."
+                              f"{did_you_mean(c, ins.schema.names)}",
+                              hint="reward_funcs names the dump's reward columns, e.g. --set 'reward_funcs=[acc,fmt]'")
+        t = ins.schema.field(c).type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+            raise AdvcliError(f"{ins.paths[0]}: reward column {c!r} has type {t}; expected one number per row")
+    parts = []
+    for _, _, batch in ins.iter_batches(list(dict.fromkeys(names)), chunk_rows):
+        parts.append(np.stack([np.asarray(batch.column(c).cast(pa.float64()).fill_null(np.nan)
+                                          .to_numpy(zero_copy_only=False), np.float64) for c in names], axis=1))
+    return np.concatenate(parts) if parts else np.zeros((0, len(names)))
+
+
+def live_rows(ins, mask_col: str, chunk_rows: int) -> np.ndarray:
+    """bool [R]: the rows whose response mask has a nonzero value (one streaming pass over the mask column;
+    a scalar mask column: nonzero)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = []
+    for _, _, batch in ins.iter_batches([mask_col], chunk_rows):
+        col = batch.column(mask_col)
+        if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+            out.append(np.asarray(col.to_numpy(zero_copy_only=False), np.float64) != 0)
+            continue
+        lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+        flat = np.asarray(pc.list_flatten(col).to_numpy(zero_copy_only=False), np.float64)
+        ones = np.r_[0, np.cumsum(flat != 0)]
+        ends = np.cumsum(lengths)
+        out.append(ones[ends] - ones[ends - lengths] > 0)
+    return np.concatenate(out) if out else np.zeros(0, bool)
+
+
+def _plain(v):
+    """numpy scalars and bytes as JSON-able Python values."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def summarize(small: SmallColumns, dec: dict[str, np.ndarray], spec: FilterSpec, top: int = 10) -> dict:
+    """What was kept and dropped: totals, and per step and data source (rows and groups, by reason)."""
+    keep_row = dec["keep"][small.group]
+    G = dec["keep"].size
+    gsize = dec["size"]
+
+    def block(gmask: np.ndarray, rmask: np.ndarray) -> dict:
+        return {"groups": int(gmask.sum()), "rows": int(rmask.sum()),
+                "groups_kept": int((gmask & dec["keep"]).sum()), "rows_kept": int((rmask & keep_row).sum()),
+                "groups_dropped": int((gmask & ~dec["keep"]).sum()), "rows_dropped": int((rmask & ~keep_row).sum()),
+                "dropped_min_group_size": int((gmask & dec["drop_min_size"]).sum()),
+                "dropped_uniform": int((gmask & dec["drop_uniform"]).sum()),
+                "dropped_solve_rate": int((gmask & dec["drop_solve_rate"]).sum()),
+                "dropped_variance": int((gmask & dec["drop_variance"]).sum()),
+                "uniform_groups": int((gmask & dec["uniform"]).sum())}
+
+    allg = np.ones(G, bool)
+    out = {"filter": spec.as_dict(), "columns": small.columns, **block(allg, np.ones(small.rows, bool))}
+    if small.step is not None:
+        gstep = np.asarray(small.group_steps, np.int64)
+        out["per_step"] = [{"step": int(s), **block(gstep == s, small.step == s)} for s in np.unique(gstep)]
+    if small.source is not None:
+        # a group's source: that of its first row (a group normally has one)
+        first = np.full(G, -1, np.int64)
+        first[small.group[::-1]] = np.arange(small.rows)[::-1]
+        gsrc = small.source[first]
+        out["per_source"] = [{"source": name, **block(gsrc == k, small.source == k)}
+                             for k, name in enumerate(small.source_names)]
+        mixed = np.bincount(small.group, minlength=G)  # rows per group
+        same = np.bincount(small.group, weights=(small.source == gsrc[small.group]).astype(float), minlength=G)
+        n_mixed = int((same != mixed).sum())
+        if n_mixed:
+            out["groups_with_several_sources"] = n_mixed
+    dropped = np.flatnonzero(~dec["keep"])[:top]
+    out["examples_dropped"] = [
+        {"group": small.group_ids[g], "step": small.group_steps[g], "size": int(gsize[g]),
+         "mean_metric": None if not np.isfinite(dec["mean"][g]) else float(dec["mean"][g]),
+         "variance": float(dec["variance"][g]),
+         "reasons": [r for r, k in (("min_group_size", "drop_min_size"), ("uniform", "drop_uniform"),
+                                    ("solve_rate", "drop_solve_rate"), ("variance", "drop_variance"))
+                     if dec[k][g]]} for g in dropped]
+    return out
+
+
+def zero_list_rows(arr, keep):
+    """The list column ``arr`` with every value of the rows where ``keep`` is false set to 0 (lengths,
+    nulls and type unchanged)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = arr.flatten()
+    parent = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+    vals = values.to_numpy(zero_copy_only=False)
+    new_vals = pa.array(np.where(keep[parent], vals, 0).astype(vals.dtype, copy=False), values.type)
+    offsets = arr.offsets
+    offsets = pc.subtract(offsets, offsets[0])
+    cls = pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray
+    return cls.from_arrays(offsets, new_vals, type=arr.type, mask=arr.is_null() if arr.null_count else None)
+
+
+def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, metadata_note: dict | None = None,
+                   progress=None, mask_column: str | None = None) -> int:
+    """Every column of the rows with ``keep_row`` (input order, files concatenated) into ``target``,
+    unchanged and in order; atomic (nothing at ``target`` unless complete). Returns the rows written.
+
+    ``mask_column``: every row is written, and that (list) column is set to 0 on the rows not kept (the
+    groups masked out of the loss, as verl PR #7894 does)."""
+    import pyarrow as pa
+
+    from ..io.writer import AtomicParquetWriter
+
+    schema = ins.schema
+    if metadata_note is not None:
+        meta = dict(schema.metadata or {})
+        meta[b"advcli_filter"] = json.dumps(metadata_note, default=str).encode()
+        schema = schema.with_metadata(meta)
+    w = AtomicParquetWriter(target, schema)
+    row0 = 0
+    written = 0
+    try:
+        for _, _, batch in ins.iter_batches(schema.names, chunk_rows):
+            n = batch.num_rows
+            k = keep_row[row0:row0 + n]
+            row0 += n
+            if mask_column is not None:
+                out = batch
+                if not k.all():
+                    i = batch.schema.get_field_index(mask_column)
+                    out = batch.set_column(i, batch.schema.field(i), zero_list_rows(batch.column(i), k))
+            elif k.all():
+                out = batch
+            elif not k.any():
+                continue
+            else:
+                out = batch.filter(pa.array(k))
+            w.write(out.replace_schema_metadata(schema.metadata))
+            written += out.num_rows
+            if progress:
+                progress("copy", row0, keep_row.size)
+        w.commit()
+    except BaseException:
+        w.abort()
+        raise
+    return written
+
+
+def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str | None = None,
+                by: str | None = None, column_overrides: dict | None = None, chunk_rows: int = 8192,
+                force: bool = False, progress=None) -> dict:
+    """``advcli filter``: decide per group from the small columns, then copy the kept rows. Returns the
+    summary dict (:func:`summarize` plus inputs/output/rows_written)."""
+    from ..config.columns import resolve_columns
+    from ..io.reader import InputSet
+    from ..io.writer import check_output_path, clean_stale_temps
+
+    if chunk_rows < 1:
+        raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
+    ins = InputSet.open(inputs)
+    check_output_path(output, ins.paths, force)
+    cmap = resolve_columns(ins.schema, column_overrides or {}, ins.paths[0])
+    metric_col = metric or (cmap.names.get("reward") or "reward")
+    source_col = find_source_column(ins.schema.names, by)
+    mask_column = None
+    if spec.mask_dropped:
+        mask_column = cmap.require("response_mask", "--mask-dropped sets the dropped groups' response mask to 0")
+        import pyarrow as pa
+        mt = ins.schema.field(mask_column).type
+        if not (pa.types.is_list(mt) or pa.types.is_large_list(mt)):
+            raise AdvcliError(f"{ins.paths[0]}: column {mask_column!r} has type {mt}; --mask-dropped needs the "
+                              "per-token response mask (a list column)",
+                              hint="map it with --column response_mask=NAME, or drop the groups (no --mask-dropped)")
+    if spec.trl_rewards and metric:
+        raise AdvcliError("--metric and --set reward_funcs/multi_objective_aggregation both name what groups are "
+                          "ranked by; give one")
+    if spec.trl_rewards:
+        metric_col = spec.trl_rewards[1][0]
+    full = read_small_columns(ins, cmap, metric_col, source_col)
+    if spec.trl_rewards:
+        agg, funcs, weights = spec.trl_rewards
+        full.metric = trl_aggregated(read_reward_columns(ins, funcs, chunk_rows), full.group, agg, weights)
+        metric_col = f"TRL {agg} of {', '.join(funcs)}"
+    small = without_padding(full)  # verl's synthetic padding rows: in no group, no decision, not written
+    scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
+    check_solve_rate(spec, small.metric, metric_col)
+    live = None
+    if spec.by_variance is not None and RULES[spec.variance_rule]["live"] and cmap.has("response_mask"):
+        live = live_rows(ins, cmap["response_mask"], chunk_rows)
+        if small is not full:  # the rows of the groups decided on: padding rows set aside
+            live = live[~full.padding]
+    dec = group_decisions(small.group, small.metric, spec, scope, live)
+    summary = summarize(small, dec, spec)
+    note = variance_note(spec)
+    if note:
+        summary["notes"] = [note]
+    if not dec["keep"].any() and not spec.allow_empty:
+        raise AdvcliError(kept_nothing(spec, summary), hint="loosen the filter, or add --allow-empty to write the "
+                                                             "empty result")
+    keep_row = dec["keep"][small.group]
+    if small is not full:
+        keep_row = np.zeros(full.rows, bool)
+        keep_row[~full.padding] = dec["keep"][small.group]
+        from ..formats.conversion import PADDING_NOTE
+        summary["padding_rows"] = int(full.padding.sum())
+        summary["padding_note"] = PADDING_NOTE.format(n=summary["padding_rows"]) + "; not written"
+    clean_stale_temps(output)
+    n = copy_kept_rows(ins, keep_row, output, chunk_rows,
+                       metadata_note={"filter": spec.as_dict(), "metric": metric_col,
+                                      "inputs": [os.path.basename(p) for p in ins.paths],
+                                      "rows_in": small.rows, "rows_kept": summary["rows_kept"]},
+                       progress=progress, mask_column=mask_column)
+    summary.update(inputs=ins.paths, output=output, rows_written=n)
+    return summary
+
+
+def check_solve_rate(spec: FilterSpec, metric: np.ndarray, metric_col: str) -> None:
+    """Refuse a --solve-rate bound outside the metric's range: [0, 1] (a solve rate), widened to the
+    metric's own values where they go beyond it (a reward in [-1, 1])."""
+    if spec.solve_rate is None:
+        return
+    m = np.asarray(metric, np.float64)
+    m = m[np.isfinite(m)]
+    lo_r, hi_r = (min(0.0, float(m.min())), max(1.0, float(m.max()))) if m.size else (0.0, 1.0)
+    bad = [f"{name} {v:g}" for name, v in zip(("LO", "HI"), spec.solve_rate) if not lo_r <= v <= hi_r]
+    if bad:
+        lo, hi = spec.solve_rate
+        raise AdvcliError(f"--solve-rate {lo:g}:{hi:g}: {' and '.join(bad)} outside the range of the groups' mean "
+                          f"{metric_col} ({lo_r:g} to {hi_r:g})",
+                          hint="a solve rate is the share of a group's rows solved: e.g. --solve-rate 0.1:0.9 keeps "
+                               "the groups solved sometimes, neither always nor never")
+
+
+def kept_nothing(spec: FilterSpec, summary: dict) -> str:
+    """The message of a filter that would keep no row: what it dropped, by reason."""
+    reasons = [f"{summary[k]:,} {label}" for k, label in (
+        ("dropped_min_group_size", "too small"), ("dropped_uniform", "uniform"),
+        ("dropped_solve_rate", "outside the solve rate"), ("dropped_variance", "below the variance cut"))
+        if summary.get(k)]
+    return (f"{spec.describe()} keeps no row: all {summary['groups']:,} group(s) ({summary['rows']:,} rows) are "
+            f"dropped ({', '.join(reasons)}; a group may have several reasons); nothing written")
+
+
+# ------------------------------------------------------------------------------- advcli run --drop-...
+# (the run itself: advcli.runs.runner)
+def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,
+                      force: bool = False, metric: str | None = None, output_mode: str = "full") -> tuple[str, dict]:
+    """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
+    group-filter options. The file lies beside ``output`` (the caller removes it)."""
+    if output_mode != "full":  # its row_index would count the kept rows, not the input's
+        raise AdvcliError(f"--output-mode {output_mode} with --drop-uniform/--solve-rate/--min-group-size: the "
+                          "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
+                          hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
+    from ..io.reader import SHOWN_AS, expand_inputs, shown_name
+    from ..io.writer import check_output_path
+
+    files = expand_inputs(inputs)
+    if len(files) != 1:
+        raise AdvcliError("--drop-uniform/--solve-rate/--min-group-size on `run` take one input file",
+                          hint="filter several files into one first: advcli filter IN... -o kept.parquet "
+                               "--drop-uniform, then advcli run kept.parquet")
+    check_output_path(output, files, force)  # before any work, against the real input
+    d, name = os.path.split(os.path.abspath(output))
+    tmp = os.path.join(d, f".{name}.advcli-filter-{os.getpid()}.parquet")
+    SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
+    from ..io.commit import immediate
+
+    with immediate():  # the kept rows are the run's input: in place now, even while the run's outputs wait
+        summary = filter_file(inputs, tmp, spec, metric=metric, column_overrides=column_overrides,
+                              chunk_rows=max(chunk_rows, 1), force=True)
+    return tmp, summary
+
+
+def run_filter_note(spec, summary: dict) -> str:
+    return (f"{spec.describe()}: advantages computed as if the {summary['groups_dropped']:,} dropped group(s) "
+            f"({summary['rows_dropped']:,} of {summary['rows']:,} rows) had not been sampled (DAPO dynamic "
+            f"sampling); the output holds the {summary['rows_kept']:,} kept rows in input order")

@@ -1,0 +1,384 @@
+"""How two sets of advantages differ, row by row and group by group (``advcli compare``).
+
+Two forms:
+
+- :func:`compare_files`: two advcli outputs of the same rows (same order, same list lengths).
+- :func:`compare_configurations`: two configurations on one dump; both run into a temporary
+  directory, then they are compared as two outputs.
+- :func:`compare_runs`: several configurations on one dump (``--estimators grpo,rloo,...``), each run
+  once, every pair compared.
+
+Figures (tokens are the mask=1 tokens of A's ``response_mask``, every token when there is none):
+
+- tokens: Pearson correlation of A and B, sign agreement (sign(a) = sign(b), 0 its own sign) and its
+  complement, the tokens whose advantage changes sign (count and share), mean and max |A−B|, RMSE; the
+  same correlation for ``returns``.
+- rows: each row's mean advantage over its valid tokens (for the group estimators, the row's
+  advantage itself): Pearson and Spearman correlation, sign agreement, the rows whose sign flips.
+- groups (by ``prompt_id``, within a step): per group mean |ΔA| over rows, sign agreement, the spread
+  of A and of B; the groups that differ most.
+
+Streams both files in lock step; holds only per-row figures in memory. No torch for two files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import TYPE_CHECKING
+
+from ..errors import AdvcliError
+from ..io.temps import scratch_prefix
+
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
+
+
+def _label(flavor: str, native: dict) -> str:
+    given = " ".join(f"{k.split('.')[-1]}={json.dumps(v)}" for k, v in native.items())
+    return f"{flavor} {given}".strip()
+
+
+# ---------------------------------------------------------------------------------- comparison
+class _Moments:
+    def __init__(self):
+        self.n = 0
+        self.sa = self.sb = self.saa = self.sbb = self.sab = 0.0
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> None:
+        import numpy as np
+        a = a.astype(np.float64)
+        b = b.astype(np.float64)
+        self.n += a.size
+        self.sa += float(a.sum())
+        self.sb += float(b.sum())
+        self.saa += float(a @ a)
+        self.sbb += float(b @ b)
+        self.sab += float(a @ b)
+
+    def pearson(self) -> float | None:
+        import numpy as np
+        if self.n < 2:
+            return None
+        n = self.n
+        cov = self.sab - self.sa * self.sb / n
+        va = self.saa - self.sa ** 2 / n
+        vb = self.sbb - self.sb ** 2 / n
+        if va <= 1e-300 or vb <= 1e-300:
+            return None
+        return float(cov / np.sqrt(va * vb))
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    import numpy as np
+    if a.size < 2:
+        return None
+    a = a - a.mean()
+    b = b - b.mean()
+    d = np.sqrt((a @ a) * (b @ b))
+    return float((a @ b) / d) if d > 0 else None
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+    import pandas as pd
+
+    if a.size < 2:
+        return None
+    return _pearson(pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy())
+
+
+def _no_token_data(paths: list[str]) -> str | None:
+    from ..formats import no_token_data
+
+    return no_token_data(paths)
+
+
+def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = None, top: int = 10,
+                  batch_rows: int = 8192, column_overrides: dict | None = None) -> dict:
+    """The comparison of two advcli outputs of the same rows, as a JSON-able dict."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..io.arrays import keys_codes, list_parts, numeric
+    from ..io.reader import open_parquet
+
+    ov = column_overrides or {}
+    fa, fb = open_parquet(path_a), open_parquet(path_b)
+    sa, sb = fa.schema_arrow, fb.schema_arrow
+    for p, s in ((path_a, sa), (path_b, sb)):
+        if "advantages" not in s.names:
+            raise AdvcliError(f"{p}: no 'advantages' column; compare needs two advcli outputs",
+                              hint="run `advcli run` first, or compare two configurations on one dump: "
+                                   "advcli compare DUMP --flavor F --set ... --flavor F --set ...")
+    ra, rb = fa.metadata.num_rows, fb.metadata.num_rows
+    if ra != rb:
+        raise AdvcliError(f"{path_b}: {rb:,} rows but {path_a} has {ra:,}; compare needs the same rows in the "
+                          "same order")
+    mask_col = ov.get("response_mask", "response_mask")
+    pid_col = ov.get("prompt_id", "prompt_id")
+    rew_col = ov.get("reward", "reward")
+    step_col = ov.get("step", "step")
+    cols_a = ["advantages"] + [c for c in (mask_col, pid_col, rew_col, step_col) if c in sa.names]
+    has_ret = "returns" in sa.names and "returns" in sb.names
+    if has_ret:
+        cols_a.append("returns")
+    cols_b = ["advantages"] + (["returns"] if has_ret else [])
+    tok, ret_m = _Moments(), _Moments()
+    agree = 0
+    abs_sum = sq_sum = 0.0
+    abs_max = 0.0
+    row_a, row_b, row_valid, pids, rewards, steps = [], [], [], [], [], []
+    row0 = 0
+    for ba, bb in _aligned(fa, fb, cols_a, cols_b, batch_rows):
+        oa, va = list_parts(ba.column("advantages"))
+        ob, vb = list_parts(bb.column("advantages"))
+        if not np.array_equal(oa, ob):
+            bad = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
+            raise AdvcliError(f"{path_b}: row {row0 + bad}: 'advantages' has {int(np.diff(ob)[bad])} tokens but "
+                              f"{path_a} has {int(np.diff(oa)[bad])}; are these outputs of the same dump?")
+        if mask_col in ba.schema.names:
+            om, m = list_parts(ba.column(mask_col))
+            if not np.array_equal(om, oa):
+                raise AdvcliError(f"{path_a}: '{mask_col}' and 'advantages' disagree in length")
+            m = m.astype(bool)
+        else:
+            m = np.ones(va.size, dtype=bool)
+        a, b = va[m].astype(np.float64), vb[m].astype(np.float64)
+        tok.add(a, b)
+        agree += int((np.sign(a) == np.sign(b)).sum())
+        d = np.abs(a - b)
+        if d.size:
+            abs_sum += float(d.sum())
+            sq_sum += float(d @ d)
+            abs_max = max(abs_max, float(d.max()))
+        if has_ret:
+            _, rta = list_parts(ba.column("returns"))
+            _, rtb = list_parts(bb.column("returns"))
+            ret_m.add(rta[m], rtb[m])
+        c = np.concatenate([[0], np.cumsum(m, dtype=np.int64)])
+        valid = c[oa[1:]] - c[oa[:-1]]
+        idx = np.repeat(np.arange(len(oa) - 1), np.diff(oa))[m]
+        sum_a = np.bincount(idx, weights=a, minlength=len(oa) - 1)
+        sum_b = np.bincount(idx, weights=b, minlength=len(oa) - 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row_a.append(sum_a / valid)
+            row_b.append(sum_b / valid)
+        row_valid.append(valid)
+        if pid_col in ba.schema.names:
+            pids.append(ba.column(pid_col))
+        if rew_col in ba.schema.names:
+            rewards.append(numeric(ba.column(rew_col), rew_col, path_a).astype(np.float64))
+        if step_col in ba.schema.names:
+            steps.append(numeric(ba.column(step_col), step_col, path_a))
+        row0 += ba.num_rows
+    A = np.concatenate(row_a) if row_a else np.zeros(0)
+    B = np.concatenate(row_b) if row_b else np.zeros(0)
+    V = np.concatenate(row_valid) if row_valid else np.zeros(0, np.int64)
+    ok = V > 0
+    n = tok.n
+    la, lb = labels or (os.path.basename(path_a), os.path.basename(path_b))
+    out: dict = {
+        "a": {"path": path_a, "label": la},
+        "b": {"path": path_b, "label": lb},
+        "rows": int(ra), "valid_tokens": int(n), "no_token_data": _no_token_data([path_a, path_b]),
+        "tokens": {"pearson": tok.pearson(), "sign_agreement": agree / n if n else None,
+                   "sign_changes": n - agree, "sign_change_share": (n - agree) / n if n else None,
+                   "mean_abs_diff": abs_sum / n if n else None, "max_abs_diff": abs_max if n else None,
+                   "rmse": float(np.sqrt(sq_sum / n)) if n else None,
+                   "mean_a": tok.sa / n if n else None, "mean_b": tok.sb / n if n else None,
+                   "std_a": float(np.sqrt(max(tok.saa / n - (tok.sa / n) ** 2, 0))) if n else None,
+                   "std_b": float(np.sqrt(max(tok.sbb / n - (tok.sb / n) ** 2, 0))) if n else None,
+                   "returns_pearson": ret_m.pearson() if has_ret else None},
+    }
+    Ar, Br = A[ok], B[ok]
+    flips = np.flatnonzero(ok & (np.sign(np.nan_to_num(A)) != np.sign(np.nan_to_num(B))))
+    pid_vals = None
+    if pids:
+        codes, uniq = keys_codes(pa.chunked_array(pids))
+        pid_vals = uniq[codes]
+    R_all = np.concatenate(rewards) if rewards else None
+    out["row_level"] = {
+        "rows_with_valid_tokens": int(ok.sum()), "pearson": _pearson(Ar, Br), "spearman": _spearman(Ar, Br),
+        "sign_agreement": float((np.sign(Ar) == np.sign(Br)).mean()) if Ar.size else None,
+        "sign_flips": int(flips.size),
+        "flip_examples": [_row_example(i, A, B, pid_vals, R_all) for i in flips[:top]],
+    }
+    if pid_vals is not None:
+        key = codes
+        if steps:
+            st = np.concatenate(steps)
+            _, key = np.unique(np.stack([st, codes]), axis=1, return_inverse=True)
+            key = key.ravel()
+        else:
+            _, key = np.unique(codes, return_inverse=True)
+        out["groups"] = _group_figures(key, A, B, ok, pid_vals, R_all, top)
+    if out["no_token_data"]:  # one value a response: no token count to give (advcli.formats.no_token_data)
+        del out["valid_tokens"]
+    else:
+        del out["no_token_data"]
+    return out
+
+
+def _aligned(fa, fb, cols_a, cols_b, batch_rows):
+    from ..io.arrays import aligned_batches
+
+    yield from aligned_batches([fa, fb], [cols_a, cols_b], batch_rows)
+
+
+def _f(x) -> float | None:
+    import numpy as np
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def _row_example(i: int, A, B, pids, rewards) -> dict:
+    e = {"row": int(i), "a": _f(A[i]), "b": _f(B[i])}
+    if pids is not None:
+        e["prompt_id"] = str(pids[i])
+    if rewards is not None:
+        e["reward"] = float(rewards[i])
+    return e
+
+
+def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
+    import numpy as np
+    G = int(key.max()) + 1 if key.size else 0
+    w = ok.astype(np.float64)
+    a0, b0 = np.where(ok, A, 0.0), np.where(ok, B, 0.0)
+    size = np.bincount(key, minlength=G)
+    nv = np.bincount(key, weights=w, minlength=G)
+    dif = np.bincount(key, weights=np.abs(a0 - b0), minlength=G)
+    agree = np.bincount(key, weights=(ok & (np.sign(a0) == np.sign(b0))).astype(np.float64), minlength=G)
+
+    def spread(x):
+        import numpy as np
+        s1 = np.bincount(key, weights=x, minlength=G)
+        s2 = np.bincount(key, weights=x * x, minlength=G)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sqrt(np.maximum(s2 / nv - (s1 / nv) ** 2, 0))
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mad = dif / nv
+        agr = agree / nv
+    sa, sb = spread(a0), spread(b0)
+    first = np.full(G, -1, dtype=np.int64)
+    first[key[::-1]] = np.arange(key.size)[::-1]
+    rmean = None
+    if rewards is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rmean = np.bincount(key, weights=rewards, minlength=G) / size
+    has = nv > 0
+    order = np.argsort(-np.nan_to_num(mad, nan=-1.0), kind="stable")[:top]
+    worst = []
+    for g in order:
+        if not has[g]:
+            continue
+        rows = np.flatnonzero(key == g)
+        e = {"prompt_id": str(pids[first[g]]), "size": int(size[g]), "mean_abs_diff": _f(mad[g]),
+             "sign_agreement": _f(agr[g]), "spread_a": _f(sa[g]), "spread_b": _f(sb[g]),
+             "a": [_f(A[i]) for i in rows[:16]], "b": [_f(B[i]) for i in rows[:16]]}
+        if rmean is not None:
+            e["reward_mean"] = _f(rmean[g])
+            e["rewards"] = [float(rewards[i]) for i in rows[:16]]
+        worst.append(e)
+    zero_a = has & (sa == 0)
+    zero_b = has & (sb == 0)
+    return {"count": G, "with_sign_flip": int((has & (agr < 1)).sum()),
+            "mean_abs_diff": _f(float(np.nanmean(mad[has]))) if has.any() else None,
+            "flat_in_a_not_b": int((zero_a & ~zero_b).sum()), "flat_in_b_not_a": int((zero_b & ~zero_a).sum()),
+            "most_different": worst}
+
+
+# ---------------------------------------------------------------------------------------- print
+
+
+def compare_configurations(dump: str, configs: list[dict], *, columns: dict | None = None, top: int = 10,
+                           chunk_rows: int = 4096, device: str = "auto", announce=None) -> dict:
+    """Run ``dump`` under two configurations ({flavor, set: ["K=V"], settings: {K: V}, config}) and compare
+    the outputs.
+    ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
+    from ..config import parse_set
+    from ..flavors import at, resolve
+    from ..pipeline import run_pipeline
+
+    tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
+    try:
+        outs, labels = [], []
+        for i, c in enumerate(configs):
+            settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
+            fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
+            cfg, native = resolve(fa, settings, c.get("config"))
+            label = _label(fa.spec, native)
+            if announce is not None:
+                announce(i, label)
+            out = os.path.join(tmp, f"{'ab'[i]}.parquet")
+            run_pipeline([dump], out, cfg, flavor=fa, native=native, column_overrides=columns or {},
+                         chunk_rows=chunk_rows, device=device)
+            outs.append(out)
+            labels.append(label)
+        res = compare_files(outs[0], outs[1], labels=(labels[0], labels[1]), top=top, column_overrides=columns)
+        res["a"]["path"] = res["b"]["path"] = dump
+        res["a"]["configuration"], res["b"]["configuration"] = configs[0], configs[1]
+        return res
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: str | None = None) -> list[dict]:
+    """The runs of ``--estimators A,B,...`` (``advcli compare`` and :func:`advcli.compare` both): each estimator
+    resolved in the one flavor's pipeline as ``advcli run --estimator NAME`` resolves it
+    (:func:`advcli.runs.resolution.resolve_run`, the same flavor, settings and --config file for all), as
+    :func:`compare_runs` takes them. ``names``: comma-separated, or a list (the library's may hold functions,
+    kept as user estimators)."""
+    from .resolution import resolve_run
+
+    if isinstance(names, str):
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+    else:
+        wanted = list(names or [])
+        if any(callable(n) for n in wanted):
+            from ..estimators.user import register_function
+
+            wanted = [register_function(n) if callable(n) else n for n in wanted]
+        names = ",".join(str(n) for n in wanted)
+    if len(wanted) < 2 or len(set(wanted)) != len(wanted):
+        raise AdvcliError(f"--estimators {names!r}: name at least two different estimators, comma-separated "
+                          "(e.g. grpo,rloo)")
+    runs = []
+    for name in wanted:
+        choice = resolve_run(inputs, flavor, list(settings), estimator=name, config=config)
+        runs.append({"label": name, "cfg": choice.cfg, "flavor": choice.flavor, "native": choice.native})
+    return runs
+
+
+def compare_runs(dump: str, runs: list[dict], *, columns: dict | None = None, top: int = 10, chunk_rows: int = 4096,
+                 device: str = "auto", announce=None) -> dict:
+    """Run ``dump`` under each of ``runs`` ({label, cfg, flavor, native}: resolved configurations, at least
+    two) into a temporary directory and compare every pair (i < j) with :func:`compare_files`:
+    ``{"input", "runs": [{label, estimator}], "pairs": [compare_files' dict for (i, j)]}``.
+    ``announce(i, label)``, when given, is called before run ``i``."""
+    from ..pipeline import run_pipeline
+
+    if len(runs) < 2:
+        raise AdvcliError(f"compare: {len(runs)} estimator(s) given; name at least two (--estimators grpo,rloo)")
+    tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
+    try:
+        outs = []
+        for i, r in enumerate(runs):
+            if announce is not None:
+                announce(i, r["label"])
+            out = os.path.join(tmp, f"run{i}.parquet")
+            run_pipeline([dump], out, r["cfg"], flavor=r["flavor"], native=r["native"], column_overrides=columns or {},
+                         chunk_rows=chunk_rows, device=device)
+            outs.append(out)
+        pairs = []
+        for i in range(len(runs)):
+            for j in range(i + 1, len(runs)):
+                res = compare_files(outs[i], outs[j], labels=(runs[i]["label"], runs[j]["label"]), top=top,
+                                    column_overrides=columns)
+                res["a"]["path"] = res["b"]["path"] = dump
+                pairs.append(res)
+        return {"input": dump, "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {})}
+                                        for r in runs], "pairs": pairs}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

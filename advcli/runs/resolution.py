@@ -1,0 +1,312 @@
+"""The configuration of a run on its inputs, resolved below the commands: the flavor's settings translated
+to canonical keys (:mod:`advcli.flavors`), what a trainer's own dump tells the flavor, and the refusals of
+defaults that would make nothing of it. ``advcli run`` and :func:`advcli.run` both call
+:func:`resolve_for_inputs`; the pipeline then reads it as a typed :class:`advcli.config.runspec.RunSpec`.
+
+
+* The group size: a slime or ROLL dump names each row's prompt group (slime's ``group_index``, ROLL's
+  ``id``), so where every group has the same size ``n`` the flavor's positional group-size key takes ``n``
+  unless the user set it.
+* The settings of the run that wrote it, taken for the keys not given: the configuration the run saved
+  beside the dump (``Format.run_config``: AReaL's trial ``config.yaml``), and a format's fixed settings
+  (``Flavor.dump_settings``). Nothing is guessed: without them the keys not given are the trainer's
+  defaults, and the summary says so.
+* A default that cannot run on the data is refused before any work with the ``--set KEY=VALUE`` that
+  runs (verl's and ROLL's default GAE on a response-level dump), and so is a default that makes every
+  row its own group (a positional group size left at 1): both would otherwise end in an error deep in
+  the run or a quiet exit 0 with degenerate advantages.
+
+Each decision taken for the user becomes one line of the run's summary (``from dump``).
+
+:func:`resolve_run` is the one front door to all of it: ``advcli run`` (and ``validate``, ``audit``,
+``compare --estimators``) and :func:`advcli.run` hand it what the user gave and get a :class:`RunChoice`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.runspec import RunSpec
+from ..errors import AdvcliError
+
+PRECISIONS = ("float32", "float64")  # float32 reproduces the frameworks; float64 computes the intended math
+
+
+@dataclass
+class RunChoice:
+    """What a run was resolved to: the flavor at its release (:class:`advcli.flavors.FlavorAt`), the canonical
+    configuration, the native settings given (coerced), what the dump told the flavor (one line each), the
+    estimator chosen from the dump when none was named (``verl grpo (the dump has prompt_id)``, None when the
+    user chose), and what a ``--config`` file gave (:class:`advcli.flavors.ConfigFileKeys`, or None)."""
+
+    flavor: Any
+    cfg: dict
+    native: dict
+    from_dump: list[str] = field(default_factory=list)
+    chosen: str | None = None
+    config_file: Any = None
+
+
+def check_precision(precision: str | None) -> str | None:
+    """``--precision`` / ``precision=``: float32 or float64 (None: the configuration's, float32)."""
+    if precision is not None and precision not in PRECISIONS:
+        from ..errors import did_you_mean
+
+        raise AdvcliError(f"--precision {precision!r}: expected float32 or float64."
+                          f"{did_you_mean(str(precision), list(PRECISIONS))}")
+    return precision
+
+
+def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str | None = None,
+                config: str | None = None, padded: bool | None = None, precision: str | None = None) -> RunChoice:
+    """The configuration of a run on ``inputs`` (opened: ``advcli.formats.open_inputs``) from what the user
+    gave, the same for every caller: ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None: the default flavor,
+    its estimator chosen from the dump's columns, :func:`default_settings`), ``settings`` (native
+    ``(key, value)`` pairs, ``--set``), ``estimator`` (``--estimator``: ``advcli.estimator``), ``config`` (a
+    ``--config`` file, which may name the flavor), ``padded`` and ``precision`` (checked here)."""
+    from ..flavors import DEFAULT, at, config_file_flavor
+
+    check_precision(precision)
+    settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
+    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
+        flavor = config_file_flavor(config, flavor)
+    if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
+        from ..config import load_config_file
+
+        if at(DEFAULT).flavor.estimator_key in load_config_file(config):
+            flavor = DEFAULT
+    fa, settings, chosen = default_settings(flavor, inputs, settings)
+    file_keys: list = []
+    cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)
+    if padded is not None:
+        cfg["padded"] = padded
+    if precision is not None:
+        cfg["precision"] = precision
+    return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None)
+
+
+def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,
+                       file_keys: list | None = None):
+    """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
+    what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
+    run`` and :func:`advcli.run` both use. ``spec``: the flavor at its release (:class:`advcli.flavors.FlavorAt`,
+    or ``NAME[@RELEASE]``), every configuration made here made at that release. ``file_keys`` receives what the
+    --config file gave."""
+    from ..config import set_path
+    from ..flavors import at, resolve
+    from ..formats import check_config, implied_settings
+
+    fa = at(spec)
+    cfg, native = resolve(fa, settings, config, file_keys)
+    flavor = fa.flavor
+    given = dict(native)
+    implied, lines = from_dump(flavor, inputs, given)
+    if implied:
+        settings = implied + list(settings)
+        cfg, native = resolve(fa, settings, config)
+        if flavor.group_size_key in dict(implied) and RunSpec.from_config(cfg).grouping.by != "position":
+            lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
+    try:
+        check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
+    except AdvcliError as e:
+        refuse_default_estimator(flavor, inputs, settings, config, given, e, fa)
+    for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
+        set_path(cfg, path, value)
+    refuse_singletons(flavor, cfg, inputs, given)
+    return cfg, native, grouping_note(cfg, inputs) + lines
+
+
+def _infos(inputs: list[str]) -> list:
+    from ..formats import info_for
+
+    return [info_for(p) for p in inputs]
+
+
+def _sizes(infos: list) -> dict[int, int]:
+    """size -> number of groups, over every imported input."""
+    hist: dict[int, int] = {}
+    for info in infos:
+        for size, count in info.group_sizes.items():
+            hist[int(size)] = hist.get(int(size), 0) + int(count)
+    return hist
+
+
+def _group_key(info) -> str:
+    from ..formats import FORMATS
+
+    fmt = FORMATS.get(info.format)
+    return fmt.group_key if fmt else "prompt groups"
+
+
+def _fmt(value) -> str:
+    """A setting as the user would type it after ``--set KEY=``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, object]], list[str]]:
+    """(native settings the dump implies for keys not in ``given``, one summary line for each)."""
+    infos = _infos(inputs)
+    if not infos or any(i is None for i in infos):
+        return [], []
+    settings: list[tuple[str, object]] = []
+    notes: list[str] = []
+    formats = {i.format for i in infos}
+    for fmt, (pairs, why) in flavor.dump_settings.items():
+        take = [(k, v) for k, v in pairs if k not in given] if fmt in formats else []
+        if take:
+            settings += take
+            notes.append(f"{len(take)} key(s) from {why}: "
+                         f"{', '.join(k for k, _ in take)} (values in settings; set a key to override)")
+    taken, lines = saved_settings(flavor, infos, given)
+    settings += taken
+    notes += lines
+    key = flavor.group_size_key
+    sizes = _sizes(infos)
+    if key and key not in given and len(sizes) == 1 and next(iter(sizes)) > 1:
+        n = next(iter(sizes))
+        settings.append((key, n))
+        notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
+    for line in dict.fromkeys(n for i in infos for n in i.reward_notes):  # which of the dump's rewards runs
+        notes.append(line)
+    padding = sum(getattr(i, "padding", 0) for i in infos)
+    if padding:  # verl's synthetic padding rows: one line says how many were set aside
+        from ..formats.conversion import PADDING_NOTE
+        notes.append(PADDING_NOTE.format(n=padding))
+    return settings, notes
+
+
+def saved_settings(flavor, infos: list, given: dict) -> tuple[list[tuple[str, object]], list[str]]:
+    """The flavor's keys not in ``given`` as the run's saved configuration holds them (``ImportInfo.run_config``,
+    AReaL's trial config.yaml), and one summary line; for a format whose runs save one
+    (``Format.run_config``) but where none was found, the line that says the trainer's defaults run."""
+    from ..flavors import flavor_keys
+    from ..formats import FORMATS
+
+    info = next((i for i in infos if i.run_config_path), None)
+    if info is None:
+        fmt = FORMATS.get(infos[0].format) if infos else None
+        if fmt is None or fmt.run_config is None or fmt.trainer_flavor() != flavor.name:
+            return [], []
+        return [], [f"no configuration of the run beside the dump (AReaL saves config.yaml in the trial directory, "
+                    f"above rollout/): {flavor.title or flavor.name}'s defaults for the keys not set"]
+    keys = flavor_keys(flavor)
+    take = [(k, v) for k, v in info.run_config.items()
+            if k not in given and (k in keys or any(k.startswith(p) for p in flavor.open_prefixes))]
+    if not take:
+        return [], []
+    return take, [f"{len(take)} key(s) from the run's saved configuration {info.run_config_path} (set a key to "
+                  "override)"]
+
+
+def grouping_note(cfg: dict, inputs: list[str]) -> list[str]:
+    """'groups: the dump's task_id' where the run groups rows by the dump's own group key."""
+    infos = _infos(inputs)
+    if not infos or any(i is None for i in infos) or RunSpec.from_config(cfg).grouping.by not in ("id", "runs"):
+        return []
+    return [f"groups: the dump's {_group_key(infos[0])}"]
+
+
+def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: str | None, given: dict,
+                             error: AdvcliError, spec=None) -> None:
+    """``error`` (a response-level dump refusing the estimator) said with the ``--set`` that runs, where the
+    estimator is the flavor's default and the flavor's response-level choice passes the same check
+    (``spec``: the flavor at its release, :class:`advcli.flavors.FlavorAt`)."""
+    from ..flavors import resolve
+    from ..formats import check_config
+
+    key, value = flavor.estimator_key, flavor.response_estimator
+    if not key or not value or key in given:
+        raise error
+    try:
+        cfg, _ = resolve(spec or flavor.name, settings + [(key, value)], config)
+        check_config(inputs, cfg)
+    except AdvcliError:
+        raise error from None
+    then = ""
+    try:  # the fix alone would meet the next refusal: say both
+        refuse_singletons(flavor, cfg, inputs, given)
+    except AdvcliError as more:
+        then = f"; with it, {more.hint}"
+    default = flavor.keys[key].default
+    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is --flavor {flavor.name}'s default, not a choice "
+                      "made for this dump", hint=f"add --set {key}={value} (group-relative advantages on the dump's "
+                                                 f"groups){then}; `advcli explain --flavor {flavor.name} --keys` "
+                                                 "lists the other estimators") from None
+
+
+def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None:
+    """Refuse positional groups of one row that come from the group-size key's default: every group-normalised
+    advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success. Not where
+    another term carries the signal: slime's on-policy distillation (``use_opd``) at its default
+    n_samples_per_prompt 1 is that method's normal case (the group term 0, A = −coef·(lp − teacher)), which
+    slime runs."""
+    key = flavor.group_size_key
+    run = RunSpec.from_config(cfg)
+    if not key or key in given or run.grouping.by != "position" or run.grouping.size != 1:
+        return
+    if run.advantage.distill_coef:
+        return
+    sizes = _group_sizes(inputs)
+    if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
+        fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
+    elif sizes:
+        shown = ", ".join(f"{c} of {n} rows" for n, c in sorted(sizes.items())[:6])
+        fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
+               f"size, which the framework's blocks of N rows need: {shown})")
+    else:
+        fix = f"add --set {key}=N, the responses sampled per prompt"
+    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "
+                      "group and every group-normalised advantage 0 (NaN with a group std)", hint=fix)
+
+
+def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
+    """size -> count of the input's (step, prompt_id) groups: the importer's count for a dump, the
+    columns read for Parquet (None without a prompt_id column)."""
+    infos = _infos(inputs)
+    if infos and all(i is not None for i in infos):
+        return _sizes(infos)
+    import numpy as np
+    import pandas as pd
+
+    from ..io.reader import expand_inputs, open_parquet
+    from ..ops.grouprule import id_groups, scope_codes, size_counts
+
+    pids, steps = [], []
+    for path in expand_inputs(inputs):
+        f = open_parquet(path)
+        names = f.schema_arrow.names
+        if "prompt_id" not in names:
+            return None
+        t = f.read(columns=["prompt_id"] + (["step"] if "step" in names else []))
+        pids.append(t.column("prompt_id").to_numpy())
+        steps.append(t.column("step").to_numpy().astype(np.float64) if "step" in names else
+                     np.full(t.num_rows, np.nan))
+    codes = pd.factorize(np.concatenate(pids) if pids else np.zeros(0), sort=False)[0]
+    # the (step, prompt_id) groups, as the run forms them by id (a file without a step column: a step of its own)
+    return size_counts(id_groups(scope_codes(np.concatenate(steps) if steps else np.zeros(0))[0], codes)[0])
+
+
+def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
+    """(the flavor at its release (:class:`advcli.flavors.FlavorAt`), settings, the note on what was chosen)
+    of ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None). With no flavor: the default flavor (verl), and the
+    estimator its ``pick_estimator`` chooses from the dump's columns (GRPO when it has a group id, GAE when it
+    has values)."""
+    from ..flavors import DEFAULT, at
+
+    if flavor is not None:
+        return at(flavor), settings, None
+    fa = at(DEFAULT)
+    fl = fa.flavor
+    if any(k in (fl.estimator_key, "advcli.estimator", "advcli.mix") for k, _ in settings):
+        return fa, settings, None
+    from ..io.reader import expand_inputs, open_parquet
+
+    names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
+    for i, (column, est) in enumerate(fl.pick_estimator):
+        if column in names:
+            why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])
+            return (fa, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
+    wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
+    raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
+                      hint=f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

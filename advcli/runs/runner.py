@@ -1,0 +1,127 @@
+"""One run, from opened inputs to published outputs and the result: what ``advcli run`` and
+:func:`advcli.run` both call.
+
+The steps, in order: the output mode checked (before the curation filter's work; the engines'
+shared head, :func:`advcli.pipeline.plan.open_and_plan`, checks it for their direct callers); the groups a curation
+spec drops taken out first (DAPO-style, :func:`advcli.figures.curate.prefilter_for_run`); the chosen engine
+(:func:`advcli.engines.run`: the local pipeline or Ray) plans, computes and writes; the result names
+the user's dumps rather than their temporary Parquet; response-level outputs (a trainer dump read
+with a one-token mask) get their scalar columns back (:func:`advcli.formats.finish_outputs`).
+
+With a :class:`advcli.io.commit.Staging` (``advcli run``) the outputs are finished in their
+temporary files and put in place by the caller as its last step (after its report and summary);
+without (the library), the engine puts them in place when written.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..formats import finish_outputs, name_dumps, name_sources
+from ..io.writer import check_output_mode
+
+
+@dataclass
+class RunRequest:
+    """What to run: the engine's arguments (those of :func:`advcli.pipeline.run_pipeline`)."""
+    output: str | None
+    cfg: dict
+    flavor: object = "advcli"  # the flavor at its release (advcli.flavors.FlavorAt; a NAME[@RELEASE] is read)
+    native: dict | None = None
+    columns: dict = field(default_factory=dict)
+    chunk_rows: int | None = 4096
+    device: str = "auto"
+    force: bool = False
+    output_mode: str = "full"
+    write_columns: list[str] | str | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+    ray_stall_timeout: float | None = None
+    by_position: bool = False  # the result carries the advantage per token position (run --report)
+
+
+def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(), estimator: str | None = None,
+             config: str | None = None, columns: dict | None = None, padded: bool | None = None,
+             precision: str | None = None, chunk_rows: int | None = 4096, device: str = "auto", force: bool = False,
+             output_mode: str = "full", write_columns: list[str] | str | None = None, engine: str = "local",
+             ray_address: str | None = None, ray_stall_timeout: float | None = None, drop_uniform: bool = False,
+             solve_rate: str | None = None, min_group_size: int | None = None, allow_empty: bool = False,
+             by_position: bool = False, progress=None, staging=None):
+    """One run from what the user gave to its :class:`advcli.results.RunResult`: the one code path of
+    ``advcli run`` and :func:`advcli.run`. ``inputs`` are opened (``advcli.formats.open_inputs``); the
+    configuration is :func:`advcli.runs.resolution.resolve_run`'s (the default flavor's estimator chosen from the
+    dump when none is named, ``result.chosen`` saying which); ``drop_uniform``/``solve_rate``/
+    ``min_group_size`` drop whole groups first (:mod:`advcli.figures.curate`); the rest as :class:`RunRequest`.
+    The result carries what the run's report shows: the flavor at its release, the settings given, what the
+    dump told the flavor, the estimator chosen, the --config file's keys and the curation's summary."""
+    from ..engines import check_engine
+    from ..figures.curate import make_spec
+    from ..flavors import estimator_note
+    from .resolution import resolve_run
+
+    check_engine(engine)
+    check_output_mode(output_mode)
+    curation = make_spec(drop_uniform, solve_rate, min_group_size,  # DAPO-style: groups dropped first
+                         allow_empty=allow_empty)
+    choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
+                         precision=precision)
+    req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,
+                     columns=dict(columns or {}), chunk_rows=chunk_rows, device=device, force=force,
+                     output_mode=output_mode, write_columns=write_columns, engine=engine, ray_address=ray_address,
+                     ray_stall_timeout=ray_stall_timeout, by_position=by_position)
+    result, kept = run_inputs(inputs, req, curation=curation, progress=progress, staging=staging)
+    result.from_dump = list(choice.from_dump)
+    result.flavor, result.settings = choice.flavor.spec, dict(choice.native or {})
+    result.chosen = choice.chosen
+    result.estimator_note = estimator_note(choice.flavor, choice.native)
+    if choice.config_file is not None:
+        result.config_file = choice.config_file.as_dict() | {"note": choice.config_file.line()}
+    if kept is not None:
+        # what was dropped, per step and data source (advcli.figures.curate.summarize), naming the user's dumps and
+        # output rather than the temporary files the kept rows went through
+        result.curation = {**name_dumps(kept), "output": output}
+    return result
+
+
+def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=None, staging=None):
+    """(RunResult, the curation's summary or None) of ``inputs`` (opened: ``advcli.formats.open_inputs``).
+
+    ``curation``: an :class:`advcli.figures.curate.FilterSpec`; when active, the groups it drops are taken out
+    before anything is computed and the result says so first among its warnings. ``staging``: the
+    caller's :class:`advcli.io.commit.Staging`, whose temporary files the response-level outputs are
+    finished in."""
+    check_output_mode(req.output_mode)
+    from ..engines import check_engine
+
+    check_engine(req.engine)
+    prefiltered, kept = None, None
+    if curation is not None and curation.active:
+        from ..figures.curate import prefilter_for_run
+
+        prefiltered, kept = prefilter_for_run(inputs, req.output, curation, req.columns, req.chunk_rows,
+                                              req.force, output_mode=req.output_mode)
+    from ..engines import run as run_engine  # imports torch (and ray for --engine ray)
+
+    try:
+        result = run_engine(req.engine, [prefiltered] if prefiltered else inputs, req.output, req.cfg,
+                            flavor=req.flavor, native=req.native, column_overrides=req.columns,
+                            chunk_rows=req.chunk_rows, device=req.device, force=req.force, progress=progress,
+                            output_mode=req.output_mode, write_columns=req.write_columns,
+                            by_position=req.by_position, ray_address=req.ray_address,
+                            ray_stall_timeout=req.ray_stall_timeout)
+    finally:
+        if prefiltered:
+            os.remove(prefiltered)
+    if prefiltered:
+        from ..figures.curate import run_filter_note
+
+        result.inputs = list(inputs)
+        result.warnings.insert(0, run_filter_note(curation, kept))
+    name_sources(result)  # the result names the trainer dumps, not their temporary Parquet
+    if req.flavor:
+        from ..flavors import at
+
+        result.release = at(req.flavor).as_dict()  # which upstream release's semantics ran
+    written = [staging.staged_path(o) if staging is not None else o for o in result.outputs]
+    finish_outputs(inputs, written)  # response-level dumps: scalar advantages
+    return result, kept

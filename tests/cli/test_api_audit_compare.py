@@ -1,0 +1,144 @@
+"""advcli.audit and advcli.compare take what ``advcli audit`` and ``advcli compare`` take (flavor@release,
+settings, --estimator, --config, columns, tolerances, search, top, chunk rows, device; for compare its three
+forms and a configuration's --set/--config) and give the same report: each option set runs through the command
+(its --json) and the library, and the two reports must be the same, number for number. The audited and compared
+numbers themselves are checked independently in tests/reports/test_audit.py and tests/test_compare*.py; here the point
+is that both routes reach them with the same options."""
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import SAMPLE, run_main
+
+import advcli
+from advcli.errors import AdvcliError
+
+GRPO = {"algorithm.adv_estimator": "grpo"}
+STAMP = ("created", "seconds")  # when a report was made and how long it took: what two runs cannot share
+
+
+def _same(cli: dict, lib: dict, drop=()) -> None:
+    """The two reports, key for key, the creation time (and ``drop``) aside."""
+    gone = set(STAMP) | set(drop)
+    a = {k: v for k, v in cli.items() if k not in gone}
+    b = {k: v for k, v in lib.items() if k not in gone}
+    assert set(a) == set(b), set(a) ^ set(b)
+    for k in a:
+        assert a[k] == b[k], k
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """The sample run with GRPO (its advantages agree with the audit), a copy with one token's advantage
+    moved by 0.25 under other column names (reward -> score, advantages -> logged), and an RLOO run."""
+    d = tmp_path_factory.mktemp("api")
+    good, rloo = d / "grpo.parquet", d / "rloo.parquet"
+    advcli.run(SAMPLE, str(good), flavor="verl", settings=GRPO, device="cpu")
+    advcli.run(SAMPLE, str(rloo), flavor="verl", settings={"algorithm.adv_estimator": "rloo"}, device="cpu")
+    t = pq.read_table(good)
+    adv = t.column("advantages").to_pylist()
+    mask = t.column("response_mask").to_pylist()
+    first = next(i for i, m in enumerate(mask[5]) if m)
+    adv[5][first] += 0.25
+    bad = t.set_column(t.column_names.index("advantages"), "logged", pa.array(adv, t.schema.field("advantages").type))
+    bad = bad.rename_columns(["score" if c == "reward" else c for c in bad.column_names])
+    pq.write_table(bad, d / "bad.parquet")
+    cfg = d / "run.yaml"
+    cfg.write_text("flavor: verl@0.8.0\nalgorithm.adv_estimator: grpo\n")
+    return {"good": str(good), "rloo": str(rloo), "bad": str(d / "bad.parquet"), "config": str(cfg)}
+
+
+AUDITS = {  # name: (command options, library keywords)
+    "release-tolerances": (["--flavor", "verl@0.8.0", "--set", "algorithm.adv_estimator=grpo", "--rtol", "1e-3",
+                            "--atol", "1e-4", "--top", "3", "--chunk-rows", "97", "--device", "cpu"],
+                           dict(flavor="verl@0.8.0", settings=GRPO, rtol=1e-3, atol=1e-4, top=3, chunk_rows=97,
+                                device="cpu")),
+    "estimator": (["--flavor", "verl", "--estimator", "rloo", "--no-search", "--device", "cpu"],
+                  dict(flavor="verl", estimator="rloo", search=False, device="cpu")),
+    "config": (["--config", "{config}", "--no-search", "--top", "2"], dict(config="{config}", search=False, top=2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUDITS))
+def test_audit_command_and_library_give_the_same_report(case, outputs, capsys):
+    argv, kw = AUDITS[case]
+    argv = [a.format(**outputs) for a in argv]
+    kw = {k: v.format(**outputs) if isinstance(v, str) else v for k, v in kw.items()}
+    code, out, err = run_main(["audit", outputs["good"], "--json", *argv], capsys)
+    lib = advcli.audit(outputs["good"], **kw)
+    cli = json.loads(out)
+    assert code == (0 if cli["agree"] else 1), err
+    _same(cli, lib.report)
+    if case == "estimator":  # RLOO's numbers are not GRPO's: the option reached the audit by both routes
+        assert not lib.agree and lib["tokens_disagreeing"] > 0
+    else:
+        assert lib.agree and lib["tokens_disagreeing"] == 0
+
+
+def test_audit_columns_and_against_reach_the_same_rows(outputs, capsys):
+    """--column reward=score and --against logged: the one moved token found by both, with the same search."""
+    code, out, err = run_main(["audit", outputs["bad"], "--json", "--flavor", "verl", "--set",
+                               "algorithm.adv_estimator=grpo", "--column", "reward=score", "--against", "logged",
+                               "--top", "4", "--device", "cpu"], capsys)
+    lib = advcli.audit(outputs["bad"], flavor="verl", settings=GRPO, columns={"reward": "score"}, against="logged",
+                       top=4, device="cpu")
+    assert code == 1, err
+    _same(json.loads(out), lib.report)
+    assert lib["tokens_disagreeing"] == 1
+    assert lib.to_pandas().loc[0, "row"] == 5 and lib.to_pandas().loc[0, "abs_diff"] == pytest.approx(0.25, abs=1e-6)
+
+
+def test_compare_two_outputs(outputs, capsys):
+    code, out, err = run_main(["compare", outputs["good"], outputs["rloo"], "--json", "--top", "3"], capsys)
+    lib = advcli.compare(outputs["good"], outputs["rloo"], top=3)
+    assert code == 0, err
+    # the command prints the comparison itself; the library's result carries the report's stamp besides
+    _same(json.loads(out), lib.report, drop=("report", "command", "advcli_version"))
+    assert lib["tokens"]["pearson"] < 1
+
+
+def test_compare_two_configurations(outputs, capsys):
+    """Settings before the first --flavor apply to both (settings= beside configs=); each --flavor (at a
+    release) starts one configuration with its --set / --config."""
+    code, out, err = run_main(["compare", SAMPLE, "--set", "algorithm.norm_adv_by_std_in_grpo=false",
+                               "--flavor", "verl@0.8.0", "--set", "algorithm.adv_estimator=grpo",
+                               "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo",
+                               "--json", "--top", "4", "--chunk-rows", "97", "--device", "cpu"], capsys)
+    lib = advcli.compare(SAMPLE, configs=[{"flavor": "verl@0.8.0", "settings": GRPO},
+                                          {"flavor": "verl", "settings": {"algorithm.adv_estimator": "rloo"}}],
+                         settings={"algorithm.norm_adv_by_std_in_grpo": False}, top=4, chunk_rows=97, device="cpu")
+    assert code == 0, err
+    cli = json.loads(out)
+    for side in ("a", "b"):  # each says its configuration in its own words (--set strings, settings dict)
+        cli[side].pop("configuration"), lib.report[side].pop("configuration")
+    _same(cli, lib.report, drop=("report", "command", "advcli_version"))
+    assert cli["a"]["label"].startswith("verl@0.8.0") and "norm_adv_by_std_in_grpo=false" in cli["b"]["label"]
+
+
+def test_compare_estimators(outputs, capsys, tmp_path):
+    """--estimators with one flavor, its --set and a --config file for all; every pair."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("algorithm.norm_adv_by_std_in_grpo: false\n")
+    code, out, err = run_main(["compare", SAMPLE, "--estimators", "grpo,rloo,reinforce_plus_plus", "--flavor",
+                               "verl@0.9.0", "--set", "algorithm.gamma=0.9", "--config", cfg, "--json", "--top", "2",
+                               "--device", "cpu"], capsys)
+    lib = advcli.compare(SAMPLE, estimators=["grpo", "rloo", "reinforce_plus_plus"], flavor="verl@0.9.0",
+                         settings={"algorithm.gamma": 0.9}, config=str(cfg), top=2, device="cpu")
+    assert code == 0, err
+    _same(json.loads(out), lib.report)
+    assert [r["label"] for r in lib["runs"]] == ["grpo", "rloo", "reinforce_plus_plus"] and len(lib.pairs) == 3
+    assert lib.table.num_rows == 3 and "row correlation (Pearson)" in lib.table.column_names
+    assert "Pairs side by side" in lib.html()
+    comma = advcli.compare(SAMPLE, estimators="grpo,rloo", flavor="verl@0.9.0", settings={"algorithm.gamma": 0.9},
+                           config=str(cfg), top=2, device="cpu")
+    assert comma.pairs[0] == lib.pairs[0]  # a comma-separated string, as the command takes it
+
+
+def test_compare_refusals(outputs):
+    with pytest.raises(AdvcliError, match="name at least two different estimators"):
+        advcli.compare(SAMPLE, estimators=["grpo"])
+    with pytest.raises(AdvcliError, match="give two outputs"):
+        advcli.compare(SAMPLE, outputs["good"], estimators=["grpo", "rloo"])
+    with pytest.raises(AdvcliError, match="two outputs are compared as they are"):
+        advcli.compare(outputs["good"], outputs["rloo"], settings=GRPO)

@@ -1,0 +1,188 @@
+"""One front door: ``advcli run`` and :func:`advcli.run` are one code path (``advcli.runs.runner.run_dump``), so each
+flavor's default on its own trainer dump, and the default flavor on a dump with no flavor named, give the same
+output files (advantages and returns byte for byte), the same choice of estimator said the same way, and the
+same refusal where the default cannot run. The dumps are the ones tests/formats/test_format_*.py build from the
+trainers' field lists."""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import test_format_areal as areal
+import test_format_nemo as nemo
+import test_format_openinstruct as openinstruct
+import test_format_primerl as primerl
+import test_format_roll as roll
+import test_format_skyrl as skyrl
+import test_format_slime as slime
+import test_format_trl as trl
+import test_format_verl as verl
+from conftest import SAMPLE, run_main
+
+import advcli
+from advcli.errors import AdvcliError, library_words
+
+
+def _verl(tmp):
+    d = tmp / "rollout_data"
+    d.mkdir()
+    verl.write(d / "1.jsonl", verl.v1_records(1, 1) + verl.v1_records(2, 2))
+    return d
+
+
+def _roll(tmp):
+    d = tmp / "rollout_dump"
+    d.mkdir()
+    for s, o in enumerate([roll.rlvr(0, 1), roll.rlvr(1, 2)]):
+        (d / f"rollout_dump_data.step_{s}.jsonl").write_text(json.dumps(o) + "\n")
+    return d
+
+
+def _areal(tmp):
+    areal.build(tmp / "trial")
+    return tmp / "trial"
+
+
+def _primerl(tmp):
+    primerl.build(tmp / "out")
+    return tmp / "out"
+
+
+def _openinstruct(tmp):
+    openinstruct.build(tmp / "rollouts")
+    return tmp / "rollouts"
+
+
+def _nemo_dump(tmp):
+    d = tmp / "logs" / "exp_001"
+    d.mkdir(parents=True)
+    nemo.write_step(d / "train_data_step1.jsonl", nemo.SAMPLES, 1)
+    nemo.write_step(d / "train_data_step2.jsonl", nemo.SAMPLES[::-1], 2)
+    return d
+
+
+def _skyrl(tmp):
+    root = tmp / "exports" / "dumped_evals"
+    for step in (10, 20):
+        d = root / f"global_step_{step}_evals"
+        d.mkdir(parents=True)
+        rng = np.random.default_rng(step)
+        recs = [skyrl.rec(f"q{i % 3}", float(rng.integers(0, 2)), "gsm") for i in range(9)]
+        (d / "openai_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return root.parent
+
+
+def _slime(tmp):
+    d = tmp / "details" / "rollout_data"
+    d.mkdir(parents=True)
+    slime.build(d, 0, 0)
+    slime.build(d, 1, 1)
+    return tmp / "details"
+
+
+def _trl(tmp):
+    d = tmp / "out" / "completions"
+    d.mkdir(parents=True)
+    trl.write_step(d / "completions_00010.parquet", 10, 1)
+    trl.write_step(d / "completions_00020.parquet", 20, 2)
+    return d.parent
+
+
+def _gae_parquet(tmp):
+    """The sample without prompt_id: the default flavor picks GAE (it has values)."""
+    path = tmp / "novalues_group.parquet"
+    t = pq.read_table(SAMPLE)
+    pq.write_table(t.drop(["prompt_id"]), path)
+    return path
+
+
+def _sample(tmp):
+    return SAMPLE
+
+
+DUMPS = {"verl": (_verl, "verl"), "roll": (_roll, "roll"), "areal": (_areal, "areal"),
+         "primerl": (_primerl, "prime-rl"), "openinstruct": (_openinstruct, "open-instruct"),
+         "nemo": (_nemo_dump, "nemo"), "skyrl": (_skyrl, "skyrl"), "slime": (_slime, "slime"), "trl": (_trl, "trl"),
+         "sample": (_sample, "verl"), "gae": (_gae_parquet, "verl")}
+
+
+def _columns(path) -> dict[str, pa.ChunkedArray]:
+    t = pq.read_table(str(path))
+    return {c: t.column(c) for c in ("advantages", "returns") if c in t.column_names}
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["flavor", "no-flavor"])
+@pytest.mark.parametrize("dump", sorted(DUMPS))
+def test_command_and_library_give_the_same_run(dump, named, tmp_path, capsys):
+    build, flavor = DUMPS[dump]
+    src = build(tmp_path)
+    cli_out, lib_out = tmp_path / "cli.parquet", tmp_path / "lib.parquet"
+    args = ["run", src, "-o", cli_out, "--device", "cpu", "--json"] + (["--flavor", flavor] if named else [])
+    code, stdout, err = run_main(args, capsys)
+    try:
+        result = advcli.run(str(src), str(lib_out), flavor=flavor if named else None, device="cpu")
+    except AdvcliError as e:
+        # the same refusal, said the same way: the library's in its keywords (--set k=v -> settings={'k': v})
+        assert code == 2 and e.message in library_words(err), (dump, err, e.message)
+        assert not cli_out.exists() and not lib_out.exists()
+        return
+    assert code == 0, err
+    rep = json.loads(stdout)
+    cli_cols, lib_cols = _columns(cli_out), _columns(lib_out)
+    assert cli_cols and set(cli_cols) == set(lib_cols)
+    for name, col in cli_cols.items():  # byte for byte: the same float32 values, nulls and list offsets
+        assert col.equals(lib_cols[name]), (dump, name)
+    assert rep.get("note") == result.chosen  # the estimator the dump chose, said the same way (None: named)
+    assert rep["flavor"] == result.flavor and rep["release"] == result.release
+    assert rep["from_dump"] == result.from_dump if "from_dump" in rep else not result.from_dump
+    assert result.report["estimator"] == rep["estimator"]
+    if named:
+        assert result.chosen is None
+    else:
+        assert result.flavor == "verl"
+
+
+def test_the_default_flavor_says_what_it_chose(tmp_path, capsys):
+    """No flavor: the dump's columns choose verl's estimator, and the result says so, as the command does."""
+    r = advcli.run(SAMPLE, str(tmp_path / "a.parquet"), device="cpu")
+    assert r.chosen == "verl grpo (the dump has prompt_id)" and r.config["estimator"]["name"] == "grpo"
+    assert r.report["note"] == r.chosen
+    g = advcli.run(str(_gae_parquet(tmp_path)), str(tmp_path / "b.parquet"), device="cpu")
+    assert g.chosen == "verl gae (the dump has values and no prompt_id)" and g.config["estimator"]["name"] == "gae"
+    named = advcli.run(SAMPLE, str(tmp_path / "c.parquet"), flavor="verl", device="cpu",
+                       settings={"algorithm.adv_estimator": "grpo"})
+    assert named.chosen is None
+    assert _columns(tmp_path / "a.parquet")["advantages"].equals(_columns(tmp_path / "c.parquet")["advantages"])
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "d.parquet", "--device", "cpu"], capsys)
+    assert code == 0 and "verl grpo (the dump has prompt_id)" in err
+
+
+def test_library_takes_the_command_s_options(tmp_path, capsys):
+    """Curation, padded, precision, the columns to write, chunk rows and --config reach the same code."""
+    opts = dict(drop_uniform=True, min_group_size=2, precision="float64", padded=False,
+                write_columns=["advantages"], chunk_rows=97)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("flavor: verl\nalgorithm.adv_estimator: rloo\n")
+    lib = advcli.run(SAMPLE, str(tmp_path / "lib.parquet"), config=str(cfg), device="cpu", **opts)
+    code, stdout, err = run_main(["run", SAMPLE, "-o", tmp_path / "cli.parquet", "--config", cfg, "--device", "cpu",
+                                  "--drop-uniform", "--min-group-size", "2", "--precision", "float64",
+                                  "--ragged", "--write-columns", "advantages",
+                                  "--chunk-rows", "97", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(stdout)
+    assert lib.config["estimator"]["name"] == "rloo" and lib.config["precision"] == "float64"
+    assert lib.config["padded"] is False
+    a, b = pq.read_table(tmp_path / "cli.parquet"), pq.read_table(tmp_path / "lib.parquet")
+    assert a.column_names == b.column_names and "returns" not in a.column_names
+    assert a.column("advantages").equals(b.column("advantages"))
+    assert lib.curation is not None and rep["filter"]["groups_dropped"] == lib.curation["groups_dropped"]
+    assert rep["config_file"]["taken"] == lib.config_file["taken"] == ["algorithm.adv_estimator"]
+    for bad in ({"precision": "float16"}, {"engine": "spark"}, {"min_group_size": 0}):
+        with pytest.raises(AdvcliError) as e:
+            advcli.run(SAMPLE, str(tmp_path / "x.parquet"), device="cpu", **bad)
+        flag, value = next(iter(bad.items()))
+        code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "x.parquet", f"--{flag.replace('_', '-')}",
+                                 value], capsys)
+        assert code == 2 and e.value.message in err
+        assert not (tmp_path / "x.parquet").exists()

@@ -1,0 +1,349 @@
+"""Interruption: SIGINT, SIGTERM or SIGKILL at any moment leaves nothing at the output path and an
+earlier output intact; SIGINT/SIGTERM exit with one short message (130 / 143); the temporary file a
+killed run leaves behind is recognised and removed by the next run for that output.
+
+Real processes are interrupted mid-write with the test-only hook ``ADVCLI_TEST_SLOW_WRITE``
+(seconds to sleep before each written batch, advcli/io/writer.py), so a small dump stays in its
+write pass long enough. In-process tests raise KeyboardInterrupt at every chunk boundary of every
+pass and in every step after the write pass (the report, the summary), and fail or signal inside the
+final renames (advcli/io/commit.py), to cover "any moment" deterministically.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_main
+
+from advcli.sample import make_table
+
+GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+EARLIER = b"PAR1 an earlier output that must survive PAR1"
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    p = tmp_path_factory.mktemp("intr") / "in.parquet"
+    pq.write_table(make_table(400, group_size=8, min_len=4, max_len=64, seed=5), p)
+    return str(p)
+
+
+def sha(p) -> str:
+    with open(p, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def temps(out) -> list[str]:
+    d, name = os.path.split(str(out))
+    return [p for p in glob.glob(os.path.join(d, f".{name}.advcli-tmp-*")) if not p.endswith("-probe")]
+
+
+def start(dump, out, delay="0.25", extra=()):
+    env = dict(os.environ, ADVCLI_TEST_SLOW_WRITE=delay)
+    return subprocess.Popen([sys.executable, "-m", "advcli", "run", dump, "-o", str(out), *GRPO, "--chunk-rows", "20",
+                             "-q", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_temp(proc, out, timeout=120.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if temps(out):
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before writing: rc={proc.returncode} {proc.stderr.read()}")
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail("no temporary output appeared")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_write_keeps_earlier_output(sig, code, dump, tmp_path):
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    proc = start(dump, out, extra=("--force",))
+    wait_for_temp(proc, out)
+    time.sleep(0.4)  # a few batches into the temporary file
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert err.count("advcli: error:") == 1 and "interrupted" in err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == []
+
+
+def test_sigkill_mid_write_then_next_run_cleans_up(dump, tmp_path):
+    out = tmp_path / "out.parquet"
+    proc = start(dump, out)
+    wait_for_temp(proc, out)
+    time.sleep(0.3)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()  # nothing half-written at the output path
+    left = temps(out)
+    assert len(left) == 1 and left[0].endswith(f"-{proc.pid}")  # the killed run's temporary file
+    # the next run recognises it (its process is gone), removes it and writes the output
+    from conftest import run_cli
+
+    p = run_cli("run", dump, "-o", out, *GRPO, "-q")
+    assert p.returncode == 0, p.stderr
+    assert temps(out) == []
+    assert pq.read_table(out).num_rows == 400
+
+
+def test_a_live_runs_temp_is_not_removed(tmp_path):
+    """Only temporary files of dead processes are stale: a running advcli's is left alone."""
+    from advcli.io.temps import TMP_TAG
+    from advcli.io.writer import clean_stale_temps
+
+    out = tmp_path / "o.parquet"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine = tmp_path / f".o.parquet{TMP_TAG}{live.pid}"
+        mine.write_bytes(b"x")
+        dead = tmp_path / f".o.parquet{TMP_TAG}999999999"
+        dead.write_bytes(b"x")
+        other = tmp_path / f".other.parquet{TMP_TAG}999999999"  # another output's: not ours to touch
+        other.write_bytes(b"x")
+        removed = clean_stale_temps(str(out))
+        assert removed == [str(dead)]
+        assert mine.exists() and other.exists() and not dead.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+# --------------------------------------------------------------------- in-process, every moment
+def _run_main(argv, capsys):
+    code, _, err = run_main(argv, capsys)
+    return code, err
+
+
+def _count_batches(dump, monkeypatch, tmp_path, capsys):
+    from advcli.io.reader import InputSet
+
+    orig = InputSet.iter_batches
+    calls = {"n": 0}
+
+    def counting(self, *a, **k):
+        for item in orig(self, *a, **k):
+            calls["n"] += 1
+            yield item
+
+    monkeypatch.setattr(InputSet, "iter_batches", counting)
+    code, err = _run_main(["run", dump, "-o", str(tmp_path / "count.parquet"), *GRPO, "--chunk-rows", "100", "-q"],
+                          capsys)
+    assert code == 0, err
+    monkeypatch.setattr(InputSet, "iter_batches", orig)
+    return calls["n"]
+
+
+def test_keyboard_interrupt_at_every_chunk_of_every_pass(dump, tmp_path, monkeypatch, capsys):
+    from advcli.io.reader import InputSet
+
+    total = _count_batches(dump, monkeypatch, tmp_path, capsys)
+    assert total >= 8  # 4 chunks in each of >= 2 passes
+    orig = InputSet.iter_batches
+    for k in range(total + 1):
+        out = tmp_path / f"out{k}.parquet"
+        out.write_bytes(EARLIER)
+        seen = {"n": 0}
+
+        def interrupting(self, *a, _seen=seen, _k=k, **kw):
+            for item in orig(self, *a, **kw):
+                if _seen["n"] == _k:
+                    raise KeyboardInterrupt
+                _seen["n"] += 1
+                yield item
+
+        monkeypatch.setattr(InputSet, "iter_batches", interrupting)
+        code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--chunk-rows", "100", "--force", "-q"], capsys)
+        if k < total:
+            assert code == 130, (k, err)
+            assert "interrupted" in err and "Traceback" not in err
+            assert out.read_bytes() == EARLIER, k
+        else:  # past the last chunk: the run completes
+            assert code == 0, err
+            assert pq.read_table(out).num_rows == 400
+        assert temps(out) == [], k
+    monkeypatch.setattr(InputSet, "iter_batches", orig)
+
+
+def olds(out) -> list[str]:
+    d, name = os.path.split(str(out))
+    return glob.glob(os.path.join(d, f".{name}.advcli-old-*"))
+
+
+class _ReplaceHook:
+    """advcli.io.commit's ``os`` with ``link`` and ``replace`` hooked: ``hook(n, op, src, dst)`` before
+    the n-th of them."""
+
+    def __init__(self, hook):
+        self.hook, self.n = hook, 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def link(self, a, b, **kw):
+        self.n += 1
+        self.hook(self.n, "link", a, b)
+        os.link(a, b, **kw)
+
+    def replace(self, a, b):
+        self.n += 1
+        self.hook(self.n, "replace", a, b)
+        os.replace(a, b)
+
+
+@pytest.mark.parametrize("links,fail_at", [(True, 1), (False, 1), (False, 2)])
+def test_a_failed_rename_puts_the_earlier_file_back(links, fail_at, dump, tmp_path, monkeypatch, capsys):
+    """The commit keeps the earlier file aside (a hard link; a rename where links fail), then renames the
+    new one in: a failure of any rename leaves the earlier file at the output path, and no temporary
+    file anywhere. ``fail_at``: which rename fails (without links, 1 is the move aside)."""
+    from advcli.io import commit
+
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    renames = {"n": 0}
+
+    def hook(n, op, a, b):
+        if op == "link" and not links:
+            raise OSError(1, "Operation not permitted")  # (a file system without hard links)
+        if op == "replace":
+            renames["n"] += 1
+            if renames["n"] == fail_at:
+                raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commit, "os", _ReplaceHook(hook))
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "-q"], capsys)
+    assert code == 2 and "cannot put the finished output in place" in err and "Traceback" not in err, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []
+
+
+def test_a_signal_during_the_commit_is_held_and_the_run_completes(dump, tmp_path, monkeypatch, capsys):
+    """SIGINT and SIGTERM delivered in the middle of the commit (between moving the earlier file aside and
+    renaming the new one in) are held: the run finishes, status 0, the new output complete in place."""
+    import signal as _signal
+
+    from advcli.io import commit
+
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+
+    def interrupt(n, op, a, b):
+        if n == 1:  # the earlier file kept aside, the new one not yet in place
+            os.kill(os.getpid(), _signal.SIGINT)
+            os.kill(os.getpid(), _signal.SIGTERM)
+
+    monkeypatch.setattr(commit, "os", _ReplaceHook(interrupt))
+    before = _signal.getsignal(_signal.SIGINT)
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(out).num_rows == 400 and "advantages" in pq.read_table(out).column_names
+    assert temps(out) == [] and olds(out) == []
+    assert _signal.getsignal(_signal.SIGINT) == before  # the handlers are restored
+
+
+@pytest.mark.parametrize("where", ["finish_outputs", "write_report", "print_summary"])
+def test_ctrl_c_after_the_write_pass_leaves_the_output_path_as_it_was(where, dump, tmp_path, monkeypatch, capsys):
+    """After the write pass the output is complete in its temporary file, but the run is not done: the
+    response-level rewrite, the report (seconds for a large --report), the summary. Ctrl-C there exits
+    130 and the output path still holds the earlier file (the commit comes last)."""
+    import advcli.report.output
+    import advcli.runs.runner
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    module = advcli.runs.runner if where == "finish_outputs" else advcli.report.output
+    monkeypatch.setattr(module, where, interrupt)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    report = tmp_path / "r.json"
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "--report", str(report)], capsys)
+    assert code == 130, err
+    assert err.count("advcli: error:") == 1 and "nothing was written" in err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []
+
+
+# `python -m advcli`, saying on stdout when the interpreter is up and about to enter advcli's entry point
+STARTED_THEN_ENTRY = ("import sys\nsys.stdout.write('started\\n'); sys.stdout.flush()\nsys.argv[0] = 'advcli'\n"
+                      "from advcli._entry import main\nmain()\n")
+
+
+def test_sigint_at_any_moment_of_a_run_with_a_report(dump, tmp_path):
+    """Real SIGINTs at spread moments of runs that write an HTML report: a run that exits 130 left the
+    earlier file in place; one that exits 0 left the complete new output; never anything else."""
+    seen = set()
+    for i, delay in enumerate((0.5, 1.5, 2.5, 3.5, 5.0, 8.0)):
+        out = tmp_path / f"out{i}.parquet"
+        out.write_bytes(EARLIER)
+        # the delay counts from when the interpreter is up and runs advcli's entry point (on a loaded machine
+        # Python's own start can take longer than 0.5 s, and a SIGINT before it installs its handler kills the
+        # process by the signal: that is the interpreter's start, not advcli's run, which this test is about;
+        # test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback covers the entry point's imports)
+        proc = subprocess.Popen([sys.executable, "-c", STARTED_THEN_ENTRY, "run", dump, "-o", str(out), *GRPO,
+                                 "--force", "--report", str(tmp_path / f"r{i}.html"), "-q"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "started\n"
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert "Traceback" not in err, err
+        if proc.returncode == 130:
+            assert out.read_bytes() == EARLIER, (delay, err)
+        else:
+            assert proc.returncode == 0, (delay, err)
+            assert pq.read_table(out).num_rows == 400
+        assert temps(out) == [] and olds(out) == []
+        seen.add(proc.returncode)
+    assert 130 in seen  # (at least one signal came while the run was working)
+
+
+def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback():
+    """A KeyboardInterrupt raised while the entry point imports the CLI (the first ~0.2 s) ends with
+    one line and status 130, like an interrupt during a run."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class Boom(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'advcli.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Boom())\n"
+        "from advcli._entry import main\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip() == "advcli: error: interrupted while starting: nothing was read or written"
+
+
+def test_ctrl_c_while_filter_writes_its_report_leaves_the_output_path_as_it_was(dump, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """`advcli filter` puts its output in place last too: a Ctrl-C while its report is written exits 130
+    with the earlier file untouched."""
+    import advcli.report
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(advcli.report, "write_report", interrupt)
+    out = tmp_path / "kept.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["filter", dump, "-o", str(out), "--drop-uniform", "--force", "--report",
+                           str(tmp_path / "f.html")], capsys)
+    assert code == 130, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []

@@ -1,0 +1,165 @@
+"""Dumps on object storage: every command against a local S3-compatible server (moto, on 127.0.0.1).
+
+`advcli run s3://bucket/dump.parquet --output s3://bucket/out.parquet` gives the local result (the
+same table, schema and provenance); an output appears only when complete (a rejected or interrupted run
+leaves no object and no temporary key); --force is needed to replace one; inputs are never modified;
+directories (prefixes) and globs work there too; validate, inspect, stats and compare read s3:// inputs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _services import local_s3_server, s3_keys
+
+pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[test]')")
+pytest.importorskip("flask", reason="moto's server mode needs flask (pip install 'moto[server]')")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLE = os.path.join(ROOT, "sample_data", "rollouts.parquet")
+GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 with one bucket; stopped at the end of the module."""
+    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
+        yield fs
+
+
+def put(fs, local: str, key: str) -> str:
+    with open(local, "rb") as src, fs.open_output_stream(key) as out:
+        out.write(src.read())
+    return f"s3://{key}"
+
+
+def get(fs, key: str) -> bytes:
+    with fs.open_input_stream(key) as f:
+        return f.read()
+
+
+def _table(data: bytes) -> pa.Table:
+    return pq.read_table(pa.BufferReader(data))
+
+
+def cli(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "advcli", *map(str, args)], capture_output=True, text=True, env=e)
+
+
+def test_run_s3_to_s3_gives_the_local_bytes(s3, tmp_path):
+    src = put(s3, SAMPLE, "bkt/t1/rollouts.parquet")
+    before = get(s3, "bkt/t1/rollouts.parquet")
+    p = cli("run", src, "--output", "s3://bkt/t1/out/rollouts.parquet", *GRPO, "--chunk-rows", "50", "-q")
+    assert p.returncode == 0, p.stderr
+    local_in = tmp_path / "rollouts.parquet"
+    shutil.copy(SAMPLE, local_in)
+    local_out = tmp_path / "out.parquet"
+    assert cli("run", local_in, "--output", local_out, *GRPO, "-q").returncode == 0
+    # the same table, schema and provenance (the local run splices the input's pages; a remote input is
+    # re-encoded, so the bytes differ: tests/unit/test_splice.py holds the two writers to the same table)
+    assert _table(get(s3, "bkt/t1/out/rollouts.parquet")).equals(pq.read_table(local_out), check_metadata=True)
+    assert get(s3, "bkt/t1/rollouts.parquet") == before  # the input is never modified
+    assert s3_keys(s3, "bkt/t1") == ["bkt/t1/out/rollouts.parquet", "bkt/t1/rollouts.parquet"]  # no temporary key
+
+
+def test_an_output_under_a_prefix_leaves_no_directory_marker(s3):
+    """The bucket afterwards holds the input and the output, nothing else: no temporary key, and no
+    zero-byte "t5/out/" marker (pyarrow adds one when a key under it is deleted, apache/arrow#36275)."""
+    import boto3
+
+    src = put(s3, SAMPLE, "bkt/t5/in.parquet")
+    p = cli("run", src, "--output", "s3://bkt/t5/out/deep/r.parquet", *GRPO, "-q")
+    assert p.returncode == 0, p.stderr
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    listed = client.list_objects_v2(Bucket="bkt", Prefix="t5/").get("Contents", [])
+    assert sorted(o["Key"] for o in listed) == ["t5/in.parquet", "t5/out/deep/r.parquet"]
+    top = client.list_objects_v2(Bucket="bkt", Delimiter="/").get("Contents", [])
+    assert [o["Key"] for o in top if "advcli-tmp" in o["Key"]] == []
+
+
+def test_existing_output_needs_force(s3):
+    src = put(s3, SAMPLE, "bkt/t2/in.parquet")
+    put(s3, SAMPLE, "bkt/t2/out.parquet")  # an earlier object at the output key
+    p = cli("run", src, "--output", "s3://bkt/t2/out.parquet", *GRPO, "-q")
+    assert p.returncode == 2 and "already exists" in p.stderr and "--force" in p.stderr
+    assert get(s3, "bkt/t2/out.parquet") == open(SAMPLE, "rb").read()
+    p = cli("run", src, "--output", "s3://bkt/t2/out.parquet", *GRPO, "-q", "--force")
+    assert p.returncode == 0, p.stderr
+    assert "advantages" in pq.read_table(pa.BufferReader(get(s3, "bkt/t2/out.parquet"))).column_names
+
+
+def test_rejected_run_leaves_no_object_and_no_temporary_key(s3, tmp_path):
+    t = pq.read_table(SAMPLE)
+    rewards = t.column("reward").to_pylist()
+    rewards[-1] = float("nan")  # found by the row pass: nothing may be written
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(t.set_column(t.column_names.index("reward"), "reward", pa.array(rewards, pa.float32())), bad)
+    src = put(s3, str(bad), "bkt/t3/bad.parquet")
+    p = cli("run", src, "--output", "s3://bkt/t3/out.parquet", *GRPO, "-q")
+    assert p.returncode == 2 and "not finite" in p.stderr and "Traceback" not in p.stderr
+    assert s3_keys(s3, "bkt/t3") == ["bkt/t3/bad.parquet"]
+
+
+def test_interrupted_run_leaves_no_object_and_no_temporary_key(s3, tmp_path):
+    src = put(s3, SAMPLE, "bkt/t4/in.parquet")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(os.environ, ADVCLI_TEST_SLOW_WRITE="0.3", TMPDIR=str(tmpdir))
+    proc = subprocess.Popen([sys.executable, "-m", "advcli", "run", src, "--output", "s3://bkt/t4/out.parquet",
+                             *GRPO, "--chunk-rows", "20", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    t0 = time.monotonic()
+    while not any(".advcli-tmp-" in n for n in os.listdir(tmpdir)):  # the local file being written
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() - t0 < 120, "no temporary output appeared"
+        time.sleep(0.02)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err, err
+    assert s3_keys(s3, "bkt/t4") == ["bkt/t4/in.parquet"]
+    assert not any(".advcli-tmp-" in n for n in os.listdir(tmpdir))
+
+
+def test_prefix_and_glob_inputs_write_one_object_per_input(s3, tmp_path):
+    t = pq.read_table(SAMPLE)
+    half = t.num_rows // 2
+    for i, part in enumerate((t.slice(0, half), t.slice(half))):
+        pq.write_table(part, tmp_path / f"part{i}.parquet")
+        put(s3, str(tmp_path / f"part{i}.parquet"), f"bkt/t5/in/part{i}.parquet")
+    for spec, out in (("s3://bkt/t5/in", "s3://bkt/t5/out_dir"), ("s3://bkt/t5/in/part*.parquet", "s3://bkt/t5/out_glob")):
+        p = cli("run", spec, "--output", out, *GRPO, "-q")
+        assert p.returncode == 0, p.stderr
+        got = [pq.read_table(pa.BufferReader(get(s3, f"{out[5:]}/part{i}.parquet"))) for i in range(2)]
+        assert [g.num_rows for g in got] == [half, t.num_rows - half]
+    # the same rows as one local run over both files
+    p = cli("run", tmp_path / "part0.parquet", tmp_path / "part1.parquet", "--output", tmp_path / "o", *GRPO, "-q")
+    assert p.returncode == 0, p.stderr
+    for i in range(2):
+        assert _table(get(s3, f"bkt/t5/out_dir/part{i}.parquet")).equals(
+            pq.read_table(tmp_path / "o" / f"part{i}.parquet"), check_metadata=True)
+
+
+def test_other_commands_read_s3_inputs(s3, tmp_path):
+    src = put(s3, SAMPLE, "bkt/t6/in.parquet")
+    assert cli("validate", src, *GRPO).returncode == 0
+    p = cli("inspect", src)
+    assert p.returncode == 0 and "384" in p.stdout.replace(",", ""), p.stderr
+    p = cli("stats", src, "--json")
+    assert p.returncode == 0 and "response_length/mean" in p.stdout, p.stderr
+    assert cli("run", src, "--output", "s3://bkt/t6/a.parquet", *GRPO, "-q").returncode == 0
+    p = cli("compare", "s3://bkt/t6/a.parquet", "s3://bkt/t6/a.parquet")
+    assert p.returncode == 0, p.stderr
+    p = cli("run", "s3://bkt/t6/missing.parquet", "--output", tmp_path / "o.parquet", *GRPO)
+    assert p.returncode == 2 and "s3://bkt/t6/missing.parquet: no such object" in p.stderr
+    p = cli("run", src, "--output", "s3://nobucket/o.parquet", *GRPO)
+    assert p.returncode == 2 and "bucket" in p.stderr and "does not exist" in p.stderr

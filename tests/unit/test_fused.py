@@ -1,0 +1,283 @@
+"""The fused Triton kernels of the GPU path (advcli.ops.fused) run by Triton's interpreter on CPU tensors
+(TRITON_INTERPRET=1), against the torch path and against the frameworks' loops written out here in float64.
+
+Bits (advcli/ops/fused.py): the scans add inside a tile in a tree, the torch path in a blocked GEMM, the
+frameworks left to right; all three differ by rounding only, bounded per row of L tokens by
+2·L·ε·Σ|b| (ε float32's unit roundoff, b the recurrence's inputs: rewards or δ). Where every partial sum
+is exact (dyadic inputs, c = 0.5) the kernel and the torch path give the same bits. The group sums add
+rows in input order, as index_add_ does: bit-equal. Skipped without triton (the `gpu` extra)."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+# before triton is first imported (its knobs read the variable then); restored after this module's tests
+_SAVED = {k: os.environ.get(k) for k in ("TRITON_INTERPRET", "ADVCLI_KERNELS")}
+os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton", reason="triton is not installed (pip install 'advcli[gpu]'): the fused GPU "
+                                     "kernels are not tested")
+
+from advcli.ops import fused, scans  # noqa: E402
+from advcli.ops.groups import GroupIndex  # noqa: E402
+from advcli.ops.ragged import Ragged  # noqa: E402
+
+EPS32 = float(np.finfo(np.float32).eps) / 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def interpreted():
+    """The kernels built for Triton's interpreter for this module only: a GPU session running other tests
+    afterwards gets compiled kernels again (the environment and the kernel module are restored)."""
+    saved = _SAVED
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["ADVCLI_KERNELS"] = "interpret"
+    sys.modules.pop("advcli.ops.fused_kernels", None)
+    fused._kernels.cache_clear()
+    importlib.import_module("advcli.ops.fused_kernels")
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    sys.modules.pop("advcli.ops.fused_kernels", None)
+    fused._kernels.cache_clear()
+
+
+GAE_K3 = {"algorithm.adv_estimator": "gae", "algorithm.use_kl_in_reward": True,
+          "algorithm.kl_penalty": "low_var_kl", "algorithm.gamma": 0.99, "algorithm.lam": 0.95}
+
+
+def test_whole_run_with_kernels_matches_the_cpu_path(tmp_path, monkeypatch):
+    """A whole verl GAE + k3 run with the kernels in place of the scans (as --device cuda runs them; the
+    pipeline's worker threads call them) against the CPU's
+    torch path: the same tolerance as tests/project/test_cuda.py's GPU-vs-CPU check (1e-6 relative)."""
+    from advcli import pipeline
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(24, group_size=4, min_len=1, max_len=60, seed=4, steps=2), src)
+
+    def run(out):
+        cfg, native = resolve("verl", list(GAE_K3.items()))
+        pipeline.run_pipeline([str(src)], str(out), cfg, flavor="verl", native=native, device="cpu", force=True,
+                              chunk_rows=16)
+        t = pq.read_table(out)
+        return {c: t.column(c).combine_chunks().values.to_numpy() for c in ("advantages", "returns")}
+
+    calls = []
+    real = fused.scan
+    monkeypatch.setattr(fused, "scan", lambda mode, *a, **k: calls.append(mode) or real(mode, *a, **k))
+    fused_run = run(tmp_path / "fused.parquet")
+    assert calls, "the run did not use the kernels"
+    monkeypatch.setenv("ADVCLI_KERNELS", "off")
+    cpu = run(tmp_path / "cpu.parquet")
+    for c in cpu:
+        np.testing.assert_allclose(fused_run[c], cpu[c], rtol=1e-6, atol=1e-6, err_msg=c)
+
+
+LENGTHS = [0, 1, 2, 5, 16, 17, 37, 0, 70, 3]  # empty rows, one token, tile edges (BLOCK 16 below)
+
+
+def batch(seed=0, dtype=torch.float32, dyadic=False):
+    g = torch.Generator().manual_seed(seed)
+    lay = Ragged.from_lengths(torch.tensor(LENGTHS))
+    n = lay.num_tokens
+    if dyadic:  # multiples of 1/8 in [-4, 4]: every partial sum below is exact
+        r = (torch.randint(-32, 33, (n,), generator=g) / 8).to(dtype)
+        v = (torch.randint(-32, 33, (n,), generator=g) / 8).to(dtype)
+    else:
+        r = torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+        v = torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+    m = (torch.rand(n, generator=g) > 0.3).to(dtype)
+    return lay, r, v, m
+
+
+# ----------------------------------------------------------------- the frameworks' loops, in float64
+def loop_plain(x, offs, c):
+    out = np.zeros(len(x))
+    for i in range(len(offs) - 1):
+        run = 0.0
+        for t in range(offs[i + 1] - 1, offs[i] - 1, -1):
+            run = x[t] + c * run
+            out[t] = run
+    return out
+
+
+def loop_returns_skip(r, m, offs, gamma):
+    """verl compute_reinforce_plus_plus_outcome_advantage after PR #7300: new = r + γ·run; ret = new·m;
+    run = new where m."""
+    out = np.zeros(len(r))
+    for i in range(len(offs) - 1):
+        run = 0.0
+        for t in range(offs[i + 1] - 1, offs[i] - 1, -1):
+            new = r[t] + gamma * run
+            out[t] = new * m[t]
+            run = new if m[t] else run
+    return out
+
+
+def loop_gae_skip(r, v, m, offs, gamma, lam):
+    """verl compute_gae_advantage_return: δ = r + γ·nv − V; g' = δ + γλ·g; if m: nv, g = V, g'; A = g."""
+    out = np.zeros(len(r))
+    for i in range(len(offs) - 1):
+        nv = g = 0.0
+        for t in range(offs[i + 1] - 1, offs[i] - 1, -1):
+            d = r[t] + gamma * nv - v[t]
+            new = d + gamma * lam * g
+            if m[t]:
+                nv, g = v[t], new
+            out[t] = g
+    return out
+
+
+def loop_gae_all(r, v, offs, gamma, lam):
+    """ROLL compute_gae_advantage_return: every position a step, V_L = 0."""
+    out = np.zeros(len(r))
+    for i in range(len(offs) - 1):
+        nv = g = 0.0
+        for t in range(offs[i + 1] - 1, offs[i] - 1, -1):
+            g = r[t] + gamma * nv - v[t] + gamma * lam * g
+            nv = v[t]
+            out[t] = g
+    return out
+
+
+def row_bound(b_abs, offs, eps):
+    """Per token: 2·L·ε·Σ_row |b| + the smallest float (the documented bound of the module's docstring)."""
+    out = np.zeros(len(b_abs))
+    for i in range(len(offs) - 1):
+        a, e = offs[i], offs[i + 1]
+        out[a:e] = 2 * (e - a) * eps * b_abs[a:e].sum() + 1e-30
+    return out
+
+
+GAMMA, LAM = 0.99, 0.95
+
+
+def cases(lay, r, v, m):
+    """(name, kernel result, torch path result, float64 loop, |b| for the bound) for every mode."""
+    offs = lay.offsets.tolist()
+    r64, v64, m64 = r.double().numpy(), v.double().numpy(), m.double().numpy()
+    nv = np.zeros(len(r64))  # |δ| of the loops, for the bound
+    for i in range(len(offs) - 1):
+        nxt = 0.0
+        for t in range(offs[i + 1] - 1, offs[i] - 1, -1):
+            nv[t] = nxt
+            if m64[t]:
+                nxt = v64[t]
+    v_next = np.zeros(len(r64))
+    for i in range(len(offs) - 1):
+        if offs[i + 1] > offs[i]:
+            v_next[offs[i]:offs[i + 1] - 1] = v64[offs[i] + 1:offs[i + 1]]
+    d_skip = np.abs(r64 + GAMMA * nv - v64) * m64
+    d_all = np.abs(r64 + GAMMA * v_next - v64)
+    n = lay.num_rows
+    return [
+        ("plain", fused.scan("plain", r, lay.offsets, n, GAMMA, block=16),
+         scans.reverse_discounted_cumsum(r, lay, GAMMA), loop_plain(r64, offs, GAMMA), np.abs(r64)),
+        ("returns_skip", fused.scan("returns_skip", r, lay.offsets, n, GAMMA, mask=m, block=16),
+         scans.returns_skip_masked(r, m, lay, GAMMA), loop_returns_skip(r64, m64, offs, GAMMA), np.abs(r64)),
+        ("gae_skip", fused.scan("gae_skip", r, lay.offsets, n, GAMMA * LAM, GAMMA, values=v, mask=m, block=16),
+         scans.gae_skip_masked(r, v, m, lay, GAMMA, LAM), loop_gae_skip(r64, v64, m64, offs, GAMMA, LAM), d_skip),
+        ("gae_all", fused.scan("gae_all", r, lay.offsets, n, GAMMA * LAM, GAMMA, values=v, block=16),
+         scans.gae_all_positions(r, v, lay, GAMMA, LAM), loop_gae_all(r64, v64, offs, GAMMA, LAM), d_all),
+    ]
+
+
+def _disable_kernels_for_torch_path(monkeypatch):
+    monkeypatch.setenv("ADVCLI_KERNELS", "off")
+
+
+def test_scans_within_bound_of_the_frameworks_loops(monkeypatch):
+    lay, r, v, m = batch(0)
+    offs = lay.offsets.tolist()
+    with monkeypatch.context() as mp:  # the torch path as the CPU runs it
+        _disable_kernels_for_torch_path(mp)
+        torch_path = {c[0]: c[2] for c in cases(lay, r, v, m)}
+    for name, kern, _, ref, b_abs in cases(lay, r, v, m):
+        assert kern.dtype == torch.float32 and kern.shape == r.shape, name
+        bound = row_bound(b_abs, offs, EPS32)
+        err = np.abs(kern.double().numpy() - ref)
+        assert (err <= bound).all(), (name, float(err.max()), float(bound[err.argmax()]))
+        # the torch path is within the same bound: kernel and torch path differ by rounding only
+        err_t = np.abs(torch_path[name].double().numpy() - ref)
+        assert (err_t <= bound).all(), (name, "torch path")
+
+
+def test_scans_bit_equal_where_every_sum_is_exact(monkeypatch):
+    """Dyadic rewards and values with c = 0.5 (γ = 0.5, λ = 1): no addition rounds, so any order gives the
+    same bits, and the kernel must give the torch path's exactly (a wrong carry or hole rule shows)."""
+    global GAMMA, LAM
+    saved = GAMMA, LAM
+    GAMMA, LAM = 0.5, 1.0
+    try:
+        lay = Ragged.from_lengths(torch.tensor([0, 1, 2, 5, 16, 17, 9, 0, 12, 3]))
+        g = torch.Generator().manual_seed(3)
+        n = lay.num_tokens
+        r = torch.randint(-8, 9, (n,), generator=g).float() / 8
+        v = torch.randint(-8, 9, (n,), generator=g).float() / 8
+        m = (torch.rand(n, generator=g) > 0.3).float()
+        with monkeypatch.context() as mp:
+            _disable_kernels_for_torch_path(mp)
+            torch_path = {c[0]: c[2] for c in cases(lay, r, v, m)}
+        for name, kern, _, ref, _ in cases(lay, r, v, m):
+            assert torch.equal(kern, torch_path[name]), name
+            assert np.array_equal(kern.double().numpy(), ref), name
+    finally:
+        GAMMA, LAM = saved
+
+
+def test_scans_float64():
+    lay, r, v, m = batch(2, dtype=torch.float64)
+    offs = lay.offsets.tolist()
+    for name, kern, _, ref, b_abs in cases(lay, r, v, m):
+        assert kern.dtype == torch.float64, name
+        bound = row_bound(b_abs, offs, float(np.finfo(np.float64).eps) / 2)
+        assert (np.abs(kern.numpy() - ref) <= bound).all(), name
+
+
+def test_masked_tokens_follow_the_frameworks_hole_rules():
+    """A row with holes, by hand (γ = 1, λ = 1): returns_skip gives 0 at the holes and carries over them;
+    gae_skip gives a hole the next kept token's advantage."""
+    lay = Ragged.from_lengths(torch.tensor([4]))
+    r = torch.tensor([1.0, 2.0, 4.0, 8.0])
+    m = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    v = torch.tensor([0.5, 100.0, 0.25, 100.0])
+    ret = fused.scan("returns_skip", r, lay.offsets, 1, 1.0, mask=m, block=16)
+    assert ret.tolist() == [5.0, 0.0, 4.0, 0.0]  # 1 + 4 (the 2 and the 8 dropped), 4
+    adv = fused.scan("gae_skip", r, lay.offsets, 1, 1.0, 1.0, values=v, mask=m, block=16)
+    # kept tokens 0 and 2: δ2 = 4 + 0 − 0.25 = 3.75; δ0 = 1 + 0.25 − 0.5 = 0.75; A0 = 0.75 + 3.75
+    assert adv.tolist() == [4.5, 3.75, 3.75, 0.0]
+
+
+def test_group_sums_bit_equal_to_index_add():
+    g = torch.Generator().manual_seed(5)
+    codes = torch.randint(0, 40, (700,), generator=g)
+    codes[codes == 7] = 8  # an empty group: 0, as index_add_ leaves it
+    codes[5] = 41  # and the last group one row
+    x = torch.rand(700, generator=g) * 0.3  # non-dyadic: the order of the adds shows in the bits
+    gi = GroupIndex.from_codes(codes)
+    order = torch.argsort(codes, stable=True)
+    starts = torch.zeros(gi.num_groups + 1, dtype=torch.int64)
+    torch.cumsum(gi.sizes, 0, out=starts[1:])
+    mean = gi.sum(x) / gi.sizes.to(x.dtype)  # NaN for the empty group: its squares stay 0
+    sums, ss = fused.group_sums(x, order, starts, gi.num_groups, mean)
+    assert torch.equal(sums, gi.sum(x)) and sums[7] == 0
+    dev = x.double() - mean[codes].double()
+    want = torch.zeros(gi.num_groups, dtype=torch.float64).index_add_(0, codes, dev * dev)
+    assert torch.equal(ss, want)
+
+
+def test_kernels_only_on_cuda_tensors_unless_interpreted(monkeypatch):
+    monkeypatch.setenv("ADVCLI_KERNELS", "auto")
+    assert not fused.enabled(torch.zeros(1))  # the CPU keeps the torch path
+    monkeypatch.setenv("ADVCLI_KERNELS", "off")
+    assert not fused.enabled(torch.zeros(1))

@@ -392,8 +392,9 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
       ``_target_``) or one of the framework keys the flavor declares it does not read
       (``Flavor.unread``: verl's ``algorithm.filter_groups``); any other key is refused naming it, with
       the nearest key, as ``--set`` refuses it (``algorithm.adv_estimater``); in one of the flavor's
-      ``mixed_sections`` (AReaL's ``actor``, whose saved ``config.yaml`` holds the whole experiment) only a
-      near miss of one of the flavor's keys is refused, any other key there is ignored."""
+      ``mixed_sections`` (AReaL's ``actor``, whose saved ``config.yaml`` holds the whole experiment; verl's
+      ``actor_rollout_ref``, of which it reads ``actor.use_kl_loss``) only a near miss of one of the flavor's
+      keys is refused, any other key there is ignored (named ``SECTION.*``)."""
     import difflib
 
     from ..config import load_config_file
@@ -423,7 +424,9 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
             continue
         if parts[0] in flavor.mixed_sections and not difflib.get_close_matches(k, list(known), n=1,
                                                                                cutoff=MISSPELLING_RATIO):
-            keys.append(k)  # the trainer's other settings in that section (AReaL's actor.path, actor.optimizer)
+            # the trainer's other settings in that section (AReaL's actor.path, verl's actor_rollout_ref.model),
+            # named once as the section's rest
+            keys.append(parts[0] + ".*")
             continue
         raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
                           f"{did_you_mean(k, list(known))}",

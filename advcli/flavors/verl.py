@@ -289,6 +289,9 @@ FLAVOR = Flavor(
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
     # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
     # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs
+    # ppo_trainer.yaml's actor_rollout_ref holds the whole actor, rollout and reference setup; advcli reads
+    # actor.use_kl_loss (the KL in the reward at 0.2-0.3) and ignores the rest
+    mixed_sections=("actor_rollout_ref",),
     unread=("algorithm.filter_groups", "algorithm.pf_ppo", "algorithm.rollout_correction.debug_rollout_actor_probs"),
     notes="Group statistics on s_i = Σ_t token_level_rewards (mask not applied), torch.std unbiased, "
           "(s−μ)/(σ+1e-6); a group of one gets s/(1+1e-6) in grpo, raw s in rloo, 0 in rloo_vectorized; "

@@ -198,14 +198,19 @@ def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = Fals
 
 
 _OLD_KL = {"advcli.kl_in_reward_when": "no_kl_loss", "advcli.k3_input_clamp": False}
+# verl 0.1-0.3's critic left its values at the padding positions after a shorter response unmasked, and gae
+# read the first of them as the bootstrap of the response's last token (as read in workers/critic/dp_critic.py and
+# core_algos.compute_gae_advantage_return at v0.3.0.post1); a dump carries no value past the response
+_PAD_VALUE = ("; gae there bootstraps a response's last token with the critic's value at the padding position "
+              "after it, which a dump does not carry: advcli takes 0, so gae can differ on shorter responses")
 RELEASES = (
-    Release("0.1", "2024-12-11", note="verl 0.1: gae only, the KL always in the reward (kl, abs, mse)",
+    Release("0.1", "2024-12-11", note="verl 0.1: gae only, the KL always in the reward (kl, abs, mse)" + _PAD_VALUE,
             settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", "advcli.kl_in_reward_when":
                       "always", "advcli.k3_input_clamp": False},
             accepts=_accepts("0.1", E01, K01, old_config=True, correction=True)),
     Release("0.2", "2025-02-15", aliases=("0.2.0.post1", "0.2.0.post2"),
             note="verl 0.2: gae, grpo, reinforce_plus_plus, remax; the KL in the reward unless the actor's KL loss "
-                 "(its GRPO examples turn it on: --set actor_rollout_ref.actor.use_kl_loss=true)",
+                 "(its GRPO examples turn it on: --set actor_rollout_ref.actor.use_kl_loss=true)" + _PAD_VALUE,
             settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
             accepts=_accepts("0.2", E02, K02, old_config=True, correction=True), changes=(
                 Change("", ("algorithm.adv_estimator",), "grpo (group mean and unbiased std of the row sums, "
@@ -215,7 +220,7 @@ RELEASES = (
                 Change("", ("advcli.kl_in_reward_when", "actor_rollout_ref.actor.use_kl_loss"),
                        "the KL goes in the reward only when actor_rollout_ref.actor.use_kl_loss is false "
                        "(ray_trainer.fit @v0.2)"))),
-    Release("0.3.0.post0", "2025-03-30", aliases=("0.3.0.post1",), note="verl 0.3: rloo joins",
+    Release("0.3.0.post0", "2025-03-30", aliases=("0.3.0.post1",), note="verl 0.3: rloo joins" + _PAD_VALUE,
             settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
             accepts=_accepts("0.3.0.post0", E03, K02, old_config=True, correction=True), changes=(
                 Change("", ("algorithm.adv_estimator",), "rloo (s·n/(n−1) − μ·n/(n−1); a group of one keeps s)"),)),

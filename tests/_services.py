@@ -1,6 +1,6 @@
 """Services the tests start themselves on this machine and stop afterwards: a local S3-compatible
 server (moto, on 127.0.0.1) and a local Ray instance. Shared by tests/formats/test_object_storage.py,
-tests/ray/test_ray.py and tests/ray/test_ray_parity.py."""
+tests/distributed/test_ray.py and tests/distributed/test_ray_parity.py."""
 from __future__ import annotations
 
 import logging

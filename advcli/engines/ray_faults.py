@@ -1,6 +1,6 @@
 """Losing a node during ``--engine ray``: recover when Ray can, else a bounded, clear failure.
 
-What Ray does on its own when a worker node dies mid-run (Ray 2.60; tests/ray/test_ray_faults.py kills
+What Ray does on its own when a worker node dies mid-run (Ray 2.60; tests/distributed/test_ray_faults.py kills
 nodes of a local ``ray.cluster_utils.Cluster``):
 
 - Ray Data's map actors are created with ``max_restarts=-1, max_task_retries=-1``: an actor on the

@@ -26,8 +26,11 @@ from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 # chunks whose token columns are decoded and checked ahead of the math, on their own thread (0: on the math's
-# thread, as before; tests compare the two)
-DECODE_AHEAD = 2
+# thread; tests compare the two). Off by default: a run forked by the server (advcli server) and stopped by
+# SIGTERM with the decoding thread on left its temporary output behind in about half of the tries
+# (tests/cli/test_faults.py::test_a_command_whose_server_is_killed_stops_and_writes_nothing), which the
+# one-thread decode never does; turn it on again once that is understood
+DECODE_AHEAD = 0
 
 
 def few_row_groups(md) -> bool:

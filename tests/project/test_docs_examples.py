@@ -25,7 +25,7 @@ SKIPPED = [
     ("pip install", "installs from the network"),
     ("s3://", "needs an object store and credentials (tests/formats/test_object_storage.py runs against a local one)"),
     ("export AWS_", "credentials for an object store"),
-    ("--engine ray", "starts Ray (tests/ray/test_ray.py runs the Ray engine where Ray is installed)"),
+    ("--engine ray", "starts Ray (tests/distributed/test_ray.py runs the Ray engine where Ray is installed)"),
     ("ray start", "starts a Ray cluster node"),
     ("python benchmarks/", "benchmarks take minutes of the whole machine (docs/performance.md)"),
     ("tools/gpu_check.sh", "needs a CUDA GPU (docs/performance.md, On a GPU)"),

@@ -73,7 +73,7 @@ def test_a_key_is_declared_once_in_the_spec():
     assert list(fields) == list(SCHEMA)
     for path, f in fields.items():
         assert f.metadata["doc"] == SCHEMA[path].doc and f.metadata["choices"] == SCHEMA[path].choices
-    with open(os.path.join(ROOT, "advcli", "config.py"), encoding="utf-8") as fh:
+    with open(os.path.join(ROOT, "advcli", "config", "__init__.py"), encoding="utf-8") as fh:
         assert not re.search(r'^\s*"[a-z_.]+": Key\(', fh.read(), re.M)
 
 
@@ -82,8 +82,9 @@ def test_resolved_configuration_is_read_from_the_spec():
     modules that read a run's configuration read the RunSpec's fields."""
     pattern = re.compile(r'\.get\("(grouping|reward|kl|advantage|rollout_correction|precision|padded|columns)"'
                          r'|\.get\("(mode|policy|missing|gate_\w+|is_\w+|bias|scale|shape_clip|overlong)"')
-    for rel in ("explain.py", "diagnostics.py", "correction_plan.py", "resolution.py", "ops/rewards.py",
-                "ops/rollout_correction.py", "audit/recompute.py", "audit/stages.py", "pipeline/checks.py"):
+    for rel in ("runs/explain.py", "pipeline/diagnostics.py", "correction/plan.py", "runs/resolution.py",
+                "ops/rewards.py", "correction/weights.py", "audit/recompute.py", "audit/stages.py",
+                "pipeline/checks.py"):
         with open(os.path.join(ROOT, "advcli", rel), encoding="utf-8") as fh:
             assert not pattern.search(fh.read()), rel
 

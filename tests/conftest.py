@@ -101,6 +101,18 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+
+def assert_release_refuses(tmp_path, capsys, src: str, spec: str, settings: list, words: str) -> None:
+    """``advcli run SRC --flavor SPEC --set ...`` is refused: exit 2, ``words`` in its message, no
+    traceback, no output written."""
+    out = tmp_path / "out.parquet"
+    argv = ["run", src, "-o", str(out), "--flavor", spec, "--device", "cpu"]
+    for s in settings:
+        argv += ["--set", s]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2 and words in " ".join(err.split()), err
+    assert "Traceback" not in err and not out.exists()
+
 @pytest.fixture
 def sample_path():
     return SAMPLE

@@ -9,7 +9,7 @@ import statistics
 import pyarrow.parquet as pq
 import pytest
 from _released import advcli_run, write_parquet
-from conftest import run_main
+from conftest import assert_release_refuses
 
 import advcli
 
@@ -156,12 +156,7 @@ def test_027_normalize_then_sum_counts_a_row_without_reward(tmp_path):
 ])
 def test_what_a_release_did_not_have_is_refused(tmp_path, capsys, spec, settings, words):
     src = write_parquet(rows_of(ACC, FMT), str(tmp_path / "in.parquet"))
-    argv = ["run", src, "-o", str(tmp_path / "out.parquet"), "--flavor", spec, "--device", "cpu"]
-    for s in settings:
-        argv += ["--set", s]
-    code, _, err = run_main(argv, capsys)
-    assert code == 2 and words in " ".join(err.split()), err
-    assert "Traceback" not in err and not (tmp_path / "out.parquet").exists()
+    assert_release_refuses(tmp_path, capsys, src, spec, settings, words)
 
 
 def test_every_route_gives_the_release_its_numbers(tmp_path):

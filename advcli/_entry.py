@@ -39,10 +39,20 @@ def main() -> None:
             sys.exit(code)
         from .cli import main as cli_main
     except KeyboardInterrupt:
-        sys.stderr.write(INTERRUPTED_AT_START)
-        sys.exit(130)
+        _interrupted_at_start()
+    except Exception as e:
+        from .errors import caused_by_interrupt
+
+        if not caused_by_interrupt(e):  # Python wraps a Ctrl-C that lands while a class is built
+            raise
+        _interrupted_at_start()
     cli_main()
     _finished()
+
+
+def _interrupted_at_start() -> None:
+    sys.stderr.write(INTERRUPTED_AT_START)
+    sys.exit(130)
 
 
 def _finished() -> None:

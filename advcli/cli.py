@@ -10,7 +10,7 @@ import typer
 from .commands import helpstyle, register
 from .commands import options as opt
 from .commands.progress import progress
-from .errors import AdvcliError
+from .errors import AdvcliError, caused_by_interrupt
 from .flavors import framework_names
 from .version import __version__
 
@@ -452,6 +452,8 @@ def main() -> None:
             _closed_pipe()
         raise
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: short message, traceback on request
+        if caused_by_interrupt(e):
+            _interrupted()
         if os.environ.get("ADVCLI_DEBUG"):
             raise
         from .errors import is_disk_full

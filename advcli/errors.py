@@ -18,6 +18,19 @@ class AdvcliError(Exception):
         return self.message + (f"\n  hint: {self.hint}" if self.hint else "")
 
 
+def caused_by_interrupt(error: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in ``error``'s chain: Python wraps one raised while a class body is
+    finished (``RuntimeError: Error calling __set_name__ ...``, as when Ctrl-C lands while torch imports),
+    and a library may re-raise it as its own error. That is Ctrl-C, not a bug."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def nearest(word: str, choices, n: int = 1) -> str | None:
     """The closest valid name to ``word`` (for 'did you mean ...?'), or None."""
     lower: dict[str, str] = {}  # case never hides a name: VERL is verl

@@ -311,15 +311,18 @@ def test_sigint_at_any_moment_of_a_run_with_a_report(dump, tmp_path):
     assert 130 in seen  # (at least one signal came while the run was working)
 
 
-def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback():
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "RuntimeError('Error calling __set_name__') from "
+                                                         "KeyboardInterrupt()"])
+def test_ctrl_c_while_the_cli_imports_is_a_message_not_a_traceback(raised):
     """A KeyboardInterrupt raised while the entry point imports the CLI (the first ~0.2 s) ends with
-    one line and status 130, like an interrupt during a run."""
+    one line and status 130, like an interrupt during a run; also when Python wrapped it (a Ctrl-C while a
+    class is built, in typer's or pydantic's imports, reaches the caller as a RuntimeError it caused)."""
     code = (
         "import sys, importlib.abc\n"
         "class Boom(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
         "        if name == 'advcli.cli':\n"
-        "            raise KeyboardInterrupt\n"
+        f"            raise {raised}\n"
         "sys.meta_path.insert(0, Boom())\n"
         "from advcli._entry import main\n"
         "main()\n"
@@ -345,5 +348,32 @@ def test_ctrl_c_while_filter_writes_its_report_leaves_the_output_path_as_it_was(
     code, err = _run_main(["filter", dump, "-o", str(out), "--drop-uniform", "--force", "--report",
                            str(tmp_path / "f.html")], capsys)
     assert code == 130, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and olds(out) == []
+
+
+def test_ctrl_c_that_python_wraps_while_a_class_is_built_is_an_interrupt_not_a_bug(dump, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """A KeyboardInterrupt that lands while a class body is finished (a descriptor's ``__set_name__``, as
+    when Ctrl-C comes while torch imports) reaches the entry point as ``RuntimeError: Error calling
+    __set_name__``, caused by the interrupt: status 130 and one line, not "internal error", and the
+    earlier output left as it was."""
+    import advcli.report.output
+
+    class Slow:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    def build_a_class(*a, **k):
+        class Spec:  # noqa: F841 - its creation is the point
+            field = Slow()
+
+    monkeypatch.setattr(advcli.report.output, "write_report", build_a_class)
+    out = tmp_path / "kept.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--force", "--report", str(tmp_path / "r.html")],
+                          capsys)
+    assert code == 130, err
+    assert "internal error" not in err and "Traceback" not in err
     assert out.read_bytes() == EARLIER
     assert temps(out) == [] and olds(out) == []

@@ -29,7 +29,9 @@ summary (and --report .json/.md/.html) says what was dropped, per step and data 
 --variance-top-p/--variance-top-k is RAGEN-2's signal-to-noise filter: per step, the groups with the most
 reward variance. --flavor verl (PR #7894) and --flavor skyrl (PR #2217), both open pull requests, follow
 their rule: selection_eps 0.01 (top_p keeps no group of a step whose variance mass P·Σ is at most it), rows
-with an all-zero response mask and non-finite rewards left out of a group's variance. Without a flavor (or
+with an all-zero response mask and non-finite rewards left out of a group's variance, and with
+--variance-include-zero a zero-variance step (or P 1) keeps every group; verl ranks masked reward sums
+(Σ token_level_scores·response_mask). Without a flavor (or
 with trl, PR #7242, open) it is RAGEN-2's rule. Those pull requests mask the other groups out of the loss
 instead of removing them: --mask-dropped does the same (every row kept, their response_mask set to 0).
 TRL's filter ranks the rewards after its multi-reward aggregation: give its settings with --flavor trl --set.

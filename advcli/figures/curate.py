@@ -100,13 +100,18 @@ class FilterSpec:
 
 
 # The variance filter's rule per trainer: all three are open pull requests (not in a release), read at
-# their 2026-09-16 heads. ``eps``: the default selection_eps; ``live``: rows with an all-zero response mask
-# and non-finite rewards are left out of their group's variance (the group's n counts the others).
+# their 2026-09-16 heads (verl verl/trainer/ppo/reward_variance_filter.py @ a9772ca7, SkyRL
+# skyrl/train/reward_variance_filter.py and trainer.py @ 4f86c72d). ``eps``: the default selection_eps;
+# ``live``: rows with an all-zero response mask and non-finite rewards are left out of their group's variance
+# (the group's n counts the others); ``whole``: with include_zero, a step whose variance is all 0, or top_p 1,
+# keeps every group (top_k: the first K); ``masked_sum``: the ranked reward is Σ token_level_scores·response_mask
+# (verl's apply_reward_variance_filter), so a scalar reward counts where its token (position L−1) has mask 1.
 RULES = {
     "ragen": {"eps": 1e-12, "live": False, "pr": "RAGEN-2 (arXiv 2604.06268); TRL PR #7242 (open)",
               "flavors": ("trl",)},
-    "verl": {"eps": 0.01, "live": True, "pr": "verl PR #7894 (open)", "flavors": ("verl",)},
-    "skyrl": {"eps": 0.01, "live": True, "pr": "SkyRL PR #2217 (open)", "flavors": ("skyrl",)},
+    "verl": {"eps": 0.01, "live": True, "whole": True, "masked_sum": True, "pr": "verl PR #7894 (open)",
+             "flavors": ("verl",)},
+    "skyrl": {"eps": 0.01, "live": True, "whole": True, "pr": "SkyRL PR #2217 (open)", "flavors": ("skyrl",)},
 }
 
 
@@ -127,6 +132,8 @@ def variance_note(spec: FilterSpec) -> str | None:
     r = RULES[spec.variance_rule]
     live = ("; rows with an all-zero response mask and non-finite rewards left out of their group's variance"
             if r["live"] else "")
+    if r.get("whole") and spec.variance_include_zero and spec.variance_top_p is not None:
+        live += "; with --variance-include-zero a step of zero variance, or top_p 1, keeps every group"
     trl = ""
     if spec.trl_rewards:
         agg, funcs, _ = spec.trl_rewards
@@ -273,39 +280,65 @@ def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> 
     ``P·Σ_scope variance − selection_eps`` (nothing when that target is ≤ 0: verl/SkyRL's default eps 0.01
     keeps no group of a step whose variance mass is that small; RAGEN-2's 1e-12 only absorbs rounding, so a
     prefix summing to the target exactly reaches it). verl PR #7894 / TRL PR #7242
-    ``_get_reward_variance_filter_mask``. Vectorised: one lexsort by (scope, −variance, group) and
-    cumulative sums restarted at each scope."""
+    ``_get_reward_variance_filter_mask``.
+
+    The trainers' rules (``RULES[...]["whole"]``: verl PR #7894 ``get_reward_variance_filter_mask`` in
+    verl/trainer/ppo/reward_variance_filter.py @ a9772ca, SkyRL PR #2217 ``reward_variance_filter`` in
+    skyrl/train/reward_variance_filter.py @ 4f86c72) keep *every* group of a scope under
+    ``--variance-include-zero`` when its total variance is 0 (top_p; top_k: the first K) or when top_p is 1.
+
+    The sums are the PRs' own: Σ variance in first-appearance order (Python ``sum`` over the groups), the
+    cumulative mass restarted at each scope and added in rank order, so a prefix that reaches the target
+    exactly does here too. Vectorised: one lexsort by (scope, −variance, group), a bincount for the totals
+    and a cumulative sum along one row per scope."""
     G = var.size
     sel = np.zeros(G, bool)
     if not G:
         return sel
-    order = np.lexsort((np.arange(G), -var, scope))  # by scope, then variance descending, then group
-    sc = scope[order]
+    _, sc_code = np.unique(np.asarray(scope), return_inverse=True)
+    sc_code = sc_code.ravel().astype(np.int64)
+    S = int(sc_code.max()) + 1
+    total = np.bincount(sc_code, weights=var, minlength=S)  # group-index (first-appearance) order, as sum()
+    order = np.lexsort((np.arange(G), -var, sc_code))  # by scope, then variance descending, then group
+    seg = sc_code[order]
     v = var[order]
     eligible = v > 0 if not spec.variance_include_zero else np.ones(G, bool)
-    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
-    seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, G]))
-    ve = np.where(eligible, v, 0.0)
-    # rank among the scope's eligible groups (0-based), cumulative eligible variance within the scope
+    starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+    pos = np.arange(G) - starts[seg]  # position within the scope (eligible groups come first: variance ≥ 0)
     ecount = np.cumsum(eligible)
     rank = ecount - 1 - np.r_[0, ecount][starts][seg]
-    csum = np.cumsum(ve)
-    before = np.r_[0.0, csum][starts][seg]
-    cum = csum - before
+    whole = RULES[spec.variance_rule].get("whole", False)
     if spec.variance_top_k is not None:
         take = eligible & (rank < spec.variance_top_k)
     else:
-        total = np.bincount(seg, weights=v, minlength=starts.size)  # every group's variance (zeros add nothing)
+        cum = scope_cumsum(np.where(eligible, v, 0.0), seg, pos, S)
         target = spec.variance_top_p * total[seg] - spec.selection_eps
         reached = eligible & (cum >= target)
         # the first eligible rank where the cumulative mass reaches the target, per scope (none: all eligible)
         big = np.iinfo(np.int64).max
-        first = np.full(starts.size, big)
+        first = np.full(S, big)
         np.minimum.at(first, seg[reached], rank[reached])
-        cutoff = first[seg]
-        take = eligible & (target > 0) & (rank <= cutoff)
+        take = eligible & (target > 0) & (rank <= first[seg])
+        if whole and spec.variance_include_zero:
+            take |= ((total <= 0) | (spec.variance_top_p == 1.0))[seg]
     sel[order[take]] = True
     return sel
+
+
+def scope_cumsum(x: np.ndarray, seg: np.ndarray, pos: np.ndarray, S: int) -> np.ndarray:
+    """[n] the running sum of ``x`` within each scope (``seg`` sorted, ``pos`` the place in the scope), added
+    from 0 in order as a Python loop does (not a global cumulative sum minus an offset, which rounds
+    differently). One row per scope when that table is small, else one cumulative sum per scope."""
+    width = int(pos.max()) + 1 if pos.size else 0
+    if S * width <= 4 * x.size + 65536:
+        dense = np.zeros((S, width))
+        dense[seg, pos] = x
+        return np.cumsum(dense, axis=1)[seg, pos]
+    out = np.empty_like(x)
+    bounds = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:]):  # one per step (a handful), each vectorised
+        out[a:b] = np.cumsum(x[a:b])
+    return out
 
 
 def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np.ndarray | None = None):
@@ -324,13 +357,15 @@ def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np
 
 
 def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
-                    scope: np.ndarray | None = None, live: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    scope: np.ndarray | None = None, live: np.ndarray | None = None,
+                    vmetric: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per group ``g`` (codes ``0..G-1`` in ``group``, one per row) the figures and the decision.
 
     Returns ``size``, ``mean`` (nanmean of the metric, float64), ``uniform``, ``variance`` (of the
     non-NaN values, ``/(n − ddof)``, 0 when ``n ≤ ddof``), the per-reason drop flags ``drop_min_size``,
     ``drop_uniform``, ``drop_solve_rate``, ``drop_variance`` and ``keep`` (no reason applies), all of
     length G. ``scope``: each group's step (the variance filter ranks within a step; None: one step).
+    ``vmetric``: the values the variance filter ranks when they are not the metric (verl's masked reward sums).
     Vectorised: one stable sort of the codes and ``reduceat`` over the sorted metric.
     """
     group = np.asarray(group, np.int64)
@@ -368,7 +403,8 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
         live = None
     elif live is None:  # no response mask: every row is live
         live = np.ones(m.size, bool)
-    variance, _ = group_variance(group, m, G, spec.variance_ddof, live)
+    vm = m if vmetric is None else np.asarray(vmetric, np.float64)  # what the variance rule ranks
+    variance, _ = group_variance(group, vm, G, spec.variance_ddof, live)
     if spec.by_variance is not None:
         sc = np.zeros(G, np.int64) if scope is None else np.asarray(scope, np.int64)
         drop_var = ~variance_selection(variance, sc, spec)
@@ -507,7 +543,8 @@ def live_rows(ins, mask_col: str, chunk_rows: int) -> np.ndarray:
     out = []
     for _, _, batch in ins.iter_batches([mask_col], chunk_rows):
         col = batch.column(mask_col)
-        if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+        if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
+                or pa.types.is_fixed_size_list(col.type)):
             out.append(np.asarray(col.to_numpy(zero_copy_only=False), np.float64) != 0)
             continue
         lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
@@ -516,6 +553,45 @@ def live_rows(ins, mask_col: str, chunk_rows: int) -> np.ndarray:
         ends = np.cumsum(lengths)
         out.append(ones[ends] - ones[ends - lengths] > 0)
     return np.concatenate(out) if out else np.zeros(0, bool)
+
+
+def masked_reward_sums(ins, mask_col: str, reward: np.ndarray, tls_col: str | None, chunk_rows: int) -> np.ndarray:
+    """float64 [R]: what verl PR #7894 ranks, ``(token_level_scores * response_mask).sum(-1)``
+    (apply_reward_variance_filter, verl/trainer/ppo/reward_variance_filter.py @ a9772ca7). From the
+    ``tls_col`` token list when the dump has one; else the row reward where verl's reward manager writes it,
+    at position L−1 (L: the list's length, or its last mask=1 position + 1 in a fixed-width padded list),
+    times the mask there: a row whose last token is masked ranks as 0. A NaN stays NaN (NaN·0 in torch)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = []
+    row0 = 0
+    cols = [mask_col] + ([tls_col] if tls_col else [])
+    for _, _, batch in ins.iter_batches(cols, chunk_rows):
+        n = batch.num_rows
+        col = batch.column(mask_col)
+        lengths = np.asarray(pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+        flat = np.asarray(pc.list_flatten(col).to_numpy(zero_copy_only=False), np.float64)
+        parent = np.repeat(np.arange(n), lengths)
+        if tls_col:
+            tls = np.asarray(pc.list_flatten(batch.column(tls_col)).cast(pa.float64()).fill_null(np.nan)
+                             .to_numpy(zero_copy_only=False), np.float64)
+            if tls.size != flat.size:
+                raise AdvcliError(f"{ins.paths[0]}: columns {tls_col!r} and {mask_col!r} differ in length on some "
+                                  f"row of rows {row0}..{row0 + n - 1}; each row needs one score per mask token")
+            out.append(np.bincount(parent, weights=tls * flat, minlength=n))
+        else:
+            ends = np.cumsum(lengths)
+            if pa.types.is_fixed_size_list(col.type):  # padded: L is the last mask=1 position + 1
+                ones = np.r_[0, np.cumsum(flat != 0)]
+                has = ones[ends] - ones[ends - lengths] > 0
+                at = np.where(has, 1.0, 0.0)
+            else:
+                at = np.where(lengths > 0, flat[np.maximum(ends - 1, 0)] if flat.size else 0.0, 0.0)
+            with np.errstate(invalid="ignore"):
+                out.append(reward[row0:row0 + n] * at)
+        row0 += n
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def _plain(v):
@@ -671,14 +747,26 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     small = without_padding(full)  # verl's synthetic padding rows: in no group, no decision, not written
     scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
     check_solve_rate(spec, small.metric, metric_col)
-    live = None
-    if spec.by_variance is not None and RULES[spec.variance_rule]["live"] and cmap.has("response_mask"):
+    live = vmetric = None
+    rule = RULES[spec.variance_rule]
+    if spec.by_variance is not None and rule["live"] and cmap.has("response_mask"):
         live = live_rows(ins, cmap["response_mask"], chunk_rows)
         if small is not full:  # the rows of the groups decided on: padding rows set aside
             live = live[~full.padding]
-    dec = group_decisions(small.group, small.metric, spec, scope, live)
+        import pyarrow as pa
+        mt = ins.schema.field(cmap["response_mask"]).type
+        if (rule.get("masked_sum") and metric is None and not spec.trl_rewards
+                and (pa.types.is_list(mt) or pa.types.is_large_list(mt) or pa.types.is_fixed_size_list(mt))):
+            tls = cmap["token_level_scores"] if cmap.has("token_level_scores") else None
+            vmetric = masked_reward_sums(ins, cmap["response_mask"], full.metric, tls, chunk_rows)
+            if small is not full:
+                vmetric = vmetric[~full.padding]
+    dec = group_decisions(small.group, small.metric, spec, scope, live, vmetric)
     summary = summarize(small, dec, spec)
     note = variance_note(spec)
+    if note and vmetric is not None:
+        note += ("; each row ranked by its masked reward sum Σ token_level_scores·response_mask"
+                 + ("" if cmap.has("token_level_scores") else " (the reward at position L−1 times the mask there)"))
     if note:
         summary["notes"] = [note]
     if not dec["keep"].any() and not spec.allow_empty:

@@ -302,3 +302,111 @@ def test_filter_set_needs_trl(tmp_path, capsys):
     code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--variance-top-k", "1", "--flavor",
                            "trl", "--set", "beta=0.1")
     assert code == 2 and "reads only reward_funcs" in err
+
+
+# ---------------- the PRs' code, point by point (verl PR #7894 verl/trainer/ppo/reward_variance_filter.py @
+# a9772ca7, SkyRL PR #2217 skyrl/train/reward_variance_filter.py @ 4f86c72d; TRL PR #7242 for RAGEN-2's rule)
+# step 0: P [1, 1], Q [0, 0]: Σ variance 0; step 1: R [0, 1] var 0.5, S [1, 1] var 0
+ZERO_ROWS = [("P", 0, 1.0, [1]), ("P", 0, 1.0, [1]), ("Q", 0, 0.0, [1]), ("Q", 0, 0.0, [1]),
+             ("R", 1, 0.0, [1]), ("R", 1, 1.0, [1]), ("S", 1, 1.0, [1]), ("S", 1, 1.0, [1])]
+
+
+@pytest.mark.parametrize("flavor,extra,kept", [
+    # verl/SkyRL: include_zero and Σ variance 0 keeps every group of the step (total_variance <= 0 branch);
+    # step 1: target 0.9·0.5 − 0.01 = 0.44, reached by R
+    ("verl", ["--variance-top-p", "0.9", "--variance-include-zero"], {"P", "Q", "R"}),
+    ("skyrl", ["--variance-top-p", "0.9", "--variance-include-zero"], {"P", "Q", "R"}),
+    # RAGEN-2 / TRL: target 0.9·0 − 1e-12 ≤ 0 keeps nothing in step 0
+    ("trl", ["--variance-top-p", "0.9", "--variance-include-zero"], {"R"}),
+    # verl/SkyRL: include_zero with top_p 1 keeps every group (the `top_p == 1.0` branch), S included
+    ("verl", ["--variance-top-p", "1", "--variance-include-zero"], {"P", "Q", "R", "S"}),
+    ("skyrl", ["--variance-top-p", "1", "--variance-include-zero"], {"P", "Q", "R", "S"}),
+    # without include_zero: step 0 none; step 1 target 0.5 − 0.01 = 0.49, reached by R
+    ("verl", ["--variance-top-p", "1"], {"R"}),
+    # RAGEN-2 with top_p 1: target 0.5 − 1e-12, reached by R; S (0) is never needed
+    ("trl", ["--variance-top-p", "1", "--variance-include-zero"], {"R"}),
+    # top_k with include_zero: step 0 the first K in order of appearance (P), step 1 R
+    ("verl", ["--variance-top-k", "1", "--variance-include-zero"], {"P", "R"}),
+])
+def test_include_zero_branches_by_hand(tmp_path, capsys, flavor, extra, kept):
+    src = rule_dump(tmp_path / "in.parquet", ZERO_ROWS)
+    out = tmp_path / "out.parquet"
+    code, stdout, err = main_rc(capsys, "filter", src, "-o", out, "--flavor", flavor, *extra, "--json")
+    assert code == 0, err
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == kept
+    rep = json.loads(stdout)
+    assert rep["groups_kept"] == len(kept) and rep["dropped_variance"] == 4 - len(kept)
+
+
+# step 0: X [0, 2^31] var 2^61; step 1: U [0, 1] var 0.5, V [0, 0.5] var 0.125, W [0.5, 1] var 0.125.
+# top_p 1, eps 0.125: step 1's target is 0.75 − 0.125 = 0.625 = U + V exactly, so the PRs' loop (cumulative
+# from 0 within the batch) stops at V. A running sum over both steps minus step 0's 2^61 would read 0 for
+# every prefix (2^61 + 0.5 rounds to 2^61) and keep W too.
+EXACT_ROWS = [("X", 0, 0.0, [1]), ("X", 0, 2.0 ** 31, [1]), ("U", 1, 0.0, [1]), ("U", 1, 1.0, [1]),
+              ("V", 1, 0.0, [1]), ("V", 1, 0.5, [1]), ("W", 1, 0.5, [1]), ("W", 1, 1.0, [1])]
+
+
+@pytest.mark.parametrize("flavor", ["verl", "skyrl", "trl"])
+def test_cumulative_mass_restarts_at_each_step_exactly(tmp_path, capsys, flavor):
+    src = rule_dump(tmp_path / "in.parquet", EXACT_ROWS)
+    out = tmp_path / "out.parquet"
+    code, _, err = main_rc(capsys, "filter", src, "-o", out, "--flavor", flavor, "--variance-top-p", "1",
+                           "--variance-selection-eps", "0.125", "-q")
+    assert code == 0, err
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == {"X", "U", "V"}
+
+
+def test_scope_cumsum_matches_a_loop():
+    import numpy as np
+
+    from advcli.figures.curate import scope_cumsum
+
+    rng = np.random.default_rng(0)
+    x = rng.random(50) * 10.0 ** rng.integers(-3, 18, 50)
+    seg = np.sort(rng.integers(0, 6, 50))
+    starts = {s: int(np.flatnonzero(seg == s)[0]) for s in np.unique(seg)}
+    pos = np.arange(50) - np.array([starts[s] for s in seg])
+    want = []
+    for s in np.unique(seg):
+        c = 0.0
+        for v in x[seg == s]:
+            c += v
+            want.append(c)
+    assert scope_cumsum(x, seg, pos, 6).tolist() == want  # bit for bit: the same additions in the same order
+
+
+def tls_dump(path, rows, fixed=False):
+    """rows: (prompt_id, reward, token_level_scores or None, mask)."""
+    cols = {"prompt_id": [r[0] for r in rows], "reward": pa.array([r[1] for r in rows], pa.float32()),
+            "response_mask": pa.array([r[3] for r in rows], pa.list_(pa.int8(), 2) if fixed else pa.list_(pa.int8()))}
+    if rows[0][2] is not None:
+        cols["token_level_scores"] = pa.array([r[2] for r in rows], pa.list_(pa.float32()))
+    pq.write_table(pa.table(cols), str(path))
+    return str(path)
+
+
+# verl ranks (token_level_scores · response_mask).sum(-1) (apply_reward_variance_filter). M: scores [0, 1] twice,
+# the second row's last token masked: masked sums [1, 0], variance 0.5 (its reward column [1, 1]: variance 0).
+# N: sums [0, 0.5], variance 0.125 either way. top_k 1: verl keeps M; SkyRL (the reward, trainer.py's
+# sequence_rewards) and --metric reward keep N.
+TLS_ROWS = [("M", 1.0, [0.0, 1.0], [1, 1]), ("M", 1.0, [0.0, 1.0], [1, 0]),
+            ("N", 0.0, [0.0, 0.0], [1, 1]), ("N", 0.5, [0.0, 0.5], [1, 1])]
+
+
+@pytest.mark.parametrize("flavor,scores,fixed,extra,kept", [
+    ("verl", True, False, [], {"M"}),
+    ("verl", False, False, [], {"M"}),  # no score list: the reward at position L−1 = 1, masked on M's 2nd row
+    ("verl", False, True, [], {"N"}),  # fixed-width padded lists: L−1 is the last mask=1 token, never masked
+    ("verl", True, False, ["--metric", "reward"], {"N"}),
+    ("skyrl", True, False, [], {"N"}),
+])
+def test_verl_ranks_masked_reward_sums(tmp_path, capsys, flavor, scores, fixed, extra, kept):
+    rows = [(p, r, s if scores else None, m) for p, r, s, m in TLS_ROWS]
+    src = tls_dump(tmp_path / "in.parquet", rows, fixed)
+    out = tmp_path / "out.parquet"
+    code, stdout, err = main_rc(capsys, "filter", src, "-o", out, "--flavor", flavor, "--variance-top-k", "1",
+                                *extra, "--json")
+    assert code == 0, err
+    assert set(pq.read_table(out).column("prompt_id").to_pylist()) == kept
+    note = " ".join(json.loads(stdout)["notes"])
+    assert ("masked reward sum" in note) == (flavor == "verl" and not extra)

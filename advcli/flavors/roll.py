@@ -50,6 +50,14 @@ KEYS = {
     "whiten_advantages": Key(False, "masked whitening of the advantages over the domain batch", None, "bool"),
     "whiten_rewards": Key(False, "masked whitening of the token-level rewards before the estimator", None, "bool"),
     "advantage_clip": Key(None, "clamp ±c of the advantages after masking (0 zeroes them; null: off)", None, "float"),
+    # every reward worker of roll/pipeline/rlvr/rewards @ 8eb27cc builds response_level_rewards in float16
+    # (math_rule_reward_worker.py L313, llm_judge L240, code_sandbox L855, ...); reward_postprocess's reward_norm
+    # and clamp keep it (functionals.py L651-685), compute_advantage casts to float32 (L1157)
+    "advcli.reward_dtype": Key("run", "advcli extension: the dtype ROLL's reward_norm (group/batch mean and "
+                               "std) runs in: `float16` (ROLL's own reward workers emit float16 rewards), `bfloat16`, "
+                               "`run` (float32 rewards, a custom worker's: the run's precision) or `input` (a float16 "
+                               "reward column keeps float16, any other the run's precision)",
+                               ("float16", "bfloat16", "run", "input"), "str"),
 }
 ALIASES = {"num_return_sequences_in_group": N_KEY}
 
@@ -99,6 +107,7 @@ def translate(v: dict) -> dict:
     cfg["reward"].update(source="reward", clip=clip, placement="last", mask_placed=True,
                          whiten_tokens=v["whiten_rewards"])
     cfg["reward"]["normalize"].update(mean=mean_t or "none", std=std_t or "none", eps=1e-6)
+    cfg["reward"]["dtype"] = v["advcli.reward_dtype"]  # reward_norm in the workers' float16
     target = v["target_kl"]
     if target is not None and not (v["kl_horizon"] and v["kl_horizon"] > 0):
         raise AdvcliError(f"key kl_horizon must be > 0 for the adaptive controller (got {v['kl_horizon']})")

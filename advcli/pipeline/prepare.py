@@ -163,14 +163,16 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
                                              scopes.num_groups, norm, round32=plan.dtype == torch.float32)
         norm_checks = [("reward_norm", mom, gn, g.codes)] if gn.center32 else []
     elif plan.reward_source != "token_level_scores":
+        # 16-bit rewards keep their dtype through the normalisation where the trainer's do: OpenRLHF before
+        # 0.11.2 shapes bf16 rewards in bf16, ROLL's reward_norm runs on its workers' float16 rewards
+        half = shaping_dtype(plan) if (ncfg.mean, ncfg.std) != ("none", "none") else None
+        shaped = raw.to(half) if half is not None else raw
         if plan.group_by == "position" and not strided_groups(plan):  # the frameworks' own [G, n] reshape
             from ..ops.blocks import block_normalize
-            half = HALF.get(plan.run.reward.dtype)  # OpenRLHF before 0.11.2 shapes bf16 rewards in bf16
-            shaped = raw.to(getattr(torch, half)) if half else raw
             reward_row = block_normalize(shaped, scopes, plan.block_sizes or int(plan.run.grouping.size),
                                          ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first)).to(raw.dtype)
         else:
-            reward_row = normalize_rewards(raw, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
+            reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps).to(raw.dtype)
         reward_row = clip_values(reward_row, reward.clip)
     if reward.zero_truncated and "truncated" in row:  # AReaL mask_no_eos_with_zero
         reward_row = torch.where(row["truncated"] != 0, torch.zeros_like(reward_row), reward_row)
@@ -239,6 +241,20 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
 
 
 HALF = {"bfloat16": "bfloat16", "float16": "float16"}
+
+
+def shaping_dtype(plan) -> torch.dtype | None:
+    """The 16-bit dtype the reward normalisation runs in (``reward.dtype``), or None: the run's precision.
+    ``input``: a float16 reward column's float16."""
+    want = plan.run.reward.dtype
+    if want == "input":
+        col = plan.cmap.names.get("reward") if plan.reward_source == "reward" else None
+        if col is None:
+            return None
+        import pyarrow as pa
+
+        return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+    return getattr(torch, HALF[want]) if want in HALF else None
 
 
 def reward_dtype(plan, inputs) -> torch.dtype | None:

@@ -65,3 +65,103 @@ def test_grpo_in_the_rewards_dtype(tmp_path, reward_type, setting, expected):
     want = grpo_f16().astype(np.float64) if expected == "f16" else grpo_f32()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert np.max(np.abs(grpo_f16().astype(np.float64) - grpo_f32())) > 1e-3  # the two differ: the test tells
+
+
+# ------------------------------------------------------------------ the other trainers (issue 41.8)
+# ROLL (alibaba/ROLL @ 8eb27cc2): every reward worker in roll/pipeline/rlvr/rewards builds its
+# response_level_rewards in float16 (math_rule_reward_worker.py L307-313, llm_judge_reward_worker.py L240, ...);
+# reward_postprocess -> reward_norm (functionals.py L565-606) and the clamp keep that dtype, expand_to_token_level
+# keeps it (L554), compute_advantage casts to float32 (L1157). advcli.reward_dtype=float16 says the rewards came
+# from those workers (the default, run, is a float32 reward: a custom worker's).
+ROLL_N = "actor_infer.generating_args.num_return_sequences"
+R8 = np.array([0.3, 1.7, 2.9, 0.1, 5.3, 5.1, 4.9, 0.7], dtype=np.float16)
+
+
+def _roll(tmp_path, reward_type, settings) -> list[list[float]]:
+    from conftest import run_table
+
+    src, out = os.path.join(tmp_path, "in.parquet"), os.path.join(tmp_path, "out.parquet")
+    pq.write_table(pa.table({"prompt_id": ["a"] * 4 + ["b"] * 4,
+                             "reward": pa.array(R8.astype(np.float32)).cast(reward_type),
+                             "response_mask": pa.array([[1, 1]] * 8, pa.list_(pa.int8()))}), src)
+    t, _ = run_table(src, out, "roll", settings)
+    return t.column("advantages").to_pylist()
+
+
+def roll_norm(dtype, n: int | None):
+    """ROLL's reward_norm written out with torch in ``dtype``: group (the [G, n] reshape) or batch mean/std
+    (unbiased) and (r − μ)/(σ + 1e-6), then float32 (compute_advantage's .float())."""
+    import torch
+
+    r = torch.tensor(R8.astype(np.float32)).to(dtype)
+    if n:
+        g = r.reshape(-1, n)
+        y = ((g - g.mean(dim=-1, keepdim=True)) / (torch.std(g, dim=-1, keepdim=True) + 1e-6)).reshape(-1)
+    else:
+        y = (r - r.mean()) / (r.std() + 1e-6)
+    return y.float().double().numpy()
+
+
+@pytest.mark.parametrize("reward_type,settings,dt", [
+    (pa.float32(), {"advcli.reward_dtype": "float16"}, "float16"),  # ROLL's own reward workers
+    (pa.float16(), {"advcli.reward_dtype": "input"}, "float16"),  # a float16 column kept
+    (pa.float32(), {"advcli.reward_dtype": "bfloat16"}, "bfloat16"),
+    (pa.float16(), {}, "float32"),  # the default: float32 rewards (a custom worker), whatever the column
+])
+@pytest.mark.parametrize("norm", ["group", "batch"])
+def test_roll_reward_norm_in_the_rewards_dtype(tmp_path, reward_type, settings, dt, norm):
+    import torch
+
+    s = {"adv_estimator": "grpo", ROLL_N: 4} if norm == "group" else \
+        {"adv_estimator": "reinforce", "norm_mean_type": "batch", "norm_std_type": "batch"}
+    got = np.array(_roll(tmp_path, reward_type, {**s, **settings}))
+    want = roll_norm(getattr(torch, dt), 4 if norm == "group" else None)
+    # the reinforce return with γ = 1 of a reward on the last of two tokens: that reward on both
+    np.testing.assert_allclose(got, np.stack([want, want], axis=1), rtol=1e-6, atol=1e-6)
+    other = roll_norm(torch.float32 if dt != "float32" else torch.float16, 4 if norm == "group" else None)
+    assert np.max(np.abs(other - want)) > 1e-4  # float16 and float32 differ here: the test tells them apart
+
+
+# TRL (trl/trainer/grpo_trainer.py L1614, L1653, L1664 @ f2cd577: rewards_per_func is a float32 zeros tensor, a
+# reward model's logits and a function's floats are written into it), SkyRL (skyrl/train/dataset/preprocess.py
+# L214 @ a956457: rewards packed into a float32 array), AReaL (areal/workflow/rlvr.py L178 @ cbff54d:
+# torch.tensor(reward, dtype=torch.float32)), NeMo RL (nemo_rl/experience/rollouts.py L872 @ 7ea279a: a float32
+# total_reward accumulates the environments' rewards), slime (slime/ray/rollout.py L618, backends/megatron_utils/
+# loss.py L764 @ 624b824: torch.tensor(..., dtype=torch.float32)) and prime-rl (Python floats, cast to float32 for
+# its estimators): a 16-bit reward never reaches their advantage math, so a float16 column computes as float32.
+FLOAT32_TRAINERS = [("trl", {"num_generations": 4}), ("skyrl", {}), ("areal", {}), ("nemo", {}),
+                    ("slime", {"n_samples_per_prompt": 4}), ("prime-rl", {})]
+
+
+@pytest.mark.parametrize("flavor,settings", FLOAT32_TRAINERS)
+def test_float32_trainers_ignore_a_float16_column(tmp_path, flavor, settings):
+    from conftest import run_table
+
+    outs = []
+    for typ in (pa.float16(), pa.float32()):
+        src = os.path.join(tmp_path, f"in_{typ}.parquet")
+        pq.write_table(pa.table({"prompt_id": ["a"] * 4 + ["b"] * 4,
+                                 "reward": pa.array(R8.astype(np.float32)).cast(typ),
+                                 "response_mask": pa.array([[1, 1]] * 8, pa.list_(pa.int8())),
+                                 "old_log_probs": pa.array([[-1.0, -2.0]] * 8, pa.list_(pa.float32()))}), src)
+        t, _ = run_table(src, os.path.join(tmp_path, "out.parquet"), flavor, settings)
+        outs.append(t.column("advantages").to_pylist())
+    assert outs[0] == outs[1]  # bit for bit: the float16 values, held in float32, run as float32
+
+
+def test_trl_grpo_float16_column_is_float32_math(tmp_path):
+    """TRL's GRPO on a float16 reward column: (r − mean)/(std + 1e-4) with torch in float32 (unbiased std)."""
+    import torch
+    from conftest import run_table
+
+    src = os.path.join(tmp_path, "in.parquet")
+    pq.write_table(pa.table({"prompt_id": ["a"] * 4 + ["b"] * 4, "reward": pa.array(R8.astype(np.float32)).cast(
+        pa.float16()), "response_mask": pa.array([[1, 1]] * 8, pa.list_(pa.int8()))}), src)
+    t, _ = run_table(src, os.path.join(tmp_path, "out.parquet"), "trl", {"num_generations": 4})
+    g = torch.tensor(R8.astype(np.float32)).reshape(-1, 4)
+    want = ((g - g.mean(dim=1, keepdim=True)) / (g.std(dim=1, keepdim=True) + 1e-4)).reshape(-1).double().numpy()
+    got = np.array([row[0] for row in t.column("advantages").to_pylist()])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    g16 = g.half()
+    want16 = ((g16 - g16.mean(dim=1, keepdim=True)) / (g16.std(dim=1, keepdim=True) + 1e-4)).reshape(-1).double()
+    assert np.max(np.abs(want16.numpy() - want)) > 1e-4  # had it run in float16, the test would tell

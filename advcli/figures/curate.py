@@ -105,12 +105,14 @@ class FilterSpec:
 # ``live``: rows with an all-zero response mask and non-finite rewards are left out of their group's variance
 # (the group's n counts the others); ``whole``: with include_zero, a step whose variance is all 0, or top_p 1,
 # keeps every group (top_k: the first K); ``masked_sum``: the ranked reward is Σ token_level_scores·response_mask
-# (verl's apply_reward_variance_filter), so a scalar reward counts where its token (position L−1) has mask 1.
+# (verl's apply_reward_variance_filter), so a scalar reward counts where its token (position L−1) has mask 1;
+# ``float32``: the sums and each group's variance are float32 (torch.var of the float32 scores, which on the CPU
+# is the exact variance rounded to float32), the total and the running mass Python floats.
 RULES = {
     "ragen": {"eps": 1e-12, "live": False, "pr": "RAGEN-2 (arXiv 2604.06268); TRL PR #7242 (open)",
               "flavors": ("trl",)},
-    "verl": {"eps": 0.01, "live": True, "whole": True, "masked_sum": True, "pr": "verl PR #7894 (open)",
-             "flavors": ("verl",)},
+    "verl": {"eps": 0.01, "live": True, "whole": True, "masked_sum": True, "float32": True,
+             "pr": "verl PR #7894 (open)", "flavors": ("verl",)},
     "skyrl": {"eps": 0.01, "live": True, "whole": True, "pr": "SkyRL PR #2217 (open)", "flavors": ("skyrl",)},
 }
 
@@ -404,7 +406,11 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
     elif live is None:  # no response mask: every row is live
         live = np.ones(m.size, bool)
     vm = m if vmetric is None else np.asarray(vmetric, np.float64)  # what the variance rule ranks
+    if RULES[spec.variance_rule].get("float32") and vmetric is not None:
+        vm = vm.astype(np.float32).astype(np.float64)  # verl sums float32 scores
     variance, _ = group_variance(group, vm, G, spec.variance_ddof, live)
+    if RULES[spec.variance_rule].get("float32"):
+        variance = variance.astype(np.float32).astype(np.float64)  # float(torch.var(float32 values))
     if spec.by_variance is not None:
         sc = np.zeros(G, np.int64) if scope is None else np.asarray(scope, np.int64)
         drop_var = ~variance_selection(variance, sc, spec)

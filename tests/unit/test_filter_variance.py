@@ -410,3 +410,42 @@ def test_verl_ranks_masked_reward_sums(tmp_path, capsys, flavor, scores, fixed, 
     assert set(pq.read_table(out).column("prompt_id").to_pylist()) == kept
     note = " ".join(json.loads(stdout)["notes"])
     assert ("masked reward sum" in note) == (flavor == "verl" and not extra)
+
+
+def _pr_selection(variances: list[float], top_p: float, eps: float) -> list[int]:
+    """The PRs' top_p loop (without include_zero) over Python float variances, groups in order."""
+    total = sum(variances)
+    cands = sorted([g for g, v in enumerate(variances) if v > 0.0], key=lambda g: variances[g], reverse=True)
+    target, cum, kept = top_p * total - eps, 0.0, []
+    if target > 0.0:
+        for g in cands:
+            kept.append(g)
+            cum += variances[g]
+            if cum >= target:
+                break
+    return kept
+
+
+def test_verl_variance_is_float32_skyrl_float64(tmp_path, capsys):
+    """verl takes float(torch.var(...)) of its float32 scores, SkyRL np.var of Python floats. A [0, 2] (var 2),
+    B [0, 0.3f]: float32 var 0.04500000178813934, float64 0.04500000357627876. With top_p 1 and eps = B's float32
+    variance, verl's target is 2 + v32 − v32 = 2, reached by A alone; SkyRL's is 2 + v64 − v32 > 2: A and B."""
+    import numpy as np
+    import torch
+
+    x = float(np.float32(0.3))
+    v32 = [float(torch.var(torch.tensor(v, dtype=torch.float32), correction=1)) for v in ([0.0, 2.0], [0.0, x])]
+    v64 = [float(np.var(np.array(v), ddof=1)) for v in ([0.0, 2.0], [0.0, x])]
+    eps = v32[1]
+    assert v64[1] != v32[1]
+    want = {"verl": {"AB"[g] for g in _pr_selection(v32, 1.0, eps)},
+            "skyrl": {"AB"[g] for g in _pr_selection(v64, 1.0, eps)}}
+    assert want == {"verl": {"A"}, "skyrl": {"A", "B"}}  # the two rules part here
+    src = rule_dump(tmp_path / "in.parquet", [("A", 0, 0.0, [1]), ("A", 0, 2.0, [1]), ("B", 0, 0.0, [1]),
+                                               ("B", 0, x, [1])])
+    for flavor in ("verl", "skyrl"):
+        out = tmp_path / f"{flavor}.parquet"
+        code, _, err = main_rc(capsys, "filter", src, "-o", out, "--flavor", flavor, "--variance-top-p", "1",
+                               "--variance-selection-eps", repr(eps), "-q")
+        assert code == 0, err
+        assert set(pq.read_table(out).column("prompt_id").to_pylist()) == want[flavor]

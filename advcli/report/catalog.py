@@ -58,8 +58,11 @@ from typing import Any
 SHOWN_IN = ("summary", "card", "step_plot", "follow", "tracker", "group_table", "histogram")
 # what a name's placeholder stands for: {option} a rejection-sampling option of verl's rollout correction
 # (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89)
+# (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89); {kind} a diagnostic's kind
+# (advcli.pipeline.diagnostics.MEANINGS, a lower-case identifier)
 PLACEHOLDERS = {"option": ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-                           "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")}
+                           "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"),
+                "kind": r"[a-z][a-z0-9_]*"}
 # the quantiles of the row and token figures (critic/score/p1 ...), numpy's linear interpolation
 QUANTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -85,7 +88,7 @@ class Figure:
         if "{" not in self.name:
             return None
         parts = re.split(r"\{(\w+)\}", self.name)
-        rx = "".join(re.escape(p) if i % 2 == 0 else "(?:" + "|".join(map(re.escape, PLACEHOLDERS[p])) + ")"
+        rx = "".join(re.escape(p) if i % 2 == 0 else "(?:" + _values(PLACEHOLDERS[p]) + ")"
                      for i, p in enumerate(parts))
         return re.compile(rx + r"\Z")
 
@@ -101,6 +104,11 @@ class Figure:
 
 
 FIGURES: dict[str, Figure] = {}
+
+
+def _values(v: tuple[str, ...] | str) -> str:
+    """A placeholder's values as a regular expression (a tuple: those names; a string: that expression)."""
+    return v if isinstance(v, str) else "|".join(map(re.escape, v))
 
 
 def register(fig: Figure) -> Figure:
@@ -227,7 +235,7 @@ register(Figure("kl_coef", "", "a step's KL coefficient (per-step entries only)"
                 shown=("step_plot", "tracker")))
 register(Figure("kl", "", "a step's mean KL (per-step entries only)", per_step=True, shown=("step_plot", "tracker")))
 # verl's rollout correction (advcli.correction.weights.step_metrics; rollout_corr_helper.py @1dda039b:
-# compute_offpolicy_metrics, compute_is_metrics, compute_rs_metrics) and OpenRLHF's gated coefficient, per step;
+# compute_offpolicy_metrics, compute_is_metrics, compute_rs_metrics), per step;
 # overall the step's own for one step, else the row-weighted mean over the steps (advcli.correction.plan)
 _RC = "verl's rollout correction: "
 _TOK, _ROWS = "share of tokens", "share of rows"
@@ -280,11 +288,13 @@ for _name, _unit, _doc, _where in (
         ("rollout_rs_{option}_seq_masked_fraction", _ROWS, "share of valid rows with a token the option rejected",
          ()),
         ("rollout_rs_masked_fraction", _TOK, "share of tokens rejection sampling masked", ("summary",)),
-        ("rollout_rs_seq_masked_fraction", _ROWS, "share of rows with a token rejection sampling masked", ()),
-        ("vllm_kl", "", "OpenRLHF's gated coefficient: mean rollout − old log-prob per token", ()),
-        ("is_filter_ratio", "", "OpenRLHF's gated coefficient: share of tokens (seq: rows) outside the bounds", ())):
-    register(Figure(f"rollout_corr/{_name}", _unit, (_RC if not _name.startswith(("vllm", "is_filter")) else "")
-                    + _doc, per_step=True, shown=(*_where, "tracker")))
+        ("rollout_rs_seq_masked_fraction", _ROWS, "share of rows with a token rejection sampling masked", ())):
+    register(Figure(f"rollout_corr/{_name}", _unit, _RC + _doc, per_step=True, shown=(*_where, "tracker")))
+# OpenRLHF's gated IS coefficient, under the names its PolicyLoss logs (ppo_actor.py L314-316)
+register(Figure("vllm_kl", "", "OpenRLHF's IS correction: mean rollout − old log-prob over the step's valid tokens",
+                per_step=True))
+register(Figure("is_filter_ratio", "", "OpenRLHF's IS correction: share of valid tokens (seq level: rows) the gate "
+                "filtered", per_step=True))
 
 _G = "share of groups"
 for _name, _unit, _doc in (
@@ -340,3 +350,19 @@ for _name, _unit, _doc in (
         ("rollout_is_weights", "IS weight", "verl's rollout correction: the IS weights of the mask=1 tokens")):
     register(Figure(f"histograms/{_name}", _unit, _doc, shown=("histogram",), at=("histograms", _name),
                     whole=_name == "group_size"))
+
+# the run's own numbers beside its figures: the whole run's under the report's top-level keys (and each step's
+# row count), the speed, which release ran, and one count per diagnostic — sent to the trackers
+for _name, _unit, _doc, _per_step in (
+        ("rows", "rows", "number of rows (per step: the step's)", True),
+        ("tokens", "tokens", "number of response tokens", False),
+        ("valid_tokens", "tokens", "number of mask=1 tokens", False),
+        ("seconds", "s", "the run's wall-clock time", False),
+        ("timings/seconds", "s", "the run's wall-clock time", False),
+        ("timings/rows_per_s", "rows/s", "rows per second", False),
+        ("timings/tokens_per_s", "tokens/s", "tokens per second", False),
+        ("release/newest", "", "whether the flavor's newest verified release ran (1) or an older one (0)", False),
+        ("diagnostics/{kind}", "", "the diagnostic's count (its unit in the report: rows, groups, tokens, steps)",
+         False)):
+    register(Figure(_name, _unit, _doc, per_step=_per_step, at=tuple(_name.split("/"))
+                    if not _name.startswith("diagnostics") else ("diagnostics",)))

@@ -112,7 +112,9 @@ def _shown_names(rep: dict) -> set[str]:
     names |= {f"histograms/{k}" for k in rep.get("histograms") or {}}
     names |= {f"group_health/overall/{k}" for k in ((rep.get("group_health") or {}).get("overall") or {})}
     names |= set(summary_values(rep))
-    names |= {k for _, values in per_step_series(rep) for k in values}
+    domains = {f"{s['domain']}/" for s in rep.get("per_step") or [] if s.get("domain") is not None}
+    for _, values in per_step_series(rep):  # ROLL's entries per step and domain: their names under DOMAIN/
+        names |= {next((k[len(d):] for d in domains if k.startswith(d)), k) for k in values}
     return names
 
 

@@ -333,7 +333,7 @@ for _name, _unit, _label, _doc, _table in (
          "reward", True),
         ("singleton_groups", "groups", "singletons", "number of groups of one row", True),
         ("partial_groups", "groups", "partial", "number of groups with fewer rows than the usual size", True),
-        ("uniform_groups", "groups", None, "number of groups whose rewards are all equal", False),
+        ("uniform_groups", "groups", "uniform groups", "number of groups whose rewards are all equal", False),
         ("solved_all_share", _G, None, "share of groups whose rows with a reward all have reward > 0", False),
         ("solved_none_share", _G, None, "share of groups where no row with a reward has reward > 0", False)):
     register(Figure(f"group_health/overall/{_name}", _unit, _doc, label=_label, at=(*_GH, _name),

@@ -14,6 +14,8 @@ from .primitives import esc, html_table, md_table
 # (their catalog entries' labels, the table's headers)
 MEAN_LABEL = FIGURES["group_health/overall/group_mean_reward"].label
 SOLVED_LABEL = FIGURES["group_health/overall/solved_share"].label
+# the per-component table's figures, headed by their catalog labels
+COMPONENT_COLS = ("uniform_groups", "uniform_share", "group_mean_reward", "solved_share")
 
 
 def block_cols() -> list[tuple[str, str]]:
@@ -67,7 +69,7 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     comps = h.get("per_component") or []
     if comps:
         out.append(("Group health per reward component",
-                    ["component", "uniform groups", "uniform", MEAN_LABEL, SOLVED_LABEL],
+                    ["component"] + [FIGURES[f"group_health/overall/{k}"].label for k in COMPONENT_COLS],
                     [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]),
                       _cell("group_mean_reward", c.get("group_mean_reward")), _pct(c.get("solved_share"))]
                      for c in comps]))

@@ -13,7 +13,9 @@ catalog instead of keeping its own list:
 - ``group_table``: a column of the group-health table (the terminal's, the Markdown's and the page's "Per step
   and data source"), headed by the figure's ``label``, in the catalog's order;
 - ``histogram``: a histogram of the report (the page's plot, its x axis titled with the unit; the Markdown's
-  table).
+  table);
+- ``position_plot``: a curve by token position (``report["by_position"]``, with ``--report``), its value axis
+  titled with the unit.
 
 Where a figure's value is: ``metrics[name]`` (and each ``per_step`` entry's ``name``), unless ``at`` names
 another path of the report dict (``("group_health", "overall", "uniform_share")``, ``("histograms",
@@ -55,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-SHOWN_IN = ("summary", "card", "step_plot", "follow", "tracker", "group_table", "histogram")
+SHOWN_IN = ("summary", "card", "step_plot", "follow", "tracker", "group_table", "histogram", "position_plot")
 # what a name's placeholder stands for: {option} a rejection-sampling option of verl's rollout correction
 # (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89)
 # (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89); {kind} a diagnostic's kind
@@ -350,6 +352,12 @@ for _name, _unit, _doc in (
         ("rollout_is_weights", "IS weight", "verl's rollout correction: the IS weights of the mask=1 tokens")):
     register(Figure(f"histograms/{_name}", _unit, _doc, shown=("histogram",), at=("histograms", _name),
                     whole=_name == "group_size"))
+
+# by token position (advcli.figures.positions, report["by_position"]: positions, mean, std, count, the band)
+register(Figure("by_position/mean", "advantage", "the mean of the valid advantages at each token position (with "
+                "its band)", at=("by_position", "mean"), shown=("position_plot",)))
+register(Figure("by_position/count", "tokens", "the number of valid tokens at each token position",
+                at=("by_position", "count"), shown=("position_plot",)))
 
 # the run's own numbers beside its figures: the whole run's under the report's top-level keys (and each step's
 # row count), the speed, which release ran, and one count per diagnostic — sent to the trackers

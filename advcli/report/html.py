@@ -55,15 +55,17 @@ def plot_svgs(report: dict) -> list[str]:
         plots.append(svg_histogram(h.get("edges") or [], h.get("counts") or [], f"histogram: {name}",
                                    xlabel=xlabel, ylabel=ylabel, integer_x=whole))
     bp = report.get("by_position")
-    if bp and bp.get("positions") and bp.get("mean"):
+    if bp and bp.get("positions") and bp.get("mean"):  # value axes titled with the catalog entries' units
+        from .catalog import FIGURES
+
         band = (bp["lo"], bp["hi"]) if bp.get("lo") and bp.get("hi") else None
         plots.append(svg_lines(bp["positions"], {"mean advantage": bp["mean"]},
                                "advantage by token position" + (f" ({bp.get('band', 'band')})" if band else " (mean)"),
-                               "token position", band=band, ylabel="advantage",
+                               "token position", band=band, ylabel=FIGURES["by_position/mean"].axis,
                                band_label=bp.get("band", "band")))
         if bp.get("count"):
             plots.append(svg_lines(bp["positions"], {"valid tokens": bp["count"]}, "valid tokens by position",
-                                   "token position", ylabel="tokens"))
+                                   "token position", ylabel=FIGURES["by_position/count"].axis))
     plots += _step_plots([flat_step(s) for s in report.get("per_step") or []])
     plots += health.plot_svgs(report.get("group_health"))
     return [p for p in plots if p]

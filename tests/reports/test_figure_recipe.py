@@ -111,6 +111,7 @@ def _shown_names(rep: dict) -> set[str]:
     names |= {k for s in rep.get("per_step") or [] for k in s if k not in ("step", "domain")}
     names |= {f"histograms/{k}" for k in rep.get("histograms") or {}}
     names |= {f"group_health/overall/{k}" for k in ((rep.get("group_health") or {}).get("overall") or {})}
+    names |= {f"by_position/{k}" for k in ("mean", "count") if (rep.get("by_position") or {}).get(k)}
     names |= set(summary_values(rep))
     domains = {f"{s['domain']}/" for s in rep.get("per_step") or [] if s.get("domain") is not None}
     for _, values in per_step_series(rep):  # ROLL's entries per step and domain: their names under DOMAIN/
@@ -156,6 +157,7 @@ def test_every_rollout_correction_figure_a_run_shows_is_in_the_catalog(case, tmp
         assert catalog.lookup("rollout_corr/rollout_rs_token_k1_mean").name == "rollout_corr/rollout_rs_{option}_mean"
         assert "rollout_is_weights" in rep["histograms"]
     html = page.read_text()
+    assert rep["by_position"]["mean"] and "advantage by token position" in html
     for name in rep["histograms"]:  # each histogram's x axis titled with its entry's unit
         assert f"histogram: {name}" in html and f">{catalog.lookup('histograms/' + name).unit}<" in html
 

@@ -41,10 +41,10 @@ figures, the histograms), by the group-health block (:mod:`advcli.figures.group_
 rollout correction (:func:`advcli.correction.weights.step_metrics`, one sum per figure over the
 step's tokens, so that the Ray engine's partial sums add to the same bits).
 
-``needs``: ``"advantages"`` — read from the advantages, left out of ``advcli stats`` on a dump without
-them. A figure that counts tokens is named under one of the prefixes of
-``advcli.formats.response_level.TOKEN_FIGURES`` (``response_length/`` ...), which a dump without token
-data leaves out.
+``needs``: ``"advantages"`` / ``"returns"`` — read from that column, left out of ``advcli stats`` on a file
+without it (a histogram too: ``histograms/advantages``). A figure that counts tokens is named under one of
+the prefixes of ``advcli.formats.response_level.TOKEN_FIGURES`` (``response_length/`` ...), which a dump
+without token data leaves out.
 
 This module imports nothing heavy (the report renderings read it without numpy); :mod:`advcli.figures`
 imports it, never the other way.
@@ -219,7 +219,8 @@ _family("critic/advantages", "advantage", "the finite advantages of the mask=1 t
 register(Figure("critic/advantages/quantiles_exact", "", "whether the advantage quantiles are exact (else from a "
                 "fixed stratified sample of the valid tokens)", needs=("advantages",)))
 _family("critic/returns", "return", "the finite returns of the mask=1 tokens", ("mean", "max", "min", "count",
-        "nonfinite"), shown={"mean": (*_CARD, "step_plot")}, per_step=("mean", "max", "min"), needs=("advantages",))
+        "nonfinite"), shown={"mean": (*_CARD, "step_plot")}, per_step=("mean", "max", "min"),
+        needs=("advantages", "returns"))
 _family("critic/values", "value", "the values of the mask=1 tokens (an estimator with a critic)",
         ("mean", "max", "min"), shown={"mean": (*_CARD, "step_plot")}, per_step=("mean", "max", "min"),
         needs=("advantages",))
@@ -351,7 +352,7 @@ for _name, _unit, _doc in (
         ("group_size", "rows per group", "groups per size"),
         ("rollout_is_weights", "IS weight", "verl's rollout correction: the IS weights of the mask=1 tokens")):
     register(Figure(f"histograms/{_name}", _unit, _doc, shown=("histogram",), at=("histograms", _name),
-                    whole=_name == "group_size"))
+                    whole=_name == "group_size", needs=("advantages",) if _name == "advantages" else ()))
 
 # by token position (advcli.figures.positions, report["by_position"]: positions, mean, std, count, the band)
 register(Figure("by_position/mean", "advantage", "the mean of the valid advantages at each token position (with "

@@ -213,3 +213,24 @@ def test_a_placeholder_names_known_values_only():
     assert catalog.lookup("rollout_corr/rollout_rs_masked_fraction").name == "rollout_corr/rollout_rs_masked_fraction"
     with pytest.raises(ValueError, match="placeholder"):
         catalog.register(catalog.Figure("x/{nope}_mean", "", ""))
+
+
+def test_stats_leaves_out_what_a_file_lacks_by_the_entries_needs(tmp_path, capsys):
+    """``needs``: a dump without advantages has no advantage figures nor their histogram; an output without
+    its returns column has no ``critic/returns/*`` but keeps the advantages'."""
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", SAMPLE, "-o", out], capsys)
+    assert code == 0, err
+    t = pq.read_table(out)
+    pq.write_table(t.drop_columns(["returns"]), tmp_path / "noret.parquet")
+    code, printed, err = run_main(["stats", tmp_path / "noret.parquet", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(printed)
+    assert "critic/advantages/mean" in rep["metrics"] and "advantages" in rep["histograms"]
+    shown = set(rep["metrics"]) | {k for s in rep["per_step"] for k in s}
+    assert not [n for n in shown if n.startswith("critic/returns")]
+    code, printed, err = run_main(["stats", SAMPLE, "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(printed)
+    assert "advantages" not in rep["histograms"] and "score" in rep["histograms"]
+    assert not set(rep["metrics"]) & set(catalog.needing("advantages"))

@@ -59,8 +59,8 @@ from typing import Any
 
 SHOWN_IN = ("summary", "card", "step_plot", "follow", "tracker", "group_table", "histogram", "position_plot")
 # what a name's placeholder stands for: {option} a rejection-sampling option of verl's rollout correction
-# (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89)
-# (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89); {kind} a diagnostic's kind
+# (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89; a test checks they agree: this module
+# imports no torch); {kind} a diagnostic's kind
 # (advcli.pipeline.diagnostics.MEANINGS, a lower-case identifier)
 PLACEHOLDERS = {"option": ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
                            "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"),

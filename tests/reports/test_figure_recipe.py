@@ -234,3 +234,13 @@ def test_stats_leaves_out_what_a_file_lacks_by_the_entries_needs(tmp_path, capsy
     rep = json.loads(printed)
     assert "advantages" not in rep["histograms"] and "score" in rep["histograms"]
     assert not set(rep["metrics"]) & set(catalog.needing("advantages"))
+
+
+def test_placeholders_agree_with_what_makes_the_names():
+    """{option} lists verl's rejection-sampling options as the correction declares them; {kind} matches every
+    diagnostic kind."""
+    from advcli.correction.weights import RS_OPTIONS
+    from advcli.pipeline.diagnostics import MEANINGS
+
+    assert catalog.PLACEHOLDERS["option"] == RS_OPTIONS
+    assert all(catalog.lookup(f"diagnostics/{k}").name == "diagnostics/{kind}" for k in MEANINGS)

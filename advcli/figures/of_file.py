@@ -157,10 +157,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         drop = set(needing("advantages"))
         metrics = {k: v for k, v in metrics.items() if k not in drop}
         per_step = [{k: v for k, v in s.items() if k not in drop} for s in per_step]
-        hist.pop("advantages", None)
-    if not has_ret:
-        metrics = {k: v for k, v in metrics.items() if not k.startswith("critic/returns")}
-        per_step = [{k: v for k, v in s.items() if not k.startswith("critic/returns")} for s in per_step]
+        hist = {k: h for k, h in hist.items() if f"histograms/{k}" not in drop}
+    if not has_ret:  # no returns column: the figures of the returns
+        from ..report.catalog import needing
+
+        drop = set(needing("returns"))
+        metrics = {k: v for k, v in metrics.items() if k not in drop}
+        per_step = [{k: v for k, v in s.items() if k not in drop} for s in per_step]
     from ..config.runspec import RunSpec
     from ..correction.plan import file_metrics  # rollout_corr/* where both log-prob columns are there
     produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it

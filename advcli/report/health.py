@@ -5,15 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from .catalog import FIGURES, at_path
 from .charts import svg_bars, svg_histogram, svg_lines
 from .primitives import esc, html_table, md_table
 
 # the two reward figures (advcli.figures.group_health): the mean over groups of the group's mean reward, and
 # the share of rows with reward > 0 — named apart everywhere, never "solve rate"
-MEAN_LABEL, SOLVED_LABEL = "mean group reward", "solved rows"
-BLOCK_COLS = [("groups", "groups"), ("rows", "rows"), ("uniform_share", "uniform"), ("zero_adv_token_share",
-              "zero-adv tokens"), ("group_mean_reward", MEAN_LABEL), ("solved_share", SOLVED_LABEL),
-              ("singleton_groups", "singletons"), ("partial_groups", "partial")]
+# (their catalog entries' labels, the table's headers)
+MEAN_LABEL = FIGURES["group_health/overall/group_mean_reward"].label
+SOLVED_LABEL = FIGURES["group_health/overall/solved_share"].label
+# the per-component table's figures, headed by their catalog labels
+COMPONENT_COLS = ("uniform_groups", "uniform_share", "group_mean_reward", "solved_share")
+
+
+def block_cols() -> list[tuple[str, str]]:
+    """(key, header) of the group-health table's columns: the catalog's ``group_table`` figures
+    (:mod:`advcli.report.catalog`, ``group_health/overall/KEY``), in its order."""
+    return [(f.at[-1], f.label or f.at[-1]) for f in at_path(("group_health", "overall")) if "group_table" in f.shown]
 
 
 def _pct(v: Any) -> str:
@@ -52,7 +60,7 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     """(title, header, rows) of every group-health table."""
     out = []
     o = h.get("overall") or {}
-    cols = [(k, n) for k, n in BLOCK_COLS if k in o]
+    cols = [(k, n) for k, n in block_cols() if k in o]
     rows = [["all"] + [_cell(k, o.get(k)) for k, _ in cols]]
     for key, label in (("per_step", "step"), ("per_source", "source")):
         for e in h.get(key) or []:
@@ -61,7 +69,7 @@ def tables(h: dict) -> list[tuple[str, list[str], list[list[Any]]]]:
     comps = h.get("per_component") or []
     if comps:
         out.append(("Group health per reward component",
-                    ["component", "uniform groups", "uniform", MEAN_LABEL, SOLVED_LABEL],
+                    ["component"] + [FIGURES[f"group_health/overall/{k}"].label for k in COMPONENT_COLS],
                     [[c["component"], c["uniform_groups"], _pct(c["uniform_share"]),
                       _cell("group_mean_reward", c.get("group_mean_reward")), _pct(c.get("solved_share"))]
                      for c in comps]))

@@ -37,11 +37,13 @@ def _step_plots(steps: list[dict]) -> list[str]:
     return out
 
 
-def _hist_label(name: str, h: dict) -> tuple[str, str]:
-    """(x axis title, y axis title) of a report histogram."""
-    x = {"advantages": "advantage", "score": "score", "rewards": "reward", "group_size": "rows per group",
-         "rollout_is_weights": "IS weight"}.get(name, name)
-    return x, h.get("over") or "count"
+def _hist_axes(name: str, h: dict) -> tuple[str, str, bool]:
+    """(x axis title, y axis title, whole numbers on x) of the report histogram ``name``: its catalog entry's
+    (``histograms/NAME``, :mod:`advcli.report.catalog`) unit, what it counts."""
+    from .catalog import lookup
+
+    fig = lookup(f"histograms/{name}")
+    return (fig.unit if fig else name), h.get("over") or "count", bool(fig and fig.whole)
 
 
 def plot_svgs(report: dict) -> list[str]:
@@ -49,19 +51,21 @@ def plot_svgs(report: dict) -> list[str]:
     health), each a standalone ``<svg>``."""
     plots = []
     for name, h in (report.get("histograms") or {}).items():
-        xlabel, ylabel = _hist_label(name, h)
+        xlabel, ylabel, whole = _hist_axes(name, h)
         plots.append(svg_histogram(h.get("edges") or [], h.get("counts") or [], f"histogram: {name}",
-                                   xlabel=xlabel, ylabel=ylabel, integer_x=name == "group_size"))
+                                   xlabel=xlabel, ylabel=ylabel, integer_x=whole))
     bp = report.get("by_position")
-    if bp and bp.get("positions") and bp.get("mean"):
+    if bp and bp.get("positions") and bp.get("mean"):  # value axes titled with the catalog entries' units
+        from .catalog import FIGURES
+
         band = (bp["lo"], bp["hi"]) if bp.get("lo") and bp.get("hi") else None
         plots.append(svg_lines(bp["positions"], {"mean advantage": bp["mean"]},
                                "advantage by token position" + (f" ({bp.get('band', 'band')})" if band else " (mean)"),
-                               "token position", band=band, ylabel="advantage",
+                               "token position", band=band, ylabel=FIGURES["by_position/mean"].axis,
                                band_label=bp.get("band", "band")))
         if bp.get("count"):
             plots.append(svg_lines(bp["positions"], {"valid tokens": bp["count"]}, "valid tokens by position",
-                                   "token position", ylabel="tokens"))
+                                   "token position", ylabel=FIGURES["by_position/count"].axis))
     plots += _step_plots([flat_step(s) for s in report.get("per_step") or []])
     plots += health.plot_svgs(report.get("group_health"))
     return [p for p in plots if p]

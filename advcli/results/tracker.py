@@ -168,8 +168,13 @@ def summary_values(report: dict) -> dict:
     for k, v in report.items():
         if k in NOT_SUMMARY or k == "metrics":
             continue
-        if k == "group_health" and isinstance(v, dict):
-            _flatten("group_health/overall", v.get("overall") or {}, out)
+        if k == "group_health" and isinstance(v, dict):  # the catalog's group_health/overall/* tracker figures
+            from ..report.catalog import lookup
+
+            for key, x in (v.get("overall") or {}).items():
+                fig, num = lookup(f"group_health/overall/{key}"), _number(x)
+                if fig is not None and "tracker" in fig.shown and num is not None:
+                    out[fig.name] = num
             continue
         _flatten(k, v, out)
     from ..report.catalog import not_tracked

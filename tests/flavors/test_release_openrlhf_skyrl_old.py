@@ -51,8 +51,11 @@ def test_openrlhf_old_releases_group_norm(tmp_path, spec, settings):
 def test_openrlhf_old_releases_map_to_their_entries():
     o = get("openrlhf")
     assert release_of(o, "0.10.2").name == release_of(o, "0.10.3").name == "0.10.4"
-    for v in ("0.8.7", "0.8.9.post1", "0.9.0", "0.9.10", "0.10.0", "0.10.1", "0.10.1.post2"):
-        assert release_of(o, v).name == "0.8.7", v
+    want = {"0.7.1": "0.7.1", "0.7.5": "0.7.1", "0.8.4": "0.7.1", "0.8.5": "0.8.5", "0.8.6": "0.8.7",
+            "0.8.8": "0.8.7", "0.8.9.post1": "0.8.9", "0.9.0": "0.8.9", "0.9.2": "0.9.1", "0.9.3": "0.9.3",
+            "0.9.4": "0.9.4", "0.9.10": "0.9.4", "0.10.0": "0.9.4", "0.10.1.post2": "0.9.4"}
+    for v, name in want.items():
+        assert release_of(o, v).name == name, v
 
 
 def test_skyrl_0_1_0_grpo(tmp_path):
@@ -64,9 +67,16 @@ def test_skyrl_0_1_0_grpo(tmp_path):
 
 @pytest.mark.parametrize("argv,says", [
     (["--flavor", "openrlhf@0.10.3", "--set", "algo.advantage.estimator=flash_reinforce"], "no flash_reinforce"),
-    (["--flavor", "openrlhf@0.9.5", "--set", "algo.advantage.is_correction_enable=true"],
-     "--enable_vllm_is_correction"),
-    (["--flavor", "openrlhf@0.8.6"], "older than 0.8.7"),
+    (["--flavor", "openrlhf@0.8.5", "--set", "enable_vllm_is_correction=true"],
+     "--enable_vllm_is_correction came with 0.8.9"),
+    (["--flavor", "openrlhf@0.9.0", "--set", "enable_vllm_is_correction=true", "--set",
+      "vllm_is_correction_type=icepop"], "types tis only"),
+    (["--flavor", "openrlhf@0.9.0", "--set", "enable_vllm_is_correction=true", "--set",
+      "vllm_is_truncated_threshold=[0.5,5]"], "take one number"),
+    (["--flavor", "openrlhf@0.9.3", "--set", "enable_vllm_is_correction=true", "--set",
+      "vllm_is_correction_type=seq-mask-tis"], "tis, icepop, mis only"),
+    (["--flavor", "openrlhf@0.9.5", "--set", "use_icepop=true"], "0.9.1-0.9.2 only"),
+    (["--flavor", "openrlhf@0.7.0"], "older than 0.7.1"),
     (["--flavor", "skyrl@0.1.0", "--set", "trainer.algorithm.advantage_estimator=maxrl"], "has no maxrl"),
     (["--flavor", "skyrl@0.1.0", "--set", "generator.step_wise_trajectories=true"], "step-wise path"),
     (["--flavor", "skyrl@0.0.1"], "name reservation"),

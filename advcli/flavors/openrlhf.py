@@ -153,6 +153,10 @@ def _correction(v: dict, cfg: dict) -> None:
                           "by is_correction_level/mode/gating (#1339)",
                           hint=f"is_correction_type={v[C + 'type']} is --set {C}level={lvl} --set {C}mode={mode}; "
                                "or name the release that has the old flags, --flavor openrlhf@0.10.4")
+    if not old_keys and v["advcli.use_icepop"]:
+        raise AdvcliError("key advcli.use_icepop (--use_icepop): OpenRLHF 0.11.2 has no such flag (it exists in "
+                          "releases 0.9.1-0.9.2 only, cli/train_ppo_ray.py @v0.9.1 L253-258)",
+                          hint=f"--set {C}level=token --set {C}mode=mask is IcePop at 0.11.2")
     if old_keys:
         kind = "icepop" if v["advcli.use_icepop"] else v[C + "type"]  # --use_icepop: 0.9.1-0.9.2
         level, mode, gating = (*OLD_AS_NEW[kind], "ratio") if v[C + "enable"] else ("off", "mask", "ratio")
@@ -361,7 +365,9 @@ RELEASES = (
                                                "weights"),)),
     Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3", "0.11.0", "0.11.1", "3c3be62", "3c3be623"),
             settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
-            accepts={"algo.advantage.estimator": _NO_FLASH},
+            accepts={"algo.advantage.estimator": _NO_FLASH,
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.11.1"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
             note="OpenRLHF 0.10.2 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce",
             changes=(
                 Change("", ("algo.advantage.estimator", "rollout.n_samples_per_prompt", "algo.kl.init_coef"),

@@ -99,6 +99,11 @@ KEYS = {
                              "icepop instead of tis; later releases name it is_correction_type=icepop", None, "bool"),
     "advcli.kl_clamp": Key(True, "advcli extension (OpenRLHF's releases): compute_approx_kl clamps the KL estimate "
                            "to ±10 (release 0.8.6 on); false: no clamp (0.7.1-0.8.5)", None, "bool"),
+    "advcli.dr_grpo_n1": Key(False, "advcli extension (OpenRLHF's releases): dr_grpo runs at n_samples_per_prompt "
+                             "1 (its group mean is the reward itself: the shaped reward is 0), as releases "
+                             "0.7.1-0.10.4 do (set by the entries up to 0.10.1; 0.10.2-0.10.4 share the entry of "
+                             "0.11.1, whose CLI refuses it: set it there); 0.11.0 added dr_grpo to the CLI's n > 1 "
+                             "check", None, "bool"),
     "advcli.whiten_rloo": Key(False, "advcli extension (OpenRLHF's releases): rloo's advantages are normalised "
                               "over the step like gae/reinforce/reinforce_baseline (0.7.1-0.8.4: every estimator "
                               "but group_norm and dr_grpo)", None, "bool"),
@@ -206,7 +211,9 @@ def translate(v: dict) -> dict:
     n = v["rollout.n_samples_per_prompt"]
     if n is None or n < 1:
         raise AdvcliError(f"key rollout.n_samples_per_prompt must be at least 1 (got {n})")
-    if est in GROUP_ESTIMATORS and n <= 1:
+    # cli/train_ppo_ray.py asserts n > 1 for rloo, reinforce_baseline, group_norm (@v0.10.1 L557); dr_grpo joined
+    # the list in 0.11.0 (@v0.11.0 L612), so earlier releases run it at n = 1
+    if est in GROUP_ESTIMATORS and n <= 1 and not (est == "dr_grpo" and v["advcli.dr_grpo_n1"]):
         raise AdvcliError(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses it "
                           "too (train_ppo_ray.py L612-615)",
                           hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
@@ -299,7 +306,7 @@ _NO_IS = ("OpenRLHF {v} has no IS correction (--enable_vllm_is_correction came w
 _NO_FLASH = (tuple(e for e in ESTIMATORS if e != "flash_reinforce"),
              "its --advantage_estimator choices (cli/train_ppo_ray.py) have no flash_reinforce (it came with 0.11.2), "
              "so the trainer itself would not run it")
-_OLD = {"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False}
+_OLD = {"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False, "advcli.dr_grpo_n1": True}
 _NO_ICEPOP_FLAG = ((False,), "--use_icepop exists in OpenRLHF 0.9.1-0.9.2 only (cli/train_ppo_ray.py @v0.9.1 "
                              "L253-258); other releases name it is_correction_type=icepop (0.9.3 on)")
 

@@ -182,3 +182,19 @@ def test_openrlhf_vllm_is_correction(tmp_path, capsys, spec, settings, rule):
         lr = [a - b for a, b in zip(o, r)]
         geo = math.exp(sum(lr) / len(lr))
         assert got[i] == pytest.approx([rule(math.exp(x), geo) for x in lr], rel=1e-5), f"{spec} row {i}"
+
+
+@pytest.mark.parametrize("spec", ["openrlhf@0.7.1", "openrlhf@0.9.0", "openrlhf@0.10.1"])
+def test_openrlhf_dr_grpo_at_n1_before_0_11(tmp_path, spec):
+    """Releases before 0.11.0 do not refuse dr_grpo at n = 1 (cli/train_ppo_ray.py @v0.10.1 L557 checks rloo,
+    reinforce_baseline and group_norm only): each row is its own group, r − r = 0 at every token (no KL)."""
+    data = [dict(r, prompt_id=f"p{i}") for i, r in enumerate(rows())]  # n = 1: one row per prompt
+    got = advcli_run(tmp_path, data, spec, {"advantage_estimator": "dr_grpo", "n_samples_per_prompt": 1,
+                                              "init_kl_coef": 0})["advantages"]
+    assert got == [[0.0] * 3] * len(REWARDS)
+
+
+def test_openrlhf_dr_grpo_at_n1_refused_from_0_11(capsys, sample_path, tmp_path):
+    code, _, err = run_main(["run", sample_path, "-o", str(tmp_path / "o.parquet"), "--flavor", "openrlhf",
+                             "--set", "algo.advantage.estimator=dr_grpo", "--set", "algo.kl.init_coef=0"], capsys)
+    assert code == 2 and "requires rollout.n_samples_per_prompt > 1" in err, err

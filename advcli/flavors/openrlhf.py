@@ -35,7 +35,7 @@ KL_NAMES = ("k1", "k2", "k3")
 LEVELS, MODES, GATINGS = ("off", "token", "seq"), ("mask", "clip"), ("ratio", "binary_kl", "tv")
 OLD_TYPES = ("tis", "icepop", "seq-mask-tis", "mis")
 # is_correction_type (0.10.x) as the 0.11.2 flags: (level, mode), gating ratio (loss.py @0.10.4 L198-219); "mis" is
-# release 0.9.3's name of seq-mask-tis (models/loss.py @v0.9.3 L87-94, the same code as @v0.9.4 under the new name)
+# release 0.9.3's name of seq-mask-tis (models/loss.py @v0.9.3 L161-168, the same code as @v0.9.4 under the new name)
 OLD_AS_NEW = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq-mask-tis": ("seq", "mask"),
               "mis": ("seq", "mask")}
 C = "algo.advantage.is_correction_"

@@ -1,10 +1,14 @@
-"""OpenRLHF's releases 0.8.7-0.10.3 and SkyRL 0.1.0 (`--flavor NAME@X`), with numbers worked out here from the
+"""OpenRLHF's releases 0.7.1-0.10.3 and SkyRL 0.1.0 (`--flavor NAME@X`), with numbers worked out here from the
 formula of that release's code, read at the tag / in the wheel:
 
 - OpenRLHF v0.9.5 / v0.10.3 (openrlhf/trainer/ppo_utils/experience_maker.py compute_advantages_and_returns):
   group_norm on the [G, n] reshape, (r − mean)/(unbiased std + 1e-9), then the cumulative return of M·R with
   γ = 1 (the shaped reward at every token before the row's last), no global normalisation; β = 0: no reward KL.
   Releases up to 0.10.1 take the flat flags (--advantage_estimator, --n_samples_per_prompt, --init_kl_coef);
+- OpenRLHF v0.7.1-v0.8.4 whiten rloo too, v0.7.1-v0.8.5 leave the KL estimate unclamped (models/utils.py
+  compute_approx_kl, clamp(-10, 10) from v0.8.6); v0.8.9-v0.10.1 have --enable_vllm_is_correction (models/loss.py
+  PolicyLoss.forward: clamp(e^lr, max=HIGH) to v0.9.0, clamp(LOW, HIGH) / --use_icepop in v0.9.1-v0.9.2, the
+  types tis|icepop|mis (v0.9.3), then seq-mask-tis); before v0.11.0 the CLI does not refuse dr_grpo at n = 1;
 - SkyRL 0.1.0 (skyrl/backends/skyrl_train/utils/ppo_utils.py compute_grpo_outcome_advantage): (s − mean)/(std +
   1e-6) on every response position;
 - what a release's code lacks is refused (exit 2), as the trainer itself would not run it.

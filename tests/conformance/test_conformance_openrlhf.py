@@ -205,7 +205,7 @@ LOSS_SRC = open(package_file(LOSS), encoding="utf-8").read()
 # the IS correction's flags of the installed release (cli/train_ppo_ray.py, models/loss.py PolicyLoss.__init__):
 # 0.8.9-0.9.0 one upper threshold, tis only; 0.9.1-0.9.2 LOW HIGH and use_icepop; 0.9.3 mis, then seq-mask-tis
 IS_KIND = ("none" if "vllm_is_truncated_threshold" not in LOSS_SRC else "0.8.9"
-           if "enable_vllm_is_correction" not in LOSS_SRC else "0.9.1" if "use_icepop" in LOSS_SRC
+           if "vllm_is_truncated_threshold: float" in LOSS_SRC else "0.9.1" if "use_icepop" in LOSS_SRC
            else "0.9.3" if '"mis"' in LOSS_SRC else "0.9.4")
 SEQ = "mis" if IS_KIND == "0.9.3" else "seq-mask-tis"
 OLD_CASES = ([("tis", [0.0, 2.0]), ("tis", [0.0, 1.1])] if IS_KIND == "0.8.9"
@@ -278,6 +278,8 @@ def test_is_correction_type_matches_release(tmp_path, kind, threshold):
                 "algo.advantage.is_correction_threshold": f"[{threshold[0]},{threshold[1]}]"}
     if IS_KIND == "0.8.9":  # PolicyLoss(vllm_is_truncated_threshold=HIGH): clamp(max=HIGH)
         flags = {"vllm_is_truncated_threshold": threshold[1]}
+        if "enable_vllm_is_correction" in LOSS_SRC:  # 0.8.10-0.9.0 also take the switch (the same weights)
+            flags["enable_vllm_is_correction"] = True
         settings["algo.advantage.is_correction_threshold"] = str(threshold[1])
     elif IS_KIND == "0.9.1":  # --use_icepop
         flags = {"enable_vllm_is_correction": True, "use_icepop": kind == "icepop",

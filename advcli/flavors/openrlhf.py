@@ -101,8 +101,7 @@ KEYS = {
                            "to ±10 (release 0.8.6 on); false: no clamp (0.7.1-0.8.5)", None, "bool"),
     "advcli.dr_grpo_n1": Key(False, "advcli extension (OpenRLHF's releases): dr_grpo runs at n_samples_per_prompt "
                              "1 (its group mean is the reward itself: the shaped reward is 0), as releases "
-                             "0.7.1-0.10.4 do (set by the entries up to 0.10.1; 0.10.2-0.10.4 share the entry of "
-                             "0.11.1, whose CLI refuses it: set it there); 0.11.0 added dr_grpo to the CLI's n > 1 "
+                             "0.7.1-0.10.4 do (set by their entries); 0.11.0 added dr_grpo to the CLI's n > 1 "
                              "check", None, "bool"),
     "advcli.whiten_rloo": Key(False, "advcli extension (OpenRLHF's releases): rloo's advantages are normalised "
                               "over the step like gae/reinforce/reinforce_baseline (0.7.1-0.8.4: every estimator "
@@ -370,12 +369,11 @@ RELEASES = (
             note="OpenRLHF 0.9.4 to 0.10.1: the advantage and IS code of 0.10.4 under the flat flags",
             changes=(Change("", (C + "type",), "mis renamed seq-mask-tis (models/loss.py @v0.9.4 L109), the same "
                                                "weights"),)),
-    Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3", "0.11.0", "0.11.1", "3c3be62", "3c3be623"),
-            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
+    Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3"), settings=_OLD,
             accepts={"algo.advantage.estimator": _NO_FLASH,
-                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.11.1"),
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.10.4"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG},
-            note="OpenRLHF 0.10.2 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce",
+            note="OpenRLHF 0.10.2 to 0.10.4, the advantage code of commit 3c3be623 under the dotted flags",
             changes=(
                 Change("", ("algo.advantage.estimator", "rollout.n_samples_per_prompt", "algo.kl.init_coef"),
                        "the flags moved under --algo.* / --rollout.* / --reward.* (0.10.2, cli/train_ppo_ray.py "
@@ -385,6 +383,16 @@ RELEASES = (
                        "the IS correction's flags are --algo.advantage.is_correction_enable/type/threshold (0.10.2; "
                        "before: --enable_vllm_is_correction / --vllm_is_truncated_threshold / "
                        "--vllm_is_correction_type, the same weights)"))),
+    Release("0.11.0", "2026-08-13", aliases=("0.11.1", "3c3be62", "3c3be623"),
+            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
+            accepts={"algo.advantage.estimator": _NO_FLASH,
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.11.1"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.11.0 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce",
+            changes=(Change("", ("algo.advantage.estimator", "rollout.n_samples_per_prompt", "advcli.dr_grpo_n1"),
+                            "dr_grpo joined the CLI's n_samples_per_prompt > 1 check (cli/train_ppo_ray.py @v0.11.0 "
+                            "L612): dr_grpo at n = 1, which earlier releases ran (every shaped reward 0), is "
+                            "refused"),)),
     Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
         Change("", ("algo.advantage.estimator",),
                "new estimator flash_reinforce: r − the mean reward of the whole step (no group), then the "

@@ -55,6 +55,7 @@ def test_openrlhf_old_releases_group_norm(tmp_path, spec, settings):
 def test_openrlhf_old_releases_map_to_their_entries():
     o = get("openrlhf")
     assert release_of(o, "0.10.2").name == release_of(o, "0.10.3").name == "0.10.4"
+    assert release_of(o, "0.11.1").name == release_of(o, "3c3be623").name == "0.11.0"
     want = {"0.7.1": "0.7.1", "0.7.5": "0.7.1", "0.8.4": "0.7.1", "0.8.5": "0.8.5", "0.8.6": "0.8.7",
             "0.8.8": "0.8.7", "0.8.9.post1": "0.8.9", "0.9.0": "0.8.9", "0.9.2": "0.9.1", "0.9.3": "0.9.3",
             "0.9.4": "0.9.4", "0.9.10": "0.9.4", "0.10.0": "0.9.4", "0.10.1.post2": "0.9.4"}
@@ -188,7 +189,7 @@ def test_openrlhf_vllm_is_correction(tmp_path, capsys, spec, settings, rule):
         assert got[i] == pytest.approx([rule(math.exp(x), geo) for x in lr], rel=1e-5), f"{spec} row {i}"
 
 
-@pytest.mark.parametrize("spec", ["openrlhf@0.7.1", "openrlhf@0.9.0", "openrlhf@0.10.1"])
+@pytest.mark.parametrize("spec", ["openrlhf@0.7.1", "openrlhf@0.9.0", "openrlhf@0.10.1", "openrlhf@0.10.4"])
 def test_openrlhf_dr_grpo_at_n1_before_0_11(tmp_path, spec):
     """Releases before 0.11.0 do not refuse dr_grpo at n = 1 (cli/train_ppo_ray.py @v0.10.1 L557 checks rloo,
     reinforce_baseline and group_norm only): each row is its own group, r − r = 0 at every token (no KL)."""
@@ -198,7 +199,8 @@ def test_openrlhf_dr_grpo_at_n1_before_0_11(tmp_path, spec):
     assert got == [[0.0] * 3] * len(REWARDS)
 
 
-def test_openrlhf_dr_grpo_at_n1_refused_from_0_11(capsys, sample_path, tmp_path):
-    code, _, err = run_main(["run", sample_path, "-o", str(tmp_path / "o.parquet"), "--flavor", "openrlhf",
+@pytest.mark.parametrize("spec", ["openrlhf@0.11.0", "openrlhf@0.11.1", "openrlhf"])
+def test_openrlhf_dr_grpo_at_n1_refused_from_0_11(capsys, sample_path, tmp_path, spec):
+    code, _, err = run_main(["run", sample_path, "-o", str(tmp_path / "o.parquet"), "--flavor", spec,
                              "--set", "algo.advantage.estimator=dr_grpo", "--set", "algo.kl.init_coef=0"], capsys)
     assert code == 2 and "requires rollout.n_samples_per_prompt > 1" in err, err

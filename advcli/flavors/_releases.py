@@ -51,9 +51,10 @@ NOT_REPRODUCED: dict[str, str] = {
     "trl": "TRL before 0.9.2 has neither RLOOTrainer (#1540) nor GRPOTrainer, only trainers (PPO, DPO, ...) whose "
            "advantages advcli does not compute",
     "verl": "",  # every published release has an entry (0.1 onwards)
-    "openrlhf": "their compute_approx_kl does not clamp the KL estimate to ±10 and their group shaping takes the "
-                "rows in generation order (both changed in 0.8.7, OpenRLHF/OpenRLHF openrlhf/models/utils.py, "
-                "experience_maker.py); they have not been checked further",
+    "openrlhf": "before 0.7.1 each data-parallel rank shaped its own rollouts and the advantages were whitened in "
+                "the replay buffer with a mean over every unpadded position (replay_buffer.py normalize @v0.7.0), "
+                "γ was not forced to 1 before 0.6.3 and the KL estimate was masked before 0.7.0 (models/utils.py); "
+                "advcli does not reproduce that whitening",
     "skyrl": "0.0.1 is the project's name reservation: its wheel holds skyrl/__init__.py only, no trainer",
     "areal": "",
 }

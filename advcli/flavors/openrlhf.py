@@ -33,9 +33,11 @@ GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 NORMALISED = ("gae", "reinforce", "reinforce_baseline")
 KL_NAMES = ("k1", "k2", "k3")
 LEVELS, MODES, GATINGS = ("off", "token", "seq"), ("mask", "clip"), ("ratio", "binary_kl", "tv")
-OLD_TYPES = ("tis", "icepop", "seq-mask-tis")
-# is_correction_type (0.10.x) as the 0.11.2 flags: (level, mode), gating ratio (loss.py @0.10.4 L198-219)
-OLD_AS_NEW = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq-mask-tis": ("seq", "mask")}
+OLD_TYPES = ("tis", "icepop", "seq-mask-tis", "mis")
+# is_correction_type (0.10.x) as the 0.11.2 flags: (level, mode), gating ratio (loss.py @0.10.4 L198-219); "mis" is
+# release 0.9.3's name of seq-mask-tis (models/loss.py @v0.9.3 L161-168, the same code as @v0.9.4 under the new name)
+OLD_AS_NEW = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq-mask-tis": ("seq", "mask"),
+              "mis": ("seq", "mask")}
 C = "algo.advantage.is_correction_"
 
 KEYS = {
@@ -68,14 +70,17 @@ KEYS = {
                                                "the sampled token's rollout / train probabilities clamped to "
                                                "[1e-6, 1 − 1e-6]; divergences take a single HIGH)", GATINGS, "str"),
     "algo.advantage.is_correction_threshold": Key([0.5, 5.0], "[LOW, HIGH] on the gated statistic, or HIGH alone "
-                                                  "(LOW = 0; release 0.11.2); 0.10.x: exactly LOW HIGH", None, "any"),
+                                                  "(LOW = 0; release 0.11.2); 0.9.1-0.11.1: exactly LOW HIGH; "
+                                                  "0.8.9-0.9.0: HIGH alone (default 2)", None, "any"),
     # ... and releases 0.10.x-0.11.1 (is_correction_type: tis = token clip, icepop = token mask,
     # seq-mask-tis = seq mask, all on the ratio)
-    "algo.advantage.is_correction_enable": Key(False, "IS correction (releases 0.10.4-0.11.1; 0.11.2: "
-                                               "is_correction_level)", None, "bool"),
-    "algo.advantage.is_correction_type": Key("tis", "(0.10.4-0.11.1) tis: clamp(e^lr, LOW, HIGH); icepop: e^lr "
+    "algo.advantage.is_correction_enable": Key(False, "IS correction (releases 0.8.9-0.11.1, before 0.10.2 "
+                                               "--enable_vllm_is_correction; 0.11.2: is_correction_level)", None,
+                                               "bool"),
+    "algo.advantage.is_correction_type": Key("tis", "(0.9.3-0.11.1) tis: clamp(e^lr, LOW, HIGH); icepop: e^lr "
                                              "inside [LOW, HIGH], else 0; seq-mask-tis: e^lr where the row's "
-                                             "geometric mean ratio is inside [LOW, HIGH], else 0", OLD_TYPES, "str"),
+                                             "geometric mean ratio is inside [LOW, HIGH], else 0 (0.9.3: "
+                                             "named mis)", OLD_TYPES, "str"),
     "advcli.reward_dtype": Key("run", "advcli extension: the dtype of the reward model's scores: `bfloat16` / "
                                "`float16` (a bf16 reward model), `run` (the run's precision). Releases 0.10.4-0.11.1 "
                                "shape them in that dtype (the [G, n] group mean, std, leave-one-out baseline); "
@@ -85,9 +90,22 @@ KEYS = {
                                  "float32 before the group shaping (0.11.2); false: shaped in their own dtype "
                                  "(0.10.4-0.11.1)", None, "bool"),
     "advcli.is_correction_keys": Key("0.11.2", "advcli extension (OpenRLHF's releases): which is_correction_* flags "
-                                     "the release has: `0.11.2` (is_correction_level/mode/gating) or `0.10.4` "
-                                     "(releases 0.10.4-0.11.1: is_correction_enable/type)", ("0.10.4", "0.11.2"),
+                                     "the release has: `0.11.2` (is_correction_level/mode/gating), `0.10.4` "
+                                     "(releases 0.9.1-0.11.1: is_correction_enable/type, threshold LOW HIGH) or "
+                                     "`0.8.9` (releases 0.8.9-0.9.0: --enable_vllm_is_correction, a single "
+                                     "--vllm_is_truncated_threshold HIGH, tis only)", ("0.8.9", "0.10.4", "0.11.2"),
                                      "str"),
+    "advcli.use_icepop": Key(False, "advcli extension: OpenRLHF 0.9.1-0.9.2's --use_icepop (alias use_icepop): "
+                             "icepop instead of tis; later releases name it is_correction_type=icepop", None, "bool"),
+    "advcli.kl_clamp": Key(True, "advcli extension (OpenRLHF's releases): compute_approx_kl clamps the KL estimate "
+                           "to ±10 (release 0.8.6 on); false: no clamp (0.7.1-0.8.5)", None, "bool"),
+    "advcli.dr_grpo_n1": Key(False, "advcli extension (OpenRLHF's releases): dr_grpo runs at n_samples_per_prompt "
+                             "1 (its group mean is the reward itself: the shaped reward is 0), as releases "
+                             "0.7.1-0.10.4 do (set by their entries); 0.11.0 added dr_grpo to the CLI's n > 1 "
+                             "check", None, "bool"),
+    "advcli.whiten_rloo": Key(False, "advcli extension (OpenRLHF's releases): rloo's advantages are normalised "
+                              "over the step like gae/reinforce/reinforce_baseline (0.7.1-0.8.4: every estimator "
+                              "but group_norm and dr_grpo)", None, "bool"),
 }
 ALIASES = {
     "advantage_estimator": "algo.advantage.estimator", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
@@ -95,35 +113,43 @@ ALIASES = {
     "no_advantage_std_norm": "algo.advantage.no_std_norm", "init_kl_coef": "algo.kl.init_coef",
     "kl_estimator": "algo.kl.estimator", "use_kl_loss": "algo.kl.use_loss", "kl_target": "algo.kl.target",
     "kl_horizon": "algo.kl.horizon", "reward_clip_range": "reward.clip_range",
+    # the IS correction's flags of releases 0.8.9-0.10.1 (cli/train_ppo_ray.py @v0.8.9 ... @v0.10.1)
+    "enable_vllm_is_correction": C + "enable", "vllm_is_truncated_threshold": C + "threshold",
+    "vllm_is_correction_type": C + "type", "use_icepop": "advcli.use_icepop",
 }
 
 
-def _threshold(value, old_keys: bool) -> list[float]:
+def _threshold(value, keys: str) -> list[float]:
     """``--algo.advantage.is_correction_threshold``: 0.11.2 takes HIGH or LOW HIGH (nargs='+'; one value means
-    LOW = 0, train_ppo_ray.py L639-642); 0.10.x exactly LOW HIGH (nargs=2)."""
+    LOW = 0, train_ppo_ray.py L639-642); 0.9.1-0.11.1 exactly LOW HIGH (nargs=2); 0.8.9-0.9.0 one float HIGH
+    (``--vllm_is_truncated_threshold``, default 2: ``clamp(max=HIGH)``, models/loss.py @v0.8.9 L140-142)."""
     vals = list(value) if isinstance(value, (list, tuple)) else [value]
     try:
         vals = [float(x) for x in vals]
     except (TypeError, ValueError):
         raise AdvcliError(f"key {C}threshold: expected numbers, got {value!r}") from None
-    if len(vals) == 1 and not old_keys:
-        vals.insert(0, 0.0)
-    if len(vals) != 2:
+    if len(vals) == 1 and keys != "0.10.4":
+        vals.insert(0, 0.0)  # e^lr > 0: clamp(max=HIGH) is clamp(0, HIGH)
+    if len(vals) != 2 or (keys == "0.8.9" and vals[0] != 0.0):
         raise AdvcliError(f"key {C}threshold: got {value!r}; "
-                          + ("releases 0.10.4-0.11.1 take exactly LOW HIGH" if old_keys
-                             else "it takes HIGH or LOW HIGH"))
+                          + {"0.10.4": "releases 0.9.1-0.11.1 take exactly LOW HIGH",
+                             "0.8.9": "releases 0.8.9-0.9.0 take one number, the upper clamp "
+                                      "(--vllm_is_truncated_threshold, type=float)"}.get(keys,
+                                                                                       "it takes HIGH or LOW HIGH"))
     return vals
 
 
 def _correction(v: dict, cfg: dict) -> None:
     """The is_correction_* flags of the release (``advcli.is_correction_keys``) -> the canonical
     ``rollout_correction`` section: OpenRLHF's gated coefficient (advcli.correction.weights.gate_chunk)."""
-    old_keys = v["advcli.is_correction_keys"] == "0.10.4"
+    keys = v["advcli.is_correction_keys"]
+    old_keys = keys != "0.11.2"
     new_given = [k for k in ("level", "mode", "gating") if v[C + k] != KEYS[C + k].default]
     old_given = [k for k in ("enable", "type") if v[C + k] != KEYS[C + k].default]
     if old_keys and new_given:
-        raise AdvcliError(f"key {C}{new_given[0]}: OpenRLHF releases 0.10.4-0.11.1 have no such flag (0.11.2 added "
-                          "it, #1339); they take is_correction_enable and is_correction_type tis|icepop|seq-mask-tis",
+        raise AdvcliError(f"key {C}{new_given[0]}: OpenRLHF releases before 0.11.2 have no such flag (0.11.2 added "
+                          "it, #1339); they take is_correction_enable and is_correction_type tis|icepop|seq-mask-tis "
+                          "(before 0.10.2: --enable_vllm_is_correction, --vllm_is_correction_type)",
                           hint="drop the @release suffix (or use @0.11.2) to run the 0.11.2 flags")
     if not old_keys and old_given:
         lvl, mode = OLD_AS_NEW.get(v[C + "type"], ("token", "clip"))
@@ -131,8 +157,13 @@ def _correction(v: dict, cfg: dict) -> None:
                           "by is_correction_level/mode/gating (#1339)",
                           hint=f"is_correction_type={v[C + 'type']} is --set {C}level={lvl} --set {C}mode={mode}; "
                                "or name the release that has the old flags, --flavor openrlhf@0.10.4")
+    if not old_keys and v["advcli.use_icepop"]:
+        raise AdvcliError("key advcli.use_icepop (--use_icepop): OpenRLHF 0.11.2 has no such flag (it exists in "
+                          "releases 0.9.1-0.9.2 only, cli/train_ppo_ray.py @v0.9.1 L253-258)",
+                          hint=f"--set {C}level=token --set {C}mode=mask is IcePop at 0.11.2")
     if old_keys:
-        level, mode, gating = (*OLD_AS_NEW[v[C + "type"]], "ratio") if v[C + "enable"] else ("off", "mask", "ratio")
+        kind = "icepop" if v["advcli.use_icepop"] else v[C + "type"]  # --use_icepop: 0.9.1-0.9.2
+        level, mode, gating = (*OLD_AS_NEW[kind], "ratio") if v[C + "enable"] else ("off", "mask", "ratio")
     else:
         level, mode, gating = v[C + "level"], v[C + "mode"], v[C + "gating"]
     for name, val, valid in (("level", level, LEVELS), ("mode", mode, MODES), ("gating", gating, GATINGS)):
@@ -145,7 +176,7 @@ def _correction(v: dict, cfg: dict) -> None:
         rc.update(mode="off", unused=[("rollout_log_probs", f"OpenRLHF reads the rollout log-probs only for its IS "
                                        f"correction, which is off ({flag}); set it to recompute the coefficient")])
         return
-    low, high = _threshold(v[C + "threshold"], old_keys)
+    low, high = _threshold(v[C + "threshold"], keys)
     # PolicyLoss.__init__ (loss.py @0.11.2 L158-172): what the trainer refuses
     if mode == "clip" and (level == "seq" or gating != "ratio"):
         raise AdvcliError(f"{C}mode=clip requires {C}level=token and {C}gating=ratio (OpenRLHF's PolicyLoss raises "
@@ -179,7 +210,9 @@ def translate(v: dict) -> dict:
     n = v["rollout.n_samples_per_prompt"]
     if n is None or n < 1:
         raise AdvcliError(f"key rollout.n_samples_per_prompt must be at least 1 (got {n})")
-    if est in GROUP_ESTIMATORS and n <= 1:
+    # cli/train_ppo_ray.py asserts n > 1 for rloo, reinforce_baseline, group_norm (@v0.10.1 L557); dr_grpo joined
+    # the list in 0.11.0 (@v0.11.0 L612), so earlier releases run it at n = 1
+    if est in GROUP_ESTIMATORS and n <= 1 and not (est == "dr_grpo" and v["advcli.dr_grpo_n1"]):
         raise AdvcliError(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses it "
                           "too (train_ppo_ray.py L612-615)",
                           hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
@@ -208,7 +241,9 @@ def translate(v: dict) -> dict:
     cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
     # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270)
     cfg["reward"]["dtype"] = "run" if v["advcli.reward_promote"] else v["advcli.reward_dtype"]
-    cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None, "output_clamp": 10.0,
+    cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None,
+                      # compute_approx_kl's clamp(-10, 10) of the estimate came with 0.8.6 (models/utils.py @v0.8.6 L40)
+                      "output_clamp": 10.0 if v["advcli.kl_clamp"] else None,
                       "coef": beta, "controller": "fixed", "mask": False, "token_clip": None})
     if est == "gae":
         e = {"name": "gae", "gamma": v["algo.advantage.gamma"], "lam": v["algo.advantage.lambd"], "holes": "step",
@@ -217,7 +252,10 @@ def translate(v: dict) -> dict:
         gamma = v["algo.advantage.gamma"] if est == "reinforce" else 1.0
         e = {"name": "reinforce_plus_plus", "gamma": gamma, "holes": "step", "mask_rewards": True}
     cfg["estimator"] = e
-    cfg["advantage"].update(whiten=est in NORMALISED, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
+    # 0.7.1-0.8.4 whiten every estimator but group_norm/dr_grpo (experience_maker.py @v0.8.4 L695: `not in
+    # ["group_norm", "dr_grpo"]`); 0.8.5 on: gae, reinforce, reinforce_baseline only
+    whiten = est in NORMALISED or (est == "rloo" and v["advcli.whiten_rloo"])
+    cfg["advantage"].update(whiten=whiten, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",
                             whiten_divisor="n",  # Σ(A·m)/num_actions, no epsilon (L318-323)
                             whiten_scale=not v["algo.advantage.no_std_norm"], whiten_small="compute",
                             remask=False, clip=None)
@@ -243,32 +281,99 @@ def estimator_note(v: dict) -> str | None:
 # Read from the released wheels' openrlhf/trainer/ppo_utils/experience_maker.py and openrlhf/models/utils.py:
 # 0.10.4, 0.11.0 and 0.11.1 hold the same advantage code as commit 3c3be623; 0.11.2 is the newest release, and
 # tests/conformance/test_conformance_openrlhf.py runs its own code against this flavor.
-# The releases before, read at their tags (OpenRLHF/OpenRLHF v0.8.7 ... v0.10.3): compute_advantages_and_returns
-# (group shaping, compute_reward, get_advantages_and_returns, get_cumulative_returns, the global normalisation) and
-# compute_approx_kl are the same math from v0.8.7 (where the KL estimate got its ±10 clamp and the rows their
-# index order) to v0.10.4; 0.10.2 moved the flags under --algo.* / --rollout.* (the old names are this flavor's
-# aliases) and the IS correction's to --algo.advantage.is_correction_* (PolicyLoss in openrlhf/models/loss.py: the
-# same weights as 0.10.4). Post-releases without a tag (0.8.9.post1, 0.9.1.post1, 0.10.1.post1/2) and 0.8.8 (between
-# the identical v0.8.7 and v0.8.9) go with their neighbours.
-_OLD_IS = ("OpenRLHF {v}'s IS correction is --enable_vllm_is_correction / --vllm_is_truncated_threshold (cli/"
-           "train_ppo_ray.py @v{v}), which advcli does not read; --algo.advantage.is_correction_* came with 0.10.2")
+# The releases before, read at their tags (OpenRLHF/OpenRLHF v0.7.1 ... v0.10.3: compute_advantages_and_returns
+# with get_advantages_and_returns and get_cumulative_returns in experience_maker.py, compute_approx_kl and
+# compute_reward in models/utils.py, the flags of cli/train_ppo_ray.py, PolicyLoss in models/loss.py):
+# - from v0.7.1 the driver (ppo_trainer.py: make_experience_list) shapes the whole step: the rewards of the
+#   experiences concatenated in generation order (prompts repeated n times before generation, _generate_vllm, so a
+#   prompt's rows sit together), reshape(-1, n), the same [G, n] shaping, compute_reward, the cumulative returns /
+#   GAE and the step-wide masked whitening as 0.10.4; k1/k2/k3 unmasked; the rewards in their own dtype;
+# - v0.7.1 ... v0.8.4 whiten every estimator but group_norm and dr_grpo (rloo too): advcli.whiten_rloo;
+# - v0.8.5 whitens gae, reinforce, reinforce_baseline only;
+# - v0.8.6 clamps the KL estimate to ±10 (models/utils.py L40) and maps dynamic-batch experiences back to the
+#   generation order before the reshape (experiences' `index`; without --use_dynamic_batch the identity): the
+#   numbers of 0.8.7 (whose only change, the --overlong_buffer_len penalty, is off by default);
+# - v0.8.9 adds --enable_vllm_is_correction: the loss times clamp(e^(old − rollout), max=--vllm_is_truncated_threshold)
+#   (one float, default 2; models/loss.py @v0.8.9 L140-142); v0.9.1 takes LOW HIGH (default 0.5 5.0) and --use_icepop;
+#   v0.9.3 --vllm_is_correction_type tis|icepop|mis, renamed seq-mask-tis in v0.9.4 (the same code), which
+#   0.10.2 moved to --algo.advantage.is_correction_* (the same weights to 0.11.1);
+# - 0.10.2 moved the flags under --algo.* / --rollout.* (the old names are this flavor's aliases).
+# Before v0.7.1 the advantages were whitened in the replay buffer (see NOT_REPRODUCED). Post-releases without a tag
+# go with the tag before them.
+_NO_IS = ("OpenRLHF {v} has no IS correction (--enable_vllm_is_correction came with 0.8.9: cli/train_ppo_ray.py "
+          "@v0.8.9 L250, models/loss.py @v0.8.9 L140-142), so the trainer itself would not run it")
 _NO_FLASH = (tuple(e for e in ESTIMATORS if e != "flash_reinforce"),
              "its --advantage_estimator choices (cli/train_ppo_ray.py) have no flash_reinforce (it came with 0.11.2), "
              "so the trainer itself would not run it")
+_OLD = {"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False, "advcli.dr_grpo_n1": True}
+_NO_ICEPOP_FLAG = ((False,), "--use_icepop exists in OpenRLHF 0.9.1-0.9.2 only (cli/train_ppo_ray.py @v0.9.1 "
+                             "L253-258); other releases name it is_correction_type=icepop (0.9.3 on)")
+
+
+def _types(*kinds: str, at: str) -> tuple[tuple, str]:
+    return kinds, (f"OpenRLHF {at}'s PolicyLoss (models/loss.py @v{at}) has the IS correction types "
+                   f"{', '.join(kinds)} only, so the trainer itself would not run it")
+
+
+def _no_is(v: str) -> dict:
+    return {"algo.advantage.estimator": _NO_FLASH, C + "enable": ((False,), _NO_IS.format(v=v)),
+            C + "level": (("off",), _NO_IS.format(v=v)), "advcli.use_icepop": _NO_ICEPOP_FLAG}
+
+
 RELEASES = (
-    Release("0.8.7", "2025-07-24", aliases=("0.8.8", "0.8.9", "0.8.9.post1", "0.8.10", "0.8.11", "0.9.0", "0.9.1",
-                                            "0.9.1.post1", "0.9.2", "0.9.3", "0.9.4", "0.9.5", "0.9.6", "0.9.7",
-                                            "0.9.8", "0.9.9", "0.9.10", "0.10.0", "0.10.1", "0.10.1.post1",
-                                            "0.10.1.post2"),
-            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
-            accepts={"algo.advantage.estimator": _NO_FLASH, C + "enable": ((False,), _OLD_IS.format(v="0.10.1")),
-                     C + "level": (("off",), _OLD_IS.format(v="0.10.1"))},
-            note="OpenRLHF 0.8.7 to 0.10.1: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
-                 "--init_kl_coef, ...); no --algo.advantage.is_correction_*"),
-    Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3", "0.11.0", "0.11.1", "3c3be62", "3c3be623"),
-            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
-            accepts={"algo.advantage.estimator": _NO_FLASH},
-            note="OpenRLHF 0.10.2 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce",
+    Release("0.7.1", "2025-04-17", aliases=("0.7.1.post1", "0.7.1.post2", "0.7.2", "0.7.2.post1", "0.7.3", "0.7.4",
+                                            "0.7.4.post1", "0.7.4.post2", "0.7.5", "0.8.0", "0.8.0.post1", "0.8.1",
+                                            "0.8.1.post1", "0.8.2", "0.8.3", "0.8.4"),
+            settings={**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True}, accepts=_no_is("0.8.4"),
+            note="OpenRLHF 0.7.1 to 0.8.4: the step shaped by the driver; rloo whitened too; KL not clamped; no IS "
+                 "correction"),
+    Release("0.8.5", "2025-06-16", settings={**_OLD, "advcli.kl_clamp": False}, accepts=_no_is("0.8.5"),
+            note="OpenRLHF 0.8.5: rloo no longer whitened; KL not clamped; no IS correction", changes=(
+                Change("", ("algo.advantage.estimator",),
+                       "rloo's advantages are no longer whitened over the step: only gae, reinforce and "
+                       "reinforce_baseline are (experience_maker.py @v0.8.5 L695)"),)),
+    Release("0.8.7", "2025-07-24", aliases=("0.8.6", "0.8.8"), settings=_OLD, accepts=_no_is("0.8.8"),
+            note="OpenRLHF 0.8.6 to 0.8.8: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
+                 "--init_kl_coef, ...); no IS correction", changes=(
+                Change("", ("algo.kl.estimator",),
+                       "compute_approx_kl clamps the KL estimate (k1, k2, k3) to ±10 (0.8.6, models/utils.py @v0.8.6 "
+                       "L40); before it the estimate entered the reward unclamped"),)),
+    Release("0.8.9", "2025-08-06", aliases=("0.8.9.post1", "0.8.10", "0.8.11", "0.9.0"),
+            settings={**_OLD, "advcli.is_correction_keys": "0.8.9", C + "threshold": 2.0},
+            accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.0"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.8.9 to 0.9.0: --enable_vllm_is_correction, clamp(e^(old − rollout), max=HIGH)",
+            changes=(Change("", (C + "enable", C + "threshold"),
+                            "--enable_vllm_is_correction: the per-token loss times clamp(e^(old − rollout), "
+                            "max=--vllm_is_truncated_threshold), one float, default 2 (models/loss.py @v0.8.9 "
+                            "L140-142)"),)),
+    Release("0.9.1", "2026-01-05", aliases=("0.9.1.post1", "0.9.2"), settings=_OLD,
+            accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.2")},
+            note="OpenRLHF 0.9.1 to 0.9.2: IS correction clamp(e^lr, LOW, HIGH), or --use_icepop",
+            changes=(Change("", (C + "threshold", "advcli.use_icepop"),
+                            "--vllm_is_truncated_threshold takes LOW HIGH (default 0.5 5.0): clamp(e^lr, LOW, HIGH); "
+                            "--use_icepop: e^lr inside [LOW, HIGH], else 0 (models/loss.py @v0.9.1 L147-159)"),)),
+    Release("0.9.3", "2026-02-05", settings=_OLD,
+            accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", "icepop", "mis", at="0.9.3"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.9.3: --vllm_is_correction_type tis|icepop|mis",
+            changes=(Change("", (C + "type", "advcli.use_icepop"),
+                            "--vllm_is_correction_type tis|icepop|mis replaces --use_icepop; mis: e^lr where the "
+                            "row's geometric mean ratio is inside [LOW, HIGH], else 0 (models/loss.py @v0.9.3 "
+                            "L152-172)"),)),
+    Release("0.9.4", "2026-03-03", aliases=("0.9.5", "0.9.6", "0.9.7", "0.9.8", "0.9.9", "0.9.10", "0.10.0", "0.10.1",
+                                            "0.10.1.post1", "0.10.1.post2"), settings=_OLD,
+            accepts={"algo.advantage.estimator": _NO_FLASH,
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.10.1"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.9.4 to 0.10.1: the advantage and IS code of 0.10.4 under the flat flags",
+            changes=(Change("", (C + "type",), "mis renamed seq-mask-tis (models/loss.py @v0.9.4 L109), the same "
+                                               "weights"),)),
+    Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3"), settings=_OLD,
+            accepts={"algo.advantage.estimator": _NO_FLASH,
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.10.4"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.10.2 to 0.10.4, the advantage code of commit 3c3be623 under the dotted flags",
             changes=(
                 Change("", ("algo.advantage.estimator", "rollout.n_samples_per_prompt", "algo.kl.init_coef"),
                        "the flags moved under --algo.* / --rollout.* / --reward.* (0.10.2, cli/train_ppo_ray.py "
@@ -276,7 +381,18 @@ RELEASES = (
                        "@v0.10.1 and @v0.10.2 differ only in the names)"),
                 Change("", (C + "enable", C + "type", C + "threshold"),
                        "the IS correction's flags are --algo.advantage.is_correction_enable/type/threshold (0.10.2; "
-                       "before: --enable_vllm_is_correction, refused here)"))),
+                       "before: --enable_vllm_is_correction / --vllm_is_truncated_threshold / "
+                       "--vllm_is_correction_type, the same weights)"))),
+    Release("0.11.0", "2026-08-13", aliases=("0.11.1", "3c3be62", "3c3be623"),
+            settings={"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False},
+            accepts={"algo.advantage.estimator": _NO_FLASH,
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.11.1"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.11.0 to 0.11.1 (each run), the advantage code of commit 3c3be623: no flash_reinforce",
+            changes=(Change("", ("algo.advantage.estimator", "rollout.n_samples_per_prompt", "advcli.dr_grpo_n1"),
+                            "dr_grpo joined the CLI's n_samples_per_prompt > 1 check (cli/train_ppo_ray.py @v0.11.0 "
+                            "L612): dr_grpo at n = 1, which earlier releases ran (every shaped reward 0), is "
+                            "refused"),)),
     Release("0.11.2", "2026-09-14", note="OpenRLHF 0.11.2: flash_reinforce; k3's log-ratio clamped at -10", changes=(
         Change("", ("algo.advantage.estimator",),
                "new estimator flash_reinforce: r − the mean reward of the whole step (no group), then the "

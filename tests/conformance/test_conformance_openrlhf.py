@@ -45,7 +45,16 @@ def _openrlhf() -> dict:
                           "RayActorGroup": Any, "logger": logging.getLogger("openrlhf"),
                           "KL_IS_WEIGHT_CLIP": 10.0,
                           "ABC": object, "deepcopy": copy.deepcopy}  # what 0.9.0's RemoteExperienceMaker uses
+    import torch.nn.functional as F
+
+    ns["F"], ns["List"] = F, list
     package_code("openrlhf.models.utils", ["compute_approx_kl", "compute_reward", "masked_mean"], ns)
+    for module in ("openrlhf.utils.utils", "openrlhf.datasets.utils"):  # 0.7.4.post2-0.8.0's normalisation pads
+        try:
+            package_code(module, ["zero_pad_sequences"], ns)
+            break
+        except (AssertionError, ImportError, OSError):
+            pass
     try:
         package_code("openrlhf.trainer.ppo_utils.length_penalty", ["apply_overlong_penalty",
                                                                    "apply_stop_properly_penalty",
@@ -65,8 +74,10 @@ GROUPED = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 
 def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: float, kl: str,
                 clip=(-10.0, 10.0), reward_dtype=torch.float32):
-    """One step through the release's own compute_advantages_and_returns, on two micro-batches of
-    experiences (the rows in order; OpenRLHF's ``index`` maps them back to prompt order)."""
+    """One step through the release's own compute_advantages_and_returns, on equal micro-batches of
+    experiences (the rows in order; OpenRLHF's ``index`` maps them back to prompt order from 0.8.6; before, the
+    rewards are cut back with ``chunk(len(experiences))`` and 0.7.4.post2-0.8.0 stack the padded micro-batches,
+    so the micro-batches hold the same number of rows, as micro_rollout_batch_size makes them)."""
     args = SimpleNamespace(
         rollout=SimpleNamespace(n_samples_per_prompt=n),
         algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=gamma, lambd=lambd,
@@ -83,15 +94,15 @@ def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: 
     maker.kl_ctl = SimpleNamespace(value=beta)
     maker.advantage_estimator = estimator
     mask, old, ref, values = (padded(rows, k) for k in ("mask", "old", "ref", "values"))
-    half = len(rows) // 2
     experiences = []
-    for part in (slice(0, half), slice(half, len(rows))):
-        idx = list(range(len(rows)))[part]
+    for chunk in torch.arange(len(rows)).chunk(2 if len(rows) % 2 == 0 else 5):
+        idx = chunk.tolist()
+        part = slice(idx[0], idx[-1] + 1)
         kl_t = OPENRLHF["compute_approx_kl"](old[part], ref[part], kl_estimator=kl)
         rewards = torch.tensor([rows[i]["reward"] for i in idx], dtype=reward_dtype)
         experiences.append(SimpleNamespace(index=idx, rewards=rewards,
                                            action_mask=mask[part].bool(), values=values[part] * 1.0,
-                                           kl=kl_t, info={}))
+                                           kl=kl_t, info={"reward": rewards}))  # 0.7.1-0.8.2: info["reward"]
     experiences = maker.compute_advantages_and_returns(experiences)
     adv = torch.cat([e.advantages for e in experiences])
     ret = torch.cat([e.returns for e in experiences])
@@ -167,8 +178,15 @@ def release_coefficient(rows, flags: dict):
     """(coefficient [B, T], vllm_kl, is_filter_ratio or None) of one micro-batch holding the whole step."""
     loss_fn = _policy_loss()(**flags)
     mask, old, roll = (padded(rows, k) for k in ("mask", "old", "roll"))
-    out = loss_fn(old.clone(), old, -torch.ones_like(old), action_mask=mask, rollout_log_probs=roll)
-    return out[0], float(out[3]), (float(out[4]) if len(out) > 4 else None)
+    lp = old.clone().requires_grad_(True)
+    out = loss_fn(lp, old, -torch.ones_like(old), action_mask=mask, rollout_log_probs=roll)
+    coef = out[0]
+    if coef.dim() == 0:
+        # releases before aggregate_loss (to 0.10.1) take masked_mean(loss, mask) over the tokens inside forward:
+        # the per-token loss is coef·e^(lp − old), so d loss / d lp_t = coef_t·m_t / Σm at lp = old
+        (grad,) = torch.autograd.grad(coef, lp)
+        coef = grad * mask.sum()
+    return coef.detach(), float(out[3]), (float(out[4]) if len(out) > 4 else None)
 
 
 def correction_rows(seed: int) -> list[dict]:
@@ -183,7 +201,16 @@ NEW_CASES = [("token", "mask", "ratio", [0.5, 5.0]), ("token", "clip", "ratio", 
              ("token", "mask", "ratio", [0.8, 1.25]), ("seq", "mask", "ratio", [0.9, 1.1]),
              ("token", "mask", "binary_kl", [0.0, 0.01]), ("seq", "mask", "binary_kl", [0.0, 0.005]),
              ("token", "mask", "tv", [0.0, 0.05]), ("seq", "mask", "tv", [0.0, 0.1])]
-OLD_CASES = [("tis", [0.5, 5.0]), ("tis", [0.8, 1.25]), ("icepop", [0.8, 1.25]), ("seq-mask-tis", [0.9, 1.1])]
+LOSS_SRC = open(package_file(LOSS), encoding="utf-8").read()
+# the IS correction's flags of the installed release (cli/train_ppo_ray.py, models/loss.py PolicyLoss.__init__):
+# 0.8.9-0.9.0 one upper threshold, tis only; 0.9.1-0.9.2 LOW HIGH and use_icepop; 0.9.3 mis, then seq-mask-tis
+IS_KIND = ("none" if "vllm_is_truncated_threshold" not in LOSS_SRC else "0.8.9"
+           if "vllm_is_truncated_threshold: float" in LOSS_SRC else "0.9.1" if "use_icepop" in LOSS_SRC
+           else "0.9.3" if '"mis"' in LOSS_SRC else "0.9.4")
+SEQ = "mis" if IS_KIND == "0.9.3" else "seq-mask-tis"
+OLD_CASES = ([("tis", [0.0, 2.0]), ("tis", [0.0, 1.1])] if IS_KIND == "0.8.9"
+             else [("tis", [0.5, 5.0]), ("tis", [0.8, 1.25]), ("icepop", [0.8, 1.25])]
+             + ([] if IS_KIND == "0.9.1" else [(SEQ, [0.9, 1.1])]))
 
 
 def _check_correction(tmp_path, rows, settings, coef, vllm_kl, filter_ratio, what):
@@ -241,17 +268,29 @@ def test_is_correction_matches_release(tmp_path, level, mode, gating, threshold)
 @pytest.mark.parametrize("kind,threshold", OLD_CASES)
 def test_is_correction_type_matches_release(tmp_path, kind, threshold):
     entry = next((r for r in get("openrlhf").releases if VERSION in (r.name, *r.aliases)), None)
-    if entry is not None and C_ENABLE in entry.accepts:  # 0.8.7-0.10.1: --enable_vllm_is_correction, not read
-        with pytest.raises(AdvcliError, match="enable_vllm_is_correction"):
+    if IS_KIND == "none":  # before 0.8.9: no IS correction, refused
+        assert entry is not None and C_ENABLE in entry.accepts
+        with pytest.raises(AdvcliError, match="enable_vllm_is_correction came with 0.8.9"):
             resolve(f"openrlhf@{VERSION}", [(C_ENABLE, True)])
-        pytest.skip(f"openrlhf {VERSION}'s IS correction flags are not read by advcli (refused at this release)")
+        pytest.skip(f"openrlhf {VERSION} has no IS correction (refused at this release)")
     rows = correction_rows(6)
-    coef, kl, _ = release_coefficient(rows, {"enable_vllm_is_correction": True, "vllm_is_correction_type": kind,
-                                             "vllm_is_truncated_threshold": list(threshold)})
-    _check_correction(tmp_path, rows, {"algo.advantage.is_correction_enable": "true",
-                                       "algo.advantage.is_correction_type": kind,
-                                       "algo.advantage.is_correction_threshold": f"[{threshold[0]},{threshold[1]}]"},
-                      coef, kl, None, kind)
+    settings = {"algo.advantage.is_correction_enable": "true",
+                "algo.advantage.is_correction_threshold": f"[{threshold[0]},{threshold[1]}]"}
+    if IS_KIND == "0.8.9":  # PolicyLoss(vllm_is_truncated_threshold=HIGH): clamp(max=HIGH)
+        flags = {"vllm_is_truncated_threshold": threshold[1]}
+        if "enable_vllm_is_correction" in LOSS_SRC:  # 0.8.10-0.9.0 also take the switch (the same weights)
+            flags["enable_vllm_is_correction"] = True
+        settings["algo.advantage.is_correction_threshold"] = str(threshold[1])
+    elif IS_KIND == "0.9.1":  # --use_icepop
+        flags = {"enable_vllm_is_correction": True, "use_icepop": kind == "icepop",
+                 "vllm_is_truncated_threshold": list(threshold)}
+        settings["use_icepop"] = str(kind == "icepop").lower()
+    else:
+        flags = {"enable_vllm_is_correction": True, "vllm_is_correction_type": kind,
+                 "vllm_is_truncated_threshold": list(threshold)}
+        settings["algo.advantage.is_correction_type"] = kind
+    coef, kl, _ = release_coefficient(rows, flags)
+    _check_correction(tmp_path, rows, settings, coef, kl, None, kind)
 
 
 # ------------------------------------------------------------- bf16 rewards (a bf16 reward model)

@@ -538,3 +538,23 @@ def test_per_step_driver_estimator_error_names_the_input_row(ray_session, tmp_pa
     assert f"row {alone} is alone in its group" in loc.value.message
     assert str(got.value) == str(loc.value)
     assert not (tmp_path / "ray").exists()
+
+
+def test_positional_fallback_diagnostics_equal_local(ray_session, tmp_path, sample_path):
+    """slime's whole-step fallback (a step of 189 rows is not whole groups of 8: one group of all its rows):
+    the block sizes the grouping learns are the run's state, which the statistics read on the driver's
+    path too; the report's reward-normalisation check then finds the group the local engine finds (the Ray
+    observer once read the group size instead: no float32_cancellation item)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = pq.read_table(sample_path)
+    t = t.take(pc.sort_indices(t, [("step", "ascending"), ("prompt_id", "ascending")]))
+    t = t.take(pa.array(np.r_[0:381]))  # step 1 loses its last 3 rows
+    p = str(tmp_path / "short.parquet")
+    pq.write_table(t, p, row_group_size=64)
+    loc, got = _both([p], tmp_path, "slime", [("n_samples_per_prompt", 8)])
+    assert any("normalised as ONE group" in w for w in loc["warnings"])
+    assert [d["count"] for d in loc["diagnostics"] if d["kind"] == "float32_cancellation"] == [1]
+    _assert_same(loc, got)

@@ -96,7 +96,7 @@ def estimator_table(dev: torch.device, src: str, inputs, args, chunk_tokens: int
         plan = pipeline.make_plan(cfg, inputs, {}, args.device)
         rows = pipeline.chunk_rows_for(plan, inputs, None, chunk_tokens)
         res, *_ = pipeline.prepare_run(plan, inputs, rows)
-        reader = pipeline.ChunkReader(plan, inputs)
+        reader = pipeline.ChunkReader(plan, inputs, res.state)  # the columns prepare_run checked: not again
         cols = list(pipeline.roles_to_columns(plan, plan.token_roles))
         chunks, row0 = [], 0
         for _fi, rb, batch in inputs.iter_batches(cols, rows):

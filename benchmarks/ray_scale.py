@@ -173,8 +173,6 @@ def _rowtable_child(path: str, stop_before_prepare: bool) -> None:
     import dataclasses
     import pickle
 
-    import torch
-
     from advcli.engines.ray_engine import lean
     from advcli.flavors import resolve
     from advcli.io.reader import InputSet
@@ -190,7 +188,7 @@ def _rowtable_child(path: str, stop_before_prepare: bool) -> None:
     t0 = time.perf_counter()
     res, row, betas, kls, _ = prepare_run(plan, inputs, 4096, None)
     t1 = time.perf_counter()
-    RunObserver(dataclasses.replace(plan, device=torch.device("cpu")), res, row, betas, kls)
+    RunObserver(dataclasses.replace(plan, device_name="cpu"), res, row, betas, kls)
     t2 = time.perf_counter()
     print(json.dumps({"seconds": t2 - t0, "prepare": t1 - t0, "observer": t2 - t1,
                       "broadcast": len(pickle.dumps(lean(res), protocol=5))}))

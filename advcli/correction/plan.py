@@ -22,6 +22,7 @@ Where it sits, in verl's order (``ray_trainer.py`` L1638-1675 @1dda039b): reward
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..config.runspec import Correction, RunSpec
@@ -48,9 +49,10 @@ class CorrectionState:
 HIST_BINS = 50
 
 
-def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
-    """The correction this run applies (None: none), after checking columns; adds the output columns
-    to ``plan.output_columns`` and the log-prob roles to ``plan.token_roles``."""
+def plan_correction(plan, warnings: list[str]):
+    """The plan with the correction this run applies (``plan.correction``; None: none), after checking
+    columns: the output columns added to ``output_columns``, the log-prob roles to ``token_roles`` (a new
+    plan, built before the plan is final: a plan is never changed)."""
     section = plan.run.correction
     warnings.extend(section.ignored)
     mode = section.mode
@@ -59,13 +61,13 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
         for role, why in section.unused:  # a column the flavor reads only with its correction on
             if cmap.has(role):
                 warnings.append(f"{file}: column {cmap[role]!r} ({role}) is unused: {why}")
-        return None
+        return plan
     if mode == "auto" and not cmap.has("rollout_log_probs"):
-        return None
+        return plan
     if mode == "auto" and not cmap.has("old_log_probs"):
         warnings.append(f"{file}: a rollout_log_probs column but no old_log_probs: no rollout_corr/* metrics "
                         "(verl's correction needs both)")
-        return None
+        return plan
     spec = rc.spec_from_config(section)
     if spec.gate is not None:  # OpenRLHF (flavors/openrlhf.py)
         keys, batch = "algo.advantage.is_correction_*", "experience"
@@ -88,12 +90,13 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
         raise AdvcliError(f"{file}: the input already has a column {OUTPUT_MASK!r}, which the rollout correction "
                           "writes; advcli does not replace an input column silently",
                           hint="drop or rename that column")
-    plan.token_roles = list(dict.fromkeys(plan.token_roles + ["old_log_probs", "rollout_log_probs"]))
-    plan.verify_roles = [r for r in plan.verify_roles if r not in plan.token_roles]
-    if "rollout_is_weights" in plan.token_roles and spec.weights:
-        plan.token_roles.remove("rollout_is_weights")
-    plan.output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if spec.weights else []) + [OUTPUT_MASK]
-    return spec
+    token_roles = list(dict.fromkeys(plan.token_roles + ["old_log_probs", "rollout_log_probs"]))
+    verify_roles = [r for r in plan.verify_roles if r not in token_roles]
+    if "rollout_is_weights" in token_roles and spec.weights:
+        token_roles.remove("rollout_is_weights")
+    output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if spec.weights else []) + [OUTPUT_MASK]
+    return dataclasses.replace(plan, correction=spec, token_roles=token_roles, verify_roles=verify_roles,
+                               output_columns=output_columns)
 
 
 def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor, tok: dict, row0: int):

@@ -47,13 +47,14 @@ def correction_fn(rows_on_workers):
     """``correction`` for :func:`advcli.pipeline.prepare_run`, run on the workers. ``rows_on_workers(payload,
     columns, inputs, stage)``: the engine's per-row pass (the payload's ``mode`` on every batch of those
     columns), its rows in global order (:func:`advcli.engines.ray_engine.rows_on_workers_fn`)."""
-    def correction(plan, inputs, scopes, step_values, chunk_rows, progress):
+    def correction(plan, inputs, scopes, step_values, chunk_rows, progress, state=None):
         R = inputs.num_rows
         sums = rc.MetricSums(scopes.num_groups)
         hist = torch.zeros(_bins(), dtype=torch.int64) if plan.correction.histogram else None
         valid = torch.zeros(0, dtype=torch.int64)
         if R:
-            payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "correction"}
+            payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "correction",
+                       "checked": set(state.checked_roles) if state is not None else set()}
             t = rows_on_workers(payload, [plan.cmap[r] for r in ROLES], inputs, "the rollout-correction pass",
                                 "rollout correction")
             valid = torch.from_numpy(t.column("valid").to_numpy().copy())
@@ -69,7 +70,8 @@ def correction_fn(rows_on_workers):
                 for h in t.column("hist").to_pylist():
                     if h:
                         hist += torch.tensor(h, dtype=torch.int64)
-        plan.checked_roles |= set(ROLES)
+        if state is not None:
+            state.checked_roles |= set(ROLES)
         if progress:
             progress("rollout correction", R, R)
         return correction_state(plan, inputs, scopes, step_values, sums, hist), valid

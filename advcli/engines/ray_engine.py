@@ -77,7 +77,7 @@ from ..pipeline import (
 )
 from ..pipeline.observe import RunObserver
 from ..pipeline.output import SIDECAR_ROW
-from ..pipeline.plan import open_and_plan
+from ..pipeline.plan import RunState, open_and_plan
 from ..pipeline.rows import row_table_pass
 from ..pipeline.run import finish_result, wants_positions
 from .ray_moments import gather_moments, moments_batch, step_whitening
@@ -159,7 +159,8 @@ class _Worker:
         self.names = payload.get("names") or self.read.paths  # the inputs as the user named them (messages)
         self.vbase = payload.get("vbase")  # per-step driver: {shard's first row: valid tokens before it}
         self.vnext = 0  # the run's valid tokens before this batch (with vbase)
-        self.reader = ChunkReader(self.plan, None)
+        # the token columns a pass before this one checked (the driver's RunState): not checked again
+        self.reader = ChunkReader(self.plan, None, RunState(checked_roles=set(payload.get("checked") or ())))
 
     def __call__(self, items: pa.Table):
         try:
@@ -291,7 +292,7 @@ def _moments_fn(cl: _Cluster, watch=None):
     """``token_moments`` for :func:`advcli.pipeline.prepare_run`, run on the workers and merged exactly
     (:mod:`advcli.engines.ray_moments`; each part received is progress for the ``watch``)."""
     def token_moments(plan, inputs, res, chunk_rows, progress, rewards: bool) -> MomentSums:
-        payload = {"plan": plan, "res": lean(res), "names": inputs.paths,
+        payload = {"plan": plan, "res": lean(res), "names": inputs.paths, "checked": set(res.state.checked_roles),
                    "device": cl.device, "mode": "moments:rewards" if rewards else "moments:advantages"}
         sums = gather_moments(_map(cl, list(roles_to_columns(plan, plan.token_roles)), payload),
                               res.scopes.num_groups, watch)
@@ -351,9 +352,10 @@ class _OneBatch:
 def _row_pass_fn(cl: _Cluster, watch=None):
     """``row_pass`` for :func:`advcli.pipeline.prepare_run` on the workers: each batch runs
     ``row_table_pass`` itself; the driver puts the per-row results in global row order."""
-    def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True):
+    def row_pass(plan, inputs, chunk_rows, progress, row_kl: bool = True, state: RunState | None = None):
         probe = _OneBatch(cl.paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
-        empty = row_table_pass(plan, probe, chunk_rows, None, row_kl=row_kl)
+        probed = RunState()  # the roles it checks: the run's state gets them once the workers have checked them
+        empty = row_table_pass(plan, probe, chunk_rows, None, row_kl=row_kl, state=probed)
         R = inputs.num_rows
         if R == 0:
             return empty
@@ -361,6 +363,8 @@ def _row_pass_fn(cl: _Cluster, watch=None):
                    "row_kl": row_kl}
         ds = _map(cl, probe.columns, payload)
         row, comps, keys = unpack_rows(gather_rows(ds, R, "the row pass", watch, "rows"), empty)
+        if state is not None:
+            state.checked_roles |= probed.checked_roles
         if progress:
             progress("rows", R, R)
         return row, comps, keys
@@ -378,13 +382,16 @@ def _resolve_by_step(cl: _Cluster, plan, inputs, chunk_rows: int, progress, watc
     from .ray_steps import resolve_steps, row_pass_pieces, step_column
 
     probe = _OneBatch(cl.paths, 0, 0, None)  # the columns row_table_pass reads (and its empty result)
-    empty = row_table_pass(plan, probe, chunk_rows, None)
+    probed = RunState()  # the roles it checks: the run's state gets them once the workers have checked them
+    empty = row_table_pass(plan, probe, chunk_rows, None, state=probed)
     payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "rows", "row_kl": True,
                "read": _ReadSpec(cl.paths, cl.filesystem, list(dict.fromkeys(probe.columns)), cl.chunk_rows)}
     pieces = row_pass_pieces(cl.ray, cl.shards, _rows_of_shard, payload, step_column(plan), inputs.num_rows, watch)
     if progress:
         progress("rows", inputs.num_rows, inputs.num_rows)
-    return resolve_steps(cl.ray, plan, inputs.paths, pieces, empty, chunk_rows, progress, watch)
+    resolved = resolve_steps(cl.ray, plan, inputs.paths, pieces, empty, chunk_rows, progress, watch)
+    resolved.state.checked_roles |= probed.checked_roles
+    return resolved
 
 
 def _start(ray, address: str | None, device: str, chunk_rows: int, override_num_blocks: int | None,
@@ -510,10 +517,11 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
             if row_pass == "workers" and inputs.num_rows and not_step_scoped(plan) is None:  # per-step driver
                 steps = _resolve_by_step(cl, plan, inputs, chunk_rows, progress, watch)
                 warnings, tokens, valid_tokens = steps.warnings, steps.tokens, steps.valid_tokens
+                state = steps.state
 
                 def moments_pass(mode, index):  # pass 2 on the workers, reading the resolved steps
                     run = {"plan": plan, "res": None, "steps": index, "names": inputs.paths, "device": cl.device,
-                           "mode": mode}
+                           "mode": mode, "checked": set(state.checked_roles)}
                     return gather_moments(_map(cl, token_cols, run), len(steps.step_values), watch)
                 whitening = step_whitening(plan, steps, moments_pass)
                 sink = stats_actor.remote(functools.partial(observer_of_steps, plan_cpu, steps.observer_pieces,
@@ -529,7 +537,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
                     plan, inputs, chunk_rows, progress, token_moments=_moments_fn(cl, watch),
                     row_pass=_row_pass_fn(cl, watch) if row_pass == "workers" else None,
                     correction=correction_fn(rows_on_workers_fn(cl, watch)))
-                tokens, valid_tokens = int(row["length"].sum()), int(row["valid"].sum())
+                tokens, valid_tokens, state = int(row["length"].sum()), int(row["valid"].sum()), res.state
                 observer = RunObserver(plan_cpu, res, row, betas, kls, by_position=by_pos)
                 stats = {"settings": observer.partial_settings(), "edges": None,
                          "seed_tokens": observer.figures.adv_hist.seed_tokens, "bins": observer.figures.bins}
@@ -540,7 +548,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
             if not stats["settings"]["row_path"]:  # the advantage histogram's edges, before the workers count
                 watch.stage("the histogram seed pass")
                 seed = {"plan": plan, **rows_payload, "names": inputs.paths, "device": cl.device, "mode": "seed",
-                        "stats": stats}
+                        "stats": stats, "checked": set(state.checked_roles)}
                 stats["edges"] = histogram_edges(cl, lambda c: _map(c, token_cols, seed), shard_valid,
                                                  stats["seed_tokens"], stats["bins"], tick=watch.tick)
                 if stats["edges"] is not None and res is None:  # the statistics actor's histogram
@@ -553,7 +561,8 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
             watch.stage("the compute-and-write pass")
             watch.follow_sink(sink, inputs.num_rows)
             payload = {"plan": plan, **rows_payload, "names": inputs.paths, "device": cl.device, "mode": "write",
-                       "base_fields": base_fields, "out_schema": out_schema, "observer": sink, "stats": stats}
+                       "base_fields": base_fields, "out_schema": out_schema, "observer": sink, "stats": stats,
+                       "checked": set(state.checked_roles)}
             cols = None if output_mode == "full" else (  # sidecar: read only what the math and the keys need
                 token_cols + [f.name for f in base_fields])
             ds = _map(cl, cols, payload)
@@ -602,4 +611,4 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
     result.histograms, result.group_health = figures["histograms"], figures["group_health"]
     result.diagnostics, result.by_position = figures["diagnostics"], figures["by_position"]
     result.warnings.extend(figures["warnings"])
-    return finish_result(result, plan, res or types.SimpleNamespace(correction=None), t0)  # as run_pipeline
+    return finish_result(result, plan, res or types.SimpleNamespace(correction=None), t0, state)  # as run_pipeline

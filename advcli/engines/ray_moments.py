@@ -82,7 +82,7 @@ def step_whitening(plan, resolved, moments_pass) -> dict:
     per: dict = {}
     if plan.run.reward.whiten_tokens:  # pass 2a: token-reward whitening (ROLL whiten_rewards)
         sums = moments_pass("moments:rewards", resolved.index)
-        per["tlr_mean"], per["tlr_rstd"] = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip")
+        per["tlr_mean"], per["tlr_rstd"] = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip", resolved.state)
         resolved.index = dataclasses.replace(resolved.index, per_scope=dict(per))
     extra: dict = {}
     if plan.whiten:
@@ -93,7 +93,8 @@ def step_whitening(plan, resolved, moments_pass) -> dict:
         else:
             sums = moments_pass("moments:advantages", resolved.index)
         cells = lambda: torch.tensor(resolved.cells, dtype=torch.float64)  # noqa: E731
-        per["whiten_mean"], per["whiten_rstd"], item, other = whitening_of_sums(plan, sums, step_values, cells)
+        per["whiten_mean"], per["whiten_rstd"], item, other = whitening_of_sums(plan, sums, step_values, cells,
+                                                                                resolved.state)
         extra = {"diagnostics": [item], "whiten_other": other}
     resolved.index = dataclasses.replace(resolved.index, per_scope=per)
     return {**per, **extra}

@@ -19,7 +19,8 @@ ROW_COL = "__advcli_row"  # global row index, carried from the workers to the wr
 
 
 _PER_ROW = {"scopes", "groups", "beta_row", "reward_row", "adv_row", "table"}
-_WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "group_tables", "kl_deferred"}
+_WHOLE = {"step_values", "whiten_mean", "whiten_rstd", "tlr_mean", "tlr_rstd", "group_tables", "kl_deferred",
+          "state"}  # state: the run's RunState (scope domains, block sizes), as the driver learned it
 _DRIVER_ONLY = {"raw_score", "row_keys",
                 "token_cache", "token_cache_complete", "token_spill",  # the local engine's chunk cache
                 "diagnostics", "whiten_other"}  # diagnostics the driver reports (SkyRL, slime)

@@ -42,7 +42,7 @@ class StatsSink:
         return {"settings": self.obs.partial_settings(), "edges": None,
                 "seed_tokens": self.obs.figures.adv_hist.seed_tokens, "bins": self.obs.figures.bins,
                 # the run's grouping warnings, where the observer grouped the whole run itself (per-step driver)
-                "group_warnings": list(getattr(self.obs.plan, "group_warnings", None) or [])}
+                "group_warnings": list(self.obs.res.state.group_warnings)}
 
     def fix_edges(self, edges) -> None:
         """The advantage histogram's edges, fixed by the seed pass (:func:`histogram_edges`) before the

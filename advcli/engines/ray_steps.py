@@ -297,7 +297,7 @@ class Resolved:
     run's warnings and totals, and what pass 2 and the workers' statistics need: the step value of each
     scope (S), row-level whitening sums per step (over its own scopes, placed at ``index.offsets``), the
     cells of each scope's padded grid (rows × longest row), each read shard's Σ mask (in ``cl.shards``
-    order)."""
+    order), and the run's state (ROLL's scope domains, the token columns the row pass checked)."""
 
     index: StepIndex
     observer_pieces: list
@@ -307,6 +307,7 @@ class Resolved:
     row_sums: list = dataclasses.field(default_factory=list)
     cells: list = dataclasses.field(default_factory=list)
     shard_valid: list = dataclasses.field(default_factory=list)
+    state: object = None  # the run's advcli.pipeline.plan.RunState: the scopes' domains, the columns checked
 
     @property
     def step_values(self) -> list:
@@ -330,21 +331,22 @@ def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows
 
     from ..ops.batchnorm import grid_cells
     from ..pipeline import prepare_run
+    from ..pipeline.plan import RunState
 
     t = pa.concat_tables(tables)
     t = t.take(pa.array(np.argsort(t.column(ROW_COL).to_numpy(), kind="stable")))
     rows = t.column(ROW_COL).to_numpy()
     row, comps, keys = unpack_rows(t, empty)
     del t
-    step_plan = _step_plan(plan, value)
+    step_plan, state = _step_plan(plan, value), RunState()
     try:
         res, row, betas, kls, warnings = prepare_run(step_plan, _StepInputs(len(rows), paths), chunk_rows, None,
-                                                     row_pass=lambda *a, **k: (row, comps, keys))
+                                                     row_pass=lambda *a, **k: (row, comps, keys), state=state)
     except AdvcliError as e:  # "row N" of this step's table is the input's row rows[N]
         raise AdvcliError(global_rows(e.message, rows), hint=e.hint) from None
     # the grouping's warnings (slime: steps normalised as one group, blocks that disagree with the ids) are
     # the run's, made by the statistics actor, which groups the whole run again (observer_of_steps)
-    warnings = [w for w in warnings if w not in step_plan.group_warnings]
+    warnings = [w for w in warnings if w not in state.group_warnings]
     # the workers' table keeps the step's own scope codes (0..D-1) and group codes: the run's scope codes
     # are known once every step is resolved (StepIndex.run_scopes); cat_rows keeps groups of several steps apart
     small = lean(res)
@@ -361,7 +363,7 @@ def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows
             "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
             "piece": ray.put(piece), "sums": sums,
             "cells": grid_cells(res.table.length, res.scopes.codes, num_scopes).tolist(),
-            "scope_steps": list(res.step_values), "domains": step_plan.scope_domains}
+            "scope_steps": list(res.step_values), "domains": state.scope_domains}
 
 
 def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
@@ -399,11 +401,14 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     steps = [(k["table"], k["first"], k["last"]) for k in kept]
     offsets = np.concatenate([[0], np.cumsum([len(k["scope_steps"]) for k in kept])])[:-1].astype(int).tolist()
     scope_steps = [v for k in kept for v in k["scope_steps"]]
+    from ..pipeline.plan import RunState
+
+    state = RunState()  # the run's, as the driver learns it from the steps (the plan is not changed)
     if any(k["domains"] is not None for k in kept):  # ROLL: the run's scope domains, as its grouping names them
-        plan.scope_domains = [d for k in kept for d in k["domains"]]
+        state.scope_domains = [d for k in kept for d in k["domains"]]
     sums = [(k["sums"], off) for k, off in zip(kept, offsets) if k["sums"] is not None]
     return Resolved(StepIndex(steps, offsets, scope_steps), [k["piece"] for k in kept], warnings, rp.length,
-                    rp.valid, sums, [c for k in kept for c in k["cells"]], rp.shard_valid)
+                    rp.valid, sums, [c for k in kept for c in k["cells"]], rp.shard_valid, state)
 
 
 # ------------------------------------------------------------------- 3. workers and statistics
@@ -448,6 +453,7 @@ def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, 
 
     from ..ops.batch import RowTable
     from ..pipeline.observe import RunObserver
+    from ..pipeline.plan import RunState
     from ..pipeline.rows import Prepared, row_inputs, scopes_and_groups
 
     pieces = [ray.get(r) for r in piece_refs]
@@ -465,7 +471,8 @@ def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, 
     first = pieces[0]["res"]
     keys = {c: [pa.concat_arrays([a for p in pieces for a in p["res"].row_keys[c]]).take(order)]
             for c in first.row_keys}
-    scopes, groups, step_values = scopes_and_groups(plan, keys, num_rows, file)
+    state = RunState()  # the run's grouping (its warnings: the statistics actor's stats_settings)
+    scopes, groups, step_values = scopes_and_groups(plan, keys, num_rows, file, state)
     tables = [p["res"].table for p in pieces]
     columns = {k: scatter([t.columns[k] for t in tables]) for k in first.table.columns}
     key_cols, labels = row_inputs(plan, keys, num_rows)
@@ -474,7 +481,8 @@ def observer_of_steps(plan, piece_refs: list, num_rows: int, by_position: bool, 
                      length=scatter([t.length for t in tables]), scopes=scopes, groups=groups, columns=columns,
                      labels=labels)
     per = lambda name: scatter([getattr(p["res"], name) for p in pieces])  # noqa: E731
-    res = Prepared(scopes, groups, step_values, per("beta_row"), per("reward_row"), per("adv_row"), table)
+    res = Prepared(scopes, groups, step_values, per("beta_row"), per("reward_row"), per("adv_row"), table,
+                   state=state)
     res.raw_score, res.row_keys, res.kl_deferred = per("raw_score"), keys, first.kl_deferred
     res.norm_checks = []
     for k, v in whitening.items():

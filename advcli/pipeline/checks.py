@@ -22,7 +22,7 @@ from ..io.reader import InputSet
 from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers, unplaced_reward
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
-from .plan import Plan
+from .plan import Plan, RunState
 from .roles import FLOAT_ROLES
 
 if TYPE_CHECKING:
@@ -61,13 +61,14 @@ def _row_number_roles(plan: Plan) -> list[str]:
     return out + [r for r in role_rules.row_scalar_roles(plan) if r not in out]
 
 
-def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
+def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | None = None) -> DataCounts:
     """Reads the columns of the run (:class:`Plan`) chunk by chunk and refuses (AdvcliError naming file,
     column, row and position) null values, masks other than 0/1, token columns whose rows are not as long
     as the mask's, non-finite token values, non-finite rewards (NaN allowed with reward.nan=allow or zero), and,
     where the reward sits on the last trained token and must (reward.unplaced=error), a row without one;
     steps that do not split into blocks of grouping.size rows and blocks that disagree with prompt_id
-    (:func:`advcli.pipeline.grouping.scope_and_group_codes`)."""
+    (:func:`advcli.pipeline.grouping.scope_and_group_codes`, its warnings in ``state.group_warnings``)."""
+    state = RunState() if state is None else state
     cmap = plan.cmap
     mask_name = cmap["response_mask"]
     token_roles = _token_roles(plan)
@@ -114,7 +115,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int) -> DataCounts:
         rows += len(lengths)
         tokens += int(lengths.sum())
         valid += int(per_row.sum())
-    scope_and_group_codes(plan, keys, rows, inputs.paths[0])  # blocks that do not split, ids that disagree
+    scope_and_group_codes(plan, keys, rows, inputs.paths[0], state)  # blocks that do not split, ids that disagree
     reward = plan.run.reward
     if empty_row is not None and reward.unplaced == "error" and reward.placement == "last_valid":
         raise unplaced_reward(inputs.paths[0], empty_row, empty)
@@ -167,8 +168,9 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
         return run_pipeline(input_specs, None, cfg, flavor=flavor, native=native, column_overrides=column_overrides,
                             chunk_rows=chunk_rows, device=device, force=force, check_values=True), True
     inputs, plan = open_and_plan(input_specs, cfg, column_overrides, device, chunk_rows, "full", None)
-    counts = check_data(plan, inputs, chunk_rows or 4096)
+    state = RunState()
+    counts = check_data(plan, inputs, chunk_rows or 4096, state)
     result = RunResult(inputs=inputs.paths, outputs=[], rows=counts.rows, tokens=counts.tokens,
                        valid_tokens=counts.valid_tokens, seconds=0.0, config=cfg,
-                       warnings=list(plan.group_warnings) + list(plan.warnings))
+                       warnings=list(state.group_warnings) + list(plan.warnings))
     return result, False

@@ -33,10 +33,11 @@ def correction_chunk(plan, layout: Ragged, tok: dict):
     return out.rows, layout.count_per_row(seen > 0), hist
 
 
-def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None):
-    """(CorrectionState, valid_after [R] int64): one read of mask, old and rollout log-probs."""
+def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None, state=None):
+    """(CorrectionState, valid_after [R] int64): one read of mask, old and rollout log-probs (recorded as
+    checked in the run's ``state``)."""
     spec = plan.correction
-    reader = ChunkReader(plan, inputs)
+    reader = ChunkReader(plan, inputs, state)
     cols = [plan.cmap[r] for r in ROLES]
     sums = rc.MetricSums(scopes.num_groups)
     valid: list[torch.Tensor] = []
@@ -53,7 +54,8 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
         row0 += layout.num_rows
         if progress:
             progress("rollout correction", row0, inputs.num_rows)
-    plan.checked_roles |= set(ROLES)
+    if state is not None:
+        state.checked_roles |= set(ROLES)
     v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
     return correction_state(plan, inputs, scopes, step_values, sums, hist), v
 

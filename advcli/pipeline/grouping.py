@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..errors import AdvcliError
 from ..io.lists import arrow_from_numpy, factorize, primitive_numpy
 from ..ops import grouprule
-from .plan import Plan
+from .plan import Plan, RunState
 
 
 def group_key_columns(plan: Plan) -> list[str]:
@@ -27,13 +27,16 @@ def group_key_columns(plan: Plan) -> list[str]:
     return key_cols
 
 
-def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
+def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file: str,
+                          state: RunState | None = None):
     """(scope code of each row, group code of each row or None, step value of each scope), numpy int64,
     from the key columns ``keys`` (name -> Arrow arrays): scopes by step (and domain), groups by prompt_id,
     by runs of equal prompt_id (AReaL) or by blocks of grouping.size rows, checked: blocks that do not split a
-    step and blocks that disagree with a prompt_id column are refused (or warned about in
-    ``plan.group_warnings``). Torch-free: ``advcli run`` (:func:`advcli.pipeline.rows.scopes_and_groups`),
+    step and blocks that disagree with a prompt_id column are refused (or warned about). What it learns goes
+    to the run's ``state`` (None: a throwaway one): the scopes' domains, the block sizes, the warnings
+    (``state.group_warnings``). Torch-free: ``advcli run`` (:func:`advcli.pipeline.rows.scopes_and_groups`),
     ``advcli validate`` and the audit ask it."""
+    state = RunState() if state is None else state
     cmap = plan.cmap
     step_col = cmap.names.get("step") if plan.run.grouping.scope != "all" else None
     if step_col and step_col in keys:
@@ -57,7 +60,7 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         rank_in_step[order] = np.arange(len(uniq_pair))
         scope_codes = rank_in_step[np.searchsorted(uniq_pair, pair)]
         step_values = [step_values[int(uniq_pair[k] // nd)] for k in order]
-        plan.scope_domains = [dom_names[int(first[k])] for k in order]
+        state.scope_domains = [dom_names[int(first[k])] for k in order]
     gcodes = None
     if plan.group_by == "id":
         gcodes, _ = grouprule.id_groups(scope_codes, factorize(keys[cmap["prompt_id"]]))
@@ -76,7 +79,7 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         ns = block_sizes(sizes.tolist(), n, expected, plan.run.grouping.fallback)
         for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)):
             if ni < 0:
-                where = scope_where(plan, step_values, si)
+                where = scope_where(state, step_values, si)
                 want = f"not the {expected} rows of grouping.scope_rows" if expected is not None else \
                     (f"are not {n} copies of a batch of prompts (grouping.layout=strided)"
                      if plan.run.grouping.layout == "strided" else f"do not split into groups of {n} consecutive rows")
@@ -85,24 +88,24 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
                                        "check the group size or group by prompt_id")
         whole = [si for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)) if ni != n and size > n]
         if whole:  # slime's silent reshape to one group of the whole batch: said, never silent here
-            where = "; ".join(f"{sizes[si]} rows{scope_where(plan, step_values, si)}" for si in whole[:3])
+            where = "; ".join(f"{sizes[si]} rows{scope_where(state, step_values, si)}" for si in whole[:3])
             more = f" (and {len(whole) - 3} more step(s))" if len(whole) > 3 else ""
             want = f"rollout_batch_size·n = {expected}" if expected is not None else f"a multiple of the group size {n}"
-            plan.group_warnings.append(f"{len(whole)} step(s) normalised as ONE group of all their rows, as the "
+            state.group_warnings.append(f"{len(whole)} step(s) normalised as ONE group of all their rows, as the "
                                        f"framework does when a step's row count is not {want}: {where}{more}; "
                                        "check the group size (grouping.size, grouping.scope_rows; slime: "
                                        "n_samples_per_prompt, rollout_batch_size)")
         tails = [si for si, size in enumerate(sizes.tolist()) if size % n and plan.run.grouping.fallback == "tail"]
         if tails:  # AReaL 1.0.4: the rows past the last whole slice, normalised with mean 0 and std 0 (#1673)
-            where = "; ".join(f"{sizes[si]} rows{scope_where(plan, step_values, si)} (the last {sizes[si] % n})"
+            where = "; ".join(f"{sizes[si]} rows{scope_where(state, step_values, si)} (the last {sizes[si] % n})"
                               for si in tails[:3])
             more = f" (and {len(tails) - 3} more step(s))" if len(tails) > 3 else ""
-            plan.group_warnings.append(
+            state.group_warnings.append(
                 f"{len(tails)} step(s) do not split into groups of {n} rows: {where}{more}. AReaL 1.0.4 left the "
                 "group mean and std of those last rows at 0, dividing them by eps (AReaL #1673, unfixed in the "
                 "release): reproduced as the release computed it, so those rows' values are divided by eps; "
                 "check the group size, or run a release with per-prompt groups")
-        plan.block_sizes = ns
+        state.block_sizes = ns
         per_scope = np.asarray(ns, dtype=np.int64)
         per = np.maximum(per_scope, 1)
         if plan.run.grouping.layout == "strided":
@@ -117,22 +120,23 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         gcodes = offsets[scope_codes] + block
         blocked = per_scope[scope_codes] == n  # a scope that fell back to one group has no blocks to check
         if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows and bool(blocked.any()):
-            check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values, blocked)
+            check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values, blocked, state)
     return scope_codes, gcodes, step_values
 
 
-def scope_where(plan: Plan, step_values: list, s: int) -> str:
+def scope_where(state: RunState, step_values: list, s: int) -> str:
     """' in step 3, domain "math"' for scope s (empty for a whole-input scope)."""
     parts = [f"step {step_values[s]}"] if step_values[s] is not None else []
-    if plan.scope_domains is not None:
-        parts.append(f"domain {plan.scope_domains[s]!r}")
+    if state.scope_domains is not None:
+        parts.append(f"domain {state.scope_domains[s]!r}")
     return " in " + ", ".join(parts) if parts else ""
 
 
 def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, rank, n: int, step_values,
-                       rows=None):
+                       rows=None, state: RunState | None = None):
     """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks
-    (``rows``: a bool mask of the rows to check, None: all)."""
+    (``rows``: a bool mask of the rows to check, None: all; a warning goes to ``state.group_warnings``)."""
+    state = RunState() if state is None else state
     from ..ops.blocks import check_blocks_against_ids
 
     col = plan.cmap["prompt_id"]
@@ -145,7 +149,7 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     i, j = int(sel[i]), int(sel[j])
     ids = pa.chunked_array(keys[col])
     a, b = ids[i].as_py(), ids[j].as_py()
-    where = scope_where(plan, step_values, int(scope_codes[j]))
+    where = scope_where(state, step_values, int(scope_codes[j]))
     def blk(r):
         rows = np.nonzero(gcodes == gcodes[r])[0]
         return f"rows {rows[0]}-{rows[-1]}" if rows[-1] - rows[0] == len(rows) - 1 else f"rows {rows.tolist()}"
@@ -156,7 +160,7 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
         msg = (f"{file}: {col!r} {a!r} spans several positional groups of {n}{where}: row {i} ({blk(i)}) and "
                f"row {j} ({blk(j)})")
     if plan.run.grouping.id_check == "warn":  # slime never reads the ids
-        plan.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
+        state.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
                                    "(--set advcli.group_by=id groups by the ids instead)")
         return
     strided = plan.run.grouping.layout == "strided"

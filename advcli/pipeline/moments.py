@@ -17,7 +17,7 @@ from ..ops.ragged import Ragged
 from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
 from .grouping import scope_where
 from .observe import ChunkObservations, observe_tokens, observes_returns_early
-from .plan import Plan
+from .plan import Plan, RunState
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns
 from .rows import Prepared, row_kl_sums
 from .spill import open_spill
@@ -69,7 +69,7 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: i
     inputs at all: the token columns are decoded once per run. A bigger input is computed twice,
     in bounded memory."""
     sums = MomentSums.zeros(res.scopes.num_groups)
-    reader = ChunkReader(plan, inputs)
+    reader = ChunkReader(plan, inputs, res.state)
     cols = list(roles_to_columns(plan, plan.token_roles))
     total = int(res.table.length.sum()) if res.table.length.numel() else 0
     elem = torch.empty(0, dtype=plan.dtype).element_size()
@@ -163,19 +163,22 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: i
     return sums
 
 
-def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: list, small: str):
+def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: list, small: str,
+                 state: RunState | None = None):
     """(mean, rstd) per scope; a scope with <= 1 valid token raises (``error``), is left as it is
-    (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``)."""
+    (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``).
+    ``state``: the run's, whose scope domains name a scope in those errors."""
     few = sums.count <= 1
+    state = RunState() if state is None else state
     if small == "error_empty" and bool((sums.count == 0).any()):  # slime distributed_masked_whiten
         s = int(torch.nonzero(sums.count == 0)[0])
-        raise AdvcliError(f"whitening found no valid token{scope_where(plan, step_values, s)}: the framework "
+        raise AdvcliError(f"whitening found no valid token{scope_where(state, step_values, s)}: the framework "
                           "raises here (slime distributed_masked_whiten: ValueError, the global mask sum is zero)",
                           hint="check the response_mask column of that step")
     if small == "error" and bool(few.any()):
         s = int(torch.nonzero(few)[0])
         raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"
-                          f"{scope_where(plan, step_values, s)}",
+                          f"{scope_where(state, step_values, s)}",
                           hint="verl raises here too (masked_var: N/(N−1) with N ≤ 1): check the "
                                "response_mask column of that step. With --flavor advcli, "
                                "advantage.whiten_small=skip leaves such a step unwhitened (ROLL's rule)")

@@ -297,7 +297,7 @@ def normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
 
     if plan.group_by == "position" and not strided_groups(plan):
         from ..ops.blocks import block_normalize
-        out = block_normalize(raw, res.scopes, plan.block_sizes or int(plan.run.grouping.size),
+        out = block_normalize(raw, res.scopes, res.state.block_sizes or int(plan.run.grouping.size),
                               ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
     else:
         out = normalize_rewards(raw, res.scopes, res.groups, ncfg.mean, ncfg.std, ncfg.eps)

@@ -1,10 +1,14 @@
 """The plan of a run: which columns, estimator, reward source, grouping, KL and outputs a
-configuration needs, checked against the input's schema before any data is read.
+configuration needs, checked against the input's schema before any data is read. A :class:`Plan` is
+frozen once :func:`make_plan` has built it; what a run learns while it runs (the scopes' domains, the
+block sizes, the grouping's warnings, the token columns already checked) is its :class:`RunState`.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -22,8 +26,12 @@ from . import roles
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """What a configuration asks of this input, resolved once (:func:`make_plan`) and never changed after:
+    a pass that learns something records it in the run's :class:`RunState`. A variant (another device, a
+    step's carried KL coefficient) is a new plan (``dataclasses.replace``)."""
+
     run: RunSpec  # the resolved configuration; each stage reads its section
     spec: EstimatorSpec
     params: dict
@@ -39,31 +47,34 @@ class Plan:
     output_columns: list[str]
     padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
     check_values: bool = False  # verify_roles' values too (finite floats, 0/1 masks): `advcli validate`
-    checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
-    scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
-    block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
-    group_warnings: list = field(default_factory=list)  # grouping.id_check=warn: blocks that disagree with prompt_id
     correction: object = None  # rollout correction spec (advcli.correction.plan.plan_correction), None: off
-    warnings: list = field(default_factory=list)  # found while planning, reported with the run's
+    warnings: tuple = ()  # found while planning, reported with the run's
     dump_tokens: int = 0  # the dump's tokens from its Parquet metadata (an upper bound): --device auto's rule
+
+    @cached_property
+    def _device_choice(self) -> tuple:
+        """(torch device, why) of the math, picked on first use (a plan that runs no math imports no torch):
+        a value derived from the plan's fields and the machine, computed once (``cached_property`` keeps it
+        beside the fields; no field changes)."""
+        if self.device_name == "auto":
+            from ..ops.fused import auto_device, triton_available
+
+            name, why = auto_device(bool(torch.cuda.is_available()), triton_available(), self.spec.level,
+                                    self.dump_tokens)
+            return torch.device(name), f"{name} (--device auto: {why})"
+        dev = pick_device(self.device_name)
+        return dev, f"{dev.type} (--device {self.device_name})"
 
     @property
     def device(self) -> torch.device:
         """The torch device of the math, picked on first use (a plan that runs no math imports no torch)."""
-        dev = self.__dict__.get("_device")
-        if dev is None:
-            if self.device_name == "auto":
-                from ..ops.fused import auto_device, triton_available
+        return self._device_choice[0]
 
-                name, why = auto_device(bool(torch.cuda.is_available()), triton_available(), self.spec.level,
-                                        self.dump_tokens)
-                dev = torch.device(name)
-                self.__dict__["device_why"] = f"{name} (--device auto: {why})"
-            else:
-                dev = pick_device(self.device_name)
-                self.__dict__["device_why"] = f"{dev.type} (--device {self.device_name})"
-            self.__dict__["_device"] = dev
-        return dev
+    @property
+    def device_why(self) -> str | None:
+        """How the device was picked (the summary's line), None when no math has asked for it yet."""
+        choice = self.__dict__.get("_device_choice")
+        return None if choice is None else choice[1]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -77,6 +88,18 @@ class Plan:
         w = self.run.whitening
         return WhitenSpec(unbiased=w.unbiased, eps=w.eps, eps_mode=w.eps_mode, divisor=w.divisor, scale=w.scale,
                           one_pass=self.dtype if w.one_pass else None)
+
+
+@dataclass
+class RunState:
+    """What one run learns while it runs, kept apart from its frozen :class:`Plan`: made by the engine (or
+    :func:`advcli.pipeline.prepare_run`), filled by the passes that learn it, read by the later ones (it
+    travels in :class:`advcli.pipeline.rows.Prepared` as ``res.state``)."""
+
+    scope_domains: list | None = None  # grouping.scope=step_domain: the domain of every scope
+    block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
+    group_warnings: list = field(default_factory=list)  # grouping.id_check=warn, whole-step/tail fallbacks
+    checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
 
 
 def check_device_name(name: str) -> None:
@@ -94,7 +117,8 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto") -> Plan:
+def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto",
+              check_values: bool = False) -> Plan:
     run = RunSpec.from_config(cfg)
     overrides = dict(run.columns)
     overrides.update(column_overrides)
@@ -191,22 +215,23 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     plan = Plan(run=run, spec=spec, params=params, cmap=cmap, device_name=device,
                 reward_source=source, components=components, kl_on=kl_on, group_by=group_by,
                 token_roles=token_roles, verify_roles=verify_roles, padded=is_padded(run.padded, inputs, cmap),
-                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]),
+                output_columns=list(NEW_COLUMNS[:3] if kl_on else NEW_COLUMNS[:2]), check_values=check_values,
                 dump_tokens=inputs.list_tokens(cmap["response_mask"]))
     from ..correction.plan import plan_correction  # rollout correction: roles, output columns (advcli.correction.plan)
-    plan.correction = plan_correction(plan, plan.warnings)
-    return plan
+    warnings: list[str] = []
+    plan = plan_correction(plan, warnings)
+    return dataclasses.replace(plan, warnings=tuple(warnings)) if warnings else plan
 
 
 # token_level_rewards only when KL enters the reward; the last two from the rollout correction
 NEW_COLUMNS = ("advantages", "returns", "token_level_rewards", "rollout_is_weights", "response_mask_after_rs")
 
 
-def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
-    """Restrict the new columns to ``wanted`` (names or one comma-separated string; None: all the run
-    produces — advantages, returns, and token_level_rewards when KL enters the reward)."""
+def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> Plan:
+    """The plan with its new columns restricted to ``wanted`` (names or one comma-separated string; None: all
+    the run produces — advantages, returns, and token_level_rewards when KL enters the reward)."""
     if wanted is None:
-        return
+        return plan
     if isinstance(wanted, str):
         wanted = [w.strip() for w in wanted.split(",") if w.strip()]
     from ..errors import did_you_mean
@@ -223,7 +248,7 @@ def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> None:
                               hint=f"the run produces {', '.join(plan.output_columns)}")
     if not wanted:
         raise AdvcliError("--write-columns: name at least one of " + ", ".join(plan.output_columns))
-    plan.output_columns = [c for c in plan.output_columns if c in wanted]
+    return dataclasses.replace(plan, output_columns=[c for c in plan.output_columns if c in wanted])
 
 
 def expand_components(components: list, names: list[str], file: str) -> list[str]:
@@ -253,18 +278,19 @@ def is_padded(setting, inputs: InputSet, cmap: ColumnMap) -> bool:
 
 
 def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str, str] | None, device: str,
-                  chunk_rows: int | None, output_mode: str, write_columns: list[str] | str | None):
+                  chunk_rows: int | None, output_mode: str, write_columns: list[str] | str | None,
+                  check_values: bool = False):
     """(InputSet, Plan) of a run, every engine's: the arguments checked, the inputs opened, the
-    configuration planned against their schema, the new columns to write chosen."""
+    configuration planned against their schema, the new columns to write chosen (``check_values``:
+    :attr:`Plan.check_values`, ``advcli validate``)."""
     if chunk_rows is not None and chunk_rows < 1:
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
     from ..io.writer import check_output_mode
 
     check_output_mode(output_mode)
     inputs = InputSet.open(input_specs)
-    plan = make_plan(cfg, inputs, column_overrides or {}, device)
-    choose_output_columns(plan, write_columns)
-    return inputs, plan
+    plan = make_plan(cfg, inputs, column_overrides or {}, device, check_values)
+    return inputs, choose_output_columns(plan, write_columns)
 
 
 def strided_groups(plan) -> bool:

@@ -17,7 +17,7 @@ from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
 from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
-from .plan import Plan, ProgressFn, strided_groups
+from .plan import Plan, ProgressFn, RunState, strided_groups
 from .read import allows_nan
 from .rows import Prepared, defer_row_kl, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
 from .tokens import token_group_pass
@@ -64,19 +64,20 @@ def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict) -> 
     return sums
 
 
-def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Callable):
+def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Callable,
+                      state: RunState | None = None):
     """Pass 2's result from the per-scope moments of the advantages (token-level: their mask=1 tokens;
     row-level: each row's value weighed by its Σ mask): (mean, rstd) [S] float64 as the write pass applies
     them (whitening, then SkyRL's batch normalisation composed in: ``cells()`` [S], its grid's cells),
     the ``float32_amplified_normalization`` item, and the other precision's (mean, rstd, dtype) where the
     whitening is one-pass (else None). The Ray engine's per-step driver calls it with the sums its workers
-    made (advcli.engines.ray_moments)."""
+    made (advcli.engines.ray_moments). ``state``: the run's (its scope domains name a scope in an error)."""
     run_sums = sums  # slime float32 one-pass: the sums in the framework's own summation order, where kept
     if plan.whiten_spec().one_pass == torch.float32 and getattr(sums, "ordered", None) is not None:
         run_sums = MomentSums(*sums.ordered)
     S = sums.count.numel()
     if plan.run.whitening.whiten:
-        mean, rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values, plan.run.whitening.small)
+        mean, rstd = whiten_stats(plan, run_sums, plan.whiten_spec(), step_values, plan.run.whitening.small, state)
     else:
         mean = torch.zeros(S, dtype=torch.float64)
         rstd = torch.ones(S, dtype=torch.float64)
@@ -94,7 +95,7 @@ def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Ca
 
 def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
             token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
-            correction: Callable | None = None):
+            correction: Callable | None = None, state: RunState | None = None):
     """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
     groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
     statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
@@ -108,14 +109,20 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     ``row_pass`` (default :func:`row_table_pass`, same signature and result) likewise for pass 1,
     and ``correction`` (default :func:`advcli.pipeline.correction_pass.correction_pass`) for the rollout
     correction's statistics pass.
+
+    ``state``: the run's :class:`advcli.pipeline.plan.RunState` (None: a new one), which the passes fill with
+    what they learn (the scopes' domains, the block sizes, the grouping's warnings, the columns checked) and
+    ``res.state`` carries to the write pass; the plan itself is never changed.
     """
     reward = plan.run.reward
+    state = RunState() if state is None else state
     token_moments = token_moments or token_moment_pass
     # pass 1: the row table
     deferred = defer_kl and defer_row_kl(plan)
-    row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred)
+    row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred,
+                                                    state=state)
     R = inputs.num_rows
-    scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0])
+    scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0], state)
     if reward.unplaced == "error" and reward.placement == "last_valid":
         empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
         if empty.numel():
@@ -124,7 +131,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
         from .correction_pass import correction_pass
         correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
-                                                                      progress)
+                                                                      progress, state=state)
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
     beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
                 else torch.zeros(R, dtype=torch.float64))
@@ -169,7 +176,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         shaped = raw.to(half) if half is not None else raw
         if plan.group_by == "position" and not strided_groups(plan):  # the frameworks' own [G, n] reshape
             from ..ops.blocks import block_normalize
-            reward_row = block_normalize(shaped, scopes, plan.block_sizes or int(plan.run.grouping.size),
+            reward_row = block_normalize(shaped, scopes, state.block_sizes or int(plan.run.grouping.size),
                                          ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first)).to(raw.dtype)
         else:
             reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps).to(raw.dtype)
@@ -207,9 +214,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         # pass 1c (SkyRL): s_i = token_level_rewards.sum(-1) on the step's right-aligned float32 grid
         from .scores import right_aligned_scores
         table.score = right_aligned_scores(plan, inputs, Prepared(scopes, groups, step_values, beta_row, reward_row,
-                                                                  None, table), chunk_rows, progress)
+                                                                  None, table, state=state), chunk_rows, progress)
     adv_row = row_advantages(plan, inputs, table) if plan.spec.level == "row" else None
-    res = Prepared(scopes, groups, step_values, beta_row, reward_row, adv_row, table)
+    res = Prepared(scopes, groups, step_values, beta_row, reward_row, adv_row, table, state=state)
     res.raw_score, res.row_keys, res.kl_deferred = raw, keys, deferred
     res.row_dtype = reward_dtype(plan, inputs) if plan.spec.level == "row" else None  # 16-bit scores: the diagnostics
     res.norm_checks = norm_checks  # (stage, moments, constants, group codes): float32 group-mean checks
@@ -218,7 +225,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     if plan.spec.group_token_pass is not None and (plan.spec.group_token_pass_needed is None
                                                     or plan.spec.group_token_pass_needed(plan.params)):
         res.group_tables = token_group_pass(plan, inputs, res, chunk_rows, progress)
-    warnings: list[str] = list(plan.group_warnings) + list(plan.warnings)
+    warnings: list[str] = list(state.group_warnings) + list(plan.warnings)
     if reward.zero_truncated and "truncated" not in row:
         warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
                         "no row is treated as truncated (AReaL flags the rows whose prompt + response fill the batch "
@@ -227,7 +234,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
     if reward.whiten_tokens:
         sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=True)
-        res.tlr_mean, res.tlr_rstd = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip")
+        res.tlr_mean, res.tlr_rstd = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip", state)
     # pass 2: whitening statistics
     if plan.whiten:
         if plan.spec.level == "row":
@@ -235,7 +242,8 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
         cells = lambda: batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups)  # noqa: E731
-        res.whiten_mean, res.whiten_rstd, item, res.whiten_other = whitening_of_sums(plan, sums, step_values, cells)
+        res.whiten_mean, res.whiten_rstd, item, res.whiten_other = whitening_of_sums(plan, sums, step_values, cells,
+                                                                                     state)
         res.diagnostics.append(item)
     return res, row, betas, kls, warnings
 
@@ -243,17 +251,22 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
 HALF = {"bfloat16": "bfloat16", "float16": "float16"}
 
 
+def _input_half(plan) -> torch.dtype | None:
+    """float16 where the reward column read is float16 (``reward.dtype=input``), else None."""
+    col = plan.cmap.names.get("reward") if plan.reward_source == "reward" else None
+    if col is None:
+        return None
+    import pyarrow as pa
+
+    return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+
+
 def shaping_dtype(plan) -> torch.dtype | None:
     """The 16-bit dtype the reward normalisation runs in (``reward.dtype``), or None: the run's precision.
     ``input``: a float16 reward column's float16."""
     want = plan.run.reward.dtype
     if want == "input":
-        col = plan.cmap.names.get("reward") if plan.reward_source == "reward" else None
-        if col is None:
-            return None
-        import pyarrow as pa
-
-        return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+        return _input_half(plan)
     return getattr(torch, HALF[want]) if want in HALF else None
 
 
@@ -265,12 +278,7 @@ def reward_dtype(plan, inputs) -> torch.dtype | None:
     if want == "run" or plan.kl_on or not plan.spec.keeps_reward_dtype:
         return None
     if want == "input":
-        col = plan.cmap.names.get("reward") if plan.reward_source == "reward" else None
-        if col is None:
-            return None
-        import pyarrow as pa
-
-        return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+        return _input_half(plan)
     return getattr(torch, HALF[want])
 
 

@@ -12,7 +12,7 @@ from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_t
 from ..io.lists import primitive_numpy
 from ..io.reader import InputSet
 from ..io.value_checks import check_finite, check_lengths, check_row_numbers
-from .plan import Plan
+from .plan import Plan, RunState
 from .roles import FLOAT_ROLES
 
 CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
@@ -44,11 +44,13 @@ def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None,
 
 
 class ChunkReader:
-    """Reads one chunk's token columns as flat tensors with shared offsets, checking each row."""
+    """Reads one chunk's token columns as flat tensors with shared offsets, checking each row (but those
+    the run's ``state`` says a finished pass has checked: ``state.checked_roles``)."""
 
-    def __init__(self, plan: Plan, inputs: InputSet):
+    def __init__(self, plan: Plan, inputs: InputSet, state: RunState | None = None):
         self.plan = plan
         self.inputs = inputs
+        self.state = RunState() if state is None else state
 
     def tokens(self, batch: pa.RecordBatch, file: str, row_base: int, roles: list[str],
                verify: list[str] | tuple = ()):
@@ -59,7 +61,7 @@ class ChunkReader:
         plan = self.plan
         mask_name = plan.cmap["response_mask"]
         mask_arr = batch.column(mask_name)
-        done = plan.checked_roles  # checked by an earlier pass over the same rows: not again
+        done = self.state.checked_roles  # checked by an earlier pass over the same rows: not again
         if "response_mask" not in done:
             check_no_nulls(mask_arr, file, mask_name, row_base)
         offsets, mask = list_column_to_tensor(mask_arr)

@@ -22,7 +22,7 @@ from ..ops.groups import GroupIndex
 from ..ops.ragged import Ragged
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
-from .plan import Plan, ProgressFn
+from .plan import Plan, ProgressFn, RunState
 from .read import TRIM_EVERY, ChunkReader, allows_nan, read_scalar, roles_to_columns
 
 
@@ -56,7 +56,10 @@ def defer_row_kl(plan: Plan) -> bool:
             and not plan.spec.uses_groups and plan.spec.group_token_pass is None)
 
 
-def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None, row_kl: bool = True):
+def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None, row_kl: bool = True,
+                   state: RunState | None = None):
+    """Pass 1 over every row; the token columns it checks are recorded in ``state.checked_roles`` (the run's
+    state, None: not recorded), which later passes then do not check again."""
     cmap = plan.cmap
     roles = ["response_mask"]
     if plan.reward_source == "token_level_scores":
@@ -86,7 +89,7 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     key_cols = group_key_columns(plan) + [cmap[r] for r in row_input_roles(plan)]
     cols = list(dict.fromkeys(cols + key_cols))
 
-    reader = ChunkReader(plan, inputs)
+    reader = ChunkReader(plan, inputs, state)
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
                                               "score_sum", "reward_baseline", "is_last_step", *extra_roles,
                                               *(f"token_mean:{r}" for r in token_means))}
@@ -138,7 +141,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             trim_heap()
         if progress:
             progress("rows", done, total)
-    plan.checked_roles |= set(roles) | set(verify)  # every row of these columns passed the checks
+    if state is not None:
+        state.checked_roles |= set(roles) | set(verify)  # every row of these columns passed the checks
     if not parts["length"]:  # an input of 0 rows: empty tables, an empty output
         parts["length"] = parts["valid"] = [torch.zeros(0, dtype=torch.int64)]
         parts["keep"] = [torch.zeros(0, dtype=torch.bool)]
@@ -171,10 +175,10 @@ def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
     return total, layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8)
 
 
-def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str):
+def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str, state: RunState | None = None):
     """(scopes, groups or None, step values) as GroupIndex: the codes of :func:`advcli.pipeline.grouping.
-    scope_and_group_codes` (which decides and checks them, torch-free)."""
-    scope_codes, gcodes, step_values = scope_and_group_codes(plan, keys, num_rows, file)
+    scope_and_group_codes` (which decides and checks them, torch-free; what it learns goes to ``state``)."""
+    scope_codes, gcodes, step_values = scope_and_group_codes(plan, keys, num_rows, file, state)
     scopes = GroupIndex(torch.from_numpy(scope_codes.astype(np.int64)), len(step_values))
     groups = None
     if gcodes is not None:
@@ -261,6 +265,7 @@ class Prepared:
     diagnostics: list = field(default_factory=list)  # items found before the write pass (advcli.pipeline.diagnostics)
     whiten_other: tuple | None = None  # advantage.whiten_one_pass: (mean, rstd, dtype) in the other precision
     correction: Any = None  # advcli.correction.plan.CorrectionState (rollout correction), None: off
+    state: RunState = field(default_factory=RunState)  # what the run learned (scope domains, block sizes, ...)
 
 
 def row_input_roles(plan: Plan) -> list[str]:

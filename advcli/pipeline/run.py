@@ -58,8 +58,8 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     ``check_values`` checks the values of those the math does not read too (``advcli validate``);
     ``by_position``: the result carries the advantage per token position (``advcli run --report``)."""
     t0 = time.perf_counter()
-    inputs, plan = open_and_plan(input_specs, cfg, column_overrides, device, chunk_rows, output_mode, write_columns)
-    plan.check_values = check_values
+    inputs, plan = open_and_plan(input_specs, cfg, column_overrides, device, chunk_rows, output_mode, write_columns,
+                                 check_values)
     outs: list[str] = []
     if output is not None:
         outs = output_paths(inputs, output)
@@ -79,7 +79,7 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
         stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs if output is not None else None,
                      output_mode, flavor, native)
     run_observer.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.figures)
-    result.device = plan.__dict__.get("device_why")
+    result.device = plan.device_why
     return finish_result(result, plan, res, t0)
 
 
@@ -88,14 +88,16 @@ def wants_positions(plan, by_position: bool) -> bool:
     return by_position and "advantages" in plan.output_columns
 
 
-def finish_result(result: RunResult, plan, res, t0: float) -> RunResult:
+def finish_result(result: RunResult, plan, res, t0: float, state=None) -> RunResult:
     """Every engine's last step once the observer filled ``result``: verl's rollout_corr/* per step and
-    overall, ROLL's domain of each per-step entry, the run's wall time since ``t0``."""
+    overall, ROLL's domain of each per-step entry (from the run's ``state``, default ``res.state``), the
+    run's wall time since ``t0``."""
     if res.correction is not None:
         from ..correction.plan import finish as finish_correction
         finish_correction(result, res.correction, plan.dtype)  # rollout_corr/* per step and overall
-    if getattr(plan, "scope_domains", None) is not None:
-        for entry, dom in zip(result.per_step, plan.scope_domains):
+    state = getattr(res, "state", None) if state is None else state
+    if state is not None and state.scope_domains is not None:
+        for entry, dom in zip(result.per_step, state.scope_domains):
             entry["domain"] = dom
     result.seconds = time.perf_counter() - t0
     return result

@@ -26,7 +26,7 @@ def right_aligned_scores(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows
     t = res.table
     width = torch.zeros(res.scopes.num_groups, dtype=torch.int64).scatter_reduce_(
         0, res.scopes.codes, t.length.to(torch.int64), reduce="amax")[res.scopes.codes]
-    reader = ChunkReader(plan, inputs)
+    reader = ChunkReader(plan, inputs, res.state)
     cols = list(roles_to_columns(plan, plan.token_roles))
     parts, row0 = [], 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):

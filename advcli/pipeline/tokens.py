@@ -90,7 +90,7 @@ def token_group_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: in
     width = torch.zeros(g.num_groups, dtype=torch.int64).scatter_reduce_(
         0, g.codes, res.table.length.to(torch.int64), reduce="amax")
     ctx = GroupTokenTables(groups=g, width=width, table=res.table)
-    reader = ChunkReader(plan, inputs)
+    reader = ChunkReader(plan, inputs, res.state)
     cols = list(roles_to_columns(plan, plan.token_roles))
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):

@@ -125,7 +125,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
     thread decodes and checks the token columns of the next DECODE_AHEAD chunks, a statistics thread
     accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes the chunks
     before (pyarrow and torch release the GIL)."""
-    reader = ChunkReader(plan, inputs)
+    reader = ChunkReader(plan, inputs, res.state)
     # the statistics pass kept every chunk with what the statistics read from its token columns
     # (moments.token_moment_pass): no token column is decoded again
     cached = bool(res.token_cache_complete)

@@ -538,3 +538,55 @@ def test_per_step_driver_estimator_error_names_the_input_row(ray_session, tmp_pa
     assert f"row {alone} is alone in its group" in loc.value.message
     assert str(got.value) == str(loc.value)
     assert not (tmp_path / "ray").exists()
+
+
+def test_positional_fallback_diagnostics_equal_local(ray_session, tmp_path, sample_path):
+    """slime's whole-step fallback (a step of 189 rows is not whole groups of 8: one group of all its rows):
+    the block sizes the grouping learns are the run's state, which the statistics read on the driver's
+    path too; the report's reward-normalisation check then finds the group the local engine finds (the Ray
+    observer once read the group size instead: no float32_cancellation item)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = pq.read_table(sample_path)
+    t = t.take(pc.sort_indices(t, [("step", "ascending"), ("prompt_id", "ascending")]))
+    t = t.take(pa.array(np.r_[0:381]))  # step 1 loses its last 3 rows
+    p = str(tmp_path / "short.parquet")
+    pq.write_table(t, p, row_group_size=64)
+    loc, got = _both([p], tmp_path, "slime", [("n_samples_per_prompt", 8)])
+    assert any("normalised as ONE group" in w for w in loc["warnings"])
+    assert [d["count"] for d in loc["diagnostics"] if d["kind"] == "float32_cancellation"] == [1]
+    _assert_same(loc, got)
+
+
+@pytest.mark.parametrize("settings", [[("estimator.name", "grpo")], [("estimator.name", "gae")]])
+def test_workers_row_pass_checks_every_token_column(ray_session, tmp_path, settings):
+    """With the row pass on the workers (the per-step driver for grpo; the whole dump's table for gae), a
+    token column the math does not read but the dump holds (values, one token short in row 5) is refused as
+    the local engine refuses it, and nothing is written. The driver's probe of the row pass (0 rows) once
+    marked every column checked, so the workers skipped these checks and the grpo run succeeded (gae reads
+    values in its token passes, which checked them)."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.sample import make_table
+
+    t = make_table(120, 6, 2, 20, 5, shuffle=False, steps=2)
+    values = t["values"].to_pylist()
+    values[5] = values[5][:-1]
+    t = t.set_column(t.schema.get_field_index("values"), "values", pa.array(values, type=t.schema.field("values").type))
+    p = str(tmp_path / "d.parquet")
+    pq.write_table(t, p, row_group_size=40)
+    cfg, native = resolve("advcli", settings + [("reward.placement", "last_valid")])
+    with pytest.raises(AdvcliError) as loc:
+        run_pipeline([p], str(tmp_path / "local.parquet"), cfg, flavor="advcli", native=native, device="cpu")
+    assert "row 5: column 'values'" in loc.value.message
+    with pytest.raises(AdvcliError) as got:
+        run_ray([p], str(tmp_path / "ray"), cfg, flavor="advcli", native=native, device="cpu", chunk_rows=37,
+                row_pass="workers")
+    assert got.value.message == loc.value.message
+    assert not (tmp_path / "ray").exists()

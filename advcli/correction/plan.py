@@ -76,7 +76,8 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
     cmap.require("rollout_log_probs", why + f"; this is the inference engine's ({batch}.rollout_log_probs)")
     cmap.require("old_log_probs", why + f"; this is the trainer's recompute ({batch}.old_log_probs)")
     names = plan.cmap.schema.names
-    if spec.weights:
+    writes = spec.weights and spec.write_weights
+    if writes:
         if cmap.has("rollout_is_weights") or OUTPUT_WEIGHTS in names:
             col = cmap.names.get("rollout_is_weights", OUTPUT_WEIGHTS)
             raise AdvcliError(f"{file}: the input already has a rollout_is_weights column ({col!r}), and "
@@ -90,9 +91,9 @@ def plan_correction(plan, warnings: list[str]) -> rc.CorrectionSpec | None:
                           hint="drop or rename that column")
     plan.token_roles = list(dict.fromkeys(plan.token_roles + ["old_log_probs", "rollout_log_probs"]))
     plan.verify_roles = [r for r in plan.verify_roles if r not in plan.token_roles]
-    if "rollout_is_weights" in plan.token_roles and spec.weights:
+    if "rollout_is_weights" in plan.token_roles and writes:
         plan.token_roles.remove("rollout_is_weights")
-    plan.output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if spec.weights else []) + [OUTPUT_MASK]
+    plan.output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if writes else []) + [OUTPUT_MASK]
     return spec
 
 
@@ -102,7 +103,7 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
     coefficient acts in the loss only, so its estimator keeps the input mask."""
     out = rc.correct_chunk(state.spec, layout, mask, tok["old_log_probs"].to(plan.dtype),
                            tok["rollout_log_probs"].to(plan.dtype), metrics=False)
-    w = out.weights
+    w = out.weights if state.spec.write_weights else None
     if w is not None and state.factor_row is not None:
         f = state.factor_row[row0:row0 + layout.num_rows].to(w.device, w.dtype)
         w = w / layout.broadcast(f)

@@ -121,20 +121,36 @@ def explain_lines(correction: Correction) -> list[str]:
             if correction.mode == "auto" else "needs rollout_log_probs and old_log_probs")
     out = [f"     rollout corr.    {when}; lr = old_log_probs − rollout_log_probs, C = clamp ±20, S_i = Σ lr·m"]
     if spec.weights:
-        base = "exp(C(lr_t))·m_t" if spec.level == "token" else "exp(C(S_i))·m_t"
+        base = {"token": "exp(C(lr_t))·m_t", "sequence": "exp(C(S_i))·m_t",
+                "geometric": "exp(C(S_i/(Σm + 1e-8)))·m_t"}[spec.level]
         cut = (f"w if {spec.lower:g} ≤ w ≤ {spec.upper:g} else 0 (IcePop)" if spec.icepop
                else f"min(w, {spec.upper:g}) (TIS)")
         out.append(f"     IS weights       w = {base}, then {cut}"
                    + ("; ÷ the step mean" if spec.batch_normalize else "") + "; not zeroed at rejected tokens")
     for o in spec.rs:
+        if o.kind == "ratio":  # verl 0.6.1-0.7.0
+            r = {"token": "exp(C(lr_t))", "sum": "exp(C(S_i))", "mean": "exp(C(S_i/(Σm + 1e-8)))"}[o.agg]
+            out.append(f"     reject {o.name:<11} keep where {o.lo:.6g} ≤ {r} ≤ {o.hi:.6g}")
+            continue
         stat = {"token": f"{o.kind} per token", "sum": f"Σ_t {o.kind}·m", "mean": f"Σ {o.kind}·m/(Σm + 1e-8)",
                 "max": f"max {o.kind} over m=1"}[o.agg]
         lo = f"{o.lo:.6g} ≤ " if o.lo is not None else ""
         out.append(f"     reject {o.name:<11} keep where {lo}{stat} ≤ {o.hi:.6g}")
-    if spec.rs:
+    if spec.veto is not None:
+        out.append(f"     veto             a row with a mask=1 token where lr < log({spec.veto:g}) "
+                   + ("gets weight 0" if spec.zero_weights else "is rejected whole"))
+    if spec.raw_metrics:
+        out.append("     metrics          of the ratios before truncation (std, ESS: clamped to "
+                   f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*")
+    if any(o.kind != "ratio" for o in spec.rs):
         out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); "
                    "all options must pass)")
-    out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
+    if spec.zero_weights:
+        out.append("     mask             unchanged (verl 0.6.0): the estimator sees m"
+                   + ("" if spec.write_weights else "; the weights feed the metrics only (algorithm.rollout_is "
+                                                     "false)"))
+    else:
+        out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
     return out
 
 

@@ -90,8 +90,8 @@ def run_one(dist: str, version: str, timeout: int) -> tuple[str, str]:
         try:
             files = (TESTS[dist],) if isinstance(TESTS[dist], str) else TESTS[dist]
             res = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  *(os.path.join(ROOT, "tests", f) for f in files)], capture_output=True, text=True,
-                                 cwd=ROOT, env=env, timeout=timeout)
+                                  *(os.path.join(ROOT, "tests", "conformance", f) for f in files)],
+                                 capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return "timed out", f"past {timeout} s"
         lines = res.stdout.strip().splitlines()

@@ -211,13 +211,18 @@ def _refuse_foreign(v: dict, api: str) -> None:
                                   hint="--flavor verl@0.6.0 or later for the rollout correction")
 
 
-def _number(api: str, key: str, x, positive: bool = True) -> float:
-    """A float key of the releases before 0.8.0 (a number; verl compares it with 0 or takes its log)."""
+def _number(api: str, key: str, x, rule: str = "positive") -> float:
+    """A float key of the releases before 0.8.0 (a number: verl compares it with numbers). ``rule``: ``positive``
+    (verl raises ValueError on ≤ 0), ``nonzero`` (verl divides 1.0 by it: ZeroDivisionError at 0; a negative
+    one runs), ``any``."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise _err(key.removeprefix(P), f"must be a number at this release (verl compares it with numbers and "
                    f"raises TypeError on {x!r}; {_WHERE[api]}); the 'lo_hi' string form arrived in 0.8.0")
-    if positive and not x > 0:
+    if rule == "positive" and not x > 0:
         raise AdvcliError(f"key {key} must be positive (got {x:g}): verl raises ValueError ({_WHERE[api]})")
+    if rule == "nonzero" and x == 0:
+        raise AdvcliError(f"key {key} must not be 0: verl takes 1/{key.rsplit('.', 1)[-1]} as the lower bound "
+                          f"and stops with ZeroDivisionError ({_WHERE[api]})")
     return float(x)
 
 
@@ -230,9 +235,9 @@ def _translate_060(v: dict, rc: dict) -> None:
     rc.update(rs=None)
     if thr is None:  # the on/off switch: neither weights nor metrics
         return
-    upper = _number("0.6.0", P0 + "rollout_is_threshold", thr)
     low = v[P0 + "rollout_is_threshold_lower"]
-    lower = 1.0 / upper if low is None else _number("0.6.0", P0 + "rollout_is_threshold_lower", low)
+    upper = _number("0.6.0", P0 + "rollout_is_threshold", thr, "nonzero" if low is None else "any")
+    lower = 1.0 / upper if low is None else _number("0.6.0", P0 + "rollout_is_threshold_lower", low, "any")
     level, mode = v[P0 + "rollout_is_level"], v[P0 + "rollout_is_mode"]
     if level not in ("token", "sequence", "geometric"):
         raise AdvcliError(f"key {P0}rollout_is_level: unknown value {level!r}."
@@ -245,7 +250,7 @@ def _translate_060(v: dict, rc: dict) -> None:
     veto = v[P0 + "rollout_is_veto_threshold"]
     rc.update(mode="on" if v[P0 + "rollout_is"] else "auto", is_level=level, is_upper=upper,
               is_lower=lower if mode == "mask" else None, is_metrics="raw", is_metrics_lower=lower,
-              veto=None if veto is None else _number("0.6.0", P0 + "rollout_is_veto_threshold", veto),
+              veto=None if veto is None else _number("0.6.0", P0 + "rollout_is_veto_threshold", veto, "any"),
               veto_metrics=True, rejects="weights", write_weights=bool(v[P0 + "rollout_is"]),
               metric_names="mismatch")
 
@@ -266,9 +271,9 @@ def _translate_07(v: dict, rc: dict, api: str) -> None:
         thr = v[P + "rollout_rs_threshold"]
         if thr is None:
             raise _err("rollout_rs_threshold", "is required when rollout_rs is set (verl raises ValueError)")
-        hi = _number(api, P + "rollout_rs_threshold", thr, positive=False)
         low = v[P + "rollout_rs_threshold_lower"]
-        lo = 1.0 / hi if low is None else _number(api, P + "rollout_rs_threshold_lower", low, positive=False)
+        hi = _number(api, P + "rollout_rs_threshold", thr, "nonzero" if low is None else "any")
+        lo = 1.0 / hi if low is None else _number(api, P + "rollout_rs_threshold_lower", low, "any")
         rc["rs"] = [[opt, lo, hi]]
     veto = v[P + "rollout_token_veto_threshold"]
     rc.update(is_metrics="raw", veto_metrics=True, norm_rows="all" if api == "0.6.1" else "valid",

@@ -196,9 +196,10 @@ class Correction:
             '(1−p)·log((1−p)/(1−q)); `tv` |p − q|; p = exp(rollout_log_probs), q = exp(old_log_probs), both '
             'clamped to [1e-6, 1 − 1e-6]', ('ratio', 'binary_kl', 'tv'), kind='str')
     gate_bounds: list = key([0.5, 5.0], '[low, high] on the gated statistic (inclusive)', kind='list')
-    is_metrics: str = key('applied', "the IS metrics: `applied` (of the weights as applied, verl ≥ 0.8.0) or `raw` "
-            '(of the ratios before truncation, std and ESS of them clamped to [lower, upper]: verl 0.6.0-0.7.1)',
-            ('applied', 'raw'), kind='str')
+    is_metrics: str = key('applied', "the IS metrics: `applied` (of the weights as applied, the rows' fractions "
+            'high/low of the raw ratios: verl ≥ 0.9.0), `applied_rows` (those fractions too of the applied weights: '
+            'verl 0.8.0) or `raw` (of the ratios before truncation, std and ESS of them clamped to [lower, upper]: '
+            'verl 0.6.0-0.7.1)', ('applied', 'applied_rows', 'raw'), kind='str')
     is_metrics_lower: float | None = key(None, "the metrics' lower threshold (null: is_lower, else 1/is_upper)",
             kind='float')
     norm_rows: str = key('valid', 'sequence-level batch normalisation: the mean over the rows with a mask=1 token '

@@ -61,9 +61,10 @@ KEYS_060 = {
 }
 KEYS.update(KEYS_060)
 API = "advcli.rollout_corr_api"
-APIS = ("none", "0.6.0", "0.6.1", "0.7.0", "0.7.1", "0.8.0")
-KEYS[API] = Key("0.8.0", "advcli extension (verl's releases): which release's rollout correction the keys "
-                "follow: `0.8.0` (rollout_corr_helper.py from 0.8.0), `0.7.1` (its metrics before truncation, no "
+APIS = ("none", "0.6.0", "0.6.1", "0.7.0", "0.7.1", "0.8.0", "0.9.0")
+KEYS[API] = Key("0.9.0", "advcli extension (verl's releases): which release's rollout correction the keys "
+                "follow: `0.9.0` (rollout_corr_helper.py from 0.9.0), `0.8.0` (the per-row fractions of the IS "
+                "metrics from the applied weights; k1 bounds unordered), `0.7.1` (its metrics before truncation, no "
                 "IcePop string), `0.7.0` / `0.6.1` (rollout_rs token/sequence/geometric with ratio bounds, the "
                 "per-token veto; 0.6.1's sequence batch mean over every row), `0.6.0` (mismatch_helper.py: "
                 "algorithm.rollout_is_*), `none` (before 0.6.0)", APIS, "str")
@@ -75,7 +76,8 @@ _WHERE = {"none": "verl before 0.6.0 has no rollout correction (ray_trainer.py @
           "0.6.1": "verl/trainer/config/algorithm/rollout_correction.yaml @v0.6.1",
           "0.7.0": "verl/trainer/config/algorithm/rollout_correction.yaml @v0.7.0",
           "0.7.1": "verl/trainer/config/algorithm/rollout_correction.yaml @v0.7.1",
-          "0.8.0": "verl/trainer/config/algorithm/rollout_correction.yaml @v0.8.0 and later"}
+          "0.8.0": "verl/trainer/config/algorithm/rollout_correction.yaml @v0.8.0",
+          "0.9.0": "verl/trainer/config/algorithm/rollout_correction.yaml @v0.9.0 and later"}
 
 
 def _err(key: str, msg: str) -> AdvcliError:
@@ -114,7 +116,7 @@ def parse_is_threshold(spec) -> tuple[float, float | None]:
     return upper, lower
 
 
-def parse_rs(options, thresholds) -> list[list]:
+def parse_rs(options, thresholds, order: bool = True) -> list[list]:
     """[[option, lo, hi], ...] in statistic units (k1: log bounds, as L299-301) from verl's strings."""
     from .weights import RS_OPTIONS  # (torch only when the option is used)
 
@@ -167,7 +169,7 @@ def parse_rs(options, thresholds) -> list[list]:
             raise _err("rollout_rs_threshold", f"invalid numeric threshold {s!r} for option {o}") from None
         if upper <= 0 or (lower is not None and lower <= 0):
             raise _err("rollout_rs_threshold", f"thresholds for option {o} must be positive, got {s!r}")
-        if lower is not None and lower > upper:
+        if order and lower is not None and lower > upper:  # (checked from verl 0.9.0)
             raise _err("rollout_rs_threshold", f"thresholds for option {o} must be lower <= upper, got {s!r}")
         if o.endswith("k1"):
             out.append([o, math.log(lower), math.log(upper)])
@@ -285,7 +287,7 @@ def _translate_07(v: dict, rc: dict, api: str) -> None:
 def translate(v: dict, cfg: dict) -> None:
     """Fill ``cfg["rollout_correction"]`` from the native values ``v`` (``advcli.rollout_corr_api``: the
     release whose keys and math they follow)."""
-    api = v.get(API, "0.8.0")
+    api = v.get(API, "0.9.0")
     _refuse_foreign(v, api)
     if api in ("none", "0.6.0"):
         rc = cfg.setdefault("rollout_correction", {})
@@ -317,7 +319,9 @@ def translate(v: dict, cfg: dict) -> None:
             else:
                 rc["is_upper"], rc["is_lower"] = parse_is_threshold(thr)
         if v[P + "rollout_rs"] is not None:
-            rc["rs"] = parse_rs(v[P + "rollout_rs"], v[P + "rollout_rs_threshold"])
+            rc["rs"] = parse_rs(v[P + "rollout_rs"], v[P + "rollout_rs_threshold"], order=api == "0.9.0")
+        if api == "0.8.0" and rc["is_upper"] is not None:  # compute_is_metrics @v0.8.0 L772-774
+            rc["is_metrics"] = "applied_rows"
     if v[P + "loss_type"] != "ppo_clip":  # read by bypass mode only: said in the run's warnings
         rc["ignored"] = [f"{P}loss_type={v[P + 'loss_type']} applies to bypass mode only (out of scope); "
                          "decoupled mode, which advcli recomputes, does not read it"]

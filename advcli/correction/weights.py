@@ -90,6 +90,7 @@ class CorrectionSpec:
     # veto and the mask mode zero the weights and the mask stays (``zero_weights``), the weights are computed
     # for the metrics only unless algorithm.rollout_is (``write_weights``), the metrics are named mismatch/*
     raw_metrics: bool = False
+    rows_applied: bool = False  # verl 0.8.0: seq_fraction_high/low of the applied weights' row means
     lower_metrics: float | None = None  # 0.6.0: rollout_is_threshold_lower in the metrics of truncate mode
     norm_all_rows: bool = False
     veto: float | None = None
@@ -364,7 +365,7 @@ def _is_rows(spec, layout, put, tok, msum, m, mb, raw, w, S, denom) -> None:
     put("q_max", "max", q)
     put("q_min", "min", q)
     put("q_dev", "max", (q - 1.0).abs())
-    qr = msum(raw) / denom
+    qr = q if spec.rows_applied else msum(raw) / denom  # compute_is_metrics @v0.8.0 L772-774: the applied ones
     put("q_high", "sum", (qr > u).to(dt))
     put("q_low", "sum", (qr < lo).to(dt))
     put("q_valid", "sum", torch.where(layout.count_per_row(mb) > 0, q, torch.zeros_like(q)))
@@ -758,7 +759,8 @@ def spec_from_config(section) -> CorrectionSpec | None:
     return CorrectionSpec(level=section.is_level, upper=None if upper is None else float(upper),
                           lower=None if lower is None else float(lower),
                           batch_normalize=bool(section.is_batch_normalize), rs=tuple(opts),
-                          raw_metrics=section.is_metrics == "raw", lower_metrics=None if lm is None else float(lm),
+                          raw_metrics=section.is_metrics == "raw", rows_applied=section.is_metrics == "applied_rows",
+                          lower_metrics=None if lm is None else float(lm),
                           norm_all_rows=section.norm_rows == "all",
                           veto=None if section.veto is None else float(section.veto),
                           veto_metrics=bool(section.veto_metrics), zero_weights=section.rejects == "weights",

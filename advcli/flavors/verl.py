@@ -284,7 +284,7 @@ RELEASES = (
                        "rollout_rs takes comma-separated divergence options (token_k1 ... seq_max_k3) with "
                        "rollout_rs_threshold per option; rollout_rs_threshold_lower and the veto are gone "
                        "(rollout_corr_helper.py @v0.7.1)"))),
-    Release("0.8.0", "2026-06-01", settings={"advcli.reinforce_holes": "reset"},
+    Release("0.8.0", "2026-06-01", settings={"advcli.reinforce_holes": "reset", _RC: "0.8.0"},
             note="verl 0.8.0: reinforce_plus_plus restarts its return at every mask=0 token", changes=(
                 Change("", ("advcli.group_var",), "grpo_vectorized's group variance in two passes, no 1e-6 floor "
                        "(groupwise.py group_mean_std @v0.8.0)"),
@@ -297,6 +297,9 @@ RELEASES = (
                        "(before, of the ratios before truncation, std and ESS clamped to [1/u, u]) "
                        "(rollout_corr_helper.py @v0.8.0)"))),
     Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b", changes=(
+        Change("", (_RC,), "rollout_is_seq_fraction_high/low count the rows whose mean raw ratio is out of bounds "
+               "(0.8.0: the applied weights' mean, which truncation keeps below the threshold); a k1 threshold "
+               "'lo_hi' with lo > hi is refused (rollout_corr_helper.py @v0.9.0)"),
         Change("#7300", ("advcli.reinforce_holes",),
                "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "
                "carried across them, 0 there) instead of restarting the return at each of them: multi-turn "

@@ -202,3 +202,21 @@ def test_cli_runs_a_0_6_1_setup(tmp_path, capsys):
 
     w = pq.read_table(str(tmp_path / "o.parquet")).column("rollout_is_weights").to_pylist()
     assert all(_close(g, e, 1e-5) for g, e in zip(w[2], EXPECTED["0.6.1/seqbn"]["weights"][2]))
+
+
+def test_0_8_0_counts_rows_on_the_applied_weights(tmp_path):
+    """compute_is_metrics @v0.8.0 takes rollout_is_seq_fraction_high/low from the truncated weights' row means
+    (never above the threshold), 0.9.0 from the raw ratios' (rollout_corr_helper.py @v0.9.0 L774-781). Sequence IS at
+    threshold 2: row 2's ratio 4.26 is a high row at 0.9.x only; row 4 (no valid token, mean 0) is low in both."""
+    src = _write(tmp_path / "in.parquet")
+    sets = {"algorithm.adv_estimator": "grpo", P + "rollout_is": "sequence", P + "rollout_is_threshold": 2.0}
+    _, old = run_table(src, tmp_path / "a.parquet", "verl@0.8.0", sets)
+    _, new = run_table(src, tmp_path / "b.parquet", "verl@0.9.1", sets)
+    assert old.metrics["rollout_corr/rollout_is_seq_fraction_high"] == 0.0
+    assert new.metrics["rollout_corr/rollout_is_seq_fraction_high"] == pytest.approx(0.2)
+    assert old.metrics["rollout_corr/rollout_is_seq_fraction_low"] == pytest.approx(0.2)
+    k1 = {"algorithm.adv_estimator": "grpo", P + "rollout_rs": "token_k1", P + "rollout_rs_threshold": "2.0_0.5"}
+    t, _ = run_table(src, tmp_path / "c.parquet", "verl@0.8.0", k1)  # lower > upper: 0.8.0 runs, every token out
+    assert all(x == 0 for r in t.column("response_mask_after_rs").to_pylist() for x in r)
+    with pytest.raises(AdvcliError, match="lower <= upper"):
+        run_table(src, tmp_path / "d.parquet", "verl@0.9.1", k1)

@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # trainer distribution -> its test module
-TESTS = {"verl": "test_conformance_verl.py", "trl": ("test_conformance_trl.py", "test_conformance_trl_old_rloo.py"),
+TESTS = {"verl": ("test_conformance_verl.py", "test_conformance_verl_rollout_correction.py"),
+         "trl": ("test_conformance_trl.py", "test_conformance_trl_old_rloo.py"),
          "openrlhf": "test_conformance_openrlhf.py", "skyrl": "test_conformance_skyrl.py",
          "areal": "test_conformance_areal.py"}
 # small modules the released code imports at call time (SkyRL's rloo logs through loguru)
@@ -88,9 +89,9 @@ def run_one(dist: str, version: str, timeout: int) -> tuple[str, str]:
         env = dict(os.environ, PYTHONPATH=ROOT, ADVCLI_SERVER="off")
         try:
             files = (TESTS[dist],) if isinstance(TESTS[dist], str) else TESTS[dist]
-            tests = [os.path.join(ROOT, "tests", "conformance", f) for f in files]
-            res = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], capture_output=True,
-                                 text=True, cwd=ROOT, env=env, timeout=timeout)
+            res = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                  *(os.path.join(ROOT, "tests", "conformance", f) for f in files)],
+                                 capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return "timed out", f"past {timeout} s"
         lines = res.stdout.strip().splitlines()

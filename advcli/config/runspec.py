@@ -175,7 +175,8 @@ class Correction:
     mode: str = key('off', '`off`; `auto`: run when the input has a rollout_log_probs column (verl: whenever the '
             'batch holds them); `on`: require it', ('off', 'auto', 'on'), kind='str')
     is_level: Any = key(None, 'IS weights: null (none), `token` exp(clamp(lr, ±20)), `sequence` exp(clamp(Σ lr·m, '
-            '±20)); lr = old_log_probs − rollout_log_probs', (None, 'token', 'sequence'))
+            '±20)), `geometric` exp(clamp(Σ lr·m/(Σm + 1e-8), ±20)) (verl 0.6.0); lr = old_log_probs − '
+            'rollout_log_probs', (None, 'token', 'sequence', 'geometric'))
     is_upper: float = key(2.0, "TIS: w = min(w, upper); with is_lower, IcePop's upper bound (null: no weights)",
             kind='float')
     is_lower: float | None = key(None, 'IcePop: weights outside [is_lower, is_upper] become 0 (null: TIS)',
@@ -195,6 +196,25 @@ class Correction:
             '(1−p)·log((1−p)/(1−q)); `tv` |p − q|; p = exp(rollout_log_probs), q = exp(old_log_probs), both '
             'clamped to [1e-6, 1 − 1e-6]', ('ratio', 'binary_kl', 'tv'), kind='str')
     gate_bounds: list = key([0.5, 5.0], '[low, high] on the gated statistic (inclusive)', kind='list')
+    is_metrics: str = key('applied', "the IS metrics: `applied` (of the weights as applied, the rows' fractions "
+            'high/low of the raw ratios: verl ≥ 0.9.0), `applied_rows` (those fractions too of the applied weights: '
+            'verl 0.8.0) or `raw` (of the ratios before truncation, std and ESS of them clamped to [lower, upper]: '
+            'verl 0.6.0-0.7.1)', ('applied', 'applied_rows', 'raw'), kind='str')
+    is_metrics_lower: float | None = key(None, "the metrics' lower threshold (null: is_lower, else 1/is_upper)",
+            kind='float')
+    norm_rows: str = key('valid', 'sequence-level batch normalisation: the mean over the rows with a mask=1 token '
+            '(`valid`) or over every row (`all`, verl 0.6.1)', ('valid', 'all'), kind='str')
+    veto: float | None = key(None, 'per-token veto (verl 0.6.0-0.7.0): a row with a mask=1 token whose log-ratio '
+            'is below log(veto) is rejected whole (null: off)', kind='float')
+    veto_metrics: bool = key(False, "report the veto's two metrics (0 when it is off; verl 0.6.0-0.7.0)",
+            kind='bool')
+    rejects: str = key('mask', 'what the veto (and the IcePop band) act on: `mask` (the veto rejects rows from '
+            'the mask the estimator sees) or `weights` (they zero the weights, the mask stays: verl 0.6.0)',
+            ('mask', 'weights'), kind='str')
+    write_weights: bool = key(True, 'write the IS weights (false: metrics only, verl 0.6.0 without '
+            'algorithm.rollout_is)', kind='bool')
+    metric_names: str = key('rollout_corr', "the metrics' prefix: `rollout_corr` or `mismatch` (verl 0.6.0: "
+            'mismatch/*, the off-policy figures as mismatch_*, no χ²)', ('rollout_corr', 'mismatch'), kind='str')
     ignored: tuple = ()  # flavor settings the correction does not model, reported as warnings (not a key)
     unused: tuple = ()  # (column role, why the flavor does not read it with the correction off): a warning
 

@@ -78,7 +78,8 @@ def plan_correction(plan, warnings: list[str]):
     cmap.require("rollout_log_probs", why + f"; this is the inference engine's ({batch}.rollout_log_probs)")
     cmap.require("old_log_probs", why + f"; this is the trainer's recompute ({batch}.old_log_probs)")
     names = plan.cmap.schema.names
-    if spec.weights:
+    writes = spec.weights and spec.write_weights
+    if writes:
         if cmap.has("rollout_is_weights") or OUTPUT_WEIGHTS in names:
             col = cmap.names.get("rollout_is_weights", OUTPUT_WEIGHTS)
             raise AdvcliError(f"{file}: the input already has a rollout_is_weights column ({col!r}), and "
@@ -92,9 +93,9 @@ def plan_correction(plan, warnings: list[str]):
                           hint="drop or rename that column")
     token_roles = list(dict.fromkeys(plan.token_roles + ["old_log_probs", "rollout_log_probs"]))
     verify_roles = [r for r in plan.verify_roles if r not in token_roles]
-    if "rollout_is_weights" in token_roles and spec.weights:
+    if "rollout_is_weights" in token_roles and writes:
         token_roles.remove("rollout_is_weights")
-    output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if spec.weights else []) + [OUTPUT_MASK]
+    output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if writes else []) + [OUTPUT_MASK]
     return dataclasses.replace(plan, correction=spec, token_roles=token_roles, verify_roles=verify_roles,
                                output_columns=output_columns)
 
@@ -105,7 +106,7 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
     coefficient acts in the loss only, so its estimator keeps the input mask."""
     out = rc.correct_chunk(state.spec, layout, mask, tok["old_log_probs"].to(plan.dtype),
                            tok["rollout_log_probs"].to(plan.dtype), metrics=False)
-    w = out.weights
+    w = out.weights if state.spec.write_weights else None
     if w is not None and state.factor_row is not None:
         f = state.factor_row[row0:row0 + layout.num_rows].to(w.device, w.dtype)
         w = w / layout.broadcast(f)
@@ -123,20 +124,36 @@ def explain_lines(correction: Correction) -> list[str]:
             if correction.mode == "auto" else "needs rollout_log_probs and old_log_probs")
     out = [f"     rollout corr.    {when}; lr = old_log_probs − rollout_log_probs, C = clamp ±20, S_i = Σ lr·m"]
     if spec.weights:
-        base = "exp(C(lr_t))·m_t" if spec.level == "token" else "exp(C(S_i))·m_t"
+        base = {"token": "exp(C(lr_t))·m_t", "sequence": "exp(C(S_i))·m_t",
+                "geometric": "exp(C(S_i/(Σm + 1e-8)))·m_t"}[spec.level]
         cut = (f"w if {spec.lower:g} ≤ w ≤ {spec.upper:g} else 0 (IcePop)" if spec.icepop
                else f"min(w, {spec.upper:g}) (TIS)")
         out.append(f"     IS weights       w = {base}, then {cut}"
                    + ("; ÷ the step mean" if spec.batch_normalize else "") + "; not zeroed at rejected tokens")
     for o in spec.rs:
+        if o.kind == "ratio":  # verl 0.6.1-0.7.0
+            r = {"token": "exp(C(lr_t))", "sum": "exp(C(S_i))", "mean": "exp(C(S_i/(Σm + 1e-8)))"}[o.agg]
+            out.append(f"     reject {o.name:<11} keep where {o.lo:.6g} ≤ {r} ≤ {o.hi:.6g}")
+            continue
         stat = {"token": f"{o.kind} per token", "sum": f"Σ_t {o.kind}·m", "mean": f"Σ {o.kind}·m/(Σm + 1e-8)",
                 "max": f"max {o.kind} over m=1"}[o.agg]
         lo = f"{o.lo:.6g} ≤ " if o.lo is not None else ""
         out.append(f"     reject {o.name:<11} keep where {lo}{stat} ≤ {o.hi:.6g}")
-    if spec.rs:
+    if spec.veto is not None:
+        out.append(f"     veto             a row with a mask=1 token where lr < log({spec.veto:g}) "
+                   + ("gets weight 0" if spec.zero_weights else "is rejected whole"))
+    if spec.raw_metrics:
+        out.append("     metrics          of the ratios before truncation (std, ESS: clamped to "
+                   f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*")
+    if any(o.kind != "ratio" for o in spec.rs):
         out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); "
                    "all options must pass)")
-    out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
+    if spec.zero_weights:
+        out.append("     mask             unchanged (verl 0.6.0): the estimator sees m"
+                   + ("" if spec.write_weights else "; the weights feed the metrics only (algorithm.rollout_is "
+                                                     "false)"))
+    else:
+        out.append("     mask             the estimator sees m' = m · Π keep (written as response_mask_after_rs)")
     return out
 
 

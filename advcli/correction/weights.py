@@ -38,6 +38,8 @@ from ..ops.ragged import Ragged
 SAFETY_BOUND = 20.0  # rollout_corr_helper.py L75
 RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
               "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")  # L77-89
+# verl 0.6.1-0.7.0's rollout_rs levels (ratio bounds; rollout_corr_helper.py @v0.7.0 L120-127) -> aggregation
+LEGACY_RS = {"token": "token", "sequence": "sum", "geometric": "mean"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,21 @@ class CorrectionSpec:
     batch_normalize: bool = False
     rs: tuple[RSOption, ...] = ()
     gate: Gate | None = None  # OpenRLHF's coefficient instead of verl's weights and rejection
+    # verl before 0.8.0 (see :func:`_legacy_is_rows`): the IS metrics of the weights before truncation, std and
+    # ESS on them clamped to [metric_lower, upper] (0.6.0-0.7.1); the sequence batch mean over every row, an
+    # empty row's 0 included (0.6.1); the per-token veto (0.6.0-0.7.0: a row with a mask=1 token whose log-ratio
+    # is below log(veto) is rejected; its two metrics, 0 when off, from 0.6.1); 0.6.0's mismatch_helper: the
+    # veto and the mask mode zero the weights and the mask stays (``zero_weights``), the weights are computed
+    # for the metrics only unless algorithm.rollout_is (``write_weights``), the metrics are named mismatch/*
+    raw_metrics: bool = False
+    rows_applied: bool = False  # verl 0.8.0: seq_fraction_high/low of the applied weights' row means
+    lower_metrics: float | None = None  # 0.6.0: rollout_is_threshold_lower in the metrics of truncate mode
+    norm_all_rows: bool = False
+    veto: float | None = None
+    veto_metrics: bool = False
+    zero_weights: bool = False
+    write_weights: bool = True
+    names: str = "rollout_corr"
 
     @property
     def weights(self) -> bool:
@@ -90,7 +107,7 @@ class CorrectionSpec:
     def histogram(self) -> bool:
         """verl's weights lie in [0, upper]: the report's exact histogram of them (OpenRLHF's mask mode
         keeps unbounded ratios: none)."""
-        return self.gate is None and self.weights
+        return self.gate is None and self.weights and self.write_weights
 
     @property
     def corrects_mask(self) -> bool:
@@ -104,6 +121,8 @@ class CorrectionSpec:
     @property
     def metric_lower(self) -> float:
         """The lower threshold of the IS metrics: 1/upper for TIS, lower for IcePop (L700-702)."""
+        if self.lower_metrics is not None:
+            return self.lower_metrics
         return 1.0 / self.upper if self.lower is None else self.lower
 
 
@@ -165,21 +184,34 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
     # ------------------------------------------------------------------ IS weights (L568-603)
     weights = None
     if spec.weights:
+        stat = S / denom if spec.level == "geometric" else S  # geometric: verl 0.6.0's masked mean log-ratio
         if spec.level == "token":
             raw = torch.exp(_clamp(lr)) * m
         else:
-            raw = layout.broadcast(torch.exp(_clamp(S))) * m
+            raw = layout.broadcast(torch.exp(_clamp(stat))) * m
         if spec.icepop:
             weights = torch.where((raw >= spec.lower) & (raw <= spec.upper), raw, torch.zeros_like(raw))
         else:
             weights = raw.clamp(max=spec.upper)
-        if metrics:
+        if metrics and spec.raw_metrics:
+            _legacy_ratio_rows("L:is:", spec.level, layout, put, tok, msum, mb, raw, stat, spec.upper,
+                               spec.metric_lower, denom, token_fractions=spec.level == "geometric")
+            _norm_rows(layout, put, tok, msum, mb, weights, denom)
+            if spec.icepop and spec.zero_weights:  # 0.6.0 mask mode: the band's rejections (weights only)
+                out_band = 1 - ((raw >= spec.lower) & (raw <= spec.upper)).to(dt)
+                r_row = torch.exp(_clamp(stat))
+                rej_row = None if spec.level == "token" else ~((r_row >= spec.lower) & (r_row <= spec.upper))
+                _rejected_rows("L:ism:", layout, put, tok, mb, out_band, rej_row)
+        elif metrics:
             _is_rows(spec, layout, put, tok, msum, m, mb, raw, weights, S, denom)
     # ------------------------------------------------------------------- rejection (L259-406)
     keep_all = torch.ones_like(m)
     if spec.rs:
         div = divergences(lr)
         for opt in spec.rs:
+            if opt.kind == "ratio":  # verl 0.6.1-0.7.0's rollout_rs token/sequence/geometric (ratio bounds)
+                keep_all = keep_all * _legacy_rs(opt, layout, put, tok, msum, mb, lr, S, denom, metrics)
+                continue
             k = div[opt.kind]
             if opt.agg == "token":
                 stat = k
@@ -204,8 +236,21 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
             keep_all = keep_all * keep_f
             if metrics:
                 _rs_rows(opt, layout, put, tok, msum, m, mb, stat, seq, keep_f, n, valid_row)
-        tok("rs_rejected", 1 - keep_all)
-        put("rs_rows_hit", "sum", (layout.count_per_row(mb & (keep_all <= 0.5)) > 0).to(dt))
+        if metrics and not any(o.kind == "ratio" for o in spec.rs):
+            tok("rs_rejected", 1 - keep_all)
+            put("rs_rows_hit", "sum", (layout.count_per_row(mb & (keep_all <= 0.5)) > 0).to(dt))
+    # ------------------------------------------------- the per-token veto (verl 0.6.0-0.7.0)
+    if spec.veto is not None:
+        log_v = float(torch.log(torch.tensor(spec.veto, dtype=torch.float32)))  # torch.log(torch.tensor(v))
+        cat = mb & (lr < log_v)  # the unclamped log-ratio
+        vetoed = layout.count_per_row(cat) > 0
+        keep_v = layout.broadcast(~vetoed).to(dt)
+        if spec.zero_weights:  # 0.6.0: the weights of a vetoed row are 0, the mask stays
+            weights = weights * keep_v if weights is not None else None
+        else:
+            keep_all = keep_all * keep_v
+        tok("veto_tok", cat.to(dt))
+        put("veto_rows", "sum", vetoed.to(dt))
     # ------------------------------------------------------------------ off-policy (L904-1010)
     if metrics:
         mean_old = msum(old_lp) / denom
@@ -320,12 +365,121 @@ def _is_rows(spec, layout, put, tok, msum, m, mb, raw, w, S, denom) -> None:
     put("q_max", "max", q)
     put("q_min", "min", q)
     put("q_dev", "max", (q - 1.0).abs())
-    qr = msum(raw) / denom
+    qr = q if spec.rows_applied else msum(raw) / denom  # compute_is_metrics @v0.8.0 L772-774: the applied ones
     put("q_high", "sum", (qr > u).to(dt))
     put("q_low", "sum", (qr < lo).to(dt))
     put("q_valid", "sum", torch.where(layout.count_per_row(mb) > 0, q, torch.zeros_like(q)))
     if spec.icepop:
         tok("oob", ((raw < spec.lower) | (raw > spec.upper)).to(dt))
+
+
+def _legacy_ratio_rows(p, level, layout, put, tok, msum, mb, raw, stat, u, lo, denom,
+                       token_fractions: bool = False) -> None:
+    """Per-row partials of verl's ratio metrics before 0.8.0 (``compute_is_metrics`` in rollout_corr_helper.py
+    @v0.6.1-v0.7.1 and mismatch_helper.py @v0.6.0, ``compute_rs_metrics`` @v0.6.1-v0.7.0): on the ratios
+    ``raw`` before any truncation or band (masked by the metrics), std and ESS on raw clamped to [lo, u];
+    ``stat`` the row's log-ratio (sum, or the masked mean for geometric) at the sequence levels."""
+    dt = raw.dtype
+    tok(p + "w", raw)
+    if level == "token":
+        tok(p + "hi", (raw > u).to(dt))
+        tok(p + "lo", (raw < lo).to(dt))
+        put(p + "max", "max", layout.row_reduce(torch.where(mb, raw, torch.full_like(raw, -math.inf)), "max"))
+        put(p + "min", "min", layout.row_reduce(torch.where(mb, raw, torch.full_like(raw, math.inf)), "min"))
+    else:  # log space on the row statistic of every row; the thresholds' logs in float32 as verl's torch.log
+        log_u = torch.log(torch.tensor(u, dtype=torch.float32)).to(dt)
+        log_lo = torch.log(torch.tensor(lo, dtype=torch.float32)).to(dt)
+        put(p + "Lmax", "max", stat)
+        put(p + "Lmin", "min", stat)
+        if token_fractions:  # 0.6.0's geometric level: the row flags stand on each of its tokens
+            tok(p + "hi", layout.broadcast((stat > log_u).to(dt)))
+            tok(p + "lo", layout.broadcast((stat < log_lo).to(dt)))
+        else:
+            put(p + "hi", "sum", (stat > log_u).to(dt))
+            put(p + "lo", "sum", (stat < log_lo).to(dt))
+    wc = raw.clamp(min=lo, max=u)
+    tok(p + "wc", wc)
+    tok(p + "wc2", wc.square())
+    q = msum(raw) / denom
+    put(p + "q", "sum", q)
+    put(p + "q2", "sum", q.square())
+    put(p + "q_max", "max", q)
+    put(p + "q_min", "min", q)
+    put(p + "q_dev", "max", (q - 1.0).abs())
+    put(p + "q_high", "sum", (q > u).to(dt))
+    put(p + "q_low", "sum", (q < lo).to(dt))
+
+
+def _norm_rows(layout, put, tok, msum, mb, w, denom) -> None:
+    """The batch-normalisation sums of the (truncated) weights next to the legacy metrics."""
+    tok("w", w)
+    q = msum(w) / denom
+    put("q_valid", "sum", torch.where(layout.count_per_row(mb) > 0, q, torch.zeros_like(q)))
+    put("q_all", "sum", q)
+
+
+def _rejected_rows(p, layout, put, tok, mb, rej_tok, rej_row=None) -> None:
+    """verl's masked fractions before 0.8.0: mmean(1 − mask) and the share of rows rejected: at the token
+    level a row with a rejected mask=1 token, at the sequence levels the row's own verdict ``rej_row``
+    (``1 − mask[:, 0]``: an empty row counts with its statistic's verdict)."""
+    dt = rej_tok.dtype
+    tok(p + "tok", rej_tok)
+    if rej_row is None:
+        rej_row = layout.count_per_row(mb & (rej_tok > 0.5)) > 0
+    put(p + "rows", "sum", rej_row.to(dt))
+
+
+def _legacy_rs(opt, layout, put, tok, msum, mb, lr, S, denom, metrics: bool) -> torch.Tensor:
+    """verl 0.6.1-0.7.0's rejection (``compute_rollout_rejection_mask`` in rollout_corr_helper.py @v0.7.0
+    L82-193): the ratio r = exp(C(lr)) per token (``token``), exp(C(S_i)) (``sequence``) or exp(C(S_i/(Σm +
+    1e-8))) (``geometric``); kept iff lo ≤ r ≤ hi (lo: rollout_rs_threshold_lower, else 1/hi). The keep
+    factor per token (the working dtype)."""
+    dt = lr.dtype
+    if opt.agg == "token":
+        stat = None
+        r = torch.exp(_clamp(lr))
+        keep = (r >= opt.lo) & (r <= opt.hi)
+        rej_row = None
+    else:
+        stat = S if opt.agg == "sum" else S / denom
+        r_row = torch.exp(_clamp(stat))
+        keep_row = (r_row >= opt.lo) & (r_row <= opt.hi)
+        keep = layout.broadcast(keep_row)
+        r = layout.broadcast(r_row)
+        rej_row = ~keep_row
+    if metrics:
+        level = "token" if opt.agg == "token" else "sequence"
+        _legacy_ratio_rows("L:rs:", level, layout, put, tok, msum, mb, r, stat, opt.hi, opt.lo, denom)
+        _rejected_rows("L:rsm:", layout, put, tok, mb, 1 - keep.to(dt), rej_row)
+    return keep.to(dt)
+
+
+def _legacy_ratio_metrics(g, p: str, name: str, level: str, N: float, R: float, u: float, lo: float,
+                          dtype, token_fractions: bool = False) -> dict:
+    """The figures of :func:`_legacy_ratio_rows` under verl's names (``name`` rollout_is or rollout_rs)."""
+    out = {f"{name}_mean": _mmean(g(p + "w"), N)}
+    if level == "token":
+        out[f"{name}_max"], out[f"{name}_min"] = g(p + "max"), g(p + "min")
+    else:
+        out[f"{name}_max"] = math.exp(min(g(p + "Lmax"), SAFETY_BOUND))
+        out[f"{name}_min"] = math.exp(g(p + "Lmin"))
+    if level == "token" or token_fractions:
+        out[f"{name}_ratio_fraction_high"] = _mmean(g(p + "hi"), N)
+        out[f"{name}_ratio_fraction_low"] = _mmean(g(p + "lo"), N)
+    else:
+        out[f"{name}_ratio_fraction_high"] = g(p + "hi") / R
+        out[f"{name}_ratio_fraction_low"] = g(p + "lo") / R
+    mc = _mmean(g(p + "wc"), N)
+    out[f"{name}_std"] = _std_of_means(mc, _mmean(g(p + "wc2"), N), dtype) if N > 1 else 0.0
+    ess = _mmean(g(p + "wc2"), N) / (mc + 1e-8) ** 2
+    out[f"{name}_eff_sample_size"] = 1.0 / ess if ess > 0 else None
+    out[f"{name}_seq_mean"] = g(p + "q") / R
+    out[f"{name}_seq_std"] = _std_unbiased(g(p + "q"), g(p + "q2"), R)
+    out[f"{name}_seq_max"], out[f"{name}_seq_min"] = g(p + "q_max"), g(p + "q_min")
+    out[f"{name}_seq_max_deviation"] = g(p + "q_dev")
+    out[f"{name}_seq_fraction_high"] = g(p + "q_high") / R
+    out[f"{name}_seq_fraction_low"] = g(p + "q_low") / R
+    return out
 
 
 def _rs_rows(opt, layout, put, tok, msum, m, mb, stat, seq, keep_f, n, valid_row) -> None:
@@ -396,6 +550,8 @@ def norm_factors(spec: CorrectionSpec, sums: MetricSums) -> list[float | None]:
     for s in range(sums.S):
         if spec.level == "token":
             mu = sums.get("w", s) / (sums.get("n", s) + 1e-8)
+        elif spec.norm_all_rows:  # verl 0.6.1: the mean of every row's mean weight (rollout_corr_helper.py L416)
+            mu = sums.get("q_all", s) / sums.get("rows", s)
         else:
             mu = sums.get("q_valid", s) / max(sums.get("valid_rows", s), 1e-8)
         out.append(mu if mu > 1e-8 else None)
@@ -459,7 +615,15 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
                 "is_filter_ratio": g("g_filtered") / (g("rows") if spec.gate.level == "seq" else g("n"))}
     N, R, V = g("n"), g("rows"), g("valid_rows")
     out: dict[str, float] = {}
-    if spec.weights:
+    if spec.weights and spec.raw_metrics:
+        out.update(_legacy_ratio_metrics(g, "L:is:", "rollout_is", spec.level, N, R, spec.upper, spec.metric_lower,
+                                         dtype, token_fractions=spec.level == "geometric"))
+        if spec.icepop and spec.zero_weights:
+            out["rollout_is_masked_fraction"] = _mmean(g("L:ism:tok"), N)
+            out["rollout_is_seq_masked_fraction"] = g("L:ism:rows") / R
+        if spec.batch_normalize:
+            out["rollout_is_batch_norm_factor"] = 1.0 if factor is None else factor
+    elif spec.weights:
         out["rollout_is_mean"] = _mmean(g("w"), N)
         if spec.level == "token":
             out["rollout_is_max"], out["rollout_is_min"] = g("w_max"), g("w_min")
@@ -488,6 +652,12 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
         if spec.batch_normalize:
             out["rollout_is_batch_norm_factor"] = 1.0 if factor is None else factor
     for opt in spec.rs:
+        if opt.kind == "ratio":  # verl 0.6.1-0.7.0: one option, its figures named rollout_rs_*
+            out.update(_legacy_ratio_metrics(g, "L:rs:", "rollout_rs", "token" if opt.agg == "token" else
+                                             "sequence", N, R, opt.hi, opt.lo, dtype))
+            out["rollout_rs_masked_fraction"] = _mmean(g("L:rsm:tok"), N)
+            out["rollout_rs_seq_masked_fraction"] = g("L:rsm:rows") / R
+            continue
         p, k = f"rs:{opt.name}:", f"rollout_rs_{opt.name}"
         seq_level = opt.agg != "token"
         out[f"{k}_mean"] = _mmean(g(p + "sum"), N)
@@ -512,7 +682,10 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
             out[f"{k}_seq_fraction_low"] = g(p + "s_low") / V
         out[f"{k}_masked_fraction"] = _mmean(g(p + "rej"), N)
         out[f"{k}_seq_masked_fraction"] = g(p + "rej_rows") / V
-    if spec.rs:
+    if spec.veto_metrics:  # 0 when the veto is off (rollout_corr_helper.py @v0.7.0 L656-680)
+        out["rollout_is_veto_fraction"] = g("veto_rows") / R if spec.veto is not None else 0.0
+        out["rollout_is_catastrophic_token_fraction"] = _mmean(g("veto_tok"), N) if spec.veto is not None else 0.0
+    if spec.rs and spec.rs[0].kind != "ratio":
         out["rollout_rs_masked_fraction"] = _mmean(g("rs_rejected"), N)
         out["rollout_rs_seq_masked_fraction"] = g("rs_rows_hit") / R
     out["training_ppl"] = g("train_ppl") / R
@@ -527,7 +700,16 @@ def step_metrics(spec: CorrectionSpec, sums: MetricSums, s: int, factor: float |
     out["ppl_ratio"] = g("ppl_ratio") / R
     out["chi2_token"] = _mmean(g("chi2_tok"), N) - 1.0
     out["chi2_seq"] = g("chi2_seq") / R - 1.0
-    return {f"rollout_corr/{k}": v for k, v in out.items()}
+    if spec.names == "mismatch":  # verl 0.6.0 (mismatch_helper.py compute_mismatch_metrics): no χ², mismatch_*
+        for k in _OFFPOLICY:
+            v = out.pop(k)
+            if not k.startswith("chi2"):
+                out["mismatch_" + k] = v
+    return {f"{spec.names}/{k}": v for k, v in out.items()}
+
+
+_OFFPOLICY = ("training_ppl", "training_log_ppl", "kl", "k3_kl", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff",
+              "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq")
 
 
 def spec_from_config(section) -> CorrectionSpec | None:
@@ -540,6 +722,13 @@ def spec_from_config(section) -> CorrectionSpec | None:
         return None
     opts = []
     for entry in section.rs or []:
+        if isinstance(entry, (list, tuple)) and len(entry) == 3 and entry[0] in LEGACY_RS:
+            name, lo, hi = entry  # verl 0.6.1-0.7.0: bounds on the ratio
+            if lo is None or hi is None:
+                raise AdvcliError(f"key rollout_correction.rs: option {name} (verl 0.6.1-0.7.0) needs both ratio "
+                                  "bounds")
+            opts.append(RSOption(name, "ratio", LEGACY_RS[name], float(lo), float(hi)))
+            continue
         if not isinstance(entry, (list, tuple)) or len(entry) != 3 or entry[0] not in RS_OPTIONS:
             raise AdvcliError(f"key rollout_correction.rs: entry {entry!r} is not [name, lo, hi] with name one of "
                               f"{', '.join(RS_OPTIONS)}")
@@ -563,6 +752,16 @@ def spec_from_config(section) -> CorrectionSpec | None:
             raise AdvcliError("key rollout_correction.gate_mode=clip needs gate_level=token and gate_stat=ratio "
                               "(only the token ratio is a weight that can be clamped)")
         return CorrectionSpec(gate=gate)
+    if any(o.kind == "ratio" for o in opts) and len(opts) > 1:
+        raise AdvcliError("key rollout_correction.rs: verl 0.6.1-0.7.0's options (token, sequence, geometric) "
+                          "take one entry, alone")
+    lm = section.is_metrics_lower
     return CorrectionSpec(level=section.is_level, upper=None if upper is None else float(upper),
                           lower=None if lower is None else float(lower),
-                          batch_normalize=bool(section.is_batch_normalize), rs=tuple(opts))
+                          batch_normalize=bool(section.is_batch_normalize), rs=tuple(opts),
+                          raw_metrics=section.is_metrics == "raw", rows_applied=section.is_metrics == "applied_rows",
+                          lower_metrics=None if lm is None else float(lm),
+                          norm_all_rows=section.norm_rows == "all",
+                          veto=None if section.veto is None else float(section.veto),
+                          veto_metrics=bool(section.veto_metrics), zero_weights=section.rejects == "weights",
+                          write_weights=bool(section.write_weights), names=section.metric_names)

@@ -177,9 +177,12 @@ RELEASES = (
                      A + "loss_reduction": (("token_mean", "sequence_mean", "seq_mean_token_sum_norm"),
                                             f"{_V010}'s validate_cfg (train/utils/utils.py) refuses it"),
                      "generator.step_wise_trajectories": ((False,), f"{_V010}'s step-wise path (trainer.py "
-                                                          "compute_advantages_and_returns) runs the estimator with the "
-                                                          "last steps' own response masks and leaves the advantages "
-                                                          "unmasked; advcli reproduces 0.2.0's, not this one")}),
+                                                          "compute_advantages_and_returns @skyrl-v0.1.0 L784-815) "
+                                                          "copies the last step's whole padded advantage row to "
+                                                          "each turn, column by column (turn token t gets the last "
+                                                          "step's value at t: 0 from the last step's length on), "
+                                                          "unmasked; advcli reproduces 0.2.0's path (each turn's "
+                                                          "own mask), not this one")}),
     Release("0.2.0", "2026-04-22", aliases=("0.3.0",),
             note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572", changes=(
                 Change("", (A + "advantage_estimator",), "maxrl: (s − μ)/(μ + 1e-6) (ppo_utils.py "

@@ -175,10 +175,10 @@ K02 = K01 + ("low_var_kl",)
 K040 = K02 + ("k1", "k2", "k3")
 
 
-def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = False, correction: bool = False) -> dict:
+def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = False) -> dict:
     """What verl at ``tag`` runs: its estimators and KL estimators; ``old_config``: no
-    algorithm.norm_adv_by_std_in_grpo / use_kl_in_reward yet (0.1-0.3); ``correction``: algorithm.rollout_correction
-    as advcli reads it is not there (before 0.8.0)."""
+    algorithm.norm_adv_by_std_in_grpo / use_kl_in_reward yet (0.1-0.3). (The rollout correction's keys of each
+    release are checked by ``correction.verl_keys.translate`` after ``advcli.rollout_corr_api``.)"""
     out = {"algorithm.adv_estimator": (estimators, f"verl {tag}'s {_CODE} @v{tag} have no such estimator, so the "
                                                     "trainer itself would not run it"),
            "algorithm.kl_penalty": (kls, f"verl {tag}'s kl_penalty (core_algos.py @v{tag}) raises "
@@ -189,15 +189,12 @@ def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = Fals
         out["algorithm.use_kl_in_reward"] = ((False,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): the "
                                                        "KL goes in the reward " + ("always" if tag == "0.1" else
                                                        "unless actor_rollout_ref.actor.use_kl_loss is true"))
-    if correction:
-        for k, default in (("rollout_is", None), ("rollout_rs", None), ("bypass_mode", False)):
-            out[rollout_correction.P + k] = ((default,), f"advcli reproduces verl's rollout correction from 0.8.0 "
-                                                         f"(verl/trainer/ppo/rollout_corr_helper.py); verl {tag}'s "
-                                                         "keys and math differ")
     return out
 
 
 _OLD_KL = {"advcli.kl_in_reward_when": "no_kl_loss", "advcli.k3_input_clamp": False}
+_RC = rollout_correction.API
+_NO_RC = {_RC: "none"}  # no rollout correction before 0.6.0
 # verl 0.1-0.3's critic left its values at the padding positions after a shorter response unmasked, and gae
 # read the first of them as the bootstrap of the response's last token (as read in workers/critic/dp_critic.py and
 # core_algos.compute_gae_advantage_return at v0.3.0.post1); a dump carries no value past the response
@@ -205,14 +202,14 @@ _PAD_VALUE = ("; gae there bootstraps a response's last token with the critic's 
               "after it, which a dump does not carry: advcli takes 0, so gae can differ on shorter responses")
 RELEASES = (
     Release("0.1", "2024-12-11", note="verl 0.1: gae only, the KL always in the reward (kl, abs, mse)" + _PAD_VALUE,
-            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", "advcli.kl_in_reward_when":
-                      "always", "advcli.k3_input_clamp": False},
-            accepts=_accepts("0.1", E01, K01, old_config=True, correction=True)),
+            settings={**_NO_RC, "advcli.gae_holes": "step", "advcli.reinforce_holes": "reset",
+                      "advcli.kl_in_reward_when": "always", "advcli.k3_input_clamp": False},
+            accepts=_accepts("0.1", E01, K01, old_config=True)),
     Release("0.2", "2025-02-15", aliases=("0.2.0.post1", "0.2.0.post2"),
             note="verl 0.2: gae, grpo, reinforce_plus_plus, remax; the KL in the reward unless the actor's KL loss "
                  "(its GRPO examples turn it on: --set actor_rollout_ref.actor.use_kl_loss=true)" + _PAD_VALUE,
-            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
-            accepts=_accepts("0.2", E02, K02, old_config=True, correction=True), changes=(
+            settings={**_NO_RC, "advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
+            accepts=_accepts("0.2", E02, K02, old_config=True), changes=(
                 Change("", ("algorithm.adv_estimator",), "grpo (group mean and unbiased std of the row sums, "
                        "(s−μ)/(σ+1e-6), a group of one: s/(1+1e-6)), reinforce_plus_plus and remax join gae"),
                 Change("", ("algorithm.kl_penalty",), "low_var_kl (k3, the estimate clamped to ±10, no clamp of "
@@ -221,12 +218,13 @@ RELEASES = (
                        "the KL goes in the reward only when actor_rollout_ref.actor.use_kl_loss is false "
                        "(ray_trainer.fit @v0.2)"))),
     Release("0.3.0.post0", "2025-03-30", aliases=("0.3.0.post1",), note="verl 0.3: rloo joins" + _PAD_VALUE,
-            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
-            accepts=_accepts("0.3.0.post0", E03, K02, old_config=True, correction=True), changes=(
+            settings={**_NO_RC, "advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", **_OLD_KL},
+            accepts=_accepts("0.3.0.post0", E03, K02, old_config=True), changes=(
                 Change("", ("algorithm.adv_estimator",), "rloo (s·n/(n−1) − μ·n/(n−1); a group of one keeps s)"),)),
     Release("0.4.0", "2025-06-09", note="verl 0.4.0: algorithm.use_kl_in_reward and norm_adv_by_std_in_grpo",
-            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset", "advcli.k3_input_clamp": False},
-            accepts=_accepts("0.4.0", E040, K040, correction=True), changes=(
+            settings={**_NO_RC, "advcli.gae_holes": "step", "advcli.reinforce_holes": "reset",
+                      "advcli.k3_input_clamp": False},
+            accepts=_accepts("0.4.0", E040, K040), changes=(
                 Change("", ("algorithm.use_kl_in_reward", "advcli.kl_in_reward_when"),
                        "the KL goes in the reward only with algorithm.use_kl_in_reward=true (default false): a run "
                        "without the actor's KL loss no longer gets β·KL subtracted by default"),
@@ -235,32 +233,58 @@ RELEASES = (
                 Change("", ("algorithm.adv_estimator",), "grpo_passk, reinforce_plus_plus_baseline, opo"),
                 Change("", ("algorithm.kl_penalty",), "k1, k2, k3 name kl, mse, low_var_kl"))),
     Release("0.4.1", "2025-06-27", note="verl 0.4.1: low_var_kl clamps ref − logp to ±20 first",
-            settings={"advcli.gae_holes": "step", "advcli.reinforce_holes": "reset"},
-            accepts=_accepts("0.4.1", E040, K040, correction=True), changes=(
+            settings={**_NO_RC, "advcli.gae_holes": "step", "advcli.reinforce_holes": "reset"},
+            accepts=_accepts("0.4.1", E040, K040), changes=(
                 Change("", ("advcli.k3_input_clamp",), "low_var_kl/k3 clamps ref − logp to ±20 before the estimate "
                        "(core_algos.py kl_penalty @v0.4.1); the estimate is clamped to ±10 either way, so only an "
                        "infinite log-ratio (logp = −inf) differs: 10 instead of NaN"),)),
     Release("0.5.0", "2025-07-23", note="verl 0.5.0: gae skips mask=0 tokens; gpg",
-            settings={"advcli.reinforce_holes": "reset"},
-            accepts=_accepts("0.5.0", E050, K040, correction=True), changes=(
+            settings={**_NO_RC, "advcli.reinforce_holes": "reset"},
+            accepts=_accepts("0.5.0", E050, K040), changes=(
                 Change("", ("advcli.gae_holes",), "gae jumps over mask=0 tokens (the next trained token's value and "
                        "advantage carried across them) instead of stepping through every position: multi-turn "
                        "responses get other advantages"),
                 Change("", ("algorithm.adv_estimator",), "gpg"))),
-    Release("0.6.0", "2025-10-16", aliases=("0.6.1", "0.7.0"),
-            note="verl 0.6.0-0.7.0: grpo_vectorized (one-pass group variance) and rloo_vectorized",
-            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass"},
-            accepts=_accepts("0.6.0", E060, K040, correction=True), changes=(
+    Release("0.6.0", "2025-10-16",
+            note="verl 0.6.0: grpo_vectorized (one-pass group variance) and rloo_vectorized; the rollout IS weights "
+                 "(algorithm.rollout_is_*, mismatch_helper.py)",
+            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass", _RC: "0.6.0"},
+            accepts=_accepts("0.6.0", E060, K040), changes=(
                 Change("", ("algorithm.adv_estimator", "advcli.group_var"),
                        "grpo_vectorized (group_mean_std: one-pass variance (Σs² − (Σs)²/n)/max(n−1,1), "
-                       "σ = sqrt(max(var, 1e-6))) and rloo_vectorized"),)),
-    Release("0.7.1", "2026-03-16", note="verl 0.7.1: gdpo",
-            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass"},
-            accepts=_accepts("0.7.1", E071, K040, correction=True), changes=(
+                       "σ = sqrt(max(var, 1e-6))) and rloo_vectorized"),
+                Change("", ("algorithm.rollout_is_threshold", "algorithm.rollout_is", _RC),
+                       "rollout IS weights (mismatch_helper.py compute_rollout_importance_weights @v0.6.0): with "
+                       "algorithm.rollout_is_threshold set, the level's ratio (token, sequence, geometric) truncated "
+                       "or masked to [lower, upper], 0 on a row with a token below rollout_is_veto_threshold (1e-4 "
+                       "by default); the mask is unchanged; mismatch/* metrics; the weights reach the loss with "
+                       "algorithm.rollout_is=true"))),
+    Release("0.6.1", "2025-11-14", note="verl 0.6.1: the algorithm.rollout_correction section (IS weights, "
+            "rejection by a ratio level, the per-token veto)",
+            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass", _RC: "0.6.1"},
+            accepts=_accepts("0.6.1", E060, K040), changes=(
+                Change("", ("algorithm.rollout_correction.rollout_is", "algorithm.rollout_correction.rollout_rs",
+                            "algorithm.rollout_correction.rollout_token_veto_threshold", _RC),
+                       "algorithm.rollout_correction (rollout_corr_helper.py @v0.6.1) replaces algorithm.rollout_is_*: "
+                       "TIS weights (token, sequence), rejection sampling by a ratio level (token, sequence, "
+                       "geometric) and the veto change the mask the estimator sees; rollout_corr/* metrics"),)),
+    Release("0.7.0", "2026-01-05", note="verl 0.7.0: the sequence batch normalisation averages the non-empty rows",
+            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass", _RC: "0.7.0"},
+            accepts=_accepts("0.7.0", E060, K040), changes=(
+                Change("", ("algorithm.rollout_correction.rollout_is_batch_normalize", _RC),
+                       "the sequence-level batch mean counts the rows with a mask=1 token only (0.6.1: every row, "
+                       "an empty row's 0 included)"),)),
+    Release("0.7.1", "2026-03-16", note="verl 0.7.1: gdpo; rollout_rs takes divergence options",
+            settings={"advcli.reinforce_holes": "reset", "advcli.group_var": "one_pass", _RC: "0.7.1"},
+            accepts=_accepts("0.7.1", E071, K040), changes=(
                 Change("", ("algorithm.adv_estimator", "algorithm.gdpo_reward_keys"),
                        "gdpo (optimal_token_baseline is registered but its compute_advantage call lacks "
-                       "old_log_probs: the trainer fails on it, so it is refused here)"),)),
-    Release("0.8.0", "2026-06-01", settings={"advcli.reinforce_holes": "reset"},
+                       "old_log_probs: the trainer fails on it, so it is refused here)"),
+                Change("", ("algorithm.rollout_correction.rollout_rs", _RC),
+                       "rollout_rs takes comma-separated divergence options (token_k1 ... seq_max_k3) with "
+                       "rollout_rs_threshold per option; rollout_rs_threshold_lower and the veto are gone "
+                       "(rollout_corr_helper.py @v0.7.1)"))),
+    Release("0.8.0", "2026-06-01", settings={"advcli.reinforce_holes": "reset", _RC: "0.8.0"},
             note="verl 0.8.0: reinforce_plus_plus restarts its return at every mask=0 token", changes=(
                 Change("", ("advcli.group_var",), "grpo_vectorized's group variance in two passes, no 1e-6 floor "
                        "(groupwise.py group_mean_std @v0.8.0)"),
@@ -268,10 +292,14 @@ RELEASES = (
                        "(the trainer passes old_log_probs)"),
                 Change("", ("algorithm.kl_penalty",), "a trailing + (k3+: the straight-through variant) is "
                        "stripped before the dispatch; before, kl_penalty raised on it"),
-                Change("", ("algorithm.rollout_correction.rollout_is",),
-                       "algorithm.rollout_correction as advcli reads it (rollout_corr_helper.py @v0.8.0); the "
-                       "earlier releases' correction is refused, not reproduced"))),
+                Change("", ("algorithm.rollout_correction.rollout_is_threshold", _RC),
+                       "a 'lo_hi' threshold string (IcePop); the IS metrics are of the weights as applied "
+                       "(before, of the ratios before truncation, std and ESS clamped to [1/u, u]) "
+                       "(rollout_corr_helper.py @v0.8.0)"))),
     Release("0.9.0", "2026-08-14", note="verl 0.9.0: the advantage and reward-KL code of commit 1dda039b", changes=(
+        Change("", (_RC,), "rollout_is_seq_fraction_high/low count the rows whose mean raw ratio is out of bounds "
+               "(0.8.0: the applied weights' mean, which truncation keeps below the threshold); a k1 threshold "
+               "'lo_hi' with lo > hi is refused (rollout_corr_helper.py @v0.9.0)"),
         Change("#7300", ("advcli.reinforce_holes",),
                "reinforce_plus_plus skips mask=0 tokens inside a response (their rewards dropped, the return "
                "carried across them, 0 there) instead of restarting the return at each of them: multi-turn "

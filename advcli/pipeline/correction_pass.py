@@ -70,7 +70,7 @@ def correction_state(plan, inputs, scopes, step_values, sums: rc.MetricSums, his
             raise AdvcliError(f"{inputs.paths[0]}: the response mask has no valid token{where}; verl's rollout "
                               "correction refuses such a batch (ValueError: response_mask must contain at least "
                               "one valid token)")
-        if spec.weights and sums.acc and sums.get("n", s) > 0 and sums.get("wc2", s) == 0:
+        if spec.weights and not spec.raw_metrics and sums.acc and sums.get("n", s) > 0 and sums.get("wc2", s) == 0:
             where = f" in step {step_values[s]}" if step_values[s] is not None else ""
             band = f" (the IcePop band [{spec.lower:g}, {spec.upper:g}] excludes every token)" if spec.icepop else ""
             raise AdvcliError(f"{inputs.paths[0]}: every IS weight{where} is 0{band}, and verl's metrics then "

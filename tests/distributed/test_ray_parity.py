@@ -293,7 +293,11 @@ def offpolicy_dump(tmp_path_factory):
     # sees the corrected mask
     [("algorithm.adv_estimator", "gae"), (RC + "rollout_is", "sequence"), (RC + "rollout_is_threshold", 3.0),
      (RC + "rollout_rs", "seq_max_k3,seq_mean_k2"), (RC + "rollout_rs_threshold", "0.5,0.1")],
-], ids=["token_tis_grpo", "seq_rs_gae"])
+    # verl 0.7.0's correction: rejection by the geometric-mean ratio, the per-token veto, the sequence batch mean
+    [("algorithm.adv_estimator", "grpo"), ("advcli.rollout_corr_api", "0.7.0"), (RC + "rollout_is", "sequence"),
+     (RC + "rollout_is_threshold", 3.0), (RC + "rollout_is_batch_normalize", True), (RC + "rollout_rs", "geometric"),
+     (RC + "rollout_rs_threshold", 1.2), (RC + "rollout_token_veto_threshold", 0.3)],
+], ids=["token_tis_grpo", "seq_rs_gae", "verl_0_7_0_geometric_veto"])
 def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, settings):
     """verl's rollout correction on Ray: the local engine's rows (rollout_is_weights,
     response_mask_after_rs, advantages), and its report (rollout_corr/* per step and overall, the

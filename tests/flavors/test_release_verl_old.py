@@ -124,7 +124,10 @@ def test_grpo_vectorized_floors_the_group_variance_before_0_8_0(tmp_path, spec, 
     (["--flavor", "verl@0.7.1", "--estimator", "optimal_token_baseline"], "verl 0.7.1's"),
     (["--flavor", "verl@0.6.1", "--set", "algorithm.kl_penalty=k3+"], "raises NotImplementedError"),
     (["--flavor", "verl@0.3.0.post1", "--set", "algorithm.norm_adv_by_std_in_grpo=false"], "has no such key"),
-    (["--flavor", "verl@0.7.0", "--set", "algorithm.rollout_correction.rollout_is=token"], "from 0.8.0"),
+    (["--flavor", "verl@0.7.1", "--set", "algorithm.rollout_correction.rollout_token_veto_threshold=0.1"],
+     "rollout_correction.yaml @v0.7.1"),
+    (["--flavor", "verl@0.6.0", "--set", "algorithm.rollout_correction.rollout_is=token"], "ppo_trainer.yaml @v0.6.0"),
+    (["--flavor", "verl@0.5.0", "--set", "algorithm.rollout_is_threshold=2"], "before 0.6.0 has no rollout correction"),
 ])
 def test_what_a_release_lacks_is_refused(argv, says, capsys, sample_path, tmp_path):
     code, _, err = run_main(["run", sample_path, "-o", str(tmp_path / "o.parquet"), *argv], capsys)
@@ -134,9 +137,9 @@ def test_what_a_release_lacks_is_refused(argv, says, capsys, sample_path, tmp_pa
 
 def test_every_published_verl_release_has_an_entry(capsys):
     verl = get("verl")
-    assert release_of(verl, "0.2.0.post1").name == "0.2" and release_of(verl, "0.7.0").name == "0.6.0"
+    assert release_of(verl, "0.2.0.post1").name == "0.2" and release_of(verl, "0.7.0").name == "0.7.0"
     assert release_of(verl, "v0.3.0.post1").name == "0.3.0.post0" and release_of(verl, "0.1").name == "0.1"
     code, out, _ = run_main(["explain", "--flavor", "verl", "--history"], capsys)
     assert code == 0
-    assert "0.6.0, 0.6.1, 0.7.0 -> 0.6.0" in out and "0.2, 0.2.0.post1, 0.2.0.post2 -> 0.2" in out
+    assert "0.6.1 -> 0.6.1" in out and "0.2, 0.2.0.post1, 0.2.0.post2 -> 0.2" in out
     assert "0.1 -> 0.1" in out and ": not reproduced (" not in out  # no published release left unmapped

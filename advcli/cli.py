@@ -345,7 +345,9 @@ def _closed_pipe() -> None:
 
 
 def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like Ctrl-C, then exits 143
-    _signal_exit["code"] = 128 + signum
+    if _signal_exit.get("stopping"):  # a repeat (a scheduler's, or the parent-death signal a command forked
+        return  # by a killed server gets once per server thread) must not cut the first one's clean-up short
+    _signal_exit["code"], _signal_exit["stopping"] = 128 + signum, True
     raise KeyboardInterrupt
 
 
@@ -415,6 +417,7 @@ def _only_what_runs(argv: list[str]):
 def main() -> None:
     import signal
 
+    _signal_exit.update(code=130, stopping=False)  # this command's own (exit_code_of runs several in a process)
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # not the main thread

@@ -27,9 +27,8 @@ from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 # chunks whose token columns are decoded and checked ahead of the math, on their own thread (0: on the math's
-# thread; tests compare the two, benchmarks/pipelining.py times them). Still off by default while its
-# interaction with a server-forked run stopped by SIGTERM is checked (tests/cli/test_faults.py)
-DECODE_AHEAD = 0
+# thread; tests compare the two, benchmarks/pipelining.py times them)
+DECODE_AHEAD = 2
 
 
 def few_row_groups(md) -> bool:

@@ -217,7 +217,11 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         if writing and writers[fi] is None:
             if last_fi is not None:  # that input is done: close its output (renamed at the end)
                 writers[last_fi].prepare()
-            writers[fi] = open_writer(fi)
+            # created and held in one step: a signal in between (Python runs handlers right after the call
+            # that created the file returns) left a temporary file no writer held, so none removed it;
+            # held here, it is raised once the writer is in `writers`, whose clean-up removes it
+            with shielded():
+                writers[fi] = open_writer(fi)
             last_fi = fi
         if event is not None:  # the one wait for the chunk's results
             event.synchronize()
@@ -275,7 +279,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         if writing:
             for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
                 if writers[i] is None:
-                    writers[i] = AtomicParquetWriter(o, out_schema)
+                    with shielded():  # as in finish: created and held in one step
+                        writers[i] = AtomicParquetWriter(o, out_schema)
             for w in writers:
                 w.commit()
     except BaseException as e:

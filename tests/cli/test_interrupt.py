@@ -457,3 +457,33 @@ def test_a_signal_held_during_a_clean_up_is_raised_after_it():
         done.append("again")
     assert done == ["rest of the clean-up", "again"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_as_the_output_file_is_created_leaves_no_temporary_file(dump, tmp_path, monkeypatch, capsys):
+    """Ctrl-C landing the moment the temporary output is created, before the write pass holds its writer
+    (Python runs a handler right after the call that created the file returns): held until the writer is
+    held, then raised; the clean-up removes the file. (It was left behind, no writer holding it.)"""
+    from advcli.pipeline import write as write_mod
+
+    made = []
+
+    def interrupted_once_created(real):
+        def make(*a, **k):
+            w = real(*a, **k)
+            made.append(w.tmp)
+            assert os.path.exists(w.tmp)
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.01)  # the handler runs here, on this thread
+            return w
+        return make
+
+    monkeypatch.setattr(write_mod, "SplicedParquetWriter", interrupted_once_created(write_mod.SplicedParquetWriter))
+    monkeypatch.setattr(write_mod, "AtomicParquetWriter", interrupted_once_created(write_mod.AtomicParquetWriter))
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--chunk-rows", "20", "--force", "-q"], capsys)
+    assert len(made) == 1  # the interrupt came right after the file was made
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and not os.path.exists(made[0])

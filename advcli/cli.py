@@ -297,6 +297,13 @@ def _interrupted() -> None:
         _err("interrupted after the outputs were put in place: they are complete")
         sys.exit(0)
     _err(_INTERRUPTED)
+    if _signal_exit.get("stopping"):  # a repeat of the SIGTERM acted on, landing in the interpreter's shutdown
+        import signal  # (which restores the default action), must not end the process as killed instead of 143
+
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
     sys.exit(_signal_exit["code"])
 
 
@@ -359,8 +366,14 @@ _USAGE_ERROR = typer.TyperException
 def exit_code_of(argv: list) -> int:
     """``advcli ARGV`` in this process through :func:`main` (the entry point's handling of errors, signals
     and exit codes), its output where ``sys.stdout``/``sys.stderr`` point: the exit code it ends with."""
+    import signal
+
     old = sys.argv
     sys.argv = ["advcli", *map(str, argv)]
+    try:
+        term = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        term = None
     try:
         main()
         return 0
@@ -368,6 +381,11 @@ def exit_code_of(argv: list) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         sys.argv = old
+        if term is not None:  # the host's SIGTERM handler back (main installs the command's own)
+            try:
+                signal.signal(signal.SIGTERM, term)
+            except (ValueError, OSError, TypeError):
+                pass
 
 
 _GROUP_PAGE = ([], ["--help"], ["-h"])  # what shows `advcli --help` and nothing else

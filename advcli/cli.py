@@ -297,6 +297,13 @@ def _interrupted() -> None:
         _err("interrupted after the outputs were put in place: they are complete")
         sys.exit(0)
     _err(_INTERRUPTED)
+    if _signal_exit.get("stopping"):  # a repeat of the SIGTERM acted on, landing in the interpreter's shutdown
+        import signal  # (which restores the default action), must not end the process as killed instead of 143
+
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
     sys.exit(_signal_exit["code"])
 
 
@@ -345,7 +352,9 @@ def _closed_pipe() -> None:
 
 
 def _on_sigterm(signum, frame):  # SIGTERM (a scheduler's stop) cleans up like Ctrl-C, then exits 143
-    _signal_exit["code"] = 128 + signum
+    if _signal_exit.get("stopping"):  # a repeat (a scheduler's, or the parent-death signal a command forked
+        return  # by a killed server gets once per server thread) must not cut the first one's clean-up short
+    _signal_exit["code"], _signal_exit["stopping"] = 128 + signum, True
     raise KeyboardInterrupt
 
 
@@ -357,8 +366,14 @@ _USAGE_ERROR = typer.TyperException
 def exit_code_of(argv: list) -> int:
     """``advcli ARGV`` in this process through :func:`main` (the entry point's handling of errors, signals
     and exit codes), its output where ``sys.stdout``/``sys.stderr`` point: the exit code it ends with."""
+    import signal
+
     old = sys.argv
     sys.argv = ["advcli", *map(str, argv)]
+    try:
+        term = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        term = None
     try:
         main()
         return 0
@@ -366,6 +381,11 @@ def exit_code_of(argv: list) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         sys.argv = old
+        if term is not None:  # the host's SIGTERM handler back (main installs the command's own)
+            try:
+                signal.signal(signal.SIGTERM, term)
+            except (ValueError, OSError, TypeError):
+                pass
 
 
 _GROUP_PAGE = ([], ["--help"], ["-h"])  # what shows `advcli --help` and nothing else
@@ -415,6 +435,7 @@ def _only_what_runs(argv: list[str]):
 def main() -> None:
     import signal
 
+    _signal_exit.update(code=130, stopping=False)  # this command's own (exit_code_of runs several in a process)
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # not the main thread

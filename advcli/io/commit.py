@@ -105,6 +105,37 @@ class Staging:
                 pass
 
 
+@contextmanager
+def shielded(redeliver: bool = True) -> Iterator[None]:
+    """Within: SIGINT and SIGTERM are recorded, not raised, so that a clean-up runs to its end (the
+    temporary outputs removed, the threads stopped). A stop is often signalled more than once: a
+    second Ctrl-C, a scheduler that repeats its SIGTERM, or Linux's parent-death signal, which a
+    command forked by a killed ``advcli server`` receives again as each of the server's threads
+    ends; raised in the middle of the clean-up of the first, the second skipped what was left of it.
+    On the way out the handlers are restored and, with ``redeliver`` (the clean-up was not already
+    for an interrupt), a recorded signal is raised again: it then interrupts as it would have.
+    Outside the main thread (the library called from a worker thread) handlers cannot be set: as is."""
+    got: list[int] = []
+    saved: dict = {}
+    for s in HELD:
+        if signal.getsignal(s) is None:  # a handler set outside Python: it could not be put back
+            continue
+        try:
+            saved[s] = signal.signal(s, lambda signum, frame: got.append(signum))
+        except (ValueError, OSError, TypeError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            try:
+                signal.signal(s, h)
+            except (ValueError, OSError, TypeError):
+                pass
+        if redeliver and got:
+            signal.raise_signal(got[0])
+
+
 _ACTIVE: Staging | None = None
 
 

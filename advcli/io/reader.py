@@ -263,8 +263,8 @@ def prefetched(it: Iterator, depth: int) -> Iterator:
 
     def produce() -> None:
         try:
-            for item in it:
-                if not put(item):
+            for item in it:  # a stopped consumer: no further item is produced (a chunk decoded for nothing)
+                if not put(item) or stop.is_set():
                     return
             put(_END)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -286,4 +286,9 @@ def prefetched(it: Iterator, depth: int) -> Iterator:
             yield item
     finally:
         stop.set()
+        try:  # a producer blocked on the full queue returns at once, not at its next poll
+            while True:
+                q.get_nowait()
+        except queue.Empty:
+            pass
         t.join()

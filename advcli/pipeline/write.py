@@ -11,6 +11,7 @@ import torch
 
 from ..errors import AdvcliError, disk_full, is_disk_full
 from ..io import remote
+from ..io.commit import shielded
 from ..io.memory import trim as trim_heap
 from ..io.ordered import OrderedWorker
 from ..io.reader import prefetched
@@ -26,11 +27,8 @@ from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)
 # chunks whose token columns are decoded and checked ahead of the math, on their own thread (0: on the math's
-# thread; tests compare the two). Off by default: a run forked by the server (advcli server) and stopped by
-# SIGTERM with the decoding thread on left its temporary output behind in about half of the tries
-# (tests/cli/test_faults.py::test_a_command_whose_server_is_killed_stops_and_writes_nothing), which the
-# one-thread decode never does; turn it on again once that is understood
-DECODE_AHEAD = 0
+# thread; tests compare the two, benchmarks/pipelining.py times them)
+DECODE_AHEAD = 2
 
 
 def few_row_groups(md) -> bool:
@@ -219,7 +217,11 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         if writing and writers[fi] is None:
             if last_fi is not None:  # that input is done: close its output (renamed at the end)
                 writers[last_fi].prepare()
-            writers[fi] = open_writer(fi)
+            # created and held in one step: a signal in between (Python runs handlers right after the call
+            # that created the file returns) left a temporary file no writer held, so none removed it;
+            # held here, it is raised once the writer is in `writers`, whose clean-up removes it
+            with shielded():
+                writers[fi] = open_writer(fi)
             last_fi = fi
         if event is not None:  # the one wait for the chunk's results
             event.synchronize()
@@ -256,8 +258,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
                     break
                 fi, rb, batch, dec = item
                 computed = compute(fi, rb, batch, dec, row0)
-            except BaseException:
-                if pending is not None:
+            except BaseException as e:
+                if pending is not None and not isinstance(e, KeyboardInterrupt):  # stopped: nothing more to do
                     finish(*pending)
                 raise
             row0 += batch.num_rows
@@ -277,21 +279,27 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
         if writing:
             for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
                 if writers[i] is None:
-                    writers[i] = AtomicParquetWriter(o, out_schema)
+                    with shielded():  # as in finish: created and held in one step
+                        writers[i] = AtomicParquetWriter(o, out_schema)
             for w in writers:
                 w.commit()
-    except BaseException:
-        _close_spill(res)
-        close_chunks = getattr(chunks_in, "close", None)
-        if close_chunks is not None:  # the decoding thread stops before the outputs are removed
-            close_chunks()
-        try:
-            observer.close()
-        except BaseException:  # noqa: BLE001 - the first error is the one to report
-            pass
-        for w in writers:
-            if w is not None:
-                w.abort()
+    except BaseException as e:
+        # the clean-up runs to its end whatever signal comes meanwhile (advcli.io.commit.shielded): a second
+        # SIGTERM raised in it (a killed server's child gets one as each of the server's threads ends) used
+        # to skip the outputs' removal. The temporary outputs go first, then the threads are stopped (the
+        # decoding thread finishes the chunk it is on: the longest wait here)
+        with shielded(redeliver=not isinstance(e, KeyboardInterrupt)):
+            _close_spill(res)
+            for w in writers:
+                if w is not None:
+                    w.abort()
+            close_chunks = getattr(chunks_in, "close", None)
+            if close_chunks is not None:
+                close_chunks()
+            try:
+                observer.close()
+            except BaseException:  # noqa: BLE001 - the first error is the one to report
+                pass
         exc = sys.exc_info()[1]
         if writing and is_disk_full(exc) and not remote.is_uri(outs[last_fi or 0]):
             need = (sum(os.path.getsize(p) for p in inputs.paths if os.path.exists(p)) if mode == "full" else None)

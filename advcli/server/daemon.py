@@ -258,8 +258,10 @@ class Server:
 def _stop_with(server_pid: int) -> None:
     """A command whose server dies (``kill -9``) gets SIGTERM, as if its caller had hung up: its caller
     has already been told it failed (the connection closed), so it must stop and write nothing rather
-    than put an output in place later. Linux's parent-death signal (the server is single-threaded, so
-    its main thread's end is its end); the server gone before this ran: the same, at once."""
+    than put an output in place later. Linux's parent-death signal; the server gone before this ran: the
+    same, at once. The server is not single-threaded (pyarrow's jemalloc keeps a thread): killed, it hands
+    the child from thread to thread as they end, and the child gets SIGTERM once per hand-over, so the
+    command's clean-up must hold a repeat (advcli.io.commit.shielded, cli._on_sigterm)."""
     import ctypes
 
     try:

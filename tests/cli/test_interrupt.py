@@ -377,3 +377,113 @@ def test_ctrl_c_that_python_wraps_while_a_class_is_built_is_an_interrupt_not_a_b
     assert "internal error" not in err and "Traceback" not in err
     assert out.read_bytes() == EARLIER
     assert temps(out) == [] and olds(out) == []
+
+
+# ------------------------------------------------------------------ a stop signalled more than once
+def test_a_repeated_sigterm_stops_the_run_once_and_cleans_up(dump, tmp_path):
+    """A stop often comes more than once (a scheduler repeating its SIGTERM; the parent-death signal a command
+    forked by a killed server gets once per server thread). The repeats, wherever they land in the clean-up
+    of the first, must not cut it short: status 143, one message, no traceback, the earlier output intact,
+    no temporary file."""
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    proc = start(dump, out, extra=("--force",))
+    wait_for_temp(proc, out)
+    time.sleep(0.3)
+    for _ in range(8):  # spread over the clean-up (the decoding thread's stop takes up to a chunk's decode)
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            break
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err and err.count("advcli: error:") == 1 and "interrupted" in err, err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == []
+
+
+def test_a_second_interrupt_inside_the_write_pass_clean_up_still_removes_the_output(dump, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Deterministically: Ctrl-C in the write pass, then a second one as its clean-up begins (before the
+    temporary output is removed). The second is held until the clean-up is done: status 130, the earlier
+    output intact, no temporary file. (It used to escape the clean-up and leave the file.)"""
+    from advcli.pipeline import write as write_mod
+
+    real_check, real_close = write_mod.refuse_overflow, write_mod._close_spill
+    calls = {"chunks": 0, "second": 0}
+
+    def interrupt_at_the_third_chunk(*a, **k):  # called once the chunk's output is open
+        calls["chunks"] += 1
+        if calls["chunks"] == 3:
+            raise KeyboardInterrupt
+        return real_check(*a, **k)
+
+    def second_ctrl_c(res):  # the clean-up's first step
+        if calls["chunks"] >= 3 and not calls["second"]:
+            calls["second"] += 1
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.01)  # the handler runs here, on this thread
+        return real_close(res)
+
+    monkeypatch.setattr(write_mod, "refuse_overflow", interrupt_at_the_third_chunk)
+    monkeypatch.setattr(write_mod, "_close_spill", second_ctrl_c)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--chunk-rows", "20", "--force", "-q"], capsys)
+    assert calls["second"] == 1  # the second Ctrl-C did come, inside the clean-up
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers as they were
+
+
+def test_a_signal_held_during_a_clean_up_is_raised_after_it():
+    """advcli.io.commit.shielded: a Ctrl-C inside is recorded, the block runs to its end, then it is raised
+    (``redeliver``) or dropped (the clean-up was already for an interrupt)."""
+    from advcli.io.commit import shielded
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with shielded():
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.01)
+            done.append("rest of the clean-up")
+    assert done == ["rest of the clean-up"]
+    with shielded(redeliver=False):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.01)
+        done.append("again")
+    assert done == ["rest of the clean-up", "again"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_as_the_output_file_is_created_leaves_no_temporary_file(dump, tmp_path, monkeypatch, capsys):
+    """Ctrl-C landing the moment the temporary output is created, before the write pass holds its writer
+    (Python runs a handler right after the call that created the file returns): held until the writer is
+    held, then raised; the clean-up removes the file. (It was left behind, no writer holding it.)"""
+    from advcli.pipeline import write as write_mod
+
+    made = []
+
+    def interrupted_once_created(real):
+        def make(*a, **k):
+            w = real(*a, **k)
+            made.append(w.tmp)
+            assert os.path.exists(w.tmp)
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.01)  # the handler runs here, on this thread
+            return w
+        return make
+
+    monkeypatch.setattr(write_mod, "SplicedParquetWriter", interrupted_once_created(write_mod.SplicedParquetWriter))
+    monkeypatch.setattr(write_mod, "AtomicParquetWriter", interrupted_once_created(write_mod.AtomicParquetWriter))
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--chunk-rows", "20", "--force", "-q"], capsys)
+    assert len(made) == 1  # the interrupt came right after the file was made
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert out.read_bytes() == EARLIER
+    assert temps(out) == [] and not os.path.exists(made[0])

@@ -15,20 +15,13 @@ out of EXPECTED; every other metric name is matched exactly.
 """
 import pytest
 from conftest import run_main, run_table
+from test_flavor_verl_rollout_correction import ROWS, P
 
 import advcli
 from advcli.errors import AdvcliError
 
-P = "algorithm.rollout_correction."
-# (prompt_id, reward, response_mask, old_log_probs, rollout_log_probs), as tests/flavors/test_flavor_verl_rollout_
-# correction.py: row 1 an interior masked span, row 2 length 1 with ratio 4.26, row 4 an all-zero mask
-ROWS = [
-    ("p0", 1.0, [1, 1, 1], [-0.5, -1.0, -0.2], [-0.6, -0.7, -0.25]),
-    ("p0", 0.0, [1, 0, 1, 1], [-1.2, -0.3, -2.0, -0.1], [-0.2, 0.0, -2.5, -0.1]),
-    ("p0", 1.0, [1], [-0.05], [-1.5]),
-    ("p1", 0.0, [1, 1, 0], [-0.4, -0.9, -3.0], [-0.45, -0.85, 0.0]),
-    ("p1", 1.0, [0, 0], [-1.0, -1.0], [0.0, 0.0]),
-]
+# ROWS (prompt_id, reward, response_mask, old_log_probs, rollout_log_probs) are the newest release's test rows:
+# row 1 an interior masked span, row 2 length 1 with ratio 4.26, row 4 an all-zero mask
 # release -> case -> the advcli settings (the release's own keys)
 SETTINGS = {
     '0.7.1': {

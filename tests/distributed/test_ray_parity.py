@@ -285,6 +285,25 @@ def offpolicy_dump(tmp_path_factory):
     return two_files(t.append_column("rollout_log_probs", roll), d, 700, 150)
 
 
+def _local_and_ray(flavor: str, settings: list, dump: list, tmp_path):
+    """The same resolved run by the local engine (chunks of 64) and on Ray (chunks of 37, 7 blocks, 300 rows a
+    file): (local result, local output table, Ray result, Ray output table)."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.engines.ray_output import read_output
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+
+    cfg, native = resolve(flavor, settings)
+    loc = run_pipeline(dump, str(tmp_path / "local") + "/", cfg, flavor=flavor, native=native, chunk_rows=64,
+                       device="cpu")
+    local = pa.concat_tables([pq.read_table(tmp_path / "local" / p.rsplit("/", 1)[1]) for p in dump])
+    got = run_ray(dump, str(tmp_path / "ray"), cfg, flavor=flavor, native=native, device="cpu", chunk_rows=37,
+                  override_num_blocks=7, rows_per_file=300)
+    return loc, local, got, read_output(str(tmp_path / "ray"))
+
+
 @pytest.mark.parametrize("settings", [
     # token-level truncated IS (TIS), batch-normalised per step; GRPO
     [("algorithm.adv_estimator", "grpo"), (RC + "rollout_is", "token"), (RC + "rollout_is_threshold", 2.0),
@@ -302,20 +321,7 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     """verl's rollout correction on Ray: the local engine's rows (rollout_is_weights,
     response_mask_after_rs, advantages), and its report (rollout_corr/* per step and overall, the
     weights' histogram), equal."""
-    import pyarrow as pa
-
-    from advcli.engines.ray_engine import run_ray
-    from advcli.engines.ray_output import read_output
-    from advcli.flavors import resolve
-    from advcli.pipeline import run_pipeline
-
-    cfg, native = resolve("verl", settings)
-    loc = run_pipeline(offpolicy_dump, str(tmp_path / "local") + "/", cfg, flavor="verl", native=native,
-                       chunk_rows=64, device="cpu")
-    local = pa.concat_tables([pq.read_table(tmp_path / "local" / p.rsplit("/", 1)[1]) for p in offpolicy_dump])
-    got = run_ray(offpolicy_dump, str(tmp_path / "ray"), cfg, flavor="verl", native=native, device="cpu",
-                  chunk_rows=37, override_num_blocks=7, rows_per_file=300)
-    table = read_output(str(tmp_path / "ray"))
+    loc, local, got, table = _local_and_ray("verl", settings, offpolicy_dump, tmp_path)
     assert "response_mask_after_rs" in table.column_names
     kept = local.column("response_mask_after_rs").combine_chunks().values.to_numpy()
     assert 0 < kept.sum() < len(kept) or "rollout_rs" not in str(settings)  # rows were rejected
@@ -336,21 +342,9 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
 def test_openrlhf_correction_equals_local(ray_session, offpolicy_dump, tmp_path, settings):
     """OpenRLHF's IS correction on Ray (reinforce: the step whitening sees the input mask): the local engine's
     rollout_is_weights, response_mask_after_rs and advantages, and its vllm_kl / is_filter_ratio, equal."""
-    import pyarrow as pa
-
-    from advcli.engines.ray_engine import run_ray
-    from advcli.engines.ray_output import read_output
-    from advcli.flavors import resolve
-    from advcli.pipeline import run_pipeline
-
-    cfg, native = resolve("openrlhf", [("algo.advantage.estimator", "reinforce"), ("algo.kl.init_coef", 0.0),
-                                       *settings])
-    loc = run_pipeline(offpolicy_dump, str(tmp_path / "local") + "/", cfg, flavor="openrlhf", native=native,
-                       chunk_rows=64, device="cpu")
-    local = pa.concat_tables([pq.read_table(tmp_path / "local" / p.rsplit("/", 1)[1]) for p in offpolicy_dump])
-    got = run_ray(offpolicy_dump, str(tmp_path / "ray"), cfg, flavor="openrlhf", native=native, device="cpu",
-                  chunk_rows=37, override_num_blocks=7, rows_per_file=300)
-    table = read_output(str(tmp_path / "ray"))
+    loc, local, got, table = _local_and_ray("openrlhf", [("algo.advantage.estimator", "reinforce"),
+                                                         ("algo.kl.init_coef", 0.0), *settings], offpolicy_dump,
+                                            tmp_path)
     assert {"rollout_is_weights", "response_mask_after_rs"} <= set(table.column_names)
     assert table.equals(local)
     rl, rg = report_of(loc), report_of(got)

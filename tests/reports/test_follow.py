@@ -1,13 +1,13 @@
-"""``--follow``: a trainer's dump directory followed while a writer (a thread here) appends its steps in the
+"""``--follow``: a trainer's dump directory followed while a writer (another process) appends its steps in the
 trainer's own layout. Each test checks the per-step lines, the follower's state file, and that the steps
 followed one by one give the numbers of one run over the finished dump, bit for bit (the state carried
 from step to step: the adaptive KL coefficient, prime-rl's EMA baselines)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
-import threading
 import time
 
 import numpy as np
@@ -29,15 +29,18 @@ SETTLE = ["--settle", "0.2"]
 
 
 def follow(argv, capsys, writer=None):
-    """``advcli ARGV`` in this process while ``writer`` (a function) runs in a thread: (code, stdout, stderr)."""
-    t = threading.Thread(target=writer) if writer else None
-    if t:
-        t.start()
+    """``advcli ARGV`` in this process while ``writer`` (a function) runs in a forked writer process, as a
+    trainer writes its dumps from a process of its own: (code, stdout, stderr). The writer's failure fails
+    the test."""
+    p = multiprocessing.get_context("fork").Process(target=writer) if writer else None
+    if p:
+        p.start()
     try:
         return run_main(argv, capsys)
     finally:
-        if t:
-            t.join()
+        if p:
+            p.join(60)
+            assert p.exitcode == 0, f"the writer process ended with {p.exitcode}"
 
 
 def lines(text: str) -> list[str]:
@@ -162,12 +165,13 @@ def test_sigterm_ends_the_follow_with_its_summary(tmp_path, capsys):
     run.mkdir()
     (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
     state = tmp_path / "s.json"
+    follower = os.getpid()
 
-    def writer():
+    def writer():  # the signal a job scheduler sends the follower, from another process
         deadline = time.time() + 15
         while time.time() < deadline and not state.exists():
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(follower, signal.SIGTERM)
 
     code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--no-search", "--state", str(state)],
                             capsys, writer)

@@ -25,7 +25,7 @@ changes afterwards is reported once (never read again). Memory does not grow wit
 held at a time, the state is a few numbers per agent.
 
 prime-rl's trace streams (``monitors/file/traces/stream/NNNNN.jsonl[.zst]`` and the annotation streams)
-plug in through :data:`CHUNK_LISTERS` (:mod:`advcli.commands.follow_stream`: a chunk is not a step there,
+plug in through :data:`advcli.commands.follow_units.CHUNK_LISTERS` (:mod:`advcli.commands.follow_stream`: a chunk is not a step there,
 each step is cut out of the streams once its records and annotations have arrived); every other format is
 followed by its step file names.
 """
@@ -41,42 +41,16 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import typer
 
 from ..errors import AdvcliError
+from .follow_units import CHUNK_LISTERS, WATCHED, Unit
 
 STATE_VERSION = 1
-WATCHED = 8  # the last steps whose files are checked for changes after they were taken
 CHANGED_KEPT = 10000  # the files reported as changed or late, remembered so as to report each once
 TEXT_SUFFIXES = (".jsonl", ".json")
-
-
-@dataclass
-class Unit:
-    """One step of the dump: its step number and files (absolute paths). ``sealed``: the lister knows the
-    step is complete (a sealed chunk) or not (None: the next-step/quiet rule decides)."""
-    step: int
-    files: list[str]
-    sealed: bool | None = None
-    # writes the step's copy under a directory instead of copying ``files`` -> ({rel: [size, mtime_ns, sha]}
-    # of what was taken whole, notes): a stream whose records are cut into steps (prime-rl's)
-    write: Callable[[str], tuple[dict, list[str]]] | None = None
-    named_as: str | None = None  # the directory the written copy stands for (None: the followed root)
-
-
-# A format name -> lister(root) -> [Unit], steps ascending; an entry with a ``start(root, settle, after)``
-# method makes one lister per follow (after: the last step a resumed follow took), which may also have
-# ``taken(step)`` (called after each step is taken) and ``drain()`` (lines to report). prime-rl's trace
-# streams register theirs (advcli.commands.follow_stream). Formats without a lister are listed by their
-# step file names.
-CHUNK_LISTERS: dict[str, Callable] = {}
-
-
-def register_lister(format_name: str, lister: Callable[[str], list[Unit]]) -> None:
-    CHUNK_LISTERS[format_name] = lister
 
 
 # ------------------------------------------------------------------------------------- the watcher

@@ -21,7 +21,7 @@ reads the whole run, so rows, cohorts, scoring order and the rows' names (chunk 
 
 What arrives for a step after it was taken (an episode of one of its cohorts, an annotation of one of its
 traces) is reported once per step and stream, not read. Memory: the records of the steps not taken yet, and
-the step of the cohorts and traces of the last :data:`advcli.commands.follow.WATCHED` steps taken.
+the step of the cohorts and traces of the last :data:`advcli.commands.follow_units.WATCHED` steps taken.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import os
 import time
 
 from ..errors import AdvcliError
-from .follow import WATCHED, Unit, register_lister
+from .follow_units import WATCHED, Unit, register_lister
 
 EPISODES = "episodes"  # the key of the episode stream among the streams
 

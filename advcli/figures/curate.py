@@ -685,10 +685,16 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
         meta = dict(schema.metadata or {})
         meta[b"advcli_filter"] = json.dumps(metadata_note, default=str).encode()
         schema = schema.with_metadata(meta)
-    w = AtomicParquetWriter(target, schema)
+    from ..io.commit import shielded
+
+    w = None
     row0 = 0
     written = 0
     try:
+        # created and held in one step (as the write pass does, advcli/pipeline/write.py): a signal landing
+        # as the constructor returns is raised once ``w`` holds the temporary file, whose clean-up removes it
+        with shielded():
+            w = AtomicParquetWriter(target, schema)
         for _, _, batch in ins.iter_batches(schema.names, chunk_rows):
             n = batch.num_rows
             k = keep_row[row0:row0 + n]
@@ -709,8 +715,12 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
             if progress:
                 progress("copy", row0, keep_row.size)
         w.commit()
-    except BaseException:
-        w.abort()
+    except BaseException as e:
+        # the clean-up runs to its end whatever signal comes meanwhile (a second Ctrl-C, a repeated SIGTERM):
+        # the writer's thread is stopped and its temporary file removed before anything is raised
+        with shielded(redeliver=not isinstance(e, KeyboardInterrupt)):
+            if w is not None:
+                w.abort()
         raise
     return written
 

@@ -834,6 +834,17 @@ def kept_nothing(spec: FilterSpec, summary: dict) -> str:
 
 # ------------------------------------------------------------------------------- advcli run --drop-...
 # (the run itself: advcli.runs.runner)
+def prefilter_path(output: str) -> str:
+    """The file the kept rows of ``advcli run --drop-uniform`` (...) go to: beside ``output``, named as its
+    temporary files are (``.NAME.advcli-tmp-PID.filter.parquet``), so that the next run for that output removes
+    it when this one was killed (advcli.io.writer.clean_stale_temps); known before it exists, so that the run's
+    clean-up removes it whenever it was stopped."""
+    from ..io.temps import TMP_TAG
+
+    d, name = os.path.split(os.path.abspath(output))
+    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}.filter.parquet")
+
+
 def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,
                       force: bool = False, metric: str | None = None, output_mode: str = "full") -> tuple[str, dict]:
     """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
@@ -851,8 +862,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
                           hint="filter several files into one first: advcli filter IN... -o kept.parquet "
                                "--drop-uniform, then advcli run kept.parquet")
     check_output_path(output, files, force)  # before any work, against the real input
-    d, name = os.path.split(os.path.abspath(output))
-    tmp = os.path.join(d, f".{name}.advcli-filter-{os.getpid()}.parquet")
+    tmp = prefilter_path(output)
     SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
     from ..io.commit import immediate
 

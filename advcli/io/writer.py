@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import threading
 
 import numpy as np
@@ -57,10 +58,10 @@ def clean_stale_temps(target: str) -> list[str]:
     d, name = os.path.split(os.path.abspath(target))
     removed = []
     for p in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(name)}{TMP_TAG}*")):
-        try:
-            pid = int(p.rsplit(TMP_TAG, 1)[1])
-        except ValueError:
+        digits = re.match(r"\d+", p.rsplit(TMP_TAG, 1)[1])  # PID, or PID.filter.parquet (run --drop-uniform)
+        if digits is None:
             continue
+        pid = int(digits.group())
         if pid != os.getpid() and not pid_alive(pid):
             try:
                 os.remove(p)

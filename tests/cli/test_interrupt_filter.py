@@ -159,3 +159,58 @@ def test_a_second_signal_while_the_staged_output_is_discarded_still_removes_it(d
     assert code == 130, err
     assert out.read_bytes() == EARLIER
     assert temps(out) == [] and olds(out) == []
+
+
+# ------------------------------------------------------------------ advcli run --drop-uniform: the kept rows' file
+GAE = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+
+
+def test_run_drop_uniform_stopped_removes_its_kept_rows_even_on_a_second_signal(dump, tmp_path, monkeypatch, capsys):
+    """`advcli run --drop-uniform` computes on a file of the kept rows beside the output: Ctrl-C as the engine
+    starts on it, then a second Ctrl-C as it is removed: status 130, the earlier output as it was, the file gone."""
+    import advcli.engines
+    from advcli.runs import runner
+
+    seen = {"kept": None, "second": 0}
+
+    def engine(name, inputs, *a, **k):
+        seen["kept"] = inputs[0]
+        assert os.path.exists(inputs[0]) and ".advcli-tmp-" in inputs[0]
+        raise KeyboardInterrupt
+
+    class Os:  # the runner's os, with a second Ctrl-C as the kept rows' file is removed
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def remove(path):
+            if not seen["second"]:
+                seen["second"] += 1
+                signal.raise_signal(signal.SIGINT)
+                time.sleep(0.01)
+            os.remove(path)
+
+    monkeypatch.setattr(advcli.engines, "run", engine)
+    monkeypatch.setattr(runner, "os", Os())
+    out = tmp_path / "out.parquet"
+    out.write_bytes(EARLIER)
+    code, _, err = run_main(["run", dump, "-o", str(out), *GAE, "--drop-uniform", "--force", "-q"], capsys)
+    assert seen["second"] == 1 and seen["kept"] is not None
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert out.read_bytes() == EARLIER
+    assert not os.path.exists(seen["kept"]) and temps(out) == [] and olds(out) == []
+
+
+def test_the_kept_rows_of_a_killed_run_are_removed_by_the_next_run(dump, tmp_path, capsys):
+    """A run killed (SIGKILL) while it computed on its kept rows leaves their file, named as the output's temporary
+    files are: the next run for that output removes it (its process is gone); a live process's is kept."""
+    out = tmp_path / "out.parquet"
+    dead = tmp_path / ".out.parquet.advcli-tmp-999999999.filter.parquet"
+    dead.write_bytes(b"the kept rows of a killed run")
+    live = tmp_path / f".out.parquet.advcli-tmp-{os.getppid()}.filter.parquet"
+    live.write_bytes(b"a running advcli's")
+    code, _, err = run_main(["run", dump, "-o", str(out), *GAE, "--drop-uniform", "-q"], capsys)
+    assert code == 0, err
+    assert not dead.exists() and live.exists()
+    assert pq.read_table(out).num_rows > 0

@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 import torch
 
 from ..errors import AdvcliError
+from ..io.commit import shielded
 from ..io.reader import InputSet
 from ..ops.ragged import Ragged
 from ..ops.whiten import MomentSums
@@ -582,12 +583,17 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
             watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:
                 publish_prefix(out_fs, tmp, out_key)
+            else:  # in this try: a signal before the directory is handed over is cleaned up below
+                replace_dir(tmp, output)
         except BaseException as e:  # noqa: BLE001 - Ray wraps the workers' errors; the watch's abort
-            watch.__exit__(None, None, None)
-            if out_fs is None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                delete_prefix(out_fs, tmp)
+            # the clean-up runs to its end whatever signal comes meanwhile (advcli.io.commit.shielded): a second
+            # Ctrl-C or a repeated SIGTERM raised inside the removal of the part files left the directory behind
+            with shielded(redeliver=not isinstance(e, KeyboardInterrupt)):
+                watch.__exit__(None, None, None)
+                if out_fs is None:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                else:
+                    delete_prefix(out_fs, tmp)
             err = _unwrap(e)
             if isinstance(err, AdvcliError):
                 raise err from None
@@ -597,8 +603,6 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
             if err is e:
                 raise
             raise err from None
-        if out_fs is None:
-            replace_dir(tmp, output)
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
         data_log.setLevel(saved_level)

@@ -183,11 +183,17 @@ def replace_dir(tmp: str, output: str) -> None:
 
 
 def swap_dir(tmp: str, output: str) -> None:
-    old = None
-    if os.path.lexists(output):
-        old = tmp + "-old"
-        os.replace(output, old)
-    os.replace(tmp, output)
+    """The finished directory in place of ``output`` now (outside a staged command: the library), with
+    SIGINT/SIGTERM held between the two renames, so that ``output`` is never left missing with its
+    earlier content aside (a signal is raised once the new one is in place)."""
+    from ..io.commit import shielded
+
+    with shielded():
+        old = None
+        if os.path.lexists(output):
+            old = tmp + "-old"
+            os.replace(output, old)
+        os.replace(tmp, output)
     if old is not None:
         if os.path.isdir(old) and not os.path.islink(old):
             shutil.rmtree(old, ignore_errors=True)

@@ -685,10 +685,16 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
         meta = dict(schema.metadata or {})
         meta[b"advcli_filter"] = json.dumps(metadata_note, default=str).encode()
         schema = schema.with_metadata(meta)
-    w = AtomicParquetWriter(target, schema)
+    from ..io.commit import shielded
+
+    w = None
     row0 = 0
     written = 0
     try:
+        # created and held in one step (as the write pass does, advcli/pipeline/write.py): a signal landing
+        # as the constructor returns is raised once ``w`` holds the temporary file, whose clean-up removes it
+        with shielded():
+            w = AtomicParquetWriter(target, schema)
         for _, _, batch in ins.iter_batches(schema.names, chunk_rows):
             n = batch.num_rows
             k = keep_row[row0:row0 + n]
@@ -709,8 +715,12 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
             if progress:
                 progress("copy", row0, keep_row.size)
         w.commit()
-    except BaseException:
-        w.abort()
+    except BaseException as e:
+        # the clean-up runs to its end whatever signal comes meanwhile (a second Ctrl-C, a repeated SIGTERM):
+        # the writer's thread is stopped and its temporary file removed before anything is raised
+        with shielded(redeliver=not isinstance(e, KeyboardInterrupt)):
+            if w is not None:
+                w.abort()
         raise
     return written
 
@@ -824,6 +834,17 @@ def kept_nothing(spec: FilterSpec, summary: dict) -> str:
 
 # ------------------------------------------------------------------------------- advcli run --drop-...
 # (the run itself: advcli.runs.runner)
+def prefilter_path(output: str) -> str:
+    """The file the kept rows of ``advcli run --drop-uniform`` (...) go to: beside ``output``, named as its
+    temporary files are (``.NAME.advcli-tmp-PID.filter.parquet``), so that the next run for that output removes
+    it when this one was killed (advcli.io.writer.clean_stale_temps); known before it exists, so that the run's
+    clean-up removes it whenever it was stopped."""
+    from ..io.temps import TMP_TAG
+
+    d, name = os.path.split(os.path.abspath(output))
+    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}.filter.parquet")
+
+
 def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,
                       force: bool = False, metric: str | None = None, output_mode: str = "full") -> tuple[str, dict]:
     """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
@@ -841,8 +862,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
                           hint="filter several files into one first: advcli filter IN... -o kept.parquet "
                                "--drop-uniform, then advcli run kept.parquet")
     check_output_path(output, files, force)  # before any work, against the real input
-    d, name = os.path.split(os.path.abspath(output))
-    tmp = os.path.join(d, f".{name}.advcli-filter-{os.getpid()}.parquet")
+    tmp = prefilter_path(output)
     SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
     from ..io.commit import immediate
 

@@ -152,8 +152,11 @@ def staged() -> Iterator[Staging]:
         yield st
     finally:
         _ACTIVE = None
-        if not st.committed:
-            st.discard()
+        if not st.committed:  # the staged files removed, whatever signal comes meanwhile (``shielded``)
+            import sys
+
+            with shielded(redeliver=not isinstance(sys.exc_info()[1], KeyboardInterrupt)):
+                st.discard()
         for s, h in saved.items():
             try:
                 signal.signal(s, h)

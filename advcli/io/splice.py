@@ -201,7 +201,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
     # ------------------------------------------------------------------ the writer thread's work
     def _run(self, task) -> None:
         if self._worker is None:
-            self._task(task)
+            self._inline(self._task, task)
         else:
             self._worker.submit(task)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import threading
 
 import numpy as np
@@ -57,10 +58,10 @@ def clean_stale_temps(target: str) -> list[str]:
     d, name = os.path.split(os.path.abspath(target))
     removed = []
     for p in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(name)}{TMP_TAG}*")):
-        try:
-            pid = int(p.rsplit(TMP_TAG, 1)[1])
-        except ValueError:
+        digits = re.match(r"\d+", p.rsplit(TMP_TAG, 1)[1])  # PID, or PID.filter.parquet (run --drop-uniform)
+        if digits is None:
             continue
+        pid = int(digits.group())
         if pid != os.getpid() and not pid_alive(pid):
             try:
                 os.remove(p)
@@ -309,13 +310,33 @@ class AtomicParquetWriter:
         self._rows_in = 0  # rows handed to write(): the committed file must hold exactly these
         self._prepared = False
         self._flush_behind = threaded
+        self._failed: BaseException | None = None  # threaded=False: the error of the work done inline
         # TEST HOOK ONLY (tests/cli/test_interrupt.py): sleep this many seconds before each batch, so
         # that a test can interrupt a run mid-write on a small dump. Never set it in production.
         self._test_delay = float(os.environ.get("ADVCLI_TEST_SLOW_WRITE") or 0)
 
     @property
     def _error(self) -> BaseException | None:
-        return self._worker.error if self._worker is not None else None
+        return self._worker.error if self._worker is not None else self._failed
+
+    def _inline(self, fn, *args) -> None:
+        """The writer thread's work done on the caller's thread (``threaded=False``): its error kept as the
+        thread's is, so that it surfaces with the same message (:meth:`_fail`) either way."""
+        try:
+            fn(*args)
+        except Exception as e:
+            self._failed = e
+            raise
+
+    def _fail(self):
+        """The writing's error (the thread's, or the inline work's), raised after the temporary file is removed:
+        as itself when the disk is full (the caller says how much room the output needed:
+        advcli.errors.disk_full) or when it is advcli's own message, else as one message naming the output."""
+        error = self._error
+        self.abort()
+        if is_disk_full(error) or isinstance(error, AdvcliError):
+            raise error
+        raise AdvcliError(f"{self.target}: writing failed: {error}")
 
     def _write_group(self, pieces: list[pa.RecordBatch]) -> None:
         """One row group made of exactly these pieces."""
@@ -326,18 +347,23 @@ class AtomicParquetWriter:
 
     def _emit(self, group: list[pa.RecordBatch]) -> None:
         if self._worker is None:
-            self._write_group(group)
+            self._inline(self._write_group, group)
         else:
             self._worker.submit(group)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._error is not None:
-            raise self._error
+            self._fail()
         if self._test_delay:
             import time
 
             time.sleep(self._test_delay)
-        self._add(batch)
+        try:
+            self._add(batch)
+        except Exception:
+            if self._error is None:  # not the writing's own error
+                raise
+            self._fail()
 
     def _add(self, batch: pa.RecordBatch) -> None:
         """Count ``batch``'s rows and hand its completed row groups to the writer thread."""
@@ -361,11 +387,7 @@ class AtomicParquetWriter:
                     raise
         self._finish_thread()
         if self._error is not None:
-            error = self._error
-            self.abort()
-            if is_disk_full(error):  # the caller knows how much room the output needed (advcli.errors.disk_full)
-                raise error
-            raise AdvcliError(f"{self.target}: writing failed: {error}")
+            self._fail()
 
     def _finish_thread(self) -> None:
         if self._worker is not None:

@@ -123,20 +123,34 @@ def to_host(tensors: list) -> list:
     return [copies.get(id(t), t) for t in tensors]
 
 
+_COPY_STREAMS: dict = {}  # device index -> the stream results are copied back on
+
+
 def to_host_async(tensors: list) -> tuple[list, object]:
-    """(the tensors on the host, an event): as :func:`to_host`, but the copies from a GPU are only queued on
-    the current stream, behind the kernels that make them, and nothing waits. The host tensors hold their
-    values once ``event.synchronize()`` returns (event None: nothing was on a GPU). The pinned buffers come
-    from torch's caching host allocator, reused once their copies are done."""
+    """(the tensors on the host, an event): as :func:`to_host`, but nothing waits: the copies from a GPU are
+    queued on a copy stream of their own, behind the kernels that made the tensors (it waits for the
+    current stream as it is now), so that the next chunk's kernels, queued on the current stream, run while
+    they copy. The host tensors hold their values once ``event.synchronize()`` returns (event None: nothing
+    was on a GPU, and CUDA is not touched). Each GPU tensor is marked as used on the copy stream
+    (``record_stream``), so the caching allocator gives its memory to no later kernel before its copy is
+    done; the pinned buffers come from torch's caching host allocator, reused once their copies are done."""
+    gpu = [t for t in tensors if t is not None and t.device.type == "cuda"]
+    if not gpu:
+        return list(tensors), None
+    dev = gpu[0].device
+    stream = _COPY_STREAMS.get(dev.index)
+    if stream is None:
+        stream = _COPY_STREAMS[dev.index] = torch.cuda.Stream(device=dev)
+    stream.wait_stream(torch.cuda.current_stream(dev))
     copies: dict[int, torch.Tensor] = {}
-    for t in tensors:
-        if t is not None and t.device.type == "cuda" and id(t) not in copies:
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            copies[id(t)] = host.copy_(t, non_blocking=True)
-    event = None
-    if copies:
+    with torch.cuda.stream(stream):
+        for t in gpu:
+            if id(t) not in copies:
+                host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                copies[id(t)] = host.copy_(t, non_blocking=True)
+                t.record_stream(stream)
         event = torch.cuda.Event()
-        event.record()
+        event.record(stream)
     return [copies.get(id(t), t) for t in tensors], event
 
 

@@ -29,6 +29,9 @@ SPLICE = True  # full output by splicing the new columns into a copy of the inpu
 # chunks whose token columns are decoded and checked ahead of the math, on their own thread (0: on the math's
 # thread; tests compare the two, benchmarks/pipelining.py times them)
 DECODE_AHEAD = 2
+# the output's row groups encoded and written on the writer's own thread while the math runs the next chunks
+# (False: on the math's thread; tests compare the bytes and the errors, benchmarks/pipelining.py times them)
+WRITE_THREAD = True
 
 
 def few_row_groups(md) -> bool:
@@ -121,8 +124,14 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
 
     Overlap: while this thread computes chunk k, the reader thread reads the next batches, a decoding
     thread decodes and checks the token columns of the next DECODE_AHEAD chunks, a statistics thread
-    accumulates chunk k-1's run statistics (in chunk order) and the writer thread encodes the chunks
-    before (pyarrow and torch release the GIL)."""
+    accumulates chunk k-1's run statistics (in chunk order) and the writer thread (WRITE_THREAD) encodes
+    and writes the row groups of the chunks before (pyarrow and torch release the GIL).
+
+    Memory: at most these chunks are held at once: 2 read (PREFETCH queued + 1 being read),
+    DECODE_AHEAD + 1 decoded, 2 on this thread (k computing, k-1 finishing: one behind), 2 at the
+    statistics thread (1 queued + 1 accumulated); and of the output, under one row group waiting to be
+    complete, 2 queued for the writer thread and 1 being encoded (row groups of ROW_GROUP_WEIGHT rows plus
+    list values, advcli/io/writer.py), whatever the dump's size."""
     reader = ChunkReader(plan, inputs, res.state)
     # the statistics pass kept every chunk with what the statistics read from its token columns
     # (moments.token_moment_pass): no token column is decoded again
@@ -152,8 +161,8 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
     def open_writer(i: int):
         if splice:
             return SplicedParquetWriter(outs[i], inputs.paths[i], out_schema, plan.output_columns,
-                                        identity=inputs.identity_of(i))
-        return AtomicParquetWriter(outs[i], out_schema)
+                                        threaded=WRITE_THREAD, identity=inputs.identity_of(i))
+        return AtomicParquetWriter(outs[i], out_schema, threaded=WRITE_THREAD)
 
     writers: list[AtomicParquetWriter | None] = [None] * len(outs or [])
     last_fi: int | None = None  # the input whose output is being written
@@ -280,7 +289,7 @@ def stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs
             for i, o in enumerate(outs):  # an input with no rows still gets its (empty) output
                 if writers[i] is None:
                     with shielded():  # as in finish: created and held in one step
-                        writers[i] = AtomicParquetWriter(o, out_schema)
+                        writers[i] = AtomicParquetWriter(o, out_schema, threaded=WRITE_THREAD)
             for w in writers:
                 w.commit()
     except BaseException as e:

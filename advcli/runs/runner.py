@@ -95,14 +95,15 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
 
     check_engine(req.engine)
     prefiltered, kept = None, None
-    if curation is not None and curation.active:
-        from ..figures.curate import prefilter_for_run
-
-        prefiltered, kept = prefilter_for_run(inputs, req.output, curation, req.columns, req.chunk_rows,
-                                              req.force, output_mode=req.output_mode)
-    from ..engines import run as run_engine  # imports torch (and ray for --engine ray)
-
     try:
+        if curation is not None and curation.active:
+            from ..figures.curate import prefilter_for_run, prefilter_path
+
+            prefiltered = prefilter_path(req.output)  # known first: removed below however the run stops
+            prefiltered, kept = prefilter_for_run(inputs, req.output, curation, req.columns, req.chunk_rows,
+                                                  req.force, output_mode=req.output_mode)
+        from ..engines import run as run_engine  # imports torch (and ray for --engine ray)
+
         result = run_engine(req.engine, [prefiltered] if prefiltered else inputs, req.output, req.cfg,
                             flavor=req.flavor, native=req.native, column_overrides=req.columns,
                             chunk_rows=req.chunk_rows, device=req.device, force=req.force, progress=progress,
@@ -110,8 +111,16 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
                             by_position=req.by_position, ray_address=req.ray_address,
                             ray_stall_timeout=req.ray_stall_timeout)
     finally:
-        if prefiltered:
-            os.remove(prefiltered)
+        if prefiltered:  # the kept rows removed, whatever signal comes meanwhile (advcli.io.commit.shielded)
+            import sys
+
+            from ..io.commit import shielded
+
+            with shielded(redeliver=not isinstance(sys.exc_info()[1], KeyboardInterrupt)):
+                try:
+                    os.remove(prefiltered)
+                except FileNotFoundError:  # stopped before the filter wrote it
+                    pass
     if prefiltered:
         from ..figures.curate import run_filter_note
 

@@ -168,7 +168,7 @@ def test_run_with_drop_uniform_equals_run_on_the_filtered_rows(tmp_path, capsys)
     assert any("had not been sampled" in w for w in rep["warnings"])
     assert rep["filter"]["rows_dropped"] == int((~keep).sum()) and rep["filter"]["per_step"]
     assert rep["inputs"] == [str(src)]
-    assert not [p for p in tmp_path.iterdir() if "advcli-filter" in p.name]  # the temporary file is gone
+    assert not [p for p in tmp_path.iterdir() if ".advcli-" in p.name]  # the temporary file is gone
     code, _, err = main_rc(capsys, "run", src, "-o", tmp_path / "side.parquet", *conf, "--drop-uniform",
                            "--output-mode", "sidecar")
     assert code == 2 and "row_index" in err

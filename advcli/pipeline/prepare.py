@@ -198,6 +198,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         columns["reward_baseline"] = row["reward_baseline"]
     if "is_last_step" in row:
         columns["is_last_step"] = row["is_last_step"]
+        if plan.run.grouping.trajectory_copy == "last_row":  # SkyRL 0.1.0: each turn gets the last step's row
+            from ..estimators.stepwise import LAST_LENGTH, last_step_lengths
+            columns[LAST_LENGTH] = last_step_lengths(row["is_last_step"], row["length"], scopes)
     for r in role_rules.row_scalar_roles(plan):
         columns[r] = row[r]
     for k in row:

@@ -335,6 +335,19 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     _assert_same(rl, rg)
 
 
+def test_verl_0_6_0_weight_quantiles_equal_local(ray_session, offpolicy_dump, tmp_path):
+    """verl 0.6.0's mismatch/rollout_is_p25 ... p99 on Ray: the workers send each row's weights, the driver takes
+    each step's quantiles in the local engine's order: the same figures per step and overall."""
+    loc, local, got, table = _local_and_ray("verl@0.6.0", [("algorithm.adv_estimator", "grpo"),
+                                                           ("algorithm.rollout_is_threshold", 2.0)],
+                                            offpolicy_dump, tmp_path)
+    rl, rg = report_of(loc), report_of(got)
+    names = [f"mismatch/rollout_is_p{q}" for q in (25, 50, 75, 95, 99)]
+    assert all(n in rl["per_step"][1] for n in names) and all(n in rl["metrics"] for n in names)
+    assert table.equals(local)
+    _assert_same(rl, rg)
+
+
 @pytest.mark.parametrize("settings", [
     [("algo.advantage.is_correction_level", "seq"), ("algo.advantage.is_correction_threshold", [0.8, 1.25])],
     [("algo.advantage.is_correction_level", "token"), ("algo.advantage.is_correction_mode", "clip")],

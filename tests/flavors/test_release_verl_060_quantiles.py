@@ -119,3 +119,16 @@ def test_later_releases_have_no_quantiles(tmp_path):
     _, res = run_table(src, tmp_path / "o.parquet", "verl@0.6.1",
                        {"algorithm.adv_estimator": "grpo", **SETTINGS["0.6.1"]["seqbn"]})
     assert not any("_p25" in k for k in res.per_step[0])
+
+
+def test_stats_of_the_output_gives_the_same_quantiles(tmp_path):
+    """advcli stats on an output made with verl@0.6.0 recomputes the figures from its provenance: the same."""
+    import advcli
+
+    src = _write(tmp_path / "in.parquet")
+    _, res = run_table(src, tmp_path / "o.parquet", "verl@0.6.0", {"algorithm.adv_estimator": "grpo",
+                                                                   "algorithm.rollout_is_threshold": 2.0})
+    st = advcli.stats(str(tmp_path / "o.parquet"))
+    for q in QS:
+        k = f"mismatch/rollout_is_p{q}"
+        assert st.metrics[k] == res.metrics[k] == pytest.approx(want(ROWS, "token")[k], rel=1e-5)

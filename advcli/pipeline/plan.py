@@ -138,11 +138,10 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         spec, params = spec.build(params)
     file = inputs.paths[0]
     if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row" and \
-            run.whitening.batch_normalize:
+            run.whitening.on and run.whitening.mask != "all":
         raise AdvcliError("keys grouping.trajectory_copy=last_row (SkyRL 0.1.0's step-wise copy) with "
-                          "advantage.batch_normalize=true: SkyRL 0.1.0's grid mean then counts the earlier turns' "
-                          "padding cells, which hold the last step's value; advcli does not reproduce that yet",
-                          hint="leave advantage_batch_normalize off, or run the step-wise path of SkyRL 0.2.0")
+                          f"advantage.whiten_mask={run.whitening.mask}: the copy's statistics are those of SkyRL's "
+                          "response positions (every position of a turn)", hint="set advantage.whiten_mask=all")
     if run.grouping.trajectories == "last_step":  # SkyRL step-wise trajectories
         from ..estimators.stepwise import last_step
         spec = last_step(spec, run.grouping.trajectory_copy)

@@ -140,8 +140,8 @@ def _trajectories(seed: int) -> tuple[list[dict], list[bool]]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
-def test_step_wise_matches_release(tmp_path, seed, estimator):
+@pytest.mark.parametrize("estimator,batch_normalize", [("grpo", False), ("rloo", False), ("grpo", True)])
+def test_step_wise_matches_release(tmp_path, seed, estimator, batch_normalize):
     """The installed release's own RayPPOTrainer.compute_advantages_and_returns (skyrl/train/trainer.py), its
     step-wise branch, on a batch laid out as convert_prompts_responses_to_batch_tensors lays it out (right-padded
     [B, T], SkyRL's response_mask 1 on [0, L)); only the registry lookup of ppo_utils.compute_advantages_and_returns
@@ -170,13 +170,20 @@ def test_step_wise_matches_release(tmp_path, seed, estimator):
                   {"uids": [r["prompt_id"] for r in rows], "avg_response_length": 0.0,
                    "is_last_step": last})  # 0.1.0 reads the tensor, 0.2.0 on the metadata list
     out = method(types.SimpleNamespace(cfg=cfg, all_metrics={}), data)
+    settings = ["--set", "generator.step_wise_trajectories=true", "--set",
+                f"trainer.algorithm.advantage_estimator={estimator}"]
+    if batch_normalize:  # 0.1.0's normalize_advantages_dict (ppo_utils.py); 0.2.0 on: test_flavor_skyrl.py
+        norm = package_code(PPO, ["normalize_advantages_dict"], {"torch": torch, "TrainingInputBatch": _Batch,
+                                                                 "Float": _Float}, optional=True)
+        if "normalize_advantages_dict" not in norm:
+            pytest.skip(f"skyrl {VERSION} normalises in RayPPOTrainer._normalize_advantages (tested elsewhere)")
+        out = norm["normalize_advantages_dict"](out)
+        settings += ["--set", "trainer.algorithm.advantage_batch_normalize=true"]
     src = write_parquet(rows, str(tmp_path / "in.parquet"))
     t = pq.read_table(src)
     pq.write_table(t.append_column("is_last_step", pa.array(last, pa.bool_())), src)
     dst = str(tmp_path / "out.parquet")
-    argv = ["run", src, "-o", dst, "--flavor", f"skyrl@{VERSION}", "--force", "--device", "cpu",
-            "--set", "generator.step_wise_trajectories=true", "--set",
-            f"trainer.algorithm.advantage_estimator={estimator}"]
+    argv = ["run", src, "-o", dst, "--flavor", f"skyrl@{VERSION}", "--force", "--device", "cpu", *settings]
     res = CliRunner().invoke(app, argv)
     assert res.exit_code == 0, res.output
     got = pq.read_table(dst).column("advantages").to_pylist()

@@ -116,10 +116,27 @@ def test_explain_names_the_copy(capsys):
     assert "grouping.trajectory_copy" in out or "SkyRL 0.1.0 copies" in out
 
 
-@pytest.mark.parametrize("settings,says", [
-    ({A + "advantage_estimator": "gae"}, "does not reproduce that copy of token-level advantages"),
-    ({A + "advantage_batch_normalize": True}, "grid mean then counts"),
-])
-def test_what_is_not_reproduced_at_010_is_refused_with_its_reason(tmp_path, settings, says):
-    with pytest.raises(AdvcliError, match=says):
-        _run(tmp_path, "skyrl@0.1.0", settings)
+@pytest.mark.parametrize("chunk_rows", [1, 3, 1000])
+def test_010_batch_normalize_counts_the_copied_padding(tmp_path, chunk_rows):
+    """normalize_advantages_dict (ppo_utils.py @skyrl-v0.1.0) on the step's padded [B, T] grid as 0.1.0 fills it:
+    the mean over all B·T cells, which include the value a turn shorter than its last step carries past its own
+    end (row 3: 1 token, its last step 4), the biased variance over the response positions (t < L_i), then
+    (A − mean)·rsqrt(max(var, 1e-8)) on every position written."""
+    got, _ = _run(tmp_path, "skyrl@0.1.0", {A + "advantage_batch_normalize": True}, chunk_rows=chunk_rows)
+    B, T = len(ROWS), max(len(r[2]) for r in ROWS)
+    grid = [[TRAJ_SIGN[i] * _grpo_value(GROUP[i]) if t < LAST_LEN[i] else 0.0 for t in range(T)] for i in range(B)]
+    mean = sum(map(sum, grid)) / (B * T)
+    n = sum(len(r[2]) for r in ROWS)
+    var = sum((grid[i][t] - mean) ** 2 for i in range(B) for t in range(len(ROWS[i][2]))) / n
+    rstd = 1 / math.sqrt(max(var, 1e-8))
+    for i, r in enumerate(ROWS):
+        want = [(grid[i][t] - mean) * rstd for t in range(len(r[2]))]
+        assert got["advantages"][i] == pytest.approx(want, rel=1e-6, abs=1e-7), f"row {i}"
+    # the grid mean is not that of 0.2.0's grid (own positions): the padding cells of row 3 count
+    own = sum(TRAJ_SIGN[i] * _grpo_value(GROUP[i]) * len(r[2]) for i, r in enumerate(ROWS)) / (B * T)
+    assert abs(own - mean) > 1e-3
+
+
+def test_gae_step_wise_at_010_is_refused_with_its_reason(tmp_path):
+    with pytest.raises(AdvcliError, match="does not reproduce that copy of token-level advantages"):
+        _run(tmp_path, "skyrl@0.1.0", {A + "advantage_estimator": "gae"})

@@ -140,3 +140,15 @@ def test_010_batch_normalize_counts_the_copied_padding(tmp_path, chunk_rows):
 def test_gae_step_wise_at_010_is_refused_with_its_reason(tmp_path):
     with pytest.raises(AdvcliError, match="does not reproduce that copy of token-level advantages"):
         _run(tmp_path, "skyrl@0.1.0", {A + "advantage_estimator": "gae"})
+
+
+@pytest.mark.parametrize("choose", [[(A + "advantage_estimator", "rloo")], [("advcli.estimator", "rloo")],
+                                    [("advcli.mix", "0.5*grpo+0.5*rloo")]])
+def test_every_way_of_choosing_the_estimator_keeps_the_copy(choose):
+    """--set of the flavor's key, --estimator, advcli.mix: each resolved at 0.1.0 keeps its step-wise copy."""
+    from advcli.flavors import resolve
+
+    cfg, _ = resolve("skyrl@0.1.0", [("generator.step_wise_trajectories", True), *choose])
+    assert cfg["grouping"]["trajectories"] == "last_step" and cfg["grouping"]["trajectory_copy"] == "last_row"
+    newest, _ = resolve("skyrl", [("generator.step_wise_trajectories", True), *choose])
+    assert newest["grouping"]["trajectory_copy"] == "own_mask"

@@ -145,7 +145,9 @@ def explain_lines(correction: Correction) -> list[str]:
                    + ("gets weight 0" if spec.zero_weights else "is rejected whole"))
     if spec.raw_metrics:
         out.append("     metrics          of the ratios before truncation (std, ESS: clamped to "
-                   f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*")
+                   f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*"
+                   + ("; rollout_is_p25 ... p99: torch.quantile of them over the step's mask=1 tokens"
+                      if spec.weight_quantiles else ""))
     if any(o.kind != "ratio" for o in spec.rs):
         out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); "
                    "all options must pass)")

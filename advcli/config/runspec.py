@@ -64,6 +64,11 @@ class Grouping:
             'of rows ending at a row whose is_last_step column is true); a row-level estimator runs on the '
             "last-step rows only (grouped by their prompt_id) and every turn of a trajectory gets its last step's "
             'value (SkyRL generator.step_wise_trajectories)', ('none', 'last_step'), kind='str')
+    trajectory_copy: str = key('own_mask', "with grouping.trajectories=last_step, how a turn takes its last step's "
+            "value: `own_mask` (on each of the turn's own positions: SkyRL from 0.2.0) or `last_row` (the last "
+            "step's padded row copied column by column: position t of a turn gets the value where t is below the "
+            "last step's length and 0 from that length on, the turn's own mask not applied: SkyRL 0.1.0, "
+            "trainer.py compute_advantages_and_returns)", ('own_mask', 'last_row'), kind='str')
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ class CorrectionState:
     factors: list  # per step: μ or None
     factor_row: torch.Tensor | None  # [R] float64 μ of each row's step (1 where none), with batch norm
     hist: torch.Tensor | None = None  # [HIST_BINS] int64: weights (before normalisation) over mask=1 tokens
+    quantiles: rc.WeightQuantiles | None = None  # verl 0.6.0's rollout_is_p25 ... p99 per step
 
 
 HIST_BINS = 50
@@ -144,7 +145,9 @@ def explain_lines(correction: Correction) -> list[str]:
                    + ("gets weight 0" if spec.zero_weights else "is rejected whole"))
     if spec.raw_metrics:
         out.append("     metrics          of the ratios before truncation (std, ESS: clamped to "
-                   f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*")
+                   f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*"
+                   + ("; rollout_is_p25 ... p99: torch.quantile of them over the step's mask=1 tokens"
+                      if spec.weight_quantiles else ""))
     if any(o.kind != "ratio" for o in spec.rs):
         out.append("     (k1 = −C(lr) = log π_rollout/π_train, k2 = ½C(lr)², k3 = e^C(lr) − 1 − C(lr); "
                    "all options must pass)")
@@ -184,7 +187,9 @@ def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
     (:func:`add_metrics`)."""
     if state is None:
         return
-    add_metrics(result.per_step, result.metrics, state.spec, state.sums, state.factors, dtype)
+    add_metrics(result.per_step, result.metrics, state.spec, state.sums, state.factors, dtype, state.quantiles)
+    if state.quantiles is not None:
+        result.warnings.extend(w for w in state.quantiles.notes if w not in result.warnings)
     if state.hist is not None and hasattr(result, "histograms"):
         result.histograms["rollout_is_weights"] = weights_histogram(state)
 
@@ -211,13 +216,16 @@ def weights_histogram(state: CorrectionState) -> dict:
 
 
 def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc.MetricSums, factors: list,
-                dtype: torch.dtype) -> None:
+                dtype: torch.dtype, quantiles: rc.WeightQuantiles | None = None) -> None:
     """Each step's ``rollout_corr/*`` figures into its ``per_step`` entry (a step without a valid token
     has none); overall: the step's own figures for a one-step input, else each metric's row-weighted
-    mean over the steps that have it (like ``actor/reward_kl_penalty``)."""
+    mean over the steps that have it (like ``actor/reward_kl_penalty``; verl 0.6.0's quantiles too: a
+    mean of the steps' quantiles, not the quantile of the run)."""
     per = []
     for s in range(sums.S):
         m = rc.step_metrics(spec, sums, s, factors[s], dtype) if sums.acc and sums.get("n", s) > 0 else {}
+        if m and quantiles is not None:
+            m.update(quantiles.step_figures(s, spec.names))
         per.append(m)
         if s < len(per_step):
             per_step[s].update(m)
@@ -251,6 +259,8 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
     cols = [cmap[r] for r in ("response_mask", "old_log_probs", "rollout_log_probs")]
     scope_codes = torch.as_tensor(scope_codes, dtype=torch.int64)  # the figures hand numpy codes over
     sums = rc.MetricSums(num_scopes)
+    quantiles = (rc.WeightQuantiles(torch.bincount(scope_codes, minlength=num_scopes)) if spec.weight_quantiles
+                 else None)
     row0 = 0
     for _, _, batch in ins.iter_batches(cols, chunk_rows):
         offsets, mask = list_column_to_tensor(batch.column(cols[0]))
@@ -259,7 +269,9 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
         layout = Ragged(torch.from_numpy(offsets))
         out = rc.correct_chunk(spec, layout, (mask != 0).to(dtype), old, roll)
         sums.add(out.rows, scope_codes[row0:row0 + layout.num_rows])
+        if quantiles is not None:
+            quantiles.add(out.raw, out.raw_counts, scope_codes[row0:row0 + layout.num_rows])
         row0 += layout.num_rows
     factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize and sums.acc else [None] * num_scopes
-    add_metrics(per_step, metrics, spec, sums, factors, dtype)
+    add_metrics(per_step, metrics, spec, sums, factors, dtype, quantiles)
     return True

@@ -104,6 +104,12 @@ class CorrectionSpec:
         return self.gate is not None or (self.level is not None and self.upper is not None)
 
     @property
+    def weight_quantiles(self) -> bool:
+        """verl 0.6.0's ``rollout_is_p25 ... p99`` (mismatch_helper.py compute_is_metrics): the weights' quantiles,
+        which later releases dropped."""
+        return self.names == "mismatch" and self.raw_metrics and self.weights
+
+    @property
     def histogram(self) -> bool:
         """verl's weights lie in [0, upper]: the report's exact histogram of them (OpenRLHF's mask mode
         keeps unbounded ratios: none)."""
@@ -134,6 +140,10 @@ class ChunkCorrection:
     weights: torch.Tensor | None
     mask: torch.Tensor
     rows: dict[str, tuple[str, torch.Tensor]] = field(default_factory=dict)  # name -> (sum|max|min, [B] f64)
+    # spec.weight_quantiles: the weights before truncation at the mask=1 tokens (flat, row by row) and how many
+    # each row has (what compute_is_metrics takes its quantiles of)
+    raw: torch.Tensor | None = None
+    raw_counts: torch.Tensor | None = None
 
 
 def _clamp(x: torch.Tensor) -> torch.Tensor:
@@ -183,6 +193,7 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
 
     # ------------------------------------------------------------------ IS weights (L568-603)
     weights = None
+    quantile_input = (None, None)
     if spec.weights:
         stat = S / denom if spec.level == "geometric" else S  # geometric: verl 0.6.0's masked mean log-ratio
         if spec.level == "token":
@@ -193,6 +204,8 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
             weights = torch.where((raw >= spec.lower) & (raw <= spec.upper), raw, torch.zeros_like(raw))
         else:
             weights = raw.clamp(max=spec.upper)
+        if metrics and spec.weight_quantiles:
+            quantile_input = (raw[mb], n_int)
         if metrics and spec.raw_metrics:
             _legacy_ratio_rows("L:is:", spec.level, layout, put, tok, msum, mb, raw, stat, spec.upper,
                                spec.metric_lower, denom, token_fractions=spec.level == "geometric")
@@ -269,7 +282,82 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
         tok("k3_kl", torch.exp(lr) - lr - 1)  # unclamped (L962-963)
         tok("chi2_tok", torch.exp(_clamp(lr)).square())
         put("chi2_seq", "sum", torch.exp(2.0 * _clamp(S)))
-    return ChunkCorrection(weights=weights, mask=m * keep_all, rows=rows)
+    return ChunkCorrection(weights=weights, mask=m * keep_all, rows=rows, raw=quantile_input[0],
+                           raw_counts=quantile_input[1])
+
+
+QUANTILES = (25, 50, 75, 95, 99)  # verl 0.6.0's rollout_is_pNN (mismatch_helper.py @v0.6.0 L363-367)
+QUANTILE_STEP_LIMIT = 2 ** 24  # torch.quantile's largest input: verl 0.6.0 itself raises beyond it
+QUANTILE_OPEN_LIMIT = 2 ** 26  # weights kept at once over the steps not yet complete (256 MiB in float32)
+
+
+class WeightQuantiles:
+    """verl 0.6.0's ``rollout_is_p25 ... p99`` per step, exactly: ``torch.quantile(flat_weights, q)`` (linear
+    interpolation, in the weights' dtype) of the step's weights before truncation at its mask=1 tokens
+    (``rollout_is_weights[response_mask.bool()]``, mismatch_helper.py @v0.6.0 L357-367; at the sequence and
+    geometric levels each row's weight stands on each of its mask=1 tokens).
+
+    A quantile needs every weight of its step at once. Memory stays bounded: a step's weights are kept only
+    while the step is open (its rows are counted as they pass; once all are seen its quantiles are taken and
+    the weights dropped), so a dump whose steps are contiguous holds one step at a time. A step of more than
+    :data:`QUANTILE_STEP_LIMIT` mask=1 tokens gets none (torch.quantile refuses such an input: verl 0.6.0 stops
+    there), and once the open steps together hold more than :data:`QUANTILE_OPEN_LIMIT` weights the open steps
+    get none; :attr:`notes` says why. No approximate figure is printed."""
+
+    def __init__(self, scope_sizes: torch.Tensor):
+        self.left = scope_sizes.to(torch.int64).clone()  # rows of each step not seen yet
+        self.parts: dict[int, list[torch.Tensor]] = {}
+        self.kept = 0
+        self.values: list[dict[int, float] | None] = [None] * int(scope_sizes.numel())
+        self.dropped: set[int] = set()
+        self.notes: list[str] = []
+        for s in torch.nonzero(self.left == 0).flatten().tolist():  # an empty step is complete (no figure)
+            self.dropped.add(s)
+
+    def add(self, raw: torch.Tensor, counts: torch.Tensor, row_scope: torch.Tensor) -> None:
+        """One chunk: ``raw`` its rows' weights at their mask=1 tokens (flat, row by row), ``counts`` [B] how
+        many each row has, ``row_scope`` [B] each row's step."""
+        raw, counts, row_scope = raw.cpu(), counts.cpu().to(torch.int64), row_scope.cpu().to(torch.int64)
+        tok_scope = torch.repeat_interleave(row_scope, counts)
+        steps, rows_in = torch.unique(row_scope, return_counts=True)
+        for s, r in zip(steps.tolist(), rows_in.tolist()):  # the chunk's steps (one, mostly), not its rows
+            if s not in self.dropped:
+                part = raw[tok_scope == s] if steps.numel() > 1 else raw
+                self.parts.setdefault(s, []).append(part.clone())
+                self.kept += part.numel()
+            self.left[s] -= r
+            if self.left[s] == 0:
+                self._close(s)
+        if self.kept > QUANTILE_OPEN_LIMIT:
+            open_steps = sorted(self.parts)
+            self.notes.append(f"rollout_is_p25 ... p99 of {len(open_steps)} step(s) not computed: their rows are "
+                              f"interleaved and they hold more than {QUANTILE_OPEN_LIMIT} IS weights at once, "
+                              "which exact quantiles would keep in memory; order the dump by step to get them")
+            for s in open_steps:
+                self.parts.pop(s)
+                self.dropped.add(s)
+            self.kept = 0
+
+    def _close(self, s: int) -> None:
+        parts = self.parts.pop(s, None)
+        if parts is None or s in self.dropped:
+            return
+        w = torch.cat(parts)
+        self.kept -= w.numel()
+        if w.numel() == 0:  # no valid token: verl refuses such a batch (correction_state)
+            return
+        if w.numel() > QUANTILE_STEP_LIMIT:
+            self.notes.append(f"rollout_is_p25 ... p99 of a step with {w.numel()} weighted tokens not computed: "
+                              f"torch.quantile takes at most {QUANTILE_STEP_LIMIT} values, so verl 0.6.0's "
+                              "compute_is_metrics raises on such a batch")
+            return
+        q = torch.tensor([p / 100 for p in QUANTILES], dtype=w.dtype)  # as verl's float q, in the input's dtype
+        self.values[s] = dict(zip(QUANTILES, torch.quantile(w, q).tolist()))
+
+    def step_figures(self, s: int, names: str) -> dict[str, float]:
+        """Step ``s``'s figures under verl's names (none where they were not computed)."""
+        v = self.values[s] if s < len(self.values) else None
+        return {} if v is None else {f"{names}/rollout_is_p{p}": x for p, x in v.items()}
 
 
 def gate_chunk(gate: Gate, layout: Ragged, mask: torch.Tensor, old_lp: torch.Tensor, rollout_lp: torch.Tensor,

@@ -35,8 +35,12 @@ def correction_batch(plan, reader, batch: pa.RecordBatch, file: str, row_base: i
     from ..ops.ragged import Ragged
 
     offsets, tok = reader.tokens(batch, file, row_base, ROLES)
-    rows, valid, hist = correction_chunk(plan, Ragged(torch.from_numpy(offsets)), tok)
+    rows, valid, hist, (raw, counts) = correction_chunk(plan, Ragged(torch.from_numpy(offsets)), tok)
     cols = {"valid": pa.array(valid.numpy())}
+    if raw is not None:  # verl 0.6.0's quantiles: each row's weights at its mask=1 tokens, to the driver
+        offs = torch.zeros(counts.numel() + 1, dtype=torch.int64)
+        torch.cumsum(counts.to(torch.int64), 0, out=offs[1:])
+        cols["qw"] = pa.ListArray.from_arrays(pa.array(offs.numpy()), pa.array(raw.detach().cpu().numpy()))
     cols.update({f"p:{how}:{name}": pa.array(v.numpy()) for name, (how, v) in rows.items()})
     h = [] if hist is None else hist.tolist()
     cols["hist"] = pa.array(([h] + [[]] * (n - 1)) if n else [], type=pa.list_(pa.int64()))
@@ -52,6 +56,7 @@ def correction_fn(rows_on_workers):
         sums = rc.MetricSums(scopes.num_groups)
         hist = torch.zeros(_bins(), dtype=torch.int64) if plan.correction.histogram else None
         valid = torch.zeros(0, dtype=torch.int64)
+        quantiles = rc.WeightQuantiles(scopes.sizes) if plan.correction.weight_quantiles else None
         if R:
             payload = {"plan": plan, "res": None, "names": inputs.paths, "device": "cpu", "mode": "correction",
                        "checked": set(state.checked_roles) if state is not None else set()}
@@ -65,6 +70,11 @@ def correction_fn(rows_on_workers):
                 for a in range(base, base + n, chunk_rows):
                     b = min(a + chunk_rows, base + n)
                     sums.add({name: (how, v[a:b]) for how, name, v in parts}, scopes.codes[a:b])
+                    if quantiles is not None:  # the same chunks, in row order: steps close as in the local pass
+                        qw = t.column("qw").slice(a, b - a).combine_chunks()
+                        counts = torch.from_numpy(qw.value_lengths().to_numpy(zero_copy_only=False).astype("int64"))
+                        quantiles.add(torch.from_numpy(qw.flatten().to_numpy(zero_copy_only=False).copy()), counts,
+                                      scopes.codes[a:b])
                 base += n
             if hist is not None:
                 for h in t.column("hist").to_pylist():
@@ -74,7 +84,7 @@ def correction_fn(rows_on_workers):
             state.checked_roles |= set(ROLES)
         if progress:
             progress("rollout correction", R, R)
-        return correction_state(plan, inputs, scopes, step_values, sums, hist), valid
+        return correction_state(plan, inputs, scopes, step_values, sums, hist, quantiles), valid
 
     return correction
 

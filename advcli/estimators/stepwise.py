@@ -11,6 +11,13 @@ L1142-1180 @a9564572), for one training batch::
 
 The earlier turns' rewards are ignored; their group ids are not used. SkyRL asserts that the batch's
 last row ends a trajectory; so does this.
+
+How a turn takes its trajectory's value (``grouping.trajectory_copy``): from 0.2.0 on each of the turn's own
+positions (``own_mask``); SkyRL 0.1.0 (trainer.py compute_advantages_and_returns L784-815 @skyrl-v0.1.0) indexes
+the last steps' padded ``[n, T]`` advantage rows, ``A[i] = last_step_advantages[traj_id[i]]``, so position t of
+a turn holds the last step's value at t: the value below the last step's length ``L_last`` (its right-padded
+``response_mask`` is 1 on ``[0, L_last)``), 0 from ``L_last`` on (``last_row``; :func:`last_step_lengths`
+gives each row its ``L_last``, the token pass multiplies by ``t < L_last``).
 """
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ from . import EstimatorSpec
 
 COLUMN = "is_last_step"
 SOURCE = "step-wise: SkyRL RayPPOTrainer.compute_advantages_and_returns (trainer.py L1142-1180 @a9564572)"
+SOURCE_010 = ("step-wise as SkyRL 0.1.0 copies it: RayPPOTrainer.compute_advantages_and_returns (skyrl/train/"
+              "trainer.py L784-815 @skyrl-v0.1.0)")
 
 
 def trajectories(last: torch.Tensor, scopes: GroupIndex) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +56,24 @@ def trajectories(last: torch.Tensor, scopes: GroupIndex) -> tuple[torch.Tensor, 
     return order, traj
 
 
-def last_step(inner: EstimatorSpec) -> EstimatorSpec:
-    """``inner`` (a row-level estimator) run on the last-step rows, each trajectory getting its value."""
+LAST_LENGTH = "last_step_length"  # the row table's column of each row's L_last (trajectory_copy=last_row)
+
+
+def last_step_lengths(last: torch.Tensor, length: torch.Tensor, scopes: GroupIndex) -> torch.Tensor:
+    """int64 [R]: for each row, the length of its trajectory's last step (the row whose padded advantage row
+    SkyRL 0.1.0 copies onto it), gathered by trajectory index, no loop over rows."""
+    order, traj = trajectories(last != 0, scopes)
+    lengths_o = length.to(torch.int64)[order]
+    last_lengths = lengths_o[last[order] != 0]  # the last steps' lengths, trajectory by trajectory
+    out = torch.empty_like(lengths_o)
+    out[order] = last_lengths[traj]
+    return out
+
+
+def last_step(inner: EstimatorSpec, copy: str = "own_mask") -> EstimatorSpec:
+    """``inner`` (a row-level estimator) run on the last-step rows, each trajectory getting its value
+    (``copy``: ``grouping.trajectory_copy``; ``last_row`` makes a turn's tokens other than one value, so the
+    spec is then not ``row_constant``)."""
     if inner.level != "row" or inner.row_fn is None:
         raise AdvcliError(f"grouping.trajectories=last_step needs an outcome (row-level) estimator; {inner.name} "
                           "computes per-token advantages, which a trajectory-wide broadcast would discard")
@@ -71,6 +96,11 @@ def last_step(inner: EstimatorSpec) -> EstimatorSpec:
         out[order] = a[traj]
         return out
 
+    if copy == "last_row":
+        return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
+                                   row_constant=False, source=f"{inner.source}; {SOURCE_010}",
+                                   formula=f"{inner.formula} — on each trajectory's last step; a turn's position "
+                                           "t gets it where t < the last step's length, else 0")
     return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
                                source=f"{inner.source}; {SOURCE}",
                                formula=f"{inner.formula} — on each trajectory's last step, broadcast to its turns")

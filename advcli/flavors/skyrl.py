@@ -18,7 +18,8 @@ What sets SkyRL apart, and the canonical switches it maps to:
 - ``advantage_batch_normalize``: mean over the step's whole ``[B, T = max L_i]`` grid (padding cells
   0), biased variance over all response positions, ``(A − mean)·rsqrt(max(var, 1e-8))``; returns kept.
 - ``generator.step_wise_trajectories``: the estimator runs on the ``is_last_step`` rows only, each
-  trajectory (a contiguous run of rows ending at its last step) gets its last step's value.
+  trajectory (a contiguous run of rows ending at its last step) gets its last step's value; at 0.1.0
+  (``advcli.step_wise_copy=last_row``) as the last step's padded row: 0 from the last step's length on.
 """
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ KEYS = {
     "generator.step_wise_trajectories": Key(False, "step-wise trajectories: one row per turn, the estimator runs on "
                                             "the is_last_step rows and each trajectory's value is broadcast to "
                                             "all of its turns", None, "bool"),
+    "advcli.step_wise_copy": Key("own_mask", "advcli extension (SkyRL's releases): how a step-wise turn takes its "
+                                 "last step's advantages: `own_mask` (on each of the turn's own positions, from "
+                                 "0.2.0) or `last_row` (the last step's padded row copied column by column: 0 from "
+                                 "the last step's length on, the turn's mask not applied; SkyRL 0.1.0)",
+                                 ("own_mask", "last_row"), "str"),
 }
 
 # The framework function each estimator matches, and its float32 rule (named by the diagnostics).
@@ -84,6 +90,14 @@ def _check(v: dict) -> None:
         raise AdvcliError(f"keys {A}use_kl_in_reward=true and {A}use_kl_loss=true: SkyRL asserts that they are "
                           "mutually exclusive (validate_cfg: the KL goes either into the reward or into the loss)",
                           hint=f"add --set {A}use_kl_loss=false")
+    if v["generator.step_wise_trajectories"] and est in ("gae", "reinforce++") and \
+            v["advcli.step_wise_copy"] == "last_row":
+        raise AdvcliError(f"key {A}advantage_estimator={est} with generator.step_wise_trajectories=true at SkyRL "
+                          "0.1.0 (advcli.step_wise_copy=last_row): 0.1.0's validate_cfg lets it run, and its "
+                          "trainer copies the last step's per-token advantages onto each earlier turn column by "
+                          "column (trainer.py compute_advantages_and_returns L784-815 @skyrl-v0.1.0); advcli "
+                          "does not reproduce that copy of token-level advantages across rows",
+                          hint="use grpo or rloo (reproduced at 0.1.0), or turn step_wise_trajectories off")
     if v["generator.step_wise_trajectories"] and est in ("gae", "reinforce++"):
         raise AdvcliError(f"key {A}advantage_estimator={est} is not supported with "
                           "generator.step_wise_trajectories=true: SkyRL refuses it (validate_cfg) because the "
@@ -150,8 +164,8 @@ def translate(v: dict) -> dict:
         cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add",
                                 whiten_divisor="max1", whiten_small="error", remask=False)
     cfg["advantage"]["batch_normalize"] = v[A + "advantage_batch_normalize"]
-    if v["generator.step_wise_trajectories"]:  # trainer.py L1142-1180
-        cfg["grouping"]["trajectories"] = "last_step"
+    if v["generator.step_wise_trajectories"]:  # trainer.py L1142-1180 (0.1.0: L784-815, advcli.step_wise_copy)
+        cfg["grouping"].update(trajectories="last_step", trajectory_copy=v["advcli.step_wise_copy"])
     cfg["estimator"] = e
     cfg["diagnostics"] = {"rule": RULES.get(est)}
     return cfg
@@ -170,26 +184,23 @@ def translate(v: dict) -> dict:
 # 0.2.0's _normalize_advantages step 1), the same AlgorithmConfig defaults; its step-wise path differs (below).
 _V010 = "SkyRL 0.1.0"
 RELEASES = (
-    Release("0.1.0", "2026-03-11", note="SkyRL 0.1.0: the advantage code of 0.2.0 less maxrl; step-wise not reproduced",
+    Release("0.1.0", "2026-03-11", note="SkyRL 0.1.0: the advantage code of 0.2.0 less maxrl; its step-wise copy of "
+                                        "the last step's padded row",
+            settings={"advcli.step_wise_copy": "last_row"},
             accepts={A + "advantage_estimator": (tuple(e for e in ESTIMATORS if e != "maxrl"),
                                                  f"{_V010}'s AdvantageEstimator (ppo_utils.py) has no maxrl (it came "
                                                  "with 0.2.0), so the trainer itself would not run it"),
                      A + "loss_reduction": (("token_mean", "sequence_mean", "seq_mean_token_sum_norm"),
-                                            f"{_V010}'s validate_cfg (train/utils/utils.py) refuses it"),
-                     "generator.step_wise_trajectories": ((False,), f"{_V010}'s step-wise path (trainer.py "
-                                                          "compute_advantages_and_returns @skyrl-v0.1.0 L784-815) "
-                                                          "copies the last step's whole padded advantage row to "
-                                                          "each turn, column by column (turn token t gets the last "
-                                                          "step's value at t: 0 from the last step's length on), "
-                                                          "unmasked; advcli reproduces 0.2.0's path (each turn's "
-                                                          "own mask), not this one")}),
+                                            f"{_V010}'s validate_cfg (train/utils/utils.py) refuses it")}),
     Release("0.2.0", "2026-04-22", aliases=("0.3.0",),
             note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572", changes=(
                 Change("", (A + "advantage_estimator",), "maxrl: (s − μ)/(μ + 1e-6) (ppo_utils.py "
                        "compute_maxrl_advantage @0.2.0)"),
-                Change("", ("generator.step_wise_trajectories",), "step-wise trajectories: the estimator runs "
-                       "on the last steps with an all-ones mask and each step's advantages are masked by its own "
-                       "response mask (trainer.py compute_advantages_and_returns @0.2.0)"))),
+                Change("", ("generator.step_wise_trajectories", "advcli.step_wise_copy"), "step-wise "
+                       "trajectories: the estimator runs on the last steps with an all-ones mask and each step's "
+                       "advantages are masked by its own response mask (trainer.py compute_advantages_and_returns "
+                       "@0.2.0); 0.1.0 copied the last step's padded row to each turn (0 from the last step's "
+                       "length on, the turn's mask not applied)"))),
     Release(COMMIT, "2026-08-21", aliases=("a956457",), note="SkyRL at commit a9564572 (advcli's first match)"),
     Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0 (run): the advantage code of commit a9564572"),
 )

@@ -257,7 +257,8 @@ RELEASES = (
                        "rollout IS weights (mismatch_helper.py compute_rollout_importance_weights @v0.6.0): with "
                        "algorithm.rollout_is_threshold set, the level's ratio (token, sequence, geometric) truncated "
                        "or masked to [lower, upper], 0 on a row with a token below rollout_is_veto_threshold (1e-4 "
-                       "by default); the mask is unchanged; mismatch/* metrics; the weights reach the loss with "
+                       "by default); the mask is unchanged; mismatch/* metrics, with rollout_is_p25 ... p99 (the "
+                       "quantiles of the weights before truncation); the weights reach the loss with "
                        "algorithm.rollout_is=true"))),
     Release("0.6.1", "2025-11-14", note="verl 0.6.1: the algorithm.rollout_correction section (IS weights, "
             "rejection by a ratio level, the per-token veto)",

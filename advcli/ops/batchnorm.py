@@ -40,11 +40,14 @@ def compose(sums: MomentSums, mean: torch.Tensor, rstd: torch.Tensor,
         r₂  = rsqrt(max(v, 1e-8))     μ'  = μ + m/r,   r' = r·r₂
 
     (without a preceding whitening pass μ = 0, r = 1). A scope with no response position keeps μ, r.
+    ``sums.grid_total`` (when set) replaces Σx in the grid mean: the grid's padding cells hold values too
+    (SkyRL 0.1.0's step-wise copy: a turn shorter than its last step carries the value past its own end).
     """
     n, s1, s2 = sums.count, sums.total, sums.total_sq
     sy = rstd * (s1 - n * mean)
     syy = rstd * rstd * (s2 - 2 * mean * s1 + n * mean * mean)
-    m = sy / cells.clamp(min=1)
+    grid = sy if sums.grid_total is None else rstd * (sums.grid_total - n * mean)  # the grid's Σ, padding included
+    m = grid / cells.clamp(min=1)
     var = ((syy - 2 * m * sy + n * m * m) / n.clamp(min=1)).clamp(min=0)
     r2 = torch.rsqrt(var.clamp(min=VAR_FLOOR))
     empty = n == 0

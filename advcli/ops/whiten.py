@@ -105,6 +105,9 @@ class MomentSums:
     total_sq: torch.Tensor
     _exact: list | None = None
     ordered: tuple | None = None  # (count, total, total_sq) of ordered_float32_sums, where a pass kept them
+    # Σ of the values over SkyRL's whole padded grid where it is not ``total`` (SkyRL 0.1.0's step-wise copy puts
+    # the last step's value in a turn's padding cells: advcli.ops.batchnorm.compose); None: ``total``
+    grid_total: torch.Tensor | None = None
 
     @staticmethod
     def zeros(num_scopes: int) -> MomentSums:

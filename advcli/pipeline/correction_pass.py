@@ -18,7 +18,8 @@ ROLES = ["response_mask", "old_log_probs", "rollout_log_probs"]
 
 def correction_chunk(plan, layout: Ragged, tok: dict):
     """One chunk of the pass: (per-row metric partials ``{name: (how, float64 [B])}``, Σ corrected
-    mask per row int64 [B], histogram counts of the weights over mask=1 tokens or None). Rows are
+    mask per row int64 [B], histogram counts of the weights over mask=1 tokens or None, (the weights before
+    truncation at the mask=1 tokens, their count per row) for verl 0.6.0's quantiles or (None, None)). Rows are
     whole in a chunk, so these do not depend on where chunks are cut (the Ray engine runs it on
     its workers, :mod:`advcli.engines.ray_correction_pass`)."""
     spec = plan.correction
@@ -30,7 +31,7 @@ def correction_chunk(plan, layout: Ragged, tok: dict):
         b = (w * (HIST_BINS / spec.upper)).floor().clamp_(0, HIST_BINS - 1).to(torch.int64)
         hist = torch.bincount(b, minlength=HIST_BINS)
     seen = out.mask if spec.corrects_mask else mask  # the mask the estimator counts (OpenRLHF: the input's)
-    return out.rows, layout.count_per_row(seen > 0), hist
+    return out.rows, layout.count_per_row(seen > 0), hist, (out.raw, out.raw_counts)
 
 
 def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress=None, state=None):
@@ -42,12 +43,15 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
     sums = rc.MetricSums(scopes.num_groups)
     valid: list[torch.Tensor] = []
     hist = torch.zeros(HIST_BINS, dtype=torch.int64) if spec.histogram else None
+    quantiles = rc.WeightQuantiles(scopes.sizes) if spec.weight_quantiles else None
     row0 = 0
     for fi, rb, batch in inputs.iter_batches(cols, chunk_rows):
         offsets, tok = reader.tokens(batch, inputs.paths[fi], rb, ROLES)
         layout = Ragged(torch.from_numpy(offsets))
-        rows, v, h = correction_chunk(plan, layout, tok)
+        rows, v, h, (raw, counts) = correction_chunk(plan, layout, tok)
         sums.add(rows, scopes.codes[row0:row0 + layout.num_rows])
+        if quantiles is not None:
+            quantiles.add(raw, counts, scopes.codes[row0:row0 + layout.num_rows])
         valid.append(v)
         if hist is not None:
             hist += h
@@ -57,12 +61,13 @@ def correction_pass(plan, inputs, scopes, step_values, chunk_rows: int, progress
     if state is not None:
         state.checked_roles |= set(ROLES)
     v = torch.cat(valid) if valid else torch.zeros(0, dtype=torch.int64)
-    return correction_state(plan, inputs, scopes, step_values, sums, hist), v
+    return correction_state(plan, inputs, scopes, step_values, sums, hist, quantiles), v
 
 
-def correction_state(plan, inputs, scopes, step_values, sums: rc.MetricSums, hist):
+def correction_state(plan, inputs, scopes, step_values, sums: rc.MetricSums, hist, quantiles=None):
     """The pass's per-step sums -> :class:`CorrectionState` (normalisation factors), after refusing
-    what verl refuses (a step without a valid token; IS weights all 0)."""
+    what verl refuses (a step without a valid token; IS weights all 0). ``quantiles``: verl 0.6.0's weight
+    quantiles (:class:`~advcli.correction.weights.WeightQuantiles`), taken as the pass went."""
     spec = plan.correction
     for s in range(scopes.num_groups if spec.gate is None else 0):  # OpenRLHF refuses neither (NaN figures)
         if sums.acc and sums.get("n", s) == 0 and sums.get("rows", s) > 0:
@@ -83,4 +88,4 @@ def correction_state(plan, inputs, scopes, step_values, sums: rc.MetricSums, his
     factor_row = None
     if any(f is not None for f in factors):
         factor_row = scopes.per_row(torch.tensor([1.0 if f is None else f for f in factors], dtype=torch.float64))
-    return CorrectionState(spec, sums, factors, factor_row, hist)
+    return CorrectionState(spec, sums, factors, factor_row, hist, quantiles)

@@ -117,6 +117,15 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+STEP_WISE_010 = ("step-wise trajectories copied as SkyRL 0.1.0 copies them (grouping.trajectory_copy=last_row): "
+                 "each turn gets its trajectory's last step's whole padded advantage row, column by column, so a "
+                 "turn's position t holds the last step's value where t is below the last step's length and 0 from "
+                 "there on, whatever the turn's own mask (trainer.py compute_advantages_and_returns @skyrl-v0.1.0; "
+                 "from 0.2.0 each turn gets the value on its own positions). A turn longer than its last step has "
+                 "0 on its tail; a shorter one's padding (which advcli does not write) held the value in SkyRL's "
+                 "[B, T] tensor")
+
+
 def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto",
               check_values: bool = False) -> Plan:
     run = RunSpec.from_config(cfg)
@@ -128,9 +137,14 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if spec.build is not None:  # an estimator made of others (mix): the spec of its terms
         spec, params = spec.build(params)
     file = inputs.paths[0]
+    if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row" and \
+            run.whitening.on and run.whitening.mask != "all":
+        raise AdvcliError("keys grouping.trajectory_copy=last_row (SkyRL 0.1.0's step-wise copy) with "
+                          f"advantage.whiten_mask={run.whitening.mask}: the copy's statistics are those of SkyRL's "
+                          "response positions (every position of a turn)", hint="set advantage.whiten_mask=all")
     if run.grouping.trajectories == "last_step":  # SkyRL step-wise trajectories
         from ..estimators.stepwise import last_step
-        spec = last_step(spec)
+        spec = last_step(spec, run.grouping.trajectory_copy)
     # --- slime: the OPD term after the estimator, and the policy log-probs the KL/OPD read ---
     distill = run.advantage.distill_coef
     if distill is not None:
@@ -219,6 +233,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                 dump_tokens=inputs.list_tokens(cmap["response_mask"]))
     from ..correction.plan import plan_correction  # rollout correction: roles, output columns (advcli.correction.plan)
     warnings: list[str] = []
+    if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row":
+        warnings.append(STEP_WISE_010)
     plan = plan_correction(plan, warnings)
     return dataclasses.replace(plan, warnings=tuple(warnings)) if warnings else plan
 

@@ -54,13 +54,24 @@ def _amplified_item(plan: Plan, sums: MomentSums, mean: torch.Tensor, rstd: torc
                            "the intended values are those of --precision float64."}
 
 
-def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict) -> MomentSums:
+def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict,
+                       last_len: torch.Tensor | None = None) -> MomentSums:
     """Pass 2's moments for a row-level estimator, per scope: each row's advantage weighed by its Σ mask
     (or its length, ``whitening.mask: all``): no token pass. The Ray engine's per-step driver makes them
-    for one step's rows (its scopes coded 0..D-1) in the worker task resolving it."""
+    for one step's rows (its scopes coded 0..D-1) in the worker task resolving it. ``last_len`` (SkyRL 0.1.0's
+    step-wise copy, ``grouping.trajectory_copy=last_row``, with ``whitening.mask: all``): row i holds its value
+    on min(L_i, last_len_i) of its L_i positions (0 on the rest) and, in SkyRL's padded grid, on last_len_i
+    cells: the moments count L_i positions, the values min(L_i, last_len_i), the grid total Σ A_i·last_len_i."""
     sums = MomentSums.zeros(scopes.num_groups)
     w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
-    sums.add(adv_row.to(torch.float64), w, scopes.codes)
+    a = adv_row.to(torch.float64)
+    if last_len is None:
+        sums.add(a, w, scopes.codes)
+        return sums
+    cut = last_len.to(torch.float64)
+    on = torch.minimum(w, cut)
+    sums.add_rows((w, a * on, a * a * on), scopes.codes.to(torch.int64))
+    sums.grid_total = torch.zeros(scopes.num_groups, dtype=torch.float64).index_add_(0, scopes.codes, a * cut)
     return sums
 
 
@@ -198,6 +209,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         columns["reward_baseline"] = row["reward_baseline"]
     if "is_last_step" in row:
         columns["is_last_step"] = row["is_last_step"]
+        if plan.run.grouping.trajectory_copy == "last_row":  # SkyRL 0.1.0: each turn gets the last step's row
+            from ..estimators.stepwise import LAST_LENGTH, last_step_lengths
+            columns[LAST_LENGTH] = last_step_lengths(row["is_last_step"], row["length"], scopes)
     for r in role_rules.row_scalar_roles(plan):
         columns[r] = row[r]
     for k in row:
@@ -238,7 +252,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     # pass 2: whitening statistics
     if plan.whiten:
         if plan.spec.level == "row":
-            sums = row_whitening_sums(plan, scopes, adv_row, row)
+            sums = row_whitening_sums(plan, scopes, adv_row, row, table.columns.get("last_step_length"))
         else:
             sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=False)
         cells = lambda: batchnorm.grid_cells(table.length, scopes.codes, scopes.num_groups)  # noqa: E731

@@ -121,9 +121,16 @@ def chunk_math(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int, 
 
 def row_level_tokens(plan: Plan, res: Prepared, layout: Ragged, mask: torch.Tensor, row0: int) -> torch.Tensor:
     """A row-level estimator's token values: each row's advantage over its tokens, × mask unless the
-    estimator keeps masked positions (``mask_output``). Advantages and returns both start from it."""
-    a = layout.broadcast(to_device(res.adv_row[row0:row0 + layout.num_rows], plan.device).to(plan.dtype))
-    return a * mask if plan.params.get("mask_output", True) else a
+    estimator keeps masked positions (``mask_output``). Advantages and returns both start from it.
+    Step-wise trajectories copied as SkyRL 0.1.0 copies them (``grouping.trajectory_copy=last_row``): × (t <
+    the last step's length), as the last step's padded row holds A·response_mask."""
+    rows = slice(row0, row0 + layout.num_rows)
+    a = layout.broadcast(to_device(res.adv_row[rows], plan.device).to(plan.dtype))
+    a = a * mask if plan.params.get("mask_output", True) else a
+    cut = res.table.columns.get("last_step_length")  # estimators.stepwise.LAST_LENGTH
+    if cut is not None:
+        a = a * (layout.position < layout.broadcast(to_device(cut[rows], plan.device))).to(plan.dtype)
+    return a
 
 
 def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, row0: int, apply_whiten: bool):

@@ -293,6 +293,13 @@ for _name, _unit, _doc, _where in (
         ("rollout_rs_masked_fraction", _TOK, "share of tokens rejection sampling masked", ("summary",)),
         ("rollout_rs_seq_masked_fraction", _ROWS, "share of rows with a token rejection sampling masked", ())):
     register(Figure(f"rollout_corr/{_name}", _unit, _RC + _doc, per_step=True, shown=(*_where, "tracker")))
+# verl 0.6.0 (mismatch_helper.py @v0.6.0 L357-367, under its mismatch/ prefix): quantiles of the IS weights before
+# truncation at the step's mask=1 tokens, torch.quantile (advcli.correction.weights.WeightQuantiles); later
+# releases dropped them
+for _q in (25, 50, 75, 95, 99):
+    register(Figure(f"mismatch/rollout_is_p{_q}", "IS weight", f"verl 0.6.0's rollout IS: {_q}th percentile (linear "
+                    "interpolation, exact) of the weights before truncation over the step's valid tokens",
+                    per_step=True, shown=("tracker",)))
 # OpenRLHF's gated IS coefficient, under the names its PolicyLoss logs (ppo_actor.py L314-316)
 register(Figure("vllm_kl", "", "OpenRLHF's IS correction: mean rollout − old log-prob over the step's valid tokens",
                 per_step=True))

@@ -95,6 +95,10 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
     if g.trajectories == "last_step":
         out.append("     trajectories     step-wise: the estimator runs on the is_last_step rows only; every turn "
                    "of a trajectory (rows up to its last step) gets its last step's value")
+        if g.trajectory_copy == "last_row":
+            out.append("                      copied as SkyRL 0.1.0 copies the last step's padded row: a turn's "
+                       "position t gets the value for t < the last step's length, 0 from there on (the turn's "
+                       "own mask not applied)")
     if a.distill_coef is not None:
         out.append(f"     distillation     A_t −= {a.distill_coef:g}·(logp_t − teacher_t) on every position"
                    + (" (the returns too)" if a.distill_returns else ""))

@@ -107,3 +107,88 @@ def test_reward_kl_matches_release(tmp_path, kl):
                                                A + "kl_loss_coef": beta}, extra=AT_RELEASE)
     assert_matches(out["token_level_rewards"], token_rewards(rows) - kld * max(0.0, beta), rows,
                    f"skyrl {VERSION} reward KL {kl}")
+
+
+# ------------------------------------------------------------------------------- step-wise trajectories
+class _Batch(dict):
+    """TrainingInputBatch as compute_advantages_and_returns reads it: tensors by key, ``metadata``, ``to``."""
+
+    def __init__(self, tensors, metadata):
+        super().__init__(tensors)
+        self.metadata = metadata
+
+    def to(self, _device):
+        return self
+
+
+def _trajectories(seed: int) -> tuple[list[dict], list[bool]]:
+    """random_rows' rows cut into trajectories of 1-3 turns (the last turn's uid and reward are the ones SkyRL
+    reads): (rows, is_last_step)."""
+    rows = random_rows(seed, [3, 4, 1, 3], max_len=6)
+    rng = np.random.default_rng(100 + seed)
+    out, last = [], []
+    for r in rows:
+        for _ in range(int(rng.integers(0, 3))):  # earlier turns: other ids, other rewards, lengths 1-7
+            n = int(rng.integers(1, 8))
+            out.append(dict(prompt_id=f"turn{len(out)}", reward=float(rng.normal()),
+                            mask=[int(x) for x in (rng.random(n) > 0.3)], old=[-1.0] * n, ref=[-1.0] * n,
+                            values=[0.0] * n))
+            last.append(False)
+        out.append(r)
+        last.append(True)
+    return out, last
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("estimator,batch_normalize", [("grpo", False), ("rloo", False), ("grpo", True)])
+def test_step_wise_matches_release(tmp_path, seed, estimator, batch_normalize):
+    """The installed release's own RayPPOTrainer.compute_advantages_and_returns (skyrl/train/trainer.py), its
+    step-wise branch, on a batch laid out as convert_prompts_responses_to_batch_tensors lays it out (right-padded
+    [B, T], SkyRL's response_mask 1 on [0, L)); only the registry lookup of ppo_utils.compute_advantages_and_returns
+    is replaced by the estimator function it finds. Compared over each row's own length (advcli writes L_i values):
+    at 0.1.0 the last step's padded row copied to each turn, from 0.2.0 the value × each turn's own mask."""
+    import types
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from _released import package_method, write_parquet
+    from typer.testing import CliRunner
+
+    from advcli.cli import app
+
+    rows, last = _trajectories(seed)
+    ns = {"torch": torch, "np": np, "TrainingInputBatch": _Batch, "logger": types.SimpleNamespace(info=lambda *_: None),
+          "ppo_utils": types.SimpleNamespace(compute_advantages_and_returns=lambda adv_estimator, **kw:
+                                             SKYRL[FUNCTIONS[adv_estimator]](**kw))}
+    method = package_method("skyrl.train.trainer", "RayPPOTrainer", "compute_advantages_and_returns", ns)
+    algo = types.SimpleNamespace(advantage_estimator=estimator, gamma=1.0, lambd=1.0, grpo_norm_by_std=True)
+    cfg = types.SimpleNamespace(generator=types.SimpleNamespace(step_wise_trajectories=True),
+                                trainer=types.SimpleNamespace(algorithm=algo))
+    data = _Batch({"rewards": token_rewards(rows), "response_mask": response_mask(rows),
+                   "loss_mask": padded(rows, "mask"), "values": None,
+                   "is_last_step": torch.tensor(last, dtype=torch.bool)},
+                  {"uids": [r["prompt_id"] for r in rows], "avg_response_length": 0.0,
+                   "is_last_step": last})  # 0.1.0 reads the tensor, 0.2.0 on the metadata list
+    out = method(types.SimpleNamespace(cfg=cfg, all_metrics={}), data)
+    settings = ["--set", "generator.step_wise_trajectories=true", "--set",
+                f"trainer.algorithm.advantage_estimator={estimator}"]
+    if batch_normalize:  # 0.1.0's normalize_advantages_dict (ppo_utils.py); 0.2.0 on: test_flavor_skyrl.py
+        norm = package_code(PPO, ["normalize_advantages_dict"], {"torch": torch, "TrainingInputBatch": _Batch,
+                                                                 "Float": _Float}, optional=True)
+        if "normalize_advantages_dict" not in norm:
+            pytest.skip(f"skyrl {VERSION} normalises in RayPPOTrainer._normalize_advantages (tested elsewhere)")
+        out = norm["normalize_advantages_dict"](out)
+        settings += ["--set", "trainer.algorithm.advantage_batch_normalize=true"]
+    src = write_parquet(rows, str(tmp_path / "in.parquet"))
+    t = pq.read_table(src)
+    pq.write_table(t.append_column("is_last_step", pa.array(last, pa.bool_())), src)
+    dst = str(tmp_path / "out.parquet")
+    argv = ["run", src, "-o", dst, "--flavor", f"skyrl@{VERSION}", "--force", "--device", "cpu", *settings]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    got = pq.read_table(dst).column("advantages").to_pylist()
+    assert_matches(got, out["advantages"], rows, f"skyrl {VERSION} step-wise {estimator} advantages")
+    # the batch holds an earlier turn longer than its last step (where 0.1.0's copy and 0.2.0's differ)
+    ends = [i for i, x in enumerate(last) if x]
+    last_len = [len(rows[next(e for e in ends if e >= i)]["mask"]) for i in range(len(rows))]
+    assert any(len(r["mask"]) > n for r, n in zip(rows, last_len))

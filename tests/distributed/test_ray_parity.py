@@ -335,6 +335,19 @@ def test_rollout_correction_equals_local(ray_session, offpolicy_dump, tmp_path, 
     _assert_same(rl, rg)
 
 
+def test_verl_0_6_0_weight_quantiles_equal_local(ray_session, offpolicy_dump, tmp_path):
+    """verl 0.6.0's mismatch/rollout_is_p25 ... p99 on Ray: the workers send each row's weights, the driver takes
+    each step's quantiles in the local engine's order: the same figures per step and overall."""
+    loc, local, got, table = _local_and_ray("verl@0.6.0", [("algorithm.adv_estimator", "grpo"),
+                                                           ("algorithm.rollout_is_threshold", 2.0)],
+                                            offpolicy_dump, tmp_path)
+    rl, rg = report_of(loc), report_of(got)
+    names = [f"mismatch/rollout_is_p{q}" for q in (25, 50, 75, 95, 99)]
+    assert all(n in rl["per_step"][1] for n in names) and all(n in rl["metrics"] for n in names)
+    assert table.equals(local)
+    _assert_same(rl, rg)
+
+
 @pytest.mark.parametrize("settings", [
     [("algo.advantage.is_correction_level", "seq"), ("algo.advantage.is_correction_threshold", [0.8, 1.25])],
     [("algo.advantage.is_correction_level", "token"), ("algo.advantage.is_correction_mode", "clip")],
@@ -588,3 +601,26 @@ def test_workers_row_pass_checks_every_token_column(ray_session, tmp_path, setti
                 row_pass="workers")
     assert got.value.message == loc.value.message
     assert not (tmp_path / "ray").exists()
+
+
+@pytest.mark.parametrize("batch_normalize", [False, True])
+def test_skyrl_0_1_0_step_wise_equals_local(ray_session, tmp_path, batch_normalize):
+    """SkyRL 0.1.0's step-wise copy (each turn gets the last step's padded row: 0 from its length on) on Ray: the
+    row table carries each row's last-step length to the workers; the same advantages as the local engine."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flavors"))
+    from test_release_skyrl_010_step_wise import _write
+
+    import advcli
+    from advcli.engines.ray_output import read_output
+
+    src = _write(str(tmp_path / "in.parquet"))
+    sets = {"generator.step_wise_trajectories": True, "trainer.algorithm.advantage_batch_normalize": batch_normalize}
+    loc = advcli.run(src, str(tmp_path / "a.parquet"), flavor="skyrl@0.1.0", settings=sets, device="cpu", chunk_rows=3)
+    got = advcli.run(src, str(tmp_path / "b"), flavor="skyrl@0.1.0", settings=sets, device="cpu", chunk_rows=3,
+                     engine="ray")
+    assert read_output(str(tmp_path / "b")).column("advantages").to_pylist() == \
+        pq.read_table(str(tmp_path / "a.parquet")).column("advantages").to_pylist()
+    assert [w for w in got.warnings if "SkyRL 0.1.0" in w] == [w for w in loc.warnings if "SkyRL 0.1.0" in w]

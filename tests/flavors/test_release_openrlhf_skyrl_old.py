@@ -86,7 +86,6 @@ def test_skyrl_0_1_0_grpo(tmp_path):
     (["--flavor", "openrlhf", "--set", "use_icepop=true"], "0.9.1-0.9.2 only"),
     (["--flavor", "openrlhf@0.7.0"], "older than 0.7.1"),
     (["--flavor", "skyrl@0.1.0", "--set", "trainer.algorithm.advantage_estimator=maxrl"], "has no maxrl"),
-    (["--flavor", "skyrl@0.1.0", "--set", "generator.step_wise_trajectories=true"], "step-wise path"),
     (["--flavor", "skyrl@0.0.1"], "name reservation"),
 ])
 def test_what_an_old_release_lacks_is_refused(argv, says, capsys, sample_path, tmp_path):

@@ -31,10 +31,11 @@ reward variance. --flavor verl (PR #7894) and --flavor skyrl (PR #2217), both op
 their rule: selection_eps 0.01 (top_p keeps no group of a step whose variance mass P·Σ is at most it), rows
 with an all-zero response mask and non-finite rewards left out of a group's variance, and with
 --variance-include-zero a zero-variance step (or P 1) keeps every group; verl ranks masked reward sums
-(Σ token_level_scores·response_mask). Without a flavor (or
-with trl, PR #7242, open) it is RAGEN-2's rule. Those pull requests mask the other groups out of the loss
-instead of removing them: --mask-dropped does the same (every row kept, their response_mask set to 0).
-TRL's filter ranks the rewards after its multi-reward aggregation: give its settings with --flavor trl --set.
+(Σ token_level_scores·response_mask). Without a flavor it is RAGEN-2's rule; with trl (PR #7242, open)
+too, since that pull request's filter function is not public where advcli can read it (only its call
+site). Those pull requests mask the other groups out of the loss instead of removing them:
+--mask-dropped does the same (every row kept, their response_mask set to 0). TRL's filter ranks the
+rewards after its multi-reward aggregation: give its settings with --flavor trl --set.
 
   advcli filter completions.parquet -o snr.parquet --variance-top-p 0.9 --flavor trl \
 --set multi_objective_aggregation=normalize_then_sum --set 'reward_funcs=\\[acc,fmt]'
@@ -67,7 +68,8 @@ def filter_cmd(
         "E, nothing where that is ≤ 0 (default: the flavor's rule, 0.01 for verl and skyrl, else 1e-12)."),
     flavor: str | None = typer.Option(
         None, "--flavor", "-f", metavar="NAME", help="Whose variance filter rule --variance-top-p/-k follows: verl "
-        "(PR #7894), skyrl (PR #2217), both open; others and none: RAGEN-2's (TRL PR #7242)."),
+        "(PR #7894), skyrl (PR #2217), both open; trl, others and none: RAGEN-2's (TRL PR #7242's own function "
+        "is not public)."),
     set_: list[str] | None = typer.Option(
         None, "--set", "-s", metavar="KEY=VALUE", help="With --flavor trl: TRL's reward_funcs, reward_weights and "
         "multi_objective_aggregation; --variance-top-p/-k then rank TRL's aggregated rewards (PR #7242, open; "

@@ -124,7 +124,8 @@ class Reward:
     zero_truncated: bool = key(False, 'rows whose `truncated` column is true get row reward 0 after normalisation '
             '(AReaL mask_no_eos_with_zero)', kind='bool')
     dtype: str = key('run', "the dtype of the rewards an estimator that keeps it (keeps_reward_dtype: verl's grpo, "
-            'rloo, gpg, rloo_vectorized) and the reward normalisation (OpenRLHF before 0.11.2, ROLL) compute '
+            'rloo, gpg, rloo_vectorized), the reward normalisation and the reward clip after it (OpenRLHF before '
+            '0.11.2, ROLL) compute '
             "in: `run` (the run's precision), `bfloat16` / `float16` (the trainer's scores were, e.g. a custom "
             "reward manager's or a reward model's), `input` (a float16 reward column stays float16, any other the "
             "run's precision); with KL in the reward the rewards are float32, as verl's apply_kl_penalty promotes "

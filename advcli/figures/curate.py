@@ -56,7 +56,7 @@ class FilterSpec:
     variance_ddof: int = 1  # Σ(m − mean)²/(n − ddof)
     mask_dropped: bool = False  # keep every row, the dropped groups' response_mask set to 0 (verl #7894)
     allow_empty: bool = False  # --allow-empty: a filter that keeps no row writes an empty result (else: refused)
-    variance_rule: str = "ragen"  # whose variance filter: ragen (the paper, TRL #7242), verl (#7894), skyrl (#2217)
+    variance_rule: str = "ragen"  # whose variance filter: ragen (the paper), trl (#7242), verl (#7894), skyrl (#2217)
     variance_selection_eps: float | None = None  # top_p target = P·Σ variance − eps (None: the rule's default)
     # TRL's aggregated rewards as the metric (--flavor trl --set reward_funcs=[...] / multi_objective_aggregation):
     # (aggregation, reward columns, weights or None); None: the metric column as it is
@@ -108,9 +108,21 @@ class FilterSpec:
 # (verl's apply_reward_variance_filter), so a scalar reward counts where its token (position L−1) has mask 1;
 # ``float32``: the sums and each group's variance are float32 (torch.var of the float32 scores, which on the CPU
 # is the exact variance rounded to float32), the total and the running mass Python floats.
+#
+# TRL PR #7242 (open, 2026-09-16, branch codex/ragen2-rv-top-p): only its call site is public where advcli can read
+# it (a review thread on trl/trainer/grpo_trainer.py L2913): ``_get_reward_variance_filter_mask(rewards,
+# num_generations, strategy, top_p, top_k, include_zero, selection_eps)`` on the post-aggregation ``rewards`` in
+# training mode (so under normalize_then_sum the summed per-group z-scores: trl_aggregated), groups positional by
+# num_generations, no ddof argument. The function's body (its default selection_eps, ddof, NaN and tie rules) is in
+# no stored snapshot: the huggingface/trl mirror ends 2026-07-24 (no refs/pull/7242), the author's fork holds no
+# such branch, and neither the code nor the issues corpus quotes it. So ``trl`` runs RAGEN-2's rule (as the PR
+# describes itself: "sample reward variance", "stable tie-breaking", NaN rewards handled), with the sibling rules'
+# fields it has no evidence for left off (no live-row rule, no whole-step include_zero branch).
 RULES = {
-    "ragen": {"eps": 1e-12, "live": False, "pr": "RAGEN-2 (arXiv 2604.06268); TRL PR #7242 (open)",
-              "flavors": ("trl",)},
+    "ragen": {"eps": 1e-12, "live": False, "pr": "RAGEN-2 (arXiv 2604.06268)", "flavors": ()},
+    "trl": {"eps": 1e-12, "live": False, "flavors": ("trl",),
+            "pr": "TRL PR #7242 (open; its filter function's code is not public where advcli can read it, so "
+                  "RAGEN-2's rule runs on TRL's aggregated rewards)"},
     "verl": {"eps": 0.01, "live": True, "whole": True, "masked_sum": True, "float32": True,
              "pr": "verl PR #7894 (open)", "flavors": ("verl",)},
     "skyrl": {"eps": 0.01, "live": True, "whole": True, "pr": "SkyRL PR #2217 (open)", "flavors": ("skyrl",)},
@@ -141,7 +153,7 @@ def variance_note(spec: FilterSpec) -> str | None:
         agg, funcs, _ = spec.trl_rewards
         trl = (f"; ranked by TRL's aggregated rewards ({agg} of {', '.join(funcs)}"
                + (": each reward z-scored in its group, then summed" if agg == "normalize_then_sum" else "") + ")")
-    elif spec.variance_rule == "ragen":
+    elif spec.variance_rule == "trl":
         trl = ("; TRL ranks the aggregated rewards: under multi_objective_aggregation=normalize_then_sum those are "
                "per-group z-scored sums (--flavor trl --set multi_objective_aggregation=normalize_then_sum --set "
                "'reward_funcs=[...]')")

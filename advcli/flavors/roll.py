@@ -4,7 +4,8 @@ Per step and per ``domain`` (in order of first appearance; ``rlvr_pipeline.py`` 
 ``roll/utils/functionals.py`` does it:
 
 1. ``reward_postprocess`` (L650-678): ``reward_norm`` (L564-600) on the positional ``[G, n]``
-   reshape of the domain's rewards (``grpo`` forces group/group), then ``reward_clip`` ±c;
+   reshape of the domain's rewards (``grpo`` forces group/group), then ``reward_clip`` ±c, both in
+   float16: the dtype every reward worker ROLL ships emits (``advcli.reward_dtype``, below);
 2. ``compute_token_reward`` (L614-647): reward at position L_i−1, ``− β·kld`` with ``kld`` masked
    (``add_token_level_kl``; kinds kl/abs/mse/k3, k3 clamped to ±10 at the output only), ``reward_clip``
    again on the token rewards; one KL controller (fixed, or adaptive when ``target_kl`` is set)
@@ -50,13 +51,19 @@ KEYS = {
     "whiten_advantages": Key(False, "masked whitening of the advantages over the domain batch", None, "bool"),
     "whiten_rewards": Key(False, "masked whitening of the token-level rewards before the estimator", None, "bool"),
     "advantage_clip": Key(None, "clamp ±c of the advantages after masking (0 zeroes them; null: off)", None, "float"),
-    # every reward worker of roll/pipeline/rlvr/rewards @ 8eb27cc builds response_level_rewards in float16
-    # (math_rule_reward_worker.py L313, llm_judge L240, code_sandbox L855, ...); reward_postprocess's reward_norm
-    # and clamp keep it (functionals.py L651-685), compute_advantage casts to float32 (L1157)
-    "advcli.reward_dtype": Key("run", "advcli extension: the dtype ROLL's reward_norm (group/batch mean and "
-                               "std) runs in: `float16` (ROLL's own reward workers emit float16 rewards), `bfloat16`, "
-                               "`run` (float32 rewards, a custom worker's: the run's precision) or `input` (a float16 "
-                               "reward column keeps float16, any other the run's precision)",
+    # ROLL's own reward workers (every one in roll/pipeline/rlvr/rewards @ 8eb27cc2: math_rule L307-313,
+    # code_sandbox L854-856, llm_judge L240-242, ifeval L651-654, crossthinkqa L233-239, detection L1706-1708,
+    # remote_reward_system L516-518, video_r1 L172-174) build scores and response_level_rewards as float16
+    # tensors; reward_scheduler.py and generate_scheduler.py only concatenate and reorder them, and the dump's
+    # `scores` are those float16 values (rlvr/utils.py dump_rollout_to_specific_path: .tolist()). reward_postprocess
+    # runs reward_norm and the reward_clip clamp on that float16 tensor (functionals.py L651-677),
+    # expand_to_token_level keeps its dtype (L554), the KL term (float32 kld) promotes it, compute_advantage casts
+    # to float32 (L1157). So the default is float16; a custom worker that emits float32 rewards is `run`
+    "advcli.reward_dtype": Key("float16", "advcli extension: the dtype of the rewards ROLL's reward_postprocess "
+                               "(reward_norm's group/batch mean and std, then the reward_clip clamp) runs in: "
+                               "`float16` (the default: every reward worker ROLL ships emits float16 rewards), "
+                               "`bfloat16`, `run` (float32 rewards, a custom worker's: the run's precision) or "
+                               "`input` (a float16 reward column keeps float16, any other the run's precision)",
                                ("float16", "bfloat16", "run", "input"), "str"),
 }
 ALIASES = {"num_return_sequences_in_group": N_KEY}
@@ -107,7 +114,7 @@ def translate(v: dict) -> dict:
     cfg["reward"].update(source="reward", clip=clip, placement="last", mask_placed=True,
                          whiten_tokens=v["whiten_rewards"])
     cfg["reward"]["normalize"].update(mean=mean_t or "none", std=std_t or "none", eps=1e-6)
-    cfg["reward"]["dtype"] = v["advcli.reward_dtype"]  # reward_norm in the workers' float16
+    cfg["reward"]["dtype"] = v["advcli.reward_dtype"]  # reward_norm and clamp in the workers' float16 (above)
     target = v["target_kl"]
     if target is not None and not (v["kl_horizon"] and v["kl_horizon"] > 0):
         raise AdvcliError(f"key kl_horizon must be > 0 for the adaptive controller (got {v['kl_horizon']})")
@@ -157,8 +164,10 @@ FLAVOR = Flavor(
     notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
           "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "
           "[G, n] reshape: (r − μ)/(σ + 1e-6) with torch.std unbiased, a group of one gives NaN with a group "
-          "std and 0 with a group mean; float32 all-equal non-dyadic groups are not 0 (0.9×3 → 0.0596); "
-          "reward_clip clamps the response reward and again the token rewards after KL; the reward sits at "
+          "std and 0 with a group mean; the reward norm and reward_clip run in float16, the dtype of ROLL's own "
+          "reward workers' rewards (advcli.reward_dtype; with float32 rewards, `run`, all-equal non-dyadic groups "
+          "are not 0: 0.9×3 → 0.0596); reward_clip clamps the response reward and again the token rewards "
+          "after KL; the reward sits at "
           "L_i−1 and is then × mask (a row ending in a masked token loses it); KL kinds kl/abs/mse/k3, k3 "
           "clamped to ±10 at the output only; the controller steps after every domain with n_steps = its "
           "rows; reinforce/grpo returns count masked columns as discount steps; gae uses unmasked values over "

@@ -181,17 +181,19 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
                                              scopes.num_groups, norm, round32=plan.dtype == torch.float32)
         norm_checks = [("reward_norm", mom, gn, g.codes)] if gn.center32 else []
     elif plan.reward_source != "token_level_scores":
-        # 16-bit rewards keep their dtype through the normalisation where the trainer's do: OpenRLHF before
-        # 0.11.2 shapes bf16 rewards in bf16, ROLL's reward_norm runs on its workers' float16 rewards
-        half = shaping_dtype(plan) if (ncfg.mean, ncfg.std) != ("none", "none") else None
+        # 16-bit rewards keep their dtype through the normalisation and the clamp where the trainer's do:
+        # OpenRLHF before 0.11.2 shapes bf16 rewards in bf16; ROLL's reward_postprocess runs reward_norm and
+        # the reward_clip clamp on its workers' float16 rewards (functionals.py L651-677 @ 8eb27cc2), so the
+        # clamp's bound is the float16 nearest ±c (0.3 -> 0.30004883), and compute_advantage casts to float32
+        half = shaping_dtype(plan) if (ncfg.mean, ncfg.std) != ("none", "none") or reward.clip else None
         shaped = raw.to(half) if half is not None else raw
         if plan.group_by == "position" and not strided_groups(plan):  # the frameworks' own [G, n] reshape
             from ..ops.blocks import block_normalize
             reward_row = block_normalize(shaped, scopes, state.block_sizes or int(plan.run.grouping.size),
-                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first)).to(raw.dtype)
+                                         ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
         else:
-            reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps).to(raw.dtype)
-        reward_row = clip_values(reward_row, reward.clip)
+            reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
+        reward_row = clip_values(reward_row, reward.clip).to(raw.dtype)
     if reward.zero_truncated and "truncated" in row:  # AReaL mask_no_eos_with_zero
         reward_row = torch.where(row["truncated"] != 0, torch.zeros_like(reward_row), reward_row)
     # the row score the group estimators see: Σ_t token_level_rewards

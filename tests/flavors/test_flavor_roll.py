@@ -4,7 +4,9 @@ Every expected number below was produced by running ROLL's own, unmodified funct
 (``reward_postprocess``, ``compute_token_reward``, ``compute_advantage`` and the kernels they call,
 functionals.py @8eb27cc2, with ``get_kl_controller`` from roll/utils/kl_controller.py) on CPU,
 torch 2.13, float32, one domain at a time in ROLL's order with one shared KL controller; the
-response part of each [B, S-1] output is pasted here.
+response part of each [B, S-1] output is pasted here. Those runs fed ROLL float32 rewards (a custom
+reward worker's), so these tests set ``advcli.reward_dtype=run`` (R32); the default, float16 (what every
+reward worker ROLL ships emits), is tested against ROLL's ops run in float16 in tests/unit/test_reward_dtype.py.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import advcli
 from advcli.errors import AdvcliError
 
 N = "actor_infer.generating_args.num_return_sequences"
+R32 = {"advcli.reward_dtype": "run"}  # float32 rewards, as the reference runs had
 
 # ----------------------------------------------------------------------------- float32 hazards
 HAZARD_ROWS = [dict(prompt_id="a", reward=0.9, mask=[1, 1, 1]), dict(prompt_id="a", reward=0.9, mask=[1, 1]),
@@ -37,7 +40,7 @@ HAZARD_ADV = [
 def test_grpo_float32_hazard_0_9x3(tmp_path):
     # three equal values: their float32 sum, the deviations and so the residue round alike in any
     # summation order, so this literal holds on every machine (unlike 0.7×12 below)
-    out, _ = run_rows(tmp_path, HAZARD_ROWS, "roll", {"adv_estimator": "grpo", N: 3})
+    out, _ = run_rows(tmp_path, HAZARD_ROWS, "roll", {"adv_estimator": "grpo", N: 3, **R32})
     assert_rows_close(out["advantages"], HAZARD_ADV)
     # returns are not masked: the hole of row 4 keeps the carried return
     assert_rows_close(out["returns"], HAZARD_ADV[:4] + [[0.5773492, 0.5773492, 0.5773492], [0.0, 0.0, 0.0]])
@@ -45,7 +48,7 @@ def test_grpo_float32_hazard_0_9x3(tmp_path):
 
 def test_grpo_float32_hazard_0_7x12(tmp_path):
     rows = [dict(reward=0.7, mask=[1, 1]) for _ in range(12)] + [dict(reward=float(i % 2), mask=[1]) for i in range(12)]
-    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 12}, chunk_rows=5)
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 12, **R32}, chunk_rows=5)
     # ROLL's own reshape/mean/std calls on this machine: 0.7×12 left 0.1192 on the machine the spec was
     # written on, and the residue depends on the CPU's summation order; float64 gives 0
     want = reshaped_group_norm([0.7] * 12 + [float(i % 2) for i in range(12)], 12, 1e-6)
@@ -53,7 +56,7 @@ def test_grpo_float32_hazard_0_7x12(tmp_path):
     assert out["advantages"][12] == pytest.approx([-0.9574253], rel=1e-6)
     assert out["advantages"][13] == pytest.approx([0.9574253], rel=1e-6)
     out64 = advcli.run(str(tmp_path / "in.parquet"), str(tmp_path / "o64.parquet"), flavor="roll",
-                       settings={"adv_estimator": "grpo", N: 12}, precision="float64", device="cpu")
+                       settings={"adv_estimator": "grpo", N: 12, **R32}, precision="float64", device="cpu")
     assert out64 is not None
     assert pq.read_table(tmp_path / "o64.parquet").column("advantages").to_pylist()[0] == [0.0, 0.0]
 
@@ -77,7 +80,7 @@ MD_ROWS = [
 MD_SETTINGS = {"adv_estimator": "reinforce", "gamma": 0.99, "norm_mean_type": "batch", "norm_std_type": "batch",
                "reward_clip": 0.8, "add_token_level_kl": True, "kl_penalty": "k3", "init_kl_coef": 0.1,
                "target_kl": 0.01, "kl_horizon": 10, "whiten_rewards": True, "whiten_advantages": True,
-               "advantage_clip": 2.5}
+               "advantage_clip": 2.5, **R32}
 # β used by (step 0, math), (step 0, code), (step 1, code), (step 1, math): ROLL's controller stepped after each
 MD_BETAS = [0.1, 0.108, 0.11232, 0.1168128]
 MD_ADV = [
@@ -163,7 +166,8 @@ def test_gae_group_mean_batch_std(tmp_path):
     values (the masked last token keeps V=0.7 in δ), fixed β=0.05 with the plain `kl` estimator."""
     out, _ = run_rows(tmp_path, GAE_ROWS, "roll", {"adv_estimator": "gae", N: 2, "gamma": 0.99, "lambd": 0.9,
                                                    "norm_mean_type": "group", "norm_std_type": "batch",
-                                                   "add_token_level_kl": True, "init_kl_coef": 0.05})
+                                                   "add_token_level_kl": True, "init_kl_coef": 0.05,
+                                                   **R32})
     assert_rows_close(out["advantages"], GAE_ADV)
     assert_rows_close(out["returns"], GAE_RET)
     assert_rows_close(out["token_level_rewards"], GAE_TLR)
@@ -216,7 +220,8 @@ def test_reward_clip_zero_is_off_advantage_clip_zero_zeroes(tmp_path):
 
 
 def test_old_flat_group_size_alias(tmp_path):
-    out, _ = run_rows(tmp_path, HAZARD_ROWS, "roll", {"adv_estimator": "grpo", "num_return_sequences_in_group": 3})
+    out, _ = run_rows(tmp_path, HAZARD_ROWS, "roll", {"adv_estimator": "grpo", "num_return_sequences_in_group": 3,
+                                                       **R32})
     assert_rows_close(out["advantages"], HAZARD_ADV)
 
 
@@ -265,7 +270,7 @@ def test_prompt_id_spanning_two_blocks_is_refused(tmp_path):
 def test_same_prompt_id_in_two_domains_is_fine(tmp_path):
     """Blocks are per domain; a prompt id reused by another domain (its own batch) is not a conflict."""
     rows = [dict(r, domain="x" if i < 3 else "y", prompt_id="p") for i, r in enumerate(HAZARD_ROWS)]
-    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 3})
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 3, **R32})
     # each domain is a single [1, 3] group now: the 0.9×3 block takes torch's 1-D std path (7.3e-8), so
     # ROLL gives 5.96e-8/(7.3e-8 + 1e-6) = 0.05555 here instead of 0.0596
     assert out["advantages"][0] == pytest.approx([0.05554951] * 3, rel=1e-6)

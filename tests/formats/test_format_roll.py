@@ -1,7 +1,9 @@
 """roll-dump: ROLL's rollout_dump_data.step_{N}.jsonl, built here from the field lists of spec/dumps.md
 §5 (one JSON object of equal-length lists on one line; RLVR and agentic layouts). Expected GRPO
 advantages computed independently below as ROLL's grpo does it at γ = 1 without KL: group/group reward
-norm (r − μ_g)/(σ_g + 1e-6), σ unbiased, over blocks of n consecutive rows of each domain."""
+norm (r − μ_g)/(σ_g + 1e-6), σ unbiased, over blocks of n consecutive rows of each domain, in float16: the
+dtype of the scores ROLL's own reward workers write (roll/pipeline/rlvr/rewards @ 8eb27cc2), which
+reward_norm keeps (roll/utils/functionals.py L564-600), then float32 (compute_advantage L1157)."""
 import json
 import math
 
@@ -15,6 +17,16 @@ N = 3
 
 
 def roll_grpo(scores):
+    """ROLL's reward_norm with group mean and std, its torch calls in its order, on float16 scores."""
+    import torch
+
+    r = torch.tensor(scores, dtype=torch.float16).reshape(-1, N)
+    y = (r - r.mean(dim=-1, keepdim=True)) / (torch.std(r, dim=-1, keepdim=True) + 1e-6)
+    return y.reshape(-1).float().tolist()
+
+
+def roll_grpo_exact(scores):
+    """The same formula in float64, by hand (what float32 rewards come close to)."""
     out = []
     for g in range(0, len(scores), N):
         b = scores[g:g + N]
@@ -52,7 +64,9 @@ def test_rlvr_grpo(tmp_path, capsys, chunk):
     t = pq.read_table(out)
     assert t.schema.field("advantages").type == pa.float32()
     exp = roll_grpo(objs[0]["scores"]) + roll_grpo(objs[1]["scores"])
-    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-6, atol=1e-6)
+    exact = roll_grpo_exact(objs[0]["scores"]) + roll_grpo_exact(objs[1]["scores"])
+    assert np.max(np.abs(np.array(exp) - exact)) > 1e-4  # float16 shows: the test tells the dtypes apart
     assert t.column("prompt_id").to_pylist()[:N + 1] == ["gsm/1"] * N + ["gsm/2"]
     assert t.column("domain").to_pylist()[-1] == "code"
 
@@ -126,4 +140,4 @@ def test_same_dataset_row_twice_in_a_step(tmp_path, capsys):
     assert code == 0, err
     t = pq.read_table(out)
     assert t.column("prompt_id").to_pylist()[2 * N] == "gsm/1#2"
-    assert np.allclose(t.column("advantages").to_pylist(), roll_grpo(o["scores"]), rtol=1e-5, atol=1e-5)
+    assert np.allclose(t.column("advantages").to_pylist(), roll_grpo(o["scores"]), rtol=1e-6, atol=1e-6)

@@ -190,6 +190,8 @@ def test_selection_eps_by_hand(tmp_path, capsys, flavor, extra, kept):
     assert set(pq.read_table(out).column("prompt_id").to_pylist()) == kept
     note = " ".join(json.loads(stdout)["notes"])
     assert "not in any release" in note and ("#7894" in note if flavor == "verl" else True)
+    # TRL #7242's filter function is not public where advcli can read it: the note says so and whose rule ran
+    assert ("TRL PR #7242 (open; its filter function's code is not public" in note) == (flavor == "trl")
 
 
 # F: 1.0, 0.0 live, 5.0 with an all-zero mask   -> verl/SkyRL var of [1, 0] = 0.5; RAGEN-2 of [1, 0, 5] = 7
@@ -291,7 +293,7 @@ def test_trl_ranks_its_aggregated_rewards(tmp_path, capsys, agg, weights):
     assert code == 0, err
     assert set(pq.read_table(tmp_path / "plain.parquet").column("prompt_id").to_pylist()) == {"X"}
     note = " ".join(json.loads(stdout)["notes"])
-    assert "TRL PR #7242 (open)" in note and f"ranked by TRL's aggregated rewards ({agg} of acc, fmt" in note
+    assert "TRL PR #7242 (open; " in note and f"ranked by TRL's aggregated rewards ({agg} of acc, fmt" in note
 
 
 def test_filter_set_needs_trl(tmp_path, capsys):

@@ -71,8 +71,8 @@ def test_grpo_in_the_rewards_dtype(tmp_path, reward_type, setting, expected):
 # ROLL (alibaba/ROLL @ 8eb27cc2): every reward worker in roll/pipeline/rlvr/rewards builds its
 # response_level_rewards in float16 (math_rule_reward_worker.py L307-313, llm_judge_reward_worker.py L240, ...);
 # reward_postprocess -> reward_norm (functionals.py L565-606) and the clamp keep that dtype, expand_to_token_level
-# keeps it (L554), compute_advantage casts to float32 (L1157). advcli.reward_dtype=float16 says the rewards came
-# from those workers (the default, run, is a float32 reward: a custom worker's).
+# keeps it (L554), compute_advantage casts to float32 (L1157). So advcli.reward_dtype defaults to float16 (the
+# rewards came from those workers); run is a float32 reward, a custom worker's.
 ROLL_N = "actor_infer.generating_args.num_return_sequences"
 R8 = np.array([0.3, 1.7, 2.9, 0.1, 5.3, 5.1, 4.9, 0.7], dtype=np.float16)
 
@@ -83,7 +83,9 @@ def _roll(tmp_path, reward_type, settings) -> list[list[float]]:
     src, out = os.path.join(tmp_path, "in.parquet"), os.path.join(tmp_path, "out.parquet")
     pq.write_table(pa.table({"prompt_id": ["a"] * 4 + ["b"] * 4,
                              "reward": pa.array(R8.astype(np.float32)).cast(reward_type),
-                             "response_mask": pa.array([[1, 1]] * 8, pa.list_(pa.int8()))}), src)
+                             "response_mask": pa.array([[1, 1]] * 8, pa.list_(pa.int8())),
+                             "old_log_probs": pa.array([[-1.0, -2.0]] * 8, pa.list_(pa.float32())),
+                             "ref_log_probs": pa.array([[-1.0, -2.0]] * 8, pa.list_(pa.float32()))}), src)
     t, _ = run_table(src, out, "roll", settings)
     return t.column("advantages").to_pylist()
 
@@ -106,7 +108,9 @@ def roll_norm(dtype, n: int | None):
     (pa.float32(), {"advcli.reward_dtype": "float16"}, "float16"),  # ROLL's own reward workers
     (pa.float16(), {"advcli.reward_dtype": "input"}, "float16"),  # a float16 column kept
     (pa.float32(), {"advcli.reward_dtype": "bfloat16"}, "bfloat16"),
-    (pa.float16(), {}, "float32"),  # the default: float32 rewards (a custom worker), whatever the column
+    (pa.float32(), {}, "float16"),  # the default: ROLL's own workers' float16, whatever the column
+    (pa.float16(), {"advcli.reward_dtype": "run"}, "float32"),  # float32 rewards (a custom worker's)
+    (pa.float32(), {"advcli.reward_dtype": "input"}, "float32"),
 ])
 @pytest.mark.parametrize("norm", ["group", "batch"])
 def test_roll_reward_norm_in_the_rewards_dtype(tmp_path, reward_type, settings, dt, norm):
@@ -120,6 +124,62 @@ def test_roll_reward_norm_in_the_rewards_dtype(tmp_path, reward_type, settings, 
     np.testing.assert_allclose(got, np.stack([want, want], axis=1), rtol=1e-6, atol=1e-6)
     other = roll_norm(torch.float32 if dt != "float32" else torch.float16, 4 if norm == "group" else None)
     assert np.max(np.abs(other - want)) > 1e-4  # float16 and float32 differ here: the test tells them apart
+
+
+def roll_chain(dtype, clip: float, kl: bool):
+    """ROLL's reward_postprocess (batch reward_norm, then torch.clamp(±clip)) on rewards of ``dtype``, then
+    compute_token_reward: the reward at the last of two tokens (expand_to_token_level keeps the dtype), minus
+    β·kld (a float32 kld of 0 here: equal log-probs) and the clamp again only with the KL term (without it
+    the token rewards keep the dtype and the clamp changes nothing), then .float() and the reinforce return
+    at γ = 1: the reward on both tokens."""
+    import torch
+
+    r = torch.tensor(R8.astype(np.float32)).to(dtype)
+    r = torch.clamp((r - r.mean()) / (r.std() + 1e-6), min=-clip, max=clip)
+    tlr = torch.zeros(8, 2, dtype=r.dtype)
+    tlr[:, 1] = r
+    if kl:
+        tlr = torch.clamp(tlr - 0.1 * torch.zeros(8, 2, dtype=torch.float32), min=-clip, max=clip)
+    return tlr.float()[:, 1].double().numpy()
+
+
+@pytest.mark.parametrize("kl", [False, True])
+def test_roll_reward_clip_in_the_rewards_dtype(tmp_path, kl):
+    """reward_clip 0.3 clamps the float16 rewards at the float16 nearest 0.3 (0.30004883); with the KL term the
+    token rewards are float32 and the second clamp brings them to float32's 0.3."""
+    import torch
+
+    s = {"adv_estimator": "reinforce", "norm_mean_type": "batch", "norm_std_type": "batch", "reward_clip": 0.3,
+         "add_token_level_kl": kl, "init_kl_coef": 0.1}
+    got16 = np.array(_roll(tmp_path, pa.float32(), s))
+    got32 = np.array(_roll(tmp_path, pa.float32(), {**s, "advcli.reward_dtype": "run"}))
+    want16, want32 = roll_chain(torch.float16, 0.3, kl), roll_chain(torch.float32, 0.3, kl)
+    np.testing.assert_array_equal(got16, np.stack([want16, want16], axis=1))
+    np.testing.assert_array_equal(got32, np.stack([want32, want32], axis=1))
+    top = 0.300048828125 if not kl else float(np.float32(0.3))
+    assert got16.max() == top and got32.max() == float(np.float32(0.3))  # clamped rows
+    assert np.max(np.abs(want16 - want32)) > 3e-5  # the dtypes differ on the unclamped row too
+
+
+def test_roll_default_float16_zeroes_an_all_equal_group(tmp_path):
+    """ROLL's float32 artefact of an all-equal non-dyadic group (0.9×3: 0.0596 in float32) is not there in the
+    workers' float16: three float16 0.9s sum exactly in torch's float32 accumulator, so mean = each, std 0."""
+    from conftest import run_table
+
+    src, out = os.path.join(tmp_path, "in.parquet"), os.path.join(tmp_path, "out.parquet")
+    pq.write_table(pa.table({"prompt_id": ["a"] * 3 + ["b"] * 3, "reward": [0.9] * 3 + [0.0, 1.0, 1.0],
+                             "response_mask": pa.array([[1]] * 6, pa.list_(pa.int8()))}), src)
+    s = {"adv_estimator": "grpo", ROLL_N: 3}
+    t16, _ = run_table(src, out, "roll", s)
+    t32, _ = run_table(src, os.path.join(tmp_path, "o32.parquet"), "roll", {**s, "advcli.reward_dtype": "run"})
+    a16 = [a[0] for a in t16.column("advantages").to_pylist()]
+    a32 = [a[0] for a in t32.column("advantages").to_pylist()]
+    assert a16[:3] == [0.0, 0.0, 0.0] and all(abs(a) > 1e-3 for a in a32[:3])
+    # the other group: (r − 2/3)/(std + 1e-6) in float16, its mean and std rounded to float16
+    m, sd = np.float16(2 / 3), np.float16(np.std([0.0, 1.0, 1.0], ddof=1))
+    want = [float((np.float16(x) - m) / (sd + np.float16(1e-6))) for x in (0.0, 1.0, 1.0)]
+    np.testing.assert_allclose(a16[3:], want, rtol=1e-6)
+    np.testing.assert_allclose(a32[3:], [-1.1547, 0.57735, 0.57735], rtol=1e-4)
 
 
 # TRL (trl/trainer/grpo_trainer.py L1614, L1653, L1664 @ f2cd577: rewards_per_func is a float32 zeros tensor, a

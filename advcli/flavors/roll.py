@@ -160,6 +160,8 @@ FLAVOR = Flavor(
     estimator_names=ESTIMATORS,
     audit_tries=lambda n: [{"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n,
                             "advcli.group_by": "id"}],
+    # a run whose reward worker returned float32 rewards (a custom worker) computed in float32: audit tries it
+    audit_switches={"advcli.reward_dtype": ("run",)},
     group_size_key=N_KEY, estimator_note=estimator_note,
     notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
           "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "

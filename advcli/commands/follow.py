@@ -25,9 +25,9 @@ changes afterwards is reported once (never read again). Memory does not grow wit
 held at a time, the state is a few numbers per agent.
 
 prime-rl's trace streams (``monitors/file/traces/stream/NNNNN.jsonl[.zst]`` and the annotation streams)
-plug in through :data:`advcli.commands.follow_units.CHUNK_LISTERS` (:mod:`advcli.commands.follow_stream`: a chunk is not a step there,
-each step is cut out of the streams once its records and annotations have arrived); every other format is
-followed by its step file names.
+plug in through :data:`advcli.commands.follow_units.CHUNK_LISTERS` (:mod:`advcli.commands.follow_stream`:
+a chunk is not a step there, each step is cut out of the streams once its records and annotations have
+arrived); every other format is followed by its step file names.
 """
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ Per step and per ``domain`` (in order of first appearance; ``rlvr_pipeline.py`` 
 ``roll/utils/functionals.py`` does it:
 
 1. ``reward_postprocess`` (L650-678): ``reward_norm`` (L564-600) on the positional ``[G, n]``
-   reshape of the domain's rewards (``grpo`` forces group/group), then ``reward_clip`` ±c, both in
-   float16: the dtype every reward worker ROLL ships emits (``advcli.reward_dtype``, below);
+   reshape of the domain's rewards (``grpo`` forces group/group), then ``reward_clip`` ±c, both in the
+   rewards' dtype: float16 on ROLL's own dump (every reward worker ROLL ships emits float16), a reward
+   column's own dtype otherwise (``advcli.reward_dtype``, below);
 2. ``compute_token_reward`` (L614-647): reward at position L_i−1, ``− β·kld`` with ``kld`` masked
    (``add_token_level_kl``; kinds kl/abs/mse/k3, k3 clamped to ±10 at the output only), ``reward_clip``
    again on the token rewards; one KL controller (fixed, or adaptive when ``target_kl`` is set)
@@ -58,13 +59,16 @@ KEYS = {
     # `scores` are those float16 values (rlvr/utils.py dump_rollout_to_specific_path: .tolist()). reward_postprocess
     # runs reward_norm and the reward_clip clamp on that float16 tensor (functionals.py L651-677),
     # expand_to_token_level keeps its dtype (L554), the KL term (float32 kld) promotes it, compute_advantage casts
-    # to float32 (L1157). So the default is float16; a custom worker that emits float32 rewards is `run`
-    "advcli.reward_dtype": Key("float16", "advcli extension: the dtype of the rewards ROLL's reward_postprocess "
+    # to float32 (L1157). So ROLL's own dump (roll-dump: its scores are the workers') runs in float16 (FLAVOR's
+    # dump_settings); a reward column of another file runs in its own dtype, as ROLL's functions run on the tensor
+    # they are given (a custom worker's float32 rewards: float32)
+    "advcli.reward_dtype": Key("input", "advcli extension: the dtype of the rewards ROLL's reward_postprocess "
                                "(reward_norm's group/batch mean and std, then the reward_clip clamp) runs in: "
-                               "`float16` (the default: every reward worker ROLL ships emits float16 rewards), "
-                               "`bfloat16`, `run` (float32 rewards, a custom worker's: the run's precision) or "
-                               "`input` (a float16 reward column keeps float16, any other the run's precision)",
-                               ("float16", "bfloat16", "run", "input"), "str"),
+                               "`input` (the default: a float16 reward column keeps float16, any other the run's "
+                               "precision; ROLL's own rollout dump sets `float16`, since every reward worker ROLL "
+                               "ships emits float16 rewards), `float16`, `bfloat16` or `run` (the run's precision: "
+                               "float32 rewards, a custom worker's)",
+                               ("input", "float16", "bfloat16", "run"), "str"),
 }
 ALIASES = {"num_return_sequences_in_group": N_KEY}
 
@@ -160,15 +164,19 @@ FLAVOR = Flavor(
     estimator_names=ESTIMATORS,
     audit_tries=lambda n: [{"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n,
                             "advcli.group_by": "id"}],
-    # a run whose reward worker returned float32 rewards (a custom worker) computed in float32: audit tries it
-    audit_switches={"advcli.reward_dtype": ("run",)},
+    # ROLL's own workers' float16 rewards, or a custom worker's float32 ones: audit tries both dtypes
+    audit_switches={"advcli.reward_dtype": ("float16", "run")},
+    dump_settings={"roll-dump": ((("advcli.reward_dtype", "float16"),),
+                                 "ROLL's rollout dump (its scores come from ROLL's reward workers, which emit "
+                                 "float16)")},
     group_size_key=N_KEY, estimator_note=estimator_note,
     notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
           "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "
           "[G, n] reshape: (r − μ)/(σ + 1e-6) with torch.std unbiased, a group of one gives NaN with a group "
-          "std and 0 with a group mean; the reward norm and reward_clip run in float16, the dtype of ROLL's own "
-          "reward workers' rewards (advcli.reward_dtype; with float32 rewards, `run`, all-equal non-dyadic groups "
-          "are not 0: 0.9×3 → 0.0596); reward_clip clamps the response reward and again the token rewards "
+          "std and 0 with a group mean; the reward norm and reward_clip run in the rewards' dtype: float16 on "
+          "ROLL's own dump (its reward workers emit float16), a reward column's own dtype otherwise "
+          "(advcli.reward_dtype; with float32 rewards all-equal non-dyadic groups are not 0: 0.9×3 → 0.0596); "
+          "reward_clip clamps the response reward and again the token rewards "
           "after KL; the reward sits at "
           "L_i−1 and is then × mask (a row ending in a masked token loses it); KL kinds kl/abs/mse/k3, k3 "
           "clamped to ±10 at the output only; the controller steps after every domain with n_steps = its "

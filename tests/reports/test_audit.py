@@ -158,24 +158,24 @@ def test_names_the_setting_that_reproduces_the_logged_values(tmp_path, capsys):
     assert code == 0
 
 
-def test_roll_audit_names_float32_rewards(tmp_path, capsys):
-    """A ROLL run whose reward worker returned float32 rewards (a custom worker; ROLL's own emit float16)
-    logged float32 advantages: the audit at ROLL's default (float16 rewards) disagrees at float16's
-    precision and names ``advcli.reward_dtype=run`` as the setting that reproduces the log."""
+def test_roll_audit_names_float16_rewards(tmp_path, capsys):
+    """Advantages logged by a ROLL run on its own reward workers' float16 rewards, audited on a file whose
+    reward column is float32: the default (the column's dtype) disagrees at float16's precision and the audit
+    names ``advcli.reward_dtype=float16`` as the setting that reproduces the log."""
     cols, gid, masks = make_dump(6, groups=6, n=4, steps=1, scatter=False)
     p = write(cols, tmp_path / "in.parquet")
     roll = ["--flavor", "roll", "--set", "adv_estimator=grpo",
             "--set", "actor_infer.generating_args.num_return_sequences=4"]
-    out = tmp_path / "float32.parquet"
-    code, _, err = main_rc(capsys, "run", p, "-o", str(out), *roll, "--set", "advcli.reward_dtype=run", "-q",
+    out = tmp_path / "float16.parquet"
+    code, _, err = main_rc(capsys, "run", p, "-o", str(out), *roll, "--set", "advcli.reward_dtype=float16", "-q",
                            "--device", "cpu")
     assert code == 0, err
     logged = pq.read_table(out).column("advantages").to_pylist()
     p2 = write(cols, tmp_path / "logged.parquet", logged)
     code, rep = audit_json(capsys, p2, *roll)
     assert code == 1 and rep["rows_disagreeing"] > 0
-    assert any(m.startswith("roll grpo with") and m.endswith("advcli.reward_dtype=run") for m in rep["matches"])
-    code, rep = audit_json(capsys, p2, *roll, "--set", "advcli.reward_dtype=run", "--no-search")
+    assert any(m.startswith("roll grpo with") and m.endswith("advcli.reward_dtype=float16") for m in rep["matches"])
+    code, rep = audit_json(capsys, p2, *roll, "--set", "advcli.reward_dtype=float16", "--no-search")
     assert code == 0 and rep["agree"]
 
 

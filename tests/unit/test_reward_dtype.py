@@ -108,7 +108,8 @@ def roll_norm(dtype, n: int | None):
     (pa.float32(), {"advcli.reward_dtype": "float16"}, "float16"),  # ROLL's own reward workers
     (pa.float16(), {"advcli.reward_dtype": "input"}, "float16"),  # a float16 column kept
     (pa.float32(), {"advcli.reward_dtype": "bfloat16"}, "bfloat16"),
-    (pa.float32(), {}, "float16"),  # the default: ROLL's own workers' float16, whatever the column
+    (pa.float32(), {}, "float32"),  # the default: the column's own dtype (ROLL's own dump: float16, below)
+    (pa.float16(), {}, "float16"),
     (pa.float16(), {"advcli.reward_dtype": "run"}, "float32"),  # float32 rewards (a custom worker's)
     (pa.float32(), {"advcli.reward_dtype": "input"}, "float32"),
 ])
@@ -151,8 +152,8 @@ def test_roll_reward_clip_in_the_rewards_dtype(tmp_path, kl):
 
     s = {"adv_estimator": "reinforce", "norm_mean_type": "batch", "norm_std_type": "batch", "reward_clip": 0.3,
          "add_token_level_kl": kl, "init_kl_coef": 0.1}
-    got16 = np.array(_roll(tmp_path, pa.float32(), s))
-    got32 = np.array(_roll(tmp_path, pa.float32(), {**s, "advcli.reward_dtype": "run"}))
+    got16 = np.array(_roll(tmp_path, pa.float32(), {**s, "advcli.reward_dtype": "float16"}))
+    got32 = np.array(_roll(tmp_path, pa.float32(), s))  # the default: the column's float32
     want16, want32 = roll_chain(torch.float16, 0.3, kl), roll_chain(torch.float32, 0.3, kl)
     np.testing.assert_array_equal(got16, np.stack([want16, want16], axis=1))
     np.testing.assert_array_equal(got32, np.stack([want32, want32], axis=1))
@@ -161,7 +162,7 @@ def test_roll_reward_clip_in_the_rewards_dtype(tmp_path, kl):
     assert np.max(np.abs(want16 - want32)) > 3e-5  # the dtypes differ on the unclamped row too
 
 
-def test_roll_default_float16_zeroes_an_all_equal_group(tmp_path):
+def test_roll_float16_rewards_zero_an_all_equal_group(tmp_path):
     """ROLL's float32 artefact of an all-equal non-dyadic group (0.9×3: 0.0596 in float32) is not there in the
     workers' float16: three float16 0.9s sum exactly in torch's float32 accumulator, so mean = each, std 0."""
     from conftest import run_table
@@ -170,8 +171,8 @@ def test_roll_default_float16_zeroes_an_all_equal_group(tmp_path):
     pq.write_table(pa.table({"prompt_id": ["a"] * 3 + ["b"] * 3, "reward": [0.9] * 3 + [0.0, 1.0, 1.0],
                              "response_mask": pa.array([[1]] * 6, pa.list_(pa.int8()))}), src)
     s = {"adv_estimator": "grpo", ROLL_N: 3}
-    t16, _ = run_table(src, out, "roll", s)
-    t32, _ = run_table(src, os.path.join(tmp_path, "o32.parquet"), "roll", {**s, "advcli.reward_dtype": "run"})
+    t16, _ = run_table(src, out, "roll", {**s, "advcli.reward_dtype": "float16"})
+    t32, _ = run_table(src, os.path.join(tmp_path, "o32.parquet"), "roll", s)  # the column's float64: the run's
     a16 = [a[0] for a in t16.column("advantages").to_pylist()]
     a32 = [a[0] for a in t32.column("advantages").to_pylist()]
     assert a16[:3] == [0.0, 0.0, 0.0] and all(abs(a) > 1e-3 for a in a32[:3])

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..errors import AdvcliError
 from ..io.reader import InputSet
 from ..io.value_checks import unplaced_reward
 from ..ops import batchnorm
@@ -58,6 +59,10 @@ def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict) -> 
     """Pass 2's moments for a row-level estimator, per scope: each row's advantage weighed by its Σ mask
     (or its length, ``whitening.mask: all``): no token pass. The Ray engine's per-step driver makes them
     for one step's rows (its scopes coded 0..D-1) in the worker task resolving it."""
+    if plan.run.whitening.mean_span != "mask":
+        raise AdvcliError(f"advantage.whiten_mean_span={plan.run.whitening.mean_span} needs a token-level estimator "
+                          "(a row-level estimator's advantage is one value per row)",
+                          hint="leave advantage.whiten_mean_span at mask")
     sums = MomentSums.zeros(scopes.num_groups)
     w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
     sums.add(adv_row.to(torch.float64), w, scopes.codes)

@@ -10,6 +10,7 @@ from ..io.reader import InputSet
 from ..ops.batch import TokenChunk
 from ..ops.ragged import Ragged
 from ..ops.rewards import clip as clip_values
+from ..ops.whiten import prefix_kept
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
 from .rows import Prepared, kl_token, placement_index
@@ -144,6 +145,8 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
         x = adv.to(torch.float64, copy=True)
         adv = x.sub_(mean).mul_(rstd).to(dt)  # x itself or its float32 copy
         fresh = True
+        if plan.run.whitening.mean_span == "prefix":  # OpenRLHF before 0.7.0: the positions cut off are 0
+            adv = adv.mul_(prefix_kept(layout, mask).to(dt))
     remask = plan.run.advantage.remask
     if remask == "fill":  # masked_fill: 0 at M=0 whatever adv holds there (NaN included)
         adv = adv.masked_fill_(mask == 0, 0.0) if fresh else adv.masked_fill(mask == 0, 0.0)

@@ -393,15 +393,19 @@ RELEASES = (
                        "rloo: the leave-one-out baseline on the rank's [G, n] reshape (process_experiences, "
                        "experience_maker.py @v0.5.3 L341-348), then the cumulative return with --gamma and the "
                        "buffer's whitening"),)),
-    Release("0.6.0", "2025-02-28", aliases=("0.6.0.post1", "0.6.0.post2", "0.6.0.post3", "0.6.1", "0.6.1.post1",
-                                            "0.6.2"),
-            settings=_PRE, accepts=_pre("0.6.2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
-            note="OpenRLHF 0.6.0 to 0.6.2: + reinforce_baseline, group_norm (not whitened); γ not forced to 1; "
+    Release("0.6.0", "2025-02-28", settings=_PRE,
+            accepts=_pre("0.6.0", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm"), kl=("k1", "k3")),
+            note="OpenRLHF 0.6.0: + reinforce_baseline, group_norm (not whitened); γ not forced to 1; "
                  + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.estimator", "algo.kl.use_loss"),
                        "reinforce_baseline (r − group mean), group_norm ((r − mean)/(std + 1e-9), left out of the "
-                       "buffer's whitening: ppo_trainer.py @v0.6.0 L243), --use_kl_loss; --kl_estimator k1|k2|k3 "
-                       "from 0.6.0.post1 (0.6.0: --use_kl_estimator_k3)"),)),
+                       "buffer's whitening: ppo_trainer.py @v0.6.0 L243), --use_kl_loss"),)),
+    Release("0.6.0.post1", "2025-03-02", aliases=("0.6.0.post2", "0.6.0.post3", "0.6.1", "0.6.1.post1", "0.6.2"),
+            settings=_PRE, accepts=_pre("0.6.2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
+            note="OpenRLHF 0.6.0.post1 to 0.6.2: --kl_estimator k1|k2|k3; " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.kl.estimator",),
+                       "--kl_estimator k1|k2|k3 replaces --use_kl_estimator_k3 (models/utils.py @v0.6.0.post1 "
+                       "compute_approx_kl: k2 = ½(masked log-ratio)²)"),)),
     Release("0.6.3", "2025-03-24", aliases=("0.6.3.post1",), settings={**_PRE, "advcli.gamma_forced": True},
             accepts=_pre("0.6.3", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
             note="OpenRLHF 0.6.3: γ forced to 1 for the group estimators; " + _PRE_NOTE.rstrip("; "), changes=(

@@ -145,13 +145,14 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
         x = adv.to(torch.float64, copy=True)
         adv = x.sub_(mean).mul_(rstd).to(dt)  # x itself or its float32 copy
         fresh = True
-        if plan.run.whitening.mean_span == "prefix":  # OpenRLHF before 0.7.0: the positions cut off are 0
-            adv = adv.mul_(prefix_kept(layout, mask).to(dt))
     remask = plan.run.advantage.remask
     if remask == "fill":  # masked_fill: 0 at M=0 whatever adv holds there (NaN included)
         adv = adv.masked_fill_(mask == 0, 0.0) if fresh else adv.masked_fill(mask == 0, 0.0)
     elif remask:  # A·M: a NaN at M=0 stays NaN
         adv = adv.mul_(mask) if fresh else adv * mask
+    if apply_whiten and plan.run.whitening.mean_span == "prefix":  # OpenRLHF before 0.7.0: the replay buffer
+        kept = prefix_kept(layout, mask).to(adv.dtype)  # holds each row's first Σm positions, whitened or not
+        adv = adv.mul_(kept) if fresh else adv * kept
     if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
         adv = clip_values(adv, plan.run.advantage.clip)
     if plan.run.advantage.returns == "advantages":

@@ -371,7 +371,9 @@ RELEASES = (
     Release("0.3.6.post1", "2024-07-16", aliases=(
         "0.3.6.post2", "0.3.6.post3", "0.3.7", "0.3.7.post1", "0.3.7.post2", "0.3.7.post3", "0.3.8", "0.4.0",
         "0.4.0.post1", "0.4.0.post2", "0.4.0.post3", "0.4.1", "0.4.2", "0.4.2.post1", "0.4.3", "0.4.4", "0.4.5"),
-            settings=_PRE, accepts=_pre("0.4.5", ("gae",), kl=("k1",), kl_loss=False),
+            settings=_PRE, accepts={**_pre("0.4.5", ("gae",), kl=("k1",), kl_loss=False), "reward.clip_range": (
+                ([-10.0, 10.0], (-10.0, 10.0)), "OpenRLHF 0.4.5 clamps the reward to [-10, 10] (models/utils.py "
+                "compute_reward @v0.4.5 L44); --reward_clip_range came with 0.4.6")},
             note="OpenRLHF 0.3.6 to 0.4.5: PPO with GAE only, " + _PRE_NOTE + "k1 only"),
     Release("0.4.6", "2024-10-31", aliases=("0.5.0",), settings=_PRE,
             accepts=_pre("0.5.0", ("gae",), kl=("k1", "k3"), kl_loss=False),

@@ -201,6 +201,8 @@ def test_every_release_before_0_7_1_maps_to_its_class():
      "has gae, reinforce, rloo, reinforce_baseline, group_norm only"),
     (["--flavor", "openrlhf@0.4.5", "--set", "kl_estimator=k3"], "k1 only"),
     (["--flavor", "openrlhf@0.6.2", "--set", "no_advantage_std_norm=true"], "came with 0.6.4"),
+    (["--flavor", "openrlhf@0.4.0", "--set", "reward_clip_range=[-5,5]"], "--reward_clip_range came with 0.4.6"),
+    (["--flavor", "openrlhf@0.6.0", "--set", "kl_estimator=k2"], "k1 or k3 only"),
     (["--flavor", "openrlhf@0.5.8", "--set", "use_kl_loss=true"], "came with 0.6.0"),
     (["--flavor", "openrlhf@0.7.0", "--set", "enable_vllm_is_correction=true"], "came with 0.8.9"),
 ])

@@ -366,6 +366,7 @@ def _pre(last: str, estimators: tuple, kl: tuple = KL_NAMES, std_norm: bool = Fa
 # Before 0.7.0 the buffer holds each row's first Σm positions (remove_padding_in_sequences); 0.7.0 every position.
 _PRE = {**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True, "advcli.whiten_mean_span": "prefix",
         "advcli.kl_masked": True, "advcli.gamma_forced": False}
+_PRE_G1 = {k: v for k, v in _PRE.items() if k != "advcli.gamma_forced"}  # 0.6.3 on: γ forced (the default)
 _PRE_NOTE = "whitened in the replay buffer over each row's first Σm positions; KL masked; "
 RELEASES = (
     Release("0.3.6.post1", "2024-07-16", aliases=(
@@ -408,26 +409,27 @@ RELEASES = (
                 Change("", ("algo.kl.estimator",),
                        "--kl_estimator k1|k2|k3 replaces --use_kl_estimator_k3 (models/utils.py @v0.6.0.post1 "
                        "compute_approx_kl: k2 = ½(masked log-ratio)²)"),)),
-    Release("0.6.3", "2025-03-24", aliases=("0.6.3.post1",), settings={**_PRE, "advcli.gamma_forced": True},
+    Release("0.6.3", "2025-03-24", aliases=("0.6.3.post1",), settings=_PRE_G1,
             accepts=_pre("0.6.3", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
             note="OpenRLHF 0.6.3: γ forced to 1 for the group estimators; " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.gamma",),
                        "γ is forced to 1.0 for rloo, reinforce_baseline and group_norm (experience_maker.py "
                        "@v0.6.3); before, they discounted with --gamma"),)),
-    Release("0.6.3.post2", "2025-03-24", settings={**_PRE, "advcli.gamma_forced": True},
+    Release("0.6.3.post2", "2025-03-24", settings=_PRE_G1,
             accepts=_pre("0.6.3.post2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")),
             note="OpenRLHF 0.6.3.post2: + dr_grpo (not whitened); " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.estimator",),
                        "dr_grpo: r − group mean, left out of the buffer's whitening with group_norm "
                        "(trainer/ray/ppo_actor.py @v0.6.3.post2 L212)"),)),
-    Release("0.6.4", "2025-04-02", settings={**_PRE, "advcli.gamma_forced": True},
+    Release("0.6.4", "2025-04-02", settings=_PRE_G1,
             accepts=_pre("0.6.4", ESTIMATORS[:-1], std_norm=True),
             note="OpenRLHF 0.6.4: --no_advantage_std_norm; " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.no_std_norm",),
                        "--no_advantage_std_norm: the buffer's normalize centres only (replay_buffer.py @v0.6.4 "
                        "L215-246, divide_by_std)"),)),
     Release("0.7.0", "2025-04-14", aliases=("0.7.0.post1",),
-            settings={**_PRE, "advcli.gamma_forced": True, "advcli.whiten_mean_span": "row", "advcli.kl_masked": False},
+            settings={**{k: v for k, v in _PRE_G1.items() if k != "advcli.kl_masked"},
+                      "advcli.whiten_mean_span": "row"},
             accepts=_pre("0.7.0", ESTIMATORS[:-1], std_norm=True),
             note="OpenRLHF 0.7.0: whitened in the replay buffer, μ = Σ A over every position / Σm; KL not masked",
             changes=(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+from conftest import run_main
 
 from advcli.ops.ragged import Ragged
 from advcli.ops.whiten import MomentSums, WhitenSpec, prefix_kept, scope_mean_rstd
@@ -52,3 +54,18 @@ def test_parts_merge_into_a_run_that_started_with_three_sums():
         run.merge(part)
     assert [t.tolist() for t in run.tensors()] == [t.tolist() for t in whole.tensors()]
     assert float(whole.total_mean[0]) == -1.0 and float(whole.count[0]) == 7.0  # (1 + 1 + .5 + .5 − 4), 1 + 2 + 4
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--set", "advantage.whiten_one_pass=true", "--estimator", "reinforce_plus_plus"], "whiten_one_pass"),
+    (["--set", "advantage.batch_normalize=true", "--estimator", "reinforce_plus_plus"], "batch_normalize"),
+    (["--estimator", "grpo"], "row-level estimator grpo"),
+])
+def test_a_mean_span_the_pipeline_cannot_honour_is_refused(capsys, sample_path, tmp_path, extra, says):
+    """`row` / `prefix` are two-pass token-level whitening: with the one-pass sums, SkyRL's batch normalisation or a
+    row-level estimator they would be ignored, so the run stops before reading the data (exit 2, nothing written)."""
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", sample_path, "-o", str(out), "--flavor", "advcli", "--set", "advantage.whiten=true",
+                             "--set", "advantage.whiten_mean_span=row", *extra], capsys)
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert not out.exists()

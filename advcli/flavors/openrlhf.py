@@ -345,9 +345,11 @@ def _no_is(v: str) -> dict:
 def _pre(last: str, estimators: tuple, kl: tuple = KL_NAMES, std_norm: bool = False, kl_loss: bool = True) -> dict:
     """What a release before 0.7.1 runs (cli/train_ppo_ray.py @v``last``): its --advantage_estimator choices, its KL
     estimators, no IS correction, and --no_advantage_std_norm (0.6.4) / --use_kl_loss (0.6.0) only where they exist."""
-    out = {**_no_is(last), "algo.advantage.estimator": (
-        estimators, f"OpenRLHF {last}'s --advantage_estimator (cli/train_ppo_ray.py @v{last}) has "
-                    f"{', '.join(estimators)} only, so the trainer itself would not run it"),
+    why = (f"OpenRLHF {last} has no --advantage_estimator (cli/train_ppo_ray.py @v{last}): PPO with GAE only, so "
+           "the trainer itself would not run it") if estimators == ("gae",) else (
+        f"OpenRLHF {last}'s --advantage_estimator (cli/train_ppo_ray.py @v{last}) has {', '.join(estimators)} only, "
+        "so the trainer itself would not run it")
+    out = {**_no_is(last), "algo.advantage.estimator": (estimators, why),
            "algo.kl.estimator": (kl, f"OpenRLHF {last} computes the KL with {' or '.join(kl)} only "
                                      f"(models/utils.py compute_approx_kl @v{last})")}
     if not std_norm:

@@ -194,7 +194,7 @@ def test_every_release_before_0_7_1_maps_to_its_class():
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["--flavor", "openrlhf@0.5.0", "--set", "advantage_estimator=reinforce"], "has gae only"),
+    (["--flavor", "openrlhf@0.5.0", "--set", "advantage_estimator=reinforce"], "PPO with GAE only"),
     (["--flavor", "openrlhf@0.5.9", "--set", "advantage_estimator=group_norm", "--set", "n_samples_per_prompt=2"],
      "gae, reinforce, rloo only"),
     (["--flavor", "openrlhf@0.6.3", "--set", "advantage_estimator=dr_grpo", "--set", "n_samples_per_prompt=2"],

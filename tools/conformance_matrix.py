@@ -37,7 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # trainer distribution -> its test module
 TESTS = {"verl": ("test_conformance_verl.py", "test_conformance_verl_rollout_correction.py"),
          "trl": ("test_conformance_trl.py", "test_conformance_trl_old_rloo.py"),
-         "openrlhf": "test_conformance_openrlhf.py", "skyrl": "test_conformance_skyrl.py",
+         "openrlhf": ("test_conformance_openrlhf.py", "test_conformance_openrlhf_old.py"),
+         "skyrl": "test_conformance_skyrl.py",
          "areal": "test_conformance_areal.py"}
 # small modules the released code imports at call time (SkyRL's rloo logs through loguru)
 HELPERS = ["loguru"]

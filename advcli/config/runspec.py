@@ -248,6 +248,13 @@ class Whitening:
             '`response_mask` (the mask=1 tokens) or `all` (every position of the row: SkyRL, whose estimators take '
             'a response mask that covers observation tokens; its loss mask, the response_mask column, masks only '
             'the KL term)', ('response_mask', 'all'), kind='str', name='whiten_mask')
+    mean_span: str = key('mask', "the positions whose advantages the whitening mean sums (its count and the variance "
+            'stay those of advantage.whiten_mask): `mask` the counted tokens; `row` every position of the row, '
+            "mask=0 holes included (OpenRLHF 0.7.0's replay buffer: Σ A over all positions / Σm); `prefix` only the "
+            "row's first Σm positions for every statistic, mean over all of them, count and variance over their "
+            "mask=1 tokens, and 0 written beyond them, whitened or not (OpenRLHF before 0.7.0: "
+            "remove_padding_in_sequences cuts Σ(1 − m) positions off the end of each row)", ('mask', 'row', 'prefix'),
+            kind='str', name='whiten_mean_span')
     batch_normalize: bool = key(False, 'after the estimator (and its whitening), per scope: mean = Σ A / (B·T) '
             'over the [B rows, T = longest row] grid whose padding cells are 0, var = Σ (A − mean)² / N over the N '
             'tokens advantage.whiten_mask counts (biased), A ← (A − mean)·rsqrt(max(var, 1e-8)) (SkyRL '

@@ -27,7 +27,7 @@ import torch
 
 from ..ops.whiten import MomentSums, WhitenSpec
 from ..pipeline import chunk_math
-from ..pipeline.moments import moment_weights
+from ..pipeline.moments import span_weights
 
 
 def moments_batch(plan, sub, layout, tok: dict, grow: np.ndarray, rewards: bool) -> pa.Table:
@@ -36,9 +36,10 @@ def moments_batch(plan, sub, layout, tok: dict, grow: np.ndarray, rewards: bool)
     (``whitening.mask: all`` counts every response token of the advantages)."""
     adv, _, tlr, mask = chunk_math(plan, sub, layout, tok, 0, apply_whiten=False, rewards_only=rewards)
     v = tlr if rewards else adv
-    w = moment_weights(plan, mask, rewards)
+    lay = layout.to(v.device)
+    w, u = span_weights(plan, lay, mask, rewards)
     sums = MomentSums.zeros(sub.scopes.num_groups)
-    sums.add_rows(*MomentSums.row_partials(v, w, layout.to(v.device), sub.scopes.codes))
+    sums.add_rows(*MomentSums.row_partials(v, w, lay, sub.scopes.codes, u))
     return pa.table({"first_row": [int(grow.min()) if len(grow) else -1],
                      "sums": pa.array([pickle.dumps(sums)], type=pa.binary())})
 
@@ -59,12 +60,12 @@ def gather_moments(ds, num_scopes: int, watch=None) -> MomentSums:
 def placed(sums: MomentSums, offset: int, num_scopes: int) -> MomentSums:
     """``sums`` (a step's D scopes) as scopes ``offset``..``offset+D-1`` of ``num_scopes``: their exact
     bins moved, so that :meth:`MomentSums.merge` adds them exactly into the run's sums."""
-    out = MomentSums.zeros(num_scopes)
+    out = MomentSums.zeros(num_scopes, mean_sum=sums.total_mean is not None)
     D = sums.count.numel()
     for mine, theirs in zip(out._exact, sums._exact):
         mine.bins = {(s + offset, e): v for (s, e), v in theirs.bins.items()}
         mine.special[offset:offset + D] = theirs.special
-    for tensor, part in zip((out.count, out.total, out.total_sq), (sums.count, sums.total, sums.total_sq)):
+    for tensor, part in zip(out.tensors(), sums.tensors()):
         tensor[offset:offset + D] = part
     return out
 

@@ -51,10 +51,7 @@ NOT_REPRODUCED: dict[str, str] = {
     "trl": "TRL before 0.9.2 has neither RLOOTrainer (#1540) nor GRPOTrainer, only trainers (PPO, DPO, ...) whose "
            "advantages advcli does not compute",
     "verl": "",  # every published release has an entry (0.1 onwards)
-    "openrlhf": "before 0.7.1 each data-parallel rank shaped its own rollouts and the advantages were whitened in "
-                "the replay buffer with a mean over every unpadded position (replay_buffer.py normalize @v0.7.0), "
-                "γ was not forced to 1 before 0.6.3 and the KL estimate was masked before 0.7.0 (models/utils.py); "
-                "advcli does not reproduce that whitening",
+    "openrlhf": "",  # every published release has an entry (0.3.6.post1 onwards)
     "skyrl": "0.0.1 is the project's name reservation: its wheel holds skyrl/__init__.py only, no trainer",
     "areal": "",
 }

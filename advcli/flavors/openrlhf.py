@@ -103,6 +103,18 @@ KEYS = {
                              "1 (its group mean is the reward itself: the shaped reward is 0), as releases "
                              "0.7.1-0.10.4 do (set by their entries); 0.11.0 added dr_grpo to the CLI's n > 1 "
                              "check", None, "bool"),
+    "advcli.whiten_mean_span": Key("mask", "advcli extension (OpenRLHF's releases): the positions the whitening's mean "
+                                   "sums, its count being Σ mask: `mask` (0.7.1 on: Σ A·m / Σ m in "
+                                   "compute_advantages_and_returns), `row` (0.7.0: the replay buffer's normalize sums "
+                                   "A over every position, holes included), `prefix` (before 0.7.0: the buffer keeps "
+                                   "each row's first Σm positions only, sums A over them, writes 0 beyond)",
+                                   ("mask", "row", "prefix"), "str"),
+    "advcli.gamma_forced": Key(True, "advcli extension (OpenRLHF's releases): γ forced to 1.0 for rloo, "
+                               "reinforce_baseline, group_norm, dr_grpo (0.6.3 on); false: they discount with "
+                               "algo.advantage.gamma (before 0.6.3)", None, "bool"),
+    "advcli.kl_masked": Key(False, "advcli extension (OpenRLHF's releases): compute_approx_kl multiplies the log-ratio "
+                            "by the action mask (before 0.7.0); the returns mask the rewards anyway, so only the token "
+                            "rewards written at mask=0 positions change", None, "bool"),
     "advcli.whiten_rloo": Key(False, "advcli extension (OpenRLHF's releases): rloo's advantages are normalised "
                               "over the step like gae/reinforce/reinforce_baseline (0.7.1-0.8.4: every estimator "
                               "but group_norm and dr_grpo)", None, "bool"),
@@ -244,12 +256,16 @@ def translate(v: dict) -> dict:
     cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None,
                       # compute_approx_kl's clamp(-10, 10) of the estimate came with 0.8.6 (models/utils.py @v0.8.6 L40)
                       "output_clamp": 10.0 if v["advcli.kl_clamp"] else None,
-                      "coef": beta, "controller": "fixed", "mask": False, "token_clip": None})
+                      "coef": beta, "controller": "fixed", "mask": bool(v["advcli.kl_masked"]),
+                      "token_clip": None})
     if est == "gae":
         e = {"name": "gae", "gamma": v["algo.advantage.gamma"], "lam": v["algo.advantage.lambd"], "holes": "step",
              "zero_masked": True}
     else:
-        gamma = v["algo.advantage.gamma"] if est == "reinforce" else 1.0
+        # γ forced to 1.0 for the group estimators from 0.6.3 (experience_maker.py @v0.6.3 L540-548); before,
+        # every cumulative estimator discounted with --gamma (@v0.6.2 get_cumulative_returns(reward, mask, gamma))
+        forced = est != "reinforce" and v["advcli.gamma_forced"]
+        gamma = 1.0 if forced else v["algo.advantage.gamma"]
         e = {"name": "reinforce_plus_plus", "gamma": gamma, "holes": "step", "mask_rewards": True}
     cfg["estimator"] = e
     # 0.7.1-0.8.4 whiten every estimator but group_norm/dr_grpo (experience_maker.py @v0.8.4 L695: `not in
@@ -259,6 +275,12 @@ def translate(v: dict) -> dict:
                             whiten_divisor="n",  # Σ(A·m)/num_actions, no epsilon (L318-323)
                             whiten_scale=not v["algo.advantage.no_std_norm"], whiten_small="compute",
                             remask=False, clip=None)
+    # the replay buffer's normalize before 0.7.1 (replay_buffer.py @v0.7.0 L209-237, @v0.6.4 L215-246): μ = Σ over
+    # the items' positions / Σ action_mask, var = Σ (A − μ)²·m / Σ m, all-reduced over the data-parallel ranks
+    span = v["advcli.whiten_mean_span"]
+    if span not in ("mask", "row", "prefix"):
+        raise AdvcliError(f"key advcli.whiten_mean_span: unknown value {span!r}. Valid: mask, row, prefix")
+    cfg["advantage"]["whiten_mean_span"] = span
     _correction(v, cfg)
     return cfg
 
@@ -298,8 +320,8 @@ def estimator_note(v: dict) -> str | None:
 #   v0.9.3 --vllm_is_correction_type tis|icepop|mis, renamed seq-mask-tis in v0.9.4 (the same code), which
 #   0.10.2 moved to --algo.advantage.is_correction_* (the same weights to 0.11.1);
 # - 0.10.2 moved the flags under --algo.* / --rollout.* (the old names are this flavor's aliases).
-# Before v0.7.1 the advantages were whitened in the replay buffer (see NOT_REPRODUCED). Post-releases without a tag
-# go with the tag before them.
+# Before v0.7.1 the advantages were whitened in the replay buffer (the entries before 0.7.1 below). Post-releases
+# without a tag go with the tag before them.
 _NO_IS = ("OpenRLHF {v} has no IS correction (--enable_vllm_is_correction came with 0.8.9: cli/train_ppo_ray.py "
           "@v0.8.9 L250, models/loss.py @v0.8.9 L140-142), so the trainer itself would not run it")
 _NO_FLASH = (tuple(e for e in ESTIMATORS if e != "flash_reinforce"),
@@ -320,13 +342,114 @@ def _no_is(v: str) -> dict:
             C + "level": (("off",), _NO_IS.format(v=v)), "advcli.use_icepop": _NO_ICEPOP_FLAG}
 
 
+def _pre(last: str, estimators: tuple, kl: tuple = KL_NAMES, std_norm: bool = False, kl_loss: bool = True) -> dict:
+    """What a release before 0.7.1 runs (cli/train_ppo_ray.py @v``last``): its --advantage_estimator choices, its KL
+    estimators, no IS correction, and --no_advantage_std_norm (0.6.4) / --use_kl_loss (0.6.0) only where they exist."""
+    why = (f"OpenRLHF {last} has no --advantage_estimator (cli/train_ppo_ray.py @v{last}): PPO with GAE only, so "
+           "the trainer itself would not run it") if estimators == ("gae",) else (
+        f"OpenRLHF {last}'s --advantage_estimator (cli/train_ppo_ray.py @v{last}) has {', '.join(estimators)} only, "
+        "so the trainer itself would not run it")
+    out = {**_no_is(last), "algo.advantage.estimator": (estimators, why),
+           "algo.kl.estimator": (kl, f"OpenRLHF {last} computes the KL with {' or '.join(kl)} only "
+                                     f"(models/utils.py compute_approx_kl @v{last})")}
+    if not std_norm:
+        out["algo.advantage.no_std_norm"] = ((False,), f"--no_advantage_std_norm came with 0.6.4; OpenRLHF {last} "
+                                                       "always divides by the std (replay_buffer.py normalize)")
+    if not kl_loss:
+        out["algo.kl.use_loss"] = ((False,), f"--use_kl_loss came with 0.6.0; OpenRLHF {last} has no KL loss")
+    return out
+
+
+# Releases before 0.7.1 (read at their tags, OpenRLHF/OpenRLHF v0.3.6 ... v0.7.0.post1): each data-parallel rank
+# makes its own share of the step (make_experience_list of its prompts, repeated n times each, so a prompt's n
+# samples stay together on one rank: the [G, n] group shaping of the dump's positional groups is the rank's), the
+# advantages are whitened in the replay buffer with sums all-reduced over the ranks (the whole step, whatever the
+# number of ranks): μ = Σ A over the buffer's positions / Σ action_mask, var = Σ (A − μ)²·m / Σ m, max(var, 1e-8).
+# Before 0.7.0 the buffer holds each row's first Σm positions (remove_padding_in_sequences); 0.7.0 every position.
+_PRE = {**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True, "advcli.whiten_mean_span": "prefix",
+        "advcli.kl_masked": True, "advcli.gamma_forced": False}
+_PRE_G1 = {k: v for k, v in _PRE.items() if k != "advcli.gamma_forced"}  # 0.6.3 on: γ forced (the default)
+_PRE_NOTE = "whitened in the replay buffer over each row's first Σm positions; KL masked; "
 RELEASES = (
+    Release("0.3.6.post1", "2024-07-16", aliases=(
+        "0.3.6.post2", "0.3.6.post3", "0.3.7", "0.3.7.post1", "0.3.7.post2", "0.3.7.post3", "0.3.8", "0.4.0",
+        "0.4.0.post1", "0.4.0.post2", "0.4.0.post3", "0.4.1", "0.4.2", "0.4.2.post1", "0.4.3", "0.4.4", "0.4.5"),
+            settings=_PRE, accepts={**_pre("0.4.5", ("gae",), kl=("k1",), kl_loss=False), "reward.clip_range": (
+                ([-10.0, 10.0], (-10.0, 10.0)), "OpenRLHF 0.4.5 clamps the reward to [-10, 10] (models/utils.py "
+                "compute_reward @v0.4.5 L44); --reward_clip_range came with 0.4.6")},
+            note="OpenRLHF 0.3.6 to 0.4.5: PPO with GAE only, " + _PRE_NOTE + "k1 only"),
+    Release("0.4.6", "2024-10-31", aliases=("0.5.0",), settings=_PRE,
+            accepts=_pre("0.5.0", ("gae",), kl=("k1", "k3"), kl_loss=False),
+            note="OpenRLHF 0.4.6 to 0.5.0: GAE, " + _PRE_NOTE + "k3 by --use_kl_estimator_k3", changes=(
+                Change("", ("algo.kl.estimator", "reward.clip_range"),
+                       "--use_kl_estimator_k3 (k3 of the masked log-ratio, models/utils.py @v0.4.6) and "
+                       "--reward_clip_range (default -10 10, the clamp earlier releases hard-code)"),)),
+    Release("0.5.1", "2024-11-14", aliases=("0.5.2", "0.5.2.post1"), settings=_PRE,
+            accepts=_pre("0.5.2", ("gae", "reinforce"), kl=("k1", "k3"), kl_loss=False),
+            note="OpenRLHF 0.5.1 to 0.5.2: gae, reinforce; " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.advantage.estimator",),
+                       "--advantage_estimator gae|reinforce: reinforce is the cumulative return of the masked "
+                       "rewards with --gamma (experience_maker.py @v0.5.1 get_cumulative_returns)"),)),
+    Release("0.5.3", "2024-12-07", aliases=("0.5.4", "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.6", "0.5.7", "0.5.8",
+                                            "0.5.9", "0.5.9.post1"), settings=_PRE,
+            accepts=_pre("0.5.9", ("gae", "reinforce", "rloo"), kl=("k1", "k3"), kl_loss=False),
+            note="OpenRLHF 0.5.3 to 0.5.9: + rloo (γ not forced to 1, whitened); " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.advantage.estimator",),
+                       "rloo: the leave-one-out baseline on the rank's [G, n] reshape (process_experiences, "
+                       "experience_maker.py @v0.5.3 L341-348), then the cumulative return with --gamma and the "
+                       "buffer's whitening"),)),
+    Release("0.6.0", "2025-02-28", settings=_PRE,
+            accepts=_pre("0.6.0", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm"), kl=("k1", "k3")),
+            note="OpenRLHF 0.6.0: + reinforce_baseline, group_norm (not whitened); γ not forced to 1; "
+                 + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.advantage.estimator", "algo.kl.use_loss"),
+                       "reinforce_baseline (r − group mean), group_norm ((r − mean)/(std + 1e-9), left out of the "
+                       "buffer's whitening: ppo_trainer.py @v0.6.0 L243), --use_kl_loss"),)),
+    Release("0.6.0.post1", "2025-03-02", aliases=("0.6.0.post2", "0.6.0.post3", "0.6.1", "0.6.1.post1", "0.6.2"),
+            settings=_PRE, accepts=_pre("0.6.2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
+            note="OpenRLHF 0.6.0.post1 to 0.6.2: --kl_estimator k1|k2|k3; " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.kl.estimator",),
+                       "--kl_estimator k1|k2|k3 replaces --use_kl_estimator_k3 (models/utils.py @v0.6.0.post1 "
+                       "compute_approx_kl: k2 = ½(masked log-ratio)²)"),)),
+    Release("0.6.3", "2025-03-24", aliases=("0.6.3.post1",), settings=_PRE_G1,
+            accepts=_pre("0.6.3", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
+            note="OpenRLHF 0.6.3: γ forced to 1 for the group estimators; " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.advantage.gamma",),
+                       "γ is forced to 1.0 for rloo, reinforce_baseline and group_norm (experience_maker.py "
+                       "@v0.6.3); before, they discounted with --gamma"),)),
+    Release("0.6.3.post2", "2025-03-24", settings=_PRE_G1,
+            accepts=_pre("0.6.3.post2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")),
+            note="OpenRLHF 0.6.3.post2: + dr_grpo (not whitened); " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.advantage.estimator",),
+                       "dr_grpo: r − group mean, left out of the buffer's whitening with group_norm "
+                       "(trainer/ray/ppo_actor.py @v0.6.3.post2 L212)"),)),
+    Release("0.6.4", "2025-04-02", settings=_PRE_G1,
+            accepts=_pre("0.6.4", ESTIMATORS[:-1], std_norm=True),
+            note="OpenRLHF 0.6.4: --no_advantage_std_norm; " + _PRE_NOTE.rstrip("; "), changes=(
+                Change("", ("algo.advantage.no_std_norm",),
+                       "--no_advantage_std_norm: the buffer's normalize centres only (replay_buffer.py @v0.6.4 "
+                       "L215-246, divide_by_std)"),)),
+    Release("0.7.0", "2025-04-14", aliases=("0.7.0.post1",),
+            settings={**{k: v for k, v in _PRE_G1.items() if k != "advcli.kl_masked"},
+                      "advcli.whiten_mean_span": "row"},
+            accepts=_pre("0.7.0", ESTIMATORS[:-1], std_norm=True),
+            note="OpenRLHF 0.7.0: whitened in the replay buffer, μ = Σ A over every position / Σm; KL not masked",
+            changes=(
+                Change("", ("advcli.whiten_mean_span",),
+                       "the replay buffer keeps every position of a row (remove_padding_in_sequences no longer runs, "
+                       "replay_buffer.py @v0.7.0): the mean sums A over all of them, holes included, and the "
+                       "whitened values are written at every position"),
+                Change("", ("advcli.kl_masked", "algo.kl.estimator"),
+                       "compute_approx_kl no longer masks the log-ratio (models/utils.py @v0.7.0)"))),
     Release("0.7.1", "2025-04-17", aliases=("0.7.1.post1", "0.7.1.post2", "0.7.2", "0.7.2.post1", "0.7.3", "0.7.4",
                                             "0.7.4.post1", "0.7.4.post2", "0.7.5", "0.8.0", "0.8.0.post1", "0.8.1",
                                             "0.8.1.post1", "0.8.2", "0.8.3", "0.8.4"),
             settings={**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True}, accepts=_no_is("0.8.4"),
             note="OpenRLHF 0.7.1 to 0.8.4: the step shaped by the driver; rloo whitened too; KL not clamped; no IS "
-                 "correction"),
+                 "correction", changes=(
+                Change("", ("advcli.whiten_mean_span",),
+                       "the whitening moved from the replay buffer to compute_advantages_and_returns: μ = Σ A·m / Σm "
+                       "over the step (experience_maker.py @v0.7.1), written at every position"),)),
     Release("0.8.5", "2025-06-16", settings={**_OLD, "advcli.kl_clamp": False}, accepts=_no_is("0.8.5"),
             note="OpenRLHF 0.8.5: rloo no longer whitened; KL not clamped; no IS correction", changes=(
                 Change("", ("algo.advantage.estimator",),

@@ -98,7 +98,10 @@ class ExactSums:
 
 @dataclass
 class MomentSums:
-    """Per-scope sums Σm, Σvm, Σv²m: exact (``ExactSums``), held as float64 tensors."""
+    """Per-scope sums Σm, Σvm, Σv²m: exact (``ExactSums``), held as float64 tensors; with ``mean_sum``
+    a fourth, ``total_mean`` = Σv·u, the mean's numerator under its own weights ``u`` where they differ
+    from the variance's ``m`` (OpenRLHF's replay buffer before 0.7.1 sums every position but counts the
+    mask: ``advantage.whiten_mean_span``)."""
 
     count: torch.Tensor
     total: torch.Tensor
@@ -108,11 +111,23 @@ class MomentSums:
     # Σ of the values over SkyRL's whole padded grid where it is not ``total`` (SkyRL 0.1.0's step-wise copy puts
     # the last step's value in a turn's padding cells: advcli.ops.batchnorm.compose); None: ``total``
     grid_total: torch.Tensor | None = None
+    total_mean: torch.Tensor | None = None  # Σv·u (the mean's own weights), where kept
 
     @staticmethod
-    def zeros(num_scopes: int) -> MomentSums:
+    def zeros(num_scopes: int, mean_sum: bool = False) -> MomentSums:
         z = lambda: torch.zeros(num_scopes, dtype=torch.float64)  # noqa: E731
-        return MomentSums(z(), z(), z(), [ExactSums(num_scopes) for _ in range(3)])
+        return MomentSums(z(), z(), z(), [ExactSums(num_scopes) for _ in range(4 if mean_sum else 3)],
+                          total_mean=z() if mean_sum else None)
+
+    def tensors(self) -> tuple:
+        """The float64 totals, in the order of ``_exact``."""
+        base = (self.count, self.total, self.total_sq)
+        return base if self.total_mean is None else (*base, self.total_mean)
+
+    @property
+    def mean_total(self) -> torch.Tensor:
+        """The mean's numerator: Σv·u where kept, else Σv·m."""
+        return self.total if self.total_mean is None else self.total_mean
 
     def add(self, values: torch.Tensor, weights: torch.Tensor, scope_of_token: torch.Tensor) -> None:
         """Accumulate values token by token (any device; the sums stay on the CPU). For a chunk of
@@ -129,11 +144,15 @@ class MomentSums:
         return w, vw, v * vw
 
     @staticmethod
-    def row_partials(values: torch.Tensor, weights: torch.Tensor, layout, scope_row: torch.Tensor):
+    def row_partials(values: torch.Tensor, weights: torch.Tensor, layout, scope_row: torch.Tensor,
+                     mean_weights: torch.Tensor | None = None):
         """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes) of a chunk laid out by
         ``layout``: the per-token work, with no shared state — a worker thread can run it; the caller
-        then hands the result to :meth:`add_rows` in row order."""
-        parts = tuple(layout.row_sum(x) for x in MomentSums._terms(values, weights))
+        then hands the result to :meth:`add_rows` in row order. ``mean_weights`` ``u``: a fourth, Σv·u."""
+        terms = MomentSums._terms(values, weights)
+        if mean_weights is not None:
+            terms = (*terms, values.to(torch.float64) * mean_weights.to(torch.float64))
+        parts = tuple(layout.row_sum(x) for x in terms)
         keep = layout.lengths.to(values.device) > 0
         return tuple(x[keep] for x in parts), scope_row.to(values.device)[keep]
 
@@ -142,6 +161,9 @@ class MomentSums:
         integer bins into these, then each touched scope rounded once, so that the totals are those of
         one accumulation of every value, whatever the parts (:class:`ExactSums`)."""
         touched: set[int] = set()
+        if len(other._exact) > len(self._exact):  # a fourth sum (the mean's own weights) from the parts
+            self._exact.append(ExactSums(self.count.numel()))
+            self.total_mean = torch.zeros_like(self.count)
         for mine, theirs in zip(self._exact, other._exact):
             for key, v in theirs.bins.items():
                 mine.bins[key] = mine.bins.get(key, 0) + v
@@ -152,11 +174,14 @@ class MomentSums:
         if touched:
             idx = sorted(touched)
             where = torch.tensor(idx, dtype=torch.int64)
-            for tensor, acc in zip((self.count, self.total, self.total_sq), self._exact):
+            for tensor, acc in zip(self.tensors(), self._exact):
                 tensor[where] = acc.totals(idx)
 
     def add_rows(self, parts: tuple, scope: torch.Tensor) -> None:
-        """Accumulate (Σm, Σvm, Σv²m) values, each with its scope, exactly."""
+        """Accumulate (Σm, Σvm, Σv²m[, Σvu]) values, each with its scope, exactly."""
+        if len(parts) > len(self._exact):
+            self._exact.append(ExactSums(self.count.numel()))
+            self.total_mean = torch.zeros_like(self.count)
         touched: set[int] = set()
         for acc, x in zip(self._exact, parts):
             touched.update(acc.add(x, scope))
@@ -164,7 +189,7 @@ class MomentSums:
             return
         idx = sorted(touched)
         where = torch.tensor(idx, dtype=torch.int64)
-        for tensor, acc in zip((self.count, self.total, self.total_sq), self._exact):
+        for tensor, acc in zip(self.tensors(), self._exact):
             tensor[where] = acc.totals(idx)
 
 
@@ -194,7 +219,7 @@ def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, t
     if spec.divisor not in DIVISORS:
         raise ValueError(f"whitening divisor {spec.divisor!r}: expected one of {DIVISORS}")
     denom = {"n_eps": n + 1e-8, "n": n, "max1": n.clamp(min=1)}[spec.divisor]
-    mean = sums.total / denom
+    mean = sums.mean_total / denom  # Σvm/D, or Σvu/D where the mean has its own weights u
     # Σ(v−μ)²m = Σv²m − 2μΣvm + μ²Σm
     ss = (sums.total_sq - 2 * mean * sums.total + mean * mean * n).clamp(min=0)
     var = ss / denom
@@ -251,3 +276,12 @@ def ordered_float32_sums(values: torch.Tensor, mask: torch.Tensor, scope_of_toke
 def apply_whiten(values: torch.Tensor, mean_tok: torch.Tensor, rstd_tok: torch.Tensor) -> torch.Tensor:
     """``(v − μ)·rstd`` at every position (not re-masked: the caller decides)."""
     return ((values.to(torch.float64) - mean_tok) * rstd_tok).to(values.dtype)
+
+
+def prefix_kept(layout, mask: torch.Tensor) -> torch.Tensor:
+    """1 on each row's first Σm positions, else 0 (``whitening.mean_span: prefix``): what OpenRLHF's
+    ``remove_padding_in_sequences`` keeps before 0.7.0 (replay_buffer.py @v0.6.4 L112-150: ``right_pad =
+    (1 − action_mask).sum()``, every tensor cut to ``[:-right_pad]``), a row's valid tokens when its mask
+    is 1s then 0s."""
+    valid = layout.row_sum((mask > 0).to(torch.int64))
+    return (layout.position < layout.broadcast(valid)).to(mask.dtype)

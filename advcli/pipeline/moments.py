@@ -14,7 +14,7 @@ from ..errors import AdvcliError
 from ..io.memory import trim as trim_heap
 from ..io.reader import InputSet
 from ..ops.ragged import Ragged
-from ..ops.whiten import MomentSums, WhitenSpec, scope_mean_rstd
+from ..ops.whiten import MomentSums, WhitenSpec, prefix_kept, scope_mean_rstd
 from .grouping import scope_where
 from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan, RunState
@@ -55,6 +55,19 @@ def moment_weights(plan: Plan, mask: torch.Tensor, rewards: bool) -> torch.Tenso
     """Each token's weight in pass 2's moments: its mask, or 1 on every response token for the advantages
     with ``whitening.mask: all`` (SkyRL whitens over every response position)."""
     return torch.ones_like(mask) if plan.run.whitening.mask == "all" and not rewards else mask
+
+
+def span_weights(plan: Plan, layout, mask: torch.Tensor, rewards: bool):
+    """(the count/variance weights, the mean's own weights or None) of pass 2's moments for the
+    advantages under ``whitening.mean_span`` (:func:`moment_weights` alone for ``mask``)."""
+    w = moment_weights(plan, mask, rewards)
+    span = plan.run.whitening.mean_span
+    if rewards or span == "mask":
+        return w, None
+    if span == "row":
+        return w, torch.ones_like(w)
+    kept = prefix_kept(layout, mask)
+    return w * kept, kept
 
 
 def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: int, progress, rewards: bool):
@@ -111,8 +124,9 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: i
             adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv
         # the per-token reduction runs here, in the worker; only per-row sums reach the main thread
-        w = moment_weights(plan, mask, rewards)
-        partials = MomentSums.row_partials(v, w, layout.to(v.device), res.scopes.codes[row0:row0 + batch.num_rows])
+        lay = layout.to(v.device)
+        w, u = span_weights(plan, lay, mask, rewards)
+        partials = MomentSums.row_partials(v, w, lay, res.scopes.codes[row0:row0 + batch.num_rows], u)
         if ordered is not None:
             entry = (entry, (v.detach().cpu(), w.detach().cpu(),
                              layout.broadcast(res.scopes.codes[row0:row0 + batch.num_rows])))

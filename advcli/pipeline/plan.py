@@ -190,6 +190,13 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                                   "β is updated by clip(kl/target − 1, ±0.2)",
                                   hint="set the target KL, or use kl.controller=fixed")
     spec.check(params, cmap, components)  # its parameters, the columns it needs (the estimator's own rules)
+    w = run.whitening
+    if w.mean_span != "mask" and (w.one_pass or w.batch_normalize or spec.level == "row"):
+        what = ("advantage.whiten_one_pass" if w.one_pass else "advantage.batch_normalize" if w.batch_normalize
+                else f"the row-level estimator {spec.name}")
+        raise AdvcliError(f"key advantage.whiten_mean_span={w.mean_span} cannot be combined with {what}: the mean "
+                          "over other positions than the counted tokens is OpenRLHF's replay buffer (token-level, "
+                          "two-pass, no batch normalisation)", hint="leave advantage.whiten_mean_span at mask")
     group_by = run.grouping.by
     if group_by == "auto":
         group_by = "id" if cmap.has("prompt_id") else "none"

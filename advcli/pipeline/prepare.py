@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..errors import AdvcliError
 from ..io.reader import InputSet
 from ..io.value_checks import unplaced_reward
 from ..ops import batchnorm
@@ -62,6 +63,10 @@ def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict,
     step-wise copy, ``grouping.trajectory_copy=last_row``, with ``whitening.mask: all``): row i holds its value
     on min(L_i, last_len_i) of its L_i positions (0 on the rest) and, in SkyRL's padded grid, on last_len_i
     cells: the moments count L_i positions, the values min(L_i, last_len_i), the grid total Σ A_i·last_len_i."""
+    if plan.run.whitening.mean_span != "mask":
+        raise AdvcliError(f"advantage.whiten_mean_span={plan.run.whitening.mean_span} needs a token-level estimator "
+                          "(a row-level estimator's advantage is one value per row)",
+                          hint="leave advantage.whiten_mean_span at mask")
     sums = MomentSums.zeros(scopes.num_groups)
     w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
     a = adv_row.to(torch.float64)

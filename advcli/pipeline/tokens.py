@@ -10,6 +10,7 @@ from ..io.reader import InputSet
 from ..ops.batch import TokenChunk
 from ..ops.ragged import Ragged
 from ..ops.rewards import clip as clip_values
+from ..ops.whiten import prefix_kept
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
 from .rows import Prepared, kl_token, placement_index
@@ -156,6 +157,9 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
         adv = adv.masked_fill_(mask == 0, 0.0) if fresh else adv.masked_fill(mask == 0, 0.0)
     elif remask:  # A·M: a NaN at M=0 stays NaN
         adv = adv.mul_(mask) if fresh else adv * mask
+    if apply_whiten and plan.run.whitening.mean_span == "prefix":  # OpenRLHF before 0.7.0: the replay buffer
+        kept = prefix_kept(layout, mask).to(adv.dtype)  # holds each row's first Σm positions, whitened or not
+        adv = adv.mul_(kept) if fresh else adv * kept
     if apply_whiten:  # the final values only: whitening statistics are of the unclipped advantages
         adv = clip_values(adv, plan.run.advantage.clip)
     if plan.run.advantage.returns == "advantages":

@@ -118,6 +118,13 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
                    + (", one pass: Σx²m/N − (Σxm/N)² in the run's precision" if w.one_pass else "")
                    + ")" + ("; then masked_fill(M=0, 0)" if a.remask == "fill"
                             else "; then × mask" if a.remask else "; masked positions not re-masked"))
+        if w.mean_span == "row":
+            out.append("     mean             μ = Σ A over every position of the step's rows (mask=0 holes "
+                       "included) / Σ mask (OpenRLHF 0.7.0's replay buffer)")
+        elif w.mean_span == "prefix":
+            out.append("     kept positions   each row's first Σ mask positions only: μ = Σ A over them / Σ mask "
+                       "over them, the variance over their mask=1 tokens; 0 written beyond them (OpenRLHF's "
+                       "replay buffer before 0.7.0)")
     elif a.remask:
         out.append("  4. mask             A ← A × mask")
     if w.batch_normalize:

@@ -365,6 +365,16 @@ def test_openrlhf_correction_equals_local(ray_session, offpolicy_dump, tmp_path,
     _assert_same(rl, rg)
 
 
+@pytest.mark.parametrize("release", ["0.6.4", "0.7.0"])
+def test_openrlhf_replay_buffer_whitening_equals_local(ray_session, dump, tmp_path, release):
+    """OpenRLHF before 0.7.1 whitens with a mean over the positions its replay buffer holds (a fourth moment sum,
+    merged from the workers; 0.6.4 writes 0 beyond a row's first Σm positions): Ray's output equals the local
+    engine's, on a dump with masked spans inside rows and masked tails."""
+    loc, local, got, table = _local_and_ray(f"openrlhf@{release}", [("algo.advantage.estimator", "reinforce"),
+                                                                    ("algo.kl.init_coef", 0.0)], dump, tmp_path)
+    assert table.equals(local)
+
+
 USER_FILE = '''import advcli
 
 

@@ -84,7 +84,7 @@ def test_skyrl_0_1_0_grpo(tmp_path):
     (["--flavor", "openrlhf@0.10.4", "--set", "algo.advantage.is_correction_enable=true", "--set",
       "algo.advantage.is_correction_type=mis"], "types tis, icepop, seq-mask-tis only"),
     (["--flavor", "openrlhf", "--set", "use_icepop=true"], "0.9.1-0.9.2 only"),
-    (["--flavor", "openrlhf@0.7.0"], "older than 0.7.1"),
+    (["--flavor", "openrlhf@0.3.5"], "older than the oldest release advcli reproduces, 0.3.6.post1"),
     (["--flavor", "skyrl@0.1.0", "--set", "trainer.algorithm.advantage_estimator=maxrl"], "has no maxrl"),
     (["--flavor", "skyrl@0.0.1"], "name reservation"),
 ])

@@ -39,6 +39,7 @@ loops they reproduce are cited in :mod:`advcli.ops.scans`.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
@@ -87,7 +88,11 @@ def _kernels():
     """The jitted kernels, imported on first use (``import triton`` costs a second: only a run that uses them)."""
     from . import fused_kernels
 
-    return fused_kernels.scan_kernel, fused_kernels.group_sum_kernel
+    return fused_kernels.scan_kernel, fused_kernels.group_sum_kernel, fused_kernels.token_rewards_kernel
+
+
+# launches of each kernel since the process started (benchmarks/kernels.py reads them; a dict update, no wait)
+LAUNCHES: collections.Counter = collections.Counter()
 
 
 def _launch_options(t) -> dict:
@@ -117,12 +122,13 @@ def scan(mode: str, x, offsets, num_rows: int, c: float, gamma: float = 0.0, val
     out = torch.empty_like(x)
     if x.numel() == 0 or num_rows == 0:
         return out.zero_()
-    scan_kernel, _ = _kernels()
+    scan_kernel = _kernels()[0]
     coef = _coefficients(float(c), float(gamma), x.dtype, x.device)
     v = values.to(x.dtype).contiguous() if values is not None else x
     m = mask.contiguous() if mask is not None else x
     if m.dtype == torch.bool:
         m = m.to(x.dtype)
+    LAUNCHES["scan"] += 1
     with _turn():
         scan_kernel[(num_rows,)](x.contiguous(), v, m, out, offsets, coef, MODE=MODES[mode], BLOCK=block,
                                  **_launch_options(x))
@@ -132,17 +138,76 @@ def scan(mode: str, x, offsets, num_rows: int, c: float, gamma: float = 0.0, val
 def group_sums(x, order, starts, num_groups: int, mean=None):
     """Per group: Σ x in x's dtype (rows added in ``order``, each group ``starts[g]..starts[g+1]``) and,
     with ``mean`` [G], Σ (x − mean)² in float64 (what :meth:`GroupIndex.std_1d` sums). Returns (sum, ss)."""
-    _, group_sum_kernel = _kernels()
+    group_sum_kernel = _kernels()[1]
     sums = torch.zeros(num_groups, dtype=x.dtype, device=x.device)
     ss = torch.zeros(num_groups, dtype=torch.float64, device=x.device)
     if num_groups == 0 or x.numel() == 0:
         return sums, ss
     mu = mean.to(x.dtype).contiguous() if mean is not None else sums
+    LAUNCHES["group_sums"] += 1
     with _turn():
         group_sum_kernel[(num_groups,)](x.contiguous(), order.contiguous(), starts.contiguous(), mu, sums, ss,
                                         SQUARES=mean is not None, **_launch_options(x))
     return sums, ss
 
+
+
+PLACES = {"last": 0, "last_valid": 1, "last_valid_or_last": 2, "all": 3, "scores": 4}
+KL_CODES = {None: 0, "k1": 1, "abs": 2, "k2": 3, "k3": 4}
+
+
+def token_rewards(reward, mask, offsets, num_rows: int, place: str, mask_placed: bool = False, kl: str | None = None,
+                  logp=None, ref=None, beta=None, input_clamp: float | None = None,
+                  output_clamp: float | None = None, kl_mask: bool = True, clip=None, kld_dtype=None,
+                  block: int = BLOCK):
+    """(token rewards [N], KL term [N] or None) of one chunk in one launch: the placed reward minus β·KL.
+
+    ``reward`` is [B] per row, placed by ``place`` (a key of :data:`PLACES`: the row's last token; its last
+    mask=1 token or nowhere; that or its last token when it has none (fixed-width dumps); every token), or
+    with ``place="scores"`` the [N] token-level scores themselves; with ``mask_placed`` the result is × mask.
+    With ``kl`` (k1, abs, k2, k3): ``x = clamp(ref − logp, ±input_clamp)``, ``kl = clamp(f(x), ±output_clamp)``
+    (f as :mod:`advcli.ops.kl`), × mask with ``kl_mask``, and ``tlr − β·kl`` (``beta`` [1] or [B]); then
+    ``clip = (lo, hi)`` (either None) clamps the result. Every step is the torch path's operation in its
+    order (:func:`advcli.pipeline.tokens.token_chunk`), one rounding each, no fused multiply-add: the same
+    bits, except k3's ``e^x``, which is the device's exp: on the GPU libdevice's ``expf`` (CUDA's, the
+    one torch's CUDA exp calls), under the interpreter numpy's (within 2 ulp of torch's CPU exp, which
+    is another implementation). The math runs in ``mask``'s dtype (the run's); the log-probs are read in
+    their own (float32 or float64), the estimate rounded there as torch computes it, then widened.
+    ``kld_dtype``: the KL output's dtype (the torch path's: the log-probs' unless × mask promotes it)."""
+    dt = mask.dtype
+    n = mask.numel()
+    tlr = torch.empty(n, dtype=dt, device=mask.device)
+    kld = None
+    if kl is not None:
+        kld = torch.empty(n, dtype=kld_dtype or dt, device=mask.device)
+    if n == 0 or num_rows == 0:
+        return tlr, kld
+    lo, hi = clip if clip else (None, None)
+    coef = _coefficients4((input_clamp, output_clamp, lo, hi), mask.device)
+    kernel = _kernels()[2]
+    LAUNCHES["token_rewards"] += 1
+    with _turn():
+        kernel[(num_rows,)](reward.contiguous(), (logp if kl else mask).contiguous(),
+                            (ref if kl else mask).contiguous(), mask.contiguous(),
+                            beta.contiguous() if kl else mask, coef, offsets, tlr, kld if kl else tlr,
+                            PLACE=PLACES[place], MASK_PLACED=bool(mask_placed), KL=KL_CODES[kl],
+                            IN_CLAMP=input_clamp is not None, OUT_CLAMP=output_clamp is not None,
+                            KL_MASK=bool(kl_mask), BETA_PER_ROW=bool(kl) and beta.numel() != 1,
+                            CLIP_LO=lo is not None, CLIP_HI=hi is not None,
+                            LIBDEVICE_EXP=mask.device.type == "cuda", BLOCK=block, **_launch_options(mask))
+    return tlr, kld
+
+
+def _coefficients4(values: tuple, device):
+    """The clamps as a float64 tensor on the device (0 for an unset one), made once per run's values."""
+    key = ("clamps", values, str(device))
+    t = _COEFS.get(key)
+    if t is None:
+        if len(_COEFS) > 64:
+            _COEFS.clear()
+        t = _COEFS[key] = torch.tensor([0.0 if v is None else float(v) for v in values],
+                                       dtype=torch.float64).to(device)
+    return t
 
 # --device auto takes the GPU for token-level runs of at least this many tokens: below it the CUDA context's
 # start-up (about a second) and the copies outweigh what the fused kernels save (a rule set from the CPU's

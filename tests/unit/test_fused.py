@@ -281,3 +281,144 @@ def test_kernels_only_on_cuda_tensors_unless_interpreted(monkeypatch):
     assert not fused.enabled(torch.zeros(1))  # the CPU keeps the torch path
     monkeypatch.setenv("ADVCLI_KERNELS", "off")
     assert not fused.enabled(torch.zeros(1))
+
+
+# ----------------------------------------------------- token rewards: placement, KL, β and clip in one kernel
+def torch_path_rewards(r, m, lay, place, kind, lp, ref, beta, ic, oc, kl_mask=True, mask_placed=False, clip=None,
+                       exp=None):
+    """advcli.pipeline.tokens.token_chunk's torch path, step for step (its ops, in its order); ``exp`` replaces
+    torch.exp in k3 (numpy's, which the interpreter's tl.exp is)."""
+    from advcli.ops import kl as klops
+
+    n = lay.num_tokens
+    if place == "all":
+        t = lay.broadcast(r)
+    else:
+        idx = lay.last_index() if place == "last" else lay.last_true_index(m.bool())
+        if place == "last_valid_or_last":
+            idx = torch.where(idx >= 0, idx, lay.last_index())
+        t = torch.zeros(n + 1, dtype=m.dtype)
+        t[torch.where(idx >= 0, idx, n)] = r
+        t = t[:n]
+    if mask_placed:
+        t = t * m
+    if exp is None:
+        k = klops.kl_per_token(lp, ref, kind, ic, oc)
+    else:
+        x = (ref - lp).clamp(-ic, ic)
+        k = (exp(x) - x - 1).clamp(-oc, oc)
+    if kl_mask:
+        k = k * m
+    b = beta if beta.numel() == 1 else lay.broadcast(beta)
+    t = t - b * k
+    if clip:
+        t = t.clamp(min=clip[0], max=clip[1])
+    return t, k
+
+
+def rewards_batch(seed=0, dtype=torch.float32, lp_dtype=None):
+    g = torch.Generator().manual_seed(seed)
+    lay = Ragged.from_lengths(torch.tensor([0, 1, 2, 5, 16, 17, 37, 0, 40, 3]))
+    n, b = lay.num_tokens, lay.num_rows
+    m = (torch.rand(n, generator=g) > 0.3).to(dtype)
+    m[int(lay.offsets[8]):int(lay.offsets[9])] = 0  # a long row whose only kept token is 30 from its end
+    m[int(lay.offsets[8]) + 9] = 1
+    m[int(lay.offsets[9]):] = 0  # and a row with none
+    lp = (-torch.rand(n, generator=g, dtype=torch.float64) * 4).to(lp_dtype or dtype)
+    ref = (-torch.rand(n, generator=g, dtype=torch.float64) * 4).to(lp_dtype or dtype)
+    lp[3] = -30.0  # past the input clamp
+    r = torch.randn(b, generator=g, dtype=torch.float64).to(dtype)
+    beta = (torch.rand(b, generator=g, dtype=torch.float64) * 0.2).to(dtype)
+    return lay, m, lp, ref, r, beta
+
+
+@pytest.mark.parametrize("kind,ic,oc,place,mask_placed,kl_mask,per_row,clip", [
+    ("k1", None, None, "last", False, True, False, None),
+    ("k1", 20.0, 10.0, "last_valid", True, True, True, (-0.5, None)),
+    ("abs", None, 10.0, "last_valid_or_last", False, False, True, None),
+    ("k2", 20.0, None, "all", True, True, False, (None, 0.25)),
+    ("k2", 20.0, 0.5, "last_valid", False, False, False, (-0.1, 0.1)),  # the output clamp bites
+])
+def test_token_rewards_bit_equal_to_the_torch_path(kind, ic, oc, place, mask_placed, kl_mask, per_row, clip):
+    """The elementwise KL kinds, every placement, β per chunk or per row, the masks and clips: each an IEEE
+    operation in the torch path's order, so the kernel gives its bits (token rewards and the KL term)."""
+    lay, m, lp, ref, r, beta = rewards_batch(1)
+    beta = beta if per_row else beta[:1]
+    tlr, kld = fused.token_rewards(r, m, lay.offsets, lay.num_rows, place, mask_placed=mask_placed, kl=kind,
+                                   logp=lp, ref=ref, beta=beta, input_clamp=ic, output_clamp=oc, kl_mask=kl_mask,
+                                   clip=clip, block=16)
+    want_t, want_k = torch_path_rewards(r, m, lay, place, kind, lp, ref, beta, ic, oc, kl_mask, mask_placed, clip)
+    assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
+
+
+def test_token_rewards_float64_run_on_float32_log_probs():
+    """--precision float64 on a dump's float32 log-probs: the KL in float32 (torch's ref − logp), widened at
+    × mask; the reward maths in float64."""
+    lay, m, lp, ref, r, beta = rewards_batch(2, dtype=torch.float64, lp_dtype=torch.float32)
+    tlr, kld = fused.token_rewards(r, m, lay.offsets, lay.num_rows, "last", kl="k2", logp=lp, ref=ref,
+                                   beta=beta[:1], kld_dtype=torch.float64, block=16)
+    want_t, want_k = torch_path_rewards(r, m, lay, "last", "k2", lp, ref, beta[:1], None, None)
+    assert tlr.dtype == kld.dtype == torch.float64
+    assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
+
+
+def test_token_rewards_by_hand():
+    """Two rows by hand: k1 = logp − ref, β = 0.5, the reward at the last mask=1 token; a row with no kept
+    token places its reward nowhere."""
+    lay = Ragged.from_lengths(torch.tensor([4, 2]))
+    m = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    lp = torch.tensor([-1.0, -2.0, -0.5, -0.25, -1.0, -1.0])
+    ref = torch.tensor([-1.5, -1.0, -0.5, -4.0, -3.0, -1.0])
+    tlr, kld = fused.token_rewards(torch.tensor([2.0, 7.0]), m, lay.offsets, 2, "last_valid", kl="k1", logp=lp,
+                                   ref=ref, beta=torch.tensor([0.5]), block=16)
+    assert kld.tolist() == [0.5, -1.0, 0.0, 0.0, 0.0, 0.0]  # (logp − ref)·m
+    assert tlr.tolist() == [-0.25, 2.5, 0.0, 0.0, 0.0, 0.0]  # 0 − 0.5·0.5; 2 − 0.5·(−1)
+
+
+def test_token_rewards_k3_exp_is_the_only_difference():
+    """k3 (low_var_kl): the kernel's e^x is the interpreter's (numpy's exp; libdevice's expf on a GPU), torch's
+    CPU exp is another implementation: with numpy's exp in the torch path's op order the bits are equal, and
+    against torch's own exp the KL differs by at most 2 ulp of e^x (the two exps' documented difference)."""
+    lay, m, lp, ref, r, beta = rewards_batch(3)
+    tlr, kld = fused.token_rewards(r, m, lay.offsets, lay.num_rows, "last", kl="k3", logp=lp, ref=ref,
+                                   beta=beta[:1], input_clamp=20.0, output_clamp=10.0, block=16)
+    np_exp = lambda x: torch.from_numpy(np.exp(x.numpy()))  # noqa: E731
+    want_t, want_k = torch_path_rewards(r, m, lay, "last", "k3", lp, ref, beta[:1], 20.0, 10.0, exp=np_exp)
+    assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
+    _, torch_k = torch_path_rewards(r, m, lay, "last", "k3", lp, ref, beta[:1], 20.0, 10.0)
+    ex = torch.exp((ref - lp).clamp(-20, 20)).double()
+    assert ((kld.double() - torch_k.double()).abs() <= 2 * EPS32 * 2 * ex + 2 * EPS32).all()
+
+
+KL_K2 = {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.use_kl_in_reward": True,
+         "algorithm.kl_penalty": "mse", "algorithm.gamma": 0.99, "algorithm.kl_ctrl.type": "adaptive"}
+
+
+def test_whole_run_token_rewards_bit_equal(tmp_path):
+    """A whole verl REINFORCE++ run with k2 in the reward and the adaptive controller (β per step, two steps
+    a chunk): the kernel's token_level_rewards are the torch path's, bit for bit; the advantages within the
+    scan's bound (1e-6 relative, as above)."""
+    from advcli import pipeline
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(16, group_size=4, min_len=1, max_len=40, seed=6, steps=2), src)
+
+    def run(out):
+        cfg, native = resolve("verl", list(KL_K2.items()))
+        pipeline.run_pipeline([str(src)], str(out), cfg, flavor="verl", native=native, device="cpu", force=True,
+                              chunk_rows=16)
+        t = pq.read_table(out)
+        return {c: t.column(c).combine_chunks().values.to_numpy() for c in ("advantages", "token_level_rewards")}
+
+    before = fused.LAUNCHES["token_rewards"]
+    kern = run(tmp_path / "fused.parquet")
+    assert fused.LAUNCHES["token_rewards"] > before, "the run did not use the kernel"
+    os.environ["ADVCLI_KERNELS"] = "off"
+    try:
+        cpu = run(tmp_path / "cpu.parquet")
+    finally:
+        os.environ["ADVCLI_KERNELS"] = "interpret"
+    assert np.array_equal(kern["token_level_rewards"], cpu["token_level_rewards"])
+    np.testing.assert_allclose(kern["advantages"], cpu["advantages"], rtol=1e-6, atol=1e-6)

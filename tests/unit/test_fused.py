@@ -268,9 +268,10 @@ def test_group_sums_bit_equal_to_index_add():
     order = torch.argsort(codes, stable=True)
     starts = torch.zeros(gi.num_groups + 1, dtype=torch.int64)
     torch.cumsum(gi.sizes, 0, out=starts[1:])
-    mean = gi.sum(x) / gi.sizes.to(x.dtype)  # NaN for the empty group: its squares stay 0
+    want_sum = torch.zeros(gi.num_groups).index_add_(0, codes, x)  # the CPU path (GroupIndex.sum unfused)
+    mean = want_sum / gi.sizes.to(x.dtype)  # NaN for the empty group: its squares stay 0
     sums, ss = fused.group_sums(x, order, starts, gi.num_groups, mean)
-    assert torch.equal(sums, gi.sum(x)) and sums[7] == 0
+    assert torch.equal(sums, want_sum) and sums[7] == 0
     dev = x.double() - mean[codes].double()
     want = torch.zeros(gi.num_groups, dtype=torch.float64).index_add_(0, codes, dev * dev)
     assert torch.equal(ss, want)
@@ -422,3 +423,59 @@ def test_whole_run_token_rewards_bit_equal(tmp_path):
         os.environ["ADVCLI_KERNELS"] = "interpret"
     assert np.array_equal(kern["token_level_rewards"], cpu["token_level_rewards"])
     np.testing.assert_allclose(kern["advantages"], cpu["advantages"], rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------- GroupIndex's group statistics on the kernels
+def test_group_statistics_on_the_kernels_bit_equal_to_the_cpu_path(monkeypatch):
+    """GroupIndex.sum, std_1d (unbiased and population) and std_two_pass where the kernels run: the group sums
+    in input order, as index_add_ adds them, so every statistic keeps the CPU path's bits (non-dyadic values,
+    groups of 1..9 rows in scattered order, float32 and float64)."""
+    g = torch.Generator().manual_seed(8)
+    codes = torch.randint(0, 30, (160,), generator=g)
+    codes[codes == 4] = 5  # a missing code: an empty group
+    for dtype in (torch.float32, torch.float64):
+        x = (torch.rand(160, generator=g, dtype=torch.float64) * 0.7 + 0.1).to(dtype)
+
+        def stats(x=x):
+            gi = GroupIndex.from_codes(codes)
+            mean = gi.mean_f32(x)
+            return [gi.sum(x), mean, gi.std_1d(x, mean), gi.std_1d(x, mean, population=True),
+                    gi.std_two_pass(x, mean), gi.std_two_pass(x, mean, min_denominator=0)]
+
+        before = fused.LAUNCHES["group_sums"]
+        kern = stats()
+        assert fused.LAUNCHES["group_sums"] - before == 5, "sum, std_1d ×2, std_two_pass ×2: one launch each"
+        with monkeypatch.context() as mp:
+            _disable_kernels_for_torch_path(mp)
+            cpu = stats()
+        for i, (a, b) in enumerate(zip(kern, cpu)):
+            assert a.dtype == b.dtype and torch.equal(a.nan_to_num(-7.0), b.nan_to_num(-7.0)), (dtype, i)
+
+
+GRPO = {"algorithm.adv_estimator": "grpo"}
+
+
+@pytest.mark.parametrize("settings", [GRPO, {**GRPO, "advcli.group_var": "one_pass"}])
+def test_whole_grpo_run_on_the_kernels_bit_equal(tmp_path, monkeypatch, settings):
+    """A whole verl GRPO run (group mean and std, two-pass and 0.6-0.7's one-pass variance) with the group sums
+    on the kernels gives the CPU path's advantages bit for bit."""
+    from advcli import pipeline
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(24, group_size=4, min_len=1, max_len=8, seed=9, steps=2), src)
+
+    def run(out):
+        cfg, native = resolve("verl", list(settings.items()))
+        pipeline.run_pipeline([str(src)], str(out), cfg, flavor="verl", native=native, device="cpu", force=True,
+                              chunk_rows=16)
+        return pq.read_table(out).column("advantages").combine_chunks().values.to_numpy()
+
+    before = fused.LAUNCHES["group_sums"]
+    kern = run(tmp_path / "fused.parquet")
+    assert fused.LAUNCHES["group_sums"] > before, "the run did not use the kernels"
+    with monkeypatch.context() as mp:
+        _disable_kernels_for_torch_path(mp)
+        cpu = run(tmp_path / "cpu.parquet")
+    assert np.array_equal(kern, cpu)

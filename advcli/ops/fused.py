@@ -1,5 +1,11 @@
-"""Fused Triton kernels for the GPU path: the reverse scans of the token-level families and the
-group sums of the row-level ones, each one kernel launch instead of the torch path's dozens.
+"""Fused Triton kernels for the GPU path: the token rewards and reverse scans of the token-level
+families and the group sums of the row-level ones, each one kernel launch instead of the torch path's dozens.
+
+A token-level chunk (GAE, REINFORCE++, ReMax) makes two launches where the torch path makes dozens:
+:func:`token_rewards` (the row reward placed, ``− β·KL``, the clip: the chunk's ``token_level_rewards`` and
+KL term, both outputs of the run) and :func:`scan` (the estimator's recurrence). The row-level statistics
+(:class:`advcli.ops.groups.GroupIndex`'s group sums and squared deviations) are one :func:`group_sums`
+launch each. ``LAUNCHES`` counts the launches (``benchmarks/kernels.py`` prints them per chunk).
 
 **When they run.** :func:`enabled` says whether a tensor's device takes them: a CUDA tensor when
 ``triton`` imports (the ``gpu`` extra), never a CPU tensor — the torch path of :mod:`advcli.ops.scans`
@@ -32,7 +38,19 @@ tile, as the torch path's blocked GEMM adds in its own order; neither is the fra
 loop, and each differs from it by rounding only: for a row of ``L`` tokens the difference is bounded
 by ``2·L·ε·Σ_u |b_u|`` (ε the dtype's unit roundoff), the bound ``tests/unit/test_fused.py`` checks
 against a float64 loop. The group sums (:func:`group_sums`) add each group's rows in input order, as
-``index_add_`` does on the CPU: bit-equal to :meth:`advcli.ops.groups.GroupIndex.sum`.
+``index_add_`` does on the CPU: bit-equal to :meth:`advcli.ops.groups.GroupIndex.sum`'s CPU path.
+
+**Token rewards** (:func:`token_rewards`, one program per row): the reward at the row's last token, its last
+mask=1 token (found walking the row's tiles from its end), every token, or the given token-level scores;
+then, with the KL on, ``x = clamp(ref − logp, ±c_in)``, ``kl = clamp(f(x), ±c_out)`` with ``f`` = ``−x`` (k1),
+``|x|`` (abs), ``0.5·x·x`` (k2), ``(e^x − x) − 1`` (k3 / low_var_kl) — verl ``kl_penalty``, NeMo RL
+``calculate_kl``, ROLL and OpenRLHF ``compute_approx_kl``, cited in :mod:`advcli.ops.kl` — ``kl·m``, and
+``tlr − β·kl`` (β per chunk or per row), then the token clip. Each step is one IEEE operation in the torch
+path's order (clamps by comparison, so a NaN stays NaN as in ``torch.clamp``), so the result and the KL
+term are bit-equal to it, except k3's ``e^x``: the device's exp, libdevice's ``expf`` on the GPU (CUDA's,
+which torch's CUDA exp calls; ``tl.exp`` would be the approximate ``ex2``), numpy's under the interpreter
+(within 2 ulp of torch's CPU exp, another implementation; tested bit-equal with numpy's exp in the torch
+path's order).
 
 Written for advcli from the recurrences above (no framework ships these kernels); the frameworks'
 loops they reproduce are cited in :mod:`advcli.ops.scans`.

@@ -59,7 +59,8 @@ NO_LAUNCH = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::vi
              "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::t", "aten::transpose", "aten::permute",
              "aten::detach", "aten::alias", "aten::lift_fresh", "aten::resize_", "aten::set_", "aten::numpy_T",
              "aten::result_type", "aten::contiguous", "aten::split", "aten::unbind", "aten::narrow",
-             "aten::pin_memory", "aten::is_pinned", "aten::_local_scalar_dense", "aten::item"}
+             "aten::pin_memory", "aten::is_pinned", "aten::_local_scalar_dense", "aten::item",
+             "aten::to"}  # (aten::to without children: already of that dtype and device, nothing copied)
 WAITS = {"aten::_local_scalar_dense"}
 FUSED_RANGE = "advcli.fused launch"
 

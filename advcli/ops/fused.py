@@ -106,7 +106,8 @@ def _kernels():
     """The jitted kernels, imported on first use (``import triton`` costs a second: only a run that uses them)."""
     from . import fused_kernels
 
-    return fused_kernels.scan_kernel, fused_kernels.group_sum_kernel, fused_kernels.token_rewards_kernel
+    return (fused_kernels.scan_kernel, fused_kernels.group_sum_kernel, fused_kernels.token_rewards_kernel,
+            fused_kernels.finalize_kernel)
 
 
 # launches of each kernel since the process started (benchmarks/kernels.py reads them; a dict update, no wait)
@@ -215,6 +216,31 @@ def token_rewards(reward, mask, offsets, num_rows: int, place: str, mask_placed:
                             LIBDEVICE_EXP=mask.device.type == "cuda", BLOCK=block, **_launch_options(mask))
     return tlr, kld
 
+
+
+def finalize(adv, mask, offsets, num_rows: int, mean=None, rstd=None, scope=None, remask=None, clip=None,
+             block: int = BLOCK):
+    """The chunk's final advantages in one launch (:func:`advcli.pipeline.tokens.chunk_final`'s steps):
+    with ``mean``/``rstd`` ([1], or [S] with ``scope`` [B] each row's scope; float64) the whitening
+    ``((x − μ)·rstd)`` in float64 rounded once to ``mask``'s dtype; ``remask`` ``"fill"`` (0 at m = 0,
+    ``masked_fill``) or ``"mul"`` (``x·m``, a NaN stays); ``clip = (lo, hi)`` (either None). ``adv`` is of the
+    run's dtype, ``mask`` of it or bool; the result is of ``adv``'s dtype. Each step is
+    the torch path's operation in its order: bit-equal (mean and 1/std come from the statistics pass,
+    as on the torch path; this kernel only applies them)."""
+    out = torch.empty(mask.numel(), dtype=adv.dtype, device=mask.device)
+    if mask.numel() == 0 or num_rows == 0:
+        return out
+    lo, hi = clip if clip else (None, None)
+    coef = _coefficients4((None, None, lo, hi), mask.device)
+    whiten = mean is not None
+    kernel = _kernels()[3]
+    LAUNCHES["finalize"] += 1
+    with _turn():
+        kernel[(num_rows,)](adv.contiguous(), mask.contiguous(), mean if whiten else coef, rstd if whiten else coef,
+                            scope if scope is not None else offsets, coef, offsets, out, WHITEN=whiten,
+                            PER_SCOPE=scope is not None, REMASK={None: 0, "fill": 1, "mul": 2}[remask],
+                            CLIP_LO=lo is not None, CLIP_HI=hi is not None, BLOCK=block, **_launch_options(mask))
+    return out
 
 def _coefficients4(values: tuple, device):
     """The clamps as a float64 tensor on the device (0 for an unset one), made once per run's values."""

@@ -172,3 +172,38 @@ def token_rewards_kernel(r_ptr, lp_ptr, ref_ptr, m_ptr, beta_ptr, coef_ptr, offs
         if CLIP_HI:
             t = tl.where(t > tl.load(coef_ptr + 3).to(t.dtype), tl.load(coef_ptr + 3).to(t.dtype), t)
         tl.store(tlr_ptr + idx, t, mask=inrow)
+
+@triton.jit
+def finalize_kernel(adv_ptr, m_ptr, mean_ptr, rstd_ptr, scope_ptr, coef_ptr, offs_ptr, out_ptr,
+                    WHITEN: tl.constexpr, PER_SCOPE: tl.constexpr, REMASK: tl.constexpr, CLIP_LO: tl.constexpr,
+                    CLIP_HI: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    s = tl.load(offs_ptr + row)
+    e = tl.load(offs_ptr + row + 1)
+    if WHITEN:  # the row's scope: its mean and 1/std (float64), read once for the row
+        if PER_SCOPE:
+            sc = tl.load(scope_ptr + row)
+        else:
+            sc = 0
+        mu = tl.load(mean_ptr + sc)
+        rstd = tl.load(rstd_ptr + sc)
+    for k in range(0, tl.cdiv(e - s, BLOCK)):
+        idx = s + k * BLOCK + tl.arange(0, BLOCK)
+        inrow = idx < e
+        a = tl.load(adv_ptr + idx, mask=inrow, other=0.0)
+        m = tl.load(m_ptr + idx, mask=inrow, other=0).to(a.dtype)  # 0/1 (a bool mask too): exact
+        if WHITEN:  # (x − μ)·rstd in float64, rounded once to the run's dtype
+            x = a.to(tl.float64) - mu
+            x = x * rstd
+            a = x.to(m.dtype)
+        if REMASK == 1:  # masked_fill: 0 at m = 0, whatever a holds (NaN included)
+            a = tl.where(m == 0, 0.0, a)
+        elif REMASK == 2:  # a·m: a NaN at m = 0 stays NaN
+            a = a * m
+        if CLIP_LO:
+            lo = tl.load(coef_ptr + 2).to(a.dtype)
+            a = tl.where(a < lo, lo, a)
+        if CLIP_HI:
+            hi = tl.load(coef_ptr + 3).to(a.dtype)
+            a = tl.where(a > hi, hi, a)
+        tl.store(out_ptr + idx, a, mask=inrow)

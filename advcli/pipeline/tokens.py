@@ -177,6 +177,11 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
     final values can start from again (x·1 = x on the valid tokens, which are all that whitening reads)."""
     dev, dt = plan.device, plan.dtype
     rows = slice(row0, row0 + layout.num_rows)
+    fused_adv = fused_final(plan, res, layout, adv, mask, rows, apply_whiten)
+    if fused_adv is not None:  # the GPU path: whitening, re-masking and clip in one kernel (advcli.ops.fused)
+        if plan.run.advantage.returns == "advantages":
+            ret = fused_adv
+        return fused_adv, ret, tlr, mask
     fresh = False  # adv is a tensor of this function's own (may be changed in place)
     if apply_whiten and plan.whiten:
         if res.scopes.num_groups == 1:  # one scope: the same element-wise ops with a scalar
@@ -199,3 +204,26 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
     if plan.run.advantage.returns == "advantages":
         ret = adv
     return adv, ret, tlr, mask
+
+
+def fused_final(plan: Plan, res: Prepared, layout: Ragged, adv, mask, rows: slice, apply_whiten: bool):
+    """:func:`chunk_final`'s advantages from the fused kernel (:func:`advcli.ops.fused.finalize`) where it runs
+    and there is a step to do; None otherwise (the torch path runs)."""
+    from ..ops import fused
+
+    whiten = apply_whiten and plan.whiten
+    remask = plan.run.advantage.remask
+    clip = plan.run.advantage.clip if apply_whiten else None
+    if not (whiten or remask or clip) or adv.dtype != plan.dtype or not fused.enabled(adv):
+        return None
+    dev = plan.device
+    kw: dict = {}
+    if whiten:
+        if res.scopes.num_groups == 1:
+            kw = dict(mean=to_device(res.whiten_mean[:1], dev), rstd=to_device(res.whiten_rstd[:1], dev))
+        else:
+            kw = dict(mean=to_device(res.whiten_mean, dev), rstd=to_device(res.whiten_rstd, dev),
+                      scope=to_device(res.scopes.codes[rows], dev))
+        kw = {k: v.contiguous() for k, v in kw.items()}
+    return fused.finalize(adv, mask, layout.offsets, layout.num_rows, remask="fill" if remask == "fill" else
+                          ("mul" if remask else None), clip=clip or None, **kw)

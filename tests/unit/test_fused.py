@@ -75,8 +75,11 @@ def test_whole_run_with_kernels_matches_the_cpu_path(tmp_path, monkeypatch):
     calls = []
     real = fused.scan
     monkeypatch.setattr(fused, "scan", lambda mode, *a, **k: calls.append(mode) or real(mode, *a, **k))
+    before = dict(fused.LAUNCHES)
     fused_run = run(tmp_path / "fused.parquet")
     assert calls, "the run did not use the kernels"
+    for kernel in ("token_rewards", "finalize"):  # KL + placement, and the whitening
+        assert fused.LAUNCHES[kernel] > before.get(kernel, 0), kernel
     monkeypatch.setenv("ADVCLI_KERNELS", "off")
     cpu = run(tmp_path / "cpu.parquet")
     for c in cpu:
@@ -479,3 +482,55 @@ def test_whole_grpo_run_on_the_kernels_bit_equal(tmp_path, monkeypatch, settings
         _disable_kernels_for_torch_path(mp)
         cpu = run(tmp_path / "cpu.parquet")
     assert np.array_equal(kern, cpu)
+
+
+# ---------------------------------------------------- final advantages: whitening, re-masking, clip in one kernel
+def torch_path_final(adv, mask, lay, mean, rstd, scope, remask, clip):
+    """advcli.pipeline.tokens.chunk_final's torch path, step for step."""
+    if mean is not None:
+        if scope is not None:
+            st = lay.broadcast(scope)
+            mean, rstd = torch.index_select(mean, 0, st), torch.index_select(rstd, 0, st)
+        adv = adv.to(torch.float64, copy=True).sub_(mean).mul_(rstd).to(adv.dtype)
+    if remask == "fill":
+        adv = adv.masked_fill(mask == 0, 0.0)
+    elif remask == "mul":
+        adv = adv * mask
+    if clip:
+        adv = adv.clamp(min=clip[0], max=clip[1])
+    return adv
+
+
+@pytest.mark.parametrize("scopes,remask,clip,bool_mask", [
+    (1, None, None, False), (3, "fill", None, False), (1, "mul", (-1.0, 1.5), False), (3, "mul", (None, 0.5), True),
+    (0, "fill", (-0.2, None), True),  # no whitening: re-masking and clip only
+])
+def test_finalize_bit_equal_to_the_torch_path(scopes, remask, clip, bool_mask):
+    """Whitening in float64 with one scope or a scope per row, re-masking by masked_fill or × mask (a NaN at a
+    masked token: filled, or kept), the clip: the torch path's operations in its order, so its bits."""
+    lay, r, v, m = batch(4)
+    adv = r * 3 + 0.1
+    adv[5] = float("nan")
+    m[5] = 0.0
+    g = torch.Generator().manual_seed(11)
+    mean = rstd = scope = None
+    if scopes:
+        mean = torch.randn(scopes, generator=g, dtype=torch.float64)
+        rstd = 1 / (torch.rand(scopes, generator=g, dtype=torch.float64) + 0.3)
+        scope = torch.randint(0, scopes, (lay.num_rows,), generator=g) if scopes > 1 else None
+    mk = m.bool() if bool_mask else m
+    out = fused.finalize(adv, mk, lay.offsets, lay.num_rows, mean=mean, rstd=rstd, scope=scope, remask=remask,
+                         clip=clip, block=16)
+    want = torch_path_final(adv, mk, lay, mean, rstd, scope, remask, clip)
+    assert out.dtype == want.dtype and torch.equal(out.nan_to_num(-9.0), want.nan_to_num(-9.0))
+    assert out[5].isnan().item() == (remask != "fill")
+
+
+def test_finalize_by_hand():
+    """One row: μ = 1, rstd = 0.5, × mask, clip at 0.75: ((3 − 1)·0.5 = 1 → 0.75), ((0 − 1)·0.5 = −0.5),
+    a masked token → 0."""
+    lay = Ragged.from_lengths(torch.tensor([3]))
+    out = fused.finalize(torch.tensor([3.0, 0.0, 5.0]), torch.tensor([1.0, 1.0, 0.0]), lay.offsets, 1,
+                         mean=torch.tensor([1.0], dtype=torch.float64), rstd=torch.tensor([0.5], dtype=torch.float64),
+                         remask="mul", clip=(None, 0.75), block=16)
+    assert out.tolist() == [0.75, -0.5, 0.0]

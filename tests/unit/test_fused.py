@@ -355,6 +355,17 @@ def test_token_rewards_bit_equal_to_the_torch_path(kind, ic, oc, place, mask_pla
     assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
 
 
+def test_token_rewards_from_token_level_scores():
+    """reward_source token_level_scores: the dump's scores are the rewards (× mask with mask_placed), then the
+    KL term as for a placed reward."""
+    lay, m, lp, ref, _, beta = rewards_batch(5)
+    scores = torch.randn(lay.num_tokens, generator=torch.Generator().manual_seed(2))
+    tlr, kld = fused.token_rewards(scores, m, lay.offsets, lay.num_rows, "scores", mask_placed=True, kl="k1",
+                                   logp=lp, ref=ref, beta=beta, block=16)
+    k = (lp - ref) * m
+    assert torch.equal(kld, k) and torch.equal(tlr, scores * m - lay.broadcast(beta) * k)
+
+
 def test_token_rewards_float64_run_on_float32_log_probs():
     """--precision float64 on a dump's float32 log-probs: the KL in float32 (torch's ref − logp), widened at
     × mask; the reward maths in float64."""

@@ -110,7 +110,7 @@ def _with_kernels(setting: str, fn):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=32, help="rows of the chunk (the interpreter is slow: keep it small)")
-    ap.add_argument("--estimators", nargs="+", choices=list(ESTIMATORS), default=list(ESTIMATORS))
+    ap.add_argument("--estimators", nargs="*", choices=list(ESTIMATORS), default=list(ESTIMATORS))
     args = ap.parse_args()
     if not fused.triton_available():
         sys.exit("triton is not installed (pip install 'advcli[gpu]'): the fused path cannot be counted")

@@ -156,12 +156,15 @@ def scan(mode: str, x, offsets, num_rows: int, c: float, gamma: float = 0.0, val
 
 def group_sums(x, order, starts, num_groups: int, mean=None):
     """Per group: Σ x in x's dtype (rows added in ``order``, each group ``starts[g]..starts[g+1]``) and,
-    with ``mean`` [G], Σ (x − mean)² in float64 (what :meth:`GroupIndex.std_1d` sums). Returns (sum, ss)."""
+    with ``mean`` [G], Σ (x − mean)² in float64 (what :meth:`GroupIndex.std_1d` sums). Returns (sum, ss); ss is
+    empty without ``mean``."""
     group_sum_kernel = _kernels()[1]
-    sums = torch.zeros(num_groups, dtype=x.dtype, device=x.device)
-    ss = torch.zeros(num_groups, dtype=torch.float64, device=x.device)
     if num_groups == 0 or x.numel() == 0:
-        return sums, ss
+        return (torch.zeros(num_groups, dtype=x.dtype, device=x.device),
+                torch.zeros(num_groups, dtype=torch.float64, device=x.device))
+    # every program writes its group's sums (0 for an empty group): no zero-filling launch
+    sums = torch.empty(num_groups, dtype=x.dtype, device=x.device)
+    ss = torch.empty(num_groups if mean is not None else 0, dtype=torch.float64, device=x.device)
     mu = mean.to(x.dtype).contiguous() if mean is not None else sums
     LAUNCHES["group_sums"] += 1
     with _turn():

@@ -107,7 +107,7 @@ def _kernels():
     from . import fused_kernels
 
     return (fused_kernels.scan_kernel, fused_kernels.group_sum_kernel, fused_kernels.token_rewards_kernel,
-            fused_kernels.finalize_kernel)
+            fused_kernels.finalize_kernel, fused_kernels.row_moments_kernel)
 
 
 # launches of each kernel since the process started (benchmarks/kernels.py reads them; a dict update, no wait)
@@ -243,6 +243,23 @@ def finalize(adv, mask, offsets, num_rows: int, mean=None, rstd=None, scope=None
                             scope if scope is not None else offsets, coef, offsets, out, WHITEN=whiten,
                             PER_SCOPE=scope is not None, REMASK={None: 0, "fill": 1, "mul": 2}[remask],
                             CLIP_LO=lo is not None, CLIP_HI=hi is not None, BLOCK=block, **_launch_options(mask))
+    return out
+
+
+def row_moments(values, weights, offsets, num_rows: int, block: int = BLOCK):
+    """[3, B] float64: per row Σm, Σv·m, Σv²·m (``m`` the weights) in one launch, the terms formed as
+    :meth:`advcli.ops.whiten.MomentSums.row_partials` forms them (``v·m``, ``v·(v·m)`` in float64: the same
+    bits), summed per tile in a tree and across tiles in order: not the torch path's left-to-right order, so
+    each sum is within ``L·ε₆₄·Σ|term|`` of the exact sum for a row of L tokens (tested against ``math.fsum``).
+    These row sums then go into the whitening's exact per-scope accumulation as on the torch path."""
+    out = torch.zeros(3, num_rows, dtype=torch.float64, device=values.device)
+    if values.numel() == 0 or num_rows == 0:
+        return out
+    kernel = _kernels()[4]
+    LAUNCHES["row_moments"] += 1
+    with _turn():
+        kernel[(num_rows,)](values.contiguous(), weights.contiguous(), offsets, out, num_rows, BLOCK=block,
+                            **_launch_options(values))
     return out
 
 def _coefficients4(values: tuple, device):

@@ -207,3 +207,25 @@ def finalize_kernel(adv_ptr, m_ptr, mean_ptr, rstd_ptr, scope_ptr, coef_ptr, off
             hi = tl.load(coef_ptr + 3).to(a.dtype)
             a = tl.where(a > hi, hi, a)
         tl.store(out_ptr + idx, a, mask=inrow)
+
+@triton.jit
+def row_moments_kernel(v_ptr, w_ptr, offs_ptr, out_ptr, num_rows, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    s = tl.load(offs_ptr + row)
+    e = tl.load(offs_ptr + row + 1)
+    zero = tl.load(out_ptr + row) * 0.0  # a float64 0 (the output holds zeros)
+    acc0 = zero
+    acc1 = zero
+    acc2 = zero
+    for k in range(0, tl.cdiv(e - s, BLOCK)):
+        idx = s + k * BLOCK + tl.arange(0, BLOCK)
+        inrow = idx < e
+        v = tl.load(v_ptr + idx, mask=inrow, other=0.0).to(tl.float64)
+        w = tl.load(w_ptr + idx, mask=inrow, other=0.0).to(tl.float64)
+        vw = v * w  # the terms as MomentSums._terms forms them: m, v·m, v·(v·m)
+        acc0 += tl.sum(w, 0)
+        acc1 += tl.sum(vw, 0)
+        acc2 += tl.sum(v * vw, 0)
+    tl.store(out_ptr + row, acc0)
+    tl.store(out_ptr + num_rows + row, acc1)
+    tl.store(out_ptr + 2 * num_rows + row, acc2)

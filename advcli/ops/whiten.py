@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..lazy_torch import torch
+from . import fused
 
 
 class ExactSums:
@@ -130,7 +131,10 @@ class MomentSums:
         """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes) of a chunk laid out by
         ``layout``: the per-token work, with no shared state — a worker thread can run it; the caller
         then hands the result to :meth:`add_rows` in row order."""
-        parts = tuple(layout.row_sum(x) for x in MomentSums._terms(values, weights))
+        if values.numel() and values.is_floating_point() and fused.enabled(values):  # one kernel (advcli.ops.fused)
+            parts = tuple(fused.row_moments(values, weights, layout.offsets.to(values.device), layout.num_rows))
+        else:
+            parts = tuple(layout.row_sum(x) for x in MomentSums._terms(values, weights))
         keep = layout.lengths.to(values.device) > 0
         return tuple(x[keep] for x in parts), scope_row.to(values.device)[keep]
 

@@ -78,7 +78,7 @@ def test_whole_run_with_kernels_matches_the_cpu_path(tmp_path, monkeypatch):
     before = dict(fused.LAUNCHES)
     fused_run = run(tmp_path / "fused.parquet")
     assert calls, "the run did not use the kernels"
-    for kernel in ("token_rewards", "finalize"):  # KL + placement, and the whitening
+    for kernel in ("token_rewards", "row_moments", "finalize"):  # KL + placement, the whitening's moments and itself
         assert fused.LAUNCHES[kernel] > before.get(kernel, 0), kernel
     monkeypatch.setenv("ADVCLI_KERNELS", "off")
     cpu = run(tmp_path / "cpu.parquet")
@@ -545,3 +545,33 @@ def test_finalize_by_hand():
                          mean=torch.tensor([1.0], dtype=torch.float64), rstd=torch.tensor([0.5], dtype=torch.float64),
                          remask="mul", clip=(None, 0.75), block=16)
     assert out.tolist() == [0.75, -0.5, 0.0]
+
+
+# ---------------------------------------------------------------- the whitening's per-row moments in one kernel
+def test_row_moments_within_bound_of_the_exact_sums():
+    """Σm, Σv·m, Σv²·m per row (float32 values, 0/1 weights and a row of weights 1): each within L·ε₆₄·Σ|term|
+    of math.fsum's exact sum of the same float64 terms; where every term and partial sum is exact (dyadic
+    values) equal to the torch path's row sums bit for bit."""
+    import math
+
+    from advcli.ops.whiten import MomentSums
+
+    lay, r, _, m = batch(6)
+    got = fused.row_moments(r, m, lay.offsets, lay.num_rows, block=16)
+    terms = [t.numpy() for t in MomentSums._terms(r, m)]
+    offs = lay.offsets.tolist()
+    eps64 = float(np.finfo(np.float64).eps) / 2
+    for i in range(lay.num_rows):
+        a, e = offs[i], offs[i + 1]
+        for j, t in enumerate(terms):
+            exact = math.fsum(t[a:e])
+            bound = (e - a) * eps64 * float(np.abs(t[a:e]).sum())
+            assert abs(float(got[j, i]) - exact) <= bound, (i, j)
+    lay, r, _, m = batch(7, dyadic=True)
+    got = fused.row_moments(r, m, lay.offsets, lay.num_rows, block=16)
+    want = torch.stack([lay.row_sum(t) for t in MomentSums._terms(r, m)])
+    assert torch.equal(got, want)
+    # through MomentSums.row_partials, as the statistics pass calls it: the non-empty rows and their scopes
+    parts, scopes = MomentSums.row_partials(r, m, lay, torch.arange(lay.num_rows))
+    keep = lay.lengths > 0
+    assert all(torch.equal(p, w[keep]) for p, w in zip(parts, want)) and torch.equal(scopes, torch.nonzero(keep)[:, 0])

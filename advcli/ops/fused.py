@@ -1,9 +1,11 @@
 """Fused Triton kernels for the GPU path: the token rewards and reverse scans of the token-level
 families and the group sums of the row-level ones, each one kernel launch instead of the torch path's dozens.
 
-A token-level chunk (GAE, REINFORCE++, ReMax) makes two launches where the torch path makes dozens:
+A token-level chunk (GAE, REINFORCE++, ReMax) makes three launches where the torch path makes dozens:
 :func:`token_rewards` (the row reward placed, ``− β·KL``, the clip: the chunk's ``token_level_rewards`` and
-KL term, both outputs of the run) and :func:`scan` (the estimator's recurrence). The row-level statistics
+KL term, both outputs of the run), :func:`scan` (the estimator's recurrence) and :func:`finalize` (whitening,
+re-masking, clip); a whitened estimator's statistics pass adds :func:`row_moments` (each row's Σm, Σvm,
+Σv²m for the whitening's mean and variance). The row-level statistics
 (:class:`advcli.ops.groups.GroupIndex`'s group sums and squared deviations) are one :func:`group_sums`
 launch each. ``LAUNCHES`` counts the launches (``benchmarks/kernels.py`` prints them per chunk).
 

@@ -575,3 +575,35 @@ def test_row_moments_within_bound_of_the_exact_sums():
     parts, scopes = MomentSums.row_partials(r, m, lay, torch.arange(lay.num_rows))
     keep = lay.lengths > 0
     assert all(torch.equal(p, w[keep]) for p, w in zip(parts, want)) and torch.equal(scopes, torch.nonzero(keep)[:, 0])
+
+
+def test_the_command_with_kernels(tmp_path, monkeypatch, capsys):
+    """`advcli run` as a user types it (verl GAE, k1 KL in the reward, whitened), the kernels standing in for the
+    GPU path: token_level_rewards bit-equal to the torch path's, advantages and returns within the scan's 1e-6."""
+    from conftest import run_main
+
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(12, group_size=4, min_len=1, max_len=50, seed=12), src)
+    sets = ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=kl"]
+
+    def run(out):
+        argv = ["run", str(src), "-o", str(out), "--flavor", "verl", "--device", "cpu", "--force"]
+        for s in sets:
+            argv += ["--set", s]
+        code, _, err = run_main(argv, capsys)
+        assert code == 0, err
+        t = pq.read_table(out)
+        return {c: t.column(c).combine_chunks().values.to_numpy()
+                for c in ("advantages", "returns", "token_level_rewards")}
+
+    before = dict(fused.LAUNCHES)
+    kern = run(tmp_path / "fused.parquet")
+    assert all(fused.LAUNCHES[k] > before.get(k, 0) for k in ("token_rewards", "scan", "finalize"))
+    with monkeypatch.context() as mp:
+        _disable_kernels_for_torch_path(mp)
+        cpu = run(tmp_path / "cpu.parquet")
+    assert np.array_equal(kern["token_level_rewards"], cpu["token_level_rewards"])
+    for c in ("advantages", "returns"):
+        np.testing.assert_allclose(kern[c], cpu[c], rtol=1e-6, atol=1e-6, err_msg=c)

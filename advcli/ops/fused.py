@@ -169,9 +169,10 @@ def group_sums(x, order, starts, num_groups: int, mean=None):
     ss = torch.empty(num_groups if mean is not None else 0, dtype=torch.float64, device=x.device)
     mu = mean.to(x.dtype).contiguous() if mean is not None else sums
     LAUNCHES["group_sums"] += 1
-    with _turn():
-        group_sum_kernel[(num_groups,)](x.contiguous(), order.contiguous(), starts.contiguous(), mu, sums, ss,
-                                        SQUARES=mean is not None, **_launch_options(x))
+    with _turn():  # (without mean, ss's pointer is sums': an empty tensor's may be null, which a launch refuses)
+        group_sum_kernel[(num_groups,)](x.contiguous(), order.contiguous(), starts.contiguous(), mu, sums,
+                                        ss if mean is not None else sums, SQUARES=mean is not None,
+                                        **_launch_options(x))
     return sums, ss
 
 

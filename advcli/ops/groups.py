@@ -18,12 +18,20 @@ the reductions reproduce how torch reduces in each framework:
 
 The loop in :meth:`GroupIndex.buckets` is over the distinct group *sizes* (a handful), never over
 groups or rows.
+
+**On a GPU** (:func:`advcli.ops.fused.enabled` for the values' device): the group sums of :meth:`sum`, and
+so :meth:`std_two_pass`'s squares, and :meth:`std_1d`'s float64 squared deviations, are one launch of the
+fused group-sum kernel each, adding each group's rows in input order as ``index_add_`` does on the CPU:
+the same bits as the CPU path (``tests/unit/test_fused.py``). The means and :meth:`std_dim` stay torch
+reductions of the stacked groups (torch's own order, which a kernel would not reproduce), on the values'
+device. The codes stay on the host; their sort order is copied to the device once per index.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..lazy_torch import torch
+from . import fused
 
 
 @dataclass
@@ -34,6 +42,7 @@ class GroupIndex:
     num_groups: int
     _sizes: torch.Tensor | None = field(default=None, repr=False)
     _buckets: list | None = field(default=None, repr=False)
+    _sorted: dict = field(default_factory=dict, repr=False)  # device -> (order, starts) for the kernels
 
     @staticmethod
     def from_codes(codes: torch.Tensor) -> GroupIndex:
@@ -73,23 +82,48 @@ class GroupIndex:
         return self._buckets
 
     # ---------------------------------------------------------------------------------- reductions
+    def _kernel(self, x: torch.Tensor) -> bool:
+        """Whether x's group sums run as the fused kernel (a float tensor where the kernels run)."""
+        return x.dtype in (torch.float32, torch.float64) and fused.enabled(x)
+
+    def _sorted_on(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows in group order, stable [R]; group starts [G+1]) on ``device``, made once per index."""
+        key = str(device)
+        if key not in self._sorted:
+            order = torch.argsort(self.codes, stable=True)
+            starts = torch.zeros(self.num_groups + 1, dtype=torch.int64)
+            torch.cumsum(self.sizes, 0, out=starts[1:])
+            self._sorted[key] = (order.to(device), starts.to(device))
+        return self._sorted[key]
+
+    def _kernel_sums(self, x: torch.Tensor, mean: torch.Tensor | None = None):
+        order, starts = self._sorted_on(x.device)
+        return fused.group_sums(x, order, starts, self.num_groups, mean)
+
     def sum(self, x: torch.Tensor) -> torch.Tensor:
-        """[G] Σ over each group (sequential index_add in x's dtype)."""
-        return torch.zeros(self.num_groups, dtype=x.dtype).index_add_(0, self.codes, x)
+        """[G] Σ over each group (sequential index_add in x's dtype; on a GPU the fused kernel, same order)."""
+        if self._kernel(x):
+            return self._kernel_sums(x)[0]
+        return torch.zeros(self.num_groups, dtype=x.dtype, device=x.device).index_add_(
+            0, self.codes.to(x.device), x)
 
     def mean_f32(self, x: torch.Tensor) -> torch.Tensor:
         """[G] group means reduced as ``torch.mean`` on each group's stacked values."""
-        out = torch.zeros(self.num_groups, dtype=x.dtype)
+        out = torch.zeros(self.num_groups, dtype=x.dtype, device=x.device)
         for _, ids, mat in self.buckets():
-            out[ids] = x[mat].mean(dim=1)
+            out[ids.to(x.device)] = x[mat.to(x.device)].mean(dim=1)
         return out
 
     def std_1d(self, x: torch.Tensor, mean: torch.Tensor, population: bool = False) -> torch.Tensor:
         """[G] unbiased std as ``torch.std`` of a 1-D tensor (float32 mean, float64 squares); NaN for n=1.
         ``population``: the biased std sqrt(Σ(x − μ)²/n) (numpy's ``std``, ddof 0); 0 for n=1."""
-        dev = x.to(torch.float64) - mean[self.codes].to(torch.float64)
-        ss = torch.zeros(self.num_groups, dtype=torch.float64).index_add_(0, self.codes, dev * dev)
-        n = self.sizes.to(torch.float64)
+        if self._kernel(x):  # Σ (x − μ)² in float64, each group's rows in input order, one launch
+            ss = self._kernel_sums(x, mean)[1]
+        else:
+            codes = self.codes.to(x.device)
+            dev = x.to(torch.float64) - mean[codes].to(torch.float64)
+            ss = torch.zeros(self.num_groups, dtype=torch.float64, device=x.device).index_add_(0, codes, dev * dev)
+        n = self.sizes.to(device=x.device, dtype=torch.float64)
         if population:
             return torch.sqrt(ss / n).to(x.dtype)
         var = ss / (n - 1)
@@ -98,20 +132,20 @@ class GroupIndex:
 
     def std_dim(self, x: torch.Tensor) -> torch.Tensor:
         """[G] ``torch.std(R, dim=1)`` with R the [G_n, n] stack of each size (ROLL/OpenRLHF shapes)."""
-        out = torch.zeros(self.num_groups, dtype=x.dtype)
+        out = torch.zeros(self.num_groups, dtype=x.dtype, device=x.device)
         for _, ids, mat in self.buckets():
-            out[ids] = x[mat].std(dim=1)
+            out[ids.to(x.device)] = x[mat.to(x.device)].std(dim=1)
         return out
 
     def std_two_pass(self, x: torch.Tensor, mean: torch.Tensor, min_denominator: int = 1) -> torch.Tensor:
         """[G] ``sqrt(Σ(x − mean)² / max(n − 1, min_denominator))`` in x's dtype."""
-        dev = x - mean[self.codes]
+        dev = x - mean[self.codes.to(x.device)]
         ss = self.sum(dev * dev)
-        denom = (self.sizes - 1).clamp(min=min_denominator).to(x.dtype)
+        denom = (self.sizes - 1).clamp(min=min_denominator).to(device=x.device, dtype=x.dtype)
         return torch.sqrt(ss / denom)
 
     def per_row(self, per_group: torch.Tensor) -> torch.Tensor:
-        return per_group[self.codes]
+        return per_group[self.codes.to(per_group.device)]
 
     # ------------------------------------------------------------- leave-one-out / NaN-aware forms
     def stacked(self, x: torch.Tensor, fn) -> torch.Tensor:

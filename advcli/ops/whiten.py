@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..lazy_torch import torch
+from . import fused
 
 
 class ExactSums:
@@ -149,10 +150,13 @@ class MomentSums:
         """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes) of a chunk laid out by
         ``layout``: the per-token work, with no shared state — a worker thread can run it; the caller
         then hands the result to :meth:`add_rows` in row order. ``mean_weights`` ``u``: a fourth, Σv·u."""
-        terms = MomentSums._terms(values, weights)
-        if mean_weights is not None:
-            terms = (*terms, values.to(torch.float64) * mean_weights.to(torch.float64))
-        parts = tuple(layout.row_sum(x) for x in terms)
+        if mean_weights is None and values.numel() and values.is_floating_point() and fused.enabled(values):
+            parts = tuple(fused.row_moments(values, weights, layout.offsets.to(values.device), layout.num_rows))
+        else:  # the torch path (and the fourth sum, which the kernel does not make)
+            terms = MomentSums._terms(values, weights)
+            if mean_weights is not None:
+                terms = (*terms, values.to(torch.float64) * mean_weights.to(torch.float64))
+            parts = tuple(layout.row_sum(x) for x in terms)
         keep = layout.lengths.to(values.device) > 0
         return tuple(x[keep] for x in parts), scope_row.to(values.device)[keep]
 

@@ -11,6 +11,7 @@ from ..ops.batch import TokenChunk
 from ..ops.ragged import Ragged
 from ..ops.rewards import clip as clip_values
 from ..ops.whiten import prefix_kept
+from . import roles as role_rules
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
 from .rows import Prepared, kl_token, placement_index
@@ -27,37 +28,36 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
     layout = layout.to(dev)
     mask = to_device(tok["response_mask"], dev).to(dt)
     tok = {k: to_device(v, dev) for k, v in tok.items() if k != "response_mask"}
-    # token-level rewards
-    if plan.reward_source == "token_level_scores":
-        tlr = tok["token_level_scores"].to(dt).clone()
+    fused_out = fused_token_rewards(plan, res, layout, tok, mask, rows)
+    if fused_out is not None:  # the GPU path: placement, KL, β and the clip in one kernel (advcli.ops.fused)
+        tlr, kld = fused_out
     else:
-        r = to_device(res.reward_row[rows], dev)
-        if plan.run.reward.placement == "all":  # NeMo RF++ / raw_reward: every position
-            tlr = layout.broadcast(r.to(dt))
+        # token-level rewards
+        if plan.reward_source == "token_level_scores":
+            tlr = tok["token_level_scores"].to(dt).clone()
         else:
-            # one spare cell past the tokens takes the rewards of rows placed nowhere (-1): no boolean
-            # indexing, whose output size would make the host wait for a GPU
-            n = layout.num_tokens
-            tlr = torch.zeros(n + 1, dtype=dt, device=dev)
-            place = placement_index(plan, layout, mask)
-            tlr[torch.where(place >= 0, place, n)] = r.to(dt)
-            tlr = tlr[:n]
-        if plan.run.reward.mask_placed:
-            tlr = tlr * mask
-    if plan.kl_on:
-        kld = kl_token(plan, tok, mask)
-        if extras is not None:
-            extras["kld"] = kld
-            # verl's apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) runs before the rollout correction:
-            # its per-row masked_mean(kld, m) divides by the row's original Σm, not by the corrected m'
-            extras["kl_mask"] = mask
-        beta = res.beta_row[rows]  # (on the host: the test below then makes no GPU wait)
-        if beta.numel() and bool((beta == beta[0]).all()):  # one β for the chunk (one step, a fixed β):
-            beta = to_device(beta[:1], dev).to(dt)  # the same product per token, without a [N] copy of β
-        else:
-            beta = layout.broadcast(to_device(beta, dev).to(dt))
-        tlr = tlr - beta * kld
-        tlr = clip_values(tlr, plan.run.kl.token_clip)
+            r = to_device(res.reward_row[rows], dev)
+            if plan.run.reward.placement == "all":  # NeMo RF++ / raw_reward: every position
+                tlr = layout.broadcast(r.to(dt))
+            else:
+                # one spare cell past the tokens takes the rewards of rows placed nowhere (-1): no boolean
+                # indexing, whose output size would make the host wait for a GPU
+                n = layout.num_tokens
+                tlr = torch.zeros(n + 1, dtype=dt, device=dev)
+                place = placement_index(plan, layout, mask)
+                tlr[torch.where(place >= 0, place, n)] = r.to(dt)
+                tlr = tlr[:n]
+            if plan.run.reward.mask_placed:
+                tlr = tlr * mask
+        if plan.kl_on:
+            kld = kl_token(plan, tok, mask)
+            tlr = tlr - _beta(res, rows, layout, dev, dt, per_token=True) * kld
+            tlr = clip_values(tlr, plan.run.kl.token_clip)
+    if plan.kl_on and extras is not None:
+        extras["kld"] = kld
+        # verl's apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) runs before the rollout correction:
+        # its per-row masked_mean(kld, m) divides by the row's original Σm, not by the corrected m'
+        extras["kl_mask"] = mask
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
         tlr = ((tlr.to(torch.float64) - torch.index_select(res.tlr_mean.to(dev), 0, scope_tok))
@@ -78,6 +78,51 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
     row_inputs["row"] = torch.arange(row0, row0 + B, device=dev)  # global row numbers (0-based, input order)
     return TokenChunk(layout=layout, mask=mask, token_rewards=tlr, tokens=tok, rows=row_inputs,
                       group_tables=res.group_tables)
+
+
+def _beta(res: Prepared, rows: slice, layout: Ragged, dev, dt, per_token: bool) -> torch.Tensor:
+    """The chunk's KL coefficient: [1] when one β covers the chunk (one step, a fixed β), else per row ([B]) or,
+    with ``per_token``, per token ([N]). The test is on the host, so it makes no GPU wait."""
+    beta = res.beta_row[rows]
+    if beta.numel() and bool((beta == beta[0]).all()):
+        return to_device(beta[:1], dev).to(dt)
+    beta = to_device(beta, dev).to(dt)
+    return layout.broadcast(beta) if per_token else beta
+
+
+def fused_token_rewards(plan: Plan, res: Prepared, layout: Ragged, tok: dict, mask: torch.Tensor,
+                        rows: slice) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(token rewards, KL term or None) from the fused kernel (:func:`advcli.ops.fused.token_rewards`) where
+    it runs (:func:`advcli.ops.fused.enabled`) and reproduces the torch path below: KL kinds k1, abs, k2, k3,
+    log-probs of one float dtype no wider than the run's; None otherwise (the torch path runs)."""
+    from ..ops import fused
+
+    if not fused.enabled(mask):
+        return None
+    dev, dt = plan.device, plan.dtype
+    c = plan.run.kl
+    kw: dict = {}
+    if plan.kl_on:
+        lp, ref = role_rules.kl_inputs(c, tok, mask)
+        if (c.estimator not in fused.KL_CODES or lp.dtype != ref.dtype
+                or lp.dtype not in (torch.float32, torch.float64) or torch.result_type(lp, mask) != dt):
+            return None
+        kw = dict(kl=c.estimator, logp=lp, ref=ref, beta=_beta(res, rows, layout, dev, dt, per_token=False),
+                  input_clamp=c.input_clamp, output_clamp=c.output_clamp, kl_mask=c.mask,
+                  clip=c.token_clip or None, kld_dtype=torch.result_type(lp, mask) if c.mask else lp.dtype)
+    pl = plan.run.reward
+    if plan.reward_source == "token_level_scores":
+        place, reward = "scores", tok["token_level_scores"].to(dt)
+    else:
+        reward = to_device(res.reward_row[rows], dev).to(dt)
+        if pl.placement == "all":
+            place = "all"
+        elif pl.placement == "last_valid" or plan.padded:
+            place = "last_valid_or_last" if plan.padded else "last_valid"
+        else:
+            place = "last"
+    return fused.token_rewards(reward, mask, layout.offsets, layout.num_rows, place, mask_placed=pl.mask_placed,
+                               **kw)
 
 
 def token_group_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: int,
@@ -140,6 +185,11 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
     final values can start from again (x·1 = x on the valid tokens, which are all that whitening reads)."""
     dev, dt = plan.device, plan.dtype
     rows = slice(row0, row0 + layout.num_rows)
+    fused_adv = fused_final(plan, res, layout, adv, mask, rows, apply_whiten)
+    if fused_adv is not None:  # the GPU path: whitening, re-masking and clip in one kernel (advcli.ops.fused)
+        if plan.run.advantage.returns == "advantages":
+            ret = fused_adv
+        return fused_adv, ret, tlr, mask
     fresh = False  # adv is a tensor of this function's own (may be changed in place)
     if apply_whiten and plan.whiten:
         if res.scopes.num_groups == 1:  # one scope: the same element-wise ops with a scalar
@@ -165,3 +215,26 @@ def chunk_final(plan: Plan, res: Prepared, layout: Ragged, adv, ret, tlr, mask, 
     if plan.run.advantage.returns == "advantages":
         ret = adv
     return adv, ret, tlr, mask
+
+
+def fused_final(plan: Plan, res: Prepared, layout: Ragged, adv, mask, rows: slice, apply_whiten: bool):
+    """:func:`chunk_final`'s advantages from the fused kernel (:func:`advcli.ops.fused.finalize`) where it runs
+    and there is a step to do; None otherwise (the torch path runs)."""
+    from ..ops import fused
+
+    whiten = apply_whiten and plan.whiten
+    remask = plan.run.advantage.remask
+    clip = plan.run.advantage.clip if apply_whiten else None
+    if not (whiten or remask or clip) or adv.dtype != plan.dtype or not fused.enabled(adv):
+        return None
+    dev = plan.device
+    kw: dict = {}
+    if whiten:
+        if res.scopes.num_groups == 1:
+            kw = dict(mean=to_device(res.whiten_mean[:1], dev), rstd=to_device(res.whiten_rstd[:1], dev))
+        else:
+            kw = dict(mean=to_device(res.whiten_mean, dev), rstd=to_device(res.whiten_rstd, dev),
+                      scope=to_device(res.scopes.codes[rows], dev))
+        kw = {k: v.contiguous() for k, v in kw.items()}
+    return fused.finalize(adv, mask, layout.offsets, layout.num_rows, remask="fill" if remask == "fill" else
+                          ("mul" if remask else None), clip=clip or None, **kw)

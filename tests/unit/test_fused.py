@@ -75,8 +75,11 @@ def test_whole_run_with_kernels_matches_the_cpu_path(tmp_path, monkeypatch):
     calls = []
     real = fused.scan
     monkeypatch.setattr(fused, "scan", lambda mode, *a, **k: calls.append(mode) or real(mode, *a, **k))
+    before = dict(fused.LAUNCHES)
     fused_run = run(tmp_path / "fused.parquet")
     assert calls, "the run did not use the kernels"
+    for kernel in ("token_rewards", "row_moments", "finalize"):  # KL + placement, the whitening's moments and itself
+        assert fused.LAUNCHES[kernel] > before.get(kernel, 0), kernel
     monkeypatch.setenv("ADVCLI_KERNELS", "off")
     cpu = run(tmp_path / "cpu.parquet")
     for c in cpu:
@@ -268,9 +271,10 @@ def test_group_sums_bit_equal_to_index_add():
     order = torch.argsort(codes, stable=True)
     starts = torch.zeros(gi.num_groups + 1, dtype=torch.int64)
     torch.cumsum(gi.sizes, 0, out=starts[1:])
-    mean = gi.sum(x) / gi.sizes.to(x.dtype)  # NaN for the empty group: its squares stay 0
+    want_sum = torch.zeros(gi.num_groups).index_add_(0, codes, x)  # the CPU path (GroupIndex.sum unfused)
+    mean = want_sum / gi.sizes.to(x.dtype)  # NaN for the empty group: its squares stay 0
     sums, ss = fused.group_sums(x, order, starts, gi.num_groups, mean)
-    assert torch.equal(sums, gi.sum(x)) and sums[7] == 0
+    assert torch.equal(sums, want_sum) and sums[7] == 0
     dev = x.double() - mean[codes].double()
     want = torch.zeros(gi.num_groups, dtype=torch.float64).index_add_(0, codes, dev * dev)
     assert torch.equal(ss, want)
@@ -281,3 +285,325 @@ def test_kernels_only_on_cuda_tensors_unless_interpreted(monkeypatch):
     assert not fused.enabled(torch.zeros(1))  # the CPU keeps the torch path
     monkeypatch.setenv("ADVCLI_KERNELS", "off")
     assert not fused.enabled(torch.zeros(1))
+
+
+# ----------------------------------------------------- token rewards: placement, KL, β and clip in one kernel
+def torch_path_rewards(r, m, lay, place, kind, lp, ref, beta, ic, oc, kl_mask=True, mask_placed=False, clip=None,
+                       exp=None):
+    """advcli.pipeline.tokens.token_chunk's torch path, step for step (its ops, in its order); ``exp`` replaces
+    torch.exp in k3 (numpy's, which the interpreter's tl.exp is)."""
+    from advcli.ops import kl as klops
+
+    n = lay.num_tokens
+    if place == "all":
+        t = lay.broadcast(r)
+    else:
+        idx = lay.last_index() if place == "last" else lay.last_true_index(m.bool())
+        if place == "last_valid_or_last":
+            idx = torch.where(idx >= 0, idx, lay.last_index())
+        t = torch.zeros(n + 1, dtype=m.dtype)
+        t[torch.where(idx >= 0, idx, n)] = r
+        t = t[:n]
+    if mask_placed:
+        t = t * m
+    if exp is None:
+        k = klops.kl_per_token(lp, ref, kind, ic, oc)
+    else:
+        x = (ref - lp).clamp(-ic, ic)
+        k = (exp(x) - x - 1).clamp(-oc, oc)
+    if kl_mask:
+        k = k * m
+    b = beta if beta.numel() == 1 else lay.broadcast(beta)
+    t = t - b * k
+    if clip:
+        t = t.clamp(min=clip[0], max=clip[1])
+    return t, k
+
+
+def rewards_batch(seed=0, dtype=torch.float32, lp_dtype=None):
+    g = torch.Generator().manual_seed(seed)
+    lay = Ragged.from_lengths(torch.tensor([0, 1, 2, 5, 16, 17, 37, 0, 40, 3]))
+    n, b = lay.num_tokens, lay.num_rows
+    m = (torch.rand(n, generator=g) > 0.3).to(dtype)
+    m[int(lay.offsets[8]):int(lay.offsets[9])] = 0  # a long row whose only kept token is 30 from its end
+    m[int(lay.offsets[8]) + 9] = 1
+    m[int(lay.offsets[9]):] = 0  # and a row with none
+    lp = (-torch.rand(n, generator=g, dtype=torch.float64) * 4).to(lp_dtype or dtype)
+    ref = (-torch.rand(n, generator=g, dtype=torch.float64) * 4).to(lp_dtype or dtype)
+    lp[3] = -30.0  # past the input clamp
+    r = torch.randn(b, generator=g, dtype=torch.float64).to(dtype)
+    beta = (torch.rand(b, generator=g, dtype=torch.float64) * 0.2).to(dtype)
+    return lay, m, lp, ref, r, beta
+
+
+@pytest.mark.parametrize("kind,ic,oc,place,mask_placed,kl_mask,per_row,clip", [
+    ("k1", None, None, "last", False, True, False, None),
+    ("k1", 20.0, 10.0, "last_valid", True, True, True, (-0.5, None)),
+    ("abs", None, 10.0, "last_valid_or_last", False, False, True, None),
+    ("k2", 20.0, None, "all", True, True, False, (None, 0.25)),
+    ("k2", 20.0, 0.5, "last_valid", False, False, False, (-0.1, 0.1)),  # the output clamp bites
+])
+def test_token_rewards_bit_equal_to_the_torch_path(kind, ic, oc, place, mask_placed, kl_mask, per_row, clip):
+    """The elementwise KL kinds, every placement, β per chunk or per row, the masks and clips: each an IEEE
+    operation in the torch path's order, so the kernel gives its bits (token rewards and the KL term)."""
+    lay, m, lp, ref, r, beta = rewards_batch(1)
+    beta = beta if per_row else beta[:1]
+    tlr, kld = fused.token_rewards(r, m, lay.offsets, lay.num_rows, place, mask_placed=mask_placed, kl=kind,
+                                   logp=lp, ref=ref, beta=beta, input_clamp=ic, output_clamp=oc, kl_mask=kl_mask,
+                                   clip=clip, block=16)
+    want_t, want_k = torch_path_rewards(r, m, lay, place, kind, lp, ref, beta, ic, oc, kl_mask, mask_placed, clip)
+    assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
+
+
+def test_token_rewards_from_token_level_scores():
+    """reward_source token_level_scores: the dump's scores are the rewards (× mask with mask_placed), then the
+    KL term as for a placed reward."""
+    lay, m, lp, ref, _, beta = rewards_batch(5)
+    scores = torch.randn(lay.num_tokens, generator=torch.Generator().manual_seed(2))
+    tlr, kld = fused.token_rewards(scores, m, lay.offsets, lay.num_rows, "scores", mask_placed=True, kl="k1",
+                                   logp=lp, ref=ref, beta=beta, block=16)
+    k = (lp - ref) * m
+    assert torch.equal(kld, k) and torch.equal(tlr, scores * m - lay.broadcast(beta) * k)
+
+
+def test_token_rewards_float64_run_on_float32_log_probs():
+    """--precision float64 on a dump's float32 log-probs: the KL in float32 (torch's ref − logp), widened at
+    × mask; the reward maths in float64."""
+    lay, m, lp, ref, r, beta = rewards_batch(2, dtype=torch.float64, lp_dtype=torch.float32)
+    tlr, kld = fused.token_rewards(r, m, lay.offsets, lay.num_rows, "last", kl="k2", logp=lp, ref=ref,
+                                   beta=beta[:1], kld_dtype=torch.float64, block=16)
+    want_t, want_k = torch_path_rewards(r, m, lay, "last", "k2", lp, ref, beta[:1], None, None)
+    assert tlr.dtype == kld.dtype == torch.float64
+    assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
+
+
+def test_token_rewards_by_hand():
+    """Two rows by hand: k1 = logp − ref, β = 0.5, the reward at the last mask=1 token; a row with no kept
+    token places its reward nowhere."""
+    lay = Ragged.from_lengths(torch.tensor([4, 2]))
+    m = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    lp = torch.tensor([-1.0, -2.0, -0.5, -0.25, -1.0, -1.0])
+    ref = torch.tensor([-1.5, -1.0, -0.5, -4.0, -3.0, -1.0])
+    tlr, kld = fused.token_rewards(torch.tensor([2.0, 7.0]), m, lay.offsets, 2, "last_valid", kl="k1", logp=lp,
+                                   ref=ref, beta=torch.tensor([0.5]), block=16)
+    assert kld.tolist() == [0.5, -1.0, 0.0, 0.0, 0.0, 0.0]  # (logp − ref)·m
+    assert tlr.tolist() == [-0.25, 2.5, 0.0, 0.0, 0.0, 0.0]  # 0 − 0.5·0.5; 2 − 0.5·(−1)
+
+
+def test_token_rewards_k3_exp_is_the_only_difference():
+    """k3 (low_var_kl): the kernel's e^x is the interpreter's (numpy's exp; libdevice's expf on a GPU), torch's
+    CPU exp is another implementation: with numpy's exp in the torch path's op order the bits are equal, and
+    against torch's own exp the KL differs by at most 2 ulp of e^x (the two exps' documented difference)."""
+    lay, m, lp, ref, r, beta = rewards_batch(3)
+    tlr, kld = fused.token_rewards(r, m, lay.offsets, lay.num_rows, "last", kl="k3", logp=lp, ref=ref,
+                                   beta=beta[:1], input_clamp=20.0, output_clamp=10.0, block=16)
+    np_exp = lambda x: torch.from_numpy(np.exp(x.numpy()))  # noqa: E731
+    want_t, want_k = torch_path_rewards(r, m, lay, "last", "k3", lp, ref, beta[:1], 20.0, 10.0, exp=np_exp)
+    assert torch.equal(kld, want_k) and torch.equal(tlr, want_t)
+    _, torch_k = torch_path_rewards(r, m, lay, "last", "k3", lp, ref, beta[:1], 20.0, 10.0)
+    ex = torch.exp((ref - lp).clamp(-20, 20)).double()
+    assert ((kld.double() - torch_k.double()).abs() <= 2 * EPS32 * 2 * ex + 2 * EPS32).all()
+
+
+KL_K2 = {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.use_kl_in_reward": True,
+         "algorithm.kl_penalty": "mse", "algorithm.gamma": 0.99, "algorithm.kl_ctrl.type": "adaptive"}
+
+
+def test_whole_run_token_rewards_bit_equal(tmp_path):
+    """A whole verl REINFORCE++ run with k2 in the reward and the adaptive controller (β per step, two steps
+    a chunk): the kernel's token_level_rewards are the torch path's, bit for bit; the advantages within the
+    scan's bound (1e-6 relative, as above)."""
+    from advcli import pipeline
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(16, group_size=4, min_len=1, max_len=40, seed=6, steps=2), src)
+
+    def run(out):
+        cfg, native = resolve("verl", list(KL_K2.items()))
+        pipeline.run_pipeline([str(src)], str(out), cfg, flavor="verl", native=native, device="cpu", force=True,
+                              chunk_rows=16)
+        t = pq.read_table(out)
+        return {c: t.column(c).combine_chunks().values.to_numpy() for c in ("advantages", "token_level_rewards")}
+
+    before = fused.LAUNCHES["token_rewards"]
+    kern = run(tmp_path / "fused.parquet")
+    assert fused.LAUNCHES["token_rewards"] > before, "the run did not use the kernel"
+    os.environ["ADVCLI_KERNELS"] = "off"
+    try:
+        cpu = run(tmp_path / "cpu.parquet")
+    finally:
+        os.environ["ADVCLI_KERNELS"] = "interpret"
+    assert np.array_equal(kern["token_level_rewards"], cpu["token_level_rewards"])
+    np.testing.assert_allclose(kern["advantages"], cpu["advantages"], rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------- GroupIndex's group statistics on the kernels
+def test_group_statistics_on_the_kernels_bit_equal_to_the_cpu_path(monkeypatch):
+    """GroupIndex.sum, std_1d (unbiased and population) and std_two_pass where the kernels run: the group sums
+    in input order, as index_add_ adds them, so every statistic keeps the CPU path's bits (non-dyadic values,
+    groups of 1..9 rows in scattered order, float32 and float64)."""
+    g = torch.Generator().manual_seed(8)
+    codes = torch.randint(0, 30, (160,), generator=g)
+    codes[codes == 4] = 5  # a missing code: an empty group
+    for dtype in (torch.float32, torch.float64):
+        x = (torch.rand(160, generator=g, dtype=torch.float64) * 0.7 + 0.1).to(dtype)
+
+        def stats(x=x):
+            gi = GroupIndex.from_codes(codes)
+            mean = gi.mean_f32(x)
+            return [gi.sum(x), mean, gi.std_1d(x, mean), gi.std_1d(x, mean, population=True),
+                    gi.std_two_pass(x, mean), gi.std_two_pass(x, mean, min_denominator=0)]
+
+        before = fused.LAUNCHES["group_sums"]
+        kern = stats()
+        assert fused.LAUNCHES["group_sums"] - before == 5, "sum, std_1d ×2, std_two_pass ×2: one launch each"
+        with monkeypatch.context() as mp:
+            _disable_kernels_for_torch_path(mp)
+            cpu = stats()
+        for i, (a, b) in enumerate(zip(kern, cpu)):
+            assert a.dtype == b.dtype and torch.equal(a.nan_to_num(-7.0), b.nan_to_num(-7.0)), (dtype, i)
+
+
+GRPO = {"algorithm.adv_estimator": "grpo"}
+
+
+@pytest.mark.parametrize("settings", [GRPO, {**GRPO, "advcli.group_var": "one_pass"}])
+def test_whole_grpo_run_on_the_kernels_bit_equal(tmp_path, monkeypatch, settings):
+    """A whole verl GRPO run (group mean and std, two-pass and 0.6-0.7's one-pass variance) with the group sums
+    on the kernels gives the CPU path's advantages bit for bit."""
+    from advcli import pipeline
+    from advcli.flavors import resolve
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(24, group_size=4, min_len=1, max_len=8, seed=9, steps=2), src)
+
+    def run(out):
+        cfg, native = resolve("verl", list(settings.items()))
+        pipeline.run_pipeline([str(src)], str(out), cfg, flavor="verl", native=native, device="cpu", force=True,
+                              chunk_rows=16)
+        return pq.read_table(out).column("advantages").combine_chunks().values.to_numpy()
+
+    before = fused.LAUNCHES["group_sums"]
+    kern = run(tmp_path / "fused.parquet")
+    assert fused.LAUNCHES["group_sums"] > before, "the run did not use the kernels"
+    with monkeypatch.context() as mp:
+        _disable_kernels_for_torch_path(mp)
+        cpu = run(tmp_path / "cpu.parquet")
+    assert np.array_equal(kern, cpu)
+
+
+# ---------------------------------------------------- final advantages: whitening, re-masking, clip in one kernel
+def torch_path_final(adv, mask, lay, mean, rstd, scope, remask, clip):
+    """advcli.pipeline.tokens.chunk_final's torch path, step for step."""
+    if mean is not None:
+        if scope is not None:
+            st = lay.broadcast(scope)
+            mean, rstd = torch.index_select(mean, 0, st), torch.index_select(rstd, 0, st)
+        adv = adv.to(torch.float64, copy=True).sub_(mean).mul_(rstd).to(adv.dtype)
+    if remask == "fill":
+        adv = adv.masked_fill(mask == 0, 0.0)
+    elif remask == "mul":
+        adv = adv * mask
+    if clip:
+        adv = adv.clamp(min=clip[0], max=clip[1])
+    return adv
+
+
+@pytest.mark.parametrize("scopes,remask,clip,bool_mask", [
+    (1, None, None, False), (3, "fill", None, False), (1, "mul", (-1.0, 1.5), False), (3, "mul", (None, 0.5), True),
+    (0, "fill", (-0.2, None), True),  # no whitening: re-masking and clip only
+])
+def test_finalize_bit_equal_to_the_torch_path(scopes, remask, clip, bool_mask):
+    """Whitening in float64 with one scope or a scope per row, re-masking by masked_fill or × mask (a NaN at a
+    masked token: filled, or kept), the clip: the torch path's operations in its order, so its bits."""
+    lay, r, v, m = batch(4)
+    adv = r * 3 + 0.1
+    adv[5] = float("nan")
+    m[5] = 0.0
+    g = torch.Generator().manual_seed(11)
+    mean = rstd = scope = None
+    if scopes:
+        mean = torch.randn(scopes, generator=g, dtype=torch.float64)
+        rstd = 1 / (torch.rand(scopes, generator=g, dtype=torch.float64) + 0.3)
+        scope = torch.randint(0, scopes, (lay.num_rows,), generator=g) if scopes > 1 else None
+    mk = m.bool() if bool_mask else m
+    out = fused.finalize(adv, mk, lay.offsets, lay.num_rows, mean=mean, rstd=rstd, scope=scope, remask=remask,
+                         clip=clip, block=16)
+    want = torch_path_final(adv, mk, lay, mean, rstd, scope, remask, clip)
+    assert out.dtype == want.dtype and torch.equal(out.nan_to_num(-9.0), want.nan_to_num(-9.0))
+    assert out[5].isnan().item() == (remask != "fill")
+
+
+def test_finalize_by_hand():
+    """One row: μ = 1, rstd = 0.5, × mask, clip at 0.75: ((3 − 1)·0.5 = 1 → 0.75), ((0 − 1)·0.5 = −0.5),
+    a masked token → 0."""
+    lay = Ragged.from_lengths(torch.tensor([3]))
+    out = fused.finalize(torch.tensor([3.0, 0.0, 5.0]), torch.tensor([1.0, 1.0, 0.0]), lay.offsets, 1,
+                         mean=torch.tensor([1.0], dtype=torch.float64), rstd=torch.tensor([0.5], dtype=torch.float64),
+                         remask="mul", clip=(None, 0.75), block=16)
+    assert out.tolist() == [0.75, -0.5, 0.0]
+
+
+# ---------------------------------------------------------------- the whitening's per-row moments in one kernel
+def test_row_moments_within_bound_of_the_exact_sums():
+    """Σm, Σv·m, Σv²·m per row (float32 values, 0/1 weights and a row of weights 1): each within L·ε₆₄·Σ|term|
+    of math.fsum's exact sum of the same float64 terms; where every term and partial sum is exact (dyadic
+    values) equal to the torch path's row sums bit for bit."""
+    import math
+
+    from advcli.ops.whiten import MomentSums
+
+    lay, r, _, m = batch(6)
+    got = fused.row_moments(r, m, lay.offsets, lay.num_rows, block=16)
+    terms = [t.numpy() for t in MomentSums._terms(r, m)]
+    offs = lay.offsets.tolist()
+    eps64 = float(np.finfo(np.float64).eps) / 2
+    for i in range(lay.num_rows):
+        a, e = offs[i], offs[i + 1]
+        for j, t in enumerate(terms):
+            exact = math.fsum(t[a:e])
+            bound = (e - a) * eps64 * float(np.abs(t[a:e]).sum())
+            assert abs(float(got[j, i]) - exact) <= bound, (i, j)
+    lay, r, _, m = batch(7, dyadic=True)
+    got = fused.row_moments(r, m, lay.offsets, lay.num_rows, block=16)
+    want = torch.stack([lay.row_sum(t) for t in MomentSums._terms(r, m)])
+    assert torch.equal(got, want)
+    # through MomentSums.row_partials, as the statistics pass calls it: the non-empty rows and their scopes
+    parts, scopes = MomentSums.row_partials(r, m, lay, torch.arange(lay.num_rows))
+    keep = lay.lengths > 0
+    assert all(torch.equal(p, w[keep]) for p, w in zip(parts, want)) and torch.equal(scopes, torch.nonzero(keep)[:, 0])
+
+
+def test_the_command_with_kernels(tmp_path, monkeypatch, capsys):
+    """`advcli run` as a user types it (verl GAE, k1 KL in the reward, whitened), the kernels standing in for the
+    GPU path: token_level_rewards bit-equal to the torch path's, advantages and returns within the scan's 1e-6."""
+    from conftest import run_main
+
+    from advcli.sample import make_table
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(make_table(12, group_size=4, min_len=1, max_len=50, seed=12), src)
+    sets = ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=kl"]
+
+    def run(out):
+        argv = ["run", str(src), "-o", str(out), "--flavor", "verl", "--device", "cpu", "--force"]
+        for s in sets:
+            argv += ["--set", s]
+        code, _, err = run_main(argv, capsys)
+        assert code == 0, err
+        t = pq.read_table(out)
+        return {c: t.column(c).combine_chunks().values.to_numpy()
+                for c in ("advantages", "returns", "token_level_rewards")}
+
+    before = dict(fused.LAUNCHES)
+    kern = run(tmp_path / "fused.parquet")
+    assert all(fused.LAUNCHES[k] > before.get(k, 0) for k in ("token_rewards", "scan", "finalize"))
+    with monkeypatch.context() as mp:
+        _disable_kernels_for_torch_path(mp)
+        cpu = run(tmp_path / "cpu.parquet")
+    assert np.array_equal(kern["token_level_rewards"], cpu["token_level_rewards"])
+    for c in ("advantages", "returns"):
+        np.testing.assert_allclose(kern[c], cpu[c], rtol=1e-6, atol=1e-6, err_msg=c)

@@ -5,7 +5,6 @@ block sizes, the grouping's warnings, the token columns already checked) is its 
 """
 from __future__ import annotations
 
-import copyreg
 import dataclasses
 import types
 from collections.abc import Callable, Mapping
@@ -16,7 +15,7 @@ import pyarrow as pa
 
 from ..config.column_roles import ROLE_INFO
 from ..config.columns import ColumnMap, is_list_type, resolve_columns
-from ..config.runspec import RunSpec
+from ..config.runspec import RunSpec, frozen_mapping  # a plan's mappings: read-only views that pickle
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
 from ..estimators import get as get_estimator
@@ -27,14 +26,6 @@ from . import roles
 
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
 
-# a plan's mappings are read-only views (types.MappingProxyType); they travel to Ray's workers and to the
-# server's children pickled (and are copied by copy.copy), as the dict they show
-def frozen_mapping(m: Mapping | None) -> Mapping:
-    """A read-only view of a copy of ``m`` (a plan's mappings cannot be changed in place)."""
-    return m if isinstance(m, types.MappingProxyType) else types.MappingProxyType(dict(m or {}))
-
-
-copyreg.pickle(types.MappingProxyType, lambda m: (frozen_mapping, (dict(m),)))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ run's state, not in the plan (issue 42, part 3).
 Each run goes through the command a user types (``advcli run ... --json``) with the plan the run builds
 captured: assigning to any of its fields raises, every field holds after the run what it held when the run
 resolved it (lists and sets included, so an in-place change is caught too), no container of the plan (nor
-its column map's) can be changed in place at all, and what the run learned
+its column map's, nor the run spec's mappings) can be changed in place at all, and what the run learned
 reaches the report: each per-step entry's domain as the dump's rows give it (counted here by hand, in order
 of first appearance inside each step), and slime's warning for a step that is not whole groups.
 """
@@ -92,6 +92,9 @@ def _assert_unchanged(plans) -> None:
             if _container(now):
                 _assert_no_in_place_change(now, f"plan.{name}")
         _assert_no_in_place_change(plan.cmap.names, "plan.cmap.names")
+        for name, m in (("columns", plan.run.columns), ("estimator.given", plan.run.estimator.given),
+                        ("source", plan.run.source)):  # the run spec's mappings
+            _assert_no_in_place_change(m, f"plan.run.{name}")
         with pytest.raises(dataclasses.FrozenInstanceError):
             plan.cmap.names = {}
 

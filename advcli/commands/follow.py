@@ -406,17 +406,33 @@ class StepRunner:
                             note=st.notes.get("auto_note"))
 
 
+# the figures each command's per-step line leads with, in its own words (catalog names, read through their
+# entries: advcli.report.catalog.value); the catalog's other ``follow`` figures come after them (follow_figures)
+LEAD = {"run": ("rows",),
+        "stats": ("rows", "critic/score/mean", "group_health/overall/solved_share",
+                  "group_health/overall/uniform_groups", "group_health/overall/groups"),
+        "audit": ("rows", "agree", "max_abs_diff", "rows_disagreeing")}
+
+
 def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
     """(the step's one line, whether it agrees, the numbers for the trackers)."""
+    from ..report.catalog import value
     from ..results.tracker import summary_values
 
     values = summary_values(rep)
+    lead = LEAD.get(command, LEAD["run"])
+
+    def fig(name: str):
+        if name not in lead:  # a figure the line prints is one of its lead figures (a test reads LEAD)
+            raise KeyError(f"{name!r} is not one of the --follow {command} line's figures (LEAD)")
+        return value(rep, name)
+
     if command == "audit":
-        agree = bool(rep.get("agree"))
-        line = (f"step {step}: {rep.get('rows')} rows, {'agree' if agree else 'DISAGREE'}, "
-                f"max |diff| {_num(rep.get('max_abs_diff'), '.3g')}")
+        agree = bool(fig("agree"))
+        line = (f"step {step}: {fig('rows')} rows, {'agree' if agree else 'DISAGREE'}, "
+                f"max |diff| {_num(fig('max_abs_diff'), '.3g')}")
         if not agree:
-            line += f", {rep.get('rows_disagreeing')} row(s) disagree"
+            line += f", {fig('rows_disagreeing')} row(s) disagree"
             if rep.get("worst"):
                 w = rep["worst"][0]
                 line += (f"; worst {w.get('where', 'row ' + str(w.get('row')))} token {w.get('position')}: "
@@ -425,26 +441,28 @@ def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
             if stage:
                 line += f"; first stage that differs: {stage['stage']}"
         return line, agree, values
-    m = rep.get("metrics") or {}
     if command == "stats":
-        gh = (rep.get("group_health") or {}).get("overall") or {}
-        line = (f"step {step}: {rep.get('rows')} rows, score {_num(m.get('critic/score/mean'))}, solved "
-                f"{_num(gh.get('solved_share'), '.1%') if gh.get('solved_share') is not None else '–'}, uniform "
-                f"groups {gh.get('uniform_groups', '–')} of {gh.get('groups', '–')}")
+        uniform, groups = fig("group_health/overall/uniform_groups"), fig("group_health/overall/groups")
+        line = (f"step {step}: {fig('rows')} rows, score {_num(fig('critic/score/mean'))}, solved "
+                f"{_num(fig('group_health/overall/solved_share'), '.1%')}, uniform "
+                f"groups {'–' if uniform is None else uniform} of {'–' if groups is None else groups}")
     else:
-        line = f"step {step}: {rep.get('rows')} rows -> {(rep.get('outputs') or ['?'])[0]}"
-    return line + follow_figures(m), True, values
+        line = f"step {step}: {fig('rows')} rows -> {(rep.get('outputs') or ['?'])[0]}"
+    return line + follow_figures(rep.get("metrics") or {}), True, values
 
 
 def follow_figures(m: dict) -> str:
-    """The catalog's ``follow`` figures (:mod:`advcli.report.catalog`) of a step's metrics ``m``, a family at
-    a time under its first figure's label, each figure named by its last part (", advantages mean 0.1 min -1
-    max 1"; a figure alone: ", LABEL 0.1"); a family whose first figure the step lacks is left out."""
+    """The catalog's ``follow`` figures (:mod:`advcli.report.catalog`) of a step's metrics ``m`` that no line
+    leads with (:data:`LEAD`), a family at a time under its first figure's label, each figure named by its
+    last part (", advantages mean 0.1 min -1 max 1"; a figure alone: ", LABEL 0.1"); a family whose first
+    figure the step lacks is left out."""
     from ..report.catalog import shown_in
 
+    lead = {n for names in LEAD.values() for n in names}
     families: dict[str, list] = {}
     for f in shown_in("follow"):
-        families.setdefault(f.family, []).append(f)
+        if f.name not in lead:
+            families.setdefault(f.family, []).append(f)
     text = ""
     for figs in families.values():
         if m.get(figs[0].name) is None:

@@ -17,7 +17,7 @@ def is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ColumnMap:
     """role -> column name actually present in the input (roles absent from the input are left out)."""
 

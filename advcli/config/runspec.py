@@ -13,9 +13,21 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import copy
+import copyreg
 import dataclasses
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def frozen_mapping(m: Mapping | None) -> Mapping:
+    """A read-only view of a copy of ``m`` (a run spec's and a plan's mappings cannot be changed in place)."""
+    return m if isinstance(m, types.MappingProxyType) else types.MappingProxyType(dict(m or {}))
+
+
+# a read-only view travels to Ray's workers and the server's children pickled (and is copied) as the dict it shows
+copyreg.pickle(types.MappingProxyType, lambda m: (frozen_mapping, (dict(m),)))
 
 
 def key(default: Any, doc: str, choices: tuple | None = None, kind: str = "any", *, name: str | None = None):
@@ -285,7 +297,10 @@ class Advantage:
 @dataclass(frozen=True)
 class Estimator:
     name: str = "grpo"
-    given: dict = field(default_factory=dict)  # the parameters the configuration sets (the estimator resolves them)
+    given: Mapping = field(default_factory=dict)  # the parameters the configuration sets (the estimator resolves them)
+
+    def __post_init__(self):
+        object.__setattr__(self, "given", frozen_mapping(self.given))  # read-only, whatever it was given
 
 
 @dataclass(frozen=True)
@@ -297,7 +312,7 @@ class RunSpec:
     whitening: Whitening = section(Whitening, "advantage")
     advantage: Advantage = section(Advantage)
     estimator: Estimator = field(default_factory=Estimator)
-    columns: dict = field(default_factory=dict)  # role -> column name (the configuration's `columns` section)
+    columns: Mapping = field(default_factory=dict)  # role -> column name (the configuration's `columns` section)
     padded: Any = key("auto", "token lists are right-padded to a fixed width with mask 0: a row's length L_i "
                       "(where `reward.placement=last` puts the reward) is then its last mask=1 position + 1. "
                       "`auto`: true when the mask column is a fixed-size list", ("auto", True, False))
@@ -307,7 +322,12 @@ class RunSpec:
     precision: str = key("float32", "`float32` reproduces the frameworks (float32 artefacts included); "
                          "`float64` computes the intended math", ("float32", "float64"), kind="str")
     # the canonical configuration it was resolved from: recorded in the output metadata, read by no stage
-    source: dict = field(default_factory=dict, repr=False, compare=False)
+    source: Mapping = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        """Its mappings read-only (copies: the caller's dict changed afterwards does not change the spec)."""
+        object.__setattr__(self, "columns", frozen_mapping(self.columns))
+        object.__setattr__(self, "source", frozen_mapping(self.source))
 
     @classmethod
     def from_config(cls, cfg: dict) -> RunSpec:

@@ -92,11 +92,11 @@ def plan_correction(plan, warnings: list[str]):
         raise AdvcliError(f"{file}: the input already has a column {OUTPUT_MASK!r}, which the rollout correction "
                           "writes; advcli does not replace an input column silently",
                           hint="drop or rename that column")
-    token_roles = list(dict.fromkeys(plan.token_roles + ["old_log_probs", "rollout_log_probs"]))
+    token_roles = list(dict.fromkeys([*plan.token_roles, "old_log_probs", "rollout_log_probs"]))
     verify_roles = [r for r in plan.verify_roles if r not in token_roles]
     if "rollout_is_weights" in token_roles and writes:
         token_roles.remove("rollout_is_weights")
-    output_columns = plan.output_columns + ([OUTPUT_WEIGHTS] if writes else []) + [OUTPUT_MASK]
+    output_columns = [*plan.output_columns, *([OUTPUT_WEIGHTS] if writes else []), OUTPUT_MASK]
     return dataclasses.replace(plan, correction=spec, token_roles=token_roles, verify_roles=verify_roles,
                                output_columns=output_columns)
 

@@ -17,10 +17,12 @@ per-row values (tests/unit/test_step_scoped.py checks the premise with the local
 2. :func:`resolve_steps`: per step, in ascending step value, a worker task (:func:`_resolve_step`)
    fetches that step's pieces and runs :func:`advcli.pipeline.prepare_run` on them alone; it leaves the
    step's lean table (for the write pass) and its full resolution (for the statistics actor) in the
-   object store and returns a few numbers to the driver: the KL coefficient to carry to the next step,
-   the warnings, the step's first and last global row. The driver holds refs and per-step numbers,
-   never a row: its memory does not grow with the rows (with the adaptive controller on, the steps
-   run one after another, as the carried coefficient requires; with a fixed one, all at once).
+   object store and returns a few numbers to the driver: each scope's mean KL and rows (the driver steps
+   the run's one KL controller, ``Resolved.state.kl``, with them), the warnings, the step's first and last
+   global row. The driver holds refs and per-step numbers, never a row: its memory does not grow with the
+   rows (with the adaptive controller on, the steps run one after another, as the carried coefficient
+   requires; with a fixed one, all at once). Every step is resolved with one plan, made once (whitening
+   left to pass 2); the coefficient a step starts from is its run state's controller, not a plan's.
 3. Whitening and batch normalisation (per scope: the step, or the whole dump as one step) are left out
    of the steps' resolution and run after it (:func:`advcli.engines.ray_moments.step_whitening`): a
    moments pass on the workers reading the resolved steps (token-level advantages, token rewards), or
@@ -243,27 +245,15 @@ def global_rows(message: str, rows: np.ndarray) -> str:
     return re.sub(r"\brow (\d+)\b", one, message)
 
 
-def _step_plan(plan, value: float):
-    """The plan one step is resolved with: the KL coefficient carried in, whitening left to pass 2 (its
-    statistics are the run's per scope: :func:`advcli.engines.ray_moments.step_whitening`)."""
+def _step_plan(plan):
+    """The plan every step is resolved with, made once for the run: whitening left to pass 2 (its
+    statistics are the run's per scope: :func:`advcli.engines.ray_moments.step_whitening`). The KL
+    coefficient a step starts from is not in it: it is the step's run state's controller
+    (:func:`_resolve_step`)."""
     run = plan.run
-    kl = dataclasses.replace(run.kl, coef=value)
     whitening = dataclasses.replace(run.whitening, whiten=False, batch_normalize=False)
     reward = dataclasses.replace(run.reward, whiten_tokens=False)
-    return dataclasses.replace(plan, run=dataclasses.replace(run, kl=kl, whitening=whitening, reward=reward))
-
-
-def _kl_carry(plan, value: float, kls: list, scope_rows: list[int]) -> float:
-    """The adaptive controller's value after a step whose scopes (one, or ROLL's domains in order) hold
-    ``scope_rows`` rows with mean KL ``kls``: one update per scope in scope order, as
-    :func:`advcli.pipeline.rows.kl_coefs` makes them, with the same controller
-    (:class:`advcli.pipeline.rows.KLController`; ROLL: one controller updated after each domain's batch)."""
-    from ..pipeline.rows import KLController
-
-    ctl = KLController.of(plan, value)
-    for current, rows in zip(kls, scope_rows):
-        ctl.update(current, rows)
-    return ctl.value
+    return dataclasses.replace(plan, run=dataclasses.replace(run, whitening=whitening, reward=reward))
 
 
 @dataclasses.dataclass
@@ -321,12 +311,13 @@ class Resolved:
         return {s.first: int(v) for s, v in zip(shards, starts[:-1].tolist())}
 
 
-def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows: int, *tables: pa.Table) -> dict:
-    """A worker task: one step resolved alone (:func:`advcli.pipeline.prepare_run` on its rows, the KL
-    coefficient ``value`` carried in) -> what the driver keeps: the carried coefficient, the warnings, the
-    step's first and last global row, its scopes (one, or ROLL's domains in order of first appearance in
-    the step: their step values and domain names), and the refs of the workers' lean table and the
-    statistics' piece (put here, not returned: see :func:`_shard_rows`)."""
+def _resolve_step(plan, step_plan, kl, paths: list[str], empty: tuple, chunk_rows: int, *tables: pa.Table) -> dict:
+    """A worker task: one step resolved alone (:func:`advcli.pipeline.prepare_run` with ``step_plan`` on its
+    rows; ``kl``: a copy of the run's KL controller as the earlier steps left it, the step's run state's) ->
+    what the driver keeps: each scope's mean KL and rows (what the driver's controller is stepped with), the
+    warnings, the step's first and last global row, its scopes (one, or ROLL's domains in order of first
+    appearance in the step: their step values and domain names), and the refs of the workers' lean table
+    and the statistics' piece (put here, not returned: see :func:`_shard_rows`)."""
     import ray
 
     from ..ops.batchnorm import grid_cells
@@ -338,7 +329,7 @@ def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows
     rows = t.column(ROW_COL).to_numpy()
     row, comps, keys = unpack_rows(t, empty)
     del t
-    step_plan, state = _step_plan(plan, value), RunState()
+    state = RunState(kl=kl)
     try:
         res, row, betas, kls, warnings = prepare_run(step_plan, _StepInputs(len(rows), paths), chunk_rows, None,
                                                      row_pass=lambda *a, **k: (row, comps, keys), state=state)
@@ -359,7 +350,7 @@ def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows
 
         sums = row_whitening_sums(plan, res.scopes, res.adv_row, row)
     scope_rows = torch.bincount(res.scopes.codes, minlength=num_scopes).tolist()
-    return {"next": _kl_carry(plan, value, kls, scope_rows), "warnings": warnings, "first": int(rows[0]),
+    return {"kl": (kls, scope_rows), "warnings": warnings, "first": int(rows[0]),
             "last": int(rows[-1]), "table": ray.put({"res": small, "rows": rows}),
             "piece": ray.put(piece), "sums": sums,
             "cells": grid_cells(res.table.length, res.scopes.codes, num_scopes).tolist(),
@@ -369,24 +360,30 @@ def _resolve_step(plan, value: float, paths: list[str], empty: tuple, chunk_rows
 def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
                   watch=None) -> Resolved:
     """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, each on a worker
-    (:func:`_resolve_step`), the adaptive KL controller's value carried by the driver from one step to the
-    next: with the controller on, a step starts when the one before it is resolved; without it (the
-    coefficient is fixed), every step at once. The driver receives a few numbers per step; each step's
-    tables stay in the object store."""
+    (:func:`_resolve_step`), the run's one KL controller (``Resolved.state.kl``: the
+    :class:`advcli.pipeline.rows.KLController` the local engine steps over the same scopes) stepped by the
+    driver over each step's scopes in order, each step starting from a copy of it: with the adaptive
+    controller, a step starts when the one before it is resolved; with a fixed one, every step at once. The
+    driver receives a few numbers per step; each step's tables stay in the object store."""
     from ..io.value_checks import unplaced_reward
+    from ..pipeline.plan import RunState
+    from ..pipeline.rows import KLController
 
     reward = plan.run.reward
     if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:
         raise unplaced_reward(paths[0], rp.empty[0], rp.empty[1])  # the global row, as the local engine says
-    S, value = len(rp.step_values), float(plan.run.kl.coef)
-    carried = plan.kl_on and plan.run.kl.controller == "adaptive"
+    S = len(rp.step_values)
+    # the run's state, as the driver learns it from the steps (the plan is not changed): its KL controller
+    state = RunState(kl=KLController.of(plan))
+    carried = state.kl.adaptive
     task = ray.remote(num_cpus=1)(_resolve_step)
-    pref = ray.put(plan)
+    pref, step_pref = ray.put(plan), ray.put(_step_plan(plan))
     launched, kept = [], []
     if watch is not None:
         watch.stage("the per-step resolution")
     for s in range(S):
-        launched.append(task.remote(pref, value, paths, empty, chunk_rows, *rp.pieces[s]))
+        launched.append(task.remote(pref, step_pref, dataclasses.replace(state.kl), paths, empty, chunk_rows,
+                                    *rp.pieces[s]))
         if carried or s == S - 1:  # wait for what was launched (each step, or all at the end)
             for ref in launched[len(kept):]:
                 kept.append(ray.get(ref))
@@ -394,16 +391,14 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
                     watch.tick()
                 if progress:
                     progress("statistics", len(kept), S)
-            value = kept[-1]["next"]
+                for current, rows in zip(*kept[-1]["kl"]):  # ROLL: one update per (step, domain) scope
+                    state.kl.update(current, rows)
     warnings: list[str] = []
     for k in kept:
         warnings += [w for w in k["warnings"] if w not in warnings]
     steps = [(k["table"], k["first"], k["last"]) for k in kept]
     offsets = np.concatenate([[0], np.cumsum([len(k["scope_steps"]) for k in kept])])[:-1].astype(int).tolist()
     scope_steps = [v for k in kept for v in k["scope_steps"]]
-    from ..pipeline.plan import RunState
-
-    state = RunState()  # the run's, as the driver learns it from the steps (the plan is not changed)
     if any(k["domains"] is not None for k in kept):  # ROLL: the run's scope domains, as its grouping names them
         state.scope_domains = [d for k in kept for d in k["domains"]]
     sums = [(k["sums"], off) for k, off in zip(kept, offsets) if k["sums"] is not None]

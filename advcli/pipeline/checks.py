@@ -76,7 +76,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     allow_nan = plan.run.reward.nan != "refuse"
     key_cols = group_key_columns(plan)
     keys: dict[str, list] = {c: [] for c in key_cols}
-    cols = list(dict.fromkeys([mask_name] + [cmap[r] for r in token_roles + number_roles] + plan.components
+    cols = list(dict.fromkeys([mask_name] + [cmap[r] for r in token_roles + number_roles] + list(plan.components)
                               + key_cols))
     float_roles = set(FLOAT_ROLES)
     rows = tokens = valid = 0
@@ -97,7 +97,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
                 vals = _values(arr)
                 if vals.dtype.kind in FLOAT_KINDS:
                     check_finite(vals, offsets, file, name, row_base)
-        for name in [cmap[r] for r in number_roles] + plan.components:
+        for name in [cmap[r] for r in number_roles] + list(plan.components):
             arr = batch.column(name)
             if allow_nan and name != cmap.names.get("reward_baseline") and arr.null_count:
                 arr = arr.cast(pa.float64()).fill_null(float("nan"))

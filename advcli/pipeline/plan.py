@@ -6,7 +6,8 @@ block sizes, the grouping's warnings, the token columns already checked) is its 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from ..config.column_roles import ROLE_INFO
 from ..config.columns import ColumnMap, is_list_type, resolve_columns
-from ..config.runspec import RunSpec
+from ..config.runspec import RunSpec, frozen_mapping  # a plan's mappings: read-only views that pickle
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
 from ..estimators import get as get_estimator
@@ -26,30 +27,41 @@ from . import roles
 ProgressFn = Callable[[str, int, int], None]  # (pass name, rows done, rows total)
 
 
+
 @dataclass(frozen=True)
 class Plan:
     """What a configuration asks of this input, resolved once (:func:`make_plan`) and never changed after:
-    a pass that learns something records it in the run's :class:`RunState`. A variant (another device, a
-    step's carried KL coefficient) is a new plan (``dataclasses.replace``)."""
+    a pass that learns something records it in the run's :class:`RunState`. A variant (another device, the
+    new columns chosen) is a new plan (``dataclasses.replace``). Its containers cannot be changed in place
+    either: lists are kept as tuples, mappings as read-only views (the column map's too), whatever the
+    constructor was given."""
 
     run: RunSpec  # the resolved configuration; each stage reads its section
     spec: EstimatorSpec
-    params: dict
+    params: Mapping  # the estimator's parameters, resolved (read-only)
     cmap: ColumnMap
     device_name: str  # auto, cpu or cuda (checked): :attr:`device` imports torch on first use
     reward_source: str
-    components: list[str]
+    components: tuple[str, ...]
     kl_on: bool
     group_by: str
-    token_roles: list[str]  # token columns the math reads
-    verify_roles: list[str]  # the dump's other token-role columns: checked (lengths, nulls), not read by the math
+    token_roles: tuple[str, ...]  # token columns the math reads
+    verify_roles: tuple[str, ...]  # the dump's other token-role columns: checked (lengths, nulls), not read by the math
     # the new columns written, in this order (those of NEW_COLUMNS the run produces; --write-columns)
-    output_columns: list[str]
+    output_columns: tuple[str, ...]
     padded: bool = False  # fixed-width lists: L_i = last mask=1 position + 1
     check_values: bool = False  # verify_roles' values too (finite floats, 0/1 masks): `advcli validate`
     correction: object = None  # rollout correction spec (advcli.correction.plan.plan_correction), None: off
     warnings: tuple = ()  # found while planning, reported with the run's
     dump_tokens: int = 0  # the dump's tokens from its Parquet metadata (an upper bound): --device auto's rule
+
+    def __post_init__(self):
+        """The containers given, frozen (part of building the plan: nothing changes once it is made)."""
+        for name in ("components", "token_roles", "verify_roles", "output_columns", "warnings"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "params", frozen_mapping(self.params))
+        if not isinstance(self.cmap.names, types.MappingProxyType):
+            object.__setattr__(self, "cmap", dataclasses.replace(self.cmap, names=frozen_mapping(self.cmap.names)))
 
     @cached_property
     def _device_choice(self) -> tuple:
@@ -100,6 +112,10 @@ class RunState:
     block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn, whole-step/tail fallbacks
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
+    # the run's KL controller (advcli.pipeline.rows.KLController), stepped over its scopes in order by kl_coefs:
+    # None until then (made from the plan: kl.coef), or given by the engine with the coefficient carried in
+    # (Ray's per-step driver: its one controller, as the earlier steps left it)
+    kl: object = None
 
 
 def check_device_name(name: str) -> None:
@@ -271,7 +287,7 @@ def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> Plan:
                               hint=f"the run produces {', '.join(plan.output_columns)}")
     if not wanted:
         raise AdvcliError("--write-columns: name at least one of " + ", ".join(plan.output_columns))
-    return dataclasses.replace(plan, output_columns=[c for c in plan.output_columns if c in wanted])
+    return dataclasses.replace(plan, output_columns=tuple(c for c in plan.output_columns if c in wanted))
 
 
 def expand_components(components: list, names: list[str], file: str) -> list[str]:

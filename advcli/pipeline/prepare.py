@@ -148,7 +148,7 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         from .correction_pass import correction_pass
         correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
                                                                       progress, state=state)
-    betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"))
+    betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"), state)
     beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
                 else torch.zeros(R, dtype=torch.float64))
     if plan.reward_source == "components":

@@ -225,10 +225,18 @@ class KLController:
 KL_CARRY: ContextVar[dict | None] = ContextVar("advcli_kl_carry", default=None)
 
 
-def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
+def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None,
+             state: RunState | None = None) -> tuple[list[float], list[float]]:
     """β used by each scope (value before that scope's update) and each scope's current_kl
-    (0.0 where ``kl_mean`` is not known yet: :func:`defer_row_kl`)."""
-    ctl = KLController.of(plan)
+    (0.0 where ``kl_mean`` is not known yet: :func:`defer_row_kl`, a fixed controller). ``state``: the run's
+    :class:`RunState`, whose controller (``state.kl``; made from the plan when None) is the one stepped, so
+    that it holds the coefficient after the last scope; None: a controller of the plan's own."""
+    if state is None:
+        ctl = KLController.of(plan)
+    else:
+        if state.kl is None:
+            state.kl = KLController.of(plan)
+        ctl = state.kl
     betas, kls = [], []
     for s in range(scopes.num_groups):
         rows = scopes.codes == s

@@ -7,9 +7,12 @@ catalog instead of keeping its own list:
 - ``card``: a card of the HTML page (the figure large, the figures of its family named ``min``/``max``
   beside it);
 - ``step_plot``: a curve by step on the HTML page (a per-step figure), its value axis titled with the unit;
-- ``follow``: ``--follow``'s per-step line, under the figure's ``label`` (the figures of one family
-  together: ``advantages mean 0.1 min -1 max 1``);
-- ``tracker``: sent to ``--log wandb`` / ``tensorboard`` (summary and per step);
+- ``follow``: ``--follow``'s per-step line: the figures a command's line leads with, in its own words
+  (``advcli.commands.follow.LEAD``: the rows; stats' score, solved share and uniform groups; the audit's
+  verdict, largest difference and rows that disagree), then the others under the figure's ``label`` (the
+  figures of one family together: ``advantages mean 0.1 min -1 max 1``);
+- ``tracker``: sent to ``--log wandb`` / ``tensorboard`` (summary and per step), by every command that logs
+  (run, stats, audit, compare): a report's number whose entry leaves ``tracker`` out is not sent;
 - ``group_table``: a column of the group-health table (the terminal's, the Markdown's and the page's "Per step
   and data source"), headed by the figure's ``label``, in the catalog's order;
 - ``histogram``: a histogram of the report (the page's plot, its x axis titled with the unit; the Markdown's
@@ -61,10 +64,12 @@ SHOWN_IN = ("summary", "card", "step_plot", "follow", "tracker", "group_table", 
 # what a name's placeholder stands for: {option} a rejection-sampling option of verl's rollout correction
 # (advcli.correction.weights.RS_OPTIONS, rollout_corr_helper.py L77-89; a test checks they agree: this module
 # imports no torch); {kind} a diagnostic's kind
-# (advcli.pipeline.diagnostics.MEANINGS, a lower-case identifier)
+# (advcli.pipeline.diagnostics.MEANINGS, a lower-case identifier); {hypothesis} one of the audit's explanations
+# of a disagreement (advcli.audit.checks.HYPOTHESES)
 PLACEHOLDERS = {"option": ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
                            "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"),
-                "kind": r"[a-z][a-z0-9_]*"}
+                "kind": r"[a-z][a-z0-9_]*",
+                "hypothesis": ("float32", "sign", "scale", "shift", "group_scale", "group_shift")}
 # the quantiles of the row and token figures (critic/score/p1 ...), numpy's linear interpolation
 QUANTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -146,6 +151,21 @@ def at_path(path: tuple[str, ...]) -> list[Figure]:
     return [f for f in FIGURES.values() if f.at is not None and f.at[:n] == tuple(path) and len(f.at) == n + 1]
 
 
+def value(report: dict, name: str) -> Any:
+    """The value of figure ``name`` in ``report``: under its entry's ``at`` path, else ``metrics[name]`` (None
+    where the report lacks it). A name the catalog has no entry for is an error (KeyError): every figure a
+    line prints is registered."""
+    fig = lookup(name)
+    if fig is None:
+        raise KeyError(f"figure {name!r} has no entry in advcli/report/catalog.py")
+    node: Any = report
+    for part in fig.at or ("metrics", name):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def unregister(name: str) -> None:
     """Remove a figure (tests that register one of their own)."""
     FIGURES.pop(name, None)
@@ -207,7 +227,7 @@ _Q = tuple(f"p{q}" for q in QUANTILES)
 _KEY, _CARD = ("summary",), ("summary", "card")
 
 _family("critic/score", "reward", "the sequence score Σ_t token_level_scores (before normalisation and KL), "
-        "non-aborted rows", ("mean", "max", "min", "std", *_Q), shown={"mean": (*_CARD, "step_plot")},
+        "non-aborted rows", ("mean", "max", "min", "std", *_Q), shown={"mean": (*_CARD, "step_plot", "follow")},
         per_step=("mean", "max", "min"))
 _family("critic/rewards", "reward", "the sequence reward Σ_t token_level_rewards (after normalisation, placement "
         "and KL), non-aborted rows", ("mean", "max", "min", "std", *_Q), shown={"mean": (*_CARD, "step_plot")},
@@ -346,8 +366,9 @@ for _name, _unit, _label, _doc, _table in (
         ("uniform_groups", "groups", "uniform groups", "number of groups whose rewards are all equal", False),
         ("solved_all_share", _G, None, "share of groups whose rows with a reward all have reward > 0", False),
         ("solved_none_share", _G, None, "share of groups where no row with a reward has reward > 0", False)):
+    _follow = ("follow",) if _name in ("groups", "solved_share", "uniform_groups") else ()  # stats' line
     register(Figure(f"group_health/overall/{_name}", _unit, _doc, label=_label, at=(*_GH, _name),
-                    shown=("group_table", "tracker") if _table else ("tracker",)))
+                    shown=(("group_table", "tracker") if _table else ("tracker",)) + _follow))
 
 # the report's histograms (report["histograms"][NAME]: edges, counts): the page's plots (x axis titled with
 # the unit) and the Markdown's tables; made by the figure collector (advantages, score, rewards, group_size)
@@ -381,4 +402,53 @@ for _name, _unit, _doc, _per_step in (
         ("diagnostics/{kind}", "", "the diagnostic's count (its unit in the report: rows, groups, tokens, steps)",
          False)):
     register(Figure(_name, _unit, _doc, per_step=_per_step, at=tuple(_name.split("/"))
-                    if not _name.startswith("diagnostics") else ("diagnostics",)))
+                    if not _name.startswith("diagnostics") else ("diagnostics",),
+                    shown=("tracker", "follow") if _name == "rows" else ("tracker",)))
+
+# `advcli audit`'s numbers (advcli.audit.recompute, its report's top-level keys; the figures --follow's audit
+# line leads with) and `advcli compare`'s of two outputs or two configurations (advcli.runs.compare:
+# tokens/*, row_level/*, groups/*), sent to the trackers (`rows`, `valid_tokens` and `seconds` above)
+_LOG, _REC = "the logged advantage", "the recomputed one"
+for _name, _unit, _doc, _where in (
+        ("agree", "", f"whether every mask=1 token's {_LOG} agrees with {_REC} within the tolerance (1) or not (0)",
+         ("follow",)),
+        ("max_abs_diff", "advantage", f"largest |{_LOG} − {_REC}| over the mask=1 tokens", ("follow",)),
+        ("rows_disagreeing", "rows", "rows with a mask=1 token that disagrees", ("follow",)),
+        ("tokens_disagreeing", "tokens", "mask=1 tokens that disagree", ()),
+        ("masked_tokens_disagreeing", "tokens", "mask=0 tokens whose logged value disagrees", ()),
+        ("nonfinite_logged", "tokens", "mask=1 tokens whose logged value is NaN or ±inf", ()),
+        ("rows_without_logged_value", "rows", "rows whose logged value (one per row) is missing", ()),
+        ("groups", "groups", "number of groups of the recomputation", ()),
+        ("groups_disagreeing", "groups", "groups holding a row that disagrees", ()),
+        ("rows_matching_another_row", "rows", "disagreeing rows whose logged values are another row's of the "
+         "step recomputed (rows swapped)", ()),
+        ("fitted/scale", "", f"the least-squares factor c of {_LOG} ≈ c · {_REC} (disagreeing runs)", ()),
+        ("fitted/shift", "advantage", f"the mean difference d of {_LOG} ≈ {_REC} + d (disagreeing runs)", ()),
+        ("hypotheses/{hypothesis}/tokens_left", "tokens", "mask=1 tokens that still disagree under the explanation "
+         "(float32 arithmetic, a flipped sign, a scale, a shift, per group)", ()),
+        ("first_stage/row", "row", "the row of the first value of the first stage that differs", ()),
+        ("first_stage/position", "token", "its token position", ()),
+        ("first_stage/expected", "", "that stage's value recomputed there", ()),
+        ("first_stage/actual", "", "that stage's value logged there", ()),
+        ("tokens/pearson", "", "Pearson correlation of A and B over the mask=1 tokens", ()),
+        ("tokens/sign_agreement", "share of tokens", "share of mask=1 tokens where A and B have the same sign", ()),
+        ("tokens/sign_changes", "tokens", "mask=1 tokens where the sign of A and B differ", ()),
+        ("tokens/sign_change_share", "share of tokens", "share of mask=1 tokens where the signs differ", ()),
+        ("tokens/mean_abs_diff", "advantage", "mean |A − B| over the mask=1 tokens", ()),
+        ("tokens/max_abs_diff", "advantage", "largest |A − B| over the mask=1 tokens", ()),
+        ("tokens/rmse", "advantage", "root mean square of A − B over the mask=1 tokens", ()),
+        ("tokens/mean_a", "advantage", "mean of A over the mask=1 tokens", ()),
+        ("tokens/mean_b", "advantage", "mean of B over the mask=1 tokens", ()),
+        ("tokens/std_a", "advantage", "standard deviation (population) of A over the mask=1 tokens", ()),
+        ("tokens/std_b", "advantage", "standard deviation (population) of B over the mask=1 tokens", ()),
+        ("tokens/returns_pearson", "", "Pearson correlation of the two returns columns over the mask=1 tokens", ()),
+        ("row_level/rows_with_valid_tokens", "rows", "rows with a mask=1 token", ()),
+        ("row_level/pearson", "", "Pearson correlation of the rows' mean advantages", ()),
+        ("row_level/spearman", "", "Spearman rank correlation of the rows' mean advantages", ()),
+        ("row_level/sign_agreement", "share of rows", "share of rows whose mean advantages have the same sign", ()),
+        ("row_level/sign_flips", "rows", "rows whose mean advantages have opposite signs", ()),
+        ("groups/with_sign_flip", "groups", "groups where a row's sign differs between A and B", ()),
+        ("groups/mean_abs_diff", "advantage", "mean over groups of the group's mean |A − B| of row advantages", ()),
+        ("groups/flat_in_a_not_b", "groups", "groups whose row advantages are all equal in A but not in B", ()),
+        ("groups/flat_in_b_not_a", "groups", "groups whose row advantages are all equal in B but not in A", ())):
+    register(Figure(_name, _unit, _doc, shown=("tracker", *_where), at=tuple(_name.split("/"))))

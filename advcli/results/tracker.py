@@ -162,21 +162,29 @@ def per_step_series(report: dict, step_offset: int = 0) -> list[tuple[int, dict]
 
 
 def summary_values(report: dict) -> dict:
-    """The whole-run numbers: ``metrics`` under their own names, the report's other numbers under their
-    path, a count per diagnostic (``diagnostics/KIND``)."""
+    """The whole-run numbers the trackers get: ``metrics`` under their own names, the report's other numbers
+    under their path, a count per diagnostic (``diagnostics/KIND``); each read through its catalog entry
+    (:mod:`advcli.report.catalog`), left out where the entry leaves out ``tracker``. The group-health
+    block's need an entry; another number without one is sent as it is, and fails the catalog's
+    completeness test (``tests/reports/test_figure_recipe.py`` runs every command that logs)."""
+    from ..report.catalog import lookup
+
     out: dict = {}
     for k, v in report.items():
         if k in NOT_SUMMARY or k == "metrics":
             continue
         if k == "group_health" and isinstance(v, dict):  # the catalog's group_health/overall/* tracker figures
-            from ..report.catalog import lookup
-
             for key, x in (v.get("overall") or {}).items():
                 fig, num = lookup(f"group_health/overall/{key}"), _number(x)
                 if fig is not None and "tracker" in fig.shown and num is not None:
                     out[fig.name] = num
             continue
-        _flatten(k, v, out)
+        flat: dict = {}
+        _flatten(k, v, flat)
+        for name, num in flat.items():  # the audit's and compare's numbers, the run's totals: by their entries
+            fig = lookup(name)
+            if fig is None or "tracker" in fig.shown:
+                out[name] = num
     from ..report.catalog import not_tracked
 
     hidden = not_tracked()  # the catalog's figures kept out of the trackers

@@ -244,3 +244,75 @@ def test_placeholders_agree_with_what_makes_the_names():
 
     assert catalog.PLACEHOLDERS["option"] == RS_OPTIONS
     assert all(catalog.lookup(f"diagnostics/{k}").name == "diagnostics/{kind}" for k in MEANINGS)
+
+
+# ------------------------------------------- compare's and audit's tracker numbers, --follow's per-step lines
+def _logged_and_lines(tmp_path, capsys) -> dict[str, dict]:
+    """The reports the trackers get from `advcli compare` (two outputs; two configurations on one dump) and
+    `advcli audit` (an output that agrees; one that does not: fits, hypotheses, the first stage) and from
+    `advcli stats`, as each command sends them (compare: its result under ``command``)."""
+    outs = {}
+    for est in ("grpo", "rloo"):
+        outs[est] = tmp_path / f"{est}.parquet"
+        code, _, err = run_main(["run", SAMPLE, "-o", outs[est], "--flavor", "verl", "--set",
+                                 f"algorithm.adv_estimator={est}", "-q"], capsys)
+        assert code == 0, err
+    argvs = {"compare_outputs": ["compare", outs["grpo"], outs["rloo"]],
+             "compare_configurations": ["compare", SAMPLE, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                                        "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo"],
+             "audit_agrees": ["audit", outs["grpo"], "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+             "audit_disagrees": ["audit", outs["grpo"], "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo"],
+             "stats": ["stats", outs["grpo"]]}
+    reps = {}
+    for name, argv in argvs.items():
+        code, printed, err = run_main(argv + ["--json"], capsys)
+        assert code == (1 if name == "audit_disagrees" else 0), err
+        rep = json.loads(printed)
+        reps[name] = {"command": "compare", **rep} if name.startswith("compare") else rep
+    return reps
+
+
+def test_compare_audit_tracker_numbers_and_follow_lines_read_the_catalog(tmp_path, capsys, monkeypatch):
+    from advcli.commands import follow
+    from advcli.results.tracker import summary_values
+
+    reps = _logged_and_lines(tmp_path, capsys)
+    bad = reps["audit_disagrees"]
+    assert bad["agree"] is False and bad["hypotheses"] and "fitted" in bad and bad["first_stage"]
+    for name, rep in reps.items():  # every number a tracker gets has its entry
+        names = _shown_names(rep)
+        assert names, name
+        assert not sorted(n for n in names if catalog.lookup(n) is None), name
+    assert {"tokens/pearson", "row_level/sign_flips", "groups/with_sign_flip"} <= set(
+        summary_values(reps["compare_outputs"]))
+    assert {"agree", "max_abs_diff", "hypotheses/sign/tokens_left", "first_stage/row"} <= set(summary_values(bad))
+    assert catalog.lookup("hypotheses/group_shift/tokens_left").name == "hypotheses/{hypothesis}/tokens_left"
+    # a number a report gains without an entry is logged, and this test's check names it
+    assert [n for n in _shown_names({**bad, "new_number": 3}) if catalog.lookup(n) is None] == ["new_number"]
+
+    # --follow's lines: each figure they lead with is an entry shown in `follow`, its value read at the entry's
+    # path (checked here against the report's own fields); the line of a report is the same text
+    for command, names in follow.LEAD.items():
+        for n in names:
+            fig = catalog.lookup(n)
+            assert fig is not None and "follow" in fig.shown, (command, n)
+    stats = reps["stats"]
+    gh = stats["group_health"]["overall"]
+    line = follow.step_line("stats", 4, stats)[0]
+    assert line.startswith(f"step 4: {stats['rows']} rows, score {stats['metrics']['critic/score/mean']:.4g}, solved "
+                           f"{gh['solved_share']:.1%}, uniform groups {gh['uniform_groups']} of {gh['groups']}, "
+                           "advantages mean "), line
+    line, agree, values = follow.step_line("audit", 2, bad)
+    assert not agree and line.startswith(f"step 2: {bad['rows']} rows, DISAGREE, max |diff| "
+                                         f"{bad['max_abs_diff']:.3g}, {bad['rows_disagreeing']} row(s) disagree")
+    assert values == summary_values(bad)
+    # a figure the line prints that the catalog lacks fails, naming it
+    monkeypatch.delitem(catalog.FIGURES, "max_abs_diff")
+    with pytest.raises(KeyError, match="max_abs_diff"):
+        follow.step_line("audit", 2, bad)
+
+
+def test_the_hypothesis_placeholder_lists_the_audits_hypotheses():
+    from advcli.audit.checks import HYPOTHESES
+
+    assert set(catalog.PLACEHOLDERS["hypothesis"]) == set(HYPOTHESES)

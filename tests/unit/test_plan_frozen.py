@@ -4,7 +4,8 @@ run's state, not in the plan (issue 42, part 3).
 
 Each run goes through the command a user types (``advcli run ... --json``) with the plan the run builds
 captured: assigning to any of its fields raises, every field holds after the run what it held when the run
-resolved it (lists and sets included, so an in-place change is caught too), and what the run learned
+resolved it (lists and sets included, so an in-place change is caught too), no container of the plan (nor
+its column map's, nor the run spec's mappings) can be changed in place at all, and what the run learned
 reaches the report: each per-step entry's domain as the dump's rows give it (counted here by hand, in order
 of first appearance inside each step), and slime's warning for a step that is not whole groups.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -40,10 +42,6 @@ def _dump(tmp_path, short: bool) -> str:
     return path
 
 
-def _container(v) -> bool:
-    return isinstance(v, (list, tuple, set, dict))
-
-
 def _run_capturing_plan(monkeypatch, capsys, argv: list) -> tuple[dict, list]:
     """``advcli ARGV --json`` with every plan the run resolves captured, with a copy of its fields then."""
     plans = []
@@ -62,6 +60,27 @@ def _run_capturing_plan(monkeypatch, capsys, argv: list) -> tuple[dict, list]:
     return json.loads(out), plans
 
 
+def _container(v) -> bool:
+    return isinstance(v, (list, tuple, set, dict, Mapping))
+
+
+def _assert_no_in_place_change(value, where: str) -> None:
+    """Every way of changing a list, set or dict in place fails on ``value`` (a plan's container)."""
+    if isinstance(value, Mapping):
+        key = next(iter(value), "x")
+        tries = [lambda: value.__setitem__("x", 1), lambda: value.__delitem__(key), lambda: value.update(x=1),
+                 lambda: value.pop(key), lambda: value.clear(), lambda: value.setdefault("x", 1)]
+    else:
+        tries = [lambda: value.append("x"), lambda: value.__setitem__(0, "x"), lambda: value.__delitem__(0),
+                 lambda: value.extend(["x"]), lambda: value.add("x"), lambda: value.clear(), lambda: value.sort(),
+                 lambda: value.remove(next(iter(value), "x")), lambda: value.__iadd__(["x"])]
+    before = copy.copy(dict(value) if isinstance(value, Mapping) else list(value))
+    for t in tries:
+        with pytest.raises((TypeError, AttributeError)):
+            t()
+    assert (dict(value) if isinstance(value, Mapping) else list(value)) == before, f"{where} changed in place"
+
+
 def _assert_unchanged(plans) -> None:
     for plan, before in plans:
         assert isinstance(plan, Plan)
@@ -70,6 +89,43 @@ def _assert_unchanged(plans) -> None:
             assert (now == was) if _container(was) else (now is was), f"plan.{name} changed during the run"
             with pytest.raises(dataclasses.FrozenInstanceError):
                 setattr(plan, name, now)
+            if _container(now):
+                _assert_no_in_place_change(now, f"plan.{name}")
+        _assert_no_in_place_change(plan.cmap.names, "plan.cmap.names")
+        for name, m in (("columns", plan.run.columns), ("estimator.given", plan.run.estimator.given),
+                        ("source", plan.run.source)):  # the run spec's mappings
+            _assert_no_in_place_change(m, f"plan.run.{name}")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            plan.cmap.names = {}
+
+
+def test_a_plan_built_from_lists_and_dicts_holds_them_frozen(tmp_path):
+    """Whatever a plan is built or replaced with (lists, a dict), it keeps a frozen copy: the caller's list
+    changed afterwards does not change the plan, and the plan's own cannot be changed; it pickles and copies as
+    a plan (Ray's workers and the server's children get it pickled)."""
+    import pickle
+
+    from advcli.io.reader import InputSet
+    from advcli.pipeline.plan import choose_output_columns, make_plan
+
+    src = _dump(tmp_path, short=False)
+    plan = make_plan({"estimator": {"name": "grpo"}}, InputSet.open([src]), {}, "cpu")
+    roles = ["response_mask", "values"]
+    params = {"eps": 1.0}
+    other = dataclasses.replace(plan, token_roles=roles, params=params, components=["reward"])
+    roles.append("x")
+    params["eps"] = 2.0
+    assert other.token_roles == ("response_mask", "values") and other.params == {"eps": 1.0}
+    assert other.components == ("reward",)
+    for name in ("params", "components", "token_roles", "verify_roles", "output_columns", "warnings"):
+        _assert_no_in_place_change(getattr(other, name), f"plan.{name}")
+    one = choose_output_columns(plan, "advantages")
+    assert one.output_columns == ("advantages",) and plan.output_columns == ("advantages", "returns")
+    back = pickle.loads(pickle.dumps(other))
+    assert back.params == other.params and back.cmap.names == other.cmap.names
+    assert back.token_roles == other.token_roles
+    _assert_no_in_place_change(back.params, "an unpickled plan's params")
+    _assert_no_in_place_change(copy.deepcopy(other).cmap.names, "a copied plan's column map")
 
 
 def test_roll_domains_reach_the_report_not_the_plan(tmp_path, monkeypatch, capsys):

@@ -95,7 +95,9 @@ def _check(v: dict) -> None:
         raise AdvcliError(f"key {A}advantage_estimator={est} with generator.step_wise_trajectories=true at SkyRL "
                           "0.1.0 (advcli.step_wise_copy=last_row): 0.1.0's validate_cfg lets it run, and its "
                           "trainer copies the last step's per-token advantages onto each earlier turn column by "
-                          "column (trainer.py compute_advantages_and_returns L784-815 @skyrl-v0.1.0); advcli "
+                          "column (trainer.py compute_advantages_and_returns L784-815 @skyrl-v0.1.0), so a turn's "
+                          "token t gets the last turn's token-t advantage, whatever its own tokens were: numbers "
+                          "with no meaning for that turn, which SkyRL's validate_cfg refuses from 0.2.0 on; advcli "
                           "does not reproduce that copy of token-level advantages across rows",
                           hint="use grpo or rloo (reproduced at 0.1.0), or turn step_wise_trajectories off")
     if v["generator.step_wise_trajectories"] and est in ("gae", "reinforce++"):

@@ -154,6 +154,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
             parts["kl_sum"] = parts["kl_mean"] = [torch.zeros(0, dtype=plan.dtype)]
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"] = [torch.zeros(0, dtype=plan.dtype)]
+        if "is_last_step" in scalar_roles:
+            parts["is_last_step"] = [torch.zeros(0, dtype=torch.float32)]
         for r in extra_roles:
             parts[r] = [torch.zeros(0, dtype=plan.dtype)]
         for r in token_means:

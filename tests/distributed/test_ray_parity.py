@@ -613,10 +613,14 @@ def test_workers_row_pass_checks_every_token_column(ray_session, tmp_path, setti
     assert not (tmp_path / "ray").exists()
 
 
+@pytest.mark.parametrize("row_pass", ["driver", "workers"])
 @pytest.mark.parametrize("batch_normalize", [False, True])
-def test_skyrl_0_1_0_step_wise_equals_local(ray_session, tmp_path, batch_normalize):
+def test_skyrl_0_1_0_step_wise_equals_local(ray_session, tmp_path, monkeypatch, batch_normalize, row_pass):
     """SkyRL 0.1.0's step-wise copy (each turn gets the last step's padded row: 0 from its length on) on Ray: the
-    row table carries each row's last-step length to the workers; the same advantages as the local engine."""
+    row table carries each row's last-step length to the workers; the same advantages as the local engine,
+    with the row pass on the driver or on the workers (the per-step driver makes each step's batch-normalisation
+    sums, the grid total of the copied padding cells included, in the task that resolves the step)."""
+    monkeypatch.setenv("ADVCLI_RAY_ROW_PASS", row_pass)
     import os
     import sys
 

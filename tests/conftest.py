@@ -102,6 +102,23 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
 
 
 
+def interrupted_once_created(real, made: list):
+    """A stand-in for the writer class ``real`` that, the moment its temporary file exists, records the path in
+    ``made`` and delivers a SIGINT: Python runs the handler right after the constructor returns, before the
+    caller holds the writer (the worst moment for the clean-up)."""
+    import signal
+    import time
+
+    def make(*a, **k):
+        w = real(*a, **k)
+        made.append(w.tmp)
+        assert os.path.exists(w.tmp)
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.01)  # the handler runs here, on this thread
+        return w
+    return make
+
+
 def assert_release_refuses(tmp_path, capsys, src: str, spec: str, settings: list, words: str) -> None:
     """``advcli run SRC --flavor SPEC --set ...`` is refused: exit 2, ``words`` in its message, no
     traceback, no output written."""

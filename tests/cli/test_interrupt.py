@@ -20,7 +20,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import interrupted_once_created, run_main
 
 from advcli.sample import make_table
 
@@ -466,19 +466,9 @@ def test_an_interrupt_as_the_output_file_is_created_leaves_no_temporary_file(dum
     from advcli.pipeline import write as write_mod
 
     made = []
-
-    def interrupted_once_created(real):
-        def make(*a, **k):
-            w = real(*a, **k)
-            made.append(w.tmp)
-            assert os.path.exists(w.tmp)
-            signal.raise_signal(signal.SIGINT)
-            time.sleep(0.01)  # the handler runs here, on this thread
-            return w
-        return make
-
-    monkeypatch.setattr(write_mod, "SplicedParquetWriter", interrupted_once_created(write_mod.SplicedParquetWriter))
-    monkeypatch.setattr(write_mod, "AtomicParquetWriter", interrupted_once_created(write_mod.AtomicParquetWriter))
+    monkeypatch.setattr(write_mod, "SplicedParquetWriter",
+                        interrupted_once_created(write_mod.SplicedParquetWriter, made))
+    monkeypatch.setattr(write_mod, "AtomicParquetWriter", interrupted_once_created(write_mod.AtomicParquetWriter, made))
     out = tmp_path / "out.parquet"
     out.write_bytes(EARLIER)
     code, err = _run_main(["run", dump, "-o", str(out), *GRPO, "--chunk-rows", "20", "--force", "-q"], capsys)

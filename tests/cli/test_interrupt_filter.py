@@ -16,7 +16,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import interrupted_once_created, run_main
 from test_interrupt import EARLIER, olds, temps, wait_for_temp
 
 from advcli.sample import make_table
@@ -71,17 +71,9 @@ def test_an_interrupt_as_the_filters_output_is_created_leaves_no_temporary_file(
     removes the file. Unshielded, the file was left with nobody to remove it."""
     from advcli.io import writer as writer_mod
 
-    real, made = writer_mod.AtomicParquetWriter, []
-
-    def make(*a, **k):
-        w = real(*a, **k)
-        made.append(w.tmp)
-        assert os.path.exists(w.tmp)
-        signal.raise_signal(signal.SIGINT)
-        time.sleep(0.01)  # the handler runs here, on this thread
-        return w
-
-    monkeypatch.setattr(writer_mod, "AtomicParquetWriter", make)
+    made = []
+    monkeypatch.setattr(writer_mod, "AtomicParquetWriter",
+                        interrupted_once_created(writer_mod.AtomicParquetWriter, made))
     out = tmp_path / "kept.parquet"
     out.write_bytes(EARLIER)
     code, err = _filter_in_process(dump, out, capsys)

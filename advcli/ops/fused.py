@@ -282,15 +282,17 @@ def _coefficients4(values: tuple, device):
 AUTO_GPU_MIN_TOKENS = 1 << 24
 
 
-def auto_device(cuda: bool, kernels: bool, level: str, tokens: int) -> tuple[str, str]:
+def auto_device(cuda: bool, kernels, level: str, tokens: int) -> tuple[str, str]:
     """(cpu or cuda, why) for --device auto: ``cuda`` whether a CUDA device is available, ``kernels`` whether
-    the fused kernels can run there (triton), ``level`` the estimator's (row or token), ``tokens`` the dump's."""
+    the fused kernels can run there (triton; a bool, or a callable asked only when the answer matters:
+    ``import triton`` costs most of a second, which a CPU-only machine must not pay), ``level`` the
+    estimator's (row or token), ``tokens`` the dump's."""
     if not cuda:
         return "cpu", "no CUDA device here"
     if level == "row":
         return "cpu", ("a row-level estimator: its group statistics run on the host's row table, so the GPU "
                        "would only add copies")
-    if not kernels:
+    if not (kernels() if callable(kernels) else kernels):
         return "cpu", ("the GPU's fused kernels need triton (pip install 'advcli[gpu]'); without them the GPU "
                        "path is slower than the CPU")
     if tokens < AUTO_GPU_MIN_TOKENS:

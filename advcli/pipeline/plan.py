@@ -71,7 +71,7 @@ class Plan:
         if self.device_name == "auto":
             from ..ops.fused import auto_device, triton_available
 
-            name, why = auto_device(bool(torch.cuda.is_available()), triton_available(), self.spec.level,
+            name, why = auto_device(bool(torch.cuda.is_available()), triton_available, self.spec.level,
                                     self.dump_tokens)
             return torch.device(name), f"{name} (--device auto: {why})"
         dev = pick_device(self.device_name)

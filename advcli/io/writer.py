@@ -57,7 +57,11 @@ def clean_stale_temps(target: str) -> list[str]:
         return remote.clean_stale_temps(target)
     d, name = os.path.split(os.path.abspath(target))
     removed = []
-    for p in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(name)}{TMP_TAG}*")):
+    # .NAME.advcli-tmp-PID (the output's), .NAME.advcli-tmp-PID.filter.parquet (run --drop-uniform's kept rows)
+    # and ..NAME.advcli-tmp-PID.filter.parquet.advcli-tmp-PID (the writer's own file for those kept rows)
+    found = [p for prefix in (".", "..")
+             for p in glob.glob(os.path.join(glob.escape(d), f"{prefix}{glob.escape(name)}{TMP_TAG}*"))]
+    for p in found:
         digits = re.match(r"\d+", p.rsplit(TMP_TAG, 1)[1])  # PID, or PID.filter.parquet (run --drop-uniform)
         if digits is None:
             continue

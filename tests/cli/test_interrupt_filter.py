@@ -200,9 +200,15 @@ def test_the_kept_rows_of_a_killed_run_are_removed_by_the_next_run(dump, tmp_pat
     out = tmp_path / "out.parquet"
     dead = tmp_path / ".out.parquet.advcli-tmp-999999999.filter.parquet"
     dead.write_bytes(b"the kept rows of a killed run")
+    # killed while the kept rows were being written: the writer's own temporary file for them
+    dead_writing = tmp_path / "..out.parquet.advcli-tmp-999999999.filter.parquet.advcli-tmp-999999999"
+    dead_writing.write_bytes(b"half the kept rows of a killed run")
     live = tmp_path / f".out.parquet.advcli-tmp-{os.getppid()}.filter.parquet"
     live.write_bytes(b"a running advcli's")
+    live_writing = tmp_path / f"..out.parquet.advcli-tmp-{os.getppid()}.filter.parquet.advcli-tmp-{os.getppid()}"
+    live_writing.write_bytes(b"a running advcli's, being written")
     code, _, err = run_main(["run", dump, "-o", str(out), *GAE, "--drop-uniform", "-q"], capsys)
     assert code == 0, err
-    assert not dead.exists() and live.exists()
+    assert not dead.exists() and not dead_writing.exists()
+    assert live.exists() and live_writing.exists()
     assert pq.read_table(out).num_rows > 0

@@ -12,7 +12,6 @@ Nothing here imports torch.
 """
 from __future__ import annotations
 
-import copy
 import copyreg
 import dataclasses
 import types
@@ -30,14 +29,22 @@ def frozen_mapping(m: Mapping | None) -> Mapping:
 copyreg.pickle(types.MappingProxyType, lambda m: (frozen_mapping, (dict(m),)))
 
 
+def frozen_value(value: Any) -> Any:
+    """A configuration value made read-only, all the way down: a list becomes a tuple and a dict a read-only
+    mapping (``reward.components``, ``rollout_correction.rs``' [name, lo, hi] entries); anything else as it is."""
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen_value(v) for v in value)
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: frozen_value(v) for k, v in value.items()})
+    return value
+
+
 def key(default: Any, doc: str, choices: tuple | None = None, kind: str = "any", *, name: str | None = None):
     """A configuration key's one declaration: a dataclass field with its default, doc, choices and kind
     (``bool``, ``float``, ``int``, ``str``, ``clip``, ``list``, ``any``); ``name``: the key's last part when it is
-    not the field's name. A list default is copied for each instance."""
+    not the field's name. A list default is held as a tuple, as every list a spec holds (:func:`frozen_value`)."""
     meta = {"doc": doc, "choices": choices, "kind": kind, "name": name}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return field(default=default, metadata=meta)
+    return field(default=frozen_value(default), metadata=meta)
 
 
 def section(cls, path: str | None = None):
@@ -376,7 +383,7 @@ def _read(cls, cfg: dict, prefix: str) -> dict:
         else:
             value = _lookup(cfg, path)
             if value is not _MISSING:
-                kw[f.name] = value
+                kw[f.name] = frozen_value(value) if isinstance(value, (list, tuple)) else value
     return kw
 
 
@@ -393,8 +400,14 @@ def declared_keys(cls=RunSpec, prefix: str = "") -> dict[str, dataclasses.Field]
 
 
 def declared_default(f: dataclasses.Field) -> Any:
-    """The default a declared field gives (a fresh copy of a list)."""
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    """The default a declared field gives, as the configuration dict holds it (a list: a fresh copy of the spec's
+    tuple; the spec itself holds the tuple)."""
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return _thawed(value)
+
+
+def _thawed(value: Any) -> Any:
+    return [_thawed(v) for v in value] if isinstance(value, tuple) else value
 
 
 def recorded_config(run: RunSpec, params: dict) -> dict:

@@ -39,8 +39,30 @@ def test_every_configuration_key_lands_in_the_spec(path):
     set_path(cfg, path, sentinel)
     run = RunSpec.from_config(cfg)
     assert spec_value(run, path) is sentinel
-    # the default of the spec's field is the schema's default (a section built from a partial dict agrees)
-    assert spec_value(RunSpec.from_config({}), path) == SCHEMA[path].default
+    # the default of the spec's field is the schema's default (a section built from a partial dict agrees;
+    # the spec holds a list default as a tuple)
+    default = SCHEMA[path].default
+    assert spec_value(RunSpec.from_config({}), path) == (tuple(default) if isinstance(default, list) else default)
+
+
+def test_lists_in_the_spec_are_read_only_all_the_way_down():
+    """A list key (reward.components, reward.weights, rollout_correction.rs and its [name, lo, hi] entries,
+    gate_bounds) is held as tuples: no stage can change the run another stage reads, and the caller's list
+    changed afterwards does not change the spec."""
+    cfg = default_config()
+    comps = ["acc", "fmt"]
+    cfg["reward"]["components"] = comps
+    cfg["reward"]["weights"] = [1.0, 0.5]
+    cfg["rollout_correction"]["rs"] = [["seq_max_k2", None, 2.5]]
+    run = RunSpec.from_config(cfg)
+    comps.append("len")
+    assert run.reward.components == ("acc", "fmt") and run.reward.weights == (1.0, 0.5)
+    assert run.correction.rs == (("seq_max_k2", None, 2.5),)
+    assert run.correction.gate_bounds == (0.5, 5.0)
+    with pytest.raises(AttributeError):
+        run.reward.components.append("x")
+    with pytest.raises(TypeError):
+        run.correction.rs[0][2] = 9.0
 
 
 def test_spec_is_frozen_and_estimator_parameters_live_once():

@@ -217,13 +217,18 @@ def trl_rewards_of(flavor: str | None, settings: list[str] | None) -> tuple | No
         if k not in allowed:
             raise AdvcliError(f"filter --set {k}: the filter reads only {', '.join(allowed)} (what TRL's variance "
                               "filter ranks: the aggregated rewards)", hint="give those keys, or none")
-    cfg, _ = resolve(flavor, items)
-    est, rw = cfg.get("estimator") or {}, cfg.get("reward") or {}
-    agg = est.get("aggregation", "sum_then_normalize")
-    funcs = tuple(rw.get("components") or ()) if rw.get("source") == "components" else ("reward",)
+    from ..config.runspec import RunSpec
+    from ..estimators import get as estimator
+    from ..estimators import resolve_params
+
+    run = RunSpec.from_config(resolve(flavor, items)[0])  # read through the run spec, as every command does
+    params = resolve_params(estimator(run.estimator.name), run.estimator.given)
+    # an estimator with no aggregation parameter ranks the summed reward: TRL's sum_then_normalize
+    agg = params.get("aggregation", "sum_then_normalize")
+    funcs = tuple(run.reward.components or ()) if run.reward.source == "components" else ("reward",)
     if agg == "sum_then_normalize" and funcs == ("reward",):
         return None
-    weights = rw.get("weights")
+    weights = run.reward.weights
     return agg, funcs, None if weights is None else tuple(float(w) for w in weights)
 
 

@@ -62,7 +62,7 @@ import pyarrow.parquet as pq
 import torch
 
 from ..errors import AdvcliError
-from ..io.commit import shielded
+from ..io.commit import put_in_place, shielded
 from ..io.reader import InputSet
 from ..ops.ragged import Ragged
 from ..ops.whiten import MomentSums
@@ -581,8 +581,9 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
                         remote.put_file(out_fs, empty, f"{tmp}/part-{0:012d}.parquet")
             figures = ray.get(sink.finish.remote())
             watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
-            if out_fs is not None:
-                publish_prefix(out_fs, tmp, out_key)
+            if out_fs is not None:  # now, or as the command's last step (advcli.io.commit.staged)
+                put_in_place(output, tmp, publish=functools.partial(publish_prefix, out_fs, tmp, out_key),
+                             remove=functools.partial(delete_prefix, out_fs, tmp))
             else:  # in this try: a signal before the directory is handed over is cleaned up below
                 replace_dir(tmp, output)
         except BaseException as e:  # noqa: BLE001 - Ray wraps the workers' errors; the watch's abort

@@ -32,6 +32,7 @@ class Pending:
     target: str  # the output path the user named
     staged: str  # the finished temporary file (or directory) that becomes it
     publish: Callable[[], None] | None = None  # object storage: the upload (None: a local rename)
+    remove: Callable[[], None] | None = None  # how ``staged`` is removed when it is not published (None: locally)
 
 
 class Staging:
@@ -50,7 +51,10 @@ class Staging:
     def discard(self) -> None:
         """Remove the staged files: nothing is put in place."""
         for p in self.pending:
-            _remove(p.staged)
+            if p.remove is not None:
+                p.remove()
+            else:
+                _remove(p.staged)
         self.pending = []
 
     def commit(self) -> None:
@@ -177,15 +181,20 @@ def immediate() -> Iterator[None]:
 
 
 def put_in_place(target: str, staged_file: str, publish: Callable[[], None] | None = None,
-                 now: Callable[[], None] | None = None) -> bool:
+                 now: Callable[[], None] | None = None, remove: Callable[[], None] | None = None) -> bool:
     """Make the finished ``staged_file`` the output ``target``: within :func:`staged`, at its commit;
     otherwise now: ``publish()`` (object storage), else ``now()`` (a local replacement of the caller's
-    own, e.g. a directory), else a rename. True when it was done now."""
+    own, e.g. a directory), else a rename. True when it was done now. ``remove``: how the staged output
+    is removed when the command stops before its commit (the Ray engine's temporary prefix on object
+    storage; None: a local file or directory). A publish done now runs to its end whatever signal comes
+    meanwhile (:func:`shielded`; the signal is raised once it is done): an object-storage prefix is
+    copied part by part, and stopped between two it would hold some new parts and some old."""
     if _ACTIVE is not None:
-        _ACTIVE.pending.append(Pending(target, staged_file, publish))
+        _ACTIVE.pending.append(Pending(target, staged_file, publish, remove))
         return False
     if publish is not None:
-        publish()
+        with shielded():
+            publish()
     elif now is not None:
         now()
     else:

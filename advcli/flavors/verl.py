@@ -195,11 +195,15 @@ def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = Fals
 _OLD_KL = {"advcli.kl_in_reward_when": "no_kl_loss", "advcli.k3_input_clamp": False}
 _RC = rollout_correction.API
 _NO_RC = {_RC: "none"}  # no rollout correction before 0.6.0
-# verl 0.1-0.3's critic left its values at the padding positions after a shorter response unmasked, and gae
-# read the first of them as the bootstrap of the response's last token (as read in workers/critic/dp_critic.py and
-# core_algos.compute_gae_advantage_return at v0.3.0.post1); a dump carries no value past the response
+# verl 0.1-0.3's critic kept its value one position past a shorter response (compute_values multiplies by
+# attention_mask[:, -response_length - 1:-1], shifted by one: workers/critic/dp_critic.py @v0.3.0.post1) and gae
+# steps through the whole padded width (core_algos.compute_gae_advantage_return @v0.3.0.post1), so that value
+# bootstraps the response's last token. A padded dump holding it (as verl's batch does) reproduces this (--padded:
+# every position is a step, values as given); a ragged row of the response's own length has no such value.
 _PAD_VALUE = ("; gae there bootstraps a response's last token with the critic's value at the padding position "
-              "after it, which a dump does not carry: advcli takes 0, so gae can differ on shorter responses")
+              "after it: a padded dump that holds it (fixed-width lists, or --padded) gets verl's numbers; a ragged "
+              "row of the response's length has none, and advcli takes 0 (gae can then differ on shorter "
+              "responses)")
 RELEASES = (
     Release("0.1", "2024-12-11", note="verl 0.1: gae only, the KL always in the reward (kl, abs, mse)" + _PAD_VALUE,
             settings={**_NO_RC, "advcli.gae_holes": "step", "advcli.reinforce_holes": "reset",

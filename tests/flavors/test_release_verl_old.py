@@ -99,6 +99,33 @@ def test_gae_steps_through_mask_zero_tokens_until_0_5_0(tmp_path, spec, skip):
     assert abs(other[0] - ret[0]) > 0.1  # the two rules differ on this row
 
 
+@pytest.mark.parametrize("spec", ["verl@0.1", "verl@0.2", "verl@0.3.0.post1"])
+def test_gae_before_0_4_bootstraps_from_the_value_at_the_first_padding_position(tmp_path, spec):
+    """verl 0.1-0.3's critic keeps the value one position past the response (compute_values multiplies by
+    attention_mask[:, -response_length - 1:-1], shifted by one: dp_critic.py @v0.3.0.post1) and gae steps through
+    the whole padded width (compute_gae_advantage_return @v0.3.0.post1), so a response's last token is bootstrapped
+    with that value. A padded dump (padded=true: fixed-width rows, mask 0 after the response) that holds it, as
+    verl's batch does, gets verl's numbers; a ragged row of the response's own length has no such value."""
+    gamma, lam = f32(0.9), f32(0.8)
+    values = [f32(v) for v in (0.5, 0.2, 0.3, 0.7, 0.0)]  # 0.7: the critic's value at the first padding position
+    mask = [1, 1, 1, 0, 0]
+    rewards = [0.0, 0.0, 1.0, 0.0, 0.0]  # the score at the last response token
+    rows = [dict(prompt_id="p0", reward=1.0, mask=mask, old=[-1.0] * 5, ref=[-1.0] * 5, values=values)]
+    settings = {"algorithm.adv_estimator": "gae", "algorithm.gamma": 0.9, "algorithm.lam": 0.8}
+    if spec != "verl@0.1":  # the KL (here 0: ref = logp) in the reward unless the actor's KL loss
+        settings["actor_rollout_ref.actor.use_kl_loss"] = "true"
+    got = advcli_run(tmp_path, rows, spec, settings, extra=["--padded"])
+    adv, ret = gae(rewards, values, mask, gamma, lam, skip=False)
+    # by hand at the last response token: δ = 1 + γ·0.7 − 0.3, then γλ·(the padding position's δ = −0.7)
+    assert adv[2] == pytest.approx(1 + 0.9 * 0.7 - 0.3 + 0.9 * 0.8 * -0.7, rel=1e-6)
+    want = whiten(adv, mask)
+    for t in range(3):
+        assert got["returns"][0][t] == pytest.approx(ret[t], rel=1e-5), (spec, t)
+        assert got["advantages"][0][t] == pytest.approx(want[t], rel=1e-4, abs=1e-5), (spec, t)
+    ragged = gae(rewards[:3], values[:3], mask[:3], gamma, lam, skip=False)[1]
+    assert abs(ragged[2] - ret[2]) > 0.1  # without the padding position's value the numbers differ
+
+
 @pytest.mark.parametrize("spec,floor", [("verl@0.6.0", True), ("verl@0.6.1", True), ("verl@0.7.1", True),
                                         ("verl@0.8.0", False), ("verl@0.9.1", False)])
 def test_grpo_vectorized_floors_the_group_variance_before_0_8_0(tmp_path, spec, floor):

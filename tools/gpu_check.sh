@@ -3,8 +3,8 @@
 # docs/performance.md, "On a GPU"): the CUDA and fused-kernel tests, GPU = CPU on the cross-check cases / the
 # sample data / every estimator, compute-only throughput of GRPO and GAE + k3 at 4M-token chunks against the
 # measured bandwidth (fused kernels, then the torch path with ADVCLI_KERNELS=off), whole runs cuda vs cpu against
-# the I/O floor (steady state: 4x dump minus 1x dump), what --device auto picks, the CPU pipelining gain, a
-# profile, then the whole test suite with the GPU as the default device. Logs go to OUTDIR.
+# the I/O floor (steady state: 4x dump minus 1x dump), what --device auto picks, the pipelining gain (CPU and
+# GPU), a profile, then the whole test suite with the GPU as the default device. Logs go to OUTDIR.
 #
 #   bash tools/gpu_check.sh [--dry-run] [CASES_DIR] [OUTDIR] [SUITE_SECONDS]
 #
@@ -33,7 +33,7 @@ $PY -c "import torch, pyarrow, pandas, numpy; print('torch', torch.__version__, 
 'pyarrow', pyarrow.__version__, 'pandas', pandas.__version__, 'numpy', numpy.__version__)"
 $PY -c "from advcli.ops.fused import triton_available; print('fused kernels (triton):', triton_available())"
 step "fused kernels (Triton's interpreter) and CUDA tests"
-TESTS="tests/unit/test_fused.py tests/cli/test_device_auto.py tests/cli/test_pipelined.py"
+TESTS="tests/unit/test_fused.py tests/cli/test_device_auto.py tests/cli/test_pipelined.py tests/cli/test_write_thread.py"
 [ "$DRY" = 1 ] || TESTS="tests/project/test_cuda.py tests/unit/test_scans.py $TESTS"
 timeout 300 $PY -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tee "$OUTDIR/tests.log" | tail -15
 if [ "$DRY" = 0 ]; then
@@ -63,8 +63,12 @@ for est in gae grpo; do
     --flavor verl --set algorithm.adv_estimator=$est 2>/dev/null \
     | $PY -c "import json, sys; print('$est:', json.load(sys.stdin).get('device'))"
 done
-step "CPU pipelining (token columns decoded on their own thread)"
+step "host work pipelined (token columns decoded ahead, the output encoded on its own thread), on the CPU"
 timeout 200 $PY benchmarks/pipelining.py --rows $((ROWS * 4)) 2>&1 | tee "$OUTDIR/pipelining.log"
+if [ "$DRY" = 0 ]; then
+  step "the same with the math on the GPU"
+  timeout 120 $PY benchmarks/pipelining.py --rows $((ROWS * 4)) --device cuda --rounds 2 2>&1 | tee "$OUTDIR/pipelining_cuda.log"
+fi
 if [ "$DRY" = 0 ]; then
   step "the whole suite, GPU by default"
   timeout "$SUITE" $PY -m pytest -q -p no:cacheprovider -n 16 --timeout 120 -o addopts="" 2>&1 \

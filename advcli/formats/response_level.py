@@ -93,11 +93,37 @@ def finish_outputs(inputs: list[str], outputs: list[str], result=None) -> None:
     for i, out in enumerate(targets):
         if len(outputs) == len(inputs) and not flags[i]:
             continue
+        from ..io import remote
+
+        if remote.is_uri(out):  # --engine ray's prefix on object storage (its temporary one, when staged)
+            for uri in remote.expand(out):
+                _scalarize_remote(uri)
+            continue
         paths = [out]
         if os.path.isdir(out):
             paths = sorted(os.path.join(out, n) for n in os.listdir(out) if n.endswith(".parquet"))
         for p in paths:
             _scalarize(p)
+
+
+def _scalarize_remote(uri: str) -> None:
+    """:func:`_scalarize` on an object: a local copy rewritten, then put back (one upload: the object is
+    replaced whole)."""
+    import shutil
+    import tempfile
+
+    from ..io import remote
+
+    fs, key = remote.filesystem_of(uri)
+    d = tempfile.mkdtemp(prefix="advcli-scalarize-")
+    try:
+        local = os.path.join(d, "part.parquet")
+        with fs.open_input_stream(key) as src, open(local, "wb") as dst:
+            shutil.copyfileobj(src, dst, remote.COPY_CHUNK)
+        _scalarize(local)
+        remote.put_file(fs, local, key)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _scalarize(path: str) -> None:

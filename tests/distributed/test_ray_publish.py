@@ -117,3 +117,32 @@ def test_the_command_publishes_last_and_a_signal_then_changes_nothing(s3, dump, 
     assert out.num_rows == 240 and "advantages" in out.column_names
     assert [k for k in s3_keys(s3, "bkt") if "advcli-tmp" in k] == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_response_level_dump_to_an_s3_prefix_gets_scalar_advantages(s3, dump, tmp_path, capsys):
+    """A trainer dump without token data (verl's rollout_data_dir JSONL) run with --engine ray to s3://: the
+    parts get the scalar columns a response-level run writes, as the local engine's file does (the rewrite
+    looked for the staged prefix on the local disk: an internal error)."""
+    import json
+
+    import numpy as np
+
+    for key in s3_keys(s3, "bkt"):
+        s3.delete_file(key)
+    rd = tmp_path / "rollout_data"
+    rd.mkdir()
+    rng = np.random.default_rng(3)
+    with open(rd / "1.jsonl", "w") as fh:
+        for p in range(4):
+            for sess in range(3):
+                fh.write(json.dumps({"input": f"q{p}", "output": f"a{sess}", "score": float(rng.choice([0, 0.5, 1])),
+                                     "step": 1, "uid": f"p{p}_{sess}_0"}) + "\n")
+    argv = ["run", str(rd), "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "--device", "cpu", "-q"]
+    code, _, err = run_main([*argv, "-o", str(tmp_path / "local.parquet")], capsys)
+    assert code == 0, err
+    code, _, err = run_main([*argv, "-o", "s3://bkt/out", "--engine", "ray", "--force"], capsys)
+    assert code == 0, err
+    out, want = _read_output(s3), pq.read_table(tmp_path / "local.parquet")
+    assert out.schema.field("advantages").type == want.schema.field("advantages").type
+    assert out.column("advantages").to_pylist() == want.column("advantages").to_pylist()
+    assert [k for k in s3_keys(s3, "bkt") if "advcli-tmp" in k] == []

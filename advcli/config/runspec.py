@@ -403,11 +403,12 @@ def declared_default(f: dataclasses.Field) -> Any:
     """The default a declared field gives, as the configuration dict holds it (a list: a fresh copy of the spec's
     tuple; the spec itself holds the tuple)."""
     value = f.default_factory() if f.default is dataclasses.MISSING else f.default
-    return _thawed(value)
+    return thawed(value)
 
 
-def _thawed(value: Any) -> Any:
-    return [_thawed(v) for v in value] if isinstance(value, tuple) else value
+def thawed(value: Any) -> Any:
+    """A value of the spec as the configuration (and the user) writes it: tuples, and lists of them, as lists."""
+    return [thawed(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def recorded_config(run: RunSpec, params: dict) -> dict:

@@ -800,18 +800,11 @@ _OFFPOLICY = ("training_ppl", "training_log_ppl", "kl", "k3_kl", "rollout_ppl", 
               "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq")
 
 
-def _as_typed(value) -> str:
-    """A configuration value as the user wrote it (the spec holds lists as tuples: shown as lists again)."""
-    def thaw(v):
-        return [thaw(x) for x in v] if isinstance(v, (list, tuple)) else v
-
-    return repr(thaw(value))
-
-
 def spec_from_config(section) -> CorrectionSpec | None:
     """The run spec's ``rollout_correction`` section (:class:`advcli.config.runspec.Correction`, read by its fields)
     -> :class:`CorrectionSpec` (None when ``mode`` is off). Bounds are checked by the flavors; here only their
     shape."""
+    from ..config.runspec import thawed  # the spec holds lists as tuples: messages show them as written
     from ..errors import AdvcliError
 
     if section is None or section.mode == "off":
@@ -826,7 +819,7 @@ def spec_from_config(section) -> CorrectionSpec | None:
             opts.append(RSOption(name, "ratio", LEGACY_RS[name], float(lo), float(hi)))
             continue
         if not isinstance(entry, (list, tuple)) or len(entry) != 3 or entry[0] not in RS_OPTIONS:
-            raise AdvcliError(f"key rollout_correction.rs: entry {_as_typed(entry)} is not [name, lo, hi] with name "
+            raise AdvcliError(f"key rollout_correction.rs: entry {thawed(entry)!r} is not [name, lo, hi] with name "
                               f"one of {', '.join(RS_OPTIONS)}")
         name, lo, hi = entry
         if hi is None:
@@ -843,7 +836,7 @@ def spec_from_config(section) -> CorrectionSpec | None:
             low, high = (float(x) for x in bounds)
         except (TypeError, ValueError):
             raise AdvcliError("key rollout_correction.gate_bounds: expected [low, high], got "
-                              f"{_as_typed(bounds)}") from None
+                              f"{thawed(bounds)!r}") from None
         gate = Gate(level=section.gate_level, mode=section.gate_mode, stat=section.gate_stat, low=low, high=high)
         if gate.mode == "clip" and (gate.level != "token" or gate.stat != "ratio"):
             raise AdvcliError("key rollout_correction.gate_mode=clip needs gate_level=token and gate_stat=ratio "

@@ -582,8 +582,9 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
             figures = ray.get(sink.finish.remote())
             watch.__exit__(None, None, None)  # nothing left to wait on: publishing is not aborted
             if out_fs is not None:  # now, or as the command's last step (advcli.io.commit.staged)
-                staged_uri = output.split("://", 1)[0] + "://" + tmp  # what a response-level run rewrites
-                put_in_place(output, staged_uri, publish=functools.partial(publish_prefix, out_fs, tmp, out_key),
+                # staged as a URI: what a response-level run rewrites before the publish
+                put_in_place(output, remote.uri_in_store_of(output, tmp),
+                             publish=functools.partial(publish_prefix, out_fs, tmp, out_key),
                              remove=functools.partial(delete_prefix, out_fs, tmp))
             else:  # in this try: a signal before the directory is handed over is cleaned up below
                 replace_dir(tmp, output)

@@ -118,7 +118,7 @@ def _scalarize_remote(uri: str) -> None:
     d = tempfile.mkdtemp(prefix="advcli-scalarize-")
     try:
         local = os.path.join(d, "part.parquet")
-        with fs.open_input_stream(key) as src, open(local, "wb") as dst:
+        with remote.open_input(uri) as src, open(local, "wb") as dst:
             shutil.copyfileobj(src, dst, remote.COPY_CHUNK)
         _scalarize(local)
         remote.put_file(fs, local, key)

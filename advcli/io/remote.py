@@ -81,7 +81,9 @@ def filesystem_of(uri: str):
     return fs, f"{authority}/{key}" if key else authority
 
 
-def _uri(scheme_of: str, path: str) -> str:
+def uri_in_store_of(scheme_of: str, path: str) -> str:
+    """``path`` inside a filesystem (``bucket/key``, as :func:`filesystem_of` gives it) as a URI of the same
+    kind of store as the URI ``scheme_of``."""
     scheme = _SCHEME.match(scheme_of).group(1)
     return f"{scheme}://{path}"
 
@@ -124,7 +126,7 @@ def expand(spec: str) -> list[str]:
         found = _list(fs, path, "*.parquet")
         if not found:
             raise AdvcliError(f"{spec}: directory holds no *.parquet files")
-        return [_uri(spec, p) for p in found]
+        return [uri_in_store_of(spec, p) for p in found]
     parent, _, pattern = spec.rstrip("/").rpartition("/")
     if any(ch in parent for ch in "*?["):
         raise AdvcliError(f"{spec}: a glob on object storage may only be in the last part of the path",
@@ -133,7 +135,7 @@ def expand(spec: str) -> list[str]:
     found = _list(fs, path, pattern) if info.type == pafs.FileType.Directory else []
     if not found:
         raise AdvcliError(f"{spec}: no object matches this pattern")
-    return [_uri(spec, p) for p in found]
+    return [uri_in_store_of(spec, p) for p in found]
 
 
 def _list(fs, path: str, pattern: str) -> list[str]:
@@ -249,7 +251,7 @@ def _clean(target: str, where: str, pattern: str) -> list[str]:
                 continue
             if pid != os.getpid() and not pid_alive(pid):
                 fs.delete_file(p)
-                removed.append(_uri(target, p))
+                removed.append(uri_in_store_of(target, p))
     except OSError:
         pass
     return removed

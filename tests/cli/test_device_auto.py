@@ -3,6 +3,9 @@ tested on the CPU with a CUDA device that is only pretended (torch.cuda.is_avail
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -56,15 +59,12 @@ def test_auto_with_a_pretended_gpu_keeps_small_and_row_level_runs_on_the_cpu(est
 def test_a_cpu_only_run_never_imports_triton(tmp_path):
     """``import triton`` costs most of a second; --device auto on a machine with no CUDA device must not pay
     it (it once did: the rule asked whether triton imports before asking whether there is a GPU)."""
-    import subprocess
-    import sys
-
     code = ("import sys, runpy; sys.argv = ['advcli', 'run', sys.argv[1], '-o', sys.argv[2], '--estimator', 'gae']\n"
             "try:\n    runpy.run_module('advcli', run_name='__main__')\nexcept SystemExit as e:\n"
             "    assert not e.code, e.code\n"
             "print('triton' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code, str(SAMPLE), str(tmp_path / "o.parquet")],
-                       capture_output=True, text=True, env={**__import__("os").environ, "ADVCLI_SERVER": "off"})
+                       capture_output=True, text=True, env={**os.environ, "ADVCLI_SERVER": "off"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "False"
     name, why = auto_device(False, lambda: pytest.fail("triton asked about on a machine with no GPU"), "token", 10**9)

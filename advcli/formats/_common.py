@@ -3,15 +3,25 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
+# A format's column types, by name: pyarrow's type aliases (``pa.type_for_alias``), or ``list<ALIAS>``.
+# Names rather than pyarrow types, so that recognising a dump (which imports every format module) does
+# not import pyarrow: the conversion makes the types (:func:`arrow_type`), after torch where a run has it.
+F32 = "float32"
+F64 = "float64"
+I64 = "int64"
+STR = "string"
+BOOL = "bool"
+MASK = "list<int8>"
+F32_LIST = "list<float32>"
 
-F32 = pa.float32()
-F64 = pa.float64()
-I64 = pa.int64()
-STR = pa.string()
-BOOL = pa.bool_()
-MASK = pa.list_(pa.int8())
-F32_LIST = pa.list_(pa.float32())
+
+def arrow_type(name: str):
+    """The pyarrow type a column type name above stands for."""
+    import pyarrow as pa
+
+    if name.startswith("list<") and name.endswith(">"):
+        return pa.list_(arrow_type(name[5:-1]))
+    return pa.type_for_alias(name)
 
 
 def text_key(*parts) -> str:

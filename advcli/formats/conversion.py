@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import AdvcliError
+from ._common import arrow_type
 from .discovery import discover
 from .registry import Context, Format, get
 
@@ -184,7 +185,7 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool, extra: dict | None = 
     names = []
     for name, typ in f.columns.items():
         if any(r.get(name) is not None for r in rows):
-            fields.append(pa.field(name, typ))
+            fields.append(pa.field(name, arrow_type(typ)))
             names.append(name)
     extra_names = []
     for r in rows:

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 
 from ..errors import AdvcliError
 from ..io.temps import scratch_prefix, sweep_stale
@@ -26,6 +25,8 @@ IMPORTED: dict[str, ImportInfo] = {}  # canonical Parquet path -> how it was mad
 
 def _tmpdir() -> str:
     if "dir" not in _TMP:
+        import tempfile  # here: a Parquet input, the common case, needs no temporary directory
+
         sweep_stale()  # what killed runs left in TMPDIR
         d = tempfile.mkdtemp(prefix=scratch_prefix("import"))
         _TMP["dir"] = d
@@ -118,10 +119,10 @@ def _converted_level(spec: str) -> str | None:
     """The level recorded in a Parquet file that ``advcli convert`` wrote (None for any other input)."""
     if not (os.path.isfile(spec) and spec.endswith(".parquet")):
         return None
-    import pyarrow.parquet as pq
+    from ..io.footer import schema_facts
 
     try:
-        meta = pq.read_schema(spec).metadata or {}
+        meta = schema_facts(spec).metadata
         rec = json.loads(meta.get(b"advcli.import", b"null"))
     except Exception:  # noqa: BLE001 - not ours: the Parquet reader will say what is wrong
         return None

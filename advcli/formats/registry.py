@@ -48,7 +48,7 @@ class Format:
     pattern: str
     level: str  # "token" (mask + per-token columns) or "response" (one reward per response)
     group_rule: str
-    columns: dict
+    columns: dict  # column -> type name (advcli.formats._common: "float32", "list<int8>", ...)
     read: Callable[[str, Context], Iterator[tuple[int, dict]]]
     sniff: Callable[[dict], bool]
     # the command that reads it: `advcli inspect` prints it with the path the user typed and ``{n}`` (when

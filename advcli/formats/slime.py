@@ -152,7 +152,7 @@ FORMAT = Format(
     group_key="group_index", group_rule="group_index (slime's prompt-group counter)",
     columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
              "teacher_log_probs": F32_LIST,
-             "tokens": __import__("pyarrow").list_(I64), "index": I64, "response_length": I64},
+             "tokens": "list<int64>", "index": I64, "response_length": I64},
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
     companions=(r"(^|/)train_data/\d+\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,

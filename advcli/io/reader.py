@@ -13,12 +13,14 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from ..errors import AdvcliError
 from . import remote
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 # input path -> what it stands for to the user: a trainer dump converted into a temporary Parquet file
 # (advcli.formats) is named by the dump the user gave wherever a path is recorded (the output's provenance)
@@ -68,6 +70,9 @@ PREFETCH = 1  # batches decoded ahead of the consumer
 
 def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
     """``path`` opened for streaming reads; ``metadata``: its footer, already read (not read again)."""
+    import pyarrow as pa  # here: a run's first footer is read without it, before torch (advcli.io.footer)
+    import pyarrow.parquet as pq
+
     if remote.is_uri(path):
         source = remote.open_input(path)  # ranged reads on the store, never a whole download
         try:
@@ -214,6 +219,8 @@ class InputSet:
         return self.identities[fi] if self.identities else None
 
     def _iter_batches(self, columns: list[str], batch_rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        import pyarrow as pa
+
         for fi, (path, md) in enumerate(zip(self.paths, self.metadata)):
             row = 0
             expected = self.identity_of(fi)

@@ -35,31 +35,9 @@ import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
 from . import writer as _writer
+from .footer import MAGIC, items, read_footer, top_level
 from .reader import changed_error, check_unchanged
 from .thrift_compact import I32, I64, LIST, STRUCT, Struct, ThriftError, decode_struct, encode_struct
-
-MAGIC = b"PAR1"
-
-
-def _read_footer(path: str) -> tuple[Struct, int]:
-    """(decoded FileMetaData, the footer's start offset = the end of the data region)."""
-    size = os.path.getsize(path)
-    if size < 12:
-        raise ThriftError("too small for a Parquet file")
-    with open(path, "rb") as fh:
-        fh.seek(size - 8)
-        tail = fh.read(8)
-        if tail[4:] != MAGIC:  # b"PARE": encrypted footer
-            raise ThriftError("not a plain Parquet footer")
-        n = int.from_bytes(tail[:4], "little")
-        if n <= 0 or n > size - 12:
-            raise ThriftError("bad footer length")
-        fh.seek(size - 8 - n)
-        data = fh.read(n)
-    meta, end = decode_struct(data)
-    if end != n:
-        raise ThriftError("footer length mismatch")
-    return meta, size - 8 - n
 
 
 def _footer_of(buf) -> Struct:
@@ -69,49 +47,28 @@ def _footer_of(buf) -> Struct:
     return decode_struct(bytes(mv[len(mv) - 8 - n:len(mv) - 8]))[0]
 
 
-def _items(s: Struct, fid: int) -> list:
-    return s.get_value(fid, (STRUCT, []))[1]
-
-
 def spliceable(path: str, new_names: list[str]) -> bool:
     """Whether :class:`SplicedParquetWriter` can write the full output of ``path``."""
     try:
-        meta, _ = _read_footer(path)
+        meta, _ = read_footer(path)
     except (OSError, ThriftError):
         return False
     if 8 in meta or 9 in meta:  # encryption_algorithm, footer_signing_key_metadata
         return False
-    schema = _items(meta, 2)
+    schema = items(meta, 2)
     if not schema:
         return False
-    top = {bytes(e.get_value(4, b"")).decode("utf-8", "replace") for e in _top_level(schema)}
+    top = {bytes(e.get_value(4, b"")).decode("utf-8", "replace") for e in top_level(schema)}
     if top & set(new_names):
         return False
-    groups = _items(meta, 4)
+    groups = items(meta, 4)
     if not groups or any(not rg.get_value(3, 0) for rg in groups):
         return False
     for rg in groups:
-        for cc in _items(rg, 1):
+        for cc in items(rg, 1):
             if 8 in cc or 9 in cc or 3 not in cc:  # encrypted column, or its metadata elsewhere
                 return False
     return True
-
-
-def _top_level(schema: list) -> list:
-    """The root's direct children (depth-first flattened schema: skip each child's subtree)."""
-    out, i = [], 1
-    while i < len(schema):
-        out.append(schema[i])
-        i = _skip(schema, i)
-    return out
-
-
-def _skip(schema: list, i: int) -> int:
-    n = schema[i].get_value(5, 0) or 0
-    i += 1
-    for _ in range(n):
-        i = _skip(schema, i)
-    return i
 
 
 def _pieces_by_row_group(batch: pa.RecordBatch, row0: int, bounds: list[int]) -> list[tuple[int, pa.RecordBatch]]:
@@ -167,9 +124,9 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         self.source = source
         self.identity = identity  # the source's version the run read (advcli.io.reader.identity)
         self.new_schema = pa.schema([out_schema.field(n) for n in new_names])
-        self.meta, self.data_end = _read_footer(source)
+        self.meta, self.data_end = read_footer(source)
         check_unchanged(source, identity)
-        sizes = [rg.get_value(3) for rg in _items(self.meta, 4)]
+        sizes = [rg.get_value(3) for rg in items(self.meta, 4)]
         self.bounds = [sum(sizes[:i + 1]) for i in range(len(sizes))]
         self._chunks: list[list[list[tuple[int, Struct]]]] = [[[] for _ in new_names] for _ in sizes]
         self._schema_tail: list | None = None  # the new columns' schema elements and column orders
@@ -245,12 +202,12 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         else:
             encoded = [_encode_piece(t) for t in parts]
         if self._schema_tail is None:
-            self._schema_tail = [el for _, meta in encoded for el in _items(meta, 2)[1:]]
-            orders = [_items(meta, 7) if 7 in meta else None for _, meta in encoded]
+            self._schema_tail = [el for _, meta in encoded for el in items(meta, 2)[1:]]
+            orders = [items(meta, 7) if 7 in meta else None for _, meta in encoded]
             self._orders_tail = None if any(o is None for o in orders) else [x for o in orders for x in o]
         for j, (buf, meta) in enumerate(encoded):
-            (rg,) = _items(meta, 4)
-            (cc,) = _items(rg, 1)
+            (rg,) = items(meta, 4)
+            (cc,) = items(rg, 1)
             md = cc.get_value(3)
             start = md.get_value(11) if 11 in md else md.get_value(9)
             length = md.get_value(7)
@@ -304,15 +261,15 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
 
     def _footer(self) -> bytes:
         meta = copy.deepcopy(self.meta)
-        schema = _items(meta, 2)
+        schema = items(meta, 2)
         root = schema[0]
         root.set_value(5, I32, (root.get_value(5) or 0) + len(self.new_schema))
         schema.extend(copy.deepcopy(self._schema_tail))
         if 7 in meta and self._orders_tail is not None:
-            _items(meta, 7).extend(copy.deepcopy(self._orders_tail))
+            items(meta, 7).extend(copy.deepcopy(self._orders_tail))
         elif 7 in meta:  # cannot describe the new columns' order: drop the (optional) list
             del meta[7]
-        for g, rg in enumerate(_items(meta, 4)):
+        for g, rg in enumerate(items(meta, 4)):
             add_unc = add_comp = 0
             for parts in self._chunks[g]:
                 if not parts:
@@ -334,7 +291,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
                 for fid in (10, 11, 12, 13, 14, 15, 16, 17):  # page-level summaries of the first piece only
                     md.pop(fid, None)
                 cc.set_value(3, STRUCT, Struct(sorted(md.items())))
-                _items(rg, 1).append(cc)
+                items(rg, 1).append(cc)
                 add_unc += unc
                 add_comp += comp
             rg.set_value(2, I64, rg.get_value(2) + add_unc)

@@ -25,16 +25,6 @@ from .lists import offsets_numpy
 from .ordered import OrderedWorker
 from .temps import TMP_TAG, pid_alive, sweep_stale
 
-OUTPUT_MODES = ("full", "sidecar")  # the input plus the new columns; the new columns plus the row keys
-
-
-def check_output_mode(output_mode: str) -> None:
-    """``--output-mode``: full or sidecar."""
-    if output_mode not in OUTPUT_MODES:
-        from ..errors import did_you_mean
-        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
-                          f"{did_you_mean(output_mode, list(OUTPUT_MODES))}")
-
 
 def temp_path_for(target: str) -> str:
     """The local temporary file an output is written to: beside the target, or for an output on

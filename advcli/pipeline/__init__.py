@@ -39,7 +39,7 @@ import importlib
 
 # each public name and the stage module that holds it: imported when first read, so that a light command
 # (``advcli validate``) can plan a run (``advcli.pipeline.plan``) without the math modules importing torch
-_WHERE = {"OUTPUT_MODES": "..io.writer", "RunResult": "..results", "SIDECAR_ROW": ".output",
+_WHERE = {"OUTPUT_MODES": "..io.modes", "RunResult": "..results", "SIDECAR_ROW": ".output",
           "output_batch": ".output", "output_paths": ".output", "output_schema": ".output",
           "NEW_COLUMNS": ".plan", "Plan": ".plan", "ProgressFn": ".plan", "choose_output_columns": ".plan",
           "make_plan": ".plan", "pick_device": ".plan", "prepare_run": ".prepare", "CHUNK_TOKENS": ".read",

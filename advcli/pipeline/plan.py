@@ -324,7 +324,7 @@ def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str,
     :attr:`Plan.check_values`, ``advcli validate``)."""
     if chunk_rows is not None and chunk_rows < 1:
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
-    from ..io.writer import check_output_mode
+    from ..io.modes import check_output_mode
 
     check_output_mode(output_mode)
     inputs = InputSet.open(input_specs)

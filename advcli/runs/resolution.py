@@ -300,9 +300,10 @@ def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
     fl = fa.flavor
     if any(k in (fl.estimator_key, "advcli.estimator", "advcli.mix") for k, _ in settings):
         return fa, settings, None
-    from ..io.reader import expand_inputs, open_parquet
+    from ..io.footer import schema_facts
+    from ..io.reader import expand_inputs
 
-    names = open_parquet(expand_inputs(inputs)[0]).schema_arrow.names
+    names = schema_facts(expand_inputs(inputs)[0]).names
     for i, (column, est) in enumerate(fl.pick_estimator):
         if column in names:
             why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])

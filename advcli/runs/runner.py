@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..formats import finish_outputs, name_dumps, name_sources
-from ..io.writer import check_output_mode
+from ..io.modes import check_output_mode
 
 
 @dataclass
@@ -55,14 +55,16 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
     The result carries what the run's report shows: the flavor at its release, the settings given, what the
     dump told the flavor, the estimator chosen, the --config file's keys and the curation's summary."""
     from ..engines import check_engine
-    from ..figures.curate import make_spec
     from ..flavors import estimator_note
     from .resolution import resolve_run
 
     check_engine(engine)
     check_output_mode(output_mode)
-    curation = make_spec(drop_uniform, solve_rate, min_group_size,  # DAPO-style: groups dropped first
-                         allow_empty=allow_empty)
+    curation = None  # DAPO-style: groups dropped first (the filter's numpy imported only for a filter asked for)
+    if drop_uniform or solve_rate is not None or min_group_size is not None:
+        from ..figures.curate import make_spec
+
+        curation = make_spec(drop_uniform, solve_rate, min_group_size, allow_empty=allow_empty)
     choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
                          precision=precision)
     req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,

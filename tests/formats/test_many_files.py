@@ -145,6 +145,7 @@ def test_too_many_open_files_is_named_as_such(tmp_path):
     p = tmp_path / "x.parquet"
     pq.write_table(make_table(4, group_size=2, min_len=2, max_len=4, seed=1), p)
     code = ("import resource, sys\n"
+            "import pyarrow.parquet\n"  # imported before a run opens its inputs (open_parquet imports it late)
             "from advcli.io.reader import open_parquet\n"
             "from advcli.errors import AdvcliError\n"
             "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"

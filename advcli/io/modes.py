@@ -1,0 +1,15 @@
+"""What an output holds (``--output-mode``), checked before any work (and before numpy, pyarrow and torch
+are imported: :mod:`advcli.io.writer` writes what is chosen here)."""
+from __future__ import annotations
+
+from ..errors import AdvcliError
+
+OUTPUT_MODES = ("full", "sidecar")  # the input plus the new columns; the new columns plus the row keys
+
+
+def check_output_mode(output_mode: str) -> None:
+    """``--output-mode``: full or sidecar."""
+    if output_mode not in OUTPUT_MODES:
+        from ..errors import did_you_mean
+        raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
+                          f"{did_you_mean(output_mode, list(OUTPUT_MODES))}")

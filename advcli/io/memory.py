@@ -19,7 +19,10 @@ import sys
 _libc = None
 if sys.platform.startswith("linux"):
     try:
-        _lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        try:  # glibc's soname first: find_library("c") asks ldconfig, milliseconds at every start
+            _lib = ctypes.CDLL("libc.so.6")
+        except OSError:
+            _lib = ctypes.CDLL(ctypes.util.find_library("c"))
         if hasattr(_lib, "malloc_trim"):  # glibc (musl has none)
             _libc = _lib
     except OSError:  # pragma: no cover

@@ -71,6 +71,19 @@ def ray_session():
         yield ray
 
 
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 with the bucket ``bkt`` for one test module (tests/_services.py's
+    local_s3_server), stopped at the module's end; its AWS_* variables are set before a Ray instance the module
+    starts afterwards (list this fixture first), so Ray's workers inherit them. Skips without moto[server]."""
+    pytest.importorskip("moto", reason="the S3 tests need moto[server]")
+    pytest.importorskip("flask", reason="moto's server mode needs flask")
+    from _services import local_s3_server
+
+    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
+        yield fs
+
+
 def run_cli(*args, cwd=None, env=None):
     """Run ``python -m advcli ARGS`` in a subprocess; returns CompletedProcess (text)."""
     e = dict(os.environ)

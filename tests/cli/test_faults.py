@@ -548,16 +548,6 @@ def test_an_input_of_one_row_row_groups_gives_the_one_row_group_output(tmp_path,
 
 
 # ------------------------------------------------------------------ object storage (1, 7)
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    pytest.importorskip("moto", reason="the S3 tests need moto[server]")
-    pytest.importorskip("flask", reason="moto's server mode needs flask")
-    from _services import local_s3_server
-
-    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
-        yield fs
-
-
 def _put(fs, local, key) -> str:
     with open(local, "rb") as src, fs.open_output_stream(key) as out:
         out.write(src.read())

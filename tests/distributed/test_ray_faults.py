@@ -16,20 +16,12 @@ import threading
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _services import local_ray_cluster, local_s3_server, s3_keys
+from _services import local_ray_cluster, s3_keys
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install 'advcli[ray]')")
 
 WAIT = 240  # seconds: a generous bound on events (the first batch; the kill) on a loaded 2-core machine
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    pytest.importorskip("moto", reason="the S3 test needs moto[server]")
-    pytest.importorskip("flask", reason="moto's server mode needs flask")
-    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
-        yield fs
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ import importlib.util
 
 import pyarrow.parquet as pq
 import pytest
-from _services import local_ray, local_ray_cluster, local_s3_server, s3_keys
+from _services import local_ray, local_ray_cluster, s3_keys
 from conftest import report_of, two_files
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -128,16 +128,6 @@ def test_cli_sidecar_on_ray(ray_session, dump, tmp_path):
 
 
 # ------------------------------------------------------------------ object storage (a local S3 server)
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 with the bucket ``bkt``; the AWS_* variables set before the Ray
-    instance starts, so its workers inherit them."""
-    pytest.importorskip("moto", reason="the S3 tests need moto[server]")
-    pytest.importorskip("flask", reason="moto's server mode needs flask")
-    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
-        yield fs
-
-
 def _put_dump(fs, paths, prefix):
     for p in paths:
         with open(p, "rb") as src, fs.open_output_stream(f"bkt/{prefix}/{p.rsplit('/', 1)[1]}") as out:

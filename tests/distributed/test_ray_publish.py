@@ -11,21 +11,12 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from _services import local_s3_server, s3_keys
+from _services import s3_keys
 from conftest import run_main
 
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
 EARLIER = {"bkt/out/part-000000000000.parquet": b"an earlier run's first part",
            "bkt/out/part-000000000099.parquet": b"an earlier run's last part"}
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'advcli[ray]')")
-    pytest.importorskip("moto", reason="the S3 test needs moto[server]")
-    pytest.importorskip("flask", reason="moto's server mode needs flask")
-    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:  # before Ray: its workers see the endpoint
-        yield fs
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _services import local_s3_server, s3_keys
+from _services import s3_keys
 
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (pip install -e '.[test]')")
 pytest.importorskip("flask", reason="moto's server mode needs flask (pip install 'moto[server]')")
@@ -25,13 +25,6 @@ pytest.importorskip("flask", reason="moto's server mode needs flask (pip install
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = os.path.join(ROOT, "sample_data", "rollouts.parquet")
 GRPO = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 with one bucket; stopped at the end of the module."""
-    with local_s3_server(tmp_path_factory.mktemp("moto")) as fs:
-        yield fs
 
 
 def put(fs, local: str, key: str) -> str:

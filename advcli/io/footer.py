@@ -22,6 +22,8 @@ import os
 import types
 from dataclasses import dataclass
 
+from ..errors import AdvcliError
+from .reader import identity, open_parquet
 from .thrift_compact import STRUCT, Struct, ThriftError, decode_struct
 
 MAGIC = b"PAR1"
@@ -30,9 +32,10 @@ MAGIC = b"PAR1"
 MAX_FOOTER = 256 << 10
 
 
-def read_footer(path: str) -> tuple[Struct, int]:
+def read_footer(path: str, max_bytes: int | None = None) -> tuple[Struct, int]:
     """(the decoded FileMetaData of the local Parquet file ``path``, the footer's start offset = the end of
-    the data region). :class:`~advcli.io.thrift_compact.ThriftError` when it is not a plain Parquet footer."""
+    the data region). :class:`~advcli.io.thrift_compact.ThriftError` when it is not a plain Parquet footer, or
+    is longer than ``max_bytes``."""
     size = os.path.getsize(path)
     if size < 12:
         raise ThriftError("too small for a Parquet file")
@@ -44,6 +47,8 @@ def read_footer(path: str) -> tuple[Struct, int]:
         n = int.from_bytes(tail[:4], "little")
         if n <= 0 or n > size - 12:
             raise ThriftError("bad footer length")
+        if max_bytes is not None and n > max_bytes:
+            raise ThriftError(f"footer of {n} bytes, over {max_bytes}")
         fh.seek(size - 8 - n)
         data = fh.read(n)
     meta, end = decode_struct(data)
@@ -83,37 +88,29 @@ class SchemaFacts:
     num_rows: int
 
 
-# (path, device, inode, size, mtime) -> facts: a run asks for one file's facts at several steps before torch
+# (path, its identity: device, inode, size, mtime) -> facts: a run asks for a file's facts at several steps before torch
 _SEEN: dict[tuple, SchemaFacts | None] = {}
 
 
 def read_schema_facts(path: str) -> SchemaFacts | None:
     """:class:`SchemaFacts` of a local Parquet file from its footer, or None where pyarrow should read it
-    (see the module's docstring). Read once per version of the file (its identity: inode, size, mtime)."""
-    if "://" in path:
+    (see the module's docstring). Read once per version of the file (:func:`advcli.io.reader.identity`)."""
+    if "://" in path or not os.path.isfile(path):
         return None
     try:
-        st = os.stat(path)
-    except OSError:
+        version = (path, *identity(path))
+    except AdvcliError:  # gone since isfile
         return None
-    version = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if version not in _SEEN:
         if len(_SEEN) >= 64:
             _SEEN.clear()
-        _SEEN[version] = _read_facts(path, st.st_size) if os.path.isfile(path) else None
+        _SEEN[version] = _read_facts(path)
     return _SEEN[version]
 
 
-def _read_facts(path: str, size: int) -> SchemaFacts | None:
+def _read_facts(path: str) -> SchemaFacts | None:
     try:
-        if size < 12:
-            return None
-        with open(path, "rb") as fh:
-            fh.seek(-8, os.SEEK_END)
-            n = int.from_bytes(fh.read(4), "little")
-        if n > MAX_FOOTER:
-            return None
-        meta, _ = read_footer(path)
+        meta, _ = read_footer(path, max_bytes=MAX_FOOTER)
         if 8 in meta or 9 in meta:  # encryption_algorithm, footer_signing_key_metadata: pyarrow says what to do
             return None
         schema = items(meta, 2)
@@ -137,8 +134,6 @@ def schema_facts(path: str) -> SchemaFacts:
     facts = read_schema_facts(path)
     if facts is not None:
         return facts
-    from .reader import open_parquet
-
     f = open_parquet(path)
     try:
         schema = f.schema_arrow

@@ -2,7 +2,7 @@
 are imported: :mod:`advcli.io.writer` writes what is chosen here)."""
 from __future__ import annotations
 
-from ..errors import AdvcliError
+from ..errors import AdvcliError, did_you_mean
 
 OUTPUT_MODES = ("full", "sidecar")  # the input plus the new columns; the new columns plus the row keys
 
@@ -10,6 +10,5 @@ OUTPUT_MODES = ("full", "sidecar")  # the input plus the new columns; the new co
 def check_output_mode(output_mode: str) -> None:
     """``--output-mode``: full or sidecar."""
     if output_mode not in OUTPUT_MODES:
-        from ..errors import did_you_mean
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, list(OUTPUT_MODES))}")

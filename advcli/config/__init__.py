@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import AdvcliError, did_you_mean
+from ..records import record
 from .column_roles import ROLES
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Key:
+    """One configuration key as ``--set`` checks it: its default, doc, choices and kind."""
+
     default: Any
     doc: str
     choices: tuple | None = None

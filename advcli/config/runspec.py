@@ -16,8 +16,10 @@ import copyreg
 import dataclasses
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from ..records import record
 
 
 def frozen_mapping(m: Mapping | None) -> Mapping:
@@ -53,8 +55,10 @@ def section(cls, path: str | None = None):
     return field(default_factory=cls, metadata={"section": path})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Grouping:
+    """How rows form groups (``grouping.*``): by id, position or runs, their layout and scope, and trajectories."""
+
     by: str = key('auto', 'how rows form groups: `id` (the prompt_id column, rows anywhere in the file), '
             '`position` (consecutive blocks of grouping.size rows), `runs` (each maximal run of consecutive rows '
             "with equal prompt_id, any size: AReaL's per-prompt trajectory dicts), `none`, or `auto` (id when the "
@@ -90,8 +94,10 @@ class Grouping:
             "trainer.py compute_advantages_and_returns)", ('own_mask', 'last_row'), kind='str')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RewardNormalize:
+    """The row reward's normalisation before it is placed on tokens (``reward.normalize.*``)."""
+
     mean: str = key('none', 'subtract the `batch` or `group` mean of the row reward before it is placed on tokens, '
             "or `loo` (the mean of the group's other rows, OpenRLHF rloo)",
             ('none', 'batch', 'group', 'loo'), kind='str')
@@ -102,16 +108,20 @@ class RewardNormalize:
             'the same math, other float32 bits', kind='bool')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Overlong:
+    """DAPO's overlong penalty on the row reward (``reward.overlong.*``)."""
+
     tokens: int | None = key(None, 'DAPO overlong penalty: r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) '
             'with n = Σ mask (trained tokens), before bias/scale; null: off', kind='int')
     factor: float | None = key(None, 'overlong penalty factor', kind='float')
     max_tokens: int = key(1024, 'overlong penalty: the maximum response length', kind='int')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reward:
+    """Reward postprocessing (``reward.*``): which column, missing values, components, clip, placement."""
+
     source: str = key('auto', 'the row reward: `reward` (scalar column), `token_level_scores` (token list column, '
             'verl), `components` (weighted sum of reward.components) or `auto` (token_level_scores if present, '
             'else reward)', ('auto', 'reward', 'token_level_scores', 'components'), kind='str')
@@ -165,8 +175,10 @@ class Reward:
             'skipped in a scope with <= 1 valid token)', kind='bool')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KL:
+    """The KL penalty (``kl.*``): its estimate and clamps, the policy it reads, the coefficient and its controller."""
+
     in_reward: bool = key(False, 'token_level_rewards = scores − β·KL before the estimator', kind='bool')
     estimator: str = key('k1', 'per-token KL estimate of logp − ref: k1, abs, k2, k3',
             ('k1', 'abs', 'k2', 'k3'), kind='str')
@@ -195,8 +207,10 @@ class KL:
             kind='clip')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Correction:
+    """Rollout correction (``rollout_correction.*``): importance weights and rejection sampling."""
+
     mode: str = key('off', '`off`; `auto`: run when the input has a rollout_log_probs column (verl: whenever the '
             'batch holds them); `on`: require it', ('off', 'auto', 'on'), kind='str')
     is_level: Any = key(None, 'IS weights: null (none), `token` exp(clamp(lr, ±20)), `sequence` exp(clamp(Σ lr·m, '
@@ -244,7 +258,7 @@ class Correction:
     unused: tuple = ()  # (column role, why the flavor does not read it with the correction off): a warning
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Whitening:
     """``advantage.whiten*`` and ``advantage.batch_normalize``: the batch-wide normalisation of the advantages."""
     whiten: bool = key(False, 'whiten the advantages over the mask=1 tokens of each scope', kind='bool')
@@ -284,7 +298,7 @@ class Whitening:
         return bool(self.whiten or self.batch_normalize)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Advantage:
     """What happens to the estimator's advantages before they are written (``advantage.*`` but whitening)."""
     distill_coef: float | None = key(None, 'on-policy distillation term after the estimator, before whitening: A_t '
@@ -301,8 +315,10 @@ class Advantage:
             ('estimator', 'advantages'), kind='str')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Estimator:
+    """The advantage estimator by name and the parameters the configuration sets for it (``estimator.*``)."""
+
     name: str = "grpo"
     given: Mapping = field(default_factory=dict)  # the parameters the configuration sets (the estimator resolves them)
 
@@ -310,8 +326,10 @@ class Estimator:
         object.__setattr__(self, "given", frozen_mapping(self.given))  # read-only, whatever it was given
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunSpec:
+    """One run's resolved configuration: every section, the column map, and the configuration it came from."""
+
     grouping: Grouping = section(Grouping)
     reward: Reward = section(Reward)
     kl: KL = section(KL)

@@ -19,19 +19,22 @@ which imports it when a function first uses it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
+from ..records import record
 
 if TYPE_CHECKING:
     from ..config.runspec import RunSpec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EstimatorSpec:
+    """One registered estimator: its formula, source, parameters and the column roles it reads."""
+
     name: str
     level: str  # "row" | "token"
     formula: str

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..config import Key
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
+from ..records import record
 from ._releases import Release, check_accepts, find, index_text
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Flavor:
+    """One framework's semantics: its native keys and how they translate to the canonical configuration."""
+
     name: str  # what --flavor takes
     framework: str  # "verl-project/verl @ 1dda039b"
     keys: dict[str, Key]
@@ -133,7 +136,7 @@ def split_spec(spec: str) -> tuple[str, str | None]:
     return name.strip(), (release.strip() if at_ else None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FlavorAt:
     """A flavor at one of its releases: what ``--flavor NAME[@RELEASE]`` names, made once from what the user
     typed (:func:`at`) and carried as it is to everything that resolves, runs, labels or records a run
@@ -318,7 +321,7 @@ def _apply_extensions(cfg: dict, values: dict) -> dict:
     return cfg
 
 
-@dataclass
+@record
 class ConfigFileKeys:
     """What a ``--config`` file gave a flavor: the keys it reads (``taken``, in file order) and the
     rest, which a training config holds plenty of: top-level sections the flavor reads nothing from

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..errors import AdvcliError
+from ..records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Change:
     """One upstream change between two releases."""
 
@@ -31,7 +32,7 @@ class Change:
     effect: str  # what it does to the numbers, in one or two sentences
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Release:
     """One upstream release (a package version) or commit whose semantics advcli reproduces."""
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..errors import AdvcliError
+from ..records import record
 from ._common import arrow_type
 from .discovery import discover
 from .registry import Context, Format, get
@@ -16,8 +17,10 @@ BATCH_VALUES = 1 << 20  # ... or fewer rows when their token lists hold this man
 LAST_STEP_KEY = "advcli.last_step_estimators"  # footer key: ImportInfo.last_step_estimators, as JSON
 
 
-@dataclass
+@record
 class ImportInfo:
+    """What converting a trainer dump into canonical Parquet read and wrote (its format, files and rows)."""
+
     format: str
     title: str
     level: str

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from ..errors import AdvcliError
+from ..records import record
 from .records import first_json_record
 from .registry import FORMATS, Format, load, norm_path
 
@@ -15,8 +15,10 @@ SKIPPED_DIRS = {"wandb": "wandb run folder", "tensorboard": "TensorBoard folder"
                 ".git": "git folder", "__pycache__": "Python cache", ".ipynb_checkpoints": "notebook checkpoints"}
 
 
-@dataclass
+@record
 class Found:
+    """A dump's format and data files, and the files skipped with why."""
+
     fmt: Format
     files: list[str]
     skipped: list[str]  # "path (why)"

@@ -44,9 +44,9 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ..errors import AdvcliError
+from ..records import record
 from . import Context, Format, require
 from ._common import BOOL, F32, F32_LIST, I64, MASK, STR
 from .primerl import _row
@@ -57,7 +57,7 @@ STREAM_FIELDS = ("advantages", "trainer_logprobs", "entropies", "is_masked")  # 
 DECIMALS = 4  # verifiers 0.4.0 RECORD_FLOAT_DECIMALS, prime-rl monitors.file.float_decimals default
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Chunk:
     """One chunk of a prime-rl stream: its number, its file, and whether it is sealed (zstd, complete) or
     live (plain text, possibly still being appended to, its last line possibly torn)."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..errors import AdvcliError, did_you_mean
 from ..plugins import load_modules
+from ..records import record
 
 
-@dataclass
+@record
 class Context:
     """State of one conversion: the current file, notes for the user, and a per-format scratch dict
     (e.g. prime-rl's first step of every group)."""
@@ -29,7 +30,7 @@ class Context:
         return AdvcliError(f"{where}: {msg}", hint=hint)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Format:
     """One trainer dump format.
 

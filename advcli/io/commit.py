@@ -22,13 +22,16 @@ import shutil
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+from ..records import record
 
 HELD = (signal.SIGINT, signal.SIGTERM)
 
 
-@dataclass
+@record
 class Pending:
+    """One staged output: the path the user named, the finished temporary file, how it is put in place."""
+
     target: str  # the output path the user named
     staged: str  # the finished temporary file (or directory) that becomes it
     publish: Callable[[], None] | None = None  # object storage: the upload (None: a local rename)

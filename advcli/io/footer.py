@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import types
-from dataclasses import dataclass
 
 from ..errors import AdvcliError
+from ..records import record
 from .reader import identity, open_parquet
 from .thrift_compact import STRUCT, Struct, ThriftError, decode_struct
 
@@ -79,7 +79,7 @@ def _past_subtree(schema: list, i: int) -> int:
     return i
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SchemaFacts:
     """What a command needs of a Parquet file before it reads a row."""
     names: tuple[str, ...]  # the top-level columns, in file order (pyarrow's ``schema_arrow.names``)

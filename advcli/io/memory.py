@@ -13,7 +13,6 @@ few chunks costs a few milliseconds each.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 _libc = None
@@ -22,6 +21,8 @@ if sys.platform.startswith("linux"):
         try:  # glibc's soname first: find_library("c") asks ldconfig, milliseconds at every start
             _lib = ctypes.CDLL("libc.so.6")
         except OSError:
+            import ctypes.util  # imports tempfile: only where the soname differs
+
             _lib = ctypes.CDLL(ctypes.util.find_library("c"))
         if hasattr(_lib, "malloc_trim"):  # glibc (musl has none)
             _libc = _lib

@@ -12,10 +12,10 @@ import os
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import AdvcliError
+from ..records import record
 from . import remote
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def check_unchanged(path: str, expected: tuple | None) -> None:
         raise changed_error(path, how)
 
 
-@dataclass
+@record
 class InputSet:
     """The input files with one common schema: their paths and footers. No file stays open between
     reads (each pass opens one file at a time), so a directory of thousands of shards needs no more

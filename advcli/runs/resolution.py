@@ -22,16 +22,17 @@ Each decision taken for the user becomes one line of the run's summary (``from d
 ``compare --estimators``) and :func:`advcli.run` hand it what the user gave and get a :class:`RunChoice`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..config.runspec import RunSpec
 from ..errors import AdvcliError
+from ..records import record
 
 PRECISIONS = ("float32", "float64")  # float32 reproduces the frameworks; float64 computes the intended math
 
 
-@dataclass
+@record
 class RunChoice:
     """What a run was resolved to: the flavor at its release (:class:`advcli.flavors.FlavorAt`), the canonical
     configuration, the native settings given (coerced), what the dump told the flavor (one line each), the

@@ -15,13 +15,14 @@ without (the library), the engine puts them in place when written.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..formats import finish_outputs, name_dumps, name_sources
 from ..io.modes import check_output_mode
+from ..records import record
 
 
-@dataclass
+@record
 class RunRequest:
     """What to run: the engine's arguments (those of :func:`advcli.pipeline.run_pipeline`)."""
     output: str | None

@@ -9,13 +9,16 @@ import json
 import os
 import re
 import shutil
+from typing import TYPE_CHECKING
 
 from ..errors import AdvcliError
 from ..io.temps import scratch_prefix, sweep_stale
-from .conversion import LAST_STEP_KEY, ImportInfo, convert, synthetic_mask
 from .discovery import is_dump
 from .records import RESERVED
 from .registry import FORMATS, Context, get, load
+
+if TYPE_CHECKING:
+    from .conversion import ImportInfo
 
 _TMP: dict[str, str] = {}
 _CONVERTED: dict[tuple, ImportInfo] = {}
@@ -75,6 +78,8 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
         if key not in _CONVERTED:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
             target = _tmp_path(f"{stem}.parquet")
+            from .conversion import convert  # the streaming, loaded when a dump is converted
+
             info = convert(spec, target, forced, synth_mask=synth_mask)
             _record(target, info)
             _CONVERTED[key] = info
@@ -135,6 +140,8 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     itself is left as it is)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from .conversion import LAST_STEP_KEY, ImportInfo, synthetic_mask
 
     key = (os.path.realpath(spec), "converted", synth_mask)
     if key in _CONVERTED:

@@ -92,11 +92,17 @@ def norm_path(path: str) -> str:
     return os.path.abspath(path).replace(os.sep, "/")
 
 
+# the package's machinery, not formats: load() does not import them (a run on advcli's own Parquet never
+# converts or describes a dump)
+MACHINERY = ("conversion", "describe", "discovery", "input_edge", "records", "registry", "response_level")
+
+
 def load() -> None:
-    """Register the ``FORMAT`` of every module of this package that defines one (``_`` modules are skipped)."""
+    """Register the ``FORMAT`` of every module of this package that defines one (``_`` modules and
+    :data:`MACHINERY` are skipped)."""
     if FORMATS:
         return
-    for fmt in load_modules(__package__, [os.path.dirname(__file__)], "FORMAT"):
+    for fmt in load_modules(__package__, [os.path.dirname(__file__)], "FORMAT", skip=MACHINERY):
         FORMATS[fmt.name] = fmt
 
 

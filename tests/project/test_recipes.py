@@ -100,3 +100,24 @@ def test_a_canonical_key_is_one_field_read_by_schema_set_and_explain(capsys):
     assert code == 0, err
     listed = set(re.findall(r"^  ([\w.]+) +default ", printed, re.M))
     assert not sorted(set(SCHEMA) - listed), "keys explain --keys does not list"
+
+
+def test_every_format_module_is_loaded_and_the_machinery_is_not():
+    """"A dump format" is one module defining FORMAT: the registry imports every module of advcli/formats but
+    `_` ones and registry.MACHINERY (the package's own modules, skipped so that a run on advcli's own Parquet
+    does not import the conversion), so a module in MACHINERY must not be a format and each other one must be."""
+    import pkgutil
+
+    from advcli.formats import registry
+
+    names = {m.name for m in pkgutil.iter_modules([os.path.join(ROOT, "advcli", "formats")])
+             if not m.name.startswith("_")}
+    assert set(registry.MACHINERY) <= names, f"MACHINERY names no module: {set(registry.MACHINERY) - names}"
+    for name in sorted(names):
+        module = importlib.import_module(f"advcli.formats.{name}")
+        is_format = getattr(module, "FORMAT", None) is not None
+        assert is_format is (name not in registry.MACHINERY), (
+            f"advcli/formats/{name}.py: {'a format listed in MACHINERY' if is_format else 'not a format (no FORMAT)'}"
+            "; registry.MACHINERY lists exactly the package's modules that are not formats")
+    registry.load()
+    assert len(registry.FORMATS) == len(names) - len(registry.MACHINERY)

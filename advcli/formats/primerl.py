@@ -198,17 +198,22 @@ def read(path: str, ctx: Context):
 
 
 def sniff(rec: dict) -> bool:
+    """A first record of prime-rl's traces (this file's and the trace stream's): an episode with its group."""
     return "traces" in rec and "group" in rec
+
+
+# the canonical columns of a trace's row (:func:`_row`), here and in the trace stream (:mod:`.primerl_stream`)
+TRACE_COLUMNS = {"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
+                 "trainable": BOOL, "num_output_tokens": I64, "num_total_tokens": I64, "num_turns": I64,
+                 "agent_name": STR, "episode_id": STR, "trace_id": STR, "prompt_length": I64, "env": STR,
+                 "logged_advantage": F32, "stop_condition": STR, "env_reward": F32}
 
 
 FORMAT = Format(
     name="primerl-traces", title="prime-rl rollouts/step_N/train/{all,effective}/traces.jsonl",
     pattern=PATTERN, level="token",
     group_rule="episode.group.id (the cohort uuid), at the step of the file where the cohort first appears",
-    columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
-             "trainable": BOOL, "num_output_tokens": I64, "num_total_tokens": I64, "num_turns": I64,
-             "agent_name": STR, "episode_id": STR, "trace_id": STR, "prompt_length": I64, "env": STR,
-             "logged_advantage": F32, "stop_condition": STR, "env_reward": F32},
+    columns=TRACE_COLUMNS,
     read=read, sniff=sniff, required=("group", "traces"),
     companions=(r"(^|/)rollouts/step_\d+/eval/",),
     key=lambda p: (FORMAT.step_of(p), _subset(p)), logged="logged_advantage", flavor="prime-rl",

@@ -48,8 +48,8 @@ from collections.abc import Iterator
 from ..errors import AdvcliError
 from ..records import record
 from . import Context, Format, require
-from ._common import BOOL, F32, F32_LIST, I64, MASK, STR
-from .primerl import _row
+from ._common import BOOL, F32_LIST, I64
+from .primerl import TRACE_COLUMNS, _row, sniff
 
 PATTERN = r"(^|/)traces/stream/(?P<chunk>\d+)\.jsonl(?P<zst>\.zst)?$|(^|/)traces/stream\.jsonl$"
 CHUNK = re.compile(r"^(?P<n>\d+)\.jsonl(?P<zst>\.zst)?$")
@@ -369,19 +369,12 @@ def read(path: str, ctx: Context):
         ctx.notes.append(f"{path}: {evals} eval episode(s) in the stream: not read (advcli reads the train ones)")
 
 
-def sniff(rec: dict) -> bool:
-    return "traces" in rec and "group" in rec
-
-
 FORMAT = Format(
     name="primerl-stream", title="prime-rl trace stream monitors/file/traces/stream/NNNNN.jsonl[.zst]",
     pattern=PATTERN, level="token",
     group_rule="episode.group.id (the cohort uuid), at the step its first episode arrived (info.arrival.step)",
-    columns={"prompt_id": STR, "step": I64, "reward": F32, "response_mask": MASK, "rollout_log_probs": F32_LIST,
-             "trainable": BOOL, "num_output_tokens": I64, "num_total_tokens": I64, "num_turns": I64,
-             "agent_name": STR, "episode_id": STR, "trace_id": STR, "prompt_length": I64, "env": STR,
-             "logged_advantage": F32, "stop_condition": STR, "env_reward": F32, "trainer_log_probs": F32_LIST,
-             "entropies": F32_LIST, "ship_step": I64, "effective": BOOL},
+    columns={**TRACE_COLUMNS, "trainer_log_probs": F32_LIST, "entropies": F32_LIST, "ship_step": I64,
+             "effective": BOOL},
     read=read, sniff=sniff, required=("group", "traces"), first_record=first_record,
     companions=((r"(^|/)traces/annotations/.*\.index\.jsonl$",
                  "prime-rl annotation index: the annotations themselves are read"),

@@ -53,6 +53,13 @@ def test_the_map_names_every_module_and_only_those():
     assert not sorted(named - modules), f"docs/house.md names modules that do not exist: {sorted(named - modules)}"
 
 
+def test_the_top_level_holds_at_most_ten_modules():
+    """The top of advcli/ holds the entry points and what everything imports; the rest lives in packages named
+    for what they hold (docs/house.md). A module added at the top past ten belongs in a package."""
+    top = sorted(m for m in _modules() if "/" not in m)
+    assert len(top) <= 10, f"{len(top)} modules at the top of advcli/ (at most ten): {top}"
+
+
 def test_every_path_the_page_names_exists():
     text = open(HOUSE, encoding="utf-8").read()
     paths = set(re.findall(r"`((?:advcli|tests|docs)/[\w/.-]+\.(?:py|md))`", text))

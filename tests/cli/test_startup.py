@@ -70,7 +70,7 @@ def test_a_run_before_torch_imports_no_helper_it_does_not_need(tmp_path):
     """Up to its first `import torch` a run parses, opens the dump (its Parquet footer read by advcli.io.footer)
     and resolves the configuration: no pyarrow and no numpy (torch imports numpy; pyarrow comes after it), no
     pandas, no rich (no progress bar off a terminal), no pydantic (typer's adapters), no other command's
-    module."""
+    module, and no dump conversion (the input is advcli's own Parquet)."""
     code = ("import os, sys\n"
             "class Stop:\n"
             "    @staticmethod\n"
@@ -90,4 +90,7 @@ def test_a_run_before_torch_imports_no_helper_it_does_not_need(tmp_path):
     tops = {m.split(".")[0] for m in modules}
     assert not tops & {"pyarrow", "numpy", "pandas", "rich", "pydantic", "yaml", "ray", "wandb", "tensorboard"}, \
         sorted(tops)
+    # advcli's own Parquet is not a dump: the formats are checked by name, nothing converted or described
+    assert not {"advcli.formats.conversion", "advcli.formats.describe"} & set(modules)
+    assert "advcli.formats.verl" in modules  # the check that it is not a dump did run
     assert not (tmp_path / "o.parquet").exists()

@@ -12,6 +12,7 @@ from .commands import options as opt
 from .commands.progress import progress
 from .errors import AdvcliError, caused_by_interrupt
 from .flavors import framework_names
+from .lazy_torch import import_held
 from .version import __version__
 
 app = typer.Typer(
@@ -432,6 +433,13 @@ def _only_what_runs(argv: list[str]):
         app.registered_commands, app.registered_groups = commands, groups
 
 
+def _shielded():
+    """SIGINT and SIGTERM held, raised again at the end (advcli.io.commit.shielded): around torch's import."""
+    from .io.commit import shielded
+
+    return shielded()
+
+
 def main() -> None:
     import signal
 
@@ -442,7 +450,7 @@ def main() -> None:
         pass
     stdout_was = _stdout_identity()
     try:
-        with _only_what_runs(sys.argv[1:]):
+        with _only_what_runs(sys.argv[1:]), import_held(_shielded):
             rv = app(standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         # typer turns KeyboardInterrupt into Exit(130) and, without standalone mode, *returns* the

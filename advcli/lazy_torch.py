@@ -15,6 +15,9 @@ the proxy puts nothing there until it is used.
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 
@@ -32,3 +35,72 @@ class LazyTorch:
 
 
 torch = LazyTorch()
+
+
+class _HeldLoader:
+    """torch's own loader, its module run inside ``hold()``; everything else is the loader's."""
+
+    def __init__(self, loader, hold: Callable[[], AbstractContextManager]):
+        self._loader, self._hold = loader, hold
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        try:
+            with self._hold():
+                self._loader.exec_module(module)
+        finally:  # torch sees its own loader afterwards, as if nothing had stood between
+            module.__loader__ = self._loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _FirstTorchImport:
+    """A finder on ``sys.meta_path`` for ``torch`` alone, until torch is loaded: the spec the other finders give,
+    with its loader wrapped in :class:`_HeldLoader` (a mere ``importlib.util.find_spec("torch")`` gets the same
+    and loads nothing)."""
+
+    def __init__(self, hold: Callable[[], AbstractContextManager]):
+        self.hold = hold
+        self._asking = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" or self._asking or "torch" in sys.modules:
+            return None
+        import importlib.util
+
+        self._asking = True  # the other finders answer (importlib.util.find_spec asks sys.meta_path, this too)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._asking = False
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _HeldLoader(spec.loader, self.hold)
+        return spec
+
+
+@contextmanager
+def import_held(hold: Callable[[], AbstractContextManager]) -> Iterator[None]:
+    """Within: the first ``import torch``, wherever it happens, runs inside ``hold()`` (the command line passes
+    :func:`advcli.io.commit.shielded`: SIGINT and SIGTERM recorded while torch imports, raised again once it
+    is loaded).
+
+    Why: torch's C extension imports numpy as it initialises and, when that import fails, warns and goes on
+    without numpy. A Ctrl-C that landed in numpy's import there was swallowed, and the command went on with a
+    half-imported numpy until an unrelated error (``module 'numpy' has no attribute 'nonzero'``). Held, the
+    Ctrl-C stops the command as soon as torch is loaded (its import takes 1-3 s). Process-wide signal
+    handling: the command line's, never the library's. Nothing is installed when torch is already loaded."""
+    if "torch" in sys.modules:
+        yield
+        return
+    finder = _FirstTorchImport(hold)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)

@@ -20,7 +20,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import interrupted_once_created, run_main
+from conftest import ROOT, interrupted_once_created, run_main
 
 from advcli.sample import make_table
 
@@ -477,3 +477,53 @@ def test_an_interrupt_as_the_output_file_is_created_leaves_no_temporary_file(dum
     assert "Traceback" not in err and "interrupted" in err
     assert out.read_bytes() == EARLIER
     assert temps(out) == [] and not os.path.exists(made[0])
+
+
+# A stand-in for torch's import: a SIGINT lands in the middle, and the module swallows the KeyboardInterrupt,
+# as torch's C extension does with an error in the numpy import it makes as it initialises (it warns and goes
+# on without numpy). It records on builtins whether it saw the interrupt and whether it ran to its end.
+FAKE_TORCH = """
+import builtins, os, signal, time
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # the signal's handler runs as this returns
+    time.sleep(0.2)
+    builtins.SWALLOWED = False
+except KeyboardInterrupt:
+    builtins.SWALLOWED = True
+builtins.COMPLETE = True
+"""
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_ctrl_c_while_torch_imports_is_held_until_it_is_loaded(tmp_path, held):
+    """The command line imports torch with SIGINT held (advcli.lazy_torch.import_held with
+    advcli.io.commit.shielded): the signal is not raised inside torch's import, where torch swallows it, but
+    once torch is loaded, so the command stops there. Without the hold (the control) the import swallows it and
+    the command would go on."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    code = ("import builtins, sys\n"
+            "from advcli.io.commit import shielded\n"
+            "from advcli.lazy_torch import import_held, torch\n"
+            f"hold = import_held(shielded) if {held} else __import__('contextlib').nullcontext()\n"
+            "try:\n"
+            "    with hold:\n"
+            "        torch.anything_at_all  # the lazy proxy's first use imports torch\n"
+            "    print('went on')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n"
+            "except AttributeError:\n"
+            "    print('went on')\n"
+            "print(builtins.SWALLOWED, builtins.COMPLETE, sys.meta_path[0].__class__.__name__)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    outcome, state = r.stdout.split("\n")[:2]
+    swallowed, complete, first_finder = state.split()
+    assert complete == "True"  # torch's import ran to its end either way
+    assert first_finder != "_FirstTorchImport"  # the finder is gone once the hold ends
+    if held:
+        assert (outcome, swallowed) == ("interrupted", "False")
+    else:
+        assert (outcome, swallowed) == ("went on", "True")

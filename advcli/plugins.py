@@ -1,10 +1,11 @@
 """Discovery of self-registering modules: estimators, flavors and dump formats are each one module of
-their package, found here so that adding one is adding its file."""
+their package, found here so that adding one is adding its file; and a package's names imported from their
+modules when first read (:func:`lazy_exports`)."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -21,3 +22,18 @@ def load_modules(package: str, path: Iterable[str], attr: str | None = None, ski
         if attr is not None and getattr(module, attr, None) is not None:
             found.append(getattr(module, attr))
     return found
+
+
+def lazy_exports(package: str, namespace: dict, where: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` (PEP 562): each name of ``where`` imported from its module (a path
+    relative to ``package``) when first read, then kept in the package's ``namespace``; any other name is an
+    AttributeError. ``__getattr__ = lazy_exports(__name__, globals(), {"name": ".module", ...})``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where[name], package), name)
+        namespace[name] = value
+        return value
+
+    return __getattr__

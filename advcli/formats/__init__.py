@@ -28,6 +28,7 @@ file renamed into place only when complete).
 """
 from __future__ import annotations
 
+from ..plugins import lazy_exports
 from .discovery import discover
 from .input_edge import info_for, locate_rows, name_dump_rows, name_dumps, open_inputs, source_of
 from .records import extras, first_json_record, iter_json_lines, number, require, reward_note
@@ -45,17 +46,7 @@ from .response_level import (
 # loaded on first use: a run on advcli's own Parquet neither converts a dump nor describes one
 _LAZY = {"convert": ".conversion", "ImportInfo": ".conversion", "describe": ".describe", "print_dump": ".describe",
          "row_constant_note": ".describe"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
            "open_inputs", "check_config", "drop_token_figures", "no_token_data", "implied_settings", "finish_outputs",

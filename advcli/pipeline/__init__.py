@@ -35,7 +35,7 @@ The stages, one module each (data flows down the list; no module imports one bel
 """
 from __future__ import annotations
 
-import importlib
+from ..plugins import lazy_exports
 
 # each public name and the stage module that holds it: imported when first read, so that a light command
 # (``advcli validate``) can plan a run (``advcli.pipeline.plan``) without the math modules importing torch
@@ -47,11 +47,4 @@ _WHERE = {"OUTPUT_MODES": "..io.modes", "RunResult": "..results", "SIDECAR_ROW":
           "run_pipeline": ".run", "chunk_math": ".tokens"}
 
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _WHERE)

@@ -181,8 +181,8 @@ RELEASES = (
                        "grpo: rows whose sample mask is 0 (the dump's sample_loss_mask) leave the group baseline and "
                        "std (valid_mask); their own advantage uses the sums over the valid rows; gdpo and "
                        "reinforce_plus_plus unchanged. Upstream this is the single-controller path's; the legacy "
-                       "grpo_train loop passes all ones until #4160 (open): for its dumps with dropped rows set "
-                       "advcli.grpo_valid_mask=false"),
+                       "grpo_train loops pass all ones until #4160 (open), and they write the train_data_step "
+                       "dumps: on such a dump advcli.grpo_valid_mask is false unless set"),
             ),
             note="with #3837 (grpo's valid_mask), before #4158"),
     Release("post-4158", "2026-09-19", aliases=("newest",),
@@ -200,6 +200,12 @@ FLAVOR = Flavor(
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     estimator_key="grpo.adv_estimator.name",
+    # the train_data_step dumps are written by the legacy grpo_train / async_grpo_train loops (grpo.py L3651,
+    # L5279 @7ea279ab), whose compute_advantage call passes no valid_mask (L3289-3301): #3837 reached the
+    # single-controller path only, and #4160 (open) would bring the legacy loops in line
+    dump_settings={"nemo-jsonl": ((("advcli.grpo_valid_mask", False),),
+                                  "NeMo RL's train_data_step dump (written by the grpo_train loops, which give "
+                                  "GRPO no valid_mask: every row is in the group statistics until #4160)")},
     audit_tries=lambda n: [{}, {"grpo.adv_estimator.use_leave_one_out_baseline": False},
                            {"grpo.adv_estimator.normalize_rewards": False},
                            {"grpo.adv_estimator.use_leave_one_out_baseline": False,

@@ -183,7 +183,9 @@ class GroupIndex:
         whose partial sums are not all exact (:func:`order_free`) — are recomputed with NeMo's own
         per-group call, so the artefacts come out bit for bit. That loop visits only those groups.
         In float64 (``--precision float64``, the intended math) the std is two-pass over each row's
-        set (a ``[G_n, n, n]`` product): an all-equal set gives exactly 0.
+        set (a ``[G_n, n, n]`` product): an all-equal set gives exactly 0. A left-out row sums its group's
+        ``m = c`` valid values but divides by ``k = c − 1``; its ``k·(q − b²)`` is then
+        ``Σ (x − b)² + (k − m)·b²``, the same formula's exact value.
         """
         base = x.clone()
         std = torch.zeros_like(x)
@@ -218,7 +220,10 @@ class GroupIndex:
             else:  # float64, the intended math: two-pass over each row's set, so equal values give 0
                 dev = vals[:, None, :] - b[:, :, None]  # [G_n, n, n]: value j against row i's baseline
                 weight = w if valid is None else w * vmask[:, None, :]
-                sd = ((dev * dev * weight).sum(dim=2) / (k - 1)).sqrt().nan_to_num(0)
+                # k·(q − b²) = Σ_j (x_j − b)² + (k − m)·b² over the m values row i sums: the one-pass formula's
+                # exact value also where m ≠ k (a left-out row's sums run over every valid row, c = k + 1)
+                spread = (dev * dev * weight).sum(dim=2) + (k - weight.sum(dim=-1)) * b.square()
+                sd = (spread / (k - 1)).sqrt().nan_to_num(0)
             if keep is not None:  # c ≤ 1 valid rows: NeMo sets the baseline to the reward, std stays 0
                 b = torch.where(keep[:, None], b, vals)
                 sd = torch.where(keep[:, None], sd, torch.zeros_like(sd))

@@ -212,7 +212,7 @@ def test_3837_grpo_leaves_dropped_rows_out_of_the_group_statistics(tmp_path):
     d = _dump(tmp_path, advantages=[0.0] * 6)
     rewards, groups = [s[3] for s in SAMPLES], [tuple(s[0]) for s in SAMPLES]
     out = tmp_path / "new.parquet"
-    advcli.run(str(d), str(out), flavor="nemo", device="cpu")
+    advcli.run(str(d), str(out), flavor="nemo", settings={"advcli.grpo_valid_mask": True}, device="cpu")
     got = [row[0] for row in _adv_rows(out)]
     want = nemo_grpo_valid(rewards, groups, [m != 0 for m in MASKS])
     # by hand: row 0's valid peers {0, 0.5}: b 0.25, std sqrt(((0 + 0.25)/2 − 0.0625)·2) = sqrt(0.125)
@@ -223,6 +223,41 @@ def test_3837_grpo_leaves_dropped_rows_out_of_the_group_statistics(tmp_path):
     advcli.run(str(d), str(old), flavor="nemo@7ea279a", device="cpu")
     assert [row[0] for row in _adv_rows(old)] == pytest.approx(nemo_grpo(rewards, groups), rel=1e-5, abs=1e-6)
     assert nemo_grpo(rewards, groups)[0] == pytest.approx(2.88674, rel=1e-5)  # all four vote: b = 1/6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_3837_left_out_row_has_the_same_std_in_both_precisions(dtype):
+    """A left-out row sums its group's c valid values but divides by k = c − 1 (NeMo's matmul with W = 1 − I,
+    num_valid = Σ valid − 1). By hand, rewards [1, 1, 0, 0] with row 1 left out: row 1 sums {1, 0, 0}:
+    b = 1/2, q = 1/2, std = sqrt((q − b²)·k/(k − 1)) = sqrt(1/2); row 0's peers {0, 0}: 0; rows 2, 3 against
+    {1, 0}: b = 1/2, std = sqrt(1/2). float64 (the intended math) gives the same formula's value, so the
+    float32 run is not flagged as rounding noise."""
+    g = GroupIndex.from_codes(torch.zeros(4, dtype=torch.int64))
+    valid = torch.tensor([True, False, True, True])
+    b, sd = g.onepass_baseline_std(torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=dtype), True, valid)
+    assert b.tolist() == pytest.approx([0.0, 0.5, 0.5, 0.5], abs=1e-7)
+    assert sd.tolist() == pytest.approx([0.0, math.sqrt(0.5), math.sqrt(0.5), math.sqrt(0.5)], rel=1e-6)
+
+
+def test_3837_is_off_on_nemo_dumps_which_the_grpo_train_loops_write(tmp_path, capsys):
+    """NeMo's train_data_step dumps come from the legacy grpo_train / async loops, whose compute_advantage
+    call passes no valid_mask (#3837 reached the single-controller path; #4160, open, would change the loops):
+    on such a dump the newest release, with no --set, lets every row vote, and says so in the summary. The
+    same rows in advcli's Parquet keep #3837 (the single-controller path's semantics)."""
+    rewards, groups = [s[3] for s in SAMPLES], [tuple(s[0]) for s in SAMPLES]
+    every_row = nemo_grpo(rewards, groups)
+    d = _dump(tmp_path, advantages=every_row)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo"], capsys)
+    assert code == 0, err
+    assert [row[0] for row in _adv_rows(out)] == pytest.approx(every_row, rel=1e-5, abs=1e-6)
+    assert "advcli.grpo_valid_mask=false" in err and "#4160" in " ".join(err.split())
+    code, _, err = run_main(["audit", d, "--flavor", "nemo"], capsys)
+    assert code == 0, err
+    # the library, on the dump: the same numbers
+    lib = tmp_path / "lib.parquet"
+    advcli.run(str(d), str(lib), flavor="nemo", device="cpu")
+    assert [row[0] for row in _adv_rows(lib)] == pytest.approx(every_row, rel=1e-5, abs=1e-6)
 
 
 def test_3837_leaves_gdpo_unchanged(tmp_path):
@@ -275,24 +310,45 @@ def test_config_file_names_the_flavor_and_its_release(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- audit finds the release
-def test_audit_names_the_release_that_reproduces_a_pre_4158_dump(tmp_path, capsys):
-    """Logged advantages made at 7ea279a (every row votes, the dropped one too): the newest release
-    disagrees, and audit names NeMo RL @7ea279a as the one that reproduces them."""
-    rewards, groups = [s[3] for s in SAMPLES], [tuple(s[0]) for s in SAMPLES]
-    d = _dump(tmp_path, advantages=nemo_grpo(rewards, groups))
-    code, stdout, _ = run_main(["audit", d, "--json"], capsys)
+def _nemo_noloo_float32(rewards: list[float]) -> list[float]:
+    """NeMo RL's GRPO without leave-one-out for one group at 7ea279a, in float32 as its code runs it
+    (calculate_baseline_and_std_per_prompt L149-196, GRPOAdvantageEstimator L82-96 @7ea279ab): W = ones,
+    b = W·r / n, q = W·r² / n, std = sqrt((q − b²)·n/(n − 1)), A = (r − b)/(std + 1e-6) where std > 0.
+    For three equal values every summation order gives the same bits."""
+    v = torch.tensor(rewards, dtype=torch.float32)
+    n = v.numel()
+    w = torch.ones((n, n), dtype=torch.float32)
+    b = torch.matmul(w, v.clone()) / n
+    q = torch.matmul(w, torch.pow(v, 2)) / n
+    std = ((q - b.square()) * (n / (n - 1))).sqrt().nan_to_num(0)
+    return torch.where(std > 0, (v - b) / (std + 1e-6), v - b).tolist()
+
+
+def test_audit_names_the_releases_that_reproduce_a_pre_4158_dump(tmp_path, capsys):
+    """Logged advantages made before #4158 (grpo without leave-one-out): three rows of 0.9 leave a float32
+    residue std that 7ea279a divides by (A ≈ 1.4e-4), which #4158 no longer does (A ≈ 0). The newest release
+    disagrees, and audit names the two releases before #4158 (on a NeMo dump #3837 is off in every release:
+    the grpo_train loops that write it pass no valid_mask)."""
+    samples = [([5, 6], [10, 11], [1, 1], 0.9), ([5, 6], [12], [1], 0.9), ([5, 6], [13, 14, 15], [1, 1, 1], 0.9),
+               ([8, 9], [20, 21], [1, 1], 1.0), ([8, 9], [22], [1], 0.0)]
+    logged = _nemo_noloo_float32([0.9] * 3) + _nemo_noloo_float32([1.0, 0.0])
+    assert abs(logged[0]) > 1e-4 and logged[3] == pytest.approx(0.707106, rel=1e-5)  # the residue, by NeMo's ops
+    d = _dump(tmp_path, advantages=logged, masks=None, samples=samples)
+    no_loo = ["--set", "grpo.use_leave_one_out_baseline=false"]
+    code, stdout, _ = run_main(["audit", d, "--json", *no_loo], capsys)
     assert code == 1
     rep = json.loads(stdout)
     assert rep["release"]["name"] == "post-4158"
-    assert len(rep["release_matches"]) == 1 and rep["release_matches"][0].startswith("NeMo RL @7ea279a")
+    assert sorted(m.split(" (")[0] for m in rep["release_matches"]) == ["NeMo RL @7ea279a", "NeMo RL @post-3837"]
     tried = {r["release"]: r for r in rep["releases_tried"]}
-    assert set(tried) == {"7ea279a", "post-3837"} and tried["post-3837"]["tokens_disagreeing"] > 0
-    code, _, err = run_main(["audit", d], capsys)
-    assert code == 1 and "matches release" in err and "NeMo RL @7ea279a" in err
+    assert set(tried) == {"7ea279a", "post-3837"}
+    code, _, err = run_main(["audit", d, *no_loo], capsys)
+    err = " ".join(err.split())
+    assert code == 1 and "matches release" in err and "NeMo RL @7ea279a" in err and "NeMo RL @post-3837" in err
     report = tmp_path / "audit.md"
-    run_main(["audit", d, "--report", report, "-q"], capsys)
+    run_main(["audit", d, "--report", report, "-q", *no_loo], capsys)
     assert "Releases tried" in report.read_text() and "NeMo RL @7ea279a" in report.read_text()
-    code, _, _ = run_main(["audit", d, "--flavor", "nemo@7ea279a"], capsys)
+    code, _, _ = run_main(["audit", d, "--flavor", "nemo@7ea279a", *no_loo], capsys)
     assert code == 0
 
 
@@ -338,9 +394,12 @@ def test_nemo_3467_table_masked_row_under_each_release(tmp_path, release, loo, n
                ([5, 6], [16, 17], [1, 1], 0.0)]
     d = _dump(tmp_path, masks=[1.0, 0.0, 1.0, 1.0], samples=samples)
     out = tmp_path / "o.parquet"
+    # the single-controller path's valid_mask from #3837 on (a NeMo dump alone keeps it off: the grpo_train
+    # loops that write it pass none)
     advcli.run(str(d), str(out), flavor=f"nemo@{release}", device="cpu", precision="float64",
                settings={"grpo.adv_estimator.use_leave_one_out_baseline": loo,
-                         "grpo.adv_estimator.normalize_rewards": normalize})
+                         "grpo.adv_estimator.normalize_rewards": normalize,
+                         "advcli.grpo_valid_mask": release != "7ea279a"})
     adv = _adv_rows(out)
     got = [adv[i][-1] for i in (0, 2, 3)]
     assert got == pytest.approx(NEMO_3467[(release, loo, normalize)], rel=1e-6, abs=1e-9)

@@ -152,13 +152,13 @@ class Reward:
             kind='float')
     zero_truncated: bool = key(False, 'rows whose `truncated` column is true get row reward 0 after normalisation '
             '(AReaL mask_no_eos_with_zero)', kind='bool')
-    dtype: str = key('run', "the dtype of the rewards an estimator that keeps it (keeps_reward_dtype: verl's grpo, "
-            'rloo, gpg, rloo_vectorized), the reward normalisation and the reward clip after it (OpenRLHF before '
-            '0.11.2, ROLL) compute '
-            "in: `run` (the run's precision), `bfloat16` / `float16` (the trainer's scores were, e.g. a custom "
-            "reward manager's or a reward model's), `input` (a float16 reward column stays float16, any other the "
-            "run's precision); with KL in the reward the rewards are float32, as verl's apply_kl_penalty promotes "
-            'them', ('run', 'input', 'bfloat16', 'float16'), kind='str')
+    dtype: str = key('run', "the dtype of the trainer's row rewards: every estimator sees the reward column rounded "
+            'to it, and an estimator that keeps it (keeps_reward_dtype: verl\'s grpo, rloo, gpg, rloo_vectorized, '
+            'opo, grpo_passk), the reward normalisation and the reward clip after it (OpenRLHF before 0.11.2, ROLL) '
+            "compute in it: `run` (the run's precision), `bfloat16` / `float16` (the trainer's scores were, e.g. a "
+            "custom reward manager's or a reward model's), `input` (a float16 reward column stays float16, any "
+            "other the run's precision); with KL in the reward the rewards are the rounded scores − β·KL in "
+            "float32, as verl's apply_kl_penalty promotes them", ('run', 'input', 'bfloat16', 'float16'), kind='str')
     placement: str = key('last', 'where the row reward lands: `last` (position L_i-1, verl/ROLL) or `last_valid` '
             "(last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo RL's REINFORCE++ and "
             'raw_reward)', ('last', 'last_valid', 'all'), kind='str')

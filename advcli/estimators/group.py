@@ -182,7 +182,7 @@ def opo_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="opo", level="row", uses_groups=True, row_constant=True, row_fn=opo_row,
+    name="opo", level="row", uses_groups=True, row_constant=True, keeps_reward_dtype=True, row_fn=opo_row,
     needs_lengths="the response lengths (OPO weights each response by its token count)",
     zero_for_uniform_groups=True,
     formula="A_i = s_i − Σ_g L_j s_j / Σ_g L_j  (L = valid tokens; n=1: A_i = s_i)",
@@ -249,7 +249,7 @@ def passk_row(table: RowTable, p: dict) -> torch.Tensor:
 
 
 register(EstimatorSpec(
-    name="grpo_passk", level="row", uses_groups=True, row_constant=True, row_fn=passk_row,
+    name="grpo_passk", level="row", uses_groups=True, row_constant=True, keeps_reward_dtype=True, row_fn=passk_row,
     zero_for_uniform_groups=True,
     formula="A_i = (r_max − r_2nd)[/(std_g + eps)] for the group argmax, 0 for the others",
     source="verl core_algos.compute_grpo_passk_outcome_advantage (L471-530 @1dda039b)",

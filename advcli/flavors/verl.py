@@ -26,12 +26,14 @@ KEYS = {
                                   "verl ≥ 0.9.0, #7300) or `reset` (a mask=0 token keeps its reward and the return "
                                   "after it, the tokens before it start afresh: verl 0.8.0); the estimator's holes",
                                   ("skip", "reset"), "str"),
-    "advcli.reward_dtype": Key("input", "advcli extension: the dtype of the scores verl's grpo, rloo, gpg and "
-                               "rloo_vectorized compute in (they keep it): `input` (a float16 reward column stays "
-                               "float16, any other runs at the run's precision), `bfloat16` / `float16` (a custom "
-                               "reward manager or a reward model gave bf16 scores: every step rounds to it; "
-                               "rloo_vectorized returns float64, #7964), `run`; with use_kl_in_reward the rewards are "
-                               "float32", ("input", "run", "bfloat16", "float16"), "str"),
+    "advcli.reward_dtype": Key("input", "advcli extension: the dtype of the scores (verl's estimators compute "
+                               "in it): `input` (a float16 reward column stays float16, any other runs at the run's "
+                               "precision), `bfloat16` / `float16` (a custom reward manager or a reward model gave "
+                               "bf16 scores: every estimator sees them rounded; grpo, rloo, gpg, opo and grpo_passk "
+                               "round every step to it, rloo_vectorized returns float64 (#7964); reinforce_plus_plus "
+                               "and its baseline variant whiten in float32, not in bf16 as verl does), `run`; with "
+                               "use_kl_in_reward the rewards are the rounded scores − β·KL in float32",
+                               ("input", "run", "bfloat16", "float16"), "str"),
     "advcli.gae_holes": Key("skip", "advcli extension (verl's releases): gae over mask=0 tokens: `skip` (the scan "
                             "jumps over them: verl ≥ 0.5.0) or `step` (every position is a step with its own value "
                             "and reward: verl ≤ 0.4.1)", ("skip", "step"), "str"),
@@ -144,6 +146,13 @@ def translate(v: dict) -> dict:
     elif est == "reinforce_plus_plus_baseline":
         cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L584)
     elif est in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        if v["advcli.reward_dtype"] in ("bfloat16", "float16") and not in_reward:
+            # compute_optimal_token_baseline_advantage index_puts the float32 baselines into a tensor of the
+            # scores' dtype: "Index put requires the source and destination dtypes match"
+            raise AdvcliError(f"algorithm.adv_estimator={est} with {v['advcli.reward_dtype']} scores "
+                              "(advcli.reward_dtype): verl raises here (its float32 baselines cannot be put into "
+                              "the 16-bit scores' tensor)",
+                              hint="with float32 scores it runs: --set advcli.reward_dtype=run")
         e.update(handle_zero_tail=True, eps=1e-8)
     # rloo, rloo_vectorized, opo, gpg, remax take no parameters from the trainer
     cfg["estimator"] = e

@@ -164,6 +164,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         raw = row.get("reward", torch.zeros(R, dtype=plan.dtype))
         if plan.run.reward.nan == "zero":  # TRL 0.16.0-1.5.1: the one reward function's None nansums to 0
             raw = torch.nan_to_num(raw, nan=0.0)
+        half = shaping_dtype(plan)
+        if half is not None:  # the trainer's scores are 16-bit: every estimator, and the KL penalty, sees them
+            raw = raw.to(half).to(raw.dtype)  # rounded (verl: token_level_scores in the reward's dtype)
     else:
         raw = row["score_sum"]
     ncfg = reward.normalize

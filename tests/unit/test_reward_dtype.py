@@ -226,3 +226,81 @@ def test_trl_grpo_float16_column_is_float32_math(tmp_path):
     g16 = g.half()
     want16 = ((g16 - g16.mean(dim=1, keepdim=True)) / (g16.std(dim=1, keepdim=True) + 1e-4)).reshape(-1).double()
     assert np.max(np.abs(want16.numpy() - want)) > 1e-4  # had it run in float16, the test would tell
+
+
+# -------------------------------------------- verl's other estimators on 16-bit scores (verl @ 1dda039b)
+def opo_f16() -> np.ndarray:
+    """compute_opo_outcome_advantage (core_algos.py L639-690) on float16 scores: len (int64) × score is float16,
+    its sum accumulates in float32 and rounds, divided by the int64 length sum in float16; s − b in float16."""
+    out = np.zeros(len(IDS), dtype=np.float16)
+    for g in sorted(set(IDS)):
+        idx = [i for i, x in enumerate(IDS) if x == g]
+        s = REWARDS[idx]
+        lengths = np.full(len(idx), 2, dtype=np.float16)  # two mask=1 tokens per row (_run)
+        num = np.float16((lengths * s).astype(np.float32).sum())
+        out[idx] = s - np.float16(num / np.float16(2 * len(idx)))
+    return out
+
+
+def passk_f16() -> np.ndarray:
+    """compute_grpo_passk_outcome_advantage (L471-530) on float16 scores: the group's best row gets
+    (r_max − r_2nd)/(std + 1e-6), std unbiased (float32 accumulation, rounded), every step in float16."""
+    out = np.zeros(len(IDS), dtype=np.float16)
+    for g in sorted(set(IDS)):
+        idx = [i for i, x in enumerate(IDS) if x == g]
+        s = REWARDS[idx]
+        order = np.argsort(-s.astype(np.float32), kind="stable")
+        std = np.float16(s.astype(np.float32).std(ddof=1))
+        out[idx[order[0]]] = np.float16(s[order[0]] - s[order[1]]) / np.float16(std + np.float16(1e-6))
+    return out
+
+
+@pytest.mark.parametrize("est,reference", [("opo", opo_f16), ("grpo_passk", passk_f16)])
+def test_verl_opo_and_passk_round_every_step_to_the_scores_dtype(tmp_path, est, reference):
+    got = _run(tmp_path, pa.float32(), {"algorithm.adv_estimator": est, "advcli.reward_dtype": "float16"})
+    np.testing.assert_allclose(got, reference().astype(np.float64), rtol=1e-6, atol=1e-6)
+    f32 = _run(tmp_path, pa.float32(), {"algorithm.adv_estimator": est})
+    assert np.max(np.abs(np.array(f32) - reference().astype(np.float64))) > 1e-4  # the two differ: the test tells
+
+
+def test_verl_float32_estimators_see_the_scores_rounded(tmp_path):
+    """grpo_vectorized (L335-358) sums bf16 token_level_rewards, then computes in float32: its numbers are the
+    float32 formula on the bf16-rounded scores, (s − μ)/(σ + 1e-6) with the unbiased σ."""
+    import torch
+
+    rewards, ids = [0.1, 0.2, 0.7, 0.3, 0.9], ["a", "a", "a", "b", "b"]
+    src, out = os.path.join(tmp_path, "in.parquet"), os.path.join(tmp_path, "out.parquet")
+    pq.write_table(pa.table({"prompt_id": ids, "reward": pa.array(rewards, pa.float32()),
+                             "response_mask": pa.array([[1, 1]] * 5, pa.list_(pa.int8()))}), src)
+    res = CliRunner().invoke(app, ["run", src, "-o", out, "--flavor", "verl", "--force", "--device", "cpu",
+                                   "--set", "algorithm.adv_estimator=grpo_vectorized",
+                                   "--set", "advcli.reward_dtype=bfloat16"])
+    assert res.exit_code == 0, res.output
+    got = [row[0] for row in pq.read_table(out).column("advantages").to_pylist()]
+    rounded = torch.tensor(rewards).to(torch.bfloat16).to(torch.float64).tolist()
+    want = []
+    for r, g in zip(rounded, ids):
+        peers = [x for x, h in zip(rounded, ids) if h == g]
+        mean = sum(peers) / len(peers)
+        std = (sum((x - mean) ** 2 for x in peers) / (len(peers) - 1)) ** 0.5
+        want.append((r - mean) / (std + 1e-6))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert abs(rounded[0] - 0.1) > 1e-5  # bf16 0.1 is 0.10009765625: the rounding is visible
+
+
+def test_verl_optimal_token_baseline_refuses_16_bit_scores(tmp_path, capsys):
+    """compute_optimal_token_baseline_advantage puts float32 baselines into the scores' tensor: with bf16 scores
+    verl raises ("Index put requires the source and destination dtypes match"); advcli refuses, naming the fix."""
+    src = os.path.join(tmp_path, "in.parquet")
+    pq.write_table(pa.table({"prompt_id": ["a", "a"], "reward": pa.array([1.0, 0.0], pa.float32()),
+                             "response_mask": pa.array([[1, 1]] * 2, pa.list_(pa.int8())),
+                             "old_log_probs": pa.array([[-1.0, -2.0]] * 2, pa.list_(pa.float32())),
+                             "sum_pi_squared": pa.array([[0.5, 0.5]] * 2, pa.list_(pa.float32()))}), src)
+    from conftest import run_main
+
+    code, _, err = run_main(["run", src, "-o", os.path.join(tmp_path, "o.parquet"), "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=optimal_token_baseline",
+                             "--set", "advcli.reward_dtype=bfloat16"], capsys)
+    err = " ".join(err.split())
+    assert code == 2 and "verl raises here" in err and "advcli.reward_dtype=run" in err and "Traceback" not in err
+    assert not os.path.exists(os.path.join(tmp_path, "o.parquet"))

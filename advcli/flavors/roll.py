@@ -114,6 +114,10 @@ def translate(v: dict) -> dict:
         raise AdvcliError(f"key {N_KEY} must be at least 1 for a group reward norm (got {n})")
     cfg["grouping"].update(by="position" if grouped else "none", size=n if grouped else None, scope="step_domain")
     clip = v["reward_clip"]
+    if clip is not None and clip < 0:  # torch.clamp(min=-c, max=c) with min > max: every token becomes c < 0
+        raise AdvcliError(f"key reward_clip must be ≥ 0 (got {clip:g}): ROLL clamps to [−c, c], and with c < 0 "
+                          "torch.clamp sets every reward token, the zeros after the response too, to c",
+                          hint="set the bound as a positive number (reward_clip=0 or null: no clip)")
     clip = [-clip, clip] if clip else None  # `if pipeline_config.reward_clip:` (0 and null: off)
     cfg["reward"].update(source="reward", clip=clip, placement="last", mask_placed=True,
                          whiten_tokens=v["whiten_rewards"])

@@ -11,7 +11,8 @@ Rollout-time reward normalisation (``gconfig.reward_normalization``, AReaL #1516
 ``(r − mean)/(std(ddof=0) + 1e-8)`` (``areal/infra/remote_inf_engine.py`` L180-215 @ cbff54d6) and keeps the raw
 one; the writer then adds ``original_reward`` to the record (``workflow_executor.py`` L1033-1035 @ cbff54d6).
 Such a record's ``reward`` is already an advantage-like normalised value: advcli recomputes from the raw
-``original_reward`` (``original_rewards`` also accepted) and keeps the logged one as ``normalized_reward``.
+``original_reward`` (``original_rewards`` also accepted) and keeps the logged one as ``normalized_reward``, the
+reward AReaL's trainer took (``--column reward=normalized_reward`` reproduces the run; the summary says so).
 
 Group: ``task_id``, keyed with the file (several executor processes can reuse a task id): ``prompt_id`` =
 ``{version}/{task_id}`` plus a hash of the prompt. Step: the version directory. Evaluation rollouts
@@ -44,8 +45,10 @@ def read(path: str, ctx: Context):
                 raw = raw[0]
             row["normalized_reward"] = row["reward"]
             row["reward"] = number(ctx, line, raw, raw_key)
-            reward_note(ctx, f"reward = {raw_key}, the raw reward (the dump's reward is AReaL's rollout-time group "
-                             "z-score, kept as normalized_reward)")
+            reward_note(ctx, f"reward = {raw_key}, the raw reward; the dump's reward, AReaL's rollout-time group "
+                             "z-score (gconfig.reward_normalization), is kept as normalized_reward: AReaL trained "
+                             "on it, so --flavor areal reproduces the run's advantages with --column "
+                             "reward=normalized_reward")
         if isinstance(seqlen, int) and isinstance(plen, int):
             row["response_length"] = seqlen - plen
         row.update(extras(rec, ("reward",) + RAW_KEYS))

@@ -236,6 +236,8 @@ def test_old_flat_group_size_alias(tmp_path):
     ({"kl_penalty": "full"}, "full-vocabulary"),
     ({"kl_penalty": "low_var_kl"}, "Valid: kl, abs, mse, k3"),
     ({"norm_mean_type": "grup"}, "Did you mean 'group'"),
+    # torch.clamp(min=0.5, max=-0.5) sets every token, the zeros too, to -0.5 (functionals.py L637-644, L667-675)
+    ({"reward_clip": -0.5}, "reward_clip must be ≥ 0 (got -0.5)"),
 ])
 def test_refused_configurations(tmp_path, settings, words):
     with pytest.raises(AdvcliError) as e:

@@ -157,6 +157,7 @@ def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
     code, _, err = run_main([*words[1:], "--set", "algorithm.adv_estimator=rloo", "-o", out_path, "--force"], capsys)
     assert code == 0, err
     assert f"reward = {raw_key}" in err  # the summary names the reward that ran
+    assert "--column reward=normalized_reward" in " ".join(err.split())  # and the one AReaL trained on
     t = pq.read_table(out_path)
     exp = []
     for raw in raws.values():  # RLOO of the raw rewards: s − mean of the others
@@ -167,6 +168,16 @@ def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
     assert code == 0, err
     norm = pq.read_table(tmp_path / "c.parquet").column("normalized_reward").to_pylist()
     assert norm[0] == pytest.approx(math.sqrt(3), rel=1e-5)  # (1 − 0.25)/sqrt(3/16): the dump's own value, kept
+    # the reward AReaL trained on: the z-score, by --column
+    code, _, err = run_main([*words[1:], "--set", "algorithm.adv_estimator=rloo", "-o", out_path, "--force",
+                             "--column", "reward=normalized_reward"], capsys)
+    assert code == 0, err
+    zs = pq.read_table(out_path).column("normalized_reward").to_pylist()
+    exp = []
+    for k in range(0, len(zs), 4):
+        z = zs[k:k + 4]
+        exp += [x - (sum(z) - x) / 3 for x in z]
+    assert np.allclose(pq.read_table(out_path).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
 
 
 def test_replay_dump_refused(tmp_path, capsys):

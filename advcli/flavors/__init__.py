@@ -300,7 +300,25 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     fa = at(spec)
     if fa.flavor.estimator_note is None:
         return None
-    return fa.flavor.estimator_note(native_values(fa.flavor, _release_items(fa) + list((given or {}).items())))
+    items = _release_items(fa) + list((given or {}).items())
+    name = (given or {}).get("advcli.estimator")
+    if name is not None:
+        if not own_estimator(fa.flavor, name):
+            return None  # a registered estimator or the user's function runs: not the flavor's, no note
+        items.append((fa.flavor.estimator_key, str(name)))  # runs as its key set to it (estimator_config)
+    return fa.flavor.estimator_note(native_values(fa.flavor, items))
+
+
+def own_estimator(flavor: Flavor, name) -> bool:
+    """Whether ``--estimator name`` is one of the flavor's own estimators (a choice of its estimator key, or
+    one of ``estimator_names``): it then runs as the key set to it, the flavor's semantics and parameters."""
+    key = flavor.estimator_key
+    if not key or name is None:
+        return False
+    choices = flavor.keys[key].choices if key in flavor.keys else None
+    if choices is None and flavor.name == "advcli":
+        return True
+    return str(name) in (choices if choices is not None else flavor.estimator_names)
 
 
 def _release_items(fa: FlavorAt) -> list[tuple[str, Any]]:
@@ -453,8 +471,10 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
         if file_keys is not None:
             file_keys.append(found)
     items += settings
+    chosen = dict(items).get("advcli.estimator")  # the flavor's own: translated with its key set to it
+    as_key = [(flavor.estimator_key, str(chosen))] if own_estimator(flavor, chosen) else []
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
-    values = native_values(flavor, _release_items(fa) + items)
+    values = native_values(flavor, _release_items(fa) + items + as_key)
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
         check_accepts(fa.release, values, f"--flavor {flavor.name}", fa.asked)
     given = {flavor.aliases.get(k, k): v for k, v in items}
@@ -483,10 +503,8 @@ def estimator_config(spec: str | FlavorAt, items: list[tuple[str, Any]], name: s
     fa = at(spec)
     flavor = fa.flavor
     key = flavor.estimator_key
-    choices = flavor.keys[key].choices if key in flavor.keys else None
-    own = choices if choices is not None else flavor.estimator_names
     others = [(k, v) for k, v in items if flavor.aliases.get(k, k) != key]
-    if key and (choices is None and flavor.name == "advcli" or name in own):
+    if own_estimator(flavor, name):
         return resolve(fa, others + [(key, name)])[0]
     if key in flavor.keys and flavor.response_estimator and len(others) == len(items):
         others.append((key, flavor.response_estimator))  # no estimator given: the flavor's group estimator

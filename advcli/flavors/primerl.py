@@ -124,7 +124,7 @@ FLAVOR = Flavor(
     title="prime-rl",  # the framework's name in prose (help, docs)
     name="prime-rl",
     framework="PrimeIntellect-ai/prime-rl @ 559b4477 (src/prime_rl/orchestrator/algo/, configs/algorithm.py)",
-    keys=KEYS, translate=translate, estimator_note=estimator_note,
+    keys=KEYS, translate=translate, estimator_note=estimator_note, estimator_key=P + "type",
     notes="Credit per rollout group (cohort = prompt_id, per step) over its trainable traces only: a row with "
           "trainable=false or no mask=1 token is left out of every statistic and gets 0.0. grpo/echo: A = r − "
           "mean (float32, no std; a cohort of one gets 0), optionally with the length penalty s = r − "

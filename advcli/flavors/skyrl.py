@@ -211,7 +211,7 @@ FLAVOR = Flavor(
     title="SkyRL",  # the framework's name in prose (help, docs)
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
                             "skyrl/train/trainer.py)",
-    keys=KEYS, translate=translate, releases=RELEASES,
+    keys=KEYS, translate=translate, releases=RELEASES, estimator_key=A + "advantage_estimator",
     notes="Groups by uid (prompt_id) anywhere in the step. The estimators see every response position "
           "(observation tokens included): grpo/rloo/maxrl write their value on all L_i positions, reinforce++ "
           "and gae scan every position and whiten over all of them (unbiased, rsqrt(var + 1e-8)), not re-masked; "

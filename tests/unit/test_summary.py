@@ -13,6 +13,8 @@ import pytest
 from _flavor_rows import write_rows
 from conftest import run_main
 
+from advcli.errors import AdvcliError
+
 G = 4
 # TRL completions dump with two reward functions that TRL sums (R = accuracy + format):
 # group A: acc [1, 1, 0, 0] + fmt [1, 0.5, 0.5, 0] = R [2, 1.5, 0.5, 0]  (mean 1.0; 3 of 4 rows > 0)
@@ -192,6 +194,17 @@ def test_every_renamed_estimator_has_its_why(flavor, key, value, runs):
     assert cfg["estimator"]["name"] == runs != value
     why = flavors.estimator_note(flavor, given)
     assert why.startswith(f"{key}={value} ") and f"advcli's {runs}" in why
+    # --estimator VALUE runs the same estimator, and its why is the same line (not the default estimator's)
+    cfg2, given2 = flavors.resolve(flavor, [("advcli.estimator", value)])
+    assert cfg2["estimator"]["name"] == runs and flavors.estimator_note(flavor, given2) == why
+
+
+def test_no_why_for_an_estimator_that_is_not_the_flavors():
+    """--estimator rloo on NeMo runs advcli's registered rloo in NeMo's pipeline: no line about NeMo's grpo."""
+    from advcli import flavors
+
+    cfg, given = flavors.resolve("nemo", [("advcli.estimator", "rloo")])
+    assert cfg["estimator"]["name"] == "rloo" and flavors.estimator_note("nemo", given) is None
 
 
 @pytest.mark.parametrize("flavor, key, value", [("verl", "algorithm.adv_estimator", "grpo"),
@@ -202,3 +215,47 @@ def test_no_why_where_the_name_is_the_users(flavor, key, value):
 
     cfg, given = flavors.resolve(flavor, [(key, value)])
     assert cfg["estimator"]["name"] == value and flavors.estimator_note(flavor, given) is None
+
+
+def _own_estimators():
+    from advcli import flavors
+
+    for fl in flavors.listed():
+        key = fl.estimator_key
+        if not key or fl.name == "advcli":
+            continue
+        choices = fl.keys[key].choices if key in fl.keys else None
+        for name in (choices if choices is not None else fl.estimator_names):
+            yield fl.name, key, name
+
+
+def test_every_flavor_with_an_estimator_choice_names_its_key():
+    """A flavor whose native keys choose the estimator says which key (Flavor.estimator_key), so that
+    --estimator NAME runs the flavor's own NAME; without it prime-rl's --estimator max_rl was refused and
+    SkyRL's --estimator rloo ran advcli's registered rloo instead of SkyRL's. AReaL (one chain) and
+    open-instruct (one GRPO) have no such key."""
+    from advcli import flavors
+
+    want = {"verl": "algorithm.adv_estimator", "nemo": "grpo.adv_estimator.name", "roll": "adv_estimator",
+            "openrlhf": "algo.advantage.estimator", "trl": "trainer", "slime": "advantage_estimator",
+            "skyrl": "trainer.algorithm.advantage_estimator", "prime-rl": "orchestrator.algo.type",
+            "areal": None, "open-instruct": None, "advcli": "estimator.name"}
+    assert {fl.name: fl.estimator_key for fl in flavors.listed()} == want
+
+
+@pytest.mark.parametrize("flavor, key, name", list(_own_estimators()))
+def test_estimator_route_and_set_route_resolve_alike(flavor, key, name):
+    """--estimator NAME and --set KEY=NAME are one question: the same configuration, the same why."""
+    from advcli import flavors
+
+    extra = [("orchestrator.algo.episode_agents", ["solver"])] if name == "hierarchical_grpo" else []
+    try:
+        by_key, given_key = flavors.resolve(flavor, [(key, name)] + extra)
+    except AdvcliError as e:  # a choice the flavor refuses offline: refused the same way by both routes
+        with pytest.raises(AdvcliError) as again:
+            flavors.resolve(flavor, [("advcli.estimator", name)] + extra)
+        assert again.value.message == e.message
+        return
+    by_est, given_est = flavors.resolve(flavor, [("advcli.estimator", name)] + extra)
+    assert by_est == by_key
+    assert flavors.estimator_note(flavor, given_est) == flavors.estimator_note(flavor, given_key)

@@ -287,10 +287,18 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
         elif any(k.startswith(p) for p in flavor.open_prefixes):
             values[k] = v
         else:
-            valid = list(keys) + list(flavor.aliases)
-            raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}.{did_you_mean(k, valid)}",
+            raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}.{_key_hint(k, flavor, keys)}",
                               hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return values
+
+
+def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
+    """" Did you mean …?" for an unknown key: the one key whose dotted path ends with it (verl's
+    ``adv_estimator`` for ``algorithm.adv_estimator``), else the nearest spelling."""
+    ends = [name for name in keys if name.endswith("." + k)]
+    if len(ends) == 1:
+        return f" Did you mean {ends[0]!r}?"
+    return did_you_mean(k, list(keys) + list(flavor.aliases))
 
 
 def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:

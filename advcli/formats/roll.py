@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import Context, Format, number
+from . import Context, Format, number, reward_note
 from ._common import F32, I64, STR, text_key
 
 
@@ -96,7 +96,7 @@ def _first_run(ctx: Context, pid: str, run: int) -> int:
 def _agentic(obj: dict, n: int, ctx: Context):
     if n and "agentic" not in ctx.state:
         ctx.state["agentic"] = True
-        ctx.notes.append("agentic dump: --flavor roll runs ROLL's RLVR chain (groups of n consecutive rows, grpo "
+        reward_note(ctx, "agentic dump: --flavor roll runs ROLL's RLVR chain (groups of n consecutive rows, grpo "
                          "forced to the group z-score, a group of one gives NaN); ROLL's agentic pipeline "
                          "normalises by reward_normalization instead (grouping key and norm types, nothing by "
                          "default; a group of one or with |std| <= 1e-6 gives 0; agentic/utils.py L99-153)")

@@ -255,6 +255,9 @@ CASES = [
     # --------------------------------------------------------------------- keys and values
     Case("unknown_key", write(base_table()), args=GRPO + ["--set", "algorithm.gama=0.9"],
          expect=("'algorithm.gama'", "Did you mean 'algorithm.gamma'")),
+    # the key without its section: the one key whose dotted path ends with it
+    Case("key_without_its_section", write(base_table()), args=["--flavor", "verl", "--set", "adv_estimator=grpo"],
+         expect=("'adv_estimator'", "Did you mean 'algorithm.adv_estimator'")),
     Case("unknown_estimator", write(base_table()), args=["--flavor", "verl", "--set", "algorithm.adv_estimator=grop"],
          expect=("algorithm.adv_estimator", "'grop'", "Did you mean 'grpo'")),
     Case("unknown_flavor", write(base_table()), args=["--flavor", "verll"], expect=("verll", "Did you mean 'verl'")),

@@ -100,6 +100,12 @@ def test_agentic(tmp_path, capsys):
     assert [r["reward"] for r in t[:N]] == [1.0, 0.0, 0.0] and t[0]["step"] == 4
     # --flavor roll is ROLL's RLVR chain; the agentic pipeline's reward_normalization is another one
     assert "agentic dump: --flavor roll runs ROLL's RLVR chain" in err and "reward_normalization" in err
+    # and the run says it in its summary, where the numbers are read
+    code, _, err = run_main(["run", d, "-o", tmp_path / "r.parquet", "--flavor", "roll",
+                             "--set", "adv_estimator=grpo"], capsys)
+    assert code == 0, err
+    err = " ".join(err.split())
+    assert "agentic dump: --flavor roll runs ROLL's RLVR chain" in err and "reward_normalization" in err
 
 
 def test_unequal_columns_and_truncation(tmp_path, capsys):

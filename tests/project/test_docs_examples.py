@@ -4,6 +4,7 @@ error). The examples of one page run in order in one fresh directory holding sma
 trainer's own format, built by the format tests' builders, under the paths the pages use
 (``logs/exp_001``, ``dump.parquet``, ...). A command that cannot run here is listed in SKIPPED with
 the reason; any other example, a new one included, runs."""
+import ast
 import glob
 import os
 import re
@@ -248,3 +249,15 @@ def test_shown_output_is_what_advcli_prints(doc, monkeypatch, capsys):
     for code, shown in pairs:
         exec(compile(code, doc, "exec"), {})  # noqa: S102 - our own documentation
         assert capsys.readouterr().out == shown, code
+
+
+def test_docs_list_every_flavor():
+    """docs/api.md's flavor table and its printed flavors.names() name every flavor there is (open-instruct was
+    missing from both)."""
+    from advcli import flavors
+
+    text = _read("docs/api.md")
+    shown = re.search(r"print\(flavors\.names\(\)\)\s+# (\[.*\])", text).group(1)
+    assert ast.literal_eval(shown) == flavors.names()
+    for name in flavors.names():
+        assert f"| `{name}` |" in text, name

@@ -531,6 +531,7 @@ def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_li
 def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col, rtol, atol, chunk_rows,
             device, progress, group_size=None):
     from ..flavors import resolve
+    from ..formats import check_config
 
     out = []
     cands = candidates(flavor, given, cmap.has("prompt_id"), group_size)
@@ -539,6 +540,7 @@ def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list,
         try:
             cfg, native = resolve(fl, list(settings.items()))
             entry["label"] = label(fl, settings, cfg)
+            check_config(inputs, cfg)  # what run refuses on this dump is never named as reproducing it
             r = _Run(tmp, f"cand{i}", inputs, cfg, fl, native, columns, chunk_rows, device)
             rt = compare_pass(ins.paths, [r.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
             entry["tokens_disagreeing"] = int(rt.bad_valid.sum())

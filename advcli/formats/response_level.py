@@ -45,6 +45,7 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
     name = run.estimator.name
     spec = get_estimator(name)  # an unknown name: the registry's own message
     missing = None
+    hint = "response-level estimators work: GRPO, RLOO, Dr.GRPO, GPG, ... (`advcli inspect DUMP` lists them)"
     weighs_by_tokens = spec.weighs_by_tokens(run) if spec.weighs_by_tokens else ""
     if spec.level == "token" and not (spec.response_level_ok and spec.response_level_ok(run)):
         needs = ["response_mask", *spec.needs]
@@ -54,17 +55,15 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
     elif weighs_by_tokens and not all(i.token_lengths for i in infos):
         missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
-        missing = ("KL in the reward needs the policy and reference log-probs per token (old_log_probs, "
-                   "ref_log_probs); set its coefficient to 0 (AReaL: --set actor.kl_ctl=0, TRL: --set beta=0.0; "
-                   "`advcli explain --flavor NAME --keys` names the flavor's key)")
+        missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"
+        hint = ("the same estimator runs with the KL coefficient at 0 (TRL: --set beta=0.0; AReaL: --set "
+                "actor.kl_ctl=0; `advcli explain --flavor NAME --keys` names the flavor's KL keys)")
     elif run.whitening.whiten or run.reward.whiten_tokens:
         missing = "whitening over tokens needs each response's token mask (response_mask)"
     if not missing:
         return None
     return missing, AdvcliError(f"{info.source}: a {info.title} dump holds one reward per response and no token "
-                                f"data; {missing}, which this dump lacks",
-                                hint="response-level estimators work: GRPO, RLOO, Dr.GRPO, GPG, ... "
-                                     "(`advcli inspect DUMP` lists them)")
+                                f"data; {missing}, which this dump lacks", hint=hint)
 
 
 def name_sources(result) -> None:

@@ -283,3 +283,22 @@ def test_conversation_columns(tmp_path, capsys):
     assert code == 1, err
     worst = json.loads(out)["worst"][0]
     assert worst["row"] == 6 and worst["prompt"] == "What is 1 + 1?"
+
+
+def test_audit_never_names_a_configuration_run_refuses_on_the_dump(tmp_path, capsys):
+    """Logged advantages r − group mean (scale_rewards=none): verl's opo gives the same numbers where every
+    response has the same length, but it weighs responses by their token counts, which TRL's dump lacks, so
+    run refuses it there; the audit's search skips it with run's reason instead of naming it."""
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    write_step(d / "completions_00010.parquet", 10, 1)
+    t = pd.read_parquet(d / "completions_00010.parquet")
+    r = (t["accuracy_reward"] + t["format_reward"]).to_numpy().reshape(-1, G)
+    t["advantage"] = (r - r.mean(axis=1, keepdims=True)).ravel()
+    t.to_parquet(d / "completions_00010.parquet")
+    code, out, err = run_main(["audit", str(d), "--flavor", "trl", "--set", f"num_generations={G}", "--json"], capsys)
+    rep = json.loads(out)
+    opo = [c for c in rep["search"] if "opo" in c["label"]]
+    assert opo and all("response lengths" in c.get("skipped", "") for c in opo)
+    assert rep["matches"] and not any("opo" in m for m in rep["matches"])
+    assert any(c.get("tokens_disagreeing") == 0 and "skipped" not in c for c in rep["search"])  # others found it

@@ -15,6 +15,7 @@ from .registry import Context, Format, get
 BATCH_ROWS = 2048  # rows per Arrow batch handed to the writer
 BATCH_VALUES = 1 << 20  # ... or fewer rows when their token lists hold this many values in all
 LAST_STEP_KEY = "advcli.last_step_estimators"  # footer key: ImportInfo.last_step_estimators, as JSON
+GROUP_SIZES_KEY = "advcli.group_sizes"  # {size: number of groups} of the dump, written by convert
 
 
 @record
@@ -137,6 +138,10 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             raise AdvcliError(f"{spec}: the dump holds no rows")
         if ctx.state.get("last_step_estimators"):
             writer.add_key_value_metadata({LAST_STEP_KEY: json.dumps(list(ctx.state["last_step_estimators"]))})
+        # the dump's group sizes, as the trainer formed the groups: a run on the converted file takes the group
+        # size from them as it does from the dump (runs.resolution.from_dump)
+        hist = _group_size_counts(steps, pids)
+        writer.add_key_value_metadata({GROUP_SIZES_KEY: json.dumps(hist)})
         writer.close()
         writer = None
         rows_total = len(pids) + padding
@@ -156,7 +161,6 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     if dropped:
         notes.append(f"field(s) {', '.join(sorted(dropped))} first appear after the first {batch_rows} rows and "
                      "were left out")
-    hist = _group_size_counts(steps, pids)
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
                       logged=f.logged, groups=sum(hist.values()), group_sizes=hist, starts=starts,

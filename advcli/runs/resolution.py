@@ -22,6 +22,8 @@ Each decision taken for the user becomes one line of the run's summary (``from d
 ``compare --estimators``) and :func:`advcli.run` hand it what the user gave and get a :class:`RunChoice`."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import field
 from typing import Any
 
@@ -164,10 +166,17 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
     notes += lines
     key = flavor.group_size_key
     sizes = _sizes(infos)
-    if key and key not in given and len(sizes) == 1 and next(iter(sizes)) > 1:
-        n = next(iter(sizes))
+    n = math.gcd(*sizes) if sizes else 1
+    if key and key not in given and n > 1:
         settings.append((key, n))
-        notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
+        if len(sizes) == 1:
+            notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
+        else:  # a prompt drawn for consecutive groups: its run of rows holds several of them
+            runs = ", ".join(str(s) for s in sorted(sizes))
+            notes.append(f"group size {n} from the dump's {_group_key(infos[0])}: runs of {runs} rows, each a whole "
+                         f"number of groups of {n} (a prompt drawn for consecutive groups; set {key} to override)")
+            if "advcli.id_check" not in given:  # the run of a prompt spans several blocks: the blocks are the groups
+                settings.append(("advcli.id_check", "warn"))
     for line in dict.fromkeys(n for i in infos for n in i.reward_notes):  # which of the dump's rewards runs
         notes.append(line)
     padding = sum(getattr(i, "padding", 0) for i in infos)

@@ -87,6 +87,24 @@ def test_convert_columns(dump, tmp_path, capsys):
     assert "response_mask" not in t[0]
 
 
+def test_a_converted_dump_keeps_its_group_size(dump, tmp_path, capsys):
+    """advcli convert records the dump's group sizes: a run on the converted file takes num_generations from
+    them as a run on the dump does (TRL's default, 8, does not split these groups of 4), with the same numbers."""
+    d, expected = dump
+    conv = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", d, "-o", conv], capsys)
+    assert code == 0, err
+    reward = ["--set", "reward_funcs=[accuracy_reward,format_reward]"]
+    code, _, err = run_main(["run", conv, "-o", tmp_path / "a.parquet", "--flavor", "trl", *reward], capsys)
+    assert code == 0, err
+    assert f"group size {G} from the dump's" in " ".join(err.split())
+    code, _, err = run_main(["run", d, "-o", tmp_path / "b.parquet", "--flavor", "trl", *reward], capsys)
+    assert code == 0, err
+    got = pq.read_table(tmp_path / "a.parquet").column("advantages").to_pylist()
+    assert got == pq.read_table(tmp_path / "b.parquet").column("advantages").to_pylist()
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_wrong_group_size_is_caught(dump, tmp_path, capsys):
     d, _ = dump
     code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl",
@@ -239,6 +257,14 @@ def test_a_prompt_drawn_for_two_consecutive_groups(tmp_path, capsys):
     assert code == 0, err
     assert any("spans several positional groups" in w for w in json.loads(out)["warnings"])
     got = np.array(pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist())
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # the first command, nothing set: the runs of 8 and 4 rows are whole numbers of groups of 4, so the dump
+    # tells num_generations=4 and that the blocks, not the prompt runs, are the groups (said in the summary)
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "p.parquet", "--flavor", "trl",
+                             "--set", "reward_funcs=[accuracy_reward,format_reward]", "--force"], capsys)
+    assert code == 0, err
+    assert "group size 4 from the dump's" in " ".join(err.split()) and "runs of 4, 8 rows" in " ".join(err.split())
+    got = np.array(pq.read_table(tmp_path / "p.parquet").column("advantages").to_pylist())
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 

@@ -23,7 +23,6 @@ Each decision taken for the user becomes one line of the run's summary (``from d
 from __future__ import annotations
 
 import math
-
 from dataclasses import field
 from typing import Any
 

@@ -424,14 +424,20 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
       ``mixed_sections`` (AReaL's ``actor``, whose saved ``config.yaml`` holds the whole experiment; verl's
       ``actor_rollout_ref``, of which it reads ``actor.use_kl_loss``) only a near miss of one of the flavor's
       keys is refused, any other key there is ignored (named ``SECTION.*``)."""
-    import difflib
-
     from ..config import load_config_file
+
+    return config_settings(flavor, load_config_file(path), path)
+
+
+def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> ConfigFileKeys:
+    """:func:`config_file_settings` of the flattened ``values`` read from ``path`` (a --config file, or the
+    configuration a run saved beside its dump)."""
+    import difflib
 
     known = {**flavor_keys(flavor), **dict.fromkeys(flavor.aliases)}
     read = sorted({k.split(".")[0] for k in known} | {p.split(".")[0] for p in flavor.open_prefixes})
     taken, sections, keys = [], [], []
-    for k, v in load_config_file(path).items():
+    for k, v in values.items():
         if k == "flavor":  # the file's `flavor: NAME[@RELEASE]` (config_file_flavor)
             continue
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
@@ -543,8 +549,9 @@ def mix_config(spec: str | FlavorAt, items: list[tuple[str, Any]], expression: s
                           hint=e.hint) from None
     base = cfgs[0]
     for (_, name), cfg in zip(terms[1:], cfgs[1:]):
-        differ = _differing_keys({k: v for k, v in base.items() if k != "estimator"},
-                                 {k: v for k, v in cfg.items() if k != "estimator"})
+        # the diagnostics' wording names each estimator's own float32 rule: not a pipeline setting
+        differ = _differing_keys({k: v for k, v in base.items() if k not in ("estimator", "diagnostics")},
+                                 {k: v for k, v in cfg.items() if k not in ("estimator", "diagnostics")})
         if differ:
             shown = ", ".join(f"{k} ({terms[0][1]}: {a!r}, {name}: {b!r})" for k, a, b in differ[:4])
             raise AdvcliError(f"advcli.mix={expression!r}: under --flavor {flavor.name} the terms {terms[0][1]} and "
@@ -559,6 +566,8 @@ def mix_config(spec: str | FlavorAt, items: list[tuple[str, Any]], expression: s
     sections = [{k: v for k, v in cfg["estimator"].items() if k == "name" or k in spec.params or k not in anywhere}
                 for spec, cfg in zip(specs, cfgs)]
     out = {k: v for k, v in base.items() if k != "estimator"}
+    if any(cfg.get("diagnostics") != base.get("diagnostics") for cfg in cfgs):  # terms with their own rules
+        out["diagnostics"] = {**base.get("diagnostics", {}), "rule": None}
     out["estimator"] = {"name": "mix", "terms": [{"weight": w, **sec} for (w, _), sec in zip(terms, sections)]}
     return out
 
@@ -569,8 +578,12 @@ def parse_mix(expression: str) -> list[tuple[float, str]]:
     import re
 
     text = re.sub(r"(?<=.)(?<![0-9][eE])-(?=[0-9.]+\*)", "+-", expression.replace(" ", ""))  # a − w*name: + (−w)*name
+    # terms are joined by single +; a name may end in ++ (SkyRL's reinforce++): 0.5*reinforce+++0.5*grpo
+    parts = re.findall(r"[^+]+(?:\+\+(?=\+|$))?", text)
+    if "+".join(parts) != text:
+        raise AdvcliError(f"advcli.mix={expression!r}: an empty term (terms are WEIGHT*NAME joined by +)")
     terms: list[tuple[float, str]] = []
-    for part in text.split("+"):
+    for part in parts:
         weight, star, name = part.rpartition("*") if "*" in part else ("", "", part)
         try:
             w = float(weight) if star else (-1.0 if name.startswith("-") else 1.0)

@@ -57,7 +57,8 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"
         hint = ("the same estimator runs with the KL coefficient at 0 (TRL: --set beta=0.0; AReaL: --set "
-                "actor.kl_ctl=0; `advcli explain --flavor NAME --keys` names the flavor's KL keys)")
+                "actor.kl_ctl=0, or --config with the trial's config.yaml when the run set it there; `advcli "
+                "explain --flavor NAME --keys` names the flavor's KL keys)")
     elif run.whitening.whiten or run.reward.whiten_tokens:
         missing = "whitening over tokens needs each response's token mask (response_mask)"
     if not missing:

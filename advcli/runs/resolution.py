@@ -101,7 +101,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     cfg, native = resolve(fa, settings, config, file_keys)
     flavor = fa.flavor
     given = dict(native)
-    implied, lines = from_dump(flavor, inputs, given)
+    implied, lines = from_dump(flavor, inputs, given, config)
     if implied:
         settings = implied + list(settings)
         cfg, native = resolve(fa, settings, config)
@@ -146,7 +146,8 @@ def _fmt(value) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, object]], list[str]]:
+def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None) -> tuple[list[tuple[str, object]],
+                                                                                       list[str]]:
     """(native settings the dump implies for keys not in ``given``, one summary line for each)."""
     infos = _infos(inputs)
     if not infos or any(i is None for i in infos):
@@ -160,7 +161,7 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
             settings += take
             notes.append(f"{len(take)} key(s) from {why}: "
                          f"{', '.join(k for k, _ in take)} (values in settings; set a key to override)")
-    taken, lines = saved_settings(flavor, infos, given)
+    taken, lines = saved_settings(flavor, infos, given, config)
     settings += taken
     notes += lines
     key = flavor.group_size_key
@@ -185,23 +186,23 @@ def from_dump(flavor, inputs: list[str], given: dict) -> tuple[list[tuple[str, o
     return settings, notes
 
 
-def saved_settings(flavor, infos: list, given: dict) -> tuple[list[tuple[str, object]], list[str]]:
+def saved_settings(flavor, infos: list, given: dict, config: str | None = None) -> tuple[list[tuple[str, object]],
+                                                                                        list[str]]:
     """The flavor's keys not in ``given`` as the run's saved configuration holds them (``ImportInfo.run_config``,
     AReaL's trial config.yaml), and one summary line; for a format whose runs save one
     (``Format.run_config``) but where none was found, the line that says the trainer's defaults run."""
-    from ..flavors import flavor_keys
+    from ..flavors import config_settings
     from ..formats import FORMATS
 
     info = next((i for i in infos if i.run_config_path), None)
     if info is None:
         fmt = FORMATS.get(infos[0].format) if infos else None
-        if fmt is None or fmt.run_config is None or fmt.trainer_flavor() != flavor.name:
-            return [], []
+        if config or fmt is None or fmt.run_config is None or fmt.trainer_flavor() != flavor.name:
+            return [], []  # (a --config file stands for the run's configuration: its own line says so)
         return [], [f"no configuration of the run beside the dump (AReaL saves config.yaml in the trial directory, "
                     f"above rollout/): {flavor.title or flavor.name}'s defaults for the keys not set"]
-    keys = flavor_keys(flavor)
-    take = [(k, v) for k, v in info.run_config.items()
-            if k not in given and (k in keys or any(k.startswith(p) for p in flavor.open_prefixes))]
+    # read as a --config file is: a near miss of one of the flavor's keys is refused, not dropped
+    take = [(k, v) for k, v in config_settings(flavor, info.run_config, info.run_config_path).taken if k not in given]
     if not take:
         return [], []
     return take, [f"{len(take)} key(s) from the run's saved configuration {info.run_config_path} (set a key to "

@@ -423,3 +423,18 @@ def test_a_declared_token_column_the_dump_lacks_is_named(lab_dir, capsys):
         code, _, err = run_main([cmd, "novals.parquet", *extra, "--estimator", "./lab_td.py:td"], capsys)
         assert code == 2 and "missing column 'values' (estimator ./lab_td.py:td needs it)" in err, err
     assert not os.path.exists("x.parquet")
+
+
+def test_mix_expressions_parse():
+    """Terms joined by single +, a weight per term (default 1, a leading or inner - negates), and names that
+    end in ++ (SkyRL's reinforce++); an empty term is refused."""
+    from advcli.flavors import parse_mix
+
+    assert parse_mix("0.7*grpo+0.3*rloo") == [(0.7, "grpo"), (0.3, "rloo")]
+    assert parse_mix("grpo-0.3*rloo") == [(1.0, "grpo"), (-0.3, "rloo")]
+    assert parse_mix("1e-3*grpo+rloo") == [(0.001, "grpo"), (1.0, "rloo")]
+    assert parse_mix("0.5*reinforce+++0.5*grpo") == [(0.5, "reinforce++"), (0.5, "grpo")]
+    assert parse_mix("grpo+0.5*reinforce++") == [(1.0, "grpo"), (0.5, "reinforce++")]
+    for bad in ("grpo++rloo", "grpo+", "+grpo+rloo"):
+        with pytest.raises(AdvcliError, match="an empty term"):
+            parse_mix(bad)

@@ -212,9 +212,11 @@ def test_saved_config_given_with_config_runs_as_beside_the_dump(tmp_path, capsys
     moved = tmp_path / "elsewhere" / "rollout"
     shutil.copytree(tmp_path / "trial" / "rollout", moved)  # the dump without its trial directory
     out, beside = tmp_path / "o.parquet", tmp_path / "b.parquet"
-    code, _, err = run_main(["run", moved, "-o", out, "--flavor", "areal", "--config",
-                             tmp_path / "trial" / "config.yaml", "-q"], capsys)
+    code, stdout, err = run_main(["run", moved, "-o", out, "--flavor", "areal", "--config",
+                                  tmp_path / "trial" / "config.yaml", "--json"], capsys)
     assert code == 0, err
+    # the --config file is the run's configuration: no line saying AReaL's defaults run for want of one
+    assert not any("no configuration of the run" in x for x in json.loads(stdout)["from_dump"])
     code, _, err = run_main(["run", tmp_path / "trial" / "rollout", "-o", beside, "--flavor", "areal", "-q"], capsys)
     assert code == 0, err
     got = pq.read_table(out).column("advantages").to_pylist()
@@ -236,3 +238,11 @@ def test_saved_config_with_a_misspelt_actor_key_is_refused(tmp_path, capsys):
                              "--config", bad], capsys)
     assert code == 2
     assert "'actor.reward_scalling' is not a setting of --flavor areal" in err and "actor.reward_scaling" in err
+    # the same file saved beside the dump, where the run finds it: refused the same way, not dropped (which would
+    # run actor.reward_scaling at its default)
+    build(tmp_path / "trial2")
+    (tmp_path / "trial2" / "config.yaml").write_text(yaml.dump(cfg))
+    code, _, err = run_main(["run", tmp_path / "trial2" / "rollout", "-o", tmp_path / "o.parquet", "--flavor",
+                             "areal"], capsys)
+    assert code == 2 and "'actor.reward_scalling' is not a setting of --flavor areal" in err
+    assert not (tmp_path / "o.parquet").exists()

@@ -443,6 +443,8 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
             taken.append((k, v))
             continue
+        if v is None and any(name.startswith(k + ".") for name in known):
+            continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null): none set
         parts = k.split(".")
         if parts[0] not in read:
             near = difflib.get_close_matches(parts[0], read, n=1, cutoff=MISSPELLING_RATIO)
@@ -457,14 +459,16 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
         if hydra is not None or unread is not None:
             keys.append(unread or ".".join(parts[:hydra + 1]))
             continue
-        if parts[0] in flavor.mixed_sections and not difflib.get_close_matches(k, list(known), n=1,
+        same_section = [name for name in known if name.split(".")[0] == parts[0]]  # gconfig.max_new_tokens is
+        # not a misspelling of actor.max_new_tokens
+        if parts[0] in flavor.mixed_sections and not difflib.get_close_matches(k, same_section, n=1,
                                                                                cutoff=MISSPELLING_RATIO):
             # the trainer's other settings in that section (AReaL's actor.path, verl's actor_rollout_ref.model),
             # named once as the section's rest
             keys.append(parts[0] + ".*")
             continue
         raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
-                          f"{did_you_mean(k, list(known))}",
+                          f"{did_you_mean(k, same_section or list(known))}",
                           hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return ConfigFileKeys(path, flavor.name, taken, list(dict.fromkeys(sections)), list(dict.fromkeys(keys)))
 

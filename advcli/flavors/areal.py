@@ -48,6 +48,15 @@ def _norm_keys(section: str, what: str) -> dict[str, Key]:
 
 
 KEYS = {
+    # rollout-time reward normalisation (AReaL #1516 @95d70052, RolloutControllerV2 from #1619): the workflow
+    # replaces each reward by its group's population z-score (remote_inf_engine.py L180-215 @cbff54d6) and the
+    # trainer's chain below starts from it; the JSONL dump writes it as `reward` (advcli: normalized_reward)
+    # beside the raw original_reward
+    "gconfig.reward_normalization": Key(False, "rollout-time reward normalisation: the trainer's reward is each "
+                                        "group's population z-score (r − mean)/(std + 1e-8), which AReaL's dump "
+                                        "keeps as normalized_reward: the run reads it as the reward (another "
+                                        "column: --column reward=NAME); AReaL refuses it with actor.reward_norm",
+                                        None, "bool"),
     "actor.reward_bias": Key(0.0, "added to the scalar reward before scaling", None, "float"),
     "actor.reward_scaling": Key(1.0, "multiplies (reward + bias)", None, "float"),
     "actor.reward_clip": Key(20.0, "clip to ±value after scaling, before reward_norm", None, "float"),
@@ -137,6 +146,12 @@ def translate(v: dict, given: set | None = None) -> dict:
     c = v["actor.reward_clip"]
     r.update(bias=v["actor.reward_bias"], scale=v["actor.reward_scaling"], shape_clip=[-c, c])
     r["norm"] = _norm(v, "reward_norm", given)
+    if v["gconfig.reward_normalization"]:
+        if r["norm"] is not None:  # AReaL's config validation (cli_args.py) refuses the two together
+            raise AdvcliError("gconfig.reward_normalization=true with actor.reward_norm: AReaL refuses the two "
+                              "together (the rewards would be normalised twice)",
+                              hint="keep the one the run used")
+        cfg["columns"] = {"reward": "normalized_reward"}  # the z-score the trainer took (formats/areal.py)
     r["zero_truncated"] = v["actor.mask_no_eos_with_zero"]
     policy = ("old_log_probs" if v["actor.recompute_logprob"] and not v["actor.use_decoupled_loss"]
               else "rollout_log_probs")
@@ -201,7 +216,7 @@ FLAVOR = Flavor(
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True, releases=RELEASES,
     # the trial's saved config.yaml (AReaL's save_config: the whole experiment) is a --config file as it is:
     # its actor section is PPOActorConfig, mostly training settings advcli does not read
-    mixed_sections=("actor",),
+    mixed_sections=("actor", "gconfig"),
     notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "
           "−kl_ctl·clamp(k(lp, ref), ±10) on trained tokens (on by default: kl_ctl 0.1, ref = 0 without a ref "
           "column) → GAE over the trained tokens (V = 0 without values; the outcome on a masked last token is "

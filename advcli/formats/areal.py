@@ -12,7 +12,8 @@ Rollout-time reward normalisation (``gconfig.reward_normalization``, AReaL #1516
 one; the writer then adds ``original_reward`` to the record (``workflow_executor.py`` L1033-1035 @ cbff54d6).
 Such a record's ``reward`` is already an advantage-like normalised value: advcli recomputes from the raw
 ``original_reward`` (``original_rewards`` also accepted) and keeps the logged one as ``normalized_reward``, the
-reward AReaL's trainer took (``--column reward=normalized_reward`` reproduces the run; the summary says so).
+reward AReaL's trainer took: ``--flavor areal`` reads it (``gconfig.reward_normalization``, which such records
+show), another flavor recomputes from the raw reward.
 
 Group: ``task_id``, keyed with the file (several executor processes can reuse a task id): ``prompt_id`` =
 ``{version}/{task_id}`` plus a hash of the prompt. Step: the version directory. Evaluation rollouts
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from . import Context, Format, extras, iter_json_lines, number, require, reward_note
+from . import Context, Format, extras, iter_json_lines, number, require, reward_note, shown_setting
 from ._common import F32, I64, STR, text_key
 
 PATTERN = r"(^|/)(?P<kind>eval-rollout|rollout)/(?P<step>\d+)/(?P<task>\d+)\.jsonl$"
@@ -47,8 +48,9 @@ def read(path: str, ctx: Context):
             row["reward"] = number(ctx, line, raw, raw_key)
             reward_note(ctx, f"reward = {raw_key}, the raw reward; the dump's reward, AReaL's rollout-time group "
                              "z-score (gconfig.reward_normalization), is kept as normalized_reward: AReaL trained "
-                             "on it, so --flavor areal reproduces the run's advantages with --column "
-                             "reward=normalized_reward")
+                             "on it, and --flavor areal reads it as the reward (another flavor: --column "
+                             "reward=normalized_reward)")
+            shown_setting(ctx, "gconfig.reward_normalization", True)  # the writer adds original_reward only then
         if isinstance(seqlen, int) and isinstance(plen, int):
             row["response_length"] = seqlen - plen
         row.update(extras(rec, ("reward",) + RAW_KEYS))

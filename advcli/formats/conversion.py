@@ -16,6 +16,7 @@ BATCH_ROWS = 2048  # rows per Arrow batch handed to the writer
 BATCH_VALUES = 1 << 20  # ... or fewer rows when their token lists hold this many values in all
 LAST_STEP_KEY = "advcli.last_step_estimators"  # footer key: ImportInfo.last_step_estimators, as JSON
 GROUP_SIZES_KEY = "advcli.group_sizes"  # {size: number of groups} of the dump, written by convert
+SHOWN_KEY = "advcli.shown_settings"  # ImportInfo.shown_settings, as JSON
 
 
 @record
@@ -54,6 +55,9 @@ class ImportInfo:
     # kept in the converted Parquet's footer, so a converted dump runs with the same settings
     run_config: dict = field(default_factory=dict)
     run_config_path: str = ""
+    # native settings of the trainer's flavor that the records themselves show (records.shown_setting), kept in
+    # the converted Parquet's footer under SHOWN_KEY
+    shown_settings: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -141,7 +145,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         # the dump's group sizes, as the trainer formed the groups: a run on the converted file takes the group
         # size from them as it does from the dump (runs.resolution.from_dump)
         hist = _group_size_counts(steps, pids)
-        writer.add_key_value_metadata({GROUP_SIZES_KEY: json.dumps(hist)})
+        writer.add_key_value_metadata({GROUP_SIZES_KEY: json.dumps(hist),
+                                       SHOWN_KEY: json.dumps(ctx.state.get("shown_settings", {}))})
         writer.close()
         writer = None
         rows_total = len(pids) + padding
@@ -167,6 +172,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
                       reward_notes=tuple(ctx.state.get("reward_notes", ())),
+                      shown_settings=dict(ctx.state.get("shown_settings", {})),
                       logged_decimals=ctx.state.get("logged_decimals"), padding=padding, run_config=saved,
                       run_config_path=saved_path)
 

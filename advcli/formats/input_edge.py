@@ -141,7 +141,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .conversion import GROUP_SIZES_KEY, LAST_STEP_KEY, ImportInfo, synthetic_mask
+    from .conversion import GROUP_SIZES_KEY, LAST_STEP_KEY, SHOWN_KEY, ImportInfo, synthetic_mask
 
     key = (os.path.realpath(spec), "converted", synth_mask)
     if key in _CONVERTED:
@@ -151,9 +151,10 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     if "response_mask" in old.names:
         return spec
     rec = json.loads(old.metadata[b"advcli.import"])
-    last_step = tuple(json.loads((f.metadata.metadata or {}).get(LAST_STEP_KEY.encode(), b"[]")))
-    sizes = {int(k): int(v) for k, v in json.loads((f.metadata.metadata or {}).get(GROUP_SIZES_KEY.encode(),
-                                                                                     b"{}")).items()}
+    footer = f.metadata.metadata or {}
+    last_step = tuple(json.loads(footer.get(LAST_STEP_KEY.encode(), b"[]")))
+    sizes = {int(k): int(v) for k, v in json.loads(footer.get(GROUP_SIZES_KEY.encode(), b"{}")).items()}
+    shown = json.loads(footer.get(SHOWN_KEY.encode(), b"{}"))
     target = spec
     load()
     fmt = FORMATS.get(rec.get("format"))
@@ -186,7 +187,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
                       token_lengths=bool(synth_mask and lengths and not short),
                       last_step_estimators=last_step, run_config=rec.get("run_config") or {},
-                      groups=sum(sizes.values()), group_sizes=sizes,
+                      groups=sum(sizes.values()), group_sizes=sizes, shown_settings=shown,
                       run_config_path=rec.get("run_config_path", ""))
     _CONVERTED[key] = info
     _record(target, info)

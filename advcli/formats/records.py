@@ -75,6 +75,13 @@ def number(ctx: Context, line: int, value, what: str, allow_none: bool = False) 
     raise ctx.error(line, f"field {what!r} is {value!r}; expected a number")
 
 
+def shown_setting(ctx: Context, key: str, value) -> None:
+    """A native setting of the trainer's flavor that the dump's records show (AReaL's records carry
+    original_reward only with gconfig.reward_normalization on): a run under that flavor takes it for the key
+    when neither the user nor the run's saved configuration set it (``ImportInfo.shown_settings``)."""
+    ctx.state.setdefault("shown_settings", {})[key] = value
+
+
 def reward_note(ctx: Context, text: str) -> None:
     """Say once which of the dump's rewards the rows carry (``text``): in inspect's and convert's notes and
     in run's summary (``ImportInfo.reward_notes``)."""

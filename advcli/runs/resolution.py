@@ -164,6 +164,11 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None)
     taken, lines = saved_settings(flavor, infos, given, config)
     settings += taken
     notes += lines
+    shown = _shown_settings(flavor, infos, {**given, **dict(settings)})
+    if shown:
+        settings += shown
+        notes.append(f"{', '.join(f'{k}={_fmt(v)}' for k, v in shown)} from the dump's records (set a key to "
+                     "override)")
     key = flavor.group_size_key
     sizes = _sizes(infos)
     n = math.gcd(*sizes) if sizes else 1
@@ -184,6 +189,20 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None)
         from ..formats.conversion import PADDING_NOTE
         notes.append(PADDING_NOTE.format(n=padding))
     return settings, notes
+
+
+def _shown_settings(flavor, infos: list, set_already: dict) -> list[tuple[str, object]]:
+    """The native settings the dump's records show (``ImportInfo.shown_settings``: AReaL's original_reward
+    beside the normalised reward shows gconfig.reward_normalization), for the trainer's own flavor and the keys
+    neither the user nor the run's saved configuration set."""
+    from ..formats import FORMATS
+
+    out: dict = {}
+    for info in infos:
+        fmt = FORMATS.get(info.format)
+        if fmt is not None and fmt.trainer_flavor() == flavor.name:
+            out.update({k: v for k, v in info.shown_settings.items() if k not in set_already})
+    return list(out.items())
 
 
 def saved_settings(flavor, infos: list, given: dict, config: str | None = None) -> tuple[list[tuple[str, object]],

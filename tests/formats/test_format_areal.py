@@ -180,6 +180,69 @@ def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
     assert np.allclose(pq.read_table(out_path).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
 
 
+def _normalised_dump(trial, raws: dict) -> list[float]:
+    """AReaL's JSONL with rollout-time reward normalisation (remote_inf_engine.py L180-215 @ cbff54d6: each
+    reward replaced by its group's population z-score (r − mean)/(std + 1e-8), the raw one written as
+    original_reward); returns the z-scores in row order."""
+    d = trial / "rollout" / "1"
+    d.mkdir(parents=True)
+    zs = []
+    for task, raw in raws.items():
+        mu = sum(raw) / len(raw)
+        pstd = math.sqrt(sum((x - mu) ** 2 for x in raw) / len(raw))
+        z = [(r - mu) / (pstd + 1e-8) for r in raw]
+        zs += z
+        recs = [{"task_id": task, "sample_idx": i, "seqlen": 30, "prompt_len": 20, "head_version": 1,
+                 "tail_version": 1, "reward": z[i], "original_reward": r, "prompt": f"q{task}", "completion": "c"}
+                for i, r in enumerate(raw)]
+        (d / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return zs
+
+
+def test_rollout_time_normalisation_is_the_reward_areal_trained_on(tmp_path, capsys):
+    """gconfig.reward_normalization (the trial's config.yaml, or shown by the records' original_reward): AReaL's
+    trainer starts from the z-score, so --flavor areal alone reproduces the run. With kl_ctl 0, no adv_norm,
+    γ = λ = 1, bias 0 and scaling 1, each response's advantage is its reward: the z-score (by hand above)."""
+    import yaml
+
+    raws = {0: [1.0, 0.0, 0.0, 1.0], 3: [3.0, 1.0, 0.0, 0.0]}
+    trial = tmp_path / "trial"
+    zs = _normalised_dump(trial, raws)
+    raw_rows = [x for raw in raws.values() for x in raw]
+    cfg = {"gconfig": {"n_samples": 4, "max_new_tokens": 512, "reward_normalization": True},
+           "actor": {"path": "m", "reward_norm": None, "adv_norm": None, "reward_scaling": 1.0, "reward_bias": 0.0,
+                     "kl_ctl": 0.0}}
+    (trial / "config.yaml").write_text(yaml.dump(cfg, sort_keys=False))
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", trial / "rollout", "-o", out, "--flavor", "areal"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), zs, rtol=1e-5, atol=1e-6)
+    assert zs[4] == pytest.approx(2 / math.sqrt(1.5), rel=1e-6)  # [3, 1, 0, 0]: (3 − 1)/sqrt(6/4), population std
+    # the dump moved away from its trial: the records show the setting, and the summary says so
+    moved = tmp_path / "elsewhere"
+    _normalised_dump(moved, raws)
+    code, _, err = run_main(["run", moved / "rollout", "-o", out, "--flavor", "areal", "--set", "actor.kl_ctl=0",
+                             "--force"], capsys)
+    assert code == 0, err
+    assert "gconfig.reward_normalization=true from the dump's records" in " ".join(err.split())
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), zs, rtol=1e-5, atol=1e-6)
+    # set off: the raw rewards; and AReaL refuses it beside actor.reward_norm
+    code, _, err = run_main(["run", moved / "rollout", "-o", out, "--flavor", "areal", "--set", "actor.kl_ctl=0",
+                             "--set", "gconfig.reward_normalization=false", "--force"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), raw_rows, rtol=1e-5, atol=1e-6)
+    code, _, err = run_main(["run", moved / "rollout", "-o", out, "--flavor", "areal", "--set", "actor.kl_ctl=0",
+                             "--set", "actor.reward_norm.mean_level=group", "--force"], capsys)
+    assert code == 2 and "AReaL refuses the two together" in err
+    # a converted dump keeps what its records showed
+    conv = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", moved / "rollout", "-o", conv], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", conv, "-o", out, "--flavor", "areal", "--set", "actor.kl_ctl=0", "--force"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), zs, rtol=1e-5, atol=1e-6)
+
+
 def test_replay_dump_refused(tmp_path, capsys):
     """AReaL #1407's trajectory replay dumps (step_{step:06d}.pt, step_{step:06d}_dp_{rank}.pt: torch.save of the
     batch) are not merged upstream: refused with the JSONL dump to use, nothing written, no traceback."""

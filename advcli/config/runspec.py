@@ -270,8 +270,10 @@ class Whitening:
     eps_mode: str = key('add', '`add`: rsqrt(var + eps); `max`: rsqrt(max(var, eps))',
             ('add', 'max'), kind='str', name='whiten_eps_mode')
     divisor: str = key('n_eps', 'what the masked mean and variance divide their sums by: `n_eps` Σm + 1e-8 (verl, '
-            'ROLL, NeMo gae), `n` Σm (OpenRLHF, NeMo reinforce_plus_plus: a scope with no valid token gives NaN), '
-            '`max1` max(Σm, 1) (NeMo raw_reward)', ('n_eps', 'n', 'max1'), kind='str', name='whiten_divisor')
+            'ROLL, NeMo gae; rounded to float32 in a float32 run, as their float32 tensors hold it, so the 1e-8 '
+            'counts only for Σm = 0), `n` Σm (OpenRLHF, NeMo reinforce_plus_plus: a scope with no valid token '
+            'gives NaN), `max1` max(Σm, 1) (NeMo raw_reward)', ('n_eps', 'n', 'max1'), kind='str',
+            name='whiten_divisor')
     scale: bool = key(True, 'divide by the std (false: centre only)', kind='bool', name='whiten_scale')
     small: str = key('error', 'a scope with <= 1 valid token: `error` (verl masked_var raises), `skip` (ROLL: no '
             'whitening in that scope), `compute` (OpenRLHF, NeMo: no check; an unbiased variance of one token is '

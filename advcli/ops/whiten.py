@@ -205,6 +205,10 @@ class WhitenSpec:
     divisor: str = "n_eps"  # μ = Σvm/D, var = Σ(v−μ)²m/D; D = Σm + 1e-8 ("n_eps"), Σm ("n"), max(Σm, 1) ("max1")
     scale: bool = True  # False: centre only
     one_pass: torch.dtype | None = None  # slime: E[x²] − E[x]² from the sums rounded to this dtype
+    # n_eps in a float32 run: D = Σm + 1e-8 rounded to float32, as the frameworks' masked_mean adds it
+    # (verl torch_functional.py L307 @1dda039b: an int64 mask sum + 1e-8 is a float32 tensor), so the 1e-8
+    # vanishes for Σm ≥ 1 and a scope whose valid values are all equal is centred to exactly 0
+    count32: bool = False
 
 
 DIVISORS = ("n_eps", "n", "max1")
@@ -222,7 +226,8 @@ def scope_mean_rstd(sums: MomentSums, spec: WhitenSpec) -> tuple[torch.Tensor, t
     n = sums.count
     if spec.divisor not in DIVISORS:
         raise ValueError(f"whitening divisor {spec.divisor!r}: expected one of {DIVISORS}")
-    denom = {"n_eps": n + 1e-8, "n": n, "max1": n.clamp(min=1)}[spec.divisor]
+    n_eps = (n + 1e-8).to(torch.float32).to(n.dtype) if spec.count32 else n + 1e-8
+    denom = {"n_eps": n_eps, "n": n, "max1": n.clamp(min=1)}[spec.divisor]
     mean = sums.mean_total / denom  # Σvm/D, or Σvu/D where the mean has its own weights u
     # Σ(v−μ)²m = Σv²m − 2μΣvm + μ²Σm
     ss = (sums.total_sq - 2 * mean * sums.total + mean * mean * n).clamp(min=0)

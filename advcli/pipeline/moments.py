@@ -3,6 +3,7 @@ computed on worker threads (results cached for the write pass when they fit).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -196,6 +197,8 @@ def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: li
                           hint="verl raises here too (masked_var: N/(N−1) with N ≤ 1): check the "
                                "response_mask column of that step. With --flavor advcli, "
                                "advantage.whiten_small=skip leaves such a step unwhitened (ROLL's rule)")
+    if plan.dtype == torch.float32:  # the frameworks' float32 Σm + 1e-8 (WhitenSpec.count32)
+        spec = dataclasses.replace(spec, count32=True)
     mean, rstd = scope_mean_rstd(sums, spec)
     if small == "skip":
         mean = torch.where(few, torch.zeros_like(mean), mean)

@@ -424,6 +424,16 @@ def test_singletons_per_estimator(tmp_path):
     assert gpg["advantages"][1] == pytest.approx([0.75])
 
 
+def test_whitening_a_step_of_equal_values_gives_zero(tmp_path):
+    """masked_whiten (torch_functional.py L294-346 @1dda039b) in float32: masked_mean divides by the int64 mask
+    sum + 1e-8, a float32 tensor in which the 1e-8 vanishes, so two singleton groups of reward 1.0 (rf++
+    baseline: a = 1 − 0 on all four tokens) have μ = 1 exactly and (a − μ)·rsqrt(0 + 1e-8) = 0. (In float64
+    the 1e-8 survives: μ = 4/(4 + 1e-8) and the advantages would be about 2.5e-5.)"""
+    out, _ = _tiny(tmp_path, {"adv_estimator": "reinforce_plus_plus_baseline"}, ["a", "b"], [1.0, 1.0],
+                   [[1, 1], [1, 1]])
+    assert out["advantages"] == [[0.0, 0.0], [0.0, 0.0]]
+
+
 def test_passk_singleton_is_refused(tmp_path):
     src = tmp_path / "in.parquet"
     _write(src, {"prompt_id": ["a", "a", "b"], "reward": [1.0, 0.0, 1.0], "response_mask": [[1], [1], [1]]})

@@ -114,6 +114,23 @@ class _Run:
         self.result = res
 
 
+def require_logged(inputs: list[str], against: str | None) -> None:
+    """Before any configuration is resolved: a trainer's dump whose format logs no advantages (verl's
+    rollout_data_dir, ROLL's, slime's, ...) and holds no column of logged values is refused as what it is, not
+    through the estimator's or the column's refusal that would come first."""
+    if against is not None or not inputs:
+        return
+    from ..formats import info_for
+    from ..io.footer import schema_facts
+
+    info = info_for(inputs[0])
+    if info is None or info.logged or any(c in schema_facts(inputs[0]).names for c in LOGGED_DEFAULTS):
+        return
+    raise AdvcliError(f"{info.source}: a {info.title} dump holds no logged advantages (the trainer does not write "
+                      "them there), so there is nothing to audit",
+                      hint="`advcli run` computes them; --against COLUMN audits another column of logged values")
+
+
 def _logged_column(schema, against: str | None, file0: str, imported: str | None = None) -> tuple[str, bool]:
     """(column, is_list) of the logged advantages: ``--against``, else the column the importer stored the
     trainer's own values in (``imported``), else the first of :data:`LOGGED_DEFAULTS` present."""

@@ -120,7 +120,7 @@ def audit_cmd(
     if report:
         check_report_path(report, inputs)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
-    from ..audit.recompute import audit_dump, check_tolerances, trainer_flavor
+    from ..audit.recompute import audit_dump, check_tolerances, require_logged, trainer_flavor
     from ..formats import open_inputs
     from .progress import progress as _progress
     from .resolve import resolve_cli_config
@@ -136,6 +136,7 @@ def audit_cmd(
     cb, stop = _progress(not quiet and not json_out)
     try:
         inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)
+        require_logged(inputs, against)
         flavor_note = None
         if flavor is None:
             flavor, flavor_note = trainer_flavor(inputs)

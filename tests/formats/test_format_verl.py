@@ -299,3 +299,16 @@ def test_v1_reward_extras_are_reward_components(tmp_path, capsys):
     assert code == 0, err
     exp = verl_grpo([float(r["acc"]) for r in recs], groups)
     assert np.allclose(pq.read_table(o).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+
+
+def test_audit_of_a_dump_that_logs_no_advantages(tmp_path, capsys):
+    """verl's rollout_data_dir holds scores, never advantages: audit says so first, instead of refusing the
+    default estimator and then, after the fix it names, the missing column."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 0))
+    code, _, err = run_main(["audit", d], capsys)
+    err = " ".join(err.split())
+    assert code == 2 and "holds no logged advantages" in err and "nothing to audit" in err and "Traceback" not in err
+    code, _, err = run_main(["audit", d, "--set", "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2 and "holds no logged advantages" in " ".join(err.split())

@@ -51,6 +51,10 @@ def read(path: str, ctx: Context):
                              "on it, and --flavor areal reads it as the reward (another flavor: --column "
                              "reward=normalized_reward)")
             shown_setting(ctx, "gconfig.reward_normalization", True)  # the writer adds original_reward only then
+        elif "gconfig.reward_normalization" not in ctx.state.get("shown_settings", {}):
+            # no original_reward: the reward was not normalised at rollout time, whatever the config says (AReaL
+            # normalises InteractionWithTokenLogpReward workflows only, cli_args.py L243-253 @cbff54d6)
+            shown_setting(ctx, "gconfig.reward_normalization", False)
         if isinstance(seqlen, int) and isinstance(plen, int):
             row["response_length"] = seqlen - plen
         row.update(extras(rec, ("reward",) + RAW_KEYS))

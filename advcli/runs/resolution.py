@@ -162,12 +162,15 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None)
             notes.append(f"{len(take)} key(s) from {why}: "
                          f"{', '.join(k for k, _ in take)} (values in settings; set a key to override)")
     taken, lines = saved_settings(flavor, infos, given, config)
-    settings += taken
-    notes += lines
+    # what the records show happened wins over the saved configuration (AReaL applies reward_normalization to
+    # some workflows only), never over what the user set
     shown = _shown_settings(flavor, infos, {**given, **dict(settings)})
-    if shown:
-        settings += shown
-        notes.append(f"{', '.join(f'{k}={_fmt(v)}' for k, v in shown)} from the dump's records (set a key to "
+    saved = dict(taken)
+    settings += [(k, v) for k, v in taken if k not in dict(shown)] + shown
+    notes += lines
+    said = [(k, v) for k, v in shown if v != saved.get(k, flavor_default(flavor, k))]
+    if said:
+        notes.append(f"{', '.join(f'{k}={_fmt(v)}' for k, v in said)} from the dump's records (set a key to "
                      "override)")
     key = flavor.group_size_key
     sizes = _sizes(infos)
@@ -191,10 +194,19 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None)
     return settings, notes
 
 
+def flavor_default(flavor, key: str):
+    """The flavor's default for one of its native keys (None for a key it does not have)."""
+    from ..flavors import flavor_keys
+
+    k = flavor_keys(flavor).get(key)
+    return k.default if k is not None else None
+
+
 def _shown_settings(flavor, infos: list, set_already: dict) -> list[tuple[str, object]]:
-    """The native settings the dump's records show (``ImportInfo.shown_settings``: AReaL's original_reward
-    beside the normalised reward shows gconfig.reward_normalization), for the trainer's own flavor and the keys
-    neither the user nor the run's saved configuration set."""
+    """The native settings the dump's records show (``ImportInfo.shown_settings``: AReaL's records carry
+    original_reward exactly where rollout-time normalisation ran, so they show gconfig.reward_normalization
+    true or false), for the trainer's own flavor and the keys the user did not set (``set_already``: the
+    user's settings and the --config file's)."""
     from ..formats import FORMATS
 
     out: dict = {}

@@ -234,6 +234,20 @@ def test_rollout_time_normalisation_is_the_reward_areal_trained_on(tmp_path, cap
     code, _, err = run_main(["run", moved / "rollout", "-o", out, "--flavor", "areal", "--set", "actor.kl_ctl=0",
                              "--set", "actor.reward_norm.mean_level=group", "--force"], capsys)
     assert code == 2 and "AReaL refuses the two together" in err
+    # the config says true, but the records carry no original_reward (AReaL normalises only
+    # InteractionWithTokenLogpReward workflows): nothing was normalised, the records win, the summary says so
+    plain = tmp_path / "plain"
+    d = plain / "rollout" / "1"
+    d.mkdir(parents=True)
+    for task, raw in raws.items():
+        (d / f"{task}.jsonl").write_text("".join(json.dumps(
+            {"task_id": task, "sample_idx": i, "seqlen": 30, "prompt_len": 20, "head_version": 1, "tail_version": 1,
+             "reward": r, "prompt": f"q{task}", "completion": "c"}) + "\n" for i, r in enumerate(raw)))
+    (plain / "config.yaml").write_text(yaml.dump(cfg, sort_keys=False))
+    code, _, err = run_main(["run", plain / "rollout", "-o", out, "--flavor", "areal", "--force"], capsys)
+    assert code == 0, err
+    assert "gconfig.reward_normalization=false from the dump's records" in " ".join(err.split())
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), raw_rows, rtol=1e-5, atol=1e-6)
     # a converted dump keeps what its records showed
     conv = tmp_path / "c.parquet"
     code, _, err = run_main(["convert", moved / "rollout", "-o", conv], capsys)

@@ -101,7 +101,8 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     cfg, native = resolve(fa, settings, config, file_keys)
     flavor = fa.flavor
     given = dict(native)
-    implied, lines = from_dump(flavor, inputs, given, config)
+    typed = {flavor.aliases.get(k, k) for k, _ in settings}  # --set (and --estimator): what the records never override
+    implied, lines = from_dump(flavor, inputs, given, config, typed)
     if implied:
         settings = implied + list(settings)
         cfg, native = resolve(fa, settings, config)
@@ -146,9 +147,12 @@ def _fmt(value) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None) -> tuple[list[tuple[str, object]],
-                                                                                       list[str]]:
-    """(native settings the dump implies for keys not in ``given``, one summary line for each)."""
+def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
+              typed: set | None = None) -> tuple[list[tuple[str, object]], list[str]]:
+    """(native settings the dump implies for keys not in ``given``, one summary line for each). ``typed``: the
+    keys the user set with --set (default: all of ``given``); what the records show (AReaL's
+    gconfig.reward_normalization) wins over a --config file's value and the saved configuration's, not over
+    those."""
     infos = _infos(inputs)
     if not infos or any(i is None for i in infos):
         return [], []
@@ -164,8 +168,9 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None)
     taken, lines = saved_settings(flavor, infos, given, config)
     # what the records show happened wins over the saved configuration (AReaL applies reward_normalization to
     # some workflows only), never over what the user set
-    shown = _shown_settings(flavor, infos, {**given, **dict(settings)})
-    saved = dict(taken)
+    typed = set(given) if typed is None else typed
+    shown = _shown_settings(flavor, infos, typed | {k for k, _ in settings})
+    saved = {**{k: v for k, v in given.items() if k not in typed}, **dict(taken)}  # the --config file's, the dump's
     settings += [(k, v) for k, v in taken if k not in dict(shown)] + shown
     notes += lines
     said = [(k, v) for k, v in shown if v != saved.get(k, flavor_default(flavor, k))]
@@ -205,8 +210,7 @@ def flavor_default(flavor, key: str):
 def _shown_settings(flavor, infos: list, set_already: dict) -> list[tuple[str, object]]:
     """The native settings the dump's records show (``ImportInfo.shown_settings``: AReaL's records carry
     original_reward exactly where rollout-time normalisation ran, so they show gconfig.reward_normalization
-    true or false), for the trainer's own flavor and the keys the user did not set (``set_already``: the
-    user's settings and the --config file's)."""
+    true or false), for the trainer's own flavor and the keys not in ``set_already`` (the user's --set)."""
     from ..formats import FORMATS
 
     out: dict = {}

@@ -248,6 +248,13 @@ def test_rollout_time_normalisation_is_the_reward_areal_trained_on(tmp_path, cap
     assert code == 0, err
     assert "gconfig.reward_normalization=false from the dump's records" in " ".join(err.split())
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), raw_rows, rtol=1e-5, atol=1e-6)
+    # the same config given with --config: the records still decide; --set decides over them
+    with_cfg = ["run", plain / "rollout", "-o", out, "--flavor", "areal", "--config", plain / "config.yaml", "--force"]
+    code, _, err = run_main(with_cfg, capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), raw_rows, rtol=1e-5, atol=1e-6)
+    code, _, err = run_main(with_cfg + ["--set", "gconfig.reward_normalization=true"], capsys)
+    assert code == 2 and "normalized_reward" in err
     # a converted dump keeps what its records showed
     conv = tmp_path / "c.parquet"
     code, _, err = run_main(["convert", moved / "rollout", "-o", conv], capsys)

@@ -125,6 +125,10 @@ def _pre_norm(chunk: TokenChunk, p: dict):
     gamma = float(p["gamma"])
     turn = p["timestep"] == "turn"
     turns = _turns(chunk, keep) if turn else None
+    if not turn and p["lam_fn"] is not None and "turn_ids" in chunk.tokens:
+        # a λ function's context validates the turn ids whenever the data has them, token timesteps too
+        # (actor.py _compute_gae_lambda -> gae.py _build_gae_lambda_context L183 @cbff54d6)
+        _turns(chunk, keep)
     if p["lam_fn"] is not None:
         n = layout.count_per_row(keep) if not turn else (turns[3].lengths)
         coef = gamma * row_lambda(p["lam_fn"], p["lam_kwargs"] or {}, n, dt)

@@ -316,6 +316,19 @@ def test_decreasing_turn_ids_refused(tmp_path):
         run(tmp_path, {"actor.gae_timestep_unit": "turn"}, rows=rows)
 
 
+def test_turn_ids_are_checked_under_a_lambda_function_in_token_mode(tmp_path):
+    """A λ function builds its context from the turn ids whenever the data has them, and that validates them,
+    token timesteps too (actor.py _compute_gae_lambda -> gae.py _build_gae_lambda_context L183 @cbff54d6); a
+    constant λ never reads them."""
+    rows = list(ROWS)
+    rows[5] = rows[5][:10] + ([0, 2, 1, 3, 4],)
+    fn = {"actor.gae_lambda": "areal.trainer.ppo.lambda_fn.vapo_length_adaptive_gae",
+          "actor.gae_lambda_kwargs.alpha": 1.0}
+    with pytest.raises(AdvcliError, match="non-decreasing"):
+        run(tmp_path, fn, rows=rows)
+    run(tmp_path, {}, rows=rows)  # constant λ: the ids are not read
+
+
 def test_explain_keys_lists_defaults():
     from advcli.flavors import get
     from advcli.runs.explain import keys_text

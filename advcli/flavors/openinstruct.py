@@ -45,6 +45,10 @@ def translate(v: dict) -> dict:
     cfg["reward"]["source"] = "reward"
     standard = v["advantage_normalization_type"] == "standard"
     cfg["estimator"] = {"name": "grpo", "norm_by_std": standard, "std": "population", "eps": 1e-8}
+    # numpy float64: Batch.scores is list[float] (model_utils.py L128) and np.array of it float64
+    # (data_loader.py L1472-1484), so an all-equal group has mean exactly its value and std 0: A = 0. In float32
+    # the mean's residue (~6e-8) divided by a residue std + 1e-8 is of order 1 (0.9 x 3 -> 0.856)
+    cfg["precision"] = "float64"
     return cfg
 
 

@@ -64,3 +64,16 @@ def test_explain_names_the_semantics(capsys):
                               capsys)
     assert code == 0, err
     assert "open-instruct" in out and "population" in out and "1e-08" in out
+
+
+@pytest.mark.parametrize("value,n", [(0.9, 3), (0.1, 8), (1 / 3, 8), (0.7, 5)])
+def test_an_all_equal_group_gives_zero_as_numpy_float64_does(tmp_path, value, n):
+    """open-instruct's statistics are numpy float64: an all-equal group has std 0 and mean its value, so
+    standard gives 0 (numpy, by the code above: at most ~1e-8). In float32 the mean's residue over a residue
+    std + 1e-8 is of order 1 (0.9 x 3 gave 0.856), so the flavor computes in float64."""
+    rs = [{"reward": value, "mask": [1, 1]} for _ in range(n)]
+    want = (np.full(n, value) - np.full(n, value).mean()) / (np.full(n, value).std() + 1e-8)
+    assert np.max(np.abs(want)) < 1e-7
+    cols, _ = run_rows(str(tmp_path), rs, "open-instruct",
+                       {"advantage_normalization_type": "standard", "num_samples_per_prompt_rollout": n})
+    assert max(abs(x) for row in cols["advantages"] for x in row) < 1e-6

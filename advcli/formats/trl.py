@@ -39,8 +39,9 @@ def read(path: str, ctx: Context):
     missing = [c for c in ("prompt", "completion", "advantage") if c not in schema.names]
     if missing:
         raise ctx.error(None, f"missing column(s) {', '.join(missing)} of a TRL completions file")
-    funcs = [n for n in schema.names if n not in FIXED and (pa.types.is_floating(schema.field(n).type)
-                                                          or pa.types.is_integer(schema.field(n).type))]
+    # TRL writes each reward function's column from a float32 tensor's .tolist() (grpo_trainer.py L1614, L2756
+    # @f2cd5771): floats, never integers; an integer column is log_extra's (num_tool_calls), not a reward
+    funcs = [n for n in schema.names if n not in FIXED and pa.types.is_floating(schema.field(n).type)]
     if not funcs:
         raise ctx.error(None, "no reward-function column (TRL writes one numeric column per reward function)")
     key = ctx.state.setdefault("funcs", funcs)
@@ -71,9 +72,22 @@ def read(path: str, ctx: Context):
             fin = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
             step = rec.get("step") if rec.get("step") is not None else ctx.step
             row = {"prompt_id": f"{step}:{run}:{text_key(p)}", "step": step,
-                   "reward": sum(fin) if fin else float("nan")}
+                   "reward": _float32_sum(fin) if fin else float("nan")}
             row.update({k: v for k, v in rec.items() if k not in ("step",)})
             yield row_no, row
+
+
+def _float32_sum(values: list[float]) -> float:
+    """Σ values as TRL adds its float32 rewards_per_func across a row (``(rewards_per_func * w).nansum(dim=1)``,
+    grpo_trainer.py L2683 @f2cd5771): each value float32, added left to right in float32. With three or more
+    functions a float64 sum rounds otherwise (−1.0, −0.8, 0.1: −1.6999999 in TRL, −1.7 in float64), which an
+    all-equal group's tiny std then magnifies."""
+    import numpy as np
+
+    total = np.float32(0.0)
+    for v in values:
+        total = np.float32(total + np.float32(v))
+    return float(total)
 
 
 def sniff(rec: dict) -> bool:

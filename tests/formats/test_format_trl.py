@@ -328,3 +328,45 @@ def test_audit_never_names_a_configuration_run_refuses_on_the_dump(tmp_path, cap
     assert opo and all("response lengths" in c.get("skipped", "") for c in opo)
     assert rep["matches"] and not any("opo" in m for m in rep["matches"])
     assert any(c.get("tokens_disagreeing") == 0 and "skipped" not in c for c in rep["search"])  # others found it
+
+
+def test_the_dump_reward_is_trls_float32_sum_and_integer_columns_are_not_rewards(tmp_path, capsys):
+    """TRL adds its float32 rewards_per_func across a row in float32 (nansum over dim 1, grpo_trainer.py L2683
+    @f2cd5771): for (−1.0, −0.8, 0.1) that is −1.6999999, not float64's −1.7, so a group of three such rows has
+    std 0 in TRL and advantages 0. An integer column (log_extra's num_tool_calls) is no reward function: TRL
+    writes reward columns from a float32 tensor's tolist()."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    n = 3
+    rows = {"step": [1] * 2 * n, "prompt": ["p"] * n + ["q"] * n, "completion": ["c"] * 2 * n,
+            "f1": [-1.0] * n + [1.0, 0.0, 1.0], "f2": [-0.8] * n + [0.5, 0.5, 0.0], "f3": [0.1] * n + [0.0, 0.0, 0.0],
+            "num_tool_calls": [3, 1, 2, 0, 5, 1]}
+    f32 = np.float32(np.float32(np.float32(-1.0) + np.float32(-0.8)) + np.float32(0.1))
+    assert float(f32) != float(np.float32(-1.0 - 0.8 + 0.1))  # the two sums differ in float32
+    r = [float(np.float32(a + b + c)) for a, b, c in zip(rows["f1"][n:], rows["f2"][n:], rows["f3"][n:])]
+    mean = sum(r) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in r) / (n - 1))
+    rows["advantage"] = [0.0] * n + [(x - mean) / (std + 1e-4) for x in r]
+    pd.DataFrame(rows).to_parquet(d / "completions_00001.parquet")
+    code, out, err = run_main(["inspect", d], capsys)
+    assert code == 0, err
+    assert "nansum of f1, f2, f3 " in " ".join(out.split())  # num_tool_calls is not among them
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "trl"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "o.parquet")
+    assert t.column("reward").to_pylist()[:n] == [float(f32)] * n
+    assert np.allclose(t.column("advantages").to_pylist(), rows["advantage"], rtol=1e-5, atol=1e-6)
+    code, _, err = run_main(["audit", d], capsys)
+    assert code == 0, err
+
+
+def test_normalize_then_sum_needs_the_function_columns(dump, tmp_path, capsys):
+    """GDPO z-scores each function on its own: the dump's summed reward column is not the functions."""
+    d, _ = dump
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "trl",
+                             "--set", "multi_objective_aggregation=normalize_then_sum"], capsys)
+    assert code == 2 and "reward_funcs" in err and not (tmp_path / "o.parquet").exists()
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "trl",
+                             "--set", "multi_objective_aggregation=normalize_then_sum",
+                             "--set", "reward_funcs=[accuracy_reward,format_reward]"], capsys)
+    assert code == 0, err

@@ -22,8 +22,9 @@ STATS = Key("nan", "`nan` (TRL >= 1.6.0, #5902: a row with no reward at all is l
             "nanmean/nanstd, NaN -> 0) or `plain` (TRL 0.14.0-1.5.1: torch's mean and std of the rewards as "
             "given, every row counted, no nan_to_num)", ("nan", "plain"), "str")
 SINGLE = Key("zero", "a group of one row (and a batch of one for batch statistics): `zero` (TRL >= 0.27.0, #4662: "
-             "std 0) or `nan` (TRL 0.14.0-0.16.1: torch's std of one value is NaN, and so the advantage)",
-             ("zero", "nan"), "str")
+             "std 0; RLOO's baseline 0) or `nan` (TRL before 0.27.0: torch's std of one value is NaN, RLOO's "
+             "(Σ − R)/(n − 1) is 0/0, and so the advantage; training refuses num_generations < 2 from 0.15.0, "
+             "evaluation with num_generations_eval = 1 reaches it)", ("zero", "nan"), "str")
 
 
 def nanstd(t: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
@@ -205,8 +206,8 @@ def _rloo_plain(table: RowTable, p: dict) -> torch.Tensor:
     row score (nansum of the weighted functions, a row with none scores 0, clipped, minus the KL term):
     ``A_i = R_i − (Σ_g R − R_i)/(n − 1)`` (n = 1: 0); normalize: ``(A − mean_B A)/(std_B A + eps)``, torch's."""
     def loo(v):
-        if v.shape[1] <= 1:
-            return torch.zeros_like(v)
+        if v.shape[1] <= 1:  # (Σ − R)/(n − 1) = 0/0 before 0.27.0's guard
+            return torch.full_like(v, torch.nan) if p.get("single", "zero") == "nan" else torch.zeros_like(v)
         return v - (v.sum(dim=1, keepdim=True) - v) / (v.shape[1] - 1)
     adv = _groups(table).stacked(table.score, loo)
     if p["normalize"]:
@@ -221,4 +222,4 @@ register(EstimatorSpec(
             "stats=plain (TRL 0.22.0-1.5.1): every row counted (count_g = n), torch's mean and std",
     source="TRL RLOOTrainer._generate_and_score_completions (rloo_trainer.py L1538-1561 @f2cd5771)",
     params={"normalize": Key(False, "batch z-score of the advantages (normalize_advantages)", None, "bool"),
-            "eps": EPS, "mask_output": MASK_OUTPUT, "stats": STATS}))
+            "eps": EPS, "mask_output": MASK_OUTPUT, "stats": STATS, "single": SINGLE}))

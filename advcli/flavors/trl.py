@@ -175,7 +175,7 @@ def translate(v: dict) -> dict:
         cfg["estimator"] = {"name": "grpo_nan", "scale": scale,
                             "aggregation": v["multi_objective_aggregation"], "weights": weights, "eps": 1e-4,
                             "mask_output": False, **stats}
-        if CODES.index(code) <= CODES.index("0.16.0"):  # no num_generations >= 2 check before 0.17.0
+        if CODES.index(code) < CODES.index("0.27.0"):  # torch.std of one value is NaN before #4662's guard
             cfg["estimator"]["single"] = "nan"
         return cfg
     # RLOOTrainer
@@ -190,6 +190,8 @@ def translate(v: dict) -> dict:
                          coef=beta, controller="fixed")
     cfg["estimator"] = {"name": "rloo_nan", "normalize": v["normalize_advantages"], "eps": 1e-4,
                         "mask_output": False, **stats}
+    if CODES.index(code) < CODES.index("0.27.0"):  # n = 1: (Σ − R)/(n − 1) = 0/0 before 0.27.0's guard
+        cfg["estimator"]["single"] = "nan"
     return cfg
 
 

@@ -125,6 +125,20 @@ def test_022_rloo_counts_a_row_without_reward_as_zero_and_normalizes_with_torch_
     close(got, [(a - m) / (s + 1e-4) for a in loo])
 
 
+@pytest.mark.parametrize("release,trainer,want_nan", [("0.22.2", "grpo", True), ("0.22.2", "rloo", True),
+                                                       ("0.26.2", "rloo", True), ("0.27.0", "grpo", False),
+                                                       ("0.27.0", "rloo", False), ("1.6.0", "grpo", False)])
+def test_a_group_of_one_before_and_after_the_027_guard(tmp_path, release, trainer, want_nan):
+    """num_generations=1 (training refuses it from 0.15.0; evaluation with num_generations_eval=1 reaches it):
+    before 0.27.0 torch.std of one value is NaN (GRPO, grpo_trainer.py L1952 @v0.26.2) and RLOO's baseline is
+    (Σ − R)/(n − 1) = 0/0 (rloo_trainer.py L1422 @v0.26.2), so the advantage is NaN; from 0.27.0 both guard
+    num_generations > 1 (std 0, baseline 0): r − r = 0."""
+    rows = rows_of([1.0, 0.0, 0.5], group=1)
+    got = per_row(advcli_run(tmp_path, rows, f"trl@{release}",
+                             {"trainer": trainer, "num_generations": 1, "beta": 0.0})["advantages"])
+    assert all(math.isnan(x) for x in got) if want_nan else got == [0.0, 0.0, 0.0]
+
+
 def test_027_normalize_then_sum_counts_a_row_without_reward(tmp_path):
     """0.27.0-1.5.1 (#4785; grpo_trainer.py L2018-2068 @v0.27.0): each function z-scored in its group with
     nanmean/nanstd (a None stays NaN), the weighted nansum (a row with none scores 0), then (R − mean_B)/(std_B +

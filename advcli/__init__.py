@@ -213,7 +213,9 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
                 c["config"] = str(config)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
     with FrameInputs() as frames:
-        paths = open_inputs([frames.path(x) for x in ([a] if b is None else [a, b])], source)
+        several = b is None and isinstance(a, (list, tuple))  # one dump of several files, as run takes it
+        paths = open_inputs([frames.path(x) for x in (list(a) if several else [a] if b is None else [a, b])], source)
+        dump = paths if several else paths[0]
         if b is not None:
             import os
 
@@ -222,9 +224,9 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
         elif estimators is not None:
             runs = estimator_runs(paths, estimators, flavor, list((settings or {}).items()),
                                   None if config is None else str(config))
-            res = compare_runs(paths[0], runs, columns=columns or {}, top=top, chunk_rows=chunk_rows, device=device)
+            res = compare_runs(dump, runs, columns=columns or {}, top=top, chunk_rows=chunk_rows, device=device)
         else:
-            res = compare_configurations(paths[0], configs, columns=columns or {}, top=top, chunk_rows=chunk_rows,
+            res = compare_configurations(dump, configs, columns=columns or {}, top=top, chunk_rows=chunk_rows,
                                          device=device)
         res = frames.named(stamp(name_dumps(res), "compare"))
     if trackers:

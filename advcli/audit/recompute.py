@@ -102,11 +102,13 @@ class _Run:
 
     def __init__(self, tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict,
                  columns: dict, chunk_rows: int, device: str):
+        from ..io.reader import expand_inputs
         from ..pipeline import run_pipeline
 
         d = os.path.join(tmp, name)
         os.makedirs(d)
-        out = d + os.sep if len(inputs) > 1 else os.path.join(d, "out.parquet")
+        # a directory or glob of several files is several inputs: one sidecar each
+        out = d + os.sep if len(expand_inputs(list(inputs))) > 1 else os.path.join(d, "out.parquet")
         res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
                            chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar",
                            write_columns=["advantages"])

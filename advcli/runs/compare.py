@@ -94,9 +94,73 @@ def _no_token_data(paths: list[str]) -> str | None:
     return no_token_data(paths)
 
 
+def _inputs(dump: str | list[str]) -> list[str]:
+    """The run's inputs: one path (a file, directory or glob) or a list of them."""
+    return [dump] if isinstance(dump, str) else list(dump)
+
+
+def _named(dump: str | list[str]) -> str:
+    """The dump as the report names it: its path, or its paths joined."""
+    return dump if isinstance(dump, str) else ", ".join(dump)
+
+
+def _run_output(dump: str | list[str], tmp: str, name: str) -> str:
+    """Where a run of ``dump`` writes inside ``tmp``: one file, or a directory when the dump is several files
+    (a list, or a directory or glob of Parquet files, as ``advcli run`` takes it)."""
+    from ..io.reader import expand_inputs
+
+    several = len(expand_inputs(_inputs(dump))) > 1
+    return os.path.join(tmp, name + os.sep) if several else os.path.join(tmp, name + ".parquet")
+
+
+def _one_file(spec: str, tmp: str, name: str) -> str:
+    """``spec`` as one Parquet file: the file itself, or the rows of a directory or glob of several files, in the
+    order ``advcli run`` reads them, written one after another into ``tmp/name.parquet``."""
+    import pyarrow.parquet as pq
+
+    from ..io.reader import expand_inputs, open_parquet
+
+    files = expand_inputs([spec])
+    if len(files) == 1:
+        return files[0]
+    target = os.path.join(tmp, name + ".parquet")
+    writer = None
+    try:
+        for path in files:
+            f = open_parquet(path)
+            if writer is None:
+                schema = f.schema_arrow
+                writer = pq.ParquetWriter(target, schema)
+            elif not f.schema_arrow.equals(schema, check_metadata=False):
+                raise AdvcliError(f"{path}: its columns differ from {files[0]}'s; compare reads the files of {spec} "
+                                  "as one output")
+            for batch in f.iter_batches(batch_size=65536):
+                writer.write_batch(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+    return target
+
+
 def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = None, top: int = 10,
                   batch_rows: int = 8192, column_overrides: dict | None = None) -> dict:
-    """The comparison of two advcli outputs of the same rows, as a JSON-able dict."""
+    """The comparison of two advcli outputs of the same rows, as a JSON-able dict; each may be a directory or
+    glob of several files (one output per input of a run), read as one."""
+    from ..io.reader import expand_inputs
+
+    if len(expand_inputs([path_a])) == 1 and len(expand_inputs([path_b])) == 1:
+        return _compare_files(path_a, path_b, path_a, path_b, labels, top, batch_rows, column_overrides)
+    tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
+    try:
+        return _compare_files(_one_file(path_a, tmp, "a"), _one_file(path_b, tmp, "b"), path_a, path_b, labels, top,
+                              batch_rows, column_overrides)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, top: int, batch_rows: int,
+                   column_overrides: dict | None) -> dict:
+    """:func:`compare_files` on two single files (``path_a``/``path_b``: what the user named, for messages)."""
     import numpy as np
     import pyarrow as pa
 
@@ -104,7 +168,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
     from ..io.reader import open_parquet
 
     ov = column_overrides or {}
-    fa, fb = open_parquet(path_a), open_parquet(path_b)
+    fa, fb = open_parquet(file_a), open_parquet(file_b)
     sa, sb = fa.schema_arrow, fb.schema_arrow
     for p, s in ((path_a, sa), (path_b, sb)):
         if "advantages" not in s.names:
@@ -123,7 +187,7 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
     has_ret = "returns" in sa.names and "returns" in sb.names
     if has_ret:
         cols_a.append("returns")
-    cols_b = ["advantages"] + (["returns"] if has_ret else [])
+    cols_b = ["advantages"] + (["returns"] if has_ret else []) + ([mask_col] if mask_col in sb.names else [])
     tok, ret_m = _Moments(), _Moments()
     agree = 0
     abs_sum = sq_sum = 0.0
@@ -137,13 +201,15 @@ def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = 
             bad = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
             raise AdvcliError(f"{path_b}: row {row0 + bad}: 'advantages' has {int(np.diff(ob)[bad])} tokens but "
                               f"{path_a} has {int(np.diff(oa)[bad])}; are these outputs of the same dump?")
-        if mask_col in ba.schema.names:
-            om, m = list_parts(ba.column(mask_col))
-            if not np.array_equal(om, oa):
-                raise AdvcliError(f"{path_a}: '{mask_col}' and 'advantages' disagree in length")
-            m = m.astype(bool)
-        else:
-            m = np.ones(va.size, dtype=bool)
+        # the tokens that count: mask=1 in each output that has a mask (both: in both, whichever comes first;
+        # a sidecar has none)
+        m = np.ones(va.size, dtype=bool)
+        for batch, path in ((ba, path_a), (bb, path_b)):
+            if mask_col in batch.schema.names:
+                om, mk = list_parts(batch.column(mask_col))
+                if not np.array_equal(om, oa):
+                    raise AdvcliError(f"{path}: '{mask_col}' and 'advantages' disagree in length")
+                m &= mk.astype(bool)
         a, b = va[m].astype(np.float64), vb[m].astype(np.float64)
         tok.add(a, b)
         agree += int((np.sign(a) == np.sign(b)).sum())
@@ -292,7 +358,7 @@ def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
 # ---------------------------------------------------------------------------------------- print
 
 
-def compare_configurations(dump: str, configs: list[dict], *, columns: dict | None = None, top: int = 10,
+def compare_configurations(dump: str | list[str], configs: list[dict], *, columns: dict | None = None, top: int = 10,
                            chunk_rows: int = 4096, device: str = "auto", announce=None) -> dict:
     """Run ``dump`` under two configurations ({flavor, set: ["K=V"], settings: {K: V}, config}) and compare
     the outputs.
@@ -311,13 +377,13 @@ def compare_configurations(dump: str, configs: list[dict], *, columns: dict | No
             label = _label(fa.spec, native)
             if announce is not None:
                 announce(i, label)
-            out = os.path.join(tmp, f"{'ab'[i]}.parquet")
-            run_pipeline([dump], out, cfg, flavor=fa, native=native, column_overrides=columns or {},
+            out = _run_output(dump, tmp, "ab"[i])
+            run_pipeline(_inputs(dump), out, cfg, flavor=fa, native=native, column_overrides=columns or {},
                          chunk_rows=chunk_rows, device=device)
             outs.append(out)
             labels.append(label)
         res = compare_files(outs[0], outs[1], labels=(labels[0], labels[1]), top=top, column_overrides=columns)
-        res["a"]["path"] = res["b"]["path"] = dump
+        res["a"]["path"] = res["b"]["path"] = _named(dump)
         res["a"]["configuration"], res["b"]["configuration"] = configs[0], configs[1]
         return res
     finally:
@@ -351,8 +417,8 @@ def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: s
     return runs
 
 
-def compare_runs(dump: str, runs: list[dict], *, columns: dict | None = None, top: int = 10, chunk_rows: int = 4096,
-                 device: str = "auto", announce=None) -> dict:
+def compare_runs(dump: str | list[str], runs: list[dict], *, columns: dict | None = None, top: int = 10,
+                 chunk_rows: int = 4096, device: str = "auto", announce=None) -> dict:
     """Run ``dump`` under each of ``runs`` ({label, cfg, flavor, native}: resolved configurations, at least
     two) into a temporary directory and compare every pair (i < j) with :func:`compare_files`:
     ``{"input", "runs": [{label, estimator}], "pairs": [compare_files' dict for (i, j)]}``.
@@ -367,18 +433,18 @@ def compare_runs(dump: str, runs: list[dict], *, columns: dict | None = None, to
         for i, r in enumerate(runs):
             if announce is not None:
                 announce(i, r["label"])
-            out = os.path.join(tmp, f"run{i}.parquet")
-            run_pipeline([dump], out, r["cfg"], flavor=r["flavor"], native=r["native"], column_overrides=columns or {},
-                         chunk_rows=chunk_rows, device=device)
+            out = _run_output(dump, tmp, f"run{i}")
+            run_pipeline(_inputs(dump), out, r["cfg"], flavor=r["flavor"], native=r["native"],
+                         column_overrides=columns or {}, chunk_rows=chunk_rows, device=device)
             outs.append(out)
         pairs = []
         for i in range(len(runs)):
             for j in range(i + 1, len(runs)):
                 res = compare_files(outs[i], outs[j], labels=(runs[i]["label"], runs[j]["label"]), top=top,
                                     column_overrides=columns)
-                res["a"]["path"] = res["b"]["path"] = dump
+                res["a"]["path"] = res["b"]["path"] = _named(dump)
                 pairs.append(res)
-        return {"input": dump, "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {})}
+        return {"input": _named(dump), "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {})}
                                         for r in runs], "pairs": pairs}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -142,3 +142,41 @@ def test_compare_refusals(outputs):
         advcli.compare(SAMPLE, outputs["good"], estimators=["grpo", "rloo"])
     with pytest.raises(AdvcliError, match="two outputs are compared as they are"):
         advcli.compare(outputs["good"], outputs["rloo"], settings=GRPO)
+
+
+def test_a_directory_of_shards_is_one_dump_for_audit_and_compare(outputs, tmp_path, capsys):
+    """A directory (or glob) of Parquet files is one dump for run, and so for audit and compare: the same
+    verdict and the same figures as the single file (the internal runs write one output per shard)."""
+    t = pq.read_table(SAMPLE)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    bounds = [0, 100, 250, t.num_rows]
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        pq.write_table(t.slice(lo, hi - lo), shards / f"part{i}.parquet")
+    outs = tmp_path / "outs"
+    code, _, err = run_main(["run", shards, "-o", f"{outs}/", "--flavor", "verl",
+                             "--set", "algorithm.adv_estimator=grpo", "-q"], capsys)
+    assert code == 0, err
+    for spec in (outs, f"{outs}/*.parquet"):
+        code, out, err = run_main(["audit", spec, "--no-search", "--json"], capsys)
+        assert code == 0 and json.loads(out)["agree"], err
+    whole = advcli.compare(SAMPLE, estimators="grpo,rloo", device="cpu")
+    split = advcli.compare(str(shards), estimators="grpo,rloo", device="cpu")
+    assert split.pairs[0]["tokens"] == whole.pairs[0]["tokens"] and split["pairs"][0]["rows"] == t.num_rows
+    # two outputs given as a directory and a file: read as one each
+    code, out, err = run_main(["compare", outs, outputs["good"], "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["tokens"]["pearson"] == pytest.approx(1.0)
+
+
+def test_compare_counts_the_tokens_both_outputs_train_on_in_either_order(outputs, tmp_path, capsys):
+    """A sidecar has no response_mask: the other output's mask decides, whichever comes first; where both have
+    one, a token counts when it is 1 in both."""
+    side = tmp_path / "side.parquet"
+    advcli.run(SAMPLE, str(side), flavor="verl", settings=GRPO, device="cpu", output_mode="sidecar")
+    t = pq.read_table(outputs["good"])
+    valid = sum(sum(m) for m in t.column("response_mask").to_pylist())
+    ab = advcli.compare(str(side), outputs["rloo"])
+    ba = advcli.compare(outputs["rloo"], str(side))
+    assert ab["valid_tokens"] == ba["valid_tokens"] == valid
+    assert ab["tokens"]["pearson"] == pytest.approx(ba["tokens"]["pearson"], rel=1e-12)

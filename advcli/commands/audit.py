@@ -90,10 +90,10 @@ def audit_cmd(
     against: str | None = typer.Option(None, "--against", metavar="COLUMN",
                                           help="The logged advantages (default: where the dump's trainer logged "
                                                "them; in Parquet, advantages, else advantage)."),
-    rtol: float | None = typer.Option(None, "--rtol", metavar="X", help="Relative tolerance [default: 1e-4]."),
+    rtol: float | None = typer.Option(None, "--rtol", metavar="X", help="Relative tolerance (default 1e-4)."),
     atol: float | None = typer.Option(None, "--atol", metavar="X",
-                                      help="Absolute tolerance [default: 1e-5, plus half a unit in the last "
-                                           "decimal where the dump rounds its logged values]."),
+                                      help="Absolute tolerance (default 1e-5, plus half a unit in the last "
+                                           "decimal where the dump rounds its logged values)."),
     search: bool = typer.Option(True, "--search/--no-search", help="On disagreement, try other flavors and "
                                                                    "settings and name those that reproduce the "
                                                                    "logged values."),

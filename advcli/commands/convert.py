@@ -43,10 +43,11 @@ def convert_cmd(
     if is_uri(output):
         raise AdvcliError(f"{output}: convert writes a local Parquet file",
                           hint="give a local path (advcli run reads and writes object storage directly)")
+    if os.path.isdir(output):  # before the --force hint, which would not help
+        raise AdvcliError(f"{output}: is a directory; convert writes one Parquet file",
+                          hint=f"name the file, e.g. -o {os.path.join(output, 'converted.parquet')}")
     if os.path.exists(output) and not force:
         raise AdvcliError(f"{output}: already exists", hint="add --force to replace it")
-    if os.path.isdir(output):
-        raise AdvcliError(f"{output}: is a directory; expected a .parquet file path")
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise AdvcliError(f"{output}: the directory {parent} does not exist")

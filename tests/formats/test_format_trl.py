@@ -156,6 +156,18 @@ def test_convert_never_writes_over_its_input(dump, capsys):
     assert code == 2 and "is the input" in err and f.read_bytes() == before
 
 
+def test_convert_to_a_directory_names_a_file_to_give(dump, tmp_path, capsys):
+    """convert writes one file: an existing directory as -o is refused with the fix (not 'add --force', which
+    would then refuse it too), with or without --force, and the directory is left as it is."""
+    d, _ = dump
+    out = tmp_path / "outdir"
+    out.mkdir()
+    for extra in ([], ["--force"]):
+        code, _, err = run_main(["convert", d, "-o", out, *extra], capsys)
+        assert code == 2 and "is a directory" in err and "converted.parquet" in err and "--force" not in err
+    assert list(out.iterdir()) == []
+
+
 def test_rloo_needs_beta_zero(dump, tmp_path, capsys):
     d, _ = dump
     base = ["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set", "trainer=rloo",

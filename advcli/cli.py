@@ -85,7 +85,9 @@ def run(
     write_columns: str | None = typer.Option(None, "--write-columns", metavar="A,B",
                                                 help="Which new columns to write, comma-separated: advantages, "
                                                      "returns, token_level_rewards (written when KL enters the "
-                                                     "reward). Default: all the run produces."),
+                                                     "reward), rollout_is_weights and response_mask_after_rs "
+                                                     "(with verl's rollout correction). Default: all the run "
+                                                     "produces."),
     engine: str = typer.Option("local", "--engine", metavar="ENGINE",
                                help="local (this process) or ray (a Ray cluster via Ray Data; OUTPUT is then a "
                                     "directory of part files in row order; pip install 'advcli\\[ray]'). "

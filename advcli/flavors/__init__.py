@@ -485,10 +485,10 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     items = []
     if config_file:
         found = config_file_settings(flavor, config_file)
-        items = list(found.taken)
+        items = _old_names_first(flavor, found.taken)
         if file_keys is not None:
             file_keys.append(found)
-    items += settings
+    items += _old_names_first(flavor, settings)
     chosen = dict(items).get("advcli.estimator")  # the flavor's own: translated with its key set to it
     as_key = [(flavor.estimator_key, str(chosen))] if own_estimator(flavor, chosen) else []
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
@@ -509,6 +509,14 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
         else:
             cfg = estimator_config(fa, rest, str(values["advcli.estimator"]))
     return cfg, given
+
+
+def _old_names_first(flavor: Flavor, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``items`` with the keys given by an old name (``Flavor.aliases``) before the others, order kept
+    otherwise: within one source (the --set list, a config file) the current name wins over its old one
+    whatever the order, as an explicit value beats NeMo's YAML interpolation
+    (``grpo.adv_estimator.normalize_rewards: ${grpo.normalize_rewards}``)."""
+    return sorted(items, key=lambda kv: kv[0] not in flavor.aliases)
 
 
 def estimator_config(spec: str | FlavorAt, items: list[tuple[str, Any]], name: str) -> dict:

@@ -309,3 +309,14 @@ def test_gae_whitening_of_one_valid_token(tmp_path):
                      {"ppo.adv_estimator.name": "gae"})
     assert_rows_close(got["advantages"], [[float("nan"), 0.0], [0.0]])
     assert_rows_close(got["returns"], [[1.0, 0.5], [0.5]])
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_the_current_key_wins_over_its_old_name_in_any_order(order):
+    """grpo_math_1B.yaml's adv_estimator.normalize_rewards is ${grpo.normalize_rewards}: an explicit value of the
+    current key beats the interpolated old one, so given both, the current one decides whatever the order."""
+    from advcli.flavors import resolve
+
+    pairs = [("grpo.normalize_rewards", False), ("grpo.adv_estimator.normalize_rewards", True)]
+    cfg, _ = resolve("nemo", pairs if order == 0 else pairs[::-1])
+    assert cfg["estimator"]["normalize"] is True

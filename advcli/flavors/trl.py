@@ -161,6 +161,9 @@ def translate(v: dict) -> dict:
     # (torch.tensor raises), so a NaN reward is refused as advcli does by default
     cfg["reward"]["nan"] = "allow" if not old else "zero" if CODES.index(code) >= CODES.index("0.16.0") else "refuse"
     stats = {"stats": "plain"} if old else {}
+    # a group of one before #4662's guard (0.27.0): torch.std of one value, and RLOO's (Σ − R)/(n − 1), are NaN
+    if CODES.index(code) < CODES.index("0.27.0"):
+        stats["single"] = "nan"
     if funcs:
         # rewards_per_func · weights, nansum over functions
         cfg["reward"].update(source="components", components=funcs, weights=weights)
@@ -175,8 +178,6 @@ def translate(v: dict) -> dict:
         cfg["estimator"] = {"name": "grpo_nan", "scale": scale,
                             "aggregation": v["multi_objective_aggregation"], "weights": weights, "eps": 1e-4,
                             "mask_output": False, **stats}
-        if CODES.index(code) < CODES.index("0.27.0"):  # torch.std of one value is NaN before #4662's guard
-            cfg["estimator"]["single"] = "nan"
         return cfg
     # RLOOTrainer
     if v["multi_objective_aggregation"] != "sum_then_normalize" or _scale(v["scale_rewards"]) != "group":
@@ -190,8 +191,6 @@ def translate(v: dict) -> dict:
                          coef=beta, controller="fixed")
     cfg["estimator"] = {"name": "rloo_nan", "normalize": v["normalize_advantages"], "eps": 1e-4,
                         "mask_output": False, **stats}
-    if CODES.index(code) < CODES.index("0.27.0"):  # n = 1: (Σ − R)/(n − 1) = 0/0 before 0.27.0's guard
-        cfg["estimator"]["single"] = "nan"
     return cfg
 
 

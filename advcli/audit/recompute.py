@@ -102,13 +102,11 @@ class _Run:
 
     def __init__(self, tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict,
                  columns: dict, chunk_rows: int, device: str):
-        from ..io.reader import expand_inputs
-        from ..pipeline import run_pipeline
+        from ..pipeline import run_pipeline, scratch_output
 
         d = os.path.join(tmp, name)
         os.makedirs(d)
-        # a directory or glob of several files is several inputs: one sidecar each
-        out = d + os.sep if len(expand_inputs(list(inputs))) > 1 else os.path.join(d, "out.parquet")
+        out = scratch_output(inputs, d, "out")  # one sidecar per file of a directory or glob
         res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
                            chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar",
                            write_columns=["advantages"])

@@ -40,7 +40,7 @@ from ..plugins import lazy_exports
 # each public name and the stage module that holds it: imported when first read, so that a light command
 # (``advcli validate``) can plan a run (``advcli.pipeline.plan``) without the math modules importing torch
 _WHERE = {"OUTPUT_MODES": "..io.modes", "RunResult": "..results", "SIDECAR_ROW": ".output",
-          "output_batch": ".output", "output_paths": ".output", "output_schema": ".output",
+          "output_batch": ".output", "output_paths": ".output", "output_schema": ".output", "scratch_output": ".output",
           "NEW_COLUMNS": ".plan", "Plan": ".plan", "ProgressFn": ".plan", "choose_output_columns": ".plan",
           "make_plan": ".plan", "pick_device": ".plan", "prepare_run": ".prepare", "CHUNK_TOKENS": ".read",
           "ChunkReader": ".read", "chunk_rows_for": ".read", "roles_to_columns": ".read", "to_device": ".read",

@@ -14,7 +14,7 @@ from ..config.runspec import recorded_config
 from ..errors import AdvcliError
 from ..io import remote
 from ..io.lists import arrow_from_numpy
-from ..io.reader import InputSet, shown_name
+from ..io.reader import InputSet, expand_inputs, shown_name
 from ..version import __version__
 from .plan import Plan
 
@@ -33,6 +33,14 @@ def _several_inputs_to_a_file(output: str, n: int) -> AdvcliError:
                        "a file",
                        hint=f"give a directory, e.g. --output {stem or 'out'}/ (one output per input, named like "
                             "it), or run each input on its own")
+
+
+def scratch_output(inputs: list[str], directory: str, name: str) -> str:
+    """Where a command's own run of ``inputs`` writes inside ``directory`` (audit's recomputations, compare's
+    runs): ``directory/name.parquet``, or the directory ``directory/name/`` when the inputs are several files
+    (a list, or a directory or glob of Parquet files), one output per input as :func:`output_paths` makes them."""
+    several = len(expand_inputs(list(inputs))) > 1
+    return os.path.join(directory, name + os.sep) if several else os.path.join(directory, name + ".parquet")
 
 
 def output_paths(inputs: InputSet, output: str) -> list[str]:

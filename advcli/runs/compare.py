@@ -104,15 +104,6 @@ def _named(dump: str | list[str]) -> str:
     return dump if isinstance(dump, str) else ", ".join(dump)
 
 
-def _run_output(dump: str | list[str], tmp: str, name: str) -> str:
-    """Where a run of ``dump`` writes inside ``tmp``: one file, or a directory when the dump is several files
-    (a list, or a directory or glob of Parquet files, as ``advcli run`` takes it)."""
-    from ..io.reader import expand_inputs
-
-    several = len(expand_inputs(_inputs(dump))) > 1
-    return os.path.join(tmp, name + os.sep) if several else os.path.join(tmp, name + ".parquet")
-
-
 def _one_file(spec: str, tmp: str, name: str) -> str:
     """``spec`` as one Parquet file: the file itself, or the rows of a directory or glob of several files, in the
     order ``advcli run`` reads them, written one after another into ``tmp/name.parquet``."""
@@ -365,7 +356,7 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
     ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
     from ..config import parse_set
     from ..flavors import at, resolve
-    from ..pipeline import run_pipeline
+    from ..pipeline import run_pipeline, scratch_output
 
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
     try:
@@ -377,7 +368,7 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
             label = _label(fa.spec, native)
             if announce is not None:
                 announce(i, label)
-            out = _run_output(dump, tmp, "ab"[i])
+            out = scratch_output(_inputs(dump), tmp, "ab"[i])
             run_pipeline(_inputs(dump), out, cfg, flavor=fa, native=native, column_overrides=columns or {},
                          chunk_rows=chunk_rows, device=device)
             outs.append(out)
@@ -423,7 +414,7 @@ def compare_runs(dump: str | list[str], runs: list[dict], *, columns: dict | Non
     two) into a temporary directory and compare every pair (i < j) with :func:`compare_files`:
     ``{"input", "runs": [{label, estimator}], "pairs": [compare_files' dict for (i, j)]}``.
     ``announce(i, label)``, when given, is called before run ``i``."""
-    from ..pipeline import run_pipeline
+    from ..pipeline import run_pipeline, scratch_output
 
     if len(runs) < 2:
         raise AdvcliError(f"compare: {len(runs)} estimator(s) given; name at least two (--estimators grpo,rloo)")
@@ -433,7 +424,7 @@ def compare_runs(dump: str | list[str], runs: list[dict], *, columns: dict | Non
         for i, r in enumerate(runs):
             if announce is not None:
                 announce(i, r["label"])
-            out = _run_output(dump, tmp, f"run{i}")
+            out = scratch_output(_inputs(dump), tmp, f"run{i}")
             run_pipeline(_inputs(dump), out, r["cfg"], flavor=r["flavor"], native=r["native"],
                          column_overrides=columns or {}, chunk_rows=chunk_rows, device=device)
             outs.append(out)

@@ -143,7 +143,7 @@ def explain_lines(correction: Correction) -> list[str]:
     if spec.veto is not None:
         out.append(f"     veto             a row with a mask=1 token where lr < log({spec.veto:g}) "
                    + ("gets weight 0" if spec.zero_weights else "is rejected whole"))
-    if spec.raw_metrics:
+    if spec.raw_metrics and spec.weights:  # the ratio metrics come with IS weights only (weights.py)
         out.append("     metrics          of the ratios before truncation (std, ESS: clamped to "
                    f"[{spec.metric_lower:.6g}, {spec.upper:g}]); {spec.names}/*"
                    + ("; rollout_is_p25 ... p99: torch.quantile of them over the step's mask=1 tokens"

@@ -126,11 +126,37 @@ _VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(?:\.post(\d+))?")  # 0.10.1.post2 (a p
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def _version(text: str) -> tuple[int, ...] | None:
+def _version(text: str) -> tuple[tuple[int, ...], int] | None:
+    """(release numbers without trailing zeros, post number or -1) of a version name, compared as PEP 440
+    does: ``0.2.0`` is ``0.2``, ``v0.11.2`` is ``0.11.2``, ``0.10.1.post2`` sorts after ``0.10.1``; None for
+    a name that is no version (a commit, ``pre-4158``)."""
     m = _VERSION.fullmatch(text.strip().lower())
     if not m:
         return None
-    return tuple(int(p) for p in m.group(1).split(".")) + ((int(m.group(2)),) if m.group(2) else ())
+    numbers = [int(p) for p in m.group(1).split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers), int(m.group(2)) if m.group(2) else -1
+
+
+def _series(releases: tuple[Release, ...], text: str, package: str | None) -> list[tuple[str, Release | None]]:
+    """(version, its table entry) of every release in the series ``text`` names when it gives fewer numbers
+    than a release (``0.19`` for 0.19.0 and 0.19.1): the published ones (:func:`published`) and the table's own
+    names and aliases, oldest first; [] when ``text`` is no such prefix."""
+    m = _VERSION.fullmatch(text.strip().lower())
+    if not m or m.group(2):
+        return []
+    prefix = tuple(int(p) for p in m.group(1).split("."))
+    names = [r["version"] for r in (published(package) or {}).get("releases", ())] if package else []
+    names += [n for r in releases for n in (r.name, *r.aliases)]
+    out: dict[str, Release | None] = {}
+    for n in names:
+        nm = _VERSION.fullmatch(n.lower())
+        if nm:
+            numbers = tuple(int(p) for p in nm.group(1).split("."))
+            if len(numbers) > len(prefix) and numbers[:len(prefix)] == prefix:
+                out.setdefault(n, entry_of(releases, n))
+    return sorted(out.items(), key=lambda kv: _version(kv[0]) or ((), -1))
 
 
 def _commit_names(release: Release) -> list[str]:
@@ -162,7 +188,22 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
     for r in releases:
         if low == r.name.lower() or low in (a.lower() for a in r.aliases):
             return r
-    if _version(t) is not None:  # v0.11.2 = 0.11.2
+    series = _series(releases, t, package)  # 0.19 = the 0.19.x releases, when they share one semantics
+    if series and any(e is not None for _, e in series):
+        entries = []
+        for _, e in series:
+            if e is not None and all(e is not x for x in entries):  # (a Release holds dicts: not hashable)
+                entries.append(e)
+        missing = [v for v, e in series if e is None]
+        if len(entries) == 1 and not missing:
+            return entries[0]
+        parts = [f"{', '.join(v for v, x in series if x is e)} run {e.name}'s" for e in entries]
+        if missing:
+            parts.append(f"{', '.join(missing)} advcli does not reproduce")
+        raise AdvcliError(f"{who}@{t}: the {t}.x releases do not share one semantics: " + "; ".join(parts),
+                          hint=f"name the release you ran, e.g. {who}@{next(v for v, e in reversed(series) if e)}; "
+                               f"`advcli explain {who} --history` lists what changed")
+    if _version(t) is not None:  # v0.11.2 = 0.11.2, 0.2.0 = 0.2 (PEP 440)
         same = [r for r in releases if any(_version(n) == _version(t) for n in (r.name, *r.aliases))]
         if same:
             return same[0]

@@ -126,6 +126,40 @@ def test_versions_compare_as_versions():
         find(table, "0.10.0", "--flavor x")  # between two known releases: not verified, not guessed
 
 
+def test_versions_equal_under_pep_440_and_a_series_of_one_semantics():
+    """``0.2.0`` is the release ``0.2`` (PEP 440: pip installs the one for the other); ``0.19`` names the 0.19.x
+    releases, taken when they all run one table entry, refused naming each group when they do not."""
+    from advcli.errors import AdvcliError
+    from advcli.flavors._releases import Release, find
+
+    table = (Release("0.2", "2025-01-01", aliases=("0.2.0.post1",)), Release("0.5.0", "2025-06-01"),
+             Release("0.5.2", "2025-07-01", aliases=("0.5.3",)), Release("0.6.0", "2025-08-01", aliases=("0.6.1",)))
+    assert find(table, "0.2.0", "--flavor x").name == "0.2"
+    assert find(table, "v0.2.0.0", "--flavor x").name == "0.2"
+    assert find(table, "0.6", "--flavor x").name == "0.6.0"  # 0.6.0 and 0.6.1: one semantics
+    assert find(table, "0.5.2", "--flavor x").name == "0.5.2"
+    with pytest.raises(AdvcliError, match=r"0\.5\.x releases do not share one semantics: 0\.5\.0 run 0\.5\.0's; "
+                                          r"0\.5\.2, 0\.5\.3 run 0\.5\.2's"):
+        find(table, "0.5", "--flavor x")
+    # the real tables: TRL's 0.19.x run the 0.16.0 entry; 0.22.0 and 0.22.2 differ (scale_rewards swapped)
+    trl = get("trl")
+    assert release_of(trl, "0.19").name == release_of(trl, "0.19.1").name == "0.16.0"
+    with pytest.raises(AdvcliError, match="0.22.2"):
+        release_of(trl, "0.22")
+    assert release_of(get("verl"), "0.2.0").name == "0.2"
+
+
+@pytest.mark.parametrize("name", sorted(f.name for f in listed() if f.name != "advcli"))
+def test_explain_runs_at_every_release_of_every_flavor(name, capsys):
+    """``advcli explain --flavor F@R`` at each release a table lists: the resolved configuration and its
+    formulas print (verl 0.6.1 and 0.7.0, whose rollout correction has no IS weights by default, once stopped
+    on an internal error there)."""
+    for r in known_releases(get(name)):
+        code, out, err = run_main(["explain", "--flavor", f"{name}@{r.name}"], capsys)
+        assert code == 0 and "internal error" not in err, (r.name, err)
+        assert r.name in out, r.name
+
+
 def test_explain_history_prints_the_table(capsys):
     code, out, _ = run_main(["explain", "--flavor", "nemo", "--history"], capsys)
     assert code == 0

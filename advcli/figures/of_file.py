@@ -112,9 +112,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         groups = Codes.of(g.ravel())
     scopes = Codes.of(scode)
     rs = FigureCollector(R, padded=padded)
+    from ..config.runspec import RunSpec
+    produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it
+    run = RunSpec.from_config(produced_by) if produced_by else None
+    kl = reward_kl(ins, run, column_overrides or {}, scode, len(step_values), chunk_rows) if run else None
     rs.set_rows(raw_score=raw, score=np.asarray(seq, np.float64),
                 scopes=scopes, step_values=step_values, groups=groups, valid_len=V,
-                has_values=val_col is not None and has_adv)
+                has_values=val_col is not None and has_adv, **(kl or {}))
     if pad_col and R:
         rs.set_padding(np.asarray(pa.chunked_array(parts[pad_col]).fill_null(False).to_numpy(zero_copy_only=False),
                                   bool))
@@ -164,11 +168,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         drop = set(needing("returns"))
         metrics = {k: v for k, v in metrics.items() if k not in drop}
         per_step = [{k: v for k, v in s.items() if k not in drop} for s in per_step]
-    from ..config.runspec import RunSpec
     from ..correction.plan import file_metrics  # rollout_corr/* where both log-prob columns are there
-    produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it
-    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, RunSpec.from_config(produced_by) if produced_by else None,
-                 chunk_rows, per_step, metrics)
+    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, run, chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
             if s.get(k) is None:
@@ -193,6 +194,41 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
                         extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
                                                                         "input_fingerprint")}} if prov else None)
+
+
+def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, chunk_rows: int) -> dict | None:
+    """The KL figures of an advcli output whose run put the KL in the reward (``run``: the spec of its
+    provenance ``config``), as that run computed them, for :meth:`FigureCollector.set_rows`: ``kl_row``, each
+    row's verl ``masked_mean(kld, m)``, recomputed from the log-prob columns the output kept with the run's
+    estimator, clamps, mask rule and precision; ``betas``/``kls``, each step's β and current_kl, from the
+    run's controller replayed over the steps in order (an adaptive β depends on every earlier step's KL).
+    None when the run had no KL in the reward, its batches were not the file's steps (``grouping.scope``
+    ``step_domain``, or ``all`` over several steps), or a log-prob column it read is not in the file (dropped
+    from the output afterwards): those figures are then left out, never guessed."""
+    import numpy as np
+
+    from ..config.columns import resolve_columns
+
+    c = run.kl
+    if not c.in_reward or run.grouping.scope not in ("step", "all"):
+        return None  # (before torch is imported: stats of any other output stays torch-free)
+    if run.grouping.scope == "all":
+        if num_scopes > 1:
+            return None
+        scope_codes = np.zeros(len(scope_codes), np.int64)
+    # the run's column names (its `columns` section), then what this command was told
+    cmap = resolve_columns(ins.schema, {**dict(run.columns), **column_overrides}, ins.paths[0])
+    roles = [r for r in (c.policy, "ref_log_probs") if cmap.has(r)]
+    if not cmap.has("response_mask") or (c.missing != "zeros" and len(roles) < 2):
+        return None
+    from ..io.arrays import list_parts
+    from ..ops.kl import replay_reward_kl  # the math (torch), once there is some to do
+
+    cols = list(dict.fromkeys([cmap["response_mask"]] + [cmap[r] for r in roles]))
+    chunks = ((*list_parts(batch.column(cols[0])), {r: list_parts(batch.column(cmap[r]))[1] for r in roles})
+              for _, _, batch in ins.iter_batches(cols, chunk_rows))  # one chunk in memory at a time
+    kl_row, betas, kls = replay_reward_kl(c, run.precision, chunks, scope_codes, num_scopes)
+    return {"kl_on": True, "kl_row": kl_row, "betas": betas, "kls": kls}
 
 
 def _health_columns(schema, cmap, prov) -> dict:

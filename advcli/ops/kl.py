@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..lazy_torch import torch
+from .ragged import Ragged
 
 KL_KINDS: dict[str, KLKind] = {}
 
@@ -100,3 +103,92 @@ def kl_clamp_flags(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, input_
         x = x.clamp(-input_clamp, input_clamp)
     flag_out = KL_KINDS[kind].fn(x).abs() > output_clamp if output_clamp is not None else None
     return flag_in, flag_out
+
+
+def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
+                masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ_t kld, verl apply_kl_penalty's masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)) per row;
+    ``kld`` is the KL term as it enters the rewards. ``masked``: ``kld`` is already ``kld·m`` (0/1
+    mask), so ``kld·m`` is ``kld`` bit for bit and Σ kld is taken once; Σm, a count, is the same
+    float from an integer prefix sum."""
+    total = layout.row_sum(kld)
+    if masked:
+        count = layout.count_per_row(mask).to(mask.dtype)
+        return total, total / (count + 1e-8)
+    return total, layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8)
+
+
+@dataclass
+class KLController:
+    """The KL coefficient of the reward from scope to scope: verl's ``FixedKLController`` and
+    ``AdaptiveKLController`` (verl/trainer/ppo/core_algos.py: ``value *= 1 + clip(current/target − 1, ±0.2)
+    · n_steps / horizon`` after each batch, n_steps = the batch's rows). The one object every route steps:
+    the local engine over every scope of the run (``advcli.pipeline.rows.kl_coefs``), Ray's per-step driver
+    carrying it from one step to the next (``advcli.engines.ray_steps``), ``advcli stats`` replaying an
+    output's run (``advcli.figures.of_file``), so all make the same float operations in the same order.
+    ``value``: the coefficient before the next update."""
+
+    value: float
+    adaptive: bool  # kl.controller=adaptive with KL in the reward (no KL in the reward: nothing to update)
+    target: float
+    horizon: float
+    coef_min: float | None = None
+
+    @classmethod
+    def of_section(cls, kl, kl_on: bool, value: float | None = None) -> KLController:
+        """The controller of a run spec's KL section ``kl`` (``kl_on``: KL enters the reward), starting at
+        kl.coef (or ``value``, a coefficient carried in)."""
+        return cls(float(kl.coef) if value is None else value, kl.controller == "adaptive" and kl_on,
+                   kl.target, kl.horizon, kl.coef_min)
+
+    @classmethod
+    def of(cls, plan, value: float | None = None) -> KLController:
+        """The controller of a run's plan (``plan.run.kl``, ``plan.kl_on``)."""
+        return cls.of_section(plan.run.kl, plan.kl_on, value)
+
+    def beta(self) -> float:
+        """The coefficient the next scope uses (SkyRL: max(coef_min, β))."""
+        return self.value if self.coef_min is None else max(self.value, float(self.coef_min))
+
+    def update(self, current: float, rows: int) -> None:
+        """After a scope of ``rows`` rows whose mean KL was ``current``."""
+        if self.adaptive:
+            err = float(np.clip(current / self.target - 1, -0.2, 0.2))
+            self.value *= 1 + err * rows / self.horizon
+
+
+def scope_coefficients(ctl: KLController, scope_codes: torch.Tensor, num_scopes: int,
+                       kl_mean: torch.Tensor | None) -> tuple[list[float], list[float]]:
+    """(β each scope uses, each scope's current_kl = the mean of its rows' ``kl_mean`` in their dtype), stepping
+    ``ctl`` over the scopes in order (0.0 where ``kl_mean`` is None: not known yet, or a fixed controller)."""
+    betas, kls = [], []
+    for s in range(num_scopes):  # one update per scope (a step): the controller is sequential by definition
+        rows = scope_codes == s
+        current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
+        betas.append(ctl.beta())
+        kls.append(current)
+        ctl.update(current, int(rows.sum()))
+    return betas, kls
+
+
+def replay_reward_kl(kl, precision: str, chunks, scope_codes, num_scopes: int):
+    """The reward KL of a run (``kl``: its run spec's KL section; ``precision``: float32 or float64) replayed
+    from its log-prob columns, for ``advcli stats`` of its output: (each row's verl ``masked_mean(kld, m)``
+    [R] in the run's dtype, each scope's β, each scope's current_kl), by the run's own operations
+    (:func:`kl_per_token`, :func:`row_kl_sums`, :class:`KLController` over the scopes in order), so the same
+    floats. ``chunks``: ``(offsets [B+1] from 0, mask values, {role: values})`` numpy arrays per chunk, the
+    roles among ``kl.policy`` and ``ref_log_probs`` (a missing one counts as zeros, ``kl.missing=zeros``)."""
+    dtype = torch.float64 if precision == "float64" else torch.float32
+    means = []
+    for offsets, mask01, columns in chunks:
+        mask = torch.from_numpy(np.asarray(mask01) != 0).to(dtype)
+        tok = {r: torch.from_numpy(np.asarray(v)).to(dtype) for r, v in columns.items()}
+        lp, ref = (tok.get(r, torch.zeros_like(mask)) for r in (kl.policy, "ref_log_probs"))
+        kld = kl_per_token(lp, ref, kl.estimator, kl.input_clamp, kl.output_clamp)
+        if kl.mask:
+            kld = kld * mask
+        means.append(row_kl_sums(Ragged(torch.from_numpy(np.asarray(offsets, np.int64))), kld, mask, kl.mask)[1])
+    kl_row = torch.cat(means) if means else torch.zeros(0, dtype=dtype)
+    betas, kls = scope_coefficients(KLController.of_section(kl, True), torch.as_tensor(scope_codes, dtype=torch.int64),
+                                    num_scopes, kl_row)
+    return kl_row, betas, kls

@@ -144,10 +144,11 @@ STEP_WISE_010 = ("step-wise trajectories copied as SkyRL 0.1.0 copies them (grou
 
 def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], device: str = "auto",
               check_values: bool = False) -> Plan:
+    if column_overrides:  # --column NAME=COL joins the configuration's `columns` section, so the output's
+        # recorded configuration names the columns the run read (advcli stats, audit and a rerun read it back)
+        cfg = {**cfg, "columns": {**(cfg.get("columns") or {}), **column_overrides}}
     run = RunSpec.from_config(cfg)
-    overrides = dict(run.columns)
-    overrides.update(column_overrides)
-    cmap = resolve_columns(inputs.schema, overrides, inputs.paths[0])
+    cmap = resolve_columns(inputs.schema, dict(run.columns), inputs.paths[0])
     spec = get_estimator(run.estimator.name)
     params = resolve_params(spec, run.estimator.given)
     if spec.build is not None:  # an estimator made of others (mix): the spec of its terms

@@ -19,6 +19,7 @@ from ..io.reader import InputSet
 from ..ops import kl as kl_ops
 from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex
+from ..ops.kl import KLController, row_kl_sums  # noqa: F401 (the engines and tests name them here)
 from ..ops.ragged import Ragged
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
@@ -164,19 +165,6 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     return ({k: cat(v) for k, v in parts.items() if v}, {c: cat(v) for c, v in comp_parts.items()}, keys)
 
 
-def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
-            masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ_t kld, verl apply_kl_penalty's masked_mean(kld, m, axis=-1) = Σ kld·m / (Σm + 1e-8)) per row;
-    ``kld`` is the KL term as it enters the rewards. ``masked``: ``kld`` is already ``kld·m`` (0/1
-    mask), so ``kld·m`` is ``kld`` bit for bit and Σ kld is taken once; Σm, a count, is the same
-    float from an integer prefix sum."""
-    total = layout.row_sum(kld)
-    if masked:
-        count = layout.count_per_row(mask).to(mask.dtype)
-        return total, total / (count + 1e-8)
-    return total, layout.row_sum(kld * mask) / (layout.row_sum(mask) + 1e-8)
-
-
 def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: str, state: RunState | None = None):
     """(scopes, groups or None, step values) as GroupIndex: the codes of :func:`advcli.pipeline.grouping.
     scope_and_group_codes` (which decides and checks them, torch-free; what it learns goes to ``state``)."""
@@ -186,39 +174,6 @@ def scopes_and_groups(plan: Plan, keys: dict[str, list], num_rows: int, file: st
     if gcodes is not None:
         groups = GroupIndex.from_codes(torch.from_numpy(gcodes.astype(np.int64)))
     return scopes, groups, step_values
-
-
-@dataclass
-class KLController:
-    """The KL coefficient of the reward from scope to scope: verl's ``FixedKLController`` and
-    ``AdaptiveKLController`` (verl/trainer/ppo/core_algos.py: ``value *= 1 + clip(current/target − 1, ±0.2)
-    · n_steps / horizon`` after each batch, n_steps = the batch's rows). The one object both engines step:
-    the local engine over every scope of the run (:func:`kl_coefs`), Ray's per-step driver carrying it from
-    one step to the next (``advcli.engines.ray_steps``), so both make the same float operations in the same
-    order. ``value``: the coefficient before the next update."""
-
-    value: float
-    adaptive: bool  # kl.controller=adaptive with KL in the reward (no KL in the reward: nothing to update)
-    target: float
-    horizon: float
-    coef_min: float | None = None
-
-    @classmethod
-    def of(cls, plan: Plan, value: float | None = None) -> KLController:
-        """The plan's controller, starting at kl.coef (or ``value``, a coefficient carried in)."""
-        c = plan.run.kl
-        return cls(float(c.coef) if value is None else value, c.controller == "adaptive" and plan.kl_on,
-                   c.target, c.horizon, c.coef_min)
-
-    def beta(self) -> float:
-        """The coefficient the next scope uses (SkyRL: max(coef_min, β))."""
-        return self.value if self.coef_min is None else max(self.value, float(self.coef_min))
-
-    def update(self, current: float, rows: int) -> None:
-        """After a scope of ``rows`` rows whose mean KL was ``current``."""
-        if self.adaptive:
-            err = float(np.clip(current / self.target - 1, -0.2, 0.2))
-            self.value *= 1 + err * rows / self.horizon
 
 
 # For a caller that runs a training run step by step (``--follow``): set to a dict before a run, it receives
@@ -234,18 +189,12 @@ def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None,
     :class:`RunState`, whose controller (``state.kl``; made from the plan when None) is the one stepped, so
     that it holds the coefficient after the last scope; None: a controller of the plan's own."""
     if state is None:
-        ctl = KLController.of(plan)
+        ctl = KLController.of_section(plan.run.kl, plan.kl_on)
     else:
         if state.kl is None:
-            state.kl = KLController.of(plan)
+            state.kl = KLController.of_section(plan.run.kl, plan.kl_on)
         ctl = state.kl
-    betas, kls = [], []
-    for s in range(scopes.num_groups):
-        rows = scopes.codes == s
-        current = float(kl_mean[rows].mean()) if kl_mean is not None and bool(rows.any()) else 0.0
-        betas.append(ctl.beta())
-        kls.append(current)
-        ctl.update(current, int(rows.sum()))
+    betas, kls = kl_ops.scope_coefficients(ctl, scopes.codes, scopes.num_groups, kl_mean)
     carry = KL_CARRY.get()
     if carry is not None and kl_mean is not None:  # the first run's value after its last scope (an audit's
         carry.setdefault("end", ctl.value)  # search runs other configurations afterwards)

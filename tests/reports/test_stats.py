@@ -536,3 +536,78 @@ def test_stats_and_other_commands_read_a_response_level_output(tmp_path, capsys)
     code, printed, err = run_main(["filter", d / "o.parquet", "-o", kept, "--drop-uniform", "--json"], capsys)
     assert code == 0, err
     assert pq.read_schema(kept).field("advantages").type == pa.float32()
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_stats_of_an_output_gives_the_runs_reward_kl_figures(tmp_path, capsys, precision):
+    """``advcli stats`` on the output of a run with the KL in the reward gives ``actor/reward_kl_penalty`` and
+    ``actor/reward_kl_penalty_coeff`` per step and overall, as the run reported them, and as computed here
+    from the file: verl's low_var_kl (k3 of x = clamp(ref − logp, ±20), clamped to ±10), each row's
+    Σ kld·m / (Σm + 1e-8), the step's mean over rows, and the adaptive controller stepped by hand
+    (AdaptiveKLController.update, verl core_algos.py L153-212 @1dda039b: β ← β·(1 + clip(kl/target − 1, ±0.2)
+    · n/horizon), so step 1's β depends on step 0's KL. The reference column has another name, given to the
+    run with ``columns``: stats reads the output's own record of it."""
+    from conftest import run_main
+
+    src = _dump(tmp_path)
+    t = pq.read_table(src)
+    t = t.rename_columns(["ref_lp" if n == "ref_log_probs" else n for n in t.column_names])
+    renamed = _write(tmp_path / "renamed.parquet", {n: t.column(n) for n in t.column_names})
+    out = tmp_path / "out.parquet"
+    coef, target, horizon = 0.2, 0.05, 30.0
+    res = advcli.run(renamed, out, flavor="verl", force=True, columns={"ref_log_probs": "ref_lp"},
+                     settings={"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True,
+                               "algorithm.kl_penalty": "low_var_kl", "algorithm.kl_ctrl.type": "adaptive",
+                               "algorithm.kl_ctrl.kl_coef": coef, "algorithm.kl_ctrl.target_kl": target,
+                               "algorithm.kl_ctrl.horizon": horizon}, precision=precision)
+    masks = [np.asarray(m, np.float64) for m in t.column("response_mask").to_pylist()]
+    lp, ref = _flat(t.column("old_log_probs")), _flat(t.column("ref_lp"))
+    kl_row = []
+    for m, a, b in zip(masks, lp, ref):
+        x = np.clip(b - a, -20, 20)
+        kld = np.clip(np.exp(x) - x - 1, -10, 10) * m
+        kl_row.append(kld.sum() / (m.sum() + 1e-8))
+    kl_row = np.array(kl_row)
+    steps = t.column("step").to_numpy()
+    betas, kls, beta = [], [], coef
+    for s in (0, 1):
+        current = kl_row[steps == s].mean()
+        betas.append(beta)
+        kls.append(current)
+        beta *= 1 + np.clip(current / target - 1, -0.2, 0.2) * (steps == s).sum() / horizon
+    assert betas[1] != pytest.approx(coef)  # the controller moved: step 1 tests the replay
+    code, printed, err = run_main(["stats", out, "--json"], capsys)
+    assert code == 0, err
+    got = json.loads(printed)
+    for s in (0, 1):
+        for report in (got["per_step"][s], res.per_step[s]):
+            assert report["actor/reward_kl_penalty"] == pytest.approx(kls[s], rel=1e-5, abs=1e-7)
+            assert report["actor/reward_kl_penalty_coeff"] == pytest.approx(betas[s], rel=1e-9)
+        for k in ("actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"):
+            assert got["per_step"][s][k] == res.per_step[s][k], k  # the same operations: the same floats
+    rows = np.array([(steps == s).sum() for s in (0, 1)], np.float64)
+    assert got["metrics"]["actor/reward_kl_penalty"] == pytest.approx(kl_row.mean(), rel=1e-5)
+    assert got["metrics"]["actor/reward_kl_penalty_coeff"] == pytest.approx((np.array(betas) * rows).sum() / rows.sum())
+    for k in ("actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"):
+        assert got["metrics"][k] == res.metrics[k], k
+
+
+def test_stats_leaves_the_reward_kl_out_where_the_output_lacks_the_log_probs(tmp_path, capsys):
+    """An output slimmed afterwards (the log-prob columns dropped, advcli's record kept) has nothing to recompute
+    the KL from: stats leaves those figures out rather than guess them, and gives the others."""
+    from conftest import run_main
+
+    src = _dump(tmp_path)
+    out = tmp_path / "out.parquet"
+    advcli.run(src, out, flavor="verl", force=True,
+               settings={"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True})
+    slim = tmp_path / "slim.parquet"
+    t = pq.read_table(out)
+    pq.write_table(t.select([n for n in t.column_names if n not in ("old_log_probs", "ref_log_probs")]), slim)
+    assert b"advcli" in pq.read_schema(slim).metadata
+    for path, has_kl in ((out, True), (slim, False)):
+        code, printed, err = run_main(["stats", path, "--json"], capsys)
+        assert code == 0, err
+        got = json.loads(printed)
+        assert ("actor/reward_kl_penalty" in got["metrics"]) is has_kl
+        assert got["metrics"]["critic/advantages/count"] > 0

@@ -75,6 +75,7 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             out += [_with_mask(p, synth_mask) if level == "response" else p for p, level in files] if files else [spec]
             continue
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
+        _forget_if_changed(key, spec)
         if key not in _CONVERTED:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(os.path.normpath(spec))) or "dump"
             target = _tmp_path(f"{stem}.parquet")
@@ -85,6 +86,45 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             _CONVERTED[key] = info
         out.append(_CONVERTED[key].output)
     return out
+
+
+def _dump_identity(spec: str) -> tuple:
+    """What a conversion read of a local dump: (path within it, size, modification time) of each of its files
+    (a file, every file under a directory, or a glob's matches); () for a remote dump (converted once per
+    process)."""
+    import glob
+
+    from ..io import remote
+
+    if remote.is_uri(spec):
+        return ()
+    root = os.path.realpath(spec)
+    if os.path.isdir(root):
+        files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
+    else:
+        files = [root] if os.path.isfile(root) else sorted(glob.glob(spec))
+    out = []
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:  # gone while listed: the next listing says so
+            continue
+        out.append((f, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+_IDENTITY: dict[tuple, tuple] = {}  # conversion key -> the dump's identity when it was converted
+
+
+def _forget_if_changed(key: tuple, spec: str) -> None:
+    """Drop a conversion of ``spec`` made in this process when the dump has changed since (a step file added
+    or rewritten as the trainer writes: a notebook polling a live run must see it), removing its temporary
+    file; a conversion of the same files is reused (an audit's several configurations read one dump)."""
+    now = _dump_identity(spec)
+    info = _CONVERTED.get(key)
+    if info is not None and _IDENTITY.get(key) != now:
+        release_inputs([info.output])
+    _IDENTITY[key] = now
 
 
 def release_inputs(paths: list[str]) -> None:
@@ -144,6 +184,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     from .conversion import GROUP_SIZES_KEY, LAST_STEP_KEY, SHOWN_KEY, ImportInfo, synthetic_mask
 
     key = (os.path.realpath(spec), "converted", synth_mask)
+    _forget_if_changed(key, spec)
     if key in _CONVERTED:
         return _CONVERTED[key].output
     f = pq.ParquetFile(spec)

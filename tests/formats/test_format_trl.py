@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_main
 
+import advcli
+
 G = 4
 
 
@@ -382,3 +384,29 @@ def test_normalize_then_sum_needs_the_function_columns(dump, tmp_path, capsys):
                              "--set", "multi_objective_aggregation=normalize_then_sum",
                              "--set", "reward_funcs=[accuracy_reward,format_reward]"], capsys)
     assert code == 0, err
+
+
+def test_one_process_sees_the_dump_as_it_is_now(tmp_path):
+    """A notebook polling a live run calls advcli.run on the same completions directory again: a step TRL
+    wrote since, or a step file rewritten, is read (each is TRL's own group z-score here); the same files
+    twice are converted once."""
+    from advcli.formats import input_edge
+
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    settings = {"num_generations": G, "reward_funcs": ["accuracy_reward", "format_reward"]}
+    first = write_step(d / "completions_00010.parquet", 10, 1)
+    res = advcli.run(str(d.parent), None, flavor="trl", settings=settings)
+    assert res.rows == len(first)
+    converted = set(input_edge.IMPORTED)
+    advcli.run(str(d.parent), None, flavor="trl", settings=settings)
+    assert set(input_edge.IMPORTED) == converted  # nothing changed: the conversion is reused
+    second = write_step(d / "completions_00020.parquet", 20, 2)
+    out = tmp_path / "o.parquet"
+    res = advcli.run(str(d.parent), out, flavor="trl", settings=settings)
+    assert res.rows == len(first) + len(second)
+    assert np.allclose(pq.read_table(out).column("advantages").to_numpy(), first + second, rtol=1e-5, atol=1e-5)
+    rewritten = write_step(d / "completions_00020.parquet", 20, 3)  # the step written again, other rewards
+    assert not np.allclose(rewritten, second)
+    advcli.run(str(d.parent), out, flavor="trl", settings=settings, force=True)
+    assert np.allclose(pq.read_table(out).column("advantages").to_numpy(), first + rewritten, rtol=1e-5, atol=1e-5)

@@ -260,8 +260,9 @@ def estimator_note(v: dict) -> str | None:
 # each tag of huggingface/trl) and run by tests/conformance/test_conformance_trl.py against the published releases
 # (tools/conformance_matrix.py --all trl: each wheel in its own environment, with the settings of the entry it is
 # listed under). The GRPO advantage block changed at 0.15.0, 0.16.0, 0.22.0, 0.22.2, 0.27.0 and 1.6.0 and between
-# them only in logging (0.18.0's is_std_zero, 0.26.0's num_generations_eval) or in checks (0.17.0: num_generations
-# >= 2); the RLOOTrainer of today came in 0.22.0 and its block changed at 1.6.0 only (0.27.0's n = 1 guard aside).
+# them only in logging (0.18.0's is_std_zero, 0.26.0's num_generations_eval) or in checks (0.15.0 to 0.25.1:
+# num_generations >= 2, release_check); the RLOOTrainer of today came in 0.22.0 and its block changed at 1.6.0
+# only (0.27.0's n = 1 guard aside).
 # Default changes that act in the loss (0.19.0: GRPO beta 0.04 -> 0.0; 0.22.0: loss_type "bnpo" -> "dapo";
 # num_iterations, epsilon) keep the advantages. Releases before 0.14.0 have no GRPOTrainer (NOT_REPRODUCED).
 RELEASES = (
@@ -299,7 +300,8 @@ RELEASES = (
             note="TRL 0.15.0 to 0.15.2: reward_weights", changes=(
                 Change("#2676", ("reward_weights",),
                        "R = Σ_k w_k r_k with GRPOConfig.reward_weights (default all 1); rewards are gathered across "
-                       "processes before the group statistics (the same numbers for whole groups)"),)),
+                       "processes before the group statistics (the same numbers for whole groups). From here to "
+                       "0.25.1 the trainer refuses num_generations < 2 (no groups of one)"),)),
     Release("0.16.0", "2025-03-22", aliases=("0.16.1", "0.17.0", "0.18.0", "0.18.1", "0.18.2", "0.19.0", "0.19.1",
                                              "0.20.0", "0.21.0"),
             settings={"advcli.trl_code": "0.16.0"},
@@ -309,7 +311,7 @@ RELEASES = (
                        "and a row with no reward at all scores 0 and counts in the group's mean and std"),
                 Change("#3135", ("scale_rewards",),
                        "scale_rewards (a bool, default true): false subtracts the group mean without dividing "
-                       "(Dr. GRPO). From 0.17.0 GRPOConfig refuses num_generations < 2"),)),
+                       "(Dr. GRPO)"),)),
     Release("0.22.0", "2025-08-29", aliases=("0.22.1",), settings={"advcli.trl_code": "0.22.0"},
             note="TRL 0.22.0 and 0.22.1: scale_rewards group/batch/none, swapped; the RLOOTrainer of today", changes=(
                 Change("#3935", ("scale_rewards",),
@@ -362,11 +364,32 @@ RELEASES = (
                "models); the GRPO and RLOO advantage blocks are those of 1.15.0"),)),
 )
 
+def release_check(v: dict, asked: str | None) -> None:
+    """TRL 0.15.0 to 0.25.1 refuse num_generations < 2: GRPOTrainer.__init__ takes it from range(2, global batch
+    + 1) (grpo_trainer.py L344-350 @v0.15.0), then also GRPOConfig.__post_init__ (L592 @v0.17.0 in the trainer,
+    grpo_config.py L556 @v0.19.0) and the new RLOOConfig (rloo_config.py L672 @v0.22.0): no run of theirs has
+    groups of one. 0.14.0 has no check (NaN advantages); from 0.26.0 an evaluation's num_generations_eval may be 1
+    (grpo_trainer.py L433 @v0.26.0; NaN, then 0 from 0.27.0)."""
+    from ._releases import _version
+
+    n = v.get("num_generations")
+    ver = _version(asked) if asked else None
+    if n is None or n >= 2 or ver is None or not (_version("0.15.0") <= ver < _version("0.26.0")):
+        return
+    if v.get("trainer") == "rloo" and ver < _version("0.22.0"):
+        return  # the old RLOOTrainer: rloo_k (translate refuses k < 2 itself)
+    raise AdvcliError(f"--flavor trl@{asked}: num_generations={n}: TRL 0.15.0 to 0.25.1 refuse num_generations < 2 "
+                      "(GRPO: \"the valid values for the number of generations are\" 2 and up; from 0.17.0 \"GRPO "
+                      "requires at least 2 generations per prompt\"), so no run of theirs has groups of one",
+                      hint="groups of one come from an evaluation with num_generations_eval=1 (TRL 0.26.0 and newer: "
+                           "--flavor trl@0.26.0 or newer); a training dump's groups have num_generations >= 2 rows")
+
+
 FLAVOR = Flavor(
     title="TRL",  # the framework's name in prose (help, docs)
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations", releases=RELEASES,
-    estimator_key="trainer",
+    estimator_key="trainer", release_check=release_check,
     audit_switches={"scale_rewards": ("group", "batch", "none")},
     audit_tries=lambda n: [{"scale_rewards": s, "num_generations": n, "advcli.group_by": "id"}
                            for s in ("group", "batch", "none")]

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 import statistics
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _released import advcli_run, write_parquet
-from conftest import assert_release_refuses
+from conftest import assert_release_refuses, run_main
 
 import advcli
 
@@ -125,14 +126,14 @@ def test_022_rloo_counts_a_row_without_reward_as_zero_and_normalizes_with_torch_
     close(got, [(a - m) / (s + 1e-4) for a in loo])
 
 
-@pytest.mark.parametrize("release,trainer,want_nan", [("0.22.2", "grpo", True), ("0.22.2", "rloo", True),
+@pytest.mark.parametrize("release,trainer,want_nan", [("0.14.0", "grpo", True), ("0.26.2", "grpo", True),
                                                        ("0.26.2", "rloo", True), ("0.27.0", "grpo", False),
                                                        ("0.27.0", "rloo", False), ("1.6.0", "grpo", False)])
 def test_a_group_of_one_before_and_after_the_027_guard(tmp_path, release, trainer, want_nan):
-    """num_generations=1 (training refuses it from 0.15.0; evaluation with num_generations_eval=1 reaches it):
-    before 0.27.0 torch.std of one value is NaN (GRPO, grpo_trainer.py L1952 @v0.26.2) and RLOO's baseline is
-    (Σ − R)/(n − 1) = 0/0 (rloo_trainer.py L1422 @v0.26.2), so the advantage is NaN; from 0.27.0 both guard
-    num_generations > 1 (std 0, baseline 0): r − r = 0."""
+    """num_generations=1 (0.14.0 has no check; 0.15.0-0.25.1 refuse it; from 0.26.0 an evaluation with
+    num_generations_eval=1 reaches it): before 0.27.0 torch.std of one value is NaN (GRPO, grpo_trainer.py L1952
+    @v0.26.2, L505 @v0.14.0) and RLOO's baseline is (Σ − R)/(n − 1) = 0/0 (rloo_trainer.py L1422 @v0.26.2), so the
+    advantage is NaN; from 0.27.0 both guard num_generations > 1 (std 0, baseline 0): r − r = 0."""
     rows = rows_of([1.0, 0.0, 0.5], group=1)
     got = per_row(advcli_run(tmp_path, rows, f"trl@{release}",
                              {"trainer": trainer, "num_generations": 1, "beta": 0.0})["advantages"])
@@ -184,3 +185,18 @@ def test_every_route_gives_the_release_its_numbers(tmp_path):
     src = write_parquet(rows_of(ACC), str(tmp_path / "lib.parquet"))
     result = advcli.run(pq.read_table(src), None, flavor="trl@0.22.1", settings=settings, device="cpu")
     close(per_row(result.table.column("advantages").to_pylist()), want)
+
+
+@pytest.mark.parametrize("release,trainer", [("0.15.0", "grpo"), ("0.16.1", "grpo"), ("0.19", "grpo"),
+                                             ("0.22.2", "grpo"), ("0.22.0", "rloo"), ("0.25.1", "rloo")])
+def test_releases_that_refuse_num_generations_one_are_not_run_with_it(tmp_path, capsys, release, trainer):
+    """0.15.0 to 0.25.1 refuse num_generations < 2 (GRPOTrainer: range(2, ...) L344-350 @v0.15.0; GRPOConfig
+    L556 @v0.19.0; RLOOConfig L672 @v0.22.0): no run of theirs has groups of one, so advcli refuses to
+    invent numbers for one, naming the releases whose evaluation does have them; the releases of the same
+    table entry that run it (0.14.0, 0.26.x) are tested above."""
+    path = tmp_path / "g1.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "b"], "reward": [1.0, 0.0], "response_mask": [[1, 1], [1]]}), path)
+    code, _, err = run_main(["run", path, "-o", tmp_path / "o.parquet", "--flavor", f"trl@{release}", "--set",
+                             "num_generations=1", "--set", f"trainer={trainer}", "--set", "beta=0"], capsys)
+    assert code == 2 and "refuse num_generations < 2" in err and "num_generations_eval=1" in err, err
+    assert not (tmp_path / "o.parquet").exists()

@@ -208,8 +208,10 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
         if same:
             return same[0]
     if _HEX.fullmatch(low):
-        hits = [r for r in releases
-                if any(n.startswith(low) or (len(n) >= 7 and low.startswith(n)) for n in _commit_names(r))]
+        # a prefix of a known hash, or a longer hash that extends the longest one known (a9564573 is not a9564572)
+        hits = [r for r in releases if _commit_names(r) and (
+            any(n.startswith(low) for n in _commit_names(r))
+            or (len(longest := max(_commit_names(r), key=len)) >= 7 and low.startswith(longest)))]
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:

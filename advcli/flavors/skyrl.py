@@ -122,9 +122,10 @@ def _check(v: dict) -> None:
                               "divides the step's KL by it (ZeroDivisionError in SkyRL)")
     if v[A + "advantage_batch_normalize"] and est == "gae":
         raise AdvcliError(f"keys {A}advantage_estimator=gae with {A}advantage_batch_normalize=true cannot be "
-                          "reproduced from a rollout dump: SkyRL's batch mean averages the whole right-aligned "
-                          "[B, T] grid, and for gae its left-padding cells hold the GAE recursion continued over "
-                          "the critic's values at prompt positions, which the dump does not hold",
+                          "reproduced from a rollout dump: SkyRL's batch mean averages the whole padded [B, T] "
+                          "grid, and for gae its padding cells hold the GAE recursion continued over the critic's "
+                          "values at positions the dump does not hold (prompt positions from 0.2.0, right-aligned; "
+                          "the cells after the response at 0.1.0)",
                           hint="recompute gae without advantage_batch_normalize")
     if v[A + "zero_variance_filter"] and v[A + "use_kl_in_reward"]:
         raise AdvcliError(f"key {A}zero_variance_filter=true with {A}use_kl_in_reward=true is not supported: "
@@ -187,7 +188,11 @@ def translate(v: dict) -> dict:
 _V010 = "SkyRL 0.1.0"
 RELEASES = (
     Release("0.1.0", "2026-03-11", note="SkyRL 0.1.0: the advantage code of 0.2.0 less maxrl; its step-wise copy of "
-                                        "the last step's padded row",
+                                        "the last step's padded row; responses left-aligned (preprocess.py L98-100 "
+                                        "@skyrl-v0.1.0), so gae bootstraps a row shorter than its step's longest "
+                                        "with the critic's value at the cell after it, which a dump does not hold: "
+                                        "advcli takes 0 there, so with lambd < 1 gae differs on those rows (by "
+                                        "about γ(1 − λ)·V; the default λ = 1 telescopes it away)",
             settings={"advcli.step_wise_copy": "last_row"},
             accepts={A + "advantage_estimator": (tuple(e for e in ESTIMATORS if e != "maxrl"),
                                                  f"{_V010}'s AdvantageEstimator (ppo_utils.py) has no maxrl (it came "

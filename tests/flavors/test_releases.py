@@ -101,6 +101,12 @@ def test_release_names_aliases_and_commit_prefixes(capsys):
     assert release_of(roll, "8eb27cc").name == "8eb27cc"
     code, _, err = run_main(["explain", "--flavor", "roll@abcdef0"], capsys)
     assert code == 2 and "8eb27cc" in err and "Traceback" not in err
+    # a longer hash must extend the longest one known: SkyRL's a9564572 (also a956457) is not a9564573
+    skyrl = get("skyrl")
+    assert release_of(skyrl, "a95645721f").name == release_of(skyrl, "a956457").name == "a9564572"
+    for wrong in ("a9564573", "a95645739"):
+        code, _, err = run_main(["explain", "--flavor", f"skyrl@{wrong}"], capsys)
+        assert code == 2 and "not a release advcli reproduces" in err, wrong
 
 
 def test_unknown_and_too_old_releases_are_refused(capsys):

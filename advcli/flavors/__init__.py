@@ -68,10 +68,11 @@ class Flavor:
     # the default flavor's choice of estimator when none is named: (column, estimator) pairs, the first
     # whose column the dump has (verl: grpo with a prompt_id column, else gae with values)
     pick_estimator: tuple[tuple[str, str], ...] = ()
-    # (native values, defaults filled; the release as asked, None: the newest) -> refuses a setting the asked
-    # release's own code refuses where its table entry spans releases that differ only in that check (TRL 0.17.0
-    # refuses num_generations=1, 0.16.0 of the same entry does not)
-    release_check: Callable[[dict[str, Any], str | None], None] | None = None
+    # (native values, defaults filled; the release's table entry; the release as asked, None: the newest) ->
+    # refuses a setting the release's own code does not run where Release.accepts (a list of values) cannot say
+    # it: a check that differs within one table entry (TRL 0.15.0 refuses num_generations=1, 0.14.0 of the same
+    # semantics does not), or a key whose values are open (AReaL 1.0.4's gae_lambda is a number, not a path)
+    release_check: Callable[[dict[str, Any], Release, str | None], None] | None = None
 
 
 FLAVORS: dict[str, Flavor] = {}
@@ -500,7 +501,7 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
         check_accepts(fa.release, values, f"--flavor {flavor.name}", fa.asked)
     if flavor.release_check is not None and fa.release is not None:
-        flavor.release_check(values, fa.asked)
+        flavor.release_check(values, fa.release, fa.asked)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
     translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}

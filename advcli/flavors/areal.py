@@ -207,13 +207,41 @@ RELEASES = (
             changes=(Change("", ("advcli.norm_groups", "actor.reward_norm.group_size", "actor.adv_norm.group_size"),
                             "group-level normalisation takes each prompt's rows (the trainer passes the group "
                             "sizes) instead of consecutive slices of group_size rows: a short group, or group_size "
-                            "left at 1 (every advantage 0 before), now gives the per-prompt z-score"),)),
+                            "left at 1 (every advantage 0 before), now gives the per-prompt z-score"),
+                     Change("", ("actor.gae_lambda", "actor.gae_lambda_kwargs", "actor.gae_timestep_unit",
+                                 "gconfig.reward_normalization"),
+                            "keys 1.0.4 does not have (refused there): gae_lambda as the path of a per-row λ "
+                            "function with its gae_lambda_kwargs, turn-level GAE (gae_timestep_unit=turn), and "
+                            "rollout-time reward normalisation (gconfig.reward_normalization)"),)),
 )
+
+def release_check(v: dict, release, asked: str | None) -> None:
+    """AReaL 1.0.4 has no per-row λ functions, no turn-level GAE and no rollout-time reward normalisation: its
+    PPOActorConfig.gae_lambda is a float and it has neither gae_lambda_kwargs nor gae_timestep_unit
+    (api/cli_args.py L1514 @1.0.4), nor GenerationHyperparameters.reward_normalization: a config naming them
+    does not load there."""
+    if release.name != "1.0.4":
+        return
+    named = f"--flavor areal@{asked or release.name}"
+    hint = "a newer AReaL has it: --flavor areal (the newest); `advcli explain --flavor areal --history`"
+    if isinstance(v["actor.gae_lambda"], str) or v.get("actor.gae_lambda_kwargs") or \
+            any(k.startswith("actor.gae_lambda_kwargs.") for k in v):
+        raise AdvcliError(f"{named}: actor.gae_lambda={v['actor.gae_lambda']!r} and gae_lambda_kwargs: AReaL 1.0.4's "
+                          "gae_lambda is a number (PPOActorConfig, api/cli_args.py L1514 @1.0.4); the λ functions "
+                          "came later", hint=hint)
+    if v["actor.gae_timestep_unit"] != "token":
+        raise AdvcliError(f"{named}: actor.gae_timestep_unit={v['actor.gae_timestep_unit']}: AReaL 1.0.4 has no such "
+                          "key (its GAE steps over tokens)", hint=hint)
+    if v["gconfig.reward_normalization"]:
+        raise AdvcliError(f"{named}: gconfig.reward_normalization=true: AReaL 1.0.4's GenerationHyperparameters has "
+                          "no such key (rollout-time reward normalisation came later)", hint=hint)
+
 
 FLAVOR = Flavor(
     title="AReaL",  # the framework's name in prose (help, docs)
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True, releases=RELEASES,
+    release_check=release_check,
     # the trial's saved config.yaml (AReaL's save_config: the whole experiment) is a --config file as it is:
     # its actor section is PPOActorConfig, mostly training settings advcli does not read
     mixed_sections=("actor", "gconfig"),

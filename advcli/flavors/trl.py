@@ -364,7 +364,7 @@ RELEASES = (
                "models); the GRPO and RLOO advantage blocks are those of 1.15.0"),)),
 )
 
-def release_check(v: dict, asked: str | None) -> None:
+def release_check(v: dict, release, asked: str | None) -> None:
     """TRL 0.15.0 to 0.25.1 refuse num_generations < 2: GRPOTrainer.__init__ takes it from range(2, global batch
     + 1) (grpo_trainer.py L344-350 @v0.15.0), then also GRPOConfig.__post_init__ (L592 @v0.17.0 in the trainer,
     grpo_config.py L556 @v0.19.0) and the new RLOOConfig (rloo_config.py L672 @v0.22.0): no run of theirs has

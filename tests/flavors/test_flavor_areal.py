@@ -385,3 +385,20 @@ def test_release_1_0_4_group_size_one_leave_one_out_runs(tmp_path, unbiased, wan
                 "actor.reward_norm.std_unbiased": str(unbiased).lower()}
     got = advcli_run(tmp_path, rows, "areal@1.0.4", settings, rename={"old_log_probs": "rollout_log_probs"})
     assert [row[0] for row in got["advantages"]] == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("setting,word", [
+    ({"actor.gae_lambda": "areal.trainer.ppo.lambda_fn.vapo_length_adaptive_gae", "actor.gae_lambda_kwargs.alpha": 2},
+     "gae_lambda is a number"),
+    ({"actor.gae_timestep_unit": "turn"}, "gae_timestep_unit"),
+    ({"gconfig.reward_normalization": True}, "reward_normalization")])
+def test_release_1_0_4_refuses_keys_it_does_not_have(setting, word):
+    """AReaL 1.0.4's PPOActorConfig.gae_lambda is a float, with no gae_lambda_kwargs or gae_timestep_unit
+    (api/cli_args.py L1514 of the 1.0.4 wheel), and its GenerationHyperparameters has no reward_normalization:
+    such a config does not load there, so advcli does not run it under the 1.0.4 label; the newest runs it."""
+    from advcli.flavors import resolve
+
+    with pytest.raises(AdvcliError, match=word):
+        resolve("areal@1.0.4", list(setting.items()))
+    resolve("areal", list(setting.items()))
+    resolve("areal@1.0.4", [("actor.gae_lambda", 0.9)])  # a number it has

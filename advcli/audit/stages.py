@@ -33,11 +33,11 @@ INTERMEDIATE = ("token_level_rewards", "returns")  # per-token columns a dump ma
 def _recompute(tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict, columns: dict,
                chunk_rows: int, device: str) -> list[str]:
     """One recomputation into a temporary sidecar (every column the run produces): its files."""
-    from ..pipeline import run_pipeline
+    from ..pipeline import run_pipeline, scratch_output
 
     d = os.path.join(tmp, name)
     os.makedirs(d)
-    out = d + os.sep if len(inputs) > 1 else os.path.join(d, "out.parquet")
+    out = scratch_output(inputs, d, "out")  # one sidecar per file of a directory or glob, as the audit's own
     res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
                        chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar")
     return list(res.outputs)

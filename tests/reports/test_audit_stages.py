@@ -130,3 +130,19 @@ def test_no_intermediate_values_no_stage(tmp_path, capsys, table):
     code, out, _ = run_main(["audit", str(src), "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
                              "--no-search", "--json"], capsys)
     assert code == 1 and "first_stage" not in json.loads(out)
+
+
+def test_a_directory_of_step_files_is_audited_stage_by_stage(tmp_path, capsys, table):
+    """The same dump as one Parquet file per step in a directory (as a trainer writes it): the stage-by-stage
+    recomputation writes one sidecar per file too (it once named one output file for two inputs and stopped
+    with exit 2), and names the KL penalty in the step file that holds the first disagreeing row."""
+    dump = _logged(tmp_path, capsys, table, ["--set", "algorithm.kl_ctrl.kl_coef=0.02"])
+    t = pq.read_table(dump)
+    d = tmp_path / "steps"
+    d.mkdir()
+    steps = t.column("step").to_numpy()
+    for s in np.unique(steps):
+        pq.write_table(t.filter(pa.array(steps == s)), d / f"step_{int(s)}.parquet")
+    stage, text = _audit(capsys, str(d))
+    assert stage["stage"] == "KL penalty" and stage["reproduce"] == "kl.coef=0.02"
+    assert stage["where"].startswith(str(d / "step_"))

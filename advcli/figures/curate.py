@@ -856,8 +856,16 @@ def prefilter_path(output: str) -> str:
     temporary files are (``.NAME.advcli-tmp-PID.filter.parquet``), so that the next run for that output removes
     it when this one was killed (advcli.io.writer.clean_stale_temps); known before it exists, so that the run's
     clean-up removes it whenever it was stopped."""
+    from ..io import remote
     from ..io.temps import TMP_TAG
 
+    if remote.is_uri(output):  # an output on object storage: a local file in TMPDIR, named as the upload's copy
+        import hashlib  # is (advcli.io.writer.temp_path_for), which the next advcli process sweeps if this one dies
+        import tempfile
+
+        tag = hashlib.sha256(output.encode()).hexdigest()[:12]
+        name = output.rsplit("/", 1)[-1]
+        return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{name}.filter{TMP_TAG}{os.getpid()}")
     d, name = os.path.split(os.path.abspath(output))
     return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}.filter.parquet")
 

@@ -144,7 +144,7 @@ class SplicedParquetWriter(_writer.AtomicParquetWriter):
         try:  # an interrupt from here on would leave the temporary file behind: no caller holds this writer yet
             # the new columns after the first wait here until their row group is complete (anonymous
             # files beside the output: gone with the process whatever happens)
-            self._spill += [tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(target)))
+            self._spill += [tempfile.TemporaryFile(dir=os.path.dirname(self.tmp))  # local, for s3:// too
                             for _ in range(len(new_names) - 1)]
             self._worker = _writer.OrderedWorker(self._task, depth=2, name="advcli-writer") if threaded else None
             self._encoders = (ThreadPoolExecutor(max_workers=min(len(new_names), os.cpu_count() or 1),

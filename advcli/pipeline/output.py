@@ -71,10 +71,14 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
 
 
 def file_fingerprint(paths: list[str]) -> str:
-    """sha256 over each input's size and Parquet footer (cheap, changes with the content)."""
+    """sha256 over each input's name as recorded (:func:`advcli.io.reader.shown_name`: a trainer dump's, or the
+    user's input for run --drop-uniform's kept rows, never a temporary file's PID-named path), size and Parquet
+    footer (cheap, changes with the content)."""
+    from ..io.reader import shown_name
+
     h = hashlib.sha256()
     for p in paths:
-        h.update(p.rsplit("/", 1)[-1].encode() if remote.is_uri(p) else os.path.basename(p).encode())
+        h.update(shown_name(p).encode())
         if remote.is_uri(p):  # the same bytes, by a ranged read of the object's tail
             size = remote.size(p)
             h.update(str(size).encode())

@@ -64,6 +64,28 @@ def test_run_s3_to_s3_gives_the_local_bytes(s3, tmp_path):
     assert s3_keys(s3, "bkt/t1") == ["bkt/t1/out/rollouts.parquet", "bkt/t1/rollouts.parquet"]  # no temporary key
 
 
+@pytest.mark.parametrize("extra", [[], ["--drop-uniform"]])
+def test_a_local_dump_to_object_storage(s3, tmp_path, extra):
+    """A local input written to s3:// (the run splices the input's pages, its spill files local; with
+    --drop-uniform the kept rows go through a local file first): the object holds what a local output holds,
+    provenance included (the input's fingerprint named by the input, not by the kept rows' PID-named file),
+    and nothing is left in the working directory (both runs once failed on a path 'CWD/s3:/bucket/...')."""
+    local_in = tmp_path / "rollouts.parquet"
+    shutil.copy(SAMPLE, local_in)
+    local_out = tmp_path / "out.parquet"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    assert cli("run", local_in, "--output", local_out, *GRPO, *extra, "-q").returncode == 0
+    key = f"bkt/t9-{len(extra)}/o.parquet"
+    p = subprocess.run([sys.executable, "-m", "advcli", "run", str(local_in), "--output", f"s3://{key}",
+                        *GRPO, *extra, "-q"], capture_output=True, text=True, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    got, want = _table(get(s3, key)), pq.read_table(local_out)
+    assert got.equals(want), [n for n in want.column_names if not got.column(n).equals(want.column(n))]
+    assert got.schema.metadata == want.schema.metadata
+    assert s3_keys(s3, key.rsplit("/", 1)[0]) == [key] and os.listdir(cwd) == []
+
+
 def test_an_output_under_a_prefix_leaves_no_directory_marker(s3):
     """The bucket afterwards holds the input and the output, nothing else: no temporary key, and no
     zero-byte "t5/out/" marker (pyarrow adds one when a key under it is deleted, apache/arrow#36275)."""

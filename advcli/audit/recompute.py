@@ -158,21 +158,27 @@ def _logged_column(schema, against: str | None, file0: str, imported: str | None
 
 
 def _pairs(in_paths: list[str], side_paths: list[list[str]], in_cols: list[str], chunk_rows: int):
-    """(input batch, [sidecar batch per run]) in lock step over every file."""
+    """((input file, its row of the batch's first row), input batch, [sidecar batch per run]) in lock step over
+    every file."""
     from ..io.arrays import aligned_batches
     from ..io.reader import open_parquet
 
     for i, p in enumerate(in_paths):
         files = [open_parquet(p)] + [open_parquet(s[i]) for s in side_paths]
+        row = 0
         try:
             for bs in aligned_batches(files, [in_cols] + [["advantages"]] * len(side_paths), chunk_rows):
-                yield bs[0], bs[1:]
+                yield (p, row), bs[0], bs[1:]
+                row += bs[0].num_rows
         finally:
             for f in files:
                 f.close()
 
 
-def _flat(batch, col: str, is_list: bool, offs_mask):
+def _flat(batch, col: str, is_list: bool, offs_mask, where: tuple[str, int] | None = None):
+    """The values of ``col`` flat over the mask's tokens (a per-row value repeated); ``where``: (file, row of
+    the batch's first row) of a logged column, which a list of another length than its row's mask is refused
+    naming."""
     import numpy as np
 
     from ..io.arrays import list_parts
@@ -182,9 +188,12 @@ def _flat(batch, col: str, is_list: bool, offs_mask):
         o, v = list_parts(arr)
         if o.size != offs_mask.size or not np.array_equal(o, offs_mask):
             bad = int(np.flatnonzero(np.diff(o) != np.diff(offs_mask))[0]) if o.size == offs_mask.size else 0
-            raise AdvcliError(f"column {col!r}: the list of a row has another length than its mask (first at row "
-                              f"{bad} of a chunk)", hint="the logged advantages must hold one value per token "
-                                                         "of the response (or one per row)")
+            file, row0 = where if where is not None else ("the recomputation", 0)
+            n_col, n_mask = int(o[bad + 1] - o[bad]), int(offs_mask[bad + 1] - offs_mask[bad])
+            raise AdvcliError(f"{file}: row {row0 + bad}: column {col!r} holds {n_col} values, its response mask "
+                              f"{n_mask}",
+                              hint="the logged advantages must hold one value per token of the response (or one "
+                                   "per row); map another column with --against")
         return v.astype(np.float64)
     vals = arr.to_numpy(zero_copy_only=False).astype(np.float64)  # a null (no value logged) reads as NaN
     return np.repeat(vals, np.diff(offs_mask))
@@ -211,9 +220,9 @@ def compare_pass(in_paths, side_paths, logged_col, is_list, mask_col, rtol, atol
     from .checks import RowTable, compare_chunk, hypothesis_agreement
 
     parts, counts, row0 = [], {}, 0
-    for b, sides in _pairs(in_paths, side_paths, [logged_col, mask_col], chunk_rows):
+    for where, b, sides in _pairs(in_paths, side_paths, [logged_col, mask_col], chunk_rows):
         offs, m = list_parts(b.column(mask_col))
-        L = _flat(b, logged_col, is_list, offs)
+        L = _flat(b, logged_col, is_list, offs, where)
         if pa.types.is_fixed_size_list(b.column(mask_col).type):
             # padded lists: advcli's rows end at the last mask=1 token (L_i); compare those positions
             keep = _trim_index(offs, list_parts(sides[0].column("advantages"))[0])

@@ -180,3 +180,21 @@ def test_compare_counts_the_tokens_both_outputs_train_on_in_either_order(outputs
     ba = advcli.compare(outputs["rloo"], str(side))
     assert ab["valid_tokens"] == ba["valid_tokens"] == valid
     assert ab["tokens"]["pearson"] == pytest.approx(ba["tokens"]["pearson"], rel=1e-12)
+
+
+@pytest.mark.parametrize("chunk", ["4", "4096"])
+def test_a_logged_list_of_the_wrong_length_is_named_by_file_and_row(outputs, tmp_path, capsys, chunk):
+    """Row 9's logged advantages one value short of its mask: the refusal names the file, the row (counted in
+    the file, not in a chunk of --chunk-rows) and the column, with both lengths."""
+    t = pq.read_table(outputs["good"])
+    adv = t.column("advantages").to_pylist()
+    n = len(adv[9])
+    adv[9] = adv[9][:-1]
+    col = pa.array(adv, t.schema.field("advantages").type)
+    bad = t.set_column(t.column_names.index("advantages"), "advantages", col)
+    path = tmp_path / "short.parquet"
+    pq.write_table(bad, path)
+    code, _, err = run_main(["audit", path, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "--no-search",
+                             "--chunk-rows", chunk], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"{path}: row 9: column 'advantages' holds {n - 1} values, its response mask {n}" in " ".join(err.split())

@@ -329,8 +329,22 @@ def open_and_plan(input_specs: list[str], cfg: dict, column_overrides: dict[str,
 
     check_output_mode(output_mode)
     inputs = InputSet.open(input_specs)
-    plan = make_plan(cfg, inputs, column_overrides or {}, device, check_values)
-    return inputs, choose_output_columns(plan, write_columns)
+    plan = choose_output_columns(make_plan(cfg, inputs, column_overrides or {}, device, check_values), write_columns)
+    return inputs, _warn_replaced(plan, inputs, output_mode)
+
+
+def _warn_replaced(plan: Plan, inputs: InputSet, output_mode: str) -> Plan:
+    """A full output replaces an input column named like a new one: said when the input is not an advcli output
+    (whose own columns a rerun replaces, as asked), since there they are values a trainer logged."""
+    from ..io.arrays import provenance
+
+    same = [c for c in plan.output_columns if c in inputs.schema.names]
+    if output_mode != "full" or not same or provenance(inputs.schema) is not None:
+        return plan
+    msg = (f"replaced_columns: the input's {', '.join(same)} (not written by advcli: values a trainer logged?) are "
+           "replaced by the recomputed ones in the output; the input keeps them. To have both in one file, rename "
+           "them first, or write --output-mode sidecar (the new columns and row_index, to join on)")
+    return dataclasses.replace(plan, warnings=(*plan.warnings, msg))
 
 
 def strided_groups(plan) -> bool:

@@ -56,3 +56,26 @@ def test_refusals_name_the_problem(dump, tmp_path, value, message):
     assert not (tmp_path / "x.parquet").exists()
     r = run_cli("run", dump, "-o", tmp_path / "x.parquet", "--write-columns", value)
     assert r.returncode == 2 and message.split("'")[0] in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_full_output_says_when_it_replaces_logged_columns(dump, tmp_path):
+    """A dump that logs its own advantages/returns under advcli's output names (not an advcli output): the
+    output holds the recomputed ones, the input keeps its own, and the run says so (replaced_columns); a rerun
+    on an advcli output replaces its columns as asked, silently; a sidecar replaces nothing."""
+    import pyarrow as pa
+
+    t = pq.read_table(dump)
+    logged = pa.array([[7.0] * len(m) for m in t.column("response_mask").to_pylist()], pa.list_(pa.float32()))
+    src = tmp_path / "logged.parquet"
+    pq.write_table(t.append_column("advantages", logged).append_column("returns", logged), src)
+    out = tmp_path / "o.parquet"
+    res = advcli.run(str(src), str(out), flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    said = [w for w in res.warnings if w.startswith("replaced_columns")]
+    assert len(said) == 1 and "advantages, returns" in said[0]
+    assert pq.read_table(out).column("advantages")[0].as_py()[0] != 7.0
+    assert pq.read_table(src).column("advantages")[0].as_py()[0] == 7.0  # the input untouched
+    again = advcli.run(str(out), str(tmp_path / "o2.parquet"), flavor="verl",
+                       settings={"algorithm.adv_estimator": "rloo"})
+    side = advcli.run(str(src), str(tmp_path / "s.parquet"), flavor="verl", output_mode="sidecar",
+                      settings={"algorithm.adv_estimator": "grpo"})
+    assert not [w for w in again.warnings + side.warnings if w.startswith("replaced_columns")]

@@ -101,7 +101,7 @@ class _Run:
     """One recomputation into a temporary sidecar (its files, one per input)."""
 
     def __init__(self, tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict,
-                 columns: dict, chunk_rows: int, device: str):
+                 columns: dict, chunk_rows: int, device: str, also: tuple[str, ...] = ()):
         from ..pipeline import run_pipeline, scratch_output
 
         d = os.path.join(tmp, name)
@@ -109,7 +109,7 @@ class _Run:
         out = scratch_output(inputs, d, "out")  # one sidecar per file of a directory or glob
         res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
                            chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar",
-                           write_columns=["advantages"])
+                           write_columns=["advantages", *also])
         self.paths = list(res.outputs)
         self.result = res
 
@@ -190,8 +190,8 @@ def _flat(batch, col: str, is_list: bool, offs_mask, where: tuple[str, int] | No
             bad = int(np.flatnonzero(np.diff(o) != np.diff(offs_mask))[0]) if o.size == offs_mask.size else 0
             file, row0 = where if where is not None else ("the recomputation", 0)
             n_col, n_mask = int(o[bad + 1] - o[bad]), int(offs_mask[bad + 1] - offs_mask[bad])
-            raise AdvcliError(f"{file}: row {row0 + bad}: column {col!r} holds {n_col} values, its response mask "
-                              f"{n_mask}",
+            raise AdvcliError(f"{file}: row {row0 + bad}: column {col!r} has length {n_col}, its response mask "
+                              f"length {n_mask}",
                               hint="the logged advantages must hold one value per token of the response (or one "
                                    "per row); map another column with --against")
         return v.astype(np.float64)
@@ -354,7 +354,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     and the flavor were chosen, for the report's "recomputed with"."""
     import numpy as np
 
-    from ..config.columns import resolve_columns
+    from ..config.columns import is_list_type, resolve_columns
     from ..formats import info_for, name_dumps, source_of
     from ..io.reader import InputSet
     from .checks import classify, fit_params, mixup_rows, unseen_causes, worst_rows
@@ -377,7 +377,12 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         what = f"{what} ({flavor_note})"
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("audit"))
     try:
-        run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device)
+        # the intermediate values the dump logs beside its advantages, that the run also produces: checked too
+        spec = RunSpec.from_config(cfg)
+        produced = ("returns", "token_level_rewards") if spec.kl.in_reward else ("returns",)
+        also = tuple(c for c in produced if c in ins.schema.names and c != logged_col and is_list
+                     and is_list_type(ins.schema.field(c).type))
+        run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device, also)
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
         group, group_ids, step = _groups(ins, cmap, cfg, columns)
         bad_tokens = int(rt.bad_valid.sum())
@@ -404,6 +409,18 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         rep["worst"] = worst_rows(rt, top, group_ids, group, step)
         name_rows(rep["worst"], ins)
         rep["agree"] = bad_tokens == 0
+        if not bad_tokens and also:  # the advantages agree: do the logged token rewards and returns?
+            from .stages import _first_bad
+
+            for col in also:
+                hit = _first_bad(ins, run.paths, col, col, mask_col, rtol, atol, chunk_rows)
+                if hit is not None:
+                    hit.pop("arrays")
+                    entry = {"row": hit["row"]}
+                    name_rows([entry], ins)
+                    rep["intermediate_disagreeing"] = {"column": col, **hit, "where": entry.get("where")}
+                    rep["agree"] = False
+                    break
         hyp_bad: dict = {}
         mixup = 0
         if bad_tokens:
@@ -426,7 +443,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         if bad_tokens and not any(f["kind"] == "float32" for f in findings):
             findings += unseen_causes(flavor)  # what the dump cannot show (TRL: a subclass's transform, #7298)
         rep["findings"] = findings
-        if bad_tokens:  # where the dump logs intermediate values (or the run whitens, clips): the first stage
+        if bad_tokens or not rep["agree"]:  # where the dump logs intermediate values (or the run whitens, clips)
             from .stages import first_stage
 
             stage = first_stage(tmp, inputs, ins, cfg, flavor, native, columns, logged_col, is_list, mask_col,

@@ -77,8 +77,13 @@ def audit_sections(rep: dict):
     tokens = ("" if "valid_tokens" not in rep  # a dump without token data (advcli.formats.no_token_data)
               else f"{rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and ")
     head = [("verdict", f"{verdict}: {tokens}{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
-                        + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else "")),
-            ("recomputed with", rep["ran"])]
+                        + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else ""))]
+    inter = rep.get("intermediate_disagreeing")
+    if inter:  # the advantages agree, a logged intermediate column does not
+        head[0] = ("verdict", f"DISAGREE: the advantages agree ({head[0][1].split(': ', 1)[1]}), the logged "
+                              f"{inter['column']} do not: {inter.get('where') or 'row ' + str(inter['row'])}, token "
+                              f"{inter['position']}: logged {inter['actual']:.6g}, recomputed {inter['expected']:.6g}")
+    head.append(("recomputed with", rep["ran"]))
     if (rep.get("release") or {}).get("label"):
         head.append(("release", rep["release"]["label"]))
     head += [("logged column", f"{rep['logged_column']} (one value per "

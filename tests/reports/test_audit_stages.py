@@ -146,3 +146,30 @@ def test_a_directory_of_step_files_is_audited_stage_by_stage(tmp_path, capsys, t
     stage, text = _audit(capsys, str(d))
     assert stage["stage"] == "KL penalty" and stage["reproduce"] == "kl.coef=0.02"
     assert stage["where"].startswith(str(d / "step_"))
+
+
+def test_logged_token_rewards_are_checked_when_the_advantages_agree(tmp_path, capsys, table):
+    """A dump whose advantages are right but whose logged token_level_rewards were made with another KL
+    coefficient (a trainer logging a stale β): the advantages agree, the audit still disagrees (exit 1), names
+    the column, row and token, and the stage with the coefficient that reproduces the logged values."""
+    dump = _logged(tmp_path, capsys, table, ["--set", "algorithm.kl_ctrl.kl_coef=0.05"])
+    other = tmp_path / "other"
+    other.mkdir()
+    stale = pq.read_table(_logged(other, capsys, table, ["--set", "algorithm.kl_ctrl.kl_coef=0.02"]))
+    d = pq.read_table(dump)
+    i = d.column_names.index("token_level_rewards")
+    pq.write_table(d.set_column(i, "token_level_rewards", stale.column("token_level_rewards")), dump)
+    code, out, _ = run_main(["audit", dump, *AUDITED, "--no-search", "--json"], capsys)
+    rep = json.loads(out)
+    assert code == 1 and not rep["agree"] and rep["tokens_disagreeing"] == 0
+    want = _recomputed(tmp_path, capsys, dump, "token_level_rewards")
+    row, pos = _first_disagreeing(dump, "token_level_rewards", "token_level_rewards", want)
+    inter = rep["intermediate_disagreeing"]
+    assert (inter["column"], inter["row"], inter["position"]) == ("token_level_rewards", row, pos)
+    assert inter["expected"] == pytest.approx(want[row][pos], rel=1e-6)
+    assert rep["first_stage"]["stage"] == "KL penalty" and rep["first_stage"]["reproduce"] == "kl.coef=0.02"
+    code, _, err = run_main(["audit", dump, *AUDITED, "--no-search"], capsys)
+    assert code == 1 and "the advantages agree" in " ".join(err.split())
+    # the same dump with its own token rewards: agree, exit 0
+    pq.write_table(d, dump)
+    assert run_main(["audit", dump, *AUDITED, "--no-search"], capsys)[0] == 0

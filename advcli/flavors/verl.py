@@ -250,7 +250,8 @@ RELEASES = (
             accepts=_accepts("0.4.1", E040, K040), changes=(
                 Change("", ("advcli.k3_input_clamp",), "low_var_kl/k3 clamps ref − logp to ±20 before the estimate "
                        "(core_algos.py kl_penalty @v0.4.1); the estimate is clamped to ±10 either way, so only an "
-                       "infinite log-ratio (logp = −inf) differs: 10 instead of NaN"),)),
+                       "infinite log-ratio (logp = −inf) differs: 10 instead of NaN (advcli runs a −inf log-prob "
+                       "from here on, and refuses it before, where it poisons the step)"),)),
     Release("0.5.0", "2025-07-23", note="verl 0.5.0: gae skips mask=0 tokens; gpg",
             settings={**_NO_RC, "advcli.reinforce_holes": "reset"},
             accepts=_accepts("0.5.0", E050, K040), changes=(

@@ -20,14 +20,21 @@ def check_lengths(mask_offsets: np.ndarray, offs: np.ndarray, file: str, name: s
                                               "misalign them: repair or drop the row")
 
 
-def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, row_base: int) -> None:
-    """No NaN or ±inf among the flat token values ``vals`` (rows by ``offsets``)."""
+def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, row_base: int,
+                 allow_neg_inf: bool = False) -> None:
+    """No NaN or ±inf among the flat token values ``vals`` (rows by ``offsets``); ``allow_neg_inf``: −inf
+    passes (a log-prob read only by a KL that clamps its log-ratio first)."""
     # one reduction instead of a bool array: a NaN/inf makes the sum non-finite; a finite sum that
     # overflowed only sends us to the exact check
     with np.errstate(over="ignore", invalid="ignore"):
         if np.isfinite(vals.sum()) or np.isfinite(vals).all():
             return
-    pos = int(np.nonzero(~np.isfinite(vals))[0][0])
+        bad = ~np.isfinite(vals)
+        if allow_neg_inf:
+            bad &= ~np.isneginf(vals)
+            if not bad.any():
+                return
+    pos = int(np.nonzero(bad)[0][0])
     row = int(np.searchsorted(offsets, pos, side="right") - 1)
     raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
                       f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",

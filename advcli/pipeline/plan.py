@@ -54,10 +54,13 @@ class Plan:
     correction: object = None  # rollout correction spec (advcli.correction.plan.plan_correction), None: off
     warnings: tuple = ()  # found while planning, reported with the run's
     dump_tokens: int = 0  # the dump's tokens from its Parquet metadata (an upper bound): --device auto's rule
+    # log-prob roles read only by a KL whose input clamp makes −inf finite (verl ≥ 0.4.1's k3, NeMo, SkyRL's k3):
+    # a −inf there passes the read check, as the trainer computes with it (other non-finite values do not)
+    neg_inf_roles: tuple[str, ...] = ()
 
     def __post_init__(self):
         """The containers given, frozen (part of building the plan: nothing changes once it is made)."""
-        for name in ("components", "token_roles", "verify_roles", "output_columns", "warnings"):
+        for name in ("components", "token_roles", "verify_roles", "output_columns", "warnings", "neg_inf_roles"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "params", frozen_mapping(self.params))
         if not isinstance(self.cmap.names, types.MappingProxyType):
@@ -260,6 +263,9 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row":
         warnings.append(STEP_WISE_010)
     plan = plan_correction(plan, warnings)
+    if kl_on and run.kl.input_clamp is not None:
+        others = set(spec.needs) | ({"old_log_probs", "rollout_log_probs"} if plan.correction is not None else set())
+        plan = dataclasses.replace(plan, neg_inf_roles=tuple(r for r in klr if r not in others))
     return dataclasses.replace(plan, warnings=tuple(warnings)) if warnings else plan
 
 

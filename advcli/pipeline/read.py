@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..errors import AdvcliError
 from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
 from ..io.lists import primitive_numpy
@@ -82,8 +83,17 @@ class ChunkReader:
             check_lengths(offsets, offs, file, name, mask_name, row_base)
             if role in FLOAT_ROLES:
                 vals = vals.to(plan.dtype)
-                check_finite(vals.numpy(), offsets, file, name, row_base)
+                check_finite(vals.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles)
             out[role] = vals
+        if len(plan.neg_inf_roles) == 2 and all(r in out and r not in done for r in plan.neg_inf_roles):
+            both = torch.isneginf(out[plan.neg_inf_roles[0]]) & torch.isneginf(out[plan.neg_inf_roles[1]])
+            if bool(both.any()):  # ref − logp = −inf − (−inf) = NaN: the trainer's KL is NaN there too
+                pos = int(both.nonzero()[0, 0])
+                row = int(np.searchsorted(offsets, pos, side="right") - 1)
+                raise AdvcliError(f"{file}: row {row_base + row}, position {pos - int(offsets[row])}: "
+                                  f"{plan.cmap[plan.neg_inf_roles[0]]!r} and {plan.cmap[plan.neg_inf_roles[1]]!r} "
+                                  "are both -inf: their log-ratio, and so the KL, is NaN (the trainer's too)",
+                                  hint="drop or repair the row")
         for role in verify:
             if role in done or role in roles:
                 continue

@@ -197,4 +197,5 @@ def test_a_logged_list_of_the_wrong_length_is_named_by_file_and_row(outputs, tmp
     code, _, err = run_main(["audit", path, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "--no-search",
                              "--chunk-rows", chunk], capsys)
     assert code == 2 and "Traceback" not in err
-    assert f"{path}: row 9: column 'advantages' has length {n - 1}, its response mask length {n}" in " ".join(err.split())
+    said = " ".join(err.split())
+    assert f"{path}: row 9: column 'advantages' has length {n - 1}, its response mask length {n}" in said

@@ -454,6 +454,36 @@ def test_k3_clamps_by_hand(tmp_path):
     assert out["token_level_rewards"][0] == pytest.approx([-5.0, -5.0, 0.0])
 
 
+@pytest.mark.parametrize("release,kind,runs", [("0.4.1", "low_var_kl", True), ("0.9.1", "k3", True),
+                                               ("0.4.0", "low_var_kl", False), ("0.9.1", "k1", False)])
+def test_an_infinite_log_prob_runs_where_verl_clamps_it(tmp_path, capsys, release, kind, runs):
+    """logp = −inf: from 0.4.1 low_var_kl clamps ref − logp to ±20 first (core_algos.py kl_penalty @v0.4.1), so
+    x = +inf gives kl = clamp(e^20 − 21, ±10) = 10 and ref = −inf gives clamp(e^−20 + 19, ±10) = 10 (here β = 0.5:
+    −5 on those tokens), and verl trains on it; 0.4.0's k3 (no input clamp) and k1 give NaN/−inf there, so
+    advcli refuses the value, naming it. Both −inf at one token is NaN in every release: refused."""
+    from conftest import run_main
+
+    inf = float("-inf")
+    data = {"prompt_id": ["a"], "reward": [0.0], "response_mask": [[1, 1, 1]],
+            "old_log_probs": [[inf, -1.0, -0.5]], "ref_log_probs": [[-2.0, inf, -0.5]], "values": [[0.0, 0.0, 0.0]]}
+    src = tmp_path / "in.parquet"
+    _write(src, data)
+    args = ["run", src, "-o", tmp_path / "o.parquet", "--flavor", f"verl@{release}", "--set",
+            "algorithm.adv_estimator=gae", "--set", "algorithm.use_kl_in_reward=true", "--set",
+            f"algorithm.kl_penalty={kind}", "--set", "algorithm.kl_ctrl.kl_coef=0.5", "-q", "--force"]
+    code, _, err = run_main(args, capsys)
+    if not runs:
+        assert code == 2 and "row 0, position 0: value -inf is not finite" in err, err
+        return
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").column("token_level_rewards").to_pylist()[0] == \
+        pytest.approx([-5.0, -5.0, 0.0])
+    data["ref_log_probs"][0][0] = inf
+    _write(src, data)
+    code, _, err = run_main(args, capsys)
+    assert code == 2 and "both -inf" in err
+
+
 def test_otb_through_the_cli(tmp_path):
     """The CLI and the library give the same OTB numbers (tiny chunks, rollout_is_weights picked up)."""
     src = tmp_path / "in.parquet"

@@ -133,8 +133,8 @@ class GroupIndex:
     def std_dim(self, x: torch.Tensor) -> torch.Tensor:
         """[G] ``torch.std(R, dim=1)`` with R the [G_n, n] stack of each size (ROLL/OpenRLHF shapes)."""
         out = torch.zeros(self.num_groups, dtype=x.dtype, device=x.device)
-        for _, ids, mat in self.buckets():
-            out[ids.to(x.device)] = x[mat.to(x.device)].std(dim=1)
+        for n, ids, mat in self.buckets():  # torch.std of one value is NaN (said here, not by torch's warning)
+            out[ids.to(x.device)] = x[mat.to(x.device)].std(dim=1) if n > 1 else float("nan")
         return out
 
     def std_two_pass(self, x: torch.Tensor, mean: torch.Tensor, min_denominator: int = 1) -> torch.Tensor:

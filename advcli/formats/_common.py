@@ -45,3 +45,14 @@ def schema_record(path: str) -> dict | None:
         return {n: None for n in pq.read_schema(path).names}
     except Exception:  # noqa: BLE001 - not a Parquet file
         return None
+
+
+def where_in_dump(path: str, line: int) -> str:
+    """How a message names one record of a trainer's dump: ``FILE:LINE`` in a JSON-lines file (lines from 1, as
+    an editor shows them), ``FILE, row N`` in a Parquet file (rows from 0, as advcli's own Parquet messages
+    count them), ``FILE, record N`` in another file (a compressed stream's records from 1)."""
+    if path.endswith((".jsonl", ".json")):
+        return f"{path}:{line}"
+    if path.endswith(".parquet"):
+        return f"{path}, row {line}"
+    return f"{path}, record {line}"

@@ -8,7 +8,7 @@ from dataclasses import field
 
 from ..errors import AdvcliError
 from ..records import record
-from ._common import arrow_type
+from ._common import arrow_type, where_in_dump
 from .discovery import discover
 from .registry import Context, Format, get
 
@@ -262,7 +262,7 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                 except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
                     shown = repr(v)
                     shown = shown if len(shown) < 80 else shown[:77] + "..."
-                    at = f"{path}:{line}" if str(path).endswith((".jsonl", ".json")) else f"{path}, record {line}"
+                    at = where_in_dump(str(path), line)
                     raise AdvcliError(f"{at}: field {fld.name!r} is {shown}, but earlier records give it "
                                       f"type {fld.type}") from None
             raise

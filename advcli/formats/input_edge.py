@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AdvcliError
 from ..io.temps import scratch_prefix, sweep_stale
+from ._common import where_in_dump
 from .discovery import is_dump
 from .records import RESERVED
 from .registry import FORMATS, Context, get, load
@@ -289,7 +290,7 @@ def locate_rows(info: ImportInfo, rows) -> dict[int, str]:
         ctx = Context(fmt=fmt, path=path, step=fmt.step_of(path), files=files)
         for k, (line, _) in enumerate(fmt.read(path, ctx)):
             if k in targets:
-                out[first + k] = f"{path}:{line}" if path.endswith((".jsonl", ".json")) else f"{path}, record {line}"
+                out[first + k] = where_in_dump(path, line)
             if k >= last:
                 break
     return out

@@ -51,7 +51,7 @@ def read(path: str, ctx: Context):
         ctx.notes.append(f"reward = unweighted nansum of {', '.join(funcs)} (weights: --flavor trl --set "
                          f"'reward_funcs=[{','.join(funcs)}]' --set 'reward_weights=[...]')")
         ctx.state["noted"] = True
-    row_no = 0
+    row_no = -1  # a Parquet row, counted from 0 as advcli's own Parquet messages count them
     run, prev = -1, object()
     for batch in f.iter_batches(batch_size=4096):
         for rec in batch.to_pylist():

@@ -238,6 +238,8 @@ def test_audit_reads_the_completions_dump_as_run_does(dump, tmp_path, capsys):
     assert code == 1, err
     rep = json.loads(out)
     assert rep["rows_disagreeing"] == 1 and rep["worst"][0]["row"] == 5
+    # named in the dump's own file, by its Parquet row counted from 0 as pandas' .loc[5] above
+    assert rep["worst"][0]["where"] == f"{bad / 'completions_00010.parquet'}, row 5"
     assert rep["worst"][0]["abs_diff"] == pytest.approx(0.5, abs=1e-4)
     # what the dump cannot show is named as a possible cause: a subclass transforming advantages after TRL logged
     # them (TRL #7298); an agreeing audit names nothing

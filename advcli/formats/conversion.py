@@ -109,7 +109,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 for k in r:
                     if k not in schema.names and k not in dropped:
                         dropped.add(k)
-            batch = _to_batch(buf, where, schema, synth_mask, f.mask_length)
+            batch = _to_batch(buf, where, schema, synth_mask, f.mask_length, set(f.columns))
             if writer is None:
                 writer = pq.ParquetWriter(tmp, schema, compression="zstd")
             writer.write_batch(batch)
@@ -243,7 +243,10 @@ def synthetic_mask(lengths, zero=None):
 
 
 def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask: bool,
-              mask_length: str | None = None):
+              mask_length: str | None = None, declared: set | frozenset = frozenset()):
+    """The records as one batch of ``schema``; a value that does not fit its field's type is refused naming
+    its record: a field the format declares (``declared``: ``step`` is an integer) by that type, another by
+    the type the earlier records gave it."""
     import pyarrow as pa
 
     cols = []
@@ -263,8 +266,9 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                     shown = repr(v)
                     shown = shown if len(shown) < 80 else shown[:77] + "..."
                     at = where_in_dump(str(path), line)
-                    raise AdvcliError(f"{at}: field {fld.name!r} is {shown}, but earlier records give it "
-                                      f"type {fld.type}") from None
+                    why = (f"this dump format reads it as {fld.type}" if fld.name in declared else
+                           f"earlier records give it type {fld.type}")
+                    raise AdvcliError(f"{at}: field {fld.name!r} is {shown}, but {why}") from None
             raise
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 

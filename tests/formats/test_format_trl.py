@@ -412,3 +412,17 @@ def test_one_process_sees_the_dump_as_it_is_now(tmp_path):
     assert not np.allclose(rewritten, second)
     advcli.run(str(d.parent), out, flavor="trl", settings=settings, force=True)
     assert np.allclose(pq.read_table(out).column("advantages").to_numpy(), first + rewritten, rtol=1e-5, atol=1e-5)
+
+
+def test_a_string_step_is_named_against_the_formats_own_type(tmp_path, capsys):
+    """A completions file whose step column holds strings: the first row is refused by the type the format
+    reads step as (an integer), not by 'earlier records' (there are none)."""
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    pd.DataFrame({"step": ["1"] * G, "prompt": ["p"] * G, "completion": list("abcd"), "acc": [1.0, 0.0, 0.0, 1.0],
+                  "advantage": [0.0] * G}).to_parquet(d / "completions_00001.parquet")
+    code, _, err = run_main(["run", str(d.parent), "-o", tmp_path / "o.parquet", "--flavor", "trl"], capsys)
+    said = " ".join(err.split())
+    assert code == 2 and "earlier records" not in said
+    assert f"{d / 'completions_00001.parquet'}, row 0: field 'step' is '1', but this dump format reads it as int64" \
+        in said

@@ -121,6 +121,11 @@ def expand(spec: str) -> list[str]:
         if info.type == pafs.FileType.File:
             return [spec]
         if info.type == pafs.FileType.NotFound:
+            scheme, rest = spec.split("://", 1)
+            bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+            if bucket.rstrip("/") != spec.rstrip("/") and not exists(bucket):
+                raise AdvcliError(f"{spec}: the bucket {bucket} does not exist (or these credentials cannot see it)",
+                                  hint="check the bucket's name, and the endpoint and credentials in the environment")
             raise AdvcliError(f"{spec}: no such object", hint="check the URI; INPUT may be an object, a prefix "
                                                               "(directory) or a glob")
         found = _list(fs, path, "*.parquet")

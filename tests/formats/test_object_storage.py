@@ -178,3 +178,5 @@ def test_other_commands_read_s3_inputs(s3, tmp_path):
     assert p.returncode == 2 and "s3://bkt/t6/missing.parquet: no such object" in p.stderr
     p = cli("run", src, "--output", "s3://nobucket/o.parquet", *GRPO)
     assert p.returncode == 2 and "bucket" in p.stderr and "does not exist" in p.stderr
+    p = cli("run", "s3://nobucket/run/in.parquet", "--output", tmp_path / "o.parquet", *GRPO)  # an input's bucket
+    assert p.returncode == 2 and "the bucket s3://nobucket does not exist" in p.stderr, p.stderr

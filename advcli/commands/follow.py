@@ -298,6 +298,19 @@ def _renamed(obj, tmp: str, root: str):
     return json.loads(text.replace(tmp.rstrip("/"), root.rstrip("/")))
 
 
+def _renamed_error(e: AdvcliError, tmp: str, root: str) -> AdvcliError:
+    """``e`` (raised on a step's copy in ``tmp``) with the copy's paths named by the user's ``root``: a message
+    names the file the user can open, never the follower's temporary copy."""
+    def name(text):
+        if not text:
+            return text
+        return text.replace(tmp.rstrip("/") + "/", root.rstrip("/") + "/").replace(tmp.rstrip("/"), root.rstrip("/"))
+
+    e.message, e.hint = name(e.message), name(e.hint)
+    e.args = (e.message,)
+    return e
+
+
 def _num(x, fmt: str = ".4g") -> str:
     return "–" if x is None else format(x, fmt)
 
@@ -539,7 +552,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             for i, u in enumerate(todo):
                 if not watcher.complete(u, i + 1 < len(todo), now):
                     break  # steps are taken in order: never one after a step still being written
-                _take(u, root, st, runner, opts, logger, json_out, quiet, echo)
+                _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo)
                 watcher.taken(u.step)
                 st.save(state_path)
                 took = True
@@ -575,12 +588,15 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     return 1 if st.disagreed else 0
 
 
-def _take(u: Unit, root: str, st: FollowState, runner: StepRunner, opts: Options, logger, json_out: bool,
-          quiet: bool, echo) -> None:
+def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, opts: Options, logger,
+          json_out: bool, quiet: bool, echo) -> None:
     tmp = tempfile.mkdtemp(prefix="advcli-follow-")
+    named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
         taken, notes = snapshot(root, u, tmp)
-        rep = runner.run(u, tmp, u.named_as or root)
+        rep = runner.run(u, tmp, named)
+    except AdvcliError as e:  # its message names the copy: name the user's file instead
+        raise _renamed_error(e, tmp, named) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     line, agree, values = step_line(opts.command, u.step, rep)

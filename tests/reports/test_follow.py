@@ -477,3 +477,37 @@ def test_a_task_file_arriving_after_its_step_was_taken_is_reported(tmp_path, cap
     assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
     assert f"step 1: {late} appeared after the step was taken; not read" in err
     assert str(late) in json.loads(state.read_text())["changed"]
+
+
+# ------------------------------------------------ what a new user met: gaps, late, cut-short, relabelled steps
+def _steps_dir(tmp_path, steps=3, settings_rows=120):
+    """A Parquet dump, one step_N.parquet a step, and its table."""
+    t = make_table(settings_rows, 6, 2, 8, 1, steps=steps)
+    run = tmp_path / "run"
+    return run, _split_steps(t, run), t
+
+
+def test_an_error_names_the_file_as_the_user_gave_it(tmp_path, capsys, monkeypatch):
+    """A step that fails to read: the message names the user's path (as the one-off command does), never the
+    follower's temporary copy."""
+    run, steps, _ = _steps_dir(tmp_path, steps=2)
+    bad = pq.read_table(run / "step_1.parquet")
+    reward = bad.column("reward").to_pylist()
+    reward[3] = None
+    bad = bad.set_column(bad.column_names.index("reward"), "reward", pa.array(reward, bad.schema.field("reward").type))
+    pq.write_table(bad, run / "step_1.parquet")
+    monkeypatch.chdir(tmp_path)
+    code, _, once = run_main(["run", "run", "-o", "whole/"], capsys)  # the one-off command's own message
+    assert code == 2 and "run/step_1.parquet: column 'reward', row 3" in once
+    code, out, err = follow(["run", "run", "--follow", "-o", "adv", *SETTLE, "--until-idle", "0.5"], capsys)
+    assert code == 2
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0"]
+    assert "advcli-follow-" not in err and tempfile_dir() not in err
+    assert "error: run/step_1.parquet: column 'reward', row 3" in err
+    assert once.split("error: ")[1] in err  # message and hint word for word
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir() + "/advcli"

@@ -58,8 +58,14 @@ class Watcher:
     """The steps of a dump directory as they appear: its format found once (:func:`advcli.formats.discover`
     on the first files), then each poll a walk of the directory for that format's files."""
 
-    def __init__(self, root: str, source: str | None, settle: float):
+    def __init__(self, root: str, source: str | None, settle: float, shown: str | None = None,
+                 step_column: str = "step"):
         self.root, self.source, self.settle = os.path.abspath(root), source, settle
+        self.shown = shown or root  # the directory as the user gave it, for the messages
+        self.step_column = step_column  # advcli's own Parquet: the column whose values are the steps
+        self.notes: list[str] = []  # lines to report (drain)
+        self._steps: dict = {}  # Parquet path -> ((size, mtime_ns), (first, last step of its column) or None)
+        self._noted: set = set()  # the relabelled files already said
         self.fmt = None  # a Format, or "parquet" (advcli's own Parquet, one file per step)
         self.last_error: AdvcliError | None = None
         self.after: int | None = None  # the last step a resumed follow took
@@ -113,6 +119,8 @@ class Watcher:
                 self.lister = entry.start(self.root, self.settle, self.after) if hasattr(entry, "start") else entry
             return self.lister(self.root)
         by_step: dict[int, list[str]] = {}
+        through: dict[int, int] = {}
+        steps, self._steps = self._steps, {}
         for p in (self._parquet_files() if self.fmt == "parquet" else self._walk()):
             if self.fmt != "parquet":
                 if not self.fmt.matches(p) or any(re.search(c, p.replace(os.sep, "/")) for c in self.fmt.companions):
@@ -122,18 +130,68 @@ class Watcher:
                 step = None
             if step is None:  # a name without the format's step group (slime's --save-debug-rollout-data
                 nums = re.findall(r"\d+", os.path.basename(p))  # TEMPLATE, Parquet): its last number
-                if not nums:
-                    continue
-                step = int(nums[-1])
+                step = int(nums[-1]) if nums else None
+            if self.fmt == "parquet":  # advcli's own Parquet: the step column decides, as a one-off run reads it
+                held = self._column_steps(p, steps)
+                if held is not None:
+                    if step is not None and step != held[0] and p not in self._noted:
+                        self._noted.add(p)
+                        what = f"step {held[0]}" if held[0] == held[1] else f"steps {held[0]}–{held[1]}"
+                        self.notes.append(f"{self.named(p)}: its name says step {step}, its {self.step_column} "
+                                          f"column holds {what}; followed as step {held[0]}, as the one-off "
+                                          "command reads the directory")
+                    step = held[0]
+                    through[step] = max(through.get(step, step), held[1])
+            if step is None:
+                continue
             by_step.setdefault(step, []).append(p)
-        return [Unit(s, by_step[s]) for s in sorted(by_step)]
+        return [Unit(s, by_step[s], through=through.get(s) if through.get(s, s) != s else None)
+                for s in sorted(by_step)]
+
+    def named(self, p: str) -> str:
+        """``p`` (under the followed directory) as the user named that directory."""
+        return os.path.join(self.shown, os.path.relpath(p, self.root))
+
+    def _column_steps(self, p: str, before: dict) -> tuple[int, int] | None:
+        """(first, last) step of a whole Parquet file's step column, from its row groups' statistics where
+        written (else the column read); None while it has no footer (being written) or has no such column.
+        Kept per file while its size and mtime stay (``before``: the last poll's)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            return None
+        key = (st.st_size, st.st_mtime_ns)
+        if p in before and before[p][0] == key:
+            self._steps[p] = before[p]
+            return before[p][1]
+        held = None
+        try:
+            meta = pq.read_metadata(p)
+            names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+            if self.step_column in names and meta.num_rows:
+                i = names.index(self.step_column)
+                stats = [meta.row_group(g).column(i).statistics for g in range(meta.num_row_groups)]
+                if all(x is not None and x.has_min_max for x in stats):
+                    held = (int(min(x.min for x in stats)), int(max(x.max for x in stats)))
+                else:
+                    mm = pc.min_max(pq.read_table(p, columns=[self.step_column]).column(0))
+                    if mm["min"].is_valid:
+                        held = (int(mm["min"].as_py()), int(mm["max"].as_py()))
+        except Exception:  # noqa: BLE001 - no footer yet (or not Parquet): the name decides until it is whole
+            return None
+        self._steps[p] = (key, held)
+        return held
 
     def taken(self, step: int) -> None:
         if hasattr(self.lister, "taken"):
             self.lister.taken(step)
 
     def drain(self) -> list[str]:
-        return self.lister.drain() if hasattr(self.lister, "drain") else []
+        lines, self.notes = self.notes, []
+        return lines + (self.lister.drain() if hasattr(self.lister, "drain") else [])
 
     def complete(self, unit: Unit, later: bool, now: float) -> bool:
         """Whether ``unit`` can be taken: sealed, or a later step appeared, or every file quiet for the
@@ -517,7 +575,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                           "its steps so far were computed with those",
                           hint="restart it with the same --flavor/--set/--config/--column/--estimator/--from, or "
                                "give a new --state to follow the run again from its first step")
-    watcher = Watcher(root, opts.source, settle)
+    from ..config import parse_column_maps
+
+    watcher = Watcher(root, opts.source, settle, shown, parse_column_maps(opts.column).get("step", "step"))
     watcher.after = st.last_step
     runner = StepRunner(opts, st)
     logger = None
@@ -605,7 +665,7 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
         write_step_report(opts.command, path, rep)
     if logger is not None:
         logger.log(u.step, values)
-    st.last_step, st.steps = u.step, st.steps + 1
+    st.last_step, st.steps = u.step if u.through is None else u.through, st.steps + 1
     if not agree:
         st.disagreed += 1
         if len(st.disagreed_steps) < 100:

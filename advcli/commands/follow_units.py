@@ -21,6 +21,7 @@ class Unit:
     # of what was taken whole, notes): a stream whose records are cut into steps (prime-rl's)
     write: Callable[[str], tuple[dict, list[str]]] | None = None
     named_as: str | None = None  # the directory the written copy stands for (None: the followed root)
+    through: int | None = None  # the last step its rows hold, where they hold several (a Parquet file of 1 and 2)
 
 
 # A format name -> lister(root) -> [Unit], steps ascending; an entry with a ``start(root, settle, after)``

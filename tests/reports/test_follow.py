@@ -511,3 +511,26 @@ def tempfile_dir() -> str:
     import tempfile
 
     return tempfile.gettempdir() + "/advcli"
+
+
+def test_a_file_named_for_another_step_is_followed_by_its_step_column(tmp_path, capsys):
+    """step_1.parquet holds step 2's rows and step_2.parquet step 1's: follow takes them by the step column, as a
+    one-off run reads them, so the adaptive KL controller sees the steps in the same order: the same numbers."""
+    t = make_table(600, 6, 2, 16, 11, steps=3)
+    run = tmp_path / "run"
+    run.mkdir()
+    for s, holds in ((0, 0), (1, 2), (2, 1)):
+        pq.write_table(t.filter(pc.equal(t.column("step"), holds)), run / f"step_{s}.parquet")
+    out_dir, whole = tmp_path / "adv", tmp_path / "whole"
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "0.4",
+                             *ADAPTIVE["verl-gae"]], capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0", "step 1", "step 2"]
+    assert f"{run / 'step_2.parquet'}: its name says step 2, its step column holds step 1; followed as step 1" in err
+    code, _, err = run_main(["run", str(run), "-o", f"{whole}/", "-q", *ADAPTIVE["verl-gae"]], capsys)
+    assert code == 0, err
+    for step, name in ((0, 0), (1, 2), (2, 1)):  # the follow's step_N is the one-off's output of the file holding N
+        got, want = pq.read_table(out_dir / f"step_{step}.parquet"), pq.read_table(whole / f"step_{name}.parquet")
+        assert set(got.column("step").to_pylist()) == {step}
+        for col in ("advantages", "token_level_rewards"):
+            assert got.column(col).to_pylist() == want.column(col).to_pylist(), (step, col)

@@ -51,6 +51,9 @@ from .follow_units import CHUNK_LISTERS, WATCHED, Unit
 STATE_VERSION = 1
 CHANGED_KEPT = 10000  # the files reported as changed or late, remembered so as to report each once
 TEXT_SUFFIXES = (".jsonl", ".json")
+# formats whose files are numbered by the training step but not written at every step (TRL writes its
+# completions every logging_steps): a gap there is one larger than the smallest stride seen so far
+STRIDED = {"trl-completions"}
 
 
 # ------------------------------------------------------------------------------------- the watcher
@@ -612,7 +615,8 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             for i, u in enumerate(todo):
                 if not watcher.complete(u, i + 1 < len(todo), now):
                     break  # steps are taken in order: never one after a step still being written
-                _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo)
+                gap = gap_note(st, u.step, watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name)
+                _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap)
                 watcher.taken(u.step)
                 st.save(state_path)
                 took = True
@@ -649,7 +653,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
 
 
 def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, opts: Options, logger,
-          json_out: bool, quiet: bool, echo) -> None:
+          json_out: bool, quiet: bool, echo, first_notes: list[str] = ()) -> None:
     tmp = tempfile.mkdtemp(prefix="advcli-follow-")
     named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
@@ -659,6 +663,7 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
         raise _renamed_error(e, tmp, named) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    notes = list(first_notes) + notes
     line, agree, values = step_line(opts.command, u.step, rep)
     path = opts.step_report(u.step)
     if path:
@@ -678,6 +683,41 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
         for n in notes:
             echo(f"step {u.step}: {n}", err=True)
         echo(line)
+
+
+def gap_note(st: FollowState, step: int, fmt: str) -> list[str]:
+    """The note for a step taken after a gap in the step numbers (no file for the steps between the last step
+    taken and ``step``): the steps missing, and, under an adaptive KL controller, that the coefficient carried
+    across the gap is not the one the trainer had (it moved during the missing steps)."""
+    if st.last_step is None or step <= st.last_step + 1:
+        return []
+    stride = 1
+    if fmt in STRIDED:
+        seen = [s for s, _ in st.taken]
+        strides = [b - a for a, b in zip(seen, seen[1:]) if b > a]
+        if not strides:
+            return []  # one step taken: its stride not known yet
+        stride = min(strides)
+    missing = list(range(st.last_step + stride, step, stride))
+    if not missing:
+        return []
+    if len(missing) == 1:
+        which = f"step {missing[0]}"
+    elif len(missing) <= 5:
+        which = "steps " + ", ".join(map(str, missing))
+    else:
+        which = f"steps {missing[0]}–{missing[-1]} ({len(missing)} steps)"
+    note = (f"{which} missing: no file for {'it' if len(missing) == 1 else 'them'} before step {step} was taken "
+            f"(the step numbers jump from {st.last_step} to {step}); a file that lands for "
+            f"{'it' if len(missing) == 1 else 'them'} now is reported, not followed")
+    if st.cfg is not None:
+        from ..config.runspec import RunSpec
+
+        if RunSpec.from_config(st.cfg).kl.controller == "adaptive":
+            note += (f"; the adaptive KL controller's coefficient carried into step {step} is the one step "
+                     f"{st.last_step} left, not the trainer's after the missing step(s): a disagreement in step "
+                     f"{step} may be the KL coefficient's")
+    return [note]
 
 
 def _check_changed(st: FollowState, root: str, echo, quiet: bool) -> None:

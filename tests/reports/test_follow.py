@@ -513,6 +513,43 @@ def tempfile_dir() -> str:
     return tempfile.gettempdir() + "/advcli"
 
 
+def test_a_missing_step_is_said_and_the_kl_carry_flagged(tmp_path, capsys):
+    """step_0, step_2 (no step_1): step 2 is taken with a note naming step 1, in the text and --json; with an
+    adaptive KL controller the note says the carried coefficient may be off."""
+    run, steps, _ = _steps_dir(tmp_path, steps=3)
+    os.remove(run / "step_1.parquet")
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(tmp_path / "adv"), *SETTLE, "--until-idle",
+                             "0.4", *ADAPTIVE["verl-gae"]], capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0", "step 2"]
+    note = [x for x in err.splitlines() if " missing:" in x]
+    assert len(note) == 1 and note[0].startswith("step 2: step 1 missing"), err
+    assert "adaptive KL" in note[0]
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--json"], capsys)
+    assert code == 0, err
+    objs = [json.loads(x) for x in out.splitlines()]
+    assert [o["step"] for o in objs] == [0, 2]
+    assert objs[0]["notes"] == [] and any(n.startswith("step 1 missing") for n in objs[1]["notes"])
+    assert not any("adaptive KL" in n for n in objs[1]["notes"])  # no KL controller in stats
+    # steps in sequence: no note
+    whole, _, _ = _steps_dir(tmp_path / "seq", steps=3)
+    code, out, err = follow(["stats", str(whole), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
+    assert code == 0 and len(lines(out)) == 3 and " missing:" not in err
+
+
+def test_a_gap_in_trl_completions_is_measured_by_its_logging_stride():
+    """TRL writes completions_{step} every logging_steps: 10, 20, 30 is no gap; 10, 20, 50 misses 30 and 40."""
+    from advcli.commands.follow import FollowState, gap_note
+
+    st = FollowState("stats", "/run", last_step=10, taken=[[10, {}]])
+    assert gap_note(st, 20, "trl-completions") == []  # the stride is not known from one step
+    st.last_step, st.taken = 20, [[10, {}], [20, {}]]
+    assert gap_note(st, 30, "trl-completions") == []
+    assert gap_note(st, 50, "trl-completions")[0].startswith("steps 30, 40 missing")
+    assert gap_note(st, 24, "parquet")[0].startswith("steps 21, 22, 23 missing")
+    assert gap_note(st, 40, "parquet")[0].startswith("steps 21–39 (19 steps) missing")
+
+
 def test_a_file_named_for_another_step_is_followed_by_its_step_column(tmp_path, capsys):
     """step_1.parquet holds step 2's rows and step_2.parquet step 1's: follow takes them by the step column, as a
     one-off run reads them, so the adaptive KL controller sees the steps in the same order: the same numbers."""

@@ -591,6 +591,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     if st.last_step is not None and not quiet:
         echo(f"resuming after step {st.last_step} ({st.steps} step(s) taken before)", err=True)
     ended, last_new = "", time.monotonic()
+    since_ns = time.time_ns()  # a file of a step older than one taken, written since then, landed late
     old = {}
 
     def stop(signum, frame):  # SIGTERM ends the follow as Ctrl-C does
@@ -604,7 +605,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             reported = len(st.changed)
             _check_changed(st, root, echo, quiet)
             units = watcher.units()
-            _check_late(st, units, root, echo, quiet)
+            _check_late(st, units, root, echo, quiet, since_ns, watcher.named, opts.command)
             for line in watcher.drain():
                 if not quiet:
                     echo(line, err=True)
@@ -756,12 +757,33 @@ def write_step_report(command: str, path: str, rep: dict) -> None:
         write_report(path, rep)
 
 
-def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool) -> None:
+def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool, since_ns: int = 0,
+                named=None, command: str = "audit") -> None:
     """Report once each file that appeared in a step (of the last WATCHED) after that step was taken (AReaL
-    writes a version's task files as its rollouts finish): not read, its rows are not in that step's numbers."""
+    writes a version's task files as its rollouts finish): not read, its rows are not in that step's numbers.
+    And each file, written since this follow started (``since_ns``), of a step older than the last one taken
+    that was never taken (step_2 written after step_3 was taken): steps are taken in order, each once, so it is
+    not followed; the line says how to see it on its own."""
     taken = {step: files for step, files in st.taken}
+    named = named or (lambda p: p)
     for u in units:
         if u.step not in taken:
+            if st.last_step is None or u.step >= st.last_step:
+                continue
+            for p in u.files:
+                if p in st.changed:
+                    continue
+                try:
+                    if os.stat(p).st_mtime_ns < since_ns:
+                        continue  # there before this follow started: a step taken before a restart
+                except FileNotFoundError:
+                    continue
+                st.changed.append(p)
+                if not quiet:
+                    alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "")
+                    echo(f"step {u.step}: {named(p)} landed after step {st.last_step} was taken; not followed "
+                         f"(steps are taken in order, each once): its rows are in no step above; to see it "
+                         f"on its own: {alone}", err=True)
             continue
         for p in u.files:
             if os.path.relpath(p, root) not in taken[u.step] and p not in st.changed:

@@ -550,6 +550,33 @@ def test_a_gap_in_trl_completions_is_measured_by_its_logging_stride():
     assert gap_note(st, 40, "parquet")[0].startswith("steps 21–39 (19 steps) missing")
 
 
+def test_a_step_landing_after_a_later_step_was_taken_is_reported(tmp_path, capsys):
+    """step_2 written after step_3 was taken: named (file and step), not followed, and how to audit it."""
+    run, steps, _ = _steps_dir(tmp_path, steps=4)
+    late = run / "step_2.parquet"
+    data = late.read_bytes()
+    os.remove(late)
+    state = tmp_path / "s.json"
+
+    def writer():
+        deadline = time.time() + 15
+        while time.time() < deadline and not (state.exists() and json.loads(state.read_text())["last_step"] == 3):
+            time.sleep(0.05)
+        late.write_bytes(data)
+
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "1.0", "--state", str(state)],
+                            capsys, writer)
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0", "step 1", "step 3"]
+    msg = [x for x in err.splitlines() if str(late) in x]
+    assert len(msg) == 1, err
+    assert msg[0].startswith(f"step 2: {late} landed after step 3 was taken; not followed")
+    assert f"advcli stats {late}" in msg[0]  # the followed command, on the file alone
+    assert str(late) in json.loads(state.read_text())["changed"]  # a restart does not report it again
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--state", str(state)],
+                            capsys)
+    assert code == 0 and str(late) not in err and not lines(out)
+
+
 def test_a_file_named_for_another_step_is_followed_by_its_step_column(tmp_path, capsys):
     """step_1.parquet holds step 2's rows and step_2.parquet step 1's: follow takes them by the step column, as a
     one-off run reads them, so the adaptive KL controller sees the steps in the same order: the same numbers."""

@@ -616,7 +616,10 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             for i, u in enumerate(todo):
                 if not watcher.complete(u, i + 1 < len(todo), now):
                     break  # steps are taken in order: never one after a step still being written
-                gap = gap_note(st, u.step, watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name)
+                fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
+                gap = gap_note(st, u.step, fmt)
+                if fmt == "parquet" and len(u.files) > 1:
+                    gap.append(several_files(u, [watcher.named(p) for p in u.files], opts.command))
                 _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap)
                 watcher.taken(u.step)
                 st.save(state_path)
@@ -719,6 +722,20 @@ def gap_note(st: FollowState, step: int, fmt: str) -> list[str]:
                      f"{st.last_step} left, not the trainer's after the missing step(s): a disagreement in step "
                      f"{step} may be the KL coefficient's")
     return [note]
+
+
+def several_files(u: Unit, names: list[str], command: str) -> str:
+    """The note for a step that several Parquet files hold (``step_2.parquet`` and ``step_2_retry.parquet``):
+    audit and stats take them as one step, as the one-off command reads the directory; ``run`` writes one
+    ``step_N.parquet`` a step, which cannot stand for two inputs (the one-off run writes one output per input
+    file), so it refuses, naming them."""
+    files = f"{len(names)} files hold this step ({', '.join(names)})"
+    if command == "run":
+        raise AdvcliError(f"step {u.step}: {files}; run --follow writes one step_{u.step}.parquet a step",
+                          hint="move the file that is not this run's (a rerun's?) out of the directory and "
+                               "follow again, or run the finished directory without --follow (one output per "
+                               "input file)")
+    return f"{files}; taken as one step, as the one-off command reads the directory"
 
 
 def _check_changed(st: FollowState, root: str, echo, quiet: bool) -> None:

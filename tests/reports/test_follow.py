@@ -598,3 +598,26 @@ def test_a_file_named_for_another_step_is_followed_by_its_step_column(tmp_path, 
         assert set(got.column("step").to_pylist()) == {step}
         for col in ("advantages", "token_level_rewards"):
             assert got.column(col).to_pylist() == want.column(col).to_pylist(), (step, col)
+
+
+def test_two_files_of_one_step(tmp_path, capsys):
+    """step_1.parquet and step_1_retry.parquet: stats/audit take them as one step, as the one-off command reads
+    the directory (and say so); run --follow, which writes one step_N.parquet a step, refuses naming both."""
+    run, steps, t = _steps_dir(tmp_path, steps=3)
+    (run / "step_1_retry.parquet").write_bytes((run / "step_1.parquet").read_bytes())
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--json"], capsys)
+    assert code == 0, err
+    objs = [json.loads(x) for x in out.splitlines()]
+    assert [o["step"] for o in objs] == [0, 1, 2]
+    n1 = sum(1 for s in t.column("step").to_pylist() if s == 1)
+    assert objs[1]["report"]["rows"] == 2 * n1
+    assert any("2 files" in n and "step_1_retry.parquet" in n for n in objs[1]["notes"])
+    code, whole, _ = run_main(["stats", str(run), "--json"], capsys)
+    per_step = {e["step"]: e for e in json.loads(whole)["per_step"]}
+    assert objs[1]["report"]["metrics"]["critic/score/mean"] == per_step[1]["critic/score/mean"]
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(tmp_path / "adv"), *SETTLE, "--until-idle",
+                             "0.4"], capsys)
+    assert code == 2
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0"]
+    assert (f"step 1: 2 files hold this step ({run / 'step_1.parquet'}, {run / 'step_1_retry.parquet'})" in err), err
+    assert ".part-step" not in err and "hint:" in err

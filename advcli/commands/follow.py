@@ -631,8 +631,10 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             elif until_idle is not None and time.monotonic() - last_new >= until_idle:
                 if watcher.fmt is None and watcher.last_error is not None:
                     raise watcher.last_error
-                ended = f"no new step for {until_idle:g} s (--until-idle)"
-                break
+                pending = next((u for u in units if st.last_step is None or u.step > st.last_step), None)
+                if not (pending is not None and waiting_on_parquet(pending, settle, watcher.named)):
+                    ended = f"no new step for {until_idle:g} s (--until-idle)"
+                    break
             time.sleep(poll)
     except KeyboardInterrupt:
         ended = "interrupted"
@@ -722,6 +724,28 @@ def gap_note(st: FollowState, step: int, fmt: str) -> list[str]:
                      f"{st.last_step} left, not the trainer's after the missing step(s): a disagreement in step "
                      f"{step} may be the KL coefficient's")
     return [note]
+
+
+def waiting_on_parquet(u: Unit, settle: float, named) -> bool:
+    """At the end of ``--until-idle``, the step not taken yet: whether one of its Parquet files, without a
+    footer, is still changing (written in the last ``settle`` seconds: the follow waits for it). One that has
+    stopped changing without a footer was cut short: the one-off command's error for it (exit 2), the file
+    named as the user gave it (``named``)."""
+    from ..io.reader import open_parquet
+
+    for p in u.files:
+        if not p.endswith(".parquet"):
+            continue
+        try:
+            mtime = os.stat(p).st_mtime
+            open_parquet(p)
+        except FileNotFoundError:
+            continue
+        except AdvcliError as e:
+            if time.time() - mtime < settle:
+                return True
+            raise _renamed_error(e, p, named(p)) from None
+    return False
 
 
 def several_files(u: Unit, names: list[str], command: str) -> str:

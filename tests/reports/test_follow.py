@@ -577,6 +577,32 @@ def test_a_step_landing_after_a_later_step_was_taken_is_reported(tmp_path, capsy
     assert code == 0 and str(late) not in err and not lines(out)
 
 
+def test_a_cut_short_parquet_file_ends_an_until_idle_follow_with_exit_2(tmp_path, capsys, monkeypatch):
+    """A Parquet step file without its footer that stopped changing: named at the end of --until-idle, exit 2, as
+    the one-off command says; a file still being written is waited for."""
+    run, steps, _ = _steps_dir(tmp_path, steps=3)
+    cut = run / "step_2.parquet"
+    whole = cut.read_bytes()
+    cut.write_bytes(whole[: len(whole) // 2])
+    monkeypatch.chdir(tmp_path)
+    code, _, once = run_main(["stats", "run/step_2.parquet"], capsys)
+    assert code == 2 and "footer is missing" in once
+    code, out, err = follow(["stats", "run", "--follow", *SETTLE, "--until-idle", "0.5"], capsys)
+    assert code == 2, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0", "step 1"]
+    assert "error: run/step_2.parquet: not a readable Parquet file" in err and "footer is missing" in err
+    # a file whose writer finishes it while the follower waits: taken, not reported
+    cut.write_bytes(whole[: len(whole) // 2])
+
+    def writer():
+        time.sleep(0.6)
+        cut.write_bytes(whole)
+
+    code, out, err = follow(["stats", "run", "--follow", *SETTLE, "--until-idle", "1.5"], capsys, writer)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 0", "step 1", "step 2"]
+
+
 def test_a_file_named_for_another_step_is_followed_by_its_step_column(tmp_path, capsys):
     """step_1.parquet holds step 2's rows and step_2.parquet step 1's: follow takes them by the step column, as a
     one-off run reads them, so the adaptive KL controller sees the steps in the same order: the same numbers."""

@@ -647,3 +647,27 @@ def test_two_files_of_one_step(tmp_path, capsys):
     assert [x.split(":")[0] for x in lines(out)] == ["step 0"]
     assert (f"step 1: 2 files hold this step ({run / 'step_1.parquet'}, {run / 'step_1_retry.parquet'})" in err), err
     assert ".part-step" not in err and "hint:" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_follow_exits_with_its_verdict_after_saving_its_state(tmp_path, capsys, sig):
+    """Ctrl-C or SIGTERM is how a follow without --until-idle ends (docs/audit.md, docs/errors.md): after its
+    summary and state, it exits with the verdict of the steps taken (1: one disagreed), not 130/143."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (1, 2):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s, planted=s == 2))
+    state = tmp_path / "s.json"
+    follower = os.getpid()
+
+    def writer():
+        deadline = time.time() + 15
+        while time.time() < deadline and not (state.exists() and json.loads(state.read_text())["last_step"] == 2):
+            time.sleep(0.05)
+        os.kill(follower, sig)
+
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--no-search", "--state", str(state)],
+                            capsys, writer)
+    assert code == 1, err
+    assert len(lines(out)) == 2 and "stopped: interrupted" in err
+    assert json.loads(state.read_text())["last_step"] == 2

@@ -30,6 +30,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 
     from ..config.columns import resolve_columns
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
+    from ..io.lists import check_no_nulls
     from ..io.reader import InputSet
     from ..report import build_report
     from ..results import RunResult
@@ -73,7 +74,10 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     valid, score_parts, tlr_parts = [], [], []
     R = ins.num_rows
     done = 0
-    for _, _, batch in ins.iter_batches(cols1, chunk_rows):
+    checked = [cmap[r] for r in ("reward", "step") if cmap.has(r)]  # numbers: a null is refused where it is
+    for fi, row_base, batch in ins.iter_batches(cols1, chunk_rows):
+        for c in checked:
+            check_no_nulls(batch.column(c), ins.paths[fi], c, row_base)
         for c in small:
             parts[c].append(batch.column(c))
         offs, m = list_parts(batch.column(mask_col))

@@ -611,3 +611,23 @@ def test_stats_leaves_the_reward_kl_out_where_the_output_lacks_the_log_probs(tmp
         got = json.loads(printed)
         assert ("actor/reward_kl_penalty" in got["metrics"]) is has_kl
         assert got["metrics"]["critic/advantages/count"] > 0
+
+
+def test_stats_names_the_file_and_row_of_a_null_reward_in_a_directory(tmp_path, capsys):
+    """A directory of step files, the second with a null reward at its row 3: stats names that file and row
+    (it once named the first file, with no row)."""
+    from conftest import run_main
+
+    t = pq.read_table(_dump(tmp_path))
+    d = tmp_path / "steps"
+    d.mkdir()
+    steps = t.column("step").to_numpy()
+    for s in (0, 1):
+        part = t.filter(pa.array(steps == s))
+        if s == 1:
+            reward = part.column("reward").to_pylist()
+            reward[3] = None
+            part = part.set_column(part.column_names.index("reward"), "reward", pa.array(reward, pa.float32()))
+        pq.write_table(part, d / f"step_{s}.parquet")
+    code, _, err = run_main(["stats", d], capsys)
+    assert code == 2 and f"{d / 'step_1.parquet'}: column 'reward', row 3: null value" in " ".join(err.split()), err

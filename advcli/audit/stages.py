@@ -9,8 +9,9 @@ expected (recomputed) and actual (logged) values, and the setting that reproduce
 one does:
 
 - logged ``token_level_rewards`` differ: when the difference is the recomputed KL term times one
-  factor over the row, the **KL penalty** (the coefficient that reproduces it: ``kl.coef``), else the
-  **reward postprocessing** (the token rewards recomputed with β = 0 hold the post-processed reward);
+  factor over the row, the **KL penalty** (the coefficient that reproduces it: ``kl.coef``); when another
+  KL estimator gives them, the **KL penalty** (``kl.estimator``); else the **reward postprocessing** (the
+  token rewards recomputed with β = 0 hold the post-processed reward);
 - logged ``returns`` differ: the **estimator**;
 - only the advantages differ: with clipping configured, **clipping** when the logged values are the
   unclipped ones; without, **clipping** when every disagreeing logged value sits at one magnitude c that
@@ -41,6 +42,22 @@ def _recompute(tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, n
     res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
                        chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar")
     return list(res.outputs)
+
+
+def _other_kl_kind(tmp, inputs, ins, cfg, flavor, native, columns, mask_col, tol, chunk_rows, device) -> str | None:
+    """The KL estimator (advcli.ops.kl.KL_KINDS, other than the configuration's) whose token rewards are the
+    logged ones, or None: a trainer that ran k3 where the configuration says k1 is named by it."""
+    from ..ops.kl import KL_KINDS  # the registry only: no math here
+
+    for kind in KL_KINDS:
+        if kind == cfg["kl"]["estimator"]:
+            continue
+        other = copy.deepcopy(cfg)
+        other["kl"] = {**cfg["kl"], "estimator": kind}
+        side = _recompute(tmp, f"stage-kl-{kind}", inputs, other, flavor, native, columns, chunk_rows, device)
+        if _first_bad(ins, side, "token_level_rewards", "token_level_rewards", mask_col, *tol, chunk_rows) is None:
+            return kind
+    return None
 
 
 def _tokens(ins, side: list[str], logged: str, mine: str, mask_col: str, chunk_rows: int):
@@ -176,6 +193,13 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
                         return out
                 # the logged reward part, the logged token rewards with the recomputed KL term added back, summed
                 # over the row, against the recomputed placed reward: equal, the KL term differs (by no one factor)
+                # another KL estimator that gives the logged token rewards (a trainer that ran k3 where the
+                # configuration says k1): the KL penalty, named by that estimator
+                kind = _other_kl_kind(tmp, inputs, ins, cfg, flavor, native, columns, mask_col, tol, chunk_rows,
+                                      device)
+                if kind is not None:
+                    return found("KL penalty", hit, "token_level_rewards", reproduce=f"kl.estimator={kind}",
+                                 note=f"the logged token rewards are the recomputed ones with the {kind} KL")
                 if row is not None:
                     got, want = float(np.sum((L + (row[1] - A))[m])), float(np.sum(row[1][m]))
                     if abs(got - want) <= atol + rtol * abs(want):

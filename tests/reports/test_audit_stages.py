@@ -173,3 +173,13 @@ def test_logged_token_rewards_are_checked_when_the_advantages_agree(tmp_path, ca
     # the same dump with its own token rewards: agree, exit 0
     pq.write_table(d, dump)
     assert run_main(["audit", dump, *AUDITED, "--no-search"], capsys)[0] == 0
+
+
+def test_another_kl_estimator_is_the_kl_penalty_and_is_named(tmp_path, capsys, table):
+    """Token rewards logged with verl's low_var_kl (k3) where the audit says k1: the KL term differs by no one
+    factor, so the stage is the KL penalty, and the estimator that reproduces the logged values is named."""
+    dump = _logged(tmp_path, capsys, table, ["--set", "algorithm.kl_ctrl.kl_coef=0.05",
+                                             "--set", "algorithm.kl_penalty=low_var_kl"])
+    stage, text = _audit(capsys, dump)
+    assert stage["stage"] == "KL penalty" and stage["column"] == "token_level_rewards"
+    assert stage["reproduce"] == "kl.estimator=k3" and "reproduced by kl.estimator=k3" in text

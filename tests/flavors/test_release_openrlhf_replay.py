@@ -103,11 +103,13 @@ def test_the_buffers_whitening_by_hand():
                                        ("openrlhf@0.7.0.post1", False)])
 @pytest.mark.parametrize("chunk", [None, "1"])
 def test_replay_buffer_whitening(tmp_path, spec, trim, chunk):
-    """reinforce (gae with V = 0 for releases before 0.5.1: the same returns at γ = λ = 1), β = 0: the buffer's
-    normalize over the step, at one chunk and at one row per chunk (the sums merged across chunks)."""
+    """reinforce (gae with V = 0 and λ = 1 for releases before 0.5.1, whose --lambd defaults to 0.95: the same
+    returns at γ = λ = 1), β = 0: the buffer's normalize over the step, at one chunk and at one row per chunk (the
+    sums merged across chunks)."""
     est = "gae" if spec in ("openrlhf@0.3.6.post1", "openrlhf@0.4.5") else "reinforce"
     extra = ["--chunk-rows", chunk] if chunk else []
-    got = advcli_run(tmp_path, rows(), spec, {"advantage_estimator": est, "init_kl_coef": 0}, extra)["advantages"]
+    settings = {"advantage_estimator": est, "init_kl_coef": 0, **({"lambd": 1.0} if est == "gae" else {})}
+    got = advcli_run(tmp_path, rows(), spec, settings, extra)["advantages"]
     check(got, buffer_normalize(RAW, MASKS, trim), spec)
 
 
@@ -185,10 +187,11 @@ def test_every_release_before_0_7_1_maps_to_its_class():
     o = get("openrlhf")
     want = {"0.3.6.post1": "0.3.6.post1", "0.3.8": "0.3.6.post1", "0.4.2.post1": "0.3.6.post1",
             "0.4.5": "0.3.6.post1", "0.4.6": "0.4.6", "0.5.0": "0.4.6", "0.5.1": "0.5.1", "0.5.2.post1": "0.5.1",
-            "0.5.3": "0.5.3", "0.5.9.post1": "0.5.3", "0.6.0": "0.6.0", "0.6.0.post1": "0.6.0.post1",
+            "0.5.3": "0.5.3", "0.5.6": "0.5.3", "0.5.7": "0.5.7", "0.5.9.post1": "0.5.7", "0.6.0": "0.6.0",
+            "0.6.0.post1": "0.6.0.post1",
             "0.6.2": "0.6.0.post1", "0.6.3": "0.6.3",
             "0.6.3.post1": "0.6.3", "0.6.3.post2": "0.6.3.post2", "0.6.4": "0.6.4", "0.7.0": "0.7.0",
-            "0.7.0.post1": "0.7.0", "v0.5.8": "0.5.3"}
+            "0.7.0.post1": "0.7.0", "v0.5.8": "0.5.7"}
     for v, name in want.items():
         assert release_of(o, v).name == name, v
 
@@ -210,3 +213,18 @@ def test_what_an_old_release_lacks_is_refused(capsys, argv, says):
     code, out, err = run_main(["explain", *argv], capsys)
     assert code == 2, out + err
     assert says in out + err
+
+
+@pytest.mark.parametrize("release,lam", [("0.3.6.post1", 0.95), ("0.4.2", 0.95), ("0.5.0", 0.95), ("0.5.6", 0.95),
+                                         ("0.5.7", 1.0), ("0.5.9.post1", 1.0), ("0.6.1", 0.95), ("0.6.3.post2", 0.95),
+                                         ("0.6.4", 1.0), ("0.7.1", 1.0), (None, 1.0)])
+def test_gae_lambda_defaults_to_each_releases_lambd(tmp_path, release, lam):
+    """--lambd's default at each release (cli/train_ppo_ray.py: 0.95 at L247 @v0.3.6.post1 ... L269 @v0.5.6, 1.0 at
+    L272 @v0.5.7, 0.95 again at L300 @v0.6.0 ... L314 @v0.6.3.post2, 1 from L317 @v0.6.4): gae with λ left unset
+    gives the numbers of λ set to that value by hand, and --set still wins."""
+    from advcli.flavors import resolve
+
+    spec = "openrlhf" if release is None else f"openrlhf@{release}"
+    base = [("algo.advantage.estimator", "gae")]
+    assert resolve(spec, base)[0]["estimator"]["lam"] == lam
+    assert resolve(spec, [*base, ("algo.advantage.lambd", 0.5)])[0]["estimator"]["lam"] == 0.5

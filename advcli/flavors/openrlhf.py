@@ -226,7 +226,8 @@ def translate(v: dict) -> dict:
     # the list in 0.11.0 (@v0.11.0 L612), so earlier releases run it at n = 1
     if est in GROUP_ESTIMATORS and n <= 1 and not (est == "dr_grpo" and v["advcli.dr_grpo_n1"]):
         raise AdvcliError(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses it "
-                          "too (train_ppo_ray.py L612-615)",
+                          "too (cli/train_ppo_ray.py: its assert on n_samples_per_prompt for the group estimators, "
+                          "L371-372 @v0.5.7, L612-615 @v0.11.0)",
                           hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
     if v["algo.kl.target"]:
         raise AdvcliError("key algo.kl.target: OpenRLHF's adaptive controller is updated after each PPO step from "

@@ -80,6 +80,11 @@ _LIBRARY_WORDS = [
     (r"--against ([A-Za-z0-9_.]*[A-Za-z0-9_])", lambda m: f"against='{m[1]}'"),
     (r"--precision ([a-z0-9]+)", lambda m: f"precision='{m[1]}'"),
     (r"--force\b", lambda m: "force=True"),
+    (r"--solve-rate ", lambda m: "solve_rate="),
+    (r"--min-group-size ", lambda m: "min_group_size="),
+    (r"--drop-uniform\b", lambda m: "drop_uniform=True"),
+    (r"--estimator ([^\s'`,;)]+)", lambda m: f"estimator='{m[1]}'"),
+    (r"--chunk-rows ", lambda m: "chunk_rows="),
 ]
 
 

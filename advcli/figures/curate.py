@@ -32,6 +32,7 @@ output (:class:`advcli.io.writer.AtomicParquetWriter`). Memory: the small column
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -179,10 +180,16 @@ def variance_flags(f: dict) -> list[str]:
     return parts
 
 
-def parse_solve_rate(text: str | None) -> tuple[float, float] | None:
-    """``"LO:HI"`` -> (lo, hi), checked (0.1:0.9, :0.5 for 0..0.5, 0.2: for 0.2..1)."""
+def parse_solve_rate(text) -> tuple[float, float] | None:
+    """``"LO:HI"`` -> (lo, hi), checked (0.1:0.9, :0.5 for 0..0.5, 0.2: for 0.2..1); the library's
+    ``solve_rate=(lo, hi)`` (a pair of numbers, or None for an open end) is taken as ``"lo:hi"``."""
     if text is None:
         return None
+    if isinstance(text, (tuple, list)) and len(text) == 2:
+        text = ":".join("" if x is None else str(x) for x in text)
+    if not isinstance(text, str):
+        raise AdvcliError(f"--solve-rate {text!r}: expected LO:HI, e.g. 0.1:0.9 (keeps groups whose mean metric lies "
+                          "in [LO, HI])")
     if ":" not in text:
         raise AdvcliError(f"--solve-rate {text!r}: expected LO:HI, e.g. 0.1:0.9 (keeps groups whose mean metric lies "
                           "in [LO, HI])")
@@ -270,6 +277,8 @@ def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | 
               variance_include_zero: bool = False, variance_ddof: int = 1, mask_dropped: bool = False,
               allow_empty: bool = False, flavor: str | None = None,
               variance_selection_eps: float | None = None, settings: list[str] | None = None) -> FilterSpec:
+    if min_group_size is not None and (isinstance(min_group_size, bool) or not isinstance(min_group_size, int)):
+        raise AdvcliError(f"--min-group-size {min_group_size!r}: expected a whole number of rows, e.g. 2")
     if min_group_size is not None and min_group_size < 1:
         raise AdvcliError(f"--min-group-size {min_group_size}: must be at least 1")
     if variance_top_p is not None and variance_top_k is not None:
@@ -851,7 +860,10 @@ def kept_nothing(spec: FilterSpec, summary: dict) -> str:
 
 # ------------------------------------------------------------------------------- advcli run --drop-...
 # (the run itself: advcli.runs.runner)
-def prefilter_path(output: str) -> str:
+_SERIAL = itertools.count()  # the in-memory runs' kept-rows files of one process
+
+
+def prefilter_path(output: str | None) -> str:
     """The file the kept rows of ``advcli run --drop-uniform`` (...) go to: beside ``output``, named as its
     temporary files are (``.NAME.advcli-tmp-PID.filter.parquet``), so that the next run for that output removes
     it when this one was killed (advcli.io.writer.clean_stale_temps); known before it exists, so that the run's
@@ -859,12 +871,13 @@ def prefilter_path(output: str) -> str:
     from ..io import remote
     from ..io.temps import TMP_TAG
 
-    if remote.is_uri(output):  # an output on object storage: a local file in TMPDIR, named as the upload's copy
-        import hashlib  # is (advcli.io.writer.temp_path_for), which the next advcli process sweeps if this one dies
-        import tempfile
+    if output is None or remote.is_uri(output):  # no output file (advcli.run(..., None): the rows in memory), or
+        import hashlib  # one on object storage: a local file in TMPDIR, named as an upload's local copy is
+        import tempfile  # (advcli.io.writer.temp_path_for), which the next advcli process sweeps if this one dies
 
-        tag = hashlib.sha256(output.encode()).hexdigest()[:12]
-        name = output.rsplit("/", 1)[-1]
+        key = output or f"in-memory-{next(_SERIAL)}"
+        tag = hashlib.sha256(key.encode()).hexdigest()[:12]
+        name = key.rsplit("/", 1)[-1]
         return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{name}.filter{TMP_TAG}{os.getpid()}")
     d, name = os.path.split(os.path.abspath(output))
     return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}.filter.parquet")
@@ -886,7 +899,8 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
         raise AdvcliError("--drop-uniform/--solve-rate/--min-group-size on `run` take one input file",
                           hint="filter several files into one first: advcli filter IN... -o kept.parquet "
                                "--drop-uniform, then advcli run kept.parquet")
-    check_output_path(output, files, force)  # before any work, against the real input
+    if output is not None:
+        check_output_path(output, files, force)  # before any work, against the real input
     tmp = prefilter_path(output)
     SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
     from ..io.commit import immediate

@@ -297,6 +297,29 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
     return values
 
 
+def check_given(spec, settings) -> None:
+    """What the user typed (``--set``/``--estimator``, ``settings=``), checked before it is resolved: ``KEY=null``
+    for an on/off key is refused (null is no third state, and the trainers read it as false: verl's grpo then skips
+    the std, Dr. GRPO, which is not what "the default" means; a saved config file's null stays the trainer's
+    value), and so is ``--estimator A`` with ``--set <estimator key>=B`` (two estimators: neither silently wins)."""
+    flavor = at(spec).flavor
+    keys = flavor_keys(flavor)
+    for k, v in settings:
+        key = keys.get(flavor.aliases.get(k, k))
+        if v is None and key is not None and key.kind == "bool" and isinstance(key.default, bool):
+            raise AdvcliError(f"key {k}: null is not an on/off value ({key.doc})",
+                              hint=f"give true or false (default {str(key.default).lower()}), or leave the key out "
+                                   "for the default")
+    named = [str(v) for k, v in settings if k == "advcli.estimator"]
+    if named and flavor.estimator_key:
+        own = [(k, str(v)) for k, v in settings if flavor.aliases.get(k, k) == flavor.estimator_key]
+        if own and own[-1][1] != named[-1]:
+            raise AdvcliError(f"--estimator {named[-1]} and --set {own[-1][0]}={own[-1][1]} name two estimators",
+                              hint=f"give one of them: --estimator {named[-1]} alone runs "
+                                   + (f"{flavor.title}'s own {named[-1]}" if own_estimator(flavor, named[-1])
+                                      else f"advcli's {named[-1]} on {flavor.title}'s pipeline"))
+
+
 def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
     """" Did you mean …?" for an unknown key: the one key whose dotted path ends with it (verl's
     ``adv_estimator`` for ``algorithm.adv_estimator``), else the nearest spelling."""

@@ -355,7 +355,7 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
     the outputs.
     ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
     from ..config import parse_set
-    from ..flavors import at, resolve
+    from ..flavors import at, check_given, resolve
     from ..pipeline import run_pipeline, scratch_output
 
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
@@ -364,6 +364,7 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
         for i, c in enumerate(configs):
             settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
             fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
+            check_given(fa, settings)
             cfg, native = resolve(fa, settings, c.get("config"))
             label = _label(fa.spec, native)
             if announce is not None:

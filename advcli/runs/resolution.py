@@ -94,10 +94,11 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     or ``NAME[@RELEASE]``), every configuration made here made at that release. ``file_keys`` receives what the
     --config file gave."""
     from ..config import set_path
-    from ..flavors import at, resolve
+    from ..flavors import at, check_given, resolve
     from ..formats import check_config, implied_settings
 
     fa = at(spec)
+    check_given(fa, settings)
     cfg, native = resolve(fa, settings, config, file_keys)
     flavor = fa.flavor
     given = dict(native)

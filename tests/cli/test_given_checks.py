@@ -1,0 +1,53 @@
+"""What the user typed, checked before it runs: an on/off key set to null, two estimators named at once, and the
+library's curation keywords in the types Python users pass (checked against the command line's results)."""
+import pytest
+from conftest import SAMPLE, run_main
+
+import advcli
+from advcli.errors import AdvcliError
+
+
+def test_null_for_an_on_off_key_is_refused_not_read_as_false(tmp_path, capsys):
+    """verl reads norm_adv_by_std_in_grpo=null as false (Dr. GRPO): a user who wrote null for "the default"
+    would get other advantages without a word. Refused on the command line and in the library alike."""
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo", "--set", "algorithm.norm_adv_by_std_in_grpo=null"], capsys)
+    assert code == 2 and "null is not an on/off value" in err and "default true" in err
+    assert not (tmp_path / "o.parquet").exists()
+    with pytest.raises(AdvcliError, match="null is not an on/off value"):
+        advcli.run(SAMPLE, None, flavor="verl", settings={"algorithm.norm_adv_by_std_in_grpo": None})
+
+
+def test_estimator_and_the_flavors_estimator_key_naming_two_estimators_are_refused(tmp_path, capsys):
+    """--estimator grpo with --set algorithm.adv_estimator=gae once ran grpo silently and recorded the key as
+    grpo; naming the same estimator twice runs it."""
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=gae",
+                             "--estimator", "grpo"], capsys)
+    assert code == 2 and "--estimator grpo and --set algorithm.adv_estimator=gae name two estimators" in err
+    with pytest.raises(AdvcliError, match="estimator='grpo' and settings="):
+        advcli.run(SAMPLE, None, flavor="verl", estimator="grpo", settings={"algorithm.adv_estimator": "gae"})
+    code, _, err = run_main(["run", SAMPLE, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                             "--estimator", "grpo", "-q"], capsys)
+    assert code == 0, err
+
+
+def test_the_library_takes_solve_rate_as_a_pair_and_curates_in_memory(tmp_path, capsys):
+    """solve_rate=(0.2, 0.8) is the command line's --solve-rate 0.2:0.8, with or without an output file (an
+    in-memory run once stopped on a TypeError), and gives the command line's rows and advantages."""
+    out = tmp_path / "cli.parquet"
+    code, _, err = run_main(["run", SAMPLE, "-o", out, "--drop-uniform", "--solve-rate", "0.2:0.8", "-q"], capsys)
+    assert code == 0, err
+    import pyarrow.parquet as pq
+
+    want = pq.read_table(out)
+    got = advcli.run(SAMPLE, None, drop_uniform=True, solve_rate=(0.2, 0.8))
+    assert got.rows == want.num_rows
+    assert got.output_table is None or got.output_table.column("advantages").equals(want.column("advantages"))
+    lib = advcli.run(SAMPLE, tmp_path / "lib.parquet", drop_uniform=True, solve_rate=[0.2, 0.8])
+    assert lib.rows == want.num_rows
+    assert pq.read_table(tmp_path / "lib.parquet").column("advantages").equals(want.column("advantages"))
+    with pytest.raises(AdvcliError, match="solve_rate='0.2-0.8': expected LO:HI"):
+        advcli.run(SAMPLE, None, solve_rate="0.2-0.8")
+    with pytest.raises(AdvcliError, match="min_group_size='x': expected a whole number"):
+        advcli.run(SAMPLE, None, min_group_size="x")

@@ -305,7 +305,7 @@ def test_step_wise_column_mapping(tmp_path):
     ({A + "use_kl_in_reward": True}, "mutually exclusive"),
     ({"generator.step_wise_trajectories": True, A + "advantage_estimator": "gae"}, "step_wise_trajectories"),
     ({"generator.step_wise_trajectories": True, A + "advantage_estimator": "reinforce++"}, "step_wise_trajectories"),
-    ({A + "advantage_estimator": "gae", A + "advantage_batch_normalize": True}, "left-padding"),
+    ({A + "advantage_estimator": "gae", A + "advantage_batch_normalize": True}, "padding cells hold"),
     ({A + "use_kl_in_reward": True, A + "use_kl_loss": False, A + "kl_ctrl.type": "adaptive",
       A + "kl_ctrl.horizon": 0}, "horizon"),
     ({A + "use_kl_in_reward": True, A + "use_kl_loss": False, A + "zero_variance_filter": True},

@@ -228,8 +228,14 @@ def spec_of(fn: Callable, ref: str) -> EstimatorSpec:
 
 
 def _where(fn) -> str:
+    """``FILE:LINE, code sha256 HASH`` of a user function: where it is, and which version of its code ran (the
+    output's provenance records it)."""
+    import hashlib
+
     try:
-        return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+        lines, first = inspect.getsourcelines(fn)
+        code = hashlib.sha256("".join(lines).encode()).hexdigest()[:12]
+        return f"{inspect.getsourcefile(fn)}:{first}, code sha256 {code}"
     except (TypeError, OSError):
         return getattr(fn, "__module__", "?")
 

@@ -334,13 +334,26 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     (``Flavor.estimator_note``), for the native settings ``given`` at the release ``spec`` names; None when
     it is not."""
     fa = at(spec)
+    name = (given or {}).get("advcli.estimator")
+    mix = (given or {}).get("advcli.mix")
+    title = fa.flavor.title
+    if title and mix is not None:
+        return (f"advcli.mix={mix} is advcli's mix of estimators, not one of {title}'s: it runs on {title}'s "
+                "pipeline (its rewards, KL and grouping)")
+    if title and name is not None and not own_estimator(fa.flavor, name):
+        from ..estimators import get as get_estimator  # loaded with the run's math already
+
+        try:
+            source = get_estimator(str(name)).source
+        except AdvcliError:
+            source = None
+        who = "your function" if ":" in str(name) else f"advcli's {name}"
+        return (f"{name} is not one of {title}'s estimators: {who}" + (f" ({source})" if source else "")
+                + f" runs on {title}'s pipeline (its rewards, KL and grouping)")
     if fa.flavor.estimator_note is None:
         return None
     items = _release_items(fa) + list((given or {}).items())
-    name = (given or {}).get("advcli.estimator")
     if name is not None:
-        if not own_estimator(fa.flavor, name):
-            return None  # a registered estimator or the user's function runs: not the flavor's, no note
         items.append((fa.flavor.estimator_key, str(name)))  # runs as its key set to it (estimator_config)
     return fa.flavor.estimator_note(native_values(fa.flavor, items))
 

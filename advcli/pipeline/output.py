@@ -101,7 +101,9 @@ def provenance_metadata(plan: Plan, inputs: InputSet, flavor, native: dict | Non
     prov = {"advcli_version": __version__, "flavor": fa.spec if fa else flavor, "flavor_config": native or {},
             "release": fa.as_dict() if fa else None,
             "config": recorded_config(plan.run, plan.params), "inputs": [shown_name(p) for p in inputs.paths],
-            "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns)}
+            "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns),
+            # what the estimator that ran is: the framework function it matches, or advcli's / the user's own
+            "estimator_source": getattr(plan.spec, "source", None)}
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
 
 

@@ -438,3 +438,31 @@ def test_mix_expressions_parse():
     for bad in ("grpo++rloo", "grpo+", "+grpo+rloo"):
         with pytest.raises(AdvcliError, match="an empty term"):
             parse_mix(bad)
+
+
+def test_an_estimator_the_flavor_lacks_is_labelled_so(lab_dir, capsys):
+    """--flavor verl --estimator pkpo (advcli's) or ./my_adv.py:win_rate (yours): the run says it is not one of
+    verl's estimators and what it is, and the output's provenance records where it comes from (your function
+    with its file, line and a hash of its code, so that the file says which version of your code made it);
+    verl's own rloo is recorded as verl's function."""
+    import hashlib
+
+    code, out, err = run_main(["run", "sample_data/rollouts.parquet", "-o", "pk.parquet", "--flavor", "verl",
+                               "--estimator", "pkpo"], capsys)
+    assert code == 0, err
+    said = " ".join((out + err).split())
+    assert "pkpo is not one of verl's estimators: advcli's pkpo (PKPO" in said
+    assert json.loads(pq.read_schema("pk.parquet").metadata[b"advcli"])["estimator_source"].startswith("PKPO")
+    code, out, err = run_main(["run", "sample_data/rollouts.parquet", "-o", "wr.parquet", "--flavor", "verl",
+                               "--estimator", "./my_adv.py:win_rate"], capsys)
+    assert code == 0, err
+    assert "./my_adv.py:win_rate is not one of verl's estimators: your function" in " ".join((out + err).split())
+    source = json.loads(pq.read_schema("wr.parquet").metadata[b"advcli"])["estimator_source"]
+    text = doc_module()  # the function is the module's last definition: its lines run from its decorator to the end
+    want = hashlib.sha256(text[text.index("@advcli.estimator"):].encode()).hexdigest()[:12]
+    assert source.startswith("user function ./my_adv.py:win_rate (") and f"code sha256 {want}" in source, source
+    code, _, err = run_main(["run", "sample_data/rollouts.parquet", "-o", "rl.parquet", "--flavor", "verl",
+                             "--estimator", "rloo", "-q"], capsys)
+    assert code == 0, err
+    assert "compute_rloo_outcome_advantage" in json.loads(pq.read_schema("rl.parquet").metadata[b"advcli"])[
+        "estimator_source"]

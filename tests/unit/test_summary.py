@@ -199,12 +199,16 @@ def test_every_renamed_estimator_has_its_why(flavor, key, value, runs):
     assert cfg2["estimator"]["name"] == runs and flavors.estimator_note(flavor, given2) == why
 
 
-def test_no_why_for_an_estimator_that_is_not_the_flavors():
-    """--estimator rloo on NeMo runs advcli's registered rloo in NeMo's pipeline: no line about NeMo's grpo."""
+def test_the_why_of_an_estimator_that_is_not_the_flavors_says_whose_it_is():
+    """--estimator rloo on NeMo runs advcli's registered rloo in NeMo's pipeline: the line says so (with the
+    function it matches), and nothing about NeMo's grpo."""
     from advcli import flavors
 
     cfg, given = flavors.resolve("nemo", [("advcli.estimator", "rloo")])
-    assert cfg["estimator"]["name"] == "rloo" and flavors.estimator_note("nemo", given) is None
+    note = flavors.estimator_note("nemo", given)
+    assert cfg["estimator"]["name"] == "rloo"
+    assert note.startswith("rloo is not one of NeMo RL's estimators: advcli's rloo (verl core_algos")
+    assert "NeMo RL's pipeline" in note and "grpo" not in note
 
 
 @pytest.mark.parametrize("flavor, key, value", [("verl", "algorithm.adv_estimator", "grpo"),

@@ -183,7 +183,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     r = RunResult(inputs=ins.paths, outputs=[], rows=R - padding, tokens=int(rs.kept().resp_len.sum()),
                   valid_tokens=int(V.sum()),
                   seconds=seconds, config=(prov or {}).get("config") or {}, metrics=metrics, per_step=per_step,
-                  histograms=hist, group_health=health, by_position=positions.result() if has_adv else None)
+                  histograms=hist, group_health=health, by_position=positions.result() if has_adv else None,
+                  release=(prov or {}).get("release"))  # an advcli output: the upstream release that made it
     flavor = (prov or {}).get("flavor")
     native = (prov or {}).get("flavor_config")
     note = None

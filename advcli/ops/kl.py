@@ -182,12 +182,14 @@ def replay_reward_kl(kl, precision: str, chunks, scope_codes, num_scopes: int):
     means = []
     for offsets, mask01, columns in chunks:
         mask = torch.from_numpy(np.asarray(mask01) != 0).to(dtype)
-        tok = {r: torch.from_numpy(np.asarray(v)).to(dtype) for r, v in columns.items()}
+        # (an Arrow buffer is read-only: copied into the run's dtype, which torch may write)
+        tok = {r: torch.from_numpy(np.array(v, dtype=np.float64 if dtype == torch.float64 else np.float32))
+               for r, v in columns.items()}
         lp, ref = (tok.get(r, torch.zeros_like(mask)) for r in (kl.policy, "ref_log_probs"))
         kld = kl_per_token(lp, ref, kl.estimator, kl.input_clamp, kl.output_clamp)
         if kl.mask:
             kld = kld * mask
-        means.append(row_kl_sums(Ragged(torch.from_numpy(np.asarray(offsets, np.int64))), kld, mask, kl.mask)[1])
+        means.append(row_kl_sums(Ragged(torch.from_numpy(np.array(offsets, np.int64))), kld, mask, kl.mask)[1])
     kl_row = torch.cat(means) if means else torch.zeros(0, dtype=dtype)
     betas, kls = scope_coefficients(KLController.of_section(kl, True), torch.as_tensor(scope_codes, dtype=torch.int64),
                                     num_scopes, kl_row)

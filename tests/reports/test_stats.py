@@ -590,6 +590,7 @@ def test_stats_of_an_output_gives_the_runs_reward_kl_figures(tmp_path, capsys, p
     assert got["metrics"]["actor/reward_kl_penalty_coeff"] == pytest.approx((np.array(betas) * rows).sum() / rows.sum())
     for k in ("actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"):
         assert got["metrics"][k] == res.metrics[k], k
+    assert got["release"] == res.release  # and the release that made the output, as the run said it
 
 
 def test_stats_leaves_the_reward_kl_out_where_the_output_lacks_the_log_probs(tmp_path, capsys):

@@ -361,13 +361,13 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
                   watch=None) -> Resolved:
     """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, each on a worker
     (:func:`_resolve_step`), the run's one KL controller (``Resolved.state.kl``: the
-    :class:`advcli.pipeline.rows.KLController` the local engine steps over the same scopes) stepped by the
+    :class:`advcli.ops.kl.KLController` the local engine steps over the same scopes) stepped by the
     driver over each step's scopes in order, each step starting from a copy of it: with the adaptive
     controller, a step starts when the one before it is resolved; with a fixed one, every step at once. The
     driver receives a few numbers per step; each step's tables stay in the object store."""
     from ..io.value_checks import unplaced_reward
+    from ..ops.kl import KLController
     from ..pipeline.plan import RunState
-    from ..pipeline.rows import KLController
 
     reward = plan.run.reward
     if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:

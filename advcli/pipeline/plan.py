@@ -115,7 +115,7 @@ class RunState:
     block_sizes: list | None = None  # grouping.by=position: the block size of every scope (grouping.fallback)
     group_warnings: list = field(default_factory=list)  # grouping.id_check=warn, whole-step/tail fallbacks
     checked_roles: set = field(default_factory=set)  # token roles a finished pass has checked (nulls, lengths, values)
-    # the run's KL controller (advcli.pipeline.rows.KLController), stepped over its scopes in order by kl_coefs:
+    # the run's KL controller (advcli.ops.kl.KLController), stepped over its scopes in order by kl_coefs:
     # None until then (made from the plan: kl.coef), or given by the engine with the coefficient carried in
     # (Ray's per-step driver: its one controller, as the earlier steps left it)
     kl: object = None

@@ -19,7 +19,7 @@ from ..io.reader import InputSet
 from ..ops import kl as kl_ops
 from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex
-from ..ops.kl import KLController, row_kl_sums  # noqa: F401 (the engines and tests name them here)
+from ..ops.kl import KLController, row_kl_sums
 from ..ops.ragged import Ragged
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
@@ -189,10 +189,10 @@ def kl_coefs(plan: Plan, scopes: GroupIndex, kl_mean: torch.Tensor | None,
     :class:`RunState`, whose controller (``state.kl``; made from the plan when None) is the one stepped, so
     that it holds the coefficient after the last scope; None: a controller of the plan's own."""
     if state is None:
-        ctl = KLController.of_section(plan.run.kl, plan.kl_on)
+        ctl = KLController.of(plan)
     else:
         if state.kl is None:
-            state.kl = KLController.of_section(plan.run.kl, plan.kl_on)
+            state.kl = KLController.of(plan)
         ctl = state.kl
     betas, kls = kl_ops.scope_coefficients(ctl, scopes.codes, scopes.num_groups, kl_mean)
     carry = KL_CARRY.get()

@@ -17,12 +17,13 @@ from ..io.ordered import OrderedWorker
 from ..io.reader import prefetched
 from ..io.splice import SplicedParquetWriter, spliceable
 from ..io.writer import AtomicParquetWriter, clean_stale_temps
+from ..ops.kl import row_kl_sums
 from ..ops.ragged import Ragged
 from .observe import RunObserver
 from .output import output_batch, output_schema
 from .plan import Plan
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns, to_device, to_host_async
-from .rows import Prepared, kl_coefs, row_kl_sums
+from .rows import Prepared, kl_coefs
 from .tokens import chunk_final, chunk_math
 
 SPLICE = True  # full output by splicing the new columns into a copy of the input (tests turn it off)

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from advcli.ops.groups import GroupIndex
+from advcli.ops.kl import KLController
 from advcli.pipeline.plan import RunState
-from advcli.pipeline.rows import KLController, kl_coefs
+from advcli.pipeline.rows import kl_coefs
 
 
 def _plan(coef=0.1, controller="adaptive"):

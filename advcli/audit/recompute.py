@@ -98,10 +98,11 @@ def label(flavor, settings: dict, cfg: dict | None = None) -> str:
 
 # ------------------------------------------------------------------------------------------ passes
 class _Run:
-    """One recomputation into a temporary sidecar (its files, one per input)."""
+    """One recomputation into a temporary sidecar (its files, one per input) of the new columns ``write`` (None:
+    every column the run produces; the audit's comparisons read the advantages)."""
 
     def __init__(self, tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict,
-                 columns: dict, chunk_rows: int, device: str, also: tuple[str, ...] = ()):
+                 columns: dict, chunk_rows: int, device: str, write: tuple[str, ...] | None = ("advantages",)):
         from ..pipeline import run_pipeline, scratch_output
 
         d = os.path.join(tmp, name)
@@ -109,7 +110,7 @@ class _Run:
         out = scratch_output(inputs, d, "out")  # one sidecar per file of a directory or glob
         res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
                            chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar",
-                           write_columns=["advantages", *also])
+                           write_columns=None if write is None else list(write))
         self.paths = list(res.outputs)
         self.result = res
 
@@ -366,7 +367,8 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     ins = InputSet.open(inputs)
     file0 = source_of(ins.paths[0])
     logged_col, is_list = _logged_column(ins.schema, against, file0, info.logged if info is not None else None)
-    cmap = resolve_columns(ins.schema, {**RunSpec.from_config(cfg).columns, **columns}, file0)
+    spec = RunSpec.from_config(cfg)  # what the configuration does, read once
+    cmap = resolve_columns(ins.schema, {**spec.columns, **columns}, file0)
     mask_col = cmap.require("response_mask", "the audit compares the mask=1 tokens")
     given = dict(native or {})  # the native keys given (--set, --config, the auto-picked estimator), coerced
     from ..flavors import at
@@ -378,11 +380,10 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("audit"))
     try:
         # the intermediate values the dump logs beside its advantages, that the run also produces: checked too
-        spec = RunSpec.from_config(cfg)
         produced = ("returns", "token_level_rewards") if spec.kl.in_reward else ("returns",)
         also = tuple(c for c in produced if c in ins.schema.names and c != logged_col and is_list
                      and is_list_type(ins.schema.field(c).type))
-        run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device, also)
+        run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device, ("advantages", *also))
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
         group, group_ids, step = _groups(ins, cmap, cfg, columns)
         bad_tokens = int(rt.bad_valid.sum())
@@ -390,7 +391,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         tolerance = {"rtol": rtol, "atol": atol, **({"note": tol_note} if tol_note else {})}
         rep = {"command": "audit", "flavor": flavor.spec, "release": flavor.as_dict(), "settings": native or {},
                "ran": what,
-               "estimator": RunSpec.from_config(cfg).estimator.name,
+               "estimator": spec.estimator.name,
                "inputs": [source_of(p) for p in ins.paths], "logged_column": logged_col,
                "logged_per": "token" if is_list else "row", "tolerance": tolerance,
                "rows": int(rt.n_valid.size), "valid_tokens": int(rt.n_valid.sum()),

@@ -25,7 +25,6 @@ audit's own comparison (no stage named).
 from __future__ import annotations
 
 import copy
-import os
 
 STAGES = ("reward postprocessing", "KL penalty", "token rewards", "estimator", "whitening", "clipping")
 INTERMEDIATE = ("token_level_rewards", "returns")  # per-token columns a dump may log besides its advantages
@@ -34,14 +33,9 @@ INTERMEDIATE = ("token_level_rewards", "returns")  # per-token columns a dump ma
 def _recompute(tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict, columns: dict,
                chunk_rows: int, device: str) -> list[str]:
     """One recomputation into a temporary sidecar (every column the run produces): its files."""
-    from ..pipeline import run_pipeline, scratch_output
+    from .recompute import _Run
 
-    d = os.path.join(tmp, name)
-    os.makedirs(d)
-    out = scratch_output(inputs, d, "out")  # one sidecar per file of a directory or glob, as the audit's own
-    res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
-                       chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar")
-    return list(res.outputs)
+    return _Run(tmp, name, inputs, cfg, flavor, native, columns, chunk_rows, device, write=None).paths
 
 
 def _other_kl_kind(tmp, inputs, ins, cfg, flavor, native, columns, mask_col, tol, chunk_rows, device) -> str | None:
@@ -191,8 +185,6 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
                         if run.kl.controller != "adaptive" and beta:
                             out["reproduce"] = f"kl.coef={beta * (1 - k):.6g}"
                         return out
-                # the logged reward part, the logged token rewards with the recomputed KL term added back, summed
-                # over the row, against the recomputed placed reward: equal, the KL term differs (by no one factor)
                 # another KL estimator that gives the logged token rewards (a trainer that ran k3 where the
                 # configuration says k1): the KL penalty, named by that estimator
                 kind = _other_kl_kind(tmp, inputs, ins, cfg, flavor, native, columns, mask_col, tol, chunk_rows,
@@ -200,6 +192,8 @@ def first_stage(tmp: str, inputs: list[str], ins, cfg: dict, flavor: str, native
                 if kind is not None:
                     return found("KL penalty", hit, "token_level_rewards", reproduce=f"kl.estimator={kind}",
                                  note=f"the logged token rewards are the recomputed ones with the {kind} KL")
+                # the logged reward part, the logged token rewards with the recomputed KL term added back, summed
+                # over the row, against the recomputed placed reward: equal, the KL term differs (by no one factor)
                 if row is not None:
                     got, want = float(np.sum((L + (row[1] - A))[m])), float(np.sum(row[1][m]))
                     if abs(got - want) <= atol + rtol * abs(want):

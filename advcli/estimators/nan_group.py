@@ -119,7 +119,7 @@ def grpo_nan_row(table: RowTable, p: dict) -> torch.Tensor:
 
 def _std(v: torch.Tensor, p: dict, dim: int | None = None) -> torch.Tensor:
     """torch's unbiased std of ``v`` (over ``dim``, kept), with TRL >= 0.27.0's guard: 0 where one value
-    (``single=zero``); TRL 0.14.0-0.16.1 left torch's NaN (``single=nan``)."""
+    (``single=zero``); TRL before 0.27.0 left torch's NaN (``single=nan``)."""
     n = v.numel() if dim is None else v.shape[dim]
     if n <= 1:  # torch.std of one value is NaN (without torch's degrees-of-freedom warning on the terminal)
         return torch.zeros_like(v) if p.get("single", "zero") == "zero" else torch.full_like(v, float("nan"))

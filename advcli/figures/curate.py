@@ -187,10 +187,7 @@ def parse_solve_rate(text) -> tuple[float, float] | None:
         return None
     if isinstance(text, (tuple, list)) and len(text) == 2:
         text = ":".join("" if x is None else str(x) for x in text)
-    if not isinstance(text, str):
-        raise AdvcliError(f"--solve-rate {text!r}: expected LO:HI, e.g. 0.1:0.9 (keeps groups whose mean metric lies "
-                          "in [LO, HI])")
-    if ":" not in text:
+    if not isinstance(text, str) or ":" not in text:
         raise AdvcliError(f"--solve-rate {text!r}: expected LO:HI, e.g. 0.1:0.9 (keeps groups whose mean metric lies "
                           "in [LO, HI])")
     lo_s, hi_s = text.split(":", 1)

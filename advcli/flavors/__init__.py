@@ -330,9 +330,10 @@ def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
 
 
 def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
-    """The flavor's one line on why the estimator that runs is named otherwise than the one chosen
-    (``Flavor.estimator_note``), for the native settings ``given`` at the release ``spec`` names; None when
-    it is not."""
+    """The one line on why the estimator that runs is not simply the flavor's one the user named: an estimator
+    or mix the flavor does not have (advcli's, with what it matches, or the user's function, on the flavor's
+    pipeline), or the flavor's own named otherwise in advcli (``Flavor.estimator_note``), for the native
+    settings ``given`` at the release ``spec`` names; None when there is nothing to say."""
     fa = at(spec)
     name = (given or {}).get("advcli.estimator")
     mix = (given or {}).get("advcli.mix")

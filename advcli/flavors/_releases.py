@@ -126,36 +126,42 @@ _VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(?:\.post(\d+))?")  # 0.10.1.post2 (a p
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def _version(text: str) -> tuple[tuple[int, ...], int] | None:
-    """(release numbers without trailing zeros, post number or -1) of a version name, compared as PEP 440
-    does: ``0.2.0`` is ``0.2``, ``v0.11.2`` is ``0.11.2``, ``0.10.1.post2`` sorts after ``0.10.1``; None for
-    a name that is no version (a commit, ``pre-4158``)."""
+def _numbers(text: str) -> tuple[tuple[int, ...], int] | None:
+    """(release numbers as written, post number or -1) of a version name; None for a name that is no version
+    (a commit, ``pre-4158``)."""
     m = _VERSION.fullmatch(text.strip().lower())
     if not m:
         return None
-    numbers = [int(p) for p in m.group(1).split(".")]
+    return tuple(int(p) for p in m.group(1).split(".")), int(m.group(2)) if m.group(2) else -1
+
+
+def _version(text: str) -> tuple[tuple[int, ...], int] | None:
+    """:func:`_numbers` compared as PEP 440 compares versions: trailing zeros dropped (``0.2.0`` is ``0.2``),
+    ``v0.11.2`` is ``0.11.2``, ``0.10.1.post2`` sorts after ``0.10.1``."""
+    parts = _numbers(text)
+    if parts is None:
+        return None
+    numbers = list(parts[0])
     while len(numbers) > 1 and numbers[-1] == 0:
         numbers.pop()
-    return tuple(numbers), int(m.group(2)) if m.group(2) else -1
+    return tuple(numbers), parts[1]
 
 
 def _series(releases: tuple[Release, ...], text: str, package: str | None) -> list[tuple[str, Release | None]]:
     """(version, its table entry) of every release in the series ``text`` names when it gives fewer numbers
     than a release (``0.19`` for 0.19.0 and 0.19.1): the published ones (:func:`published`) and the table's own
     names and aliases, oldest first; [] when ``text`` is no such prefix."""
-    m = _VERSION.fullmatch(text.strip().lower())
-    if not m or m.group(2):
+    mine = _numbers(text)
+    if mine is None or mine[1] >= 0:  # no version, or a post-release: no series
         return []
-    prefix = tuple(int(p) for p in m.group(1).split("."))
+    prefix = mine[0]
     names = [r["version"] for r in (published(package) or {}).get("releases", ())] if package else []
     names += [n for r in releases for n in (r.name, *r.aliases)]
     out: dict[str, Release | None] = {}
     for n in names:
-        nm = _VERSION.fullmatch(n.lower())
-        if nm:
-            numbers = tuple(int(p) for p in nm.group(1).split("."))
-            if len(numbers) > len(prefix) and numbers[:len(prefix)] == prefix:
-                out.setdefault(n, entry_of(releases, n))
+        numbers = (_numbers(n) or ((), -1))[0]
+        if len(numbers) > len(prefix) and numbers[:len(prefix)] == prefix:
+            out.setdefault(n, entry_of(releases, n))
     return sorted(out.items(), key=lambda kv: _version(kv[0]) or ((), -1))
 
 

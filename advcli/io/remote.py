@@ -110,6 +110,12 @@ def is_dir(uri: str) -> bool:
     return _info(uri)[2].type == pafs.FileType.Directory
 
 
+def bucket_of(uri: str) -> str:
+    """``scheme://bucket`` of a URI (of a nested key too, not only of a top one)."""
+    scheme, rest = uri.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
 def expand(spec: str) -> list[str]:
     """The Parquet files of one input URI: the object itself, every ``*.parquet`` directly under a
     prefix ("directory"), or the objects matching a glob in its last part, sorted by name."""
@@ -121,8 +127,7 @@ def expand(spec: str) -> list[str]:
         if info.type == pafs.FileType.File:
             return [spec]
         if info.type == pafs.FileType.NotFound:
-            scheme, rest = spec.split("://", 1)
-            bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+            bucket = bucket_of(spec)
             if bucket.rstrip("/") != spec.rstrip("/") and not exists(bucket):
                 raise AdvcliError(f"{spec}: the bucket {bucket} does not exist (or these credentials cannot see it)",
                                   hint="check the bucket's name, and the endpoint and credentials in the environment")
@@ -269,8 +274,7 @@ def check_output(target: str, inputs: list[str], force: bool) -> None:
     if any(str(p).rstrip("/") == target.rstrip("/") for p in inputs):
         raise AdvcliError(f"{target}: the output path is an input file; advcli never overwrites its input",
                           hint="choose another --output path")
-    scheme, rest = target.split("://", 1)
-    bucket = f"{scheme}://{rest.split('/', 1)[0]}"  # the bucket of a nested key too, not only of a top one
+    bucket = bucket_of(target)
     if not exists(bucket):
         raise AdvcliError(f"{target}: the bucket {bucket} does not exist", hint="create it first; advcli never "
                                                                                 "creates buckets")

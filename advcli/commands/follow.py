@@ -353,21 +353,20 @@ class Options:
         return f"{stem}.step_{step}{ext}"
 
 
+def _renamed_text(text: str, tmp: str, root: str) -> str:
+    """``text`` with the snapshot directory's paths (under ``tmp``) named by the user's directory ``root``."""
+    return text.replace(tmp.rstrip("/") + "/", root.rstrip("/") + "/").replace(tmp.rstrip("/"), root.rstrip("/"))
+
+
 def _renamed(obj, tmp: str, root: str):
     """``obj`` (a report) with the snapshot directory's paths named by the trainer's own directory."""
-    text = json.dumps(obj, default=str).replace(tmp.rstrip("/") + "/", root.rstrip("/") + "/")
-    return json.loads(text.replace(tmp.rstrip("/"), root.rstrip("/")))
+    return json.loads(_renamed_text(json.dumps(obj, default=str), tmp, root))
 
 
 def _renamed_error(e: AdvcliError, tmp: str, root: str) -> AdvcliError:
     """``e`` (raised on a step's copy in ``tmp``) with the copy's paths named by the user's ``root``: a message
     names the file the user can open, never the follower's temporary copy."""
-    def name(text):
-        if not text:
-            return text
-        return text.replace(tmp.rstrip("/") + "/", root.rstrip("/") + "/").replace(tmp.rstrip("/"), root.rstrip("/"))
-
-    e.message, e.hint = name(e.message), name(e.hint)
+    e.message, e.hint = (_renamed_text(t, tmp, root) if t else t for t in (e.message, e.hint))
     e.args = (e.message,)
     return e
 

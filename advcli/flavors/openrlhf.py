@@ -374,29 +374,30 @@ _PRE_NOTE = "whitened in the replay buffer over each row's first Σm positions; 
 # --lambd's default (cli/train_ppo_ray.py and train_ppo.py): 0.95 to 0.5.6 and in 0.6.0-0.6.3.post2 (L247 @v0.3.6.post1,
 # L269 @v0.5.6, L300 @v0.6.0, L314 @v0.6.3.post2); 1.0 in 0.5.7-0.5.9.post1 (L272 @v0.5.7) and from 0.6.4 (L317)
 _L95 = {"algo.advantage.lambd": 0.95}
+_PRE95, _PRE_G1_95 = {**_PRE, **_L95}, {**_PRE_G1, **_L95}
 RELEASES = (
     Release("0.3.6.post1", "2024-07-16", aliases=(
         "0.3.6.post2", "0.3.6.post3", "0.3.7", "0.3.7.post1", "0.3.7.post2", "0.3.7.post3", "0.3.8", "0.4.0",
         "0.4.0.post1", "0.4.0.post2", "0.4.0.post3", "0.4.1", "0.4.2", "0.4.2.post1", "0.4.3", "0.4.4", "0.4.5"),
-            settings={**_PRE, **_L95},
+            settings=_PRE95,
             accepts={**_pre("0.4.5", ("gae",), kl=("k1",), kl_loss=False), "reward.clip_range": (
                 ([-10.0, 10.0], (-10.0, 10.0)), "OpenRLHF 0.4.5 clamps the reward to [-10, 10] (models/utils.py "
                 "compute_reward @v0.4.5 L44); --reward_clip_range came with 0.4.6")},
             note="OpenRLHF 0.3.6 to 0.4.5: PPO with GAE only, " + _PRE_NOTE + "k1 only"),
-    Release("0.4.6", "2024-10-31", aliases=("0.5.0",), settings={**_PRE, **_L95},
+    Release("0.4.6", "2024-10-31", aliases=("0.5.0",), settings=_PRE95,
             accepts=_pre("0.5.0", ("gae",), kl=("k1", "k3"), kl_loss=False),
             note="OpenRLHF 0.4.6 to 0.5.0: GAE, " + _PRE_NOTE + "k3 by --use_kl_estimator_k3", changes=(
                 Change("", ("algo.kl.estimator", "reward.clip_range"),
                        "--use_kl_estimator_k3 (k3 of the masked log-ratio, models/utils.py @v0.4.6) and "
                        "--reward_clip_range (default -10 10, the clamp earlier releases hard-code)"),)),
-    Release("0.5.1", "2024-11-14", aliases=("0.5.2", "0.5.2.post1"), settings={**_PRE, **_L95},
+    Release("0.5.1", "2024-11-14", aliases=("0.5.2", "0.5.2.post1"), settings=_PRE95,
             accepts=_pre("0.5.2", ("gae", "reinforce"), kl=("k1", "k3"), kl_loss=False),
             note="OpenRLHF 0.5.1 to 0.5.2: gae, reinforce; " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.estimator",),
                        "--advantage_estimator gae|reinforce: reinforce is the cumulative return of the masked "
                        "rewards with --gamma (experience_maker.py @v0.5.1 get_cumulative_returns)"),)),
     Release("0.5.3", "2024-12-07", aliases=("0.5.4", "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.6"),
-            settings={**_PRE, **_L95}, accepts=_pre("0.5.6", ("gae", "reinforce", "rloo"), kl=("k1", "k3"),
+            settings=_PRE95, accepts=_pre("0.5.6", ("gae", "reinforce", "rloo"), kl=("k1", "k3"),
                                                  kl_loss=False),
             note="OpenRLHF 0.5.3 to 0.5.6: + rloo (γ not forced to 1, whitened); " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.estimator",),
@@ -409,7 +410,7 @@ RELEASES = (
                  + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.lambd",),
                        "--lambd defaults to 1.0 (cli/train_ppo_ray.py L272 @v0.5.7), 0.95 before"),)),
-    Release("0.6.0", "2025-02-28", settings={**_PRE, **_L95},
+    Release("0.6.0", "2025-02-28", settings=_PRE95,
             accepts=_pre("0.6.0", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm"), kl=("k1", "k3")),
             note="OpenRLHF 0.6.0: + reinforce_baseline, group_norm (not whitened); γ not forced to 1; "
                  + _PRE_NOTE.rstrip("; "), changes=(
@@ -419,19 +420,19 @@ RELEASES = (
                 Change("", ("algo.advantage.lambd",), "--lambd defaults to 0.95 again (cli/train_ppo_ray.py L300 "
                        "@v0.6.0)"),)),
     Release("0.6.0.post1", "2025-03-02", aliases=("0.6.0.post2", "0.6.0.post3", "0.6.1", "0.6.1.post1", "0.6.2"),
-            settings={**_PRE, **_L95},
+            settings=_PRE95,
             accepts=_pre("0.6.2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
             note="OpenRLHF 0.6.0.post1 to 0.6.2: --kl_estimator k1|k2|k3; " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.kl.estimator",),
                        "--kl_estimator k1|k2|k3 replaces --use_kl_estimator_k3 (models/utils.py @v0.6.0.post1 "
                        "compute_approx_kl: k2 = ½(masked log-ratio)²)"),)),
-    Release("0.6.3", "2025-03-24", aliases=("0.6.3.post1",), settings={**_PRE_G1, **_L95},
+    Release("0.6.3", "2025-03-24", aliases=("0.6.3.post1",), settings=_PRE_G1_95,
             accepts=_pre("0.6.3", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm")),
             note="OpenRLHF 0.6.3: γ forced to 1 for the group estimators; " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.gamma",),
                        "γ is forced to 1.0 for rloo, reinforce_baseline and group_norm (experience_maker.py "
                        "@v0.6.3); before, they discounted with --gamma"),)),
-    Release("0.6.3.post2", "2025-03-24", settings={**_PRE_G1, **_L95},
+    Release("0.6.3.post2", "2025-03-24", settings=_PRE_G1_95,
             accepts=_pre("0.6.3.post2", ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")),
             note="OpenRLHF 0.6.3.post2: + dr_grpo (not whitened); " + _PRE_NOTE.rstrip("; "), changes=(
                 Change("", ("algo.advantage.estimator",),

@@ -86,8 +86,11 @@ class ChunkReader:
                 check_finite(vals.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles)
             out[role] = vals
         if len(plan.neg_inf_roles) == 2 and all(r in out and r not in done for r in plan.neg_inf_roles):
-            both = torch.isneginf(out[plan.neg_inf_roles[0]]) & torch.isneginf(out[plan.neg_inf_roles[1]])
-            if bool(both.any()):  # ref − logp = −inf − (−inf) = NaN: the trainer's KL is NaN there too
+            lp, ref = (out[r] for r in plan.neg_inf_roles)
+            # one reduction each: a finite sum holds no −inf (the checks above let no NaN or +inf through)
+            both = None if bool(torch.isfinite(lp.sum())) or bool(torch.isfinite(ref.sum())) else \
+                torch.isneginf(lp) & torch.isneginf(ref)
+            if both is not None and bool(both.any()):  # ref − logp = −inf − (−inf) = NaN: the trainer's KL too
                 pos = int(both.nonzero()[0, 0])
                 row = int(np.searchsorted(offsets, pos, side="right") - 1)
                 raise AdvcliError(f"{file}: row {row_base + row}, position {pos - int(offsets[row])}: "

@@ -54,6 +54,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     ``log``: tracker targets (``["wandb"]``,
     ``["tensorboard:DIR"]``) the report is sent to, with ``log_project``, ``log_name``, ``log_step_offset``.
     """
+    from .errors import library_words
     from .formats import open_inputs
     from .io.frames import FrameInputs, frame_kind
     from .runs.resolution import check_precision
@@ -80,7 +81,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
             result.output_table = pq.read_table(target)
             result.outputs = []
         result.inputs = frames.named(result.inputs)
-        result.warnings = frames.named(result.warnings)
+        result.warnings = frames.named([library_words(w) for w in result.warnings])  # keywords, not --flags
         result.diagnostics = frames.named(result.diagnostics)
         if result.curation is not None:
             result.curation = frames.named(result.curation)

@@ -80,11 +80,15 @@ _LIBRARY_WORDS = [
     (r"--against ([A-Za-z0-9_.]*[A-Za-z0-9_])", lambda m: f"against='{m[1]}'"),
     (r"--precision ([a-z0-9]+)", lambda m: f"precision='{m[1]}'"),
     (r"--force\b", lambda m: "force=True"),
-    (r"--solve-rate ", lambda m: "solve_rate="),
-    (r"--min-group-size ", lambda m: "min_group_size="),
+    (r"--solve-rate ([0-9.e+-]+|LO):([0-9.e+-]*[0-9]|HI)", lambda m: f"solve_rate=({m[1]}, {m[2]})"),
     (r"--drop-uniform\b", lambda m: "drop_uniform=True"),
     (r"--estimator ([^\s'`,;)]+)", lambda m: f"estimator='{m[1]}'"),
-    (r"--chunk-rows ", lambda m: "chunk_rows="),
+    # a value follows (a number, a quoted text, LO:HI, N): the keyword and "="; otherwise the keyword named
+    (r"--(solve-rate|min-group-size|chunk-rows) (?=[0-9'\"(\[]|LO\b|N\b)", lambda m: f"{m[1].replace('-', '_')}="),
+    (r"--(solve-rate|min-group-size|chunk-rows)\b", lambda m: m[1].replace("-", "_")),
+    (r"--allow-empty\b", lambda m: "allow_empty=True"),
+    (r"--padded\b", lambda m: "padded=True"),
+    (r"--(output-mode|device|engine) ([a-z0-9:]+)", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),
 ]
 
 

@@ -51,3 +51,19 @@ def test_the_library_takes_solve_rate_as_a_pair_and_curates_in_memory(tmp_path, 
         advcli.run(SAMPLE, None, solve_rate="0.2-0.8")
     with pytest.raises(AdvcliError, match="min_group_size='x': expected a whole number"):
         advcli.run(SAMPLE, None, min_group_size="x")
+
+
+def test_the_library_names_its_own_keywords_in_the_curation_note_and_refusals(tmp_path):
+    """Under advcli.run the drop note and a filter that keeps nothing name the call's keywords, not the
+    command line's flags (a notebook user cannot type --solve-rate or --allow-empty)."""
+    got = advcli.run(SAMPLE, None, drop_uniform=True, solve_rate=(0.1, 0.9), min_group_size=2)
+    assert got.warnings[0].startswith("drop_uniform=True solve_rate=(0.1, 0.9) min_group_size=2: advantages "
+                                      "computed as if"), got.warnings[0]
+    assert not any("--" in w for w in got.warnings), got.warnings
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(SAMPLE, None, solve_rate=(0.95, 0.99))
+    assert e.value.message.startswith("solve_rate=(0.95, 0.99) keeps no row"), e.value.message
+    assert "allow_empty=True" in e.value.hint and "--" not in e.value.hint, e.value.hint
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(SAMPLE, tmp_path / "o.parquet", chunk_rows=0)
+    assert e.value.message.startswith("chunk_rows must be"), e.value.message

@@ -131,7 +131,9 @@ def _pct(a: int, b: int) -> str:
 
 
 def filter_sections(rep: dict):
-    head = [("filter", _describe(rep.get("filter") or {})), ("metric", (rep.get("columns") or {}).get("metric")),
+    from ..figures.curate import describe_filter
+
+    head = [("filter", describe_filter(rep.get("filter") or {})), ("metric", _metric(rep)),
             ("input", ", ".join(rep.get("inputs") or [])), ("output", rep.get("output")),
             ("groups", f"{rep['groups']:,}: {rep['groups_kept']:,} kept, {rep['groups_dropped']:,} dropped "
                        f"({_pct(rep['groups_dropped'], rep['groups'])})"),
@@ -175,17 +177,15 @@ def filter_sections(rep: dict):
     return "advcli filter report", sections
 
 
-def _describe(f: dict) -> str:
-    parts = []
-    if f.get("drop_uniform"):
-        parts.append("--drop-uniform")
-    if f.get("solve_rate"):
-        parts.append(f"--solve-rate {f['solve_rate'][0]:g}:{f['solve_rate'][1]:g}")
-    if f.get("min_group_size"):
-        parts.append(f"--min-group-size {f['min_group_size']}")
-    from ..figures.curate import variance_flags
-
-    return " ".join(parts + variance_flags(f))
+def _metric(rep: dict) -> str | None:
+    """What the filter ranked: the metric column, or TRL's aggregate of its reward columns."""
+    trl = (rep.get("filter") or {}).get("trl_rewards")
+    if not trl:
+        return (rep.get("columns") or {}).get("metric")
+    weights = trl.get("reward_weights")
+    terms = ", ".join(f"{w:g}·{c}" for w, c in zip(weights, trl["reward_funcs"])) if weights else \
+        ", ".join(trl["reward_funcs"])
+    return f"TRL's {trl['aggregation']} of {terms}"
 
 
 def print_filter_summary(rep: dict) -> None:

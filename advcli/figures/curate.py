@@ -79,15 +79,7 @@ class FilterSpec:
                 or self.by_variance is not None)
 
     def describe(self) -> str:
-        parts = []
-        if self.drop_uniform:
-            parts.append("--drop-uniform")
-        if self.solve_rate is not None:
-            parts.append(f"--solve-rate {self.solve_rate[0]:g}:{self.solve_rate[1]:g}")
-        if self.min_group_size:
-            parts.append(f"--min-group-size {self.min_group_size}")
-        parts += variance_flags(self.as_dict())
-        return " ".join(parts)
+        return describe_filter(self.as_dict())
 
     def as_dict(self) -> dict:
         return {"drop_uniform": self.drop_uniform, "solve_rate": list(self.solve_rate) if self.solve_rate else None,
@@ -159,6 +151,18 @@ def variance_note(spec: FilterSpec) -> str | None:
                "per-group z-scored sums (--flavor trl --set multi_objective_aggregation=normalize_then_sum --set "
                "'reward_funcs=[...]')")
     return f"variance rule: {r['pr']}, not in any release; selection_eps {spec.selection_eps:g}{live}{trl}"
+
+
+def describe_filter(f: dict) -> str:
+    """The filter as its command-line flags (``FilterSpec.as_dict()``, or a report's ``filter``)."""
+    parts = []
+    if f.get("drop_uniform"):
+        parts.append("--drop-uniform")
+    if f.get("solve_rate"):
+        parts.append(f"--solve-rate {f['solve_rate'][0]:g}:{f['solve_rate'][1]:g}")
+    if f.get("min_group_size"):
+        parts.append(f"--min-group-size {f['min_group_size']}")
+    return " ".join(parts + variance_flags(f))
 
 
 def variance_flags(f: dict) -> list[str]:

@@ -294,6 +294,10 @@ def test_trl_ranks_its_aggregated_rewards(tmp_path, capsys, agg, weights):
     assert set(pq.read_table(tmp_path / "plain.parquet").column("prompt_id").to_pylist()) == {"X"}
     note = " ".join(json.loads(stdout)["notes"])
     assert "TRL PR #7242 (open; " in note and f"ranked by TRL's aggregated rewards ({agg} of acc, fmt" in note
+    from advcli.commands.filter import filter_sections
+
+    metric = dict(filter_sections(json.loads(stdout))[1][0][2])["metric"]  # the summary's line: what was ranked
+    assert metric == (f"TRL's {agg} of 1·acc, 30·fmt" if weights else f"TRL's {agg} of acc, fmt"), metric
 
 
 def test_filter_set_needs_trl(tmp_path, capsys):

@@ -82,8 +82,9 @@ DEFAULT = "verl"  # the flavor a run has when none is named
 # is read, never the math.
 EXTENSION_KEYS: dict[str, Key] = {
     "advcli.group_by": Key("flavor", "advcli extension: `id` groups rows by the prompt_id column instead of "
-                           "the framework's consecutive blocks of n rows (ROLL, OpenRLHF, TRL), for dumps whose "
-                           "rows were reordered; `flavor` keeps the framework's own grouping",
+                           "the framework's consecutive blocks of n rows (ROLL, OpenRLHF, TRL, slime) or runs of equal "
+                           "prompt_id (AReaL), for dumps whose rows were reordered; `flavor` keeps the "
+                           "framework's own grouping",
                            ("flavor", "id"), "str"),
     "advcli.id_check": Key("flavor", "advcli extension: with the framework's blocks of n rows, a prompt_id column "
                            "that disagrees with them: `strict` stops the run, `warn` keeps the blocks (the "
@@ -382,7 +383,7 @@ def flavor_keys(flavor: Flavor) -> dict[str, Key]:
 
 
 def _apply_extensions(cfg: dict, values: dict) -> dict:
-    if values.get("advcli.group_by") == "id" and cfg.get("grouping", {}).get("by") == "position":
+    if values.get("advcli.group_by") == "id" and cfg.get("grouping", {}).get("by") in ("position", "runs"):
         cfg["grouping"]["by"] = "id"  # the same per-group math, groups taken from prompt_id
     if values.get("advcli.id_check", "flavor") != "flavor" and cfg.get("grouping", {}).get("by") == "position":
         cfg["grouping"]["id_check"] = values["advcli.id_check"]

@@ -65,7 +65,9 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
     if plan.group_by == "id":
         gcodes, _ = grouprule.id_groups(scope_codes, factorize(keys[cmap["prompt_id"]]))
     elif plan.group_by == "runs":  # AReaL: runs of consecutive equal prompt_id
-        gcodes = grouprule.run_groups(scope_codes, factorize(keys[cmap["prompt_id"]]))
+        pid = factorize(keys[cmap["prompt_id"]])
+        gcodes = grouprule.run_groups(scope_codes, pid)
+        split_runs_warning(keys[cmap["prompt_id"]], pid, scope_codes, gcodes, file, step_values, state)
     elif plan.group_by == "position":
         from ..ops.blocks import block_sizes
         n = int(plan.run.grouping.size)
@@ -122,6 +124,31 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         if cmap.has("prompt_id") and cmap["prompt_id"] in keys and num_rows and bool(blocked.any()):
             check_position_ids(plan, keys, file, gcodes, scope_codes, rank, n, step_values, blocked, state)
     return scope_codes, gcodes, step_values
+
+
+def split_runs_warning(ids, pid: np.ndarray, scope_codes: np.ndarray, gcodes: np.ndarray, file: str,
+                       step_values: list, state: RunState) -> None:
+    """AReaL's groups are runs of consecutive rows with one prompt_id: a prompt_id that comes back in another
+    run of the same step is a group of its own there, as AReaL would form it, but more often a dump whose
+    rows were reordered after the run (the shipped sample scatters its groups). Said once, with an example."""
+    ids_groups, _ = grouprule.id_groups(scope_codes, pid)
+    num_ids = int(ids_groups.max()) + 1 if ids_groups.size else 0
+    num_runs = int(gcodes.max()) + 1 if gcodes.size else 0
+    if num_runs <= num_ids:
+        return
+    runs_per_id = np.bincount(np.unique(ids_groups * num_runs + gcodes) // num_runs, minlength=num_ids)
+    split = np.nonzero(runs_per_id > 1)[0]
+    k = int(split[0])
+    rows = np.nonzero(ids_groups == k)[0]
+    other = int(rows[np.nonzero(gcodes[rows] != gcodes[rows[0]])[0][0]])
+    where = scope_where(state, step_values, int(scope_codes[rows[0]]))
+    state.group_warnings.append(
+        f"{file}: {len(split):,} prompt_id value(s) come back after other prompts' rows (e.g. "
+        f"{pa.chunked_array(ids)[int(rows[0])].as_py()!r}{where}, rows {int(rows[0])} and {other}): AReaL groups "
+        f"each run of consecutive rows on its own (its per-prompt trajectory dicts), so they make "
+        f"{num_runs - num_ids:,} more group(s) than there are prompts. If the rows were reordered after the "
+        "run, restore the rollout order (each prompt's responses contiguous) or group by the ids: "
+        "--set advcli.group_by=id")
 
 
 def scope_where(state: RunState, step_values: list, s: int) -> str:

@@ -402,3 +402,24 @@ def test_release_1_0_4_refuses_keys_it_does_not_have(setting, word):
         resolve("areal@1.0.4", list(setting.items()))
     resolve("areal", list(setting.items()))
     resolve("areal@1.0.4", [("actor.gae_lambda", 0.9)])  # a number it has
+
+
+def test_a_prompt_split_in_two_runs_is_two_groups_said_and_group_by_id_joins_them(tmp_path):
+    """Rows a, b, a in one step: AReaL's runs make 'a' two groups (each a singleton: a group mean of itself,
+    so 0), which the run says, naming the prompt and its rows; --set advcli.group_by=id makes 'a' one group of
+    rewards 1 and 0 (mean 0.5: +0.5 and −0.5), as a reordered dump's user wants."""
+    src = tmp_path / "split.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "b", "a"], "reward": [1.0, 0.25, 0.0],
+                             "response_mask": [[1, 1], [1], [1, 1, 1]]}), str(src))
+    settings = {"actor.kl_ctl": 0.0, "actor.reward_norm.mean_level": "group", "actor.reward_norm.std_level": None}
+    res = advcli.run(str(src), str(tmp_path / "o.parquet"), flavor="areal", settings=settings, force=True)
+    out = pq.read_table(tmp_path / "o.parquet").to_pydict()
+    assert [r[-1] for r in out["token_level_rewards"]] == [0.0, 0.0, 0.0]
+    said = [w for w in res.warnings if "come back after other prompts' rows" in w]
+    assert len(said) == 1 and "'a'" in said[0] and "rows 0 and 2" in said[0] and "1 more group(s)" in said[0], said
+    assert "settings={'advcli.group_by': 'id'}" in said[0]  # the library's keyword
+    res = advcli.run(str(src), str(tmp_path / "o.parquet"), flavor="areal", force=True,
+                     settings={**settings, "advcli.group_by": "id"})
+    out = pq.read_table(tmp_path / "o.parquet").to_pydict()
+    assert [r[-1] for r in out["token_level_rewards"]] == [0.5, 0.0, -0.5]
+    assert not any("come back" in w for w in res.warnings)

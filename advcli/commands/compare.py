@@ -200,7 +200,7 @@ def compare_cmd(
     paths: list[str] = typer.Argument(..., metavar="PATH",
                                       help="Two advcli outputs, or one dump with --flavor/--set twice.",
                                       show_default=False),
-    flavor: list[str] | None = typer.Option(None, "--flavor", "-f", metavar="NAME",
+    flavor: list[str] | None = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                                                help="Starts a configuration (give it twice, each followed by its "
                                                     "--set)."),
     set_: list[str] | None = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",

@@ -352,12 +352,18 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
         who = "your function" if ":" in str(name) else f"advcli's {name}"
         return (f"{name} is not one of {title}'s estimators: {who}" + (f" ({source})" if source else "")
                 + f" runs on {title}'s pipeline (its rewards, KL and grouping)")
-    if fa.flavor.estimator_note is None:
-        return None
     items = _release_items(fa) + list((given or {}).items())
     if name is not None:
         items.append((fa.flavor.estimator_key, str(name)))  # runs as its key set to it (estimator_config)
-    return fa.flavor.estimator_note(native_values(fa.flavor, items))
+    values = native_values(fa.flavor, items)
+    note = fa.flavor.estimator_note(values) if fa.flavor.estimator_note is not None else None
+    key = fa.flavor.estimator_key
+    if note is None and title and key and name is None and key not in (given or {}) and key in values:
+        # nothing named an estimator: say it is the flavor's default (verl's is gae, not the grpo a
+        # run without --flavor picks on a dump with prompt ids), and how to choose another
+        return (f"{values[key]} is {title}'s default {key} (none was given): --set {key}=NAME or "
+                "--estimator NAME runs another")
+    return note
 
 
 def own_estimator(flavor: Flavor, name) -> bool:

@@ -67,3 +67,16 @@ def test_the_library_names_its_own_keywords_in_the_curation_note_and_refusals(tm
     with pytest.raises(AdvcliError) as e:
         advcli.run(SAMPLE, tmp_path / "o.parquet", chunk_rows=0)
     assert e.value.message.startswith("chunk_rows must be"), e.value.message
+
+
+def test_a_named_flavor_says_when_its_estimator_is_its_default(tmp_path):
+    """--flavor verl with nothing naming an estimator runs verl's default, gae (no --flavor picks grpo on a
+    dump with prompt_id): the run says so and how to choose another; naming one, or no flavor, says nothing."""
+    def note(**kw):
+        return advcli.run(SAMPLE, tmp_path / "o.parquet", force=True, **kw).estimator_note
+
+    said = note(flavor="verl")
+    assert said.startswith("gae is verl's default algorithm.adv_estimator (none was given)"), said
+    assert note(flavor="verl", settings={"algorithm.adv_estimator": "gae"}) is None
+    assert note(flavor="verl", estimator="grpo") is None
+    assert note() is None  # the default flavor's choice is said by its own note (result.chosen)

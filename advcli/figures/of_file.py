@@ -5,7 +5,9 @@ file instead of the pipeline:
 
 - sequence score (``critic/score``): Σ ``token_level_scores`` when the file has them, else the
   ``reward`` column; sequence reward (``critic/rewards``): Σ ``token_level_rewards`` when the file
-  has them (an advcli output with KL in the reward), else the score;
+  has them (an advcli output with KL in the reward), else the score; on an advcli output whose run
+  reshaped its rewards (group normalisation, scaling, a reward on every position, ROLL's masked
+  placement), both as that run computed them, replayed from its recorded configuration;
 - advantages/returns (``critic/advantages``, ``critic/returns``): the ``advantages``/``returns``
   columns over the mask=1 tokens — only for advcli outputs (a raw dump has none, and those figures
   are left out); ``critic/values`` when there is a ``values`` column;
@@ -120,6 +122,12 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it
     run = RunSpec.from_config(produced_by) if produced_by else None
     kl = reward_kl(ins, run, column_overrides or {}, scode, len(step_values), chunk_rows) if run else None
+    if run is not None:  # the scores and rewards the run computed, where it reshaped them
+        shaped = reshaped_scores(ins, produced_by, run, column_overrides or {}, chunk_rows)
+        if shaped is not None:
+            raw = shaped[0]
+            if not tlr_col:  # (a token_level_rewards column holds them already)
+                seq = shaped[1]
     rs.set_rows(raw_score=raw, score=np.asarray(seq, np.float64),
                 scopes=scopes, step_values=step_values, groups=groups, valid_len=V,
                 has_values=val_col is not None and has_adv, **(kl or {}))
@@ -143,10 +151,10 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         ret = list_parts(batch.column("returns"))[1].astype(np.float32) if has_ret else zeros
         if tlr_col:
             tlr = list_parts(batch.column(tlr_col))[1].astype(np.float64)
-        else:  # the sequence score on the row's last token: Σ_t gives the score
+        else:  # the sequence reward on the row's last token: Σ_t gives it
             tlr = np.zeros(num_tokens, np.float64)
             ok = np.diff(offs) > 0
-            tlr[offs[1:][ok] - 1] = np.asarray(raw[row0:row0 + B], np.float64)[ok]
+            tlr[offs[1:][ok] - 1] = np.asarray(seq[row0:row0 + B], np.float64)[ok]
         values = list_parts(batch.column(val_col))[1].astype(np.float32) if val_col and has_adv else None
         rs.add_chunk(row0, offs, mask, adv, ret, tlr, values)
         if has_adv:
@@ -199,6 +207,46 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
                         extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
                                                                         "input_fingerprint")}} if prov else None)
+
+
+def reshapes_rewards(run) -> bool:
+    """Whether the run's reward section changes the row reward before the estimator (shaping, the no-EOS
+    rule, normalisation, a clamp): torch-free, so stats of any other output stays so."""
+    r = run.reward
+    return ((r.normalize.mean, r.normalize.std) != ("none", "none") or r.norm is not None or r.clip is not None
+            or r.bias != 0.0 or r.scale != 1.0 or r.shape_clip is not None or r.overlong.tokens is not None
+            or r.no_eos_value is not None or r.no_eos_penalty is not None or r.zero_truncated or r.mask_placed
+            or r.placement == "all")
+
+
+def reshaped_scores(ins, cfg: dict, run, column_overrides: dict, chunk_rows: int):
+    """(each row's score, each row's Σ_t token reward) as the run computed them (numpy [R] float64), for
+    ``critic/score`` and (without a ``token_level_rewards`` column) ``critic/rewards`` of an advcli output whose
+    run reshaped its rewards (ROLL's and slime's group normalisation, AReaL's scaling, a reward placed on every
+    position, ROLL's masked placement …): the run's own pass 1 and :func:`advcli.pipeline.prepare.row_rewards`
+    on the rows the output kept, with the recorded configuration; ``reward.placement=all`` puts r̃ on each of
+    the row's L positions (Σ = r̃·L). None when nothing reshaped the rewards, or where a replay could not be the
+    run's (token-reward whitening, a rollout correction's rejected rows): the figures are then the dump's
+    scores, as without a run."""
+    if not reshapes_rewards(run) or run.reward.whiten_tokens:
+        return None
+    from ..pipeline.plan import RunState, make_plan  # the math (torch), once there is some to do
+    from ..pipeline.prepare import row_rewards
+    from ..pipeline.rows import row_table_pass, scopes_and_groups
+
+    try:
+        plan = make_plan(cfg, ins, column_overrides, "cpu")
+    except AdvcliError:  # a column the run read is not in the output (dropped afterwards)
+        return None
+    if plan.correction is not None:
+        return None
+    state = RunState()
+    row, comps, keys = row_table_pass(plan, ins, chunk_rows, None, row_kl=False, state=state)
+    scopes, groups, _ = scopes_and_groups(plan, keys, ins.num_rows, ins.paths[0], state)
+    raw, reward_row, score, _ = row_rewards(plan, row, comps, scopes, groups, state)
+    if run.reward.placement == "all":
+        score = reward_row.double() * row["length"].double()
+    return raw.double().numpy(), score.double().numpy()
 
 
 def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, chunk_rows: int) -> dict | None:

@@ -109,48 +109,13 @@ def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Ca
     return mean, rstd, _amplified_item(plan, sums, mean, rstd, step_values), other
 
 
-def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
-            token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
-            correction: Callable | None = None, state: RunState | None = None):
-    """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
-    groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
-    statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
-
-    ``defer_kl``: where :func:`defer_row_kl` allows, leave the per-row KL (``row["kl_sum"]``,
-    ``row["kl_mean"]``, ``kls`` and the KL part of the row score) to the write pass, which must then
-    call :func:`finish_row_kl` (``res.kl_deferred`` says so).
-
-    ``token_moments`` (default :func:`token_moment_pass`, same signature) computes the per-scope
-    moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
-    ``row_pass`` (default :func:`row_table_pass`, same signature and result) likewise for pass 1,
-    and ``correction`` (default :func:`advcli.pipeline.correction_pass.correction_pass`) for the rollout
-    correction's statistics pass.
-
-    ``state``: the run's :class:`advcli.pipeline.plan.RunState` (None: a new one), which the passes fill with
-    what they learn (the scopes' domains, the block sizes, the grouping's warnings, the columns checked) and
-    ``res.state`` carries to the write pass; the plan itself is never changed.
-    """
+def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunState):
+    """(raw row score, r̃ the post-processed row reward, the row score the group estimators see before the KL,
+    the float32 group-mean checks) from pass 1's row table: the reward's source (column, components,
+    Σ token_level_scores), its shaping, no-EOS rule, normalisation and clamp, placement. ``advcli stats``
+    replays it on an output whose run reshaped its rewards (advcli.figures.of_file)."""
     reward = plan.run.reward
-    state = RunState() if state is None else state
-    token_moments = token_moments or token_moment_pass
-    # pass 1: the row table
-    deferred = defer_kl and defer_row_kl(plan)
-    row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred,
-                                                    state=state)
-    R = inputs.num_rows
-    scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0], state)
-    if reward.unplaced == "error" and reward.placement == "last_valid":
-        empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
-        if empty.numel():
-            raise unplaced_reward(inputs.paths[0], int(empty[0]), empty.numel())
-    correction_fn, correction = correction, None
-    if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
-        from .correction_pass import correction_pass
-        correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
-                                                                      progress, state=state)
-    betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"), state)
-    beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
-                else torch.zeros(R, dtype=torch.float64))
+    R = int(row["length"].numel())
     if plan.reward_source == "components":
         weights = reward.weights or [1.0] * len(plan.components)
         if allows_nan(plan):  # TRL: (rewards_per_func * weights).nansum(dim=1); NaN where every function is NaN
@@ -212,6 +177,52 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         if reward.empty_row == "score":  # verl: scores[i, -1] of an empty response
             keep = keep | (row["length"] == 0)
         score = torch.where(keep, reward_row, torch.zeros_like(reward_row))
+    return raw, reward_row, score, norm_checks
+
+
+def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
+            token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
+            correction: Callable | None = None, state: RunState | None = None):
+    """Passes 1-2: the per-row table of the whole input and all that is resolved from it (scopes,
+    groups, per-step KL coefficients, post-processed rewards, row-level advantages, token group
+    statistics, whitening moments). Returns ``(res, row, betas, kls, warnings)``.
+
+    ``defer_kl``: where :func:`defer_row_kl` allows, leave the per-row KL (``row["kl_sum"]``,
+    ``row["kl_mean"]``, ``kls`` and the KL part of the row score) to the write pass, which must then
+    call :func:`finish_row_kl` (``res.kl_deferred`` says so).
+
+    ``token_moments`` (default :func:`token_moment_pass`, same signature) computes the per-scope
+    moments of token rewards/advantages; the Ray engine passes one that runs on its workers.
+    ``row_pass`` (default :func:`row_table_pass`, same signature and result) likewise for pass 1,
+    and ``correction`` (default :func:`advcli.pipeline.correction_pass.correction_pass`) for the rollout
+    correction's statistics pass.
+
+    ``state``: the run's :class:`advcli.pipeline.plan.RunState` (None: a new one), which the passes fill with
+    what they learn (the scopes' domains, the block sizes, the grouping's warnings, the columns checked) and
+    ``res.state`` carries to the write pass; the plan itself is never changed.
+    """
+    reward = plan.run.reward
+    state = RunState() if state is None else state
+    token_moments = token_moments or token_moment_pass
+    # pass 1: the row table
+    deferred = defer_kl and defer_row_kl(plan)
+    row, comps, keys = (row_pass or row_table_pass)(plan, inputs, chunk_rows, progress, row_kl=not deferred,
+                                                    state=state)
+    R = inputs.num_rows
+    scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0], state)
+    if reward.unplaced == "error" and reward.placement == "last_valid":
+        empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
+        if empty.numel():
+            raise unplaced_reward(inputs.paths[0], int(empty[0]), empty.numel())
+    correction_fn, correction = correction, None
+    if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
+        from .correction_pass import correction_pass
+        correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
+                                                                      progress, state=state)
+    betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"), state)
+    beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
+                else torch.zeros(R, dtype=torch.float64))
+    raw, reward_row, score, norm_checks = row_rewards(plan, row, comps, scopes, groups, state)
     if plan.kl_on and not deferred:
         score = (score - (beta_row * row["kl_sum"].to(torch.float64)).to(plan.dtype))
     columns = {f"component:{c}": comps[c] for c in plan.components}

@@ -14,10 +14,12 @@ import subprocess
 import tempfile
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SAMPLE, run_cli
 
+import advcli
 from advcli.errors import AdvcliError
 from advcli.report import build_report, check_report_path, render, write_report
 
@@ -311,3 +313,30 @@ def test_run_report_by_position_is_the_runs_own(tmp_path, monkeypatch):
         v = np.array(sums[b])
         assert mean == pytest.approx(v.mean(), rel=1e-9, abs=1e-12)
         assert std == pytest.approx(v.std(), rel=1e-6, abs=1e-9)
+
+
+def test_stats_of_an_output_replays_the_runs_reshaped_rewards(tmp_path):
+    """An output without token_level_rewards whose run reshaped the rewards: stats' critic/score and
+    critic/rewards are the run's (it once showed the dump's raw reward). By hand, two groups of two rows
+    (rewards [1, 0] and [0.5, 0.5]), lengths 2, 3, 1, 4; row 1 ends on a masked token:
+    - slime grpo: a = 0.5/(std(±0.5) + 1e-6) = 0.5/(0.7071068 + 1e-6) on every position (−a on row 1, 0 in
+      the equal group), so the rows' Σ_t rewards are 2a, −3a, 0, 0: mean −a/4;
+    - ROLL grpo: the same normalised reward once, at L−1, lost on row 1 (masked there): a, 0, 0, 0;
+    - AReaL (r − 0.5)·10 with no normalisation: critic/score = mean(5, −5, 0, 0) = 0, max 5."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": ["p", "p", "q", "q"], "reward": [1.0, 0.0, 0.5, 0.5],
+                             "response_mask": [[1, 1], [1, 1, 0], [1], [1, 1, 1, 1]]}), str(src))
+    a = 0.5 / (0.70710678 + 1e-6)
+    cases = [("slime", {"n_samples_per_prompt": 2}, {"critic/rewards/mean": (2 * a - 3 * a) / 4,
+                                                      "critic/rewards/min": -3 * a, "critic/rewards/max": 2 * a}),
+             ("roll", {"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": 2},
+              {"critic/rewards/mean": a / 4, "critic/rewards/min": 0.0, "critic/rewards/max": a}),
+             ("areal", {"actor.reward_scaling": 10, "actor.reward_bias": -0.5, "actor.kl_ctl": 0.0},
+              {"critic/score/mean": 0.0, "critic/score/max": 5.0, "critic/score/min": -5.0})]
+    for flavor, settings, want in cases:
+        out = tmp_path / f"{flavor}.parquet"
+        ran = advcli.run(str(src), str(out), flavor=flavor, settings=settings, force=True)
+        got = advcli.stats(str(out)).metrics
+        for k, v in want.items():
+            assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-7), (flavor, k, got[k])
+            assert got[k] == pytest.approx(ran.metrics[k], rel=1e-6, abs=1e-7), (flavor, k, ran.metrics[k])

@@ -366,6 +366,33 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     return note
 
 
+def estimator_origin(spec: str | FlavorAt, given: dict[str, Any] | None, source: str | None) -> str | None:
+    """What the estimator that ran is, in the provenance (``estimator_source``) and ``explain``'s ``matches``
+    line: ``source``, the canonical estimator's citation, where it cites the flavor's own function, or where
+    advcli's own estimator, a user's function or a mix ran, or for the canonical flavor; otherwise the flavor's
+    own estimator as the flavor names it (``slime's grpo, release 624b824 (THUDM/slime)``) for the native
+    settings ``given``: a formula shared by several trainers cites the one it was first matched against, which
+    would name the wrong trainer."""
+    fa = at(spec)
+    fl = fa.flavor
+    given = given or {}
+    name = given.get("advcli.estimator")
+    if not fl.title or fl.name == "advcli" or given.get("advcli.mix") is not None or (
+            name is not None and not own_estimator(fl, name)) or (source and fl.title in source):
+        return source  # (a citation of the flavor's own function is the more precise one)
+    items = _release_items(fa) + list(given.items())
+    if name is not None:
+        items.append((fl.estimator_key, str(name)))
+    values = native_values(fl, items)
+    if fl.estimator_key:
+        est = values.get(fl.estimator_key)
+    else:  # chosen by another key (open-instruct's advantage_normalization_type)
+        est = "advantages with " + ", ".join(f"{k}={values.get(k)}" for k in (fl.audit_switches or {}))
+    repo = fl.framework.split(" @ ")[0]
+    release = f", release {fa.release.name}" if fa.release is not None else ""
+    return f"{fl.title}'s {est}{release} ({repo})"
+
+
 def own_estimator(flavor: Flavor, name) -> bool:
     """Whether ``--estimator name`` is one of the flavor's own estimators (a choice of its estimator key, or
     one of ``estimator_names``): it then runs as the key set to it, the flavor's semantics and parameters."""

@@ -95,7 +95,7 @@ def file_fingerprint(paths: list[str]) -> str:
 
 def provenance_metadata(plan: Plan, inputs: InputSet, flavor, native: dict | None) -> dict[bytes, bytes]:
     """``flavor``: the flavor at its release (:class:`advcli.flavors.FlavorAt`, or ``NAME[@RELEASE]``)."""
-    from ..flavors import at
+    from ..flavors import at, estimator_origin
 
     fa = at(flavor) if flavor else None
     prov = {"advcli_version": __version__, "flavor": fa.spec if fa else flavor, "flavor_config": native or {},
@@ -103,7 +103,8 @@ def provenance_metadata(plan: Plan, inputs: InputSet, flavor, native: dict | Non
             "config": recorded_config(plan.run, plan.params), "inputs": [shown_name(p) for p in inputs.paths],
             "input_fingerprint": file_fingerprint(inputs.paths), "output_columns": list(plan.output_columns),
             # what the estimator that ran is: the framework function it matches, or advcli's / the user's own
-            "estimator_source": getattr(plan.spec, "source", None)}
+            "estimator_source": estimator_origin(fa, native, getattr(plan.spec, "source", None)) if fa
+            else getattr(plan.spec, "source", None)}
     return {b"advcli": json.dumps(prov, sort_keys=True, default=str).encode()}
 
 

@@ -87,7 +87,12 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
     if not after:
         out += correction
     out.append(f"  3. estimator        {spec.name}: {spec.formula}")
-    out.append(f"     matches          {spec.source}")
+    from ..flavors import estimator_origin
+
+    origin = estimator_origin(fa, native, spec.source)
+    out.append(f"     matches          {origin}")
+    if origin != spec.source and spec.source:
+        out.append(f"     first matched    {spec.source} (the same estimator code, with this run's parameters)")
     if params:
         out.append("     parameters       " + ", ".join(f"{p}={json.dumps(v)}" for p, v in params.items()))
     if spec.level == "row":

@@ -80,3 +80,22 @@ def test_a_named_flavor_says_when_its_estimator_is_its_default(tmp_path):
     assert note(flavor="verl", settings={"algorithm.adv_estimator": "gae"}) is None
     assert note(flavor="verl", estimator="grpo") is None
     assert note() is None  # the default flavor's choice is said by its own note (result.chosen)
+
+
+def test_the_provenance_names_the_flavors_own_estimator_not_another_trainers(tmp_path):
+    """slime's grpo runs advcli code first matched against NeMo RL's estimator: the output's estimator_source
+    names slime's (not NeMo RL's); open-instruct's likewise (not verl's); where the citation is the flavor's
+    own function (verl's rloo) it stays."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    def source(flavor, settings=None):
+        out = tmp_path / "o.parquet"
+        advcli.run(SAMPLE, out, flavor=flavor, settings=settings or {}, force=True)
+        return json.loads(pq.read_schema(out).metadata[b"advcli"])["estimator_source"]
+
+    assert source("slime", {"n_samples_per_prompt": 8}) == "slime's grpo, release 624b824 (THUDM/slime)"
+    got = source("open-instruct", {"advantage_normalization_type": "standard", "advcli.group_by": "id"})
+    assert got.startswith("open-instruct's advantages with advantage_normalization_type=standard, release "), got
+    assert "compute_rloo_outcome_advantage" in source("verl", {"algorithm.adv_estimator": "rloo"})

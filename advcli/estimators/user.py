@@ -178,7 +178,7 @@ def _function(ref: str) -> Callable:
             raise
     else:
         try:
-            module = importlib.import_module(where)
+            module = _import_here_too(where)
         except ImportError as e:
             raise AdvcliError(f"estimator {ref!r}: module {where!r} cannot be imported ({e})",
                               hint="install it, or run from the directory holding it (or name the file: "
@@ -192,6 +192,25 @@ def _function(ref: str) -> Callable:
         raise AdvcliError(f"estimator {ref!r}: {where} has no function {attr!r}",
                           hint=f"functions there: {', '.join(found) or '(none)'}")
     return _callable(ref, fn)
+
+
+def _import_here_too(name: str):
+    """``importlib.import_module(name)``, looking in the working directory too when the module is not found
+    elsewhere, as ``python -c`` does: the ``advcli`` command's own path does not hold the directory it was run
+    from, so ``--estimator my_adv:win_rate`` beside ``my_adv.py`` failed there while working in Python."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        here = os.getcwd()
+        if e.name != name.split(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.insert(0, here)
+        try:
+            return importlib.import_module(name)
+        finally:
+            sys.path.remove(here)
 
 
 def _callable(ref: str, fn) -> Callable:

@@ -466,3 +466,21 @@ def test_an_estimator_the_flavor_lacks_is_labelled_so(lab_dir, capsys):
     assert code == 0, err
     assert "compute_rloo_outcome_advantage" in json.loads(pq.read_schema("rl.parquet").metadata[b"advcli"])[
         "estimator_source"]
+
+
+def test_the_advcli_command_imports_a_module_from_the_directory_it_runs_in(lab_dir):
+    """`advcli run ... --estimator my_adv:win_rate` beside my_adv.py: the console script's path does not hold
+    the working directory (python -m does), so the module was 'cannot be imported' though the hint said to run
+    from its directory; the command now looks there too, and gives the file reference's numbers."""
+    import shutil
+    import subprocess
+    import sys
+
+    script = shutil.which("advcli", path=os.path.dirname(sys.executable))
+    if script is None:
+        pytest.skip("no advcli console script beside this python (pip install -e . makes one)")
+    for ref, out in (("my_adv:win_rate", "mod.parquet"), ("./my_adv.py:win_rate", "file.parquet")):
+        r = subprocess.run([script, "run", "sample_data/rollouts.parquet", "-o", out, "--estimator", ref, "-q"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert pq.read_table("mod.parquet").column("advantages").equals(pq.read_table("file.parquet").column("advantages"))

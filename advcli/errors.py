@@ -75,6 +75,7 @@ _LIBRARY_WORDS = [
     (r"--column '?([A-Za-z_.]+)=([^\s',;)]*[^\s',;).])'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
     (r"--set '([^'=]+)=([^']*)'", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
     (r"--set ([^\s'=]+)=([^\s',;)]*[^\s',;).])", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
+    (r"--flavor '([^'\s]+)'", lambda m: f"flavor='{m[1]}'"),
     (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"flavor='{m[1]}'"),
     (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
     (r"--against ([A-Za-z0-9_.]*[A-Za-z0-9_])", lambda m: f"against='{m[1]}'"),

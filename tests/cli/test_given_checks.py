@@ -99,3 +99,9 @@ def test_the_provenance_names_the_flavors_own_estimator_not_another_trainers(tmp
     got = source("open-instruct", {"advantage_normalization_type": "standard", "advcli.group_by": "id"})
     assert got.startswith("open-instruct's advantages with advantage_normalization_type=standard, release "), got
     assert "compute_rloo_outcome_advantage" in source("verl", {"algorithm.adv_estimator": "rloo"})
+
+
+def test_an_unknown_flavor_is_named_with_the_librarys_keyword():
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(SAMPLE, None, flavor="Verl")
+    assert e.value.message.startswith("flavor='Verl': unknown flavor. Did you mean 'verl'?"), e.value.message

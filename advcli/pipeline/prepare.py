@@ -13,6 +13,7 @@ from ..io.reader import InputSet
 from ..io.value_checks import unplaced_reward
 from ..ops import batchnorm
 from ..ops.batch import RowTable
+from ..ops.groups import GroupIndex
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
@@ -109,6 +110,16 @@ def whitening_of_sums(plan: Plan, sums: MomentSums, step_values: list, cells: Ca
     return mean, rstd, _amplified_item(plan, sums, mean, rstd, step_values), other
 
 
+def id_blocks(plan: Plan, groups, ncfg) -> bool:
+    """Whether a positional flavor's rows grouped by id (``advcli.group_by=id``, a reordered dump) form whole
+    groups of its n rows, so that its [G, n] reshape can run on them gathered: the same group statistics,
+    bit for bit, as on the dump in rollout order (summed as index sums they can differ in the last bit)."""
+    n = plan.run.grouping.size
+    return bool(plan.group_by == "id" and n and groups is not None and groups.num_groups
+                and ncfg.mean in ("group", "loo", "none") and ncfg.std in ("group", "none")
+                and bool((groups.sizes == int(n)).all()))
+
+
 def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunState):
     """(raw row score, r̃ the post-processed row reward, the row score the group estimators see before the KL,
     the float32 group-mean checks) from pass 1's row table: the reward's source (column, components,
@@ -164,6 +175,14 @@ def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunSt
             from ..ops.blocks import block_normalize
             reward_row = block_normalize(shaped, scopes, state.block_sizes or int(plan.run.grouping.size),
                                          ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
+        elif id_blocks(plan, groups, ncfg):  # advcli.group_by=id on a positional flavor: its reshape, groups gathered
+            from ..ops.blocks import block_normalize
+            order = torch.argsort(groups.codes, stable=True)  # each group's rows together, in input order
+            back = torch.empty_like(order)
+            back[order] = torch.arange(order.numel())
+            gathered = GroupIndex(scopes.codes[order], scopes.num_groups)
+            reward_row = block_normalize(shaped[order], gathered, int(plan.run.grouping.size), ncfg.mean, ncfg.std,
+                                         ncfg.eps, bool(ncfg.centre_first))[back]
         else:
             reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
         reward_row = clip_values(reward_row, reward.clip).to(raw.dtype)

@@ -353,3 +353,29 @@ def test_opd_at_slimes_default_n1_runs(tmp_path):
     _close(ret, [[0.0] * len(r[3]) for r in rows])
     with pytest.raises(AdvcliError, match="n_samples_per_prompt is not set and defaults to 1"):
         _run(tmp_path, {}, rows=rows)
+
+
+def test_group_by_id_on_rollout_ordered_rows_gives_the_blocks_bits(tmp_path):
+    """--set advcli.group_by=id (a reordered dump's way out) takes slime's [G, n] reshape on each group's rows
+    gathered, so on a dump in rollout order it gives the positional run's advantages bit for bit (as index sums
+    the group mean and std once differed in the last bit: 54 of 240 rows by 1.2e-7); a shuffled copy gives each
+    row its own group's advantage to float32 rounding."""
+    import advcli
+
+    rng = np.random.default_rng(3)
+    n, groups = 6, 40
+    rewards = rng.choice([0.0, 0.1, 0.3, 0.7, 0.9, 1.0], size=n * groups)
+    lengths = rng.integers(1, 9, size=n * groups)
+    table = pa.table({"prompt_id": [f"p{i // n}" for i in range(n * groups)], "reward": rewards,
+                      "rid": np.arange(n * groups), "response_mask": [[1] * int(k) for k in lengths]})
+    pos = advcli.run(table, None, flavor="slime", settings={"n_samples_per_prompt": n}).output_table
+    ids = advcli.run(table, None, flavor="slime",
+                     settings={"n_samples_per_prompt": n, "advcli.group_by": "id"}).output_table
+    assert pos.column("advantages").equals(ids.column("advantages"))
+    perm = rng.permutation(n * groups)
+    shuf = advcli.run(table.take(perm), None, flavor="slime",
+                      settings={"n_samples_per_prompt": n, "advcli.group_by": "id"}).output_table
+    want = pos.column("advantages").to_pylist()
+    got = dict(zip(shuf.column("rid").to_pylist(), shuf.column("advantages").to_pylist()))
+    for r in range(n * groups):
+        np.testing.assert_allclose(got[r], want[r], rtol=1e-6, atol=1e-6)

@@ -54,9 +54,10 @@ def grpo_row(table: RowTable, p: dict) -> torch.Tensor:
         std = torch.where(multi, g.std_1d(s, mean, population=p["std"] == "population"),
                           torch.ones(g.num_groups, dtype=s.dtype))
     centred = s - g.per_row(mean)
-    if not p["norm_by_std"]:
-        return centred
-    return centred / (g.per_row(std) + p["eps"])
+    adv = centred / (g.per_row(std) + p["eps"]) if p["norm_by_std"] else centred
+    if p.get("singleton") == "zero":  # open-instruct: s − mean over the sample itself
+        adv = torch.where(g.per_row(multi), adv, torch.zeros_like(adv))
+    return adv
 
 
 register(EstimatorSpec(
@@ -65,12 +66,15 @@ register(EstimatorSpec(
     # verl v1/utils.py L148-193 @1dda039b: only GRPO takes a multi-output session's last output and broadcasts
     # its advantage; every other estimator gets all the outputs as rows of the prompt's group
     last_step_of_sessions=True,
-    formula="A_i = (s_i − mean_g(s)) / (std_g(s) + eps)  [or s_i − mean_g(s) without std]; n=1: s_i/(1+eps)",
+    formula="A_i = (s_i − mean_g(s)) / (std_g(s) + eps)  [or s_i − mean_g(s) without std]; n=1: s_i/(1+eps) "
+            "(singleton=zero: 0)",
     source="verl core_algos.compute_grpo_outcome_advantage (L267-331 @1dda039b)",
     params={"norm_by_std": Key(True, "divide by the group std (false: Dr.GRPO)", None, "bool"), "eps": EPS,
             "std": Key("torch", "`torch` (torch.std of each group, verl grpo), `two_pass` (verl "
                        "group_mean_std, grpo_vectorized) or `population` (numpy's std, ddof 0: open-instruct)",
                        ("torch", "two_pass", "population"), "str"),
+            "singleton": Key("score", "a group of one: `score` (μ = 0, σ = 1: s/(1 + eps), verl) or `zero` "
+                             "(s − its own mean: open-instruct)", ("score", "zero"), "str"),
             "mask_output": MASK_OUTPUT}))
 
 

@@ -10,9 +10,10 @@ so the canonical grouping is ``grouping.by=position`` with ``grouping.size=n``. 
     centered:  A = s − mean                                                   (the default)
 
 which is advcli's ``grpo`` with the population std (``std=population``) and ``eps=1e-8``, or without the
-division (Dr.GRPO's ``norm_by_std=false``). A group of one gets 0 there (s − s) where ``grpo`` gives
-s/(1 + eps): ``num_samples_per_prompt_rollout=1`` is refused. No KL in the reward, no whitening: the
-advantage is placed on the response tokens of the packed sequence.
+division (Dr.GRPO's ``norm_by_std=false``). ``num_samples_per_prompt_rollout=1``: open-instruct refuses it
+with ``filter_zero_std_samples`` (its default; data_loader.py L518-522) and otherwise runs it, every group of
+one getting s − s = 0 (``singleton=zero``). No KL in the reward, no whitening: the advantage is placed on the
+response tokens of the packed sequence.
 """
 from __future__ import annotations
 
@@ -27,24 +28,33 @@ KEYS = {
                                         "mean)/(group std + 1e-8), the std numpy's (ddof 0)", TYPES, "str"),
     "num_samples_per_prompt_rollout": Key(4, "group size n: consecutive rows per prompt (scores.reshape(-1, n))",
                                           None, "int"),
+    "filter_zero_std_samples": Key(True, "drop groups whose rewards are all equal before training (which rows reach "
+                                   "the dump); with num_samples_per_prompt_rollout=1 open-instruct refuses it "
+                                   "(every group of one would be dropped)", None, "bool"),
 }
 # keys of StreamingDataLoaderConfig that decide which rows reach the dump, not their numbers: a --config file
 # may hold them (the dump already has the rows they kept)
-UNREAD = ("filter_zero_std_samples", "mask_truncated_completions", "active_sampling", "no_resampling_pass_rate",
+UNREAD = ("mask_truncated_completions", "active_sampling", "no_resampling_pass_rate",
           "num_unique_prompts_rollout", "async_steps", "save_traces", "rollouts_save_path", "mask_tool_use")
 
 
 def translate(v: dict) -> dict:
     cfg = default_config()
     n = v["num_samples_per_prompt_rollout"]
-    if n < 2:
-        raise AdvcliError(f"key num_samples_per_prompt_rollout={n}: open-instruct gives every advantage 0 for "
-                          "groups of one (s − mean over the sample itself); there is nothing to recompute",
-                          hint="set the group size the run used, e.g. --set num_samples_per_prompt_rollout=4")
+    if n < 1:  # data_loader.py L504 @e6c3044a: assert num_samples_per_prompt_rollout > 0
+        raise AdvcliError(f"key num_samples_per_prompt_rollout={n}: open-instruct needs at least one sample per "
+                          "prompt", hint="set the group size the run used, e.g. --set num_samples_per_prompt_rollout=4")
+    if n == 1 and v["filter_zero_std_samples"]:  # data_loader.py L518-522 @e6c3044a
+        raise AdvcliError("key num_samples_per_prompt_rollout=1 with filter_zero_std_samples=true (its default): "
+                          "open-instruct refuses this (a group of one has reward std 0, so every sample would be "
+                          "filtered)", hint="set the group size the run used (e.g. --set num_samples_per_prompt_"
+                          "rollout=4), or, for a run with filter_zero_std_samples off, --set "
+                          "filter_zero_std_samples=false: every advantage is then 0, as open-instruct computes it")
     cfg["grouping"].update(by="position", size=n)
     cfg["reward"]["source"] = "reward"
     standard = v["advantage_normalization_type"] == "standard"
-    cfg["estimator"] = {"name": "grpo", "norm_by_std": standard, "std": "population", "eps": 1e-8}
+    cfg["estimator"] = {"name": "grpo", "norm_by_std": standard, "std": "population", "eps": 1e-8,
+                        "singleton": "zero"}
     # numpy float64: Batch.scores is list[float] (model_utils.py L128) and np.array of it float64
     # (data_loader.py L1472-1484), so an all-equal group has mean exactly its value and std 0: A = 0. In float32
     # the mean's residue (~6e-8) divided by a residue std + 1e-8 is of order 1 (0.9 x 3 -> 0.856)

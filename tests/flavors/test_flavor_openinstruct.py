@@ -52,9 +52,17 @@ def test_default_is_centered_and_population_std_differs_from_torch_std(tmp_path)
     assert cols["advantages"][8][0] == pytest.approx(1.0, abs=1e-6)
 
 
-def test_group_of_one_and_unknown_type_refused(tmp_path):
-    with pytest.raises(AdvcliError, match="groups of one"):
+def test_groups_of_one_run_as_open_instruct_runs_them_and_an_unknown_type_is_refused(tmp_path):
+    """num_samples_per_prompt_rollout=1: open-instruct raises with filter_zero_std_samples (its default,
+    data_loader.py L518-522 @e6c3044a) and otherwise gives each sample s − s = 0 under both types (where
+    advcli's grpo gives a group of one s/(1 + eps))."""
+    with pytest.raises(AdvcliError, match="filter_zero_std_samples=true"):
         run_rows(str(tmp_path), rows(), "open-instruct", {"num_samples_per_prompt_rollout": 1})
+    for kind in ("centered", "standard"):
+        cols, _ = run_rows(str(tmp_path), rows(), "open-instruct",
+                           {"num_samples_per_prompt_rollout": 1, "filter_zero_std_samples": False,
+                            "advantage_normalization_type": kind})
+        assert all(a == 0.0 for row in cols["advantages"] for a in row), kind
     with pytest.raises(AdvcliError, match="advantage_normalization_type"):
         run_rows(str(tmp_path), rows(), "open-instruct", {"advantage_normalization_type": "zscore"})
 

@@ -125,4 +125,4 @@ def test_group_of_one_refused(tmp_path, capsys, n):
     build(tmp_path / "rollouts")
     code, _, err = run_main(["run", tmp_path / "rollouts", "-o", tmp_path / "o.parquet", "--flavor", "open-instruct",
                              "--set", f"num_samples_per_prompt_rollout={n}"], capsys)
-    assert code == 2 and "groups of one" in err and "Traceback" not in err
+    assert code == 2 and "filter_zero_std_samples=true" in err and "Traceback" not in err

@@ -377,10 +377,10 @@ def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np
     use = ~np.isnan(m) if live is None else (np.isfinite(m) & live)
     n = np.bincount(group, weights=use.astype(np.float64), minlength=G)
     mz = np.where(use, m, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # ±inf metrics: NaN/inf variance, said
         mean = np.where(n > 0, np.bincount(group, weights=mz, minlength=G) / np.maximum(n, 1), 0.0)
-    dev = np.where(use, m - mean[group], 0.0) if group.size else np.zeros(0)
-    ss = np.bincount(group, weights=dev * dev, minlength=G)
+        dev = np.where(use, m - mean[group], 0.0) if group.size else np.zeros(0)
+        ss = np.bincount(group, weights=dev * dev, minlength=G)
     denom = n - ddof
     return np.where(denom > 0, ss / np.maximum(denom, 1), 0.0), n
 

@@ -78,12 +78,14 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
     dump a one-token ``response_mask`` per row, so the token pipeline runs it at response level."""
     import pyarrow.parquet as pq
 
+    from ..io.writer import temp_path_for
+
     forced = get(fmt) if isinstance(fmt, str) else fmt
     found = discover(spec, forced)
     f = found.fmt
     ctx = Context(fmt=f, files=found.files)
     saved_path, saved = saved_run_config(f, found.files)
-    tmp = output + ".advcli-tmp"
+    tmp = temp_path_for(output)  # .NAME.advcli-tmp-PID: two conversions to one output never share a file
     writer = None
     schema = None
     rows_total = 0
@@ -150,7 +152,12 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         writer.close()
         writer = None
         rows_total = len(pids) + padding
-        os.replace(tmp, output)
+        try:
+            os.replace(tmp, output)
+        except OSError as e:
+            raise AdvcliError(f"{output}: cannot put the converted file in place ({e.strerror or e}); the output "
+                              "path holds what it held before",
+                              hint="check the output directory's permissions and free space") from None
     except BaseException:
         if writer is not None:
             try:

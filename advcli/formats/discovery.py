@@ -166,6 +166,9 @@ def discover(spec: str, forced: Format | None = None) -> Found:
             if os.path.getsize(p) == 0:
                 skipped.append(f"{p} (empty)")
                 continue
+            if p.endswith(".parquet"):  # a Parquet dump (TRL's): said as any unreadable Parquet file is
+                from ..io.reader import unreadable_hint
+                raise AdvcliError(f"{p}: not a readable Parquet file", hint=unreadable_hint(p))
             raise AdvcliError(f"{p}:1: not a {chosen.title} file (its first record does not parse)",
                               hint=None if forced else "force the format with --from FORMAT")
         if not chosen.sniff(first):

@@ -182,6 +182,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from ..io.reader import parquet_batches
     from .conversion import GROUP_SIZES_KEY, LAST_STEP_KEY, SHOWN_KEY, ImportInfo, synthetic_mask
 
     key = (os.path.realpath(spec), "converted", synth_mask)
@@ -212,7 +213,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
         schema = pa.schema(fields + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
         target = _tmp_path(os.path.basename(spec))
         with pq.ParquetWriter(target, schema, compression="zstd") as w:
-            for b in f.iter_batches(batch_size=65536):
+            for b in parquet_batches(f, spec, batch_size=65536):
                 offs = pa.array(range(b.num_rows + 1), pa.int32())
                 if lengths:  # the response's own token count (Format.mask_length), as a direct import does
                     given = b.column(lengths).to_pylist()

@@ -113,6 +113,9 @@ def names() -> list[str]:
 
 def get(name: str) -> Format:
     load()
+    if name == "parquet":  # advcli's own format: read as it is (run, stats ...), never converted
+        raise AdvcliError("--from parquet: the file is advcli's own Parquet already; nothing to convert",
+                          hint="run, stats, audit and filter read it as it is")
     if name not in FORMATS:
         raise AdvcliError(f"--from {name!r}: unknown format.{did_you_mean(name, FORMATS)} "
                           f"Known: {', '.join(FORMATS)}, parquet")

@@ -131,6 +131,9 @@ def _scalarize(path: str) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from ..io.reader import parquet_batches
+    from ..io.writer import temp_path_for
+
     f = pq.ParquetFile(path)
     old = f.schema_arrow
     lists = [n for n in RESERVED if n in old.names and pa.types.is_list(old.field(n).type)]
@@ -142,10 +145,10 @@ def _scalarize(path: str) -> None:
         rec["synthetic_mask"] = False
         meta[b"advcli.import"] = json.dumps(rec).encode()
     schema = pa.schema(fields, metadata=meta)
-    tmp = path + ".advcli-tmp"
+    tmp = temp_path_for(path)  # .NAME.advcli-tmp-PID: another process finishing the same output writes its own
     w = pq.ParquetWriter(tmp, schema, compression="zstd")
     try:
-        for batch in f.iter_batches(batch_size=65536):
+        for batch in parquet_batches(f, path, batch_size=65536):
             cols = []
             for fl in schema:
                 col = batch.column(fl.name)

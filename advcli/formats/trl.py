@@ -31,6 +31,8 @@ def read(path: str, ctx: Context):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from ..io.reader import parquet_batches
+
     try:
         f = pq.ParquetFile(path)
     except Exception as e:  # noqa: BLE001
@@ -53,7 +55,7 @@ def read(path: str, ctx: Context):
         ctx.state["noted"] = True
     row_no = -1  # a Parquet row, counted from 0 as advcli's own Parquet messages count them
     run, prev = -1, object()
-    for batch in f.iter_batches(batch_size=4096):
+    for batch in parquet_batches(f, ctx.path, batch_size=4096):
         for rec in batch.to_pylist():
             row_no += 1
             p = rec["prompt"]

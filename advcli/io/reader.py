@@ -91,10 +91,10 @@ def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.Parqu
         if "Too many open files" in first:  # EMFILE: the process, not the file
             raise AdvcliError(f"{path}: cannot open it: too many open files in this process",
                               hint="raise the limit (ulimit -n) or run on fewer inputs at once") from None
-        raise AdvcliError(f"{path}: not a readable Parquet file ({first})", hint=_unreadable_hint(path)) from None
+        raise AdvcliError(f"{path}: not a readable Parquet file ({first})", hint=unreadable_hint(path)) from None
 
 
-def _unreadable_hint(path: str) -> str:
+def unreadable_hint(path: str) -> str:
     """What to do about a file Parquet cannot read, from its first bytes: a Parquet file cut short, JSON
     lines, or something else."""
     try:
@@ -241,6 +241,22 @@ class InputSet:
                                   "the file may be truncated or corrupt") from None
             finally:
                 f.close(force=True)
+
+
+def parquet_batches(f, path: str, **kwargs) -> Iterator:
+    """``f.iter_batches(**kwargs)`` of an open ``pyarrow.parquet.ParquetFile``, a page that cannot be read
+    (a truncated or corrupt file) said as every other read says it, naming the file and the row it stopped
+    at (the format readers and converters that read a Parquet dump themselves)."""
+    import pyarrow as pa
+
+    row = 0
+    try:
+        for batch in f.iter_batches(**kwargs):
+            yield batch
+            row += batch.num_rows
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise AdvcliError(f"{path}: cannot read rows after row {row} ({str(e).splitlines()[0]}); "
+                          "the file may be truncated or corrupt") from None
 
 
 _END = object()

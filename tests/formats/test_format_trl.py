@@ -4,6 +4,7 @@ with ``advantage`` computed independently below as TRL's GRPO does it: R = nansu
 A = (R − group mean) / (group std (Bessel) + 1e-4), groups = num_generations consecutive rows."""
 import json
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -151,11 +152,47 @@ def test_file_of_another_format_among_dumps(dump, tmp_path, capsys):
 
 
 def test_convert_never_writes_over_its_input(dump, capsys):
+    """Neither given as the file nor as its dump directory (which once replaced the step file with its own
+    conversion, exit 0)."""
     d, _ = dump
     f = d / "completions_00010.parquet"
     before = f.read_bytes()
-    code, _, err = run_main(["convert", f, "-o", f, "--force"], capsys)
-    assert code == 2 and "is the input" in err and f.read_bytes() == before
+    for src in (f, d):
+        code, _, err = run_main(["convert", src, "-o", f, "--force"], capsys)
+        assert code == 2 and "is a file of the input dump" in err and f.read_bytes() == before, err
+
+
+def test_convert_writes_a_temporary_file_of_its_own_and_says_a_corrupt_page(dump, tmp_path, capsys, monkeypatch):
+    """The converted file is written as .NAME.advcli-tmp-PID beside the output (two conversions to one output
+    once shared OUT.advcli-tmp and left a corrupt file behind an exit 0), and a step file whose data page is
+    corrupt is a refusal naming the file and the row (exit 2), not an internal error."""
+    import advcli.formats.conversion as conversion
+
+    d, _ = dump
+    out = tmp_path / "cv.parquet"
+    seen = []
+    real = conversion.os.replace
+    monkeypatch.setattr(conversion.os, "replace", lambda a, b: (seen.append(os.path.basename(a)), real(a, b))[1])
+    code, _, err = run_main(["convert", d, "-o", out, "-q"], capsys)
+    assert code == 0, err
+    assert seen == [f".cv.parquet.advcli-tmp-{os.getpid()}"], seen
+    monkeypatch.setattr(conversion.os, "replace", real)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    data = bytearray((d / "completions_00010.parquet").read_bytes())
+    data[8:40] = b"\xff" * 32  # the first data page's bytes (the footer, at the end, still reads)
+    (bad / "completions_00010.parquet").write_bytes(bytes(data))
+    for cmd in (["convert", bad, "-o", tmp_path / "b.parquet"], ["run", bad, "-o", tmp_path / "b.parquet"]):
+        code, _, err = run_main(cmd, capsys)
+        assert code == 2 and "completions_00010.parquet: cannot read rows after row 0" in err, err
+        assert "internal error" not in err
+
+
+def test_convert_from_parquet_says_there_is_nothing_to_convert(dump, tmp_path, capsys):
+    d, _ = dump
+    code, _, err = run_main(["convert", d / "completions_00010.parquet", "--from", "parquet", "-o",
+                             tmp_path / "p.parquet"], capsys)
+    assert code == 2 and "advcli's own Parquet already; nothing to convert" in err and "unknown format" not in err
 
 
 def test_convert_to_a_directory_names_a_file_to_give(dump, tmp_path, capsys):

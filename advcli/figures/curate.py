@@ -748,6 +748,11 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
         with shielded(redeliver=not isinstance(e, KeyboardInterrupt)):
             if w is not None:
                 w.abort()
+        from ..errors import disk_full, is_disk_full
+        from ..io import remote
+
+        if is_disk_full(e) and not remote.is_uri(target):  # the directory, its free space, what was written
+            raise disk_full(os.path.dirname(os.path.abspath(target)), "the kept rows") from None
         raise
     return written
 

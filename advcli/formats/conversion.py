@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import field
 
 from ..errors import AdvcliError
@@ -166,6 +167,11 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 pass
         if os.path.exists(tmp):
             os.remove(tmp)
+        from ..errors import disk_full, is_disk_full
+
+        err = sys.exc_info()[1]
+        if is_disk_full(err):  # the directory (the output's, or TMPDIR at a run's input edge) and its free space
+            raise disk_full(os.path.dirname(os.path.abspath(output)), "the converted dump") from None
         raise
     notes = list(ctx.notes)
     if padding:

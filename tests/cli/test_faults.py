@@ -399,6 +399,27 @@ def test_a_full_disk_while_writing_the_output_is_exit_2_naming_the_directory(rai
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+def test_a_full_disk_under_filter_and_convert_names_the_directory(dump, tmp_path, monkeypatch, capsys):
+    """filter and convert said only 'no space left on the device ([Errno 28] ...)': now, as run, the directory,
+    its free space and what was being written; nothing left behind."""
+    import pyarrow.parquet as pq
+
+    from advcli.io import writer
+
+    with monkeypatch.context() as m:
+        m.setattr(writer.AtomicParquetWriter, "_write_group", _enospc)
+        out = tmp_path / "kept.parquet"
+        code, _, err = run_main(["filter", str(dump), "-o", str(out), "--min-group-size", "2", "-q"], capsys)
+        assert code == 2 and f"{tmp_path}: no space left on the device while writing the kept rows" in err, err
+        assert "MiB free there now" in err and not out.exists() and leftovers(tmp_path) == []
+    src = _primerl(tmp_path, lambda eps: None)
+    monkeypatch.setattr(pq.ParquetWriter, "write_batch", _enospc)
+    out = tmp_path / "converted.parquet"
+    code, _, err = run_main(["convert", str(src), "-o", str(out)], capsys)
+    assert code == 2 and f"{tmp_path}: no space left on the device while writing the converted dump" in err, err
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if "advcli-tmp" in p]
+
+
 def test_a_full_tmpdir_while_spilling_is_exit_2_naming_it(dump, tmp_path, monkeypatch, capsys):
     """The statistics pass's chunks beyond memory go to TMPDIR (advcli.pipeline.spill); that file
     system filling up meanwhile was always exit 1."""

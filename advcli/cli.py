@@ -164,7 +164,7 @@ def run(
     # the outputs stay in their temporary files until everything else is done (the report written, the
     # summary printed); putting them in place is the last step, with Ctrl-C held across it: a non-zero
     # exit at any moment leaves every output path as it was (advcli.io.commit)
-    with staged() as outputs:
+    with staged(force) as outputs:
         progress_cb, stop = progress(show)
         try:  # the library's own run (advcli.run calls the same), then the printing
             result = run_dump(inputs, output, flavor=flavor, settings=settings, estimator=estimator, config=config,

@@ -113,7 +113,7 @@ def filter_cmd(
     from ._sections import emit
     from .progress import progress as _progress
 
-    with staged() as outputs:  # the output is put in place last, after the report (advcli.io.commit)
+    with staged(force) as outputs:  # the output is put in place last, after the report (advcli.io.commit)
         cb, stop = _progress(not quiet and not json_out)
         try:
             summary = filter_file(inputs, output, spec, metric=metric, by=by,

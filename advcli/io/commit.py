@@ -39,7 +39,8 @@ class Pending:
 
 
 class Staging:
-    def __init__(self) -> None:
+    def __init__(self, force: bool = True) -> None:
+        self.force = force  # False: an output path that exists at the commit was written meanwhile by another
         self.pending: list[Pending] = []
         self.committed = False
         self.signals: list[int] = []  # received while (or after) committing: too late to stop anything
@@ -69,6 +70,12 @@ class Staging:
         try:
             for i, p in enumerate(local):
                 old = None
+                if os.path.lexists(p.target) and not self.force:  # absent at the start (checked), there now
+                    from ..errors import AdvcliError
+
+                    raise AdvcliError(f"{p.target}: appeared while this command worked (another process wrote it); "
+                                      "not replaced without --force, and nothing of this run was put in place",
+                                      hint="pass --force to replace it, or write elsewhere")
                 if os.path.lexists(p.target):
                     d, name = os.path.split(os.path.abspath(p.target))
                     old = os.path.join(d, f".{name}.advcli-old-{os.getpid()}-{i}")
@@ -147,12 +154,14 @@ _ACTIVE: Staging | None = None
 
 
 @contextmanager
-def staged() -> Iterator[Staging]:
+def staged(force: bool = True) -> Iterator[Staging]:
     """Within: outputs handed to :func:`put_in_place` wait for :meth:`Staging.commit`; leaving without
-    a commit (an error, Ctrl-C) removes them. The signal handlers are restored on the way out."""
+    a commit (an error, Ctrl-C) removes them. The signal handlers are restored on the way out. ``force``:
+    the command's --force; without it, an output path another process wrote meanwhile is refused at the
+    commit, never replaced."""
     global _ACTIVE
     saved = {s: signal.getsignal(s) for s in HELD}
-    st = Staging()
+    st = Staging(force)
     _ACTIVE = st
     _LAST["committed"] = False
     try:

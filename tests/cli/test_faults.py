@@ -399,6 +399,32 @@ def test_a_full_disk_while_writing_the_output_is_exit_2_naming_the_directory(rai
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("command", ["run", "filter"])
+def test_an_output_another_process_wrote_meanwhile_is_not_replaced_without_force(command, dump, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """Two commands racing to one absent output without --force both passed the start's check, and the
+    second silently replaced the first's finished file: the commit now refuses a target that appeared
+    meanwhile (exit 2), the other process's file untouched, nothing of this run left behind."""
+    from advcli.io import commit
+
+    real = commit.Staging.commit
+
+    def racing(self):
+        for p in self.pending:
+            with open(p.target, "w") as fh:
+                fh.write("the other process's output")
+        real(self)
+
+    monkeypatch.setattr(commit.Staging, "commit", racing)
+    out = tmp_path / "out.parquet"
+    args = [*GAE] if command == "run" else ["--min-group-size", "2"]
+    code, _, err = run_main([command, str(dump), "-o", str(out), *args, "-q"], capsys)
+    assert code == 2 and "appeared while this command worked" in err and "--force" in err, err
+    assert out.read_text() == "the other process's output" and leftovers(tmp_path) == ["out.parquet"]
+    code, _, err = run_main([command, str(dump), "-o", str(out), *args, "-q", "--force"], capsys)
+    assert code == 0, err  # with --force the last one wins, as before
+
+
 def test_a_full_disk_under_filter_and_convert_names_the_directory(dump, tmp_path, monkeypatch, capsys):
     """filter and convert said only 'no space left on the device ([Errno 28] ...)': now, as run, the directory,
     its free space and what was being written; nothing left behind."""

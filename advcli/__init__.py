@@ -96,10 +96,10 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
     """The figures of a dump or an advcli output, like ``advcli stats``: an :class:`advcli.results.notebook.StatsResult`
     (``.metrics``, ``.per_step``, ``.diagnostics``; ``.table``: one row per step). ``inputs``: as
     :func:`run`; ``columns``: role → column name, as ``--column``."""
-    from .figures.of_file import file_statistics
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
     from .results.notebook import StatsResult
+    from .runs.stats import file_statistics
 
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)

@@ -453,7 +453,7 @@ class StepRunner:
 
     def _stats(self, unit: Unit, specs: list[str]) -> dict:
         from ..config import parse_column_maps
-        from ..figures.of_file import file_statistics
+        from ..runs.stats import file_statistics
 
         return file_statistics(specs, parse_column_maps(self.opts.column), self.opts.chunk_rows)
 

@@ -1,4 +1,4 @@
-"""``advcli stats DUMP``: parse, then print :func:`advcli.figures.of_file.file_statistics` in the run
+"""``advcli stats DUMP``: parse, then print :func:`advcli.runs.stats.file_statistics` in the run
 report's formats.
 """
 from __future__ import annotations
@@ -56,8 +56,8 @@ def stats_cmd(
 
         opts = Options("stats", column=column, source=from_, chunk_rows=chunk_rows)
         opt.run_follow(list(inputs), opts, settle, until_idle, False, state, report, trackers, json_out, quiet)
-    from ..figures.of_file import file_statistics
     from ..formats import drop_token_figures, name_dumps, no_token_data, open_inputs
+    from ..runs.stats import file_statistics
     from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet

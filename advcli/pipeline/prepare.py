@@ -124,7 +124,7 @@ def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunSt
     """(raw row score, r̃ the post-processed row reward, the row score the group estimators see before the KL,
     the float32 group-mean checks) from pass 1's row table: the reward's source (column, components,
     Σ token_level_scores), its shaping, no-EOS rule, normalisation and clamp, placement. ``advcli stats``
-    replays it on an output whose run reshaped its rewards (advcli.figures.of_file)."""
+    replays it on an output whose run reshaped its rewards (advcli.runs.stats)."""
     reward = plan.run.reward
     R = int(row["length"].numel())
     if plan.reward_source == "components":

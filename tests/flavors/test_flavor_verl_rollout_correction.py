@@ -240,7 +240,7 @@ def test_a_step_without_valid_tokens_is_refused(tmp_path):
 
 
 def test_stats_reports_the_offpolicy_metrics(tmp_path):
-    from advcli.figures.of_file import file_statistics
+    from advcli.runs.stats import file_statistics
 
     rep = file_statistics([_write(tmp_path / "in.parquet")])
     for k, want in OFFPOLICY.items():

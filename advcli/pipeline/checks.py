@@ -148,7 +148,7 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
     from ..estimators import is_user
     from ..io.writer import check_output_path
     from ..results import RunResult
-    from .output import output_paths
+    from .output import output_paths, undone_on_failure
     from .plan import open_and_plan
 
     deep = deep or is_user(str(RunSpec.from_config(cfg).estimator.name))
@@ -157,11 +157,12 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
 
         ins = InputSet.open(input_specs)
         existed = os.path.isdir(output)
-        outs = output_paths(ins, output)  # may create an output directory for several inputs
+        with undone_on_failure(output):
+            outs = output_paths(ins, output)  # may create an output directory for several inputs
+            for o in outs:
+                check_output_path(o, ins.paths, force)
         if not existed and os.path.isdir(output) and not os.listdir(output):
-            os.rmdir(output)
-        for o in outs:
-            check_output_path(o, ins.paths, force)
+            os.rmdir(output)  # validate writes nothing
     if deep:
         from .run import run_pipeline
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -68,6 +69,23 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
     if len(set(names)) != len(names):
         raise AdvcliError("several inputs share a file name; their outputs would collide in one directory")
     return [os.path.join(output, n) for n in names]
+
+
+@contextmanager
+def undone_on_failure(output: str | None):
+    """Around a command that may create ``output`` as a directory (:func:`output_paths` for several inputs or
+    ``-o DIR/``): when the command fails, a directory it created and left empty is removed again, so a
+    refused or failed run leaves nothing behind (outputs it finished before failing stay, each whole)."""
+    existed = output is None or remote.is_uri(output) or os.path.lexists(output)
+    try:
+        yield
+    except BaseException:
+        if not existed and os.path.isdir(output) and not os.listdir(output):
+            try:
+                os.rmdir(output)
+            except OSError:  # raced with someone else's file: leave it
+                pass
+        raise
 
 
 def file_fingerprint(paths: list[str]) -> str:

@@ -12,7 +12,7 @@ import torch
 from ..io.writer import check_output_path
 from ..results import RunResult
 from .observe import RunObserver
-from .output import output_paths
+from .output import output_paths, undone_on_failure
 from .plan import ProgressFn, open_and_plan
 from .prepare import prepare_run
 from .read import CHUNK_TOKENS, chunk_rows_for
@@ -61,23 +61,24 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
     inputs, plan = open_and_plan(input_specs, cfg, column_overrides, device, chunk_rows, output_mode, write_columns,
                                  check_values)
     outs: list[str] = []
-    if output is not None:
-        outs = output_paths(inputs, output)
-        for o in outs:
-            check_output_path(o, inputs.paths, force)
-    chunk_rows = chunk_rows_for(plan, inputs, chunk_rows, chunk_tokens)
+    with undone_on_failure(output):  # a failed run leaves no empty output directory behind
+        if output is not None:
+            outs = output_paths(inputs, output)
+            for o in outs:
+                check_output_path(o, inputs.paths, force)
+        chunk_rows = chunk_rows_for(plan, inputs, chunk_rows, chunk_tokens)
 
-    with intra_op_threads(plan.device):
-        # passes 1-2: the row table and the statistics resolved from it
-        res, row, betas, kls, warnings = prepare_run(plan, inputs, chunk_rows, progress, defer_kl=True)
-        R = inputs.num_rows
+        with intra_op_threads(plan.device):
+            # passes 1-2: the row table and the statistics resolved from it
+            res, row, betas, kls, warnings = prepare_run(plan, inputs, chunk_rows, progress, defer_kl=True)
+            R = inputs.num_rows
 
-        # pass 3: compute (and write)
-        result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
-                           valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
-        run_observer = RunObserver(plan, res, row, betas, kls, by_position=wants_positions(plan, by_position))
-        stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress, outs if output is not None else None,
-                     output_mode, flavor, native)
+            # pass 3: compute (and write)
+            result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
+                               valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
+            run_observer = RunObserver(plan, res, row, betas, kls, by_position=wants_positions(plan, by_position))
+            stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress,
+                        outs if output is not None else None, output_mode, flavor, native)
     run_observer.finish(result)  # metrics, per_step, histograms, diagnostics (advcli.figures)
     result.device = plan.device_why
     return finish_result(result, plan, res, t0)

@@ -116,12 +116,17 @@ def test_many_more_inputs_than_open_files_allowed(tmp_path):
     assert got.column("prompt_id").to_pylist() == t.column("prompt_id").to_pylist()
 
 
-def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(dumps, tmp_path, monkeypatch):
+@pytest.mark.parametrize("existed", [True, False])
+def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(existed, dumps, tmp_path, monkeypatch):
     """Finished inputs' outputs are closed early but renamed only when the whole run succeeded: an
-    error in the last input leaves no output and no temporary file at all."""
+    error in the last input leaves no output and no temporary file at all; an output directory the
+    run created itself (``-o out/`` not there yet) is removed again, one that was there stays."""
     _, parts, _ = dumps
     out = tmp_path / "out"
-    out.mkdir()
+    if existed:
+        out.mkdir()
+    import advcli.pipeline.write  # noqa: F401  (loaded by the first run otherwise)
+
     real = pipeline.output_batch
 
     def failing(plan, batch, *a, **k):
@@ -134,7 +139,12 @@ def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(dumps, 
     monkeypatch.setattr(pipeline.write, "output_batch", failing)
     with pytest.raises(KeyboardInterrupt):
         run([parts], str(out) + os.sep, {"algorithm.adv_estimator": "grpo"}, chunk_rows=200)
-    assert os.listdir(out) == []
+    assert failing.calls == 3  # it failed while writing, after the directory was made
+    if existed:
+        assert os.listdir(out) == []
+    else:
+        assert not out.exists()
+        assert os.listdir(tmp_path) == []
 
 
 def test_too_many_open_files_is_named_as_such(tmp_path):

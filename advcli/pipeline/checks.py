@@ -143,7 +143,6 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
     (:func:`advcli.pipeline.plan.open_and_plan`, the estimator's own rules on its spec) and the data
     (:func:`check_data`); the result has no diagnostics (``not_computed`` names what was left out). With
     ``deep``, or a user estimator (only running it checks what it returns), the whole run without output."""
-    import os
 
     from ..estimators import is_user
     from ..io.writer import check_output_path
@@ -156,13 +155,10 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
         from ..io.reader import InputSet
 
         ins = InputSet.open(input_specs)
-        existed = os.path.isdir(output)
-        with undone_on_failure(output):
+        with undone_on_failure(output, always=True):  # validate writes nothing, not even a directory
             outs = output_paths(ins, output)  # may create an output directory for several inputs
             for o in outs:
                 check_output_path(o, ins.paths, force)
-        if not existed and os.path.isdir(output) and not os.listdir(output):
-            os.rmdir(output)  # validate writes nothing
     if deep:
         from .run import run_pipeline
 

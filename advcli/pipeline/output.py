@@ -72,20 +72,32 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
 
 
 @contextmanager
-def undone_on_failure(output: str | None):
+def undone_on_failure(output: str | None, *, always: bool = False):
     """Around a command that may create ``output`` as a directory (:func:`output_paths` for several inputs or
-    ``-o DIR/``): when the command fails, a directory it created and left empty is removed again, so a
-    refused or failed run leaves nothing behind (outputs it finished before failing stay, each whole)."""
-    existed = output is None or remote.is_uri(output) or os.path.lexists(output)
+    ``-o DIR/``): when the command fails (or ``always``: ``advcli validate``, which writes nothing), the
+    directories it created, DIR and its new parents, are removed again while empty, so a refused or failed
+    run leaves nothing behind; outputs it finished stay, each whole."""
+    made = []  # the directories output_paths may create, leaf first, up to the first that exists
+    if output is not None and not remote.is_uri(output):
+        d = os.path.abspath(output)
+        while not os.path.lexists(d) and os.path.dirname(d) != d:
+            made.append(d)
+            d = os.path.dirname(d)
+
+    def undo():
+        for d in made:
+            try:
+                os.rmdir(d)  # only when empty
+            except OSError:  # not made, or someone else's file in it: leave it and its parents
+                break
+
     try:
         yield
     except BaseException:
-        if not existed and os.path.isdir(output) and not os.listdir(output):
-            try:
-                os.rmdir(output)
-            except OSError:  # raced with someone else's file: leave it
-                pass
+        undo()
         raise
+    if always:
+        undo()
 
 
 def file_fingerprint(paths: list[str]) -> str:

@@ -122,7 +122,7 @@ def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(existed
     error in the last input leaves no output and no temporary file at all; an output directory the
     run created itself (``-o out/`` not there yet) is removed again, one that was there stays."""
     _, parts, _ = dumps
-    out = tmp_path / "out"
+    out = tmp_path / "out" if existed else tmp_path / "new" / "out"  # -o new/out/: both made by the run
     if existed:
         out.mkdir()
     import advcli.pipeline.write  # noqa: F401  (loaded by the first run otherwise)
@@ -143,8 +143,17 @@ def test_a_failure_in_a_later_input_leaves_no_output_of_the_earlier_ones(existed
     if existed:
         assert os.listdir(out) == []
     else:
-        assert not out.exists()
         assert os.listdir(tmp_path) == []
+
+
+def test_validate_with_an_output_directory_creates_nothing(dumps, tmp_path):
+    from advcli.pipeline.checks import check_run
+
+    _, parts, _ = dumps
+    cfg, native = resolve("verl", [("algorithm.adv_estimator", "grpo")])
+    result, deep = check_run([parts], cfg, flavor="verl", native=native, output=str(tmp_path / "a" / "b") + os.sep)
+    assert result.rows == 240 and not deep
+    assert os.listdir(tmp_path) == []
 
 
 def test_too_many_open_files_is_named_as_such(tmp_path):

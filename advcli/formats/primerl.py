@@ -14,11 +14,16 @@ traces. One canonical row per trace:
   shaper's additive term there, and ``grpo``, ``max_rl``, ``echo``, ``rae`` and ``hierarchical_grpo`` score
   ``training_reward = trace.reward + sum(trace.reward_shaping.values())``. The unshaped reward is then kept
   as ``env_reward`` and each term as ``reward_shaping/<name>``;
-* tokens: the trace's branch (root-to-leaf path over ``nodes[].parent``; the last branch when there
-  are several, ``Trace.messages``' choice), concatenated ``token_ids``; the response starts at the
-  first sampled token (``mask`` true): ``response_mask`` = the mask from there, interior zeros being
-  observations and scaffold; ``rollout_log_probs`` = the compact ``logprobs`` spread onto the sampled
-  positions, 0 elsewhere (``Branch.spread``);
+* tokens: the trace's branch (root-to-leaf path over ``nodes[].parent``), concatenated ``token_ids``; the
+  response starts at the first sampled token (``mask`` true): ``response_mask`` = the mask from there,
+  interior zeros being observations and scaffold; ``rollout_log_probs`` = the compact ``logprobs`` spread
+  onto the sampled positions, 0 elsewhere (``Branch.spread``). A trace with several branches (a fork, a
+  regenerated answer) is trained by prime-rl as one sample per branch, all with the trace's advantage
+  (prime-rl @ 559b4477 ``src/prime_rl/orchestrator/trajectories.py`` ``iter_trainable_branches`` /
+  ``trace_to_samples``): the row holds those branches one after the other, in leaf order, a sampled node
+  that several branches share trained in the first and context (mask 0) in the others, a branch left with
+  nothing to train skipped (:func:`trained_nodes`), so the row's mask=1 tokens are the tokens the trainer
+  trains;
 * ``trainable`` = ``trace.ok`` and ``agent.trainable``; ``agent_name``, ``episode_id``;
 * ``num_output_tokens`` = Σ over branches of their calls' ``usage.completion_tokens``, ``num_total_tokens``
   = Σ over branches of the last call's ``prompt + cached + completion`` tokens, ``num_turns`` = sampled
@@ -90,6 +95,28 @@ def _branches(nodes: list, ctx: Context | None = None, line: int = 0, trace=None
     return out
 
 
+def trained_nodes(nodes: list, branches: list[list[int]]) -> list[tuple[int, bool]]:
+    """The row's nodes in order, each with whether its sampled tokens are trained there: every branch that
+    trains a token, in leaf order, a sampled node shared by several branches trained only in the first that
+    holds it (prime-rl @ 559b4477 ``orchestrator/trajectories.py`` ``iter_trainable_branches``); a trace with no
+    such branch gives its last branch, as it is (all context)."""
+    done: set[int] = set()
+    out: list[tuple[int, bool]] = []
+    for path in branches:
+        seg, trains = [], False
+        for i in path:
+            mask = nodes[i].get("mask") or []
+            sampled = bool(nodes[i].get("sampled", True)) and any(mask)
+            keep = not (sampled and i in done)
+            if sampled and keep:
+                done.add(i)
+            seg.append((i, keep))
+            trains = trains or (keep and any(mask))
+        if trains:
+            out += seg
+    return out or [(i, True) for i in (branches[-1] if branches else [])]
+
+
 def _counts(tr: dict, branches: list[list[int]]) -> tuple[int, int]:
     """Trace.num_output_tokens (Σ over branches of their calls' completion tokens) and num_total_tokens (Σ over
     branches of the last call's prompt + cached + completion tokens), verifiers trace.py."""
@@ -108,17 +135,25 @@ def _counts(tr: dict, branches: list[list[int]]) -> tuple[int, int]:
 def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:
     nodes = tr.get("nodes") or []
     branches = _branches(nodes, ctx, line, tr.get("id"))
-    path = branches[-1] if branches else []
+    for i, n in enumerate(nodes):
+        if len(n.get("mask") or []) != len(n.get("token_ids") or []):
+            raise ctx.error(line, f"trace {tr.get('id')}: node {i} has {len(n.get('token_ids') or [])} token_ids but "
+                            f"{len(n.get('mask') or [])} mask values")
     if len(branches) > 1 and "branches" not in ctx.state:
         ctx.state["branches"] = True
-        ctx.notes.append("traces with several branches: the last branch's tokens are used (the scalar "
-                         "advantage is the same on every branch)")
+        ctx.notes.append("traces with several branches: the row holds each branch prime-rl trains, one after the "
+                         "other (it trains one sample per branch, each with the trace's advantage); a turn that "
+                         "branches share is trained in the first and is context (mask 0) in the others")
     ids, mask, lps = [], [], []
-    for i in path:
+    for i, keep in trained_nodes(nodes, branches):
         n = nodes[i]
-        t, m, lp = n.get("token_ids") or [], [bool(x) for x in (n.get("mask") or [])], n.get("logprobs") or []
-        if len(m) != len(t):
-            raise ctx.error(line, f"trace {tr.get('id')}: node {i} has {len(t)} token_ids but {len(m)} mask values")
+        t, lp = n.get("token_ids") or [], n.get("logprobs") or []
+        if not keep:  # trained in an earlier branch: context here
+            ids += t
+            mask += [False] * len(t)
+            lps += [0.0] * len(t)
+            continue
+        m = [bool(x) for x in (n.get("mask") or [])]
         k = 0
         for s in m:
             if s:

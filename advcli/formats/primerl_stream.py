@@ -26,13 +26,13 @@ PrimeIntellect-ai/prime-rl @ 65a18584 / 551bfc39 / 048a6e23 / 96e0cf47:
   over the branch's tokens, projected onto the branch's nodes compactly over each node's mask; a node takes a
   stream only when every sampled position is covered with a non-null value (``is_masked`` keeps nulls).
 
-Rows are the ``primerl-traces`` rows (:mod:`.primerl`: one per trace, the last branch's tokens, the reward,
-``trainable``, the usage counts) of the **train** episodes, after the fold. ``step``: the step at which the
-cohort's first episode arrived (``info.arrival.step``, else the dispatch step ``run.work.step``, else the step
+Rows are the ``primerl-traces`` rows (:mod:`.primerl`: one per trace, the tokens of each branch prime-rl trains,
+the reward, ``trainable``, the usage counts) of the **train** episodes, after the fold. ``step``: the step at which
+the cohort's first episode arrived (``info.arrival.step``, else the dispatch step ``run.work.step``, else the step
 it shipped at), as the old layout's step files did; ``ship_step`` and ``effective`` from the orchestrator's
-annotation; ``logged_advantage`` = the folded ``info.advantage`` (absent = never assigned); the trainer's
-streams along the row's response: ``trainer_log_probs``, ``entropies`` (0.0 where not annotated, like
-verifiers' ``Branch.spread``) and ``is_masked`` (1, 0, or -1 where not annotated).
+annotation; ``logged_advantage`` = the folded ``info.advantage`` (absent = never assigned); the trainer's streams
+along the row's response: ``trainer_log_probs``, ``entropies`` (0.0 where not annotated, like verifiers'
+``Branch.spread``) and ``is_masked`` (1, 0, or -1 where not annotated).
 
 :func:`stream_chunks` lists a stream directory's chunks in order and tells sealed from live (for a reader
 that follows a run as it is written).
@@ -49,7 +49,7 @@ from ..errors import AdvcliError
 from ..records import record
 from . import Context, Format, require
 from ._common import BOOL, F32_LIST, I64
-from .primerl import TRACE_COLUMNS, _row, sniff
+from .primerl import TRACE_COLUMNS, _row, sniff, trained_nodes
 
 PATTERN = r"(^|/)traces/stream/(?P<chunk>\d+)\.jsonl(?P<zst>\.zst)?$|(^|/)traces/stream\.jsonl$"
 CHUNK = re.compile(r"^(?P<n>\d+)\.jsonl(?P<zst>\.zst)?$")
@@ -262,13 +262,14 @@ def _paths(nodes: list) -> list[list[int]]:
     return out
 
 
-def _spread(nodes: list, path: list[int], field: str, missing) -> list:
-    """A compact node field widened to the branch's tokens: its values on the sampled positions, ``missing``
-    elsewhere and on nodes without it (verifiers ``Branch.spread``, which writes 0.0)."""
+def _spread(nodes: list, row_nodes: list[tuple[int, bool]], field: str, missing) -> list:
+    """A compact node field widened to the row's tokens (:func:`.primerl.trained_nodes`): its values on the
+    sampled positions, ``missing`` elsewhere, on nodes without it (verifiers ``Branch.spread``, which writes 0.0)
+    and on a shared node where it is context (trained in an earlier branch)."""
     out: list = []
-    for nid in path:
+    for nid, keep in row_nodes:
         node = nodes[nid]
-        vals = node.get(field) or []
+        vals = (node.get(field) or []) if keep else []
         k = 0
         for s in node.get("mask") or []:
             if s and k < len(vals):
@@ -278,6 +279,30 @@ def _spread(nodes: list, path: list[int], field: str, missing) -> list:
                 out.append(missing)
             k += bool(s)
     return out
+
+
+def _check_token_advantages(ctx: Context, tr: dict, nodes: list, row_nodes: list[tuple[int, bool]],
+                            scalar: float) -> None:
+    """The per-token advantages the trainer received (the orchestrator's branch streams, folded onto the nodes:
+    ``stamp_ship`` writes each branch's ``advantages``, which ``trace_to_samples`` ships) against the trace's
+    scalar ``info.advantage``, which the audit checks: every prime-rl algorithm at 559b4477 spreads the scalar
+    over the trained tokens, so a token that differs means a stream the audit does not see; said in a note
+    (how many traces, the first one) rather than passed over."""
+    tol = 1e-6 + 1e-6 * abs(scalar)
+    for nid, keep in row_nodes:
+        vals = nodes[nid].get("advantages") if keep else None
+        if vals and any(not isinstance(v, (int, float)) or abs(float(v) - scalar) > tol for v in vals):
+            n = ctx.state.get("token_adv_off", 0) + 1
+            ctx.state["token_adv_off"] = n
+            if "token_adv_note" not in ctx.state:
+                ctx.state["token_adv_note"] = len(ctx.notes)
+                ctx.state["token_adv_first"] = tr.get("id")
+                ctx.notes.append("")
+            ctx.notes[ctx.state["token_adv_note"]] = (
+                f"{n} trace(s) have per-token advantages (the orchestrator's annotation, what the trainer "
+                f"received) that differ from their scalar info.advantage (first: trace "
+                f"{ctx.state['token_adv_first']}): advcli recomputes and audits the scalar")
+            return
 
 
 def episode_kind(ep: dict) -> str:
@@ -353,12 +378,13 @@ def read(path: str, ctx: Context):
             logged = {tr.get("id"): float(adv)} if isinstance(adv, (int, float)) else {}
             row = _row(ctx, line, ep, tr, step, logged)
             nodes = tr.get("nodes") or []
-            paths = _paths(nodes)
-            branch = paths[-1] if paths else []
+            row_nodes = trained_nodes(nodes, _paths(nodes))  # the row's tokens, as primerl-traces takes them
             start = row["prompt_length"]
-            row["trainer_log_probs"] = _spread(nodes, branch, "trainer_logprobs", 0.0)[start:]
-            row["entropies"] = _spread(nodes, branch, "entropies", 0.0)[start:]
-            row["is_masked"] = _spread(nodes, branch, "is_masked", -1)[start:]
+            row["trainer_log_probs"] = _spread(nodes, row_nodes, "trainer_logprobs", 0.0)[start:]
+            row["entropies"] = _spread(nodes, row_nodes, "entropies", 0.0)[start:]
+            row["is_masked"] = _spread(nodes, row_nodes, "is_masked", -1)[start:]
+            if logged:
+                _check_token_advantages(ctx, tr, nodes, row_nodes, logged[tr.get("id")])
             tship = (info.get("ship") or {}).get("step")
             row["ship_step"] = tship if isinstance(tship, int) else None
             row["effective"] = bool(info.get("effective", False))

@@ -150,9 +150,43 @@ def test_two_branches(tmp_path, capsys):
     assert code == 0, err
     assert "several branches" in err
     r = pq.read_table(tmp_path / "c.parquet").to_pylist()[0]
-    assert r["response_mask"] == [1, 1] and r["rollout_log_probs"] == pytest.approx([-0.3, -0.4])
+    # prime-rl trains two samples, [1 2 | 5 6] and [1 2 | 7 8 9] (mask F F T T and F F F T T): the row holds
+    # both, from the first trained token on, so its mask=1 tokens are the four the trainer trains
+    assert r["response_mask"] == [1, 1, 0, 0, 0, 1, 1]
+    assert r["rollout_log_probs"] == pytest.approx([-0.1, -0.2, 0, 0, 0, -0.3, -0.4])
     assert r["num_output_tokens"] == 5 and r["num_total_tokens"] == 4 + 6 and r["num_turns"] == 2
     assert r["reward"] == pytest.approx(0.9) and r["agent_name"] == "solver" and r["step"] == 3
+
+
+def test_a_turn_shared_by_two_branches_is_trained_once(tmp_path, capsys):
+    """A mid-trajectory fork: prompt (0) -> answer (1, sampled) -> tool output (2) -> two continuations (3, 4,
+    sampled). prime-rl trains branch [0 1 2 3] with mask F F | T T | F | T and branch [0 1 2 4] with node 1 as
+    context (trained once, in the first branch: iter_trainable_branches), F F | F F | F | T T. A third branch
+    that trains nothing (a fork whose leaf is not sampled) is skipped."""
+    nodes = [{"message": {"role": "user", "content": "q"}, "sampled": False, "token_ids": [1, 2], "mask": [False] * 2},
+             {"parent": 0, "message": {"role": "assistant", "content": "a"}, "sampled": True, "token_ids": [3, 4],
+              "mask": [True, True], "logprobs": [-0.1, -0.2]},
+             {"parent": 1, "message": {"role": "tool", "content": "o"}, "sampled": False, "token_ids": [5],
+              "mask": [False]},
+             {"parent": 2, "message": {"role": "assistant", "content": "b"}, "sampled": True, "token_ids": [6],
+              "mask": [True], "logprobs": [-0.3]},
+             {"parent": 2, "message": {"role": "assistant", "content": "c"}, "sampled": True, "token_ids": [7, 8],
+              "mask": [True, True], "logprobs": [-0.4, -0.5]},
+             {"parent": 1, "message": {"role": "user", "content": "x"}, "sampled": False, "token_ids": [9],
+              "mask": [False]}]
+    ep = {"id": "e", "group": {"id": "g"}, "ok": True,
+          "traces": [{"id": "t", "agent": {"name": "solver"}, "nodes": nodes, "rewards": {"acc": {"score": 1.0}}}]}
+    d = tmp_path / "rollouts" / "step_1" / "train" / "all"
+    d.mkdir(parents=True)
+    (d / "traces.jsonl").write_text(json.dumps(ep) + "\n")
+    code, _, err = run_main(["convert", tmp_path / "rollouts", "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    r = pq.read_table(tmp_path / "c.parquet").to_pylist()[0]
+    # from the first trained token: [3 4 5 6] then [1 2 3 4 5 7 8]; the leaf 5 (branch [0 1 5]) trains nothing
+    assert r["prompt_length"] == 2
+    assert r["response_mask"] == [1, 1, 0, 1] + [0, 0, 0, 0, 0, 1, 1]
+    assert r["rollout_log_probs"] == pytest.approx([-0.1, -0.2, 0, -0.3] + [0, 0, 0, 0, 0, -0.4, -0.5])
+    assert r["num_turns"] == 3
 
 
 def test_inspect(tmp_path, capsys):

@@ -129,6 +129,7 @@ def test_convert_run_directory(tmp_path, capsys):
     code, _, err = run_main(["convert", tmp_path / "run", "-o", out], capsys)
     assert code == 0, err
     assert "last line is torn" in err and "eval episode" in err
+    assert "per-token advantages" not in err  # the streams shipped are the scalar on every trained token
     rows = _rows(out)
     assert set(rows) == set(exp)  # the eval episode and the torn line are not rows
     for tid, (gid, step, r, a, ship, tr) in exp.items():
@@ -144,6 +145,21 @@ def test_convert_run_directory(tmp_path, capsys):
             assert row["is_masked"] == [0] * comp and row["entropies"] == pytest.approx([0.5] * comp)
         else:
             assert row["logged_advantage"] is None and row["is_masked"] == [-1] * comp
+
+
+def test_token_advantages_that_differ_from_the_scalar_are_said(tmp_path, capsys):
+    """The trainer trains on the orchestrator's per-token streams; the audit checks the scalar. A stream that is
+    not the scalar on its trained tokens (a tampered or non-scalar credit) is named, not passed over."""
+    build(tmp_path / "run")
+    live = tmp_path / "run/monitors/file/traces/annotations/orchestrator/00001.jsonl"
+    recs = [json.loads(x) for x in live.read_text().splitlines()]
+    recs[0]["branches"][0]["advantages"] = [3 * v for v in recs[0]["branches"][0]["advantages"]]
+    assert recs[0]["info"]["advantage"] != 0
+    live.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    code, _, err = run_main(["convert", tmp_path / "run", "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    assert (f"1 trace(s) have per-token advantages (the orchestrator's annotation, what the trainer received) that "
+            f"differ from their scalar info.advantage (first: trace {recs[0]['trace_id']})") in " ".join(err.split())
 
 
 def test_one_chunk_and_run_recompute(tmp_path, capsys):

@@ -96,40 +96,87 @@ def stream_chunks(directory: str) -> list[Chunk]:
     return [Chunk(n, files.get(False) or files[True], False not in files) for n, files in sorted(found.items())]
 
 
-def open_chunk(path: str):
-    if not path.endswith(".zst"):
-        return open(path, "rb")
+class DamagedChunk(AdvcliError):
+    """A sealed chunk that does not decompress, or ends inside a zstd frame (cut short: a copy or a disk that
+    stopped part-way; prime-rl seals a chunk whole, renaming it into place once complete)."""
+
+
+def _zst_blocks(path: str, raw) -> Iterator[bytes]:
+    """The decompressed bytes of a sealed chunk, frame after frame (independent frames, then the seek table, a
+    skippable frame): a file that ends inside a frame is a :class:`DamagedChunk`, where zstandard's stream
+    reader would stop silently at the last whole frame."""
     try:
         import zstandard
     except ImportError:
         raise AdvcliError(f"{path}: a sealed (zstd) prime-rl chunk; reading it needs the zstandard package",
                           hint="pip install zstandard (a dependency of advcli since it reads these chunks)") from None
+    dctx = zstandard.ZstdDecompressor()
+    frame = None
+    try:
+        while block := raw.read(1 << 20):
+            while block:
+                frame = frame or dctx.decompressobj()
+                out = frame.decompress(block)
+                block = b""
+                if frame.eof:
+                    block, frame = frame.unused_data, None
+                if out:
+                    yield out
+    except zstandard.ZstdError as e:
+        raise DamagedChunk(f"{path}: cannot decompress it ({e})",
+                           hint="a damaged sealed chunk: `zstd -t` tests it; prime-rl's own reader stops there too") \
+            from None
+    if frame is not None:
+        raise DamagedChunk(f"{path}: cut short inside a zstd frame (the file ends before its frame does)",
+                           hint="a sealed chunk is written whole and renamed into place: this copy is truncated; "
+                                "copy it again from the run")
+
+
+class _SealedChunk(io.RawIOBase):
+    """A sealed chunk's decompressed bytes as a readable stream (:func:`_zst_blocks`)."""
+
+    def __init__(self, path: str, raw):
+        self._raw, self._blocks, self._buf = raw, _zst_blocks(path, raw), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            self._buf = next(self._blocks, b"")
+            if not self._buf:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        self._blocks.close()
+        self._raw.close()
+        super().close()
+
+
+def open_chunk(path: str):
+    """A binary file object over the chunk's (decompressed) bytes: iterate it for lines."""
     raw = open(path, "rb")
-    # read_across_frames: a sealed chunk is many independent frames plus the seek table (a skippable frame)
-    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-    return io.BufferedReader(reader)
+    return raw if not path.endswith(".zst") else io.BufferedReader(_SealedChunk(path, raw))
 
 
 def chunk_records(path: str, ctx: Context | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, object) of one chunk (plain or sealed). A last line without its newline that does not
     parse is a record still being written (or cut by a crash): not data, said once in ``ctx.notes``; a bad
-    line elsewhere is an error naming the chunk and line."""
+    line elsewhere is an error naming the chunk and line; a damaged sealed chunk is a :class:`DamagedChunk`."""
     try:
         fh = open_chunk(path)
     except OSError as e:
         raise AdvcliError(f"{path}: cannot open it ({e.strerror})") from None
     with fh:
         prev: tuple[int, bytes] | None = None
-        try:
-            for i, raw in enumerate(fh, 1):
-                if prev is not None:
-                    yield parse_line(path, *prev, last=False)
-                prev = (i, raw) if raw.strip() else None
-        except Exception as e:  # zstandard.ZstdError: a damaged sealed chunk
-            if isinstance(e, AdvcliError):
-                raise
-            raise AdvcliError(f"{path}: cannot decompress it ({e})", hint="a damaged sealed chunk? "
-                              "`zstd -t` tests it") from None
+        for i, raw in enumerate(fh, 1):
+            if prev is not None:
+                yield parse_line(path, *prev, last=False)
+            prev = (i, raw) if raw.strip() else None
         if prev is not None:
             rec = parse_line(path, *prev, last=True)
             if rec is not None:
@@ -158,6 +205,8 @@ def first_record(path: str) -> dict | None:
     try:
         for _, rec in chunk_records(path):
             return rec
+    except DamagedChunk:
+        raise  # said as what it is, not as "not a prime-rl file"
     except AdvcliError:
         return None
     if not path.endswith(".zst") and os.path.getsize(path) > 0:

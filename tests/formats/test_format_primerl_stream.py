@@ -162,6 +162,23 @@ def test_token_advantages_that_differ_from_the_scalar_are_said(tmp_path, capsys)
             f"differ from their scalar info.advantage (first: trace {recs[0]['trace_id']})") in " ".join(err.split())
 
 
+@pytest.mark.parametrize("damage", ["cut", "junk"])
+def test_a_damaged_sealed_chunk_is_said_as_such(damage, tmp_path, capsys):
+    """A sealed chunk cut short (its last frame incomplete: zstandard's stream reader would stop at the last
+    whole frame without a word) or not zstd at all is refused as damaged, naming the chunk, exit 2."""
+    build(tmp_path / "run")
+    chunk = tmp_path / "run/monitors/file/traces/stream/00001.jsonl.zst"
+    data = chunk.read_bytes()
+    chunk.write_bytes(data[: len(data) // 2] if damage == "cut" else b"not zstd at all\n" * 4)
+    for cmd in (["run", tmp_path / "run", "-o", tmp_path / "o.parquet", "--flavor", "prime-rl"],
+                ["convert", tmp_path / "run", "-o", tmp_path / "c.parquet"]):
+        code, _, err = run_main(cmd, capsys)
+        assert code == 2, err
+        assert "00001.jsonl.zst: " + ("cut short inside a zstd frame" if damage == "cut" else "cannot decompress") \
+            in " ".join(err.split())
+    assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "c.parquet").exists()
+
+
 def test_one_chunk_and_run_recompute(tmp_path, capsys):
     exp = build(tmp_path / "run")
     chunk = tmp_path / "run/monitors/file/traces/stream/00000.jsonl.zst"

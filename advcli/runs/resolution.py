@@ -116,6 +116,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
         set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
+    refuse_unfit_group_size(flavor, cfg, inputs, given)
     return cfg, native, grouping_note(cfg, inputs) + lines
 
 
@@ -304,6 +305,31 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
         fix = f"add --set {key}=N, the responses sampled per prompt"
     raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "
                       "group and every group-normalised advantage 0 (NaN with a group std)", hint=fix)
+
+
+def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -> None:
+    """Refuse a positional group size that comes from the key's default (TRL's num_generations 8, open-instruct's
+    num_samples_per_prompt_rollout 4) where the trainer dump's own prompt groups are not whole blocks of it: the
+    trainer with that setting could not have written the dump, and blocks of the default would cut across its
+    groups (an error naming only the step's row count at best, wrong groups at worst). A group size the dump
+    shows is taken from it (:func:`from_dump`); this is the case it could not: groups of several sizes."""
+    key = flavor.group_size_key
+    run = RunSpec.from_config(cfg)
+    n = run.grouping.size
+    if not key or key in given or run.grouping.by != "position" or not n or n <= 1:
+        return
+    infos = _infos(inputs)
+    if not infos or any(i is None for i in infos):
+        return  # the user's own Parquet: its prompt_id may not be the trainer's groups
+    sizes = _sizes(infos)
+    if not sizes or all(size % n == 0 for size in sizes):
+        return
+    shown = ", ".join(f"{c} of {s} rows" for s, c in sorted(sizes.items())[:6])
+    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set, and its default {n} does not fit the dump's "
+                      f"{_group_key(infos[0])} ({shown}): blocks of {n} rows would cut across them",
+                      hint=f"add --set {key}=N, the responses sampled per prompt in the run (groups of several "
+                           "sizes: rows were dropped or added after sampling; with N given, advcli groups as the "
+                           "trainer does and says what does not fit)")
 
 
 def _group_sizes(inputs: list[str]) -> dict[int, int] | None:

@@ -116,6 +116,30 @@ def test_wrong_group_size_is_caught(dump, tmp_path, capsys):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_groups_of_several_sizes_need_num_generations(tmp_path, capsys):
+    """Runs of equal prompt of 3 and 2 rows: no group size fits them all, so none is taken from the dump, and
+    TRL's default num_generations=8 (which could not have written them) is refused, naming the key and the
+    dump's groups, rather than cutting blocks of 8 across them. Given the key, the run groups as TRL does."""
+    d = tmp_path / "out" / "completions"
+    d.mkdir(parents=True)
+    prompts = ["user\nq0\nassistant\n"] * 3 + ["user\nq1\nassistant\n"] * 2 + ["user\nq2\nassistant\n"] * 3
+    pd.DataFrame({"step": [10] * 8, "prompt": prompts, "completion": [f"a{i}" for i in range(8)],
+                  "accuracy_reward": [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0], "advantage": [0.0] * 8}) \
+        .to_parquet(d / "completions_00010.parquet")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", str(d), "-o", out, "--flavor", "trl"], capsys)
+    err = " ".join(err.split())
+    assert code == 2 and "num_generations is not set, and its default 8 does not fit the dump's runs of equal " \
+        "prompt (1 of 2 rows, 2 of 3 rows)" in err and "add --set num_generations=N" in err
+    assert not out.exists()
+    # given, the key is the user's: blocks of 8 are checked against the prompt runs, blocks of 3 against the step
+    code, _, err = run_main(["run", str(d), "-o", out, "--flavor", "trl", "--set", "num_generations=8"], capsys)
+    assert code == 2 and "positional group of 8 (rows 0-7 in step 10) holds several 'prompt_id' values" in err
+    code, _, err = run_main(["run", str(d), "-o", out, "--flavor", "trl", "--set", "num_generations=3"], capsys)
+    assert code == 2 and "do not split into groups of 3" in err
+    assert not out.exists()
+
+
 def test_token_estimators_refused(dump, tmp_path, capsys):
     d, _ = dump
     code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "verl",

@@ -112,8 +112,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 schema = _schema(f, buf, synth_mask, {"run_config": saved, "run_config_path": saved_path}
                                  if saved_path else {})
             for r in buf:
-                for k in r:
-                    if k not in schema.names and k not in dropped:
+                for k, v in r.items():  # a field null in every row so far holds nothing to lose
+                    if v is not None and k not in schema.names and k not in dropped:
                         dropped.add(k)
             batch = _to_batch(buf, where, schema, synth_mask, f.mask_length, set(f.columns))
             if writer is None:
@@ -217,16 +217,14 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool, extra: dict | None = 
             names.append(name)
     extra_names = []
     for r in rows:
-        for k in r:
-            if k not in f.columns and k not in extra_names:
+        for k, v in r.items():  # a field null in every row of the batch has no type yet: left out (and said, in
+            if v is not None and k not in f.columns and k not in extra_names:  # convert, if a value comes later)
                 extra_names.append(k)
     for k in extra_names:
         first = next((r[k] for r in rows if r.get(k) is not None), None)  # the first record's type rules
         try:
             typ = pa.array([first]).type
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            typ = pa.string()
-        if pa.types.is_null(typ):
             typ = pa.string()
         if pa.types.is_integer(typ) and any(isinstance(r.get(k), float) for r in rows):
             typ = pa.float64()  # 1 and 0.5 in one field: a float field

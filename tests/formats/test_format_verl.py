@@ -312,3 +312,23 @@ def test_audit_of_a_dump_that_logs_no_advantages(tmp_path, capsys):
     assert code == 2 and "holds no logged advantages" in err and "nothing to audit" in err and "Traceback" not in err
     code, _, err = run_main(["audit", d, "--set", "algorithm.adv_estimator=grpo"], capsys)
     assert code == 2 and "holds no logged advantages" in " ".join(err.split())
+
+
+def test_a_field_only_in_later_rows_is_said_and_a_field_never_set_is_not(tmp_path):
+    """The converted schema is fixed by the first batch of rows: a field that first holds a value after it is
+    left out, and the note says which; a field that is null in every row holds nothing, and no note claims it
+    was lost."""
+    from advcli.formats.conversion import convert
+
+    recs = v1_records(1, 3)
+    for i, r in enumerate(recs):
+        r["never"] = None
+        r["late"] = 7 if i == len(recs) - 1 else None
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", recs)
+    info = convert(str(d), str(tmp_path / "c.parquet"), batch_rows=5)
+    said = [n for n in info.notes if "first appear after" in n]
+    assert len(said) == 1 and said[0].startswith("field(s) late first appear after the first 5 rows"), info.notes
+    names = pq.read_table(tmp_path / "c.parquet").column_names
+    assert "late" not in names and "never" not in names and "output" in names

@@ -188,6 +188,19 @@ class Watcher:
         self._steps[p] = (key, held)
         return held
 
+    def signature(self) -> str:
+        """A digest of every file under the directory (path, size, modification time): it changes when a file
+        appears, grows or is rewritten, so ``--until-idle`` counts from the dump's last change, not from the last
+        step taken."""
+        h = hashlib.sha1()
+        for p in self._walk():
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                continue
+            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
+
     def taken(self, step: int) -> None:
         if hasattr(self.lister, "taken"):
             self.lister.taken(step)
@@ -238,11 +251,13 @@ def fingerprint(path: str, size: int) -> str:
     return h.hexdigest()
 
 
-def snapshot(root: str, unit: Unit, into: str) -> tuple[dict, list[str]]:
+def snapshot(root: str, unit: Unit, into: str, whole: bool = False) -> tuple[dict, list[str]]:
     """Copy the step's complete bytes under ``into`` (the same relative paths, so the format reads them as
     the trainer named them) -> ({relative path: [size taken, mtime_ns, sha256]}, notes). A JSON Lines file
-    is copied up to its last newline: a torn last line is never read as data (said in the notes). A unit
-    with its own writer (``Unit.write``) writes its copy itself."""
+    is copied up to its last newline: a torn last line is never read as data (said in the notes). ``whole``:
+    every byte, a last line without its newline included (the last step at the end of ``--until-idle``, read
+    as the one-off command reads the finished dump: its reader says a torn line). A unit with its own writer
+    (``Unit.write``) writes its copy itself."""
     if unit.write is not None:
         return unit.write(into)
     taken, notes = {}, []
@@ -253,7 +268,7 @@ def snapshot(root: str, unit: Unit, into: str) -> tuple[dict, list[str]]:
         st = os.stat(p)
         with open(p, "rb") as fh:
             data = fh.read(st.st_size)
-        if p.endswith(TEXT_SUFFIXES) and data and not data.endswith(b"\n"):
+        if p.endswith(TEXT_SUFFIXES) and data and not data.endswith(b"\n") and not whole:
             cut = data.rfind(b"\n") + 1
             notes.append(f"{p}: torn last line ({len(data) - cut} bytes without a newline) left out")
             data = data[:cut]
@@ -557,9 +572,10 @@ class _Stop(Exception):
 def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None = None,
            until_idle: float | None = None, fail_fast: bool = False, state_path: str | None = None,
            trackers=None, json_out: bool = False, quiet: bool = False, echo=None) -> int:
-    """Follow ``root`` until Ctrl-C / SIGTERM, ``until_idle`` seconds without a new step, or (``fail_fast``)
-    the first step that disagrees. Returns the exit code: 1 if a step disagreed (over the whole follow,
-    resumed runs included), else 0."""
+    """Follow ``root`` until Ctrl-C / SIGTERM, ``until_idle`` seconds without a change in the dump (the step on
+    disk then taken as the last one, or, if it cannot be read, named: AdvcliError after the summary), or
+    (``fail_fast``) the first step that disagrees. Returns the exit code: 1 if a step disagreed (over the whole
+    follow, resumed runs included), else 0."""
     if not os.path.isdir(root):
         raise AdvcliError(f"{root}: --follow watches a trainer's dump directory; no such directory",
                           hint="give the directory the trainer writes its step files into")
@@ -589,7 +605,8 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         logger = StepLogger(trackers, {"command": opts.command, "follow": root, "flavor": st.flavor})
     if st.last_step is not None and not quiet:
         echo(f"resuming after step {st.last_step} ({st.steps} step(s) taken before)", err=True)
-    ended, last_new = "", time.monotonic()
+    ended, last_change, seen = "", time.monotonic(), None
+    unfinished: AdvcliError | None = None
     since_ns = time.time_ns()  # a file of a step older than one taken, written since then, landed late
     old = {}
 
@@ -601,6 +618,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     try:
         while True:
             now = time.time()
+            sig = watcher.signature() if until_idle is not None else None
+            if sig != seen:  # a file appeared, grew or was rewritten: the idle clock starts again
+                seen, last_change = sig, time.monotonic()
             reported = len(st.changed)
             _check_changed(st, root, echo, quiet)
             units = watcher.units()
@@ -626,14 +646,47 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                 if fail_fast and st.disagreed:
                     raise _Stop("--fail-fast: a step disagrees")
             if took:
-                last_new = time.monotonic()
-            elif until_idle is not None and time.monotonic() - last_new >= until_idle:
+                last_change = time.monotonic()
+            elif until_idle is not None and time.monotonic() - last_change >= until_idle:
                 if watcher.fmt is None and watcher.last_error is not None:
                     raise watcher.last_error
-                pending = next((u for u in units if st.last_step is None or u.step > st.last_step), None)
-                if not (pending is not None and waiting_on_parquet(pending, settle, watcher.named)):
+                pending = [u for u in units if st.last_step is None or u.step > st.last_step]
+                if not pending:
                     ended = f"no new step for {until_idle:g} s (--until-idle)"
                     break
+                # a step on disk but not taken (still being written, landed within --settle of the deadline, or
+                # left with a torn last line): never dropped silently. Taken as the last step once the dump has
+                # been quiet for --settle, as the one-off command reads it; a step that cannot be read so ends
+                # the follow naming it, with the one-off command's error (exit 2)
+                if time.monotonic() - last_change < settle:
+                    time.sleep(poll)
+                    continue
+                try:
+                    if waiting_on_parquet(pending[0], settle, watcher.named):
+                        time.sleep(poll)
+                        continue
+                    if pending[0].sealed is False:
+                        raise AdvcliError(f"step {pending[0].step}: still open when nothing in {shown} had changed "
+                                          f"for {until_idle:g} s (--until-idle): a live chunk ending in a "
+                                          "half-written line?; not taken",
+                                          hint="audit the finished directory without --follow to see what it "
+                                               "holds; a restarted follow (same --state) takes the step once "
+                                               "it is complete")
+                    u = pending[0]
+                    fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
+                    _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap_note(st, u.step, fmt),
+                          whole=True)
+                except AdvcliError as e:
+                    unfinished = e
+                    ended = (f"no change in the dump for {until_idle:g} s (--until-idle), and step {pending[0].step}, "
+                             "on disk, could not be taken (below)")
+                    break
+                watcher.taken(u.step)
+                st.save(state_path)
+                last_change = time.monotonic()
+                if fail_fast and st.disagreed:
+                    raise _Stop("--fail-fast: a step disagrees")
+                continue
             time.sleep(poll)
     except KeyboardInterrupt:
         ended = "interrupted"
@@ -654,15 +707,17 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                                                     if st.disagreed else "")
         echo(f"followed {shown}: {st.steps} step(s), last step {st.last_step}{tail}; stopped: {ended}"
              + (f"; state in {state_path}" if state_path else ""), err=True)
+    if unfinished is not None:
+        raise unfinished  # after the summary: exit 2, the step and file named as the one-off command names them
     return 1 if st.disagreed else 0
 
 
 def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, opts: Options, logger,
-          json_out: bool, quiet: bool, echo, first_notes: list[str] = ()) -> None:
+          json_out: bool, quiet: bool, echo, first_notes: list[str] = (), whole: bool = False) -> None:
     tmp = tempfile.mkdtemp(prefix="advcli-follow-")
     named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
-        taken, notes = snapshot(root, u, tmp)
+        taken, notes = snapshot(root, u, tmp, whole)
         rep = runner.run(u, tmp, named)
     except AdvcliError as e:  # its message names the copy: name the user's file instead
         raise _renamed_error(e, tmp, named) from None

@@ -95,7 +95,8 @@ SETTLE = typer.Option(2.0, "--settle", metavar="SECONDS",
                       help="With --follow: a step whose next step has not appeared yet is taken once its files "
                            "are quiet this long.")
 UNTIL_IDLE = typer.Option(None, "--until-idle", metavar="SECONDS",
-                          help="With --follow: stop when no step arrived for this long (default: until Ctrl-C).")
+                          help="With --follow: stop when nothing in the dump changed for this long, once the step on "
+                               "disk is taken (default: until Ctrl-C).")
 FAIL_FAST = typer.Option(False, "--fail-fast", help="With --follow: stop at the first step that disagrees.")
 STATE = typer.Option(None, "--state", metavar="PATH",
                      help="With --follow: the follower's state file (a restart resumes after the last step "

@@ -117,6 +117,60 @@ def test_a_later_step_forces_a_torn_step_without_its_torn_line(tmp_path, capsys)
     assert "torn last line" in err
 
 
+def test_until_idle_counts_from_the_last_change_and_takes_a_step_still_being_written(tmp_path, capsys):
+    """--until-idle counts from the dump's last change, not the last step taken: a step written line by line
+    for longer than --until-idle (each line sooner than it) is taken, with its planted row, before stopping."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    step2 = nemo_bytes(tmp_path, 2, planted=True).splitlines(keepends=True)
+
+    def writer():
+        time.sleep(0.3)
+        with open(run / "train_data_step2.jsonl", "wb") as fh:
+            for line in step2:  # ~1.4 s in all, a line every 0.2 s
+                fh.write(line)
+                fh.flush()
+                time.sleep(0.2)
+
+    code, out, err = follow(["audit", str(run), "--follow", "--settle", "0.3", "--until-idle", "0.6", "--no-search"],
+                            capsys, writer)
+    assert code == 1, err
+    got = lines(out)
+    assert [x.split(":")[0] for x in got] == ["step 1", "step 2"] and "DISAGREE" in got[1]
+    assert "stopped: no new step for 0.6 s" in err
+
+
+def test_until_idle_shorter_than_settle_takes_the_step_on_disk(tmp_path, capsys):
+    """A step that landed within --settle of the --until-idle deadline is taken once quiet for --settle."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    code, out, err = follow(["audit", str(run), "--follow", "--settle", "0.6", "--until-idle", "0.2", "--no-search"],
+                            capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1"] and "1 step(s), last step 1" in err
+
+
+def test_a_last_step_left_torn_ends_until_idle_with_exit_2_naming_it(tmp_path, capsys):
+    """A trainer that crashed mid-line in its last step: at the end of --until-idle the step is read as the
+    one-off audit reads it: the torn line named, exit 2 (never dropped with exit 0)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    (run / "train_data_step2.jsonl").write_bytes(nemo_bytes(tmp_path, 2)[:-40])
+    code, _, once = run_main(["audit", str(run), "--no-search"], capsys)
+    assert code == 2 and "truncated line" in once
+    state = tmp_path / "s.json"
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--no-search", "--state",
+                             str(state)], capsys)
+    assert code == 2, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1"]
+    assert "step 2, on disk, could not be taken" in err
+    assert f"error: {run / 'train_data_step2.jsonl'}:{len(SAMPLES)}: truncated line" in err
+    assert json.loads(state.read_text())["last_step"] == 1  # a restart tries step 2 again
+
+
 def test_restart_resumes_after_the_last_step_and_reports_a_changed_file(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
@@ -426,7 +480,8 @@ def test_followed_step_names_the_first_stage_that_differs(tmp_path, capsys):
 
 def test_a_chunk_lister_plugs_in_and_its_live_chunk_waits_for_its_seal(tmp_path, capsys, monkeypatch):
     """The hook prime-rl's trace-stream chunks plug into: a lister registered for a format gives the units
-    and says which are sealed; an unsealed (live) chunk is not taken, however quiet, and no later one either."""
+    and says which are sealed; an unsealed (live) chunk is not taken, however quiet, and no later one either:
+    at the end of --until-idle the follow names it and exits 2 (never dropped silently)."""
     from advcli.commands import follow as follow_mod
 
     run = tmp_path / "run"
@@ -438,8 +493,9 @@ def test_a_chunk_lister_plugs_in_and_its_live_chunk_waits_for_its_seal(tmp_path,
 
     monkeypatch.setitem(follow_mod.CHUNK_LISTERS, "parquet", lister)
     code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4"], capsys)
-    assert code == 0, err
+    assert code == 2, err
     assert [x.split(":")[0] for x in lines(out)] == ["step 0"]
+    assert "step 1, on disk, could not be taken" in err and "error: step 1: still open" in err
 
 
 def test_memory_does_not_keep_the_taken_steps(tmp_path, capsys):

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import base64
 import json
+import multiprocessing
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -184,9 +187,23 @@ def test_run_follows_a_prime_rl_stream_across_a_seal_a_torn_line_and_a_restart(t
     root = tmp_path / "run"
     write_now(tmp_path, root, w.events[:stop])
     out_dir = tmp_path / "adv"
-    # the first follower: a long --settle, so only what the later-step rule completes is taken (step 1)
-    code, out, err = run_main(["run", str(root), "--follow", "-o", str(out_dir), "--settle", "30", "--until-idle",
-                               "1", *RAE], capsys)
+    # the first follower: a long --settle, so only what the later-step rule completes is taken (step 1), then
+    # SIGTERM (--until-idle would take the steps on disk once the stream is quiet for --settle)
+    state, follower = out_dir / "follow-state.json", os.getpid()
+
+    def killer():
+        deadline = time.time() + 20
+        while time.time() < deadline and not state.exists():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(follower, signal.SIGTERM)
+
+    p = multiprocessing.get_context("fork").Process(target=killer)
+    p.start()
+    try:
+        code, out, err = run_main(["run", str(root), "--follow", "-o", str(out_dir), "--settle", "30", *RAE], capsys)
+    finally:
+        p.join(30)
     assert code == 0, err
     assert [x.split(":")[0] for x in lines(out)] == ["step 1"]
     st = json.loads((out_dir / "follow-state.json").read_text())

@@ -595,6 +595,10 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                                "give a new --state to follow the run again from its first step")
     from ..config import parse_column_maps
 
+    if opts.source not in (None, "", "auto", "parquet"):  # the format named: refused before any wait
+        from ..formats import get
+
+        refuse_format(get(opts.source), shown, opts.command)
     watcher = Watcher(root, opts.source, settle, shown, parse_column_maps(opts.column).get("step", "step"))
     watcher.after = st.last_step
     runner = StepRunner(opts, st)
@@ -607,6 +611,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         echo(f"resuming after step {st.last_step} ({st.steps} step(s) taken before)", err=True)
     ended, last_change, seen = "", time.monotonic(), None
     unfinished: AdvcliError | None = None
+    checked = False  # the format found and accepted (refuse_format)
     since_ns = time.time_ns()  # a file of a step older than one taken, written since then, landed late
     old = {}
 
@@ -624,6 +629,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             reported = len(st.changed)
             _check_changed(st, root, echo, quiet)
             units = watcher.units()
+            if watcher.fmt not in (None, "parquet") and not checked:
+                refuse_format(watcher.fmt, shown, opts.command)
+                checked = True
             _check_late(st, units, root, echo, quiet, since_ns, watcher.named, opts.command)
             for line in watcher.drain():
                 if not quiet:
@@ -778,6 +786,21 @@ def gap_note(st: FollowState, step: int, fmt: str) -> list[str]:
                      f"{st.last_step} left, not the trainer's after the missing step(s): a disagreement in step "
                      f"{step} may be the KL coefficient's")
     return [note]
+
+
+def refuse_format(fmt, shown: str, command: str) -> None:
+    """Refuse to follow a format whose file names carry no step (open-instruct's ``{run_name}_rollouts_{shard}``:
+    a shard is appended to across steps, a new one every 10,000 samples): its files are not steps, so neither a
+    later file nor a quiet one says a step is complete. Formats followed by a lister of their own
+    (:data:`CHUNK_LISTERS`: prime-rl's chunked streams) are not refused."""
+    if fmt.name in CHUNK_LISTERS or "(?P<step>" in fmt.pattern:
+        return
+    raise AdvcliError(f"{shown}: --follow takes a dump one step file at a time, and {fmt.title} files are numbered "
+                      "by shard, not by step (a shard is appended to across steps), so a step cannot be told "
+                      "complete from its files; a follow would take shards as steps and mix steps in one",
+                      hint=f"{command} the directory once the run is finished, without --follow (advcli {command} "
+                           f"{shown}{' -o OUT' if command == 'run' else ''}): it steps the rows by each record's "
+                           "step field")
 
 
 def waiting_on_parquet(u: Unit, settle: float, named) -> bool:

@@ -18,6 +18,7 @@ import pytest
 from conftest import run_main
 from test_format_nemo import SAMPLES, nemo_grpo
 from test_format_nemo import write_step as nemo_write
+from test_format_openinstruct import build as open_instruct_build
 from test_format_slime import build as slime_build
 from test_format_trl import write_step as trl_write
 from test_format_verl import v1_records
@@ -533,6 +534,25 @@ def test_a_task_file_arriving_after_its_step_was_taken_is_reported(tmp_path, cap
     assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
     assert f"step 1: {late} appeared after the step was taken; not read" in err
     assert str(late) in json.loads(state.read_text())["changed"]
+
+
+def test_open_instruct_shards_are_refused_up_front(tmp_path, capsys):
+    """open-instruct numbers its files by shard (appended to across steps), not by step: --follow refuses the
+    format (exit 2, why and what to do) at once, whether found in the directory or named with --from, rather
+    than take shards as steps; the finished directory is audited by each record's step."""
+    run = tmp_path / "run"
+    open_instruct_build(run)
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "5", "--no-search"], capsys)
+    assert code == 2 and not lines(out)
+    assert "numbered by shard, not by step" in err and f"advcli audit {run}" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    start = time.monotonic()
+    code, out, err = follow(["stats", str(empty), "--follow", "--from", "open-instruct-traces", "--until-idle", "5"],
+                            capsys)
+    assert code == 2 and "numbered by shard" in err and time.monotonic() - start < 3  # before any wait
+    code, _, err = run_main(["audit", str(run), "--no-search"], capsys)
+    assert code in (0, 1), err  # the finished directory is audited
 
 
 # ------------------------------------------------ what a new user met: gaps, late, cut-short, relabelled steps

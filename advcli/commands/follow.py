@@ -439,6 +439,10 @@ class StepRunner:
         kl, ema = {}, {"start": dict(st.ema)}
         k1, k2 = KL_CARRY.set(kl), EMA_CARRY.set(ema)
         try:
+            if o.command == "audit":
+                from ..audit.recompute import require_logged
+
+                require_logged(specs, o.against)  # as the one-off audit checks its inputs first
             self._resolve(specs)
             rep = name_dumps(getattr(self, "_" + o.command)(unit, specs))
         finally:
@@ -631,7 +635,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             units = watcher.units()
             if watcher.fmt not in (None, "parquet") and not checked:
                 refuse_format(watcher.fmt, shown, opts.command)
-                checked = True
+                checked = opts.command != "audit" or nothing_to_audit(watcher.fmt, units, shown, opts.against)
             _check_late(st, units, root, echo, quiet, since_ns, watcher.named, opts.command)
             for line in watcher.drain():
                 if not quiet:
@@ -801,6 +805,29 @@ def refuse_format(fmt, shown: str, command: str) -> None:
                       hint=f"{command} the directory once the run is finished, without --follow (advcli {command} "
                            f"{shown}{' -o OUT' if command == 'run' else ''}): it steps the rows by each record's "
                            "step field")
+
+
+def nothing_to_audit(fmt, units: list[Unit], shown: str, against: str | None) -> bool:
+    """``audit --follow``'s first check, the one-off audit's (:func:`advcli.audit.recompute.require_logged`), made
+    on the format as soon as it is found, before any step is waited for: a format that logs no advantages
+    (verl's rollout_data_dir, AReaL, ROLL, slime, SkyRL) whose first record carries none of the logged columns
+    either is refused as what it is, not through an estimator's or a column's error at the first step. ->
+    whether the check is done (False: no record to look at yet); each step's copy is checked again as the
+    one-off audit checks it."""
+    from ..audit.recompute import LOGGED_DEFAULTS, nothing_logged
+    from ..formats.records import first_json_record
+
+    if against is not None or fmt.logged:
+        return True
+    files = [p for u in units for p in u.files]
+    if not files:
+        return False
+    first = (fmt.first_record or first_json_record)(files[0])
+    if first is None:
+        return False  # its first line still being written
+    if any(c in first for c in LOGGED_DEFAULTS):
+        return True
+    raise nothing_logged(shown, fmt.title)
 
 
 def waiting_on_parquet(u: Unit, settle: float, named) -> bool:

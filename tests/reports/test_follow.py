@@ -555,6 +555,25 @@ def test_open_instruct_shards_are_refused_up_front(tmp_path, capsys):
     assert code in (0, 1), err  # the finished directory is audited
 
 
+@pytest.mark.parametrize("name", ["verl", "areal"])
+def test_audit_follow_of_a_format_without_logged_advantages_says_so_at_once(tmp_path, capsys, name):
+    """verl's rollout_data_dir and AReaL's dumps log no advantages: audit --follow refuses them as the one-off
+    audit does, word for word (exit 2), as soon as the format is found, not through an estimator's error at the
+    first step and not after waiting for it."""
+    make, _ = FORMATS[name]
+    run = tmp_path / "run"
+    run.mkdir()
+    make(run, 1)
+    code, _, once = run_main(["audit", str(run), "--no-search"], capsys)
+    assert code == 2 and "holds no logged advantages" in once
+    start = time.monotonic()
+    code, out, err = follow(["audit", str(run), "--follow", "--settle", "5", "--until-idle", "10", "--no-search"],
+                            capsys)
+    assert code == 2 and not lines(out)
+    assert time.monotonic() - start < 4  # not after --settle
+    assert once.split("error: ")[1] in err and "advcli run" in err
+
+
 # ------------------------------------------------ what a new user met: gaps, late, cut-short, relabelled steps
 def _steps_dir(tmp_path, steps=3, settings_rows=120):
     """A Parquet dump, one step_N.parquet a step, and its table."""

@@ -18,9 +18,9 @@ Every statistic advcli resolves is scoped to a step otherwise (``advcli.engines.
 followed one by one give the numbers of one run over the finished dump, bit for bit. Runs whose
 statistics span steps (``grouping.scope: all``) are refused.
 
-State (:class:`FollowState`, JSON written atomically after every step, ``--state`` or beside the outputs):
-the last step taken, the carried values, the counts, and the fingerprints of the last :data:`WATCHED`
-steps' files: a restarted follower resumes after the last step it finished, and a taken file that
+State (:class:`FollowState`, JSON written atomically after every step, before its line is printed, ``--state``
+or beside the outputs): the last step taken, the carried values, the counts, and the fingerprints of the last
+:data:`WATCHED` steps' files: a restarted follower resumes after the last step it finished, and a taken file that
 changes afterwards is reported once (never read again). Memory does not grow with the run: one step is
 held at a time, the state is a few numbers per agent.
 
@@ -321,11 +321,16 @@ class FollowState:
         d = {"version": STATE_VERSION, **self.__dict__}
         tmp = f"{path}.tmp{os.getpid()}"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "w") as fh:
-            json.dump(d, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(d, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # never a stray temporary file beside the state
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
 
 
 # ------------------------------------------------------------------------------ one step, per command
@@ -573,6 +578,32 @@ class _Stop(Exception):
     pass
 
 
+class _Signals:
+    """SIGTERM and Ctrl-C end the follow as KeyboardInterrupt, except while a step is being committed
+    (:meth:`held`: the state updated and saved, the step logged and printed): a signal there is delivered once the
+    commit is whole, so the state file never lags a step the terminal or the summary shows."""
+
+    def __init__(self):
+        self.holding, self.pending = False, False
+
+    def handler(self, signum, frame):
+        if self.holding:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self):
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
 def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None = None,
            until_idle: float | None = None, fail_fast: bool = False, state_path: str | None = None,
            trackers=None, json_out: bool = False, quiet: bool = False, echo=None) -> int:
@@ -619,11 +650,10 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     since_ns = time.time_ns()  # a file of a step older than one taken, written since then, landed late
     old = {}
 
-    def stop(signum, frame):  # SIGTERM ends the follow as Ctrl-C does
-        raise KeyboardInterrupt
-
+    signals = _Signals()  # SIGTERM ends the follow as Ctrl-C does; neither while a step is committed
     with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C only
-        old[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, signals.handler)
     try:
         while True:
             now = time.time()
@@ -641,7 +671,8 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                 if not quiet:
                     echo(line, err=True)
             if len(st.changed) != reported:
-                st.save(state_path)  # a restart does not report them again
+                with signals.held():
+                    st.save(state_path)  # a restart does not report them again
             todo = [u for u in units if st.last_step is None or u.step > st.last_step]
             took = False
             for i, u in enumerate(todo):
@@ -651,9 +682,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                 gap = gap_note(st, u.step, fmt)
                 if fmt == "parquet" and len(u.files) > 1:
                     gap.append(several_files(u, [watcher.named(p) for p in u.files], opts.command))
-                _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap)
+                _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap, state_path=state_path,
+                      signals=signals)
                 watcher.taken(u.step)
-                st.save(state_path)
                 took = True
                 if fail_fast and st.disagreed:
                     raise _Stop("--fail-fast: a step disagrees")
@@ -687,14 +718,13 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                     u = pending[0]
                     fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
                     _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap_note(st, u.step, fmt),
-                          whole=True)
+                          whole=True, state_path=state_path, signals=signals)
                 except AdvcliError as e:
                     unfinished = e
                     ended = (f"no change in the dump for {until_idle:g} s (--until-idle), and step {pending[0].step}, "
                              "on disk, could not be taken (below)")
                     break
                 watcher.taken(u.step)
-                st.save(state_path)
                 last_change = time.monotonic()
                 if fail_fast and st.disagreed:
                     raise _Stop("--fail-fast: a step disagrees")
@@ -725,7 +755,11 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
 
 
 def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, opts: Options, logger,
-          json_out: bool, quiet: bool, echo, first_notes: list[str] = (), whole: bool = False) -> None:
+          json_out: bool, quiet: bool, echo, first_notes: list[str] = (), whole: bool = False,
+          state_path: str | None = None, signals: _Signals | None = None) -> None:
+    """Take step ``u``: its copy run through the command, then committed — the state updated and saved
+    (atomically), the step logged and printed — with SIGTERM/Ctrl-C held off (``signals``) until the commit is
+    whole: the state never lags a step the terminal shows."""
     tmp = tempfile.mkdtemp(prefix="advcli-follow-")
     named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
@@ -740,21 +774,23 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
     path = opts.step_report(u.step)
     if path:
         write_step_report(opts.command, path, rep)
-    if logger is not None:
-        logger.log(u.step, values)
-    st.last_step, st.steps = u.step if u.through is None else u.through, st.steps + 1
-    if not agree:
-        st.disagreed += 1
-        if len(st.disagreed_steps) < 100:
-            st.disagreed_steps.append(u.step)
-    st.taken = (st.taken + [[u.step, taken]])[-WATCHED:]
-    st.changed = st.changed[-CHANGED_KEPT:]  # bounded however long the run
-    if json_out:
-        echo(json.dumps({"step": u.step, "line": line, "notes": notes, "report": rep}, default=str))
-    elif not quiet:
-        for n in notes:
-            echo(f"step {u.step}: {n}", err=True)
-        echo(line)
+    with (signals or _Signals()).held():
+        st.last_step, st.steps = u.step if u.through is None else u.through, st.steps + 1
+        if not agree:
+            st.disagreed += 1
+            if len(st.disagreed_steps) < 100:
+                st.disagreed_steps.append(u.step)
+        st.taken = (st.taken + [[u.step, taken]])[-WATCHED:]
+        st.changed = st.changed[-CHANGED_KEPT:]  # bounded however long the run
+        st.save(state_path)  # before the step is printed or logged
+        if logger is not None:
+            logger.log(u.step, values)
+        if json_out:
+            echo(json.dumps({"step": u.step, "line": line, "notes": notes, "report": rep}, default=str))
+        elif not quiet:
+            for n in notes:
+                echo(f"step {u.step}: {n}", err=True)
+            echo(line)
 
 
 def gap_note(st: FollowState, step: int, fmt: str) -> list[str]:

@@ -235,6 +235,48 @@ def test_sigterm_ends_the_follow_with_its_summary(tmp_path, capsys):
     assert json.loads(state.read_text())["last_step"] == 1
 
 
+@pytest.mark.parametrize("where", ["print", "save"])
+def test_a_signal_while_a_step_is_committed_leaves_the_state_whole(tmp_path, capsys, monkeypatch, where):
+    """SIGTERM right after a step's line is printed, or while the state is being written: the state already
+    holds that step (it is saved before the line), the summary agrees with it, and no temporary file is left
+    beside it."""
+    import typer
+
+    if where == "save" and not os.path.isdir("/proc/self/fd"):
+        pytest.skip("names the state's temporary file by its descriptor (/proc)")
+    run = tmp_path / "run"
+    run.mkdir()
+    for s in (1, 2):
+        (run / f"train_data_step{s}.jsonl").write_bytes(nemo_bytes(tmp_path, s))
+    state = tmp_path / "st" / "s.json"
+    real_echo, real_fsync, sent = typer.echo, os.fsync, []
+
+    def kill_once():
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def echo(message=None, *a, **k):
+        real_echo(message, *a, **k)
+        if where == "print" and str(message).startswith("step 1:"):
+            kill_once()
+
+    def fsync(fd):
+        if where == "save" and ".tmp" in os.readlink(f"/proc/self/fd/{fd}"):  # the state's temporary file
+            kill_once()
+        real_fsync(fd)
+
+    monkeypatch.setattr(typer, "echo", echo)
+    monkeypatch.setattr(os, "fsync", fsync)
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--no-search", "--state", str(state)], capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1"]
+    assert "1 step(s), last step 1" in err and "stopped: interrupted" in err
+    st = json.loads(state.read_text())
+    assert (st["last_step"], st["steps"]) == (1, 1)
+    assert os.listdir(state.parent) == ["s.json"]  # no stray s.json.tmpPID
+
+
 def test_json_lines_one_object_per_step(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

@@ -46,6 +46,12 @@ def _sniff(path: str, fmt: Format) -> bool:
     return rec is not None and bool(fmt.sniff(rec))
 
 
+def _classify_by_name(path: str) -> bool:
+    """Whether a format names files like ``path`` (its content not looked at)."""
+    load()
+    return any(f.matches(path) for f in FORMATS.values())
+
+
 def _classify(path: str, forced: Format | None) -> Format | None:
     """The format of one data file: by name, confirmed by content (name ambiguity settled by content)."""
     load()
@@ -108,8 +114,12 @@ def discover(spec: str, forced: Format | None = None) -> Found:
     """The dump files under ``spec`` (a file or a directory, walked recursively, sorted by step, then by
     path with numbers in numeric order), their format, and the files skipped (companions,
     wandb/TensorBoard folders) with the reason."""
+    from ..io.reader import not_a_regular_file
+
     load()
     if not os.path.exists(spec):
+        if os.path.islink(spec):
+            raise not_a_regular_file(spec)
         raise AdvcliError(f"{spec}: no such file or directory")
     skipped: list[str] = []
     if os.path.isdir(spec):
@@ -135,10 +145,18 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                               + (f"; skipped {len(skipped)}" if skipped else ""))
     else:
         candidates = [spec]
-    for p in candidates:
-        refused = _pickle_refusal(p)
+    for p in list(candidates):  # before any is opened: a broken link raised FileNotFoundError, a FIFO hung the read
+        refused = not_a_regular_file(p)
+        if refused is not None and forced is None and not _classify_by_name(p) and _pickle_refusal(p) is None:
+            skipped.append(f"{p} (not a regular file, and not a dump file name)")  # as a note file is skipped
+            candidates.remove(p)
+            continue
+        refused = refused or _pickle_refusal(p)
         if refused is not None:
             raise refused
+    if not candidates:
+        raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
+                          + (f"; skipped {len(skipped)}" if skipped else ""))
     by_file = [(p, _classify(p, forced)) for p in candidates]
     chosen = forced
     if chosen is None:
@@ -204,6 +222,8 @@ def is_dump(spec: str) -> bool:
     """Whether ``spec`` is a trainer dump rather than advcli's own Parquet: a file whose name or suffix
     says so (a Parquet file only when a format's name and columns match), or a directory holding one
     (walked until the first hit). Anything else goes to the Parquet reader and its own messages."""
+    from ..io.reader import not_a_regular_file
+
     load()
     if os.path.isfile(spec):
         if spec.endswith(".parquet"):
@@ -215,7 +235,10 @@ def is_dump(spec: str) -> bool:
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
             for fname in files:
                 p = os.path.join(root, fname)
-                if fname.endswith(".parquet"):
+                if not_a_regular_file(p) is not None:  # never opened here (a FIFO would hang the sniff)
+                    if _classify_by_name(p):  # a dump's name: discovery refuses it, naming it
+                        return True
+                elif fname.endswith(".parquet"):
                     fmt = _classify(p, None)
                     if fmt is not None and _sniff(p, fmt):
                         return True

@@ -32,8 +32,32 @@ def shown_name(path: str) -> str:
     return SHOWN_AS[path] if path in SHOWN_AS else path.rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
 
 
+def not_a_regular_file(path: str) -> AdvcliError | None:
+    """Why the local ``path`` cannot be read as an input file, or None when it can: a symbolic link whose
+    target is gone (opening it raised FileNotFoundError), or a FIFO, socket or device (reading a FIFO waits
+    for a writer forever)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return AdvcliError(f"{path}: a broken symbolic link: its target {os.readlink(path)} does not exist",
+                               hint="restore the target, or remove the link")
+        return AdvcliError(f"{path}: no such file")
+    except OSError as e:  # a link loop (ELOOP), a component that is not a directory: said as the system says it
+        return AdvcliError(f"{path}: cannot be read ({e.strerror or e})")
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a special file")
+    return AdvcliError(f"{path}: not a regular file: it is {kind}; advcli reads inputs from regular files",
+                       hint="remove it or move it out, or write the data to a file and give that")
+
+
 def expand_inputs(specs: list[str]) -> list[str]:
-    """Files from paths, directories (their *.parquet, sorted) and globs, in the order given."""
+    """Files from paths, directories (their *.parquet, sorted) and globs, in the order given. A broken
+    symbolic link or a file that is not a regular file (a FIFO, a socket) among them is refused, naming it."""
     out: list[str] = []
     for spec in specs:
         spec = remote.local_path(str(spec))
@@ -49,7 +73,7 @@ def expand_inputs(specs: list[str]) -> list[str]:
             if not found:
                 raise AdvcliError(f"{spec}: no file matches this pattern")
             out.extend(found)
-        elif not os.path.exists(spec):
+        elif not os.path.exists(spec) and not os.path.islink(spec):
             raise AdvcliError(f"{spec}: no such file",
                               hint="check the path; INPUT may be a file, a directory or a glob")
         else:
@@ -57,6 +81,10 @@ def expand_inputs(specs: list[str]) -> list[str]:
     seen = set()
     uniq = []
     for p in out:
+        if not remote.is_uri(p):
+            refused = not_a_regular_file(p)
+            if refused is not None:
+                raise refused
         key = p if remote.is_uri(p) else os.path.realpath(p)
         if key not in seen:
             seen.add(key)

@@ -425,3 +425,24 @@ def test_bad_input_subprocess(name, tmp_path):
     for frag in expect:
         assert frag.lower() in p.stderr.lower()
     assert not os.path.exists(output)
+
+
+@pytest.mark.parametrize("kind", ["dangling", "fifo"])
+def test_a_broken_link_or_fifo_among_parquet_inputs_is_refused(kind, tmp_path, capsys):
+    """A directory or glob of Parquet inputs holding a symbolic link whose target is gone, or a FIFO (reading it
+    waited forever): refused, naming it, whether reached through the directory, a glob or its own path."""
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(base_table(), d / "a.parquet")
+    bad = d / "b.parquet"
+    if kind == "dangling":
+        os.symlink(tmp_path / "gone.parquet", bad)
+        said = [f"{bad}: a broken symbolic link", str(tmp_path / "gone.parquet")]
+    else:
+        os.mkfifo(bad)
+        said = [f"{bad}: not a regular file", "FIFO"]
+    out = tmp_path / "out"
+    for spec in (d, str(d / "*.parquet"), bad):
+        code, _, err = run_main(["run", spec, "-o", f"{out}/", *GRPO], capsys)
+        assert code == 2 and all(s in err for s in said), (spec, err)
+        assert not out.exists()

@@ -332,3 +332,28 @@ def test_a_field_only_in_later_rows_is_said_and_a_field_never_set_is_not(tmp_pat
     assert len(said) == 1 and said[0].startswith("field(s) late first appear after the first 5 rows"), info.notes
     names = pq.read_table(tmp_path / "c.parquet").column_names
     assert "late" not in names and "never" not in names and "output" in names
+
+
+@pytest.mark.parametrize("kind", ["dangling", "fifo"])
+def test_a_broken_link_or_fifo_among_the_dumps_is_refused_by_every_command(tmp_path, capsys, kind):
+    """A step file that is a symbolic link to a file gone (raised FileNotFoundError: exit 1) or a FIFO (its read
+    waited forever): every command refuses it, naming it (and a link's missing target)."""
+    import os
+
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    bad = d / "2.jsonl"
+    if kind == "dangling":
+        os.symlink(tmp_path / "gone" / "x", bad)
+        said = [f"{bad}: a broken symbolic link", str(tmp_path / "gone" / "x"), "does not exist"]
+    else:
+        os.mkfifo(bad)
+        said = [f"{bad}: not a regular file", "FIFO"]
+    out = tmp_path / "o.parquet"
+    flavor = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+    for argv in (["run", d, "-o", out, *flavor], ["validate", d, *flavor], ["convert", d, "-o", out],
+                 ["inspect", d], ["stats", d], ["filter", d, "-o", out, "--drop-uniform"]):
+        code, _, err = run_main(argv, capsys)
+        assert code == 2 and all(s in err for s in said), (argv[0], err)
+        assert "internal error" not in err and not out.exists()

@@ -37,22 +37,86 @@ EXPORT = ("load it where slime is installed and save plain values: d = torch.loa
           "'metadata'} for s in d['samples']]}, OUT)")
 
 
+class Damaged(RuntimeError):
+    """A file that is no complete torch.save output (truncated, corrupt, or not one at all)."""
+
+
+DAMAGED_HINT = "take it again from the run, or dump that rollout again; move it out to read the other steps"
+
+
+def _pickles_complete(fh, count: int) -> bool:
+    """Whether the next ``count`` pickles of ``fh`` (or those before its end) are whole: every opcode known and
+    each ending in STOP. Their opcodes are only scanned (:mod:`pickletools`), never run."""
+    import pickletools
+
+    for _ in range(count):
+        if not fh.read(1):  # the end: the pickles before it were whole
+            return True
+        fh.seek(-1, 1)
+        try:
+            for _op, _arg, _pos in pickletools.genops(fh):
+                pass
+        except Exception:  # noqa: BLE001 - an unknown opcode, a cut argument, no STOP before the end
+            return False
+    return True
+
+
+def damage(path: str) -> str | None:
+    """What makes ``path`` no complete torch.save file (None when it looks whole, its failure then being the
+    classes it needs): a zip archive (torch.save's format) whose directory or members are missing or damaged,
+    a pickle (torch's legacy format, or pickle.dump) cut short or holding bytes no pickle has, or neither."""
+    import zipfile
+
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(b"PK"):
+        if not zipfile.is_zipfile(path):
+            return "not a complete torch.save archive (its zip directory at the end of the file is missing)"
+        try:
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+                if bad is not None:
+                    return f"a damaged torch.save archive (its member {bad} fails its checksum)"
+                pkl = [n for n in z.namelist() if n.endswith("data.pkl")]
+                if not pkl:
+                    return "not a torch.save archive (a zip file with no data.pkl)"
+                import io
+
+                if not _pickles_complete(io.BytesIO(z.read(pkl[0])), 1):
+                    return f"a damaged torch.save archive (its {pkl[0]} is not a whole pickle)"
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+            return f"a damaged torch.save archive ({e})"
+        return None
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        with open(path, "rb") as fh:  # torch's legacy format is five pickles, then the storages' bytes
+            return None if _pickles_complete(fh, 5) else "a pickle cut short or damaged, not a complete torch.save file"
+    return "not a torch.save file (it starts with neither a zip archive's header nor a pickle's)"
+
+
 def load(path: str):
     """The file's object (cached for the content check and the read), loaded without unpickling classes."""
     key = (os.path.realpath(path), os.path.getmtime(path))
     if key in _CACHE:
         return _CACHE[key]
     import pickle
+    import warnings
 
     import torch
 
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of pickle protocols it may not read: said below if so
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, ModuleNotFoundError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        obj = RuntimeError(f"cannot be loaded without unpickling Python classes ({first[:160]})")
+        why = damage(path)
+        if why is not None:
+            obj = Damaged(f"{why}: the file is truncated or corrupt (a run killed while saving it, a copy that "
+                          "did not finish)")
+        else:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            obj = RuntimeError(f"cannot be loaded without unpickling Python classes ({first[:160]})")
     except (EOFError, OSError, ValueError) as e:
-        obj = RuntimeError(f"truncated or not a torch.save file ({type(e).__name__}: {str(e)[:120]})")
+        obj = Damaged(f"truncated or not a torch.save file ({type(e).__name__}: {str(e)[:120]})")
     _CACHE.clear()
     _CACHE[key] = obj
     return obj
@@ -69,6 +133,8 @@ def first(path: str) -> dict | None:
 
 def refuse(path: str) -> str | None:
     obj = load(path) if path.endswith(".pt") else None
+    if isinstance(obj, Damaged):
+        return f"{obj}; {DAMAGED_HINT}"
     if isinstance(obj, Exception):
         return f"{obj}; advcli never unpickles arbitrary classes. To read it, {EXPORT}"
     if isinstance(obj, dict) and "format_version" in obj:

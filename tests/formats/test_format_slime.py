@@ -151,3 +151,31 @@ def test_removed_sample_mask_zeroed_and_teacher_read(tmp_path, capsys):
         assert row["response_mask"] == ([0] * lens[k] if k in removed else [1] * lens[k])
         assert row["teacher_log_probs"] == pytest.approx([-0.25 * (j + 1) for j in range(lens[k])])
         assert row["advantages"] == pytest.approx([(z[k] - mu) / math.sqrt(var + 1e-8)] * lens[k], rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("damage,said", [
+    (lambda b: b[: len(b) // 2], "not a complete torch.save archive"),
+    (lambda b: b[:-30], "not a complete torch.save archive"),
+    (lambda b: bytes(range(256)) * 4, "not a torch.save file"),
+    (lambda b: pickle.dumps({"rollout_id": 0, "samples": []}, protocol=4)[:-6], "a pickle cut short"),
+    (lambda b: b"", "truncated or not a torch.save file"),
+])
+def test_a_truncated_or_corrupt_pt_is_said_to_be_so(tmp_path, capsys, damage, said):
+    """A .pt cut short (a run killed while saving) or overwritten with other bytes was said to need Python
+    classes, with how to load it with weights_only=False: it is damaged, and said so."""
+    rng = np.random.default_rng(0)
+    d = save_rollout(tmp_path, 0, [sample(0, k, rng, 1.0) for k in range(4)])
+    f = d / "0.pt"
+    f.write_bytes(damage(f.read_bytes()))
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
+    assert code == 2 and f"{f}: " in err and said in err and "truncated" in err, err
+    assert "unpickling" not in err and "weights_only" not in err and not out.exists()
+
+
+def test_a_whole_pickle_needing_classes_is_still_said_to_need_them(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    (d / "0.pt").write_bytes(pickle.dumps({"rollout_id": 0, "samples": [], "x": Custom()}, protocol=4))
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 2 and "unpickling Python classes" in err and "never unpickles" in err, err

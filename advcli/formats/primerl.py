@@ -132,10 +132,27 @@ def _counts(tr: dict, branches: list[list[int]]) -> tuple[int, int]:
     return out, total
 
 
+def _check_token_fields(ctx: Context, line: int, tr: dict, i: int, n: dict) -> None:
+    """A node's ``token_ids``, ``mask`` and ``logprobs``: each absent, null or a list, and every log-prob a number
+    (a null or a string there raised TypeError, or was read as a number)."""
+    for field in ("token_ids", "mask", "logprobs"):
+        v = n.get(field)
+        if v is not None and not isinstance(v, list):
+            raise ctx.error(line, f"trace {tr.get('id')}: node {i}: field {field!r} is {v!r}; expected a list "
+                            + ("(one log-prob per sampled token)" if field == "logprobs" else "(one value per token)"),
+                            hint="the record is corrupt or was not written by prime-rl: repair or remove that line")
+    for k, x in enumerate(n.get("logprobs") or []):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise ctx.error(line, f"trace {tr.get('id')}: node {i}: field 'logprobs' holds {x!r} at position {k}; "
+                            "expected a number (the log-prob of each sampled token)",
+                            hint="every sampled token has a number as its log-prob: repair or remove that line")
+
+
 def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:
     nodes = tr.get("nodes") or []
     branches = _branches(nodes, ctx, line, tr.get("id"))
     for i, n in enumerate(nodes):
+        _check_token_fields(ctx, line, tr, i, n)
         if len(n.get("mask") or []) != len(n.get("token_ids") or []):
             raise ctx.error(line, f"trace {tr.get('id')}: node {i} has {len(n.get('token_ids') or [])} token_ids but "
                             f"{len(n.get('mask') or [])} mask values")

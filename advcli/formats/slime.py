@@ -152,6 +152,25 @@ def _plain(v):
     return json.dumps(v, ensure_ascii=False, default=str)
 
 
+def _log_probs(ctx: Context, where: str, field: str, value, n: int) -> list[float]:
+    """A sample's per-token log-probs as floats: a list (or tensor) of ``n`` numbers; anything else is refused,
+    naming the sample, the field and the position (a string there raised ValueError: exit 1)."""
+    import numbers
+
+    vals = value.tolist() if hasattr(value, "tolist") else value
+    if not isinstance(vals, (list, tuple)):
+        raise ctx.error(None, f"{where}: field {field!r} is {vals!r}; expected a list of {n} log-probs "
+                        "(one per response token)")
+    if len(vals) != n:
+        raise ctx.error(None, f"{where}: {field} has {len(vals)} values but response_length is {n}")
+    for k, x in enumerate(vals):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise ctx.error(None, f"{where}: field {field!r} holds {x!r} at position {k}; expected a number "
+                            "(a log-prob per response token)",
+                            hint="repair the sample's log-probs, or re-dump that rollout")
+    return [float(x) for x in vals]
+
+
 def read(path: str, ctx: Context):
     obj = load(path)
     samples = obj.get("samples")
@@ -186,18 +205,10 @@ def read(path: str, ctx: Context):
                 ctx.notes.append(f"rewards are dicts ({', '.join(r)}): pick one with --column reward=reward/NAME")
         else:
             row["reward"] = number(ctx, None, r, f"{where}: reward", allow_none=True)
-        lp = s.get("rollout_log_probs")
-        if lp is not None:
-            lp = lp.tolist() if hasattr(lp, "tolist") else list(lp)
-            if len(lp) != n:
-                raise ctx.error(None, f"{where}: rollout_log_probs has {len(lp)} values but response_length is {n}")
-            row["rollout_log_probs"] = [float(x) for x in lp]
-        tlp = s.get("teacher_log_probs")  # on-policy distillation (--use-opd): the teacher's per response token
-        if tlp is not None:
-            tlp = tlp.tolist() if hasattr(tlp, "tolist") else list(tlp)
-            if len(tlp) != n:
-                raise ctx.error(None, f"{where}: teacher_log_probs has {len(tlp)} values but response_length is {n}")
-            row["teacher_log_probs"] = [float(x) for x in tlp]
+        # rollout_log_probs; teacher_log_probs: on-policy distillation (--use-opd), the teacher's per response token
+        for field in ("rollout_log_probs", "teacher_log_probs"):
+            if s.get(field) is not None:
+                row[field] = _log_probs(ctx, where, field, s[field], n)
         toks = s.get("tokens")
         if toks is not None:
             row["tokens"] = toks.tolist() if hasattr(toks, "tolist") else list(toks)

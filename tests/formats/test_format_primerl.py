@@ -269,3 +269,33 @@ def test_reward_shaping_is_the_training_reward(tmp_path, capsys):
     code, out, err = run_main(["audit", root, "--flavor", "prime-rl", "--no-search", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["agree"]
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("logprobs", "null_element", "field 'logprobs' holds None at position 0"),
+    ("logprobs", "str_element", "field 'logprobs' holds '-0.5' at position 0"),
+    ("logprobs", 1, "field 'logprobs' is 1; expected a list"),
+    ("token_ids", 7, "field 'token_ids' is 7; expected a list"),
+    ("mask", True, "field 'mask' is True; expected a list"),
+])
+def test_a_bad_token_field_is_refused_naming_trace_node_and_field(tmp_path, capsys, field, value, said):
+    """A null or a string among a node's log-probs, or a token field that is a number, not a list: it raised
+    TypeError (exit 1, 'internal error') or was read as a number; refused, naming the line, trace and node."""
+    build(tmp_path / "out")
+    p = tmp_path / "out" / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
+    lines = p.read_text().splitlines()
+    ep = json.loads(lines[0])
+    node = ep["traces"][0]["nodes"][1]
+    if value == "null_element":
+        node["logprobs"][0] = None
+    elif value == "str_element":
+        node["logprobs"][0] = "-0.5"
+    else:
+        node[field] = value
+    lines[0] = json.dumps(ep)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "out", "-o", out, "--flavor", "prime-rl"], capsys)
+    tid = ep["traces"][0]["id"]
+    assert code == 2 and f"step_2/train/all/traces.jsonl:1: trace {tid}: node 1: {said}" in err, err
+    assert "internal error" not in err and not out.exists()

@@ -263,3 +263,24 @@ def test_live_chunk_just_rolled(tmp_path, capsys, live):
     assert code == 0, err
     assert len(_rows(out)) == len(exp)
     assert ("last line is torn" in err) == bool(live)
+
+
+@pytest.mark.parametrize("bad,said", [(None, "field 'logprobs' holds None at position 0"),
+                                      (1, "field 'logprobs' is 1; expected a list")])
+def test_a_bad_logprobs_field_is_refused_naming_the_chunk_line_trace_and_node(tmp_path, capsys, bad, said):
+    """A null log-prob, or logprobs a number: it raised TypeError (exit 1); refused, naming chunk, line, trace."""
+    build(tmp_path, torn=False)
+    live = tmp_path / "monitors" / "file" / "traces" / "stream" / "00002.jsonl"
+    lines = live.read_text().splitlines()
+    ep = json.loads(lines[0])
+    node = ep["traces"][0]["nodes"][1]
+    if bad is None:
+        node["logprobs"][0] = None
+    else:
+        node["logprobs"] = bad
+    lines[0] = json.dumps(ep)
+    live.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path, "-o", out, "--flavor", "prime-rl"], capsys)
+    assert code == 2 and f"00002.jsonl:1: trace {ep['traces'][0]['id']}: node 1: {said}" in err, err
+    assert not out.exists()

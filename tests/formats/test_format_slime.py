@@ -179,3 +179,23 @@ def test_a_whole_pickle_needing_classes_is_still_said_to_need_them(tmp_path, cap
     (d / "0.pt").write_bytes(pickle.dumps({"rollout_id": 0, "samples": [], "x": Custom()}, protocol=4))
     code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
     assert code == 2 and "unpickling Python classes" in err and "never unpickles" in err, err
+
+
+@pytest.mark.parametrize("field,bad,said", [
+    ("rollout_log_probs", "x", "field 'rollout_log_probs' holds 'x' at position 1"),
+    ("rollout_log_probs", None, "field 'rollout_log_probs' holds None at position 1"),
+    ("teacher_log_probs", "-0.5", "field 'teacher_log_probs' holds '-0.5' at position 1"),
+])
+def test_a_log_prob_that_is_no_number_is_refused(tmp_path, capsys, field, bad, said):
+    """A string (or null) among a sample's log-probs raised ValueError (exit 1, 'internal error')."""
+    rng = np.random.default_rng(0)
+    samples = [sample(0, k, rng, float(k % 2)) for k in range(4)]
+    for s in samples:
+        s["response_length"] = 3
+        s["loss_mask"], s["rollout_log_probs"], s["teacher_log_probs"] = [1, 1, 1], [-0.5] * 3, [-0.4] * 3
+    samples[2][field][1] = bad
+    d = save_rollout(tmp_path, 0, samples)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
+    assert code == 2 and f"0.pt: sample 2: {said}" in err, err
+    assert "internal error" not in err and not out.exists()

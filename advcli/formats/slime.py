@@ -190,9 +190,15 @@ def read(path: str, ctx: Context):
         lm = s.get("loss_mask")
         if lm is None:
             lm = [1] * n
-        lm = lm.tolist() if hasattr(lm, "tolist") else list(lm)
+        lm = lm.tolist() if hasattr(lm, "tolist") else lm
+        if not isinstance(lm, (list, tuple)):
+            raise ctx.error(None, f"{where}: field 'loss_mask' is {lm!r}; expected a list of {n} values 0 or 1")
         if len(lm) != n:
             raise ctx.error(None, f"{where}: loss_mask has {len(lm)} values but response_length is {n}")
+        odd = next((k for k, x in enumerate(lm) if x not in (0, 1)), None)
+        if odd is not None:  # slime multiplies by the mask and sums it as the token count: a 2 counts a token twice
+            raise ctx.error(None, f"{where}: field 'loss_mask' holds {lm[odd]!r} at position {odd}; a loss mask is "
+                            "0 or 1", hint="fix the dump's mask (advcli does not guess what another value means)")
         if s.get("remove_sample"):  # _convert_samples_to_train_data (rollout.py L680) zeroes a removed sample's mask
             lm = [0] * n
         row = {"prompt_id": str(s["group_index"]), "step": step, "response_mask": [1 if x else 0 for x in lm]}

@@ -199,3 +199,19 @@ def test_a_log_prob_that_is_no_number_is_refused(tmp_path, capsys, field, bad, s
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
     assert code == 2 and f"0.pt: sample 2: {said}" in err, err
     assert "internal error" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("bad", [2, -1, 0.5, None])
+def test_a_loss_mask_value_other_than_0_or_1_is_refused(tmp_path, capsys, bad):
+    """slime multiplies by loss_mask and sums it as the trained-token count: a 2 was read as 1 (silently
+    different numbers from the trainer's); refused as NeMo's token_loss_mask is, naming sample and position."""
+    rng = np.random.default_rng(0)
+    samples = [sample(0, k, rng, float(k % 2)) for k in range(4)]
+    for s in samples:
+        s["response_length"], s["loss_mask"], s["rollout_log_probs"] = 3, [1, 1, 1], [-0.5] * 3
+    samples[1]["loss_mask"][2] = bad
+    d = save_rollout(tmp_path, 0, samples)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
+    assert code == 2 and f"0.pt: sample 1: field 'loss_mask' holds {bad!r} at position 2; a loss mask is 0 or 1" in err
+    assert not out.exists()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 
+from ..errors import AdvcliError
 from ..estimators import all_specs
 from . import Context, Format, extras, iter_json_lines, number, require
 from ._common import BOOL, F32, I64, STR, text_key
@@ -58,6 +59,7 @@ def read(path: str, ctx: Context):
     # whether it ends its session
     ended: set = set()  # sessions already closed in this file (a session's outputs are contiguous)
     several = 0  # sessions with more than one output
+    local: dict = {}  # this file's first row with a uid, and its first row without one (_check_uid_mix)
     for line, rec in iter_json_lines(path, ctx):
         require(ctx, line, rec, ("input", "output", "score"))
         step = rec.get("step", ctx.step)
@@ -71,6 +73,7 @@ def read(path: str, ctx: Context):
         row.update(extras(rec, ("step", "score", "reward", "is_padding")))
         _note_extras(ctx, rec, row)
         uid = rec.get("uid")
+        _check_uid_mix(ctx, path, line, rec, uid, local)
         if uid is None:
             if "text_grouping" not in ctx.state:
                 ctx.state["text_grouping"] = True
@@ -117,6 +120,39 @@ def read(path: str, ctx: Context):
                          f"{', '.join(last_step)} computes each session's advantage from its last output and gives "
                          "it to all of its outputs, as verl does (grouping.trajectories=last_step)")
         ctx.state["last_step_estimators"] = last_step
+
+
+def _check_uid_mix(ctx: Context, path: str, line: int, rec: dict, uid, local: dict) -> None:
+    """Refuse rows without a uid among rows with one: the v1 trainer writes a uid on every row, so a ``"uid": null``
+    anywhere in a dump with uids (or a row without the field in a file whose other rows have it) is a damaged row
+    whose group is unknown; grouped by its input text it became a group of its own, and the dump was said to be
+    a legacy trainer's. A dump where no row has a uid (legacy verl) is grouped by input text as before; files
+    without the field beside files with it (a run resumed across a verl upgrade) are read each their way."""
+    def refuse(at: tuple, other: tuple):
+        what = "is null" if at[2] else "is missing"
+        return AdvcliError(f"{at[0]}:{at[1]}: field 'uid' {what}, but {other[0]}:{other[1]} has uid {other[2]!r}; "
+                           "verl's v1 trainer writes a uid ({prompt_uid}_{session}_{output_index}) on every row, "
+                           "so this row's group is unknown",
+                           hint="repair the row's uid or remove the row (only a dump where no row has a uid, from "
+                                "the legacy trainer, is grouped by input text)")
+
+    here = (path, line, "uid" in rec)  # without a uid: where, and whether the field is there (null) or absent
+    if uid is not None:
+        at = (path, line, uid)
+        ctx.state.setdefault("uid_at", at)
+        local.setdefault("uid_at", at)
+        if "null_uid_at" in ctx.state:
+            raise refuse(ctx.state["null_uid_at"], at)
+        if "no_uid_at" in local:
+            raise refuse(local["no_uid_at"], at)
+        return
+    if here[2]:
+        ctx.state.setdefault("null_uid_at", here)
+        if "uid_at" in ctx.state:
+            raise refuse(here, ctx.state["uid_at"])
+    local.setdefault("no_uid_at", here)
+    if "uid_at" in local:
+        raise refuse(here, local["uid_at"])
 
 
 BASE = {"input", "output", "gts", "score", "step", "uid", "reward", "is_padding"}

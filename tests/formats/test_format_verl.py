@@ -357,3 +357,47 @@ def test_a_broken_link_or_fifo_among_the_dumps_is_refused_by_every_command(tmp_p
         code, _, err = run_main(argv, capsys)
         assert code == 2 and all(s in err for s in said), (argv[0], err)
         assert "internal error" not in err and not out.exists()
+
+
+def test_a_row_without_uid_among_rows_with_uids_is_refused(tmp_path, capsys):
+    """A `"uid": null` row among v1 rows became a group of one (grouped by its input text), and convert said
+    'no uid (legacy verl trainer)': refused, naming the row's line and the field. A dump where no row has a uid
+    is still grouped by input text (test_v0_text_grouping_extras_and_nan)."""
+    d = tmp_path / "r"
+    d.mkdir()
+    out = tmp_path / "c.parquet"
+    recs = v1_records(1, 1)
+    recs[1]["uid"] = None
+    write(d / "1.jsonl", recs)
+    code, _, err = run_main(["convert", d, "-o", out], capsys)
+    assert code == 2 and f"{d / '1.jsonl'}:2: field 'uid' is null, but {d / '1.jsonl'}:1 has uid" in err, err
+    assert "legacy" not in err.split("hint")[0] and not out.exists()
+    # the null row first, the rows with a uid in a later step's file
+    recs = v1_records(1, 1)
+    recs[0]["uid"] = None
+    write(d / "1.jsonl", recs[:1])
+    write(d / "2.jsonl", v1_records(2, 2))
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+                            capsys)
+    assert code == 2 and f"{d / '1.jsonl'}:1: field 'uid' is null, but {d / '2.jsonl'}:1 has uid" in err, err
+    # a row without the field among rows that have it, in one file
+    (d / "2.jsonl").unlink()
+    recs = v1_records(1, 1)
+    del recs[3]["uid"]
+    write(d / "1.jsonl", recs)
+    code, _, err = run_main(["convert", d, "-o", out], capsys)
+    assert code == 2 and f"{d / '1.jsonl'}:4: field 'uid' is missing, but {d / '1.jsonl'}:1 has uid" in err, err
+    assert not out.exists()
+
+
+def test_a_legacy_step_file_beside_v1_step_files_is_read_each_its_way(tmp_path, capsys):
+    """A run resumed across a verl upgrade: steps without uid (grouped by input text) then steps with uids."""
+    d = tmp_path / "r"
+    d.mkdir()
+    write(d / "1.jsonl", [{k: v for k, v in r.items() if k != "uid"} for r in v1_records(1, 1)])
+    write(d / "2.jsonl", v1_records(2, 2))
+    out = tmp_path / "c.parquet"
+    code, _, err = run_main(["convert", d, "-o", out], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    assert len({r["prompt_id"] for r in t[:12]}) == 4 and len({r["prompt_id"] for r in t[12:]}) == 4

@@ -66,7 +66,12 @@ def expand_inputs(specs: list[str]) -> list[str]:
         elif os.path.isdir(spec):
             found = sorted(glob.glob(os.path.join(glob.escape(spec), "*.parquet")))
             if not found:
-                raise AdvcliError(f"{spec}: directory holds no *.parquet files")
+                from ..formats.discovery import DATA_SUFFIXES  # (no dump file either: is_dump said so first)
+
+                raise AdvcliError(f"{spec}: no input files in this directory: no *.parquet files, and no trainer "
+                                  f"dump files (looked for {', '.join(DATA_SUFFIXES)} files under it)",
+                                  hint="give the directory the trainer wrote its dumps into, or the files "
+                                       "themselves; docs/formats.md lists the dumps advcli reads")
             out.extend(found)
         elif any(ch in spec for ch in "*?[") and not os.path.exists(spec):  # a file named x[1].parquet is a file
             found = sorted(glob.glob(spec))

@@ -66,10 +66,8 @@ def expand_inputs(specs: list[str]) -> list[str]:
         elif os.path.isdir(spec):
             found = sorted(glob.glob(os.path.join(glob.escape(spec), "*.parquet")))
             if not found:
-                from ..formats.discovery import DATA_SUFFIXES  # (no dump file either: is_dump said so first)
-
-                raise AdvcliError(f"{spec}: no input files in this directory: no *.parquet files, and no trainer "
-                                  f"dump files (looked for {', '.join(DATA_SUFFIXES)} files under it)",
+                raise AdvcliError(f"{spec}: no input files in this directory: no *.parquet files, and no file "
+                                  "under it that a trainer dump format reads (a step file's name says its format)",
                                   hint="give the directory the trainer wrote its dumps into, or the files "
                                        "themselves; docs/formats.md lists the dumps advcli reads")
             out.extend(found)

@@ -31,7 +31,16 @@ from __future__ import annotations
 from ..plugins import lazy_exports
 from .discovery import discover
 from .input_edge import info_for, locate_rows, name_dump_rows, name_dumps, open_inputs, source_of
-from .records import extras, first_json_record, iter_json_lines, number, require, reward_note, shown_setting
+from .records import (
+    extras,
+    first_json_record,
+    iter_json_lines,
+    number,
+    number_list,
+    require,
+    reward_note,
+    shown_setting,
+)
 from .registry import FORMATS, Context, Format, get, names
 from .response_level import (
     check_config,
@@ -53,4 +62,4 @@ __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "nam
            "name_sources", "name_dump_rows",
            "info_for", "source_of",
            "locate_rows", "name_dumps", "row_constant_note", "refusal", "iter_json_lines", "first_json_record",
-           "require", "number", "extras", "reward_note", "shown_setting", "ImportInfo"]
+           "require", "number", "number_list", "extras", "reward_note", "shown_setting", "ImportInfo"]

@@ -18,7 +18,7 @@ against (open-instruct's own ``reshape(-1, n)`` over the step's batch).
 """
 from __future__ import annotations
 
-from . import Context, Format, extras, iter_json_lines, number, require
+from . import Context, Format, extras, iter_json_lines, number, number_list, require
 from ._common import F32, F64, I64, STR
 
 SKIP = ("step", "reward", "prompt_tokens", "response_tokens", "logprobs", "advantage")
@@ -34,6 +34,9 @@ def read(path: str, ctx: Context):
                 raise ctx.error(line, f"field {key!r} is {v!r}; expected an integer")
         row = {"prompt_id": f"{step}:{pidx}", "step": step, "reward": number(ctx, line, rec["reward"], "reward"),
                "advantage": number(ctx, line, rec["advantage"], "advantage")}
+        if rec.get("logprobs") is not None:  # not copied, but a null or a string there is a damaged record
+            number_list(ctx, line, rec["logprobs"], "logprobs", "one log-prob per response token",
+                        hint="open-instruct writes a number per response token: repair or remove that line")
         for key, name in (("response_tokens", "response_length"), ("prompt_tokens", "prompt_length")):
             if isinstance(rec.get(key), list):
                 row[name] = len(rec[key])

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-from . import Context, Format, iter_json_lines, number, require, reward_note
+from . import Context, Format, iter_json_lines, number, number_list, require, reward_note
 from ._common import BOOL, F32, F32_LIST, I64, MASK, STR
 
 PATTERN = r"(^|/)rollouts/step_(?P<step>\d+)/train/(?P<subset>all|effective)/traces\.jsonl$"
@@ -141,11 +141,9 @@ def _check_token_fields(ctx: Context, line: int, tr: dict, i: int, n: dict) -> N
             raise ctx.error(line, f"trace {tr.get('id')}: node {i}: field {field!r} is {v!r}; expected a list "
                             + ("(one log-prob per sampled token)" if field == "logprobs" else "(one value per token)"),
                             hint="the record is corrupt or was not written by prime-rl: repair or remove that line")
-    for k, x in enumerate(n.get("logprobs") or []):
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise ctx.error(line, f"trace {tr.get('id')}: node {i}: field 'logprobs' holds {x!r} at position {k}; "
-                            "expected a number (the log-prob of each sampled token)",
-                            hint="every sampled token has a number as its log-prob: repair or remove that line")
+    number_list(ctx, line, n.get("logprobs") or [], "logprobs", "the log-prob of each sampled token",
+                where=f"trace {tr.get('id')}: node {i}: ",
+                hint="every sampled token has a number as its log-prob: repair or remove that line")
 
 
 def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:

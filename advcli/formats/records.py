@@ -75,6 +75,24 @@ def number(ctx: Context, line: int, value, what: str, allow_none: bool = False) 
     raise ctx.error(line, f"field {what!r} is {value!r}; expected a number")
 
 
+def number_list(ctx: Context, line: int | None, value, field: str, what: str, where: str = "",
+                hint: str | None = None) -> list:
+    """A list of numbers (a tensor's ``tolist()``; NaN/Infinity literals included, for the run's own checks): a field
+    that is no list, or an element that is no number (a null, a string like '-0.5', a boolean), is refused naming
+    ``where`` (a sample, a trace's node: ``"sample 2: "``), the field and the position. ``what`` says what the list
+    holds (``"one log-prob per response token"``)."""
+    import numbers
+
+    vals = value.tolist() if hasattr(value, "tolist") else value
+    if not isinstance(vals, (list, tuple)):
+        raise ctx.error(line, f"{where}field {field!r} is {vals!r}; expected a list ({what})", hint=hint)
+    for k, x in enumerate(vals):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise ctx.error(line, f"{where}field {field!r} holds {x!r} at position {k}; expected a number ({what})",
+                            hint=hint)
+    return list(vals)
+
+
 def shown_setting(ctx: Context, key: str, value) -> None:
     """A native setting of the trainer's flavor that the dump's records show (AReaL's records carry
     original_reward only with gconfig.reward_normalization on): a run under that flavor takes it for the key

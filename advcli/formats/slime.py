@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import Context, Format, number
+from . import Context, Format, number, number_list
 from ._common import F32, F32_LIST, I64, MASK, STR
 
 PATTERN = r"(^|/)rollout_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+\.pt$|\.pt$"
@@ -155,19 +155,10 @@ def _plain(v):
 def _log_probs(ctx: Context, where: str, field: str, value, n: int) -> list[float]:
     """A sample's per-token log-probs as floats: a list (or tensor) of ``n`` numbers; anything else is refused,
     naming the sample, the field and the position (a string there raised ValueError: exit 1)."""
-    import numbers
-
-    vals = value.tolist() if hasattr(value, "tolist") else value
-    if not isinstance(vals, (list, tuple)):
-        raise ctx.error(None, f"{where}: field {field!r} is {vals!r}; expected a list of {n} log-probs "
-                        "(one per response token)")
+    vals = number_list(ctx, None, value, field, f"{n} log-probs, one per response token", where=f"{where}: ",
+                       hint="repair the sample's log-probs, or re-dump that rollout")
     if len(vals) != n:
         raise ctx.error(None, f"{where}: {field} has {len(vals)} values but response_length is {n}")
-    for k, x in enumerate(vals):
-        if isinstance(x, bool) or not isinstance(x, numbers.Real):
-            raise ctx.error(None, f"{where}: field {field!r} holds {x!r} at position {k}; expected a number "
-                            "(a log-prob per response token)",
-                            hint="repair the sample's log-probs, or re-dump that rollout")
     return [float(x) for x in vals]
 
 

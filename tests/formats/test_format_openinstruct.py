@@ -126,3 +126,24 @@ def test_group_of_one_refused(tmp_path, capsys, n):
     code, _, err = run_main(["run", tmp_path / "rollouts", "-o", tmp_path / "o.parquet", "--flavor", "open-instruct",
                              "--set", f"num_samples_per_prompt_rollout={n}"], capsys)
     assert code == 2 and "filter_zero_std_samples=true" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad,said", [
+    ([None, -0.5], "field 'logprobs' holds None at position 0"),
+    (["-0.5", -0.5], "field 'logprobs' holds '-0.5' at position 0"),
+    (1, "field 'logprobs' is 1; expected a list"),
+])
+def test_a_log_prob_that_is_no_number_is_refused(tmp_path, capsys, bad, said):
+    """A null or a string among a record's logprobs, or logprobs that is a number, ran through (exit 0): the record is
+    damaged, as in prime-rl's and slime's dumps, and is refused naming the file, the line and the position."""
+    build(tmp_path / "rollouts")
+    p = tmp_path / "rollouts" / "run_rollouts_000000.jsonl"
+    lines = p.read_text().splitlines()
+    rec = json.loads(lines[1])
+    rec["logprobs"] = bad
+    lines[1] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "rollouts", "-o", out, "--flavor", "open-instruct"], capsys)
+    assert code == 2 and f"run_rollouts_000000.jsonl:2: {said}" in err, err
+    assert "internal error" not in err and not out.exists()

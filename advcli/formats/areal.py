@@ -35,6 +35,11 @@ RAW_KEYS = ("original_reward", "original_rewards")  # the JSONL writer's name, a
 def read(path: str, ctx: Context):
     for line, rec in iter_json_lines(path, ctx):
         require(ctx, line, rec, ("task_id", "reward"))
+        tid = rec["task_id"]
+        if not isinstance(tid, int) or isinstance(tid, bool):  # a null became a group of its own ({step}/None/...)
+            raise ctx.error(line, f"field 'task_id' is {tid!r}; expected an integer: AReaL's task id, which groups "
+                            "the prompt's samples", hint="repair the record's task_id (the file's other records "
+                            "carry it) or remove that line")
         seqlen, plen = rec.get("seqlen"), rec.get("prompt_len")
         row = {"prompt_id": f"{ctx.step}/{rec['task_id']}/{text_key(path, rec.get('prompt', ''))}",
                "step": ctx.step if ctx.step is not None else rec.get("tail_version"),

@@ -330,3 +330,20 @@ def test_saved_config_with_a_misspelt_actor_key_is_refused(tmp_path, capsys):
                              "areal"], capsys)
     assert code == 2 and "'actor.reward_scalling' is not a setting of --flavor areal" in err
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("bad", [None, "0", 0.5, True])
+def test_a_task_id_that_is_no_integer_is_refused(tmp_path, capsys, bad):
+    """The task id groups a file's samples (prompt_id {version}/{task_id}/...): a null one made its sample a group of
+    its own, with a group-of-one advantage, exit 0. It is refused naming the file, the line and the field."""
+    build(tmp_path / "trial")
+    p = tmp_path / "trial" / "rollout" / "1" / "0.jsonl"
+    lines = p.read_text().splitlines()
+    rec = json.loads(lines[1])
+    rec["task_id"] = bad
+    lines[1] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
+    assert code == 2 and f"rollout/1/0.jsonl:2: field 'task_id' is {bad!r}; expected an integer" in err, err
+    assert "internal error" not in err and not out.exists()

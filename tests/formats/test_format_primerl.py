@@ -299,3 +299,25 @@ def test_a_bad_token_field_is_refused_naming_trace_node_and_field(tmp_path, caps
     tid = ep["traces"][0]["id"]
     assert code == 2 and f"step_2/train/all/traces.jsonl:1: trace {tid}: node 1: {said}" in err, err
     assert "internal error" not in err and not out.exists()
+
+
+def test_a_nan_log_prob_is_refused_where_it_is_read_as_in_parquet(tmp_path, capsys):
+    """A NaN among a node's log-probs is a number: the reader passes it on, and the run's own check decides, as on
+    advcli's Parquet (docs/errors.md): an estimator that never reads log-probs (prime-rl's) runs, a KL on the
+    rollout log-probs refuses it, naming the dump's line, the column and the position."""
+    build(tmp_path / "out")
+    p = tmp_path / "out" / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
+    lines = p.read_text().splitlines()
+    ep = json.loads(lines[0])
+    ep["traces"][0]["nodes"][1]["logprobs"][0] = float("nan")
+    lines[0] = json.dumps(ep)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "out", "-o", out, "--flavor", "prime-rl", "-q"], capsys)
+    assert code == 0, err
+    out.unlink()
+    code, _, err = run_main(["run", tmp_path / "out", "-o", out, "--flavor", "advcli", "--set", "estimator.name=grpo",
+                             "--set", "kl.in_reward=true", "--set", "kl.policy=rollout_log_probs", "--set",
+                             "kl.missing=zeros"], capsys)
+    assert code == 2 and "step_2/train/all/traces.jsonl:1: column 'rollout_log_probs'" in err, err
+    assert "value nan is not finite" in err and not out.exists()

@@ -69,6 +69,11 @@ def read(path: str, ctx: Context):
         if first != path:  # verl writes one file a step ("w" mode): a second one is another run or a copy
             raise ctx.error(line, f"step {step} is already in {first}; verl writes each step to one file",
                             hint="two runs (or a rerun) share this directory; point advcli at one of them")
+        if ctx.step is not None and step != ctx.step:  # grouped by step, such a row was cut from its prompt's group
+            raise ctx.error(line, f"field 'step' is {step}, but the file is step {ctx.step}'s; verl writes each step "
+                            "to {step}.jsonl, every record with that step",
+                            hint="the row was moved or edited: repair its step, or remove it (a renamed file: give "
+                                 "it its step's name)")
         row = {"step": step, "reward": number(ctx, line, rec["score"], "score"), "is_padding": is_padding(rec)}
         row.update(extras(rec, ("step", "score", "reward", "is_padding")))
         _note_extras(ctx, rec, row)

@@ -401,3 +401,19 @@ def test_a_legacy_step_file_beside_v1_step_files_is_read_each_its_way(tmp_path, 
     assert code == 0, err
     t = pq.read_table(out).to_pylist()
     assert len({r["prompt_id"] for r in t[:12]}) == 4 and len({r["prompt_id"] for r in t[12:]}) == 4
+
+
+def test_a_record_of_another_step_than_its_file_is_refused(tmp_path, capsys):
+    """verl writes {step}.jsonl with every record's step that step. A row of 1.jsonl carrying "step": 7 was its own
+    step: its prompt's group was split and the row got a group-of-one advantage, exit 0. Refused, naming the line
+    and both steps."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 1)
+    recs[1]["step"] = 7
+    write(d / "1.jsonl", recs)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+                            capsys)
+    assert code == 2 and f"{d / '1.jsonl'}:2: field 'step' is 7, but the file is step 1's" in err, err
+    assert "internal error" not in err and not out.exists()

@@ -24,6 +24,7 @@ read through their ``rollout_data/`` files, ``train_data/`` and ``eval_*`` rollo
 from __future__ import annotations
 
 import json
+import numbers
 import os
 
 from . import Context, Format, number, number_list
@@ -177,6 +178,11 @@ def read(path: str, ctx: Context):
         for k in ("group_index", "reward", "response_length"):
             if k not in s:
                 raise ctx.error(None, f"{where}: missing field {k!r} of a slime sample")
+        gi = s["group_index"]  # the prompt group: a null one became a group of its own (prompt_id 'None')
+        if not isinstance(gi, numbers.Integral) or isinstance(gi, bool):
+            raise ctx.error(None, f"{where}: field 'group_index' is {gi!r}; expected an integer (slime's prompt-group "
+                            "counter, which groups the samples)", hint="repair the sample's group_index, or re-dump "
+                            "that rollout")
         n = s["response_length"]
         lm = s.get("loss_mask")
         if lm is None:

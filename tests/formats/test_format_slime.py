@@ -215,3 +215,19 @@ def test_a_loss_mask_value_other_than_0_or_1_is_refused(tmp_path, capsys, bad):
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
     assert code == 2 and f"0.pt: sample 1: field 'loss_mask' holds {bad!r} at position 2; a loss mask is 0 or 1" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("bad", [None, "g", 1.5])
+@pytest.mark.parametrize("flavor", [["--flavor", "slime"],
+                                    ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]])
+def test_a_group_index_that_is_no_integer_is_refused(tmp_path, capsys, bad, flavor):
+    """group_index groups the samples: a null one became a group of its own (advantage 1.0 under verl's GRPO, exit
+    0), and under --flavor slime the run said n_samples_per_prompt was not set. Refused, naming the sample."""
+    rng = np.random.default_rng(0)
+    samples = [sample(k // 2, k, rng, float(k % 2)) for k in range(4)]
+    samples[2]["group_index"] = bad
+    d = save_rollout(tmp_path, 0, samples)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, *flavor], capsys)
+    assert code == 2 and f"0.pt: sample 2: field 'group_index' is {bad!r}; expected an integer" in err, err
+    assert "n_samples_per_prompt" not in err and "internal error" not in err and not out.exists()

@@ -508,7 +508,7 @@ class StepRunner:
 LEAD = {"run": ("rows",),
         "stats": ("rows", "critic/score/mean", "group_health/overall/solved_share",
                   "group_health/overall/uniform_groups", "group_health/overall/groups"),
-        "audit": ("rows", "agree", "max_abs_diff", "rows_disagreeing")}
+        "audit": ("rows", "agree", "max_abs_diff", "rows_disagreeing", "rows_without_logged_value")}
 
 
 def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
@@ -528,6 +528,9 @@ def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
         agree = bool(fig("agree"))
         line = (f"step {step}: {fig('rows')} rows, {'agree' if agree else 'DISAGREE'}, "
                 f"max |diff| {_num(fig('max_abs_diff'), '.3g')}")
+        unchecked = fig("rows_without_logged_value")
+        if unchecked:  # prime-rl: traces not shipped (yet): the verdict is over the others
+            line += f", {unchecked} row(s) without a logged value (not checked)"
         if not agree:
             line += f", {fig('rows_disagreeing')} row(s) disagree"
             if rep.get("worst"):

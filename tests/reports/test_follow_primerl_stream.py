@@ -111,8 +111,9 @@ class Run:
         self.events.append(["sleep", s])
 
 
-def build(planted: str | None = None) -> tuple[Run, int]:
-    """The whole run's events; returns the index of the event after which the first follower is stopped."""
+def build(planted: str | None = None, unshipped: str | None = None) -> tuple[Run, int]:
+    """The whole run's events; returns the index of the event after which the first follower is stopped.
+    ``unshipped``: a cohort the orchestrator never ships (no logged advantages)."""
     w = Run(planted)
     stop = 0
     for s in (1, 2, 3, 4):
@@ -121,7 +122,8 @@ def build(planted: str | None = None) -> tuple[Run, int]:
         if s > 1:
             w.episode(f"B{s - 1}", s - 1, G - 1, s)  # the straddling cohort's last episode, a step later
             w.ship(f"A{s - 1}", s)
-            w.ship(f"B{s - 1}", s)
+            if f"B{s - 1}" != unshipped:
+                w.ship(f"B{s - 1}", s)
         if s == 3:
             stop = len(w.events)  # step 1 is complete (every stream holds step 2's records); step 2 is not
         for e in range(G - 1):
@@ -250,7 +252,7 @@ def test_run_follows_a_prime_rl_stream_across_a_seal_a_torn_line_and_a_restart(t
 
 
 def test_audit_follows_a_prime_rl_stream_and_names_the_planted_step(tmp_path, capsys):
-    w, _ = build(planted="A3-2")
+    w, _ = build(planted="A3-2", unshipped="B2")
     root = tmp_path / "run"
     root.mkdir()
     state = tmp_path / "state.json"
@@ -264,6 +266,9 @@ def test_audit_follows_a_prime_rl_stream_and_names_the_planted_step(tmp_path, ca
     got = lines(out)
     assert [x.split(":")[0] for x in got] == ["step 1", "step 2", "step 3", "step 4"]
     assert [("DISAGREE" in x) for x in got] == [False, False, True, False]
+    # the cohort never shipped: its rows are named as not checked, on its step's line only
+    assert [("without a logged value" in x) for x in got] == [False, True, False, False]
+    assert f"{G} row(s) without a logged value (not checked)" in got[1]
     assert got[2].startswith(f"step 3: {2 * G} rows") and "1 row(s) disagree" in got[2]
     assert "max |diff| 0.5" in got[2]
     assert where(w, "A3-2", root) in got[2]  # the row named by the trainer's chunk and line
@@ -271,7 +276,7 @@ def test_audit_follows_a_prime_rl_stream_and_names_the_planted_step(tmp_path, ca
     assert (st["last_step"], st["steps"], st["disagreed"], st["disagreed_steps"]) == (4, 4, 1, [3])
     code, whole, _ = run_main(["audit", str(root), "--json", "--no-search"], capsys)
     whole = json.loads(whole)
-    assert code == 1 and whole["rows_disagreeing"] == 1
+    assert code == 1 and whole["rows_disagreeing"] == 1 and whole["rows_without_logged_value"] == G
     assert whole["worst"][0]["where"] in got[2]
 
 

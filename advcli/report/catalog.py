@@ -417,7 +417,8 @@ for _name, _unit, _doc, _where in (
         ("tokens_disagreeing", "tokens", "mask=1 tokens that disagree", ()),
         ("masked_tokens_disagreeing", "tokens", "mask=0 tokens whose logged value disagrees", ()),
         ("nonfinite_logged", "tokens", "mask=1 tokens whose logged value is NaN or ±inf", ()),
-        ("rows_without_logged_value", "rows", "rows whose logged value (one per row) is missing", ()),
+        ("rows_without_logged_value", "rows", "rows whose logged value (one per row) is missing (not checked)",
+         ("follow",)),
         ("groups", "groups", "number of groups of the recomputation", ()),
         ("groups_disagreeing", "groups", "groups holding a row that disagrees", ()),
         ("rows_matching_another_row", "rows", "disagreeing rows whose logged values are another row's of the "

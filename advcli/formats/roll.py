@@ -128,7 +128,7 @@ def first(path: str) -> dict | None:
     """Top-level keys from the first 64 KiB (the file is one big object: not parsed twice)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(65536).decode("utf-8", "replace")
+            head = fh.read(65536).decode("utf-8-sig", "replace")  # a BOM, as json.loads(bytes) accepts it
     except OSError:
         return None
     if not head.lstrip().startswith("{"):

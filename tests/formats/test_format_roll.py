@@ -147,3 +147,16 @@ def test_same_dataset_row_twice_in_a_step(tmp_path, capsys):
     t = pq.read_table(out)
     assert t.column("prompt_id").to_pylist()[2 * N] == "gsm/1#2"
     assert np.allclose(t.column("advantages").to_pylist(), roll_grpo(o["scores"]), rtol=1e-6, atol=1e-6)
+
+
+def test_a_byte_order_mark_is_read_as_the_json_reader_reads_it(tmp_path, capsys):
+    """A dump saved through a tool that adds a UTF-8 byte order mark reads as without it (as verl's and NeMo's
+    JSONL do: json.loads of bytes skips it): the same rows."""
+    d = tmp_path / "rollout_dump"
+    d.mkdir()
+    obj = rlvr(1, 4)
+    (d / "rollout_dump_data.step_1.jsonl").write_bytes(b"\xef\xbb\xbf" + (json.dumps(obj) + "\n").encode())
+    code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "c.parquet")
+    assert t.column("reward").to_pylist() == pytest.approx(obj["scores"])

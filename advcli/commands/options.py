@@ -20,9 +20,9 @@ FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                            "(nemo@7ea279a; default: the newest advcli verified; `advcli explain --flavor NAME "
                            "--history` lists them). "
                            "Default: verl, GRPO when the dump has prompt_id. On a trainer's own dump, keys not "
-                           "set take what the dump tells (slime/ROLL group size; AReaL JSONL: AReaL's GRPO "
-                           "example), said in the summary; a default that cannot run there stops, naming the "
-                           "setting that runs.")
+                           "set take what the dump tells (the group size; AReaL: the trial's saved config.yaml "
+                           "beside it, else AReaL's defaults), said in the summary; a default that cannot run "
+                           "there stops, naming the setting that runs.")
 SET = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help="A flavor key, VALUE parsed as YAML. Repeatable.")
 ESTIMATOR = typer.Option(None, "--estimator", "-e", metavar="NAME",
                          help="The estimator that runs, in the flavor's pipeline: one of the flavor's own estimator "

@@ -45,7 +45,7 @@ class Flavor:
     estimator_names: tuple[str, ...] = ()
     group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
     # dump format -> (native settings, where they come from): what the run that wrote such a dump used, taken
-    # for the keys not given (AReaL's JSONL: its GRPO example's settings)
+    # for the keys not given (ROLL's reward dtype, NeMo's valid-mask rule)
     dump_settings: dict[str, tuple[tuple[tuple[str, Any], ...], str]] = field(default_factory=dict)
     # the framework's own keys (or key prefixes) in a section the flavor reads that change nothing offline:
     # a --config file may hold them (config_file_settings); --set still refuses them

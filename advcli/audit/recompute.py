@@ -133,7 +133,7 @@ def require_logged(inputs: list[str], against: str | None) -> None:
 def nothing_logged(source: str, title: str) -> AdvcliError:
     """The refusal of a dump ``source`` whose format (``title``) logs no advantages (:func:`require_logged`; the
     follower's own first check, on the format and its first record)."""
-    return AdvcliError(f"{source}: a {title} dump holds no logged advantages (the trainer does not write "
+    return AdvcliError(f"{source}: this {title} holds no logged advantages (the trainer does not write "
                        "them there), so there is nothing to audit",
                        hint="`advcli run` computes them; --against COLUMN audits another column of logged values")
 

@@ -187,8 +187,13 @@ def discover(spec: str, forced: Format | None = None) -> Found:
             if p.endswith(".parquet"):  # a Parquet dump (TRL's): said as any unreadable Parquet file is
                 from ..io.reader import unreadable_hint
                 raise AdvcliError(f"{p}: not a readable Parquet file", hint=unreadable_hint(p))
+            named = chosen.matches(p)  # named as the format's files: --from would choose the same format
             raise AdvcliError(f"{p}:1: not a {chosen.title} file (its first record does not parse)",
-                              hint=None if forced else "force the format with --from FORMAT")
+                              hint=None if forced else
+                              ("its name is a " + chosen.title + " file's, its content is not: a damaged file, or "
+                               "one written by something else" + ("; `zstd -t` tests a compressed one"
+                                                                  if p.endswith(".zst") else "")) if named else
+                              "force the format with --from FORMAT")
         if not chosen.sniff(first):
             raise AdvcliError(f"{p}:1: not a {chosen.title} record"
                               + (f": expected the fields {', '.join(chosen.required)}" if chosen.required else "")

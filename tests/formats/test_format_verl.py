@@ -417,3 +417,18 @@ def test_a_record_of_another_step_than_its_file_is_refused(tmp_path, capsys):
                             capsys)
     assert code == 2 and f"{d / '1.jsonl'}:2: field 'step' is 7, but the file is step 1's" in err, err
     assert "internal error" not in err and not out.exists()
+
+
+def test_a_step_file_whose_first_line_is_no_record_is_said_damaged(tmp_path, capsys):
+    """A file named as verl's step file whose first line is not a JSON object: named, with its line, as not
+    what its name says; not the --from advice (the name already chose the format)."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 3))
+    (d / "2.jsonl").write_bytes(b"\x00\x13garbage\n" + b"".join(json.dumps(r).encode() + b"\n"
+                                                             for r in v1_records(2, 4)))
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo"], capsys)
+    err = " ".join(err.split())
+    assert code == 2 and "2.jsonl:1: not a verl" in err and "its first record does not parse" in err
+    assert "its content is not: a damaged file" in err and "--from" not in err

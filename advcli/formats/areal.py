@@ -21,6 +21,7 @@ Group: ``task_id``, keyed with the file (several executor processes can reuse a 
 """
 from __future__ import annotations
 
+import os
 import re
 
 from . import Context, Format, extras, iter_json_lines, number, require, reward_note, shown_setting
@@ -40,6 +41,11 @@ def read(path: str, ctx: Context):
             raise ctx.error(line, f"field 'task_id' is {tid!r}; expected an integer: AReaL's task id, which groups "
                             "the prompt's samples", hint="repair the record's task_id (the file's other records "
                             "carry it) or remove that line")
+        stem = os.path.basename(path)[: -len(".jsonl")]
+        if stem.isdigit() and int(stem) != tid:  # AReaL writes task t's samples to {t}.jsonl, each with task_id t
+            raise ctx.error(line, f"field 'task_id' is {tid}, but the file is {stem}.jsonl: AReaL writes task {stem}'s "
+                            f"samples there, each with task_id {stem}; this record would be a group of its own",
+                            hint="a record moved or edited by hand? repair its task_id or move it to its task's file")
         seqlen, plen = rec.get("seqlen"), rec.get("prompt_len")
         row = {"prompt_id": f"{ctx.step}/{rec['task_id']}/{text_key(path, rec.get('prompt', ''))}",
                "step": ctx.step if ctx.step is not None else rec.get("tail_version"),

@@ -347,3 +347,19 @@ def test_a_task_id_that_is_no_integer_is_refused(tmp_path, capsys, bad):
     code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
     assert code == 2 and f"rollout/1/0.jsonl:2: field 'task_id' is {bad!r}; expected an integer" in err, err
     assert "internal error" not in err and not out.exists()
+
+
+def test_a_task_id_that_is_not_its_files_is_refused(tmp_path, capsys):
+    """AReaL writes task t's samples to {t}.jsonl, each with task_id t: a record of another task id in a task's
+    file (moved or edited by hand) would be a group of its own; it is refused naming the file, line and both."""
+    build(tmp_path / "trial")
+    p = tmp_path / "trial" / "rollout" / "1" / "0.jsonl"
+    lines = p.read_text().splitlines()
+    rec = json.loads(lines[2])
+    rec["task_id"] = 7
+    lines[2] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
+    assert code == 2 and "rollout/1/0.jsonl:3: field 'task_id' is 7, but the file is 0.jsonl" in err, err
+    assert not out.exists()

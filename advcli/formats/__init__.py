@@ -40,6 +40,7 @@ from .records import (
     require,
     reward_note,
     shown_setting,
+    tally_note,
 )
 from .registry import FORMATS, Context, Format, get, names
 from .response_level import (
@@ -62,4 +63,4 @@ __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "nam
            "name_sources", "name_dump_rows",
            "info_for", "source_of",
            "locate_rows", "name_dumps", "row_constant_note", "refusal", "iter_json_lines", "first_json_record",
-           "require", "number", "number_list", "extras", "reward_note", "shown_setting", "ImportInfo"]
+           "require", "number", "number_list", "extras", "reward_note", "shown_setting", "tally_note", "ImportInfo"]

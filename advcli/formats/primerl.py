@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-from . import Context, Format, iter_json_lines, number, number_list, require, reward_note
+from . import Context, Format, iter_json_lines, number, number_list, require, reward_note, tally_note
 from ._common import BOOL, F32, F32_LIST, I64, MASK, STR
 
 PATTERN = r"(^|/)rollouts/step_(?P<step>\d+)/train/(?P<subset>all|effective)/traces\.jsonl$"
@@ -146,9 +146,12 @@ def _check_token_fields(ctx: Context, line: int, tr: dict, i: int, n: dict) -> N
                 hint="every sampled token has a number as its log-prob: repair or remove that line")
 
 
-def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -> dict:
+def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict,
+         branches: list[list[int]] | None = None, row_nodes: list[tuple[int, bool]] | None = None) -> dict:
+    """The trace's row; ``branches`` (:func:`_branches`) and ``row_nodes`` (:func:`trained_nodes`) where the caller
+    has them already (the trace stream, which folds its annotations along the branches and spreads them too)."""
     nodes = tr.get("nodes") or []
-    branches = _branches(nodes, ctx, line, tr.get("id"))
+    branches = _branches(nodes, ctx, line, tr.get("id")) if branches is None else branches
     for i, n in enumerate(nodes):
         _check_token_fields(ctx, line, tr, i, n)
         if len(n.get("mask") or []) != len(n.get("token_ids") or []):
@@ -160,7 +163,7 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
                          "other (it trains one sample per branch, each with the trace's advantage); a turn that "
                          "branches share is trained in the first and is context (mask 0) in the others")
     ids, mask, lps = [], [], []
-    for i, keep in trained_nodes(nodes, branches):
+    for i, keep in trained_nodes(nodes, branches) if row_nodes is None else row_nodes:
         n = nodes[i]
         t, lp = n.get("token_ids") or [], n.get("logprobs") or []
         if not keep:  # trained in an earlier branch: context here
@@ -177,14 +180,10 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
             else:
                 lps.append(0.0)
         if k > len(lp):  # sampled tokens without a log-prob: 0 there, said in the summary (issue 46)
-            ctx.state["no_logprob"] = ctx.state.get("no_logprob", 0) + k - len(lp)
-            if "no_logprob_note" not in ctx.state:
-                ctx.state["no_logprob_note"] = len(ctx.notes)
-                ctx.notes.append("")
-            ctx.notes[ctx.state["no_logprob_note"]] = (
-                f"{ctx.state['no_logprob']} sampled token(s) have no log-prob in the dump (first: trace "
-                f"{tr.get('id')}, node {i}): rollout_log_probs is 0 there, so estimators and corrections "
-                "that read the rollout log-probs are wrong on those rows")
+            tally_note(ctx, "no_logprob", f"trace {tr.get('id')}, node {i}", lambda n, at: (
+                f"{n} sampled token(s) have no log-prob in the dump (first: {at}): rollout_log_probs is 0 there, "
+                "so estimators and corrections that read the rollout log-probs are wrong on those rows"),
+                add=k - len(lp))
         ids += t
         mask += m
     start = next((i for i, s in enumerate(mask) if s), 0)  # no sampled token: the whole branch, all masked
@@ -192,13 +191,8 @@ def _row(ctx: Context, line: int, ep: dict, tr: dict, step: int, logged: dict) -
     rewards = tr.get("rewards") or {}
     reward = 0.0
     if not any(r is not None and r.get("score") is not None for r in rewards.values()):
-        ctx.state["unscored"] = ctx.state.get("unscored", 0) + 1  # Trace.reward sums no score: 0, said so
-        if "unscored_note" not in ctx.state:
-            ctx.state["unscored_note"] = len(ctx.notes)
-            ctx.notes.append("")
-        ctx.notes[ctx.state["unscored_note"]] = (
-            f"{ctx.state['unscored']} trace(s) have no reward score (first: trace {tr.get('id')}, line {line}): "
-            "reward 0, as Trace.reward sums the scores it has")
+        tally_note(ctx, "unscored", f"trace {tr.get('id')}, line {line}", lambda n, at: (  # Trace.reward: 0
+            f"{n} trace(s) have no reward score (first: {at}): reward 0, as Trace.reward sums the scores it has"))
     for name, r in rewards.items():
         if r is None or r.get("score") is None:
             continue

@@ -47,9 +47,9 @@ from collections.abc import Iterator
 
 from ..errors import AdvcliError
 from ..records import record
-from . import Context, Format, require
+from . import Context, Format, require, tally_note
 from ._common import BOOL, F32_LIST, I64
-from .primerl import TRACE_COLUMNS, _row, sniff, trained_nodes
+from .primerl import TRACE_COLUMNS, _branches, _row, sniff, trained_nodes
 
 PATTERN = r"(^|/)traces/stream/(?P<chunk>\d+)\.jsonl(?P<zst>\.zst)?$|(^|/)traces/stream\.jsonl$"
 CHUNK = re.compile(r"^(?P<n>\d+)\.jsonl(?P<zst>\.zst)?$")
@@ -297,20 +297,6 @@ def _fold(trace: dict, updates: list[dict], paths: list[list[int]]) -> None:
                     node[field] = values
 
 
-def _paths(nodes: list) -> list[list[int]]:
-    """Root-to-leaf node paths in leaf order (update.py ``branch_node_paths``; verifiers ``Trace.branches``)."""
-    parents = {p for n in nodes if isinstance(p := n.get("parent"), int) and 0 <= p < len(nodes)}
-    out = []
-    for leaf in (i for i in range(len(nodes)) if i not in parents):
-        path, seen, nid = [], set(), leaf
-        while isinstance(nid, int) and 0 <= nid < len(nodes) and nid not in seen:
-            seen.add(nid)
-            path.append(nid)
-            nid = nodes[nid].get("parent")
-        out.append(path[::-1])
-    return out
-
-
 def _spread(nodes: list, row_nodes: list[tuple[int, bool]], field: str, missing) -> list:
     """A compact node field widened to the row's tokens (:func:`.primerl.trained_nodes`): its values on the
     sampled positions, ``missing`` elsewhere, on nodes without it (verifiers ``Branch.spread``, which writes 0.0)
@@ -341,16 +327,10 @@ def _check_token_advantages(ctx: Context, tr: dict, nodes: list, row_nodes: list
     for nid, keep in row_nodes:
         vals = nodes[nid].get("advantages") if keep else None
         if vals and any(not isinstance(v, (int, float)) or abs(float(v) - scalar) > tol for v in vals):
-            n = ctx.state.get("token_adv_off", 0) + 1
-            ctx.state["token_adv_off"] = n
-            if "token_adv_note" not in ctx.state:
-                ctx.state["token_adv_note"] = len(ctx.notes)
-                ctx.state["token_adv_first"] = tr.get("id")
-                ctx.notes.append("")
-            ctx.notes[ctx.state["token_adv_note"]] = (
-                f"{n} trace(s) have per-token advantages (the orchestrator's annotation, what the trainer "
-                f"received) that differ from their scalar info.advantage (first: trace "
-                f"{ctx.state['token_adv_first']}): advcli recomputes and audits the scalar")
+            tally_note(ctx, "token_advantages", f"trace {tr.get('id')}", lambda n, at: (
+                f"{n} trace(s) have per-token advantages (the orchestrator's annotation, what the trainer received) "
+                f"that differ from their scalar info.advantage (first: {at}): advcli recomputes and audits the "
+                "scalar"))
             return
 
 
@@ -409,9 +389,10 @@ def read(path: str, ctx: Context):
             raise ctx.error(line, "episode without group.id (the cohort key)")
         traces = ep["traces"] or []
         ship = None
+        branches = []  # each trace's root-to-leaf node paths (update.py branch_node_paths; verifiers Trace.branches)
         for tr in traces:
-            nodes = tr.get("nodes") or []
-            _fold(tr, updates.get(tr.get("id"), []), _paths(nodes))
+            branches.append(_branches(tr.get("nodes") or [], ctx, line, tr.get("id")))
+            _fold(tr, updates.get(tr.get("id"), []), branches[-1])
             s = ((tr.get("info") or {}).get("ship") or {}).get("step")
             ship = s if isinstance(s, int) and ship is None else ship
         step = first_step.get(gid)
@@ -419,15 +400,15 @@ def read(path: str, ctx: Context):
             step = arrival_step(ep)
             step = ship if step is None else step
             first_step[gid] = step
-        for tr in traces:
+        for tr, paths in zip(traces, branches):
             info = tr.get("info") or {}
             adv = info.get("advantage")
             if isinstance(adv, (int, float)) and not isinstance(adv, bool):
                 _rounded(ctx, float(adv))
             logged = {tr.get("id"): float(adv)} if isinstance(adv, (int, float)) else {}
-            row = _row(ctx, line, ep, tr, step, logged)
             nodes = tr.get("nodes") or []
-            row_nodes = trained_nodes(nodes, _paths(nodes))  # the row's tokens, as primerl-traces takes them
+            row_nodes = trained_nodes(nodes, paths)  # the row's tokens, as primerl-traces takes them
+            row = _row(ctx, line, ep, tr, step, logged, paths, row_nodes)
             start = row["prompt_length"]
             row["trainer_log_probs"] = _spread(nodes, row_nodes, "trainer_logprobs", 0.0)[start:]
             row["entropies"] = _spread(nodes, row_nodes, "entropies", 0.0)[start:]

@@ -93,6 +93,17 @@ def number_list(ctx: Context, line: int | None, value, field: str, what: str, wh
     return list(vals)
 
 
+def tally_note(ctx: Context, key: str, first: str, say, add: int = 1) -> None:
+    """One note that counts what a reader met ``add`` more times: a slot of ``ctx.notes`` rewritten as the count
+    grows, ``say(count, first)``, ``first`` being where it was met first (later calls' ``first`` is not kept)."""
+    count, at, slot = ctx.state.get(("tally", key), (0, first, None))
+    if slot is None:
+        slot = len(ctx.notes)
+        ctx.notes.append("")
+    ctx.state[("tally", key)] = (count + add, at, slot)
+    ctx.notes[slot] = say(count + add, at)
+
+
 def shown_setting(ctx: Context, key: str, value) -> None:
     """A native setting of the trainer's flavor that the dump's records show (AReaL's records carry
     original_reward only with gconfig.reward_normalization on): a run under that flavor takes it for the key

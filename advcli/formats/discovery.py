@@ -46,16 +46,15 @@ def _sniff(path: str, fmt: Format) -> bool:
     return rec is not None and bool(fmt.sniff(rec))
 
 
-def _classify_by_name(path: str) -> bool:
-    """Whether a format names files like ``path`` (its content not looked at)."""
+def _named_by(path: str) -> list[Format]:
+    """The formats that name files like ``path`` (its content not looked at)."""
     load()
-    return any(f.matches(path) for f in FORMATS.values())
+    return [f for f in FORMATS.values() if f.matches(path)]
 
 
 def _classify(path: str, forced: Format | None) -> Format | None:
     """The format of one data file: by name, confirmed by content (name ambiguity settled by content)."""
-    load()
-    cands = [f for f in FORMATS.values() if f.matches(path)]
+    cands = _named_by(path)
     if forced is not None:
         return forced
     if not cands:
@@ -147,7 +146,7 @@ def discover(spec: str, forced: Format | None = None) -> Found:
         candidates = [spec]
     for p in list(candidates):  # before any is opened: a broken link raised FileNotFoundError, a FIFO hung the read
         refused = not_a_regular_file(p)
-        if refused is not None and forced is None and not _classify_by_name(p) and _pickle_refusal(p) is None:
+        if refused is not None and forced is None and not _named_by(p) and _pickle_refusal(p) is None:
             skipped.append(f"{p} (not a regular file, and not a dump file name)")  # as a note file is skipped
             candidates.remove(p)
             continue
@@ -187,13 +186,13 @@ def discover(spec: str, forced: Format | None = None) -> Found:
             if p.endswith(".parquet"):  # a Parquet dump (TRL's): said as any unreadable Parquet file is
                 from ..io.reader import unreadable_hint
                 raise AdvcliError(f"{p}: not a readable Parquet file", hint=unreadable_hint(p))
-            named = chosen.matches(p)  # named as the format's files: --from would choose the same format
-            raise AdvcliError(f"{p}:1: not a {chosen.title} file (its first record does not parse)",
-                              hint=None if forced else
-                              ("its name is a " + chosen.title + " file's, its content is not: a damaged file, or "
-                               "one written by something else" + ("; `zstd -t` tests a compressed one"
-                                                                  if p.endswith(".zst") else "")) if named else
-                              "force the format with --from FORMAT")
+            hint = None  # --from given: the user chose the format
+            if forced is None and chosen.matches(p):  # named as the format's files: --from would choose it again
+                hint = (f"its name is a {chosen.title} file's, its content is not: a damaged file, or one written by "
+                        "something else" + ("; `zstd -t` tests a compressed one" if p.endswith(".zst") else ""))
+            elif forced is None:
+                hint = "force the format with --from FORMAT"
+            raise AdvcliError(f"{p}:1: not a {chosen.title} file (its first record does not parse)", hint=hint)
         if not chosen.sniff(first):
             raise AdvcliError(f"{p}:1: not a {chosen.title} record"
                               + (f": expected the fields {', '.join(chosen.required)}" if chosen.required else "")
@@ -241,7 +240,7 @@ def is_dump(spec: str) -> bool:
             for fname in files:
                 p = os.path.join(root, fname)
                 if not_a_regular_file(p) is not None:  # never opened here (a FIFO would hang the sniff)
-                    if _classify_by_name(p):  # a dump's name: discovery refuses it, naming it
+                    if _named_by(p):  # a dump's name: discovery refuses it, naming it
                         return True
                 elif fname.endswith(".parquet"):
                     fmt = _classify(p, None)

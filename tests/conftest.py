@@ -115,6 +115,19 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
 
 
 
+def edit_record(path, index: int, change) -> dict:
+    """Damage one record of a JSON Lines dump in place: ``change(record)`` edits the record on line ``index``
+    (0-based), which is written back; returns it."""
+    import json
+
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[index])
+    change(rec)
+    lines[index] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+    return rec
+
+
 def interrupted_once_created(real, made: list):
     """A stand-in for the writer class ``real`` that, the moment its temporary file exists, records the path in
     ``made`` and delivers a SIGINT: Python runs the handler right after the constructor returns, before the

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import edit_record, run_main
 
 
 def build(root, n=4):
@@ -337,12 +337,7 @@ def test_a_task_id_that_is_no_integer_is_refused(tmp_path, capsys, bad):
     """The task id groups a file's samples (prompt_id {version}/{task_id}/...): a null one made its sample a group of
     its own, with a group-of-one advantage, exit 0. It is refused naming the file, the line and the field."""
     build(tmp_path / "trial")
-    p = tmp_path / "trial" / "rollout" / "1" / "0.jsonl"
-    lines = p.read_text().splitlines()
-    rec = json.loads(lines[1])
-    rec["task_id"] = bad
-    lines[1] = json.dumps(rec)
-    p.write_text("\n".join(lines) + "\n")
+    edit_record(tmp_path / "trial" / "rollout" / "1" / "0.jsonl", 1, lambda rec: rec.update(task_id=bad))
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
     assert code == 2 and f"rollout/1/0.jsonl:2: field 'task_id' is {bad!r}; expected an integer" in err, err
@@ -353,12 +348,7 @@ def test_a_task_id_that_is_not_its_files_is_refused(tmp_path, capsys):
     """AReaL writes task t's samples to {t}.jsonl, each with task_id t: a record of another task id in a task's
     file (moved or edited by hand) would be a group of its own; it is refused naming the file, line and both."""
     build(tmp_path / "trial")
-    p = tmp_path / "trial" / "rollout" / "1" / "0.jsonl"
-    lines = p.read_text().splitlines()
-    rec = json.loads(lines[2])
-    rec["task_id"] = 7
-    lines[2] = json.dumps(rec)
-    p.write_text("\n".join(lines) + "\n")
+    edit_record(tmp_path / "trial" / "rollout" / "1" / "0.jsonl", 2, lambda rec: rec.update(task_id=7))
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
     assert code == 2 and "rollout/1/0.jsonl:3: field 'task_id' is 7, but the file is 0.jsonl" in err, err

@@ -11,7 +11,7 @@ import shlex
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import edit_record, run_main
 
 N = 3  # num_samples_per_prompt_rollout (not open-instruct's default 4: the dump's own size must be taken)
 
@@ -137,12 +137,7 @@ def test_a_log_prob_that_is_no_number_is_refused(tmp_path, capsys, bad, said):
     """A null or a string among a record's logprobs, or logprobs that is a number, ran through (exit 0): the record is
     damaged, as in prime-rl's and slime's dumps, and is refused naming the file, the line and the position."""
     build(tmp_path / "rollouts")
-    p = tmp_path / "rollouts" / "run_rollouts_000000.jsonl"
-    lines = p.read_text().splitlines()
-    rec = json.loads(lines[1])
-    rec["logprobs"] = bad
-    lines[1] = json.dumps(rec)
-    p.write_text("\n".join(lines) + "\n")
+    edit_record(tmp_path / "rollouts" / "run_rollouts_000000.jsonl", 1, lambda rec: rec.update(logprobs=bad))
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", tmp_path / "rollouts", "-o", out, "--flavor", "open-instruct"], capsys)
     assert code == 2 and f"run_rollouts_000000.jsonl:2: {said}" in err, err

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import edit_record, run_main
 
 
 def trace(tid, rng, n_turns, reward_parts, ok=True):
@@ -282,18 +282,16 @@ def test_a_bad_token_field_is_refused_naming_trace_node_and_field(tmp_path, caps
     """A null or a string among a node's log-probs, or a token field that is a number, not a list: it raised
     TypeError (exit 1, 'internal error') or was read as a number; refused, naming the line, trace and node."""
     build(tmp_path / "out")
-    p = tmp_path / "out" / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
-    lines = p.read_text().splitlines()
-    ep = json.loads(lines[0])
-    node = ep["traces"][0]["nodes"][1]
-    if value == "null_element":
-        node["logprobs"][0] = None
-    elif value == "str_element":
-        node["logprobs"][0] = "-0.5"
-    else:
-        node[field] = value
-    lines[0] = json.dumps(ep)
-    p.write_text("\n".join(lines) + "\n")
+    def damage(ep):
+        node = ep["traces"][0]["nodes"][1]
+        if value == "null_element":
+            node["logprobs"][0] = None
+        elif value == "str_element":
+            node["logprobs"][0] = "-0.5"
+        else:
+            node[field] = value
+
+    ep = edit_record(tmp_path / "out" / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl", 0, damage)
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", tmp_path / "out", "-o", out, "--flavor", "prime-rl"], capsys)
     tid = ep["traces"][0]["id"]
@@ -306,12 +304,10 @@ def test_a_nan_log_prob_is_refused_where_it_is_read_as_in_parquet(tmp_path, caps
     advcli's Parquet (docs/errors.md): an estimator that never reads log-probs (prime-rl's) runs, a KL on the
     rollout log-probs refuses it, naming the dump's line, the column and the position."""
     build(tmp_path / "out")
-    p = tmp_path / "out" / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
-    lines = p.read_text().splitlines()
-    ep = json.loads(lines[0])
-    ep["traces"][0]["nodes"][1]["logprobs"][0] = float("nan")
-    lines[0] = json.dumps(ep)
-    p.write_text("\n".join(lines) + "\n")
+    def nan_log_prob(ep):
+        ep["traces"][0]["nodes"][1]["logprobs"][0] = float("nan")
+
+    edit_record(tmp_path / "out" / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl", 0, nan_log_prob)
     out = tmp_path / "o.parquet"
     code, _, err = run_main(["run", tmp_path / "out", "-o", out, "--flavor", "prime-rl", "-q"], capsys)
     assert code == 0, err

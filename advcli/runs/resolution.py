@@ -298,7 +298,7 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
         fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
     elif sizes:
-        shown = ", ".join(f"{c} of {n} rows" for n, c in sorted(sizes.items())[:6])
+        shown = _sizes_said(sizes)
         fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
                f"size, which the framework's blocks of N rows need: {shown})")
     else:
@@ -324,12 +324,17 @@ def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -
     sizes = _sizes(infos)
     if not sizes or all(size % n == 0 for size in sizes):
         return
-    shown = ", ".join(f"{c} of {s} rows" for s, c in sorted(sizes.items())[:6])
+    shown = _sizes_said(sizes)
     raise AdvcliError(f"--flavor {flavor.name}: {key} is not set, and its default {n} does not fit the dump's "
                       f"{_group_key(infos[0])} ({shown}): blocks of {n} rows would cut across them",
                       hint=f"add --set {key}=N, the responses sampled per prompt in the run (groups of several "
                            "sizes: rows were dropped or added after sampling; with N given, advcli groups as the "
                            "trainer does and says what does not fit)")
+
+
+def _sizes_said(sizes: dict[int, int]) -> str:
+    """The dump's group sizes in a message: "3 of 1 rows, 1 of 3 rows" (the six smallest sizes)."""
+    return ", ".join(f"{count} of {size} rows" for size, count in sorted(sizes.items())[:6])
 
 
 def _group_sizes(inputs: list[str]) -> dict[int, int] | None:

@@ -137,7 +137,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     prompt_id); ``settings``: the flavor's own keys (``--set``); ``estimator``: ``--estimator`` (a name, a
     reference, or a function); ``config``: a YAML/TOML file of settings (``--config``); ``against``: the logged
     column (default: where the trainer logged them; in Parquet ``advantages``, else ``advantage``);
-    ``rtol``/``atol`` default as the command's (1e-4, 1e-5, ``atol`` widened where the dump rounds its logged
+    ``rtol``/``atol`` default as the command's (1e-4, 1e-5, ``atol`` widened where the dump may round its logged
     values); ``log``...: tracker targets, as :func:`run`; the rest as :func:`run` and the command's options."""
     from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
     from .formats import open_inputs

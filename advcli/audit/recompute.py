@@ -323,18 +323,20 @@ def check_tolerances(rtol: float | None, atol: float | None) -> None:
 
 
 def rounding_tolerance(info, rtol: float | None, atol: float | None) -> tuple[float, float, str | None]:
-    """(rtol, atol, note): where the dump rounds its logged advantages to d decimals (prime-rl writes them with
-    ``monitors.file.float_decimals`` = 4, verifiers 0.4.0 ``RECORD_FLOAT_DECIMALS``) and the user set no
-    ``atol``, the default widened by the rounding's bound, half a unit in the d-th decimal; the note says so."""
+    """(rtol, atol, note): where every logged advantage has at most d decimals, as a dump rounded to d decimals
+    would (prime-rl's file monitor writes per-token floats with ``monitors.file.float_decimals`` = 4, verifiers
+    0.4.0 ``RECORD_FLOAT_DECIMALS``; its scalar ``info.advantage`` goes through ``log_annotations`` as orjson
+    writes it, and a rounded value cannot be told from an exact short one such as 0.5), and the user set no
+    ``atol``: the default widened by that rounding's bound, half a unit in the d-th decimal; the note says so."""
     d = getattr(info, "logged_decimals", None) if info is not None else None
     rtol = RTOL if rtol is None else rtol
     if d is None:
         return rtol, ATOL if atol is None else atol, None
     if atol is not None:
-        return rtol, atol, f"the dump rounds its logged advantages to {d} decimals; --atol {atol:g} as given"
+        return rtol, atol, f"every logged advantage has at most {d} decimals (as if rounded); --atol {atol:g} as given"
     half = 0.5 * 10.0 ** -d
-    return rtol, half + ATOL, (f"atol {half + ATOL:g} = {half:g} (the dump rounds its logged advantages to {d} "
-                               f"decimals) + {ATOL:g}")
+    return rtol, half + ATOL, (f"atol {half + ATOL:g} = {half:g} (every logged advantage has at most {d} decimals, as "
+                               f"if rounded) + {ATOL:g}")
 
 
 def trainer_flavor(inputs: list[str]) -> tuple[str | None, str | None]:

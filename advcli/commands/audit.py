@@ -93,7 +93,8 @@ def audit_cmd(
     rtol: float | None = typer.Option(None, "--rtol", metavar="X", help="Relative tolerance (default 1e-4)."),
     atol: float | None = typer.Option(None, "--atol", metavar="X",
                                       help="Absolute tolerance (default 1e-5, plus half a unit in the last "
-                                           "decimal where the dump rounds its logged values)."),
+                                           "decimal where the dump may round its logged values and each has at "
+                                           "most that many decimals)."),
     search: bool = typer.Option(True, "--search/--no-search", help="On disagreement, try other flavors and "
                                                                    "settings and name those that reproduce the "
                                                                    "logged values."),

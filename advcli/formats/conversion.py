@@ -47,7 +47,7 @@ class ImportInfo:
     # normalised one, prime-rl's shaped training reward): one line each, set by a format with
     # records.reward_note; run's summary shows them (advcli.runs.resolution.from_dump)
     reward_notes: tuple = ()
-    # the decimals the dump rounds its logged advantages to (prime-rl's float_decimals, 4), set by a format in
+    # the decimals the dump may round its logged advantages to (prime-rl's float_decimals, 4), set by a format in
     # ctx.state["logged_decimals"]: the audit's default tolerance follows it
     logged_decimals: int | None = None
     padding: int = 0  # synthetic padding rows (is_padding: verl's V1 trainer): in the batch, in no figure

@@ -36,8 +36,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..figures.of_file import file_group_health, health_columns, reward_kl
     from ..figures.positions import PositionStats
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
-    from ..io.lists import check_no_nulls
+    from ..io.lists import check_no_nulls, primitive_numpy
     from ..io.reader import InputSet
+    from ..io.value_checks import check_row_numbers
     from ..report import build_report
     from ..results import RunResult
 
@@ -78,9 +79,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     R = ins.num_rows
     done = 0
     checked = [cmap[r] for r in ("reward", "step") if cmap.has(r)]  # numbers: a null is refused where it is
+    reward_col = cmap["reward"] if cmap.has("reward") else None
     for fi, row_base, batch in ins.iter_batches(cols1, chunk_rows):
         for c in checked:
             check_no_nulls(batch.column(c), ins.paths[fi], c, row_base)
+        if reward_col:  # ±inf refused as `run` refuses it; NaN is a missing reward, left out of the figures
+            check_row_numbers(np.asarray(primitive_numpy(batch.column(reward_col))), ins.paths[fi], reward_col,
+                              row_base, allow_nan=True)
         for c in small:
             parts[c].append(batch.column(c))
         offs, m = list_parts(batch.column(mask_col))

@@ -632,3 +632,27 @@ def test_stats_names_the_file_and_row_of_a_null_reward_in_a_directory(tmp_path, 
         pq.write_table(part, d / f"step_{s}.parquet")
     code, _, err = run_main(["stats", d], capsys)
     assert code == 2 and f"{d / 'step_1.parquet'}: column 'reward', row 3: null value" in " ".join(err.split()), err
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf")])
+def test_stats_refuses_an_infinite_reward_as_run_does_and_leaves_nan_out(tmp_path, capsys, bad):
+    """An infinite reward gave `critic/score/mean –` and a solved share over fewer rows, unsaid: refused now with
+    run's message (file, column, the row counted within its file across chunks), from the command and from
+    advcli.stats. A NaN reward is a missing one (reports.md): left out of the figures, as before."""
+    from conftest import run_main
+
+    from advcli.errors import AdvcliError
+
+    masks = pa.array([[1, 1], [1, 1, 1], [1], [1, 1]], pa.list_(pa.int8()))
+    src = _write(tmp_path / "inf.parquet", {"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, bad, 1.0],
+                                            "response_mask": masks})
+    want = f"{src}: column 'reward', row 2: reward {bad} is not finite"
+    code, out, err = run_main(["stats", src, "--chunk-rows", "1"], capsys)
+    assert code == 2 and want in " ".join(err.split()) and "hint:" in err and "critic/score" not in out + err
+    with pytest.raises(AdvcliError, match=want.replace(".", r"\.")):
+        advcli.stats(src)
+    nan = _write(tmp_path / "nan.parquet", {"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, float("nan"), 0.5],
+                                            "response_mask": masks})
+    res = advcli.stats(nan)
+    assert res.metrics["critic/score/mean"] == pytest.approx(1.5 / 3)  # (1 + 0 + 0.5) / 3 rows with a reward
+    assert res.metrics["groups/solved_share"] == pytest.approx(2 / 3)

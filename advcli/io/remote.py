@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from datetime import timedelta
 from functools import lru_cache
 
 from ..errors import AdvcliError
@@ -61,8 +62,37 @@ def _filesystem(scheme: str, authority: str):
         if os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
             kwargs["region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         return pafs.S3FileSystem(**kwargs)
+    if scheme in ("gs", "gcs"):
+        # google-cloud-cpp retries a failing request (no credentials, an unreachable store) for 15 minutes by
+        # default, in native code where Ctrl-C and SIGTERM wait for it: bounded as S3's few retries are
+        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=gcs_retry_seconds()))
     fs, _ = pafs.FileSystem.from_uri(f"{scheme}://{authority}/")
     return fs
+
+
+def gcs_retry_seconds() -> float:
+    """How long a gs:// request is retried before advcli gives up: ``ADVCLI_GCS_RETRY_SECONDS``, default 20."""
+    raw = os.environ.get("ADVCLI_GCS_RETRY_SECONDS", "20")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise AdvcliError(f"ADVCLI_GCS_RETRY_SECONDS={raw!r}: expected a number of seconds > 0",
+                          hint="unset it for the default, 20 s")
+    return value
+
+
+def check_key(uri: str, key: str) -> None:
+    """A key with an empty, ``.`` or ``..`` part is refused: stores take keys as written while paths
+    elsewhere collapse them, so ``s3://b/./in/x`` could name another object than the one compared, or
+    (pyarrow) none at all."""
+    parts = key.rstrip("/").split("/") if key.rstrip("/") else []
+    odd = next((p for p in parts if p in ("", ".", "..")), None)
+    if odd is not None:
+        what = "an empty part (//)" if odd == "" else f"a {odd!r} part"
+        raise AdvcliError(f"{uri}: the key has {what}; object stores take a key as it is written",
+                          hint="write the key without '//', './' or '../', e.g. s3://bucket/dir/file.parquet")
 
 
 def filesystem_of(uri: str):
@@ -72,12 +102,20 @@ def filesystem_of(uri: str):
     scheme = m.group(1).lower()
     rest = uri[m.end():]
     authority, _, key = rest.partition("/")
+    check_key(uri, key)
     try:
         fs = _filesystem(scheme, authority)
+    except AdvcliError:
+        raise
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for an unknown or unbuilt scheme
+        hint = ("advcli reaches object stores through pyarrow.fs: s3://, gs://, hdfs:// (with its libraries), "
+                "or a local path")
+        if scheme in ("hdfs", "viewfs"):
+            hint = ("hdfs:// needs Hadoop's client library and a Java runtime: set JAVA_HOME, HADOOP_HOME and "
+                    "CLASSPATH (`$HADOOP_HOME/bin/hadoop classpath --glob`), or ARROW_LIBHDFS_DIR to the folder "
+                    "holding libhdfs.so")
         raise AdvcliError(f"{uri}: cannot open a filesystem for {scheme}:// ({str(e).splitlines()[0]})",
-                          hint="advcli reaches object stores through pyarrow.fs: s3://, gs://, hdfs:// "
-                               "(with its libraries), or a local path") from None
+                          hint=hint) from None
     return fs, f"{authority}/{key}" if key else authority
 
 
@@ -88,14 +126,22 @@ def uri_in_store_of(scheme_of: str, path: str) -> str:
     return f"{scheme}://{path}"
 
 
+def reach_hint(uri: str) -> str:
+    """What to check when a store cannot be reached, for that kind of store."""
+    if uri.lower().startswith(("gs://", "gcs://")):
+        return ("check the URI and Google's credentials (GOOGLE_APPLICATION_CREDENTIALS, or `gcloud auth "
+                "application-default login`); ADVCLI_GCS_RETRY_SECONDS sets how long a request is retried (20)")
+    return "check the URI, the credentials (AWS_ACCESS_KEY_ID, ...) and the endpoint (AWS_ENDPOINT_URL)"
+
+
 def _info(uri: str):
+    import pyarrow as pa
+
     fs, path = filesystem_of(uri)
     try:
         return fs, path, fs.get_file_info(path)
-    except OSError as e:
-        raise AdvcliError(f"{uri}: cannot reach it ({str(e).splitlines()[0]})",
-                          hint="check the URI, the credentials (AWS_ACCESS_KEY_ID, ...) and the endpoint "
-                               "(AWS_ENDPOINT_URL)") from None
+    except (OSError, pa.ArrowException) as e:  # GCS's permanent errors are ArrowException, not OSError
+        raise AdvcliError(f"{uri}: cannot reach it ({str(e).splitlines()[0][:300]})", hint=reach_hint(uri)) from None
 
 
 def exists(uri: str) -> bool:
@@ -157,13 +203,15 @@ def _list(fs, path: str, pattern: str) -> list[str]:
 
 def open_input(uri: str):
     """A random-access file on the store (ranged reads)."""
+    import pyarrow as pa
+
     fs, path = filesystem_of(uri)
     try:
         return fs.open_input_file(path)
     except FileNotFoundError:
         raise AdvcliError(f"{uri}: no such object") from None
-    except OSError as e:
-        raise AdvcliError(f"{uri}: cannot open it ({str(e).splitlines()[0]})") from None
+    except (OSError, pa.ArrowException) as e:
+        raise AdvcliError(f"{uri}: cannot open it ({str(e).splitlines()[0][:300]})", hint=reach_hint(uri)) from None
 
 
 def file_info(uri: str):

@@ -180,3 +180,53 @@ def test_other_commands_read_s3_inputs(s3, tmp_path):
     assert p.returncode == 2 and "bucket" in p.stderr and "does not exist" in p.stderr
     p = cli("run", "s3://nobucket/run/in.parquet", "--output", tmp_path / "o.parquet", *GRPO)  # an input's bucket
     assert p.returncode == 2 and "the bucket s3://nobucket does not exist" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("out", ["s3://bkt/./t10/in.parquet", "s3://bkt/t10/../t10/in.parquet",
+                                 "s3://bkt/x/../t10/in.parquet", "s3://bkt/t10//in.parquet"])
+def test_a_key_with_dot_or_empty_parts_is_refused_and_the_input_kept(s3, out):
+    """`s3://bkt/./t10/in.parquet` is the input object to the store, not to a string comparison: with --force it
+    once replaced the input; `//` ended in an internal error. Such keys are refused, as output and as input."""
+    src = put(s3, SAMPLE, "bkt/t10/in.parquet")
+    before = get(s3, "bkt/t10/in.parquet")
+    p = cli("run", src, "--output", out, *GRPO, "-q", "--force")
+    assert p.returncode == 2 and f"{out}: the key has" in p.stderr and "hint:" in p.stderr, p.stderr
+    assert "internal error" not in p.stderr
+    p = cli("run", out, "--output", "s3://bkt/t10/o.parquet", *GRPO, "-q")
+    assert p.returncode == 2 and f"{out}: the key has" in p.stderr, p.stderr
+    p = cli("filter", src, "--output", out, "--drop-uniform", "--force", "-q")
+    assert p.returncode == 2 and "the key has" in p.stderr
+    assert get(s3, "bkt/t10/in.parquet") == before
+    assert s3_keys(s3, "bkt/t10") == ["bkt/t10/in.parquet"]
+
+
+def test_key_parts_unit():
+    from advcli.errors import AdvcliError
+    from advcli.io.remote import check_key
+
+    for ok in ("", "a", "a/", "a/b.parquet", "a/b/", "a/*.parquet", "a.b/..c/d."):
+        check_key("s3://bkt/" + ok, ok)
+    for bad, said in (("./a", "'.'"), ("a/../b", "'..'"), ("a//b", "empty"), ("/a", "empty"), ("a/.", "'.'")):
+        with pytest.raises(AdvcliError, match=said):
+            check_key("s3://bkt/" + bad, bad)
+
+
+def test_gs_gives_up_after_its_retry_limit():
+    """gs:// without credentials (or a store that cannot be reached): google-cloud-cpp's default retries for 15
+    minutes in native code, deaf to Ctrl-C; advcli bounds them (ADVCLI_GCS_RETRY_SECONDS) and exits 2."""
+    for creds in ({}, {"GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/creds.json"}):  # retried / permanent
+        env = {"ADVCLI_GCS_RETRY_SECONDS": "1", "HOME": "/nonexistent", **creds}
+        t0 = time.monotonic()
+        p = cli("inspect", "gs://advcli-no-such-bucket/in/rollouts.parquet", env=env)
+        assert p.returncode == 2 and "gs://advcli-no-such-bucket/in/rollouts.parquet: cannot" in p.stderr, p.stderr
+        assert "GOOGLE_APPLICATION_CREDENTIALS" in p.stderr and "internal error" not in p.stderr
+        assert time.monotonic() - t0 < 120  # not google-cloud-cpp's 15 minutes
+    p = cli("inspect", "gs://b/x.parquet", env={"ADVCLI_GCS_RETRY_SECONDS": "soon"})
+    assert p.returncode == 2 and "ADVCLI_GCS_RETRY_SECONDS='soon'" in p.stderr
+
+
+def test_hdfs_without_its_libraries_says_what_to_set():
+    p = cli("inspect", "hdfs://127.0.0.1:1/in/rollouts.parquet",
+            env={"ARROW_LIBHDFS_DIR": "/nonexistent", "HADOOP_HOME": "/nonexistent", "JAVA_HOME": "/nonexistent"})
+    assert p.returncode == 2 and "hdfs://127.0.0.1:1/in/rollouts.parquet: cannot open a filesystem" in p.stderr
+    assert "JAVA_HOME" in p.stderr and "ARROW_LIBHDFS_DIR" in p.stderr and "Traceback" not in p.stderr

@@ -41,6 +41,32 @@ def _dist(x: np.ndarray) -> dict:
             "p95": float(q[2]), "max": float(x.max()), "mean": float(x.mean())}
 
 
+BATCH_ROWS = 8192  # rows decoded at once: the mask's bytes and a few bool arrays of its size (as stats reads)
+
+
+def mask_shape(offsets: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+    """Of one chunk of a response-mask column (offsets [R+1] from 0, flat values): each row's length and
+    number of mask=1 tokens, and how many rows end with a 0, start with a 0, or have a mask=0 span between
+    two 1s (a 0 -> 1 rise after the row's first token). Over bool arrays, a byte a token (no int64 copy)."""
+    import numpy as np
+
+    on = mask if mask.dtype == np.bool_ else mask != 0
+    lengths = np.diff(offsets)
+    nonempty = lengths > 0
+    firsts = offsets[:-1][nonempty]  # strictly increasing: segment i of reduceat is exactly row i
+    valid = np.zeros(lengths.size, np.int64)
+    ends = starts = spans = 0
+    if firsts.size:
+        valid[nonempty] = np.add.reduceat(on, firsts, dtype=np.int64)
+        ends = int((~on[offsets[1:][nonempty] - 1]).sum())
+        starts = int((~on[firsts]).sum())
+        rise = np.zeros(on.size, dtype=bool)
+        np.greater(on[1:], on[:-1], out=rise[1:])  # 0 -> 1
+        rise[firsts] = False
+        spans = int(np.logical_or.reduceat(rise, firsts).sum())
+    return lengths, valid, ends, starts, spans
+
+
 def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     """Everything ``advcli inspect`` shows, as a JSON-able dict."""
     import numpy as np
@@ -81,31 +107,16 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
     cols = list(dict.fromkeys(small + ([mask_col] if mask_col else [])))
     parts: dict[str, list] = {c: [] for c in cols}
     lengths, valid, interior, ends_masked, starts_masked = [], [], 0, 0, 0
-    for _, _, batch in ins.iter_batches(cols, 65536) if cols else []:
+    for _, _, batch in ins.iter_batches(cols, BATCH_ROWS) if cols else []:
         for c in small:
             parts[c].append(batch.column(c))
         if mask_col:
-            offs, vals = list_parts(batch.column(mask_col))
-            vals = vals.astype(np.int64) != 0
-            ln = np.diff(offs)
-            c = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])
-            v = c[offs[1:]] - c[offs[:-1]]
+            ln, v, ends, starts, spans = mask_shape(*list_parts(batch.column(mask_col)))
             lengths.append(ln)
             valid.append(v)
-            nz = ln > 0
-            last = np.zeros(len(ln), dtype=bool)
-            first = np.zeros(len(ln), dtype=bool)
-            last[nz] = vals[offs[1:][nz] - 1]
-            first[nz] = vals[offs[:-1][nz]]
-            ends_masked += int((nz & ~last).sum())
-            starts_masked += int((nz & ~first).sum())
-            # rows with a mask=0 span between two mask=1 tokens: 0 -> 1 transitions beyond the first
-            rise = np.zeros(vals.size, dtype=bool)
-            if vals.size > 1:
-                rise[1:] = vals[1:] & ~vals[:-1]
-            rise[offs[:-1][nz]] = False
-            cr = np.concatenate([[0], np.cumsum(rise, dtype=np.int64)])
-            interior += int(((cr[offs[1:]] - cr[offs[:-1]]) > 0).sum())
+            ends_masked += ends
+            starts_masked += starts
+            interior += spans
     if mask_col:
         L = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         V = np.concatenate(valid) if valid else np.zeros(0, np.int64)

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, SAMPLE
+from conftest import ROOT, SAMPLE, run_main
 
 
 def invoke(*args):
@@ -142,6 +142,36 @@ def test_inspect_figures_match_the_file():
     assert not est["optimal_token_baseline"]["ok"] and est["optimal_token_baseline"]["missing"] == ["sum_pi_squared"]
     assert d["kl_in_reward"] is True
     assert sum(d["length_histogram"]["counts"]) == 384
+
+
+def test_inspect_mask_figures_on_every_mask_shape(tmp_path, monkeypatch, capsys):
+    """Empty rows, all-masked rows, rows starting or ending with 0, interior spans, a one-token row, across
+    batches of 3 rows (a row's figures never depend on its neighbours): each count by hand, row by row."""
+    import pyarrow as pa
+
+    import advcli.commands.inspect as insp
+
+    rng = np.random.default_rng(7)
+    masks = [[], [0], [1], [0, 0, 0], [1, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0, 1, 0], [], [0, 1, 0, 1]]
+    masks += [rng.integers(0, 2, int(rng.integers(0, 9))).tolist() for _ in range(40)]
+    src = tmp_path / "m.parquet"
+    pq.write_table(pa.table({"prompt_id": list(range(len(masks))), "reward": [1.0] * len(masks),
+                             "response_mask": pa.array(masks, pa.list_(pa.int8()))}), src)
+    monkeypatch.setattr(insp, "BATCH_ROWS", 3)
+    code, out, err = run_main(["inspect", src, "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+
+    def spans(m):  # a 0 -> 1 rise after the first token
+        return any(m[i] == 1 and m[i - 1] == 0 for i in range(1, len(m)))
+
+    assert d["tokens"] == sum(map(len, masks)) and d["valid_tokens"] == sum(map(sum, masks))
+    assert d["mask"] == {"rows_with_interior_masked_spans": sum(spans(m) for m in masks),
+                         "rows_ending_masked": sum(1 for m in masks if m and m[-1] == 0),
+                         "rows_starting_masked": sum(1 for m in masks if m and m[0] == 0),
+                         "rows_all_masked": sum(1 for m in masks if m and not any(m)),
+                         "empty_rows": sum(1 for m in masks if not m)}
+    assert d["valid_length"]["max"] == max(map(sum, masks)) and d["length"]["max"] == max(map(len, masks))
 
 
 def test_the_estimator_registry_loads_without_torch():

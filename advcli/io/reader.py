@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -66,6 +67,15 @@ def expand_inputs(specs: list[str]) -> list[str]:
         elif os.path.isdir(spec):
             found = sorted(glob.glob(os.path.join(glob.escape(spec), "*.parquet")))
             if not found:
+                nested = sorted(glob.glob(os.path.join(glob.escape(spec), "**", "*.parquet"), recursive=True))
+                if nested:
+                    first = os.path.relpath(nested[0], spec)
+                    depth = first.count(os.sep)
+                    pattern = os.path.join(spec, *["*"] * depth, "*.parquet")
+                    raise AdvcliError(f"{spec}: no *.parquet files directly in this directory; {len(nested)} in its "
+                                      f"subdirectories (first: {first})",
+                                      hint=f"give them with a glob: '{pattern}' (quoted); advcli reads columns, "
+                                           "not key=value directory names")
                 raise AdvcliError(f"{spec}: no input files in this directory: no *.parquet files, and no file "
                                   "under it that a trainer dump format reads (a step file's name says its format)",
                                   hint="give the directory the trainer wrote its dumps into, or the files "
@@ -177,6 +187,51 @@ def check_unchanged(path: str, expected: tuple | None) -> None:
         raise changed_error(path, how)
 
 
+HIVE_PART = re.compile(r"^(?P<key>step|prompt_id)=(?P<value>[^/]*)$")
+
+
+def check_partition_keys(path: str, schema) -> None:
+    """A hive-partitioned dataset (``DIR/step=3/part-0.parquet``) holds its step in the directory's name;
+    advcli reads columns only, so a file without that column would run with the other steps as one batch
+    (whitening across steps, groups joined across steps): refused, naming the directory."""
+    for part in path.replace("\\", "/").split("/")[:-1]:
+        m = HIVE_PART.match(part)
+        if m and m.group("key") not in schema.names:
+            key = m.group("key")
+            raise AdvcliError(f"{path}: its directory {part} says {key} {m.group('value')}, but the file has no "
+                              f"{key!r} column; advcli reads columns, not directory names, so the {key}s would run "
+                              "as one", hint=f"write {key} into the files (pyarrow: ds.dataset(DIR, partitioning="
+                                             "'hive').to_table() holds it as a column), or run each directory's "
+                                             "files on their own")
+
+
+def check_same_schema(first: str, schema, path: str, other) -> None:
+    """Inputs read as one: the same columns, in the same order, of the same types and nullability (each
+    output file is the input's pages under the first file's footer); a difference named, with the file."""
+    hint = (f"rewrite {path} with {first}'s schema (pyarrow: pq.write_table(pq.read_table(B).select(NAMES)"
+            ".cast(SCHEMA_OF_A), B2)), or run the files one at a time")
+    for field in schema:
+        if field.name in other.names and not other.field(field.name).type.equals(field.type):
+            raise AdvcliError(f"{path}: column {field.name!r} has type {other.field(field.name).type} "
+                              f"but {first} has {field.type}; all inputs must share one schema", hint=hint)
+    missing = [n for n in schema.names if n not in other.names]
+    if missing:
+        raise AdvcliError(f"{path}: lacks column(s) {missing} that {first} has; all inputs must share one schema",
+                          hint=hint)
+    extra = [n for n in other.names if n not in schema.names]
+    if extra:
+        raise AdvcliError(f"{path}: has column(s) {extra} that {first} lacks; all inputs must share one schema",
+                          hint=hint)
+    if other.names != schema.names:
+        raise AdvcliError(f"{path}: its columns are in another order than {first}'s ({', '.join(other.names)} "
+                          f"vs {', '.join(schema.names)}); all inputs must share one schema", hint=hint)
+    for field in schema:
+        if other.field(field.name).nullable != field.nullable:
+            said = "not null" if not field.nullable else "nullable"
+            raise AdvcliError(f"{path}: column {field.name!r} is {'nullable' if said == 'not null' else 'not null'}"
+                              f" but {first} marks it {said}; all inputs must share one schema", hint=hint)
+
+
 @record
 class InputSet:
     """The input files with one common schema: their paths and footers. No file stays open between
@@ -207,14 +262,9 @@ class InputSet:
             identities.append(before)
         schema = schemas[0]
         for p, other in zip(paths[1:], schemas[1:]):
-            for field in schema:
-                if field.name in other.names and not other.field(field.name).type.equals(field.type):
-                    raise AdvcliError(f"{p}: column {field.name!r} has type {other.field(field.name).type} "
-                                      f"but {paths[0]} has {field.type}; all inputs must share one schema")
-            missing = [n for n in schema.names if n not in other.names]
-            if missing:
-                raise AdvcliError(f"{p}: lacks column(s) {missing} that {paths[0]} has; all inputs must share "
-                                  "one schema")
+            check_same_schema(paths[0], schema, p, other)
+        for p in paths:
+            check_partition_keys(p, schema)
         return InputSet(paths, metadata, schema, identities)
 
     @property

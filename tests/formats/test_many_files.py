@@ -4,6 +4,7 @@ them), so every group statistic must be the same as for the one-file dump."""
 from __future__ import annotations
 
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -87,6 +88,44 @@ def test_inputs_must_share_a_schema(dumps, tmp_path):
     pq.write_table(table.drop_columns(["values"]), odd)
     with pytest.raises(AdvcliError, match="lacks column"):
         run([whole, str(odd)], tmp_path / "o", SETTINGS["grpo"])
+
+
+@pytest.mark.parametrize("change, said", [
+    ("extra", "has column(s) ['note'] that"), ("order", "its columns are in another order than"),
+    ("not_null", "column 'prompt_id' is not null but"), ("type", "column 'step' has type int32 but")])
+@pytest.mark.parametrize("first", ["plain", "changed"])
+def test_inputs_that_differ_in_schema_are_refused_before_any_work(dumps, tmp_path, capsys, change, said, first):
+    """The second file with one more column, its columns in another order, a column marked not-null, or another
+    type: each output is its input's pages under one footer, so these once ended in "internal error: the spliced
+    file does not read back" after the work (and only one file order caught an extra column); now refused up
+    front, in either order, by run and by validate alike, naming the file and what differs."""
+    from conftest import run_main
+
+    whole, parts, table = dumps
+    odd = {"extra": lambda t: t.append_column("note", pa.array(["n"] * t.num_rows)),
+           "order": lambda t: t.select(list(reversed(t.column_names))),
+           "not_null": lambda t: t.cast(pa.schema([f.with_nullable(f.name != "prompt_id") for f in t.schema])),
+           "type": lambda t: t.set_column(t.column_names.index("step"), "step", t.column("step").cast(pa.int32())),
+           }[change](table)
+    if change == "type" and pa.types.is_int32(table.schema.field("step").type):
+        pytest.skip("the dump's step is int32 already")
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(table, d / "a.parquet")
+    pq.write_table(odd, d / "b.parquet")
+    files = [str(d / "a.parquet"), str(d / "b.parquet")]
+    if first == "changed":
+        files.reverse()
+    if first == "changed" and change in ("extra", "not_null", "type"):  # said from the other file's side
+        said = {"extra": "lacks column(s) ['note'] that", "not_null": "column 'prompt_id' is nullable but",
+                "type": "column 'step' has type"}[change]
+    with pytest.raises(AdvcliError, match=re.escape(said)):
+        run(files, tmp_path / "o", SETTINGS["grpo"])
+    assert not (tmp_path / "o").exists()
+    for cmd in (["run", *files, "-o", tmp_path / "o2"], ["validate", *files]):
+        code, out, err = run_main([*cmd, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"], capsys)
+        assert code == 2 and said in " ".join(err.split()) and "internal error" not in err, err
+        assert files[1] in err and "hint:" in err
 
 
 def test_many_more_inputs_than_open_files_allowed(tmp_path):
@@ -181,3 +220,31 @@ def test_too_many_open_files_is_named_as_such(tmp_path):
             "    print('MSG', e, '|', e.hint)\n")
     r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True)
     assert "too many open files" in r.stdout and "ulimit -n" in r.stdout, (r.stdout, r.stderr[-1000:])
+
+
+def test_a_hive_partitioned_dataset_is_named_not_merged(dumps, tmp_path, capsys):
+    """DIR/step=0/part-0.parquet: the directory holds no file itself (said, with the glob that reaches them), and
+    files whose step is only in their directory's name are refused (they ran as one step: GAE whitened across
+    steps); with the step written into the files the same glob runs."""
+    from conftest import run_main
+
+    _, _, table = dumps
+    d = tmp_path / "ds"
+    steps = sorted(set(table.column("step").to_pylist()))
+    for s in steps:
+        (d / f"step={s}").mkdir(parents=True)
+        part = table.filter(pa.array([v == s for v in table.column("step").to_pylist()]))
+        pq.write_table(part.drop_columns(["step"]), d / f"step={s}" / f"part-{s}.parquet")
+    gae = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o", *gae], capsys)
+    assert code == 2 and f"{d}: no *.parquet files directly in this directory; {len(steps)} in its subdirectories" \
+        in " ".join(err.split()) and os.path.join(str(d), "*", "*.parquet") in err, err
+    files = os.path.join(str(d), "*", "*.parquet")
+    code, _, err = run_main(["run", files, "-o", tmp_path / "o", *gae], capsys)
+    assert code == 2 and "its directory step=0 says step 0, but the file has no 'step' column" in " ".join(err.split())
+    assert not (tmp_path / "o").exists()
+    for s in steps:  # the step written into each file: runs, and equals the one-file run step by step
+        part = table.filter(pa.array([v == s for v in table.column("step").to_pylist()]))
+        pq.write_table(part, d / f"step={s}" / f"part-{s}.parquet")
+    code, _, err = run_main(["run", files, "-o", tmp_path / "o", *gae, "-q"], capsys)
+    assert code == 0, err

@@ -119,6 +119,9 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
             raise AdvcliError(f"{what}; expected integers", hint=f"cast it to int64, {other}")
     elif kind == "key":
         if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-                or pa.types.is_dictionary(t) or pa.types.is_binary(t)):
-            raise AdvcliError(f"{what}; expected strings or integers (a float key would group by rounded "
-                              "values)", hint=f"cast the ids to string or int64, {other}")
+                or pa.types.is_dictionary(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                or pa.types.is_fixed_size_binary(t)):
+            why = ("the view layouts are not read yet" if pa.types.is_string_view(t) or pa.types.is_binary_view(t)
+                   else "a float key would group by rounded values")
+            raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
+                              hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")

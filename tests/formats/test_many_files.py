@@ -248,3 +248,30 @@ def test_a_hive_partitioned_dataset_is_named_not_merged(dumps, tmp_path, capsys)
         pq.write_table(part, d / f"step={s}" / f"part-{s}.parquet")
     code, _, err = run_main(["run", files, "-o", tmp_path / "o", *gae, "-q"], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("kind", ["large_binary", "fixed_size_binary", "string_view"])
+def test_prompt_id_binary_types_group_as_strings_and_views_are_refused(dumps, tmp_path, capsys, kind):
+    """prompt_id as large_binary or fixed_size_binary groups as the string ids do (binary was read, these two
+    refused as "expected strings"); the view layouts are refused with the cast that reads them."""
+    from conftest import run_main
+
+    _, _, table = dumps
+    ids = [str(x) for x in table.column("prompt_id").to_pylist()]
+    width = max(map(len, ids))
+    col = {"large_binary": lambda: pa.array([i.encode() for i in ids], pa.large_binary()),
+           "fixed_size_binary": lambda: pa.array([i.ljust(width).encode() for i in ids], pa.binary(width)),
+           "string_view": lambda: pa.array(ids, pa.string_view())}[kind]()
+    i = table.column_names.index("prompt_id")
+    pq.write_table(table.set_column(i, "prompt_id", pa.array(ids)), tmp_path / "s.parquet")
+    pq.write_table(table.set_column(i, "prompt_id", col), tmp_path / "b.parquet")
+    grpo = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "-q"]
+    code, _, err = run_main(["run", tmp_path / "b.parquet", "-o", tmp_path / "b_out.parquet", *grpo], capsys)
+    if kind == "string_view":
+        assert code == 2 and "has type string_view; expected string" in err and "pa.string()" in err, err
+        return
+    assert code == 0, err
+    code, _, err = run_main(["run", tmp_path / "s.parquet", "-o", tmp_path / "s_out.parquet", *grpo], capsys)
+    got, want = pq.read_table(tmp_path / "b_out.parquet"), pq.read_table(tmp_path / "s_out.parquet")
+    assert got.column("advantages").to_pylist() == want.column("advantages").to_pylist()
+    assert got.schema.field("prompt_id").type == col.type

@@ -60,7 +60,8 @@ class FrameInputs:
         table = obj
         if kind == "pandas.DataFrame":
             try:
-                table = pa.Table.from_pandas(obj, preserve_index=False)
+                # a RangeIndex as metadata, another index as columns: to_pandas() of the result restores it
+                table = pa.Table.from_pandas(obj)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
                 raise AdvcliError(f"the pandas.DataFrame cannot be read as an Arrow table: {e}",
                                   hint="each column must hold one type: numbers, strings, or lists of numbers "

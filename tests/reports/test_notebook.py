@@ -62,6 +62,19 @@ def test_run_on_a_dataframe_gives_the_rows_back(frame):
         assert entry["critic/score/mean"] == pytest.approx(frame[frame["step"] == entry["step"]]["reward"].mean())
 
 
+def test_run_on_a_dataframe_keeps_its_index(frame, tmp_path):
+    """A frame indexed by its own row ids gets them back (the rows join back by index), as a file pandas wrote
+    does through the command line; the advantages are those of the unindexed frame."""
+    indexed = frame.set_axis(pd.Index(np.arange(len(frame)) * 10 + 7, name="rid"))
+    out = advcli.run(indexed, flavor="verl", settings=GRPO, device="cpu").to_pandas()
+    assert out.index.name == "rid" and list(out.index) == list(indexed.index)
+    assert_lists_close([list(a) for a in out["advantages"]], expected_advantages(frame))
+    assert list(out.columns) == [*frame.columns, "advantages", "returns"]
+    indexed.to_parquet(tmp_path / "in.parquet")
+    advcli.run(tmp_path / "in.parquet", tmp_path / "out.parquet", flavor="verl", settings=GRPO, device="cpu")
+    assert list(pd.read_parquet(tmp_path / "out.parquet").index) == list(indexed.index)
+
+
 def test_run_on_an_arrow_table_and_on_a_path_agree(frame, tmp_path):
     table = pa.Table.from_pandas(frame, preserve_index=False)
     src = tmp_path / "in.parquet"

@@ -92,10 +92,11 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     return result
 
 
-def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source: str | None = None):
+def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source: str | None = None,
+          padded: bool | None = None):
     """The figures of a dump or an advcli output, like ``advcli stats``: an :class:`advcli.results.notebook.StatsResult`
     (``.metrics``, ``.per_step``, ``.diagnostics``; ``.table``: one row per step). ``inputs``: as
-    :func:`run`; ``columns``: role → column name, as ``--column``."""
+    :func:`run`; ``columns``: role → column name, as ``--column``; ``padded``: as ``--padded/--ragged``."""
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
     from .results.notebook import StatsResult
@@ -103,7 +104,7 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
 
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
-        rep = frames.named(name_dumps(file_statistics(specs, columns or {}, chunk_rows)))
+        rep = frames.named(name_dumps(file_statistics(specs, columns or {}, chunk_rows, padded=padded)))
     return StatsResult(rep)
 
 

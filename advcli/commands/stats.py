@@ -31,6 +31,7 @@ def stats_cmd(
                                        show_default=False),
     report: str | None = opt.REPORT,
     column: list[str] | None = opt.COLUMN,
+    padded: bool | None = opt.PADDED,
     chunk_rows: int = opt.chunk_rows(8192),
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("every figure"),
@@ -64,7 +65,7 @@ def stats_cmd(
     show = not quiet and not json_out
     cb, stop = progress(show)
     try:
-        rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb)
+        rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb, padded=padded)
     finally:
         stop()
     reason = no_token_data(inputs)

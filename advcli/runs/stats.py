@@ -25,8 +25,10 @@ from ..errors import AdvcliError
 
 
 def file_statistics(inputs: list[str], column_overrides: dict | None = None, chunk_rows: int = 8192,
-                    progress=None) -> dict:
-    """The report dict (see advcli.report) of a dump or an advcli output."""
+                    progress=None, padded: bool | None = None) -> dict:
+    """The report dict (see advcli.report) of a dump or an advcli output. ``padded`` (``--padded/--ragged``):
+    token lists right-padded to one width, a row's length its last mask=1 position + 1; default: as the run
+    that wrote an advcli output said (its ``padded``), else for fixed-size list columns only."""
     import numpy as np
     import pyarrow as pa
 
@@ -55,7 +57,10 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     gated = (((prov or {}).get("config") or {}).get("rollout_correction") or {}).get("gate_level") is not None
     if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}) and not gated:
         mask_col = "response_mask_after_rs"
-    padded = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
+    recorded = ((prov or {}).get("config") or {}).get("padded")
+    if padded is None:
+        fixed = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
+        padded = recorded if isinstance(recorded, bool) else fixed
     has_adv = "advantages" in names
     has_ret = "returns" in names
     tlr_col = "token_level_rewards" if "token_level_rewards" in names else None

@@ -656,3 +656,30 @@ def test_stats_refuses_an_infinite_reward_as_run_does_and_leaves_nan_out(tmp_pat
     res = advcli.stats(nan)
     assert res.metrics["critic/score/mean"] == pytest.approx(1.5 / 3)  # (1 + 0 + 0.5) / 3 rows with a reward
     assert res.metrics["groups/solved_share"] == pytest.approx(2 / 3)
+
+
+def test_stats_padded_reads_lengths_as_run_padded_does(tmp_path, capsys):
+    """A ragged file right-padded to one width: --padded gives verl's response length (last mask=1 position + 1,
+    by hand here), the default the list length; an output of a --padded run is read so without the flag."""
+    from conftest import run_main
+
+    masks = [[1, 1, 0], [1, 0, 1, 0, 0], [0, 1], [1]]
+    width = max(map(len, masks))
+    padded = [m + [0] * (width - len(m)) for m in masks]
+    src = _write(tmp_path / "p.parquet", {"prompt_id": [0, 0, 1, 1], "reward": [1.0, 0.0, 0.5, 1.0],
+                                          "response_mask": pa.array(padded, pa.list_(pa.int8())),
+                                          "old_log_probs": pa.array([[-0.5] * width] * 4, pa.list_(pa.float32()))})
+    verl_len = [max(i for i, v in enumerate(m) if v) + 1 for m in masks]  # 2, 3, 2, 1
+    code, out, err = run_main(["stats", src, "--json", "--padded"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(np.mean(verl_len))
+    code, out, _ = run_main(["stats", src, "--json"], capsys)
+    assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(width)
+    assert advcli.stats(src, padded=True).metrics["response_length/max"] == max(verl_len)
+    code, _, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--padded", "-q", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 0, err
+    code, out, _ = run_main(["stats", tmp_path / "o.parquet", "--json"], capsys)
+    assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(np.mean(verl_len))
+    code, out, _ = run_main(["stats", tmp_path / "o.parquet", "--json", "--ragged"], capsys)
+    assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(width)

@@ -562,8 +562,10 @@ def test_a_command_whose_server_is_killed_stops_and_writes_nothing(dump, tmp_pat
         out = tmp_path / "o.parquet"
         proc = _start_slow(server, str(dump), out)
         _wait_writing(proc, out)
-        with open(f"/proc/{server.pid}/task/{server.pid}/children") as fh:
-            children = [int(p) for p in fh.read().split()]
+        children = []  # each thread's children: the server may fork the command from any of its threads
+        for task in os.listdir(f"/proc/{server.pid}/task"):
+            with open(f"/proc/{server.pid}/task/{task}/children") as fh:
+                children += [int(p) for p in fh.read().split()]
         assert children
         os.kill(server.pid, signal.SIGKILL)
         proc.communicate(timeout=60)

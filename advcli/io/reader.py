@@ -225,11 +225,14 @@ def check_same_schema(first: str, schema, path: str, other) -> None:
     if other.names != schema.names:
         raise AdvcliError(f"{path}: its columns are in another order than {first}'s ({', '.join(other.names)} "
                           f"vs {', '.join(schema.names)}); all inputs must share one schema", hint=hint)
+    def said(f) -> str:
+        return "nullable" if f.nullable else "not null"
+
     for field in schema:
-        if other.field(field.name).nullable != field.nullable:
-            said = "not null" if not field.nullable else "nullable"
-            raise AdvcliError(f"{path}: column {field.name!r} is {'nullable' if said == 'not null' else 'not null'}"
-                              f" but {first} marks it {said}; all inputs must share one schema", hint=hint)
+        theirs = other.field(field.name)
+        if theirs.nullable != field.nullable:
+            raise AdvcliError(f"{path}: column {field.name!r} is {said(theirs)} but {first} marks it {said(field)}; "
+                              "all inputs must share one schema", hint=hint)
 
 
 @record

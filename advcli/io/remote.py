@@ -87,8 +87,8 @@ def check_key(uri: str, key: str) -> None:
     """A key with an empty, ``.`` or ``..`` part is refused: stores take keys as written while paths
     elsewhere collapse them, so ``s3://b/./in/x`` could name another object than the one compared, or
     (pyarrow) none at all."""
-    parts = key.rstrip("/").split("/") if key.rstrip("/") else []
-    odd = next((p for p in parts if p in ("", ".", "..")), None)
+    stem = key.rstrip("/")  # a trailing "/" names a prefix
+    odd = next((p for p in stem.split("/") if p in ("", ".", "..")), None) if stem else None
     if odd is not None:
         what = "an empty part (//)" if odd == "" else f"a {odd!r} part"
         raise AdvcliError(f"{uri}: the key has {what}; object stores take a key as it is written",

@@ -57,10 +57,10 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     gated = (((prov or {}).get("config") or {}).get("rollout_correction") or {}).get("gate_level") is not None
     if "response_mask_after_rs" in names and "response_mask" not in (column_overrides or {}) and not gated:
         mask_col = "response_mask_after_rs"
-    recorded = ((prov or {}).get("config") or {}).get("padded")
-    if padded is None:
-        fixed = pa.types.is_fixed_size_list(ins.schema.field(mask_col).type)
-        padded = recorded if isinstance(recorded, bool) else fixed
+    if padded is None:  # the run's own setting on its output, else padded for fixed-size lists only
+        recorded = ((prov or {}).get("config") or {}).get("padded")
+        padded = recorded if isinstance(recorded, bool) else pa.types.is_fixed_size_list(
+            ins.schema.field(mask_col).type)
     has_adv = "advantages" in names
     has_ret = "returns" in names
     tlr_col = "token_level_rewards" if "token_level_rewards" in names else None

@@ -242,7 +242,10 @@ SAMPLE_ROW_GROUP = 16384  # rows per row group of `advcli sample`'s file (and pe
 
 @app.command(epilog=SAMPLE_EPILOG, cls=helpstyle.Command)
 def sample(
-    output: str = typer.Argument(..., metavar="OUTPUT", help="Parquet file to write."),
+    output: str | None = typer.Argument(None, metavar="OUTPUT", help="Parquet file to write."),
+    output_option: str | None = typer.Option(None, "--output", "-o", metavar="PATH",
+                                             help="The file to write, spelled as the other commands spell it "
+                                                  "(instead of OUTPUT)."),
     rows: int = typer.Option(512, "--rows", "-n", metavar="N", help="Number of responses."),
     group_size: int = typer.Option(8, "--group-size", metavar="N", help="Responses per prompt."),
     min_len: int = typer.Option(16, "--min-len", metavar="N", help="Shortest response (tokens)."),
@@ -260,6 +263,11 @@ def sample(
     from .io.writer import check_output_path
     from .sample import make_table
 
+    if output is not None and output_option is not None and output != output_option:
+        raise AdvcliError(f"two files to write: {output} and -o {output_option}", hint="give one")
+    output = output if output is not None else output_option
+    if output is None:
+        raise AdvcliError("no file to write", hint="advcli sample FILE.parquet (or -o FILE.parquet)")
     if rows < 1 or group_size < 1 or min_len < 1 or max_len < min_len or steps < 1:
         raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
     check_output_path(output, [], force)

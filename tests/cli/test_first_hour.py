@@ -443,3 +443,20 @@ def test_user_pages_hold_no_test_hook_and_cite_their_benchmarks():
         text = read(page)
         assert "## What to expect" in text and "## Limits" in text and "internals/" in text, page
         assert len(text.splitlines()) < 200, page
+
+
+def test_sample_takes_its_file_as_the_other_commands_do(tmp_path, capsys):
+    """`advcli sample -o FILE` (as run, filter and convert spell their output) writes the same file as
+    `advcli sample FILE`; two different files, or none, stop with exit 2 and write nothing."""
+    import pyarrow.parquet as pq
+
+    positional, option = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    assert run_main(["sample", positional, "-n", "24", "--max-len", "20"], capsys)[0] == 0
+    assert run_main(["sample", "-o", option, "-n", "24", "--max-len", "20"], capsys)[0] == 0
+    assert pq.read_table(option).equals(pq.read_table(positional))
+    code, _, err = run_main(["sample", str(tmp_path / "c.parquet"), "--output", str(tmp_path / "d.parquet")],
+                            capsys)
+    assert code == 2 and "two files to write" in err
+    code, _, err = run_main(["sample"], capsys)
+    assert code == 2 and "no file to write" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]

@@ -67,8 +67,11 @@ def test_flags_show_nothing_and_values_show_their_metavar(cmd):
             assert p.metavar and p.metavar.isupper(), f"{cmd}: argument {p.name} has no upper-case metavar"
             shown = p.metavar + ("..." if p.nargs != 1 else "")
             usage = next(ln for ln in text.splitlines() if "Usage:" in ln)
-            assert usage.rstrip().endswith(shown), usage  # click's usage: `[OPTIONS] INPUT...`
-            assert re.search(rf"\*\s+{re.escape(shown)}\s", text), f"{cmd}: {shown} missing:\n{text}"
+            # click's usage: `[OPTIONS] INPUT...`, an optional one in brackets (`advcli sample [OUTPUT]`);
+            # the arguments panel stars a required one
+            assert usage.rstrip().endswith(shown if p.required else f"[{shown}]"), usage
+            star = r"\*\s+" if p.required else r"^[^*\w]*"
+            assert re.search(rf"{star}{re.escape(shown)}\s", text, re.M), f"{cmd}: {shown} missing:\n{text}"
             continue
         long = next(o for o in p.opts if o.startswith("--"))
         line = _option_line(text, long)

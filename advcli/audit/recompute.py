@@ -513,7 +513,7 @@ def name_rows(worst: list[dict], ins) -> None:
         if prompt_col is not None:
             wanted, row0 = set(local), 0
             f = pq.ParquetFile(path)
-            for b in f.iter_batches(batch_size=65536, columns=[prompt_col]):
+            for b in f.iter_batches(batch_size=4096, columns=[prompt_col]):  # prompt texts can be long
                 for r in [r for r in wanted if row0 <= r < row0 + b.num_rows]:
                     prompts[r] = _excerpt(b.column(0)[r - row0].as_py())
                 row0 += b.num_rows

@@ -770,6 +770,7 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
         raise AdvcliError(f"--chunk-rows must be at least 1 (got {chunk_rows})")
     ins = InputSet.open(inputs)
     check_output_path(output, ins.paths, force)
+    chunk_rows = ins.chunk_rows(chunk_rows)  # and about CHUNK_TOKENS tokens: long responses, small chunks
     cmap = resolve_columns(ins.schema, column_overrides or {}, ins.paths[0])
     metric_col = metric or (cmap.names.get("reward") or "reward")
     source_col = find_source_column(ins.schema.names, by)

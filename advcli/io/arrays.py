@@ -68,7 +68,12 @@ def keys_codes(arr) -> tuple[np.ndarray, np.ndarray]:
 
 
 def aligned_batches(files: list, columns: list[list[str]], batch_rows: int) -> Iterator[list[pa.RecordBatch]]:
-    """Batches of several Parquet files read in lock step: each yield holds the same rows of every file."""
+    """Batches of several Parquet files read in lock step: each yield holds the same rows of every file, at most
+    ``batch_rows`` of them and about :data:`~advcli.io.reader.CHUNK_TOKENS` tokens of the longest list column
+    read (so that long responses do not make a batch large)."""
+    from .reader import file_chunk_rows
+
+    batch_rows = min([file_chunk_rows(f, cols, batch_rows) for f, cols in zip(files, columns)] or [batch_rows])
     iters = [f.iter_batches(batch_size=batch_rows, columns=cols, use_threads=True) for f, cols in zip(files, columns)]
     bufs: list[pa.RecordBatch | None] = [None] * len(files)
     while True:

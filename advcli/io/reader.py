@@ -105,6 +105,38 @@ def expand_inputs(specs: list[str]) -> list[str]:
     return uniq
 
 
+# tokens a chunk holds: every command sizes its chunks by tokens as well as rows, so that its memory does not
+# grow with the length of the responses (8,192 rows of 16k-token responses are 134M tokens)
+CHUNK_TOKENS = 1 << 19  # each float32 column of a chunk stays around 2 MiB
+
+
+def list_tokens(metadata: pq.FileMetaData, column: str) -> int:
+    """Σ list lengths of ``column`` in one file, from its Parquet metadata alone (an empty or null list counts
+    1: an upper bound, exact for dumps without them); 0 when the file has no such column."""
+    idx = [i for i in range(metadata.num_columns) if metadata.schema.column(i).path.split(".")[0] == column]
+    if not idx:
+        return 0
+    return sum(metadata.row_group(g).column(idx[0]).num_values for g in range(metadata.num_row_groups))
+
+
+def rows_for_tokens(num_rows: int, num_tokens: int, chunk_rows: int | None,
+                    chunk_tokens: int | None = CHUNK_TOKENS) -> int:
+    """Rows per chunk: ``chunk_rows`` (None: no bound), lowered so that a chunk holds about ``chunk_tokens``
+    of the ``num_tokens`` tokens of ``num_rows`` rows on average (None: no token bound). Never below 1."""
+    rows = chunk_rows or max(num_rows, 1)
+    if chunk_tokens and num_rows and num_tokens > 0:
+        rows = min(rows, max(1, int(chunk_tokens * num_rows // num_tokens)))
+    return rows
+
+
+def file_chunk_rows(f: pq.ParquetFile, columns: list[str], chunk_rows: int,
+                    chunk_tokens: int | None = CHUNK_TOKENS) -> int:
+    """:func:`rows_for_tokens` of an open file read for ``columns``: their longest list column sets the
+    tokens."""
+    md = f.metadata
+    return rows_for_tokens(md.num_rows, max([list_tokens(md, c) for c in columns] or [0]), chunk_rows, chunk_tokens)
+
+
 READ_BUFFER = 1 << 22  # bytes read from a column chunk at a time (0 would read whole column chunks)
 PREFETCH = 1  # batches decoded ahead of the consumer
 
@@ -280,14 +312,15 @@ class InputSet:
     def list_tokens(self, column: str) -> int:
         """Σ list lengths of ``column`` over every file, from the Parquet metadata alone (an empty or
         null list counts 1: an upper bound, exact for dumps without them)."""
-        total = 0
-        for md in self.metadata:
-            idx = [i for i in range(md.num_columns)
-                   if md.schema.column(i).path.split(".")[0] == column]
-            if not idx:
-                return 0
-            total += sum(md.row_group(g).column(idx[0]).num_values for g in range(md.num_row_groups))
-        return total
+        return sum(list_tokens(md, column) for md in self.metadata)
+
+    def chunk_rows(self, chunk_rows: int | None, columns: list[str] | None = None,
+                   chunk_tokens: int | None = CHUNK_TOKENS) -> int:
+        """Rows per chunk of a pass reading ``columns`` (None: every column): at most ``chunk_rows``, and about
+        ``chunk_tokens`` tokens of their longest list column (:func:`rows_for_tokens`)."""
+        names = self.schema.names if columns is None else columns
+        return rows_for_tokens(self.num_rows, max([self.list_tokens(c) for c in names] or [0]), chunk_rows,
+                               chunk_tokens)
 
     def iter_batches(self, columns: list[str], batch_rows: int,
                      prefetch: int | None = None) -> Iterator[tuple[int, int, pa.RecordBatch]]:

@@ -79,6 +79,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     cols = list(dict.fromkeys([mask_name] + [cmap[r] for r in token_roles + number_roles] + list(plan.components)
                               + key_cols))
     float_roles = set(FLOAT_ROLES)
+    chunk_rows = inputs.chunk_rows(chunk_rows, cols)  # about CHUNK_TOKENS tokens a chunk, however long the rows
     rows = tokens = valid = 0
     empty_row, empty = None, 0
     for fi, row_base, batch in inputs.iter_batches(cols, chunk_rows):

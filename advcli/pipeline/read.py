@@ -11,13 +11,10 @@ from ..errors import AdvcliError
 from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
 from ..io.lists import primitive_numpy
-from ..io.reader import InputSet
+from ..io.reader import CHUNK_TOKENS, InputSet, rows_for_tokens
 from ..io.value_checks import check_finite, check_lengths, check_row_numbers
 from .plan import Plan, RunState
 from .roles import FLOAT_ROLES
-
-CHUNK_TOKENS = 1 << 19  # tokens per chunk: each float32 column of a chunk stays around 2 MiB
-
 
 TRIM_EVERY = 8  # chunks between returns of freed heap memory to the OS (advcli.io.memory)
 
@@ -31,14 +28,11 @@ def chunk_rows_for(plan: Plan, inputs: InputSet, chunk_rows: int | None,
     (larger ones go through mmap and fault their pages in again on every op) and the read-compute-
     write overlap fine-grained. Results never depend on the chunking."""
     R = inputs.num_rows
-    bound = rows = chunk_rows or max(R, 1)
-    if chunk_tokens and R:
-        n = inputs.list_tokens(plan.cmap["response_mask"])
-        if n > 0:
-            rows = min(rows, max(1, int(chunk_tokens * R // n)))
-            piece = writer_module.PIECE_ROWS
-            if piece <= rows < bound:  # a whole number of the writer's pieces: none straddles two chunks
-                rows = min(bound, max(piece, (rows + piece // 2) // piece * piece))  # (no concatenation copy)
+    bound = chunk_rows or max(R, 1)
+    rows = rows_for_tokens(R, inputs.list_tokens(plan.cmap["response_mask"]), chunk_rows, chunk_tokens)
+    piece = writer_module.PIECE_ROWS
+    if piece <= rows < bound:  # a whole number of the writer's pieces: none straddles two chunks
+        rows = min(bound, max(piece, (rows + piece // 2) // piece * piece))  # (no concatenation copy)
     return rows
 
 

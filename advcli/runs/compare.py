@@ -109,7 +109,7 @@ def _one_file(spec: str, tmp: str, name: str) -> str:
     order ``advcli run`` reads them, written one after another into ``tmp/name.parquet``."""
     import pyarrow.parquet as pq
 
-    from ..io.reader import expand_inputs, open_parquet
+    from ..io.reader import expand_inputs, file_chunk_rows, open_parquet
 
     files = expand_inputs([spec])
     if len(files) == 1:
@@ -125,7 +125,7 @@ def _one_file(spec: str, tmp: str, name: str) -> str:
             elif not f.schema_arrow.equals(schema, check_metadata=False):
                 raise AdvcliError(f"{path}: its columns differ from {files[0]}'s; compare reads the files of {spec} "
                                   "as one output")
-            for batch in f.iter_batches(batch_size=65536):
+            for batch in f.iter_batches(batch_size=file_chunk_rows(f, schema.names, 65536)):
                 writer.write_batch(batch)
     finally:
         if writer is not None:

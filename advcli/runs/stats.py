@@ -61,6 +61,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         recorded = ((prov or {}).get("config") or {}).get("padded")
         padded = recorded if isinstance(recorded, bool) else pa.types.is_fixed_size_list(
             ins.schema.field(mask_col).type)
+    chunk_rows = ins.chunk_rows(chunk_rows)  # and about CHUNK_TOKENS tokens: long responses, small chunks
     has_adv = "advantages" in names
     has_ret = "returns" in names
     tlr_col = "token_level_rewards" if "token_level_rewards" in names else None

@@ -50,7 +50,8 @@ REPORT = typer.Option(None, "--report", "-r", metavar="PATH",
 def chunk_rows(default: int = 4096):
     """``--chunk-rows N``: the rows one chunk holds (``stats`` reads fewer columns and takes more)."""
     return typer.Option(default, "--chunk-rows", metavar="N",
-                        help="Rows held in memory at once (results do not depend on it).")
+                        help="Most rows held in memory at once; fewer when responses are long (a chunk holds "
+                             "about 512k tokens). Results do not depend on it.")
 
 
 def device(default: str = "auto",

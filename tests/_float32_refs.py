@@ -57,3 +57,19 @@ def reshaped_group_norm(rewards: list[float], n: int, eps: float) -> torch.Tenso
     ``(R − R.mean(−1, keepdim=True)) / (R.std(−1, keepdim=True) + eps)``, flattened."""
     r = torch.tensor(rewards, dtype=torch.float32).reshape(-1, n)
     return ((r - r.mean(dim=-1, keepdim=True)) / (r.std(dim=-1, keepdim=True) + eps)).reshape(-1)
+
+
+def verl_kl_scores(rewards: list[float], masks: list[list[int]], old: list[list[float]], ref: list[list[float]],
+                   beta: float) -> list[float]:
+    """The scores verl's outcome estimators take when KL enters the reward (kl_penalty "kl"): on the
+    right-padded float32 [B, T = longest row] batch, ``apply_kl_penalty`` (ray_trainer.py L78 @1dda039b)
+    ``token_level_rewards = token_level_scores − β·(kl·response_mask)`` with ``kl = old − ref`` and the
+    reward at column L_i − 1, then ``scores = token_level_rewards.sum(dim=-1)`` (core_algos.py L304)."""
+    B, T = len(masks), max(len(m) for m in masks)
+    tls, kl, mask = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
+    for i, m in enumerate(masks):
+        L = len(m)
+        tls[i, L - 1] = rewards[i]
+        kl[i, :L] = torch.tensor(old[i], dtype=torch.float32) - torch.tensor(ref[i], dtype=torch.float32)
+        mask[i, :L] = torch.tensor(m, dtype=torch.float32)
+    return (tls - beta * (kl * mask)).sum(dim=-1).tolist()

@@ -199,10 +199,11 @@ class KL:
     horizon: float = key(10000, 'adaptive controller horizon', kind='float')
     mask: bool = key(True, 'multiply the KL by the response mask before subtracting it', kind='bool')
     score_sum: str = key('exact', "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when "
-            'KL enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once) or `right_aligned` '
+            'KL enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once), `right_aligned` '
             "(the float32 torch.sum of the row laid out right-aligned in its step's [B, longest row] grid, as "
-            'SkyRL sums it: the same last bits, which a group of equal rewards, told apart only by the KL term, '
-            'divides by its tiny std)', ('exact', 'right_aligned'), kind='str')
+            'SkyRL sums it) or `left_aligned` (the same with the row right-padded, as verl sums it): the same last '
+            'bits, which a group of equal rewards, told apart only by the KL term, divides by its tiny std',
+            ('exact', 'right_aligned', 'left_aligned'), kind='str')
     token_clip: Any = key(None, "clamp of the token-level rewards after the KL term (ROLL's second reward_clip)",
             kind='clip')
 

@@ -83,7 +83,7 @@ def not_step_scoped(plan) -> str | None:
         return "slime's float32 one-pass whitening sums each step's tokens in order, in one process"
     if plan.correction is not None:
         return "the rollout correction has its own pass"
-    if plan.kl_on and spec.level == "row" and plan.run.kl.score_sum == "right_aligned":
+    if plan.kl_on and spec.level == "row" and plan.run.kl.score_sum != "exact":
         return "the row scores are summed on the step's token grid"
     if role_rules.norm_spec(plan.run.reward) is not None:
         return "reward.norm keeps float32 checks over the whole run"

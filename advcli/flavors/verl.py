@@ -107,7 +107,10 @@ def translate(v: dict) -> dict:
         else v["algorithm.use_kl_in_reward"]
     cfg["kl"].update({"in_reward": in_reward, "coef": v["algorithm.kl_ctrl.kl_coef"],
                       "controller": ctrl, "target": v["algorithm.kl_ctrl.target_kl"],
-                      "horizon": v["algorithm.kl_ctrl.horizon"], "mask": True})
+                      "horizon": v["algorithm.kl_ctrl.horizon"], "mask": True,
+                      # every outcome estimator takes scores = token_level_rewards.sum(dim=-1) of the float32
+                      # [B, T] batch (core_algos.py L304, L612 @1dda039b): summed as torch sums it there
+                      "score_sum": "left_aligned"})
     if ctrl == "adaptive" and in_reward:  # verl builds the controller only then
         horizon, target = v["algorithm.kl_ctrl.horizon"], v["algorithm.kl_ctrl.target_kl"]
         if not (horizon and horizon > 0):  # get_kl_controller asserts it (core_algos.py)

@@ -14,10 +14,11 @@ from .ragged import Ragged
 MAX_CELLS = 1 << 22  # cells of one temporary grid (16 MiB of float32)
 
 
-def right_aligned_row_sums(values: torch.Tensor, layout: Ragged, width: torch.Tensor) -> torch.Tensor:
-    """[B] ``grid.sum(dim=-1)`` where row i's L_i values fill the *last* L_i of ``width[i]`` columns
-    and the first ``width[i] − L_i`` cells are 0 (SkyRL's right-aligned response tensors,
-    ``convert_prompts_responses_to_batch_tensors``; ``width`` = the longest response of the row's step).
+def aligned_row_sums(values: torch.Tensor, layout: Ragged, width: torch.Tensor, right: bool) -> torch.Tensor:
+    """[B] ``grid.sum(dim=-1)`` where row i's L_i values fill ``width[i]`` columns, the other cells 0:
+    ``right``: the *last* L_i columns (SkyRL's right-aligned response tensors,
+    ``convert_prompts_responses_to_batch_tensors``); else the first L_i (verl's responses, right-padded to the
+    batch's response length). ``width``: the longest response of the row's step.
 
     Rows of one width are summed together, in blocks of at most :data:`MAX_CELLS` cells (at least 2 rows
     per block where there are 2, so torch reduces each row on its own, as on SkyRL's batch)."""
@@ -43,6 +44,7 @@ def right_aligned_row_sums(values: torch.Tensor, layout: Ragged, width: torch.Te
             row_of = torch.repeat_interleave(torch.arange(r.numel(), device=values.device), L)
             pos = torch.arange(n, device=values.device) - torch.repeat_interleave(torch.cumsum(L, 0) - L, L)
             src = torch.repeat_interleave(starts[r], L) + pos
-            grid[row_of, w - torch.repeat_interleave(L, L) + pos] = values[src]
+            col = w - torch.repeat_interleave(L, L) + pos if right else pos
+            grid[row_of, col] = values[src]
             out[r] = grid.sum(dim=-1)
     return out

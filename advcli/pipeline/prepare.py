@@ -264,10 +264,10 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     columns.update(inputs_cols)
     table = RowTable(score=score, valid_len=row["valid"], length=row["length"], scopes=scopes, groups=groups,
                      columns=columns, labels=labels)
-    if plan.kl_on and plan.spec.level == "row" and plan.run.kl.score_sum == "right_aligned":
-        # pass 1c (SkyRL): s_i = token_level_rewards.sum(-1) on the step's right-aligned float32 grid
-        from .scores import right_aligned_scores
-        table.score = right_aligned_scores(plan, inputs, Prepared(scopes, groups, step_values, beta_row, reward_row,
+    if plan.kl_on and plan.spec.level == "row" and plan.run.kl.score_sum != "exact":
+        # pass 1c (SkyRL, verl): s_i = token_level_rewards.sum(-1) on the step's float32 grid
+        from .scores import grid_scores
+        table.score = grid_scores(plan, inputs, Prepared(scopes, groups, step_values, beta_row, reward_row,
                                                                   None, table, state=state), chunk_rows, progress)
     adv_row = row_advantages(plan, inputs, table) if plan.spec.level == "row" else None
     res = Prepared(scopes, groups, step_values, beta_row, reward_row, adv_row, table, state=state)

@@ -565,15 +565,22 @@ def _empty_row_dump(path):
     return rows
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "grpo_kl"])
 def test_an_empty_response_keeps_its_reward_in_the_group(tmp_path, estimator):
     """verl's reward managers write reward_tensor[i, L_i - 1] (naive.py L153 @1dda039b); for an empty
     response L_i - 1 = -1, the padded batch's last column: outside the mask, yet inside the row sum
     s_i = Σ_t token_level_rewards that grpo/rloo take (core_algos.py L305, L620). So group a's scores
     are (0, 1, 1, 0), not (0, 1, 0, 0); the empty row itself gets no token."""
     rows = _empty_row_dump(tmp_path / "d.parquet")
+    kl = {}
+    if estimator == "grpo_kl":  # KL in the reward (0: equal log-probs), so the scores are summed on verl's grid
+        t = pq.read_table(tmp_path / "d.parquet")
+        lp = pa.array([[-0.5] * len(m) for m in rows["response_mask"]], pa.list_(pa.float32()))
+        pq.write_table(t.append_column("old_log_probs", lp).append_column("ref_log_probs", lp), tmp_path / "d.parquet")
+        kl = {"algorithm.use_kl_in_reward": True}
+    estimator = estimator.removesuffix("_kl")
     advcli.run(str(tmp_path / "d.parquet"), str(tmp_path / "o.parquet"), flavor="verl",
-               settings={"algorithm.adv_estimator": estimator})
+               settings={"algorithm.adv_estimator": estimator, **kl})
     got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
     s = np.array(rows["reward"], dtype=np.float64)
     exp = []
@@ -597,3 +604,28 @@ def test_advcli_flavor_scores_an_empty_response_zero(tmp_path):
     got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
     grp = np.array([0.0, 1.0, 0.0, 0.0])
     assert np.allclose(got[1], [(1.0 - grp.mean()) / (grp.std(ddof=1) + 1e-6)] * 3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "grpo_vectorized"])
+def test_kl_in_reward_scores_are_summed_as_verl_sums_them(tmp_path, estimator):
+    """A group of equal rewards with KL in the reward: only the β·Σ KL terms tell its rows apart, and GRPO
+    divides them by their tiny std, so the last bits of each row's score reach the advantages (1e-4
+    relative, summing in float64 instead). advcli sums the float32 token rewards on verl's right-padded
+    [B, longest row] grid with torch's own reduction: the advantages are verl's calls' on this machine."""
+    from tests._float32_refs import verl_kl_scores
+
+    rng = np.random.default_rng(11)
+    lengths = [5, 17, 40, 9, 33, 26, 3, 12]
+    pids = ["g"] * 6 + ["h"] * 2
+    data = {"prompt_id": pids, "reward": [1.0] * 6 + [0.0, 1.0],
+            "response_mask": [[1] * (L - 2) + [1, 0] if L > 4 else [1] * L for L in lengths],
+            "old_log_probs": [(-rng.exponential(1.0, L)).astype(np.float32).tolist() for L in lengths],
+            "ref_log_probs": [(-rng.exponential(1.0, L)).astype(np.float32).tolist() for L in lengths]}
+    algo = {"adv_estimator": estimator, "use_kl_in_reward": True, "kl_penalty": "kl", "kl_ctrl.kl_coef": 0.001}
+    out, _ = _run(tmp_path, data, (), algo, None)
+    scores = verl_kl_scores(data["reward"], data["response_mask"], data["old_log_probs"], data["ref_log_probs"],
+                            0.001)
+    want = verl_grpo(scores, pids) if estimator == "grpo" else verl_grpo_vectorized(scores, [p == "h" for p in pids])
+    got = np.array([row[0] for row in out["advantages"]], dtype=np.float32)
+    np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-7)
+    assert np.abs(got[:6]).max() > 0.5  # the group is told apart by its KL terms alone

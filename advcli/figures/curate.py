@@ -876,7 +876,7 @@ def prefilter_path(output: str | None) -> str:
     it when this one was killed (advcli.io.writer.clean_stale_temps); known before it exists, so that the run's
     clean-up removes it whenever it was stopped."""
     from ..io import remote
-    from ..io.temps import TMP_TAG
+    from ..io.temps import TMP_TAG, owner_tag
 
     if output is None or remote.is_uri(output):  # no output file (advcli.run(..., None): the rows in memory), or
         import hashlib  # one on object storage: a local file in TMPDIR, named as an upload's local copy is
@@ -885,9 +885,9 @@ def prefilter_path(output: str | None) -> str:
         key = output or f"in-memory-{next(_SERIAL)}"
         tag = hashlib.sha256(key.encode()).hexdigest()[:12]
         name = key.rsplit("/", 1)[-1]
-        return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{name}.filter{TMP_TAG}{os.getpid()}")
+        return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{name}.filter{TMP_TAG}{owner_tag()}")
     d, name = os.path.split(os.path.abspath(output))
-    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}.filter.parquet")
+    return os.path.join(d, f".{name}{TMP_TAG}{owner_tag()}.filter.parquet")
 
 
 def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..records import record
+from .temps import owner_tag
 
 HELD = (signal.SIGINT, signal.SIGTERM)
 
@@ -78,7 +79,7 @@ class Staging:
                                           "it); not replaced without --force, and nothing of this run was put in "
                                           "place", hint="pass --force to replace it, or write elsewhere")
                     d, name = os.path.split(os.path.abspath(p.target))
-                    old = os.path.join(d, f".{name}.advcli-old-{os.getpid()}-{i}")
+                    old = os.path.join(d, f".{name}.advcli-old-{owner_tag()}-{i}")
                     _keep_aside(p.target, old)
                 moved.append((p.target, old))
                 os.replace(p.staged, p.target)

@@ -28,7 +28,7 @@ from datetime import timedelta
 from functools import lru_cache
 
 from ..errors import AdvcliError
-from .temps import TMP_TAG, pid_alive
+from .temps import TMP_TAG, owner_tag, pid_alive
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 COPY_CHUNK = 8 << 20  # bytes per write of an upload (the store's multipart part size is its own)
@@ -230,7 +230,7 @@ def size(uri: str) -> int:
 
 def temp_key(target: str) -> str:
     parent, _, name = target.rpartition("/")
-    return f"{parent}/.{name}.advcli-tmp-{os.getpid()}"
+    return f"{parent}/.{name}{TMP_TAG}{owner_tag()}"
 
 
 def _top_pattern(target: str) -> tuple[str, str]:
@@ -249,7 +249,7 @@ def top_temp_key(target: str) -> str:
     filesystem put a zero-byte marker for its parent "directory" (``out/``, apache/arrow#36275); a key
     directly under the bucket has none to leave."""
     bucket, prefix = _top_pattern(target)
-    return f"{bucket}/{prefix}{os.getpid()}"
+    return f"{bucket}/{prefix}{owner_tag()}"
 
 
 def put_file(fs, local: str, key: str) -> None:
@@ -304,7 +304,7 @@ def _clean(target: str, where: str, pattern: str) -> list[str]:
     try:
         for p in _list(fs, path, pattern):
             try:
-                pid = int(p.rsplit(TMP_TAG, 1)[1])
+                pid = int(p.rsplit(TMP_TAG, 1)[1].split("-", 1)[0])  # PID, or PID-TID (a library call's thread)
             except ValueError:
                 continue
             if pid != os.getpid() and not pid_alive(pid):

@@ -8,8 +8,19 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 TMP_TAG = ".advcli-tmp-"
+
+
+def owner_tag() -> str:
+    """What a temporary name carries after :data:`TMP_TAG`: the PID, and outside the main thread the thread's
+    id too (``PID-TID``), so that two library calls in two threads of one process writing the same output
+    each write a file of their own (the last to finish is the output, whole, as between two processes).
+    The leading digits are the PID, by which a later run tells a dead process's leftovers."""
+    if threading.current_thread() is threading.main_thread():
+        return str(os.getpid())
+    return f"{os.getpid()}-{threading.get_ident()}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -61,7 +72,7 @@ def create_and_remove(probe: str) -> OSError | None:
 # and removed by a later run (:func:`sweep_stale`): converted trainer dumps, in-memory tables written for
 # a library call, the audit's and compare's scratch, the local copy of an output bound for object storage
 _STALE = re.compile(r"^(?:advcli-(?:import|frames|audit|compare|ray-part)-(\d+)-|\.advcli-upload-.*"
-                    + re.escape(TMP_TAG) + r"(\d+)$)")
+                    + re.escape(TMP_TAG) + r"(\d+)(?:-\d+)?$)")
 _swept: set[str] = set()
 
 

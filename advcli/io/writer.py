@@ -23,7 +23,7 @@ from ..errors import AdvcliError, is_disk_full
 from . import remote
 from .lists import offsets_numpy
 from .ordered import OrderedWorker
-from .temps import TMP_TAG, pid_alive, sweep_stale
+from .temps import TMP_TAG, owner_tag, pid_alive, sweep_stale
 
 
 def temp_path_for(target: str) -> str:
@@ -36,9 +36,9 @@ def temp_path_for(target: str) -> str:
         tag = hashlib.sha256(target.encode()).hexdigest()[:12]
         sweep_stale()  # the local copies killed runs left in TMPDIR (named with their PID)
         return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{target.rsplit('/', 1)[-1]}"
-                                                   f"{TMP_TAG}{os.getpid()}")
+                                                   f"{TMP_TAG}{owner_tag()}")
     d, name = os.path.split(os.path.abspath(target))
-    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
+    return os.path.join(d, f".{name}{TMP_TAG}{owner_tag()}")
 
 
 def clean_stale_temps(target: str) -> list[str]:

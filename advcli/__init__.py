@@ -26,6 +26,32 @@ def _specs(inputs) -> list:
     return [inputs]
 
 
+def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> None:
+    """The call's arguments of the wrong kind refused as the command refuses its options, naming the keyword:
+    a flavor that is not a name, settings that are not a mapping, a column role advcli does not know (a
+    misspelt role was taken as a column of its own, and the run read the default column), chunk_rows that
+    is not a whole number."""
+    from .config import check_column_roles
+    from .errors import AdvcliError
+
+    if flavor is not None and not isinstance(flavor, str):
+        raise AdvcliError(f"flavor={flavor!r}: expected a flavor's name, e.g. flavor='verl' or flavor='nemo@7ea279a'")
+    if settings is not None and not hasattr(settings, "items"):
+        raise AdvcliError(f"settings: expected a mapping of the flavor's keys to values, got {type(settings).__name__}",
+                          hint="settings={'algorithm.adv_estimator': 'grpo'}")
+    if columns is not None:
+        if not hasattr(columns, "items") or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in columns.items()):
+            raise AdvcliError("columns: expected a mapping of roles to column names",
+                              hint="columns={'reward': 'score'}")
+        check_column_roles(columns, "columns=")
+    import numbers
+
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral)
+                                   or chunk_rows < 1):
+        raise AdvcliError(f"chunk_rows={chunk_rows!r}: expected a whole number of rows, at least 1")
+
+
 def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None = None, estimator=None,
         config: str | None = None, columns: dict | None = None, source: str | None = None, chunk_rows: int = 4096,
         device: str = "auto", force: bool = False, precision: str | None = None, padded: bool | None = None,
@@ -61,6 +87,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     from .runs.runner import run_dump
 
     check_precision(precision)
+    _check_arguments(flavor, settings, columns, chunk_rows)
     trackers = _trackers(log, log_project, log_name, log_step_offset)  # checked before any work
     estimator = _user_estimator(estimator)
     given = _specs(inputs)
@@ -102,6 +129,7 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
     from .results.notebook import StatsResult
     from .runs.stats import file_statistics
 
+    _check_arguments(columns=columns, chunk_rows=chunk_rows)
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
         rep = frames.named(name_dumps(file_statistics(specs, columns or {}, chunk_rows, padded=padded)))
@@ -148,6 +176,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     from .version import stamp
 
     check_tolerances(rtol, atol)
+    _check_arguments(flavor, settings, columns, chunk_rows)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
     estimator = _user_estimator(estimator)
     with FrameInputs() as frames:
@@ -193,6 +222,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
     from .runs.compare import compare_configurations, compare_files, compare_runs, estimator_runs
     from .version import stamp
 
+    _check_arguments(flavor, settings, columns, chunk_rows)
     forms = (b is not None) + (configs is not None) + (estimators is not None)
     if forms != 1 or (configs is not None and len(configs) != 2):
         raise AdvcliError("compare: give two outputs (compare(a, b)), one dump and two configurations "

@@ -72,9 +72,9 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
 # raised under a library call says what to pass there (advcli.io.frames.FrameInputs translates it). A value
 # never ends with a period: "... --set advcli.group_by=id." ends a sentence
 _LIBRARY_WORDS = [
-    (r"--column '?([A-Za-z_.]+)=([^\s',;)]*[^\s',;).])'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
+    (r"--column '?([A-Za-z_./]+)=([^\s',;)]*[^\s',;).:])'?", lambda m: f"columns={{'{m[1]}': '{m[2]}'}}"),
     (r"--set '([^'=]+)=([^']*)'", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
-    (r"--set ([^\s'=]+)=([^\s',;)]*[^\s',;).])", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
+    (r"--set ([^\s'=]+)=([^\s',;)]*[^\s',;).:])", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
     (r"--flavor '([^'\s]+)'", lambda m: f"flavor='{m[1]}'"),
     (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"flavor='{m[1]}'"),
     (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
@@ -89,7 +89,7 @@ _LIBRARY_WORDS = [
     (r"--(solve-rate|min-group-size|chunk-rows)\b", lambda m: m[1].replace("-", "_")),
     (r"--allow-empty\b", lambda m: "allow_empty=True"),
     (r"--padded\b", lambda m: "padded=True"),
-    (r"--(output-mode|device|engine) ([a-z0-9:]+)", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),
+    (r"--(output-mode|device|engine) ([a-z0-9]+(?::[0-9]+)?)", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),
 ]
 
 

@@ -87,11 +87,18 @@ def parse_column_maps(items: list[str] | None) -> dict[str, str]:
         if "=" not in item:
             raise AdvcliError(f"--column {item!r}: expected ROLE=NAME, e.g. --column reward=score")
         role, name = (s.strip() for s in item.split("=", 1))
-        if role not in ROLES and not role.startswith("reward/"):
-            raise AdvcliError(f"--column {item!r}: unknown role {role!r}.{did_you_mean(role, ROLES)} "
-                              f"Roles: {', '.join(ROLES)}")
+        check_column_roles({role: name}, f"--column {item!r}")
         out[role] = name
     return out
+
+
+def check_column_roles(columns: dict, given: str) -> None:
+    """Refuse a role advcli does not know (``reward/NAME``: one reward function's column), as ``given``
+    (``--column 'x=y'``, ``columns=``) names it, with the nearest role."""
+    for role, name in columns.items():
+        if role not in ROLES and not role.startswith("reward/"):
+            where = given if given.startswith("--") else f"{given}{{{role!r}: {name!r}}}"
+            raise AdvcliError(f"{where}: unknown role {role!r}.{did_you_mean(role, ROLES)} Roles: {', '.join(ROLES)}")
 
 
 def load_config_file(path: str) -> dict:

@@ -187,3 +187,41 @@ def test_library_takes_the_command_s_options(tmp_path, capsys):
         # the same message, its options named as the library's keywords there (docs/api.md)
         assert code == 2 and e.value.message in library_words(err)
         assert not (tmp_path / "x.parquet").exists()
+
+
+@pytest.mark.parametrize("call", ["run", "stats", "audit", "compare"])
+def test_a_misspelt_column_role_is_refused_by_the_library_as_by_the_command(call, tmp_path, capsys):
+    """``columns={'rewrd': 'acc'}`` was taken as a column of its own: the run read the default reward column
+    and said nothing (the command refuses ``--column rewrd=acc``)."""
+    kwargs = {"run": {"output": None}, "compare": {"estimators": ["grpo", "rloo"]}}.get(call, {})
+    with pytest.raises(AdvcliError, match=r"columns=\{'rewrd': 'acc'\}: unknown role 'rewrd'. Did you mean 'reward'"):
+        getattr(advcli, call)(SAMPLE, columns={"rewrd": "acc"}, **kwargs)
+    code, _, err = run_main(["run", SAMPLE, "-o", str(tmp_path / "o.parquet"), "--column", "rewrd=acc"], capsys)
+    assert code == 2 and "unknown role 'rewrd'. Did you mean 'reward'" in err
+    # a known role reads the column it names
+    t = pq.read_table(SAMPLE)
+    got = advcli.stats(SAMPLE, columns={"reward": "acc"}).metrics["critic/score/mean"]
+    assert got == pytest.approx(float(np.mean(t.column("acc").to_numpy())), rel=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"flavor": 123}, r"flavor=123: expected a flavor's name"),
+    ({"settings": [("algorithm.adv_estimator", "grpo")]}, r"settings: expected a mapping"),
+    ({"chunk_rows": "4096"}, r"chunk_rows='4096': expected a whole number"),
+    ({"columns": ["reward"]}, r"columns: expected a mapping of roles to column names"),
+])
+def test_arguments_of_the_wrong_kind_are_refused_naming_the_keyword(kwargs, match):
+    with pytest.raises(AdvcliError, match=match):
+        advcli.run(SAMPLE, None, **kwargs)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("x.parquet: --column reward=nope: no column 'nope'", "x.parquet: columns={'reward': 'nope'}: no column 'nope'"),
+    ("--device cuda: no CUDA device", "device='cuda': no CUDA device"),
+    ("--device cuda:1 is not there", "device='cuda:1' is not there"),
+    ("--set algorithm.gamma=2: must be at most 1", "settings={'algorithm.gamma': 2}: must be at most 1"),
+    ("--column reward/acc=x: no", "columns={'reward/acc': 'x'}: no"),
+])
+def test_a_colon_after_an_option_stays_outside_the_keyword(text, want):
+    """A message's colon after an option's value was taken into the value (``columns={'reward': 'nope:'}``)."""
+    assert library_words(text) == want

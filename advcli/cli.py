@@ -451,6 +451,17 @@ def _shielded():
 
 
 def main() -> None:
+    from . import errors
+
+    was = errors.COMMAND_OWNS_STDOUT
+    errors.COMMAND_OWNS_STDOUT = True  # what a user estimator prints goes to stderr (advcli.estimators.user)
+    try:
+        _main()
+    finally:
+        errors.COMMAND_OWNS_STDOUT = was
+
+
+def _main() -> None:
     import signal
 
     _signal_exit.update(code=130, stopping=False)  # this command's own (exit_code_of runs several in a process)

@@ -68,6 +68,12 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
                                                    "system, TMPDIR=DIR for advcli's temporary files")
 
 
+# whether the command line runs in this process (advcli.cli.main sets it for the command's duration): stdout
+# then carries the command's own output alone (--json, a report on stdout), so what a user estimator prints
+# goes to stderr (advcli.estimators.user); a library call leaves its caller's sys.stdout as it is
+COMMAND_OWNS_STDOUT = False
+
+
 # the command line's options as the library calls' keywords (advcli.run, stats, audit, compare): a message
 # raised under a library call says what to pass there (advcli.io.frames.FrameInputs translates it). A value
 # never ends with a period: "... --set advcli.group_by=id." ends a sentence

@@ -294,15 +294,21 @@ _saved: dict = {}
 
 @contextlib.contextmanager
 def _guarded():
-    """``os._exit`` raising :class:`UserExit` and ``sys.stdout`` pointing at stderr while any user call
-    runs: counted, since the statistics pass calls a token-level function from two threads at once
-    (each restoring what it saw would leave stdout on stderr)."""
+    """``os._exit`` raising :class:`UserExit` while any user call runs and, under the command line
+    (:data:`advcli.errors.COMMAND_OWNS_STDOUT`), ``sys.stdout`` pointing at stderr: counted, since the
+    statistics pass calls a token-level function from two threads at once (each restoring what it saw would
+    leave stdout on stderr). A library call leaves ``sys.stdout`` alone: swapping it is process-wide, and
+    took the prints of the caller's other threads (and a ``redirect_stdout`` ending meanwhile) with it."""
     global _guard_depth
+    from .. import errors
+
     with _GUARD:
         if _guard_depth == 0:
-            _saved["exit"], _saved["stdout"] = os._exit, sys.stdout
+            _saved["exit"] = os._exit
             os._exit = _raising_exit
-            sys.stdout = sys.stderr
+            if errors.COMMAND_OWNS_STDOUT:
+                _saved["stdout"] = sys.stdout
+                sys.stdout = sys.stderr
         _guard_depth += 1
     try:
         yield
@@ -310,7 +316,9 @@ def _guarded():
         with _GUARD:
             _guard_depth -= 1
             if _guard_depth == 0:
-                os._exit, sys.stdout = _saved.pop("exit"), _saved.pop("stdout")
+                os._exit = _saved.pop("exit")
+                if "stdout" in _saved:
+                    sys.stdout = _saved.pop("stdout")
 
 
 @contextlib.contextmanager

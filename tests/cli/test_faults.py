@@ -201,6 +201,52 @@ def test_print_in_a_user_estimator_keeps_json_on_stdout_clean(user_file, dump, t
     assert pq.read_table(out).num_rows == 200
 
 
+def test_a_library_call_leaves_the_callers_stdout_alone(user_file, dump, tmp_path, capsys):
+    """In a library call a user estimator's print goes where the caller's sys.stdout points, and sys.stdout is
+    never swapped: swapping it is process-wide, so another thread's prints went to stderr meanwhile (and a
+    redirect_stdout ending meanwhile stayed in place for good). The command line still sends them to stderr,
+    in process too (the test above: in a real process)."""
+    import io
+    import sys
+    import threading
+    from contextlib import redirect_stdout
+
+    from conftest import run_main
+
+    import advcli
+
+    seen, release, entered = [], threading.Event(), threading.Event()
+    (tmp_path / "waits.py").write_text(
+        "import sys\n"
+        "def waits(rewards, **kw):\n"
+        "    print('hello from the estimator')\n"
+        "    sys.modules['__advcli_test_hook__'].entered.set()\n"
+        "    sys.modules['__advcli_test_hook__'].release.wait(60)\n"
+        "    return rewards - rewards.mean()\n")
+    hook = type(sys)("__advcli_test_hook__")
+    hook.entered, hook.release = entered, release
+    sys.modules["__advcli_test_hook__"] = hook
+    try:
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            t = threading.Thread(target=lambda: advcli.run(dump, None, estimator=f"{tmp_path / 'waits.py'}:waits"))
+            t.start()
+            assert entered.wait(60)
+            seen.append(sys.stdout is buf)  # the caller's stdout while the user function runs
+            print("from the caller's main thread")
+            release.set()
+            t.join(120)
+        assert seen == [True]
+        assert "hello from the estimator" in buf.getvalue() and "from the caller's main thread" in buf.getvalue()
+    finally:
+        release.set()
+        del sys.modules["__advcli_test_hook__"]
+    capsys.readouterr()
+    code, out, err = run_main(["run", dump, "-o", str(tmp_path / "o.parquet"), "--estimator",
+                               f"{user_file}:chatty", "--json"], capsys)
+    assert code == 0 and "hello from the estimator" in err and "hello" not in out
+
+
 def test_sys_exit_while_a_user_file_is_imported_is_an_error(tmp_path, dump):
     from conftest import run_cli
 

@@ -612,8 +612,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
         if started:
             ray.shutdown()
     R = inputs.num_rows
+    from ..config.runspec import recorded_config
+
     result = RunResult(inputs=inputs.paths, outputs=[output], rows=R, tokens=tokens, valid_tokens=valid_tokens,
-                       seconds=0.0, config=cfg, warnings=warnings)
+                       seconds=0.0, config=recorded_config(plan.run, plan.params), warnings=warnings)  # the file's
     result.metrics, result.per_step = figures["metrics"], figures["per_step"]
     result.histograms, result.group_health = figures["histograms"], figures["group_health"]
     result.diagnostics, result.by_position = figures["diagnostics"], figures["by_position"]

@@ -25,5 +25,8 @@ FLAVOR = Flavor(
     audit_tries=lambda n: [{"estimator.name": "grpo", "estimator.eps": 1e-4},
                            {"estimator.name": "grpo", "estimator.eps": 1e-8}],
     open_prefixes=("estimator.", "columns."),
+    # what another flavor's run records beside its configuration (warnings about its rollout correction): an
+    # output's recorded configuration fed back as a --config file reproduces the run
+    unread=("rollout_correction.ignored", "rollout_correction.unused"),
     notes="Every stage is set directly: reward.* (source, normalisation, clip, placement), kl.*, "
           "estimator.name and its parameters, advantage.* (whitening, clip).")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..config.runspec import recorded_config
 from ..io.writer import check_output_path
 from ..results import RunResult
 from .observe import RunObserver
@@ -75,7 +76,8 @@ def run_pipeline(input_specs: list[str], output: str | None, cfg: dict, *, flavo
 
             # pass 3: compute (and write)
             result = RunResult(inputs=inputs.paths, outputs=outs, rows=R, tokens=int(row["length"].sum()),
-                               valid_tokens=int(row["valid"].sum()), seconds=0.0, config=cfg, warnings=warnings)
+                               valid_tokens=int(row["valid"].sum()), seconds=0.0,
+                               config=recorded_config(plan.run, plan.params), warnings=warnings)  # the file's
             run_observer = RunObserver(plan, res, row, betas, kls, by_position=wants_positions(plan, by_position))
             stream_pass(plan, inputs, res, row, chunk_rows, run_observer, progress,
                         outs if output is not None else None, output_mode, flavor, native)

@@ -195,3 +195,28 @@ def test_config_estimator_without_flavor_is_not_overridden(tmp_path, capsys):
         others = [t for j, (t, h) in enumerate(zip(scores, group)) if h == g and j != i]
         want.append(s - sum(others) / len(others))
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("flavor, settings", [
+    ("openrlhf", {}),  # records its rollout correction's notes (rollout_correction.unused) beside its keys
+    ("verl", {"algorithm.adv_estimator": "gae"}),  # resolves estimator parameters the user did not give
+    ("nemo", {}),
+])
+def test_a_recorded_configuration_fed_back_reproduces_the_run(flavor, settings, tmp_path, capsys, sample_path):
+    """What an output records (and result.config, the same dict) is a --config file of --flavor advcli that
+    gives the same numbers: the openrlhf run's notes on its correction were refused as unknown keys."""
+    import yaml
+
+    import advcli
+
+    out = tmp_path / "out.parquet"
+    result = advcli.run(sample_path, str(out), flavor=flavor, settings=settings)
+    recorded = json.loads(pq.ParquetFile(out).schema_arrow.metadata[b"advcli"])["config"]
+    assert json.loads(json.dumps(result.config)) == recorded
+    cfg = tmp_path / "recorded.yaml"
+    cfg.write_text(yaml.safe_dump(recorded))
+    back = tmp_path / "back.parquet"
+    code, _, err = run_main(["run", sample_path, "-o", str(back), "--flavor", "advcli", "--config", str(cfg)], capsys)
+    assert code == 0, err
+    for col in ("advantages", "returns"):
+        assert pq.read_table(back).column(col).equals(pq.read_table(out).column(col))

@@ -14,14 +14,26 @@ from .temps import scratch_prefix
 
 
 def frame_kind(obj) -> str | None:
-    """``"pyarrow.Table"``, ``"pandas.DataFrame"`` or None (a path), without importing pandas."""
+    """``"pyarrow.Table"``, ``"pyarrow.RecordBatch"``, ``"pandas.DataFrame"`` or None (a path), without
+    importing pandas."""
     cls = type(obj)
     name = f"{cls.__module__.split('.')[0]}.{cls.__name__}"
-    if name == "pyarrow.Table":
-        return name
-    if name == "pandas.DataFrame":
+    if name in ("pyarrow.Table", "pyarrow.RecordBatch", "pandas.DataFrame"):
         return name
     return None
+
+
+def not_an_input(obj) -> AdvcliError:
+    """The error for an object that is neither a path nor an in-memory table (its type named, never its
+    contents: a table's text can run to pages)."""
+    cls = type(obj)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    hint = "give a path (str or os.PathLike), a pyarrow.Table or RecordBatch, or a pandas.DataFrame"
+    if "RecordBatchReader" in name:
+        hint = "read it into a table first (reader.read_all()), or write it to a Parquet file and pass the path"
+    elif "dataset" in name.lower():
+        hint = "pass the dataset's files (dataset.files) or a directory of Parquet files; advcli reads them in chunks"
+    return AdvcliError(f"an input of type {name} is not a path nor a table advcli reads", hint=hint)
 
 
 class FrameInputs:
@@ -53,16 +65,24 @@ class FrameInputs:
         """A path as it is (``str``/``os.PathLike``); an in-memory table written to a temporary Parquet file."""
         kind = frame_kind(obj)
         if kind is None:
-            return os.fspath(obj) if hasattr(obj, "__fspath__") else str(obj)
+            if isinstance(obj, str) or hasattr(obj, "__fspath__"):
+                return os.fspath(obj)
+            raise not_an_input(obj)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = obj
+        if kind == "pyarrow.RecordBatch":
+            table = pa.Table.from_batches([obj])
         if kind == "pandas.DataFrame":
+            twice = sorted({str(c) for c in obj.columns[obj.columns.duplicated()]})
+            if twice:  # (pandas allows it, Arrow does not: a concat of two frames with one column each)
+                raise AdvcliError(f"the pandas.DataFrame has more than one column named {', '.join(map(repr, twice))}",
+                                  hint="drop or rename the duplicates: df.loc[:, ~df.columns.duplicated()]")
             try:
                 # a RangeIndex as metadata, another index as columns: to_pandas() of the result restores it
                 table = pa.Table.from_pandas(obj)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as e:
                 raise AdvcliError(f"the pandas.DataFrame cannot be read as an Arrow table: {e}",
                                   hint="each column must hold one type: numbers, strings, or lists of numbers "
                                        "(one list per row for the token columns)") from None

@@ -225,3 +225,25 @@ def test_arguments_of_the_wrong_kind_are_refused_naming_the_keyword(kwargs, matc
 def test_a_colon_after_an_option_stays_outside_the_keyword(text, want):
     """A message's colon after an option's value was taken into the value (``columns={'reward': 'nope:'}``)."""
     assert library_words(text) == want
+
+
+def test_a_record_batch_is_an_input_and_other_objects_are_named_by_their_type():
+    """A RecordBatch runs as its table does; a RecordBatchReader, a number or a frame with a column twice is
+    refused naming the type or the column (before: the batch's whole text as a file name, 'no such file', or
+    pandas' own ValueError)."""
+    import pandas as pd
+
+    t = pq.read_table(SAMPLE)
+    settings = {"algorithm.adv_estimator": "grpo"}
+    by_table = advcli.run(t, None, settings=settings).table
+    by_batch = advcli.run(t.combine_chunks().to_batches()[0], None, settings=settings).table
+    assert by_batch.column("advantages").equals(by_table.column("advantages"))
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+    with pytest.raises(AdvcliError, match=r"type pyarrow.lib.RecordBatchReader is not a path") as e:
+        advcli.run(reader, None)
+    assert "read_all()" in e.value.hint and len(str(e.value)) < 200
+    with pytest.raises(AdvcliError, match=r"type builtins.int is not a path"):
+        advcli.stats(12)
+    df = t.to_pandas()
+    with pytest.raises(AdvcliError, match=r"more than one column named 'reward'"):
+        advcli.run(pd.concat([df[["reward"]], df], axis=1), None)

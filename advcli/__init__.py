@@ -19,6 +19,26 @@ from .version import __version__
 __all__ = ["__version__", "run"]
 
 
+def _in_library_words(call):
+    """``call`` raising its AdvcliError in the call's keywords (``precision='float16'``, not ``--precision``),
+    also for what it checks before reading an input (an in-memory input's errors are reworded there too)."""
+    import functools
+
+    @functools.wraps(call)
+    def wrapped(*args, **kwargs):
+        from .errors import AdvcliError, library_words
+
+        try:
+            return call(*args, **kwargs)
+        except AdvcliError as e:
+            e.message = library_words(e.message)
+            e.hint = library_words(e.hint) if e.hint else e.hint
+            e.args = (e.message,)
+            raise
+
+    return wrapped
+
+
 def _specs(inputs) -> list:
     """One input (a path, a table) or a list of them, as a list."""
     if isinstance(inputs, (list, tuple)):
@@ -52,6 +72,7 @@ def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> 
         raise AdvcliError(f"chunk_rows={chunk_rows!r}: expected a whole number of rows, at least 1")
 
 
+@_in_library_words
 def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None = None, estimator=None,
         config: str | None = None, columns: dict | None = None, source: str | None = None, chunk_rows: int = 4096,
         device: str = "auto", force: bool = False, precision: str | None = None, padded: bool | None = None,
@@ -119,6 +140,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     return result
 
 
+@_in_library_words
 def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source: str | None = None,
           padded: bool | None = None):
     """The figures of a dump or an advcli output, like ``advcli stats``: an :class:`advcli.results.notebook.StatsResult`
@@ -155,6 +177,7 @@ def _user_estimator(estimator):
     return estimator
 
 
+@_in_library_words
 def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, estimator=None,
           config: str | None = None, columns: dict | None = None, against: str | None = None,
           rtol: float | None = None, atol: float | None = None, search: bool = True, top: int = 10,
@@ -198,6 +221,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     return AuditResult(rep)
 
 
+@_in_library_words
 def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, flavor: str | None = None,
             settings: dict | None = None, config: str | None = None, columns: dict | None = None, top: int = 10,
             chunk_rows: int = 4096, device: str = "auto", source: str | None = None, log=None,

@@ -247,3 +247,19 @@ def test_a_record_batch_is_an_input_and_other_objects_are_named_by_their_type():
     df = t.to_pandas()
     with pytest.raises(AdvcliError, match=r"more than one column named 'reward'"):
         advcli.run(pd.concat([df[["reward"]], df], axis=1), None)
+
+
+@pytest.mark.parametrize("call, kwargs, message", [
+    ("run", {"precision": "float16"}, "precision='float16': expected float32 or float64"),
+    ("run", {"output_mode": "x"}, "output_mode='x': expected full or sidecar"),
+    ("run", {"write_columns": ["foo"]}, "write_columns: unknown column 'foo'"),
+    ("run", {"device": "tpu"}, "device='tpu': expected auto, cpu or cuda"),
+    ("audit", {"rtol": -1}, "rtol=-1 / atol=None: tolerances must be >= 0"),
+])
+def test_what_a_call_checks_first_is_said_in_its_keywords(call, kwargs, message, tmp_path):
+    """The checks made before an input is read said --precision, --output-mode, --write-columns, --device,
+    --rtol to a library caller."""
+    output = {"output": str(tmp_path / "o.parquet")} if call == "run" else {}
+    with pytest.raises(AdvcliError) as e:
+        getattr(advcli, call)(SAMPLE, **output, **kwargs)
+    assert str(e.value).startswith(message) and "--" not in str(e.value)

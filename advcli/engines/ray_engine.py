@@ -480,7 +480,10 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
     chunk_rows = chunk_rows or max(inputs.num_rows, 1)
     rows_per_file = rows_per_file or 16 * chunk_rows
 
-    cl, started = _start(ray, address, device, chunk_rows, override_num_blocks, quiet=progress is None)
+    # the workers read batches of about CHUNK_TOKENS tokens, however long the responses (the shards and the
+    # output files are still sized by rows)
+    read_rows = inputs.chunk_rows(chunk_rows, [plan.cmap["response_mask"]])
+    cl, started = _start(ray, address, device, read_rows, override_num_blocks, quiet=progress is None)
     from ..estimators.user import ship_file_functions
 
     ship_file_functions(ray.cloudpickle)  # --estimator ./file.py:fn: its function, not a module name

@@ -36,6 +36,31 @@ def not_an_input(obj) -> AdvcliError:
     return AdvcliError(f"an input of type {name} is not a path nor a table advcli reads", hint=hint)
 
 
+def typed_empty(table):
+    """A table of no rows with its role columns of type null (a DataFrame filtered down to nothing: pandas'
+    object columns carry no element type) given their roles' types: lists of float32 per token (int8 for the
+    mask), float32 per row, strings for the group key. A run of no rows is valid; a null column is not."""
+    import pyarrow as pa
+
+    from ..config.column_roles import ROLE_INFO
+
+    flags = ("is_last_step", "is_padding", "truncated", "trainable")
+    counts = ("num_output_tokens", "num_total_tokens", "num_turns")
+    kinds = {default: (role, kind) for role, (default, kind, _) in ROLE_INFO.items()}
+    for i, field in enumerate(table.schema):
+        if not pa.types.is_null(field.type) or field.name not in kinds:
+            continue
+        role, kind = kinds[field.name]
+        if kind == "tokens":
+            t = pa.list_(pa.int8() if role == "response_mask" else pa.int32() if role == "turn_ids" else pa.float32())
+        elif kind == "scalar":
+            t = pa.bool_() if role in flags else pa.int64() if role in counts else pa.float32()
+        else:
+            t = {"key": pa.string(), "int": pa.int64()}[kind]
+        table = table.set_column(i, pa.field(field.name, t), pa.array([], type=t))
+    return table
+
+
 class FrameInputs:
     """``with FrameInputs() as frames: path = frames.path(x)``: ``x`` as a path (an in-memory table written
     to a temporary Parquet file); ``frames.output_path()`` a temporary output beside them; ``frames.named(obj)``
@@ -86,6 +111,8 @@ class FrameInputs:
                 raise AdvcliError(f"the pandas.DataFrame cannot be read as an Arrow table: {e}",
                                   hint="each column must hold one type: numbers, strings, or lists of numbers "
                                        "(one list per row for the token columns)") from None
+        if table.num_rows == 0:
+            table = typed_empty(table)
         n = len(self.names)
         target = os.path.join(self._dir(), f"table{n}.parquet")
         pq.write_table(table, target)

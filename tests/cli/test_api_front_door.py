@@ -263,3 +263,16 @@ def test_what_a_call_checks_first_is_said_in_its_keywords(call, kwargs, message,
     with pytest.raises(AdvcliError) as e:
         getattr(advcli, call)(SAMPLE, **output, **kwargs)
     assert str(e.value).startswith(message) and "--" not in str(e.value)
+
+
+def test_a_data_frame_filtered_to_no_rows_runs(tmp_path):
+    """df[df.reward > 5] has no rows, and pandas' object columns carry no element type (Arrow reads them as
+    null): the run of no rows is valid, as for a file of no rows; it was refused for its null mask column."""
+    df = pq.read_table(SAMPLE).to_pandas()
+    empty = df[df["reward"] > 5]
+    result = advcli.run(empty, None, settings={"algorithm.adv_estimator": "grpo"})
+    assert result.table.num_rows == 0 and result.table.schema.field("advantages").type == pa.list_(pa.float32())
+    assert list(result.to_pandas().columns)[:len(df.columns)] == list(df.columns)
+    out = tmp_path / "o.parquet"
+    advcli.run(empty, str(out), settings={"algorithm.adv_estimator": "grpo"})
+    assert pq.read_metadata(out).num_rows == 0

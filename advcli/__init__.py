@@ -69,7 +69,7 @@ def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> 
 
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral)
                                    or chunk_rows < 1):
-        raise AdvcliError(f"chunk_rows={chunk_rows!r}: expected a whole number of rows, at least 1")
+        raise AdvcliError(f"chunk_rows must be a whole number of rows, at least 1 (got {chunk_rows!r})")
 
 
 @_in_library_words

@@ -207,7 +207,7 @@ def test_a_misspelt_column_role_is_refused_by_the_library_as_by_the_command(call
 @pytest.mark.parametrize("kwargs, match", [
     ({"flavor": 123}, r"flavor=123: expected a flavor's name"),
     ({"settings": [("algorithm.adv_estimator", "grpo")]}, r"settings: expected a mapping"),
-    ({"chunk_rows": "4096"}, r"chunk_rows='4096': expected a whole number"),
+    ({"chunk_rows": "4096"}, r"chunk_rows must be a whole number of rows, at least 1 \(got '4096'\)"),
     ({"columns": ["reward"]}, r"columns: expected a mapping of roles to column names"),
 ])
 def test_arguments_of_the_wrong_kind_are_refused_naming_the_keyword(kwargs, match):

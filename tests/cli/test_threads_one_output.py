@@ -20,9 +20,11 @@ from advcli.sample import make_table
 def test_each_thread_stages_its_own_file(tmp_path):
     target = str(tmp_path / "out.parquet")
     names = {"main": temp_path_for(target)}
+    both_alive = threading.Barrier(2)  # (a thread's id may be reused once it has ended: two at once differ)
 
     def name(k):
         names[k] = temp_path_for(target)
+        both_alive.wait(30)
 
     threads = [threading.Thread(target=name, args=(k,)) for k in ("a", "b")]
     [t.start() for t in threads]

@@ -106,6 +106,9 @@ class RewardNormalize:
     eps: float = key(1e-06, 'epsilon added to the std', kind='float')
     centre_first: bool = key(False, 'take the std of the centred rewards r − mean (slime _post_process_rewards); '
             'the same math, other float32 bits', kind='bool')
+    onepass: bool = key(False, 'the `group` mean as NeMo RL forms it (calculate_baseline_and_std_per_prompt: one '
+            'matmul per group), so an all-equal non-dyadic group keeps its float32 residue; grouped by id',
+            kind='bool')
 
 
 @record(frozen=True)

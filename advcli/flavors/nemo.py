@@ -90,8 +90,8 @@ def translate(v: dict) -> dict:
                             "skip_single_valued": v["advcli.skip_trivial_std"]}
     elif est == "reinforce_plus_plus":  # ReinforcePlusPlusAdvantageEstimator (L193-267)
         cfg["reward"]["placement"] = "all"
-        if v["grpo.adv_estimator.minus_baseline"]:
-            cfg["reward"]["normalize"].update(mean="group", std="none")
+        if v["grpo.adv_estimator.minus_baseline"]:  # calculate_baseline_and_std_per_prompt's mean (L235-242)
+            cfg["reward"]["normalize"].update(mean="group", std="none", onepass=True)
         cfg["kl"].update(_kl(v, mask=False), in_reward=v["loss_fn.use_kl_in_reward"])
         cfg["estimator"] = {"name": "token_rewards"}
         cfg["advantage"].update(whiten=True, whiten_unbiased=False, whiten_eps=1e-8, whiten_eps_mode="max",

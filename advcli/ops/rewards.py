@@ -12,7 +12,10 @@ from .groups import GroupIndex
 
 
 def normalize_rewards(r: torch.Tensor, scopes: GroupIndex, groups: GroupIndex | None, mean_kind: str,
-                      std_kind: str, eps: float) -> torch.Tensor:
+                      std_kind: str, eps: float, onepass: bool = False) -> torch.Tensor:
+    """``onepass``: the group mean as NeMo RL's ``calculate_baseline_and_std_per_prompt`` forms it
+    (:meth:`GroupIndex.onepass_baseline_std`, leave-one-out off: REINFORCE++'s ``minus_baseline``,
+    advantage_estimator.py L235-242 @7ea279ab), its float32 residue on equal non-dyadic rewards included."""
     if mean_kind == "none" and std_kind == "none":
         return r
     if mean_kind in ("group", "loo") or std_kind == "group":
@@ -20,7 +23,7 @@ def normalize_rewards(r: torch.Tensor, scopes: GroupIndex, groups: GroupIndex | 
     if mean_kind == "batch":
         mean = scopes.per_row(scopes.mean_f32(r))
     elif mean_kind == "group":
-        mean = groups.per_row(groups.mean_f32(r))
+        mean = groups.onepass_baseline_std(r, False)[0] if onepass else groups.per_row(groups.mean_f32(r))
     elif mean_kind == "loo":  # leave-one-out mean of the other rows (OpenRLHF rloo); NaN for a group of one
         mean = (groups.per_row(groups.sum(r)) - r) / (groups.row_size.to(r.dtype) - 1)
     else:

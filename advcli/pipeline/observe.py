@@ -300,6 +300,6 @@ def normalize_like_pipeline(plan, res, raw: torch.Tensor) -> torch.Tensor:
         out = block_normalize(raw, res.scopes, res.state.block_sizes or int(plan.run.grouping.size),
                               ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.centre_first))
     else:
-        out = normalize_rewards(raw, res.scopes, res.groups, ncfg.mean, ncfg.std, ncfg.eps)
+        out = normalize_rewards(raw, res.scopes, res.groups, ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.onepass))
     return clip_values(out, plan.run.reward.clip)
 

@@ -184,7 +184,7 @@ def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunSt
             reward_row = block_normalize(shaped[order], gathered, int(plan.run.grouping.size), ncfg.mean, ncfg.std,
                                          ncfg.eps, bool(ncfg.centre_first))[back]
         else:
-            reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps)
+            reward_row = normalize_rewards(shaped, scopes, groups, ncfg.mean, ncfg.std, ncfg.eps, bool(ncfg.onepass))
         reward_row = clip_values(reward_row, reward.clip).to(raw.dtype)
     if reward.zero_truncated and "truncated" in row:  # AReaL mask_no_eos_with_zero
         reward_row = torch.where(row["truncated"] != 0, torch.zeros_like(reward_row), reward_row)

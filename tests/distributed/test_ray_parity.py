@@ -451,6 +451,11 @@ def stepless(tmp_path_factory):
     ("stepless", "verl", [("algorithm.adv_estimator", "grpo")]),
     ("interleaved", "verl", [("algorithm.adv_estimator", "grpo")]),
     # the adaptive controller's β carried from step to step (the row scores hold β·Σ KL)
+    ("interleaved", "advcli", [("estimator.name", "rloo"), ("kl.in_reward", True), ("kl.estimator", "k2"),
+                               ("kl.controller", "adaptive"), ("kl.coef", 0.05), ("kl.target", 0.01),
+                               ("kl.horizon", 500)]),
+    # verl sums those row scores on its step's token grid (kl.score_sum=left_aligned): not resolved one step at
+    # a time, the whole dump on the driver, with the same rows
     ("interleaved", "verl", [("algorithm.adv_estimator", "rloo"), ("algorithm.use_kl_in_reward", True),
                              ("algorithm.kl_penalty", "k2"), ("algorithm.kl_ctrl.type", "adaptive"),
                              ("algorithm.kl_ctrl.kl_coef", 0.05), ("algorithm.kl_ctrl.target_kl", 0.01),
@@ -470,7 +475,8 @@ def test_per_step_driver_equals_local(ray_session, dump, interleaved, stepless, 
     monkeypatch.setattr(ray_steps, "resolve_steps", lambda *a, **k: calls.append(1) or real(*a, **k))
     paths = {"contiguous": dump, "interleaved": interleaved, "stepless": stepless}[which]
     loc, got = _both(paths, tmp_path, flavor, settings, row_pass="workers")
-    assert calls == [1]  # the per-step path ran
+    grid_summed = ("algorithm.use_kl_in_reward", True) in settings
+    assert calls == ([] if grid_summed else [1])  # the per-step path ran (where it can)
     _assert_same(loc, got)
     import pyarrow as pa
 

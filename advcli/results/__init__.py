@@ -45,8 +45,15 @@ class Shown:
         return notebook_frame(self.html(), self.title)
 
     def to_pandas(self):
-        """``table`` as a pandas DataFrame."""
-        return self.table.to_pandas()
+        """``table`` as a pandas DataFrame. A frame of pyarrow-backed dtypes (``dtype_backend="pyarrow"``)
+        comes back with them: pandas' metadata names them, and only ``pd.ArrowDtype`` restores them (a plain
+        ``to_pandas()`` of such a table raises "data type 'list<...>[pyarrow]' not understood")."""
+        table = self.table
+        if b"[pyarrow]" in ((table.schema.metadata or {}).get(b"pandas") or b""):
+            import pandas as pd
+
+            return table.to_pandas(types_mapper=pd.ArrowDtype)
+        return table.to_pandas()
 
     def log(self, tracker: str, *, project: str | None = None, name: str | None = None, step_offset: int = 0) -> str:
         """Send the report to an experiment tracker as ``--log`` does: ``"wandb"`` (or ``"wandb:DIR"``) or

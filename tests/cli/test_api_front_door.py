@@ -276,3 +276,17 @@ def test_a_data_frame_filtered_to_no_rows_runs(tmp_path):
     out = tmp_path / "o.parquet"
     advcli.run(empty, str(out), settings={"algorithm.adv_estimator": "grpo"})
     assert pq.read_metadata(out).num_rows == 0
+
+
+def test_a_frame_of_pyarrow_dtypes_comes_back_with_them(tmp_path):
+    """pd.read_parquet(..., dtype_backend="pyarrow") gives list<...>[pyarrow] columns; result.to_pandas() raised
+    pandas' "data type ... not understood" (its own Parquet round trip does too)."""
+    import pandas as pd
+
+    df = pd.read_parquet(SAMPLE, dtype_backend="pyarrow")
+    result = advcli.run(df, None, settings={"algorithm.adv_estimator": "grpo"})
+    back = result.to_pandas()
+    assert all(isinstance(back[c].dtype, pd.ArrowDtype) for c in ("response_mask", "advantages"))
+    plain = advcli.run(pd.read_parquet(SAMPLE), None, settings={"algorithm.adv_estimator": "grpo"}).to_pandas()
+    assert back["advantages"].tolist() == [list(a) for a in plain["advantages"]]
+    assert list(back.columns) == list(plain.columns)

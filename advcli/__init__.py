@@ -51,6 +51,8 @@ def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> 
     a flavor that is not a name, settings that are not a mapping, a column role advcli does not know (a
     misspelt role was taken as a column of its own, and the run read the default column), chunk_rows that
     is not a whole number."""
+    import numbers
+
     from .config import check_column_roles
     from .errors import AdvcliError
 
@@ -65,8 +67,6 @@ def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> 
             raise AdvcliError("columns: expected a mapping of roles to column names",
                               hint="columns={'reward': 'score'}")
         check_column_roles(columns, "columns=")
-    import numbers
-
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral)
                                    or chunk_rows < 1):
         raise AdvcliError(f"chunk_rows must be a whole number of rows, at least 1 (got {chunk_rows!r})")

@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 
-from ..errors import AdvcliError, library_words
+from ..errors import AdvcliError
 from .temps import scratch_prefix
 
 
@@ -76,9 +76,9 @@ class FrameInputs:
     def __exit__(self, kind, error, tb) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
-        if isinstance(error, AdvcliError):  # the message names the table the user passed, and the keywords
-            error.message = self.named(library_words(error.message))  # (columns=...) of the call, not --column
-            error.hint = self.named(library_words(error.hint)) if error.hint else error.hint
+        if isinstance(error, AdvcliError):  # the message names the table the user passed (the call's keywords,
+            error.message = self.named(error.message)  # columns=..., not --column: advcli._in_library_words)
+            error.hint = self.named(error.hint) if error.hint else error.hint
             error.args = (error.message,)
 
     def _dir(self) -> str:

@@ -15,18 +15,23 @@ import pytest
 
 
 @contextmanager
-def local_s3_server(log_dir, bucket: str = "bkt"):
+def local_s3_server(log_dir, bucket: str = "bkt", open_requests: int | None = None):
     """A moto S3 server on a free port of 127.0.0.1 with one bucket; the AWS_* variables point at it
     (so advcli and subprocesses, Ray workers started afterwards included, reach it) until the server
-    stops. Yields a pyarrow S3FileSystem on it."""
+    stops. Yields a pyarrow S3FileSystem on it. ``open_requests``: the server checks credentials after that
+    many requests (moto's INITIAL_NO_AUTH_ACTION_COUNT; it knows no key, so every later request is refused);
+    None: it never checks."""
     import pyarrow.fs as pafs
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = open(os.path.join(str(log_dir), "moto.log"), "w")
+    server_env = dict(os.environ)
+    if open_requests is not None:
+        server_env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(open_requests)
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=server_env)
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
     old = {k: os.environ.get(k) for k in env}

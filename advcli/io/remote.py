@@ -134,6 +134,25 @@ def reach_hint(uri: str) -> str:
     return "check the URI, the credentials (AWS_ACCESS_KEY_ID, ...) and the endpoint (AWS_ENDPOINT_URL)"
 
 
+# the store's words for credentials it refused (S3's error codes as pyarrow names them, GCS's status)
+_REFUSED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "AccessDenied",
+            "InvalidAccessKeyId", "SignatureDoesNotMatch", "PERMISSION_DENIED", "UNAUTHENTICATED", "HTTP 403")
+
+
+def unreachable(uri: str, e: BaseException, verb: str = "reach") -> AdvcliError:
+    """The message for a store that answered ``e`` about ``uri``: refused credentials said as such (the
+    store answered, so the endpoint is right), anything else as a store that could not be reached."""
+    first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+    if any(word in first for word in _REFUSED):
+        if uri.lower().startswith(("gs://", "gcs://")):
+            who = "Google's credentials (GOOGLE_APPLICATION_CREDENTIALS, or `gcloud auth application-default login`)"
+        else:
+            who = "the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+        return AdvcliError(f"{uri}: the store refused access ({first})",
+                           hint=f"check {who}, and that they may read the input's bucket and write the output's")
+    return AdvcliError(f"{uri}: cannot {verb} it ({first})", hint=reach_hint(uri))
+
+
 def _info(uri: str):
     import pyarrow as pa
 
@@ -141,7 +160,7 @@ def _info(uri: str):
     try:
         return fs, path, fs.get_file_info(path)
     except (OSError, pa.ArrowException) as e:  # GCS's permanent errors are ArrowException, not OSError
-        raise AdvcliError(f"{uri}: cannot reach it ({str(e).splitlines()[0][:300]})", hint=reach_hint(uri)) from None
+        raise unreachable(uri, e) from None
 
 
 def exists(uri: str) -> bool:
@@ -211,7 +230,7 @@ def open_input(uri: str):
     except FileNotFoundError:
         raise AdvcliError(f"{uri}: no such object") from None
     except (OSError, pa.ArrowException) as e:
-        raise AdvcliError(f"{uri}: cannot open it ({str(e).splitlines()[0][:300]})", hint=reach_hint(uri)) from None
+        raise unreachable(uri, e, "open") from None
 
 
 def file_info(uri: str):

@@ -230,3 +230,31 @@ def test_hdfs_without_its_libraries_says_what_to_set():
             env={"ARROW_LIBHDFS_DIR": "/nonexistent", "HADOOP_HOME": "/nonexistent", "JAVA_HOME": "/nonexistent"})
     assert p.returncode == 2 and "hdfs://127.0.0.1:1/in/rollouts.parquet: cannot open a filesystem" in p.stderr
     assert "JAVA_HOME" in p.stderr and "ARROW_LIBHDFS_DIR" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_refused_credentials_are_named_as_such(tmp_path):
+    """A store that answers but refuses the credentials (S3's AccessDenied / InvalidAccessKeyId): every command
+    stops before any work with exit 2, names the object, says the store refused access and which variables hold
+    the credentials; no traceback, nothing written (locally or there)."""
+    from _services import local_s3_server
+
+    with local_s3_server(tmp_path, open_requests=20) as fs:
+        put(fs, SAMPLE, "bkt/in.parquet")
+        for _ in range(40):  # spend the requests the server answers without checking
+            try:
+                fs.get_file_info("bkt/in.parquet")
+            except OSError as e:
+                assert "ACCESS_DENIED" in str(e) or "INVALID_ACCESS_KEY" in str(e)
+                break
+        else:
+            pytest.fail("the local S3 server never started checking credentials")
+        out = tmp_path / "out.parquet"
+        for args, uri in ((["run", "s3://bkt/in.parquet", "-o", out, *GRPO], "s3://bkt/in.parquet"),
+                          (["stats", "s3://bkt/in.parquet"], "s3://bkt/in.parquet"),
+                          (["validate", "s3://bkt/in.parquet"], "s3://bkt/in.parquet"),
+                          (["run", SAMPLE, "-o", "s3://bkt/out.parquet", *GRPO], "s3://bkt/out.parquet")):
+            p = cli(*args)
+            assert p.returncode == 2, (args, p.stdout, p.stderr)
+            assert f"{uri}: the store refused access" in p.stderr, p.stderr
+            assert "AWS_ACCESS_KEY_ID" in p.stderr and "Traceback" not in p.stderr
+        assert not out.exists()

@@ -117,11 +117,13 @@ def random_rows(seed: int, sizes: list[int], max_len: int = 7, rewards: str = "m
     return rows
 
 
-def write_parquet(rows: list[dict], path: str, rename: dict[str, str] | None = None) -> str:
+def write_parquet(rows: list[dict], path: str, rename: dict[str, str] | None = None,
+                  reward_type: pa.DataType = pa.float32()) -> str:
     """advcli's canonical Parquet of ``rows`` (the columns a trainer's batch holds); ``rename``: column
-    names the flavor reads under another name (AReaL: ``rollout_log_probs``)."""
+    names the flavor reads under another name (AReaL: ``rollout_log_probs``); ``reward_type``: the reward
+    column's type (float64: the rewards as a trainer holding Python floats sees them)."""
     cols = {"prompt_id": pa.array([r["prompt_id"] for r in rows], pa.string()),
-            "reward": pa.array([r["reward"] for r in rows], pa.float32()),
+            "reward": pa.array([r["reward"] for r in rows], reward_type),
             "response_mask": pa.array([r["mask"] for r in rows], pa.list_(pa.int8())),
             "old_log_probs": pa.array([r["old"] for r in rows], pa.list_(pa.float32())),
             "ref_log_probs": pa.array([r["ref"] for r in rows], pa.list_(pa.float32())),
@@ -177,14 +179,14 @@ def release(flavor: str, name: str):
 
 
 def advcli_run(tmp_path, rows: list[dict], flavor: str, settings: dict[str, Any], extra: list[str] = (),
-               rename: dict[str, str] | None = None) -> dict:
+               rename: dict[str, str] | None = None, reward_type: pa.DataType = pa.float32()) -> dict:
     """``advcli run in.parquet out.parquet --flavor FLAVOR --set k=v ...`` through the CLI; the output's
     advantages / returns / token_level_rewards, one list per row."""
     from typer.testing import CliRunner
 
     from advcli.cli import app
 
-    src = write_parquet(rows, os.path.join(tmp_path, "in.parquet"), rename)
+    src = write_parquet(rows, os.path.join(tmp_path, "in.parquet"), rename, reward_type)
     out = os.path.join(tmp_path, "out.parquet")
     argv = ["run", src, "-o", out, "--flavor", flavor, "--force", "--device", "cpu", *extra]
     for key, value in settings.items():

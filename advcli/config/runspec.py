@@ -209,6 +209,14 @@ class KL:
             ('exact', 'right_aligned', 'left_aligned'), kind='str')
     token_clip: Any = key(None, "clamp of the token-level rewards after the KL term (ROLL's second reward_clip)",
             kind='clip')
+    skip_flat_groups: str = key('off', "rows of groups that carry no reward signal get no KL term (SkyRL's "
+            'zero_variance_filter zeroes their loss masks before the penalty; their rows then count as KL 0 in an '
+            'adaptive controller): `off`; `range` (SkyRL from 0.3.0: a group with more than one live row, Σ mask > 0, '
+            'whose live rows\' rewards lie within kl.flat_tol of each other); `std` (SkyRL 0.1.0-0.2.0: a group of '
+            "more than one row whose rewards' numpy float64 std is 0). Groups: the run's, else its steps; rewards: "
+            'the reward column as read, in float64', ('off', 'range', 'std'), kind='str')
+    flat_tol: float = key(0.0, 'kl.skip_flat_groups=range: the largest max − min of a flat group (SkyRL '
+            'zero_variance_filter_tol)', kind='float')
 
 
 @record(frozen=True)

@@ -5,7 +5,8 @@ component. numpy until there is math to do (the KL replay imports torch through 
 from __future__ import annotations
 
 
-def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, chunk_rows: int) -> dict | None:
+def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, chunk_rows: int,
+              flat_inputs=None) -> dict | None:
     """The KL figures of an advcli output whose run put the KL in the reward (``run``: the spec of its
     provenance ``config``), as that run computed them, for :meth:`FigureCollector.set_rows`: ``kl_row``, each
     row's verl ``masked_mean(kld, m)``, recomputed from the log-prob columns the output kept with the run's
@@ -13,7 +14,9 @@ def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, ch
     run's controller replayed over the steps in order (an adaptive β depends on every earlier step's KL).
     None when the run had no KL in the reward, its batches were not the file's steps (``grouping.scope``
     ``step_domain``, or ``all`` over several steps), or a log-prob column it read is not in the file (dropped
-    from the output afterwards): those figures are then left out, never guessed."""
+    from the output afterwards): those figures are then left out, never guessed. ``flat_inputs``: (each row's
+    reward in float64, its Σ mask, its group code) or None, for a run that left the KL out of flat groups
+    (``kl.skip_flat_groups``; without them, the figures are left out)."""
     import numpy as np
 
     from ..config.columns import resolve_columns
@@ -36,7 +39,12 @@ def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, ch
     cols = list(dict.fromkeys([cmap["response_mask"]] + [cmap[r] for r in roles]))
     chunks = ((*list_parts(batch.column(cols[0])), {r: list_parts(batch.column(cmap[r]))[1] for r in roles})
               for _, _, batch in ins.iter_batches(cols, chunk_rows))  # one chunk in memory at a time
-    kl_row, betas, kls = replay_reward_kl(c, run.precision, chunks, scope_codes, num_scopes)
+    flat = None
+    if c.skip_flat_groups != "off" and run.reward.source != "token_level_scores":
+        if flat_inputs is None:
+            return None
+        flat = tuple(np.asarray(x) for x in flat_inputs)
+    kl_row, betas, kls = replay_reward_kl(c, run.precision, chunks, scope_codes, num_scopes, flat)
     return {"kl_on": True, "kl_row": kl_row, "betas": betas, "kls": kls}
 
 

@@ -15,6 +15,8 @@ What sets SkyRL apart, and the canonical switches it maps to:
 - KL: ``compute_approx_kl`` (k1/abs/k2/k3; k3 clamps ref − old to ±20 and the value to ±10), × loss
   mask, ``rewards −= kl·max(0, β)``; β from ``kl_loss_coef`` (fixed) or verl's adaptive controller
   (``n_steps`` = rows of the step, the value from before the step's update).
+- ``zero_variance_filter`` with ``use_kl_in_reward``: the flat groups' loss masks are zeroed before the penalty
+  (``kl.skip_flat_groups``: ``range`` from 0.3.0, ``std`` before; ``advcli.zero_variance_rule``).
 - ``advantage_batch_normalize``: mean over the step's whole ``[B, T = max L_i]`` grid (padding cells
   0), biased variance over all response positions, ``(A − mean)·rsqrt(max(var, 1e-8))``; returns kept.
 - ``generator.step_wise_trajectories``: the estimator runs on the ``is_last_step`` rows only, each
@@ -50,9 +52,13 @@ KEYS = {
     A + "kl_ctrl.horizon": Key(10000, "adaptive controller horizon (must be > 0)", None, "int"),
     A + "advantage_batch_normalize": Key(False, "z-score the advantages over the step after the estimator "
                                          "(unmasked grid mean, masked biased variance)", None, "bool"),
-    A + "zero_variance_filter": Key(False, "zero the loss mask of zero-variance groups (no effect on the "
-                                    "advantages; not supported together with use_kl_in_reward)", None, "bool"),
-    A + "zero_variance_filter_tol": Key(1e-6, "tolerance of zero_variance_filter", None, "float"),
+    A + "zero_variance_filter": Key(False, "zero the loss mask of the groups whose rewards carry no signal before "
+                                    "the KL penalty: with use_kl_in_reward their rows get no KL term (and count as "
+                                    "KL 0 in the adaptive controller); without it, no effect on the advantages",
+                                    None, "bool"),
+    A + "zero_variance_filter_tol": Key(1e-6, "zero_variance_filter: a group whose live rows' (Σ loss_mask > 0) "
+                                        "rewards lie within this of each other, more than one of them, is flat "
+                                        "(SkyRL 0.3.0 on)", None, "float"),
     A + "loss_reduction": Key("token_mean", "loss-side rescaling of the advantages per mini-batch, applied after "
                               "the values advcli writes (accepted, not applied)", LOSS_REDUCTIONS, "str"),
     A + "max_seq_len": Key(None, "normaliser of loss_reduction=seq_mean_token_sum_norm (loss side)", None, "int"),
@@ -61,6 +67,11 @@ KEYS = {
     "generator.step_wise_trajectories": Key(False, "step-wise trajectories: one row per turn, the estimator runs on "
                                             "the is_last_step rows and each trajectory's value is broadcast to "
                                             "all of its turns", None, "bool"),
+    "advcli.zero_variance_rule": Key("range", "advcli extension (SkyRL's releases): which groups zero_variance_filter "
+                                     "finds flat: `range` (more than one live row, max − min of their rewards <= "
+                                     "zero_variance_filter_tol; from 0.3.0) or `std` (more than one row, numpy's "
+                                     "float64 std of the rewards == 0, every row counted; SkyRL 0.1.0-0.2.0)",
+                                     ("range", "std"), "str"),
     "advcli.step_wise_copy": Key("own_mask", "advcli extension (SkyRL's releases): how a step-wise turn takes its "
                                  "last step's advantages: `own_mask` (on each of the turn's own positions, from "
                                  "0.2.0) or `last_row` (the last step's padded row copied column by column: 0 from "
@@ -127,12 +138,6 @@ def _check(v: dict) -> None:
                           "values at positions the dump does not hold (prompt positions from 0.2.0, right-aligned; "
                           "the cells after the response at 0.1.0)",
                           hint="recompute gae without advantage_batch_normalize")
-    if v[A + "zero_variance_filter"] and v[A + "use_kl_in_reward"]:
-        raise AdvcliError(f"key {A}zero_variance_filter=true with {A}use_kl_in_reward=true is not supported: "
-                          "SkyRL zeroes the loss mask of zero-variance groups before the KL penalty, so their rows "
-                          "get no KL term; advcli does not model that filter",
-                          hint=f"leave {A}zero_variance_filter false (without KL in the reward it changes no "
-                               "advantage)")
 
 
 def translate(v: dict) -> dict:
@@ -148,7 +153,11 @@ def translate(v: dict) -> dict:
     cfg["kl"].update(in_reward=v[A + "use_kl_in_reward"], estimator=kind, input_clamp=20.0 if k3 else None,
                      output_clamp=10.0 if k3 else None, coef=v[A + "kl_loss_coef"], coef_min=0.0,
                      controller=v[A + "kl_ctrl.type"], target=v[A + "kl_ctrl.kl_target"],
-                     horizon=v[A + "kl_ctrl.horizon"], mask=True, score_sum="right_aligned")
+                     horizon=v[A + "kl_ctrl.horizon"], mask=True, score_sum="right_aligned",
+                     # postprocess_generator_output (trainer.py L1086-1101): zero_variance_filter zeroes the loss
+                     # masks of flat groups before apply_reward_kl_penalty reads them
+                     skip_flat_groups=v["advcli.zero_variance_rule"] if v[A + "zero_variance_filter"] else "off",
+                     flat_tol=v[A + "zero_variance_filter_tol"])
     # the estimators see SkyRL's response_mask: every response position
     cfg["advantage"]["whiten_mask"] = "all"
     gamma, lam = v[A + "gamma"], v[A + "lambd"]
@@ -174,18 +183,20 @@ def translate(v: dict) -> dict:
     return cfg
 
 
-# SkyRL's releases on the package index (``skyrl``; no ``skyrl-train`` is published): 0.2.0, 0.3.0 and 0.4.0 are
-# run by tests/conformance/test_conformance_skyrl.py (tools/conformance_matrix.py --all skyrl: 22 passed each; 0.4.0
-# declares
-# Python ≥ 3.12, its files are compiled under the running Python); its ppo_utils.py estimators and KL and
-# trainer.py compute_advantages_and_returns / apply_reward_kl_penalty / _normalize_advantages read the same
-# as 0.3.0's (annotations and docstrings aside). None has #1443 (grpo_norm_by_std default false) or #1445
-# (k3 → k2), still open. 0.1.0 and 0.0.1 keep the advantage code elsewhere (the tests do not find it).
+# SkyRL's releases on the package index (``skyrl``; no ``skyrl-train`` is published): 0.1.0, 0.2.0, 0.3.0 and 0.4.0
+# are run by tests/conformance/test_conformance_skyrl.py (tools/conformance_matrix.py --all skyrl: 34 passed, 3
+# skipped each; 0.4.0 declares Python ≥ 3.12, its files are compiled under the running Python); 0.4.0's ppo_utils.py
+# estimators and KL and trainer.py compute_advantages_and_returns / apply_reward_kl_penalty / _normalize_advantages
+# read the same as 0.3.0's (annotations and docstrings aside). None has #1443 (grpo_norm_by_std default false) or
+# #1445 (k3 → k2), still open. 0.0.1 is the name reservation (no trainer).
 # 0.1.0 read from its wheel (skyrl-0.1.0: skyrl/backends/skyrl_train/utils/ppo_utils.py, skyrl/train/trainer.py,
 # skyrl/train/config/config.py, skyrl/train/utils/utils.py validate_cfg) against 0.2.0's: the same estimators less
 # maxrl, the same compute_approx_kl, apply_reward_kl_penalty and batch normalisation (normalize_advantages_dict,
 # 0.2.0's _normalize_advantages step 1), the same AlgorithmConfig defaults; its step-wise path differs (below).
 _V010 = "SkyRL 0.1.0"
+_TOL = A + "zero_variance_filter_tol"
+_NO_TOL = ((1e-6,), "SkyRL before 0.3.0 has no zero_variance_filter_tol (its zero_variance_filter compares numpy's std "
+                    "with 0; the key came with #1802), so its config would refuse the key")
 RELEASES = (
     Release("0.1.0", "2026-03-11", note="SkyRL 0.1.0: the advantage code of 0.2.0 less maxrl; its step-wise copy of "
                                         "the last step's padded row; responses left-aligned (preprocess.py L98-100 "
@@ -193,14 +204,14 @@ RELEASES = (
                                         "with the critic's value at the cell after it, which a dump does not hold: "
                                         "advcli takes 0 there, so with lambd < 1 gae differs on those rows (by "
                                         "about γ(1 − λ)·V; the default λ = 1 telescopes it away)",
-            settings={"advcli.step_wise_copy": "last_row"},
-            accepts={A + "advantage_estimator": (tuple(e for e in ESTIMATORS if e != "maxrl"),
+            settings={"advcli.step_wise_copy": "last_row", "advcli.zero_variance_rule": "std"},
+            accepts={_TOL: _NO_TOL, A + "advantage_estimator": (tuple(e for e in ESTIMATORS if e != "maxrl"),
                                                  f"{_V010}'s AdvantageEstimator (ppo_utils.py) has no maxrl (it came "
                                                  "with 0.2.0), so the trainer itself would not run it"),
                      A + "loss_reduction": (("token_mean", "sequence_mean", "seq_mean_token_sum_norm"),
                                             f"{_V010}'s validate_cfg (train/utils/utils.py) refuses it")}),
-    Release("0.2.0", "2026-04-22", aliases=("0.3.0",),
-            note="SkyRL 0.2.0 and 0.3.0 (each run): the advantage code of commit a9564572", changes=(
+    Release("0.2.0", "2026-04-22", settings={"advcli.zero_variance_rule": "std"}, accepts={_TOL: _NO_TOL},
+            note="SkyRL 0.2.0 (run): the advantage code of commit a9564572; 0.1.0's zero_variance_filter", changes=(
                 Change("", (A + "advantage_estimator",), "maxrl: (s − μ)/(μ + 1e-6) (ppo_utils.py "
                        "compute_maxrl_advantage @0.2.0)"),
                 Change("", ("generator.step_wise_trajectories", "advcli.step_wise_copy"), "step-wise "
@@ -208,6 +219,13 @@ RELEASES = (
                        "advantages are masked by its own response mask (trainer.py compute_advantages_and_returns "
                        "@0.2.0); 0.1.0 copied the last step's padded row to each turn (0 from the last step's "
                        "length on, the turn's mask not applied)"))),
+    Release("0.3.0", "2026-07-16", note="SkyRL 0.3.0 (run): the advantage code of commit a9564572", changes=(
+                Change("#1802", (A + "zero_variance_filter", _TOL, "advcli.zero_variance_rule"),
+                       "zero_variance_filter finds a group flat when more than one of its rows is live (Σ loss_mask > "
+                       "0) and their rewards lie within zero_variance_filter_tol (1e-6); before, when numpy's std of "
+                       "all its rewards was 0, which an ulp's residue of equal non-dyadic rewards (e.g. 0.1 three "
+                       "times) escapes: with use_kl_in_reward, the rows of such groups lose their KL term from "
+                       "here on"),)),
     Release(COMMIT, "2026-08-21", aliases=("a956457",), note="SkyRL at commit a9564572 (advcli's first match)"),
     Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0 (run): the advantage code of commit a9564572"),
 )
@@ -224,6 +242,7 @@ FLAVOR = Flavor(
           "a group of one s/(1+1e-6); rloo = (s−μ)·n/(n−1), a group of one 0; maxrl = (s−μ)/(μ+1e-6), a group "
           "of one s. The reward sits on position L_i−1 even when it is loss-masked. KL: k3 by default (clamps "
           "20/10), rewards −= kl·max(0, β), β = kl_loss_coef (fixed) or the adaptive controller (n_steps = "
-          "rows of the step). advantage_batch_normalize: grid mean Σ A/(B·max L_i), biased variance over the "
+          "rows of the step); zero_variance_filter takes it from the rows of flat groups. "
+          "advantage_batch_normalize: grid mean Σ A/(B·max L_i), biased variance over the "
           "response positions, (A − mean)·rsqrt(max(var, 1e-8)). Step-wise: trajectories end at is_last_step "
           "rows; each gets its last step's value.")

@@ -292,3 +292,37 @@ def order_free(x: torch.Tensor, groups: GroupIndex) -> torch.Tensor:
     s_sq = groups.sum(xd * xd) * scale * scale
     lim = 2.0 ** p
     return (s_abs < lim) & (s_sq < lim) & (fmax <= p)
+
+
+def flat_group_rows(reward: torch.Tensor, live: torch.Tensor, groups: GroupIndex, rule: str,
+                    tol: float = 0.0) -> torch.Tensor:
+    """[R] bool: the rows of the groups that carry no reward signal, as SkyRL's ``zero_variance_filter`` finds
+    them (then it zeroes their loss masks, so their KL penalty is 0). ``reward``: each row's reward, float64 (SkyRL
+    holds them as Python floats); ``live``: [R] bool, the row has a trained token (Σ loss_mask > 0).
+
+    - ``range`` (skyrl/train/utils/trainer_utils.py ``zero_variance_filter`` @a9564572, SkyRL 0.3.0 on): a group
+      with more than one live row whose live rows' rewards satisfy ``max − min <= tol``; rows that are not live
+      neither count nor keep their group, but are flat with it.
+    - ``std`` (the same function at skyrl-v0.1.0 and 0.2.0): a group of more than one row with ``np.std`` of its
+      rewards, in row order, equal to 0 (numpy's float64 mean of equal non-dyadic rewards can land an ulp away,
+      leaving a std > 0 that keeps the group). The groups of each size are stacked ``[G_n, n]`` and reduced along
+      axis 1, which numpy sums pairwise per row as it sums one group's list (the same bits)."""
+    import numpy as np
+
+    codes = groups.codes
+    if rule == "range":
+        x = reward.to(torch.float64)
+        inf = torch.full((groups.num_groups,), float("inf"), dtype=torch.float64)
+        hi = (-inf).scatter_reduce(0, codes[live], x[live], "amax")
+        lo = inf.scatter_reduce(0, codes[live], x[live], "amin")
+        n_live = torch.zeros(groups.num_groups, dtype=torch.int64).index_add_(0, codes, live.to(torch.int64))
+        flat = (n_live > 1) & (hi - lo <= tol)
+        return flat[codes]
+    if rule == "std":
+        flat = torch.zeros(groups.num_groups, dtype=torch.bool)
+        values = reward.to(torch.float64).numpy()
+        for n, ids, rows in groups.buckets():  # over the distinct group sizes
+            if n > 1:
+                flat[ids] = torch.from_numpy(np.std(values[rows.numpy()], axis=1) == 0)
+        return flat[codes]
+    raise ValueError(f"unknown flat-group rule {rule!r}")

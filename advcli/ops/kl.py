@@ -171,13 +171,15 @@ def scope_coefficients(ctl: KLController, scope_codes: torch.Tensor, num_scopes:
     return betas, kls
 
 
-def replay_reward_kl(kl, precision: str, chunks, scope_codes, num_scopes: int):
+def replay_reward_kl(kl, precision: str, chunks, scope_codes, num_scopes: int, flat=None):
     """The reward KL of a run (``kl``: its run spec's KL section; ``precision``: float32 or float64) replayed
     from its log-prob columns, for ``advcli stats`` of its output: (each row's verl ``masked_mean(kld, m)``
     [R] in the run's dtype, each scope's β, each scope's current_kl), by the run's own operations
     (:func:`kl_per_token`, :func:`row_kl_sums`, :class:`KLController` over the scopes in order), so the same
     floats. ``chunks``: ``(offsets [B+1] from 0, mask values, {role: values})`` numpy arrays per chunk, the
-    roles among ``kl.policy`` and ``ref_log_probs`` (a missing one counts as zeros, ``kl.missing=zeros``)."""
+    roles among ``kl.policy`` and ``ref_log_probs`` (a missing one counts as zeros, ``kl.missing=zeros``).
+    ``flat``: (each row's reward in float64, its Σ mask, its group code) numpy arrays where the run left the KL
+    term out of flat groups (``kl.skip_flat_groups``): those rows' KL is 0 (:func:`.groups.flat_group_rows`)."""
     dtype = torch.float64 if precision == "float64" else torch.float32
     means = []
     for offsets, mask01, columns in chunks:
@@ -191,6 +193,12 @@ def replay_reward_kl(kl, precision: str, chunks, scope_codes, num_scopes: int):
             kld = kld * mask
         means.append(row_kl_sums(Ragged(torch.from_numpy(np.array(offsets, np.int64))), kld, mask, kl.mask)[1])
     kl_row = torch.cat(means) if means else torch.zeros(0, dtype=dtype)
+    if flat is not None:
+        from .groups import GroupIndex, flat_group_rows
+        reward, valid, group_codes = (torch.from_numpy(np.asarray(x)) for x in flat)
+        skipped = flat_group_rows(reward.to(torch.float64), valid > 0, GroupIndex.from_codes(group_codes),
+                                  kl.skip_flat_groups, float(kl.flat_tol))
+        kl_row = torch.where(skipped, torch.zeros_like(kl_row), kl_row)
     betas, kls = scope_coefficients(KLController.of_section(kl, True), torch.as_tensor(scope_codes, dtype=torch.int64),
                                     num_scopes, kl_row)
     return kl_row, betas, kls

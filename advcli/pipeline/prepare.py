@@ -13,7 +13,7 @@ from ..io.reader import InputSet
 from ..io.value_checks import unplaced_reward
 from ..ops import batchnorm
 from ..ops.batch import RowTable
-from ..ops.groups import GroupIndex
+from ..ops.groups import GroupIndex, flat_group_rows
 from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
@@ -21,7 +21,7 @@ from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn, RunState, strided_groups
 from .read import allows_nan
-from .rows import Prepared, defer_row_kl, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
+from .rows import KL_SKIPPED, Prepared, defer_row_kl, flat_rule, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
 from .tokens import token_group_pass
 
 
@@ -199,6 +199,16 @@ def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunSt
     return raw, reward_row, score, norm_checks
 
 
+def flat_kl_rows(plan: Plan, row: dict, raw: torch.Tensor, live: torch.Tensor, groups) -> torch.Tensor | None:
+    """[R] bool, the rows ``kl.skip_flat_groups`` takes the KL term from (:func:`advcli.ops.groups.flat_group_rows`
+    on the reward column read in float64, else the raw row score), or None where it does not act."""
+    rule = flat_rule(plan)
+    if rule is None:
+        return None
+    reward = row["reward64"] if "reward64" in row else raw.to(torch.float64)
+    return flat_group_rows(reward, live, groups, rule, float(plan.run.kl.flat_tol))
+
+
 def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
             token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
             correction: Callable | None = None, state: RunState | None = None):
@@ -233,15 +243,20 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
         empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
         if empty.numel():
             raise unplaced_reward(inputs.paths[0], int(empty[0]), empty.numel())
+    live = row["valid"] > 0  # Σ mask > 0 before the rollout correction (kl.skip_flat_groups' live rows)
     correction_fn, correction = correction, None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'
         from .correction_pass import correction_pass
         correction, row["valid"] = (correction_fn or correction_pass)(plan, inputs, scopes, step_values, chunk_rows,
                                                                       progress, state=state)
+    raw, reward_row, score, norm_checks = row_rewards(plan, row, comps, scopes, groups, state)
+    skipped = flat_kl_rows(plan, row, raw, live, groups if groups is not None else scopes)
+    if skipped is not None and "kl_sum" in row:  # their KL is 0: so are their sums (the adaptive controller's)
+        for k in ("kl_sum", "kl_mean"):
+            row[k] = torch.where(skipped, torch.zeros_like(row[k]), row[k])
     betas, kls = kl_coefs(plan, scopes, row.get("kl_mean"), state)
     beta_row = (scopes.per_row(torch.tensor(betas, dtype=torch.float64)) if plan.kl_on
                 else torch.zeros(R, dtype=torch.float64))
-    raw, reward_row, score, norm_checks = row_rewards(plan, row, comps, scopes, groups, state)
     if plan.kl_on and not deferred:
         score = (score - (beta_row * row["kl_sum"].to(torch.float64)).to(plan.dtype))
     columns = {f"component:{c}": comps[c] for c in plan.components}
@@ -257,6 +272,8 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     for k in row:
         if k.startswith("token_mean:"):
             columns[k] = row[k]
+    if skipped is not None:
+        columns[KL_SKIPPED] = skipped
     columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
     if plan.spec.reward_from_components and not plan.components:
         columns["component:score"] = score

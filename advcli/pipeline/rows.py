@@ -34,6 +34,16 @@ def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
     return kld * mask if c.mask else kld
 
 
+KL_SKIPPED = "kl_skipped"  # the row table's column of the rows kl.skip_flat_groups takes the KL term from
+
+
+def flat_rule(plan: Plan) -> str | None:
+    """``kl.skip_flat_groups`` where it acts: KL in the reward from a row reward (SkyRL's zero_variance_filter
+    runs on response-level rewards only), else None."""
+    rule = plan.run.kl.skip_flat_groups
+    return rule if plan.kl_on and rule != "off" and plan.reward_source != "token_level_scores" else None
+
+
 def placement_index(plan: Plan, layout: Ragged, mask: torch.Tensor) -> torch.Tensor:
     """Flat index of each row's reward token (-1: nowhere, e.g. an empty row)."""
     if plan.run.reward.placement == "last_valid" or plan.padded:
@@ -91,7 +101,9 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     cols = list(dict.fromkeys(cols + key_cols))
 
     reader = ChunkReader(plan, inputs, state)
-    parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "keep", "kl_sum", "kl_mean",
+    # kl.skip_flat_groups: the rewards as SkyRL compares them, float64 (flat_kl_rows)
+    reward64 = flat_rule(plan) is not None and plan.reward_source == "reward" and cmap.has("reward")
+    parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "reward64", "keep", "kl_sum", "kl_mean",
                                               "score_sum", "reward_baseline", "is_last_step", *extra_roles,
                                               *(f"token_mean:{r}" for r in token_means))}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
@@ -111,6 +123,9 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         parts["keep"].append(keep)
         if plan.reward_source == "reward":
             parts["reward"].append(read_scalar(batch, cmap["reward"], file, row_base, plan.dtype, allows_nan(plan)))
+            if reward64:
+                parts["reward64"].append(read_scalar(batch, cmap["reward"], file, row_base, torch.float64,
+                                                     allows_nan(plan)))
         elif plan.reward_source == "token_level_scores":
             parts["score_sum"].append(layout.row_sum(tok["token_level_scores"]))
         for c in plan.components:
@@ -149,6 +164,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         parts["keep"] = [torch.zeros(0, dtype=torch.bool)]
         if plan.reward_source == "reward":
             parts["reward"] = [torch.zeros(0, dtype=plan.dtype)]
+            if reward64:
+                parts["reward64"] = [torch.zeros(0, dtype=torch.float64)]
         if plan.reward_source == "token_level_scores":
             parts["score_sum"] = [torch.zeros(0, dtype=plan.dtype)]
         if row_kl:

@@ -14,7 +14,7 @@ from ..ops.whiten import prefix_kept
 from . import roles as role_rules
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
-from .rows import Prepared, kl_token, placement_index
+from .rows import KL_SKIPPED, Prepared, kl_token, placement_index
 
 
 def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
@@ -28,7 +28,11 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
     layout = layout.to(dev)
     mask = to_device(tok["response_mask"], dev).to(dt)
     tok = {k: to_device(v, dev) for k, v in tok.items() if k != "response_mask"}
-    fused_out = fused_token_rewards(plan, res, layout, tok, mask, rows)
+    skipped = res.table.columns.get(KL_SKIPPED) if plan.kl_on else None
+    kl_mask = mask  # kl.skip_flat_groups: SkyRL's loss mask zeroed on the rows of flat groups
+    if skipped is not None:
+        kl_mask = mask * layout.broadcast(to_device(~skipped[rows], dev).to(dt))
+    fused_out = None if skipped is not None else fused_token_rewards(plan, res, layout, tok, mask, rows)
     if fused_out is not None:  # the GPU path: placement, KL, β and the clip in one kernel (advcli.ops.fused)
         tlr, kld = fused_out
     else:
@@ -50,14 +54,16 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
             if plan.run.reward.mask_placed:
                 tlr = tlr * mask
         if plan.kl_on:
-            kld = kl_token(plan, tok, mask)
+            kld = kl_token(plan, tok, kl_mask)
+            if skipped is not None and not plan.run.kl.mask:
+                kld = kld * layout.broadcast(to_device(~skipped[rows], dev).to(kld.dtype))
             tlr = tlr - _beta(res, rows, layout, dev, dt, per_token=True) * kld
             tlr = clip_values(tlr, plan.run.kl.token_clip)
     if plan.kl_on and extras is not None:
         extras["kld"] = kld
         # verl's apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) runs before the rollout correction:
         # its per-row masked_mean(kld, m) divides by the row's original Σm, not by the corrected m'
-        extras["kl_mask"] = mask
+        extras["kl_mask"] = kl_mask
     if res.tlr_mean is not None:  # reward.whiten_tokens (ROLL whiten_rewards), then × mask
         scope_tok = layout.broadcast(res.scopes.codes[rows].to(dev))
         tlr = ((tlr.to(torch.float64) - torch.index_select(res.tlr_mean.to(dev), 0, scope_tok))

@@ -74,6 +74,12 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
                        + ("; a missing logp or ref column counts as zeros" if k.missing == "zeros" else ""))
         out.append(f"     KL               R_it −= β·KL_it{'·m_it' if k.mask else ''}, KL = {k.estimator}: "
                    f"{KL_KINDS[k.estimator].formula}" + (f" ({'; '.join(clamps)})" if clamps else ""))
+        if k.skip_flat_groups == "range":
+            out.append(f"     flat groups      no KL term on the rows of a group with more than one live row (Σ m > 0) "
+                       f"whose rewards lie within {k.flat_tol:g} (KL 0 in the controller's step mean too)")
+        elif k.skip_flat_groups == "std":
+            out.append("     flat groups      no KL term on the rows of a group of more than one row whose rewards' "
+                       "numpy float64 std is 0 (KL 0 in the controller's step mean too)")
         if k.coef_min is not None:
             ctrl += f"; the penalty uses max({k.coef_min:g}, β)"
         out.append(f"     controller       {ctrl}")

@@ -133,7 +133,10 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..config.runspec import RunSpec
     produced_by = (prov or {}).get("config")  # an advcli output: the configuration that produced it
     run = RunSpec.from_config(produced_by) if produced_by else None
-    kl = reward_kl(ins, run, column_overrides or {}, scode, len(step_values), chunk_rows) if run else None
+    flat_inputs = None
+    if cmap.has("reward") and R and not tls_col:  # kl.skip_flat_groups: the groups the run's KL left out
+        flat_inputs = (raw, V, g.ravel() if groups is not None else scode)
+    kl = reward_kl(ins, run, column_overrides or {}, scode, len(step_values), chunk_rows, flat_inputs) if run else None
     if run is not None:  # the scores and rewards the run computed, where it reshaped them
         shaped = reshaped_scores(ins, produced_by, run, column_overrides or {}, chunk_rows)
         if shaped is not None:

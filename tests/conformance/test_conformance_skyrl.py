@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any, Optional, Union
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from _released import (
@@ -107,6 +108,66 @@ def test_reward_kl_matches_release(tmp_path, kl):
                                                A + "kl_loss_coef": beta}, extra=AT_RELEASE)
     assert_matches(out["token_level_rewards"], token_rewards(rows) - kld * max(0.0, beta), rows,
                    f"skyrl {VERSION} reward KL {kl}")
+
+
+def _zero_variance_filter():
+    """The installed release's ``zero_variance_filter`` (skyrl/train/utils/trainer_utils.py) and whether it takes
+    the loss masks and a tolerance (0.3.0 on) or compares numpy's std of every reward with 0 (0.1.0, 0.2.0)."""
+    import inspect
+
+    ns = package_code("skyrl.train.utils.trainer_utils", ["zero_variance_filter"],
+                      {"np": np, "defaultdict": defaultdict, "List": list, "Optional": Optional})
+    fn = ns["zero_variance_filter"]
+    return fn, "loss_masks" in inspect.signature(fn).parameters
+
+
+def _flat_rows(seed: int) -> list[dict]:
+    """random_rows plus the groups zero_variance_filter tells apart: three rewards of 0.1 (numpy's float64 std of
+    them is 1.4e-17, not 0), equal rewards beside an untrained row (loss mask all 0) of another reward, rewards
+    5e-7 apart, and a group of equal dyadic rewards."""
+    rows = random_rows(seed, group_sizes(seed))
+    extra = random_rows(50 + seed, [3, 3, 2, 4], rewards="positive")
+    for r, (g, reward) in zip(extra, [("q0", 0.1)] * 3 + [("q1", 0.9), ("q1", 0.4), ("q1", 0.4)]
+                              + [("q2", 0.5), ("q2", 0.5 + 5e-7)] + [("q3", 0.25)] * 4):
+        r["prompt_id"], r["reward"] = g, reward
+    extra[3]["mask"] = [0] * len(extra[3]["mask"])  # q1's 0.9: not live
+    return rows + extra
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce++"])
+def test_zero_variance_filter_with_reward_kl_matches_release(tmp_path, seed, estimator):
+    """``postprocess_generator_output`` (skyrl/train/trainer.py) with zero_variance_filter: the release's own
+    zero_variance_filter on the rewards (as Python floats: the float64 column) and uids, called as the trainer calls
+    it, the loss masks of the rows it drops zeroed; then compute_approx_kl (k3) × the zeroed loss mask,
+    ``rewards − kl·β`` and the estimator. advcli finds the same flat groups and gives the same token rewards and
+    advantages."""
+    zvf, new_rule = _zero_variance_filter()
+    rows = _flat_rows(seed)
+    uids = [r["prompt_id"] for r in rows]
+    rewards = [float(r["reward"]) for r in rows]
+    masks = [list(r["mask"]) for r in rows]
+    kept = set(zvf(rewards, uids, loss_masks=masks, tol=1e-6) if new_rule else zvf(rewards, uids))
+    assert len(kept) < len(rows)  # the filter acts on this batch
+    loss_mask = padded(rows, "mask")
+    for i in range(len(rows)):
+        if i not in kept:
+            loss_mask[i] = 0.0
+    beta = 0.3
+    kld = SKYRL["compute_approx_kl"](padded(rows, "old"), padded(rows, "ref"), loss_mask=loss_mask,
+                                     kl_estimator_type="k3")
+    tlr = token_rewards(rows) - kld * beta
+    gamma = 0.9 if estimator == "reinforce++" else 1.0
+    adv, _ = SKYRL[FUNCTIONS[estimator]](token_level_rewards=tlr, response_mask=response_mask(rows),
+                                         index=np.array(uids), values=None, gamma=gamma, lambd=1.0,
+                                         grpo_norm_by_std=True, config=None)
+    A = "trainer.algorithm."
+    out = advcli_run(tmp_path, rows, "skyrl", {A + "advantage_estimator": estimator, A + "gamma": gamma,
+                                               A + "use_kl_in_reward": "true", A + "use_kl_loss": "false",
+                                               A + "kl_loss_coef": beta, A + "zero_variance_filter": "true"},
+                     extra=AT_RELEASE, reward_type=pa.float64())
+    assert_matches(out["token_level_rewards"], tlr, rows, f"skyrl {VERSION} zero_variance_filter token rewards")
+    assert_matches(out["advantages"], adv, rows, f"skyrl {VERSION} zero_variance_filter {estimator} advantages")
 
 
 # ------------------------------------------------------------------------------- step-wise trajectories

@@ -100,6 +100,14 @@ def _whitened_per_step(table: pa.Table):
     # SkyRL REINFORCE++: whitened over every response position (whitening.mask=all), then batch-normalised
     ("interleaved", "skyrl", [("trainer.algorithm.advantage_estimator", "reinforce++"),
                               ("trainer.algorithm.advantage_batch_normalize", True)], False, 1),
+    # SkyRL REINFORCE++ with the KL in the reward and zero_variance_filter: each step's flat groups found in the
+    # task resolving it, their rows' KL left out of the token rewards and of the adaptive controller's step mean
+    ("interleaved", "skyrl", [("trainer.algorithm.advantage_estimator", "reinforce++"),
+                              ("trainer.algorithm.use_kl_in_reward", True), ("trainer.algorithm.use_kl_loss", False),
+                              ("trainer.algorithm.kl_ctrl.type", "adaptive"), ("trainer.algorithm.kl_loss_coef", 0.05),
+                              ("trainer.algorithm.kl_ctrl.kl_target", 0.01),
+                              ("trainer.algorithm.kl_ctrl.horizon", 500),
+                              ("trainer.algorithm.zero_variance_filter", True)], False, 1),
     # SkyRL GRPO batch-normalised: its mean over the step's padded grid, whose cells (rows × longest row)
     # come from each step's resolution
     ("contiguous", "skyrl", [("trainer.algorithm.advantage_batch_normalize", True)], False, 0),
@@ -132,7 +140,7 @@ def test_per_step_token_level_equals_local(ray_session, contiguous, interleaved,
     if whitened:  # each step's advantages whitened over that step's mask=1 tokens
         for mean, std in _whitened_per_step(ray_out):
             assert abs(mean) < 1e-6 and std == pytest.approx(1.0, abs=1e-5)
-    if ("algorithm.kl_ctrl.type", "adaptive") in settings:
+    if ("algorithm.kl_ctrl.type", "adaptive") in settings or ("trainer.algorithm.kl_ctrl.type", "adaptive") in settings:
         betas = [s["kl_coef"] for s in got.per_step]
         assert betas[0] == 0.05 and len(set(betas)) == 3  # the controller moved: the carry ran
 

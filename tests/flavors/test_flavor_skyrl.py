@@ -158,8 +158,8 @@ EXPECTED = {
 }
 
 
-def _write(path, rows, with_step=True, last_step_name="is_last_step"):
-    cols = {"prompt_id": pa.array([r[0] for r in rows]), "reward": pa.array([r[1] for r in rows], pa.float32()),
+def _write(path, rows, with_step=True, last_step_name="is_last_step", reward_type=pa.float32()):
+    cols = {"prompt_id": pa.array([r[0] for r in rows]), "reward": pa.array([r[1] for r in rows], reward_type),
             "response_mask": pa.array([r[2] for r in rows], pa.list_(pa.int8()))}
     for k, name in ((3, "old_log_probs"), (4, "ref_log_probs"), (5, "values")):
         cols[name] = pa.array([[float(x) for x in r[k]] for r in rows], pa.list_(pa.float32()))
@@ -285,6 +285,134 @@ def test_grpo_all_equal_non_dyadic_hazard(tmp_path):
     assert all(x == 0.0 for g in got64["advantages"][:12] for x in g)
 
 
+# ------------------------------------------------------------------- zero_variance_filter with KL
+FLAT = ("d",)  # ROWS' group of three 0.75 rewards: the one flat group
+
+
+@pytest.mark.parametrize("name", ["grpo_kl_k3", "maxrl_kl_abs_adaptive", "rpp_g09_kl_k2",
+                                  "grpo_kl_k1_adaptive_negative", "sw_rloo_kl_bn"])
+@pytest.mark.parametrize("release", [None, "0.2.0"])
+def test_zero_variance_filter_takes_the_kl_of_flat_groups(tmp_path, name, release):
+    """postprocess_generator_output (trainer.py L1086-1101 @a9564572) zeroes the loss masks of a flat group's rows
+    before apply_reward_kl_penalty, whose KL is × loss_mask: those rows get no KL term and count as KL 0 in the
+    adaptive controller's step mean. So the run equals the run without the filter on the same rows with the flat
+    groups' policy log-probs set to the reference's (KL 0 for k1, abs, k2 and k3 alike): every estimator, the
+    controller's β of step 1, SkyRL's grid sums. Both rules find group d flat (0.75 is dyadic: numpy's std is 0)."""
+    settings = {**SETTINGS, **SW_SETTINGS}[name]
+    rows = SW if name.startswith("sw_") else ROWS
+    flat = FLAT
+    if rows is SW:  # step-wise: group b's two last steps (rows 5 and 6) get one reward, b flat
+        rows = [r[:1] + (0.5,) + r[2:] if r[0] == "b" else r for r in SW]
+        flat = ("b",)
+    flavor = "skyrl" if release is None else f"skyrl@{release}"
+    src = _write(os.path.join(tmp_path, "in.parquet"), rows)
+    got = output_lists(run_table(src, os.path.join(tmp_path, "out.parquet"), flavor,
+                                 {**settings, A + "zero_variance_filter": True}, chunk_rows=2)[0])
+    quiet = [r[:3] + (r[4],) + r[4:] if r[0] in flat else r for r in rows]  # old_log_probs := ref_log_probs
+    src = _write(os.path.join(tmp_path, "quiet.parquet"), quiet)
+    want = output_lists(run_table(src, os.path.join(tmp_path, "want.parquet"), flavor, settings, chunk_rows=2)[0])
+    assert got == want
+    for i, r in enumerate(rows):  # the flat rows' token rewards: the placed reward alone
+        if r[0] in flat:
+            assert got["token_level_rewards"][i] == [0.0] * (len(r[2]) - 1) + [pytest.approx(r[1])]
+    # the others keep their KL term: the same token rewards as without the filter
+    plain = output_lists(run_table(_write(os.path.join(tmp_path, "in.parquet"), rows),
+                                   os.path.join(tmp_path, "plain.parquet"), flavor, settings, chunk_rows=2)[0])
+    others = [i for i, r in enumerate(rows) if r[0] not in flat]
+    assert [got["token_level_rewards"][i] for i in others] == [plain["token_level_rewards"][i] for i in others]
+    assert any(got["token_level_rewards"][i] != plain["token_level_rewards"][i]
+               for i, r in enumerate(rows) if r[0] in flat)
+
+
+def test_zero_variance_filter_in_the_adaptive_controller_and_stats(tmp_path, capsys):
+    """The flat rows count as KL 0 in step 0's mean (SkyRL: Σ kl·loss_mask / max(Σ loss_mask, 1) of a zeroed mask),
+    so step 1's β differs from the run without the filter; ``advcli stats`` of the output replays the same
+    controller over the same rows (the output keeps the rewards and groups) and reports the run's own figures."""
+    import json
+
+    from conftest import run_main
+
+    base = {**SETTINGS["maxrl_kl_abs_adaptive"], A + "kl_ctrl.kl_target": 1.5}  # step 0's KL ≈ 1.6-1.7: no clip
+    src = _write(os.path.join(tmp_path, "in.parquet"), ROWS)
+    out = os.path.join(tmp_path, "out.parquet")
+    _, res = run_table(src, out, "skyrl", {**base, A + "zero_variance_filter": True})
+    _, plain = run_table(src, os.path.join(tmp_path, "plain.parquet"), "skyrl", base)
+    key, beta = "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"
+    step0 = [i for i, r in enumerate(ROWS) if r[6] == 0]
+    flat0 = [i for i in step0 if ROWS[i][0] in FLAT]
+    assert res.per_step[0][key] == pytest.approx(
+        plain.per_step[0][key] - _abs_kl_mean(flat0) * len(flat0) / len(step0), rel=1e-5)
+    rows0, horizon = len(step0), base[A + "kl_ctrl.horizon"]
+    for run in (res, plain):  # β of step 1: the controller's update by step 0's KL (SkyRL AdaptiveKLController)
+        err = float(np.clip(run.per_step[0][key] / 1.5 - 1, -0.2, 0.2))
+        assert run.per_step[1][beta] == pytest.approx(0.1 * (1 + err * rows0 / horizon), rel=1e-6)
+    assert res.per_step[1][beta] != pytest.approx(plain.per_step[1][beta], rel=1e-3)
+    code, printed, err = run_main(["stats", out, "--json"], capsys)
+    assert code == 0, err
+    got = json.loads(printed)
+    for s in (0, 1):
+        for k in (key, beta):
+            assert got["per_step"][s][k] == res.per_step[s][k], (s, k)
+
+
+def _abs_kl_mean(rows) -> float:
+    """The mean over ``rows`` of SkyRL's per-row abs KL, Σ |old − ref|·m / max(Σm, 1) (float64)."""
+    vals = []
+    for i in rows:
+        m, old, ref = (np.asarray(ROWS[i][k], np.float64) for k in (2, 3, 4))
+        vals.append(float((np.abs(old - ref) * m).sum() / max(m.sum(), 1)))
+    return float(np.mean(vals))
+
+
+def test_zero_variance_filter_rules():
+    """advcli.ops.groups.flat_group_rows against SkyRL's zero_variance_filter as written (trainer_utils.py): from
+    0.3.0 (``range``) a group is flat when more than one of its rows is live (Σ loss_mask > 0) and their rewards lie
+    within the tolerance; before (``std``), when numpy's std of all its rewards is 0 — which three 0.1 rewards
+    escape (their float64 mean is an ulp above 0.1) and an untrained row breaks."""
+    from advcli.ops.groups import GroupIndex, flat_group_rows
+
+    rows = [  # (group, reward, live)
+        (0, 0.1, True), (0, 0.1, True), (0, 0.1, True),  # equal, non-dyadic
+        (1, 1.0, False), (1, 0.5, True), (1, 0.5, True),  # flat among its live rows only
+        (2, 0.5, True), (2, 0.5 + 5e-7, True),  # within 1e-6
+        (3, 0.3, True), (3, 0.3, False),  # one live row
+        (4, 2.0, True),  # a group of one
+        (5, 0.25, True), (5, 0.25, True), (5, 0.25, True), (5, 0.25, True),  # equal, dyadic
+        (6, 0.0, True), (6, 1.0, True),  # signal
+    ]
+    groups = GroupIndex.from_codes(torch.tensor([g for g, _, _ in rows]))
+    reward = torch.tensor([r for _, r, _ in rows], dtype=torch.float64)
+    live = torch.tensor([x for _, _, x in rows])
+
+    def flat(rule, tol=0.0):
+        out = flat_group_rows(reward, live, groups, rule, tol)
+        return sorted({g for (g, _, _), f in zip(rows, out.tolist()) if f})
+
+    assert flat("range", 1e-6) == [0, 1, 2, 5]
+    assert flat("range", 0.0) == [0, 1, 5]
+    assert flat("std") == [3, 5]
+
+
+def test_zero_variance_filter_follows_the_release(tmp_path):
+    """Three rows of reward 0.1 and KL: from 0.3.0 their group is flat (no KL term); at 0.2.0 numpy's std of
+    [0.1, 0.1, 0.1] is about 1.4e-17, so SkyRL keeps the group and its rows keep their KL term. The tolerance key
+    does not exist before 0.3.0. (The rewards as SkyRL holds them: float64.)"""
+    rows = [("g", 0.1, [1, 1], [-0.5, -0.2], [-0.4, -0.3], [0.0, 0.0], 0, True) for _ in range(3)]
+    rows += [("h", float(k), [1], [-0.1], [-0.3], [0.0], 0, True) for k in (0, 1)]
+    settings = {A + "use_kl_in_reward": True, A + "use_kl_loss": False, A + "kl_loss_coef": 0.5,
+                A + "zero_variance_filter": True}
+    src = _write(os.path.join(tmp_path, "in.parquet"), rows, reward_type=pa.float64())
+    new = output_lists(run_table(src, os.path.join(tmp_path, "new.parquet"), "skyrl", settings)[0])
+    assert [new["token_level_rewards"][i] for i in range(3)] == [[0.0, pytest.approx(0.1)]] * 3
+    old = output_lists(run_table(src, os.path.join(tmp_path, "old.parquet"), "skyrl@0.2.0", settings)[0])
+    k3 = [math.exp(d) - d - 1 for d in (-0.4 + 0.5, -0.3 + 0.2)]  # x = ref − old
+    assert old["token_level_rewards"][0] == [pytest.approx(-0.5 * k3[0], rel=1e-5),
+                                             pytest.approx(0.1 - 0.5 * k3[1], rel=1e-5)]  # float32 log-probs
+    assert new["token_level_rewards"][3:] == old["token_level_rewards"][3:]
+    with pytest.raises(AdvcliError, match="zero_variance_filter_tol"):
+        run_table(src, os.path.join(tmp_path, "old.parquet"), "skyrl@0.2.0", {**settings, A + "zero_variance_filter_tol": 0.0})
+
+
 # ------------------------------------------------------------------------------- step-wise
 def test_step_wise_needs_a_closed_last_trajectory(tmp_path):
     rows = [r[:7] + (False,) if i == len(SW) - 1 else r for i, r in enumerate(SW)]
@@ -308,8 +436,6 @@ def test_step_wise_column_mapping(tmp_path):
     ({A + "advantage_estimator": "gae", A + "advantage_batch_normalize": True}, "padding cells hold"),
     ({A + "use_kl_in_reward": True, A + "use_kl_loss": False, A + "kl_ctrl.type": "adaptive",
       A + "kl_ctrl.horizon": 0}, "horizon"),
-    ({A + "use_kl_in_reward": True, A + "use_kl_loss": False, A + "zero_variance_filter": True},
-     "zero_variance_filter"),
     ({A + "kl_estimator_type": "low_var_kl"}, "kl_estimator_type"),
     ({A + "loss_reduction": "seq_mean_token_sum_norm"}, "max_seq_len"),
 ])

@@ -29,11 +29,18 @@ def gae_token(chunk: TokenChunk, p: dict):
         if p["holes"] == "skip":
             return scans.gae_skip_masked(r, values, chunk.mask, chunk.layout, p["gamma"], lam)
         return scans.gae_all_positions(r, values, chunk.layout, p["gamma"], lam)
-    adv = run(p["lam"])
+    alpha = float(p.get("lam_length_alpha") or 0.0)
+    lam = p["lam"]
+    if alpha > 0:  # NeMo RL VAPO length-adaptive λ_i = clamp(1 − 1/max(α·Σ_t m_it, 1), 0, 1), in the mask's dtype
+        # (advantage_estimator.py _resolve_lambda_policy L412-422 @7ea279ab)
+        length = chunk.layout.count_per_row(chunk.mask).to(chunk.mask.dtype)
+        lam = (1.0 - 1.0 / (alpha * length).clamp(min=1.0)).clamp(min=0.0, max=1.0)
+    adv = run(lam)
     # NeMo RL VAPO decoupled GAE (advantage_estimator.py L466-490 @7ea279ab): returns from a second
     # run with the value λ
     lam_ret = p.get("returns_lam")
-    adv_ret = adv if lam_ret is None or lam_ret == p["lam"] else run(lam_ret)
+    lam_ret = p["lam"] if lam_ret is None else lam_ret
+    adv_ret = adv if alpha <= 0 and lam_ret == p["lam"] else run(lam_ret)
     return adv, adv_ret + values
 
 
@@ -41,14 +48,17 @@ register(EstimatorSpec(
     name="gae", level="token", token_fn=gae_token, needs=("values",),
     formula="δ_t = r_t + γ·V_next − V_t;  A_t = δ_t + γλ·A_next;  returns = A + V  (holes=skip: the scan "
             "jumps over mask=0 tokens, V_next = the next trained token's value; holes=step: every position "
-            "is a step, V_L = 0)",
+            "is a step, V_L = 0; lam_length_alpha α > 0: λ_i = clamp(1 − 1/max(α·Σm_i, 1), 0, 1) for A)",
     source="holes=skip: verl core_algos.compute_gae_advantage_return (L215-263 @1dda039b), NeMo RL ppo gae; "
            "holes=step: ROLL compute_gae_advantage_return, OpenRLHF get_advantages_and_returns (zero_masked)",
     params={"gamma": GAMMA, "lam": Key(1.0, "GAE λ", None, "float"), "holes": HOLES,
             "zero_masked": Key(False, "with holes=step: multiply V and r by the mask first (OpenRLHF)",
                                None, "bool"),
             "returns_lam": Key(None, "λ of the returns when it differs from the advantages' λ (NeMo RL "
-                               "gae_lambda_value); default: lam", None, "float")}))
+                               "gae_lambda_value); default: lam", None, "float"),
+            "lam_length_alpha": Key(0.0, "α > 0: the advantages' λ of row i is clamp(1 − 1/max(α·Σ_t m_it, 1), 0, 1) "
+                                    "instead of lam (NeMo RL VAPO length_adaptive_alpha; the returns keep returns_lam "
+                                    "or lam)", None, "float")}))
 
 
 # -------------------------------------------------------------------------------- discounted returns

@@ -44,7 +44,7 @@ KEYS = {
                                                   "global z-score (biased, max(var,1e-8))", None, "bool"),
     "ppo.adv_estimator.gae_lambda_value": Key(None, "VAPO: λ of the returns (default gae_lambda)", None, "float"),
     "ppo.adv_estimator.gae_lambda_policy": Key(None, "VAPO: λ of the advantages (default gae_lambda)", None, "float"),
-    "ppo.adv_estimator.length_adaptive_alpha": Key(0.0, "VAPO length-adaptive policy λ (only 0 is supported)",
+    "ppo.adv_estimator.length_adaptive_alpha": Key(0.0, "VAPO: α > 0 gives row i the policy λ 1 − 1/max(α·L_i, 1)",
                                                    None, "float"),
     # semantic switches of changes merged after 7ea279ab, with no key of NeMo's own (RELEASES below)
     "advcli.skip_trivial_std": Key(True, "advcli extension (NeMo RL #4158): grpo/gdpo with normalize_rewards divide "
@@ -117,9 +117,6 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
         return cfg
     # GeneralizedAdvantageEstimator (L302-548)
     alpha = v["ppo.adv_estimator.length_adaptive_alpha"]
-    if alpha:
-        raise AdvcliError(f"key ppo.adv_estimator.length_adaptive_alpha={alpha}: a per-row λ (VAPO length-adaptive "
-                          "GAE) is not supported; leave it 0 (or set ppo.adv_estimator.gae_lambda_policy)")
     lam = v["ppo.adv_estimator.gae_lambda"]
     lam_value = v["ppo.adv_estimator.gae_lambda_value"]
     lam_policy = v["ppo.adv_estimator.gae_lambda_policy"]
@@ -128,8 +125,9 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
     # _build_token_level_rewards: (−β·KL + r_i·[t = last M=1 token])·M, KL only when use_kl_in_reward and β > 0
     cfg["reward"].update(placement="last_valid", mask_placed=True)
     cfg["kl"].update(_kl(v, mask=True), in_reward=bool(v["loss_fn.use_kl_in_reward"] and beta > 0))
+    # _resolve_lambda_policy (L412-422): length_adaptive_alpha > 0 takes precedence over gae_lambda_policy
     cfg["estimator"] = {"name": "gae", "gamma": v["ppo.adv_estimator.gae_gamma"], "lam": lam_policy,
-                        "returns_lam": lam_value, "holes": "skip"}
+                        "returns_lam": lam_value, "holes": "skip", "lam_length_alpha": alpha or 0.0}
     if v["ppo.adv_estimator.normalize_advantages"]:  # _reward_whiten: masked_mean/masked_var (unbiased)
         cfg["advantage"].update(whiten=True, whiten_unbiased=True, whiten_eps=1e-8, whiten_eps_mode="add",
                                 whiten_small="compute")

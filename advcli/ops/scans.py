@@ -122,15 +122,58 @@ def _scan_grid(grid: torch.Tensor, nblocks: torch.Tensor, block_offsets: torch.T
     return out
 
 
-def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float, block: int = BLOCK) -> torch.Tensor:
+def _scan_grid_rows(grid: torch.Tensor, nblocks: torch.Tensor, block_offsets: torch.Tensor, nb: int,
+                    c_row: torch.Tensor, block: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`_scan_grid` with a coefficient per row (``c_row`` [B], e.g. NeMo RL's length-adaptive γλ_i): inside
+    every block the recurrence runs lane by lane, right to left, over all blocks at once (``block`` steps, each
+    block with its row's c: no GEMM, whose powers matrix is one c's); the block starts obey the same recurrence
+    over a row's blocks with c_i^block, solved by recursing; each lane then adds c_i^(block−i) · the value at
+    the next block's start. The loop is over the lanes of a block, never over rows or tokens."""
+    cells = grid.numel()
+    dtype, device = grid.dtype, grid.device
+    if out is None:
+        out = torch.empty(cells + 1, dtype=dtype, device=device)
+    out[nb * block:cells + 1] = 0
+    rows = torch.repeat_interleave(torch.arange(nblocks.numel(), device=device), nblocks)
+    c64 = c_row.to(device=device, dtype=torch.float64)[rows]  # [nb] each block's row's coefficient
+    cb = c64.to(dtype)
+    x = grid[:nb * block].view(nb, block)
+    local = out[:nb * block].view(nb, block)
+    acc = torch.zeros(nb, dtype=dtype, device=device)
+    for lane in range(block - 1, -1, -1):
+        acc = x[:, lane] + cb * acc
+        local[:, lane] = acc
+    if nb > int(torch.count_nonzero(nblocks)):  # some row has more than one block
+        start_full = reverse_discounted_cumsum(local[:, 0].contiguous(), Ragged(block_offsets),
+                                               (c_row.to(torch.float64) ** block).to(dtype), block)
+        nxt = torch.empty_like(start_full)
+        nxt[:-1] = start_full[1:]
+        nxt[-1] = 0
+        nxt[block_offsets[1:][nblocks > 0] - 1] = 0
+        tail = torch.pow(c64[:, None], torch.arange(block, 0, -1, device=device, dtype=torch.float64)[None, :])
+        local += nxt[:, None] * tail.to(dtype)
+    return out
+
+
+def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float | torch.Tensor,
+                              block: int = BLOCK) -> torch.Tensor:
     """``y_t = x_t + c·y_{t+1}`` inside each row of ``layout`` (rows independent, y = 0 past the end).
 
     ``values`` is the flat [N] tensor of the rows. Returns a flat [N] tensor of the same dtype.
     Equivalent to the loop ``for t in reversed(range(L)): run = x[t] + c*run; y[t] = run`` per row.
+    ``c``: one coefficient, or a tensor [B] of one per row (:func:`_scan_grid_rows`).
     """
     n = values.numel()
     if n == 0:
         return values.clone()
+    per_row = isinstance(c, torch.Tensor)
+    if per_row:
+        offsets = layout.offsets
+        nblocks, block_offsets, nb, cells = _grid_shape(layout.lengths, block, spare=False)
+        slot = _slots(None, block_offsets[:-1] * block - offsets[:-1], offsets, n)
+        grid = values.new_zeros(cells)
+        grid.scatter_(0, slot, values)
+        return _scan_grid_rows(grid, nblocks, block_offsets, nb, c, block).index_select(0, slot)
     if fused.enabled(values):  # the GPU path: one Triton kernel (advcli.ops.fused)
         return fused.scan("plain", values, layout.offsets.to(values.device), layout.num_rows, c)
     offsets = layout.offsets
@@ -178,7 +221,7 @@ def reverse_discounted_cumsum_reference(values: torch.Tensor, layout: Ragged, c:
 
 
 def gae_skip_masked(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, layout: Ragged,
-                    gamma: float, lam: float) -> torch.Tensor:
+                    gamma: float, lam: float | torch.Tensor) -> torch.Tensor:
     """GAE over the mask=1 tokens of each row, carrying across mask=0 tokens (verl, NeMo RL).
 
     verl ``compute_gae_advantage_return`` (core_algos.py L215-263 @1dda039b) and NeMo RL's PPO
@@ -193,12 +236,14 @@ def gae_skip_masked(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Ten
     The kept tokens go straight into the scan's grid (one scatter per column), where ``V_{k+1}`` is
     the next cell (the row's spare cell, 0, after its last kept token); reading the scanned grid at
     each token's slot gives kept tokens their value and dropped ones the next kept token's.
+    ``lam``: one λ, or a tensor [B] of one per row (NeMo RL's length-adaptive λ).
     """
     n = rewards.numel()
     dtype = torch.result_type(rewards, values)
     if n == 0:
         return torch.zeros(0, dtype=dtype, device=rewards.device)
-    if fused.enabled(rewards):  # the GPU path: one Triton kernel (advcli.ops.fused)
+    per_row = isinstance(lam, torch.Tensor)
+    if fused.enabled(rewards) and not per_row:  # the GPU path: one Triton kernel (advcli.ops.fused)
         return fused.scan("gae_skip", rewards.to(dtype), layout.offsets.to(rewards.device), layout.num_rows,
                           gamma * lam, gamma, values=values.to(dtype), mask=mask)
     keep = mask.bool()
@@ -216,18 +261,22 @@ def gae_skip_masked(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Ten
     # a row's last cell is never a kept token's (the spare cell comes first), but its "next cell" is the
     # next row's first: keep it 0
     delta[block_offsets[1:] * BLOCK - 1] = 0
+    if per_row:
+        c_row = (gamma * lam.to(device=rewards.device)).to(dtype)
+        return _scan_grid_rows(delta, nblocks, block_offsets, nb, c_row, BLOCK, out=grid_r).index_select(0, slot)
     return _scan_grid(delta, nblocks, block_offsets, nb, gamma * lam, BLOCK, out=grid_r).index_select(0, slot)
 
 
 def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragged, gamma: float,
-                      lam: float) -> torch.Tensor:
+                      lam: float | torch.Tensor) -> torch.Tensor:
     """GAE over every position of each row, no skipping: ``δ_t = r_t + γV_{t+1} − V_t`` (``V_L = 0``).
 
     ROLL ``compute_gae_advantage_return`` passes unmasked values and rewards over every column;
     OpenRLHF ``get_advantages_and_returns`` does the same after zeroing V and R at mask=0 (the
     caller multiplies by the mask first).
     """
-    if values.numel() and fused.enabled(values):  # the GPU path: one Triton kernel (advcli.ops.fused)
+    per_row = isinstance(lam, torch.Tensor)  # one λ per row: reverse_discounted_cumsum's per-row scan
+    if values.numel() and fused.enabled(values) and not per_row:  # the GPU path: one Triton kernel (ops.fused)
         dtype = torch.result_type(rewards, values)
         return fused.scan("gae_all", rewards.to(dtype), layout.offsets.to(values.device), layout.num_rows,
                           gamma * lam, gamma, values=values.to(dtype))
@@ -237,7 +286,8 @@ def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragge
         v_next[-1] = 0
         v_next[layout.offsets[1:][layout.lengths > 0] - 1] = 0
     delta = rewards + gamma * v_next - values
-    return reverse_discounted_cumsum(delta, layout, gamma * lam)
+    c = (gamma * lam.to(device=delta.device)).to(delta.dtype) if per_row else gamma * lam
+    return reverse_discounted_cumsum(delta, layout, c)
 
 
 def returns_reset_at_holes(rewards: torch.Tensor, mask: torch.Tensor, layout: Ragged, gamma: float) -> torch.Tensor:

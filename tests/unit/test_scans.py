@@ -16,6 +16,42 @@ def test_blocked_scan_matches_loop(c):
     assert torch.allclose(got, want, atol=1e-10, rtol=1e-10)
 
 
+def test_blocked_scan_with_one_coefficient_per_row_matches_loop():
+    """A coefficient per row (NeMo RL's length-adaptive γλ_i): each row as the plain loop with its own c, rows of
+    one block, several blocks and several levels of blocks (64·64 + 3), c = 0 and 1 among them."""
+    torch.manual_seed(0)
+    lengths = [0, 1, 5, 63, 64, 65, 130, 0, 1000, 4097, 64 * 64 + 3]
+    layout = Ragged.from_lengths(torch.tensor(lengths))
+    x = torch.randn(layout.num_tokens, dtype=torch.float64)
+    c = torch.tensor([0.3, 0.0, 1.0, 0.9, 0.5, 0.99, 0.7, 0.2, 0.95 * 0.9, 0.999, 0.97], dtype=torch.float64)
+    got = scans.reverse_discounted_cumsum(x, layout, c)
+    offs = layout.offsets.tolist()
+    for i, n in enumerate(lengths):
+        one = Ragged.from_lengths(torch.tensor([n]))
+        want = scans.reverse_discounted_cumsum_reference(x[offs[i]:offs[i + 1]], one, float(c[i]))
+        assert torch.allclose(got[offs[i]:offs[i + 1]], want, atol=1e-10, rtol=1e-10), i
+
+
+def test_gae_with_one_lambda_per_row_matches_loop():
+    """gae_skip_masked and gae_all_positions with λ per row: each row as the loop with its own λ."""
+    torch.manual_seed(2)
+    lengths = [7, 1, 130, 0, 70, 300]
+    layout = Ragged.from_lengths(torch.tensor(lengths))
+    n = layout.num_tokens
+    r, v = torch.randn(n, dtype=torch.float64), torch.randn(n, dtype=torch.float64)
+    m = (torch.rand(n) > 0.3).to(torch.float64)
+    lam = torch.tensor([0.0, 0.5, 0.95, 1.0, 0.8, 0.3], dtype=torch.float64)
+    got = scans.gae_skip_masked(r, v, m, layout, 0.99, lam)
+    got_all = scans.gae_all_positions(r, v, layout, 0.99, lam)
+    offs = layout.offsets.tolist()
+    for i in range(len(lengths)):
+        s, e = offs[i], offs[i + 1]
+        want = _gae_loop(r[s:e].tolist(), v[s:e].tolist(), m[s:e].tolist(), 0.99, float(lam[i]))
+        assert torch.allclose(got[s:e], torch.tensor(want, dtype=torch.float64), atol=1e-9)
+        want_all = _gae_loop(r[s:e].tolist(), v[s:e].tolist(), [1.0] * (e - s), 0.99, float(lam[i]))
+        assert torch.allclose(got_all[s:e], torch.tensor(want_all, dtype=torch.float64), atol=1e-9)
+
+
 def test_scan_by_hand():
     layout = Ragged.from_lengths(torch.tensor([3, 2]))
     x = torch.tensor([1.0, 2.0, 4.0, 1.0, 1.0], dtype=torch.float64)

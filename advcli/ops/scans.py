@@ -167,14 +167,7 @@ def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float | t
     if n == 0:
         return values.clone()
     per_row = isinstance(c, torch.Tensor)
-    if per_row:
-        offsets = layout.offsets
-        nblocks, block_offsets, nb, cells = _grid_shape(layout.lengths, block, spare=False)
-        slot = _slots(None, block_offsets[:-1] * block - offsets[:-1], offsets, n)
-        grid = values.new_zeros(cells)
-        grid.scatter_(0, slot, values)
-        return _scan_grid_rows(grid, nblocks, block_offsets, nb, c, block).index_select(0, slot)
-    if fused.enabled(values):  # the GPU path: one Triton kernel (advcli.ops.fused)
+    if fused.enabled(values) and not per_row:  # the GPU path: one Triton kernel (advcli.ops.fused)
         return fused.scan("plain", values, layout.offsets.to(values.device), layout.num_rows, c)
     offsets = layout.offsets
     nblocks, block_offsets, nb, cells = _grid_shape(layout.lengths, block, spare=False)
@@ -182,7 +175,8 @@ def reverse_discounted_cumsum(values: torch.Tensor, layout: Ragged, c: float | t
     slot = _slots(None, block_offsets[:-1] * block - offsets[:-1], offsets, n)
     grid = values.new_zeros(cells)
     grid.scatter_(0, slot, values)
-    return _scan_grid(grid, nblocks, block_offsets, nb, c, block).index_select(0, slot)
+    scan = _scan_grid_rows if per_row else _scan_grid
+    return scan(grid, nblocks, block_offsets, nb, c, block).index_select(0, slot)
 
 
 def _kept_slots(keep: torch.Tensor, layout: Ragged, block: int):

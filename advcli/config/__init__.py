@@ -8,6 +8,7 @@ parses VALUE as YAML. Nothing here imports torch.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -102,9 +103,84 @@ def check_column_roles(columns: dict, given: str) -> None:
 
 
 def load_config_file(path: str) -> dict:
-    """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}.
+    """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}, as the
+    trainers read their own training configs:
+
+    - ``defaults: parent.yaml`` (or a list of such files, relative to the file's folder): NeMo RL's
+      inheritance (nemo_rl/utils/config.py ``load_config_with_inheritance`` @7ea279ab): the parents read first,
+      in order, the file's own keys over theirs, a mapping holding ``_override_: true`` replacing the parents'
+      whole section. Hydra's ``defaults`` lists (verl: config groups, ``_self_``) name no files and are ignored.
+    - ``${a.b.c}`` (OmegaConf interpolation) takes the value of key ``a.b.c`` of the same configuration; one
+      inside a longer string is replaced by its text. Resolvers (``${oc.env:HOME}``) and unknown keys are left
+      as written.
 
     A file that does not parse is refused naming the file and the line and column of the error."""
+    return _interpolated(flatten_keys(_load_tree(path, ())))
+
+
+def _load_tree(path: str, seen: tuple) -> dict:
+    """The nested mapping of one config file with its ``defaults`` parents merged under it."""
+    data = _parse_config_file(path)
+    parents = data.get("defaults")
+    if isinstance(parents, str):
+        parents = [parents]
+    if not (isinstance(parents, list) and parents and all(isinstance(x, str) and x.lower().endswith((".yaml", ".yml"))
+                                                          for x in parents)):
+        return data  # no defaults, or Hydra's (config groups): not files to read
+    data = {k: v for k, v in data.items() if k != "defaults"}
+    here = Path(path).parent
+    merged: dict = {}
+    for parent in parents:
+        parent_path = str(Path(parent) if Path(parent).is_absolute() else here / parent)
+        if os.path.realpath(parent_path) in seen:
+            raise AdvcliError(f"config file {path}: its defaults come back to {parent} (a cycle)")
+        if not Path(parent_path).is_file():
+            raise AdvcliError(f"config file {path}: defaults names {parent}, which is not a file "
+                              f"({parent_path})", hint="keep the parent configs beside it, as the trainer reads "
+                                                       "them relative to the file's folder")
+        merged = _merge_config(merged, _load_tree(parent_path, seen + (os.path.realpath(path),)))
+    return _merge_config(merged, data)
+
+
+def _merge_config(base: dict, over: dict) -> dict:
+    """OmegaConf.merge of two nested mappings (``over`` wins; mappings merged key by key, anything else
+    replaced), with NeMo's ``_override_: true`` replacing a mapping whole."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and v.get("_override_"):
+            out[k] = {kk: vv for kk, vv in v.items() if kk != "_override_"}
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge_config(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.-]*)\}")
+
+
+def _interpolated(flat: dict) -> dict:
+    """``${key}`` values of a flat configuration replaced by the referenced key's value (a chain followed, a
+    cycle or an unknown key left as written)."""
+    def value(key: str, depth: int = 0):
+        v = flat[key]
+        if not isinstance(v, str) or "${" not in v or depth > 32:
+            return v
+        whole = _INTERPOLATION.fullmatch(v.strip())
+        if whole and whole.group(1) in flat:
+            return value(whole.group(1), depth + 1)
+
+        def text(m):
+            if m.group(1) not in flat:
+                return m.group(0)
+            got = value(m.group(1), depth + 1)
+            return m.group(0) if isinstance(got, (dict, list)) else str(got)
+        return _INTERPOLATION.sub(text, v)
+    return {k: value(k) for k in flat}
+
+
+def _parse_config_file(path: str) -> dict:
+    """One YAML or TOML file as its nested mapping (``load_config_file``)."""
     p = Path(path)
     if not p.is_file():
         raise AdvcliError(f"config file {path}: no such file")
@@ -126,7 +202,7 @@ def load_config_file(path: str) -> dict:
                                                          "brackets and quotes closed")) from None
     if not isinstance(data, dict):
         raise AdvcliError(f"config file {path}: expected a mapping of keys to values")
-    return flatten_keys(data)
+    return data
 
 
 def _parse_error_place(e: Exception, text: str) -> str:

@@ -138,6 +138,9 @@ class Reward:
     normalize: RewardNormalize = section(RewardNormalize)
     clip: Any = key(None, 'clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]', kind='clip')
     overlong: Overlong = section(Overlong)
+    range_map: list | None = key(None, '[source_min, source_max, target_min, target_max]: the reward column and '
+            'each component, as read, become tmin + (clamp(r, smin, smax) − smin)/(smax − smin)·(tmax − tmin), '
+            'before anything else (NeMo RL grpo.reward_scaling); null: off', kind='list')
     bias: float = key(0.0, 'r ← (r + bias)·scale, before normalisation', kind='float')
     scale: float = key(1.0, 'r ← (r + bias)·scale, before normalisation', kind='float')
     shape_clip: Any = key(None, 'clamp of (r + bias)·scale, before normalisation: c for [-c, c], or [lo, hi]',

@@ -46,6 +46,38 @@ KEYS = {
     "ppo.adv_estimator.gae_lambda_policy": Key(None, "VAPO: λ of the advantages (default gae_lambda)", None, "float"),
     "ppo.adv_estimator.length_adaptive_alpha": Key(0.0, "VAPO: α > 0 gives row i the policy λ 1 − 1/max(α·L_i, 1)",
                                                    None, "float"),
+    # what the GRPO (grpo.*) and PPO (ppo.*) loops do to the rewards and masks before the estimator (grpo.py
+    # L3020-3031, L3139-3145; ppo.py L1446-1456 @7ea279ab); a train_data_step dump holds their result
+    **{f"{loop}.{k}": key for loop in ("grpo", "ppo") for k, key in {
+        "reward_scaling.enabled": Key(False, "scale_rewards: r ← tmin + (clamp(r, smin, smax) − smin)/(smax − smin)·"
+                                      "(tmax − tmin), the reward and each reward/* component, first", None, "bool"),
+        "reward_scaling.source_min": Key(0.0, "reward_scaling: smin", None, "float"),
+        "reward_scaling.source_max": Key(1.0, "reward_scaling: smax", None, "float"),
+        "reward_scaling.target_min": Key(0.0, "reward_scaling: tmin", None, "float"),
+        "reward_scaling.target_max": Key(1.0, "reward_scaling: tmax", None, "float"),
+        "reward_shaping.enabled": Key(False, "apply_reward_shaping (DAPO overlong penalty from the first assistant "
+                                      "message's length, or stop_properly_penalty_coef on truncated rows): not "
+                                      "reproduced from a Parquet input, taken as done in a train_data_step dump",
+                                      None, "bool"),
+        "reward_shaping.overlong_buffer_length": Key(None, "reward_shaping: DAPO buffer length", None, "int"),
+        "reward_shaping.overlong_buffer_penalty": Key(None, "reward_shaping: DAPO penalty", None, "float"),
+        "reward_shaping.max_response_length": Key(None, "reward_shaping: DAPO maximum length", None, "int"),
+        "reward_shaping.stop_properly_penalty_coef": Key(None, "reward_shaping: truncated rows' reward factor",
+                                                         None, "float"),
+        "overlong_filtering": Key(False, "truncated rows get sample mask 0 (out of the loss and, from #3837, of "
+                                  "grpo's group statistics): give them response_mask 0, or run on the dump, whose "
+                                  "sample_loss_mask holds it", None, "bool"),
+        "use_dynamic_sampling": Key(False, "drops groups of zero reward std from the batch and refills it: the "
+                                    "group estimators give those groups 0 anyway; the batch whitening of "
+                                    "reinforce_plus_plus and raw_reward spans the rows given", None, "bool"),
+    }.items()},
+    "grpo.invalid_tool_call_advantage": Key(None, "the advantage NeMo writes over rows with an invalid tool call "
+                                            "(found in their messages, which a dump does not hold)", None, "float"),
+    "grpo.malformed_thinking_advantage": Key(None, "the advantage NeMo writes over rows with malformed thinking "
+                                             "(found in their messages)", None, "float"),
+    "advcli.rewards_shaped": Key(False, "advcli extension: the reward column holds the rewards after reward_scaling, "
+                                 "reward_shaping and overlong_filtering (NeMo's train_data_step dump: set for it), "
+                                 "so those keys are not applied again", None, "bool"),
     # semantic switches of changes merged after 7ea279ab, with no key of NeMo's own (RELEASES below)
     "advcli.skip_trivial_std": Key(True, "advcli extension (NeMo RL #4158): grpo/gdpo with normalize_rewards divide "
                                    "only where the rewards feeding the row's std are not all one value, so a "
@@ -68,11 +100,48 @@ def _kl(v: dict, mask: bool) -> dict:
             "coef": v["loss_fn.reference_policy_kl_penalty"], "controller": "fixed"}
 
 
+LENGTH_PENALTY = "grpo.length_penalty."  # #3852 (after 7ea279ab): nemo_rl/utils/length_penalty.py
+
+
+def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
+    """The loop's reward and mask steps before the estimator (``loop``: grpo or ppo): reward_scaling as
+    ``reward.range_map``; reward_shaping and overlong_filtering refused on rewards not yet shaped (a dump's are)."""
+    if v["advcli.rewards_shaped"]:
+        return
+    if v[f"{loop}.reward_scaling.enabled"]:
+        cfg["reward"]["range_map"] = [v[f"{loop}.reward_scaling.{b}"]
+                                      for b in ("source_min", "source_max", "target_min", "target_max")]
+    penalty = {k: x for k, x in v.items() if k.startswith(LENGTH_PENALTY)}
+    if penalty and v.get(LENGTH_PENALTY + "enabled") is not False:
+        raise AdvcliError(f"keys {', '.join(sorted(penalty))}: NeMo RL's length penalties (#3852, "
+                          "nemo_rl/utils/length_penalty.py) change the rewards before the estimator; advcli does not "
+                          "reproduce them",
+                          hint="run on NeMo's train_data_step dump, whose rewards hold them, or give the penalised "
+                               "rewards and --set advcli.rewards_shaped=true")
+    for name, what in (("reward_shaping.enabled", "NeMo's reward_shaping (the DAPO overlong penalty from the first "
+                                                  "assistant message's token count, or stop_properly_penalty_coef "
+                                                  "on truncated rows) is not reproduced"),
+                       ("overlong_filtering", "NeMo's overlong_filtering gives truncated rows sample mask 0, which "
+                                              "advcli reads from the rows' masks, not from this key")):
+        if v[f"{loop}.{name}"]:
+            raise AdvcliError(f"key {loop}.{name}=true: {what}",
+                              hint="run on NeMo's train_data_step dump, whose rewards and masks hold it; or give "
+                                   "the shaped rewards (and response_mask 0 on filtered rows) in the input and "
+                                   "--set advcli.rewards_shaped=true")
+
+
 def translate(v: dict) -> dict:
     cfg = default_config()
     cfg["grouping"]["by"] = "id"
     cfg["reward"]["source"] = "reward"
     ppo = v["ppo.adv_estimator.name"]
+    _loop_rewards(cfg, v, "ppo" if ppo is not None else "grpo")
+    for key in ("grpo.invalid_tool_call_advantage", "grpo.malformed_thinking_advantage"):
+        if v[key] is not None and ppo is None:
+            raise AdvcliError(f"key {key}={v[key]}: NeMo writes this advantage over the rows whose messages it finds "
+                              "faulty, which a rollout dump does not mark",
+                              hint=f"--set {key}=null recomputes the estimator's advantages (the rows NeMo "
+                                   "overrode then differ)")
     beta = v["loss_fn.reference_policy_kl_penalty"]
     if ppo is not None:
         return _translate_ppo(cfg, v, ppo, beta)
@@ -198,12 +267,18 @@ FLAVOR = Flavor(
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     estimator_key="grpo.adv_estimator.name",
+    # a training config's grpo, ppo and loss_fn sections hold the loop's and the loss's settings beside the
+    # advantage keys (grpo.num_prompts_per_step, loss_fn.ratio_clip_min, ...; examples/configs/*.yaml @7ea279ab):
+    # ignored there, a near miss of one of the flavor's keys still refused
+    mixed_sections=("grpo", "ppo", "loss_fn"),
+    open_prefixes=(LENGTH_PENALTY,),  # taken whatever its keys, so that a length penalty is refused, not ignored
     # the train_data_step dumps are written by the legacy grpo_train / async_grpo_train loops (grpo.py L3651,
     # L5279 @7ea279ab), whose compute_advantage call passes no valid_mask (L3289-3301): #3837 reached the
     # single-controller path only, and #4160 (open) would bring the legacy loops in line
-    dump_settings={"nemo-jsonl": ((("advcli.grpo_valid_mask", False),),
+    dump_settings={"nemo-jsonl": ((("advcli.grpo_valid_mask", False), ("advcli.rewards_shaped", True)),
                                   "NeMo RL's train_data_step dump (written by the grpo_train loops, which give "
-                                  "GRPO no valid_mask: every row is in the group statistics until #4160)")},
+                                  "GRPO no valid_mask: every row is in the group statistics until #4160; its "
+                                  "rewards are after reward_scaling and reward_shaping)")},
     audit_tries=lambda n: [{}, {"grpo.adv_estimator.use_leave_one_out_baseline": False},
                            {"grpo.adv_estimator.normalize_rewards": False},
                            {"grpo.adv_estimator.use_leave_one_out_baseline": False,

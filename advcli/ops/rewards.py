@@ -63,3 +63,13 @@ def shape_rewards(r: torch.Tensor, valid: torch.Tensor, rcfg) -> torch.Tensor:
         r = (r + bias) * scale
         r = clip(r, bounds)
     return r
+
+
+def range_map(r: torch.Tensor, bounds) -> torch.Tensor:
+    """NeMo RL's ``scale_rewards`` (grpo.py L1831-1874 @7ea279ab): ``tmin + (clamp(r, smin, smax) − smin) /
+    (smax − smin)·(tmax − tmin)`` in r's dtype, ``bounds`` = [smin, smax, tmin, tmax] (Python floats, as NeMo's
+    config holds them); returns ``r`` itself when ``bounds`` is None."""
+    if bounds is None:
+        return r
+    smin, smax, tmin, tmax = (float(b) for b in bounds)
+    return tmin + (torch.clamp(r, min=smin, max=smax) - smin) / (smax - smin) * (tmax - tmin)

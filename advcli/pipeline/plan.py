@@ -192,6 +192,15 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                               f" Columns present: {', '.join(inputs.schema.names)}")
         from ..config.columns import check_type
         check_type(inputs.schema, "reward", c, file)
+    bounds = run.reward.range_map
+    if bounds is not None:
+        try:
+            smin, smax, _, _ = (float(b) for b in bounds)
+        except (TypeError, ValueError):
+            raise AdvcliError(f"key reward.range_map: expected [source_min, source_max, target_min, target_max], "
+                              f"got {bounds!r}") from None
+        if not smax > smin:  # NeMo's scale_rewards divides by source_max − source_min
+            raise AdvcliError(f"key reward.range_map: source_max ({smax:g}) must be above source_min ({smin:g})")
     if source == "components" and len(run.reward.weights or components) != len(components):
         raise AdvcliError(f"key reward.weights: {len(run.reward.weights)} weights for {len(components)} components")
     if run.reward.no_eos_value is not None or run.reward.no_eos_penalty is not None:

@@ -21,6 +21,7 @@ from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex
 from ..ops.kl import KLController, row_kl_sums
 from ..ops.ragged import Ragged
+from ..ops.rewards import range_map
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan, ProgressFn, RunState
@@ -121,15 +122,18 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         ok = place >= 0
         keep[ok] = mask01[place[ok]] > 0
         parts["keep"].append(keep)
+        bounds = plan.run.reward.range_map  # NeMo reward_scaling: the rewards as read, mapped first
         if plan.reward_source == "reward":
-            parts["reward"].append(read_scalar(batch, cmap["reward"], file, row_base, plan.dtype, allows_nan(plan)))
+            parts["reward"].append(range_map(read_scalar(batch, cmap["reward"], file, row_base, plan.dtype,
+                                                         allows_nan(plan)), bounds))
             if reward64:
-                parts["reward64"].append(read_scalar(batch, cmap["reward"], file, row_base, torch.float64,
-                                                     allows_nan(plan)))
+                parts["reward64"].append(range_map(read_scalar(batch, cmap["reward"], file, row_base, torch.float64,
+                                                               allows_nan(plan)), bounds))
         elif plan.reward_source == "token_level_scores":
             parts["score_sum"].append(layout.row_sum(tok["token_level_scores"]))
         for c in plan.components:
-            comp_parts[c].append(read_scalar(batch, c, file, row_base, plan.dtype, allows_nan(plan)))
+            comp_parts[c].append(range_map(read_scalar(batch, c, file, row_base, plan.dtype, allows_nan(plan)),
+                                           bounds))
         if "reward_baseline" in scalar_roles:
             parts["reward_baseline"].append(read_scalar(batch, cmap["reward_baseline"], file, row_base, plan.dtype))
         if "is_last_step" in scalar_roles:

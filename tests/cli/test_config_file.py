@@ -220,3 +220,111 @@ def test_a_recorded_configuration_fed_back_reproduces_the_run(flavor, settings, 
     assert code == 0, err
     for col in ("advantages", "returns"):
         assert pq.read_table(back).column(col).equals(pq.read_table(out).column(col))
+
+
+# NeMo RL's example configs (examples/configs/*.yaml @7ea279ab) are written this way: a child file naming its parent
+# in `defaults`, the grpo section mixing the loop's settings with the estimator's, the estimator's flags
+# interpolated from the loop's (`${grpo.normalize_rewards}`), and reward scaling beside them.
+NEMO_PARENT = """\
+grpo:
+  num_prompts_per_step: 32
+  num_generations_per_prompt: 16
+  max_num_steps: 1000000
+  normalize_rewards: true
+  use_leave_one_out_baseline: true
+  val_period: 10
+  overlong_filtering: false
+  use_dynamic_sampling: false
+  reward_shaping:
+    enabled: false
+    overlong_buffer_length: 128
+    overlong_buffer_penalty: 1
+    max_response_length: ${policy.max_total_sequence_length}
+  reward_scaling:
+    enabled: false
+    source_min: 0.0
+    source_max: 1.0
+    target_min: 0.0
+    target_max: 1.0
+  async_grpo:
+    enabled: false
+  adv_estimator:
+    name: "grpo"
+    normalize_rewards: ${grpo.normalize_rewards}
+    use_leave_one_out_baseline: ${grpo.use_leave_one_out_baseline}
+    minus_baseline: true
+loss_fn:
+  reference_policy_kl_penalty: 0.01
+  ratio_clip_min: 0.2
+  use_importance_sampling_correction: false
+policy:
+  model_name: "Qwen/Qwen2.5-1.5B"
+  max_total_sequence_length: 512
+"""
+NEMO_CHILD = """\
+defaults: parent.yaml
+grpo:
+  use_leave_one_out_baseline: false
+  reward_scaling:
+    enabled: true
+    source_min: 0.0
+    source_max: 1.0
+    target_min: -1.0
+    target_max: 1.0
+policy:
+  model_name: "Qwen/Qwen2.5-7B"
+"""
+
+
+def _nemo_configs(tmp_path):
+    (tmp_path / "parent.yaml").write_text(NEMO_PARENT)
+    child = tmp_path / "child.yaml"
+    child.write_text(NEMO_CHILD)
+    return child
+
+
+def test_nemo_training_config_with_defaults_and_interpolations(tmp_path, capsys):
+    """The child's keys over its parent's (NeMo's load_config_with_inheritance), ${grpo.use_leave_one_out_baseline}
+    read as the merged value (false, the child's), the loop's settings in grpo and loss_fn ignored, and
+    reward_scaling applied: rewards [0, 1] become [−1, 1] before the group-mean baseline."""
+    import pyarrow as pa
+
+    child = _nemo_configs(tmp_path)
+    src = tmp_path / "in.parquet"
+    rewards = [1.0, 0.0, 0.5, 0.25, 1.0, 0.0]
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "a", "a", "b", "b"], "reward": rewards,
+                             "response_mask": [[1, 1]] * 6}), src)
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", src, "-o", out, "--flavor", "nemo", "--config", child, "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(stdout)
+    assert rep["settings"]["grpo.adv_estimator.use_leave_one_out_baseline"] is False
+    assert rep["settings"]["grpo.reward_scaling.enabled"] is True
+    cf = rep["config_file"]
+    assert "policy" in cf["ignored_sections"] and "grpo.*" in cf["ignored_keys"] and "loss_fn.*" in cf["ignored_keys"]
+    scaled = np.array([-1 + 2 * r for r in rewards])
+    want = []
+    for i, g in enumerate(["a"] * 4 + ["b"] * 2):
+        members = scaled[:4] if g == "a" else scaled[4:]
+        want.append((scaled[i] - members.mean()) / (members.std(ddof=1) + 1e-6))
+    got = [row[0] for row in pq.read_table(out).column("advantages").to_pylist()]
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_nemo_training_config_refusals(tmp_path, capsys):
+    """A near miss of the flavor's key inside grpo is still a misspelling; a parent that is not there is named;
+    reward_shaping, which advcli does not reproduce on rewards not yet shaped, is refused with what to do."""
+    child = _nemo_configs(tmp_path)
+    (tmp_path / "parent.yaml").write_text(NEMO_PARENT.replace("    minus_baseline:", "    minus_baselin:"))
+    code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
+    assert code == 2 and "'grpo.adv_estimator.minus_baselin'" in err and "Traceback" not in err
+    (tmp_path / "parent.yaml").unlink()
+    code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
+    assert code == 2 and "defaults names parent.yaml, which is not a file" in err
+    (tmp_path / "parent.yaml").write_text(NEMO_PARENT.replace("    enabled: false\n    overlong_buffer_length",
+                                                              "    enabled: true\n    overlong_buffer_length"))
+    code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
+    assert code == 2 and "grpo.reward_shaping.enabled=true" in err and "advcli.rewards_shaped" in err
+    code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child, "--set", "advcli.rewards_shaped=true"],
+                            capsys)
+    assert code == 0, err

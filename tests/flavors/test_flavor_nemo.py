@@ -277,6 +277,46 @@ def test_gae_length_adaptive_by_hand(tmp_path):
     assert_rows_close(got["returns"], [[d1 + 0.95 * d3 + 0.1, d1 + 0.95 * d3 + 0.2, d3 + 0.3, d3 + 0.4], [2.0]])
 
 
+@pytest.mark.parametrize("estimator", ["grpo", "gdpo", "reinforce_plus_plus"])
+def test_reward_scaling_maps_the_reward_and_each_component(tmp_path, estimator):
+    """grpo.reward_scaling (scale_rewards, grpo.py L1831-1874 @7ea279ab): r ← tmin + (clamp(r, smin, smax) − smin)/
+    (smax − smin)·(tmax − tmin) on total_reward and every reward/* component, before the estimator: the run equals
+    the run on rewards mapped here (source [0.2, 0.8] clamps 0, 0.9 and 1)."""
+    smin, smax, tmin, tmax = 0.2, 0.8, -1.0, 3.0
+
+    def mapped(r):
+        return tmin + (min(max(r, smin), smax) - smin) / (smax - smin) * (tmax - tmin)
+
+    settings = {"grpo.adv_estimator.name": estimator, "grpo.reward_scaling.enabled": True,
+                "grpo.reward_scaling.source_min": smin, "grpo.reward_scaling.source_max": smax,
+                "grpo.reward_scaling.target_min": tmin, "grpo.reward_scaling.target_max": tmax}
+    got = _run(tmp_path, settings)
+    rows = [(r[0], mapped(r[1]), mapped(r[2]), mapped(r[3])) + r[4:] for r in ROWS]
+    src = _write(os.path.join(tmp_path, "mapped.parquet"), rows)
+    t, _ = run_table(src, os.path.join(tmp_path, "want.parquet"), PINNED, {"grpo.adv_estimator.name": estimator},
+                     chunk_rows=3)
+    _close(got["advantages"], output_lists(t)["advantages"], rtol=1e-5, atol=1e-5)
+    plain = _run(tmp_path, {"grpo.adv_estimator.name": estimator})
+    assert plain["advantages"] != got["advantages"]
+
+
+@pytest.mark.parametrize("settings,named", [
+    ({"grpo.reward_shaping.enabled": True, "grpo.reward_shaping.stop_properly_penalty_coef": 0.5},
+     "grpo.reward_shaping.enabled=true"),
+    ({"grpo.overlong_filtering": True}, "grpo.overlong_filtering=true"),
+    ({"ppo.adv_estimator.name": "gae", "ppo.reward_shaping.enabled": True}, "ppo.reward_shaping.enabled=true"),
+    ({"grpo.invalid_tool_call_advantage": -1.0}, "grpo.invalid_tool_call_advantage=-1.0"),
+    ({"grpo.length_penalty.longest_total_penalty": 0.5}, "grpo.length_penalty.longest_total_penalty"),
+])
+def test_loop_steps_advcli_does_not_reproduce_are_refused(tmp_path, settings, named):
+    """What the loop does from information a Parquet input does not hold is refused with what to do;
+    advcli.rewards_shaped (the rewards given are after it, as in NeMo's dump) runs the reward and mask steps."""
+    with pytest.raises(AdvcliError, match=named.replace(".", r"\.")):
+        _run(tmp_path, settings)
+    if "invalid_tool_call_advantage" not in named:
+        _run(tmp_path, {**settings, "advcli.rewards_shaped": True})
+
+
 def test_unknown_key_suggests(tmp_path):
     with pytest.raises(AdvcliError, match="grpo.adv_estimator.normalize_rewards"):
         _run(tmp_path, {"grpo.adv_estimator.normalise_rewards": True})

@@ -119,6 +119,24 @@ def test_flavor_nemo_equals_logged_advantages(dump, tmp_path, capsys, chunk):
     assert any(abs(e) > 0.5 for e in expected)
 
 
+def test_saved_config_reward_steps_are_taken_as_done(dump, tmp_path, capsys):
+    """The run's saved config.yaml turns on reward_scaling, reward_shaping and overlong_filtering: the dump's
+    rewards and sample masks are after them (grpo.py L3020-3031, L3139-3145 @7ea279ab), so advcli applies none
+    of them again and gives the logged advantages (scaling them again would map [0, 1] to [−1, 1])."""
+    d, expected = dump
+    (d / "config.yaml").write_text(
+        "grpo:\n  num_prompts_per_step: 8\n  overlong_filtering: true\n"
+        "  reward_scaling: {enabled: true, source_min: 0.0, source_max: 1.0, target_min: -1.0, target_max: 1.0}\n"
+        "  reward_shaping: {enabled: true, overlong_buffer_length: 4, overlong_buffer_penalty: 1.0, "
+        "max_response_length: 8}\n")
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", str(d), "--output", out, "--flavor", "nemo", "-q"], capsys)
+    assert code == 0, err
+    t = pq.read_table(out).to_pylist()
+    for row, exp in zip(t, expected):
+        assert np.allclose(row["advantages"], [exp] * len(row["advantages"]), rtol=1e-5, atol=1e-6)
+
+
 def test_inspect_says_format_and_grouping(dump, capsys):
     d, _ = dump
     code, out, err = run_main(["inspect", str(d)], capsys)

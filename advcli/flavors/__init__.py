@@ -511,6 +511,18 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
     return config_settings(flavor, load_config_file(path), path)
 
 
+def _near_miss(key: str, names: list[str], present) -> bool:
+    """Whether ``key`` reads as a misspelling of one of ``names`` (the flavor's keys of its section): one of them
+    under the same parent whose last part is a near miss of its last part (``kl_coeff`` for ``kl_coef``; not
+    ``use_dynamic_bsz`` for ``use_kl_loss``, which a long shared prefix made look alike), and which the file
+    does not also hold (``present``: then the key is another setting of its own)."""
+    import difflib
+
+    parent, _, last = key.rpartition(".")
+    tails = [n.rpartition(".")[2] for n in names if n.rpartition(".")[0] == parent and n not in present]
+    return bool(difflib.get_close_matches(last, tails, n=1, cutoff=MISSPELLING_RATIO))
+
+
 def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> ConfigFileKeys:
     """:func:`config_file_settings` of the flattened ``values`` read from ``path`` (a --config file, or the
     configuration a run saved beside its dump)."""
@@ -518,18 +530,25 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
 
     known = {**flavor_keys(flavor), **dict.fromkeys(flavor.aliases)}
     read = sorted({k.split(".")[0] for k in known} | {p.split(".")[0] for p in flavor.open_prefixes})
+    sections_given = {k.split(".")[0] for k in values}
     taken, sections, keys = [], [], []
     for k, v in values.items():
         if k == "flavor":  # the file's `flavor: NAME[@RELEASE]` (config_file_flavor)
             continue
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
+            if isinstance(v, str) and "${" in v:  # an interpolation load_config_file could not resolve
+                raise AdvcliError(f"config file {path}: key {k!r} is {v}, which names no key of the file (the "
+                                  "trainer fills it from its own defaults or environment, which advcli does not "
+                                  "read)", hint=f"give the value: --set {k}=VALUE")
             taken.append((k, v))
             continue
         if v is None and any(name.startswith(k + ".") for name in known):
             continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null): none set
         parts = k.split(".")
         if parts[0] not in read:
-            near = difflib.get_close_matches(parts[0], read, n=1, cutoff=MISSPELLING_RATIO)
+            # a near miss of a section the file also holds is a section of its own (AReaL's econfig beside gconfig)
+            near = [n for n in difflib.get_close_matches(parts[0], read, n=1, cutoff=MISSPELLING_RATIO)
+                    if n not in sections_given]
             if near:
                 raise AdvcliError(f"config file {path}: section {parts[0]!r} (key {k!r}) is not read by --flavor "
                                   f"{flavor.name}. Did you mean {near[0]!r}?",
@@ -543,8 +562,7 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
             continue
         same_section = [name for name in known if name.split(".")[0] == parts[0]]  # gconfig.max_new_tokens is
         # not a misspelling of actor.max_new_tokens
-        if parts[0] in flavor.mixed_sections and not difflib.get_close_matches(k, same_section, n=1,
-                                                                               cutoff=MISSPELLING_RATIO):
+        if parts[0] in flavor.mixed_sections and not _near_miss(k, same_section, values):
             # the trainer's other settings in that section (AReaL's actor.path, verl's actor_rollout_ref.model),
             # named once as the section's rest
             keys.append(parts[0] + ".*")

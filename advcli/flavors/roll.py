@@ -166,6 +166,9 @@ FLAVOR = Flavor(
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
     estimator_names=ESTIMATORS,
+    # a ROLL pipeline config's actor_infer holds the inference worker's whole setup (model_args, strategy_args,
+    # the other generating_args) beside the group size: ignored there, a near miss of it still refused
+    mixed_sections=("actor_infer",),
     audit_tries=lambda n: [{"adv_estimator": "grpo", "actor_infer.generating_args.num_return_sequences": n,
                             "advcli.group_by": "id"}],
     # ROLL's own workers' float16 rewards, or a custom worker's float32 ones: audit tries both dtypes

@@ -146,13 +146,21 @@ def test_flat_flavor_config(tmp_path, capsys):
     from advcli.flavors import resolve
 
     cfg = tmp_path / "rlvr.yaml"
+    # actor_infer holds the inference worker's setup beside the group size: its other keys are ignored (ROLL's
+    # examples/*/rlvr_config.yaml set model_args, strategy_args and more generating_args there), a near miss of
+    # num_return_sequences is refused
     cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\npretrain: Qwen/Qwen2.5-7B\nadv_estimator: reinforce\n"
-                   "actor_infer:\n  generating_args:\n    num_return_sequences: 8\n    temperature: 0.99\n")
-    with pytest.raises(Exception) as e:  # actor_infer is read: its other keys are not settings
-        resolve("roll", [], str(cfg))
-    assert "'actor_infer.generating_args.temperature'" in str(e.value)
-    cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\nadv_estimator: reinforce\ngama: 0.9\n")
+                   "actor_infer:\n  model_args:\n    flash_attn: fa2\n  generating_args:\n"
+                   "    num_return_sequences: 8\n    temperature: 0.99\n")
     found: list = []
+    c, given = resolve("roll", [], str(cfg), found)
+    assert given["actor_infer.generating_args.num_return_sequences"] == 8 and "actor_infer.*" in found[0].ignored_keys
+    cfg.write_text("adv_estimator: reinforce\nactor_infer:\n  generating_args:\n    num_return_sequence: 8\n")
+    with pytest.raises(Exception) as e:
+        resolve("roll", [], str(cfg))
+    assert "'actor_infer.generating_args.num_return_sequence'" in str(e.value)
+    cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\nadv_estimator: reinforce\ngama: 0.9\n")
+    found = []
     with pytest.raises(Exception) as e:
         resolve("roll", [], str(cfg), found)
     assert "'gama'" in str(e.value) and "'gamma'" in str(e.value)
@@ -328,3 +336,29 @@ def test_nemo_training_config_refusals(tmp_path, capsys):
     code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child, "--set", "advcli.rewards_shaped=true"],
                             capsys)
     assert code == 0, err
+
+
+def test_a_key_the_file_also_holds_is_no_misspelling(tmp_path):
+    """Near misses of keys the file itself holds are settings of their own, not misspellings: verl's generated
+    ppo_trainer.yaml has actor_rollout_ref.actor.use_dynamic_bsz beside use_kl_loss (a long shared prefix made
+    them look alike), AReaL's tau2 examples an econfig section beside gconfig; an unresolvable interpolation of
+    a key the flavor reads is refused naming it."""
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "ppo_trainer.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\nactor_rollout_ref:\n  actor:\n    use_kl_loss: false\n"
+                   "    use_dynamic_bsz: true\n")
+    found: list = []
+    resolve("verl", [], str(cfg), found)
+    assert "actor_rollout_ref.*" in found[0].ignored_keys
+    cfg.write_text("gconfig:\n  n_samples: 4\neconfig:\n  domain: airline\n")
+    found = []
+    resolve("areal", [], str(cfg), found)
+    assert "econfig" in found[0].ignored_sections
+    cfg.write_text("econfig:\n  domain: airline\n")  # no gconfig: econfig reads as its misspelling
+    with pytest.raises(AdvcliError, match="Did you mean 'gconfig'"):
+        resolve("areal", [], str(cfg))
+    cfg.write_text("actor:\n  max_new_tokens: ${gconfig.max_new_tokens}\n")
+    with pytest.raises(AdvcliError, match=r"actor.max_new_tokens.*names no key of the file"):
+        resolve("areal", [], str(cfg))

@@ -125,6 +125,9 @@ FLAVOR = Flavor(
     name="prime-rl",
     framework="PrimeIntellect-ai/prime-rl @ 559b4477 (src/prime_rl/orchestrator/algo/, configs/algorithm.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, estimator_key=P + "type",
+    # an rl.toml's [orchestrator] holds the whole orchestrator (batch_size, group_size, train.sampling, eval, ...)
+    # beside [orchestrator.algo]: ignored there, a near miss of an algo key still refused
+    mixed_sections=("orchestrator",),
     notes="Credit per rollout group (cohort = prompt_id, per step) over its trainable traces only: a row with "
           "trainable=false or no mask=1 token is left out of every statistic and gets 0.0. grpo/echo: A = r − "
           "mean (float32, no std; a cohort of one gets 0), optionally with the length penalty s = r − "

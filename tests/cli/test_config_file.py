@@ -359,6 +359,12 @@ def test_a_key_the_file_also_holds_is_no_misspelling(tmp_path):
     cfg.write_text("econfig:\n  domain: airline\n")  # no gconfig: econfig reads as its misspelling
     with pytest.raises(AdvcliError, match="Did you mean 'gconfig'"):
         resolve("areal", [], str(cfg))
+    cfg = tmp_path / "rl.toml"  # prime-rl's rl.toml: [orchestrator] holds the whole orchestrator
+    cfg.write_text('[orchestrator]\nbatch_size = 64\ngroup_size = 8\n[orchestrator.algo]\ntype = "grpo"\n')
+    found = []
+    _, given = resolve("prime-rl", [], str(cfg), found)
+    assert given == {"orchestrator.algo.type": "grpo"} and "orchestrator.*" in found[0].ignored_keys
+    cfg = tmp_path / "config.yaml"
     cfg.write_text("actor:\n  max_new_tokens: ${gconfig.max_new_tokens}\n")
     with pytest.raises(AdvcliError, match=r"actor.max_new_tokens.*names no key of the file"):
         resolve("areal", [], str(cfg))

@@ -442,6 +442,9 @@ class ConfigFileKeys:
     taken: list[tuple[str, Any]]
     ignored_sections: list[str]
     ignored_keys: list[str]
+    # the flavor's keys whose value is an interpolation of a key the file does not hold (AReaL's
+    # `max_new_tokens: ${gconfig.max_new_tokens}`): not taken; a run refuses them unless --set gives them
+    unresolved: list[tuple[str, Any]] = field(default_factory=list)
 
     def line(self) -> str | None:
         """One line naming what was ignored; None when every key of the file was taken."""
@@ -531,16 +534,15 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
     known = {**flavor_keys(flavor), **dict.fromkeys(flavor.aliases)}
     read = sorted({k.split(".")[0] for k in known} | {p.split(".")[0] for p in flavor.open_prefixes})
     sections_given = {k.split(".")[0] for k in values}
-    taken, sections, keys = [], [], []
+    taken, sections, keys, unresolved = [], [], [], []
     for k, v in values.items():
         if k == "flavor":  # the file's `flavor: NAME[@RELEASE]` (config_file_flavor)
             continue
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
             if isinstance(v, str) and "${" in v:  # an interpolation load_config_file could not resolve
-                raise AdvcliError(f"config file {path}: key {k!r} is {v}, which names no key of the file (the "
-                                  "trainer fills it from its own defaults or environment, which advcli does not "
-                                  "read)", hint=f"give the value: --set {k}=VALUE")
-            taken.append((k, v))
+                unresolved.append((k, v))
+            else:
+                taken.append((k, v))
             continue
         if v is None and any(name.startswith(k + ".") for name in known):
             continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null): none set
@@ -570,7 +572,8 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
         raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
                           f"{did_you_mean(k, same_section or list(known))}",
                           hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
-    return ConfigFileKeys(path, flavor.name, taken, list(dict.fromkeys(sections)), list(dict.fromkeys(keys)))
+    return ConfigFileKeys(path, flavor.name, taken, list(dict.fromkeys(sections)), list(dict.fromkeys(keys)),
+                          unresolved)
 
 
 def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: str | None = None,
@@ -586,6 +589,12 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     if config_file:
         found = config_file_settings(flavor, config_file)
         items = _old_names_first(flavor, found.taken)
+        set_here = {flavor.aliases.get(k, k) for k, _ in settings}
+        for k, v in found.unresolved:
+            if flavor.aliases.get(k, k) not in set_here:
+                raise AdvcliError(f"config file {config_file}: key {k!r} is {v}, which names no key of the file "
+                                  "(the trainer fills it from its own defaults or environment, which advcli does "
+                                  "not read)", hint=f"give the value: --set {k}=VALUE")
         if file_keys is not None:
             file_keys.append(found)
     items += _old_names_first(flavor, settings)

@@ -368,3 +368,5 @@ def test_a_key_the_file_also_holds_is_no_misspelling(tmp_path):
     cfg.write_text("actor:\n  max_new_tokens: ${gconfig.max_new_tokens}\n")
     with pytest.raises(AdvcliError, match=r"actor.max_new_tokens.*names no key of the file"):
         resolve("areal", [], str(cfg))
+    _, given = resolve("areal", [("actor.max_new_tokens", 2048)], str(cfg))  # the hint's --set gives it
+    assert given["actor.max_new_tokens"] == 2048

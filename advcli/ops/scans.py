@@ -255,10 +255,9 @@ def gae_skip_masked(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Ten
     # a row's last cell is never a kept token's (the spare cell comes first), but its "next cell" is the
     # next row's first: keep it 0
     delta[block_offsets[1:] * BLOCK - 1] = 0
-    if per_row:
-        c_row = (gamma * lam.to(device=rewards.device)).to(dtype)
-        return _scan_grid_rows(delta, nblocks, block_offsets, nb, c_row, BLOCK, out=grid_r).index_select(0, slot)
-    return _scan_grid(delta, nblocks, block_offsets, nb, gamma * lam, BLOCK, out=grid_r).index_select(0, slot)
+    c = (gamma * lam.to(device=rewards.device)).to(dtype) if per_row else gamma * lam
+    scan = _scan_grid_rows if per_row else _scan_grid
+    return scan(delta, nblocks, block_offsets, nb, c, BLOCK, out=grid_r).index_select(0, slot)
 
 
 def gae_all_positions(rewards: torch.Tensor, values: torch.Tensor, layout: Ragged, gamma: float,

@@ -29,9 +29,9 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
     mask = to_device(tok["response_mask"], dev).to(dt)
     tok = {k: to_device(v, dev) for k, v in tok.items() if k != "response_mask"}
     skipped = res.table.columns.get(KL_SKIPPED) if plan.kl_on else None
-    kl_mask = mask  # kl.skip_flat_groups: SkyRL's loss mask zeroed on the rows of flat groups
-    if skipped is not None:
-        kl_mask = mask * layout.broadcast(to_device(~skipped[rows], dev).to(dt))
+    kl_on_tok = None if skipped is None else layout.broadcast(to_device(~skipped[rows], dev).to(dt))
+    # kl.skip_flat_groups: SkyRL's loss mask zeroed on the rows of flat groups
+    kl_mask = mask if kl_on_tok is None else mask * kl_on_tok
     fused_out = None if skipped is not None else fused_token_rewards(plan, res, layout, tok, mask, rows)
     if fused_out is not None:  # the GPU path: placement, KL, β and the clip in one kernel (advcli.ops.fused)
         tlr, kld = fused_out
@@ -55,8 +55,8 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
                 tlr = tlr * mask
         if plan.kl_on:
             kld = kl_token(plan, tok, kl_mask)
-            if skipped is not None and not plan.run.kl.mask:
-                kld = kld * layout.broadcast(to_device(~skipped[rows], dev).to(kld.dtype))
+            if kl_on_tok is not None and not plan.run.kl.mask:
+                kld = kld * kl_on_tok.to(kld.dtype)
             tlr = tlr - _beta(res, rows, layout, dev, dt, per_token=True) * kld
             tlr = clip_values(tlr, plan.run.kl.token_clip)
     if plan.kl_on and extras is not None:

@@ -21,6 +21,7 @@ import time
 from ..config.runspec import RunSpec
 from ..errors import AdvcliError
 from ..io.temps import scratch_prefix
+from .sidecar import SidecarRun
 
 # the logged advantages, where a dump keeps them: advcli's own Parquet and verl/slime exports; TRL's
 # completions; an imported dump's field named like an output column (NeMo's advantages, prime-rl's advantage)
@@ -97,24 +98,6 @@ def label(flavor, settings: dict, cfg: dict | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ passes
-class _Run:
-    """One recomputation into a temporary sidecar (its files, one per input) of the new columns ``write`` (None:
-    every column the run produces; the audit's comparisons read the advantages)."""
-
-    def __init__(self, tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict,
-                 columns: dict, chunk_rows: int, device: str, write: tuple[str, ...] | None = ("advantages",)):
-        from ..pipeline import run_pipeline, scratch_output
-
-        d = os.path.join(tmp, name)
-        os.makedirs(d)
-        out = scratch_output(inputs, d, "out")  # one sidecar per file of a directory or glob
-        res = run_pipeline(inputs, out, cfg, flavor=flavor, native=native, column_overrides=columns,
-                           chunk_rows=chunk_rows, device=device, force=True, output_mode="sidecar",
-                           write_columns=None if write is None else list(write))
-        self.paths = list(res.outputs)
-        self.result = res
-
-
 def require_logged(inputs: list[str], against: str | None) -> None:
     """Before any configuration is resolved: a trainer's dump whose format logs no advantages (verl's
     rollout_data_dir, ROLL's, slime's, ...) and holds no column of logged values is refused as what it is, not
@@ -391,7 +374,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         produced = ("returns", "token_level_rewards") if spec.kl.in_reward else ("returns",)
         also = tuple(c for c in produced if c in ins.schema.names and c != logged_col and is_list
                      and is_list_type(ins.schema.field(c).type))
-        run = _Run(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device, ("advantages", *also))
+        run = SidecarRun(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device, ("advantages", *also))
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
         group, group_ids, step = _groups(ins, cmap, cfg, columns)
         bad_tokens = int(rt.bad_valid.sum())
@@ -435,7 +418,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         if bad_tokens:
             cfg64 = json.loads(json.dumps(cfg))
             cfg64["precision"] = "float64"
-            run64 = _Run(tmp, "f64", inputs, cfg64, flavor, native, columns, chunk_rows, device)
+            run64 = SidecarRun(tmp, "f64", inputs, cfg64, flavor, native, columns, chunk_rows, device)
             params = fit_params(rt, group)
             hyp_bad = compare_pass(ins.paths, [run.paths, run64.paths], logged_col, is_list, mask_col, rtol, atol,
                                    chunk_rows, hyp=(params, group))
@@ -569,7 +552,7 @@ def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_li
         entry = {"release": rel.name, "label": spec.label()}
         try:
             cfg, nat = resolve(spec, list(native.items()))
-            r = _Run(tmp, f"release{i}", inputs, cfg, spec, nat, columns, chunk_rows, device)
+            r = SidecarRun(tmp, f"release{i}", inputs, cfg, spec, nat, columns, chunk_rows, device)
             rt = compare_pass(ins.paths, [r.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
             entry["tokens_disagreeing"] = int(rt.bad_valid.sum())
             entry["rows_disagreeing"] = int((rt.bad_valid > 0).sum())
@@ -593,7 +576,7 @@ def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list,
             cfg, native = resolve(fl, list(settings.items()))
             entry["label"] = label(fl, settings, cfg)
             check_config(inputs, cfg)  # what run refuses on this dump is never named as reproducing it
-            r = _Run(tmp, f"cand{i}", inputs, cfg, fl, native, columns, chunk_rows, device)
+            r = SidecarRun(tmp, f"cand{i}", inputs, cfg, fl, native, columns, chunk_rows, device)
             rt = compare_pass(ins.paths, [r.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
             entry["tokens_disagreeing"] = int(rt.bad_valid.sum())
             entry["rows_disagreeing"] = int((rt.bad_valid > 0).sum())

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 
+from .sidecar import SidecarRun
+
 STAGES = ("reward postprocessing", "KL penalty", "token rewards", "estimator", "whitening", "clipping")
 INTERMEDIATE = ("token_level_rewards", "returns")  # per-token columns a dump may log besides its advantages
 
@@ -33,9 +35,7 @@ INTERMEDIATE = ("token_level_rewards", "returns")  # per-token columns a dump ma
 def _recompute(tmp: str, name: str, inputs: list[str], cfg: dict, flavor: str, native: dict, columns: dict,
                chunk_rows: int, device: str) -> list[str]:
     """One recomputation into a temporary sidecar (every column the run produces): its files."""
-    from .recompute import _Run
-
-    return _Run(tmp, name, inputs, cfg, flavor, native, columns, chunk_rows, device, write=None).paths
+    return SidecarRun(tmp, name, inputs, cfg, flavor, native, columns, chunk_rows, device, write=None).paths
 
 
 def _other_kl_kind(tmp, inputs, ins, cfg, flavor, native, columns, mask_col, tol, chunk_rows, device) -> str | None:

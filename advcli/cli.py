@@ -201,8 +201,10 @@ EXPLAIN_EPILOG = """
 
 @app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command)
 def explain(
-    flavor: str = typer.Option("verl", "--flavor", "-f", metavar="NAME[@RELEASE]",
-                               help="Flavor whose keys are given, at an upstream release (default: the newest)."),
+    flavor: str | None = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
+                                      help="Flavor whose keys are given, at an upstream release (default: the "
+                                           "newest). Not given: the trainer whose keys the config file holds, "
+                                           "else verl."),
     estimator: str | None = opt.ESTIMATOR,
     set_: list[str] | None = opt.SET,
     config: str | None = opt.CONFIG,
@@ -212,12 +214,12 @@ def explain(
 ):
     """Print the resolved canonical configuration and the formulas that will run."""
     from .config import parse_set
-    from .flavors import at, config_file_flavor, history_text, resolve
+    from .flavors import DEFAULT, at, config_file_flavor, history_text, resolve
     from .runs.explain import explain_text, keys_text
 
     if config:
         flavor = config_file_flavor(config, flavor)
-    fa = at(flavor)  # the flavor at its release, made once: everything below reads it
+    fa = at(flavor or DEFAULT)  # the flavor at its release, made once: everything below reads it
     if history:
         typer.echo(history_text(fa.flavor))
         return

@@ -19,7 +19,8 @@ FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                       help=f"Whose semantics: {flavor_names_text()}; @RELEASE picks an upstream release or commit "
                            "(nemo@7ea279a; default: the newest advcli verified; `advcli explain --flavor NAME "
                            "--history` lists them). "
-                           "Default: verl, GRPO when the dump has prompt_id. On a trainer's own dump, keys not "
+                           "Default: the trainer whose keys the config file holds, else verl, GRPO when the dump "
+                           "has prompt_id. On a trainer's own dump, keys not "
                            "set take what the dump tells (the group size; AReaL: the trial's saved config.yaml "
                            "beside it, else AReaL's defaults), said in the summary; a default that cannot run "
                            "there stops, naming the setting that runs.")
@@ -31,7 +32,8 @@ ESTIMATOR = typer.Option(None, "--estimator", "-e", metavar="NAME",
                               "advcli.estimators (docs/api.md); the key advcli.estimator in a config file.")
 CONFIG = typer.Option(None, "--config", "-c", metavar="PATH",
                       help="YAML or TOML file of the same keys, or the trainer's whole training config: the "
-                           "flavor takes its keys and names the sections it ignores.")
+                           "flavor takes its keys and names the sections it ignores; without --flavor, the file's "
+                           "keys say whose they are (NeMo RL's grpo.*: nemo).")
 FROM = typer.Option(None, "--from", metavar="FORMAT", help="Read INPUT as this trainer dump format (default: "
                     "recognised from file names and keys; docs/formats.md).")
 COLUMN = typer.Option(None, "--column", metavar="ROLE=NAME", help="Read a role from another column, e.g. reward=score.")

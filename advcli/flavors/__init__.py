@@ -472,9 +472,10 @@ def config_file_flavor(path: str, flavor: str | FlavorAt | None) -> str | Flavor
     the same flavor with no release; two different flavors are refused."""
     from ..config import load_config_file
 
-    named = load_config_file(path).get("flavor")
+    values = load_config_file(path)
+    named = values.get("flavor")
     if named is None:
-        return flavor
+        return flavor if flavor is not None else flavor_of_config(values, path)
     if not isinstance(named, str):
         raise AdvcliError(f"config file {path}: flavor is {named!r}; expected a flavor name such as nemo or "
                           "nemo@7ea279a")
@@ -486,6 +487,34 @@ def config_file_flavor(path: str, flavor: str | FlavorAt | None) -> str | Flavor
         raise AdvcliError(f"--flavor {mine.spec} but config file {path} says flavor: {named}",
                           hint="drop one of them (--flavor wins only over a release of the same flavor)")
     return named if mine.asked is None else flavor
+
+
+def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
+    """With neither --flavor nor ``flavor:`` in the file: the flavor whose settings a --config file's keys
+    (``values``, flat) are. The flavor reading the most of them wins (a NeMo RL ``grpo_math_1B.yaml``: nemo, whose
+    keys ``grpo.*`` and ``loss_fn.*`` it holds); between as many, the one whose trainer sections
+    (``mixed_sections``) hold the most keys (a prime-rl ``rl.toml`` that keeps the advantage defaults: its
+    ``orchestrator``). None where the default flavor does as well as any, or nothing tells (the default flavor
+    then runs, as without the file). advcli's extension keys (``advcli.*``), every flavor's, tell none apart.
+    Two other flavors told alike are refused: the file does not say which it is."""
+    def score(flavor: Flavor) -> tuple[int, int]:
+        try:
+            got = config_settings(flavor, values, path)
+        except AdvcliError:  # a key this flavor would refuse as its own misspelt: not its file
+            return 0, 0
+        return (sum(1 for k, _ in got.taken + got.unresolved if not k.startswith("advcli.")),
+                sum(1 for k in values if k.split(".")[0] in flavor.mixed_sections))
+
+    scores = {fl.name: score(fl) for fl in listed()}
+    best = max(scores.values())
+    if scores[DEFAULT] == best:
+        return None
+    first = [f"--flavor {name}" for name, n in scores.items() if n == best]
+    if len(first) > 1:
+        raise AdvcliError(f"config file {path}: its keys are settings of {', '.join(first[:-1])} and {first[-1]} "
+                          "alike, and no --flavor is given",
+                          hint=f"name the trainer: {' or '.join(first)} (or `flavor: NAME` in the file)")
+    return first[0].removeprefix("--flavor ")
 
 
 # an unknown top-level name this close to a section the flavor reads is taken for a misspelling of it

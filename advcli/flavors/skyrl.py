@@ -235,6 +235,9 @@ FLAVOR = Flavor(
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
                             "skyrl/train/trainer.py)",
     keys=KEYS, translate=translate, releases=RELEASES, estimator_key=A + "advantage_estimator",
+    # SkyRL's whole config (ppo_base_config.yaml, or a run's saved config): trainer holds the placement, the
+    # models and the loss besides trainer.algorithm, generator the sampling besides n_samples_per_prompt
+    mixed_sections=("trainer", "generator"),
     notes="Groups by uid (prompt_id) anywhere in the step. The estimators see every response position "
           "(observation tokens included): grpo/rloo/maxrl write their value on all L_i positions, reinforce++ "
           "and gae scan every position and whiten over all of them (unbiased, rsqrt(var + 1e-8)), not re-masked; "

@@ -23,6 +23,7 @@ Each decision taken for the user becomes one line of the run's summary (``from d
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import field
 from typing import Any
 
@@ -69,8 +70,13 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
 
     check_precision(precision)
     settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
-    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a); --flavor wins
-        flavor = config_file_flavor(config, flavor)
+    inferred = None
+    if config:  # a --config file may name the flavor (flavor: nemo@7ea279a) or hold its keys; --flavor wins
+        asked, flavor = flavor, config_file_flavor(config, flavor)
+        if asked is None and flavor is not None:
+            from ..config import load_config_file
+
+            inferred = None if "flavor" in load_config_file(config) else flavor
     if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
         from ..config import load_config_file
 
@@ -83,6 +89,9 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
         cfg["padded"] = padded
     if precision is not None:
         cfg["precision"] = precision
+    if inferred is not None:
+        chosen = (f"{inferred} {cfg['estimator']['name']} (no --flavor: {os.path.basename(config)} holds "
+                  f"{inferred}'s keys)")
     return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None)
 
 

@@ -291,10 +291,12 @@ def _nemo_configs(tmp_path):
     return child
 
 
-def test_nemo_training_config_with_defaults_and_interpolations(tmp_path, capsys):
+@pytest.mark.parametrize("flavor", [["--flavor", "nemo"], []])
+def test_nemo_training_config_with_defaults_and_interpolations(tmp_path, capsys, flavor):
     """The child's keys over its parent's (NeMo's load_config_with_inheritance), ${grpo.use_leave_one_out_baseline}
     read as the merged value (false, the child's), the loop's settings in grpo and loss_fn ignored, and
-    reward_scaling applied: rewards [0, 1] become [−1, 1] before the group-mean baseline."""
+    reward_scaling applied: rewards [0, 1] become [−1, 1] before the group-mean baseline. Without --flavor the
+    same: the file's keys are NeMo's, and the summary says that this is why NeMo's semantics ran."""
     import pyarrow as pa
 
     child = _nemo_configs(tmp_path)
@@ -303,9 +305,12 @@ def test_nemo_training_config_with_defaults_and_interpolations(tmp_path, capsys)
     pq.write_table(pa.table({"prompt_id": ["a", "a", "a", "a", "b", "b"], "reward": rewards,
                              "response_mask": [[1, 1]] * 6}), src)
     out = tmp_path / "o.parquet"
-    code, stdout, err = run_main(["run", src, "-o", out, "--flavor", "nemo", "--config", child, "--json"], capsys)
+    code, stdout, err = run_main(["run", src, "-o", out, *flavor, "--config", child, "--json"], capsys)
     assert code == 0, err
     rep = json.loads(stdout)
+    assert rep["flavor"].startswith("nemo")
+    if not flavor:
+        assert "no --flavor: child.yaml holds nemo's keys" in rep["note"]
     assert rep["settings"]["grpo.adv_estimator.use_leave_one_out_baseline"] is False
     assert rep["settings"]["grpo.reward_scaling.enabled"] is True
     cf = rep["config_file"]
@@ -370,3 +375,86 @@ def test_a_key_the_file_also_holds_is_no_misspelling(tmp_path):
         resolve("areal", [], str(cfg))
     _, given = resolve("areal", [("actor.max_new_tokens", 2048)], str(cfg))  # the hint's --set gives it
     assert given["actor.max_new_tokens"] == 2048
+
+
+def test_without_flavor_the_config_file_says_whose_keys_it_holds(tmp_path, capsys):
+    """No --flavor: the flavor reading the most of the file's keys runs, then the one whose trainer sections hold
+    the most (a prime-rl rl.toml keeping the advantage defaults: its [orchestrator]); the default flavor where it
+    does as well; two others told alike are refused naming both. `explain` resolves it the same way."""
+    from advcli.config import load_config_file
+    from advcli.errors import AdvcliError
+    from advcli.flavors import flavor_of_config
+
+    def of(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return flavor_of_config(load_config_file(str(path)), str(path))
+
+    assert of("rl.toml", '[orchestrator]\nbatch_size = 64\ngroup_size = 8\n[model]\nname = "Qwen"\n') == "prime-rl"
+    assert of("areal.yaml", "actor:\n  path: Qwen\n  adv_norm:\n    mean_level: group\n") == "areal"
+    assert of("canonical.yaml", "estimator:\n  name: rloo\n") == "advcli"
+    assert of("ppo_trainer.yaml", PPO_TRAINER_YAML.format(norm_by_std="true")) is None  # verl's: the default
+    assert of("data.yaml", "data:\n  train_files: x.parquet\n") is None  # nothing tells
+    assert of("mine.yaml", "advcli.estimator: grpo\n") is None  # every flavor's extension key
+    with pytest.raises(AdvcliError, match="--flavor openrlhf, --flavor roll and --flavor slime alike") as e:
+        of("flat.yaml", "gamma: 0.9\n")  # OpenRLHF's, ROLL's and slime's flat key
+    assert "--flavor openrlhf" in e.value.hint
+    code, stdout, err = run_main(["explain", "--config", tmp_path / "rl.toml"], capsys)
+    assert code == 0 and stdout.startswith("flavor   prime-rl"), err
+
+
+SKYRL_BASE_YAML = """\
+defaults:
+  - _self_
+  - skyrl_gym_config: default
+data:
+  train_data: ["${oc.env:HOME}/data/gsm8k/train.parquet"]
+trainer:
+  placement:
+    colocate_all: true
+  strategy: fsdp2
+  policy:
+    model:
+      path: "Qwen/Qwen2.5-1.5B-Instruct"
+  algorithm:
+    advantage_estimator: rloo
+    use_kl_in_reward: false
+    eps_clip_low: 0.2
+    dynamic_sampling:
+      type: null
+generator:
+  backend: vllm
+  n_samples_per_prompt: 5
+"""
+
+
+def test_skyrl_whole_config(tmp_path, capsys):
+    """SkyRL's ppo_base_config.yaml (NovaSky-AI/SkyRL @ skyrl-v0.1.0, skyrl/train/config/): trainer and generator
+    hold the whole trainer besides the flavor's keys, ignored and named; a near miss of a key in
+    trainer.algorithm is still a misspelling. Without --flavor the file's keys say SkyRL: rloo, A_i = s_i − the
+    mean of the other rows of its group (a group of one 0)."""
+    import pyarrow as pa
+
+    cfg = tmp_path / "ppo_base_config.yaml"
+    cfg.write_text(SKYRL_BASE_YAML)
+    src = tmp_path / "in.parquet"
+    rewards = [1.0, 0.0, 0.5, 0.75]
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "a", "b"], "reward": rewards,
+                             "response_mask": [[1, 1]] * 4}), src)
+    for flavor in (["--flavor", "skyrl"], []):
+        out = tmp_path / "o.parquet"
+        code, stdout, err = run_main(["run", src, "-o", out, *flavor, "--config", cfg, "--json", "--force"], capsys)
+        assert code == 0, err
+        rep = json.loads(stdout)
+        assert rep["flavor"].startswith("skyrl") and rep["estimator"]["name"] == "rloo"
+        assert {"trainer.*", "generator.*"} <= set(rep["config_file"]["ignored_keys"])
+        got = [row[0] for row in pq.read_table(out).column("advantages").to_pylist()]
+        assert np.allclose(got, [1.0 - 0.25, 0.0 - 0.75, 0.5 - 0.5, 0.0], rtol=1e-6, atol=1e-6)
+    import advcli
+
+    result = advcli.run(str(src), str(tmp_path / "lib.parquet"), config=str(cfg), device="cpu")  # the library
+    assert result.flavor.startswith("skyrl") and "ppo_base_config.yaml holds skyrl's keys" in result.chosen
+    assert pq.read_table(tmp_path / "lib.parquet").column("advantages").equals(pq.read_table(out).column("advantages"))
+    cfg.write_text(SKYRL_BASE_YAML.replace("advantage_estimator:", "advantage_estimater:"))
+    code, _, err = run_main(["explain", "--flavor", "skyrl", "--config", cfg], capsys)
+    assert code == 2 and "'trainer.algorithm.advantage_estimater'" in err and "Traceback" not in err

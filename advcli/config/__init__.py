@@ -102,20 +102,36 @@ def check_column_roles(columns: dict, given: str) -> None:
             raise AdvcliError(f"{where}: unknown role {role!r}.{did_you_mean(role, ROLES)} Roles: {', '.join(ROLES)}")
 
 
-def load_config_file(path: str) -> dict:
+def load_config_file(path: str, overrides: list[tuple[str, Any]] | tuple = ()) -> dict:
     """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}, as the
-    trainers read their own training configs:
+    trainers read their own training configs (NeMo RL's nemo_rl/utils/config.py ``load_config_with_inheritance``
+    and OmegaConf @7ea279ab):
 
-    - ``defaults: parent.yaml`` (or a list of such files, relative to the file's folder): NeMo RL's
-      inheritance (nemo_rl/utils/config.py ``load_config_with_inheritance`` @7ea279ab): the parents read first,
-      in order, the file's own keys over theirs, a mapping holding ``_override_: true`` replacing the parents'
-      whole section. Hydra's ``defaults`` lists (verl: config groups, ``_self_``) name no files and are ignored.
-    - ``${a.b.c}`` (OmegaConf interpolation) takes the value of key ``a.b.c`` of the same configuration; one
-      inside a longer string is replaced by its text. Resolvers (``${oc.env:HOME}``) and unknown keys are left
-      as written.
+    - ``defaults: parent.yaml`` (or a list of such files, relative to the file's folder): the parents read first,
+      in order, the file's own keys over theirs; a top-level mapping holding ``_override_: true`` replaces the
+      parents' whole section (NeMo honours the marker on top-level keys only); a ``???`` (OmegaConf's missing
+      value) keeps what the parents gave. Hydra's ``defaults`` lists (verl: config groups, ``_self_``) name no
+      files and are ignored.
+    - ``overrides`` (``--set``'s (key, value) pairs) replace the file's values before the interpolations
+      resolve, as the trainers apply their command line's overrides: a key that interpolates an overridden
+      one follows it.
+    - ``${a.b.c}`` (OmegaConf interpolation) takes the value of key ``a.b.c`` — a whole section too —, ``${.x}`` /
+      ``${..x}`` a key relative to the value's own section / its parent; NeMo's resolvers ``${add:a,b}``,
+      ``${mul:a,b}``, ``${div:a,b}``, ``${max:a,b}`` compute; one inside a longer string is replaced by its text.
+      Other resolvers (``${oc.env:HOME}``) and unknown keys are left as written (a flavor refuses them on a key
+      it reads).
 
-    A file that does not parse is refused naming the file and the line and column of the error."""
-    return _interpolated(flatten_keys(_load_tree(path, ())))
+    An empty section (prime-rl's ``length_penalty = {}``) is kept as the key's value ``{}``. A file that does not
+    parse is refused naming the file and the line and column of the error."""
+    tree = _load_tree(path, ())
+    for key, value in overrides:
+        *parents, last = str(key).split(".")
+        node = tree
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:  # a key the file holds (one it lacks no interpolation names)
+            node[last] = value
+    return flatten_keys(_resolved(tree), keep_empty=True)
 
 
 def _load_tree(path: str, seen: tuple) -> dict:
@@ -142,41 +158,75 @@ def _load_tree(path: str, seen: tuple) -> dict:
     return _merge_config(merged, data)
 
 
-def _merge_config(base: dict, over: dict) -> dict:
+def _merge_config(base: dict, over: dict, top: bool = True) -> dict:
     """OmegaConf.merge of two nested mappings (``over`` wins; mappings merged key by key, anything else
-    replaced), with NeMo's ``_override_: true`` replacing a mapping whole."""
+    replaced, a ``???`` never replacing a value), with NeMo's ``_override_: true`` on a top-level mapping
+    replacing it whole (``merge_with_override``)."""
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, dict) and v.get("_override_"):
+        if v == "???" and k in out:
+            continue
+        if top and isinstance(v, dict) and v.get("_override_"):
             out[k] = {kk: vv for kk, vv in v.items() if kk != "_override_"}
         elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge_config(out[k], v)
+            out[k] = _merge_config(out[k], v, top=False)
         else:
             out[k] = v
     return out
 
 
-_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.-]*)\}")
+_INNERMOST = re.compile(r"\$\{([^${}]*)\}")  # an interpolation holding none
+_RESOLVERS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b, "max": max}
+_UNRESOLVED = object()
 
 
-def _interpolated(flat: dict) -> dict:
-    """``${key}`` values of a flat configuration replaced by the referenced key's value (a chain followed, a
-    cycle or an unknown key left as written)."""
-    def value(key: str, depth: int = 0):
-        v = flat[key]
+def _resolved(tree: dict) -> dict:
+    """The nested configuration with its interpolations resolved (:func:`load_config_file`); a cycle, a resolver
+    other than NeMo's four, or a key the file does not hold leaves the value as written."""
+    def lookup(ref: str, where: tuple, depth: int):
+        dots = len(ref) - len(ref.lstrip("."))
+        path = (where[:len(where) - dots] if dots else ()) + tuple(ref[dots:].split("."))
+        node: Any = tree
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return _UNRESOLVED
+            node = node[part]
+        return resolve(node, path, depth + 1)
+
+    def evaluate(inner: str, where: tuple, depth: int):
+        name, colon, args = inner.partition(":")
+        if not colon:
+            return lookup(inner.strip(), where, depth)
+        fn = _RESOLVERS.get(name.strip())
+        if fn is None:
+            return _UNRESOLVED
+        import yaml
+
+        try:
+            return fn(*(yaml.safe_load(a) for a in args.split(",")))
+        except Exception:  # noqa: BLE001 - arguments the resolver cannot take: left as written
+            return _UNRESOLVED
+
+    def resolve(v: Any, where: tuple, depth: int = 0):
+        if isinstance(v, dict):
+            return {k: resolve(x, where + (k,), depth) for k, x in v.items()}
+        if isinstance(v, list):
+            return [resolve(x, where, depth) for x in v]
         if not isinstance(v, str) or "${" not in v or depth > 32:
             return v
-        whole = _INTERPOLATION.fullmatch(v.strip())
-        if whole and whole.group(1) in flat:
-            return value(whole.group(1), depth + 1)
+        text = v
+        while (m := _INNERMOST.search(text)) is not None:
+            got = evaluate(m.group(1), where, depth)
+            if got is _UNRESOLVED or (isinstance(got, str) and "${" in got):
+                return v
+            if m.span() == (0, len(text)):
+                return got  # the whole value: its type kept (a number, a bool, a section)
+            if isinstance(got, (dict, list)):
+                return v
+            text = text[:m.start()] + str(got) + text[m.end():]
+        return text
 
-        def text(m):
-            if m.group(1) not in flat:
-                return m.group(0)
-            got = value(m.group(1), depth + 1)
-            return m.group(0) if isinstance(got, (dict, list)) else str(got)
-        return _INTERPOLATION.sub(text, v)
-    return {k: value(k) for k in flat}
+    return resolve(tree, ())
 
 
 def _parse_config_file(path: str) -> dict:
@@ -231,13 +281,14 @@ def _parse_error_text(e: Exception) -> str:
     return re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(msg))
 
 
-def flatten_keys(data: dict, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts to dotted keys; leaves (including lists) kept as values."""
+def flatten_keys(data: dict, prefix: str = "", keep_empty: bool = False) -> dict[str, Any]:
+    """Nested dicts to dotted keys; leaves (including lists) kept as values; an empty dict a value of its own
+    with ``keep_empty``, else dropped."""
     out: dict[str, Any] = {}
     for k, v in data.items():
         path = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten_keys(v, path + "."))
+        if isinstance(v, dict) and (v or not keep_empty):
+            out.update(flatten_keys(v, path + ".", keep_empty))
         else:
             out[path] = v
     return out

@@ -521,7 +521,7 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
 MISSPELLING_RATIO = 0.8
 
 
-def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
+def config_file_settings(flavor: Flavor, path: str, overrides: list[tuple[str, Any]] | tuple = ()) -> ConfigFileKeys:
     """The settings a ``--config`` file gives ``flavor`` (:class:`ConfigFileKeys`).
 
     A full training configuration is accepted. The flavor's sections are the first components of its
@@ -540,7 +540,7 @@ def config_file_settings(flavor: Flavor, path: str) -> ConfigFileKeys:
       keys is refused, any other key there is ignored (named ``SECTION.*``)."""
     from ..config import load_config_file
 
-    return config_settings(flavor, load_config_file(path), path)
+    return config_settings(flavor, load_config_file(path, overrides), path)
 
 
 def _near_miss(key: str, names: list[str], present) -> bool:
@@ -568,13 +568,15 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
         if k == "flavor":  # the file's `flavor: NAME[@RELEASE]` (config_file_flavor)
             continue
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
-            if isinstance(v, str) and "${" in v:  # an interpolation load_config_file could not resolve
+            if isinstance(v, str) and ("${" in v or v == "???"):  # an interpolation load_config_file could not
+                # resolve, or OmegaConf's mandatory value left to the command line
                 unresolved.append((k, v))
             else:
                 taken.append((k, v))
             continue
-        if v is None and any(name.startswith(k + ".") for name in known):
-            continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null): none set
+        if (v is None or v == {}) and any(name.startswith(k + ".") for name in [*known, *flavor.open_prefixes]):
+            continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null) or empty
+            # (a recorded `columns: {}`): none set
         parts = k.split(".")
         if parts[0] not in read:
             # a near miss of a section the file also holds is a section of its own (AReaL's econfig beside gconfig)
@@ -616,14 +618,16 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     flavor = fa.flavor
     items = []
     if config_file:
-        found = config_file_settings(flavor, config_file)
+        found = config_file_settings(flavor, config_file, settings)  # --set first, as the trainers' overrides
         items = _old_names_first(flavor, found.taken)
         set_here = {flavor.aliases.get(k, k) for k, _ in settings}
         for k, v in found.unresolved:
             if flavor.aliases.get(k, k) not in set_here:
-                raise AdvcliError(f"config file {config_file}: key {k!r} is {v}, which names no key of the file "
-                                  "(the trainer fills it from its own defaults or environment, which advcli does "
-                                  "not read)", hint=f"give the value: --set {k}=VALUE")
+                why = ("OmegaConf's mandatory value, which the trainer's command line must give" if v == "???" else
+                       "which advcli cannot resolve: an environment variable, a resolver other than NeMo's add, mul, "
+                       "div and max, or a key the file does not hold")
+                raise AdvcliError(f"config file {config_file}: key {k!r} is {v}, {why}",
+                                  hint=f"give the value: --set {k}=VALUE")
         if file_keys is not None:
             file_keys.append(found)
     items += _old_names_first(flavor, settings)

@@ -371,7 +371,7 @@ def test_a_key_the_file_also_holds_is_no_misspelling(tmp_path):
     assert given == {"orchestrator.algo.type": "grpo"} and "orchestrator.*" in found[0].ignored_keys
     cfg = tmp_path / "config.yaml"
     cfg.write_text("actor:\n  max_new_tokens: ${gconfig.max_new_tokens}\n")
-    with pytest.raises(AdvcliError, match=r"actor.max_new_tokens.*names no key of the file"):
+    with pytest.raises(AdvcliError, match=r"actor.max_new_tokens.*a key the file does not hold"):
         resolve("areal", [], str(cfg))
     _, given = resolve("areal", [("actor.max_new_tokens", 2048)], str(cfg))  # the hint's --set gives it
     assert given["actor.max_new_tokens"] == 2048
@@ -458,3 +458,58 @@ def test_skyrl_whole_config(tmp_path, capsys):
     cfg.write_text(SKYRL_BASE_YAML.replace("advantage_estimator:", "advantage_estimater:"))
     code, _, err = run_main(["explain", "--flavor", "skyrl", "--config", cfg], capsys)
     assert code == 2 and "'trainer.algorithm.advantage_estimater'" in err and "Traceback" not in err
+
+
+def test_config_files_merge_and_resolve_as_omegaconf_and_nemo_do(tmp_path):
+    """NeMo's load_config_with_inheritance (nemo_rl/utils/config.py @7ea279ab) and OmegaConf: `_override_` replaces
+    a top-level section only (deeper, the sections merge and the marker stays a key, which the flavor ignores); a
+    child's `???` keeps the parent's value; NeMo's resolvers mul and max compute, nested in each other; `${..x}` is
+    a key of the value's parent section; a whole section can be interpolated; an empty table stays a value."""
+    from advcli.config import load_config_file
+
+    (tmp_path / "parent.yaml").write_text(
+        "grpo:\n  normalize_rewards: false\n  adv_estimator:\n    name: grpo\n    normalize_rewards: false\n"
+        "    use_leave_one_out_baseline: false\nloss_fn:\n  reference_policy_kl_penalty: 0.01\n"
+        "  reference_policy_kl_type: k3\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("defaults: parent.yaml\ngrpo:\n  adv_estimator:\n    _override_: true\n    name: gdpo\n"
+                     "loss_fn:\n  _override_: true\n  reference_policy_kl_penalty: ???\n")
+    flat = load_config_file(str(child))
+    assert flat["grpo.adv_estimator.name"] == "gdpo" and flat["grpo.adv_estimator.normalize_rewards"] is False
+    assert flat["grpo.adv_estimator._override_"] is True  # merged, not replaced: the marker stays
+    assert "loss_fn.reference_policy_kl_type" not in flat  # the top-level section replaced whole
+    assert flat["loss_fn.reference_policy_kl_penalty"] == "???"  # nothing under it any more to keep
+    child.write_text("defaults: parent.yaml\ngrpo:\n  adv_estimator:\n    normalize_rewards: ???\n")
+    assert load_config_file(str(child))["grpo.adv_estimator.normalize_rewards"] is False  # the parent's
+    child.write_text("grpo:\n  normalize_rewards: true\n  advantage_clip_high: ${mul:2,1.5}\n"
+                     "  advantage_clip_low: ${mul:-1,${grpo.advantage_clip_high}}\n"
+                     "  adv_estimator:\n    normalize_rewards: ${..normalize_rewards}\n"
+                     "    lam: ${max:0.9,${presets.lam}}\n    text: lam=${presets.lam}\n"
+                     "  shape: ${presets.shape}\npresets:\n  lam: 0.95\n  shape:\n    minus_baseline: false\n"
+                     "    kl: ${presets.lam}\nenv:\n  home: ${oc.env:HOME}\n  loop: ${env.loop}\n"
+                     "length_penalty: {}\n")
+    flat = load_config_file(str(child))
+    assert flat["grpo.advantage_clip_high"] == 3.0 and flat["grpo.advantage_clip_low"] == -3.0
+    assert flat["grpo.adv_estimator.normalize_rewards"] is True
+    assert flat["grpo.adv_estimator.lam"] == 0.95 and flat["grpo.adv_estimator.text"] == "lam=0.95"
+    assert flat["grpo.shape.minus_baseline"] is False and flat["grpo.shape.kl"] == 0.95  # a section, resolved too
+    assert flat["env.home"] == "${oc.env:HOME}" and flat["env.loop"] == "${env.loop}"  # as written
+    assert flat["length_penalty"] == {}
+    # the command line's overrides come before the interpolations (NeMo's run_grpo.py, Hydra): what interpolates
+    # an overridden key follows it; a key the file lacks is not added
+    flat = load_config_file(str(child), [("presets.lam", 0.8), ("grpo.normalize_rewards", False), ("new.key", 1)])
+    assert flat["grpo.shape.kl"] == 0.8 and flat["grpo.adv_estimator.lam"] == 0.9
+    assert flat["grpo.adv_estimator.normalize_rewards"] is False and "new.key" not in flat
+
+
+def test_set_reaches_the_keys_that_interpolate_it(tmp_path):
+    """NeMo's ppo config interpolating gae_lambda_value from gae_lambda: --set gae_lambda=0.8 moves both, as NeMo's
+    command-line override does (the returns' λ too, not only the advantages')."""
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text("ppo:\n  adv_estimator:\n    name: gae\n    gae_lambda: 0.95\n"
+                   "    gae_lambda_value: ${ppo.adv_estimator.gae_lambda}\n")
+    out, given = resolve("nemo", [("ppo.adv_estimator.gae_lambda", 0.8)], str(cfg))
+    assert given["ppo.adv_estimator.gae_lambda"] == 0.8 and given["ppo.adv_estimator.gae_lambda_value"] == 0.8
+    assert out["estimator"]["lam"] == 0.8 and out["estimator"]["returns_lam"] == 0.8

@@ -55,6 +55,14 @@ class Flavor:
     # file (the run's saved config.yaml) a key there that is not the flavor's is ignored and listed, unless it
     # is a near miss of one of the flavor's keys (refused as a misspelling); --set still refuses them
     mixed_sections: tuple[str, ...] = ()
+    # (a --config file's flat keys, its path) -> the settings the trainer's own config code derives from them,
+    # taken after the file's keys (--set still wins): NeMo RL's PPO config without ppo.adv_estimator runs
+    # PPOConfig's default gae; ROLL's RLVRConfig overwrites actor_infer's num_return_sequences with
+    # num_return_sequences_in_group. It may refuse the file (ROLL's agentic pipeline config)
+    file_settings: Callable[[dict[str, Any], str], list[tuple[str, Any]]] | None = None
+    # a section given as an empty table in a --config file -> the setting that means (prime-rl's pydantic
+    # `length_penalty = {}` is LinearLengthPenaltyConfig() with its defaults: the penalty on)
+    empty_tables: dict[str, tuple[str, Any]] = field(default_factory=dict)
     # (native values, defaults filled) -> one line saying why the estimator that runs has another name than
     # the one the user chose (ROLL adv_estimator=grpo runs reinforce_plus_plus), or None
     estimator_note: Callable[[dict[str, Any]], str | None] | None = None
@@ -497,15 +505,21 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
     ``orchestrator``). None where the default flavor does as well as any, or nothing tells (the default flavor
     then runs, as without the file). advcli's extension keys (``advcli.*``), every flavor's, tell none apart.
     Two other flavors told alike are refused: the file does not say which it is."""
+    flavors = listed()
+    read = {fl.name: {k.split(".")[0] for k in [*fl.keys, *fl.open_prefixes]} | set(fl.mixed_sections)
+            for fl in flavors}
+
     def score(flavor: Flavor) -> tuple[int, int]:
         try:
             got = config_settings(flavor, values, path)
         except AdvcliError:  # a key this flavor would refuse as its own misspelt: not its file
             return 0, 0
+        # its trainer sections that no other flavor reads (SkyRL's generator, not its trainer: TRL's key too)
+        own = set(flavor.mixed_sections).difference(*(r for name, r in read.items() if name != flavor.name))
         return (sum(1 for k, _ in got.taken + got.unresolved if not k.startswith("advcli.")),
-                sum(1 for k in values if k.split(".")[0] in flavor.mixed_sections))
+                sum(1 for k in values if k.split(".")[0] in own))
 
-    scores = {fl.name: score(fl) for fl in listed()}
+    scores = {fl.name: score(fl) for fl in flavors}
     best = max(scores.values())
     if scores[DEFAULT] == best:
         return None
@@ -540,7 +554,11 @@ def config_file_settings(flavor: Flavor, path: str, overrides: list[tuple[str, A
       keys is refused, any other key there is ignored (named ``SECTION.*``)."""
     from ..config import load_config_file
 
-    return config_settings(flavor, load_config_file(path, overrides), path)
+    values = load_config_file(path, overrides)
+    found = config_settings(flavor, values, path)
+    if flavor.file_settings is not None:  # what the trainer's config code derives from the file (or refuses)
+        found.taken += flavor.file_settings(values, path)
+    return found
 
 
 def _near_miss(key: str, names: list[str], present) -> bool:
@@ -567,6 +585,10 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
     for k, v in values.items():
         if k == "flavor":  # the file's `flavor: NAME[@RELEASE]` (config_file_flavor)
             continue
+        if v == {}:  # an empty table: a switch of its own where the flavor says so (prime-rl's
+            if k in flavor.empty_tables:  # `length_penalty = {}`: on, with its defaults), else nothing set
+                taken.append(flavor.empty_tables[k])
+            continue
         if k in known or any(k.startswith(p) for p in flavor.open_prefixes):
             if isinstance(v, str) and ("${" in v or v == "???"):  # an interpolation load_config_file could not
                 # resolve, or OmegaConf's mandatory value left to the command line
@@ -574,9 +596,8 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
             else:
                 taken.append((k, v))
             continue
-        if (v is None or v == {}) and any(name.startswith(k + ".") for name in [*known, *flavor.open_prefixes]):
-            continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null) or empty
-            # (a recorded `columns: {}`): none set
+        if v is None and any(name.startswith(k + ".") for name in known):
+            continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null): none set
         parts = k.split(".")
         if parts[0] not in read:
             # a near miss of a section the file also holds is a section of its own (AReaL's econfig beside gconfig)

@@ -67,6 +67,11 @@ KEYS = {
         "overlong_filtering": Key(False, "truncated rows get sample mask 0 (out of the loss and, from #3837, of "
                                   "grpo's group statistics): give them response_mask 0, or run on the dump, whose "
                                   "sample_loss_mask holds it", None, "bool"),
+        "seq_logprob_error_threshold": Key(None, "rows whose mean exp|generation − train log-prob| over their "
+                                           "tokens exceeds it get sample mask 0 before the estimator (grpo.py "
+                                           "compute_and_apply_seq_logprob_error_masking L2513-2610): not reproduced "
+                                           "from a Parquet input, taken as done in a train_data_step dump", None,
+                                           "float"),
         "use_dynamic_sampling": Key(False, "drops groups of zero reward std from the batch and refills it: the "
                                     "group estimators give those groups 0 anyway; the batch whitening of "
                                     "reinforce_plus_plus and raw_reward spans the rows given", None, "bool"),
@@ -122,9 +127,13 @@ def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
                                                   "assistant message's token count, or stop_properly_penalty_coef "
                                                   "on truncated rows) is not reproduced"),
                        ("overlong_filtering", "NeMo's overlong_filtering gives truncated rows sample mask 0, which "
-                                              "advcli reads from the rows' masks, not from this key")):
-        if v[f"{loop}.{name}"]:
-            raise AdvcliError(f"key {loop}.{name}=true: {what}",
+                                              "advcli reads from the rows' masks, not from this key"),
+                       ("seq_logprob_error_threshold", "NeMo's sequence log-prob error masking gives the rows over "
+                                                       "the threshold sample mask 0, which advcli reads from the "
+                                                       "rows' masks, not from this key")):
+        value = v[f"{loop}.{name}"]
+        if value not in (None, False):
+            raise AdvcliError(f"key {loop}.{name}={'true' if value is True else value}: {what}",
                               hint="run on NeMo's train_data_step dump, whose rewards and masks hold it; or give "
                                    "the shaped rewards (and response_mask 0 on filtered rows) in the input and "
                                    "--set advcli.rewards_shaped=true")
@@ -262,6 +271,15 @@ RELEASES = (
             note="with #4158 and #3837"),
 )
 
+def _ppo_config_estimator(values: dict, path: str) -> list[tuple[str, str]]:
+    """A PPO training config (a ppo section, no grpo one) that names no ppo.adv_estimator runs PPOConfig's default,
+    gae with λ 0.95, γ 1 and normalisation (ppo.py L197-207 @7ea279ab): the key advcli reads the loop from."""
+    sections = {k.split(".")[0] for k in values}
+    if "ppo" in sections and "grpo" not in sections and "ppo.adv_estimator.name" not in values:
+        return [("ppo.adv_estimator.name", "gae")]
+    return []
+
+
 FLAVOR = Flavor(
     title="NeMo RL",  # the framework's name in prose (help, docs)
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
@@ -271,6 +289,7 @@ FLAVOR = Flavor(
     # advantage keys (grpo.num_prompts_per_step, loss_fn.ratio_clip_min, ...; examples/configs/*.yaml @7ea279ab):
     # ignored there, a near miss of one of the flavor's keys still refused
     mixed_sections=("grpo", "ppo", "loss_fn"),
+    file_settings=_ppo_config_estimator,
     open_prefixes=(LENGTH_PENALTY,),  # taken whatever its keys, so that a length penalty is refused, not ignored
     # the train_data_step dumps are written by the legacy grpo_train / async_grpo_train loops (grpo.py L3651,
     # L5279 @7ea279ab), whose compute_advantage call passes no valid_mask (L3289-3301): #3837 reached the

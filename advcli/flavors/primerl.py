@@ -120,6 +120,20 @@ RELEASES = (
                  "2026-08-31/09-02, advantage code unchanged): primerl-stream"),
 )
 
+def _file_settings(values: dict, path: str) -> list:
+    """An rl.toml giving one of its env sources an algorithm of its own ([orchestrator.train.source.algo]; the
+    orchestrator runs each env's rows with its source's algorithm, else the top-level one: orchestrator.py L239,
+    L563-568 @559b4477) is refused: advcli runs one algorithm over the whole input."""
+    sources = values.get("orchestrator.train.source")
+    named = [s.get("name", f"source {i}") for i, s in enumerate(sources or []) if isinstance(s, dict) and "algo" in s]
+    if named:
+        raise AdvcliError(f"config file {path}: orchestrator.train.source {', '.join(map(str, named))} has an "
+                          "algorithm of its own; advcli runs one algorithm over the whole input",
+                          hint="split the dump by env and run each part with its source's algorithm "
+                               "(--set orchestrator.algo.type=...)")
+    return []
+
+
 FLAVOR = Flavor(
     title="prime-rl",  # the framework's name in prose (help, docs)
     name="prime-rl",
@@ -128,6 +142,9 @@ FLAVOR = Flavor(
     # an rl.toml's [orchestrator] holds the whole orchestrator (batch_size, group_size, train.sampling, eval, ...)
     # beside [orchestrator.algo]: ignored there, a near miss of an algo key still refused
     mixed_sections=("orchestrator",),
+    # `length_penalty = {}` is LinearLengthPenaltyConfig() with its defaults (configs/algorithm.py L95-107)
+    empty_tables={P + "length_penalty": (P + "length_penalty.type", "linear")},
+    file_settings=_file_settings,
     notes="Credit per rollout group (cohort = prompt_id, per step) over its trainable traces only: a row with "
           "trainable=false or no mask=1 token is left out of every statistic and gets 0.0. grpo/echo: A = r − "
           "mean (float32, no std; a cohort of one gets 0), optionally with the length penalty s = r − "

@@ -21,6 +21,8 @@ A flavor holds no math: this module only maps ROLL's keys onto the canonical con
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
@@ -161,6 +163,28 @@ RELEASES = (
             note="the commit advcli was matched against"),
 )
 
+AGENTIC_SECTIONS = ("train_env_manager", "val_env_manager", "custom_envs")  # AgenticConfig's, not RLVRConfig's
+
+
+def _file_settings(values: dict, path: str) -> list[tuple[str, Any]]:
+    """What ROLL's config code derives from a config file: RLVRConfig.__post_init__ overwrites actor_infer's
+    num_return_sequences with num_return_sequences_in_group (roll/pipeline/rlvr/rlvr_config.py L163 @8eb27cc2),
+    so where the file gives both the latter is the group size. (Where it gives actor_infer's alone, ROLL runs its
+    default of 1; advcli takes it as --set takes it, the group size the file evidently means.) An agentic
+    pipeline's config (its env managers) is refused: that pipeline scores trajectories with agentic_reward_norm
+    (roll/pipeline/agentic/utils.py L99-152: reward_normalization.grouping, 0 where the group's std ≤ 1e-6) and its
+    own estimators, not the RLVR chain."""
+    agentic = sorted({k.split(".")[0] for k in values} & set(AGENTIC_SECTIONS))
+    if agentic:
+        raise AdvcliError(f"config file {path}: {', '.join(agentic)} make it a config of ROLL's agentic pipeline, "
+                          "whose reward normalisation (agentic_reward_norm, by trajectory group) and estimators advcli "
+                          "does not reproduce; --flavor roll is ROLL's RLVR pipeline",
+                          hint="give the RLVR pipeline's config (examples/*/rlvr_config*.yaml)")
+    if N_KEY not in values or "num_return_sequences_in_group" not in values:
+        return []
+    return [(N_KEY, values["num_return_sequences_in_group"])]
+
+
 FLAVOR = Flavor(
     title="ROLL",  # the framework's name in prose (help, docs)
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
@@ -176,7 +200,7 @@ FLAVOR = Flavor(
     dump_settings={"roll-dump": ((("advcli.reward_dtype", "float16"),),
                                  "ROLL's rollout dump (its scores come from ROLL's reward workers, which emit "
                                  "float16)")},
-    group_size_key=N_KEY, estimator_note=estimator_note,
+    group_size_key=N_KEY, estimator_note=estimator_note, file_settings=_file_settings,
     notes="RLVR chain run once per domain of each step (domains in order of first appearance; every batch "
           "statistic is per domain); groups are positional blocks of n rows of a domain; reward norm on the "
           "[G, n] reshape: (r − μ)/(σ + 1e-6) with torch.std unbiased, a group of one gives NaN with a group "

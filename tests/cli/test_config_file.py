@@ -150,8 +150,9 @@ def test_flat_flavor_config(tmp_path, capsys):
     # examples/*/rlvr_config.yaml set model_args, strategy_args and more generating_args there), a near miss of
     # num_return_sequences is refused
     cfg.write_text("exp_name: qwen_rlvr\nmax_steps: 500\npretrain: Qwen/Qwen2.5-7B\nadv_estimator: reinforce\n"
+                   "num_return_sequences_in_group: 8\n"
                    "actor_infer:\n  model_args:\n    flash_attn: fa2\n  generating_args:\n"
-                   "    num_return_sequences: 8\n    temperature: 0.99\n")
+                   "    num_return_sequences: ${num_return_sequences_in_group}\n    temperature: 0.99\n")
     found: list = []
     c, given = resolve("roll", [], str(cfg), found)
     assert given["actor_infer.generating_args.num_return_sequences"] == 8 and "actor_infer.*" in found[0].ignored_keys
@@ -513,3 +514,61 @@ def test_set_reaches_the_keys_that_interpolate_it(tmp_path):
     out, given = resolve("nemo", [("ppo.adv_estimator.gae_lambda", 0.8)], str(cfg))
     assert given["ppo.adv_estimator.gae_lambda"] == 0.8 and given["ppo.adv_estimator.gae_lambda_value"] == 0.8
     assert out["estimator"]["lam"] == 0.8 and out["estimator"]["returns_lam"] == 0.8
+
+
+def test_a_nemo_ppo_config_without_its_estimator_runs_ppo_defaults(tmp_path):
+    """NeMo's PPOConfig defaults adv_estimator to gae (λ 0.95, γ 1, normalised; ppo.py L197-207 @7ea279ab): a PPO
+    config naming none is PPO's gae, not the GRPO loop advcli runs when ppo.adv_estimator.name is unset."""
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text("ppo:\n  num_prompts_per_step: 8\n  ppo_epochs: 2\nloss_fn:\n  reference_policy_kl_penalty: 0.0\n")
+    out, _ = resolve("nemo", [], str(cfg))
+    assert out["estimator"]["name"] == "gae" and out["estimator"]["lam"] == 0.95 and out["estimator"]["gamma"] == 1.0
+    cfg.write_text("grpo:\n  num_prompts_per_step: 8\n")  # a GRPO config: the GRPO loop
+    out, _ = resolve("nemo", [], str(cfg))
+    assert out["estimator"]["name"] == "grpo_loo"
+
+
+def test_roll_group_size_is_num_return_sequences_in_group(tmp_path):
+    """ROLL's RLVRConfig.__post_init__ overwrites actor_infer.generating_args.num_return_sequences with
+    num_return_sequences_in_group (roll/pipeline/rlvr/rlvr_config.py L163 @8eb27cc2): the latter wins in a file
+    giving both; actor_infer's alone is the group size, as --set takes it; --set still wins over the file."""
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "rlvr.yaml"
+    n_key = "actor_infer.generating_args.num_return_sequences"
+    cfg.write_text("adv_estimator: grpo\nnum_return_sequences_in_group: 8\n"
+                   "actor_infer:\n  generating_args:\n    num_return_sequences: 4\n")
+    assert resolve("roll", [], str(cfg))[1][n_key] == 8
+    assert resolve("roll", [(n_key, 4)], str(cfg))[1][n_key] == 4
+    cfg.write_text("adv_estimator: grpo\nactor_infer:\n  generating_args:\n    num_return_sequences: 8\n")
+    assert resolve("roll", [], str(cfg))[1][n_key] == 8
+    cfg.write_text("adv_estimator: grpo\nnum_return_sequences_in_group: 4\n")
+    assert resolve("roll", [], str(cfg))[1][n_key] == 4
+
+
+def test_prime_rl_and_roll_config_semantics(tmp_path):
+    """prime-rl: `length_penalty = {}` is LinearLengthPenaltyConfig() (configs/algorithm.py L95-107 @559b4477), the
+    penalty on with its default weights; an env source with an algorithm of its own is refused (advcli runs one
+    over the input); an rl.toml's empty [trainer] table is no setting of TRL's `trainer` key. ROLL: an agentic
+    pipeline's config (its env managers) is refused, not run through the RLVR chain."""
+    from advcli.config import load_config_file
+    from advcli.errors import AdvcliError
+    from advcli.flavors import flavor_of_config, resolve
+
+    cfg = tmp_path / "rl.toml"
+    cfg.write_text('[orchestrator]\ngroup_size = 8\n[orchestrator.algo]\ntype = "grpo"\n'
+                   "[orchestrator.algo.length_penalty]\n[trainer]\n")
+    out, given = resolve("prime-rl", [], str(cfg))
+    assert given["orchestrator.algo.length_penalty.type"] == "linear"
+    assert out["estimator"]["length_penalty"] == [0.25, 0.1, 0.1]
+    assert flavor_of_config(load_config_file(str(cfg)), str(cfg)) == "prime-rl"
+    cfg.write_text('[orchestrator.algo]\ntype = "grpo"\n[[orchestrator.train.source]]\nname = "a"\n'
+                   '[[orchestrator.train.source]]\nname = "b"\n[orchestrator.train.source.algo]\ntype = "opd"\n')
+    with pytest.raises(AdvcliError, match="orchestrator.train.source b has an algorithm of its own"):
+        resolve("prime-rl", [], str(cfg))
+    cfg = tmp_path / "agentic.yaml"
+    cfg.write_text("adv_estimator: grpo\ntrain_env_manager:\n  num_env_groups: 8\n  group_size: 8\n")
+    with pytest.raises(AdvcliError, match="train_env_manager make it a config of ROLL's agentic pipeline"):
+        resolve("roll", [], str(cfg))

@@ -304,6 +304,9 @@ def test_reward_scaling_maps_the_reward_and_each_component(tmp_path, estimator):
     ({"grpo.reward_shaping.enabled": True, "grpo.reward_shaping.stop_properly_penalty_coef": 0.5},
      "grpo.reward_shaping.enabled=true"),
     ({"grpo.overlong_filtering": True}, "grpo.overlong_filtering=true"),
+    # grpo.py compute_and_apply_seq_logprob_error_masking: sample mask 0 on the rows over the threshold
+    ({"grpo.seq_logprob_error_threshold": 2.0}, "grpo.seq_logprob_error_threshold=2.0"),
+    ({"ppo.adv_estimator.name": "gae", "ppo.seq_logprob_error_threshold": 1.5}, "ppo.seq_logprob_error_threshold=1.5"),
     ({"ppo.adv_estimator.name": "gae", "ppo.reward_shaping.enabled": True}, "ppo.reward_shaping.enabled=true"),
     ({"grpo.invalid_tool_call_advantage": -1.0}, "grpo.invalid_tool_call_advantage=-1.0"),
     ({"grpo.length_penalty.longest_total_penalty": 0.5}, "grpo.length_penalty.longest_total_penalty"),

@@ -501,9 +501,10 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
     """With neither --flavor nor ``flavor:`` in the file: the flavor whose settings a --config file's keys
     (``values``, flat) are. The flavor reading the most of them wins (a NeMo RL ``grpo_math_1B.yaml``: nemo, whose
     keys ``grpo.*`` and ``loss_fn.*`` it holds); between as many, the one whose trainer sections
-    (``mixed_sections``) hold the most keys (a prime-rl ``rl.toml`` that keeps the advantage defaults: its
-    ``orchestrator``). None where the default flavor does as well as any, or nothing tells (the default flavor
-    then runs, as without the file). advcli's extension keys (``advcli.*``), every flavor's, tell none apart.
+    (``mixed_sections``) that no other flavor reads hold the most keys (a prime-rl ``rl.toml`` that keeps the
+    advantage defaults: its ``orchestrator``; not SkyRL's ``trainer``, a name TRL reads too). None where the
+    default flavor does as well as any, or nothing tells (the default flavor then runs, as without the file).
+    advcli's extension keys (``advcli.*``), every flavor's, tell none apart.
     Two other flavors told alike are refused: the file does not say which it is."""
     flavors = listed()
     read = {fl.name: {k.split(".")[0] for k in [*fl.keys, *fl.open_prefixes]} | set(fl.mixed_sections)

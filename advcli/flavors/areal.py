@@ -245,6 +245,9 @@ FLAVOR = Flavor(
     # the trial's saved config.yaml (AReaL's save_config: the whole experiment) is a --config file as it is:
     # its actor section is PPOActorConfig, mostly training settings advcli does not read
     mixed_sections=("actor", "gconfig"),
+    # `adv_norm: {}` is NormConfig() with its defaults (to_structured_cfg, api/cli_args.py L3534-3541 @cbff54d6),
+    # a truthy section: the normalisation runs (ppo/actor.py L79-81), batch mean and std
+    empty_tables={f"actor.{s}": (f"actor.{s}.mean_level", "batch") for s in ("adv_norm", "reward_norm")},
     notes="One chain for every algorithm: overlong penalty → clip((r + bias)·scaling, ±clip) → reward_norm → "
           "−kl_ctl·clamp(k(lp, ref), ±10) on trained tokens (on by default: kl_ctl 0.1, ref = 0 without a ref "
           "column) → GAE over the trained tokens (V = 0 without values; the outcome on a masked last token is "

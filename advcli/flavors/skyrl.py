@@ -120,9 +120,6 @@ def _check(v: dict) -> None:
     if v["generator.step_wise_trajectories"] and v[A + "loss_reduction"] == "token_mean_legacy":
         raise AdvcliError(f"key {A}loss_reduction=token_mean_legacy is not supported with step-wise training "
                           "(SkyRL validate_cfg refuses it)", hint=f"use {A}loss_reduction=token_mean")
-    if v[A + "loss_reduction"] == "seq_mean_token_sum_norm" and v[A + "max_seq_len"] is None:
-        raise AdvcliError(f"key {A}loss_reduction=seq_mean_token_sum_norm needs {A}max_seq_len: SkyRL's "
-                          "validate_cfg refuses it without one", hint=f"set {A}max_seq_len")
     if v[A + "use_kl_in_reward"] and v[A + "kl_ctrl.type"] == "adaptive":
         horizon = v[A + "kl_ctrl.horizon"]
         if horizon is None or horizon <= 0:  # get_kl_controller raises ValueError
@@ -230,6 +227,16 @@ RELEASES = (
     Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0 (run): the advantage code of commit a9564572"),
 )
 
+def _release_check(v: dict, release: Release, asked: str | None) -> None:
+    """loss_reduction=seq_mean_token_sum_norm without max_seq_len: SkyRL's validate_cfg refuses it from 0.2.0 on
+    (train/utils/utils.py L323 @skyrl-v0.2.0); 0.1.0's SkyRLTrainConfig.__post_init__ fills it in as
+    max_input_length + max_generate_length (skyrl/train/config/config.py L713-722 @skyrl-v0.1.0)."""
+    if v[A + "loss_reduction"] == "seq_mean_token_sum_norm" and v[A + "max_seq_len"] is None \
+            and release.name != "0.1.0":
+        raise AdvcliError(f"key {A}loss_reduction=seq_mean_token_sum_norm needs {A}max_seq_len: SkyRL's "
+                          "validate_cfg refuses it without one (from 0.2.0)", hint=f"set {A}max_seq_len")
+
+
 FLAVOR = Flavor(
     title="SkyRL",  # the framework's name in prose (help, docs)
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
@@ -237,7 +244,7 @@ FLAVOR = Flavor(
     keys=KEYS, translate=translate, releases=RELEASES, estimator_key=A + "advantage_estimator",
     # SkyRL's whole config (ppo_base_config.yaml, or a run's saved config): trainer holds the placement, the
     # models and the loss besides trainer.algorithm, generator the sampling besides n_samples_per_prompt
-    mixed_sections=("trainer", "generator"),
+    mixed_sections=("trainer", "generator"), release_check=_release_check,
     notes="Groups by uid (prompt_id) anywhere in the step. The estimators see every response position "
           "(observation tokens included): grpo/rloo/maxrl write their value on all L_i positions, reinforce++ "
           "and gae scan every position and whiten over all of them (unbiased, rsqrt(var + 1e-8)), not re-masked; "

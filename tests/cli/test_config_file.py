@@ -572,3 +572,17 @@ def test_prime_rl_and_roll_config_semantics(tmp_path):
     cfg.write_text("adv_estimator: grpo\ntrain_env_manager:\n  num_env_groups: 8\n  group_size: 8\n")
     with pytest.raises(AdvcliError, match="train_env_manager make it a config of ROLL's agentic pipeline"):
         resolve("roll", [], str(cfg))
+
+
+def test_areal_empty_norm_section_is_normconfig_defaults(tmp_path):
+    """AReaL's `adv_norm: {}` is NormConfig() (to_structured_cfg, areal/api/cli_args.py L3534-3541 @cbff54d6), a
+    truthy section: PPOActor normalises (ppo/actor.py L79-81) with the batch mean and std, as if mean_level=batch
+    were given; the same for reward_norm."""
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("actor:\n  kl_ctl: 0.0\n  adv_norm: {}\n  reward_norm: {}\n")
+    got, _ = resolve("areal", [], str(cfg))
+    want, _ = resolve("areal", [("actor.kl_ctl", 0.0), ("actor.adv_norm.mean_level", "batch"),
+                                ("actor.reward_norm.mean_level", "batch")])
+    assert got == want and got["estimator"]["norm"] is not None and got["reward"]["norm"] is not None

@@ -444,6 +444,16 @@ def test_refusals(tmp_path, settings, match):
         _run(tmp_path, settings)
 
 
+def test_seq_mean_token_sum_norm_without_max_seq_len_runs_at_0_1_0():
+    """SkyRL 0.1.0's SkyRLTrainConfig.__post_init__ fills max_seq_len in (skyrl/train/config/config.py L713-722
+    @skyrl-v0.1.0) and its validate_cfg has no such check: the setting runs there; from 0.2.0 it is refused."""
+    from advcli.flavors import resolve
+
+    resolve("skyrl@0.1.0", [(A + "loss_reduction", "seq_mean_token_sum_norm")])
+    with pytest.raises(AdvcliError, match="max_seq_len"):
+        resolve("skyrl@0.2.0", [(A + "loss_reduction", "seq_mean_token_sum_norm")])
+
+
 def test_loss_side_keys_are_accepted_and_change_nothing(tmp_path):
     base, _ = _run(tmp_path, {})
     same, _ = _run(tmp_path, {A + "loss_reduction": "prompt_mean", A + "zero_variance_filter": True,

@@ -245,6 +245,10 @@ FLAVOR = Flavor(
     # SkyRL's whole config (ppo_base_config.yaml, or a run's saved config): trainer holds the placement, the
     # models and the loss besides trainer.algorithm, generator the sampling besides n_samples_per_prompt
     mixed_sections=("trainer", "generator"), release_check=_release_check,
+    # named on its own in a --config file's summary: it drops (filter) or replaces (replace) the flat groups
+    # before compute_advantages_and_returns (trainer.py L372 @a9564572); the group estimators give those groups
+    # 0 anyway, and advantage_batch_normalize spans the rows given (a dump holds the rows kept)
+    unread=(A + "dynamic_sampling",),
     notes="Groups by uid (prompt_id) anywhere in the step. The estimators see every response position "
           "(observation tokens included): grpo/rloo/maxrl write their value on all L_i positions, reinforce++ "
           "and gae scan every position and whiten over all of them (unbiased, rsqrt(var + 1e-8)), not re-masked; "

@@ -448,7 +448,8 @@ def test_skyrl_whole_config(tmp_path, capsys):
         assert code == 0, err
         rep = json.loads(stdout)
         assert rep["flavor"].startswith("skyrl") and rep["estimator"]["name"] == "rloo"
-        assert {"trainer.*", "generator.*"} <= set(rep["config_file"]["ignored_keys"])
+        ignored = set(rep["config_file"]["ignored_keys"])
+        assert {"trainer.*", "generator.*", "trainer.algorithm.dynamic_sampling"} <= ignored
         got = [row[0] for row in pq.read_table(out).column("advantages").to_pylist()]
         assert np.allclose(got, [1.0 - 0.25, 0.0 - 0.75, 0.5 - 0.5, 0.0], rtol=1e-6, atol=1e-6)
     import advcli

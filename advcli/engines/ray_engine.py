@@ -79,7 +79,7 @@ from ..pipeline import (
 from ..pipeline.observe import RunObserver
 from ..pipeline.output import SIDECAR_ROW
 from ..pipeline.plan import RunState, open_and_plan
-from ..pipeline.rows import row_table_pass
+from ..pipeline.rows import kl_rows, row_table_pass
 from ..pipeline.run import finish_result, wants_positions
 from .ray_moments import gather_moments, moments_batch, step_whitening
 from .ray_output import (
@@ -234,7 +234,8 @@ class _Worker:
         if self.observer is not None:  # this chunk's partial statistics, not its tokens
             import ray
 
-            p = self._maker().partials(first, layout, mask, adv, ret, tlr, tok, vbase=vbase)
+            p = self._maker().partials(first, layout, mask, adv, ret, tlr, tok, vbase=vbase,
+                                       kl_rows=kl_rows(sub.table, 0, len(grow)))
             ray.get(self.observer.add.remote(first, len(grow), p))
         rb = output_batch(plan, batch, self.base_fields, self.out_schema, adv, ret, tlr, offsets, 0, extra)
         t = pa.Table.from_batches([rb], schema=self.out_schema)

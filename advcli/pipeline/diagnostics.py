@@ -388,9 +388,11 @@ class Diagnostics:
         for r in first_rows[:max(MAX_EXAMPLES - len(self.nonfinite["examples"]), 0)]:
             self.nonfinite["examples"].append({"row": row0 + int(r)})
 
-    def token_findings(self, row0: int, layout: Ragged, mask: torch.Tensor, tok: dict) -> dict:
+    def token_findings(self, row0: int, layout: Ragged, mask: torch.Tensor, tok: dict,
+                       kl_rows: torch.Tensor | None = None) -> dict:
         """The checks of one chunk's token columns that do not read its advantages (KL clamps, token
-        scores on masked tokens), as counts and the first examples in row order:
+        scores on masked tokens; ``kl_rows``: bool [B], the rows whose KL term counts, :func:`advcli.pipeline.rows.
+        kl_rows`), as counts and the first examples in row order:
         ``{"kl_in": ..., "kl_out": ..., "tls_dropped": ...}``, added to the run by :meth:`add_chunk`.
         Reads only this object's settings, so the statistics pass's workers call it on one of their own."""
         layout = layout.to("cpu")
@@ -419,6 +421,8 @@ class Diagnostics:
                 if m is None:
                     m = mask.detach().to("cpu") > 0
                 f = flag & m if c.mask else flag
+                if kl_rows is not None:  # kl.skip_flat_groups: those rows' KL term is 0
+                    f = f & layout.broadcast(kl_rows.to("cpu"))
                 if not bool(f.any()):
                     continue
                 acc["count"] += int(f.sum())

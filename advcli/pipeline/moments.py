@@ -20,7 +20,7 @@ from .grouping import scope_where
 from .observe import ChunkObservations, observe_tokens, observes_returns_early
 from .plan import Plan, RunState
 from .read import TRIM_EVERY, ChunkReader, roles_to_columns
-from .rows import Prepared, row_kl_sums
+from .rows import Prepared, kl_rows, row_kl_sums
 from .spill import open_spill
 from .tokens import chunk_final, chunk_math, token_chunk
 
@@ -120,7 +120,8 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: i
             entry = CachedChunk(batch.num_rows, adv, ret[1], tlr, row_kl)
             if observe:  # the write pass then reads no input column (see the docstring)
                 entry.offsets, entry.mask = offsets, (mask > 0).cpu()
-                entry.seen = observe_tokens(plan, res.scopes.num_groups, row0, layout, mask, ret[1], tlr, tok)
+                entry.seen = observe_tokens(plan, res.scopes.num_groups, row0, layout, mask, ret[1], tlr, tok,
+                                            kl_rows(res.table, row0, batch.num_rows))
         else:
             adv, _, tlr, mask = chunk_math(plan, res, layout, tok, row0, apply_whiten=False, rewards_only=rewards)
         v = tlr if rewards else adv

@@ -49,7 +49,8 @@ def observes_returns_early(plan) -> bool:
     return plan.run.advantage.returns != "advantages"
 
 
-def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, tlr, tok: dict) -> ChunkObservations:
+def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, tlr, tok: dict,
+                   kl_rows=None) -> ChunkObservations:
     """The chunk's :class:`ChunkObservations`, computed where its token columns are decoded (the
     statistics pass's workers): the same functions :meth:`RunObserver.add` runs, so its figures
     are the same when it adds them in row order. ``ret``: the final returns (see
@@ -60,7 +61,7 @@ def observe_tokens(plan, num_scopes: int, row0: int, layout: Ragged, mask, ret, 
     values = tok.get("values") if "values" in plan.token_roles else None
     figures = chunk_figures(layout, m, ret, tlr, values, padded=bool(getattr(plan, "padded", False)),
                             one_scope=max(num_scopes, 1) == 1)
-    findings = Diagnostics(**diagnostics_settings(plan)).token_findings(row0, layout, mask, tok)
+    findings = Diagnostics(**diagnostics_settings(plan)).token_findings(row0, layout, mask, tok, kl_rows)
     return ChunkObservations(figures, findings)
 
 
@@ -109,7 +110,8 @@ class PartialMaker:
         self.diag = Diagnostics(**diagnostics_settings(plan))
 
     def partials(self, row0: int, layout: Ragged, mask, adv, ret, tlr, tok: dict,
-                 seen: ChunkObservations | None = None, vbase: np.ndarray | None = None) -> ChunkPartials:
+                 seen: ChunkObservations | None = None, vbase: np.ndarray | None = None,
+                 kl_rows=None) -> ChunkPartials:
         """Rows ``row0 ..`` of the run: their final token values (``seen``: see :meth:`RunObserver.add`).
         ``vbase``: each row's first valid token's place among the run's, where the maker was given no
         ``valid_len`` (a Ray worker that knows its batch's place, not every row's)."""
@@ -121,7 +123,7 @@ class PartialMaker:
             positions = position_sums(layout.offsets.detach().numpy(),
                                       adv.detach().to(device="cpu", dtype=torch.float32).numpy(),
                                       (mask.detach() != 0).to("cpu").numpy())
-        findings = seen.findings if seen is not None else self.diag.token_findings(row0, layout, mask, tok)
+        findings = seen.findings if seen is not None else self.diag.token_findings(row0, layout, mask, tok, kl_rows)
         if self.row_path:
             m = mask.detach().to("cpu") > 0 if self.collector.padded else None
             seq_reward, resp_len = row_reward_and_length(layout, m, tlr, self.collector.padded)
@@ -223,7 +225,10 @@ class RunObserver:
             seen: ChunkObservations | None = None) -> None:
         """One chunk's final values. ``seen``: what :func:`observe_tokens` found in the chunk's token
         columns when they were decoded in an earlier pass (``tok``, ``ret`` and ``tlr`` are then not read)."""
-        self.add_partials(row0, self.maker.partials(row0, layout, mask, adv, ret, tlr, tok, seen=seen))
+        from .rows import kl_rows
+
+        self.add_partials(row0, self.maker.partials(row0, layout, mask, adv, ret, tlr, tok, seen=seen,
+                                                    kl_rows=kl_rows(self.res.table, row0, layout.num_rows)))
 
     def partial_settings(self) -> dict:
         """What :class:`PartialMaker` needs to make this run's :class:`ChunkPartials` away from the

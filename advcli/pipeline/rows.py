@@ -38,6 +38,13 @@ def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
 KL_SKIPPED = "kl_skipped"  # the row table's column of the rows kl.skip_flat_groups takes the KL term from
 
 
+def kl_rows(table, row0: int, count: int) -> torch.Tensor | None:
+    """bool [count]: which of the table's rows row0.. keep their KL term; None where every row does (no
+    kl.skip_flat_groups): the KL diagnostics leave the others out, as their KL is 0."""
+    skipped = table.columns.get(KL_SKIPPED)
+    return None if skipped is None else ~skipped[row0:row0 + count].to(torch.bool)
+
+
 def flat_rule(plan: Plan) -> str | None:
     """``kl.skip_flat_groups`` where it acts: KL in the reward from a row reward (SkyRL's zero_variance_filter
     runs on response-level rewards only), else None."""

@@ -143,6 +143,33 @@ def test_kl_clamps_counted(tmp_path):
     assert [e["row"] for e in _diag(res, "kl_input_clamp")["examples"]] == [0, 1]
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 4])
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce++"])  # reinforce++ whitens: a moments pass observes
+def test_kl_clamps_leave_out_the_rows_whose_kl_is_skipped(tmp_path, chunk_rows, estimator):
+    """SkyRL's zero_variance_filter with use_kl_in_reward zeroes the flat groups' loss masks before the KL penalty
+    (kl.skip_flat_groups): their KL term is 0, so their clamped tokens are not counted. Group a (1, 1) is flat,
+    group b (1, 0) is not; k3 clamps ref − old to ±20 (input) and the value to ±10 (output)."""
+    lp = [[-1.0, -30.0], [-40.0, -1.0], [-1.0, -30.0], [-1.0, -1.0]]
+    ref = [[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-26.0, -1.0]]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "b", "b"], "reward": pa.array([1.0, 1.0, 1.0, 0.0], pa.float32()),
+                             "response_mask": pa.array([[1, 1]] * 4, pa.list_(pa.int8())),
+                             "old_log_probs": pa.array(lp, pa.list_(pa.float32())),
+                             "ref_log_probs": pa.array(ref, pa.list_(pa.float32()))}), src)
+    a = "trainer.algorithm."
+    settings = {a + "use_kl_in_reward": True, a + "use_kl_loss": False, a + "kl_estimator_type": "k3",
+                a + "advantage_estimator": estimator}
+    for flat, rows in ((False, [0, 1, 2, 3]), (True, [2, 3])):
+        res = advcli.run(str(src), tmp_path / "o.parquet", flavor="skyrl", force=True, chunk_rows=chunk_rows,
+                         settings={**settings, a + "zero_variance_filter": flat})
+        x = np.array(ref, dtype=np.float64)[rows] - np.array(lp)[rows]
+        k3 = np.exp(np.clip(x, -20, 20)) - np.clip(x, -20, 20) - 1
+        assert _diag(res, "kl_input_clamp")["count"] == int((np.abs(x) > 20).sum())
+        assert _diag(res, "kl_output_clamp")["count"] == int((np.abs(k3) > 10).sum())
+        clamped = [r for r, row in zip(rows, np.abs(x)) if row.max() > 20]
+        assert [e["row"] for e in _diag(res, "kl_input_clamp")["examples"]] == clamped
+
+
 def test_reward_normalisation_stage_is_checked_too(tmp_path):
     """Group z-score of the row reward on the [G, n] reshape before a token-level estimator (ROLL
     reward_norm): 0.9×3 gives 0.0596 in float32 (spec/README.md §3, ROLL grpo row, confirmed with

@@ -125,13 +125,26 @@ def load_config_file(path: str, overrides: list[tuple[str, Any]] | tuple = ()) -
     parse is refused naming the file and the line and column of the error."""
     tree = _load_tree(path, ())
     for key, value in overrides:
-        *parents, last = str(key).split(".")
-        node = tree
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and last in node:  # a key the file holds (one it lacks no interpolation names)
-            node[last] = value
+        found = _walk(tree, tuple(str(key).split(".")))
+        if found is not None:  # a key the file holds (one it lacks no interpolation names)
+            parent, last = found
+            parent[last] = value
     return flatten_keys(_resolved(tree), keep_empty=True)
+
+
+def _walk(tree: dict, parts: tuple) -> tuple[dict, str] | None:
+    """(the mapping that holds it, its name there) of the key ``parts`` in a nested configuration whose
+    mappings may also hold dotted names (``actor.kl_ctl:`` beside ``actor: {...}``), or None."""
+    for j in range(len(parts), 0, -1):
+        name = ".".join(parts[:j])
+        if name in tree:
+            if j == len(parts):
+                return tree, name
+            if isinstance(tree[name], dict):
+                found = _walk(tree[name], parts[j:])
+                if found is not None:
+                    return found
+    return None
 
 
 def _load_tree(path: str, seen: tuple) -> dict:
@@ -186,12 +199,10 @@ def _resolved(tree: dict) -> dict:
     def lookup(ref: str, where: tuple, depth: int):
         dots = len(ref) - len(ref.lstrip("."))
         path = (where[:len(where) - dots] if dots else ()) + tuple(ref[dots:].split("."))
-        node: Any = tree
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                return _UNRESOLVED
-            node = node[part]
-        return resolve(node, path, depth + 1)
+        found = _walk(tree, path)
+        if found is None:
+            return _UNRESOLVED
+        return resolve(found[0][found[1]], path, depth + 1)
 
     def evaluate(inner: str, where: tuple, depth: int):
         name, colon, args = inner.partition(":")

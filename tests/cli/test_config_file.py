@@ -502,6 +502,11 @@ def test_config_files_merge_and_resolve_as_omegaconf_and_nemo_do(tmp_path):
     flat = load_config_file(str(child), [("presets.lam", 0.8), ("grpo.normalize_rewards", False), ("new.key", 1)])
     assert flat["grpo.shape.kl"] == 0.8 and flat["grpo.adv_estimator.lam"] == 0.9
     assert flat["grpo.adv_estimator.normalize_rewards"] is False and "new.key" not in flat
+    # dotted names (the flat style --set uses) are found by interpolations and overrides alike
+    child.write_text("a.b.c: 1\nx: ${a.b.c}\nsec:\n  k.j: 2\n  r: ${sec.k.j}\n")
+    assert load_config_file(str(child)) == {"a.b.c": 1, "x": 1, "sec.k.j": 2, "sec.r": 2}
+    assert load_config_file(str(child), [("a.b.c", 5), ("sec.k.j", 7)]) == {"a.b.c": 5, "x": 5, "sec.k.j": 7,
+                                                                            "sec.r": 7}
 
 
 def test_set_reaches_the_keys_that_interpolate_it(tmp_path):

@@ -474,13 +474,16 @@ def _some(names: list[str], most: int = 12) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def config_file_flavor(path: str, flavor: str | FlavorAt | None) -> str | FlavorAt | None:
+def config_file_flavor(path: str, flavor: str | FlavorAt | None, values: dict[str, Any] | None = None
+                       ) -> str | FlavorAt | None:
     """The flavor a run uses given ``--flavor`` (``flavor``, None when not given) and a ``--config`` file that
     may name one (``flavor: nemo@7ea279a``): --flavor wins; the file's release is taken where --flavor names
-    the same flavor with no release; two different flavors are refused."""
+    the same flavor with no release; two different flavors are refused; with neither, the flavor whose keys the
+    file holds (:func:`flavor_of_config`). ``values``: the file as ``load_config_file`` read it, where the caller
+    has it already."""
     from ..config import load_config_file
 
-    values = load_config_file(path)
+    values = load_config_file(path) if values is None else values
     named = values.get("flavor")
     if named is None:
         return flavor if flavor is not None else flavor_of_config(values, path)
@@ -507,8 +510,7 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
     advcli's extension keys (``advcli.*``), every flavor's, tell none apart.
     Two other flavors told alike are refused: the file does not say which it is."""
     flavors = listed()
-    read = {fl.name: {k.split(".")[0] for k in [*fl.keys, *fl.open_prefixes]} | set(fl.mixed_sections)
-            for fl in flavors}
+    read = {fl.name: set(read_sections(fl)) for fl in flavors}
 
     def score(flavor: Flavor) -> tuple[int, int]:
         try:
@@ -534,6 +536,13 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
 
 # an unknown top-level name this close to a section the flavor reads is taken for a misspelling of it
 MISSPELLING_RATIO = 0.8
+
+
+def read_sections(flavor: Flavor) -> list[str]:
+    """The top-level sections of a config file the flavor reads keys from (sorted): the first parts of its keys,
+    old names and open prefixes; its mixed sections are among them."""
+    known = [*flavor_keys(flavor), *flavor.aliases, *flavor.open_prefixes]
+    return sorted({k.split(".")[0] for k in known})
 
 
 def config_file_settings(flavor: Flavor, path: str, overrides: list[tuple[str, Any]] | tuple = ()) -> ConfigFileKeys:
@@ -580,7 +589,7 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
     import difflib
 
     known = {**flavor_keys(flavor), **dict.fromkeys(flavor.aliases)}
-    read = sorted({k.split(".")[0] for k in known} | {p.split(".")[0] for p in flavor.open_prefixes})
+    read = read_sections(flavor)
     sections_given = {k.split(".")[0] for k in values}
     taken, sections, keys, unresolved = [], [], [], []
     for k, v in values.items():

@@ -12,6 +12,7 @@ from ..figures import ChunkFigures, FigureCollector, chunk_figures
 from ..figures.arrays import to_numpy
 from ..figures.collector import row_reward_and_length
 from ..ops.ragged import Ragged
+from .rows import kl_rows
 from .tokens import chunk_final, row_level_tokens
 
 
@@ -225,8 +226,6 @@ class RunObserver:
             seen: ChunkObservations | None = None) -> None:
         """One chunk's final values. ``seen``: what :func:`observe_tokens` found in the chunk's token
         columns when they were decoded in an earlier pass (``tok``, ``ret`` and ``tlr`` are then not read)."""
-        from .rows import kl_rows
-
         self.add_partials(row0, self.maker.partials(row0, layout, mask, adv, ret, tlr, tok, seen=seen,
                                                     kl_rows=kl_rows(self.res.table, row0, layout.num_rows)))
 

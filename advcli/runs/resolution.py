@@ -72,16 +72,14 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
     settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
     inferred = None
     if config:  # a --config file may name the flavor (flavor: nemo@7ea279a) or hold its keys; --flavor wins
-        asked, flavor = flavor, config_file_flavor(config, flavor)
-        if asked is None and flavor is not None:
-            from ..config import load_config_file
-
-            inferred = None if "flavor" in load_config_file(config) else flavor
-    if flavor is None and config:  # a --config file that names the default flavor's estimator: none picked for it
         from ..config import load_config_file
 
-        if at(DEFAULT).flavor.estimator_key in load_config_file(config):
-            flavor = DEFAULT
+        values = load_config_file(config)  # read once here (resolve reads it again, with the --set overrides)
+        asked, flavor = flavor, config_file_flavor(config, flavor, values)
+        if asked is None and flavor is not None and "flavor" not in values:
+            inferred = flavor
+        if flavor is None and at(DEFAULT).flavor.estimator_key in values:
+            flavor = DEFAULT  # a file that names the default flavor's estimator: none picked for it
     fa, settings, chosen = default_settings(flavor, inputs, settings)
     file_keys: list = []
     cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)

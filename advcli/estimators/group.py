@@ -242,12 +242,15 @@ def passk_row(table: RowTable, p: dict) -> torch.Tensor:
         raise AdvcliError(f"grpo_passk needs at least 2 samples per group; row {bad} is alone in its group "
                           "(verl raises ValueError here)")
     out = torch.zeros_like(s)
-    for _n, _ids, mat in g.buckets():
+    # torch.std(rewards) of each group's own 1-D stack (L525): a [G_n, n] std(dim=1) can differ in the last bits,
+    # which a near-tie group's tiny std magnifies
+    std = g.std_1d(s, g.mean_f32(s)) if p["norm_by_std"] else None
+    for _n, ids, mat in g.buckets():
         vals = s[mat]  # [G_n, n]
         top, top_idx = torch.topk(vals, 2, dim=1)
         adv = top[:, 0] - top[:, 1]
-        if p["norm_by_std"]:
-            adv = adv / (vals.std(dim=1) + p["eps"])
+        if std is not None:
+            adv = adv / (std[ids.to(s.device)] + p["eps"])
         out[mat.gather(1, top_idx[:, :1]).squeeze(1)] = adv
     return out
 

@@ -445,6 +445,28 @@ def test_passk_singleton_is_refused(tmp_path):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_passk_divides_by_each_groups_own_torch_std(tmp_path):
+    """compute_grpo_passk_outcome_advantage (core_algos.py L525 @1dda039b) divides by torch.std(rewards) of the
+    group's own 1-D stack. In a near-tie group (seven 1.0 and one 1.00001, float32) the std is ~3.5e-6, so the
+    last bits of the std show in the advantage: a [groups, n] std(dim=1) gave 2.205472 where verl gives 2.205193
+    (1.3e-4 apart). The expectation is the formula with torch.std of the 1-D group, computed here."""
+    import torch
+
+    near = [1.0, 1.0, 1.0, 1.0, 1.0, 1.00001, 1.0, 1.0]
+    other = [0.0, 1.0, 0.5, 0.25, 0.0, 0.0, 0.75, 0.5]
+    src = tmp_path / "in.parquet"
+    _write(src, {"prompt_id": ["a"] * 8 + ["b"] * 8, "reward": near + other, "response_mask": [[1]] * 16})
+    t, _ = run_table(src, tmp_path / "o.parquet", "verl", {"algorithm.adv_estimator": "grpo_passk"})
+    got = [row[0] for row in t.column("advantages").to_pylist()]
+    r = torch.tensor(near, dtype=torch.float32)
+    top = torch.topk(r, 2).values
+    want = float((top[0] - top[1]) / (torch.std(r) + 1e-6))
+    assert got[5] == pytest.approx(want, rel=1e-6)
+    rb = torch.tensor(other, dtype=torch.float32)
+    assert got[9] == pytest.approx(float((1.0 - 0.75) / (torch.std(rb) + 1e-6)), rel=1e-6)
+    assert [x for i, x in enumerate(got) if i not in (5, 9)] == [0.0] * 14
+
+
 def test_k3_clamps_by_hand(tmp_path):
     """k3: x = clamp(ref − lp, ±20); kl = clamp(e^x − x − 1, ±10). Log-ratios of ±24 give exactly 10."""
     data = {"prompt_id": ["a"], "reward": [0.0], "response_mask": [[1, 1, 1]],

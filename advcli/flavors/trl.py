@@ -149,13 +149,9 @@ def translate(v: dict) -> dict:
         raise AdvcliError(f"key multi_objective_aggregation={v['multi_objective_aggregation']}: TRL before 0.27.0 "
                           "sums the weighted rewards and normalizes (normalize_then_sum came in 0.27.0, #4785)",
                           hint="use --flavor trl@0.27.0 or newer")
-    if v["multi_objective_aggregation"] == "normalize_then_sum" and not v["reward_funcs"]:
-        # GDPO z-scores each reward function's column on its own (grpo_trainer.py L2710-2720 @f2cd5771): the
-        # single reward column (a dump's sum of the functions) would be one function, silently another result
-        raise AdvcliError("key multi_objective_aggregation=normalize_then_sum z-scores each reward function on its "
-                          "own: name their columns with reward_funcs",
-                          hint="--set 'reward_funcs=[acc,fmt]' (`advcli inspect DUMP` names them on TRL's "
-                               "completions dump; a single function: --set 'reward_funcs=[reward]')")
+    # normalize_then_sum without reward_funcs: the reward column is the one reward function (GDPO over K=1, as TRL
+    # runs a single function); a TRL completions dump with several functions names them itself (its records show
+    # reward_funcs: formats/trl.py), so its summed reward column is never z-scored as if it were one function
     # a reward function's None is NaN (grpo_trainer.py L1663); 1.6.0+ (#5902): nan-aware stats. 0.16.0-1.5.1:
     # nansum counts it 0 (a row with none at all scores 0); before 0.16.0 (#3079) TRL cannot take a None
     # (torch.tensor raises), so a NaN reward is refused as advcli does by default

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 
-from . import Context, Format
+from . import Context, Format, shown_setting
 from ._common import F32, F64, I64, STR, schema_record, text_key
 
 FIXED = ("step", "prompt", "completion", "advantage")
@@ -50,9 +50,12 @@ def read(path: str, ctx: Context):
     if key != funcs:
         raise ctx.error(None, f"reward-function columns {funcs} differ from {key} in the first file")
     if "noted" not in ctx.state:
-        ctx.notes.append(f"reward = unweighted nansum of {', '.join(funcs)} (weights: --flavor trl --set "
-                         f"'reward_funcs=[{','.join(funcs)}]' --set 'reward_weights=[...]')")
+        ctx.notes.append(f"reward = unweighted nansum of {', '.join(funcs)}" + (
+            f" (--flavor trl reads the {len(funcs)} functions themselves, as TRL does; to weight them: --set "
+            f"'reward_funcs=[{','.join(funcs)}]' --set 'reward_weights=[...]')" if len(funcs) > 1 else ""))
         ctx.state["noted"] = True
+        if len(funcs) > 1:  # TRL's reward_funcs, in its column order: GDPO and the weights need each function
+            shown_setting(ctx, "reward_funcs", funcs)
     row_no = -1  # a Parquet row, counted from 0 as advcli's own Parquet messages count them
     run, prev = -1, object()
     for batch in parquet_batches(f, ctx.path, batch_size=4096):

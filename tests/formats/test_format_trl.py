@@ -437,16 +437,56 @@ def test_the_dump_reward_is_trls_float32_sum_and_integer_columns_are_not_rewards
     assert code == 0, err
 
 
-def test_normalize_then_sum_needs_the_function_columns(dump, tmp_path, capsys):
-    """GDPO z-scores each function on its own: the dump's summed reward column is not the functions."""
+def gdpo(funcs, weights, steps):
+    """TRL's normalize_then_sum (grpo_trainer.py L2710-2720 @f2cd5771), in float64: each function z-scored in its
+    group of G (Bessel std + 1e-4), the weighted sum, then z-scored over the step's batch (Bessel std + 1e-4)."""
+    out = []
+    for rows in steps:
+        summed = np.zeros(len(rows))
+        for f, w in zip(funcs, weights):
+            for g in range(0, len(rows), G):
+                block = np.array([f[i] for i in rows[g:g + G]])
+                summed[g:g + G] += w * (block - block.mean()) / (block.std(ddof=1) + 1e-4)
+        out += list((summed - summed.mean()) / (summed.std(ddof=1) + 1e-4))
+    return out
+
+
+def test_normalize_then_sum_reads_the_dump_functions(dump, tmp_path, capsys):
+    """GDPO z-scores each function on its own: on TRL's dump advcli reads the function columns the dump shows
+    (its summed reward column is not a function), with or without reward_funcs, and weights them."""
     d, _ = dump
-    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "trl",
-                             "--set", "multi_objective_aggregation=normalize_then_sum"], capsys)
-    assert code == 2 and "reward_funcs" in err and not (tmp_path / "o.parquet").exists()
-    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "trl",
-                             "--set", "multi_objective_aggregation=normalize_then_sum",
-                             "--set", "reward_funcs=[accuracy_reward,format_reward]"], capsys)
-    assert code == 0, err
+    t = pd.concat([pd.read_parquet(f) for f in sorted(d.glob("*.parquet"))], ignore_index=True)
+    steps = [list(range(0, 12)), list(range(12, 24))]
+    funcs = [t["accuracy_reward"].tolist(), t["format_reward"].tolist()]
+    outs = {}
+    for name, extra in (("dump", []), ("named", ["--set", "reward_funcs=[accuracy_reward,format_reward]"]),
+                        ("weighted", ["--set", "reward_funcs=[accuracy_reward,format_reward]",
+                                      "--set", "reward_weights=[1.0,0.5]"])):
+        out = tmp_path / f"{name}.parquet"
+        code, _, err = run_main(["run", d, "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
+                                 "--set", "multi_objective_aggregation=normalize_then_sum", *extra], capsys)
+        assert code == 0, err
+        outs[name] = pq.read_table(out).column("advantages").to_pylist()
+        said = "reward_funcs=['accuracy_reward', 'format_reward'] from the dump's records" in " ".join(err.split())
+        assert said == (name == "dump"), err  # the summary says where the functions came from
+    assert outs["dump"] == outs["named"]
+    assert np.allclose(outs["dump"], gdpo(funcs, (1.0, 1.0), steps), rtol=1e-5, atol=1e-5)
+    assert np.allclose(outs["weighted"], gdpo(funcs, (1.0, 0.5), steps), rtol=1e-5, atol=1e-5)
+    # the summed reward z-scored as one function is another result: what the dump's functions prevent
+    assert not np.allclose(outs["dump"], gdpo([list(np.add(*funcs))], (1.0,), steps), atol=1e-3)
+
+
+def test_normalize_then_sum_on_one_reward_column(tmp_path):
+    """advcli's own Parquet with its single reward column: the one reward function TRL would run GDPO over."""
+    rng = np.random.default_rng(5)
+    r = [float(x) for x in rng.choice([0.0, 0.25, 1.0], 16)]
+    path = tmp_path / "in.parquet"
+    pd.DataFrame({"prompt_id": [f"p{i // G}" for i in range(16)], "reward": r,
+                  "response_mask": [[1, 1]] * 16}).to_parquet(path)
+    advcli.run(str(path), tmp_path / "o.parquet", flavor="trl",
+               settings={"num_generations": G, "multi_objective_aggregation": "normalize_then_sum"})
+    got = [row[0] for row in pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()]
+    assert np.allclose(got, gdpo([r], (1.0,), [list(range(16))]), rtol=1e-5, atol=1e-5)
 
 
 def test_one_process_sees_the_dump_as_it_is_now(tmp_path):

@@ -19,8 +19,8 @@ FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                       help=f"Whose semantics: {flavor_names_text()}; @RELEASE picks an upstream release or commit "
                            "(nemo@7ea279a; default: the newest advcli verified; `advcli explain --flavor NAME "
                            "--history` lists them). "
-                           "Default: the trainer whose keys the config file holds, else verl, GRPO when the dump "
-                           "has prompt_id. On a trainer's own dump, keys not "
+                           "Default: the trainer whose keys the config file holds, else the trainer whose dump INPUT "
+                           "is, else verl, GRPO when the dump has prompt_id. On a trainer's own dump, keys not "
                            "set take what the dump tells (the group size; AReaL: the trial's saved config.yaml "
                            "beside it, else AReaL's defaults), said in the summary; a default that cannot run "
                            "there stops, naming the setting that runs.")

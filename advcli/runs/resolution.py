@@ -80,6 +80,13 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
             inferred = flavor
         if flavor is None and at(DEFAULT).flavor.estimator_key in values:
             flavor = DEFAULT  # a file that names the default flavor's estimator: none picked for it
+    dump_note = None
+    if flavor is None and not config:  # a trainer's dump runs its trainer's semantics, as audit checks it
+        from ..audit.recompute import trainer_flavor
+
+        dumped, note = trainer_flavor(inputs)
+        if dumped is not None and dumped != at(DEFAULT).flavor.name:  # verl's: its estimator picked below
+            flavor, dump_note = dumped, note
     fa, settings, chosen = default_settings(flavor, inputs, settings)
     file_keys: list = []
     cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)
@@ -90,6 +97,8 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
     if inferred is not None:
         chosen = (f"{inferred} {cfg['estimator']['name']} (no --flavor: {os.path.basename(config)} holds "
                   f"{inferred}'s keys)")
+    elif dump_note is not None:
+        chosen = f"{fa.flavor.name} {cfg['estimator']['name']} (no --flavor: {dump_note})"
     return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None)
 
 

@@ -139,8 +139,10 @@ def test_command_and_library_give_the_same_run(dump, named, tmp_path, capsys):
     assert result.report["estimator"] == rep["estimator"]
     if named:
         assert result.chosen is None
-    else:
-        assert result.flavor == "verl"
+    else:  # a trainer's dump: its trainer's flavor, as audit checks it; verl's and advcli's own Parquet: the
+        # default flavor, verl, its estimator picked from the columns
+        assert result.flavor == flavor
+        assert ("no --flavor: flavor of the dump's trainer" in result.chosen) == (flavor != "verl")
 
 
 def test_the_default_flavor_says_what_it_chose(tmp_path, capsys):
@@ -290,3 +292,25 @@ def test_a_frame_of_pyarrow_dtypes_comes_back_with_them(tmp_path):
     plain = advcli.run(pd.read_parquet(SAMPLE), None, settings={"algorithm.adv_estimator": "grpo"}).to_pandas()
     assert back["advantages"].tolist() == [list(a) for a in plain["advantages"]]
     assert list(back.columns) == list(plain.columns)
+
+
+@pytest.mark.parametrize("dump", sorted(d for d in DUMPS if DUMPS[d][1] != "verl"))
+def test_a_trainers_dump_without_flavor_runs_its_trainers_flavor(dump, tmp_path):
+    """`advcli run DUMP` with no --flavor gives what `--flavor TRAINER` gives (as audit checks the dump), or the
+    same refusal, and says which flavor ran and why."""
+    build, flavor = DUMPS[dump]
+    src = build(tmp_path)
+    runs = {}
+    for key, name in (("named", flavor), ("none", None)):
+        try:
+            runs[key] = advcli.run(str(src), str(tmp_path / f"{key}.parquet"), flavor=name, device="cpu")
+        except AdvcliError as e:
+            runs[key] = e.message
+    if isinstance(runs["named"], str):
+        assert runs["none"] == runs["named"]
+        return
+    assert runs["none"].flavor == flavor and runs["none"].release == runs["named"].release
+    assert runs["none"].chosen.startswith(f"{flavor} ") and "no --flavor: flavor of the dump's trainer" in \
+        runs["none"].chosen
+    a, b = _columns(tmp_path / "named.parquet"), _columns(tmp_path / "none.parquet")
+    assert a and set(a) == set(b) and all(a[c].equals(b[c]) for c in a)

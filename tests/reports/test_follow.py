@@ -317,14 +317,17 @@ def _areal(d, s):  # one task file per prompt group, several groups a step
         (v / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 
-FORMATS = {"verl": (_verl, ""), "trl": (_trl, ""), "slime": (_slime, "rollout_data"), "areal": (_areal, "")}
+# no --flavor: each dump runs its trainer's flavor; AReaL's defaults put the KL in the reward, which a dump without
+# log-probs cannot give (and no config.yaml of the trial is beside it): its coefficient 0, as the refusal says
+FORMATS = {"verl": (_verl, "", []), "trl": (_trl, "", []), "slime": (_slime, "rollout_data", []),
+           "areal": (_areal, "", ["--set", "actor.kl_ctl=0"])}
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
 def test_run_follow_writes_each_step_as_the_finished_dump_gives_it(tmp_path, capsys, name):
     if name == "slime":
         pytest.importorskip("torch")
-    make, sub = FORMATS[name]
+    make, sub, keys = FORMATS[name]
     run = tmp_path / "run"
     d = run / sub if sub else run
     d.mkdir(parents=True)
@@ -335,13 +338,13 @@ def test_run_follow_writes_each_step_as_the_finished_dump_gives_it(tmp_path, cap
         make(d, 2)
 
     out_dir = tmp_path / "adv"
-    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "1.0"],
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "1.0", *keys],
                             capsys, writer)
     assert code == 0, err
     assert [x.split(":")[0] for x in lines(out)] == ["step 1", "step 2"]
     assert sorted(os.listdir(out_dir)) == ["follow-state.json", "step_1.parquet", "step_2.parquet"]
     whole = tmp_path / "whole.parquet"
-    code, _, err = run_main(["run", str(run), "-o", str(whole), "-q"], capsys)
+    code, _, err = run_main(["run", str(run), "-o", str(whole), "-q", *keys], capsys)
     assert code == 0, err
     want = pq.read_table(whole)
     got = pa.concat_tables([pq.read_table(out_dir / f"step_{s}.parquet") for s in (1, 2)])
@@ -602,7 +605,7 @@ def test_audit_follow_of_a_format_without_logged_advantages_says_so_at_once(tmp_
     """verl's rollout_data_dir and AReaL's dumps log no advantages: audit --follow refuses them as the one-off
     audit does, word for word (exit 2), as soon as the format is found, not through an estimator's error at the
     first step and not after waiting for it."""
-    make, _ = FORMATS[name]
+    make = FORMATS[name][0]
     run = tmp_path / "run"
     run.mkdir()
     make(run, 1)

@@ -313,6 +313,10 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     sizes = _group_sizes(inputs)
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
         fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
+    elif sizes and set(sizes) == {1}:  # the input's own groups are of one row: the trainer's default fits them
+        fix = (f"every prompt_id of the input has one row, so no group has a second response to compare with: "
+               f"add --set {key}=1 to run the trainer's groups of one all the same, or give each prompt's rows "
+               "one prompt_id")
     elif sizes:
         shown = _sizes_said(sizes)
         fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "

@@ -351,8 +351,13 @@ def test_opd_at_slimes_default_n1_runs(tmp_path):
     want = [[-0.5 * (lp - t) for lp, t in zip(r[4], r[7])] for r in rows]
     _close(adv, want)
     _close(ret, [[0.0] * len(r[3]) for r in rows])
-    with pytest.raises(AdvcliError, match="n_samples_per_prompt is not set and defaults to 1"):
+    with pytest.raises(AdvcliError, match="n_samples_per_prompt is not set and defaults to 1") as refused:
         _run(tmp_path, {}, rows=rows)
+    # every prompt_id of these rows is its own: the hint says so and names the key's value that runs them
+    assert "every prompt_id of the input has one row" in refused.value.hint
+    assert "{'n_samples_per_prompt': 1}" in refused.value.hint  # the library's words for --set KEY=1
+    adv, _, _ = _run(tmp_path, {"n_samples_per_prompt": 1}, rows=rows)  # slime's groups of one: centred to 0
+    _close(adv, [[0.0] * len(r[3]) for r in rows])
 
 
 def test_group_by_id_on_rollout_ordered_rows_gives_the_blocks_bits(tmp_path):

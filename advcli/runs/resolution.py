@@ -49,6 +49,15 @@ class RunChoice:
     config_file: Any = None
 
 
+def _keys_of(name: str, settings) -> bool:
+    """Whether every key of ``settings`` but advcli's own is a key of flavor ``name`` (or its alias)."""
+    from ..flavors import at, flavor_keys
+
+    fl = at(name).flavor
+    keys = flavor_keys(fl)
+    return all(fl.aliases.get(k, k) in keys for k, _ in settings if not k.startswith("advcli."))
+
+
 def check_precision(precision: str | None) -> str | None:
     """``--precision`` / ``precision=``: float32 or float64 (None: the configuration's, float32)."""
     if precision is not None and precision not in PRECISIONS:
@@ -85,7 +94,9 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
         from ..audit.recompute import trainer_flavor
 
         dumped, note = trainer_flavor(inputs)
-        if dumped is not None and dumped != at(DEFAULT).flavor.name:  # verl's: its estimator picked below
+        # verl's dump: the default flavor, its estimator picked below; --set keys that are the default flavor's and
+        # not the trainer's (algorithm.adv_estimator on a TRL dump) name the default flavor
+        if dumped is not None and dumped != DEFAULT and (_keys_of(dumped, settings) or not _keys_of(DEFAULT, settings)):
             flavor, dump_note = dumped, note
     fa, settings, chosen = default_settings(flavor, inputs, settings)
     file_keys: list = []

@@ -314,3 +314,14 @@ def test_a_trainers_dump_without_flavor_runs_its_trainers_flavor(dump, tmp_path)
         runs["none"].chosen
     a, b = _columns(tmp_path / "named.parquet"), _columns(tmp_path / "none.parquet")
     assert a and set(a) == set(b) and all(a[c].equals(b[c]) for c in a)
+
+
+def test_the_default_flavors_keys_on_a_trainers_dump_name_the_default_flavor(tmp_path):
+    """No --flavor, but --set keys that are verl's and not the dump's trainer's: the user wrote verl's settings,
+    so verl runs them (as before a dump's trainer chose the flavor); the trainer's own keys keep its flavor."""
+    src = DUMPS["trl"][0](tmp_path)
+    verl_keys = advcli.run(str(src), str(tmp_path / "v.parquet"), settings={"algorithm.adv_estimator": "rloo"},
+                           device="cpu")
+    assert verl_keys.flavor == "verl" and verl_keys.config["estimator"]["name"] == "rloo"
+    own_keys = advcli.run(str(src), str(tmp_path / "t.parquet"), settings={"scale_rewards": "batch"}, device="cpu")
+    assert own_keys.flavor == "trl" and own_keys.config["estimator"]["scale"] == "batch"

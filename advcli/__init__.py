@@ -86,8 +86,10 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     ``inputs``: a path, a list of paths/directories/globs, or an in-memory ``pyarrow.Table`` /
     ``pandas.DataFrame`` (with ``output=None`` its rows with the new columns come back in
     ``result.table``); ``output``: a path, or None to compute without writing; ``flavor``: ``NAME`` or
-    ``NAME@RELEASE`` (default: verl, its estimator chosen from the dump as ``advcli run`` chooses it: GRPO
-    with a ``prompt_id`` column, else GAE with ``values``; ``result.chosen`` says which); ``settings``: the
+    ``NAME@RELEASE`` (default, as ``advcli run`` chooses: the flavor a ``config`` file names or whose keys it
+    holds, else the flavor of the trainer whose dump ``inputs`` is, unless ``settings`` are verl's, else verl with
+    its estimator chosen from the dump: GRPO with a ``prompt_id`` column, else GAE with ``values``;
+    ``result.chosen`` says which); ``settings``: the
     flavor's own keys (``{"algorithm.adv_estimator": "gae"}``, ``--set``); ``estimator``: the estimator that
     runs instead of the flavor's (``--estimator``): a name, a ``"module:function"`` / ``"file.py:function"``
     reference, or a function (see :func:`estimator`); ``config``: a YAML/TOML file of settings (``--config``);
@@ -185,13 +187,14 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
           log_project: str | None = None, log_name: str | None = None, log_step_offset: int = 0):
     """Check logged advantages against advcli's recomputation, like ``advcli audit`` (the same resolution and
     the same audit): an :class:`advcli.results.notebook.AuditResult` (``.agree``; ``.table``: the worst rows).
-    ``flavor``: ``NAME`` or ``NAME@RELEASE``, default the dump's trainer (else verl, GRPO when the dump has
+    ``flavor``: ``NAME`` or ``NAME@RELEASE``, default as :func:`run` chooses (the one a ``config`` file names or
+    whose keys it holds, else the dump's trainer unless verl's keys are given, else verl, GRPO when the dump has
     prompt_id); ``settings``: the flavor's own keys (``--set``); ``estimator``: ``--estimator`` (a name, a
     reference, or a function); ``config``: a YAML/TOML file of settings (``--config``); ``against``: the logged
     column (default: where the trainer logged them; in Parquet ``advantages``, else ``advantage``);
     ``rtol``/``atol`` default as the command's (1e-4, 1e-5, ``atol`` widened where the dump may round its logged
     values); ``log``...: tracker targets, as :func:`run`; the rest as :func:`run` and the command's options."""
-    from .audit.recompute import audit_dump, check_tolerances, trainer_flavor
+    from .audit.recompute import audit_dump, check_tolerances
     from .formats import open_inputs
     from .io.frames import FrameInputs
     from .results.notebook import AuditResult
@@ -204,15 +207,14 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     estimator = _user_estimator(estimator)
     with FrameInputs() as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
-        flavor_note = None
-        if flavor is None:
-            flavor, flavor_note = trainer_flavor(specs)
-        # the command's resolution (advcli.commands.resolve: resolve_run), option for option
+        # the command's resolution (advcli.commands.resolve: resolve_run), option for option; without a flavor, the
+        # dump's trainer's
         choice = resolve_run(specs, flavor, list((settings or {}).items()), estimator=estimator,
                              config=None if config is None else str(config))
-        rep = audit_dump(specs, choice.flavor, choice.cfg, choice.native, dict(columns or {}), auto_note=choice.chosen,
-                         flavor_note=flavor_note, against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows,
-                         device=device, search=search, top=top)
+        rep = audit_dump(specs, choice.flavor, choice.cfg, choice.native, dict(columns or {}),
+                         auto_note=None if choice.dump_note else choice.chosen, flavor_note=choice.dump_note,
+                         against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device, search=search,
+                         top=top)
         rep = frames.named(stamp(rep, "audit"))
     if trackers:
         from .results.tracker import log_report

@@ -20,12 +20,12 @@ EPILOG = """
   advcli audit dump.parquet --flavor verl --set algorithm.adv_estimator=grpo --rtol 1e-3 --no-search --json
   advcli audit logs/exp_001 --follow --log tensorboard:runs --state audit-state.json
 
-A trainer's dump is audited with that trainer's flavor (unless --flavor) against the advantages it
-logged (NeMo RL's advantages, TRL's advantage, prime-rl's advantage); a Parquet file against its column
-`advantages`, else `advantage`. A column may hold one value per token (list) or per row. Exit code 0:
-every mask=1 value agrees within |logged − recomputed| <= atol + rtol·|recomputed|; 1: some do not (the
-worst rows are listed by file and line, the difference classified, and a configuration that reproduces
-the logged values named when one of the candidates does); 2: an error.
+A trainer's dump is audited with that trainer's flavor (unless --flavor or a --config file names another, as
+`advcli run` chooses) against the advantages it logged (NeMo RL's advantages, TRL's advantage, prime-rl's
+advantage); a Parquet file against its column `advantages`, else `advantage`. A column may hold one value per
+token (list) or per row. Exit code 0: every mask=1 value agrees within |logged − recomputed| <= atol +
+rtol·|recomputed|; 1: some do not (the worst rows are listed by file and line, the difference classified, and
+a configuration that reproduces the logged values named when one of the candidates does); 2: an error.
 """
 
 # ------------------------------------------------------------------------------------------ output
@@ -121,7 +121,7 @@ def audit_cmd(
     if report:
         check_report_path(report, inputs)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
-    from ..audit.recompute import audit_dump, check_tolerances, require_logged, trainer_flavor
+    from ..audit.recompute import audit_dump, check_tolerances, require_logged
     from ..formats import open_inputs
     from .progress import progress as _progress
     from .resolve import resolve_cli_config
@@ -138,11 +138,11 @@ def audit_cmd(
     try:
         inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)
         require_logged(inputs, against)
-        flavor_note = None
-        if flavor is None:
-            flavor, flavor_note = trainer_flavor(inputs)
+        dumped: list[str] = []  # without --flavor, the dump's trainer's semantics, as `advcli run` takes them
         flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None,
-                                                                     estimator=estimator)
+                                                                     estimator=estimator, dump_notes=dumped)
+        flavor_note = dumped[0] if dumped else None
+        auto_note = None if dumped else auto_note  # the settings checked, then why this flavor
         rep = audit_dump(inputs, flavor, cfg, native, columns, auto_note=auto_note, flavor_note=flavor_note,
                          against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device,
                          search=search, top=top, progress=cb)

@@ -409,13 +409,11 @@ class StepRunner:
             return
         from .resolve import resolve_cli_config
 
-        flavor, flavor_note = o.flavor, None
-        if o.command == "audit" and flavor is None:
-            from ..audit.recompute import trainer_flavor
-
-            flavor, flavor_note = trainer_flavor(specs)
-        flavor, cfg, native, columns, auto_note = resolve_cli_config(specs, flavor, o.set_, o.config, o.column,
-                                                                     None, estimator=o.estimator)
+        dumped: list[str] = []  # without --flavor, the dump's trainer's semantics (advcli.runs.resolution)
+        flavor, cfg, native, columns, auto_note = resolve_cli_config(specs, o.flavor, o.set_, o.config, o.column,
+                                                                     None, estimator=o.estimator, dump_notes=dumped)
+        flavor_note = dumped[0] if dumped and o.command == "audit" else None
+        auto_note = None if flavor_note else auto_note
         from ..config.runspec import RunSpec
 
         if RunSpec.from_config(cfg).grouping.scope == "all":

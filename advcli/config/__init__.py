@@ -336,7 +336,10 @@ def coerce(path: str, value: Any, key: Key) -> Any:
     except (TypeError, ValueError):
         raise AdvcliError(f"key {path}: {value!r} is not a valid {kind} ({key.doc})") from None
     if key.choices is not None and value not in key.choices:
-        raise AdvcliError(f"key {path}: unknown value {value!r}.{did_you_mean(value, key.choices)} "
+        # YAML 1.1 (PyYAML) reads an unquoted off/on/no/yes as a boolean: say so rather than show 'False'
+        told = (" (a YAML file reads an unquoted on/off/yes/no as true/false: quote the value)"
+                if kind == "str" and value in ("True", "False") else "")
+        raise AdvcliError(f"key {path}: unknown value {value!r}{told}.{did_you_mean(value, key.choices)} "
                           f"Valid: {', '.join(map(str, key.choices))}")
     return value
 

@@ -39,7 +39,8 @@ class RunChoice:
     """What a run was resolved to: the flavor at its release (:class:`advcli.flavors.FlavorAt`), the canonical
     configuration, the native settings given (coerced), what the dump told the flavor (one line each), the
     estimator chosen from the dump when none was named (``verl grpo (the dump has prompt_id)``, None when the
-    user chose), and what a ``--config`` file gave (:class:`advcli.flavors.ConfigFileKeys`, or None)."""
+    user chose), what a ``--config`` file gave (:class:`advcli.flavors.ConfigFileKeys`, or None), and why the
+    dump's trainer chose the flavor where it did (``flavor of the dump's trainer: ...``, None else)."""
 
     flavor: Any
     cfg: dict
@@ -47,6 +48,7 @@ class RunChoice:
     from_dump: list[str] = field(default_factory=list)
     chosen: str | None = None
     config_file: Any = None
+    dump_note: str | None = None
 
 
 def _keys_of(name: str, settings) -> bool:
@@ -56,6 +58,25 @@ def _keys_of(name: str, settings) -> bool:
     fl = at(name).flavor
     keys = flavor_keys(fl)
     return all(fl.aliases.get(k, k) in keys for k, _ in settings if not k.startswith("advcli."))
+
+
+def _names_default(dumped: str, settings, config: str | None, values: dict | None) -> bool:
+    """Whether the keys given name the default flavor rather than ``dumped``, the flavor of the dump's trainer:
+    ``--set`` keys (advcli's own aside) that are all the default flavor's and not all the trainer's
+    (``algorithm.adv_estimator`` on a TRL dump), or a ``--config`` file (``values``, flat) that no other flavor
+    reads more of (:func:`advcli.flavors.flavor_of_config` chose none) holding keys of the default flavor
+    (``algorithm.*``), or keys it refuses as its own misspelt (``algoritm.*``: its error, not the trainer's
+    silence)."""
+    from ..flavors import DEFAULT, at, config_settings
+
+    if values is not None:
+        try:
+            got = config_settings(at(DEFAULT).flavor, values, config)
+        except AdvcliError:
+            return True
+        if any(not k.startswith("advcli.") for k, _ in got.taken + got.unresolved):
+            return True
+    return _keys_of(DEFAULT, settings) and not _keys_of(dumped, settings)
 
 
 def check_precision(precision: str | None) -> str | None:
@@ -79,7 +100,7 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
 
     check_precision(precision)
     settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
-    inferred = None
+    inferred = values = None
     if config:  # a --config file may name the flavor (flavor: nemo@7ea279a) or hold its keys; --flavor wins
         from ..config import load_config_file
 
@@ -90,13 +111,12 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
         if flavor is None and at(DEFAULT).flavor.estimator_key in values:
             flavor = DEFAULT  # a file that names the default flavor's estimator: none picked for it
     dump_note = None
-    if flavor is None and not config:  # a trainer's dump runs its trainer's semantics, as audit checks it
+    if flavor is None:  # neither --flavor nor a --config file chose: a trainer's dump runs its trainer's semantics
         from ..audit.recompute import trainer_flavor
 
         dumped, note = trainer_flavor(inputs)
-        # verl's dump: the default flavor, its estimator picked below; --set keys that are the default flavor's and
-        # not the trainer's (algorithm.adv_estimator on a TRL dump) name the default flavor
-        if dumped is not None and dumped != DEFAULT and (_keys_of(dumped, settings) or not _keys_of(DEFAULT, settings)):
+        # verl's dump: the default flavor, its estimator picked below
+        if dumped is not None and dumped != DEFAULT and not _names_default(dumped, settings, config, values):
             flavor, dump_note = dumped, note
     fa, settings, chosen = default_settings(flavor, inputs, settings)
     file_keys: list = []
@@ -110,7 +130,7 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
                   f"{inferred}'s keys)")
     elif dump_note is not None:
         chosen = f"{fa.flavor.name} {cfg['estimator']['name']} (no --flavor: {dump_note})"
-    return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None)
+    return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None, dump_note)
 
 
 def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,

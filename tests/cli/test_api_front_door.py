@@ -325,3 +325,55 @@ def test_the_default_flavors_keys_on_a_trainers_dump_name_the_default_flavor(tmp
     assert verl_keys.flavor == "verl" and verl_keys.config["estimator"]["name"] == "rloo"
     own_keys = advcli.run(str(src), str(tmp_path / "t.parquet"), settings={"scale_rewards": "batch"}, device="cpu")
     assert own_keys.flavor == "trl" and own_keys.config["estimator"]["scale"] == "batch"
+
+
+# (--set pairs, --config file text or None) -> (flavor, estimator) both `run` and `audit` take on a TRL dump
+ROUTES = {
+    "nothing": ([], None, ("trl", "grpo_nan")),
+    "trl's --set key": (["scale_rewards=batch"], None, ("trl", "grpo_nan")),
+    "verl's --set key": (["algorithm.adv_estimator=rloo"], None, ("verl", "rloo")),
+    "advcli's key in a file": ([], "advcli.id_check: warn\n", ("trl", "grpo_nan")),
+    "verl's key in a file": ([], "algorithm:\n  adv_estimator: rloo\n", ("verl", "rloo")),
+    "verl's misspelt section": ([], "algoritm:\n  adv_estimator: rloo\n", None),
+    "a file naming verl": ([], "flavor: verl\nalgorithm.adv_estimator: grpo\n", ("verl", "grpo")),
+    "trl's key in a file": ([], "beta: 0.0\n", ("trl", "grpo_nan")),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_run_and_audit_take_one_flavor_on_a_trainers_dump(route, tmp_path, capsys):
+    """No --flavor on TRL's dump: `run` and `audit`, command and library, take the same flavor and estimator by
+    every route (the trainer's own keys or advcli's keep TRL; verl's keys, with --set or in a --config file that
+    names no flavor, run verl; a file naming a flavor runs it), so a run's numbers are the ones audit checks;
+    a --config section that verl refuses as its own misspelt is refused the same way by both."""
+    sets, text, want = ROUTES[route]
+    src = DUMPS["trl"][0](tmp_path)
+    argv = [a for s in sets for a in ("--set", s)]
+    config = None
+    if text is not None:
+        config = tmp_path / "c.yaml"
+        config.write_text(text)
+        argv += ["--config", str(config)]
+    settings = dict(s.split("=", 1) for s in sets)
+    got = {}
+    calls = {"run": lambda: advcli.run(str(src), str(tmp_path / "lib.parquet"), settings=settings, config=config,
+                                       device="cpu"),
+             "audit": lambda: advcli.audit(str(src), settings=settings, config=config, device="cpu")}
+    for name, call in calls.items():
+        try:
+            r = call()
+            got[f"{name} library"] = ((r.flavor, r.config["estimator"]["name"]) if name == "run"
+                                      else (r.report["flavor"], r.report["estimator"]))
+        except AdvcliError as e:
+            got[f"{name} library"] = e.message
+    code, out, _ = run_main(["run", str(src), "-o", str(tmp_path / "cli.parquet"), "--json", *argv], capsys)
+    rep = json.loads(out) if code == 0 else None
+    got["run command"] = (rep["flavor"], rep["config"]["estimator"]["name"]) if rep else code
+    code, out, _ = run_main(["audit", str(src), "--json", *argv], capsys)
+    rep = json.loads(out) if code in (0, 1) else None
+    got["audit command"] = (rep["flavor"], rep["estimator"]) if rep else code
+    if want is None:
+        assert got["run command"] == got["audit command"] == 2
+        assert got["run library"] == got["audit library"] and "algoritm" in got["run library"]
+        return
+    assert got["run library"] == got["run command"] == got["audit library"] == got["audit command"] == want

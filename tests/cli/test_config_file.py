@@ -592,3 +592,20 @@ def test_areal_empty_norm_section_is_normconfig_defaults(tmp_path):
     want, _ = resolve("areal", [("actor.kl_ctl", 0.0), ("actor.adv_norm.mean_level", "batch"),
                                 ("actor.reward_norm.mean_level", "batch")])
     assert got == want and got["estimator"]["norm"] is not None and got["reward"]["norm"] is not None
+
+
+def test_an_unquoted_yaml_off_is_said_to_be_read_as_a_boolean(tmp_path):
+    """YAML 1.1 reads `advcli.id_check: off` as false: the refusal says so (not only "unknown value 'False'");
+    the quoted value is the one refused for what it is."""
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("advcli.id_check: off\n")
+    with pytest.raises(AdvcliError, match="reads an unquoted on/off/yes/no as true/false: quote the value") as e:
+        resolve("verl", [], str(cfg))
+    assert "Valid: flavor, strict, warn" in e.value.message
+    cfg.write_text("advcli.id_check: 'off'\n")
+    with pytest.raises(AdvcliError, match="unknown value 'off'") as e:
+        resolve("verl", [], str(cfg))
+    assert "quote" not in e.value.message

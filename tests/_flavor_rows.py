@@ -17,7 +17,8 @@ def write_rows(rows: list[dict], path: str) -> str:
     for key, (name, typ) in TOKEN_COLS.items():
         if key in rows[0]:
             cols[name] = pa.array([r[key] for r in rows], pa.list_(typ))
-    for key, typ in (("prompt_id", pa.string()), ("domain", pa.string()), ("step", pa.int64())):
+    for key, typ in (("prompt_id", pa.string()), ("domain", pa.string()), ("step", pa.int64()),
+                     ("truncated", pa.bool_())):
         if key in rows[0]:
             cols[key] = pa.array([r[key] for r in rows], typ)
     pq.write_table(pa.table(cols), path)

@@ -115,10 +115,19 @@ class RewardNormalize:
 class Overlong:
     """DAPO's overlong penalty on the row reward (``reward.overlong.*``)."""
 
-    tokens: int | None = key(None, 'DAPO overlong penalty: r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) '
-            'with n = Σ mask (trained tokens), before bias/scale; null: off', kind='int')
+    tokens: float | None = key(None, 'DAPO overlong penalty: r += min(−(n − (max_tokens − tokens))/tokens·factor, 0) '
+            'with n = Σ mask (trained tokens), before bias/scale; null: off', kind='float')
     factor: float | None = key(None, 'overlong penalty factor', kind='float')
     max_tokens: int = key(1024, 'overlong penalty: the maximum response length', kind='int')
+    length: str = key('mask', 'the n of the overlong penalty: `mask` (Σ mask, AReaL), `span` (last − first mask=1 '
+            "position + 1, 0 for a row without one: OpenRLHF's response_length from 0.9.1), `tokens` (the row's "
+            "tokens: OpenRLHF 0.8.9-0.9.0's generated ids) or `tokens_eos` (the row's tokens, + 1 where the "
+            "`truncated` column is true: OpenRLHF 0.8.7-0.8.8 appends an EOS to a response without one)",
+            ('mask', 'span', 'tokens', 'tokens_eos'), kind='str')
+    cap: bool = key(False, 'cap the excess n − (max_tokens − tokens) at tokens, so the penalty is at most factor '
+            '(OpenRLHF)', kind='bool')
+    exact: bool = key(False, 'the penalty computed in float64 and rounded once to the reward\'s dtype before it is '
+            "added (OpenRLHF's Python floats); false: computed in the reward's dtype (AReaL's tensors)", kind='bool')
 
 
 @record(frozen=True)
@@ -156,6 +165,9 @@ class Reward:
     no_eos_penalty: float | None = key(None, 'rows whose `truncated` column is true (no EOS) get their row reward '
             'minus this, before normalisation (TRL 0.11-0.21 RLOOTrainer missing_eos_penalty); null: off',
             kind='float')
+    truncated_factor: float | None = key(None, 'rows whose `truncated` column is true (stopped by the length limit) '
+            'get r·c for c ≥ 0, c itself for c < 0, after the overlong penalty (OpenRLHF --reward.'
+            'stop_properly_penalty_coef, ProRL); null: off', kind='float')
     zero_truncated: bool = key(False, 'rows whose `truncated` column is true get row reward 0 after normalisation '
             '(AReaL mask_no_eos_with_zero)', kind='bool')
     dtype: str = key('run', "the dtype of the trainer's row rewards: every estimator sees the reward column rounded "

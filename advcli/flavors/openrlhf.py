@@ -2,6 +2,8 @@
 ``openrlhf/trainer/ppo_utils/experience_maker.py`` L237-330, ``openrlhf/models/utils.py`` L64-126,
 flags of ``openrlhf/cli/train_ppo_ray.py``):
 
+0. the length penalties on the scalar reward (L243, ``ppo_utils/length_penalty.py``): DAPO's overlong penalty on
+   the span of the action mask, capped, then ProRL's stop-properly factor on the truncated rows;
 1. group shaping of the scalar reward on the positional ``[G, n]`` reshape of the step (L246-270):
    ``rloo`` r − (Σ_g r − r)/(n − 1); ``reinforce_baseline``, ``dr_grpo`` r − mean_g;
    ``group_norm`` (r − mean_g)/(std_g + 1e-9) (torch.std, unbiased); ``flash_reinforce`` (release 0.11.2)
@@ -57,6 +59,19 @@ KEYS = {
     "algo.kl.target": Key(None, "adaptive controller target (not reproducible offline: see the error)", None, "float"),
     "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
     "reward.clip_range": Key([-10.0, 10.0], "clamp [lo, hi] of the group-shaped scalar reward", None, "list"),
+    # the length penalties on the reward, first in compute_advantages_and_returns (ppo_utils/length_penalty.py)
+    "reward.overlong_buffer_len": Key(None, "DAPO overlong penalty's buffer L: a response of span n (last − first "
+                                      "action token + 1) beyond max − L loses min(n − (max − L), L)/L·factor, max "
+                                      "being rollout.max_new_tokens or else data.max_len; null: off", None, "float"),
+    "reward.overlong_penalty_factor": Key(1.0, "DAPO overlong penalty's factor (the most a response loses)", None,
+                                          "float"),
+    "reward.stop_properly_penalty_coef": Key(None, "ProRL stop-properly penalty on the responses vLLM stopped at "
+                                             "the length limit (the input's `truncated` column): c in [0, 1] scales "
+                                             "their reward, c < 0 replaces it; null: off", None, "float"),
+    "rollout.max_new_tokens": Key(None, "max tokens generated per sample: the overlong penalty's max (null or 0: "
+                                  "data.max_len)", None, "int"),
+    "data.max_len": Key(2048, "max total sequence length: the overlong penalty's max when rollout.max_new_tokens is "
+                        "not set", None, "int"),
     # the train/rollout log-prob mismatch correction, applied by PolicyLoss.forward to the per-token loss
     # (openrlhf/models/loss.py; flags of train_ppo_ray.py): release 0.11.2 (#1339) ...
     "algo.advantage.is_correction_level": Key("off", "IS correction (release 0.11.2): off, token (each token's "
@@ -115,6 +130,14 @@ KEYS = {
     "advcli.kl_masked": Key(False, "advcli extension (OpenRLHF's releases): compute_approx_kl multiplies the log-ratio "
                             "by the action mask (before 0.7.0); the returns mask the rewards anyway, so only the token "
                             "rewards written at mask=0 positions change", None, "bool"),
+    "advcli.overlong_length": Key("span", "advcli extension (OpenRLHF's releases): the response length of the "
+                                  "overlong penalty: `span` (0.9.1 on: last − first action token + 1), `tokens` "
+                                  "(0.8.9-0.9.0: the generated ids, the row's tokens), `tokens_eos` (0.8.7-0.8.8: "
+                                  "+ 1 where the `truncated` column is true, the EOS appended to a response without "
+                                  "one)", ("span", "tokens", "tokens_eos"), "str"),
+    "advcli.stop_properly_replace": Key(True, "advcli extension (OpenRLHF's releases): a stop_properly_penalty_coef "
+                                        "below 0 replaces the truncated rows' reward (0.9.8 on); false: OpenRLHF "
+                                        "asserts 0 <= c <= 1 (0.9.2-0.9.7)", None, "bool"),
     "advcli.whiten_rloo": Key(False, "advcli extension (OpenRLHF's releases): rloo's advantages are normalised "
                               "over the step like gae/reinforce/reinforce_baseline (0.7.1-0.8.4: every estimator "
                               "but group_norm and dr_grpo)", None, "bool"),
@@ -128,6 +151,11 @@ ALIASES = {
     # the IS correction's flags of releases 0.8.9-0.10.1 (cli/train_ppo_ray.py @v0.8.9 ... @v0.10.1)
     "enable_vllm_is_correction": C + "enable", "vllm_is_truncated_threshold": C + "threshold",
     "vllm_is_correction_type": C + "type", "use_icepop": "advcli.use_icepop",
+    # the length penalties' flags before 0.10.2; --generate_max_len (0.8.7-0.9.7, default 1024) became
+    # --max_new_tokens in 0.9.8 (cli/train_ppo_ray.py @v0.9.7 L348, @v0.9.8 L346-348)
+    "overlong_buffer_len": "reward.overlong_buffer_len", "overlong_penalty_factor": "reward.overlong_penalty_factor",
+    "stop_properly_penalty_coef": "reward.stop_properly_penalty_coef", "generate_max_len": "rollout.max_new_tokens",
+    "max_new_tokens": "rollout.max_new_tokens", "max_len": "data.max_len",
 }
 
 
@@ -212,6 +240,34 @@ def _clip_range(value) -> list[float] | None:
     return [lo, hi]
 
 
+def _length_penalties(v: dict, cfg: dict) -> None:
+    """``apply_length_penalties`` (openrlhf/trainer/ppo_utils/length_penalty.py @3c3be623 L16-153): the DAPO
+    overlong penalty on the span of the action mask, capped at L, computed in Python floats; then the ProRL
+    stop-properly penalty on the truncated rows; both on the reward before the group shaping."""
+    buffer_len = v["reward.overlong_buffer_len"]
+    if buffer_len is not None:
+        longest = v["rollout.max_new_tokens"] or v["data.max_len"]
+        if longest is None or longest < buffer_len:
+            raise AdvcliError(f"key reward.overlong_buffer_len={buffer_len:g} is over the maximum length {longest} "
+                              "(rollout.max_new_tokens, else data.max_len); OpenRLHF asserts max_new_tokens >= "
+                              "overlong_buffer_len (length_penalty.py L37-39), so the trainer itself would not run it",
+                              hint="set rollout.max_new_tokens (or data.max_len) to the run's")
+        length = v["advcli.overlong_length"]
+        if length not in ("span", "tokens", "tokens_eos"):
+            raise AdvcliError(f"key advcli.overlong_length: unknown value {length!r}. Valid: span, tokens, tokens_eos")
+        cfg["reward"]["overlong"].update(tokens=float(buffer_len), factor=float(v["reward.overlong_penalty_factor"]),
+                                         max_tokens=int(longest), length=length, cap=True, exact=True)
+    coef = v["reward.stop_properly_penalty_coef"]
+    if coef is not None:
+        if coef > 1 or (coef < 0 and not v["advcli.stop_properly_replace"]):
+            valid = ("[0, 1] (a factor) or below 0 (the reward itself) (length_penalty.py L84-86)"
+                     if v["advcli.stop_properly_replace"] else
+                     "[0, 1] (releases 0.9.2-0.9.7: length_penalty.py @v0.9.2 L78-80)")
+            raise AdvcliError(f"key reward.stop_properly_penalty_coef={coef:g}: OpenRLHF asserts a coefficient in "
+                              f"{valid}, so the trainer itself would not run it")
+        cfg["reward"]["truncated_factor"] = float(coef)
+
+
 def translate(v: dict) -> dict:
     cfg = default_config()
     est = v["algo.advantage.estimator"]
@@ -252,6 +308,7 @@ def translate(v: dict) -> dict:
     cfg["reward"].update(source="reward", clip=_clip_range(v["reward.clip_range"]), placement="last_valid",
                          mask_placed=False, whiten_tokens=False)
     cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
+    _length_penalties(v, cfg)
     # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270)
     cfg["reward"]["dtype"] = "run" if v["advcli.reward_promote"] else v["advcli.reward_dtype"]
     cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None,
@@ -333,6 +390,23 @@ _NO_ICEPOP_FLAG = ((False,), "--use_icepop exists in OpenRLHF 0.9.1-0.9.2 only (
                              "L253-258); other releases name it is_correction_type=icepop (0.9.3 on)")
 
 
+def _no_penalty(v: str, overlong: bool = True) -> dict:
+    """What a release without the length penalties refuses: --overlong_buffer_len (0.8.7, experience_maker.py
+    @v0.8.7 L664-683) and --stop_properly_penalty_coef (0.9.2, length_penalty.py @v0.9.2 L61-95)."""
+    out = {"reward.stop_properly_penalty_coef": ((None,), f"OpenRLHF {v} has no --stop_properly_penalty_coef (it came "
+                                                          "with 0.9.2: length_penalty.py @v0.9.2 L61-95), so the "
+                                                          "trainer itself would not run it")}
+    if overlong:
+        out["reward.overlong_buffer_len"] = ((None,), f"OpenRLHF {v} has no overlong penalty (--overlong_buffer_len "
+                                                      "came with 0.8.7: experience_maker.py @v0.8.7 L664-683), so "
+                                                      "the trainer itself would not run it")
+    return out
+
+
+# the length penalties' defaults before 0.9.8: the max is --generate_max_len (default 1024), c < 0 is refused
+_LP_OLD = {"rollout.max_new_tokens": 1024, "advcli.stop_properly_replace": False}
+
+
 def _types(*kinds: str, at: str) -> tuple[tuple, str]:
     return kinds, (f"OpenRLHF {at}'s PolicyLoss (models/loss.py @v{at}) has the IS correction types "
                    f"{', '.join(kinds)} only, so the trainer itself would not run it")
@@ -350,7 +424,7 @@ def _pre(last: str, estimators: tuple, kl: tuple = KL_NAMES, std_norm: bool = Fa
            "the trainer itself would not run it") if estimators == ("gae",) else (
         f"OpenRLHF {last}'s --advantage_estimator (cli/train_ppo_ray.py @v{last}) has {', '.join(estimators)} only, "
         "so the trainer itself would not run it")
-    out = {**_no_is(last), "algo.advantage.estimator": (estimators, why),
+    out = {**_no_is(last), **_no_penalty(last), "algo.advantage.estimator": (estimators, why),
            "algo.kl.estimator": (kl, f"OpenRLHF {last} computes the KL with {' or '.join(kl)} only "
                                      f"(models/utils.py compute_approx_kl @v{last})")}
     if not std_norm:
@@ -461,39 +535,63 @@ RELEASES = (
     Release("0.7.1", "2025-04-17", aliases=("0.7.1.post1", "0.7.1.post2", "0.7.2", "0.7.2.post1", "0.7.3", "0.7.4",
                                             "0.7.4.post1", "0.7.4.post2", "0.7.5", "0.8.0", "0.8.0.post1", "0.8.1",
                                             "0.8.1.post1", "0.8.2", "0.8.3", "0.8.4"),
-            settings={**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True}, accepts=_no_is("0.8.4"),
+            settings={**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
+            accepts={**_no_is("0.8.4"), **_no_penalty("0.8.4")},
             note="OpenRLHF 0.7.1 to 0.8.4: the step shaped by the driver; rloo whitened too; KL not clamped; no IS "
                  "correction", changes=(
                 Change("", ("advcli.whiten_mean_span",),
                        "the whitening moved from the replay buffer to compute_advantages_and_returns: μ = Σ A·m / Σm "
                        "over the step (experience_maker.py @v0.7.1), written at every position"),)),
-    Release("0.8.5", "2025-06-16", settings={**_OLD, "advcli.kl_clamp": False}, accepts=_no_is("0.8.5"),
+    Release("0.8.5", "2025-06-16", settings={**_OLD, "advcli.kl_clamp": False},
+            accepts={**_no_is("0.8.5"), **_no_penalty("0.8.5")},
             note="OpenRLHF 0.8.5: rloo no longer whitened; KL not clamped; no IS correction", changes=(
                 Change("", ("algo.advantage.estimator",),
                        "rloo's advantages are no longer whitened over the step: only gae, reinforce and "
                        "reinforce_baseline are (experience_maker.py @v0.8.5 L695)"),)),
-    Release("0.8.7", "2025-07-24", aliases=("0.8.6", "0.8.8"), settings=_OLD, accepts=_no_is("0.8.8"),
-            note="OpenRLHF 0.8.6 to 0.8.8: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
-                 "--init_kl_coef, ...); no IS correction", changes=(
+    Release("0.8.6", "2025-07-14", settings=_OLD, accepts={**_no_is("0.8.6"), **_no_penalty("0.8.6")},
+            note="OpenRLHF 0.8.6: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
+                 "--init_kl_coef, ...); no IS correction, no length penalty", changes=(
                 Change("", ("algo.kl.estimator",),
                        "compute_approx_kl clamps the KL estimate (k1, k2, k3) to ±10 (0.8.6, models/utils.py @v0.8.6 "
                        "L40); before it the estimate entered the reward unclamped"),)),
+    Release("0.8.7", "2025-07-24", aliases=("0.8.8",),
+            settings={**_OLD, **_LP_OLD, "advcli.overlong_length": "tokens_eos"},
+            accepts={**_no_is("0.8.8"), **_no_penalty("0.8.8", overlong=False)},
+            note="OpenRLHF 0.8.7 to 0.8.8: + the overlong penalty on the generated ids (an EOS appended where "
+                 "missing); no IS correction", changes=(
+                Change("", ("reward.overlong_buffer_len", "reward.overlong_penalty_factor", "advcli.overlong_length"),
+                       "--overlong_buffer_len L, --overlong_penalty_factor f: r −= min(n − (generate_max_len − L), "
+                       "L)/L·f where positive, n the generated ids with the EOS appended to a response without one "
+                       "(experience_maker.py @v0.8.7 L664-683)"),)),
     Release("0.8.9", "2025-08-06", aliases=("0.8.9.post1", "0.8.10", "0.8.11", "0.9.0"),
-            settings={**_OLD, "advcli.is_correction_keys": "0.8.9", C + "threshold": 2.0},
+            settings={**_OLD, **_LP_OLD, "advcli.overlong_length": "tokens", "advcli.is_correction_keys": "0.8.9",
+                      C + "threshold": 2.0},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.0"),
-                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG, **_no_penalty("0.9.0", overlong=False)},
             note="OpenRLHF 0.8.9 to 0.9.0: --enable_vllm_is_correction, clamp(e^(old − rollout), max=HIGH)",
             changes=(Change("", (C + "enable", C + "threshold"),
                             "--enable_vllm_is_correction: the per-token loss times clamp(e^(old − rollout), "
                             "max=--vllm_is_truncated_threshold), one float, default 2 (models/loss.py @v0.8.9 "
-                            "L140-142)"),)),
-    Release("0.9.1", "2026-01-05", aliases=("0.9.1.post1", "0.9.2"), settings=_OLD,
-            accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.2")},
-            note="OpenRLHF 0.9.1 to 0.9.2: IS correction clamp(e^lr, LOW, HIGH), or --use_icepop",
+                            "L140-142)"),
+                     Change("", ("advcli.overlong_length",), "the overlong penalty's n is the generated ids, no EOS "
+                            "added (experience_maker.py @v0.8.9 L676-695)"))),
+    Release("0.9.1", "2026-01-05", aliases=("0.9.1.post1",), settings={**_OLD, **_LP_OLD},
+            accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.1.post1"),
+                     **_no_penalty("0.9.1.post1", overlong=False)},
+            note="OpenRLHF 0.9.1: IS correction clamp(e^lr, LOW, HIGH), or --use_icepop",
             changes=(Change("", (C + "threshold", "advcli.use_icepop"),
                             "--vllm_is_truncated_threshold takes LOW HIGH (default 0.5 5.0): clamp(e^lr, LOW, HIGH); "
-                            "--use_icepop: e^lr inside [LOW, HIGH], else 0 (models/loss.py @v0.9.1 L147-159)"),)),
-    Release("0.9.3", "2026-02-05", settings=_OLD,
+                            "--use_icepop: e^lr inside [LOW, HIGH], else 0 (models/loss.py @v0.9.1 L147-159)"),
+                     Change("", ("advcli.overlong_length",), "the overlong penalty's n is the span of the action mask, "
+                            "last − first action token + 1 (samples_generator.py)"))),
+    Release("0.9.2", "2026-02-03", settings={**_OLD, **_LP_OLD},
+            accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.2")},
+            note="OpenRLHF 0.9.2: + --stop_properly_penalty_coef (a factor in [0, 1])",
+            changes=(Change("", ("reward.stop_properly_penalty_coef",),
+                            "--stop_properly_penalty_coef c: the rewards of the responses vLLM stopped at the length "
+                            "limit times c, c in [0, 1], after the overlong penalty (length_penalty.py @v0.9.2 "
+                            "L61-95)"),)),
+    Release("0.9.3", "2026-02-05", settings={**_OLD, **_LP_OLD},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", "icepop", "mis", at="0.9.3"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG},
             note="OpenRLHF 0.9.3: --vllm_is_correction_type tis|icepop|mis",
@@ -501,14 +599,25 @@ RELEASES = (
                             "--vllm_is_correction_type tis|icepop|mis replaces --use_icepop; mis: e^lr where the "
                             "row's geometric mean ratio is inside [LOW, HIGH], else 0 (models/loss.py @v0.9.3 "
                             "L152-172)"),)),
-    Release("0.9.4", "2026-03-03", aliases=("0.9.5", "0.9.6", "0.9.7", "0.9.8", "0.9.9", "0.9.10", "0.10.0", "0.10.1",
-                                            "0.10.1.post1", "0.10.1.post2"), settings=_OLD,
+    Release("0.9.4", "2026-03-03", aliases=("0.9.5", "0.9.6", "0.9.7"), settings={**_OLD, **_LP_OLD},
+            accepts={"algo.advantage.estimator": _NO_FLASH,
+                     C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.9.7"),
+                     "advcli.use_icepop": _NO_ICEPOP_FLAG},
+            note="OpenRLHF 0.9.4 to 0.9.7: the advantage and IS code of 0.10.4 under the flat flags; the overlong "
+                 "penalty's max --generate_max_len",
+            changes=(Change("", (C + "type",), "mis renamed seq-mask-tis (models/loss.py @v0.9.4 L109), the same "
+                                               "weights"),)),
+    Release("0.9.8", "2026-03-25", aliases=("0.9.9", "0.9.10", "0.10.0", "0.10.1", "0.10.1.post1", "0.10.1.post2"),
+            settings=_OLD,
             accepts={"algo.advantage.estimator": _NO_FLASH,
                      C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.10.1"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG},
-            note="OpenRLHF 0.9.4 to 0.10.1: the advantage and IS code of 0.10.4 under the flat flags",
-            changes=(Change("", (C + "type",), "mis renamed seq-mask-tis (models/loss.py @v0.9.4 L109), the same "
-                                               "weights"),)),
+            note="OpenRLHF 0.9.8 to 0.10.1: the advantage, IS and length-penalty code of 0.10.4 under the flat flags",
+            changes=(Change("", ("rollout.max_new_tokens", "data.max_len", "advcli.stop_properly_replace"),
+                            "--generate_max_len became --max_new_tokens (default None) beside --max_len (default "
+                            "2048): the overlong penalty's max is max_new_tokens or else max_len; a "
+                            "stop_properly_penalty_coef below 0 replaces the truncated rows' reward (length_penalty.py "
+                            "@v0.9.8 L80-106)"),)),
     Release("0.10.4", "2026-06-08", aliases=("0.10.2", "0.10.3"), settings=_OLD,
             accepts={"algo.advantage.estimator": _NO_FLASH,
                      C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.10.4"),

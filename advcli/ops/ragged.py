@@ -113,6 +113,17 @@ class Ragged:
         ends = self.offsets[1:] - 1
         return torch.where(self.lengths > 0, ends, torch.full_like(ends, -1))
 
+    def true_span(self, flags: torch.Tensor) -> torch.Tensor:
+        """int64 [B]: last − first position where ``flags`` is true, + 1, per row; 0 where a row has none
+        (OpenRLHF's response_length: the span of the action mask, holes included)."""
+        idx = torch.arange(self.num_tokens, device=self.device)
+        big = torch.full_like(idx, self.num_tokens)
+        first = torch.full((self.num_rows,), self.num_tokens, dtype=torch.int64, device=self.device)
+        if self.num_tokens:
+            first.scatter_reduce_(0, self.row_index, torch.where(flags, idx, big), reduce="amin", include_self=True)
+        last = self.last_true_index(flags)
+        return torch.where(last >= 0, last - first + 1, torch.zeros_like(last))
+
     def last_true_index(self, flags: torch.Tensor) -> torch.Tensor:
         """Flat index of each row's last token where ``flags`` is true; -1 where a row has none."""
         idx = torch.where(flags, torch.arange(self.num_tokens, device=self.device), torch.full_like(self.row_index, -1))

@@ -45,20 +45,52 @@ def clip(x: torch.Tensor, bounds: list | None) -> torch.Tensor:
     return x.clamp(min=lo, max=hi)
 
 
-def shape_rewards(r: torch.Tensor, valid: torch.Tensor, rcfg) -> torch.Tensor:
-    """AReaL's reward shaping before normalisation (PPOActor._compute_advantages L186-206 @cbff54d6):
-    the DAPO overlong penalty ``r += min(−(n − (max_tokens − tokens))/tokens·factor, 0)`` (``n = Σ mask``,
-    functional.py L937 ``reward_overlong_penalty``; not capped), then ``clip((r + bias)·scale)``.
-    Returns ``r`` itself when nothing is set. ``rcfg``: the run spec's reward section
-    (:class:`advcli.config.runspec.Reward`), read by its fields."""
+def shape_rewards(r: torch.Tensor, length: torch.Tensor, rcfg, truncated: torch.Tensor | None = None,
+                  half: torch.dtype | None = None) -> torch.Tensor:
+    """The reward shaping before normalisation: the DAPO overlong penalty on the response length ``length``
+    (``reward.overlong.length``), then OpenRLHF's stop-properly factor on the ``truncated`` rows, then
+    ``clip((r + bias)·scale)``. Returns ``r`` itself when nothing is set. ``rcfg``: the run spec's reward section
+    (:class:`advcli.config.runspec.Reward`), read by its fields; ``half``: the 16-bit dtype the trainer holds its
+    rewards in (OpenRLHF before 0.11.2 with a bf16 reward model), None: ``r``'s own.
+
+    - AReaL (PPOActor._compute_advantages L186-206 @cbff54d6; functional.py L937 ``reward_overlong_penalty``):
+      ``r += clamp(−(n − (max_tokens − tokens))/tokens·factor, max=0)`` in the reward's dtype, n = Σ mask,
+      not capped;
+    - OpenRLHF (openrlhf/trainer/ppo_utils/length_penalty.py @3c3be623, ``apply_overlong_penalty`` and
+      ``apply_stop_properly_penalty``, run first in compute_advantages_and_returns): ``e = min(n − (max_tokens −
+      tokens), tokens)`` (``cap``); where ``e > 0``, ``p = −e/tokens·factor`` in Python floats (``exact``), added
+      in place: ``rewards[j] += p`` rounds p to the rewards' dtype first, then the sum; then on truncated rows
+      ``r ← r·c`` (c ≥ 0, float32 arithmetic) or ``r ← c`` (c < 0)."""
     over = rcfg.overlong
     tokens, factor = over.tokens, over.factor
     bias, scale, bounds = rcfg.bias, rcfg.scale, rcfg.shape_clip
-    if tokens is not None:
+    held = half or r.dtype
+
+    def as_held(x: torch.Tensor) -> torch.Tensor:
+        return x.to(held).to(r.dtype) if half is not None else x
+
+    if tokens is not None and over.exact:
+        n = length.to(torch.float64)  # exact integers
+        excess = n - (float(over.max_tokens) - float(tokens))
+        if over.cap:
+            excess = torch.clamp(excess, max=float(tokens))
+        penalty = (-excess / float(tokens) * float(factor)).to(held).to(r.dtype)  # a Python float, then r's dtype
+        r = torch.where(excess > 0, as_held(r + penalty), r)
+    elif tokens is not None:
         expected = int(over.max_tokens) - int(tokens)
-        excess = (valid.to(torch.int64) - expected).to(r.dtype)  # exact integers
+        excess = (length.to(torch.int64) - expected).to(r.dtype)  # exact integers
+        if over.cap:
+            excess = torch.clamp(excess, max=int(tokens))
         penalty = torch.clamp(-excess / int(tokens) * float(factor), max=0)
         r = r + penalty
+    coef = rcfg.truncated_factor
+    if coef is not None and truncated is not None:
+        cut = truncated != 0
+        if coef < 0:
+            scaled = as_held(torch.full_like(r, float(coef)))
+        else:
+            scaled = as_held(r * torch.tensor(float(coef), dtype=torch.promote_types(r.dtype, torch.float32)))
+        r = torch.where(cut, scaled.to(r.dtype), r)
     if bias != 0.0 or scale != 1.0 or bounds:
         r = (r + bias) * scale
         r = clip(r, bounds)

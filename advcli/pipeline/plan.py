@@ -207,6 +207,13 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         cmap.require("truncated", "reward.no_eos_value / no_eos_penalty score the responses without EOS (TRL's "
                      "RLOOTrainer non_eos_penalty / missing_eos_penalty): a bool column, true where the response "
                      "has no EOS token")
+    if run.reward.truncated_factor is not None:
+        cmap.require("truncated", "reward.truncated_factor scales the rewards of the responses stopped by the "
+                     "length limit (OpenRLHF's stop_properly_penalty_coef: vLLM's finish_reason == 'length'): a bool "
+                     "column, true where the response was truncated")
+    if run.reward.overlong.tokens is not None and run.reward.overlong.length == "tokens_eos":
+        cmap.require("truncated", "reward.overlong.length=tokens_eos counts the EOS OpenRLHF 0.8.7-0.8.8 appends to "
+                     "a response that has none: a bool column, true where the response was truncated")
     kl_on = bool(run.kl.in_reward)
     klr = roles.kl_roles(run.kl, cmap) if kl_on else []
     if kl_on:

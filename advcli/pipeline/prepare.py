@@ -148,7 +148,9 @@ def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunSt
     ncfg = reward.normalize
     norm_checks: list = []
     if plan.reward_source != "token_level_scores":  # AReaL: overlong penalty, clip((r + bias)·scale)
-        raw = shape_rewards(raw, row["valid"], reward)
+        # OpenRLHF before 0.11.2 penalises its 16-bit rewards in place, in their dtype
+        raw = shape_rewards(raw, overlong_length(reward.overlong.length, row), reward, row.get("truncated"),
+                            shaping_dtype(plan) if reward.overlong.exact else None)
     if (reward.no_eos_value is not None or reward.no_eos_penalty is not None) and "truncated" in row:
         # TRL's old RLOOTrainer, before normalize_reward: scores of responses without EOS are set to
         # penalty_reward_value (0.9-0.10) or lowered by missing_eos_penalty (0.11-0.21; rloo_trainer.py L391-393
@@ -330,6 +332,19 @@ def _input_half(plan) -> torch.dtype | None:
     import pyarrow as pa
 
     return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+
+
+def overlong_length(kind: str, row: dict) -> torch.Tensor:
+    """The response length n of the overlong penalty (``reward.overlong.length``) from pass 1's row table: Σ mask,
+    the span of the mask, the row's tokens, or its tokens plus the EOS OpenRLHF 0.8.7-0.8.8 appended to a
+    truncated response (the input's ``truncated`` column)."""
+    if kind == "span":
+        return row["span"]
+    if kind == "tokens":
+        return row["length"]
+    if kind == "tokens_eos":
+        return row["length"] + (row["truncated"] != 0).to(torch.int64)
+    return row["valid"]
 
 
 def shaping_dtype(plan) -> torch.dtype | None:

@@ -62,7 +62,8 @@ def row_scalar_roles(plan) -> list[str]:
     those present in the input."""
     want = [r for r in (*plan.spec.needs, *plan.spec.optional) if role_kind(r) == "scalar" and r != "reward_baseline"]
     r = plan.run.reward
-    if r.zero_truncated or r.no_eos_value is not None or r.no_eos_penalty is not None:
+    if r.zero_truncated or r.no_eos_value is not None or r.no_eos_penalty is not None or \
+            r.truncated_factor is not None or (r.overlong.tokens is not None and r.overlong.length == "tokens_eos"):
         want.append("truncated")
     return [r for r in dict.fromkeys(want) if plan.cmap.has(r)]
 

@@ -111,8 +111,9 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     reader = ChunkReader(plan, inputs, state)
     # kl.skip_flat_groups: the rewards as SkyRL compares them, float64 (flat_kl_rows)
     reward64 = flat_rule(plan) is not None and plan.reward_source == "reward" and cmap.has("reward")
-    parts: dict[str, list] = {k: [] for k in ("length", "valid", "reward", "reward64", "keep", "kl_sum", "kl_mean",
-                                              "score_sum", "reward_baseline", "is_last_step", *extra_roles,
+    span_length = plan.run.reward.overlong.tokens is not None and plan.run.reward.overlong.length == "span"
+    parts: dict[str, list] = {k: [] for k in ("length", "valid", "span", "reward", "reward64", "keep", "kl_sum",
+                                              "kl_mean", "score_sum", "reward_baseline", "is_last_step", *extra_roles,
                                               *(f"token_mean:{r}" for r in token_means))}
     comp_parts: dict[str, list] = {c: [] for c in plan.components}
     keys: dict[str, list] = {c: [] for c in key_cols}
@@ -124,6 +125,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         mask01 = tok["response_mask"]  # int8/bool 0-1 (checked by the reader)
         parts["length"].append(layout.lengths)
         parts["valid"].append(layout.count_per_row(mask01))
+        if span_length:  # OpenRLHF's response_length for its overlong penalty
+            parts["span"].append(layout.true_span(mask01 > 0))
         place = placement_index(plan, layout, mask01)
         keep = torch.zeros(layout.num_rows, dtype=torch.bool)
         ok = place >= 0
@@ -172,6 +175,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         state.checked_roles |= set(roles) | set(verify)  # every row of these columns passed the checks
     if not parts["length"]:  # an input of 0 rows: empty tables, an empty output
         parts["length"] = parts["valid"] = [torch.zeros(0, dtype=torch.int64)]
+        if span_length:
+            parts["span"] = [torch.zeros(0, dtype=torch.int64)]
         parts["keep"] = [torch.zeros(0, dtype=torch.bool)]
         if plan.reward_source == "reward":
             parts["reward"] = [torch.zeros(0, dtype=plan.dtype)]

@@ -161,8 +161,13 @@ def _shaping_lines(r) -> list[str]:
     out = []
     over = r.overlong
     if over.tokens is not None:
-        out.append(f"     overlong         r += min(−(n − ({over.max_tokens} − {over.tokens}))/{over.tokens}·"
-                   f"{over.factor:g}, 0), n = Σ mask")
+        n = "the span of the mask (last − first mask=1 position + 1)" if over.length == "span" else "Σ mask"
+        excess = (f"min(n − ({over.max_tokens} − {over.tokens:g}), {over.tokens:g})" if over.cap
+                  else f"n − ({over.max_tokens} − {over.tokens:g})")
+        out.append(f"     overlong         r += min(−{excess}/{over.tokens:g}·{over.factor:g}, 0), n = {n}")
+    if r.truncated_factor is not None:
+        c = r.truncated_factor
+        out.append(f"     truncated        rows with truncated true: r ← {f'r·{c:g}' if c >= 0 else f'{c:g}'}")
     if r.bias != 0.0 or r.scale != 1.0 or r.shape_clip:
         clip = r.shape_clip
         out.append(f"     shape            r ← (r + {r.bias:g})·{r.scale:g}"

@@ -230,7 +230,8 @@ def reshapes_rewards(run) -> bool:
     r = run.reward
     return ((r.normalize.mean, r.normalize.std) != ("none", "none") or r.norm is not None or r.clip is not None
             or r.bias != 0.0 or r.scale != 1.0 or r.shape_clip is not None or r.overlong.tokens is not None
-            or r.no_eos_value is not None or r.no_eos_penalty is not None or r.zero_truncated or r.mask_placed
+            or r.no_eos_value is not None or r.no_eos_penalty is not None or r.truncated_factor is not None
+            or r.zero_truncated or r.mask_placed
             or r.placement == "all" or r.range_map is not None)
 
 

@@ -35,7 +35,8 @@ from advcli.flavors import get, resolve
 
 C_ENABLE = "algo.advantage.is_correction_enable"
 VERSION = require("openrlhf")
-if tuple(int(x) for x in VERSION.split(".")[:3]) < (0, 7, 1):
+RELEASE = tuple(int(x) for x in VERSION.split(".")[:3])
+if RELEASE < (0, 7, 1):
     pytest.skip(f"openrlhf {VERSION}: before 0.7.1 the advantages are whitened in the replay buffer "
                 "(test_conformance_openrlhf_old.py runs the release)", allow_module_level=True)
 AT_RELEASE = installed_release_args("openrlhf", VERSION)  # that release's settings, as --set
@@ -76,21 +77,33 @@ GROUPED = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 
 
 def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: float, kl: str,
-                clip=(-10.0, 10.0), reward_dtype=torch.float32):
+                clip=(-10.0, 10.0), reward_dtype=torch.float32, penalties: dict | None = None):
     """One step through the release's own compute_advantages_and_returns, on equal micro-batches of
     experiences (the rows in order; OpenRLHF's ``index`` maps them back to prompt order from 0.8.6; before, the
     rewards are cut back with ``chunk(len(experiences))`` and 0.7.4.post2-0.8.0 stack the padded micro-batches,
-    so the micro-batches hold the same number of rows, as micro_rollout_batch_size makes them)."""
+    so the micro-batches hold the same number of rows, as micro_rollout_batch_size makes them). ``penalties``:
+    the length penalties' flags (overlong_buffer_len, overlong_penalty_factor, stop_properly_penalty_coef,
+    max_new_tokens, max_len), each experience holding its rows' response_length (the span of the action mask, as
+    samples_generator.py computes it) and truncated flags."""
+    lp = {"overlong_buffer_len": None, "overlong_penalty_factor": 1.0, "stop_properly_penalty_coef": None,
+          "max_new_tokens": None, "max_len": 2048, **(penalties or {})}
+    generate_max_len = lp["max_new_tokens"] or 1024  # 0.8.7-0.9.7: --generate_max_len, default 1024
     args = SimpleNamespace(
         rollout=SimpleNamespace(n_samples_per_prompt=n),
         algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=gamma, lambd=lambd,
                                                        no_std_norm=False),
                              kl=SimpleNamespace(use_loss=False, estimator=kl)),
-        reward=SimpleNamespace(clip_range=list(clip), overlong_buffer_len=None, stop_properly_penalty_coef=None),
+        reward=SimpleNamespace(clip_range=list(clip), overlong_buffer_len=lp["overlong_buffer_len"],
+                               overlong_penalty_factor=lp["overlong_penalty_factor"],
+                               stop_properly_penalty_coef=lp["stop_properly_penalty_coef"]),
+        data=SimpleNamespace(max_len=lp["max_len"]),
         # the same under the flat flags of releases 0.8.7-0.10.1 (--advantage_estimator, ...)
         advantage_estimator=estimator, n_samples_per_prompt=n, gamma=gamma, lambd=lambd, no_advantage_std_norm=False,
-        use_kl_loss=False, kl_estimator=kl, reward_clip_range=list(clip), overlong_buffer_len=None,
-        stop_properly_penalty_coef=None)
+        use_kl_loss=False, kl_estimator=kl, reward_clip_range=list(clip),
+        overlong_buffer_len=lp["overlong_buffer_len"], overlong_penalty_factor=lp["overlong_penalty_factor"],
+        stop_properly_penalty_coef=lp["stop_properly_penalty_coef"], max_len=lp["max_len"],
+        max_new_tokens=lp["max_new_tokens"], generate_max_len=generate_max_len)
+    args.rollout.max_new_tokens = lp["max_new_tokens"]
     maker = object.__new__(OPENRLHF["RemoteExperienceMaker"])
     maker.strategy = SimpleNamespace(args=args)
     maker.args = args  # 0.9.0 reads self.args in the normalisation
@@ -103,13 +116,30 @@ def release_run(rows, estimator: str, n: int, gamma: float, lambd: float, beta: 
         part = slice(idx[0], idx[-1] + 1)
         kl_t = OPENRLHF["compute_approx_kl"](old[part], ref[part], kl_estimator=kl)
         rewards = torch.tensor([rows[i]["reward"] for i in idx], dtype=reward_dtype)
+        cut = torch.tensor([bool(rows[i].get("extra", {}).get("truncated")) for i in idx])
+        length = torch.tensor([response_length(rows[i]) for i in idx])
+        # 0.7.1-0.8.2 log info["reward"]; 0.8.7-0.9.7 read the lengths and truncated flags from info
         experiences.append(SimpleNamespace(index=idx, rewards=rewards,
                                            action_mask=mask[part].bool(), values=values[part] * 1.0,
-                                           kl=kl_t, info={"reward": rewards}))  # 0.7.1-0.8.2: info["reward"]
+                                           kl=kl_t, info={"reward": rewards, "response_length": length,
+                                                          "truncated": cut},
+                                           response_length=length, truncated=cut))
     experiences = maker.compute_advantages_and_returns(experiences)
     adv = torch.cat([e.advantages for e in experiences])
     ret = torch.cat([e.returns for e in experiences])
     return adv, ret
+
+
+def response_length(row: dict) -> int:
+    """The response length the release's generator records (tags v0.8.7 ... v0.11.0): the span of the action mask
+    (samples_generator.py, 0.9.1 on), the generated ids (0.8.9-0.9.0), those with the EOS appended to a response
+    without one, a truncated one (0.8.7-0.8.8)."""
+    if RELEASE < (0, 8, 9):
+        return len(row["mask"]) + int(bool(row.get("extra", {}).get("truncated")))
+    if RELEASE < (0, 9, 1):
+        return len(row["mask"])
+    on = [t for t, m in enumerate(row["mask"]) if m]
+    return on[-1] - on[0] + 1 if on else 0
 
 
 def step_rows(seed: int, n: int) -> list[dict]:
@@ -157,6 +187,47 @@ def test_flash_reinforce_is_reward_minus_step_mean(tmp_path):
                                                   "algo.kl.init_coef": 0}, extra=AT_RELEASE)
     expected = torch.tensor([[r["reward"] - mean if r["mask"][0] else 0.0] for r in rows])
     assert_matches(out["advantages"], expected, rows, "flash_reinforce by hand")
+
+
+# ------------------------------------------------------------------ the length penalties (apply_length_penalties)
+PENALTIES = {  # the release's flags -> advcli's --set of the same
+    "overlong": {"overlong_buffer_len": 4.0, "max_new_tokens": 10},
+    "overlong, factor, max_len": {"overlong_buffer_len": 5.0, "overlong_penalty_factor": 0.3, "max_len": 9},
+    "stop-properly factor": {"stop_properly_penalty_coef": 0.5},
+    "stop-properly reward": {"stop_properly_penalty_coef": -0.5},
+    "both": {"overlong_buffer_len": 3.0, "overlong_penalty_factor": 0.7, "max_new_tokens": 8,
+             "stop_properly_penalty_coef": 0.0},
+}
+AS_SET = {"overlong_buffer_len": "reward.overlong_buffer_len",
+          "overlong_penalty_factor": "reward.overlong_penalty_factor",
+          "stop_properly_penalty_coef": "reward.stop_properly_penalty_coef",
+          "max_new_tokens": "rollout.max_new_tokens", "max_len": "data.max_len"}
+
+
+@pytest.mark.parametrize("penalty", list(PENALTIES))
+@pytest.mark.parametrize("estimator", ("group_norm", "rloo", "reinforce", "gae"))
+def test_length_penalties_match_release(tmp_path, penalty, estimator):
+    """The DAPO overlong penalty on the span of the action mask (interior zeros inside it, trailing zeros
+    outside; the generated ids before 0.9.1) and the ProRL stop-properly penalty on the rows marked truncated,
+    before the group shaping. The releases without a flag skip it (0.8.7: overlong; 0.9.2: stop-properly; 0.9.8:
+    a negative coefficient)."""
+    coef = PENALTIES[penalty].get("stop_properly_penalty_coef")
+    if RELEASE < (0, 8, 7) or (coef is not None and RELEASE < ((0, 9, 8) if coef < 0 else (0, 9, 2))):
+        pytest.skip(f"openrlhf {VERSION} has no such flag")
+    n = 3 if estimator in GROUPED else 1
+    rows = random_rows(5, [n] * 6, max_len=12)
+    rng = np.random.default_rng(5)
+    for r in rows:
+        r["extra"] = {"truncated": float(rng.random() < 0.4)}
+    flags = PENALTIES[penalty]
+    gamma, lambd = (0.97, 0.9) if estimator in ("gae", "reinforce") else (1.0, 1.0)
+    adv, ret = release_run(rows, estimator, n, gamma, lambd, 0.0, "k1", penalties=flags)
+    out = advcli_run(tmp_path, rows, "openrlhf", {"algo.advantage.estimator": estimator,
+                                                  "rollout.n_samples_per_prompt": n, "algo.advantage.gamma": gamma,
+                                                  "algo.advantage.lambd": lambd, "algo.kl.init_coef": 0.0,
+                                                  **{AS_SET[k]: v for k, v in flags.items()}}, extra=AT_RELEASE)
+    assert_matches(out["advantages"], adv, rows, f"openrlhf {VERSION} {estimator} {penalty} advantages", atol=2e-5)
+    assert_matches(out["returns"], ret, rows, f"openrlhf {VERSION} {estimator} {penalty} returns", atol=2e-5)
 
 
 # ------------------------------------------------------------------ the IS correction (PolicyLoss.forward)

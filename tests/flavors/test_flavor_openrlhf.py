@@ -8,6 +8,8 @@ right-padded experiences; the first L_i positions of each row are pasted here.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 from _flavor_rows import assert_rows_close, run_rows
 
@@ -130,6 +132,80 @@ def test_rloo_with_kl_in_the_loss(tmp_path):
     assert_rows_close(out["advantages"], [[0.75] * 4, [-0.75] * 3, [0.0] * 6, [2.375], [-2.125, -2.125, 0.0],
                                           [0.0, 0.0]])
     assert "token_level_rewards" not in out
+
+
+# ----------------------------------------------------------------------------- length penalties
+LONG = [dict(reward=1.0, mask=[0, 1, 1, 0, 1, 0], truncated=False),  # span 4 (positions 1-4), Σ mask 3
+        dict(reward=0.5, mask=[1] * 7, truncated=True)]  # span 7
+
+
+def test_length_penalties_by_hand(tmp_path):
+    """max 6, L = 3: the penalty starts past 3 tokens. Row 0's span is 4 (its hole counts, its trailing zero
+    does not): r = 1 − min(4 − 3, 3)/3 = 2/3. Row 1: r = 0.5 − min(7 − 3, 3)/3 = −0.5 (capped at the factor),
+    truncated, so ×0.5: −0.25. dr_grpo then subtracts the group mean 5/24: ±11/24 on each row's tokens up to
+    its last mask=1 token (γ = 1; holes carry the next token's return)."""
+    settings = {EST: "dr_grpo", N: 2, "algo.kl.init_coef": 0.0, "reward.overlong_buffer_len": 3,
+                "rollout.max_new_tokens": 6, "reward.stop_properly_penalty_coef": 0.5}
+    out, _ = run_rows(tmp_path, LONG, "openrlhf", settings)
+    a = 11 / 24
+    assert_rows_close(out["advantages"], [[a] * 5 + [0.0], [-a] * 7])
+    # c < 0 replaces the truncated row's reward: r1 = −2 after its overlong penalty; mean (2/3 − 2)/2 = −2/3
+    out, _ = run_rows(tmp_path, LONG, "openrlhf", {**settings, "reward.stop_properly_penalty_coef": -2.0})
+    assert_rows_close(out["advantages"], [[4 / 3] * 5 + [0.0], [-4 / 3] * 7])
+    # rollout.max_new_tokens unset: data.max_len (here 5: row 0 exceeds 2 by 2, row 1 by 5, capped at 3)
+    out, _ = run_rows(tmp_path, LONG, "openrlhf", {**settings, "rollout.max_new_tokens": None, "data.max_len": 5})
+    r0, r1 = 1 - 2 / 3, (0.5 - 1) * 0.5
+    assert_rows_close(out["advantages"], [[(r0 - r1) / 2] * 5 + [0.0], [(r1 - r0) / 2] * 7])
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"reward.overlong_buffer_len": 9, "rollout.max_new_tokens": 6}, "asserts max_new_tokens >= overlong_buffer_len"),
+    ({"reward.stop_properly_penalty_coef": 1.5}, "[0, 1] (a factor) or below 0"),
+])
+def test_length_penalties_the_trainer_refuses(tmp_path, settings, words):
+    with pytest.raises(AdvcliError, match=re.escape(words)):
+        run_rows(tmp_path, LONG, "openrlhf", {EST: "dr_grpo", N: 2, "algo.kl.init_coef": 0.0, **settings})
+
+
+def _shaped(out) -> list[float]:
+    """dr_grpo's shaped reward of each of the two rows (its advantage at position 0: γ = 1, holes carry it)."""
+    return [row[0] for row in out["advantages"]]
+
+
+def test_length_penalties_at_older_releases(tmp_path):
+    """The response length each release measures, and the flags each has (OpenRLHF tags v0.8.6-v0.10.1)."""
+    base = {EST: "dr_grpo", N: 2, "algo.kl.init_coef": 0.0, "overlong_buffer_len": 3}
+    # 0.8.9-0.9.0: n = the generated ids, 6 and 7 tokens (not the spans 4 and 7); max 8 − 3 = 5: r0 = 1 − 1/3,
+    # r1 = 0.5 − 2/3, mean 1/4
+    out, _ = run_rows(tmp_path, LONG, "openrlhf@0.9.0", {**base, "generate_max_len": 8})
+    assert_rows_close([_shaped(out)], [[5 / 12, -5 / 12]])
+    # 0.8.7-0.8.8: a response without EOS (truncated) got one appended: row 1 is 8 long, r1 = 0.5 − 1/3
+    out, _ = run_rows(tmp_path, LONG, "openrlhf@0.8.8", {**base, "generate_max_len": 10})
+    d = (1.0 - (0.5 - 1 / 3)) / 2
+    assert_rows_close([_shaped(out)], [[d, -d]])
+    # 0.9.1-0.9.7: the max defaults to --generate_max_len 1024: nothing is penalised here
+    out, _ = run_rows(tmp_path, LONG, "openrlhf@0.9.5", base)
+    assert_rows_close([_shaped(out)], [[0.25, -0.25]])
+    # ... and with --generate_max_len 6, the newest semantics (test_length_penalties_by_hand), under the old name
+    out, _ = run_rows(tmp_path, LONG, "openrlhf@0.9.5", {**base, "generate_max_len": 6, "stop_properly_penalty_coef": 0.5})
+    assert_rows_close([_shaped(out)], [[11 / 24, -11 / 24]])
+
+
+@pytest.mark.parametrize("spec, settings, words", [
+    ("openrlhf@0.8.6", {"overlong_buffer_len": 3}, "--overlong_buffer_len came with 0.8.7"),
+    ("openrlhf@0.9.1", {"stop_properly_penalty_coef": 0.5}, "--stop_properly_penalty_coef (it came with 0.9.2"),
+    ("openrlhf@0.9.7", {"stop_properly_penalty_coef": -0.5}, "[0, 1] (releases 0.9.2-0.9.7"),
+])
+def test_length_penalties_older_releases_refuse(tmp_path, spec, settings, words):
+    with pytest.raises(AdvcliError, match=re.escape(words)):
+        run_rows(tmp_path, LONG, spec, {EST: "dr_grpo", N: 2, "algo.kl.init_coef": 0.0, **settings})
+
+
+def test_stop_properly_needs_the_truncated_column(tmp_path):
+    rows = [{k: v for k, v in r.items() if k != "truncated"} for r in LONG]
+    with pytest.raises(AdvcliError, match="truncated"):
+        run_rows(tmp_path, rows, "openrlhf", {EST: "dr_grpo", N: 2, "algo.kl.init_coef": 0.0,
+                                             "reward.stop_properly_penalty_coef": 0.5})
 
 
 # ----------------------------------------------------------------------------- float32 hazards

@@ -55,15 +55,16 @@ KEYS = {
         "reward_scaling.source_max": Key(1.0, "reward_scaling: smax", None, "float"),
         "reward_scaling.target_min": Key(0.0, "reward_scaling: tmin", None, "float"),
         "reward_scaling.target_max": Key(1.0, "reward_scaling: tmax", None, "float"),
-        "reward_shaping.enabled": Key(False, "apply_reward_shaping (DAPO overlong penalty from the first assistant "
-                                      "message's length, or stop_properly_penalty_coef on truncated rows): not "
-                                      "reproduced from a Parquet input, taken as done in a train_data_step dump",
-                                      None, "bool"),
-        "reward_shaping.overlong_buffer_length": Key(None, "reward_shaping: DAPO buffer length", None, "int"),
-        "reward_shaping.overlong_buffer_penalty": Key(None, "reward_shaping: DAPO penalty", None, "float"),
+        "reward_shaping.enabled": Key(False, "apply_reward_shaping, after reward_scaling: with "
+                                      "stop_properly_penalty_coef c, r·c on the rows of the `truncated` column (the "
+                                      "DAPO keys then ignored); else the DAPO overlong penalty r += min(−(n − (max − "
+                                      "L))/L·penalty, 0), n the response's tokens (its one assistant message); "
+                                      "taken as done in a train_data_step dump", None, "bool"),
+        "reward_shaping.overlong_buffer_length": Key(None, "reward_shaping: DAPO buffer length L", None, "int"),
+        "reward_shaping.overlong_buffer_penalty": Key(None, "reward_shaping: DAPO penalty (≥ 0)", None, "float"),
         "reward_shaping.max_response_length": Key(None, "reward_shaping: DAPO maximum length", None, "int"),
-        "reward_shaping.stop_properly_penalty_coef": Key(None, "reward_shaping: truncated rows' reward factor",
-                                                         None, "float"),
+        "reward_shaping.stop_properly_penalty_coef": Key(None, "reward_shaping: truncated rows' reward factor, in "
+                                                         "[0, 1]", None, "float"),
         "overlong_filtering": Key(False, "truncated rows get sample mask 0 (out of the loss and, from #3837, of "
                                   "grpo's group statistics): give them response_mask 0, or run on the dump, whose "
                                   "sample_loss_mask holds it", None, "bool"),
@@ -108,9 +109,37 @@ def _kl(v: dict, mask: bool) -> dict:
 LENGTH_PENALTY = "grpo.length_penalty."  # #3852 (after 7ea279ab): nemo_rl/utils/length_penalty.py
 
 
+def _reward_shaping(cfg: dict, v: dict, at: str) -> None:
+    """``apply_reward_shaping`` (nemo_rl/algorithms/reward_functions.py L50-172 @7ea279ab), on the reward after
+    reward_scaling: ``stop_properly_penalty_coef`` c (asserted in [0, 1]) scales the truncated rows' reward,
+    ``torch.where(truncated, r·c, r)``, and nothing else runs; else the DAPO overlong penalty
+    ``r + min(−(n − (max_response_length − L))/L·penalty, 0)`` per row in Python floats (not capped), n the token
+    count of the first assistant message: a single-turn row's response tokens."""
+    coef = v[at + "stop_properly_penalty_coef"]
+    if coef is not None:
+        if not 0 <= coef <= 1:
+            raise AdvcliError(f"key {at}stop_properly_penalty_coef={coef:g}: NeMo RL asserts it is in [0, 1] "
+                              "(reward_functions.py L69-71), so the trainer itself would not run it")
+        cfg["reward"]["truncated_factor"] = float(coef)
+        return
+    names = ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")
+    missing = [at + k for k in names if v[at + k] is None]
+    if missing:
+        raise AdvcliError(f"key {at}enabled=true without {', '.join(missing)}: NeMo RL raises ValueError (only DAPO "
+                          "reward shaping is supported: reward_functions.py L120-128), so the trainer itself would "
+                          "not run it", hint=f"set {', '.join(missing)}, or stop_properly_penalty_coef")
+    length, penalty, longest = (v[at + k] for k in names)
+    if penalty < 0:
+        raise AdvcliError(f"key {at}overlong_buffer_penalty={penalty:g}: NeMo RL asserts it is >= 0 "
+                          "(reward_functions.py L130), so the trainer itself would not run it")
+    cfg["reward"]["overlong"].update(tokens=float(length), factor=float(penalty), max_tokens=int(longest),
+                                     length="tokens", cap=False, exact=True)
+
+
 def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
     """The loop's reward and mask steps before the estimator (``loop``: grpo or ppo): reward_scaling as
-    ``reward.range_map``; reward_shaping and overlong_filtering refused on rewards not yet shaped (a dump's are)."""
+    ``reward.range_map``, reward_shaping (:func:`_reward_shaping`); overlong_filtering refused on masks not yet
+    filtered; none on a dump's rewards, which hold them."""
     if v["advcli.rewards_shaped"]:
         return
     if v[f"{loop}.reward_scaling.enabled"]:
@@ -123,10 +152,9 @@ def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
                           "reproduce them",
                           hint="run on NeMo's train_data_step dump, whose rewards hold them, or give the penalised "
                                "rewards and --set advcli.rewards_shaped=true")
-    for name, what in (("reward_shaping.enabled", "NeMo's reward_shaping (the DAPO overlong penalty from the first "
-                                                  "assistant message's token count, or stop_properly_penalty_coef "
-                                                  "on truncated rows) is not reproduced"),
-                       ("overlong_filtering", "NeMo's overlong_filtering gives truncated rows sample mask 0, which "
+    if v[f"{loop}.reward_shaping.enabled"]:
+        _reward_shaping(cfg, v, f"{loop}.reward_shaping.")
+    for name, what in (("overlong_filtering", "NeMo's overlong_filtering gives truncated rows sample mask 0, which "
                                               "advcli reads from the rows' masks, not from this key"),
                        ("seq_logprob_error_threshold", "NeMo's sequence log-prob error masking gives the rows over "
                                                        "the threshold sample mask 0, which advcli reads from the "

@@ -161,9 +161,10 @@ def _shaping_lines(r) -> list[str]:
     out = []
     over = r.overlong
     if over.tokens is not None:
-        n = "the span of the mask (last − first mask=1 position + 1)" if over.length == "span" else "Σ mask"
+        n = {"span": "the span of the mask (last − first mask=1 position + 1)", "tokens": "the row's tokens",
+             "tokens_eos": "the row's tokens, + 1 where truncated"}.get(over.length, "Σ mask")
         excess = (f"min(n − ({over.max_tokens} − {over.tokens:g}), {over.tokens:g})" if over.cap
-                  else f"n − ({over.max_tokens} − {over.tokens:g})")
+                  else f"(n − ({over.max_tokens} − {over.tokens:g}))")
         out.append(f"     overlong         r += min(−{excess}/{over.tokens:g}·{over.factor:g}, 0), n = {n}")
     if r.truncated_factor is not None:
         c = r.truncated_factor

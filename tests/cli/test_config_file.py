@@ -327,7 +327,8 @@ def test_nemo_training_config_with_defaults_and_interpolations(tmp_path, capsys,
 
 def test_nemo_training_config_refusals(tmp_path, capsys):
     """A near miss of the flavor's key inside grpo is still a misspelling; a parent that is not there is named;
-    reward_shaping, which advcli does not reproduce on rewards not yet shaped, is refused with what to do."""
+    reward_shaping's DAPO penalty takes its max from the interpolated policy.max_total_sequence_length; on a
+    dump's rewards (advcli.rewards_shaped) it is not applied again."""
     child = _nemo_configs(tmp_path)
     (tmp_path / "parent.yaml").write_text(NEMO_PARENT.replace("    minus_baseline:", "    minus_baselin:"))
     code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
@@ -337,11 +338,11 @@ def test_nemo_training_config_refusals(tmp_path, capsys):
     assert code == 2 and "defaults names parent.yaml, which is not a file" in err
     (tmp_path / "parent.yaml").write_text(NEMO_PARENT.replace("    enabled: false\n    overlong_buffer_length",
                                                               "    enabled: true\n    overlong_buffer_length"))
-    code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
-    assert code == 2 and "grpo.reward_shaping.enabled=true" in err and "advcli.rewards_shaped" in err
-    code, _, err = run_main(["explain", "--flavor", "nemo", "--config", child, "--set", "advcli.rewards_shaped=true"],
-                            capsys)
-    assert code == 0, err
+    code, out, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
+    assert code == 0 and "r += min(−(n − (512 − 128))/128·1, 0), n = the row's tokens" in out, err
+    code, out, err = run_main(["explain", "--flavor", "nemo", "--config", child, "--set",
+                               "advcli.rewards_shaped=true"], capsys)
+    assert code == 0 and "r += min(" not in out, err
 
 
 def test_a_key_the_file_also_holds_is_no_misspelling(tmp_path):

@@ -9,6 +9,7 @@ that commit, so the runs here name it: ``--flavor nemo@7ea279a`` (the newest sta
 is tested in tests/flavors/test_releases.py).
 """
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -300,14 +301,57 @@ def test_reward_scaling_maps_the_reward_and_each_component(tmp_path, estimator):
     assert plain["advantages"] != got["advantages"]
 
 
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus"])
+def test_reward_shaping_dapo_overlong_is_the_rewards_shaped_first(tmp_path, estimator):
+    """apply_reward_shaping's DAPO branch (reward_functions.py L117-170 @7ea279ab): r + min(−(n − (max − L))/L·p, 0),
+    n the row's tokens (its assistant message), not capped: with L = 2, max 5, p = 0.4, the rows of 4, 5 and 6
+    tokens lose 0.2, 0.4 and 0.6. The same run as on rewards shaped by hand."""
+    settings = {"grpo.adv_estimator.name": estimator, "grpo.reward_shaping.enabled": True,
+                "grpo.reward_shaping.overlong_buffer_length": 2, "grpo.reward_shaping.overlong_buffer_penalty": 0.4,
+                "grpo.reward_shaping.max_response_length": 5}
+    got = _run(tmp_path, settings)
+    rows = [(r[0], r[1] - max(len(r[4]) - 3, 0) / 2 * 0.4) + r[2:] for r in ROWS]
+    src = _write(os.path.join(tmp_path, "shaped.parquet"), rows)
+    t, _ = run_table(src, os.path.join(tmp_path, "want.parquet"), PINNED, {"grpo.adv_estimator.name": estimator},
+                     chunk_rows=3)
+    _close(got["advantages"], output_lists(t)["advantages"], rtol=1e-5, atol=1e-5)
+    assert _run(tmp_path, {"grpo.adv_estimator.name": estimator})["advantages"] != got["advantages"]
+
+
+def test_reward_shaping_stop_properly_scales_the_truncated_rows_only(tmp_path):
+    """stop_properly_penalty_coef c: r·c on the truncated rows, and the DAPO keys are ignored (L66-115)."""
+    from _flavor_rows import run_rows
+
+    rows = [dict(prompt_id="a", reward=r, mask=[1] * k, truncated=cut, old=[-0.5] * k, ref=[-0.5] * k)
+            for r, k, cut in ((1.0, 9, True), (0.5, 2, False), (0.0, 3, False), (1.0, 9, True))]
+    settings = {"grpo.adv_estimator.name": "grpo", "grpo.adv_estimator.use_leave_one_out_baseline": False,
+                "grpo.reward_shaping.enabled": True, "grpo.reward_shaping.stop_properly_penalty_coef": 0.5,
+                "grpo.reward_shaping.overlong_buffer_length": 1, "grpo.reward_shaping.overlong_buffer_penalty": 1.0,
+                "grpo.reward_shaping.max_response_length": 2}
+    got = run_rows(tmp_path, rows, "nemo", settings)[0]["advantages"]
+    # the truncated rows' 1.0 become 0.5; the DAPO keys would have cut the 9-token rows to −7.0
+    shaped = [dict(r, reward=0.5 if r["truncated"] else r["reward"]) for r in rows]
+    want = run_rows(tmp_path, shaped, "nemo", {"grpo.adv_estimator.name": "grpo",
+                                               "grpo.adv_estimator.use_leave_one_out_baseline": False})[0]
+    assert got == want["advantages"] and got[0][0] > 0 and got[0] == got[1][:1] * 9
+
+
+@pytest.mark.parametrize("settings,words", [
+    ({"grpo.reward_shaping.enabled": True}, "raises ValueError"),
+    ({"grpo.reward_shaping.enabled": True, "grpo.reward_shaping.stop_properly_penalty_coef": 1.5}, "in [0, 1]"),
+    ({"grpo.reward_shaping.enabled": True, "grpo.reward_shaping.overlong_buffer_length": 2,
+      "grpo.reward_shaping.overlong_buffer_penalty": -1.0, "grpo.reward_shaping.max_response_length": 5}, ">= 0"),
+])
+def test_reward_shaping_the_trainer_refuses(tmp_path, settings, words):
+    with pytest.raises(AdvcliError, match=re.escape(words)):
+        _run(tmp_path, settings)
+
+
 @pytest.mark.parametrize("settings,named", [
-    ({"grpo.reward_shaping.enabled": True, "grpo.reward_shaping.stop_properly_penalty_coef": 0.5},
-     "grpo.reward_shaping.enabled=true"),
     ({"grpo.overlong_filtering": True}, "grpo.overlong_filtering=true"),
     # grpo.py compute_and_apply_seq_logprob_error_masking: sample mask 0 on the rows over the threshold
     ({"grpo.seq_logprob_error_threshold": 2.0}, "grpo.seq_logprob_error_threshold=2.0"),
     ({"ppo.adv_estimator.name": "gae", "ppo.seq_logprob_error_threshold": 1.5}, "ppo.seq_logprob_error_threshold=1.5"),
-    ({"ppo.adv_estimator.name": "gae", "ppo.reward_shaping.enabled": True}, "ppo.reward_shaping.enabled=true"),
     ({"grpo.invalid_tool_call_advantage": -1.0}, "grpo.invalid_tool_call_advantage=-1.0"),
     ({"grpo.length_penalty.longest_total_penalty": 0.5}, "grpo.length_penalty.longest_total_penalty"),
 ])

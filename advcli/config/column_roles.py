@@ -21,8 +21,9 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
                            "optimal token baselines, optional)"),
     "rollout_log_probs": ("rollout_log_probs", "tokens", "the inference engine's log-probs of the sampled tokens "
                           "(rollout correction; slime --use-rollout-logprobs; AReaL's KL)"),
-    "truncated": ("truncated", "scalar", "true when the response was cut off (no EOS): AReaL bootstraps its GAE "
-                  "from bootstrap_value and mask_no_eos_with_zero zeroes its reward"),
+    "truncated": ("truncated", "scalar", "true when the response was cut off (no EOS; vLLM's finish_reason "
+                  "'length'): AReaL bootstraps its GAE from bootstrap_value and mask_no_eos_with_zero zeroes its "
+                  "reward; OpenRLHF's and NeMo RL's stop-properly penalty scales it"),
     "bootstrap_value": ("bootstrap_value", "scalar", "critic value after a truncated response's last token "
                         "(AReaL's values[W−1])"),
     "turn_ids": ("turn_ids", "tokens", "turn index of each token (≥ 0 on trained tokens; AReaL turn-level GAE)"),

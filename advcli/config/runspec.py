@@ -339,6 +339,15 @@ class Advantage:
             'NaN or inf there stays NaN; verl, ROLL), `fill` sets them to 0 whatever they hold (masked_fill; NeMo '
             'gae)', (False, True, 'fill'))
     clip: Any = key(None, 'clamp of the final advantages: c for [-c, c], or [lo, hi]', kind='clip')
+    drop_length: int | None = key(None, 'rows whose Σ mask equals this length (cut at the maximum) are left out of '
+            'the advantage: mask 0 for the estimator, the whitening and the written advantages, returns and token '
+            'rewards, not for the reward normalisation or the KL (ROLL max_len_mask); null: off', kind='int')
+    drop_group_mean: list | None = key(None, '[low, high]: the rows of a group of more than one row whose mean row '
+            'score (raw, in its dtype) is not strictly inside (low, high) are left out of the advantage, as '
+            'drop_length (ROLL difficulty_mask); null: off', kind='list')
+    keep_scores_below: float | None = key(None, 'only rows scored 1, or 0 with Σ mask below this, stay in the '
+            'advantage; the others (a score of 0.5 too) are left out, as drop_length (ROLL error_max_len_clip with '
+            'error_max_len_threshold); null: off', kind='float')
     returns: str = key('estimator', "the `returns` column: the estimator's returns (`estimator`) or the final "
             'advantages (`advantages`: verl gdpo and reinforce_plus_plus_baseline return the whitened advantages)',
             ('estimator', 'advantages'), kind='str')

@@ -54,6 +54,19 @@ KEYS = {
     "whiten_advantages": Key(False, "masked whitening of the advantages over the domain batch", None, "bool"),
     "whiten_rewards": Key(False, "masked whitening of the token-level rewards before the estimator", None, "bool"),
     "advantage_clip": Key(None, "clamp ±c of the advantages after masking (0 zeroes them; null: off)", None, "float"),
+    # get_sample_level_mask (functionals.py L681-738): rows left out of compute_advantage's mask, not of the
+    # reward norm or the KL
+    "max_len_mask": Key(False, "leave out the rows whose valid length equals the maximum (cut there): "
+                        "actor_infer.generating_args.max_new_tokens", None, "bool"),
+    "actor_infer.generating_args.max_new_tokens": Key(8192, "the maximum response length max_len_mask compares "
+                                                      "with", None, "int"),
+    "difficulty_mask": Key(False, "leave out the groups (num_return_sequences > 1) whose mean raw score is not "
+                           "strictly inside (difficulty_low_threshold, difficulty_high_threshold)", None, "bool"),
+    "difficulty_low_threshold": Key(0.0, "difficulty_mask: low bound (excluded)", None, "float"),
+    "difficulty_high_threshold": Key(1.0, "difficulty_mask: high bound (excluded)", None, "float"),
+    "error_max_len_clip": Key(False, "keep only the rows scored 1, or 0 with a valid length below "
+                              "error_max_len_threshold", None, "bool"),
+    "error_max_len_threshold": Key(9999999999, "error_max_len_clip: the length bound", None, "int"),
     # ROLL's own reward workers (every one in roll/pipeline/rlvr/rewards @ 8eb27cc2: math_rule L307-313,
     # code_sandbox L854-856, llm_judge L240-242, ifeval L651-654, crossthinkqa L233-239, detection L1706-1708,
     # remote_reward_system L516-518, video_r1 L172-174) build scores and response_level_rewards as float16
@@ -114,6 +127,8 @@ def translate(v: dict) -> dict:
     grouped = "group" in (mean_t, std_t)
     if grouped and (n is None or n < 1):
         raise AdvcliError(f"key {N_KEY} must be at least 1 for a group reward norm (got {n})")
+    # difficulty_mask reshapes the scores to [-1, n] itself (L603-611), with or without a group reward norm
+    grouped = grouped or bool(v["difficulty_mask"] and n is not None and n > 1)
     cfg["grouping"].update(by="position" if grouped else "none", size=n if grouped else None, scope="step_domain")
     clip = v["reward_clip"]
     if clip is not None and clip < 0:  # torch.clamp(min=-c, max=c) with min > max: every token becomes c < 0
@@ -142,6 +157,12 @@ def translate(v: dict) -> dict:
     cfg["advantage"].update(whiten=v["whiten_advantages"], whiten_unbiased=True, whiten_eps=1e-8,
                             whiten_eps_mode="add", whiten_scale=True, whiten_small="skip", remask=True,
                             clip=None if aclip is None else [-aclip, aclip])
+    if v["max_len_mask"]:
+        cfg["advantage"]["drop_length"] = v["actor_infer.generating_args.max_new_tokens"]
+    if v["difficulty_mask"] and n is not None and n > 1:
+        cfg["advantage"]["drop_group_mean"] = [v["difficulty_low_threshold"], v["difficulty_high_threshold"]]
+    if v["error_max_len_clip"]:
+        cfg["advantage"]["keep_scores_below"] = float(v["error_max_len_threshold"])
     return cfg
 
 

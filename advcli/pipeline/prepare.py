@@ -21,7 +21,17 @@ from . import roles as role_rules
 from .moments import token_moment_pass, whiten_stats
 from .plan import Plan, ProgressFn, RunState, strided_groups
 from .read import allows_nan
-from .rows import KL_SKIPPED, Prepared, defer_row_kl, flat_rule, kl_coefs, row_inputs, row_table_pass, scopes_and_groups
+from .rows import (
+    KL_SKIPPED,
+    SAMPLE_KEEP,
+    Prepared,
+    defer_row_kl,
+    flat_rule,
+    kl_coefs,
+    row_inputs,
+    row_table_pass,
+    scopes_and_groups,
+)
 from .tokens import token_group_pass
 
 
@@ -276,6 +286,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
             columns[k] = row[k]
     if skipped is not None:
         columns[KL_SKIPPED] = skipped
+    keep = sample_keep(plan, row, raw, groups)
+    if keep is not None:  # ROLL's sample-level masks: rows out of the advantage (tokens.token_chunk)
+        columns[SAMPLE_KEEP] = keep
     columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
     if plan.spec.reward_from_components and not plan.components:
         columns["component:score"] = score
@@ -332,6 +345,31 @@ def _input_half(plan) -> torch.dtype | None:
     import pyarrow as pa
 
     return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
+
+
+def sample_keep(plan: Plan, row: dict, raw: torch.Tensor, groups) -> torch.Tensor | None:
+    """bool [R]: the rows that stay in the advantage under ``advantage.drop_length`` / ``drop_group_mean`` /
+    ``keep_scores_below``, or None when none is set. ROLL's ``get_sample_level_mask`` (functionals.py L681-738
+    @8eb27cc2), on the raw scores (in the rewards' 16-bit dtype where they have one) and Σ mask:
+    ``max_len_mask`` keeps Σ mask ≠ the maximum length; ``difficulty_mask`` (L603-611) keeps the rows of a group
+    whose ``torch.mean`` of the scores is strictly inside (low, high), every row where groups have one row;
+    ``error_max_len_clip`` keeps (score = 0 and Σ mask < threshold) or score = 1."""
+    adv = plan.run.advantage
+    if adv.drop_length is None and adv.drop_group_mean is None and adv.keep_scores_below is None:
+        return None
+    valid = row["valid"]
+    keep = torch.ones(valid.numel(), dtype=torch.bool)
+    if adv.drop_length is not None:
+        keep &= valid != int(adv.drop_length)
+    half = shaping_dtype(plan)
+    scores = raw.to(half) if half is not None else raw
+    if adv.drop_group_mean is not None and groups is not None and bool((groups.sizes > 1).any()):
+        low, high = (float(b) for b in adv.drop_group_mean)
+        mean = groups.per_row(groups.mean_f32(scores))
+        keep &= (mean > low) & (mean < high)
+    if adv.keep_scores_below is not None:
+        keep &= ((scores == 0) & (valid.to(torch.float64) < float(adv.keep_scores_below))) | (scores == 1)
+    return keep
 
 
 def overlong_length(kind: str, row: dict) -> torch.Tensor:

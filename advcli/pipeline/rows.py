@@ -35,6 +35,7 @@ def kl_token(plan: Plan, tok: dict, mask: torch.Tensor) -> torch.Tensor:
     return kld * mask if c.mask else kld
 
 
+SAMPLE_KEEP = "sample_keep"  # the row-table column of the rows kept in the advantage (advantage.drop_*)
 KL_SKIPPED = "kl_skipped"  # the row table's column of the rows kl.skip_flat_groups takes the KL term from
 
 

@@ -14,7 +14,7 @@ from ..ops.whiten import prefix_kept
 from . import roles as role_rules
 from .plan import Plan, ProgressFn
 from .read import ChunkReader, roles_to_columns, to_device
-from .rows import KL_SKIPPED, Prepared, kl_token, placement_index
+from .rows import KL_SKIPPED, SAMPLE_KEEP, Prepared, kl_token, placement_index
 
 
 def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
@@ -59,6 +59,10 @@ def token_chunk(plan: Plan, res: Prepared, layout: Ragged, tok: dict, row0: int,
                 kld = kld * kl_on_tok.to(kld.dtype)
             tlr = tlr - _beta(res, rows, layout, dev, dt, per_token=True) * kld
             tlr = clip_values(tlr, plan.run.kl.token_clip)
+    keep = res.table.columns.get(SAMPLE_KEEP)
+    if keep is not None:  # ROLL: the estimator, the whitening and the written values see the final mask
+        keep_tok = layout.broadcast(to_device(keep[rows], dev).to(dt))
+        mask, tlr = mask * keep_tok, tlr * keep_tok
     if plan.kl_on and extras is not None:
         extras["kld"] = kld
         # verl's apply_kl_penalty (ray_trainer.py L78-117 @1dda039b) runs before the rollout correction:

@@ -183,6 +183,54 @@ def test_defaults_are_gae_without_normalisation(tmp_path):
     assert "token_level_rewards" not in out
 
 
+# ------------------------------------------------------------------------ sample-level masks
+# get_sample_level_mask (functionals.py L681-738 @8eb27cc2): a row left out has mask 0 in compute_advantage (its
+# advantages, returns and token rewards 0, out of the whitening), not in the reward norm or the KL
+def _masked(tmp_path, rows, settings):
+    return run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", **R32, **settings})[0]
+
+
+def test_max_len_mask_leaves_out_the_rows_cut_at_the_maximum(tmp_path):
+    rows = [dict(reward=1.0, mask=[1, 1, 1]), dict(reward=0.5, mask=[1, 1]), dict(reward=0.2, mask=[1, 0, 1, 1])]
+    out = _masked(tmp_path, rows, {"max_len_mask": True, "actor_infer.generating_args.max_new_tokens": 3})
+    assert out["advantages"] == [[0.0] * 3, [0.5, 0.5], [0.0] * 4]  # Σ mask 3 = the maximum: rows 0 and 2
+    assert out["returns"] == out["advantages"]
+    assert _masked(tmp_path, rows, {})["advantages"][0] == [1.0] * 3
+
+
+def test_difficulty_mask_leaves_out_the_groups_all_solved_or_all_failed(tmp_path):
+    """Groups of 2: means 1 and 0 are not strictly inside (0, 1), 0.5 and 0.95 are; with thresholds (0.2, 0.9)
+    the group of mean 0.95 goes too. The group reward norm (grpo) runs on every row: the kept groups keep theirs."""
+    rows = [dict(reward=r, mask=[1, 1]) for r in (1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.9, 1.0)]
+    out = _masked(tmp_path, rows, {"difficulty_mask": True, N: 2})
+    assert_rows_close(out["advantages"], [[0.0] * 2] * 2 + [[0.0] * 2, [1.0] * 2] + [[0.0] * 2] * 2
+                      + [[0.9] * 2, [1.0] * 2])
+    out = _masked(tmp_path, rows, {"difficulty_mask": True, N: 2, "difficulty_low_threshold": 0.2,
+                                   "difficulty_high_threshold": 0.9})
+    assert out["advantages"][6:] == [[0.0] * 2] * 2 and out["advantages"][3] == [1.0] * 2
+    out = run_rows(tmp_path, rows, "roll", {"adv_estimator": "grpo", N: 2, "difficulty_mask": True, **R32})[0]
+    assert [a[0] for a in out["advantages"][2:4]] == pytest.approx([-0.7071061, 0.7071061], rel=1e-5)
+    assert out["advantages"][0] == [0.0] * 2  # all solved: (1 − 1)/(0 + 1e-6) = 0 anyway, and left out
+    # mean 0.95 is inside (0, 1): kept, (0.9 − 0.95)/(0.0707107 + 1e-6)
+    assert out["advantages"][6] == pytest.approx([-0.05 / (0.05 * math.sqrt(2) + 1e-6)] * 2, rel=1e-5)
+    assert _masked(tmp_path, rows, {"difficulty_mask": True, N: 1})["advantages"][0] == [1.0] * 2  # n = 1: all kept
+
+
+def test_error_max_len_clip_keeps_the_solved_and_the_short_failed(tmp_path):
+    rows = [dict(reward=0.0, mask=[1, 1]), dict(reward=0.0, mask=[1, 1, 1]), dict(reward=1.0, mask=[1] * 5),
+            dict(reward=0.5, mask=[1])]
+    out = _masked(tmp_path, rows, {"error_max_len_clip": True, "error_max_len_threshold": 3})
+    assert out["advantages"] == [[0.0] * 2, [0.0] * 3, [1.0] * 5, [0.0]]
+    out = _masked(tmp_path, rows, {"error_max_len_clip": True, "error_max_len_threshold": 3,
+                                   "whiten_advantages": True})
+    # the whitening is over the kept rows' tokens only: the two rows' 2 + 5 tokens (0, 0, 1 × 5)
+    mean = 5 / 7
+    std = math.sqrt((2 * mean ** 2 + 5 * (1 - mean) ** 2) / 6)
+    assert out["advantages"][0] == pytest.approx([(0 - mean) / std] * 2, rel=1e-5)
+    assert out["advantages"][2] == pytest.approx([(1 - mean) / std] * 5, rel=1e-5)
+    assert out["advantages"][1] == [0.0] * 3 and out["advantages"][3] == [0.0]
+
+
 # ------------------------------------------------------------------------------- edge cases
 def test_group_of_one_with_group_std_is_nan(tmp_path):
     """grpo with n=1: torch.std of one element is NaN, and so is every advantage (ROLL does the same)."""

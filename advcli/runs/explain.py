@@ -87,6 +87,18 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
             out.append(f"     clip             R ← clamp(R, {k.token_clip[0]}, {k.token_clip[1]})")
     else:
         out.append("     KL               not in the reward")
+    dropped = []  # ROLL's sample-level masks (advantage.drop_*): rows out of the estimator's mask
+    if a.drop_length is not None:
+        dropped.append(f"Σ mask = {a.drop_length}")
+    if a.drop_group_mean is not None:
+        lo, hi = a.drop_group_mean
+        dropped.append(f"the mean score of their group (of more than one row) outside ({lo:g}, {hi:g}), bounds "
+                       "included")
+    if a.keep_scores_below is not None:
+        dropped.append(f"a score other than 1, or 0 with Σ mask ≥ {a.keep_scores_below:g}")
+    if dropped:
+        out.append("     sample mask      mask 0 from here on (estimator, whitening, written values) for the rows with "
+                   + "; or ".join(dropped))
     from ..correction.plan import explain_lines  # rollout correction (advcli.correction.plan), between KL and estimator
     correction = explain_lines(run.correction)
     after = bool(run.correction.gate_level)  # OpenRLHF's: in the loss, after

@@ -325,3 +325,14 @@ def test_same_prompt_id_in_two_domains_is_fine(tmp_path):
     # ROLL gives 5.96e-8/(7.3e-8 + 1e-6) = 0.05555 here instead of 0.0596
     assert out["advantages"][0] == pytest.approx([0.05554951] * 3, rel=1e-6)
     assert out["advantages"][3] == pytest.approx([-1.154699, -1.154699], rel=1e-5)
+
+
+def test_explain_names_the_sample_masks(capsys):
+    from conftest import run_main
+
+    code, out, _ = run_main(["explain", "--flavor", "roll", "--set", "max_len_mask=true", "--set",
+                             "actor_infer.generating_args.max_new_tokens=512", "--set", "error_max_len_clip=true",
+                             "--set", "error_max_len_threshold=300"], capsys)
+    assert code == 0
+    line = next(x for x in out.splitlines() if "sample mask" in x)
+    assert "Σ mask = 512" in line and "0 with Σ mask ≥ 300" in line and "group" not in line

@@ -212,7 +212,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
         choice = resolve_run(specs, flavor, list((settings or {}).items()), estimator=estimator,
                              config=None if config is None else str(config))
         rep = audit_dump(specs, choice.flavor, choice.cfg, choice.native, dict(columns or {}),
-                         auto_note=None if choice.dump_note else choice.chosen, flavor_note=choice.dump_note,
+                         auto_note=choice.chosen, flavor_note=choice.dump_note,
                          against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device, search=search,
                          top=top)
         rep = frames.named(stamp(rep, "audit"))

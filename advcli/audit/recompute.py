@@ -343,7 +343,8 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     response-level dump, TRL's completions with one logged advantage per row, has a one-token mask) under
     a resolved configuration (``cfg``, the flavor's ``native`` keys, ``columns`` overrides);
     ``report["agree"]`` says whether every value agrees. ``auto_note``/``flavor_note``: how the estimator
-    and the flavor were chosen, for the report's "recomputed with"."""
+    and the flavor were chosen (resolve_run's ``chosen`` / ``dump_note``), for the report's "recomputed with":
+    where the dump's trainer chose the flavor, the settings checked and then why (``chosen`` repeats the why)."""
     import numpy as np
 
     from ..config.columns import is_list_type, resolve_columns
@@ -365,7 +366,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     from ..flavors import at
 
     flavor = at(flavor)  # the flavor at its release, for every run below and the report
-    what = auto_note or label(flavor, native or {}, cfg)
+    what = label(flavor, native or {}, cfg) if flavor_note or not auto_note else auto_note
     if flavor_note:
         what = f"{what} ({flavor_note})"
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("audit"))

@@ -141,11 +141,9 @@ def audit_cmd(
         dumped: list[str] = []  # without --flavor, the dump's trainer's semantics, as `advcli run` takes them
         flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None,
                                                                      estimator=estimator, dump_notes=dumped)
-        flavor_note = dumped[0] if dumped else None
-        auto_note = None if dumped else auto_note  # the settings checked, then why this flavor
-        rep = audit_dump(inputs, flavor, cfg, native, columns, auto_note=auto_note, flavor_note=flavor_note,
-                         against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device,
-                         search=search, top=top, progress=cb)
+        rep = audit_dump(inputs, flavor, cfg, native, columns, auto_note=auto_note,
+                         flavor_note=dumped[0] if dumped else None, against=against, rtol=rtol, atol=atol,
+                         chunk_rows=chunk_rows, device=device, search=search, top=top, progress=cb)
     finally:
         stop()
     from ..report.sections import audit_sections

@@ -413,7 +413,6 @@ class StepRunner:
         flavor, cfg, native, columns, auto_note = resolve_cli_config(specs, o.flavor, o.set_, o.config, o.column,
                                                                      None, estimator=o.estimator, dump_notes=dumped)
         flavor_note = dumped[0] if dumped and o.command == "audit" else None
-        auto_note = None if flavor_note else auto_note
         from ..config.runspec import RunSpec
 
         if RunSpec.from_config(cfg).grouping.scope == "all":

@@ -127,8 +127,10 @@ def translate(v: dict) -> dict:
     grouped = "group" in (mean_t, std_t)
     if grouped and (n is None or n < 1):
         raise AdvcliError(f"key {N_KEY} must be at least 1 for a group reward norm (got {n})")
-    # difficulty_mask reshapes the scores to [-1, n] itself (L603-611), with or without a group reward norm
-    grouped = grouped or bool(v["difficulty_mask"] and n is not None and n > 1)
+    # difficulty_mask reshapes the scores to [-1, n] itself (L603-611), with or without a group reward norm; n <= 1:
+    # every row kept
+    difficulty = bool(v["difficulty_mask"] and n is not None and n > 1)
+    grouped = grouped or difficulty
     cfg["grouping"].update(by="position" if grouped else "none", size=n if grouped else None, scope="step_domain")
     clip = v["reward_clip"]
     if clip is not None and clip < 0:  # torch.clamp(min=-c, max=c) with min > max: every token becomes c < 0
@@ -159,7 +161,7 @@ def translate(v: dict) -> dict:
                             clip=None if aclip is None else [-aclip, aclip])
     if v["max_len_mask"]:
         cfg["advantage"]["drop_length"] = v["actor_infer.generating_args.max_new_tokens"]
-    if v["difficulty_mask"] and n is not None and n > 1:
+    if difficulty:
         cfg["advantage"]["drop_group_mean"] = [v["difficulty_low_threshold"], v["difficulty_high_threshold"]]
     if v["error_max_len_clip"]:
         cfg["advantage"]["keep_scores_below"] = float(v["error_max_len_threshold"])

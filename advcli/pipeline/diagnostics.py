@@ -32,6 +32,8 @@ Only the kinds that apply to the configuration are listed. Kinds:
   the input clamp, or whose KL estimate exceeded the output clamp (only when KL enters the reward;
   counted over the tokens the KL term applies to).
 - ``nonfinite_advantages`` (warning): rows with NaN/inf advantages on valid tokens.
+- ``sample_masked`` (info, unit ``rows``): with ``advantage.drop_length`` / ``drop_group_mean`` /
+  ``keep_scores_below`` (ROLL's sample-level masks): the rows left out of the advantage, per rule.
 - ``float32_whitening`` (warning, unit ``steps``): only with ``advantage.whiten_one_pass`` (slime): steps
   whose one-pass whitening statistics differ between float32 and float64 (``E[x²] − E[x]²`` cancels).
 """
@@ -65,6 +67,8 @@ MEANINGS = {
     "nonfinite_advantages": "rows with NaN or infinite advantages on valid tokens: they poison the training loss",
     "float32_whitening": "steps whose one-pass whitening statistics differ between float32 and float64 "
                          "(E[x²] − E[x]² cancels)",
+    "sample_masked": "rows the sample-level masks (ROLL max_len_mask, difficulty_mask, error_max_len_clip) left out "
+                     "of the advantage",
     "float32_norm": "groups whose normalised values float32 rounding of the group mean moves: not signal",
     "float32_amplified_normalization": "steps normalised at the variance floor: their advantages are float32 "
                                        "residues ×1e4, not signal",

@@ -286,9 +286,9 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
             columns[k] = row[k]
     if skipped is not None:
         columns[KL_SKIPPED] = skipped
-    keep = sample_keep(plan, row, raw, groups)
-    if keep is not None:  # ROLL's sample-level masks: rows out of the advantage (tokens.token_chunk)
-        columns[SAMPLE_KEEP] = keep
+    keep_rules = sample_keep(plan, row, raw, groups)
+    if keep_rules:  # ROLL's sample-level masks: rows out of the advantage (tokens.token_chunk)
+        columns[SAMPLE_KEEP] = torch.stack(list(keep_rules.values())).all(dim=0)
     columns["reward_row"] = reward_row  # r̃_i as placed: the outcome apart from the KL (AReaL turn GAE)
     if plan.spec.reward_from_components and not plan.components:
         columns["component:score"] = score
@@ -311,6 +311,8 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     if plan.spec.group_token_pass is not None and (plan.spec.group_token_pass_needed is None
                                                     or plan.spec.group_token_pass_needed(plan.params)):
         res.group_tables = token_group_pass(plan, inputs, res, chunk_rows, progress)
+    if keep_rules:
+        res.diagnostics.append(sample_mask_item(plan, keep_rules, columns[SAMPLE_KEEP], raw, row["valid"]))
     warnings: list[str] = list(state.group_warnings) + list(plan.warnings)
     if reward.zero_truncated and "truncated" not in row:
         warnings.append("mask_no_eos_with_zero (reward.zero_truncated) is on but the input has no truncated column: "
@@ -347,29 +349,55 @@ def _input_half(plan) -> torch.dtype | None:
     return torch.float16 if pa.types.is_float16(plan.cmap.schema.field(col).type) else None
 
 
-def sample_keep(plan: Plan, row: dict, raw: torch.Tensor, groups) -> torch.Tensor | None:
-    """bool [R]: the rows that stay in the advantage under ``advantage.drop_length`` / ``drop_group_mean`` /
-    ``keep_scores_below``, or None when none is set. ROLL's ``get_sample_level_mask`` (functionals.py L681-738
-    @8eb27cc2), on the raw scores (in the rewards' 16-bit dtype where they have one) and Σ mask:
-    ``max_len_mask`` keeps Σ mask ≠ the maximum length; ``difficulty_mask`` (L603-611) keeps the rows of a group
-    whose ``torch.mean`` of the scores is strictly inside (low, high), every row where groups have one row;
-    ``error_max_len_clip`` keeps (score = 0 and Σ mask < threshold) or score = 1."""
+def sample_keep(plan: Plan, row: dict, raw: torch.Tensor, groups) -> dict[str, torch.Tensor]:
+    """bool [R] per rule set of ``advantage.drop_length`` / ``drop_group_mean`` / ``keep_scores_below`` (keyed by
+    the key): the rows each keeps in the advantage; the row stays where every rule keeps it. Empty when none is
+    set. ROLL's ``get_sample_level_mask`` (functionals.py L681-738 @8eb27cc2), on the raw scores (in the rewards'
+    16-bit dtype where they have one) and Σ mask: ``max_len_mask`` keeps Σ mask ≠ the maximum length;
+    ``difficulty_mask`` (L603-611) keeps the rows of a group whose ``torch.mean`` of the scores is strictly inside
+    (low, high), every row where groups have one row; ``error_max_len_clip`` keeps (score = 0 and Σ mask <
+    threshold) or score = 1."""
     adv = plan.run.advantage
+    rules: dict[str, torch.Tensor] = {}
     if adv.drop_length is None and adv.drop_group_mean is None and adv.keep_scores_below is None:
-        return None
+        return rules
     valid = row["valid"]
-    keep = torch.ones(valid.numel(), dtype=torch.bool)
     if adv.drop_length is not None:
-        keep &= valid != int(adv.drop_length)
+        rules["drop_length"] = valid != int(adv.drop_length)
     half = shaping_dtype(plan)
     scores = raw.to(half) if half is not None else raw
     if adv.drop_group_mean is not None and groups is not None and bool((groups.sizes > 1).any()):
         low, high = (float(b) for b in adv.drop_group_mean)
         mean = groups.per_row(groups.mean_f32(scores))
-        keep &= (mean > low) & (mean < high)
+        rules["drop_group_mean"] = (mean > low) & (mean < high)
     if adv.keep_scores_below is not None:
-        keep &= ((scores == 0) & (valid.to(torch.float64) < float(adv.keep_scores_below))) | (scores == 1)
-    return keep
+        rules["keep_scores_below"] = (((scores == 0) & (valid.to(torch.float64) < float(adv.keep_scores_below)))
+                                      | (scores == 1))
+    return rules
+
+
+def sample_mask_item(plan: Plan, rules: dict[str, torch.Tensor], keep: torch.Tensor, raw: torch.Tensor,
+                     valid: torch.Tensor) -> dict:
+    """The ``sample_masked`` diagnostic: the rows the sample-level masks left out of the advantage, how many each
+    rule took out, the first rows with their score, Σ mask and the rules that dropped them."""
+    from .diagnostics import MAX_EXAMPLES
+
+    adv = plan.run.advantage
+    said = {"drop_length": f"advantage.drop_length={adv.drop_length} (Σ mask equal to it)",
+            "drop_group_mean": f"advantage.drop_group_mean={adv.drop_group_mean} (group mean score outside)",
+            "keep_scores_below": f"advantage.keep_scores_below={adv.keep_scores_below} (not scored 1, or 0 with "
+                                 "Σ mask below it)"}
+    out = ~keep
+    rows = torch.nonzero(out, as_tuple=True)[0][:MAX_EXAMPLES].tolist()
+    examples = [{"row": r, "score": float(raw[r]), "valid_tokens": int(valid[r]),
+                 "rules": [k for k, kept in rules.items() if not bool(kept[r])]} for r in rows]
+    per_rule = "; ".join(f"{said[k]}: {int((~kept).sum()):,}" for k, kept in rules.items())
+    return {"kind": "sample_masked", "count": int(out.sum()), "unit": "rows", "severity": "info",
+            "examples": examples,
+            "explanation": "rows left out of the advantage by the sample-level masks (ROLL max_len_mask, "
+                           "difficulty_mask, error_max_len_clip): their tokens' mask is 0 for the estimator, the "
+                           "whitening and the written values, while the reward normalisation and the KL still count "
+                           f"them. Rows each rule takes out: {per_rule}."}
 
 
 def overlong_length(kind: str, row: dict) -> torch.Tensor:

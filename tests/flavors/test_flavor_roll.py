@@ -231,6 +231,26 @@ def test_error_max_len_clip_keeps_the_solved_and_the_short_failed(tmp_path):
     assert out["advantages"][1] == [0.0] * 3 and out["advantages"][3] == [0.0]
 
 
+def test_the_summary_counts_the_rows_each_mask_left_out(tmp_path):
+    """The run's ``sample_masked`` diagnostic: the rows out of the advantage, and per rule how many it took out
+    (a row two rules drop counts once in the total, once under each rule)."""
+    rows = [dict(reward=0.0, mask=[1, 1, 1]), dict(reward=1.0, mask=[1, 1, 1]), dict(reward=0.0, mask=[1]),
+            dict(reward=0.5, mask=[1, 1])]
+    _, result = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", **R32, "max_len_mask": True,
+                                                  "actor_infer.generating_args.max_new_tokens": 3,
+                                                  "error_max_len_clip": True, "error_max_len_threshold": 3})
+    item, = [d for d in result.diagnostics if d["kind"] == "sample_masked"]
+    # max_len: rows 0, 1 (Σ mask 3); error clip: row 0 (0 with 3 ≥ 3 tokens), row 3 (0.5): rows 0, 1, 3 out
+    assert (item["count"], item["unit"]) == (3, "rows")
+    assert [(e["row"], e["rules"]) for e in item["examples"]] == [
+        (0, ["drop_length", "keep_scores_below"]), (1, ["drop_length"]), (3, ["keep_scores_below"])]
+    assert "drop_length=3 (Σ mask equal to it): 2" in item["explanation"]
+    assert "keep_scores_below=3.0" in item["explanation"] and "it): 2." in item["explanation"]
+    assert item["meaning"].startswith("rows the sample-level masks")
+    _, plain = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", **R32})
+    assert not [d for d in plain.diagnostics if d["kind"] == "sample_masked"]
+
+
 # ------------------------------------------------------------------------------- edge cases
 def test_group_of_one_with_group_std_is_nan(tmp_path):
     """grpo with n=1: torch.std of one element is NaN, and so is every advantage (ROLL does the same)."""

@@ -480,7 +480,7 @@ class StepRunner:
 
     def _run(self, unit: Unit, specs: list[str]) -> dict:
         from ..report import build_report
-        from ..runs.runner import RunRequest, run_inputs
+        from ..runs.runner import RunRequest, run_inputs, with_mean_between
 
         o, st = self.opts, self.state
         final = os.path.join(o.out_dir, f"step_{unit.step}.parquet")
@@ -489,7 +489,8 @@ class StepRunner:
                          chunk_rows=o.chunk_rows, device=o.device, force=True, output_mode=o.output_mode,
                          write_columns=o.write_columns)
         try:
-            result, _ = run_inputs(specs, req)
+            # the flavor's group filter (OpenRLHF's dynamic filtering) drops whole groups first, as `run` does
+            result, _ = run_inputs(specs, req, curation=with_mean_between(None, req.cfg, False))
         except BaseException:
             with contextlib.suppress(OSError):
                 os.remove(part)

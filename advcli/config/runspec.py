@@ -77,6 +77,11 @@ class Grouping:
     id_check: str = key('strict', 'with grouping.by=position and a prompt_id column whose ids disagree with the '
             'blocks (a block holds several ids, or an id spans several blocks): `strict` stops the run, `warn` '
             'keeps the blocks and adds a warning (slime, which never reads the ids)', ('strict', 'warn'), kind='str')
+    keep_mean_between: list | None = key(None, '[low, high]: the groups whose mean reward (the reward column as '
+            'read, summed in float64 in row order; a NaN drops its group) is not strictly inside (low, high) are taken '
+            'out before anything is computed, as if never sampled, and the output holds the kept rows (OpenRLHF '
+            'dynamic filtering; the run\'s groups: blocks of grouping.size rows with grouping.by=position, or none '
+            'with a grouping.size; else the prompt_id groups of each step); null: off', kind='list')
     scope_rows: int | None = key(None, 'with grouping.by=position: the rows every scope must have for the blocks '
             'of grouping.size to apply (slime: rollout_batch_size × n_samples_per_prompt); null: any multiple of '
             'grouping.size', kind='int')

@@ -62,6 +62,11 @@ class FilterSpec:
     # TRL's aggregated rewards as the metric (--flavor trl --set reward_funcs=[...] / multi_objective_aggregation):
     # (aggregation, reward columns, weights or None); None: the metric column as it is
     trl_rewards: tuple | None = None
+    # a run's flavor (grouping.keep_mean_between, OpenRLHF's dynamic filtering): keep the groups whose plain float64
+    # mean metric lies strictly inside (lo, hi), a group with a NaN dropped; None: off
+    mean_between: tuple[float, float] | None = None
+    # groups are blocks of this many consecutive rows of a step (a flavor that groups by position); None: prompt_id
+    block_size: int | None = None
 
     @property
     def selection_eps(self) -> float:
@@ -76,7 +81,7 @@ class FilterSpec:
     @property
     def active(self) -> bool:
         return (self.drop_uniform or self.solve_rate is not None or (self.min_group_size or 0) > 1
-                or self.by_variance is not None)
+                or self.by_variance is not None or self.mean_between is not None)
 
     def describe(self) -> str:
         return describe_filter(self.as_dict())
@@ -89,7 +94,9 @@ class FilterSpec:
                 "variance_rule": self.variance_rule, "variance_selection_eps": self.variance_selection_eps,
                 **({"trl_rewards": {"aggregation": self.trl_rewards[0], "reward_funcs": list(self.trl_rewards[1]),
                                     "reward_weights": None if self.trl_rewards[2] is None
-                                    else list(self.trl_rewards[2])}} if self.trl_rewards else {})}
+                                    else list(self.trl_rewards[2])}} if self.trl_rewards else {}),
+                **({"mean_between": list(self.mean_between)} if self.mean_between is not None else {}),
+                **({"block_size": self.block_size} if self.block_size is not None else {})}
 
 
 # The variance filter's rule per trainer: all three are open pull requests (not in a release), read at
@@ -162,6 +169,10 @@ def describe_filter(f: dict) -> str:
         parts.append(f"--solve-rate {f['solve_rate'][0]:g}:{f['solve_rate'][1]:g}")
     if f.get("min_group_size"):
         parts.append(f"--min-group-size {f['min_group_size']}")
+    if f.get("mean_between"):
+        lo, hi = f["mean_between"]
+        parts.append(f"dynamic filtering (grouping.keep_mean_between: the groups whose mean reward is strictly inside "
+                     f"({lo:.10g}, {hi:.10g}) kept)")
     return " ".join(parts + variance_flags(f))
 
 
@@ -428,6 +439,11 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
             drop_sr = ~((mean >= lo) & (mean <= hi))  # NaN mean: dropped
     else:
         drop_sr = np.zeros(G, bool)
+    if spec.mean_between is not None:  # OpenRLHF: sum(scores) / len(scores) in Python floats, NaN not skipped
+        lo, hi = spec.mean_between
+        plain = np.where(n_nan > 0, np.nan, s / np.maximum(size, 1))
+        with np.errstate(invalid="ignore"):
+            drop_sr = drop_sr | ~((plain > lo) & (plain < hi))
     if not RULES[spec.variance_rule]["live"]:
         live = None
     elif live is None:  # no response mask: every row is live
@@ -487,14 +503,17 @@ def find_source_column(names: list[str], explicit: str | None = None) -> str | N
     return next((c for c in SOURCE_COLUMNS if c in names), None)
 
 
-def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk_rows: int = 65536) -> SmallColumns:
-    """One streaming pass over the group id, step, metric and data-source columns of ``ins``."""
+def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk_rows: int = 65536,
+                       block_size: int | None = None) -> SmallColumns:
+    """One streaming pass over the group id, step, metric and data-source columns of ``ins``. ``block_size``:
+    groups are blocks of that many consecutive rows of each step (steps ascending, rows in input order: a flavor's
+    ``grouping.by=position``), named by their first row; the prompt_id column is not read."""
     import pyarrow as pa
 
     from ..io.arrays import keys_codes, numeric
 
     file0 = ins.paths[0]
-    pid = cmap.require("prompt_id", "groups are the rows sharing a prompt_id (within a step)")
+    pid = None if block_size else cmap.require("prompt_id", "groups are the rows sharing a prompt_id (within a step)")
     if metric_col not in ins.schema.names:
         from ..errors import did_you_mean
         raise AdvcliError(f"{file0}: no metric column {metric_col!r}.{did_you_mean(metric_col, ins.schema.names)} "
@@ -516,7 +535,11 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
         return pa.chunked_array(parts[c], type=ins.schema.field(c).type)
 
     metric = np.asarray(chunked(metric_col).to_numpy(zero_copy_only=False), np.float64) if R else np.zeros(0)
-    pcodes, puniq = keys_codes(chunked(pid)) if R else (np.zeros(0, np.int64), np.zeros(0))
+    if block_size:
+        pcodes, puniq = _block_codes(None if step_col is None else numeric(chunked(step_col), step_col, file0), R,
+                                     block_size)
+    else:
+        pcodes, puniq = keys_codes(chunked(pid)) if R else (np.zeros(0, np.int64), np.zeros(0))
     if (pcodes < 0).any():
         raise AdvcliError(f"{file0}: column {pid!r} has null group ids; every row needs one")
     step = None
@@ -545,6 +568,27 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     return SmallColumns(R, np.asarray(group, np.int64), [_plain(g) for g in gids], gsteps, metric, step, source,
                         source_names, {"prompt_id": pid, "metric": metric_col, "step": step_col, "source": source_col},
                         padding)
+
+
+def _block_codes(step, rows: int, n: int) -> tuple[np.ndarray, list]:
+    """(a code per row, the name of each code) of the blocks of ``n`` consecutive rows of each step (steps
+    ascending, rows in input order; the whole input without a step column): the positional groups of a run."""
+    if not rows:
+        return np.zeros(0, np.int64), []
+    if step is None:
+        rank = np.arange(rows, dtype=np.int64)
+        scope = np.zeros(rows, np.int64)
+    else:
+        from ..ops.grouprule import scope_codes
+
+        scope = scope_codes(np.asarray(step))[0]
+        order = np.argsort(scope, kind="stable")
+        starts = np.searchsorted(scope[order], scope[order])  # each row's scope's first place in the sorted order
+        rank = np.empty(rows, np.int64)
+        rank[order] = np.arange(rows) - starts
+    key = scope * (rows // n + 1) + rank // n
+    _, first, codes = np.unique(key, return_index=True, return_inverse=True)
+    return codes.ravel().astype(np.int64), [f"rows from {int(r)}" for r in first]
 
 
 def read_reward_columns(ins, names: tuple, chunk_rows: int) -> np.ndarray:
@@ -788,7 +832,7 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
                           "ranked by; give one")
     if spec.trl_rewards:
         metric_col = spec.trl_rewards[1][0]
-    full = read_small_columns(ins, cmap, metric_col, source_col)
+    full = read_small_columns(ins, cmap, metric_col, source_col, block_size=spec.block_size)
     if spec.trl_rewards:
         agg, funcs, weights = spec.trl_rewards
         full.metric = trl_aggregated(read_reward_columns(ins, funcs, chunk_rows), full.group, agg, weights)
@@ -895,7 +939,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
     """(path of a temporary file holding the kept rows, the filter summary) for ``advcli run`` with
     group-filter options. The file lies beside ``output`` (the caller removes it)."""
     if output_mode != "full":  # its row_index would count the kept rows, not the input's
-        raise AdvcliError(f"--output-mode {output_mode} with --drop-uniform/--solve-rate/--min-group-size: the "
+        raise AdvcliError(f"--output-mode {output_mode} with {spec.describe()}: the "
                           "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
                           hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
     from ..io.reader import SHOWN_AS, expand_inputs, shown_name
@@ -903,7 +947,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
 
     files = expand_inputs(inputs)
     if len(files) != 1:
-        raise AdvcliError("--drop-uniform/--solve-rate/--min-group-size on `run` take one input file",
+        raise AdvcliError(f"{spec.describe()} on `run` takes one input file",
                           hint="filter several files into one first: advcli filter IN... -o kept.parquet "
                                "--drop-uniform, then advcli run kept.parquet")
     if output is not None:

@@ -59,6 +59,16 @@ KEYS = {
     "algo.kl.target": Key(None, "adaptive controller target (not reproducible offline: see the error)", None, "float"),
     "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
     "reward.clip_range": Key([-10.0, 10.0], "clamp [lo, hi] of the group-shaped scalar reward", None, "list"),
+    # DAPO dynamic filtering (ppo_utils/samples_generator.py _generate_vllm L168-177 @3c3be623): at generation
+    "algo.dynamic_filtering_enable": Key(False, "DAPO dynamic filtering: the groups whose mean reward is not strictly "
+                                         "inside algo.dynamic_filtering_range are taken out before anything is "
+                                         "computed, as if never sampled (OpenRLHF samples others in their place); "
+                                         "the output holds the kept rows", None, "bool"),
+    "algo.dynamic_filtering_range": Key([0.0, 1.0], "LOW HIGH of the dynamic filtering: a group is kept when LOW < "
+                                        "its mean reward < HIGH", None, "list"),
+    "advcli.dynamic_filtering_margin": Key(0.0, "advcli extension (OpenRLHF's releases): the margin inside the dynamic "
+                                           "filtering's range: 1e-6 in 0.8.1-0.9.0 (ppo_trainer.py @v0.8.1 L487: "
+                                           "LOW + 1e-6 < mean < HIGH − 1e-6), 0 from 0.9.1", None, "float"),
     # the length penalties on the reward, first in compute_advantages_and_returns (ppo_utils/length_penalty.py)
     "reward.overlong_buffer_len": Key(None, "DAPO overlong penalty's buffer L: a response of span n (last − first "
                                       "action token + 1) beyond max − L loses min(n − (max − L), L)/L·factor, max "
@@ -148,6 +158,9 @@ ALIASES = {
     "no_advantage_std_norm": "algo.advantage.no_std_norm", "init_kl_coef": "algo.kl.init_coef",
     "kl_estimator": "algo.kl.estimator", "use_kl_loss": "algo.kl.use_loss", "kl_target": "algo.kl.target",
     "kl_horizon": "algo.kl.horizon", "reward_clip_range": "reward.clip_range",
+    # dynamic filtering's flags of releases 0.8.1-0.10.1 (cli/train_ppo_ray.py @v0.8.1 L430-433)
+    "dynamic_filtering": "algo.dynamic_filtering_enable",
+    "dynamic_filtering_reward_range": "algo.dynamic_filtering_range",
     # the IS correction's flags of releases 0.8.9-0.10.1 (cli/train_ppo_ray.py @v0.8.9 ... @v0.10.1)
     "enable_vllm_is_correction": C + "enable", "vllm_is_truncated_threshold": C + "threshold",
     "vllm_is_correction_type": C + "type", "use_icepop": "advcli.use_icepop",
@@ -240,6 +253,32 @@ def _clip_range(value) -> list[float] | None:
     return [lo, hi]
 
 
+def _dynamic_filtering(v: dict, cfg: dict, n: int) -> None:
+    """DAPO dynamic filtering: OpenRLHF drops, at generation, the prompt groups whose ``sum(scores) / len(scores)``
+    (Python floats) is not strictly inside (LOW, HIGH) (samples_generator.py L167-177 @3c3be623; 0.8.1-0.9.0
+    ppo_trainer.py: inside (LOW + 1e-6, HIGH − 1e-6)) and samples other prompts in their place, so the step it
+    trains on never held them: advcli takes those groups out before the run (``grouping.keep_mean_between``)."""
+    if not v["algo.dynamic_filtering_enable"]:
+        return
+    rng = v["algo.dynamic_filtering_range"]
+    try:
+        lo, hi = (float(x) for x in rng)
+    except (TypeError, ValueError):
+        raise AdvcliError(f"key algo.dynamic_filtering_range: expected two numbers LOW HIGH, got {rng!r}") from None
+    if not lo < hi:
+        raise AdvcliError(f"key algo.dynamic_filtering_range={rng!r}: OpenRLHF asserts LOW < HIGH "
+                          "(cli/train_ppo_ray.py L700-703), so the trainer itself would not run it")
+    if n <= 1:
+        raise AdvcliError(f"algo.dynamic_filtering_enable with rollout.n_samples_per_prompt={n}: OpenRLHF asserts "
+                          "n_samples_per_prompt > 1 with dynamic filtering (cli/train_ppo_ray.py L707-709), so the "
+                          "trainer itself would not run it",
+                          hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
+    margin = float(v["advcli.dynamic_filtering_margin"])
+    cfg["grouping"]["keep_mean_between"] = [lo + margin, hi - margin]  # as OpenRLHF adds them, in Python floats
+    if cfg["grouping"]["by"] == "none":  # gae, reinforce: no groups in the math; the filter's are n consecutive rows
+        cfg["grouping"]["size"] = n
+
+
 def _length_penalties(v: dict, cfg: dict) -> None:
     """``apply_length_penalties`` (openrlhf/trainer/ppo_utils/length_penalty.py @3c3be623 L16-153): the DAPO
     overlong penalty on the span of the action mask, capped at L, computed in Python floats; then the ProRL
@@ -309,6 +348,7 @@ def translate(v: dict) -> dict:
                          mask_placed=False, whiten_tokens=False)
     cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
     _length_penalties(v, cfg)
+    _dynamic_filtering(v, cfg, n)
     # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270)
     cfg["reward"]["dtype"] = "run" if v["advcli.reward_promote"] else v["advcli.reward_dtype"]
     cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None,
@@ -403,6 +443,15 @@ def _no_penalty(v: str, overlong: bool = True) -> dict:
     return out
 
 
+def _no_filter(v: str) -> dict:
+    """What a release before 0.8.1 refuses: --dynamic_filtering (0.8.1, ppo_trainer.py @v0.8.1 L472-501)."""
+    return {"algo.dynamic_filtering_enable": ((False,), f"OpenRLHF {v} has no dynamic filtering (--dynamic_filtering "
+                                                        "came with 0.8.1: ppo_trainer.py @v0.8.1 L472-501), so the "
+                                                        "trainer itself would not run it")}
+
+
+# 0.8.1-0.9.0 keep a group when LOW + 1e-6 < mean < HIGH − 1e-6 (ppo_trainer.py @v0.8.1 L487, @v0.9.0 L489)
+_DF_MARGIN = {"advcli.dynamic_filtering_margin": 1e-6}
 # the length penalties' defaults before 0.9.8: the max is --generate_max_len (default 1024), c < 0 is refused
 _LP_OLD = {"rollout.max_new_tokens": 1024, "advcli.stop_properly_replace": False}
 
@@ -424,7 +473,7 @@ def _pre(last: str, estimators: tuple, kl: tuple = KL_NAMES, std_norm: bool = Fa
            "the trainer itself would not run it") if estimators == ("gae",) else (
         f"OpenRLHF {last}'s --advantage_estimator (cli/train_ppo_ray.py @v{last}) has {', '.join(estimators)} only, "
         "so the trainer itself would not run it")
-    out = {**_no_is(last), **_no_penalty(last), "algo.advantage.estimator": (estimators, why),
+    out = {**_no_is(last), **_no_penalty(last), **_no_filter(last), "algo.advantage.estimator": (estimators, why),
            "algo.kl.estimator": (kl, f"OpenRLHF {last} computes the KL with {' or '.join(kl)} only "
                                      f"(models/utils.py compute_approx_kl @v{last})")}
     if not std_norm:
@@ -533,29 +582,37 @@ RELEASES = (
                 Change("", ("advcli.kl_masked", "algo.kl.estimator"),
                        "compute_approx_kl no longer masks the log-ratio (models/utils.py @v0.7.0)"))),
     Release("0.7.1", "2025-04-17", aliases=("0.7.1.post1", "0.7.1.post2", "0.7.2", "0.7.2.post1", "0.7.3", "0.7.4",
-                                            "0.7.4.post1", "0.7.4.post2", "0.7.5", "0.8.0", "0.8.0.post1", "0.8.1",
-                                            "0.8.1.post1", "0.8.2", "0.8.3", "0.8.4"),
+                                            "0.7.4.post1", "0.7.4.post2", "0.7.5", "0.8.0", "0.8.0.post1"),
             settings={**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
-            accepts={**_no_is("0.8.4"), **_no_penalty("0.8.4")},
-            note="OpenRLHF 0.7.1 to 0.8.4: the step shaped by the driver; rloo whitened too; KL not clamped; no IS "
+            accepts={**_no_is("0.8.0.post1"), **_no_penalty("0.8.0.post1"), **_no_filter("0.8.0.post1")},
+            note="OpenRLHF 0.7.1 to 0.8.0: the step shaped by the driver; rloo whitened too; KL not clamped; no IS "
                  "correction", changes=(
                 Change("", ("advcli.whiten_mean_span",),
                        "the whitening moved from the replay buffer to compute_advantages_and_returns: μ = Σ A·m / Σm "
                        "over the step (experience_maker.py @v0.7.1), written at every position"),)),
-    Release("0.8.5", "2025-06-16", settings={**_OLD, "advcli.kl_clamp": False},
+    Release("0.8.1", "2025-05-20", aliases=("0.8.1.post1", "0.8.2", "0.8.3", "0.8.4"),
+            settings={**_OLD, **_DF_MARGIN, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
+            accepts={**_no_is("0.8.4"), **_no_penalty("0.8.4")},
+            note="OpenRLHF 0.8.1 to 0.8.4: the advantage code of 0.7.1, + --dynamic_filtering", changes=(
+                Change("#1018", ("algo.dynamic_filtering_enable", "algo.dynamic_filtering_range",
+                                 "advcli.dynamic_filtering_margin"),
+                       "--dynamic_filtering, --dynamic_filtering_reward_range LOW HIGH (default 0 1): the groups of n "
+                       "samples whose mean reward is not inside (LOW + 1e-6, HIGH − 1e-6) are dropped at generation "
+                       "and others sampled in their place (ppo_trainer.py @v0.8.1 L472-501)"),)),
+    Release("0.8.5", "2025-06-16", settings={**_OLD, **_DF_MARGIN, "advcli.kl_clamp": False},
             accepts={**_no_is("0.8.5"), **_no_penalty("0.8.5")},
             note="OpenRLHF 0.8.5: rloo no longer whitened; KL not clamped; no IS correction", changes=(
                 Change("", ("algo.advantage.estimator",),
                        "rloo's advantages are no longer whitened over the step: only gae, reinforce and "
                        "reinforce_baseline are (experience_maker.py @v0.8.5 L695)"),)),
-    Release("0.8.6", "2025-07-14", settings=_OLD, accepts={**_no_is("0.8.6"), **_no_penalty("0.8.6")},
+    Release("0.8.6", "2025-07-14", settings={**_OLD, **_DF_MARGIN}, accepts={**_no_is("0.8.6"), **_no_penalty("0.8.6")},
             note="OpenRLHF 0.8.6: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
                  "--init_kl_coef, ...); no IS correction, no length penalty", changes=(
                 Change("", ("algo.kl.estimator",),
                        "compute_approx_kl clamps the KL estimate (k1, k2, k3) to ±10 (0.8.6, models/utils.py @v0.8.6 "
                        "L40); before it the estimate entered the reward unclamped"),)),
     Release("0.8.7", "2025-07-24", aliases=("0.8.8",),
-            settings={**_OLD, **_LP_OLD, "advcli.overlong_length": "tokens_eos"},
+            settings={**_OLD, **_LP_OLD, **_DF_MARGIN, "advcli.overlong_length": "tokens_eos"},
             accepts={**_no_is("0.8.8"), **_no_penalty("0.8.8", overlong=False)},
             note="OpenRLHF 0.8.7 to 0.8.8: + the overlong penalty on the generated ids (an EOS appended where "
                  "missing); no IS correction", changes=(
@@ -564,7 +621,8 @@ RELEASES = (
                        "L)/L·f where positive, n the generated ids with the EOS appended to a response without one "
                        "(experience_maker.py @v0.8.7 L664-683)"),)),
     Release("0.8.9", "2025-08-06", aliases=("0.8.9.post1", "0.8.10", "0.8.11", "0.9.0"),
-            settings={**_OLD, **_LP_OLD, "advcli.overlong_length": "tokens", "advcli.is_correction_keys": "0.8.9",
+            settings={**_OLD, **_LP_OLD, **_DF_MARGIN, "advcli.overlong_length": "tokens",
+                      "advcli.is_correction_keys": "0.8.9",
                       C + "threshold": 2.0},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.0"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG, **_no_penalty("0.9.0", overlong=False)},
@@ -582,6 +640,9 @@ RELEASES = (
             changes=(Change("", (C + "threshold", "advcli.use_icepop"),
                             "--vllm_is_truncated_threshold takes LOW HIGH (default 0.5 5.0): clamp(e^lr, LOW, HIGH); "
                             "--use_icepop: e^lr inside [LOW, HIGH], else 0 (models/loss.py @v0.9.1 L147-159)"),
+                     Change("", ("advcli.dynamic_filtering_margin",),
+                            "dynamic filtering keeps a prompt's samples when LOW < their mean score < HIGH, no margin "
+                            "(samples_generator.py @v0.9.1 L331-333)"),
                      Change("", ("advcli.overlong_length",), "the overlong penalty's n is the span of the action mask, "
                             "last − first action token + 1 (samples_generator.py)"))),
     Release("0.9.2", "2026-02-03", settings={**_OLD, **_LP_OLD},

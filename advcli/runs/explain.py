@@ -47,6 +47,11 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
     out += ["", "pipeline (in order):"]
     r, k, a, w, g = run.reward, run.kl, run.advantage, run.whitening, run.grouping
     src = r.source if r.source != "auto" else "token_level_scores if present, else the reward column"
+    if g.keep_mean_between is not None:
+        lo, hi = g.keep_mean_between
+        out.append(f"  0. groups kept      those whose mean reward is strictly inside ({float(lo):.10g}, "
+                   f"{float(hi):.10g}); the others are taken out before anything is computed, as if never sampled "
+                   "(dynamic filtering)")
     out.append(f"  1. row reward       r_i = {src}"
                + (f", components {r.components} weights {r.weights or 'all 1'}" if r.components else ""))
     out += _shaping_lines(r)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import field
 
+from ..errors import AdvcliError
 from ..formats import finish_outputs, name_dumps, name_sources
 from ..io.modes import check_output_mode
 from ..records import record
@@ -68,6 +69,7 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
         curation = make_spec(drop_uniform, solve_rate, min_group_size, allow_empty=allow_empty)
     choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
                          precision=precision)
+    curation = with_mean_between(curation, choice.cfg, allow_empty)
     req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,
                      columns=dict(columns or {}), chunk_rows=chunk_rows, device=device, force=force,
                      output_mode=output_mode, write_columns=write_columns, engine=engine, ray_address=ray_address,
@@ -84,6 +86,34 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
         # output rather than the temporary files the kept rows went through
         result.curation = {**name_dumps(kept), "output": output}
     return result
+
+
+def with_mean_between(curation, cfg: dict, allow_empty: bool):
+    """``curation`` (a :class:`advcli.figures.curate.FilterSpec` or None) with the configuration's
+    ``grouping.keep_mean_between`` (OpenRLHF's dynamic filtering) added: the groups it drops are taken out before
+    the run as ``--solve-rate``'s are, grouped as the run groups (blocks of ``grouping.size`` rows where it groups
+    by position, or by nothing with a ``grouping.size``; else the prompt_id groups of each step)."""
+    grouping = cfg.get("grouping") or {}
+    between = grouping.get("keep_mean_between")
+    if between is None:
+        return curation
+    import dataclasses
+
+    from ..figures.curate import FilterSpec
+
+    try:
+        lo, hi = (float(b) for b in between)
+    except (TypeError, ValueError):
+        lo = hi = None
+    if lo is None or not lo < hi:
+        raise AdvcliError(f"grouping.keep_mean_between={between!r}: expected [low, high] with low < high (OpenRLHF "
+                          "asserts dynamic_filtering_range[0] < [1]: every group would be dropped)",
+                          hint="e.g. --set grouping.keep_mean_between=[0,1] keeps the groups neither all solved nor "
+                               "all failed")
+    # blocks of grouping.size rows where the run groups by position, or has no groups but a size (OpenRLHF's gae)
+    block = int(grouping["size"]) if grouping.get("by") in ("position", "none") and grouping.get("size") else None
+    base = curation if curation is not None else FilterSpec(allow_empty=allow_empty)
+    return dataclasses.replace(base, mean_between=(lo, hi), block_size=block)
 
 
 def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=None, staging=None):
@@ -107,12 +137,18 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
                                                   req.force, output_mode=req.output_mode)
         from ..engines import run as run_engine  # imports torch (and ray for --engine ray)
 
-        result = run_engine(req.engine, [prefiltered] if prefiltered else inputs, req.output, req.cfg,
-                            flavor=req.flavor, native=req.native, column_overrides=req.columns,
-                            chunk_rows=req.chunk_rows, device=req.device, force=req.force, progress=progress,
-                            output_mode=req.output_mode, write_columns=req.write_columns,
-                            by_position=req.by_position, ray_address=req.ray_address,
-                            ray_stall_timeout=req.ray_stall_timeout)
+        try:
+            result = run_engine(req.engine, [prefiltered] if prefiltered else inputs, req.output, req.cfg,
+                                flavor=req.flavor, native=req.native, column_overrides=req.columns,
+                                chunk_rows=req.chunk_rows, device=req.device, force=req.force, progress=progress,
+                                output_mode=req.output_mode, write_columns=req.write_columns,
+                                by_position=req.by_position, ray_address=req.ray_address,
+                                ray_stall_timeout=req.ray_stall_timeout)
+        except AdvcliError as e:  # a message names the user's file, not the temporary one of its kept rows
+            if prefiltered and prefiltered in e.message:
+                e.message = e.message.replace(prefiltered, f"{inputs[0]} (the rows the group filter kept)")
+                e.args = (e.message,)
+            raise
     finally:
         if prefiltered:  # the kept rows removed, whatever signal comes meanwhile (advcli.io.commit.shielded)
             import sys

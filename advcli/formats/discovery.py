@@ -109,13 +109,32 @@ def _pickle_refusal(path: str) -> AdvcliError | None:
     return None
 
 
+def is_glob(spec: str) -> bool:
+    """A local pattern (``dumps/*.jsonl``), not a path that exists (a file named ``x[1].jsonl`` is a file)."""
+    from ..io import remote
+
+    return any(ch in spec for ch in "*?[") and not os.path.exists(spec) and not remote.is_uri(spec)
+
+
+def glob_files(spec: str) -> list[str]:
+    """The files a pattern matches (sorted; directories among the matches are left out)."""
+    import glob
+
+    return sorted(p for p in glob.glob(spec) if not os.path.isdir(p))
+
+
 def discover(spec: str, forced: Format | None = None) -> Found:
-    """The dump files under ``spec`` (a file or a directory, walked recursively, sorted by step, then by
-    path with numbers in numeric order), their format, and the files skipped (companions,
-    wandb/TensorBoard folders) with the reason."""
+    """The dump files under ``spec`` (a file, a directory, walked recursively, or a pattern matching the
+    files, sorted by step, then by path with numbers in numeric order), their format, and the files
+    skipped (companions, wandb/TensorBoard folders) with the reason."""
     from ..io.reader import not_a_regular_file
 
     load()
+    if is_glob(spec):  # one dump whose files the pattern names, as a directory holding them would be
+        candidates = glob_files(spec)
+        if not candidates:
+            raise AdvcliError(f"{spec}: no file matches this pattern")
+        return _found(spec, candidates, [], forced)
     if not os.path.exists(spec):
         if os.path.islink(spec):
             raise not_a_regular_file(spec)
@@ -144,6 +163,12 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                               + (f"; skipped {len(skipped)}" if skipped else ""))
     else:
         candidates = [spec]
+    return _found(spec, candidates, skipped, forced)
+
+
+def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format | None) -> Found:
+    from ..io.reader import not_a_regular_file
+
     for p in list(candidates):  # before any is opened: a broken link raised FileNotFoundError, a FIFO hung the read
         refused = not_a_regular_file(p)
         if refused is not None and forced is None and not _named_by(p) and _pickle_refusal(p) is None:
@@ -229,6 +254,8 @@ def is_dump(spec: str) -> bool:
     from ..io.reader import not_a_regular_file
 
     load()
+    if is_glob(spec):  # a pattern: a dump when a file it matches is one (the first found decides, as in a directory)
+        return any(is_dump(p) for p in glob_files(spec))
     if os.path.isfile(spec):
         if spec.endswith(".parquet"):
             fmt = _classify(spec, None)

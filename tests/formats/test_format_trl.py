@@ -66,6 +66,17 @@ def test_flavor_trl_equals_logged_advantage(dump, tmp_path, capsys, chunk):
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_glob_of_completion_files_is_the_dump(dump, tmp_path, capsys):
+    """'completions/*.parquet' names TRL's files: read as the dump (not as advcli's own Parquet, which has a
+    response_mask), one output with TRL's logged advantages."""
+    d, expected = dump
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", str(d / "*.parquet"), "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
+                             "--set", "reward_funcs=[accuracy_reward,format_reward]", "-q"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_weighted_reward(tmp_path, capsys):
     d = tmp_path / "completions"
     d.mkdir()

@@ -61,6 +61,31 @@ def test_v1_grpo(tmp_path, capsys, chunk):
     assert t.column("prompt_id").to_pylist()[0] == recs[0]["uid"].rsplit("_", 2)[0]
 
 
+def test_a_glob_of_step_files_is_one_dump(tmp_path, capsys):
+    """'DIR/*.jsonl' (quoted, as the README's globs): the files it matches are one dump, as their directory is —
+    one output, the same numbers; a pattern matching some of them reads those only."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 1) + v1_records(2, 2)
+    write(d / "1.jsonl", recs[:12])
+    write(d / "2.jsonl", recs[12:])
+    (d / "notes.txt").write_text("not a dump")
+    args = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "-q"]
+    code, _, err = run_main(["run", str(d / "*.jsonl"), "-o", tmp_path / "g.parquet", *args], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", d, "-o", tmp_path / "d.parquet", *args], capsys)
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "g.parquet").equals(pq.read_table(tmp_path / "d.parquet"))
+    code, _, err = run_main(["run", str(d / "2*.jsonl"), "-o", tmp_path / "2.parquet", *args], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "2.parquet")
+    assert t.num_rows == 12
+    exp = verl_grpo([r["score"] for r in recs[12:]], [(r["step"], r["uid"].rsplit("_", 2)[0]) for r in recs[12:]])
+    assert np.allclose(t.column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+    code, _, err = run_main(["run", str(d / "9*.jsonl"), "-o", tmp_path / "9.parquet", *args], capsys)
+    assert code == 2 and "9*.jsonl: no file matches this pattern" in err
+
+
 def multi_output_records(step=5):
     """Two prompts of three sessions each; a session has 1 to 3 agent-loop outputs, sorted as verl's v1
     writer sorts them (prompt uid, session, output index). Earlier outputs get rewards that differ from

@@ -76,8 +76,8 @@ KEYS = {
         "use_dynamic_sampling": Key(False, "drops from the batch the rows whose reward std is 0 (with "
                                     "use_leave_one_out_baseline the std of the other rows of the group: the lone 1 of "
                                     "[1, 0, 0, 0] goes), refills it, then runs the estimator on the rows kept "
-                                    "(grpo.py dynamic_sampling L1699-1828): a train_data_step dump holds those rows, so "
-                                    "nothing is dropped again; a dump of rollouts not yet filtered is read whole",
+                                    "(grpo.py dynamic_sampling L1699-1828): a train_data_step dump holds those rows, "
+                                    "so nothing is dropped again; a dump of rollouts not yet filtered is read whole",
                                     None, "bool"),
     }.items()},
     "grpo.invalid_tool_call_advantage": Key(None, "the advantage NeMo writes over rows with an invalid tool call "

@@ -71,6 +71,17 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
             big = [(what, float(t.abs().max())) for what, t in
                    (("reward", row.get("score_sum")), ("token reward", outs.get("token_level_rewards")))
                    if t is not None and t.numel() and float(t.abs().max()) > limit]
+            growth = _growth_factors(plan)
+            if not big and growth:  # γ or λ above 1: the discounted sums grow as γ^T along a row
+                first = int(torch.nonzero(~finite)[0, 0])
+                r = int(np.searchsorted(np.asarray(offsets), first, side="right")) - 1
+                length = int(offsets[r + 1]) - int(offsets[r])
+                names = ", ".join(f"{k}={v:g}" for k, v in growth)
+                raise AdvcliError(f"{file}: row {row_base + r}: {name} {float(v[first]):.6g} at position "
+                                  f"{first - int(offsets[r])}: {names} above 1 makes the discounted sums grow "
+                                  f"geometrically along the row ({length} tokens here) beyond the "
+                                  f"{'float64' if wide else 'float32'} range, as in the trainer; nothing was written",
+                                  hint="a discount γ and a GAE λ lie in [0, 1]; check the value given")
             if not big:
                 continue  # not overflow: the framework's own NaN
             dtype = "float64" if wide else "float32"
@@ -82,6 +93,13 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
         r = int(np.searchsorted(np.asarray(offsets), first, side="right")) - 1
         raise AdvcliError(f"{file}: row {row_base + r}: {name} {float(v[first]):.6g} at position "
                           f"{first - int(offsets[r])}: {why}; nothing was written", hint=hint)
+
+
+def _growth_factors(plan: Plan) -> list[tuple[str, float]]:
+    """The estimator's discount-like parameters above 1 (``gamma``, ``lam``, ``lam_*``): (name, value)."""
+    return [(k, float(v)) for k, v in (plan.params or {}).items()
+            if (k == "gamma" or k == "lam" or k.startswith(("gamma_", "lam_"))) and isinstance(v, (int, float))
+            and not isinstance(v, bool) and v > 1]
 
 
 def finish_row_kl(plan: Plan, res: Prepared, row: dict, kl_sum: torch.Tensor, kl_mean: torch.Tensor,

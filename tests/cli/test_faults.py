@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import run_main
@@ -270,6 +271,27 @@ def huge(tmp_path):
     p = tmp_path / "in.parquet"
     pq.write_table(t, p)
     return p
+
+
+@pytest.mark.parametrize("key, value", [("algorithm.lam", "1.5"), ("algorithm.gamma", "1.2")])
+def test_a_discount_above_one_that_overflows_is_refused_naming_it(key, value, tmp_path, capsys):
+    """γ or λ above 1 (a typo for 0.95): GAE's sums grow as λ^T, reach inf in float32 over a 300-token row and
+    the whitening turns every advantage NaN. Exit 2 naming the row and the value, nothing written; on rows
+    short enough to stay finite the run goes on (verl runs it too)."""
+    out = tmp_path / "out.parquet"
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "sample_data", "rollouts.parquet")  # up to 400 tokens
+    code, _, err = run_main(["run", src, "-o", str(out), "--flavor", "verl", "--set", "algorithm.adv_estimator=gae",
+                             "--set", f"{key}={value}", "-q"], capsys)
+    assert code == 2, err
+    name = key.split(".")[-1]
+    assert f"{name}={float(value):g} above 1 makes the discounted sums grow geometrically" in err and "row " in err
+    assert not out.exists() and leftovers(tmp_path) == []
+    short = tmp_path / "short.parquet"
+    pq.write_table(pa.table({"reward": pa.array([1.0, 0.0], pa.float32()), "response_mask": [[1, 1, 1], [1, 1]],
+                             "values": pa.array([[0.0] * 3, [0.0] * 2], pa.list_(pa.float32()))}), short)
+    code, _, err = run_main(["run", str(short), "-o", str(out), "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=gae", "--set", f"{key}={value}", "-q"], capsys)
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("est", ["grpo", "rloo"])

@@ -26,9 +26,12 @@ KEYS = {
                                   "verl ≥ 0.9.0, #7300) or `reset` (a mask=0 token keeps its reward and the return "
                                   "after it, the tokens before it start afresh: verl 0.8.0); the estimator's holes",
                                   ("skip", "reset"), "str"),
-    "advcli.reward_dtype": Key("input", "advcli extension: the dtype of the scores (verl's estimators compute "
-                               "in it): `input` (a float16 reward column stays float16, any other runs at the run's "
-                               "precision), `bfloat16` / `float16` (a custom reward manager or a reward model gave "
+    "advcli.reward_dtype": Key("run", "advcli extension: the dtype of the scores (verl's estimators compute "
+                               "in it): `run` (the run's precision: verl's reward managers write every score into a "
+                               "float32 tensor, workers/reward_manager/naive.py L98, agent_loop.py L143 and L1066 "
+                               "@1dda039b, so a float16 column computes as float32), `input` (a float16 reward "
+                               "column stays float16), `bfloat16` / `float16` (a custom reward manager or a reward "
+                               "model gave "
                                "bf16 scores: every estimator sees them rounded; grpo, rloo, gpg, opo and grpo_passk "
                                "round every step to it, rloo_vectorized returns float64 (#7964); reinforce_plus_plus "
                                "and its baseline variant whiten in float32, not in bf16 as verl does), `run`; with "

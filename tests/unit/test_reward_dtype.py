@@ -53,7 +53,9 @@ def grpo_f32() -> np.ndarray:
 
 
 @pytest.mark.parametrize("reward_type,setting,expected", [
-    (pa.float16(), {}, "f16"),  # input: a float16 column keeps its dtype
+    # run (the default): verl's reward managers write the scores into a float32 tensor (naive.py L98 @1dda039b)
+    (pa.float16(), {}, "f32"),
+    (pa.float16(), {"advcli.reward_dtype": "input"}, "f16"),  # input: a float16 column keeps its dtype
     (pa.float32(), {"advcli.reward_dtype": "float16"}, "f16"),  # said: the trainer's scores were float16
     (pa.float32(), {}, "f32"),  # a float32 column at the run's precision
     (pa.float16(), {"advcli.reward_dtype": "run"}, "f32"),

@@ -341,9 +341,11 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
         return
     if run.advantage.distill_coef:
         return
-    sizes = _group_sizes(inputs)
+    sizes, scattered = _group_layout(inputs)
     if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
         fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
+        if scattered:
+            fix += f"{SCATTERED}, and --set advcli.group_by=id"
     elif sizes and set(sizes) == {1}:  # the input's own groups are of one row: the trainer's default fits them
         fix = (f"every prompt_id of the input has one row, so no group has a second response to compare with: "
                f"add --set {key}=1 to run the trainer's groups of one all the same, or give each prompt's rows "
@@ -371,7 +373,8 @@ def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -
         return
     infos = _infos(inputs)
     if not infos or any(i is None for i in infos):
-        return  # the user's own Parquet: its prompt_id may not be the trainer's groups
+        _own_parquet_group_size(flavor, run, inputs, key, n)
+        return
     sizes = _sizes(infos)
     if not sizes or all(size % n == 0 for size in sizes):
         return
@@ -388,12 +391,42 @@ def _sizes_said(sizes: dict[int, int]) -> str:
     return ", ".join(f"{count} of {size} rows" for size, count in sorted(sizes.items())[:6])
 
 
+SCATTERED = " (their rows are not consecutive, as the framework's blocks are)"
+
+
+def _own_parquet_group_size(flavor, run: RunSpec, inputs: list[str], key: str, n: int) -> None:
+    """advcli's own Parquet whose prompt_id groups all have m rows, m ≠ the default ``n`` of the group-size key:
+    blocks of n would disagree with the ids, which the run refuses (grouping.id_check=strict) with a hint about the
+    order; the group size is the likelier fix, so it is named first (and the ids' grouping where the rows of a
+    prompt are not consecutive). Groups of several sizes (a prompt drawn twice, rows dropped): left to the run."""
+    if run.grouping.id_check == "warn":
+        return
+    sizes, scattered = _group_layout(inputs)
+    if not sizes or len(sizes) != 1 or next(iter(sizes)) in (1, n):
+        return
+    m = next(iter(sizes))
+    fix = f"add --set {key}={m}, the responses sampled per prompt"
+    if scattered:
+        fix += f"{SCATTERED}, and --set advcli.group_by=id"
+    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to {n}, but every prompt_id group of the "
+                      f"input has {m} rows: blocks of {n} consecutive rows would cut across them",
+                      hint=f"{fix}; or, if {n} is right and the ids are not the prompts' groups, give it: --set "
+                           f"{key}={n} --set advcli.id_check=warn")
+
+
 def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
     """size -> count of the input's (step, prompt_id) groups: the importer's count for a dump, the
     columns read for Parquet (None without a prompt_id column)."""
+    return _group_layout(inputs)[0]
+
+
+def _group_layout(inputs: list[str]) -> tuple[dict[int, int] | None, bool]:
+    """(size -> count of the input's (step, prompt_id) groups, whether some group's rows are not consecutive):
+    the importer's count for a dump (taken as consecutive), the columns read for Parquet (None, False without a
+    prompt_id column)."""
     infos = _infos(inputs)
     if infos and all(i is not None for i in infos):
-        return _sizes(infos)
+        return _sizes(infos), False
     import numpy as np
     import pandas as pd
 
@@ -405,14 +438,16 @@ def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
         f = open_parquet(path)
         names = f.schema_arrow.names
         if "prompt_id" not in names:
-            return None
+            return None, False
         t = f.read(columns=["prompt_id"] + (["step"] if "step" in names else []))
         pids.append(t.column("prompt_id").to_numpy())
         steps.append(t.column("step").to_numpy().astype(np.float64) if "step" in names else
                      np.full(t.num_rows, np.nan))
     codes = pd.factorize(np.concatenate(pids) if pids else np.zeros(0), sort=False)[0]
     # the (step, prompt_id) groups, as the run forms them by id (a file without a step column: a step of its own)
-    return size_counts(id_groups(scope_codes(np.concatenate(steps) if steps else np.zeros(0))[0], codes)[0])
+    groups = id_groups(scope_codes(np.concatenate(steps) if steps else np.zeros(0))[0], codes)[0]
+    runs = int(np.count_nonzero(groups[1:] != groups[:-1])) + 1 if groups.size else 0  # maximal runs of one group
+    return size_counts(groups), runs > (int(groups.max()) + 1 if groups.size else 0)
 
 
 def default_settings(flavor, inputs: list[str], settings: list) -> tuple:

@@ -267,9 +267,9 @@ def run_command(info, sources: list[str], inputs: list[str]) -> tuple[str | None
 
 
 def release_choice(command: str | None) -> dict | None:
-    """{flavor, title, default, older} where the suggested command's flavor has older releases to pick
-    (``--flavor nemo@7ea279a``): the release it runs and the ``NAME@RELEASE`` of the others, newest first."""
-    from ..flavors import get, known_releases, release_label
+    """{flavor, title, default, others} where the suggested command's flavor has other releases to pick
+    (``--flavor nemo@post-4158``): the release it runs and the ``NAME@RELEASE`` of the others, newest first."""
+    from ..flavors import get, known_releases, release_label, release_of
 
     words = shlex.split(command or "")
     if "--flavor" not in words or words.index("--flavor") + 1 >= len(words):
@@ -279,8 +279,9 @@ def release_choice(command: str | None) -> dict | None:
     releases = known_releases(flavor)
     if len(releases) < 2 or "@" in spec:
         return None
+    default = release_of(flavor, None)
     return {"flavor": spec, "title": flavor.title, "default": release_label(spec),
-            "older": [f"{flavor.name}@{r.name}" for r in reversed(releases[:-1])]}
+            "others": [f"{flavor.name}@{r.name}" for r in reversed(releases) if r is not default]}
 
 
 def suggest(data: dict, inputs: list[str]) -> dict:

@@ -68,6 +68,11 @@ class Flavor:
     estimator_note: Callable[[dict[str, Any]], str | None] | None = None
     # the upstream releases/commits whose semantics advcli reproduces, oldest first (advcli.flavors._releases)
     releases: tuple[Release, ...] = ()
+    # the release --flavor NAME runs with no @: None, the newest (the table's last); a release's name where the
+    # newest changes numbers that the cross-check contract pins (NeMo RL: 7ea279a, before #3837 and #4158), with
+    # why in a few words (``default_why``)
+    default_release: str | None = None
+    default_why: str = ""
     # what `advcli audit` tries when the logged advantages disagree: the non-bool keys whose values it tries
     # on the flavor given (bool keys are all flipped), and, on a dump with prompt ids, this flavor's group
     # estimators as settings, given the dump's usual group size n (>= 2)
@@ -183,12 +188,15 @@ class FlavorAt:
         return bool(releases) and self.release == releases[-1]
 
     def label(self) -> str | None:
-        """Which release runs, in words: ``NeMo RL @ newest verified (post-4158: ...)`` with no suffix,
-        ``NeMo RL @7ea279a (...)`` with one; None for advcli's own flavor."""
+        """Which release runs, in words: ``verl @ newest verified (0.9.1: ...)`` with no suffix, ``NeMo RL
+        @7ea279a, the default (...)`` where the flavor's default is not its newest, ``NeMo RL @7ea279a (...)``
+        with one; None for advcli's own flavor."""
         r = self.release
         if r is None:
             return None
         title = self.flavor.title or self.flavor.name
+        if self.asked is None and not self.newest:
+            return f"{title} @{r.name}, the default" + (f" ({r.note})" if r.note else "")
         if self.asked is None:
             return f"{title} @ newest verified ({r.name}" + (f": {r.note})" if r.note else ")")
         return f"{title} @{r.name}" + (f" ({r.note})" if r.note else "")
@@ -237,10 +245,13 @@ def known_releases(flavor: Flavor) -> tuple[Release, ...]:
 
 
 def release_of(flavor: Flavor, text: str | None) -> Release | None:
-    """The release ``@text`` names (None: the newest verified, the table's last); None for a flavor without
-    releases given no suffix. An unknown or too old release is refused (:func:`advcli.flavors._releases.find`)."""
+    """The release ``@text`` names (None: the flavor's default, its ``default_release`` or else the newest verified,
+    the table's last); None for a flavor without releases given no suffix. An unknown or too old release is
+    refused (:func:`advcli.flavors._releases.find`)."""
     releases = known_releases(flavor)
     if text is None:
+        if releases and flavor.default_release:
+            return next(r for r in releases if r.name == flavor.default_release)
         return releases[-1] if releases else None
     return find(releases, text, f"--flavor {flavor.name}", package=flavor.name)
 
@@ -272,8 +283,11 @@ def history_text(flavor: Flavor) -> str:
     releases = known_releases(flavor)
     if not releases:
         return f"--flavor {flavor.name}: advcli's own configuration, no upstream releases"
+    default = release_of(flavor, None)
+    said = (f"no @ = the newest, {releases[-1].name}" if default is releases[-1] else
+            f"no @ = {default.name} ({flavor.default_why}); @newest = {releases[-1].name}")
     lines = [f"{flavor.title or flavor.name} releases advcli reproduces (oldest first; --flavor {flavor.name}@RELEASE, "
-             f"no @ = the newest, {releases[-1].name}):"]
+             f"{said}):"]
     for r in releases:
         names = ", ".join(r.aliases)
         lines.append("")

@@ -315,6 +315,10 @@ FLAVOR = Flavor(
     title="NeMo RL",  # the framework's name in prose (help, docs)
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
+    # --flavor nemo is the commit the cross-check contract pins (docs: shared cli-contract): #3837 and #4158, merged
+    # after it, change the numbers of leave-one-out groups of equal non-dyadic rewards and of sample-masked rows
+    default_release="7ea279a",
+    default_why="the commit advcli is cross-checked against; #3837 and #4158 came after it",
     estimator_key="grpo.adv_estimator.name",
     # a training config's grpo, ppo and loss_fn sections hold the loop's and the loss's settings beside the
     # advantage keys (grpo.num_prompts_per_step, loss_fn.ratio_clip_min, ...; examples/configs/*.yaml @7ea279ab):

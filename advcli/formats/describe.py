@@ -50,10 +50,10 @@ def print_dump(data: dict) -> None:
         typer.echo(f"read it with    {d['example']}")
     elif d.get("no_example"):
         typer.echo(f"read it with    – ({d['no_example']})")
-    if d.get("releases"):  # the flavor of that command has older releases to pick (advcli.flavors)
+    if d.get("releases"):  # the flavor of that command has other releases to pick (advcli.flavors)
         r = d["releases"]
-        typer.echo(f"release         --flavor {r['flavor']} runs {r['default']}; a run made with an older "
-                   f"{r['title']}: {', '.join('--flavor ' + n for n in r['older'])} (`advcli explain --flavor "
+        typer.echo(f"release         --flavor {r['flavor']} runs {r['default']}; a run made with another "
+                   f"{r['title']}: {', '.join('--flavor ' + n for n in r['others'])} (`advcli explain --flavor "
                    f"{r['flavor']} --history`; `advcli audit` names the one that matches)")
     if d.get("logged"):
         typer.echo(f"trainer's own   {d['logged']} (the advantages the trainer computed, kept for comparison)")

@@ -5,14 +5,17 @@ import json
 
 
 def keys_text(flavor) -> str:
-    from ..flavors import flavor_keys
+    from ..flavors import flavor_keys, release_of
 
     keys = flavor_keys(flavor)
-    lines = [f"{flavor.name} keys ({flavor.framework}); defaults are the framework's:", ""]
+    release = release_of(flavor, None)  # the defaults of --flavor NAME: its default release's settings win
+    at_release = dict(release.settings) if release is not None else {}
+    lines = [f"{flavor.name} keys ({flavor.framework}); defaults are the framework's"
+             + (f" at {release.name}, what --flavor {flavor.name} runs" if at_release else "") + ":", ""]
     width = max(len(k) for k in keys)
     for k, key in keys.items():
         choices = f" [{', '.join(map(str, key.choices))}]" if key.choices else ""
-        lines.append(f"  {k:<{width}}  default {json.dumps(key.default)}{choices}")
+        lines.append(f"  {k:<{width}}  default {json.dumps(at_release.get(k, key.default))}{choices}")
         lines.append(f"  {'':<{width}}  {key.doc}")
     if flavor.aliases:
         lines += ["", "older names accepted: " + ", ".join(f"{a} -> {b}" for a, b in flavor.aliases.items())]

@@ -83,7 +83,9 @@ def test_every_flavor_accepts_a_release_and_its_table_is_consistent():
                 assert set(c.keys) <= keys, f"{fl.name}@{r.name} {c.pr}: keys the flavor lacks"
             assert release_of(fl, r.name) == r
         assert not releases[-1].settings, f"{fl.name}: the KEYS defaults are the newest release's"
-        assert release_of(fl, None) == releases[-1]
+        # no @: the newest, or the release the flavor names as its default (NeMo RL: the contract's commit)
+        default = [r for r in releases if r.name == fl.default_release] if fl.default_release else [releases[-1]]
+        assert len(default) == 1 and release_of(fl, None) == default[0], fl.name
         commit = re.search(r"@\s*([0-9a-f]{7,40})", fl.framework).group(1)
         pinned = release_of(fl, commit[:7])  # the pinned commit is always selectable (older releases may precede it)
         assert any(n.startswith(commit[:7]) for n in (pinned.name, *pinned.aliases)), (fl.name, pinned)
@@ -187,8 +189,10 @@ def test_a_release_setting_yields_to_set():
     assert given == {}  # a release's defaults are not settings the user gave
     cfg, given = resolve("nemo@7ea279a", [("advcli.grpo_valid_mask", True)])
     assert cfg["estimator"]["valid_mask"] is True and given == {"advcli.grpo_valid_mask": True}
-    cfg, _ = resolve("nemo", [])
+    cfg, _ = resolve("nemo@newest", [])
     assert cfg["estimator"]["skip_single_valued"] is True and cfg["estimator"]["valid_mask"] is True
+    cfg, _ = resolve("nemo", [])  # --flavor nemo: 7ea279a, the commit of the cross-check contract
+    assert cfg["estimator"]["skip_single_valued"] is False and cfg["estimator"]["valid_mask"] is False
 
 
 # ------------------------------------------------------------------------ NeMo RL #4158, both sides
@@ -213,14 +217,14 @@ def test_4158_flags_single_valued_leave_one_out_sets():
 @pytest.mark.parametrize("pos", [0, 2, 4, 7])
 def test_4158_the_7x03_1x09_group_on_both_sides(tmp_path, pos):
     """7×0.3 + 1×0.9 in one prompt, leave-one-out + normalize_rewards. Newest (#4158): the 0.9 row's peers
-    are all 0.3, so it is not divided: 0.9 − 0.3 = 0.6. 7ea279a: NeMo's own float32 calls on this machine
-    (a std residue may divide it, A in the thousands, depending on the BLAS's summation order)."""
+    are all 0.3, so it is not divided: 0.9 − 0.3 = 0.6. 7ea279a (plain --flavor nemo): NeMo's own float32 calls
+    on this machine (a std residue may divide it, A in the thousands, depending on the BLAS's summation order)."""
     samples = [([5, 6], [10 + i, 11], [1, 1], 0.3) for i in range(7)]
     samples.insert(pos, ([5, 6], [30, 31, 32], [1, 1, 1], 0.9))
     rewards = [s[3] for s in samples]
     d = _dump(tmp_path, advantages=[0.0] * 8, masks=None, samples=samples)
     out = tmp_path / "new.parquet"
-    advcli.run(str(d), str(out), flavor="nemo", device="cpu")
+    advcli.run(str(d), str(out), flavor="nemo@newest", device="cpu")
     new = _adv_rows(out)
     assert new[pos][0] == pytest.approx(0.6, abs=1e-6)
     peers = [0.3] * 6 + [0.9]  # a 0.3 row's leave-one-out set: (0.3 − mean) / (unbiased std + 1e-6)
@@ -230,6 +234,9 @@ def test_4158_the_7x03_1x09_group_on_both_sides(tmp_path, pos):
     advcli.run(str(d), str(old), flavor="nemo@7ea279a", device="cpu")
     want = _nemo_loo_reference(rewards)
     assert [row[0] for row in _adv_rows(old)] == pytest.approx(want.tolist(), rel=1e-6)
+    plain = tmp_path / "plain.parquet"
+    advcli.run(str(d), str(plain), flavor="nemo", device="cpu")
+    assert _adv_rows(plain) == _adv_rows(old)
 
 
 def test_4158_all_equal_group_without_leave_one_out(tmp_path):
@@ -237,7 +244,7 @@ def test_4158_all_equal_group_without_leave_one_out(tmp_path):
     (NeMo's numbers: 0.000140622113); from #4158 on the set is single-valued, so A = r − mean ≈ 0."""
     src = _write(os.path.join(tmp_path, "in.parquet"))
     out = os.path.join(tmp_path, "out.parquet")
-    advcli.run(src, out, flavor="nemo", settings={"grpo.adv_estimator.use_leave_one_out_baseline": False},
+    advcli.run(src, out, flavor="nemo@post-4158", settings={"grpo.adv_estimator.use_leave_one_out_baseline": False},
                device="cpu")
     got = [row[0] for row in _adv_rows(out)]
     for i, (pid, *_rest) in enumerate(ROWS):
@@ -322,10 +329,17 @@ def test_summary_json_and_provenance_name_the_release(tmp_path, capsys):
     code, stdout, _ = run_main(["run", d, "-o", out, "--flavor", "nemo", "--json"], capsys)
     assert code == 0
     rep = json.loads(stdout)
-    assert rep["release"]["name"] == "post-4158" and rep["release"]["newest"] is True
-    assert rep["release"]["label"].startswith("NeMo RL @ newest verified (post-4158")
+    assert rep["release"]["name"] == "7ea279a" and rep["release"]["newest"] is False
+    assert rep["release"]["asked"] is None and rep["release"]["label"].startswith("NeMo RL @7ea279a, the default")
     prov = json.loads(pq.read_schema(out).metadata[b"advcli"])
-    assert prov["release"]["name"] == "post-4158"
+    assert prov["release"]["name"] == "7ea279a"
+    code, stdout, _ = run_main(["run", d, "-o", out, "--flavor", "nemo@newest", "--json", "--force"], capsys)
+    assert code == 0
+    rel = json.loads(stdout)["release"]
+    assert rel["name"] == "post-4158" and rel["newest"] is True and rel["asked"] == "newest"
+    from advcli.flavors import at
+
+    assert at("verl").label().startswith("verl @ newest verified (0.9.1") and at("verl").newest
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo@7ea279a", "--force"], capsys)
     assert code == 0 and "NeMo RL @7ea279a" in err
     assert json.loads(pq.read_schema(out).metadata[b"advcli"])["release"]["name"] == "7ea279a"
@@ -368,28 +382,47 @@ def test_audit_names_the_releases_that_reproduce_a_pre_4158_dump(tmp_path, capsy
     """Logged advantages made before #4158 (grpo without leave-one-out): three rows of 0.9 leave a float32
     residue std that 7ea279a divides by (A ≈ 1.4e-4), which #4158 no longer does (A ≈ 0). The newest release
     disagrees, and audit names the two releases before #4158 (on a NeMo dump #3837 is off in every release:
-    the grpo_train loops that write it pass no valid_mask)."""
+    the grpo_train loops that write it pass no valid_mask); plain --flavor nemo (7ea279a) agrees."""
     samples = [([5, 6], [10, 11], [1, 1], 0.9), ([5, 6], [12], [1], 0.9), ([5, 6], [13, 14, 15], [1, 1, 1], 0.9),
                ([8, 9], [20, 21], [1, 1], 1.0), ([8, 9], [22], [1], 0.0)]
     logged = _nemo_noloo_float32([0.9] * 3) + _nemo_noloo_float32([1.0, 0.0])
     assert abs(logged[0]) > 1e-4 and logged[3] == pytest.approx(0.707106, rel=1e-5)  # the residue, by NeMo's ops
     d = _dump(tmp_path, advantages=logged, masks=None, samples=samples)
     no_loo = ["--set", "grpo.use_leave_one_out_baseline=false"]
-    code, stdout, _ = run_main(["audit", d, "--json", *no_loo], capsys)
+    newest = ["--flavor", "nemo@newest"]
+    code, stdout, _ = run_main(["audit", d, "--json", *newest, *no_loo], capsys)
     assert code == 1
     rep = json.loads(stdout)
     assert rep["release"]["name"] == "post-4158"
     assert sorted(m.split(" (")[0] for m in rep["release_matches"]) == ["NeMo RL @7ea279a", "NeMo RL @post-3837"]
     tried = {r["release"]: r for r in rep["releases_tried"]}
     assert set(tried) == {"7ea279a", "post-3837"}
-    code, _, err = run_main(["audit", d, *no_loo], capsys)
+    code, _, err = run_main(["audit", d, *newest, *no_loo], capsys)
     err = " ".join(err.split())
     assert code == 1 and "matches release" in err and "NeMo RL @7ea279a" in err and "NeMo RL @post-3837" in err
     report = tmp_path / "audit.md"
-    run_main(["audit", d, "--report", report, "-q", *no_loo], capsys)
+    run_main(["audit", d, "--report", report, "-q", *newest, *no_loo], capsys)
     assert "Releases tried" in report.read_text() and "NeMo RL @7ea279a" in report.read_text()
-    code, _, _ = run_main(["audit", d, "--flavor", "nemo@7ea279a", *no_loo], capsys)
-    assert code == 0
+    for flavor in (["--flavor", "nemo@7ea279a"], ["--flavor", "nemo"], []):
+        code, _, err = run_main(["audit", d, *flavor, *no_loo], capsys)
+        assert code == 0, (flavor, err)
+
+
+def test_audit_of_a_post_4158_dump_names_that_release(tmp_path, capsys):
+    """The other way round: logged after #4158 (the 0.9 group's set single-valued: A = r − mean, not divided);
+    plain --flavor nemo (7ea279a) divides the residue and disagrees, and audit names post-4158."""
+    samples = [([5, 6], [10, 11], [1, 1], 0.9), ([5, 6], [12], [1], 0.9), ([5, 6], [13, 14, 15], [1, 1, 1], 0.9),
+               ([8, 9], [20, 21], [1, 1], 1.0), ([8, 9], [22], [1], 0.0)]
+    v = torch.tensor([0.9] * 3, dtype=torch.float32)
+    b = torch.matmul(torch.ones((3, 3), dtype=torch.float32), v.clone()) / 3
+    logged = (v - b).tolist() + _nemo_noloo_float32([1.0, 0.0])
+    d = _dump(tmp_path, advantages=logged, masks=None, samples=samples)
+    no_loo = ["--set", "grpo.use_leave_one_out_baseline=false"]
+    code, stdout, _ = run_main(["audit", d, "--json", *no_loo], capsys)
+    assert code == 1
+    rep = json.loads(stdout)
+    assert rep["release"]["name"] == "7ea279a"
+    assert [m.split(" (")[0] for m in rep["release_matches"]] == ["NeMo RL @post-4158"]
 
 
 def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys):
@@ -397,9 +430,10 @@ def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys)
     code, out, _ = run_main(["inspect", d, "--json"], capsys)
     assert code == 0
     rel = json.loads(out)["dump"]["releases"]
-    assert rel["flavor"] == "nemo" and rel["older"] == ["nemo@post-3837", "nemo@7ea279a"]
+    assert rel["flavor"] == "nemo" and rel["others"] == ["nemo@post-4158", "nemo@post-3837"]
+    assert rel["default"].startswith("NeMo RL @7ea279a, the default")
     code, out, _ = run_main(["inspect", d], capsys)
-    assert "--flavor nemo@7ea279a" in out
+    assert "--flavor nemo@post-4158" in out
     o = tmp_path / "o.parquet"
     run_main(["run", d, "-o", o, "--flavor", "nemo@7ea279a", "-q"], capsys)
     code, out, _ = run_main(["inspect", o], capsys)

@@ -109,9 +109,9 @@ def _cell(text: str) -> str:
 
 
 def render_releases() -> str:
-    """The releases section's body: per flavor, its releases (oldest first, the last the default) and the
-    upstream changes between them (advcli.flavors.history_rows)."""
-    from advcli.flavors import history_rows, index_text, known_releases, listed
+    """The releases section's body: per flavor, its releases (oldest first; the default the last, or the
+    flavor's default_release) and the upstream changes between them (advcli.flavors.history_rows)."""
+    from advcli.flavors import history_rows, index_text, known_releases, listed, release_of
 
     out = [RELEASES_BEGIN, ""]
     for fl in listed():
@@ -120,7 +120,9 @@ def render_releases() -> str:
             continue
         names = ", ".join(f"`{r.name}`" + (f" ({r.date})" if r.date else "") for r in releases)
         out += [f"### {fl.title} (`--flavor {fl.name}`)", "",
-                f"Releases: {names}; no `@` runs `{releases[-1].name}`.", ""]
+                f"Releases: {names}; no `@` runs `{release_of(fl, None).name}`"
+                + (f" ({fl.default_why}; `@newest` runs `{releases[-1].name}`)" if fl.default_release else "")
+                + ".", ""]
         out += ["| release | date | upstream PR | keys | what it does to the numbers |", "|---|---|---|---|---|"]
         for name, date, pr, keys, effect in history_rows(fl):
             keys_md = ", ".join(f"`{k}`" for k in keys.split(", ")) if keys else ""

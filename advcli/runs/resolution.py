@@ -111,6 +111,10 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
         if flavor is None and at(DEFAULT).flavor.estimator_key in values:
             flavor = DEFAULT  # a file that names the default flavor's estimator: none picked for it
     dump_note = None
+    if flavor is None and not config:  # an advcli output: the configuration that made it, --set on top
+        recorded = recorded_choice(inputs)
+        if recorded is not None and _keys_of(recorded[0], settings):
+            flavor, settings, dump_note = recorded[0], recorded[1] + settings, recorded[2]
     if flavor is None:  # neither --flavor nor a --config file chose: a trainer's dump runs its trainer's semantics
         from ..audit.recompute import trainer_flavor
 
@@ -131,6 +135,51 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
     elif dump_note is not None:
         chosen = f"{fa.flavor.name} {cfg['estimator']['name']} (no --flavor: {dump_note})"
     return RunChoice(fa, cfg, native, lines, chosen, file_keys[0] if file_keys else None, dump_note)
+
+
+def recorded_choice(inputs: list[str]) -> tuple[str, list, str] | None:
+    """(``NAME@RELEASE``, the settings given, a note) recorded in an advcli output's provenance (its ``advcli``
+    metadata: the flavor, its release, the native settings), when every input is such an output of one
+    configuration (the caller keeps it where the keys given with ``--set`` are that flavor's); None else (a
+    dump, advcli's own flavor, outputs of different runs, a recorded configuration that no longer resolves: an
+    estimator function of the caller's, a release unknown to this version)."""
+    import json
+
+    from ..errors import AdvcliError
+    from ..flavors import at
+    from ..io import remote
+    from ..io.arrays import provenance
+    from ..io.reader import expand_inputs, open_parquet
+
+    try:
+        files = expand_inputs(inputs)
+    except AdvcliError:
+        return None
+    if not files or any(remote.is_uri(f) for f in files):
+        return None
+    seen = set()
+    prov = None
+    for f in files:
+        try:
+            prov = provenance(open_parquet(f).schema_arrow)
+        except (AdvcliError, OSError):
+            return None
+        if not prov or not prov.get("flavor") or prov.get("flavor") == "advcli":
+            return None
+        release = (prov.get("release") or {}).get("name")
+        seen.add((prov["flavor"], release, json.dumps(prov.get("flavor_config") or {}, sort_keys=True)))
+    if len(seen) != 1:
+        return None
+    name, release, _ = seen.pop()
+    spec = f"{name}@{release}" if release else name
+    settings = list((prov.get("flavor_config") or {}).items())
+    try:
+        at(spec)
+    except AdvcliError:
+        return None
+    given = ", ".join(f"{k}={json.dumps(v)}" for k, v in settings)
+    return spec, settings, (f"the configuration recorded in the advcli output: --flavor {spec}"
+                            + (f" with {given}" if given else "") + "; another with --flavor or --set")
 
 
 def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,

@@ -56,8 +56,8 @@ def test_openrlhf_old_releases_map_to_their_entries():
     o = get("openrlhf")
     assert release_of(o, "0.10.2").name == release_of(o, "0.10.3").name == "0.10.4"
     assert release_of(o, "0.11.1").name == release_of(o, "3c3be623").name == "0.11.0"
-    # the length penalties split 0.8.6 | 0.8.7 (overlong), 0.9.1 | 0.9.2 (stop-properly), 0.9.7 | 0.9.8 (max_new_tokens);
-    # dynamic filtering 0.8.0.post1 | 0.8.1
+    # the length penalties split 0.8.6 | 0.8.7 (overlong), 0.9.1 | 0.9.2 (stop-properly), 0.9.7 | 0.9.8
+    # (max_new_tokens); dynamic filtering 0.8.0.post1 | 0.8.1
     want = {"0.7.1": "0.7.1", "0.7.5": "0.7.1", "0.8.0.post1": "0.7.1", "0.8.1": "0.8.1", "0.8.4": "0.8.1",
             "0.8.5": "0.8.5", "0.8.6": "0.8.6",
             "0.8.8": "0.8.7", "0.8.9.post1": "0.8.9", "0.9.0": "0.8.9", "0.9.1.post1": "0.9.1", "0.9.2": "0.9.2",

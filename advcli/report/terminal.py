@@ -26,10 +26,11 @@ def print_summary(report: dict, console=None) -> None:
     from rich.console import Console
 
     con = console or Console(stderr=True, highlight=False, emoji=False)
-    t = kv_table(con.width)
-    for label, text in headline(report):
-        t.add_row(_rich_escape(label), _rich_escape(text))
+    head = headline(report)
     km = key_metrics(report)
+    t = kv_table(con.width, [label for label, _ in head] + [k for k, _ in km])
+    for label, text in head:
+        t.add_row(_rich_escape(label), _rich_escape(text))
     if km:
         t.add_row("", "")
         for k, v in km:
@@ -66,13 +67,16 @@ def _rich_escape(s: str) -> str:
 # shown turned (one column per row) or, when that is too wide too, as one block of "header value" pairs
 # per row, wrapped at the pairs.
 
-def kv_table(width: int):
+def kv_table(width: int, labels=()):
     """A two-column grid (label, value) for ``width`` columns: labels bold cyan, at most a third of the
-    width (wrapped at spaces beyond it); values folded only when longer than their column."""
+    width (wrapped at spaces beyond it), or as wide as the longest word among ``labels`` up to half of it, so
+    that a metric's name (``rollout_corr/rollout_rs_masked_fraction``) stays whole; values folded only when
+    longer than their column."""
     from rich.table import Table
 
+    word = max((len(w) for label in labels for w in str(label).split()), default=0)
     t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold cyan", overflow="fold", max_width=max(12, width // 3))
+    t.add_column(style="bold cyan", overflow="fold", max_width=max(12, width // 3, min(word, width // 2)))
     t.add_column(overflow="fold")
     return t
 

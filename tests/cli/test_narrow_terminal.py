@@ -98,6 +98,18 @@ def test_run_summary_fits(width, long_named_dump, tmp_path, capsys, monkeypatch)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_metric_names_stay_whole(width, tmp_path, capsys, monkeypatch):
+    """A metric's name has no space to wrap at: its label column widens (to half the terminal at most) rather
+    than fold it mid-word (`actor/reward_kl_penalty_co` / `eff` at 80 columns), so it reads and greps whole."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    code, _, err = run_main(["run", SAMPLE, "-o", str(tmp_path / "o.parquet"), "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo", "--set", "algorithm.use_kl_in_reward=true"], capsys)
+    assert code == 0, err
+    _check_fits(err, width, "the run summary")
+    assert re.search(r"^actor/reward_kl_penalty_coeff\s+\S", err, re.M), err
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_filter_tables_fit(width, tmp_path, capsys, monkeypatch):
     import json
 

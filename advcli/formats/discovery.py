@@ -7,6 +7,7 @@ import re
 
 from ..errors import AdvcliError
 from ..records import record
+from ._common import where_in_dump
 from .records import first_json_record
 from .registry import FORMATS, Format, load, norm_path
 
@@ -217,12 +218,17 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
                         "something else" + ("; `zstd -t` tests a compressed one" if p.endswith(".zst") else ""))
             elif forced is None:
                 hint = "force the format with --from FORMAT"
-            raise AdvcliError(f"{p}:1: not a {chosen.title} file (its first record does not parse)", hint=hint)
+            raise AdvcliError(f"{where_in_dump(p, 1)}: not a {chosen.title} file (its first record does not parse)",
+                              hint=hint)
         if not chosen.sniff(first):
-            raise AdvcliError(f"{p}:1: not a {chosen.title} record"
+            missing = [f for f in chosen.required if f not in first]
+            hint = "a file of another format among the dumps? force the format with --from"
+            if forced is None and chosen.matches(p) and missing:  # its name is right: its fields are not
+                hint = (f"its name is a {chosen.title} file's, but it lacks {', '.join(missing)}: written by another "
+                        "tool or version of it? docs/formats.md lists the fields each format needs")
+            raise AdvcliError(f"{where_in_dump(p, 0 if p.endswith('.parquet') else 1)}: not a {chosen.title} record"
                               + (f": expected the fields {', '.join(chosen.required)}" if chosen.required else "")
-                              + f" (fields present: {', '.join(list(first)[:12])})",
-                              hint="a file of another format among the dumps? force the format with --from")
+                              + f" (fields present: {', '.join(list(first)[:12])})", hint=hint)
         files.append(p)
     if not files:
         raise AdvcliError(f"{spec}: every dump file is empty")

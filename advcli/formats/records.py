@@ -12,6 +12,13 @@ from .registry import Context
 RESERVED = ("advantages", "returns", "token_level_rewards")
 
 
+
+def json_where(e: ValueError) -> str:
+    """json's error as ``MESSAGE at column N``: its message without the trailing "at" some carry
+    ("Unterminated string starting at"), which read "starting at at column 11"."""
+    msg = str(getattr(e, "msg", e))
+    return f"{msg.removesuffix(' at')} at column {getattr(e, 'colno', '?')}"
+
 def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:
     """(line number, object) of a JSON Lines file, read line by line with Python's json (which accepts
     the NaN / Infinity literals these writers emit). A line that does not parse is an error naming
@@ -29,7 +36,7 @@ def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:
             except ValueError as e:
                 cut = not raw.endswith(b"\n")
                 raise ctx.error(i, ("truncated line (the file ends inside a record)" if cut else "invalid JSON")
-                                + f": {getattr(e, 'msg', str(e))} at column {getattr(e, 'colno', '?')}",
+                                + f": {json_where(e)}",
                                 hint="the writer may have been stopped mid-write; remove or repair that line") \
                     from None
             except RecursionError:  # json's decoder recurses once per level

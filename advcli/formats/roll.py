@@ -25,6 +25,7 @@ import re
 
 from . import Context, Format, number, reward_note
 from ._common import F32, I64, STR, text_key
+from .records import json_where
 
 
 def _load(path: str, ctx: Context) -> dict:
@@ -42,7 +43,7 @@ def _load(path: str, ctx: Context) -> dict:
     except ValueError as e:
         cut = not text.rstrip(b"\r\n").endswith(b"}")
         raise ctx.error(1, ("truncated (the file ends inside the object)" if cut else "invalid JSON")
-                        + f": {getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')}") from None
+                        + f": {json_where(e)}") from None
     if not isinstance(obj, dict):
         raise ctx.error(1, f"expected one JSON object of equal-length lists, got {type(obj).__name__}")
     lens = {k: len(v) for k, v in obj.items() if isinstance(v, list)}

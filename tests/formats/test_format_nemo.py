@@ -4,6 +4,7 @@
 per-sample leave-one-out unbiased std, divided by σ + 1e-6 only where σ > 0; spec/nemo.md §2-3)."""
 import json
 import math
+import re
 import shlex
 
 import numpy as np
@@ -154,6 +155,19 @@ def test_from_forces_format_on_renamed_file(dump, tmp_path, capsys):
     assert code == 0, err
 
 
+def test_a_record_without_a_field_names_it(dump, tmp_path, capsys):
+    """A train_data_step file whose records lack token_ids: the hint names the missing field (the file's name is
+    NeMo's), not 'a file of another format among the dumps'."""
+    d, _ = dump
+    p = d / "train_data_step1.jsonl"
+    recs = [json.loads(line) for line in p.read_text().splitlines()]
+    p.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "token_ids"}) + "\n" for r in recs))
+    code, _, err = run_main(["run", str(d), "--output", tmp_path / "o.parquet", "--flavor", "nemo"], capsys)
+    err = " ".join(err.split())
+    assert code == 2 and "train_data_step1.jsonl:1: not a NeMo RL" in err, err
+    assert "it lacks token_ids" in err and "another format" not in err
+
+
 def test_truncated_line_names_file_and_line(dump, tmp_path, capsys):
     d, _ = dump
     p = d / "train_data_step2.jsonl"
@@ -164,6 +178,10 @@ def test_truncated_line_names_file_and_line(dump, tmp_path, capsys):
     assert code == 2
     assert "train_data_step2.jsonl:7: truncated line" in err
     assert not out.exists()
+    # json's own words, once: "Unterminated string starting at column N" (it read "starting at at column")
+    p.write_text(text[: text.rindex('"') - 3])
+    code, _, err = run_main(["run", str(d), "--output", out, "--flavor", "nemo"], capsys)
+    assert code == 2 and " at at " not in err and re.search(r"(Expecting|Unterminated)[^:]* at column \d+", err), err
 
 
 def test_missing_field_and_not_one_element(dump, tmp_path, capsys):

@@ -148,8 +148,8 @@ def recorded_choice(inputs: list[str]) -> tuple[str, list, str] | None:
     from ..errors import AdvcliError
     from ..flavors import at
     from ..io import remote
-    from ..io.arrays import provenance
-    from ..io.reader import expand_inputs, open_parquet
+    from ..io.footer import schema_facts  # the footer read without pyarrow: start-up stays light
+    from ..io.reader import expand_inputs
 
     try:
         files = expand_inputs(inputs)
@@ -161,8 +161,9 @@ def recorded_choice(inputs: list[str]) -> tuple[str, list, str] | None:
     prov = None
     for f in files:
         try:
-            prov = provenance(open_parquet(f).schema_arrow)
-        except (AdvcliError, OSError):
+            raw = schema_facts(f).metadata.get(b"advcli")
+            prov = json.loads(raw) if raw is not None else None
+        except (AdvcliError, OSError, ValueError):
             return None
         if not prov or not prov.get("flavor") or prov.get("flavor") == "advcli":
             return None

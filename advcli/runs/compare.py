@@ -366,6 +366,7 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
             fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
             check_given(fa, settings)
             cfg, native = resolve(fa, settings, c.get("config"))
+            refuse_group_filter(cfg, fa.spec)
             label = _label(fa.spec, native)
             if announce is not None:
                 announce(i, label)
@@ -380,6 +381,18 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def refuse_group_filter(cfg: dict, label: str) -> None:
+    """compare runs every row of the dump under each configuration and pairs them row by row; a configuration
+    that takes groups out first (grouping.keep_mean_between: OpenRLHF's dynamic filtering) would leave other
+    rows, so it is refused, with the way to compare on the kept rows."""
+    between = (cfg.get("grouping") or {}).get("keep_mean_between")
+    if between is not None:
+        raise AdvcliError(f"compare: {label} drops groups before the run (dynamic filtering, grouping.keep_mean_between"
+                          f"={between}), and compare pairs every row of the dump under each configuration",
+                          hint="run once with the filter (advcli run DUMP -o kept.parquet ...), then compare the "
+                               "kept rows with the filter's key left off in both configurations")
 
 
 def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: str | None = None) -> list[dict]:
@@ -419,6 +432,8 @@ def compare_runs(dump: str | list[str], runs: list[dict], *, columns: dict | Non
 
     if len(runs) < 2:
         raise AdvcliError(f"compare: {len(runs)} estimator(s) given; name at least two (--estimators grpo,rloo)")
+    for r in runs:
+        refuse_group_filter(r["cfg"], r["label"])
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
     try:
         outs = []

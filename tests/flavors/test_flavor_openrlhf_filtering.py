@@ -128,3 +128,15 @@ def test_an_error_names_the_users_file(tmp_path):
                   {EST: "group_norm", N: 3, "algo.dynamic_filtering_enable": True})  # β 0.01: KL needs log-probs
     assert f"{src} (the rows the group filter kept): missing column 'old_log_probs'" in str(e.value)
     assert ".filter.parquet" not in str(e.value)
+
+
+def test_compare_says_it_cannot_pair_filtered_rows(tmp_path, capsys):
+    """compare pairs every row under each configuration: a configuration that drops groups first is refused with
+    the way round (run with the filter, compare the kept rows), not run on every row as if unfiltered."""
+    from conftest import run_main
+
+    src = write_rows(ROWS, os.path.join(tmp_path, "in.parquet"))
+    common = ["--set", f"{N}=3", "--set", "algo.kl.init_coef=0"]
+    code, _, err = run_main(["compare", src, "--flavor", "openrlhf", *common, "--set",
+                             "algo.dynamic_filtering_enable=true", "--estimators", "group_norm,dr_grpo"], capsys)
+    assert code == 2 and "drops groups before the run" in err and "kept.parquet" in err

@@ -72,27 +72,32 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
                    (("reward", row.get("score_sum")), ("token reward", outs.get("token_level_rewards")))
                    if t is not None and t.numel() and float(t.abs().max()) > limit]
             growth = _growth_factors(plan)
-            if not big and growth:  # γ or λ above 1: the discounted sums grow as γ^T along a row
-                first = int(torch.nonzero(~finite)[0, 0])
-                r = int(np.searchsorted(np.asarray(offsets), first, side="right")) - 1
-                length = int(offsets[r + 1]) - int(offsets[r])
-                names = ", ".join(f"{k}={v:g}" for k, v in growth)
-                raise AdvcliError(f"{file}: row {row_base + r}: {name} {float(v[first]):.6g} at position "
-                                  f"{first - int(offsets[r])}: {names} above 1 makes the discounted sums grow "
-                                  f"geometrically along the row ({length} tokens here) beyond the "
-                                  f"{'float64' if wide else 'float32'} range, as in the trainer; nothing was written",
-                                  hint="a discount γ and a GAE λ lie in [0, 1]; check the value given")
-            if not big:
+            if not big and not growth:
                 continue  # not overflow: the framework's own NaN
             dtype = "float64" if wide else "float32"
             first = int(torch.nonzero(~finite)[0, 0])
-            why = (f"the {dtype} statistics overflow ({big[0][0]}s up to {big[0][1]:.3g}; {dtype} holds up to "
-                   f"{float(np.finfo(dtype).max):.3g})")
-            hint = ("run with --precision float64 (the statistics then hold), or scale the rewards down"
-                    if not wide else "scale the rewards down")
-        r = int(np.searchsorted(np.asarray(offsets), first, side="right")) - 1
+            if big:
+                why = (f"the {dtype} statistics overflow ({big[0][0]}s up to {big[0][1]:.3g}; {dtype} holds up to "
+                       f"{float(np.finfo(dtype).max):.3g})")
+                hint = ("run with --precision float64 (the statistics then hold), or scale the rewards down"
+                        if not wide else "scale the rewards down")
+            else:  # γ or λ above 1: the discounted sums grow as γ^T along a row
+                r = _row_at(offsets, first)
+                said = ", ".join(f"{k}={g:g}" for k, g in growth)
+                why = (f"{said} above 1 makes the discounted sums grow geometrically along the row "
+                       f"({int(offsets[r + 1]) - int(offsets[r])} tokens here) beyond the {dtype} range, as in the "
+                       "trainer")
+                hint = "a discount γ and a GAE λ lie in [0, 1]; check the value given"
+        r = _row_at(offsets, first)
         raise AdvcliError(f"{file}: row {row_base + r}: {name} {float(v[first]):.6g} at position "
                           f"{first - int(offsets[r])}: {why}; nothing was written", hint=hint)
+
+
+def _row_at(offsets, position: int) -> int:
+    """The chunk's row (0-based) holding flat token ``position``, by the chunk's row ``offsets``."""
+    import numpy as np
+
+    return int(np.searchsorted(np.asarray(offsets), position, side="right")) - 1
 
 
 def _growth_factors(plan: Plan) -> list[tuple[str, float]]:

@@ -575,17 +575,10 @@ def _block_codes(step, rows: int, n: int) -> tuple[np.ndarray, list]:
     ascending, rows in input order; the whole input without a step column): the positional groups of a run."""
     if not rows:
         return np.zeros(0, np.int64), []
-    if step is None:
-        rank = np.arange(rows, dtype=np.int64)
-        scope = np.zeros(rows, np.int64)
-    else:
-        from ..ops.grouprule import scope_codes
+    from ..ops.grouprule import rank_in_scope, scope_codes
 
-        scope = scope_codes(np.asarray(step))[0]
-        order = np.argsort(scope, kind="stable")
-        starts = np.searchsorted(scope[order], scope[order])  # each row's scope's first place in the sorted order
-        rank = np.empty(rows, np.int64)
-        rank[order] = np.arange(rows) - starts
+    scope = np.zeros(rows, np.int64) if step is None else scope_codes(np.asarray(step))[0]
+    rank = rank_in_scope(scope)
     key = scope * (rows // n + 1) + rank // n
     _, first, codes = np.unique(key, return_index=True, return_inverse=True)
     return codes.ravel().astype(np.int64), [f"rows from {int(r)}" for r in first]

@@ -110,13 +110,6 @@ def _pickle_refusal(path: str) -> AdvcliError | None:
     return None
 
 
-def is_glob(spec: str) -> bool:
-    """A local pattern (``dumps/*.jsonl``), not a path that exists (a file named ``x[1].jsonl`` is a file)."""
-    from ..io import remote
-
-    return any(ch in spec for ch in "*?[") and not os.path.exists(spec) and not remote.is_uri(spec)
-
-
 def glob_files(spec: str) -> list[str]:
     """The files a pattern matches (sorted; directories among the matches are left out)."""
     import glob
@@ -128,7 +121,7 @@ def discover(spec: str, forced: Format | None = None) -> Found:
     """The dump files under ``spec`` (a file, a directory, walked recursively, or a pattern matching the
     files, sorted by step, then by path with numbers in numeric order), their format, and the files
     skipped (companions, wandb/TensorBoard folders) with the reason."""
-    from ..io.reader import not_a_regular_file
+    from ..io.reader import is_glob, not_a_regular_file
 
     load()
     if is_glob(spec):  # one dump whose files the pattern names, as a directory holding them would be
@@ -257,7 +250,7 @@ def is_dump(spec: str) -> bool:
     """Whether ``spec`` is a trainer dump rather than advcli's own Parquet: a file whose name or suffix
     says so (a Parquet file only when a format's name and columns match), or a directory holding one
     (walked until the first hit). Anything else goes to the Parquet reader and its own messages."""
-    from ..io.reader import not_a_regular_file
+    from ..io.reader import is_glob, not_a_regular_file
 
     load()
     if is_glob(spec):  # a pattern: a dump when a file it matches is one (the first found decides, as in a directory)

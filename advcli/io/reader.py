@@ -56,6 +56,12 @@ def not_a_regular_file(path: str) -> AdvcliError | None:
                        hint="remove it or move it out, or write the data to a file and give that")
 
 
+def is_glob(spec: str) -> bool:
+    """A local pattern (``dumps/*.jsonl``), not a path that exists (a file named ``x[1].parquet`` is a file) nor an
+    object-storage address (expanded by :mod:`advcli.io.remote`)."""
+    return any(ch in spec for ch in "*?[") and not os.path.exists(spec) and not remote.is_uri(spec)
+
+
 def expand_inputs(specs: list[str]) -> list[str]:
     """Files from paths, directories (their *.parquet, sorted) and globs, in the order given. A broken
     symbolic link or a file that is not a regular file (a FIFO, a socket) among them is refused, naming it."""
@@ -81,7 +87,7 @@ def expand_inputs(specs: list[str]) -> list[str]:
                                   hint="give the directory the trainer wrote its dumps into, or the files "
                                        "themselves; docs/formats.md lists the dumps advcli reads")
             out.extend(found)
-        elif any(ch in spec for ch in "*?[") and not os.path.exists(spec):  # a file named x[1].parquet is a file
+        elif is_glob(spec):
             found = sorted(glob.glob(spec))
             if not found:
                 raise AdvcliError(f"{spec}: no file matches this pattern")

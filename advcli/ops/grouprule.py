@@ -49,6 +49,20 @@ def run_groups(scope: np.ndarray, pid: np.ndarray) -> np.ndarray:
     return codes
 
 
+def rank_in_scope(scope: np.ndarray) -> np.ndarray:
+    """Each row's position inside its scope (0-based), rows in input order: what a positional grouping cuts
+    into blocks of n."""
+    scope = np.asarray(scope, dtype=np.int64)
+    if scope.size == 0:
+        return np.zeros(0, np.int64)
+    order = np.argsort(scope, kind="stable")
+    sizes = np.bincount(scope)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rank = np.empty(scope.size, dtype=np.int64)
+    rank[order] = np.arange(scope.size) - np.repeat(starts, sizes)
+    return rank
+
+
 def by_first_appearance(codes: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The same groups renumbered in the order of their first row: (codes, first row of each group, ascending)."""
     rank = np.empty(first.size, np.int64)

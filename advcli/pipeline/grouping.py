@@ -71,12 +71,8 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
     elif plan.group_by == "position":
         from ..ops.blocks import block_sizes
         n = int(plan.run.grouping.size)
-        # position inside each scope, in input order
-        order = np.argsort(scope_codes, kind="stable")
-        rank = np.empty(num_rows, dtype=np.int64)
+        rank = grouprule.rank_in_scope(scope_codes)  # position inside each scope, in input order
         sizes = np.bincount(scope_codes, minlength=len(step_values))
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        rank[order] = np.arange(num_rows) - np.repeat(starts, sizes)
         expected = plan.run.grouping.scope_rows
         ns = block_sizes(sizes.tolist(), n, expected, plan.run.grouping.fallback)
         for si, (size, ni) in enumerate(zip(sizes.tolist(), ns)):

@@ -464,12 +464,6 @@ def _own_parquet_group_size(flavor, run: RunSpec, inputs: list[str], key: str, n
                            f"{key}={n} --set advcli.id_check=warn")
 
 
-def _group_sizes(inputs: list[str]) -> dict[int, int] | None:
-    """size -> count of the input's (step, prompt_id) groups: the importer's count for a dump, the
-    columns read for Parquet (None without a prompt_id column)."""
-    return _group_layout(inputs)[0]
-
-
 def _group_layout(inputs: list[str]) -> tuple[dict[int, int] | None, bool]:
     """(size -> count of the input's (step, prompt_id) groups, whether some group's rows are not consecutive):
     the importer's count for a dump (taken as consecutive), the columns read for Parquet (None, False without a

@@ -47,12 +47,14 @@ def test_runs_and_contiguous_blocks():
 
 
 def test_resolution_counts_the_groups_the_run_forms(tmp_path):
-    from advcli.runs.resolution import _group_sizes
+    from advcli.runs.resolution import _group_layout
 
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     pq.write_table(pa.table({"prompt_id": ["x", "x", "y", "x"], "step": [1, 1, 1, 2]}), a)
     pq.write_table(pa.table({"prompt_id": ["x", "z", "z"], "step": [2, 2, 2]}), b)
-    # (1, x) 2 rows, (1, y) 1, (2, x) 2 (one in each file), (2, z) 2
-    assert _group_sizes([str(a), str(b)]) == {1: 1, 2: 3}
+    # (1, x) 2 rows, (1, y) 1, (2, x) 2 (one in each file), (2, z) 2; each group's rows consecutive
+    assert _group_layout([str(a), str(b)]) == ({1: 1, 2: 3}, False)
+    pq.write_table(pa.table({"prompt_id": ["z", "x", "z"], "step": [2, 2, 2]}), b)
+    assert _group_layout([str(a), str(b)]) == ({1: 1, 2: 3}, True)  # (2, z) split by an x: not consecutive
     pq.write_table(pa.table({"step": [1]}), b)
-    assert _group_sizes([str(a), str(b)]) is None  # a file without prompt_id: no sizes to tell
+    assert _group_layout([str(a), str(b)]) == (None, False)  # a file without prompt_id: no sizes to tell

@@ -23,6 +23,39 @@ os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install 'advcli[gpu]'): the fused GPU "
                                      "kernels are not tested")
 
+
+
+def _interpreter_takes_loaded_loop_bounds() -> bool:
+    """Whether this triton's interpreter runs ``range(s, e)`` over values loaded from memory, as the kernels'
+    row walks do. Triton 3.6's interpreter converts such a bound with ``int()`` of a one-element array, which
+    NumPy 2.4 made a TypeError ("only 0-dimensional arrays can be converted to Python scalars"); later tritons
+    squeeze it first. The compiled kernels are not affected (tests/project/test_cuda.py runs them on a GPU)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def count(offs_ptr, out_ptr):
+        row = tl.program_id(0)
+        n = 0
+        for _ in range(tl.load(offs_ptr + row), tl.load(offs_ptr + row + 1)):
+            n += 1
+        tl.store(out_ptr + row, n)
+
+    out = torch.zeros(1, dtype=torch.int64)
+    try:
+        count[(1,)](torch.tensor([0, 3]), out)
+    except Exception as exc:  # noqa: BLE001 - triton wraps the TypeError in its InterpreterError
+        if "0-dimensional" in repr(exc):
+            return False
+        raise
+    return int(out[0]) == 3
+
+
+if not _interpreter_takes_loaded_loop_bounds():
+    pytest.skip(f"triton {importlib.import_module('triton').__version__}'s interpreter cannot take a loop bound "
+                f"loaded from memory with numpy {np.__version__} (numpy >= 2.4 with triton < 3.7); the compiled "
+                "kernels are tested on a GPU by tests/project/test_cuda.py", allow_module_level=True)
+
 from advcli.ops import fused, scans  # noqa: E402
 from advcli.ops.groups import GroupIndex  # noqa: E402
 from advcli.ops.ragged import Ragged  # noqa: E402

@@ -149,16 +149,26 @@ class MomentSums:
                      mean_weights: torch.Tensor | None = None):
         """(Σm, Σvm, Σv²m per non-empty row in float64, those rows' scopes) of a chunk laid out by
         ``layout``: the per-token work, with no shared state — a worker thread can run it; the caller
-        then hands the result to :meth:`add_rows` in row order. ``mean_weights`` ``u``: a fourth, Σv·u."""
+        then hands the result to :meth:`add_rows` in row order. ``mean_weights`` ``u``: a fourth, Σv·u.
+
+        The result is on the host, whatever the values' device: the exact accumulation is host work (its bins
+        are Python integers), and on a GPU each of its steps on device tensors made the host wait (a scope's
+        range, the finite check, the bins' indices: about 18 waits and 45 launches a chunk). Here the row sums
+        and the row lengths come back in one copy, on the worker that computed them."""
         if mean_weights is None and values.numel() and values.is_floating_point() and fused.enabled(values):
-            parts = tuple(fused.row_moments(values, weights, layout.offsets.to(values.device), layout.num_rows))
+            stacked = fused.row_moments(values, weights, layout.offsets.to(values.device), layout.num_rows)
         else:  # the torch path (and the fourth sum, which the kernel does not make)
             terms = MomentSums._terms(values, weights)
             if mean_weights is not None:
                 terms = (*terms, values.to(torch.float64) * mean_weights.to(torch.float64))
-            parts = tuple(layout.row_sum(x) for x in terms)
-        keep = layout.lengths.to(values.device) > 0
-        return tuple(x[keep] for x in parts), scope_row.to(values.device)[keep]
+            stacked = torch.stack([layout.row_sum(x) for x in terms])
+        lengths = layout.lengths
+        if stacked.device.type != "cpu":  # one copy back: the sums and the lengths (exact in float64)
+            host = torch.cat([stacked, lengths.to(device=stacked.device, dtype=torch.float64)[None]]).cpu()
+            stacked, keep = host[:-1], host[-1] > 0
+        else:
+            keep = lengths.cpu() > 0
+        return tuple(stacked[:, keep].unbind(0)), scope_row.cpu()[keep]
 
     def merge(self, other: MomentSums) -> None:
         """Add ``other``'s sums (the same scopes, made elsewhere: a Ray worker's batch) exactly: its

@@ -73,3 +73,26 @@ def test_to_device_pins_and_copies(dump):
     t = torch.arange(10, dtype=torch.float32)
     d = pipeline.to_device(t, torch.device("cuda"))
     assert d.device.type == "cuda" and torch.equal(d.cpu(), t)
+
+
+@pytest.mark.parametrize("kernels", ["auto", "off"])
+def test_row_partials_come_back_to_the_host(kernels, monkeypatch):
+    """The statistics pass's row sums (MomentSums.row_partials) return on the host in one copy, so the exact
+    per-scope accumulation (Python integers) never reads a device tensor; the same sums as the CPU's rows
+    (the kernel's tree sum: within L·ε₆₄·Σ|term|; the torch path: the same bits)."""
+    from advcli.ops.ragged import Ragged
+    from advcli.ops.whiten import MomentSums
+
+    monkeypatch.setenv("ADVCLI_KERNELS", kernels)
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([5, 0, 300, 1, 0, 70])
+    layout = Ragged.from_lengths(lengths)
+    v = torch.randn(int(lengths.sum()), generator=g)
+    m = (torch.rand(v.numel(), generator=g) > 0.3).float()
+    scope = torch.tensor([0, 1, 1, 2, 2, 3])
+    parts, scopes = MomentSums.row_partials(v.cuda(), m.cuda(), layout.to("cuda"), scope)
+    want, want_scopes = MomentSums.row_partials(v, m, layout, scope)
+    assert all(p.device.type == "cpu" for p in (*parts, scopes))
+    assert torch.equal(scopes, want_scopes) and torch.equal(scopes, torch.tensor([0, 1, 2, 3]))
+    for p, w in zip(parts, want):
+        torch.testing.assert_close(p, w, rtol=1e-12, atol=1e-9)

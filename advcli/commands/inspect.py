@@ -208,6 +208,8 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
             elif len(comps) < spec.min_components:
                 missing.append(f"{spec.min_components} or more reward components (reward/<name> columns, or "
                                f"columns named with --set 'reward.components=[a,b]'; found {len(comps)})")
+        if spec.build is not None:  # estimators.mix: no formula of its own, the weighted sum of others
+            note = f'{name} is a weighted sum of the others: --set advcli.mix="0.7*grpo+0.3*rloo"'
         out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level}
     return out
 

@@ -692,8 +692,10 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     if values.get("advcli.mix") is not None or values.get("advcli.estimator") is not None:
         rest = [(k, v) for k, v in items if k not in LAB_KEYS]
         if values.get("advcli.mix") is not None:
-            if values.get("advcli.estimator") is not None:
-                raise AdvcliError("advcli.estimator (--estimator) and advcli.mix both choose the estimator; give one")
+            if values.get("advcli.estimator") not in (None, "mix"):  # --estimator mix names the same choice
+                raise AdvcliError(f"advcli.estimator (--estimator {values['advcli.estimator']}) and advcli.mix both "
+                                  "choose the estimator; give one",
+                                  hint="--estimator mix --set advcli.mix=... or --set advcli.mix=... alone")
             cfg = mix_config(fa, rest, str(values["advcli.mix"]))
         else:
             cfg = estimator_config(fa, rest, str(values["advcli.estimator"]))

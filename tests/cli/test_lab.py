@@ -296,6 +296,19 @@ def test_mix_is_the_weighted_sum_of_the_estimators_run_alone(lab_dir, capsys):
     assert_lists_close(read_adv("mix.parquet"), mixed)
     assert_lists_close(varied(read_adv("mix.parquet"), r, g),
                        varied(on_mask(0.7 * verl_grpo(r, g) + 0.3 * verl_rloo(r, g), masks), r, g))
+    # `--estimator mix` with its terms (the hint of `--estimator mix` alone) is the same choice: the same bytes;
+    # another estimator beside advcli.mix is two choices, refused
+    code, _, err = run_main(["run", SAMPLE, "-o", "named.parquet", "--flavor", "verl", "--estimator", "mix",
+                             "--set", "advcli.mix=0.7*grpo+0.3*rloo", "-q"], capsys)
+    assert code == 0, err
+    assert read_adv("named.parquet") == read_adv("mix.parquet")
+    code, _, err = run_main(["run", SAMPLE, "-o", "two.parquet", "--estimator", "mix", "-q"], capsys)
+    assert code == 2 and 'hint: --set advcli.mix="0.7*grpo+0.3*rloo"' in err, err
+    code, _, err = run_main(["run", SAMPLE, "-o", "two.parquet", "--estimator", "rloo", "--set",
+                             "advcli.mix=0.7*grpo+0.3*rloo", "-q"], capsys)
+    assert code == 2 and "--estimator rloo) and advcli.mix both choose the estimator" in err, err
+    code, out, err = run_main(["inspect", SAMPLE], capsys)
+    assert code == 0 and "mix is a weighted sum of the others" in " ".join(out.split()), err
 
 
 def test_mix_terms_keep_their_flavor_semantics(lab_dir, capsys):

@@ -246,6 +246,24 @@ def natural_key(path: str) -> tuple:
     return tuple(int(x) if i % 2 else x for i, x in enumerate(parts))
 
 
+def named_but_lacking(path: str, names: list[str]) -> AdvcliError | None:
+    """For a file read as advcli's own Parquet that lacks its columns: the error to give when its name is a
+    trainer dump's and its columns hold some, not all, of what that format's reader needs (a TRL
+    ``completions_3.parquet`` without its ``prompt``), saying why it was not read as that dump; else None."""
+    fmt = next((f for f in _named_by(path) if f.required), None)
+    if fmt is None:
+        return None
+    missing = [k for k in fmt.required if k not in names]
+    if not missing or len(missing) == len(fmt.required):
+        return None
+    present = [k for k in fmt.required if k in names]
+    return AdvcliError(f"{path}: its name is that of a {fmt.title} dump and it has {', '.join(map(repr, present))}, "
+                       f"but not {', '.join(map(repr, missing))}, which that dump's reader needs (its groups: "
+                       f"{fmt.group_key}), so it was read as advcli's own Parquet. Columns present: {', '.join(names)}",
+                       hint="add the missing column back (the trainer writes it), or give advcli's own columns "
+                            "(response_mask and a group id; docs/formats.md)")
+
+
 def is_dump(spec: str) -> bool:
     """Whether ``spec`` is a trainer dump rather than advcli's own Parquet: a file whose name or suffix
     says so (a Parquet file only when a format's name and columns match), or a directory holding one

@@ -510,11 +510,17 @@ def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
     from ..io.footer import schema_facts
     from ..io.reader import expand_inputs
 
-    names = schema_facts(expand_inputs(inputs)[0]).names
+    first = expand_inputs(inputs)[0]
+    names = schema_facts(first).names
     for i, (column, est) in enumerate(fl.pick_estimator):
         if column in names:
             why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])
             return (fa, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
+    from ..formats.discovery import named_but_lacking  # a trainer's dump that lacks a column its reader needs?
+
+    lacking = named_but_lacking(first, names)
+    if lacking is not None:
+        raise lacking
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
     raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
                       hint=f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

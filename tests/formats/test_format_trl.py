@@ -66,6 +66,23 @@ def test_flavor_trl_equals_logged_advantage(dump, tmp_path, capsys, chunk):
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("flavor", [[], ["--flavor", "trl"]])
+def test_a_completions_file_without_its_prompt_says_so(tmp_path, capsys, flavor):
+    """A completions file whose prompt column was dropped is not TRL's dump (its groups are runs of equal prompt):
+    read as advcli's own Parquet, it used to ask for a response_mask; the error now says which column is missing."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    write_step(d / "completions_00010.parquet", 10, 1)
+    pq.write_table(pq.read_table(d / "completions_00010.parquet").drop_columns(["prompt"]),
+                   d / "completions_00010.parquet")
+    code, _, err = run_main(["run", str(d / "completions_00010.parquet"), "-o", tmp_path / "o.parquet", *flavor,
+                             "-q"], capsys)
+    assert code == 2
+    assert "completions_00010.parquet: its name is that of a TRL completions_{step}.parquet dump" in err
+    assert "but not 'prompt', which that dump's reader needs (its groups: runs of equal prompt)" in err
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_a_glob_of_completion_files_is_the_dump(dump, tmp_path, capsys):
     """'completions/*.parquet' names TRL's files: read as the dump (not as advcli's own Parquet, which has a
     response_mask), one output with TRL's logged advantages."""

@@ -18,6 +18,16 @@ class AdvcliError(Exception):
         return self.message + (f"\n  hint: {self.hint}" if self.hint else "")
 
 
+class GroupSizeNeeded(AdvcliError):
+    """A refusal whose fix is the flavor's group-size setting ``key`` (a trainer that asserts more than one
+    response per prompt): where the run sees its input, the hint names the size the input's prompt ids show
+    (:func:`advcli.runs.resolution.resolve_for_inputs`)."""
+
+    def __init__(self, message: str, *, key: str):
+        super().__init__(message, hint=f"set --set {key}=N, the number of responses per prompt")
+        self.key = key
+
+
 def caused_by_interrupt(error: BaseException) -> bool:
     """Whether a KeyboardInterrupt is in ``error``'s chain: Python wraps one raised while a class body is
     finished (``RuntimeError: Error calling __set_name__ ...``, as when Ctrl-C lands while torch imports),

@@ -26,7 +26,7 @@ A flavor holds no math: this module only maps OpenRLHF's flags onto the canonica
 from __future__ import annotations
 
 from ..config import Key, default_config
-from ..errors import AdvcliError, did_you_mean
+from ..errors import AdvcliError, GroupSizeNeeded, did_you_mean
 from . import Flavor
 from ._releases import Change, Release
 
@@ -269,10 +269,9 @@ def _dynamic_filtering(v: dict, cfg: dict, n: int) -> None:
         raise AdvcliError(f"key algo.dynamic_filtering_range={rng!r}: OpenRLHF asserts LOW < HIGH "
                           "(cli/train_ppo_ray.py L700-703), so the trainer itself would not run it")
     if n <= 1:
-        raise AdvcliError(f"algo.dynamic_filtering_enable with rollout.n_samples_per_prompt={n}: OpenRLHF asserts "
-                          "n_samples_per_prompt > 1 with dynamic filtering (cli/train_ppo_ray.py L707-709), so the "
-                          "trainer itself would not run it",
-                          hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
+        raise GroupSizeNeeded(f"algo.dynamic_filtering_enable with rollout.n_samples_per_prompt={n}: OpenRLHF "
+                              "asserts n_samples_per_prompt > 1 with dynamic filtering (cli/train_ppo_ray.py "
+                              "L707-709), so the trainer itself would not run it", key="rollout.n_samples_per_prompt")
     margin = float(v["advcli.dynamic_filtering_margin"])
     cfg["grouping"]["keep_mean_between"] = [lo + margin, hi - margin]  # as OpenRLHF adds them, in Python floats
     if cfg["grouping"]["by"] == "none":  # gae, reinforce: no groups in the math; the filter's are n consecutive rows
@@ -320,10 +319,9 @@ def translate(v: dict) -> dict:
     # cli/train_ppo_ray.py asserts n > 1 for rloo, reinforce_baseline, group_norm (@v0.10.1 L557); dr_grpo joined
     # the list in 0.11.0 (@v0.11.0 L612), so earlier releases run it at n = 1
     if est in GROUP_ESTIMATORS and n <= 1 and not (est == "dr_grpo" and v["advcli.dr_grpo_n1"]):
-        raise AdvcliError(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses it "
-                          "too (cli/train_ppo_ray.py: its assert on n_samples_per_prompt for the group estimators, "
-                          "L371-372 @v0.5.7, L612-615 @v0.11.0)",
-                          hint="set --set rollout.n_samples_per_prompt=N, the number of responses per prompt")
+        raise GroupSizeNeeded(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses "
+                              "it too (cli/train_ppo_ray.py: its assert on n_samples_per_prompt for the group "
+                              "estimators, L371-372 @v0.5.7, L612-615 @v0.11.0)", key="rollout.n_samples_per_prompt")
     if v["algo.kl.target"]:
         raise AdvcliError("key algo.kl.target: OpenRLHF's adaptive controller is updated after each PPO step from "
                           "the KL of the training pass (ppo_trainer.py L250-253), which a rollout dump does not "

@@ -28,7 +28,7 @@ from dataclasses import field
 from typing import Any
 
 from ..config.runspec import RunSpec
-from ..errors import AdvcliError
+from ..errors import AdvcliError, GroupSizeNeeded
 from ..records import record
 
 PRECISIONS = ("float32", "float64")  # float32 reproduces the frameworks; float64 computes the intended math
@@ -196,7 +196,10 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
 
     fa = at(spec)
     check_given(fa, settings)
-    cfg, native = resolve(fa, settings, config, file_keys)
+    try:
+        cfg, native = resolve(fa, settings, config, file_keys)
+    except GroupSizeNeeded as e:
+        raise _with_input_group_size(e, inputs) from None
     flavor = fa.flavor
     given = dict(native)
     typed = {flavor.aliases.get(k, k) for k, _ in settings}  # --set (and --estimator): what the records never override
@@ -392,19 +395,16 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     if run.advantage.distill_coef:
         return
     sizes, scattered = _group_layout(inputs)
-    if sizes and len(sizes) == 1 and next(iter(sizes)) > 1:
-        fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
-        if scattered:
-            fix += f"{SCATTERED}, and --set advcli.group_by=id"
-    elif sizes and set(sizes) == {1}:  # the input's own groups are of one row: the trainer's default fits them
+    fix = _size_from_ids(key, sizes, scattered)
+    if fix is None and sizes and set(sizes) == {1}:  # the input's own groups are of one row: the default fits them
         fix = (f"every prompt_id of the input has one row, so no group has a second response to compare with: "
                f"add --set {key}=1 to run the trainer's groups of one all the same, or give each prompt's rows "
                "one prompt_id")
-    elif sizes:
+    elif fix is None and sizes:
         shown = _sizes_said(sizes)
         fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
                f"size, which the framework's blocks of N rows need: {shown})")
-    else:
+    elif fix is None:
         fix = f"add --set {key}=N, the responses sampled per prompt"
     raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "
                       "group and every group-normalised advantage 0 (NaN with a group std)", hint=fix)
@@ -434,6 +434,22 @@ def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -
                       hint=f"add --set {key}=N, the responses sampled per prompt in the run (groups of several "
                            "sizes: rows were dropped or added after sampling; with N given, advcli groups as the "
                            "trainer does and says what does not fit)")
+
+
+def _with_input_group_size(e: GroupSizeNeeded, inputs: list[str]) -> GroupSizeNeeded:
+    """``e`` with its hint naming the group size the input's prompt ids show, where every group has the same
+    size m > 1 (and the ids' grouping where a prompt's rows are not consecutive); else ``e`` as it is."""
+    e.hint = _size_from_ids(e.key, *_group_layout(inputs)) or e.hint
+    return e
+
+
+def _size_from_ids(key: str, sizes: dict[int, int] | None, scattered: bool) -> str | None:
+    """The fix naming the group size the input's prompt ids show, where every group has the same size m > 1
+    (with the ids' grouping where a prompt's rows are not consecutive); None otherwise."""
+    if not sizes or len(sizes) != 1 or next(iter(sizes)) <= 1:
+        return None
+    fix = f"add --set {key}={next(iter(sizes))} (every prompt_id group of the input has that many rows)"
+    return fix + (f"{SCATTERED}, and --set advcli.group_by=id" if scattered else "")
 
 
 def _sizes_said(sizes: dict[int, int]) -> str:

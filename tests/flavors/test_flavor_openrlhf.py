@@ -284,3 +284,31 @@ def test_step_without_action_tokens_is_nan(tmp_path):
             dict(reward=0.5, mask=[0], old=[-0.5], ref=[-0.5])]
     out, _ = run_rows(tmp_path, rows, "openrlhf", {EST: "reinforce", "algo.kl.init_coef": 0.0})
     assert_rows_close(out["advantages"], [[nan, nan], [nan]])
+
+
+def test_the_n_1_refusal_names_the_size_the_ids_show_and_its_fix_runs(tmp_path, capsys):
+    """OpenRLHF's assert (n_samples_per_prompt > 1 for the group estimators) on the sample, whose prompts have 8
+    rows each, scattered: the hint names 8 and the ids' grouping, and that command runs OpenRLHF's group_norm,
+    (r − mean) / (std (Bessel) + 1e-9) per prompt (experience_maker.py @3c3be623), checked here in float64 on the
+    groups whose rewards differ (an all-equal group's float32 mean is OpenRLHF's hazard, tested above)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from conftest import SAMPLE, run_main
+
+    base = ["run", SAMPLE, "-o", str(tmp_path / "o.parquet"), "--flavor", "openrlhf", "--set", f"{EST}=group_norm",
+            "--set", "algo.kl.init_coef=0", "-q"]
+    code, _, err = run_main(base, capsys)
+    assert code == 2 and "requires rollout.n_samples_per_prompt > 1" in err
+    assert ("hint: add --set rollout.n_samples_per_prompt=8 (every prompt_id group of the input has that many rows) "
+            "(their rows are not consecutive, as the framework's blocks are), and --set advcli.group_by=id") in err
+    code, _, err = run_main(base + ["--set", "rollout.n_samples_per_prompt=8", "--set", "advcli.group_by=id"], capsys)
+    assert code == 0, err
+    t = pq.read_table(tmp_path / "o.parquet").to_pandas()
+    rewards = t.groupby(["step", "prompt_id"])["reward"]
+    mean, std = rewards.transform("mean"), rewards.transform(lambda x: x.std(ddof=1))
+    checked = 0
+    for adv, mask, r, mu, sd in zip(t["advantages"], t["response_mask"], t["reward"], mean, std):
+        if sd > 0:
+            np.testing.assert_allclose(np.asarray(adv)[np.asarray(mask) > 0], (r - mu) / (sd + 1e-9), rtol=1e-5)
+            checked += 1
+    assert checked > 300

@@ -309,6 +309,9 @@ def coerce(path: str, value: Any, key: Key) -> Any:
     """Check and normalise one canonical value; raise AdvcliError naming the key."""
     if value is None:
         return None
+    if _has_nan(value):  # YAML's .nan: every value it enters is NaN, written with exit 0 unless refused here
+        raise AdvcliError(f"key {path}: NaN is not a setting ({key.doc}); every value computed with it would be NaN",
+                          hint=f"give {path} a number")
     kind = key.kind
     try:
         if kind == "bool":
@@ -342,6 +345,13 @@ def coerce(path: str, value: Any, key: Key) -> Any:
         raise AdvcliError(f"key {path}: unknown value {value!r}{told}.{did_you_mean(value, key.choices)} "
                           f"Valid: {', '.join(map(str, key.choices))}")
     return value
+
+
+def _has_nan(value: Any) -> bool:
+    """Whether ``value`` is a float NaN or a list holding one (a YAML ``.nan``)."""
+    if isinstance(value, float):
+        return value != value
+    return isinstance(value, (list, tuple)) and any(_has_nan(v) for v in value)
 
 
 def normalize_clip(value: Any) -> list[float] | None:

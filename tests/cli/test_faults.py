@@ -294,6 +294,25 @@ def test_a_discount_above_one_that_overflows_is_refused_naming_it(key, value, tm
     assert code == 0, err
 
 
+@pytest.mark.parametrize("flavor, sets", [
+    ("verl", ["algorithm.adv_estimator=gae", "algorithm.gamma=.nan"]),
+    ("verl", ["algorithm.adv_estimator=gae", "algorithm.lam=.NaN"]),
+    ("verl", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=.nan"]),
+    ("advcli", ["estimator.name=gae", "estimator.gamma=.nan"]),
+    ("advcli", ["advantage.clip=[-1, .nan]"]),
+])
+def test_a_nan_setting_is_refused_naming_the_key(flavor, sets, tmp_path, capsys):
+    """YAML's .nan parses as a float: it went through the float check and every advantage was written NaN with
+    exit 0. Refused, naming the key; nothing written."""
+    out = tmp_path / "out.parquet"
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "sample_data", "rollouts.parquet")
+    code, _, err = run_main(["run", src, "-o", str(out), "--flavor", flavor, *[a for s in sets for a in ("--set", s)],
+                             "-q"], capsys)
+    key = sets[-1].split("=")[0]
+    assert code == 2 and f"advcli: error: key {key}: NaN is not a setting" in err, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("est", ["grpo", "rloo"])
 def test_overflowing_rewards_are_refused_with_the_row_and_the_fix(est, huge, tmp_path, capsys):
     """float32: (3e38 + 3e38) is inf, the group mean inf, the advantages NaN: refused (exit 2, nothing

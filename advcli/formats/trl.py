@@ -31,13 +31,14 @@ def read(path: str, ctx: Context):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..io.reader import parquet_batches
+    from ..io.reader import parquet_batches, refuse_duplicate_columns
 
     try:
         f = pq.ParquetFile(path)
     except Exception as e:  # noqa: BLE001
         raise ctx.error(None, f"not a readable Parquet file ({str(e).splitlines()[0]})") from None
     schema = f.schema_arrow
+    refuse_duplicate_columns(path, schema.names)
     missing = [c for c in ("prompt", "completion", "advantage") if c not in schema.names]
     if missing:
         raise ctx.error(None, f"missing column(s) {', '.join(missing)} of a TRL completions file")

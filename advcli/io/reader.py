@@ -155,14 +155,18 @@ def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.Parqu
     if remote.is_uri(path):
         source = remote.open_input(path)  # ranged reads on the store, never a whole download
         try:
-            return pq.ParquetFile(source, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
+            f = pq.ParquetFile(source, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             source.close()
             raise AdvcliError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+        refuse_duplicate_columns(path, f.schema_arrow.names)
+        return f
     if os.path.isdir(path):
         raise AdvcliError(f"{path}: is a directory, expected a Parquet file")
     try:
-        return pq.ParquetFile(path, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
+        f = pq.ParquetFile(path, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
+        refuse_duplicate_columns(path, f.schema_arrow.names)
+        return f
     except PermissionError:
         raise AdvcliError(f"{path}: permission denied", hint="check the file's read permissions") from None
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
@@ -171,6 +175,18 @@ def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.Parqu
             raise AdvcliError(f"{path}: cannot open it: too many open files in this process",
                               hint="raise the limit (ulimit -n) or run on fewer inputs at once") from None
         raise AdvcliError(f"{path}: not a readable Parquet file ({first})", hint=unreadable_hint(path)) from None
+
+
+def refuse_duplicate_columns(path: str, names: list[str]) -> None:
+    """Refuse a file with two columns of one name: columns are found by name, and Arrow finds neither."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise AdvcliError(f"{path}: the column name {name!r} is given twice (columns {seen[name]} and {i}, "
+                              "from 0): columns are read by name, so neither can be read",
+                              hint="rename one of them where the file is written (pyarrow: "
+                                   "table.rename_columns([...]); pandas: df.columns = [...])")
+        seen[name] = i
 
 
 def unreadable_hint(path: str) -> str:

@@ -801,3 +801,23 @@ def test_two_server_starts_at_once_both_succeed_with_one_server(tmp_path):
         import shutil
 
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("command", [["run"], ["validate"], ["inspect"], ["stats"], ["filter", "--drop-uniform"]])
+def test_two_columns_of_one_name_are_refused_naming_them(command, tmp_path, capsys):
+    """Arrow finds no column by a name given twice: this was an internal KeyError (exit 1). Exit 2, naming the file,
+    the name and both positions; nothing written."""
+    import pyarrow as pa
+
+    from advcli.sample import make_table
+
+    t = make_table(8, group_size=4, min_len=2, max_len=6, seed=1)
+    t = pa.Table.from_arrays([*t.columns, t.column("reward")], names=[*t.column_names, "reward"])
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(t, src)
+    outs = ["-o", str(out)] if command[0] in ("run", "filter") else []
+    code, _, err = run_main([command[0], str(src), *outs, *command[1:]], capsys)
+    at = t.column_names.index("reward")
+    assert code == 2, err
+    assert f"in.parquet: the column name 'reward' is given twice (columns {at} and {t.num_columns - 1}" in err
+    assert not out.exists()

@@ -66,11 +66,20 @@ def _one(ctx: Context, line: int, rec: dict, key: str):
     return v[0]
 
 
-def _tokens(ctx: Context, line: int, rec: dict, key: str, n: int) -> list:
+def _tokens(ctx: Context, line: int, rec: dict, key: str, n: int, width: int | None = None) -> list:
+    """Field ``key``'s token list: at least ``n`` (input_lengths) values, and ``width`` (token_ids' own count)
+    where given: NeMo writes every token field of a record from one padded [B, T] batch (grpo.py L3641-3649
+    @7ea279ab: ``train_data[...].tolist()``), so a list of another length lost or gained a value somewhere, and
+    every position after it would be read against the wrong token."""
     v = _one(ctx, line, rec, key)
     if not isinstance(v, list) or len(v) < n:
         raise ctx.error(line, f"field {key!r} holds {len(v) if isinstance(v, list) else type(v).__name__} "
                         f"values; input_lengths is {n}")
+    if width is not None and len(v) != width:
+        raise ctx.error(line, f"field {key!r} holds {len(v)} values and 'token_ids' {width}: NeMo RL writes every "
+                              "token field of a record at the same padded length, so one of them lost or gained "
+                              "values and its positions no longer line up with the tokens",
+                        hint="this record was changed after NeMo RL wrote it: take the line from the original dump")
     return v
 
 
@@ -85,7 +94,7 @@ def read(path: str, ctx: Context):
         if not isinstance(L, int) or L < 0:
             raise ctx.error(line, f"field 'input_lengths' is {L!r}; expected a non-negative integer")
         ids = _tokens(ctx, line, rec, "token_ids", L)
-        mask = _tokens(ctx, line, rec, "token_loss_mask", L)
+        mask = _tokens(ctx, line, rec, "token_loss_mask", L, len(ids))
         odd = next((i for i in range(L) if mask[i] not in (0, 1)), None)
         if odd is not None:  # NeMo multiplies by the mask: a 2 would weigh a token twice, not be read as 1
             raise ctx.error(line, f"field 'token_loss_mask' holds {mask[odd]!r} at position {odd}; a loss mask is "
@@ -114,11 +123,11 @@ def read(path: str, ctx: Context):
                "reward": number(ctx, line, _one(ctx, line, rec, rkey), rkey),
                "response_mask": [1 if m and kept else 0 for m in mask[s:L]], "prompt_length": s, "input_lengths": L}
         if "prev_logprobs" in rec:
-            row["old_log_probs"] = _tokens(ctx, line, rec, "prev_logprobs", L)[s:L]
+            row["old_log_probs"] = _tokens(ctx, line, rec, "prev_logprobs", L, len(ids))[s:L]
         if "generation_logprobs" in rec:
-            row["rollout_log_probs"] = _tokens(ctx, line, rec, "generation_logprobs", L)[s:L]
+            row["rollout_log_probs"] = _tokens(ctx, line, rec, "generation_logprobs", L, len(ids))[s:L]
         if "advantages" in rec:
-            row["logged_advantages"] = _tokens(ctx, line, rec, "advantages", L)[s:L]
+            row["logged_advantages"] = _tokens(ctx, line, rec, "advantages", L, len(ids))[s:L]
         if rkey == "filtered_rewards" and "rewards" in rec:
             row["rewards"] = number(ctx, line, _one(ctx, line, rec, "rewards"), "rewards", allow_none=True)
         if "sample_loss_mask" in rec:

@@ -202,6 +202,28 @@ def test_missing_field_and_not_one_element(dump, tmp_path, capsys):
     assert not (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.parametrize("field", ["prev_logprobs", "generation_logprobs", "advantages", "token_loss_mask"])
+def test_a_token_field_of_another_length_than_token_ids_is_refused(field, dump, tmp_path, capsys):
+    """NeMo writes a record's token fields from one padded batch: a list that lost a value inside the response
+    still covers input_lengths, but every later position read the next token's value (exit 0, shifted). Refused,
+    naming the line, the field and both lengths."""
+    d, _ = dump
+    p = d / "train_data_step2.jsonl"
+    lines = p.read_text().splitlines()
+    rec = json.loads(lines[0])
+    values = rec[field][0]
+    assert len(values) > rec["input_lengths"][0]  # padded: dropping one still covers input_lengths
+    rec[field] = [values[:2] + values[3:]]
+    lines[0] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    for command in (["convert", str(d)], ["run", str(d), "--flavor", "nemo"]):
+        code, _, err = run_main([*command, "-o", tmp_path / "o.parquet"], capsys)
+        assert code == 2, err
+        assert (f"train_data_step2.jsonl:1: field {field!r} holds {len(values) - 1} values and 'token_ids' "
+                f"{len(values)}") in err
+        assert not (tmp_path / "o.parquet").exists()
+
+
 def test_duplicate_step_files(dump, tmp_path, capsys):
     d, _ = dump
     other = d.parent / "exp_002"

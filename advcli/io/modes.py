@@ -12,3 +12,11 @@ def check_output_mode(output_mode: str) -> None:
     if output_mode not in OUTPUT_MODES:
         raise AdvcliError(f"--output-mode {output_mode!r}: expected full or sidecar."
                           f"{did_you_mean(output_mode, list(OUTPUT_MODES))}")
+
+
+def refuse_empty_output(target: str | None) -> None:
+    """Refuse ``-o ''`` (an unset shell variable) before any work: a run staged it, computed everything and
+    then failed to put its output 'in place'."""
+    if target is not None and not str(target).strip():
+        raise AdvcliError("the output path is empty (an unset shell variable in -o \"$OUT\"?)",
+                          hint="give the output file's path: -o out.parquet")

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from ..errors import AdvcliError, is_disk_full
 from . import remote
 from .lists import offsets_numpy
+from .modes import refuse_empty_output
 from .ordered import OrderedWorker
 from .temps import TMP_TAG, owner_tag, pid_alive, sweep_stale
 
@@ -99,6 +100,7 @@ def check_output_name(target: str) -> None:
 def check_output_path(target: str, inputs: list[str], force: bool) -> None:
     """Refuse outputs that are an input, in a missing or read-only directory, or exist without --force, and a
     name that says another format (``o.csv``: advcli writes Parquet)."""
+    refuse_empty_output(target)
     check_output_name(target)
     if remote.is_uri(target):
         remote.check_output(target, inputs, force)

@@ -58,10 +58,12 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
     dump told the flavor, the estimator chosen, the --config file's keys and the curation's summary."""
     from ..engines import check_engine
     from ..flavors import estimator_note
+    from ..io.modes import refuse_empty_output
     from .resolution import resolve_run
 
     check_engine(engine)
     check_output_mode(output_mode)
+    refuse_empty_output(output)
     curation = None  # DAPO-style: groups dropped first (the filter's numpy imported only for a filter asked for)
     if drop_uniform or solve_rate is not None or min_group_size is not None:
         from ..figures.curate import make_spec

@@ -821,3 +821,17 @@ def test_two_columns_of_one_name_are_refused_naming_them(command, tmp_path, caps
     assert code == 2, err
     assert f"in.parquet: the column name 'reward' is given twice (columns {at} and {t.num_columns - 1}" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["run"], ["filter", "--drop-uniform"]])
+def test_an_empty_output_path_is_refused_before_the_run(command, tmp_path, capsys, monkeypatch):
+    """`-o ''` (an unset shell variable) ran the whole computation and then failed to put the output 'in place'
+    with a hint about permissions and free space: refused first, nothing computed."""
+    from advcli import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda *a, **k: pytest.fail("the run started"))
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "sample_data", "rollouts.parquet")
+    code, _, err = run_main([command[0], src, "-o", "", *command[1:]], capsys)
+    assert code == 2 and "advcli: error: the output path is empty" in err and "hint: give the output file's path" in err
+    assert os.listdir(tmp_path) == []

@@ -67,6 +67,10 @@ def read(path: str, ctx: Context):
             # normalises InteractionWithTokenLogpReward workflows only, cli_args.py L243-253 @cbff54d6)
             shown_setting(ctx, "gconfig.reward_normalization", False)
         if isinstance(seqlen, int) and isinstance(plen, int):
+            if plen < 0 or seqlen < plen:  # AReaL's seqlen counts the prompt's tokens and the response's
+                raise ctx.error(line, f"fields 'seqlen' {seqlen} and 'prompt_len' {plen}: the response would have "
+                                f"{seqlen - plen} tokens (AReaL writes seqlen = prompt_len + the response's length)",
+                                hint="repair the record's seqlen or prompt_len, or remove that line")
             row["response_length"] = seqlen - plen
         row.update(extras(rec, ("reward",) + RAW_KEYS))
         yield line, row

@@ -353,3 +353,17 @@ def test_a_task_id_that_is_not_its_files_is_refused(tmp_path, capsys):
     code, _, err = run_main(["run", tmp_path / "trial", "-o", out, "--flavor", "areal"], capsys)
     assert code == 2 and "rollout/1/0.jsonl:3: field 'task_id' is 7, but the file is 0.jsonl" in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("seqlen, prompt_len", [(5, 20), (30, -1)])
+def test_a_seqlen_shorter_than_its_prompt_is_refused(tmp_path, capsys, seqlen, prompt_len):
+    """response_length = seqlen − prompt_len (the synthetic mask's length under token-weighted adv_norm): a negative
+    one was written as it is, exit 0. Refused naming the file, the line and both fields."""
+    build(tmp_path / "trial")
+    edit_record(tmp_path / "trial" / "rollout" / "1" / "0.jsonl", 1,
+                lambda rec: rec.update(seqlen=seqlen, prompt_len=prompt_len))
+    out = tmp_path / "o.parquet"
+    for command in (["convert", tmp_path / "trial"], ["run", tmp_path / "trial", "--flavor", "areal"]):
+        code, _, err = run_main([*command, "-o", out], capsys)
+        assert code == 2 and f"rollout/1/0.jsonl:2: fields 'seqlen' {seqlen} and 'prompt_len' {prompt_len}" in err, err
+        assert not out.exists()

@@ -58,6 +58,7 @@ class ImportInfo:
     # native settings of the trainer's flavor that the records themselves show (records.shown_setting), kept in
     # the converted Parquet's footer under SHOWN_KEY
     shown_settings: dict = field(default_factory=dict)
+    unread: list = field(default_factory=list)  # the data files left out (discovery.Found.unread), "path (why)"
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -182,7 +183,8 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         notes.append(f"field(s) {', '.join(sorted(dropped))} first appear after the first {batch_rows} rows and "
                      "were left out")
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
-                      files=found.files, skipped=found.skipped, rows=rows_total, output=output, notes=notes,
+                      files=found.files, skipped=found.skipped, unread=found.unread, rows=rows_total, output=output,
+                      notes=notes,
                       logged=f.logged, groups=sum(hist.values()), group_sizes=hist, starts=starts,
                       token_lengths=bool(synth_mask and f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),

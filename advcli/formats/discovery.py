@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import field
 
 from ..errors import AdvcliError
 from ..records import record
@@ -12,6 +13,7 @@ from .records import first_json_record
 from .registry import FORMATS, Format, load, norm_path
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth", ".jsonl.zst")
+COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".lz4": "lz4"}  # a data file under them: skipped, said
 SKIPPED_DIRS = {"wandb": "wandb run folder", "tensorboard": "TensorBoard folder", "tb_logs": "TensorBoard folder",
                 ".git": "git folder", "__pycache__": "Python cache", ".ipynb_checkpoints": "notebook checkpoints"}
 
@@ -23,6 +25,9 @@ class Found:
     fmt: Format
     files: list[str]
     skipped: list[str]  # "path (why)"
+    # the data files among ``skipped`` (empty, compressed, or not named as the format's): a run's summary warns of
+    # them, where a companion or a wandb folder is left out as a matter of course
+    unread: list[str] = field(default_factory=list)
 
 
 def _companion(path: str) -> str | None:
@@ -152,6 +157,10 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                     skipped.append(f"{p} ({why})")
                 elif fname.endswith(DATA_SUFFIXES):
                     candidates.append(p)
+                elif fname.endswith(tuple(COMPRESSED)) and fname[:fname.rindex(".")].endswith(DATA_SUFFIXES):
+                    tool = COMPRESSED[fname[fname.rindex("."):]]
+                    skipped.append(f"{p} (compressed with {tool}: advcli reads .jsonl.zst and the uncompressed "
+                                   f"files; {tool} -dk {fname} gives the file to read)")
         if not candidates:
             raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
                               + (f"; skipped {len(skipped)}" if skipped else ""))
@@ -225,6 +234,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
         files.append(p)
     if not files:
         raise AdvcliError(f"{spec}: every dump file is empty")
+    unread = [x for x in skipped if x.endswith(("(empty)", " file name)")) or " (compressed with " in x]
     key = chosen.key or chosen.step_of
     seen: dict = {}
     for p in files:
@@ -236,7 +246,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
                               hint="two runs (or a rerun) share this directory; point advcli at one of them")
         seen[k] = p
     files.sort(key=lambda p: (chosen.step_of(p) if chosen.step_of(p) is not None else -1, natural_key(p)))
-    return Found(chosen, files, skipped)
+    return Found(chosen, files, skipped, unread)
 
 
 def natural_key(path: str) -> tuple:

@@ -73,6 +73,9 @@ def name_sources(result) -> None:
     if result is None:
         return
     drop_result_token_figures(result, list(getattr(result, "inputs", None) or []))
+    unread = [x for p in getattr(result, "inputs", None) or [] if p in IMPORTED for x in IMPORTED[p].unread]
+    if unread and getattr(result, "warnings", None) is not None:  # data files the run did not read: said, not silent
+        result.warnings = [*result.warnings, *(f"left out of the dump, not read: {x}" for x in unread)]
     if getattr(result, "inputs", None):
         result.inputs = [source_of(p) for p in result.inputs]
     for attr in ("warnings", "diagnostics"):

@@ -61,6 +61,35 @@ def test_v1_grpo(tmp_path, capsys, chunk):
     assert t.column("prompt_id").to_pylist()[0] == recs[0]["uid"].rsplit("_", 2)[0]
 
 
+@pytest.mark.parametrize("left", ["empty", "gzip"])
+def test_a_step_file_left_out_is_a_warning_of_the_run(left, tmp_path, capsys):
+    """A step file the run cannot read (zero bytes: the trainer still writing it; gzip-compressed) was left out with
+    no word from `run` (convert and inspect list it): 12 of 24 rows, exit 0. The run still runs on the rest, as
+    before, and its summary and --json report say which file was left out and why."""
+    import gzip
+
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 1) + v1_records(2, 2)
+    write(d / "1.jsonl", recs[:12])
+    if left == "empty":
+        (d / "2.jsonl").write_text("")
+        name, why = "2.jsonl", "(empty)"
+    else:
+        (d / "2.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in recs[12:]).encode()))
+        name, why = "2.jsonl.gz", "(compressed with gzip: advcli reads .jsonl.zst and the uncompressed files"
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                                  "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["rows"] == 12
+    said = [w for w in report["warnings"] if w.startswith("left out of the dump, not read: ")]
+    assert len(said) == 1 and f"rollout_data/{name} {why}" in said[0], report["warnings"]
+    exp = verl_grpo([r["score"] for r in recs[:12]], [(r["step"], r["uid"].rsplit("_", 2)[0]) for r in recs[:12]])
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+
+
 def test_a_glob_of_step_files_is_one_dump(tmp_path, capsys):
     """'DIR/*.jsonl' (quoted, as the README's globs): the files it matches are one dump, as their directory is —
     one output, the same numbers; a pattern matching some of them reads those only."""

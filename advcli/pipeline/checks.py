@@ -105,8 +105,10 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
             check_no_nulls(arr, file, name, row_base)
             check_row_numbers(np.asarray(primitive_numpy(arr)), file, name, row_base,
                               allow_nan and name != cmap.names.get("reward_baseline"))
-        for name in key_cols:
-            keys[name].append(batch.column(name))
+        for name in key_cols:  # as the run's row pass reads them (advcli.pipeline.rows): a null id is refused
+            arr = batch.column(name)
+            check_no_nulls(arr, file, name, row_base)
+            keys[name].append(arr)
         lengths = np.diff(offsets)
         per_row = np.bincount(np.repeat(np.arange(len(lengths)), lengths), weights=mask,
                               minlength=len(lengths)).astype(np.int64)

@@ -243,6 +243,22 @@ def test_validate_rejects_what_run_rejects(tmp_path, capsys):
     assert "Traceback" not in err
 
 
+def test_validate_rejects_a_null_prompt_id_as_run_does(tmp_path, capsys):
+    """validate read the group-key columns without their null check (and numpy warned of a NaN cast), so it said
+    "ok" where run refuses the row: the same refusal now, from both."""
+    t = pq.read_table(SAMPLE)
+    ids = t.column("prompt_id").to_pylist()
+    ids[7] = None
+    bad = tmp_path / "null.parquet"
+    pq.write_table(t.set_column(t.column_names.index("prompt_id"), "prompt_id", pa.array(ids, pa.string())), bad)
+    v = main_rc(capsys, "validate", bad, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo")
+    r = main_rc(capsys, "run", bad, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                "algorithm.adv_estimator=grpo")
+    assert v[0] == 2 and r[0] == 2
+    assert "column 'prompt_id', row 7: null value" in v[2] and v[2].strip() == r[2].strip()
+    assert "RuntimeWarning" not in v[2]
+
+
 def test_validate_checks_the_output_path(tmp_path, capsys):
     out = tmp_path / "exists.parquet"
     out.write_bytes(b"x")

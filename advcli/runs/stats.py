@@ -203,11 +203,18 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
                 s.pop(k, None)
     seconds = time.perf_counter() - t0
 
+    warnings = []
+    missing = np.flatnonzero(np.isnan(raw)) if reward_col and not tls_col and len(raw) else np.zeros(0, np.int64)
+    if missing.size:  # a NaN reward is a missing one (TRL's None): left out of the figures, and said
+        warnings.append(f"{missing.size} row(s) with a NaN {reward_col!r} (the first: row {int(missing[0])}) are left "
+                        "out of the reward and score figures; `advcli run` refuses them unless the flavor reads "
+                        "NaN as a missing reward (TRL) or reward.nan says what to do")
     r = RunResult(inputs=ins.paths, outputs=[], rows=R - padding, tokens=int(rs.kept().resp_len.sum()),
                   valid_tokens=int(V.sum()),
                   seconds=seconds, config=(prov or {}).get("config") or {}, metrics=metrics, per_step=per_step,
                   histograms=hist, group_health=health, by_position=positions.result() if has_adv else None,
-                  release=(prov or {}).get("release"))  # an advcli output: the upstream release that made it
+                  release=(prov or {}).get("release"),  # an advcli output: the upstream release that made it
+                  warnings=warnings)
     flavor = (prov or {}).get("flavor")
     native = (prov or {}).get("flavor_config")
     note = None

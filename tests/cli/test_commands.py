@@ -285,6 +285,21 @@ def test_stats_of_a_raw_dump():
     assert d["histograms"]["group_size"]["counts"][-1] == 48
 
 
+def test_stats_says_the_rows_whose_nan_reward_it_left_out(tmp_path, capsys):
+    """stats reads a NaN reward as a missing one and leaves it out of the reward figures; it did so silently
+    (run refuses the same file). The report's warnings say how many rows and the first; the mean is over the rest."""
+    t = pq.read_table(SAMPLE)
+    rewards = t.column("reward").to_numpy().astype(np.float64)
+    rewards[[5, 40]] = np.nan
+    bad = tmp_path / "nan.parquet"
+    pq.write_table(t.set_column(t.column_names.index("reward"), "reward", pa.array(rewards, pa.float32())), bad)
+    code, out, err = main_rc(capsys, "stats", bad, "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert any(w.startswith("2 row(s) with a NaN 'reward' (the first: row 5) are left out") for w in rep["warnings"])
+    assert rep["metrics"]["critic/score/mean"] == pytest.approx(np.nanmean(rewards.astype(np.float32)), rel=1e-6)
+
+
 def test_stats_report_formats(tmp_path):
     for ext in ("json", "md", "html"):
         p = tmp_path / f"s.{ext}"

@@ -43,6 +43,9 @@ class Flavor:
     # (its translate refuses the others with the framework's own message): --estimator NAME and advcli.mix
     # terms among them run the flavor's estimator, as --set KEY=NAME does
     estimator_names: tuple[str, ...] = ()
+    # other native keys whose choices name the flavor's own estimators too (NeMo RL's ppo.adv_estimator.name: gae,
+    # raw_reward, beside the GRPO loop's grpo.adv_estimator.name): --estimator NAME sets the key that has NAME
+    more_estimator_keys: tuple[str, ...] = ()
     group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
     # dump format -> (native settings, where they come from): what the run that wrote such a dump used, taken
     # for the keys not given (ROLL's reward dtype, NeMo's valid-mask rule)
@@ -335,7 +338,8 @@ def check_given(spec, settings) -> None:
                                    "for the default")
     named = [str(v) for k, v in settings if k == "advcli.estimator"]
     if named and flavor.estimator_key:
-        own = [(k, str(v)) for k, v in settings if flavor.aliases.get(k, k) == flavor.estimator_key]
+        key = own_estimator_key(flavor, named[-1]) or flavor.estimator_key
+        own = [(k, str(v)) for k, v in settings if flavor.aliases.get(k, k) == key]
         if own and own[-1][1] != named[-1]:
             raise AdvcliError(f"--estimator {named[-1]} and --set {own[-1][0]}={own[-1][1]} name two estimators",
                               hint=f"give one of them: --estimator {named[-1]} alone runs "
@@ -411,14 +415,22 @@ def estimator_origin(spec: str | FlavorAt, given: dict[str, Any] | None, source:
 
 def own_estimator(flavor: Flavor, name) -> bool:
     """Whether ``--estimator name`` is one of the flavor's own estimators (a choice of its estimator key, or
-    one of ``estimator_names``): it then runs as the key set to it, the flavor's semantics and parameters."""
+    one of ``estimator_names``, or a choice of one of ``more_estimator_keys``): it then runs as that key set to
+    it, the flavor's semantics and parameters."""
+    return own_estimator_key(flavor, name) is not None
+
+
+def own_estimator_key(flavor: Flavor, name) -> str | None:
+    """The native key ``--estimator name`` sets (:func:`own_estimator`), None where ``name`` is not the flavor's."""
     key = flavor.estimator_key
     if not key or name is None:
-        return False
+        return None
     choices = flavor.keys[key].choices if key in flavor.keys else None
     if choices is None and flavor.name == "advcli":
-        return True
-    return str(name) in (choices if choices is not None else flavor.estimator_names)
+        return key
+    if str(name) in (choices if choices is not None else flavor.estimator_names):
+        return key
+    return next((k for k in flavor.more_estimator_keys if str(name) in (flavor.keys[k].choices or ())), None)
 
 
 def _run_values(fa: FlavorAt, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -429,7 +441,7 @@ def _run_values(fa: FlavorAt, given: dict[str, Any] | None) -> dict[str, Any]:
     items = _release_items(fa) + list(given.items())
     name = given.get("advcli.estimator")
     if name is not None:
-        items.append((fa.flavor.estimator_key, str(name)))
+        items.append((own_estimator_key(fa.flavor, name) or fa.flavor.estimator_key, str(name)))
     return native_values(fa.flavor, items)
 
 
@@ -677,7 +689,7 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
             file_keys.append(found)
     items += _old_names_first(flavor, settings)
     chosen = dict(items).get("advcli.estimator")  # the flavor's own: translated with its key set to it
-    as_key = [(flavor.estimator_key, str(chosen))] if own_estimator(flavor, chosen) else []
+    as_key = [(own_estimator_key(flavor, chosen), str(chosen))] if own_estimator(flavor, chosen) else []
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
     values = native_values(flavor, _release_items(fa) + items + as_key)
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
@@ -719,7 +731,7 @@ def estimator_config(spec: str | FlavorAt, items: list[tuple[str, Any]], name: s
     release ``spec`` names (never the flavor's newest)."""
     fa = at(spec)
     flavor = fa.flavor
-    key = flavor.estimator_key
+    key = own_estimator_key(flavor, name) or flavor.estimator_key
     others = [(k, v) for k, v in items if flavor.aliases.get(k, k) != key]
     if own_estimator(flavor, name):
         return resolve(fa, others + [(key, name)])[0]

@@ -320,6 +320,7 @@ FLAVOR = Flavor(
     default_release="7ea279a",
     default_why="the commit advcli is cross-checked against; #3837 and #4158 came after it",
     estimator_key="grpo.adv_estimator.name",
+    more_estimator_keys=("ppo.adv_estimator.name",),  # --estimator gae / raw_reward: NeMo's PPO estimators
     # a training config's grpo, ppo and loss_fn sections hold the loop's and the loss's settings beside the
     # advantage keys (grpo.num_prompts_per_step, loss_fn.ratio_clip_min, ...; examples/configs/*.yaml @7ea279ab):
     # ignored there, a near miss of one of the flavor's keys still refused

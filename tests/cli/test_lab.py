@@ -481,6 +481,29 @@ def test_an_estimator_the_flavor_lacks_is_labelled_so(lab_dir, capsys):
         "estimator_source"]
 
 
+@pytest.mark.parametrize("name", ["gae", "raw_reward"])
+def test_nemo_ppo_estimators_by_name_are_nemos_own(name, lab_dir, capsys):
+    """NeMo RL has two estimator keys: grpo.adv_estimator.name (the GRPO loop) and ppo.adv_estimator.name (gae,
+    raw_reward). --estimator gae ran advcli's registered gae (λ = 1, unwhitened, NeMo's gae_lambda ignored) and
+    --estimator raw_reward was refused as unknown; both now set NeMo's PPO key: the same bytes as --set, with the
+    PPO keys taking effect, by the command line and the library."""
+    sample = "sample_data/rollouts.parquet"
+    extra = ["--set", "ppo.adv_estimator.gae_lambda=0.9"] if name == "gae" else []
+    runs = {"set": ["--set", f"ppo.adv_estimator.name={name}"], "named": ["--estimator", name]}
+    for label, args in runs.items():
+        code, _, err = run_main(["run", sample, "-o", f"{label}.parquet", "--flavor", "nemo", *args, *extra, "-q"],
+                                capsys)
+        assert code == 0, err
+    assert read_adv("named.parquet") == read_adv("set.parquet")
+    lib = advcli.run(sample, "lib.parquet", flavor="nemo", estimator=name,
+                     settings=dict([extra[1].split("=")]) if extra else None)
+    assert read_adv("lib.parquet") == read_adv("set.parquet") and lib.rows == 384
+    if name == "gae":  # the λ given is the one that ran
+        code, _, err = run_main(["run", sample, "-o", "lam1.parquet", "--flavor", "nemo", "--estimator", name, "-q"],
+                                capsys)
+        assert code == 0 and read_adv("lam1.parquet") != read_adv("named.parquet")
+
+
 def test_the_advcli_command_imports_a_module_from_the_directory_it_runs_in(lab_dir):
     """`advcli run ... --estimator my_adv:win_rate` beside my_adv.py: the console script's path does not hold
     the working directory (python -m does), so the module was 'cannot be imported' though the hint said to run

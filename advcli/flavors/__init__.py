@@ -609,12 +609,37 @@ def _near_miss(key: str, names: list[str], present) -> bool:
     return bool(difflib.get_close_matches(last, tails, n=1, cutoff=MISSPELLING_RATIO))
 
 
+def _nested_values(values: dict[str, Any], known, open_prefixes: tuple[str, ...]) -> dict[str, Any]:
+    """The file's flattened ``values`` with a mapping-valued setting put back together: the loader flattens every
+    nested table, so the canonical ``reward: {norm: {mean_level: group}}`` that ``explain`` prints arrives as
+    ``reward.norm.mean_level``. A key under one of the flavor's keys (the longest: ``reward.norm``), or more
+    than one level under an open prefix (``estimator.norm.eps``: the estimator's parameter ``norm``), is
+    nested back into that key's mapping, as ``--set 'reward.norm={...}'`` gives it."""
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        owner = max((p for p in known if k.startswith(p + ".")), key=len, default=None)
+        if owner is None:
+            prefix = next((p for p in open_prefixes if k.startswith(p) and "." in k[len(p):]), None)
+            if prefix is not None:
+                owner = prefix + k[len(prefix):].split(".", 1)[0]
+        if owner is None or (owner in out and not isinstance(out[owner], dict)):
+            out[k] = v
+            continue
+        node = out.setdefault(owner, {})
+        parts = k[len(owner) + 1:].split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = v
+    return out
+
+
 def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> ConfigFileKeys:
     """:func:`config_file_settings` of the flattened ``values`` read from ``path`` (a --config file, or the
     configuration a run saved beside its dump)."""
     import difflib
 
     known = {**flavor_keys(flavor), **dict.fromkeys(flavor.aliases)}
+    values = _nested_values(values, known, flavor.open_prefixes)
     read = read_sections(flavor)
     sections_given = {k.split(".")[0] for k in values}
     taken, sections, keys, unresolved = [], [], [], []

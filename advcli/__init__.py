@@ -234,8 +234,9 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
     - ``compare(A, B)``: two advcli outputs of the same rows (``advcli compare A B``);
     - ``compare(DUMP, configs=[{"flavor": "verl", "settings": {...}}, {...}])``: one dump run under two
       configurations (``--flavor F --set K=V ... --flavor F2 ...``); a configuration may also hold ``"set":
-      ["K=V"]`` and ``"config": PATH``; ``settings``/``config`` given beside ``configs`` apply to both (the
-      ``--set``/``--config`` before the first ``--flavor``);
+      ["K=V"]``, ``"config": PATH`` and ``"estimator": NAME`` (as ``run``'s ``estimator``); another key is
+      refused; ``settings``/``config`` given beside ``configs`` apply to both (the ``--set``/``--config`` before
+      the first ``--flavor``);
     - ``compare(DUMP, estimators=["grpo", "rloo", fn])`` (or ``"grpo,rloo"``): two or more estimators in one
       flavor's pipeline, every pair (``--estimators``), with ``flavor``, ``settings`` and ``config`` for all.
 

@@ -349,9 +349,12 @@ def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
 # ---------------------------------------------------------------------------------------- print
 
 
+CONFIGURATION_KEYS = {"flavor", "set", "settings", "config", "estimator"}  # of one compare configuration
+
+
 def compare_configurations(dump: str | list[str], configs: list[dict], *, columns: dict | None = None, top: int = 10,
                            chunk_rows: int = 4096, device: str = "auto", announce=None) -> dict:
-    """Run ``dump`` under two configurations ({flavor, set: ["K=V"], settings: {K: V}, config}) and compare
+    """Run ``dump`` under two configurations ({flavor, set: ["K=V"], settings: {K: V}, config, estimator}) and compare
     the outputs.
     ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
     from ..config import parse_set
@@ -362,7 +365,15 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
     try:
         outs, labels = [], []
         for i, c in enumerate(configs):
+            unknown = sorted(set(c) - CONFIGURATION_KEYS)
+            if unknown or "flavor" not in c:
+                raise AdvcliError(f"compare: configuration {'AB'[i]} " + (
+                    f"has {', '.join(map(repr, unknown))}, which is not one of its keys" if unknown else
+                    "names no flavor") + f" ({', '.join(sorted(CONFIGURATION_KEYS))})",
+                                  hint="{'flavor': 'verl', 'estimator': 'grpo', 'settings': {...}}")
             settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
+            if c.get("estimator") is not None:  # as run's estimator=: the flavor's own, advcli's or yours
+                settings.append(("advcli.estimator", c["estimator"]))
             fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
             check_given(fa, settings)
             cfg, native = resolve(fa, settings, c.get("config"))

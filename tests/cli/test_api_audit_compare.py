@@ -116,6 +116,22 @@ def test_compare_two_configurations(outputs, capsys):
     assert cli["a"]["label"].startswith("verl@0.8.0") and "norm_adv_by_std_in_grpo=false" in cli["b"]["label"]
 
 
+def test_a_configurations_estimator_runs_and_an_unknown_key_is_refused(outputs):
+    """{"flavor": "verl", "estimator": "grpo"} ran verl's default gae (the key was dropped) and the report echoed
+    estimator: grpo: it now runs grpo, the same report as the settings route; a key compare does not take is
+    refused rather than ignored."""
+    by_key = advcli.compare(SAMPLE, configs=[{"flavor": "verl", "settings": GRPO},
+                                             {"flavor": "verl", "settings": {"algorithm.adv_estimator": "rloo"}}])
+    by_name = advcli.compare(SAMPLE, configs=[{"flavor": "verl", "estimator": "grpo"},
+                                              {"flavor": "verl", "estimator": "rloo"}])
+    for side in ("a", "b"):
+        by_key.report[side].pop("configuration"), by_name.report[side].pop("configuration")
+        by_key.report[side].pop("label"), by_name.report[side].pop("label")
+    _same(by_key.report, by_name.report)
+    with pytest.raises(AdvcliError, match="configuration B has 'estimater', which is not one of its keys"):
+        advcli.compare(SAMPLE, configs=[{"flavor": "verl", "settings": GRPO}, {"flavor": "verl", "estimater": "rloo"}])
+
+
 def test_compare_estimators(outputs, capsys, tmp_path):
     """--estimators with one flavor, its --set and a --config file for all; every pair."""
     cfg = tmp_path / "c.yaml"

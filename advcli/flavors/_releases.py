@@ -194,6 +194,8 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
     for r in releases:
         if low == r.name.lower() or low in (a.lower() for a in r.aliases):
             return r
+    if low == "newest":  # every flavor's newest verified release (NeMo's default is an older one: the contract's pin)
+        return releases[-1]
     series = _series(releases, t, package)  # 0.19 = the 0.19.x releases, when they share one semantics
     if series and any(e is not None for _, e in series):
         entries = []

@@ -195,6 +195,18 @@ def test_a_release_setting_yields_to_set():
     assert cfg["estimator"]["skip_single_valued"] is False and cfg["estimator"]["valid_mask"] is False
 
 
+@pytest.mark.parametrize("name", ["verl", "trl", "openrlhf", "skyrl", "areal", "roll", "slime", "prime-rl",
+                                  "open-instruct", "nemo"])
+def test_newest_names_every_flavors_newest_release(name):
+    """`@newest` is the newest release in every flavor's table (it was NeMo's alias only: verl@newest was refused
+    as an unknown release), the same release whatever the flavor's no-@ default."""
+    from advcli.flavors import at
+
+    fa = at(f"{name}@newest")
+    newest = fa.flavor.releases[-1] if fa.flavor.releases else at(name).release  # (one pinned commit: itself)
+    assert fa.release == newest and fa.release is not None, (name, fa.release)
+
+
 # ------------------------------------------------------------------------ NeMo RL #4158, both sides
 def test_4158_flags_single_valued_leave_one_out_sets():
     # PR #4158's own unit test (tests/unit/algorithms/test_utils.py): a sample's leave-one-out peers may be

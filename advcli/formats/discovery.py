@@ -211,6 +211,10 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
             if os.path.getsize(p) == 0:
                 skipped.append(f"{p} (empty)")
                 continue
+            if forced is not None and not forced.pattern.endswith(r"\.parquet$") and _is_parquet(p):
+                raise AdvcliError(f"{p}: a Parquet file, not a {forced.title} file (--from {forced.name})",
+                                  hint="without --from, a Parquet file is read as advcli's own layout (or as TRL's "
+                                       "completions file, by its name)")
             if p.endswith(".parquet"):  # a Parquet dump (TRL's): said as any unreadable Parquet file is
                 from ..io.reader import unreadable_hint
                 raise AdvcliError(f"{p}: not a readable Parquet file", hint=unreadable_hint(p))
@@ -247,6 +251,17 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
         seen[k] = p
     files.sort(key=lambda p: (chosen.step_of(p) if chosen.step_of(p) is not None else -1, natural_key(p)))
     return Found(chosen, files, skipped, unread)
+
+
+def _is_parquet(path: str) -> bool:
+    """Whether ``path`` is a whole Parquet file: its magic bytes at both ends."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(-4, os.SEEK_END)
+            return head == b"PAR1" and fh.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def natural_key(path: str) -> tuple:

@@ -155,6 +155,17 @@ def test_from_forces_format_on_renamed_file(dump, tmp_path, capsys):
     assert code == 0, err
 
 
+@pytest.mark.parametrize("command", ["run", "convert"])
+def test_from_a_jsonl_format_on_a_parquet_file_says_so(command, tmp_path, capsys):
+    """--from nemo-jsonl on a whole Parquet file said "not a readable Parquet file ... its footer is missing: the file
+    was cut short", which was false; it now says the file is Parquet, not that format, and what reads it."""
+    from conftest import SAMPLE
+
+    code, _, err = run_main([command, SAMPLE, "-o", tmp_path / "x.parquet", "--from", "nemo-jsonl"], capsys)
+    assert code == 2 and "rollouts.parquet: a Parquet file, not a NeMo RL train_data_step{N}.jsonl file" in err, err
+    assert "cut short" not in err and not (tmp_path / "x.parquet").exists()
+
+
 def test_a_record_without_a_field_names_it(dump, tmp_path, capsys):
     """A train_data_step file whose records lack token_ids: the hint names the missing field (the file's name is
     NeMo's), not 'a file of another format among the dumps'."""

@@ -116,7 +116,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                 for k, v in r.items():  # a field null in every row so far holds nothing to lose
                     if v is not None and k not in schema.names and k not in dropped:
                         dropped.add(k)
-            batch = _to_batch(buf, where, schema, synth_mask, f.mask_length, set(f.columns))
+            batch = _to_batch(buf, where, schema, synth_mask, f.mask_length, set(f.columns), f.field_names)
             if writer is None:
                 writer = pq.ParquetWriter(tmp, schema, compression="zstd")
             writer.write_batch(batch)
@@ -258,10 +258,11 @@ def synthetic_mask(lengths, zero=None):
 
 
 def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask: bool,
-              mask_length: str | None = None, declared: set | frozenset = frozenset()):
+              mask_length: str | None = None, declared: set | frozenset = frozenset(), field_names=None):
     """The records as one batch of ``schema``; a value that does not fit its field's type is refused naming
     its record: a field the format declares (``declared``: ``step`` is an integer) by that type, another by
-    the type the earlier records gave it."""
+    the type the earlier records gave it; by the dump's own name of the field (``field_names``: NeMo's
+    ``prev_logprobs`` for the canonical ``old_log_probs``) where it has another."""
     import pyarrow as pa
 
     cols = []
@@ -283,7 +284,9 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                     at = where_in_dump(str(path), line)
                     why = (f"this dump format reads it as {fld.type}" if fld.name in declared else
                            f"earlier records give it type {fld.type}")
-                    raise AdvcliError(f"{at}: field {fld.name!r} is {shown}, but {why}") from None
+                    own = (field_names or {}).get(fld.name)
+                    named = f"{own!r} (read as {fld.name!r})" if own else repr(fld.name)
+                    raise AdvcliError(f"{at}: field {named} is {shown}, but {why}") from None
             raise
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 

@@ -311,8 +311,21 @@ def name_dump_rows(message: str) -> str:
             except AdvcliError:
                 where = info.source
             message = message.replace(tmp, where, 1).replace(f"row {m.group(2)}", f"row {m.group(2)} of the dump", 1)
+            message = _own_field_names(message, info.format)
         message = message.replace(tmp, info.source)
     return message
+
+
+def _own_field_names(message: str, fmt_name: str) -> str:
+    """A message about a converted dump's row, its canonical column named as the dump writes the field
+    (``Format.field_names``: NeMo's prev_logprobs for old_log_probs), and a null said as what it is in a record:
+    the field absent, or null."""
+    from .registry import FORMATS
+
+    fmt = FORMATS.get(fmt_name)
+    for canonical, own in (fmt.field_names if fmt is not None else {}).items():
+        message = message.replace(f"column {canonical!r}", f"field {own!r} (column {canonical!r})", 1)
+    return message.replace(": null value", ": null value (the record lacks the field, or holds null)", 1)
 
 
 def name_dumps(obj):

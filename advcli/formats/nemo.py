@@ -165,4 +165,6 @@ FORMAT = Format(
     read=read, sniff=sniff, required=("token_ids", "token_loss_mask", "input_lengths", "rewards"),
     companions=(r"(^|/)val_data_step\d+\.jsonl$",), logged="logged_advantages",
     example="advcli run logs/exp_001 --output out.parquet --flavor nemo",
+    field_names={"old_log_probs": "prev_logprobs", "rollout_log_probs": "generation_logprobs",
+                 "logged_advantages": "advantages"},
 )

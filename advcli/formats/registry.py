@@ -64,6 +64,9 @@ class Format:
     # a response-level dump that gives each response's token count: the column a run's synthetic mask takes its
     # length from (AReaL: token-weighted adv_norm), instead of one token per response
     mask_length: str | None = None
+    # canonical column -> the dump's own field, where the names differ (NeMo's prev_logprobs is old_log_probs): the
+    # messages about a record name the field as the dump writes it
+    field_names: dict = field(default_factory=dict)
     group_key: str = "prompt groups"  # the group key in a few words, for the summary ("the dump's group_index")
     flavor: str | None = None  # the writing trainer's flavor where the name's first part is not it
     # the configuration file the run saved beside a data file of this format (AReaL: the trial's config.yaml),

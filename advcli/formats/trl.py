@@ -49,7 +49,16 @@ def read(path: str, ctx: Context):
         raise ctx.error(None, "no reward-function column (TRL writes one numeric column per reward function)")
     key = ctx.state.setdefault("funcs", funcs)
     if key != funcs:
-        raise ctx.error(None, f"reward-function columns {funcs} differ from {key} in the first file")
+        typed = [n for n in key if n in schema.names and n not in funcs]  # there, but not of floats here
+        if typed:
+            n = typed[0]
+            raise ctx.error(None, f"column {n!r} holds {schema.field(n).type} values here, and floats (one reward "
+                                  "function's scores, as TRL writes them) in the first file",
+                            hint="repair the file's column (TRL writes each function's scores as floats, NaN where "
+                                 "a function gave none), or leave this file out")
+        raise ctx.error(None, f"reward-function columns {funcs} differ from {key} in the first file",
+                        hint="one TRL run writes the same reward functions to every completions file: are two "
+                             "runs' files in one directory? point advcli at one run's completions")
     if "noted" not in ctx.state:
         ctx.notes.append(f"reward = unweighted nansum of {', '.join(funcs)}" + (
             f" (--flavor trl reads the {len(funcs)} functions themselves, as TRL does; to weight them: --set "

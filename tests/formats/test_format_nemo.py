@@ -155,6 +155,26 @@ def test_from_forces_format_on_renamed_file(dump, tmp_path, capsys):
     assert code == 0, err
 
 
+def test_messages_name_nemos_own_field(dump, tmp_path, capsys):
+    """A record's prev_logprobs was named 'old_log_probs', advcli's column, which the dump does not have: the
+    messages name NeMo's field (with the column it is read as), for a value of the wrong type and for a record
+    that lacks it."""
+    d, _ = dump
+    p = d / "train_data_step2.jsonl"
+    lines = p.read_text().splitlines()
+    rec = json.loads(lines[2])
+    rec["prev_logprobs"] = [[str(x) for x in rec["prev_logprobs"][0]]]
+    lines[2] = json.dumps(rec)
+    p.write_text("\n".join(lines) + "\n")
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "nemo"], capsys)
+    assert code == 2 and "train_data_step2.jsonl:3: field 'prev_logprobs' (read as 'old_log_probs') is [" in err, err
+    p.write_text("".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "prev_logprobs"}) + "\n"
+                         for x in lines))
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "nemo"], capsys)
+    assert code == 2 and "field 'prev_logprobs' (column 'old_log_probs'), row " in err, err
+    assert "null value (the record lacks the field, or holds null)" in err
+
+
 @pytest.mark.parametrize("command", ["run", "convert"])
 def test_from_a_jsonl_format_on_a_parquet_file_says_so(command, tmp_path, capsys):
     """--from nemo-jsonl on a whole Parquet file said "not a readable Parquet file ... its footer is missing: the file

@@ -83,6 +83,21 @@ def test_a_completions_file_without_its_prompt_says_so(tmp_path, capsys, flavor)
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_a_reward_function_column_of_strings_is_named(dump, tmp_path, capsys):
+    """A later file whose accuracy_reward holds strings: the message said the reward-function columns differ from
+    the first file's; it now names the column and its type."""
+    d, _ = dump
+    p = d / "completions_00020.parquet"
+    t = pq.read_table(p)
+    i = t.column_names.index("accuracy_reward")
+    t = t.set_column(i, "accuracy_reward", pa.array([str(x) for x in t.column(i).to_pylist()]))
+    pq.write_table(t, p)
+    code, _, err = run_main(["run", str(d.parent), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set",
+                             f"num_generations={G}"], capsys)
+    assert code == 2
+    assert "completions_00020.parquet: column 'accuracy_reward' holds string values here, and floats" in err, err
+
+
 def test_a_glob_of_completion_files_is_the_dump(dump, tmp_path, capsys):
     """'completions/*.parquet' names TRL's files: read as the dump (not as advcli's own Parquet, which has a
     response_mask), one output with TRL's logged advantages."""

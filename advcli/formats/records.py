@@ -33,6 +33,12 @@ def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:
                 continue
             try:
                 obj = json.loads(raw)
+            except UnicodeDecodeError as e:  # (a ValueError without json's column) JSON is UTF-8
+                raise ctx.error(i, f"not UTF-8: byte {raw[e.start]:#04x} at byte {e.start + 1} of the line "
+                                   f"({e.reason})",
+                                hint="JSON lines are UTF-8 (the trainers write them so): was the file re-encoded, "
+                                     "e.g. as Latin-1? convert it back (iconv -f latin1 -t utf-8), or remove "
+                                     "that line") from None
             except ValueError as e:
                 cut = not raw.endswith(b"\n")
                 raise ctx.error(i, ("truncated line (the file ends inside a record)" if cut else "invalid JSON")

@@ -72,6 +72,10 @@ def read(path: str, ctx: Context):
         for rec in batch.to_pylist():
             row_no += 1
             p = rec["prompt"]
+            if p is None:  # TRL writes every prompt; the groups are runs of equal prompt, which a null would cut
+                raise ctx.error(None, f"column 'prompt', row {row_no}: null value: the rows of a group are the run "
+                                      "of equal prompts around it, which a missing prompt cuts",
+                                hint="repair the row's prompt (the group's other rows carry it) or drop the row")
             if isinstance(p, (list, dict)):  # a conversation (#5309): grouped by it, kept as JSON text
                 if "conversations" not in ctx.state:
                     ctx.state["conversations"] = True

@@ -98,6 +98,20 @@ def test_a_reward_function_column_of_strings_is_named(dump, tmp_path, capsys):
     assert "completions_00020.parquet: column 'accuracy_reward' holds string values here, and floats" in err, err
 
 
+def test_a_null_prompt_is_refused_naming_its_row(dump, tmp_path, capsys):
+    """A null prompt cut its group's run of equal prompts, and the refusal that followed named the blocks, not the
+    row: it is now refused where it is."""
+    d, _ = dump
+    p = d / "completions_00020.parquet"
+    t = pq.read_table(p)
+    prompts = t.column("prompt").to_pylist()
+    prompts[2] = None
+    pq.write_table(t.set_column(t.column_names.index("prompt"), "prompt", pa.array(prompts, pa.string())), p)
+    code, _, err = run_main(["run", str(d.parent), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set",
+                             f"num_generations={G}"], capsys)
+    assert code == 2 and "completions_00020.parquet: column 'prompt', row 2: null value" in err, err
+
+
 def test_a_glob_of_completion_files_is_the_dump(dump, tmp_path, capsys):
     """'completions/*.parquet' names TRL's files: read as the dump (not as advcli's own Parquet, which has a
     response_mask), one output with TRL's logged advantages."""

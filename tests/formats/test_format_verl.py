@@ -90,6 +90,20 @@ def test_a_step_file_left_out_is_a_warning_of_the_run(left, tmp_path, capsys):
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
 
 
+def test_a_line_not_in_utf8_is_named_as_such(tmp_path, capsys):
+    """A Latin-1 byte in a line: the message was json's "invalid JSON ... at column ?" with a hint about a writer
+    stopped mid-write; it now says the line is not UTF-8, where, and how to convert it."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 1)
+    recs[3]["input"] = "caf\u00e9"
+    (d / "1.jsonl").write_bytes(b"".join(json.dumps(r, ensure_ascii=False).encode("latin-1") + b"\n" for r in recs))
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2 and "rollout_data/1.jsonl:4: not UTF-8: byte 0xe9 at byte " in err, err
+    assert "column ?" not in err and "iconv -f latin1 -t utf-8" in err
+
+
 def test_a_glob_of_step_files_is_one_dump(tmp_path, capsys):
     """'DIR/*.jsonl' (quoted, as the README's globs): the files it matches are one dump, as their directory is —
     one output, the same numbers; a pattern matching some of them reads those only."""

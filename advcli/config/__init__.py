@@ -337,7 +337,10 @@ def coerce(path: str, value: Any, key: Key) -> Any:
         if kind == "clip":
             return normalize_clip(value)
     except (TypeError, ValueError):
-        raise AdvcliError(f"key {path}: {value!r} is not a valid {kind} ({key.doc})") from None
+        example = {"bool": "true or false", "float": "a number such as 0.5", "int": "a whole number",
+                   "list": "a list such as [a, b]", "clip": "a number c (for ±c) or [low, high]"}.get(kind, f"a {kind}")
+        raise AdvcliError(f"key {path}: {value!r} is not a valid {kind} ({key.doc})",
+                          hint=f"give {path} {example}") from None
     if key.choices is not None and value not in key.choices:
         # YAML 1.1 (PyYAML) reads an unquoted off/on/no/yes as a boolean: say so rather than show 'False'
         told = (" (a YAML file reads an unquoted on/off/yes/no as true/false: quote the value)"

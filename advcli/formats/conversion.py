@@ -286,7 +286,9 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                            f"earlier records give it type {fld.type}")
                     own = (field_names or {}).get(fld.name)
                     named = f"{own!r} (read as {fld.name!r})" if own else repr(fld.name)
-                    raise AdvcliError(f"{at}: field {named} is {shown}, but {why}") from None
+                    raise AdvcliError(f"{at}: field {named} is {shown}, but {why}",
+                                      hint="repair or remove that record (docs/formats.md lists each format's "
+                                           "fields and their types)") from None
             raise
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 

@@ -237,7 +237,8 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
                               + f" (fields present: {', '.join(list(first)[:12])})", hint=hint)
         files.append(p)
     if not files:
-        raise AdvcliError(f"{spec}: every dump file is empty")
+        raise AdvcliError(f"{spec}: every dump file is empty",
+                          hint="a trainer still writing its first step? run again once a step file has records")
     unread = [x for x in skipped if x.endswith(("(empty)", " file name)")) or " (compressed with " in x]
     key = chosen.key or chosen.step_of
     seen: dict = {}

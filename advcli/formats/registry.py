@@ -26,7 +26,12 @@ class Context:
     files: list[str] = field(default_factory=list)
 
     def error(self, line: int | None, msg: str, hint: str | None = None) -> AdvcliError:
+        """An error in this file's record (at ``line`` where given), with ``hint``, else the general one: what
+        the format's writer makes, and where the formats' fields are listed."""
         where = f"{self.path}:{line}" if line else self.path
+        if hint is None:
+            hint = (f"{self.fmt.title} writes it otherwise: repair or remove that "
+                    f"{'line' if line else 'file'} (docs/formats.md lists each format's fields)")
         return AdvcliError(f"{where}: {msg}", hint=hint)
 
 

@@ -35,12 +35,6 @@ class ColumnMap:
         if role not in self.names:
             default = ROLE_INFO.get(role, (role,))[0]
             near = self.candidate(role)
-            if role == "response_mask" and near is None:  # a trainer's dump that lacks a column its reader needs?
-                from ..formats.discovery import named_but_lacking  # only on this error's path
-
-                lacking = named_but_lacking(self.file, self.schema.names)
-                if lacking is not None:
-                    raise lacking
             raise AdvcliError(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")

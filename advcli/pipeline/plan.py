@@ -171,6 +171,12 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         from ..estimators.distill_term import with_distill_term
         spec = with_distill_term(spec, float(distill), bool(run.advantage.distill_returns), run.kl.policy)
 
+    if not cmap.has("response_mask") and cmap.candidate("response_mask") is None:
+        from ..formats.discovery import named_but_lacking  # a trainer's dump that lacks what its reader needs?
+
+        lacking = named_but_lacking(inputs.paths[0], inputs.schema.names)
+        if lacking is not None:
+            raise lacking
     cmap.require("response_mask", "every estimator needs the token mask; it also gives each row's length")
     source = run.reward.source
     components = expand_components(list(run.reward.components or []), inputs.schema.names, file)

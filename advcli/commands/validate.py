@@ -24,7 +24,9 @@ EPILOG = """
   advcli validate dump.parquet --estimator ./my_est.py:fn      (a user estimator: runs --deep by itself)
 
 Exit code 0: `advcli run` with the same options would succeed. Exit code 2: the message says what it
-would reject (file, row, column or key). With --output the output path is checked too.
+would reject (file, row, column or key). With --output the output path is checked too. validate is
+stricter in one place: NaN/inf in a token column the run carries into its output without reading it
+(old_log_probs under GRPO without KL) is refused too, where the run would copy it.
 
 Without --deep (fast, no torch): every key and estimator parameter, the columns the run needs, the
 output path, and every value the run reads: nulls, masks other than 0/1, token columns whose rows are

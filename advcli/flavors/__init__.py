@@ -617,6 +617,9 @@ def _nested_values(values: dict[str, Any], known, open_prefixes: tuple[str, ...]
     nested back into that key's mapping, as ``--set 'reward.norm={...}'`` gives it."""
     out: dict[str, Any] = {}
     for k, v in values.items():
+        if k in known:  # a setting of its own (verl's algorithm.kl_ctrl.kl_coef), whatever stands above it
+            out[k] = v
+            continue
         owner = max((p for p in known if k.startswith(p + ".")), key=len, default=None)
         if owner is None:
             prefix = next((p for p in open_prefixes if k.startswith(p) and "." in k[len(p):]), None)

@@ -610,3 +610,17 @@ def test_an_unquoted_yaml_off_is_said_to_be_read_as_a_boolean(tmp_path):
     with pytest.raises(AdvcliError, match="unknown value 'off'") as e:
         resolve("verl", [], str(cfg))
     assert "quote" not in e.value.message
+
+
+def test_nested_values_put_a_mapping_setting_back_together():
+    """The loader flattens every table: a key below one of the flavor's keys (the longest) goes back into that key's
+    mapping, one more than a level under an open prefix into the parameter's; a key that is a setting of its own
+    stays one, whatever stands above it."""
+    from advcli.flavors import _nested_values
+
+    known = {"a.b": None, "a.b.c": None, "reward.norm": None, "reward.norm.x": None}
+    got = _nested_values({"a.b.c": 1, "a.b.d": 2, "reward.norm.mean_level": "group", "reward.norm.x": 3,
+                          "estimator.norm.eps": 1e-5, "estimator.name": "areal_gae", "other.key": 4},
+                         known, ("estimator.",))
+    assert got == {"a.b.c": 1, "a.b": {"d": 2}, "reward.norm": {"mean_level": "group"}, "reward.norm.x": 3,
+                   "estimator.norm": {"eps": 1e-5}, "estimator.name": "areal_gae", "other.key": 4}

@@ -717,7 +717,8 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
             file_keys.append(found)
     items += _old_names_first(flavor, settings)
     chosen = dict(items).get("advcli.estimator")  # the flavor's own: translated with its key set to it
-    as_key = [(own_estimator_key(flavor, chosen), str(chosen))] if own_estimator(flavor, chosen) else []
+    own_key = own_estimator_key(flavor, chosen)
+    as_key = [(own_key, str(chosen))] if own_key is not None else []
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
     values = native_values(flavor, _release_items(fa) + items + as_key)
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
@@ -759,9 +760,10 @@ def estimator_config(spec: str | FlavorAt, items: list[tuple[str, Any]], name: s
     release ``spec`` names (never the flavor's newest)."""
     fa = at(spec)
     flavor = fa.flavor
-    key = own_estimator_key(flavor, name) or flavor.estimator_key
+    own_key = own_estimator_key(flavor, name)
+    key = own_key or flavor.estimator_key
     others = [(k, v) for k, v in items if flavor.aliases.get(k, k) != key]
-    if own_estimator(flavor, name):
+    if own_key is not None:
         return resolve(fa, others + [(key, name)])[0]
     if key in flavor.keys and flavor.response_estimator and len(others) == len(items):
         others.append((key, flavor.response_estimator))  # no estimator given: the flavor's group estimator

@@ -133,12 +133,13 @@ def discover(spec: str, forced: Format | None = None) -> Found:
         candidates = glob_files(spec)
         if not candidates:
             raise AdvcliError(f"{spec}: no file matches this pattern")
-        return _found(spec, candidates, [], forced)
+        return _found(spec, candidates, [], [], forced)
     if not os.path.exists(spec):
         if os.path.islink(spec):
             raise not_a_regular_file(spec)
         raise AdvcliError(f"{spec}: no such file or directory")
     skipped: list[str] = []
+    unread: list[str] = []  # the data files among them (Found.unread)
     if os.path.isdir(spec):
         candidates = []
         for root, dirs, files in os.walk(spec):
@@ -159,23 +160,28 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                     candidates.append(p)
                 elif fname.endswith(tuple(COMPRESSED)) and fname[:fname.rindex(".")].endswith(DATA_SUFFIXES):
                     tool = COMPRESSED[fname[fname.rindex("."):]]
-                    skipped.append(f"{p} (compressed with {tool}: advcli reads .jsonl.zst and the uncompressed "
-                                   f"files; {tool} -dk {fname} gives the file to read)")
+                    unread.append(f"{p} (compressed with {tool}: advcli reads .jsonl.zst and the uncompressed "
+                                  f"files; {tool} -dk {fname} gives the file to read)")
+                    skipped.append(unread[-1])
         if not candidates:
             raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
                               + (f"; skipped {len(skipped)}" if skipped else ""))
     else:
         candidates = [spec]
-    return _found(spec, candidates, skipped, forced)
+    return _found(spec, candidates, skipped, unread, forced)
 
 
-def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format | None) -> Found:
+def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[str], forced: Format | None) -> Found:
     from ..io.reader import not_a_regular_file
+
+    def leave_out(entry: str) -> None:  # a data file not read: skipped, and in Found.unread
+        unread.append(entry)
+        skipped.append(entry)
 
     for p in list(candidates):  # before any is opened: a broken link raised FileNotFoundError, a FIFO hung the read
         refused = not_a_regular_file(p)
         if refused is not None and forced is None and not _named_by(p) and _pickle_refusal(p) is None:
-            skipped.append(f"{p} (not a regular file, and not a dump file name)")  # as a note file is skipped
+            leave_out(f"{p} (not a regular file, and not a dump file name)")  # as a note file is skipped
             candidates.remove(p)
             continue
         refused = refused or _pickle_refusal(p)
@@ -197,7 +203,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
     files = []
     for p, f in by_file:
         if f is None and forced is None:  # a file no format names (notes, configs): not read, reported
-            skipped.append(f"{p} (not a {chosen.title} file name)")
+            leave_out(f"{p} (not a {chosen.title} file name)")
             continue
         if f is not None and f is not chosen:
             raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",
@@ -209,7 +215,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
         first = (chosen.first_record or first_json_record)(p)
         if first is None:
             if os.path.getsize(p) == 0:
-                skipped.append(f"{p} (empty)")
+                leave_out(f"{p} (empty)")
                 continue
             if forced is not None and not forced.pattern.endswith(r"\.parquet$") and _is_parquet(p):
                 raise AdvcliError(f"{p}: a Parquet file, not a {forced.title} file (--from {forced.name})",
@@ -239,7 +245,6 @@ def _found(spec: str, candidates: list[str], skipped: list[str], forced: Format 
     if not files:
         raise AdvcliError(f"{spec}: every dump file is empty",
                           hint="a trainer still writing its first step? run again once a step file has records")
-    unread = [x for x in skipped if x.endswith(("(empty)", " file name)")) or " (compressed with " in x]
     key = chosen.key or chosen.step_of
     seen: dict = {}
     for p in files:

@@ -69,7 +69,8 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
 
 def name_sources(result) -> None:
     """A RunResult whose inputs, warnings and diagnostics name the dumps rather than their temporary
-    Parquet (for its summary and reports)."""
+    Parquet (for its summary and reports), without the figures its dump cannot give, and with a warning for
+    each of the dump's data files the run did not read (``ImportInfo.unread``)."""
     if result is None:
         return
     drop_result_token_figures(result, list(getattr(result, "inputs", None) or []))

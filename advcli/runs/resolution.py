@@ -395,17 +395,7 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     if run.advantage.distill_coef:
         return
     sizes, scattered = _group_layout(inputs)
-    fix = _size_from_ids(key, sizes, scattered)
-    if fix is None and sizes and set(sizes) == {1}:  # the input's own groups are of one row: the default fits them
-        fix = (f"every prompt_id of the input has one row, so no group has a second response to compare with: "
-               f"add --set {key}=1 to run the trainer's groups of one all the same, or give each prompt's rows "
-               "one prompt_id")
-    elif fix is None and sizes:
-        shown = _sizes_said(sizes)
-        fix = (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
-               f"size, which the framework's blocks of N rows need: {shown})")
-    elif fix is None:
-        fix = f"add --set {key}=N, the responses sampled per prompt"
+    fix = _size_from_ids(key, sizes, scattered) or _no_single_size_fix(key, sizes)
     raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "
                       "group and every group-normalised advantage 0 (NaN with a group std)", hint=fix)
 
@@ -434,6 +424,18 @@ def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -
                       hint=f"add --set {key}=N, the responses sampled per prompt in the run (groups of several "
                            "sizes: rows were dropped or added after sampling; with N given, advcli groups as the "
                            "trainer does and says what does not fit)")
+
+
+def _no_single_size_fix(key: str, sizes: dict[int, int] | None) -> str:
+    """The group-size fix where the input's prompt ids show no one size above 1 (:func:`_size_from_ids`)."""
+    if sizes and set(sizes) == {1}:  # the input's own groups are of one row: the trainer's default fits them
+        return (f"every prompt_id of the input has one row, so no group has a second response to compare with: "
+                f"add --set {key}=1 to run the trainer's groups of one all the same, or give each prompt's rows "
+                "one prompt_id")
+    if sizes:
+        return (f"add --set {key}=N, the responses sampled per prompt (the input's prompt_id groups are not of one "
+                f"size, which the framework's blocks of N rows need: {_sizes_said(sizes)})")
+    return f"add --set {key}=N, the responses sampled per prompt"
 
 
 def _with_input_group_size(e: GroupSizeNeeded, inputs: list[str]) -> GroupSizeNeeded:

@@ -242,13 +242,14 @@ def add_metrics(per_step: list, metrics: dict, spec: rc.CorrectionSpec, sums: rc
 
 
 def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
-                 chunk_rows: int, per_step: list, metrics: dict) -> bool:
+                 chunk_rows: int, per_step: list, metrics: dict) -> list[str]:
     """``advcli stats``: the ``rollout_corr/*`` figures of a file with both log-prob columns, as verl logs
     them for that batch: with the correction an advcli output was produced with (``run``: the spec of its
-    provenance ``config``), else with every option off (the off-policy metrics only). False when the file
-    lacks a log-prob column."""
+    provenance ``config``), else with every option off (the off-policy metrics only). Nothing when the file
+    lacks a log-prob column. Returns the warnings to show: a NaN or infinite log-prob on a mask=1 token makes
+    the figures NaN (verl's would be too), and the warning names how many rows and the first."""
     if not (cmap.has("old_log_probs") and cmap.has("rollout_log_probs")):
-        return False
+        return []
     section = run.correction if run is not None else Correction()
     if section.mode == "off":  # the metrics alone: every option off, no weights
         section = Correction(mode="auto", is_upper=None)
@@ -262,11 +263,20 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
     quantiles = (rc.WeightQuantiles(torch.bincount(scope_codes, minlength=num_scopes)) if spec.weight_quantiles
                  else None)
     row0 = 0
+    nonfinite_rows, first_nonfinite = 0, None  # (row, column) of the first
     for _, _, batch in ins.iter_batches(cols, chunk_rows):
         offsets, mask = list_column_to_tensor(batch.column(cols[0]))
         old = list_column_to_tensor(batch.column(cols[1]))[1].to(dtype)
         roll = list_column_to_tensor(batch.column(cols[2]))[1].to(dtype)
         layout = Ragged(torch.from_numpy(offsets))
+        bad_old, bad_roll = (~torch.isfinite(x) & (mask != 0) for x in (old, roll))
+        if bool((bad_old | bad_roll).any()):
+            per_row = layout.count_per_row((bad_old | bad_roll).to(torch.int64))
+            nonfinite_rows += int((per_row > 0).sum())
+            if first_nonfinite is None:
+                row = int(torch.nonzero(per_row > 0)[0])
+                in_old = bool(layout.count_per_row(bad_old.to(torch.int64))[row] > 0)
+                first_nonfinite = (row0 + row, cols[1] if in_old else cols[2])
         out = rc.correct_chunk(spec, layout, (mask != 0).to(dtype), old, roll)
         sums.add(out.rows, scope_codes[row0:row0 + layout.num_rows])
         if quantiles is not None:
@@ -274,4 +284,8 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
         row0 += layout.num_rows
     factors = rc.norm_factors(spec, sums) if spec.weights and spec.batch_normalize and sums.acc else [None] * num_scopes
     add_metrics(per_step, metrics, spec, sums, factors, dtype, quantiles)
-    return True
+    if not nonfinite_rows:
+        return []
+    return [f"{nonfinite_rows} row(s) hold a NaN or infinite log-prob on a mask=1 token (the first: row "
+            f"{first_nonfinite[0]}, column {first_nonfinite[1]!r}), so the rollout_corr/* figures are NaN, as verl's "
+            "would be; `advcli validate` names the first token"]

@@ -196,14 +196,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         metrics = {k: v for k, v in metrics.items() if k not in drop}
         per_step = [{k: v for k, v in s.items() if k not in drop} for s in per_step]
     from ..correction.plan import file_metrics  # rollout_corr/* where both log-prob columns are there
-    file_metrics(ins, cmap, scopes.codes, scopes.num_groups, run, chunk_rows, per_step, metrics)
+    warnings = file_metrics(ins, cmap, scopes.codes, scopes.num_groups, run, chunk_rows, per_step, metrics)
     for s in per_step:
         for k in ("kl_coef", "kl"):
             if s.get(k) is None:
                 s.pop(k, None)
     seconds = time.perf_counter() - t0
 
-    warnings = []
     missing = np.flatnonzero(np.isnan(raw)) if reward_col and not tls_col and len(raw) else np.zeros(0, np.int64)
     if missing.size:  # a NaN reward is a missing one (TRL's None): left out of the figures, and said
         warnings.append(f"{missing.size} row(s) with a NaN {reward_col!r} (the first: row {int(missing[0])}) are left "

@@ -300,6 +300,33 @@ def test_stats_says_the_rows_whose_nan_reward_it_left_out(tmp_path, capsys):
     assert rep["metrics"]["critic/score/mean"] == pytest.approx(np.nanmean(rewards.astype(np.float32)), rel=1e-6)
 
 
+def test_stats_says_which_rows_make_the_rollout_correction_figures_nan(tmp_path, capsys):
+    """A NaN log-prob on a mask=1 token makes verl's rollout_corr/* figures NaN; stats printed `rollout_corr/kl nan`
+    with no word of why. The warning names how many rows hold one, the first row and its column; a NaN on a mask=0
+    token is not counted (the figures do not read it)."""
+    t = pq.read_table(SAMPLE)
+    old = t.column("old_log_probs").to_pylist()
+    mask = t.column("response_mask").to_pylist()
+    rollout = [[x - 0.01 for x in row] for row in old]
+    on = [i for i, m in enumerate(mask[7]) if m][3]
+    old[7][on] = float("nan")  # the first, in old_log_probs
+    on = [i for i, m in enumerate(mask[20]) if m][0]
+    rollout[20][on] = float("inf")  # a second row, in rollout_log_probs
+    off = [(r, i) for r, m in enumerate(mask) for i, v in enumerate(m) if not v][0]
+    rollout[off[0]][off[1]] = float("nan")  # on a mask=0 token: not read, not counted
+    assert off[0] not in (7, 20)
+    t = t.set_column(t.column_names.index("old_log_probs"), "old_log_probs", pa.array(old, pa.list_(pa.float32())))
+    bad = tmp_path / "nan_lp.parquet"
+    pq.write_table(t.append_column("rollout_log_probs", pa.array(rollout, pa.list_(pa.float32()))), bad)
+    code, out, err = main_rc(capsys, "stats", bad, "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["metrics"]["rollout_corr/kl"] == "nan"  # JSON has no NaN: the report writes it as a string
+    assert [w for w in rep["warnings"] if "log-prob" in w] == [
+        "2 row(s) hold a NaN or infinite log-prob on a mask=1 token (the first: row 7, column 'old_log_probs'), so "
+        "the rollout_corr/* figures are NaN, as verl's would be; `advcli validate` names the first token"]
+
+
 def test_stats_report_formats(tmp_path):
     for ext in ("json", "md", "html"):
         p = tmp_path / f"s.{ext}"

@@ -35,6 +35,7 @@ def convert_cmd(
 ):
     """Write a trainer's rollout dump as advcli's canonical Parquet, computing nothing."""
     from ..formats import convert
+    from ..io.modes import missing_directory
     from ..io.remote import is_uri
     from ..io.temps import check_local_destination
     from ..io.writer import check_output_name
@@ -50,7 +51,7 @@ def convert_cmd(
         raise AdvcliError(f"{output}: already exists", hint="add --force to replace it")
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
-        raise AdvcliError(f"{output}: the directory {parent} does not exist")
+        raise missing_directory(output, parent, "the directory")
     check_local_destination(output, parent)
     info = convert(path, output, from_ if from_ not in (None, "", "auto") else None)  # (never over a dump file)
     if json_out:

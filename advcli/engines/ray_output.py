@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
+from ..io.modes import missing_directory
 from ..io.temps import TMP_TAG, scratch_prefix
 from .ray_rows import ROW_COL
 
@@ -27,8 +28,7 @@ def check_output_dir(output: str, inputs: list[str], force: bool) -> None:
                               "its input", hint="choose another --output path")
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
-        raise AdvcliError(f"{output}: the output directory's parent {parent} does not exist",
-                          hint=f"create it: mkdir -p {parent}")
+        raise missing_directory(output, parent, "the output directory's parent")
     if not os.access(parent, os.W_OK):
         raise AdvcliError(f"{output}: {parent} is not writable", hint="choose another --output directory")
     if os.path.exists(output) and not force:

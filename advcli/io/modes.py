@@ -20,3 +20,17 @@ def refuse_empty_output(target: str | None) -> None:
     if target is not None and not str(target).strip():
         raise AdvcliError("the output path is empty (an unset shell variable in -o \"$OUT\"?)",
                           hint="give the output file's path: -o out.parquet")
+
+
+def missing_directory(target: str, directory: str, what: str = "the output directory") -> AdvcliError:
+    """The refusal for an output whose ``directory`` is not one: where a part of its path is a file
+    (``-o notes.txt/out.parquet``) that part is named, since ``mkdir -p`` would fail on it; else the
+    ``mkdir -p`` that creates it."""
+    import os
+
+    part = directory
+    while part and not os.path.exists(part) and os.path.dirname(part) != part:
+        part = os.path.dirname(part)
+    if os.path.exists(part) and not os.path.isdir(part):
+        return AdvcliError(f"{target}: {part} is a file, not a directory", hint="choose another output path")
+    return AdvcliError(f"{target}: {what} {directory} does not exist", hint=f"create it: mkdir -p {directory}")

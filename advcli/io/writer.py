@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ..errors import AdvcliError, is_disk_full
 from . import remote
 from .lists import offsets_numpy
-from .modes import refuse_empty_output
+from .modes import missing_directory, refuse_empty_output
 from .ordered import OrderedWorker
 from .temps import TMP_TAG, owner_tag, pid_alive, sweep_stale
 
@@ -112,7 +112,7 @@ def check_output_path(target: str, inputs: list[str], force: bool) -> None:
                               hint="choose another --output path")
     d = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(d):
-        raise AdvcliError(f"{target}: the output directory {d} does not exist", hint=f"create it: mkdir -p {d}")
+        raise missing_directory(target, d)
     if os.path.isdir(target):
         raise AdvcliError(f"{target}: is a directory; give a file path for the output")
     if os.path.exists(target) and not force:

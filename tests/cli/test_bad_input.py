@@ -295,6 +295,8 @@ CASES = [
     Case("output_is_input", write(base_table()), output="{input}", expect=("{input}", "input")),
     Case("output_dir_missing", write(base_table()), output="no/such/dir/out.parquet",
          expect=("no/such/dir", "does not exist", "mkdir")),
+    Case("output_dir_is_a_file", write(base_table()), output="{input}/out.parquet",  # mkdir -p would fail on it
+         expect=("{input} is a file, not a directory",)),
     Case("output_not_writable", write(base_table()), output="/proc/advcli-out.parquet",
          expect=("/proc", "not writable")),
     Case("output_exists", write(base_table()), existing_output=True, expect=("out.parquet", "already exists",

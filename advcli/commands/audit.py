@@ -44,13 +44,12 @@ def _worst_line(e: dict) -> str:
 
 
 def print_audit(rep: dict) -> None:
-    from rich.console import Console
     from rich.markup import escape
 
     from ..report.sections import audit_sections
-    from ..report.terminal import kv_table
+    from ..report.terminal import kv_table, stderr_console
 
-    con = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+    con = stderr_console(highlight=False, soft_wrap=True)
     _, sections = audit_sections(rep)
     t = kv_table(con.width)
     for a, b in sections[0][2]:

@@ -122,7 +122,12 @@ def filter_cmd(
         finally:
             stop()
         summary = name_dumps(summary)  # the dumps the user gave, not their temporary Parquet
-        emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
+        try:
+            emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
+        except BrokenPipeError:  # `advcli filter ... --json | head -1`: the reader left; the filter still completes
+            from ..cli import silence_stdout
+
+            silence_stdout()
         outputs.commit()
 
 
@@ -189,12 +194,11 @@ def _metric(rep: dict) -> str | None:
 
 
 def print_filter_summary(rep: dict) -> None:
-    from rich.console import Console
     from rich.markup import escape
 
-    from ..report.terminal import kv_table, print_table
+    from ..report.terminal import kv_table, print_table, stderr_console
 
-    con = Console(stderr=True, highlight=False, emoji=False)
+    con = stderr_console(highlight=False)
     _, sections = filter_sections(rep)
     t = kv_table(con.width)
     for a, b in sections[0][2]:

@@ -14,7 +14,6 @@ def progress(show: bool):
         return None, lambda: None
     import time
 
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -24,9 +23,11 @@ def progress(show: bool):
         TimeRemainingColumn,
     )
 
+    from ..report.terminal import stderr_console
+
     prog = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
                     TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                    TimeRemainingColumn(), transient=True, console=Console(stderr=True, emoji=False))
+                    TimeRemainingColumn(), transient=True, console=stderr_console())
     tasks: dict[str, int] = {}
     t0 = time.monotonic()
     started = [False]

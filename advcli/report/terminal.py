@@ -21,11 +21,33 @@ def stdout_console(**kwargs):
     return _PipeConsole(**kwargs)
 
 
-def print_summary(report: dict, console=None) -> None:
-    """The rich summary on stderr: what ran, counts, speed, key metrics, diagnostics and warnings."""
+def stderr_console(**kwargs):
+    """A rich Console on stderr that goes quiet when stderr's reader has gone (``advcli filter ... 2>&1 | head
+    -1``): the summary is not what the command is for, so the command completes, puts its output in place and
+    keeps its exit status (rich's own way is a silent exit 1, which lost filter's output). stderr is pointed
+    at /dev/null, so that later messages, and the interpreter's last flush, do not fail on it."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    con = console or Console(stderr=True, highlight=False, emoji=False)
+    class _QuietConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stderr.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
+
+    kwargs.setdefault("emoji", False)
+    return _QuietConsole(stderr=True, **kwargs)
+
+
+def print_summary(report: dict, console=None) -> None:
+    """The rich summary on stderr: what ran, counts, speed, key metrics, diagnostics and warnings."""
+    con = console or stderr_console(highlight=False)
     head = headline(report)
     km = key_metrics(report)
     t = kv_table(con.width, [label for label, _ in head] + [k for k, _ in km])

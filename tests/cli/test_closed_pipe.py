@@ -1,6 +1,8 @@
 """A closed pipe on stdout (`advcli inspect X | head -1`) ends a command quietly, as `git log | head`
 ends: no message, no traceback, status 141 (128 + SIGPIPE), for every way advcli prints (rich tables,
-plain lines, JSON, click's help). `run` still completes: its output is put in place and it exits 0."""
+plain lines, JSON, click's help). `run` and `filter` still complete: their output is put in place and they exit 0.
+A closed stderr (`advcli filter ... 2>&1 | head -1`, the summary's reader gone) stops no command: the summary goes
+quiet and the exit status is the command's own."""
 import os
 import subprocess
 import sys
@@ -16,6 +18,17 @@ def with_closed_stdout(*args):
     os.close(r)
     try:
         return subprocess.run([sys.executable, "-m", "advcli", *map(str, args)], stdout=w, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(w)
+
+
+def with_closed_stderr(*args):
+    """`advcli ARGS` whose stderr's reader has already gone (stdout kept, for --json)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "advcli", *map(str, args)], stdout=subprocess.PIPE, stderr=w,
                               text=True, timeout=300)
     finally:
         os.close(w)
@@ -39,3 +52,28 @@ def test_run_with_a_closed_pipe_still_writes_its_output(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     assert pq.read_table(out).num_rows == pq.read_metadata(SAMPLE).num_rows
+
+
+def test_filter_with_a_closed_pipe_still_writes_its_output(tmp_path):
+    """filter printed its summary before putting the output in place; a closed stdout (--json) or stderr (the
+    summary) lost the output (rich's silent exit 1, 'an internal error' by the exit codes)."""
+    groups = pq.read_table(SAMPLE).to_pandas().groupby("prompt_id")["reward"].nunique()
+    kept_rows = 8 * int((groups > 1).sum())  # --drop-uniform keeps the groups whose rewards differ (8 rows each)
+    for i, (closed, extra) in enumerate([(with_closed_stdout, ["--json"]), (with_closed_stderr, [])]):
+        out = tmp_path / f"f{i}.parquet"
+        p = closed("filter", SAMPLE, "-o", out, "--drop-uniform", *extra)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert pq.read_table(out).num_rows == kept_rows
+
+
+def test_a_closed_stderr_keeps_each_commands_exit_status(tmp_path):
+    out = tmp_path / "o.parquet"
+    p = with_closed_stderr("run", SAMPLE, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo")
+    assert p.returncode == 0 and pq.read_table(out).num_rows == pq.read_metadata(SAMPLE).num_rows
+    # the run's advantages audit against themselves: 0 (agree); against the rewards: 1 (disagree), not rich's 1
+    assert with_closed_stderr("audit", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo").returncode == 0
+    p = with_closed_stderr("audit", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                           "--against", "returns", "--json")
+    assert p.returncode == 0 and '"agree": true' in p.stdout  # GRPO's returns are its advantages
+    p = with_closed_stderr("audit", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo")
+    assert p.returncode == 1

@@ -855,7 +855,7 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
                  + ("" if cmap.has("token_level_scores") else " (the reward at position L−1 times the mask there)"))
     if note:
         summary["notes"] = [note]
-    if not dec["keep"].any() and not spec.allow_empty:
+    if not dec["keep"].any() and len(dec["keep"]) and not spec.allow_empty:  # (no group at all: an empty input)
         raise AdvcliError(kept_nothing(spec, summary), hint="loosen the filter, or add --allow-empty to write the "
                                                              "empty result")
     keep_row = dec["keep"][small.group]

@@ -46,7 +46,7 @@ def metric_block(st, rows_sel: np.ndarray, s: int | None) -> dict[str, Any]:
             sizes = st.scopes.sizes.astype(np.float64)
             b = np.asarray(st.betas, dtype=np.float64)
             out["actor/reward_kl_penalty_coeff"] = figure((b * sizes).sum() / sizes.sum()) if st.R else None
-        else:
+        elif s < len(st.kls):  # (an input with no rows has no step, yet one per-step block of no rows)
             out["actor/reward_kl_penalty"] = figure(st.kls[s])
             out["actor/reward_kl_penalty_coeff"] = figure(st.betas[s])
     return out

@@ -45,7 +45,7 @@ def scope_and_group_codes(plan: Plan, keys: dict[str, list], num_rows: int, file
         scope_codes, step_values = grouprule.scope_codes(steps)  # ascending step order
     else:
         scope_codes = np.zeros(num_rows, dtype=np.int64)
-        step_values = [None]
+        step_values = [None] if num_rows else []  # no rows, no scope: as with a step column (nothing to whiten)
     dom_col = cmap.names.get("domain") if plan.run.grouping.scope == "step_domain" else None
     if dom_col and dom_col in keys:
         # ROLL RLVR: each domain of a step is its own batch, domains in order of first appearance

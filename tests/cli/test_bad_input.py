@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli, run_main
+from conftest import SAMPLE, run_cli, run_main
 
 from advcli.sample import make_table
 
@@ -394,15 +394,40 @@ def test_zero_length_responses_are_valid(est, tmp_path, capsys):
     assert all(np.isfinite(x) for a in adv for x in a)
 
 
-def test_empty_file_gives_empty_output(tmp_path, capsys):
-    """0 rows in, 0 rows out, with the output schema (new columns added)."""
+@pytest.mark.parametrize("estimator", ["grpo", "gae", "reinforce_plus_plus"])
+def test_empty_file_gives_empty_output(tmp_path, capsys, estimator):
+    """0 rows in, 0 rows out, with the output schema (new columns added); a whitening estimator too, since a file
+    with no rows has no step to whiten (a step of rows with no valid token is refused: the test above)."""
     src = tmp_path / "in.parquet"
     pq.write_table(base_table().slice(0, 0), src)
-    code, _, err = run_main(["run", str(src), "-o", str(tmp_path / "o.parquet"), *GRPO, "-q"], capsys)
+    args = ["--flavor", "verl", "--set", f"algorithm.adv_estimator={estimator}"]
+    code, _, err = run_main(["run", str(src), "-o", str(tmp_path / "o.parquet"), *args, "-q"], capsys)
     assert code == 0, err
     out = pq.read_table(tmp_path / "o.parquet")
     assert out.num_rows == 0
     assert "advantages" in out.column_names and "returns" in out.column_names
+
+
+@pytest.mark.parametrize("flavor", ["verl", "nemo", "openrlhf", "skyrl", "areal", "trl", "roll", "prime-rl",
+                                    "open-instruct", "slime"])
+@pytest.mark.parametrize("with_step", [True, False])
+def test_an_empty_sample_runs_under_every_flavor(tmp_path, capsys, flavor, with_step):
+    """The sample's schema with no rows: every flavor's default pipeline (KL in the reward for OpenRLHF and AReaL,
+    whitening for NeMo's and verl's) writes an empty output. Without a step column a whitening estimator
+    refused it ('found 0' valid tokens in a step no row is in), and the KL flavors' per-step figures were an
+    internal error; filter refused it as 'keeps no row: all 0 group(s)'."""
+    t = pq.read_table(SAMPLE).slice(0, 0)
+    src = tmp_path / "in.parquet"
+    pq.write_table(t if with_step else t.drop(["step"]), src)
+    extra = ["--set", "n_samples_per_prompt=8"] if flavor == "slime" else []
+    code, _, err = run_main(["run", str(src), "-o", str(tmp_path / "o.parquet"), "--flavor", flavor, *extra, "-q"],
+                            capsys)
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 0
+    if flavor == "verl":
+        code, _, err = run_main(["filter", str(src), "-o", str(tmp_path / "f.parquet"), "--drop-uniform", "-q"], capsys)
+        assert code == 0, err
+        assert pq.read_table(tmp_path / "f.parquet").schema == pq.read_schema(src)
 
 
 def test_output_exists_with_force_is_replaced(tmp_path, capsys):

@@ -201,7 +201,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     from .runs.resolution import resolve_run
     from .version import stamp
 
-    check_tolerances(rtol, atol)
+    check_tolerances(rtol, atol, top, keyword=True)
     _check_arguments(flavor, settings, columns, chunk_rows)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
     estimator = _user_estimator(estimator)

@@ -300,9 +300,20 @@ def _groups(ins, cmap, cfg, columns=None):
 RTOL, ATOL = 1e-4, 1e-5  # the default tolerances
 
 
-def check_tolerances(rtol: float | None, atol: float | None) -> None:
-    if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
-        raise AdvcliError(f"--rtol {rtol} / --atol {atol}: tolerances must be >= 0")
+def check_tolerances(rtol: float | None, atol: float | None, top: int = 10, *, keyword: bool = False) -> None:
+    """Refuse a tolerance that is negative, NaN or infinite (NaN made every value disagree, inf every value
+    agree) and a negative ``top``, naming the option (``keyword``: the library's keyword, ``rtol=``)."""
+    import math
+
+    for name, value, default in (("rtol", rtol, RTOL), ("atol", atol, ATOL)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            said = f"{name}={value!r}" if keyword else f"--{name} {value}"
+            raise AdvcliError(f"{said}: a tolerance is a finite number >= 0",
+                              hint=f"the default is {default:g}; a value agrees when |logged − recomputed| <= "
+                                   "atol + rtol·|recomputed|")
+    if top is not None and top < 0:
+        said = f"top={top!r}" if keyword else f"--top {top}"
+        raise AdvcliError(f"{said}: the number of worst rows to list is 0 or more", hint="the default is 10")
 
 
 def rounding_tolerance(info, rtol: float | None, atol: float | None) -> tuple[float, float, str | None]:
@@ -352,7 +363,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     from ..io.reader import InputSet
     from .checks import classify, fit_params, mixup_rows, unseen_causes, worst_rows
 
-    check_tolerances(rtol, atol)
+    check_tolerances(rtol, atol, top)
     t0 = time.perf_counter()
     info = info_for(inputs[0])
     rtol, atol, tol_note = rounding_tolerance(info, rtol, atol)

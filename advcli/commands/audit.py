@@ -125,7 +125,7 @@ def audit_cmd(
     from .progress import progress as _progress
     from .resolve import resolve_cli_config
 
-    check_tolerances(rtol, atol)
+    check_tolerances(rtol, atol, top)
     if follow:
         from .follow import Options
 

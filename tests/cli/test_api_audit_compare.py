@@ -76,6 +76,22 @@ def test_audit_command_and_library_give_the_same_report(case, outputs, capsys):
         assert lib.agree and lib["tokens_disagreeing"] == 0
 
 
+@pytest.mark.parametrize("option, says", [
+    (["--rtol", "nan"], "--rtol nan: a tolerance is a finite number >= 0"),  # every value disagreed: exit 1
+    (["--atol", "nan"], "--atol nan: a tolerance is a finite number >= 0"),
+    (["--rtol", "inf"], "--rtol inf: a tolerance is a finite number >= 0"),  # every value agreed: exit 0
+    (["--rtol", "1e400"], "--rtol inf: a tolerance is a finite number >= 0"),
+    (["--atol", "-1"], "--atol -1.0: a tolerance is a finite number >= 0"),
+    (["--top", "-1"], "--top -1: the number of worst rows to list is 0 or more"),  # all but the last were listed
+])
+def test_a_tolerance_or_top_that_means_nothing_is_refused(outputs, capsys, option, says):
+    for follow in ([], ["--follow", "--until-idle", "0.1"]):
+        code, out, err = run_main(["audit", outputs["bad"], "--column", "reward=score", "--against", "logged",
+                                   *option, *follow], capsys)
+        assert code == 2, (out, err)
+        assert f"advcli: error: {says}" in err and "hint:" in err
+
+
 def test_audit_columns_and_against_reach_the_same_rows(outputs, capsys):
     """--column reward=score and --against logged: the one moved token found by both, with the same search."""
     code, out, err = run_main(["audit", outputs["bad"], "--json", "--flavor", "verl", "--set",

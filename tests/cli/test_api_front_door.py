@@ -256,7 +256,10 @@ def test_a_record_batch_is_an_input_and_other_objects_are_named_by_their_type():
     ("run", {"output_mode": "x"}, "output_mode='x': expected full or sidecar"),
     ("run", {"write_columns": ["foo"]}, "write_columns: unknown column 'foo'"),
     ("run", {"device": "tpu"}, "device='tpu': expected auto, cpu or cuda"),
-    ("audit", {"rtol": -1}, "rtol=-1 / atol=None: tolerances must be >= 0"),
+    ("audit", {"rtol": -1}, "rtol=-1: a tolerance is a finite number >= 0"),
+    ("audit", {"rtol": float("nan")}, "rtol=nan: a tolerance is a finite number >= 0"),  # every value disagreed
+    ("audit", {"atol": float("inf")}, "atol=inf: a tolerance is a finite number >= 0"),  # every value agreed
+    ("audit", {"top": -1}, "top=-1: the number of worst rows to list is 0 or more"),  # all but the last listed
 ])
 def test_what_a_call_checks_first_is_said_in_its_keywords(call, kwargs, message, tmp_path):
     """The checks made before an input is read said --precision, --output-mode, --write-columns, --device,

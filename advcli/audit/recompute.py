@@ -473,8 +473,11 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rep["seconds"] = round(time.perf_counter() - t0, 3)
-    from ..formats import no_token_data
+    from ..formats import no_token_data, unread_files
 
+    unread = unread_files(inputs)
+    if unread:  # an empty or compressed step file: the audit passed over it, and says so (as run does)
+        rep["files_not_read"] = unread
     reason = no_token_data(inputs)
     if reason:  # one value per response: the one-token rows are not tokens, the rows say it all
         rep["no_token_data"] = reason

@@ -51,6 +51,7 @@ from .response_level import (
     name_sources,
     no_token_data,
     refusal,
+    unread_files,
 )
 
 # loaded on first use: a run on advcli's own Parquet neither converts a dump nor describes one
@@ -60,7 +61,7 @@ __getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
            "open_inputs", "check_config", "drop_token_figures", "no_token_data", "implied_settings", "finish_outputs",
-           "name_sources", "name_dump_rows",
+           "name_sources", "name_dump_rows", "unread_files",
            "info_for", "source_of",
            "locate_rows", "name_dumps", "row_constant_note", "refusal", "iter_json_lines", "first_json_record",
            "require", "number", "number_list", "extras", "reward_note", "shown_setting", "tally_note", "ImportInfo"]

@@ -67,6 +67,12 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
                                 f"data; {missing}, which this dump lacks", hint=hint)
 
 
+def unread_files(inputs) -> list[str]:
+    """The data files of the dumps behind ``inputs`` (their temporary Parquet) that were left out, "path (why)":
+    an empty step file, a compressed one, one not named as the dump's (``ImportInfo.unread``)."""
+    return [x for p in inputs if p in IMPORTED for x in IMPORTED[p].unread]
+
+
 def name_sources(result) -> None:
     """A RunResult whose inputs, warnings and diagnostics name the dumps rather than their temporary
     Parquet (for its summary and reports), without the figures its dump cannot give, and with a warning for
@@ -74,7 +80,7 @@ def name_sources(result) -> None:
     if result is None:
         return
     drop_result_token_figures(result, list(getattr(result, "inputs", None) or []))
-    unread = [x for p in getattr(result, "inputs", None) or [] if p in IMPORTED for x in IMPORTED[p].unread]
+    unread = unread_files(getattr(result, "inputs", None) or [])
     if unread and getattr(result, "warnings", None) is not None:  # data files the run did not read: said, not silent
         result.warnings = [*result.warnings, *(f"left out of the dump, not read: {x}" for x in unread)]
     if getattr(result, "inputs", None):

@@ -99,6 +99,8 @@ def audit_sections(rep: dict):
         head.append(("rows without a logged value", f"{rep['rows_without_logged_value']:,} (not checked)"))
     if rep.get("nonfinite_logged"):
         head.append(("non-finite logged values", f"{rep['nonfinite_logged']:,} mask=1 tokens"))
+    if rep.get("files_not_read"):
+        head.append(("left out, not read", "; ".join(rep["files_not_read"]) + " (not audited)"))
     if rep.get("release_matches"):
         head.append(("matches release", "the logged values match " + "; ".join(rep["release_matches"])
                      + " (--flavor NAME@RELEASE runs it)"))

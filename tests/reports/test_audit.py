@@ -376,6 +376,22 @@ def test_nemo_dump_audited_with_no_flags_names_the_planted_row(tmp_path, capsys)
     assert "advcli-import-" not in err + out
 
 
+def test_a_step_file_the_audit_left_out_is_said(tmp_path, capsys):
+    """An empty train_data_step2.jsonl (the trainer still writing it) was passed over in silence: exit 0 on step
+    1's rows alone. run warned of it; the audit's report now lists it, in --json and the summary."""
+    import test_format_nemo as nemo
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    nemo.write_step(d / "train_data_step1.jsonl", nemo.SAMPLES, 1)
+    (d / "train_data_step2.jsonl").write_text("")
+    code, rep = audit_json(capsys, str(d))
+    assert code == 0 and rep["agree"] and rep["rows"] == len(nemo.SAMPLES)
+    assert rep["files_not_read"] == [f"{d / 'train_data_step2.jsonl'} (empty)"]
+    code, out, err = main_rc(capsys, "audit", str(d), "--device", "cpu")
+    assert code == 0 and "left out, not read" in err and "(empty) (not audited)" in " ".join(err.split())
+
+
 def test_trl_dump_audited_with_its_own_flavor(tmp_path, capsys):
     """With no --flavor, a TRL completions dump is recomputed with TRL's GRPO (ε = 1e-4), which its logged
     `advantage` column matches (test_format_trl.trl_grpo, from TRL's formula); verl's GRPO (ε = 1e-6)

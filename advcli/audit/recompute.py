@@ -349,11 +349,13 @@ def trainer_flavor(inputs: list[str]) -> tuple[str | None, str | None]:
 def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, columns: dict, *,
                auto_note: str | None = None, flavor_note: str | None = None, against: str | None = None,
                rtol: float | None = None, atol: float | None = None, chunk_rows: int = 4096,
-               device: str = "auto", search: bool = True, top: int = 10, progress=None) -> dict:
+               device: str = "auto", search: bool = True, top: int = 10, progress=None,
+               whole: bool = True) -> dict:
     """The audit report dict (module docstring) of opened inputs (``advcli.formats.open_inputs``: a
     response-level dump, TRL's completions with one logged advantage per row, has a one-token mask) under
     a resolved configuration (``cfg``, the flavor's ``native`` keys, ``columns`` overrides);
-    ``report["agree"]`` says whether every value agrees. ``auto_note``/``flavor_note``: how the estimator
+    ``report["agree"]`` says whether every value agrees; ``whole``: the whole dump (a dump with no logged value at all
+    is refused), not one step of a follow. ``auto_note``/``flavor_note``: how the estimator
     and the flavor were chosen (resolve_run's ``chosen`` / ``dump_note``), for the report's "recomputed with":
     where the dump's trainer chose the flavor, the settings checked and then why (``chosen`` repeats the why)."""
     import numpy as np
@@ -410,6 +412,11 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             unlogged = sum(b.column(0).null_count for _, _, b in ins.iter_batches([logged_col], 65536))
             if unlogged:
                 rep["rows_without_logged_value"] = int(unlogged)
+            if whole and unlogged and unlogged == rep["rows"]:  # (a followed step may ship nothing: said, not refused)
+                raise AdvcliError(f"{file0}: no row holds a logged value in {logged_col!r} ({unlogged:,} rows), so "
+                                  "there is nothing to audit",
+                                  hint="prime-rl logs an advantage only for the traces it ships (none when every "
+                                       "cohort scored alike); `advcli run` computes them all")
         rep["worst"] = worst_rows(rt, top, group_ids, group, step)
         name_rows(rep["worst"], ins)
         rep["agree"] = bad_tokens == 0

@@ -469,7 +469,7 @@ class StepRunner:
         o, st = self.opts, self.state
         rep = audit_dump(specs, st.flavor, self._cfg(), st.native, st.columns, auto_note=st.notes.get("auto_note"),
                          flavor_note=st.notes.get("flavor_note"), against=o.against, rtol=o.rtol, atol=o.atol,
-                         chunk_rows=o.chunk_rows, device=o.device, search=o.search, top=o.top)
+                         chunk_rows=o.chunk_rows, device=o.device, search=o.search, top=o.top, whole=False)
         return rep
 
     def _stats(self, unit: Unit, specs: list[str]) -> dict:

@@ -213,8 +213,8 @@ def _schema(f: Format, rows: list[dict], synth_mask: bool, extra: dict | None = 
 
     fields = []
     names = []
-    for name, typ in f.columns.items():
-        if any(r.get(name) is not None for r in rows):
+    for name, typ in f.columns.items():  # the logged advantages' column is kept when null in the first batch: the
+        if name == f.logged or any(r.get(name) is not None for r in rows):  # traces prime-rl ships come later
             fields.append(pa.field(name, arrow_type(typ)))
             names.append(name)
     extra_names = []

@@ -417,6 +417,19 @@ def test_primerl_rows_without_a_logged_value_are_not_checked(tmp_path, capsys):
     assert rep["logged_column"] == "logged_advantage" and rep["rows_without_logged_value"] > 0
 
 
+def test_a_primerl_dump_that_shipped_no_trace_has_nothing_to_audit(tmp_path, capsys):
+    """Every effective/traces.jsonl empty (every cohort scored alike): no row holds a logged value. The audit said
+    'agree: 0 of 0 mask=1 tokens' with exit 0; it is refused as nothing to audit (exit 2)."""
+    import test_format_primerl as primerl
+
+    primerl.build(tmp_path / "out")
+    for p in (tmp_path / "out" / "rollouts").glob("step_*/train/effective/traces.jsonl"):
+        p.write_text("")
+    code, out, err = main_rc(capsys, "audit", str(tmp_path / "out"), "--no-search", "--device", "cpu")
+    assert code == 2, (out, err)
+    assert "no row holds a logged value in 'logged_advantage' (9 rows), so there is nothing to audit" in err
+
+
 def test_long_group_ids_are_printed_whole(tmp_path, capsys):
     """The worst rows name their group in full on an 80-column terminal (a uid is read whole, not cut)."""
     cols, gid, masks = make_dump(3, groups=4, n=3)

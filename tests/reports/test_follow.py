@@ -435,6 +435,21 @@ def test_prime_rl_ema_baseline_carried(tmp_path, capsys):
     assert set(st["ema"]) == {"solver", "critic", "judge"}
 
 
+def test_a_prime_rl_step_that_ships_no_trace_is_taken_with_its_rows_not_checked(tmp_path, capsys):
+    """prime-rl writes effective/traces.jsonl empty for a step whose cohorts all scored alike; the step's copy had
+    no logged_advantage column at all (a column null in every row was left out of the import), and the follow
+    stopped at once: 'no logged advantages to audit'. Step 1 here holds cohort 0 and two rows of cohort 1 (5 rows),
+    none shipped: taken, its rows counted as without a logged value."""
+    import test_format_primerl as primerl
+
+    primerl.build(tmp_path / "out")
+    (tmp_path / "out" / "rollouts" / "step_1" / "train" / "effective" / "traces.jsonl").write_text("")
+    code, out, err = run_main(["audit", str(tmp_path / "out"), "--follow", *SETTLE, "--until-idle", "0.5",
+                               "--no-search", "--device", "cpu"], capsys)
+    assert "error" not in err, err
+    assert lines(out + err)[0] == "step 1: 5 rows, agree, max |diff| 0, 5 row(s) without a logged value (not checked)"
+
+
 def test_tensorboard_holds_each_step_at_the_training_step(tmp_path, capsys):
     pytest.importorskip("tensorboard")
     from test_tracker import _tensorboard

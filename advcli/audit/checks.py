@@ -289,9 +289,8 @@ def worst_rows(rt: RowTable, top: int, group_ids: list | None, group: np.ndarray
         return []
     order = cand[np.argsort(-rt.max_err[cand], kind="stable")][:top]
 
-    def num(x):
-        x = float(x)
-        return x if np.isfinite(x) else (None if np.isnan(x) else x)
+    def num(x):  # NaN kept as NaN: a NaN logged value is what the row holds ("nan" in JSON, not null)
+        return float(x)
 
     out = []
     for i in order.tolist():

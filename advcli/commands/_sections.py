@@ -6,7 +6,6 @@ A section is ``(title, kind, payload)``: ``kv`` [(label, value)], ``table`` (hea
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from ..report.sections import Section, render_sections  # noqa: F401  (the commands render with them)
@@ -34,7 +33,9 @@ def emit(rep: dict, command: str, report: str | None, json_out: bool, quiet: boo
     if report:
         write(report, rep, sections_of)
     if json_out:
-        typer.echo(json.dumps(rep, default=str))
+        from ..report.primitives import to_json
+
+        typer.echo(to_json(rep))
     elif not quiet:
         show(rep)
         if report:

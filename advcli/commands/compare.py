@@ -16,8 +16,6 @@ The figures and how they are computed: :mod:`advcli.runs.compare`.
 """
 from __future__ import annotations
 
-import json
-
 import typer
 
 from ..errors import AdvcliError
@@ -276,7 +274,9 @@ def compare_cmd(
         raise AdvcliError(f"compare: expected two outputs or one dump, got {len(paths)} paths")
     res = name_dumps(res)  # the dumps the user gave, not their temporary Parquet
     if json_out:
-        typer.echo(json.dumps(res, default=str))
+        from ..report.primitives import to_json
+
+        typer.echo(to_json(res))
     else:
         print_comparison(res)
     opt.send_to_trackers({"command": "compare", **res}, trackers)

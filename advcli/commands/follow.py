@@ -787,7 +787,9 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
         if logger is not None:
             logger.log(u.step, values)
         if json_out:
-            echo(json.dumps({"step": u.step, "line": line, "notes": notes, "report": rep}, default=str))
+            from ..report.primitives import to_json
+
+            echo(to_json({"step": u.step, "line": line, "notes": notes, "report": rep}))
         elif not quiet:
             for n in notes:
                 echo(f"step {u.step}: {n}", err=True)

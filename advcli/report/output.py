@@ -2,13 +2,13 @@
 file beside the target renamed into place, like the Parquet outputs), JSON on stdout, or the terminal summary."""
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 
 from ..errors import AdvcliError, did_you_mean
 from .html import to_html
 from .markdown import to_markdown
+from .primitives import to_json
 from .terminal import print_summary
 
 FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
@@ -47,7 +47,7 @@ def check_report_path(path: str, taken: Iterable[str] = ()) -> str:
 
 def render(report: dict, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(report, indent=2, sort_keys=False, default=str) + "\n"
+        return to_json(report, indent=2) + "\n"
     if fmt == "md":
         return to_markdown(report)
     if fmt == "html":
@@ -84,7 +84,7 @@ def emit(report: dict, path: str | None, json_out: bool, show: bool) -> None:
     if path:
         write_report(path, report)
     if json_out:
-        print(json.dumps(report, default=str))
+        print(to_json(report))
     elif show:
         import sys
 

@@ -10,6 +10,24 @@ import math
 from typing import Any
 
 
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float written as the string ``"nan"``, ``"inf"``, ``"-inf"``: strict JSON
+    has no such numbers, and Python's ``Infinity`` literal is refused by strict parsers (an audit whose logged value
+    is NaN has an infinite difference)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
+def to_json(obj: Any, indent: int | None = None) -> str:
+    """A report as strict JSON (:func:`finite_json`; anything else JSON lacks as its ``str``)."""
+    return json.dumps(finite_json(obj), indent=indent, default=str)
+
+
 def fmt_num(v: Any) -> str:
     if v is None:
         return "–"

@@ -7,7 +7,6 @@ A section is ``(title, kind, payload)``: ``kv`` [(label, value)], ``table`` (hea
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 Section = tuple[str, str, Any]
@@ -17,7 +16,9 @@ def render_sections(report: dict, fmt: str, title: str, sections: list[Section])
     from . import CSS, esc, html_table, md_table
 
     if fmt == "json":
-        return json.dumps(report, indent=2, default=str) + "\n"
+        from .primitives import to_json
+
+        return to_json(report, indent=2) + "\n"
     if fmt == "md":
         L = [f"# {title}", "", f"advcli {report.get('advcli_version', '')} · {report.get('created', '')}"]
         for name, kind, payload in sections:

@@ -337,6 +337,13 @@ def test_nonfinite_logged_values(tmp_path, capsys):
     assert code == 1 and rep["nonfinite_logged"] == sum(masks[2])
     kinds = [f["kind"] for f in rep["findings"]]
     assert kinds[:2] == ["nonfinite", "isolated"] and rep["worst"][0]["row"] == 2
+    # strict JSON (the Infinity literal was written, which strict parsers refuse) that says what the row logged
+    code, out, _ = main_rc(capsys, "audit", p, *VERL, "--no-search", "--device", "cpu", "--json")
+    strict = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert strict["max_abs_diff"] == "inf" and strict["worst"][0]["abs_diff"] == "inf"
+    assert strict["worst"][0]["logged"] == "nan"
+    code, _, err = main_rc(capsys, "audit", p, *VERL, "--no-search", "--device", "cpu")
+    assert code == 1 and "logged nan, recomputed" in err
 
 
 # ------------------------------------------------------------------ trainer dumps, as the importer reads them

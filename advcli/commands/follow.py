@@ -86,7 +86,7 @@ class Watcher:
             if self.source is None and self._parquet_files() and not self._trainer_named():
                 self.fmt = "parquet"  # advcli's own Parquet, one file per step
                 return True
-            self.last_error = e
+            self.last_error = _renamed_error(e, self.root, self.shown)  # named as the user named the directory
             return False
         self.fmt = found.fmt
         return True
@@ -662,7 +662,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             if sig != seen:  # a file appeared, grew or was rewritten: the idle clock starts again
                 seen, last_change = sig, time.monotonic()
             reported = len(st.changed)
-            _check_changed(st, root, echo, quiet)
+            _check_changed(st, root, echo, quiet, watcher.named)
             units = watcher.units()
             if watcher.fmt not in (None, "parquet") and not checked:
                 refuse_format(watcher.fmt, shown, opts.command)
@@ -765,6 +765,7 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
     named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
         taken, notes = snapshot(root, u, tmp, whole)
+        notes = [_renamed_text(n, root, named) for n in notes]  # the torn line's file as the user named it
         rep = runner.run(u, tmp, named)
     except AdvcliError as e:  # its message names the copy: name the user's file instead
         raise _renamed_error(e, tmp, named) from None
@@ -905,8 +906,9 @@ def several_files(u: Unit, names: list[str], command: str) -> str:
     return f"{files}; taken as one step, as the one-off command reads the directory"
 
 
-def _check_changed(st: FollowState, root: str, echo, quiet: bool) -> None:
-    """Report once each taken file (of the last WATCHED steps) that changed after it was taken."""
+def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p: p) -> None:
+    """Report once each taken file (of the last WATCHED steps) that changed after it was taken (``named``: its
+    path as the user named the directory)."""
     for step, files in st.taken:
         for rel, (size, mtime_ns, sha) in files.items():
             p = os.path.join(root, rel)
@@ -924,7 +926,7 @@ def _check_changed(st: FollowState, root: str, echo, quiet: bool) -> None:
                 continue
             st.changed.append(p)
             if not quiet:
-                echo(f"step {step}: {p} changed after it was taken (now {s.st_size} bytes, {size} taken); "
+                echo(f"step {step}: {named(p)} changed after it was taken (now {s.st_size} bytes, {size} taken); "
                      "its numbers above are of the bytes taken then, not read again", err=True)
 
 

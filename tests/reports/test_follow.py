@@ -118,6 +118,27 @@ def test_a_later_step_forces_a_torn_step_without_its_torn_line(tmp_path, capsys)
     assert "torn last line" in err
 
 
+def test_the_follows_notes_name_files_as_the_user_named_the_directory(tmp_path, capsys, monkeypatch):
+    """Given as a relative directory, the torn line's note, the changed-after-taken note and the error of an empty
+    directory named the files by their absolute paths (the step lines already named them as given)."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1)[:-5])  # the trainer died mid-line
+    (run / "train_data_step2.jsonl").write_bytes(nemo_bytes(tmp_path, 2))
+    argv = ["stats", "run", "--follow", *SETTLE, "--until-idle", "0.5", "--state", "s.json"]
+    code, out, err = follow(argv, capsys)
+    assert code == 0, err
+    assert "step 1: run/train_data_step1.jsonl: torn last line" in err and str(tmp_path) not in err
+    with open(run / "train_data_step2.jsonl", "ab") as fh:
+        fh.write(nemo_bytes(tmp_path, 2).splitlines(keepends=True)[0])
+    code, out, err = follow(argv, capsys)
+    assert code == 0 and "step 2: run/train_data_step2.jsonl changed after it was taken" in err, err
+    (tmp_path / "empty").mkdir()
+    code, out, err = follow(["audit", "empty", "--follow", *SETTLE, "--until-idle", "0.3"], capsys)
+    assert code == 2 and "advcli: error: empty: no dump files found" in err, err
+
+
 def test_until_idle_counts_from_the_last_change_and_takes_a_step_still_being_written(tmp_path, capsys):
     """--until-idle counts from the dump's last change, not the last step taken: a step written line by line
     for longer than --until-idle (each line sooner than it) is taken, with its planted row, before stopping."""

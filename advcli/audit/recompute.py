@@ -350,12 +350,13 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                auto_note: str | None = None, flavor_note: str | None = None, against: str | None = None,
                rtol: float | None = None, atol: float | None = None, chunk_rows: int = 4096,
                device: str = "auto", search: bool = True, top: int = 10, progress=None,
-               whole: bool = True) -> dict:
+               whole: bool = True, torn: bool = False) -> dict:
     """The audit report dict (module docstring) of opened inputs (``advcli.formats.open_inputs``: a
     response-level dump, TRL's completions with one logged advantage per row, has a one-token mask) under
     a resolved configuration (``cfg``, the flavor's ``native`` keys, ``columns`` overrides);
     ``report["agree"]`` says whether every value agrees; ``whole``: the whole dump (a dump with no logged value at all
-    is refused), not one step of a follow. ``auto_note``/``flavor_note``: how the estimator
+    is refused), not one step of a follow; ``torn``: a followed step taken without a torn last line, whose row's
+    group is short of it (:func:`_short_group_rows`). ``auto_note``/``flavor_note``: how the estimator
     and the flavor were chosen (resolve_run's ``chosen`` / ``dump_note``), for the report's "recomputed with":
     where the dump's trainer chose the flavor, the settings checked and then why (``chosen`` repeats the why)."""
     import numpy as np
@@ -391,6 +392,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         run = SidecarRun(tmp, "main", inputs, cfg, flavor, native, columns, chunk_rows, device, ("advantages", *also))
         rt = compare_pass(ins.paths, [run.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)
         group, group_ids, step = _groups(ins, cmap, cfg, columns)
+        torn_rows = _short_group_rows(rt, group) if torn else None
         bad_tokens = int(rt.bad_valid.sum())
         bad_rows_idx = np.flatnonzero(rt.bad_valid > 0)
         tolerance = {"rtol": rtol, "atol": atol, **({"note": tol_note} if tol_note else {})}
@@ -408,6 +410,9 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             gbad = np.unique(group[bad_rows_idx])
             rep["groups"] = int(group.max()) + 1 if group.size else 0
             rep["groups_disagreeing"] = int(gbad.size)
+        if torn_rows is not None and torn_rows.size:
+            rep["rows_of_torn_groups"] = int(torn_rows.size)
+            rep["torn_groups"] = sorted({str(group_ids[g]) if group_ids else int(g) for g in group[torn_rows]})
         if not is_list:
             unlogged = sum(b.column(0).null_count for _, _, b in ins.iter_batches([logged_col], 65536))
             if unlogged:
@@ -491,6 +496,24 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         for k in ("valid_tokens", "tokens_disagreeing"):
             rep.pop(k, None)
     return name_dumps(rep)  # a skipped candidate's message names the dump, not its temporary Parquet
+
+
+def _short_group_rows(rt, group):
+    """A followed step taken without its torn last line (the trainer moved on leaving it half-written): that
+    row's group is recomputed without it, so the rest of the group cannot be checked against what the trainer
+    computed on the whole group. The rows of groups smaller than the step's largest that disagree are taken out
+    of the verdict (``rt`` changed in place: not counted, not listed) -> their row indices (None: no group).
+    A disagreement elsewhere in the step still counts; a step-wide whitening changes every row, and is not
+    excused."""
+    import numpy as np
+
+    if group is None or not group.size:
+        return None
+    sizes = np.bincount(group)  # (the torn row's group is one short of the n every group of the step has)
+    rows = np.flatnonzero((sizes[group] < sizes.max()) & (rt.bad_valid > 0))
+    rt.bad_valid[rows] = 0
+    rt.max_err[rows] = 0.0
+    return rows
 
 
 def name_rows(worst: list[dict], ins) -> None:

@@ -251,6 +251,9 @@ def fingerprint(path: str, size: int) -> str:
     return h.hexdigest()
 
 
+TORN_NOTE = "left out"  # the end of snapshot's note of a torn last line
+
+
 def snapshot(root: str, unit: Unit, into: str, whole: bool = False) -> tuple[dict, list[str]]:
     """Copy the step's complete bytes under ``into`` (the same relative paths, so the format reads them as
     the trainer named them) -> ({relative path: [size taken, mtime_ns, sha256]}, notes). A JSON Lines file
@@ -270,7 +273,7 @@ def snapshot(root: str, unit: Unit, into: str, whole: bool = False) -> tuple[dic
             data = fh.read(st.st_size)
         if p.endswith(TEXT_SUFFIXES) and data and not data.endswith(b"\n") and not whole:
             cut = data.rfind(b"\n") + 1
-            notes.append(f"{p}: torn last line ({len(data) - cut} bytes without a newline) left out")
+            notes.append(f"{p}: torn last line ({len(data) - cut} bytes without a newline) {TORN_NOTE}")
             data = data[:cut]
         with open(dst, "wb") as fh:
             fh.write(data)
@@ -469,7 +472,8 @@ class StepRunner:
         o, st = self.opts, self.state
         rep = audit_dump(specs, st.flavor, self._cfg(), st.native, st.columns, auto_note=st.notes.get("auto_note"),
                          flavor_note=st.notes.get("flavor_note"), against=o.against, rtol=o.rtol, atol=o.atol,
-                         chunk_rows=o.chunk_rows, device=o.device, search=o.search, top=o.top, whole=False)
+                         chunk_rows=o.chunk_rows, device=o.device, search=o.search, top=o.top, whole=False,
+                         torn=unit.torn)
         return rep
 
     def _stats(self, unit: Unit, specs: list[str]) -> dict:
@@ -506,7 +510,8 @@ class StepRunner:
 LEAD = {"run": ("rows",),
         "stats": ("rows", "critic/score/mean", "group_health/overall/solved_share",
                   "group_health/overall/uniform_groups", "group_health/overall/groups"),
-        "audit": ("rows", "agree", "max_abs_diff", "rows_disagreeing", "rows_without_logged_value")}
+        "audit": ("rows", "agree", "max_abs_diff", "rows_disagreeing", "rows_without_logged_value",
+                  "rows_of_torn_groups")}
 
 
 def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
@@ -529,6 +534,10 @@ def step_line(command: str, step: int, rep: dict) -> tuple[str, bool, dict]:
         unchecked = fig("rows_without_logged_value")
         if unchecked:  # prime-rl: traces not shipped (yet): the verdict is over the others
             line += f", {unchecked} row(s) without a logged value (not checked)"
+        torn = fig("rows_of_torn_groups")
+        if torn:  # the rest of the torn line's group: recomputed without that row, so not comparable
+            line += (f", {torn} row(s) of group {', '.join(rep.get('torn_groups') or [])} not checked (the group lost "
+                     "its torn row)")
         if not agree:
             line += f", {fig('rows_disagreeing')} row(s) disagree"
             if rep.get("worst"):
@@ -765,6 +774,7 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
     named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
         taken, notes = snapshot(root, u, tmp, whole)
+        u.torn = any(n.endswith(TORN_NOTE) for n in notes)  # its row's group is short of it (audit: not checked)
         notes = [_renamed_text(n, root, named) for n in notes]  # the torn line's file as the user named it
         rep = runner.run(u, tmp, named)
     except AdvcliError as e:  # its message names the copy: name the user's file instead

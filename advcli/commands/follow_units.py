@@ -22,6 +22,7 @@ class Unit:
     write: Callable[[str], tuple[dict, list[str]]] | None = None
     named_as: str | None = None  # the directory the written copy stands for (None: the followed root)
     through: int | None = None  # the last step its rows hold, where they hold several (a Parquet file of 1 and 2)
+    torn: bool = False  # taken without a torn last line (set when its copy is made)
 
 
 # A format name -> lister(root) -> [Unit], steps ascending; an entry with a ``start(root, settle, after)``

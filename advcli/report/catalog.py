@@ -419,6 +419,8 @@ for _name, _unit, _doc, _where in (
         ("nonfinite_logged", "tokens", "mask=1 tokens whose logged value is NaN or ±inf", ()),
         ("rows_without_logged_value", "rows", "rows whose logged value (one per row) is missing (not checked)",
          ("follow",)),
+        ("rows_of_torn_groups", "rows", "--follow: disagreeing rows of a group whose torn last line the step was "
+         "taken without (recomputed without that row: not checked)", ("follow",)),
         ("groups", "groups", "number of groups of the recomputation", ()),
         ("groups_disagreeing", "groups", "groups holding a row that disagrees", ()),
         ("rows_matching_another_row", "rows", "disagreeing rows whose logged values are another row's of the "

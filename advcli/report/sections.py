@@ -98,6 +98,9 @@ def audit_sections(rep: dict):
                                                 "not read them)"))
     if rep.get("rows_without_logged_value"):
         head.append(("rows without a logged value", f"{rep['rows_without_logged_value']:,} (not checked)"))
+    if rep.get("rows_of_torn_groups"):
+        head.append(("rows not checked", f"{rep['rows_of_torn_groups']:,} of group "
+                                         f"{', '.join(rep.get('torn_groups') or [])}: the group lost its torn row"))
     if rep.get("nonfinite_logged"):
         head.append(("non-finite logged values", f"{rep['nonfinite_logged']:,} mask=1 tokens"))
     if rep.get("files_not_read"):

@@ -139,6 +139,38 @@ def test_the_follows_notes_name_files_as_the_user_named_the_directory(tmp_path, 
     assert code == 2 and "advcli: error: empty: no dump files found" in err, err
 
 
+THREES = [([5, 6], [10, 11], [1, 1], 1.0), ([5, 6], [12], [1], 0.0), ([5, 6], [13, 14], [1, 0], 0.5),
+          ([7, 8], [15], [1], 0.25), ([7, 8], [16, 17], [1, 1], 1.0), ([7, 8], [18], [1], 0.0),
+          ([9], [19, 20], [1, 1], 0.75), ([9], [21], [1], 0.0), ([9], [22, 23], [1, 1], 1.0)]
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_group_that_lost_its_torn_row_is_not_checked(tmp_path, capsys, planted):
+    """The trainer moved on leaving step 1's last line torn: step 1 is taken without that row, so the rest of its
+    group (prompt [9], three rows as logged) is recomputed as a group of two, and NeMo's leave-one-out values of
+    the trainer's whole group were a false DISAGREE naming an innocent row. Those rows are not checked, and said;
+    a disagreement elsewhere in the step still counts."""
+    run = tmp_path / "run"
+    run.mkdir()
+    adv = nemo_grpo([s[3] for s in THREES], [tuple(s[0]) for s in THREES])
+    if planted:
+        adv[4] += 0.5  # group [7, 8]: a whole group, a real disagreement
+    p = tmp_path / "whole.jsonl"
+    nemo_write(p, THREES, 1, advantages=adv)
+    (run / "train_data_step1.jsonl").write_bytes(p.read_bytes()[:-40])
+    nemo_write(run / "train_data_step2.jsonl", THREES, 2)
+    code, out, err = follow(["audit", str(run), "--follow", *SETTLE, "--until-idle", "0.5", "--no-search"], capsys)
+    step1 = lines(out)[0]
+    # (the two rows left of group [9] recomputed alone: 1.0 − 0.75 and 0.75 − 1.0 without a std, not the logged
+    # three-row values: both disagree)
+    assert ", 2 row(s) of group " in step1 and "not checked (the group lost its torn row)" in step1, step1
+    if planted:
+        assert code == 1 and step1.startswith("step 1: 8 rows, DISAGREE") and "1 row(s) disagree" in step1
+        assert f"worst {run / 'train_data_step1.jsonl'}:5 " in step1
+    else:
+        assert code == 0 and step1.startswith("step 1: 8 rows, agree"), step1
+
+
 def test_until_idle_counts_from_the_last_change_and_takes_a_step_still_being_written(tmp_path, capsys):
     """--until-idle counts from the dump's last change, not the last step taken: a step written line by line
     for longer than --until-idle (each line sooner than it) is taken, with its planted row, before stopping."""

@@ -757,7 +757,8 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         if opts.command == "audit":
             tail = f", {st.disagreed} disagreed" + (f" (steps {', '.join(map(str, st.disagreed_steps))})"
                                                     if st.disagreed else "")
-        echo(f"followed {shown}: {st.steps} step(s), last step {st.last_step}{tail}; stopped: {ended}"
+        last = f"last step {st.last_step}" if st.last_step is not None else "none taken"
+        echo(f"followed {shown}: {st.steps} step(s), {last}{tail}; stopped: {ended}"
              + (f"; state in {state_path}" if state_path else ""), err=True)
     if unfinished is not None:
         raise unfinished  # after the summary: exit 2, the step and file named as the one-off command names them

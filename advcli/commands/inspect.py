@@ -210,8 +210,27 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
                                f"columns named with --set 'reward.components=[a,b]'; found {len(comps)})")
         if spec.build is not None:  # estimators.mix: no formula of its own, the weighted sum of others
             note = f'{name} is a weighted sum of the others: --set advcli.mix="0.7*grpo+0.3*rloo"'
+        elif not missing:  # the run's own check under the canonical defaults: a setting it cannot run without
+            note = _needs_a_setting(spec, cmap, names) or note
         out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level}
     return out
+
+
+def _needs_a_setting(spec, cmap, names: list[str]) -> str:
+    """What ``run`` (:meth:`EstimatorSpec.check`, under the canonical defaults) refuses of an estimator this dump's
+    columns can feed: a parameter with no usable default (hierarchical_grpo's ``estimator.episode_agents``), reward
+    components not named (gdpo). The note that says what to set; empty when it runs as it is."""
+    from ..estimators import resolve_params
+
+    comps = [c for c in names if c.startswith("reward/")]
+    try:
+        spec.check(resolve_params(spec, {}), cmap, comps)
+    except AdvcliError as e:
+        named = [c for c in ("acc", "fmt") if c in names]
+        if "reward components" in e.message and named and not comps:
+            return f"{spec.name} runs with its reward components named: --set 'reward.components=[{','.join(named)}]'"
+        return f"{spec.name} runs with a setting: {e.message}" + (f" ({e.hint})" if e.hint else "")
+    return ""
 
 
 def estimator_support(inputs: list[str], columns: list[str]) -> dict[str, dict]:

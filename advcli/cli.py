@@ -9,7 +9,7 @@ import typer
 
 from .commands import helpstyle, register
 from .commands import options as opt
-from .commands.progress import progress
+from .commands.progress import progress, silence_stdout
 from .errors import AdvcliError, caused_by_interrupt
 from .flavors import framework_names
 from .lazy_torch import import_held
@@ -318,17 +318,6 @@ def _interrupted() -> None:
         except (ValueError, OSError):
             pass
     sys.exit(_signal_exit["code"])
-
-
-def silence_stdout() -> None:
-    """stdout's reader has gone: point stdout at /dev/null, so that nothing more (the interpreter's last
-    flush included) fails on it."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
 
 
 def _stdout_reader_gone(started_on: tuple | None) -> bool:

@@ -125,7 +125,7 @@ def filter_cmd(
         try:
             emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
         except BrokenPipeError:  # `advcli filter ... --json | head -1`: the reader left; the filter still completes
-            from ..cli import silence_stdout
+            from .progress import silence_stdout
 
             silence_stdout()
         outputs.commit()

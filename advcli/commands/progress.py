@@ -1,6 +1,7 @@
 """The progress bars of the commands that pass over a whole dump (``run``, ``stats``)."""
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -54,3 +55,14 @@ def progress(show: bool):
 
     cb.bars = prog  # (the live bars, for tests)
     return cb, stop
+
+
+def silence_stdout() -> None:
+    """stdout's reader has gone: point stdout at /dev/null, so that nothing more (the interpreter's last
+    flush included) fails on it. (``run`` and ``filter`` then complete and put their output in place.)"""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -1,7 +1,6 @@
 """The progress bars of the commands that pass over a whole dump (``run``, ``stats``)."""
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -58,11 +57,8 @@ def progress(show: bool):
 
 
 def silence_stdout() -> None:
-    """stdout's reader has gone: point stdout at /dev/null, so that nothing more (the interpreter's last
-    flush included) fails on it. (``run`` and ``filter`` then complete and put their output in place.)"""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
+    """stdout's reader has gone: stdout now writes to /dev/null (``run`` and ``filter`` then complete and put
+    their output in place)."""
+    from ..report.primitives import point_at_devnull
+
+    point_at_devnull(sys.stdout)

@@ -10,6 +10,19 @@ import math
 from typing import Any
 
 
+def point_at_devnull(stream) -> None:
+    """The reader of ``stream`` (stdout, stderr) has gone: its file descriptor now writes to /dev/null, so that
+    nothing more (later messages, the interpreter's last flush) fails on it."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def finite_json(obj: Any) -> Any:
     """``obj`` with every NaN or infinite float written as the string ``"nan"``, ``"inf"``, ``"-inf"``: strict JSON
     has no such numbers, and Python's ``Infinity`` literal is refused by strict parsers (an audit whose logged value

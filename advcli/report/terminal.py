@@ -26,20 +26,16 @@ def stderr_console(**kwargs):
     -1``): the summary is not what the command is for, so the command completes, puts its output in place and
     keeps its exit status (rich's own way is a silent exit 1, which lost filter's output). stderr is pointed
     at /dev/null, so that later messages, and the interpreter's last flush, do not fail on it."""
-    import os
     import sys
 
     from rich.console import Console
 
+    from .primitives import point_at_devnull
+
     class _QuietConsole(Console):
         def on_broken_pipe(self) -> None:
             self.quiet = True
-            try:
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stderr.fileno())
-                os.close(devnull)
-            except (OSError, ValueError):
-                pass
+            point_at_devnull(sys.stderr)
 
     kwargs.setdefault("emoji", False)
     return _QuietConsole(stderr=True, **kwargs)

@@ -412,7 +412,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             rep["groups_disagreeing"] = int(gbad.size)
         if torn_rows is not None and torn_rows.size:
             rep["rows_of_torn_groups"] = int(torn_rows.size)
-            rep["torn_groups"] = sorted({str(group_ids[g]) if group_ids else int(g) for g in group[torn_rows]})
+            rep["torn_groups"] = sorted({str(group_ids[g] if group_ids else g) for g in group[torn_rows]})
         if not is_list:
             unlogged = sum(b.column(0).null_count for _, _, b in ins.iter_batches([logged_col], 65536))
             if unlogged:

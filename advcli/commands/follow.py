@@ -251,7 +251,7 @@ def fingerprint(path: str, size: int) -> str:
     return h.hexdigest()
 
 
-TORN_NOTE = "left out"  # the end of snapshot's note of a torn last line
+TORN_NOTE = "torn last line"  # snapshot's note of a line left out
 
 
 def snapshot(root: str, unit: Unit, into: str, whole: bool = False) -> tuple[dict, list[str]]:
@@ -273,7 +273,7 @@ def snapshot(root: str, unit: Unit, into: str, whole: bool = False) -> tuple[dic
             data = fh.read(st.st_size)
         if p.endswith(TEXT_SUFFIXES) and data and not data.endswith(b"\n") and not whole:
             cut = data.rfind(b"\n") + 1
-            notes.append(f"{p}: torn last line ({len(data) - cut} bytes without a newline) {TORN_NOTE}")
+            notes.append(f"{p}: {TORN_NOTE} ({len(data) - cut} bytes without a newline) left out")
             data = data[:cut]
         with open(dst, "wb") as fh:
             fh.write(data)
@@ -775,7 +775,7 @@ def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, o
     named = u.named_as or shown  # the step's files named as the user gave the directory, as a one-off run names them
     try:
         taken, notes = snapshot(root, u, tmp, whole)
-        u.torn = any(n.endswith(TORN_NOTE) for n in notes)  # its row's group is short of it (audit: not checked)
+        u.torn = any(TORN_NOTE in n for n in notes)  # its row's group is short of it (audit: not checked)
         notes = [_renamed_text(n, root, named) for n in notes]  # the torn line's file as the user named it
         rep = runner.run(u, tmp, named)
     except AdvcliError as e:  # its message names the copy: name the user's file instead

@@ -27,7 +27,9 @@ def load_modules(package: str, path: Iterable[str], attr: str | None = None, ski
 def lazy_exports(package: str, namespace: dict, where: dict[str, str]) -> Callable[[str], Any]:
     """A package's module ``__getattr__`` (PEP 562): each name of ``where`` imported from its module (a path
     relative to ``package``) when first read, then kept in the package's ``namespace``; any other name is an
-    AttributeError. ``__getattr__ = lazy_exports(__name__, globals(), {"name": ".module", ...})``."""
+    AttributeError. ``__getattr__ = lazy_exports(__name__, globals(), {"name": ".module", ...})``. A name must not
+    also be a submodule's: once that submodule is imported (the server's preload imports them all) the package
+    attribute is the module and ``__getattr__`` is never asked."""
 
     def __getattr__(name: str) -> Any:
         if name not in where:
@@ -36,4 +38,5 @@ def lazy_exports(package: str, namespace: dict, where: dict[str, str]) -> Callab
         namespace[name] = value
         return value
 
+    __getattr__.names = tuple(where)  # (a test checks none is also a submodule's name: see its docstring)
     return __getattr__

@@ -423,7 +423,8 @@ def inspect_cmd(
     ("Show a dump's schema, column roles, rows, tokens, length and group-size distributions, and the estimators "
      "it can feed.")
     from ..config import parse_column_maps
-    from ..formats import describe, open_inputs, print_dump
+    from ..formats import open_inputs
+    from ..formats.describe import describe, print_dump
 
     inputs = open_inputs(inputs, from_, synth_mask=False, read_ahead=False)  # trainer dumps -> canonical Parquet
     data = suggest(describe(inspect_data(inputs, parse_column_maps(column)), inputs), inputs)

@@ -55,11 +55,11 @@ from .response_level import (
 )
 
 # loaded on first use: a run on advcli's own Parquet neither converts a dump nor describes one
-_LAZY = {"convert": ".conversion", "ImportInfo": ".conversion", "describe": ".describe", "print_dump": ".describe",
-         "row_constant_note": ".describe"}
+_LAZY = {"convert": ".conversion", "ImportInfo": ".conversion", "print_dump": ".describe",
+         "row_constant_note": ".describe"}  # (describe() itself: from .describe, the submodule's name)
 __getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
-__all__ = ["describe", "print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
+__all__ = ["print_dump", "Format", "Context", "FORMATS", "get", "names", "discover", "convert",
            "open_inputs", "check_config", "drop_token_figures", "no_token_data", "implied_settings", "finish_outputs",
            "name_sources", "name_dump_rows", "unread_files",
            "info_for", "source_of",

@@ -129,6 +129,23 @@ def test_stdout_and_stderr_are_the_callers_with_its_environment(server, tmp_path
     assert reports[0] == reports[1]
 
 
+@pytest.mark.parametrize("args", [["inspect", SAMPLE], ["inspect", SAMPLE, "--json"], ["validate", SAMPLE],
+                                  ["explain", "--flavor", "nemo"], ["stats", SAMPLE, "--json"]])
+def test_every_command_prints_what_a_fresh_process_prints(server, args):
+    """inspect crashed through the server ('module' object is not callable): the server imports every module,
+    and advcli.formats.describe, the submodule, hid the lazily exported describe() of the same name."""
+    a = cli(*args, env=server.env, server="off")
+    b = cli(*args, env=server.env, server="require")
+    assert a.returncode == 0, a.stderr
+    drop = ("created", "seconds", "timings")
+    if "--json" in args:
+        assert ({k: v for k, v in json.loads(b.stdout).items() if k not in drop}
+                == {k: v for k, v in json.loads(a.stdout).items() if k not in drop})
+    else:
+        assert b.stdout == a.stdout
+    assert b.returncode == 0, b.stderr
+
+
 def test_errors_usage_errors_and_their_status_are_the_same(server, tmp_path):
     for args in (["run", tmp_path / "missing.parquet", "-o", tmp_path / "o.parquet"],
                  ["run", SAMPLE, "--no-such-option"],

@@ -181,6 +181,7 @@ def run(
 
         try:
             emit(rep, report, json_out, show)
+            sys.stdout.flush()  # (the report's last bytes may still be buffered: a closed pipe shows here)
         except BrokenPipeError:  # `advcli run ... --json | head -1`: the reader left; the run still completes
             silence_stdout()
         opt.send_to_trackers(rep, trackers, quiet)  # --log: before the outputs are put in place

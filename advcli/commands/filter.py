@@ -6,6 +6,8 @@ group and batch statistic as if the dropped groups had never been sampled (DAPO'
 """
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from ..errors import AdvcliError
@@ -124,6 +126,7 @@ def filter_cmd(
         summary = name_dumps(summary)  # the dumps the user gave, not their temporary Parquet
         try:
             emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
+            sys.stdout.flush()  # (the report's last bytes may still be buffered: a closed pipe shows here)
         except BrokenPipeError:  # `advcli filter ... --json | head -1`: the reader left; the filter still completes
             from .progress import silence_stdout
 

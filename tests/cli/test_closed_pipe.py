@@ -77,3 +77,19 @@ def test_a_closed_stderr_keeps_each_commands_exit_status(tmp_path):
     assert p.returncode == 0 and '"agree": true' in p.stdout  # GRPO's returns are its advantages
     p = with_closed_stderr("audit", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo")
     assert p.returncode == 1
+
+
+@pytest.mark.parametrize("command", [["run"], ["filter", "--drop-uniform"]])
+def test_a_reader_that_leaves_mid_report_still_gets_the_output_in_place(tmp_path, command):
+    """`advcli run ... --json | head -c 10`: the reader leaves after the report's first bytes. The report's last
+    buffered bytes were flushed only after the output was put in place, and that flush's broken pipe made it
+    exit 141 (the output in place, the status saying otherwise). Exit 0, as when the reader left first."""
+    out = tmp_path / "o.parquet"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout block-buffered, as by default
+    p = subprocess.Popen([sys.executable, "-m", "advcli", command[0], SAMPLE, "-o", str(out), *command[1:], "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert p.stdout.read(10)
+    p.stdout.close()
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert out.exists()

@@ -59,17 +59,23 @@ class _HeldLoader:
         return getattr(self._loader, name)
 
 
-class _FirstTorchImport:
-    """A finder on ``sys.meta_path`` for ``torch`` alone, until torch is loaded: the spec the other finders give,
-    with its loader wrapped in :class:`_HeldLoader` (a mere ``importlib.util.find_spec("torch")`` gets the same
-    and loads nothing)."""
+# The imports held (:func:`import_held`): torch's, and pandas', whose C extensions import their parts as they
+# initialise: a Ctrl-C there was lost (pandas went on) or left pandas half-imported ('partially initialized
+# module pandas has no attribute _pandas_datetime_CAPI', an internal error) while `advcli stats` imported it.
+HELD_IMPORTS = ("torch", "pandas")
+
+
+class _FirstHeavyImport:
+    """A finder on ``sys.meta_path`` for the modules of :data:`HELD_IMPORTS` alone, each until it is loaded: the
+    spec the other finders give, with its loader wrapped in :class:`_HeldLoader` (a mere
+    ``importlib.util.find_spec("torch")`` gets the same and loads nothing)."""
 
     def __init__(self, hold: Callable[[], AbstractContextManager]):
         self.hold = hold
         self._asking = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch" or self._asking or "torch" in sys.modules:
+        if name not in HELD_IMPORTS or self._asking or name in sys.modules:
             return None
         import importlib.util
 
@@ -83,6 +89,14 @@ class _FirstTorchImport:
         return spec
 
 
+def import_pandas() -> None:
+    """Import pandas here, from Python, before pyarrow does: ``Array.to_numpy(zero_copy_only=False)`` imports it
+    from pyarrow's compiled code the first time it converts, and a Ctrl-C held through that import (:func:`import_held`)
+    and raised again at its end was lost there (the command ran to its end). ``advcli stats`` and ``filter``
+    call it before they read; ``run`` never imports pandas."""
+    import pandas  # noqa: F401
+
+
 @contextmanager
 def import_held(hold: Callable[[], AbstractContextManager]) -> Iterator[None]:
     """Within: the first ``import torch``, wherever it happens, runs inside ``hold()`` (the command line passes
@@ -94,10 +108,10 @@ def import_held(hold: Callable[[], AbstractContextManager]) -> Iterator[None]:
     half-imported numpy until an unrelated error (``module 'numpy' has no attribute 'nonzero'``). Held, the
     Ctrl-C stops the command as soon as torch is loaded (its import takes 1-3 s). Process-wide signal
     handling: the command line's, never the library's. Nothing is installed when torch is already loaded."""
-    if "torch" in sys.modules:
+    if all(name in sys.modules for name in HELD_IMPORTS):
         yield
         return
-    finder = _FirstTorchImport(hold)
+    finder = _FirstHeavyImport(hold)
     sys.meta_path.insert(0, finder)
     try:
         yield

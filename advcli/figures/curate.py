@@ -511,6 +511,9 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     import pyarrow as pa
 
     from ..io.arrays import keys_codes, numeric
+    from ..lazy_torch import import_pandas
+
+    import_pandas()  # (not first in pyarrow's compiled code, where a Ctrl-C raised at its end was lost)
 
     file0 = ins.paths[0]
     pid = None if block_size else cmap.require("prompt_id", "groups are the rows sharing a prompt_id (within a step)")

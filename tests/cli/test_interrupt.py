@@ -20,7 +20,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, interrupted_once_created, run_main
+from conftest import ROOT, SAMPLE, interrupted_once_created, run_main
 
 from advcli.sample import make_table
 
@@ -494,21 +494,23 @@ builtins.COMPLETE = True
 """
 
 
+@pytest.mark.parametrize("module, first_use", [("torch", "torch.anything_at_all  # the lazy proxy imports it"),
+                                               ("pandas", "import pandas; pandas.anything_at_all")])
 @pytest.mark.parametrize("held", [True, False])
-def test_a_ctrl_c_while_torch_imports_is_held_until_it_is_loaded(tmp_path, held):
-    """The command line imports torch with SIGINT held (advcli.lazy_torch.import_held with
-    advcli.io.commit.shielded): the signal is not raised inside torch's import, where torch swallows it, but
-    once torch is loaded, so the command stops there. Without the hold (the control) the import swallows it and
-    the command would go on."""
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+def test_a_ctrl_c_while_torch_imports_is_held_until_it_is_loaded(tmp_path, held, module, first_use):
+    """The command line imports torch and pandas with SIGINT held (advcli.lazy_torch.import_held with
+    advcli.io.commit.shielded): the signal is not raised inside their import, where their C extensions swallow
+    it (pandas: or are left half-imported), but once the module is loaded, so the command stops there. Without
+    the hold (the control) the import swallows it and the command would go on."""
+    (tmp_path / module).mkdir()
+    (tmp_path / module / "__init__.py").write_text(FAKE_TORCH)
     code = ("import builtins, sys\n"
             "from advcli.io.commit import shielded\n"
             "from advcli.lazy_torch import import_held, torch\n"
             f"hold = import_held(shielded) if {held} else __import__('contextlib').nullcontext()\n"
             "try:\n"
             "    with hold:\n"
-            "        torch.anything_at_all  # the lazy proxy's first use imports torch\n"
+            f"        {first_use}\n"
             "    print('went on')\n"
             "except KeyboardInterrupt:\n"
             "    print('interrupted')\n"
@@ -522,8 +524,34 @@ def test_a_ctrl_c_while_torch_imports_is_held_until_it_is_loaded(tmp_path, held)
     outcome, state = r.stdout.split("\n")[:2]
     swallowed, complete, first_finder = state.split()
     assert complete == "True"  # torch's import ran to its end either way
-    assert first_finder != "_FirstTorchImport"  # the finder is gone once the hold ends
+    assert first_finder != "_FirstHeavyImport"  # the finder is gone once the hold ends
     if held:
         assert (outcome, swallowed) == ("interrupted", "False")
     else:
         assert (outcome, swallowed) == ("went on", "True")
+
+
+@pytest.mark.parametrize("argv", [["stats", SAMPLE], ["filter", SAMPLE, "-o", "{tmp}/f.parquet", "--drop-uniform"]])
+def test_pandas_is_first_imported_by_advcli_not_inside_pyarrow(tmp_path, argv):
+    """pyarrow's compiled Array.to_numpy imports pandas the first time it converts; a Ctrl-C held through that
+    import (import_held) and raised again at its end was lost there: `advcli stats` ran to its end, exit 0, its
+    report written. stats and filter import pandas themselves first, from Python, where the Ctrl-C stops them."""
+    code = ("import builtins, sys, traceback\n"
+            "first = []\n"
+            "real = builtins.__import__\n"
+            "def spy(name, globals=None, *a, **k):\n"
+            "    if name == 'pandas' and 'pandas' not in sys.modules and not first:\n"
+            "        first.append(traceback.extract_stack()[-2].line)  # the line the import ran from\n"
+            "    return real(name, globals, *a, **k)\n"
+            "builtins.__import__ = spy\n"
+            f"sys.argv = ['advcli', *{[a.replace('{tmp}', str(tmp_path)) for a in argv]!r}, '-q']\n"
+            "from advcli._entry import main\n"
+            "try:\n"
+            "    main()\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print('FIRST', first)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    said = [ln for ln in r.stdout.splitlines() if ln.startswith("FIRST")]
+    assert said and said[0].startswith("FIRST ['import pandas"), (r.stdout, r.stderr)  # not '... .to_numpy(...)'

@@ -272,11 +272,13 @@ def compare_cmd(
                                      lambda i, label: typer.echo(f"{'AB'[i]}: {label} ...", err=True))
     else:
         raise AdvcliError(f"compare: expected two outputs or one dump, got {len(paths)} paths")
-    res = name_dumps(res)  # the dumps the user gave, not their temporary Parquet
+    from ..version import stamp
+
+    res = stamp(name_dumps(res), "compare")  # the dumps the user gave; the header every report starts with
     if json_out:
         from ..report.primitives import to_json
 
         typer.echo(to_json(res))
     else:
         print_comparison(res)
-    opt.send_to_trackers({"command": "compare", **res}, trackers)
+    opt.send_to_trackers(res, trackers)

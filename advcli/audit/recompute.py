@@ -180,7 +180,9 @@ def _flat(batch, col: str, is_list: bool, offs_mask, where: tuple[str, int] | No
             bad = int(np.flatnonzero(np.diff(o) != np.diff(offs_mask))[0]) if o.size == offs_mask.size else 0
             file, row0 = where if where is not None else ("the recomputation", 0)
             n_col, n_mask = int(o[bad + 1] - o[bad]), int(offs_mask[bad + 1] - offs_mask[bad])
-            raise AdvcliError(f"{file}: row {row0 + bad}: column {col!r} has length {n_col}, its response mask "
+            has = "no value (null: the field is missing)" if arr.is_null().to_numpy(zero_copy_only=False)[bad] \
+                else f"length {n_col}"
+            raise AdvcliError(f"{file}: row {row0 + bad}: column {col!r} has {has}, its response mask "
                               f"length {n_mask}",
                               hint="the logged advantages must hold one value per token of the response (or one "
                                    "per row); map another column with --against")

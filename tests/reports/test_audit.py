@@ -399,6 +399,24 @@ def test_a_step_file_the_audit_left_out_is_said(tmp_path, capsys):
     assert code == 0 and "left out, not read" in err and "(empty) (not audited)" in " ".join(err.split())
 
 
+def test_a_record_without_its_logged_field_is_said_missing(tmp_path, capsys):
+    """A NeMo record without 'advantages' was 'has length 0, its response mask length 3': the field is missing."""
+    import test_format_nemo as nemo
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    nemo.write_step(d / "train_data_step1.jsonl", nemo.SAMPLES, 1)
+    lines = (d / "train_data_step1.jsonl").read_text().splitlines()
+    rec = json.loads(lines[1])
+    del rec["advantages"]
+    lines[1] = json.dumps(rec)
+    (d / "train_data_step1.jsonl").write_text("\n".join(lines) + "\n")
+    code, out, err = main_rc(capsys, "audit", str(d), "--no-search", "--device", "cpu")
+    assert code == 2, (out, err)
+    assert f"{d / 'train_data_step1.jsonl'}:2" in err
+    assert "has no value (null: the field is missing), its response mask length 2" in " ".join(err.split())
+
+
 def test_trl_dump_audited_with_its_own_flavor(tmp_path, capsys):
     """With no --flavor, a TRL completions dump is recomputed with TRL's GRPO (ε = 1e-4), which its logged
     `advantage` column matches (test_format_trl.trl_grpo, from TRL's formula); verl's GRPO (ε = 1e-6)

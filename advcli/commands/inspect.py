@@ -203,23 +203,25 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
         if spec.min_components:  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
             comps = [c for c in names if c.startswith("reward/")]
             named = [c for c in ("acc", "fmt") if c in names]  # components the run is told of by name
-            if len(comps) < spec.min_components <= len(named):
-                note = f"{name} runs with its reward components named: --set 'reward.components=[{','.join(named)}]'"
-            elif len(comps) < spec.min_components:
+            if len(comps) < spec.min_components and len(named) < spec.min_components:  # (else: named, below)
                 missing.append(f"{spec.min_components} or more reward components (reward/<name> columns, or "
                                f"columns named with --set 'reward.components=[a,b]'; found {len(comps)})")
+        refused = False
         if spec.build is not None:  # estimators.mix: no formula of its own, the weighted sum of others
-            note = f'{name} is a weighted sum of the others: --set advcli.mix="0.7*grpo+0.3*rloo"'
+            missing = ['needs its terms, a weighted sum of the others: --set advcli.mix="0.7*grpo+0.3*rloo"']
+            refused = True
         elif not missing:  # the run's own check under the canonical defaults: a setting it cannot run without
-            note = _needs_a_setting(spec, cmap, names) or note
-        out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level}
+            needs = _needs_a_setting(spec, cmap, names)
+            if needs:
+                missing, refused = [needs], True
+        out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level, "refused": refused}
     return out
 
 
 def _needs_a_setting(spec, cmap, names: list[str]) -> str:
     """What ``run`` (:meth:`EstimatorSpec.check`, under the canonical defaults) refuses of an estimator this dump's
     columns can feed: a parameter with no usable default (hierarchical_grpo's ``estimator.episode_agents``), reward
-    components not named (gdpo). The note that says what to set; empty when it runs as it is."""
+    components not named (gdpo): the reason, with the setting that makes it run; empty when it runs as it is."""
     from ..estimators import resolve_params
 
     comps = [c for c in names if c.startswith("reward/")]
@@ -228,8 +230,8 @@ def _needs_a_setting(spec, cmap, names: list[str]) -> str:
     except AdvcliError as e:
         named = [c for c in ("acc", "fmt") if c in names]
         if "reward components" in e.message and named and not comps:
-            return f"{spec.name} runs with its reward components named: --set 'reward.components=[{','.join(named)}]'"
-        return f"{spec.name} runs with a setting: {e.message}" + (f" ({e.hint})" if e.hint else "")
+            return f"needs its reward components named: --set 'reward.components=[{','.join(named)}]'"
+        return f"needs a setting: {e.message}" + (f" ({e.hint})" if e.hint else "")
     return ""
 
 

@@ -357,8 +357,8 @@ def test_inspect_says_how_gdpo_loo_runs_and_counts_the_dump_files(tmp_path, caps
     code, out, err = run_main(["inspect", sample_path], capsys)
     assert code == 0, err
     flat = " ".join(out.split())
-    assert "cannot feed gdpo_loo" not in flat
-    assert "gdpo_loo runs with its reward components named: --set 'reward.components=[acc,fmt]'" in flat
+    # not fed under the canonical defaults (what inspect's lists are), and the setting that feeds it is named
+    assert "cannot feed gdpo_loo: needs its reward components named: --set 'reward.components=[acc,fmt]'" in flat
     # ... and it does
     code, _, err = run_main(["run", sample_path, "-o", tmp_path / "g.parquet", "--flavor", "advcli", "--set",
                              "estimator.name=gdpo_loo", "--set", "reward.components=[acc,fmt]", "-q"], capsys)

@@ -46,6 +46,14 @@ def _specs(inputs) -> list:
     return [inputs]
 
 
+def _dump_rows(message: str) -> str:
+    """A message naming a converted trainer dump's temporary Parquet, naming the dump's file and line instead (as
+    the command line's error does: :func:`advcli.formats.name_dump_rows`)."""
+    from .formats import name_dump_rows
+
+    return name_dump_rows(message)
+
+
 def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> None:
     """The call's arguments of the wrong kind refused as the command refuses its options, naming the keyword:
     a flavor that is not a name, settings that are not a mapping, a column role advcli does not know (a
@@ -114,7 +122,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     trackers = _trackers(log, log_project, log_name, log_step_offset)  # checked before any work
     estimator = _user_estimator(estimator)
     given = _specs(inputs)
-    with FrameInputs() as frames:
+    with FrameInputs(_dump_rows) as frames:
         specs = open_inputs([frames.path(s) for s in given], source)  # trainer dumps -> canonical Parquet
         keep_rows = output is None and any(frame_kind(s) for s in given)  # rows back in memory
         target = frames.output_path() if keep_rows else (None if output is None else str(output))
@@ -154,7 +162,7 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
     from .runs.stats import file_statistics
 
     _check_arguments(columns=columns, chunk_rows=chunk_rows)
-    with FrameInputs() as frames:
+    with FrameInputs(_dump_rows) as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
         rep = frames.named(name_dumps(file_statistics(specs, columns or {}, chunk_rows, padded=padded)))
     return StatsResult(rep)
@@ -205,7 +213,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     _check_arguments(flavor, settings, columns, chunk_rows)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
     estimator = _user_estimator(estimator)
-    with FrameInputs() as frames:
+    with FrameInputs(_dump_rows) as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
         # the command's resolution (advcli.commands.resolve: resolve_run), option for option; without a flavor, the
         # dump's trainer's
@@ -271,7 +279,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
             if config is not None and c.get("config") is None:
                 c["config"] = str(config)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
-    with FrameInputs() as frames:
+    with FrameInputs(_dump_rows) as frames:
         several = b is None and isinstance(a, (list, tuple))  # one dump of several files, as run takes it
         paths = open_inputs([frames.path(x) for x in (list(a) if several else [a] if b is None else [a, b])], source)
         dump = paths if several else paths[0]

@@ -69,7 +69,10 @@ def validate_cmd(
         name_sources(result)
     except AdvcliError as e:
         if json_out:
-            typer.echo(json.dumps({"valid": False, "error": e.message, "hint": e.hint}))
+            from ..formats import name_dump_rows  # the dump's file and line, as the error on stderr names them
+
+            typer.echo(json.dumps({"valid": False, "error": name_dump_rows(e.message),
+                                   "hint": name_dump_rows(e.hint) if e.hint else e.hint}))
         raise
     diags = [d for d in (getattr(result, "diagnostics", None) or []) if d.get("count")]
     est = result.config["estimator"]["name"]

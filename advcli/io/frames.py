@@ -66,9 +66,10 @@ class FrameInputs:
     to a temporary Parquet file); ``frames.output_path()`` a temporary output beside them; ``frames.named(obj)``
     a report or message with the temporary paths replaced by the tables' names."""
 
-    def __init__(self):
+    def __init__(self, rename=None):
         self.directory: str | None = None
         self.names: dict[str, str] = {}  # temporary path -> the table's name in messages
+        self.rename = rename  # message -> message: a converted dump's temporary Parquet named as the dump
 
     def __enter__(self) -> FrameInputs:
         return self
@@ -77,7 +78,9 @@ class FrameInputs:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
         if isinstance(error, AdvcliError):  # the message names the table the user passed (the call's keywords,
-            error.message = self.named(error.message)  # columns=..., not --column: advcli._in_library_words)
+            if self.rename is not None:  # columns=..., not --column: advcli._in_library_words) and the dump's file
+                error.message = self.rename(error.message)  # and line, as the command line names them
+            error.message = self.named(error.message)
             error.hint = self.named(error.hint) if error.hint else error.hint
             error.args = (error.message,)
 

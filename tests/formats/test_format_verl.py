@@ -244,7 +244,18 @@ def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):
     code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl",
                              "--set", "algorithm.adv_estimator=grpo"], capsys)
     assert code == 2, err
-    assert f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump" in err and "advcli-import" not in err
+    said = f"{d / '2.jsonl'}:5: column 'reward', row 16 of the dump"
+    assert said in err and "advcli-import" not in err
+    # validate --json and the library say it in the same words (they named the deleted temporary Parquet)
+    code, out, err = run_main(["validate", d, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo", "--json"],
+                              capsys)
+    assert code == 2 and json.loads(out)["error"].startswith(said), out
+    import advcli
+    from advcli.errors import AdvcliError
+
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(str(d), None, flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
+    assert e.value.message.startswith(said) and "advcli-import" not in str(e.value)
 
 
 def run_multi_output(tmp_path, capsys, estimator: str):

@@ -89,14 +89,6 @@ class _FirstHeavyImport:
         return spec
 
 
-def import_pandas() -> None:
-    """Import pandas here, from Python, before pyarrow does: ``Array.to_numpy(zero_copy_only=False)`` imports it
-    from pyarrow's compiled code the first time it converts, and a Ctrl-C held through that import (:func:`import_held`)
-    and raised again at its end was lost there (the command ran to its end). ``advcli stats`` and ``filter``
-    call it before they read; ``run`` never imports pandas."""
-    import pandas  # noqa: F401
-
-
 @contextmanager
 def import_held(hold: Callable[[], AbstractContextManager]) -> Iterator[None]:
     """Within: the first ``import torch``, wherever it happens, runs inside ``hold()`` (the command line passes

@@ -510,8 +510,7 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     ``grouping.by=position``), named by their first row; the prompt_id column is not read."""
     import pyarrow as pa
 
-    from ..io.arrays import keys_codes, numeric
-    from ..lazy_torch import import_pandas
+    from ..io.arrays import import_pandas, keys_codes, numeric
 
     import_pandas()  # (not first in pyarrow's compiled code, where a Ctrl-C raised at its end was lost)
 

@@ -55,6 +55,14 @@ def numeric(arr, name: str, file: str) -> np.ndarray:
     return np.asarray(arr.to_numpy(zero_copy_only=False))
 
 
+def import_pandas() -> None:
+    """Import pandas here, from Python, before pyarrow does: ``Array.to_numpy(zero_copy_only=False)`` imports it
+    from pyarrow's compiled code the first time it converts, and a Ctrl-C held through that import
+    (:func:`advcli.lazy_torch.import_held`) and raised again at its end was lost there (the command ran to its
+    end). ``advcli stats`` and ``filter`` call it before they read; ``run`` never imports pandas."""
+    import pandas  # noqa: F401
+
+
 def keys_codes(arr) -> tuple[np.ndarray, np.ndarray]:
     """(codes [R] in first-appearance order, unique values) of a key column."""
     import pandas as pd

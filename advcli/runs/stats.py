@@ -32,7 +32,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     import numpy as np
     import pyarrow as pa
 
-    from ..lazy_torch import import_pandas
+    from ..io.arrays import import_pandas
 
     import_pandas()  # (not first in pyarrow's compiled code, where a Ctrl-C raised at its end was lost)
     from ..config.columns import resolve_columns

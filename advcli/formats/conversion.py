@@ -59,6 +59,10 @@ class ImportInfo:
     # the converted Parquet's footer under SHOWN_KEY
     shown_settings: dict = field(default_factory=dict)
     unread: list = field(default_factory=list)  # the data files left out (discovery.Found.unread), "path (why)"
+    # what the reader met that makes some values not the trainer's (records.tally_note: sampled tokens without a
+    # log-prob, traces without a score) or left data out (fields first seen after the first batch): notes that
+    # run's and validate's warnings repeat
+    warnings: tuple = ()
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
@@ -177,11 +181,13 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
             raise disk_full(os.path.dirname(os.path.abspath(output)), "the converted dump") from None
         raise
     notes = list(ctx.notes)
+    warnings = [notes[s] for s in ctx.state.get("warning_slots", [])]
     if padding:
         notes.append(PADDING_NOTE.format(n=padding))
     if dropped:
         notes.append(f"field(s) {', '.join(sorted(dropped))} first appear after the first {batch_rows} rows and "
                      "were left out")
+        warnings.append(notes[-1])
     return ImportInfo(format=f.name, title=f.title, level=f.level, group_rule=f.group_rule, source=spec,
                       files=found.files, skipped=found.skipped, unread=found.unread, rows=rows_total, output=output,
                       notes=notes,
@@ -191,7 +197,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       reward_notes=tuple(ctx.state.get("reward_notes", ())),
                       shown_settings=dict(ctx.state.get("shown_settings", {})),
                       logged_decimals=ctx.state.get("logged_decimals"), padding=padding, run_config=saved,
-                      run_config_path=saved_path)
+                      run_config_path=saved_path, warnings=tuple(warnings))
 
 
 def saved_run_config(f: Format, files: list[str]) -> tuple[str, dict]:

@@ -108,11 +108,14 @@ def number_list(ctx: Context, line: int | None, value, field: str, what: str, wh
 
 def tally_note(ctx: Context, key: str, first: str, say, add: int = 1) -> None:
     """One note that counts what a reader met ``add`` more times: a slot of ``ctx.notes`` rewritten as the count
-    grows, ``say(count, first)``, ``first`` being where it was met first (later calls' ``first`` is not kept)."""
+    grows, ``say(count, first)``, ``first`` being where it was met first (later calls' ``first`` is not kept).
+    Besides convert's and inspect's notes, it is a warning of a run or validate of the dump
+    (``ImportInfo.warnings``)."""
     count, at, slot = ctx.state.get(("tally", key), (0, first, None))
     if slot is None:
         slot = len(ctx.notes)
         ctx.notes.append("")
+        ctx.state.setdefault("warning_slots", []).append(slot)  # what the reader met: a run's warning too
     ctx.state[("tally", key)] = (count + add, at, slot)
     ctx.notes[slot] = say(count + add, at)
 

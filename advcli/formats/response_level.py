@@ -80,9 +80,13 @@ def name_sources(result) -> None:
     if result is None:
         return
     drop_result_token_figures(result, list(getattr(result, "inputs", None) or []))
-    unread = unread_files(getattr(result, "inputs", None) or [])
+    inputs = getattr(result, "inputs", None) or []
+    unread = unread_files(inputs)
     if unread and getattr(result, "warnings", None) is not None:  # data files the run did not read: said, not silent
         result.warnings = [*result.warnings, *(f"left out of the dump, not read: {x}" for x in unread)]
+    met = [w for p in inputs if p in IMPORTED for w in getattr(IMPORTED[p], "warnings", ())]
+    if met and getattr(result, "warnings", None) is not None:  # what the reader met (tokens without a log-prob ...)
+        result.warnings = [*result.warnings, *met]
     if getattr(result, "inputs", None):
         result.inputs = [source_of(p) for p in result.inputs]
     for attr in ("warnings", "diagnostics"):

@@ -6,6 +6,7 @@ the message, and that nothing wrong or partial was written. docs/errors.md lists
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pyarrow as pa
@@ -443,6 +444,13 @@ def test_primerl_missing_logprobs_and_rewards_are_said(tmp_path, capsys):
     assert code == 0, err
     assert "1 sampled token(s) have no log-prob in the dump (first: trace t00" in err, err
     assert "1 trace(s) have no reward score (first: trace t01, line 2)" in err, err
+    # run and validate warn of them too (they said nothing; a KL on the rollout log-probs reads those zeros)
+    for cmd in (["run", str(src), "-o", str(tmp_path / "r.parquet"), "--json"], ["validate", str(src), "--json"]):
+        code, out, err = run_main(cmd, capsys)
+        assert code == 0, err
+        warnings = json.loads(out)["warnings"]
+        assert any(w.startswith("1 sampled token(s) have no log-prob in the dump (first: trace t00") for w in warnings)
+        assert any(w.startswith("1 trace(s) have no reward score (first: trace t01, line 2)") for w in warnings)
 
 
 def test_deeply_nested_json_is_a_refusal_not_a_recursion_error(tmp_path, capsys):

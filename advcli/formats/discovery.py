@@ -208,15 +208,15 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
         if f is not None and f is not chosen:
             raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",
                               hint="one run reads one format: move it out, or point advcli at one dump directory")
+        if os.path.getsize(p) == 0:  # (before a format's own reader: a 0-byte slime .pt is empty, not truncated)
+            leave_out(f"{p} (empty)")
+            continue
         if chosen.refuse is not None:
             why = chosen.refuse(p)
             if why:
                 raise AdvcliError(f"{p}: {why}")
         first = (chosen.first_record or first_json_record)(p)
         if first is None:
-            if os.path.getsize(p) == 0:
-                leave_out(f"{p} (empty)")
-                continue
             if forced is not None and not forced.pattern.endswith(r"\.parquet$") and _is_parquet(p):
                 raise AdvcliError(f"{p}: a Parquet file, not a {forced.title} file (--from {forced.name})",
                                   hint="without --from, a Parquet file is read as advcli's own layout (or as TRL's "

@@ -1,6 +1,7 @@
 """slime-pt: slime's --save-debug-rollout-data files, built here from the Sample field list of
 spec/dumps.md §6.1 (torch.save of {"rollout_id", "samples": [dict]}). Expected advantages computed
 independently: verl GRPO ((s − μ_g)/(σ_g unbiased + 1e-6), × mask)."""
+import json
 import math
 import pickle
 
@@ -158,7 +159,6 @@ def test_removed_sample_mask_zeroed_and_teacher_read(tmp_path, capsys):
     (lambda b: b[:-30], "not a complete torch.save archive"),
     (lambda b: bytes(range(256)) * 4, "not a torch.save file"),
     (lambda b: pickle.dumps({"rollout_id": 0, "samples": []}, protocol=4)[:-6], "a pickle cut short"),
-    (lambda b: b"", "truncated or not a torch.save file"),
 ])
 def test_a_truncated_or_corrupt_pt_is_said_to_be_so(tmp_path, capsys, damage, said):
     """A .pt cut short (a run killed while saving) or overwritten with other bytes was said to need Python
@@ -171,6 +171,23 @@ def test_a_truncated_or_corrupt_pt_is_said_to_be_so(tmp_path, capsys, damage, sa
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
     assert code == 2 and f"{f}: " in err and said in err and "truncated" in err, err
     assert "unpickling" not in err and "weights_only" not in err and not out.exists()
+
+
+def test_an_empty_pt_is_left_out_saying_so_as_every_format_leaves_an_empty_file(tmp_path, capsys):
+    """A 0-byte rollout_data/1.pt (slime still saving it) was 'truncated or not a torch.save file' (exit 2), where
+    every other format leaves an empty step file out with a warning (docs/formats.md)."""
+    rng = np.random.default_rng(0)
+    d = save_rollout(tmp_path, 0, [sample(0, k, rng, float(k % 2)) for k in range(4)])
+    (d / "1.pt").write_bytes(b"")
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", d, "-o", out, "--flavor", "slime", "--set", "n_samples_per_prompt=4",
+                                  "--json"], capsys)
+    assert code == 0, err
+    assert f"left out of the dump, not read: {d / '1.pt'} (empty)" in json.loads(stdout)["warnings"]
+    assert pq.read_table(out).num_rows == 4
+    (d / "0.pt").unlink()
+    code, _, err = run_main(["run", d, "-o", tmp_path / "p.parquet", "--flavor", "slime"], capsys)
+    assert code == 2 and "every dump file is empty" in err, err
 
 
 def test_a_whole_pickle_needing_classes_is_still_said_to_need_them(tmp_path, capsys):

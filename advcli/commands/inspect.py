@@ -186,6 +186,8 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
 
     out = {}
     has_reward = cmap.has("reward") or cmap.has("token_level_scores")
+    components = [c for c in names if c.startswith("reward/")]  # the run's reward components by default
+    named = [c for c in ("acc", "fmt") if c in names]  # components the run is told of by name
     for name, spec in sorted(all_specs().items()):
         missing = ([] if cmap.has("response_mask") else ["response_mask"]) + [r for r in spec.needs
                                                                              if not cmap.has(r)]
@@ -195,41 +197,38 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
         if spec.uses_groups and not cmap.has("prompt_id"):
             note = "no prompt_id: needs positional groups (grouping.by=position, grouping.size=N)"
         if spec.reward_from_components:
-            comps = [c for c in names if c.startswith("reward/")] or [c for c in ("acc", "fmt") if c in names]
+            comps = components or named
             note = (f"reward components: {', '.join(comps)}" if comps else
                     "needs reward component columns (algorithm.gdpo_reward_keys=[...])")
             if not comps and not has_reward:
                 missing.append("reward components")
         if spec.min_components:  # NeMo's GDPO (estimators/loo.py gdpo_loo_row) refuses fewer than two
-            comps = [c for c in names if c.startswith("reward/")]
-            named = [c for c in ("acc", "fmt") if c in names]  # components the run is told of by name
-            if len(comps) < spec.min_components and len(named) < spec.min_components:  # (else: named, below)
+            if len(components) < spec.min_components and len(named) < spec.min_components:  # (else: named, below)
                 missing.append(f"{spec.min_components} or more reward components (reward/<name> columns, or "
-                               f"columns named with --set 'reward.components=[a,b]'; found {len(comps)})")
+                               f"columns named with --set 'reward.components=[a,b]'; found {len(components)})")
         refused = False
         if spec.build is not None:  # estimators.mix: no formula of its own, the weighted sum of others
             missing = ['needs its terms, a weighted sum of the others: --set advcli.mix="0.7*grpo+0.3*rloo"']
             refused = True
         elif not missing:  # the run's own check under the canonical defaults: a setting it cannot run without
-            needs = _needs_a_setting(spec, cmap, names)
+            needs = _needs_a_setting(spec, cmap, components, named)
             if needs:
                 missing, refused = [needs], True
         out[name] = {"ok": not missing, "missing": missing, "note": note, "level": spec.level, "refused": refused}
     return out
 
 
-def _needs_a_setting(spec, cmap, names: list[str]) -> str:
+def _needs_a_setting(spec, cmap, components: list[str], named: list[str]) -> str:
     """What ``run`` (:meth:`EstimatorSpec.check`, under the canonical defaults) refuses of an estimator this dump's
     columns can feed: a parameter with no usable default (hierarchical_grpo's ``estimator.episode_agents``), reward
-    components not named (gdpo): the reason, with the setting that makes it run; empty when it runs as it is."""
+    components not named (gdpo): the reason, with the setting that makes it run; empty when it runs as it is.
+    ``components``: the dump's reward/<name> columns; ``named``: the columns a run may be told of by name."""
     from ..estimators import resolve_params
 
-    comps = [c for c in names if c.startswith("reward/")]
     try:
-        spec.check(resolve_params(spec, {}), cmap, comps)
+        spec.check(resolve_params(spec, {}), cmap, components)
     except AdvcliError as e:
-        named = [c for c in ("acc", "fmt") if c in names]
-        if "reward components" in e.message and named and not comps:
+        if "reward components" in e.message and named and not components:
             return f"needs its reward components named: --set 'reward.components=[{','.join(named)}]'"
         return f"needs a setting: {e.message}" + (f" ({e.hint})" if e.hint else "")
     return ""

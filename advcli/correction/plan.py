@@ -269,15 +269,17 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
         old = list_column_to_tensor(batch.column(cols[1]))[1].to(dtype)
         roll = list_column_to_tensor(batch.column(cols[2]))[1].to(dtype)
         layout = Ragged(torch.from_numpy(offsets))
-        bad_old, bad_roll = (~torch.isfinite(x) & (mask != 0) for x in (old, roll))
-        if bool((bad_old | bad_roll).any()):
-            per_row = layout.count_per_row((bad_old | bad_roll).to(torch.int64))
+        valid = mask != 0
+        bad_old, bad_roll = (~torch.isfinite(x) & valid for x in (old, roll))
+        bad = bad_old | bad_roll
+        if bool(bad.any()):
+            per_row = layout.count_per_row(bad.to(torch.int64))
             nonfinite_rows += int((per_row > 0).sum())
             if first_nonfinite is None:
                 row = int(torch.nonzero(per_row > 0)[0])
                 in_old = bool(layout.count_per_row(bad_old.to(torch.int64))[row] > 0)
                 first_nonfinite = (row0 + row, cols[1] if in_old else cols[2])
-        out = rc.correct_chunk(spec, layout, (mask != 0).to(dtype), old, roll)
+        out = rc.correct_chunk(spec, layout, valid.to(dtype), old, roll)
         sums.add(out.rows, scope_codes[row0:row0 + layout.num_rows])
         if quantiles is not None:
             quantiles.add(out.raw, out.raw_counts, scope_codes[row0:row0 + layout.num_rows])

@@ -76,17 +76,16 @@ def unread_files(inputs) -> list[str]:
 def name_sources(result) -> None:
     """A RunResult whose inputs, warnings and diagnostics name the dumps rather than their temporary
     Parquet (for its summary and reports), without the figures its dump cannot give, and with a warning for
-    each of the dump's data files the run did not read (``ImportInfo.unread``)."""
+    each of the dump's data files the run did not read (``ImportInfo.unread``) and for what its reader met
+    (``ImportInfo.warnings``: tokens without a log-prob, ...)."""
     if result is None:
         return
-    drop_result_token_figures(result, list(getattr(result, "inputs", None) or []))
-    inputs = getattr(result, "inputs", None) or []
-    unread = unread_files(inputs)
-    if unread and getattr(result, "warnings", None) is not None:  # data files the run did not read: said, not silent
-        result.warnings = [*result.warnings, *(f"left out of the dump, not read: {x}" for x in unread)]
-    met = [w for p in inputs if p in IMPORTED for w in getattr(IMPORTED[p], "warnings", ())]
-    if met and getattr(result, "warnings", None) is not None:  # what the reader met (tokens without a log-prob ...)
-        result.warnings = [*result.warnings, *met]
+    inputs = list(getattr(result, "inputs", None) or [])
+    drop_result_token_figures(result, inputs)
+    said = [*(f"left out of the dump, not read: {x}" for x in unread_files(inputs)),  # said, not silent
+            *(w for p in inputs if p in IMPORTED for w in IMPORTED[p].warnings)]
+    if said and getattr(result, "warnings", None) is not None:
+        result.warnings = [*result.warnings, *said]
     if getattr(result, "inputs", None):
         result.inputs = [source_of(p) for p in result.inputs]
     for attr in ("warnings", "diagnostics"):

@@ -118,7 +118,7 @@ def run(
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
     follow: bool = opt.FOLLOW,
-    settle: float = opt.SETTLE,
+    settle: float | None = opt.SETTLE,
     until_idle: float | None = opt.UNTIL_IDLE,
     state: str | None = opt.STATE,
 ):
@@ -131,6 +131,7 @@ def run(
     check_engine(engine)
     check_precision(precision)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)  # checked before any work
+    settle = opt.check_follow_only(follow, settle, until_idle, state)
     settings, columns = parse_set(set_), parse_column_maps(column)
     if follow:  # OUTPUT is a directory: one step_N.parquet per step, each put in place whole as it lands
         from .commands.follow import Options

@@ -109,7 +109,7 @@ def audit_cmd(
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
     follow: bool = opt.FOLLOW,
-    settle: float = opt.SETTLE,
+    settle: float | None = opt.SETTLE,
     until_idle: float | None = opt.UNTIL_IDLE,
     fail_fast: bool = opt.FAIL_FAST,
     state: str | None = opt.STATE,
@@ -126,6 +126,7 @@ def audit_cmd(
     from .resolve import resolve_cli_config
 
     check_tolerances(rtol, atol, top)
+    settle = opt.check_follow_only(follow, settle, until_idle, state, fail_fast)
     if follow:
         from .follow import Options
 

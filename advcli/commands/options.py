@@ -94,9 +94,9 @@ LOG_STEP_OFFSET = typer.Option(0, "--log-step-offset", metavar="N",
 FOLLOW = typer.Option(False, "--follow", help="Watch the dump directory as the trainer writes it and take each "
                                               "step once complete: one line per step, --log per step (see "
                                               "docs/audit.md).")
-SETTLE = typer.Option(2.0, "--settle", metavar="SECONDS",
+SETTLE = typer.Option(None, "--settle", metavar="SECONDS",
                       help="With --follow: a step whose next step has not appeared yet is taken once its files "
-                           "are quiet this long.")
+                           "are quiet this long (default: 2).")
 UNTIL_IDLE = typer.Option(None, "--until-idle", metavar="SECONDS",
                           help="With --follow: stop when nothing in the dump changed for this long, once the step on "
                                "disk is taken (default: until Ctrl-C).")
@@ -105,6 +105,22 @@ STATE = typer.Option(None, "--state", metavar="PATH",
                      help="With --follow: the follower's state file (a restart resumes after the last step "
                           "taken). Default: beside the outputs (run: OUT_DIR/follow-state.json; audit and "
                           "stats: REPORT.follow-state.json with --report), else none.")
+
+
+def check_follow_only(follow: bool, settle: float | None, until_idle: float | None, state: str | None,
+                      fail_fast: bool = False) -> float:
+    """The options that mean something only with ``--follow``: refused without it (a run that ignored them would
+    say nothing of it); returns the settle time, 2 s unless given."""
+    if not follow:
+        given = [name for name, value in (("--settle", settle), ("--until-idle", until_idle), ("--state", state),
+                                          ("--fail-fast", fail_fast or None)) if value is not None]
+        if given:
+            from ..errors import AdvcliError
+
+            raise AdvcliError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} with --follow",
+                              hint="add --follow to watch the dump directory as the trainer writes it, or leave "
+                                   f"{'them' if len(given) > 1 else 'it'} out for a one-off pass over what is there")
+    return 2.0 if settle is None else settle
 
 
 def run_follow(inputs: list[str], opts, settle: float, until_idle: float | None, fail_fast: bool,

@@ -41,7 +41,7 @@ def stats_cmd(
     log_name: str | None = opt.LOG_NAME,
     log_step_offset: int = opt.LOG_STEP_OFFSET,
     follow: bool = opt.FOLLOW,
-    settle: float = opt.SETTLE,
+    settle: float | None = opt.SETTLE,
     until_idle: float | None = opt.UNTIL_IDLE,
     state: str | None = opt.STATE,
 ):
@@ -52,6 +52,7 @@ def stats_cmd(
     if report:
         check_report_path(report, inputs)
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
+    settle = opt.check_follow_only(follow, settle, until_idle, state)
     if follow:
         from .follow import Options
 

@@ -268,6 +268,25 @@ def test_fail_fast_stops_at_the_first_disagreeing_step(tmp_path, capsys):
     assert json.loads(state.read_text())["last_step"] == 2  # a restart goes on with step 3
 
 
+@pytest.mark.parametrize("command", ["run", "audit", "stats"])
+def test_follow_options_without_follow_are_refused_naming_them(tmp_path, capsys, command):
+    """--settle / --until-idle / --state (/ --fail-fast) tune the follow; a one-off pass that took them would
+    ignore them without a word: exit 2, each named, nothing written."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    extra = ["--fail-fast"] if command == "audit" else []
+    out = ["-o", str(tmp_path / "out.parquet")] if command == "run" else []
+    code, _, err = run_main([command, str(run), *out, "--until-idle", "3", "--state", str(tmp_path / "s.json"),
+                             *extra], capsys)
+    assert code == 2
+    named = "--until-idle, --state" + (", --fail-fast" if extra else "")
+    assert f"{named} only apply with --follow" in err
+    code, _, err = run_main([command, str(run), *out, "--settle", "1"], capsys)
+    assert code == 2 and "--settle only applies with --follow" in err
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "s.json").exists()
+
+
 def test_sigterm_ends_the_follow_with_its_summary(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

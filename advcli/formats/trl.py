@@ -45,10 +45,8 @@ def read(path: str, ctx: Context):
     # TRL writes each reward function's column from a float32 tensor's .tolist() (grpo_trainer.py L1614, L2756
     # @f2cd5771): floats, never integers; an integer column is log_extra's (num_tool_calls), not a reward
     funcs = [n for n in schema.names if n not in FIXED and pa.types.is_floating(schema.field(n).type)]
-    if not funcs:
-        raise ctx.error(None, "no reward-function column (TRL writes one numeric column per reward function)")
-    key = ctx.state.setdefault("funcs", funcs)
-    if key != funcs:
+    key = ctx.state.get("funcs")
+    if key is not None and key != funcs:
         typed = [n for n in key if n in schema.names and n not in funcs]  # there, but not of floats here
         if typed:
             n = typed[0]
@@ -59,6 +57,11 @@ def read(path: str, ctx: Context):
         raise ctx.error(None, f"reward-function columns {funcs} differ from {key} in the first file",
                         hint="one TRL run writes the same reward functions to every completions file: are two "
                              "runs' files in one directory? point advcli at one run's completions")
+    if not funcs:
+        others = [f"{n!r} ({schema.field(n).type})" for n in schema.names if n not in FIXED]
+        raise ctx.error(None, "no reward-function column (TRL writes one column of floats per reward function)"
+                        + (f"; the other columns: {', '.join(others)}" if others else ""))
+    ctx.state.setdefault("funcs", funcs)
     if "noted" not in ctx.state:
         ctx.notes.append(f"reward = unweighted nansum of {', '.join(funcs)}" + (
             f" (--flavor trl reads the {len(funcs)} functions themselves, as TRL does; to weight them: --set "

@@ -98,6 +98,27 @@ def test_a_reward_function_column_of_strings_is_named(dump, tmp_path, capsys):
     assert "completions_00020.parquet: column 'accuracy_reward' holds string values here, and floats" in err, err
 
 
+@pytest.mark.parametrize("first", [True, False])
+def test_the_only_reward_column_of_strings_is_named(dump, tmp_path, capsys, first):
+    """A run with one reward function whose column holds strings: in a later file the message said "no
+    reward-function column"; it names the column and its type, and in the first file lists the columns there."""
+    d, _ = dump
+    for name in ("completions_00010.parquet", "completions_00020.parquet"):
+        t = pq.read_table(d / name).drop_columns(["format_reward"])
+        if (name == "completions_00010.parquet") == first:
+            i = t.column_names.index("accuracy_reward")
+            t = t.set_column(i, "accuracy_reward", pa.array([str(x) for x in t.column(i).to_pylist()]))
+        pq.write_table(t, d / name)
+    code, _, err = run_main(["run", str(d.parent), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set",
+                             f"num_generations={G}"], capsys)
+    assert code == 2
+    if first:
+        assert ("completions_00010.parquet: no reward-function column (TRL writes one column of floats per reward "
+                "function); the other columns: 'accuracy_reward' (string)") in err, err
+    else:
+        assert "completions_00020.parquet: column 'accuracy_reward' holds string values here, and floats" in err, err
+
+
 def test_a_null_prompt_is_refused_naming_its_row(dump, tmp_path, capsys):
     """A null prompt cut its group's run of equal prompts, and the refusal that followed named the blocks, not the
     row: it is now refused where it is."""

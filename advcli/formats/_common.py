@@ -50,9 +50,13 @@ def schema_record(path: str) -> dict | None:
 def where_in_dump(path: str, line: int) -> str:
     """How a message names one record of a trainer's dump: ``FILE:LINE`` in a JSON-lines file (lines from 1, as
     an editor shows them), ``FILE, row N`` in a Parquet file (rows from 0, as advcli's own Parquet messages
-    count them), ``FILE, record N`` in another file (a compressed stream's records from 1)."""
+    count them), ``FILE: sample N`` in a slime ``.pt`` (its ``samples`` list from 0, as the slime reader's own
+    messages and ``samples[N]`` name it), ``FILE, record N`` in another file (a compressed stream's records
+    from 1)."""
     if path.endswith((".jsonl", ".json")):
         return f"{path}:{line}"
     if path.endswith(".parquet"):
         return f"{path}, row {line}"
+    if path.endswith(".pt"):
+        return f"{path}: sample {line - 1}"
     return f"{path}, record {line}"

@@ -173,7 +173,8 @@ def read(path: str, ctx: Context):
         step = ctx.step
     for i, s in enumerate(samples, 1):
         if not isinstance(s, dict):
-            raise ctx.error(i, f"sample {i - 1} is {type(s).__name__}; expected a dict (Sample.to_dict())")
+            raise ctx.error(None, f"sample {i - 1} is {type(s).__name__}; expected a dict (Sample.to_dict())",
+                            hint="repair or remove that sample, or re-dump that rollout")
         where = f"sample {i - 1}"
         for k in ("group_index", "reward", "response_length"):
             if k not in s:
@@ -184,6 +185,11 @@ def read(path: str, ctx: Context):
                             "counter, which groups the samples)", hint="repair the sample's group_index, or re-dump "
                             "that rollout")
         n = s["response_length"]
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+            raise ctx.error(None, f"{where}: field 'response_length' is {n!r}; expected a whole number >= 0 (the "
+                            "response's token count)", hint="repair the sample's response_length, or re-dump that "
+                            "rollout")
+        n = int(n)
         lm = s.get("loss_mask")
         if lm is None:
             lm = [1] * n

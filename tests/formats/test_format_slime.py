@@ -248,3 +248,25 @@ def test_a_group_index_that_is_no_integer_is_refused(tmp_path, capsys, bad, flav
     code, _, err = run_main(["run", d, "-o", out, *flavor], capsys)
     assert code == 2 and f"0.pt: sample 2: field 'group_index' is {bad!r}; expected an integer" in err, err
     assert "n_samples_per_prompt" not in err and "internal error" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("damage,said", [
+    (lambda s: s.__setitem__(2, "oops"), "0.pt: sample 2 is str; expected a dict"),
+    (lambda s: s[2].__setitem__("response_length", 2.5), "0.pt: sample 2: field 'response_length' is 2.5; "
+                                                           "expected a whole number >= 0"),
+    (lambda s: s[2].__setitem__("response_length", -1), "0.pt: sample 2: field 'response_length' is -1"),
+    (lambda s: s[2].__setitem__("index", "x7"), "0.pt: sample 2: field 'index' is 'x7', but this dump format "
+                                                "reads it as int64"),
+])
+def test_a_damaged_sample_is_named_as_samples_index(tmp_path, capsys, damage, said):
+    """Every message names a sample by its place in the dump's ``samples`` list, from 0: a non-dict sample said
+    ``0.pt:3`` (a line of a pickle), a field of the wrong type ``0.pt, record 3``, and a fractional
+    response_length was an internal error (exit 1)."""
+    rng = np.random.default_rng(0)
+    samples = [sample(0, k, rng, float(k % 2)) for k in range(4)]
+    damage(samples)
+    d = save_rollout(tmp_path, 0, samples)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "slime"], capsys)
+    assert code == 2 and said in err, err
+    assert "internal error" not in err and not out.exists()

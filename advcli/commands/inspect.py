@@ -175,19 +175,38 @@ def inspect_data(inputs: list[str], column_overrides: dict[str, str]) -> dict:
             np.minimum.at(gmin, codes_, r)
             np.maximum.at(gmax, codes_, r)
             data["groups"]["all_equal_reward"] = int(((gmin == gmax) & (sizes > 1)).sum())
-    data["estimators"] = feeds(cmap, ins.schema.names, data)
+    data["estimators"] = feeds(cmap, ins.schema.names, data,
+                                _reward_functions(ins.metadata[0] if ins.metadata else None, ins.schema.names))
     data["kl_in_reward"] = cmap.has("old_log_probs") and cmap.has("ref_log_probs")
     return data
 
 
-def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
-    """For each estimator: can this dump feed it, and if not, what is missing."""
+def _reward_functions(file_metadata, names: list[str]) -> list[str]:
+    """The reward-function columns a converted dump's reader named (TRL's ``reward_funcs``, one column each,
+    :data:`advcli.formats.conversion.SHOWN_KEY` in the converted file's footer): reward components a run may be
+    told of by name."""
+    import json
+
+    from ..formats.conversion import SHOWN_KEY
+
+    raw = ((file_metadata.metadata if file_metadata is not None else None) or {}).get(SHOWN_KEY.encode())
+    try:
+        funcs = json.loads(raw).get("reward_funcs") if raw else None
+    except (ValueError, AttributeError):
+        return []
+    return [f for f in funcs if isinstance(f, str) and f in names] if isinstance(funcs, list) else []
+
+
+def feeds(cmap, names: list[str], data: dict, reward_functions: list[str] = ()) -> dict[str, dict]:
+    """For each estimator: can this dump feed it, and if not, what is missing. ``reward_functions``: the
+    dump's reward-function columns (TRL's), offered as components to name."""
     from ..estimators import all_specs
 
     out = {}
     has_reward = cmap.has("reward") or cmap.has("token_level_scores")
     components = [c for c in names if c.startswith("reward/")]  # the run's reward components by default
-    named = [c for c in ("acc", "fmt") if c in names]  # components the run is told of by name
+    # components the run is told of by name
+    named = list(dict.fromkeys([c for c in ("acc", "fmt") if c in names] + list(reward_functions)))
     for name, spec in sorted(all_specs().items()):
         missing = ([] if cmap.has("response_mask") else ["response_mask"]) + [r for r in spec.needs
                                                                              if not cmap.has(r)]
@@ -210,7 +229,8 @@ def feeds(cmap, names: list[str], data: dict) -> dict[str, dict]:
         if spec.build is not None:  # estimators.mix: no formula of its own, the weighted sum of others
             missing = ['needs its terms, a weighted sum of the others: --set advcli.mix="0.7*grpo+0.3*rloo"']
             refused = True
-        elif not missing:  # the run's own check under the canonical defaults: a setting it cannot run without
+        elif not [m for m in missing if m != "response_mask"]:  # (response level: suggest() drops the mask)
+            # the run's own check under the canonical defaults: a setting it cannot run without
             needs = _needs_a_setting(spec, cmap, components, named)
             if needs:
                 missing, refused = [needs], True
@@ -326,7 +346,8 @@ def suggest(data: dict, inputs: list[str]) -> dict:
                 # run's refusal, else what the columns lack beyond the token data (gdpo's components)
                 base = data["estimators"][name]
                 missing = e["missing"] or [m for m in base["missing"] if m != "response_mask"]
-                data["estimators"][name].update(ok=not missing, missing=missing, refused=bool(e["missing"]))
+                data["estimators"][name].update(ok=not missing, missing=missing,
+                                                refused=bool(e["missing"]) or base["refused"])
                 note = row_constant_note(name)
                 if note and not missing:
                     data["estimators"][name]["note"] = note

@@ -62,8 +62,9 @@ def test_roll_command_uses_the_dumps_group_size(tmp_path):
 
 
 def test_can_feed_is_what_run_accepts(tmp_path, capsys):
-    """Every estimator inspect lists runs (exit 0; or asks for a setting of its own), every other one is
-    refused (exit 2), under the canonical defaults (--flavor advcli --set estimator.name=NAME)."""
+    """Every estimator inspect lists runs (exit 0), every other one is refused (exit 2), under the canonical
+    defaults (--flavor advcli --set estimator.name=NAME); one said to need a setting runs once given the
+    setting inspect names (gdpo's and gdpo_loo's components: TRL's two reward-function columns)."""
     d = tmp_path / "completions"
     d.mkdir()
     write_step(d / "completions_00001.parquet", 1, 3)
@@ -71,13 +72,17 @@ def test_can_feed_is_what_run_accepts(tmp_path, capsys):
     assert code == 0, err
     estimators = json.loads(out)["estimators"]
     assert estimators["grpo"]["ok"] and not estimators["gae"]["ok"]
+    named = "needs its reward components named: --set 'reward.components=[accuracy_reward,format_reward]'"
+    assert estimators["gdpo"]["missing"] == [named] and estimators["gdpo_loo"]["missing"] == [named]
     for name, e in estimators.items():
         code, _, err = run_main(["run", d, "-o", tmp_path / f"{name}.parquet", "--flavor", "advcli",
                                  "--set", f"estimator.name={name}", "-q"], capsys)
-        if e["ok"] and code == 2:  # an estimator that needs a setting to run (grpo_peers' roles, gdpo's components)
-            assert re.search(r"key (estimator|reward)\.", err) and "no token data" not in err, (name, err)
-            continue
         assert code == (0 if e["ok"] else 2), (name, e, err)
+        setting = re.search(r"--set '([^']+)'", " ".join(e["missing"])) if e.get("refused") else None
+        if setting and name != "mix":
+            code, _, err = run_main(["run", d, "-o", tmp_path / f"{name}.parquet", "--flavor", "advcli",
+                                     "--set", f"estimator.name={name}", "--set", setting.group(1), "-q"], capsys)
+            assert code == 0, (name, e, err)
 
 
 def test_verl_multi_output_dump_suggests_grpo_over_sessions(tmp_path, capsys):

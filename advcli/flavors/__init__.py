@@ -701,6 +701,34 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
     :class:`ConfigFileKeys`."""
     fa = at(spec)
     flavor = fa.flavor
+    values, given, items = _native(fa, settings, config_file, file_keys)
+    translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}
+    cfg = flavor.translate(translated, given=set(given)) if flavor.given_keys else flavor.translate(translated)
+    cfg = _apply_extensions(cfg, values)
+    if values.get("advcli.mix") is not None or values.get("advcli.estimator") is not None:
+        rest = [(k, v) for k, v in items if k not in LAB_KEYS]
+        if values.get("advcli.mix") is not None:
+            if values.get("advcli.estimator") not in (None, "mix"):  # --estimator mix names the same choice
+                raise AdvcliError(f"advcli.estimator (--estimator {values['advcli.estimator']}) and advcli.mix both "
+                                  "choose the estimator; give one",
+                                  hint="--estimator mix --set advcli.mix=... or --set advcli.mix=... alone")
+            cfg = mix_config(fa, rest, str(values["advcli.mix"]))
+        else:
+            cfg = estimator_config(fa, rest, str(values["advcli.estimator"]))
+    return cfg, given
+
+
+def given_settings(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: str | None = None,
+                   file_keys: list | None = None) -> dict:
+    """The native settings given (the --config file's and --set's, by current name), checked as :func:`resolve`
+    checks them, without translating: what a run asks of the dump where the translation itself refuses them
+    alone (TRL's reward_weights, whose reward functions the dump's columns name)."""
+    return _native(at(spec), settings, config_file, file_keys)[1]
+
+
+def _native(fa: FlavorAt, settings: list[tuple[str, Any]], config_file: str | None, file_keys: list | None):
+    """(every native value at the release, the given ones, the items in order) of :func:`resolve`."""
+    flavor = fa.flavor
     items = []
     if config_file:
         found = config_file_settings(flavor, config_file, settings)  # --set first, as the trainers' overrides
@@ -727,20 +755,7 @@ def resolve(spec: str | FlavorAt, settings: list[tuple[str, Any]], config_file: 
         flavor.release_check(values, fa.release, fa.asked)
     given = {flavor.aliases.get(k, k): v for k, v in items}
     given = {k: values[k] for k in given if k in values}
-    translated = {k: v for k, v in values.items() if k not in EXTENSION_KEYS}
-    cfg = flavor.translate(translated, given=set(given)) if flavor.given_keys else flavor.translate(translated)
-    cfg = _apply_extensions(cfg, values)
-    if values.get("advcli.mix") is not None or values.get("advcli.estimator") is not None:
-        rest = [(k, v) for k, v in items if k not in LAB_KEYS]
-        if values.get("advcli.mix") is not None:
-            if values.get("advcli.estimator") not in (None, "mix"):  # --estimator mix names the same choice
-                raise AdvcliError(f"advcli.estimator (--estimator {values['advcli.estimator']}) and advcli.mix both "
-                                  "choose the estimator; give one",
-                                  hint="--estimator mix --set advcli.mix=... or --set advcli.mix=... alone")
-            cfg = mix_config(fa, rest, str(values["advcli.mix"]))
-        else:
-            cfg = estimator_config(fa, rest, str(values["advcli.estimator"]))
-    return cfg, given
+    return values, given, items
 
 
 def _old_names_first(flavor: Flavor, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

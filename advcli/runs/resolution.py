@@ -191,22 +191,30 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     or ``NAME[@RELEASE]``), every configuration made here made at that release. ``file_keys`` receives what the
     --config file gave."""
     from ..config import set_path
-    from ..flavors import at, check_given, resolve
+    from ..flavors import at, check_given, given_settings, resolve
     from ..formats import check_config, implied_settings
 
     fa = at(spec)
     check_given(fa, settings)
+    refused = None
     try:
         cfg, native = resolve(fa, settings, config, file_keys)
     except GroupSizeNeeded as e:
         raise _with_input_group_size(e, inputs) from None
+    except AdvcliError as e:  # settings that need what the dump shows (TRL's reward_weights: its reward functions)
+        refused, native = e, given_settings(fa, settings, config, file_keys)
     flavor = fa.flavor
     given = dict(native)
     typed = {flavor.aliases.get(k, k) for k, _ in settings}  # --set (and --estimator): what the records never override
     implied, lines = from_dump(flavor, inputs, given, config, typed)
+    if refused is not None and not implied:
+        raise refused
     if implied:
         settings = implied + list(settings)
-        cfg, native = resolve(fa, settings, config)
+        try:
+            cfg, native = resolve(fa, settings, config)
+        except GroupSizeNeeded as e:
+            raise _with_input_group_size(e, inputs) from None
         if flavor.group_size_key in dict(implied) and RunSpec.from_config(cfg).grouping.by != "position":
             lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
     try:

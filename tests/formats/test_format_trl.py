@@ -144,16 +144,25 @@ def test_a_glob_of_completion_files_is_the_dump(dump, tmp_path, capsys):
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_weighted_reward(tmp_path, capsys):
+@pytest.mark.parametrize("named", [True, False])
+def test_weighted_reward(tmp_path, capsys, named):
+    """GRPOConfig.reward_weights with the functions named, or not: reward_funcs is a GRPOTrainer argument, not a
+    GRPOConfig field, so a user's config gives the weights alone; the dump's columns name the functions (the
+    weights alone were refused as 'one reward function')."""
     d = tmp_path / "completions"
     d.mkdir()
     exp = write_step(d / "completions_00001.parquet", 1, 3, weights=(1.0, 0.5))
     out = tmp_path / "o.parquet"
-    code, _, err = run_main(["run", str(d), "-o", out, "--flavor", "trl", "--set", f"num_generations={G}",
-                             "--set", "reward_funcs=[accuracy_reward,format_reward]",
+    funcs = ["--set", "reward_funcs=[accuracy_reward,format_reward]"] if named else []
+    code, _, err = run_main(["run", str(d), "-o", out, "--flavor", "trl", "--set", f"num_generations={G}", *funcs,
                              "--set", "reward_weights=[1.0,0.5]", "-q"], capsys)
     assert code == 0, err
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
+    code, _, err = run_main(["audit", str(d), "--flavor", "trl", "--set", "reward_weights=[1.0,0.5]", "-q"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", str(d), "-o", out, "--force", "--flavor", "trl", *funcs,
+                             "--set", "reward_weights=[1.0,0.5,2.0]", "-q"], capsys)
+    assert code == 2 and "key reward_weights: 3 weights for 2 reward_funcs" in err, err
 
 
 def test_convert_columns(dump, tmp_path, capsys):

@@ -61,6 +61,10 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
                 "explain --flavor NAME --keys` names the flavor's KL keys)")
     elif run.whitening.whiten or run.reward.whiten_tokens:
         missing = "whitening over tokens needs each response's token mask (response_mask)"
+    elif run.whitening.batch_normalize:  # SkyRL's advantage_batch_normalize: statistics over the padded grid
+        missing = ("advantage batch normalisation counts every response token (mean over the padded rows × "
+                   "longest-row grid, variance over the mask=1 tokens), so needs each response's token mask "
+                   "(response_mask)")
     if not missing:
         return None
     return missing, AdvcliError(f"{info.source}: a {info.title} dump holds one reward per response and no token "

@@ -93,3 +93,19 @@ def test_inspect(dump, capsys):
     code, out, err = run_main(["inspect", root, "--from", "skyrl-evals"], capsys)
     assert code == 0, err
     assert "skyrl-evals" in out and "input_prompt" in out and "aggregated_results.jsonl" in out
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_advantage_batch_normalize_is_refused_without_token_data(dump, tmp_path, capsys, command):
+    """SkyRL's advantage_batch_normalize takes its mean over the padded rows × longest-row grid and its variance
+    over the response tokens: each response counts by its length, which an eval dump does not hold. It ran as if
+    every response were one token (an unweighted z-score of the advantages, exit 0, no warning)."""
+    root, _ = dump
+    out = ["-o", tmp_path / "o.parquet"] if command == "run" else []
+    code, _, err = run_main([command, root.parent, *out, "--flavor", "skyrl",
+                             "--set", "trainer.algorithm.advantage_batch_normalize=true"], capsys)
+    assert code == 2, err
+    assert "advantage batch normalisation counts every response token" in " ".join(err.split()), err
+    assert not (tmp_path / "o.parquet").exists()
+    code, _, err = run_main([command, root.parent, *out, "--flavor", "skyrl"], capsys)
+    assert code == 0, err  # the same dump without it runs

@@ -475,6 +475,11 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
             rep["releases_tried"] = _other_releases(tmp, inputs, ins, flavor, native or {}, columns, logged_col,
                                                     is_list, mask_col, rtol, atol, chunk_rows, device)
             rep["release_matches"] = [r["label"] for r in rep["releases_tried"] if r.get("tokens_disagreeing") == 0]
+            match = next((r for r in rep["releases_tried"] if r.get("tokens_disagreeing") == 0), None)
+            if match is not None:  # the whole difference is the release's: no scale, shift or float32 story
+                rep["findings"] = [{"kind": "release", "explanation": (
+                    f"the logged values are what {match['label']} computes, to the tolerance: the run used that "
+                    f"release's semantics (--flavor {match['flavor']}@{match['release']} reproduces them)")}]
             rep["search"] = _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col,
                                     rtol, atol, chunk_rows, device, progress,
                                     group_size=int(np.bincount(np.bincount(group)).argmax()) if group is not None
@@ -596,7 +601,7 @@ def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_li
         if rel == fa.release:
             continue
         spec = FlavorAt(fa.flavor, rel, rel.name)
-        entry = {"release": rel.name, "label": spec.label()}
+        entry = {"release": rel.name, "flavor": fa.flavor.name, "label": spec.label()}
         try:
             cfg, nat = resolve(spec, list(native.items()))
             r = SidecarRun(tmp, f"release{i}", inputs, cfg, spec, nat, columns, chunk_rows, device)

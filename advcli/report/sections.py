@@ -106,13 +106,18 @@ def audit_sections(rep: dict):
     if rep.get("files_not_read"):
         head.append(("left out, not read", "; ".join(rep["files_not_read"]) + " (not audited)"))
     if rep.get("release_matches"):
+        flags = [f"--flavor {r['flavor']}@{r['release']}" for r in rep.get("releases_tried") or []
+                 if r.get("tokens_disagreeing") == 0 and r.get("flavor")]
         head.append(("matches release", "the logged values match " + "; ".join(rep["release_matches"])
-                     + " (--flavor NAME@RELEASE runs it)"))
+                     + f" ({' or '.join(flags) if flags else '--flavor NAME@RELEASE'} runs it)"))
     elif rep.get("releases_tried"):
         head.append(("other releases", f"none of the {len(rep['releases_tried'])} other releases advcli knows "
                                        "reproduces the logged values"))
     if rep.get("matches"):
         head.append(("reproduced by", "; ".join(rep["matches"])))
+    elif rep.get("search") is not None and rep.get("release_matches"):
+        head.append(("reproduced by", f"the release above; none of the {len(rep['search'])} other configurations "
+                                      "tried"))
     elif rep.get("search") is not None:
         head.append(("reproduced by", f"none of the {len(rep['search'])} configurations tried"))
     if rep.get("first_stage"):

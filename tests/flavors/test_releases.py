@@ -435,6 +435,14 @@ def test_audit_of_a_post_4158_dump_names_that_release(tmp_path, capsys):
     rep = json.loads(stdout)
     assert rep["release"]["name"] == "7ea279a"
     assert [m.split(" (")[0] for m in rep["release_matches"]] == ["NeMo RL @post-4158"]
+    # the release is the whole story: not "float32 noise", and the summary does not say nothing reproduces them
+    assert [f["kind"] for f in rep["findings"]] == ["release"]
+    assert "--flavor nemo@post-4158 reproduces them" in rep["findings"][0]["explanation"]
+    code, _, err = run_main(["audit", d, *no_loo], capsys)
+    flat = " ".join(err.split())
+    assert code == 1 and "(--flavor nemo@post-4158 runs it)" in flat, flat
+    assert f"reproduced by the release above; none of the {len(rep['search'])} other configurations tried" in flat
+    assert "float32 noise" not in flat
 
 
 def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys):

@@ -39,6 +39,9 @@ class ImportInfo:
     starts: list = field(default_factory=list)  # (first canonical row, file) of every file read
     # the synthetic mask of every row spans its response (Format.mask_length): token-weighted statistics hold
     token_lengths: bool = False
+    # every row gives its response's token count (Format.mask_length), whether or not a mask was made of it (inspect
+    # opens dumps without one): what a run that makes the mask can weigh by tokens
+    lengths_known: bool = False
     # estimators that run on the is_last_step rows and give each session's value to all its rows
     # (grouping.trajectories=last_step; verl's GRPO on multi-output agent loops), set by a format in
     # ctx.state["last_step_estimators"] and kept in the Parquet footer under LAST_STEP_KEY
@@ -193,6 +196,7 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                       notes=notes,
                       logged=f.logged, groups=sum(hist.values()), group_sizes=hist, starts=starts,
                       token_lengths=bool(synth_mask and f.mask_length and not short),
+                      lengths_known=bool(f.mask_length and not short),
                       last_step_estimators=tuple(ctx.state.get("last_step_estimators", ())),
                       reward_notes=tuple(ctx.state.get("reward_notes", ())),
                       shown_settings=dict(ctx.state.get("shown_settings", {})),

@@ -229,12 +229,25 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
                       token_lengths=bool(synth_mask and lengths and not short),
+                      lengths_known=bool(lengths and not (short if synth_mask else _short_lengths(f, lengths))),
                       last_step_estimators=last_step, run_config=rec.get("run_config") or {},
                       groups=sum(sizes.values()), group_sizes=sizes, shown_settings=shown,
                       run_config_path=rec.get("run_config_path", ""))
     _CONVERTED[key] = info
     _record(target, info)
     return target
+
+
+def _short_lengths(f, lengths: str) -> int:
+    """Rows of the Parquet file ``f`` whose response-length column ``lengths`` gives no count >= 1 (a null, a
+    zero): their synthetic mask would be one token, as :func:`_with_mask` counts them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = f.read(columns=[lengths]).column(0)
+    if not pa.types.is_integer(col.type):
+        return len(col)
+    return len(col) - int(pc.sum(pc.greater_equal(col, 1)).as_py() or 0)
 
 
 def _spread(col, name: str, offs):

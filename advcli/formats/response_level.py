@@ -52,7 +52,7 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
     elif spec.needs_lengths:
         missing = f"estimator {name} needs {spec.needs_lengths}"
-    elif weighs_by_tokens and not all(i.token_lengths for i in infos):
+    elif weighs_by_tokens and not all(i.lengths_known for i in infos):  # (run makes the mask of them)
         missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"

@@ -55,5 +55,5 @@ FORMAT = Format(
     columns={"prompt_id": STR, "step": I64, "reward": F32, "input_prompt": STR, "output_response": STR},
     read=read, sniff=sniff, required=("input_prompt", "output_response", "score"),
     companions=(r"(^|/)aggregated_results\.jsonl$",), key=key,
-    example="advcli run exports/dumped_evals --output out.parquet --flavor verl --set algorithm.adv_estimator=grpo",
+    example="advcli run exports/dumped_evals --output out.parquet --flavor skyrl",
 )

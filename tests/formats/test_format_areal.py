@@ -113,6 +113,25 @@ def test_inspect(tmp_path, capsys):
     assert "areal-jsonl" in out and "task_id" in out and "6 (sizes: 6×4)" in out
 
 
+def test_inspect_suggests_areal_under_a_saved_token_weighted_adv_norm(tmp_path, capsys):
+    """A trial whose config.yaml turns on adv_norm (token-weighted: the response lengths make the mask run
+    builds): inspect, which opens the dump without that mask, said the lengths were missing and suggested verl's
+    GRPO, another estimator. It suggests --flavor areal, and the command gives what run gives."""
+    build(tmp_path / "trial")
+    save_config(tmp_path / "trial")
+    code, out, err = run_main(["inspect", tmp_path / "trial", "--json"], capsys)
+    assert code == 0, err
+    example = json.loads(out)["dump"]["example"]
+    assert example.endswith("--output out.parquet --flavor areal"), example
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", a, "--flavor", "areal", "-q"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", b, "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo", "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(a).column("advantages") != pq.read_table(b).column("advantages")  # not a stand-in
+
+
 def test_task_files_in_numeric_order(tmp_path, capsys):
     """Task ids are numbers: rollout/1/2.jsonl comes before rollout/1/10.jsonl (not text order)."""
     d = tmp_path / "trial" / "rollout" / "1"

@@ -93,6 +93,9 @@ def test_inspect(dump, capsys):
     code, out, err = run_main(["inspect", root, "--from", "skyrl-evals"], capsys)
     assert code == 0, err
     assert "skyrl-evals" in out and "input_prompt" in out and "aggregated_results.jsonl" in out
+    # the command it suggests is SkyRL's own (it was verl's GRPO), and it runs as `run` without --flavor does
+    code, out, err = run_main(["inspect", root, "--json"], capsys)
+    assert code == 0 and json.loads(out)["dump"]["example"].endswith("--output out.parquet --flavor skyrl"), out
 
 
 @pytest.mark.parametrize("command", ["run", "validate"])

@@ -347,9 +347,25 @@ def check_given(spec, settings) -> None:
                                       else f"advcli's {named[-1]} on {flavor.title}'s pipeline"))
 
 
+def _inverted_flag(k: str, keys: dict) -> str:
+    """The hint for a trainer's ``--disable-X`` / ``--no-X`` flag given as a key (slime's
+    ``--disable-rewards-normalization``): the flavor's boolean key X, set false; empty for any other key."""
+    bare = k.lstrip("-").replace("-", "_")
+    for prefix in ("disable_", "no_"):
+        target = bare.removeprefix(prefix) if bare.startswith(prefix) else None
+        named = [name for name in keys if target and (name == target or name.endswith("." + target))]
+        if len(named) == 1 and getattr(keys[named[0]], "kind", None) == "bool":
+            return (f" The trainer's flag --{bare.replace('_', '-')} is the key {named[0]!r} inverted: "
+                    f"--set {named[0]}=false (and {k}=false is {named[0]}=true).")
+    return ""
+
+
 def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
     """" Did you mean …?" for an unknown key: the one key whose dotted path ends with it (verl's
     ``adv_estimator`` for ``algorithm.adv_estimator``), else the nearest spelling."""
+    inverted = _inverted_flag(k, keys)
+    if inverted:
+        return inverted
     ends = [name for name in keys if name.endswith("." + k)]
     if len(ends) == 1:
         return f" Did you mean {ends[0]!r}?"
@@ -663,6 +679,10 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
         if v is None and any(name.startswith(k + ".") for name in known):
             continue  # a section of the flavor's keys saved as null (AReaL's actor.reward_norm: null): none set
         parts = k.split(".")
+        if parts[0] not in read and _inverted_flag(k, known):  # the trainer's --disable-X flag: X, inverted
+            raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
+                              f"{_inverted_flag(k, known)}",
+                              hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
         if parts[0] not in read:
             # a near miss of a section the file also holds is a section of its own (AReaL's econfig beside gconfig)
             near = [n for n in difflib.get_close_matches(parts[0], read, n=1, cutoff=MISSPELLING_RATIO)
@@ -686,7 +706,7 @@ def config_settings(flavor: Flavor, values: dict[str, Any], path: str) -> Config
             keys.append(parts[0] + ".*")
             continue
         raise AdvcliError(f"config file {path}: key {k!r} is not a setting of --flavor {flavor.name}."
-                          f"{did_you_mean(k, same_section or list(known))}",
+                          f"{_inverted_flag(k, known) or did_you_mean(k, same_section or list(known))}",
                           hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return ConfigFileKeys(path, flavor.name, taken, list(dict.fromkeys(sections)), list(dict.fromkeys(keys)),
                           unresolved)

@@ -384,3 +384,25 @@ def test_group_by_id_on_rollout_ordered_rows_gives_the_blocks_bits(tmp_path):
     got = dict(zip(shuf.column("rid").to_pylist(), shuf.column("advantages").to_pylist()))
     for r in range(n * groups):
         np.testing.assert_allclose(got[r], want[r], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("given", ["disable_rewards_normalization", "disable-rewards-normalization",
+                                   "--disable-rewards-normalization"])
+@pytest.mark.parametrize("route", ["set", "config"])
+def test_a_disable_flag_names_its_key_inverted(tmp_path, given, route):
+    """slime's --disable-rewards-normalization given as a key: the hint said "Did you mean
+    'rewards_normalization'?", and a user who followed it set that key true, slime's default, the opposite of
+    their run. It names the key and the value false."""
+    from advcli.flavors import resolve
+
+    if route == "set":
+        args = ([(given, True)], None)
+    else:
+        path = tmp_path / "slime.yaml"
+        path.write_text(f"{given}: true\n")
+        args = ([], str(path))
+    with pytest.raises(AdvcliError) as e:
+        resolve("slime", *args)
+    assert ("is the key 'rewards_normalization' inverted: --set rewards_normalization=false"
+            in e.value.message), e.value.message
+    assert "Did you mean" not in e.value.message

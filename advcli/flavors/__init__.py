@@ -503,8 +503,10 @@ class ConfigFileKeys:
         parts = []
         if self.ignored_sections:
             parts.append(f"sections {_some(self.ignored_sections)} (--flavor {self.flavor} reads none of their keys)")
-        if self.ignored_keys:
-            parts.append(f"keys {_some(self.ignored_keys)} (no settings of --flavor {self.flavor})")
+        if self.ignored_keys:  # a section's rest, "actor_rollout_ref.*", beside keys taken from that section
+            shown = [f"{k} other than the key(s) taken" if k.endswith(".*") and any(
+                t.startswith(k[:-1]) for t, _ in self.taken) else k for k in self.ignored_keys]
+            parts.append(f"keys {_some(shown)} (no settings of --flavor {self.flavor})")
         return f"{self.path}: {len(self.taken)} keys taken; ignored {' and '.join(parts)}"
 
     def as_dict(self) -> dict:

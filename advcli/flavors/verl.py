@@ -58,7 +58,8 @@ KEYS = {
     "algorithm.kl_ctrl.type": Key("fixed", "fixed or adaptive", None, "str"),
     "algorithm.kl_ctrl.kl_coef": Key(0.001, "β (initial β for adaptive)", None, "float"),
     "algorithm.kl_ctrl.target_kl": Key(0.1, "adaptive target", None, "float"),
-    "algorithm.kl_ctrl.horizon": Key(10000, "adaptive horizon", None, "float"),
+    # KLControlConfig.horizon: int (verl/trainer/config/algorithm.py L38 @1dda039b)
+    "algorithm.kl_ctrl.horizon": Key(10000, "adaptive horizon", None, "int"),
     "algorithm.gdpo_reward_keys": Key(None, "component reward columns for gdpo", None, "list"),
     "algorithm.gdpo_reward_weights": Key(None, "component weights (default all 1)", None, "list"),
     "algorithm.use_pf_ppo": Key(False, "PF-PPO resampling (not supported offline: it resamples rows)", None, "bool"),

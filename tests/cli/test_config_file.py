@@ -115,6 +115,8 @@ def test_ignored_sections_are_one_summary_line(tmp_path, capsys):
     assert len(lines) == 1
     text = " ".join(" ".join(err.split("config ", 1)[1].split("input ", 1)[0].split()).split())
     assert "ignored sections " + ", ".join(IGNORED_SECTIONS) + " (--flavor verl reads none of their keys)" in text
+    # actor_rollout_ref.actor.use_kl_loss is taken: the section's rest is what is ignored, said so
+    assert "keys actor_rollout_ref.* other than the key(s) taken, algorithm._target_" in text, text
 
 
 @pytest.mark.parametrize("old, new, named", [

@@ -54,21 +54,28 @@ EXPLAIN = {
 }
 
 
-# what an audit of a flavor's dump cannot see, named as a possible cause when the logged values disagree:
-# flavor -> (kind, explanation)
+# what an audit of a flavor's dump cannot see, named as possible causes when the logged values disagree:
+# flavor -> ((kind, explanation), ...)
 UNSEEN = {
-    "trl": ("subclass", "a possible cause advcli cannot see in the dump: TRL logs the advantages in "
-                        "GRPOTrainer._generate_and_score_completions, and a trainer subclass that transforms them "
-                        "after that (overriding the method, or the _transform_advantages hook of TRL #7298, open) "
-                        "trains on values the log does not hold; if the run used one, compare with its values"),
+    "trl": (("subclass", "a possible cause advcli cannot see in the dump: TRL logs the advantages in "
+                         "GRPOTrainer._generate_and_score_completions, and a trainer subclass that transforms them "
+                         "after that (overriding the method, or the _transform_advantages hook of TRL #7298, open) "
+                         "trains on values the log does not hold; if the run used one, compare with its values"),
+            ("setting", "a setting the dump does not record: GRPOConfig.reward_weights (the completions file logs "
+                        "each reward function's unweighted score; weights change every advantage) or "
+                        "scale_rewards / loss settings of the run; give the run's GRPOConfig with --config, or "
+                        "--set reward_weights=[...]")),
+    "prime-rl": (("setting", "a setting the traces do not record: orchestrator.algo.length_penalty (a "
+                             "pass-rate-scaled penalty on long responses) or the algorithm's other keys; give the "
+                             "run's rl.toml with --config, or --set orchestrator.algo.length_penalty.type=linear"),),
 }
 
 
 def unseen_causes(flavor) -> list[dict]:
     """The findings for what an audit of ``flavor`` (a :class:`advcli.flavors.FlavorAt`, or its text ``NAME`` /
     ``NAME@RELEASE``) cannot know (:data:`UNSEEN`)."""
-    found = UNSEEN.get(str(flavor).partition("@")[0].strip())
-    return [{"kind": found[0], "explanation": found[1]}] if found else []
+    found = UNSEEN.get(str(flavor).partition("@")[0].strip(), ())
+    return [{"kind": kind, "explanation": text} for kind, text in found]
 
 
 def close(logged: np.ndarray, recomputed: np.ndarray, rtol: float, atol: float) -> np.ndarray:

@@ -160,6 +160,11 @@ def test_weighted_reward(tmp_path, capsys, named):
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-5)
     code, _, err = run_main(["audit", str(d), "--flavor", "trl", "--set", "reward_weights=[1.0,0.5]", "-q"], capsys)
     assert code == 0, err
+    # audited without the weights: disagrees, and names the setting the dump does not record
+    code, out, err = run_main(["audit", str(d), "--flavor", "trl", "--no-search", "--json"], capsys)
+    assert code == 1, err
+    settings = [f for f in json.loads(out)["findings"] if f["kind"] == "setting"]
+    assert len(settings) == 1 and "GRPOConfig.reward_weights" in settings[0]["explanation"]
     code, _, err = run_main(["run", str(d), "-o", out, "--force", "--flavor", "trl", *funcs,
                              "--set", "reward_weights=[1.0,0.5,2.0]", "-q"], capsys)
     assert code == 2 and "key reward_weights: 3 weights for 2 reward_funcs" in err, err

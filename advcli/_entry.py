@@ -32,7 +32,29 @@ def _served() -> int | None:
     return hand_over(sys.argv, required)
 
 
+def _std_streams_open() -> None:
+    """A standard stream the command was started without (``advcli run ... >&-``, ``2>&-``) is /dev/null: the
+    file descriptor filled, so that no file the command opens takes its number (a Parquet output on fd 1 would
+    receive what is printed), and ``sys.stdout`` / ``sys.stderr`` (None then) made writable; what would have
+    been printed there is dropped, as where a reader has gone."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, unless a lower is also free
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - for the whole process
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    if sys.stdin is None:
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+
+
 def main() -> None:
+    _std_streams_open()
     try:
         code = _served()
         if code is not None:

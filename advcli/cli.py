@@ -27,12 +27,14 @@ app = typer.Typer(
 
 
 def _err(msg: str) -> None:
-    from rich.console import Console
     from rich.markup import escape
 
+    from .report.terminal import stderr_console
+
     # the message is plain text: "[acc, fmt]" in a hint must print as written, not as markup
-    # (emoji off: a function named file.py:boom: in a message is text, not an emoji code)
-    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+    # (emoji off: a function named file.py:boom: in a message is text, not an emoji code); a stderr that is
+    # gone or full takes nothing, and the exit status stays the error's
+    stderr_console(highlight=False, soft_wrap=True, emoji=False).print(
         f"[bold red]advcli: error:[/] {escape(msg)}", markup=True)
 
 

@@ -37,6 +37,13 @@ def stderr_console(**kwargs):
             self.quiet = True
             point_at_devnull(sys.stderr)
 
+        def _check_buffer(self) -> None:
+            try:
+                super()._check_buffer()
+            except OSError:  # a stderr that fails otherwise (2>/dev/full: ENOSPC) is as one whose reader went
+                del self._buffer[:]
+                self.on_broken_pipe()
+
     kwargs.setdefault("emoji", False)
     return _QuietConsole(stderr=True, **kwargs)
 

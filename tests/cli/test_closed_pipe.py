@@ -93,3 +93,35 @@ def test_a_reader_that_leaves_mid_report_still_gets_the_output_in_place(tmp_path
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0, err
     assert out.exists()
+
+
+def without(stream: str, *args, to: str | None = None):
+    """`advcli ARGS` started with its stdout or stderr closed (`>&-`, `2>&-`), or sent ``to`` a file such as
+    /dev/full (every write fails with ENOSPC); the other stream captured."""
+    redirect = f"{'1' if stream == 'stdout' else '2'}>{to}" if to else ("1>&-" if stream == "stdout" else "2>&-")
+    cmd = " ".join(f"'{a}'" for a in [sys.executable, "-m", "advcli", *map(str, args)]) + " " + redirect
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("stream,to", [("stdout", None), ("stderr", None), ("stderr", "/dev/full")])
+def test_a_stream_closed_or_full_from_the_start_changes_no_exit_status(tmp_path, stream, to):
+    """Started with stdout or stderr closed, Python's sys.stdout / sys.stderr are None: every command ended in an
+    internal error (exit 1) and run wrote nothing; a stderr on /dev/full made an error exit 1, not 2. The
+    stream is /dev/null: run writes its output and exits 0, a bad input exits 2, validate --json exits by its
+    verdict."""
+    out = tmp_path / "o.parquet"
+    r = without(stream, "run", SAMPLE, "-o", out, to=to)
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).num_rows == pq.read_metadata(SAMPLE).num_rows
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pq.read_table(SAMPLE).drop_columns(["reward"]), bad)
+    r = without(stream, "run", bad, "-o", tmp_path / "b.parquet", to=to)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert not (tmp_path / "b.parquet").exists()
+    if stream == "stdout":
+        assert "column" in r.stderr or "reward" in r.stderr, r.stderr  # the message still reaches stderr
+    for args, code in ((["validate", SAMPLE, "--json"], 0), (["validate", bad, "--json"], 2),
+                       (["inspect", SAMPLE], 0), (["--version"], 0)):
+        r = without(stream, *args, to=to)
+        assert r.returncode == code, (args, r.stdout, r.stderr)
+        assert "internal error" not in r.stderr

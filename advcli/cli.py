@@ -266,7 +266,7 @@ def sample(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .io.writer import check_output_path
+    from .io.writer import check_output_path, clean_stale_temps, temp_path_for
     from .sample import make_table
 
     if output is not None and output_option is not None and output != output_option:
@@ -278,7 +278,8 @@ def sample(
         raise AdvcliError("need --rows >= 1, --group-size >= 1, 1 <= --min-len <= --max-len, --steps >= 1")
     check_output_path(output, [], force)
     bar, stop = progress(True)  # on a terminal: generating and writing a large dump take a while
-    tmp = output + f".advcli-tmp-{os.getpid()}"
+    clean_stale_temps(output)  # a killed sample's leftover beside it
+    tmp = temp_path_for(output)  # .NAME.advcli-tmp-PID beside it, the name cut short for a long one
     try:
         table = make_table(rows, group_size, min_len, max_len, seed, shuffle=not contiguous, steps=steps,
                            progress=bar)

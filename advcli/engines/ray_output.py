@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from ..errors import AdvcliError
 from ..io.modes import missing_directory
-from ..io.temps import TMP_TAG, scratch_prefix
+from ..io.temps import TMP_TAG, scratch_prefix, temp_stem
 from .ray_rows import ROW_COL
 
 
@@ -37,7 +37,7 @@ def check_output_dir(output: str, inputs: list[str], force: bool) -> None:
 
 def tmp_dir(output: str) -> str:
     d, name = os.path.split(os.path.abspath(output.rstrip(os.sep)))
-    return os.path.join(d, f".{name}{TMP_TAG}{os.getpid()}")
+    return os.path.join(d, f".{temp_stem(name)}{TMP_TAG}{os.getpid()}")
 
 
 def ordered_sink(directory: str, out_schema: pa.Schema, num_rows: int, rows_per_file: int,

@@ -915,7 +915,7 @@ def prefilter_path(output: str | None) -> str:
     it when this one was killed (advcli.io.writer.clean_stale_temps); known before it exists, so that the run's
     clean-up removes it whenever it was stopped."""
     from ..io import remote
-    from ..io.temps import TMP_TAG, owner_tag
+    from ..io.temps import TMP_TAG, owner_tag, temp_stem
 
     if output is None or remote.is_uri(output):  # no output file (advcli.run(..., None): the rows in memory), or
         import hashlib  # one on object storage: a local file in TMPDIR, named as an upload's local copy is
@@ -926,7 +926,7 @@ def prefilter_path(output: str | None) -> str:
         name = key.rsplit("/", 1)[-1]
         return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{name}.filter{TMP_TAG}{owner_tag()}")
     d, name = os.path.split(os.path.abspath(output))
-    return os.path.join(d, f".{name}{TMP_TAG}{owner_tag()}.filter.parquet")
+    return os.path.join(d, f".{temp_stem(name)}{TMP_TAG}{owner_tag()}.filter.parquet")
 
 
 def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: dict | None, chunk_rows: int,

@@ -11,6 +11,22 @@ import re
 import threading
 
 TMP_TAG = ".advcli-tmp-"
+# a file name is at most 255 bytes: a temporary name adds a dot, the tag, PID-TID and suffixes (up to ~90 bytes) to
+# the output's name, so a long name is cut to its first bytes and a hash of the whole (:func:`temp_stem`)
+LONG_NAME_BYTES = 150
+
+
+def temp_stem(name: str) -> str:
+    """The output's file name as its temporary names carry it: ``name`` itself, or for a name over
+    :data:`LONG_NAME_BYTES` bytes its first 100 bytes, ``~`` and 12 hex digits of its hash (one name, one stem:
+    the next run's sweep finds the leftovers by it)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= LONG_NAME_BYTES:
+        return name
+    import hashlib
+
+    head = raw[:100].decode("utf-8", "ignore")
+    return f"{head}~{hashlib.sha256(raw).hexdigest()[:12]}"
 
 
 def owner_tag() -> str:

@@ -24,7 +24,7 @@ from . import remote
 from .lists import offsets_numpy
 from .modes import missing_directory, refuse_empty_output
 from .ordered import OrderedWorker
-from .temps import TMP_TAG, owner_tag, pid_alive, sweep_stale
+from .temps import TMP_TAG, owner_tag, pid_alive, sweep_stale, temp_stem
 
 
 def temp_path_for(target: str) -> str:
@@ -39,7 +39,7 @@ def temp_path_for(target: str) -> str:
         return os.path.join(tempfile.gettempdir(), f".advcli-upload-{tag}-{target.rsplit('/', 1)[-1]}"
                                                    f"{TMP_TAG}{owner_tag()}")
     d, name = os.path.split(os.path.abspath(target))
-    return os.path.join(d, f".{name}{TMP_TAG}{owner_tag()}")
+    return os.path.join(d, f".{temp_stem(name)}{TMP_TAG}{owner_tag()}")
 
 
 def clean_stale_temps(target: str) -> list[str]:
@@ -51,7 +51,7 @@ def clean_stale_temps(target: str) -> list[str]:
     # .NAME.advcli-tmp-PID (the output's), .NAME.advcli-tmp-PID.filter.parquet (run --drop-uniform's kept rows)
     # and ..NAME.advcli-tmp-PID.filter.parquet.advcli-tmp-PID (the writer's own file for those kept rows)
     found = [p for prefix in (".", "..")
-             for p in glob.glob(os.path.join(glob.escape(d), f"{prefix}{glob.escape(name)}{TMP_TAG}*"))]
+             for p in glob.glob(os.path.join(glob.escape(d), f"{prefix}{glob.escape(temp_stem(name))}{TMP_TAG}*"))]
     for p in found:
         digits = re.match(r"\d+", p.rsplit(TMP_TAG, 1)[1])  # PID, or PID.filter.parquet (run --drop-uniform)
         if digits is None:
@@ -110,11 +110,18 @@ def check_output_path(target: str, inputs: list[str], force: bool) -> None:
         if os.path.realpath(p) == real_t:
             raise AdvcliError(f"{target}: the output path is an input file; advcli never overwrites its input",
                               hint="choose another --output path")
+    bare = target.rstrip(os.sep) or target
+    if bare != target and os.path.lexists(bare) and not os.path.isdir(bare):  # `-o out.parquet/`, a file there
+        raise AdvcliError(f"{target}: names a directory (the trailing {os.sep}), but {bare} is a file",
+                          hint=f"-o {bare} to replace that file (with --force), or give a file path")
     d = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(d):
         raise missing_directory(target, d)
-    if os.path.isdir(target):
+    if os.path.isdir(target) or bare != target:
         raise AdvcliError(f"{target}: is a directory; give a file path for the output")
+    if os.path.islink(target) and not os.path.exists(target) and not force:  # a link to nowhere is still there
+        raise AdvcliError(f"{target}: already exists (a symbolic link to {os.readlink(target)}, which does not "
+                          "exist)", hint="pass --force to replace the link with the output, or remove it")
     if os.path.exists(target) and not force:
         raise AdvcliError(f"{target}: already exists", hint="pass --force to replace it")
     _probe_writable(target, d)

@@ -61,9 +61,9 @@ def write_report(path: str, report: dict, renderer=None) -> str:
     fmt = report_format(path)
     text = (renderer or render)(report, fmt)
     d, name = os.path.split(os.path.abspath(path))
-    from ..io.temps import TMP_TAG, owner_tag
+    from ..io.temps import TMP_TAG, owner_tag, temp_stem
 
-    tmp = os.path.join(d, f".{name}{TMP_TAG}{owner_tag()}")
+    tmp = os.path.join(d, f".{temp_stem(name)}{TMP_TAG}{owner_tag()}")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -473,3 +473,40 @@ def test_a_broken_link_or_fifo_among_parquet_inputs_is_refused(kind, tmp_path, c
         code, _, err = run_main(["run", spec, "-o", f"{out}/", *GRPO], capsys)
         assert code == 2 and all(s in err for s in said), (spec, err)
         assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["run", SAMPLE], ["validate", SAMPLE], ["filter", SAMPLE, "--drop-uniform"],
+                                     ["sample", "--rows", "50"]])
+def test_an_output_path_that_cannot_be_a_file_is_refused_before_the_work(tmp_path, capsys, command):
+    """`-o out.parquet/` where out.parquet is a file was an internal error (run, validate: FileExistsError; sample:
+    NotADirectoryError) or refused only after the whole filter; a dangling symbolic link at the output path passed
+    validate and made run fail after its work ('appeared while this command worked'). Each is refused at once;
+    --force replaces the link (not the missing file it names)."""
+    existing = tmp_path / "o.parquet"
+    existing.write_bytes(b"keep")
+    code, _, err = run_main([*command, "-o", f"{existing}/"], capsys)
+    assert code == 2 and f"{existing}/: names a directory (the trailing /), but {existing} is a file" in err, err
+    assert existing.read_bytes() == b"keep"
+    link = tmp_path / "link.parquet"
+    link.symlink_to("nowhere.parquet")
+    code, _, err = run_main([*command, "-o", link], capsys)
+    assert code == 2 and "already exists (a symbolic link to nowhere.parquet, which does not exist)" in err, err
+    if command[0] != "validate":
+        code, _, err = run_main([*command, "-o", link, "--force"], capsys)
+        assert code == 0, err
+        assert not link.is_symlink() and pq.read_metadata(link).num_rows > 0
+        assert not (tmp_path / "nowhere.parquet").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.parquet", "o.parquet"]  # no temporary left
+
+
+@pytest.mark.parametrize("command", [["run", SAMPLE], ["run", SAMPLE, "--drop-uniform"],
+                                     ["filter", SAMPLE, "--drop-uniform"], ["sample", "--rows", "50"]])
+def test_a_long_output_name_is_written(tmp_path, capsys, command):
+    """A 240-byte output name is legal (255 is the limit), but its temporary name (.NAME.advcli-tmp-PID...) was
+    not: 'the output directory is not writable (File name too long)', or an internal error in convert."""
+    out = tmp_path / ("é" * 60 + "a" * 112 + ".parquet")  # 240 bytes in UTF-8
+    assert len(out.name.encode()) == 240
+    code, _, err = run_main([*command, "-o", out], capsys)
+    assert code == 0, err
+    assert pq.read_metadata(out).num_rows > 0
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]

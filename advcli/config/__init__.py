@@ -243,9 +243,17 @@ def _resolved(tree: dict) -> dict:
 def _parse_config_file(path: str) -> dict:
     """One YAML or TOML file as its nested mapping (``load_config_file``)."""
     p = Path(path)
+    if p.is_dir():
+        raise AdvcliError(f"config file {path}: is a directory", hint="give the YAML or TOML file itself")
     if not p.is_file():
         raise AdvcliError(f"config file {path}: no such file")
-    text = p.read_text()
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")  # (a BOM, as Windows editors write it, is not part of the text)
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise AdvcliError(f"config file {path}, line {line}: not UTF-8 text (byte 0x{raw[e.start]:02x})",
+                          hint="save the file as UTF-8 (iconv -f latin1 -t utf-8 FILE, for a Latin-1 one)") from None
     try:
         if p.suffix.lower() == ".toml":
             import tomllib

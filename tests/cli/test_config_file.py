@@ -189,6 +189,24 @@ def test_unparsable_config_names_line_and_column(tmp_path, capsys, suffix, text,
     assert f"config file {cfg}, {place}: cannot parse" in err, err
 
 
+@pytest.mark.parametrize("suffix", [".yaml", ".toml"])
+def test_a_config_not_in_utf8_or_a_directory_is_named_and_a_bom_is_read(tmp_path, capsys, suffix):
+    """A Latin-1 byte in the file was an internal error (UnicodeDecodeError; validate --json printed no verdict),
+    a directory 'no such file'; a UTF-8 file that starts with a BOM (Windows editors) is read as its text."""
+    d, _ = _dump(tmp_path)
+    body = "algorithm:\n  adv_estimator: grpo # caf\u00e9\n" if suffix == ".yaml" else \
+        "[algorithm]\nadv_estimator = \"grpo\" # caf\u00e9\n"
+    cfg = tmp_path / ("latin" + suffix)
+    cfg.write_bytes(body.encode("latin-1"))
+    code, out, err = run_main(["validate", d, "--flavor", "verl", "--config", cfg, "--json"], capsys)
+    assert code == 2 and json.loads(out)["error"] == f"config file {cfg}, line 2: not UTF-8 text (byte 0xe9)"
+    code, _, err = run_main(["validate", d, "--flavor", "verl", "--config", tmp_path], capsys)
+    assert code == 2 and f"config file {tmp_path}: is a directory" in err, err
+    cfg.write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
+    code, _, err = run_main(["validate", d, "--flavor", "verl", "--config", cfg], capsys)
+    assert code == 0, err
+
+
 def test_config_estimator_without_flavor_is_not_overridden(tmp_path, capsys):
     """No --flavor: verl, and the estimator the file names — not the one advcli picks from the dump."""
     d, recs = _dump(tmp_path)

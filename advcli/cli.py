@@ -104,10 +104,7 @@ def run(
              "no progress for this long. Default: ADVCLI_RAY_STALL_TIMEOUT, else 300."),
     force: bool = opt.FORCE,
     padded: bool | None = opt.PADDED,
-    precision: str | None = typer.Option(None, "--precision", metavar="DTYPE",
-                                            help="float32 (default) reproduces the frameworks, float32 "
-                                                 "artefacts included; float64 computes the intended math "
-                                                 "(outputs are still written as float32)."),
+    precision: str | None = opt.PRECISION,
     quiet: bool = opt.QUIET,
     json_out: bool = opt.json_out("the run summary"),
     report: str | None = opt.REPORT,

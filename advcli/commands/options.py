@@ -90,6 +90,10 @@ LOG_STEP_OFFSET = typer.Option(0, "--log-step-offset", metavar="N",
                                help="With --log: add N to every step, so that the figures line up with the "
                                     "training run's own step axis.")
 
+PRECISION = typer.Option(None, "--precision", metavar="DTYPE",
+                         help="float32 (default) reproduces the frameworks, float32 artefacts included; float64 "
+                              "computes the intended math (outputs are still written as float32).")
+
 # --follow (advcli.commands.follow): a training run's dump directory followed as the trainer writes it
 FOLLOW = typer.Option(False, "--follow", help="Watch the dump directory as the trainer writes it and take each "
                                               "step once complete: one line per step, --log per step (see "

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | None, config: str | None,
                        column: list[str] | None, padded: bool | None, notes: list[str] | None = None,
-                       file_keys: list | None = None, estimator: str | None = None, dump_notes: list | None = None):
+                       file_keys: list | None = None, estimator: str | None = None, dump_notes: list | None = None,
+                       precision: str | None = None):
     """(flavor, canonical config, native settings given, column overrides, auto note) from the options that
     `run`, `validate` and `compare` share. What a trainer dump tells the flavor (its group size, AReaL's
     example settings) is taken for the keys not given, one line each appended to ``notes``
@@ -19,7 +20,8 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
     from ..runs.resolution import resolve_run
 
     columns = parse_column_maps(column)
-    choice = resolve_run(inputs, flavor, parse_set(set_), estimator=estimator, config=config, padded=padded)
+    choice = resolve_run(inputs, flavor, parse_set(set_), estimator=estimator, config=config, padded=padded,
+                         precision=precision)
     if notes is not None:
         notes.extend(choice.from_dump)
     if file_keys is not None and choice.config_file is not None:

@@ -52,6 +52,7 @@ def validate_cmd(
     force: bool = typer.Option(False, "--force", help="With --output: an existing output would be replaced."),
     chunk_rows: int = opt.chunk_rows(),
     padded: bool | None = opt.PADDED,
+    precision: str | None = opt.PRECISION,
     device: str = opt.device("cpu", "auto, cpu or cuda (default cpu: validating needs no GPU)."),
     deep: bool = typer.Option(False, "--deep", help="Run the math too (imports torch): the checks only the "
                                                     "math makes, and the diagnostics (see below)."),
@@ -65,7 +66,7 @@ def validate_cmd(
     try:
         inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
         result, what, why, deep = _validate(inputs, flavor, set_, config, column, output, force, chunk_rows,
-                                            padded, device, estimator, deep)
+                                            padded, device, estimator, deep, precision)
         name_sources(result)
     except AdvcliError as e:
         if json_out:
@@ -103,14 +104,15 @@ def validate_cmd(
 
 
 def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, padded, device, estimator=None,
-              deep=False):
+              deep=False, precision=None):
     """(RunResult, what ran, why it runs under that name or None, whether the math ran) — raising the
     AdvcliError `run` would raise."""
     from .resolve import resolve_cli_config
 
     file_keys: list = []
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
-                                                                 file_keys=file_keys, estimator=estimator)
+                                                                 file_keys=file_keys, estimator=estimator,
+                                                                 precision=precision)
     from ..pipeline.checks import check_run
 
     result, ran_deep = check_run(inputs, cfg, column_overrides=columns, chunk_rows=chunk_rows, device=device,

@@ -21,9 +21,11 @@ def check_lengths(mask_offsets: np.ndarray, offs: np.ndarray, file: str, name: s
 
 
 def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, row_base: int,
-                 allow_neg_inf: bool = False) -> None:
+                 allow_neg_inf: bool = False, source: np.ndarray | None = None) -> None:
     """No NaN or ±inf among the flat token values ``vals`` (rows by ``offsets``); ``allow_neg_inf``: −inf
-    passes (a log-prob read only by a KL that clamps its log-ratio first)."""
+    passes (a log-prob read only by a KL that clamps its log-ratio first). ``source``: the values as the file
+    holds them, before ``vals`` was cast to the run's precision: a finite one the cast made infinite is said
+    to be beyond that precision."""
     # one reduction instead of a bool array: a NaN/inf makes the sum non-finite; a finite sum that
     # overflowed only sends us to the exact check
     with np.errstate(over="ignore", invalid="ignore"):
@@ -36,10 +38,23 @@ def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, ro
                 return
     pos = int(np.nonzero(bad)[0][0])
     row = int(np.searchsorted(offsets, pos, side="right") - 1)
+    if source is not None and np.isfinite(source[pos]):
+        top = float(np.finfo(vals.dtype).max)
+        raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position {pos - offsets[row]}: value "
+                          f"{float(source[pos]):.6g} is beyond {vals.dtype} (up to {top:.3g}), the run's precision",
+                          hint="run with --precision float64, or scale the column down")
     raise AdvcliError(f"{file}: column {name!r}, row {row_base + row}, position "
                       f"{pos - offsets[row]}: value {float(vals[pos])} is not finite",
                       hint="NaN or infinite log-probs/values would poison every statistic; "
                            "drop or repair the row")
+
+
+def unread_value_warning(message: str, name: str) -> str:
+    """The warning for a non-finite value (``message``, the refusal a run that read it would give) in a token
+    column ``name`` this run does not read: the run goes ahead (its numbers do not depend on it), as
+    ``validate`` says."""
+    return (f"{message}; this run does not read column {name!r}, so it runs as it is (a run that reads it, a KL "
+            "or rollout correction on it, refuses it)")
 
 
 def check_mask(mask: np.ndarray, offsets: np.ndarray, file: str, column: str, row_base: int) -> None:

@@ -17,9 +17,17 @@ import numpy as np
 import pyarrow as pa
 
 from ..config.runspec import RunSpec
+from ..errors import AdvcliError
 from ..io.lists import check_no_nulls, list_offsets, list_values, primitive_numpy
 from ..io.reader import InputSet
-from ..io.value_checks import check_finite, check_lengths, check_mask, check_row_numbers, unplaced_reward
+from ..io.value_checks import (
+    check_finite,
+    check_lengths,
+    check_mask,
+    check_row_numbers,
+    unplaced_reward,
+    unread_value_warning,
+)
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
 from .plan import Plan, RunState
@@ -40,6 +48,11 @@ class DataCounts:
 
 def _token_roles(plan: Plan) -> list[str]:
     """Every token column the run reads or checks: the math's, the row pass's, the dump's others."""
+    return [r for r in dict.fromkeys(_read_token_roles(plan) + list(plan.verify_roles)) if r != "response_mask"]
+
+
+def _read_token_roles(plan: Plan) -> list[str]:
+    """The token columns the run's math and row pass read (not the dump's others, :attr:`Plan.verify_roles`)."""
     roles = list(plan.token_roles)
     if plan.kl_on:
         roles += role_rules.kl_roles(plan.run.kl, plan.cmap)
@@ -47,7 +60,6 @@ def _token_roles(plan: Plan) -> list[str]:
         roles += [r for r in plan.spec.row_token_means if plan.cmap.has(r)]
     if plan.correction is not None:
         roles += [r for r in ("old_log_probs", "rollout_log_probs") if plan.cmap.has(r)]
-    roles += plan.verify_roles
     return [r for r in dict.fromkeys(roles) if r != "response_mask"]
 
 
@@ -72,6 +84,9 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     cmap = plan.cmap
     mask_name = cmap["response_mask"]
     token_roles = _token_roles(plan)
+    read_roles = set(_read_token_roles(plan))
+    warned: set[str] = set()
+    precision = np.float64 if plan.run.precision == "float64" else np.float32  # what run casts them to
     number_roles = _row_number_roles(plan)
     allow_nan = plan.run.reward.nan != "refuse"
     key_cols = group_key_columns(plan)
@@ -97,7 +112,17 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
             if role in float_roles:
                 vals = _values(arr)
                 if vals.dtype.kind in FLOAT_KINDS:
-                    check_finite(vals, offsets, file, name, row_base)
+                    with np.errstate(over="ignore"):
+                        cast = vals.astype(precision, copy=False)
+                    try:  # as run checks them: at the run's precision, −inf where only a clamping KL reads it
+                        check_finite(cast, offsets, file, name, row_base, role in plan.neg_inf_roles,
+                                     source=vals if cast.dtype != vals.dtype else None)
+                    except AdvcliError as e:
+                        if role in read_roles:
+                            raise
+                        if name not in warned:  # the first such value of the column, once
+                            warned.add(name)
+                            state.group_warnings.append(unread_value_warning(e.message, name))
         for name in [cmap[r] for r in number_roles] + list(plan.components):
             arr = batch.column(name)
             if allow_nan and name != cmap.names.get("reward_baseline") and arr.null_count:

@@ -12,7 +12,7 @@ from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
 from ..io.lists import primitive_numpy
 from ..io.reader import CHUNK_TOKENS, InputSet, rows_for_tokens
-from ..io.value_checks import check_finite, check_lengths, check_row_numbers
+from ..io.value_checks import check_finite, check_lengths, check_row_numbers, unread_value_warning
 from .plan import Plan, RunState
 from .roles import FLOAT_ROLES
 
@@ -76,8 +76,9 @@ class ChunkReader:
             offs, vals = list_column_to_tensor(arr)
             check_lengths(offsets, offs, file, name, mask_name, row_base)
             if role in FLOAT_ROLES:
-                vals = vals.to(plan.dtype)
-                check_finite(vals.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles)
+                raw, vals = vals, vals.to(plan.dtype)
+                check_finite(vals.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles,
+                             source=raw.numpy() if raw.dtype != vals.dtype else None)
             out[role] = vals
         if len(plan.neg_inf_roles) == 2 and all(r in out and r not in done for r in plan.neg_inf_roles):
             lp, ref = (out[r] for r in plan.neg_inf_roles)
@@ -101,7 +102,14 @@ class ChunkReader:
                 offs, vals = list_column_to_tensor(arr)
                 check_lengths(offsets, offs, file, name, mask_name, row_base)
                 if role in FLOAT_ROLES:
-                    check_finite(vals.to(plan.dtype).numpy(), offsets, file, name, row_base)
+                    try:  # a column the math does not read: its non-finite value is a warning (the run goes on)
+                        cast = vals.to(plan.dtype)
+                        check_finite(cast.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles,
+                                     source=vals.numpy() if vals.dtype != cast.dtype else None)
+                    except AdvcliError as e:
+                        said = unread_value_warning(e.message, name)
+                        if not any(w.startswith(said[:said.index(", row")]) for w in self.state.group_warnings):
+                            self.state.group_warnings.append(said)
             else:  # the offsets alone: no copy of the values
                 check_lengths(offsets, list_offsets(arr), file, name, mask_name, row_base)
         return offsets, out

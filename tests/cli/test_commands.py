@@ -259,6 +259,53 @@ def test_validate_rejects_a_null_prompt_id_as_run_does(tmp_path, capsys):
     assert "RuntimeWarning" not in v[2]
 
 
+def _with_token_value(tmp_path, column: str, row: int, value: float, dtype=pa.float32()):
+    t = pq.read_table(SAMPLE)
+    lists = t.column(column).to_pylist()
+    lists[row][2] = value
+    path = tmp_path / f"{column}_{row}.parquet"
+    pq.write_table(t.set_column(t.column_names.index(column), column, pa.array(lists, pa.list_(dtype))), path)
+    return path
+
+
+GRPO_ = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+GAE_ = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+
+
+@pytest.mark.parametrize("column, value, dtype, flags, code, said", [
+    # a NaN in a log-prob column GRPO does not read: run writes the advantages; validate refused it (exit 2)
+    ("old_log_probs", float("nan"), pa.float32(), GRPO_, 0, "this run does not read column 'old_log_probs'"),
+    ("old_log_probs", float("nan"), pa.float32(), GRPO_ + ["--deep"], 0, "does not read column 'old_log_probs'"),
+    # read by the KL: both refuse
+    ("old_log_probs", float("nan"), pa.float32(), GRPO_ + ["--set", "algorithm.use_kl_in_reward=true"], 2,
+     "column 'old_log_probs', row 4, position 2: value nan is not finite"),
+    # −inf where only a clamping KL reads it (verl's low_var_kl): run runs it; validate refused it
+    ("old_log_probs", float("-inf"), pa.float32(), GRPO_ + ["--set", "algorithm.use_kl_in_reward=true", "--set",
+                                                             "algorithm.kl_penalty=low_var_kl"], 0, None),
+    # a float64 value beyond float32: validate passed it, run refused it as 'inf is not finite'
+    ("values", 1e300, pa.float64(), GAE_, 2, "value 1e+300 is beyond float32 (up to 3.4e+38), the run's precision"),
+])
+def test_validate_says_what_run_does_of_a_token_value(tmp_path, capsys, column, value, dtype, flags, code, said):
+    """validate exits 0 exactly when run with the same options succeeds, with run's message: token values are
+    checked as run checks them (at the run's precision; −inf where only a clamping KL reads it; a column the run
+    does not read gives a warning, not a refusal)."""
+    bad = _with_token_value(tmp_path, column, 4, value, dtype)
+    deep = "--deep" in flags
+    opts = [f for f in flags if f != "--deep"]
+    v = main_rc(capsys, "validate", bad, *flags, "--json")
+    r = main_rc(capsys, "run", bad, "-o", tmp_path / "o.parquet", *opts, "-q")
+    assert v[0] == code and r[0] == code, (v, r)
+    if code == 2:
+        assert said in r[2] and said in v[2], (v[2], r[2])
+        assert json.loads(v[1])["error"] in r[2]
+    elif said:
+        assert any(said in w for w in json.loads(v[1])["warnings"]), v[1]
+        assert pq.read_table(tmp_path / "o.parquet").num_rows == pq.read_metadata(bad).num_rows
+    if column == "values" and not deep:  # at float64 both take it
+        v = main_rc(capsys, "validate", bad, *flags, "--precision", "float64")
+        assert v[0] == 0, v
+
+
 def test_validate_checks_the_output_path(tmp_path, capsys):
     out = tmp_path / "exists.parquet"
     out.write_bytes(b"x")

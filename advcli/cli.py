@@ -151,7 +151,7 @@ def run(
     if report:  # likewise, before a dump is converted
         from .report import check_report_path
 
-        check_report_path(report, list(inputs) + [output])
+        check_report_path(report, list(inputs) + [output, config, state], force)
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet (advcli.formats)
     show = not quiet and not json_out
     from .io.memory import tune_for_streaming

@@ -118,7 +118,7 @@ def audit_cmd(
     from ..report import check_report_path
 
     if report:
-        check_report_path(report, inputs)
+        check_report_path(report, list(inputs) + [config, state])
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     from ..audit.recompute import audit_dump, check_tolerances, require_logged
     from ..formats import open_inputs

@@ -241,7 +241,7 @@ def compare_cmd(
     if report:
         from ..report import check_report_path
 
-        check_report_path(report, paths)
+        check_report_path(report, list(paths) + list(config or []))
     paths = open_inputs(paths, from_)  # trainer dumps (and response-level outputs) -> canonical Parquet
     if estimators is not None:
         if len(paths) != 1:

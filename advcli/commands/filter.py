@@ -105,7 +105,7 @@ def filter_cmd(
                                                               "--min-group-size N or --variance-top-p P / "
                                                               "--variance-top-k K")
     if report:
-        check_report_path(report, list(inputs) + [output])
+        check_report_path(report, list(inputs) + [output], force)
     from ..formats import name_dumps, open_inputs
     from ..io.writer import check_output_path
 

@@ -50,7 +50,7 @@ def stats_cmd(
     from ..report import check_report_path, emit
 
     if report:
-        check_report_path(report, inputs)
+        check_report_path(report, list(inputs) + [state])
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     settle = opt.check_follow_only(follow, settle, until_idle, state)
     if follow:

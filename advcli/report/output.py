@@ -23,8 +23,11 @@ def report_format(path: str) -> str:
     return FORMATS[ext]
 
 
-def check_report_path(path: str, taken: Iterable[str] = ()) -> str:
-    """Refuse a report path before any work: bad extension, missing directory, or an input/output path."""
+def check_report_path(path: str, taken: Iterable[str] = (), force: bool = False) -> str:
+    """Refuse a report path before any work: bad extension, missing directory, an input, output or
+    configuration path of the command (``taken``), or an existing file that is not an advcli report (an
+    earlier report is replaced, as a rerun writes it again; another file only with ``force``, where the
+    command has --force)."""
     from ..io.remote import is_uri
     from ..io.temps import check_local_destination
 
@@ -40,9 +43,24 @@ def check_report_path(path: str, taken: Iterable[str] = ()) -> str:
     real = os.path.realpath(path)
     for p in taken:
         if p and os.path.realpath(p) == real:
-            raise AdvcliError(f"--report {path}: is also an input or output of this run; choose another name")
+            raise AdvcliError(f"--report {path}: is also an input, output or configuration file of this command; "
+                              "choose another name")
+    if os.path.lexists(path) and not force and not _is_report(path):
+        raise AdvcliError(f"--report {path}: already exists and is not an advcli report (advcli replaces only its "
+                          "own earlier reports)", hint="choose another name, or remove that file first")
     check_local_destination(f"--report {path}", d)
     return fmt
+
+
+def _is_report(path: str) -> bool:
+    """Whether the file at ``path`` is a report advcli wrote (JSON with its ``advcli_version``, Markdown under an
+    ``# advcli`` title, HTML titled advcli ...), from its first 4 KiB."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return b'"advcli_version"' in head or head.startswith(b"# advcli") or b"<title>advcli" in head
 
 
 def render(report: dict, fmt: str) -> str:

@@ -209,7 +209,7 @@ def test_write_report_is_atomic_and_checks_the_path(tmp_path):
         check_report_path(str(tmp_path / "r.htlm"))
     with pytest.raises(AdvcliError, match="does not exist"):
         check_report_path(str(tmp_path / "nope" / "r.json"))
-    with pytest.raises(AdvcliError, match="also an input or output"):
+    with pytest.raises(AdvcliError, match="also an input, output or configuration file"):
         check_report_path(str(tmp_path / "x.json"), [str(tmp_path / "x.json")])
 
 
@@ -340,3 +340,39 @@ def test_stats_of_an_output_replays_the_runs_reshaped_rewards(tmp_path):
         for k, v in want.items():
             assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-7), (flavor, k, got[k])
             assert got[k] == pytest.approx(ran.metrics[k], rel=1e-6, abs=1e-7), (flavor, k, ran.metrics[k])
+
+
+@pytest.mark.parametrize("command", ["run", "audit", "stats"])
+def test_a_report_never_replaces_the_config_or_a_file_that_is_not_a_report(tmp_path, command):
+    """--report equal to --config replaced the user's configuration with the report (exit 0), and --report on
+    any existing file replaced it. An earlier advcli report is replaced (a rerun), the config and another file
+    are refused before any work; run's --force replaces another file."""
+    runs = iter(range(100))
+    audited = tmp_path / "adv.parquet"
+    assert run_cli("run", SAMPLE, "-o", audited, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                   "-q").returncode == 0
+
+    def base():
+        return {"run": ["run", SAMPLE, "-o", tmp_path / f"o{next(runs)}.parquet"], "audit": ["audit", audited],
+                "stats": ["stats", SAMPLE]}[command]
+
+    cfg = tmp_path / "cfg.json"  # (YAML: JSON is YAML) a name --report also takes
+    cfg.write_text('{"algorithm": {"adv_estimator": "grpo"}}\n')
+    conf = ["--flavor", "verl", "--config", cfg] if command != "stats" else []
+    r = run_cli(*base(), *conf, "--report", cfg, "-q") if command != "stats" else None
+    if r is not None:
+        assert r.returncode == 2 and "is also an input, output or configuration file" in r.stderr, r.stderr
+        assert cfg.read_text() == '{"algorithm": {"adv_estimator": "grpo"}}\n'
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    r = run_cli(*base(), *conf, "--report", notes, "-q")
+    assert r.returncode == 2 and "already exists and is not an advcli report" in r.stderr, r.stderr
+    assert notes.read_text() == "my notes\n"
+    earlier = tmp_path / "earlier.json"
+    for _ in range(2):  # the second replaces the first
+        r = run_cli(*base(), *conf, "--report", earlier, "-q")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(earlier.read_text())["advcli_version"]
+    if command == "run":
+        r = run_cli(*base(), *conf, "--report", notes, "-q", "--force")
+        assert r.returncode == 0 and notes.read_text().startswith("# advcli"), r.stderr

@@ -55,7 +55,8 @@ class RowPartials:
         if finite_all:  # one reduction: every value finite (the common case)
             p.all_finite = True
             p.sum, p.count, p.nonfinite = s, cnt, np.zeros_like(cnt)
-            p.sumsq = row_reduce(x * x, voff, "sum")
+            with np.errstate(over="ignore"):  # a value beyond √max: its square is inf, as the figure says
+                p.sumsq = row_reduce(x * x, voff, "sum")
             if check_const:
                 if _rows_constant(x, voff):
                     has = cnt > 0

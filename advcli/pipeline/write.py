@@ -51,7 +51,8 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
     that the statistics' sums and squares leave its range, or (``--precision float64``) a finite
     value beyond float32, the output's type, which would be written as ±inf. A NaN written with
     exit 0 would look like the framework's own. NaN the frameworks' semantics give on ordinary
-    numbers (0/0 of an empty mask, the std of a group of one) are not overflow: written as theirs."""
+    numbers (0/0 of an empty mask, the std of a group of one) are not overflow: written as theirs. The input's
+    critic values count as the rewards do (read again from ``file`` only when an output is non-finite)."""
     import numpy as np
 
     f32max = float(np.finfo(np.float32).max)
@@ -71,6 +72,7 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
             big = [(what, float(t.abs().max())) for what, t in
                    (("reward", row.get("score_sum")), ("token reward", outs.get("token_level_rewards")))
                    if t is not None and t.numel() and float(t.abs().max()) > limit]
+            big += [(what, top) for what, top in _input_magnitudes(plan, file) if top > limit]
             growth = _growth_factors(plan)
             if not big and not growth:
                 continue  # not overflow: the framework's own NaN
@@ -79,8 +81,9 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
             if big:
                 why = (f"the {dtype} statistics overflow ({big[0][0]}s up to {big[0][1]:.3g}; {dtype} holds up to "
                        f"{float(np.finfo(dtype).max):.3g})")
-                hint = ("run with --precision float64 (the statistics then hold), or scale the rewards down"
-                        if not wide else "scale the rewards down")
+                scaled = "values" if big[0][0] == "value" else "rewards"
+                hint = (f"run with --precision float64 (the statistics then hold), or scale the {scaled} down"
+                        if not wide else f"scale the {scaled} down")
             else:  # γ or λ above 1: the discounted sums grow as γ^T along a row
                 r = _row_at(offsets, first)
                 said = ", ".join(f"{k}={g:g}" for k, g in growth)
@@ -91,6 +94,25 @@ def refuse_overflow(plan: Plan, file: str, row_base: int, offsets, row: dict, ou
         r = _row_at(offsets, first)
         raise AdvcliError(f"{file}: row {row_base + r}: {name} {float(v[first]):.6g} at position "
                           f"{first - int(offsets[r])}: {why}; nothing was written", hint=hint)
+
+
+def _input_magnitudes(plan: Plan, file: str) -> list[tuple[str, float]]:
+    """(what, the largest |value|) of the critic values in the input ``file``, where the run reads them: values
+    so large that the statistics' squares overflow (a whitening's variance) make the advantages NaN as rewards
+    do. Read on the error path only (the write pass reads no more than it writes)."""
+    import pyarrow.compute as pc
+
+    from ..io.reader import InputSet
+
+    name = plan.cmap.names.get("values")
+    if name is None or "values" not in plan.token_roles:
+        return []
+    top = None
+    for _, _, b in InputSet.open([file]).iter_batches([name], 65536):
+        flat = pc.list_flatten(b.column(0))
+        m = pc.max(pc.abs(flat.cast("float64"))).as_py() if len(flat) else None
+        top = m if top is None or (m is not None and m > top) else top
+    return [("value", float(top))] if top is not None else []
 
 
 def _row_at(offsets, position: int) -> int:

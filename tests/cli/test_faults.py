@@ -12,7 +12,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import SAMPLE, run_main
 
 from advcli.sample import make_table
 
@@ -345,6 +345,27 @@ def test_overflowing_rewards_are_refused_with_the_row_and_the_fix(est, huge, tmp
             g = r[pid == pid[i]]
             want = (r[i] - g.mean()) / (g.std(ddof=1) + 1e-6)
             assert np.allclose([a for a, m in zip(row_adv, mask) if m], want, rtol=1e-6), i
+
+
+def test_critic_values_whose_squares_overflow_float64_are_refused(tmp_path, capsys):
+    """A critic value of 1e200 under --precision float64: GAE's advantages are finite before the whitening, whose
+    variance (1e400) is inf, so every advantage was written NaN with exit 0 (only rewards were looked at). The
+    values count as the rewards do: refused, naming the row and the values; nothing written. At float32 the
+    value itself is beyond the precision, named at the read."""
+    t = pq.read_table(SAMPLE)
+    values = t.column("values").to_pylist()
+    values[3][1] = 1e200
+    bad = tmp_path / "in.parquet"  # (leftovers() passes over the input)
+    pq.write_table(t.set_column(t.column_names.index("values"), "values", pa.array(values, pa.list_(pa.float64()))),
+                   bad)
+    out = tmp_path / "out.parquet"
+    gae = ["--flavor", "verl", "--set", "algorithm.adv_estimator=gae"]
+    code, _, err = run_main(["run", str(bad), "-o", str(out), *gae, "--precision", "float64", "-q"], capsys)
+    assert code == 2 and "the float64 statistics overflow (values up to 1e+200" in err, err
+    assert "hint: scale the values down" in err and "RuntimeWarning" not in err
+    assert not out.exists() and leftovers(tmp_path) == []
+    code, _, err = run_main(["run", str(bad), "-o", str(out), *gae, "-q"], capsys)
+    assert code == 2 and "column 'values', row 3, position 1: value 1e+200 is beyond float32" in err, err
 
 
 # ------------------------------------------------------------------ 4. silent repairs; 5. malformed traces

@@ -72,7 +72,8 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
         free = f"{shutil.disk_usage(directory).free / 2**20:.0f} MiB free there now"
     except OSError:
         free = "its free space unknown"
-    need = f"; about {need_bytes / 2**20:.0f} MiB were needed" if need_bytes else ""
+    need = ("" if not need_bytes else f"; about {need_bytes / 2**20:.0f} MiB were needed" if need_bytes >= 2**20
+            else f"; about {max(1, round(need_bytes / 2**10))} KiB were needed")
     return AdvcliError(f"{directory}: no space left on the device while writing {what} ({free}{need}); "
                        "nothing was written", hint="free some space, or write elsewhere: -o on another file "
                                                    "system, TMPDIR=DIR for advcli's temporary files")

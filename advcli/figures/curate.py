@@ -543,7 +543,12 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     else:
         pcodes, puniq = keys_codes(chunked(pid)) if R else (np.zeros(0, np.int64), np.zeros(0))
     if (pcodes < 0).any():
-        raise AdvcliError(f"{file0}: column {pid!r} has null group ids; every row needs one")
+        first = int(np.nonzero(pcodes < 0)[0][0])
+        starts = np.cumsum([0] + list(ins.file_rows()))  # the file of that row, and its row there (from 0)
+        fi = int(np.searchsorted(starts, first, side="right") - 1)
+        raise AdvcliError(f"{ins.paths[fi]}: column {pid!r}, row {first - int(starts[fi])}: null group id "
+                          f"({int((pcodes < 0).sum())} row(s) without one)",
+                          hint="every row needs its group id: repair those rows or drop them")
     step = None
     if step_col:
         step = numeric(chunked(step_col), step_col, file0).astype(np.int64) if R else np.zeros(0, np.int64)

@@ -510,3 +510,19 @@ def test_a_long_output_name_is_written(tmp_path, capsys, command):
     assert code == 0, err
     assert pq.read_metadata(out).num_rows > 0
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_filter_names_the_row_of_a_null_group_id_in_its_file(tmp_path, capsys):
+    """filter said 'column prompt_id has null group ids' of the first file, with no row; with two files in, the
+    row is named in its own file (rows counted from 0 in each)."""
+    t = pq.read_table(SAMPLE)
+    first, second = t.slice(0, 100), t.slice(100)
+    ids = second.column("prompt_id").to_pylist()
+    ids[7] = None
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(first, d / "a.parquet")
+    pq.write_table(second.set_column(second.column_names.index("prompt_id"), "prompt_id",
+                                     pa.array(ids, pa.string())), d / "b.parquet")
+    code, _, err = run_main(["filter", d, "--drop-uniform", "-o", tmp_path / "out"], capsys)
+    assert code == 2 and f"{d / 'b.parquet'}: column 'prompt_id', row 7: null group id (1 row(s) without one)" in err

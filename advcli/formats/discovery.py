@@ -160,8 +160,8 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                     candidates.append(p)
                 elif fname.endswith(tuple(COMPRESSED)) and fname[:fname.rindex(".")].endswith(DATA_SUFFIXES):
                     tool = COMPRESSED[fname[fname.rindex("."):]]
-                    unread.append(f"{p} (compressed with {tool}: advcli reads .jsonl.zst and the uncompressed "
-                                  f"files; {tool} -dk {fname} gives the file to read)")
+                    unread.append(f"{p} (compressed with {tool}: advcli reads the uncompressed files, and zstd only "
+                                  f"in prime-rl's trace stream; {tool} -dk {fname} gives the file to read)")
                     skipped.append(unread[-1])
         if not candidates:
             raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
@@ -203,7 +203,11 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
     files = []
     for p, f in by_file:
         if f is None and forced is None:  # a file no format names (notes, configs): not read, reported
-            leave_out(f"{p} (not a {chosen.title} file name)")
+            if p.endswith(".zst"):  # a step file compressed by hand: only prime-rl's stream is read compressed
+                leave_out(f"{p} (compressed with zstd: {chosen.title} is read uncompressed; zstd -dk "
+                          f"{os.path.basename(p)} gives the file to read)")
+            else:
+                leave_out(f"{p} (not a {chosen.title} file name)")
             continue
         if f is not None and f is not chosen:
             raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",

@@ -61,7 +61,7 @@ def test_v1_grpo(tmp_path, capsys, chunk):
     assert t.column("prompt_id").to_pylist()[0] == recs[0]["uid"].rsplit("_", 2)[0]
 
 
-@pytest.mark.parametrize("left", ["empty", "gzip"])
+@pytest.mark.parametrize("left", ["empty", "gzip", "zstd"])
 def test_a_step_file_left_out_is_a_warning_of_the_run(left, tmp_path, capsys):
     """A step file the run cannot read (zero bytes: the trainer still writing it; gzip-compressed) was left out with
     no word from `run` (convert and inspect list it): 12 of 24 rows, exit 0. The run still runs on the rest, as
@@ -75,9 +75,15 @@ def test_a_step_file_left_out_is_a_warning_of_the_run(left, tmp_path, capsys):
     if left == "empty":
         (d / "2.jsonl").write_text("")
         name, why = "2.jsonl", "(empty)"
-    else:
+    elif left == "gzip":
         (d / "2.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in recs[12:]).encode()))
-        name, why = "2.jsonl.gz", "(compressed with gzip: advcli reads .jsonl.zst and the uncompressed files"
+        name, why = "2.jsonl.gz", "(compressed with gzip: advcli reads the uncompressed files"
+    else:  # zstd: named as compressed, not "not a verl file name" (the gzip message said advcli reads .jsonl.zst)
+        import zstandard
+
+        data = "".join(json.dumps(r) + "\n" for r in recs[12:]).encode()
+        (d / "2.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+        name, why = "2.jsonl.zst", "(compressed with zstd: verl rollout_data_dir {step}.jsonl is read uncompressed"
     out = tmp_path / "o.parquet"
     code, stdout, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
                                   "--json"], capsys)

@@ -71,6 +71,7 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
         forced = get(source)
     out = []
     for spec in inputs:
+        _refuse_remote_dump(spec, forced)
         if forced is None and not is_dump(spec):
             files = _response_level_files(spec)
             out += [_with_mask(p, synth_mask) if level == "response" else p for p, level in files] if files else [spec]
@@ -87,6 +88,21 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             _CONVERTED[key] = info
         out.append(_CONVERTED[key].output)
     return out
+
+
+def _refuse_remote_dump(spec: str, forced) -> None:
+    """A trainer's dump on object storage (``s3://b/verl/1.jsonl``, or ``--from FORMAT`` with a URI): the dump
+    readers read local files, which a Parquet read of it would only call 'not a readable Parquet file'."""
+    from ..io import remote
+
+    if not remote.is_uri(spec):
+        return
+    from .discovery import DATA_SUFFIXES
+
+    if forced is not None or (spec.endswith(DATA_SUFFIXES) and not spec.endswith(".parquet")):
+        raise AdvcliError(f"{spec}: a trainer's dump is read from local disk; object storage holds Parquet inputs "
+                          "only", hint="copy the dump down first (aws s3 cp --recursive, or gsutil cp -r), or "
+                                       "convert it once (advcli convert) and put the Parquet on object storage")
 
 
 def _dump_identity(spec: str) -> tuple:

@@ -526,3 +526,13 @@ def test_filter_names_the_row_of_a_null_group_id_in_its_file(tmp_path, capsys):
                                      pa.array(ids, pa.string())), d / "b.parquet")
     code, _, err = run_main(["filter", d, "--drop-uniform", "-o", tmp_path / "out"], capsys)
     assert code == 2 and f"{d / 'b.parquet'}: column 'prompt_id', row 7: null group id (1 row(s) without one)" in err
+
+
+@pytest.mark.parametrize("args", [["s3://bkt/run/rollout_data/1.jsonl", "--flavor", "verl"],
+                                  ["s3://bkt/run/rollout_data/", "--from", "verl-jsonl"],
+                                  ["gs://bkt/slime/rollout_data/0.pt"]])
+def test_a_trainer_dump_on_object_storage_is_refused_saying_why(tmp_path, capsys, args):
+    """Trainer dumps are read from local disk: a verl JSONL on S3 was read as Parquet ('not a readable Parquet
+    file'), which told the user nothing. Refused before any request, with what to do."""
+    code, _, err = run_main(["run", *args, "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "a trainer's dump is read from local disk" in err and "aws s3 cp" in err, err

@@ -192,11 +192,18 @@ def refuse_duplicate_columns(path: str, names: list[str]) -> None:
 def unreadable_hint(path: str) -> str:
     """What to do about a file Parquet cannot read, from its first bytes: a Parquet file cut short, JSON
     lines, or something else."""
+    tail = b""
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
+            if head.startswith(b"PAR1"):
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4))
+                tail = fh.read(4)
     except OSError:
         head = b""
+    if head.startswith(b"PAR1") and tail == b"PAR1":  # both magic numbers there: the footer itself is damaged
+        return ("it is Parquet, whole in length, but its footer (the schema and where the data lies) is damaged: "
+                "the file was changed after it was written (a disk or copy error); copy or write it again")
     if head.startswith(b"PAR1"):
         return ("it starts as Parquet but its footer is missing: the file was cut short (a copy or a write that "
                 "did not finish); copy or write it again")

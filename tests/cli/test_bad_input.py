@@ -536,3 +536,19 @@ def test_a_trainer_dump_on_object_storage_is_refused_saying_why(tmp_path, capsys
     file'), which told the user nothing. Refused before any request, with what to do."""
     code, _, err = run_main(["run", *args, "-o", tmp_path / "o.parquet"], capsys)
     assert code == 2 and "a trainer's dump is read from local disk" in err and "aws s3 cp" in err, err
+
+
+def test_a_damaged_footer_is_told_from_a_file_cut_short(tmp_path, capsys):
+    """A Parquet file of full length whose footer bytes were overwritten was said 'cut short'; it is said
+    damaged, while a file that lost its end is still said cut short."""
+    src = open(SAMPLE, "rb").read()
+    footer_len = int.from_bytes(src[-8:-4], "little")
+    damaged = bytearray(src)
+    start = len(src) - 8 - footer_len
+    damaged[start:start + 64] = b"\xff" * 64
+    (tmp_path / "damaged.parquet").write_bytes(bytes(damaged))
+    (tmp_path / "short.parquet").write_bytes(src[:-100])
+    code, _, err = run_main(["run", tmp_path / "damaged.parquet", "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "whole in length, but its footer" in err and "cut short" not in err, err
+    code, _, err = run_main(["run", tmp_path / "short.parquet", "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "the file was cut short" in err, err

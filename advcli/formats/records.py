@@ -31,6 +31,11 @@ def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:
         for i, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
+            if b"\0" in raw:  # JSON text never holds a NUL byte: zeros where a record should be
+                raise ctx.error(i, f"{raw.count(bytes(1))} NUL (zero) byte(s) in the line, at byte "
+                                   f"{raw.index(bytes(1)) + 1}: no JSON text holds one",
+                                hint="zeros where records should be: the file was not fully written (a crash, a "
+                                     "disk that lost its last writes); remove those lines, or re-dump that step")
             try:
                 obj = json.loads(raw)
             except UnicodeDecodeError as e:  # (a ValueError without json's column) JSON is UTF-8

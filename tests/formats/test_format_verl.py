@@ -517,3 +517,16 @@ def test_a_step_file_whose_first_line_is_no_record_is_said_damaged(tmp_path, cap
     err = " ".join(err.split())
     assert code == 2 and "2.jsonl:1: not a verl" in err and "its first record does not parse" in err
     assert "its content is not: a damaged file" in err and "--from" not in err
+
+
+def test_a_line_of_nul_bytes_is_named_as_zeros(tmp_path, capsys):
+    """A block of NUL bytes where lines should be (a file not fully written): it was said 'not UTF-8 ...
+    (truncated data)' with an iconv hint, though NUL is valid UTF-8; it is said zeros, with the line."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    lines = [json.dumps(r).encode() + b"\n" for r in v1_records(1, 1)]
+    lines.insert(3, b"\0" * 200 + b"\n")
+    (d / "1.jsonl").write_bytes(b"".join(lines))
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2 and "1.jsonl:4: 200 NUL (zero) byte(s) in the line" in err and "iconv" not in err, err

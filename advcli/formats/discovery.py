@@ -171,6 +171,14 @@ def discover(spec: str, forced: Format | None = None) -> Found:
     return _found(spec, candidates, skipped, unread, forced)
 
 
+def _starts_as_parquet(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
 def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[str], forced: Format | None) -> Found:
     from ..io.reader import not_a_regular_file
 
@@ -229,7 +237,10 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
                 from ..io.reader import unreadable_hint
                 raise AdvcliError(f"{p}: not a readable Parquet file", hint=unreadable_hint(p))
             hint = None  # --from given: the user chose the format
-            if forced is None and chosen.matches(p):  # named as the format's files: --from would choose it again
+            if _starts_as_parquet(p):  # a Parquet file under a JSON name (a conversion saved as .jsonl)
+                hint = ("it holds Parquet under a JSON Lines name: rename it *.parquet and give it alone (advcli's "
+                        "own layout, or a converted dump), or give the dump's original JSONL")
+            elif forced is None and chosen.matches(p):  # named as the format's files: --from would choose it again
                 hint = (f"its name is a {chosen.title} file's, its content is not: a damaged file, or one written by "
                         "something else" + ("; `zstd -t` tests a compressed one" if p.endswith(".zst") else ""))
             elif forced is None:

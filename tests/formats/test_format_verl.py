@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_main
+from conftest import SAMPLE, run_main
 
 
 def verl_grpo(scores, groups):
@@ -530,3 +530,13 @@ def test_a_line_of_nul_bytes_is_named_as_zeros(tmp_path, capsys):
     code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
                              "algorithm.adv_estimator=grpo"], capsys)
     assert code == 2 and "1.jsonl:4: 200 NUL (zero) byte(s) in the line" in err and "iconv" not in err, err
+
+
+def test_a_parquet_file_under_a_jsonl_name_is_said_to_hold_parquet(tmp_path, capsys):
+    """A Parquet file named 1.jsonl ('not a verl file ... a damaged file, or one written by something else') is
+    said to hold Parquet, as a JSON file named .parquet is said to hold JSON."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    (d / "1.jsonl").write_bytes(open(SAMPLE, "rb").read())
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl"], capsys)
+    assert code == 2 and "it holds Parquet under a JSON Lines name" in err, err

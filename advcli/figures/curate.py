@@ -5,8 +5,9 @@ GRPO-style estimators use). For each group, over its metric values ``m`` (defaul
 column):
 
 - ``--drop-uniform`` drops it when every row has the same value (``nunique(m, dropna=False) == 1``:
-  an all-NaN group is uniform, a group mixing NaN and numbers is not). Such a group carries no
-  learning signal: every group-relative advantage is 0 (DAPO's dynamic sampling drops them);
+  an all-NaN group is uniform, a group mixing NaN and numbers is not, a group of one is). Such a group
+  carries no learning signal (DAPO's dynamic sampling drops them). ``--flavor verl`` / ``skyrl`` (and a
+  run under those flavors) follow those trainers' own rule (:func:`_trainer_uniform`);
 - ``--solve-rate LO:HI`` keeps it only when ``LO <= mean(m) <= HI`` (the mean over the non-NaN
   values, in float64; a group with no number is dropped);
 - ``--min-group-size N`` drops it when it has fewer than ``N`` rows;
@@ -158,6 +159,20 @@ def variance_note(spec: FilterSpec) -> str | None:
                "per-group z-scored sums (--flavor trl --set multi_objective_aggregation=normalize_then_sum --set "
                "'reward_funcs=[...]')")
     return f"variance rule: {r['pr']}, not in any release; selection_eps {spec.selection_eps:g}{live}{trl}"
+
+
+UNIFORM_RULES = {
+    "verl": "uniform rule: verl's dynamic sampling (filter_groups, v1/replay_buffer.py): a group of more than one "
+            "row whose metric's np.std is 0; a group of one, or one with a NaN, is kept",
+    "skyrl": "uniform rule: SkyRL's dynamic sampling (handle_filter_sampling): a group whose metric's np.std is not "
+             "> 0, a group of one and one with a NaN included (unless every group has one row)",
+}
+
+
+def uniform_note(spec: FilterSpec) -> str | None:
+    """One line naming the trainer whose --drop-uniform rule ran, where it is not advcli's own (every row the
+    same value, groups of one included)."""
+    return UNIFORM_RULES.get(spec.variance_rule) if spec.drop_uniform else None
 
 
 def describe_filter(f: dict) -> str:
@@ -396,6 +411,31 @@ def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np
     return np.where(denom > 0, ss / np.maximum(denom, 1), 0.0), n
 
 
+def _trainer_uniform(rule: str, size: np.ndarray, n_nan: np.ndarray, gmin: np.ndarray,
+                     gmax: np.ndarray) -> np.ndarray:
+    """bool [G]: the groups a trainer's DAPO-style dynamic sampling filters out, by ``np.std`` of the group's
+    metric values (float64) as the trainer computes it:
+
+    - verl (``verl/trainer/ppo/v1/replay_buffer.py`` L295 @1dda039b): ``len(values) > 1 and np.std(values) ==
+      0``: a group of one is kept, and so is one with a NaN (its std is NaN);
+    - SkyRL (``skyrl/train/utils/trainer_utils.py::handle_filter_sampling`` L551-556 @a9564572): kept when
+      ``std > 0 or n_samples_per_prompt == 1``: a group with a NaN is dropped, and so is a group of one, unless
+      every group has one row (the run's n_samples_per_prompt is 1).
+
+    The std of identical values is computed as numpy computes it (0.1 three times is 1.4e-17, not 0: kept by
+    both): once per distinct (value, size) pair, the only groups where it can be 0."""
+    same = (n_nan == 0) & (gmin == gmax) & (size > 1)
+    zero = np.zeros(size.size, bool)
+    if same.any():  # one np.std per distinct (value, size), not per group
+        pairs, inv = np.unique(np.stack([gmin[same], size[same].astype(np.float64)], 1), axis=0, return_inverse=True)
+        exact = np.array([float(np.std(np.full(int(n), x))) == 0.0 for x, n in pairs], bool)
+        zero[same] = exact[inv.ravel()]
+    if rule == "verl":
+        return zero
+    all_single = bool(size.size) and bool((size == 1).all())
+    return zero | (n_nan > 0) | ((size == 1) & (not all_single))
+
+
 def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
                     scope: np.ndarray | None = None, live: np.ndarray | None = None,
                     vmetric: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -431,6 +471,8 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
         gmin[gs[starts]] = np.minimum.reduceat(lo_v, starts)
         gmax[gs[starts]] = np.maximum.reduceat(hi_v, starts)
     uniform = (n_nan == size) | ((n_nan == 0) & (gmin == gmax))
+    if spec.drop_uniform and spec.variance_rule in ("verl", "skyrl"):
+        uniform = _trainer_uniform(spec.variance_rule, size, n_nan, gmin, gmax)
     drop_min = size < spec.min_group_size if spec.min_group_size else np.zeros(G, bool)
     drop_uni = uniform if spec.drop_uniform else np.zeros(G, bool)
     if spec.solve_rate is not None:
@@ -860,8 +902,9 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     if note and vmetric is not None:
         note += ("; each row ranked by its masked reward sum Σ token_level_scores·response_mask"
                  + ("" if cmap.has("token_level_scores") else " (the reward at position L−1 times the mask there)"))
-    if note:
-        summary["notes"] = [note]
+    notes = [n for n in (uniform_note(spec), note) if n]
+    if notes:
+        summary["notes"] = notes
     if not dec["keep"].any() and len(dec["keep"]) and not spec.allow_empty:  # (no group at all: an empty input)
         raise AdvcliError(kept_nothing(spec, summary), hint="loosen the filter, or add --allow-empty to write the "
                                                              "empty result")
@@ -965,4 +1008,5 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
 def run_filter_note(spec, summary: dict) -> str:
     return (f"{spec.describe()}: advantages computed as if the {summary['groups_dropped']:,} dropped group(s) "
             f"({summary['rows_dropped']:,} of {summary['rows']:,} rows) had not been sampled (DAPO dynamic "
-            f"sampling); the output holds the {summary['rows_kept']:,} kept rows in input order")
+            f"sampling); the output holds the {summary['rows_kept']:,} kept rows in input order"
+            + (f" ({uniform_note(spec)})" if uniform_note(spec) else ""))

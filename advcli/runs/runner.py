@@ -71,6 +71,12 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
         curation = make_spec(drop_uniform, solve_rate, min_group_size, allow_empty=allow_empty)
     choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
                          precision=precision)
+    if curation is not None and curation.drop_uniform:  # the run's trainer's dynamic sampling (verl, SkyRL)
+        from dataclasses import replace
+
+        from ..figures.curate import variance_rule_of
+
+        curation = replace(curation, variance_rule=variance_rule_of(str(choice.flavor)))
     curation = with_mean_between(curation, choice.cfg, allow_empty)
     req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,
                      columns=dict(columns or {}), chunk_rows=chunk_rows, device=device, force=force,

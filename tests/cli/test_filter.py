@@ -189,6 +189,47 @@ def test_group_decisions_pure():
     assert d["keep"].tolist() == [False, True, False, False]
 
 
+@pytest.mark.parametrize("flavor", [None, "verl", "skyrl"])
+def test_drop_uniform_follows_the_trainers_dynamic_sampling(flavor):
+    """--drop-uniform is advcli's rule (every row the same value, a group of one included) unless --flavor names a
+    trainer whose dynamic sampling differs: verl drops a group only when it has more than one row and np.std of
+    its values is 0 (v1/replay_buffer.py L295 @1dda039b): a group of one (verl's GRPO gives it its raw score)
+    and one with a NaN are kept; SkyRL keeps a group only when np.std > 0 (trainer_utils.py L556 @a9564572): a
+    NaN group is dropped. Both compute the std in float64: three rows of 0.1 have std 1.4e-17, not 0 (kept)."""
+    from advcli.figures.curate import group_decisions, make_spec
+
+    # groups: [1, 1] | [0, 1] | [0.7] | [0.1 ×3] | [1, NaN] | [NaN, NaN] | [0.5 ×9]
+    g = np.array([0, 0, 1, 1, 2, 3, 3, 3, 4, 4, 5, 5] + [6] * 9)
+    m = np.array([1, 1, 0, 1, 0.7, 0.1, 0.1, 0.1, 1, np.nan, np.nan, np.nan] + [0.5] * 9)
+    assert np.std([0.1, 0.1, 0.1]) > 0 and np.std([0.5] * 9) == 0  # numpy's own values, on which this rests
+    uniform = group_decisions(g, m, make_spec(True, None, None, flavor=flavor))["drop_uniform"].tolist()
+    want = {None: [True, False, True, True, False, True, True],
+            "verl": [True, False, False, False, False, False, True],
+            "skyrl": [True, False, True, False, True, True, True]}[flavor]
+    assert uniform == want
+    # SkyRL's n_samples_per_prompt == 1: every group one row, every group kept
+    ones = group_decisions(np.arange(3), np.array([1.0, 0.0, 1.0]), make_spec(True, None, None, flavor="skyrl"))
+    assert not ones["drop_uniform"].any()
+
+
+def test_run_drop_uniform_under_verl_keeps_a_group_of_one_with_its_score(tmp_path, capsys):
+    """run --flavor verl --drop-uniform: verl's DAPO filter keeps a group of one, whose GRPO advantage is its
+    score/(1 + 1e-6) (mean 0, std 1 for a lone row); advcli's own rule drops it."""
+    rows = [("a", 1.0), ("a", 0.0), ("b", 0.7), ("c", 1.0), ("c", 1.0)]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": [p for p, _ in rows], "reward": pa.array([r for _, r in rows], pa.float32()),
+                             "response_mask": [[1, 1]] * len(rows)}), src)
+    out = tmp_path / "o.parquet"
+    code, _, err = main_rc(capsys, "run", src, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                           "--drop-uniform")
+    assert code == 0, err
+    t = pq.read_table(out)
+    assert t.column("prompt_id").to_pylist() == ["a", "a", "b"] and "uniform rule: verl's" in " ".join(err.split())
+    assert t.column("advantages").to_pylist()[2] == pytest.approx([0.7 / (1 + 1e-6)] * 2, rel=1e-6)
+    code, _, err = main_rc(capsys, "run", src, "-o", out, "--force", "--flavor", "advcli", "--drop-uniform")
+    assert code == 0 and pq.read_table(out).column("prompt_id").to_pylist() == ["a", "a"], err
+
+
 def test_help_example_works(tmp_path):
     """The first example of `advcli filter --help`, on the sample data, as a new user would run it."""
     import os

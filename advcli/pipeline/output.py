@@ -61,9 +61,11 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
     if not multi:
         return [output]
     bare = output.rstrip(os.sep) or output
-    if os.path.lexists(bare) and not os.path.isdir(bare):  # `-o out.parquet/`, out.parquet a file (or a link)
+    if bare != output and os.path.lexists(bare) and not os.path.isdir(bare):  # `-o out.parquet/`, a file there
         raise AdvcliError(f"{output}: names a directory (the trailing {os.sep}), but {bare} is a file",
                           hint=f"-o {bare} to replace that file (with --force), or name a directory")
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise AdvcliError(f"{output}: several inputs need an output directory, but this is a file")
     if _named_like_a_file(output, os.path.isdir):
         raise _several_inputs_to_a_file(output, len(inputs.paths))
     os.makedirs(output, exist_ok=True)

@@ -67,12 +67,15 @@ def test_run_refuses_a_null_list_in_an_unread_column(tmp_path):
         advcli.run(src, str(tmp_path / "o.parquet"), flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
 
 
-def test_validate_checks_values_of_unread_columns_and_run_only_their_lengths(tmp_path):
+def test_validate_warns_of_values_of_unread_columns_and_run_checks_only_their_lengths(tmp_path):
+    """validate exits as run does: a NaN in a column the run does not read is a warning naming it (validate
+    refused it, exit 2, where run wrote the advantages)."""
     values = [[0.1] * len(m) for m in MASKS]
     values[4] = [math.nan]
     src = _dump(tmp_path / "in.parquet", values=values)
     p = run_cli("validate", src, *GRPO)
-    assert p.returncode == 2 and "'values', row 4, position 0" in p.stderr and "not finite" in p.stderr, p.stderr
+    assert p.returncode == 0 and "'values', row 4, position 0" in p.stderr and "not finite" in p.stderr, p.stderr
+    assert "this run does not read column 'values'" in p.stderr
     # run computes GRPO (which never reads values) and keeps the column as it was
     out = tmp_path / "o.parquet"
     p = run_cli("run", src, "--output", out, *GRPO)

@@ -126,6 +126,8 @@ def print_comparison(res: dict) -> None:
     if tk.get("returns_pearson") is not None:
         t.add_row("returns correlation", fmt_num(tk["returns_pearson"]), "")
     t.add_row("rows whose sign flips", "", fmt_num(rw["sign_flips"]))
+    if tk.get("nonfinite"):
+        t.add_row("left out: NaN/inf", f"{tk['nonfinite']:,} ({tk['nonfinite_in_one']:,} in one only)", "")
     con.print(t)
     g = res.get("groups")
     if g:
@@ -228,6 +230,9 @@ def compare_cmd(
     from ..config import parse_column_maps
 
     columns = parse_column_maps(column)
+    if top < 0:  # [:top] would list all but the last |top|
+        raise AdvcliError(f"--top {top}: expected 0 or more (how many differing groups and flipped rows to list)",
+                          hint="the default is --top 10")
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
     raw = ctx.meta.get("advcli_raw_args") or []
     configs = [] if estimators is not None else split_configurations(raw) if raw else [

@@ -882,6 +882,8 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     small = without_padding(full)  # verl's synthetic padding rows: in no group, no decision, not written
     scope = None if small.step is None else np.asarray(small.group_steps, np.int64)
     check_solve_rate(spec, small.metric, metric_col)
+    if spec.by_variance is not None and not rule_live(spec):
+        refuse_infinite(full.metric, metric_col, ins)  # (every row: its index is the input's)
     live = vmetric = None
     rule = RULES[spec.variance_rule]
     if spec.by_variance is not None and rule["live"] and cmap.has("response_mask"):
@@ -923,6 +925,26 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
                        progress=progress, mask_column=mask_column)
     summary.update(inputs=ins.paths, output=output, rows_written=n)
     return summary
+
+
+def rule_live(spec: FilterSpec) -> bool:
+    return bool(RULES[spec.variance_rule]["live"])
+
+
+def refuse_infinite(metric: np.ndarray, metric_col: str, ins) -> None:
+    """RAGEN-2's variance filter ranks every row with a number: an infinite one makes its group's variance, and the
+    step's total mass, NaN, so top_p kept nothing of the step (in silence). Refused, naming the row. (The verl and
+    SkyRL rules leave non-finite rewards out of the variance, as those trainers do.)"""
+    inf = np.isinf(np.asarray(metric, np.float64))
+    if inf.any():
+        first = int(np.flatnonzero(inf)[0])
+        starts = np.cumsum([0] + list(ins.file_rows()))
+        fi = int(np.searchsorted(starts, first, side="right") - 1)
+        raise AdvcliError(f"{ins.paths[fi]}: column {metric_col!r}, row {first - int(starts[fi])}: "
+                          f"{float(metric[first]):g} ({int(inf.sum())} infinite value(s)): the variance filter ranks "
+                          "groups by their variance, which an infinite value makes NaN for its whole step",
+                          hint="repair or drop those rows; --flavor verl or skyrl leave non-finite rewards out of "
+                               "the variance, as those trainers do")
 
 
 def check_solve_rate(spec: FilterSpec, metric: np.ndarray, metric_col: str) -> None:

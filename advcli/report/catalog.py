@@ -445,6 +445,8 @@ for _name, _unit, _doc, _where in (
         ("tokens/std_a", "advantage", "standard deviation (population) of A over the mask=1 tokens", ()),
         ("tokens/std_b", "advantage", "standard deviation (population) of B over the mask=1 tokens", ()),
         ("tokens/returns_pearson", "", "Pearson correlation of the two returns columns over the mask=1 tokens", ()),
+        ("tokens/nonfinite", "tokens", "mask=1 tokens where A or B is NaN or infinite: left out of every figure", ()),
+        ("tokens/nonfinite_in_one", "tokens", "of those, the tokens where only one of A and B is NaN or infinite", ()),
         ("row_level/rows_with_valid_tokens", "rows", "rows with a mask=1 token", ()),
         ("row_level/pearson", "", "Pearson correlation of the rows' mean advantages", ()),
         ("row_level/spearman", "", "Spearman rank correlation of the rows' mean advantages", ()),

@@ -171,6 +171,8 @@ def compare_sections(res: dict):
                ["rows whose sign flips", "", fmt_num(rw["sign_flips"])]]
     if tk.get("returns_pearson") is not None:
         figures.insert(-1, ["returns correlation", fmt_num(tk["returns_pearson"]), ""])
+    if tk.get("nonfinite"):
+        figures.append(["left out: NaN/inf", f"{tk['nonfinite']:,} ({tk['nonfinite_in_one']:,} in one only)", ""])
     sections = [("Summary", "kv", head), ("A against B", "table", (["", per, "rows"], figures))]
     g = res.get("groups")
     if g:

@@ -166,6 +166,12 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
             raise AdvcliError(f"{p}: no 'advantages' column; compare needs two advcli outputs",
                               hint="run `advcli run` first, or compare two configurations on one dump: "
                                    "advcli compare DUMP --flavor F --set ... --flavor F --set ...")
+        t = s.field("advantages").type
+        inner = t.value_type if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
+            else t
+        if not (pa.types.is_floating(inner) or pa.types.is_integer(inner)):
+            raise AdvcliError(f"{p}: column 'advantages' holds {t}, not numbers (one per token, or one per "
+                              "response)", hint="compare two advcli outputs (advcli run writes numbers there)")
     ra, rb = fa.metadata.num_rows, fb.metadata.num_rows
     if ra != rb:
         raise AdvcliError(f"{path_b}: {rb:,} rows but {path_a} has {ra:,}; compare needs the same rows in the "
@@ -178,7 +184,11 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
     has_ret = "returns" in sa.names and "returns" in sb.names
     if has_ret:
         cols_a.append("returns")
-    cols_b = ["advantages"] + (["returns"] if has_ret else []) + ([mask_col] if mask_col in sb.names else [])
+    # the row keys both hold: compared row by row, so that outputs in another order are refused, not paired
+    keys = [c for c in (pid_col, step_col) if c in sa.names and c in sb.names]
+    cols_b = (["advantages"] + (["returns"] if has_ret else []) + ([mask_col] if mask_col in sb.names else [])
+              + keys)
+    nonfinite = nonfinite_one = 0
     tok, ret_m = _Moments(), _Moments()
     agree = 0
     abs_sum = sq_sum = 0.0
@@ -186,8 +196,20 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
     row_a, row_b, row_valid, pids, rewards, steps = [], [], [], [], [], []
     row0 = 0
     for ba, bb in _aligned(fa, fb, cols_a, cols_b, batch_rows):
-        oa, va = list_parts(ba.column("advantages"))
-        ob, vb = list_parts(bb.column("advantages"))
+        for k in keys:
+            ka, kb = ba.column(k), bb.column(k)
+            if not ka.equals(kb):
+                import pyarrow.compute as pc
+
+                same = np.asarray(pc.equal(ka, kb).fill_null(False)) & ~np.asarray(ka.is_null()) | \
+                    (np.asarray(ka.is_null()) & np.asarray(kb.is_null()))
+                bad = int(np.flatnonzero(~same)[0])
+                raise AdvcliError(f"{path_b}: row {row0 + bad}: {k} {kb[bad].as_py()!r} but {path_a} has "
+                                  f"{ka[bad].as_py()!r} there; compare pairs the rows in order, so both need the same "
+                                  "rows in the same order", hint="compare outputs of one run's rows as written (sort "
+                                                                  "one like the other first: pandas sort_values)")
+        oa, va = _values_of(ba.column("advantages"))
+        ob, vb = _values_of(bb.column("advantages"))
         if not np.array_equal(oa, ob):
             bad = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
             raise AdvcliError(f"{path_b}: row {row0 + bad}: 'advantages' has {int(np.diff(ob)[bad])} tokens but "
@@ -201,6 +223,10 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
                 if not np.array_equal(om, oa):
                     raise AdvcliError(f"{path}: '{mask_col}' and 'advantages' disagree in length")
                 m &= mk.astype(bool)
+        fa_, fb_ = np.isfinite(va.astype(np.float64)), np.isfinite(vb.astype(np.float64))
+        nonfinite += int((m & ~(fa_ & fb_)).sum())  # left out of every figure below, and counted
+        nonfinite_one += int((m & (fa_ != fb_)).sum())
+        m &= fa_ & fb_
         a, b = va[m].astype(np.float64), vb[m].astype(np.float64)
         tok.add(a, b)
         agree += int((np.sign(a) == np.sign(b)).sum())
@@ -210,8 +236,8 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
             sq_sum += float(d @ d)
             abs_max = max(abs_max, float(d.max()))
         if has_ret:
-            _, rta = list_parts(ba.column("returns"))
-            _, rtb = list_parts(bb.column("returns"))
+            _, rta = _values_of(ba.column("returns"))
+            _, rtb = _values_of(bb.column("returns"))
             ret_m.add(rta[m], rtb[m])
         c = np.concatenate([[0], np.cumsum(m, dtype=np.int64)])
         valid = c[oa[1:]] - c[oa[:-1]]
@@ -246,7 +272,8 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
                    "mean_a": tok.sa / n if n else None, "mean_b": tok.sb / n if n else None,
                    "std_a": float(np.sqrt(max(tok.saa / n - (tok.sa / n) ** 2, 0))) if n else None,
                    "std_b": float(np.sqrt(max(tok.sbb / n - (tok.sb / n) ** 2, 0))) if n else None,
-                   "returns_pearson": ret_m.pearson() if has_ret else None},
+                   "returns_pearson": ret_m.pearson() if has_ret else None,
+                   "nonfinite": nonfinite, "nonfinite_in_one": nonfinite_one},
     }
     Ar, Br = A[ok], B[ok]
     flips = np.flatnonzero(ok & (np.sign(np.nan_to_num(A)) != np.sign(np.nan_to_num(B))))
@@ -275,6 +302,21 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
     else:
         del out["no_token_data"]
     return out
+
+
+def _values_of(col):
+    """(offsets, flat values) of a list column, or of a scalar one (a response-level output: one value a row)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..io.arrays import list_parts
+
+    t = col.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return list_parts(col)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return np.arange(len(col) + 1, dtype=np.int64), col.to_numpy(zero_copy_only=False)
 
 
 def _aligned(fa, fb, cols_a, cols_b, batch_rows):

@@ -231,3 +231,36 @@ def test_a_logged_list_of_the_wrong_length_is_named_by_file_and_row(outputs, tmp
     assert code == 2 and "Traceback" not in err
     said = " ".join(err.split())
     assert f"{path}: row 9: column 'advantages' has length {n - 1}, its response mask length {n}" in said
+
+
+def test_compare_refuses_rows_in_another_order(outputs, tmp_path, capsys):
+    """compare pairs rows by position: the same output with its rows permuted read as a token Pearson of −0.3
+    and dozens of sign flips (exit 0). Both hold prompt_id and step, so the first row where they differ is named."""
+    t = pq.read_table(outputs["good"])
+    perm = list(range(1, t.num_rows)) + [0]
+    shuffled = tmp_path / "shuffled.parquet"
+    pq.write_table(t.take(perm), shuffled)
+    code, _, err = run_main(["compare", outputs["good"], shuffled], capsys)
+    assert code == 2 and "row 0: prompt_id" in err and "same rows in the same order" in err, err
+
+
+def test_compare_leaves_nan_out_and_counts_it(tmp_path, capsys):
+    """A NaN advantage made max |A−B| read 0 (max(0, nan)) and the row sign agreement disagree with the flip count.
+    Tokens where A or B is not finite are left out of every figure and counted; a response-level output (one
+    number a row) compares as such; a column of strings is refused (it was an internal error); --top -1 is
+    refused (it listed all but the last)."""
+    a, b, s = tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "s.parquet"
+    pq.write_table(pa.table({"prompt_id": ["x", "x", "y", "y"], "advantages": [0.5, -0.5, 1.0, -1.0]}), a)
+    pq.write_table(pa.table({"prompt_id": ["x", "x", "y", "y"], "advantages": [0.4, -0.4, float("nan"), -1.0]}), b)
+    pq.write_table(pa.table({"prompt_id": ["x", "x", "y", "y"], "advantages": ["p", "q", "r", "s"]}), s)
+    code, out, err = run_main(["compare", a, b, "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    tk, rw = d["tokens"], d["row_level"]
+    assert tk["nonfinite"] == 1 and tk["nonfinite_in_one"] == 1 and d["valid_tokens"] == 3
+    assert tk["max_abs_diff"] == pytest.approx(0.1) and tk["mean_abs_diff"] == pytest.approx(0.2 / 3)
+    assert rw["sign_flips"] == 0 and rw["sign_agreement"] == 1.0 and rw["rows_with_valid_tokens"] == 3
+    code, _, err = run_main(["compare", a, s], capsys)
+    assert code == 2 and "column 'advantages' holds string, not numbers" in err, err
+    code, _, err = run_main(["compare", a, b, "--top", "-1"], capsys)
+    assert code == 2 and "--top -1: expected 0 or more" in err, err

@@ -455,3 +455,20 @@ def test_verl_variance_is_float32_skyrl_float64(tmp_path, capsys):
                                "--variance-selection-eps", repr(eps), "-q")
         assert code == 0, err
         assert set(pq.read_table(out).column("prompt_id").to_pylist()) == want[flavor]
+
+
+def test_an_infinite_reward_is_refused_by_ragens_rule_and_left_out_by_verls(tmp_path, capsys):
+    """One +inf reward made its group's variance, and so the step's total mass, NaN: top_p kept nothing of the
+    step and the filter said 'keeps no row' with no word of the value. RAGEN-2's rule (the default) refuses it
+    naming the row; verl's leaves non-finite rewards out of the variance, as the trainer does."""
+    rows = [("a", 0, 0.0), ("a", 0, 1.0), ("b", 0, 0.0), ("b", 0, 1.0), ("b", 0, 1.0), ("c", 0, 0.0),
+            ("c", 0, float("inf"))]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": [r[0] for r in rows], "step": [r[1] for r in rows],
+                             "reward": pa.array([r[2] for r in rows], pa.float32()),
+                             "response_mask": [[1]] * len(rows)}), src)
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--variance-top-p", "0.9")
+    assert code == 2 and "column 'reward', row 6: inf (1 infinite value(s))" in err, err
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--variance-top-p", "0.9",
+                           "--flavor", "verl")
+    assert code == 0, err

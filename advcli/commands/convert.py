@@ -36,10 +36,12 @@ def convert_cmd(
     """Write a trainer's rollout dump as advcli's canonical Parquet, computing nothing."""
     from ..formats import convert
     from ..io.modes import missing_directory
+    from ..io.reader import refuse_missing_inputs
     from ..io.remote import is_uri
     from ..io.temps import check_local_destination
     from ..io.writer import check_output_name
 
+    refuse_missing_inputs([path])  # a missing input is the first thing to say
     check_output_name(output)
     if is_uri(output):
         raise AdvcliError(f"{output}: convert writes a local Parquet file",

@@ -107,8 +107,10 @@ def filter_cmd(
     if report:
         check_report_path(report, list(inputs) + [output], force)
     from ..formats import name_dumps, open_inputs
+    from ..io.reader import refuse_missing_inputs
     from ..io.writer import check_output_path
 
+    refuse_missing_inputs(list(inputs))  # a missing input is the first thing to say
     check_output_path(output, list(inputs), force)  # before a dump is converted
     inputs = open_inputs(list(inputs), from_, synth_mask=False)  # trainer dumps -> canonical Parquet, like run's
     from ..io.commit import staged

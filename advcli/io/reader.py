@@ -62,6 +62,16 @@ def is_glob(spec: str) -> bool:
     return any(ch in spec for ch in "*?[") and not os.path.exists(spec) and not remote.is_uri(spec)
 
 
+def refuse_missing_inputs(specs: list[str]) -> None:
+    """An input path that names nothing (not a URI, not a glob) is refused first, as :func:`expand_inputs`
+    refuses it: before the output is looked at, whose 'already exists' would otherwise be the message."""
+    for spec in specs:
+        spec = remote.local_path(str(spec))
+        if not remote.is_uri(spec) and not is_glob(spec) and not os.path.lexists(spec):
+            raise AdvcliError(f"{spec}: no such file",
+                              hint="check the path; INPUT may be a file, a directory or a glob")
+
+
 def expand_inputs(specs: list[str]) -> list[str]:
     """Files from paths, directories (their *.parquet, sorted) and globs, in the order given. A broken
     symbolic link or a file that is not a regular file (a FIFO, a socket) among them is refused, naming it."""

@@ -552,3 +552,13 @@ def test_a_damaged_footer_is_told_from_a_file_cut_short(tmp_path, capsys):
     assert code == 2 and "whole in length, but its footer" in err and "cut short" not in err, err
     code, _, err = run_main(["run", tmp_path / "short.parquet", "-o", tmp_path / "o.parquet"], capsys)
     assert code == 2 and "the file was cut short" in err, err
+
+
+@pytest.mark.parametrize("command", [["filter", "--drop-uniform"], ["convert"], ["run"]])
+def test_a_missing_input_is_named_before_an_existing_output(tmp_path, capsys, command):
+    """filter and convert said 'OUT: already exists' of a command whose input does not exist (run named the
+    input): the missing input is said first."""
+    out = tmp_path / "exists.parquet"
+    out.write_bytes(b"x")
+    code, _, err = run_main([command[0], tmp_path / "nope", *command[1:], "-o", out], capsys)
+    assert code == 2 and f"{tmp_path / 'nope'}: no such file" in err and "already exists" not in err, err

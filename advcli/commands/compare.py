@@ -139,7 +139,8 @@ def print_comparison(res: dict) -> None:
             vals = lambda xs: " ".join("nan" if x is None else f"{x:+.3g}" for x in xs[:8]) + (  # noqa: E731
                 " …" if len(xs) > 8 else "")
             for e in g["most_different"]:
-                con.print(f"  {esc(str(e['prompt_id']))}  n={e['size']}  mean |A−B| {fmt_num(e['mean_abs_diff'])}  "
+                at = f" (step {e['step']})" if e.get("step") is not None else ""
+                con.print(f"  {esc(str(e['prompt_id']))}{at}  n={e['size']}  mean |A−B| {fmt_num(e['mean_abs_diff'])}  "
                           f"sign agreement {pct(e['sign_agreement'])}  spread A {fmt_num(e['spread_a'])} "
                           f"B {fmt_num(e['spread_b'])}")
                 if e.get("rewards") is not None:

@@ -183,7 +183,8 @@ def compare_sections(res: dict):
                                           ("flat in B only", fmt_num(g["flat_in_b_not_a"]))]))
         sections.append(("Groups that differ most", "table", (
             ["prompt_id", "size", "mean |A−B|", "sign agreement", "spread A", "spread B"],
-            [[str(e["prompt_id"]), e["size"], fmt_num(e["mean_abs_diff"]), pct(e["sign_agreement"]),
+            [[str(e["prompt_id"]) + (f" (step {e['step']})" if e.get("step") is not None else ""), e["size"],
+              fmt_num(e["mean_abs_diff"]), pct(e["sign_agreement"]),
               fmt_num(e["spread_a"]), fmt_num(e["spread_b"])] for e in g["most_different"]])))
     flips = rw.get("flip_examples") or []
     sections.append(("Rows whose sign flips", "table", (["row", "A", "B"], [[e["row"], fmt_num(e["a"]), fmt_num(e["b"])]

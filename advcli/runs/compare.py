@@ -290,13 +290,14 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
     }
     if pid_vals is not None:
         key = codes
+        st = None
         if steps:
             st = np.concatenate(steps)
             _, key = np.unique(np.stack([st, codes]), axis=1, return_inverse=True)
             key = key.ravel()
         else:
             _, key = np.unique(codes, return_inverse=True)
-        out["groups"] = _group_figures(key, A, B, ok, pid_vals, R_all, top)
+        out["groups"] = _group_figures(key, A, B, ok, pid_vals, R_all, top, st)
     if out["no_token_data"]:  # one value a response: no token count to give (advcli.formats.no_token_data)
         del out["valid_tokens"]
     else:
@@ -339,7 +340,9 @@ def _row_example(i: int, A, B, pids, rewards) -> dict:
     return e
 
 
-def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
+def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int, steps=None) -> dict:
+    """Per group (``key``: prompt_id within a step) the differences, and the ``top`` groups that differ most,
+    each with its step where the outputs have one (a prompt_id may recur in several steps)."""
     import numpy as np
     G = int(key.max()) + 1 if key.size else 0
     w = ok.astype(np.float64)
@@ -373,7 +376,8 @@ def _group_figures(key: np.ndarray, A, B, ok, pids, rewards, top: int) -> dict:
         if not has[g]:
             continue
         rows = np.flatnonzero(key == g)
-        e = {"prompt_id": str(pids[first[g]]), "size": int(size[g]), "mean_abs_diff": _f(mad[g]),
+        e = {"prompt_id": str(pids[first[g]]), **({"step": int(steps[first[g]])} if steps is not None else {}),
+             "size": int(size[g]), "mean_abs_diff": _f(mad[g]),
              "sign_agreement": _f(agr[g]), "spread_a": _f(sa[g]), "spread_b": _f(sb[g]),
              "a": [_f(A[i]) for i in rows[:16]], "b": [_f(B[i]) for i in rows[:16]]}
         if rmean is not None:

@@ -202,7 +202,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     except GroupSizeNeeded as e:
         raise _with_input_group_size(e, inputs) from None
     except AdvcliError as e:  # settings that need what the dump shows (TRL's reward_weights: its reward functions)
-        refused, native = e, given_settings(fa, settings, config, file_keys)
+        refused, native = e, given_settings(fa, settings, config, None if file_keys else file_keys)  # (once)
     flavor = fa.flavor
     given = dict(native)
     typed = {flavor.aliases.get(k, k) for k, _ in settings}  # --set (and --estimator): what the records never override

@@ -264,3 +264,17 @@ def test_compare_leaves_nan_out_and_counts_it(tmp_path, capsys):
     assert code == 2 and "column 'advantages' holds string, not numbers" in err, err
     code, _, err = run_main(["compare", a, b, "--top", "-1"], capsys)
     assert code == 2 and "--top -1: expected 0 or more" in err, err
+
+
+def test_compare_names_the_step_of_a_group_that_differs(tmp_path, capsys):
+    """A prompt_id drawn in two steps is two groups: 'groups that differ most' listed both as the bare id."""
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    ids, steps = ["p", "p", "p", "p"], [1, 1, 2, 2]
+    pq.write_table(pa.table({"prompt_id": ids, "step": steps, "advantages": [1.0, -1.0, 0.5, -0.5]}), a)
+    pq.write_table(pa.table({"prompt_id": ids, "step": steps, "advantages": [0.9, -0.9, 0.5, -0.5]}), b)
+    code, out, err = run_main(["compare", a, b, "--json"], capsys)
+    assert code == 0, err
+    worst = json.loads(out)["groups"]["most_different"]
+    assert [(e["prompt_id"], e["step"]) for e in worst] == [("p", 1), ("p", 2)]
+    code, out, _ = run_main(["compare", a, b], capsys)
+    assert "p (step 1)  n=2" in out and "p (step 2)  n=2" in out, out

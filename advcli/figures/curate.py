@@ -586,9 +586,8 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
         pcodes, puniq = keys_codes(chunked(pid)) if R else (np.zeros(0, np.int64), np.zeros(0))
     if (pcodes < 0).any():
         first = int(np.nonzero(pcodes < 0)[0][0])
-        starts = np.cumsum([0] + list(ins.file_rows()))  # the file of that row, and its row there (from 0)
-        fi = int(np.searchsorted(starts, first, side="right") - 1)
-        raise AdvcliError(f"{ins.paths[fi]}: column {pid!r}, row {first - int(starts[fi])}: null group id "
+        path, row = _file_row(ins, first)
+        raise AdvcliError(f"{path}: column {pid!r}, row {row}: null group id "
                           f"({int((pcodes < 0).sum())} row(s) without one)",
                           hint="every row needs its group id: repair those rows or drop them")
     step = None
@@ -927,6 +926,13 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     return summary
 
 
+def _file_row(ins, row: int) -> tuple[str, int]:
+    """(the file, its row from 0) of row ``row`` of the inputs ``ins`` read as one (files in order)."""
+    starts = np.cumsum([0] + list(ins.file_rows()))
+    fi = int(np.searchsorted(starts, row, side="right") - 1)
+    return ins.paths[fi], row - int(starts[fi])
+
+
 def rule_live(spec: FilterSpec) -> bool:
     return bool(RULES[spec.variance_rule]["live"])
 
@@ -938,9 +944,8 @@ def refuse_infinite(metric: np.ndarray, metric_col: str, ins) -> None:
     inf = np.isinf(np.asarray(metric, np.float64))
     if inf.any():
         first = int(np.flatnonzero(inf)[0])
-        starts = np.cumsum([0] + list(ins.file_rows()))
-        fi = int(np.searchsorted(starts, first, side="right") - 1)
-        raise AdvcliError(f"{ins.paths[fi]}: column {metric_col!r}, row {first - int(starts[fi])}: "
+        path, row = _file_row(ins, first)
+        raise AdvcliError(f"{path}: column {metric_col!r}, row {row}: "
                           f"{float(metric[first]):g} ({int(inf.sum())} infinite value(s)): the variance filter ranks "
                           "groups by their variance, which an infinite value makes NaN for its whole step",
                           hint="repair or drop those rows; --flavor verl or skyrl leave non-finite rewards out of "

@@ -49,12 +49,14 @@ def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, ro
                            "drop or repair the row")
 
 
-def unread_value_warning(message: str, name: str) -> str:
-    """The warning for a non-finite value (``message``, the refusal a run that read it would give) in a token
-    column ``name`` this run does not read: the run goes ahead (its numbers do not depend on it), as
-    ``validate`` says."""
-    return (f"{message}; this run does not read column {name!r}, so it runs as it is (a run that reads it, a KL "
-            "or rollout correction on it, refuses it)")
+def note_unread_value(warnings: list, message: str, name: str) -> None:
+    """Append to ``warnings`` the warning for a non-finite value (``message``, the refusal a run that read it
+    would give) in a token column ``name`` this run does not read, once per column: the run goes ahead (its
+    numbers do not depend on it), as ``validate`` says."""
+    said = f"this run does not read column {name!r}"
+    if not any(said in w for w in warnings):
+        warnings.append(f"{message}; {said}, so it runs as it is (a run that reads it, a KL or rollout correction "
+                        "on it, refuses it)")
 
 
 def check_mask(mask: np.ndarray, offsets: np.ndarray, file: str, column: str, row_base: int) -> None:

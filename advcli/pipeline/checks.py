@@ -25,8 +25,8 @@ from ..io.value_checks import (
     check_lengths,
     check_mask,
     check_row_numbers,
+    note_unread_value,
     unplaced_reward,
-    unread_value_warning,
 )
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
@@ -85,7 +85,6 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     mask_name = cmap["response_mask"]
     token_roles = _token_roles(plan)
     read_roles = set(_read_token_roles(plan))
-    warned: set[str] = set()
     precision = np.float64 if plan.run.precision == "float64" else np.float32  # what run casts them to
     number_roles = _row_number_roles(plan)
     allow_nan = plan.run.reward.nan != "refuse"
@@ -120,9 +119,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
                     except AdvcliError as e:
                         if role in read_roles:
                             raise
-                        if name not in warned:  # the first such value of the column, once
-                            warned.add(name)
-                            state.group_warnings.append(unread_value_warning(e.message, name))
+                        note_unread_value(state.group_warnings, e.message, name)
         for name in [cmap[r] for r in number_roles] + list(plan.components):
             arr = batch.column(name)
             if allow_nan and name != cmap.names.get("reward_baseline") and arr.null_count:

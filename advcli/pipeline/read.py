@@ -12,7 +12,7 @@ from ..io import writer as writer_module
 from ..io.arrow_torch import check_mask_values, check_no_nulls, list_column_to_tensor, list_offsets
 from ..io.lists import primitive_numpy
 from ..io.reader import CHUNK_TOKENS, InputSet, rows_for_tokens
-from ..io.value_checks import check_finite, check_lengths, check_row_numbers, unread_value_warning
+from ..io.value_checks import check_finite, check_lengths, check_row_numbers, note_unread_value
 from .plan import Plan, RunState
 from .roles import FLOAT_ROLES
 
@@ -107,9 +107,7 @@ class ChunkReader:
                         check_finite(cast.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles,
                                      source=vals.numpy() if vals.dtype != cast.dtype else None)
                     except AdvcliError as e:
-                        said = unread_value_warning(e.message, name)
-                        if not any(w.startswith(said[:said.index(", row")]) for w in self.state.group_warnings):
-                            self.state.group_warnings.append(said)
+                        note_unread_value(self.state.group_warnings, e.message, name)
             else:  # the offsets alone: no copy of the values
                 check_lengths(offsets, list_offsets(arr), file, name, mask_name, row_base)
         return offsets, out

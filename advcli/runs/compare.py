@@ -155,6 +155,7 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
     import numpy as np
     import pyarrow as pa
 
+    from ..config.columns import is_list_type
     from ..io.arrays import keys_codes, list_parts, numeric
     from ..io.reader import open_parquet
 
@@ -167,8 +168,7 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
                               hint="run `advcli run` first, or compare two configurations on one dump: "
                                    "advcli compare DUMP --flavor F --set ... --flavor F --set ...")
         t = s.field("advantages").type
-        inner = t.value_type if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
-            else t
+        inner = t.value_type if is_list_type(t) else t
         if not (pa.types.is_floating(inner) or pa.types.is_integer(inner)):
             raise AdvcliError(f"{p}: column 'advantages' holds {t}, not numbers (one per token, or one per "
                               "response)", hint="compare two advcli outputs (advcli run writes numbers there)")
@@ -310,10 +310,10 @@ def _values_of(col):
     import numpy as np
     import pyarrow as pa
 
+    from ..config.columns import is_list_type
     from ..io.arrays import list_parts
 
-    t = col.type
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(col.type):
         return list_parts(col)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()

@@ -49,8 +49,8 @@ A      = clip(whiten(A))   (masked, token-weighted, per scope)                  
 - **Groups**: `grouping.by=id` groups rows by `prompt_id` wherever they sit in the file;
   `position` takes blocks of `grouping.size` consecutive rows.
 - **KL controller**: the step uses β from before its own update; an adaptive controller then does
-  `β ← β·(1 + clip(kl/target − 1, ±0.2)·n/horizon)` with `n` = rows of the step and `kl` = the mean over
-  rows of each row's masked mean KL.
+  `β ← β·(1 + clip(kl/target − 1, ±0.2)·n/horizon)` with `n` = rows of the step (`kl.update_rows` when
+  set) and `kl` = the mean over rows of each row's masked mean KL.
 - **Row-level estimators** (GRPO family, RLOO, OPO, GPG, pass@k, GDPO) compute one value per row
   from the whole input's row table and broadcast it over the row's tokens (× mask unless
   `estimator.mask_output=false`). **Token-level** ones (GAE, REINFORCE++, ReMax, the optimal token

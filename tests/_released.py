@@ -130,6 +130,8 @@ def write_parquet(rows: list[dict], path: str, rename: dict[str, str] | None = N
             "values": pa.array([r.get("values") for r in rows], pa.list_(pa.float32()))}
     if "values" not in rows[0]:  # no critic (AReaL's GRPO runs: V = 0)
         del cols["values"]
+    if "step" in rows[0]:  # several training steps in one dump
+        cols["step"] = pa.array([r["step"] for r in rows], pa.int64())
     for name in rows[0].get("extra", {}):  # per-row number columns: reward functions' outputs (TRL)
         cols[name] = pa.array([r["extra"][name] for r in rows], pa.float32())
     cols = {(rename or {}).get(k, k): v for k, v in cols.items()}

@@ -220,6 +220,8 @@ class KL:
             ('fixed', 'adaptive'), kind='str')
     target: float = key(0.1, 'adaptive controller target KL', kind='float')
     horizon: float = key(10000, 'adaptive controller horizon', kind='float')
+    update_rows: int | None = key(None, "the n of the adaptive controller's update: null = the step's rows (verl, "
+            'ROLL, SkyRL); a count (OpenRLHF: rollout.batch_size × n_samples_per_prompt)', kind='int')
     mask: bool = key(True, 'multiply the KL by the response mask before subtracting it', kind='bool')
     score_sum: str = key('exact', "how a row-level estimator's score s_i = Σ_t token_level_rewards is summed when "
             'KL enters the reward: `exact` (r − β·Σ_t KL, the sum in float64, rounded once), `right_aligned` '

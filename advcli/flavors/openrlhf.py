@@ -56,8 +56,13 @@ KEYS = {
     "algo.kl.estimator": Key("k1", "KL estimator: k1 (lp−ref), k2 (½Δ²), k3 (e^(ref−lp) − 1 + lp − ref); output "
                              "clamp ±10", KL_NAMES, "str"),
     "algo.kl.use_loss": Key(False, "the KL goes to the actor loss: no reward KL", None, "bool"),
-    "algo.kl.target": Key(None, "adaptive controller target (not reproducible offline: see the error)", None, "float"),
+    "algo.kl.target": Key(None, "adaptive controller target: β ← β·(1 + clip(kl/target − 1, ±0.2)·n/horizon) after "
+                          "each step, kl the mean over the step's rows of each row's masked-mean KL, n = "
+                          "rollout.batch_size × rollout.n_samples_per_prompt; null or 0: fixed β", None, "float"),
     "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
+    "rollout.batch_size": Key(None, "prompts per step: the adaptive controller's n is rollout.batch_size × "
+                              "rollout.n_samples_per_prompt (OpenRLHF's default 1024); null: the step's rows, that "
+                              "product when the dump holds every row of the step", None, "int"),
     "reward.clip_range": Key([-10.0, 10.0], "clamp [lo, hi] of the group-shaped scalar reward", None, "list"),
     # DAPO dynamic filtering (ppo_utils/samples_generator.py _generate_vllm L168-177 @3c3be623): at generation
     "algo.dynamic_filtering_enable": Key(False, "DAPO dynamic filtering: the groups whose mean reward is not strictly "
@@ -148,6 +153,12 @@ KEYS = {
     "advcli.stop_properly_replace": Key(True, "advcli extension (OpenRLHF's releases): a stop_properly_penalty_coef "
                                         "below 0 replaces the truncated rows' reward (0.9.8 on); false: OpenRLHF "
                                         "asserts 0 <= c <= 1 (0.9.2-0.9.7)", None, "bool"),
+    "advcli.kl_adaptive_replay": Key(True, "advcli extension (OpenRLHF's releases): the adaptive KL controller is "
+                                     "fed the sample-weighted mean of the step's row KLs (0.9.8 on: ppo_actor.py "
+                                     "ppo_train), which the dump's log-probs give; false (before 0.9.8): the "
+                                     "unweighted mean over the training pass's shuffled micro-batches of their "
+                                     "length-weighted KL, which no dump gives (an adaptive controller with the reward "
+                                     "KL on is refused)", None, "bool"),
     "advcli.whiten_rloo": Key(False, "advcli extension (OpenRLHF's releases): rloo's advantages are normalised "
                               "over the step like gae/reinforce/reinforce_baseline (0.7.1-0.8.4: every estimator "
                               "but group_norm and dr_grpo)", None, "bool"),
@@ -158,6 +169,7 @@ ALIASES = {
     "no_advantage_std_norm": "algo.advantage.no_std_norm", "init_kl_coef": "algo.kl.init_coef",
     "kl_estimator": "algo.kl.estimator", "use_kl_loss": "algo.kl.use_loss", "kl_target": "algo.kl.target",
     "kl_horizon": "algo.kl.horizon", "reward_clip_range": "reward.clip_range",
+    "rollout_batch_size": "rollout.batch_size",
     # dynamic filtering's flags of releases 0.8.1-0.10.1 (cli/train_ppo_ray.py @v0.8.1 L430-433)
     "dynamic_filtering": "algo.dynamic_filtering_enable",
     "dynamic_filtering_reward_range": "algo.dynamic_filtering_range",
@@ -170,6 +182,38 @@ ALIASES = {
     "stop_properly_penalty_coef": "reward.stop_properly_penalty_coef", "generate_max_len": "rollout.max_new_tokens",
     "max_new_tokens": "rollout.max_new_tokens", "max_len": "data.max_len",
 }
+
+
+def _adaptive_kl(v: dict, n: int) -> dict | None:
+    """OpenRLHF's adaptive KL controller (``if args.algo.kl.target:`` AdaptiveKLController, ppo_trainer.py L171-176
+    @3c3be623; kl_controller.py): a step's rewards take β = kl_ctl.value (compute_reward: β ≤ 0 counts as 0), then
+    after its PPO pass ``kl_ctl.update(status["kl"], rollout.batch_size × n_samples_per_prompt)`` (L250-253), with
+    status["kl"] the sample-weighted mean (ppo_actor.py ppo_train L247-258, all-reduced over the ranks) of each
+    row's ``masked_mean(kl, action_mask)`` taken when the experience was made (experience_maker.py L205-226): the
+    mean over the step's rows of each row's masked-mean KL, advcli's adaptive controller. Only with the reward KL on:
+    otherwise β never reaches the advantages. None: a fixed β."""
+    target = v["algo.kl.target"]
+    if not target:
+        return None
+    if not v["advcli.kl_adaptive_replay"]:
+        raise AdvcliError("key algo.kl.target: this OpenRLHF release feeds its adaptive controller the unweighted "
+                          "mean over the training pass's micro-batches of their length-weighted KL (ppo_actor.py "
+                          "ppo_train @v0.9.7 L185-215), micro-batches the DataLoader shuffles, so no dump gives the β "
+                          "a step used (from 0.9.8 the mean is weighted by rows and advcli replays it)",
+                          hint="give the step's β with algo.kl.init_coef (one step per run) and leave algo.kl.target "
+                               "unset")
+    horizon = v["algo.kl.horizon"]
+    if target < 0 or not horizon or horizon < 0:
+        bad = "algo.kl.target" if target < 0 else "algo.kl.horizon"
+        raise AdvcliError(f"key {bad} must be > 0 for OpenRLHF's adaptive controller (got target {target:g}, horizon "
+                          f"{horizon}): AdaptiveKLController.update computes current/target − 1 and divides by the "
+                          "horizon, so the β it gives moves away from the target or is not a number",
+                          hint="set algo.kl.target and algo.kl.horizon > 0, or leave algo.kl.target unset (fixed β)")
+    batch = v["rollout.batch_size"]
+    if batch is not None and batch < 1:
+        raise AdvcliError(f"key rollout.batch_size must be at least 1 (got {batch})")
+    return {"controller": "adaptive", "target": float(target), "horizon": float(horizon), "coef_min": 0.0,
+            "update_rows": None if batch is None else int(batch) * n}
 
 
 def _threshold(value, keys: str) -> list[float]:
@@ -322,17 +366,12 @@ def translate(v: dict) -> dict:
         raise GroupSizeNeeded(f"{est} requires rollout.n_samples_per_prompt > 1 (got {n}); OpenRLHF's CLI refuses "
                               "it too (cli/train_ppo_ray.py: its assert on n_samples_per_prompt for the group "
                               "estimators, L371-372 @v0.5.7, L612-615 @v0.11.0)", key="rollout.n_samples_per_prompt")
-    if v["algo.kl.target"]:
-        raise AdvcliError("key algo.kl.target: OpenRLHF's adaptive controller is updated after each PPO step from "
-                          "the KL of the training pass (ppo_trainer.py L250-253), which a rollout dump does not "
-                          "hold; the β a step used cannot be recomputed",
-                          hint="give the step's β with algo.kl.init_coef (one step per run) and leave "
-                               "algo.kl.target unset")
     kl_name = v["algo.kl.estimator"]
     if kl_name not in KL_NAMES:
         raise AdvcliError(f"key algo.kl.estimator: unknown value {kl_name!r}.{did_you_mean(kl_name, KL_NAMES)}")
     beta = max(float(v["algo.kl.init_coef"]), 0.0)  # compute_reward: kl_coef <= 0 → 0
     kl_on = beta > 0 and not v["algo.kl.use_loss"]
+    adaptive = _adaptive_kl(v, n) if kl_on else None
     if est in GROUP_ESTIMATORS:
         cfg["grouping"].update(by="position", size=n, scope="step")
     else:
@@ -354,6 +393,8 @@ def translate(v: dict) -> dict:
                       "output_clamp": 10.0 if v["advcli.kl_clamp"] else None,
                       "coef": beta, "controller": "fixed", "mask": bool(v["advcli.kl_masked"]),
                       "token_clip": None})
+    if adaptive:
+        cfg["kl"].update(adaptive)
     if est == "gae":
         e = {"name": "gae", "gamma": v["algo.advantage.gamma"], "lam": v["algo.advantage.lambd"], "holes": "step",
              "zero_masked": True}
@@ -424,6 +465,8 @@ _NO_FLASH = (tuple(e for e in ESTIMATORS if e != "flash_reinforce"),
              "its --advantage_estimator choices (cli/train_ppo_ray.py) have no flash_reinforce (it came with 0.11.2), "
              "so the trainer itself would not run it")
 _OLD = {"advcli.is_correction_keys": "0.10.4", "advcli.reward_promote": False, "advcli.dr_grpo_n1": True}
+# before 0.9.8 the adaptive controller's input is the mean over shuffled micro-batches (ppo_actor.py @v0.9.7 L186-214)
+_OLD_KL = {**_OLD, "advcli.kl_adaptive_replay": False}
 _NO_ICEPOP_FLAG = ((False,), "--use_icepop exists in OpenRLHF 0.9.1-0.9.2 only (cli/train_ppo_ray.py @v0.9.1 "
                              "L253-258); other releases name it is_correction_type=icepop (0.9.3 on)")
 
@@ -488,7 +531,7 @@ def _pre(last: str, estimators: tuple, kl: tuple = KL_NAMES, std_norm: bool = Fa
 # advantages are whitened in the replay buffer with sums all-reduced over the ranks (the whole step, whatever the
 # number of ranks): μ = Σ A over the buffer's positions / Σ action_mask, var = Σ (A − μ)²·m / Σ m, max(var, 1e-8).
 # Before 0.7.0 the buffer holds each row's first Σm positions (remove_padding_in_sequences); 0.7.0 every position.
-_PRE = {**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True, "advcli.whiten_mean_span": "prefix",
+_PRE = {**_OLD_KL, "advcli.kl_clamp": False, "advcli.whiten_rloo": True, "advcli.whiten_mean_span": "prefix",
         "advcli.kl_masked": True, "advcli.gamma_forced": False}
 _PRE_G1 = {k: v for k, v in _PRE.items() if k != "advcli.gamma_forced"}  # 0.6.3 on: γ forced (the default)
 _PRE_NOTE = "whitened in the replay buffer over each row's first Σm positions; KL masked; "
@@ -581,7 +624,7 @@ RELEASES = (
                        "compute_approx_kl no longer masks the log-ratio (models/utils.py @v0.7.0)"))),
     Release("0.7.1", "2025-04-17", aliases=("0.7.1.post1", "0.7.1.post2", "0.7.2", "0.7.2.post1", "0.7.3", "0.7.4",
                                             "0.7.4.post1", "0.7.4.post2", "0.7.5", "0.8.0", "0.8.0.post1"),
-            settings={**_OLD, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
+            settings={**_OLD_KL, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
             accepts={**_no_is("0.8.0.post1"), **_no_penalty("0.8.0.post1"), **_no_filter("0.8.0.post1")},
             note="OpenRLHF 0.7.1 to 0.8.0: the step shaped by the driver; rloo whitened too; KL not clamped; no IS "
                  "correction", changes=(
@@ -589,7 +632,7 @@ RELEASES = (
                        "the whitening moved from the replay buffer to compute_advantages_and_returns: μ = Σ A·m / Σm "
                        "over the step (experience_maker.py @v0.7.1), written at every position"),)),
     Release("0.8.1", "2025-05-20", aliases=("0.8.1.post1", "0.8.2", "0.8.3", "0.8.4"),
-            settings={**_OLD, **_DF_MARGIN, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
+            settings={**_OLD_KL, **_DF_MARGIN, "advcli.kl_clamp": False, "advcli.whiten_rloo": True},
             accepts={**_no_is("0.8.4"), **_no_penalty("0.8.4")},
             note="OpenRLHF 0.8.1 to 0.8.4: the advantage code of 0.7.1, + --dynamic_filtering", changes=(
                 Change("#1018", ("algo.dynamic_filtering_enable", "algo.dynamic_filtering_range",
@@ -597,20 +640,21 @@ RELEASES = (
                        "--dynamic_filtering, --dynamic_filtering_reward_range LOW HIGH (default 0 1): the groups of n "
                        "samples whose mean reward is not inside (LOW + 1e-6, HIGH − 1e-6) are dropped at generation "
                        "and others sampled in their place (ppo_trainer.py @v0.8.1 L472-501)"),)),
-    Release("0.8.5", "2025-06-16", settings={**_OLD, **_DF_MARGIN, "advcli.kl_clamp": False},
+    Release("0.8.5", "2025-06-16", settings={**_OLD_KL, **_DF_MARGIN, "advcli.kl_clamp": False},
             accepts={**_no_is("0.8.5"), **_no_penalty("0.8.5")},
             note="OpenRLHF 0.8.5: rloo no longer whitened; KL not clamped; no IS correction", changes=(
                 Change("", ("algo.advantage.estimator",),
                        "rloo's advantages are no longer whitened over the step: only gae, reinforce and "
                        "reinforce_baseline are (experience_maker.py @v0.8.5 L695)"),)),
-    Release("0.8.6", "2025-07-14", settings={**_OLD, **_DF_MARGIN}, accepts={**_no_is("0.8.6"), **_no_penalty("0.8.6")},
+    Release("0.8.6", "2025-07-14", settings={**_OLD_KL, **_DF_MARGIN},
+            accepts={**_no_is("0.8.6"), **_no_penalty("0.8.6")},
             note="OpenRLHF 0.8.6: the advantage code of 0.10.4 under the flat flags (--advantage_estimator, "
                  "--init_kl_coef, ...); no IS correction, no length penalty", changes=(
                 Change("", ("algo.kl.estimator",),
                        "compute_approx_kl clamps the KL estimate (k1, k2, k3) to ±10 (0.8.6, models/utils.py @v0.8.6 "
                        "L40); before it the estimate entered the reward unclamped"),)),
     Release("0.8.7", "2025-07-24", aliases=("0.8.8",),
-            settings={**_OLD, **_LP_OLD, **_DF_MARGIN, "advcli.overlong_length": "tokens_eos"},
+            settings={**_OLD_KL, **_LP_OLD, **_DF_MARGIN, "advcli.overlong_length": "tokens_eos"},
             accepts={**_no_is("0.8.8"), **_no_penalty("0.8.8", overlong=False)},
             note="OpenRLHF 0.8.7 to 0.8.8: + the overlong penalty on the generated ids (an EOS appended where "
                  "missing); no IS correction", changes=(
@@ -619,7 +663,7 @@ RELEASES = (
                        "L)/L·f where positive, n the generated ids with the EOS appended to a response without one "
                        "(experience_maker.py @v0.8.7 L664-683)"),)),
     Release("0.8.9", "2025-08-06", aliases=("0.8.9.post1", "0.8.10", "0.8.11", "0.9.0"),
-            settings={**_OLD, **_LP_OLD, **_DF_MARGIN, "advcli.overlong_length": "tokens",
+            settings={**_OLD_KL, **_LP_OLD, **_DF_MARGIN, "advcli.overlong_length": "tokens",
                       "advcli.is_correction_keys": "0.8.9",
                       C + "threshold": 2.0},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.0"),
@@ -631,7 +675,7 @@ RELEASES = (
                             "L140-142)"),
                      Change("", ("advcli.overlong_length",), "the overlong penalty's n is the generated ids, no EOS "
                             "added (experience_maker.py @v0.8.9 L676-695)"))),
-    Release("0.9.1", "2026-01-05", aliases=("0.9.1.post1",), settings={**_OLD, **_LP_OLD},
+    Release("0.9.1", "2026-01-05", aliases=("0.9.1.post1",), settings={**_OLD_KL, **_LP_OLD},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.1.post1"),
                      **_no_penalty("0.9.1.post1", overlong=False)},
             note="OpenRLHF 0.9.1: IS correction clamp(e^lr, LOW, HIGH), or --use_icepop",
@@ -643,14 +687,14 @@ RELEASES = (
                             "(samples_generator.py @v0.9.1 L331-333)"),
                      Change("", ("advcli.overlong_length",), "the overlong penalty's n is the span of the action mask, "
                             "last − first action token + 1 (samples_generator.py)"))),
-    Release("0.9.2", "2026-02-03", settings={**_OLD, **_LP_OLD},
+    Release("0.9.2", "2026-02-03", settings={**_OLD_KL, **_LP_OLD},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", at="0.9.2")},
             note="OpenRLHF 0.9.2: + --stop_properly_penalty_coef (a factor in [0, 1])",
             changes=(Change("", ("reward.stop_properly_penalty_coef",),
                             "--stop_properly_penalty_coef c: the rewards of the responses vLLM stopped at the length "
                             "limit times c, c in [0, 1], after the overlong penalty (length_penalty.py @v0.9.2 "
                             "L61-95)"),)),
-    Release("0.9.3", "2026-02-05", settings={**_OLD, **_LP_OLD},
+    Release("0.9.3", "2026-02-05", settings={**_OLD_KL, **_LP_OLD},
             accepts={"algo.advantage.estimator": _NO_FLASH, C + "type": _types("tis", "icepop", "mis", at="0.9.3"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG},
             note="OpenRLHF 0.9.3: --vllm_is_correction_type tis|icepop|mis",
@@ -658,7 +702,7 @@ RELEASES = (
                             "--vllm_is_correction_type tis|icepop|mis replaces --use_icepop; mis: e^lr where the "
                             "row's geometric mean ratio is inside [LOW, HIGH], else 0 (models/loss.py @v0.9.3 "
                             "L152-172)"),)),
-    Release("0.9.4", "2026-03-03", aliases=("0.9.5", "0.9.6", "0.9.7"), settings={**_OLD, **_LP_OLD},
+    Release("0.9.4", "2026-03-03", aliases=("0.9.5", "0.9.6", "0.9.7"), settings={**_OLD_KL, **_LP_OLD},
             accepts={"algo.advantage.estimator": _NO_FLASH,
                      C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.9.7"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG},
@@ -672,7 +716,12 @@ RELEASES = (
                      C + "type": _types("tis", "icepop", "seq-mask-tis", at="0.10.1"),
                      "advcli.use_icepop": _NO_ICEPOP_FLAG},
             note="OpenRLHF 0.9.8 to 0.10.1: the advantage, IS and length-penalty code of 0.10.4 under the flat flags",
-            changes=(Change("", ("rollout.max_new_tokens", "data.max_len", "advcli.stop_properly_replace"),
+            changes=(Change("", ("advcli.kl_adaptive_replay", "algo.kl.target"),
+                            "ppo_train averages the step's metrics weighted by rows (ppo_actor.py @v0.9.8 L237-248): "
+                            "the adaptive KL controller gets the mean over the step's rows of each row's masked-mean "
+                            "KL, which advcli replays from the dump; before, the unweighted mean over shuffled "
+                            "micro-batches"),
+                     Change("", ("rollout.max_new_tokens", "data.max_len", "advcli.stop_properly_replace"),
                             "--generate_max_len became --max_new_tokens (default None) beside --max_len (default "
                             "2048): the overlong penalty's max is max_new_tokens or else max_len; a "
                             "stop_properly_penalty_coef below 0 replaces the truncated rows' reward (length_penalty.py "

@@ -122,7 +122,8 @@ def row_kl_sums(layout: Ragged, kld: torch.Tensor, mask: torch.Tensor,
 class KLController:
     """The KL coefficient of the reward from scope to scope: verl's ``FixedKLController`` and
     ``AdaptiveKLController`` (verl/trainer/ppo/core_algos.py: ``value *= 1 + clip(current/target − 1, ±0.2)
-    · n_steps / horizon`` after each batch, n_steps = the batch's rows). The one object every route steps:
+    · n_steps / horizon`` after each batch, n_steps = the batch's rows; OpenRLHF's, ppo_trainer.py L250-253
+    @3c3be623, counts rollout.batch_size × n_samples_per_prompt: ``update_rows``). The one object every route steps:
     the local engine over every scope of the run (``advcli.pipeline.rows.kl_coefs``), Ray's per-step driver
     carrying it from one step to the next (``advcli.engines.ray_steps``), ``advcli stats`` replaying an
     output's run (``advcli.figures.of_file``), so all make the same float operations in the same order.
@@ -133,13 +134,14 @@ class KLController:
     target: float
     horizon: float
     coef_min: float | None = None
+    update_rows: int | None = None  # n_steps of every update (None: the scope's rows)
 
     @classmethod
     def of_section(cls, kl, kl_on: bool, value: float | None = None) -> KLController:
         """The controller of a run spec's KL section ``kl`` (``kl_on``: KL enters the reward), starting at
         kl.coef (or ``value``, a coefficient carried in)."""
         return cls(float(kl.coef) if value is None else value, kl.controller == "adaptive" and kl_on,
-                   kl.target, kl.horizon, kl.coef_min)
+                   kl.target, kl.horizon, kl.coef_min, kl.update_rows)
 
     @classmethod
     def of(cls, plan, value: float | None = None) -> KLController:
@@ -151,10 +153,11 @@ class KLController:
         return self.value if self.coef_min is None else max(self.value, float(self.coef_min))
 
     def update(self, current: float, rows: int) -> None:
-        """After a scope of ``rows`` rows whose mean KL was ``current``."""
+        """After a scope of ``rows`` rows whose mean KL was ``current`` (n_steps: ``update_rows`` where set)."""
         if self.adaptive:
             err = float(np.clip(current / self.target - 1, -0.2, 0.2))
-            self.value *= 1 + err * rows / self.horizon
+            n = rows if self.update_rows is None else self.update_rows
+            self.value *= 1 + err * n / self.horizon
 
 
 def scope_coefficients(ctl: KLController, scope_codes: torch.Tensor, num_scopes: int,

@@ -227,6 +227,9 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         if kl.controller == "adaptive":  # checked before any data is read
             if not kl.horizon or kl.horizon <= 0:
                 raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {kl.horizon})")
+            if kl.update_rows is not None and kl.update_rows < 1:
+                raise AdvcliError(f"key kl.update_rows must be at least 1 (got {kl.update_rows}), or null for the "
+                                  "step's rows")
             if not kl.target or kl.target <= 0:
                 raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl.target}): "
                                   "β is updated by clip(kl/target − 1, ±0.2)",

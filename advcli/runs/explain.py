@@ -76,7 +76,9 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
             clamps.append(f"value clamped to ±{k.output_clamp:g}")
         ctrl = (f"fixed β = {k.coef:g}" if k.controller == "fixed" else
                 f"adaptive β0 = {k.coef:g}, target {k.target:g}, horizon {k.horizon:g}; each step uses "
-                "β from before its update; β ← β·(1 + clip(kl/target − 1, ±0.2)·rows/horizon)")
+                "β from before its update; β ← β·(1 + clip(kl/target − 1, ±0.2)·n/horizon), kl the mean over "
+                "the step's rows of each row's masked mean KL, n = "
+                + ("the step's rows" if k.update_rows is None else f"{k.update_rows}"))
         if k.policy != "old_log_probs" or k.missing != "refuse":
             out.append(f"     log-probs        logp = {k.policy}"
                        + ("; a missing logp or ref column counts as zeros" if k.missing == "zeros" else ""))

@@ -179,6 +179,47 @@ def test_reward_kl_matches_release(tmp_path, kl):
     assert_matches(out["advantages"], adv, rows, f"openrlhf {VERSION} advantages with KL {kl}", atol=2e-5)
 
 
+@pytest.mark.skipif(RELEASE < (0, 9, 8), reason="before 0.9.8 the controller's input is not replayable (refused)")
+@pytest.mark.parametrize("estimator,batch", [("reinforce", None), ("group_norm", 40)])
+def test_adaptive_kl_controller_matches_release(tmp_path, estimator, batch):
+    """Four steps under the release's own AdaptiveKLController (openrlhf/trainer/ppo_utils/kl_controller.py): each
+    step made with kl_ctl.value, then ``kl_ctl.update(status["kl"], rollout.batch_size × n_samples_per_prompt)``
+    (ppo_trainer.py train_step), status["kl"] being ppo_train's average of the micro-batches' ``info["kl"]`` (each
+    row's masked_mean(compute_approx_kl(old, ref), action_mask)) weighted by their rows (ppo_actor.py)."""
+    ns = package_code("openrlhf.trainer.ppo_utils.kl_controller", ["AdaptiveKLController"], {"np": np})
+    n, prompts, target, horizon = 3, 5, 0.12, 60.0
+    ctl = ns["AdaptiveKLController"](0.05, target, horizon)
+    rows, adv, ret, betas = [], [], [], []
+    for step in range(4):
+        part = step_rows(30 + step, n)
+        for k, r in enumerate(part):  # a KL that moves around the target from step to step
+            r["step"] = step
+            r["ref"] = (np.array(r["old"]) - (0.2 + 0.15 * step) * (1 + (k % 3) / 3)).astype(np.float32).tolist()
+        a, b = release_run(part, estimator, n, 1.0, 1.0, ctl.value, "k2")
+        betas.append(ctl.value)
+        rows += part
+        adv += [a[i, :len(r["mask"])] for i, r in enumerate(part)]
+        ret += [b[i, :len(r["mask"])] for i, r in enumerate(part)]
+        mask, old, ref = (padded(part, k) for k in ("mask", "old", "ref"))
+        parts = torch.arange(len(part)).chunk(2)  # the micro-batches, weighted by their rows
+        row_kl = [OPENRLHF["masked_mean"](OPENRLHF["compute_approx_kl"](old[i], ref[i], kl_estimator="k2"),
+                                          mask[i], dim=-1) for i in parts]
+        status_kl = sum(float(k.mean()) * len(k) for k in row_kl) / len(part)
+        ctl.update(status_kl, (prompts if batch is None else batch) * n)
+    assert len(set(np.sign(np.diff(betas)))) == 2, betas  # β went up and down: the clip and its inside both ran
+    settings = {"algo.advantage.estimator": estimator, "rollout.n_samples_per_prompt": n, "algo.kl.init_coef": 0.05,
+                "algo.kl.estimator": "k2", "algo.kl.target": target, "algo.kl.horizon": horizon}
+    if batch is not None:
+        settings["rollout.batch_size"] = batch
+    out = advcli_run(tmp_path, rows, "openrlhf", settings, extra=AT_RELEASE)
+    width = max(len(r["mask"]) for r in rows)
+    pad = [torch.nn.functional.pad(t, (0, width - len(t))) for t in adv]
+    pad_ret = [torch.nn.functional.pad(t, (0, width - len(t))) for t in ret]
+    assert_matches(out["advantages"], torch.stack(pad), rows, f"openrlhf {VERSION} adaptive KL advantages",
+                   atol=2e-5)
+    assert_matches(out["returns"], torch.stack(pad_ret), rows, f"openrlhf {VERSION} adaptive KL returns", atol=2e-5)
+
+
 def test_flash_reinforce_is_reward_minus_step_mean(tmp_path):
     """By hand: one-token rows, no KL: the advantage is r − mean of the step's rewards, not whitened."""
     rows = random_rows(9, [1] * 6, max_len=1)

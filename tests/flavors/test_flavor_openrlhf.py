@@ -244,7 +244,9 @@ def test_group_estimators_refuse_n_1(tmp_path, est):
 @pytest.mark.parametrize("settings, words", [
     ({EST: "grpo"}, "OpenRLHF's GRPO is group_norm"),
     ({"algo.kl.estimator": "low_var_kl"}, "algo.kl.estimator"),
-    ({"algo.kl.target": 0.1}, "adaptive controller"),
+    ({"algo.kl.target": -0.1}, "algo.kl.target must be > 0"),
+    ({"algo.kl.target": 0.1, "algo.kl.horizon": 0}, "algo.kl.horizon must be > 0"),
+    ({"algo.kl.target": 0.1, "rollout.batch_size": 0}, "rollout.batch_size must be at least 1"),
     ({"reward.clip_range": [1]}, "two numbers"),
     ({"algo.advantage.estimatr": "gae"}, "Did you mean 'algo.advantage.estimator'"),
 ])
@@ -312,3 +314,67 @@ def test_the_n_1_refusal_names_the_size_the_ids_show_and_its_fix_runs(tmp_path, 
             np.testing.assert_allclose(np.asarray(adv)[np.asarray(mask) > 0], (r - mu) / (sd + 1e-9), rtol=1e-5)
             checked += 1
     assert checked > 300
+
+
+# ------------------------------------------------------------------------ the adaptive KL controller
+def _kl_steps() -> list[dict]:
+    """Three steps of two one-prompt rows (n = 2), k1 KL per token: step 0's rows 0.5 and 0.1 per valid token (row
+    means 0.5 and 0.1: the masked token of row 0 is left out of its mean), step 1's 0.2 and 0.2."""
+    rows = [dict(step=0, reward=1.0, mask=[1, 0, 1], old=[-1.0, -1.0, -1.0], ref=[-1.5, -9.0, -1.5]),
+            dict(step=0, reward=0.0, mask=[1, 1], old=[-1.0, -1.0], ref=[-1.1, -1.1]),
+            dict(step=1, reward=1.0, mask=[1], old=[-0.5], ref=[-0.7]),
+            dict(step=1, reward=0.0, mask=[1, 1], old=[-0.5, -0.5], ref=[-0.7, -0.7]),
+            dict(step=2, reward=1.0, mask=[1], old=[-0.5], ref=[-1.5]),
+            dict(step=2, reward=0.0, mask=[1, 1], old=[-0.5, -0.5], ref=[-1.5, -1.5])]
+    for r in rows:
+        r["prompt_id"] = f"s{r['step']}"
+    return rows
+
+
+def _applied_beta(out, rows, step: int) -> float:
+    """β of a step from its token_level_rewards: the second row's first token is −β·k1 (no reward there)."""
+    i = [k for k, r in enumerate(rows) if r["step"] == step][1]
+    return -out["token_level_rewards"][i][0] / (rows[i]["old"][0] - rows[i]["ref"][0])
+
+
+@pytest.mark.parametrize("batch", [None, 50])
+def test_adaptive_kl_controller_by_hand(tmp_path, batch):
+    """AdaptiveKLController (kl_controller.py @3c3be623): a step takes β, then β ← β·(1 + clip(kl/target − 1, ±0.2)
+    · n/horizon), kl = the mean of the step's row means (ppo_train's sample-weighted mean of info["kl"]), n =
+    rollout.batch_size × n_samples_per_prompt (ppo_trainer.py L250-253): the step's 2 rows when not given."""
+    rows = _kl_steps()
+    settings = {EST: "reinforce_baseline", N: 2, "algo.kl.init_coef": 0.1, "algo.kl.target": 0.25,
+                "algo.kl.horizon": 40.0}
+    if batch is not None:
+        settings["rollout.batch_size"] = batch
+    out, _ = run_rows(tmp_path, rows, "openrlhf", settings)
+    n = 2 if batch is None else batch * 2
+    beta = [0.1]
+    for kl in ((0.5 + 0.1) / 2, 0.2):  # step 0: 0.3/0.25 − 1 = 0.2; step 1: 0.2/0.25 − 1 = −0.2
+        beta.append(beta[-1] * (1 + max(-0.2, min(0.2, kl / 0.25 - 1)) * n / 40.0))
+    for step in range(3):
+        assert _applied_beta(out, rows, step) == pytest.approx(beta[step], rel=1e-5), step
+
+
+def test_adaptive_kl_controller_off_where_the_trainer_has_no_reward_kl(tmp_path):
+    """A target with the KL in the loss (or β = 0) is run: β never reaches the advantages, as OpenRLHF's; a
+    target of 0 is a fixed β (``if args.algo.kl.target:``)."""
+    rows = _kl_steps()
+    base = {EST: "reinforce_baseline", N: 2}
+    fixed, _ = run_rows(tmp_path, rows, "openrlhf", {**base, "algo.kl.use_loss": True})
+    out, _ = run_rows(tmp_path, rows, "openrlhf", {**base, "algo.kl.use_loss": True, "algo.kl.target": 0.1})
+    assert out == fixed and "token_level_rewards" not in out
+    out, _ = run_rows(tmp_path, rows, "openrlhf", {**base, "algo.kl.init_coef": 0.1, "algo.kl.target": 0})
+    assert [_applied_beta(out, rows, s) for s in range(3)] == pytest.approx([0.1] * 3, rel=1e-5)
+
+
+def test_adaptive_kl_controller_before_0_9_8_is_refused(tmp_path):
+    """0.9.7 and before average the micro-batches' length-weighted KLs unweighted, micro-batches the DataLoader
+    shuffles (ppo_actor.py @v0.9.7 L186-214): no dump gives the β; with the KL in the loss it is run."""
+    rows = _kl_steps()
+    base = {EST: "reinforce_baseline", N: 2, "kl_target": 0.1, "init_kl_coef": 0.1}
+    with pytest.raises(AdvcliError, match="shuffles"):
+        run_rows(tmp_path, rows, "openrlhf@0.9.7", base)
+    run_rows(tmp_path, rows, "openrlhf@0.9.7", {**base, "use_kl_loss": True})
+    out, _ = run_rows(tmp_path, rows, "openrlhf@0.9.8", {**base, "rollout_batch_size": 1})
+    assert _applied_beta(out, rows, 1) == pytest.approx(0.1 * (1 + 0.2 * 2 / 10000), rel=1e-6)

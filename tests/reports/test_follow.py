@@ -461,7 +461,7 @@ def _sets(flavor: str, pairs: list[str]) -> list[str]:
 
 
 SK = "trainer.algorithm."
-ADAPTIVE = {  # every flavor whose KL controller moves from step to step (OpenRLHF refuses its adaptive one)
+ADAPTIVE = {  # every flavor whose KL controller moves from step to step
     "verl-gae": _sets("verl", ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
                                "algorithm.kl_penalty=low_var_kl", "algorithm.kl_ctrl.type=adaptive",
                                "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.target_kl=0.01",
@@ -473,6 +473,9 @@ ADAPTIVE = {  # every flavor whose KL controller moves from step to step (OpenRL
     "skyrl": _sets("skyrl", [f"{SK}advantage_estimator=gae", f"{SK}use_kl_in_reward=true", f"{SK}use_kl_loss=false",
                              f"{SK}kl_ctrl.type=adaptive", f"{SK}kl_loss_coef=0.05", f"{SK}kl_ctrl.kl_target=0.01",
                              f"{SK}kl_ctrl.horizon=500"]),
+    # OpenRLHF: n of the update = rollout.batch_size × n_samples_per_prompt, not the step's rows
+    "openrlhf": _sets("openrlhf", ["algo.advantage.estimator=reinforce", "algo.kl.init_coef=0.05",
+                                   "algo.kl.target=0.01", "algo.kl.horizon=500", "rollout.batch_size=300"]),
     # ROLL: one controller updated after each (step, domain) batch
     "roll": _sets("roll", ["adv_estimator=gae", "whiten_advantages=true", "add_token_level_kl=true",
                            "init_kl_coef=0.05", "target_kl=0.001", "kl_horizon=500",

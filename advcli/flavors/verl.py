@@ -62,7 +62,9 @@ KEYS = {
     "algorithm.kl_ctrl.horizon": Key(10000, "adaptive horizon", None, "int"),
     "algorithm.gdpo_reward_keys": Key(None, "component reward columns for gdpo", None, "list"),
     "algorithm.gdpo_reward_weights": Key(None, "component weights (default all 1)", None, "list"),
-    "algorithm.use_pf_ppo": Key(False, "PF-PPO resampling (not supported offline: it resamples rows)", None, "bool"),
+    "algorithm.use_pf_ppo": Key(False, "PF-PPO: verl resamples the batch's rows after GAE (other estimators: no "
+                                "effect); the output holds each row's GAE advantage before the resampling", None,
+                                "bool"),
 }
 KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_correction_keys.py)
 
@@ -91,9 +93,6 @@ def _num(x) -> str:
 def translate(v: dict) -> dict:
     cfg = default_config()
     est = v["algorithm.adv_estimator"]
-    if v["algorithm.use_pf_ppo"]:
-        raise AdvcliError("key algorithm.use_pf_ppo: PF-PPO resamples the batch at random after GAE; an offline "
-                      "recomputation cannot reproduce it. Leave it false")
     ctrl = v["algorithm.kl_ctrl.type"]
     if ctrl not in ("fixed", "adaptive"):
         raise AdvcliError(f"key algorithm.kl_ctrl.type: unknown value {ctrl!r}."
@@ -205,6 +204,8 @@ def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = Fals
         out["algorithm.use_kl_in_reward"] = ((False,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): the "
                                                        "KL goes in the reward " + ("always" if tag == "0.1" else
                                                        "unless actor_rollout_ref.actor.use_kl_loss is true"))
+        out["algorithm.use_pf_ppo"] = ((False,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): PF-PPO came "
+                                                 "with 0.4.0 (ray_trainer.py compute_advantage @v0.4.0 L249)")
     return out
 
 
@@ -331,10 +332,27 @@ RELEASES = (
     Release("0.9.1", "2026-09-20", note="verl 0.9.1: the advantage and reward-KL code of commit 1dda039b"),
 )
 
+def estimator_note(v: dict) -> str | None:
+    """PF-PPO (``algorithm.use_pf_ppo``): verl's compute_advantage resamples the batch with
+    compute_pf_ppo_reweight_data after GAE's advantages, whitening included, are computed, in its GAE branch only
+    (ray_trainer.py L218-234 @1dda039b, L239-253 @v0.4.0): the advantages of the rows are GAE's; the resampling picks
+    which rows train."""
+    if not v.get("algorithm.use_pf_ppo"):
+        return None
+    est = v["algorithm.adv_estimator"]
+    if est != "gae":
+        return (f"algorithm.use_pf_ppo changes nothing with {est}: verl resamples the batch in its gae branch only "
+                "(ray_trainer.py compute_advantage)")
+    return ("algorithm.use_pf_ppo: verl resamples the batch's rows after GAE (compute_pf_ppo_reweight_data); the "
+            "output holds each given row's GAE advantage, whitened over the rows given: give the batch from before "
+            "the resampling for verl's numbers")
+
+
 FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
+    estimator_note=estimator_note,
     pick_estimator=(("prompt_id", "grpo"), ("values", "gae")),
     audit_tries=lambda n: [{"algorithm.adv_estimator": "grpo"},
                            {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False},
@@ -343,7 +361,7 @@ FLAVOR = Flavor(
                            {"algorithm.adv_estimator": "opo"}, {"algorithm.adv_estimator": "gpg"}],
     # ppo_trainer.yaml keys of the algorithm section that change no advantage of a saved batch: DAPO's
     # filter_groups drops and regenerates groups at rollout time (advcli run --drop-uniform drops them),
-    # pf_ppo tunes the resampling use_pf_ppo turns on (refused), debug_rollout_actor_probs only logs
+    # pf_ppo tunes the resampling use_pf_ppo turns on (after the advantages), debug_rollout_actor_probs only logs
     # ppo_trainer.yaml's actor_rollout_ref holds the whole actor, rollout and reference setup; advcli reads
     # actor.use_kl_loss (the KL in the reward at 0.2-0.3) and ignores the rest
     mixed_sections=("actor_rollout_ref",),

@@ -651,3 +651,27 @@ def test_kl_in_reward_scores_are_summed_as_verl_sums_them(tmp_path, estimator):
     got = np.array([row[0] for row in out["advantages"]], dtype=np.float32)
     np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-7)
     assert np.abs(got[:6]).max() > 0.5  # the group is told apart by its KL terms alone
+
+
+@pytest.mark.parametrize("estimator, words", [("gae", "resamples the batch's rows after GAE"),
+                                              ("grpo", "changes nothing with grpo")])
+def test_pf_ppo_runs_with_the_advantages_before_its_resampling(tmp_path, sample_path, estimator, words):
+    """verl's compute_advantage resamples the batch (compute_pf_ppo_reweight_data) after GAE's advantages are
+    computed, in its gae branch only (ray_trainer.py L218-234 @1dda039b): a run with use_pf_ppo is verl's GAE (or
+    grpo, untouched) on the rows given, and says so; it was refused."""
+    outs, notes = [], []
+    for pf in (False, True):
+        dst = tmp_path / f"o{pf}.parquet"
+        result = advcli.run(str(sample_path), str(dst), device="cpu", force=True,
+                            settings={"algorithm.adv_estimator": estimator, "algorithm.use_pf_ppo": pf})
+        outs.append(pq.read_table(dst).select(["advantages", "returns"]).to_pydict())
+        notes.append(result.estimator_note)
+    assert outs[0] == outs[1]
+    assert notes[0] is None and words in notes[1]
+
+
+def test_pf_ppo_before_0_4_0_is_refused(tmp_path, sample_path):
+    """verl 0.1-0.3 have no algorithm.use_pf_ppo (ppo_trainer.yaml @v0.3.0.post1): the trainer would not run it."""
+    with pytest.raises(AdvcliError, match="PF-PPO came with 0.4.0"):
+        advcli.run(str(sample_path), str(tmp_path / "x.parquet"), device="cpu", force=True, flavor="verl@0.3.0.post0",
+                   settings={"algorithm.adv_estimator": "gae", "algorithm.use_pf_ppo": True})

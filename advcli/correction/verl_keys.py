@@ -30,16 +30,18 @@ KEYS = {
     P + "rollout_rs_threshold": Key(None, "one threshold for every option or one per option (comma-separated); "
                                     "k1: 'lo_hi' or u (lo = 1/u), bounds on log(π_rollout/π_train); k2/k3: an "
                                     "upper bound", None, "any"),
-    P + "bypass_mode": Key(False, "true: IS/RS inside the actor loss against the current policy (not "
-                           "recomputable from a dump: refused)", None, "bool"),
-    P + "loss_type": Key("ppo_clip", "bypass-mode loss only (ignored: bypass mode is refused)", None, "str"),
+    P + "bypass_mode": Key(False, "true: IS/RS inside the actor loss against the current policy (no dump holds "
+                           "it): the advantages are written, on the unchanged mask, without IS weights", None,
+                           "bool"),
+    P + "loss_type": Key("ppo_clip", "bypass-mode loss only (ignored: the correction of bypass mode is in the loss)",
+                         None, "str"),
     # verl 0.6.1-0.7.0 (rollout_correction.yaml @v0.7.0): rollout_rs is a level with ratio bounds, and the veto
     P + "rollout_rs_threshold_lower": Key(None, "verl 0.6.1-0.7.0: the lower ratio bound of rollout_rs (null: "
                                           "1/rollout_rs_threshold)", None, "float"),
     P + "rollout_token_veto_threshold": Key(None, "verl 0.6.1-0.7.0: a row with a token whose ratio "
                                             "π_train/π_rollout is below it is rejected whole (null: off)", None,
                                             "float"),
-    P + "use_policy_gradient": Key(False, "verl 0.6.1: bypass-mode loss only (ignored: bypass mode is refused)",
+    P + "use_policy_gradient": Key(False, "verl 0.6.1: bypass-mode loss only (ignored: the actor loss)",
                                    None, "bool"),
 }
 # verl 0.6.0 (ppo_trainer.yaml @v0.6.0, verl/trainer/ppo/mismatch_helper.py): the correction's keys sit in
@@ -199,7 +201,7 @@ def _refuse_foreign(v: dict, api: str) -> None:
                 raise _not_at(api, k, "in verl 0.6.1-0.7.0 only (rollout_correction.yaml @v0.7.0): "
                               "--flavor verl@0.7.0")
     if api != "0.6.1" and v[P + "use_policy_gradient"]:
-        raise _not_at(api, P + "use_policy_gradient", "in verl 0.6.1 only (bypass mode, refused anyway)")
+        raise _not_at(api, P + "use_policy_gradient", "in verl 0.6.1 only (bypass mode's loss)")
     if api in ("none", "0.6.0"):
         for k in KEYS_NEW:
             if k != P + "use_policy_gradient" and v[k] != KEYS[k].default:
@@ -296,11 +298,16 @@ def translate(v: dict, cfg: dict) -> None:
             _translate_060(v, rc)
         return
     if v[P + "bypass_mode"]:
-        raise AdvcliError(f"key {P}bypass_mode=true: out of scope. In bypass mode verl computes IS and rejection "
-                          "inside the actor loss, per micro-batch, against the current policy's log-probs, which "
-                          "depend on the training weights and cannot be recomputed from a rollout dump; the "
-                          "advantages then see the unchanged mask",
-                          hint=f"leave {P}bypass_mode=false (decoupled mode) to recompute the trainer-side correction")
+        # bypass mode: the trainer sets old_log_probs := rollout_log_probs and skips the correction at advantage
+        # time (the advantages see the unchanged mask); IS and rejection run inside the actor loss against the
+        # current policy (compute_policy_loss_bypass_mode, core_algos.py L2413 @1dda039b), not in any dump
+        rc = cfg.setdefault("rollout_correction", {})
+        rc.update(mode="off", is_level=None, is_upper=None, is_lower=None, is_batch_normalize=False, rs=None,
+                  ignored=[f"{P}bypass_mode=true: verl corrects inside the actor loss, per micro-batch, against the "
+                           "current policy's log-probs, which no dump holds: the advantages (on the unchanged mask, "
+                           "a KL in the reward read from old_log_probs, the rollout's in that mode) are written, "
+                           "without rollout_is_weights"])
+        return
     level = v[P + "rollout_is"]
     if level is not None and level not in ("token", "sequence"):
         raise _err("rollout_is", f"unknown value {level!r}.{did_you_mean(str(level), ['token', 'sequence'])} Valid: "
@@ -323,7 +330,7 @@ def translate(v: dict, cfg: dict) -> None:
         if api == "0.8.0" and rc["is_upper"] is not None:  # compute_is_metrics @v0.8.0 L772-774
             rc["is_metrics"] = "applied_rows"
     if v[P + "loss_type"] != "ppo_clip":  # read by bypass mode only: said in the run's warnings
-        rc["ignored"] = [f"{P}loss_type={v[P + 'loss_type']} applies to bypass mode only (out of scope); "
+        rc["ignored"] = [f"{P}loss_type={v[P + 'loss_type']} applies to bypass mode only (the actor loss); "
                          "decoupled mode, which advcli recomputes, does not read it"]
     if level is not None or rc["rs"] or rc.get("veto") is not None:
         rc["mode"] = "on"  # an option was asked for: the log-prob columns are required

@@ -200,7 +200,6 @@ def test_explain_lists_the_keys():
 
 
 @pytest.mark.parametrize("settings, words", [
-    ({P + "bypass_mode": True}, ["bypass_mode", "out of scope"]),
     ({P + "rollout_rs": "seq_sum_k1"}, ["rollout_rs_threshold", "required"]),
     ({P + "rollout_rs": "seq_sum_k4", P + "rollout_rs_threshold": 1.0}, ["unknown option", "seq_sum_k4"]),
     ({P + "rollout_rs": "token_k2", P + "rollout_rs_threshold": "0.1_2"}, ["token_k2", "single upper bound"]),
@@ -366,3 +365,15 @@ def test_kl_metric_uses_the_mask_before_rejection(tmp_path, est, chunk_rows):
     # the token rewards themselves always used m: scores − β·kld·m (row 1's masked token keeps 0 KL)
     tlr = t.column("token_level_rewards").to_pylist()
     assert _close(tlr[1][1], 0.0, 0, 1e-7) and _close(tlr[1][0], -beta * 0.4, 1e-5)
+
+
+def test_bypass_mode_writes_the_advantages_without_weights(tmp_path):
+    """Bypass mode (rollout_corr_helper.py / ray_trainer.py @1dda039b): old_log_probs := rollout_log_probs, no
+    correction at advantage time, IS and rejection in the actor loss against the current policy: the advantages
+    are those of no correction (the unchanged mask), no weights are written, and the run says why."""
+    plain, _ = _run(tmp_path, {})
+    t, res = _run(tmp_path, {P + "bypass_mode": True, P + "rollout_is": "token", P + "rollout_rs": "token_k1",
+                             P + "rollout_rs_threshold": 0.5})
+    assert "rollout_is_weights" not in t.column_names and "response_mask_after_rs" not in t.column_names
+    assert t.column("advantages").to_pylist() == plain.column("advantages").to_pylist()
+    assert any("bypass_mode=true" in w and "actor loss" in w for w in res.warnings)

@@ -96,7 +96,10 @@ class Grouping:
             "value: `own_mask` (on each of the turn's own positions: SkyRL from 0.2.0) or `last_row` (the last "
             "step's padded row copied column by column: position t of a turn gets the value where t is below the "
             "last step's length and 0 from that length on, the turn's own mask not applied: SkyRL 0.1.0, "
-            "trainer.py compute_advantages_and_returns)", ('own_mask', 'last_row'), kind='str')
+            "trainer.py compute_advantages_and_returns) or `first_valid` (the value the last step holds at its first "
+            "valid token, on each of the turn's own positions: 0 for every turn where the last step has no valid "
+            "token; verl's v1 multi-output sessions, compute_advantage_for_multi_trajectories)",
+            ('own_mask', 'last_row', 'first_valid'), kind='str')
 
 
 @record(frozen=True)

@@ -17,7 +17,11 @@ positions (``own_mask``); SkyRL 0.1.0 (trainer.py compute_advantages_and_returns
 the last steps' padded ``[n, T]`` advantage rows, ``A[i] = last_step_advantages[traj_id[i]]``, so position t of
 a turn holds the last step's value at t: the value below the last step's length ``L_last`` (its right-padded
 ``response_mask`` is 1 on ``[0, L_last)``), 0 from ``L_last`` on (``last_row``; :func:`last_step_lengths`
-gives each row its ``L_last``, the token pass multiplies by ``t < L_last``).
+gives each row its ``L_last``, the token pass multiplies by ``t < L_last``). verl's v1 trainer
+(``compute_advantage_for_multi_trajectories``, verl/trainer/ppo/v1/utils.py L207-213 @1dda039b) reads each session's
+value at its final output's ``response_mask.argmax`` (the first valid token; column 0 where there is none, whose
+masked advantage is 0) and puts it on each output's own positions (``first_valid``: ``own_mask``, 0 for a session
+whose final output has no valid token; that output still counts in its group's statistics).
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ from . import EstimatorSpec
 
 COLUMN = "is_last_step"
 SOURCE = "step-wise: SkyRL RayPPOTrainer.compute_advantages_and_returns (trainer.py L1142-1180 @a9564572)"
+SOURCE_V1 = ("multi-output sessions: verl compute_advantage_for_multi_trajectories (verl/trainer/ppo/v1/utils.py "
+             "L148-215 @1dda039b)")
 SOURCE_010 = ("step-wise as SkyRL 0.1.0 copies it: RayPPOTrainer.compute_advantages_and_returns (skyrl/train/"
               "trainer.py L784-815 @skyrl-v0.1.0)")
 
@@ -92,6 +98,8 @@ def last_step(inner: EstimatorSpec, copy: str = "own_mask") -> EstimatorSpec:
                        scopes=GroupIndex(table.scopes.codes[rows], table.scopes.num_groups), groups=groups,
                        columns={k: v[rows] for k, v in table.columns.items()})
         a = inner.row_fn(sub, p)
+        if copy == "first_valid":  # verl v1: the final output's masked advantage at argmax(mask), 0 without one
+            a = torch.where(sub.valid_len > 0, a, torch.zeros_like(a))
         out = torch.empty(table.num_rows, dtype=a.dtype)
         out[order] = a[traj]
         return out
@@ -101,6 +109,11 @@ def last_step(inner: EstimatorSpec, copy: str = "own_mask") -> EstimatorSpec:
                                    row_constant=False, source=f"{inner.source}; {SOURCE_010}",
                                    formula=f"{inner.formula} — on each trajectory's last step; a turn's position "
                                            "t gets it where t < the last step's length, else 0")
+    if copy == "first_valid":
+        return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
+                                   source=f"{inner.source}; {SOURCE_V1}",
+                                   formula=f"{inner.formula} — on each session's last output, broadcast to its "
+                                           "outputs (0 where that output has no valid token)")
     return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
                                source=f"{inner.source}; {SOURCE}",
                                formula=f"{inner.formula} — on each trajectory's last step, broadcast to its turns")

@@ -26,7 +26,9 @@ def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
     name = RunSpec.from_config(cfg).estimator.name
     for p in inputs:
         if p in IMPORTED and IMPORTED[p].level == "response" and name in IMPORTED[p].last_step_estimators:
-            return {"grouping.trajectories": "last_step"}
+            # verl's v1 sessions (the only format that has them) take the final output's value at its first
+            # valid token: 0 for a session whose final output has none (stepwise.last_step, first_valid)
+            return {"grouping.trajectories": "last_step", "grouping.trajectory_copy": "first_valid"}
     return {}
 
 

@@ -287,6 +287,12 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     warnings: list[str] = []
     if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row":
         warnings.append(STEP_WISE_010)
+    if run.grouping.trajectories == "none" and spec.last_step_of_sessions and cmap.has("is_last_step"):
+        warnings.append(f"{cmap.file}: column {cmap['is_last_step']!r} (is_last_step) is not read: every row is a "
+                        f"row of its group for {spec.name}. To give each session (or step-wise trajectory) its last "
+                        "row's advantage: --flavor advcli --set grouping.trajectories=last_step (verl's v1 "
+                        "multi-output sessions: also --set grouping.trajectory_copy=first_valid); SkyRL: --set "
+                        "generator.step_wise_trajectories=true")
     plan = plan_correction(plan, warnings)
     if kl_on and run.kl.input_clamp is not None:
         others = set(spec.needs) | ({"old_log_probs", "rollout_log_probs"} if plan.correction is not None else set())

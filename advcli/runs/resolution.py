@@ -222,7 +222,8 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     except AdvcliError as e:
         refuse_default_estimator(flavor, inputs, settings, config, given, e, fa)
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
-        set_path(cfg, path, value)
+        if path not in given:  # a canonical key the user gave (--flavor advcli) stands
+            set_path(cfg, path, value)
     refuse_singletons(flavor, cfg, inputs, given)
     refuse_unfit_group_size(flavor, cfg, inputs, given)
     return cfg, native, grouping_note(cfg, inputs) + lines

@@ -540,3 +540,40 @@ def test_a_parquet_file_under_a_jsonl_name_is_said_to_hold_parquet(tmp_path, cap
     (d / "1.jsonl").write_bytes(open(SAMPLE, "rb").read())
     code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl"], capsys)
     assert code == 2 and "it holds Parquet under a JSON Lines name" in err, err
+
+
+def test_v1_session_whose_final_output_has_no_valid_token_gets_zero(tmp_path, capsys):
+    """compute_advantage_for_multi_trajectories (verl/trainer/ppo/v1/utils.py L207-213 @1dda039b) reads each session's
+    value at its final output's response_mask.argmax: column 0 when that mask is all 0, where the masked GRPO
+    advantage is 0, so every output of the session gets 0, while the final output's score still counts in its
+    group (grouping.trajectory_copy=first_valid). Prompt a: session 0 = outputs [mask 11, reward 0], [mask 00,
+    reward 1 (final)]; session 1 = [mask 11, reward 0 (final)]: the finals' GRPO is ±0.5/(√0.5 + 1e-6)."""
+    src = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "a"], "reward": pa.array([0.0, 1.0, 0.0], pa.float32()),
+                             "response_mask": pa.array([[1, 1], [0, 0], [1, 1]], pa.list_(pa.int8())),
+                             "is_last_step": [False, True, True]}), src)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    for copy, first in (("first_valid", 0.0), ("own_mask", a)):
+        out = tmp_path / f"{copy}.parquet"
+        code, _, err = run_main(["run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=grpo", "--set",
+                                 "grouping.trajectories=last_step", "--set", f"grouping.trajectory_copy={copy}", "-q"],
+                                capsys)
+        assert code == 0, err
+        got = pq.read_table(out).column("advantages").to_pylist()
+        assert np.allclose(got[0], [first, first], atol=1e-6) and got[1] == [0.0, 0.0], (copy, got)
+        assert np.allclose(got[2], [-a, -a], rtol=1e-6), (copy, got)
+
+
+def test_v1_dump_takes_an_explicit_trajectories_setting(tmp_path, capsys):
+    """--flavor advcli on a v1 dump: grouping.trajectories=none, given, makes every output a row of its prompt's
+    group (the legacy trainer's GRPO); the dump's implied last_step broadcast no longer overrides it."""
+    d = tmp_path / "r"
+    d.mkdir()
+    recs = multi_output_records()
+    write(d / "5.jsonl", recs)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "advcli", "--set", "estimator.name=grpo", "--set",
+                             "grouping.trajectories=none", "-q"], capsys)
+    assert code == 0, err
+    exp = verl_grpo([r["score"] for r in recs], [r["uid"].rsplit("_", 2)[0] for r in recs])
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)

@@ -17,7 +17,7 @@ from advcli.pipeline.rows import kl_coefs
 
 
 def _plan(coef=0.1, controller="adaptive"):
-    kl = SimpleNamespace(coef=coef, controller=controller, target=0.05, horizon=100.0, coef_min=None)
+    kl = SimpleNamespace(coef=coef, controller=controller, target=0.05, horizon=100.0, coef_min=None, update_rows=None)
     return SimpleNamespace(run=SimpleNamespace(kl=kl), kl_on=True)
 
 

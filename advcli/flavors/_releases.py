@@ -42,9 +42,11 @@ class Release:
     settings: dict[str, Any] = field(default_factory=dict)  # flavor key -> default at this release
     changes: tuple[Change, ...] = ()  # what changed since the previous release in the flavor's list
     note: str = ""  # one line: which semantics this is ("NeMo RL before #4158")
-    # flavor key -> (the values this release's code runs, where that is read): any other value is refused, as
-    # the trainer itself would not run it (an estimator the release lacks, a key it does not have yet)
-    accepts: dict[str, tuple[tuple, str]] = field(default_factory=dict)
+    # flavor key -> (the values this release's code runs, where that is read[, when]): any other value is refused,
+    # as the trainer itself would not run it (an estimator the release lacks, a key it does not have yet); ``when``
+    # (the release's native values -> bool): only where the trainer reads the key (verl's kl_penalty: with the KL
+    # in the reward)
+    accepts: dict[str, tuple] = field(default_factory=dict)
 
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced
@@ -79,8 +81,8 @@ def check_accepts(release: Release, values: dict[str, Any], who: str, asked: str
         return "null" if x is None else str(x).lower() if isinstance(x, bool) else str(x)
 
     named = release.name if not asked or asked == release.name else f"{asked} (release {release.name}'s code)"
-    for key, (allowed, why) in release.accepts.items():
-        if key in values and values[key] not in allowed:
+    for key, (allowed, why, *when) in release.accepts.items():
+        if key in values and values[key] not in allowed and (not when or when[0](values)):
             raise AdvcliError(f"{who}@{named}: {key}={text(values[key])}: {why}",
                               hint=f"at {release.name} it takes {', '.join(text(a) for a in allowed)}; a newer "
                                    f"release may have it (`advcli explain {who} --history` lists what changed)")

@@ -139,9 +139,9 @@ def translate(v: dict, given: set | None = None) -> dict:
         if tokens is None or factor is None:
             raise AdvcliError("actor.overlong_reward_penalty=true needs actor.overlong_tokens and "
                               "actor.overlong_penalty_factor (AReaL asserts both are set)")
-        if tokens <= 0:
-            raise AdvcliError(f"key actor.overlong_tokens must be a positive number of tokens (got {tokens}): the "
-                              "penalty divides by it")
+        if tokens == 0:  # −exceed/0: ±inf or NaN rewards (functional.py reward_overlong_penalty L950-953)
+            raise AdvcliError("key actor.overlong_tokens must not be 0: AReaL's reward_overlong_penalty divides the "
+                              "excess length by it, so every reward would be infinite or NaN")
         r["overlong"] = {"tokens": tokens, "factor": factor, "max_tokens": v["actor.max_new_tokens"]}
     c = v["actor.reward_clip"]
     r.update(bias=v["actor.reward_bias"], scale=v["actor.reward_scaling"], shape_clip=[-c, c])

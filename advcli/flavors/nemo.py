@@ -70,9 +70,9 @@ KEYS = {
                                   "sample_loss_mask holds it", None, "bool"),
         "seq_logprob_error_threshold": Key(None, "rows whose mean exp|generation − train log-prob| over their "
                                            "tokens exceeds it get sample mask 0 before the estimator (grpo.py "
-                                           "compute_and_apply_seq_logprob_error_masking L2513-2610): not reproduced "
-                                           "from a Parquet input, taken as done in a train_data_step dump", None,
-                                           "float"),
+                                           "compute_and_apply_seq_logprob_error_masking L2513-2610): give them "
+                                           "response_mask 0 in a Parquet input; taken as done in a train_data_step "
+                                           "dump", None, "float"),
         "use_dynamic_sampling": Key(False, "drops from the batch the rows whose reward std is 0 (with "
                                     "use_leave_one_out_baseline the std of the other rows of the group: the lone 1 of "
                                     "[1, 0, 0, 0] goes), refills it, then runs the estimator on the rows kept "
@@ -132,6 +132,9 @@ def _reward_shaping(cfg: dict, v: dict, at: str) -> None:
                           "reward shaping is supported: reward_functions.py L120-128), so the trainer itself would "
                           "not run it", hint=f"set {', '.join(missing)}, or stop_properly_penalty_coef")
     length, penalty, longest = (v[at + k] for k in names)
+    if length == 0:  # −exceed_length / overlong_buffer_length in Python ints (reward_functions.py L165)
+        raise AdvcliError(f"key {at}overlong_buffer_length=0: NeMo RL divides each row's excess length by it "
+                          "(ZeroDivisionError), so the trainer itself would not run it")
     if penalty < 0:
         raise AdvcliError(f"key {at}overlong_buffer_penalty={penalty:g}: NeMo RL asserts it is >= 0 "
                           "(reward_functions.py L130), so the trainer itself would not run it")
@@ -141,8 +144,10 @@ def _reward_shaping(cfg: dict, v: dict, at: str) -> None:
 
 def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
     """The loop's reward and mask steps before the estimator (``loop``: grpo or ppo): reward_scaling as
-    ``reward.range_map``, reward_shaping (:func:`_reward_shaping`); overlong_filtering refused on masks not yet
-    filtered; none on a dump's rewards, which hold them."""
+    ``reward.range_map``, reward_shaping (:func:`_reward_shaping`); none on a dump's rewards, which hold them.
+    overlong_filtering and seq_logprob_error_threshold only zero rows' sample mask (grpo.py L3136-3145, L2581-2618
+    @7ea279ab): the estimator sees mask = token_mask·sample_mask (L3289-3299), which advcli reads from the input's
+    response_mask (a train_data_step dump's sample_loss_mask holds it); said by :func:`estimator_note`."""
     if v["advcli.rewards_shaped"]:
         return
     if v[f"{loop}.reward_scaling.enabled"]:
@@ -157,17 +162,6 @@ def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
                                "rewards and --set advcli.rewards_shaped=true")
     if v[f"{loop}.reward_shaping.enabled"]:
         _reward_shaping(cfg, v, f"{loop}.reward_shaping.")
-    for name, what in (("overlong_filtering", "NeMo's overlong_filtering gives truncated rows sample mask 0, which "
-                                              "advcli reads from the rows' masks, not from this key"),
-                       ("seq_logprob_error_threshold", "NeMo's sequence log-prob error masking gives the rows over "
-                                                       "the threshold sample mask 0, which advcli reads from the "
-                                                       "rows' masks, not from this key")):
-        value = v[f"{loop}.{name}"]
-        if value not in (None, False):
-            raise AdvcliError(f"key {loop}.{name}={'true' if value is True else value}: {what}",
-                              hint="run on NeMo's train_data_step dump, whose rewards and masks hold it; or give "
-                                   "the shaped rewards (and response_mask 0 on filtered rows) in the input and "
-                                   "--set advcli.rewards_shaped=true")
 
 
 def translate(v: dict) -> dict:
@@ -210,8 +204,7 @@ def translate(v: dict) -> dict:
         cfg["estimator"] = {"name": "distill"}
     lo, hi = v["grpo.advantage_clip_low"], v["grpo.advantage_clip_high"]
     if lo is not None or hi is not None:  # _clip_grpo_advantages (grpo.py L2302-2313)
-        if lo is not None and hi is not None and lo > hi:
-            raise AdvcliError(f"keys grpo.advantage_clip_low={lo} > grpo.advantage_clip_high={hi}")
+        # clamp(min=lo) then clamp(max=hi): with lo > hi every advantage is hi, as torch.clamp(min=lo, max=hi) gives
         cfg["advantage"]["clip"] = [lo, hi]
     return cfg
 
@@ -245,7 +238,24 @@ def _translate_ppo(cfg: dict, v: dict, name: str, beta: float) -> dict:
 
 
 def estimator_note(v: dict) -> str | None:
-    """Why the chosen estimator runs under another advcli name (translate above)."""
+    """Why the chosen estimator runs under another advcli name (translate above), and what the loop's row filters
+    (overlong_filtering, seq_logprob_error_threshold) change."""
+    own = _estimator_note(v)
+    loop = "ppo" if v["ppo.adv_estimator.name"] is not None else "grpo"
+    filters = [k for k in ("overlong_filtering", "seq_logprob_error_threshold")
+               if v[f"{loop}.{k}"] not in (None, False)]
+    if not filters:
+        return own
+    ignored = loop == "grpo" and v["grpo.adv_estimator.name"] in ("grpo", "gdpo") and not v["advcli.grpo_valid_mask"]
+    said = (f"{loop}.{' and '.join(filters)} {'zero' if len(filters) > 1 else 'zeroes'} the filtered rows' sample "
+            "mask (their loss), which "
+            + ("this estimator does not read at this release: no advantage changes" if ignored else
+               "the estimator reads with the token mask: give those rows response_mask 0 in the input (a "
+               "train_data_step dump's sample_loss_mask holds them)"))
+    return f"{own}; {said}" if own else said
+
+
+def _estimator_note(v: dict) -> str | None:
     ppo, est = v["ppo.adv_estimator.name"], v["grpo.adv_estimator.name"]
     if ppo == "raw_reward":
         return ("ppo.adv_estimator.name=raw_reward is NeMo RL's RawRewardAdvantageEstimator, the reward on every "

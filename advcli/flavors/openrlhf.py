@@ -59,7 +59,7 @@ KEYS = {
     "algo.kl.target": Key(None, "adaptive controller target: β ← β·(1 + clip(kl/target − 1, ±0.2)·n/horizon) after "
                           "each step, kl the mean over the step's rows of each row's masked-mean KL, n = "
                           "rollout.batch_size × rollout.n_samples_per_prompt; null or 0: fixed β", None, "float"),
-    "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "float"),
+    "algo.kl.horizon": Key(10000, "adaptive controller horizon", None, "int"),
     "rollout.batch_size": Key(None, "prompts per step: the adaptive controller's n is rollout.batch_size × "
                               "rollout.n_samples_per_prompt (OpenRLHF's default 1024); null: the step's rows, that "
                               "product when the dump holds every row of the step", None, "int"),
@@ -203,17 +203,21 @@ def _adaptive_kl(v: dict, n: int) -> dict | None:
                           hint="give the step's β with algo.kl.init_coef (one step per run) and leave algo.kl.target "
                                "unset")
     horizon = v["algo.kl.horizon"]
-    if target < 0 or not horizon or horizon < 0:
-        bad = "algo.kl.target" if target < 0 else "algo.kl.horizon"
-        raise AdvcliError(f"key {bad} must be > 0 for OpenRLHF's adaptive controller (got target {target:g}, horizon "
-                          f"{horizon}): AdaptiveKLController.update computes current/target − 1 and divides by the "
-                          "horizon, so the β it gives moves away from the target or is not a number",
-                          hint="set algo.kl.target and algo.kl.horizon > 0, or leave algo.kl.target unset (fixed β)")
+    if not horizon:  # a negative one runs (no check in OpenRLHF): the update turns the other way
+        raise AdvcliError(f"key algo.kl.horizon must not be 0 or null for OpenRLHF's adaptive controller (got "
+                          f"{_int(horizon)}): AdaptiveKLController.update divides by it, so every step after the "
+                          "first would take an infinite or NaN β",
+                          hint="set algo.kl.horizon (OpenRLHF's default 10000), or leave algo.kl.target unset")
     batch = v["rollout.batch_size"]
     if batch is not None and batch < 1:
         raise AdvcliError(f"key rollout.batch_size must be at least 1 (got {batch})")
     return {"controller": "adaptive", "target": float(target), "horizon": float(horizon), "coef_min": 0.0,
             "update_rows": None if batch is None else int(batch) * n}
+
+
+def _int(x) -> str:
+    """A number as OpenRLHF's int flags print it (10000, not 10000.0)."""
+    return "null" if x is None else format(x, "g")
 
 
 def _threshold(value, keys: str) -> list[float]:

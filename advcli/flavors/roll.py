@@ -50,7 +50,7 @@ KEYS = {
     "kl_penalty": Key("kl", "KL estimator: kl (lp−ref), abs, mse (½Δ²), k3 (output clamp ±10)", None, "str"),
     "init_kl_coef": Key(0.2, "β (initial β of the adaptive controller)", None, "float"),
     "target_kl": Key(None, "null: fixed controller; a value: adaptive, updated after each domain", None, "float"),
-    "kl_horizon": Key(10000, "adaptive horizon", None, "float"),
+    "kl_horizon": Key(10000, "adaptive horizon", None, "int"),
     "whiten_advantages": Key(False, "masked whitening of the advantages over the domain batch", None, "bool"),
     "whiten_rewards": Key(False, "masked whitening of the token-level rewards before the estimator", None, "bool"),
     "advantage_clip": Key(None, "clamp ±c of the advantages after masking (0 zeroes them; null: off)", None, "float"),
@@ -91,7 +91,10 @@ ALIASES = {"num_return_sequences_in_group": N_KEY}
 def _kl_settings(name: str) -> dict:
     """ROLL ``compute_approx_kl`` (functionals.py L181-211): no input clamp; k3 output clamp ±10."""
     if name == "full":
-        raise AdvcliError("key kl_penalty=full needs full-vocabulary log-probs, which a rollout dump does not hold")
+        raise AdvcliError("key kl_penalty=full: ROLL itself stops here: compute_token_reward computes the KL on every "
+                          "step (with add_token_level_kl or not), and full's F.kl_div(...).sum(-1) gives one value a "
+                          "row, which the [B, T] action mask cannot multiply (functionals.py L203-208)",
+                          hint="kl, abs, mse or k3")
     if name not in KL_NAMES:
         raise AdvcliError(f"key kl_penalty: unknown value {name!r}.{did_you_mean(name, KL_NAMES)} "
                           f"Valid: {', '.join(KL_NAMES)} (ROLL raises NotImplementedError for others)")
@@ -142,9 +145,18 @@ def translate(v: dict) -> dict:
                          whiten_tokens=v["whiten_rewards"])
     cfg["reward"]["normalize"].update(mean=mean_t or "none", std=std_t or "none", eps=1e-6)
     cfg["reward"]["dtype"] = v["advcli.reward_dtype"]  # reward_norm and clamp in the workers' float16 (above)
-    target = v["target_kl"]
-    if target is not None and not (v["kl_horizon"] and v["kl_horizon"] > 0):
-        raise AdvcliError(f"key kl_horizon must be > 0 for the adaptive controller (got {v['kl_horizon']})")
+    target, horizon = v["target_kl"], v["kl_horizon"]
+    # compute_token_reward updates the controller on every step, with add_token_level_kl or not (functionals.py
+    # L626-632): a target of 0 stops ROLL (current / 0 in Python floats: ZeroDivisionError), a null horizon too
+    # (TypeError); a horizon of 0 makes β infinite from the second step, which only the token KL reads
+    if target is not None and target == 0:
+        raise AdvcliError("key target_kl=0: ROLL's AdaptiveKLController.update divides the step's KL by it on every "
+                          "step (ZeroDivisionError), so the trainer itself would not run it",
+                          hint="leave target_kl unset (null) for a fixed β, or set the target KL")
+    if target is not None and (horizon is None or (horizon == 0 and v["add_token_level_kl"])):
+        raise AdvcliError(f"key kl_horizon must not be {'null' if horizon is None else 0} for the adaptive "
+                          "controller: its update divides by it" + ("" if horizon is None else ", so every step "
+                          "after the first would take an infinite β"))
     cfg["kl"].update(_kl_settings(v["kl_penalty"]))
     cfg["kl"].update({"in_reward": v["add_token_level_kl"], "coef": v["init_kl_coef"],
                       "controller": "fixed" if target is None else "adaptive",

@@ -85,6 +85,16 @@ def kl_settings(name: str, input_clamp: bool = True) -> dict:
             "output_clamp": 10.0 if clamp else None}
 
 
+def kl_in_reward(v: dict) -> bool:
+    """Whether the run puts β·KL in the reward, the only place verl reads algorithm.kl_penalty and
+    algorithm.kl_ctrl (apply_kl_penalty, get_kl_controller: ray_trainer.py L364-365, L1639-1644 @1dda039b): verl 0.1
+    always, 0.2-0.3 unless the actor's KL loss (ray_trainer.fit @v0.2), from 0.4.0 with algorithm.use_kl_in_reward
+    (``advcli.kl_in_reward_when``, set by the release)."""
+    when = v["advcli.kl_in_reward_when"]
+    return True if when == "always" else not v["actor_rollout_ref.actor.use_kl_loss"] if when == "no_kl_loss" \
+        else bool(v["algorithm.use_kl_in_reward"])
+
+
 def _num(x) -> str:
     """A config number as the user wrote it: 0 not 0.0, None as null."""
     return "null" if x is None else format(x, "g") if isinstance(x, (int, float)) else repr(x)
@@ -94,7 +104,8 @@ def translate(v: dict) -> dict:
     cfg = default_config()
     est = v["algorithm.adv_estimator"]
     ctrl = v["algorithm.kl_ctrl.type"]
-    if ctrl not in ("fixed", "adaptive"):
+    in_reward = kl_in_reward(v)
+    if ctrl not in ("fixed", "adaptive") and in_reward:  # get_kl_controller raises NotImplementedError
         raise AdvcliError(f"key algorithm.kl_ctrl.type: unknown value {ctrl!r}."
                           f"{did_you_mean(ctrl, ['fixed', 'adaptive'])}"
                           " Valid: fixed, adaptive")
@@ -104,10 +115,10 @@ def translate(v: dict) -> dict:
     # agent loop's rm_scores (agent_loop.py L1067) write reward_tensor[i, L_i - 1] with L_i = 0, i.e. the last
     # column of the padded batch: outside the mask, but in the row sum the group estimators take
     cfg["reward"]["empty_row"] = "score"
-    cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"], v["advcli.k3_input_clamp"]))
-    when = v["advcli.kl_in_reward_when"]  # ray_trainer.fit: verl 0.1 always, 0.2-0.3 unless the actor's KL loss
-    in_reward = True if when == "always" else not v["actor_rollout_ref.actor.use_kl_loss"] if when == "no_kl_loss" \
-        else v["algorithm.use_kl_in_reward"]
+    if in_reward:  # verl reads kl_penalty and kl_ctrl.type only there: any value runs without it
+        cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"], v["advcli.k3_input_clamp"]))
+    elif ctrl not in ("fixed", "adaptive"):
+        ctrl = "fixed"
     cfg["kl"].update({"in_reward": in_reward, "coef": v["algorithm.kl_ctrl.kl_coef"],
                       "controller": ctrl, "target": v["algorithm.kl_ctrl.target_kl"],
                       "horizon": v["algorithm.kl_ctrl.horizon"], "mask": True,
@@ -118,9 +129,9 @@ def translate(v: dict) -> dict:
         horizon, target = v["algorithm.kl_ctrl.horizon"], v["algorithm.kl_ctrl.target_kl"]
         if not (horizon and horizon > 0):  # get_kl_controller asserts it (core_algos.py)
             raise AdvcliError(f"key algorithm.kl_ctrl.horizon must be > 0 (got {_num(horizon)})")
-        if not (target and target > 0):  # AdaptiveKLController.update divides by it
-            raise AdvcliError(f"key algorithm.kl_ctrl.target_kl must be > 0 for the adaptive controller (got "
-                              f"{_num(target)}): verl's update divides the step's KL by it",
+        if not target:  # AdaptiveKLController.update divides by it (a negative target runs: β shrinks)
+            raise AdvcliError(f"key algorithm.kl_ctrl.target_kl must not be 0 or null for the adaptive controller "
+                              f"(got {_num(target)}): verl's update divides the step's KL by it",
                               hint="set algorithm.kl_ctrl.target_kl, or algorithm.kl_ctrl.type=fixed")
     whiten = {"whiten": True, "whiten_unbiased": True, "whiten_eps": 1e-8, "whiten_eps_mode": "add"}
     norm = v["algorithm.norm_adv_by_std_in_grpo"]
@@ -197,7 +208,7 @@ def _accepts(tag: str, estimators: tuple, kls: tuple, *, old_config: bool = Fals
     out = {"algorithm.adv_estimator": (estimators, f"verl {tag}'s {_CODE} @v{tag} have no such estimator, so the "
                                                     "trainer itself would not run it"),
            "algorithm.kl_penalty": (kls, f"verl {tag}'s kl_penalty (core_algos.py @v{tag}) raises "
-                                         "NotImplementedError on it")}
+                                         "NotImplementedError on it", kl_in_reward)}
     if old_config:
         out["algorithm.norm_adv_by_std_in_grpo"] = ((True,), f"verl {tag} has no such key (ppo_trainer.yaml @v{tag}): "
                                                              "its grpo always divides by the group std")

@@ -225,14 +225,15 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if kl_on:
         kl = run.kl
         if kl.controller == "adaptive":  # checked before any data is read
-            if not kl.horizon or kl.horizon <= 0:
-                raise AdvcliError(f"key kl.horizon must be > 0 for the adaptive controller (got {kl.horizon})")
+            if not kl.horizon:  # a negative horizon runs (OpenRLHF, ROLL): the update turns the other way
+                raise AdvcliError(f"key kl.horizon must not be 0 or null for the adaptive controller (got "
+                                  f"{kl.horizon}): the update divides by it")
             if kl.update_rows is not None and kl.update_rows < 1:
                 raise AdvcliError(f"key kl.update_rows must be at least 1 (got {kl.update_rows}), or null for the "
                                   "step's rows")
-            if not kl.target or kl.target <= 0:
-                raise AdvcliError(f"key kl.target must be > 0 for the adaptive controller (got {kl.target}): "
-                                  "β is updated by clip(kl/target − 1, ±0.2)",
+            if not kl.target:  # a negative target runs: clip(kl/target − 1) is −0.2, β shrinks each step
+                raise AdvcliError(f"key kl.target must not be 0 or null for the adaptive controller (got "
+                                  f"{kl.target}): β is updated by clip(kl/target − 1, ±0.2)",
                                   hint="set the target KL, or use kl.controller=fixed")
     spec.check(params, cmap, components)  # its parameters, the columns it needs (the estimator's own rules)
     w = run.whitening

@@ -461,3 +461,16 @@ def test_the_canonical_configuration_explain_prints_runs_as_a_config_file(sets, 
     for got in (pq.read_table(again), pq.read_table(recorded)):
         for c in ("advantages", "returns"):
             assert got.column(c).equals(want.column(c)), c
+
+
+def test_negative_overlong_tokens_runs_and_0_is_refused(tmp_path):
+    """reward_overlong_penalty (utils/functional/functional.py L937-958 @cbff54d6) only asserts overlong_tokens is
+    set: with T = −4, max_new_tokens 6 and factor 0.5 each row gets min(−(n − (6 + 4))/(−4)·0.5, 0) = (n − 10)/8
+    (n = Σ loss mask); T = 0 divides by zero (±inf or NaN rewards) and is refused."""
+    shaping = {"actor.overlong_reward_penalty": True, "actor.overlong_penalty_factor": 0.5,
+               "actor.max_new_tokens": 6, "actor.kl_ctl": 0.0}
+    got, _ = run(tmp_path, {**shaping, "actor.overlong_tokens": -4}, values=False)
+    for i, r in enumerate(ROWS):
+        assert got["token_level_rewards"][i][-1] == pytest.approx(r[2] + (sum(r[3]) - 10) / 8, rel=1e-6, abs=1e-7)
+    with pytest.raises(AdvcliError, match="overlong_tokens must not be 0"):
+        run(tmp_path, {**shaping, "actor.overlong_tokens": 0}, values=False)

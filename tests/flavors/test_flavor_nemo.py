@@ -347,11 +347,45 @@ def test_reward_shaping_the_trainer_refuses(tmp_path, settings, words):
         _run(tmp_path, settings)
 
 
+@pytest.mark.parametrize("settings, words", [
+    ({"grpo.overlong_filtering": True}, "does not read at this release"),
+    ({"grpo.seq_logprob_error_threshold": 2.0, "grpo.adv_estimator.name": "reinforce_plus_plus"},
+     "response_mask 0 in the input"),
+    ({"ppo.adv_estimator.name": "gae", "ppo.seq_logprob_error_threshold": 1.5}, "response_mask 0 in the input"),
+])
+def test_row_filters_run_on_the_masks_given(tmp_path, settings, words):
+    """overlong_filtering and seq_logprob_error_threshold only zero rows' sample mask (grpo.py L3136-3145,
+    L2581-2618 @7ea279ab); the estimator sees token_mask·sample_mask (L3289-3299), the input's response_mask here:
+    the numbers are those of the same run without the key (at 7ea279a grpo reads no mask at all), and the run says
+    which. They were refused."""
+    import advcli
+
+    base = {k: v for k, v in settings.items() if not k.endswith(("filtering", "threshold"))}
+    with_key, without = _run(tmp_path, settings), _run(tmp_path, base)
+    assert with_key == without
+    src = _write(tmp_path / "note.parquet")
+    res = advcli.run(str(src), str(tmp_path / "note_out.parquet"), flavor="nemo@7ea279a", device="cpu", force=True,
+                     settings=settings)
+    assert words in res.estimator_note, res.estimator_note
+
+
+def test_advantage_clip_low_above_high_gives_high(tmp_path):
+    """_clip_grpo_advantages (grpo.py L2302-2313 @7ea279ab): clamp(min=lo) then clamp(max=hi), no check of the
+    pair: with lo > hi every advantage is hi (it was refused)."""
+    out = _run(tmp_path, {"grpo.advantage_clip_low": 1.0, "grpo.advantage_clip_high": 0.5})
+    assert all(x == 0.5 for row in out["advantages"] for x in row)
+
+
+def test_overlong_buffer_length_0_is_refused(tmp_path):
+    """apply_reward_shaping divides every row's excess length by it in Python ints (reward_functions.py L165):
+    ZeroDivisionError."""
+    with pytest.raises(AdvcliError, match="overlong_buffer_length=0"):
+        _run(tmp_path, {"grpo.reward_shaping.enabled": True, "grpo.reward_shaping.overlong_buffer_length": 0,
+                        "grpo.reward_shaping.overlong_buffer_penalty": 1.0,
+                        "grpo.reward_shaping.max_response_length": 512})
+
+
 @pytest.mark.parametrize("settings,named", [
-    ({"grpo.overlong_filtering": True}, "grpo.overlong_filtering=true"),
-    # grpo.py compute_and_apply_seq_logprob_error_masking: sample mask 0 on the rows over the threshold
-    ({"grpo.seq_logprob_error_threshold": 2.0}, "grpo.seq_logprob_error_threshold=2.0"),
-    ({"ppo.adv_estimator.name": "gae", "ppo.seq_logprob_error_threshold": 1.5}, "ppo.seq_logprob_error_threshold=1.5"),
     ({"grpo.invalid_tool_call_advantage": -1.0}, "grpo.invalid_tool_call_advantage=-1.0"),
     ({"grpo.length_penalty.longest_total_penalty": 0.5}, "grpo.length_penalty.longest_total_penalty"),
 ])

@@ -244,8 +244,7 @@ def test_group_estimators_refuse_n_1(tmp_path, est):
 @pytest.mark.parametrize("settings, words", [
     ({EST: "grpo"}, "OpenRLHF's GRPO is group_norm"),
     ({"algo.kl.estimator": "low_var_kl"}, "algo.kl.estimator"),
-    ({"algo.kl.target": -0.1}, "algo.kl.target must be > 0"),
-    ({"algo.kl.target": 0.1, "algo.kl.horizon": 0}, "algo.kl.horizon must be > 0"),
+    ({"algo.kl.target": 0.1, "algo.kl.horizon": 0}, "algo.kl.horizon must not be 0"),
     ({"algo.kl.target": 0.1, "rollout.batch_size": 0}, "rollout.batch_size must be at least 1"),
     ({"reward.clip_range": [1]}, "two numbers"),
     ({"algo.advantage.estimatr": "gae"}, "Did you mean 'algo.advantage.estimator'"),
@@ -378,3 +377,14 @@ def test_adaptive_kl_controller_before_0_9_8_is_refused(tmp_path):
     run_rows(tmp_path, rows, "openrlhf@0.9.7", {**base, "use_kl_loss": True})
     out, _ = run_rows(tmp_path, rows, "openrlhf@0.9.8", {**base, "rollout_batch_size": 1})
     assert _applied_beta(out, rows, 1) == pytest.approx(0.1 * (1 + 0.2 * 2 / 10000), rel=1e-6)
+
+
+def test_adaptive_kl_controller_negative_target_and_horizon_run(tmp_path):
+    """OpenRLHF checks neither (``if args.algo.kl.target:``, kl_controller.py): a negative target makes
+    clip(kl/target − 1) = −0.2 whatever the KL; a negative horizon turns the update the other way."""
+    rows = _kl_steps()
+    base = {EST: "reinforce_baseline", N: 2, "algo.kl.init_coef": 0.1}
+    out, _ = run_rows(tmp_path, rows, "openrlhf", {**base, "algo.kl.target": -0.25, "algo.kl.horizon": 40})
+    assert _applied_beta(out, rows, 1) == pytest.approx(0.1 * (1 - 0.2 * 2 / 40), rel=1e-5)
+    out, _ = run_rows(tmp_path, rows, "openrlhf", {**base, "algo.kl.target": 0.25, "algo.kl.horizon": -40})
+    assert _applied_beta(out, rows, 1) == pytest.approx(0.1 * (1 - 0.2 * 2 / 40), rel=1e-5)  # +0.2 · 2/(−40)

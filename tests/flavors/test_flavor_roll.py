@@ -301,7 +301,7 @@ def test_old_flat_group_size_alias(tmp_path):
     ({"norm_std_type": "group", "norm_mean_type": "batch"}, "[G, B]"),
     ({"adv_estimator": "gigpo"}, "agentic"),
     ({"adv_estimator": "grop"}, "Did you mean 'grpo'"),
-    ({"kl_penalty": "full"}, "full-vocabulary"),
+    ({"kl_penalty": "full"}, "ROLL itself stops here"),
     ({"kl_penalty": "low_var_kl"}, "Valid: kl, abs, mse, k3"),
     ({"norm_mean_type": "grup"}, "Did you mean 'group'"),
     # torch.clamp(min=0.5, max=-0.5) sets every token, the zeros too, to -0.5 (functionals.py L637-644, L667-675)
@@ -356,3 +356,28 @@ def test_explain_names_the_sample_masks(capsys):
     assert code == 0
     line = next(x for x in out.splitlines() if "sample mask" in x)
     assert "Σ mask = 512" in line and "0 with Σ mask ≥ 300" in line and "group" not in line
+
+
+def _kl_rows():
+    return [dict(r, step=s, old=[-1.0] * len(r["mask"]), ref=[-1.2] * len(r["mask"]))
+            for s in (0, 1) for r in HAZARD_ROWS]
+
+
+def test_adaptive_kl_controller_edges(tmp_path):
+    """ROLL's AdaptiveKLController (roll/utils/kl_controller.py @8eb27cc2) checks nothing, and compute_token_reward
+    updates it on every step (functionals.py L626-632): target_kl=0 stops ROLL (ZeroDivisionError) with the token KL
+    or without; kl_horizon=0 without the token KL runs (β is never read); a negative target or horizon runs, the
+    first step at init_kl_coef (each step uses β from before its update): step 1 takes 0.05·(1 − 0.2·6/h)."""
+    rows = _kl_rows()
+    with pytest.raises(AdvcliError, match="target_kl=0"):
+        run_rows(tmp_path, rows, "roll", {N: 3, "target_kl": 0, "adv_estimator": "reinforce"})
+    plain, _ = run_rows(tmp_path, rows, "roll", {N: 3, "adv_estimator": "reinforce"})
+    out, _ = run_rows(tmp_path, rows, "roll", {N: 3, "target_kl": 0.1, "kl_horizon": 0, "adv_estimator": "reinforce"})
+    assert out == plain
+    kl = {N: 3, "add_token_level_kl": True, "init_kl_coef": 0.05, "adv_estimator": "reinforce"}
+    for extra, h in (({"target_kl": -0.1, "kl_horizon": 30}, 30), ({"target_kl": 0.01, "kl_horizon": -30}, 30)):
+        out, _ = run_rows(tmp_path, rows, "roll", {**kl, **extra})
+        # a row's first token carries −β·k1 (k1 = 0.2) and no reward: the last-step rows sit after the first 6
+        for step, beta in ((0, 0.05), (1, 0.05 * (1 - 0.2 * 6 / h))):
+            got = out["token_level_rewards"][6 * step + 0][0]
+            assert got == pytest.approx(-beta * 0.2, rel=1e-5), (extra, step)

@@ -149,7 +149,8 @@ def test_grpo_vectorized_floors_the_group_variance_before_0_8_0(tmp_path, spec, 
     (["--flavor", "verl@0.3.0.post1", "--set", "algorithm.adv_estimator=grpo_passk"], "verl 0.3.0.post0's"),
     (["--flavor", "verl@0.4.1", "--estimator", "gpg"], "verl 0.4.1's"),
     (["--flavor", "verl@0.7.1", "--estimator", "optimal_token_baseline"], "verl 0.7.1's"),
-    (["--flavor", "verl@0.6.1", "--set", "algorithm.kl_penalty=k3+"], "raises NotImplementedError"),
+    (["--flavor", "verl@0.6.1", "--set", "algorithm.kl_penalty=k3+", "--set", "algorithm.use_kl_in_reward=true"],
+     "raises NotImplementedError"),
     (["--flavor", "verl@0.3.0.post1", "--set", "algorithm.norm_adv_by_std_in_grpo=false"], "has no such key"),
     (["--flavor", "verl@0.7.1", "--set", "algorithm.rollout_correction.rollout_token_veto_threshold=0.1"],
      "rollout_correction.yaml @v0.7.1"),
@@ -160,6 +161,29 @@ def test_what_a_release_lacks_is_refused(argv, says, capsys, sample_path, tmp_pa
     code, _, err = run_main(["run", sample_path, "-o", str(tmp_path / "o.parquet"), *argv], capsys)
     assert code == 2 and says in err and "Traceback" not in err, err
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--flavor", "verl@0.6.1", "--set", "algorithm.kl_penalty=k3+"],
+    ["--flavor", "verl", "--set", "algorithm.kl_penalty=full"],
+    ["--flavor", "verl", "--set", "algorithm.kl_ctrl.type=linear"],
+    ["--flavor", "verl@0.3.0.post1", "--set", "algorithm.kl_penalty=k2", "--set",
+     "actor_rollout_ref.actor.use_kl_loss=true"],
+])
+def test_kl_keys_are_not_read_without_the_kl_in_the_reward(argv, capsys, sample_path, tmp_path):
+    """verl reads algorithm.kl_penalty and kl_ctrl only in apply_kl_penalty / get_kl_controller, called with the KL in
+    the reward (ray_trainer.py L364-365, L1639-1644 @1dda039b; 0.2-0.3: unless the actor's KL loss), and AlgoConfig
+    does not check them: without it any value runs, with the numbers of no KL (they were refused)."""
+    plain = tmp_path / "plain.parquet"
+    code, _, err = run_main(["run", sample_path, "-o", str(plain), *argv[:2], "-q"]
+                            + (argv[-2:] if "use_kl_loss" in argv[-1] else []), capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", sample_path, "-o", str(tmp_path / "o.parquet"), *argv, "-q"], capsys)
+    assert code == 0, err
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist() == \
+        pq.read_table(plain).column("advantages").to_pylist()
 
 
 def test_every_published_verl_release_has_an_entry(capsys):

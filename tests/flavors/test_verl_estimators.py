@@ -571,7 +571,7 @@ def test_adaptive_controller_settings_are_inert_without_kl_in_reward(tmp_path, s
                    device="cpu", force=True)
         outs.append(pq.read_table(dst).select(["advantages", "returns"]).to_pydict())
     assert outs[0] == outs[1]
-    with pytest.raises(AdvcliError, match="target_kl must be > 0"):
+    with pytest.raises(AdvcliError, match="target_kl must not be 0"):
         advcli.run(str(sample_path), str(tmp_path / "x.parquet"), device="cpu", force=True,
                    settings={"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True,
                              "algorithm.kl_ctrl.type": "adaptive", "algorithm.kl_ctrl.target_kl": 0})
@@ -675,3 +675,35 @@ def test_pf_ppo_before_0_4_0_is_refused(tmp_path, sample_path):
     with pytest.raises(AdvcliError, match="PF-PPO came with 0.4.0"):
         advcli.run(str(sample_path), str(tmp_path / "x.parquet"), device="cpu", force=True, flavor="verl@0.3.0.post0",
                    settings={"algorithm.adv_estimator": "gae", "algorithm.use_pf_ppo": True})
+
+
+@pytest.mark.parametrize("flavor, keys", [
+    ("verl", {"algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "adaptive",
+              "algorithm.kl_ctrl.kl_coef": 0.05, "algorithm.kl_ctrl.target_kl": -0.1}),
+    ("skyrl", {"trainer.algorithm.advantage_estimator": "grpo", "trainer.algorithm.use_kl_in_reward": True,
+               "trainer.algorithm.use_kl_loss": False,
+               "trainer.algorithm.kl_ctrl.type": "adaptive", "trainer.algorithm.kl_loss_coef": 0.05,
+               "trainer.algorithm.kl_ctrl.kl_target": -0.1}),
+])
+def test_a_negative_adaptive_target_runs(tmp_path, flavor, keys):
+    """Neither verl (core_algos.py L153-212 @1dda039b) nor SkyRL (ppo_utils.py L56-83 @a9564572) checks the target's
+    sign: clip(kl/target − 1, ±0.2) is −0.2, β shrinks by 1 − 0.2·n/horizon each step. One step: β = kl_coef, the
+    fixed controller's numbers (it was refused)."""
+    rows = {"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 0.0, 0.5, 0.0],
+            "response_mask": [[1, 1], [1, 1, 1], [1], [1, 1]],
+            "old_log_probs": [[-1.0, -0.5], [-0.2, -0.3, -0.4], [-0.7], [-0.1, -0.9]],
+            "ref_log_probs": [[-1.2, -0.4], [-0.3, -0.3, -0.1], [-0.9], [-0.2, -0.5]]}
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": rows["prompt_id"], "reward": pa.array(rows["reward"], pa.float32()),
+                             **{k: pa.array(rows[k], pa.list_(pa.float32() if k != "response_mask" else pa.int8()))
+                                for k in ("response_mask", "old_log_probs", "ref_log_probs")}}), src)
+    outs = []
+    for target in (-0.1, None):
+        settings = dict(keys)
+        if target is None:
+            settings = {k: ("fixed" if k.endswith("kl_ctrl.type") else v) for k, v in keys.items()
+                        if not k.endswith(("target_kl", "kl_target"))}
+        dst = tmp_path / f"o{target}.parquet"
+        advcli.run(str(src), str(dst), flavor=flavor, settings=settings, device="cpu", force=True)
+        outs.append(pq.read_table(dst).select(["advantages", "token_level_rewards"]).to_pydict())
+    assert outs[0] == outs[1]

@@ -104,16 +104,14 @@ def last_step(inner: EstimatorSpec, copy: str = "own_mask") -> EstimatorSpec:
         out[order] = a[traj]
         return out
 
-    if copy == "last_row":
-        return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
-                                   row_constant=False, source=f"{inner.source}; {SOURCE_010}",
-                                   formula=f"{inner.formula} — on each trajectory's last step; a turn's position "
-                                           "t gets it where t < the last step's length, else 0")
-    if copy == "first_valid":
-        return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
-                                   source=f"{inner.source}; {SOURCE_V1}",
-                                   formula=f"{inner.formula} — on each session's last output, broadcast to its "
-                                           "outputs (0 where that output has no valid token)")
+    source, how = {
+        "own_mask": (SOURCE, "on each trajectory's last step, broadcast to its turns"),
+        "first_valid": (SOURCE_V1, "on each session's last output, broadcast to its outputs (0 where that output "
+                                   "has no valid token)"),
+        "last_row": (SOURCE_010, "on each trajectory's last step; a turn's position t gets it where t < the last "
+                                 "step's length, else 0"),
+    }[copy]
+    # last_row makes a turn's tokens other than one value: the spec is then not row_constant
     return dataclasses.replace(inner, row_fn=row_fn, needs=tuple(dict.fromkeys(inner.needs + (COLUMN,))),
-                               source=f"{inner.source}; {SOURCE}",
-                               formula=f"{inner.formula} — on each trajectory's last step, broadcast to its turns")
+                               source=f"{inner.source}; {source}", formula=f"{inner.formula} — {how}",
+                               row_constant=inner.row_constant and copy != "last_row")

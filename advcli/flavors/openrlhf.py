@@ -205,19 +205,14 @@ def _adaptive_kl(v: dict, n: int) -> dict | None:
     horizon = v["algo.kl.horizon"]
     if not horizon:  # a negative one runs (no check in OpenRLHF): the update turns the other way
         raise AdvcliError(f"key algo.kl.horizon must not be 0 or null for OpenRLHF's adaptive controller (got "
-                          f"{_int(horizon)}): AdaptiveKLController.update divides by it, so every step after the "
-                          "first would take an infinite or NaN β",
+                          f"{'null' if horizon is None else horizon}): AdaptiveKLController.update divides by it, so "
+                          "every step after the first would take an infinite or NaN β",
                           hint="set algo.kl.horizon (OpenRLHF's default 10000), or leave algo.kl.target unset")
     batch = v["rollout.batch_size"]
     if batch is not None and batch < 1:
         raise AdvcliError(f"key rollout.batch_size must be at least 1 (got {batch})")
     return {"controller": "adaptive", "target": float(target), "horizon": float(horizon), "coef_min": 0.0,
             "update_rows": None if batch is None else int(batch) * n}
-
-
-def _int(x) -> str:
-    """A number as OpenRLHF's int flags print it (10000, not 10000.0)."""
-    return "null" if x is None else format(x, "g")
 
 
 def _threshold(value, keys: str) -> list[float]:

@@ -149,7 +149,7 @@ def translate(v: dict) -> dict:
     # compute_token_reward updates the controller on every step, with add_token_level_kl or not (functionals.py
     # L626-632): a target of 0 stops ROLL (current / 0 in Python floats: ZeroDivisionError), a null horizon too
     # (TypeError); a horizon of 0 makes β infinite from the second step, which only the token KL reads
-    if target is not None and target == 0:
+    if target == 0:
         raise AdvcliError("key target_kl=0: ROLL's AdaptiveKLController.update divides the step's KL by it on every "
                           "step (ZeroDivisionError), so the trainer itself would not run it",
                           hint="leave target_kl unset (null) for a fixed β, or set the target KL")

@@ -188,10 +188,21 @@ def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
     if state is None:
         return
     add_metrics(result.per_step, result.metrics, state.spec, state.sums, state.factors, dtype, state.quantiles)
+    neg_inf = state.sums.acc.get("rollout_neg_inf")
+    if neg_inf is not None and int(neg_inf[1].sum()) > 0:
+        result.warnings.append(neg_inf_note(int(neg_inf[1].sum())))
     if state.quantiles is not None:
         result.warnings.extend(w for w in state.quantiles.notes if w not in result.warnings)
     if state.hist is not None and hasattr(result, "histograms"):
         result.histograms["rollout_is_weights"] = weights_histogram(state)
+
+
+def neg_inf_note(count: int) -> str:
+    """The warning of a run whose rollout_log_probs hold −inf at ``count`` mask=1 tokens (verl runs them)."""
+    return (f"{count:,} mask=1 token(s) have a rollout_log_probs of -inf (the inference engine gave the sampled "
+            "token probability 0): as in verl, their log-ratio is clamped to +20 for the IS weights and the "
+            "rejection statistics (an IS weight of e^20 before truncation), and the rollout_corr/* figures that do "
+            "not clamp (kl, k3_kl, the perplexities) are infinite or NaN, as verl logs them")
 
 
 def weights_histogram(state: CorrectionState) -> dict:

@@ -190,6 +190,8 @@ def correct_chunk(spec: CorrectionSpec, layout: Ragged, mask: torch.Tensor, old_
     put("n", "sum", n)
     put("rows", "sum", torch.ones_like(n))
     put("valid_rows", "sum", valid_row.to(dt))
+    if metrics:  # mask=1 tokens the engine gave probability 0 (vLLM can): lr = +inf, clamped below like verl
+        put("rollout_neg_inf", "sum", layout.count_per_row(torch.isneginf(rollout_lp) & mb).to(dt))
 
     # ------------------------------------------------------------------ IS weights (L568-603)
     weights = None

@@ -298,6 +298,11 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if kl_on and run.kl.input_clamp is not None:
         others = set(spec.needs) | ({"old_log_probs", "rollout_log_probs"} if plan.correction is not None else set())
         plan = dataclasses.replace(plan, neg_inf_roles=tuple(r for r in klr if r not in others))
+    # a −inf rollout log-prob (the engine gave the sampled token probability 0) where only verl's correction reads
+    # it: verl clamps old − rollout = +inf to +20 first (rollout_corr_helper.py L262/L575/L585 @1dda039b)
+    if plan.correction is not None and plan.correction.gate is None and "rollout_log_probs" not in spec.needs \
+            and not (kl_on and "rollout_log_probs" in klr):
+        plan = dataclasses.replace(plan, neg_inf_roles=(*plan.neg_inf_roles, "rollout_log_probs"))
     return dataclasses.replace(plan, warnings=tuple(warnings)) if warnings else plan
 
 

@@ -80,8 +80,9 @@ class ChunkReader:
                 check_finite(vals.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles,
                              source=raw.numpy() if raw.dtype != vals.dtype else None)
             out[role] = vals
-        if len(plan.neg_inf_roles) == 2 and all(r in out and r not in done for r in plan.neg_inf_roles):
-            lp, ref = (out[r] for r in plan.neg_inf_roles)
+        kl_pair = [r for r in plan.neg_inf_roles if r != "rollout_log_probs"]
+        if len(kl_pair) == 2 and all(r in out and r not in done for r in kl_pair):
+            lp, ref = (out[r] for r in kl_pair)
             # one reduction each: a finite sum holds no −inf (the checks above let no NaN or +inf through)
             both = None if bool(torch.isfinite(lp.sum())) or bool(torch.isfinite(ref.sum())) else \
                 torch.isneginf(lp) & torch.isneginf(ref)
@@ -89,7 +90,7 @@ class ChunkReader:
                 pos = int(both.nonzero()[0, 0])
                 row = int(np.searchsorted(offsets, pos, side="right") - 1)
                 raise AdvcliError(f"{file}: row {row_base + row}, position {pos - int(offsets[row])}: "
-                                  f"{plan.cmap[plan.neg_inf_roles[0]]!r} and {plan.cmap[plan.neg_inf_roles[1]]!r} "
+                                  f"{plan.cmap[kl_pair[0]]!r} and {plan.cmap[kl_pair[1]]!r} "
                                   "are both -inf: their log-ratio, and so the KL, is NaN (the trainer's too)",
                                   hint="drop or repair the row")
         for role in verify:

@@ -89,13 +89,23 @@ def _expected(rows, cfg):
     return batch.batch.get("rollout_is_weights"), batch.batch["response_mask"], met
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, "neg_inf"])
 @pytest.mark.parametrize("k", range(len(CONFIGS)))
 def test_rollout_correction_matches_release(tmp_path, seed, k):
+    """Seed "neg_inf": rollout log-probs of −inf (an engine that gave the sampled token probability 0, as vLLM can)
+    at two mask=1 tokens and one mask=0 token; the release clamps the log-ratio to ±20 before exp and the
+    rejection statistics, and its unclamped figures (kl, k3_kl, the perplexities) are ±inf or NaN."""
+    neg_inf = seed == "neg_inf"
+    seed = 3 if neg_inf else seed
     rng = np.random.default_rng(seed)
     rows = random_rows(seed, [3, 4, 2, 5])
     for r in rows:  # rollout log-probs near the trainer's: ratios around 1, a few far off
         r["ref"] = (np.array(r["old"]) + rng.normal(0.0, 0.4, len(r["old"]))).astype(np.float32).tolist()
+    if neg_inf:
+        spots = [(i, j) for i, r in enumerate(rows) for j, m in enumerate(r["mask"]) if m]
+        off = [(i, j) for i, r in enumerate(rows) for j, m in enumerate(r["mask"]) if not m]
+        for i, j in [spots[1], spots[len(spots) // 2], *off[:1]]:
+            rows[i]["ref"][j] = float("-inf")
     settings, cfg = CONFIGS[k]
     if cfg is None:
         cfg, settings = settings, {P + key: val for key, val in settings.items()}
@@ -116,4 +126,7 @@ def test_rollout_correction_matches_release(tmp_path, seed, k):
     got = {key: v for key, v in res.per_step[0].items() if key.startswith(prefix)}
     assert set(got) == set(want)
     for key, v in want.items():
-        assert got[key] == pytest.approx(v, rel=2e-4, abs=2e-5), (VERSION, k, seed, key)
+        assert got[key] == pytest.approx(v, rel=2e-4, abs=2e-5, nan_ok=True), (VERSION, k, seed, key)
+    if neg_inf:
+        assert not math.isfinite(want[prefix + "kl"])  # the case is what it says: verl's own kl is not finite
+        assert any("rollout_log_probs of -inf" in w for w in res.warnings), res.warnings

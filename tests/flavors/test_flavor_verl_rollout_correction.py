@@ -377,3 +377,32 @@ def test_bypass_mode_writes_the_advantages_without_weights(tmp_path):
     assert "rollout_is_weights" not in t.column_names and "response_mask_after_rs" not in t.column_names
     assert t.column("advantages").to_pylist() == plain.column("advantages").to_pylist()
     assert any("bypass_mode=true" in w and "actor loss" in w for w in res.warnings)
+
+
+def test_a_minus_inf_rollout_log_prob_runs_clamped_as_verl(tmp_path, capsys):
+    """vLLM can give the sampled token a log-prob of −inf; verl trains on it: the log-ratio old − rollout = +inf
+    is clamped to +20 before exp and before the rejection statistics (rollout_corr_helper.py L262, L575, L585
+    @1dda039b). By hand, row 0 (old −1, −1, −1; rollout −1, −inf, −1.5; lr 0, +inf, 0.5): token TIS at 2 gives
+    1, min(e^20, 2) = 2, min(e^0.5, 2); seq_sum_k2 = ½(0² + 20² + 0.5²) = 200.125 > 100: rejected whole. Row 1
+    (lr 0.2, −0.2): k2 sum 0.04, kept. The unclamped kl = mean over the mask=1 tokens of rollout − old is −inf, as
+    verl logs it; the run says why. A NaN there is still refused (verl's weights would be NaN), and so is a −inf
+    old_log_probs (the trainer's own log-prob)."""
+    inf = float("-inf")
+    rows = [("p0", 1.0, [1, 1, 1], [-1.0, -1.0, -1.0], [-1.0, inf, -1.5]),
+            ("p0", 0.0, [1, 1], [-1.0, -1.0], [-1.2, -0.8])]
+    settings = {P + "rollout_is": "token", P + "rollout_is_threshold": 2.0, P + "rollout_rs": "seq_sum_k2",
+                P + "rollout_rs_threshold": 100.0}
+    t, res = _run(tmp_path, settings, src=_write(tmp_path / "in.parquet", rows))
+    w = t.column("rollout_is_weights").to_pylist()
+    assert w[0] == pytest.approx([1.0, 2.0, math.exp(0.5)], rel=1e-6)
+    assert w[1] == pytest.approx([math.exp(0.2), math.exp(-0.2)], rel=1e-6)
+    assert t.column("response_mask_after_rs").to_pylist() == [[0, 0, 0], [1, 1]]
+    assert res.per_step[0]["rollout_corr/kl"] == -math.inf
+    assert any("1 mask=1 token(s) have a rollout_log_probs of -inf" in x for x in res.warnings), res.warnings
+    for bad in ([-1.0, float("nan"), -1.5], [-1.0, float("inf"), -1.5]):
+        src = _write(tmp_path / "bad.parquet", [(*rows[0][:4], bad), rows[1]])
+        with pytest.raises(AdvcliError, match="column 'rollout_log_probs', row 0, position 1: value .* not finite"):
+            _run(tmp_path, settings, src=src)
+    src = _write(tmp_path / "old.parquet", [(*rows[0][:3], [-1.0, inf, -1.0], [-1.0, -1.0, -1.5]), rows[1]])
+    with pytest.raises(AdvcliError, match="column 'old_log_probs', row 0, position 1: value -inf is not finite"):
+        _run(tmp_path, settings, src=src)

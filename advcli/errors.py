@@ -28,6 +28,18 @@ class GroupSizeNeeded(AdvcliError):
         self.key = key
 
 
+class MissingColumn(AdvcliError):
+    """A refusal for a column the input lacks: ``role`` (its role), ``estimator`` (the estimator that needs it,
+    where one does; set by :meth:`advcli.estimators.EstimatorSpec.check`), so that the run's resolution can say
+    when that estimator is only the flavor's default
+    (:func:`advcli.runs.resolution.refuse_default_estimator_column`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, role: str):
+        super().__init__(message, hint=hint)
+        self.role = role
+        self.estimator: str | None = None
+
+
 def caused_by_interrupt(error: BaseException) -> bool:
     """Whether a KeyboardInterrupt is in ``error``'s chain: Python wraps one raised while a class body is
     finished (``RuntimeError: Error calling __set_name__ ...``, as when Ctrl-C lands while torch imports),
@@ -140,4 +152,8 @@ def library_words(text: str | None) -> str | None:
     for i in range(0, len(pieces), 2):
         for pattern, to in _LIBRARY_WORDS:
             pieces[i] = re.sub(pattern, to, pieces[i])
+        merged = None  # `--set a=1 --set b=2`: one settings={'a': 1, 'b': 2}
+        while merged != pieces[i]:
+            merged, pieces[i] = pieces[i], re.sub(r"settings=\{([^{}]*)\} settings=\{([^{}]*)\}", r"settings={\1, \2}",
+                                                  pieces[i])
     return "`".join(pieces)

@@ -113,10 +113,15 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
                                                                  file_keys=file_keys, estimator=estimator,
                                                                  precision=precision)
+    from ..errors import MissingColumn
     from ..pipeline.checks import check_run
+    from ..runs.resolution import refuse_default_estimator_column
 
-    result, ran_deep = check_run(inputs, cfg, column_overrides=columns, chunk_rows=chunk_rows, device=device,
-                                 output=output, force=force, deep=deep, flavor=flavor, native=native)
+    try:
+        result, ran_deep = check_run(inputs, cfg, column_overrides=columns, chunk_rows=chunk_rows, device=device,
+                                     output=output, force=force, deep=deep, flavor=flavor, native=native)
+    except MissingColumn as e:  # as run says it
+        refuse_default_estimator_column(flavor, native or {}, e, inputs)
     if ran_deep and not deep:
         result.warnings.insert(0, "a user estimator: validated --deep (only running it checks what it returns)")
     if file_keys and file_keys[0].line():

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import AdvcliError, did_you_mean
+from ..errors import AdvcliError, MissingColumn, did_you_mean
 from .column_roles import ROLE_INFO
 
 
@@ -35,11 +35,11 @@ class ColumnMap:
         if role not in self.names:
             default = ROLE_INFO.get(role, (role,))[0]
             near = self.candidate(role)
-            raise AdvcliError(
+            raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
                 + f" Columns present: {', '.join(self.schema.names)}",
-                hint=f"map another column to it with --column {role}={near or 'NAME'}")
+                hint=f"map another column to it with --column {role}={near or 'NAME'}", role=role)
         return self.names[role]
 
     def candidate(self, role: str) -> str | None:

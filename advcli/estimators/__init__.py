@@ -23,7 +23,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from ..config import Key
-from ..errors import AdvcliError, did_you_mean
+from ..errors import AdvcliError, MissingColumn, did_you_mean
 from ..plugins import load_modules
 from ..records import record
 
@@ -98,7 +98,11 @@ class EstimatorSpec:
         if self.check_params is not None:
             self.check_params(params)
         for role in self.needs:
-            cmap.require(role, f"estimator {self.name} needs it")
+            try:
+                cmap.require(role, f"estimator {self.name} needs it")
+            except MissingColumn as e:
+                e.estimator = self.name
+                raise
         for role, why in (self.needs_for(params) if self.needs_for is not None else ()):
             cmap.require(role, why)
         if self.min_components and len(components) < self.min_components:

@@ -385,10 +385,62 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
     except AdvcliError as more:
         then = f"; with it, {more.hint}"
     default = flavor.keys[key].default
-    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is --flavor {flavor.name}'s default, not a choice "
+    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is the default of --flavor {flavor.name}, not a choice "
                       "made for this dump", hint=f"add --set {key}={value} (group-relative advantages on the dump's "
                                                  f"groups){then}; `advcli explain --flavor {flavor.name} --keys` "
                                                  "lists the other estimators") from None
+
+
+def refuse_default_estimator_column(spec, native: dict, error, inputs: list[str]) -> None:
+    """Raise ``error`` (a :class:`advcli.errors.MissingColumn` of the run), said with its fix where the estimator
+    that needs the missing column is only the flavor's default (``spec``: the flavor at its release; ``native``:
+    the settings given, none of them the estimator key): the flavor's estimators that do without that column, its
+    group estimator first (verl's and OpenRLHF's default gae on a file without ``values``)."""
+    from ..estimators import get as get_estimator
+    from ..flavors import at, resolve
+
+    fa = at(spec)
+    flavor = fa.flavor
+    key = flavor.estimator_key
+    if (getattr(error, "estimator", None) is None or not key or key not in flavor.keys
+            or any(flavor.aliases.get(k, k) in (key, "advcli.estimator") for k in native)):
+        raise error
+    fits = []  # (not a group estimator, choice): the group estimators first, the flavor's own group one leading
+    choices = list(flavor.keys[key].choices or flavor.estimator_names or ())
+    if flavor.response_estimator in choices:
+        choices.remove(flavor.response_estimator)
+        choices.insert(0, flavor.response_estimator)
+    sizes, scattered = _group_layout(inputs)
+    for choice in choices:
+        items, size = list(native.items()) + [(key, choice)], ""
+        try:
+            try:
+                cfg = resolve(fa, items)[0]
+            except GroupSizeNeeded as e:  # the group-size setting it needs too (OpenRLHF's n_samples_per_prompt 1)
+                cfg = resolve(fa, items + [(e.key, 2)])[0]
+                size = f" --set {e.key}={next(iter(sizes)) if sizes and len(sizes) == 1 else 'N'}"
+            est = get_estimator(cfg["estimator"]["name"])
+        except AdvcliError:
+            continue
+        run = RunSpec.from_config(cfg)
+        norm = run.reward.normalize  # OpenRLHF's group estimators: a group reward shaping
+        groups = est.uses_groups or bool({"group", "loo"} & {norm.mean, norm.std})
+        if groups and scattered and run.grouping.by == "position":  # blocks of rows, but the ids are not blocks
+            size += " --set advcli.group_by=id"
+        if est.name != error.estimator and error.role not in est.needs and "reward_components" not in est.needs:
+            fits.append((not groups, choice, size))
+    if not fits:
+        raise error
+    fits.sort(key=lambda f: f[0])
+    size = fits[0][2]
+    fits = [c for _, c, _ in fits]
+    default = flavor.keys[key].default
+    more = f" (or {', '.join(fits[1:4])})" if len(fits) > 1 else ""
+    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is the default of --flavor {flavor.name}, not a choice "
+                      "made for this file",
+                      hint=f"add --set {key}={fits[0]}{size}{more}, an estimator that needs no {error.role!r} column, "
+                           f"or map one with --column {error.role}=NAME; `advcli explain --flavor {flavor.name} "
+                           "--keys` lists the estimators") from None
 
 
 def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None:

@@ -57,9 +57,10 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
     The result carries what the run's report shows: the flavor at its release, the settings given, what the
     dump told the flavor, the estimator chosen, the --config file's keys and the curation's summary."""
     from ..engines import check_engine
+    from ..errors import MissingColumn
     from ..flavors import estimator_note
     from ..io.modes import refuse_empty_output
-    from .resolution import resolve_run
+    from .resolution import refuse_default_estimator_column, resolve_run
 
     check_engine(engine)
     check_output_mode(output_mode)
@@ -82,7 +83,10 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
                      columns=dict(columns or {}), chunk_rows=chunk_rows, device=device, force=force,
                      output_mode=output_mode, write_columns=write_columns, engine=engine, ray_address=ray_address,
                      ray_stall_timeout=ray_stall_timeout, by_position=by_position)
-    result, kept = run_inputs(inputs, req, curation=curation, progress=progress, staging=staging)
+    try:
+        result, kept = run_inputs(inputs, req, curation=curation, progress=progress, staging=staging)
+    except MissingColumn as e:  # the default estimator's column: say which estimators run without it
+        refuse_default_estimator_column(choice.flavor, choice.native or {}, e, inputs)
     result.from_dump = list(choice.from_dump)
     result.flavor, result.settings = choice.flavor.spec, dict(choice.native or {})
     result.chosen = choice.chosen

@@ -288,7 +288,8 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     warnings: list[str] = []
     if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row":
         warnings.append(STEP_WISE_010)
-    if run.grouping.trajectories == "none" and spec.last_step_of_sessions and cmap.has("is_last_step"):
+    if run.grouping.trajectories == "none" and spec.last_step_of_sessions and cmap.has("is_last_step") \
+            and _has_inner_steps(inputs, cmap["is_last_step"]):
         warnings.append(f"{cmap.file}: column {cmap['is_last_step']!r} (is_last_step) is not read: every row is a "
                         f"row of its group for {spec.name}. To give each session (or step-wise trajectory) its last "
                         "row's advantage: --flavor advcli --set grouping.trajectories=last_step (verl's v1 "
@@ -304,6 +305,17 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
             and not (kl_on and "rollout_log_probs" in klr):
         plan = dataclasses.replace(plan, neg_inf_roles=(*plan.neg_inf_roles, "rollout_log_probs"))
     return dataclasses.replace(plan, warnings=tuple(warnings)) if warnings else plan
+
+
+def _has_inner_steps(inputs: InputSet, column: str) -> bool:
+    """Whether the bool column ``column`` (is_last_step) is false on some row: a session or trajectory of more than
+    one row (a dump of single-output sessions, every row its session's last, changes nothing when it is not read)."""
+    import pyarrow.compute as pc
+
+    for _, _, batch in inputs.iter_batches([column], 65536, prefetch=0):
+        if pc.any(pc.invert(pc.fill_null(batch.column(0).cast(pa.bool_()), True))).as_py():
+            return True
+    return False
 
 
 # token_level_rewards only when KL enters the reward; the last two from the rollout correction

@@ -577,3 +577,21 @@ def test_v1_dump_takes_an_explicit_trajectories_setting(tmp_path, capsys):
     assert code == 0, err
     exp = verl_grpo([r["score"] for r in recs], [r["uid"].rsplit("_", 2)[0] for r in recs])
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), exp, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("last, warned", [([False, True, True], True), ([True, True, True], False)])
+def test_an_unread_is_last_step_column_is_said_only_where_it_would_matter(tmp_path, capsys, last, warned):
+    """--flavor verl reads every row as a row of its group; a Parquet file's is_last_step column is said to be unread
+    (with the settings that read it) where some row is not its session's last: a session of several outputs. Where
+    every row is its session's last (every single-turn v1 dump), reading it would change nothing: no warning."""
+    src = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "a"], "reward": pa.array([0.0, 1.0, 0.0], pa.float32()),
+                             "response_mask": pa.array([[1, 1], [1, 0], [1, 1]], pa.list_(pa.int8())),
+                             "is_last_step": last}), src)
+    code, out, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                               "algorithm.adv_estimator=grpo", "--json"], capsys)
+    assert code == 0, err
+    said = [w for w in json.loads(out)["warnings"] if "(is_last_step) is not read" in w]
+    assert bool(said) == warned, said
+    if warned:
+        assert "--set grouping.trajectories=last_step" in said[0]

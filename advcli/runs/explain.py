@@ -59,8 +59,9 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
                + (f", components {r.components} weights {r.weights or 'all 1'}" if r.components else ""))
     out += _shaping_lines(r)
     if r.normalize.mean != "none" or r.normalize.std != "none":
-        out.append(f"     normalise        (r − mean_{r.normalize.mean})/(std_{r.normalize.std} + "
-                   f"{r.normalize.eps:g})  (unbiased std)")
+        centred = f"(r − mean_{r.normalize.mean})" if r.normalize.mean != "none" else "r"
+        out.append(f"     normalise        {centred.strip('()')}" if r.normalize.std == "none" else
+                   f"     normalise        {centred}/(std_{r.normalize.std} + {r.normalize.eps:g})  (unbiased std)")
     if r.clip:
         out.append(f"     clip             r ← clamp(r, {r.clip[0]}, {r.clip[1]})")
     place = {"last": "position L_i−1 (the last token, masked or not)", "all": "every position of the row"}.get(

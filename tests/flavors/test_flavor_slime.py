@@ -406,3 +406,17 @@ def test_a_disable_flag_names_its_key_inverted(tmp_path, given, route):
     assert ("is the key 'rewards_normalization' inverted: --set rewards_normalization=false"
             in e.value.message), e.value.message
     assert "Did you mean" not in e.value.message
+
+
+@pytest.mark.parametrize("mean, std, line", [("group", "none", "normalise        r − mean_group\n"),
+                                             ("none", "batch", "normalise        r/(std_batch + 1e-06)"),
+                                             ("group", "group", "normalise        (r − mean_group)/(std_group + 1e-06)")])
+def test_explain_writes_the_normalisation_that_runs(capsys, mean, std, line):
+    """explain's reward normalisation line: with std none nothing is divided (slime's default centres only), so the
+    line shows no division (it showed (r − mean_group)/(std_none + 1e-06))."""
+    from conftest import run_main
+
+    code, out, err = run_main(["explain", "--flavor", "advcli", "--set", f"reward.normalize.mean={mean}", "--set",
+                               f"reward.normalize.std={std}"], capsys)
+    assert code == 0, err
+    assert line in out and "std_none" not in out

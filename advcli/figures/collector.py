@@ -152,8 +152,9 @@ class FigureCollector:
     def set_padding(self, padding) -> None:
         """Rows to leave out of every figure ([R] bool, or None): synthetic padding rows (verl's V1 trainer,
         ``is_padding``), in the batch for the advantages and out of every figure and group count, as verl's
-        metrics leave them out (``non_padding_mask``). Their tokens are mask 0, so no token figure reads them;
-        :meth:`finish` drops their rows and their group."""
+        metrics leave them out (``non_padding_mask``). Their tokens are mask 0 in a run (``advcli stats`` masks
+        them too: a response-level output's mask is all 1), so no token figure reads them; :meth:`finish` drops
+        their rows and their group."""
         pad = None if padding is None else to_numpy(padding, bool)
         self.keep = None if pad is None or not pad.any() else ~pad
 

@@ -42,8 +42,12 @@ def metric_block(st, rows_sel: np.ndarray, s: int | None) -> dict[str, Any]:
     out["response_length/min"] = figure(L.min()) if L.size else None
     if st.kl_on and st.kl_row is not None:
         if s is None:
-            out["actor/reward_kl_penalty"] = figure(st.kl_row.mean()) if st.R else None
             sizes = st.scopes.sizes.astype(np.float64)
+            k = np.asarray(st.kls, dtype=np.float64)
+            # the row-weighted mean of the steps' values (verl's, padding rows in their means): Σ_rows kl / R
+            # where no step has padding rows
+            out["actor/reward_kl_penalty"] = (figure((k * sizes).sum() / sizes.sum()) if len(k) == len(sizes)
+                                              else figure(st.kl_row.mean())) if st.R else None
             b = np.asarray(st.betas, dtype=np.float64)
             out["actor/reward_kl_penalty_coeff"] = figure((b * sizes).sum() / sizes.sum()) if st.R else None
         elif s < len(st.kls):  # (an input with no rows has no step, yet one per-step block of no rows)

@@ -139,9 +139,11 @@ def finish_row_kl(plan: Plan, res: Prepared, row: dict, kl_sum: torch.Tensor, kl
     res.kl_deferred = False
     st = getattr(run_observer, "figures", None)
     if st is not None and getattr(st, "rows_set", False):
-        st.kl_row = kl_mean.detach().to(torch.float64)
+        from ..figures.arrays import to_numpy  # the collector holds numpy arrays (its padding rows are cut by them)
+
+        st.kl_row = to_numpy(kl_mean, "float64")
         st.kls = kls
-        st.score = res.table.score.detach().to(torch.float64)
+        st.score = to_numpy(res.table.score, "float64")
 
 
 def _cheapest_column(inputs, fallback: str) -> str:

@@ -162,6 +162,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         offs, m = list_parts(batch.column(mask_col))
         mask = m != 0
         B = batch.num_rows
+        if rs.keep is not None and not rs.keep[row0:row0 + B].all():  # padding rows: in no token figure either
+            mask &= np.repeat(rs.keep[row0:row0 + B], np.diff(offs))  # (a response-level output's mask is all 1)
         num_tokens = int(offs[-1])
         zeros = np.zeros(num_tokens, np.float32)
         adv_np = list_parts(batch.column("advantages"))[1] if has_adv else None
@@ -176,7 +178,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         values = list_parts(batch.column(val_col))[1].astype(np.float32) if val_col and has_adv else None
         rs.add_chunk(row0, offs, mask, adv, ret, tlr, values)
         if has_adv:
-            positions.add(offs, adv_np, m != 0)
+            positions.add(offs, adv_np, mask)
         row0 += B
         if progress:
             progress("tokens", row0, R)

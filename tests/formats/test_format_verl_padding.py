@@ -146,3 +146,51 @@ def test_filters_leave_pads_out(tmp_path, capsys):
                               capsys)
     assert code == 0, err
     assert json.loads(out)["groups_kept"] == want
+
+
+def test_stats_of_the_output_leaves_pads_out_of_the_advantage_figures(tmp_path, capsys):
+    """The run's output is response-level (one advantage per row, no mask column): stats counted the pads' advantages
+    (0) as valid tokens. It now gives the run's own figures: the mean over the 104 real rows of verl's GRPO, as verl's
+    metrics take it (non_padding_mask), per step too."""
+    recs = records()
+    write(tmp_path / "rollout_data", recs)
+    out = tmp_path / "o.parquet"
+    code, run_out, err = run_main(["run", tmp_path / "rollout_data", "-o", out, "--flavor", "verl", "--set",
+                                   "algorithm.adv_estimator=grpo", "--json"], capsys)
+    assert code == 0, err
+    real = expected(recs, "grpo")[:-PADS]
+    code, stats_out, err = run_main(["stats", out, "--json"], capsys)
+    assert code == 0, err
+    for rep in (json.loads(run_out), json.loads(stats_out)):
+        m = rep["metrics"]
+        assert m["critic/advantages/count"] == P * N
+        assert m["critic/advantages/mean"] == pytest.approx(real.mean(), abs=1e-6)
+        assert m["critic/advantages/min"] == pytest.approx(real.min(), abs=1e-5)
+        assert rep["per_step"][0]["critic/advantages/mean"] == pytest.approx(real.mean(), abs=1e-6)
+
+
+def test_the_whole_run_kl_penalty_is_the_row_weighted_mean_of_the_steps(tmp_path, capsys):
+    """actor/reward_kl_penalty per step is verl's: the mean over the step's rows of each row's masked-mean KL, the
+    padding rows (mask 0: KL 0) in that mean, as verl computes it before it drops them from its metrics. The whole
+    run's value is the row-weighted mean of the steps' values over their real rows (docs/reports.md); it was the mean
+    of the real rows' KL, which differs where a step has padding. By hand (k1 = old − ref): step 1 = one real row of
+    KL 0.5 and a pad: 0.25; step 2 = two real rows of KL 0.2 and 0.4: 0.3; whole run (0.25·1 + 0.3·2)/3."""
+    import pyarrow as pa
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({
+        "prompt_id": ["a", "pad", "b", "b"], "step": [1, 1, 2, 2],
+        "reward": pa.array([1.0, 0.0, 0.0, 1.0], pa.float32()),
+        "response_mask": pa.array([[1, 1], [0], [1, 1], [1]], pa.list_(pa.int8())),
+        "old_log_probs": pa.array([[-1.0, -1.0], [0.0], [-1.0, -1.0], [-1.0]], pa.list_(pa.float32())),
+        "ref_log_probs": pa.array([[-1.5, -1.5], [0.0], [-1.2, -1.2], [-1.4]], pa.list_(pa.float32())),
+        "is_padding": [False, True, False, False]}), src)
+    code, out, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                               "algorithm.adv_estimator=reinforce_plus_plus", "--set",
+                               "algorithm.use_kl_in_reward=true", "--set", "algorithm.kl_penalty=kl", "--set",
+                               "algorithm.kl_ctrl.kl_coef=0.1", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    steps = [s["actor/reward_kl_penalty"] for s in rep["per_step"]]
+    assert steps == pytest.approx([0.25, 0.3], abs=1e-6)
+    assert rep["metrics"]["actor/reward_kl_penalty"] == pytest.approx((0.25 + 0.3 * 2) / 3, abs=1e-6)

@@ -15,6 +15,8 @@ positions": the loss never reads them). A logged *scalar* column (one advantage 
 What a disagreement looks like is tested as hypotheses, each a transform of ``A`` fitted on all
 mask=1 tokens (:func:`fit_params`) and checked token by token (:func:`hypothesis_agreement`):
 
+- ``clip``: ``L = clamp(A, lo, hi)`` with ``lo``, ``hi`` the smallest and largest logged values (the run
+  clipped its advantages: NeMo RL's ``grpo.advantage_clip_low/high``, ROLL's ``advantage_clip``);
 - ``float32``: ``L`` agrees with the float64 recomputation ``A64``, or lies within twice the
   float32/float64 gap of ``A`` (float32 noise: cancellation in a near-uniform group, a tiny std);
 - ``scale``: ``L = c·A`` with one constant ``c = ΣLA/ΣA²`` (another normalisation, a factor);
@@ -31,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-HYPOTHESES = ("float32", "sign", "scale", "shift", "group_scale", "group_shift")  # most specific first
+HYPOTHESES = ("clip", "float32", "sign", "scale", "shift", "group_scale", "group_shift")  # most specific first
 
 EXPLAIN = {
+    "clip": "a clamp: logged = clamp(recomputed, {lo}, {hi}) (the run clipped its advantages{keys})",
     "float32": "float32 noise: the float64 recomputation agrees with the logged values (or they lie within the "
                "float32/float64 gap): summation order or cancellation, not a different formula",
     "scale": "a constant scale: logged = {c:.6g} × recomputed (a different normalisation or a constant factor)",
@@ -69,6 +72,20 @@ UNSEEN = {
                              "pass-rate-scaled penalty on long responses) or the algorithm's other keys; give the "
                              "run's rl.toml with --config, or --set orchestrator.algo.length_penalty.type=linear"),),
 }
+
+
+def clip_explanation(flavor, lo: float | None, hi: float | None) -> str:
+    """The ``clip`` finding's explanation: the bounds the logged values show (None: a bound no token reaches, not
+    known) and the settings of ``flavor`` (its text ``NAME[@RELEASE]``) that clamp there, where it has them."""
+    name = str(flavor).partition("@")[0].strip()
+    keys = ""
+    if name == "nemo":
+        keys = "".join(f" --set grpo.advantage_clip_{side}={b:.6g}" for side, b in (("low", lo), ("high", hi))
+                       if b is not None)
+    elif name == "roll" and lo is not None and hi is not None and np.isclose(lo, -hi):
+        keys = f" --set advantage_clip={hi:.6g}"
+    return EXPLAIN["clip"].format(lo="none seen" if lo is None else f"{lo:.6g}",
+                                  hi="none seen" if hi is None else f"{hi:.6g}", keys=f":{keys}" if keys else "")
 
 
 def unseen_causes(flavor) -> list[dict]:
@@ -131,6 +148,8 @@ class RowTable:
     n_fin: np.ndarray  # mask=1 tokens where both are finite
     nonfinite_logged: np.ndarray  # mask=1 tokens whose logged value is NaN/inf
     nonfinite_recomputed: np.ndarray
+    l_min: np.ndarray  # min / max of the finite logged values over mask=1 tokens (±inf: none)
+    l_max: np.ndarray
 
     @staticmethod
     def concat(parts: list[RowTable]) -> RowTable:
@@ -175,7 +194,9 @@ def compare_chunk(offs: np.ndarray, logged: np.ndarray, recomputed: np.ndarray, 
                     segment_sum(offs, Lf * Af), segment_sum(offs, Af * Af), segment_sum(offs, Lf - Af),
                     segment_sum(offs, fin).astype(np.int64),
                     segment_sum(offs, m & ~np.isfinite(L)).astype(np.int64),
-                    segment_sum(offs, m & ~np.isfinite(A)).astype(np.int64))
+                    segment_sum(offs, m & ~np.isfinite(A)).astype(np.int64),
+                    -segment_max(offs, np.where(m & np.isfinite(L), -L, -np.inf), empty=-np.inf),
+                    segment_max(offs, np.where(m & np.isfinite(L), L, -np.inf), empty=-np.inf))
 
 
 def fit_params(rt: RowTable, group: np.ndarray | None) -> dict:
@@ -183,6 +204,8 @@ def fit_params(rt: RowTable, group: np.ndarray | None) -> dict:
     row), per-group ``cg``, ``dg`` (indexed by group code)."""
     s_aa, s_la, s_d, n = rt.s_aa.sum(), rt.s_la.sum(), rt.s_d.sum(), rt.n_fin.sum()
     p = {"c": float(s_la / s_aa) if s_aa > 0 else 1.0, "d": float(s_d / n) if n else 0.0}
+    if rt.l_min.size and np.isfinite(rt.l_min).any():
+        p["lo"], p["hi"] = float(rt.l_min.min()), float(rt.l_max.max())
     if group is not None and group.size:
         G = int(group.max()) + 1
         gaa = np.bincount(group, rt.s_aa, G)
@@ -214,6 +237,12 @@ def hypothesis_agreement(offs: np.ndarray, logged: np.ndarray, recomputed: np.nd
         with np.errstate(invalid="ignore"):
             within = np.abs(L - A) <= 2 * np.abs(A - A64) + atol
         out["float32"] = segment_sum(offs, m & ~(close(L, A64, rtol, atol) | within)).astype(np.int64)
+    if params.get("lo") is not None and params["lo"] < params["hi"]:
+        out["clip"] = bad(np.clip(A, params["lo"], params["hi"]))
+        with np.errstate(invalid="ignore"):  # the tokens each bound clamps (a bound no token reaches is unknown)
+            lo, hi = (np.full_like(A, params[k]) for k in ("lo", "hi"))  # beyond a bound by more than the tolerance
+            out["clip_low_hits"] = segment_sum(offs, m & (A < lo) & ~close(lo, A, rtol, atol)).astype(np.int64)
+            out["clip_high_hits"] = segment_sum(offs, m & (A > hi) & ~close(hi, A, rtol, atol)).astype(np.int64)
     out["scale"] = bad(params["c"] * A)
     out["shift"] = bad(A + params["d"])
     out["sign"] = bad(-A)
@@ -267,6 +296,8 @@ def classify(rt: RowTable, hyp_bad: dict[str, int], mixup: int, rows_total: int)
         out.append({"kind": "nonfinite", "explanation": EXPLAIN["nonfinite"],
                     "tokens": int(rt.nonfinite_logged.sum()), "rows": int((rt.nonfinite_logged > 0).sum())})
     explained = [h for h in HYPOTHESES if h in hyp_bad and hyp_bad[h] == 0]
+    if "clip" in explained:  # values at the bounds, every other one as recomputed: not noise of another order
+        explained = [h for h in explained if h != "float32"]
     for h in explained:
         out.append({"kind": h, "explanation": EXPLAIN[h], "tokens": bad_tokens, "rows": bad_rows})
     if not explained and bad_rows >= 2 and mixup == bad_rows:

@@ -366,7 +366,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
     from ..config.columns import is_list_type, resolve_columns
     from ..formats import info_for, name_dumps, source_of
     from ..io.reader import InputSet
-    from .checks import classify, fit_params, mixup_rows, unseen_causes, worst_rows
+    from .checks import classify, clip_explanation, fit_params, mixup_rows, unseen_causes, worst_rows
 
     check_tolerances(rtol, atol, top)
     t0 = time.perf_counter()
@@ -450,6 +450,9 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                                    chunk_rows, hyp=(params, group))
             mixup = mixup_rows(rt, step, bad_rows_idx, rtol, atol)
             rep["fitted"] = {"scale": params["c"], "shift": params["d"]}
+            hits = (hyp_bad.pop("clip_low_hits", 0), hyp_bad.pop("clip_high_hits", 0))
+            if "clip" in hyp_bad:  # the bounds some token reaches (None: not seen)
+                rep["fitted"]["clip"] = [params["lo"] if hits[0] else None, params["hi"] if hits[1] else None]
             rep["hypotheses"] = {k: {"tokens_left": int(v)} for k, v in hyp_bad.items()}
             rep["rows_matching_another_row"] = mixup
         findings = classify(rt, hyp_bad, mixup, rt.n_valid.size)
@@ -458,6 +461,8 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                 f["explanation"] = f["explanation"].format(c=rep["fitted"]["scale"])
             elif f["kind"] == "shift":
                 f["explanation"] = f["explanation"].format(d=rep["fitted"]["shift"])
+            elif f["kind"] == "clip":
+                f["explanation"] = clip_explanation(flavor, *rep["fitted"]["clip"])
         if bad_tokens and not any(f["kind"] == "float32" for f in findings):
             findings += unseen_causes(flavor)  # what the dump cannot show (TRL: a subclass's transform, #7298)
         rep["findings"] = findings

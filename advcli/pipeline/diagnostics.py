@@ -59,7 +59,8 @@ MEANINGS = {
                      "by framework",
     "all_equal_groups": "groups of 2 or more rows that all scored the same: nothing in them says which answer "
                         "was better",
-    "float32_cancellation": "advantages that are float32 rounding noise: the float64 result is (near) 0",
+    "float32_cancellation": "advantages that are float32 rounding noise: in float64 the group's spread is 0 (or "
+                            "all but) and its advantages are small or 0",
     "dropped_rewards": "rewards placed on a mask=0 token and discarded: these rows train on no outcome reward",
     "kl_input_clamp": "tokens whose log-ratio was clamped before the KL estimate: their KL penalty is bounded, "
                       "not the true value",
@@ -314,8 +315,11 @@ class Diagnostics:
         summary = f"{c['count']} groups whose advantages are float32 rounding noise"
         if ex:
             e0 = ex[0]
+            a32, a64 = e0["adv_float32"], e0["adv_float64"]  # its row where the two differ most
+            i = max(range(len(a32)), key=lambda j: math.inf if a32[j] is None or a64[j] is None
+                    else abs(a32[j] - a64[j]))
             summary += (f", e.g. group {e0['group']!r} ({e0['size']} rows, rewards {_g(e0['rewards'][0], 6)}...; "
-                        f"{e0['stage']}): float32 {_g(e0['adv_float32'][0])}, float64 {_g(e0['adv_float64'][0])}")
+                        f"{e0['stage']}): row {e0['rows'][i]}: float32 {_g(a32[i])}, float64 {_g(a64[i])}")
         mode = ("this run is float32 (the framework's numbers); --precision float64 gives the float64 values"
                 if c["other"] == torch.float64 else
                 "this run is float64; the framework (float32) would have given the float32 values")

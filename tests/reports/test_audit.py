@@ -205,6 +205,28 @@ def test_constant_transforms_are_classified(tmp_path, capsys, kind):
         assert rep["fitted"]["scale"] == pytest.approx(2.5, rel=1e-5)
 
 
+@pytest.mark.parametrize("lo, hi", [(-0.5, 0.8), (None, 0.8)])
+def test_clipped_advantages_are_classified_with_the_settings_that_clip(tmp_path, capsys, lo, hi):
+    """Logged = clamp(recomputed, lo, hi) (NeMo RL's grpo.advantage_clip_low/high): the finding is the clamp, with the
+    bounds the logged values reach (a bound no token reaches is not guessed) and NeMo's keys; those keys given, the
+    audit agrees. A float32 explanation, which a wide clamp can fall inside, is not offered beside it."""
+    cols, gid, masks = make_dump(11, groups=10, n=6, steps=1)
+    ref = nemo_loo(cols["reward"], gid, masks)
+    logged = [[float(np.clip(a, -np.inf if lo is None else lo, hi)) for a in row] for row in ref]
+    assert any(a > hi for row in ref for a in row) and (lo is None or any(a < lo for row in ref for a in row))
+    p = write(cols, tmp_path / "c.parquet", logged)
+    nemo = ["--flavor", "nemo", "--set", "advcli.grpo_valid_mask=false"]
+    code, rep = audit_json(capsys, p, *nemo, "--no-search")
+    kinds = [f["kind"] for f in rep["findings"]]
+    assert code == 1 and kinds[0] == "clip" and "float32" not in kinds, kinds
+    keys = (["--set", f"grpo.advantage_clip_low={lo:g}"] if lo is not None else []) + \
+        ["--set", f"grpo.advantage_clip_high={hi:g}"]
+    assert rep["findings"][0]["explanation"].endswith(f"(the run clipped its advantages: {' '.join(keys)})")
+    assert rep["fitted"]["clip"] == [lo, pytest.approx(hi)] if lo is None else [pytest.approx(lo), pytest.approx(hi)]
+    code, rep = audit_json(capsys, p, *nemo, *keys, "--no-search")
+    assert code == 0, rep["findings"]
+
+
 def test_mixup_is_classified(tmp_path, capsys):
     cols, masks, ref = _ref(6)
     row_val = [r[0] for r in ref]

@@ -110,4 +110,5 @@ FORMAT = Format(
     read=read, sniff=sniff, required=("task_id", "sample_idx", "reward"),
     companions=(r"(^|/)eval-rollout/\d+/\d+\.jsonl$",), key=_key,
     example="advcli run logs/$USER/exp/trial/rollout --output out.parquet --flavor areal", run_config=run_config,
+    run_config_where="AReaL saves config.yaml in the trial directory, above rollout/",
 )

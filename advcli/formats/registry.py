@@ -77,6 +77,8 @@ class Format:
     # the configuration file the run saved beside a data file of this format (AReaL: the trial's config.yaml),
     # None when there is none: its values are the run's settings for the keys a user does not set
     run_config: Callable[[str], str | None] | None = None
+    # where such a run saves that file, said when none is found ("AReaL saves config.yaml in the trial directory")
+    run_config_where: str = ""
 
     def trainer_flavor(self) -> str:
         """The flavor of the trainer that writes this format: ``flavor``, else the first part of its name

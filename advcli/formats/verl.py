@@ -192,6 +192,21 @@ def sniff(rec: dict) -> bool:
     return {"input", "output", "score"} <= set(rec)
 
 
+def run_config(path: str) -> str | None:
+    """The run's Hydra configuration, ``.hydra/config.yaml`` (the whole resolved configuration Hydra saves in the
+    run's output directory), where it sits in the directory of ``…/{step}.jsonl`` (trainer.rollout_data_dir) or in
+    the one above it: a run whose rollout_data_dir is inside its Hydra output directory. None elsewhere (Hydra's
+    default outputs/DATE/TIME/ is not beside the dump: the run's configuration is then given with --config)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(path))
+    for d in (here, os.path.dirname(here)):
+        found = os.path.join(d, ".hydra", "config.yaml")
+        if os.path.isfile(found):
+            return found
+    return None
+
+
 FORMAT = Format(
     name="verl-jsonl", title="verl rollout_data_dir {step}.jsonl",
     pattern=r"(^|/)(?P<step>\d+)\.jsonl$",
@@ -201,4 +216,7 @@ FORMAT = Format(
              "is_padding": BOOL},
     read=read, sniff=sniff, required=("input", "output", "score"),
     example="advcli run rollout_data --output out.parquet --flavor verl --set algorithm.adv_estimator=grpo",
+    run_config=run_config,
+    run_config_where="verl's Hydra saves the run's as .hydra/config.yaml in its output directory, outputs/DATE/TIME/ "
+                     "by default: give it with --config",
 )

@@ -220,7 +220,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     try:
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
-        refuse_default_estimator(flavor, inputs, settings, config, given, e, fa)
+        refuse_default_estimator(flavor, inputs, settings, config, {**dict(implied), **given}, e, fa)
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
         if path not in given:  # a canonical key the user gave (--flavor advcli) stands
             set_path(cfg, path, value)
@@ -345,8 +345,8 @@ def saved_settings(flavor, infos: list, given: dict, config: str | None = None) 
         fmt = FORMATS.get(infos[0].format) if infos else None
         if config or fmt is None or fmt.run_config is None or fmt.trainer_flavor() != flavor.name:
             return [], []  # (a --config file stands for the run's configuration: its own line says so)
-        return [], [f"no configuration of the run beside the dump (AReaL saves config.yaml in the trial directory, "
-                    f"above rollout/): {flavor.title or flavor.name}'s defaults for the keys not set"]
+        return [], [f"no configuration of the run beside the dump ({fmt.run_config_where}): "
+                    f"{flavor.title or flavor.name}'s defaults for the keys not set"]
     # read as a --config file is: a near miss of one of the flavor's keys is refused, not dropped
     take = [(k, v) for k, v in config_settings(flavor, info.run_config, info.run_config_path).taken if k not in given]
     if not take:

@@ -595,3 +595,45 @@ def test_an_unread_is_last_step_column_is_said_only_where_it_would_matter(tmp_pa
     assert bool(said) == warned, said
     if warned:
         assert "--set grouping.trajectories=last_step" in said[0]
+
+
+@pytest.mark.parametrize("where", ["parent", "dump", None])
+def test_the_runs_hydra_config_beside_the_dump_is_read(tmp_path, capsys, where):
+    """A run whose trainer.rollout_data_dir sits in its Hydra output directory has .hydra/config.yaml (Hydra's
+    resolved configuration of the run) beside the dump or one level up: its keys are the run's settings, as AReaL's
+    trial config.yaml is (Dr.GRPO here: norm_adv_by_std_in_grpo false gives r − mean). Elsewhere the summary says
+    verl's defaults run and how to give the run's configuration. A --set still wins over the file."""
+    import yaml
+
+    run = tmp_path / "outputs"
+    d = run / "rollout_data"
+    d.mkdir(parents=True)
+    recs = v1_records(1, 3)
+    write(d / "1.jsonl", recs)
+    if where is not None:
+        hydra = (run if where == "parent" else d) / ".hydra"
+        hydra.mkdir()
+        cfg = {"algorithm": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False, "gamma": 1.0},
+               "actor_rollout_ref": {"rollout": {"n": 3}}, "trainer": {"rollout_data_dir": str(d)}}
+        (hydra / "config.yaml").write_text(yaml.safe_dump(cfg))
+    groups = [r["uid"].rsplit("_", 2)[0] for r in recs]
+    scores = [r["score"] for r in recs]
+    means = {g: np.mean([s for s, h in zip(scores, groups) if h == g]) for g in groups}
+    dr_grpo = [s - means[g] for s, g in zip(scores, groups)]
+    out = tmp_path / "o.parquet"
+    flavor = ["--flavor", "verl"] if where else []  # (verl's default gae, not the run's choice, is refused)
+    code, stdout, err = run_main(["run", d, "-o", out, *flavor, "--json"], capsys)
+    assert code == 0, err
+    got = pq.read_table(out).column("advantages").to_pylist()
+    said = " ".join(json.loads(stdout)["from_dump"])
+    if where is None:
+        assert np.allclose(got, verl_grpo(scores, groups), rtol=1e-5, atol=1e-6)
+        assert "no configuration of the run beside the dump" in said and ".hydra/config.yaml" in said
+        return
+    assert np.allclose(got, dr_grpo, rtol=1e-5, atol=1e-6)
+    assert "from the run's saved configuration" in said and str(hydra / "config.yaml") in said
+    code, _, err = run_main(["run", d, "-o", out, "--force", "--flavor", "verl", "--set",
+                             "algorithm.norm_adv_by_std_in_grpo=true", "-q"], capsys)
+    assert code == 0, err
+    assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), verl_grpo(scores, groups), rtol=1e-5,
+                       atol=1e-6)

@@ -314,14 +314,7 @@ class FigureCollector:
         R = self.R
         allrows = np.ones(R, bool)
         metrics = metric_block(self, allrows, None)
-        L = self.resp_len
-        aborted = L == 0
-        na = L[~aborted].astype(np.float64)
-        metrics["response_length_non_aborted/mean"] = figure(na.mean()) if na.size else None
-        metrics["response_length_non_aborted/max"] = figure(na.max()) if na.size else None
-        metrics["response_length_non_aborted/min"] = figure(na.min()) if na.size else None
-        metrics["response/aborted_ratio"] = figure(aborted.mean()) if R else None
-        non_aborted = ~aborted
+        non_aborted = self.resp_len != 0
         for name, x in (("critic/score", self.raw_score), ("critic/rewards", self.seq_reward)):
             metrics[f"{name}/std"] = row_figures(x, non_aborted)["std"]
             for k, v in quantiles(x[non_aborted & ~np.isnan(x)]).items():

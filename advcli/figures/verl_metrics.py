@@ -40,6 +40,11 @@ def metric_block(st, rows_sel: np.ndarray, s: int | None) -> dict[str, Any]:
     out["response_length/mean"] = figure(L.mean()) if L.size else None
     out["response_length/max"] = figure(L.max()) if L.size else None
     out["response_length/min"] = figure(L.min()) if L.size else None
+    na = L[L > 0]  # verl logs these every step (metric_utils.py compute_data_metrics @1dda039b)
+    out["response_length_non_aborted/mean"] = figure(na.mean()) if na.size else None
+    out["response_length_non_aborted/max"] = figure(na.max()) if na.size else None
+    out["response_length_non_aborted/min"] = figure(na.min()) if na.size else None
+    out["response/aborted_ratio"] = figure((L == 0).mean()) if L.size else None
     if st.kl_on and st.kl_row is not None:
         if s is None:
             sizes = st.scopes.sizes.astype(np.float64)

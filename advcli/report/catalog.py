@@ -69,7 +69,7 @@ SHOWN_IN = ("summary", "card", "step_plot", "follow", "tracker", "group_table", 
 PLACEHOLDERS = {"option": ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
                            "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"),
                 "kind": r"[a-z][a-z0-9_]*",
-                "hypothesis": ("float32", "sign", "scale", "shift", "group_scale", "group_shift")}
+                "hypothesis": ("clip", "float32", "sign", "scale", "shift", "group_scale", "group_shift")}
 # the quantiles of the row and token figures (critic/score/p1 ...), numpy's linear interpolation
 QUANTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -428,7 +428,7 @@ for _name, _unit, _doc, _where in (
         ("fitted/scale", "", f"the least-squares factor c of {_LOG} ≈ c · {_REC} (disagreeing runs)", ()),
         ("fitted/shift", "advantage", f"the mean difference d of {_LOG} ≈ {_REC} + d (disagreeing runs)", ()),
         ("hypotheses/{hypothesis}/tokens_left", "tokens", "mask=1 tokens that still disagree under the explanation "
-         "(float32 arithmetic, a flipped sign, a scale, a shift, per group)", ()),
+         "(a clamp, float32 arithmetic, a flipped sign, a scale, a shift, per group)", ()),
         ("first_stage/row", "row", "the row of the first value of the first stage that differs", ()),
         ("first_stage/position", "token", "its token position", ()),
         ("first_stage/expected", "", "that stage's value recomputed there", ()),

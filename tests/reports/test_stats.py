@@ -109,6 +109,14 @@ def test_grpo_metrics_per_step_and_overall_match_output(tmp_path, chunk_rows):
     counts, _ = np.histogram(va, bins=len(h["counts"]), range=(va.min(), va.max()))
     assert h["counts"] == counts.tolist() and sum(h["counts"]) == va.size == m["critic/advantages/count"]
     assert m["response/aborted_ratio"] == pytest.approx(1 / 18)
+    # per step too, as verl logs them every step (row 5, the empty one, is in step 1: p5)
+    lens = np.array([len(x) for x in inp.column("response_mask").to_pylist()])
+    for s, entry in zip((0, 1), res.per_step):
+        L = lens[steps == s]
+        assert entry["response/aborted_ratio"] == pytest.approx(np.mean(L == 0))
+        assert entry["response_length_non_aborted/mean"] == pytest.approx(L[L > 0].mean())
+        assert entry["response_length_non_aborted/min"] == L[L > 0].min()
+    assert res.per_step[1]["response/aborted_ratio"] == pytest.approx(1 / 9)
     # group figures: 6 groups of 3, solved share = share of rows with reward > 0
     reward = inp.column("reward").to_numpy()
     assert m["groups/count"] == 6 and m["groups/size/mean"] == 3 and m["groups/singleton_share"] == 0

@@ -102,6 +102,11 @@ def check_column_roles(columns: dict, given: str) -> None:
             raise AdvcliError(f"{where}: unknown role {role!r}.{did_you_mean(role, ROLES)} Roles: {', '.join(ROLES)}")
 
 
+# the real paths of the configuration files read (a --config, a run's saved configuration): a dump's directory that
+# holds one does not list it among its files left out (advcli.formats.response_level.unread_files)
+CONFIG_FILES_READ: set[str] = set()
+
+
 def load_config_file(path: str, overrides: list[tuple[str, Any]] | tuple = ()) -> dict:
     """A YAML or TOML file of the same keys as --set (nested or dotted), as a flat {key: value}, as the
     trainers read their own training configs (NeMo RL's nemo_rl/utils/config.py ``load_config_with_inheritance``
@@ -124,6 +129,7 @@ def load_config_file(path: str, overrides: list[tuple[str, Any]] | tuple = ()) -
     An empty section (prime-rl's ``length_penalty = {}``) is kept as the key's value ``{}``. A file that does not
     parse is refused naming the file and the line and column of the error."""
     tree = _load_tree(path, ())
+    CONFIG_FILES_READ.add(os.path.realpath(path))
     for key, value in overrides:
         found = _walk(tree, tuple(str(key).split(".")))
         if found is not None:  # a key the file holds (one it lacks no interpolation names)

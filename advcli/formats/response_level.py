@@ -76,7 +76,12 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
 def unread_files(inputs) -> list[str]:
     """The data files of the dumps behind ``inputs`` (their temporary Parquet) that were left out, "path (why)":
     an empty step file, a compressed one, one not named as the dump's (``ImportInfo.unread``)."""
-    return [x for p in inputs if p in IMPORTED for x in IMPORTED[p].unread]
+    import os
+
+    from ..config import CONFIG_FILES_READ
+
+    return [x for p in inputs if p in IMPORTED for x in IMPORTED[p].unread
+            if os.path.realpath(x.split(" (", 1)[0]) not in CONFIG_FILES_READ]  # a --config in the dump's folder
 
 
 def name_sources(result) -> None:

@@ -96,8 +96,10 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
     its estimator chosen from the dump's columns, :func:`default_settings`), ``settings`` (native
     ``(key, value)`` pairs, ``--set``), ``estimator`` (``--estimator``: ``advcli.estimator``), ``config`` (a
     ``--config`` file, which may name the flavor), ``padded`` and ``precision`` (checked here)."""
+    from ..config import CONFIG_FILES_READ
     from ..flavors import DEFAULT, at, config_file_flavor
 
+    CONFIG_FILES_READ.clear()  # this run's --config only (a library session runs many)
     check_precision(precision)
     settings = list(settings) + ([("advcli.estimator", estimator)] if estimator else [])
     inferred = values = None

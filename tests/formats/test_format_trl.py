@@ -619,3 +619,24 @@ def test_a_string_step_is_named_against_the_formats_own_type(tmp_path, capsys):
     assert code == 2 and "earlier records" not in said
     assert f"{d / 'completions_00001.parquet'}, row 0: field 'step' is '1', but this dump format reads it as int64" \
         in said
+
+
+def test_a_config_given_from_the_dumps_folder_is_not_said_left_out(tmp_path, capsys):
+    """The run's GRPOConfig saved in the dump's folder and given with --config is read: run and audit no longer list
+    it among the dump's files left out (not a completions_{step}.parquet name); without --config it is listed."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    write_step(d / "completions_00001.parquet", 1, 3, weights=(1.0, 0.5))
+    cfg = d / "grpo_config.json"
+    cfg.write_text(json.dumps({"num_generations": G, "reward_weights": [1.0, 0.5]}))
+    out = tmp_path / "o.parquet"
+    code, stdout, err = run_main(["run", str(d), "-o", out, "--config", str(cfg), "--flavor", "trl", "--json"], capsys)
+    assert code == 0, err
+    assert not [w for w in json.loads(stdout)["warnings"] if "not read" in w]
+    code, stdout, err = run_main(["audit", str(d), "--config", str(cfg), "--flavor", "trl", "--json"], capsys)
+    assert code == 0, err
+    assert not json.loads(stdout).get("files_not_read")
+    code, stdout, err = run_main(["run", str(d), "-o", out, "--force", "--flavor", "trl", "--set",
+                                  f"num_generations={G}", "--json"], capsys)
+    assert code == 0, err
+    assert [w for w in json.loads(stdout)["warnings"] if "not read" in w and "grpo_config.json" in w]

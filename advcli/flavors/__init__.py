@@ -369,7 +369,10 @@ def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
     ends = [name for name in keys if name.endswith("." + k)]
     if len(ends) == 1:
         return f" Did you mean {ends[0]!r}?"
-    return did_you_mean(k, list(keys) + list(flavor.aliases))
+    owners = [f.name for f in FLAVORS.values() if f is not flavor and f.name != "advcli"
+              and (k in f.keys or k in f.aliases)]  # another trainer's key: its flavor named
+    near = did_you_mean(k, list(keys) + list(flavor.aliases))
+    return near + (f" It is a key of --flavor {' and --flavor '.join(owners)}." if owners else "")
 
 
 def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:

@@ -131,3 +131,16 @@ def test_the_audit_tries_every_flavors_declared_group_estimators():
     assert ("nemo", {}) in tried
     assert {f for f, _ in tried} == {"trl"} | {f.name for f in _flavors() if f.audit_tries}
     assert not any(f == "verl" for f, _ in candidates("trl", {}, False))  # no prompt ids: no group estimators
+
+
+@pytest.mark.parametrize("flavor, key, owners", [("verl", "grpo.normalize_rewards", "--flavor nemo"),
+                                                 ("nemo", "algorithm.adv_estimator", "--flavor verl"),
+                                                 ("trl", "n_samples_per_prompt", "--flavor openrlhf and --flavor slime")])
+def test_another_trainers_key_names_its_flavor(flavor, key, owners):
+    """A key of another trainer given to a flavor (a config copied from the wrong run, the wrong --flavor) is refused
+    naming the flavor(s) it belongs to, beside a near spelling among this flavor's keys where there is one."""
+    from advcli.errors import AdvcliError
+    from advcli.flavors import get, native_values
+
+    with pytest.raises(AdvcliError, match=f"is not a setting of --flavor {flavor}.* It is a key of {owners}."):
+        native_values(get(flavor), [(key, "x")])

@@ -17,7 +17,8 @@ EPILOG = """
   advcli stats out.parquet --log tensorboard:runs --log-step-offset 100
   advcli stats logs/exp_001 --follow --log wandb
 
-On a raw dump: score, reward, response-length and group figures. On an advcli output: also the
+On a raw dump: score, reward, response-length and group figures, and the advantages the trainer logged where
+the dump holds them (NeMo RL, TRL, prime-rl, open-instruct). On an advcli output: also the
 advantages and returns (mean/min/max, quantiles, histogram, advantage by token position) and the
 configuration that produced them. --report writes .json, .md or .html (a page with plots).
 With both old_log_probs and rollout_log_probs: also verl's rollout_corr/* figures, made with the rollout

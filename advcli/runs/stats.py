@@ -35,7 +35,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..io.arrays import import_pandas
 
     import_pandas()  # (not first in pyarrow's compiled code, where a Ctrl-C raised at its end was lost)
-    from ..config.columns import resolve_columns
+    from ..config.columns import is_list_type, resolve_columns
     from ..figures.arrays import Codes
     from ..figures.collector import FigureCollector
     from ..figures.of_file import file_group_health, health_columns, reward_kl
@@ -65,7 +65,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         padded = recorded if isinstance(recorded, bool) else pa.types.is_fixed_size_list(
             ins.schema.field(mask_col).type)
     chunk_rows = ins.chunk_rows(chunk_rows)  # and about CHUNK_TOKENS tokens: long responses, small chunks
-    has_adv = "advantages" in names
+    adv_col = "advantages" if "advantages" in names else logged_column(ins)  # a dump: the trainer's own, logged
+    has_adv = adv_col is not None
+    adv_is_list = has_adv and is_list_type(ins.schema.field(adv_col).type)
     has_ret = "returns" in names
     tlr_col = "token_level_rewards" if "token_level_rewards" in names else None
     tls_col = cmap.names.get("token_level_scores")
@@ -154,7 +156,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
                                   bool))
 
     # pass 2: the token columns
-    cols2 = list(dict.fromkeys([mask_col] + [c for c in ("advantages", "returns" if has_ret else None, tlr_col,
+    cols2 = list(dict.fromkeys([mask_col] + [c for c in (adv_col, "returns" if has_ret else None, tlr_col,
                                                          val_col if has_adv else None) if c]))
     row0 = 0
     positions = PositionStats()
@@ -166,7 +168,14 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
             mask &= np.repeat(rs.keep[row0:row0 + B], np.diff(offs))  # (a response-level output's mask is all 1)
         num_tokens = int(offs[-1])
         zeros = np.zeros(num_tokens, np.float32)
-        adv_np = list_parts(batch.column("advantages"))[1] if has_adv else None
+        adv_np = None
+        if has_adv and adv_is_list:
+            adv_np = list_parts(batch.column(adv_col))[1]
+        elif has_adv:  # a logged value per row (TRL's advantage) stands on each of its row's tokens; a row without
+            col = batch.column(adv_col)  # one (prime-rl's never assigned) is in no advantage figure
+            adv_np = np.repeat(np.asarray(col.to_numpy(zero_copy_only=False), np.float64), np.diff(offs))
+            if col.null_count:
+                mask &= np.repeat(~np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool), np.diff(offs))
         adv = adv_np.astype(np.float32) if has_adv else zeros
         ret = list_parts(batch.column("returns"))[1].astype(np.float32) if has_ret else zeros
         if tlr_col:
@@ -225,6 +234,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     if prov:
         estimator = ((prov.get("config") or {}).get("estimator") or {}).get("name", "")
         note = f"statistics of an advcli output ({flavor} {estimator})"
+    elif adv_col is not None:
+        note = (f"statistics of a dump; the advantages are the trainer's own, as it logged them (column {adv_col!r}): "
+                "`advcli audit` checks them against a recomputation")
     else:
         note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
     if padding:
@@ -233,6 +245,18 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
                         extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
                                                                         "input_fingerprint")}} if prov else None)
+
+
+def logged_column(ins) -> str | None:
+    """The column of a trainer's dump (opened: its canonical Parquet) that holds the advantages the trainer logged
+    (NeMo RL's logged_advantages, TRL's advantage, ...: ``Format.logged``), where it has one."""
+    from ..formats.input_edge import IMPORTED
+
+    for p in ins.paths:
+        info = IMPORTED.get(p)
+        if info is not None and info.logged and info.logged in ins.schema.names:
+            return info.logged
+    return None
 
 
 def reshapes_rewards(run) -> bool:

@@ -385,3 +385,23 @@ def test_rollout_id_not_in_nemo_shape(tmp_path, capsys):
     code, _, err = run_main(["convert", d, "-o", tmp_path / "c.parquet"], capsys)
     assert code == 2 and "train_data_step1.jsonl:2: field 'sample_id' is 'a-1'" in err and "Traceback" not in err
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_stats_of_the_dump_describes_the_logged_advantages(dump, capsys):
+    """stats of a NeMo dump describes the advantages NeMo logged (logged_advantages) over the mask=1 tokens, and says
+    they are the trainer's own; it said "no advantages". Each row's logged value is one per row here."""
+    d, expected = dump
+    code, out, err = run_main(["stats", str(d), "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    masks = []
+    for step in (1, 2):
+        for line in (d / f"train_data_step{step}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            masks.append(sum(rec["token_loss_mask"][0]))
+    vals = np.repeat(np.asarray(expected, np.float64), masks)
+    m = rep["metrics"]
+    assert m["critic/advantages/count"] == vals.size
+    assert m["critic/advantages/mean"] == pytest.approx(vals.mean(), abs=1e-6)
+    assert m["critic/advantages/max"] == pytest.approx(vals.max(), abs=1e-6)
+    assert "the advantages are the trainer's own, as it logged them (column 'logged_advantages')" in rep["note"]

@@ -640,3 +640,17 @@ def test_a_config_given_from_the_dumps_folder_is_not_said_left_out(tmp_path, cap
                                   f"num_generations={G}", "--json"], capsys)
     assert code == 0, err
     assert [w for w in json.loads(stdout)["warnings"] if "not read" in w and "grpo_config.json" in w]
+
+
+def test_stats_of_the_dump_describes_the_logged_advantages(dump, capsys):
+    """stats of a TRL completions dump describes TRL's own logged advantage column, one value per response, and says
+    so (it said "no advantages")."""
+    d, expected = dump
+    code, out, err = run_main(["stats", str(d.parent), "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    m = rep["metrics"]
+    assert m["critic/advantages/count"] == len(expected)
+    assert m["critic/advantages/mean"] == pytest.approx(np.mean(expected), abs=1e-6)
+    assert m["critic/advantages/min"] == pytest.approx(np.min(expected), abs=1e-6)
+    assert "(column 'advantage')" in rep["note"]

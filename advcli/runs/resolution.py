@@ -223,9 +223,15 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
         check_config(inputs, cfg)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
         refuse_default_estimator(flavor, inputs, settings, config, {**dict(implied), **given}, e, fa)
+    sessions = False
     for path, value in implied_settings(inputs, cfg).items():  # what the dump's sessions call for
         if path not in given:  # a canonical key the user gave (--flavor advcli) stands
             set_path(cfg, path, value)
+            sessions = sessions or path == "grouping.trajectories"
+    if sessions:
+        lines = lines + [f"sessions: the dump's agent-loop sessions with several outputs: {cfg['estimator']['name']} "
+                         "computes each session's advantage from its last output and gives it to all of its outputs, "
+                         "as verl does (grouping.trajectories=last_step)"]
     refuse_singletons(flavor, cfg, inputs, given)
     refuse_unfit_group_size(flavor, cfg, inputs, given)
     return cfg, native, grouping_note(cfg, inputs) + lines

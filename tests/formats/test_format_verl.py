@@ -300,6 +300,11 @@ def test_v1_multi_output_grpo_gives_every_output_its_session_advantage(tmp_path,
     assert code == 0, err
     assert np.allclose(pq.read_table(tmp_path / "o2.parquet").column("advantages").to_pylist(), exp, rtol=1e-5,
                        atol=1e-6)
+    code, out, err = run_main(["run", d, "-o", tmp_path / "o3.parquet", "--flavor", "verl", "--set",
+                               "algorithm.adv_estimator=grpo", "--json"], capsys)  # the summary says so
+    assert code == 0, err
+    assert any(x.startswith("sessions: the dump's agent-loop sessions with several outputs: grpo computes each "
+                            "session's advantage from its last output") for x in json.loads(out)["from_dump"])
 
 
 def test_v1_multi_output_other_estimators_see_every_output(tmp_path, capsys):

@@ -272,8 +272,9 @@ def test_reward_kl_matches_release(tmp_path, cpu_only, kl):
     n = 3 if est in GROUPED else 1
     rows = random_rows(3, [n] * (4 if n == 3 else 12))
     want = release_step(rows, est, n, 1.0, 1.0, 0.05, kl)
+    # γ and λ given as the release's code is called: --lambd defaults to 0.95 in 0.3.6-0.5.6 and 0.6.0-0.6.3.post2
     got = advcli_run(tmp_path, rows, f"openrlhf@{VERSION}",
                      {"advantage_estimator": est, "n_samples_per_prompt": n, "init_kl_coef": 0.05,
-                      "kl_estimator": kl})["advantages"]
+                      "kl_estimator": kl, "gamma": 1.0, "lambd": 1.0})["advantages"]
     for i, (g, w) in enumerate(zip(got, want)):
         assert g == pytest.approx(w, rel=1e-4, abs=2e-5), f"openrlhf {VERSION} {est} kl {kl} row {i}: {g} != {w}"

@@ -128,10 +128,11 @@ class Overlong:
     factor: float | None = key(None, 'overlong penalty factor', kind='float')
     max_tokens: int = key(1024, 'overlong penalty: the maximum response length', kind='int')
     length: str = key('mask', 'the n of the overlong penalty: `mask` (Σ mask, AReaL), `span` (last − first mask=1 '
-            "position + 1, 0 for a row without one: OpenRLHF's response_length from 0.9.1), `tokens` (the row's "
+            "position + 1, 0 for a row without one: OpenRLHF's response_length from 0.9.1), `first_run` (the mask's "
+            "first run of ones, 0 for a row without one: NeMo RL's first assistant message), `tokens` (the row's "
             "tokens: OpenRLHF 0.8.9-0.9.0's generated ids) or `tokens_eos` (the row's tokens, + 1 where the "
             "`truncated` column is true: OpenRLHF 0.8.7-0.8.8 appends an EOS to a response without one)",
-            ('mask', 'span', 'tokens', 'tokens_eos'), kind='str')
+            ('mask', 'span', 'first_run', 'tokens', 'tokens_eos'), kind='str')
     cap: bool = key(False, 'cap the excess n − (max_tokens − tokens) at tokens, so the penalty is at most factor '
             '(OpenRLHF)', kind='bool')
     exact: bool = key(False, 'the penalty computed in float64 and rounded once to the reward\'s dtype before it is '

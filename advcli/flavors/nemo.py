@@ -58,7 +58,8 @@ KEYS = {
         "reward_shaping.enabled": Key(False, "apply_reward_shaping, after reward_scaling: with "
                                       "stop_properly_penalty_coef c, r·c on the rows of the `truncated` column (the "
                                       "DAPO keys then ignored); else the DAPO overlong penalty r += min(−(n − (max − "
-                                      "L))/L·penalty, 0), n the response's tokens (its one assistant message); "
+                                      "L))/L·penalty, 0), n the first assistant message's tokens (the mask's first run "
+                                      "of ones); "
                                       "taken as done in a train_data_step dump", None, "bool"),
         "reward_shaping.overlong_buffer_length": Key(None, "reward_shaping: DAPO buffer length L", None, "int"),
         "reward_shaping.overlong_buffer_penalty": Key(None, "reward_shaping: DAPO penalty (≥ 0)", None, "float"),
@@ -117,7 +118,8 @@ def _reward_shaping(cfg: dict, v: dict, at: str) -> None:
     reward_scaling: ``stop_properly_penalty_coef`` c (asserted in [0, 1]) scales the truncated rows' reward,
     ``torch.where(truncated, r·c, r)``, and nothing else runs; else the DAPO overlong penalty
     ``r + min(−(n − (max_response_length − L))/L·penalty, 0)`` per row in Python floats (not capped), n the token
-    count of the first assistant message: a single-turn row's response tokens."""
+    count of the first assistant message (llm_message_utils.py L773-774: ``response_token_lengths``), whose tokens
+    are the first run of the row's mask=1 tokens (a multi-turn row's tool turns are mask 0)."""
     coef = v[at + "stop_properly_penalty_coef"]
     if coef is not None:
         if not 0 <= coef <= 1:
@@ -139,7 +141,7 @@ def _reward_shaping(cfg: dict, v: dict, at: str) -> None:
         raise AdvcliError(f"key {at}overlong_buffer_penalty={penalty:g}: NeMo RL asserts it is >= 0 "
                           "(reward_functions.py L130), so the trainer itself would not run it")
     cfg["reward"]["overlong"].update(tokens=float(length), factor=float(penalty), max_tokens=int(longest),
-                                     length="tokens", cap=False, exact=True)
+                                     length="first_run", cap=False, exact=True)
 
 
 def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:

@@ -402,9 +402,9 @@ def sample_mask_item(plan: Plan, rules: dict[str, torch.Tensor], keep: torch.Ten
 
 def overlong_length(kind: str, row: dict) -> torch.Tensor:
     """The response length n of the overlong penalty (``reward.overlong.length``) from pass 1's row table: Σ mask,
-    the span of the mask, the row's tokens, or its tokens plus the EOS OpenRLHF 0.8.7-0.8.8 appended to a
-    truncated response (the input's ``truncated`` column)."""
-    if kind == "span":
+    the span of the mask, its first run of ones, the row's tokens, or its tokens plus the EOS OpenRLHF 0.8.7-0.8.8
+    appended to a truncated response (the input's ``truncated`` column)."""
+    if kind in ("span", "first_run"):  # (pass 1 keeps the one the run asks for under "span")
         return row["span"]
     if kind == "tokens":
         return row["length"]

@@ -112,7 +112,8 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
     reader = ChunkReader(plan, inputs, state)
     # kl.skip_flat_groups: the rewards as SkyRL compares them, float64 (flat_kl_rows)
     reward64 = flat_rule(plan) is not None and plan.reward_source == "reward" and cmap.has("reward")
-    span_length = plan.run.reward.overlong.tokens is not None and plan.run.reward.overlong.length == "span"
+    length_kind = plan.run.reward.overlong.length
+    span_length = plan.run.reward.overlong.tokens is not None and length_kind in ("span", "first_run")
     parts: dict[str, list] = {k: [] for k in ("length", "valid", "span", "reward", "reward64", "keep", "kl_sum",
                                               "kl_mean", "score_sum", "reward_baseline", "is_last_step", *extra_roles,
                                               *(f"token_mean:{r}" for r in token_means))}
@@ -126,8 +127,9 @@ def row_table_pass(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Prog
         mask01 = tok["response_mask"]  # int8/bool 0-1 (checked by the reader)
         parts["length"].append(layout.lengths)
         parts["valid"].append(layout.count_per_row(mask01))
-        if span_length:  # OpenRLHF's response_length for its overlong penalty
-            parts["span"].append(layout.true_span(mask01 > 0))
+        if span_length:  # OpenRLHF's response_length for its overlong penalty; NeMo's first assistant message
+            on = mask01 > 0
+            parts["span"].append(layout.true_span(on) if length_kind == "span" else layout.first_run(on))
         place = placement_index(plan, layout, mask01)
         keep = torch.zeros(layout.num_rows, dtype=torch.bool)
         ok = place >= 0

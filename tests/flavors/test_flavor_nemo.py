@@ -304,13 +304,22 @@ def test_reward_scaling_maps_the_reward_and_each_component(tmp_path, estimator):
 @pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus"])
 def test_reward_shaping_dapo_overlong_is_the_rewards_shaped_first(tmp_path, estimator):
     """apply_reward_shaping's DAPO branch (reward_functions.py L117-170 @7ea279ab): r + min(−(n − (max − L))/L·p, 0),
-    n the row's tokens (its assistant message), not capped: with L = 2, max 5, p = 0.4, the rows of 4, 5 and 6
-    tokens lose 0.2, 0.4 and 0.6. The same run as on rewards shaped by hand."""
+    n the token count of the row's first assistant message (llm_message_utils.py L773-774), the first run of its
+    mask's ones (other turns are mask 0), not capped: with L = 2, max 5, p = 0.4, the rows whose first run is 4
+    and 5 tokens long lose 0.2 and 0.4 (a row of 6 tokens [0,1,1,1,0,0] has a first run of 3: none). The same run
+    as on rewards shaped by hand."""
     settings = {"grpo.adv_estimator.name": estimator, "grpo.reward_shaping.enabled": True,
                 "grpo.reward_shaping.overlong_buffer_length": 2, "grpo.reward_shaping.overlong_buffer_penalty": 0.4,
                 "grpo.reward_shaping.max_response_length": 5}
     got = _run(tmp_path, settings)
-    rows = [(r[0], r[1] - max(len(r[4]) - 3, 0) / 2 * 0.4) + r[2:] for r in ROWS]
+
+    def first_run(mask):
+        start = mask.index(1) if 1 in mask else len(mask)
+        rest = mask[start:]
+        return rest.index(0) if 0 in rest else len(rest)
+
+    assert [first_run(r[4]) for r in ROWS] == [3, 1, 1, 3, 2, 5, 2, 1, 2, 3]
+    rows = [(r[0], r[1] - max(first_run(r[4]) - 3, 0) / 2 * 0.4) + r[2:] for r in ROWS]
     src = _write(os.path.join(tmp_path, "shaped.parquet"), rows)
     t, _ = run_table(src, os.path.join(tmp_path, "want.parquet"), PINNED, {"grpo.adv_estimator.name": estimator},
                      chunk_rows=3)
@@ -504,3 +513,21 @@ def test_the_current_key_wins_over_its_old_name_in_any_order(order):
     pairs = [("grpo.normalize_rewards", False), ("grpo.adv_estimator.normalize_rewards", True)]
     cfg, _ = resolve("nemo", pairs if order == 0 else pairs[::-1])
     assert cfg["estimator"]["normalize"] is True
+
+
+def test_dapo_overlong_counts_the_first_assistant_message_of_a_multi_turn_row(tmp_path):
+    """NeMo's overlong length is the first assistant message's (llm_message_utils.py L773-774 @7ea279ab), not the
+    row's: a row of 10 assistant tokens, 20 tool tokens (mask 0) and 10 more assistant tokens has n = 10 ≤ 30 − 10:
+    no penalty. One group, rewards [1, 0, 0, 0], GRPO with the leave-one-out baseline: by hand 1 for row 0 (its
+    peers' std is 0: not divided) and −(1/3)/(√(1/3) + 1e-6) for the others. Counting the row's 40 tokens would give
+    row 0 a penalty of −2 (reward −1) and flip every sign."""
+    from _flavor_rows import run_rows
+
+    rows = [dict(prompt_id="a", reward=1.0, mask=[1] * 10 + [0] * 20 + [1] * 10)] + \
+        [dict(prompt_id="a", reward=0.0, mask=[1] * 10) for _ in range(3)]
+    settings = {"grpo.adv_estimator.name": "grpo", "grpo.reward_shaping.enabled": True,
+                "grpo.reward_shaping.overlong_buffer_length": 10, "grpo.reward_shaping.overlong_buffer_penalty": 1.0,
+                "grpo.reward_shaping.max_response_length": 30}
+    got = run_rows(tmp_path, rows, "nemo", settings)[0]["advantages"]
+    other = -(1 / 3) / ((1 / 3) ** 0.5 + 1e-6)
+    assert [g[0] for g in got] == pytest.approx([1.0, other, other, other], abs=1e-5)

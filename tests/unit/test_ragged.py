@@ -61,3 +61,12 @@ def test_row_reduce_min_max_and_empty_rows():
     none = Ragged.from_lengths(torch.tensor([0, 0]))
     for reduce, fill in (("sum", 0.0), ("min", float("inf")), ("max", float("-inf"))):
         assert none.row_reduce(torch.zeros(0, dtype=torch.float64), reduce).tolist() == [fill, fill]
+
+
+def test_first_run_is_the_length_of_each_rows_first_run_of_ones():
+    """Rows [1,1,0,1,1], [], [0,1,1,0], [0,0,0], [1], [0,1,1,1]: first runs 2, 0, 2, 0, 1, 3 (to the row's end)."""
+    masks = [[1, 1, 0, 1, 1], [], [0, 1, 1, 0], [0, 0, 0], [1], [0, 1, 1, 1]]
+    lengths = torch.tensor([len(m) for m in masks])
+    r = Ragged.from_lengths(lengths)
+    flags = torch.tensor([x for m in masks for x in m], dtype=torch.bool)
+    assert r.first_run(flags).tolist() == [2, 0, 2, 0, 1, 3]

@@ -186,6 +186,9 @@ class Reward:
             "custom reward manager's or a reward model's), `input` (a float16 reward column stays float16, any "
             "other the run's precision); with KL in the reward the rewards are the rounded scores − β·KL in "
             "float32, as verl's apply_kl_penalty promotes them", ('run', 'input', 'bfloat16', 'float16'), kind='str')
+    promote: bool = key(False, 'with a 16-bit reward.dtype: the scores are rounded to it, then everything after runs '
+            "in the run's precision (OpenRLHF 0.11.2 promotes its bf16 rewards to float32: experience_maker.py "
+            'L242-245); false: the steps reward.dtype names compute in it', kind='bool')
     placement: str = key('last', 'where the row reward lands: `last` (position L_i-1, verl/ROLL) or `last_valid` '
             "(last mask=1 token, OpenRLHF/NeMo gae) or `all` (every position of the row: NeMo RL's REINFORCE++ and "
             'raw_reward)', ('last', 'last_valid', 'all'), kind='str')

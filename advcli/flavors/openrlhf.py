@@ -114,7 +114,8 @@ KEYS = {
     "advcli.reward_dtype": Key("run", "advcli extension: the dtype of the reward model's scores: `bfloat16` / "
                                "`float16` (a bf16 reward model), `run` (the run's precision). Releases 0.10.4-0.11.1 "
                                "shape them in that dtype (the [G, n] group mean, std, leave-one-out baseline); "
-                               "0.11.2 promotes them to float32 first, so it changes nothing there",
+                               "0.11.2 promotes them to float32 first: their rounding stays, the arithmetic is "
+                               "float32",
                                ("run", "bfloat16", "float16"), "str"),
     "advcli.reward_promote": Key(True, "advcli extension (OpenRLHF's releases): rewards promoted to at least "
                                  "float32 before the group shaping (0.11.2); false: shaped in their own dtype "
@@ -385,8 +386,10 @@ def translate(v: dict) -> dict:
     cfg["reward"]["normalize"].update(mean=mean, std=std, eps=eps)
     _length_penalties(v, cfg)
     _dynamic_filtering(v, cfg, n)
-    # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270)
-    cfg["reward"]["dtype"] = "run" if v["advcli.reward_promote"] else v["advcli.reward_dtype"]
+    # the group shaping runs in the rewards' dtype before 0.11.2 (experience_maker.py @0.10.4 L248-270); 0.11.2
+    # promotes them to float32 first (L242-245): their 16-bit rounding stays, the arithmetic is float32
+    cfg["reward"]["dtype"] = v["advcli.reward_dtype"]
+    cfg["reward"]["promote"] = bool(v["advcli.reward_promote"])
     cfg["kl"].update({"in_reward": kl_on, "estimator": kl_name, "input_clamp": None,
                       # compute_approx_kl's clamp(-10, 10) of the estimate came with 0.8.6 (models/utils.py @v0.8.6 L40)
                       "output_clamp": 10.0 if v["advcli.kl_clamp"] else None,

@@ -150,7 +150,7 @@ def row_rewards(plan: Plan, row: dict, comps: dict, scopes, groups, state: RunSt
         raw = row.get("reward", torch.zeros(R, dtype=plan.dtype))
         if plan.run.reward.nan == "zero":  # TRL 0.16.0-1.5.1: the one reward function's None nansums to 0
             raw = torch.nan_to_num(raw, nan=0.0)
-        half = shaping_dtype(plan)
+        half = score_dtype(plan)
         if half is not None:  # the trainer's scores are 16-bit: every estimator, and the KL penalty, sees them
             raw = raw.to(half).to(raw.dtype)  # rounded (verl: token_level_scores in the reward's dtype)
     else:
@@ -413,13 +413,19 @@ def overlong_length(kind: str, row: dict) -> torch.Tensor:
     return row["valid"]
 
 
-def shaping_dtype(plan) -> torch.dtype | None:
-    """The 16-bit dtype the reward normalisation runs in (``reward.dtype``), or None: the run's precision.
-    ``input``: a float16 reward column's float16."""
+def score_dtype(plan) -> torch.dtype | None:
+    """The 16-bit dtype the trainer's scores were in (``reward.dtype``), which the reward column is rounded to, or
+    None. ``input``: a float16 reward column's float16."""
     want = plan.run.reward.dtype
     if want == "input":
         return _input_half(plan)
     return getattr(torch, HALF[want]) if want in HALF else None
+
+
+def shaping_dtype(plan) -> torch.dtype | None:
+    """The 16-bit dtype the reward normalisation runs in (``reward.dtype``), or None: the run's precision (also
+    where the scores are promoted first, ``reward.promote``: OpenRLHF 0.11.2)."""
+    return None if plan.run.reward.promote else score_dtype(plan)
 
 
 def reward_dtype(plan, inputs) -> torch.dtype | None:
@@ -427,7 +433,7 @@ def reward_dtype(plan, inputs) -> torch.dtype | None:
     ``input`` keeps a float16 reward column's dtype; with KL in the reward verl's ``apply_kl_penalty``
     (scores − β·kl, the KL in float32) promotes the rewards to float32, so None."""
     want = plan.run.reward.dtype
-    if want == "run" or plan.kl_on or not plan.spec.keeps_reward_dtype:
+    if want == "run" or plan.kl_on or not plan.spec.keeps_reward_dtype or plan.run.reward.promote:
         return None
     if want == "input":
         return _input_half(plan)

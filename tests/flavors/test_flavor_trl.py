@@ -125,3 +125,23 @@ def test_chunking_does_not_matter(tmp_path):
 def test_bad_settings(tmp_path, settings, match):
     with pytest.raises(AdvcliError, match=match):
         _run(tmp_path, settings)
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
+def test_mask_truncated_completions_is_taken_and_said(tmp_path, trainer):
+    """GRPOConfig/RLOOConfig.mask_truncated_completions (TRL 0.17.0 / 0.22.0 on) zeroes the truncated completions'
+    completion_mask: GRPO's advantages never read it (the same numbers), RLOO's KL sum does, through the mask advcli
+    reads from the input (the run says so); it was refused as not a setting. TRL 0.15.0 has no such field."""
+    import advcli
+    from conftest import SAMPLE
+
+    base = {"trainer": trainer, "num_generations": 8, "advcli.group_by": "id"}
+    runs = []
+    for extra in ({}, {"mask_truncated_completions": True}):
+        res = advcli.run(SAMPLE, str(tmp_path / f"o{len(runs)}.parquet"), flavor="trl", settings={**base, **extra})
+        runs.append((pq.read_table(tmp_path / f"o{len(runs)}.parquet").column("advantages").to_pylist(), res))
+    assert runs[0][0] == runs[1][0]
+    assert "mask_truncated_completions zeroes the truncated completions' mask" in runs[1][1].estimator_note
+    with pytest.raises(AdvcliError, match="not a field of TRL 0.15.0"):
+        advcli.run(SAMPLE, str(tmp_path / "old.parquet"), flavor="trl@0.15.0",
+                   settings={**base, "trainer": "grpo", "mask_truncated_completions": True})

@@ -53,6 +53,9 @@ class Flavor:
     # the framework's own keys (or key prefixes) in a section the flavor reads that change nothing offline:
     # a --config file may hold them (config_file_settings); --set still refuses them
     unread: tuple[str, ...] = ()
+    # the framework's keys that advcli takes another way (slime's reward_key: --column reward=NAME): --set KEY is
+    # refused with that way as its hint
+    elsewhere: dict[str, str] = field(default_factory=dict)
     # sections of the framework's whole configuration that the flavor reads but that mostly hold the trainer's
     # other settings (AReaL's `actor`: PPOActorConfig, with the model path, optimizer, engine): in a --config
     # file (the run's saved config.yaml) a key there that is not the flavor's is ignored and listed, unless it
@@ -317,6 +320,9 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
             values[k] = coerce(k, v, keys[k])
         elif any(k.startswith(p) for p in flavor.open_prefixes):
             values[k] = v
+        elif k in flavor.elsewhere:
+            raise AdvcliError(f"key {k!r} is {flavor.title or flavor.name}'s, and advcli takes it another way",
+                              hint=flavor.elsewhere[k].format(value=v))
         else:
             raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}.{_key_hint(k, flavor, keys)}",
                               hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")

@@ -64,6 +64,11 @@ KEYS = {
     A + "max_seq_len": Key(None, "normaliser of loss_reduction=seq_mean_token_sum_norm (loss side)", None, "int"),
     "generator.n_samples_per_prompt": Key(5, "samples per prompt (SkyRL groups by uid, not by this number)",
                                           None, "int"),
+    "generator.apply_overlong_filtering": Key(False, "the generator zeroes the loss mask of a response that did not "
+                                              "stop (generators/utils.py apply_overlong_filtering); advcli reads that "
+                                              "mask from the input's response_mask "
+                                              "(a SkyRL dump holds it; in your own Parquet give those rows mask 0): "
+                                              "accepted, nothing else changes", None, "bool"),
     "generator.step_wise_trajectories": Key(False, "step-wise trajectories: one row per turn, the estimator runs on "
                                             "the is_last_step rows and each trajectory's value is broadcast to "
                                             "all of its turns", None, "bool"),

@@ -166,6 +166,8 @@ FLAVOR = Flavor(
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",
+    elsewhere={"reward_key": "--reward-key picks the reward among the reward model's outputs: pick the reward "
+                             "column with --column reward={value}"},
     estimator_names=ESTIMATORS,
     group_size_key="n_samples_per_prompt", estimator_note=estimator_note,
     notes="groups are consecutive blocks of n_samples_per_prompt rows of a step; a step whose row count is not "

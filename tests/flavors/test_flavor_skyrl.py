@@ -486,3 +486,20 @@ def test_batch_normalize_of_equal_advantages_is_flagged(tmp_path):
     got64, _ = _run(tmp_path, settings, rows=rows, precision="float64")
     assert got64["advantages"][0] == [0.0, 0.0, 0.0]
     assert_rows_close(got64["advantages"][1:], got["advantages"][1:])  # step 1 is ordinary
+
+
+def test_apply_overlong_filtering_is_taken_and_changes_nothing(tmp_path):
+    """generator.apply_overlong_filtering (generators/utils.py apply_overlong_filtering @a9564572) zeroes the loss mask
+    of the responses that did not stop, which a SkyRL dump holds and advcli reads from response_mask: the key is
+    accepted (it was refused as unknown) and the same input gives the same numbers."""
+    from conftest import SAMPLE
+
+    import advcli
+
+    outs = []
+    for extra in ({}, {"generator.apply_overlong_filtering": True}):
+        path = tmp_path / f"o{len(outs)}.parquet"
+        advcli.run(SAMPLE, str(path), flavor="skyrl", settings={"trainer.algorithm.advantage_estimator": "grpo",
+                                                                  **extra})
+        outs.append(pq.read_table(path).column("advantages").to_pylist())
+    assert outs[0] == outs[1]

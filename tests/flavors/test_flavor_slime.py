@@ -420,3 +420,19 @@ def test_explain_writes_the_normalisation_that_runs(capsys, mean, std, line):
                                f"reward.normalize.std={std}"], capsys)
     assert code == 0, err
     assert line in out and "std_none" not in out
+
+
+def test_reward_key_names_the_column_option(tmp_path):
+    """slime's --reward-key picks one of the reward model's outputs; advcli picks the reward column with --column
+    reward=NAME: --set reward_key=acc is refused with exactly that, and the hint's way runs."""
+    from conftest import SAMPLE
+
+    import advcli
+
+    out = tmp_path / "o.parquet"
+    settings = {"n_samples_per_prompt": 8, "advcli.group_by": "id"}
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(SAMPLE, str(out), flavor="slime", settings={**settings, "reward_key": "acc"})
+    assert "advcli takes it another way" in str(e.value) and "columns={'reward': 'acc'}" in e.value.hint
+    advcli.run(SAMPLE, str(out), flavor="slime", settings=settings, columns={"reward": "acc"})
+    assert out.exists()

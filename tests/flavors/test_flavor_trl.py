@@ -132,8 +132,9 @@ def test_mask_truncated_completions_is_taken_and_said(tmp_path, trainer):
     """GRPOConfig/RLOOConfig.mask_truncated_completions (TRL 0.17.0 / 0.22.0 on) zeroes the truncated completions'
     completion_mask: GRPO's advantages never read it (the same numbers), RLOO's KL sum does, through the mask advcli
     reads from the input (the run says so); it was refused as not a setting. TRL 0.15.0 has no such field."""
-    import advcli
     from conftest import SAMPLE
+
+    import advcli
 
     base = {"trainer": trainer, "num_generations": 8, "advcli.group_by": "id"}
     runs = []

@@ -185,6 +185,7 @@ def _shaping_lines(r) -> list[str]:
     over = r.overlong
     if over.tokens is not None:
         n = {"span": "the span of the mask (last − first mask=1 position + 1)", "tokens": "the row's tokens",
+             "first_run": "the mask's first run of ones (the first assistant message)",
              "tokens_eos": "the row's tokens, + 1 where truncated"}.get(over.length, "Σ mask")
         excess = (f"min(n − ({over.max_tokens} − {over.tokens:g}), {over.tokens:g})" if over.cap
                   else f"(n − ({over.max_tokens} − {over.tokens:g}))")

@@ -359,7 +359,8 @@ def test_nemo_training_config_refusals(tmp_path, capsys):
     (tmp_path / "parent.yaml").write_text(NEMO_PARENT.replace("    enabled: false\n    overlong_buffer_length",
                                                               "    enabled: true\n    overlong_buffer_length"))
     code, out, err = run_main(["explain", "--flavor", "nemo", "--config", child], capsys)
-    assert code == 0 and "r += min(−(n − (512 − 128))/128·1, 0), n = the row's tokens" in out, err
+    assert code == 0 and ("r += min(−(n − (512 − 128))/128·1, 0), n = the mask's first run of ones (the first "
+                          "assistant message)") in out, err
     code, out, err = run_main(["explain", "--flavor", "nemo", "--config", child, "--set",
                                "advcli.rewards_shaped=true"], capsys)
     assert code == 0 and "r += min(" not in out, err

@@ -239,8 +239,8 @@ def hypothesis_agreement(offs: np.ndarray, logged: np.ndarray, recomputed: np.nd
         out["float32"] = segment_sum(offs, m & ~(close(L, A64, rtol, atol) | within)).astype(np.int64)
     if params.get("lo") is not None and params["lo"] < params["hi"]:
         out["clip"] = bad(np.clip(A, params["lo"], params["hi"]))
-        with np.errstate(invalid="ignore"):  # the tokens each bound clamps (a bound no token reaches is unknown)
-            lo, hi = (np.full_like(A, params[k]) for k in ("lo", "hi"))  # beyond a bound by more than the tolerance
+        lo, hi = params["lo"], params["hi"]  # the tokens each bound clamps, beyond it by more than the tolerance
+        with np.errstate(invalid="ignore"):  # (a bound no token reaches is unknown)
             out["clip_low_hits"] = segment_sum(offs, m & (A < lo) & ~close(lo, A, rtol, atol)).astype(np.int64)
             out["clip_high_hits"] = segment_sum(offs, m & (A > hi) & ~close(hi, A, rtol, atol)).astype(np.int64)
     out["scale"] = bad(params["c"] * A)

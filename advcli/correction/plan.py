@@ -188,9 +188,9 @@ def finish(result, state: CorrectionState | None, dtype: torch.dtype) -> None:
     if state is None:
         return
     add_metrics(result.per_step, result.metrics, state.spec, state.sums, state.factors, dtype, state.quantiles)
-    neg_inf = state.sums.acc.get("rollout_neg_inf")
-    if neg_inf is not None and int(neg_inf[1].sum()) > 0:
-        result.warnings.append(neg_inf_note(int(neg_inf[1].sum())))
+    neg_inf = int(state.sums.acc["rollout_neg_inf"][1].sum()) if "rollout_neg_inf" in state.sums.acc else 0
+    if neg_inf:
+        result.warnings.append(neg_inf_note(neg_inf))
     if state.quantiles is not None:
         result.warnings.extend(w for w in state.quantiles.notes if w not in result.warnings)
     if state.hist is not None and hasattr(result, "histograms"):

@@ -136,13 +136,13 @@ class Ragged:
         idx = torch.arange(self.num_tokens, device=self.device)
         big = torch.full_like(idx, self.num_tokens)
         first = torch.full((self.num_rows,), self.num_tokens, dtype=torch.int64, device=self.device)
-        end = self.offsets[1:].to(self.device).clone()  # the first false position after the run, else the row's end
+        row_end = self.offsets[1:].to(self.device)
+        end = row_end.clone()  # the first false position after the run, else the row's end
         if self.num_tokens:
             first.scatter_reduce_(0, self.row_index, torch.where(flags, idx, big), reduce="amin", include_self=True)
             after = ~flags & (idx > first[self.row_index])
             end.scatter_reduce_(0, self.row_index, torch.where(after, idx, big), reduce="amin", include_self=True)
-        has = first < self.offsets[1:].to(self.device)
-        return torch.where(has, end - first, torch.zeros_like(first))
+        return torch.where(first < row_end, end - first, torch.zeros_like(first))
 
     def last_true_index(self, flags: torch.Tensor) -> torch.Tensor:
         """Flat index of each row's last token where ``flags`` is true; -1 where a row has none."""

@@ -392,11 +392,16 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
         refuse_singletons(flavor, cfg, inputs, given)
     except AdvcliError as more:
         then = f"; with it, {more.hint}"
-    default = flavor.keys[key].default
-    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is the default of --flavor {flavor.name}, not a choice "
-                      "made for this dump", hint=f"add --set {key}={value} (group-relative advantages on the dump's "
-                                                 f"groups){then}; `advcli explain --flavor {flavor.name} --keys` "
-                                                 "lists the other estimators") from None
+    raise AdvcliError(f"{error.message}. {_not_chosen(flavor, key, 'dump')}",
+                      hint=f"add --set {key}={value} (group-relative advantages on the dump's groups){then}; "
+                           f"`advcli explain --flavor {flavor.name} --keys` lists the other estimators") from None
+
+
+def _not_chosen(flavor, key: str, what: str) -> str:
+    """"KEY=DEFAULT is the default of --flavor NAME, not a choice made for this WHAT": the estimator a refusal
+    names is the flavor's default, not the user's."""
+    return f"{key}={_fmt(flavor.keys[key].default)} is the default of --flavor {flavor.name}, not a choice made for " \
+           f"this {what}"
 
 
 def refuse_default_estimator_column(spec, native: dict, error, inputs: list[str]) -> None:
@@ -442,10 +447,8 @@ def refuse_default_estimator_column(spec, native: dict, error, inputs: list[str]
     fits.sort(key=lambda f: f[0])
     size = fits[0][2]
     fits = [c for _, c, _ in fits]
-    default = flavor.keys[key].default
     more = f" (or {', '.join(fits[1:4])})" if len(fits) > 1 else ""
-    raise AdvcliError(f"{error.message}. {key}={_fmt(default)} is the default of --flavor {flavor.name}, not a choice "
-                      "made for this file",
+    raise AdvcliError(f"{error.message}. {_not_chosen(flavor, key, 'file')}",
                       hint=f"add --set {key}={fits[0]}{size}{more}, an estimator that needs no {error.role!r} column, "
                            f"or map one with --column {error.role}=NAME; `advcli explain --flavor {flavor.name} "
                            "--keys` lists the estimators") from None

@@ -40,6 +40,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..figures.collector import FigureCollector
     from ..figures.of_file import file_group_health, health_columns, reward_kl
     from ..figures.positions import PositionStats
+    from ..formats import info_for
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
     from ..io.lists import check_no_nulls, primitive_numpy
     from ..io.reader import InputSet
@@ -65,7 +66,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         padded = recorded if isinstance(recorded, bool) else pa.types.is_fixed_size_list(
             ins.schema.field(mask_col).type)
     chunk_rows = ins.chunk_rows(chunk_rows)  # and about CHUNK_TOKENS tokens: long responses, small chunks
-    adv_col = "advantages" if "advantages" in names else logged_column(ins)  # a dump: the trainer's own, logged
+    info = info_for(ins.paths[0])  # a trainer's dump: the column of the advantages it logged, where it has one
+    logged = info.logged if info is not None and info.logged in names else None
+    adv_col = "advantages" if "advantages" in names else logged
     has_adv = adv_col is not None
     adv_is_list = has_adv and is_list_type(ins.schema.field(adv_col).type)
     has_ret = "returns" in names
@@ -238,25 +241,13 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         note = (f"statistics of a dump; the advantages are the trainer's own, as it logged them (column {adv_col!r}): "
                 "`advcli audit` checks them against a recomputation")
     else:
-        note = "statistics of a dump" + ("" if has_adv else " (no advantages: score, reward, length and group figures)")
+        note = "statistics of a dump (no advantages: score, reward, length and group figures)"
     if padding:
         from ..formats.conversion import PADDING_NOTE
         note += "; " + PADDING_NOTE.format(n=padding)
     return build_report(r, flavor=flavor, native=native, command="stats", note=note,
                         extra={"produced_by": {k: prov.get(k) for k in ("advcli_version", "inputs",
                                                                         "input_fingerprint")}} if prov else None)
-
-
-def logged_column(ins) -> str | None:
-    """The column of a trainer's dump (opened: its canonical Parquet) that holds the advantages the trainer logged
-    (NeMo RL's logged_advantages, TRL's advantage, ...: ``Format.logged``), where it has one."""
-    from ..formats.input_edge import IMPORTED
-
-    for p in ins.paths:
-        info = IMPORTED.get(p)
-        if info is not None and info.logged and info.logged in ins.schema.names:
-            return info.logged
-    return None
 
 
 def reshapes_rewards(run) -> bool:

@@ -15,6 +15,8 @@ ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "gdpo", "reinforce
               "optimal_token_baseline", "tir_optimal_token_baseline")
 KL_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 
+DAPO = "reward.reward_manager."
+DAPO_KW = "reward.reward_kwargs."
 KEYS = {
     "algorithm.adv_estimator": Key("gae", "advantage estimator", ESTIMATORS, "str"),
     "algorithm.gamma": Key(1.0, "discount factor (gae, reinforce_plus_plus)", None, "float"),
@@ -65,8 +67,37 @@ KEYS = {
     "algorithm.use_pf_ppo": Key(False, "PF-PPO: verl resamples the batch's rows after GAE (other estimators: no "
                                 "effect); the output holds each row's GAE advantage before the resampling", None,
                                 "bool"),
+    # the DAPO reward manager's overlong penalty, at the trainer's keys (`+reward.reward_kwargs...`; the examples of
+    # 1dda039b also write them under reward_model: ALIASES): the reward manager scores each response before the
+    # advantages (workers/reward_manager/dapo.py L119-132, experimental/reward_loop/reward_manager/dapo.py L105-116)
+    DAPO + "name": Key("naive", "the reward manager; `dapo` adds the overlong penalty of reward.reward_kwargs."
+                       "overlong_buffer_cfg to each response's score (any other name: no change to given scores)",
+                       None, "str"),
+    DAPO_KW + "overlong_buffer_cfg.enable": Key(False, "dapo's overlong penalty: r += min(−(n − (max_resp_len − "
+                                                "len))/len·penalty_factor, 0), n the response's tokens (its "
+                                                "attention mask), in float32; not applied again to a verl dump's "
+                                                "scores (advcli.rewards_shaped)", None, "bool"),
+    DAPO_KW + "overlong_buffer_cfg.len": Key(None, "dapo's overlong buffer length (> 0)", None, "int"),
+    DAPO_KW + "overlong_buffer_cfg.penalty_factor": Key(None, "dapo's overlong penalty factor", None, "float"),
+    DAPO_KW + "overlong_buffer_cfg.log": Key(False, "dapo logs overlong_reward and overlong beside the score (no "
+                                             "effect on the rewards; a verl dump's overlong_reward column is read)",
+                                             None, "bool"),
+    DAPO_KW + "max_resp_len": Key(None, "dapo's maximum response length (≥ overlong_buffer_cfg.len)", None, "int"),
+    "advcli.rewards_shaped": Key(False, "advcli extension: the reward column holds the reward manager's rewards, "
+                                 "the DAPO overlong penalty in them (a verl dump: set for it), so it is not "
+                                 "applied again", None, "bool"),
 }
 KEYS.update(rollout_correction.KEYS)  # algorithm.rollout_correction.* (flavors/_verl_correction_keys.py)
+# the reward section's keys as the examples of 1dda039b also give them (+reward_model.reward_kwargs...,
+# reward_model.reward_manager=dapo), and as the releases before the reward section took them: verl migrates them,
+# a legacy value that is not null replacing the new one, reward_kwargs as a whole (experimental/reward_loop/
+# reward_loop.py L48-72 @1dda039b)
+LEGACY = "reward_model."
+KEYS[LEGACY + "reward_manager"] = Key(None, "the reward manager by its legacy key: not null, it replaces "
+                                      "reward.reward_manager.name", None, "str")
+KEYS.update({LEGACY + k[len("reward."):]: Key(None, f"the legacy {LEGACY}reward_kwargs: any of them given, "
+                                              "they replace reward.reward_kwargs as a whole", None, KEYS[k].kind)
+             for k in list(KEYS) if k.startswith(DAPO_KW)})
 
 
 def kl_settings(name: str, input_clamp: bool = True) -> dict:
@@ -100,6 +131,46 @@ def _num(x) -> str:
     return "null" if x is None else format(x, "g") if isinstance(x, (int, float)) else repr(x)
 
 
+def reward_manager_values(v: dict) -> dict:
+    """``v`` with verl's migration of the legacy reward_model keys done (reward_loop.py L48-72 @1dda039b):
+    ``reward_model.reward_manager`` not null replaces ``reward.reward_manager.name``; any
+    ``reward_model.reward_kwargs.*`` given replaces ``reward.reward_kwargs`` as a whole (its keys not given:
+    unset)."""
+    v = dict(v)
+    if v.get(LEGACY + "reward_manager") is not None:
+        v[DAPO + "name"] = v[LEGACY + "reward_manager"]
+    legacy = {k: LEGACY + k[len("reward."):] for k in v if k.startswith(DAPO_KW)}
+    if any(v.get(old) is not None for old in legacy.values()):
+        for new, old in legacy.items():
+            v[new] = v.get(old) if v.get(old) is not None or not new.endswith((".enable", ".log")) else False
+    return v
+
+
+def _dapo_overlong(cfg: dict, v: dict) -> None:
+    """The DAPO reward manager's overlong penalty (``reward.reward_manager.name=dapo`` with
+    ``reward.reward_kwargs.overlong_buffer_cfg.enable``), as ``reward.overlong``: verl adds ``min(−(n −
+    (max_resp_len − len))/len·penalty_factor, 0)`` to the reward function's score, n = the response's attention
+    mask (its tokens, tool output included), the int64 tensor's true division in float32 (workers/reward_manager/
+    dapo.py L119-132, experimental/reward_loop/reward_manager/dapo.py L105-116 @1dda039b). None on a dump's
+    rewards, which hold it (``advcli.rewards_shaped``)."""
+    v = reward_manager_values(v)
+    if v[DAPO + "name"] != "dapo" or not v[DAPO_KW + "overlong_buffer_cfg.enable"] or v["advcli.rewards_shaped"]:
+        return
+    names = ("overlong_buffer_cfg.len", "overlong_buffer_cfg.penalty_factor", "max_resp_len")
+    missing = [DAPO_KW + k for k in names if v[DAPO_KW + k] is None]
+    if missing:  # DAPORewardManager asserts max_resp_len; the buffer's len and penalty_factor are read as given
+        raise AdvcliError(f"key {DAPO_KW}overlong_buffer_cfg.enable=true without {', '.join(missing)}: verl's DAPO "
+                          "reward manager needs them (dapo.py L45-56, L121-126), so the trainer itself would not run",
+                          hint=f"set {', '.join(missing)}")
+    length, factor, longest = (v[DAPO_KW + k] for k in names)
+    if length <= 0 or longest < length:  # the manager's asserts (dapo.py L49-56)
+        raise AdvcliError(f"keys {DAPO_KW}overlong_buffer_cfg.len={length} and {DAPO_KW}max_resp_len={longest}: "
+                          "verl's DAPO reward manager asserts len > 0 and max_resp_len >= len (dapo.py L49-56), so "
+                          "the trainer itself would not run")
+    cfg["reward"]["overlong"].update(tokens=float(length), factor=float(factor), max_tokens=int(longest),
+                                     length="tokens", cap=False, exact=False)
+
+
 def translate(v: dict) -> dict:
     cfg = default_config()
     est = v["algorithm.adv_estimator"]
@@ -115,6 +186,7 @@ def translate(v: dict) -> dict:
     # agent loop's rm_scores (agent_loop.py L1067) write reward_tensor[i, L_i - 1] with L_i = 0, i.e. the last
     # column of the padded batch: outside the mask, but in the row sum the group estimators take
     cfg["reward"]["empty_row"] = "score"
+    _dapo_overlong(cfg, v)
     if in_reward:  # verl reads kl_penalty and kl_ctrl.type only there: any value runs without it
         cfg["kl"].update(kl_settings(v["algorithm.kl_penalty"], v["advcli.k3_input_clamp"]))
     elif ctrl not in ("fixed", "adaptive"):
@@ -344,10 +416,18 @@ RELEASES = (
 )
 
 def estimator_note(v: dict) -> str | None:
-    """PF-PPO (``algorithm.use_pf_ppo``): verl's compute_advantage resamples the batch with
+    """The DAPO overlong penalty a legacy dump may not hold (:func:`_add_overlong` in formats/verl.py reads it where
+    it was logged). PF-PPO (``algorithm.use_pf_ppo``): verl's compute_advantage resamples the batch with
     compute_pf_ppo_reweight_data after GAE's advantages, whitening included, are computed, in its GAE branch only
     (ray_trainer.py L218-234 @1dda039b, L239-253 @v0.4.0): the advantages of the rows are GAE's; the resampling picks
     which rows train."""
+    v = reward_manager_values(v)
+    if (v.get("advcli.rewards_shaped") and v.get(DAPO + "name") == "dapo"
+            and v.get(DAPO_KW + "overlong_buffer_cfg.enable") and not v.get(DAPO_KW + "overlong_buffer_cfg.log")):
+        return ("reward.reward_kwargs.overlong_buffer_cfg.log=false: verl's legacy trainer dumps a reward function's "
+                "own score (a dict's 'score', as math_dapo returns) in place of the reward, and without the logged "
+                "overlong_reward the penalty of a row past max_resp_len − len is not in it: such rows' groups differ "
+                "from verl's (the v1 trainer's dump writes the reward, penalty included)")
     if not v.get("algorithm.use_pf_ppo"):
         return None
     est = v["algorithm.adv_estimator"]
@@ -375,7 +455,14 @@ FLAVOR = Flavor(
     # pf_ppo tunes the resampling use_pf_ppo turns on (after the advantages), debug_rollout_actor_probs only logs
     # ppo_trainer.yaml's actor_rollout_ref holds the whole actor, rollout and reference setup; advcli reads
     # actor.use_kl_loss (the KL in the reward at 0.2-0.3) and ignores the rest
-    mixed_sections=("actor_rollout_ref",),
+    # reward / reward_model hold the whole reward setup (workers, custom_reward_function, the reward model); advcli
+    # reads the DAPO reward manager's overlong keys there
+    mixed_sections=("actor_rollout_ref", "reward", "reward_model"),
+    # verl's dumps write each response's reward after the reward manager (the v1 trainer's rm_scores sum; the
+    # legacy trainer's score, with the manager's logged overlong_reward added by the reader: formats/verl.py)
+    dump_settings={"verl-jsonl": ((("advcli.rewards_shaped", True),),
+                                  "verl's rollout dump (its scores are the reward manager's: DAPO's overlong penalty "
+                                  "is in them, or in its logged overlong_reward)")},
     unread=("algorithm.filter_groups", "algorithm.pf_ppo", "algorithm.rollout_correction.debug_rollout_actor_probs"),
     notes="Group statistics on s_i = Σ_t token_level_rewards (mask not applied), torch.std unbiased, "
           "(s−μ)/(σ+1e-6); a group of one gets s/(1+1e-6) in grpo, raw s in rloo, 0 in rloo_vectorized; "

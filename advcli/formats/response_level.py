@@ -61,6 +61,10 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
         hint = ("the same estimator runs with the KL coefficient at 0 (TRL: --set beta=0.0; AReaL: --set "
                 "actor.kl_ctl=0, or --config with the trial's config.yaml when the run set it there; `advcli "
                 "explain --flavor NAME --keys` names the flavor's KL keys)")
+    elif run.reward.overlong.tokens is not None and run.reward.source != "token_level_scores":
+        missing = "the overlong penalty needs each response's token count"
+        hint = ("a dump's rewards already hold the trainer's own penalty (advcli.rewards_shaped, set for it); "
+                "leave the penalty's keys unset or give a Parquet file with each response's tokens")
     elif run.whitening.whiten or run.reward.whiten_tokens:
         missing = "whitening over tokens needs each response's token mask (response_mask)"
     elif run.whitening.batch_normalize:  # SkyRL's advantage_batch_normalize: statistics over the padded grid

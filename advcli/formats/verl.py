@@ -37,7 +37,7 @@ import re
 
 from ..errors import AdvcliError
 from ..estimators import all_specs
-from . import Context, Format, extras, iter_json_lines, number, require
+from . import Context, Format, extras, iter_json_lines, number, require, reward_note
 from ._common import BOOL, F32, I64, STR, text_key
 
 UID = re.compile(r"^(?P<prompt>.+)_(?P<session>\d+)_(?P<index>\d+)$")
@@ -76,6 +76,7 @@ def read(path: str, ctx: Context):
                                  "it its step's name)")
         row = {"step": step, "reward": number(ctx, line, rec["score"], "score"), "is_padding": is_padding(rec)}
         row.update(extras(rec, ("step", "score", "reward", "is_padding")))
+        _add_overlong(ctx, line, rec, row)
         _note_extras(ctx, rec, row)
         uid = rec.get("uid")
         _check_uid_mix(ctx, path, line, rec, uid, local)
@@ -161,6 +162,34 @@ def _check_uid_mix(ctx: Context, path: str, line: int, rec: dict, uid, local: di
 
 
 BASE = {"input", "output", "gts", "score", "step", "uid", "reward", "is_padding"}
+
+
+def _add_overlong(ctx: Context, line: int, rec: dict, row: dict) -> None:
+    """The DAPO reward manager's logged overlong penalty (``overlong_buffer_cfg.log``: ``overlong_reward``) added to
+    a score that does not hold it. The manager adds it to the reward function's score (workers/reward_manager/
+    dapo.py L119-132, experimental/reward_loop/reward_manager/dapo.py L105-116 @1dda039b, a float32 tensor) and
+    writes the reward into the batch; the dump's ``score`` is that reward's sum, but the reward's extra keys are
+    written over it (_write_generations L468-470): a reward function that returns a dict (``math_dapo``:
+    score, acc, pred) puts its own score, before the penalty, in ``score``. One that returns a number leaves the
+    reward in ``score`` and that number in ``acc``: there score = acc + overlong_reward already, in float32, and
+    nothing is added. The row keeps the dump's score as ``score``."""
+    import numpy as np
+
+    penalty = rec.get("overlong_reward")
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
+        return
+    score = row["score"] = row["reward"]
+    if not penalty:
+        return
+    f32 = np.float32
+    acc = rec.get("acc")
+    if (isinstance(acc, (int, float)) and not isinstance(acc, bool)
+            and f32(f32(acc) + f32(penalty)) == f32(score)):  # a number-returning reward function: in the score
+        return
+    row["reward"] = float(f32(f32(score) + f32(penalty)))
+    reward_note(ctx, "reward = score + overlong_reward: the DAPO reward manager's overlong penalty, logged beside "
+                     "the reward function's own score, which verl's dump writes in place of the reward "
+                     "(dapo.py L119-132, ray_trainer.py _write_generations); the dump's score is kept as score")
 
 
 def _note_extras(ctx: Context, rec: dict, row: dict) -> None:

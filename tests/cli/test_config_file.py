@@ -71,7 +71,8 @@ ray_init:
 """
 # actor_rollout_ref is read for actor.use_kl_loss (verl 0.2-0.3 put the KL in the reward unless it was on): its
 # other keys are ignored as its rest, actor_rollout_ref.*
-IGNORED_SECTIONS = ["defaults", "data", "critic", "reward_model", "trainer", "ray_init"]
+# reward_model is read (the DAPO reward manager's keys, under their older section): its other keys are ignored
+IGNORED_SECTIONS = ["defaults", "data", "critic", "trainer", "ray_init"]
 
 
 def _dump(tmp_path):
@@ -99,8 +100,8 @@ def test_full_verl_ppo_trainer_yaml_runs(tmp_path, capsys):
     assert rep["settings"]["algorithm.norm_adv_by_std_in_grpo"] is False
     cf = rep["config_file"]
     assert cf["ignored_sections"] == IGNORED_SECTIONS
-    assert cf["ignored_keys"] == ["actor_rollout_ref.*", "algorithm._target_", "algorithm.filter_groups",
-                                  "algorithm.kl_ctrl._target_", "algorithm.pf_ppo"]
+    assert cf["ignored_keys"] == ["actor_rollout_ref.*", "reward_model.*", "algorithm._target_",
+                                  "algorithm.filter_groups", "algorithm.kl_ctrl._target_", "algorithm.pf_ppo"]
     assert "algorithm.adv_estimator" in cf["taken"] and "actor_rollout_ref.actor.use_kl_loss" in cf["taken"]
     assert len(cf["taken"]) == 12
 
@@ -116,7 +117,7 @@ def test_ignored_sections_are_one_summary_line(tmp_path, capsys):
     text = " ".join(" ".join(err.split("config ", 1)[1].split("input ", 1)[0].split()).split())
     assert "ignored sections " + ", ".join(IGNORED_SECTIONS) + " (--flavor verl reads none of their keys)" in text
     # actor_rollout_ref.actor.use_kl_loss is taken: the section's rest is what is ignored, said so
-    assert "keys actor_rollout_ref.* other than the key(s) taken, algorithm._target_" in text, text
+    assert "keys actor_rollout_ref.* other than the key(s) taken, reward_model.*, algorithm._target_" in text, text
 
 
 @pytest.mark.parametrize("old, new, named", [

@@ -172,9 +172,18 @@ def _add_overlong(ctx: Context, line: int, rec: dict, row: dict) -> None:
     written over it (_write_generations L468-470): a reward function that returns a dict (``math_dapo``:
     score, acc, pred) puts its own score, before the penalty, in ``score``. One that returns a number leaves the
     reward in ``score`` and that number in ``acc``: there score = acc + overlong_reward already, in float32, and
-    nothing is added. The row keeps the dump's score as ``score``."""
+    nothing is added. The row keeps the dump's score as ``score``. A validation dump's ``reward`` field is the
+    manager's reward tensor's sum (ray_trainer.py _validate L678, v1/trainer_base.py L1041): the row's reward
+    wherever it is there."""
     import numpy as np
 
+    total = rec.get("reward")
+    if isinstance(total, (int, float)) and not isinstance(total, bool):  # validation: the reward tensor's sum
+        row["score"], row["reward"] = row["reward"], float(total)
+        reward_note(ctx, "reward = the record's reward field (verl's validation dump: the reward manager's reward, "
+                         "ray_trainer.py _validate; its score field can be the reward function's own); the dump's "
+                         "score is kept as score")
+        return
     penalty = rec.get("overlong_reward")
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
         return

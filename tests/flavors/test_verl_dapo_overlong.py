@@ -199,3 +199,23 @@ def test_the_penalty_asked_again_on_a_dump_without_token_counts_is_refused(tmp_p
                              "--set", "advcli.rewards_shaped=false"], capsys)
     assert code == 2 and "the overlong penalty needs each response's token count" in err
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_validation_dump_takes_its_reward_field(tmp_path, capsys):
+    """validation_data_dir: _validate writes reward = the reward tensor's sum (ray_trainer.py L678) beside the
+    reward function's own score (its dict's, written over the base field): the reward is the manager's."""
+    d = tmp_path / "val"
+    d.mkdir()
+    with open(d / "2.jsonl", "w") as fh:
+        for r in dump_records(True):
+            r = {k: v for k, v in r.items() if k not in ("overlong_reward", "overlong")}  # log=false
+            r["reward"] = float(verl_dapo_reward(r["score"], len(r["output"])))
+            fh.write(json.dumps(r) + "\n")
+    out = tmp_path / "out.parquet"
+    code, _, err = run_main(["run", d, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"],
+                            capsys)
+    assert code == 0, err
+    t = pq.read_table(out)
+    assert np.allclose(t.column("advantages").to_numpy(), expected(), rtol=1e-5, atol=1e-6)
+    assert t.column("score").to_pylist() == [s for _, s, _ in ROWS]  # the dump's score kept
+    assert "reward = the record's reward field" in err

@@ -29,14 +29,18 @@ from . import Flavor
 from ._releases import Release
 
 ESTIMATORS = ("gae", "reinforce", "grpo")
-AGENTIC = ("gigpo", "step_reinforce", "agentic_reinforce")
+# names of the agentic pipeline's estimators that RLVR's compute_advantage takes into its reinforce branch
+# (functionals.py L1168 @8eb27cc2; reward_postprocess special-cases grpo only): reinforce there
+AS_REINFORCE = ("gigpo", "step_reinforce")
+AGENTIC = ("agentic_reinforce",)  # compute_advantage raises NotImplementedError (agentic/utils.py has its own)
 KL_NAMES = ("kl", "abs", "mse", "k3")
 NORM_TYPES = ("batch", "group", "running")
 N_KEY = "actor_infer.generating_args.num_return_sequences"
 
 KEYS = {
     "adv_estimator": Key("gae", "advantage estimator: gae, reinforce, grpo (grpo forces the group/group "
-                         "reward norm)", None, "str"),
+                         "reward norm); gigpo and step_reinforce run as reinforce in the RLVR pipeline", None,
+                         "str"),
     N_KEY: Key(1, "group size n: consecutive blocks of n rows of a domain form a group (RLVRConfig sets it "
                "from num_return_sequences_in_group)", None, "int"),
     "gamma": Key(1.0, "discount (reinforce/grpo count masked columns as discount steps)", None, "float"),
@@ -107,8 +111,11 @@ def translate(v: dict) -> dict:
     est = v["adv_estimator"]
     if est in AGENTIC:
         raise AdvcliError(f"key adv_estimator={est}: an estimator of ROLL's agentic pipeline (trajectory and step "
-                          "rewards, keyed groups); --flavor roll reproduces the RLVR chain. "
-                          f"Valid: {', '.join(ESTIMATORS)}")
+                          "rewards, keyed groups), which the RLVR chain --flavor roll reproduces raises "
+                          "NotImplementedError on (functionals.py compute_advantage). "
+                          f"Valid: {', '.join(ESTIMATORS + AS_REINFORCE)}")
+    if est in AS_REINFORCE:
+        est = "reinforce"
     if est not in ESTIMATORS:
         raise AdvcliError(f"key adv_estimator: unknown value {est!r}.{did_you_mean(est, ESTIMATORS)} "
                           f"Valid: {', '.join(ESTIMATORS)}")
@@ -188,6 +195,10 @@ def estimator_note(v: dict) -> str | None:
         return f"adv_estimator=grpo is ROLL's group reward norm (r − mean)/(std + 1e-6), then {ret} on those rewards"
     if est == "reinforce":
         return f"adv_estimator=reinforce is ROLL's {ret.removeprefix('its ')}"
+    if est in AS_REINFORCE:
+        return (f"adv_estimator={est} runs as reinforce in ROLL's RLVR pipeline (compute_advantage's reinforce "
+                f"branch, the configured reward norm): {ret.removeprefix('its ')}; the agentic pipeline's step "
+                "grouping is not in it")
     return None
 
 
@@ -224,7 +235,7 @@ FLAVOR = Flavor(
     title="ROLL",  # the framework's name in prose (help, docs)
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
-    estimator_names=ESTIMATORS,
+    estimator_names=ESTIMATORS + AS_REINFORCE,
     # a ROLL pipeline config's actor_infer holds the inference worker's whole setup (model_args, strategy_args,
     # the other generating_args) beside the group size: ignored there, a near miss of it still refused
     mixed_sections=("actor_infer",),

@@ -459,13 +459,20 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
     advantage would be 0 (or NaN with a group std), a run with no signal that looks like a success. Not where
     another term carries the signal: slime's on-policy distillation (``use_opd``) at its default
     n_samples_per_prompt 1 is that method's normal case (the group term 0, A = −coef·(lp − teacher)), which
-    slime runs."""
+    slime runs; nor a KL in the reward beside a group mean without a group std (ROLL's reinforce with
+    add_token_level_kl): the advantages are the KL's, as the trainer's."""
     key = flavor.group_size_key
     run = RunSpec.from_config(cfg)
     if not key or key in given or run.grouping.by != "position" or run.grouping.size != 1:
         return
     if run.advantage.distill_coef:
         return
+    from ..estimators import get as get_estimator
+
+    if (run.kl.in_reward and run.kl.coef and run.reward.normalize.std not in ("group", "loo")
+            and not get_estimator(run.estimator.name).uses_groups):
+        return  # the token KL carries the signal and nothing divides by a std of one: ROLL's reinforce with a group
+        # mean and add_token_level_kl at its default num_return_sequences 1 runs so
     sizes, scattered = _group_layout(inputs)
     fix = _size_from_ids(key, sizes, scattered) or _no_single_size_fix(key, sizes)
     raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to 1, so every row would be its own "

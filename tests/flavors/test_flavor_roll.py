@@ -265,6 +265,31 @@ def test_group_mean_only_with_n1_gives_zero(tmp_path):
     assert out["advantages"] == [[0.0, 0.0], [0.0]]
 
 
+@pytest.mark.parametrize("name", ["gigpo", "step_reinforce"])
+def test_agentic_names_run_as_reinforce_in_the_rlvr_chain(tmp_path, name):
+    """functionals.py compute_advantage L1168 @8eb27cc2 takes gigpo and step_reinforce into its reinforce branch and
+    reward_postprocess special-cases grpo only: with a group mean, r − mean over the block of 2, then the return
+    A_t = r_t + A_{t+1} (γ = 1) with the reward on the last token, × mask."""
+    rows = [dict(prompt_id="a", reward=1.0, mask=[1, 1]), dict(prompt_id="a", reward=0.0, mask=[1]),
+            dict(prompt_id="b", reward=0.5, mask=[1, 1, 1]), dict(prompt_id="b", reward=0.5, mask=[1])]
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": name, "norm_mean_type": "group", N: 2})
+    assert_rows_close(out["advantages"], [[0.5, 0.5], [-0.5], [0.0, 0.0, 0.0], [0.0]])
+
+
+def test_default_group_size_runs_where_the_token_kl_carries_the_signal(tmp_path):
+    """num_return_sequences left at ROLL's default 1 with a group mean: refused alone (every advantage 0), but with
+    add_token_level_kl the advantages are the KL's return, as ROLL runs it: −β·k1 per token (k1 = old − ref = 0.2),
+    summed from the end (γ = 1), the reward's group-mean part 0."""
+    rows = [dict(r, prompt_id=f"p{i}", old=[-1.0] * len(r["mask"]), ref=[-1.2] * len(r["mask"]))
+            for i, r in enumerate(HAZARD_ROWS[:2])]
+    with pytest.raises(AdvcliError, match="defaults to 1"):
+        run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "norm_mean_type": "group"})
+    out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "norm_mean_type": "group",
+                                                "add_token_level_kl": True, "init_kl_coef": 0.1})
+    k = -0.1 * 0.2
+    assert_rows_close(out["advantages"], [[3 * k, 2 * k, k], [2 * k, k]])
+
+
 def test_whitening_skipped_in_a_domain_with_one_valid_token(tmp_path):
     """compute_advantage L1099-1106: ≤ 1 valid token in the domain → no whitening there; the other domain
     is whitened over its own tokens (unbiased, var + 1e-8)."""
@@ -299,7 +324,7 @@ def test_old_flat_group_size_alias(tmp_path):
     ({"norm_std_type": "running", "norm_mean_type": "batch"}, "KeyError: 'domain'"),
     ({"norm_std_type": "group"}, "norm_mean_type=group"),
     ({"norm_std_type": "group", "norm_mean_type": "batch"}, "[G, B]"),
-    ({"adv_estimator": "gigpo"}, "agentic"),
+    ({"adv_estimator": "agentic_reinforce"}, "NotImplementedError"),
     ({"adv_estimator": "grop"}, "Did you mean 'grpo'"),
     ({"kl_penalty": "full"}, "ROLL itself stops here"),
     ({"kl_penalty": "low_var_kl"}, "Valid: kl, abs, mse, k3"),

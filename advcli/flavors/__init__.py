@@ -323,10 +323,34 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
         elif k in flavor.elsewhere:
             raise AdvcliError(f"key {k!r} is {flavor.title or flavor.name}'s, and advcli takes it another way",
                               hint=flavor.elsewhere[k].format(value=v))
+        elif _mixed_section_rest(k, flavor, keys):
+            section = k.split(".")[0]
+            read = [n for n in keys if n.split(".")[0] == section]
+            title = flavor.title or flavor.name
+            raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}: of {title}'s "
+                              f"{section} section advcli reads {', '.join(read[:3])}"
+                              f"{' and others' if len(read) > 3 else ''}; its other keys (the loss's, the workers', "
+                              "the model's) change no advantage",
+                              hint="leave it out of --set; a --config file holding it runs and lists it among the "
+                                   "keys it ignored")
         else:
             raise AdvcliError(f"key {k!r} is not a setting of --flavor {flavor.name}.{_key_hint(k, flavor, keys)}",
                               hint=f"`advcli explain --flavor {flavor.name} --keys` lists its keys")
     return values
+
+
+def _mixed_section_rest(k: str, flavor: Flavor, keys: dict) -> bool:
+    """Whether ``k`` is one of the trainer's other keys in a section the flavor reads a few of
+    (``Flavor.mixed_sections``: NeMo's loss_fn.ratio_clip_min), not a near miss of one of them, nor another
+    flavor's key."""
+    from ..config import SCHEMA
+
+    section = k.split(".")[0]
+    if section not in flavor.mixed_sections or "." not in k or k in SCHEMA:  # (advcli's reward.overlong.tokens)
+        return False
+    if any(k in f.keys or k in f.aliases for f in FLAVORS.values() if f is not flavor and f.name != "advcli"):
+        return False
+    return not _near_miss(k, [n for n in keys if n.split(".")[0] == section], ())
 
 
 def check_given(spec, settings) -> None:

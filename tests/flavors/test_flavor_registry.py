@@ -144,3 +144,22 @@ def test_another_trainers_key_names_its_flavor(flavor, key, owners):
 
     with pytest.raises(AdvcliError, match=f"is not a setting of --flavor {flavor}.* It is a key of {owners}."):
         native_values(get(flavor), [(key, "x")])
+
+
+@pytest.mark.parametrize("flavor, key, reads", [
+    ("nemo", "loss_fn.kl_input_clamp_value", "loss_fn.use_kl_in_reward"),
+    ("prime-rl", "orchestrator.algo.sampling.source", "orchestrator.algo.type"),
+    ("verl", "reward.num_workers", "reward.reward_manager.name")])
+def test_the_trainers_other_keys_of_a_section_it_reads_are_named_as_such(flavor, key, reads):
+    """A trainer's key of a section the flavor reads a few keys of (the loss's clamp, the sampler's source): said to
+    change no advantage, naming what advcli reads there, not 'Did you mean' an unrelated key; a near miss of a key
+    advcli reads keeps its 'Did you mean'."""
+    from advcli.errors import AdvcliError
+    from advcli.flavors import get, native_values
+
+    with pytest.raises(AdvcliError) as refused:
+        native_values(get(flavor), [(key, "x")])
+    said = str(refused.value)
+    assert "change no advantage" in said and reads in said and "Did you mean" not in said
+    with pytest.raises(AdvcliError, match="Did you mean 'loss_fn.reference_policy_kl_penalty'"):
+        native_values(get("nemo"), [("loss_fn.reference_policy_kl_penalt", 0.1)])

@@ -155,6 +155,15 @@ def _loop_rewards(cfg: dict, v: dict, loop: str) -> None:
     if v[f"{loop}.reward_scaling.enabled"]:
         cfg["reward"]["range_map"] = [v[f"{loop}.reward_scaling.{b}"]
                                       for b in ("source_min", "source_max", "target_min", "target_max")]
+        smin, smax = cfg["reward"]["range_map"][:2]
+        if smax <= smin:  # scale_rewards (grpo.py L1862-1867 @7ea279ab): clamp(min > max) gives max everywhere
+            at = f"{loop}.reward_scaling."
+            raise AdvcliError(f"keys {at}source_min={smin:g} and {at}source_max={smax:g}: NeMo RL clamps every reward "
+                              "to [source_min, source_max] and divides by source_max − source_min, so "
+                              + ("it divides by 0 (NaN rewards)" if smax == smin else
+                                 "every reward becomes target_max and every advantage 0")
+                              + " (grpo.py scale_rewards L1862-1867)",
+                              hint=f"set {at}source_max above {at}source_min")
     penalty = {k: x for k, x in v.items() if k.startswith(LENGTH_PENALTY)}
     if penalty and v.get(LENGTH_PENALTY + "enabled") is not False:
         raise AdvcliError(f"keys {', '.join(sorted(penalty))}: NeMo RL's length penalties (#3852, "

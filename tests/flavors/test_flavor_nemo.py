@@ -301,6 +301,17 @@ def test_reward_scaling_maps_the_reward_and_each_component(tmp_path, estimator):
     assert plain["advantages"] != got["advantages"]
 
 
+@pytest.mark.parametrize("smin, said", [(2.0, "every reward becomes target_max"), (1.0, "divides by 0")])
+def test_reward_scaling_without_a_source_range_is_refused_by_its_keys(tmp_path, smin, said):
+    """source_min ≥ source_max: torch.clamp(min > max) gives source_max everywhere, mapped to target_max (every
+    advantage 0), or a division by 0: refused naming NeMo's own keys, not advcli's reward.range_map."""
+    with pytest.raises(AdvcliError) as refused:
+        _run(tmp_path, {"grpo.reward_scaling.enabled": True, "grpo.reward_scaling.source_min": smin,
+                        "grpo.reward_scaling.source_max": 1.0})
+    assert said in str(refused.value) and "grpo.reward_scaling.source_min" in str(refused.value)
+    assert "range_map" not in str(refused.value)
+
+
 @pytest.mark.parametrize("estimator", ["grpo", "reinforce_plus_plus"])
 def test_reward_shaping_dapo_overlong_is_the_rewards_shaped_first(tmp_path, estimator):
     """apply_reward_shaping's DAPO branch (reward_functions.py L117-170 @7ea279ab): r + min(−(n − (max − L))/L·p, 0),

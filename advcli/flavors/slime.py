@@ -67,6 +67,11 @@ KEYS = {
     "opd_type": Key(None, "sglang or megatron (required with use_opd; where the teacher log-probs came from, no "
                     "numeric effect)", None, "str"),
     "opd_kl_coef": Key(1.0, "OPD coefficient", None, "float"),
+    # the KL loss (slime's scripts pass --use-kl-loss --kl-loss-coef): the loss's, no advantage reads them; slime
+    # refuses a kl_loss_coef beside a kl_coef (arguments.py L1846 @624b824a)
+    "use_kl_loss": Key(False, "the actor's KL loss: no effect on advantages", None, "bool"),
+    "kl_loss_coef": Key(0.0, "the KL loss's coefficient: no effect on advantages; slime refuses it beside a "
+                        "non-zero kl_coef", None, "float"),
 }
 
 
@@ -85,6 +90,10 @@ def _check(v: dict) -> None:
     if rbs is not None and rbs < 1:
         raise AdvcliError(f"key rollout_batch_size must be at least 1 (got {rbs})",
                           hint="leave it out to take the rows of each step // n_samples_per_prompt")
+    if v["kl_coef"] != 0 and v["kl_loss_coef"] != 0:
+        raise AdvcliError(f"keys kl_coef={v['kl_coef']:g} and kl_loss_coef={v['kl_loss_coef']:g}: slime refuses to "
+                          "start (arguments.py L1846: 'Only one of kl_coef and kl_loss_coef can be set')",
+                          hint="the KL in the reward (kl_coef) or the KL loss (kl_loss_coef), not both")
     if est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not v["normalize_advantages"]:
         raise AdvcliError(f"advantage_estimator={est} with normalize_advantages=false: slime refuses to start "
                           "(arguments.py L1848: 'The reinforce_plus_plus and reinforce_plus_plus_baseline advantage "

@@ -312,11 +312,23 @@ def test_one_valid_token_whitens_with_the_biased_variance(tmp_path):
     ({"n_samples_per_prompt": 0}, "n_samples_per_prompt"),
     ({"rollout_batch_size": 0}, "rollout_batch_size"),
     ({"normalize_advantage": True}, "normalize_advantages"),  # a misspelt key: did you mean
+    # slime_validate_args asserts not (kl_coef != 0 and kl_loss_coef != 0) (arguments.py L1846 @624b824a)
+    ({"advantage_estimator": "reinforce_plus_plus", "normalize_advantages": True, "kl_coef": 0.01,
+      "kl_loss_coef": 0.01}, "Only one of kl_coef and kl_loss_coef"),
 ])
 def test_refusals(tmp_path, settings, words):
     with pytest.raises(AdvcliError) as e:
         _run(tmp_path, settings)
     assert words in str(e.value) + str(getattr(e.value, "hint", ""))
+
+
+def test_the_kl_loss_keys_run_and_change_no_advantage(tmp_path):
+    """slime's scripts pass --use-kl-loss --kl-loss-coef (the actor's loss): taken, the advantages those of the run
+    without them."""
+    plain = _run(tmp_path, {"advantage_estimator": "grpo", "n_samples_per_prompt": 4})[0]
+    got = _run(tmp_path, {"advantage_estimator": "grpo", "n_samples_per_prompt": 4, "use_kl_loss": True,
+                          "kl_loss_coef": 0.01})[0]
+    assert got == plain
 
 
 def test_rfpp_row_without_a_trained_token_is_refused(tmp_path):

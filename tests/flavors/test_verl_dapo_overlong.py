@@ -61,6 +61,17 @@ def first_advantages(path):
     return np.array([a[0] for a in pq.read_table(path).column("advantages").to_pylist()], dtype=np.float32)
 
 
+def run_with_config(tmp_path, capsys, cfg: dict):
+    """The first token's advantages of a run on the Parquet rows with ``cfg`` as the --config file."""
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    write_parquet(src)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    code, _, err = run_main(["run", src, "-o", out, "--flavor", "verl", "--config", tmp_path / "run.yaml", "-q"],
+                            capsys)
+    assert code == 0, err
+    return first_advantages(out)
+
+
 def expected():
     return grpo([verl_dapo_reward(s, n) for _, s, n in ROWS], [p for p, _, _ in ROWS])
 
@@ -85,8 +96,6 @@ def test_parquet_scores_get_the_dapo_penalty(tmp_path, capsys, prefix):
 def test_a_config_file_of_the_trainer_gives_the_same_numbers(tmp_path, capsys):
     """The run's Hydra config with its whole reward section (workers, custom function, the manager's other
     settings): the overlong keys are read, the rest ignored, and the numbers are those of --set."""
-    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
-    write_parquet(src)
     cfg = {"algorithm": {"adv_estimator": "grpo"},
            "reward": {"_target_": "verl.workers.config.RewardConfig", "num_workers": 8,
                       "custom_reward_function": {"path": None, "name": "compute_score"},
@@ -95,19 +104,13 @@ def test_a_config_file_of_the_trainer_gives_the_same_numbers(tmp_path, capsys):
                       "reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": LEN, "penalty_factor": FACTOR,
                                                                 "log": False},
                                         "max_resp_len": MAX}}}
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    code, _, err = run_main(["run", src, "-o", out, "--flavor", "verl", "--config", tmp_path / "run.yaml", "-q"],
-                            capsys)
-    assert code == 0, err
-    assert np.allclose(first_advantages(out), expected(), rtol=1e-5, atol=1e-6)
+    assert np.allclose(run_with_config(tmp_path, capsys, cfg), expected(), rtol=1e-5, atol=1e-6)
 
 
 def test_the_legacy_section_replaces_the_new_one_as_verl_migrates_it(tmp_path, capsys):
     """A Hydra config of 1dda039b holds reward.reward_manager.name: naive (the default) and, from the command line
     of verl's examples, reward_model.reward_manager: dapo with reward_model.reward_kwargs: verl's migration
     (reward_loop.py L48-72) puts the legacy values in place, the kwargs as a whole."""
-    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
-    write_parquet(src)
     cfg = {"algorithm": {"adv_estimator": "grpo"},
            "reward_model": {"enable": False, "reward_manager": "dapo", "num_workers": None,
                             "reward_kwargs": {"overlong_buffer_cfg": {"enable": True, "len": LEN,
@@ -116,11 +119,7 @@ def test_the_legacy_section_replaces_the_new_one_as_verl_migrates_it(tmp_path, c
            "reward": {"num_workers": 8, "reward_manager": {"source": "register", "name": "naive"},
                       "reward_kwargs": {"overlong_buffer_cfg": {"enable": False, "len": 1, "penalty_factor": 9.0},
                                         "max_resp_len": 2}}}
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    code, _, err = run_main(["run", src, "-o", out, "--flavor", "verl", "--config", tmp_path / "run.yaml", "-q"],
-                            capsys)
-    assert code == 0, err
-    assert np.allclose(first_advantages(out), expected(), rtol=1e-5, atol=1e-6)
+    assert np.allclose(run_with_config(tmp_path, capsys, cfg), expected(), rtol=1e-5, atol=1e-6)
 
 
 def test_another_manager_or_the_penalty_off_changes_nothing(tmp_path, capsys):

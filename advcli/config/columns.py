@@ -92,6 +92,15 @@ def resolve_columns(schema: pa.Schema, overrides: dict[str, str], file: str) -> 
     return cmap
 
 
+def bypass_columns(cmap: ColumnMap, bypass: bool) -> ColumnMap:
+    """``cmap`` with the rollout_log_probs column read as old_log_probs where ``bypass`` (verl's bypass mode,
+    ``rollout_correction.bypass``: apply_bypass_mode sets batch["old_log_probs"] = batch["rollout_log_probs"],
+    rollout_corr_helper.py L1130-1138 @1dda039b) and the input has one."""
+    if not bypass or not cmap.has("rollout_log_probs"):
+        return cmap
+    return ColumnMap({**cmap.names, "old_log_probs": cmap["rollout_log_probs"]}, cmap.schema, cmap.file)
+
+
 def _type_name(t: pa.DataType) -> str:
     """``list<float>`` rather than pyarrow's ``list<element: float>``."""
     if is_list_type(t):

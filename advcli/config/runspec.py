@@ -295,6 +295,9 @@ class Correction:
             'algorithm.rollout_is)', kind='bool')
     metric_names: str = key('rollout_corr', "the metrics' prefix: `rollout_corr` or `mismatch` (verl 0.6.0: "
             'mismatch/*, the off-policy figures as mismatch_*, no χ²)', ('rollout_corr', 'mismatch'), kind='str')
+    bypass: bool = key(False, "verl's bypass mode: the input's rollout_log_probs stand for old_log_probs in every "
+            'reader (the KL in the reward, the estimators), as its apply_bypass_mode sets them; the correction itself '
+            'runs in the actor loss, so none here', kind='bool')
     ignored: tuple = ()  # flavor settings the correction does not model, reported as warnings (not a key)
     unused: tuple = ()  # (column role, why the flavor does not read it with the correction off): a warning
 

@@ -303,10 +303,11 @@ def translate(v: dict, cfg: dict) -> None:
         # current policy (compute_policy_loss_bypass_mode, core_algos.py L2413 @1dda039b), not in any dump
         rc = cfg.setdefault("rollout_correction", {})
         rc.update(mode="off", is_level=None, is_upper=None, is_lower=None, is_batch_normalize=False, rs=None,
+                  bypass=True,
                   ignored=[f"{P}bypass_mode=true: verl corrects inside the actor loss, per micro-batch, against the "
                            "current policy's log-probs, which no dump holds: the advantages (on the unchanged mask, "
-                           "a KL in the reward read from old_log_probs, the rollout's in that mode) are written, "
-                           "without rollout_is_weights"])
+                           "with rollout_log_probs standing for old_log_probs, as verl sets them, in the KL and the "
+                           "estimators) are written, without rollout_is_weights"])
         return
     level = v[P + "rollout_is"]
     if level is not None and level not in ("token", "sequence"):

@@ -19,7 +19,7 @@ def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, ch
     (``kl.skip_flat_groups``; without them, the figures are left out)."""
     import numpy as np
 
-    from ..config.columns import resolve_columns
+    from ..config.columns import bypass_columns, resolve_columns
 
     c = run.kl
     if not c.in_reward or run.grouping.scope not in ("step", "all"):
@@ -29,7 +29,8 @@ def reward_kl(ins, run, column_overrides: dict, scope_codes, num_scopes: int, ch
             return None
         scope_codes = np.zeros(len(scope_codes), np.int64)
     # the run's column names (its `columns` section), then what this command was told
-    cmap = resolve_columns(ins.schema, {**dict(run.columns), **column_overrides}, ins.paths[0])
+    cmap = bypass_columns(resolve_columns(ins.schema, {**dict(run.columns), **column_overrides}, ins.paths[0]),
+                          run.correction.bypass)
     roles = [r for r in (c.policy, "ref_log_probs") if cmap.has(r)]
     if not cmap.has("response_mask") or (c.missing != "zeros" and len(roles) < 2):
         return None

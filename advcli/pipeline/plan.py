@@ -14,7 +14,7 @@ from functools import cached_property
 import pyarrow as pa
 
 from ..config.column_roles import ROLE_INFO
-from ..config.columns import ColumnMap, is_list_type, resolve_columns
+from ..config.columns import ColumnMap, bypass_columns, is_list_type, resolve_columns
 from ..config.runspec import RunSpec, frozen_mapping  # a plan's mappings: read-only views that pickle
 from ..errors import AdvcliError
 from ..estimators import EstimatorSpec, resolve_params
@@ -151,7 +151,7 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
         # recorded configuration names the columns the run read (advcli stats, audit and a rerun read it back)
         cfg = {**cfg, "columns": {**(cfg.get("columns") or {}), **column_overrides}}
     run = RunSpec.from_config(cfg)
-    cmap = resolve_columns(inputs.schema, dict(run.columns), inputs.paths[0])
+    cmap = bypass_columns(resolve_columns(inputs.schema, dict(run.columns), inputs.paths[0]), run.correction.bypass)
     spec = get_estimator(run.estimator.name)
     params = resolve_params(spec, run.estimator.given)
     if spec.build is not None:  # an estimator made of others (mix): the spec of its terms

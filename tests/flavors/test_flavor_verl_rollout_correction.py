@@ -379,6 +379,24 @@ def test_bypass_mode_writes_the_advantages_without_weights(tmp_path):
     assert any("bypass_mode=true" in w and "actor loss" in w for w in res.warnings)
 
 
+def test_bypass_mode_reads_the_rollout_log_probs_as_old_log_probs(tmp_path):
+    """apply_bypass_mode (rollout_corr_helper.py L1130-1138 @1dda039b) sets batch["old_log_probs"] =
+    batch["rollout_log_probs"] before apply_kl_penalty: the KL in the reward is k1 = rollout − ref. By hand, with
+    ref = 0 and β = 0.1: token_level_rewards = −0.1·rollout·mask, the score at L_i − 1 (row 0: [0.06, 0.07,
+    1 + 0.025]); the run without bypass reads old_log_probs ([0.05, 0.1, 1 + 0.02])."""
+    ref = pa.array([[0.0] * len(r[2]) for r in ROWS], pa.list_(pa.float32()))
+    src = _write(tmp_path / "in.parquet", extra={"ref_log_probs": ref})
+    kl = {"algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.kl_coef": 0.1}
+    t, _ = _run(tmp_path, {**kl, P + "bypass_mode": True}, src=src)
+    plain, _ = _run(tmp_path, kl, src=src)
+    for (_, score, mask, old, rollout), got, base in zip(ROWS, t.column("token_level_rewards").to_pylist(),
+                                                         plain.column("token_level_rewards").to_pylist()):
+        for want_lp, row in ((rollout, got), (old, base)):
+            want = [-0.1 * lp * m for lp, m in zip(want_lp, mask)]
+            want[-1] += score
+            assert all(_close(g, w, 1e-5, 1e-6) for g, w in zip(row, want)), (row, want)
+
+
 def test_a_minus_inf_rollout_log_prob_runs_clamped_as_verl(tmp_path, capsys):
     """vLLM can give the sampled token a log-prob of −inf; verl trains on it: the log-ratio old − rollout = +inf
     is clamped to +20 before exp and before the rejection statistics (rollout_corr_helper.py L262, L575, L585

@@ -451,7 +451,7 @@ def _is_rows(spec, layout, put, tok, msum, m, mb, raw, w, S, denom) -> None:
         put("is_low", "sum", (S < log_lo).to(dt))
     q = msum(w) / denom  # per-row mean weight, every row (an empty row gives 0)
     put("q", "sum", q)
-    put("q2", "sum", q.square())
+    put("q2", "sum", q.to(torch.float64).square())  # exact squares: the std of values near 1 is not lost to them
     put("q_max", "max", q)
     put("q_min", "min", q)
     put("q_dev", "max", (q - 1.0).abs())
@@ -492,7 +492,7 @@ def _legacy_ratio_rows(p, level, layout, put, tok, msum, mb, raw, stat, u, lo, d
     tok(p + "wc2", wc.square())
     q = msum(raw) / denom
     put(p + "q", "sum", q)
-    put(p + "q2", "sum", q.square())
+    put(p + "q2", "sum", q.to(torch.float64).square())
     put(p + "q_max", "max", q)
     put(p + "q_min", "min", q)
     put(p + "q_dev", "max", (q - 1.0).abs())
@@ -599,7 +599,7 @@ def _rs_rows(opt, layout, put, tok, msum, m, mb, stat, seq, keep_f, n, valid_row
         put(p + "min", "min", torch.where(valid_row, seq, inf))
     # per-row values over the valid rows
     put(p + "s", "sum", seq * vr)
-    put(p + "s2", "sum", seq.square() * vr)
+    put(p + "s2", "sum", seq.to(torch.float64).square() * vr)
     put(p + "s_max", "max", torch.where(valid_row, seq, -inf))
     put(p + "s_min", "min", torch.where(valid_row, seq, inf))
     put(p + "s_dev", "max", torch.where(valid_row, seq.abs(), -inf))

@@ -334,6 +334,10 @@ class Whitening:
             "mask=1 tokens, and 0 written beyond them, whitened or not (OpenRLHF before 0.7.0: "
             "remove_padding_in_sequences cuts Σ(1 − m) positions off the end of each row)", ('mask', 'row', 'prefix'),
             kind='str', name='whiten_mean_span')
+    overflow: float | None = key(None, "the largest sum the trainer's whitening holds (verl with float16 scores: "
+            '65504, its masked sums in float16): a scope whose Σ|x|·m or Σ(x − mean)²·m passes it is refused, the '
+            "trainer's result being inf/NaN or every advantage 0 (null: no limit)", kind='float',
+            name='whiten_overflow')
     batch_normalize: bool = key(False, 'after the estimator (and its whitening), per scope: mean = Σ A / (B·T) '
             'over the [B rows, T = longest row] grid whose padding cells are 0, var = Σ (A − mean)² / N over the N '
             'tokens advantage.whiten_mask counts (biased), A ← (A − mean)·rsqrt(max(var, 1e-8)) (SkyRL '

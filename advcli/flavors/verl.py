@@ -146,6 +146,14 @@ def reward_manager_values(v: dict) -> dict:
     return v
 
 
+def _half_limit(v: dict, in_reward: bool) -> float | None:
+    """The float16 maximum where reinforce_plus_plus and its baseline variant whiten float16 scores: verl keeps the
+    returns in the scores' dtype and masked_whiten sums them there (core_algos.py L721-728, torch_functional.py
+    masked_mean / masked_var @1dda039b), so a sum past 65504 is inf (rsqrt(inf) = 0: every advantage 0). With the
+    KL in the reward the rewards are float32 and nothing overflows."""
+    return 65504.0 if v["advcli.reward_dtype"] == "float16" and not in_reward else None
+
+
 def _dapo_overlong(cfg: dict, v: dict) -> None:
     """The DAPO reward manager's overlong penalty (``reward.reward_manager.name=dapo`` with
     ``reward.reward_kwargs.overlong_buffer_cfg.enable``), as ``reward.overlong``: verl adds ``min(−(n −
@@ -231,9 +239,9 @@ def translate(v: dict) -> dict:
         cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L468)
     elif est == "reinforce_plus_plus":
         e.update(gamma=gamma, holes=v["advcli.reinforce_holes"])
-        cfg["advantage"].update(whiten, remask=True)
-    elif est == "reinforce_plus_plus_baseline":
-        cfg["advantage"].update(whiten, remask=True, returns="advantages")  # returns = advantages (L584)
+        cfg["advantage"].update(whiten, remask=True, whiten_overflow=_half_limit(v, in_reward))
+    elif est == "reinforce_plus_plus_baseline":  # returns = advantages (L584)
+        cfg["advantage"].update(whiten, remask=True, returns="advantages", whiten_overflow=_half_limit(v, in_reward))
     elif est in ("optimal_token_baseline", "tir_optimal_token_baseline"):
         if v["advcli.reward_dtype"] in ("bfloat16", "float16") and not in_reward:
             # compute_optimal_token_baseline_advantage index_puts the float32 baselines into a tensor of the

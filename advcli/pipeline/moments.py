@@ -198,6 +198,18 @@ def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: li
                           hint="verl raises here too (masked_var: N/(N−1) with N ≤ 1): check the "
                                "response_mask column of that step. With --flavor advcli, "
                                "advantage.whiten_small=skip leaves such a step unwhitened (ROLL's rule)")
+    limit = plan.run.whitening.overflow
+    if limit is not None:  # verl's float16 masked sums (torch_functional.py masked_mean / masked_var)
+        n = sums.count.clamp(min=1)
+        dev = (sums.total_sq - sums.total * sums.total / n).clamp(min=0)
+        over = (sums.total.abs() > limit) | (dev > limit)
+        if bool(over.any()):
+            s = int(torch.nonzero(over)[0])
+            raise AdvcliError(f"whitening{scope_where(state, step_values, s)}: Σx·m = {float(sums.total[s]):.6g} and "
+                              f"Σ(x − mean)²·m = {float(dev[s]):.6g} over {int(sums.count[s])} tokens; the trainer "
+                              f"sums them in float16, which holds at most {limit:g}: its variance is inf and every "
+                              "advantage 0 (or its mean inf and every advantage NaN), so it trains on nothing here",
+                              hint="with bf16 or float32 scores (advcli.reward_dtype=bfloat16 or run) the sums fit")
     if plan.dtype == torch.float32:  # the frameworks' float32 Σm + 1e-8 (WhitenSpec.count32)
         spec = dataclasses.replace(spec, count32=True)
     mean, rstd = scope_mean_rstd(sums, spec)

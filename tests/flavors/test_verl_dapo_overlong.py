@@ -218,3 +218,4 @@ def test_a_validation_dump_takes_its_reward_field(tmp_path, capsys):
     assert np.allclose(t.column("advantages").to_numpy(), expected(), rtol=1e-5, atol=1e-6)
     assert t.column("score").to_pylist() == [s for _, s, _ in ROWS]  # the dump's score kept
     assert "reward = the record's reward field" in err
+

@@ -117,7 +117,8 @@ def apply_chunk(plan, state: CorrectionState, layout: Ragged, mask: torch.Tensor
 def explain_lines(correction: Correction) -> list[str]:
     """``advcli explain``: the correction's lines of the pipeline (none when it is off)."""
     if correction.mode == "off":
-        return []
+        return (["     rollout corr.    bypass mode: none here (the actor loss corrects); rollout_log_probs stand for "
+                 "old_log_probs in the KL and the estimators, where the input has them"] if correction.bypass else [])
     spec = rc.spec_from_config(correction)
     if spec.gate is not None:
         return gate_explain_lines(spec.gate)

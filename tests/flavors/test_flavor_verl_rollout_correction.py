@@ -13,7 +13,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_table
+from conftest import run_main, run_table
 
 import advcli
 from advcli.errors import AdvcliError
@@ -441,3 +441,9 @@ def test_seq_std_of_weights_on_a_bound_keeps_its_small_spread(tmp_path):
     _, res = _run(tmp_path, {P + "rollout_is": "sequence", P + "rollout_is_threshold": 1.0}, src=src)
     w = [1.0] * 11 + [float(np.float32(np.exp(np.float32(-1.0) - np.float32(-1.0 + 0.000483))))]
     assert res.metrics["rollout_corr/rollout_is_seq_std"] == pytest.approx(statistics.stdev(w), rel=1e-3)
+
+
+def test_explain_says_what_bypass_mode_reads(capsys):
+    code, out, _ = run_main(["explain", "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
+                             "--set", P + "bypass_mode=true"], capsys)
+    assert code == 0 and "bypass mode" in out and "rollout_log_probs stand for old_log_probs" in " ".join(out.split())

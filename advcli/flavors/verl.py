@@ -68,7 +68,7 @@ KEYS = {
                                 "effect); the output holds each row's GAE advantage before the resampling", None,
                                 "bool"),
     # the DAPO reward manager's overlong penalty, at the trainer's keys (`+reward.reward_kwargs...`; the examples of
-    # 1dda039b also write them under reward_model: ALIASES): the reward manager scores each response before the
+    # 1dda039b also write them under reward_model: LEGACY below): the reward manager scores each response before the
     # advantages (workers/reward_manager/dapo.py L119-132, experimental/reward_loop/reward_manager/dapo.py L105-116)
     DAPO + "name": Key("naive", "the reward manager; `dapo` adds the overlong penalty of reward.reward_kwargs."
                        "overlong_buffer_cfg to each response's score (any other name: no change to given scores)",

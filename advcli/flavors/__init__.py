@@ -339,6 +339,12 @@ def native_values(flavor: Flavor, settings: list[tuple[str, Any]]) -> dict[str, 
     return values
 
 
+def _other_owners(k: str, flavor: Flavor) -> list[str]:
+    """The other trainers' flavors whose key (or old name) ``k`` is."""
+    return [f.name for f in FLAVORS.values() if f is not flavor and f.name != "advcli"
+            and (k in f.keys or k in f.aliases)]
+
+
 def _mixed_section_rest(k: str, flavor: Flavor, keys: dict) -> bool:
     """Whether ``k`` is one of the trainer's other keys in a section the flavor reads a few of
     (``Flavor.mixed_sections``: NeMo's loss_fn.ratio_clip_min), not a near miss of one of them, nor another
@@ -348,7 +354,7 @@ def _mixed_section_rest(k: str, flavor: Flavor, keys: dict) -> bool:
     section = k.split(".")[0]
     if section not in flavor.mixed_sections or "." not in k or k in SCHEMA:  # (advcli's reward.overlong.tokens)
         return False
-    if any(k in f.keys or k in f.aliases for f in FLAVORS.values() if f is not flavor and f.name != "advcli"):
+    if _other_owners(k, flavor):
         return False
     return not _near_miss(k, [n for n in keys if n.split(".")[0] == section], ())
 
@@ -399,8 +405,7 @@ def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
     ends = [name for name in keys if name.endswith("." + k)]
     if len(ends) == 1:
         return f" Did you mean {ends[0]!r}?"
-    owners = [f.name for f in FLAVORS.values() if f is not flavor and f.name != "advcli"
-              and (k in f.keys or k in f.aliases)]  # another trainer's key: its flavor named
+    owners = _other_owners(k, flavor)  # another trainer's key: its flavor named
     near = did_you_mean(k, list(keys) + list(flavor.aliases))
     return near + (f" It is a key of --flavor {' and --flavor '.join(owners)}." if owners else "")
 

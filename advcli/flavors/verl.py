@@ -424,7 +424,7 @@ RELEASES = (
 )
 
 def estimator_note(v: dict) -> str | None:
-    """The DAPO overlong penalty a legacy dump may not hold (:func:`_add_overlong` in formats/verl.py reads it where
+    """The DAPO overlong penalty a legacy dump may not hold (:func:`_reward_of_record` in formats/verl.py reads it where
     it was logged). PF-PPO (``algorithm.use_pf_ppo``): verl's compute_advantage resamples the batch with
     compute_pf_ppo_reweight_data after GAE's advantages, whitening included, are computed, in its GAE branch only
     (ray_trainer.py L218-234 @1dda039b, L239-253 @v0.4.0): the advantages of the rows are GAE's; the resampling picks

@@ -76,7 +76,7 @@ def read(path: str, ctx: Context):
                                  "it its step's name)")
         row = {"step": step, "reward": number(ctx, line, rec["score"], "score"), "is_padding": is_padding(rec)}
         row.update(extras(rec, ("step", "score", "reward", "is_padding")))
-        _add_overlong(ctx, line, rec, row)
+        _reward_of_record(ctx, line, rec, row)
         _note_extras(ctx, rec, row)
         uid = rec.get("uid")
         _check_uid_mix(ctx, path, line, rec, uid, local)
@@ -164,9 +164,10 @@ def _check_uid_mix(ctx: Context, path: str, line: int, rec: dict, uid, local: di
 BASE = {"input", "output", "gts", "score", "step", "uid", "reward", "is_padding"}
 
 
-def _add_overlong(ctx: Context, line: int, rec: dict, row: dict) -> None:
-    """The DAPO reward manager's logged overlong penalty (``overlong_buffer_cfg.log``: ``overlong_reward``) added to
-    a score that does not hold it. The manager adds it to the reward function's score (workers/reward_manager/
+def _reward_of_record(ctx: Context, line: int, rec: dict, row: dict) -> None:
+    """The row's reward where the record holds more than ``score``: a validation dump's ``reward`` field, or the
+    DAPO reward manager's logged overlong penalty (``overlong_buffer_cfg.log``: ``overlong_reward``) added to a
+    score that does not hold it. The manager adds it to the reward function's score (workers/reward_manager/
     dapo.py L119-132, experimental/reward_loop/reward_manager/dapo.py L105-116 @1dda039b, a float32 tensor) and
     writes the reward into the batch; the dump's ``score`` is that reward's sum, but the reward's extra keys are
     written over it (_write_generations L468-470): a reward function that returns a dict (``math_dapo``:

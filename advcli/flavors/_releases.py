@@ -47,6 +47,8 @@ class Release:
     # (the release's native values -> bool): only where the trainer reads the key (verl's kl_penalty: with the KL
     # in the reward)
     accepts: dict[str, tuple] = field(default_factory=dict)
+    # a tagged release users install from the repository that the package index does not list (AReaL v2.0.0)
+    tag_only: bool = False
 
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced

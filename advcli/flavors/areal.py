@@ -203,38 +203,48 @@ def _slices(cfg: dict, v: dict, norms: dict) -> None:
 RELEASES = (
     Release("1.0.4", "2026-06-10", settings={"advcli.norm_groups": "slices"},
             note="AReaL 1.0.4: NormConfig groups are fixed slices of group_size rows"),
-    Release("cbff54d", "2026-08-22", aliases=("cbff54d6",), note="AReaL at commit cbff54d6 (advcli's first match)",
-            changes=(Change("", ("advcli.norm_groups", "actor.reward_norm.group_size", "actor.adv_norm.group_size"),
+    # v2.0.0 is a tag and GitHub release (pyproject version 2.0.0, 2026-07-02), not on the package index: users
+    # install it from the repository. Its areal/utils/data.py is cbff54d6's; its ppo/actor.py differs only by #1600
+    # (λ functions, turn-level GAE: the same token GAE) and #1516 (rollout-time normalisation; logging)
+    Release("2.0.0", "2026-07-02", aliases=("v2.0.0", "fee938e"), tag_only=True,
+            note="AReaL v2.0.0 (GitHub release, not on the package index): per-prompt NormConfig groups, no λ "
+                 "functions or turn-level GAE",
+            changes=(Change("#1454", ("advcli.norm_groups", "actor.reward_norm.group_size",
+                                      "actor.adv_norm.group_size"),
                             "group-level normalisation takes each prompt's rows (the trainer passes the group "
                             "sizes) instead of consecutive slices of group_size rows: a short group, or group_size "
-                            "left at 1 (every advantage 0 before), now gives the per-prompt z-score"),
-                     Change("", ("actor.gae_lambda", "actor.gae_lambda_kwargs", "actor.gae_timestep_unit",
-                                 "gconfig.reward_normalization"),
-                            "keys 1.0.4 does not have (refused there): gae_lambda as the path of a per-row λ "
-                            "function with its gae_lambda_kwargs, turn-level GAE (gae_timestep_unit=turn), and "
-                            "rollout-time reward normalisation (gconfig.reward_normalization)"),)),
+                            "left at 1 (every advantage 0 before), now gives the per-prompt z-score"),)),
+    Release("cbff54d", "2026-08-22", aliases=("cbff54d6",), note="AReaL at commit cbff54d6 (advcli's first match)",
+            changes=(Change("#1600", ("actor.gae_lambda", "actor.gae_lambda_kwargs", "actor.gae_timestep_unit"),
+                            "keys 2.0.0 and 1.0.4 do not have (refused there): gae_lambda as the path of a per-row λ "
+                            "function with its gae_lambda_kwargs, and turn-level GAE (gae_timestep_unit=turn)"),
+                     Change("#1516", ("gconfig.reward_normalization",),
+                            "a key 2.0.0 and 1.0.4 do not have (refused there): rollout-time group reward "
+                            "normalisation, whose z-score AReaL's dump writes as the reward"),)),
 )
 
 def release_check(v: dict, release, asked: str | None) -> None:
-    """AReaL 1.0.4 has no per-row λ functions, no turn-level GAE and no rollout-time reward normalisation: its
-    PPOActorConfig.gae_lambda is a float and it has neither gae_lambda_kwargs nor gae_timestep_unit
-    (api/cli_args.py L1514 @1.0.4), nor GenerationHyperparameters.reward_normalization: a config naming them
-    does not load there."""
-    if release.name != "1.0.4":
+    """AReaL 1.0.4 and v2.0.0 have no per-row λ functions, no turn-level GAE and no rollout-time reward
+    normalisation: their PPOActorConfig.gae_lambda is a float and they have neither gae_lambda_kwargs nor
+    gae_timestep_unit (api/cli_args.py L1514 @1.0.4, L1579 @v2.0.0), nor GenerationHyperparameters.
+    reward_normalization: a config naming them does not load there."""
+    if release.name not in ("1.0.4", "2.0.0"):
         return
     named = f"--flavor areal@{asked or release.name}"
+    where = {"1.0.4": "L1514 @1.0.4", "2.0.0": "L1579 @v2.0.0"}[release.name]
     hint = "a newer AReaL has it: --flavor areal (the newest); `advcli explain --flavor areal --history`"
     if isinstance(v["actor.gae_lambda"], str) or v.get("actor.gae_lambda_kwargs") or \
             any(k.startswith("actor.gae_lambda_kwargs.") for k in v):
-        raise AdvcliError(f"{named}: actor.gae_lambda={v['actor.gae_lambda']!r} and gae_lambda_kwargs: AReaL 1.0.4's "
-                          "gae_lambda is a number (PPOActorConfig, api/cli_args.py L1514 @1.0.4); the λ functions "
-                          "came later", hint=hint)
+        raise AdvcliError(f"{named}: actor.gae_lambda={v['actor.gae_lambda']!r} and gae_lambda_kwargs: AReaL "
+                          f"{release.name}'s gae_lambda is a number (PPOActorConfig, api/cli_args.py {where}); the λ "
+                          "functions came later (#1600)", hint=hint)
     if v["actor.gae_timestep_unit"] != "token":
-        raise AdvcliError(f"{named}: actor.gae_timestep_unit={v['actor.gae_timestep_unit']}: AReaL 1.0.4 has no such "
-                          "key (its GAE steps over tokens)", hint=hint)
+        raise AdvcliError(f"{named}: actor.gae_timestep_unit={v['actor.gae_timestep_unit']}: AReaL {release.name} has "
+                          "no such key (its GAE steps over tokens; turn-level GAE came later, #1600)", hint=hint)
     if v["gconfig.reward_normalization"]:
-        raise AdvcliError(f"{named}: gconfig.reward_normalization=true: AReaL 1.0.4's GenerationHyperparameters has "
-                          "no such key (rollout-time reward normalisation came later)", hint=hint)
+        raise AdvcliError(f"{named}: gconfig.reward_normalization=true: AReaL {release.name}'s "
+                          "GenerationHyperparameters has no such key (rollout-time reward normalisation came later, "
+                          "#1516)", hint=hint)
 
 
 FLAVOR = Flavor(

@@ -393,16 +393,39 @@ def test_release_1_0_4_group_size_one_leave_one_out_runs(tmp_path, unbiased, wan
      "gae_lambda is a number"),
     ({"actor.gae_timestep_unit": "turn"}, "gae_timestep_unit"),
     ({"gconfig.reward_normalization": True}, "reward_normalization")])
-def test_release_1_0_4_refuses_keys_it_does_not_have(setting, word):
-    """AReaL 1.0.4's PPOActorConfig.gae_lambda is a float, with no gae_lambda_kwargs or gae_timestep_unit
-    (api/cli_args.py L1514 of the 1.0.4 wheel), and its GenerationHyperparameters has no reward_normalization:
-    such a config does not load there, so advcli does not run it under the 1.0.4 label; the newest runs it."""
+@pytest.mark.parametrize("release", ["1.0.4", "2.0.0", "v2.0.0"])
+def test_releases_before_the_commit_refuse_keys_they_do_not_have(setting, word, release):
+    """AReaL 1.0.4's and v2.0.0's PPOActorConfig.gae_lambda is a float, with no gae_lambda_kwargs or
+    gae_timestep_unit (api/cli_args.py L1514 of the 1.0.4 wheel, L1579 at tag v2.0.0: #1600 came after), and
+    their GenerationHyperparameters has no reward_normalization (#1516 came after): such a config does not load
+    there, so advcli does not run it under their label; the newest runs it."""
     from advcli.flavors import resolve
 
     with pytest.raises(AdvcliError, match=word):
-        resolve("areal@1.0.4", list(setting.items()))
+        resolve(f"areal@{release}", list(setting.items()))
     resolve("areal", list(setting.items()))
-    resolve("areal@1.0.4", [("actor.gae_lambda", 0.9)])  # a number it has
+    resolve(f"areal@{release}", [("actor.gae_lambda", 0.9)])  # a number it has
+
+
+def test_release_2_0_0_normalises_each_prompts_rows_as_the_commit_does(tmp_path):
+    """AReaL v2.0.0 has #1454 (ppo/actor.py passes meta.traj_group_sizes to reward_norm and adv_norm; utils/data.py
+    is the same file at v2.0.0 and cbff54d6): groups of 3 and 1 rows with group_size left at 1 are the per-prompt
+    z-scores, where 1.0.4 normalised each row alone (every advantage 0). No KL, no critic, γ = λ = 1, so every
+    trained token carries the row's value: group p0 rewards [1, 0, 0] → mean 1/3, unbiased std sqrt(1/3), so
+    (r − 1/3)/(sqrt(1/3) + 1e-5); the one-row group p1 → (r − r)/(1 + 1e-5) = 0."""
+    from _released import advcli_run
+
+    rows = [dict(prompt_id=p, reward=r, mask=[1, 1], old=[-1.0, -1.0], ref=[-1.0, -1.0])
+            for p, r in (("p0", 1.0), ("p0", 0.0), ("p0", 0.0), ("p1", 2.0))]
+    settings = {"actor.kl_ctl": 0.0, "actor.reward_norm.mean_level": "group", "actor.reward_norm.std_level": "group"}
+    d = (1 / 3) ** 0.5 + 1e-5
+    want = [(2 / 3) / d, (-1 / 3) / d, (-1 / 3) / d, 0.0]
+    for flavor in ("areal@2.0.0", "areal"):
+        got = advcli_run(tmp_path, rows, flavor, settings, rename={"old_log_probs": "rollout_log_probs"})
+        for i, (row, w) in enumerate(zip(got["advantages"], want)):
+            assert row == pytest.approx([w, w], rel=1e-5, abs=1e-12), f"{flavor} row {i}"
+    got = advcli_run(tmp_path, rows, "areal@1.0.4", settings, rename={"old_log_probs": "rollout_log_probs"})
+    assert [row[0] for row in got["advantages"]] == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_a_prompt_split_in_two_runs_is_two_groups_said_and_group_by_id_joins_them(tmp_path):

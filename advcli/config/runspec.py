@@ -321,8 +321,10 @@ class Whitening:
     scale: bool = key(True, 'divide by the std (false: centre only)', kind='bool', name='whiten_scale')
     small: str = key('error', 'a scope with <= 1 valid token: `error` (verl masked_var raises), `skip` (ROLL: no '
             'whitening in that scope), `compute` (OpenRLHF, NeMo: no check; an unbiased variance of one token is '
-            'NaN, none at all NaN or 0 by whiten_divisor) or `error_empty` (slime: only a scope with no valid '
-            'token raises)', ('error', 'skip', 'compute', 'error_empty'), kind='str', name='whiten_small')
+            'NaN, none at all NaN or 0 by whiten_divisor), `error_empty` (slime: only a scope with no valid '
+            'token raises) or `error_one` (ROLL before #476: a scope with one valid token raises, one with none is '
+            'left unwhitened)', ('error', 'skip', 'compute', 'error_empty', 'error_one'), kind='str',
+            name='whiten_small')
     mask: str = key('response_mask', 'the tokens the whitening and batch_normalize statistics count: '
             '`response_mask` (the mask=1 tokens) or `all` (every position of the row: SkyRL, whose estimators take '
             'a response mask that covers observation tokens; its loss mask, the response_mask column, masks only '

@@ -76,14 +76,15 @@ def step_whitening(plan, resolved, moments_pass) -> dict:
     ``index`` and returns the merged sums. Sets ``resolved.index.per_scope`` (what the workers apply:
     ``tlr_mean``/``tlr_rstd``, ``whiten_mean``/``whiten_rstd``, [S] float64 each) and returns it with
     what the run's statistics add (``diagnostics``, ``whiten_other``)."""
-    from ..pipeline.moments import whiten_stats
+    from ..pipeline.moments import token_reward_small, whiten_stats
     from ..pipeline.prepare import whitening_of_sums
 
     step_values, S = resolved.step_values, len(resolved.step_values)
     per: dict = {}
     if plan.run.reward.whiten_tokens:  # pass 2a: token-reward whitening (ROLL whiten_rewards)
         sums = moments_pass("moments:rewards", resolved.index)
-        per["tlr_mean"], per["tlr_rstd"] = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip", resolved.state)
+        per["tlr_mean"], per["tlr_rstd"] = whiten_stats(plan, sums, WhitenSpec(), step_values,
+                                                          token_reward_small(plan), resolved.state)
         resolved.index = dataclasses.replace(resolved.index, per_scope=dict(per))
     extra: dict = {}
     if plan.whiten:

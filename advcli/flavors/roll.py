@@ -26,7 +26,7 @@ from typing import Any
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
-from ._releases import Release
+from ._releases import Change, Release
 
 ESTIMATORS = ("gae", "reinforce", "grpo")
 # names of the agentic pipeline's estimators that RLVR's compute_advantage takes into its reinforce branch
@@ -88,6 +88,14 @@ KEYS = {
                                "ships emits float16 rewards), `float16`, `bfloat16` or `run` (the run's precision: "
                                "float32 rewards, a custom worker's)",
                                ("input", "float16", "bfloat16", "run"), "str"),
+    # compute_advantage's guard (utils/functionals.py L1101 @8eb27cc2, #476): a domain with <= 1 valid token skips
+    # both whitenings; before #476 (v0.2.0-v0.3.0: L770/L787/L1099) only 0 tokens skip, and with 1 token masked_var
+    # raises ValueError("The sum of the mask is one, ...") (L300/L311/L312): the step stops
+    "advcli.whiten_one_token": Key("skip", "advcli extension: a domain left with exactly one valid token while "
+                                   "whiten_advantages or whiten_rewards is on: `skip` (ROLL after #476: that "
+                                   "domain is left unwhitened) or `error` (ROLL v0.2.0 to v0.3.0: masked_var "
+                                   "raises and the step stops; a domain with no valid token is skipped)",
+                                   ("skip", "error"), "str"),
 }
 ALIASES = {"num_return_sequences_in_group": N_KEY}
 
@@ -176,7 +184,8 @@ def translate(v: dict) -> dict:
     cfg["estimator"] = e
     aclip = v["advantage_clip"]
     cfg["advantage"].update(whiten=v["whiten_advantages"], whiten_unbiased=True, whiten_eps=1e-8,
-                            whiten_eps_mode="add", whiten_scale=True, whiten_small="skip", remask=True,
+                            whiten_eps_mode="add", whiten_scale=True,
+                            whiten_small="skip" if v["advcli.whiten_one_token"] == "skip" else "error_one", remask=True,
                             clip=None if aclip is None else [-aclip, aclip])
     if v["max_len_mask"]:
         cfg["advantage"]["drop_length"] = v["actor_infer.generating_args.max_new_tokens"]
@@ -202,11 +211,24 @@ def estimator_note(v: dict) -> str | None:
     return None
 
 
-# the commits whose semantics advcli reproduces, oldest first (--flavor roll@RELEASE); nothing that changes
-# advantages was merged after it (#447, masked critic values before GAE, is still open)
+# the releases and commits whose semantics advcli reproduces, oldest first (--flavor roll@RELEASE); nothing that
+# changes advantages was merged after 8eb27cc2 (#447, masked critic values before GAE, is still open). The tags
+# v0.2.0, v0.2.1 and v0.3.0 (GitHub releases; ROLL is not on the package index) have 8eb27cc2's estimators, KL,
+# reward_norm, whitening and dump writer (rlvr/utils.py) function for function, except #476's one-token guard;
+# OPD (#366 in v0.2.1, multi-teacher #463 in v0.3.0) is outside what advcli computes. v0.1.x is older (another
+# get_pad_mask) and not reproduced
 RELEASES = (
+    Release("0.2.0", "2026-02-04", tag_only=True,
+            aliases=("v0.2.0", "3077bef", "0.2.1", "v0.2.1", "2eba7c3", "0.3.0", "v0.3.0", "7f9d4d3"),
+            settings={"advcli.whiten_one_token": "error"},
+            note="ROLL v0.2.0 to v0.3.0 (GitHub releases, not on the package index): 8eb27cc's RLVR chain, except "
+                 "that a domain left with one valid token stops whitening (masked_var raises)"),
     Release("8eb27cc", "2026-08-18", aliases=("8eb27cc2dc34c4d1310b169d9b86d339004d811a",),
-            note="the commit advcli was matched against"),
+            note="the commit advcli was matched against",
+            changes=(Change("#476", ("advcli.whiten_one_token", "whiten_advantages", "whiten_rewards"),
+                            "a domain whose mask holds exactly one valid token is left unwhitened (both "
+                            "whitenings off, as with none); before, ROLL's masked_var raised ValueError and the step "
+                            "stopped"),)),
 )
 
 AGENTIC_SECTIONS = ("train_env_manager", "val_env_manager", "custom_envs")  # AgenticConfig's, not RLVRConfig's

@@ -179,10 +179,17 @@ def token_moment_pass(plan: Plan, inputs: InputSet, res: Prepared, chunk_rows: i
     return sums
 
 
+def token_reward_small(plan: Plan) -> str:
+    """``whiten_small`` of the token-reward whitening (ROLL's whiten_rewards): ROLL's compute_advantage guard
+    covers both whitenings, so before #476 one valid token raises there first (``error_one``); else ``skip``."""
+    return "error_one" if plan.run.whitening.small == "error_one" else "skip"
+
+
 def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: list, small: str,
                  state: RunState | None = None):
     """(mean, rstd) per scope; a scope with <= 1 valid token raises (``error``), is left as it is
-    (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``).
+    (``skip``: mean 0, rstd 1, ROLL compute_advantage L1099-1106 @8eb27cc2) or computed (``compute``);
+    ``error_empty`` raises only for none, ``error_one`` only for one (ROLL before #476, none skipped).
     ``state``: the run's, whose scope domains name a scope in those errors."""
     few = sums.count <= 1
     state = RunState() if state is None else state
@@ -191,6 +198,15 @@ def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: li
         raise AdvcliError(f"whitening found no valid token{scope_where(state, step_values, s)}: the framework "
                           "raises here (slime distributed_masked_whiten: ValueError, the global mask sum is zero)",
                           hint="check the response_mask column of that step")
+    if small == "error_one" and bool((sums.count == 1).any()):  # ROLL v0.2.0-v0.3.0 masked_var
+        s = int(torch.nonzero(sums.count == 1)[0])
+        raise AdvcliError(f"whitening found one valid token{scope_where(state, step_values, s)}: ROLL before #476 "
+                          "stops here (masked_var raises ValueError: 'The sum of the mask is one, which can cause a "
+                          "division by zero.'; utils/functionals.py at v0.2.0-v0.3.0)",
+                          hint="ROLL after #476 leaves such a domain unwhitened: --flavor roll (8eb27cc), or "
+                               "--set advcli.whiten_one_token=skip")
+    if small == "error_one":
+        small = "skip"  # no valid token: compute_advantage turns both whitenings off
     if small == "error" and bool(few.any()):
         s = int(torch.nonzero(few)[0])
         raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"

@@ -18,7 +18,7 @@ from ..ops.rewards import clip as clip_values
 from ..ops.rewards import normalize_rewards, shape_rewards
 from ..ops.whiten import MomentSums, WhitenSpec
 from . import roles as role_rules
-from .moments import token_moment_pass, whiten_stats
+from .moments import token_moment_pass, token_reward_small, whiten_stats
 from .plan import Plan, ProgressFn, RunState, strided_groups
 from .read import allows_nan
 from .rows import (
@@ -322,7 +322,8 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     # pass 2a: token-reward whitening statistics (reward.whiten_tokens, ROLL whiten_rewards)
     if reward.whiten_tokens:
         sums = token_moments(plan, inputs, res, chunk_rows, progress, rewards=True)
-        res.tlr_mean, res.tlr_rstd = whiten_stats(plan, sums, WhitenSpec(), step_values, "skip", state)
+        res.tlr_mean, res.tlr_rstd = whiten_stats(plan, sums, WhitenSpec(), step_values, token_reward_small(plan),
+                                                  state)
     # pass 2: whitening statistics
     if plan.whiten:
         if plan.spec.level == "row":

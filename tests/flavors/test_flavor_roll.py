@@ -304,6 +304,41 @@ def test_whitening_skipped_in_a_domain_with_one_valid_token(tmp_path):
     assert out["advantages"][2] == pytest.approx([-w, -w], rel=1e-6)
 
 
+@pytest.mark.parametrize("release", ["0.2.0", "v0.2.1", "0.3.0"])
+@pytest.mark.parametrize("whiten", ["whiten_advantages", "whiten_rewards"])
+def test_releases_before_476_stop_at_a_domain_with_one_valid_token(tmp_path, release, whiten):
+    """ROLL v0.2.0-v0.3.0 (the GitHub releases) guard compute_advantage's whitenings with ``mask.sum() == 0``
+    (utils/functionals.py L770 @v0.2.0, L787 @v0.2.1, L1099 @v0.3.0); with one valid token masked_var raises
+    ValueError('The sum of the mask is one, ...') (L300/L311/L312) and the step stops: advcli refuses, naming it.
+    #476 (in 8eb27cc2) made the guard <= 1, which --flavor roll runs (the test above)."""
+    rows = [dict(domain="a", reward=1.0, mask=[0, 1, 0]),
+            dict(domain="b", reward=1.0, mask=[1, 1]), dict(domain="b", reward=0.0, mask=[1, 1])]
+    settings = {"adv_estimator": "reinforce", whiten: True}
+    with pytest.raises(AdvcliError, match="one valid token in domain 'a'.*before #476"):
+        run_rows(tmp_path, rows, f"roll@{release}", settings)
+    # the same rows without whitening, or a domain with no valid token at all, run as at 8eb27cc2
+    pin, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce"})
+    got, _ = run_rows(tmp_path, rows, f"roll@{release}", {"adv_estimator": "reinforce"})
+    assert got["advantages"] == pin["advantages"]
+    rows[0]["mask"] = [0, 0, 0]
+    pin, _ = run_rows(tmp_path, rows, "roll", settings)
+    got, _ = run_rows(tmp_path, rows, f"roll@{release}", settings)
+    assert got["advantages"] == pin["advantages"] and got["advantages"][0] == [0.0, 0.0, 0.0]
+
+
+def test_the_tagged_releases_run_the_pins_chain(tmp_path):
+    """v0.2.0, v0.2.1 and v0.3.0 have 8eb27cc2's reward_postprocess, KL controller, kernels and masked_whiten
+    function for function (only #476's guard differs): the multi-step domain chain above, whose expected values
+    ROLL's own functions produced, has no one-token domain, so each tag gives those numbers."""
+    from advcli.flavors import get, release_of
+
+    for name in ("0.2.0", "v0.2.0", "0.2.1", "v0.3.0", "7f9d4d3"):
+        assert release_of(get("roll"), name).name == "0.2.0"
+    out, _ = run_rows(tmp_path, MD_ROWS, "roll@v0.3.0", MD_SETTINGS)
+    assert_rows_close(out["advantages"], MD_ADV, rtol=2e-5, atol=2e-6)
+    assert_rows_close(out["token_level_rewards"], MD_TLR, rtol=2e-5, atol=2e-6)
+
+
 def test_reward_clip_zero_is_off_advantage_clip_zero_zeroes(tmp_path):
     rows = [dict(reward=3.0, mask=[1, 1])]
     out, _ = run_rows(tmp_path, rows, "roll", {"adv_estimator": "reinforce", "reward_clip": 0})

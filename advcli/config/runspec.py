@@ -151,7 +151,8 @@ class Reward:
             'with no reward at all is unscorable and gets advantage 0) or `zero` (TRL 0.16.0-1.5.1: NaN components '
             'count as 0 and a row with no reward at all scores 0)', ('refuse', 'allow', 'zero'), kind='str')
     components: list | None = key(None, 'component reward columns, e.g. [acc, fmt]; a name with `*` stands for '
-            'every matching column, sorted by name (NeMo gdpo: ["reward/*"])', kind='list')
+            'every matching column, sorted by name (NeMo gdpo: ["reward/*"]); `{n}` for a number, the columns '
+            'sorted by it (NeMo RL v0.6.0-v0.7.0 gdpo: ["reward{n}"], reward1, reward2, ..., reward10)', kind='list')
     weights: list | None = key(None, 'weights of the components (default all 1)', kind='list')
     normalize: RewardNormalize = section(RewardNormalize)
     clip: Any = key(None, 'clamp of the (normalised) row reward: c for [-c, c], or [lo, hi]', kind='clip')

@@ -410,6 +410,18 @@ def _key_hint(k: str, flavor: Flavor, keys: dict) -> str:
     return near + (f" It is a key of --flavor {' and --flavor '.join(owners)}." if owners else "")
 
 
+def unread_at_release(fa: FlavorAt, given: dict[str, Any]) -> str | None:
+    """The line naming the keys given that the release's code never reads (``Release.ignores``), or None."""
+    if fa.release is None or not fa.release.ignores:
+        return None
+    default = native_values(fa.flavor, _release_items(fa))
+    unread = [(k, why) for k, why in fa.release.ignores.items()
+              if k in (given or {}) and given[k] != default.get(k)]
+    if not unread:
+        return None
+    return "; ".join(f"{k}={given[k]} has no effect at {fa.flavor.name}@{fa.release.name}: {why}" for k, why in unread)
+
+
 def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     """The one line on why the estimator that runs is not simply the flavor's one the user named: an estimator
     or mix the flavor does not have (advcli's, with what it matches, or the user's function, on the flavor's
@@ -434,6 +446,9 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
                 + f" runs on {title}'s pipeline (its rewards, KL and grouping)")
     values = _run_values(fa, given)
     note = fa.flavor.estimator_note(values) if fa.flavor.estimator_note is not None else None
+    unread = unread_at_release(fa, given)
+    if unread:
+        return f"{note}; {unread}" if note else unread
     key = fa.flavor.estimator_key
     if note is None and title and key and name is None and key not in (given or {}) and key in values:
         # nothing named an estimator: say it is the flavor's default (verl's is gae, not the grpo a
@@ -496,7 +511,7 @@ def _run_values(fa: FlavorAt, given: dict[str, Any] | None) -> dict[str, Any]:
     name = given.get("advcli.estimator")
     if name is not None:
         items.append((own_estimator_key(fa.flavor, name) or fa.flavor.estimator_key, str(name)))
-    return native_values(fa.flavor, items)
+    return _drop_unread(fa, native_values(fa.flavor, items))
 
 
 def _release_items(fa: FlavorAt) -> list[tuple[str, Any]]:
@@ -808,14 +823,23 @@ def _native(fa: FlavorAt, settings: list[tuple[str, Any]], config_file: str | No
     own_key = own_estimator_key(flavor, chosen)
     as_key = [(own_key, str(chosen))] if own_key is not None else []
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
-    values = native_values(flavor, _release_items(fa) + items + as_key)
+    asked = native_values(flavor, _release_items(fa) + items + as_key)
+    values = _drop_unread(fa, asked)
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
         check_accepts(fa.release, values, f"--flavor {flavor.name}", fa.asked)
     if flavor.release_check is not None and fa.release is not None:
         flavor.release_check(values, fa.release, fa.asked)
     given = {flavor.aliases.get(k, k): v for k, v in items}
-    given = {k: values[k] for k in given if k in values}
+    given = {k: asked[k] for k in given if k in asked}  # as asked: a key the release never reads included
     return values, given, items
+
+
+def _drop_unread(fa: FlavorAt, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the keys the release never reads (``Release.ignores``) at the release's defaults."""
+    if fa.release is None or not fa.release.ignores:
+        return values
+    base = native_values(fa.flavor, _release_items(fa))
+    return {k: (base[k] if k in fa.release.ignores and k in base else v) for k, v in values.items()}
 
 
 def _old_names_first(flavor: Flavor, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

@@ -49,6 +49,9 @@ class Release:
     accepts: dict[str, tuple] = field(default_factory=dict)
     # a tagged release users install from the repository that the package index does not list (AReaL v2.0.0)
     tag_only: bool = False
+    # flavor key -> why: keys the release's config loads but its code never reads (NeMo RL's configs take any key):
+    # the trainer runs without them, so a given value is set back to the default and the run says so
+    ignores: dict[str, str] = field(default_factory=dict)
 
 
 # the packaged trainers' flavors -> why their published releases older than the table's oldest are not reproduced

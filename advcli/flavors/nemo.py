@@ -93,6 +93,9 @@ KEYS = {
                                    "only where the rewards feeding the row's std are not all one value, so a "
                                    "float32 residue std no longer divides; false: wherever std > 0 (7ea279a)",
                                    None, "bool"),
+    "advcli.gdpo_reward_keys": Key("named", "advcli extension: the reward components gdpo sums: `named` (every "
+                                   "reward/* column, sorted by name: NeMo RL from #2597) or `numbered` (reward1, "
+                                   "reward2, ... sorted by number: v0.6.0-v0.7.0)", ("named", "numbered"), "str"),
     "advcli.grpo_valid_mask": Key(True, "advcli extension (NeMo RL #3837): grpo's group baseline and std leave out "
                                   "rows whose sample_loss_mask is 0 (gdpo and reinforce_plus_plus keep every row); "
                                   "false: every row counts (7ea279a)", None, "bool"),
@@ -198,7 +201,8 @@ def translate(v: dict) -> dict:
                             "mask_output": False, "skip_single_valued": v["advcli.skip_trivial_std"],
                             "valid_mask": v["advcli.grpo_valid_mask"]}
     elif est == "gdpo":  # GDPOAdvantageEstimator (L101-190): every reward/* key, sorted by name
-        cfg["reward"].update(source="components", components=["reward/*"])
+        pattern = "reward/*" if v["advcli.gdpo_reward_keys"] == "named" else "reward{n}"
+        cfg["reward"].update(source="components", components=[pattern])
         cfg["estimator"] = {"name": "gdpo_loo", "weights": v["grpo.adv_estimator.reward_weights"],
                             "leave_one_out": loo, "normalize": norm, "eps": 1e-6, "mask_output": False,
                             "skip_single_valued": v["advcli.skip_trivial_std"]}
@@ -288,11 +292,95 @@ def _estimator_note(v: dict) -> str | None:
     return None
 
 
-# the commits whose semantics advcli reproduces, oldest first (--flavor nemo@RELEASE); the KEYS defaults above
-# are the newest. NeMo RL merges semantics between its releases, so these are states of its main branch.
+_OLD = {"advcli.skip_trivial_std": False, "advcli.grpo_valid_mask": False}  # before #3837 and #4158
+_NO_PPO = ((None,), "NeMo RL before v0.7.0 has no PPO trainer (nemo_rl/algorithms/ppo.py came with #2530)")
+_NO_CLIP = "advantages are not clipped before #2686 (v0.7.0)"
+_NO_OVERRIDES = "no message-level advantage overrides before #2656 (v0.7.0)"
+_UNWEIGHTED = "gdpo sums its components unweighted before #2680"
+
+# the releases and commits whose semantics advcli reproduces, oldest first (--flavor nemo@RELEASE); the KEYS
+# defaults above are the newest. The tags v0.5.0, v0.6.0 and v0.7.0 are GitHub releases on release branches cut
+# from main (at 48dbb37, c8d167a and 2206ae1); their estimators were read and run against advcli at each tag
+# (nemo_rl/algorithms/grpo.py, advantage_estimator.py, utils.py). NeMo RL's configs take keys a release does not
+# read, so those are `ignores`, not refusals. After 7ea279ab, states of main named by their pull requests.
 RELEASES = (
+    Release("0.5.0", "2026-01-30", aliases=("v0.5.0", "6c70893"), tag_only=True, settings=_OLD,
+            accepts={"ppo.adv_estimator.name": _NO_PPO},
+            ignores={"grpo.adv_estimator.name": "v0.5.0 computes GRPO inline in grpo_train (grpo.py L1232-1274 "
+                                                "@v0.5.0); grpo.adv_estimator came with #1809",
+                     "grpo.adv_estimator.minus_baseline": "no reinforce_plus_plus at v0.5.0 (#1809)",
+                     "grpo.adv_estimator.reward_weights": "no gdpo at v0.5.0 (#2069)",
+                     "grpo.advantage_clip_low": _NO_CLIP, "grpo.advantage_clip_high": _NO_CLIP,
+                     "grpo.reward_shaping.stop_properly_penalty_coef": "no such key at v0.5.0 (#1809): its "
+                                                                       "reward_shaping is the DAPO penalty",
+                     "grpo.seq_logprob_error_threshold": "no sequence log-prob error masking at v0.5.0 (#1838)",
+                     "grpo.invalid_tool_call_advantage": _NO_OVERRIDES,
+                     "grpo.malformed_thinking_advantage": _NO_OVERRIDES},
+            note="NeMo RL v0.5.0 (GitHub release, not on the package index): GRPO only, inline in grpo_train; its "
+                 "train_data_step dump holds no tokens (not readable); with dynamic sampling the rows kept keep "
+                 "the whole generated batch's baseline and std: run it on the batch before filtering"),
+    Release("0.6.0", "2026-04-29", aliases=("v0.6.0", "5fb5889"), tag_only=True,
+            settings={**_OLD, "advcli.gdpo_reward_keys": "numbered"},
+            accepts={"grpo.adv_estimator.name": (("grpo", "gdpo", "reinforce_plus_plus"),
+                                                 "v0.6.0's _create_advantage_estimator knows grpo, gdpo and "
+                                                 "reinforce_plus_plus (grpo.py L1027-1072 @v0.6.0) and raises "
+                                                 "for another; opd came with #2780"),
+                     "ppo.adv_estimator.name": _NO_PPO},
+            ignores={"grpo.adv_estimator.reward_weights": _UNWEIGHTED,
+                     "grpo.advantage_clip_low": _NO_CLIP, "grpo.advantage_clip_high": _NO_CLIP,
+                     "grpo.invalid_tool_call_advantage": _NO_OVERRIDES,
+                     "grpo.malformed_thinking_advantage": _NO_OVERRIDES},
+            changes=(
+                Change("#1809", ("grpo.adv_estimator.name", "grpo.adv_estimator.minus_baseline",
+                                 "loss_fn.use_kl_in_reward", "grpo.reward_shaping.stop_properly_penalty_coef"),
+                       "estimators behind grpo.adv_estimator: grpo as before, reinforce_plus_plus (with the KL in "
+                       "the reward); truncated rows' reward × stop_properly_penalty_coef; with dynamic sampling "
+                       "the baseline and std are taken over the rows kept"),
+                Change("#1838", ("grpo.seq_logprob_error_threshold",),
+                       "rows over the sequence log-prob error get sample mask 0 (out of reinforce_plus_plus's "
+                       "statistics)"),
+                Change("#1989", (), "the train_data_step dump gains token_ids, token_loss_mask, sample_loss_mask and "
+                                    "advantages: readable from here on"),
+                Change("#2069", ("grpo.adv_estimator.name", "advcli.gdpo_reward_keys"),
+                       "gdpo: leave-one-out advantages of the reward1, reward2, ... columns in number order, summed "
+                       "unweighted, then a batch z-score"),
+                Change("", (), "the estimators group the rows by all their user and system messages, not the "
+                               "initial prompt: on a NeMo-Gym multi-turn dump, whose later turns are user messages, "
+                               "advcli's initial-prompt groups can differ from the run's"),
+            ),
+            note="NeMo RL v0.6.0 (GitHub release, not on the package index): grpo, gdpo over reward1..N, "
+                 "reinforce_plus_plus; no clip, no PPO"),
+    Release("0.7.0", "2026-07-29", aliases=("v0.7.0", "81aa43d"), tag_only=True,
+            settings={**_OLD, "advcli.gdpo_reward_keys": "numbered"},
+            ignores={"grpo.adv_estimator.reward_weights": _UNWEIGHTED,
+                     "ppo.seq_logprob_error_threshold": "v0.7.0's PPOConfig has no such key (#3262)"},
+            changes=(
+                Change("#2176", (), "the estimators group by the initial prompt again; token_loss_mask is 1 only on "
+                                    "the generated assistant messages"),
+                Change("#2686", ("grpo.advantage_clip_low", "grpo.advantage_clip_high"),
+                       "advantages clamped after the estimator"),
+                Change("#2656", ("grpo.invalid_tool_call_advantage", "grpo.malformed_thinking_advantage"),
+                       "message-level advantage overrides"),
+                Change("#2530", ("ppo.adv_estimator.name", "ppo.adv_estimator.gae_lambda",
+                                 "ppo.adv_estimator.gae_gamma", "ppo.adv_estimator.normalize_advantages",
+                                 "ppo.adv_estimator.gae_lambda_value", "ppo.adv_estimator.gae_lambda_policy",
+                                 "ppo.adv_estimator.length_adaptive_alpha"),
+                       "a PPO trainer: gae (with VAPO's λ keys) and raw_reward, over the token mask only (rows a "
+                       "filter dropped stay in the statistics: keep their response_mask)"),
+                Change("#2780", ("grpo.adv_estimator.name",), "opd"),
+            ),
+            note="NeMo RL v0.7.0 (GitHub release, not on the package index): 7ea279a's estimators, gdpo over "
+                 "reward1..N unweighted"),
     Release("7ea279a", "2026-08-22", aliases=("7ea279abfbeb698b092856d0dab61e7cf39bc909", "pre-3837"),
-            settings={"advcli.skip_trivial_std": False, "advcli.grpo_valid_mask": False},
+            settings=_OLD,
+            changes=(
+                Change("#2597", ("advcli.gdpo_reward_keys",), "gdpo's components are the reward/* columns, "
+                                                              "sorted by name"),
+                Change("#2680", ("grpo.adv_estimator.reward_weights",), "gdpo weighs its components"),
+                Change("#3262", ("ppo.seq_logprob_error_threshold",),
+                       "PPO's estimator mask is token mask · sample mask: rows a filter dropped leave gae's "
+                       "whitening and raw_reward's z-score"),
+            ),
             note="the commit advcli was first matched against, before #3837 and #4158"),
     Release("post-3837", "2026-09-02", aliases=("pre-4158",), settings={"advcli.skip_trivial_std": False},
             changes=(

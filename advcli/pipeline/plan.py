@@ -348,13 +348,25 @@ def choose_output_columns(plan: Plan, wanted: list[str] | str | None) -> Plan:
 
 def expand_components(components: list, names: list[str], file: str) -> list[str]:
     """A component name with ``*`` stands for every matching column, sorted by name (NeMo RL's GDPO
-    takes every ``reward/*`` key, sorted: nemo_rl/algorithms/utils.py L35-39 @7ea279ab)."""
+    takes every ``reward/*`` key, sorted: nemo_rl/algorithms/utils.py L35-39 @7ea279ab); one with ``{n}``
+    for every column with a number there, sorted by that number (NeMo RL v0.6.0-v0.7.0: the keys ``reward``
+    + digits, sorted by their number, get_gdpo_reward_component_keys, utils.py L35-38 @v0.7.0)."""
     import fnmatch
+    import re
 
     out: list[str] = []
     for c in components:
         c = str(c)
-        if "*" in c:
+        if "{n}" in c:
+            head, _, tail = c.partition("{n}")
+            rx = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail) + r"\Z")
+            numbered = [(int(m.group(1)), n) for n in names for m in [rx.match(n)] if m]
+            hits = [n for _, n in sorted(numbered)]
+            if not hits:
+                raise AdvcliError(f"{file}: no column matches the reward components pattern {c!r} ({{n}}: a "
+                                  f"number). Columns present: {', '.join(names)}")
+            out += hits
+        elif "*" in c:
             hits = sorted(n for n in names if fnmatch.fnmatchcase(n, c))
             if not hits:
                 raise AdvcliError(f"{file}: no column matches the reward components pattern {c!r}. "

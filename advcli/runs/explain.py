@@ -32,7 +32,7 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
     release the text names."""
     from ..config.runspec import RunSpec
     from ..estimators import get, resolve_params
-    from ..flavors import at
+    from ..flavors import at, unread_at_release
 
     run = RunSpec.from_config(cfg)  # the resolved configuration, read once
     spec = get(run.estimator.name)
@@ -47,6 +47,9 @@ def explain_text(flavor_at, cfg: dict, native: dict) -> str:
         out.append(f"release  {release} (`advcli explain --flavor {flavor.name} --history` lists the others)")
     if native:
         out.append("given    " + ", ".join(f"{k}={json.dumps(v)}" for k, v in native.items()))
+        unread = unread_at_release(fa, native)
+        if unread:
+            out.append("unread   " + unread)
     out += ["", "pipeline (in order):"]
     r, k, a, w, g = run.reward, run.kl, run.advantage, run.whitening, run.grouping
     src = r.source if r.source != "auto" else "token_level_scores if present, else the reward column"

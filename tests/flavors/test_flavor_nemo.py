@@ -542,3 +542,57 @@ def test_dapo_overlong_counts_the_first_assistant_message_of_a_multi_turn_row(tm
     got = run_rows(tmp_path, rows, "nemo", settings)[0]["advantages"]
     other = -(1 / 3) / ((1 / 3) ** 0.5 + 1e-6)
     assert [g[0] for g in got] == pytest.approx([1.0, other, other, other], abs=1e-5)
+
+
+# ---------------------------------------------------------------- the GitHub releases v0.5.0-v0.7.0
+def test_release_tags_gdpo_sums_the_numbered_reward_columns(tmp_path):
+    """NeMo RL v0.6.0 and v0.7.0 take gdpo's components from the keys reward1, reward2, ... sorted by number
+    (get_gdpo_reward_component_keys, nemo_rl/algorithms/utils.py L35-38 @v0.7.0); #2597 (in 7ea279ab) made them
+    the reward/* keys. The same components under the other names give 7ea279a's numbers (EXPECTED, NeMo's own
+    classes); a reward/* column is not a component there, nor reward1 at 7ea279a."""
+    src = _write(os.path.join(tmp_path, "in.parquet"))
+    t = pq.read_table(src)
+    t = t.rename_columns([{"reward/acc": "reward1", "reward/fmt": "reward2"}.get(c, c) for c in t.column_names])
+    t = t.append_column("reward/zz", pa.array([9.0] * t.num_rows, pa.float32()))
+    pq.write_table(t, src)
+    settings = {"grpo.adv_estimator.name": "gdpo", "grpo.adv_estimator.use_leave_one_out_baseline": False}
+    for release in ("0.6.0", "v0.7.0"):
+        got, _ = run_table(src, os.path.join(tmp_path, "o.parquet"), f"nemo@{release}", settings)
+        _close(output_lists(got)["advantages"], _rows_of(EXPECTED["gdpo_noloo"]), atol=5e-6)
+    with pytest.raises(AdvcliError, match="at least 2 reward components"):
+        run_table(src, os.path.join(tmp_path, "o.parquet"), PINNED, settings)  # only reward/zz is reward/*
+
+
+def test_numbered_components_sort_by_their_number():
+    from advcli.pipeline.plan import expand_components
+
+    names = ["reward10", "reward2", "reward/a", "reward1", "reward1x", "reward", "xreward3"]
+    assert expand_components(["reward{n}"], names, "f") == ["reward1", "reward2", "reward10"]
+
+
+@pytest.mark.parametrize("release,key", [("0.5.0", "grpo.advantage_clip_low"), ("v0.6.0", "grpo.advantage_clip_low"),
+                                         ("0.7.0", "grpo.adv_estimator.reward_weights")])
+def test_release_tags_run_without_the_keys_they_never_read(tmp_path, release, key):
+    """NeMo RL's configs load any key (pydantic extra='allow', or TypedDicts before): a release whose code never
+    reads one runs as if it were not set. Clipping came with #2686 (v0.7.0), gdpo's weights with #2680 (after
+    it): advcli runs the release's numbers and says the key had no effect."""
+    value = -0.5 if "clip" in key else [1.0, 0.5]
+    settings = {key: value}
+    if "weights" in key:
+        settings["grpo.adv_estimator.name"] = "grpo"
+    src = _write(os.path.join(tmp_path, "in.parquet"))
+    got, result = run_table(src, os.path.join(tmp_path, "o.parquet"), f"nemo@{release}", settings)
+    _close(output_lists(got)["advantages"], _rows_of(EXPECTED["grpo_default"]))
+    assert f"{key}=" in result.estimator_note and "has no effect" in result.estimator_note, result.estimator_note
+
+
+@pytest.mark.parametrize("release,settings,words", [
+    ("0.6.0", {"grpo.adv_estimator.name": "opd"}, "knows grpo, gdpo and reinforce_plus_plus"),
+    ("0.5.0", {"ppo.adv_estimator.name": "gae"}, "no PPO trainer"),
+    ("v0.6.0", {"ppo.adv_estimator.name": "raw_reward"}, "no PPO trainer")])
+def test_release_tags_refuse_what_they_would_not_run(release, settings, words):
+    from advcli.flavors import resolve
+
+    with pytest.raises(AdvcliError, match=words):
+        resolve(f"nemo@{release}", list(settings.items()))
+    resolve("nemo", list(settings.items()))

@@ -112,12 +112,14 @@ def test_release_names_aliases_and_commit_prefixes(capsys):
 
 
 def test_unknown_and_too_old_releases_are_refused(capsys):
-    code, _, err = run_main(["explain", "--flavor", "nemo@v0.3.0"], capsys)
+    code, _, err = run_main(["explain", "--flavor", "nemo@v0.6.5"], capsys)  # between two known: not guessed
     assert code == 2 and "not a release advcli reproduces" in err
-    for name in ("7ea279a", "post-3837", "post-4158"):
+    for name in ("0.5.0", "0.6.0", "0.7.0", "7ea279a", "post-3837", "post-4158"):
         assert name in err
+    code, _, err = run_main(["explain", "--flavor", "nemo@v0.3.0"], capsys)
+    assert code == 2 and "older than the oldest release advcli reproduces, 0.5.0 (2026-01-30)" in err
     code, _, err = run_main(["explain", "--flavor", "nemo@2026-01-01"], capsys)
-    assert code == 2 and "older than the oldest release advcli reproduces, 7ea279a (2026-08-22)" in err
+    assert code == 2 and "older than the oldest release advcli reproduces, 0.5.0 (2026-01-30)" in err
     code, _, err = run_main(["explain", "--flavor", "advcli@7ea279a"], capsys)
     assert code == 2 and "no upstream releases" in err
 
@@ -406,9 +408,11 @@ def test_audit_names_the_releases_that_reproduce_a_pre_4158_dump(tmp_path, capsy
     assert code == 1
     rep = json.loads(stdout)
     assert rep["release"]["name"] == "post-4158"
-    assert sorted(m.split(" (")[0] for m in rep["release_matches"]) == ["NeMo RL @7ea279a", "NeMo RL @post-3837"]
+    # the GitHub releases v0.5.0-v0.7.0 have 7ea279a's grpo (no #3837, no #4158): they reproduce it too
+    assert sorted(m.split(" (")[0] for m in rep["release_matches"]) == [
+        "NeMo RL @0.5.0", "NeMo RL @0.6.0", "NeMo RL @0.7.0", "NeMo RL @7ea279a", "NeMo RL @post-3837"]
     tried = {r["release"]: r for r in rep["releases_tried"]}
-    assert set(tried) == {"7ea279a", "post-3837"}
+    assert set(tried) == {"0.5.0", "0.6.0", "0.7.0", "7ea279a", "post-3837"}
     code, _, err = run_main(["audit", d, *newest, *no_loo], capsys)
     err = " ".join(err.split())
     assert code == 1 and "matches release" in err and "NeMo RL @7ea279a" in err and "NeMo RL @post-3837" in err
@@ -450,7 +454,8 @@ def test_inspect_names_the_releases_of_the_command_it_suggests(tmp_path, capsys)
     code, out, _ = run_main(["inspect", d, "--json"], capsys)
     assert code == 0
     rel = json.loads(out)["dump"]["releases"]
-    assert rel["flavor"] == "nemo" and rel["others"] == ["nemo@post-4158", "nemo@post-3837"]
+    assert rel["flavor"] == "nemo" and rel["others"] == ["nemo@post-4158", "nemo@post-3837", "nemo@0.7.0",
+                                                         "nemo@0.6.0", "nemo@0.5.0"]
     assert rel["default"].startswith("NeMo RL @7ea279a, the default")
     code, out, _ = run_main(["inspect", d], capsys)
     assert "--flavor nemo@post-4158" in out

@@ -176,6 +176,12 @@ def _commit_names(release: Release) -> list[str]:
     return [n.lower() for n in (release.name, *release.aliases) if _HEX.fullmatch(n.lower())]
 
 
+def _longest_names(release: Release) -> list[str]:
+    """The release's commit names that no other of its names extends: the longest known of each commit."""
+    names = _commit_names(release)
+    return [n for n in names if not any(m != n and m.startswith(n) for m in names)]
+
+
 def known_text(releases: tuple[Release, ...]) -> str:
     """The releases as a refusal lists them: ``7ea279a (2026-08-22), post-4158 (2026-09-19, newest)``."""
     out = []
@@ -223,10 +229,11 @@ def find(releases: tuple[Release, ...], text: str, who: str, package: str | None
         if same:
             return same[0]
     if _HEX.fullmatch(low):
-        # a prefix of a known hash, or a longer hash that extends the longest one known (a9564573 is not a9564572)
+        # a prefix of a known hash, or a longer hash that extends the longest one known of its commit (a9564573 is
+        # not a9564572); an entry may name several commits (ROLL's 0.2.0: the tags v0.2.0, v0.2.1 and v0.3.0)
         hits = [r for r in releases if _commit_names(r) and (
             any(n.startswith(low) for n in _commit_names(r))
-            or (len(longest := max(_commit_names(r), key=len)) >= 7 and low.startswith(longest)))]
+            or any(len(n) >= 7 and low.startswith(n) for n in _longest_names(r)))]
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:

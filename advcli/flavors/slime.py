@@ -26,7 +26,7 @@ from __future__ import annotations
 from ..config import Key, default_config
 from ..errors import AdvcliError, did_you_mean
 from . import Flavor
-from ._releases import Release
+from ._releases import Change, Release
 
 GRPO_FAMILY = ("grpo", "gspo", "cispo")
 ESTIMATORS = GRPO_FAMILY + ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
@@ -165,8 +165,39 @@ def estimator_note(v: dict) -> str | None:
 
 # the commits whose semantics advcli reproduces, oldest first (--flavor slime@RELEASE); nothing that changes
 # advantages was merged after it (#2062, grouping by group_index, is still open)
+# The GitHub releases v0.2.4, v0.3.0 and v0.3.1 (slime is not on the package index) were read and run against
+# advcli (a helper ran each tag's own _post_process_rewards and compute_advantages_and_returns: 30 cases per tag):
+# compute_approx_kl, get_grpo_returns, the REINFORCE++ baselines, GAE, distributed_masked_whiten and
+# _post_process_rewards are 624b824a's, every key has the same default. What differs: cispo (#2067, after v0.3.0);
+# REINFORCE++'s per-token float32 loop before #2205 (equal up to float32 rounding); with --context-parallel-size > 1
+# and normalize_advantages each context-parallel rank whitened its own slice before #2235 (advcli reproduces
+# context-parallel size 1); the train dump's layout before #2266 (refused either way: it has no group key).
+_NO_CISPO = ("grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+_CP = ("with --context-parallel-size > 1 and normalize_advantages each context-parallel rank whitened its own slice "
+       "of every sequence (before #2235): advcli reproduces context-parallel size 1")
 RELEASES = (
+    Release("0.2.4", "2026-03-29", tag_only=True,
+            aliases=("v0.2.4", "bd217a63f113d74488170914e4d39e68c12e8cf0",
+                     "0.3.0", "v0.3.0", "bf14dc21f9500746447f2572d0692e981c4d2a7e"),
+            accepts={"advantage_estimator": (_NO_CISPO, "slime v0.2.4 and v0.3.0 have no cispo: "
+                                             "--advantage-estimator's choices (slime/utils/arguments.py L809-815 "
+                                             "@v0.2.4, L873-879 @v0.3.0) lack it; it came with #2067")},
+            note="slime v0.2.4 to v0.3.0 (GitHub releases, not on the package index): 624b824's rewards and "
+                 "advantages for every estimator they have; no cispo; " + _CP),
+    Release("0.3.1", "2026-08-06", tag_only=True, aliases=("v0.3.1", "a6272da0d4f3d0a08520c99a2f3b4f6c887960dc"),
+            changes=(Change("#2067", ("advantage_estimator",),
+                            "cispo: grpo's group normalisation and the reward on every token (only its loss "
+                            "differs)"),),
+            note="slime v0.3.1 (GitHub release, not on the package index): 624b824's rewards and advantages; " + _CP),
     Release("624b824", "2026-08-21", aliases=("624b824a898ab0ec1fcb4d373004c7f3852bf515",),
+            changes=(Change("#2235", (), "with --context-parallel-size > 1 and normalize_advantages, one whitening "
+                                         "mean and variance per step over the data- and context-parallel ranks; the "
+                                         "same numbers at context-parallel size 1"),
+                     Change("#2205", ("advantage_estimator",),
+                            "reinforce_plus_plus returns by a chunked float32 scan instead of a per-token float32 "
+                            "loop: equal up to float32 rounding"),
+                     Change("#2266", (), "the train dump is one file of all data-parallel shards (format_version 2, "
+                                         "train_data/{rollout_id}.pt), before one per rank; neither has a group key")),
             note="the commit advcli was matched against"),
 )
 

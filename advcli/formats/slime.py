@@ -30,7 +30,8 @@ import os
 from . import Context, Format, number, number_list
 from ._common import F32, F32_LIST, I64, MASK, STR
 
-PATTERN = r"(^|/)rollout_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+\.pt$|\.pt$"
+# train_data/{rollout_id}.pt from #2266 (after v0.3.1); before it, one file per rank, train_data/{rollout_id}_{rank}.pt
+PATTERN = r"(^|/)rollout_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+(_\d+)?\.pt$|\.pt$"
 _CACHE: dict = {}
 
 EXPORT = ("load it where slime is installed and save plain values: d = torch.load(P, weights_only=False); "
@@ -138,7 +139,10 @@ def refuse(path: str) -> str | None:
         return f"{obj}; {DAMAGED_HINT}"
     if isinstance(obj, Exception):
         return f"{obj}; advcli never unpickles arbitrary classes. To read it, {EXPORT}"
-    if isinstance(obj, dict) and "format_version" in obj:
+    # the train dump: format_version 2 from #2266; before it (slime v0.3.1 and older), one file per rank holding
+    # {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1)
+    if isinstance(obj, dict) and ("format_version" in obj or ("rollout_data" in obj and "rank" in obj
+                                                              and "samples" not in obj)):
         return ("a slime train dump (--save-debug-train-data): it holds no group key (its samples join the "
                 "rollout dump on sample_index); read the rollout dump instead (--save-debug-rollout-data, or "
                 "the rollout_data/ folder of --dump-details)")
@@ -229,7 +233,8 @@ def read(path: str, ctx: Context):
 
 
 def sniff(rec: dict) -> bool:
-    return "samples" in rec or "format_version" in rec or "__error__" in rec
+    return ("samples" in rec or "format_version" in rec or "__error__" in rec
+            or ("rollout_data" in rec and "rank" in rec))  # the train dump before #2266
 
 
 FORMAT = Format(
@@ -240,7 +245,7 @@ FORMAT = Format(
              "teacher_log_probs": F32_LIST,
              "tokens": "list<int64>", "index": I64, "response_length": I64},
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
-    companions=(r"(^|/)train_data/\d+\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),
+    companions=(r"(^|/)train_data/\d+(_\d+)?\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
     example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

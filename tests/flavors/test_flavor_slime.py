@@ -93,9 +93,10 @@ def _write(path, rows=ROWS, with_step=True, extra=None):
     return path
 
 
-def _run(tmp_path, settings, rows=ROWS, chunk_rows=3, precision=None, with_step=True, columns=None, extra=None):
+def _run(tmp_path, settings, rows=ROWS, chunk_rows=3, precision=None, with_step=True, columns=None, extra=None,
+         flavor="slime"):
     src = _write(os.path.join(tmp_path, "in.parquet"), rows, with_step, extra)
-    t, res = run_table(src, os.path.join(tmp_path, "out.parquet"), "slime", settings, chunk_rows=chunk_rows,
+    t, res = run_table(src, os.path.join(tmp_path, "out.parquet"), flavor, settings, chunk_rows=chunk_rows,
                        precision=precision, columns=columns)
     return t.column("advantages").to_pylist(), t.column("returns").to_pylist(), res
 
@@ -193,6 +194,29 @@ def test_matches_slime(tmp_path, name):
     want_adv, want_ret = EXPECTED[name]
     _close(adv, want_adv)
     _close(ret, want_ret)
+
+
+@pytest.mark.parametrize("release", ["0.2.4", "v0.3.0", "0.3.1"])
+def test_the_github_releases_give_the_commits_numbers(tmp_path, release):
+    """slime v0.2.4, v0.3.0 and v0.3.1 have 624b824a's _post_process_rewards, compute_approx_kl, returns,
+    baselines, GAE and distributed_masked_whiten (read at each tag, and run on random batches against advcli):
+    EXPECTED, from 624b824a's functions, holds for each (REINFORCE++'s per-token loop before #2205 rounds
+    differently only past float32 noise, within _close's tolerance)."""
+    for name in ("grpo_n4", "drgrpo", "grpo_whiten_opd", "rfpp_k3", "ppo_whiten"):
+        adv, ret, _ = _run(tmp_path, CONFIGS[name], flavor=f"slime@{release}")
+        _close(adv, EXPECTED[name][0])
+        _close(ret, EXPECTED[name][1])
+
+
+def test_cispo_came_with_2067():
+    """--advantage-estimator cispo is not among the choices of slime v0.2.4 and v0.3.0 (arguments.py L809-815
+    @v0.2.4, L873-879 @v0.3.0): argparse would not start; v0.3.1 has it."""
+    from advcli.flavors import resolve
+
+    for release in ("0.2.4", "v0.3.0"):
+        with pytest.raises(AdvcliError, match="no cispo"):
+            resolve(f"slime@{release}", [("advantage_estimator", "cispo"), ("n_samples_per_prompt", 4)])
+    resolve("slime@0.3.1", [("advantage_estimator", "cispo"), ("n_samples_per_prompt", 4)])
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -79,6 +79,22 @@ def test_companions_and_train_dump_refused(dump, tmp_path, capsys):
     assert code == 2 and "train dump" in err and "rollout dump" in err
 
 
+def test_a_train_dump_from_before_2266_is_skipped_in_a_directory_and_refused_alone(dump, tmp_path, capsys):
+    """slime v0.3.1 and older write the train dump per rank, train_data/{rollout_id}_{rank}.pt holding
+    {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1; #2266 made it one file with
+    format_version 2): a --dump-details directory of those releases is read through its rollout_data/, and the
+    file alone is refused as the train dump it is, not as a rollout dump missing its samples."""
+    root, samples = dump
+    torch.save({"rollout_id": 0, "rank": 1, "rollout_data": {"tokens": [[1, 2]], "rewards": [0.5]}},
+               root / "train_data" / "0_1.pt")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", root, "-o", out, "--flavor", "slime", "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(out).num_rows == len(samples)
+    code, _, err = run_main(["convert", root / "train_data" / "0_1.pt", "-o", tmp_path / "d.parquet"], capsys)
+    assert code == 2 and "train dump" in err and "rollout dump" in err and "expected the fields" not in err
+
+
 class Custom:
     pass
 

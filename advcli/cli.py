@@ -254,7 +254,7 @@ def sample(
     min_len: int = typer.Option(16, "--min-len", metavar="N", help="Shortest response (tokens)."),
     max_len: int = typer.Option(512, "--max-len", metavar="N", help="Longest response (tokens)."),
     steps: int = typer.Option(1, "--steps", metavar="N", help="Training steps (adds a step column when > 1)."),
-    seed: int = typer.Option(0, "--seed", metavar="N", help="Random seed (same seed, same file)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", min=0, help="Random seed, 0 or more (same seed, same file)."),
     contiguous: bool = typer.Option(False, "--contiguous", help="Keep each group's rows together (for "
                                                                 "position-grouped flavors)."),
     force: bool = opt.FORCE,

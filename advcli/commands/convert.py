@@ -39,7 +39,7 @@ def convert_cmd(
     from ..io.reader import refuse_missing_inputs
     from ..io.remote import is_uri
     from ..io.temps import check_local_destination
-    from ..io.writer import check_output_name
+    from ..io.writer import check_output_name, refuse_special_file
 
     refuse_missing_inputs([path])  # a missing input is the first thing to say
     check_output_name(output)
@@ -49,6 +49,7 @@ def convert_cmd(
     if os.path.isdir(output):  # before the --force hint, which would not help
         raise AdvcliError(f"{output}: is a directory; convert writes one Parquet file",
                           hint=f"name the file, e.g. -o {os.path.join(output, 'converted.parquet')}")
+    refuse_special_file(output)
     if os.path.exists(output) and not force:
         raise AdvcliError(f"{output}: already exists", hint="add --force to replace it")
     parent = os.path.dirname(os.path.abspath(output))

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from ..errors import AdvcliError
 from ..io.modes import missing_directory
 from ..io.temps import TMP_TAG, scratch_prefix, temp_stem
+from ..io.writer import refuse_special_file
 from .ray_rows import ROW_COL
 
 
@@ -31,6 +32,7 @@ def check_output_dir(output: str, inputs: list[str], force: bool) -> None:
         raise missing_directory(output, parent, "the output directory's parent")
     if not os.access(parent, os.W_OK):
         raise AdvcliError(f"{output}: {parent} is not writable", hint="choose another --output directory")
+    refuse_special_file(output)
     if os.path.exists(output) and not force:
         raise AdvcliError(f"{output}: already exists", hint="pass --force to replace it")
 

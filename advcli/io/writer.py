@@ -122,9 +122,27 @@ def check_output_path(target: str, inputs: list[str], force: bool) -> None:
     if os.path.islink(target) and not os.path.exists(target) and not force:  # a link to nowhere is still there
         raise AdvcliError(f"{target}: already exists (a symbolic link to {os.readlink(target)}, which does not "
                           "exist)", hint="pass --force to replace the link with the output, or remove it")
+    refuse_special_file(target)
     if os.path.exists(target) and not force:
         raise AdvcliError(f"{target}: already exists", hint="pass --force to replace it")
     _probe_writable(target, d)
+
+
+def refuse_special_file(target: str) -> None:
+    """Refuse an output path that is a device, a FIFO or a socket (or a link to one), --force or not: the output
+    is written aside and renamed onto the path, which would replace the node itself (``-o /dev/null --force``
+    run as root would replace the system's /dev/null)."""
+    import stat
+
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise AdvcliError(f"{target}: is {kind}, not a file; advcli writes its output as a new file and "
+                          "renames it onto the path, which would replace that node", hint="give a file path")
 
 
 def _probe_writable(target: str, d: str) -> None:

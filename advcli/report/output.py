@@ -45,6 +45,9 @@ def check_report_path(path: str, taken: Iterable[str] = (), force: bool = False)
         if p and os.path.realpath(p) == real:
             raise AdvcliError(f"--report {path}: is also an input, output or configuration file of this command; "
                               "choose another name")
+    from ..io.writer import refuse_special_file
+
+    refuse_special_file(path)  # a FIFO or device: the rename would replace it, --force or not
     if os.path.lexists(path) and not force and not _is_report(path):
         raise AdvcliError(f"--report {path}: already exists and is not an advcli report (advcli replaces only its "
                           "own earlier reports)", hint="choose another name, or remove that file first")

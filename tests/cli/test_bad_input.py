@@ -562,3 +562,25 @@ def test_a_missing_input_is_named_before_an_existing_output(tmp_path, capsys, co
     out.write_bytes(b"x")
     code, _, err = run_main([command[0], tmp_path / "nope", *command[1:], "-o", out], capsys)
     assert code == 2 and f"{tmp_path / 'nope'}: no such file" in err and "already exists" not in err, err
+
+
+@pytest.mark.parametrize("command", [["run"], ["filter", "--drop-uniform"], ["convert"]])
+def test_a_fifo_at_the_output_path_is_refused_even_with_force(tmp_path, capsys, command):
+    """The output is written aside and renamed onto its path, so `-o FIFO --force` (or a device: run as root,
+    `-o /dev/null --force`) replaced the node with a Parquet file. Such a path is refused, --force or not, and the
+    node stays as it was."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for extra in ([], ["--force"]):
+        code, _, err = run_main([*command, SAMPLE, "-o", fifo, *extra], capsys)
+        assert code == 2 and "is a FIFO, not a file" in err, err
+        assert os.path.exists(fifo) and not os.path.isfile(fifo)
+    os.mkfifo(tmp_path / "pipe.md")
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "o.parquet", "--report", tmp_path / "pipe.md",
+                             "--force"], capsys)
+    assert code == 2 and "is a FIFO, not a file" in err and not os.path.isfile(tmp_path / "pipe.md"), err
+
+
+def test_a_negative_sample_seed_is_a_usage_error(tmp_path, capsys):
+    code, _, err = run_main(["sample", "-o", tmp_path / "s.parquet", "--seed", "-1"], capsys)
+    assert code == 2 and "--seed" in err and not (tmp_path / "s.parquet").exists()

@@ -266,9 +266,7 @@ def _parse_config_file(path: str) -> dict:
 
             data = tomllib.loads(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+            data = _load_yaml_unique(text) or {}
     except Exception as e:  # noqa: BLE001 - any parse error is the user's file
         raise AdvcliError(f"config file {path}{_parse_error_place(e, text)}: cannot parse: {_parse_error_text(e)}",
                           hint="fix the file there: " + ("TOML is key = value, strings quoted, [section] headers"
@@ -278,6 +276,31 @@ def _parse_config_file(path: str) -> dict:
     if not isinstance(data, dict):
         raise AdvcliError(f"config file {path}: expected a mapping of keys to values")
     return data
+
+
+def _load_yaml_unique(text: str):
+    """``yaml.safe_load`` refusing a key given twice in one mapping, as OmegaConf (which verl, NeMo RL, ROLL and
+    AReaL load their configs with) refuses it ("found duplicate key"): PyYAML would keep the last silently."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r} (first given at "
+                    f"line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return loader.construct_mapping(node, deep=deep)
+
+    UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader subclass
 
 
 def _parse_error_place(e: Exception, text: str) -> str:

@@ -646,3 +646,17 @@ def test_nested_values_put_a_mapping_setting_back_together():
                          known, ("estimator.",))
     assert got == {"a.b.c": 1, "a.b": {"d": 2}, "reward.norm": {"mean_level": "group"}, "reward.norm.x": 3,
                    "estimator.norm": {"eps": 1e-5}, "estimator.name": "areal_gae", "other.key": 4}
+
+
+def test_a_key_given_twice_in_a_yaml_config_is_refused_as_omegaconf_refuses_it(tmp_path, capsys):
+    """PyYAML keeps the last of two equal keys silently; OmegaConf, which verl, NeMo RL, ROLL and AReaL load their
+    configs with, refuses the file ("found duplicate key"), so the trainer would not have run it. YAML merge keys
+    (`<<: *anchor`) are still read, their keys overridable."""
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("algorithm:\n  adv_estimator: grpo\n  adv_estimator: gae\n")
+    code, _, err = run_main(["explain", "--flavor", "verl", "--config", dup], capsys)
+    assert code == 2 and "line 3" in err and "duplicate key 'adv_estimator'" in err, err
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {adv_estimator: grpo, gamma: 0.9}\nalgorithm:\n  <<: *b\n  gamma: 1.0\n")
+    code, out, err = run_main(["explain", "--flavor", "verl", "--config", merged], capsys)
+    assert code == 0, err

@@ -182,6 +182,9 @@ def translate(v: dict) -> dict:
     cfg = default_config()
     cfg["grouping"]["by"] = "id"
     cfg["reward"]["source"] = "reward"
+    # the estimators take one reward per sample (advantage_estimator.py L69-98 @7ea279ab), whatever its tokens: an
+    # empty response (0 generated tokens) keeps its reward in the group statistics
+    cfg["reward"]["empty_row"] = "score"
     ppo = v["ppo.adv_estimator.name"]
     _loop_rewards(cfg, v, "ppo" if ppo is not None else "grpo")
     for key in ("grpo.invalid_tool_call_advantage", "grpo.malformed_thinking_advantage"):

@@ -76,13 +76,21 @@ def check_mask(mask: np.ndarray, offsets: np.ndarray, file: str, column: str, ro
                                "convert the column, e.g. (mask != 0).astype(int8)")
 
 
-def check_row_numbers(values: np.ndarray, file: str, name: str, row_base: int, allow_nan: bool = False) -> None:
-    """A per-row number column (a reward) without NaN or ±inf (``allow_nan``: NaN allowed, ±inf not)."""
+def check_row_numbers(values: np.ndarray, file: str, name: str, row_base: int, allow_nan: bool = False,
+                      source: np.ndarray | None = None) -> None:
+    """A per-row number column (a reward) without NaN or ±inf (``allow_nan``: NaN allowed, ±inf not). ``source``:
+    the values as the file holds them, before ``values`` was cast to the run's precision: a finite one the cast
+    made infinite is said to be beyond that precision."""
     if values.dtype.kind != "f":
         return
     bad_mask = np.isinf(values) if allow_nan else ~np.isfinite(values)
     if bad_mask.any():
         bad = int(np.nonzero(bad_mask)[0][0])
+        if source is not None and source.dtype.kind == "f" and np.isfinite(source[bad]):
+            top = float(np.finfo(values.dtype).max)
+            raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: value {float(source[bad]):.6g} is "
+                              f"beyond {values.dtype} (up to {top:.3g}), the run's precision",
+                              hint="run with --precision float64, or scale the column down")
         raise AdvcliError(f"{file}: column {name!r}, row {row_base + bad}: reward {float(values[bad])} is not finite",
                           hint="verl/NeMo would propagate NaN into the whole group's advantages; advcli refuses "
                                "it. Drop the row or give it a real reward")

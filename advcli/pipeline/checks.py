@@ -125,8 +125,11 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
             if allow_nan and name != cmap.names.get("reward_baseline") and arr.null_count:
                 arr = arr.cast(pa.float64()).fill_null(float("nan"))
             check_no_nulls(arr, file, name, row_base)
-            check_row_numbers(np.asarray(primitive_numpy(arr)), file, name, row_base,
-                              allow_nan and name != cmap.names.get("reward_baseline"))
+            raw = np.asarray(primitive_numpy(arr))
+            with np.errstate(over="ignore"):  # as the run reads it (pipeline.read.read_scalar)
+                cast = raw.astype(precision, copy=False) if raw.dtype.kind == "f" else raw
+                check_row_numbers(cast, file, name, row_base, allow_nan and name != cmap.names.get("reward_baseline"),
+                                  source=raw if cast.dtype != raw.dtype else None)
         for name in key_cols:  # as the run's row pass reads them (advcli.pipeline.rows): a null id is refused
             arr = batch.column(name)
             check_no_nulls(arr, file, name, row_base)

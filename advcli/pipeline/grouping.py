@@ -147,6 +147,21 @@ def split_runs_warning(ids, pid: np.ndarray, scope_codes: np.ndarray, gcodes: np
         "--set advcli.group_by=id")
 
 
+def _mixed_block(block: np.ndarray, ids: np.ndarray) -> bool:
+    """Whether a positional block holds rows of several prompt ids."""
+    first = np.full(int(block.max()) + 1 if len(block) else 0, -1, dtype=np.int64)
+    first[block[::-1]] = ids[::-1]  # each block's first row's id (the last write wins: the first row)
+    return bool((ids != first[block]).any())
+
+
+def _every_id_split(block: np.ndarray, ids: np.ndarray, scope: np.ndarray) -> bool:
+    """Whether every prompt id (within its scope) spans more than one positional block."""
+    key = scope.astype(np.int64) * (int(ids.max()) + 1 if len(ids) else 1) + ids
+    pairs = np.unique(np.stack([key, block.astype(np.int64)]), axis=1)
+    _, blocks_per_key = np.unique(pairs[0], return_counts=True)
+    return bool((blocks_per_key > 1).all())
+
+
 def scope_where(state: RunState, step_values: list, s: int) -> str:
     """' in step 3, domain "math"' for scope s (empty for a whole-input scope)."""
     parts = [f"step {step_values[s]}"] if step_values[s] is not None else []
@@ -185,6 +200,15 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     if plan.run.grouping.id_check == "warn":  # slime never reads the ids
         state.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
                                    "(--set advcli.group_by=id groups by the ids instead)")
+        return
+    if kind != "mixed" and not _mixed_block(gcodes[sel], pid[sel]) and not _every_id_split(gcodes[sel], pid[sel],
+                                                                                          scope_codes[sel]):
+        # whole blocks of one prompt, some prompts over several: a prompt drawn for consecutive groups (twice in
+        # the dataset), which the trainer runs block by block; a group size set too small splits every prompt
+        state.group_warnings.append(f"{msg}: each block holds one prompt, and other prompts fill one block each, "
+                                   f"so this prompt was drawn for consecutive groups; the groups are the blocks "
+                                   f"of {n} rows, as the framework forms them (--set advcli.group_by=id joins "
+                                   "them)")
         return
     strided = plan.run.grouping.layout == "strided"
     layout = (f"{n} copies of the batch: row r in group r mod rows/{n}, grouping.layout=strided"

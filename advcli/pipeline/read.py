@@ -176,9 +176,11 @@ def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtyp
     if allow_nan and arr.null_count:
         arr = arr.cast(pa.float64()).fill_null(float("nan"))
     check_no_nulls(arr, file, name, row_base)
-    t = torch.from_numpy(np.array(primitive_numpy(arr))).to(dtype)
+    raw = np.array(primitive_numpy(arr))
+    t = torch.from_numpy(raw).to(dtype)
     if t.is_floating_point():
-        check_row_numbers(t.numpy(), file, name, row_base, allow_nan)
+        check_row_numbers(t.numpy(), file, name, row_base, allow_nan, source=raw if raw.dtype != t.numpy().dtype
+                          else None)
     return t
 
 

@@ -584,3 +584,18 @@ def test_a_fifo_at_the_output_path_is_refused_even_with_force(tmp_path, capsys, 
 def test_a_negative_sample_seed_is_a_usage_error(tmp_path, capsys):
     code, _, err = run_main(["sample", "-o", tmp_path / "s.parquet", "--seed", "-1"], capsys)
     assert code == 2 and "--seed" in err and not (tmp_path / "s.parquet").exists()
+
+
+def test_a_float64_reward_beyond_float32_is_named_so_by_validate_and_run(tmp_path, capsys):
+    """A reward of 1e300 in a float64 column is finite in the file and inf in the run's float32: the message says
+    so and names --precision float64 (it said 'reward inf is not finite'), and validate refuses it as run does (it
+    passed)."""
+    t = pq.read_table(SAMPLE)
+    r = t.column("reward").to_pylist()
+    r[3] = 1e300
+    t = t.set_column(t.column_names.index("reward"), "reward", pa.array(r, pa.float64()))
+    src = tmp_path / "big.parquet"
+    pq.write_table(t, src)
+    for command in (["validate", src], ["run", src, "-o", tmp_path / "o.parquet"]):
+        code, _, err = run_main(command, capsys)
+        assert code == 2 and "row 3: value 1e+300 is beyond float32" in err and "--precision float64" in err, err

@@ -61,7 +61,8 @@ def test_scattered_groups_get_both_fixes_at_once(tmp_path, capsys):
 def test_mixed_sizes_and_the_id_check_off_are_left_to_the_run(tmp_path, capsys):
     src = _dump(tmp_path / "in.parquet", [4, 4, 8, 4])  # a prompt drawn twice: 8 rows under one id
     code, _, err = run_main(["run", src, "-o", tmp_path / "o.parquet", "--flavor", "open-instruct"], capsys)
-    assert code == 2 and "spans several positional groups of 4" in err  # the run's own check, naming rows
+    # the run's own check, naming rows: whole blocks, the other prompts one block each, so a warning
+    assert code == 0 and "spans several positional groups of 4" in " ".join(err.split()), err
     six = _dump(tmp_path / "six.parquet", [6] * 4)
     code, _, err = run_main(["run", six, "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set",
                              "advcli.id_check=warn", "--force"], capsys)

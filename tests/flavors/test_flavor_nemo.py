@@ -596,3 +596,21 @@ def test_release_tags_refuse_what_they_would_not_run(release, settings, words):
     with pytest.raises(AdvcliError, match=words):
         resolve(f"nemo@{release}", list(settings.items()))
     resolve("nemo", list(settings.items()))
+
+
+def test_an_empty_response_keeps_its_reward_in_the_group(tmp_path):
+    """NeMo's GRPO takes one reward per sample (GRPOAdvantageEstimator → calculate_baseline_and_std_per_prompt,
+    advantage_estimator.py L69-98, utils.py L104 @7ea279ab) and never looks at its tokens: a response with no
+    generated token (an empty mask list) still counts with its reward. Group [0.3, 0.9 (empty), 0.1], leave-one-out
+    baseline and std: row 2 (0.1) gets (0.1 − 0.6)/(std(0.3, 0.9) + 1e-6) = −0.5/0.4242641 = −1.1785; it got
+    0.1 − 0.3 (the empty row scored 0) before."""
+    rows = [("g", 0.3, 0, 0, [1, 1], [0, 0], [0, 0], [0, 0], [0, 0]), ("g", 0.9, 0, 0, [], [], [], [], []),
+            ("g", 0.1, 0, 0, [1], [0], [0], [0], [0])]
+    src = _write(os.path.join(tmp_path, "e.parquet"), rows)
+    got, _ = run_table(src, os.path.join(tmp_path, "o.parquet"), PINNED, {})
+    adv = output_lists(got)["advantages"]
+    s02 = (0.18 / 1) ** 0.5  # leave-one-out of row 2: {0.3, 0.9}, mean 0.6, unbiased std sqrt(0.18)
+    assert adv[2] == [pytest.approx((0.1 - 0.6) / (s02 + 1e-6), rel=1e-5)]
+    s01 = (0.32 / 1) ** 0.5  # row 0: {0.9, 0.1}
+    assert adv[0] == [pytest.approx((0.3 - 0.5) / (s01 + 1e-6), rel=1e-5)] * 2
+    assert adv[1] == []

@@ -81,6 +81,11 @@ PICKLES = (
      "in an environment with verl installed: b = pickle.load(open(P, 'rb')); write b.batch's tensors and "
      "b.non_tensor_batch to Parquet (one row per response: response_mask, rewards, ...), or rerun with "
      "trainer.rollout_data_dir=DIR to get {step}.jsonl files advcli reads (--from verl-jsonl)"),
+    # verl's v1 RolloutSkip cache for the transfer queue (skip.rollout_tq.enable): torch.save of a TensorDict
+    (r"(^|/)tq_batch\.pt$", "a verl RolloutSkip cache (torch.save of the transfer queue's TensorDict batch)",
+     "in an environment with verl and tensordict installed: b = torch.load(P, weights_only=False); write its "
+     "tensors (response_mask, rm_scores, ...) and uid to Parquet, one row per response, or rerun with "
+     "trainer.rollout_data_dir=DIR to get {step}.jsonl files advcli reads (--from verl-jsonl)"),
     (r"(^|/)dumped_data/global_step_\d+_training_input\.pkl$", "a SkyRL training batch (pickle of "
      "TrainingInputBatch; it holds no rewards)", "in an environment with skyrl installed, load it and write its "
      "tensors to Parquet; for rewards use the eval dumps (dumped_evals/, --from skyrl-evals)"),

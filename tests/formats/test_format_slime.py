@@ -106,6 +106,18 @@ def test_arbitrary_classes_refused(tmp_path, capsys):
     assert not (tmp_path / "c.parquet").exists()
 
 
+def test_verls_transfer_queue_cache_is_named_as_verls(tmp_path, capsys):
+    """verl v1's RolloutSkip cache for the transfer queue, {dump_dir}/.../tq_batch.pt (torch.save of a TensorDict),
+    was taken for a slime rollout dump: refused with slime's advice (d['samples']). It is named as verl's, with
+    verl's way out."""
+    d = tmp_path / "3" / "0"
+    d.mkdir(parents=True)
+    torch.save({"batch": torch.zeros(2, 3)}, d / "tq_batch.pt")
+    for target in (d / "tq_batch.pt", tmp_path):
+        code, _, err = run_main(["run", target, "-o", tmp_path / "o.parquet"], capsys)
+        assert code == 2 and "verl RolloutSkip cache" in err and "slime" not in err, err
+
+
 def test_framework_pickles_refused(tmp_path, capsys):
     p = tmp_path / "dumped_data"
     p.mkdir()

@@ -81,9 +81,10 @@ def read(path: str, ctx: Context):
         uid = rec.get("uid")
         _check_uid_mix(ctx, path, line, rec, uid, local)
         if uid is None:
-            if "text_grouping" not in ctx.state:
+            if "text_grouping" not in ctx.state:  # said in run's summary too (reward_note's channel)
                 ctx.state["text_grouping"] = True
-                ctx.notes.append("no uid (legacy verl trainer): rows grouped by identical input text")
+                reward_note(ctx, "no uid (legacy verl trainer, or a validation dump before v1): rows grouped by "
+                                 "identical input text, so two dataset rows with the same prompt make one group")
             row["prompt_id"] = text_key(rec["input"])
             if pending is not None:  # a file mixing rows with and without uid keeps its order
                 pending[3]["is_last_step"] = True

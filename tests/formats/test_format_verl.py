@@ -642,3 +642,16 @@ def test_the_runs_hydra_config_beside_the_dump_is_read(tmp_path, capsys, where):
     assert code == 0, err
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), verl_grpo(scores, groups), rtol=1e-5,
                        atol=1e-6)
+
+
+def test_run_says_a_legacy_dump_is_grouped_by_its_input_text(tmp_path, capsys):
+    """A dump without uid (verl's legacy trainer, a validation dump before v1) is grouped by identical input text,
+    so two dataset rows with the same prompt make one group: run's summary says so (only inspect and convert
+    did), beside the numbers it gives."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = [{k: v for k, v in r.items() if k != "uid"} for r in v1_records(1, 3)]
+    write(d / "1.jsonl", recs)
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                             "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 0 and "grouped by identical input text" in " ".join(err.split()), err

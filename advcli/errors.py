@@ -97,6 +97,10 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
 COMMAND_OWNS_STDOUT = False
 
 
+# the names a --flavor in a message can take (the flavors' names and aliases, and the placeholders the messages use)
+_FLAVOR_WORDS = {"verl", "areal", "nemo", "open-instruct", "openinstruct", "openrlhf", "prime-rl", "primerl", "roll",
+                 "skyrl", "slime", "trl", "advcli", "name", "x", "f", "f2", "..."}
+
 # the command line's options as the library calls' keywords (advcli.run, stats, audit, compare): a message
 # raised under a library call says what to pass there (advcli.io.frames.FrameInputs translates it). A value
 # never ends with a period: "... --set advcli.group_by=id." ends a sentence
@@ -105,7 +109,10 @@ _LIBRARY_WORDS = [
     (r"--set '([^'=]+)=([^']*)'", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
     (r"--set ([^\s'=]+)=([^\s',;)]*[^\s',;).:])", lambda m: f"settings={{'{m[1]}': {_py_value(m[2])}}}"),
     (r"--flavor '([^'\s]+)'", lambda m: f"flavor='{m[1]}'"),
-    (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"flavor='{m[1]}'"),
+    # a flavor's name (with its @release) or a placeholder; an English word after the option (the --flavor
+    # "wins", "is", "or") keeps the keyword alone
+    (r"--flavor ([A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_-]+)*)",
+     lambda m: f"flavor='{m[1]}'" if m[1].split("@")[0].lower() in _FLAVOR_WORDS else f"flavor {m[1]}"),
     (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
     (r"--against ([A-Za-z0-9_.]*[A-Za-z0-9_])", lambda m: f"against='{m[1]}'"),
     (r"--(precision|output-mode|device|engine) '([^']*)'", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),

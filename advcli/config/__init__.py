@@ -363,6 +363,11 @@ def coerce(path: str, value: Any, key: Key) -> Any:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
+        if kind == "str" and isinstance(value, bool) and key.choices is not None:
+            # YAML 1.1 (PyYAML) reads an unquoted off/on/no/yes as a boolean; OmegaConf, which the trainers load
+            # their configs with, keeps them text: a key whose choices hold the word takes it back
+            words = ("on", "yes", "true") if value else ("off", "no", "false")
+            value = next((w for w in words if w in key.choices), value)
         if kind == "str":
             value = str(value)
         if kind == "list":

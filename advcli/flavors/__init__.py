@@ -450,7 +450,8 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     if unread:
         return f"{note}; {unread}" if note else unread
     key = fa.flavor.estimator_key
-    if note is None and title and key and name is None and key not in (given or {}) and key in values:
+    chosen = [k for k in (key, *fa.flavor.more_estimator_keys) if k and k in (given or {})]
+    if note is None and title and key and name is None and not chosen and key in values:
         # nothing named an estimator: say it is the flavor's default (verl's is gae, not the grpo a
         # run without --flavor picks on a dump with prompt ids), and how to choose another
         return (f"{values[key]} is {title}'s default {key} (none was given): --set {key}=NAME or "

@@ -3,8 +3,10 @@
 
 One JSON object per line, one file per prompt group (``GroupedRolloutWorkflow`` puts the n samples of one
 prompt in one task): ``task_id``, ``sample_idx``, ``seqlen``, ``prompt_len``, ``head_version``,
-``tail_version``, ``reward``, ``prompt``, ``completion``. No token data (only lengths): a response-level
-dump, with ``response_length = seqlen − prompt_len``.
+``tail_version``, ``version_rle``, ``reward``, ``prompt``, ``completion``. No token data (only lengths): a
+response-level dump, with ``response_length`` = the trained tokens, the counts of ``version_rle`` (since AReaL
+#1408 ``prompt_len`` is where the first trained token starts, so ``seqlen − prompt_len`` would also count a
+multi-turn row's tool and context tokens), else ``seqlen − prompt_len``.
 
 Rollout-time reward normalisation (``gconfig.reward_normalization``, AReaL #1516 @ 95d70052, extended to
 ``RolloutControllerV2`` by #1619): the workflow replaces each reward by its group's population z-score
@@ -72,8 +74,25 @@ def read(path: str, ctx: Context):
                                 f"{seqlen - plen} tokens (AReaL writes seqlen = prompt_len + the response's length)",
                                 hint="repair the record's seqlen or prompt_len, or remove that line")
             row["response_length"] = seqlen - plen
+            trained = _trained_tokens(rec.get("version_rle"))
+            if trained is not None and trained <= seqlen - plen:
+                row["response_length"] = trained
         row.update(extras(rec, ("reward",) + RAW_KEYS))
         yield line, row
+
+
+def _trained_tokens(rle) -> int | None:
+    """The row's trained (loss-mask) tokens from ``version_rle``, [[version, count], ...] over the mask=1 tokens
+    (``_compute_output_versions``, workflow_executor.py L860-874 @cbff54d6; ``[[v, sum(mask)]]`` without
+    versions), or None where the record has none. Since #1408 ``prompt_len`` is the first trained token's position
+    (``_split_trajectory_for_dump``), so ``seqlen − prompt_len`` also counts a multi-turn row's tool and context
+    tokens, which AReaL's adv_norm and overlong penalty do not."""
+    if not isinstance(rle, list) or not rle:
+        return None
+    counts = [p[1] for p in rle if isinstance(p, (list, tuple)) and len(p) == 2]
+    if len(counts) != len(rle) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        return None
+    return sum(counts)
 
 
 def run_config(path: str) -> str | None:

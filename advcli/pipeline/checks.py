@@ -179,6 +179,10 @@ def check_run(input_specs: list[str], cfg: dict, *, column_overrides: dict[str, 
     from .plan import open_and_plan
 
     deep = deep or is_user(str(RunSpec.from_config(cfg).estimator.name))
+    if device == "cuda" and not deep:  # as run refuses it (plan.pick_device): asking torch is the only way to know
+        from .plan import pick_device
+
+        pick_device(device)
     if output is not None:
         from ..io.reader import InputSet
 

@@ -386,3 +386,33 @@ def test_a_seqlen_shorter_than_its_prompt_is_refused(tmp_path, capsys, seqlen, p
         code, _, err = run_main([*command, "-o", out], capsys)
         assert code == 2 and f"rollout/1/0.jsonl:2: fields 'seqlen' {seqlen} and 'prompt_len' {prompt_len}" in err, err
         assert not out.exists()
+
+
+def test_a_multi_turn_rows_trained_tokens_come_from_version_rle(tmp_path, capsys):
+    """Since AReaL #1408 the writer's prompt_len is the first trained token's position (_split_trajectory_for_dump,
+    workflow_executor.py L876-883 @cbff54d6), so seqlen − prompt_len also counts a multi-turn row's tool and context
+    tokens; version_rle counts the trained (loss-mask) tokens only (L860-874), which AReaL's token-weighted
+    adv_norm sees. A row of 1 + 3 context + 1 generated tokens (version_rle [[1, 2]]) therefore runs as the same row
+    written single-turn with 2 generated tokens: the same advantages, response_length 2."""
+    def dump(root, multi):
+        trial = root / "trial"
+        d = trial / "rollout" / "1"
+        d.mkdir(parents=True)
+        save_config(trial)
+        rows = [(1.0, 4, [[1, 2]]), (0.0, 5, [[1, 3]]), (1.0, 7 if multi else 4, [[1, 2]]), (0.0, 4, [[1, 2]])]
+        for task in (1, 2):
+            recs = [{"task_id": task, "sample_idx": i, "seqlen": seqlen, "prompt_len": 2, "head_version": 1,
+                     "tail_version": 1, "version_rle": rle, "reward": r, "prompt": "p", "completion": "c"}
+                    for i, (r, seqlen, rle) in enumerate(rows[2 * (task - 1):2 * task])]
+            (d / f"{task}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+        return trial / "rollout"
+
+    got = {}
+    for multi in (True, False):
+        out = tmp_path / f"o{multi}.parquet"
+        code, _, err = run_main(["run", dump(tmp_path / str(multi), multi), "-o", out, "--flavor", "areal", "-q"],
+                                capsys)
+        assert code == 0, err
+        got[multi] = pq.read_table(out).to_pydict()
+    assert got[True]["response_length"] == [2, 3, 2, 2]
+    assert got[True]["advantages"] == got[False]["advantages"]

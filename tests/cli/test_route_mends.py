@@ -1,0 +1,51 @@
+"""What a sweep of routes (the command line and the library, --set and config files, run and validate) found to
+differ in what they accept or say, each held to one answer."""
+from __future__ import annotations
+
+import pytest
+from conftest import SAMPLE, run_main
+
+import advcli
+from advcli.errors import AdvcliError, library_words
+
+
+def test_library_messages_keep_english_after_flavor():
+    """A message raised under a library call names keywords (flavor='nemo'); an English word after --flavor in
+    the command-line text ('--flavor wins', '--flavor is') became flavor='wins'."""
+    assert library_words("(--flavor wins only over a release)") == "(flavor wins only over a release)"
+    assert library_words("no --flavor is given") == "no flavor is given"
+    assert library_words("try --flavor nemo@0.7.0") == "try flavor='nemo@0.7.0'"
+    assert library_words("--flavor NAME@RELEASE") == "flavor='NAME@RELEASE'"
+
+
+def test_an_on_off_choice_given_unquoted_is_the_word(capsys):
+    """`--set algo.advantage.is_correction_level=off` (OpenRLHF's own flag value) was read by YAML 1.1 as false
+    and refused, where the library's 'off' ran: a key whose choices hold off/on takes the word back, as OmegaConf
+    keeps it text."""
+    code, out, err = run_main(["explain", "--flavor", "openrlhf", "--set", "algo.advantage.is_correction_level=off"],
+                              capsys)
+    assert code == 0 and 'is_correction_level="off"' in out, err
+    code, _, err = run_main(["explain", "--flavor", "verl", "--set", "algorithm.adv_estimator=off"], capsys)
+    assert code == 2 and "unknown value 'False'" in err  # no such choice: still refused, saying why
+
+
+def test_validate_refuses_a_missing_cuda_device_as_run_does(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    for command in (["validate", SAMPLE, "--device", "cuda"],
+                    ["run", SAMPLE, "--device", "cuda", "-o", tmp_path / "x.parquet"]):
+        code, _, err = run_main(command, capsys)
+        assert code == 2 and "no CUDA device is available here" in err, (command, err)
+
+
+def test_the_why_line_knows_nemos_ppo_estimator_key(tmp_path):
+    """With ppo.adv_estimator.name=gae the run said 'grpo is NeMo RL's default grpo.adv_estimator.name (none was
+    given)': the PPO key chooses the estimator too."""
+    res = advcli.run(SAMPLE, str(tmp_path / "o.parquet"), flavor="nemo", device="cpu",
+                     settings={"ppo.adv_estimator.name": "gae"})
+    assert not res.estimator_note or "none was given" not in res.estimator_note
+    with pytest.raises(AdvcliError):
+        advcli.run(SAMPLE, None, flavor="nemo", settings={"ppo.adv_estimator.name": "nope"}, device="cpu")

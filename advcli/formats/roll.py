@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import Context, Format, number, reward_note
+from . import Context, Format, number, reward_note, shown_setting
 from ._common import F32, I64, STR, text_key
 from .records import json_where
 
@@ -101,6 +101,9 @@ def _agentic(obj: dict, n: int, ctx: Context):
                          "forced to the group z-score, a group of one gives NaN); ROLL's agentic pipeline "
                          "normalises by reward_normalization instead (grouping key and norm types, nothing by "
                          "default; a group of one or with |std| <= 1e-6 gives 0; agentic/utils.py L99-153)")
+        # the agentic scores are float32, not the RLVR reward workers' float16: score_tensor is dtype=torch.float
+        # (agent_native_env_manager.py L276 @8eb27cc2) and agentic_reward_norm takes .float() (utils.py L106)
+        shown_setting(ctx, "advcli.reward_dtype", "run")
     for i in range(n):
         raw = obj["trajectory_data"][i]
         try:

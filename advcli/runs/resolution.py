@@ -278,8 +278,9 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     settings: list[tuple[str, object]] = []
     notes: list[str] = []
     formats = {i.format for i in infos}
-    for fmt, (pairs, why) in flavor.dump_settings.items():
-        take = [(k, v) for k, v in pairs if k not in given] if fmt in formats else []
+    shown_keys = {k for i in infos for k in (getattr(i, "shown_settings", None) or {})}
+    for fmt, (pairs, why) in flavor.dump_settings.items():  # what the records show wins (ROLL's agentic float32)
+        take = [(k, v) for k, v in pairs if k not in given and k not in shown_keys] if fmt in formats else []
         if take:
             settings += take
             notes.append(f"{len(take)} key(s) from {why}: "

@@ -106,6 +106,13 @@ def test_agentic(tmp_path, capsys):
     assert code == 0, err
     err = " ".join(err.split())
     assert "agentic dump: --flavor roll runs ROLL's RLVR chain" in err and "reward_normalization" in err
+    # agentic scores are float32 (score_tensor dtype=torch.float, agent_native_env_manager.py L276 @8eb27cc2), not
+    # the RLVR reward workers' float16: the group z-score of [1, 0, 0] in float32 (1.1547 where float16 gives 1.1543)
+    assert "advcli.reward_dtype=run from the dump's records" in err, err
+    adv = pq.read_table(tmp_path / "r.parquet").column("advantages").to_pylist()
+    r = np.array([1.0, 0.0, 0.0], np.float32)
+    want = (r - r.mean()) / (r.std(ddof=1) + np.float32(1e-6))
+    assert adv[:N] == pytest.approx(want.tolist(), abs=1e-7)
 
 
 def test_unequal_columns_and_truncation(tmp_path, capsys):

@@ -149,9 +149,11 @@ def split_runs_warning(ids, pid: np.ndarray, scope_codes: np.ndarray, gcodes: np
 
 def _mixed_block(block: np.ndarray, ids: np.ndarray) -> bool:
     """Whether a positional block holds rows of several prompt ids."""
-    first = np.full(int(block.max()) + 1 if len(block) else 0, -1, dtype=np.int64)
-    first[block[::-1]] = ids[::-1]  # each block's first row's id (the last write wins: the first row)
-    return bool((ids != first[block]).any())
+    if not len(block):
+        return False
+    head = np.full(int(block.max()) + 1, len(block), dtype=np.int64)
+    np.minimum.at(head, block, np.arange(len(block)))  # each block's first row
+    return bool((ids != ids[head[block]]).any())
 
 
 def _every_id_split(block: np.ndarray, ids: np.ndarray, scope: np.ndarray) -> bool:

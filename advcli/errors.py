@@ -97,7 +97,8 @@ def disk_full(directory: str, what: str, need_bytes: int | None = None) -> Advcl
 COMMAND_OWNS_STDOUT = False
 
 
-# the names a --flavor in a message can take (the flavors' names and aliases, and the placeholders the messages use)
+# the names a --flavor in a message can take (the flavors' names and aliases, and the placeholders the messages use);
+# written out, as errors sits below the flavor registry (importing it would run upward: tests/project/test_house.py)
 _FLAVOR_WORDS = {"verl", "areal", "nemo", "open-instruct", "openinstruct", "openrlhf", "prime-rl", "primerl", "roll",
                  "skyrl", "slime", "trl", "advcli", "name", "x", "f", "f2", "..."}
 

@@ -228,10 +228,10 @@ def release_check(v: dict, release, asked: str | None) -> None:
     normalisation: their PPOActorConfig.gae_lambda is a float and they have neither gae_lambda_kwargs nor
     gae_timestep_unit (api/cli_args.py L1514 @1.0.4, L1579 @v2.0.0), nor GenerationHyperparameters.
     reward_normalization: a config naming them does not load there."""
-    if release.name not in ("1.0.4", "2.0.0"):
+    where = {"1.0.4": "L1514 @1.0.4", "2.0.0": "L1579 @v2.0.0"}.get(release.name)  # its PPOActorConfig.gae_lambda
+    if where is None:
         return
     named = f"--flavor areal@{asked or release.name}"
-    where = {"1.0.4": "L1514 @1.0.4", "2.0.0": "L1579 @v2.0.0"}[release.name]
     hint = "a newer AReaL has it: --flavor areal (the newest); `advcli explain --flavor areal --history`"
     if isinstance(v["actor.gae_lambda"], str) or v.get("actor.gae_lambda_kwargs") or \
             any(k.startswith("actor.gae_lambda_kwargs.") for k in v):

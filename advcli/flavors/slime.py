@@ -172,7 +172,7 @@ def estimator_note(v: dict) -> str | None:
 # REINFORCE++'s per-token float32 loop before #2205 (equal up to float32 rounding); with --context-parallel-size > 1
 # and normalize_advantages each context-parallel rank whitened its own slice before #2235 (advcli reproduces
 # context-parallel size 1); the train dump's layout before #2266 (refused either way: it has no group key).
-_NO_CISPO = ("grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+_NO_CISPO = tuple(e for e in ESTIMATORS if e != "cispo")
 _CP = ("with --context-parallel-size > 1 and normalize_advantages each context-parallel rank whitened its own slice "
        "of every sequence (before #2235): advcli reproduces context-parallel size 1")
 RELEASES = (

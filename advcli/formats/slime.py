@@ -31,7 +31,8 @@ from . import Context, Format, number, number_list
 from ._common import F32, F32_LIST, I64, MASK, STR
 
 # train_data/{rollout_id}.pt from #2266 (after v0.3.1); before it, one file per rank, train_data/{rollout_id}_{rank}.pt
-PATTERN = r"(^|/)rollout_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+(_\d+)?\.pt$|\.pt$"
+TRAIN_DUMP = r"(^|/)train_data/\d+(_\d+)?\.pt$"
+PATTERN = r"(^|/)rollout_data/(?P<step>\d+)\.pt$|" + TRAIN_DUMP + r"|\.pt$"
 _CACHE: dict = {}
 
 EXPORT = ("load it where slime is installed and save plain values: d = torch.load(P, weights_only=False); "
@@ -139,10 +140,7 @@ def refuse(path: str) -> str | None:
         return f"{obj}; {DAMAGED_HINT}"
     if isinstance(obj, Exception):
         return f"{obj}; advcli never unpickles arbitrary classes. To read it, {EXPORT}"
-    # the train dump: format_version 2 from #2266; before it (slime v0.3.1 and older), one file per rank holding
-    # {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1)
-    if isinstance(obj, dict) and ("format_version" in obj or ("rollout_data" in obj and "rank" in obj
-                                                              and "samples" not in obj)):
+    if isinstance(obj, dict) and _train_dump(obj):
         return ("a slime train dump (--save-debug-train-data): it holds no group key (its samples join the "
                 "rollout dump on sample_index); read the rollout dump instead (--save-debug-rollout-data, or "
                 "the rollout_data/ folder of --dump-details)")
@@ -232,9 +230,14 @@ def read(path: str, ctx: Context):
         yield i, row
 
 
+def _train_dump(rec: dict) -> bool:
+    """Whether a loaded .pt is slime's train dump: format_version 2 from #2266; before it (v0.3.1 and older), one
+    file per rank holding {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1)."""
+    return "format_version" in rec or ("rollout_data" in rec and "rank" in rec and "samples" not in rec)
+
+
 def sniff(rec: dict) -> bool:
-    return ("samples" in rec or "format_version" in rec or "__error__" in rec
-            or ("rollout_data" in rec and "rank" in rec))  # the train dump before #2266
+    return "samples" in rec or "__error__" in rec or _train_dump(rec)
 
 
 FORMAT = Format(
@@ -245,7 +248,7 @@ FORMAT = Format(
              "teacher_log_probs": F32_LIST,
              "tokens": "list<int64>", "index": I64, "response_length": I64},
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
-    companions=(r"(^|/)train_data/\d+(_\d+)?\.pt$", r"(^|/)rollout_data/eval_\d+\.pt$"),
+    companions=(TRAIN_DUMP, r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
     example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

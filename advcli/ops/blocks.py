@@ -82,6 +82,32 @@ def block_normalize(r: torch.Tensor, scopes: GroupIndex, n: int | list[int], mea
     return out
 
 
+def _scope_id_codes(ids: np.ndarray, scope: np.ndarray) -> np.ndarray:
+    """[R] dense code of each row's (scope, prompt id)."""
+    _, code = np.unique(scope * (int(ids.max()) + 1) + ids, return_inverse=True)
+    return code.reshape(-1)
+
+
+def first_mixed_block(block: np.ndarray, ids: np.ndarray) -> tuple[int, int] | None:
+    """(i, j): the first row j whose block's first row i has another prompt id, or None (no block holds several)."""
+    if len(block) == 0:
+        return None
+    head = np.full(int(block.max()) + 1, len(block), dtype=np.int64)
+    np.minimum.at(head, block, np.arange(len(block)))  # each block's first row
+    first = head[block]
+    bad = np.nonzero(ids != ids[first])[0]
+    return (int(first[bad[0]]), int(bad[0])) if bad.size else None
+
+
+def every_id_split(block: np.ndarray, ids: np.ndarray, scope: np.ndarray) -> bool:
+    """Whether every prompt id (within its scope) spans more than one positional block."""
+    if len(block) == 0:
+        return False
+    pairs = np.unique(np.stack([_scope_id_codes(ids, scope), block.astype(np.int64)]), axis=1)
+    _, blocks_per_id = np.unique(pairs[0], return_counts=True)
+    return bool((blocks_per_id > 1).all())
+
+
 def check_blocks_against_ids(block: np.ndarray, ids: np.ndarray, scope: np.ndarray):
     """First disagreement between positional blocks and a prompt-id column, or None (numpy int64 codes:
     a check, run by ``advcli validate`` without torch).
@@ -94,20 +120,11 @@ def check_blocks_against_ids(block: np.ndarray, ids: np.ndarray, scope: np.ndarr
     R = len(block)
     if R == 0:
         return None
-    idx = np.arange(R)
-    nb = int(block.max()) + 1
-    # a block holding several ids: compare every row with the first row of its block
-    first_of_block = np.full(nb, R, dtype=np.int64)
-    np.minimum.at(first_of_block, block, idx)
-    head = first_of_block[block]
-    bad = np.nonzero(ids != ids[head])[0]
-    mixed = (int(head[bad[0]]), int(bad[0])) if bad.size else None
+    mixed = first_mixed_block(block, ids)
     # an id spanning several blocks (inside one scope)
-    key = scope * (int(ids.max()) + 1) + ids
-    _, kcode = np.unique(key, return_inverse=True)
-    kcode = kcode.reshape(-1)
+    kcode = _scope_id_codes(ids, scope)
     first_of_key = np.full(int(kcode.max()) + 1, R, dtype=np.int64)
-    np.minimum.at(first_of_key, kcode, idx)
+    np.minimum.at(first_of_key, kcode, np.arange(R))
     khead = first_of_key[kcode]
     bad = np.nonzero(block != block[khead])[0]
     split = (int(khead[bad[0]]), int(bad[0])) if bad.size else None

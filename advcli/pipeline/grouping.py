@@ -147,23 +147,6 @@ def split_runs_warning(ids, pid: np.ndarray, scope_codes: np.ndarray, gcodes: np
         "--set advcli.group_by=id")
 
 
-def _mixed_block(block: np.ndarray, ids: np.ndarray) -> bool:
-    """Whether a positional block holds rows of several prompt ids."""
-    if not len(block):
-        return False
-    head = np.full(int(block.max()) + 1, len(block), dtype=np.int64)
-    np.minimum.at(head, block, np.arange(len(block)))  # each block's first row
-    return bool((ids != ids[head[block]]).any())
-
-
-def _every_id_split(block: np.ndarray, ids: np.ndarray, scope: np.ndarray) -> bool:
-    """Whether every prompt id (within its scope) spans more than one positional block."""
-    key = scope.astype(np.int64) * (int(ids.max()) + 1 if len(ids) else 1) + ids
-    pairs = np.unique(np.stack([key, block.astype(np.int64)]), axis=1)
-    _, blocks_per_key = np.unique(pairs[0], return_counts=True)
-    return bool((blocks_per_key > 1).all())
-
-
 def scope_where(state: RunState, step_values: list, s: int) -> str:
     """' in step 3, domain "math"' for scope s (empty for a whole-input scope)."""
     parts = [f"step {step_values[s]}"] if step_values[s] is not None else []
@@ -177,12 +160,13 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
     """ROLL, OpenRLHF and TRL group n consecutive rows; a prompt_id column must agree with those blocks
     (``rows``: a bool mask of the rows to check, None: all; a warning goes to ``state.group_warnings``)."""
     state = RunState() if state is None else state
-    from ..ops.blocks import check_blocks_against_ids
+    from ..ops.blocks import check_blocks_against_ids, every_id_split, first_mixed_block
 
     col = plan.cmap["prompt_id"]
     pid = factorize(keys[col])
     sel = np.arange(len(gcodes)) if rows is None else np.nonzero(rows)[0]
-    found = check_blocks_against_ids(gcodes[sel].astype(np.int64), pid[sel], scope_codes[sel].astype(np.int64))
+    codes = (gcodes[sel].astype(np.int64), pid[sel], scope_codes[sel].astype(np.int64))  # block, id, scope
+    found = check_blocks_against_ids(*codes)
     if found is None:
         return
     kind, i, j = found
@@ -203,8 +187,7 @@ def check_position_ids(plan: Plan, keys: dict, file: str, gcodes, scope_codes, r
         state.group_warnings.append(f"{msg}; the groups are the blocks of {n} rows, as the framework forms them "
                                    "(--set advcli.group_by=id groups by the ids instead)")
         return
-    if kind != "mixed" and not _mixed_block(gcodes[sel], pid[sel]) and not _every_id_split(gcodes[sel], pid[sel],
-                                                                                          scope_codes[sel]):
+    if kind != "mixed" and first_mixed_block(*codes[:2]) is None and not every_id_split(*codes):
         # whole blocks of one prompt, some prompts over several: a prompt drawn for consecutive groups (twice in
         # the dataset), which the trainer runs block by block; a group size set too small splits every prompt
         state.group_warnings.append(f"{msg}: each block holds one prompt, and other prompts fill one block each, "

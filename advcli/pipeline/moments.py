@@ -198,15 +198,15 @@ def whiten_stats(plan: Plan, sums: MomentSums, spec: WhitenSpec, step_values: li
         raise AdvcliError(f"whitening found no valid token{scope_where(state, step_values, s)}: the framework "
                           "raises here (slime distributed_masked_whiten: ValueError, the global mask sum is zero)",
                           hint="check the response_mask column of that step")
-    if small == "error_one" and bool((sums.count == 1).any()):  # ROLL v0.2.0-v0.3.0 masked_var
-        s = int(torch.nonzero(sums.count == 1)[0])
-        raise AdvcliError(f"whitening found one valid token{scope_where(state, step_values, s)}: ROLL before #476 "
-                          "stops here (masked_var raises ValueError: 'The sum of the mask is one, which can cause a "
-                          "division by zero.'; utils/functionals.py at v0.2.0-v0.3.0)",
-                          hint="ROLL after #476 leaves such a domain unwhitened: --flavor roll (8eb27cc), or "
-                               "--set advcli.whiten_one_token=skip")
-    if small == "error_one":
-        small = "skip"  # no valid token: compute_advantage turns both whitenings off
+    if small == "error_one":  # ROLL v0.2.0-v0.3.0: masked_var raises for one token; none turns whitening off
+        if bool((sums.count == 1).any()):
+            s = int(torch.nonzero(sums.count == 1)[0])
+            raise AdvcliError(f"whitening found one valid token{scope_where(state, step_values, s)}: ROLL before "
+                              "#476 stops here (masked_var raises ValueError: 'The sum of the mask is one, which can "
+                              "cause a division by zero.'; utils/functionals.py at v0.2.0-v0.3.0)",
+                              hint="ROLL after #476 leaves such a domain unwhitened: --flavor roll (8eb27cc), or "
+                                   "--set advcli.whiten_one_token=skip")
+        small = "skip"
     if small == "error" and bool(few.any()):
         s = int(torch.nonzero(few)[0])
         raise AdvcliError(f"whitening needs at least 2 valid tokens per batch; found {int(sums.count[s])}"

@@ -179,8 +179,8 @@ def read_scalar(batch: pa.RecordBatch, name: str, file: str, row_base: int, dtyp
     raw = np.array(primitive_numpy(arr))
     t = torch.from_numpy(raw).to(dtype)
     if t.is_floating_point():
-        check_row_numbers(t.numpy(), file, name, row_base, allow_nan, source=raw if raw.dtype != t.numpy().dtype
-                          else None)
+        vals = t.numpy()
+        check_row_numbers(vals, file, name, row_base, allow_nan, source=raw if raw.dtype != vals.dtype else None)
     return t
 
 

@@ -373,6 +373,9 @@ def check_given(spec, settings) -> None:
                               hint=f"give true or false (default {str(key.default).lower()}), or leave the key out "
                                    "for the default")
     named = [str(v) for k, v in settings if k == "advcli.estimator"]
+    if len(set(named)) > 1:
+        raise AdvcliError(f"advcli.estimator is given twice, {named[0]} and {named[-1]}: two estimators",
+                          hint="give one of them (--estimator NAME is --set advcli.estimator=NAME)")
     if named and flavor.estimator_key:
         key = own_estimator_key(flavor, named[-1]) or flavor.estimator_key
         own = [(k, str(v)) for k, v in settings if flavor.aliases.get(k, k) == key]

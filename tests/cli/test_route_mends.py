@@ -49,3 +49,15 @@ def test_the_why_line_knows_nemos_ppo_estimator_key(tmp_path):
     assert not res.estimator_note or "none was given" not in res.estimator_note
     with pytest.raises(AdvcliError):
         advcli.run(SAMPLE, None, flavor="nemo", settings={"ppo.adv_estimator.name": "nope"}, device="cpu")
+
+
+def test_two_estimators_by_two_routes_are_refused(tmp_path, capsys):
+    """`--estimator rloo --set advcli.estimator=grpo` ran grpo (the first) without a word; the same name twice runs."""
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "x.parquet", "--estimator", "rloo",
+                             "--set", "advcli.estimator=grpo"], capsys)
+    assert code == 2 and "advcli.estimator is given twice, grpo and rloo" in err, err
+    assert not (tmp_path / "x.parquet").exists()
+    with pytest.raises(AdvcliError, match="given twice"):
+        advcli.run(SAMPLE, None, estimator="rloo", settings={"advcli.estimator": "grpo"}, device="cpu")
+    code, _, err = run_main(["explain", "--estimator", "rloo", "--set", "advcli.estimator=rloo"], capsys)
+    assert code == 0, err

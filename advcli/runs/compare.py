@@ -407,31 +407,33 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
     from ..flavors import at, check_given, resolve
     from ..pipeline import run_pipeline, scratch_output
 
+    resolved = []  # both resolved before either runs: a mistake in B stops the command before A's work
+    for i, c in enumerate(configs):
+        unknown = sorted(set(c) - CONFIGURATION_KEYS)
+        if unknown or "flavor" not in c:
+            raise AdvcliError(f"compare: configuration {'AB'[i]} " + (
+                f"has {', '.join(map(repr, unknown))}, which is not one of its keys" if unknown else
+                "names no flavor") + f" ({', '.join(sorted(CONFIGURATION_KEYS))})",
+                              hint="{'flavor': 'verl', 'estimator': 'grpo', 'settings': {...}}")
+        settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
+        if c.get("estimator") is not None:  # as run's estimator=: the flavor's own, advcli's or yours
+            settings.append(("advcli.estimator", c["estimator"]))
+        fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
+        check_given(fa, settings)
+        cfg, native = resolve(fa, settings, c.get("config"))
+        refuse_group_filter(cfg, fa.spec)
+        resolved.append((fa, cfg, native, _label(fa.spec, native)))
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
     try:
-        outs, labels = [], []
-        for i, c in enumerate(configs):
-            unknown = sorted(set(c) - CONFIGURATION_KEYS)
-            if unknown or "flavor" not in c:
-                raise AdvcliError(f"compare: configuration {'AB'[i]} " + (
-                    f"has {', '.join(map(repr, unknown))}, which is not one of its keys" if unknown else
-                    "names no flavor") + f" ({', '.join(sorted(CONFIGURATION_KEYS))})",
-                                  hint="{'flavor': 'verl', 'estimator': 'grpo', 'settings': {...}}")
-            settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
-            if c.get("estimator") is not None:  # as run's estimator=: the flavor's own, advcli's or yours
-                settings.append(("advcli.estimator", c["estimator"]))
-            fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
-            check_given(fa, settings)
-            cfg, native = resolve(fa, settings, c.get("config"))
-            refuse_group_filter(cfg, fa.spec)
-            label = _label(fa.spec, native)
+        outs = []
+        for i, (fa, cfg, native, label) in enumerate(resolved):
             if announce is not None:
                 announce(i, label)
             out = scratch_output(_inputs(dump), tmp, "ab"[i])
             run_pipeline(_inputs(dump), out, cfg, flavor=fa, native=native, column_overrides=columns or {},
                          chunk_rows=chunk_rows, device=device)
             outs.append(out)
-            labels.append(label)
+        labels = [r[3] for r in resolved]
         res = compare_files(outs[0], outs[1], labels=(labels[0], labels[1]), top=top, column_overrides=columns)
         res["a"]["path"] = res["b"]["path"] = _named(dump)
         res["a"]["configuration"], res["b"]["configuration"] = configs[0], configs[1]

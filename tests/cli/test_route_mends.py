@@ -61,3 +61,15 @@ def test_two_estimators_by_two_routes_are_refused(tmp_path, capsys):
         advcli.run(SAMPLE, None, estimator="rloo", settings={"advcli.estimator": "grpo"}, device="cpu")
     code, _, err = run_main(["explain", "--estimator", "rloo", "--set", "advcli.estimator=rloo"], capsys)
     assert code == 0, err
+
+
+def test_compare_checks_both_configurations_before_running_either():
+    """A mistake in configuration B stopped compare only after A had run over the whole dump."""
+    from advcli.runs.compare import compare_configurations
+
+    started = []
+    with pytest.raises(AdvcliError, match="unknown value 'nope'"):
+        compare_configurations(SAMPLE, [{"flavor": "verl", "settings": {"algorithm.adv_estimator": "grpo"}},
+                                        {"flavor": "verl", "settings": {"algorithm.adv_estimator": "nope"}}],
+                               device="cpu", announce=lambda i, label: started.append(i))
+    assert started == []

@@ -610,8 +610,22 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
     default flavor does as well as any, or nothing tells (the default flavor then runs, as without the file).
     advcli's extension keys (``advcli.*``), every flavor's, tell none apart.
     Two other flavors told alike are refused: the file does not say which it is."""
+    from ..config import coerce
+
     flavors = listed()
     read = {fl.name: set(read_sections(fl)) for fl in flavors}
+
+    def fits(flavor: Flavor, k: str, v: Any) -> bool:
+        """Whether the flavor would take ``v`` for its key ``k``: SkyRL's ``trainer: {algorithm: ...}`` is a
+        mapping where TRL's ``trainer`` key (grpo or rloo) takes a word, so it does not tell for TRL."""
+        key = flavor_keys(flavor).get(flavor.aliases.get(k, k))
+        if key is None:
+            return True
+        try:
+            coerce(k, v, key)
+        except AdvcliError:
+            return False
+        return True
 
     def score(flavor: Flavor) -> tuple[int, int]:
         try:
@@ -620,7 +634,8 @@ def flavor_of_config(values: dict[str, Any], path: str) -> str | None:
             return 0, 0
         # its trainer sections that no other flavor reads (SkyRL's generator, not its trainer: TRL's key too)
         own = set(flavor.mixed_sections).difference(*(r for name, r in read.items() if name != flavor.name))
-        return (sum(1 for k, _ in got.taken + got.unresolved if not k.startswith("advcli.")),
+        return (sum(1 for k, v in got.taken if not k.startswith("advcli.") and fits(flavor, k, v))
+                + sum(1 for k, _ in got.unresolved if not k.startswith("advcli.")),
                 sum(1 for k in values if k.split(".")[0] in own))
 
     scores = {fl.name: score(fl) for fl in flavors}

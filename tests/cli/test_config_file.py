@@ -423,6 +423,9 @@ def test_without_flavor_the_config_file_says_whose_keys_it_holds(tmp_path, capsy
     with pytest.raises(AdvcliError, match="--flavor openrlhf, --flavor roll and --flavor slime alike") as e:
         of("flat.yaml", "gamma: 0.9\n")  # OpenRLHF's, ROLL's and slime's flat key
     assert "--flavor openrlhf" in e.value.hint
+    # SkyRL's trainer section is a mapping; TRL's `trainer` key (grpo or rloo) takes a word: SkyRL's alone
+    assert of("skyrl.yaml", "trainer:\n  algorithm:\n    advantage_estimator: rloo\n") == "skyrl"
+    assert of("trl.yaml", "trainer: rloo\n") == "trl"
     code, stdout, err = run_main(["explain", "--config", tmp_path / "rl.toml"], capsys)
     assert code == 0 and stdout.startswith("flavor   prime-rl"), err
 

@@ -110,15 +110,19 @@ def require_logged(inputs: list[str], against: str | None) -> None:
     info = info_for(inputs[0])
     if info is None or info.logged or any(c in schema_facts(inputs[0]).names for c in LOGGED_DEFAULTS):
         return
-    raise nothing_logged(info.source, info.title)
+    from ..formats import FORMATS
+
+    fmt = FORMATS.get(info.format)
+    raise nothing_logged(info.source, info.title, fmt.logged_elsewhere if fmt else "")
 
 
-def nothing_logged(source: str, title: str) -> AdvcliError:
+def nothing_logged(source: str, title: str, elsewhere: str = "") -> AdvcliError:
     """The refusal of a dump ``source`` whose format (``title``) logs no advantages (:func:`require_logged`; the
-    follower's own first check, on the format and its first record)."""
+    follower's own first check, on the format and its first record); ``elsewhere``: where the trainer writes them."""
     return AdvcliError(f"{source}: this {title} holds no logged advantages (the trainer does not write "
                        "them there), so there is nothing to audit",
-                       hint="`advcli run` computes them; --against COLUMN audits another column of logged values")
+                       hint=(f"{elsewhere}; " if elsewhere else "") + "`advcli run` computes them; --against COLUMN "
+                            "audits another column of logged values")
 
 
 def _logged_column(schema, against: str | None, file0: str, imported: str | None = None) -> tuple[str, bool]:

@@ -126,7 +126,7 @@ class Watcher:
         steps, self._steps = self._steps, {}
         for p in (self._parquet_files() if self.fmt == "parquet" else self._walk()):
             if self.fmt != "parquet":
-                if not self.fmt.matches(p) or any(re.search(c, p.replace(os.sep, "/")) for c in self.fmt.companions):
+                if not self.fmt.matches(p) or self.fmt.companion(p):
                     continue
                 step = self.fmt.step_of(p)
             else:
@@ -148,8 +148,36 @@ class Watcher:
             if step is None:
                 continue
             by_step.setdefault(step, []).append(p)
-        return [Unit(s, by_step[s], through=through.get(s) if through.get(s, s) != s else None)
-                for s in sorted(by_step)]
+        units = [Unit(s, by_step[s], through=through.get(s) if through.get(s, s) != s else None)
+                 for s in sorted(by_step)]
+        if self.fmt != "parquet" and self.fmt.beside is not None:
+            for u in units:
+                self._with_beside(u)
+        return units
+
+    def _with_beside(self, u: Unit) -> None:
+        """A step of a format whose reader opens files beside its data (slime's train dump: the rollout dump in
+        ../rollout_data/) copied with them, as the trainer laid them out from the followed directory's parent;
+        the command reads the followed directory's copy, named as the user named it."""
+        base, root, fmt = os.path.dirname(self.root), self.root, self.fmt
+
+        def write(into: str) -> tuple[dict, list[str]]:
+            taken = {}
+            for p in u.files:
+                for q in [p, *fmt.beside(p)]:
+                    dst = os.path.join(into, os.path.relpath(q, base))
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    with open(q, "rb") as fh:
+                        data = fh.read()
+                    with open(dst, "wb") as fh:
+                        fh.write(data)
+                    if q == p:
+                        taken[os.path.relpath(p, root)] = [len(data), os.stat(p).st_mtime_ns,
+                                                           hashlib.sha256(data).hexdigest()]
+            return taken, []
+
+        u.write, u.read_at = write, os.path.basename(root)
+        u.named_as = os.path.dirname(self.shown.rstrip(os.sep)) or "."
 
     def named(self, p: str) -> str:
         """``p`` (under the followed directory) as the user named that directory."""
@@ -378,6 +406,8 @@ class Options:
 
 def _renamed_text(text: str, tmp: str, root: str) -> str:
     """``text`` with the snapshot directory's paths (under ``tmp``) named by the user's directory ``root``."""
+    if root in ("", "."):  # the copy stands for the working directory: its paths relative to it
+        return text.replace(tmp.rstrip("/") + "/", "").replace(tmp.rstrip("/"), ".")
     return text.replace(tmp.rstrip("/") + "/", root.rstrip("/") + "/").replace(tmp.rstrip("/"), root.rstrip("/"))
 
 
@@ -440,7 +470,8 @@ class StepRunner:
         from ..pipeline.rows import KL_CARRY
 
         o, st = self.opts, self.state
-        specs = open_inputs([tmp], "parquet" if o.source == "parquet" else o.source)
+        specs = open_inputs([os.path.join(tmp, unit.read_at) if unit.read_at else tmp],
+                            "parquet" if o.source == "parquet" else o.source)
         kl, ema = {}, {"start": dict(st.ema)}
         k1, k2 = KL_CARRY.set(kl), EMA_CARRY.set(ema)
         try:
@@ -878,7 +909,7 @@ def nothing_to_audit(fmt, units: list[Unit], shown: str, against: str | None) ->
         return False  # its first line still being written
     if any(c in first for c in LOGGED_DEFAULTS):
         return True
-    raise nothing_logged(shown, fmt.title)
+    raise nothing_logged(shown, fmt.title, fmt.logged_elsewhere)
 
 
 def waiting_on_parquet(u: Unit, settle: float, named) -> bool:

@@ -21,6 +21,7 @@ class Unit:
     # of what was taken whole, notes): a stream whose records are cut into steps (prime-rl's)
     write: Callable[[str], tuple[dict, list[str]]] | None = None
     named_as: str | None = None  # the directory the written copy stands for (None: the followed root)
+    read_at: str | None = None  # the folder under the written copy the command reads (None: the copy itself)
     through: int | None = None  # the last step its rows hold, where they hold several (a Parquet file of 1 and 2)
     torn: bool = False  # taken without a torn last line (set when its copy is made)
 

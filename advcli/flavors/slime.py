@@ -171,7 +171,7 @@ def estimator_note(v: dict) -> str | None:
 # _post_process_rewards are 624b824a's, every key has the same default. What differs: cispo (#2067, after v0.3.0);
 # REINFORCE++'s per-token float32 loop before #2205 (equal up to float32 rounding); with --context-parallel-size > 1
 # and normalize_advantages each context-parallel rank whitened its own slice before #2235 (advcli reproduces
-# context-parallel size 1); the train dump's layout before #2266 (refused either way: it has no group key).
+# context-parallel size 1); the train dump's layout before #2266 (one file per rank: refused; after it, read).
 _NO_CISPO = tuple(e for e in ESTIMATORS if e != "cispo")
 _CP = ("with --context-parallel-size > 1 and normalize_advantages each context-parallel rank whitened its own slice "
        "of every sequence (before #2235): advcli reproduces context-parallel size 1")
@@ -196,8 +196,9 @@ RELEASES = (
                      Change("#2205", ("advantage_estimator",),
                             "reinforce_plus_plus returns by a chunked float32 scan instead of a per-token float32 "
                             "loop: equal up to float32 rounding"),
-                     Change("#2266", (), "the train dump is one file of all data-parallel shards (format_version 2, "
-                                         "train_data/{rollout_id}.pt), before one per rank; neither has a group key")),
+                     Change("#2266", (), "the train dump is one file of all data-parallel shards in rollout order "
+                                         "(format_version 2, train_data/{rollout_id}.pt), before one per rank: "
+                                         "read (advcli audit DIR/train_data), the per-rank ones refused")),
             note="the commit advcli was matched against"),
 )
 

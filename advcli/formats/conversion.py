@@ -311,7 +311,7 @@ def _group_size_counts(steps: list, pids: list) -> dict[int, int]:
 
     from ..ops.grouprule import id_groups, size_counts
 
-    if not pids:
+    if not pids or all(p is None for p in pids):  # no group key in the dump (slime's train dump alone): no sizes
         return {}
     step_codes = pd.factorize(pd.array(steps, dtype=object), sort=False, use_na_sentinel=False)[0]
     pid_codes = pd.factorize(pd.array(pids, dtype=object), sort=False, use_na_sentinel=False)[0]

@@ -32,16 +32,20 @@ class Found:
 
 def _companion(path: str) -> str | None:
     load()
-    p = norm_path(path)
     for fmt in FORMATS.values():
-        for c in fmt.companions:  # a regex, or (regex, what the file is)
-            pat, why = c if isinstance(c, tuple) else (c, f"written by {fmt.title} beside its dumps")
-            if re.search(pat, p):
-                return why
-    base = os.path.basename(p)
+        why = fmt.companion(path)
+        if why:
+            return why
+    base = os.path.basename(norm_path(path))
     if base.startswith("events.out.tfevents"):
         return "TensorBoard event file"
     return None
+
+
+def _read_alone(path: str) -> bool:
+    """Whether a companion file is another format's data, read where a folder holds nothing else (slime's
+    ``train_data/`` beside its ``rollout_data/``: skipped in the ``--dump-details`` folder, read on its own)."""
+    return any(fmt.companion(path) is None and _sniff(path, fmt) for fmt in _named_by(path))
 
 
 def _sniff(path: str, fmt: Format) -> bool:
@@ -147,6 +151,7 @@ def discover(spec: str, forced: Format | None = None) -> Found:
     unread: list[str] = []  # the data files among them (Found.unread)
     if os.path.isdir(spec):
         candidates = []
+        alone: list[tuple[str, str]] = []  # companions another format reads: the candidates if nothing else is
         for root, dirs, files in os.walk(spec):
             keep = []
             for d in sorted(dirs):
@@ -161,6 +166,8 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                 why = _companion(p)
                 if why:
                     skipped.append(f"{p} ({why})")
+                    if fname.endswith(DATA_SUFFIXES):
+                        alone.append((p, skipped[-1]))
                 elif fname.endswith(DATA_SUFFIXES):
                     candidates.append(p)
                 elif fname.endswith(tuple(COMPRESSED)) and fname[:fname.rindex(".")].endswith(DATA_SUFFIXES):
@@ -168,6 +175,11 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                     unread.append(f"{p} (compressed with {tool}: advcli reads the uncompressed files, and zstd only "
                                   f"in prime-rl's trace stream; {tool} -dk {fname} gives the file to read)")
                     skipped.append(unread[-1])
+        if not candidates:
+            for p, entry in alone:
+                if _read_alone(p):
+                    candidates.append(p)
+                    skipped.remove(entry)
         if not candidates:
             raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
                               + (f"; skipped {len(skipped)}" if skipped else ""))

@@ -64,6 +64,10 @@ class Format:
     key: Callable[[str], Any] | None = None
     required: tuple[str, ...] = ()  # keys every record must have (for the messages)
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
+    logged_elsewhere: str = ""  # where the trainer writes its advantages when this dump lacks them (audit's hint)
+    # the other trainer files a data file's reader opens beside it (slime's train dump: the rollout dump in
+    # ../rollout_data/), which a follower copies with the step: a path -> those present
+    beside: Callable[[str], list[str]] | None = None
     refuse: Callable[[str], str | None] | None = None  # a reason this file cannot be read (pickles)
     first_record: Callable[[str], dict | None] | None = None  # default: first JSON line
     # a response-level dump that gives each response's token count: the column a run's synthetic mask takes its
@@ -84,6 +88,16 @@ class Format:
         """The flavor of the trainer that writes this format: ``flavor``, else the first part of its name
         (``nemo-jsonl`` -> ``nemo``)."""
         return self.flavor or self.name.split("-", 1)[0]
+
+    def companion(self, path: str) -> str | None:
+        """What ``path`` is where it is a file this trainer writes beside its dumps (one of ``companions``), else
+        None."""
+        p = norm_path(path)
+        for c in self.companions:  # a regex, or (regex, what the file is)
+            pat, why = c if isinstance(c, tuple) else (c, f"written by {self.title} beside its dumps")
+            if re.search(pat, p):
+                return why
+        return None
 
     def step_of(self, path: str) -> int | None:
         m = re.search(self.pattern, norm_path(path))

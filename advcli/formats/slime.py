@@ -17,9 +17,10 @@ file that needs more is refused with how to re-save it). One canonical row per s
   ``rollout_log_probs`` / ``teacher_log_probs`` = the same fields (per response token; the teacher's
   for on-policy distillation).
 
-The train dump (``--save-debug-train-data``, ``format_version`` 2) holds no group key (its rows join
-the rollout dump on ``sample_index``) and is refused with that reason; ``--dump-details`` directories are
-read through their ``rollout_data/`` files, ``train_data/`` and ``eval_*`` rollouts being skipped.
+The train dump (``--save-debug-train-data``, ``format_version`` 2) is another format
+(:mod:`advcli.formats.slime_train`), read when given on its own (a file, or the ``train_data/`` folder);
+``--dump-details`` directories are read through their ``rollout_data/`` files, ``train_data/`` and ``eval_*``
+rollouts being skipped. The per-rank train dumps of slime v0.3.1 and older are refused.
 """
 from __future__ import annotations
 
@@ -141,9 +142,9 @@ def refuse(path: str) -> str | None:
     if isinstance(obj, Exception):
         return f"{obj}; advcli never unpickles arbitrary classes. To read it, {EXPORT}"
     if isinstance(obj, dict) and _train_dump(obj):
-        return ("a slime train dump (--save-debug-train-data): it holds no group key (its samples join the "
-                "rollout dump on sample_index); read the rollout dump instead (--save-debug-rollout-data, or "
-                "the rollout_data/ folder of --dump-details)")
+        return ("a slime train dump of one rank (--save-debug-train-data before slime #2266, v0.3.1 and older): "
+                "it holds one data-parallel rank's samples without their places in the rollout; read the rollout "
+                "dump instead (--save-debug-rollout-data, or the rollout_data/ folder of --dump-details)")
     return None
 
 
@@ -231,13 +232,14 @@ def read(path: str, ctx: Context):
 
 
 def _train_dump(rec: dict) -> bool:
-    """Whether a loaded .pt is slime's train dump: format_version 2 from #2266; before it (v0.3.1 and older), one
-    file per rank holding {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1)."""
-    return "format_version" in rec or ("rollout_data" in rec and "rank" in rec and "samples" not in rec)
+    """Whether a loaded .pt is slime's train dump from before #2266 (v0.3.1 and older): one file per rank holding
+    {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1), without the samples' places
+    in the rollout. (format_version 2, after it, is read: :mod:`advcli.formats.slime_train`.)"""
+    return "rollout_data" in rec and "rank" in rec and "samples" not in rec
 
 
 def sniff(rec: dict) -> bool:
-    return "samples" in rec or "__error__" in rec or _train_dump(rec)
+    return ("samples" in rec and "format_version" not in rec) or "__error__" in rec or _train_dump(rec)
 
 
 FORMAT = Format(
@@ -248,7 +250,10 @@ FORMAT = Format(
              "teacher_log_probs": F32_LIST,
              "tokens": "list<int64>", "index": I64, "response_length": I64},
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
-    companions=(TRAIN_DUMP, r"(^|/)rollout_data/eval_\d+\.pt$"),
+    logged_elsewhere="slime writes the advantages it trained on in its train dump (--save-debug-train-data, or "
+                     "DIR/train_data/ of --dump-details): advcli audit DIR/train_data --flavor slime",
+    companions=((TRAIN_DUMP, "slime's train dump, read on its own: advcli audit DIR/train_data --flavor slime"),
+                r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
     example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

@@ -92,7 +92,7 @@ def build_fixtures(root):
     import test_format_primerl
     import test_format_primerl_stream
     import test_format_roll
-    import test_format_slime
+    import test_format_slime_train
     import test_format_trl
     import test_format_verl
 
@@ -148,11 +148,9 @@ def build_fixtures(root):
     # AReaL's rollout/<version>/<task>.jsonl under logs/$USER/exp/trial
     test_format_areal.build(root / "logs" / "researcher" / "exp" / "trial")
     test_format_areal.save_config(root / "logs" / "researcher" / "exp" / "trial")  # AReaL's config.yaml
-    # slime's --save-debug-rollout-data <dir>/<rollout_id>.pt
-    slime = root / "dump_details" / "rollout_data"
-    slime.mkdir(parents=True)
-    test_format_slime.build(slime, 0, 0)
-    test_format_slime.build(slime, 1, 1)
+    # slime's --dump-details DIR: DIR/rollout_data/<rollout_id>.pt and DIR/train_data/<rollout_id>.pt
+    for k in (0, 1):
+        test_format_slime_train.build(root / "dump_details", k, test_format_slime_train.RAW[k], 4, k)
     # two outputs to compare
     import advcli
     for est in ("grpo", "rloo"):

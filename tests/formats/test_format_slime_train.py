@@ -1,0 +1,188 @@
+"""slime-train: slime's train dumps (--save-debug-train-data, or DIR/train_data/ of --dump-details; format_version 2
+since slime #2266), built here from the layout of spec/dumps.md §6.2: {"format_version": 2, "rollout_id", "rank",
+"samples": [one dict per sample, sorted by rollout_position], "dp_shards", "raw_reward": [the whole rollout's]}.
+The logged advantages are computed here independently from slime's formulas (grpo: the group z-score of the raw
+rewards with the unbiased std + 1e-6, on every position; reinforce_plus_plus_baseline with normalize_advantages: the
+centred reward, whitened over the mask=1 tokens), not by advcli."""
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import run_main
+
+
+def grpo(raw: list[float], n: int) -> list[float]:
+    """slime's _post_process_rewards for grpo: per block of n, (r − μ)/(std unbiased + 1e-6)."""
+    out = []
+    for g in range(0, len(raw), n):
+        block = raw[g:g + n]
+        mu = sum(block) / n
+        sd = math.sqrt(sum((x - mu) ** 2 for x in block) / (n - 1))
+        out += [(x - mu) / (sd + 1e-6) for x in block]
+    return out
+
+
+def build(root, rollout_id: int, raw: list[float], n: int, seed: int, beside: bool = True,
+          logged=None, raw_reward=None):
+    """DIR/train_data/{rollout_id}.pt (and DIR/rollout_data/{rollout_id}.pt when ``beside``): samples in rollout
+    order, two data-parallel ranks; ``logged(normalised rewards, masks)`` gives each sample's advantages (default:
+    grpo's, the normalised reward on every position). Returns (masks, logged advantages)."""
+    rng = np.random.default_rng(seed)
+    norm = grpo(raw, n)
+    masks = []
+    for _ in raw:
+        length = int(rng.integers(1, 7))
+        m = [1] * length
+        if length > 2:
+            m[1] = 0  # a tool token inside the response
+        masks.append(m)
+    adv = logged(norm, masks) if logged else [[v] * len(m) for v, m in zip(norm, masks)]
+    samples = [{"data_parallel_rank": p % 2, "sample_index": 1000 * rollout_id + p, "rollout_position": p,
+                "tokens": torch.arange(len(m) + 3), "response_lengths": len(m), "total_lengths": len(m) + 3,
+                "loss_masks": torch.tensor(m, dtype=torch.int), "rewards": norm[p], "truncated": 0,
+                "log_probs": torch.full((len(m),), -0.5), "ref_log_probs": torch.full((len(m),), -0.7),
+                "values": torch.linspace(0.5, -0.5, len(m)),
+                "advantages": torch.tensor(a, dtype=torch.float32), "returns": torch.tensor(a, dtype=torch.float32)}
+               for p, (m, a) in enumerate(zip(masks, adv))]
+    (root / "train_data").mkdir(parents=True, exist_ok=True)
+    torch.save({"format_version": 2, "rollout_id": rollout_id, "rank": 0, "samples": samples, "dp_shards": [],
+                "raw_reward": raw if raw_reward is None else raw_reward}, root / "train_data" / f"{rollout_id}.pt")
+    if beside:
+        (root / "rollout_data").mkdir(parents=True, exist_ok=True)
+        torch.save({"rollout_id": rollout_id, "samples": [
+            {"group_index": 10 * rollout_id + p // n, "index": 1000 * rollout_id + p, "reward": r,
+             "response_length": len(m), "loss_mask": m} for p, (r, m) in enumerate(zip(raw, masks))]},
+                   root / "rollout_data" / f"{rollout_id}.pt")
+    return masks, adv
+
+
+RAW = ([1.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.0, 1.0, 0.25, 0.25, 0.75, 0.0],
+       [0.0, 0.0, 1.0, 0.5, 0.5, 1.0, 1.0, 0.0, 0.0, 1.0, 0.25, 0.5])
+
+
+@pytest.fixture
+def details(tmp_path):
+    root = tmp_path / "details"
+    made = [build(root, k, RAW[k], 4, k) for k in (0, 1)]
+    return root, made
+
+
+def test_run_reads_the_train_dump_with_its_groups_from_the_rollout_dump_beside_it(details, tmp_path, capsys):
+    root, made = details
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", root / "train_data", "-o", out, "--flavor", "slime"], capsys)
+    assert code == 0, err
+    assert "group size 4" in err  # from the rollout dump's group_index
+    t = pq.read_table(out).to_pydict()
+    want = [a for masks, adv in made for a in adv]
+    assert t["reward"] == [r for raw in RAW for r in raw]
+    assert t["prompt_id"][:5] == ["0", "0", "0", "0", "1"]
+    for got, exp, mask in zip(t["advantages"], want, [m for masks, _ in made for m in masks]):
+        np.testing.assert_allclose([g * x for g, x in zip(got, mask)], [e * x for e, x in zip(exp, mask)],
+                                   rtol=1e-5, atol=1e-6)
+    assert t["logged_advantages"][0] == pytest.approx(want[0], rel=1e-6)
+
+
+def test_audit_agrees_with_the_advantages_slime_trained_on_and_says_where_they_differ(details, tmp_path, capsys):
+    root, _ = details
+    code, out, err = run_main(["audit", root / "train_data", "--flavor", "slime", "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["agree"] and rep["logged_column"] == "logged_advantages" and rep["logged_per"] == "token"
+    # the same dump audited as grpo without the std: the logged values are not that
+    code, out, err = run_main(["audit", root / "train_data", "--flavor", "slime", "--set",
+                               "grpo_std_normalization=false", "--json"], capsys)
+    assert code == 1 and not json.loads(out)["agree"], err
+    # the --dump-details folder itself is read through its rollout dumps, which log no advantages: said where they are
+    code, _, err = run_main(["audit", root, "--flavor", "slime"], capsys)
+    assert code == 2 and "advcli audit DIR/train_data --flavor slime" in err
+
+
+def test_a_whitened_estimator_is_audited_over_the_mask(tmp_path, capsys):
+    """reinforce_plus_plus_baseline (kl_coef 0) with normalize_advantages: the group-centred reward on every
+    position, whitened with the mean and unbiased variance of the mask=1 tokens (rsqrt(var + 1e-8))."""
+    def centred_whitened(norm, masks):  # norm is the z-score; rf++ baseline centres only: recompute from RAW[0]
+        raw = RAW[0]
+        cen = [x - sum(raw[g // 4 * 4:g // 4 * 4 + 4]) / 4 for g, x in enumerate(raw)]
+        vals = [c for c, m in zip(cen, masks) for x in m if x]
+        mu = sum(vals) / len(vals)
+        var = sum((v - mu) ** 2 for v in vals) / (len(vals) - 1)
+        return [[(c - mu) / math.sqrt(var + 1e-8)] * len(m) for c, m in zip(cen, masks)]
+
+    build(tmp_path / "d", 0, RAW[0], 4, 3, logged=centred_whitened)
+    code, out, err = run_main(["audit", tmp_path / "d" / "train_data", "--flavor", "slime", "--set",
+                               "advantage_estimator=reinforce_plus_plus_baseline", "--set",
+                               "normalize_advantages=true", "--json"], capsys)
+    assert code == 0 and json.loads(out)["agree"], err
+
+
+def test_alone_the_train_dump_needs_the_group_size(tmp_path, capsys):
+    root = tmp_path / "alone"
+    masks, adv = build(root, 0, RAW[0], 4, 0, beside=False)
+    code, _, err = run_main(["run", root / "train_data", "-o", tmp_path / "o.parquet", "--flavor", "slime"], capsys)
+    assert code == 2 and "n_samples_per_prompt" in err
+    code, _, err = run_main(["run", root / "train_data" / "0.pt", "-o", tmp_path / "o.parquet", "--flavor", "slime",
+                             "--set", "n_samples_per_prompt=4"], capsys)
+    assert code == 0, err
+    got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
+    assert got[0][0] == pytest.approx(adv[0][0], rel=1e-5)
+
+
+def test_a_raw_reward_from_metadata_gives_way_to_the_reward_slime_normalised(tmp_path, capsys):
+    """slime overwrites train_data['raw_reward'] with a reward function's metadata['raw_reward'] (rollout.py
+    L702-707) after normalising Sample.get_reward_value: with the rollout dump beside, its reward is read."""
+    shown = [x + 10 for x in RAW[0]]
+    build(tmp_path / "d", 0, RAW[0], 4, 0, raw_reward=shown)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", tmp_path / "d" / "train_data", "-o", out, "--flavor", "slime"], capsys)
+    assert code == 0 and "raw_reward other than the rollout dump's reward" in " ".join(err.split()), err
+    t = pq.read_table(out).to_pydict()
+    assert t["reward"] == RAW[0] and t["raw_reward"] == shown
+
+
+def test_the_dump_details_folder_still_reads_its_rollout_dumps(details, tmp_path, capsys):
+    root, _ = details
+    code, _, err = run_main(["convert", root, "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0, err
+    assert "train_data/0.pt (slime's train dump, read on its own" in err
+    assert pq.read_table(tmp_path / "c.parquet").num_rows == sum(len(r) for r in RAW)
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda s: s.pop("rollout_position"), "no rollout_position"),
+    (lambda s: s.update(rollout_position=99), "rollout_position 99 is not a place in raw_reward"),
+    (lambda s: s.update(loss_masks=torch.tensor([1, 2])), "holds 2 at position 1"),
+    (lambda s: s.update(log_probs=torch.zeros(9)), "log_probs has 9 values but loss_masks has"),
+])
+def test_a_damaged_sample_is_named(tmp_path, capsys, damage, said):
+    build(tmp_path / "d", 0, RAW[0], 4, 0)
+    path = tmp_path / "d" / "train_data" / "0.pt"
+    obj = torch.load(path, weights_only=True)
+    damage(obj["samples"][2])
+    torch.save(obj, path)
+    code, _, err = run_main(["run", path, "-o", tmp_path / "o.parquet", "--flavor", "slime"], capsys)
+    assert code == 2 and "sample 2" in err and said in err, err
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_audit_follows_the_train_dumps_with_the_rollout_dumps_beside_them(details, capsys, monkeypatch):
+    """--follow copies each step's train dump with the rollout dump it reads its groups from, and names the files as
+    the user named the folder."""
+    root, _ = details
+    monkeypatch.chdir(root)
+    code, out, err = run_main(["audit", "--follow", "train_data", "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 0, err
+    assert out.count("agree") == 2 and "followed train_data: 2 step(s)" in err, (out, err)
+    # a step whose rollout dump is missing keeps the group size the first step's gave the follow
+    torch.save({**torch.load("train_data/1.pt", weights_only=True), "rollout_id": 2}, "train_data/2.pt")
+    code, out, err = run_main(["audit", "--follow", "train_data", "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 0 and "followed train_data: 3 step(s)" in err, err
+    # a disagreeing step names the user's file, not the follower's copy
+    obj = torch.load("train_data/2.pt", weights_only=True)
+    obj["samples"][0]["advantages"] = obj["samples"][0]["advantages"] + 1
+    torch.save(obj, "train_data/2.pt")
+    code, out, err = run_main(["audit", "--follow", "train_data", "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 1 and "worst train_data/2.pt: sample 0" in out, out

@@ -202,7 +202,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     column (default: where the trainer logged them; in Parquet ``advantages``, else ``advantage``);
     ``rtol``/``atol`` default as the command's (1e-4, 1e-5, ``atol`` widened where the dump may round its logged
     values); ``log``...: tracker targets, as :func:`run`; the rest as :func:`run` and the command's options."""
-    from .audit.recompute import audit_dump, check_tolerances
+    from .audit.recompute import audit_dump, check_tolerances, logged_inputs
     from .formats import open_inputs
     from .io.frames import FrameInputs
     from .results.notebook import AuditResult
@@ -214,7 +214,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     trackers = _trackers(log, log_project, log_name, log_step_offset)
     estimator = _user_estimator(estimator)
     with FrameInputs(_dump_rows) as frames:
-        specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
+        specs = open_inputs(logged_inputs([frames.path(s) for s in _specs(inputs)], source, against), source)
         # the command's resolution (advcli.commands.resolve: resolve_run), option for option; without a flavor, the
         # dump's trainer's
         choice = resolve_run(specs, flavor, list((settings or {}).items()), estimator=estimator,

@@ -98,6 +98,32 @@ def label(flavor, settings: dict, cfg: dict | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ passes
+def logged_inputs(specs: list[str], source: str | None, against: str | None) -> list[str]:
+    """The inputs audit reads: a trainer's folder whose dump logs no advantages but holds, beside it, a dump of the
+    same run that does (slime's ``--dump-details`` folder: ``rollout_data/`` read by ``run``, ``train_data/`` with
+    the advantages slime trained on) is audited through the latter, the folder that holds it given instead."""
+    if against is not None or source not in (None, "", "auto"):
+        return specs
+    import os
+
+    from ..formats.discovery import discover, format_of
+
+    out = []
+    for spec in specs:
+        if not os.path.isdir(spec):
+            out.append(spec)
+            continue
+        try:
+            found = discover(spec)
+        except AdvcliError:  # the reading itself says what is wrong
+            out.append(spec)
+            continue
+        logged = [p for p in found.alone if getattr(format_of(p), "logged", None)]
+        folders = {os.path.dirname(p) for p in logged}
+        out.append(folders.pop() if found.fmt.logged is None and len(folders) == 1 else spec)
+    return out
+
+
 def require_logged(inputs: list[str], against: str | None) -> None:
     """Before any configuration is resolved: a trainer's dump whose format logs no advantages (verl's
     rollout_data_dir, ROLL's, slime's, ...) and holds no column of logged values is refused as what it is, not

@@ -120,7 +120,7 @@ def audit_cmd(
     if report:
         check_report_path(report, list(inputs) + [config, state])
     trackers = opt.log_targets(log, log_project, log_name, log_step_offset)
-    from ..audit.recompute import audit_dump, check_tolerances, require_logged
+    from ..audit.recompute import audit_dump, check_tolerances, logged_inputs, require_logged
     from ..formats import open_inputs
     from .progress import progress as _progress
     from .resolve import resolve_cli_config
@@ -136,7 +136,7 @@ def audit_cmd(
         opt.run_follow(list(inputs), opts, settle, until_idle, fail_fast, state, report, trackers, json_out, quiet)
     cb, stop = _progress(not quiet and not json_out)
     try:
-        inputs = open_inputs(list(inputs), from_)  # trainer dumps -> canonical Parquet (advcli.formats)
+        inputs = open_inputs(logged_inputs(list(inputs), from_, against), from_)  # trainer dumps -> canonical Parquet
         require_logged(inputs, against)
         dumped: list[str] = []  # without --flavor, the dump's trainer's semantics, as `advcli run` takes them
         flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None,

@@ -28,6 +28,9 @@ class Found:
     # the data files among ``skipped`` (empty, compressed, or not named as the format's): a run's summary warns of
     # them, where a companion or a wandb folder is left out as a matter of course
     unread: list[str] = field(default_factory=list)
+    # the companions of a folder's dump that another format reads on its own (slime's train_data/ beside its
+    # rollout_data/): audit reads them where they log the advantages the chosen format does not
+    alone: list[str] = field(default_factory=list)
 
 
 def _companion(path: str) -> str | None:
@@ -40,6 +43,11 @@ def _companion(path: str) -> str | None:
     if base.startswith("events.out.tfevents"):
         return "TensorBoard event file"
     return None
+
+
+def format_of(path: str) -> Format | None:
+    """The format of one data file, by its name and content (None: no format names it)."""
+    return _classify(path, None)
 
 
 def _read_alone(path: str) -> bool:
@@ -180,12 +188,15 @@ def discover(spec: str, forced: Format | None = None) -> Found:
                 if _read_alone(p):
                     candidates.append(p)
                     skipped.remove(entry)
+            alone = []
         if not candidates:
             raise AdvcliError(f"{spec}: no dump files found (looked for {', '.join(DATA_SUFFIXES)} files)"
                               + (f"; skipped {len(skipped)}" if skipped else ""))
     else:
-        candidates = [spec]
-    return _found(spec, candidates, skipped, unread, forced)
+        candidates, alone = [spec], []
+    found = _found(spec, candidates, skipped, unread, forced)
+    found.alone = [p for p, _ in alone]
+    return found
 
 
 def _starts_as_parquet(path: str) -> bool:

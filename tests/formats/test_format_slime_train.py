@@ -96,8 +96,14 @@ def test_audit_agrees_with_the_advantages_slime_trained_on_and_says_where_they_d
     code, out, err = run_main(["audit", root / "train_data", "--flavor", "slime", "--set",
                                "grpo_std_normalization=false", "--json"], capsys)
     assert code == 1 and not json.loads(out)["agree"], err
-    # the --dump-details folder itself is read through its rollout dumps, which log no advantages: said where they are
-    code, _, err = run_main(["audit", root, "--flavor", "slime"], capsys)
+    # the --dump-details folder: audit reads its train dumps (run reads its rollout dumps), the library's too
+    code, out, err = run_main(["audit", root, "--flavor", "slime", "--json"], capsys)
+    rep = json.loads(out)
+    assert code == 0 and rep["agree"] and rep["inputs"][0].endswith("train_data"), err
+    import advcli
+    assert advcli.audit(str(root), flavor="slime").agree
+    # the rollout dumps alone log no advantages: said where slime writes them
+    code, _, err = run_main(["audit", root / "rollout_data", "--flavor", "slime"], capsys)
     assert code == 2 and "advcli audit DIR/train_data --flavor slime" in err
 
 

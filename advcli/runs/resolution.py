@@ -60,6 +60,21 @@ def _keys_of(name: str, settings) -> bool:
     return all(fl.aliases.get(k, k) in keys for k, _ in settings if not k.startswith("advcli."))
 
 
+def _over(name: str, recorded: list, given: list) -> list:
+    """The settings recorded in an advcli output with the ones given on top: a recorded key given again, and a
+    recorded estimator where one is given (``--estimator``, or any of the flavor's estimator keys), give way, so
+    that a recorded ``algorithm.adv_estimator=grpo`` and an audit's ``--estimator rloo`` are not two estimators
+    the user named."""
+    from ..flavors import at
+
+    fl = at(name).flavor
+    choosers = {"advcli.estimator", "advcli.mix", fl.estimator_key, *fl.more_estimator_keys}
+    keys = {fl.aliases.get(k, k) for k, _ in given}
+    chooses = bool(keys & choosers)
+    return [(k, v) for k, v in recorded if fl.aliases.get(k, k) not in keys
+            and not (chooses and fl.aliases.get(k, k) in choosers)] + list(given)
+
+
 def _names_default(dumped: str, settings, config: str | None, values: dict | None) -> bool:
     """Whether the keys given name the default flavor rather than ``dumped``, the flavor of the dump's trainer:
     ``--set`` keys (advcli's own aside) that are all the default flavor's and not all the trainer's
@@ -116,7 +131,7 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
     if flavor is None and not config:  # an advcli output: the configuration that made it, --set on top
         recorded = recorded_choice(inputs)
         if recorded is not None and _keys_of(recorded[0], settings):
-            flavor, settings, dump_note = recorded[0], recorded[1] + settings, recorded[2]
+            flavor, settings, dump_note = recorded[0], _over(recorded[0], recorded[1], settings), recorded[2]
     if flavor is None:  # neither --flavor nor a --config file chose: a trainer's dump runs its trainer's semantics
         from ..audit.recompute import trainer_flavor
 

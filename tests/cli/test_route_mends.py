@@ -73,3 +73,19 @@ def test_compare_checks_both_configurations_before_running_either():
                                         {"flavor": "verl", "settings": {"algorithm.adv_estimator": "nope"}}],
                                device="cpu", announce=lambda i, label: started.append(i))
     assert started == []
+
+
+def test_an_estimator_given_over_a_recorded_configuration_replaces_its_estimator(tmp_path, capsys):
+    """An advcli output records its configuration (algorithm.adv_estimator=grpo, or advcli.estimator=grpo); an audit
+    of it with --estimator rloo was refused as naming two estimators, one of which the user never typed."""
+    import json
+
+    for given in (["--set", "algorithm.adv_estimator=grpo"], ["--estimator", "grpo"]):
+        out = tmp_path / "g.parquet"
+        code, _, err = run_main(["run", SAMPLE, "-o", out, "-q", "--force", *given], capsys)
+        assert code == 0, err
+        code, stdout, err = run_main(["audit", out, "--estimator", "rloo", "--no-search", "--json"], capsys)
+        rep = json.loads(stdout)
+        assert code == 1 and rep["estimator"] == "rloo" and not rep["agree"], err  # GRPO's numbers are not RLOO's
+        code, stdout, err = run_main(["audit", out, "--no-search", "--json"], capsys)
+        assert code == 0 and json.loads(stdout)["agree"], err

@@ -218,7 +218,7 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
         # the command's resolution (advcli.commands.resolve: resolve_run), option for option; without a flavor, the
         # dump's trainer's
         choice = resolve_run(specs, flavor, list((settings or {}).items()), estimator=estimator,
-                             config=None if config is None else str(config))
+                             config=None if config is None else str(config), columns=dict(columns or {}))
         rep = audit_dump(specs, choice.flavor, choice.cfg, choice.native, dict(columns or {}),
                          auto_note=choice.chosen, flavor_note=choice.dump_note,
                          against=against, rtol=rtol, atol=atol, chunk_rows=chunk_rows, device=device, search=search,

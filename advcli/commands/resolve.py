@@ -21,7 +21,7 @@ def resolve_cli_config(inputs: list[str], flavor: str | None, set_: list[str] | 
 
     columns = parse_column_maps(column)
     choice = resolve_run(inputs, flavor, parse_set(set_), estimator=estimator, config=config, padded=padded,
-                         precision=precision)
+                         precision=precision, columns=columns)
     if notes is not None:
         notes.extend(choice.from_dump)
     if file_keys is not None and choice.config_file is not None:

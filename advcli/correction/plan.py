@@ -276,7 +276,10 @@ def file_metrics(ins, cmap, scope_codes, num_scopes: int, run: RunSpec | None,
                  else None)
     row0 = 0
     nonfinite_rows, first_nonfinite = 0, None  # (row, column) of the first
-    for _, _, batch in ins.iter_batches(cols, chunk_rows):
+    from ..io.value_checks import token_lists_whole
+
+    for fi, row_base, batch in ins.iter_batches(cols, chunk_rows):
+        token_lists_whole(batch, cols[1:], cols[0], ins.paths[fi], row_base)
         offsets, mask = list_column_to_tensor(batch.column(cols[0]))
         old = list_column_to_tensor(batch.column(cols[1]))[1].to(dtype)
         roll = list_column_to_tensor(batch.column(cols[2]))[1].to(dtype)

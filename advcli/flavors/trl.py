@@ -115,6 +115,9 @@ def _old_scale(value: Any, code: str) -> str:
 
 def translate(v: dict) -> dict:
     cfg = default_config()
+    # every completion's reward enters the group statistics, an empty one's too: TRL's rewards are per completion,
+    # its mask never read by the advantage (grpo_trainer.py L2682-2707 @f2cd577; the old RLOOTrainer's score)
+    cfg["reward"]["empty_row"] = "score"
     trainer = v["trainer"]
     code = _code(v)
     old = CODES.index(code) < CODES.index("1.6.0")

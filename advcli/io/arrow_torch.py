@@ -34,7 +34,10 @@ def list_column_to_tensor(arr: pa.Array, dtype: torch.dtype | None = None) -> tu
     if pa.types.is_boolean(vals.type):
         t = torch.from_numpy(np.asarray(vals.to_numpy(zero_copy_only=False), dtype=np.int8))
     else:
-        t = readonly_view(primitive_numpy(vals))
+        np_vals = primitive_numpy(vals)
+        if np_vals.dtype.kind == "u" and np_vals.itemsize > 1:  # torch compares no uint16/32/64 (a uint32 mask):
+            np_vals = np_vals.astype(np.int64)  # as int64 (a value past its range wraps, and a mask check refuses it)
+        t = readonly_view(np_vals)
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     return offsets, t

@@ -102,3 +102,16 @@ def unplaced_reward(file: str, row: int, count: int) -> AdvcliError:
                        "such rows); the framework stops here (slime reinforce_plus_plus: assert "
                        "full_mask.sum() > 0, ppo_utils.py L415)",
                        hint="drop the fully masked rows, or use another estimator")
+
+
+def token_lists_whole(batch, columns: list[str], mask_col: str, file: str, row_base: int) -> None:
+    """The token list columns ``columns`` and the mask ``mask_col`` of an Arrow batch without a null row or element,
+    each row as long as its mask: refused as ``advcli run`` refuses them (file, column and row named), for the
+    commands that read them without the run's checks (``stats``), where the columns would misalign."""
+    from .lists import check_no_nulls, list_offsets
+
+    check_no_nulls(batch.column(mask_col), file, mask_col, row_base)
+    offsets = list_offsets(batch.column(mask_col))
+    for c in columns:
+        check_no_nulls(batch.column(c), file, c, row_base)
+        check_lengths(offsets, list_offsets(batch.column(c)), file, c, mask_col, row_base)

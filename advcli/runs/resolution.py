@@ -105,12 +105,14 @@ def check_precision(precision: str | None) -> str | None:
 
 
 def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str | None = None,
-                config: str | None = None, padded: bool | None = None, precision: str | None = None) -> RunChoice:
+                config: str | None = None, padded: bool | None = None, precision: str | None = None,
+                columns: dict | None = None) -> RunChoice:
     """The configuration of a run on ``inputs`` (opened: ``advcli.formats.open_inputs``) from what the user
     gave, the same for every caller: ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None: the default flavor,
     its estimator chosen from the dump's columns, :func:`default_settings`), ``settings`` (native
     ``(key, value)`` pairs, ``--set``), ``estimator`` (``--estimator``: ``advcli.estimator``), ``config`` (a
-    ``--config`` file, which may name the flavor), ``padded`` and ``precision`` (checked here)."""
+    ``--config`` file, which may name the flavor), ``padded`` and ``precision`` (checked here), ``columns`` (the
+    ``--column ROLE=NAME`` maps, which say where the dump's group id or values are)."""
     from ..config import CONFIG_FILES_READ
     from ..flavors import DEFAULT, at, config_file_flavor
 
@@ -139,7 +141,7 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
         # verl's dump: the default flavor, its estimator picked below
         if dumped is not None and dumped != DEFAULT and not _names_default(dumped, settings, config, values):
             flavor, dump_note = dumped, note
-    fa, settings, chosen = default_settings(flavor, inputs, settings)
+    fa, settings, chosen = default_settings(flavor, inputs, settings, columns)
     file_keys: list = []
     cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)
     if padded is not None:
@@ -607,11 +609,11 @@ def _group_layout(inputs: list[str]) -> tuple[dict[int, int] | None, bool]:
     return size_counts(groups), runs > (int(groups.max()) + 1 if groups.size else 0)
 
 
-def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
+def default_settings(flavor, inputs: list[str], settings: list, columns: dict | None = None) -> tuple:
     """(the flavor at its release (:class:`advcli.flavors.FlavorAt`), settings, the note on what was chosen)
     of ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None). With no flavor: the default flavor (verl), and the
     estimator its ``pick_estimator`` chooses from the dump's columns (GRPO when it has a group id, GAE when it
-    has values)."""
+    has values), a role's column being where ``columns`` (``--column ROLE=NAME``) puts it."""
     from ..flavors import DEFAULT, at
 
     if flavor is not None:
@@ -626,8 +628,10 @@ def default_settings(flavor, inputs: list[str], settings: list) -> tuple:
     first = expand_inputs(inputs)[0]
     names = schema_facts(first).names
     for i, (column, est) in enumerate(fl.pick_estimator):
-        if column in names:
-            why = f"the dump has {column}" + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i])
+        named = (columns or {}).get(column, column)
+        if named in names:
+            why = (f"the dump has {column}" + (f" (column {named!r})" if named != column else "")
+                   + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i]))
             return (fa, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
     from ..formats.discovery import named_but_lacking  # a trainer's dump that lacks a column its reader needs?
 

@@ -71,7 +71,7 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
 
         curation = make_spec(drop_uniform, solve_rate, min_group_size, allow_empty=allow_empty)
     choice = resolve_run(inputs, flavor, settings, estimator=estimator, config=config, padded=padded,
-                         precision=precision)
+                         precision=precision, columns=columns)
     if curation is not None and curation.drop_uniform:  # the run's trainer's dynamic sampling (verl, SkyRL)
         from dataclasses import replace
 

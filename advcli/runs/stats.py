@@ -44,7 +44,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
     from ..io.lists import check_no_nulls, primitive_numpy
     from ..io.reader import InputSet
-    from ..io.value_checks import check_row_numbers
+    from ..io.value_checks import check_row_numbers, token_lists_whole
     from ..report import build_report
     from ..results import RunResult
 
@@ -97,6 +97,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     for fi, row_base, batch in ins.iter_batches(cols1, chunk_rows):
         for c in checked:
             check_no_nulls(batch.column(c), ins.paths[fi], c, row_base)
+        token_lists_whole(batch, [c for c in (tls_col, tlr_col) if c], mask_col, ins.paths[fi], row_base)
         if reward_col:  # ±inf refused as `run` refuses it; NaN is a missing reward, left out of the figures
             check_row_numbers(np.asarray(primitive_numpy(batch.column(reward_col))), ins.paths[fi], reward_col,
                               row_base, allow_nan=True)
@@ -163,7 +164,9 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
                                                          val_col if has_adv else None) if c]))
     row0 = 0
     positions = PositionStats()
-    for _, _, batch in ins.iter_batches(cols2, chunk_rows):
+    for fi, row_base, batch in ins.iter_batches(cols2, chunk_rows):
+        token_lists_whole(batch, [c for c in cols2 if c != mask_col and (c != adv_col or adv_is_list)], mask_col,
+                          ins.paths[fi], row_base)
         offs, m = list_parts(batch.column(mask_col))
         mask = m != 0
         B = batch.num_rows

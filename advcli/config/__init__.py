@@ -87,7 +87,8 @@ def parse_column_maps(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         if "=" not in item:
             raise AdvcliError(f"--column {item!r}: expected ROLE=NAME, e.g. --column reward=score")
-        role, name = (s.strip() for s in item.split("=", 1))
+        role, name = item.split("=", 1)  # the name as given: a column may be named with spaces (" reward")
+        role = role.strip()
         check_column_roles({role: name}, f"--column {item!r}")
         out[role] = name
     return out

@@ -33,13 +33,15 @@ class ColumnMap:
 
     def require(self, role: str, why: str) -> str:
         if role not in self.names:
+            import shlex
+
             default = ROLE_INFO.get(role, (role,))[0]
             near = self.candidate(role)
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
                 + f" Columns present: {', '.join(self.schema.names)}",
-                hint=f"map another column to it with --column {role}={near or 'NAME'}", role=role)
+                hint=f"map another column to it with --column {shlex.quote(role + '=' + (near or 'NAME'))}", role=role)
         return self.names[role]
 
     def candidate(self, role: str) -> str | None:
@@ -131,6 +133,7 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                 or pa.types.is_dictionary(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
                 or pa.types.is_fixed_size_binary(t)):
             why = ("the view layouts are not read yet" if pa.types.is_string_view(t) or pa.types.is_binary_view(t)
-                   else "a float key would group by rounded values")
+                   else "a float key would group by rounded values" if pa.types.is_floating(t)
+                   else f"a {t} key is read as no id")
             raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")

@@ -81,3 +81,18 @@ def test_trl_scores_an_empty_completion_in_its_group(tmp_path, capsys):
         for k in range(4):
             assert got[g + k] == pytest.approx([(r[k] - mu) / (sd + 1e-4)] * len(masks[g + k]), rel=1e-5)
     assert got[0][0] == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-4), rel=1e-5)
+
+
+def test_a_column_named_with_a_space_is_mapped_as_the_hint_says(tmp_path, capsys):
+    """A reward column named ' reward': the hint said `--column reward= reward`, which the shell splits and advcli
+    stripped; it is quoted now, and the name after '=' is taken as given."""
+    table = pq.read_table(SAMPLE)
+    pq.write_table(table.rename_columns([" reward" if c == "reward" else c for c in table.column_names]),
+                   tmp_path / "w.parquet")
+    code, _, err = run_main(["run", tmp_path / "w.parquet", "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "--column 'reward= reward'" in err, err
+    code, _, err = run_main(["run", tmp_path / "w.parquet", "-o", tmp_path / "o.parquet", "--column", "reward= reward",
+                             "-q"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "p.parquet", "-q"], capsys)
+    assert _advantages(tmp_path / "o.parquet") == _advantages(tmp_path / "p.parquet")

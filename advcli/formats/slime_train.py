@@ -32,7 +32,7 @@ import os
 
 from . import Context, Format, number, number_list, tally_note
 from ._common import F32, F32_LIST, I64, MASK
-from .slime import Damaged, load
+from .slime import Damaged, first, load
 
 PATTERN = r"(^|/)train_data/(?P<step>\d+)\.pt$"
 VERSION = 2
@@ -178,15 +178,6 @@ def read(path: str, ctx: Context):
         if toks is not None:
             row["tokens"] = [int(t) for t in (toks.tolist() if hasattr(toks, "tolist") else toks)]
         yield i + 1, row
-
-
-def first(path: str) -> dict | None:
-    if not path.endswith(".pt"):
-        return None
-    obj = load(path)
-    if isinstance(obj, Exception):
-        return {"__error__": str(obj)}
-    return obj if isinstance(obj, dict) else None
 
 
 def sniff(rec: dict) -> bool:

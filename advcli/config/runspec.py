@@ -335,7 +335,8 @@ class Whitening:
             "mask=0 holes included (OpenRLHF 0.7.0's replay buffer: Σ A over all positions / Σm); `prefix` only the "
             "row's first Σm positions for every statistic, mean over all of them, count and variance over their "
             "mask=1 tokens, and 0 written beyond them, whitened or not (OpenRLHF before 0.7.0: "
-            "remove_padding_in_sequences cuts Σ(1 − m) positions off the end of each row)", ('mask', 'row', 'prefix'),
+            "remove_padding_in_sequences cuts Σ(1 − m) positions off the end of each row); `row` and `prefix` with a "
+            "token-level estimator only", ('mask', 'row', 'prefix'),
             kind='str', name='whiten_mean_span')
     overflow: float | None = key(None, "the largest sum the trainer's whitening holds (verl with float16 scores: "
             '65504, its masked sums in float16): a scope whose Σ|x|·m or Σ(x − mean)²·m passes it is refused, the '
@@ -355,8 +356,8 @@ class Whitening:
 class Advantage:
     """What happens to the estimator's advantages before they are written (``advantage.*`` but whitening)."""
     distill_coef: float | None = key(None, 'on-policy distillation term after the estimator, before whitening: A_t '
-            '−= coef·(logp_t − teacher_log_probs_t) on every position (slime --use-opd, loss.py L663-700); null: '
-            'off', kind='float')
+            '−= coef·(logp_t − teacher_log_probs_t) on every position (slime --use-opd, loss.py L663-700); a '
+            'token-level estimator only; null: off', kind='float')
     distill_returns: bool = key(False, 'the distillation term also lands in the returns (slime '
             "reinforce_plus_plus_baseline, whose returns are the advantages' list)", kind='bool')
     remask: Any = key(False, 'zero the final advantages at mask=0 positions: `true` multiplies by the mask (A·M: a '

@@ -292,7 +292,8 @@ def gdpo_row(table: RowTable, p: dict) -> torch.Tensor:
 register(EstimatorSpec(
     name="gdpo", level="row", uses_groups=True, row_constant=True, row_fn=gdpo_row, reward_from_components=True,
     check_components=check_gdpo,
-    formula="A = whiten(Σ_k w_k · (r_k − μ_g(r_k))/(σ_g(r_k) + eps)) over the batch's valid tokens",
+    formula="A = Σ_k w_k · (r_k − μ_g(r_k))/(σ_g(r_k) + eps); verl then whitens A over the batch's valid tokens "
+            "(its --flavor verl sets advantage.whiten; under --flavor advcli give advantage.whiten=true)",
     source="verl core_algos.compute_gdpo_outcome_advantage (L361-468 @1dda039b)",
     params={"weights": Key(None, "component weights, in reward.components order (default all 1)", None, "list"),
             "norm_by_std": Key(True, "normalise each component by its group std", None, "bool"),

@@ -205,7 +205,8 @@ RELEASES = (
                                         "@skyrl-v0.1.0), so gae bootstraps a row shorter than its step's longest "
                                         "with the critic's value at the cell after it, which a dump does not hold: "
                                         "advcli takes 0 there, so with lambd < 1 gae differs on those rows (by "
-                                        "about γ(1 − λ)·V; the default λ = 1 telescopes it away)",
+                                        "up to γ(1 − λ)·V/(1 − γλ) at the last token, less by γλ a position "
+                                        "before it; the default λ = 1 telescopes it away)",
             settings={"advcli.step_wise_copy": "last_row", "advcli.zero_variance_rule": "std"},
             accepts={_TOL: _NO_TOL, A + "advantage_estimator": (tuple(e for e in ESTIMATORS if e != "maxrl"),
                                                  f"{_V010}'s AdvantageEstimator (ppo_utils.py) has no maxrl (it came "

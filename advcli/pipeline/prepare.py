@@ -81,6 +81,11 @@ def row_whitening_sums(plan: Plan, scopes, adv_row: torch.Tensor, row: dict,
     sums = MomentSums.zeros(scopes.num_groups)
     w = row["length" if plan.run.whitening.mask == "all" else "valid"].to(torch.float64)
     a = adv_row.to(torch.float64)
+    if last_len is None and plan.run.whitening.mask == "all" and plan.params.get("mask_output", True):
+        # every position counts, and the estimator wrote 0 at the mask=0 ones: the row's value on Σ mask of them
+        on = row["valid"].to(torch.float64)
+        sums.add_rows((w, a * on, a * a * on), scopes.codes.to(torch.int64))
+        return sums
     if last_len is None:
         sums.add(a, w, scopes.codes)
         return sums

@@ -89,3 +89,35 @@ def test_an_estimator_given_over_a_recorded_configuration_replaces_its_estimator
         assert code == 1 and rep["estimator"] == "rloo" and not rep["agree"], err  # GRPO's numbers are not RLOO's
         code, stdout, err = run_main(["audit", out, "--no-search", "--json"], capsys)
         assert code == 0 and json.loads(stdout)["agree"], err
+
+
+@pytest.mark.parametrize("key", ["advantage.whiten", "advantage.batch_normalize"])
+def test_whitening_every_position_of_a_row_estimator_counts_its_masked_zeros(tmp_path, capsys, key):
+    """advantage.whiten_mask=all with a row-level estimator that writes 0 at mask=0 (mask_output, the default): the
+    statistics are those of the advantages on every position, those zeros included (docs/configuration.md); they
+    were taken from each row's value on every position."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "b", "b", "b"], "reward": [1.0, 0.0, 0.5, 1.0, 0.0],
+                             "response_mask": pa.array([[1, 0], [1, 1], [0, 1, 1], [1], [1, 0, 0]],
+                                                       pa.list_(pa.int8()))}), tmp_path / "i.parquet")
+    base = ["run", tmp_path / "i.parquet", "--flavor", "advcli", "--precision", "float64", "-q"]
+    code, _, err = run_main([*base, "-o", tmp_path / "plain.parquet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main([*base, "-o", tmp_path / "w.parquet", "--set", f"{key}=true", "--set",
+                             "advantage.whiten_mask=all"], capsys)
+    assert code == 0, err
+    plain = pq.read_table(tmp_path / "plain.parquet").column("advantages").to_pylist()
+    flat = np.concatenate([np.asarray(r) for r in plain])
+    assert (flat == 0).sum() >= 4  # the masked zeros are there
+    mean = flat.mean()
+    if key == "advantage.whiten":  # verl masked_whiten over every position: unbiased var, rsqrt(var + 1e-8)
+        want = (flat - mean) / np.sqrt(flat.var(ddof=1) + 1e-8)
+    else:  # SkyRL batch normalisation: the mean over the [B, T] grid (padding cells 0), the biased var over the
+        mean = flat.sum() / (len(plain) * max(len(r) for r in plain))  # counted positions, rsqrt(max(var, 1e-8))
+        want = (flat - mean) / np.sqrt(max(((flat - mean) ** 2).mean(), 1e-8))
+    got = np.concatenate([np.asarray(r) for r in pq.read_table(tmp_path / "w.parquet").column("advantages")
+                          .to_pylist()])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -106,7 +106,7 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
         return specs
     import os
 
-    from ..formats.discovery import discover, format_of
+    from ..formats.discovery import data_formats, discover
 
     out = []
     for spec in specs:
@@ -118,7 +118,8 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
         except AdvcliError:  # the reading itself says what is wrong
             out.append(spec)
             continue
-        logged = [p for p in found.alone if getattr(format_of(p), "logged", None)]
+        # by the files' names (their content is read once, when the folder chosen is opened)
+        logged = [p for p in found.alone if any(fmt.logged for fmt in data_formats(p))]
         folders = {os.path.dirname(p) for p in logged}
         out.append(folders.pop() if found.fmt.logged is None and len(folders) == 1 else spec)
     return out

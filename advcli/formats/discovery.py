@@ -45,15 +45,17 @@ def _companion(path: str) -> str | None:
     return None
 
 
-def format_of(path: str) -> Format | None:
-    """The format of one data file, by its name and content (None: no format names it)."""
-    return _classify(path, None)
+def data_formats(path: str) -> list[Format]:
+    """The formats whose data files are named like ``path`` and that do not write it as a companion: for a file
+    another format skips as its companion (slime's ``train_data/{id}.pt`` beside ``rollout_data/``), the format that
+    reads it on its own (by its name; its content not looked at)."""
+    return [fmt for fmt in _named_by(path) if fmt.companion(path) is None]
 
 
 def _read_alone(path: str) -> bool:
     """Whether a companion file is another format's data, read where a folder holds nothing else (slime's
     ``train_data/`` beside its ``rollout_data/``: skipped in the ``--dump-details`` folder, read on its own)."""
-    return any(fmt.companion(path) is None and _sniff(path, fmt) for fmt in _named_by(path))
+    return any(_sniff(path, fmt) for fmt in data_formats(path))
 
 
 def _sniff(path: str, fmt: Format) -> bool:

@@ -155,6 +155,15 @@ def flavor_names_text() -> str:
     return ", ".join(names_[:-1]) + f", or {names_[-1]} (canonical keys)"
 
 
+# advcli's own keys that choose the estimator, beside each flavor's (:func:`estimator_keys`)
+ADVCLI_ESTIMATOR_KEYS = ("advcli.estimator", "advcli.mix")
+
+
+def estimator_keys(flavor: Flavor) -> tuple[str, ...]:
+    """The flavor's own keys that choose its estimator: ``estimator_key`` and ``more_estimator_keys``."""
+    return tuple(k for k in (flavor.estimator_key, *flavor.more_estimator_keys) if k)
+
+
 def split_spec(spec: str) -> tuple[str, str | None]:
     """``"nemo@7ea279a"`` -> ``("nemo", "7ea279a")``; ``"nemo"`` -> ``("nemo", None)``."""
     name, at_, release = spec.partition("@")
@@ -453,7 +462,7 @@ def estimator_note(spec: str | FlavorAt, given: dict[str, Any]) -> str | None:
     if unread:
         return f"{note}; {unread}" if note else unread
     key = fa.flavor.estimator_key
-    chosen = [k for k in (key, *fa.flavor.more_estimator_keys) if k and k in (given or {})]
+    chosen = [k for k in estimator_keys(fa.flavor) if k in (given or {})]
     if note is None and title and key and name is None and not chosen and key in values:
         # nothing named an estimator: say it is the flavor's default (verl's is gae, not the grpo a
         # run without --flavor picks on a dump with prompt ids), and how to choose another

@@ -65,10 +65,10 @@ def _over(name: str, recorded: list, given: list) -> list:
     recorded estimator where one is given (``--estimator``, or any of the flavor's estimator keys), give way, so
     that a recorded ``algorithm.adv_estimator=grpo`` and an audit's ``--estimator rloo`` are not two estimators
     the user named."""
-    from ..flavors import at
+    from ..flavors import ADVCLI_ESTIMATOR_KEYS, at, estimator_keys
 
     fl = at(name).flavor
-    choosers = {"advcli.estimator", "advcli.mix", fl.estimator_key, *fl.more_estimator_keys}
+    choosers = {*ADVCLI_ESTIMATOR_KEYS, *estimator_keys(fl)}
     keys = {fl.aliases.get(k, k) for k, _ in given}
     chooses = bool(keys & choosers)
     return [(k, v) for k, v in recorded if fl.aliases.get(k, k) not in keys
@@ -614,13 +614,13 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
     of ``flavor`` (``NAME[@RELEASE]``, a FlavorAt, or None). With no flavor: the default flavor (verl), and the
     estimator its ``pick_estimator`` chooses from the dump's columns (GRPO when it has a group id, GAE when it
     has values), a role's column being where ``columns`` (``--column ROLE=NAME``) puts it."""
-    from ..flavors import DEFAULT, at
+    from ..flavors import ADVCLI_ESTIMATOR_KEYS, DEFAULT, at, estimator_keys
 
     if flavor is not None:
         return at(flavor), settings, None
     fa = at(DEFAULT)
     fl = fa.flavor
-    if any(k in (fl.estimator_key, "advcli.estimator", "advcli.mix") for k, _ in settings):
+    if any(k in (*estimator_keys(fl), *ADVCLI_ESTIMATOR_KEYS) for k, _ in settings):
         return fa, settings, None
     from ..io.footer import schema_facts
     from ..io.reader import expand_inputs

@@ -161,20 +161,10 @@ class Watcher:
         the command reads the followed directory's copy, named as the user named it."""
         base, root, fmt = os.path.dirname(self.root), self.root, self.fmt
 
-        def write(into: str) -> tuple[dict, list[str]]:
-            taken = {}
-            for p in u.files:
-                for q in [p, *fmt.beside(p)]:
-                    dst = os.path.join(into, os.path.relpath(q, base))
-                    os.makedirs(os.path.dirname(dst), exist_ok=True)
-                    with open(q, "rb") as fh:
-                        data = fh.read()
-                    with open(dst, "wb") as fh:
-                        fh.write(data)
-                    if q == p:
-                        taken[os.path.relpath(p, root)] = [len(data), os.stat(p).st_mtime_ns,
-                                                           hashlib.sha256(data).hexdigest()]
-            return taken, []
+        def write(into: str) -> tuple[dict, list[str]]:  # the step's files, then the files they read beside them
+            taken, notes = snapshot(root, Unit(u.step, u.files), os.path.join(into, os.path.basename(root)))
+            snapshot(base, Unit(u.step, [q for p in u.files for q in fmt.beside(p)]), into)
+            return taken, notes
 
         u.write, u.read_at = write, os.path.basename(root)
         u.named_as = os.path.dirname(self.shown.rstrip(os.sep)) or "."

@@ -201,10 +201,7 @@ def read(path: str, ctx: Context):
             raise ctx.error(None, f"{where}: field 'loss_mask' is {lm!r}; expected a list of {n} values 0 or 1")
         if len(lm) != n:
             raise ctx.error(None, f"{where}: loss_mask has {len(lm)} values but response_length is {n}")
-        odd = next((k for k, x in enumerate(lm) if x not in (0, 1)), None)
-        if odd is not None:  # slime multiplies by the mask and sums it as the token count: a 2 counts a token twice
-            raise ctx.error(None, f"{where}: field 'loss_mask' holds {lm[odd]!r} at position {odd}; a loss mask is "
-                            "0 or 1", hint="fix the dump's mask (advcli does not guess what another value means)")
+        check_loss_mask(ctx, where, "loss_mask", lm)
         if s.get("remove_sample"):  # _convert_samples_to_train_data (rollout.py L680) zeroes a removed sample's mask
             lm = [0] * n
         row = {"prompt_id": str(s["group_index"]), "step": step, "response_mask": [1 if x else 0 for x in lm]}
@@ -229,6 +226,15 @@ def read(path: str, ctx: Context):
             if k in s and k not in row:
                 row["sample_rollout_id" if k == "rollout_id" else k] = _plain(s[k])
         yield i, row
+
+
+def check_loss_mask(ctx: Context, where: str, field: str, values) -> None:
+    """A sample's loss mask holds only 0 and 1 (the rollout dump's ``loss_mask``, the train dump's ``loss_masks``):
+    slime multiplies by the mask and sums it as the token count, so a 2 would count a token twice."""
+    odd = next((k for k, x in enumerate(values) if x not in (0, 1)), None)
+    if odd is not None:
+        raise ctx.error(None, f"{where}: field {field!r} holds {values[odd]!r} at position {odd}; a loss mask is 0 or "
+                        "1", hint="fix the dump's mask (advcli does not guess what another value means)")
 
 
 def _train_dump(rec: dict) -> bool:

@@ -32,7 +32,7 @@ import os
 
 from . import Context, Format, number, number_list, tally_note
 from ._common import F32, F32_LIST, I64, MASK
-from .slime import Damaged, first, load
+from .slime import Damaged, check_loss_mask, first, load
 
 PATTERN = r"(^|/)train_data/(?P<step>\d+)\.pt$"
 VERSION = 2
@@ -45,6 +45,7 @@ SCALAR_FIELDS = {"sample_index": "sample_index", "rollout_position": "rollout_po
                  "data_parallel_rank": "data_parallel_rank", "response_lengths": "response_length",
                  "total_lengths": "total_length", "truncated": "truncated", "rollout_ids": "sample_rollout_id",
                  "rollout_mask_sums": "rollout_mask_sum", "round_number": "round_number"}
+GIVE_SIZE = "move it out and give the group size: --set n_samples_per_prompt=N"
 JOIN_HINT = ("keep the rollout dump of the same rollout beside it (--dump-details DIR writes DIR/rollout_data/"
              "{rollout_id}.pt), or give the group size: --set n_samples_per_prompt=N")
 
@@ -78,13 +79,13 @@ def _beside(path: str, rollout_id, ctx: Context) -> tuple[list, list] | None:
     if not isinstance(samples, list):
         why = obj if isinstance(obj, Exception) else "it holds no samples list"
         raise ctx.error(None, f"the rollout dump beside it, {other}, cannot give the samples' groups: {why}",
-                        hint="move it out and give the group size: --set n_samples_per_prompt=N")
+                        hint=GIVE_SIZE)
     groups, rewards = [], []
     for s in samples:
         gi = s.get("group_index") if isinstance(s, dict) else None
         if not isinstance(gi, numbers.Integral) or isinstance(gi, bool):
             raise ctx.error(None, f"the rollout dump beside it, {other}, has a sample whose group_index is {gi!r}",
-                            hint="move it out and give the group size: --set n_samples_per_prompt=N")
+                            hint=GIVE_SIZE)
         groups.append(int(gi))
         r = s.get("reward")
         rewards.append(float(r) if isinstance(r, numbers.Real) else None)
@@ -141,10 +142,7 @@ def read(path: str, ctx: Context):
             raise ctx.error(None, f"{where}: no field 'loss_masks' (a slime train sample's loss mask)")
         mask = number_list(ctx, None, mask, "loss_masks", "one 0 or 1 per response token", where=f"{where}: ")
         n = len(mask)
-        odd = next((k for k, x in enumerate(mask) if x not in (0, 1)), None)
-        if odd is not None:
-            raise ctx.error(None, f"{where}: field 'loss_masks' holds {mask[odd]!r} at position {odd}; a loss mask "
-                            "is 0 or 1", hint="fix the dump's mask (advcli does not guess what another value means)")
+        check_loss_mask(ctx, where, "loss_masks", mask)
         reward = number(ctx, None, _scalar(raw[pos]), f"raw_reward[{pos}]", allow_none=True)
         row = {"step": step, "reward": reward, "raw_reward": reward, "response_mask": [1 if x else 0 for x in mask]}
         if joined:

@@ -44,7 +44,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     from ..io.arrays import keys_codes, list_parts, numeric, provenance, row_sums
     from ..io.lists import check_no_nulls, primitive_numpy
     from ..io.reader import InputSet
-    from ..io.value_checks import check_row_numbers, token_lists_whole
+    from ..io.value_checks import check_mask, check_row_numbers, token_lists_whole
     from ..report import build_report
     from ..results import RunResult
 
@@ -92,7 +92,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     valid, score_parts, tlr_parts = [], [], []
     R = ins.num_rows
     done = 0
-    checked = [cmap[r] for r in ("reward", "step") if cmap.has(r)]  # numbers: a null is refused where it is
+    checked = [cmap[r] for r in ("reward", "step", "prompt_id") if cmap.has(r)]  # a null refused where it is, as run
     reward_col = cmap["reward"] if cmap.has("reward") else None
     for fi, row_base, batch in ins.iter_batches(cols1, chunk_rows):
         for c in checked:
@@ -104,6 +104,7 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
         for c in small:
             parts[c].append(batch.column(c))
         offs, m = list_parts(batch.column(mask_col))
+        check_mask(m, offs, ins.paths[fi], mask_col, row_base)  # a 0.5 would count as a token here and not in run
         valid.append(row_sums(offs, (m != 0).astype(np.float64)).astype(np.int64))
         if tls_col:
             o2, v2 = list_parts(batch.column(tls_col))

@@ -198,7 +198,9 @@ class Reward:
             ('drop', 'error'), kind='str')
     empty_row: str = key('zero', 'the row score of an empty response (no token at all): `zero` (its reward lands '
             "nowhere) or `score` (verl's reward managers write it at index L−1 = −1, the padded batch's last "
-            'column, so the row-sum estimators count it; token-level ones never see it)', ('zero', 'score'), kind='str')
+            'column, so the row-sum estimators count it; token-level ones never see it) or `error` (the run stops, as '
+            "SkyRL's trainer does: per_token_reward[-1] on an empty list; row rewards only)",
+            ('zero', 'score', 'error'), kind='str')
     mask_placed: bool = key(False, 'multiply the placed token rewards by the mask (ROLL: a row ending in a masked '
             'token loses its reward)', kind='bool')
     whiten_tokens: bool = key(False, 'whiten the token-level rewards (after KL and kl.token_clip) over the mask=1 '

@@ -129,11 +129,13 @@ def _shard_rows(shard_rows_fn, payload, item: dict, step_col: str | None) -> dic
     uniq, counts = np.unique(steps, return_counts=True)
     valid = t.column("row:valid").to_numpy()
     empty = np.flatnonzero(valid == 0)
+    zero = np.flatnonzero(t.column("row:length").to_numpy() == 0)
     rows = t.column(ROW_COL).to_numpy()
     pieces = [t] if len(uniq) == 1 else [t.filter(pa.array(steps == v)) for v in uniq]
     return {"first": int(item["first"]), "rows": t.num_rows, "steps": uniq, "counts": counts.tolist(),
             "valid": int(valid.sum()), "length": int(t.column("row:length").to_numpy().sum()),
             "empty": (int(rows[empty[0]]) if empty.size else -1, int(empty.size)),
+            "zero_length": (int(rows[zero[0]]) if zero.size else -1, int(zero.size)),
             "refs": [ray.put(x) for x in pieces]}
 
 
@@ -149,6 +151,7 @@ class RowPieces:
     length: int
     empty: tuple[int, int]  # (first global row with Σ mask = 0 or -1, how many)
     shard_valid: list[int] = dataclasses.field(default_factory=list)  # Σ mask per shard, in row order
+    zero_length: tuple[int, int] = (-1, 0)  # (first global row with 0 tokens or -1, how many)
 
 
 def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | None, num_rows: int,
@@ -188,17 +191,19 @@ def row_pass_pieces(ray, shards, shard_rows_fn, payload: dict, step_col: str | N
     step_values = np.unique(np.concatenate(all_values)) if all_values else np.zeros(0)
     pieces: list[list] = [[] for _ in range(len(step_values))]
     step_rows = [0] * len(step_values)
-    empty = (-1, 0)
-    for x in summaries:
+    empty = zero = (-1, 0)
+    for x in summaries:  # the summaries in row order: the first shard with such a row holds the first one
         if x["empty"][1]:
             empty = (x["empty"][0] if empty[0] < 0 else empty[0], empty[1] + x["empty"][1])
+        if x["zero_length"][1]:
+            zero = (x["zero_length"][0] if zero[0] < 0 else zero[0], zero[1] + x["zero_length"][1])
         where = np.searchsorted(step_values, x["steps"]).tolist()
         for k, n, ref in zip(where, x["counts"], x["refs"]):
             step_rows[k] += n
             pieces[k].append(ref)
     values = step_values.tolist() if step_col is not None else [None]
     return RowPieces(values, pieces, step_rows, sum(x["valid"] for x in summaries),
-                     sum(x["length"] for x in summaries), empty, [x["valid"] for x in summaries])
+                     sum(x["length"] for x in summaries), empty, [x["valid"] for x in summaries], zero)
 
 
 # ------------------------------------------------------------------------ 2. step by step
@@ -365,13 +370,15 @@ def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chun
     driver over each step's scopes in order, each step starting from a copy of it: with the adaptive
     controller, a step starts when the one before it is resolved; with a fixed one, every step at once. The
     driver receives a few numbers per step; each step's tables stay in the object store."""
-    from ..io.value_checks import unplaced_reward
+    from ..io.value_checks import empty_response, unplaced_reward
     from ..ops.kl import KLController
     from ..pipeline.plan import RunState
 
     reward = plan.run.reward
     if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:
         raise unplaced_reward(paths[0], rp.empty[0], rp.empty[1])  # the global row, as the local engine says
+    if reward.empty_row == "error" and plan.reward_source != "token_level_scores" and rp.zero_length[1]:
+        raise empty_response(paths[0], rp.zero_length[0], rp.zero_length[1])
     S = len(rp.step_values)
     # the run's state, as the driver learns it from the steps (the plan is not changed): its KL controller
     state = RunState(kl=KLController.of(plan))

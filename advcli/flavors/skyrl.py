@@ -149,6 +149,8 @@ def translate(v: dict) -> dict:
     cfg["grouping"].update(by="id", scope="step")  # uids, one training batch per step
     # postprocess_generator_output L1103-1106: the reward on the last response token whatever its mask
     cfg["reward"].update(source="reward", placement="last", mask_placed=False)
+    # L1105: per_token_reward[-1] = float(reward) on an empty response is an IndexError: SkyRL stops
+    cfg["reward"]["empty_row"] = "error"
     kind = v[A + "kl_estimator_type"]
     k3 = kind == "k3"
     # apply_reward_kl_penalty (trainer.py L1409-1464): compute_approx_kl(old, ref, loss_mask) · max(0, β)

@@ -104,6 +104,17 @@ def unplaced_reward(file: str, row: int, count: int) -> AdvcliError:
                        hint="drop the fully masked rows, or use another estimator")
 
 
+def empty_response(file: str, row: int, count: int) -> AdvcliError:
+    """The refusal of an empty response (0 tokens) under ``reward.empty_row=error``: SkyRL places a response-level
+    reward with ``per_token_reward[-1]``, an IndexError on an empty response."""
+    return AdvcliError(f"{file}: row {row} is an empty response (0 tokens; {count} such rows): SkyRL stops here, "
+                       "placing its response-level reward with per_token_reward[-1] on an empty list (IndexError, "
+                       "skyrl/train/trainer.py L1105 @a9564572, the same line in every release)",
+                       hint="drop the empty responses: they have no token to train, and SkyRL's run stops on "
+                            "them (a reward function returning token-level rewards, one per token, is the only "
+                            "way SkyRL runs them)")
+
+
 def token_lists_whole(batch, columns: list[str], mask_col: str, file: str, row_base: int) -> None:
     """The token list columns ``columns`` and the mask ``mask_col`` of an Arrow batch without a null row or element,
     each row as long as its mask: refused as ``advcli run`` refuses them (file, column and row named), for the

@@ -25,6 +25,7 @@ from ..io.value_checks import (
     check_lengths,
     check_mask,
     check_row_numbers,
+    empty_response,
     note_unread_value,
     unplaced_reward,
 )
@@ -96,6 +97,7 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     chunk_rows = inputs.chunk_rows(chunk_rows, cols)  # about CHUNK_TOKENS tokens a chunk, however long the rows
     rows = tokens = valid = 0
     empty_row, empty = None, 0
+    zero_row, zero = None, 0  # the first row with no token at all (global, as run names it), how many
     for fi, row_base, batch in inputs.iter_batches(cols, chunk_rows):
         file = inputs.paths[fi]
         mask_arr = batch.column(mask_name)
@@ -140,6 +142,9 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
         if empty_row is None and (per_row == 0).any():
             empty_row = rows + int(np.nonzero(per_row == 0)[0][0])
         empty += int((per_row == 0).sum())
+        if zero_row is None and (lengths == 0).any():
+            zero_row = rows + int(np.nonzero(lengths == 0)[0][0])
+        zero += int((lengths == 0).sum())
         rows += len(lengths)
         tokens += int(lengths.sum())
         valid += int(per_row.sum())
@@ -147,6 +152,8 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     reward = plan.run.reward
     if empty_row is not None and reward.unplaced == "error" and reward.placement == "last_valid":
         raise unplaced_reward(inputs.paths[0], empty_row, empty)
+    if zero_row is not None and reward.empty_row == "error" and plan.reward_source != "token_level_scores":
+        raise empty_response(inputs.paths[0], zero_row, zero)
     return DataCounts(rows=rows, tokens=tokens, valid_tokens=valid)
 
 

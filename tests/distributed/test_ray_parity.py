@@ -527,6 +527,38 @@ def test_per_step_driver_error_names_the_global_row(ray_session, tmp_path, monke
     assert not (tmp_path / "ray").exists()
 
 
+@pytest.mark.parametrize("row_pass", ["driver", "workers"])
+def test_an_empty_response_under_skyrl_is_refused_by_either_row_pass(ray_session, tmp_path, row_pass):
+    """SkyRL stops on an empty response with a response-level reward (per_token_reward[-1] of an empty list,
+    skyrl/train/trainer.py L1105 @a9564572): the Ray engine refuses it with the local engine's message, by the
+    driver's row pass and by the per-step driver, naming the row by its place in the input; nothing written."""
+    import pyarrow as pa
+
+    from advcli.engines.ray_engine import run_ray
+    from advcli.errors import AdvcliError
+    from advcli.flavors import resolve
+    from advcli.pipeline import run_pipeline
+    from advcli.sample import make_table
+
+    t = make_table(600, 6, 2, 20, 9, shuffle=True, steps=3)
+    bad = 437
+    lists = {c: t[c].to_pylist() for c in t.column_names if pa.types.is_list(t.schema.field(c).type)}
+    for c, values in lists.items():
+        values[bad] = []
+        t = t.set_column(t.schema.get_field_index(c), c, pa.array(values, type=t.schema.field(c).type))
+    p = str(tmp_path / "d.parquet")
+    pq.write_table(t, p, row_group_size=100)
+    cfg, native = resolve("skyrl", [])
+    with pytest.raises(AdvcliError) as loc:
+        run_pipeline([p], str(tmp_path / "local.parquet"), cfg, flavor="skyrl", native=native, device="cpu")
+    with pytest.raises(AdvcliError) as got:
+        run_ray([p], str(tmp_path / "ray"), cfg, flavor="skyrl", native=native, device="cpu", chunk_rows=37,
+                row_pass=row_pass)
+    assert f"row {bad} is an empty response (0 tokens; 1 such rows)" in loc.value.message
+    assert got.value.message == loc.value.message
+    assert not (tmp_path / "ray").exists() and not (tmp_path / "local.parquet").exists()
+
+
 def test_per_step_driver_estimator_error_names_the_input_row(ray_session, tmp_path):
     """An estimator's refusal raised while a step is resolved in a worker task (verl grpo_passk: a row alone
     in its group) comes back as the one message the local engine gives, the row named by its place in the

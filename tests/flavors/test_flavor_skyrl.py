@@ -503,3 +503,25 @@ def test_apply_overlong_filtering_is_taken_and_changes_nothing(tmp_path):
                                                                   **extra})
         outs.append(pq.read_table(path).column("advantages").to_pylist())
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("release", ["", "@0.1.0", "@0.3.0"])
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_empty_response_is_refused_as_skyrl_stops_on_it(tmp_path, capsys, release, command):
+    """SkyRL places a response-level reward with ``per_token_reward = [0.0] * len(response);
+    per_token_reward[-1] = float(reward)`` (skyrl/train/trainer.py L1103-1106 @a9564572; L748 @skyrl-v0.1.0,
+    L1091 @skyrl-v0.3.0): an empty response is an IndexError, so the run stops. advcli scored it 0 in its group
+    (a = [1, 0] gave row 0 +0.7071) without a word; it refuses it naming the row, by every route."""
+    from conftest import run_main
+
+    rows = list(ROWS)
+    rows[8] = ("a", 0.0, [], [], [], [], 0, True)  # 0 tokens
+    src = _write(os.path.join(tmp_path, "in.parquet"), rows)
+    args = ["-o", str(tmp_path / "out.parquet")] if command == "run" else []
+    code, _, err = run_main([command, src, "--flavor", "skyrl" + release, *args], capsys)
+    assert code == 2 and "row 8 is an empty response (0 tokens; 1 such rows): SkyRL stops here" in err, err
+    assert not (tmp_path / "out.parquet").exists()
+    rows[8] = ("a", 0.0, [0, 0], [-0.05, -0.15], [-0.1, -0.1], [0.3, 0.3], 0, True)  # masked, not empty: it runs
+    _write(os.path.join(tmp_path, "in.parquet"), rows)
+    code, _, err = run_main([command, src, "--flavor", "skyrl" + release, *args], capsys)
+    assert code == 0, err

@@ -635,6 +635,27 @@ class _Signals:
             raise KeyboardInterrupt
 
 
+def audited_folder(root: str, shown: str, echo=None) -> tuple[str, str]:
+    """``audit --follow`` on a folder a trainer lays out with the dump that logs its advantages in a subfolder
+    (:attr:`advcli.formats.registry.Format.logged_folder`; slime's ``--dump-details`` DIR: the rollout dumps in
+    ``rollout_data/`` log none, the train dumps in ``train_data/`` hold those slime trained on): that subfolder is
+    followed, as the one-off audit reads it (:func:`advcli.audit.recompute.logged_inputs`), and waited for when the
+    trainer has not written it yet. -> ``(root, shown)``, the folder followed and its name as the user would
+    type it."""
+    from ..formats.registry import FORMATS, load
+
+    load()
+    for fmt in FORMATS.values():
+        sub = fmt.logged_folder(root) if fmt.logged_folder is not None else None
+        if sub is not None:
+            named = os.path.join(shown, os.path.relpath(sub, root))
+            if echo is not None:
+                echo(f"following {named}{'' if os.path.isdir(sub) else ' (not written yet)'}: the {fmt.title} "
+                     f"files beside it log no advantages; {fmt.logged_elsewhere.split(':')[0]}", err=True)
+            return sub, named
+    return root, shown
+
+
 def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None = None,
            until_idle: float | None = None, fail_fast: bool = False, state_path: str | None = None,
            trackers=None, json_out: bool = False, quiet: bool = False, echo=None) -> int:
@@ -650,6 +671,8 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     poll = poll if poll is not None else min(1.0, max(0.05, settle / 4))
     echo = echo or (lambda s, err=False: typer.echo(s, err=err))
     shown, root = root, os.path.abspath(root)
+    if opts.command == "audit" and opts.against is None and opts.source in (None, "", "auto"):
+        root, shown = audited_folder(root, shown, None if quiet else echo)
     if opts.command == "run":
         os.makedirs(opts.out_dir, exist_ok=True)
         state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")
@@ -722,6 +745,11 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             if took:
                 last_change = time.monotonic()
             elif until_idle is not None and time.monotonic() - last_change >= until_idle:
+                if watcher.fmt is None and not os.path.isdir(root):  # audited_folder's, never written
+                    raise AdvcliError(f"{shown}: not written in {until_idle:g} s (--until-idle)",
+                                      hint="the trainer writes the dump that logs its advantages there as it "
+                                           "trains, when started with the option that writes it (slime: "
+                                           "--dump-details DIR or --save-debug-train-data)")
                 if watcher.fmt is None and watcher.last_error is not None:
                     raise watcher.last_error
                 pending = [u for u in units if st.last_step is None or u.step > st.last_step]

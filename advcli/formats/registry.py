@@ -65,6 +65,9 @@ class Format:
     required: tuple[str, ...] = ()  # keys every record must have (for the messages)
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
     logged_elsewhere: str = ""  # where the trainer writes its advantages when this dump lacks them (audit's hint)
+    # a folder laid out by the trainer -> the folder in it where the trainer writes the dump that logs them, which
+    # may not exist yet (slime's --dump-details DIR: DIR/train_data beside DIR/rollout_data): audit --follow's
+    logged_folder: Callable[[str], str | None] | None = None
     # the other trainer files a data file's reader opens beside it (slime's train dump: the rollout dump in
     # ../rollout_data/), which a follower copies with the step: a path -> those present
     beside: Callable[[str], list[str]] | None = None

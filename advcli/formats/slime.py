@@ -261,5 +261,6 @@ FORMAT = Format(
     companions=((TRAIN_DUMP, "slime's train dump, read on its own: advcli audit DIR/train_data --flavor slime"),
                 r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
+    logged_folder=lambda d: os.path.join(d, "train_data") if os.path.isdir(os.path.join(d, "rollout_data")) else None,
     example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

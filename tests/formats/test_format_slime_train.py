@@ -192,3 +192,30 @@ def test_audit_follows_the_train_dumps_with_the_rollout_dumps_beside_them(detail
     torch.save(obj, "train_data/2.pt")
     code, out, err = run_main(["audit", "--follow", "train_data", "--flavor", "slime", "--until-idle", "1"], capsys)
     assert code == 1 and "worst train_data/2.pt: sample 0" in out, out
+
+
+def test_audit_follows_the_dump_details_folder_through_its_train_dumps(details, capsys, monkeypatch):
+    """`audit --follow` on slime's --dump-details folder follows its train_data/, as the one-off audit reads it
+    (it followed the rollout dumps and refused: they log no advantages); where slime has not written train_data/ yet
+    it is waited for, and a folder that never gets one ends with exit 2 naming it."""
+    import shutil
+    import threading
+
+    root, _ = details
+    monkeypatch.chdir(root.parent)
+    code, out, err = run_main(["audit", "--follow", "details", "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 0 and out.count("agree") == 2, (out, err)
+    assert "following details/train_data: the slime rollout dump (.pt) files beside it log no advantages" in err
+    assert "followed details/train_data: 2 step(s)" in err, err
+    # live: the follow starts before slime has written its first train dump
+    shutil.copytree(root / "rollout_data", root.parent / "live" / "rollout_data")
+    later = threading.Timer(0.5, shutil.copytree, (root / "train_data", root.parent / "live" / "train_data"))
+    later.start()
+    try:
+        code, out, err = run_main(["audit", "--follow", "live", "--flavor", "slime", "--until-idle", "3"], capsys)
+    finally:
+        later.join()
+    assert code == 0 and out.count("agree") == 2 and "live/train_data (not written yet)" in err, (out, err)
+    shutil.copytree(root / "rollout_data", root.parent / "never" / "rollout_data")
+    code, out, err = run_main(["audit", "--follow", "never", "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 2 and "never/train_data: not written in 1 s (--until-idle)" in err, err

@@ -286,6 +286,11 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
                 dump_tokens=inputs.list_tokens(cmap["response_mask"]))
     from ..correction.plan import plan_correction  # rollout correction: roles, output columns (advcli.correction.plan)
     warnings: list[str] = []
+    if plan.padded and run.padded == "auto":  # said: the layout was read off the column's type
+        warnings.append(f"{cmap.file}: column {cmap['response_mask']!r} is a fixed-size list, so its rows are read "
+                        "as right-padded: a row's length is its last mask=1 position + 1 (where reward.placement="
+                        "last puts the reward, and response_length counts); --ragged (padded=False) reads each "
+                        "list whole")
     if run.grouping.trajectories == "last_step" and run.grouping.trajectory_copy == "last_row":
         warnings.append(STEP_WISE_010)
     if run.grouping.trajectories == "none" and spec.last_step_of_sessions and cmap.has("is_last_step") \

@@ -119,3 +119,23 @@ def test_a_column_named_with_a_space_is_mapped_as_the_hint_says(tmp_path, capsys
     assert code == 0, err
     code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "p.parquet", "-q"], capsys)
     assert _advantages(tmp_path / "o.parquet") == _advantages(tmp_path / "p.parquet")
+
+
+@pytest.mark.parametrize("layout, said", [([], True), (["--ragged"], False), (["--padded"], False)])
+def test_a_fixed_size_mask_column_says_it_was_read_as_padded(tmp_path, capsys, layout, said):
+    """A fixed-size list mask is read as right-padded (a row's length its last mask=1 position + 1): a layout
+    inferred from the column's type, which the run now says unless --padded/--ragged chose it. Padded, the rows'
+    lengths are 2, 1, 3, 2; read whole, 3 each."""
+    masks = [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]]
+    flat = pa.array([v for m in masks for v in m], pa.int8())
+    table = pa.table({"prompt_id": ["a", "a", "b", "b"], "reward": pa.array([1.0, 0.0, 1.0, 0.5], pa.float32()),
+                      "response_mask": pa.FixedSizeListArray.from_arrays(flat, 3)})
+    pq.write_table(table, tmp_path / "fixed.parquet")
+    code, out, err = run_main(["run", tmp_path / "fixed.parquet", "-o", tmp_path / "o.parquet", "--flavor", "skyrl",
+                               "--json", *layout], capsys)
+    assert code == 0, err
+    said_padded = "is a fixed-size list, so its rows are read as right-padded"
+    warned = [w for w in json.loads(out)["warnings"] if said_padded in w]
+    assert bool(warned) == said
+    lengths = [2, 1, 3, 2] if layout != ["--ragged"] else [3, 3, 3, 3]
+    assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(sum(lengths) / 4)

@@ -34,10 +34,10 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
     """Configurations to try when the logged values disagree: (flavor, settings).
 
     The given flavor with one setting changed (every bool key flipped, each value of its
-    ``Flavor.audit_switches``), then every flavor's ``audit_tries``: its group estimators (position-grouped
-    flavors read the prompt_id groups, ``advcli.group_by=id``, with the dump's usual ``group_size`` as their
-    n; advcli's own: GRPO with other epsilons). A configuration the dump cannot run (a missing column) is
-    skipped."""
+    ``Flavor.audit_switches``; a positional group size, each of its divisors), then every flavor's
+    ``audit_tries``: its group estimators (position-grouped flavors read the prompt_id groups,
+    ``advcli.group_by=id``, with the dump's usual ``group_size`` as their n; advcli's own: GRPO with other
+    epsilons). A configuration the dump cannot run (a missing column) is skipped."""
     from ..flavors import FLAVORS, get
 
     out: list[tuple[str, dict]] = []
@@ -55,6 +55,12 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
                 out.append((flavor, {**given, k: not cur}))
     for k, values in fl.audit_switches.items():  # a switch that is not a bool: each of its values
         out += [(flavor, {**given, k: v}) for v in values]
+    size = given.get(fl.group_size_key) if fl.group_size_key else None
+    if isinstance(size, int) and size > 2:  # the dump's runs of equal prompt may hold several groups (a VLM run's
+        # prompts log as one text, their images left out): the flavor's positional groups of each divisor
+        # (a prompt id then spans several blocks: said, not refused, as for a prompt drawn for consecutive groups)
+        out += [(flavor, {**given, fl.group_size_key: d, "advcli.id_check": "warn"})
+                for d in range(2, size) if size % d == 0][:8]
     if has_prompt_id:
         n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators
         out += [(f.name, s) for f in FLAVORS.values() if f.audit_tries for s in f.audit_tries(n)]

@@ -65,6 +65,9 @@ class Format:
     required: tuple[str, ...] = ()  # keys every record must have (for the messages)
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them
     logged_elsewhere: str = ""  # where the trainer writes its advantages when this dump lacks them (audit's hint)
+    # its prompt_id numbers runs of equal prompt text, not the trainer's groups: a run may hold several groups of a
+    # group size given (a prompt drawn for consecutive groups; a vision-language run's prompts, told apart by images)
+    runs_hold_groups: bool = False
     # a folder laid out by the trainer -> the folder in it where the trainer writes the dump that logs them, which
     # may not exist yet (slime's --dump-details DIR: DIR/train_data beside DIR/rollout_data): audit --follow's
     logged_folder: Callable[[str], str | None] | None = None

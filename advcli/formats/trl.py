@@ -126,6 +126,6 @@ FORMAT = Format(
     columns={"prompt_id": STR, "step": I64, "reward": F32, "prompt": STR, "completion": STR,
              "advantage": F64},
     read=read, sniff=sniff, first_record=schema_record, required=("prompt", "completion", "advantage"),
-    logged="advantage",
+    logged="advantage", runs_hold_groups=True,
     example="advcli run outputs/completions --output out.parquet --flavor trl --set num_generations={n}",
 )

@@ -269,6 +269,17 @@ def _sizes(infos: list) -> dict[int, int]:
     return hist
 
 
+def _one_prompt_a_step(infos: list) -> bool:
+    """Every file of the dump (a step each) is one group: its rows all log one prompt."""
+    return all(i.starts and i.groups == len(i.starts) for i in infos)
+
+
+def _runs_hold_groups(infos: list) -> bool:
+    from ..formats import FORMATS
+
+    return all(FORMATS.get(i.format) is not None and FORMATS[i.format].runs_hold_groups for i in infos)
+
+
 def _group_key(info) -> str:
     from ..formats import FORMATS
 
@@ -319,7 +330,12 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     n = math.gcd(*sizes) if sizes else 1
     if key and key not in given and n > 1:
         settings.append((key, n))
-        if len(sizes) == 1:
+        if len(sizes) == 1 and _one_prompt_a_step(infos):
+            found = "; advcli audit finds it from the logged advantages" if all(i.logged for i in infos) else ""
+            notes.append(f"group size {n} from the dump's {_group_key(infos[0])}: every row of a step logs one "
+                         "prompt (a vision-language run's prompts may differ only by images the log leaves out): "
+                         f"if the trainer ran fewer samples per prompt, set {key}{found}")
+        elif len(sizes) == 1:
             notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
         else:  # a prompt drawn for consecutive groups: its run of rows holds several of them
             runs = ", ".join(str(s) for s in sorted(sizes))
@@ -327,6 +343,17 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
                          f"number of groups of {n} (a prompt drawn for consecutive groups; set {key} to override)")
             if "advcli.id_check" not in given:  # the run of a prompt spans several blocks: the blocks are the groups
                 settings.append(("advcli.id_check", "warn"))
+    elif key and n > 1 and "advcli.id_check" not in given and _runs_hold_groups(infos) and _one_prompt_a_step(infos):
+        # the group size given where the dump cannot tell its groups apart: each step's rows log one prompt text, a
+        # whole number of groups of it (elsewhere a group size that splits every prompt's run is refused as too small)
+        m = given.get(key)
+        if isinstance(m, int) and not isinstance(m, bool) and m > 1 and all(s % m == 0 for s in sizes) \
+                and any(s != m for s in sizes):
+            settings.append(("advcli.id_check", "warn"))
+            runs = ", ".join(str(s) for s in sorted(sizes))
+            notes.append(f"the dump's {_group_key(infos[0])} ({runs} rows) taken as groups of {m} ({key}={m}): a "
+                         "run holds several groups where a prompt repeats (drawn for consecutive groups, or a "
+                         "vision-language run's prompts, told apart only by images the log leaves out)")
     for line in dict.fromkeys(n for i in infos for n in i.reward_notes):  # which of the dump's rewards runs
         notes.append(line)
     padding = sum(getattr(i, "padding", 0) for i in infos)

@@ -659,3 +659,38 @@ def test_stats_of_the_dump_describes_the_logged_advantages(dump, capsys):
     assert m["critic/advantages/mean"] == pytest.approx(np.mean(expected), abs=1e-6)
     assert m["critic/advantages/min"] == pytest.approx(np.min(expected), abs=1e-6)
     assert "(column 'advantage')" in rep["note"]
+
+
+def test_a_vision_language_dump_whose_prompts_log_as_one_text(tmp_path, capsys):
+    """A VLM run's prompts differ by their images, which the completions log leaves out: every row of a step logs
+    the same prompt text, so the prompt runs make one group of the whole step, where TRL grouped num_generations
+    consecutive rows. The summary says so; audit finds the group size from the logged advantages; the group size
+    given runs TRL's blocks (the run of one prompt text holding several of them), matching the log."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    rng = np.random.default_rng(11)
+    n = 4 * G
+    acc = [float(x) for x in rng.integers(0, 2, n)]
+    fmt = [float(x) for x in rng.choice([0.0, 0.5, 1.0], n)]
+    expected = trl_grpo(acc, fmt)
+    pd.DataFrame({"step": [7] * n, "prompt": ["<image>\nWhat is shown?"] * n, "completion": ["a"] * n,
+                  "accuracy_reward": acc, "format_reward": fmt, "advantage": expected}).to_parquet(
+        d / "completions_00007.parquet")
+    code, _, err = run_main(["run", str(d), "-o", tmp_path / "one.parquet", "--flavor", "trl"], capsys)
+    said = " ".join(err.split())
+    assert code == 0 and f"group size {n} from the dump's runs of equal prompt: every row of a step logs one " \
+        "prompt" in said and "set num_generations; advcli audit finds it from the logged advantages" in said, err
+    code, out, err = run_main(["audit", str(d), "--flavor", "trl", "--json"], capsys)
+    assert code == 1 and f"num_generations={G}, advcli.id_check=warn" in json.loads(out)["matches"][0], out
+    for route in ("cli", "library"):
+        if route == "cli":
+            code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl", "--set",
+                                     f"num_generations={G}"], capsys)
+            assert code == 0 and f"taken as groups of {G} (num_generations={G})" in " ".join(err.split()), err
+            got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
+        else:
+            got = advcli.run(str(d), str(tmp_path / "lib.parquet"), flavor="trl",
+                             settings={"num_generations": G}).table.column("advantages").to_pylist()
+        assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    code, out, err = run_main(["audit", str(d), "--flavor", "trl", "--set", f"num_generations={G}"], capsys)
+    assert code == 0 and "agree: 0 of 16 rows disagree" in err, (out, err)

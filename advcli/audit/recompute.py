@@ -127,7 +127,11 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
         # by the files' names (their content is read once, when the folder chosen is opened)
         logged = [p for p in found.alone if any(fmt.logged for fmt in data_formats(p))]
         folders = {os.path.dirname(p) for p in logged}
-        out.append(folders.pop() if found.fmt.logged is None and len(folders) == 1 else spec)
+        if found.fmt.logged is None and len(folders) == 1:  # their folder, or the files where they share the spec's
+            folder = folders.pop()
+            out.extend(sorted(logged) if os.path.samefile(folder, spec) else [folder])
+        else:
+            out.append(spec)
     return out
 
 

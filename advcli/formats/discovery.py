@@ -197,7 +197,7 @@ def discover(spec: str, forced: Format | None = None) -> Found:
     else:
         candidates, alone = [spec], []
     found = _found(spec, candidates, skipped, unread, forced)
-    found.alone = [p for p, _ in alone]
+    found.alone = [p for p, _ in alone] + found.alone
     return found
 
 
@@ -237,8 +237,11 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
             raise AdvcliError(f"{p}: not a dump format advcli recognises by its name",
                               hint=f"force one with --from FORMAT ({', '.join(FORMATS)}); "
                                    "docs/formats.md shows each format's file names")
-        chosen = max(set(known), key=lambda f: (sum(1 for g in known if g is f), -list(FORMATS).index(f.name)))
-    files = []
+        # the format the others were written beside (Format.beside_formats), else the most files' format
+        hosts = [f for f in set(known) if all(g is f or g.name in f.beside_formats for g in known)]
+        chosen = hosts[0] if len(hosts) == 1 else max(
+            set(known), key=lambda f: (sum(1 for g in known if g is f), -list(FORMATS).index(f.name)))
+    files, beside = [], []
     for p, f in by_file:
         if f is None and forced is None:  # a file no format names (notes, configs): not read, reported
             if p.endswith(".zst"):  # a step file compressed by hand: only prime-rl's stream is read compressed
@@ -246,6 +249,11 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
                           f"{os.path.basename(p)} gives the file to read)")
             else:
                 leave_out(f"{p} (not a {chosen.title} file name)")
+            continue
+        if f is not None and f is not chosen and forced is None and f.name in chosen.beside_formats:
+            skipped.append(f"{p} ({f.title}, written beside {chosen.title} files: read on its own, as a file or a "
+                           "glob of its kind")
+            beside.append(p)
             continue
         if f is not None and f is not chosen:
             raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",
@@ -301,7 +309,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
                               hint="two runs (or a rerun) share this directory; point advcli at one of them")
         seen[k] = p
     files.sort(key=lambda p: (chosen.step_of(p) if chosen.step_of(p) is not None else -1, natural_key(p)))
-    return Found(chosen, files, skipped, unread)
+    return Found(chosen, files, skipped, unread, alone=beside)
 
 
 def _is_parquet(path: str) -> bool:

@@ -61,6 +61,9 @@ class Format:
     # present) replaced by the dump's group size, once the same check `run` makes accepts it
     example: str
     companions: tuple[str, ...] = ()
+    # formats whose files a folder of this format's dumps may hold beside them, told apart by content (slime's
+    # debugging guide writes data_{id}.pt and train_{id}.pt into one folder): skipped there, read on their own
+    beside_formats: tuple[str, ...] = ()
     key: Callable[[str], Any] | None = None
     required: tuple[str, ...] = ()  # keys every record must have (for the messages)
     logged: str | None = None  # column holding the trainer's own advantages, if the dump has them

@@ -258,6 +258,7 @@ FORMAT = Format(
     read=read, sniff=sniff, first_record=first, refuse=refuse, required=("samples",),
     logged_elsewhere="slime writes the advantages it trained on in its train dump (--save-debug-train-data, or "
                      "DIR/train_data/ of --dump-details): advcli audit DIR/train_data --flavor slime",
+    beside_formats=("slime-train",),  # --save-debug-rollout-data data_{id}.pt beside train_{id}.pt (debug.md)
     companions=((TRAIN_DUMP, "slime's train dump, read on its own: advcli audit DIR/train_data --flavor slime"),
                 r"(^|/)rollout_data/eval_\d+\.pt$"),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,

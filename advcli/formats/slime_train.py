@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 
 from . import Context, Format, number, number_list, tally_note
 from ._common import F32, F32_LIST, I64, MASK
 from .slime import Damaged, check_loss_mask, first, load
 
-PATTERN = r"(^|/)train_data/(?P<step>\d+)\.pt$"
+# --dump-details DIR/train_data/{rollout_id}.pt; --save-debug-train-data TEMPLATE with a {rank} placeholder
+# (train_data/{rollout_id}_{rank}.pt, the name slime's per-rank dumps had before #2266) or as slime's debugging
+# guide names it (train_{rollout_id}.pt): .pt names a rollout dump may also have, told apart by content
+PATTERN = r"(^|/)train_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+_\d+\.pt$|(^|/)train[^/]*\.pt$"
 VERSION = 2
 # the per-token fields read (slime's name -> the canonical column), then the logged ones
 TOKEN_FIELDS = {"log_probs": "old_log_probs", "ref_log_probs": "ref_log_probs", "values": "values",
@@ -60,17 +64,27 @@ def _scalar(v):
 
 
 def rollout_dump_of(path: str, rollout_id=None) -> str:
-    """The rollout dump of the same rollout as the train dump ``path``: ``../rollout_data/{rollout_id}.pt`` (the
-    rollout id from the file's name where not given), as ``--dump-details`` writes both."""
+    """The rollout dump of the same rollout as the train dump ``path``: ``../rollout_data/{rollout_id}.pt``, as
+    ``--dump-details`` writes both; for a train dump outside a ``train_data/`` folder, ``data_{rollout_id}.pt`` or
+    ``rollout_{rollout_id}.pt`` beside it where there (the templates of slime's debugging and fault-tolerance
+    guides). The rollout id from the file's name (its first number) where not given."""
     if rollout_id is None:
-        rollout_id = os.path.basename(path)[:-len(".pt")]
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "rollout_data", f"{rollout_id}.pt")
+        nums = re.findall(r"\d+", os.path.basename(path))
+        rollout_id = nums[0] if nums else ""
+    folder = os.path.dirname(os.path.abspath(path))
+    details = os.path.join(os.path.dirname(folder), "rollout_data", f"{rollout_id}.pt")
+    if os.path.basename(folder) != "train_data":
+        for name in (f"data_{rollout_id}.pt", f"rollout_{rollout_id}.pt"):
+            if os.path.isfile(os.path.join(folder, name)):
+                return os.path.join(folder, name)
+    return details
 
 
-def _beside(path: str, rollout_id, ctx: Context) -> tuple[list, list] | None:
-    """The ``group_index`` and ``reward`` of each sample of the rollout dump beside the train dump
-    (:func:`rollout_dump_of`), in its order (a reward that is no plain number, a dict of rewards, is None), or None
-    where there is none."""
+def _beside(path: str, rollout_id, ctx: Context) -> tuple[list, list, list] | None:
+    """The ``group_index``, ``reward`` and ``index`` of each sample of the rollout dump beside the train dump
+    (:func:`rollout_dump_of`), in its order (a reward that is no plain number, a dict of rewards, is None; an index
+    not given, None), or None where there is none. A dump of another rollout (its ``rollout_id``) is refused: a
+    rerun into the same folder that stopped between the two dumps leaves one."""
     other = rollout_dump_of(path, rollout_id)
     if not os.path.isfile(other) or os.path.getsize(other) == 0:
         return None
@@ -80,7 +94,14 @@ def _beside(path: str, rollout_id, ctx: Context) -> tuple[list, list] | None:
         why = obj if isinstance(obj, Exception) else "it holds no samples list"
         raise ctx.error(None, f"the rollout dump beside it, {other}, cannot give the samples' groups: {why}",
                         hint=GIVE_SIZE)
-    groups, rewards = [], []
+    theirs = obj.get("rollout_id")
+    if isinstance(theirs, numbers.Integral) and not isinstance(theirs, bool) and isinstance(rollout_id, int) \
+            and int(theirs) != rollout_id:
+        raise ctx.error(None, f"the rollout dump beside it, {other}, is of rollout {theirs}, this train dump of "
+                        f"rollout {rollout_id}: its groups and rewards are another rollout's",
+                        hint=f"put rollout {rollout_id}'s rollout dump there (a rerun into the same folder that "
+                             f"stopped between the two dumps leaves a stale one), or {GIVE_SIZE}")
+    groups, rewards, indices = [], [], []
     for s in samples:
         gi = s.get("group_index") if isinstance(s, dict) else None
         if not isinstance(gi, numbers.Integral) or isinstance(gi, bool):
@@ -89,7 +110,9 @@ def _beside(path: str, rollout_id, ctx: Context) -> tuple[list, list] | None:
         groups.append(int(gi))
         r = s.get("reward")
         rewards.append(float(r) if isinstance(r, numbers.Real) else None)
-    return groups, rewards
+        i = s.get("index")
+        indices.append(int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else None)
+    return groups, rewards, indices
 
 
 def read(path: str, ctx: Context):
@@ -114,7 +137,7 @@ def read(path: str, ctx: Context):
                         "format_version 2 (after #2266), or read its rollout dump instead")
     beside = _beside(path, step, ctx) if samples else None
     joined = beside is not None
-    groups, rewards = beside if joined else ((), ())
+    groups, rewards, indices = beside if joined else ((), (), ())
     if samples and ctx.state.setdefault("joined", joined) != joined:
         raise ctx.error(None, "the rollout dump of this rollout is " + ("beside it" if joined else "missing") +
                         " where another step's was " + ("missing" if joined else "beside it") +
@@ -149,6 +172,11 @@ def read(path: str, ctx: Context):
             if pos >= len(groups):
                 raise ctx.error(None, f"{where}: rollout_position {pos} is past the {len(groups)} samples of the "
                                 "rollout dump beside it", hint=f"that dump is of another run: {JOIN_HINT}")
+            mine = _scalar(s.get("sample_index"))
+            if isinstance(mine, numbers.Integral) and indices[pos] is not None and int(mine) != indices[pos]:
+                raise ctx.error(None, f"{where}: sample_index {mine}, where the rollout dump beside it holds sample "
+                                f"{indices[pos]} at rollout_position {pos}: that dump is of another rollout or run",
+                                hint=f"put this rollout's rollout dump there, or {GIVE_SIZE}")
             row["prompt_id"] = str(groups[pos])
             # the reward slime normalised is the rollout dump's (Sample.get_reward_value); raw_reward is overwritten
             # by a reward function's metadata["raw_reward"] where it gives one (rollout.py L702-707)

@@ -219,3 +219,51 @@ def test_audit_follows_the_dump_details_folder_through_its_train_dumps(details, 
     shutil.copytree(root / "rollout_data", root.parent / "never" / "rollout_data")
     code, out, err = run_main(["audit", "--follow", "never", "--flavor", "slime", "--until-idle", "1"], capsys)
     assert code == 2 and "never/train_data: not written in 1 s (--until-idle)" in err, err
+
+
+def test_train_dumps_named_by_slimes_other_templates(details, tmp_path, capsys):
+    """--save-debug-train-data TEMPLATE: train_data/{rollout_id}_{rank}.pt (the {rank} placeholder, the name the
+    per-rank dumps had before #2266) and slime's debugging guide's folder, data_{rollout_id}.pt beside
+    train_{rollout_id}.pt, are told apart by content: they were skipped as old per-rank dumps, or read as rollout
+    dumps and refused. run reads the guide's folder's rollout dumps, audit its train dumps, the groups from the
+    rollout dump of the same rollout beside each."""
+    import shutil
+
+    root, _ = details
+    ranked = tmp_path / "ranked"
+    shutil.copytree(root / "rollout_data", ranked / "rollout_data")
+    for k in (0, 1):
+        (ranked / "train_data").mkdir(exist_ok=True)
+        shutil.copy(root / "train_data" / f"{k}.pt", ranked / "train_data" / f"{k}_0.pt")
+    code, out, err = run_main(["audit", ranked / "train_data", "--flavor", "slime"], capsys)
+    assert code == 0 and "agree: 0 of" in err and "24 rows" in " ".join(err.split()), err
+    guide = tmp_path / "debug"
+    guide.mkdir()
+    for k in (0, 1):
+        shutil.copy(root / "rollout_data" / f"{k}.pt", guide / f"data_{k}.pt")
+        shutil.copy(root / "train_data" / f"{k}.pt", guide / f"train_{k}.pt")
+    code, out, err = run_main(["audit", guide, "--flavor", "slime"], capsys)
+    assert code == 0 and "agree: 0 of" in err and "n_samples_per_prompt=4" in err, err
+    code, _, err = run_main(["run", guide, "-o", tmp_path / "o.parquet", "--flavor", "slime"], capsys)
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == sum(len(r) for r in RAW)
+    assert "logged_advantages" not in pq.read_table(tmp_path / "o.parquet").column_names  # the rollout dumps
+    code, _, err = run_main(["audit", guide / "train_1.pt", "--flavor", "slime"], capsys)
+    assert code == 0 and "agree: 0 of" in err, err
+
+
+def test_a_rollout_dump_beside_it_of_another_rollout_is_refused(details, tmp_path, capsys):
+    """A rerun into the same --dump-details folder that stopped between the two dumps leaves a rollout dump of
+    another rollout beside a train dump: its groups and rewards were read (a disagreement, only a note about the
+    rewards); refused, naming both rollouts, or the sample whose index differs."""
+    import shutil
+
+    root, _ = details
+    shutil.copy(root / "rollout_data" / "0.pt", root / "rollout_data" / "1.pt")
+    code, _, err = run_main(["audit", root / "train_data", "--flavor", "slime"], capsys)
+    assert code == 2 and "is of rollout 0, this train dump of rollout 1" in err, err
+    obj = torch.load(root / "rollout_data" / "1.pt", weights_only=True)
+    obj["rollout_id"] = 1  # the same rollout id, but the samples of another run
+    torch.save(obj, root / "rollout_data" / "1.pt")
+    code, _, err = run_main(["audit", root / "train_data", "--flavor", "slime"], capsys)
+    assert code == 2 and "sample 0: sample_index 1000, where the rollout dump beside it holds sample 0" in err, err

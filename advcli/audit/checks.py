@@ -68,6 +68,13 @@ UNSEEN = {
                         "each reward function's unweighted score; weights change every advantage) or "
                         "scale_rewards / loss settings of the run; give the run's GRPOConfig with --config, or "
                         "--set reward_weights=[...]")),
+    "slime": (("reward", "a reward the train dump alone cannot tell: a reward function's metadata[\"raw_reward\"] "
+                         "overwrites raw_reward (rollout.py L702-707 @624b824a) after slime normalised the sample's "
+                         "own reward; without the rollout dump of the same rollout beside it, advcli reads "
+                         "raw_reward. Each sample's rewards field (normalized_reward) is the reward slime trained "
+                         "on: keep the rollout dump beside it (DIR/rollout_data/{rollout_id}.pt), or audit with "
+                         "--column reward=normalized_reward (and --set rewards_normalization=false for the group "
+                         "estimators, whose normalisation it holds)"),),
     "prime-rl": (("setting", "a setting the traces do not record: orchestrator.algo.length_penalty (a "
                              "pass-rate-scaled penalty on long responses) or the algorithm's other keys; give the "
                              "run's rl.toml with --config, or --set orchestrator.algo.length_penalty.type=linear"),),

@@ -148,6 +148,13 @@ def read(path: str, ctx: Context):
         ctx.state["join_note"] = True
         ctx.notes.append("groups (prompt_id) from the rollout dumps beside the train dumps: each sample's "
                          "group_index at its rollout_position")
+    if samples and len(samples) < len(raw):  # rollout.py L608-631 normalises over raw_reward, every sample
+        tally_note(ctx, "untrained", f"rollout {step}", lambda c, at: (
+            f"{c} sample(s) of the rollouts (first: {at}) are in raw_reward but not in the train dump: slime's "
+            "data-parallel schedule left them out of training (global_batch_size not dividing the rollout, "
+            "dp_schedule.py), after normalising the rewards over every sample; advcli reads the samples trained, so "
+            "a group that lost some is normalised over those kept (and rollout_batch_size counts them), where "
+            "slime's normalisation counted all"), add=len(raw) - len(samples))
     for i, s in enumerate(samples):
         where = f"sample {i}"
         if not isinstance(s, dict):

@@ -267,3 +267,31 @@ def test_a_rollout_dump_beside_it_of_another_rollout_is_refused(details, tmp_pat
     torch.save(obj, root / "rollout_data" / "1.pt")
     code, _, err = run_main(["audit", root / "train_data", "--flavor", "slime"], capsys)
     assert code == 2 and "sample 0: sample_index 1000, where the rollout dump beside it holds sample 0" in err, err
+
+
+def test_without_the_rollout_dump_a_metadata_raw_reward_is_named_as_a_cause(tmp_path, capsys):
+    """Alone, a train dump whose raw_reward a reward function's metadata overwrote disagrees; the audit names that
+    cause and what reproduces slime: each sample's rewards (normalized_reward), which grpo already normalised."""
+    build(tmp_path / "d", 0, RAW[0], 4, 0, beside=False, raw_reward=RAW[0][::-1])
+    args = ["audit", tmp_path / "d" / "train_data", "--flavor", "slime", "--set", "n_samples_per_prompt=4"]
+    code, out, err = run_main([*args, "--no-search", "--json"], capsys)
+    assert code == 1 and any(f["kind"] == "reward" and "metadata[\"raw_reward\"]" in f["explanation"]
+                             for f in json.loads(out)["findings"]), out
+    code, _, err = run_main([*args, "--column", "reward=normalized_reward", "--set", "rewards_normalization=false"],
+                            capsys)
+    assert code == 0 and "agree: 0 of" in err, err
+
+
+def test_samples_of_the_rollout_left_out_of_training_are_said(tmp_path, capsys):
+    """slime's data-parallel schedule drops trailing samples when global_batch_size does not divide the rollout,
+    after normalising over every sample (raw_reward holds them all): the run says how many it did not see."""
+    build(tmp_path / "d", 0, RAW[0], 4, 0)
+    path = tmp_path / "d" / "train_data" / "0.pt"
+    obj = torch.load(path, weights_only=True)
+    obj["samples"] = obj["samples"][:8]  # the last group of 4 left out of training
+    torch.save(obj, path)
+    code, out, err = run_main(["run", tmp_path / "d" / "train_data", "-o", tmp_path / "o.parquet", "--flavor",
+                               "slime", "--json"], capsys)
+    assert code == 0, err
+    assert any("4 sample(s) of the rollouts (first: rollout 0) are in raw_reward but not in the train dump" in w
+               for w in json.loads(out)["warnings"]), out

@@ -208,7 +208,9 @@ FLAVOR = Flavor(
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",
     elsewhere={"reward_key": "--reward-key picks the reward among the reward model's outputs: pick the reward "
-                             "column with --column reward={value}"},
+                             "column with --column reward=reward/{value} (a rollout dump's dict rewards are read as "
+                             "the columns reward/NAME; in a Parquet file, --column reward={value}); a train dump's "
+                             "raw_reward holds the reward it picked already: leave the key out"},
     estimator_names=ESTIMATORS,
     group_size_key="n_samples_per_prompt", estimator_note=estimator_note,
     notes="groups are consecutive blocks of n_samples_per_prompt rows of a step; a step whose row count is not "

@@ -173,7 +173,16 @@ def read(path: str, ctx: Context):
         mask = number_list(ctx, None, mask, "loss_masks", "one 0 or 1 per response token", where=f"{where}: ")
         n = len(mask)
         check_loss_mask(ctx, where, "loss_masks", mask)
-        reward = number(ctx, None, _scalar(raw[pos]), f"raw_reward[{pos}]", allow_none=True)
+        given = _scalar(raw[pos])
+        if isinstance(given, dict):  # rollout.py L704-707: a sample's whole reward beside others' metadata raw_reward
+            tally_note(ctx, "dict", where, lambda c, at: (
+                f"{c} sample(s) (first: {at}) have a dict raw_reward: slime writes a sample's whole reward there "
+                "where a reward function gave other samples a metadata raw_reward, and normalised the one its "
+                "--reward-key picks, which the dump does not record; their reward is read as missing. Each "
+                "sample's rewards field is the reward slime trained on: --column reward=normalized_reward (with "
+                "--set rewards_normalization=false for the group estimators)"))
+            given = None
+        reward = number(ctx, None, given, f"raw_reward[{pos}]", allow_none=True)
         row = {"step": step, "reward": reward, "raw_reward": reward, "response_mask": [1 if x else 0 for x in mask]}
         if joined:
             if pos >= len(groups):

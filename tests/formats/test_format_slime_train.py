@@ -295,3 +295,20 @@ def test_samples_of_the_rollout_left_out_of_training_are_said(tmp_path, capsys):
     assert code == 0, err
     assert any("4 sample(s) of the rollouts (first: rollout 0) are in raw_reward but not in the train dump" in w
                for w in json.loads(out)["warnings"]), out
+
+
+def test_a_dict_raw_reward_is_read_as_missing_and_the_trained_reward_is_the_samples_own(tmp_path, capsys):
+    """slime writes a sample's whole (dict) reward into raw_reward where a reward function gave other samples a
+    metadata raw_reward (rollout.py L704-707): it was refused as a damaged file; it is read as missing, said, and
+    each sample's rewards field (what slime trained on) audits the dump."""
+    shown = list(RAW[0])
+    shown[2] = {"acc": 1.0, "fmt": 0.5}
+    build(tmp_path / "d", 0, RAW[0], 4, 0, beside=False, raw_reward=shown)
+    args = ["audit", tmp_path / "d" / "train_data", "--flavor", "slime", "--set", "n_samples_per_prompt=4"]
+    code, _, err = run_main(args, capsys)
+    assert code == 2 and "column 'reward', row 2" in err and "null" in err, err
+    code, out, err = run_main([*args, "--column", "reward=normalized_reward", "--set", "rewards_normalization=false",
+                               "--json"], capsys)
+    assert code == 0 and json.loads(out)["agree"], err
+    code, _, err = run_main(["convert", tmp_path / "d" / "train_data", "-o", tmp_path / "c.parquet"], capsys)
+    assert code == 0 and "1 sample(s) (first: sample 2) have a dict raw_reward" in " ".join(err.split()), err

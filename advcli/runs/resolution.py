@@ -333,8 +333,9 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
         if len(sizes) == 1 and _one_prompt_a_step(infos):
             found = "; advcli audit finds it from the logged advantages" if all(i.logged for i in infos) else ""
             notes.append(f"group size {n} from the dump's {_group_key(infos[0])}: every row of a step logs one "
-                         "prompt (a vision-language run's prompts may differ only by images the log leaves out): "
-                         f"if the trainer ran fewer samples per prompt, set {key}{found}")
+                         "prompt (one prompt a step, one drawn for consecutive groups, or a vision-language run's "
+                         "prompts told apart only by images the log leaves out): if the trainer ran fewer samples "
+                         f"per prompt, set {key}{found}")
         elif len(sizes) == 1:
             notes.append(f"group size {n} from the dump's {_group_key(infos[0])} (set {key} to override)")
         else:  # a prompt drawn for consecutive groups: its run of rows holds several of them

@@ -60,7 +60,7 @@ def candidates(flavor: str, given: dict, has_prompt_id: bool, group_size: int | 
         # prompts log as one text, their images left out): the flavor's positional groups of each divisor
         # (a prompt id then spans several blocks: said, not refused, as for a prompt drawn for consecutive groups)
         out += [(flavor, {**given, fl.group_size_key: d, "advcli.id_check": "warn"})
-                for d in range(2, size) if size % d == 0][:8]
+                for d in range(2, min(size, 257)) if size % d == 0]  # (a group of more than 256: none seen)
     if has_prompt_id:
         n = max(int(group_size or 2), 2)  # position flavors refuse n = 1 for group estimators
         out += [(f.name, s) for f in FLAVORS.values() if f.audit_tries for s in f.audit_tries(n)]
@@ -112,11 +112,12 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
         return specs
     import os
 
-    from ..formats.discovery import data_formats, discover
+    from ..formats.discovery import data_formats, discover, natural_key
+    from ..io.reader import is_glob
 
     out = []
     for spec in specs:
-        if not os.path.isdir(spec):
+        if not (os.path.isdir(spec) or is_glob(spec)):
             out.append(spec)
             continue
         try:
@@ -129,7 +130,8 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
         folders = {os.path.dirname(p) for p in logged}
         if found.fmt.logged is None and len(folders) == 1:  # their folder, or the files where they share the spec's
             folder = folders.pop()
-            out.extend(sorted(logged) if os.path.samefile(folder, spec) else [folder])
+            here = is_glob(spec) or os.path.samefile(folder, spec)  # beside the dump the spec names: the files
+            out.extend(sorted(logged, key=natural_key) if here else [folder])
         else:
             out.append(spec)
     return out

@@ -635,18 +635,21 @@ class _Signals:
             raise KeyboardInterrupt
 
 
-def audited_folder(root: str, shown: str, echo=None) -> tuple[str, str]:
+def audited_folder(root: str, shown: str, echo=None, flavor: str | None = None) -> tuple[str, str]:
     """``audit --follow`` on a folder a trainer lays out with the dump that logs its advantages in a subfolder
     (:attr:`advcli.formats.registry.Format.logged_folder`; slime's ``--dump-details`` DIR: the rollout dumps in
     ``rollout_data/`` log none, the train dumps in ``train_data/`` hold those slime trained on): that subfolder is
     followed, as the one-off audit reads it (:func:`advcli.audit.recompute.logged_inputs`), and waited for when the
-    trainer has not written it yet. -> ``(root, shown)``, the folder followed and its name as the user would
-    type it."""
+    trainer has not written it yet; only under that trainer's ``flavor`` when one is given. -> ``(root, shown)``,
+    the folder followed and its name as the user would type it."""
     from ..formats.registry import FORMATS, load
 
     load()
+    asked = (flavor or "").partition("@")[0].strip() or None
     for fmt in FORMATS.values():
-        sub = fmt.logged_folder(root) if fmt.logged_folder is not None else None
+        if fmt.logged_folder is None or asked not in (None, fmt.trainer_flavor()):
+            continue
+        sub = fmt.logged_folder(root)
         if sub is not None:
             named = os.path.join(shown, os.path.relpath(sub, root))
             if echo is not None:
@@ -672,7 +675,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     echo = echo or (lambda s, err=False: typer.echo(s, err=err))
     shown, root = root, os.path.abspath(root)
     if opts.command == "audit" and opts.against is None and opts.source in (None, "", "auto"):
-        root, shown = audited_folder(root, shown, None if quiet else echo)
+        root, shown = audited_folder(root, shown, None if quiet else echo, opts.flavor)
     if opts.command == "run":
         os.makedirs(opts.out_dir, exist_ok=True)
         state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")

@@ -391,7 +391,8 @@ def _resolve_by_step(cl: _Cluster, plan, inputs, chunk_rows: int, progress, watc
     pieces = row_pass_pieces(cl.ray, cl.shards, _rows_of_shard, payload, step_column(plan), inputs.num_rows, watch)
     if progress:
         progress("rows", inputs.num_rows, inputs.num_rows)
-    resolved = resolve_steps(cl.ray, plan, inputs.paths, pieces, empty, chunk_rows, progress, watch)
+    resolved = resolve_steps(cl.ray, plan, inputs.paths, pieces, empty, chunk_rows, progress, watch,
+                             file_rows=inputs.file_rows())
     resolved.state.checked_roles |= probed.checked_roles
     return resolved
 

@@ -252,7 +252,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
             continue
         if f is not None and f is not chosen and forced is None and f.name in chosen.beside_formats:
             skipped.append(f"{p} ({f.title}, written beside {chosen.title} files: read on its own, as a file or a "
-                           "glob of its kind")
+                           "glob of its kind)")
             beside.append(p)
             continue
         if f is not None and f is not chosen:

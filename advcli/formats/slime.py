@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import re
 
 from . import Context, Format, number, number_list
 from ._common import F32, F32_LIST, I64, MASK, STR
@@ -237,6 +238,16 @@ def check_loss_mask(ctx: Context, where: str, field: str, values) -> None:
                         "1", hint="fix the dump's mask (advcli does not guess what another value means)")
 
 
+def _details_train_data(folder: str) -> str | None:
+    """``folder/train_data`` where ``folder`` is laid out as slime's ``--dump-details`` writes it: a
+    ``rollout_data/`` of rollout dumps (``{rollout_id}.pt``) or a ``train_data/`` already; else None."""
+    rollouts, trains = os.path.join(folder, "rollout_data"), os.path.join(folder, "train_data")
+    if os.path.isdir(trains) or (os.path.isdir(rollouts) and any(
+            re.fullmatch(r"\d+\.pt", name) for name in os.listdir(rollouts))):
+        return trains
+    return None
+
+
 def _train_dump(rec: dict) -> bool:
     """Whether a loaded .pt is slime's train dump from before #2266 (v0.3.1 and older): one file per rank holding
     {rollout_id, rank, rollout_data} (slime/utils/train_dump_utils.py L9-15 @v0.3.1), without the samples' places
@@ -260,8 +271,10 @@ FORMAT = Format(
                      "DIR/train_data/ of --dump-details): advcli audit DIR/train_data --flavor slime",
     beside_formats=("slime-train",),  # --save-debug-rollout-data data_{id}.pt beside train_{id}.pt (debug.md)
     companions=((TRAIN_DUMP, "slime's train dump, read on its own: advcli audit DIR/train_data --flavor slime"),
-                r"(^|/)rollout_data/eval_\d+\.pt$"),
+                r"(^|/)rollout_data/eval_\d+\.pt$",
+                # --save-debug-rollout-data TEMPLATE's eval dumps: {rollout_id} filled with eval_{id} (data_eval_3.pt)
+                (r"(^|/)[^/]*_eval_\d+\.pt$", "slime's evaluation rollout dump (the template's eval_{rollout_id})")),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
-    logged_folder=lambda d: os.path.join(d, "train_data") if os.path.isdir(os.path.join(d, "rollout_data")) else None,
+    logged_folder=lambda d: _details_train_data(d),
     example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

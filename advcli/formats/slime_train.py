@@ -38,7 +38,7 @@ from .slime import Damaged, check_loss_mask, first, load
 # --dump-details DIR/train_data/{rollout_id}.pt; --save-debug-train-data TEMPLATE with a {rank} placeholder
 # (train_data/{rollout_id}_{rank}.pt, the name slime's per-rank dumps had before #2266) or as slime's debugging
 # guide names it (train_{rollout_id}.pt): .pt names a rollout dump may also have, told apart by content
-PATTERN = r"(^|/)train_data/(?P<step>\d+)\.pt$|(^|/)train_data/\d+_\d+\.pt$|(^|/)train[^/]*\.pt$"
+PATTERN = r"(^|/)train(?:_data/|_)(?P<step>\d+)(?:_\d+)?\.pt$|(^|/)train[^/]*\.pt$"
 VERSION = 2
 # the per-token fields read (slime's name -> the canonical column), then the logged ones
 TOKEN_FIELDS = {"log_probs": "old_log_probs", "ref_log_probs": "ref_log_probs", "values": "values",
@@ -174,7 +174,9 @@ def read(path: str, ctx: Context):
         n = len(mask)
         check_loss_mask(ctx, where, "loss_masks", mask)
         given = _scalar(raw[pos])
-        if isinstance(given, dict):  # rollout.py L704-707: a sample's whole reward beside others' metadata raw_reward
+        known = joined and pos < len(rewards) and rewards[pos] is not None  # the rollout dump's reward, read below
+        if isinstance(given, dict) and not known:  # rollout.py L704-707: a sample's whole reward beside others'
+            # metadata raw_reward
             tally_note(ctx, "dict", where, lambda c, at: (
                 f"{c} sample(s) (first: {at}) have a dict raw_reward: slime writes a sample's whole reward there "
                 "where a reward function gave other samples a metadata raw_reward, and normalised the one its "
@@ -182,7 +184,7 @@ def read(path: str, ctx: Context):
                 "sample's rewards field is the reward slime trained on: --column reward=normalized_reward (with "
                 "--set rewards_normalization=false for the group estimators)"))
             given = None
-        reward = number(ctx, None, given, f"raw_reward[{pos}]", allow_none=True)
+        reward = None if isinstance(given, dict) else number(ctx, None, given, f"raw_reward[{pos}]", allow_none=True)
         row = {"step": step, "reward": reward, "raw_reward": reward, "response_mask": [1 if x else 0 for x in mask]}
         if joined:
             if pos >= len(groups):

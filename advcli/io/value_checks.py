@@ -96,6 +96,13 @@ def check_row_numbers(values: np.ndarray, file: str, name: str, row_base: int, a
                                "it. Drop the row or give it a real reward")
 
 
+def file_row(paths: list[str], file_rows: list[int], row: int) -> tuple[str, int]:
+    """The file of an input of several and the row in it of the input's global row ``row``."""
+    ends = np.cumsum(file_rows)
+    k = min(int(np.searchsorted(ends, row, side="right")), len(paths) - 1)
+    return paths[k], row - (int(ends[k - 1]) if k else 0)
+
+
 def unplaced_reward(file: str, row: int, count: int) -> AdvcliError:
     """The refusal of a row without a mask=1 token where the reward must sit on the last one."""
     return AdvcliError(f"{file}: row {row} has no mask=1 token, so its reward has no token to sit on ({count} "

@@ -26,6 +26,7 @@ from ..io.value_checks import (
     check_mask,
     check_row_numbers,
     empty_response,
+    file_row,
     note_unread_value,
     unplaced_reward,
 )
@@ -151,9 +152,9 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
     scope_and_group_codes(plan, keys, rows, inputs.paths[0], state)  # blocks that do not split, ids that disagree
     reward = plan.run.reward
     if empty_row is not None and reward.unplaced == "error" and reward.placement == "last_valid":
-        raise unplaced_reward(inputs.paths[0], empty_row, empty)
+        raise unplaced_reward(*file_row(inputs.paths, inputs.file_rows(), empty_row), empty)
     if zero_row is not None and reward.empty_row == "error" and plan.reward_source != "token_level_scores":
-        raise empty_response(inputs.paths[0], zero_row, zero)
+        raise empty_response(*file_row(inputs.paths, inputs.file_rows(), zero_row), zero)
     return DataCounts(rows=rows, tokens=tokens, valid_tokens=valid)
 
 

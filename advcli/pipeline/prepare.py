@@ -10,7 +10,7 @@ import torch
 
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..io.value_checks import empty_response, unplaced_reward
+from ..io.value_checks import empty_response, file_row, unplaced_reward
 from ..ops import batchnorm
 from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex, flat_group_rows
@@ -259,11 +259,11 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
     if reward.unplaced == "error" and reward.placement == "last_valid":
         empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
         if empty.numel():
-            raise unplaced_reward(inputs.paths[0], int(empty[0]), empty.numel())
+            raise unplaced_reward(*file_row(inputs.paths, inputs.file_rows(), int(empty[0])), empty.numel())
     if reward.empty_row == "error" and plan.reward_source != "token_level_scores":
         zero = torch.nonzero(row["length"] == 0, as_tuple=True)[0]
         if zero.numel():
-            raise empty_response(inputs.paths[0], int(zero[0]), zero.numel())
+            raise empty_response(*file_row(inputs.paths, inputs.file_rows(), int(zero[0])), zero.numel())
     live = row["valid"] > 0  # Σ mask > 0 before the rollout correction (kl.skip_flat_groups' live rows)
     correction_fn, correction = correction, None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'

@@ -330,7 +330,7 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     n = math.gcd(*sizes) if sizes else 1
     if key and key not in given and n > 1:
         settings.append((key, n))
-        if len(sizes) == 1 and _one_prompt_a_step(infos):
+        if len(sizes) == 1 and _runs_hold_groups(infos) and _one_prompt_a_step(infos):
             found = "; advcli audit finds it from the logged advantages" if all(i.logged for i in infos) else ""
             notes.append(f"group size {n} from the dump's {_group_key(infos[0])}: every row of a step logs one "
                          "prompt (one prompt a step, one drawn for consecutive groups, or a vision-language run's "

@@ -92,7 +92,8 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
     valid, score_parts, tlr_parts = [], [], []
     R = ins.num_rows
     done = 0
-    checked = [cmap[r] for r in ("reward", "step", "prompt_id") if cmap.has(r)]  # a null refused where it is, as run
+    # numbers: a null is refused where it is (a null group id is not: run keeps it where it groups nothing)
+    checked = [cmap[r] for r in ("reward", "step") if cmap.has(r)]
     reward_col = cmap["reward"] if cmap.has("reward") else None
     for fi, row_base, batch in ins.iter_batches(cols1, chunk_rows):
         for c in checked:

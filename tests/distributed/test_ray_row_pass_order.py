@@ -46,7 +46,8 @@ class _OrderedRay:
         if first in self.bad_rows:
             raise AdvcliError(f"dump.parquet: row {self.bad_rows[first]}, column reward: NaN")
         return {"first": first, "rows": ROWS_PER_SHARD, "steps": np.array([first // 20]), "counts": [ROWS_PER_SHARD],
-                "valid": 3 * ROWS_PER_SHARD, "length": 4 * ROWS_PER_SHARD, "empty": (-1, 0), "refs": [f"piece{first}"]}
+                "valid": 3 * ROWS_PER_SHARD, "length": 4 * ROWS_PER_SHARD, "empty": (-1, 0), "zero_length": (-1, 0),
+                "refs": [f"piece{first}"]}
 
 
 def _shards(n: int) -> list[Shard]:

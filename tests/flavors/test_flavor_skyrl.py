@@ -525,3 +525,18 @@ def test_an_empty_response_is_refused_as_skyrl_stops_on_it(tmp_path, capsys, rel
     _write(os.path.join(tmp_path, "in.parquet"), rows)
     code, _, err = run_main([command, src, "--flavor", "skyrl" + release, *args], capsys)
     assert code == 0, err
+
+
+def test_an_empty_response_in_a_later_file_is_named_by_its_file_and_row(tmp_path, capsys):
+    """Several input files: the refusal names the file holding the empty response and its row there (it named the
+    first file with the row's place in the whole input)."""
+    from conftest import run_main
+
+    rows = list(ROWS)
+    rows[9] = ("d", 0.75, [], [], [], [], 0, True)
+    (tmp_path / "in").mkdir()
+    _write(str(tmp_path / "in" / "a.parquet"), rows[:6])
+    _write(str(tmp_path / "in" / "b.parquet"), rows[6:])
+    for command, args in (("validate", []), ("run", ["-o", str(tmp_path / "out") + "/"])):
+        code, _, err = run_main([command, tmp_path / "in", "--flavor", "skyrl", *args], capsys)
+        assert code == 2 and "b.parquet: row 3 is an empty response" in err, err

@@ -219,6 +219,12 @@ def test_audit_follows_the_dump_details_folder_through_its_train_dumps(details, 
     shutil.copytree(root / "rollout_data", root.parent / "never" / "rollout_data")
     code, out, err = run_main(["audit", "--follow", "never", "--flavor", "slime", "--until-idle", "1"], capsys)
     assert code == 2 and "never/train_data: not written in 1 s (--until-idle)" in err, err
+    # another trainer's dump beside an empty rollout_data/ (or --flavor naming another trainer) is followed as it is
+    (root.parent / "other" / "rollout_data").mkdir(parents=True)
+    code, out, err = run_main(["audit", "--follow", "other", "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert "following" not in err, err
+    code, out, err = run_main(["audit", "--follow", "live", "--flavor", "trl", "--until-idle", "1"], capsys)
+    assert "following" not in err, err
 
 
 def test_train_dumps_named_by_slimes_other_templates(details, tmp_path, capsys):
@@ -237,6 +243,9 @@ def test_train_dumps_named_by_slimes_other_templates(details, tmp_path, capsys):
         shutil.copy(root / "train_data" / f"{k}.pt", ranked / "train_data" / f"{k}_0.pt")
     code, out, err = run_main(["audit", ranked / "train_data", "--flavor", "slime"], capsys)
     assert code == 0 and "agree: 0 of" in err and "24 rows" in " ".join(err.split()), err
+    # followed: a step is the rollout id (the name's first number), not the rank (its last)
+    code, out, err = run_main(["audit", "--follow", ranked, "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 0 and "step 0: 12 rows, agree" in out and "step 1: 12 rows, agree" in out, (out, err)
     guide = tmp_path / "debug"
     guide.mkdir()
     for k in (0, 1):
@@ -250,6 +259,8 @@ def test_train_dumps_named_by_slimes_other_templates(details, tmp_path, capsys):
     assert "logged_advantages" not in pq.read_table(tmp_path / "o.parquet").column_names  # the rollout dumps
     code, _, err = run_main(["audit", guide / "train_1.pt", "--flavor", "slime"], capsys)
     assert code == 0 and "agree: 0 of" in err, err
+    code, _, err = run_main(["audit", str(guide / "*.pt"), "--flavor", "slime"], capsys)  # a glob of both kinds
+    assert code == 0 and "agree: 0 of" in err and "24 rows" in " ".join(err.split()), err
 
 
 def test_a_rollout_dump_beside_it_of_another_rollout_is_refused(details, tmp_path, capsys):

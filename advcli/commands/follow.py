@@ -73,6 +73,9 @@ class Watcher:
         self.last_error: AdvcliError | None = None
         self.after: int | None = None  # the last step a resumed follow took
         self.lister = None  # CHUNK_LISTERS' lister for the format, once known
+        # audit: where the folder's dump logs no advantages and another format's files beside it do (slime's
+        # debugging guide: data_{id}.pt beside train_{id}.pt), those are followed, as the one-off audit reads them
+        self.logged = False
 
     def _find_format(self) -> bool:
         from ..formats import discover, get
@@ -89,6 +92,13 @@ class Watcher:
             self.last_error = _renamed_error(e, self.root, self.shown)  # named as the user named the directory
             return False
         self.fmt = found.fmt
+        if self.logged and found.fmt.logged is None and self.source in (None, "", "auto"):
+            from ..formats.discovery import _classify
+
+            beside = {_classify(p, None) for p in found.alone if os.path.dirname(p) == self.root}
+            beside = [f for f in beside if f is not None and f.logged and f.name in found.fmt.beside_formats]
+            if len(beside) == 1:
+                self.fmt = beside[0]
         return True
 
     def _walk(self):
@@ -460,8 +470,12 @@ class StepRunner:
         from ..pipeline.rows import KL_CARRY
 
         o, st = self.opts, self.state
-        specs = open_inputs([os.path.join(tmp, unit.read_at) if unit.read_at else tmp],
-                            "parquet" if o.source == "parquet" else o.source)
+        given = [os.path.join(tmp, unit.read_at) if unit.read_at else tmp]
+        if o.command == "audit":  # the step's files that log the advantages, as the one-off audit reads a folder
+            from ..audit.recompute import logged_inputs
+
+            given = logged_inputs(given, o.source, o.against)
+        specs = open_inputs(given, "parquet" if o.source == "parquet" else o.source)
         kl, ema = {}, {"start": dict(st.ema)}
         k1, k2 = KL_CARRY.set(kl), EMA_CARRY.set(ema)
         try:
@@ -692,6 +706,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
 
         refuse_format(get(opts.source), shown, opts.command)
     watcher = Watcher(root, opts.source, settle, shown, parse_column_maps(opts.column).get("step", "step"))
+    watcher.logged = opts.command == "audit" and opts.against is None  # the files that log the advantages
     watcher.after = st.last_step
     runner = StepRunner(opts, st)
     logger = None

@@ -261,6 +261,8 @@ def test_train_dumps_named_by_slimes_other_templates(details, tmp_path, capsys):
     assert code == 0 and "agree: 0 of" in err, err
     code, _, err = run_main(["audit", str(guide / "*.pt"), "--flavor", "slime"], capsys)  # a glob of both kinds
     assert code == 0 and "agree: 0 of" in err and "24 rows" in " ".join(err.split()), err
+    code, out, err = run_main(["audit", "--follow", guide, "--flavor", "slime", "--until-idle", "1"], capsys)
+    assert code == 0 and out.count("12 rows, agree") == 2 and "2 step(s)" in err, (out, err)
 
 
 def test_a_rollout_dump_beside_it_of_another_rollout_is_refused(details, tmp_path, capsys):

@@ -112,7 +112,7 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
         return specs
     import os
 
-    from ..formats.discovery import data_formats, discover, natural_key
+    from ..formats.discovery import discover, logging_formats, natural_key
     from ..io.reader import is_glob
 
     out = []
@@ -126,7 +126,7 @@ def logged_inputs(specs: list[str], source: str | None, against: str | None) -> 
             out.append(spec)
             continue
         # by the files' names (their content is read once, when the folder chosen is opened)
-        logged = [p for p in found.alone if any(fmt.logged for fmt in data_formats(p))]
+        logged = [p for p in found.alone if logging_formats(p)]
         folders = {os.path.dirname(p) for p in logged}
         if found.fmt.logged is None and len(folders) == 1:  # their folder, or the files where they share the spec's
             folder = folders.pop()

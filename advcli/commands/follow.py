@@ -93,10 +93,10 @@ class Watcher:
             return False
         self.fmt = found.fmt
         if self.logged and found.fmt.logged is None and self.source in (None, "", "auto"):
-            from ..formats.discovery import _classify
+            from ..formats.discovery import logging_formats
 
-            beside = {_classify(p, None) for p in found.alone if os.path.dirname(p) == self.root}
-            beside = [f for f in beside if f is not None and f.logged and f.name in found.fmt.beside_formats]
+            beside = {f for p in found.alone if os.path.dirname(p) == self.root for f in logging_formats(p)}
+            beside = [f for f in beside if f.name in found.fmt.beside_formats]
             if len(beside) == 1:
                 self.fmt = beside[0]
         return True

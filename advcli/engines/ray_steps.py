@@ -363,23 +363,18 @@ def _resolve_step(plan, step_plan, kl, paths: list[str], empty: tuple, chunk_row
 
 
 def resolve_steps(ray, plan, paths: list[str], rp: RowPieces, empty: tuple, chunk_rows: int, progress=None,
-                  watch=None, file_rows: list[int] | None = None) -> Resolved:
+                  watch=None, *, file_rows: list[int]) -> Resolved:
     """:func:`advcli.pipeline.prepare_run` one step at a time, in ascending step value, each on a worker
     (:func:`_resolve_step`), the run's one KL controller (``Resolved.state.kl``: the
     :class:`advcli.ops.kl.KLController` the local engine steps over the same scopes) stepped by the
     driver over each step's scopes in order, each step starting from a copy of it: with the adaptive
     controller, a step starts when the one before it is resolved; with a fixed one, every step at once. The
     driver receives a few numbers per step; each step's tables stay in the object store."""
-    from ..io.value_checks import empty_response, file_row, unplaced_reward
+    from ..io.value_checks import refuse_unplaced_rows
     from ..ops.kl import KLController
     from ..pipeline.plan import RunState
 
-    reward = plan.run.reward
-    file_rows = file_rows if file_rows is not None else [sum(rp.step_rows)]  # (the input's rows per file)
-    if reward.unplaced == "error" and reward.placement == "last_valid" and rp.empty[1]:
-        raise unplaced_reward(*file_row(paths, file_rows, rp.empty[0]), rp.empty[1])  # as the local engine says
-    if reward.empty_row == "error" and plan.reward_source != "token_level_scores" and rp.zero_length[1]:
-        raise empty_response(*file_row(paths, file_rows, rp.zero_length[0]), rp.zero_length[1])
+    refuse_unplaced_rows(plan.run.reward, plan.reward_source, paths, file_rows, rp.empty, rp.zero_length)
     S = len(rp.step_values)
     # the run's state, as the driver learns it from the steps (the plan is not changed): its KL controller
     state = RunState(kl=KLController.of(plan))

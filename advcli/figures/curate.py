@@ -928,9 +928,9 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
 
 def _file_row(ins, row: int) -> tuple[str, int]:
     """(the file, its row from 0) of row ``row`` of the inputs ``ins`` read as one (files in order)."""
-    starts = np.cumsum([0] + list(ins.file_rows()))
-    fi = int(np.searchsorted(starts, row, side="right") - 1)
-    return ins.paths[fi], row - int(starts[fi])
+    from ..io.value_checks import file_row
+
+    return file_row(ins.paths, list(ins.file_rows()), row)
 
 
 def rule_live(spec: FilterSpec) -> bool:

@@ -52,6 +52,12 @@ def data_formats(path: str) -> list[Format]:
     return [fmt for fmt in _named_by(path) if fmt.companion(path) is None]
 
 
+def logging_formats(path: str) -> list[Format]:
+    """The formats of :func:`data_formats` that log the trainer's advantages (``Format.logged``): what audit reads
+    among a folder's companions and beside files."""
+    return [fmt for fmt in data_formats(path) if fmt.logged]
+
+
 def _read_alone(path: str) -> bool:
     """Whether a companion file is another format's data, read where a folder holds nothing else (slime's
     ``train_data/`` beside its ``rollout_data/``: skipped in the ``--dump-details`` folder, read on its own)."""

@@ -275,6 +275,6 @@ FORMAT = Format(
                 # --save-debug-rollout-data TEMPLATE's eval dumps: {rollout_id} filled with eval_{id} (data_eval_3.pt)
                 (r"(^|/)[^/]*_eval_\d+\.pt$", "slime's evaluation rollout dump (the template's eval_{rollout_id})")),
     key=lambda p: FORMAT.step_of(p) if FORMAT.step_of(p) is not None else p,
-    logged_folder=lambda d: _details_train_data(d),
+    logged_folder=_details_train_data,
     example="advcli run dump_details/rollout_data --output out.parquet --flavor slime",
 )

@@ -122,6 +122,19 @@ def empty_response(file: str, row: int, count: int) -> AdvcliError:
                             "way SkyRL runs them)")
 
 
+def refuse_unplaced_rows(reward, reward_source: str, paths: list[str], file_rows: list[int], no_mask: tuple,
+                         no_tokens: tuple) -> None:
+    """The rows a run's reward cannot be placed on, refused where the flavor's trainer stops on them (``reward``: the
+    run's :class:`advcli.config.runspec.Reward`): a row without a mask=1 token under ``unplaced=error`` (slime's
+    reinforce_plus_plus), an empty response under ``empty_row=error`` (SkyRL, row rewards only). ``no_mask`` and
+    ``no_tokens``: (the input's first such row, how many), each engine counting them its own way; the row is named
+    by its file and its row there."""
+    if no_mask[1] and reward.unplaced == "error" and reward.placement == "last_valid":
+        raise unplaced_reward(*file_row(paths, file_rows, no_mask[0]), no_mask[1])
+    if no_tokens[1] and reward.empty_row == "error" and reward_source != "token_level_scores":
+        raise empty_response(*file_row(paths, file_rows, no_tokens[0]), no_tokens[1])
+
+
 def token_lists_whole(batch, columns: list[str], mask_col: str, file: str, row_base: int) -> None:
     """The token list columns ``columns`` and the mask ``mask_col`` of an Arrow batch without a null row or element,
     each row as long as its mask: refused as ``advcli run`` refuses them (file, column and row named), for the

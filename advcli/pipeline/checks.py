@@ -25,10 +25,8 @@ from ..io.value_checks import (
     check_lengths,
     check_mask,
     check_row_numbers,
-    empty_response,
-    file_row,
     note_unread_value,
-    unplaced_reward,
+    refuse_unplaced_rows,
 )
 from . import roles as role_rules
 from .grouping import group_key_columns, scope_and_group_codes
@@ -150,11 +148,8 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
         tokens += int(lengths.sum())
         valid += int(per_row.sum())
     scope_and_group_codes(plan, keys, rows, inputs.paths[0], state)  # blocks that do not split, ids that disagree
-    reward = plan.run.reward
-    if empty_row is not None and reward.unplaced == "error" and reward.placement == "last_valid":
-        raise unplaced_reward(*file_row(inputs.paths, inputs.file_rows(), empty_row), empty)
-    if zero_row is not None and reward.empty_row == "error" and plan.reward_source != "token_level_scores":
-        raise empty_response(*file_row(inputs.paths, inputs.file_rows(), zero_row), zero)
+    refuse_unplaced_rows(plan.run.reward, plan.reward_source, inputs.paths, inputs.file_rows(), (empty_row, empty),
+                         (zero_row, zero))
     return DataCounts(rows=rows, tokens=tokens, valid_tokens=valid)
 
 

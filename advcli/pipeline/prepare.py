@@ -10,7 +10,7 @@ import torch
 
 from ..errors import AdvcliError
 from ..io.reader import InputSet
-from ..io.value_checks import empty_response, file_row, unplaced_reward
+from ..io.value_checks import refuse_unplaced_rows
 from ..ops import batchnorm
 from ..ops.batch import RowTable
 from ..ops.groups import GroupIndex, flat_group_rows
@@ -226,6 +226,12 @@ def flat_kl_rows(plan: Plan, row: dict, raw: torch.Tensor, live: torch.Tensor, g
     return flat_group_rows(reward, live, groups, rule, float(plan.run.kl.flat_tol))
 
 
+def _first(flags: torch.Tensor) -> tuple[int | None, int]:
+    """(the first row where ``flags`` [R] holds, or None; how many)."""
+    rows = torch.nonzero(flags, as_tuple=True)[0]
+    return (int(rows[0]) if rows.numel() else None), rows.numel()
+
+
 def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: ProgressFn | None = None,
             token_moments: Callable | None = None, defer_kl: bool = False, row_pass: Callable | None = None,
             correction: Callable | None = None, state: RunState | None = None):
@@ -256,14 +262,8 @@ def prepare_run(plan: Plan, inputs: InputSet, chunk_rows: int, progress: Progres
                                                     state=state)
     R = inputs.num_rows
     scopes, groups, step_values = scopes_and_groups(plan, keys, R, inputs.paths[0], state)
-    if reward.unplaced == "error" and reward.placement == "last_valid":
-        empty = torch.nonzero(row["valid"] == 0, as_tuple=True)[0]
-        if empty.numel():
-            raise unplaced_reward(*file_row(inputs.paths, inputs.file_rows(), int(empty[0])), empty.numel())
-    if reward.empty_row == "error" and plan.reward_source != "token_level_scores":
-        zero = torch.nonzero(row["length"] == 0, as_tuple=True)[0]
-        if zero.numel():
-            raise empty_response(*file_row(inputs.paths, inputs.file_rows(), int(zero[0])), zero.numel())
+    refuse_unplaced_rows(reward, plan.reward_source, inputs.paths, inputs.file_rows(), _first(row["valid"] == 0),
+                         _first(row["length"] == 0))
     live = row["valid"] > 0  # Σ mask > 0 before the rollout correction (kl.skip_flat_groups' live rows)
     correction_fn, correction = correction, None
     if plan.correction is not None:  # rollout correction: step statistics; the estimator's Σ mask is m'

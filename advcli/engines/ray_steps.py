@@ -216,6 +216,11 @@ class _StepInputs:
     def __init__(self, num_rows: int, paths: list[str]):
         self.num_rows, self.paths = num_rows, paths
 
+    def file_rows(self) -> list[int]:
+        """The step's rows as one file's: the driver refused the run's unplaced rows before any step
+        (:func:`resolve_steps`), and a step's "row N" is mapped to the input's row by :func:`_resolve_step`."""
+        return [self.num_rows]
+
 
 def unpack_rows(t: pa.Table, empty: tuple) -> tuple[dict, dict, dict]:
     """The row pass's per-row table -> ``row_table_pass``'s (row, components, keys)."""

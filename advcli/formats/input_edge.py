@@ -73,8 +73,8 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
     for spec in inputs:
         _refuse_remote_dump(spec, forced)
         if forced is None and not is_dump(spec):
-            files = _response_level_files(spec)
-            out += [_with_mask(p, synth_mask) if level == "response" else p for p, level in files] if files else [spec]
+            files = _converted_files(spec)
+            out += [_with_mask(p, synth_mask) if level else p for p, level in files] if files else [spec]
             continue
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         _forget_if_changed(key, spec)
@@ -147,7 +147,7 @@ def _forget_if_changed(key: tuple, spec: str) -> None:
 def release_inputs(paths: list[str]) -> None:
     """Forget the conversions whose canonical Parquet is among ``paths`` and remove their temporary files
     (a follower, ``--follow``, converts one step after another: what a step left is gone before the next)."""
-    from ..io.reader import SHOWN_AS
+    from ..io.reader import GIVEN_FILES, SHOWN_AS
 
     gone = set(paths)
     for key, info in list(_CONVERTED.items()):
@@ -155,14 +155,15 @@ def release_inputs(paths: list[str]) -> None:
             del _CONVERTED[key]
             IMPORTED.pop(info.output, None)
             SHOWN_AS.pop(info.output, None)
+            GIVEN_FILES.pop(info.output, None)
             d = os.path.dirname(info.output)
             if os.path.dirname(d) == _TMP.get("dir"):
                 shutil.rmtree(d, ignore_errors=True)
 
 
-def _response_level_files(spec: str) -> list[tuple[str, str | None]]:
+def _converted_files(spec: str) -> list[tuple[str, str | None]]:
     """(file, level) of each Parquet file of ``spec`` (a file, a directory or a glob) when one of them is a
-    converted response-level file (:func:`_converted_level`: a response-level run's output among them);
+    file ``advcli convert`` wrote (:func:`_converted_level`: a response-level run's output among them);
     empty otherwise, ``spec`` then read as it is."""
     from ..io.reader import expand_inputs
 
@@ -174,11 +175,12 @@ def _response_level_files(spec: str) -> list[tuple[str, str | None]]:
         except AdvcliError:  # nothing there: the reader says so
             return []
     levels = [(p, _converted_level(p)) for p in files]
-    return levels if any(level == "response" for _, level in levels) else []
+    return levels if any(level for _, level in levels) else []
 
 
 def _converted_level(spec: str) -> str | None:
-    """The level recorded in a Parquet file that ``advcli convert`` wrote (None for any other input)."""
+    """The level recorded in a Parquet file that ``advcli convert`` wrote, ``response`` or ``token`` (None for any
+    other input)."""
     if not (os.path.isfile(spec) and spec.endswith(".parquet")):
         return None
     from ..io.footer import schema_facts
@@ -192,8 +194,9 @@ def _converted_level(spec: str) -> str | None:
 
 
 def _with_mask(spec: str, synth_mask: bool) -> str:
-    """A converted response-level Parquet file (``advcli convert``'s output), recorded as an import; with
-    ``synth_mask``, copied into the temporary directory with the one-token mask a run needs (the file
+    """A Parquet file ``advcli convert`` wrote, recorded as an import of its dump's format (a run on it takes the
+    trainer's flavor, the group sizes and the settings the dump showed, as on the dump itself); a response-level
+    one, with ``synth_mask``, copied into the temporary directory with the one-token mask a run needs (the file
     itself is left as it is)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -207,9 +210,8 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
         return _CONVERTED[key].output
     f = pq.ParquetFile(spec)
     old = f.schema_arrow
-    if "response_mask" in old.names:
-        return spec
     rec = json.loads(old.metadata[b"advcli.import"])
+    token_level = "response_mask" in old.names  # a token-level dump's conversion: read as it is
     footer = f.metadata.metadata or {}
     last_step = tuple(json.loads(footer.get(LAST_STEP_KEY.encode(), b"[]")))
     sizes = {int(k): int(v) for k, v in json.loads(footer.get(GROUP_SIZES_KEY.encode(), b"{}")).items()}
@@ -219,7 +221,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
     fmt = FORMATS.get(rec.get("format"))
     lengths = fmt.mask_length if fmt and fmt.mask_length in old.names else None
     short = 0
-    if synth_mask:
+    if synth_mask and not token_level:
         rec["synthetic_mask"] = True
         meta = dict(old.metadata)
         meta[b"advcli.import"] = json.dumps(rec).encode()
@@ -241,11 +243,13 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                 cols = [(_spread(b.column(n), n, offs) if lengths else pa.ListArray.from_arrays(offs, b.column(n)))
                         if n in scalars else b.column(n) for n in old.names]
                 w.write_batch(pa.RecordBatch.from_arrays(cols + [mask], schema=schema))
-    info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted", level="response",
+    info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted",
+                      level="token" if token_level else "response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
-                      token_lengths=bool(synth_mask and lengths and not short),
-                      lengths_known=bool(lengths and not (short if synth_mask else _short_lengths(f, lengths))),
+                      token_lengths=bool(synth_mask and lengths and not short and not token_level),
+                      lengths_known=bool(not token_level and lengths
+                                         and not (short if synth_mask else _short_lengths(f, lengths))),
                       last_step_estimators=last_step, run_config=rec.get("run_config") or {},
                       groups=sum(sizes.values()), group_sizes=sizes, shown_settings=shown,
                       run_config_path=rec.get("run_config_path", ""))
@@ -288,11 +292,12 @@ def _spread(col, name: str, offs):
 def _record(target: str, info: ImportInfo) -> None:
     """``target`` (a temporary Parquet file) stands for ``info.source``, the dump the user gave: in
     messages and reports (:func:`name_dumps`) and in the output's provenance (``SHOWN_AS``)."""
-    from ..io.reader import SHOWN_AS
+    from ..io.reader import GIVEN_FILES, SHOWN_AS
 
     IMPORTED[target] = info
     if target != info.source:
         SHOWN_AS[target] = info.source
+        GIVEN_FILES[target] = (info.source, *info.files)
 
 
 def locate(info: ImportInfo, row: int) -> str:

@@ -105,8 +105,8 @@ def test_slime_group_size_from_group_index(tmp_path, capsys):
 
 
 def test_slime_default_singletons_refused(tmp_path, capsys):
-    """Unequal groups (no size to take) and a converted Parquet (the importer is not there) both leave
-    n_samples_per_prompt at its default 1: refused, naming the key."""
+    """Unequal groups (no size to take) leave n_samples_per_prompt at its default 1: refused, naming the key. A
+    converted Parquet of equal groups records them: it takes n from them, as the dump does."""
     rng = np.random.default_rng(3)
     samples = [slime_sample(g, k, rng, float(k % 2)) for g, n in ((0, 4), (1, 3)) for k in range(n)]
     d = save_rollout(tmp_path, 0, samples)
@@ -120,8 +120,7 @@ def test_slime_default_singletons_refused(tmp_path, capsys):
     conv = tmp_path / "c.parquet"
     assert run_main(["convert", d2, "-o", conv], capsys)[0] == 0
     code, _, err = run_main(["run", conv, "-o", out, "--flavor", "slime"], capsys)
-    assert code == 2 and not out.exists()
-    assert hinted_set(err) == ["--set", "n_samples_per_prompt=4"]
+    assert code == 0 and "group size 4 from the dump's group_index" in " ".join(err.split()), err
 
 
 def test_slime_whole_step_as_one_group_is_said(tmp_path, capsys):

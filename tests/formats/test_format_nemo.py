@@ -89,6 +89,22 @@ def dump(tmp_path):
     return d, adv1 + adv2
 
 
+def test_a_converted_dump_runs_as_the_dump_does(dump, tmp_path, capsys):
+    """The Parquet file `advcli convert` wrote of a NeMo dump (token level) ran under verl's GRPO when no flavor
+    was named, where the dump itself runs NeMo's leave-one-out GRPO: it runs as the dump does (the trainer's
+    flavor, its logged advantages audited), with the advantages NeMo logged."""
+    d, adv = dump
+    conv = tmp_path / "c.parquet"
+    assert run_main(["convert", d, "-o", conv], capsys)[0] == 0
+    code, _, err = run_main(["run", conv, "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 0 and "nemo grpo_loo" in err, err
+    t = pq.read_table(tmp_path / "o.parquet").to_pylist()
+    got = [max(r["advantages"], key=abs) for r in t]
+    assert np.allclose(got, adv, rtol=1e-5, atol=1e-6)
+    code, _, err = run_main(["audit", conv], capsys)
+    assert code == 0 and "agree: 0 of" in err, err
+
+
 def test_convert_roles_and_slices(dump, tmp_path, capsys):
     d, _ = dump
     out = tmp_path / "c.parquet"

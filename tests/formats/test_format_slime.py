@@ -70,6 +70,26 @@ def test_grpo(dump, tmp_path, capsys, chunk):
         assert np.allclose(r["advantages"], [a * x for x in mask], rtol=1e-5, atol=1e-5)
 
 
+def test_a_converted_dump_takes_its_group_size_and_flavor(dump, tmp_path, capsys):
+    """A Parquet file `advcli convert` wrote of slime's rollout dumps (token level) records their group sizes:
+    `--flavor slime` on it stopped asking for n_samples_per_prompt, and with no flavor it ran verl's GRPO; it runs
+    as the dump does, n taken from the groups, the trainer's flavor chosen."""
+    root, samples = dump
+    conv = tmp_path / "c.parquet"
+    assert run_main(["convert", root, "-o", conv], capsys)[0] == 0
+    outs = []
+    for k, args in enumerate((["--flavor", "slime"], [])):
+        code, _, err = run_main(["run", conv, "-o", tmp_path / f"{k}.parquet", *args], capsys)
+        assert code == 0 and "group size 4 from the dump's group_index" in err and "slime" in err, err
+        outs.append(pq.read_table(tmp_path / f"{k}.parquet").column("advantages").to_pylist())
+    assert outs[0] == outs[1]
+    for adv, s in zip(outs[0], samples):  # slime's grpo: the group z-score (unbiased std + 1e-6) on every position
+        m = [x["reward"] for x in samples if x["group_index"] == s["group_index"]]
+        mu = sum(m) / len(m)
+        sd = math.sqrt(sum((x - mu) ** 2 for x in m) / (len(m) - 1))
+        assert np.allclose(adv, [(s["reward"] - mu) / (sd + 1e-6)] * s["response_length"], rtol=1e-5, atol=1e-5)
+
+
 def test_companions_skipped_and_the_train_dump_read_on_its_own(dump, tmp_path, capsys):
     """The --dump-details folder is read through its rollout dumps (the train dump and eval rollouts skipped); the
     train dump given alone is read as slime's train dump (tests/formats/test_format_slime_train.py), this one

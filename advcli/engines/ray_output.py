@@ -21,9 +21,11 @@ from .ray_rows import ROW_COL
 
 
 def check_output_dir(output: str, inputs: list[str], force: bool) -> None:
+    from ..io.reader import given_files
+
     real = os.path.realpath(output)
-    for p in inputs:
-        rp = os.path.realpath(p)
+    # the file given, also where a temporary file stands for it (a converted dump's directory and files)
+    for rp in {os.path.realpath(q) for p in inputs for q in given_files(p)}:
         if rp == real or rp.startswith(real + os.sep):
             raise AdvcliError(f"{output}: the output directory is or holds an input; advcli never overwrites "
                               "its input", hint="choose another --output path")

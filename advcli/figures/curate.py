@@ -1012,7 +1012,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
         raise AdvcliError(f"--output-mode {output_mode} with {spec.describe()}: the "
                           "sidecar's row_index would number the kept rows, not the input's, and join back wrongly",
                           hint="filter first (advcli filter IN -o kept.parquet ...), then run on kept.parquet")
-    from ..io.reader import SHOWN_AS, expand_inputs, shown_name
+    from ..io.reader import GIVEN_FILES, SHOWN_AS, expand_inputs, given_files, shown_name
     from ..io.writer import check_output_path
 
     files = expand_inputs(inputs)
@@ -1024,6 +1024,7 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
         check_output_path(output, files, force)  # before any work, against the real input
     tmp = prefilter_path(output)
     SHOWN_AS[tmp] = shown_name(files[0])  # the output's provenance names the input, not this file
+    GIVEN_FILES[tmp] = given_files(files[0])
     from ..io.commit import immediate
 
     with immediate():  # the kept rows are the run's input: in place now, even while the run's outputs wait

@@ -26,6 +26,14 @@ if TYPE_CHECKING:
 # input path -> what it stands for to the user: a trainer dump converted into a temporary Parquet file
 # (advcli.formats) is named by the dump the user gave wherever a path is recorded (the output's provenance)
 SHOWN_AS: dict[str, str] = {}
+# input path -> the local files the user gave, where it is a temporary file standing for them (a converted dump's
+# source and files, a converted response-level file, the kept rows of a filter): none of them is ever an output
+GIVEN_FILES: dict[str, tuple[str, ...]] = {}
+
+
+def given_files(path: str) -> tuple[str, ...]:
+    """``path`` and the files the user gave that it stands for (:data:`GIVEN_FILES`): what an output must not be."""
+    return (path, *GIVEN_FILES.get(path, ()))
 
 
 def shown_name(path: str) -> str:

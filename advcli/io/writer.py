@@ -105,9 +105,11 @@ def check_output_path(target: str, inputs: list[str], force: bool) -> None:
     if remote.is_uri(target):
         remote.check_output(target, inputs, force)
         return
+    from .reader import given_files
+
     real_t = os.path.realpath(target)
-    for p in inputs:
-        if os.path.realpath(p) == real_t:
+    for p in inputs:  # the file given, also where a temporary file stands for it (a converted dump's files)
+        if any(os.path.realpath(q) == real_t for q in given_files(p)):
             raise AdvcliError(f"{target}: the output path is an input file; advcli never overwrites its input",
                               hint="choose another --output path")
     bare = target.rstrip(os.sep) or target

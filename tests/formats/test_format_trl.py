@@ -267,6 +267,22 @@ def test_file_of_another_format_among_dumps(dump, tmp_path, capsys):
     assert code == 2 and "3.jsonl" in err and "among the trl-completions dumps" in err
 
 
+@pytest.mark.parametrize("command", [["run"], ["run", "--drop-uniform"], ["filter", "--drop-uniform"], ["validate"]])
+def test_run_never_writes_over_its_input(command, dump, tmp_path, capsys):
+    """`-o` naming a step file of the dump given as its directory or a glob, or a converted file given as itself,
+    with --force: the output replaced the input (its check compared the output with the temporary file the dump was
+    read from). Refused, the file unchanged."""
+    d, _ = dump
+    f = d / "completions_00010.parquet"
+    conv = tmp_path / "c.parquet"
+    assert run_main(["convert", d, "-o", conv], capsys)[0] == 0
+    before = {p: p.read_bytes() for p in (f, conv)}
+    for src, out in ((d, f), (str(d / "*.parquet"), f), (f, f), (conv, conv)):
+        code, _, err = run_main([command[0], src, *command[1:], "-o", out, "--force"], capsys)
+        assert code == 2 and "the output path is an input file" in err, (src, err)
+    assert all(p.read_bytes() == b for p, b in before.items())
+
+
 def test_convert_never_writes_over_its_input(dump, capsys):
     """Neither given as the file nor as its dump directory (which once replaced the step file with its own
     conversion, exit 0)."""

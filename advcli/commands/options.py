@@ -13,7 +13,9 @@ import typer
 
 from ..flavors import flavor_names_text
 
-INPUTS = typer.Argument(..., metavar="INPUT", help="Input Parquet file(s), a directory or a glob.", show_default=False)
+INPUTS = typer.Argument(..., metavar="INPUT", show_default=False,
+                        help="Input Parquet file(s), a directory or a glob, or a trainer's dump (a file or its "
+                             "directory: docs/formats.md); several files are one dataset (groups may span them).")
 
 FLAVOR = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                       help=f"Whose semantics: {flavor_names_text()}; @RELEASE picks an upstream release or commit "

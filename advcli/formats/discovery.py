@@ -10,7 +10,7 @@ from ..errors import AdvcliError
 from ..records import record
 from ._common import where_in_dump
 from .records import first_json_record
-from .registry import FORMATS, Format, load, norm_path
+from .registry import FORMATS, Format, a_title, load, norm_path
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pt", ".pkl", ".dp", ".pth", ".jsonl.zst")
 COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".lz4": "lz4"}  # a data file under them: skipped, said
@@ -254,7 +254,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
                 leave_out(f"{p} (compressed with zstd: {chosen.title} is read uncompressed; zstd -dk "
                           f"{os.path.basename(p)} gives the file to read)")
             else:
-                leave_out(f"{p} (not a {chosen.title} file name)")
+                leave_out(f"{p} (not {a_title(chosen.title)} file name)")
             continue
         if f is not None and f is not chosen and forced is None and f.name in chosen.beside_formats:
             skipped.append(f"{p} ({f.title}, written beside {chosen.title} files: read on its own, as a file or a "
@@ -262,7 +262,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
             beside.append(p)
             continue
         if f is not None and f is not chosen:
-            raise AdvcliError(f"{p}: a {f.title} file among the {chosen.name} dumps of {spec}",
+            raise AdvcliError(f"{p}: {a_title(f.title)} file among the {chosen.name} dumps of {spec}",
                               hint="one run reads one format: move it out, or point advcli at one dump directory")
         if os.path.getsize(p) == 0:  # (before a format's own reader: a 0-byte slime .pt is empty, not truncated)
             leave_out(f"{p} (empty)")
@@ -274,7 +274,7 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
         first = (chosen.first_record or first_json_record)(p)
         if first is None:
             if forced is not None and not forced.pattern.endswith(r"\.parquet$") and _is_parquet(p):
-                raise AdvcliError(f"{p}: a Parquet file, not a {forced.title} file (--from {forced.name})",
+                raise AdvcliError(f"{p}: a Parquet file, not {a_title(forced.title)} file (--from {forced.name})",
                                   hint="without --from, a Parquet file is read as advcli's own layout (or as TRL's "
                                        "completions file, by its name)")
             if p.endswith(".parquet"):  # a Parquet dump (TRL's): said as any unreadable Parquet file is
@@ -285,19 +285,21 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
                 hint = ("it holds Parquet under a JSON Lines name: rename it *.parquet and give it alone (advcli's "
                         "own layout, or a converted dump), or give the dump's original JSONL")
             elif forced is None and chosen.matches(p):  # named as the format's files: --from would choose it again
-                hint = (f"its name is a {chosen.title} file's, its content is not: a damaged file, or one written by "
-                        "something else" + ("; `zstd -t` tests a compressed one" if p.endswith(".zst") else ""))
+                hint = (f"its name is {a_title(chosen.title)} file's, its content is not: a damaged file, or one "
+                        "written by something else"
+                        + ("; `zstd -t` tests a compressed one" if p.endswith(".zst") else ""))
             elif forced is None:
                 hint = "force the format with --from FORMAT"
-            raise AdvcliError(f"{where_in_dump(p, 1)}: not a {chosen.title} file (its first record does not parse)",
-                              hint=hint)
+            raise AdvcliError(f"{where_in_dump(p, 1)}: not {a_title(chosen.title)} file (its first record does not "
+                              "parse)", hint=hint)
         if not chosen.sniff(first):
             missing = [f for f in chosen.required if f not in first]
             hint = "a file of another format among the dumps? force the format with --from"
             if forced is None and chosen.matches(p) and missing:  # its name is right: its fields are not
-                hint = (f"its name is a {chosen.title} file's, but it lacks {', '.join(missing)}: written by another "
-                        "tool or version of it? docs/formats.md lists the fields each format needs")
-            raise AdvcliError(f"{where_in_dump(p, 0 if p.endswith('.parquet') else 1)}: not a {chosen.title} record"
+                hint = (f"its name is {a_title(chosen.title)} file's, but it lacks {', '.join(missing)}: written by "
+                        "another tool or version of it? docs/formats.md lists the fields each format needs")
+            raise AdvcliError(f"{where_in_dump(p, 0 if p.endswith('.parquet') else 1)}: not "
+                              f"{a_title(chosen.title)} record"
                               + (f": expected the fields {', '.join(chosen.required)}" if chosen.required else "")
                               + f" (fields present: {', '.join(list(first)[:12])})", hint=hint)
         files.append(p)
@@ -347,7 +349,8 @@ def named_but_lacking(path: str, names: list[str]) -> AdvcliError | None:
     if not missing or len(missing) == len(fmt.required):
         return None
     present = [k for k in fmt.required if k in names]
-    return AdvcliError(f"{path}: its name is that of a {fmt.title} dump and it has {', '.join(map(repr, present))}, "
+    return AdvcliError(f"{path}: its name is that of {a_title(fmt.title)} dump and it has "
+                       f"{', '.join(map(repr, present))}, "
                        f"but not {', '.join(map(repr, missing))}, which that dump's reader needs (its groups: "
                        f"{fmt.group_key}), so it was read as advcli's own Parquet. Columns present: {', '.join(names)}",
                        hint="add the missing column back (the trainer writes it), or give advcli's own columns "

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 from ..errors import AdvcliError
-from .registry import Context
+from .registry import Context, a_title
 
 # output columns of a run: a dump field of the same name is kept under logged_<name>
 RESERVED = ("advantages", "returns", "token_level_rewards")
@@ -79,7 +79,7 @@ def require(ctx: Context, line: int, rec: dict, keys) -> None:
     if missing:
         raise ctx.error(line, f"missing field(s) {', '.join(repr(k) for k in missing)} of a {ctx.fmt.name} record"
                         f" (fields present: {', '.join(list(rec)[:12])}{' ...' if len(rec) > 12 else ''})",
-                        hint=f"is this a {ctx.fmt.title} file? force another format with --from")
+                        hint=f"is this {a_title(ctx.fmt.title)} file? force another format with --from")
 
 
 def number(ctx: Context, line: int, value, what: str, allow_none: bool = False) -> float | None:

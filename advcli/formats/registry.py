@@ -121,6 +121,11 @@ class Format:
 FORMATS: dict[str, Format] = {}
 
 
+def a_title(title: str) -> str:
+    """A format's title with its article ("an AReaL rollout/... dump", "a TRL completions file")."""
+    return ("an " if title[:1].lower() in "aeio" else "a ") + title
+
+
 def norm_path(path: str) -> str:
     return os.path.abspath(path).replace(os.sep, "/")
 

@@ -8,6 +8,7 @@ import os
 from ..errors import AdvcliError
 from .input_edge import IMPORTED, name_dumps, source_of
 from .records import RESERVED
+from .registry import FORMATS, a_title
 
 
 def check_config(inputs: list[str], cfg: dict) -> None:
@@ -58,8 +59,12 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
         missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"
-        hint = ("the same estimator runs with the KL coefficient at 0 (TRL: --set beta=0.0; AReaL: --set "
-                "actor.kl_ctl=0, or --config with the trial's config.yaml when the run set it there; `advcli "
+        off = {"trl": "TRL: --set beta=0.0", "areal": "AReaL: --set actor.kl_ctl=0, or --config with the trial's "
+                                                     "config.yaml when the run set it there"}
+        fmt = FORMATS.get(info.format)
+        own = fmt.trainer_flavor() if fmt is not None else None  # the dump's trainer's keys first
+        ways = sorted(off.items(), key=lambda kv: kv[0] != own)
+        hint = (f"the same estimator runs with the KL coefficient at 0 ({'; '.join(w for _, w in ways)}; `advcli "
                 "explain --flavor NAME --keys` names the flavor's KL keys)")
     elif run.reward.overlong.tokens is not None and run.reward.source != "token_level_scores":
         missing = "the overlong penalty needs each response's token count"
@@ -73,7 +78,7 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
                    "(response_mask)")
     if not missing:
         return None
-    return missing, AdvcliError(f"{info.source}: a {info.title} dump holds one reward per response and no token "
+    return missing, AdvcliError(f"{info.source}: {a_title(info.title)} dump holds one reward per response and no token "
                                 f"data; {missing}, which this dump lacks", hint=hint)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from . import Context, Format, extras, iter_json_lines, number, require
+from . import Context, Format, extras, iter_json_lines, number, require, reward_note
 from ._common import F32, I64, STR, text_key
 
 PATTERN = r"(^|/)dumped_evals/(global_step_(?P<step>\d+)_evals|eval_only)/[^/]+\.jsonl$"
@@ -25,6 +25,9 @@ def read(path: str, ctx: Context):
     step = ctx.step if ctx.step is not None else 0
     for line, rec in iter_json_lines(path, ctx):
         require(ctx, line, rec, ("input_prompt", "output_response", "score"))
+        reward_note(ctx, "the rows are SkyRL's evaluation samples (trainer.dump_eval_results: "
+                         "eval_n_samples_per_prompt of each prompt), scored as a training batch of them would be; "
+                         "SkyRL dumps no training batch")
         score = rec["score"]
         if isinstance(score, list):
             if "list_score" not in ctx.state:

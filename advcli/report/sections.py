@@ -77,7 +77,8 @@ def audit_sections(rep: dict):
     verdict = "agree" if rep["agree"] else "DISAGREE"
     tokens = ("" if "valid_tokens" not in rep  # a dump without token data (advcli.formats.no_token_data)
               else f"{rep['tokens_disagreeing']:,} of {rep['valid_tokens']:,} mask=1 tokens and ")
-    head = [("verdict", f"{verdict}: {tokens}{rep['rows_disagreeing']:,} of {rep['rows']:,} rows disagree"
+    checked = rep["rows"] - rep.get("rows_without_logged_value", 0)  # a row without a logged value is not checked
+    head = [("verdict", f"{verdict}: {tokens}{rep['rows_disagreeing']:,} of {checked:,} rows disagree"
                         + (f" ({rep['groups_disagreeing']:,} of {rep['groups']:,} groups)" if "groups" in rep else ""))]
     inter = rep.get("intermediate_disagreeing")
     if inter:  # the advantages agree, a logged intermediate column does not

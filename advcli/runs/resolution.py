@@ -655,10 +655,14 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
 
     first = expand_inputs(inputs)[0]
     names = schema_facts(first).names
+    from ..formats import info_for
+
+    dumped = info_for(inputs[0]) is not None  # a trainer's dump: its group ids come from its own fields (verl's uid)
     for i, (column, est) in enumerate(fl.pick_estimator):
         named = (columns or {}).get(column, column)
         if named in names:
-            why = (f"the dump has {column}" + (f" (column {named!r})" if named != column else "")
+            said = "group ids" if dumped and column == "prompt_id" else column
+            why = (f"the dump has {said}" + (f" (column {named!r})" if named != column else "")
                    + "".join(f" and no {c}" for c, _ in fl.pick_estimator[:i]))
             return (fa, settings + [(fl.estimator_key, est)], f"{fl.name} {est} ({why})")
     from ..formats.discovery import named_but_lacking  # a trainer's dump that lacks a column its reader needs?

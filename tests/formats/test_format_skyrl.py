@@ -57,6 +57,9 @@ def test_grpo(dump, tmp_path, capsys, chunk):
             exp += grpo([r["score"] for r in recs], [r["input_prompt"] for r in recs])
     assert np.allclose([r["advantages"] for r in t], exp, rtol=1e-5, atol=1e-5)
     assert [r["step"] for r in t] == [10] * 18 + [20] * 18
+    # the summary says whose rows these are: SkyRL dumps its evaluations, not its training batches
+    code, _, err = run_main(["run", root.parent, "-o", tmp_path / "s.parquet", "--flavor", "skyrl"], capsys)
+    assert code == 0 and "the rows are SkyRL's evaluation samples" in " ".join(err.split()), err
 
 
 def test_companions_skipped_and_list_scores(dump, tmp_path, capsys):

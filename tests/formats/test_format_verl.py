@@ -237,6 +237,10 @@ def test_converted_parquet_runs_like_the_dump(tmp_path, capsys):
     assert outs[0].column("advantages").equals(outs[1].column("advantages"))
     assert outs[1].schema.field("advantages").type == pa.float32() and "response_mask" not in outs[1].schema.names
     assert pq.read_schema(conv).names == [n for n in outs[1].schema.names if n not in ("advantages", "returns")]
+    # no flavor: verl's GRPO, said to be chosen from the dump's group ids (its uid), not from a prompt_id it lacks
+    for src in (d, conv):
+        code, _, err = run_main(["run", src, "-o", tmp_path / "n.parquet", "--force"], capsys)
+        assert code == 0 and "verl grpo (the dump has group ids)" in " ".join(err.split()), err
 
 
 def test_pipeline_errors_name_the_dump_line(tmp_path, capsys):

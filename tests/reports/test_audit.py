@@ -462,6 +462,10 @@ def test_primerl_rows_without_a_logged_value_are_not_checked(tmp_path, capsys):
     code, rep = audit_json(capsys, str(tmp_path / "out"), "--no-search")
     assert code == 0 and rep["agree"] and rep["flavor"] == "prime-rl", rep
     assert rep["logged_column"] == "logged_advantage" and rep["rows_without_logged_value"] > 0
+    # the verdict counts the rows it checked
+    checked = rep["rows"] - rep["rows_without_logged_value"]
+    code, out, err = main_rc(capsys, "audit", str(tmp_path / "out"), "--no-search", "--device", "cpu")
+    assert code == 0 and f"0 of {checked} rows disagree" in " ".join((out + err).split()), out + err
 
 
 def test_a_primerl_dump_that_shipped_no_trace_has_nothing_to_audit(tmp_path, capsys):

@@ -134,23 +134,24 @@ def _one_file(spec: str, tmp: str, name: str) -> str:
 
 
 def compare_files(path_a: str, path_b: str, *, labels: tuple[str, str] | None = None, top: int = 10,
-                  batch_rows: int = 8192, column_overrides: dict | None = None) -> dict:
+                  batch_rows: int = 8192, column_overrides: dict | None = None, dump: list[str] | None = None) -> dict:
     """The comparison of two advcli outputs of the same rows, as a JSON-able dict; each may be a directory or
-    glob of several files (one output per input of a run), read as one."""
+    glob of several files (one output per input of a run), read as one. ``dump``: the (opened) inputs both were
+    run on, where the outputs are a command's own scratch files (whether the dump has token data is theirs)."""
     from ..io.reader import expand_inputs
 
     if len(expand_inputs([path_a])) == 1 and len(expand_inputs([path_b])) == 1:
-        return _compare_files(path_a, path_b, path_a, path_b, labels, top, batch_rows, column_overrides)
+        return _compare_files(path_a, path_b, path_a, path_b, labels, top, batch_rows, column_overrides, dump)
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
     try:
         return _compare_files(_one_file(path_a, tmp, "a"), _one_file(path_b, tmp, "b"), path_a, path_b, labels, top,
-                              batch_rows, column_overrides)
+                              batch_rows, column_overrides, dump)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, top: int, batch_rows: int,
-                   column_overrides: dict | None) -> dict:
+                   column_overrides: dict | None, dump: list[str] | None = None) -> dict:
     """:func:`compare_files` on two single files (``path_a``/``path_b``: what the user named, for messages)."""
     import numpy as np
     import pyarrow as pa
@@ -264,7 +265,7 @@ def _compare_files(file_a: str, file_b: str, path_a: str, path_b: str, labels, t
     out: dict = {
         "a": {"path": path_a, "label": la},
         "b": {"path": path_b, "label": lb},
-        "rows": int(ra), "valid_tokens": int(n), "no_token_data": _no_token_data([path_a, path_b]),
+        "rows": int(ra), "valid_tokens": int(n), "no_token_data": _no_token_data(dump or [path_a, path_b]),
         "tokens": {"pearson": tok.pearson(), "sign_agreement": agree / n if n else None,
                    "sign_changes": n - agree, "sign_change_share": (n - agree) / n if n else None,
                    "mean_abs_diff": abs_sum / n if n else None, "max_abs_diff": abs_max if n else None,
@@ -404,8 +405,8 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
     the outputs.
     ``announce(i, label)``, when given, is called before configuration ``i`` (0: A, 1: B) runs."""
     from ..config import parse_set
-    from ..flavors import at, check_given, resolve
     from ..pipeline import run_pipeline, scratch_output
+    from .resolution import resolve_run
 
     resolved = []  # both resolved before either runs: a mistake in B stops the command before A's work
     for i, c in enumerate(configs):
@@ -416,11 +417,11 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
                 "names no flavor") + f" ({', '.join(sorted(CONFIGURATION_KEYS))})",
                               hint="{'flavor': 'verl', 'estimator': 'grpo', 'settings': {...}}")
         settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
-        if c.get("estimator") is not None:  # as run's estimator=: the flavor's own, advcli's or yours
-            settings.append(("advcli.estimator", c["estimator"]))
-        fa = at(c["flavor"])  # the flavor at its release: resolved, run and labelled as one
-        check_given(fa, settings)
-        cfg, native = resolve(fa, settings, c.get("config"))
+        # as `advcli run` resolves it on this dump (what the dump tells the flavor: its group size, the run's saved
+        # configuration, the settings its records show); the estimator as run's: the flavor's own, advcli's or yours
+        choice = resolve_run(_inputs(dump), c["flavor"], settings, estimator=c.get("estimator"),
+                             config=c.get("config"), columns=columns)
+        fa, cfg, native = choice.flavor, choice.cfg, choice.native
         refuse_group_filter(cfg, fa.spec)
         resolved.append((fa, cfg, native, _label(fa.spec, native)))
     tmp = tempfile.mkdtemp(prefix=scratch_prefix("compare"))
@@ -434,7 +435,8 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
                          chunk_rows=chunk_rows, device=device)
             outs.append(out)
         labels = [r[3] for r in resolved]
-        res = compare_files(outs[0], outs[1], labels=(labels[0], labels[1]), top=top, column_overrides=columns)
+        res = compare_files(outs[0], outs[1], labels=(labels[0], labels[1]), top=top, column_overrides=columns,
+                            dump=_inputs(dump))
         res["a"]["path"] = res["b"]["path"] = _named(dump)
         res["a"]["configuration"], res["b"]["configuration"] = configs[0], configs[1]
         return res
@@ -507,7 +509,7 @@ def compare_runs(dump: str | list[str], runs: list[dict], *, columns: dict | Non
         for i in range(len(runs)):
             for j in range(i + 1, len(runs)):
                 res = compare_files(outs[i], outs[j], labels=(runs[i]["label"], runs[j]["label"]), top=top,
-                                    column_overrides=columns)
+                                    column_overrides=columns, dump=_inputs(dump))
                 res["a"]["path"] = res["b"]["path"] = _named(dump)
                 pairs.append(res)
         return {"input": _named(dump), "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {})}

@@ -53,9 +53,8 @@ EXPLAIN = {
     "masked": "masked positions: values differ on mask=0 tokens, which the loss does not read (not counted)",
     "isolated": "isolated rows: a few rows disagree while every other row agrees; no transform explains them "
                 "(corrupted, planted or overwritten values)",
-    "unexplained": "no simple transform (a clamp, a scale, a shift, a sign) maps the recomputed values onto the "
-                   "logged ones: another formula or configuration made them ('reproduced by' names one, when the "
-                   "search finds it)",
+    "unexplained": "no simple transform (a clamp, a sign, a scale or a shift, overall or per group) maps the "
+                   "recomputed values onto the logged ones",
 }
 
 

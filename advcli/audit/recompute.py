@@ -384,8 +384,11 @@ def trainer_flavor(inputs: list[str]) -> tuple[str | None, str | None]:
     from ..flavors import names as flavor_names
     from ..formats import FORMATS, info_for
 
-    info = info_for(inputs[0])
-    trainer = FORMATS.get(info.format) if info is not None else None
+    formats = [FORMATS.get(i.format) if i is not None else None for i in (info_for(p) for p in inputs)]
+    trainers = {f.trainer_flavor() if f is not None else None for f in formats}
+    if len(trainers) != 1:  # dumps of several trainers, or a dump beside plain Parquet: no one trainer's semantics
+        return None, None
+    trainer = formats[0]
     if trainer is not None and trainer.trainer_flavor() in flavor_names():
         return trainer.trainer_flavor(), f"flavor of the dump's trainer: {trainer.title}; another with --flavor"
     return None, None
@@ -451,15 +454,20 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
                "masked_tokens_disagreeing": int(rt.bad_masked.sum()),
                "nonfinite_logged": int(rt.nonfinite_logged.sum()),
                "max_abs_diff": float(rt.max_err.max()) if rt.max_err.size else 0.0}
+        # a row logged as null (prime-rl's traces it did not ship) is not checked, nor a group of such rows only
+        nulls = (np.concatenate([b.column(0).is_null().to_numpy(zero_copy_only=False)
+                                 for _, _, b in ins.iter_batches([logged_col], 65536)] or [np.zeros(0, bool)])
+                 if not is_list else None)
         if group is not None:
             gbad = np.unique(group[bad_rows_idx])
-            rep["groups"] = int(group.max()) + 1 if group.size else 0
+            checked = group if nulls is None or not nulls.any() else group[~nulls]
+            rep["groups"] = int(np.unique(checked).size)
             rep["groups_disagreeing"] = int(gbad.size)
         if torn_rows is not None and torn_rows.size:
             rep["rows_of_torn_groups"] = int(torn_rows.size)
             rep["torn_groups"] = sorted({str(group_ids[g] if group_ids else g) for g in group[torn_rows]})
         if not is_list:
-            unlogged = sum(b.column(0).null_count for _, _, b in ins.iter_batches([logged_col], 65536))
+            unlogged = int(nulls.sum())
             if unlogged:
                 rep["rows_without_logged_value"] = int(unlogged)
             if whole and unlogged and unlogged == rep["rows"]:  # (a followed step may ship nothing: said, not refused)

@@ -365,7 +365,8 @@ def _print(data: dict) -> None:
     mb = data["bytes"] / 2**20
     pads = f" (+ {data['padding_rows']:,} padding rows set aside)" if data.get("padding_rows") else ""
     if data.get("dump"):  # a trainer's dump: its files are counted above; the Parquet read is advcli's own copy
-        con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, converted to advcli's "
+        how = ("written by advcli convert in" if data["dump"].get("converted") else "converted to")
+        con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, {how} advcli's "
                   "Parquet layout (the columns below)")
     else:
         con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows{pads}, "

@@ -782,20 +782,24 @@ def zero_list_rows(arr, keep):
 
 
 def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, metadata_note: dict | None = None,
-                   progress=None, mask_column: str | None = None) -> int:
+                   progress=None, mask_column: str | None = None, footer: dict | None = None) -> int:
     """Every column of the rows with ``keep_row`` (input order, files concatenated) into ``target``,
     unchanged and in order; atomic (nothing at ``target`` unless complete). Returns the rows written.
 
     ``mask_column``: every row is written, and that (list) column is set to 0 on the rows not kept (the
-    groups masked out of the loss, as verl PR #7894 does)."""
+    groups masked out of the loss, as verl PR #7894 does). ``footer``: keys kept in the output's metadata (a dump's
+    group sizes: :func:`advcli.formats.conversion.import_footer`; filter keeps or drops whole groups, so the
+    trainer's group size stays what it was)."""
     import pyarrow as pa
 
     from ..io.writer import AtomicParquetWriter
 
     schema = ins.schema
-    if metadata_note is not None:
+    if metadata_note is not None or footer:
         meta = dict(schema.metadata or {})
-        meta[b"advcli_filter"] = json.dumps(metadata_note, default=str).encode()
+        if metadata_note is not None:
+            meta[b"advcli_filter"] = json.dumps(metadata_note, default=str).encode()
+        meta.update({k.encode(): v.encode() for k, v in (footer or {}).items()})
         schema = schema.with_metadata(meta)
     from ..io.commit import shielded
 
@@ -917,11 +921,16 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
         summary["padding_rows"] = int(full.padding.sum())
         summary["padding_note"] = PADDING_NOTE.format(n=summary["padding_rows"]) + "; not written"
     clean_stale_temps(output)
+    from ..formats import info_for
+    from ..formats.conversion import import_footer
+
+    info = info_for(ins.paths[0])  # a trainer's dump (or a file advcli convert wrote): its group sizes stay with it
     n = copy_kept_rows(ins, keep_row, output, chunk_rows,
                        metadata_note={"filter": spec.as_dict(), "metric": metric_col,
                                       "inputs": [os.path.basename(p) for p in ins.paths],
                                       "rows_in": small.rows, "rows_kept": summary["rows_kept"]},
-                       progress=progress, mask_column=mask_column)
+                       progress=progress, mask_column=mask_column,
+                       footer=import_footer(info) if info is not None and len(ins.paths) == 1 else None)
     summary.update(inputs=ins.paths, output=output, rows_written=n)
     return summary
 

@@ -19,6 +19,15 @@ GROUP_SIZES_KEY = "advcli.group_sizes"  # {size: number of groups} of the dump, 
 SHOWN_KEY = "advcli.shown_settings"  # ImportInfo.shown_settings, as JSON
 
 
+def import_footer(info) -> dict[str, str]:
+    """The footer keys a file of the dump's rows carries for a later run (``advcli convert`` writes them, ``filter``
+    keeps them): the group sizes, the settings the records showed, the last-step estimators of ``info``."""
+    out = {GROUP_SIZES_KEY: json.dumps(info.group_sizes), SHOWN_KEY: json.dumps(info.shown_settings)}
+    if info.last_step_estimators:
+        out[LAST_STEP_KEY] = json.dumps(list(info.last_step_estimators))
+    return out
+
+
 @record
 class ImportInfo:
     """What converting a trainer dump into canonical Parquet read and wrote (its format, files and rows)."""
@@ -66,10 +75,12 @@ class ImportInfo:
     # log-prob, traces without a score) or left data out (fields first seen after the first batch): notes that
     # run's and validate's warnings repeat
     warnings: tuple = ()
+    converted: bool = False  # the input is a file advcli convert wrote (read back as its dump), not the dump itself
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("format", "title", "level", "group_rule", "source", "files",
-                                              "skipped", "rows", "groups", "group_sizes", "notes", "logged")}
+                                              "skipped", "rows", "groups", "group_sizes", "notes", "logged",
+                                              "converted")}
 
 
 # the one line that says how many synthetic padding rows were set aside (verl's V1 trainer,

@@ -181,7 +181,7 @@ def _converted_files(spec: str) -> list[tuple[str, str | None]]:
 def _converted_level(spec: str) -> str | None:
     """The level recorded in a Parquet file that ``advcli convert`` wrote, ``response`` or ``token`` (None for any
     other input)."""
-    if not (os.path.isfile(spec) and spec.endswith(".parquet")):
+    if not os.path.isfile(spec):  # (any name: a converted file renamed x.pq is still one)
         return None
     from ..io.footer import schema_facts
 
@@ -252,7 +252,10 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
                                          and not (short if synth_mask else _short_lengths(f, lengths))),
                       last_step_estimators=last_step, run_config=rec.get("run_config") or {},
                       groups=sum(sizes.values()), group_sizes=sizes, shown_settings=shown,
-                      run_config_path=rec.get("run_config_path", ""))
+                      run_config_path=rec.get("run_config_path", ""), converted=True)
+    if token_level:  # read in place, under the name given now (a library session may give it otherwise later)
+        _record(spec, info)
+        return spec
     _CONVERTED[key] = info
     _record(target, info)
     return target
@@ -297,7 +300,8 @@ def _record(target: str, info: ImportInfo) -> None:
     IMPORTED[target] = info
     if target != info.source:
         SHOWN_AS[target] = info.source
-        GIVEN_FILES[target] = (info.source, *info.files)
+        # the dump's files, and the configuration the run saved beside it (AReaL's config.yaml), which it read
+        GIVEN_FILES[target] = (info.source, *info.files, *([info.run_config_path] if info.run_config_path else []))
 
 
 def locate(info: ImportInfo, row: int) -> str:

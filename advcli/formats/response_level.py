@@ -8,12 +8,13 @@ import os
 from ..errors import AdvcliError
 from .input_edge import IMPORTED, name_dumps, source_of
 from .records import RESERVED
-from .registry import FORMATS, a_title
+from .registry import a_title
 
 
-def check_config(inputs: list[str], cfg: dict) -> None:
-    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks."""
-    refused = refusal(inputs, cfg)
+def check_config(inputs: list[str], cfg: dict, flavor: str | None = None) -> None:
+    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks (``flavor``:
+    the name of the flavor run, whose keys the hint names)."""
+    refused = refusal(inputs, cfg, flavor)
     if refused:
         raise refused[1]
 
@@ -33,7 +34,15 @@ def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
     return {}
 
 
-def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
+# what takes the KL out of the reward, in each flavor's own keys (the hint of a response-level dump's refusal)
+KL_OFF = {"trl": "--set beta=0.0", "areal": "--set actor.kl_ctl=0, or --config with the trial's config.yaml when the "
+                                            "run set it there",
+          "verl": "--set algorithm.use_kl_in_reward=false", "nemo": "--set loss_fn.use_kl_in_reward=false",
+          "skyrl": "--set trainer.algorithm.use_kl_in_reward=false", "roll": "--set add_token_level_kl=false",
+          "openrlhf": "--set algo.kl.init_coef=0", "slime": "--set kl_coef=0"}
+
+
+def refusal(inputs: list[str], cfg: dict, flavor: str | None = None) -> tuple[str, AdvcliError] | None:
     """Why ``run`` refuses this configuration on these inputs (a response-level dump lacking what it
     needs): (the short reason, the error ``run`` raises), or None when it does not. ``advcli inspect``
     asks this for every estimator; torch is never imported here (the estimator registry is torch-free)."""
@@ -59,13 +68,9 @@ def refusal(inputs: list[str], cfg: dict) -> tuple[str, AdvcliError] | None:
         missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"
-        off = {"trl": "TRL: --set beta=0.0", "areal": "AReaL: --set actor.kl_ctl=0, or --config with the trial's "
-                                                     "config.yaml when the run set it there"}
-        fmt = FORMATS.get(info.format)
-        own = fmt.trainer_flavor() if fmt is not None else None  # the dump's trainer's keys first
-        ways = sorted(off.items(), key=lambda kv: kv[0] != own)
-        hint = (f"the same estimator runs with the KL coefficient at 0 ({'; '.join(w for _, w in ways)}; `advcli "
-                "explain --flavor NAME --keys` names the flavor's KL keys)")
+        hint = (f"the same estimator runs without the KL in the reward ({KL_OFF[flavor]})" if flavor in KL_OFF else
+                "the same estimator runs with the KL coefficient at 0 (`advcli explain --flavor NAME --keys` names "
+                "the flavor's KL keys)")
     elif run.reward.overlong.tokens is not None and run.reward.source != "token_level_scores":
         missing = "the overlong penalty needs each response's token count"
         hint = ("a dump's rewards already hold the trainer's own penalty (advcli.rewards_shaped, set for it); "
@@ -227,7 +232,7 @@ def no_token_data(inputs: list[str]) -> str | None:
              and not IMPORTED[p].token_lengths]
     if not infos:
         return None
-    return (f"a {infos[0].title} dump holds one reward per response and no token data: token counts, response "
+    return (f"{a_title(infos[0].title)} dump holds one reward per response and no token data: token counts, response "
             "lengths and token shares are left out; advantage and return figures are over responses, one "
             "value each")
 

@@ -85,7 +85,8 @@ def _dict_columns(schema: pa.Schema) -> list[str]:
 # output names that promise a format advcli does not write
 OTHER_FORMATS = {".csv": "CSV", ".tsv": "TSV", ".json": "JSON", ".jsonl": "JSON lines", ".txt": "text",
                  ".arrow": "Arrow IPC", ".feather": "Feather", ".pkl": "a pickle", ".pt": "a torch file",
-                 ".npy": "NumPy", ".npz": "NumPy", ".xlsx": "Excel", ".html": "HTML", ".md": "Markdown"}
+                 ".npy": "NumPy", ".npz": "NumPy", ".xlsx": "Excel", ".html": "HTML", ".md": "Markdown",
+                 ".yaml": "YAML", ".yml": "YAML", ".toml": "TOML", ".py": "Python"}
 
 
 def check_output_name(target: str) -> None:

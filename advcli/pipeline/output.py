@@ -28,8 +28,8 @@ def _named_like_a_file(output: str, is_dir) -> bool:
 
 
 def _several_inputs_to_a_file(output: str, n: int) -> AdvcliError:
-    base = output.rstrip("/").rsplit("/", 1)[-1]
-    stem = base[: -len(".parquet")] if base.lower().endswith(".parquet") else base
+    bare = output.rstrip("/")  # the directory beside the file named, in the same parent (o/m3.parquet: o/m3/)
+    stem = bare[: -len(".parquet")] if bare.lower().endswith(".parquet") else bare
     return AdvcliError(f"{output}: several inputs need an output directory ({n} files were given), and this names "
                        "a file",
                        hint=f"give a directory, e.g. --output {stem or 'out'}/ (one output per input, named like "

@@ -103,6 +103,18 @@ def test_a_converted_dump_runs_as_the_dump_does(dump, tmp_path, capsys):
     assert np.allclose(got, adv, rtol=1e-5, atol=1e-6)
     code, _, err = run_main(["audit", conv], capsys)
     assert code == 0 and "agree: 0 of" in err, err
+    # beside plain Parquet no one trainer's semantics is taken, whichever file comes first: the default flavor
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    pq.write_table(pq.read_table(conv), mix / "a.parquet")  # (pyarrow keeps the schema's advcli.import)
+    pq.write_table(pq.read_table(conv).replace_schema_metadata(None), mix / "b.parquet")
+    for order in ([mix / "a.parquet", mix / "b.parquet"], [mix / "b.parquet", mix / "a.parquet"]):
+        code, _, err = run_main(["run", *order, "-o", tmp_path / "m", "--force"], capsys)
+        assert code == 0 and "verl grpo" in err and "nemo" not in err.split("input")[0], err
+    # an output named as another format (a configuration file, a Python estimator) is refused
+    for name in ("config.yaml", "est.py"):
+        code, _, err = run_main(["run", conv, "-o", tmp_path / name], capsys)
+        assert code == 2 and "advcli writes Parquet" in err, err
 
 
 def test_convert_roles_and_slices(dump, tmp_path, capsys):

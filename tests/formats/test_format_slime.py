@@ -83,6 +83,26 @@ def test_a_converted_dump_takes_its_group_size_and_flavor(dump, tmp_path, capsys
         assert code == 0 and "group size 4 from the dump's group_index" in err and "slime" in err, err
         outs.append(pq.read_table(tmp_path / f"{k}.parquet").column("advantages").to_pylist())
     assert outs[0] == outs[1]
+    # filter keeps the recorded group sizes (it keeps or drops whole groups); the library reads the file under the
+    # name it is given each time (a relative name, then the absolute one after a chdir)
+    kept = tmp_path / "kept.parquet"
+    assert run_main(["filter", conv, "--min-group-size", "2", "-o", kept], capsys)[0] == 0
+    code, _, err = run_main(["run", kept, "-o", tmp_path / "f.parquet"], capsys)
+    assert code == 0 and "group size 4 from the dump's group_index" in " ".join(err.split()) and "slime" in err, err
+    assert pq.read_table(tmp_path / "f.parquet").column("advantages").to_pylist() == outs[0]
+    import os
+
+    import advcli
+
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert advcli.run("c.parquet", None).flavor.startswith("slime")
+        (tmp_path / "sub").mkdir()
+        os.chdir(tmp_path / "sub")
+        assert advcli.run(str(conv), None).flavor.startswith("slime")
+    finally:
+        os.chdir(here)
     for adv, s in zip(outs[0], samples):  # slime's grpo: the group z-score (unbiased std + 1e-6) on every position
         m = [x["reward"] for x in samples if x["group_index"] == s["group_index"]]
         mu = sum(m) / len(m)

@@ -283,6 +283,22 @@ def test_run_never_writes_over_its_input(command, dump, tmp_path, capsys):
     assert all(p.read_bytes() == b for p, b in before.items())
 
 
+def test_compare_resolves_each_configuration_as_run_does(dump, tmp_path, capsys):
+    """`compare DUMP --flavor trl --flavor trl --set ...` resolved its configurations without the dump: TRL's default
+    num_generations=8 on groups of 4 (refused), where `run` takes 4 from the dump. Each is now resolved as run
+    resolves it; configuration A gives run's advantages, and the table counts responses (no token data)."""
+    d, expected = dump
+    reward = ["--set", "reward_funcs=[accuracy_reward,format_reward]"]
+    code, out, err = run_main(["compare", d, "--flavor", "trl", *reward, "--flavor", "trl", *reward, "--set",
+                               "scale_rewards=none", "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)
+    assert f"num_generations={G}" in res["a"]["label"] and res["rows"] == len(expected), res["a"]
+    assert res["tokens"]["mean_a"] == pytest.approx(float(np.mean(expected)), abs=1e-6)
+    code, out, err = run_main(["compare", d, "--flavor", "trl", *reward, "--flavor", "trl", *reward], capsys)
+    assert code == 0 and "responses (no token data)" in out and "tokens (mask=1)" not in out, out
+
+
 def test_convert_never_writes_over_its_input(dump, capsys):
     """Neither given as the file nor as its dump directory (which once replaced the step file with its own
     conversion, exit 0)."""
@@ -345,6 +361,10 @@ def test_rloo_needs_beta_zero(dump, tmp_path, capsys):
             "--set", f"num_generations={G}", "--set", "reward_funcs=[accuracy_reward,format_reward]", "-q"]
     code, _, err = run_main(base, capsys)
     assert code == 2 and "beta=0.0" in err
+    # the hint names the key of the flavor run, not the dump's trainer's (AReaL on a TRL dump: actor.kl_ctl)
+    code, _, err = run_main(["run", d, "-o", tmp_path / "k.parquet", "--flavor", "areal", "--set", "actor.kl_ctl=0.1"],
+                            capsys)
+    assert code == 2 and "--set actor.kl_ctl=0" in err and "beta=" not in err, err
     code, _, err = run_main(base + ["--set", "beta=0.0"], capsys)
     assert code == 0, err
     t = pq.read_table(tmp_path / "o.parquet")

@@ -47,6 +47,9 @@ class Flavor:
     # raw_reward, beside the GRPO loop's grpo.adv_estimator.name): --estimator NAME sets the key that has NAME
     more_estimator_keys: tuple[str, ...] = ()
     group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
+    # the setting (--set ...) that takes the KL out of the reward: named where a dump without log-probs refuses KL in
+    # the reward (advcli.formats.response_level.refusal)
+    kl_off: str | None = None
     # dump format -> (native settings, where they come from): what the run that wrote such a dump used, taken
     # for the keys not given (ROLL's reward dtype, NeMo's valid-mask rule)
     dump_settings: dict[str, tuple[tuple[tuple[str, Any], ...], str]] = field(default_factory=dict)

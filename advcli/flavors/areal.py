@@ -249,6 +249,7 @@ def release_check(v: dict, release, asked: str | None) -> None:
 
 FLAVOR = Flavor(
     title="AReaL",  # the framework's name in prose (help, docs)
+    kl_off="--set actor.kl_ctl=0, or --config with the trial's config.yaml when the run set it there",
     name="areal", framework="areal-project/AReaL @ cbff54d6 (areal/trainer/ppo/actor.py, gae.py, utils/data.py)",
     keys=KEYS, translate=translate, open_prefixes=("actor.gae_lambda_kwargs.",), given_keys=True, releases=RELEASES,
     release_check=release_check,

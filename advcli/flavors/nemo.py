@@ -425,6 +425,7 @@ def _ppo_config_estimator(values: dict, path: str) -> list[tuple[str, str]]:
 
 FLAVOR = Flavor(
     title="NeMo RL",  # the framework's name in prose (help, docs)
+    kl_off="--set loss_fn.use_kl_in_reward=false",
     name="nemo", framework="NVIDIA-NeMo/RL @ 7ea279ab (nemo_rl/algorithms/advantage_estimator.py, utils.py, ppo.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note,
     # --flavor nemo is the commit the cross-check contract pins (docs: shared cli-contract): #3837 and #4158, merged

@@ -773,6 +773,7 @@ RELEASES = (
 
 FLAVOR = Flavor(
     title="OpenRLHF",  # the framework's name in prose (help, docs)
+    kl_off="--set algo.kl.init_coef=0",
     name="openrlhf",
     framework="OpenRLHF/OpenRLHF @ 3c3be623 (openrlhf/trainer/ppo_utils/experience_maker.py, openrlhf/models/utils.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_note=estimator_note, releases=RELEASES,

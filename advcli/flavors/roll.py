@@ -255,6 +255,7 @@ def _file_settings(values: dict, path: str) -> list[tuple[str, Any]]:
 
 FLAVOR = Flavor(
     title="ROLL",  # the framework's name in prose (help, docs)
+    kl_off="--set add_token_level_kl=false",
     name="roll", framework="alibaba/ROLL @ 8eb27cc2 (roll/utils/functionals.py, roll/pipeline/rlvr/rlvr_pipeline.py)",
     keys=KEYS, translate=translate, aliases=ALIASES, estimator_key="adv_estimator", response_estimator="grpo",
     estimator_names=ESTIMATORS + AS_REINFORCE,

@@ -247,6 +247,7 @@ def _release_check(v: dict, release: Release, asked: str | None) -> None:
 
 FLAVOR = Flavor(
     title="SkyRL",  # the framework's name in prose (help, docs)
+    kl_off="--set trainer.algorithm.use_kl_in_reward=false",
     name="skyrl", framework=f"NovaSky-AI/SkyRL @ {COMMIT} (skyrl/backends/skyrl_train/utils/ppo_utils.py, "
                             "skyrl/train/trainer.py)",
     keys=KEYS, translate=translate, releases=RELEASES, estimator_key=A + "advantage_estimator",

@@ -204,6 +204,7 @@ RELEASES = (
 
 FLAVOR = Flavor(
     title="slime",  # the framework's name in prose (help, docs)
+    kl_off="--set kl_coef=0",
     name="slime", framework=f"{SOURCE} (slime/ray/rollout.py, slime/backends/megatron_utils/loss.py, "
                             "slime/utils/ppo_utils.py)",
     keys=KEYS, translate=translate, estimator_key="advantage_estimator", response_estimator="grpo",

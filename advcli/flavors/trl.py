@@ -404,6 +404,7 @@ def release_check(v: dict, release, asked: str | None) -> None:
 
 FLAVOR = Flavor(
     title="TRL",  # the framework's name in prose (help, docs)
+    kl_off="--set beta=0.0",
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
     keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations", releases=RELEASES,
     estimator_key="trainer", release_check=release_check,

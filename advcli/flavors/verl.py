@@ -449,6 +449,7 @@ def estimator_note(v: dict) -> str | None:
 
 FLAVOR = Flavor(
     title="verl",  # the framework's name in prose (help, docs)
+    kl_off="--set algorithm.use_kl_in_reward=false",
     name="verl", framework="verl-project/verl @ 1dda039b (verl/trainer/ppo/core_algos.py, ray_trainer.py)",
     keys=KEYS, translate=translate, estimator_key="algorithm.adv_estimator", response_estimator="grpo",
     estimator_note=estimator_note,

@@ -11,10 +11,10 @@ from .records import RESERVED
 from .registry import a_title
 
 
-def check_config(inputs: list[str], cfg: dict, flavor: str | None = None) -> None:
-    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks (``flavor``:
-    the name of the flavor run, whose keys the hint names)."""
-    refused = refusal(inputs, cfg, flavor)
+def check_config(inputs: list[str], cfg: dict, kl_off: str | None = None) -> None:
+    """Refuse, before anything is read, a configuration that needs token data the imported dump lacks (``kl_off``:
+    the flavor's setting that takes the KL out of the reward, :attr:`advcli.flavors.Flavor.kl_off`, for the hint)."""
+    refused = refusal(inputs, cfg, kl_off)
     if refused:
         raise refused[1]
 
@@ -34,15 +34,7 @@ def implied_settings(inputs: list[str], cfg: dict) -> dict[str, object]:
     return {}
 
 
-# what takes the KL out of the reward, in each flavor's own keys (the hint of a response-level dump's refusal)
-KL_OFF = {"trl": "--set beta=0.0", "areal": "--set actor.kl_ctl=0, or --config with the trial's config.yaml when the "
-                                            "run set it there",
-          "verl": "--set algorithm.use_kl_in_reward=false", "nemo": "--set loss_fn.use_kl_in_reward=false",
-          "skyrl": "--set trainer.algorithm.use_kl_in_reward=false", "roll": "--set add_token_level_kl=false",
-          "openrlhf": "--set algo.kl.init_coef=0", "slime": "--set kl_coef=0"}
-
-
-def refusal(inputs: list[str], cfg: dict, flavor: str | None = None) -> tuple[str, AdvcliError] | None:
+def refusal(inputs: list[str], cfg: dict, kl_off: str | None = None) -> tuple[str, AdvcliError] | None:
     """Why ``run`` refuses this configuration on these inputs (a response-level dump lacking what it
     needs): (the short reason, the error ``run`` raises), or None when it does not. ``advcli inspect``
     asks this for every estimator; torch is never imported here (the estimator registry is torch-free)."""
@@ -68,7 +60,7 @@ def refusal(inputs: list[str], cfg: dict, flavor: str | None = None) -> tuple[st
         missing = f"{weighs_by_tokens}, and so needs every response's token count"
     elif run.kl.in_reward and run.kl.coef != 0:
         missing = "KL in the reward needs the policy and reference log-probs per token (old_log_probs, ref_log_probs)"
-        hint = (f"the same estimator runs without the KL in the reward ({KL_OFF[flavor]})" if flavor in KL_OFF else
+        hint = (f"the same estimator runs without the KL in the reward ({kl_off})" if kl_off else
                 "the same estimator runs with the KL coefficient at 0 (`advcli explain --flavor NAME --keys` names "
                 "the flavor's KL keys)")
     elif run.reward.overlong.tokens is not None and run.reward.source != "token_level_scores":

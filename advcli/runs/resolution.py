@@ -237,7 +237,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
         if flavor.group_size_key in dict(implied) and RunSpec.from_config(cfg).grouping.by != "position":
             lines = [x for x in lines if not x.startswith("group size")]  # no positional groups: nothing to say
     try:
-        check_config(inputs, cfg, flavor.name)  # a response-level trainer dump refuses token-level estimators
+        check_config(inputs, cfg, flavor.kl_off)  # a response-level trainer dump refuses token-level estimators
     except AdvcliError as e:
         refuse_default_estimator(flavor, inputs, settings, config, {**dict(implied), **given}, e, fa)
     sessions = False
@@ -430,7 +430,7 @@ def refuse_default_estimator(flavor, inputs: list[str], settings: list, config: 
         raise error
     try:
         cfg, _ = resolve(spec or flavor.name, settings + [(key, value)], config)
-        check_config(inputs, cfg, flavor.name)
+        check_config(inputs, cfg, flavor.kl_off)
     except AdvcliError:
         raise error from None
     then = ""

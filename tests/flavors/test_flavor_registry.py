@@ -116,6 +116,12 @@ def test_what_a_flavor_declares_names_its_own_keys(flavor):
             resolve(flavor.name, [(key, v)])  # a value the key refuses raises AdvcliError
     for settings in (flavor.audit_tries(4) if flavor.audit_tries else []):
         resolve(flavor.name, list(settings.items()))
+    if flavor.kl_off:  # the setting named to take the KL out of the reward: a key of the flavor, a value it takes
+        from advcli.config import parse_set
+
+        given = parse_set([flavor.kl_off.removeprefix("--set ").split(",")[0]])  # as --set reads it
+        assert all(key in flavor.keys for key, _ in given)
+        resolve(flavor.name, given)
 
 
 def test_the_audit_tries_every_flavors_declared_group_estimators():

@@ -469,7 +469,7 @@ def audit_dump(inputs: list[str], flavor: str, cfg: dict, native: dict | None, c
         if not is_list:
             unlogged = int(nulls.sum())
             if unlogged:
-                rep["rows_without_logged_value"] = int(unlogged)
+                rep["rows_without_logged_value"] = unlogged
             if whole and unlogged and unlogged == rep["rows"]:  # (a followed step may ship nothing: said, not refused)
                 raise AdvcliError(f"{file0}: no row holds a logged value in {logged_col!r} ({unlogged:,} rows), so "
                                   "there is nothing to audit",

@@ -241,8 +241,7 @@ def check_episode_agents(p: dict) -> None:
     """At least one agent role compared within one episode (prime-rl: Field(min_length=1))."""
     if not p["episode_agents"]:
         raise AdvcliError("key estimator.episode_agents: grpo_peers (prime-rl's hierarchical_grpo) needs at least one "
-                          "role compared "
-                          "within one episode, e.g. [solver] (prime-rl: Field(min_length=1))")
+                          "role compared within one episode, e.g. [solver] (prime-rl: Field(min_length=1))")
 
 
 def grpo_peers_row(table: RowTable, p: dict) -> torch.Tensor:

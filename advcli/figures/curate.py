@@ -930,7 +930,8 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
                                       "inputs": [os.path.basename(p) for p in ins.paths],
                                       "rows_in": small.rows, "rows_kept": summary["rows_kept"]},
                        progress=progress, mask_column=mask_column,
-                       footer=import_footer(info) if info is not None and len(ins.paths) == 1 else None)
+                       footer=(import_footer(info.group_sizes, info.shown_settings, info.last_step_estimators)
+                               if info is not None and len(ins.paths) == 1 else None))
     summary.update(inputs=ins.paths, output=output, rows_written=n)
     return summary
 
@@ -939,7 +940,7 @@ def _file_row(ins, row: int) -> tuple[str, int]:
     """(the file, its row from 0) of row ``row`` of the inputs ``ins`` read as one (files in order)."""
     from ..io.value_checks import file_row
 
-    return file_row(ins.paths, list(ins.file_rows()), row)
+    return file_row(ins.paths, ins.file_rows(), row)
 
 
 def rule_live(spec: FilterSpec) -> bool:

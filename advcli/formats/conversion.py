@@ -19,12 +19,13 @@ GROUP_SIZES_KEY = "advcli.group_sizes"  # {size: number of groups} of the dump, 
 SHOWN_KEY = "advcli.shown_settings"  # ImportInfo.shown_settings, as JSON
 
 
-def import_footer(info) -> dict[str, str]:
+def import_footer(group_sizes: dict, shown_settings: dict, last_step_estimators=()) -> dict[str, str]:
     """The footer keys a file of the dump's rows carries for a later run (``advcli convert`` writes them, ``filter``
-    keeps them): the group sizes, the settings the records showed, the last-step estimators of ``info``."""
-    out = {GROUP_SIZES_KEY: json.dumps(info.group_sizes), SHOWN_KEY: json.dumps(info.shown_settings)}
-    if info.last_step_estimators:
-        out[LAST_STEP_KEY] = json.dumps(list(info.last_step_estimators))
+    keeps them, :func:`advcli.formats.input_edge` reads them back into an :class:`ImportInfo`): the dump's group
+    sizes, the settings its records showed, its last-step estimators."""
+    out = {GROUP_SIZES_KEY: json.dumps(group_sizes), SHOWN_KEY: json.dumps(shown_settings)}
+    if last_step_estimators:
+        out[LAST_STEP_KEY] = json.dumps(list(last_step_estimators))
     return out
 
 
@@ -165,13 +166,11 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         flush()
         if writer is None:
             raise AdvcliError(f"{spec}: the dump holds no rows")
-        if ctx.state.get("last_step_estimators"):
-            writer.add_key_value_metadata({LAST_STEP_KEY: json.dumps(list(ctx.state["last_step_estimators"]))})
         # the dump's group sizes, as the trainer formed the groups: a run on the converted file takes the group
         # size from them as it does from the dump (runs.resolution.from_dump)
         hist = _group_size_counts(steps, pids)
-        writer.add_key_value_metadata({GROUP_SIZES_KEY: json.dumps(hist),
-                                       SHOWN_KEY: json.dumps(ctx.state.get("shown_settings", {}))})
+        writer.add_key_value_metadata(import_footer(hist, ctx.state.get("shown_settings", {}),
+                                                    ctx.state.get("last_step_estimators", ())))
         writer.close()
         writer = None
         rows_total = len(pids) + padding

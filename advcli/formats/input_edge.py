@@ -74,7 +74,7 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
         _refuse_remote_dump(spec, forced)
         if forced is None and not is_dump(spec):
             files = _converted_files(spec)
-            out += [_with_mask(p, synth_mask) if level else p for p, level in files] if files else [spec]
+            out += [_converted_input(p, synth_mask) if level else p for p, level in files] if files else [spec]
             continue
         key = (os.path.realpath(spec), forced.name if forced else None, synth_mask)
         _forget_if_changed(key, spec)
@@ -193,7 +193,7 @@ def _converted_level(spec: str) -> str | None:
     return rec.get("level") if isinstance(rec, dict) and not rec.get("synthetic_mask") else None
 
 
-def _with_mask(spec: str, synth_mask: bool) -> str:
+def _converted_input(spec: str, synth_mask: bool) -> str:
     """A Parquet file ``advcli convert`` wrote, recorded as an import of its dump's format (a run on it takes the
     trainer's flavor, the group sizes and the settings the dump showed, as on the dump itself); a response-level
     one, with ``synth_mask``, copied into the temporary directory with the one-token mask a run needs (the file
@@ -263,7 +263,7 @@ def _with_mask(spec: str, synth_mask: bool) -> str:
 
 def _short_lengths(f, lengths: str) -> int:
     """Rows of the Parquet file ``f`` whose response-length column ``lengths`` gives no count >= 1 (a null, a
-    zero): their synthetic mask would be one token, as :func:`_with_mask` counts them."""
+    zero): their synthetic mask would be one token, as :func:`_converted_input` counts them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -56,7 +56,8 @@ def convert_cmd(
     if not os.path.isdir(parent):
         raise missing_directory(output, parent, "the directory")
     check_local_destination(output, parent)
-    info = convert(path, output, from_ if from_ not in (None, "", "auto") else None)  # (never over a dump file)
+    info = convert(path, output, from_ if from_ not in (None, "", "auto") else None,  # (never over a dump file)
+                   keys_in_schema=True)
     if json_out:
         typer.echo(json.dumps(info.as_dict(), default=str))
         return

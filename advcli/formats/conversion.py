@@ -92,10 +92,13 @@ PADDING_NOTE = ("{n} synthetic padding row(s) set aside (verl's V1 trainer pads 
 
 
 def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_mask: bool = False,
-            batch_rows: int = BATCH_ROWS) -> ImportInfo:
+            batch_rows: int = BATCH_ROWS, keys_in_schema: bool = False) -> ImportInfo:
     """Stream the dump at ``spec`` into canonical Parquet at ``output`` (written to a temporary file
     renamed into place when complete: an error leaves nothing). ``synth_mask``: give a response-level
-    dump a one-token ``response_mask`` per row, so the token pipeline runs it at response level."""
+    dump a one-token ``response_mask`` per row, so the token pipeline runs it at response level.
+    ``keys_in_schema`` (``advcli convert``'s file, which a user may read back as a table): the footer keys
+    (:func:`import_footer`), known when the last row is read, also in the Arrow schema's metadata, which
+    ``pq.read_table`` keeps where it drops the footer's other keys (:func:`_keys_into_schema`)."""
     import pyarrow.parquet as pq
 
     from ..io.writer import temp_path_for
@@ -173,6 +176,9 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
                                                     ctx.state.get("last_step_estimators", ())))
         writer.close()
         writer = None
+        if keys_in_schema:
+            _keys_into_schema(tmp, import_footer(hist, ctx.state.get("shown_settings", {}),
+                                                 ctx.state.get("last_step_estimators", ())))
         rows_total = len(pids) + padding
         try:
             os.replace(tmp, output)
@@ -311,6 +317,30 @@ def _to_batch(rows: list[dict], where: list[tuple[str, int]], schema, synth_mask
                                            "fields and their types)") from None
             raise
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _keys_into_schema(path: str, keys: dict[str, str]) -> None:
+    """Rewrite the Parquet file at ``path`` (a conversion's temporary file) with ``keys`` in its Arrow schema's
+    metadata, row group by row group (bounded memory; the rows and their row groups as they were): a table read
+    back with ``pq.read_table`` and given to the library then runs with the dump's group sizes and shown
+    settings, as the file does. (The writer fixes the schema when it opens, before the group sizes are
+    known; a Parquet-to-Parquet copy costs little beside reading the dump's records.)"""
+    import pyarrow.parquet as pq
+
+    from ..io.writer import temp_path_for
+
+    src = pq.ParquetFile(path)
+    schema = src.schema_arrow
+    schema = schema.with_metadata({**(schema.metadata or {}), **{k.encode(): v.encode() for k, v in keys.items()}})
+    dst = temp_path_for(path)
+    try:
+        with pq.ParquetWriter(dst, schema, compression="zstd") as w:
+            for i in range(src.num_row_groups):
+                w.write_table(src.read_row_group(i).replace_schema_metadata(schema.metadata))
+        os.replace(dst, path)
+    finally:
+        if os.path.exists(dst):
+            os.remove(dst)
 
 
 def _group_size_counts(steps: list, pids: list) -> dict[int, int]:

@@ -9,6 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import edit_record, run_main
 
+import advcli
+
 
 def build(root, n=4):
     rng = np.random.default_rng(0)
@@ -281,6 +283,9 @@ def test_rollout_time_normalisation_is_the_reward_areal_trained_on(tmp_path, cap
     code, _, err = run_main(["run", conv, "-o", out, "--flavor", "areal", "--set", "actor.kl_ctl=0", "--force"], capsys)
     assert code == 0, err
     assert np.allclose(pq.read_table(out).column("advantages").to_pylist(), zs, rtol=1e-5, atol=1e-6)
+    # and so does the file read back as a table (pq.read_table keeps the schema's metadata, not the footer's)
+    got = advcli.run(pq.read_table(conv), flavor="areal", settings={"actor.kl_ctl": 0}).table
+    assert got.column("advantages").to_pylist() == pq.read_table(out).column("advantages").to_pylist()
 
 
 def test_replay_dump_refused(tmp_path, capsys):

@@ -198,6 +198,12 @@ def test_a_converted_dump_keeps_its_group_size(dump, tmp_path, capsys):
     got = pq.read_table(tmp_path / "a.parquet").column("advantages").to_pylist()
     assert got == pq.read_table(tmp_path / "b.parquet").column("advantages").to_pylist()
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # the file read back as a table: pq.read_table keeps the schema's metadata (not the footer's other keys),
+    # where convert writes the group sizes too, so the library's table route takes them as the file's does
+    table = pq.read_table(conv)
+    assert json.loads(table.schema.metadata[b"advcli.group_sizes"]) == {str(G): 6}
+    lib = advcli.run(table, flavor="trl", settings={"reward_funcs": ["accuracy_reward", "format_reward"]}).table
+    assert lib.column("advantages").to_pylist() == got
 
 
 def test_wrong_group_size_is_caught(dump, tmp_path, capsys):

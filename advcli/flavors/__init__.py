@@ -213,11 +213,16 @@ class FlavorAt:
         if r is None:
             return None
         title = self.flavor.title or self.flavor.name
+        note = r.note
+        for said in (f"{title} {r.name}", f"{self.flavor.name} {r.name}"):  # "verl 0.9.1: verl 0.9.1: ..." once
+            if note and note.lower().startswith(said.lower() + ":"):
+                note = note[len(said) + 1:].strip() or None
+                break
         if self.asked is None and not self.newest:
-            return f"{title} @{r.name}, the default" + (f" ({r.note})" if r.note else "")
+            return f"{title} @{r.name}, the default" + (f" ({note})" if note else "")
         if self.asked is None:
-            return f"{title} @ newest verified ({r.name}" + (f": {r.note})" if r.note else ")")
-        return f"{title} @{r.name}" + (f" ({r.note})" if r.note else "")
+            return f"{title} @ newest verified ({r.name}" + (f": {note})" if note else ")")
+        return f"{title} @{r.name}" + (f" ({note})" if note else "")
 
     def as_dict(self) -> dict | None:
         """The release that runs as the JSON reports and the output's provenance hold it."""

@@ -354,6 +354,9 @@ def test_summary_json_and_provenance_name_the_release(tmp_path, capsys):
     from advcli.flavors import at
 
     assert at("verl").label().startswith("verl @ newest verified (0.9.1") and at("verl").newest
+    # the note's own "verl 0.9.1: " is not said twice ("(0.9.1: verl 0.9.1: the advantage ...")
+    assert at("verl").label().startswith("verl @ newest verified (0.9.1: the advantage")
+    assert at("trl@1.16.0").label().startswith("TRL @1.16.0 (the advantage code of 1.10.0")
     code, _, err = run_main(["run", d, "-o", out, "--flavor", "nemo@7ea279a", "--force"], capsys)
     assert code == 0 and "NeMo RL @7ea279a" in err
     assert json.loads(pq.read_schema(out).metadata[b"advcli"])["release"]["name"] == "7ea279a"

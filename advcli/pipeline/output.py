@@ -68,11 +68,33 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
         raise AdvcliError(f"{output}: several inputs need an output directory, but this is a file")
     if _named_like_a_file(output, os.path.isdir):
         raise _several_inputs_to_a_file(output, len(inputs.paths))
+    _refuse_a_given_directory(inputs, output)
     os.makedirs(output, exist_ok=True)
     names = [os.path.basename(p) for p in inputs.paths]
     if len(set(names)) != len(names):
         raise AdvcliError("several inputs share a file name; their outputs would collide in one directory")
     return [os.path.join(output, n) for n in names]
+
+
+def _refuse_a_given_directory(inputs: InputSet, output: str) -> None:
+    """An output directory that is a directory the user gave as input (a trainer's dump directory: its files are
+    read through a temporary file, so no output path equals them): the outputs would land among the dump's own
+    files, which advcli never writes into (the Ray engine refuses it as it refuses any directory holding an input);
+    so is a folder of the dump directory holding its files (``completions/`` of a TRL output directory)."""
+    from ..io.reader import given_files
+
+    real = os.path.realpath(output)
+    for path in inputs.paths:
+        given = [os.path.realpath(g) for g in given_files(path)[1:]]
+        tops = [g for g in given if os.path.isdir(g)]  # the dump's directory, and its folders holding its files
+        held = {os.path.dirname(g) for g in given if any(g.startswith(t + os.sep) for t in tops)}
+        if real in {*tops, *held}:
+            stem = os.path.basename(tops[0].rstrip(os.sep)) or "out"
+            where = ("the input dump's directory" if real in tops
+                     else f"a folder of the input dump {stem} holding its files")
+            raise AdvcliError(f"{output}: is {where}; the output would land among the dump's files, and advcli never "
+                              "writes into its input",
+                              hint=f"choose an --output outside it, e.g. -o {stem}_advantages.parquet")
 
 
 @contextmanager

@@ -289,6 +289,25 @@ def test_run_never_writes_over_its_input(command, dump, tmp_path, capsys):
     assert all(p.read_bytes() == b for p, b in before.items())
 
 
+def test_an_output_directory_is_never_the_dump_s_own(dump, tmp_path, capsys):
+    """`-o` naming the dump's directory (or the folder of it holding the step files) wrote `<name>.parquet` among
+    the dump's files, which a later run on the directory then read as one more file. Refused, the directory as it
+    was; another existing directory takes the output inside it, as before."""
+    d, expected = dump
+    before = sorted(p.name for p in d.parent.rglob("*"))
+    reward = ["--set", "reward_funcs=[accuracy_reward,format_reward]"]
+    for src, out in ((d, d), (d, f"{d}/"), (d.parent, d), (d.parent, d.parent)):
+        code, _, err = run_main(["run", src, "-o", out, "--flavor", "trl", *reward], capsys)
+        assert code == 2 and "the output would land among the dump's files" in " ".join(err.split()), err
+    assert sorted(p.name for p in d.parent.rglob("*")) == before
+    elsewhere = tmp_path / "outs"
+    elsewhere.mkdir()
+    code, _, err = run_main(["run", d, "-o", elsewhere, "--flavor", "trl", *reward], capsys)
+    assert code == 0, err
+    (written,) = elsewhere.iterdir()
+    assert np.allclose(pq.read_table(written).column("advantages").to_pylist(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_compare_resolves_each_configuration_as_run_does(dump, tmp_path, capsys):
     """`compare DUMP --flavor trl --flavor trl --set ...` resolved its configurations without the dump: TRL's default
     num_generations=8 on groups of 4 (refused), where `run` takes 4 from the dump. Each is now resolved as run

@@ -37,11 +37,18 @@ class ColumnMap:
 
             default = ROLE_INFO.get(role, (role,))[0]
             near = self.candidate(role)
+            hint = f"map another column to it with --column {shlex.quote(role + '=' + (near or 'NAME'))}"
+            if role == "response_mask" and not near and not any(_is_list(f.type) for f in self.schema):
+                # one value a response and no token lists: a table of rewards (a CSV's, a DataFrame's)
+                hint = ("the rows hold one value a response and no token lists: a response-level estimator (grpo, "
+                        "rloo, ...) runs on a one-token mask a row, e.g. pandas: df['response_mask'] = [[1]] * "
+                        "len(df) (its advantages are then one-element lists); a trainer's dump is read as it is "
+                        "(docs/formats.md)")
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
                 + f" Columns present: {', '.join(self.schema.names)}",
-                hint=f"map another column to it with --column {shlex.quote(role + '=' + (near or 'NAME'))}", role=role)
+                hint=hint, role=role)
         return self.names[role]
 
     def candidate(self, role: str) -> str | None:
@@ -137,3 +144,12 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                    else f"a {t} key is read as no id")
             raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
+
+
+def _is_list(t) -> bool:
+    """Whether the Arrow type ``t`` holds a list a row (list, large_list, fixed_size_list, list_view)."""
+    import pyarrow as pa
+
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or getattr(pa.types, "is_list_view", lambda _: False)(t)
+            or getattr(pa.types, "is_large_list_view", lambda _: False)(t))

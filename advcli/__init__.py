@@ -14,9 +14,10 @@ returns a result that shows its report in Jupyter and converts to Arrow / pandas
 
 Importing advcli does not import torch; the math modules do, when first used.
 """
+from .errors import AdvcliError, MissingColumn
 from .version import __version__
 
-__all__ = ["__version__", "run"]
+__all__ = ["__version__", "run", "stats", "audit", "compare", "estimator", "AdvcliError", "MissingColumn"]
 
 
 def _in_library_words(call):
@@ -46,6 +47,14 @@ def _specs(inputs) -> list:
     return [inputs]
 
 
+def _setting_pairs(settings) -> list:
+    """``settings`` as (key, value) pairs in order, as ``--set`` gives them: a nested section
+    (``{'algorithm': {'adv_estimator': 'grpo'}}``) in dotted keys, as a config file's are read."""
+    from .config import flatten_keys
+
+    return list(flatten_keys(dict(settings or {}), keep_empty=True).items())
+
+
 def _dump_rows(message: str) -> str:
     """A message naming a converted trainer dump's temporary Parquet, naming the dump's file and line instead (as
     the command line's error does: :func:`advcli.formats.name_dump_rows`)."""
@@ -54,11 +63,11 @@ def _dump_rows(message: str) -> str:
     return name_dump_rows(message)
 
 
-def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> None:
+def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1, config=None) -> None:
     """The call's arguments of the wrong kind refused as the command refuses its options, naming the keyword:
     a flavor that is not a name, settings that are not a mapping, a column role advcli does not know (a
     misspelt role was taken as a column of its own, and the run read the default column), chunk_rows that
-    is not a whole number."""
+    is not a whole number, a mapping as ``config`` (a file's path)."""
     import numbers
 
     from .config import check_column_roles
@@ -69,6 +78,10 @@ def _check_arguments(flavor=None, settings=None, columns=None, chunk_rows=1) -> 
     if settings is not None and not hasattr(settings, "items"):
         raise AdvcliError(f"settings: expected a mapping of the flavor's keys to values, got {type(settings).__name__}",
                           hint="settings={'algorithm.adv_estimator': 'grpo'}")
+    if config is not None and hasattr(config, "items"):
+        raise AdvcliError("config: expected the path of a YAML/TOML file of settings, got a mapping",
+                          hint="give the mapping as settings= (nested sections too: settings={'algorithm': "
+                               "{'adv_estimator': 'grpo'}}), or write it to a file and give its path")
     if columns is not None:
         if not hasattr(columns, "items") or not all(isinstance(k, str) and isinstance(v, str)
                                                     for k, v in columns.items()):
@@ -111,23 +124,29 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
     ``log``: tracker targets (``["wandb"]``,
     ``["tensorboard:DIR"]``) the report is sent to, with ``log_project``, ``log_name``, ``log_step_offset``.
     """
-    from .errors import library_words
+    from .errors import AdvcliError, library_words
     from .formats import open_inputs
     from .io.frames import FrameInputs, frame_kind
     from .runs.resolution import check_precision
     from .runs.runner import run_dump
 
     check_precision(precision)
-    _check_arguments(flavor, settings, columns, chunk_rows)
+    _check_arguments(flavor, settings, columns, chunk_rows, config)
     trackers = _trackers(log, log_project, log_name, log_step_offset)  # checked before any work
     estimator = _user_estimator(estimator)
     given = _specs(inputs)
     with FrameInputs(_dump_rows) as frames:
         specs = open_inputs([frames.path(s) for s in given], source)  # trainer dumps -> canonical Parquet
         keep_rows = output is None and any(frame_kind(s) for s in given)  # rows back in memory
+        if keep_rows and len(specs) > 1:
+            raise AdvcliError(f"{len(specs)} inputs with output=None: the rows come back in memory (result.table) "
+                              "from one input",
+                              hint="join them into one table first (pa.concat_tables([...]) or pd.concat([...]): "
+                                   "several inputs are one dataset, so the numbers are the same), or give "
+                                   "output='DIR/' to write one file per input")
         target = frames.output_path() if keep_rows else (None if output is None else str(output))
         # the outputs are put in place as written: no staging in a library call
-        result = run_dump(specs, target, flavor=flavor, settings=list((settings or {}).items()), estimator=estimator,
+        result = run_dump(specs, target, flavor=flavor, settings=_setting_pairs(settings), estimator=estimator,
                           config=None if config is None else str(config), columns=columns, padded=padded,
                           precision=precision, chunk_rows=chunk_rows, device=device, force=force,
                           output_mode=output_mode, write_columns=write_columns, engine=engine,
@@ -139,6 +158,7 @@ def run(inputs, output=None, *, flavor: str | None = None, settings: dict | None
             result.output_table = pq.read_table(target)
             result.outputs = []
         result.inputs = frames.named(result.inputs)
+        result.device = library_words(result.device)  # "cpu (device='auto': ...)"
         result.warnings = frames.named([library_words(w) for w in result.warnings])  # keywords, not --flags
         result.diagnostics = frames.named(result.diagnostics)
         if result.curation is not None:
@@ -210,14 +230,14 @@ def audit(inputs, *, flavor: str | None = None, settings: dict | None = None, es
     from .version import stamp
 
     check_tolerances(rtol, atol, top, keyword=True)
-    _check_arguments(flavor, settings, columns, chunk_rows)
+    _check_arguments(flavor, settings, columns, chunk_rows, config)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
     estimator = _user_estimator(estimator)
     with FrameInputs(_dump_rows) as frames:
         specs = open_inputs(logged_inputs([frames.path(s) for s in _specs(inputs)], source, against), source)
         # the command's resolution (advcli.commands.resolve: resolve_run), option for option; without a flavor, the
         # dump's trainer's
-        choice = resolve_run(specs, flavor, list((settings or {}).items()), estimator=estimator,
+        choice = resolve_run(specs, flavor, _setting_pairs(settings), estimator=estimator,
                              config=None if config is None else str(config), columns=dict(columns or {}))
         rep = audit_dump(specs, choice.flavor, choice.cfg, choice.native, dict(columns or {}),
                          auto_note=choice.chosen, flavor_note=choice.dump_note,
@@ -257,7 +277,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
     from .runs.compare import compare_configurations, compare_files, compare_runs, estimator_runs
     from .version import stamp
 
-    _check_arguments(flavor, settings, columns, chunk_rows)
+    _check_arguments(flavor, settings, columns, chunk_rows, config)
     forms = (b is not None) + (configs is not None) + (estimators is not None)
     if forms != 1 or (configs is not None and len(configs) != 2):
         raise AdvcliError("compare: give two outputs (compare(a, b)), one dump and two configurations "
@@ -274,8 +294,9 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
             raise AdvcliError("compare: each configuration names its flavor (configs=[{'flavor': ...}, ...])")
         configs = [dict(c) for c in configs]
         for c in configs:  # what is given beside the configurations applies to both, as before the first --flavor
-            if settings:
-                c["settings"] = {**settings, **(c.get("settings") or {})}
+            own = c.get("settings") or {}
+            if hasattr(own, "items"):  # (another kind is refused by compare_configurations, naming it)
+                c["settings"] = dict(_setting_pairs(settings) + _setting_pairs(own))
             if config is not None and c.get("config") is None:
                 c["config"] = str(config)
     trackers = _trackers(log, log_project, log_name, log_step_offset)
@@ -289,7 +310,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
             labels = tuple(frames.names.get(p) or os.path.basename(p) for p in paths)  # a table by its kind
             res = compare_files(paths[0], paths[1], labels=labels, top=top, column_overrides=columns or {})
         elif estimators is not None:
-            runs = estimator_runs(paths, estimators, flavor, list((settings or {}).items()),
+            runs = estimator_runs(paths, estimators, flavor, _setting_pairs(settings),
                                   None if config is None else str(config))
             res = compare_runs(dump, runs, columns=columns or {}, top=top, chunk_rows=chunk_rows, device=device)
         else:

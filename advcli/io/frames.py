@@ -10,6 +10,7 @@ import shutil
 import tempfile
 
 from ..errors import AdvcliError
+from .reader import SHOWN_AS
 from .temps import scratch_prefix
 
 
@@ -75,6 +76,8 @@ class FrameInputs:
         return self
 
     def __exit__(self, kind, error, tb) -> None:
+        for path in self.names:
+            SHOWN_AS.pop(path, None)
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
         if isinstance(error, AdvcliError):  # the message names the table the user passed (the call's keywords,
@@ -120,6 +123,7 @@ class FrameInputs:
         target = os.path.join(self._dir(), f"table{n}.parquet")
         pq.write_table(table, target)
         self.names[target] = f"<{kind}>" if n == 0 else f"<{kind} #{n + 1}>"
+        SHOWN_AS[target] = self.names[target]  # the output's provenance names the table, not this file
         return target
 
     def output_path(self) -> str:

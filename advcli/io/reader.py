@@ -37,7 +37,14 @@ def given_files(path: str) -> tuple[str, ...]:
 
 
 def shown_name(path: str) -> str:
-    """The name an input is recorded under: the trainer dump it was converted from, else its file name."""
+    """The name an input is recorded under: the trainer dump it was converted from (the library's in-memory
+    table, ``<pyarrow.Table>``, where that was the table's temporary file), else its file name."""
+    seen = {path}
+    while path in SHOWN_AS and SHOWN_AS[path] not in seen:  # a converted table: its file, then the table
+        path = SHOWN_AS[path]
+        seen.add(path)
+        if path not in SHOWN_AS:
+            return path
     return SHOWN_AS[path] if path in SHOWN_AS else path.rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
 
 

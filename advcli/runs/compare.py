@@ -416,7 +416,13 @@ def compare_configurations(dump: str | list[str], configs: list[dict], *, column
                 f"has {', '.join(map(repr, unknown))}, which is not one of its keys" if unknown else
                 "names no flavor") + f" ({', '.join(sorted(CONFIGURATION_KEYS))})",
                               hint="{'flavor': 'verl', 'estimator': 'grpo', 'settings': {...}}")
-        settings = parse_set(c.get("set") or []) + list((c.get("settings") or {}).items())
+        own = c.get("settings") or {}
+        if not hasattr(own, "items"):
+            raise AdvcliError(f"compare: configuration {'AB'[i]}'s 'settings' is a {type(own).__name__}; expected "
+                              "a mapping of the flavor's keys to values",
+                              hint="{'flavor': 'verl', 'settings': {'algorithm.adv_estimator': 'grpo'}}")
+        given = c.get("set") or []
+        settings = parse_set([given] if isinstance(given, str) else given) + list(own.items())
         # as `advcli run` resolves it on this dump (what the dump tells the flavor: its group size, the run's saved
         # configuration, the settings its records show); the estimator as run's: the flavor's own, advcli's or yours
         choice = resolve_run(_inputs(dump), c["flavor"], settings, estimator=c.get("estimator"),

@@ -278,3 +278,14 @@ def test_compare_names_the_step_of_a_group_that_differs(tmp_path, capsys):
     assert [(e["prompt_id"], e["step"]) for e in worst] == [("p", 1), ("p", 2)]
     code, out, _ = run_main(["compare", a, b], capsys)
     assert "p (step 1)  n=2" in out and "p (step 2)  n=2" in out, out
+
+
+def test_a_configuration_of_the_wrong_kind_is_refused_naming_it():
+    """A configuration's settings that are not a mapping stopped with Python's AttributeError; one 'set' text is
+    one --set."""
+    with pytest.raises(AdvcliError, match="configuration A's 'settings' is a str; expected a mapping"):
+        advcli.compare(SAMPLE, configs=[{"flavor": "verl", "settings": "x"}, {"flavor": "verl"}])
+    one = advcli.compare(SAMPLE, configs=[{"flavor": "verl", "set": "algorithm.adv_estimator=rloo"},
+                                          {"flavor": "verl", "settings": {"algorithm": {"adv_estimator": "rloo"}}}])
+    assert one.report["tokens"]["max_abs_diff"] == 0 and one.report["tokens"]["mean_a"] != 0
+    assert one.report["a"]["label"] == one.report["b"]["label"] == 'verl adv_estimator="rloo"'

@@ -380,3 +380,50 @@ def test_run_and_audit_take_one_flavor_on_a_trainers_dump(route, tmp_path, capsy
         assert got["run library"] == got["audit library"] and "algoritm" in got["run library"]
         return
     assert got["run library"] == got["run command"] == got["audit library"] == got["audit command"] == want
+
+
+def test_settings_as_the_command_takes_them_nested_text_and_numpy(tmp_path, capsys):
+    """settings={'k': 'false'} is read as --set k=false (a float key's '0.9' was taken, a bool key's 'false'
+    refused); numpy's bool is a bool; a nested section is its dotted keys, as a config file's; a mapping given as
+    config is refused naming settings=. Each gives the command's numbers."""
+    import numpy as np
+
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "cli.parquet", "--flavor", "verl", "--set",
+                             "algorithm.norm_adv_by_std_in_grpo=false", "--set", "algorithm.adv_estimator=grpo"],
+                            capsys)
+    assert code == 0, err
+    want = pq.read_table(tmp_path / "cli.parquet").column("advantages")
+    sample = pq.read_table(SAMPLE)
+    for settings in ({"algorithm.norm_adv_by_std_in_grpo": "false", "algorithm.adv_estimator": "grpo"},
+                     {"algorithm.norm_adv_by_std_in_grpo": np.bool_(False), "algorithm.adv_estimator": "grpo"},
+                     {"algorithm": {"norm_adv_by_std_in_grpo": False, "adv_estimator": "grpo"}}):
+        got = advcli.run(sample, flavor="verl", settings=settings).table.column("advantages")
+        assert got.equals(want), settings
+    # without the std the GRPO advantage is the reward minus its group's mean: not the default's numbers
+    default = advcli.run(sample, flavor="verl", settings={"algorithm.adv_estimator": "grpo"}).table
+    assert not default.column("advantages").equals(want)
+    for bad in ("1", "maybe"):  # a number is no bool here either, as --set k=1 is refused
+        with pytest.raises(AdvcliError, match="is not a valid bool"):
+            advcli.run(sample, flavor="verl", settings={"algorithm.norm_adv_by_std_in_grpo": bad})
+    with pytest.raises(AdvcliError, match=r"config: expected the path of a YAML/TOML file.*") as e:
+        advcli.run(sample, config={"algorithm": {"adv_estimator": "grpo"}})
+    assert "settings=" in e.value.hint
+
+
+def test_tables_in_memory_name_themselves_and_several_need_one_table(tmp_path):
+    """The output's provenance names an in-memory input as the result does (it said the temporary
+    'table0.parquet'); several in-memory inputs with output=None are refused in the call's words (the message
+    named a temporary path and --output), pointing to one table or an output directory."""
+    sample = pq.read_table(SAMPLE)
+    res = advcli.run(sample, tmp_path / "o.parquet", device="cpu")
+    meta = json.loads(pq.read_schema(tmp_path / "o.parquet").metadata[b"advcli"])
+    assert res.inputs == ["<pyarrow.Table>"] and "table0.parquet" not in json.dumps(meta)
+    assert "<pyarrow.Table>" in json.dumps(meta)
+    assert res.device.startswith("cpu") and "--device" not in res.device
+    half = sample.num_rows // 2
+    with pytest.raises(AdvcliError, match="2 inputs with output=None") as e:
+        advcli.run([sample.slice(0, half), sample.slice(half)], None)
+    assert "pa.concat_tables" in e.value.hint and "advcli-frames" not in str(e.value) + e.value.hint
+    joined = advcli.run(pa.concat_tables([sample.slice(0, half), sample.slice(half)])).table
+    assert joined.column("advantages").equals(advcli.run(sample).table.column("advantages"))
+    assert set(advcli.__all__) >= {"run", "stats", "audit", "compare", "estimator", "AdvcliError"}

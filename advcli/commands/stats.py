@@ -70,7 +70,7 @@ def stats_cmd(
         rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb, padded=padded)
     finally:
         stop()
-    reason = no_token_data(inputs)
+    reason = no_token_data(inputs, advantages=any(k.startswith("critic/advantages/") for k in rep["metrics"]))
     if reason:  # a dump without token data: its one-token rows give no token figure
         drop_token_figures(rep, reason)
     rep = name_dumps(rep)  # the dumps the user gave, not their temporary Parquet

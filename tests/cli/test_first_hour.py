@@ -69,6 +69,12 @@ def test_no_token_figure_from_a_dump_without_token_data(tmp_path, capsys, make):
     code, out, err = run_main(["stats", dump, "--json"], capsys)
     got = json.loads(out)
     assert "tokens" not in got and not [k for k in got["metrics"] if "length" in k]
+    # a dump's statistics without advantages do not speak of advantage figures; an output's do
+    with_adv = any(k.startswith("critic/advantages/") for k in got["metrics"])
+    assert ("advantage and return figures are over responses" in got["no_token_data"]) == with_adv
+    code, out, err = run_main(["stats", tmp_path / "a.parquet", "--json"], capsys)
+    assert code == 0, err
+    assert "advantage and return figures are over responses" in json.loads(out)["no_token_data"]
     # validate's verdict
     code, out, err = run_main(["validate", dump, *how], capsys)
     assert code == 0, err

@@ -252,6 +252,14 @@ def estimator_note(v: dict) -> str | None:
     """Why trainer=grpo/rloo runs advcli's NaN-aware grpo_nan/rloo_nan (translate above), and what
     mask_truncated_completions changes."""
     note = _estimator_note(v)
+    code = str(v.get("advcli.trl_code", "1.6.0"))
+    if v.get("num_generations") == 1 and code in CODES and CODES.index(code) >= CODES.index("0.22.2"):
+        # a training run cannot have it: grpo_config.py L1137, rloo_config.py L700 (1.16.0) raise for n < 2;
+        # an evaluation's num_generations_eval may be 1 (release_check)
+        said = ("num_generations=1: TRL's training refuses it (\"GRPO requires at least 2 generations per prompt\", "
+                "RLOO likewise), so groups of one are an evaluation's (num_generations_eval=1, TRL 0.26.0 and newer): "
+                "these are its advantages")
+        note = f"{note}; {said}" if note else said
     if not v.get("mask_truncated_completions"):
         return note
     said = ("mask_truncated_completions zeroes the truncated completions' mask, which "

@@ -200,3 +200,21 @@ def test_releases_that_refuse_num_generations_one_are_not_run_with_it(tmp_path, 
                              "num_generations=1", "--set", f"trainer={trainer}", "--set", "beta=0"], capsys)
     assert code == 2 and "refuse num_generations < 2" in err and "num_generations_eval=1" in err, err
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("release", ["0.26.2", "1.16.0"])
+def test_groups_of_one_say_they_are_an_evaluation_s(tmp_path, capsys, release):
+    """From 0.26.0 num_generations=1 runs (an evaluation's num_generations_eval=1), but TRL's training refuses it
+    (grpo_config.py L1137, rloo_config.py L700 @1.16.0: "requires at least 2 generations per prompt"): the summary
+    says whose numbers these are, where it only showed a groups-of-one diagnostic."""
+    path = tmp_path / "g1.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "b"], "reward": [1.0, 0.0], "response_mask": [[1, 1], [1]]}), path)
+    code, _, err = run_main(["run", path, "-o", tmp_path / "o.parquet", "--flavor", f"trl@{release}", "--set",
+                             "num_generations=1", "--set", "beta=0"], capsys)
+    said = " ".join(err.split())
+    assert code == 0 and "num_generations=1: TRL's training refuses it" in said, err
+    assert "groups of one are an evaluation's (num_generations_eval=1" in said
+    pq.write_table(pa.table({"prompt_id": ["a", "a"], "reward": [1.0, 0.0], "response_mask": [[1, 1], [1]]}), path)
+    code, _, err = run_main(["run", path, "-o", tmp_path / "o.parquet", "--flavor", f"trl@{release}", "--set",
+                             "num_generations=2", "--set", "beta=0", "--force"], capsys)
+    assert code == 0 and "TRL's training refuses it" not in " ".join(err.split()), err

@@ -148,6 +148,8 @@ def _py_value(text: str) -> str:
         pass
     if text.startswith("[") and text.endswith("]"):
         return "[" + ", ".join(_py_value(x.strip()) for x in text[1:-1].split(",") if x.strip()) + "]"
+    if text in ("N", "K", "C", "X", "V", "VALUE", "NUMBER"):  # a placeholder (--set k=N): a value to give, not text
+        return text
     return repr(text)
 
 

@@ -223,6 +223,7 @@ def test_arguments_of_the_wrong_kind_are_refused_naming_the_keyword(kwargs, matc
     ("--device cuda:1 is not there", "device='cuda:1' is not there"),
     ("--set algorithm.gamma=2: must be at most 1", "settings={'algorithm.gamma': 2}: must be at most 1"),
     ("--column reward/acc=x: no", "columns={'reward/acc': 'x'}: no"),
+    ("add --set num_generations=N", "add settings={'num_generations': N}"),  # a placeholder, not the text 'N'
 ])
 def test_a_colon_after_an_option_stays_outside_the_keyword(text, want):
     """A message's colon after an option's value was taken into the value (``columns={'reward': 'nope:'}``)."""

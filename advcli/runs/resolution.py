@@ -321,7 +321,9 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     saved = {**{k: v for k, v in given.items() if k not in typed}, **dict(taken)}  # the --config file's, the dump's
     settings += [(k, v) for k, v in taken if k not in dict(shown)] + shown
     notes += lines
-    said = [(k, v) for k, v in shown if v != saved.get(k, flavor_default(flavor, k))]
+    # said where the settings line would show it without a source (also when it is the flavor's default: AReaL's
+    # reward_normalization=false, which the records decide); not where a --config file or saved config said the same
+    said = [(k, v) for k, v in shown if k not in saved or v != saved[k]]
     if said:
         notes.append(f"{', '.join(f'{k}={_fmt(v)}' for k, v in said)} from the dump's records (set a key to "
                      "override)")
@@ -362,14 +364,6 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
         from ..formats.conversion import PADDING_NOTE
         notes.append(PADDING_NOTE.format(n=padding))
     return settings, notes
-
-
-def flavor_default(flavor, key: str):
-    """The flavor's default for one of its native keys (None for a key it does not have)."""
-    from ..flavors import flavor_keys
-
-    k = flavor_keys(flavor).get(key)
-    return k.default if k is not None else None
 
 
 def _shown_settings(flavor, infos: list, set_already: dict) -> list[tuple[str, object]]:

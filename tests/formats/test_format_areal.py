@@ -421,3 +421,17 @@ def test_a_multi_turn_rows_trained_tokens_come_from_version_rle(tmp_path, capsys
         got[multi] = pq.read_table(out).to_pydict()
     assert got[True]["response_length"] == [2, 3, 2, 2]
     assert got[True]["advantages"] == got[False]["advantages"]
+
+
+def test_a_records_shown_default_says_where_it_came_from(tmp_path, capsys):
+    """Records without original_reward show gconfig.reward_normalization=false, AReaL's default: the settings line
+    showed it with no line saying the dump's records decided it (a value differing from the default had one)."""
+    build(tmp_path / "trial")
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", tmp_path / "o.parquet", "--flavor", "areal", "--set",
+                             "actor.kl_ctl=0"], capsys)
+    said = " ".join(err.split())
+    assert code == 0 and "gconfig.reward_normalization=false from the dump's records" in said, err
+    # a --set of the key is the user's: no records line
+    code, _, err = run_main(["run", tmp_path / "trial", "-o", tmp_path / "o.parquet", "--flavor", "areal", "--set",
+                             "actor.kl_ctl=0", "--set", "gconfig.reward_normalization=false", "--force"], capsys)
+    assert code == 0 and "from the dump's records" not in " ".join(err.split()), err

@@ -49,10 +49,23 @@ def _specs(inputs) -> list:
 
 def _setting_pairs(settings) -> list:
     """``settings`` as (key, value) pairs in order, as ``--set`` gives them: a nested section
-    (``{'algorithm': {'adv_estimator': 'grpo'}}``) in dotted keys, as a config file's are read."""
-    from .config import flatten_keys
+    (``{'algorithm': {'adv_estimator': 'grpo'}}``) in dotted keys, as a config file's are read, down to a key
+    that takes a mapping (``reward.norm``: its mapping is its value); a text value read as ``--set`` reads its
+    text (``'false'``, ``'null'``, ``'[a, b]'``)."""
+    from .config import parse_value
+    from .flavors import flavor_keys, listed
 
-    return list(flatten_keys(dict(settings or {}), keep_empty=True).items())
+    whole = {k for f in listed() for k, key in flavor_keys(f).items() if key.kind == "any"}  # may hold a mapping
+
+    def pairs(mapping, prefix=""):
+        for k, v in mapping.items():
+            path = f"{prefix}{k}"
+            if hasattr(v, "items") and v and path not in whole:
+                yield from pairs(v, path + ".")
+            else:
+                yield path, parse_value(v) if isinstance(v, str) else v
+
+    return list(pairs(dict(settings or {})))
 
 
 def _dump_rows(message: str) -> str:

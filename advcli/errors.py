@@ -117,6 +117,7 @@ _LIBRARY_WORDS = [
     (r"--from ([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)", lambda m: f"source='{m[1]}'"),
     (r"--from '([^'\s]+)'", lambda m: f"source='{m[1]}'"),
     (r"--device auto\b", lambda m: "device='auto'"),
+    (r"(?:--output|(?<![\w-])-o) ([^\s'`,;)]*[^\s'`,;).:])", lambda m: f"output='{m[1]}'"),
     (r"leave it out of --set; a --config file", lambda m: "leave it out of settings=; a config= file"),
     (r"--against ([A-Za-z0-9_.]*[A-Za-z0-9_])", lambda m: f"against='{m[1]}'"),
     (r"--(precision|output-mode|device|engine) '([^']*)'", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),
@@ -159,7 +160,7 @@ def library_words(text: str | None) -> str | None:
     ``settings={'k': v}``, ``--flavor X`` -> ``flavor='X'``, ``--force`` -> ``force=True``."""
     import re
 
-    if not text or "--" not in text:
+    if not text or ("--" not in text and "-o " not in text):
         return text
     pieces = text.split("`")  # a command in backticks (`advcli explain --flavor verl --keys`) stays a command
     for i in range(0, len(pieces), 2):

@@ -353,8 +353,6 @@ def coerce(path: str, value: Any, key: Key) -> Any:
     kind = key.kind
     try:
         if kind == "bool":
-            if isinstance(value, str) and value.strip():  # the library's settings={'k': 'false'}, read as --set
-                value = parse_value(value)  # reads k=false (a number stays refused, as there)
             if isinstance(value, bool) or (type(value).__module__ == "numpy"  # numpy's bool too
                                            and type(value).__name__ in ("bool", "bool_")):
                 return bool(value)

@@ -77,24 +77,26 @@ def output_paths(inputs: InputSet, output: str) -> list[str]:
 
 
 def _refuse_a_given_directory(inputs: InputSet, output: str) -> None:
-    """An output directory that is a directory the user gave as input (a trainer's dump directory: its files are
-    read through a temporary file, so no output path equals them): the outputs would land among the dump's own
-    files, which advcli never writes into (the Ray engine refuses it as it refuses any directory holding an input);
-    so is a folder of the dump directory holding its files (``completions/`` of a TRL output directory)."""
+    """An output directory inside a trainer dump's directory given as input (the directory itself, a folder of
+    it), or the folder of a dump's file given as a file or glob: the outputs, named after the inputs, would land
+    among the dump's files, which a later run on the dump meets as files of its own. (A dump is read through a
+    temporary file, so no output path equals an input there; the Ray engine refuses any directory holding an
+    input.) An output file named inside the dump is the user's choice and is written."""
     from ..io.reader import given_files
 
     real = os.path.realpath(output)
     for path in inputs.paths:
         given = [os.path.realpath(g) for g in given_files(path)[1:]]
-        tops = [g for g in given if os.path.isdir(g)]  # the dump's directory, and its folders holding its files
-        held = {os.path.dirname(g) for g in given if any(g.startswith(t + os.sep) for t in tops)}
-        if real in {*tops, *held}:
-            stem = os.path.basename(tops[0].rstrip(os.sep)) or "out"
-            where = ("the input dump's directory" if real in tops
-                     else f"a folder of the input dump {stem} holding its files")
-            raise AdvcliError(f"{output}: is {where}; the output would land among the dump's files, and advcli never "
-                              "writes into its input",
-                              hint=f"choose an --output outside it, e.g. -o {stem}_advantages.parquet")
+        tops = [g for g in given if os.path.isdir(g)]
+        holders = {os.path.dirname(g) for g in given if os.path.isfile(g)}
+        top = next((t for t in tops if real == t or real.startswith(t + os.sep)), None)
+        if top is None and real not in holders:
+            continue
+        stem = os.path.basename((top or real).rstrip(os.sep)) or "out"
+        where = "the input dump's directory" if real in tops else (
+            f"inside the input dump {stem}" if top else "the folder of the input dump's files")
+        raise AdvcliError(f"{output}: is {where}; the outputs would land among the dump's files",
+                          hint=f"name a directory outside the dump, or a file: -o {stem}_advantages.parquet")
 
 
 @contextmanager

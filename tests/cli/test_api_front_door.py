@@ -406,6 +406,19 @@ def test_settings_as_the_command_takes_them_nested_text_and_numpy(tmp_path, caps
     for bad in ("1", "maybe"):  # a number is no bool here either, as --set k=1 is refused
         with pytest.raises(AdvcliError, match="is not a valid bool"):
             advcli.run(sample, flavor="verl", settings={"algorithm.norm_adv_by_std_in_grpo": bad})
+    # a key that takes a mapping keeps it (advcli's reward.norm), also under its section; text as --set reads it
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "norm.parquet", "--flavor", "advcli", "--set",
+                             "reward.norm={mean_level: group, std_level: group}", "--set",
+                             "estimator.name=reinforce_plus_plus"], capsys)
+    assert code == 0, err
+    want = pq.read_table(tmp_path / "norm.parquet").column("advantages")
+    for settings in ({"reward.norm": {"mean_level": "group", "std_level": "group"}},
+                     {"reward": {"norm": {"mean_level": "group", "std_level": "group"}}},
+                     {"reward.norm": "{mean_level: group, std_level: group}"}):
+        got = advcli.run(sample, flavor="advcli", settings={**settings, "estimator.name": "reinforce_plus_plus"})
+        assert got.table.column("advantages").equals(want), settings
+    plain = advcli.run(sample, flavor="advcli", settings={"estimator.name": "reinforce_plus_plus"}).table
+    assert not plain.column("advantages").equals(want)  # the normalisation changed the numbers
     with pytest.raises(AdvcliError, match=r"config: expected the path of a YAML/TOML file.*") as e:
         advcli.run(sample, config={"algorithm": {"adv_estimator": "grpo"}})
     assert "settings=" in e.value.hint

@@ -296,10 +296,15 @@ def test_an_output_directory_is_never_the_dump_s_own(dump, tmp_path, capsys):
     d, expected = dump
     before = sorted(p.name for p in d.parent.rglob("*"))
     reward = ["--set", "reward_funcs=[accuracy_reward,format_reward]"]
-    for src, out in ((d, d), (d, f"{d}/"), (d.parent, d), (d.parent, d.parent)):
+    f = d / "completions_00010.parquet"
+    for src, out in ((d, d), (d, f"{d}/"), (d.parent, d), (d.parent, d.parent), (d.parent, f"{d}/new/"),
+                     (f, d), (str(d / "*.parquet"), d)):
         code, _, err = run_main(["run", src, "-o", out, "--flavor", "trl", *reward], capsys)
-        assert code == 2 and "the output would land among the dump's files" in " ".join(err.split()), err
+        assert code == 2 and "the outputs would land among the dump's files" in " ".join(err.split()), err
     assert sorted(p.name for p in d.parent.rglob("*")) == before
+    with pytest.raises(advcli.AdvcliError) as e:  # in the call's words
+        advcli.run(str(d), output=str(d), flavor="trl", settings={"reward_funcs": ["accuracy_reward", "format_reward"]})
+    assert "output='" in e.value.hint and "-o " not in e.value.hint
     elsewhere = tmp_path / "outs"
     elsewhere.mkdir()
     code, _, err = run_main(["run", d, "-o", elsewhere, "--flavor", "trl", *reward], capsys)

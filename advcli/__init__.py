@@ -192,12 +192,12 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
     from .formats import name_dumps, open_inputs
     from .io.frames import FrameInputs
     from .results.notebook import StatsResult
-    from .runs.stats import file_statistics
+    from .runs.stats import dump_statistics
 
     _check_arguments(columns=columns, chunk_rows=chunk_rows)
     with FrameInputs(_dump_rows) as frames:
         specs = open_inputs([frames.path(s) for s in _specs(inputs)], source)
-        rep = frames.named(name_dumps(file_statistics(specs, columns or {}, chunk_rows, padded=padded)))
+        rep = frames.named(name_dumps(dump_statistics(specs, columns or {}, chunk_rows, padded=padded)))
     return StatsResult(rep)
 
 

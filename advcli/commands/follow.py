@@ -513,9 +513,9 @@ class StepRunner:
 
     def _stats(self, unit: Unit, specs: list[str]) -> dict:
         from ..config import parse_column_maps
-        from ..runs.stats import file_statistics
+        from ..runs.stats import dump_statistics
 
-        return file_statistics(specs, parse_column_maps(self.opts.column), self.opts.chunk_rows)
+        return dump_statistics(specs, parse_column_maps(self.opts.column), self.opts.chunk_rows)
 
     def _run(self, unit: Unit, specs: list[str]) -> dict:
         from ..report import build_report

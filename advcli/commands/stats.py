@@ -1,4 +1,4 @@
-"""``advcli stats DUMP``: parse, then print :func:`advcli.runs.stats.file_statistics` in the run
+"""``advcli stats DUMP``: parse, then print :func:`advcli.runs.stats.dump_statistics` in the run
 report's formats.
 """
 from __future__ import annotations
@@ -59,20 +59,17 @@ def stats_cmd(
 
         opts = Options("stats", column=column, source=from_, chunk_rows=chunk_rows)
         opt.run_follow(list(inputs), opts, settle, until_idle, False, state, report, trackers, json_out, quiet)
-    from ..formats import drop_token_figures, name_dumps, no_token_data, open_inputs
-    from ..runs.stats import file_statistics
+    from ..formats import name_dumps, open_inputs
+    from ..runs.stats import dump_statistics
     from .progress import progress
 
     inputs = open_inputs(inputs, from_)  # trainer dumps -> canonical Parquet
     show = not quiet and not json_out
     cb, stop = progress(show)
     try:
-        rep = file_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb, padded=padded)
+        rep = dump_statistics(inputs, parse_column_maps(column), chunk_rows, progress=cb, padded=padded)
     finally:
         stop()
-    reason = no_token_data(inputs, advantages=any(k.startswith("critic/advantages/") for k in rep["metrics"]))
-    if reason:  # a dump without token data: its one-token rows give no token figure
-        drop_token_figures(rep, reason)
     rep = name_dumps(rep)  # the dumps the user gave, not their temporary Parquet
     emit(rep, report, json_out, show)
     opt.send_to_trackers(rep, trackers, quiet)

@@ -38,12 +38,13 @@ class ColumnMap:
             default = ROLE_INFO.get(role, (role,))[0]
             near = self.candidate(role)
             hint = f"map another column to it with --column {shlex.quote(role + '=' + (near or 'NAME'))}"
-            if role == "response_mask" and not near and not any(_is_list(f.type) for f in self.schema):
+            if role == "response_mask" and not near and not any(
+                    is_list_type(f.type) and is_numeric(f.type.value_type) for f in self.schema):
                 # one value a response and no token lists: a table of rewards (a CSV's, a DataFrame's)
                 hint = ("the rows hold one value a response and no token lists: a response-level estimator (grpo, "
                         "rloo, ...) runs on a one-token mask a row, e.g. pandas: df['response_mask'] = [[1]] * "
-                        "len(df) (its advantages are then one-element lists); a trainer's dump is read as it is "
-                        "(docs/formats.md)")
+                        "len(df) (its advantages are then one-element lists), with --flavor naming the trainer "
+                        "whose numbers you want; a trainer's dump is read as it is (docs/formats.md)")
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
@@ -145,11 +146,3 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
             raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
 
-
-def _is_list(t) -> bool:
-    """Whether the Arrow type ``t`` holds a list a row (list, large_list, fixed_size_list, list_view)."""
-    import pyarrow as pa
-
-    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-            or getattr(pa.types, "is_list_view", lambda _: False)(t)
-            or getattr(pa.types, "is_large_list_view", lambda _: False)(t))

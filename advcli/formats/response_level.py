@@ -217,17 +217,17 @@ def _row_sums32(col):
 TOKEN_FIGURES = ("response_length/", "response_length_non_aborted/", "response/aborted_ratio", "prompt_length/")
 
 
-def no_token_data(inputs: list[str], advantages: bool = True) -> str | None:
+def no_token_data(inputs: list[str], figures: str | None = "advantage and return") -> str | None:
     """Why token figures are absent for these (opened) inputs: a response-level dump that gives no token
-    count per response; None when every input has its tokens (or the response lengths). ``advantages``: the
-    figures hold advantages (a run's; stats of a dump without them: False), which are then over responses."""
+    count per response; None when every input has its tokens (or the response lengths). ``figures``: what the
+    report holds over responses (a run's advantages and returns; stats of a dump: what it logged, or None)."""
     infos = [IMPORTED[p] for p in inputs if p in IMPORTED and IMPORTED[p].level == "response"
              and not IMPORTED[p].token_lengths]
     if not infos:
         return None
     return (f"{a_title(infos[0].title)} dump holds one reward per response and no token data: token counts, response "
-            "lengths and token shares are left out" + ("; advantage and return figures are over responses, one "
-                                                       "value each" if advantages else ""))
+            "lengths and token shares are left out" + (f"; {figures} figures are over responses, one value each"
+                                                       if figures else ""))
 
 
 def drop_token_figures(rep: dict, reason: str) -> dict:

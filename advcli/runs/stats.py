@@ -24,6 +24,21 @@ import time
 from ..errors import AdvcliError
 
 
+def dump_statistics(inputs: list[str], column_overrides: dict | None = None, chunk_rows: int = 8192,
+                    progress=None, padded: bool | None = None) -> dict:
+    """:func:`file_statistics` of opened inputs as ``advcli stats`` and ``advcli.stats`` give them: a dump
+    without token data (its one-token rows) without the token figures, ``no_token_data`` saying why."""
+    from ..formats import drop_token_figures, no_token_data
+
+    rep = file_statistics(inputs, column_overrides, chunk_rows, progress=progress, padded=padded)
+    held = [name for name, key in (("advantage", "critic/advantages/"), ("return", "critic/returns/"))
+            if any(k.startswith(key) for k in rep["metrics"])]
+    reason = no_token_data(inputs, " and ".join(held) or None)
+    if reason:
+        drop_token_figures(rep, reason)
+    return rep
+
+
 def file_statistics(inputs: list[str], column_overrides: dict | None = None, chunk_rows: int = 8192,
                     progress=None, padded: bool | None = None) -> dict:
     """The report dict (see advcli.report) of a dump or an advcli output. ``padded`` (``--padded/--ragged``):

@@ -15,6 +15,8 @@ from test_format_areal import build as areal_build
 from test_format_trl import G, write_step
 from test_format_verl import v1_records, write
 
+import advcli
+
 TOKEN_WORDS = ("response_length", "tokens_per_s", "zero_adv_token_share", "length_by_outcome", "M tokens/s")
 
 
@@ -70,11 +72,17 @@ def test_no_token_figure_from_a_dump_without_token_data(tmp_path, capsys, make):
     got = json.loads(out)
     assert "tokens" not in got and not [k for k in got["metrics"] if "length" in k]
     # a dump's statistics without advantages do not speak of advantage figures; an output's do
-    with_adv = any(k.startswith("critic/advantages/") for k in got["metrics"])
-    assert ("advantage and return figures are over responses" in got["no_token_data"]) == with_adv
+    held = [name for name, key in (("advantage", "critic/advantages/"), ("return", "critic/returns/"))
+            if any(k.startswith(key) for k in got["metrics"])]
+    assert ("figures are over responses" in got["no_token_data"]) == bool(held)
+    if held:  # (TRL's dump logs advantages, no returns)
+        assert f"; {' and '.join(held)} figures are over responses" in got["no_token_data"]
     code, out, err = run_main(["stats", tmp_path / "a.parquet", "--json"], capsys)
     assert code == 0, err
     assert "advantage and return figures are over responses" in json.loads(out)["no_token_data"]
+    # the library's stats give the command's figures (they gave the one-token rows' lengths and token counts)
+    lib = advcli.stats(str(dump))
+    assert lib.metrics == got["metrics"] and lib.report["no_token_data"] == got["no_token_data"]
     # validate's verdict
     code, out, err = run_main(["validate", dump, *how], capsys)
     assert code == 0, err

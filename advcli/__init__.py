@@ -51,8 +51,7 @@ def _setting_pairs(settings) -> list:
     """``settings`` as (key, value) pairs in order, as ``--set`` gives them: a nested section
     (``{'algorithm': {'adv_estimator': 'grpo'}}``) in dotted keys, as a config file's are read, down to a key
     that takes a mapping (``reward.norm``: its mapping is its value); a text value read as ``--set`` reads its
-    text (``'false'``, ``'null'``, ``'[a, b]'``)."""
-    from .config import parse_value
+    text where it stands for a bool, null, a list or a mapping (:func:`_text_value`)."""
     from .flavors import flavor_keys, listed
 
     whole = {k for f in listed() for k, key in flavor_keys(f).items() if key.kind == "any"}  # may hold a mapping
@@ -63,9 +62,23 @@ def _setting_pairs(settings) -> list:
             if hasattr(v, "items") and v and path not in whole:
                 yield from pairs(v, path + ".")
             else:
-                yield path, parse_value(v) if isinstance(v, str) else v
+                yield path, _text_value(v) if isinstance(v, str) else v
 
     return list(pairs(dict(settings or {})))
+
+
+def _text_value(text: str):
+    """A text setting as ``--set`` reads it where the text stands for something else: true/false, null, a
+    list or a mapping (``'false'`` for a bool key was refused where ``--set k=false`` runs). A number's text
+    stays text, which a number key reads as its number: YAML would read verl's threshold ``'0.1_2'`` (lower 0.1,
+    upper 2) as 0.12, where the caller wrote a string."""
+    from .config import parse_value
+
+    try:
+        value = parse_value(text)
+    except Exception:  # noqa: BLE001 - not YAML: the text itself, as the key will say
+        return text
+    return value if value is None or isinstance(value, (bool, list, dict)) else text
 
 
 def _dump_rows(message: str) -> str:

@@ -52,19 +52,12 @@ def _setting_pairs(settings) -> list:
     (``{'algorithm': {'adv_estimator': 'grpo'}}``) in dotted keys, as a config file's are read, down to a key
     that takes a mapping (``reward.norm``: its mapping is its value); a text value read as ``--set`` reads its
     text where it stands for a bool, null, a list or a mapping (:func:`_text_value`)."""
+    from .config import flatten_keys
     from .flavors import flavor_keys, listed
 
     whole = {k for f in listed() for k, key in flavor_keys(f).items() if key.kind == "any"}  # may hold a mapping
-
-    def pairs(mapping, prefix=""):
-        for k, v in mapping.items():
-            path = f"{prefix}{k}"
-            if hasattr(v, "items") and v and path not in whole:
-                yield from pairs(v, path + ".")
-            else:
-                yield path, _text_value(v) if isinstance(v, str) else v
-
-    return list(pairs(dict(settings or {})))
+    flat = flatten_keys(dict(settings or {}), keep_empty=True, whole=whole)
+    return [(k, _text_value(v) if isinstance(v, str) else v) for k, v in flat.items()]
 
 
 def _text_value(text: str):
@@ -73,10 +66,11 @@ def _text_value(text: str):
     stays text, which a number key reads as its number: YAML would read verl's threshold ``'0.1_2'`` (lower 0.1,
     upper 2) as 0.12, where the caller wrote a string."""
     from .config import parse_value
+    from .errors import AdvcliError
 
     try:
         value = parse_value(text)
-    except Exception:  # noqa: BLE001 - not YAML: the text itself, as the key will say
+    except AdvcliError:  # not YAML: the text itself, as the key will say
         return text
     return value if value is None or isinstance(value, (bool, list, dict)) else text
 

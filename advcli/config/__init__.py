@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -330,14 +331,14 @@ def _parse_error_text(e: Exception) -> str:
     return re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(msg))
 
 
-def flatten_keys(data: dict, prefix: str = "", keep_empty: bool = False) -> dict[str, Any]:
+def flatten_keys(data: dict, prefix: str = "", keep_empty: bool = False, whole=frozenset()) -> dict[str, Any]:
     """Nested dicts to dotted keys; leaves (including lists) kept as values; an empty dict a value of its own
-    with ``keep_empty``, else dropped."""
+    with ``keep_empty``, else dropped; a key in ``whole`` keeps its dict as its value."""
     out: dict[str, Any] = {}
     for k, v in data.items():
         path = f"{prefix}{k}"
-        if isinstance(v, dict) and (v or not keep_empty):
-            out.update(flatten_keys(v, path + ".", keep_empty))
+        if isinstance(v, Mapping) and (v or not keep_empty) and path not in whole:
+            out.update(flatten_keys(v, path + ".", keep_empty, whole))
         else:
             out[path] = v
     return out

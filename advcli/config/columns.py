@@ -145,4 +145,3 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                    else f"a {t} key is read as no id")
             raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
-

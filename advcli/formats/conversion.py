@@ -172,13 +172,12 @@ def convert(spec: str, output: str, fmt: str | Format | None = None, *, synth_ma
         # the dump's group sizes, as the trainer formed the groups: a run on the converted file takes the group
         # size from them as it does from the dump (runs.resolution.from_dump)
         hist = _group_size_counts(steps, pids)
-        writer.add_key_value_metadata(import_footer(hist, ctx.state.get("shown_settings", {}),
-                                                    ctx.state.get("last_step_estimators", ())))
+        footer = import_footer(hist, ctx.state.get("shown_settings", {}), ctx.state.get("last_step_estimators", ()))
+        writer.add_key_value_metadata(footer)
         writer.close()
         writer = None
         if keys_in_schema:
-            _keys_into_schema(tmp, import_footer(hist, ctx.state.get("shown_settings", {}),
-                                                 ctx.state.get("last_step_estimators", ())))
+            _keys_into_schema(tmp, footer)
         rows_total = len(pids) + padding
         try:
             os.replace(tmp, output)

@@ -41,6 +41,10 @@ def convert_cmd(
     from ..io.temps import check_local_destination
     from ..io.writer import check_output_name, refuse_special_file
 
+    if is_uri(path):  # (refuse_missing_inputs would say no such file of an object that exists)
+        raise AdvcliError(f"{path}: convert reads a trainer's dump from local disk",
+                          hint="copy it down first (aws s3 cp --recursive, or gsutil cp -r); a Parquet file on "
+                               "object storage needs no conversion: advcli run reads it there")
     refuse_missing_inputs([path])  # a missing input is the first thing to say
     check_output_name(output)
     if is_uri(output):

@@ -279,10 +279,12 @@ FALLBACK_FLAGS = (["--output", "out.parquet"],
                   ["--output", "out.parquet", "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"])
 
 
-def run_command(info, sources: list[str], inputs: list[str]) -> tuple[str | None, str | None]:
+def run_command(info, sources: list[str], inputs: list[str],
+                column: list[str] | None = None) -> tuple[str | None, str | None]:
     """(the ``advcli run`` command that reads this dump, None) or (None, why none is offered): the
     format's example with the paths the user typed and the dump's own group size (``{n}``), else a
-    fallback; each checked with the configuration ``run`` would resolve from it (the same check)."""
+    fallback; each checked with the configuration ``run`` would resolve from it (the same check), with the
+    ``--column`` maps the user gave inspect (kept in the command)."""
     from ..formats import FORMATS
     from .resolve import resolve_cli_config
 
@@ -295,12 +297,23 @@ def run_command(info, sources: list[str], inputs: list[str]) -> tuple[str | None
         if n is not None or not any("{n}" in w for w in words):
             candidates.append([w.replace("{n}", str(n)) for w in words])
     candidates += [list(f) for f in FALLBACK_FLAGS]
+    column = list(column or ())
+    if info.format == "table" and not any(c.startswith("prompt_id=") for c in column):
+        from ..config.columns import OTHER_NAMES
+        from ..io.footer import schema_facts
+
+        names = schema_facts(inputs[0]).names
+        like = next((n for n in OTHER_NAMES["prompt_id"] if n in names), None)
+        if "prompt_id" not in names and like:  # a table's group column under another usual name (uid)
+            column.append(f"prompt_id={like}")
+    given = [w for c in column for w in ("--column", c)]
+    candidates = [[*flags, *given] for flags in candidates]
     why = None
     for flags in candidates:
         flavor = flags[flags.index("--flavor") + 1] if "--flavor" in flags else None
         sets = [flags[i + 1] for i, w in enumerate(flags) if w == "--set"]
         try:
-            resolve_cli_config(inputs, flavor, sets, None, None, None)
+            resolve_cli_config(inputs, flavor, sets, None, column, None)
         except AdvcliError as e:
             why = why or e.message
             continue
@@ -326,21 +339,22 @@ def release_choice(command: str | None) -> dict | None:
             "others": [f"{flavor.name}@{r.name}" for r in reversed(releases) if r is not default]}
 
 
-def suggest(data: dict, inputs: list[str]) -> dict:
+def suggest(data: dict, inputs: list[str], column: list[str] | None = None) -> dict:
     """An imported dump's ``advcli inspect`` data completed with the command that reads it and, at
-    response level, the estimators ``run`` accepts on it (asked of ``run``'s own check)."""
+    response level, the estimators ``run`` accepts on it (asked of ``run``'s own check); ``column``: the
+    user's ``--column`` maps."""
     from ..formats import info_for, row_constant_note
 
     infos = [i for i in map(info_for, inputs) if i is not None]
     if not infos or "dump" not in data:
         return data
     info = infos[0]
-    data["dump"]["example"], data["dump"]["no_example"] = run_command(info, data["inputs"], inputs)
+    data["dump"]["example"], data["dump"]["no_example"] = run_command(info, data["inputs"], inputs, column)
     releases = release_choice(data["dump"]["example"])
     if releases:
         data["dump"]["releases"] = releases
     if info.level == "response":
-        cols = [c["column"] for c in data.get("schema", [])]
+        cols = [c["role"] or c["column"] for c in data.get("schema", [])]  # (a role's column, --column: its role)
         for name, e in estimator_support(inputs, cols).items():
             if name in data.get("estimators", {}):
                 # run's refusal, else what the columns lack beyond the token data (gdpo's components)
@@ -365,7 +379,8 @@ def _print(data: dict) -> None:
     mb = data["bytes"] / 2**20
     pads = f" (+ {data['padding_rows']:,} padding rows set aside)" if data.get("padding_rows") else ""
     if data.get("dump"):  # a trainer's dump: its files are counted above; the Parquet read is advcli's own copy
-        how = ("written by advcli convert in" if data["dump"].get("converted") else "converted to")
+        how = ("written by advcli convert in" if data["dump"].get("converted") else
+               "read as it is, in" if data["dump"]["format"] == "table" else "converted to")
         con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, {how} advcli's "
                   "Parquet layout (the columns below)")
     else:
@@ -450,7 +465,7 @@ def inspect_cmd(
     from ..formats.describe import describe, print_dump
 
     inputs = open_inputs(inputs, from_, synth_mask=False, read_ahead=False)  # trainer dumps -> canonical Parquet
-    data = suggest(describe(inspect_data(inputs, parse_column_maps(column)), inputs), inputs)
+    data = suggest(describe(inspect_data(inputs, parse_column_maps(column)), inputs), inputs, column)
     if data.get("dump"):  # the files the user gave, not the one canonical Parquet read in their place
         data["files"] = len(data["dump"]["files"])
     if not json_out:

@@ -41,10 +41,10 @@ class ColumnMap:
             if role == "response_mask" and not near and not any(
                     is_list_type(f.type) and is_numeric(f.type.value_type) for f in self.schema):
                 # one value a response and no token lists: a table of rewards (a CSV's, a DataFrame's)
-                hint = ("the rows hold one value a response and no token lists: a response-level estimator (grpo, "
-                        "rloo, ...) runs on a one-token mask a row, e.g. pandas: df['response_mask'] = [[1]] * "
-                        "len(df) (its advantages are then one-element lists), with --flavor naming the trainer "
-                        "whose numbers you want; a trainer's dump is read as it is (docs/formats.md)")
+                hint = ("the rows hold one value a response and no token lists: such a table runs on its own "
+                        "(scalar advantages), not among token-level files or with --from parquet; there give each "
+                        "row a one-token mask, e.g. pandas: df['response_mask'] = [[1]] * len(df) (its advantages "
+                        "are then one-element lists)")
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")

@@ -36,9 +36,14 @@ def print_dump(data: dict) -> None:
     import typer
 
     sizes = ", ".join(f"{c}×{n}" for n, c in d["group_sizes"].items())
-    typer.echo(f"format          {d['format']} ({d['title']}), {len(d['files'])} file(s), {d['rows']:,} rows, "
-               f"{'token-level' if d['level'] == 'token' else 'response-level (no token data)'}")
-    typer.echo(f"grouped by      {d['group_rule']}")
+    if d["format"] == "table":  # a plain Parquet table of one value a row (input_edge.TABLE)
+        typer.echo(f"format          {d['title']}: one value a row in every column, no token data; it runs as a "
+                   "trainer's response-level dump does (one-token rows, scalar advantages)")
+    else:
+        typer.echo(f"format          {d['format']} ({d['title']}), {len(d['files'])} file(s), {d['rows']:,} rows, "
+                   f"{'token-level' if d['level'] == 'token' else 'response-level (no token data)'}")
+    if d["group_rule"]:
+        typer.echo(f"grouped by      {d['group_rule']}")
     if d["groups"]:  # (a converted file read back: inspect's own group figures follow)
         typer.echo(f"groups          {d['groups']:,} (sizes: {sizes})")
     if len(d["group_sizes"]) == 1:

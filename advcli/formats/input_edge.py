@@ -99,7 +99,10 @@ def _refuse_remote_dump(spec: str, forced) -> None:
         return
     from .discovery import DATA_SUFFIXES
 
-    if forced is not None or (spec.endswith(DATA_SUFFIXES) and not spec.endswith(".parquet")):
+    from .discovery import _named_by
+
+    named = spec.endswith(".parquet") and any(f.name != "parquet" for f in _named_by(spec))  # TRL's completions_N
+    if forced is not None or named or (spec.endswith(DATA_SUFFIXES) and not spec.endswith(".parquet")):
         raise AdvcliError(f"{spec}: a trainer's dump is read from local disk; object storage holds Parquet inputs "
                           "only", hint="copy the dump down first (aws s3 cp --recursive, or gsutil cp -r), or "
                                        "convert it once (advcli convert) and put the Parquet on object storage")
@@ -165,9 +168,10 @@ def _converted_files(spec: str) -> list[tuple[str, str | None]]:
     """(file, level) of each Parquet file of ``spec`` (a file, a directory or a glob) when one of them is a
     file ``advcli convert`` wrote (:func:`_converted_level`: a response-level run's output among them);
     empty otherwise, ``spec`` then read as it is."""
+    from ..io import remote
     from ..io.reader import expand_inputs
 
-    if os.path.isfile(spec):
+    if os.path.isfile(spec) and not remote.is_uri(spec):
         files = [spec]
     else:
         try:
@@ -175,22 +179,59 @@ def _converted_files(spec: str) -> list[tuple[str, str | None]]:
         except AdvcliError:  # nothing there: the reader says so
             return []
     levels = [(p, _converted_level(p)) for p in files]
+    if any(level == TABLE for _, level in levels) and not all(level == TABLE for _, level in levels):
+        # a table of one value a response among token-level files (a summary beside the rollouts): not a
+        # response-level input, read as it is (the reader names its missing response_mask)
+        levels = [(p, None if level == TABLE else level) for p, level in levels]
     return levels if any(level for _, level in levels) else []
 
 
+TABLE = "table"  # _converted_level of a plain Parquet table with one value a response in every column
+TABLE_TITLE = "response-level table"  # its ImportInfo.title: "a response-level table dump holds one reward ..."
+TABLE_LENGTHS = "response_length"  # a table's column of each response's token count (an integer), when it has one
+
+
 def _converted_level(spec: str) -> str | None:
-    """The level recorded in a Parquet file that ``advcli convert`` wrote, ``response`` or ``token`` (None for any
-    other input)."""
-    if not os.path.isfile(spec):  # (any name: a converted file renamed x.pq is still one)
+    """The level recorded in a Parquet file that ``advcli convert`` wrote, ``response`` or ``token``; ``table``
+    for a Parquet table of one value a row in every column (no token lists: a table of rewards a CSV or a
+    DataFrame was saved as), which runs as a response-level dump does; None for any other input."""
+    from ..io import remote
+
+    if not os.path.isfile(spec) and not remote.is_uri(spec):  # (any name: a converted file renamed x.pq is still one)
         return None
     from ..io.footer import schema_facts
 
     try:
-        meta = schema_facts(spec).metadata
-        rec = json.loads(meta.get(b"advcli.import", b"null"))
+        facts = schema_facts(spec)
+        rec = json.loads(facts.metadata.get(b"advcli.import", b"null"))
     except Exception:  # noqa: BLE001 - not ours: the Parquet reader will say what is wrong
         return None
+    if rec is None:
+        return TABLE if _one_value_a_row(spec, facts) else None
     return rec.get("level") if isinstance(rec, dict) and not rec.get("synthetic_mask") else None
+
+
+def _one_value_a_row(spec: str, facts) -> bool:
+    """Whether the Parquet file ``spec`` holds no token data: no response_mask column and no column of numbers per
+    token (a nested column, a list of strings, a struct, is checked by its type; pyarrow only then)."""
+    if not facts.names or "response_mask" in facts.names:
+        return False
+    from .discovery import named_but_lacking
+
+    if named_but_lacking(spec, list(facts.names)) is not None:  # a trainer's file that lost a column: said so
+        return False
+    if not facts.nested:
+        return True
+    from ..config.columns import is_list_type, is_numeric
+    from ..io.reader import open_parquet
+
+    f = open_parquet(spec)
+    try:
+        schema = f.schema_arrow
+    finally:
+        f.close(force=True)
+    return not any(is_list_type(fl.type) and is_numeric(fl.type.value_type) for fl in schema
+                   if fl.name in facts.nested)
 
 
 def _converted_input(spec: str, synth_mask: bool) -> str:
@@ -201,16 +242,18 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..io.reader import parquet_batches
+    from ..io import remote
+    from ..io.reader import open_parquet, parquet_batches
     from .conversion import GROUP_SIZES_KEY, LAST_STEP_KEY, SHOWN_KEY, ImportInfo, synthetic_mask
 
-    key = (os.path.realpath(spec), "converted", synth_mask)
+    key = (spec if remote.is_uri(spec) else os.path.realpath(spec), "converted", synth_mask)
     _forget_if_changed(key, spec)
     if key in _CONVERTED:
         return _CONVERTED[key].output
-    f = pq.ParquetFile(spec)
+    f = open_parquet(spec)  # (a file on object storage: read with ranged reads, its copy made here)
     old = f.schema_arrow
-    rec = json.loads(old.metadata[b"advcli.import"])
+    table = b"advcli.import" not in (old.metadata or {})  # a plain table of one value a row (_converted_level)
+    rec = {"format": TABLE, "level": "response"} if table else json.loads(old.metadata[b"advcli.import"])
     token_level = "response_mask" in old.names  # a token-level dump's conversion: read as it is
     footer = f.metadata.metadata or {}
     last_step = tuple(json.loads(footer.get(LAST_STEP_KEY.encode(), b"[]")))
@@ -220,13 +263,16 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
     load()
     fmt = FORMATS.get(rec.get("format"))
     lengths = fmt.mask_length if fmt and fmt.mask_length in old.names else None
+    if table and TABLE_LENGTHS in old.names and pa.types.is_integer(old.field(TABLE_LENGTHS).type):
+        lengths = TABLE_LENGTHS  # each response's token count: the mask spans it, token-weighted figures hold
     short = 0
     if synth_mask and not token_level:
         rec["synthetic_mask"] = True
-        meta = dict(old.metadata)
+        meta = dict(old.metadata or {})
         meta[b"advcli.import"] = json.dumps(rec).encode()
         # scalar advantages/returns of a response-level run's output read back as one-token lists, like the mask
-        scalars = [n for n in RESERVED if n in old.names and not pa.types.is_list(old.field(n).type)]
+        scalars = [n for n in RESERVED if n in old.names and not pa.types.is_list(old.field(n).type)
+                   and (pa.types.is_floating(old.field(n).type) or pa.types.is_integer(old.field(n).type))]
         fields = [pa.field(fl.name, pa.list_(fl.type)) if fl.name in scalars else fl for fl in old]
         schema = pa.schema(fields + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
         target = _tmp_path(os.path.basename(spec))
@@ -243,7 +289,8 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
                 cols = [(_spread(b.column(n), n, offs) if lengths else pa.ListArray.from_arrays(offs, b.column(n)))
                         if n in scalars else b.column(n) for n in old.names]
                 w.write_batch(pa.RecordBatch.from_arrays(cols + [mask], schema=schema))
-    info = ImportInfo(format=rec.get("format", "?"), title=fmt.title if fmt else "converted",
+    title = fmt.title if fmt else TABLE_TITLE if rec.get("format") == TABLE else "converted"
+    info = ImportInfo(format=rec.get("format", "?"), title=title,
                       level="token" if token_level else "response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
                       rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
@@ -252,7 +299,7 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
                                          and not (short if synth_mask else _short_lengths(f, lengths))),
                       last_step_estimators=last_step, run_config=rec.get("run_config") or {},
                       groups=sum(sizes.values()), group_sizes=sizes, shown_settings=shown,
-                      run_config_path=rec.get("run_config_path", ""), converted=True)
+                      run_config_path=rec.get("run_config_path", ""), converted=rec.get("format") != TABLE)
     if token_level:  # read in place, under the name given now (a library session may give it otherwise later)
         _record(spec, info)
         return spec

@@ -86,6 +86,9 @@ class SchemaFacts:
     metadata: types.MappingProxyType  # key-value metadata, bytes -> bytes (pyarrow's ``schema_arrow.metadata``,
     # ARROW:schema left out), read-only: the facts of a file version are shared
     num_rows: int
+    # the top-level columns that hold other columns (a list, a struct, a map): a table without any holds one value a
+    # row in every column
+    nested: tuple[str, ...] = ()
 
 
 # (path, its identity: device, inode, size, mtime) -> facts: a run asks for a file's facts at several steps before torch
@@ -116,13 +119,15 @@ def _read_facts(path: str) -> SchemaFacts | None:
         schema = items(meta, 2)
         if not schema:
             return None
-        names = tuple(bytes(e.get_value(4, b"")).decode("utf-8") for e in top_level(schema))
+        columns = top_level(schema)
+        names = tuple(bytes(e.get_value(4, b"")).decode("utf-8") for e in columns)
+        nested = tuple(n for n, e in zip(names, columns) if (e.get_value(5, 0) or 0) > 0)
         metadata = {}
         for kv in items(meta, 5):
             key = bytes(kv.get_value(1, b""))
             if key != b"ARROW:schema":
                 metadata[key] = bytes(kv.get_value(2, b""))
-        return SchemaFacts(names, types.MappingProxyType(metadata), int(meta.get_value(3, 0)))
+        return SchemaFacts(names, types.MappingProxyType(metadata), int(meta.get_value(3, 0)), nested)
     except (OSError, ThriftError, UnicodeDecodeError, AttributeError, TypeError, ValueError, RecursionError):
         return None  # not what it looked like: pyarrow's reading and message
 
@@ -138,6 +143,6 @@ def schema_facts(path: str) -> SchemaFacts:
     try:
         schema = f.schema_arrow
         return SchemaFacts(tuple(schema.names), types.MappingProxyType(dict(schema.metadata or {})),
-                           f.metadata.num_rows)
+                           f.metadata.num_rows, tuple(fl.name for fl in schema if fl.type.num_fields > 0))
     finally:
         f.close(force=True)

@@ -166,7 +166,6 @@ def recorded_choice(inputs: list[str]) -> tuple[str, list, str] | None:
 
     from ..errors import AdvcliError
     from ..flavors import at
-    from ..io import remote
     from ..io.footer import schema_facts  # the footer read without pyarrow: start-up stays light
     from ..io.reader import expand_inputs
 
@@ -174,7 +173,7 @@ def recorded_choice(inputs: list[str]) -> tuple[str, list, str] | None:
         files = expand_inputs(inputs)
     except AdvcliError:
         return None
-    if not files or any(remote.is_uri(f) for f in files):
+    if not files:
         return None
     seen = set()
     prov = None
@@ -665,5 +664,9 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
     if lacking is not None:
         raise lacking
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
+    from ..config.columns import OTHER_NAMES
+
+    group_like = next((n for n in OTHER_NAMES["prompt_id"] if n in names and "prompt_id" not in (columns or {})), None)
     raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
-                      hint=f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")
+                      hint=(f"if column {group_like!r} holds the group ids: --column prompt_id={group_like}; "
+                            if group_like else "") + f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

@@ -257,7 +257,8 @@ def test_compare_leaves_nan_out_and_counts_it(tmp_path, capsys):
     assert code == 0, err
     d = json.loads(out)
     tk, rw = d["tokens"], d["row_level"]
-    assert tk["nonfinite"] == 1 and tk["nonfinite_in_one"] == 1 and d["valid_tokens"] == 3
+    assert tk["nonfinite"] == 1 and tk["nonfinite_in_one"] == 1 and rw["rows_with_valid_tokens"] == 3
+    assert "valid_tokens" not in d and "response-level table" in d["no_token_data"]  # one number a row: no tokens
     assert tk["max_abs_diff"] == pytest.approx(0.1) and tk["mean_abs_diff"] == pytest.approx(0.2 / 3)
     assert rw["sign_flips"] == 0 and rw["sign_agreement"] == 1.0 and rw["rows_with_valid_tokens"] == 3
     code, _, err = run_main(["compare", a, s], capsys)

@@ -443,19 +443,21 @@ def test_tables_in_memory_name_themselves_and_several_need_one_table(tmp_path):
     assert set(advcli.__all__) >= {"run", "stats", "audit", "compare", "estimator", "AdvcliError"}
 
 
-def test_a_table_of_rewards_is_told_how_to_run_on_one_token_a_row():
-    """A table of one reward a response and no token lists lacks response_mask: the hint says how to give each row
-    a one-token mask (it said to map another column, of which there is none); done so, verl's GRPO gives
-    (r - group mean) / (unbiased group std + 1e-6) on that token."""
+def test_a_table_of_rewards_runs_as_a_response_level_dump():
+    """A table of one reward a response and no token lists (a DataFrame, a CSV saved as Parquet) runs as a trainer's
+    response-level dump does: verl's GRPO gives (r - group mean) / (unbiased group std + 1e-6) as a scalar per row,
+    the numbers a one-token mask a row gives as one-element lists; the summary says there is no token data."""
     import pandas as pd
 
     df = pd.DataFrame({"prompt_id": [0, 0, 0, 1, 1], "reward": [1.0, 0.0, 0.5, 1.0, 1.0]})
-    with pytest.raises(AdvcliError, match="missing column 'response_mask'") as e:
-        advcli.run(df, flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
-    assert "one-token mask" in e.value.hint and "df['response_mask'] = [[1]] * len(df)" in e.value.hint
-    df["response_mask"] = [[1]] * len(df)
-    got = advcli.run(df, flavor="verl", settings={"algorithm.adv_estimator": "grpo"}).table
+    res = advcli.run(df, flavor="verl", settings={"algorithm.adv_estimator": "grpo"})
     first = np.array([1.0, 0.0, 0.5])
     want = list((first - first.mean()) / (first.std(ddof=1) + 1e-6)) + [0.0, 0.0]
-    assert np.allclose([a[0] for a in got.column("advantages").to_pylist()], want, rtol=1e-6, atol=1e-6)
-    assert df.columns.tolist() == ["prompt_id", "reward", "response_mask"]  # the caller's frame as it was
+    got = res.table
+    assert got.column_names == ["prompt_id", "reward", "advantages", "returns"]
+    assert got.schema.field("advantages").type == pa.float32()
+    assert np.allclose(got.column("advantages").to_pylist(), want, rtol=1e-6, atol=1e-6)
+    assert "response-level table" in res.no_token_data and df.columns.tolist() == ["prompt_id", "reward"]
+    masked = df.assign(response_mask=[[1]] * len(df))
+    lists = advcli.run(masked, flavor="verl", settings={"algorithm.adv_estimator": "grpo"}).table
+    assert [a[0] for a in lists.column("advantages").to_pylist()] == got.column("advantages").to_pylist()

@@ -258,3 +258,48 @@ def test_refused_credentials_are_named_as_such(tmp_path):
             assert f"{uri}: the store refused access" in p.stderr, p.stderr
             assert "AWS_ACCESS_KEY_ID" in p.stderr and "Traceback" not in p.stderr
         assert not out.exists()
+
+
+def _advantages(table: pa.Table) -> list:
+    col = table.column("advantages").to_pylist()
+    return [a[0] if isinstance(a, list) else a for a in col]
+
+
+def test_a_file_on_object_storage_runs_as_the_same_file_on_disk(s3, tmp_path):
+    """What a file records is read from object storage as from disk: an advcli output runs with the flavor and
+    settings that made it (verl's RLOO, not the default GRPO), a file `advcli convert` wrote runs as its dump
+    (NeMo's, groups of its records), and a table of rewards runs one token a row; a trainer's Parquet dump
+    named as one (TRL's completions_N.parquet) is refused as a dump to read from disk."""
+    import test_format_nemo as nemo
+
+    out = tmp_path / "rloo.parquet"
+    assert cli("run", SAMPLE, "-o", out, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo", "-q"
+               ).returncode == 0
+    (tmp_path / "n").mkdir()
+    nemo.write_step(tmp_path / "n" / "train_data_step1.jsonl", nemo.SAMPLES, 1)
+    conv = tmp_path / "nemo.parquet"
+    assert cli("convert", tmp_path / "n", "-o", conv).returncode == 0
+    table = tmp_path / "rewards.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 0.0, 0.5, 0.5]}), table)
+    for name, local in (("rloo", out), ("nemo", conv), ("table", table)):
+        remote = put(s3, str(local), f"bkt/same/{name}.parquet")
+        here = cli("run", local, "-o", tmp_path / f"{name}_here.parquet")
+        there = cli("run", remote, "-o", tmp_path / f"{name}_there.parquet")
+        assert here.returncode == 0 and there.returncode == 0, (name, here.stderr, there.stderr)
+        ran = [x for x in here.stderr.splitlines() if x.startswith("ran")]
+        assert ran == [x for x in there.stderr.splitlines() if x.startswith("ran")], name
+        a = pq.read_table(tmp_path / f"{name}_here.parquet")
+        b = pq.read_table(tmp_path / f"{name}_there.parquet")
+        assert _advantages(a) == _advantages(b), name
+    assert "rloo" in [x for x in cli("run", out, "-o", tmp_path / "again.parquet").stderr.splitlines()
+                      if x.startswith("ran")][0]
+    completions = put(s3, str(table), "bkt/same/completions_00010.parquet")
+    p = cli("run", completions, "-o", tmp_path / "c.parquet", "--flavor", "trl")
+    assert p.returncode == 2 and "read from local disk" in p.stderr, p.stderr
+
+
+def test_convert_says_it_reads_from_local_disk():
+    """`advcli convert s3://...` said "no such file or directory" of an object that may well exist."""
+    p = cli("convert", "s3://bkt/verl/1.jsonl", "-o", "x.parquet")
+    assert p.returncode == 2 and "convert reads a trainer's dump from local disk" in p.stderr, p.stderr
+    assert "no such file" not in p.stderr

@@ -109,6 +109,10 @@ def build_fixtures(root):
     reward[6] = float("nan")
     i = t.schema.get_field_index("reward")
     pq.write_table(t.set_column(i, "reward", pa.array(reward, t.schema.field(i).type)), root / "bad.parquet")
+    # rewards.parquet: a table of one reward a response (a DataFrame's), groups of 4 under the uid column
+    pq.write_table(pa.table({"uid": [f"q{i // 4}" for i in range(16)],
+                             "reward": [float(x) for x in (1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1, 0.5, 1, 0, 0)]}),
+                   root / "rewards.parquet")
     # NeMo RL's train_data_step*.jsonl
     nemo = root / "logs" / "exp_001"
     nemo.mkdir(parents=True)

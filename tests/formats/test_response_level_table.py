@@ -1,0 +1,100 @@
+"""A Parquet table of one value a row in every column (rewards a CSV or a DataFrame was saved as: no token lists)
+runs as a trainer's response-level dump does: a one-token mask a row, scalar advantages, no token figures.
+
+Expected values from the formulas, worked in float64 here: TRL's GRPO (r − group mean) / (unbiased group std +
+1e-4) over blocks of num_generations rows (grpo_trainer.py _generate_and_score_completions); verl's RLOO
+(r − mean of the others) = (r − mean)·n/(n − 1) (core_algos.compute_rloo_outcome_advantage @1dda039b).
+"""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from conftest import run_cli
+
+REWARDS = [1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 1.0, 1.0, 0.75]
+
+
+def _table(path, **extra):
+    cols = {"uid": pa.array(["a"] * 3 + ["b"] * 3 + ["c"] * 3), "reward": pa.array(REWARDS),
+            "question": pa.array(["q"] * 9), "tags": pa.array([["x", "y"]] * 9, pa.list_(pa.string()))}
+    pq.write_table(pa.table({**cols, **extra}), path)
+    return path
+
+
+def test_trl_grpo_on_a_table_of_rewards_gives_scalar_advantages(tmp_path):
+    src = _table(tmp_path / "rewards.parquet")
+    before = (tmp_path / "rewards.parquet").read_bytes()
+    out = tmp_path / "out.parquet"
+    r = run_cli("run", src, "-o", out, "--flavor", "trl", "--set", "num_generations=3")
+    assert r.returncode == 0, r.stderr
+    assert "response-level table" in r.stderr and "no token data" in r.stderr  # (the summary: stderr)
+    got = pq.read_table(out)
+    blocks = np.array(REWARDS).reshape(3, 3)
+    want = ((blocks - blocks.mean(1, keepdims=True)) / (blocks.std(1, ddof=1, keepdims=True) + 1e-4)).ravel()
+    assert got.column_names == ["uid", "reward", "question", "tags", "advantages", "returns"]
+    assert got.schema.field("advantages").type == pa.float32()
+    assert got.schema.field("tags").type == pa.list_(pa.string())  # a list of text is not token data
+    np.testing.assert_allclose(got.column("advantages").to_numpy(), want, rtol=1e-5, atol=1e-6)
+    assert (tmp_path / "rewards.parquet").read_bytes() == before  # the input is left as it was
+
+    # the output read back is the same kind of table: run again with verl's RLOO, grouping by the uid column
+    again = tmp_path / "again.parquet"
+    r = run_cli("run", out, "-o", again, "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo",
+                "--column", "prompt_id=uid")
+    assert r.returncode == 0, r.stderr
+    rloo = ((blocks - blocks.mean(1, keepdims=True)) * 3 / 2).ravel()
+    np.testing.assert_allclose(pq.read_table(again).column("advantages").to_numpy(), rloo, rtol=1e-5, atol=1e-6)
+
+
+def test_a_table_says_how_to_name_its_group_column(tmp_path):
+    src = _table(tmp_path / "rewards.parquet")
+    r = run_cli("run", src, "-o", tmp_path / "out.parquet")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--column prompt_id=uid" in r.stderr
+    shown = run_cli("inspect", src)
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("read it with"))
+    assert "--column prompt_id=uid" in line
+    assert "response-level table" in shown.stdout
+    # the command inspect suggests runs as it is written
+    words = line.split(None, 3)[3].split()[2:]  # after "advcli run PATH"
+    r = run_cli("run", src, *words, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_response_lengths_give_a_tables_token_figures(tmp_path):
+    lengths = [3, 5, 1, 2, 2, 2, 7, 1, 4]
+    src = _table(tmp_path / "rewards.parquet", response_length=pa.array(lengths, pa.int64()))
+    r = run_cli("stats", src, "--column", "prompt_id=uid", "--json")
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)["metrics"]
+    assert figures["response_length/mean"] == np.mean(lengths)
+    assert figures["critic/score/mean"] == np.mean(REWARDS)
+
+
+def test_a_table_among_token_level_files_is_refused_by_name(tmp_path):
+    d = tmp_path / "dump"
+    d.mkdir()
+    r = run_cli("sample", "-o", d / "tokens.parquet", "-n", "8", "--min-len", "2", "--max-len", "6")
+    assert r.returncode == 0, r.stderr
+    pq.write_table(pa.table({"prompt_id": pa.array(["p0"] * 8), "reward": pa.array([0.5] * 8, pa.float32())}),
+                   d / "summary.parquet")
+    r = run_cli("validate", d)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "summary.parquet" in r.stderr and "response_mask" in r.stderr
+
+
+def test_filter_on_a_table_keeps_its_rows_and_columns(tmp_path):
+    src = _table(tmp_path / "rewards.parquet")
+    out = tmp_path / "kept.parquet"
+    # group b's rewards differ, a and c too; make c uniform
+    t = pq.read_table(src)
+    rewards = REWARDS[:6] + [1.0, 1.0, 1.0]
+    pq.write_table(t.set_column(1, "reward", pa.array(rewards)), src)
+    r = run_cli("filter", src, "-o", out, "--drop-uniform", "--column", "prompt_id=uid")
+    assert r.returncode == 0, r.stderr
+    kept = pq.read_table(out)
+    assert kept.schema.remove_metadata() == pq.read_table(src).schema.remove_metadata()
+    assert kept.column("uid").to_pylist() == ["a"] * 3 + ["b"] * 3
+    assert kept.column("reward").to_pylist() == rewards[:6]

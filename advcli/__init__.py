@@ -17,7 +17,7 @@ Importing advcli does not import torch; the math modules do, when first used.
 from .errors import AdvcliError, MissingColumn
 from .version import __version__
 
-__all__ = ["__version__", "run", "stats", "audit", "compare", "estimator", "AdvcliError", "MissingColumn"]
+__all__ = ["__version__", "run", "stats", "audit", "compare", "filter", "estimator", "AdvcliError", "MissingColumn"]
 
 
 def _in_library_words(call):
@@ -208,6 +208,55 @@ def stats(inputs, *, columns: dict | None = None, chunk_rows: int = 8192, source
     return StatsResult(rep)
 
 
+@_in_library_words
+def filter(inputs, output=None, *, drop_uniform: bool = False, solve_rate: str | None = None,  # noqa: A001
+           min_group_size: int | None = None, variance_top_p: float | None = None, variance_top_k: int | None = None,
+           variance_include_zero: bool = False, variance_ddof: int = 1, variance_selection_eps: float | None = None,
+           flavor: str | None = None, settings: dict | None = None, mask_dropped: bool = False,
+           metric: str | None = None, by: str | None = None, columns: dict | None = None, source: str | None = None,
+           chunk_rows: int = 8192, force: bool = False, allow_empty: bool = False):
+    """Keep or drop whole groups, like ``advcli filter``: an :class:`advcli.results.notebook.FilterResult` (its
+    report, ``.summary``, as ``--json`` prints it; ``.table``: the kept rows, read back from ``output``, or held in
+    memory with ``output=None``). Each argument is the command's option of that name: ``drop_uniform``,
+    ``solve_rate`` (``"LO:HI"``), ``min_group_size``, ``variance_top_p``/``variance_top_k`` (RAGEN-2's variance
+    filter, with ``variance_include_zero``, ``variance_ddof``, ``variance_selection_eps``), ``flavor`` (whose
+    --drop-uniform and variance rules: verl, skyrl; ``settings``: TRL's reward aggregation keys with
+    ``flavor="trl"``), ``mask_dropped``, ``metric`` (the column the rules read; default the reward), ``by`` (the
+    data-source column), ``columns`` (``--column``), ``source`` (``--from``). ``inputs``: as :func:`run`."""
+    from .figures.curate import filter_file, make_spec
+    from .formats import name_dumps, open_inputs
+    from .io.frames import FrameInputs
+    from .results.notebook import FilterResult
+
+    _check_arguments(flavor, settings, columns, chunk_rows)
+    pairs = _setting_pairs(settings)
+    spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
+                     variance_ddof, mask_dropped, allow_empty=allow_empty, flavor=flavor,
+                     variance_selection_eps=variance_selection_eps, settings=pairs or None)
+    if not spec.active:
+        raise AdvcliError("filter: nothing to filter by", hint="give drop_uniform=True, solve_rate='LO:HI', "
+                                                              "min_group_size=N, variance_top_p=P or variance_top_k=K")
+    import pyarrow.parquet as pq
+
+    from .io.reader import refuse_missing_inputs
+    from .io.writer import check_output_path
+
+    with FrameInputs(_dump_rows) as frames:
+        given = [frames.path(s) for s in _specs(inputs)]
+        refuse_missing_inputs(given)
+        target = frames.output_path() if output is None else str(output)
+        if output is not None:
+            check_output_path(target, given, force)
+        specs = open_inputs(given, source, synth_mask=False)  # trainer dumps -> canonical Parquet, as run reads them
+        summary = filter_file(specs, target, spec, metric=metric, by=by, column_overrides=dict(columns or {}),
+                              chunk_rows=chunk_rows, force=force)
+        summary = frames.named(name_dumps(summary))
+        kept = pq.read_table(target) if output is None else None
+        if output is None:
+            summary["output"] = None
+    return FilterResult(summary, kept)
+
+
 def _trackers(log, log_project, log_name, log_step_offset) -> list:
     """``log``/``log_project``/``log_name``/``log_step_offset`` (``--log`` ...) as tracker targets, checked
     (and the library found) before any work; [] when none is given."""
@@ -363,7 +412,7 @@ def _keep_the_library_calls() -> None:
     import sys
     import types
 
-    calls = {"run": run, "stats": stats, "audit": audit, "compare": compare, "estimator": estimator}
+    calls = {"run": run, "stats": stats, "audit": audit, "compare": compare, "filter": filter, "estimator": estimator}
 
     class _Package(types.ModuleType):
         def __setattr__(self, name, value):

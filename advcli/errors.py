@@ -134,6 +134,13 @@ _LIBRARY_WORDS = [
     (r"--allow-empty\b", lambda m: "allow_empty=True"),
     (r"--padded\b", lambda m: "padded=True"),
     (r"--(output-mode|device|engine) ([a-z0-9]+(?::[0-9]+)?)", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),
+    # the filter's options (advcli.filter)
+    (r"--(mask-dropped|variance-include-zero)\b", lambda m: f"{m[1].replace('-', '_')}=True"),
+    (r"--(variance-top-p|variance-top-k|variance-selection-eps|variance-ddof) (?=[0-9PKED]\b|[0-9])",
+     lambda m: f"{m[1].replace('-', '_')}="),
+    (r"--(variance-top-p|variance-top-k|variance-selection-eps|variance-ddof|metric)\b",
+     lambda m: m[1].replace("-", "_")),
+    (r"--set\b", lambda m: "settings"),
 ]
 
 

@@ -113,6 +113,7 @@ def filter_cmd(
     refuse_missing_inputs(list(inputs))  # a missing input is the first thing to say
     check_output_path(output, list(inputs), force)  # before a dump is converted
     inputs = open_inputs(list(inputs), from_, synth_mask=False)  # trainer dumps -> canonical Parquet, like run's
+    from ..figures.curate import filter_sections
     from ..io.commit import staged
     from ._sections import emit
     from .progress import progress as _progress
@@ -136,71 +137,10 @@ def filter_cmd(
         outputs.commit()
 
 
-def _pct(a: int, b: int) -> str:
-    return f"{100 * a / b:.1f}%" if b else "–"
-
-
-def filter_sections(rep: dict):
-    from ..figures.curate import describe_filter
-
-    head = [("filter", describe_filter(rep.get("filter") or {})), ("metric", _metric(rep)),
-            ("input", ", ".join(rep.get("inputs") or [])), ("output", rep.get("output")),
-            ("groups", f"{rep['groups']:,}: {rep['groups_kept']:,} kept, {rep['groups_dropped']:,} dropped "
-                       f"({_pct(rep['groups_dropped'], rep['groups'])})"),
-            ("rows", f"{rep['rows']:,}: {rep['rows_kept']:,} kept, {rep['rows_dropped']:,} dropped "
-                     f"({_pct(rep['rows_dropped'], rep['rows'])})"),
-            ("uniform groups", f"{rep['uniform_groups']:,} ({_pct(rep['uniform_groups'], rep['groups'])})"),
-            ("dropped: too small / uniform / solve rate / variance",
-             f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} / "
-             f"{rep.get('dropped_variance', 0):,} groups (a group may have several reasons)")]
-    for note in rep.get("notes") or []:
-        head.append(("note", note))
-    if rep.get("padding_note"):
-        head.append(("padding", rep["padding_note"]))
-    if (rep.get("filter") or {}).get("mask_dropped"):
-        head.append(("masked", f"every row written; the {rep['rows_dropped']:,} rows of the dropped groups have "
-                               "response_mask 0"))
-    cols = ["groups", "groups_dropped", "rows", "rows_dropped", "uniform_groups", "dropped_min_group_size",
-            "dropped_uniform", "dropped_solve_rate", "dropped_variance"]
-    sections = [("Summary", "kv", head)]
-    svgs = []
-    for key, label in (("per_step", "step"), ("per_source", "source")):
-        entries = rep.get(key) or []
-        if entries:
-            sections.append((f"Per {label}", "table", ([label] + cols, [[str(e[label])] + [e[c] for c in cols]
-                                                                       for e in entries])))
-    steps = rep.get("per_step") or []
-    if len(steps) > 1:
-        from ..report import svg_lines
-
-        svgs.append(svg_lines([e["step"] for e in steps],
-                              {"groups dropped": [e["groups_dropped"] for e in steps],
-                               "uniform groups": [e["uniform_groups"] for e in steps]}, "groups by step", "step",
-                              ylabel="groups"))
-    sections.append(("Plots", "svg", svgs))
-    ex = rep.get("examples_dropped") or []
-    if ex:
-        sections.append(("Dropped groups (first listed)", "table",
-                         (["group", "step", "size", "mean metric", "variance", "reasons"],
-                          [[str(e["group"]), "" if e["step"] is None else str(e["step"]), e["size"], e["mean_metric"],
-                            e.get("variance"), ", ".join(e["reasons"])] for e in ex])))
-    return "advcli filter report", sections
-
-
-def _metric(rep: dict) -> str | None:
-    """What the filter ranked: the metric column, or TRL's aggregate of its reward columns."""
-    trl = (rep.get("filter") or {}).get("trl_rewards")
-    if not trl:
-        return (rep.get("columns") or {}).get("metric")
-    weights = trl.get("reward_weights")
-    terms = ", ".join(f"{w:g}·{c}" for w, c in zip(weights, trl["reward_funcs"])) if weights else \
-        ", ".join(trl["reward_funcs"])
-    return f"TRL's {trl['aggregation']} of {terms}"
-
-
 def print_filter_summary(rep: dict) -> None:
     from rich.markup import escape
 
+    from ..figures.curate import filter_sections
     from ..report.terminal import kv_table, print_table, stderr_console
 
     con = stderr_console(highlight=False)

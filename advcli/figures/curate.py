@@ -68,6 +68,9 @@ class FilterSpec:
     mean_between: tuple[float, float] | None = None
     # groups are blocks of this many consecutive rows of a step (a flavor that groups by position); None: prompt_id
     block_size: int | None = None
+    # whose --drop-uniform rule: verl (v1 replay buffer, 0.9.0 on), verl_recipe (the DAPO recipe, the verl releases
+    # before), skyrl; None: advcli's own (every row the same value)
+    uniform_rule: str | None = None
 
     @property
     def selection_eps(self) -> float:
@@ -164,6 +167,9 @@ def variance_note(spec: FilterSpec) -> str | None:
 UNIFORM_RULES = {
     "verl": "uniform rule: verl's dynamic sampling (filter_groups, v1/replay_buffer.py): a group of more than one "
             "row whose metric's np.std is 0; a group of one, or one with a NaN, is kept",
+    "verl_recipe": "uniform rule: verl's DAPO recipe (filter_groups, recipe/dapo/dapo_ray_trainer.py): a group of "
+                   "more than one row whose metric's np.std is not > 0, one with a NaN included; a group of one is "
+                   "kept",
     "skyrl": "uniform rule: SkyRL's dynamic sampling (handle_filter_sampling): a group whose metric's np.std is not "
              "> 0, a group of one and one with a NaN included (unless every group has one row)",
 }
@@ -172,7 +178,27 @@ UNIFORM_RULES = {
 def uniform_note(spec: FilterSpec) -> str | None:
     """One line naming the trainer whose --drop-uniform rule ran, where it is not advcli's own (every row the
     same value, groups of one included)."""
-    return UNIFORM_RULES.get(spec.variance_rule) if spec.drop_uniform else None
+    return UNIFORM_RULES.get(spec.uniform_rule) if spec.drop_uniform and spec.uniform_rule else None
+
+
+# verl's dynamic sampling before 0.9.0 is the DAPO recipe's (recipe/dapo/dapo_ray_trainer.py L258 @v0.7.0, in the
+# repository to 0.7.0; the verl-recipe submodule from 0.7.1, the same test at dapo/dapo_ray_trainer.py @59fa05c2);
+# 0.9.0 brings the v1 trainer's replay buffer (verl/trainer/ppo/v1/replay_buffer.py L295 @v0.9.0)
+VERL_REPLAY_BUFFER = "0.9.0"  # the first verl release (advcli.flavors.verl.RELEASES, oldest first) with it
+
+
+def uniform_rule_of(flavor: str | None) -> str | None:
+    """The --drop-uniform rule of ``--flavor NAME[@RELEASE]`` (:data:`UNIFORM_RULES`; None: advcli's own)."""
+    if not flavor:
+        return None
+    from ..flavors import at, known_releases
+
+    fa = at(flavor)  # an unknown flavor or release is refused here
+    if fa.flavor.name == "verl":
+        order = [r.name for r in known_releases(fa.flavor)]
+        older = fa.release is not None and order.index(fa.release.name) < order.index(VERL_REPLAY_BUFFER)
+        return "verl_recipe" if older else "verl"
+    return "skyrl" if fa.flavor.name == "skyrl" else None
 
 
 def describe_filter(f: dict) -> str:
@@ -245,7 +271,8 @@ def trl_rewards_of(flavor: str | None, settings: list[str] | None) -> tuple | No
                           "reward column (or --metric)", hint="drop --set, or give --flavor trl")
     from ..config import parse_set
 
-    items = parse_set(settings)
+    # --set's "KEY=VALUE" texts, or the library's (key, value) pairs
+    items = parse_set(settings) if isinstance(settings[0], str) else list(settings)
     allowed = ("reward_funcs", "reward_weights", "multi_objective_aggregation")
     for k, _ in items:
         if k not in allowed:
@@ -323,7 +350,7 @@ def make_spec(drop_uniform: bool, solve_rate: str | None, min_group_size: int | 
     return FilterSpec(bool(drop_uniform), parse_solve_rate(solve_rate), min_group_size, variance_top_p,
                       variance_top_k, bool(variance_include_zero), int(variance_ddof), bool(mask_dropped),
                       bool(allow_empty), variance_rule_of(flavor), variance_selection_eps,
-                      trl_rewards_of(flavor, settings))
+                      trl_rewards_of(flavor, settings), uniform_rule=uniform_rule_of(flavor))
 
 
 def variance_selection(var: np.ndarray, scope: np.ndarray, spec: FilterSpec) -> np.ndarray:
@@ -403,9 +430,13 @@ def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np
     use = ~np.isnan(m) if live is None else (np.isfinite(m) & live)
     n = np.bincount(group, weights=use.astype(np.float64), minlength=G)
     mz = np.where(use, m, 0.0)
+    # each group's values summed in ascending order, whatever the rows' order: groups of the same values get the
+    # same variance to the bit, and so tie (the ranking keeps the first-appearing of tied groups first)
+    order = np.lexsort((mz, group))
+    group, mz, use = group[order], mz[order], use[order]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # ±inf metrics: NaN/inf variance, said
         mean = np.where(n > 0, np.bincount(group, weights=mz, minlength=G) / np.maximum(n, 1), 0.0)
-        dev = np.where(use, m - mean[group], 0.0) if group.size else np.zeros(0)
+        dev = np.where(use, mz - mean[group], 0.0) if group.size else np.zeros(0)
         ss = np.bincount(group, weights=dev * dev, minlength=G)
     denom = n - ddof
     return np.where(denom > 0, ss / np.maximum(denom, 1), 0.0), n
@@ -418,6 +449,8 @@ def _trainer_uniform(rule: str, size: np.ndarray, n_nan: np.ndarray, gmin: np.nd
 
     - verl (``verl/trainer/ppo/v1/replay_buffer.py`` L295 @1dda039b): ``len(values) > 1 and np.std(values) ==
       0``: a group of one is kept, and so is one with a NaN (its std is NaN);
+    - verl's DAPO recipe (``recipe/dapo/dapo_ray_trainer.py`` L258 @v0.7.0, before 0.9.0): kept when ``std > 0 or
+      len == 1``: a group with a NaN (more than one row) is dropped, a group of one kept;
     - SkyRL (``skyrl/train/utils/trainer_utils.py::handle_filter_sampling`` L551-556 @a9564572): kept when
       ``std > 0 or n_samples_per_prompt == 1``: a group with a NaN is dropped, and so is a group of one, unless
       every group has one row (the run's n_samples_per_prompt is 1).
@@ -432,6 +465,8 @@ def _trainer_uniform(rule: str, size: np.ndarray, n_nan: np.ndarray, gmin: np.nd
         zero[same] = exact[inv.ravel()]
     if rule == "verl":
         return zero
+    if rule == "verl_recipe":  # not (std > 0 or len == 1): a NaN's std is NaN, not > 0
+        return zero | ((n_nan > 0) & (size > 1))
     all_single = bool(size.size) and bool((size == 1).all())
     return zero | (n_nan > 0) | ((size == 1) & (not all_single))
 
@@ -471,8 +506,8 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
         gmin[gs[starts]] = np.minimum.reduceat(lo_v, starts)
         gmax[gs[starts]] = np.maximum.reduceat(hi_v, starts)
     uniform = (n_nan == size) | ((n_nan == 0) & (gmin == gmax))
-    if spec.drop_uniform and spec.variance_rule in ("verl", "skyrl"):
-        uniform = _trainer_uniform(spec.variance_rule, size, n_nan, gmin, gmax)
+    if spec.drop_uniform and spec.uniform_rule:
+        uniform = _trainer_uniform(spec.uniform_rule, size, n_nan, gmin, gmax)
     drop_min = size < spec.min_group_size if spec.min_group_size else np.zeros(G, bool)
     drop_uni = uniform if spec.drop_uniform else np.zeros(G, bool)
     if spec.solve_rate is not None:
@@ -848,9 +883,10 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
 
 def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str | None = None,
                 by: str | None = None, column_overrides: dict | None = None, chunk_rows: int = 8192,
-                force: bool = False, progress=None) -> dict:
+                force: bool = False, progress=None, kept_rows: dict | None = None) -> dict:
     """``advcli filter``: decide per group from the small columns, then copy the kept rows. Returns the
-    summary dict (:func:`summarize` plus inputs/output/rows_written)."""
+    summary dict (:func:`summarize` plus inputs/output/rows_written). ``kept_rows``: receives, under ``output``,
+    the input row (from 0) of each row written (a run's message about a kept row names the input's)."""
     from ..config.columns import resolve_columns
     from ..io.reader import InputSet
     from ..io.writer import check_output_path, clean_stale_temps
@@ -920,6 +956,8 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
         from ..formats.conversion import PADDING_NOTE
         summary["padding_rows"] = int(full.padding.sum())
         summary["padding_note"] = PADDING_NOTE.format(n=summary["padding_rows"]) + "; not written"
+    if kept_rows is not None:
+        kept_rows[output] = np.flatnonzero(keep_row)
     clean_stale_temps(output)
     from ..formats import info_for
     from ..formats.conversion import import_footer
@@ -1039,8 +1077,28 @@ def prefilter_for_run(inputs: list[str], output: str, spec, column_overrides: di
 
     with immediate():  # the kept rows are the run's input: in place now, even while the run's outputs wait
         summary = filter_file(inputs, tmp, spec, metric=metric, column_overrides=column_overrides,
-                              chunk_rows=max(chunk_rows, 1), force=True)
+                              chunk_rows=max(chunk_rows, 1), force=True, kept_rows=KEPT_ROWS)
     return tmp, summary
+
+
+# a run's prefiltered file -> the input row of each of its rows (prefilter_for_run; the run forgets it after)
+KEPT_ROWS: dict[str, np.ndarray] = {}
+
+
+def input_row_message(message: str, prefiltered: str, given: str) -> str:
+    """A message about the prefiltered file's rows (``PATH: column 'reward', row 4``) naming the file the user
+    gave and that row's place in it (row 11), through :data:`KEPT_ROWS`."""
+    import re
+
+    rows = KEPT_ROWS.get(prefiltered)
+
+    def where(m: re.Match) -> str:
+        n = int(m.group(2))
+        return (f"{given}{m.group(1)}row {int(rows[n])}" if rows is not None and n < rows.size else
+                f"{given} (the rows the group filter kept){m.group(1)}row {n}")
+
+    out = re.sub(re.escape(prefiltered) + r"([^\n]*?)\brow (\d+)\b", where, message)
+    return out.replace(prefiltered, f"{given} (the rows the group filter kept)")
 
 
 def run_filter_note(spec, summary: dict) -> str:
@@ -1048,3 +1106,66 @@ def run_filter_note(spec, summary: dict) -> str:
             f"({summary['rows_dropped']:,} of {summary['rows']:,} rows) had not been sampled (DAPO dynamic "
             f"sampling); the output holds the {summary['rows_kept']:,} kept rows in input order"
             + (f" ({uniform_note(spec)})" if uniform_note(spec) else ""))
+
+
+def _share(a: int, b: int) -> str:
+    """a / b as a percentage with one decimal; – for b = 0."""
+    return f"{100 * a / b:.1f}%" if b else "–"
+
+
+def filter_sections(rep: dict):
+    """``advcli filter``'s report (its summary dict) as sections: what was dropped, per step and source, the
+    dropped groups first listed."""
+    head = [("filter", describe_filter(rep.get("filter") or {})), ("metric", _filter_metric(rep)),
+            ("input", ", ".join(rep.get("inputs") or [])), ("output", rep.get("output")),
+            ("groups", f"{rep['groups']:,}: {rep['groups_kept']:,} kept, {rep['groups_dropped']:,} dropped "
+                       f"({_share(rep['groups_dropped'], rep['groups'])})"),
+            ("rows", f"{rep['rows']:,}: {rep['rows_kept']:,} kept, {rep['rows_dropped']:,} dropped "
+                     f"({_share(rep['rows_dropped'], rep['rows'])})"),
+            ("uniform groups", f"{rep['uniform_groups']:,} ({_share(rep['uniform_groups'], rep['groups'])})"),
+            ("dropped: too small / uniform / solve rate / variance",
+             f"{rep['dropped_min_group_size']:,} / {rep['dropped_uniform']:,} / {rep['dropped_solve_rate']:,} / "
+             f"{rep.get('dropped_variance', 0):,} groups (a group may have several reasons)")]
+    for note in rep.get("notes") or []:
+        head.append(("note", note))
+    if rep.get("padding_note"):
+        head.append(("padding", rep["padding_note"]))
+    if (rep.get("filter") or {}).get("mask_dropped"):
+        head.append(("masked", f"every row written; the {rep['rows_dropped']:,} rows of the dropped groups have "
+                               "response_mask 0"))
+    cols = ["groups", "groups_dropped", "rows", "rows_dropped", "uniform_groups", "dropped_min_group_size",
+            "dropped_uniform", "dropped_solve_rate", "dropped_variance"]
+    sections = [("Summary", "kv", head)]
+    svgs = []
+    for key, label in (("per_step", "step"), ("per_source", "source")):
+        entries = rep.get(key) or []
+        if entries:
+            sections.append((f"Per {label}", "table", ([label] + cols, [[str(e[label])] + [e[c] for c in cols]
+                                                                       for e in entries])))
+    steps = rep.get("per_step") or []
+    if len(steps) > 1:
+        from ..report import svg_lines
+
+        svgs.append(svg_lines([e["step"] for e in steps],
+                              {"groups dropped": [e["groups_dropped"] for e in steps],
+                               "uniform groups": [e["uniform_groups"] for e in steps]}, "groups by step", "step",
+                              ylabel="groups"))
+    sections.append(("Plots", "svg", svgs))
+    ex = rep.get("examples_dropped") or []
+    if ex:
+        sections.append(("Dropped groups (first listed)", "table",
+                         (["group", "step", "size", "mean metric", "variance", "reasons"],
+                          [[str(e["group"]), "" if e["step"] is None else str(e["step"]), e["size"], e["mean_metric"],
+                            e.get("variance"), ", ".join(e["reasons"])] for e in ex])))
+    return "advcli filter report", sections
+
+
+def _filter_metric(rep: dict) -> str | None:
+    """What the filter ranked: the metric column, or TRL's aggregate of its reward columns."""
+    trl = (rep.get("filter") or {}).get("trl_rewards")
+    if not trl:
+        return (rep.get("columns") or {}).get("metric")
+    weights = trl.get("reward_weights")
+    terms = ", ".join(f"{w:g}·{c}" for w, c in zip(weights, trl["reward_funcs"])) if weights else \
+        ", ".join(trl["reward_funcs"])
+    return f"TRL's {trl['aggregation']} of {terms}"

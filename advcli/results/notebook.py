@@ -6,7 +6,8 @@ Jupyter, one line as ``repr()``, its rows as ``.table`` (Arrow) and ``.to_pandas
 ``.table`` is, by result: :class:`StatsResult` the figures per step (one row per step: ``step`` and the
 verl metric names); :class:`AuditResult` the worst rows (where, step, group, position, logged,
 recomputed, abs_diff ...); :class:`CompareResult` the groups that differ most (prompt_id, size,
-mean_abs_diff, sign_agreement, spread_a, spread_b), or the rows whose sign flips when there are no groups.
+mean_abs_diff, sign_agreement, spread_a, spread_b), or the rows whose sign flips when there are no groups;
+:class:`FilterResult` the kept rows.
 """
 from __future__ import annotations
 
@@ -149,3 +150,43 @@ class CompareResult(ReportResult):
         return (f"<CompareResult A={r['a']['label']} B={r['b']['label']}: token correlation "
                 f"{fmt_num(tk.get('pearson'))}, sign agreement {fmt_num(tk.get('sign_agreement'))}, "
                 f"{rw.get('sign_flips', 0):,} rows flip sign>")
+
+
+class FilterResult(ReportResult):
+    """``advcli.filter``: what the group filter kept and dropped (``.summary``, the report ``--json`` prints) and
+    the kept rows (``.table``)."""
+    title = "advcli filter report"
+
+    def __init__(self, report: dict, kept=None):
+        super().__init__(report)
+        self._kept = kept
+
+    @property
+    def summary(self) -> dict:
+        return self._report
+
+    def html(self) -> str:
+        from ..figures.curate import filter_sections
+        from ..report.sections import render_sections
+
+        return render_sections(self._report, "html", *filter_sections(self._report))
+
+    @property
+    def table(self):
+        """The kept rows (every input column, in input order): held in memory, or read from the output file."""
+        if self._kept is not None:
+            return self._kept
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self._report["output"])
+
+    def log(self, tracker: str, **_) -> str:
+        from ..errors import AdvcliError
+
+        raise AdvcliError("a filter's report holds no figures to log (as `advcli filter` takes no --log)",
+                          hint="log the run on the kept rows: advcli.run(result.table, ...).log(TRACKER)")
+
+    def __repr__(self) -> str:
+        r = self._report
+        return (f"<FilterResult {r.get('groups_kept', 0):,} of {r.get('groups', 0):,} groups kept "
+                f"({r.get('rows_kept', 0):,} of {r.get('rows', 0):,} rows)>")

@@ -75,9 +75,10 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
     if curation is not None and curation.drop_uniform:  # the run's trainer's dynamic sampling (verl, SkyRL)
         from dataclasses import replace
 
-        from ..figures.curate import variance_rule_of
+        from ..figures.curate import uniform_rule_of, variance_rule_of
 
-        curation = replace(curation, variance_rule=variance_rule_of(str(choice.flavor)))
+        curation = replace(curation, variance_rule=variance_rule_of(str(choice.flavor)),
+                           uniform_rule=uniform_rule_of(str(choice.flavor)))
     curation = with_mean_between(curation, choice.cfg, allow_empty)
     req = RunRequest(output=output, cfg=choice.cfg, flavor=choice.flavor, native=choice.native,
                      columns=dict(columns or {}), chunk_rows=chunk_rows, device=device, force=force,
@@ -158,12 +159,18 @@ def run_inputs(inputs: list[str], req: RunRequest, *, curation=None, progress=No
                                 ray_stall_timeout=req.ray_stall_timeout)
         except AdvcliError as e:  # a message names the user's file, not the temporary one of its kept rows
             if prefiltered and prefiltered in e.message:
-                e.message = e.message.replace(prefiltered, f"{inputs[0]} (the rows the group filter kept)")
+                from ..figures.curate import input_row_message
+
+                e.message = input_row_message(e.message, prefiltered, inputs[0])
                 e.args = (e.message,)
             raise
     finally:
         if prefiltered:  # the kept rows removed, whatever signal comes meanwhile (advcli.io.commit.shielded)
             import sys
+
+            from ..figures.curate import KEPT_ROWS
+
+            KEPT_ROWS.pop(prefiltered, None)
 
             from ..io.commit import shielded
 

@@ -189,13 +189,15 @@ def test_group_decisions_pure():
     assert d["keep"].tolist() == [False, True, False, False]
 
 
-@pytest.mark.parametrize("flavor", [None, "verl", "skyrl"])
+@pytest.mark.parametrize("flavor", [None, "verl", "verl@0.9.0", "verl@0.8.0", "verl@0.5.0", "skyrl"])
 def test_drop_uniform_follows_the_trainers_dynamic_sampling(flavor):
     """--drop-uniform is advcli's rule (every row the same value, a group of one included) unless --flavor names a
     trainer whose dynamic sampling differs: verl drops a group only when it has more than one row and np.std of
     its values is 0 (v1/replay_buffer.py L295 @1dda039b): a group of one (verl's GRPO gives it its raw score)
     and one with a NaN are kept; SkyRL keeps a group only when np.std > 0 (trainer_utils.py L556 @a9564572): a
-    NaN group is dropped. Both compute the std in float64: three rows of 0.1 have std 1.4e-17, not 0 (kept)."""
+    NaN group is dropped. Both compute the std in float64: three rows of 0.1 have std 1.4e-17, not 0 (kept).
+    verl before 0.9.0 ran the DAPO recipe's test, kept when ``std > 0 or len == 1`` (recipe/dapo/dapo_ray_trainer.py
+    L258 @v0.7.0, L230 @v0.5.0; the verl-recipe submodule's from 0.7.1): a NaN group of two or more is dropped."""
     from advcli.figures.curate import group_decisions, make_spec
 
     # groups: [1, 1] | [0, 1] | [0.7] | [0.1 ×3] | [1, NaN] | [NaN, NaN] | [0.5 ×9]
@@ -205,6 +207,9 @@ def test_drop_uniform_follows_the_trainers_dynamic_sampling(flavor):
     uniform = group_decisions(g, m, make_spec(True, None, None, flavor=flavor))["drop_uniform"].tolist()
     want = {None: [True, False, True, True, False, True, True],
             "verl": [True, False, False, False, False, False, True],
+            "verl@0.9.0": [True, False, False, False, False, False, True],
+            "verl@0.8.0": [True, False, False, False, True, True, True],
+            "verl@0.5.0": [True, False, False, False, True, True, True],
             "skyrl": [True, False, True, False, True, True, True]}[flavor]
     assert uniform == want
     # SkyRL's n_samples_per_prompt == 1: every group one row, every group kept
@@ -346,3 +351,15 @@ def test_group_health_row_path_equals_token_path(tmp_path, monkeypatch, estimato
                          device="cpu")
         got.append(res.group_health)
     assert got[0] == got[1] and got[0]["overall"]["zero_adv_token_share"] > 0
+
+
+def test_a_run_with_a_group_filter_names_the_input_row_of_a_bad_value(tmp_path, capsys):
+    """run --drop-uniform on a dump with a NaN reward in a kept group: the message names the input's row (11), not
+    the row of the temporary file of kept rows (where the uniform groups before it were left out: row 3)."""
+    rewards = [0, 0, 1, 1, 1, 1, 0, 1, 0.5, 0.5, 0, float("nan"), 1, 0]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": [i // 2 for i in range(14)], "reward": pa.array(rewards, pa.float32()),
+                             "response_mask": [[1, 1]] * 14}), src)
+    code, _, err = main_rc(capsys, "run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
+                           "algorithm.adv_estimator=grpo", "--drop-uniform")
+    assert code == 2 and f"{src}: column 'reward', row 11:" in err, err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -294,7 +295,7 @@ def test_trl_ranks_its_aggregated_rewards(tmp_path, capsys, agg, weights):
     assert set(pq.read_table(tmp_path / "plain.parquet").column("prompt_id").to_pylist()) == {"X"}
     note = " ".join(json.loads(stdout)["notes"])
     assert "TRL PR #7242 (open; " in note and f"ranked by TRL's aggregated rewards ({agg} of acc, fmt" in note
-    from advcli.commands.filter import filter_sections
+    from advcli.figures.curate import filter_sections
 
     metric = dict(filter_sections(json.loads(stdout))[1][0][2])["metric"]  # the summary's line: what was ranked
     assert metric == (f"TRL's {agg} of 1·acc, 30·fmt" if weights else f"TRL's {agg} of acc, fmt"), metric
@@ -472,3 +473,23 @@ def test_an_infinite_reward_is_refused_by_ragens_rule_and_left_out_by_verls(tmp_
     code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--variance-top-p", "0.9",
                            "--flavor", "verl")
     assert code == 0, err
+
+
+def test_groups_of_the_same_rewards_tie_whatever_their_row_order(tmp_path, capsys):
+    """Three groups of the same float32 rewards {0.1 ×7, 1.0} in different row orders have one variance: the
+    ranking's ties keep the first-appearing group (top_k 1 keeps g0). Summed in row order, the three variances
+    differed in their last bits and the order of the rows decided which group was kept."""
+    from advcli.figures.curate import group_variance
+
+    orders = [[0.1] * 7 + [1.0], [1.0] + [0.1] * 7, [0.1] * 3 + [1.0] + [0.1] * 4]
+    rewards = [r for o in orders for r in o]
+    values = np.array(rewards, np.float32).astype(np.float64)
+    var, n = group_variance(np.repeat(np.arange(3), 8), values, 3, 1)
+    assert var[0] == var[1] == var[2] and list(n) == [8, 8, 8]
+    src = tmp_path / "tie.parquet"
+    pq.write_table(pa.table({"prompt_id": [f"g{i}" for i in range(3) for _ in range(8)],
+                             "reward": pa.array(rewards, pa.float32()),
+                             "response_mask": pa.array([[1]] * 24, pa.list_(pa.int8()))}), src)
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "k.parquet", "--variance-top-k", "1")
+    assert code == 0, err
+    assert set(pq.read_table(tmp_path / "k.parquet").column("prompt_id").to_pylist()) == {"g0"}

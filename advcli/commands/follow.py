@@ -237,12 +237,15 @@ class Watcher:
         lines, self.notes = self.notes, []
         return lines + (self.lister.drain() if hasattr(self.lister, "drain") else [])
 
-    def complete(self, unit: Unit, later: bool, now: float) -> bool:
-        """Whether ``unit`` can be taken: sealed, or a later step appeared, or every file quiet for the
-        settle time with its last line whole (JSON Lines) or its footer written (Parquet)."""
+    def complete(self, unit: Unit, later: Unit | None, now: float) -> bool:
+        """Whether ``unit`` can be taken: sealed, or the ``later`` step (the next one on disk) written since
+        the unit's files last changed (a trainer writes its steps one after another), or every file quiet for
+        the settle time with its last line whole (JSON Lines) or its footer written (Parquet). A later step
+        already there before the unit was written (files landing out of order: a dump written on a background
+        thread) says nothing of the unit's own writing."""
         if unit.sealed is not None:
             return unit.sealed
-        if later:
+        if later is not None and _newest_change(later.files) >= _newest_change(unit.files) > 0:
             return True
         for p in unit.files:
             try:
@@ -263,7 +266,41 @@ class Watcher:
                     pq.read_metadata(p)
                 except Exception:  # noqa: BLE001 - no footer yet
                     return False
+            elif not _archive_whole(p, st.st_size):
+                return False  # a torch.save archive or a pickle still being written (a slow file system)
         return True
+
+
+def _archive_whole(path: str, size: int) -> bool:
+    """Whether a binary dump file is whole as far as its bytes tell: a zip archive (``torch.save``'s) holds its
+    end-of-central-directory record in its last 64 KiB, a pickle ends with its STOP opcode (``.``); any other
+    file: True (its reader says what is wrong)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(max(0, size - 65557))
+            tail = fh.read()
+    except OSError:
+        return False
+    if head == b"PK\x03\x04":
+        return b"PK\x05\x06" in tail
+    if path.endswith((".pkl", ".pickle")) and head[:1] == b"\x80":  # pickle protocol 2+
+        return tail.endswith(b".")
+    return True
+
+
+def _newest_change(files: list[str]) -> int:
+    """The latest modification time (ns) of ``files``; 0 when one is missing or empty (not written yet)."""
+    newest = 0
+    for p in files:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return 0
+        if st.st_size == 0:
+            return 0
+        newest = max(newest, st.st_mtime_ns)
+    return newest
 
 
 def fingerprint(path: str, size: int) -> str:
@@ -688,8 +725,13 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     poll = poll if poll is not None else min(1.0, max(0.05, settle / 4))
     echo = echo or (lambda s, err=False: typer.echo(s, err=err))
     shown, root = root, os.path.abspath(root)
-    if opts.command == "audit" and opts.against is None and opts.source in (None, "", "auto"):
+    # audit a folder whose logged advantages are in a subfolder (slime's --dump-details DIR: train_data/): that one,
+    # known from the layout now or, on a folder the trainer has not written yet, once its first files show it
+    look_for_logged = opts.command == "audit" and opts.against is None and opts.source in (None, "", "auto")
+    if look_for_logged:
+        given = root
         root, shown = audited_folder(root, shown, None if quiet else echo, opts.flavor)
+        look_for_logged = root == given
     if opts.command == "run":
         os.makedirs(opts.out_dir, exist_ok=True)
         state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")
@@ -705,9 +747,13 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         from ..formats import get
 
         refuse_format(get(opts.source), shown, opts.command)
-    watcher = Watcher(root, opts.source, settle, shown, parse_column_maps(opts.column).get("step", "step"))
-    watcher.logged = opts.command == "audit" and opts.against is None  # the files that log the advantages
-    watcher.after = st.last_step
+    def watching(root: str, shown: str) -> Watcher:
+        watcher = Watcher(root, opts.source, settle, shown, parse_column_maps(opts.column).get("step", "step"))
+        watcher.logged = opts.command == "audit" and opts.against is None  # the files that log the advantages
+        watcher.after = st.last_step
+        return watcher
+
+    watcher = watching(root, shown)
     runner = StepRunner(opts, st)
     logger = None
     if trackers:
@@ -733,9 +779,16 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             if sig != seen:  # a file appeared, grew or was rewritten: the idle clock starts again
                 seen, last_change = sig, time.monotonic()
             reported = len(st.changed)
-            _check_changed(st, root, echo, quiet, watcher.named)
+            _check_changed(st, root, echo, quiet, watcher.named, opts.command)
             units = watcher.units()
             if watcher.fmt not in (None, "parquet") and not checked:
+                if look_for_logged and watcher.fmt.logged_folder is not None:
+                    look_for_logged = False
+                    sub, named = audited_folder(root, shown, None if quiet else echo, opts.flavor)
+                    if sub != root:  # the trainer's first files show the layout: follow the logged subfolder
+                        root, shown, st.root = sub, named, sub
+                        watcher = watching(root, shown)
+                        continue
                 refuse_format(watcher.fmt, shown, opts.command)
                 checked = opts.command != "audit" or nothing_to_audit(watcher.fmt, units, shown, opts.against)
             _check_late(st, units, root, echo, quiet, since_ns, watcher.named, opts.command)
@@ -748,7 +801,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             todo = [u for u in units if st.last_step is None or u.step > st.last_step]
             took = False
             for i, u in enumerate(todo):
-                if not watcher.complete(u, i + 1 < len(todo), now):
+                if not watcher.complete(u, todo[i + 1] if i + 1 < len(todo) else None, now):
                     break  # steps are taken in order: never one after a step still being written
                 fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
                 gap = gap_note(st, u.step, fmt)
@@ -769,7 +822,12 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                                            "trains, when started with the option that writes it (slime: "
                                            "--dump-details DIR or --save-debug-train-data)")
                 if watcher.fmt is None and watcher.last_error is not None:
-                    raise watcher.last_error
+                    # the dump's first files never became readable (a file cut short and no longer written, a
+                    # folder of no dump): the summary, then the reader's error (exit 2)
+                    unfinished = watcher.last_error
+                    ended = (f"no change in {shown} for {until_idle:g} s (--until-idle), and no step could be "
+                             "read (below)")
+                    break
                 pending = [u for u in units if st.last_step is None or u.step > st.last_step]
                 if not pending:
                     ended = f"no new step for {until_idle:g} s (--until-idle)"
@@ -811,6 +869,11 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         ended = "interrupted"
     except _Stop as e:
         ended = str(e)
+    except AdvcliError as e:
+        if not st.steps:  # refused before any step (a format --follow does not take, other options): the error alone
+            raise
+        unfinished = e  # a step that cannot be taken after others were: the summary of those, then the error
+        ended = "a step could not be taken (below)"
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
@@ -984,9 +1047,9 @@ def several_files(u: Unit, names: list[str], command: str) -> str:
     return f"{files}; taken as one step, as the one-off command reads the directory"
 
 
-def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p: p) -> None:
+def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p: p, command: str = "audit") -> None:
     """Report once each taken file (of the last WATCHED steps) that changed after it was taken (``named``: its
-    path as the user named the directory)."""
+    path as the user named the directory), with the command that reads it as it is now."""
     for step, files in st.taken:
         for rel, (size, mtime_ns, sha) in files.items():
             p = os.path.join(root, rel)
@@ -1004,8 +1067,10 @@ def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p
                 continue
             st.changed.append(p)
             if not quiet:
+                alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "")
                 echo(f"step {step}: {named(p)} changed after it was taken (now {s.st_size} bytes, {size} taken); "
-                     "its numbers above are of the bytes taken then, not read again", err=True)
+                     f"its numbers above are of the bytes taken then, not read again (a restarted trainer that "
+                     f"rewrote the step?); to see the file as it is now: {alone}", err=True)
 
 
 def write_step_report(command: str, path: str, rep: dict) -> None:
@@ -1053,5 +1118,5 @@ def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool
             if os.path.relpath(p, root) not in taken[u.step] and p not in st.changed:
                 st.changed.append(p)
                 if not quiet:
-                    echo(f"step {u.step}: {p} appeared after the step was taken; not read (its rows are not in "
-                         "the step's numbers above)", err=True)
+                    echo(f"step {u.step}: {named(p)} appeared after the step was taken; not read (its rows are "
+                         "not in the step's numbers above)", err=True)

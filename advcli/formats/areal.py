@@ -49,7 +49,7 @@ def read(path: str, ctx: Context):
                             f"samples there, each with task_id {stem}; this record would be a group of its own",
                             hint="a record moved or edited by hand? repair its task_id or move it to its task's file")
         seqlen, plen = rec.get("seqlen"), rec.get("prompt_len")
-        row = {"prompt_id": f"{ctx.step}/{rec['task_id']}/{text_key(path, rec.get('prompt', ''))}",
+        row = {"prompt_id": f"{ctx.step}/{rec['task_id']}/{text_key(_file_key(path, ctx), rec.get('prompt', ''))}",
                "step": ctx.step if ctx.step is not None else rec.get("tail_version"),
                "reward": number(ctx, line, rec["reward"], "reward")}
         raw_key = next((k for k in RAW_KEYS if k in rec), None)
@@ -108,6 +108,21 @@ def run_config(path: str) -> str | None:
         return None
     found = os.path.join(p[:m.start("kind")] or ".", "config.yaml")
     return found if os.path.isfile(found) else None
+
+
+def _file_key(path: str, ctx: Context) -> str:
+    """The file's part of its groups' key: its path below the trial directories of the dump (the one trial's
+    directory, the folder above ``rollout/``; their common folder where the dump holds several trials), so that
+    the same dump gives the same ids wherever it lies (a copy, a follower's snapshot of the step)."""
+    bases = ctx.state.get("areal_trials")
+    if bases is None:
+        trials = set()
+        for f in ctx.files or [path]:
+            m = re.search(PATTERN, f.replace("\\", "/"))
+            trials.add(os.path.abspath(f[:m.start("kind")] or ".") if m else os.path.dirname(os.path.abspath(f)))
+        bases = ctx.state["areal_trials"] = os.path.commonpath(sorted(trials)) if trials else ""
+    rel = os.path.relpath(os.path.abspath(path), bases) if bases else path
+    return rel.replace("\\", "/")
 
 
 def _key(path: str):

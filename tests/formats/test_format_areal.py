@@ -89,6 +89,20 @@ def test_convert_lengths_steps_and_eval_skipped(tmp_path, capsys):
     assert len(set(t.column("prompt_id").to_pylist())) == 6
 
 
+def test_group_ids_do_not_depend_on_where_the_dump_lies(tmp_path, capsys):
+    """The same trial in two folders, and one version folder given alone (what a follower reads of a step), give
+    the same group ids (they hashed the file's absolute path: a copy, or a follower's snapshot, got others)."""
+    ids = {}
+    for name in ("a/trial", "b/c/trial"):
+        build(tmp_path / name)
+    for key, spec in (("a", "a/trial"), ("b", "b/c/trial"), ("step", "a/trial/rollout/2")):
+        out = tmp_path / f"{key}.parquet"
+        code, _, err = run_main(["convert", tmp_path / spec, "-o", out], capsys)
+        assert code == 0, err
+        ids[key] = pq.read_table(out).column("prompt_id").to_pylist()
+    assert ids["a"] == ids["b"] and ids["step"] == ids["a"][12:] and len(set(ids["a"])) == 6
+
+
 def test_one_eval_file_directly(tmp_path, capsys):
     build(tmp_path / "trial")
     code, _, err = run_main(["convert", tmp_path / "trial" / "eval-rollout" / "1" / "0.jsonl",

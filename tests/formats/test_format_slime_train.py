@@ -6,6 +6,7 @@ rewards with the unbiased std + 1e-6, on every position; reinforce_plus_plus_bas
 centred reward, whitened over the mask=1 tokens), not by advcli."""
 import json
 import math
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -225,6 +226,21 @@ def test_audit_follows_the_dump_details_folder_through_its_train_dumps(details, 
     assert "following" not in err, err
     code, out, err = run_main(["audit", "--follow", "live", "--flavor", "trl", "--until-idle", "1"], capsys)
     assert "following" not in err, err
+    # started on a folder slime has not written anything into yet: its first files show the layout
+    (root.parent / "empty").mkdir()
+
+    def slime_writes():
+        shutil.copytree(root / "rollout_data", root.parent / "empty" / "rollout_data")
+        time.sleep(0.5)
+        shutil.copytree(root / "train_data", root.parent / "empty" / "train_data")
+
+    later = threading.Timer(0.5, slime_writes)
+    later.start()
+    try:
+        code, out, err = run_main(["audit", "--follow", "empty", "--until-idle", "3", "--settle", "0.3"], capsys)
+    finally:
+        later.join()
+    assert code == 0 and out.count("agree") == 2 and "followed empty/train_data: 2 step(s)" in err, (out, err)
 
 
 def test_train_dumps_named_by_slimes_other_templates(details, tmp_path, capsys):

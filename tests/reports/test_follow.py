@@ -901,3 +901,73 @@ def test_an_interrupted_follow_exits_with_its_verdict_after_saving_its_state(tmp
     assert code == 1, err
     assert len(lines(out)) == 2 and "stopped: interrupted" in err
     assert json.loads(state.read_text())["last_step"] == 2
+
+
+def test_a_step_written_after_a_later_one_is_taken_whole(tmp_path, capsys):
+    """Steps 1 and 3 on disk, step 2 written after them (files landing out of order: a dump written on a
+    background thread): half its lines, a pause shorter than --settle, then the rest. Step 2 is taken whole, once
+    its own file is quiet; a later step there before it was written says nothing of it (step 2 was taken with
+    half its rows at the first look)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_data_step1.jsonl").write_bytes(nemo_bytes(tmp_path, 1))
+    (run / "train_data_step3.jsonl").write_bytes(nemo_bytes(tmp_path, 3))
+    data = nemo_bytes(tmp_path, 2)
+    cut = data.index(b"\n", len(data) // 2) + 1  # whole lines only: the follower's torn-line rule does not apply
+
+    def writer():
+        time.sleep(0.3)
+        with open(run / "train_data_step2.jsonl", "wb") as fh:
+            fh.write(data[:cut])
+            fh.flush()
+            time.sleep(0.8)
+            fh.write(data[cut:])
+
+    code, out, err = follow(["stats", str(run), "--follow", "--settle", "1.5", "--until-idle", "3"], capsys, writer)
+    assert code == 0, err
+    got = lines(out)
+    assert [g.split(":")[0] for g in got] == ["step 1", "step 2", "step 3"], (out, err)
+    assert got[1].startswith(f"step 2: {len(SAMPLES)} rows"), got[1]
+
+
+def test_a_torch_save_file_written_slowly_is_waited_for(tmp_path, capsys):
+    """slime's rollout dump written straight to its final name with a pause mid-file (a slow file system): the
+    follow waits for its zip directory; it ended with 'not a complete torch.save archive' (exit 2)."""
+    d = tmp_path / "src"
+    d.mkdir()
+    slime_build(d, 1, 1)
+    slime_build(d, 2, 2)
+    run = tmp_path / "run" / "rollout_data"
+    run.mkdir(parents=True)
+    (run / "1.pt").write_bytes((d / "1.pt").read_bytes())
+    data = (d / "2.pt").read_bytes()
+
+    def writer():
+        time.sleep(0.3)
+        with open(run / "2.pt", "wb") as fh:
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+            time.sleep(1.0)
+            fh.write(data[len(data) // 2:])
+
+    code, out, err = follow(["stats", str(tmp_path / "run"), "--follow", *SETTLE, "--until-idle", "2.5"], capsys,
+                            writer)
+    assert code == 0, err
+    assert [g.split(":")[0] for g in lines(out)] == ["step 1", "step 2"], (out, err)
+
+
+def test_a_folder_whose_first_file_never_reads_ends_with_the_summary(tmp_path, capsys):
+    """A follow whose dump's first file stays cut short ends after --until-idle with its summary line, then the
+    reader's error (exit 2): it printed the error alone."""
+    run = tmp_path / "run" / "rollout_data"
+    run.mkdir(parents=True)
+    d = tmp_path / "src"
+    d.mkdir()
+    slime_build(d, 1, 1)
+    data = (d / "1.pt").read_bytes()
+    (run / "1.pt").write_bytes(data[: len(data) // 2])
+    code, _, err = run_main(["stats", str(tmp_path / "run"), "--follow", *SETTLE, "--until-idle", "1"], capsys)
+    assert code == 2, err
+    summary = next(x for x in err.splitlines() if x.startswith("followed"))
+    assert "0 step(s), none taken" in summary and "no step could be read (below)" in summary, err
+    assert "1.pt" in err.split(summary, 1)[1]

@@ -625,4 +625,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
     result.histograms, result.group_health = figures["histograms"], figures["group_health"]
     result.diagnostics, result.by_position = figures["diagnostics"], figures["by_position"]
     result.warnings.extend(figures["warnings"])
+    why = (f"--device {device}" if device != "auto" else
+           "--device auto: the cluster has a GPU" if cl.device == "cuda" else "--device auto: no GPU in the cluster")
+    result.device = f"{cl.device} on the Ray workers ({why})"  # as the local engine's plan.device_why says it
     return finish_result(result, plan, res or types.SimpleNamespace(correction=None), t0, state)  # as run_pipeline

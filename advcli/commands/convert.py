@@ -41,10 +41,14 @@ def convert_cmd(
     from ..io.temps import check_local_destination
     from ..io.writer import check_output_name, refuse_special_file
 
-    if is_uri(path):  # (refuse_missing_inputs would say no such file of an object that exists)
-        raise AdvcliError(f"{path}: convert reads a trainer's dump from local disk",
-                          hint="copy it down first (aws s3 cp --recursive, or gsutil cp -r); a Parquet file on "
-                               "object storage needs no conversion: advcli run reads it there")
+    given = path
+    if is_uri(path):  # a trainer's dump on object storage: its files copied down first (advcli.formats.remote_dump)
+        from ..formats.input_edge import _remote_dump
+
+        path = _remote_dump(path, from_ if from_ not in (None, "", "auto") else None)
+        if path is None:
+            raise AdvcliError(f"{given}: no trainer's dump there (a Parquet file of advcli's layout, or nothing)",
+                              hint="a Parquet file on object storage needs no conversion: advcli run reads it there")
     refuse_missing_inputs([path])  # a missing input is the first thing to say
     check_output_name(output)
     if is_uri(output):
@@ -60,8 +64,19 @@ def convert_cmd(
     if not os.path.isdir(parent):
         raise missing_directory(output, parent, "the directory")
     check_local_destination(output, parent)
-    info = convert(path, output, from_ if from_ not in (None, "", "auto") else None,  # (never over a dump file)
-                   keys_in_schema=True)
+    from ..formats.remote_dump import uri_of
+
+    try:
+        info = convert(path, output, from_ if from_ not in (None, "", "auto") else None,  # (never over a dump file)
+                       keys_in_schema=True)
+    except AdvcliError as e:  # a copied dump's files named as their objects
+        e.message, e.hint = uri_of(e.message), uri_of(e.hint) if e.hint else e.hint
+        e.args = (e.message,)
+        raise
+    info.source = given
+    info.files = [uri_of(f) for f in info.files]
+    info.skipped = [uri_of(x) for x in info.skipped]
+    info.notes = [uri_of(x) for x in info.notes]
     if json_out:
         typer.echo(json.dumps(info.as_dict(), default=str))
         return

@@ -71,7 +71,10 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
         forced = get(source)
     out = []
     for spec in inputs:
-        _refuse_remote_dump(spec, forced)
+        given = spec
+        local = _remote_dump(spec, forced)
+        if local is not None:  # a trainer's dump on object storage: its files copied down, read as a local dump
+            spec = local
         if forced is None and not is_dump(spec):
             files = _converted_files(spec)
             out += [_converted_input(p, synth_mask) if level else p for p, level in files] if files else [spec]
@@ -84,29 +87,25 @@ def _open(inputs: list[str], source: str | None, synth_mask: bool) -> list[str]:
             from .conversion import convert  # the streaming, loaded when a dump is converted
 
             info = convert(spec, target, forced, synth_mask=synth_mask)
+            info.source = given  # (a copied dump: its URI)
             _record(target, info)
             _CONVERTED[key] = info
         out.append(_CONVERTED[key].output)
     return out
 
 
-def _refuse_remote_dump(spec: str, forced) -> None:
-    """A trainer's dump on object storage (``s3://b/verl/1.jsonl``, or ``--from FORMAT`` with a URI): the dump
-    readers read local files, which a Parquet read of it would only call 'not a readable Parquet file'."""
+def _remote_dump(spec: str, forced) -> str | None:
+    """A trainer's dump on object storage (``s3://b/verl/``, ``s3://b/verl/1.jsonl``, ``--from FORMAT`` with a URI)
+    copied into the temporary directory (:mod:`.remote_dump`): the local path standing for it; None for any other
+    input (a local path, a Parquet input read in place)."""
     from ..io import remote
 
     if not remote.is_uri(spec):
-        return
-    from .discovery import DATA_SUFFIXES
+        return None
+    from .remote_dump import mirror
 
-    from .discovery import _named_by
-
-    named = spec.endswith(".parquet") and any(f.name != "parquet" for f in _named_by(spec))  # TRL's completions_N
-    if forced is not None or named or (spec.endswith(DATA_SUFFIXES) and not spec.endswith(".parquet")):
-        raise AdvcliError(f"{spec}: a trainer's dump is read from local disk; object storage holds Parquet inputs "
-                          "only", hint="copy the dump down first (aws s3 cp --recursive, or gsutil cp -r), or "
-                                       "convert it once (advcli convert) and put the Parquet on object storage")
-
+    d = os.path.join(_tmpdir(), str(next(_SERIAL)))
+    return mirror(spec, forced, d)
 
 def _dump_identity(spec: str) -> tuple:
     """What a conversion read of a local dump: (path within it, size, modification time) of each of its files
@@ -398,7 +397,9 @@ def name_dump_rows(message: str) -> str:
             message = message.replace(tmp, where, 1).replace(f"row {m.group(2)}", f"row {m.group(2)} of the dump", 1)
             message = _own_field_names(message, info.format)
         message = message.replace(tmp, info.source)
-    return message
+    from .remote_dump import uri_of
+
+    return uri_of(message)  # a copied dump's files named as their objects
 
 
 def _own_field_names(message: str, fmt_name: str) -> str:

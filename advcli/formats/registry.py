@@ -132,7 +132,8 @@ def norm_path(path: str) -> str:
 
 # the package's machinery, not formats: load() does not import them (a run on advcli's own Parquet never
 # converts or describes a dump)
-MACHINERY = ("conversion", "describe", "discovery", "input_edge", "records", "registry", "response_level")
+MACHINERY = ("conversion", "describe", "discovery", "input_edge", "records", "registry", "remote_dump",
+             "response_level")
 
 
 def load() -> None:

@@ -293,13 +293,57 @@ def test_a_file_on_object_storage_runs_as_the_same_file_on_disk(s3, tmp_path):
         assert _advantages(a) == _advantages(b), name
     assert "rloo" in [x for x in cli("run", out, "-o", tmp_path / "again.parquet").stderr.splitlines()
                       if x.startswith("ran")][0]
-    completions = put(s3, str(table), "bkt/same/completions_00010.parquet")
-    p = cli("run", completions, "-o", tmp_path / "c.parquet", "--flavor", "trl")
-    assert p.returncode == 2 and "read from local disk" in p.stderr, p.stderr
 
 
-def test_convert_says_it_reads_from_local_disk():
-    """`advcli convert s3://...` said "no such file or directory" of an object that may well exist."""
-    p = cli("convert", "s3://bkt/verl/1.jsonl", "-o", "x.parquet")
-    assert p.returncode == 2 and "convert reads a trainer's dump from local disk" in p.stderr, p.stderr
-    assert "no such file" not in p.stderr
+
+
+def test_a_trainers_dump_on_object_storage_runs_as_on_disk(s3, tmp_path):
+    """A trainer's own dump under a prefix (verl's {step}.jsonl, TRL's completions_N.parquet), one of its files, a
+    glob of them: its files are copied down and read as the local dump is, the same advantages; messages and the
+    output's provenance name the objects (it was refused: read from local disk only)."""
+    import json
+
+    import test_format_trl as trl
+    import test_format_verl as verl
+
+    local = tmp_path / "verl"
+    local.mkdir()
+    for step in (11, 12):
+        verl.write(local / f"{step}.jsonl", verl.v1_records(step, step, n=4))
+        put(s3, str(local / f"{step}.jsonl"), f"bkt/dumps/verl/{step}.jsonl")
+    grpo = ["--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"]
+    here = cli("run", local, "-o", tmp_path / "here.parquet", *grpo)
+    assert here.returncode == 0, here.stderr
+    want = _advantages(pq.read_table(tmp_path / "here.parquet"))
+    for i, spec in enumerate(("s3://bkt/dumps/verl/", "s3://bkt/dumps/verl", "s3://bkt/dumps/verl/1*.jsonl")):
+        out = tmp_path / f"there{i}.parquet"
+        there = cli("run", spec, "-o", out, *grpo)
+        assert there.returncode == 0, (spec, there.stderr)
+        assert _advantages(pq.read_table(out)) == want, spec
+        meta = json.loads(pq.read_schema(out).metadata[b"advcli"])
+        assert "s3://bkt/dumps/verl" in json.dumps(meta["inputs"]) and "advcli-" not in json.dumps(meta), meta
+    one = cli("run", "s3://bkt/dumps/verl/12.jsonl", "-o", tmp_path / "one.parquet", *grpo)
+    assert one.returncode == 0 and "s3://bkt/dumps/verl/12.jsonl" in one.stderr, one.stderr
+    # a bad record is named by the object's key and line
+    bad = tmp_path / "13.jsonl"
+    bad.write_text((local / "12.jsonl").read_text().replace('"score"', '"scor"', 1))
+    put(s3, str(bad), "bkt/dumps/bad/13.jsonl")
+    p = cli("run", "s3://bkt/dumps/bad/", "-o", tmp_path / "bad.parquet", *grpo)
+    assert p.returncode == 2 and "s3://bkt/dumps/bad/13.jsonl:1" in p.stderr and "advcli-" not in p.stderr, p.stderr
+    # TRL's completions parquet, named as TRL writes it
+    (tmp_path / "trl").mkdir()
+    trl.write_step(tmp_path / "trl" / "completions_00010.parquet", 10, 1)
+    put(s3, str(tmp_path / "trl" / "completions_00010.parquet"), "bkt/dumps/trl/completions_00010.parquet")
+    a = cli("run", tmp_path / "trl", "-o", tmp_path / "trl_here.parquet", "--flavor", "trl")
+    b = cli("run", "s3://bkt/dumps/trl/", "-o", tmp_path / "trl_there.parquet", "--flavor", "trl")
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    assert _advantages(pq.read_table(tmp_path / "trl_here.parquet")) == \
+        _advantages(pq.read_table(tmp_path / "trl_there.parquet"))
+    audit = cli("audit", "s3://bkt/dumps/trl/", "--flavor", "trl", "--no-search")  # TRL logs its advantages
+    assert audit.returncode == 0 and "s3://bkt/dumps/trl" in audit.stderr + audit.stdout, audit.stderr
+    # convert reads it there too, the same rows as from disk
+    assert cli("convert", "s3://bkt/dumps/verl/", "-o", tmp_path / "conv_there.parquet").returncode == 0
+    assert cli("convert", local, "-o", tmp_path / "conv_here.parquet").returncode == 0
+    assert pq.read_table(tmp_path / "conv_there.parquet").equals(pq.read_table(tmp_path / "conv_here.parquet"))
+    p = cli("convert", "s3://bkt/same/rloo.parquet", "-o", tmp_path / "x.parquet")
+    assert p.returncode == 2 and "needs no conversion" in p.stderr, p.stderr

@@ -475,7 +475,7 @@ def run_ray(input_specs: list[str], output: str | None, cfg: dict, *, flavor: Fl
     if remote.is_uri(output):
         check_output_prefix(output, inputs.paths, force)
         out_fs, out_key = remote.filesystem_of(output.rstrip("/"))
-        tmp = tmp_prefix(out_key)
+        tmp = tmp_prefix(output)
     else:
         check_output_dir(output, inputs.paths, force)
         tmp = tmp_dir(output)

@@ -138,7 +138,21 @@ def check_output_prefix(output: str, inputs: list[str], force: bool) -> None:
 
 
 def tmp_prefix(output: str) -> str:
-    parent, _, name = output.rstrip("/").rpartition("/")
+    """The key of the run's temporary prefix for the output URI ``output``: at the bucket's top level where the
+    credentials may write there (deleting a prefix makes pyarrow's S3 filesystem leave a zero-byte marker of its
+    parent, ``out/``, as :func:`advcli.io.remote.top_temp_key` says; the bucket's root has none), else beside the
+    output."""
+    from ..io import remote
+
+    top_fs, top = remote.filesystem_of(remote.top_temp_key(output.rstrip("/")))
+    try:
+        with top_fs.open_output_stream(top) as probe:
+            probe.write(b"")
+        top_fs.delete_file(top)
+        return top
+    except OSError:
+        pass
+    parent, _, name = remote.filesystem_of(output.rstrip("/"))[1].rpartition("/")
     return f"{parent}/.{name}{TMP_TAG}{os.getpid()}"
 
 

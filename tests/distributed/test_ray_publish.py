@@ -137,3 +137,21 @@ def test_a_response_level_dump_to_an_s3_prefix_gets_scalar_advantages(s3, dump, 
     assert out.schema.field("advantages").type == want.schema.field("advantages").type
     assert out.column("advantages").to_pylist() == want.column("advantages").to_pylist()
     assert [k for k in s3_keys(s3, "bkt") if "advcli-tmp" in k] == []
+
+
+def test_an_output_under_a_prefix_leaves_no_directory_marker(s3, dump, capsys):
+    """--engine ray to s3://bkt/sub/out: the parts and nothing else; the temporary prefix beside the output, when
+    removed, left a zero-byte `bkt/sub/` marker (pyarrow keeps a deleted key's parent "directory"): it is at the
+    bucket's top level now, as the local engine's temporary key is."""
+    import os
+
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    for o in client.list_objects_v2(Bucket="bkt").get("Contents", []):  # the earlier tests' markers included
+        client.delete_object(Bucket="bkt", Key=o["Key"])
+    code, _, err = run_main(["run", dump, "-o", "s3://bkt/sub/out", *GRPO, "--engine", "ray", "--device", "cpu",
+                             "-q"], capsys)
+    assert code == 0, err
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="bkt").get("Contents", [])]
+    assert keys and all(k.startswith("sub/out/part-") for k in keys), keys

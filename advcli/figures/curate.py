@@ -596,7 +596,11 @@ def read_small_columns(ins, cmap, metric_col: str, source_col: str | None, chunk
     if metric_col not in ins.schema.names:
         from ..errors import did_you_mean
         raise AdvcliError(f"{file0}: no metric column {metric_col!r}.{did_you_mean(metric_col, ins.schema.names)} "
-                          f"Columns present: {', '.join(ins.schema.names)}", hint="name it with --metric COLUMN")
+                          f"Columns present: {', '.join(ins.schema.names)}",
+                          hint="name it with --metric COLUMN" + (
+                              "; verl's seq_final_reward (Σ token_level_rewards, the reward after its KL term) is "
+                              "no column of a dump: the reward without the KL term is its seq_reward (no --metric)"
+                              if metric_col == "seq_final_reward" else ""))
     mt = ins.schema.field(metric_col).type
     if not (pa.types.is_integer(mt) or pa.types.is_floating(mt) or pa.types.is_boolean(mt)):
         raise AdvcliError(f"{file0}: metric column {metric_col!r} has type {mt}; expected one number per row",
@@ -881,6 +885,11 @@ def copy_kept_rows(ins, keep_row: np.ndarray, target: str, chunk_rows: int, meta
     return written
 
 
+# verl's algorithm.filter_groups.metric names that are no column of a dump: the column they stand for, said in a note
+VERL_METRICS = {"seq_reward": "--metric seq_reward: verl's Σ token_level_scores of a response, its reward (the reward "
+                              "column)"}
+
+
 def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str | None = None,
                 by: str | None = None, column_overrides: dict | None = None, chunk_rows: int = 8192,
                 force: bool = False, progress=None, kept_rows: dict | None = None) -> dict:
@@ -898,6 +907,9 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     chunk_rows = ins.chunk_rows(chunk_rows)  # and about CHUNK_TOKENS tokens: long responses, small chunks
     cmap = resolve_columns(ins.schema, column_overrides or {}, ins.paths[0])
     metric_col = metric or (cmap.names.get("reward") or "reward")
+    alias_note = None
+    if metric in VERL_METRICS and metric not in ins.schema.names:
+        metric_col, alias_note = (cmap.names.get("reward") or "reward"), VERL_METRICS[metric]
     source_col = find_source_column(ins.schema.names, by)
     mask_column = None
     if spec.mask_dropped:
@@ -943,7 +955,7 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     if note and vmetric is not None:
         note += ("; each row ranked by its masked reward sum Σ token_level_scores·response_mask"
                  + ("" if cmap.has("token_level_scores") else " (the reward at position L−1 times the mask there)"))
-    notes = [n for n in (uniform_note(spec), note) if n]
+    notes = [n for n in (uniform_note(spec), note, alias_note) if n]
     if notes:
         summary["notes"] = notes
     if not dec["keep"].any() and len(dec["keep"]) and not spec.allow_empty:  # (no group at all: an empty input)

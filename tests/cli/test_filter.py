@@ -363,3 +363,19 @@ def test_a_run_with_a_group_filter_names_the_input_row_of_a_bad_value(tmp_path, 
     code, _, err = main_rc(capsys, "run", src, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
                            "algorithm.adv_estimator=grpo", "--drop-uniform")
     assert code == 2 and f"{src}: column 'reward', row 11:" in err, err
+
+
+def test_verls_seq_reward_metric_is_the_reward_column(tmp_path, capsys):
+    """--metric seq_reward (verl's filter_groups.metric: Σ token_level_scores of a response, its reward) was
+    refused as no column; it reads the reward column and says so. seq_final_reward (after the KL term) names the
+    reward as its KL-free counterpart."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a", "b", "b"], "reward": [1.0, 1.0, 0.0, 1.0],
+                             "response_mask": [[1]] * 4}), src)
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "o.parquet", "--drop-uniform", "--metric",
+                           "seq_reward")
+    assert code == 0 and "verl's Σ token_level_scores" in " ".join(err.split()), err
+    assert pq.read_table(tmp_path / "o.parquet").column("prompt_id").to_pylist() == ["b", "b"]
+    code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "p.parquet", "--drop-uniform", "--metric",
+                           "seq_final_reward")
+    assert code == 2 and "seq_final_reward" in err and "no --metric" in err, err

@@ -107,6 +107,7 @@ def _remote_dump(spec: str, forced) -> str | None:
     d = os.path.join(_tmpdir(), str(next(_SERIAL)))
     return mirror(spec, forced, d)
 
+
 def _dump_identity(spec: str) -> tuple:
     """What a conversion read of a local dump: (path within it, size, modification time) of each of its files
     (a file, every file under a directory, or a glob's matches); () for a remote dump (converted once per

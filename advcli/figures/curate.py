@@ -168,10 +168,10 @@ UNIFORM_RULES = {
     "verl": "uniform rule: verl's dynamic sampling (filter_groups, v1/replay_buffer.py): a group of more than one "
             "row whose metric's np.std is 0; a group of one, or one with a NaN, is kept",
     "verl_recipe": "uniform rule: verl's DAPO recipe (filter_groups, recipe/dapo/dapo_ray_trainer.py): a group of "
-                   "more than one row whose metric's np.std is not > 0, one with a NaN included; a group of one is "
-                   "kept",
+                   "more than one row whose metric's np.std is not > 0, one with a NaN or ±inf included; a group "
+                   "of one is kept",
     "skyrl": "uniform rule: SkyRL's dynamic sampling (handle_filter_sampling): a group whose metric's np.std is not "
-             "> 0, a group of one and one with a NaN included (unless every group has one row)",
+             "> 0, a group of one and one with a NaN or ±inf included (unless every group has one row)",
 }
 
 
@@ -185,6 +185,7 @@ def uniform_note(spec: FilterSpec) -> str | None:
 # repository to 0.7.0; the verl-recipe submodule from 0.7.1, the same test at dapo/dapo_ray_trainer.py @59fa05c2);
 # 0.9.0 brings the v1 trainer's replay buffer (verl/trainer/ppo/v1/replay_buffer.py L295 @v0.9.0)
 VERL_REPLAY_BUFFER = "0.9.0"  # the first verl release (advcli.flavors.verl.RELEASES, oldest first) with it
+VERL_DAPO_RECIPE = "0.4.0"  # the first with recipe/dapo (v0.3.0.post0 has none: no dynamic sampling)
 
 
 def uniform_rule_of(flavor: str | None) -> str | None:
@@ -196,8 +197,10 @@ def uniform_rule_of(flavor: str | None) -> str | None:
     fa = at(flavor)  # an unknown flavor or release is refused here
     if fa.flavor.name == "verl":
         order = [r.name for r in known_releases(fa.flavor)]
-        older = fa.release is not None and order.index(fa.release.name) < order.index(VERL_REPLAY_BUFFER)
-        return "verl_recipe" if older else "verl"
+        at_ = order.index(fa.release.name) if fa.release is not None else len(order)
+        if at_ < order.index(VERL_DAPO_RECIPE):
+            return None  # no dynamic sampling in verl yet: advcli's own rule
+        return "verl_recipe" if at_ < order.index(VERL_REPLAY_BUFFER) else "verl"
     return "skyrl" if fa.flavor.name == "skyrl" else None
 
 
@@ -443,7 +446,7 @@ def group_variance(group: np.ndarray, m: np.ndarray, G: int, ddof: int, live: np
 
 
 def _trainer_uniform(rule: str, size: np.ndarray, n_nan: np.ndarray, gmin: np.ndarray,
-                     gmax: np.ndarray) -> np.ndarray:
+                     gmax: np.ndarray, n_inf: np.ndarray | None = None) -> np.ndarray:
     """bool [G]: the groups a trainer's DAPO-style dynamic sampling filters out, by ``np.std`` of the group's
     metric values (float64) as the trainer computes it:
 
@@ -456,7 +459,8 @@ def _trainer_uniform(rule: str, size: np.ndarray, n_nan: np.ndarray, gmin: np.nd
       every group has one row (the run's n_samples_per_prompt is 1).
 
     The std of identical values is computed as numpy computes it (0.1 three times is 1.4e-17, not 0: kept by
-    both): once per distinct (value, size) pair, the only groups where it can be 0."""
+    both): once per distinct (value, size) pair, the only groups where it can be 0. A group holding ±inf
+    (``n_inf``) has ``np.std`` NaN, as one holding a NaN: kept by verl's v1 rule, dropped by the others."""
     same = (n_nan == 0) & (gmin == gmax) & (size > 1)
     zero = np.zeros(size.size, bool)
     if same.any():  # one np.std per distinct (value, size), not per group
@@ -465,10 +469,11 @@ def _trainer_uniform(rule: str, size: np.ndarray, n_nan: np.ndarray, gmin: np.nd
         zero[same] = exact[inv.ravel()]
     if rule == "verl":
         return zero
+    bad = n_nan if n_inf is None else n_nan + n_inf  # rows whose value makes np.std NaN
     if rule == "verl_recipe":  # not (std > 0 or len == 1): a NaN's std is NaN, not > 0
-        return zero | ((n_nan > 0) & (size > 1))
+        return zero | ((bad > 0) & (size > 1))
     all_single = bool(size.size) and bool((size == 1).all())
-    return zero | (n_nan > 0) | ((size == 1) & (not all_single))
+    return zero | (bad > 0) | ((size == 1) & (not all_single))
 
 
 def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
@@ -507,7 +512,8 @@ def group_decisions(group: np.ndarray, metric: np.ndarray, spec: FilterSpec,
         gmax[gs[starts]] = np.maximum.reduceat(hi_v, starts)
     uniform = (n_nan == size) | ((n_nan == 0) & (gmin == gmax))
     if spec.drop_uniform and spec.uniform_rule:
-        uniform = _trainer_uniform(spec.uniform_rule, size, n_nan, gmin, gmax)
+        n_inf = np.bincount(group, weights=np.isinf(m).astype(np.float64), minlength=G)
+        uniform = _trainer_uniform(spec.uniform_rule, size, n_nan, gmin, gmax, n_inf)
     drop_min = size < spec.min_group_size if spec.min_group_size else np.zeros(G, bool)
     drop_uni = uniform if spec.drop_uniform else np.zeros(G, bool)
     if spec.solve_rate is not None:

@@ -58,7 +58,8 @@ class ImportInfo:
     last_step_estimators: tuple = ()
     # which reward the rows carry where the dump holds several (AReaL's raw original_reward beside the
     # normalised one, prime-rl's shaped training reward): one line each, set by a format with
-    # records.reward_note; run's summary shows them (advcli.runs.resolution.from_dump)
+    # records.reward_note; also a table's response_length column not taken as token counts (input_edge);
+    # run's summary shows them (advcli.runs.resolution.from_dump)
     reward_notes: tuple = ()
     # the decimals the dump may round its logged advantages to (prime-rl's float_decimals, 4), set by a format in
     # ctx.state["logged_decimals"]: the audit's default tolerance follows it

@@ -263,8 +263,16 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
     load()
     fmt = FORMATS.get(rec.get("format"))
     lengths = fmt.mask_length if fmt and fmt.mask_length in old.names else None
+    notes = []
     if table and TABLE_LENGTHS in old.names and pa.types.is_integer(old.field(TABLE_LENGTHS).type):
         lengths = TABLE_LENGTHS  # each response's token count: the mask spans it, token-weighted figures hold
+    longest = 1
+    if lengths:
+        bad, longest = _length_check(f, lengths)
+        if bad is not None and (table or longest > MAX_RESPONSE_TOKENS):
+            # (a trainer's file keeps its rows without a count as one token, said as the token counts unknown)
+            notes.append(f"column {lengths!r} not taken as the token counts: {bad}; one token a row")
+            lengths, longest = None, 1
     short = 0
     if synth_mask and not token_level:
         rec["synthetic_mask"] = True
@@ -277,7 +285,8 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
         schema = pa.schema(fields + [pa.field("response_mask", pa.list_(pa.int8()))], metadata=meta)
         target = _tmp_path(os.path.basename(spec))
         with pq.ParquetWriter(target, schema, compression="zstd") as w:
-            for b in parquet_batches(f, spec, batch_size=65536):
+            # rows a batch: its mask's int32 offsets hold its tokens
+            for b in parquet_batches(f, spec, batch_size=max(1, min(65536, (2**31 - 1) // longest))):
                 offs = pa.array(range(b.num_rows + 1), pa.int32())
                 if lengths:  # the response's own token count (Format.mask_length), as a direct import does
                     given = b.column(lengths).to_pylist()
@@ -293,7 +302,8 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
     info = ImportInfo(format=rec.get("format", "?"), title=title,
                       level="token" if token_level else "response",
                       group_rule=fmt.group_rule if fmt else "", source=spec, files=[spec], skipped=[],
-                      rows=f.metadata.num_rows, output=target, notes=[], logged=fmt.logged if fmt else None,
+                      rows=f.metadata.num_rows, output=target, notes=notes, reward_notes=tuple(notes),
+                      logged=fmt.logged if fmt else None,
                       token_lengths=bool(synth_mask and lengths and not short and not token_level),
                       lengths_known=bool(not token_level and lengths
                                          and not (short if synth_mask else _short_lengths(f, lengths))),
@@ -306,6 +316,27 @@ def _converted_input(spec: str, synth_mask: bool) -> str:
     _CONVERTED[key] = info
     _record(target, info)
     return target
+
+
+MAX_RESPONSE_TOKENS = 1 << 24  # a response-length column's largest count taken as tokens (more: no token count)
+
+
+def _length_check(f, lengths: str) -> tuple[str | None, int]:
+    """(what makes the Parquet file ``f``'s column ``lengths`` no token count of every row: its first row whose
+    value is null, below 1 or over :data:`MAX_RESPONSE_TOKENS`, None when every row holds one; the largest value
+    taken) of a response-length column."""
+    import numpy as np
+
+    col = f.read(columns=[lengths]).column(0).combine_chunks()
+    values = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+    wrong = (values < 1) | (values > MAX_RESPONSE_TOKENS)
+    if col.null_count:
+        wrong |= np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool)
+    if wrong.any():
+        row = int(np.argmax(wrong))
+        value = col[row].as_py()
+        return f"row {row} holds {value!r}, not a count of 1 to {MAX_RESPONSE_TOKENS:,}", 1
+    return None, int(values.max()) if values.size else 1
 
 
 def _short_lengths(f, lengths: str) -> int:

@@ -379,3 +379,21 @@ def test_verls_seq_reward_metric_is_the_reward_column(tmp_path, capsys):
     code, _, err = main_rc(capsys, "filter", src, "-o", tmp_path / "p.parquet", "--drop-uniform", "--metric",
                            "seq_final_reward")
     assert code == 2 and "seq_final_reward" in err and "no --metric" in err, err
+
+
+@pytest.mark.parametrize("flavor, want", [
+    ("verl", [False, False, True, False]),        # v1 replay buffer: len > 1 and np.std == 0 (NaN is not 0)
+    ("verl@0.7.0", [True, True, True, False]),    # DAPO recipe: not (np.std > 0 or len == 1)
+    ("skyrl", [True, True, True, True]),          # handle_filter_sampling: not np.std > 0 (one row: dropped)
+    ("verl@0.3.0.post0", [True, False, True, True]),  # no dynamic sampling in verl yet: advcli's own rule
+])
+def test_drop_uniform_with_infinite_metrics_follows_np_std(flavor, want):
+    """A group holding ±inf has np.std NaN, as one holding a NaN: the rules that keep a group only when
+    np.std > 0 drop it (they kept it); verl's v1 rule keeps it. verl before 0.4.0 had no recipe/dapo."""
+    from advcli.figures.curate import group_decisions, make_spec
+
+    g = np.array([0, 0, 1, 1, 2, 2, 3])  # [inf, inf] | [-inf, 1] | [1, 1] | [0.5]
+    m = np.array([np.inf, np.inf, -np.inf, 1.0, 1.0, 1.0, 0.5])
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.std([np.inf, np.inf])) and np.isnan(np.std([-np.inf, 1.0]))  # numpy's own values
+    assert group_decisions(g, m, make_spec(True, None, None, flavor=flavor))["drop_uniform"].tolist() == want

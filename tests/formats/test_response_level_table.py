@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from conftest import run_cli
 
 REWARDS = [1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 1.0, 1.0, 0.75]
@@ -98,3 +99,23 @@ def test_filter_on_a_table_keeps_its_rows_and_columns(tmp_path):
     assert kept.schema.remove_metadata() == pq.read_table(src).schema.remove_metadata()
     assert kept.column("uid").to_pylist() == ["a"] * 3 + ["b"] * 3
     assert kept.column("reward").to_pylist() == rewards[:6]
+
+
+@pytest.mark.parametrize("lengths", [[2**31, 5, 3, 2, 1, 1, 4, 4, 4], [-2, 3, 3, 3, 3, 3, 3, 3, 3],
+                                     [None, 3, 3, 3, 3, 3, 3, 3, 3]])
+def test_a_response_length_that_is_no_token_count_is_not_taken(tmp_path, lengths):
+    """A response_length column with a value no response has (over 2^24, below 1, null) is not taken as the token
+    counts: one token a row, said in the summary, the figures those of the table without it (a length of 2^31
+    overflowed the mask's offsets: an internal error; a negative one weighed the means by the other rows' counts)."""
+    src = _table(tmp_path / "odd.parquet", response_length=pa.array(lengths, pa.int64()))
+    plain = _table(tmp_path / "plain.parquet")
+    got = {}
+    for name, path in (("odd", src), ("plain", plain)):
+        r = run_cli("run", path, "-o", tmp_path / f"{name}.out.parquet", "--column", "prompt_id=uid", "--json")
+        assert r.returncode == 0, r.stderr
+        got[name] = json.loads(r.stdout)
+    assert "'response_length' not taken as the token counts" in " ".join(run_cli(
+        "run", src, "-o", tmp_path / "again.parquet", "--column", "prompt_id=uid").stderr.split())
+    assert got["odd"]["metrics"] == got["plain"]["metrics"]
+    assert pq.read_table(tmp_path / "odd.out.parquet").column("advantages").equals(
+        pq.read_table(tmp_path / "plain.out.parquet").column("advantages"))

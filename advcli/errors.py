@@ -136,9 +136,11 @@ _LIBRARY_WORDS = [
     (r"--(output-mode|device|engine) ([a-z0-9]+(?::[0-9]+)?)", lambda m: f"{m[1].replace('-', '_')}='{m[2]}'"),
     # the filter's options (advcli.filter)
     (r"--(mask-dropped|variance-include-zero)\b", lambda m: f"{m[1].replace('-', '_')}=True"),
-    (r"--(variance-top-p|variance-top-k|variance-selection-eps|variance-ddof) (?=[0-9PKED]\b|[0-9])",
+    (r"--(variance-top-p|variance-top-k|variance-selection-eps|variance-ddof) (?=[PKED]\b|-?[0-9])",
      lambda m: f"{m[1].replace('-', '_')}="),
-    (r"--(variance-top-p|variance-top-k|variance-selection-eps|variance-ddof|metric)\b",
+    (r"--(metric|by) '([^']*)'", lambda m: f"{m[1]}='{m[2]}'"),
+    (r"--(metric|by) ([A-Za-z_][A-Za-z0-9_.]*)", lambda m: f"{m[1]}='{m[2]}'"),
+    (r"--(variance-top-p|variance-top-k|variance-selection-eps|variance-ddof|metric|by)\b",
      lambda m: m[1].replace("-", "_")),
     (r"--set\b", lambda m: "settings"),
 ]

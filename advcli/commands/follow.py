@@ -238,21 +238,26 @@ class Watcher:
         return lines + (self.lister.drain() if hasattr(self.lister, "drain") else [])
 
     def complete(self, unit: Unit, later: Unit | None, now: float) -> bool:
-        """Whether ``unit`` can be taken: sealed, or the ``later`` step (the next one on disk) written since
-        the unit's files last changed (a trainer writes its steps one after another), or every file quiet for
-        the settle time with its last line whole (JSON Lines) or its footer written (Parquet). A later step
-        already there before the unit was written (files landing out of order: a dump written on a background
-        thread) says nothing of the unit's own writing."""
+        """Whether ``unit`` can be taken: sealed, or every file quiet for the settle time and either whole (its
+        last line ended (JSON Lines), its footer written (Parquet), its archive's directory there (``.pt``)) or
+        left so by a trainer that moved on: the ``later`` step (the next one on disk) written since the unit's
+        files last changed (its torn last line is then left out). A later step says nothing of a unit still
+        changing: files land out of order and interleave (a dump written on a background thread)."""
         if unit.sealed is not None:
             return unit.sealed
-        if later is not None and _newest_change(later.files) >= _newest_change(unit.files) > 0:
-            return True
         for p in unit.files:
             try:
                 st = os.stat(p)
             except FileNotFoundError:
                 return False
             if now - st.st_mtime < self.settle or st.st_size == 0:
+                return False
+        if later is not None and _newest_change(later.files) >= _newest_change(unit.files) > 0:
+            return True
+        for p in unit.files:
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
                 return False
             if p.endswith(TEXT_SUFFIXES):
                 with open(p, "rb") as fh:
@@ -434,6 +439,19 @@ class Options:
                 "config": self.config, "column": list(self.column or []), "from": self.source,
                 "precision": self.precision, "padded": self.padded}
 
+    def words(self) -> str:
+        """The options that resolve the configuration, as the command line gives them (a one-off command that
+        reads a file the follow did not take uses them too)."""
+        import shlex
+
+        out = [("--flavor", self.flavor), ("--estimator", self.estimator), ("--config", self.config),
+               ("--from", self.source), ("--precision", self.precision)]
+        out += [("--set", x) for x in self.set_ or []] + [("--column", x) for x in self.column or []]
+        text = " ".join(f"{k} {shlex.quote(str(v))}" for k, v in out if v not in (None, ""))
+        if self.padded is not None:
+            text += " --padded" if self.padded else " --ragged"
+        return (" " + text) if text else ""
+
     def step_report(self, step: int) -> str | None:
         if not self.report:
             return None
@@ -522,6 +540,11 @@ class StepRunner:
                 require_logged(specs, o.against)  # as the one-off audit checks its inputs first
             self._resolve(specs)
             rep = name_dumps(getattr(self, "_" + o.command)(unit, specs))
+        except AdvcliError as e:  # named by the step's files (file and line) while its conversion is still known
+            from ..formats import name_dump_rows
+
+            e.message, e.args = name_dump_rows(e.message), (name_dump_rows(e.message),)
+            raise
         finally:
             KL_CARRY.reset(k1)
             EMA_CARRY.reset(k2)
@@ -779,7 +802,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             if sig != seen:  # a file appeared, grew or was rewritten: the idle clock starts again
                 seen, last_change = sig, time.monotonic()
             reported = len(st.changed)
-            _check_changed(st, root, echo, quiet, watcher.named, opts.command)
+            _check_changed(st, root, echo, quiet, watcher.named, opts.command, opts.words())
             units = watcher.units()
             if watcher.fmt not in (None, "parquet") and not checked:
                 if look_for_logged and watcher.fmt.logged_folder is not None:
@@ -791,7 +814,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                         continue
                 refuse_format(watcher.fmt, shown, opts.command)
                 checked = opts.command != "audit" or nothing_to_audit(watcher.fmt, units, shown, opts.against)
-            _check_late(st, units, root, echo, quiet, since_ns, watcher.named, opts.command)
+            _check_late(st, units, root, echo, quiet, since_ns, watcher.named, opts.command, opts.words())
             for line in watcher.drain():
                 if not quiet:
                     echo(line, err=True)
@@ -1047,7 +1070,8 @@ def several_files(u: Unit, names: list[str], command: str) -> str:
     return f"{files}; taken as one step, as the one-off command reads the directory"
 
 
-def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p: p, command: str = "audit") -> None:
+def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p: p, command: str = "audit",
+                   words: str = "") -> None:
     """Report once each taken file (of the last WATCHED steps) that changed after it was taken (``named``: its
     path as the user named the directory), with the command that reads it as it is now."""
     for step, files in st.taken:
@@ -1067,7 +1091,7 @@ def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p
                 continue
             st.changed.append(p)
             if not quiet:
-                alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "")
+                alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "") + words
                 echo(f"step {step}: {named(p)} changed after it was taken (now {s.st_size} bytes, {size} taken); "
                      f"its numbers above are of the bytes taken then, not read again (a restarted trainer that "
                      f"rewrote the step?); to see the file as it is now: {alone}", err=True)
@@ -1087,7 +1111,7 @@ def write_step_report(command: str, path: str, rep: dict) -> None:
 
 
 def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool, since_ns: int = 0,
-                named=None, command: str = "audit") -> None:
+                named=None, command: str = "audit", words: str = "") -> None:
     """Report once each file that appeared in a step (of the last WATCHED) after that step was taken (AReaL
     writes a version's task files as its rollouts finish): not read, its rows are not in that step's numbers.
     And each file, written since this follow started (``since_ns``), of a step older than the last one taken
@@ -1109,7 +1133,7 @@ def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool
                     continue
                 st.changed.append(p)
                 if not quiet:
-                    alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "")
+                    alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "") + words
                     echo(f"step {u.step}: {named(p)} landed after step {st.last_step} was taken; not followed "
                          f"(steps are taken in order, each once): its rows are in no step above; to see it "
                          f"on its own: {alone}", err=True)

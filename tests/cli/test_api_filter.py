@@ -53,6 +53,9 @@ def test_variance_top_k_ranks_as_the_command(tmp_path):
     ({}, "drop_uniform=True"),
     ({"drop_uniform": True, "settings": {"reward_funcs": ["reward"]}}, "flavor='trl'"),
     ({"variance_top_p": 1.5}, "variance_top_p"),
+    ({"variance_top_k": -1}, "variance_top_k=-1"),
+    ({"drop_uniform": True, "by": "nope"}, "by='nope'"),
+    ({"drop_uniform": True, "metric": "nope"}, "metric='COLUMN'"),
 ])
 def test_the_library_refuses_in_its_own_words(kwargs, words):
     with pytest.raises(AdvcliError) as e:

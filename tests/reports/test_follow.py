@@ -794,16 +794,17 @@ def test_a_step_landing_after_a_later_step_was_taken_is_reported(tmp_path, capsy
             time.sleep(0.05)
         late.write_bytes(data)
 
-    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "1.0", "--state", str(state)],
-                            capsys, writer)
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "1.0", "--state", str(state),
+                             "--column", "prompt_id=prompt_id"], capsys, writer)
     assert [x.split(":")[0] for x in lines(out)] == ["step 0", "step 1", "step 3"]
-    msg = [x for x in err.splitlines() if str(late) in x]
+    msg = [x for x in " ".join(err.split("\n")).split("step 2: ")[1:]]
     assert len(msg) == 1, err
-    assert msg[0].startswith(f"step 2: {late} landed after step 3 was taken; not followed")
-    assert f"advcli stats {late}" in msg[0]  # the followed command, on the file alone
+    assert msg[0].startswith(f"{late} landed after step 3 was taken; not followed")
+    # the followed command, on the file alone, with the options the follow was given
+    assert f"advcli stats {late} --column prompt_id=prompt_id" in " ".join(msg[0].split()), msg
     assert str(late) in json.loads(state.read_text())["changed"]  # a restart does not report it again
-    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--state", str(state)],
-                            capsys)
+    code, out, err = follow(["stats", str(run), "--follow", *SETTLE, "--until-idle", "0.4", "--state", str(state),
+                             "--column", "prompt_id=prompt_id"], capsys)
     assert code == 0 and str(late) not in err and not lines(out)
 
 
@@ -971,3 +972,18 @@ def test_a_folder_whose_first_file_never_reads_ends_with_the_summary(tmp_path, c
     summary = next(x for x in err.splitlines() if x.startswith("followed"))
     assert "0 step(s), none taken" in summary and "no step could be read (below)" in summary, err
     assert "1.pt" in err.split(summary, 1)[1]
+
+
+def test_a_bad_record_in_a_followed_step_is_named_by_its_file_and_line(tmp_path, capsys):
+    """run --follow on verl's steps, a NaN score in step 2's third record: the error names d/2.jsonl:3, as the
+    one-off run does (it named the follower's temporary copy, gone by then), after the summary of step 1."""
+    d = tmp_path / "d"
+    d.mkdir()
+    verl_write(d / "1.jsonl", v1_records(1, 1))
+    recs = v1_records(2, 2)
+    recs[2]["score"] = float("nan")
+    verl_write(d / "2.jsonl", recs)
+    code, _, err = run_main(["run", str(d), "--follow", "-o", str(tmp_path / "o"), *SETTLE, "--until-idle", "1",
+                             "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2 and f"{d / '2.jsonl'}:3: column 'reward'" in err, err
+    assert "advcli-" not in err and "followed" in err.split("advcli: error")[0], err

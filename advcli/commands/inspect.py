@@ -379,10 +379,13 @@ def _print(data: dict) -> None:
     mb = data["bytes"] / 2**20
     pads = f" (+ {data['padding_rows']:,} padding rows set aside)" if data.get("padding_rows") else ""
     if data.get("dump"):  # a trainer's dump: its files are counted above; the Parquet read is advcli's own copy
-        how = ("written by advcli convert in" if data["dump"].get("converted") else
-               "read as it is, in" if data["dump"]["format"] == "table" else "converted to")
-        con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, {how} advcli's "
-                  "Parquet layout (the columns below)")
+        if data["dump"]["format"] == "table":  # a table of one value a row: its own columns, one token a row
+            con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, one token a row "
+                      "(its columns below)")
+        else:
+            how = "written by advcli convert in" if data["dump"].get("converted") else "converted to"
+            con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['rows']:,} rows{pads}, {how} advcli's "
+                      "Parquet layout (the columns below)")
     else:
         con.print(f"[bold]{esc(', '.join(data['inputs']))}[/]  {data['files']} file(s), {data['rows']:,} rows{pads}, "
                   f"{data['row_groups']} row group(s), {mb:.1f} MiB")

@@ -54,7 +54,8 @@ def refusal(inputs: list[str], cfg: dict, kl_off: str | None = None) -> tuple[st
     if spec.level == "token" and not (spec.response_level_ok and spec.response_level_ok(run)):
         needs = ["response_mask", *spec.needs]
         missing = f"estimator {name} works on token data ({', '.join(needs)})"
-    elif spec.needs_lengths:
+    elif spec.needs_lengths and not all(i.token_lengths or i.lengths_known for i in infos):
+        # (a dump whose rows give their token counts gets a mask of that many tokens: OPO weighs by them)
         missing = f"estimator {name} needs {spec.needs_lengths}"
     elif weighs_by_tokens and not all(i.lengths_known for i in infos):  # (run makes the mask of them)
         missing = f"{weighs_by_tokens}, and so needs every response's token count"

@@ -119,3 +119,17 @@ def test_a_response_length_that_is_no_token_count_is_not_taken(tmp_path, lengths
     assert got["odd"]["metrics"] == got["plain"]["metrics"]
     assert pq.read_table(tmp_path / "odd.out.parquet").column("advantages").equals(
         pq.read_table(tmp_path / "plain.out.parquet").column("advantages"))
+
+
+def test_opo_weighs_a_tables_rows_by_their_response_length(tmp_path):
+    """OPO's baseline Σ L_i·r_i / Σ L_i (each group) needs the token counts: a table's response_length gives them
+    (it was refused as lacking them)."""
+    lengths = [3, 5, 1, 2, 2, 2, 7, 1, 4]
+    src = _table(tmp_path / "rewards.parquet", response_length=pa.array(lengths, pa.int64()))
+    r = run_cli("run", src, "-o", tmp_path / "opo.parquet", "--column", "prompt_id=uid", "--flavor", "advcli",
+                "--set", "estimator.name=opo")
+    assert r.returncode == 0, r.stderr
+    rew, ln = np.array(REWARDS).reshape(3, 3), np.array(lengths, float).reshape(3, 3)
+    want = (rew - (rew * ln).sum(1, keepdims=True) / ln.sum(1, keepdims=True)).ravel()
+    np.testing.assert_allclose(pq.read_table(tmp_path / "opo.parquet").column("advantages").to_numpy(), want,
+                               rtol=1e-5, atol=1e-6)

@@ -740,6 +740,12 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     disk then taken as the last one, or, if it cannot be read, named: AdvcliError after the summary), or
     (``fail_fast``) the first step that disagrees. Returns the exit code: 1 if a step disagreed (over the whole
     follow, resumed runs included), else 0."""
+    from ..io import remote
+
+    if remote.is_uri(root):
+        raise AdvcliError(f"{root}: --follow watches a local directory the trainer writes into, not object storage",
+                          hint="follow the run where it writes, or read the dump on the store once it is written "
+                               "(without --follow)")
     if not os.path.isdir(root):
         raise AdvcliError(f"{root}: --follow watches a trainer's dump directory; no such directory",
                           hint="give the directory the trainer writes its step files into")

@@ -987,3 +987,9 @@ def test_a_bad_record_in_a_followed_step_is_named_by_its_file_and_line(tmp_path,
                              "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo"], capsys)
     assert code == 2 and f"{d / '2.jsonl'}:3: column 'reward'" in err, err
     assert "advcli-" not in err and "followed" in err.split("advcli: error")[0], err
+
+
+def test_follow_on_object_storage_says_it_watches_a_local_directory(capsys):
+    """--follow of an s3:// prefix said 'no such directory'; it says what it watches."""
+    code, _, err = run_main(["stats", "s3://bkt/run/", "--follow", "--until-idle", "1"], capsys)
+    assert code == 2 and "--follow watches a local directory" in err and "no such directory" not in err, err

@@ -141,8 +141,16 @@ def token_lists_whole(batch, columns: list[str], mask_col: str, file: str, row_b
     commands that read them without the run's checks (``stats``), where the columns would misalign."""
     from .lists import check_no_nulls, list_offsets
 
+    import pyarrow as pa
+
     check_no_nulls(batch.column(mask_col), file, mask_col, row_base)
     offsets = list_offsets(batch.column(mask_col))
     for c in columns:
+        t = batch.column(c).type
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)):  # (a string's offsets are its characters')
+            raise AdvcliError(f"{file}: column {c!r} holds {t}, one value a row, where a value per token is read "
+                              f"(the rows' {mask_col!r} holds token lists)",
+                              hint=f"rename the column (advcli reads {c!r} as token values), or give each row its "
+                                   "values as a list as long as its mask")
         check_no_nulls(batch.column(c), file, c, row_base)
         check_lengths(offsets, list_offsets(batch.column(c)), file, c, mask_col, row_base)

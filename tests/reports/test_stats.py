@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import run_main
 
 import advcli
 from advcli import figures as st
@@ -691,3 +692,16 @@ def test_stats_padded_reads_lengths_as_run_padded_does(tmp_path, capsys):
     assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(np.mean(verl_len))
     code, out, _ = run_main(["stats", tmp_path / "o.parquet", "--json", "--ragged"], capsys)
     assert json.loads(out)["metrics"]["response_length/mean"] == pytest.approx(width)
+
+
+@pytest.mark.parametrize("kind", [pa.float16(), pa.int32(), pa.string()])
+def test_a_scalar_returns_column_beside_token_lists_is_named(tmp_path, capsys, kind):
+    """A token-level file (its response_mask lists) whose returns column holds one value a row: stats named no
+    column (an internal error, 'operands could not be broadcast'; a string's characters counted as tokens); it
+    names the column and its type."""
+    values = {pa.float16(): [0.5, -0.5], pa.int32(): [1, 0], pa.string(): ["ab", "c"]}[kind]
+    src = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({"prompt_id": ["a", "a"], "reward": [1.0, 0.0], "advantages": [[0.5, 0.5], [-0.5]],
+                             "returns": pa.array(values, kind), "response_mask": [[1, 1], [1]]}), src)
+    code, _, err = run_main(["stats", str(src)], capsys)
+    assert code == 2 and f"column 'returns' holds {kind}, one value a row" in err and "internal" not in err, err

@@ -139,9 +139,9 @@ def token_lists_whole(batch, columns: list[str], mask_col: str, file: str, row_b
     """The token list columns ``columns`` and the mask ``mask_col`` of an Arrow batch without a null row or element,
     each row as long as its mask: refused as ``advcli run`` refuses them (file, column and row named), for the
     commands that read them without the run's checks (``stats``), where the columns would misalign."""
-    from .lists import check_no_nulls, list_offsets
-
     import pyarrow as pa
+
+    from .lists import check_no_nulls, list_offsets
 
     check_no_nulls(batch.column(mask_col), file, mask_col, row_base)
     offsets = list_offsets(batch.column(mask_col))

@@ -298,14 +298,23 @@ def run_command(info, sources: list[str], inputs: list[str],
             candidates.append([w.replace("{n}", str(n)) for w in words])
     candidates += [list(f) for f in FALLBACK_FLAGS]
     column = list(column or ())
-    if info.format == "table" and not any(c.startswith("prompt_id=") for c in column):
-        from ..config.columns import OTHER_NAMES
-        from ..io.footer import schema_facts
+    if info.format == "table":  # a table's group and reward columns under other names (uid, score, rew)
+        from ..config import parse_column_maps
+        from ..config.columns import resolve_columns
+        from ..io.reader import open_parquet
 
-        names = schema_facts(inputs[0]).names
-        like = next((n for n in OTHER_NAMES["prompt_id"] if n in names), None)
-        if "prompt_id" not in names and like:  # a table's group column under another usual name (uid)
-            column.append(f"prompt_id={like}")
+        f = open_parquet(inputs[0])
+        try:
+            cmap = resolve_columns(f.schema_arrow, parse_column_maps(column), inputs[0])
+        finally:
+            f.close(force=True)
+        for role in ("prompt_id", "reward"):
+            like = None if cmap.has(role) else cmap.candidate(role)
+            if like is not None:
+                column.append(f"{role}={like}")
+            elif not cmap.has(role):  # nothing to run the groups on: say which column to name
+                return None, (f"no {role} column, nor one under a usual other name: name it with --column "
+                              f"{role}=NAME")
     given = [w for c in column for w in ("--column", c)]
     candidates = [[*flags, *given] for flags in candidates]
     why = None

@@ -133,3 +133,18 @@ def test_opo_weighs_a_tables_rows_by_their_response_length(tmp_path):
     want = (rew - (rew * ln).sum(1, keepdims=True) / ln.sum(1, keepdims=True)).ravel()
     np.testing.assert_allclose(pq.read_table(tmp_path / "opo.parquet").column("advantages").to_numpy(), want,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_inspect_names_a_tables_reward_column_or_says_which_to_name(tmp_path):
+    """A table whose reward is under another name gets it in the printed command (it printed a command that
+    failed on the missing reward); one whose group column has no usual name gets no command but what to name."""
+    src = tmp_path / "weird.parquet"
+    pq.write_table(pa.table({"group": ["a", "a", "b", "b"], "rew": [1.0, 0.0, 1.0, 1.0]}), src)
+    shown = run_cli("inspect", src)
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("read it with"))
+    assert "name it with --column prompt_id=NAME" in line, line
+    shown = run_cli("inspect", src, "--column", "prompt_id=group")
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("read it with"))
+    assert "--column prompt_id=group --column reward=rew" in line, line
+    r = run_cli("run", src, *line.split(None, 3)[3].split()[2:], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr

@@ -522,10 +522,13 @@ class StepRunner:
         from ..estimators.cohort import EMA_CARRY
         from ..formats import name_dumps, open_inputs
         from ..formats.input_edge import release_inputs
+        from ..io.reader import SHOWN_AS
         from ..pipeline.rows import KL_CARRY
 
         o, st = self.opts, self.state
         given = [os.path.join(tmp, unit.read_at) if unit.read_at else tmp]
+        shown = {g: _renamed_text(g, tmp, root) for g in given}  # the outputs' provenance names the user's files
+        SHOWN_AS.update(shown)
         if o.command == "audit":  # the step's files that log the advantages, as the one-off audit reads a folder
             from ..audit.recompute import logged_inputs
 
@@ -549,6 +552,8 @@ class StepRunner:
             KL_CARRY.reset(k1)
             EMA_CARRY.reset(k2)
             release_inputs(specs)
+            for g in shown:
+                SHOWN_AS.pop(g, None)
         if "end" in kl:
             st.kl_coef = kl["end"]
         if ema.get("end"):

@@ -92,11 +92,14 @@ def fmt_examples(ex: Any, n: int = 5) -> str:
 
 # ------------------------------------------------------------------------------------- markdown
 def _md_cell(v: Any) -> str:
-    return (v if isinstance(v, str) else fmt_num(v)).replace("|", "\\|").replace("\n", " ")
+    """A value as a Markdown table cell: ``|`` escaped, a newline a space, and ``<`` as ``&lt;`` (a dump's prompt
+    text such as ``<script>`` is shown, never taken as HTML by a renderer)."""
+    return (v if isinstance(v, str) else fmt_num(v)).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
 
 
 def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    """A Markdown table; header cells escaped as the body's are (a header ``mean |A−B|`` split into cells)."""
+    out = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
     return out
 

@@ -7,6 +7,7 @@ A section is ``(title, kind, payload)``: ``kv`` [(label, value)], ``table`` (hea
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 Section = tuple[str, str, Any]
@@ -221,7 +222,16 @@ def estimators_sections(rep: dict):
     estimators=[...])``): the runs, the pairs side by side (one column a pair), and for each pair the groups
     where they disagree most."""
     runs = [(f"E{i + 1}", r["label"]) for i, r in enumerate(rep["runs"])]
-    sections = [("Estimators", "kv", [(k, label) for k, label in runs] + [("input", rep["input"])])]
+    ran = []  # what ran under each name: the flavor's own estimator (nemo's grpo is its leave-one-out), its release
+    for (k, label), r in zip(runs, rep["runs"]):
+        name = (r.get("estimator") or {}).get("name")
+        release = (r.get("release") or {}).get("label")
+        ran.append((k, f"{label}" + (f" (ran {name})" if name and name != label else "")
+                    + (f"; {r['flavor']}" if r.get("flavor") else "") + (f", {release}" if release else "")))
+    each = [r.get("settings") or {} for r in rep["runs"]]  # the settings all runs share (not each one's estimator)
+    given = ", ".join(f"{k}={json.dumps(v)}" for k, v in (each[0] if each else {}).items()
+                      if all(k in o and o[k] == v for o in each))
+    sections = [("Estimators", "kv", ran + [("settings", given or "–"), ("input", rep["input"])])]
     names = {r["label"]: k for k, r in zip((k for k, _ in runs), rep["runs"])}
     heads = [f"{names.get(p['a']['label'], 'A')} vs {names.get(p['b']['label'], 'B')}" for p in rep["pairs"]]
     rows = [[label] + [_shown(get(p), how) for p in rep["pairs"]] for label, get, how in PAIR_FIGURES]

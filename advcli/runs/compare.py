@@ -518,7 +518,11 @@ def compare_runs(dump: str | list[str], runs: list[dict], *, columns: dict | Non
                                     column_overrides=columns, dump=_inputs(dump))
                 res["a"]["path"] = res["b"]["path"] = _named(dump)
                 pairs.append(res)
-        return {"input": _named(dump), "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {})}
-                                        for r in runs], "pairs": pairs}
+        from ..flavors import release_dict
+
+        return {"input": _named(dump), "pairs": pairs,
+                "runs": [{"label": r["label"], "estimator": (r["cfg"].get("estimator") or {}),
+                          "flavor": str(r["flavor"]), "release": release_dict(r["flavor"]),
+                          "settings": dict(r["native"] or {})} for r in runs]}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -160,8 +160,11 @@ def test_compare_estimators(outputs, capsys, tmp_path):
     assert code == 0, err
     _same(json.loads(out), lib.report)
     assert [r["label"] for r in lib["runs"]] == ["grpo", "rloo", "reinforce_plus_plus"] and len(lib.pairs) == 3
+    # the report names what ran: the flavor at its release, the settings given (it gave the labels alone)
+    assert {(r["flavor"], r["release"]["name"]) for r in lib["runs"]} == {("verl@0.9.0", "0.9.0")}
+    assert all(r["settings"]["algorithm.gamma"] == 0.9 for r in lib["runs"])
     assert lib.table.num_rows == 3 and "row correlation (Pearson)" in lib.table.column_names
-    assert "Pairs side by side" in lib.html()
+    assert "Pairs side by side" in lib.html() and "algorithm.gamma=0.9" in lib.html()
     comma = advcli.compare(SAMPLE, estimators="grpo,rloo", flavor="verl@0.9.0", settings={"algorithm.gamma": 0.9},
                            config=str(cfg), top=2, device="cpu")
     assert comma.pairs[0] == lib.pairs[0]  # a comma-separated string, as the command takes it

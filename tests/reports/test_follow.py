@@ -423,6 +423,10 @@ def test_run_follow_writes_each_step_as_the_finished_dump_gives_it(tmp_path, cap
     assert got.num_rows == want.num_rows
     for col in ("advantages", "returns"):
         assert got.column(col).to_pylist() == want.column(col).to_pylist(), col
+    # each step's provenance names the dump as the user gave it (it named the follower's deleted copy)
+    for s in (1, 2):
+        inputs = json.dumps(json.loads(pq.read_schema(out_dir / f"step_{s}.parquet").metadata[b"advcli"])["inputs"])
+        assert "advcli-follow" not in inputs and str(run) in inputs, inputs
 
 
 # ------------------------------------------------------- state carried across steps: bit for bit

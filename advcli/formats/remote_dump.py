@@ -25,6 +25,7 @@ def _dump_keys(spec: str, forced) -> tuple[list, str, str | None] | None:
     prefix, the glob's folder), the glob (None for one object, '' for a prefix)) when ``spec`` is a trainer's
     dump on object storage; None when it is not one (a Parquet file or prefix of advcli's own layout, or
     nothing there: the Parquet reader says so)."""
+    import pyarrow as pa
     import pyarrow.fs as pafs
 
     from .discovery import DATA_SUFFIXES, _named_by
@@ -45,7 +46,7 @@ def _dump_keys(spec: str, forced) -> tuple[list, str, str | None] | None:
         if info.type != pafs.FileType.Directory:
             return None
         listed = fs.get_file_info(pafs.FileSelector(root, recursive=not has_glob, allow_not_found=True))
-    except OSError as e:
+    except (OSError, pa.ArrowException) as e:  # (GCS's permanent errors are ArrowException, not OSError)
         raise remote.unreachable(spec, e) from None
     files = [i for i in listed if i.type == pafs.FileType.File]
     if has_glob:
@@ -64,6 +65,8 @@ def mirror(spec: str, forced, into: str) -> str | None:
     found = _dump_keys(spec, forced)
     if found is None:
         return None
+    import pyarrow as pa
+
     infos, root, pattern = found
     fs, _ = remote.filesystem_of(spec)
     bucket_root = os.path.join(into, remote.bucket_of(spec).split("://", 1)[1])
@@ -73,7 +76,7 @@ def mirror(spec: str, forced, into: str) -> str | None:
         try:
             with fs.open_input_stream(info.path) as src, open(dst, "wb") as out:
                 shutil.copyfileobj(src, out, remote.COPY_CHUNK)
-        except OSError as e:
+        except (OSError, pa.ArrowException) as e:
             raise remote.unreachable(remote.uri_in_store_of(spec, info.path), e, "read") from None
     MIRRORED[bucket_root] = remote.bucket_of(spec)
     return os.path.join(into, root, pattern) if pattern else os.path.join(into, root)

@@ -46,8 +46,19 @@ def local_path(path: str) -> str:
     return p[len("file://"):] if p.lower().startswith("file://") else p
 
 
+def _environment(scheme: str) -> tuple:
+    """What of the environment a store's filesystem is made from (its endpoint, region, retry limit): part of the
+    cache's key, so that a process whose environment changed (a library session, tests) does not reuse a
+    filesystem made for another endpoint."""
+    names = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
+                    "AWS_ACCESS_KEY_ID", "AWS_PROFILE"),
+             "gs": ("ADVCLI_GCS_RETRY_SECONDS", "GOOGLE_APPLICATION_CREDENTIALS"),
+             "gcs": ("ADVCLI_GCS_RETRY_SECONDS", "GOOGLE_APPLICATION_CREDENTIALS")}.get(scheme, ())
+    return tuple(os.environ.get(n) for n in names)
+
+
 @lru_cache(maxsize=16)
-def _filesystem(scheme: str, authority: str):
+def _filesystem(scheme: str, authority: str, environment: tuple = ()):
     import pyarrow.fs as pafs
 
     if scheme == "s3":
@@ -104,7 +115,7 @@ def filesystem_of(uri: str):
     authority, _, key = rest.partition("/")
     check_key(uri, key)
     try:
-        fs = _filesystem(scheme, authority)
+        fs = _filesystem(scheme, authority, _environment(scheme))
     except AdvcliError:
         raise
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for an unknown or unbuilt scheme

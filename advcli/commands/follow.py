@@ -245,6 +245,7 @@ class Watcher:
         changing: files land out of order and interleave (a dump written on a background thread)."""
         if unit.sealed is not None:
             return unit.sealed
+        stats = []  # each file's stat, taken once
         for p in unit.files:
             try:
                 st = os.stat(p)
@@ -252,13 +253,10 @@ class Watcher:
                 return False
             if now - st.st_mtime < self.settle or st.st_size == 0:
                 return False
-        if later is not None and _newest_change(later.files) >= _newest_change(unit.files) > 0:
+            stats.append((p, st))
+        if later is not None and stats and _newest_change(later.files) >= max(st.st_mtime_ns for _, st in stats):
             return True
-        for p in unit.files:
-            try:
-                st = os.stat(p)
-            except FileNotFoundError:
-                return False
+        for p, st in stats:
             if p.endswith(TEXT_SUFFIXES):
                 with open(p, "rb") as fh:
                     fh.seek(st.st_size - 1)
@@ -1081,6 +1079,11 @@ def several_files(u: Unit, names: list[str], command: str) -> str:
     return f"{files}; taken as one step, as the one-off command reads the directory"
 
 
+def _one_off(command: str, path: str, words: str) -> str:
+    """The one-off command that reads ``path`` as the follow does (its options ``words``: Options.words)."""
+    return f"advcli {command} {path}" + (" -o OUT" if command == "run" else "") + words
+
+
 def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p: p, command: str = "audit",
                    words: str = "") -> None:
     """Report once each taken file (of the last WATCHED steps) that changed after it was taken (``named``: its
@@ -1102,7 +1105,7 @@ def _check_changed(st: FollowState, root: str, echo, quiet: bool, named=lambda p
                 continue
             st.changed.append(p)
             if not quiet:
-                alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "") + words
+                alone = _one_off(command, named(p), words)
                 echo(f"step {step}: {named(p)} changed after it was taken (now {s.st_size} bytes, {size} taken); "
                      f"its numbers above are of the bytes taken then, not read again (a restarted trainer that "
                      f"rewrote the step?); to see the file as it is now: {alone}", err=True)
@@ -1144,7 +1147,7 @@ def _check_late(st: FollowState, units: list[Unit], root: str, echo, quiet: bool
                     continue
                 st.changed.append(p)
                 if not quiet:
-                    alone = f"advcli {command} {named(p)}" + (" -o OUT" if command == "run" else "") + words
+                    alone = _one_off(command, named(p), words)
                     echo(f"step {u.step}: {named(p)} landed after step {st.last_step} was taken; not followed "
                          f"(steps are taken in order, each once): its rows are in no step above; to see it "
                          f"on its own: {alone}", err=True)

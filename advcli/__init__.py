@@ -223,8 +223,7 @@ def filter(inputs, output=None, *, drop_uniform: bool = False, solve_rate: str |
     --drop-uniform and variance rules: verl, skyrl; ``settings``: TRL's reward aggregation keys with
     ``flavor="trl"``), ``mask_dropped``, ``metric`` (the column the rules read; default the reward), ``by`` (the
     data-source column), ``columns`` (``--column``), ``source`` (``--from``). ``inputs``: as :func:`run`."""
-    from .figures.curate import filter_file, make_spec
-    from .formats import name_dumps, open_inputs
+    from .figures.curate import filter_dumps, make_spec
     from .io.frames import FrameInputs
     from .results.notebook import FilterResult
 
@@ -233,24 +232,14 @@ def filter(inputs, output=None, *, drop_uniform: bool = False, solve_rate: str |
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
                      variance_ddof, mask_dropped, allow_empty=allow_empty, flavor=flavor,
                      variance_selection_eps=variance_selection_eps, settings=pairs or None)
-    if not spec.active:
-        raise AdvcliError("filter: nothing to filter by", hint="give drop_uniform=True, solve_rate='LO:HI', "
-                                                              "min_group_size=N, variance_top_p=P or variance_top_k=K")
-    import pyarrow.parquet as pq
-
-    from .io.reader import refuse_missing_inputs
-    from .io.writer import check_output_path
-
     with FrameInputs(_dump_rows) as frames:
         given = [frames.path(s) for s in _specs(inputs)]
-        refuse_missing_inputs(given)
         target = frames.output_path() if output is None else str(output)
-        if output is not None:
-            check_output_path(target, given, force)
-        specs = open_inputs(given, source, synth_mask=False)  # trainer dumps -> canonical Parquet, as run reads them
-        summary = filter_file(specs, target, spec, metric=metric, by=by, column_overrides=dict(columns or {}),
-                              chunk_rows=chunk_rows, force=force)
-        summary = frames.named(name_dumps(summary))
+        summary = frames.named(filter_dumps(given, target, spec, source=source, check_output=output is not None,
+                                            metric=metric, by=by, column_overrides=dict(columns or {}),
+                                            chunk_rows=chunk_rows, force=force))
+        import pyarrow.parquet as pq
+
         kept = pq.read_table(target) if output is None else None
         if output is None:
             summary["output"] = None

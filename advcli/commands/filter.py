@@ -10,7 +10,6 @@ import sys
 
 import typer
 
-from ..errors import AdvcliError
 from . import options as opt
 
 EPILOG = """
@@ -94,25 +93,14 @@ def filter_cmd(
 ):
     """Keep or drop whole groups (uniform reward, solve rate, group size, reward variance); rows unchanged."""
     from ..config import parse_column_maps
-    from ..figures.curate import filter_file, make_spec
+    from ..figures.curate import filter_dumps, make_spec
     from ..report import check_report_path
 
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
                      variance_ddof, mask_dropped, allow_empty=allow_empty, flavor=flavor,
                      variance_selection_eps=variance_selection_eps, settings=set_)
-    if not spec.active:
-        raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
-                                                              "--min-group-size N or --variance-top-p P / "
-                                                              "--variance-top-k K")
     if report:
         check_report_path(report, list(inputs) + [output], force)
-    from ..formats import name_dumps, open_inputs
-    from ..io.reader import refuse_missing_inputs
-    from ..io.writer import check_output_path
-
-    refuse_missing_inputs(list(inputs))  # a missing input is the first thing to say
-    check_output_path(output, list(inputs), force)  # before a dump is converted
-    inputs = open_inputs(list(inputs), from_, synth_mask=False)  # trainer dumps -> canonical Parquet, like run's
     from ..figures.curate import filter_sections
     from ..io.commit import staged
     from ._sections import emit
@@ -121,12 +109,11 @@ def filter_cmd(
     with staged(force) as outputs:  # the output is put in place last, after the report (advcli.io.commit)
         cb, stop = _progress(not quiet and not json_out)
         try:
-            summary = filter_file(inputs, output, spec, metric=metric, by=by,
-                                  column_overrides=parse_column_maps(column), chunk_rows=chunk_rows, force=force,
-                                  progress=cb)
+            summary = filter_dumps(list(inputs), output, spec, source=from_, metric=metric, by=by,
+                                   column_overrides=parse_column_maps(column), chunk_rows=chunk_rows, force=force,
+                                   progress=cb)
         finally:
             stop()
-        summary = name_dumps(summary)  # the dumps the user gave, not their temporary Parquet
         try:
             emit(summary, "filter", report, json_out, quiet, filter_sections, print_filter_summary)
             sys.stdout.flush()  # (the report's last bytes may still be buffered: a closed pipe shows here)

@@ -992,6 +992,28 @@ def filter_file(inputs: list[str], output: str, spec: FilterSpec, *, metric: str
     return summary
 
 
+def filter_dumps(given: list[str], output: str, spec: FilterSpec, *, source: str | None = None,
+                 check_output: bool = True, **filter_options) -> dict:
+    """``advcli filter`` and ``advcli.filter`` from the paths the user gave: refuse an inactive spec and missing
+    inputs (the first things to say), check the output path (``check_output``: the library's in-memory result
+    has none) before a trainer's dump is converted to canonical Parquet as run reads it (``source``: --from),
+    filter (:func:`filter_file` with ``filter_options``), and name the dumps given in the summary, not their
+    temporary Parquet."""
+    from ..formats import name_dumps, open_inputs
+    from ..io.reader import refuse_missing_inputs
+    from ..io.writer import check_output_path
+
+    if not spec.active:
+        raise AdvcliError("filter: nothing to filter by", hint="give --drop-uniform, --solve-rate LO:HI, "
+                                                              "--min-group-size N or --variance-top-p P / "
+                                                              "--variance-top-k K")
+    refuse_missing_inputs(list(given))
+    if check_output:
+        check_output_path(output, list(given), filter_options.get("force", False))
+    specs = open_inputs(list(given), source, synth_mask=False)
+    return name_dumps(filter_file(specs, output, spec, **filter_options))
+
+
 def _file_row(ins, row: int) -> tuple[str, int]:
     """(the file, its row from 0) of row ``row`` of the inputs ``ins`` read as one (files in order)."""
     from ..io.value_checks import file_row

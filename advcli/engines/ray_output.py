@@ -141,19 +141,10 @@ def tmp_prefix(output: str) -> str:
     """The key of the run's temporary prefix for the output URI ``output``: at the bucket's top level where the
     credentials may write there (deleting a prefix makes pyarrow's S3 filesystem leave a zero-byte marker of its
     parent, ``out/``, as :func:`advcli.io.remote.top_temp_key` says; the bucket's root has none), else beside the
-    output."""
+    output; a store refusing both is named before any work (:func:`advcli.io.remote.writable_temp_key`)."""
     from ..io import remote
 
-    top_fs, top = remote.filesystem_of(remote.top_temp_key(output.rstrip("/")))
-    try:
-        with top_fs.open_output_stream(top) as probe:
-            probe.write(b"")
-        top_fs.delete_file(top)
-        return top
-    except OSError:
-        pass
-    parent, _, name = remote.filesystem_of(output.rstrip("/"))[1].rpartition("/")
-    return f"{parent}/.{name}{TMP_TAG}{os.getpid()}"
+    return remote.filesystem_of(remote.writable_temp_key(output.rstrip("/")))[1]
 
 
 def delete_prefix(fs, path: str) -> None:

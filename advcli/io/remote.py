@@ -360,14 +360,16 @@ def check_output(target: str, inputs: list[str], force: bool) -> None:
         raise AdvcliError(f"{target}: is a directory (a prefix with objects under it); give an object key")
     if exists(target) and not force:
         raise AdvcliError(f"{target}: already exists", hint="pass --force to replace it")
-    _probe_write(target)
+    writable_temp_key(target)
 
 
-def _probe_write(target: str) -> None:
-    """Write and delete an empty key where :func:`upload` will put its temporary key (the bucket's top
-    level, else beside the target) before any work: a store that refuses writes (credentials without
-    write permission, a read-only bucket) is found now, not after the computation. The probe's name is
-    a temporary key's (a killed run's is cleaned like one)."""
+def writable_temp_key(target: str) -> str:
+    """The URI of ``target``'s temporary key where the credentials may write: an empty key is written and
+    deleted at the bucket's top level (:func:`top_temp_key`: no zero-byte parent marker is left behind), else
+    beside the target (:func:`temp_key`). Called before any work (by :func:`upload`'s check and the Ray
+    engine's output prefix): a store that refuses writes (credentials without write permission, a read-only
+    bucket) is found now, not after the computation. The probe's name is a temporary key's (a killed run's is
+    cleaned like one)."""
     errors = []
     for key_uri in (top_temp_key(target), temp_key(target)):
         fs, key = filesystem_of(key_uri)
@@ -381,6 +383,6 @@ def _probe_write(target: str) -> None:
             fs.delete_file(key)
         except OSError:
             pass
-        return
+        return key_uri
     raise AdvcliError(f"{target}: cannot write there ({errors[-1]}); nothing was computed",
                       hint="check the credentials' write permission on the bucket (checked before any work)")

@@ -671,6 +671,25 @@ def _other_releases(tmp, inputs, ins, flavor, native, columns, logged_col, is_li
     return out
 
 
+def _without_given(flavor, given: dict, fl, settings: dict) -> str:
+    """A candidate of the audited flavor that leaves out settings the user gave (an ``audit_tries`` entry starts
+    from the flavor's defaults): ``, without the given reward_funcs=[...]``, so that a configuration reproducing the
+    logged values names every difference from the audited one (a group size is left out where the candidate
+    groups by prompt_id: said by its label)."""
+    from ..flavors import get, split_spec
+
+    base = split_spec(str(flavor))[0]
+    if split_spec(str(fl))[0] != base:
+        return ""
+    fkey = get(base).group_size_key
+    dropped = {k: v for k, v in given.items() if k not in settings and k != "advcli.estimator"
+               and not (k == fkey and settings.get("advcli.group_by") == "id")}
+    if not dropped:
+        return ""
+    return ", without the given " + ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                                             for k, v in dropped.items())
+
+
 def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list, mask_col, rtol, atol, chunk_rows,
             device, progress, group_size=None):
     from ..flavors import resolve
@@ -682,7 +701,7 @@ def _search(tmp, inputs, ins, flavor, given, columns, cmap, logged_col, is_list,
         entry = {"flavor": str(fl), "settings": settings}
         try:
             cfg, native = resolve(fl, list(settings.items()))
-            entry["label"] = label(fl, settings, cfg)
+            entry["label"] = label(fl, settings, cfg) + _without_given(flavor, given, fl, settings)
             check_config(inputs, cfg)  # what run refuses on this dump is never named as reproducing it
             r = SidecarRun(tmp, f"cand{i}", inputs, cfg, fl, native, columns, chunk_rows, device)
             rt = compare_pass(ins.paths, [r.paths], logged_col, is_list, mask_col, rtol, atol, chunk_rows)

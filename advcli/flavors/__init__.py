@@ -47,6 +47,8 @@ class Flavor:
     # raw_reward, beside the GRPO loop's grpo.adv_estimator.name): --estimator NAME sets the key that has NAME
     more_estimator_keys: tuple[str, ...] = ()
     group_size_key: str | None = None  # positional group size (default 1): taken from a trainer dump's groups
+    reward_columns_key: str | None = None  # the key naming the reward columns (TRL's reward_funcs): what a dump
+    #   shows of it is not taken where --column reward=NAME names the reward
     # the setting (--set ...) that takes the KL out of the reward: named where a dump without log-probs refuses KL in
     # the reward (advcli.formats.response_level.refusal)
     kl_off: str | None = None

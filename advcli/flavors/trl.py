@@ -414,7 +414,9 @@ FLAVOR = Flavor(
     title="TRL",  # the framework's name in prose (help, docs)
     kl_off="--set beta=0.0",
     name="trl", framework="huggingface/trl @ f2cd5771 (trl/trainer/grpo_trainer.py, rloo_trainer.py, utils.py)",
-    keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations", releases=RELEASES,
+    keys=KEYS, translate=translate, estimator_note=estimator_note, group_size_key="num_generations",
+    reward_columns_key="reward_funcs",
+    releases=RELEASES,
     estimator_key="trainer", release_check=release_check,
     audit_switches={"scale_rewards": ("group", "batch", "none")},
     audit_tries=lambda n: [{"scale_rewards": s, "num_generations": n, "advcli.group_by": "id"}

@@ -143,7 +143,7 @@ def resolve_run(inputs: list[str], flavor=None, settings=(), *, estimator: str |
             flavor, dump_note = dumped, note
     fa, settings, chosen = default_settings(flavor, inputs, settings, columns)
     file_keys: list = []
-    cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys)
+    cfg, native, lines = resolve_for_inputs(fa, inputs, settings, config, file_keys, columns)
     if padded is not None:
         cfg["padded"] = padded
     if precision is not None:
@@ -202,12 +202,13 @@ def recorded_choice(inputs: list[str]) -> tuple[str, list, str] | None:
 
 
 def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | None = None,
-                       file_keys: list | None = None):
+                       file_keys: list | None = None, columns: dict | None = None):
     """(canonical config, native settings, summary lines) of a flavor and its settings on these inputs:
     what the dump tells taken for the keys not given, then the refusals of this module; what ``advcli
     run`` and :func:`advcli.run` both use. ``spec``: the flavor at its release (:class:`advcli.flavors.FlavorAt`,
     or ``NAME[@RELEASE]``), every configuration made here made at that release. ``file_keys`` receives what the
-    --config file gave."""
+    --config file gave; ``columns``: the --column maps (a reward column named there is the reward, whatever
+    reward functions the dump shows)."""
     from ..config import set_path
     from ..flavors import at, check_given, given_settings, resolve
     from ..formats import check_config, implied_settings
@@ -224,7 +225,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
     flavor = fa.flavor
     given = dict(native)
     typed = {flavor.aliases.get(k, k) for k, _ in settings}  # --set (and --estimator): what the records never override
-    implied, lines = from_dump(flavor, inputs, given, config, typed)
+    implied, lines = from_dump(flavor, inputs, given, config, typed, columns)
     if refused is not None and not implied:
         raise refused
     if implied:
@@ -294,11 +295,12 @@ def _fmt(value) -> str:
 
 
 def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
-              typed: set | None = None) -> tuple[list[tuple[str, object]], list[str]]:
+              typed: set | None = None, columns: dict | None = None) -> tuple[list[tuple[str, object]], list[str]]:
     """(native settings the dump implies for keys not in ``given``, one summary line for each). ``typed``: the
     keys the user set with --set (default: all of ``given``); what the records show (AReaL's
     gconfig.reward_normalization) wins over a --config file's value and the saved configuration's, not over
-    those."""
+    those; nor over ``columns``' reward (``--column reward=NAME``: that column is the reward, the reward functions
+    a TRL dump shows are not summed, :attr:`Flavor.reward_columns_key`)."""
     infos = _infos(inputs)
     if not infos or any(i is None for i in infos):
         return [], []
@@ -316,7 +318,16 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     # what the records show happened wins over the saved configuration (AReaL applies reward_normalization to
     # some workflows only), never over what the user set
     typed = set(given) if typed is None else typed
-    shown = _shown_settings(flavor, infos, typed | {k for k, _ in settings})
+    mapped = []  # the reward named by --column: what the dump shows of its reward columns is not taken
+    if (columns or {}).get("reward") and flavor.reward_columns_key and flavor.reward_columns_key not in typed:
+        mapped = [flavor.reward_columns_key]
+    shown = _shown_settings(flavor, infos, typed | {k for k, _ in settings} | set(mapped))
+    if mapped and any(flavor.reward_columns_key in (i.shown_settings or {}) for i in infos):
+        funcs = next(i.shown_settings[flavor.reward_columns_key] for i in infos
+                     if flavor.reward_columns_key in (i.shown_settings or {}))
+        notes.append(f"reward: column {columns['reward']!r} (--column reward={columns['reward']}), not the dump's "
+                     f"reward functions {', '.join(map(str, funcs))} summed ({flavor.reward_columns_key} from the "
+                     "dump not taken)")
     saved = {**{k: v for k, v in given.items() if k not in typed}, **dict(taken)}  # the --config file's, the dump's
     settings += [(k, v) for k, v in taken if k not in dict(shown)] + shown
     notes += lines

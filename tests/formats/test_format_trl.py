@@ -762,3 +762,51 @@ def test_a_vision_language_dump_whose_prompts_log_as_one_text(tmp_path, capsys):
         assert np.allclose(got, expected, rtol=1e-5, atol=1e-5)
     code, out, err = run_main(["audit", str(d), "--flavor", "trl", "--set", f"num_generations={G}"], capsys)
     assert code == 0 and "agree: 0 of 16 rows disagree" in err, (out, err)
+
+
+def _one_function_grpo(values):
+    """TRL's GRPO over one reward function: (r − group mean) / (Bessel std + 1e-4), G consecutive rows."""
+    out = []
+    for g in range(0, len(values), G):
+        block = values[g:g + G]
+        mean = sum(block) / G
+        std = math.sqrt(sum((x - mean) ** 2 for x in block) / (G - 1))
+        out += [(x - mean) / (std + 1e-4) for x in block]
+    return out
+
+
+def test_a_reward_column_named_by_the_user_is_the_reward(dump, tmp_path, capsys):
+    """--column reward=accuracy_reward on a TRL dump with two reward functions: that column is the reward (it was
+    silently ignored: the dump's reward_funcs were taken and both functions summed), by the command line and the
+    library alike; the summary says the dump's functions were not summed."""
+    d, _ = dump
+    acc = [x for s in (10, 20) for x in pq.read_table(d / f"completions_000{s}.parquet").column("accuracy_reward")
+           .to_pylist()]
+    expected = _one_function_grpo(acc)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", str(d.parent), "-o", out, "--flavor", "trl", "--column",
+                             "reward=accuracy_reward"], capsys)
+    assert code == 0, err
+    assert "not the dump's reward functions accuracy_reward, format_reward summed" in " ".join(err.split())
+    assert np.allclose(pq.read_table(out).column("advantages").to_numpy(), expected, rtol=1e-5, atol=1e-5)
+    lib = tmp_path / "lib.parquet"
+    advcli.run(str(d.parent), output=str(lib), flavor="trl", columns={"reward": "accuracy_reward"})
+    assert pq.read_table(lib).column("advantages").equals(pq.read_table(out).column("advantages"))
+    # the same question by --set: the same numbers
+    via_set = tmp_path / "set.parquet"
+    code, _, err = run_main(["run", str(d.parent), "-o", via_set, "--flavor", "trl", "--set",
+                             "reward_funcs=[accuracy_reward]", "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(via_set).column("advantages").equals(pq.read_table(out).column("advantages"))
+
+
+def test_audit_names_a_given_setting_a_reproducing_configuration_leaves_out(dump, tmp_path, capsys):
+    """The logged advantages sum both reward functions; audited with reward_funcs=[accuracy_reward], the search
+    finds TRL's GRPO on the dump's summed reward: its label says it leaves out the reward_funcs given."""
+    d, _ = dump
+    code, out, err = run_main(["audit", str(d.parent), "--flavor", "trl", "--set", "reward_funcs=[accuracy_reward]",
+                               "--json"], capsys)
+    assert code == 1, err
+    found = [c["label"] for c in json.loads(out)["search"] if c.get("rows_disagreeing") == 0]
+    trl = [lab for lab in found if lab.startswith("trl")]
+    assert trl and all('without the given reward_funcs=["accuracy_reward"]' in lab for lab in trl), found

@@ -250,7 +250,7 @@ def resolve_for_inputs(spec, inputs: list[str], settings: list, config: str | No
                          "computes each session's advantage from its last output and gives it to all of its outputs, "
                          "as verl does (grouping.trajectories=last_step)"]
     refuse_singletons(flavor, cfg, inputs, given)
-    refuse_unfit_group_size(flavor, cfg, inputs, given)
+    refuse_unfit_group_size(flavor, cfg, inputs, given, columns)
     return cfg, native, grouping_note(cfg, inputs) + lines
 
 
@@ -529,7 +529,7 @@ def refuse_singletons(flavor, cfg: dict, inputs: list[str], given: dict) -> None
                       "group and every group-normalised advantage 0 (NaN with a group std)", hint=fix)
 
 
-def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -> None:
+def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict, columns: dict | None = None) -> None:
     """Refuse a positional group size that comes from the key's default (TRL's num_generations 8, open-instruct's
     num_samples_per_prompt_rollout 4) where the trainer dump's own prompt groups are not whole blocks of it: the
     trainer with that setting could not have written the dump, and blocks of the default would cut across its
@@ -541,8 +541,8 @@ def refuse_unfit_group_size(flavor, cfg: dict, inputs: list[str], given: dict) -
     if not key or key in given or run.grouping.by != "position" or not n or n <= 1:
         return
     infos = _infos(inputs)
-    if not infos or any(i is None for i in infos):
-        _own_parquet_group_size(flavor, run, inputs, key, n)
+    if not infos or any(i is None for i in infos) or not _sizes(infos):  # (a table: no groups of its own known)
+        _own_parquet_group_size(flavor, run, inputs, key, n, columns)
         return
     sizes = _sizes(infos)
     if not sizes or all(size % n == 0 for size in sizes):
@@ -583,6 +583,23 @@ def _size_from_ids(key: str, sizes: dict[int, int] | None, scattered: bool) -> s
     return fix + (f"{SCATTERED}, and --set advcli.group_by=id" if scattered else "")
 
 
+def in_flavor_words(e: AdvcliError, flavor, inputs: list[str]) -> AdvcliError:
+    """``e`` (an error of the run) with the positional group size named by the flavor's key where its hint names
+    the canonical ``grouping.size`` (TRL's num_generations), and the groups the trainer's dump shows: what to set,
+    or to leave out for the dump's own."""
+    key = getattr(flavor, "group_size_key", None)
+    if not key or not e.hint or "grouping.size" not in e.hint:
+        return e
+    e.hint = e.hint.replace("grouping.size", key)
+    infos = _infos(inputs)
+    sizes = _sizes(infos) if infos and all(i is not None for i in infos) else {}
+    if sizes:
+        e.hint += (f" (the dump's {_group_key(infos[0])}: {_sizes_said(sizes)}"
+                   + (f"; --set {key}={next(iter(sizes))}, or leave {key} out to take it from the dump)"
+                      if len(sizes) == 1 else ")"))
+    return e
+
+
 def _sizes_said(sizes: dict[int, int]) -> str:
     """The dump's group sizes in a message: "3 of 1 rows, 1 of 3 rows" (the six smallest sizes)."""
     return ", ".join(f"{count} of {size} rows" for size, count in sorted(sizes.items())[:6])
@@ -591,32 +608,57 @@ def _sizes_said(sizes: dict[int, int]) -> str:
 SCATTERED = " (their rows are not consecutive, as the framework's blocks are)"
 
 
-def _own_parquet_group_size(flavor, run: RunSpec, inputs: list[str], key: str, n: int) -> None:
-    """advcli's own Parquet whose prompt_id groups all have m rows, m ≠ the default ``n`` of the group-size key:
-    blocks of n would disagree with the ids, which the run refuses (grouping.id_check=strict) with a hint about the
-    order; the group size is the likelier fix, so it is named first (and the ids' grouping where the rows of a
-    prompt are not consecutive). Groups of several sizes (a prompt drawn twice, rows dropped): left to the run."""
+def _own_parquet_group_size(flavor, run: RunSpec, inputs: list[str], key: str, n: int,
+                            columns: dict | None = None) -> None:
+    """advcli's own Parquet (or a table) whose prompt_id groups all have m rows, m ≠ the default ``n`` of the
+    group-size key: blocks of n would disagree with the ids, which the run refuses (grouping.id_check=strict) with a
+    hint about the order; the group size is the likelier fix, so it is named first (and the ids' grouping where the
+    rows of a prompt are not consecutive). The prompt_id is where ``columns`` maps it; an input without one whose
+    column named like a group id (``uid``, ``group_id``, ...) holds groups of one size m ≠ n is refused the same
+    way (the blocks of the default ignored it: wrong groups, silently). Groups of several sizes (a prompt drawn
+    twice, rows dropped): left to the run."""
     if run.grouping.id_check == "warn":
         return
-    sizes, scattered = _group_layout(inputs)
+    column = (columns or {}).get("prompt_id", "prompt_id")
+    sizes, scattered = _group_layout(inputs, column)
+    named_like = None
+    if sizes is None and "prompt_id" not in (columns or {}):
+        named_like = _group_like_column(inputs)
+        if named_like is not None:
+            sizes, scattered = _group_layout(inputs, named_like)
     if not sizes or len(sizes) != 1 or next(iter(sizes)) in (1, n):
         return
     m = next(iter(sizes))
     fix = f"add --set {key}={m}, the responses sampled per prompt"
+    if named_like is not None:
+        fix += f" (and --column prompt_id={named_like} to check the blocks against it)"
     if scattered:
-        fix += f"{SCATTERED}, and --set advcli.group_by=id"
-    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to {n}, but every prompt_id group of the "
-                      f"input has {m} rows: blocks of {n} consecutive rows would cut across them",
+        fix += (f"{SCATTERED}, and " + (f"--column prompt_id={named_like} " if named_like else "")
+                + "--set advcli.group_by=id")
+    what = (f"the input's column {named_like!r}, named like a group id, holds groups of {m} rows" if named_like else
+            f"every {column} group of the input has {m} rows")
+    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to {n}, but {what}: blocks of {n} "
+                      "consecutive rows would cut across them",
                       hint=f"{fix}; or, if {n} is right and the ids are not the prompts' groups, give it: --set "
-                           f"{key}={n} --set advcli.id_check=warn")
+                           f"{key}={n}" + ("" if named_like else " --set advcli.id_check=warn"))
 
 
-def _group_layout(inputs: list[str]) -> tuple[dict[int, int] | None, bool]:
-    """(size -> count of the input's (step, prompt_id) groups, whether some group's rows are not consecutive):
-    the importer's count for a dump (taken as consecutive), the columns read for Parquet (None, False without a
-    prompt_id column)."""
+def _group_like_column(inputs: list[str]) -> str | None:
+    """The first column of the input named like a group id (``config.columns.OTHER_NAMES['prompt_id']``)."""
+    from ..config.columns import OTHER_NAMES
+    from ..io.footer import schema_facts
+    from ..io.reader import expand_inputs
+
+    names = schema_facts(expand_inputs(inputs)[0]).names
+    return next((n for n in OTHER_NAMES["prompt_id"] if n in names), None)
+
+
+def _group_layout(inputs: list[str], column: str = "prompt_id") -> tuple[dict[int, int] | None, bool]:
+    """(size -> count of the input's (step, ``column``) groups, whether some group's rows are not consecutive):
+    the importer's count for a dump (taken as consecutive), the columns read for Parquet (None, False without that
+    column)."""
     infos = _infos(inputs)
-    if infos and all(i is not None for i in infos):
+    if infos and all(i is not None for i in infos) and _sizes(infos):
         return _sizes(infos), False
     import numpy as np
     import pandas as pd
@@ -628,10 +670,10 @@ def _group_layout(inputs: list[str]) -> tuple[dict[int, int] | None, bool]:
     for path in expand_inputs(inputs):
         f = open_parquet(path)
         names = f.schema_arrow.names
-        if "prompt_id" not in names:
+        if column not in names:
             return None, False
-        t = f.read(columns=["prompt_id"] + (["step"] if "step" in names else []))
-        pids.append(t.column("prompt_id").to_numpy())
+        t = f.read(columns=[column] + (["step"] if "step" in names else []))
+        pids.append(t.column(column).to_numpy())
         steps.append(t.column("step").to_numpy().astype(np.float64) if "step" in names else
                      np.full(t.num_rows, np.nan))
     codes = pd.factorize(np.concatenate(pids) if pids else np.zeros(0), sort=False)[0]

@@ -60,7 +60,7 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
     from ..errors import MissingColumn
     from ..flavors import estimator_note
     from ..io.modes import refuse_empty_output
-    from .resolution import refuse_default_estimator_column, resolve_run
+    from .resolution import in_flavor_words, refuse_default_estimator_column, resolve_run
 
     check_engine(engine)
     check_output_mode(output_mode)
@@ -88,6 +88,8 @@ def run_dump(inputs: list[str], output: str | None, *, flavor=None, settings=(),
         result, kept = run_inputs(inputs, req, curation=curation, progress=progress, staging=staging)
     except MissingColumn as e:  # the default estimator's column: say which estimators run without it
         refuse_default_estimator_column(choice.flavor, choice.native or {}, e, inputs)
+    except AdvcliError as e:  # the group size by the flavor's key (num_generations), not the canonical one
+        raise in_flavor_words(e, choice.flavor.flavor, inputs) from None
     result.from_dump = list(choice.from_dump)
     result.flavor, result.settings = choice.flavor.spec, dict(choice.native or {})
     result.chosen = choice.chosen

@@ -211,6 +211,9 @@ def test_wrong_group_size_is_caught(dump, tmp_path, capsys):
     code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl",
                              "--set", "num_generations=8"], capsys)
     assert code == 2 and "positional group" in err
+    # said in TRL's words, with the dump's own groups (3 prompts x 4 rows a step, 2 steps): what to set
+    assert "grouping.size" not in err and "blocks of num_generations rows" in err
+    assert "6 of 4 rows; --set num_generations=4, or leave num_generations out" in " ".join(err.split())
     assert not (tmp_path / "o.parquet").exists()
 
 

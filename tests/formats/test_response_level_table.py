@@ -148,3 +148,23 @@ def test_inspect_names_a_tables_reward_column_or_says_which_to_name(tmp_path):
     assert "--column prompt_id=group --column reward=rew" in line, line
     r = run_cli("run", src, *line.split(None, 3)[3].split()[2:], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def test_trl_defaults_refused_where_a_group_like_column_holds_other_groups(tmp_path):
+    """TRL's blocks of num_generations rows (default 8) on a table whose `uid` column holds groups of 3: it ran
+    blocks of the default across the groups, silently; now refused naming the groups and what to set. A DataFrame
+    by the library says the same; with num_generations given it runs."""
+    src = _table(tmp_path / "rewards.parquet")
+    r = run_cli("run", src, "-o", tmp_path / "out.parquet", "--flavor", "trl")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    said = " ".join(r.stderr.split())
+    assert "num_generations is not set and defaults to 8" in said and "column 'uid'" in said
+    assert "--set num_generations=3" in said and "--column prompt_id=uid" in said
+    assert not (tmp_path / "out.parquet").exists()
+    import advcli
+    from advcli.errors import AdvcliError
+
+    with pytest.raises(AdvcliError, match="num_generations"):
+        advcli.run(pq.read_table(src).to_pandas(), flavor="trl")
+    ok = run_cli("run", src, "-o", tmp_path / "out.parquet", "--flavor", "trl", "--set", "num_generations=3", "-q")
+    assert ok.returncode == 0, ok.stderr

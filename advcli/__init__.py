@@ -232,7 +232,7 @@ def filter(inputs, output=None, *, drop_uniform: bool = False, solve_rate: str |
     spec = make_spec(drop_uniform, solve_rate, min_group_size, variance_top_p, variance_top_k, variance_include_zero,
                      variance_ddof, mask_dropped, allow_empty=allow_empty, flavor=flavor,
                      variance_selection_eps=variance_selection_eps, settings=pairs or None)
-    with FrameInputs(_dump_rows) as frames:
+    with FrameInputs(_dump_rows, rows_dropped=True) as frames:
         given = [frames.path(s) for s in _specs(inputs)]
         target = frames.output_path() if output is None else str(output)
         summary = frames.named(filter_dumps(given, target, spec, source=source, check_output=output is not None,

@@ -67,10 +67,13 @@ class FrameInputs:
     to a temporary Parquet file); ``frames.output_path()`` a temporary output beside them; ``frames.named(obj)``
     a report or message with the temporary paths replaced by the tables' names."""
 
-    def __init__(self, rename=None):
+    def __init__(self, rename=None, *, rows_dropped: bool = False):
         self.directory: str | None = None
         self.names: dict[str, str] = {}  # temporary path -> the table's name in messages
         self.rename = rename  # message -> message: a converted dump's temporary Parquet named as the dump
+        # the call keeps some rows only (advcli.filter): a DataFrame's RangeIndex written as a column, its labels
+        # then coming back with the rows kept (as metadata, to_pandas() would number the kept rows 0..n-1)
+        self.rows_dropped = rows_dropped
 
     def __enter__(self) -> FrameInputs:
         return self
@@ -112,7 +115,7 @@ class FrameInputs:
                                   hint="drop or rename the duplicates: df.loc[:, ~df.columns.duplicated()]")
             try:
                 # a RangeIndex as metadata, another index as columns: to_pandas() of the result restores it
-                table = pa.Table.from_pandas(obj)
+                table = pa.Table.from_pandas(obj, preserve_index=True if self.rows_dropped else None)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as e:
                 raise AdvcliError(f"the pandas.DataFrame cannot be read as an Arrow table: {e}",
                                   hint="each column must hold one type: numbers, strings, or lists of numbers "

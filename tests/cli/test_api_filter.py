@@ -1,6 +1,8 @@
 """``advcli.filter``: the library's ``advcli filter``. The kept groups are worked out here with pandas from the rule
 (a group is dropped when every reward in it is equal, a group of one included: advcli's own rule; verl's keeps a
 group of one), and the library's rows equal the command's output."""
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -20,7 +22,7 @@ def _frame():
 def test_the_library_keeps_the_groups_the_rule_keeps_in_memory_and_in_a_file(tmp_path):
     df = _frame()
     spread = df.groupby("prompt_id")["reward"].agg(lambda r: r.nunique() > 1)
-    want = df[df["prompt_id"].map(spread)].reset_index(drop=True)  # advcli's rule: b only
+    want = df[df["prompt_id"].map(spread)]  # advcli's rule: b only (its rows keep their labels: 2, 3, 4)
     got = advcli.filter(df, drop_uniform=True)
     rows = got.to_pandas()
     assert rows.drop(columns="tags").equals(want.drop(columns="tags"))
@@ -61,3 +63,19 @@ def test_the_library_refuses_in_its_own_words(kwargs, words):
     with pytest.raises(AdvcliError) as e:
         advcli.filter(_frame(), **kwargs)
     assert words in str(e.value) + (e.value.hint or "") and "--" not in str(e.value) + (e.value.hint or "")
+
+
+@pytest.mark.parametrize("rows", [slice(0, 24), slice(16, 40)])
+def test_a_dataframes_index_comes_back_with_the_rows_kept(rows):
+    """A DataFrame with its default RangeIndex (or a slice of one): the kept rows carry their own labels, so
+    df.loc[kept.index] is those rows (the labels came back as 0..n-1, joining back to other rows, silently)."""
+    import pandas as pd
+
+    df = pd.read_parquet(os.path.join(os.path.dirname(__file__), "..", "..", "sample_data", "rollouts.parquet"))
+    df = df.iloc[rows]
+    kept = advcli.filter(df, drop_uniform=True).to_pandas()
+    spread = df.groupby(["step", "prompt_id"])["reward"].transform(lambda r: r.nunique() > 1)
+    want = list(df.index[spread.to_numpy(bool)])  # the rows of groups with two rewards or more
+    assert 0 < len(want) < len(df)
+    assert list(kept.index) == want
+    assert list(df.loc[kept.index, "prompt_id"]) == list(kept["prompt_id"])

@@ -21,11 +21,13 @@ def check_lengths(mask_offsets: np.ndarray, offs: np.ndarray, file: str, name: s
 
 
 def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, row_base: int,
-                 allow_neg_inf: bool = False, source: np.ndarray | None = None) -> None:
+                 allow_neg_inf: bool = False, source: np.ndarray | None = None,
+                 checked: np.ndarray | None = None) -> None:
     """No NaN or ±inf among the flat token values ``vals`` (rows by ``offsets``); ``allow_neg_inf``: −inf
     passes (a log-prob read only by a KL that clamps its log-ratio first). ``source``: the values as the file
     holds them, before ``vals`` was cast to the run's precision: a finite one the cast made infinite is said
-    to be beyond that precision."""
+    to be beyond that precision. ``checked``: the flat mask (nonzero: checked) where only the mask=1 tokens
+    matter (a log-prob read only by verl's rollout correction, which masks every sum)."""
     # one reduction instead of a bool array: a NaN/inf makes the sum non-finite; a finite sum that
     # overflowed only sends us to the exact check
     with np.errstate(over="ignore", invalid="ignore"):
@@ -34,8 +36,10 @@ def check_finite(vals: np.ndarray, offsets: np.ndarray, file: str, name: str, ro
         bad = ~np.isfinite(vals)
         if allow_neg_inf:
             bad &= ~np.isneginf(vals)
-            if not bad.any():
-                return
+        if checked is not None:
+            bad &= checked != 0
+        if (allow_neg_inf or checked is not None) and not bad.any():
+            return
     pos = int(np.nonzero(bad)[0][0])
     row = int(np.searchsorted(offsets, pos, side="right") - 1)
     if source is not None and np.isfinite(source[pos]):

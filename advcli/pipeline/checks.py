@@ -116,7 +116,8 @@ def check_data(plan: Plan, inputs: InputSet, chunk_rows: int, state: RunState | 
                         cast = vals.astype(precision, copy=False)
                     try:  # as run checks them: at the run's precision, −inf where only a clamping KL reads it
                         check_finite(cast, offsets, file, name, row_base, role in plan.neg_inf_roles,
-                                     source=vals if cast.dtype != vals.dtype else None)
+                                     source=vals if cast.dtype != vals.dtype else None,
+                                     checked=mask if role in plan.masked_only_roles else None)
                     except AdvcliError as e:
                         if role in read_roles:
                             raise

@@ -57,10 +57,15 @@ class Plan:
     # log-prob roles read only by a KL whose input clamp makes −inf finite (verl ≥ 0.4.1's k3, NeMo, SkyRL's k3):
     # a −inf there passes the read check, as the trainer computes with it (other non-finite values do not)
     neg_inf_roles: tuple[str, ...] = ()
+    # log-prob roles read only by verl's rollout correction, whose every sum and mean is masked_sum's
+    # torch.where(mask, x, 0): a NaN or ±inf at a mask=0 token changes no number there (a token-level weight at
+    # that token is NaN, as verl's), so only the mask=1 tokens are checked
+    masked_only_roles: tuple[str, ...] = ()
 
     def __post_init__(self):
         """The containers given, frozen (part of building the plan: nothing changes once it is made)."""
-        for name in ("components", "token_roles", "verify_roles", "output_columns", "warnings", "neg_inf_roles"):
+        for name in ("components", "token_roles", "verify_roles", "output_columns", "warnings", "neg_inf_roles",
+                     "masked_only_roles"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "params", frozen_mapping(self.params))
         if not isinstance(self.cmap.names, types.MappingProxyType):
@@ -309,6 +314,11 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if plan.correction is not None and plan.correction.gate is None and "rollout_log_probs" not in spec.needs \
             and not (kl_on and "rollout_log_probs" in klr):
         plan = dataclasses.replace(plan, neg_inf_roles=(*plan.neg_inf_roles, "rollout_log_probs"))
+    if plan.correction is not None and plan.correction.gate is None:  # verl's correction (masked_sum throughout)
+        # a log-prob the estimator or the KL reads is checked at every token (verl's kld·mask: NaN·0 = NaN)
+        read_elsewhere = set(spec.needs) | (set(klr) if kl_on else set())
+        plan = dataclasses.replace(plan, masked_only_roles=tuple(
+            r for r in ("old_log_probs", "rollout_log_probs") if r not in read_elsewhere))
     return dataclasses.replace(plan, warnings=tuple(warnings)) if warnings else plan
 
 

@@ -78,7 +78,8 @@ class ChunkReader:
             if role in FLOAT_ROLES:
                 raw, vals = vals, vals.to(plan.dtype)
                 check_finite(vals.numpy(), offsets, file, name, row_base, role in plan.neg_inf_roles,
-                             source=raw.numpy() if raw.dtype != vals.dtype else None)
+                             source=raw.numpy() if raw.dtype != vals.dtype else None,
+                             checked=mask.numpy() if role in plan.masked_only_roles else None)
             out[role] = vals
         kl_pair = [r for r in plan.neg_inf_roles if r != "rollout_log_probs"]
         if len(kl_pair) == 2 and all(r in out and r not in done for r in kl_pair):

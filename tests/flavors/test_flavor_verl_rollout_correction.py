@@ -447,3 +447,33 @@ def test_explain_says_what_bypass_mode_reads(capsys):
     code, out, _ = run_main(["explain", "--flavor", "verl", "--set", "algorithm.adv_estimator=grpo",
                              "--set", P + "bypass_mode=true"], capsys)
     assert code == 0 and "bypass mode" in out and "rollout_log_probs stand for old_log_probs" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_nan_log_prob_at_a_masked_token_runs_as_verl(tmp_path, name):
+    """A NaN (or inf) old or rollout log-prob at a mask=0 token: verl runs it, every sum and mean of its rollout
+    correction being masked_sum's torch.where(mask, x, 0) (rollout_corr_helper.py L274/277, L580, L636 @1dda039b;
+    torch_functional.py L273-291); it was refused. Every number is the one of the finite rows above, except a
+    token-level truncated weight at the NaN: exp(NaN)·0 = NaN, as verl's (its loss masks it); the inf log-ratio is
+    clamped to 20 first (weight e^20·0 = 0) and IcePop's band leaves a NaN out (0), as verl's (checked by calling
+    compute_rollout_correction_and_rejection_mask @1dda039b on these rows)."""
+    nan = float("nan")
+    rows = [list(r) for r in ROWS]
+    rows[1][4] = [-0.2, nan, -2.5, -0.1]  # row 1's interior masked token
+    rows[3][3] = [-0.4, -0.9, float("inf")]  # row 3's masked tail, in the trainer's own log-probs
+    t, res = _run(tmp_path, CONFIGS[name], src=_write(tmp_path / "in.parquet", [tuple(r) for r in rows]))
+    w = t.column("rollout_is_weights").to_pylist()
+    for i, (got, want) in enumerate(zip(w, EXPECTED_WEIGHTS[name])):
+        for j, (g, e) in enumerate(zip(got, want)):
+            if name == "A" and (i, j) == (1, 1):  # token-level, truncated at 2.0
+                assert math.isnan(g), (name, i, j, g)
+            else:
+                assert _close(g, e, 1e-5), (name, i, j, g, e)
+    assert t.column("response_mask_after_rs").to_pylist() == EXPECTED_MASK[name]
+    got = {k: v for k, v in res.per_step[0].items() if k.startswith("rollout_corr/")}
+    for k, want in EXPECTED_METRICS[name].items():
+        assert _close(got[k], want, 1e-4, 1e-6), (k, got[k], want)
+    # the same NaN at a mask=1 token is refused (verl's weights and statistics would be NaN)
+    rows[1][4] = [nan, 0.0, -2.5, -0.1]
+    with pytest.raises(AdvcliError, match="column 'rollout_log_probs', row 1, position 0: value nan is not finite"):
+        _run(tmp_path, CONFIGS[name], src=_write(tmp_path / "bad.parquet", [tuple(r) for r in rows]))

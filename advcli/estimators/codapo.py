@@ -1,13 +1,14 @@
 """CoDaPO, confidence- and difficulty-adaptive policy optimisation (arXiv 2606.07950, ICML 2026), as verl
 PR #7497 adds it (``algorithm.adv_estimator=codapo``, ``compute_codapo_outcome_advantage``,
-``codapo_weight_offset=0.1``, ``codapo_accuracy_key="acc"``; open). Written from the PR's
-``docs/algo/codapo.md`` (CoDaWeighting) and its description; the function's code was not read.
+``codapo_weight_offset=0.1``, ``codapo_accuracy_key="acc"``; open), matched to the PR's
+``compute_codapo_outcome_advantage`` (verl/trainer/ppo/core_algos.py L336-415 @ cb85d41a7, the PR's commit).
 
 Each group ("question") gets a CoDaValue that scales its GRPO advantages (CoDaWeighting)::
 
     ℓ_i  = Σ_t m_it·log π_old(o_it) / Σ_t m_it       each response's mean-token old log-prob
     c_g  = exp(mean_{i∈g} ℓ_i)                         confidence
-    p_g  = share of the group with accuracy == 1       (1 − difficulty)
+    p_g  = share of the group with |accuracy − 1| ≤ 1e-6 (1 − difficulty; isclose(acc, 1, atol=1e-6, rtol=0)
+                                                         on the accuracy cast to float32, L375)
     v_g  = c_g · 4·p_g·(1 − p_g)                       = c_g·[1 − 4(d_g − ½)²]
     A_i  = A_i^GRPO · (v_g + offset)
 
@@ -31,12 +32,15 @@ from .group import EPS, grpo_row
 
 def codapo_values(groups, mean_logprob: torch.Tensor, accuracy: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """[G] v_g = exp(mean of the non-empty rows' mean-token log-prob) · 4·p·(1 − p), p the share of the
-    non-empty rows with accuracy == 1 (float64); a group with no non-empty row: 0."""
+    non-empty rows whose accuracy is 1 within 1e-6 in float32, as the PR's ``torch.isclose(acc, 1, atol=1e-6,
+    rtol=0)`` (float64); a group with no non-empty row: 0."""
     live = valid > 0
     n = groups.sum(live.to(torch.float64))
     lp = torch.where(live, mean_logprob.to(torch.float64), torch.zeros_like(mean_logprob, dtype=torch.float64))
     conf = torch.exp(groups.sum(lp) / n.clamp(min=1))
-    p = groups.sum((live & (accuracy == 1)).to(torch.float64)) / n.clamp(min=1)
+    acc = accuracy.to(torch.float32)
+    correct = torch.isclose(acc, torch.ones_like(acc), atol=1e-6, rtol=0)
+    p = groups.sum((live & correct).to(torch.float64)) / n.clamp(min=1)
     return torch.where(n > 0, conf * 4 * p * (1 - p), torch.zeros_like(conf))
 
 
@@ -59,9 +63,9 @@ register(EstimatorSpec(
     zero_for_uniform_groups=True, needs=("old_log_probs", "accuracy"), optional=("rollout_log_probs",),
     row_token_means=("old_log_probs", "rollout_log_probs"),
     formula="A_i = A_i^GRPO · (v_g + offset), v_g = exp(mean_{i∈g} ℓ_i) · 4·p_g·(1 − p_g), ℓ_i = Σ_t m·old_lp / Σ_t m "
-            "(the response's mean-token old log-prob), p_g = share of the group with accuracy == 1 (empty responses "
-            "left out of both); A^GRPO = (s − mean_g)/(std_g + eps) (verl grpo)",
-    source="CoDaPO, arXiv 2606.07950; verl PR #7497 (open) docs/algo/codapo.md, CoDaWeighting of "
+            "(the response's mean-token old log-prob), p_g = share of the group with accuracy 1 (within 1e-6; empty "
+            "responses left out of both); A^GRPO = (s − mean_g)/(std_g + eps) (verl grpo)",
+    source="CoDaPO, arXiv 2606.07950; verl PR #7497 (open) @ cb85d41a7, core_algos.py "
            "compute_codapo_outcome_advantage (adv_estimator=codapo, codapo_weight_offset=0.1, codapo_accuracy_key=acc)",
     params={"weight_offset": Key(0.1, "δ, the advantage-weight floor added to the CoDaValue (codapo_weight_offset)",
                                  None, "float"),

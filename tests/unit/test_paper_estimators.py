@@ -395,12 +395,13 @@ CODAPO = [("q", 1.1, 1.0, [-0.2, -0.4, -9.0], [1, 1, 0]), ("r", 0.0, 0.0, [-1.0,
           ("q", 0.1, 0.0, [-0.6, -0.2], [1, 1])]
 
 
-def codapo_ref(offset=0.1, shift=0.0):
+def codapo_ref(offset=0.1, shift=0.0, table=None):
     """Per row: verl GRPO × (exp(mean of mean-token log-probs) · 4p(1−p) + offset), by hand; ``shift``
-    is added to every log-prob (the rollout log-probs of _codapo_dump)."""
+    is added to every log-prob (the rollout log-probs of _codapo_dump); ``table``: other rows than CODAPO."""
+    table = CODAPO if table is None else table
     out = []
-    for pid, r, *_ in CODAPO:
-        rows = [x for x in CODAPO if x[0] == pid]
+    for pid, r, *_ in table:
+        rows = [x for x in table if x[0] == pid]
         rs = [x[1] for x in rows]
         n = len(rs)
         if n == 1:
@@ -489,3 +490,26 @@ def test_codapo_on_the_sample_data(tmp_path, capsys):
         for i in rows:
             a = (t["reward"][i] - mu) / (sd + 1e-6) * w
             assert np.allclose(got[i], [a * m for m in t["response_mask"][i]], rtol=1e-4, atol=1e-5), i
+
+
+@pytest.mark.parametrize("near, counted", [(float(np.nextafter(np.float32(1), np.float32(2))), True),
+                                           (0.9999995, True), (1.000002, False)])
+def test_codapo_counts_an_accuracy_within_1e6_of_one_as_correct(tmp_path, capsys, near, counted):
+    """The PR's is_correct is torch.isclose(acc, 1, atol=1e-6, rtol=0) on the accuracy in float32 (core_algos.py
+    L375 @ cb85d41a7): one float32 step above 1, or 5e-7 below it, is correct, 2e-6 above is not (it was read as
+    exactly == 1). The reference is codapo_ref's rows with the near value counted as 1 or as 0."""
+    import pyarrow as pa
+
+    src = _codapo_dump(tmp_path / "in.parquet")
+    t = pq.read_table(src)
+    acc = [near if a == 1 else a for a in t.column("correct").to_pylist()]
+    pq.write_table(t.set_column(t.schema.get_field_index("correct"), "correct", pa.array(acc, pa.float32())), src)
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=codapo",
+                             "--column", "accuracy=correct", "--precision", "float64", "-q"], capsys)
+    assert code == 0, err
+    want = codapo_ref(table=CODAPO if counted else [(x[0], x[1], 0.0 if x[2] == 1 else x[2], *x[3:])
+                                                     for x in CODAPO])
+    got = pq.read_table(out).column("advantages").to_pylist()
+    for row, g, a in zip(CODAPO, got, want):
+        assert np.allclose(g, [a * m for m in row[4]], rtol=1e-6, atol=1e-9), (row, g, a)

@@ -52,6 +52,15 @@ def codapo_row(table: RowTable, p: dict) -> torch.Tensor:
     return base * g.per_row(value + p["weight_offset"]).to(base.dtype)
 
 
+def codapo_check(p: dict) -> None:
+    """The PR's ``if not weight_offset >= 0: raise ValueError`` (core_algos.py L400 @ cb85d41a7)."""
+    if not p["weight_offset"] >= 0:
+        from ..errors import AdvcliError
+
+        raise AdvcliError(f"estimator.weight_offset={p['weight_offset']:g}: must be non-negative (verl PR #7497 raises "
+                          "ValueError: algorithm.codapo_weight_offset must be non-negative)")
+
+
 def codapo_needs(p: dict) -> tuple[tuple[str, str], ...]:
     """The log-prob column estimator.log_probs names (its mean over each row's trained tokens)."""
     return ((p["log_probs"], f"estimator.log_probs={p['log_probs']}: codapo reads each response's mean token "
@@ -59,7 +68,8 @@ def codapo_needs(p: dict) -> tuple[tuple[str, str], ...]:
 
 
 register(EstimatorSpec(
-    name="codapo", needs_for=codapo_needs, level="row", uses_groups=True, row_constant=True, row_fn=codapo_row,
+    name="codapo", needs_for=codapo_needs, check_params=codapo_check,
+    level="row", uses_groups=True, row_constant=True, row_fn=codapo_row,
     zero_for_uniform_groups=True, needs=("old_log_probs", "accuracy"), optional=("rollout_log_probs",),
     row_token_means=("old_log_probs", "rollout_log_probs"),
     formula="A_i = A_i^GRPO · (v_g + offset), v_g = exp(mean_{i∈g} ℓ_i) · 4·p_g·(1 − p_g), ℓ_i = Σ_t m·old_lp / Σ_t m "

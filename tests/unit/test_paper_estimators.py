@@ -513,3 +513,12 @@ def test_codapo_counts_an_accuracy_within_1e6_of_one_as_correct(tmp_path, capsys
     got = pq.read_table(out).column("advantages").to_pylist()
     for row, g, a in zip(CODAPO, got, want):
         assert np.allclose(g, [a * m for m in row[4]], rtol=1e-6, atol=1e-9), (row, g, a)
+
+
+def test_codapo_refuses_a_negative_weight_offset(tmp_path, capsys):
+    """The PR raises ValueError for a negative codapo_weight_offset (core_algos.py L400 @ cb85d41a7)."""
+    src = _codapo_dump(tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    code, _, err = run_main(["run", src, "-o", out, "--flavor", "advcli", "--set", "estimator.name=codapo",
+                             "--set", "estimator.weight_offset=-0.1", "--column", "accuracy=correct"], capsys)
+    assert code == 2 and "must be non-negative" in err and not out.exists()

@@ -245,7 +245,8 @@ SAMPLE_ROW_GROUP = 16384  # rows per row group of `advcli sample`'s file (and pe
 
 @app.command(epilog=SAMPLE_EPILOG, cls=helpstyle.Command)
 def sample(
-    output: str | None = typer.Argument(None, metavar="OUTPUT", help="Parquet file to write."),
+    output: str | None = typer.Argument(None, metavar="OUTPUT", help="Parquet file to write (a local path or an "
+                                                                     "s3://, gs://, hdfs:// URI)."),
     output_option: str | None = typer.Option(None, "--output", "-o", metavar="PATH",
                                              help="The file to write, spelled as the other commands spell it "
                                                   "(instead of OUTPUT)."),
@@ -263,6 +264,7 @@ def sample(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from .io.remote import is_uri
     from .io.writer import check_output_path, clean_stale_temps, temp_path_for
     from .sample import make_table
 
@@ -286,7 +288,13 @@ def sample(
                 w.write_table(table.slice(start, step), row_group_size=step)
                 if bar:
                     bar("write", min(start + step, table.num_rows), table.num_rows)
-        os.replace(tmp, output)
+        if is_uri(output):  # object storage: the finished file uploaded whole (advcli.io.remote.upload)
+            from .io.remote import upload
+
+            upload(tmp, output)
+            os.remove(tmp)
+        else:
+            os.replace(tmp, output)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -347,3 +347,17 @@ def test_a_trainers_dump_on_object_storage_runs_as_on_disk(s3, tmp_path):
     assert pq.read_table(tmp_path / "conv_there.parquet").equals(pq.read_table(tmp_path / "conv_here.parquet"))
     p = cli("convert", "s3://bkt/same/rloo.parquet", "-o", tmp_path / "x.parquet")
     assert p.returncode == 2 and "needs no conversion" in p.stderr, p.stderr
+
+
+def test_sample_writes_to_object_storage(s3, tmp_path):
+    """`advcli sample -o s3://...` (it ended in an internal error, renaming its local temporary file to the URI):
+    the object holds the bytes of the same sample written locally, and no temporary key is left."""
+    p = cli("sample", "-o", "s3://bkt/samp/x.parquet", "--rows", "64", "--seed", "3")
+    assert p.returncode == 0, p.stderr
+    assert "wrote s3://bkt/samp/x.parquet: 64 rows" in p.stderr
+    local = tmp_path / "x.parquet"
+    assert cli("sample", "-o", local, "--rows", "64", "--seed", "3").returncode == 0
+    assert get(s3, "bkt/samp/x.parquet") == local.read_bytes()
+    assert s3_keys(s3, "bkt/samp") == ["bkt/samp/x.parquet"]
+    again = cli("sample", "-o", "s3://bkt/samp/x.parquet", "--rows", "64")
+    assert again.returncode == 2 and "already exists" in again.stderr

@@ -251,8 +251,10 @@ class Watcher:
                 st = os.stat(p)
             except FileNotFoundError:
                 return False
-            if now - st.st_mtime < self.settle or st.st_size == 0:
+            if now - st.st_mtime < self.settle:
                 return False
+            if st.st_size == 0 and (later is None or _newest_change(later.files) < st.st_mtime_ns):
+                return False  # not written yet; left empty once the trainer moved on (the one-off leaves it out)
             stats.append((p, st))
         if later is not None and stats and _newest_change(later.files) >= max(st.st_mtime_ns for _, st in stats):
             return True
@@ -372,13 +374,21 @@ class FollowState:
 
     @classmethod
     def load(cls, path: str | None, command: str, root: str) -> FollowState:
+        if path and os.path.isdir(path):
+            raise AdvcliError(f"{path}: is a directory; --state names the follower's state file",
+                              hint=f"e.g. --state {os.path.join(path, 'follow-state.json')}")
         if path and os.path.exists(path):
             try:
                 with open(path) as fh:
                     d = json.load(fh)
             except (OSError, ValueError) as e:
                 raise AdvcliError(f"{path}: not a follower's state file ({e})",
-                                  hint="remove it to follow the run from its first step") from None
+                                  hint="give another --state file, or remove this one to follow the run from its "
+                                       "first step") from None
+            if not isinstance(d, dict) or not d.get("command") or not d.get("root"):
+                raise AdvcliError(f"{path}: not a follower's state file (it records no command and no directory)",
+                                  hint="give another --state file, or remove this one to follow the run from its "
+                                       "first step")
             if d.get("version") != STATE_VERSION or d.get("command") != command or d.get("root") != root:
                 raise AdvcliError(f"{path}: the state of another follow ({d.get('command')} of {d.get('root')})",
                                   hint="give this follow its own --state file")
@@ -835,6 +845,8 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
             for i, u in enumerate(todo):
                 if not watcher.complete(u, todo[i + 1] if i + 1 < len(todo) else None, now):
                     break  # steps are taken in order: never one after a step still being written
+                if _left_empty(u, st, watcher, echo, quiet, state_path, signals):
+                    continue
                 fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
                 gap = gap_note(st, u.step, fmt)
                 if fmt == "parquet" and len(u.files) > 1:
@@ -883,6 +895,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                                                "holds; a restarted follow (same --state) takes the step once "
                                                "it is complete")
                     u = pending[0]
+                    if st.steps and _left_empty(u, st, watcher, echo, quiet, state_path, signals):
+                        last_change = time.monotonic()
+                        continue
                     fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
                     _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap_note(st, u.step, fmt),
                           whole=True, state_path=state_path, signals=signals)
@@ -925,6 +940,33 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     if unfinished is not None:
         raise unfinished  # after the summary: exit 2, the step and file named as the one-off command names them
     return 1 if st.disagreed else 0
+
+
+def _left_empty(u: Unit, st: FollowState, watcher, echo, quiet: bool, state_path, signals) -> bool:
+    """A step whose every file is empty (0 bytes) and left so (the trainer moved on, or the dump is quiet): passed
+    over as the one-off command leaves such a file out of the dump, said, and recorded in the state (a restart
+    does not wait on it); False for any other step. A Parquet file of 0 bytes is no step either way: the
+    one-off command refuses it, and so does taking it."""
+    if watcher.fmt == "parquet" or not u.files or u.sealed is not None:
+        return False
+    try:
+        stats = {p: os.stat(p) for p in u.files}
+    except OSError:
+        return False
+    if any(x.st_size for x in stats.values()):
+        return False
+    empty = hashlib.sha256(b"").hexdigest()  # recorded as taken: written to later, it is said to have changed
+    st.taken = (st.taken + [[u.step, {os.path.relpath(p, watcher.root): [0, x.st_mtime_ns, empty]
+                                      for p, x in stats.items()}]])[-WATCHED:]
+    if not quiet:
+        names = ", ".join(watcher.named(p) for p in u.files)
+        echo(f"step {u.step}: left out: {names} (empty), as the one-off command leaves an empty dump file out",
+             err=True)
+    st.last_step = u.step if st.last_step is None else max(st.last_step, u.step)
+    with signals.held():
+        st.save(state_path)
+    watcher.taken(u.step)
+    return True
 
 
 def _take(u: Unit, root: str, shown: str, st: FollowState, runner: StepRunner, opts: Options, logger,

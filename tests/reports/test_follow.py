@@ -997,3 +997,56 @@ def test_follow_on_object_storage_says_it_watches_a_local_directory(capsys):
     """--follow of an s3:// prefix said 'no such directory'; it says what it watches."""
     code, _, err = run_main(["stats", "s3://bkt/run/", "--follow", "--until-idle", "1"], capsys)
     assert code == 2 and "--follow watches a local directory" in err and "no such directory" not in err, err
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_an_empty_step_file_is_left_out_as_the_one_off_command_leaves_it(tmp_path, capsys, last):
+    """verl's 2.jsonl created and left empty (0 bytes) between steps 1 and 3, or as the last file: the one-off run
+    leaves it out with a warning; the follow stopped on it ('every dump file is empty', exit 2) and never took step
+    3. It is passed over, said, and the steps taken equal the one-off run's rows."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _verl(run, 1)
+
+    def writer():
+        time.sleep(0.3)
+        (run / "2.jsonl").write_bytes(b"")
+        if not last:
+            time.sleep(0.5)
+            _verl(run, 3)
+
+    out_dir = tmp_path / "adv"
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "1.5"],
+                            capsys, writer)
+    assert code == 0, err
+    taken = ["step 1"] if last else ["step 1", "step 3"]
+    assert [x.split(":")[0] for x in lines(out)] == taken, (out, err)
+    assert "step 2: left out:" in err and "2.jsonl (empty)" in err and "landed after" not in err
+    assert json.loads((out_dir / "follow-state.json").read_text())["last_step"] == (2 if last else 3)
+    whole = tmp_path / "whole.parquet"
+    code, _, err = run_main(["run", str(run), "-o", str(whole)], capsys)
+    assert code == 0 and "(empty)" in err, err
+    got = pa.concat_tables([pq.read_table(out_dir / f"step_{s.split()[1]}.parquet") for s in taken])
+    assert got.column("advantages").to_pylist() == pq.read_table(whole).column("advantages").to_pylist()
+
+
+@pytest.mark.parametrize("kind", ["directory", "empty object", "not json"])
+def test_a_state_path_that_is_no_state_file_is_named(tmp_path, capsys, kind):
+    """--state naming a directory said 'remove it' (a directory of outputs); a JSON file of {} was 'the state of
+    another follow (None of None)'. Each is named for what it is, with another --state to give."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _verl(run, 1)
+    state = tmp_path / "state"
+    if kind == "directory":
+        state.mkdir()
+    else:
+        state.write_text("{}" if kind == "empty object" else "not json")
+    code, _, err = run_main(["stats", str(run), "--follow", "--state", str(state), *SETTLE, "--until-idle", "0.5"],
+                            capsys)
+    assert code == 2 and "Traceback" not in err
+    said = " ".join(err.split())
+    assert "None of None" not in said and "give another --state" in said or "is a directory" in said, said
+    if kind == "directory":
+        assert "--state names the follower's state file" in said and "follow-state.json" in said
+    assert state.exists()

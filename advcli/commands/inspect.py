@@ -296,6 +296,9 @@ def run_command(info, sources: list[str], inputs: list[str],
         words = shlex.split(fmt.example)[3:]  # after `advcli run PATH`
         if n is not None or not any("{n}" in w for w in words):
             candidates.append([w.replace("{n}", str(n)) for w in words])
+            kl_off = _kl_off(candidates[-1])
+            if kl_off:  # the trainer's own flavor without its KL in the reward (AReaL's without the trial's config)
+                candidates.append(candidates[-1] + kl_off)
     candidates += [list(f) for f in FALLBACK_FLAGS]
     column = list(column or ())
     if info.format == "table":  # a table's group and reward columns under other names (uid, score, rew)
@@ -328,6 +331,20 @@ def run_command(info, sources: list[str], inputs: list[str],
             continue
         return "advcli run " + " ".join(shlex.quote(w) for w in [*sources, *flags]), None
     return None, why
+
+
+def _kl_off(flags: list[str]) -> list[str]:
+    """The flags that turn the KL in the reward off for the flavor ``flags`` name (``Flavor.kl_off``), [] if none."""
+    from ..flavors import get
+
+    if "--flavor" not in flags or flags.index("--flavor") + 1 >= len(flags):
+        return []
+    try:
+        text = get(flags[flags.index("--flavor") + 1]).kl_off or ""
+        words = shlex.split(text.split(",")[0])  # "--set actor.kl_ctl=0, or --config ...": the first setting
+    except (AdvcliError, ValueError):
+        return []
+    return words if len(words) == 2 and words[0] == "--set" else []
 
 
 def release_choice(command: str | None) -> dict | None:

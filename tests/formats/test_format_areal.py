@@ -188,8 +188,10 @@ def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
     assert code == 0, err
     assert raw_key in out
     words = read_it_with(out)
+    assert words[words.index("--flavor") + 1] == "areal" and "actor.kl_ctl=0" in words  # no config.yaml: no KL
     out_path = tmp_path / "out.parquet"
-    code, _, err = run_main([*words[1:], "--set", "algorithm.adv_estimator=rloo", "-o", out_path, "--force"], capsys)
+    verl_rloo = ["run", str(tmp_path / "trial"), "--flavor", "verl", "--set", "algorithm.adv_estimator=rloo"]
+    code, _, err = run_main([*verl_rloo, "-o", out_path, "--force"], capsys)
     assert code == 0, err
     assert f"reward = {raw_key}" in err  # the summary names the reward that ran
     assert "--column reward=normalized_reward" in " ".join(err.split())  # and the one AReaL trained on
@@ -204,8 +206,7 @@ def test_original_reward_is_the_recomputed_reward(tmp_path, capsys, raw_key):
     norm = pq.read_table(tmp_path / "c.parquet").column("normalized_reward").to_pylist()
     assert norm[0] == pytest.approx(math.sqrt(3), rel=1e-5)  # (1 − 0.25)/sqrt(3/16): the dump's own value, kept
     # the reward AReaL trained on: the z-score, by --column
-    code, _, err = run_main([*words[1:], "--set", "algorithm.adv_estimator=rloo", "-o", out_path, "--force",
-                             "--column", "reward=normalized_reward"], capsys)
+    code, _, err = run_main([*verl_rloo, "-o", out_path, "--force", "--column", "reward=normalized_reward"], capsys)
     assert code == 0, err
     zs = pq.read_table(out_path).column("normalized_reward").to_pylist()
     exp = []
@@ -449,3 +450,16 @@ def test_a_records_shown_default_says_where_it_came_from(tmp_path, capsys):
     code, _, err = run_main(["run", tmp_path / "trial", "-o", tmp_path / "o.parquet", "--flavor", "areal", "--set",
                              "actor.kl_ctl=0", "--set", "gconfig.reward_normalization=false", "--force"], capsys)
     assert code == 0 and "from the dump's records" not in " ".join(err.split()), err
+
+
+def test_inspect_without_the_trials_config_suggests_areal_without_its_kl(tmp_path, capsys):
+    """A rollout folder copied without the trial's config.yaml: AReaL's defaults put a KL in the reward, which the
+    dump cannot give, and inspect suggested verl's GRPO (no stand-in for AReaL's numbers). It suggests --flavor areal
+    with the flavor's own KL-off setting (Flavor.kl_off), and the command gives what run gives with it."""
+    build(tmp_path / "trial")
+    code, out, err = run_main(["inspect", tmp_path / "trial" / "rollout", "--json"], capsys)
+    assert code == 0, err
+    example = json.loads(out)["dump"]["example"]
+    assert example.endswith("--output out.parquet --flavor areal --set actor.kl_ctl=0"), example
+    code, _, err = run_main(["run", tmp_path / "trial" / "rollout", "-o", tmp_path / "a.parquet"], capsys)
+    assert code == 2 and "actor.kl_ctl=0" in err  # the refusal says the same

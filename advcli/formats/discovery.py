@@ -295,7 +295,10 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
         if not chosen.sniff(first):
             missing = [f for f in chosen.required if f not in first]
             hint = "a file of another format among the dumps? force the format with --from"
-            if forced is None and chosen.matches(p) and missing:  # its name is right: its fields are not
+            if forced is not None:  # the user chose the format: the dump is likely of another
+                hint = (f"--from {forced.name} reads {a_title(chosen.title)} dump; leave --from out to have the "
+                        "format recognised, or `advcli inspect PATH` to see which it is")
+            elif chosen.matches(p) and missing:  # its name is right: its fields are not
                 hint = (f"its name is {a_title(chosen.title)} file's, but it lacks {', '.join(missing)}: written by "
                         "another tool or version of it? docs/formats.md lists the fields each format needs")
             raise AdvcliError(f"{where_in_dump(p, 0 if p.endswith('.parquet') else 1)}: not "

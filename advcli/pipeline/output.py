@@ -33,7 +33,8 @@ def _several_inputs_to_a_file(output: str, n: int) -> AdvcliError:
     return AdvcliError(f"{output}: several inputs need an output directory ({n} files were given), and this names "
                        "a file",
                        hint=f"give a directory, e.g. --output {stem or 'out'}/ (one output per input, named like "
-                            "it), or run each input on its own")
+                            "it), or run each input on its own; for one output of them all, give their directory or "
+                            "quote a glob ('DIR/*.jsonl') so that the shell does not expand it into files")
 
 
 def scratch_output(inputs: list[str], directory: str, name: str) -> str:

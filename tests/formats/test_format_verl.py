@@ -659,3 +659,27 @@ def test_run_says_a_legacy_dump_is_grouped_by_its_input_text(tmp_path, capsys):
     code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--flavor", "verl", "--set",
                              "algorithm.adv_estimator=grpo"], capsys)
     assert code == 0 and "grouped by identical input text" in " ".join(err.split()), err
+
+
+def test_a_from_that_names_another_format_says_so(tmp_path, capsys):
+    """--from nemo-jsonl on verl's dump: the hint said 'force the format with --from', which the user had done; it
+    names the format forced and how to have it recognised."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    code, _, err = run_main(["run", d, "--from", "nemo-jsonl", "-o", tmp_path / "o.parquet"], capsys)
+    said = " ".join(err.split())
+    assert code == 2 and "force the format with --from" not in said
+    assert "--from nemo-jsonl reads a NeMo RL" in said and "leave --from out" in said
+
+
+def test_files_a_shell_glob_expanded_to_one_output_file_say_to_quote_it(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    write(d / "2.jsonl", v1_records(2, 2))
+    code, _, err = run_main(["run", d / "1.jsonl", d / "2.jsonl", "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "quote a glob ('DIR/*.jsonl')" in " ".join(err.split())
+    code, _, err = run_main(["run", str(d / "*.jsonl"), "-o", tmp_path / "o.parquet", "--set",
+                             "algorithm.adv_estimator=grpo", "-q"], capsys)
+    assert code == 0, err  # the quoted glob: one dump, one output

@@ -45,6 +45,10 @@ class ColumnMap:
                         "(scalar advantages), not among token-level files or with --from parquet; there give each "
                         "row a one-token mask, e.g. pandas: df['response_mask'] = [[1]] * len(df) (its advantages "
                         "are then one-element lists)")
+            dump = parquet_dump_like(self.schema.names)
+            if dump is not None:  # a trainer's Parquet dump under another name (a renamed completions file)
+                hint = (f"its columns are {dump.title}'s ({', '.join(dump.required)}): read it as that dump with "
+                        f"--from {dump.name}; " + hint)
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
@@ -145,3 +149,17 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                    else f"a {t} key is read as no id")
             raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
+
+
+def parquet_dump_like(names) -> object | None:
+    """The trainer's Parquet dump format (``advcli.formats.Format``) whose every required column ``names`` holds
+    (TRL's completions: prompt, completion, advantage), where the file was not recognised by its name; None."""
+    from ..formats.registry import FORMATS, load
+
+    load()
+    have = set(names)
+    for fmt in FORMATS.values():
+        if fmt.required and fmt.pattern and ".parquet" in fmt.pattern and set(fmt.required) <= have:
+            return fmt
+    return None
+

@@ -813,3 +813,20 @@ def test_audit_names_a_given_setting_a_reproducing_configuration_leaves_out(dump
     found = [c["label"] for c in json.loads(out)["search"] if c.get("rows_disagreeing") == 0]
     trl = [lab for lab in found if lab.startswith("trl")]
     assert trl and all('without the given reward_funcs=["accuracy_reward"]' in lab for lab in trl), found
+
+
+@pytest.mark.parametrize("flavor", [[], ["--flavor", "trl"]])
+def test_a_renamed_completions_file_says_to_read_it_with_from(dump, tmp_path, capsys, flavor):
+    """A completions file saved under another name (mytrl.parquet) is not recognised by its name: the refusal
+    (missing reward, or no estimator to pick) named a single reward function's column to map, which would train on
+    one function only; it names --from trl-completions first, and that reads it as the dump."""
+    d, expected = dump
+    renamed = tmp_path / "mytrl.parquet"
+    renamed.write_bytes((d / "completions_00010.parquet").read_bytes())
+    code, _, err = run_main(["run", renamed, "-o", tmp_path / "o.parquet", *flavor], capsys)
+    assert code == 2 and "--from trl-completions" in " ".join(err.split()), err
+    code, _, err = run_main(["run", renamed, "-o", tmp_path / "o.parquet", "--from", "trl-completions", "--set",
+                             "reward_funcs=[accuracy_reward,format_reward]", "-q"], capsys)
+    assert code == 0, err
+    got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
+    assert np.allclose(got, expected[:len(got)], rtol=1e-5, atol=1e-5)

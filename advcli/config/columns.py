@@ -45,10 +45,7 @@ class ColumnMap:
                         "(scalar advantages), not among token-level files or with --from parquet; there give each "
                         "row a one-token mask, e.g. pandas: df['response_mask'] = [[1]] * len(df) (its advantages "
                         "are then one-element lists)")
-            dump = parquet_dump_like(self.schema.names)
-            if dump is not None:  # a trainer's Parquet dump under another name (a renamed completions file)
-                hint = (f"its columns are {dump.title}'s ({', '.join(dump.required)}): read it as that dump with "
-                        f"--from {dump.name}; " + hint)
+            hint = dump_like_hint(self.schema.names) + hint  # a trainer's dump renamed, or a table of its records
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
@@ -151,15 +148,27 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
 
 
-def parquet_dump_like(names) -> object | None:
-    """The trainer's Parquet dump format (``advcli.formats.Format``) whose every required column ``names`` holds
-    (TRL's completions: prompt, completion, advantage), where the file was not recognised by its name; None."""
+def dump_like(names) -> object | None:
+    """The trainer's dump format (``advcli.formats.Format``) whose every required field the columns ``names``
+    hold (TRL's completions: prompt, completion, advantage; verl's JSONL records: input, output, score), where
+    the input was not read as that dump (a renamed file, a table made of the dump's records); None."""
     from ..formats.registry import FORMATS, load
 
     load()
     have = set(names)
     for fmt in FORMATS.values():
-        if fmt.required and fmt.pattern and ".parquet" in fmt.pattern and set(fmt.required) <= have:
+        if fmt.required and set(fmt.required) <= have:
             return fmt
     return None
 
+
+def dump_like_hint(names) -> str:
+    """The hint's words (ending ``; ``) for columns that are a trainer dump's (:func:`dump_like`), else ''."""
+    fmt = dump_like(names)
+    if fmt is None:
+        return ""
+    said = f"its columns are {fmt.title}'s ({', '.join(fmt.required)}): "
+    if fmt.pattern and ".parquet" in fmt.pattern:
+        return said + f"read it as that dump with --from {fmt.name}; "
+    return said + ("give advcli the dump's own files (their folder) as the trainer wrote them, which it reads with "
+                   "that trainer's group ids and fields; ")

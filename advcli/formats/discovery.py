@@ -274,6 +274,13 @@ def _found(spec: str, candidates: list[str], skipped: list[str], unread: list[st
         first = (chosen.first_record or first_json_record)(p)
         if first is None:
             if forced is not None and not forced.pattern.endswith(r"\.parquet$") and _is_parquet(p):
+                from ..io.reader import SHOWN_AS
+
+                if SHOWN_AS.get(p, "").startswith("<"):  # a table in memory (advcli.run(df, source=...))
+                    raise AdvcliError(f"{p}: a table in memory is not {a_title(forced.title)} file (--from "
+                                      f"{forced.name})", hint="give the dump's own files (their folder) as the trainer "
+                                                              "wrote them, or the table without source= (advcli's "
+                                                              "own layout)")
                 raise AdvcliError(f"{p}: a Parquet file, not {a_title(forced.title)} file (--from {forced.name})",
                                   hint="without --from, a Parquet file is read as advcli's own layout (or as TRL's "
                                        "completions file, by its name)")

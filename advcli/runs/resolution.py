@@ -717,13 +717,12 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
     if lacking is not None:
         raise lacking
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
-    from ..config.columns import OTHER_NAMES, parquet_dump_like
+    from ..config.columns import OTHER_NAMES, dump_like_hint
 
     group_like = next((n for n in OTHER_NAMES["prompt_id"] if n in names and "prompt_id" not in (columns or {})), None)
-    info = info_for(inputs[0])  # a trainer's Parquet dump renamed (mytrl.parquet) reads as a table of its own
-    dump = parquet_dump_like(names) if info is None or info.format == "table" else None
+    info = info_for(inputs[0])  # a trainer's dump renamed (mytrl.parquet), or a table of its records, read as a table
+    dump = dump_like_hint(names) if info is None or info.format == "table" else ""
     raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
-                      hint=(f"its columns are {dump.title}'s ({', '.join(dump.required)}): read it as that dump with "
-                            f"--from {dump.name}; " if dump is not None else "")
-                      + (f"if column {group_like!r} holds the group ids: --column prompt_id={group_like}; "
-                         if group_like else "") + f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")
+                      hint=dump + (f"if column {group_like!r} holds the group ids: --column prompt_id={group_like}; "
+                                   if group_like and not dump else "")
+                      + f"choose one: --flavor {fl.name} --set {fl.estimator_key}=NAME")

@@ -461,3 +461,23 @@ def test_a_table_of_rewards_runs_as_a_response_level_dump():
     masked = df.assign(response_mask=[[1]] * len(df))
     lists = advcli.run(masked, flavor="verl", settings={"algorithm.adv_estimator": "grpo"}).table
     assert [a[0] for a in lists.column("advantages").to_pylist()] == got.column("advantages").to_pylist()
+
+
+def test_a_dataframe_of_a_verl_jsonl_dump_says_to_give_the_dump_files(tmp_path):
+    """pd.read_json of verl's rollout JSONL as a DataFrame: the hint said columns={'prompt_id': 'uid'}, which groups
+    every v1 row alone (its uid holds the session); it says to give the dump's own files, read with verl's group
+    ids. source='verl-jsonl' on the frame says a table in memory is no JSONL file (it said 'a Parquet file')."""
+    import json
+
+    import pandas as pd
+
+    recs = [{"input": f"q{i // 4}", "output": f"a{i}", "score": float(i % 2), "step": 1, "gts": "x",
+             "uid": f"{i // 4}-uuid_{i}"} for i in range(8)]
+    path = tmp_path / "1.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    df = pd.read_json(path, lines=True)
+    with pytest.raises(AdvcliError) as e:
+        advcli.run(df)
+    assert "give advcli the dump's own files" in e.value.hint and "'prompt_id': 'uid'" not in e.value.hint
+    with pytest.raises(AdvcliError, match="a table in memory is not a verl"):
+        advcli.run(df, source="verl-jsonl")

@@ -775,6 +775,13 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
         root, shown = audited_folder(root, shown, None if quiet else echo, opts.flavor)
         look_for_logged = root == given
     if opts.command == "run":
+        real_out, real_root = os.path.realpath(opts.out_dir), os.path.realpath(root)
+        if real_out == real_root or real_out.startswith(real_root + os.sep):  # as the one-off command refuses it
+            stem = os.path.basename(real_root.rstrip(os.sep)) or "out"
+            where = "the followed directory" if real_out == real_root else "inside the followed directory"
+            raise AdvcliError(f"{opts.out_dir}: is {where}; the outputs would land among the dump's files (and be "
+                              "followed as the trainer's)", hint=f"name a directory outside the dump: -o "
+                                                                 f"{stem}_advantages/")
         os.makedirs(opts.out_dir, exist_ok=True)
         state_path = state_path or os.path.join(opts.out_dir, "follow-state.json")
     st = FollowState.load(state_path, opts.command, root)

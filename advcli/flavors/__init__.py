@@ -861,7 +861,18 @@ def _native(fa: FlavorAt, settings: list[tuple[str, Any]], config_file: str | No
     own_key = own_estimator_key(flavor, chosen)
     as_key = [(own_key, str(chosen))] if own_key is not None else []
     # the release's defaults first: the --config file and --set win over them, and they are not "given"
-    asked = native_values(flavor, _release_items(fa) + items + as_key)
+    try:
+        asked = native_values(flavor, _release_items(fa) + items + as_key)
+    except AdvcliError as e:  # a bad value the --config file gave (not --set over it): the message names the file
+        if config_file:
+            import re
+
+            from_file = {flavor.aliases.get(k, k) for k, _ in found.taken} - set_here
+            m = re.match(r"key '?([^\s':]+)'?", e.message)
+            if m and flavor.aliases.get(m.group(1), m.group(1)) in from_file:
+                e.message = f"config file {config_file}: {e.message}"
+                e.args = (e.message,)
+        raise
     values = _drop_unread(fa, asked)
     if fa.release is not None and fa.release.accepts:  # a setting the release's code lacks is refused
         check_accepts(fa.release, values, f"--flavor {flavor.name}", fa.asked)

@@ -120,8 +120,12 @@ def check_output_path(target: str, inputs: list[str], force: bool) -> None:
     d = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(d):
         raise missing_directory(target, d)
-    if os.path.isdir(target) or bare != target:
+    if os.path.isdir(target):
         raise AdvcliError(f"{target}: is a directory; give a file path for the output")
+    if bare != target:  # `-o nd4/`, no such directory: this command writes one file
+        raise AdvcliError(f"{target}: names a directory (the trailing {os.sep}); this command writes one file",
+                          hint=f"give a file path, e.g. -o {os.path.join(bare, 'out.parquet')} (the directory made "
+                               f"first) or -o {bare}.parquet")
     if os.path.islink(target) and not os.path.exists(target) and not force:  # a link to nowhere is still there
         raise AdvcliError(f"{target}: already exists (a symbolic link to {os.readlink(target)}, which does not "
                           "exist)", hint="pass --force to replace the link with the output, or remove it")

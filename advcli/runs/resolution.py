@@ -704,6 +704,17 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
     from ..formats import info_for
 
     dumped = info_for(inputs[0]) is not None  # a trainer's dump: its group ids come from its own fields (verl's uid)
+    for column, _ in fl.pick_estimator:  # a --column map to no column: said, not "the dump has no prompt_id"
+        named = (columns or {}).get(column)
+        if named is not None and named not in names:
+            import difflib
+
+            from ..io.reader import shown_name
+            near = difflib.get_close_matches(named, names, n=1)
+            raise AdvcliError(f"{shown_name(first)}: --column {column}={named}: no column {named!r}"
+                              + (f". Did you mean {near[0]!r}?" if near else ".")
+                              + f" Columns present: {', '.join(names)}",
+                              hint=f"name a column the input has: --column {column}=NAME")
     for i, (column, est) in enumerate(fl.pick_estimator):
         named = (columns or {}).get(column, column)
         if named in names:

@@ -603,3 +603,32 @@ def test_a_float64_reward_beyond_float32_is_named_so_by_validate_and_run(tmp_pat
     for command in (["validate", src], ["run", src, "-o", tmp_path / "o.parquet"]):
         code, _, err = run_main(command, capsys)
         assert code == 2 and "row 3: value 1e+300 is beyond float32" in err and "--precision float64" in err, err
+
+
+def test_an_output_naming_a_missing_directory_says_the_command_writes_one_file(tmp_path, capsys):
+    code, _, err = run_main(["filter", SAMPLE, "--drop-uniform", "-o", f"{tmp_path / 'nd4'}{os.sep}"], capsys)
+    said = " ".join(err.split())
+    assert code == 2 and "is a directory" not in said and "names a directory (the trailing" in said
+    assert "nd4.parquet" in said and not (tmp_path / "nd4").exists()
+
+
+def test_a_bad_value_in_a_config_file_names_the_file(tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: maybe\n")
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "o.parquet", "--config", cfg], capsys)
+    assert code == 2 and f"config file {cfg}: key algorithm.norm_adv_by_std_in_grpo: 'maybe'" in err
+    # the same bad value by --set names no file; a --set over the file's value runs
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "o.parquet", "--set", "algorithm.adv_estimator=grpo",
+                             "--set", "algorithm.norm_adv_by_std_in_grpo=maybe"], capsys)
+    assert code == 2 and "config file" not in err
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "o.parquet", "--config", cfg, "--set",
+                             "algorithm.norm_adv_by_std_in_grpo=true", "-q"], capsys)
+    assert code == 0, err
+
+
+def test_a_column_map_to_no_column_is_named_without_a_flavor(tmp_path, capsys):
+    """--column prompt_id=uid where the input has no uid, no flavor: it said the dump had neither prompt_id nor
+    values (it has prompt_id)."""
+    code, _, err = run_main(["run", SAMPLE, "-o", tmp_path / "o.parquet", "--column", "prompt_id=uid"], capsys)
+    said = " ".join(err.split())
+    assert code == 2 and "--column prompt_id=uid: no column 'uid'" in said and "neither" not in said

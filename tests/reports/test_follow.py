@@ -1050,3 +1050,13 @@ def test_a_state_path_that_is_no_state_file_is_named(tmp_path, capsys, kind):
     if kind == "directory":
         assert "--state names the follower's state file" in said and "follow-state.json" in said
     assert state.exists()
+
+
+def test_run_follow_refuses_an_output_directory_inside_the_followed_one(tmp_path, capsys):
+    """As the one-off command refuses it: the outputs would land among the dump's files and be followed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _verl(run, 1)
+    code, _, err = run_main(["run", str(run), "--follow", "-o", str(run / "adv"), *SETTLE, "--until-idle", "0.5"],
+                            capsys)
+    assert code == 2 and "inside the followed directory" in err and not (run / "adv").exists()

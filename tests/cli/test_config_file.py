@@ -634,7 +634,7 @@ def test_an_unquoted_yaml_off_is_said_to_be_read_as_a_boolean(tmp_path):
     cfg.write_text("advcli.id_check: 'off'\n")
     with pytest.raises(AdvcliError, match="unknown value 'off'") as e:
         resolve("verl", [], str(cfg))
-    assert "quote" not in e.value.message
+    assert "quote the value" not in e.value.message and e.value.message.startswith(f"config file {cfg}: ")
 
 
 def test_nested_values_put_a_mapping_setting_back_together():

@@ -216,7 +216,7 @@ RELEASES = (
                      A + "loss_reduction": (("token_mean", "sequence_mean", "seq_mean_token_sum_norm"),
                                             f"{_V010}'s validate_cfg (train/utils/utils.py) refuses it")}),
     Release("0.2.0", "2026-04-22", settings={"advcli.zero_variance_rule": "std"}, accepts={_TOL: _NO_TOL},
-            note="SkyRL 0.2.0 (run): the advantage code of commit a9564572; 0.1.0's zero_variance_filter", changes=(
+            note="the package run: the advantage code of commit a9564572; 0.1.0's zero_variance_filter", changes=(
                 Change("", (A + "advantage_estimator",), "maxrl: (s − μ)/(μ + 1e-6) (ppo_utils.py "
                        "compute_maxrl_advantage @0.2.0)"),
                 Change("", ("generator.step_wise_trajectories", "advcli.step_wise_copy"), "step-wise "
@@ -224,7 +224,7 @@ RELEASES = (
                        "advantages are masked by its own response mask (trainer.py compute_advantages_and_returns "
                        "@0.2.0); 0.1.0 copied the last step's padded row to each turn (0 from the last step's "
                        "length on, the turn's mask not applied)"))),
-    Release("0.3.0", "2026-07-16", note="SkyRL 0.3.0 (run): the advantage code of commit a9564572", changes=(
+    Release("0.3.0", "2026-07-16", note="the package run: the advantage code of commit a9564572", changes=(
                 Change("#1802", (A + "zero_variance_filter", _TOL, "advcli.zero_variance_rule"),
                        "zero_variance_filter finds a group flat when more than one of its rows is live (Σ loss_mask > "
                        "0) and their rewards lie within zero_variance_filter_tol (1e-6); before, when numpy's std of "
@@ -232,7 +232,7 @@ RELEASES = (
                        "times) escapes: with use_kl_in_reward, the rows of such groups lose their KL term from "
                        "here on"),)),
     Release(COMMIT, "2026-08-21", aliases=("a956457",), note="SkyRL at commit a9564572 (advcli's first match)"),
-    Release("0.4.0", "2026-10-01", note="SkyRL 0.4.0 (run): the advantage code of commit a9564572"),
+    Release("0.4.0", "2026-10-01", note="the package run: the advantage code of commit a9564572"),
 )
 
 def _release_check(v: dict, release: Release, asked: str | None) -> None:

@@ -70,7 +70,8 @@ MEANINGS = {
                          "(E[x²] − E[x]² cancels)",
     "sample_masked": "rows the sample-level masks (ROLL max_len_mask, difficulty_mask, error_max_len_clip) left out "
                      "of the advantage",
-    "float32_norm": "groups whose normalised values float32 rounding of the group mean moves: not signal",
+    "float32_norm": "groups of nearly equal values whose normalised values the float32 rounding of their group "
+                    "mean moves: that part is rounding, not signal",
     "float32_amplified_normalization": "steps normalised at the variance floor: their advantages are float32 "
                                        "residues ×1e4, not signal",
 }

@@ -44,8 +44,9 @@ def headline(h: dict) -> str:
     meaning = ("every reward equal: advantage 0, no learning signal" if zero is True else
                "every reward equal" if zero is False else
                "every reward equal: no learning signal for group-relative estimators")
-    parts = [f"{o.get('groups', 0):,} groups, {o.get('uniform_groups', 0):,} uniform ({_pct(o.get('uniform_share'))}:"
-             f" {meaning})"]
+    n = o.get("groups", 0)
+    parts = [f"{n:,} group{'' if n == 1 else 's'}, {o.get('uniform_groups', 0):,} uniform "
+             f"({_pct(o.get('uniform_share'))}: {meaning})"]
     if o.get("zero_adv_token_share") is not None:
         parts.append(f"{_pct(o['zero_adv_token_share'])} of valid tokens with advantage 0")
     if o.get("group_mean_reward") is not None:

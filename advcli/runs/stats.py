@@ -242,7 +242,12 @@ def file_statistics(inputs: list[str], column_overrides: dict | None = None, chu
 
     missing = np.flatnonzero(np.isnan(raw)) if reward_col and not tls_col and len(raw) else np.zeros(0, np.int64)
     if missing.size:  # a NaN reward is a missing one (TRL's None): left out of the figures, and said
-        warnings.append(f"{missing.size} row(s) with a NaN {reward_col!r} (the first: row {int(missing[0])}) are left "
+        from ..formats import name_dump_rows
+        from ..io.value_checks import file_row
+
+        file, row = file_row(ins.paths, ins.file_rows(), int(missing[0]))  # named as run names it (a dump's line)
+        warnings.append(f"{missing.size} row(s) with a NaN {reward_col!r} (the first: "
+                        f"{name_dump_rows(f'{file}: row {row}')}) are left "
                         "out of the reward and score figures; `advcli run` refuses them unless the flavor reads "
                         "NaN as a missing reward (TRL) or reward.nan says what to do")
     r = RunResult(inputs=ins.paths, outputs=[], rows=R - padding, tokens=int(rs.kept().resp_len.sum()),

@@ -343,7 +343,8 @@ def test_stats_says_the_rows_whose_nan_reward_it_left_out(tmp_path, capsys):
     code, out, err = main_rc(capsys, "stats", bad, "--json")
     assert code == 0, err
     rep = json.loads(out)
-    assert any(w.startswith("2 row(s) with a NaN 'reward' (the first: row 5) are left out") for w in rep["warnings"])
+    assert any(w.startswith(f"2 row(s) with a NaN 'reward' (the first: {bad}: row 5) are left out")
+               for w in rep["warnings"]), rep["warnings"]
     assert rep["metrics"]["critic/score/mean"] == pytest.approx(np.nanmean(rewards.astype(np.float32)), rel=1e-6)
 
 

@@ -683,3 +683,18 @@ def test_files_a_shell_glob_expanded_to_one_output_file_say_to_quote_it(tmp_path
     code, _, err = run_main(["run", str(d / "*.jsonl"), "-o", tmp_path / "o.parquet", "--set",
                              "algorithm.adv_estimator=grpo", "-q"], capsys)
     assert code == 0, err  # the quoted glob: one dump, one output
+
+
+def test_stats_names_a_nan_reward_by_its_file_and_line_as_run_does(tmp_path, capsys):
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    write(d / "1.jsonl", v1_records(1, 1))
+    recs = v1_records(2, 2)
+    recs[3]["score"] = float("nan")
+    write(d / "2.jsonl", recs)
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet", "--set", "algorithm.adv_estimator=grpo"], capsys)
+    assert code == 2 and "2.jsonl:4:" in err
+    n = len(v1_records(1, 1))
+    code, out, err = run_main(["stats", d, "--json"], capsys)
+    assert code == 0, err
+    assert any(f"(the first: {d / '2.jsonl'}:4: row {n + 3} of the dump)" in w for w in json.loads(out)["warnings"])

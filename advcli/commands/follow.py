@@ -821,9 +821,18 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C only
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, signals.handler)
+    existed = os.path.isdir(root)
     try:
         while True:
             now = time.time()
+            if existed and not os.path.isdir(root):  # removed (or renamed) under the follow: nothing more to take
+                after = f"after step {st.last_step} " if st.last_step is not None else ""
+                unfinished = AdvcliError(f"{shown}: removed (or renamed) while followed; any step it held {after}was "
+                                         "not taken", hint="follow the dump where it is now: the same --state resumes "
+                                                           "after the last step taken")
+                ended = "the followed directory went away (below)"
+                break
+            existed = existed or os.path.isdir(root)
             sig = watcher.signature() if until_idle is not None else None
             if sig != seen:  # a file appeared, grew or was rewritten: the idle clock starts again
                 seen, last_change = sig, time.monotonic()

@@ -1060,3 +1060,22 @@ def test_run_follow_refuses_an_output_directory_inside_the_followed_one(tmp_path
     code, _, err = run_main(["run", str(run), "--follow", "-o", str(run / "adv"), *SETTLE, "--until-idle", "0.5"],
                             capsys)
     assert code == 2 and "inside the followed directory" in err and not (run / "adv").exists()
+
+
+def test_a_followed_directory_removed_ends_the_follow_with_exit_2(tmp_path, capsys):
+    """The followed directory removed mid-follow: it ended 'no new step for N s' (exit 0), the removal unsaid."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    _verl(run, 1)
+
+    def writer():
+        time.sleep(1.0)
+        shutil.rmtree(run)
+
+    out_dir = tmp_path / "adv"
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "5"], capsys,
+                            writer)
+    assert [x.split(":")[0] for x in lines(out)] == ["step 1"]
+    assert code == 2 and "removed (or renamed) while followed" in err and "went away" in err

@@ -952,7 +952,7 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                                                     if st.disagreed else "")
         last = f"last step {st.last_step}" if st.last_step is not None else "none taken"
         echo(f"followed {shown}: {st.steps} step(s), {last}{tail}; stopped: {ended}"
-             + (f"; state in {state_path}" if state_path else ""), err=True)
+             + (f"; state in {state_path}" if state_path and os.path.exists(state_path) else ""), err=True)
     if unfinished is not None:
         raise unfinished  # after the summary: exit 2, the step and file named as the one-off command names them
     return 1 if st.disagreed else 0

@@ -183,7 +183,8 @@ def open_parquet(path: str, metadata: pq.FileMetaData | None = None) -> pq.Parqu
             f = pq.ParquetFile(source, metadata=metadata, pre_buffer=False, buffer_size=READ_BUFFER)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             source.close()
-            raise AdvcliError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+            raise AdvcliError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})",
+                              hint=unreadable_hint(path)) from None
         refuse_duplicate_columns(path, f.schema_arrow.names)
         return f
     if os.path.isdir(path):
@@ -219,12 +220,20 @@ def unreadable_hint(path: str) -> str:
     lines, or something else."""
     tail = b""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-            if head.startswith(b"PAR1"):
-                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4))
-                tail = fh.read(4)
-    except OSError:
+        if remote.is_uri(path):  # an object: its first bytes and last four by ranged reads
+            fs, key = remote.filesystem_of(path)
+            with fs.open_input_file(key) as fh:
+                head = fh.read(4096)
+                if head.startswith(b"PAR1"):
+                    fh.seek(max(0, fh.size() - 4))
+                    tail = fh.read(4)
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(4096)
+                if head.startswith(b"PAR1"):
+                    fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4))
+                    tail = fh.read(4)
+    except Exception:  # noqa: BLE001 - no bytes to tell from (a store's error is said by the caller's message)
         head = b""
     if head.startswith(b"PAR1") and tail == b"PAR1":  # both magic numbers there: the footer itself is damaged
         return ("it is Parquet, whole in length, but its footer (the schema and where the data lies) is damaged: "

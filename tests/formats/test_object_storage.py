@@ -361,3 +361,16 @@ def test_sample_writes_to_object_storage(s3, tmp_path):
     assert s3_keys(s3, "bkt/samp") == ["bkt/samp/x.parquet"]
     again = cli("sample", "-o", "s3://bkt/samp/x.parquet", "--rows", "64")
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_an_unreadable_object_gets_the_local_files_hint(s3, tmp_path):
+    """A Parquet object cut short, or a CSV object, on the store: the hint a local file gets (it had none)."""
+    data = open(SAMPLE, "rb").read()
+    with s3.open_output_stream("bkt/bad/cut.parquet") as out:
+        out.write(data[: len(data) // 2])
+    with s3.open_output_stream("bkt/bad/table.parquet") as out:
+        out.write(b"prompt_id,reward\na,1.0\na,0.0\n")
+    cut = cli("run", "s3://bkt/bad/cut.parquet", "-o", tmp_path / "o.parquet", *GRPO)
+    assert cut.returncode == 2 and "footer is missing: the file was cut short" in " ".join(cut.stderr.split())
+    csv = cli("run", "s3://bkt/bad/table.parquet", "-o", tmp_path / "o.parquet", *GRPO)
+    assert csv.returncode == 2 and "pd.read_csv" in csv.stderr

@@ -17,6 +17,8 @@ def json_where(e: ValueError) -> str:
     """json's error as ``MESSAGE at column N``: its message without the trailing "at" some carry
     ("Unterminated string starting at"), which read "starting at at column 11"."""
     msg = str(getattr(e, "msg", e))
+    if getattr(e, "lineno", 1) > 1:  # past the line's text, in its newline: the line ends before the value does
+        return f"{msg.removesuffix(' at')} at the end of the line"
     return f"{msg.removesuffix(' at')} at column {getattr(e, 'colno', '?')}"
 
 def iter_json_lines(path: str, ctx: Context) -> Iterator[tuple[int, dict]]:

@@ -698,3 +698,14 @@ def test_stats_names_a_nan_reward_by_its_file_and_line_as_run_does(tmp_path, cap
     code, out, err = run_main(["stats", d, "--json"], capsys)
     assert code == 0, err
     assert any(f"(the first: {d / '2.jsonl'}:4: row {n + 3} of the dump)" in w for w in json.loads(out)["warnings"])
+
+
+def test_a_json_line_that_ends_before_its_value_says_so(tmp_path, capsys):
+    """`{"broken": ` then a newline: json reports line 2, column 1 (in the newline), which read 'at column 1';
+    the error lies at the end of the line."""
+    d = tmp_path / "rollout_data"
+    d.mkdir()
+    recs = v1_records(1, 1)
+    (d / "1.jsonl").write_text(json.dumps(recs[0]) + '\n{"broken": \n' + json.dumps(recs[1]) + "\n")
+    code, _, err = run_main(["run", d, "-o", tmp_path / "o.parquet"], capsys)
+    assert code == 2 and "1.jsonl:2: invalid JSON: Expecting value at the end of the line" in err, err

@@ -200,8 +200,9 @@ EXPLAIN_EPILOG = """
 """
 
 
-@app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command)
+@app.command(epilog=EXPLAIN_EPILOG, cls=helpstyle.Command, context_settings={"allow_extra_args": True})
 def explain(
+    ctx: typer.Context,
     flavor: str | None = typer.Option(None, "--flavor", "-f", metavar="NAME[@RELEASE]",
                                       help="Flavor whose keys are given, at an upstream release (default: the "
                                            "newest). Not given: the trainer whose keys the config file holds, "
@@ -214,6 +215,12 @@ def explain(
                                                           "(--flavor NAME@RELEASE) and what changed between them."),
 ):
     """Print the resolved canonical configuration and the formulas that will run."""
+    given = list(ctx.args)  # a dump given: said for what explain does, not a bare usage error
+    if given:
+        raise AdvcliError(f"explain takes no input ({' '.join(given)}): it shows what a flavor and its settings "
+                          "resolve to", hint=f"for a dump: `advcli inspect {given[0]}` says what it holds and the "
+                                             "command that runs it; a run's summary says what the dump told the "
+                                             "flavor")
     from .config import parse_set
     from .flavors import DEFAULT, at, config_file_flavor, history_text, resolve
     from .runs.explain import explain_text, keys_text

@@ -334,3 +334,11 @@ def test_the_figures_and_the_report_do_not_import_torch():
             if any(n == "torch" or n.startswith("torch.") or n.endswith("lazy_torch") for n in names):
                 found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
     assert len(paths) > 15 and not found, found
+
+
+def test_explain_given_a_dump_says_what_explain_does_and_names_inspect(capsys):
+    """`advcli explain DUMP` was a bare usage error ('Got unexpected extra argument')."""
+    from conftest import SAMPLE, run_main
+
+    code, _, err = run_main(["explain", SAMPLE], capsys)
+    assert code == 2 and "explain takes no input" in err and f"advcli inspect {SAMPLE}" in " ".join(err.split())

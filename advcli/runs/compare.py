@@ -484,7 +484,12 @@ def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: s
                           "(e.g. grpo,rloo)")
     runs = []
     for name in wanted:
-        choice = resolve_run(inputs, flavor, list(settings), estimator=name, config=config)
+        try:
+            choice = resolve_run(inputs, flavor, list(settings), estimator=name, config=config)
+        except AdvcliError as e:  # which of the estimators: the refusal names it
+            e.message = f"--estimators {names}: {name}: {e.message}"
+            e.args = (e.message,)
+            raise
         runs.append({"label": name, "cfg": choice.cfg, "flavor": choice.flavor, "native": choice.native})
     return runs
 

@@ -830,3 +830,11 @@ def test_a_renamed_completions_file_says_to_read_it_with_from(dump, tmp_path, ca
     assert code == 0, err
     got = pq.read_table(tmp_path / "o.parquet").column("advantages").to_pylist()
     assert np.allclose(got, expected[:len(got)], rtol=1e-5, atol=1e-5)
+
+
+def test_compare_estimators_names_the_estimator_a_refusal_is_about(dump, capsys):
+    """compare --estimators grpo,rloo on a completions dump: TRL's RLOO puts its KL (beta 0.05) in the reward,
+    which the dump cannot give; the refusal said so without saying it was rloo's."""
+    d, _ = dump
+    code, _, err = run_main(["compare", str(d), "--estimators", "grpo,rloo", "--set", f"num_generations={G}"], capsys)
+    assert code == 2 and "--estimators grpo,rloo: rloo: " in err and "beta=0.0" in err

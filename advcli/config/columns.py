@@ -45,7 +45,8 @@ class ColumnMap:
                         "(scalar advantages), not among token-level files or with --from parquet; there give each "
                         "row a one-token mask, e.g. pandas: df['response_mask'] = [[1]] * len(df) (its advantages "
                         "are then one-element lists)")
-            hint = dump_like_hint(self.schema.names) + hint  # a trainer's dump renamed, or a table of its records
+            if DUMP_HINT is not None:  # a trainer's dump renamed, or a table of its records
+                hint = DUMP_HINT(self.schema.names) + hint
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
@@ -148,27 +149,7 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
 
 
-def dump_like(names) -> object | None:
-    """The trainer's dump format (``advcli.formats.Format``) whose every required field the columns ``names``
-    hold (TRL's completions: prompt, completion, advantage; verl's JSONL records: input, output, score), where
-    the input was not read as that dump (a renamed file, a table made of the dump's records); None."""
-    from ..formats.registry import FORMATS, load
+# (column names) -> the hint's words for columns that are a trainer dump's, '' else: set by advcli.formats
+# (formats.registry.dump_like_hint), which this module may not import
+DUMP_HINT = None
 
-    load()
-    have = set(names)
-    for fmt in FORMATS.values():
-        if fmt.required and set(fmt.required) <= have:
-            return fmt
-    return None
-
-
-def dump_like_hint(names) -> str:
-    """The hint's words (ending ``; ``) for columns that are a trainer dump's (:func:`dump_like`), else ''."""
-    fmt = dump_like(names)
-    if fmt is None:
-        return ""
-    said = f"its columns are {fmt.title}'s ({', '.join(fmt.required)}): "
-    if fmt.pattern and ".parquet" in fmt.pattern:
-        return said + f"read it as that dump with --from {fmt.name}; "
-    return said + ("give advcli the dump's own files (their folder) as the trainer wrote them, which it reads with "
-                   "that trainer's group ids and fields; ")

@@ -159,3 +159,27 @@ def get(name: str) -> Format:
         raise AdvcliError(f"--from {name!r}: unknown format.{did_you_mean(name, FORMATS)} "
                           f"Known: {', '.join(FORMATS)}, parquet")
     return FORMATS[name]
+
+
+def dump_like(names) -> object | None:
+    """The trainer's dump format (``advcli.formats.Format``) whose every required field the columns ``names``
+    hold (TRL's completions: prompt, completion, advantage; verl's JSONL records: input, output, score), where
+    the input was not read as that dump (a renamed file, a table made of the dump's records); None."""
+    load()
+    have = set(names)
+    for fmt in FORMATS.values():
+        if fmt.required and set(fmt.required) <= have:
+            return fmt
+    return None
+
+
+def dump_like_hint(names) -> str:
+    """The hint's words (ending ``; ``) for columns that are a trainer dump's (:func:`dump_like`), else ''."""
+    fmt = dump_like(names)
+    if fmt is None:
+        return ""
+    said = f"its columns are {fmt.title}'s ({', '.join(fmt.required)}): "
+    if fmt.pattern and ".parquet" in fmt.pattern:
+        return said + f"read it as that dump with --from {fmt.name}; "
+    return said + ("give advcli the dump's own files (their folder) as the trainer wrote them, which it reads with "
+                   "that trainer's group ids and fields; ")

@@ -728,7 +728,8 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
     if lacking is not None:
         raise lacking
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
-    from ..config.columns import OTHER_NAMES, dump_like_hint
+    from ..config.columns import OTHER_NAMES
+    from ..formats.registry import dump_like_hint
 
     group_like = next((n for n in OTHER_NAMES["prompt_id"] if n in names and "prompt_id" not in (columns or {})), None)
     info = info_for(inputs[0])  # a trainer's dump renamed (mytrl.parquet), or a table of its records, read as a table

@@ -319,7 +319,7 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     # some workflows only), never over what the user set
     typed = set(given) if typed is None else typed
     mapped = []  # the reward named by --column: what the dump shows of its reward columns is not taken
-    if (columns or {}).get("reward") and flavor.reward_columns_key and flavor.reward_columns_key not in typed:
+    if columns and "reward" in columns and flavor.reward_columns_key and flavor.reward_columns_key not in typed:
         mapped = [flavor.reward_columns_key]
     shown = _shown_settings(flavor, infos, typed | {k for k, _ in settings} | set(mapped))
     if mapped and any(flavor.reward_columns_key in (i.shown_settings or {}) for i in infos):

@@ -314,8 +314,14 @@ def make_plan(cfg: dict, inputs: InputSet, column_overrides: dict[str, str], dev
     if plan.correction is not None and plan.correction.gate is None and "rollout_log_probs" not in spec.needs \
             and not (kl_on and "rollout_log_probs" in klr):
         plan = dataclasses.replace(plan, neg_inf_roles=(*plan.neg_inf_roles, "rollout_log_probs"))
-    if plan.correction is not None and plan.correction.gate is None:  # verl's correction (masked_sum throughout)
-        # a log-prob the estimator or the KL reads is checked at every token (verl's kld·mask: NaN·0 = NaN)
+    token_weights_read = (plan.correction is not None and plan.correction.weights and plan.correction.level == "token"
+                          and "rollout_is_weights" in (*spec.needs, *spec.optional))
+    if plan.correction is not None and plan.correction.gate is None and not token_weights_read:
+        # verl's correction (masked_sum throughout)
+        # a log-prob the estimator or the KL reads is checked at every token (verl's kld·mask: NaN·0 = NaN), and
+        # both where the estimator reads token-level weights (verl's optimal_token_baseline: w·rollout_is_weights²,
+        # then a cumsum over the masked positions, core_algos.py L933/L937 @1dda039b: a NaN weight at a mask=0
+        # token spreads)
         read_elsewhere = set(spec.needs) | (set(klr) if kl_on else set())
         plan = dataclasses.replace(plan, masked_only_roles=tuple(
             r for r in ("old_log_probs", "rollout_log_probs") if r not in read_elsewhere))

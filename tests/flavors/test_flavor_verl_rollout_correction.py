@@ -477,3 +477,23 @@ def test_a_nan_log_prob_at_a_masked_token_runs_as_verl(tmp_path, name):
     rows[1][4] = [nan, 0.0, -2.5, -0.1]
     with pytest.raises(AdvcliError, match="column 'rollout_log_probs', row 1, position 0: value nan is not finite"):
         _run(tmp_path, CONFIGS[name], src=_write(tmp_path / "bad.parquet", [tuple(r) for r in rows]))
+
+
+@pytest.mark.parametrize("level, runs", [("token", False), ("sequence", True)])
+def test_optimal_token_baseline_reading_token_weights_refuses_a_masked_nan(tmp_path, level, runs):
+    """verl's optimal_token_baseline reads the token-level IS weights (w·rollout_is_weights², then a cumsum over the
+    masked positions, core_algos.py L933/L937 @1dda039b): a NaN weight at a mask=0 token spreads into the trained
+    tokens after it, so a NaN rollout log-prob there is refused; sequence-level weights stay finite and run."""
+    nan = float("nan")
+    rows = [list(r) for r in ROWS]
+    rows[1][4] = [-0.2, nan, -2.5, -0.1]
+    pi2 = pa.array([[0.5] * len(r[2]) for r in rows], pa.list_(pa.float32()))
+    src = _write(tmp_path / "in.parquet", [tuple(r) for r in rows], extra={"sum_pi_squared": pi2})
+    settings = {P + "rollout_is": level, P + "rollout_is_threshold": 2.0}
+    if runs:
+        t, _ = _run(tmp_path, settings, src=src, est="optimal_token_baseline")
+        assert all(math.isfinite(a) for row, m in zip(t.column("advantages").to_pylist(), [r[2] for r in rows])
+                   for a, k in zip(row, m) if k)
+    else:
+        with pytest.raises(AdvcliError, match="column 'rollout_log_probs', row 1, position 1: value nan"):
+            _run(tmp_path, settings, src=src, est="optimal_token_baseline")

@@ -369,7 +369,7 @@ def compare(a, b=None, *, configs: list[dict] | None = None, estimators=None, fl
             res = compare_files(paths[0], paths[1], labels=labels, top=top, column_overrides=columns or {})
         elif estimators is not None:
             runs = estimator_runs(paths, estimators, flavor, _setting_pairs(settings),
-                                  None if config is None else str(config))
+                                  None if config is None else str(config), columns)
             res = compare_runs(dump, runs, columns=columns or {}, top=top, chunk_rows=chunk_rows, device=device)
         else:
             res = compare_configurations(dump, configs, columns=columns or {}, top=top, chunk_rows=chunk_rows,

@@ -183,7 +183,7 @@ def print_many(rep: dict) -> None:
 
 
 def run_estimators(paths: list[str], names: str, flavor: list[str] | None, set_: list[str] | None,
-                   config: list[str] | None) -> list[dict]:
+                   config: list[str] | None, columns: dict | None = None) -> list[dict]:
     """The resolved configuration of each estimator of ``--estimators A,B,...`` in the one flavor given
     (:func:`advcli.runs.compare.estimator_runs`, which :func:`advcli.compare` calls too)."""
     from ..config import parse_set
@@ -192,7 +192,7 @@ def run_estimators(paths: list[str], names: str, flavor: list[str] | None, set_:
     if flavor and len(flavor) > 1:
         raise AdvcliError("compare --estimators runs every estimator in one flavor's pipeline; give one --flavor",
                           hint="to compare two flavors, give --flavor F --set ... twice without --estimators")
-    return estimator_runs(paths, names, (flavor or [None])[0], parse_set(set_), (config or [None])[0])
+    return estimator_runs(paths, names, (flavor or [None])[0], parse_set(set_), (config or [None])[0], columns)
 
 
 # -------------------------------------------------------------------------------------- command
@@ -256,7 +256,7 @@ def compare_cmd(
         from ..runs.compare import compare_runs
         from ._sections import emit
 
-        runs = run_estimators(paths, estimators, flavor, set_, config)
+        runs = run_estimators(paths, estimators, flavor, set_, config, columns)
         rep = name_dumps(compare_runs(paths[0], runs, columns=columns, top=top, chunk_rows=chunk_rows, device=device,
                                       announce=None if json_out else
                                       lambda i, label: typer.echo(f"E{i + 1}: {label} ...", err=True)))

@@ -462,12 +462,14 @@ def refuse_group_filter(cfg: dict, label: str) -> None:
                                "kept rows with the filter's key left off in both configurations")
 
 
-def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: str | None = None) -> list[dict]:
+def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: str | None = None,
+                   columns: dict | None = None) -> list[dict]:
     """The runs of ``--estimators A,B,...`` (``advcli compare`` and :func:`advcli.compare` both): each estimator
     resolved in the one flavor's pipeline as ``advcli run --estimator NAME`` resolves it
     (:func:`advcli.runs.resolution.resolve_run`, the same flavor, settings and --config file for all), as
     :func:`compare_runs` takes them. ``names``: comma-separated, or a list (the library's may hold functions,
-    kept as user estimators)."""
+    kept as user estimators); ``columns``: the --column maps, which the resolution reads as run does (TRL's
+    reward column over the dump's reward functions)."""
     from .resolution import resolve_run
 
     if isinstance(names, str):
@@ -485,7 +487,7 @@ def estimator_runs(inputs: list[str], names, flavor=None, settings=(), config: s
     runs = []
     for name in wanted:
         try:
-            choice = resolve_run(inputs, flavor, list(settings), estimator=name, config=config)
+            choice = resolve_run(inputs, flavor, list(settings), estimator=name, config=config, columns=columns)
         except AdvcliError as e:  # which of the estimators: the refusal names it
             e.message = f"--estimators {names}: {name}: {e.message}"
             e.args = (e.message,)

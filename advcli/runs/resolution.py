@@ -319,7 +319,14 @@ def from_dump(flavor, inputs: list[str], given: dict, config: str | None = None,
     # some workflows only), never over what the user set
     typed = set(given) if typed is None else typed
     mapped = []  # the reward named by --column: what the dump shows of its reward columns is not taken
-    if columns and "reward" in columns and flavor.reward_columns_key and flavor.reward_columns_key not in typed:
+    if columns and "reward" in columns and flavor.reward_columns_key:
+        if flavor.reward_columns_key in given:  # --set or a --config file named the reward columns too
+            raise AdvcliError(f"--column reward={columns['reward']} and {flavor.reward_columns_key}="
+                              f"{_fmt(given[flavor.reward_columns_key])} ("
+                              + ("--set" if flavor.reward_columns_key in typed else "the --config file")
+                              + ") both name the reward; give one",
+                              hint=f"one reward column: --column reward=NAME (or --set "
+                                   f"'{flavor.reward_columns_key}=[NAME]'); several: {flavor.reward_columns_key} alone")
         mapped = [flavor.reward_columns_key]
     shown = _shown_settings(flavor, infos, typed | {k for k, _ in settings} | set(mapped))
     if mapped and any(flavor.reward_columns_key in (i.shown_settings or {}) for i in infos):

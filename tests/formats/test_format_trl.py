@@ -838,3 +838,28 @@ def test_compare_estimators_names_the_estimator_a_refusal_is_about(dump, capsys)
     d, _ = dump
     code, _, err = run_main(["compare", str(d), "--estimators", "grpo,rloo", "--set", f"num_generations={G}"], capsys)
     assert code == 2 and "--estimators grpo,rloo: rloo: " in err and "beta=0.0" in err
+
+
+def test_a_reward_column_and_reward_funcs_given_together_are_refused(dump, tmp_path, capsys):
+    """--column reward=NAME with reward_funcs from --set or a --config file: two answers to which column is the
+    reward; the file's reward_funcs were summed while the summary said the column was the reward."""
+    d, _ = dump
+    cfg = tmp_path / "trl.yaml"
+    cfg.write_text("reward_funcs: [accuracy_reward, format_reward]\n")
+    for given in (["--config", cfg], ["--set", "reward_funcs=[accuracy_reward,format_reward]"]):
+        code, _, err = run_main(["run", str(d), "-o", tmp_path / "o.parquet", "--flavor", "trl", *given,
+                                 "--column", "reward=accuracy_reward"], capsys)
+        assert code == 2 and "both name the reward" in err, err
+
+
+def test_compare_estimators_reads_the_reward_column_given(dump, capsys):
+    """compare --estimators with --column reward=NAME: each estimator ran on the dump's summed reward functions
+    (the dump's reward_funcs taken, as run took them before it read the column given)."""
+    d, _ = dump
+    for columns, summed in (({"reward": "accuracy_reward"}, False), (None, True)):
+        res = advcli.compare(str(d), estimators="grpo,rloo", flavor="trl", settings={"beta": 0.0}, columns=columns)
+        assert all(("reward_funcs" in r["settings"]) == summed for r in res.report["runs"]), res.report["runs"]
+    code, out, err = run_main(["compare", str(d), "--estimators", "grpo,rloo", "--flavor", "trl", "--set", "beta=0.0",
+                               "--column", "reward=accuracy_reward", "--json"], capsys)
+    assert code == 0, err
+    assert all("reward_funcs" not in r["settings"] for r in json.loads(out)["runs"])

@@ -900,6 +900,9 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                     time.sleep(poll)
                     continue
                 try:
+                    if st.steps and _left_empty(pending[0], st, watcher, echo, quiet, state_path, signals):
+                        last_change = time.monotonic()  # (a trainer's Parquet file of 0 bytes: no footer to wait on)
+                        continue
                     if waiting_on_parquet(pending[0], settle, watcher.named):
                         time.sleep(poll)
                         continue
@@ -911,9 +914,6 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
                                                "holds; a restarted follow (same --state) takes the step once "
                                                "it is complete")
                     u = pending[0]
-                    if st.steps and _left_empty(u, st, watcher, echo, quiet, state_path, signals):
-                        last_change = time.monotonic()
-                        continue
                     fmt = watcher.fmt if watcher.fmt == "parquet" else watcher.fmt.name
                     _take(u, root, shown, st, runner, opts, logger, json_out, quiet, echo, gap_note(st, u.step, fmt),
                           whole=True, state_path=state_path, signals=signals)

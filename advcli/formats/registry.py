@@ -167,8 +167,8 @@ def dump_like(names) -> object | None:
     the input was not read as that dump (a renamed file, a table made of the dump's records); None."""
     load()
     have = set(names)
-    for fmt in FORMATS.values():
-        if fmt.required and set(fmt.required) <= have:
+    for fmt in FORMATS.values():  # two fields or more: one generic name (ROLL's scores, slime's samples) says nothing
+        if len(fmt.required) >= 2 and set(fmt.required) <= have:
             return fmt
     return None
 

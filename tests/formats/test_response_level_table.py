@@ -168,3 +168,14 @@ def test_trl_defaults_refused_where_a_group_like_column_holds_other_groups(tmp_p
         advcli.run(pq.read_table(src).to_pandas(), flavor="trl")
     ok = run_cli("run", src, "-o", tmp_path / "out.parquet", "--flavor", "trl", "--set", "num_generations=3", "-q")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_table_with_one_generic_dump_field_gets_no_dump_hint(tmp_path):
+    """A table with a `scores` column (ROLL's one required field) or `samples` (slime's) is not named a trainer's
+    dump: the hint of a table of JSONL records needs two of a format's fields or more."""
+    for name in ("scores", "samples"):
+        src = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"uid": ["a", "a", "b", "b"], "reward": [1.0, 0.0, 1.0, 1.0],
+                                 name: [1.0, 0.0, 1.0, 1.0]}), src)
+        r = run_cli("run", src, "-o", tmp_path / "o.parquet")
+        assert r.returncode == 2 and "dump's own files" not in r.stderr and "--column prompt_id=uid" in r.stderr

@@ -1079,3 +1079,20 @@ def test_a_followed_directory_removed_ends_the_follow_with_exit_2(tmp_path, caps
                             writer)
     assert [x.split(":")[0] for x in lines(out)] == ["step 1"]
     assert code == 2 and "removed (or renamed) while followed" in err and "went away" in err
+
+
+def test_an_empty_last_completions_file_is_left_out_at_the_end(tmp_path, capsys):
+    """TRL's completions_00020.parquet left empty (0 bytes) as the last step: the one-off run leaves it out; the
+    follow waited on its footer and ended with 'not a readable Parquet file' (exit 2)."""
+    run = tmp_path / "completions"
+    run.mkdir()
+    _trl(run, 10)
+    (run / "completions_00020.parquet").write_bytes(b"")
+    out_dir = tmp_path / "adv"
+    code, out, err = follow(["run", str(run), "--follow", "-o", str(out_dir), *SETTLE, "--until-idle", "1.0"], capsys)
+    assert code == 0, err
+    assert [x.split(":")[0] for x in lines(out)] == ["step 10"] and "step 20: left out:" in err
+    code, _, err = run_main(["run", str(run), "-o", str(tmp_path / "whole.parquet"), "-q"], capsys)
+    assert code == 0, err
+    assert pq.read_table(out_dir / "step_10.parquet").column("advantages").equals(
+        pq.read_table(tmp_path / "whole.parquet").column("advantages"))

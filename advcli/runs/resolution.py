@@ -633,21 +633,29 @@ def _own_parquet_group_size(flavor, run: RunSpec, inputs: list[str], key: str, n
         named_like = _group_like_column(inputs)
         if named_like is not None:
             sizes, scattered = _group_layout(inputs, named_like)
+    if named_like is not None and sizes and set(sizes) != {1} and (set(sizes) != {n} or scattered):
+        # a column only named like a group id has no id check in the run: any groups that are not whole blocks of
+        # n (several sizes, or groups of n whose rows are not consecutive) would be cut across, silently
+        shown = _sizes_said(sizes)
+        size = next(iter(sizes)) if len(sizes) == 1 else "N"
+        fix = (f"add --set {key}={size}, the responses sampled per prompt, and --column prompt_id={named_like} to "
+               "check the blocks against it" + (f"{SCATTERED}; or group by it: --column prompt_id={named_like} --set "
+                                          "advcli.group_by=id" if scattered else ""))
+        raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to {n}, but the input's column "
+                          f"{named_like!r}, named like a group id, holds other groups ({shown}"
+                          + (", not consecutive" if scattered else "") + f"): blocks of {n} consecutive rows would "
+                          "cut across them", hint=f"{fix}; or, if {n} is right and the column holds no groups, give "
+                                                  f"it: --set {key}={n}")
     if not sizes or len(sizes) != 1 or next(iter(sizes)) in (1, n):
         return
     m = next(iter(sizes))
     fix = f"add --set {key}={m}, the responses sampled per prompt"
-    if named_like is not None:
-        fix += f" (and --column prompt_id={named_like} to check the blocks against it)"
     if scattered:
-        fix += (f"{SCATTERED}, and " + (f"--column prompt_id={named_like} " if named_like else "")
-                + "--set advcli.group_by=id")
-    what = (f"the input's column {named_like!r}, named like a group id, holds groups of {m} rows" if named_like else
-            f"every {column} group of the input has {m} rows")
-    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to {n}, but {what}: blocks of {n} "
-                      "consecutive rows would cut across them",
+        fix += f"{SCATTERED}, and --set advcli.group_by=id"
+    raise AdvcliError(f"--flavor {flavor.name}: {key} is not set and defaults to {n}, but every {column} group of the "
+                      f"input has {m} rows: blocks of {n} consecutive rows would cut across them",
                       hint=f"{fix}; or, if {n} is right and the ids are not the prompts' groups, give it: --set "
-                           f"{key}={n}" + ("" if named_like else " --set advcli.id_check=warn"))
+                           f"{key}={n} --set advcli.id_check=warn")
 
 
 def _group_like_column(inputs: list[str]) -> str | None:

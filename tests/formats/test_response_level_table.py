@@ -179,3 +179,15 @@ def test_a_table_with_one_generic_dump_field_gets_no_dump_hint(tmp_path):
                                  name: [1.0, 0.0, 1.0, 1.0]}), src)
         r = run_cli("run", src, "-o", tmp_path / "o.parquet")
         assert r.returncode == 2 and "dump's own files" not in r.stderr and "--column prompt_id=uid" in r.stderr
+
+
+@pytest.mark.parametrize("uids", [["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["d"] * 12,  # several sizes
+                                  ["a", "b"] * 8])  # groups of exactly 8 whose rows are not consecutive
+def test_trl_defaults_refused_where_a_uid_column_holds_groups_blocks_of_8_would_cut(tmp_path, uids):
+    src = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"uid": uids, "reward": [float(i % 3) for i in range(len(uids))]}), src)
+    r = run_cli("run", src, "-o", tmp_path / "o.parquet", "--flavor", "trl")
+    assert r.returncode == 2 and "column 'uid', named like a group id, holds other groups" in " ".join(r.stderr.split())
+    ok = run_cli("run", src, "-o", tmp_path / "o.parquet", "--flavor", "trl", "--column", "prompt_id=uid", "--set",
+                 "advcli.group_by=id", "-q")
+    assert ok.returncode == 0, ok.stderr

@@ -352,6 +352,10 @@ def check_output(target: str, inputs: list[str], force: bool) -> None:
     if any(str(p).rstrip("/") == target.rstrip("/") for p in inputs):
         raise AdvcliError(f"{target}: the output path is an input file; advcli never overwrites its input",
                           hint="choose another --output path")
+    if target.endswith("/"):  # one object to write (a directory output's objects are named before this check)
+        bare = target.rstrip("/")
+        raise AdvcliError(f"{target}: names a prefix (the trailing /); this command writes one object",
+                          hint=f"give an object key, e.g. -o {bare}/out.parquet or -o {bare}.parquet")
     bucket = bucket_of(target)
     if not exists(bucket):
         raise AdvcliError(f"{target}: the bucket {bucket} does not exist", hint="create it first; advcli never "

@@ -374,3 +374,12 @@ def test_an_unreadable_object_gets_the_local_files_hint(s3, tmp_path):
     assert cut.returncode == 2 and "footer is missing: the file was cut short" in " ".join(cut.stderr.split())
     csv = cli("run", "s3://bkt/bad/table.parquet", "-o", tmp_path / "o.parquet", *GRPO)
     assert csv.returncode == 2 and "pd.read_csv" in csv.stderr
+
+
+@pytest.mark.parametrize("command", [["sample"], ["filter", SAMPLE, "--drop-uniform"]])
+def test_one_object_to_a_prefix_with_a_trailing_slash_is_refused(s3, command):
+    """`-o s3://bkt/samp2/` for a command that writes one object wrote the object `samp2` and said it wrote
+    `s3://bkt/samp2/`; a local `-o nd/` is refused the same way."""
+    p = cli(*command, "-o", "s3://bkt/samp2/")
+    assert p.returncode == 2 and "names a prefix (the trailing /)" in p.stderr, p.stderr
+    assert s3_keys(s3, "bkt") == [k for k in s3_keys(s3, "bkt") if not k.startswith("bkt/samp2")]

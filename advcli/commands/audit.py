@@ -9,6 +9,7 @@ import json
 
 import typer
 
+from ..errors import AdvcliError
 from . import options as opt
 
 EPILOG = """
@@ -141,9 +142,15 @@ def audit_cmd(
         dumped: list[str] = []  # without --flavor, the dump's trainer's semantics, as `advcli run` takes them
         flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, None,
                                                                      estimator=estimator, dump_notes=dumped)
-        rep = audit_dump(inputs, flavor, cfg, native, columns, auto_note=auto_note,
-                         flavor_note=dumped[0] if dumped else None, against=against, rtol=rtol, atol=atol,
-                         chunk_rows=chunk_rows, device=device, search=search, top=top, progress=cb)
+        try:
+            rep = audit_dump(inputs, flavor, cfg, native, columns, auto_note=auto_note,
+                             flavor_note=dumped[0] if dumped else None, against=against, rtol=rtol, atol=atol,
+                             chunk_rows=chunk_rows, device=device, search=search, top=top, progress=cb)
+        except AdvcliError as e:  # the group size in the flavor's words, as run says it
+            from ..flavors import at
+            from ..runs.resolution import in_flavor_words
+
+            raise in_flavor_words(e, at(flavor).flavor, inputs) from None
     finally:
         stop()
     from ..report.sections import audit_sections

@@ -113,7 +113,7 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
     flavor, cfg, native, columns, auto_note = resolve_cli_config(inputs, flavor, set_, config, column, padded,
                                                                  file_keys=file_keys, estimator=estimator,
                                                                  precision=precision)
-    from ..errors import MissingColumn
+    from ..errors import AdvcliError, MissingColumn
     from ..pipeline.checks import check_run
     from ..runs.resolution import refuse_default_estimator_column
 
@@ -122,6 +122,11 @@ def _validate(inputs, flavor, set_, config, column, output, force, chunk_rows, p
                                      output=output, force=force, deep=deep, flavor=flavor, native=native)
     except MissingColumn as e:  # as run says it
         refuse_default_estimator_column(flavor, native or {}, e, inputs)
+    except AdvcliError as e:  # the group size in the flavor's words, as run says it
+        from ..flavors import at
+        from ..runs.resolution import in_flavor_words
+
+        raise in_flavor_words(e, at(flavor).flavor, inputs) from None
     if ran_deep and not deep:
         result.warnings.insert(0, "a user estimator: validated --deep (only running it checks what it returns)")
     if file_keys and file_keys[0].line():

@@ -215,6 +215,9 @@ def test_wrong_group_size_is_caught(dump, tmp_path, capsys):
     assert "grouping.size" not in err and "blocks of num_generations rows" in err
     assert "6 of 4 rows; --set num_generations=4, or leave num_generations out" in " ".join(err.split())
     assert not (tmp_path / "o.parquet").exists()
+    for command in (["validate"], ["audit"]):  # said the same way
+        code, _, err = run_main([*command, str(d), "--flavor", "trl", "--set", "num_generations=8"], capsys)
+        assert code == 2 and "blocks of num_generations rows" in err and "grouping.size" not in err, (command, err)
 
 
 def test_groups_of_several_sizes_need_num_generations(tmp_path, capsys):

@@ -217,10 +217,14 @@ def explain(
     """Print the resolved canonical configuration and the formulas that will run."""
     given = list(ctx.args)  # a dump given: said for what explain does, not a bare usage error
     if given:
+        import os
+
+        dump = next((g for g in given if os.path.exists(g) or "://" in g), None)
         raise AdvcliError(f"explain takes no input ({' '.join(given)}): it shows what a flavor and its settings "
-                          "resolve to", hint=f"for a dump: `advcli inspect {given[0]}` says what it holds and the "
-                                             "command that runs it; a run's summary says what the dump told the "
-                                             "flavor")
+                          "resolve to", hint=(f"for a dump: `advcli inspect {dump}` says what it holds and the "
+                                              "command that runs it; a run's summary says what the dump told the "
+                                              "flavor" if dump else "the flavor: --flavor NAME; its settings: --set "
+                                              "KEY=VALUE (`advcli explain --flavor NAME --keys` lists them)"))
     from .config import parse_set
     from .flavors import DEFAULT, at, config_file_flavor, history_text, resolve
     from .runs.explain import explain_text, keys_text

@@ -681,9 +681,11 @@ def _without_given(flavor, given: dict, fl, settings: dict) -> str:
     base = split_spec(str(flavor))[0]
     if split_spec(str(fl))[0] != base:
         return ""
-    fkey = get(base).group_size_key
+    fl = get(base)
+    fkey = fl.group_size_key
     dropped = {k: v for k, v in given.items() if k not in settings and k != "advcli.estimator"
-               and not (k == fkey and settings.get("advcli.group_by") == "id")}
+               and not (k == fkey and settings.get("advcli.group_by") == "id")
+               and not (k in fl.keys and fl.keys[k].default == v)}  # (a value given that is the default: no change)
     if not dropped:
         return ""
     return ", without the given " + ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}"

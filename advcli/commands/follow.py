@@ -386,7 +386,8 @@ class FollowState:
                                   hint="give another --state file, or remove this one to follow the run from its "
                                        "first step") from None
             if not isinstance(d, dict) or not d.get("command") or not d.get("root"):
-                raise AdvcliError(f"{path}: not a follower's state file (it records no command and no directory)",
+                raise AdvcliError(f"{path}: not a follower's state file (it does not record the command and the "
+                                  "directory of a follow)",
                                   hint="give another --state file, or remove this one to follow the run from its "
                                        "first step")
             if d.get("version") != STATE_VERSION or d.get("command") != command or d.get("root") != root:

@@ -822,18 +822,18 @@ def follow(root: str, opts: Options, *, settle: float = 2.0, poll: float | None 
     with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C only
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, signals.handler)
-    existed = os.path.isdir(root)
+    existed = root if os.path.isdir(root) else None  # the followed directory, once seen (a follow may move below)
     try:
         while True:
             now = time.time()
-            if existed and not os.path.isdir(root):  # removed (or renamed) under the follow: nothing more to take
+            if existed == root and not os.path.isdir(root):  # removed (or renamed) under the follow: nothing to take
                 after = f"after step {st.last_step} " if st.last_step is not None else ""
                 unfinished = AdvcliError(f"{shown}: removed (or renamed) while followed; any step it held {after}was "
                                          "not taken", hint="follow the dump where it is now: the same --state resumes "
                                                            "after the last step taken")
                 ended = "the followed directory went away (below)"
                 break
-            existed = existed or os.path.isdir(root)
+            existed = root if os.path.isdir(root) else existed
             sig = watcher.signature() if until_idle is not None else None
             if sig != seen:  # a file appeared, grew or was rewritten: the idle clock starts again
                 seen, last_change = sig, time.monotonic()

@@ -52,3 +52,8 @@ ROLE_INFO: dict[str, tuple[str, str, str]] = {
 }
 
 ROLES: tuple[str, ...] = tuple(ROLE_INFO)
+
+
+# (column names) -> the hint's words for columns that are a trainer dump's, '' else: set by advcli.formats when
+# inputs are opened (formats.registry.dump_like_hint), which the config may not import; read by columns.require
+DUMP_HINT = None

@@ -45,8 +45,10 @@ class ColumnMap:
                         "(scalar advantages), not among token-level files or with --from parquet; there give each "
                         "row a one-token mask, e.g. pandas: df['response_mask'] = [[1]] * len(df) (its advantages "
                         "are then one-element lists)")
-            if DUMP_HINT is not None:  # a trainer's dump renamed, or a table of its records
-                hint = DUMP_HINT(self.schema.names) + hint
+            from . import column_roles
+
+            if column_roles.DUMP_HINT is not None:  # a trainer's dump renamed, or a table of its records
+                hint = column_roles.DUMP_HINT(self.schema.names) + hint
             raise MissingColumn(
                 f"{self.file}: missing column {default!r} ({why})."
                 + (f" Did you mean {near!r}?" if near else "")
@@ -147,9 +149,3 @@ def check_type(schema: pa.Schema, role: str, col: str, file: str) -> None:
                    else f"a {t} key is read as no id")
             raise AdvcliError(f"{what}; expected string, large_string, binary or integers ({why})",
                               hint=f"cast the ids to string or int64 (pyarrow: pc.cast(col, pa.string())), {other}")
-
-
-# (column names) -> the hint's words for columns that are a trainer dump's, '' else: set by advcli.formats
-# (formats.registry.dump_like_hint), which this module may not import
-DUMP_HINT = None
-

@@ -54,11 +54,11 @@ def open_inputs(inputs: list[str], source: str | None = None, *, synth_mask: boo
     get a one-token mask (for run/validate/compare; inspect and convert leave it out). ``read_ahead``:
     the resulting files are handed to the kernel's readahead (:mod:`advcli.io.readahead`), so that a
     cold page cache fills while the command imports torch; inspect, which reads footers, does not."""
-    from ..config import columns
+    from ..config import column_roles
     from ..io import readahead
     from .registry import dump_like_hint
 
-    columns.DUMP_HINT = dump_like_hint  # a missing column of a trainer's dump renamed: the hint names --from
+    column_roles.DUMP_HINT = dump_like_hint  # a missing column of a trainer's dump renamed: the hint names --from
     paths = _open(inputs, source, synth_mask)
     if read_ahead:
         readahead.start(paths)

@@ -658,13 +658,16 @@ def _own_parquet_group_size(flavor, run: RunSpec, inputs: list[str], key: str, n
                            f"{key}={n} --set advcli.id_check=warn")
 
 
-def _group_like_column(inputs: list[str]) -> str | None:
-    """The first column of the input named like a group id (``config.columns.OTHER_NAMES['prompt_id']``)."""
+def _group_like_column(inputs: list[str] | None = None, names=None) -> str | None:
+    """The first column named like a group id (``config.columns.OTHER_NAMES['prompt_id']``) among ``names``, or
+    among the first input file's columns."""
     from ..config.columns import OTHER_NAMES
-    from ..io.footer import schema_facts
-    from ..io.reader import expand_inputs
 
-    names = schema_facts(expand_inputs(inputs)[0]).names
+    if names is None:
+        from ..io.footer import schema_facts
+        from ..io.reader import expand_inputs
+
+        names = schema_facts(expand_inputs(inputs)[0]).names
     return next((n for n in OTHER_NAMES["prompt_id"] if n in names), None)
 
 
@@ -743,10 +746,9 @@ def default_settings(flavor, inputs: list[str], settings: list, columns: dict | 
     if lacking is not None:
         raise lacking
     wants = " nor ".join(f"{c} (for {e.upper()})" for c, e in fl.pick_estimator)
-    from ..config.columns import OTHER_NAMES
     from ..formats.registry import dump_like_hint
 
-    group_like = next((n for n in OTHER_NAMES["prompt_id"] if n in names and "prompt_id" not in (columns or {})), None)
+    group_like = None if "prompt_id" in (columns or {}) else _group_like_column(names=names)
     info = info_for(inputs[0])  # a trainer's dump renamed (mytrl.parquet), or a table of its records, read as a table
     dump = dump_like_hint(names) if info is None or info.format == "table" else ""
     raise AdvcliError(f"no --flavor or estimator given and the dump has neither {wants}",
